@@ -1,0 +1,31 @@
+/* lower.h - check a parsed .dtm file and lower it to the global IR.
+ *
+ * Lowering evaluates `let` constants (with -D overrides), applies --mesh,
+ * instantiates every block call with its own parameters (named by path:
+ * layer.3.wqkv), unrolls `for` loops (recording pipeline stages), resolves
+ * names, infers and checks shapes and dtypes op by op (ir_infer), checks
+ * placements against the mesh, and records choose() points and the train
+ * section.  Every user error is a diagnostic at file:line:col.
+ */
+#ifndef DTM_LOWER_H
+#define DTM_LOWER_H
+
+#include "ast.h"
+#include "../ir/ir.h"
+
+#define LOWER_MAX_DEFINES 64
+
+typedef struct LowerOptions {
+	int ndefines;
+	const char *define_names[LOWER_MAX_DEFINES];  /* -D name=value */
+	const char *define_values[LOWER_MAX_DEFINES];
+	const char *mesh;  /* --mesh "dp=4,tp=2" or NULL */
+} LowerOptions;
+
+/* Returns the module, or NULL when errors were reported to d. */
+IrModule *lower_file(Arena *a, Diag *d, const AstFile *f, const LowerOptions *opt);
+
+/* Convenience: read, parse and lower one file. */
+IrModule *lower_path(Arena *a, Diag *d, const char *path, const LowerOptions *opt);
+
+#endif

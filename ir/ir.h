@@ -1,0 +1,239 @@
+/* ir.h - dtm's IR: an SSA graph of tensor ops with placements.
+ *
+ * A module holds the mesh, the training configuration, the choose() sweep
+ * points and a list of nodes in topological order.  Each node produces one
+ * value (its dtype, shape, placement and role live on the node), so "node"
+ * and "value" are the same thing and operands are node ids.
+ *
+ * Before `partition` shapes are global; after it they are per-rank shard
+ * shapes and collectives are ordinary nodes naming mesh axes.
+ */
+#ifndef DTM_IR_H
+#define DTM_IR_H
+
+#include "util.h"
+
+#define IR_MAX_RANK 8   /* tensor rank */
+#define IR_MAX_AXES 8   /* mesh axes */
+#define IR_MAX_INTS 8   /* integer attributes per node */
+#define IR_MAX_NODES (1 << 22) /* beyond this a program is refused */
+#define IR_MAX_ELEMS ((int64_t)1 << 48) /* elements in one tensor */
+
+typedef enum IrOp {
+#define IR_OP(e, name, mn, mx, ak, fl) IR_OP_##e,
+#include "ops.def"
+#undef IR_OP
+	IR_OP_COUNT
+} IrOp;
+
+enum {
+	OPF_LEAF = 1 << 0,
+	OPF_ELEMWISE = 1 << 1,
+	OPF_UNARY = 1 << 2,
+	OPF_BINARY = 1 << 3,
+	OPF_REDUCE = 1 << 4,
+	OPF_COLL = 1 << 5,
+};
+
+/* Which IrAttrs fields an op uses, and how they print. */
+typedef enum IrAttrKind {
+	IR_ATTR_NONE,
+	IR_ATTR_INIT,    /* init (kind, f[0], f[1]) */
+	IR_ATTR_SCALAR,  /* f[0] */
+	IR_ATTR_AXES,    /* ints[0..nints) axes, flag = keepdims */
+	IR_ATTR_AXIS,    /* ints[0] */
+	IR_ATTR_EPS,     /* f[0] */
+	IR_ATTR_PERM,    /* ints[0..nints) */
+	IR_ATTR_SLICE,   /* ints[0..3) = axis, start, end */
+	IR_ATTR_ATTN,    /* ints[0] = heads, ints[1] = causal */
+	IR_ATTR_DROPOUT, /* f[0] = rate, ints[0] = salt */
+	IR_ATTR_COLL,    /* mesh_axes, red, ints[0..nints) */
+} IrAttrKind;
+
+typedef enum IrDtype { IR_F32, IR_BF16, IR_F16, IR_I32, IR_DTYPE_COUNT } IrDtype;
+
+typedef enum IrRole {
+	IR_ROLE_ACT,      /* an intermediate value */
+	IR_ROLE_PARAM,
+	IR_ROLE_INPUT,
+	IR_ROLE_LOSS,
+	IR_ROLE_GRAD,
+	IR_ROLE_OPT_STATE,
+	IR_ROLE_COUNT
+} IrRole;
+
+typedef enum IrInit {
+	IR_INIT_NONE, IR_INIT_ZEROS, IR_INIT_ONES, IR_INIT_NORMAL, IR_INIT_UNIFORM
+} IrInit;
+
+typedef enum IrRed { IR_RED_SUM, IR_RED_AVG, IR_RED_MAX, IR_RED_COUNT } IrRed;
+
+typedef struct IrAttrs {
+	int64_t ints[IR_MAX_INTS];
+	int nints;
+	double f[2];
+	IrInit init;
+	uint32_t mesh_axes; /* bit i = mesh axis i (collectives) */
+	IrRed red;
+	bool flag;
+} IrAttrs;
+
+/* A placement, per tensor dim: the ordered mesh axes that split it (major
+ * first); plus the axes over which the value is a pending reduction.
+ * Mesh axes not named anywhere are replicated.  ndims == 0 with known ==
+ * false means "not decided yet" (propagation fills it in). */
+typedef struct Placement {
+	bool known;
+	uint8_t ndims;
+	uint8_t naxes[IR_MAX_RANK];
+	uint8_t axes[IR_MAX_RANK][IR_MAX_AXES];
+	uint32_t partial;  /* bitmask of mesh axes */
+	IrRed partial_op;
+} Placement;
+
+typedef struct Mesh {
+	int naxes;
+	const char *names[IR_MAX_AXES];
+	int64_t sizes[IR_MAX_AXES];
+} Mesh;
+
+typedef struct IrNode {
+	int id;           /* index in IrModule.nodes; printed as %id */
+	IrOp op;
+	IrDtype dtype;
+	int rank;
+	int64_t shape[IR_MAX_RANK];
+	int nops;
+	int *ops;         /* operand node ids, all < id */
+	IrAttrs attrs;
+	Placement place;
+	int choose;       /* index into IrModule.chooses, or -1 */
+	IrRole role;
+	int stage;        /* pipeline stage, -1 if not assigned */
+	const char *name; /* param/input path, or the user's variable; may be NULL */
+	SrcLoc loc;
+} IrNode;
+
+/* A choose(spec, ...) sweep point: the node whose placement it sets, the
+ * options, and the one in force (the first by default). */
+typedef struct IrChoose {
+	int node;
+	int nopts;
+	Placement *opts;
+	int selected;
+	SrcLoc loc;
+} IrChoose;
+
+/* The train { ... } section.  Strings are arena-owned; unset numbers are
+ * their defaults (ir_train_defaults). */
+typedef struct IrTrain {
+	const char *optimizer;   /* "adamw" | "sgd" */
+	double lr, beta1, beta2, eps, weight_decay, clip, momentum;
+	bool nesterov;
+	const char *lr_schedule; /* "constant" | "cosine" */
+	int64_t warmup;
+	double min_lr;
+	int zero;                /* 0..3 */
+	uint32_t zero_axes;      /* mesh axes the ZeRO state is split over */
+	bool reshard_after_forward;
+	int64_t microbatches;
+	const char *schedule;    /* "gpipe" | "1f1b" | "interleaved" | "zb" */
+	int64_t virtual_stages;  /* for interleaved(v) */
+	IrDtype precision;       /* IR_F32 | IR_BF16 | IR_F16 */
+	int64_t steps;
+	const char *data;        /* "synthetic" or a path */
+	bool sequence_parallel;
+	bool recompute;
+	bool uneven_shards;
+	int64_t bucket_bytes;
+	int64_t prefetch;
+	int64_t seed;
+} IrTrain;
+
+typedef struct IrModule {
+	Arena *arena;
+	const char *name;
+	Mesh mesh;
+	IrTrain train;
+	IrNode **nodes;
+	int nnodes, cap;
+	IrChoose *chooses;
+	int nchooses, capchooses;
+	int loss;          /* node id of the loss, or -1 */
+} IrModule;
+
+/* ---- op table ---- */
+const char *ir_op_name(IrOp op);
+int ir_op_min_operands(IrOp op);
+int ir_op_max_operands(IrOp op); /* -1 = variadic */
+IrAttrKind ir_op_attr_kind(IrOp op);
+unsigned ir_op_flags(IrOp op);
+bool ir_op_lookup(const char *name, IrOp *out);
+
+const char *ir_dtype_name(IrDtype t);
+bool ir_dtype_lookup(const char *name, IrDtype *out);
+int ir_dtype_size(IrDtype t);
+const char *ir_role_name(IrRole r);
+bool ir_role_lookup(const char *name, IrRole *out);
+const char *ir_red_name(IrRed r);
+bool ir_red_lookup(const char *name, IrRed *out);
+const char *ir_init_name(IrInit i);
+
+/* ---- modules and nodes ---- */
+IrModule *ir_module_new(Arena *a, const char *name);
+void ir_train_defaults(IrTrain *t);
+/* Appends a node with the given operands (copied); shape, dtype and attrs
+ * are left for the caller / shape inference.  Returns NULL past
+ * IR_MAX_NODES or out of memory. */
+IrNode *ir_node_new(IrModule *m, IrOp op, const int *ops, int nops, SrcLoc loc);
+int64_t ir_node_numel(const IrNode *n);
+int ir_choose_add(IrModule *m, int node, const Placement *opts, int nopts, SrcLoc loc);
+
+/* ---- mesh (mesh.c): row-major coordinates over the declared axes ---- */
+int64_t mesh_size(const Mesh *m);                    /* number of ranks */
+int mesh_axis_index(const Mesh *m, const char *name); /* -1 if absent */
+void mesh_coords(const Mesh *m, int64_t rank, int64_t *coords);
+int64_t mesh_rank(const Mesh *m, const int64_t *coords);
+/* The group of `rank` along the axes in `axes_mask`: the ranks that differ
+ * from it only in those coordinates, in row-major order of those axes.
+ * Writes up to `cap` ranks to out, returns the group size.  *index gets
+ * rank's position in the group (if index != NULL). */
+int64_t mesh_group(const Mesh *m, int64_t rank, uint32_t axes_mask,
+                   int64_t *out, int64_t cap, int64_t *index);
+int64_t mesh_axes_size(const Mesh *m, uint32_t axes_mask);
+
+/* ---- placements (placement.c) ---- */
+void placement_replicated(Placement *p, int ndims);
+bool placement_equal(const Placement *a, const Placement *b);
+/* The number of shards dim d is cut into under mesh m. */
+int64_t placement_dim_parts(const Placement *p, const Mesh *m, int d);
+/* torch.chunk rule: the size of shard `idx` of a dim of `n` cut in `parts`:
+ * chunk = ceil(n / parts); shard idx gets clamp(n - idx*chunk, 0, chunk). */
+int64_t chunk_size(int64_t n, int64_t parts, int64_t idx);
+int64_t chunk_offset(int64_t n, int64_t parts, int64_t idx);
+/* This rank's shard shape of a global shape. */
+void placement_shard_shape(const Placement *p, const Mesh *m, int64_t rank,
+                           int nd, const int64_t *global, int64_t *local);
+/* Writes "[dp, (tp, sp), _] partial(tp)" style text; returns chars written. */
+int placement_format(const Placement *p, const Mesh *m, char *buf, size_t cap);
+
+/* ---- shape rules (shape.c): driven by the op table ---- */
+/* Computes n's dtype and shape from its operands and attrs (for RESHAPE,
+ * RECV, PARAM, INPUT, CONST and CAST the node's own type is checked, not
+ * computed).  Reports to d at n->loc and returns false on a mismatch. */
+bool ir_infer(IrModule *m, IrNode *n, Diag *d);
+
+/* ---- printing and parsing (print.c, parse.c) ---- */
+/* The textual form; print then parse then print gives identical text. */
+void ir_print(FILE *out, const IrModule *m);
+void ir_print_node(FILE *out, const IrModule *m, const IrNode *n);
+/* Parses the textual form; errors go to d with file:line:col. */
+IrModule *ir_parse(Arena *a, Diag *d, const SrcFile *src);
+
+/* ---- verifier (verify.c) ---- */
+/* Checks topological order, arities, attribute sanity, placements against
+ * the mesh and (by re-running ir_infer on a copy) types and shapes.
+ * `after` names the pass for the message.  Returns false and reports. */
+bool ir_verify(IrModule *m, Diag *d, const char *after);
+
+#endif

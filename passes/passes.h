@@ -1,0 +1,29 @@
+/* passes.h - the pipeline of IR -> IR passes.
+ *
+ * Each pass consumes a verified module and produces one (in place or new);
+ * the verifier runs after every pass.  `dtmc print --after=NAME` stops the
+ * pipeline after the named pass and prints the IR.
+ */
+#ifndef DTM_PASSES_H
+#define DTM_PASSES_H
+
+#include "../ir/ir.h"
+
+typedef struct PassOptions {
+	bool verbose;
+} PassOptions;
+
+typedef struct Pass {
+	const char *name;
+	/* Returns false after reporting errors to d. */
+	bool (*run)(IrModule *m, Diag *d, const PassOptions *opt);
+} Pass;
+
+/* The passes in pipeline order, terminated by {NULL, NULL}. */
+const Pass *pass_list(void);
+/* Runs the pipeline up to and including `stop_after` (NULL = all), with the
+ * verifier after each pass.  "lower" names the state before any pass. */
+bool pass_run_until(IrModule *m, Diag *d, const PassOptions *opt, const char *stop_after);
+bool pass_exists(const char *name);
+
+#endif
