@@ -1,0 +1,185 @@
+/* plan.h - the Plan: the contract between the compiler, the runtime and
+ * the tools.
+ *
+ * dtmc compiles a model into a Plan: the buffers of one pipeline stage (with
+ * arena offsets planned at compile time) and, per stage, the ordered list of
+ * actions (kernel, gemm, collective, send/recv, optimizer) that one training
+ * step runs.  The generated C file defines the kernels and a `const DtmPlan`
+ * table and calls dtm_main(); the runtime executes the Plan and knows nothing
+ * else of the compiler.  `dtmc inspect` reads the same Plan.
+ *
+ * Everything here is plain data (no pointers into compiler memory), so a
+ * Plan can be emitted as a C initialiser.
+ */
+#ifndef DTM_PLAN_H
+#define DTM_PLAN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#define DTM_PLAN_VERSION 1
+#define DTM_MAX_RANK 8
+#define DTM_MAX_AXES 8
+
+typedef enum DtmDtype { DTM_F32, DTM_BF16, DTM_F16, DTM_I32 } DtmDtype;
+
+/* Mirrors IrRole; OPT_STATE buffers are told apart by name prefix
+ * ("opt.m.", "opt.v.", "opt.master.", "opt.mom."). */
+typedef enum DtmRole {
+	DTM_ROLE_ACT,
+	DTM_ROLE_PARAM,
+	DTM_ROLE_INPUT,
+	DTM_ROLE_LOSS,
+	DTM_ROLE_GRAD,
+	DTM_ROLE_OPT_STATE,
+} DtmRole;
+
+/* Arenas: one allocation each; every buffer lives at a planned offset. */
+typedef enum DtmArena {
+	DTM_ARENA_PARAM,   /* params (persistent) */
+	DTM_ARENA_OPT,     /* optimizer state and master weights (persistent) */
+	DTM_ARENA_GRAD,    /* gradients (live from backward to the update) */
+	DTM_ARENA_ACT,     /* activations and scratch (reused by liveness) */
+	DTM_ARENA_INPUT,   /* data fed each step */
+	DTM_ARENA_COUNT
+} DtmArena;
+
+typedef enum DtmInit {
+	DTM_INIT_NONE, DTM_INIT_ZEROS, DTM_INIT_ONES, DTM_INIT_NORMAL, DTM_INIT_UNIFORM
+} DtmInit;
+
+typedef struct DtmBuffer {
+	const char *name;  /* checkpoint name (layer.3.wqkv, opt.m.layer.3.wqkv), or NULL */
+	DtmRole role;
+	DtmDtype dtype;
+	int rank;
+	int64_t shape[DTM_MAX_RANK];        /* this rank's (shard) shape */
+	int64_t global_shape[DTM_MAX_RANK]; /* the unsharded shape */
+	/* shard layout: per dim, the mesh axes splitting it (major first),
+	 * as a bitmask list; ndims == rank.  Used for init, data and
+	 * checkpoints so any mesh sees the same global tensor. */
+	uint8_t split_naxes[DTM_MAX_RANK];
+	uint8_t split_axes[DTM_MAX_RANK][DTM_MAX_AXES];
+	const char *placement; /* as text, for reports and the checkpoint index */
+	DtmArena arena;
+	int64_t offset, bytes;
+	DtmInit init;
+	float init_a, init_b;  /* normal(mean a, std b), uniform(lo a, hi b) */
+} DtmBuffer;
+
+typedef enum DtmActionKind {
+	DTM_ACT_KERNEL,  /* kernels[kernel](ctx, args) */
+	DTM_ACT_GEMM,    /* C = alpha * op(A) op(B) + beta * C, batched and strided */
+	DTM_ACT_COLL,    /* a collective over a group of mesh axes */
+	DTM_ACT_SEND,
+	DTM_ACT_RECV,
+	DTM_ACT_WAIT,    /* wait for an earlier asynchronous action */
+} DtmActionKind;
+
+typedef enum DtmPhase { DTM_PHASE_FORWARD, DTM_PHASE_BACKWARD, DTM_PHASE_OPTIMIZER } DtmPhase;
+
+typedef enum DtmColl {
+	DTM_COLL_ALL_REDUCE, DTM_COLL_ALL_GATHER, DTM_COLL_REDUCE_SCATTER,
+	DTM_COLL_ALL_TO_ALL, DTM_COLL_BROADCAST,
+} DtmColl;
+
+typedef enum DtmRed { DTM_RED_SUM, DTM_RED_AVG, DTM_RED_MAX } DtmRed;
+
+#define DTM_MAX_ARGS 8
+
+typedef struct DtmAction {
+	DtmActionKind kind;
+	DtmPhase phase;
+	int microbatch;
+	int node;            /* IR node id, for reports and --check-numerics */
+	const char *label;   /* "matmul layer.0.wq" */
+	int nargs;
+	int args[DTM_MAX_ARGS]; /* buffer ids; for kernels/gemm the last is the output */
+	/* DTM_ACT_KERNEL */
+	int kernel;
+	/* DTM_ACT_GEMM: args = {A, B, C}; row-major; op(X) = X^T when trans */
+	int64_t m, n, k, batch;
+	int64_t stride_a, stride_b, stride_c; /* elements between batch items (0 = broadcast) */
+	bool trans_a, trans_b;
+	float alpha, beta;
+	/* DTM_ACT_COLL / SEND / RECV */
+	DtmColl coll;
+	uint32_t axes;       /* mesh axes of the group */
+	DtmRed red;
+	int dim;             /* gather/scatter dim; all_to_all: split dim */
+	int dim2;            /* all_to_all: concat dim */
+	int peer_offset;     /* send/recv: steps along the axes */
+	int64_t bytes;       /* payload bytes per rank */
+	/* cost model inputs */
+	int64_t flops, mem_bytes;
+	int stream;          /* 0 = compute, 1 = communication */
+} DtmAction;
+
+typedef struct DtmStage {
+	int nactions;
+	const DtmAction *actions;
+} DtmStage;
+
+/* What a kernel sees each call. */
+typedef struct DtmCtx {
+	int64_t step;        /* 1-based optimizer step */
+	float lr;            /* this step's learning rate (schedule applied) */
+	uint64_t seed;
+	int64_t rank;
+	const int64_t *coords; /* this rank's mesh coordinates */
+	int nthreads;        /* threads a kernel may use */
+	float *scratch;      /* per-call scratch (norms, clip factor) */
+} DtmCtx;
+
+typedef void (*DtmKernelFn)(const DtmCtx *ctx, void *const *args);
+
+enum { DTM_DATA_TOKENS, DTM_DATA_REGRESSION };
+
+typedef struct DtmTrainCfg {
+	const char *optimizer;   /* "adamw" | "sgd" */
+	float lr, beta1, beta2, eps, weight_decay, clip, momentum;
+	bool nesterov;
+	const char *lr_schedule; /* "constant" | "cosine" */
+	int64_t warmup;
+	float min_lr;
+	int64_t steps;
+	const char *data;        /* "synthetic" or a token file */
+	int64_t seed;
+	int64_t tokens_per_step; /* global; for tokens/s */
+	int64_t batch, seq;      /* global batch and sequence length (token models) */
+	int64_t vocab;           /* for token inputs; 0 for regression models */
+	/* DTM_DATA_TOKENS: inputs[0] = tokens i32[B, T], inputs[1] = targets
+	 * (the next tokens); DTM_DATA_REGRESSION: inputs[0] = x f32[B, ...],
+	 * inputs[1] = y f32[B, ...] from the synthetic regression task. */
+	int data_kind;
+	int microbatches;
+	DtmDtype precision;
+} DtmTrainCfg;
+
+typedef struct DtmPlan {
+	int version;
+	const char *model;
+	int mesh_naxes;
+	const char *mesh_names[DTM_MAX_AXES];
+	int64_t mesh_sizes[DTM_MAX_AXES];
+	int nbuffers;
+	const DtmBuffer *buffers;
+	int64_t arena_bytes[DTM_ARENA_COUNT];
+	int nstages;
+	const DtmStage *stages;
+	int nkernels;
+	const DtmKernelFn *kernels;
+	const char *const *kernel_names;
+	/* inputs: the buffers data fills each step (tokens, targets or x, y) */
+	int ninputs;
+	int inputs[4];
+	int loss;            /* buffer id of the loss scalar */
+	int grad_norm;       /* buffer id of the global grad norm scalar, or -1 */
+	DtmTrainCfg train;
+} DtmPlan;
+
+/* The training binary's entry: parses the command line, runs the Plan.
+ * Returns the process exit status. */
+int dtm_main(const DtmPlan *plan, int argc, char **argv);
+
+#endif
