@@ -222,6 +222,10 @@ int placement_format(const Placement *p, const Mesh *m, char *buf, size_t cap);
  * RECV, PARAM, INPUT, CONST and CAST the node's own type is checked, not
  * computed).  Reports to d at n->loc and returns false on a mismatch. */
 bool ir_infer(IrModule *m, IrNode *n, Diag *d);
+/* As ir_infer, but the first error's message (no location, nothing
+ * counted) goes to msg, so a caller can add its own context: the verifier
+ * ("verifier failed after pass ...") and the IR text parser. */
+bool ir_infer_msg(IrModule *m, IrNode *n, char *msg, size_t cap);
 
 /* ---- printing and parsing (print.c, parse.c) ---- */
 /* The textual form; print then parse then print gives identical text. */

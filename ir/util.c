@@ -133,6 +133,8 @@ static const SrcFile *find_file(Diag *d, const char *name)
  * are shown as a window around the column; control bytes print as '?'. */
 static void show_line(Diag *d, SrcLoc loc)
 {
+	if (!loc.file)
+		return;
 	const SrcFile *f = find_file(d, loc.file);
 	if (!f || loc.line <= 0)
 		return;
@@ -165,7 +167,7 @@ static void show_line(Diag *d, SrcLoc loc)
 		fputs("...", d->out);
 	for (long i = from; i < to; i++) {
 		unsigned char c = (unsigned char)p[i];
-		fputc(c == '\t' ? ' ' : (c < 32 || c == 127) ? '?' : c, d->out);
+		fputc(c == '\t' ? ' ' : (c < 32 || c >= 127) ? '?' : c, d->out);
 	}
 	if (to < len)
 		fputs("...", d->out);

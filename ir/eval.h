@@ -1,0 +1,66 @@
+/* eval.h - a reference interpreter for the global IR, in double precision.
+ *
+ * This is the test oracle: autodiff is checked against its finite
+ * differences, and code generation and every distributed layout are checked
+ * against its values.  It runs the unpartitioned, single-device program (full
+ * shapes, no collectives), one buffer of doubles per node, row-major.  It
+ * favours being obviously right over being fast; the loops are plain but
+ * keep the innermost one contiguous so GPT-sized test models stay quick.
+ *
+ * Integer tensors (i32 ids and targets) are stored as doubles holding whole
+ * numbers.  Values are not rounded to their node's dtype except by `cast`,
+ * which rounds to f32, bf16 (round to nearest even) or f16 exactly as a
+ * device would.
+ *
+ * Usage:
+ *     IrEval e;
+ *     ir_eval_init(&e, m);            // after ir_infer has typed every node
+ *     ir_eval_set(&e, wte, data);     // each param and input
+ *     ir_eval_run(&e, d, seed, step); // e.val[n] now holds node n's value
+ *     ir_eval_free(&e);
+ */
+#ifndef DTM_IR_EVAL_H
+#define DTM_IR_EVAL_H
+
+#include "ir.h"
+
+typedef struct IrEval {
+	const IrModule *m;
+	double **val;  /* val[n]: node n's numel doubles, row-major; owned */
+	bool training; /* dropout is active (default true); false = identity */
+	uint64_t seed; /* of the last ir_eval_run, reused by ir_eval_loss_fd */
+	int64_t step;
+} IrEval;
+
+/* Allocates one zeroed buffer per node (freed by ir_eval_free).  Returns
+ * false when out of memory or when a node's element count is out of range;
+ * *e is then left freed. */
+bool ir_eval_init(IrEval *e, const IrModule *m);
+/* Fills every param from its init attrs (zeros, ones, normal(f[0], f[1]),
+ * uniform(f[0], f[1])) with the runtime's generator, keyed by (seed,
+ * hash of the param's name, global index) and rounded to f32 as the runtime
+ * stores them, so the oracle starts from the weights every mesh starts from.
+ * Params with init none are left as they are. */
+void ir_eval_init_params(IrEval *e, uint64_t seed);
+/* Copies ir_node_numel(node) doubles into the node's buffer.  Meant for
+ * params and inputs (i32 values as whole doubles); leaves start at zero. */
+void ir_eval_set(IrEval *e, int node, const double *data);
+/* Evaluates every non-leaf node in order; dropout masks are keyed by
+ * (seed, salt, step, element index).  Reports the first failing node to d
+ * (out-of-range ids or targets, collectives, inconsistent shapes) and
+ * returns false. */
+bool ir_eval_run(IrEval *e, Diag *d, uint64_t seed, int64_t step);
+/* The loss value (m->loss) after a run; NAN when the module has none. */
+double ir_eval_loss(const IrEval *e);
+void ir_eval_free(IrEval *e);
+
+/* The central difference (L(p + h) - L(p - h)) / 2h of the loss with
+ * respect to element `elem` of node `param`, using the seed and step of the
+ * last run.  The parameter is restored afterwards but the other buffers are
+ * left from the p - h run (re-run to refresh them).  NAN on error. */
+double ir_eval_loss_fd(IrEval *e, Diag *d, int param, int64_t elem, double h);
+
+/* Rounding helpers, exported so kernels' tests can compare bit for bit. */
+double ir_eval_round(IrDtype t, double x);
+
+#endif

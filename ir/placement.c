@@ -1,0 +1,159 @@
+/* placement.c - per-dim shardings over mesh axes, and torch.chunk sizes.
+ *
+ * A dim split over several axes, e.g. [(dp, tp), _], is cut into
+ * size(dp) * size(tp) parts and a rank's shard index is its (dp, tp)
+ * coordinate read row-major in the listed order (dp major), as in JAX's
+ * PartitionSpec.  Uneven dims follow torch.chunk: every shard but the last
+ * few gets ceil(n / parts) and the tail may be short or empty.
+ */
+#include "ir.h"
+
+#include <stdarg.h>
+#include <string.h>
+
+void placement_replicated(Placement *p, int ndims)
+{
+	memset(p, 0, sizeof *p);
+	p->known = true;
+	p->ndims = (uint8_t)(ndims < 0 ? 0 : ndims > IR_MAX_RANK ? IR_MAX_RANK : ndims);
+}
+
+bool placement_equal(const Placement *a, const Placement *b)
+{
+	if (a->known != b->known)
+		return false;
+	if (!a->known)
+		return true; /* "not decided yet" carries nothing else */
+	if (a->ndims != b->ndims || a->partial != b->partial)
+		return false;
+	if (a->partial && a->partial_op != b->partial_op)
+		return false;
+	for (int d = 0; d < a->ndims && d < IR_MAX_RANK; d++) {
+		if (a->naxes[d] != b->naxes[d])
+			return false;
+		for (int k = 0; k < a->naxes[d] && k < IR_MAX_AXES; k++)
+			if (a->axes[d][k] != b->axes[d][k])
+				return false;
+	}
+	return true;
+}
+
+int64_t placement_dim_parts(const Placement *p, const Mesh *m, int d)
+{
+	if (!p->known || d < 0 || d >= p->ndims || d >= IR_MAX_RANK)
+		return 1;
+	int64_t parts = 1;
+	for (int k = 0; k < p->naxes[d] && k < IR_MAX_AXES; k++) {
+		int a = p->axes[d][k];
+		if (a < m->naxes)
+			parts *= m->sizes[a];
+	}
+	return parts;
+}
+
+int64_t chunk_size(int64_t n, int64_t parts, int64_t idx)
+{
+	if (parts <= 1)
+		return n;
+	int64_t chunk = n / parts + (n % parts != 0);
+	int64_t left = n - idx * chunk;
+	return left < 0 ? 0 : left > chunk ? chunk : left;
+}
+
+int64_t chunk_offset(int64_t n, int64_t parts, int64_t idx)
+{
+	if (parts <= 1)
+		return 0;
+	int64_t chunk = n / parts + (n % parts != 0);
+	int64_t off = idx * chunk;
+	return off > n ? n : off;
+}
+
+void placement_shard_shape(const Placement *p, const Mesh *m, int64_t rank,
+                           int nd, const int64_t *global, int64_t *local)
+{
+	int64_t coords[IR_MAX_AXES] = {0};
+	mesh_coords(m, rank, coords);
+	for (int d = 0; d < nd; d++) {
+		local[d] = global[d];
+		if (!p->known || d >= p->ndims || d >= IR_MAX_RANK)
+			continue;
+		int64_t parts = 1, idx = 0;
+		for (int k = 0; k < p->naxes[d] && k < IR_MAX_AXES; k++) {
+			int a = p->axes[d][k];
+			if (a >= m->naxes)
+				continue;
+			parts *= m->sizes[a];
+			idx = idx * m->sizes[a] + coords[a];
+		}
+		local[d] = chunk_size(global[d], parts, idx);
+	}
+}
+
+/* snprintf into buf at *len, never past cap; *len counts what would have
+ * been written so the caller can tell truncation. */
+static void put(char *buf, size_t cap, size_t *len, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+static void put(char *buf, size_t cap, size_t *len, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(*len < cap ? buf + *len : NULL, *len < cap ? cap - *len : 0, fmt, ap);
+	va_end(ap);
+	if (n > 0)
+		*len += (size_t)n;
+}
+
+static void put_axis(char *buf, size_t cap, size_t *len, const Mesh *m, int a)
+{
+	if (m && a < m->naxes && m->names[a])
+		put(buf, cap, len, "%s", m->names[a]);
+	else
+		put(buf, cap, len, "#%d", a); /* out of range: visible, never parsed */
+}
+
+int placement_format(const Placement *p, const Mesh *m, char *buf, size_t cap)
+{
+	size_t len = 0;
+	if (cap)
+		buf[0] = 0;
+	if (!p->known) {
+		put(buf, cap, &len, "?");
+		return (int)len;
+	}
+	put(buf, cap, &len, "[");
+	for (int d = 0; d < p->ndims && d < IR_MAX_RANK; d++) {
+		if (d)
+			put(buf, cap, &len, ", ");
+		int na = p->naxes[d] > IR_MAX_AXES ? IR_MAX_AXES : p->naxes[d];
+		if (na == 0) {
+			put(buf, cap, &len, "_");
+		} else if (na == 1) {
+			put_axis(buf, cap, &len, m, p->axes[d][0]);
+		} else {
+			put(buf, cap, &len, "(");
+			for (int k = 0; k < na; k++) {
+				if (k)
+					put(buf, cap, &len, ", ");
+				put_axis(buf, cap, &len, m, p->axes[d][k]);
+			}
+			put(buf, cap, &len, ")");
+		}
+	}
+	put(buf, cap, &len, "]");
+	if (p->partial) {
+		put(buf, cap, &len, " partial(");
+		bool first = true;
+		for (int a = 0; a < 32; a++)
+			if (p->partial & (1u << a)) {
+				if (!first)
+					put(buf, cap, &len, ", ");
+				put_axis(buf, cap, &len, m, a);
+				first = false;
+			}
+		if (p->partial_op != IR_RED_SUM)
+			put(buf, cap, &len, ", %s", ir_red_name(p->partial_op));
+		put(buf, cap, &len, ")");
+	}
+	return (int)len;
+}

@@ -1,0 +1,365 @@
+/* print.c - the textual form of the IR.
+ *
+ *   module gpt
+ *   mesh (pp = 1, dp = 2, tp = 2)
+ *   train optimizer = "adamw", lr = 0.001, ...
+ *   %0 = input "tokens" : i32[8, 32] @ [dp, _] role input loc "models/gpt.dtm":19:1-39
+ *   %7 = matmul %5, %6 : f32[8, 32, 64] @ ? loc "models/gpt.dtm":40:7-13
+ *   %9 = softmax %8 {axis = 2} : f32[8, 4, 32, 32] @ ?
+ *   loss %40
+ *   choose 0 node %7 options [_, tp] | [tp, _] selected 0 loc "models/gpt.dtm":40:7-13
+ *
+ * A node line is: id, op, operands, {attrs} (by the op's IrAttrKind),
+ * "name" (when it has one), ': dtype[shape]', '@ placement' (? when not known), then the
+ * optional role (when not act), stage (when assigned) and loc.  Output is
+ * a function of the module alone so print -> parse -> print is
+ * byte-identical and golden files stay stable (parse.c reads it back).
+ */
+#include "irtext.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TRAIN_FIELD(key, kind, line) {#key, kind, offsetof(IrTrain, key), line}
+const IrTextField irtext_train_fields[] = {
+	TRAIN_FIELD(optimizer, TF_STR, 0),
+	TRAIN_FIELD(lr, TF_F64, 0),
+	TRAIN_FIELD(beta1, TF_F64, 0),
+	TRAIN_FIELD(beta2, TF_F64, 0),
+	TRAIN_FIELD(eps, TF_F64, 0),
+	TRAIN_FIELD(weight_decay, TF_F64, 0),
+	TRAIN_FIELD(clip, TF_F64, 0),
+	TRAIN_FIELD(momentum, TF_F64, 0),
+	TRAIN_FIELD(nesterov, TF_BOOL, 0),
+	TRAIN_FIELD(lr_schedule, TF_STR, 1),
+	TRAIN_FIELD(warmup, TF_I64, 1),
+	TRAIN_FIELD(min_lr, TF_F64, 1),
+	TRAIN_FIELD(zero, TF_INT, 2),
+	TRAIN_FIELD(zero_axes, TF_AXES, 2),
+	TRAIN_FIELD(reshard_after_forward, TF_BOOL, 2),
+	TRAIN_FIELD(microbatches, TF_I64, 3),
+	TRAIN_FIELD(schedule, TF_STR, 3),
+	TRAIN_FIELD(virtual_stages, TF_I64, 3),
+	TRAIN_FIELD(precision, TF_DTYPE, 3),
+	TRAIN_FIELD(steps, TF_I64, 4),
+	TRAIN_FIELD(data, TF_STR, 4),
+	TRAIN_FIELD(seed, TF_I64, 4),
+	TRAIN_FIELD(sequence_parallel, TF_BOOL, 5),
+	TRAIN_FIELD(recompute, TF_BOOL, 5),
+	TRAIN_FIELD(uneven_shards, TF_BOOL, 5),
+	TRAIN_FIELD(bucket_bytes, TF_I64, 5),
+	TRAIN_FIELD(prefetch, TF_I64, 5),
+};
+#undef TRAIN_FIELD
+const int irtext_ntrain_fields = sizeof irtext_train_fields / sizeof irtext_train_fields[0];
+
+const char *const *irtext_coll_names(IrOp op, int *n)
+{
+	static const char *const dim[] = {"dim"};
+	static const char *const a2a[] = {"split", "concat"};
+	static const char *const root[] = {"root"};
+	static const char *const shift[] = {"shift"};
+	switch (op) {
+	case IR_OP_ALL_GATHER:
+	case IR_OP_REDUCE_SCATTER:
+		*n = 1;
+		return dim;
+	case IR_OP_ALL_TO_ALL:
+		*n = 2;
+		return a2a;
+	case IR_OP_BROADCAST:
+		*n = 1;
+		return root;
+	case IR_OP_SEND:
+	case IR_OP_RECV:
+		*n = 1;
+		return shift;
+	default:
+		*n = 0;
+		return NULL;
+	}
+}
+
+void irtext_double(char *buf, size_t cap, double v)
+{
+	for (int prec = 15; prec <= 17; prec++) {
+		snprintf(buf, cap, "%.*g", prec, v);
+		if (prec == 17 || strtod(buf, NULL) == v)
+			return;
+	}
+}
+
+bool irtext_is_ident(const char *s)
+{
+	if (!s || !(*s == '_' || (*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z')))
+		return false;
+	for (s++; *s; s++)
+		if (!(*s == '_' || (*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') ||
+		      (*s >= '0' && *s <= '9')))
+			return false;
+	return true;
+}
+
+void irtext_string(FILE *out, const char *s)
+{
+	fputc('"', out);
+	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+		if (*p == '"' || *p == '\\')
+			fprintf(out, "\\%c", *p);
+		else if (*p == '\n')
+			fputs("\\n", out);
+		else if (*p == '\t')
+			fputs("\\t", out);
+		else if (*p < 32 || *p == 127)
+			fprintf(out, "\\x%02x", *p);
+		else
+			fputc(*p, out);
+	}
+	fputc('"', out);
+}
+
+static void print_double(FILE *out, double v)
+{
+	char buf[40];
+	irtext_double(buf, sizeof buf, v);
+	fputs(buf, out);
+}
+
+static void print_axis(FILE *out, const Mesh *mesh, int a)
+{
+	if (a < mesh->naxes && mesh->names[a])
+		fputs(mesh->names[a], out);
+	else
+		fprintf(out, "#%d", a); /* verifier error; visible, never parsed */
+}
+
+static void print_axes(FILE *out, const Mesh *mesh, uint32_t mask)
+{
+	bool first = true;
+	fputc('(', out);
+	for (int a = 0; a < 32; a++)
+		if (mask & (1u << a)) {
+			if (!first)
+				fputs(", ", out);
+			print_axis(out, mesh, a);
+			first = false;
+		}
+	fputc(')', out);
+}
+
+static void print_ints(FILE *out, const int64_t *v, int n)
+{
+	fputc('(', out);
+	for (int i = 0; i < n; i++)
+		fprintf(out, "%s%" PRId64, i ? ", " : "", v[i]);
+	fputc(')', out);
+}
+
+static void print_loc(FILE *out, SrcLoc loc)
+{
+	if (!loc.file)
+		return;
+	fputs(" loc ", out);
+	irtext_string(out, loc.file);
+	fprintf(out, ":%d:%d-%d", loc.line, loc.col, loc.end_col);
+}
+
+static void print_placement(FILE *out, const IrModule *m, const Placement *p)
+{
+	char buf[512];
+	int n = placement_format(p, &m->mesh, buf, sizeof buf);
+	if (n >= (int)sizeof buf) {
+		char *big = malloc((size_t)n + 1);
+		if (big) {
+			placement_format(p, &m->mesh, big, (size_t)n + 1);
+			fputs(big, out);
+			free(big);
+			return;
+		}
+	}
+	fputs(buf, out);
+}
+
+static void print_attrs(FILE *out, const IrModule *m, const IrNode *n)
+{
+	const IrAttrs *a = &n->attrs;
+	int ni = a->nints < 0 ? 0 : a->nints > IR_MAX_INTS ? IR_MAX_INTS : a->nints;
+	switch (ir_op_attr_kind(n->op)) {
+	case IR_ATTR_NONE:
+		return;
+	case IR_ATTR_INIT:
+		fprintf(out, " {init = %s", ir_init_name(a->init));
+		if (a->init == IR_INIT_NORMAL || a->init == IR_INIT_UNIFORM) {
+			fputc('(', out);
+			print_double(out, a->f[0]);
+			fputs(", ", out);
+			print_double(out, a->f[1]);
+			fputc(')', out);
+		}
+		break;
+	case IR_ATTR_SCALAR:
+		fputs(" {value = ", out);
+		print_double(out, a->f[0]);
+		break;
+	case IR_ATTR_AXES:
+		fputs(" {axes = ", out);
+		print_ints(out, a->ints, ni);
+		if (a->flag)
+			fputs(", keepdims = true", out);
+		break;
+	case IR_ATTR_AXIS:
+		fprintf(out, " {axis = %" PRId64, a->ints[0]);
+		break;
+	case IR_ATTR_EPS:
+		fputs(" {eps = ", out);
+		print_double(out, a->f[0]);
+		break;
+	case IR_ATTR_PERM:
+		fputs(" {perm = ", out);
+		print_ints(out, a->ints, ni);
+		break;
+	case IR_ATTR_SLICE:
+		fprintf(out, " {axis = %" PRId64 ", start = %" PRId64 ", end = %" PRId64, a->ints[0],
+		        a->ints[1], a->ints[2]);
+		break;
+	case IR_ATTR_ATTN:
+		fprintf(out, " {heads = %" PRId64 ", causal = ", a->ints[0]);
+		if (a->ints[1] == 0 || a->ints[1] == 1)
+			fputs(a->ints[1] ? "true" : "false", out);
+		else
+			fprintf(out, "%" PRId64, a->ints[1]);
+		break;
+	case IR_ATTR_DROPOUT:
+		fputs(" {rate = ", out);
+		print_double(out, a->f[0]);
+		fprintf(out, ", salt = %" PRId64, a->ints[0]);
+		break;
+	case IR_ATTR_COLL: {
+		fputs(" {axes = ", out);
+		print_axes(out, &m->mesh, a->mesh_axes);
+		/* the reduction only means something for these two */
+		if (n->op == IR_OP_ALL_REDUCE || n->op == IR_OP_REDUCE_SCATTER ||
+		    a->red != IR_RED_SUM)
+			fprintf(out, ", red = %s", ir_red_name(a->red));
+		int nn;
+		const char *const *names = irtext_coll_names(n->op, &nn);
+		if (ni == nn) {
+			for (int i = 0; i < nn; i++)
+				fprintf(out, ", %s = %" PRId64, names[i], a->ints[i]);
+		} else {
+			fputs(", ints = ", out);
+			print_ints(out, a->ints, ni);
+		}
+		break;
+	}
+	}
+	fputc('}', out);
+}
+
+void ir_print_node(FILE *out, const IrModule *m, const IrNode *n)
+{
+	fprintf(out, "%%%d = %s", n->id, ir_op_name(n->op));
+	for (int i = 0; i < n->nops; i++)
+		fprintf(out, "%s%%%d", i ? ", " : " ", n->ops[i]);
+	print_attrs(out, m, n);
+	if (n->name) {
+		fputc(' ', out);
+		irtext_string(out, n->name);
+	}
+	fprintf(out, " : %s[", ir_dtype_name(n->dtype));
+	for (int i = 0; i < n->rank && i < IR_MAX_RANK; i++)
+		fprintf(out, "%s%" PRId64, i ? ", " : "", n->shape[i]);
+	fputs("] @ ", out);
+	print_placement(out, m, &n->place);
+	if (n->role != IR_ROLE_ACT)
+		fprintf(out, " role %s", ir_role_name(n->role));
+	if (n->stage != -1)
+		fprintf(out, " stage %d", n->stage);
+	print_loc(out, n->loc);
+	fputc('\n', out);
+}
+
+static void print_train(FILE *out, const IrModule *m)
+{
+	const char *base = (const char *)&m->train;
+	int line = -1;
+	for (int i = 0; i < irtext_ntrain_fields; i++) {
+		const IrTextField *f = &irtext_train_fields[i];
+		const void *p = base + f->off;
+		if (f->line != line) {
+			if (line >= 0)
+				fputc('\n', out);
+			fputs("train ", out);
+			line = f->line;
+		} else {
+			fputs(", ", out);
+		}
+		fprintf(out, "%s = ", f->name);
+		switch (f->kind) {
+		case TF_STR: {
+			const char *s = *(const char *const *)p;
+			if (s)
+				irtext_string(out, s);
+			else
+				fputs("none", out);
+			break;
+		}
+		case TF_F64:
+			print_double(out, *(const double *)p);
+			break;
+		case TF_I64:
+			fprintf(out, "%" PRId64, *(const int64_t *)p);
+			break;
+		case TF_INT:
+			fprintf(out, "%d", *(const int *)p);
+			break;
+		case TF_BOOL:
+			fputs(*(const bool *)p ? "true" : "false", out);
+			break;
+		case TF_AXES:
+			print_axes(out, &m->mesh, *(const uint32_t *)p);
+			break;
+		case TF_DTYPE:
+			fputs(ir_dtype_name(*(const IrDtype *)p), out);
+			break;
+		}
+	}
+	fputc('\n', out);
+}
+
+void ir_print(FILE *out, const IrModule *m)
+{
+	if (m->name) {
+		fputs("module ", out);
+		if (irtext_is_ident(m->name))
+			fputs(m->name, out);
+		else
+			irtext_string(out, m->name);
+		fputc('\n', out);
+	}
+	fputs("mesh (", out);
+	for (int i = 0; i < m->mesh.naxes && i < IR_MAX_AXES; i++) {
+		fprintf(out, "%s", i ? ", " : "");
+		print_axis(out, &m->mesh, i);
+		fprintf(out, " = %" PRId64, m->mesh.sizes[i]);
+	}
+	fputs(")\n", out);
+	print_train(out, m);
+	for (int i = 0; i < m->nnodes; i++)
+		ir_print_node(out, m, m->nodes[i]);
+	if (m->loss >= 0)
+		fprintf(out, "loss %%%d\n", m->loss);
+	for (int i = 0; i < m->nchooses; i++) {
+		const IrChoose *c = &m->chooses[i];
+		fprintf(out, "choose %d node %%%d options ", i, c->node);
+		for (int k = 0; k < c->nopts; k++) {
+			if (k)
+				fputs(" | ", out);
+			print_placement(out, m, &c->opts[k]);
+		}
+		fprintf(out, " selected %d", c->selected);
+		print_loc(out, c->loc);
+		fputc('\n', out);
+	}
+}

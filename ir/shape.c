@@ -1,0 +1,663 @@
+/* shape.c - type and shape rules for every op in ops.def.
+ *
+ * ir_infer computes a node's dtype and shape from its operands and attrs
+ * (or, for ops whose type the caller fixes, checks it).  The same rules
+ * serve the lowering (each node as it is built), the textual IR parser and
+ * the verifier (on a scratch copy), so a message here is what a user sees
+ * for a bad .dtm program: it names the op, the operand and the shapes.
+ *
+ * Every product of dims is guarded against int64 overflow and against
+ * IR_MAX_ELEMS, because shapes come straight from user arithmetic.
+ */
+#include "ir.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <stdarg.h>
+#include <string.h>
+
+/* Where errors go: a Diag at the node's location, or (for the verifier
+ * and the IR parser, which add their own context) a message buffer. */
+typedef struct Infer {
+	IrModule *m;
+	IrNode *n;
+	Diag *d;
+	char *msg;
+	size_t cap;
+} Infer;
+
+static bool fail(Infer *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static bool fail(Infer *c, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	if (c->msg) {
+		if (c->cap)
+			vsnprintf(c->msg, c->cap, fmt, ap);
+	} else if (c->d) {
+		diag_verror(c->d, c->n->loc, fmt, ap);
+	}
+	va_end(ap);
+	return false;
+}
+
+/* "[8, 32, 64]"; returned by value so several fit in one printf. */
+typedef struct ShapeStr {
+	char s[IR_MAX_RANK * 22 + 4];
+} ShapeStr;
+
+static ShapeStr shape_str(int rank, const int64_t *shape)
+{
+	ShapeStr r;
+	size_t len = 0;
+	r.s[len++] = '[';
+	for (int i = 0; i < rank && i < IR_MAX_RANK; i++)
+		len += (size_t)snprintf(r.s + len, sizeof r.s - len, "%s%" PRId64,
+		                        i ? ", " : "", shape[i]);
+	r.s[len++] = ']';
+	r.s[len] = 0;
+	return r;
+}
+
+static ShapeStr shp(const IrNode *n)
+{
+	return shape_str(n->rank, n->shape);
+}
+
+/* The type as the IR text writes it: f32[8, 32]. */
+typedef struct TypeStr {
+	char s[sizeof(ShapeStr) + 8];
+} TypeStr;
+
+static TypeStr ty(const IrNode *n)
+{
+	TypeStr t;
+	snprintf(t.s, sizeof t.s, "%s%s", ir_dtype_name(n->dtype), shp(n).s);
+	return t;
+}
+
+static bool is_float(IrDtype t)
+{
+	return t == IR_F32 || t == IR_BF16 || t == IR_F16;
+}
+
+static const char *opname(const IrNode *n)
+{
+	return ir_op_name(n->op);
+}
+
+/* Checks a rank and dims that came from outside (preset types and results)
+ * and the element count against IR_MAX_ELEMS. */
+static bool check_shape(Infer *c, int rank, const int64_t *shape, const char *what)
+{
+	if (rank < 0 || rank > IR_MAX_RANK)
+		return fail(c, "%s: %s has rank %d (at most %d supported)", opname(c->n), what,
+		            rank, IR_MAX_RANK);
+	int64_t p = 1;
+	bool too_large = false;
+	for (int i = 0; i < rank; i++) {
+		if (shape[i] < 0)
+			return fail(c, "%s: %s has a negative dimension: %s", opname(c->n), what,
+			            shape_str(rank, shape).s);
+		if (shape[i] > IR_MAX_ELEMS)
+			too_large = true;
+		else if (shape[i] != 0 && p > IR_MAX_ELEMS / shape[i])
+			too_large = true;
+		else
+			p *= shape[i];
+	}
+	/* a zero dim does not make a dim of 2^60 acceptable: shard shapes
+	 * computed from it would still overflow */
+	if (too_large)
+		return fail(c, "%s: tensor too large: %s (more than 2^48 elements)", opname(c->n),
+		            shape_str(rank, shape).s);
+	return true;
+}
+
+static bool set_out(Infer *c, IrDtype t, int rank, const int64_t *shape)
+{
+	int64_t tmp[IR_MAX_RANK] = {0};
+	if (rank < 0 || rank > IR_MAX_RANK)
+		return fail(c, "%s: the result would have rank %d (at most %d supported)",
+		            opname(c->n), rank, IR_MAX_RANK);
+	if (rank > 0)
+		memcpy(tmp, shape, (size_t)rank * sizeof *tmp);
+	if (!check_shape(c, rank, tmp, "the result"))
+		return false;
+	c->n->dtype = t;
+	c->n->rank = rank;
+	memset(c->n->shape, 0, sizeof c->n->shape);
+	if (rank > 0)
+		memcpy(c->n->shape, tmp, (size_t)rank * sizeof *tmp);
+	return true;
+}
+
+static bool same_as(Infer *c, const IrNode *x)
+{
+	return set_out(c, x->dtype, x->rank, x->shape);
+}
+
+/* Ordinal names for messages: "the first operand". */
+static const char *nth(int i)
+{
+	static const char *const names[] = {"first", "second", "third", "fourth", "fifth"};
+	return i < 5 ? names[i] : "next";
+}
+
+static bool need_float(Infer *c, const IrNode *x, int i)
+{
+	if (is_float(x->dtype))
+		return true;
+	return fail(c, "%s: the %s operand (%%%d) must be a float tensor (f32, bf16 or f16), got %s",
+	            opname(c->n), nth(i), x->id, ty(x).s);
+}
+
+static bool same_dtype(Infer *c, const IrNode *a, const IrNode *b)
+{
+	if (a->dtype == b->dtype)
+		return true;
+	return fail(c, "%s: operand dtypes differ: %s (%%%d) vs %s (%%%d)", opname(c->n),
+	            ty(a).s, a->id, ty(b).s, b->id);
+}
+
+/* numpy broadcasting: right-aligned, a dim of 1 stretches. */
+static bool broadcast(Infer *c, const IrNode *a, const IrNode *b, int *rank, int64_t *out)
+{
+	int r = a->rank > b->rank ? a->rank : b->rank;
+	for (int i = 0; i < r; i++) {
+		int ia = a->rank - r + i, ib = b->rank - r + i;
+		int64_t da = ia >= 0 ? a->shape[ia] : 1, db = ib >= 0 ? b->shape[ib] : 1;
+		if (da == db || db == 1)
+			out[i] = da;
+		else if (da == 1)
+			out[i] = db;
+		else
+			return fail(c, "%s: shapes do not broadcast: %s and %s (dim %d: %" PRId64
+			            " vs %" PRId64 ")", opname(c->n), shp(a).s, shp(b).s, i, da, db);
+	}
+	*rank = r;
+	return true;
+}
+
+/* ---- the rules, one function per family ---- */
+
+static bool infer_preset(Infer *c)
+{
+	IrNode *n = c->n;
+	if ((unsigned)n->dtype >= IR_DTYPE_COUNT)
+		return fail(c, "%s: invalid dtype %d", opname(n), (int)n->dtype);
+	if (!check_shape(c, n->rank, n->shape, "the declared type"))
+		return false;
+	if (n->op == IR_OP_PARAM && !is_float(n->dtype))
+		return fail(c, "param: a parameter must be a float tensor (f32, bf16 or f16), got %s",
+		            ty(n).s);
+	if (n->op == IR_OP_CONST && n->rank != 0)
+		return fail(c, "const: a constant is a scalar (shape []), got %s", ty(n).s);
+	return true;
+}
+
+static bool infer_matmul(Infer *c, const IrNode *a, const IrNode *b)
+{
+	if (!need_float(c, a, 0) || !need_float(c, b, 1) || !same_dtype(c, a, b))
+		return false;
+	if (a->rank < 2 || b->rank < 2)
+		return fail(c, "matmul: both operands need rank >= 2 (use reshape): %s @ %s",
+		            shp(a).s, shp(b).s);
+	int64_t k1 = a->shape[a->rank - 1], k2 = b->shape[b->rank - 2];
+	if (k1 != k2)
+		return fail(c, "matmul: inner dimensions differ: %s @ %s (%" PRId64 " vs %" PRId64 ")",
+		            shp(a).s, shp(b).s, k1, k2);
+	int ba = a->rank - 2, bb = b->rank - 2, r = ba > bb ? ba : bb;
+	int64_t out[IR_MAX_RANK];
+	for (int i = 0; i < r; i++) {
+		int ia = ba - r + i, ib = bb - r + i;
+		int64_t da = ia >= 0 ? a->shape[ia] : 1, db = ib >= 0 ? b->shape[ib] : 1;
+		if (da == db || db == 1)
+			out[i] = da;
+		else if (da == 1)
+			out[i] = db;
+		else
+			return fail(c, "matmul: batch dimensions do not broadcast: %s @ %s (%" PRId64
+			            " vs %" PRId64 ")", shp(a).s, shp(b).s, da, db);
+	}
+	out[r] = a->shape[a->rank - 2];
+	out[r + 1] = b->shape[b->rank - 1];
+	return set_out(c, a->dtype, r + 2, out);
+}
+
+static bool infer_binary(Infer *c, const IrNode *a, const IrNode *b)
+{
+	int64_t out[IR_MAX_RANK];
+	int r = 0;
+	if (!need_float(c, a, 0) || !need_float(c, b, 1) || !same_dtype(c, a, b))
+		return false;
+	if (!broadcast(c, a, b, &r, out))
+		return false;
+	return set_out(c, a->dtype, r, out);
+}
+
+static bool infer_reduce(Infer *c, const IrNode *x)
+{
+	const IrAttrs *at = &c->n->attrs;
+	if (!need_float(c, x, 0))
+		return false;
+	if (at->nints < 0 || at->nints > IR_MAX_INTS)
+		return fail(c, "%s: invalid number of axes %d", opname(c->n), at->nints);
+	int64_t out[IR_MAX_RANK];
+	int r = 0, k = 0;
+	for (int i = 0; i < at->nints; i++) {
+		int64_t a = at->ints[i];
+		if (a < 0 || a >= x->rank)
+			return fail(c, "%s: axis %" PRId64 " is out of range for %s (rank %d)",
+			            opname(c->n), a, shp(x).s, x->rank);
+		if (i > 0 && a <= at->ints[i - 1])
+			return fail(c, "%s: axes must be sorted and unique, got %" PRId64 " after %" PRId64,
+			            opname(c->n), a, at->ints[i - 1]);
+	}
+	for (int d = 0; d < x->rank; d++) {
+		bool reduced = k < at->nints && at->ints[k] == d;
+		if (reduced)
+			k++;
+		if (!reduced)
+			out[r++] = x->shape[d];
+		else if (at->flag)
+			out[r++] = 1;
+	}
+	return set_out(c, x->dtype, r, out);
+}
+
+static bool infer_softmax(Infer *c, const IrNode *x)
+{
+	const IrAttrs *at = &c->n->attrs;
+	if (!need_float(c, x, 0))
+		return false;
+	if (at->nints < 1)
+		return fail(c, "%s: missing the axis attribute", opname(c->n));
+	if (at->ints[0] < 0 || at->ints[0] >= x->rank)
+		return fail(c, "%s: axis %" PRId64 " is out of range for %s (rank %d)", opname(c->n),
+		            at->ints[0], shp(x).s, x->rank);
+	return same_as(c, x);
+}
+
+static bool check_eps(Infer *c)
+{
+	double e = c->n->attrs.f[0];
+	if (!(e >= 0) || isinf(e))
+		return fail(c, "%s: eps must be finite and >= 0, got %g", opname(c->n), e);
+	return true;
+}
+
+/* layernorm(x, g, b) and rmsnorm(x, g): g and b are [last dim of x]. */
+static bool infer_norm(Infer *c, IrNode **o, int nops)
+{
+	const IrNode *x = o[0];
+	if (!check_eps(c))
+		return false;
+	for (int i = 0; i < nops; i++)
+		if (!need_float(c, o[i], i) || !same_dtype(c, x, o[i]))
+			return false;
+	if (x->rank < 1)
+		return fail(c, "%s: the input must have rank >= 1, got %s", opname(c->n), shp(x).s);
+	int64_t dlast = x->shape[x->rank - 1];
+	static const char *const what[] = {"input", "gamma", "beta"};
+	for (int i = 1; i < nops; i++)
+		if (o[i]->rank != 1 || o[i]->shape[0] != dlast)
+			return fail(c, "%s: %s (%%%d) must be [%" PRId64 "] (the last dim of %s), got %s",
+			            opname(c->n), what[i], o[i]->id, dlast, shp(x).s, shp(o[i]).s);
+	return same_as(c, x);
+}
+
+static bool infer_embed(Infer *c, const IrNode *tab, const IrNode *ids)
+{
+	if (!need_float(c, tab, 0))
+		return false;
+	if (tab->rank != 2)
+		return fail(c, "embed: the table (%%%d) must be [vocab, dim], got %s", tab->id,
+		            shp(tab).s);
+	if (ids->dtype != IR_I32)
+		return fail(c, "embed: the ids (%%%d) must be i32, got %s", ids->id, ty(ids).s);
+	if (ids->rank + 1 > IR_MAX_RANK)
+		return fail(c, "embed: the result would have rank %d (at most %d supported)",
+		            ids->rank + 1, IR_MAX_RANK);
+	int64_t out[IR_MAX_RANK];
+	memcpy(out, ids->shape, (size_t)ids->rank * sizeof *out);
+	out[ids->rank] = tab->shape[1];
+	return set_out(c, tab->dtype, ids->rank + 1, out);
+}
+
+static bool infer_permute(Infer *c, const IrNode *x)
+{
+	const IrAttrs *at = &c->n->attrs;
+	if (at->nints != x->rank)
+		return fail(c, "permute: the permutation has %d entries but the operand is %s (rank %d)",
+		            at->nints, shp(x).s, x->rank);
+	int64_t out[IR_MAX_RANK];
+	bool seen[IR_MAX_RANK] = {false};
+	for (int i = 0; i < x->rank; i++) {
+		int64_t p = at->ints[i];
+		if (p < 0 || p >= x->rank || seen[p])
+			return fail(c, "permute: not a permutation of 0..%d: entry %d is %" PRId64,
+			            x->rank - 1, i, p);
+		seen[p] = true;
+		out[i] = x->shape[p];
+	}
+	return set_out(c, x->dtype, x->rank, out);
+}
+
+static bool infer_reshape(Infer *c, const IrNode *x)
+{
+	IrNode *n = c->n;
+	if (!check_shape(c, n->rank, n->shape, "the target shape"))
+		return false;
+	int64_t a = ir_node_numel(x), b = ir_node_numel(n);
+	if (a != b)
+		return fail(c, "reshape: element counts differ: %s (%" PRId64 ") to %s (%" PRId64 ")",
+		            shp(x).s, a, shp(n).s, b);
+	n->dtype = x->dtype;
+	return true;
+}
+
+static bool infer_concat(Infer *c, IrNode **o, int nops)
+{
+	const IrNode *x = o[0];
+	int64_t axis = c->n->attrs.ints[0];
+	if (c->n->attrs.nints < 1)
+		return fail(c, "concat: missing the axis attribute");
+	if (axis < 0 || axis >= x->rank)
+		return fail(c, "concat: axis %" PRId64 " is out of range for %s (rank %d)", axis,
+		            shp(x).s, x->rank);
+	int64_t out[IR_MAX_RANK];
+	memcpy(out, x->shape, (size_t)x->rank * sizeof *out);
+	for (int i = 1; i < nops; i++) {
+		const IrNode *y = o[i];
+		if (!same_dtype(c, x, y))
+			return false;
+		if (y->rank != x->rank)
+			return fail(c, "concat: operand ranks differ: %s (%%%d) and %s (%%%d)", shp(x).s,
+			            x->id, shp(y).s, y->id);
+		for (int d = 0; d < x->rank; d++)
+			if (d != axis && y->shape[d] != x->shape[d])
+				return fail(c, "concat: dim %d differs: %s (%%%d) and %s (%%%d) (only axis %"
+				            PRId64 " may differ)", d, shp(x).s, x->id, shp(y).s, y->id, axis);
+		if (out[axis] > IR_MAX_ELEMS - y->shape[axis])
+			return fail(c, "concat: tensor too large along axis %" PRId64, axis);
+		out[axis] += y->shape[axis];
+	}
+	return set_out(c, x->dtype, x->rank, out);
+}
+
+static bool infer_slice(Infer *c, const IrNode *x)
+{
+	const IrAttrs *at = &c->n->attrs;
+	if (at->nints != 3)
+		return fail(c, "slice: needs (axis, start, end), got %d integers", at->nints);
+	int64_t axis = at->ints[0], s = at->ints[1], e = at->ints[2];
+	if (axis < 0 || axis >= x->rank)
+		return fail(c, "slice: axis %" PRId64 " is out of range for %s (rank %d)", axis,
+		            shp(x).s, x->rank);
+	if (s < 0 || s > e || e > x->shape[axis])
+		return fail(c, "slice: range %" PRId64 ":%" PRId64 " is not within 0..%" PRId64
+		            " (dim %" PRId64 " of %s)", s, e, x->shape[axis], axis, shp(x).s);
+	int64_t out[IR_MAX_RANK];
+	memcpy(out, x->shape, (size_t)x->rank * sizeof *out);
+	out[axis] = e - s;
+	return set_out(c, x->dtype, x->rank, out);
+}
+
+static bool infer_attention(Infer *c, IrNode **o)
+{
+	static const char *const what[] = {"q", "k", "v"};
+	const IrAttrs *at = &c->n->attrs;
+	for (int i = 0; i < 3; i++)
+		if (!need_float(c, o[i], i) || !same_dtype(c, o[0], o[i]))
+			return false;
+	for (int i = 0; i < 3; i++)
+		if (o[i]->rank != 3)
+			return fail(c, "attention: %s (%%%d) must be [batch, seq, dim], got %s", what[i],
+			            o[i]->id, shp(o[i]).s);
+	for (int i = 1; i < 3; i++)
+		if (memcmp(o[i]->shape, o[0]->shape, 3 * sizeof o[0]->shape[0]) != 0)
+			return fail(c, "attention: q and %s shapes differ: %s vs %s", what[i], shp(o[0]).s,
+			            shp(o[i]).s);
+	int64_t heads = at->nints >= 1 ? at->ints[0] : 0;
+	if (heads < 1)
+		return fail(c, "attention: heads must be >= 1, got %" PRId64, heads);
+	if (at->nints >= 2 && at->ints[1] != 0 && at->ints[1] != 1)
+		return fail(c, "attention: causal must be 0 or 1, got %" PRId64, at->ints[1]);
+	if (o[0]->shape[2] % heads != 0)
+		return fail(c, "attention: dim %" PRId64 " is not divisible by heads = %" PRId64
+		            " (q is %s)", o[0]->shape[2], heads, shp(o[0]).s);
+	return same_as(c, o[0]);
+}
+
+static bool infer_cross_entropy(Infer *c, const IrNode *lg, const IrNode *tg)
+{
+	if (!need_float(c, lg, 0))
+		return false;
+	if (lg->rank < 1)
+		return fail(c, "cross_entropy: logits (%%%d) must be [..., vocab], got %s", lg->id,
+		            shp(lg).s);
+	if (tg->dtype != IR_I32)
+		return fail(c, "cross_entropy: targets (%%%d) must be i32, got %s", tg->id, ty(tg).s);
+	if (tg->rank != lg->rank - 1 ||
+	    memcmp(tg->shape, lg->shape, (size_t)tg->rank * sizeof tg->shape[0]) != 0)
+		return fail(c, "cross_entropy: targets %s must match the leading dims of logits %s",
+		            shp(tg).s, shp(lg).s);
+	return set_out(c, IR_F32, 0, NULL);
+}
+
+static bool infer_mse(Infer *c, const IrNode *a, const IrNode *b)
+{
+	if (!need_float(c, a, 0) || !need_float(c, b, 1) || !same_dtype(c, a, b))
+		return false;
+	if (a->rank != b->rank ||
+	    memcmp(a->shape, b->shape, (size_t)a->rank * sizeof a->shape[0]) != 0)
+		return fail(c, "mse: operand shapes differ: %s vs %s", shp(a).s, shp(b).s);
+	return set_out(c, IR_F32, 0, NULL); /* losses are kept in f32 */
+}
+
+static bool infer_dropout(Infer *c, const IrNode *x)
+{
+	double r = c->n->attrs.f[0];
+	if (!need_float(c, x, 0))
+		return false;
+	if (!(r >= 0 && r < 1))
+		return fail(c, "dropout: rate must be in [0, 1), got %g", r);
+	return same_as(c, x);
+}
+
+/* Collectives: the local (per-rank) result given the group's size. */
+static bool infer_coll(Infer *c, const IrNode *x)
+{
+	IrNode *n = c->n;
+	const IrAttrs *at = &n->attrs;
+	const Mesh *mesh = &c->m->mesh;
+	uint32_t valid = mesh->naxes >= 32 ? ~0u : (1u << mesh->naxes) - 1;
+	if (at->mesh_axes == 0)
+		return fail(c, "%s: names no mesh axes", opname(n));
+	if (at->mesh_axes & ~valid)
+		return fail(c, "%s: names mesh axis %d but the mesh has %d axes", opname(n),
+		            __builtin_ctz(at->mesh_axes & ~valid), mesh->naxes);
+	if ((unsigned)at->red >= IR_RED_COUNT)
+		return fail(c, "%s: invalid reduction %d", opname(n), (int)at->red);
+	if (at->nints < 0 || at->nints > IR_MAX_INTS)
+		return fail(c, "%s: invalid attribute count %d", opname(n), at->nints);
+	int64_t g = mesh_axes_size(mesh, at->mesh_axes);
+	if (g < 1)
+		return fail(c, "%s: the group has %" PRId64 " ranks", opname(n), g);
+	if (n->op == IR_OP_RECV)
+		return infer_preset(c);
+	if (n->op == IR_OP_ALL_REDUCE || n->op == IR_OP_SEND)
+		return same_as(c, x);
+	if (n->op == IR_OP_BROADCAST) {
+		if (at->nints >= 1 && (at->ints[0] < 0 || at->ints[0] >= g))
+			return fail(c, "broadcast: root %" PRId64 " is not in a group of %" PRId64,
+			            at->ints[0], g);
+		return same_as(c, x);
+	}
+	int need = n->op == IR_OP_ALL_TO_ALL ? 2 : 1;
+	if (at->nints < need)
+		return fail(c, "%s: needs %d dim attribute%s, got %d", opname(n), need,
+		            need > 1 ? "s" : "", at->nints);
+	for (int i = 0; i < need; i++)
+		if (at->ints[i] < 0 || at->ints[i] >= x->rank)
+			return fail(c, "%s: dim %" PRId64 " is out of range for %s (rank %d)", opname(n),
+			            at->ints[i], shp(x).s, x->rank);
+	int64_t out[IR_MAX_RANK];
+	memcpy(out, x->shape, (size_t)x->rank * sizeof *out);
+	int64_t d0 = at->ints[0];
+	if (n->op == IR_OP_ALL_GATHER) {
+		if (out[d0] > IR_MAX_ELEMS / g)
+			return fail(c, "all_gather: tensor too large: dim %" PRId64 " of %s times %" PRId64,
+			            d0, shp(x).s, g);
+		out[d0] *= g;
+	} else {
+		/* reduce_scatter and all_to_all cut dim d0 evenly; uneven shards
+		 * are padded by the partitioner before they get here */
+		if (out[d0] % g != 0)
+			return fail(c, "%s: dim %" PRId64 " of %s (%" PRId64 ") is not divisible by the "
+			            "group size %" PRId64, opname(n), d0, shp(x).s, out[d0], g);
+		out[d0] /= g;
+		if (n->op == IR_OP_ALL_TO_ALL) {
+			int64_t d1 = at->ints[1];
+			if (out[d1] > IR_MAX_ELEMS / g)
+				return fail(c, "all_to_all: tensor too large: dim %" PRId64 " of %s times %"
+				            PRId64, d1, shp(x).s, g);
+			out[d1] *= g;
+		}
+	}
+	return set_out(c, x->dtype, x->rank, out);
+}
+
+/* Operands exist, precede the node and have sane types. */
+static bool fetch_operands(Infer *c, IrNode **o)
+{
+	IrNode *n = c->n;
+	int mn = ir_op_min_operands(n->op), mx = ir_op_max_operands(n->op);
+	if (n->nops < mn || (mx >= 0 && n->nops > mx)) {
+		if (mx < 0)
+			return fail(c, "%s: expects at least %d operand%s, got %d", opname(n), mn,
+			            mn == 1 ? "" : "s", n->nops);
+		if (mn == mx)
+			return fail(c, "%s: expects %d operand%s, got %d", opname(n), mn,
+			            mn == 1 ? "" : "s", n->nops);
+		return fail(c, "%s: expects %d to %d operands, got %d", opname(n), mn, mx, n->nops);
+	}
+	for (int i = 0; i < n->nops; i++) {
+		int id = n->ops[i];
+		if (id < 0 || id >= c->m->nnodes || id >= n->id || !c->m->nodes[id])
+			return fail(c, "%s: operand %%%d is not defined before %%%d", opname(n), id, n->id);
+		o[i] = c->m->nodes[id];
+		if (o[i]->rank < 0 || o[i]->rank > IR_MAX_RANK ||
+		    (unsigned)o[i]->dtype >= IR_DTYPE_COUNT)
+			return fail(c, "%s: operand %%%d has an invalid type", opname(n), id);
+	}
+	return true;
+}
+
+static bool infer_op(Infer *c, IrNode **o);
+
+static bool infer(Infer *c)
+{
+	IrNode *n = c->n;
+	if ((unsigned)n->op >= IR_OP_COUNT)
+		return fail(c, "invalid op %d", (int)n->op);
+	/* the verifier calls this for every node after every pass, so big
+	 * operand lists (concat) must not grow the module's arena */
+	IrNode *stack[8], **o = stack;
+	if (n->nops > 8) {
+		o = malloc((size_t)n->nops * sizeof *o);
+		if (!o)
+			return fail(c, "%s: out of memory", opname(n));
+	}
+	bool ok = fetch_operands(c, o) && infer_op(c, o);
+	if (o != stack)
+		free(o);
+	return ok;
+}
+
+/* The rule for n's op, its operands fetched and checked. */
+static bool infer_op(Infer *c, IrNode **o)
+{
+	IrNode *n = c->n;
+	IrAttrKind ak = ir_op_attr_kind(n->op);
+	if ((ak == IR_ATTR_AXES || ak == IR_ATTR_PERM || ak == IR_ATTR_COLL) &&
+	    (n->attrs.nints < 0 || n->attrs.nints > IR_MAX_INTS))
+		return fail(c, "%s: invalid attribute count %d", opname(n), n->attrs.nints);
+
+	switch (n->op) {
+	case IR_OP_PARAM:
+	case IR_OP_INPUT:
+	case IR_OP_CONST:
+		return infer_preset(c);
+	case IR_OP_MATMUL:
+		return infer_matmul(c, o[0], o[1]);
+	case IR_OP_ADD: case IR_OP_SUB: case IR_OP_MUL: case IR_OP_DIV:
+		return infer_binary(c, o[0], o[1]);
+	case IR_OP_NEG: case IR_OP_EXP: case IR_OP_LOG: case IR_OP_SQRT:
+	case IR_OP_RSQRT: case IR_OP_TANH: case IR_OP_RELU: case IR_OP_GELU:
+	case IR_OP_SILU: case IR_OP_SIGMOID: case IR_OP_SCALE:
+		if (!need_float(c, o[0], 0))
+			return false;
+		return same_as(c, o[0]);
+	case IR_OP_CAST:
+		if ((unsigned)n->dtype >= IR_DTYPE_COUNT)
+			return fail(c, "cast: invalid target dtype %d", (int)n->dtype);
+		return set_out(c, n->dtype, o[0]->rank, o[0]->shape);
+	case IR_OP_SUM:
+	case IR_OP_MEAN:
+	case IR_OP_MAX:
+		return infer_reduce(c, o[0]);
+	case IR_OP_SOFTMAX:
+	case IR_OP_LOG_SOFTMAX:
+		return infer_softmax(c, o[0]);
+	case IR_OP_LAYERNORM:
+	case IR_OP_RMSNORM:
+		return infer_norm(c, o, n->nops);
+	case IR_OP_EMBED:
+		return infer_embed(c, o[0], o[1]);
+	case IR_OP_PERMUTE:
+		return infer_permute(c, o[0]);
+	case IR_OP_RESHAPE:
+		return infer_reshape(c, o[0]);
+	case IR_OP_CONCAT:
+		return infer_concat(c, o, n->nops);
+	case IR_OP_SLICE:
+		return infer_slice(c, o[0]);
+	case IR_OP_ATTENTION:
+		return infer_attention(c, o);
+	case IR_OP_CROSS_ENTROPY:
+		return infer_cross_entropy(c, o[0], o[1]);
+	case IR_OP_MSE:
+		return infer_mse(c, o[0], o[1]);
+	case IR_OP_DROPOUT:
+		return infer_dropout(c, o[0]);
+	case IR_OP_ALL_GATHER:
+	case IR_OP_REDUCE_SCATTER:
+	case IR_OP_ALL_REDUCE:
+	case IR_OP_ALL_TO_ALL:
+	case IR_OP_BROADCAST:
+	case IR_OP_SEND:
+	case IR_OP_RECV:
+		return infer_coll(c, n->nops ? o[0] : NULL);
+	case IR_OP_COUNT:
+		break;
+	}
+	return fail(c, "%s: no shape rule", opname(n));
+}
+
+bool ir_infer(IrModule *m, IrNode *n, Diag *d)
+{
+	Infer c = {m, n, d, NULL, 0};
+	return infer(&c);
+}
+
+bool ir_infer_msg(IrModule *m, IrNode *n, char *msg, size_t cap)
+{
+	static char dummy[1];
+	Infer c = {m, n, NULL, msg ? msg : dummy, msg ? cap : 0};
+	if (msg && cap)
+		msg[0] = 0;
+	return infer(&c);
+}

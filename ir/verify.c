@@ -1,0 +1,266 @@
+/* verify.c - the IR verifier, run after the lowering and after every pass.
+ *
+ * It checks what a pass can break without noticing: the mesh, topological
+ * order and arity, attribute sanity, placements against the mesh and the
+ * value's rank, choose points, and (by re-running ir_infer on a scratch
+ * copy of each node) that the recorded dtype and shape are still what the
+ * operands give.  Each problem is one error at the node's source location,
+ * naming the pass that left it, so a broken pass is found by name.
+ */
+#include "ir.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <string.h>
+
+typedef struct Verifier {
+	IrModule *m;
+	Diag *d;
+	const char *after;
+	int errors;
+} Verifier;
+
+static void node_error(Verifier *v, const IrNode *n, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static void node_error(Verifier *v, const IrNode *n, const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	v->errors++;
+	diag_error(v->d, n->loc, "verifier failed after pass '%s': %%%d (%s): %s", v->after,
+	           n->id, ir_op_name(n->op), msg);
+}
+
+static void module_error(Verifier *v, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void module_error(Verifier *v, const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	v->errors++;
+	diag_error(v->d, (SrcLoc){0}, "verifier failed after pass '%s': %s", v->after, msg);
+}
+
+static bool check_mesh(Verifier *v)
+{
+	const Mesh *mesh = &v->m->mesh;
+	if (mesh->naxes < 0 || mesh->naxes > IR_MAX_AXES) {
+		module_error(v, "the mesh has %d axes (0 to %d)", mesh->naxes, IR_MAX_AXES);
+		return false;
+	}
+	bool ok = true;
+	for (int i = 0; i < mesh->naxes; i++) {
+		if (!mesh->names[i]) {
+			module_error(v, "mesh axis %d has no name", i);
+			ok = false;
+			continue;
+		}
+		if (mesh->sizes[i] < 1 || mesh->sizes[i] > ((int64_t)1 << 24)) {
+			module_error(v, "mesh axis '%s' has size %" PRId64, mesh->names[i], mesh->sizes[i]);
+			ok = false;
+		}
+		for (int j = 0; j < i; j++)
+			if (mesh->names[j] && strcmp(mesh->names[i], mesh->names[j]) == 0) {
+				module_error(v, "mesh axis '%s' is declared twice", mesh->names[i]);
+				ok = false;
+			}
+	}
+	return ok;
+}
+
+/* Empty string when fine, else what is wrong (for a value of rank `rank`;
+ * rank < 0 skips the rank check). */
+static bool placement_problem(const Verifier *v, const Placement *p, int rank, char *msg,
+                              size_t cap)
+{
+	const Mesh *mesh = &v->m->mesh;
+	uint32_t used = 0;
+	if (!p->known)
+		return false;
+	if (p->ndims > IR_MAX_RANK) {
+		snprintf(msg, cap, "placement has %d dims", p->ndims);
+		return true;
+	}
+	if (rank >= 0 && p->ndims != rank) {
+		snprintf(msg, cap, "placement has %d dims but the value has rank %d", p->ndims, rank);
+		return true;
+	}
+	for (int d = 0; d < p->ndims; d++) {
+		if (p->naxes[d] > IR_MAX_AXES) {
+			snprintf(msg, cap, "placement dim %d lists %d axes", d, p->naxes[d]);
+			return true;
+		}
+		for (int k = 0; k < p->naxes[d]; k++) {
+			int a = p->axes[d][k];
+			if (a >= mesh->naxes) {
+				snprintf(msg, cap, "placement dim %d names mesh axis %d but the mesh has %d",
+				         d, a, mesh->naxes);
+				return true;
+			}
+			if (used & (1u << a)) {
+				snprintf(msg, cap, "mesh axis '%s' appears twice in the placement",
+				         mesh->names[a]);
+				return true;
+			}
+			used |= 1u << a;
+		}
+	}
+	if (p->partial) {
+		uint32_t valid = mesh->naxes >= 32 ? ~0u : (1u << mesh->naxes) - 1;
+		if (p->partial & ~valid) {
+			snprintf(msg, cap, "placement is partial over mesh axis %d but the mesh has %d",
+			         __builtin_ctz(p->partial & ~valid), mesh->naxes);
+			return true;
+		}
+		if (p->partial & used) {
+			snprintf(msg, cap, "mesh axis '%s' both splits and is partial in the placement",
+			         mesh->names[__builtin_ctz(p->partial & used)]);
+			return true;
+		}
+		if ((unsigned)p->partial_op >= IR_RED_COUNT) {
+			snprintf(msg, cap, "placement has an invalid partial reduction %d",
+			         (int)p->partial_op);
+			return true;
+		}
+	}
+	return false;
+}
+
+/* ir_infer's messages start with the op's name, which ours already give */
+static const char *strip_op(const char *msg, IrOp op)
+{
+	size_t k = strlen(ir_op_name(op));
+	if (strncmp(msg, ir_op_name(op), k) == 0 && strncmp(msg + k, ": ", 2) == 0)
+		return msg + k + 2;
+	return msg;
+}
+
+/* "f32[8, 32]" */
+static void format_type(char *buf, size_t cap, IrDtype t, int rank, const int64_t *shape)
+{
+	size_t a = (size_t)snprintf(buf, cap, "%s[", ir_dtype_name(t));
+	for (int k = 0; k < rank && k < IR_MAX_RANK && a < cap; k++)
+		a += (size_t)snprintf(buf + a, cap - a, "%s%" PRId64, k ? ", " : "", shape[k]);
+	if (a < cap)
+		snprintf(buf + a, cap - a, "]");
+}
+
+static void check_node(Verifier *v, int i)
+{
+	IrModule *m = v->m;
+	IrNode *n = m->nodes[i];
+	char msg[512];
+	if (n->id != i) {
+		node_error(v, n, "node at position %d has id %d", i, n->id);
+		return;
+	}
+	if ((unsigned)n->op >= IR_OP_COUNT) {
+		node_error(v, n, "invalid op %d", (int)n->op);
+		return;
+	}
+	if (n->nops < 0 || (n->nops > 0 && !n->ops)) {
+		node_error(v, n, "invalid operand list");
+		return;
+	}
+	for (int k = 0; k < n->nops; k++)
+		if (n->ops[k] < 0 || n->ops[k] >= i) {
+			node_error(v, n, "operand %%%d is not defined before %%%d", n->ops[k], i);
+			return;
+		}
+	if ((unsigned)n->dtype >= IR_DTYPE_COUNT) {
+		node_error(v, n, "invalid dtype %d", (int)n->dtype);
+		return;
+	}
+	if (n->rank < 0 || n->rank > IR_MAX_RANK) {
+		node_error(v, n, "invalid rank %d", n->rank);
+		return;
+	}
+	if ((unsigned)n->role >= IR_ROLE_COUNT)
+		node_error(v, n, "invalid role %d", (int)n->role);
+	if (n->stage < -1)
+		node_error(v, n, "invalid pipeline stage %d", n->stage);
+	if (n->choose != -1 &&
+	    (n->choose < 0 || n->choose >= m->nchooses || m->chooses[n->choose].node != i))
+		node_error(v, n, "choose index %d does not point back at this node", n->choose);
+	if (n->attrs.nints < 0 || n->attrs.nints > IR_MAX_INTS) {
+		node_error(v, n, "invalid attribute count %d", n->attrs.nints);
+		return;
+	}
+	if (ir_op_attr_kind(n->op) == IR_ATTR_INIT && (unsigned)n->attrs.init > IR_INIT_UNIFORM)
+		node_error(v, n, "invalid init kind %d", (int)n->attrs.init);
+	if (placement_problem(v, &n->place, n->rank, msg, sizeof msg))
+		node_error(v, n, "%s", msg);
+
+	/* types: arity, attrs (axes, perm, ranges) and shapes in one go */
+	IrNode s = *n;
+	if (!ir_infer_msg(m, &s, msg, sizeof msg)) {
+		node_error(v, n, "%s", strip_op(msg, n->op));
+		return;
+	}
+	if (s.dtype != n->dtype || s.rank != n->rank ||
+	    memcmp(s.shape, n->shape, (size_t)n->rank * sizeof n->shape[0]) != 0) {
+		char had[200], got[200];
+		format_type(had, sizeof had, n->dtype, n->rank, n->shape);
+		format_type(got, sizeof got, s.dtype, s.rank, s.shape);
+		node_error(v, n, "recorded type %s but the operands give %s", had, got);
+	}
+}
+
+static void check_chooses(Verifier *v)
+{
+	IrModule *m = v->m;
+	char msg[512];
+	for (int i = 0; i < m->nchooses; i++) {
+		const IrChoose *c = &m->chooses[i];
+		if (c->node < 0 || c->node >= m->nnodes) {
+			module_error(v, "choose %d names node %%%d, which does not exist", i, c->node);
+			continue;
+		}
+		const IrNode *n = m->nodes[c->node];
+		if (c->nopts < 1 || !c->opts) {
+			node_error(v, n, "choose %d has no options", i);
+			continue;
+		}
+		if (c->selected < 0 || c->selected >= c->nopts)
+			node_error(v, n, "choose %d selects option %d of %d", i, c->selected, c->nopts);
+		if (n->choose != i)
+			node_error(v, n, "choose %d points here but the node records choose %d", i,
+			           n->choose);
+		for (int k = 0; k < c->nopts; k++)
+			if (placement_problem(v, &c->opts[k], n->rank, msg, sizeof msg))
+				node_error(v, n, "choose %d option %d: %s", i, k, msg);
+	}
+}
+
+bool ir_verify(IrModule *m, Diag *d, const char *after)
+{
+	Verifier v = {m, d, after ? after : "?", 0};
+	if (!check_mesh(&v))
+		return false; /* placements cannot be checked against a bad mesh */
+	if (m->nnodes < 0 || m->nnodes > IR_MAX_NODES || (m->nnodes > 0 && !m->nodes)) {
+		module_error(&v, "invalid node count %d", m->nnodes);
+		return false;
+	}
+	for (int i = 0; i < m->nnodes; i++) {
+		if (!m->nodes[i]) {
+			module_error(&v, "node %d is missing", i);
+			return false;
+		}
+		check_node(&v, i);
+		/* a broken pass breaks every node after it; the first few say
+		 * enough and the rest would be slow noise */
+		if (v.errors >= 50)
+			return false;
+	}
+	if (m->loss < -1 || m->loss >= m->nnodes)
+		module_error(&v, "the loss names node %%%d, which does not exist", m->loss);
+	check_chooses(&v);
+	if (m->train.zero < 0 || m->train.zero > 3)
+		module_error(&v, "zero stage %d (0 to 3)", m->train.zero);
+	return v.errors == 0;
+}
