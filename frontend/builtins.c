@@ -1,0 +1,664 @@
+/* builtins.c - lowering calls of the builtin tensor functions.
+ *
+ * One table lists every builtin with its positional arity and keyword
+ * arguments; lower_builtin checks a call against it, evaluates the keyword
+ * arguments, normalises axes and fills the node's attrs as ops.def
+ * describes them.  Shapes are left to ir_infer, except where the frontend
+ * must know them first (reshape's -1, split's parts, slice bounds).
+ */
+#include "sema.h"
+
+#include <string.h>
+
+typedef enum BKind {
+	BK_UNARY,
+	BK_SCALE,
+	BK_REDUCE,
+	BK_SOFTMAX,
+	BK_NORM,
+	BK_PLAIN,
+	BK_TRANSPOSE,
+	BK_PERMUTE,
+	BK_RESHAPE,
+	BK_SPLIT,
+	BK_CONCAT,
+	BK_SLICE,
+	BK_ATTENTION,
+	BK_DROPOUT,
+	BK_COLL,
+} BKind;
+
+struct Builtin {
+	const char *name;
+	BKind kind;
+	IrOp op;
+	int minpos, maxpos; /* maxpos -1: variadic */
+	const char *kw[4];  /* NULL-ended */
+};
+
+static const Builtin builtins[] = {
+        {"neg", BK_UNARY, IR_OP_NEG, 1, 1, {0}},
+        {"exp", BK_UNARY, IR_OP_EXP, 1, 1, {0}},
+        {"log", BK_UNARY, IR_OP_LOG, 1, 1, {0}},
+        {"sqrt", BK_UNARY, IR_OP_SQRT, 1, 1, {0}},
+        {"rsqrt", BK_UNARY, IR_OP_RSQRT, 1, 1, {0}},
+        {"tanh", BK_UNARY, IR_OP_TANH, 1, 1, {0}},
+        {"relu", BK_UNARY, IR_OP_RELU, 1, 1, {0}},
+        {"gelu", BK_UNARY, IR_OP_GELU, 1, 1, {0}},
+        {"silu", BK_UNARY, IR_OP_SILU, 1, 1, {0}},
+        {"sigmoid", BK_UNARY, IR_OP_SIGMOID, 1, 1, {0}},
+        {"scale", BK_SCALE, IR_OP_SCALE, 2, 2, {0}},
+        {"sum", BK_REDUCE, IR_OP_SUM, 1, 1, {"axis", "axes", "keepdims"}},
+        {"mean", BK_REDUCE, IR_OP_MEAN, 1, 1, {"axis", "axes", "keepdims"}},
+        {"max", BK_REDUCE, IR_OP_MAX, 1, 1, {"axis", "axes", "keepdims"}},
+        {"softmax", BK_SOFTMAX, IR_OP_SOFTMAX, 1, 1, {"axis"}},
+        {"log_softmax", BK_SOFTMAX, IR_OP_LOG_SOFTMAX, 1, 1, {"axis"}},
+        {"layernorm", BK_NORM, IR_OP_LAYERNORM, 3, 3, {"eps"}},
+        {"rmsnorm", BK_NORM, IR_OP_RMSNORM, 2, 2, {"eps"}},
+        {"embed", BK_PLAIN, IR_OP_EMBED, 2, 2, {0}},
+        {"cross_entropy", BK_PLAIN, IR_OP_CROSS_ENTROPY, 2, 2, {0}},
+        {"mse", BK_PLAIN, IR_OP_MSE, 2, 2, {0}},
+        {"transpose", BK_TRANSPOSE, IR_OP_PERMUTE, 1, 1, {0}},
+        {"permute", BK_PERMUTE, IR_OP_PERMUTE, 2, 2, {0}},
+        {"reshape", BK_RESHAPE, IR_OP_RESHAPE, 2, 2, {0}},
+        {"split", BK_SPLIT, IR_OP_SLICE, 2, 2, {"axis"}},
+        {"concat", BK_CONCAT, IR_OP_CONCAT, 1, -1, {"axis"}},
+        {"slice", BK_SLICE, IR_OP_SLICE, 4, 4, {0}},
+        {"attention", BK_ATTENTION, IR_OP_ATTENTION, 3, 3, {"heads", "causal"}},
+        {"dropout", BK_DROPOUT, IR_OP_DROPOUT, 1, 1, {"rate"}},
+        {"all_gather", BK_COLL, IR_OP_ALL_GATHER, 2, 2, {"axes"}},
+        {"reduce_scatter", BK_COLL, IR_OP_REDUCE_SCATTER, 2, 2, {"axes", "op"}},
+        {"all_reduce", BK_COLL, IR_OP_ALL_REDUCE, 1, 1, {"axes", "op"}},
+        {"all_to_all", BK_COLL, IR_OP_ALL_TO_ALL, 3, 3, {"axes"}},
+        {"broadcast", BK_COLL, IR_OP_BROADCAST, 1, 1, {"axes", "root"}},
+        {"send", BK_COLL, IR_OP_SEND, 1, 1, {"axes", "offset"}},
+};
+#define NBUILTINS ((int)(sizeof builtins / sizeof builtins[0]))
+
+int lower_builtin_names(const char **out, int cap)
+{
+	int n = 0;
+	for (int i = 0; i < NBUILTINS && n < cap; i++)
+		out[n++] = builtins[i].name;
+	return n;
+}
+
+const Builtin *lower_find_builtin(const char *name)
+{
+	for (int i = 0; i < NBUILTINS; i++)
+		if (strcmp(builtins[i].name, name) == 0)
+			return &builtins[i];
+	return NULL;
+}
+
+static IrNode *want_tensor(Lower *L, const Args *a, int i, const char *fn)
+{
+	Value v = a->v[i];
+	if (v.k == V_NODE)
+		return L->m->nodes[v.i];
+	if (v.k != V_ERR)
+		diag_error(L->d, a->loc[i], "argument %d of %s must be a tensor, got %s", i + 1, fn,
+		           sema_describe(L, v));
+	return NULL;
+}
+
+static bool want_int(Lower *L, const Args *a, int i, const char *what, int64_t *out)
+{
+	Value v = a->v[i];
+	if (v.k == V_NUM && v.is_int) {
+		*out = v.i;
+		return true;
+	}
+	if (v.k != V_ERR)
+		diag_error(L->d, a->loc[i], "%s must be an integer, got %s", what,
+		           sema_describe(L, v));
+	return false;
+}
+
+/* kw_* return 0 when the keyword is absent, 1 when *out was set, -1 after
+ * reporting a bad value. */
+static int kw_value(Lower *L, Scope *s, const AstNode *call, const char *name, Value *out,
+                    const AstNode **kw)
+{
+	*kw = sema_kwarg(call, name);
+	if (!*kw)
+		return 0;
+	*out = lower_expr(L, s, (*kw)->lhs);
+	return out->k == V_ERR ? -1 : 1;
+}
+
+static int kw_int(Lower *L, Scope *s, const AstNode *call, const char *name, int64_t *out)
+{
+	const AstNode *kw;
+	Value v;
+	int r = kw_value(L, s, call, name, &v, &kw);
+	if (r <= 0)
+		return r;
+	if (v.k != V_NUM || !v.is_int) {
+		diag_error(L->d, kw->loc, "%s must be an integer, got %s", sema_name(L, name),
+		           sema_describe(L, v));
+		return -1;
+	}
+	*out = v.i;
+	return 1;
+}
+
+static int kw_num(Lower *L, Scope *s, const AstNode *call, const char *name, double *out)
+{
+	const AstNode *kw;
+	Value v;
+	int r = kw_value(L, s, call, name, &v, &kw);
+	if (r <= 0)
+		return r;
+	if (v.k != V_NUM) {
+		diag_error(L->d, kw->loc, "%s must be a number, got %s", sema_name(L, name),
+		           sema_describe(L, v));
+		return -1;
+	}
+	*out = sema_num(v);
+	return 1;
+}
+
+static int kw_bool(Lower *L, Scope *s, const AstNode *call, const char *name, bool *out)
+{
+	const AstNode *kw;
+	Value v;
+	int r = kw_value(L, s, call, name, &v, &kw);
+	if (r <= 0)
+		return r;
+	if (v.k != V_BOOL) {
+		diag_error(L->d, kw->loc, "%s must be true or false, got %s", sema_name(L, name),
+		           sema_describe(L, v));
+		return -1;
+	}
+	*out = v.i != 0;
+	return 1;
+}
+
+/* Normalises a possibly negative axis against a rank. */
+static bool norm_axis(Lower *L, SrcLoc loc, int64_t ax, int rank, int64_t *out)
+{
+	int64_t a = ax < 0 ? ax + rank : ax;
+	if (a < 0 || a >= rank) {
+		diag_error(L->d, loc, "axis %lld is out of range for a tensor of rank %d",
+		           (long long)ax, rank);
+		return false;
+	}
+	*out = a;
+	return true;
+}
+
+static int kw_axis(Lower *L, Scope *s, const AstNode *call, int rank, int64_t *out)
+{
+	int64_t ax = -1;
+	int r = kw_int(L, s, call, "axis", &ax);
+	if (r < 0)
+		return -1;
+	const AstNode *kw = sema_kwarg(call, "axis");
+	return norm_axis(L, kw ? kw->loc : call->loc, ax, rank, out) ? 1 : -1;
+}
+
+/* A value that lists integers: `(a, b)` or a single `a`. */
+static bool int_list(Lower *L, Value v, SrcLoc loc, const char *what, int64_t *out, int *n, int cap)
+{
+	const Value *items = v.k == V_TUPLE ? v.items : &v;
+	int cnt = v.k == V_TUPLE ? v.n : 1;
+	if (cnt > cap) {
+		diag_error(L->d, loc, "%s: too many entries (%d, at most %d)", what, cnt, cap);
+		return false;
+	}
+	for (int i = 0; i < cnt; i++) {
+		if (items[i].k == V_ERR)
+			return false;
+		if (items[i].k != V_NUM || !items[i].is_int) {
+			diag_error(L->d, loc, "%s must be integers, got %s", what,
+			           sema_describe(L, items[i]));
+			return false;
+		}
+		out[i] = items[i].i;
+	}
+	*n = cnt;
+	return true;
+}
+
+/* The syntactic mesh axes of `axes = tp` or `axes = (dp, tp)`. */
+static bool kw_mesh_axes(Lower *L, const AstNode *call, const char *fn, uint32_t *mask)
+{
+	const AstNode *kw = sema_kwarg(call, "axes");
+	if (!kw) {
+		diag_error(L->d, call->loc, "%s needs the mesh axes it runs over: axes = (...)",
+		           fn);
+		return false;
+	}
+	const AstNode *e = kw->lhs;
+	AstName names[IR_MAX_AXES + 1];
+	int n = 0;
+	bool ok = e != NULL;
+	if (e && e->kind == AST_IDENT) {
+		names[n].name = e->name;
+		names[n++].loc = e->loc;
+	} else if (e && e->kind == AST_TUPLE && e->args.n > 0) {
+		for (int i = 0; i < e->args.n && ok; i++) {
+			const AstNode *x = e->args.items[i];
+			ok = x && x->kind == AST_IDENT && n <= IR_MAX_AXES;
+			if (ok) {
+				names[n].name = x->name;
+				names[n++].loc = x->loc;
+			}
+		}
+	} else {
+		ok = false;
+	}
+	if (!ok) {
+		diag_error(L->d, kw->loc, "axes must be mesh axis names, e.g. axes = (dp, tp)");
+		return false;
+	}
+	return sema_axes_mask(L, names, n, mask);
+}
+
+static bool kw_red(Lower *L, const AstNode *call, IrRed *out)
+{
+	const AstNode *kw = sema_kwarg(call, "op");
+	if (!kw)
+		return true;
+	const AstNode *e = kw->lhs;
+	const char *w = e && (e->kind == AST_IDENT || e->kind == AST_STR) ? e->name : NULL;
+	if (w && !strcmp(w, "sum"))
+		*out = IR_RED_SUM;
+	else if (w && !strcmp(w, "avg"))
+		*out = IR_RED_AVG;
+	else if (w && !strcmp(w, "max"))
+		*out = IR_RED_MAX;
+	else {
+		diag_error(L->d, kw->loc, "op must be sum, avg or max");
+		return false;
+	}
+	return true;
+}
+
+static Value lower_reduce(Lower *L, Scope *s, const AstNode *call, const Builtin *bi, IrNode *x,
+                          Value xv)
+{
+	IrAttrs at = {0};
+	const AstNode *kaxis = sema_kwarg(call, "axis"), *kaxes = sema_kwarg(call, "axes");
+	int64_t ax[IR_MAX_RANK];
+	int n = 0;
+	if (kaxis && kaxes) {
+		diag_error(L->d, kaxes->loc, "give axis or axes, not both");
+		return sema_err();
+	}
+	const AstNode *k = kaxis ? kaxis : kaxes;
+	if (k) {
+		Value v = lower_expr(L, s, k->lhs);
+		if (v.k == V_ERR || !int_list(L, v, k->loc, k->name, ax, &n, IR_MAX_RANK))
+			return sema_err();
+		if (kaxis && v.k == V_TUPLE) {
+			diag_error(L->d, k->loc,
+			           "axis takes one integer; use axes = (...) for several");
+			return sema_err();
+		}
+	} else {
+		for (int i = 0; i < x->rank; i++)
+			ax[n++] = i; /* default: reduce everything */
+	}
+	bool seen[IR_MAX_RANK] = {0};
+	for (int i = 0; i < n; i++) {
+		int64_t a;
+		if (!norm_axis(L, k ? k->loc : call->loc, ax[i], x->rank, &a))
+			return sema_err();
+		if (seen[a]) {
+			diag_error(L->d, k->loc, "axis %lld appears more than once",
+			           (long long)ax[i]);
+			return sema_err();
+		}
+		seen[a] = true;
+	}
+	for (int a = 0; a < x->rank; a++)
+		if (seen[a])
+			at.ints[at.nints++] = a;
+	if (kw_bool(L, s, call, "keepdims", &at.flag) < 0)
+		return sema_err();
+	IrNode *n1;
+	if (lower_make1(L, bi->op, xv, call->loc, &n1).k == V_ERR)
+		return sema_err();
+	n1->attrs = at;
+	return lower_finish(L, n1);
+}
+
+static Value lower_reshape(Lower *L, const Args *a, IrNode *x, SrcLoc loc)
+{
+	int64_t dims[IR_MAX_RANK];
+	int n;
+	if (a->v[1].k == V_ERR ||
+	    !int_list(L, a->v[1], a->loc[1], "reshape's dims", dims, &n, IR_MAX_RANK))
+		return sema_err();
+	int infer = -1;
+	int64_t known = 1;
+	char buf[200];
+	int k = 0;
+	for (int i = 0; i < n && k < (int)sizeof buf - 48; i++)
+		k += snprintf(buf + k, sizeof buf - k, "%s%lld", i ? ", " : "", (long long)dims[i]);
+	for (int i = 0; i < n; i++) {
+		if (dims[i] == -1 && infer < 0) {
+			infer = i;
+		} else if (dims[i] == -1) {
+			diag_error(L->d, a->loc[1], "reshape: only one dim may be -1");
+			return sema_err();
+		} else if (dims[i] < 1) {
+			diag_error(L->d, a->loc[1],
+			           "reshape: dims must be >= 1 (or one -1), got %lld",
+			           (long long)dims[i]);
+			return sema_err();
+		} else if (__builtin_mul_overflow(known, dims[i], &known) || known > IR_MAX_ELEMS) {
+			diag_error(L->d, a->loc[1], "reshape: tensor too large");
+			return sema_err();
+		}
+	}
+	int64_t numel = ir_node_numel(x);
+	if (infer >= 0 && numel % known == 0)
+		dims[infer] = numel / known;
+	else if (infer >= 0)
+		known = -1;
+	if (infer < 0 ? known != numel : known < 0) {
+		diag_error(L->d, loc, "cannot reshape %s (%lld elements) to (%s)",
+		           sema_type_str(L, x), (long long)numel, buf);
+		return sema_err();
+	}
+	IrNode *r;
+	if (lower_make1(L, IR_OP_RESHAPE, lower_node_val(x->id), loc, &r).k == V_ERR)
+		return sema_err();
+	r->dtype = x->dtype;
+	r->rank = n;
+	memcpy(r->shape, dims, sizeof(int64_t) * (size_t)n);
+	return lower_finish(L, r);
+}
+
+static Value lower_split(Lower *L, Scope *s, const AstNode *call, const Args *a, IrNode *x)
+{
+	int64_t parts, ax;
+	if (!want_int(L, a, 1, "the number of parts", &parts) ||
+	    kw_axis(L, s, call, x->rank, &ax) < 0)
+		return sema_err();
+	if (parts < 1 || x->shape[ax] % parts != 0) {
+		diag_error(L->d, a->loc[1],
+		           "cannot split dim %lld (size %lld) of %s into %lld equal parts",
+		           (long long)ax, (long long)x->shape[ax], sema_type_str(L, x),
+		           (long long)parts);
+		return sema_err();
+	}
+	Value t = {0};
+	t.k = V_TUPLE;
+	t.n = (int)parts;
+	t.items = arena_alloc(L->a, sizeof(Value) * (size_t)parts);
+	if (!t.items || parts > IR_MAX_NODES) {
+		lower_too_large(L, call->loc, "split into too many parts");
+		return sema_err();
+	}
+	int64_t sz = x->shape[ax] / parts;
+	for (int64_t i = 0; i < parts; i++) {
+		IrNode *n;
+		if (lower_make1(L, IR_OP_SLICE, lower_node_val(x->id), call->loc, &n).k == V_ERR)
+			return sema_err();
+		n->attrs.ints[0] = ax;
+		n->attrs.ints[1] = i * sz;
+		n->attrs.ints[2] = (i + 1) * sz;
+		n->attrs.nints = 3;
+		t.items[i] = lower_finish(L, n);
+		if (t.items[i].k == V_ERR)
+			return sema_err();
+	}
+	return t;
+}
+
+static Value lower_coll(Lower *L, Scope *s, const AstNode *call, const Builtin *bi, const Args *a,
+                        IrNode *x)
+{
+	IrAttrs at = {0};
+	at.red = IR_RED_SUM;
+	if (!kw_mesh_axes(L, call, bi->name, &at.mesh_axes) || !kw_red(L, call, &at.red))
+		return sema_err();
+	for (int i = 1; i < a->n; i++) {
+		int64_t d;
+		const char *what = bi->op == IR_OP_ALL_TO_ALL
+		                           ? (i == 1 ? "the split dim" : "the concat dim")
+		                           : "the dim";
+		if (!want_int(L, a, i, what, &d) || !norm_axis(L, a->loc[i], d, x->rank, &d))
+			return sema_err();
+		at.ints[at.nints++] = d;
+	}
+	if (bi->op == IR_OP_BROADCAST) {
+		int64_t root = 0, group = mesh_axes_size(&L->m->mesh, at.mesh_axes);
+		if (kw_int(L, s, call, "root", &root) < 0)
+			return sema_err();
+		if (root < 0 || root >= group) {
+			diag_error(L->d, sema_kwarg(call, "root")->loc,
+			           "root must be in [0, %lld) (the group size), got %lld",
+			           (long long)group, (long long)root);
+			return sema_err();
+		}
+		at.ints[at.nints++] = root;
+	} else if (bi->op == IR_OP_SEND) {
+		int64_t off = 1;
+		if (kw_int(L, s, call, "offset", &off) < 0)
+			return sema_err();
+		if (off == 0) {
+			diag_error(L->d, sema_kwarg(call, "offset")->loc, "offset must not be 0");
+			return sema_err();
+		}
+		at.ints[at.nints++] = off;
+	}
+	IrNode *n;
+	if (lower_make1(L, bi->op, lower_node_val(x->id), call->loc, &n).k == V_ERR)
+		return sema_err();
+	n->attrs = at;
+	return lower_finish(L, n);
+}
+
+Value lower_builtin(Lower *L, Scope *s, const AstNode *call, const Builtin *bi, const Args *a)
+{
+	const char *fn = bi->name;
+	bool ok = sema_check_kwargs(L, call, bi->kw, fn);
+	if (a->n < bi->minpos || (bi->maxpos >= 0 && a->n > bi->maxpos)) {
+		if (bi->maxpos < 0)
+			diag_error(L->d, call->loc, "%s takes at least %d argument%s, got %d", fn,
+			           bi->minpos, bi->minpos == 1 ? "" : "s", a->n);
+		else
+			diag_error(L->d, call->loc, "%s takes %d argument%s, got %d", fn,
+			           bi->minpos, bi->minpos == 1 ? "" : "s", a->n);
+		return sema_err();
+	}
+	if (!ok || !a->ok)
+		return sema_err();
+	IrNode *x = want_tensor(L, a, 0, fn);
+	if (!x)
+		return sema_err();
+	Value xv = lower_node_val(x->id);
+	SrcLoc loc = call->loc;
+	IrNode *n;
+	int64_t iv;
+	switch (bi->kind) {
+	case BK_UNARY:
+		lower_make1(L, bi->op, xv, loc, &n);
+		return lower_finish(L, n);
+	case BK_SCALE:
+		if (a->v[1].k != V_NUM) {
+			diag_error(L->d, a->loc[1], "argument 2 of scale must be a number, got %s",
+			           sema_describe(L, a->v[1]));
+			return sema_err();
+		}
+		return lower_make_scale(L, xv, sema_num(a->v[1]), loc);
+	case BK_REDUCE:
+		return lower_reduce(L, s, call, bi, x, xv);
+	case BK_SOFTMAX:
+		if (kw_axis(L, s, call, x->rank, &iv) < 0 ||
+		    lower_make1(L, bi->op, xv, loc, &n).k == V_ERR)
+			return sema_err();
+		n->attrs.ints[0] = iv;
+		n->attrs.nints = 1;
+		return lower_finish(L, n);
+	case BK_NORM: {
+		double eps = bi->op == IR_OP_LAYERNORM ? 1e-5 : 1e-6;
+		int r = kw_num(L, s, call, "eps", &eps);
+		if (r < 0)
+			return sema_err();
+		if (!(eps > 0)) {
+			diag_error(L->d, sema_kwarg(call, "eps")->loc, "eps must be > 0, got %g",
+			           eps);
+			return sema_err();
+		}
+		int ops[3];
+		for (int i = 0; i < a->n; i++) {
+			IrNode *o = want_tensor(L, a, i, fn);
+			if (!o)
+				return sema_err();
+			ops[i] = o->id;
+		}
+		n = lower_new_node(L, bi->op, ops, a->n, loc);
+		if (n)
+			n->attrs.f[0] = eps;
+		return lower_finish(L, n);
+	}
+	case BK_PLAIN: {
+		IrNode *y = want_tensor(L, a, 1, fn);
+		return y ? lower_make2(L, bi->op, xv, lower_node_val(y->id), loc) : sema_err();
+	}
+	case BK_TRANSPOSE:
+		if (x->rank < 2) {
+			diag_error(L->d, a->loc[0], "transpose needs a tensor of rank >= 2, got %s",
+			           sema_type_str(L, x));
+			return sema_err();
+		}
+		if (lower_make1(L, IR_OP_PERMUTE, xv, loc, &n).k == V_ERR)
+			return sema_err();
+		for (int i = 0; i < x->rank; i++)
+			n->attrs.ints[i] = i;
+		n->attrs.ints[x->rank - 2] = x->rank - 1;
+		n->attrs.ints[x->rank - 1] = x->rank - 2;
+		n->attrs.nints = x->rank;
+		return lower_finish(L, n);
+	case BK_PERMUTE: {
+		int64_t p[IR_MAX_RANK];
+		int np;
+		bool seen[IR_MAX_RANK] = {0};
+		if (!int_list(L, a->v[1], a->loc[1], "permute's axes", p, &np, IR_MAX_RANK))
+			return sema_err();
+		if (np != x->rank) {
+			diag_error(L->d, a->loc[1], "permute: %d axes given for %s", np,
+			           sema_type_str(L, x));
+			return sema_err();
+		}
+		for (int i = 0; i < np; i++) {
+			if (!norm_axis(L, a->loc[1], p[i], x->rank, &p[i]))
+				return sema_err();
+			if (seen[p[i]]) {
+				diag_error(L->d, a->loc[1],
+				           "permute: axis %lld appears more than once",
+				           (long long)p[i]);
+				return sema_err();
+			}
+			seen[p[i]] = true;
+		}
+		if (lower_make1(L, IR_OP_PERMUTE, xv, loc, &n).k == V_ERR)
+			return sema_err();
+		memcpy(n->attrs.ints, p, sizeof(int64_t) * (size_t)np);
+		n->attrs.nints = np;
+		return lower_finish(L, n);
+	}
+	case BK_RESHAPE:
+		return lower_reshape(L, a, x, loc);
+	case BK_SPLIT:
+		return lower_split(L, s, call, a, x);
+	case BK_CONCAT: {
+		int *ops = arena_alloc(L->a, sizeof(int) * (size_t)a->n);
+		if (!ops || kw_axis(L, s, call, x->rank, &iv) < 0)
+			return sema_err();
+		for (int i = 0; i < a->n; i++) {
+			IrNode *o = want_tensor(L, a, i, fn);
+			if (!o)
+				return sema_err();
+			ops[i] = o->id;
+		}
+		n = lower_new_node(L, IR_OP_CONCAT, ops, a->n, loc);
+		if (n) {
+			n->attrs.ints[0] = iv;
+			n->attrs.nints = 1;
+		}
+		return lower_finish(L, n);
+	}
+	case BK_SLICE: {
+		int64_t ax, st, en;
+		if (!want_int(L, a, 1, "the slice axis", &ax) ||
+		    !norm_axis(L, a->loc[1], ax, x->rank, &ax) ||
+		    !want_int(L, a, 2, "the slice start", &st) ||
+		    !want_int(L, a, 3, "the slice end", &en))
+			return sema_err();
+		int64_t dim = x->shape[ax];
+		/* negative bounds count from the end, as in Python */
+		int64_t s0 = st < 0 ? st + dim : st, e0 = en < 0 ? en + dim : en;
+		if (s0 < 0 || e0 > dim || s0 >= e0) {
+			diag_error(L->d, loc,
+			           "slice [%lld, %lld) is empty or outside dim %lld (size %lld)",
+			           (long long)st, (long long)en, (long long)ax, (long long)dim);
+			return sema_err();
+		}
+		if (lower_make1(L, IR_OP_SLICE, xv, loc, &n).k == V_ERR)
+			return sema_err();
+		n->attrs.ints[0] = ax;
+		n->attrs.ints[1] = s0;
+		n->attrs.ints[2] = e0;
+		n->attrs.nints = 3;
+		return lower_finish(L, n);
+	}
+	case BK_ATTENTION: {
+		int64_t heads = 0;
+		bool causal = false;
+		int r = kw_int(L, s, call, "heads", &heads);
+		if (r == 0)
+			diag_error(L->d, loc, "attention needs the number of heads: heads = N");
+		if (r <= 0 || kw_bool(L, s, call, "causal", &causal) < 0)
+			return sema_err();
+		if (heads < 1 || (x->rank > 0 && x->shape[x->rank - 1] % heads != 0)) {
+			diag_error(L->d, sema_kwarg(call, "heads")->loc,
+			           "heads = %lld does not divide the model dim of %s",
+			           (long long)heads, sema_type_str(L, x));
+			return sema_err();
+		}
+		int ops[3];
+		for (int i = 0; i < 3; i++) {
+			IrNode *o = want_tensor(L, a, i, fn);
+			if (!o)
+				return sema_err();
+			ops[i] = o->id;
+		}
+		n = lower_new_node(L, IR_OP_ATTENTION, ops, 3, loc);
+		if (n) {
+			n->attrs.ints[0] = heads;
+			n->attrs.ints[1] = causal;
+			n->attrs.nints = 2;
+		}
+		return lower_finish(L, n);
+	}
+	case BK_DROPOUT: {
+		double rate = 0;
+		int r = kw_num(L, s, call, "rate", &rate);
+		if (r == 0)
+			diag_error(L->d, loc, "dropout needs a rate: dropout(x, rate = 0.1)");
+		if (r <= 0)
+			return sema_err();
+		if (rate < 0 || rate >= 1) {
+			diag_error(L->d, sema_kwarg(call, "rate")->loc,
+			           "rate must be in [0, 1), got %g", rate);
+			return sema_err();
+		}
+		if (lower_make1(L, IR_OP_DROPOUT, xv, loc, &n).k == V_ERR)
+			return sema_err();
+		n->attrs.f[0] = rate;
+		n->attrs.ints[0] = L->dropout_salt++;
+		n->attrs.nints = 1;
+		return lower_finish(L, n);
+	}
+	case BK_COLL:
+		return lower_coll(L, s, call, bi, a, x);
+	}
+	return sema_err();
+}

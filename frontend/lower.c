@@ -1,0 +1,1042 @@
+/* lower.c - check a parsed .dtm file and build the global IR.
+ *
+ * Consumes an AstFile; produces an IrModule whose nodes are in topological
+ * order with global shapes: top-level inputs and params first, then the
+ * forward program with every block call inlined (its params named
+ * BLOCK.INDEX.PARAM) and every `for` unrolled (nodes of a staged iteration
+ * carry that pipeline stage).  Constants fold while lowering, so
+ * `x * (1 / sqrt(d))` is one scale node.  Shapes come from ir_infer, run on
+ * each node as it is made.
+ *
+ * Errors do not stop lowering: a failed expression yields V_ERR, which is
+ * bound to the assignment's targets and silently propagates, so each mistake
+ * is reported once.  sema.c holds constants, the mesh, placements and the
+ * train section.
+ */
+#include "sema.h"
+
+#include <math.h>
+#include <string.h>
+
+/* ---- scopes ---- */
+
+Value lower_node_val(int id)
+{
+	Value v = {0};
+	v.k = V_NODE;
+	v.i = id;
+	return v;
+}
+
+static Binding *lookup_local(Scope *s, const char *name)
+{
+	for (int i = s->n - 1; i >= 0; i--)
+		if (strcmp(s->b[i].name, name) == 0)
+			return &s->b[i];
+	return NULL;
+}
+
+Binding *lower_lookup(Scope *s, const char *name)
+{
+	for (; s; s = s->parent) {
+		Binding *b = lookup_local(s, name);
+		if (b)
+			return b;
+	}
+	return NULL;
+}
+
+void lower_bind(Lower *L, Scope *s, const char *name, Value v, SrcLoc loc)
+{
+	Binding *b = lookup_local(s, name);
+	if (!b) {
+		if (s->n == s->cap) {
+			int cap = s->cap ? 2 * s->cap : 16;
+			Binding *nb = arena_alloc(L->a, sizeof(Binding) * (size_t)cap);
+			if (!nb)
+				return;
+			if (s->n)
+				memcpy(nb, s->b, sizeof(Binding) * (size_t)s->n);
+			s->b = nb;
+			s->cap = cap;
+		}
+		b = &s->b[s->n++];
+		b->name = name;
+	}
+	b->v = v;
+	b->loc = loc;
+}
+
+static void unbind(Scope *s, const char *name)
+{
+	Binding *b = lookup_local(s, name);
+	if (b)
+		*b = s->b[--s->n];
+}
+
+/* ---- nodes ---- */
+
+void lower_too_large(Lower *L, SrcLoc loc, const char *why)
+{
+	if (!L->fatal)
+		diag_error(L->d, loc, "program too large after unrolling (%s)", why);
+	L->fatal = true;
+}
+
+IrNode *lower_new_node(Lower *L, IrOp op, const int *ops, int nops, SrcLoc loc)
+{
+	if (L->fatal)
+		return NULL;
+	IrNode *n = ir_node_new(L->m, op, ops, nops, loc);
+	if (!n) {
+		lower_too_large(L, loc, arena_printf(L->a, "more than %d nodes", IR_MAX_NODES));
+		return NULL;
+	}
+	n->stage = L->stage;
+	n->choose = -1;
+	n->role = IR_ROLE_ACT;
+	n->place.known = false;
+	return n;
+}
+
+/* Runs shape inference on a node whose operands and attrs are set. */
+Value lower_finish(Lower *L, IrNode *n)
+{
+	if (!n || !ir_infer(L->m, n, L->d))
+		return sema_err();
+	return lower_node_val(n->id);
+}
+
+static IrNode *node_of(Lower *L, Value v)
+{
+	return v.k == V_NODE ? L->m->nodes[v.i] : NULL;
+}
+
+static Value make_const(Lower *L, double c, SrcLoc loc)
+{
+	IrNode *n = lower_new_node(L, IR_OP_CONST, NULL, 0, loc);
+	if (!n)
+		return sema_err();
+	n->dtype = IR_F32;
+	n->rank = 0;
+	n->attrs.f[0] = c;
+	return lower_finish(L, n);
+}
+
+Value lower_make1(Lower *L, IrOp op, Value x, SrcLoc loc, IrNode **out)
+{
+	int id = (int)x.i;
+	IrNode *n = lower_new_node(L, op, &id, 1, loc);
+	if (out)
+		*out = n;
+	return n ? lower_node_val(n->id) : sema_err();
+}
+
+Value lower_make2(Lower *L, IrOp op, Value a, Value b, SrcLoc loc)
+{
+	int ops[2] = {(int)a.i, (int)b.i};
+	return lower_finish(L, lower_new_node(L, op, ops, 2, loc));
+}
+
+Value lower_make_scale(Lower *L, Value x, double c, SrcLoc loc)
+{
+	IrNode *n;
+	if (lower_make1(L, IR_OP_SCALE, x, loc, &n).k == V_ERR)
+		return sema_err();
+	n->attrs.f[0] = c;
+	return lower_finish(L, n);
+}
+
+static BlockDef *find_block(Lower *L, const char *name)
+{
+	for (int i = 0; i < L->nblocks; i++)
+		if (L->blocks[i].ast->name && strcmp(L->blocks[i].ast->name, name) == 0)
+			return &L->blocks[i];
+	return NULL;
+}
+
+/* Evaluates the positional arguments of a call (see Args). */
+static void args_push(Lower *L, Args *a, Value v, SrcLoc loc)
+{
+	if (a->n == a->cap) {
+		int cap = a->cap ? 2 * a->cap : 8;
+		Value *nv = arena_alloc(L->a, sizeof(Value) * (size_t)cap);
+		SrcLoc *nl = arena_alloc(L->a, sizeof(SrcLoc) * (size_t)cap);
+		if (!nv || !nl) {
+			a->ok = false;
+			return;
+		}
+		if (a->n) {
+			memcpy(nv, a->v, sizeof(Value) * (size_t)a->n);
+			memcpy(nl, a->loc, sizeof(SrcLoc) * (size_t)a->n);
+		}
+		a->v = nv;
+		a->loc = nl;
+		a->cap = cap;
+	}
+	a->v[a->n] = v;
+	a->loc[a->n++] = loc;
+}
+
+static void gather_args(Lower *L, Scope *s, const AstNode *call, Args *out)
+{
+	memset(out, 0, sizeof *out);
+	out->ok = true;
+	bool kw_seen = false;
+	for (int i = 0; i < call->args.n; i++) {
+		const AstNode *a = call->args.items[i];
+		if (!a) {
+			out->ok = false;
+			continue;
+		}
+		if (a->kind == AST_KWARG) {
+			kw_seen = true;
+			continue;
+		}
+		if (kw_seen) {
+			diag_error(L->d, a->loc, "positional argument after keyword arguments");
+			out->ok = false;
+		}
+		Value v = lower_expr(L, s, a);
+		if (v.k == V_ERR)
+			out->ok = false;
+		bool spread = v.k == V_TUPLE && a->kind != AST_TUPLE;
+		for (int j = 0; spread && j < v.n; j++)
+			spread = v.items[j].k == V_NODE;
+		if (spread)
+			for (int j = 0; j < v.n; j++)
+				args_push(L, out, v.items[j], a->loc);
+		else
+			args_push(L, out, v, a->loc);
+	}
+}
+
+static bool has_kwargs(const AstNode *call)
+{
+	for (int i = 0; i < call->args.n; i++)
+		if (call->args.items[i] && call->args.items[i]->kind == AST_KWARG)
+			return true;
+	return false;
+}
+
+/* ---- blocks ---- */
+
+static void lower_stmts(Lower *L, Scope *s, const AstList *body, Value *ret);
+
+static Value call_block(Lower *L, BlockDef *b, const Args *a, SrcLoc loc)
+{
+	const AstNode *blk = b->ast;
+	if (b->active) {
+		char buf[512];
+		int k = 0, from = 0;
+		for (int i = 0; i < L->nstack; i++)
+			if (L->stack[i] == b)
+				from = i;
+		for (int i = from; i < L->nstack && k < 400; i++)
+			k += snprintf(buf + k, sizeof buf - k, "%s -> ",
+			              sema_name(L, L->stack[i]->ast->name));
+		if (k < 400)
+			snprintf(buf + k, sizeof buf - k, "%s", sema_name(L, blk->name));
+		diag_error(L->d, loc, "recursive block call: %s", buf);
+		L->recursion = true;
+		return sema_err();
+	}
+	if (a->n != blk->nnames && a->ok) {
+		diag_error(L->d, loc, "block '%s' takes %d argument%s, got %d",
+		           sema_name(L, blk->name), blk->nnames, blk->nnames == 1 ? "" : "s", a->n);
+		return sema_err();
+	}
+	if (b->bad || !a->ok)
+		return sema_err();
+	if (L->nstack >= LOWER_MAX_NEST) {
+		diag_error(L->d, loc, "block calls nested too deeply (more than %d)",
+		           LOWER_MAX_NEST);
+		L->fatal = true;
+		return sema_err();
+	}
+	if (++L->iters > LOWER_MAX_ITERS) {
+		lower_too_large(L, loc,
+		                arena_printf(L->a, "more than %d loop iterations and block calls",
+		                             LOWER_MAX_ITERS));
+		return sema_err();
+	}
+	Scope sc = {0};
+	sc.parent = &L->globals;
+	for (int i = 0; i < blk->nnames; i++)
+		lower_bind(L, &sc, blk->names[i].name, a->v[i], blk->names[i].loc);
+	const char *saved_prefix = L->prefix;
+	int saved_depth = L->depth;
+	L->prefix = arena_printf(L->a, "%s.%d.", blk->name, b->ncalls++);
+	L->stack[L->nstack++] = b;
+	b->active = true;
+	int nerr0 = L->d->nerr;
+	Value ret = sema_err();
+	lower_stmts(L, &sc, &blk->body, &ret);
+	b->active = false;
+	L->nstack--;
+	L->prefix = saved_prefix;
+	L->depth = saved_depth;
+	/* a block that failed once would fail the same way at every call:
+	 * report it once */
+	if (L->d->nerr > nerr0) {
+		b->bad = true;
+		if (!L->recursion)
+			diag_note(L->d, loc, "in the instance of block '%s' called here",
+			          sema_name(L, blk->name));
+		if (L->nstack == 0)
+			L->recursion = false;
+		return sema_err();
+	}
+	return ret;
+}
+
+/* Checks, once per definition, what every instance would get wrong. */
+static bool check_returns(Lower *L, const AstList *body, bool top)
+{
+	bool ok = true;
+	for (int i = 0; i < body->n; i++) {
+		const AstNode *st = body->items[i];
+		if (!st)
+			continue;
+		if (st->kind == AST_RETURN && (!top || i != body->n - 1)) {
+			diag_error(L->d, st->loc, "return must be the last statement of a block");
+			ok = false;
+		} else if (st->kind == AST_RETURN && st->args.n == 0) {
+			diag_error(L->d, st->loc, "return needs a value");
+			ok = false;
+		} else if (st->kind == AST_FOR) {
+			ok &= check_returns(L, &st->body, false);
+		}
+	}
+	return ok;
+}
+
+static void define_block(Lower *L, const AstNode *it)
+{
+	BlockDef *prev = find_block(L, it->name);
+	BlockDef *b = &L->blocks[L->nblocks++];
+	b->ast = it;
+	if (prev) {
+		diag_error(L->d, it->loc, "duplicate block '%s'", sema_name(L, it->name));
+		diag_note(L->d, prev->ast->loc, "'%s' was first defined here",
+		          sema_name(L, it->name));
+		b->bad = true;
+		return;
+	}
+	if (lower_find_builtin(it->name) || sema_is_const_func(it->name) ||
+	    !strcmp(it->name, "recv")) {
+		diag_error(L->d, it->loc, "block '%s' has the name of a builtin function",
+		           sema_name(L, it->name));
+		b->bad = true;
+	}
+	for (int i = 0; i < it->nnames; i++)
+		for (int j = 0; j < i; j++)
+			if (it->names[i].name && it->names[j].name &&
+			    !strcmp(it->names[i].name, it->names[j].name)) {
+				diag_error(L->d, it->names[i].loc,
+				           "duplicate argument '%s' in block '%s'",
+				           sema_name(L, it->names[i].name), sema_name(L, it->name));
+				b->bad = true;
+			}
+	const AstNode *last = it->body.n ? it->body.items[it->body.n - 1] : NULL;
+	if (!last || last->kind != AST_RETURN) {
+		diag_error(L->d, it->loc, "block '%s' has no return statement",
+		           sema_name(L, it->name));
+		b->bad = true;
+	}
+	if (!check_returns(L, &it->body, true))
+		b->bad = true;
+}
+
+/* ---- expressions ---- */
+
+static void undefined(Lower *L, Scope *s, const AstNode *e, bool call)
+{
+	const char *cands[512];
+	int n = 0;
+	if (call) {
+		n = lower_builtin_names(cands, 400);
+		static const char *const cf[] = {"sqrt", "exp",  "log",  "min",
+		                                 "max",  "ceil", "floor"};
+		for (int i = 0; i < 7; i++)
+			cands[n++] = cf[i];
+		for (int i = 0; i < L->nblocks && n < 512; i++)
+			cands[n++] = L->blocks[i].ast->name;
+	} else {
+		for (Scope *p = s; p; p = p->parent)
+			for (int i = 0; i < p->n && n < 512; i++)
+				cands[n++] = p->b[i].name;
+	}
+	diag_error(L->d, e->loc, "undefined %s '%s'", call ? "function" : "name",
+	           sema_name(L, e->name));
+	const char *sug = sema_suggest(e->name, cands, n);
+	if (sug)
+		diag_note(L->d, e->loc, "did you mean '%s'?", sema_name(L, sug));
+}
+
+static Value lower_ident(Lower *L, Scope *s, const AstNode *e)
+{
+	Binding *b = lower_lookup(s, e->name);
+	if (b)
+		return b->v;
+	if (find_block(L, e->name))
+		diag_error(L->d, e->loc, "'%s' is a block; call it: %s(...)", sema_name(L, e->name),
+		           sema_name(L, e->name));
+	else if (lower_find_builtin(e->name) || sema_is_const_func(e->name))
+		diag_error(L->d, e->loc, "'%s' is a function; call it: %s(...)",
+		           sema_name(L, e->name), sema_name(L, e->name));
+	else {
+		undefined(L, s, e, false);
+		/* one report per name and body, not one per use */
+		if (s != &L->globals)
+			lower_bind(L, s, e->name, sema_err(), e->loc);
+	}
+	return sema_err();
+}
+
+static Value lower_call(Lower *L, Scope *s, const AstNode *e)
+{
+	const char *name = e->name;
+	BlockDef *b = find_block(L, name);
+	const Builtin *bi = lower_find_builtin(name);
+	bool cf = sema_is_const_func(name);
+	if (!strcmp(name, "recv")) {
+		diag_error(L->d, e->loc,
+		           "recv cannot be called; the compiler pairs each send with its recv");
+		return sema_err();
+	}
+	if (!b && !bi && !cf) {
+		if (lower_lookup(s, name))
+			diag_error(L->d, e->loc, "'%s' is not a function", sema_name(L, name));
+		else
+			undefined(L, s, e, true);
+		return sema_err();
+	}
+	Args a;
+	gather_args(L, s, e, &a);
+	if (b) {
+		if (has_kwargs(e)) {
+			diag_error(L->d, e->loc, "block '%s' takes no keyword arguments",
+			           sema_name(L, name));
+			return sema_err();
+		}
+		return call_block(L, b, &a, e->loc);
+	}
+	if (!a.ok)
+		return sema_err();
+	bool all_num = a.n > 0;
+	for (int i = 0; i < a.n; i++)
+		all_num &= a.v[i].k == V_NUM;
+	if (cf && (!bi || (all_num && !has_kwargs(e)))) {
+		for (int i = 0; i < a.n; i++)
+			if (a.v[i].k != V_NUM) {
+				diag_error(L->d, a.loc[i], "%s works on numbers only, got %s",
+				           sema_name(L, name), sema_describe(L, a.v[i]));
+				return sema_err();
+			}
+		if (has_kwargs(e)) {
+			diag_error(L->d, e->loc, "%s takes no keyword arguments",
+			           sema_name(L, name));
+			return sema_err();
+		}
+		return sema_const_call(L, name, a.v, a.n, e->loc);
+	}
+	return lower_builtin(L, s, e, bi, &a);
+}
+
+static Value lower_binary(Lower *L, Scope *s, const AstNode *e)
+{
+	Value a = lower_expr(L, s, e->lhs), b = lower_expr(L, s, e->rhs);
+	if (a.k == V_ERR || b.k == V_ERR)
+		return sema_err();
+	int op = e->op;
+	if (op == '@') {
+		if (a.k != V_NODE || b.k != V_NODE) {
+			const AstNode *bad = a.k != V_NODE ? e->lhs : e->rhs;
+			diag_error(L->d, bad->loc, "'@' needs two tensors, got %s",
+			           sema_describe(L, a.k != V_NODE ? a : b));
+			return sema_err();
+		}
+		return lower_make2(L, IR_OP_MATMUL, a, b, e->loc);
+	}
+	for (int i = 0; i < 2; i++) {
+		Value v = i ? b : a;
+		if (v.k != V_NUM && v.k != V_NODE) {
+			diag_error(L->d, (i ? e->rhs : e->lhs)->loc, "cannot use %s in arithmetic",
+			           sema_describe(L, v));
+			return sema_err();
+		}
+	}
+	if (a.k == V_NUM && b.k == V_NUM)
+		return sema_arith(L, op, a, b, e->loc);
+	if (op == '%') {
+		diag_error(L->d, e->loc, "'%%' is only defined for constants");
+		return sema_err();
+	}
+	static const IrOp ops[128] = {
+	        ['+'] = IR_OP_ADD, ['-'] = IR_OP_SUB, ['*'] = IR_OP_MUL, ['/'] = IR_OP_DIV};
+	if (op != '+' && op != '-' && op != '*' && op != '/')
+		return sema_err();
+	if (a.k == V_NODE && b.k == V_NODE)
+		return lower_make2(L, ops[op], a, b, e->loc);
+	/* a number and a tensor: multiplying and dividing by a number is a
+	 * scale; anything else gets a scalar const operand (it broadcasts) */
+	if (op == '*')
+		return lower_make_scale(L, a.k == V_NODE ? a : b, sema_num(a.k == V_NUM ? a : b),
+		                        e->loc);
+	if (op == '/' && b.k == V_NUM) {
+		if (sema_num(b) == 0) {
+			diag_error(L->d, e->loc, "division by zero");
+			return sema_err();
+		}
+		return lower_make_scale(L, a, 1.0 / sema_num(b), e->loc);
+	}
+	Value c = make_const(L, sema_num(a.k == V_NUM ? a : b), e->loc);
+	if (c.k == V_ERR)
+		return c;
+	return a.k == V_NUM ? lower_make2(L, ops[op], c, b, e->loc)
+	                    : lower_make2(L, ops[op], a, c, e->loc);
+}
+
+static Value lower_annot(Lower *L, Scope *s, const AstNode *e)
+{
+	Value v = lower_expr(L, s, e->lhs);
+	if (v.k == V_ERR || !e->annot)
+		return v;
+	if (v.k != V_NODE) {
+		diag_error(L->d, e->annot->loc, "only a tensor can have a placement, not %s",
+		           sema_describe(L, v));
+		return sema_err();
+	}
+	IrNode *n = node_of(L, v);
+	if ((n->role == IR_ROLE_PARAM || n->role == IR_ROLE_INPUT) && n->place.known) {
+		diag_error(L->d, e->annot->loc, "'%s' already has a placement from its declaration",
+		           sema_name(L, n->name));
+		return sema_err();
+	}
+	const char *what = L->annot_expr == e && L->annot_target
+	                           ? arena_printf(L->a, "'%s'", L->annot_target)
+	                           : "the value";
+	if (!sema_annotate(L, e->annot, n, what, true))
+		return sema_err();
+	return v;
+}
+
+Value lower_expr(Lower *L, Scope *s, const AstNode *e)
+{
+	if (!e || L->fatal)
+		return sema_err();
+	switch (e->kind) {
+	case AST_NUM:
+		return e->is_int ? sema_int(e->ival) : sema_float(e->num);
+	case AST_BOOL: {
+		Value v = {0};
+		v.k = V_BOOL;
+		v.i = e->ival != 0;
+		return v;
+	}
+	case AST_STR: {
+		Value v = {0};
+		v.k = V_STR;
+		v.s = e->name ? e->name : "";
+		return v;
+	}
+	case AST_IDENT:
+		return e->name ? lower_ident(L, s, e) : sema_err();
+	case AST_BINARY:
+		return lower_binary(L, s, e);
+	case AST_NEG: {
+		Value v = lower_expr(L, s, e->lhs);
+		if (v.k == V_NUM)
+			return sema_arith(L, '-', sema_int(0), v, e->loc);
+		if (v.k == V_NODE) {
+			IrNode *n;
+			lower_make1(L, IR_OP_NEG, v, e->loc, &n);
+			return lower_finish(L, n);
+		}
+		if (v.k != V_ERR)
+			diag_error(L->d, e->loc, "cannot negate %s", sema_describe(L, v));
+		return sema_err();
+	}
+	case AST_CALL:
+		return e->name ? lower_call(L, s, e) : sema_err();
+	case AST_TUPLE: {
+		Value t = {0};
+		t.k = V_TUPLE;
+		t.n = e->args.n;
+		t.items = arena_alloc(L->a, sizeof(Value) * (size_t)(e->args.n + 1));
+		if (!t.items)
+			return sema_err();
+		for (int i = 0; i < e->args.n; i++) {
+			t.items[i] = lower_expr(L, s, e->args.items[i]);
+			if (t.items[i].k == V_ERR)
+				return sema_err();
+		}
+		return t;
+	}
+	case AST_ANNOT:
+		return lower_annot(L, s, e);
+	case AST_KWARG:
+		diag_error(L->d, e->loc, "keyword argument '%s' outside a call",
+		           sema_name(L, e->name));
+		return sema_err();
+	default:
+		diag_error(L->d, e->loc, "expected an expression");
+		return sema_err();
+	}
+}
+
+/* ---- declarations ---- */
+
+/* normal(mean, std) / uniform(lo, hi) / zeros / ones.  A param without an
+ * init gets normal(0, 0.02) when it is a matrix (GPT-2's init) and zeros
+ * when it is a vector or scalar (biases); norm gains must say `init ones`. */
+static bool lower_init(Lower *L, Scope *s, const AstDecl *dc, int rank, IrAttrs *at)
+{
+	const AstNode *e = dc->init;
+	if (!e) {
+		at->init = rank >= 2 ? IR_INIT_NORMAL : IR_INIT_ZEROS;
+		at->f[0] = 0;
+		at->f[1] = rank >= 2 ? 0.02 : 0;
+		return true;
+	}
+	const char *w = e->kind == AST_IDENT || e->kind == AST_CALL ? e->name : NULL;
+	if (w && e->kind == AST_IDENT && !strcmp(w, "zeros")) {
+		at->init = IR_INIT_ZEROS;
+		return true;
+	}
+	if (w && e->kind == AST_IDENT && !strcmp(w, "ones")) {
+		at->init = IR_INIT_ONES;
+		return true;
+	}
+	bool normal = w && !strcmp(w, "normal"), uniform = w && !strcmp(w, "uniform");
+	if (!normal && !uniform) {
+		diag_error(L->d, e->loc,
+		           "unknown init '%s' (expected zeros, ones, normal(mean, std) "
+		           "or uniform(lo, hi))",
+		           sema_name(L, w));
+		return false;
+	}
+	if (e->kind != AST_CALL) {
+		diag_error(L->d, e->loc, "%s needs arguments: %s", w,
+		           normal ? "normal(mean, std)" : "uniform(lo, hi)");
+		return false;
+	}
+	static const char *const nkw[] = {"mean", "std", NULL}, *const ukw[] = {"lo", "hi", NULL};
+	const char *const *kw = normal ? nkw : ukw;
+	if (!sema_check_kwargs(L, e, kw, w))
+		return false;
+	const AstNode *argv[2] = {0};
+	int npos = 0;
+	for (int i = 0; i < e->args.n; i++) {
+		const AstNode *x = e->args.items[i];
+		if (x && x->kind != AST_KWARG) {
+			if (npos < 2)
+				argv[npos] = x;
+			npos++;
+		}
+	}
+	for (int i = 0; i < 2; i++) {
+		const AstNode *k = sema_kwarg(e, kw[i]);
+		if (k && argv[i]) {
+			diag_error(L->d, k->loc, "%s given twice", kw[i]);
+			return false;
+		}
+		if (k)
+			argv[i] = k->lhs;
+	}
+	if (npos > 2 || !argv[0] || !argv[1]) {
+		diag_error(L->d, e->loc, "%s takes 2 arguments (%s, %s)", sema_name(L, w), kw[0],
+		           kw[1]);
+		return false;
+	}
+	double v[2];
+	for (int i = 0; i < 2; i++)
+		if (!sema_const_num(L, s, argv[i], kw[i], &v[i]))
+			return false;
+	if (normal && v[1] < 0) {
+		diag_error(L->d, argv[1]->loc, "std must be >= 0, got %g", v[1]);
+		return false;
+	}
+	if (uniform && v[0] > v[1]) {
+		diag_error(L->d, e->loc, "uniform needs lo <= hi, got (%g, %g)", v[0], v[1]);
+		return false;
+	}
+	at->init = normal ? IR_INIT_NORMAL : IR_INIT_UNIFORM;
+	at->f[0] = v[0];
+	at->f[1] = v[1];
+	return true;
+}
+
+static const char *const dtype_names[] = {"f32", "bf16", "f16", "i32"};
+static const IrDtype dtype_vals[] = {IR_F32, IR_BF16, IR_F16, IR_I32};
+
+/* Builds the param or input node of a declaration; returns V_ERR after
+ * reporting (the name is still bound, so uses do not cascade). */
+static Value lower_decl(Lower *L, Scope *s, const AstNode *st, bool param)
+{
+	const AstDecl *dc = st->decl;
+	const char *what = arena_printf(L->a, "'%s'", sema_name(L, dc->name));
+	bool ok = true, dims_ok = true;
+	int dt = -1;
+	for (int i = 0; i < 4 && dc->dtype; i++)
+		if (!strcmp(dc->dtype, dtype_names[i]))
+			dt = i;
+	if (dt < 0) {
+		diag_error(L->d, dc->dtype_loc,
+		           "unknown dtype '%s' (expected f32, bf16, f16 or i32)",
+		           sema_name(L, dc->dtype));
+		ok = false;
+	} else if (param && dtype_vals[dt] == IR_I32) {
+		diag_error(L->d, dc->dtype_loc,
+		           "param %s cannot be i32 (params are trained; use f32, "
+		           "bf16 or f16)",
+		           what);
+		ok = false;
+	}
+	if (dc->dims.n > IR_MAX_RANK) {
+		diag_error(L->d, st->loc, "%s has rank %d (at most %d)", what, dc->dims.n,
+		           IR_MAX_RANK);
+		return sema_err();
+	}
+	int64_t shape[IR_MAX_RANK], numel = 1;
+	for (int i = 0; i < dc->dims.n; i++) {
+		const AstNode *de = dc->dims.items[i];
+		const char *dw = arena_printf(L->a, "dim %d of %s", i, what);
+		shape[i] = 1;
+		if (!de || !sema_const_int(L, s, de, dw, &shape[i])) {
+			ok = dims_ok = false;
+		} else if (shape[i] < 1) {
+			diag_error(L->d, de->loc, "%s must be >= 1, got %lld", dw,
+			           (long long)shape[i]);
+			ok = dims_ok = false;
+		} else if (__builtin_mul_overflow(numel, shape[i], &numel) ||
+		           numel > IR_MAX_ELEMS) {
+			diag_error(L->d, de->loc,
+			           "tensor %s is too large (more than 2^48 elements)", what);
+			return sema_err();
+		}
+	}
+	IrAttrs at = {0};
+	if (!param && dc->init) {
+		diag_error(L->d, dc->init->loc,
+		           "input %s cannot have an init (the data loader fills it)", what);
+		ok = false;
+	} else if (param && !lower_init(L, s, dc, dc->dims.n, &at)) {
+		ok = false;
+	}
+	/* the placement is checked even when the type or init is bad, for
+	 * more errors per run; it needs the dims */
+	if (!ok && dims_ok && dc->annot)
+		for (int i = 0; i < dc->annot->nopts; i++) {
+			Placement pl;
+			if (dc->annot->opts && dc->annot->opts[i])
+				sema_placement(L, dc->annot->opts[i], dc->dims.n, shape, what,
+				               false, &pl);
+		}
+	if (!ok)
+		return sema_err();
+	IrNode *n = lower_new_node(L, param ? IR_OP_PARAM : IR_OP_INPUT, NULL, 0, dc->name_loc);
+	if (!n)
+		return sema_err();
+	n->dtype = dtype_vals[dt];
+	n->rank = dc->dims.n;
+	memcpy(n->shape, shape, sizeof(int64_t) * (size_t)n->rank);
+	n->attrs = at;
+	n->role = param ? IR_ROLE_PARAM : IR_ROLE_INPUT;
+	n->name = arena_printf(L->a, "%s%s", L->prefix, dc->name);
+	if (dc->annot && !sema_annotate(L, dc->annot, n, what, false))
+		return sema_err();
+	return lower_finish(L, n);
+}
+
+/* ---- statements ---- */
+
+static void bind_target(Lower *L, Scope *s, const AstName *t, Value v)
+{
+	if (!t->name)
+		return;
+	IrNode *n = node_of(L, v);
+	if (n && n->role == IR_ROLE_ACT && !n->name)
+		n->name = arena_printf(L->a, "%s%s", L->prefix, t->name);
+	lower_bind(L, s, t->name, v, t->loc);
+}
+
+static void lower_assign(Lower *L, Scope *s, const AstNode *st)
+{
+	if (st->nnames < 1 || !st->names)
+		return;
+	const char *saved_t = L->annot_target;
+	const AstNode *saved_e = L->annot_expr;
+	L->annot_target = st->nnames == 1 ? st->names[0].name : NULL;
+	L->annot_expr = st->lhs;
+	Value v = lower_expr(L, s, st->lhs);
+	L->annot_target = saved_t;
+	L->annot_expr = saved_e;
+	if (st->nnames == 1) {
+		bind_target(L, s, &st->names[0], v);
+		return;
+	}
+	if (v.k != V_ERR && (v.k != V_TUPLE || v.n != st->nnames)) {
+		if (v.k == V_TUPLE)
+			diag_error(L->d, st->loc,
+			           "cannot unpack a tuple of %d values into %d names", v.n,
+			           st->nnames);
+		else
+			diag_error(L->d, st->loc, "cannot unpack %s into %d names",
+			           sema_describe(L, v), st->nnames);
+		v = sema_err();
+	}
+	for (int i = 0; i < st->nnames; i++)
+		bind_target(L, s, &st->names[i], v.k == V_ERR ? v : v.items[i]);
+}
+
+static void lower_for(Lower *L, Scope *s, const AstNode *st)
+{
+	int64_t lo, hi;
+	bool ok = st->lhs && sema_const_int(L, s, st->lhs, "the loop start", &lo);
+	ok = st->rhs && sema_const_int(L, s, st->rhs, "the loop end", &hi) && ok;
+	if (!ok || !st->name)
+		return;
+	if (hi < lo) {
+		diag_error(L->d, st->rhs->loc, "the loop end (%lld) is before its start (%lld)",
+		           (long long)hi, (long long)lo);
+		return;
+	}
+	/* the product of the trip counts of the loop nest, checked before
+	 * running it, so a huge nest fails at once */
+	int64_t trips;
+	if (__builtin_mul_overflow(hi - lo, L->trips, &trips) || trips > LOWER_MAX_ITERS ||
+	    hi - lo > LOWER_MAX_ITERS - L->iters) {
+		lower_too_large(L, st->loc,
+		                arena_printf(L->a, "more than %d loop iterations and block calls",
+		                             LOWER_MAX_ITERS));
+		return;
+	}
+	Binding *old = lookup_local(s, st->name);
+	Binding saved = old ? *old : (Binding){0};
+	int saved_stage = L->stage;
+	int64_t saved_trips = L->trips;
+	L->trips = trips > 0 ? trips : 1;
+	for (int64_t i = lo; i < hi && !L->fatal; i++) {
+		L->iters++;
+		lower_bind(L, s, st->name, sema_int(i), st->loc);
+		L->stage = saved_stage;
+		int64_t stage;
+		if (st->stage && sema_const_int(L, s, st->stage, "the stage", &stage)) {
+			if (stage < 0 || stage >= (1 << 20)) {
+				diag_error(L->d, st->stage->loc,
+				           "the stage must be in [0, 2^20), got %lld",
+				           (long long)stage);
+				break;
+			}
+			L->stage = (int)stage;
+		}
+		int nerr0 = L->d->nerr;
+		lower_stmts(L, s, &st->body, NULL);
+		/* every later iteration would repeat the same errors */
+		if (L->d->nerr > nerr0)
+			break;
+	}
+	L->stage = saved_stage;
+	L->trips = saved_trips;
+	if (old)
+		lower_bind(L, s, st->name, saved.v, saved.loc);
+	else
+		unbind(s, st->name);
+}
+
+static void lower_param_stmt(Lower *L, Scope *s, const AstNode *st)
+{
+	const AstDecl *dc = st->decl;
+	if (!dc || !dc->name)
+		return;
+	Binding *prev = lookup_local(s, dc->name);
+	if (prev) {
+		diag_error(L->d, dc->name_loc, "duplicate name '%s'", sema_name(L, dc->name));
+		diag_note(L->d, prev->loc, "'%s' was first defined here", sema_name(L, dc->name));
+		return;
+	}
+	Value v = lower_decl(L, s, st, true);
+	if (s == &L->globals)
+		sema_define_global(L, dc->name, v, dc->name_loc);
+	else
+		lower_bind(L, s, dc->name, v, dc->name_loc);
+}
+
+static void lower_stmts(Lower *L, Scope *s, const AstList *body, Value *ret)
+{
+	if (L->depth >= LOWER_MAX_NEST) {
+		if (!L->fatal)
+			diag_error(L->d, body->n ? body->items[0]->loc : (SrcLoc){0},
+			           "statements nested too deeply (more than %d)", LOWER_MAX_NEST);
+		L->fatal = true;
+		return;
+	}
+	L->depth++;
+	for (int i = 0; i < body->n && !L->fatal; i++) {
+		const AstNode *st = body->items[i];
+		if (!st)
+			continue;
+		switch (st->kind) {
+		case AST_ASSIGN:
+			lower_assign(L, s, st);
+			break;
+		case AST_FOR:
+			lower_for(L, s, st);
+			break;
+		case AST_PARAM:
+			lower_param_stmt(L, s, st);
+			break;
+		case AST_RETURN:
+			/* misplaced returns were reported by check_returns */
+			if (ret && i == body->n - 1) {
+				if (st->args.n == 1) {
+					*ret = lower_expr(L, s, st->args.items[0]);
+				} else if (st->args.n > 1) {
+					Value t = {0};
+					t.k = V_TUPLE;
+					t.n = st->args.n;
+					t.items = arena_alloc(L->a, sizeof(Value) * (size_t)t.n);
+					for (int j = 0; t.items && j < t.n; j++) {
+						t.items[j] = lower_expr(L, s, st->args.items[j]);
+						if (t.items[j].k == V_ERR)
+							t.k = V_ERR;
+					}
+					*ret = t.items ? t : sema_err();
+				}
+			} else if (!L->nstack) {
+				diag_error(L->d, st->loc,
+				           "return is only allowed at the end of a block");
+			}
+			break;
+		case AST_INPUT:
+			diag_error(L->d, st->loc, "inputs must be declared at the top level");
+			break;
+		default:
+			diag_error(L->d, st->loc, "expected a statement");
+			break;
+		}
+	}
+	L->depth--;
+}
+
+/* ---- the file ---- */
+
+static const AstNode *single(Lower *L, const AstNode *prev, const AstNode *it, const char *what)
+{
+	if (prev) {
+		diag_error(L->d, it->loc, "duplicate %s", what);
+		diag_note(L->d, prev->loc, "first declared here");
+		return prev;
+	}
+	return it;
+}
+
+IrModule *lower_file(Arena *a, Diag *d, const AstFile *f, const LowerOptions *opt)
+{
+	Lower Lv = {0}, *L = &Lv;
+	int nerr0 = d->nerr;
+	L->a = a;
+	L->d = d;
+	L->f = f;
+	L->opt = opt;
+	L->stage = -1;
+	L->trips = 1;
+	L->prefix = "";
+	SrcLoc top = {f->path, 1, 1, 1};
+	const AstNode *model = NULL, *mesh = NULL, *fwd = NULL, *train = NULL;
+	L->blocks = arena_alloc(a, sizeof(BlockDef) * (size_t)(f->items.n + 1));
+	L->stack = arena_alloc(a, sizeof(BlockDef *) * (LOWER_MAX_NEST + 1));
+	if (!L->blocks || !L->stack)
+		return NULL;
+	for (int i = 0; i < f->items.n; i++) {
+		const AstNode *it = f->items.items[i];
+		if (!it)
+			continue;
+		switch (it->kind) {
+		case AST_MODEL:
+			if (it->name)
+				model = single(L, model, it, "model declaration");
+			break;
+		case AST_MESH:
+			mesh = single(L, mesh, it, "mesh declaration");
+			break;
+		case AST_FORWARD:
+			fwd = single(L, fwd, it, "forward section");
+			break;
+		case AST_TRAIN:
+			train = single(L, train, it, "train section");
+			break;
+		case AST_BLOCK:
+			if (it->name)
+				define_block(L, it);
+			break;
+		case AST_LET:
+		case AST_INPUT:
+		case AST_PARAM:
+			break;
+		default:
+			diag_error(d, it->loc, "expected a top-level declaration");
+			break;
+		}
+	}
+	if (!model)
+		diag_error(d, top, "missing 'model NAME' declaration");
+	IrModule *m = ir_module_new(a, model ? model->name : "unnamed");
+	if (!m)
+		return NULL;
+	L->m = m;
+	ir_train_defaults(&m->train);
+	m->loss = -1;
+	sema_lets(L);
+	sema_mesh(L, mesh);
+	sema_train(L, train);
+	for (int i = 0; i < f->items.n && !L->fatal; i++) {
+		const AstNode *it = f->items.items[i];
+		if (!it || !it->decl || !it->decl->name)
+			continue;
+		if (it->kind == AST_PARAM) {
+			lower_param_stmt(L, &L->globals, it);
+		} else if (it->kind == AST_INPUT) {
+			Value v = lower_decl(L, &L->globals, it, false);
+			sema_define_global(L, it->decl->name, v, it->decl->name_loc);
+		}
+	}
+	if (!fwd) {
+		diag_error(d, top, "missing 'forward' section");
+	} else if (!L->fatal) {
+		Scope sc = {0};
+		sc.parent = &L->globals;
+		lower_stmts(L, &sc, &fwd->body, NULL);
+		Binding *lb = lookup_local(&sc, "loss");
+		IrNode *ln = lb ? node_of(L, lb->v) : NULL;
+		if (!lb && !L->fatal) {
+			diag_error(d, fwd->loc, "the forward section must assign 'loss'");
+		} else if (lb && lb->v.k != V_ERR && !ln) {
+			diag_error(d, lb->loc, "'loss' must be a scalar, got %s",
+			           sema_describe(L, lb->v));
+		} else if (ln && (ln->rank != 0 || ln->dtype != IR_F32)) {
+			diag_error(d, lb->loc, "'loss' must be a scalar%s, got %s",
+			           ln->rank == 0 ? " f32" : "", sema_type_str(L, ln));
+		} else if (ln) {
+			ln->role = IR_ROLE_LOSS;
+			m->loss = ln->id;
+		}
+	}
+	return d->nerr > nerr0 ? NULL : m;
+}
+
+IrModule *lower_path(Arena *a, Diag *d, const char *path, const LowerOptions *opt)
+{
+	SrcFile *src = arena_alloc(a, sizeof *src);
+	if (!src || !src_read_file(a, d, path, src))
+		return NULL;
+	diag_add_file(d, src);
+	AstFile f = {0};
+	/* a phase that saw errors stops at its boundary: lowering a recovered
+	 * tree would mostly report the parser's errors again */
+	if (!ast_parse(a, d, src, &f))
+		return NULL;
+	return lower_file(a, d, &f, opt);
+}
