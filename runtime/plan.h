@@ -115,10 +115,21 @@ typedef struct DtmAction {
 	int stream;          /* 0 = compute, 1 = communication */
 } DtmAction;
 
+/* The runtime zeroes every arena once at start-up and never again: a plan
+ * that accumulates (gradients over micro-batches, beta = 1 GEMMs) zeroes
+ * its accumulators itself.  Eval (--eval-every) runs only the actions
+ * whose phase is DTM_PHASE_FORWARD. */
 typedef struct DtmStage {
 	int nactions;
 	const DtmAction *actions;
 } DtmStage;
+
+/* Floats in DtmCtx.scratch (zeroed once at start-up, then left to the
+ * kernels: the runtime never clears it between calls). */
+#define DTM_SCRATCH_FLOATS 4096
+
+/* A body for DtmCtx.parallel_for: handles items [lo, hi). */
+typedef void (*DtmRangeFn)(void *arg, int64_t lo, int64_t hi);
 
 /* What a kernel sees each call. */
 typedef struct DtmCtx {
@@ -129,6 +140,14 @@ typedef struct DtmCtx {
 	const int64_t *coords; /* this rank's mesh coordinates */
 	int nthreads;        /* threads a kernel may use */
 	float *scratch;      /* per-call scratch (norms, clip factor) */
+	/* Runs fn over [0, n) split into at most nthreads contiguous ranges
+	 * on the runtime's thread pool and returns when all are done; ranges
+	 * are at least `grain` items.  Serial when called from inside a
+	 * parallel_for body.  Generated kernels use this instead of OpenMP so
+	 * the binary needs no -fopenmp and shares one pool with the GEMMs. */
+	void (*parallel_for)(const struct DtmCtx *ctx, int64_t n, int64_t grain,
+			     DtmRangeFn fn, void *arg);
+	void *pool;          /* the runtime's, for parallel_for */
 } DtmCtx;
 
 typedef void (*DtmKernelFn)(const DtmCtx *ctx, void *const *args);

@@ -1,0 +1,844 @@
+/* ckpt.c - safetensors writer and validating reader, the checkpoint index
+ * and the step-directory layout; see ckpt.h for the formats and the crash
+ * argument. */
+#include "runtime/ckpt.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "runtime/fsio.h"
+#include "runtime/json.h"
+
+static int seterr(char *err, size_t errlen, const char *fmt, ...)
+        __attribute__((format(printf, 3, 4)));
+
+static int seterr(char *err, size_t errlen, const char *fmt, ...)
+{
+	if (err && errlen) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(err, errlen, fmt, ap);
+		va_end(ap);
+	}
+	return -1;
+}
+
+/* ---- dtypes ---- */
+
+static const struct {
+	const char *name;
+	size_t size;
+} dtypes[DTM_DT_COUNT] = {
+        [DTM_DT_F32] = {"F32", 4}, [DTM_DT_BF16] = {"BF16", 2}, [DTM_DT_F16] = {"F16", 2},
+        [DTM_DT_F64] = {"F64", 8}, [DTM_DT_I32] = {"I32", 4},   [DTM_DT_I64] = {"I64", 8},
+        [DTM_DT_U8] = {"U8", 1},
+};
+
+const char *dtm_st_dtype_name(DtmStDtype dt)
+{
+	return (unsigned)dt < DTM_DT_COUNT ? dtypes[dt].name : "?";
+}
+
+size_t dtm_st_dtype_size(DtmStDtype dt)
+{
+	return (unsigned)dt < DTM_DT_COUNT ? dtypes[dt].size : 0;
+}
+
+int dtm_st_dtype_parse(const char *s, DtmStDtype *out)
+{
+	for (int i = 0; i < DTM_DT_COUNT; i++)
+		if (strcmp(s, dtypes[i].name) == 0) {
+			*out = (DtmStDtype)i;
+			return 0;
+		}
+	return -1;
+}
+
+float dtm_f16_to_f32(uint16_t h)
+{
+	uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+	uint32_t u;
+	if (exp == 0x1f) {
+		u = sign | 0x7f800000u | man << 13;
+	} else if (exp != 0) {
+		u = sign | (exp + 112) << 23 | man << 13;
+	} else if (man == 0) {
+		u = sign;
+	} else {
+		/* subnormal: shift the mantissa up until its leading 1 is the
+		 * implicit bit */
+		int e = -1;
+		do {
+			e++;
+			man <<= 1;
+		} while (!(man & 0x400));
+		u = sign | (uint32_t)(112 - e) << 23 | (man & 0x3ff) << 13;
+	}
+	float f;
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+uint16_t dtm_f32_to_f16(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	uint16_t sign = (uint16_t)((u >> 16) & 0x8000);
+	uint32_t a = u & 0x7fffffffu;
+	if (a > 0x7f800000u)
+		return sign | 0x7e00; /* NaN */
+	if (a >= 0x477ff000u)         /* rounds to >= 65520: overflow to inf */
+		return sign | 0x7c00;
+	if (a < 0x38800000u) { /* below the smallest normal half: subnormal */
+		if (a < 0x33000000u)
+			return sign; /* rounds to zero */
+		uint32_t e = a >> 23, m = (a & 0x7fffff) | 0x800000;
+		uint32_t shift = 126 - e; /* 14..24 */
+		uint32_t r = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+		if (rem > half || (rem == half && (r & 1)))
+			r++;
+		return sign | (uint16_t)r;
+	}
+	uint32_t r = a - 0x38000000u; /* rebias 127 -> 15 */
+	r += 0xfffu + ((r >> 13) & 1);
+	return sign | (uint16_t)(r >> 13);
+}
+
+/* ---- writer ---- */
+
+/* numel * elem size, or -1 on overflow / bad dims */
+static int64_t tensor_nbytes(int ndim, const int64_t *shape, size_t elem)
+{
+	if (ndim < 0 || ndim > DTM_MAX_DIMS)
+		return -1;
+	uint64_t n = 1;
+	for (int d = 0; d < ndim; d++) {
+		if (shape[d] < 0)
+			return -1;
+		if (shape[d] != 0 && n > (UINT64_C(1) << 62) / (uint64_t)shape[d])
+			return -1;
+		n *= (uint64_t)shape[d];
+	}
+	if (n > (UINT64_C(1) << 62) / elem)
+		return -1;
+	return (int64_t)(n * elem);
+}
+
+static int cmp_str_ptr(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+int dtm_st_write(const char *path, const DtmTensorDesc *t, int nt, const DtmMetaKV *meta, int nmeta,
+                 char *err, size_t errlen)
+{
+	if (nt < 0 || nmeta < 0 || (nt && !t) || (nmeta && !meta))
+		return seterr(err, errlen, "%s: bad tensor list", path);
+	/* validate everything before touching the disk */
+	const char **names = malloc(((size_t)nt + 1) * sizeof *names);
+	if (!names)
+		return seterr(err, errlen, "%s: out of memory", path);
+	for (int i = 0; i < nt; i++) {
+		const char *why = NULL;
+		if (!t[i].name || !t[i].name[0])
+			why = "empty name";
+		else if (strcmp(t[i].name, "__metadata__") == 0)
+			why = "reserved name";
+		else if ((unsigned)t[i].dtype >= DTM_DT_COUNT)
+			why = "bad dtype";
+		else if (tensor_nbytes(t[i].ndim, t[i].shape, dtm_st_dtype_size(t[i].dtype)) < 0)
+			why = "bad shape";
+		else if (!t[i].data && tensor_nbytes(t[i].ndim, t[i].shape, 1) > 0)
+			why = "no data";
+		if (why) {
+			free(names);
+			return seterr(err, errlen, "%s: tensor %d (%s): %s", path, i,
+			              t[i].name ? t[i].name : "(null)", why);
+		}
+		names[i] = t[i].name;
+	}
+	qsort(names, (size_t)nt, sizeof *names, cmp_str_ptr);
+	for (int i = 1; i < nt; i++)
+		if (strcmp(names[i - 1], names[i]) == 0) {
+			int r = seterr(err, errlen, "%s: duplicate tensor name %s", path, names[i]);
+			free(names);
+			return r;
+		}
+	free(names);
+
+	RtBuf h = {0};
+	rt_buf_append(&h, "{", 1);
+	if (nmeta > 0) {
+		rt_buf_json_str(&h, "__metadata__");
+		rt_buf_append(&h, ":{", 2);
+		for (int i = 0; i < nmeta; i++) {
+			if (i)
+				rt_buf_append(&h, ",", 1);
+			rt_buf_json_str(&h, meta[i].key ? meta[i].key : "");
+			rt_buf_append(&h, ":", 1);
+			rt_buf_json_str(&h, meta[i].value ? meta[i].value : "");
+		}
+		rt_buf_append(&h, "}", 1);
+	}
+	uint64_t off = 0;
+	for (int i = 0; i < nt; i++) {
+		uint64_t nb =
+		        (uint64_t)tensor_nbytes(t[i].ndim, t[i].shape, dtm_st_dtype_size(t[i].dtype));
+		if (i || nmeta > 0)
+			rt_buf_append(&h, ",", 1);
+		rt_buf_json_str(&h, t[i].name);
+		rt_buf_printf(&h, ":{\"dtype\":\"%s\",\"shape\":[", dtm_st_dtype_name(t[i].dtype));
+		for (int d = 0; d < t[i].ndim; d++)
+			rt_buf_printf(&h, "%s%" PRId64, d ? "," : "", t[i].shape[d]);
+		rt_buf_printf(&h, "],\"data_offsets\":[%" PRIu64 ",%" PRIu64 "]}", off, off + nb);
+		off += nb;
+	}
+	rt_buf_append(&h, "}", 1);
+	while (!h.failed && h.len % 8)
+		rt_buf_append(&h, " ", 1);
+	if (h.failed || h.len > DTM_ST_MAX_HEADER) {
+		rt_buf_free(&h);
+		return seterr(err, errlen, "%s: header too large or out of memory", path);
+	}
+
+	unsigned char len8[8];
+	for (int k = 0; k < 8; k++)
+		len8[k] = (unsigned char)((uint64_t)h.len >> (8 * k));
+	RtAtomicFile af;
+	if (rt_afile_open(&af, path, err, errlen)) {
+		rt_buf_free(&h);
+		return -1;
+	}
+	int rc = rt_afile_write(&af, len8, 8, err, errlen);
+	if (!rc)
+		rc = rt_afile_write(&af, h.p, h.len, err, errlen);
+	rt_buf_free(&h);
+	for (int i = 0; i < nt && !rc; i++) {
+		size_t nb =
+		        (size_t)tensor_nbytes(t[i].ndim, t[i].shape, dtm_st_dtype_size(t[i].dtype));
+		rc = rt_afile_write(&af, t[i].data, nb, err, errlen);
+	}
+	if (rc) {
+		rt_afile_abort(&af);
+		return -1;
+	}
+	return rt_afile_commit(&af, err, errlen);
+}
+
+/* ---- reader ---- */
+
+struct DtmSafetensors {
+	void *map; /* mmap'd file, or NULL */
+	size_t map_len;
+	void *owned; /* malloc'd copy for open_memory, or NULL */
+	RtJsonDoc doc;
+	const RtJson *meta; /* the __metadata__ object, or NULL */
+	int n;
+	DtmStTensor *t;        /* file order */
+	DtmStTensor **by_name; /* sorted by name, for dtm_st_find */
+};
+
+void dtm_st_close(DtmSafetensors *st)
+{
+	if (!st)
+		return;
+	rt_json_free(&st->doc);
+	if (st->map)
+		munmap(st->map, st->map_len);
+	free(st->owned);
+	free(st->t);
+	free(st->by_name);
+	free(st);
+}
+
+static int cmp_by_name(const void *a, const void *b)
+{
+	return strcmp((*(DtmStTensor *const *)a)->name, (*(DtmStTensor *const *)b)->name);
+}
+
+static int cmp_by_offset(const void *a, const void *b)
+{
+	const DtmStTensor *x = *(DtmStTensor *const *)a, *y = *(DtmStTensor *const *)b;
+	if (x->data != y->data)
+		return (const char *)x->data < (const char *)y->data ? -1 : 1;
+	return x->nbytes < y->nbytes ? -1 : x->nbytes > y->nbytes;
+}
+
+/* A JSON number that is a non-negative integer fitting int64. */
+static int get_uint(const RtJson *v, int64_t *out)
+{
+	if (!v || v->kind != RT_JSON_NUM || !v->is_int || v->i < 0)
+		return -1;
+	*out = v->i;
+	return 0;
+}
+
+/* Parses one tensor entry {"dtype", "shape", "data_offsets"}; checks its
+ * size against its offsets and the data section. */
+static int parse_entry(const RtJson *e, DtmStTensor *t, const unsigned char *data,
+                       uint64_t data_len, const char *label, char *err, size_t errlen)
+{
+	t->name = e->key;
+	if (e->kind != RT_JSON_OBJ)
+		return seterr(err, errlen, "%s: tensor %s: entry is not an object", label, e->key);
+	const RtJson *dt = NULL, *shape = NULL, *offs = NULL;
+	for (int k = 0; k < e->n; k++) {
+		const RtJson *m = &e->kids[k];
+		const RtJson **slot = strcmp(m->key, "dtype") == 0          ? &dt
+		                      : strcmp(m->key, "shape") == 0        ? &shape
+		                      : strcmp(m->key, "data_offsets") == 0 ? &offs
+		                                                            : NULL;
+		if (!slot)
+			return seterr(err, errlen, "%s: tensor %s: unknown field \"%s\"", label,
+			              e->key, m->key);
+		if (*slot)
+			return seterr(err, errlen, "%s: tensor %s: repeated field \"%s\"", label,
+			              e->key, m->key);
+		*slot = m;
+	}
+	if (!dt || dt->kind != RT_JSON_STR)
+		return seterr(err, errlen, "%s: tensor %s: missing or bad \"dtype\"", label,
+		              e->key);
+	if (dtm_st_dtype_parse(dt->s, &t->dtype))
+		return seterr(err, errlen, "%s: tensor %s: unsupported dtype \"%s\"", label, e->key,
+		              dt->s);
+	if (!shape || shape->kind != RT_JSON_ARR || shape->n > DTM_MAX_DIMS)
+		return seterr(err, errlen,
+		              "%s: tensor %s: missing or bad \"shape\" (at most %d dims)", label,
+		              e->key, DTM_MAX_DIMS);
+	t->ndim = shape->n;
+	for (int d = 0; d < shape->n; d++)
+		if (get_uint(&shape->kids[d], &t->shape[d]))
+			return seterr(err, errlen,
+			              "%s: tensor %s: shape[%d] is not a non-negative integer",
+			              label, e->key, d);
+	int64_t nb = tensor_nbytes(t->ndim, t->shape, dtm_st_dtype_size(t->dtype));
+	if (nb < 0)
+		return seterr(err, errlen, "%s: tensor %s: shape too large", label, e->key);
+	int64_t b, en;
+	if (!offs || offs->kind != RT_JSON_ARR || offs->n != 2 || get_uint(&offs->kids[0], &b) ||
+	    get_uint(&offs->kids[1], &en))
+		return seterr(err, errlen, "%s: tensor %s: missing or bad \"data_offsets\"", label,
+		              e->key);
+	if (b > en || (uint64_t)en > data_len)
+		return seterr(err, errlen,
+		              "%s: tensor %s: data_offsets [%" PRId64 ", %" PRId64
+		              "] outside the %" PRIu64 "-byte data section",
+		              label, e->key, b, en, data_len);
+	if (en - b != nb)
+		return seterr(err, errlen,
+		              "%s: tensor %s: %s %s needs %" PRId64
+		              " bytes, data_offsets give %" PRId64,
+		              label, e->key, dt->s, shape->n ? "tensor" : "scalar", nb, en - b);
+	t->nbytes = (size_t)nb;
+	t->numel = (uint64_t)nb / dtm_st_dtype_size(t->dtype);
+	t->data = data + b;
+	return 0;
+}
+
+/* Validates buf[0..len) as a safetensors file and fills st. */
+static int st_parse(DtmSafetensors *st, const unsigned char *buf, size_t len, const char *label,
+                    char *err, size_t errlen)
+{
+	if (len < 8)
+		return seterr(err, errlen,
+		              "%s: not a safetensors file: %zu bytes, shorter than the "
+		              "8-byte header size",
+		              label, len);
+	uint64_t hlen = 0;
+	for (int k = 0; k < 8; k++)
+		hlen |= (uint64_t)buf[k] << (8 * k);
+	if (hlen > DTM_ST_MAX_HEADER)
+		return seterr(err, errlen,
+		              "%s: header size %" PRIu64 " exceeds the %u-byte limit "
+		              "(corrupted or not a safetensors file)",
+		              label, hlen, DTM_ST_MAX_HEADER);
+	if (hlen > len - 8)
+		return seterr(err, errlen,
+		              "%s: header size %" PRIu64 " runs past the end of the "
+		              "%zu-byte file",
+		              label, hlen, len);
+	if (hlen < 2 || buf[8] != '{')
+		return seterr(err, errlen, "%s: header is not a JSON object", label);
+	char jerr[200];
+	if (rt_json_parse(&st->doc, (const char *)buf + 8, (size_t)hlen, jerr, sizeof jerr))
+		return seterr(err, errlen, "%s: bad JSON header: %s", label, jerr);
+	const RtJson *root = st->doc.root;
+	if (root->kind != RT_JSON_OBJ)
+		return seterr(err, errlen, "%s: header is not a JSON object", label);
+	const unsigned char *data = buf + 8 + hlen;
+	uint64_t data_len = (uint64_t)len - 8 - hlen;
+	st->t = calloc((size_t)root->n + 1, sizeof *st->t);
+	st->by_name = calloc((size_t)root->n + 1, sizeof *st->by_name);
+	if (!st->t || !st->by_name)
+		return seterr(err, errlen, "%s: out of memory", label);
+	for (int k = 0; k < root->n; k++) {
+		const RtJson *e = &root->kids[k];
+		if (strcmp(e->key, "__metadata__") == 0) {
+			if (st->meta)
+				return seterr(err, errlen, "%s: repeated __metadata__", label);
+			if (e->kind != RT_JSON_OBJ)
+				return seterr(err, errlen, "%s: __metadata__ is not an object",
+				              label);
+			for (int m = 0; m < e->n; m++)
+				if (e->kids[m].kind != RT_JSON_STR)
+					return seterr(
+					        err, errlen,
+					        "%s: __metadata__ value \"%s\" is not a string",
+					        label, e->kids[m].key);
+			st->meta = e;
+			continue;
+		}
+		if (parse_entry(e, &st->t[st->n], data, data_len, label, err, errlen))
+			return -1;
+		st->by_name[st->n] = &st->t[st->n];
+		st->n++;
+	}
+	/* names unique */
+	qsort(st->by_name, (size_t)st->n, sizeof *st->by_name, cmp_by_name);
+	for (int i = 1; i < st->n; i++)
+		if (strcmp(st->by_name[i - 1]->name, st->by_name[i]->name) == 0)
+			return seterr(err, errlen, "%s: duplicate tensor %s", label,
+			              st->by_name[i]->name);
+	/* tensors tile the data section exactly, as the reference reader
+	 * demands: no overlap (two names sharing bytes would alias on load)
+	 * and no gap or trailing bytes (a sign of truncation or corruption) */
+	DtmStTensor **ord = malloc(((size_t)st->n + 1) * sizeof *ord);
+	if (!ord)
+		return seterr(err, errlen, "%s: out of memory", label);
+	memcpy(ord, st->by_name, (size_t)st->n * sizeof *ord);
+	qsort(ord, (size_t)st->n, sizeof *ord, cmp_by_offset);
+	uint64_t pos = 0;
+	for (int i = 0; i < st->n; i++) {
+		uint64_t b = (uint64_t)((const unsigned char *)ord[i]->data - data);
+		if (b != pos) {
+			int r = seterr(err, errlen,
+			               "%s: tensor %s starts at byte %" PRIu64 " of the data "
+			               "section, expected %" PRIu64 " (%s)",
+			               label, ord[i]->name, b, pos, b < pos ? "overlap" : "gap");
+			free(ord);
+			return r;
+		}
+		pos = b + ord[i]->nbytes;
+	}
+	free(ord);
+	if (pos != data_len)
+		return seterr(err, errlen,
+		              "%s: %" PRIu64 " bytes of data after the last tensor "
+		              "(expected %" PRIu64 ")",
+		              label, data_len - pos, pos);
+	return 0;
+}
+
+int dtm_st_open_memory(DtmSafetensors **out, const void *buf, size_t len, const char *label,
+                       char *err, size_t errlen)
+{
+	*out = NULL;
+	DtmSafetensors *st = calloc(1, sizeof *st);
+	if (!st)
+		return seterr(err, errlen, "%s: out of memory", label);
+	st->owned = malloc(len ? len : 1);
+	if (!st->owned) {
+		free(st);
+		return seterr(err, errlen, "%s: out of memory", label);
+	}
+	if (len)
+		memcpy(st->owned, buf, len);
+	if (st_parse(st, st->owned, len, label, err, errlen)) {
+		dtm_st_close(st);
+		return -1;
+	}
+	*out = st;
+	return 0;
+}
+
+int dtm_st_open(DtmSafetensors **out, const char *path, char *err, size_t errlen)
+{
+	*out = NULL;
+	int fd = open(path, O_RDONLY);
+	if (fd < 0)
+		return seterr(err, errlen, "cannot open %s: %s", path, strerror(errno));
+	struct stat sb;
+	if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+		close(fd);
+		return seterr(err, errlen, "%s: not a regular file", path);
+	}
+	DtmSafetensors *st = calloc(1, sizeof *st);
+	if (!st) {
+		close(fd);
+		return seterr(err, errlen, "%s: out of memory", path);
+	}
+	size_t len = (size_t)sb.st_size;
+	if (len > 0) {
+		st->map = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
+		if (st->map == MAP_FAILED) {
+			int e = errno;
+			st->map = NULL;
+			close(fd);
+			free(st);
+			return seterr(err, errlen, "cannot mmap %s: %s", path, strerror(e));
+		}
+		st->map_len = len;
+	}
+	close(fd);
+	static const unsigned char empty[1];
+	if (st_parse(st, st->map ? st->map : empty, len, path, err, errlen)) {
+		dtm_st_close(st);
+		return -1;
+	}
+	*out = st;
+	return 0;
+}
+
+int dtm_st_count(const DtmSafetensors *st)
+{
+	return st->n;
+}
+
+const DtmStTensor *dtm_st_at(const DtmSafetensors *st, int i)
+{
+	return i >= 0 && i < st->n ? &st->t[i] : NULL;
+}
+
+const DtmStTensor *dtm_st_find(const DtmSafetensors *st, const char *name)
+{
+	int lo = 0, hi = st->n - 1;
+	while (lo <= hi) {
+		int mid = lo + (hi - lo) / 2;
+		int c = strcmp(name, st->by_name[mid]->name);
+		if (c == 0)
+			return st->by_name[mid];
+		if (c < 0)
+			hi = mid - 1;
+		else
+			lo = mid + 1;
+	}
+	return NULL;
+}
+
+const char *dtm_st_meta(const DtmSafetensors *st, const char *key)
+{
+	const RtJson *v = rt_json_get(st->meta, key);
+	return v ? v->s : NULL;
+}
+
+int dtm_st_read_f32(const DtmStTensor *t, float *dst)
+{
+	const unsigned char *p = t->data;
+	for (uint64_t i = 0; i < t->numel; i++) {
+		uint16_t h;
+		double d;
+		switch (t->dtype) {
+		case DTM_DT_F32:
+			memcpy(&dst[i], p + 4 * i, 4);
+			break;
+		case DTM_DT_BF16:
+			memcpy(&h, p + 2 * i, 2);
+			dst[i] = dtm_bf16_to_f32(h);
+			break;
+		case DTM_DT_F16:
+			memcpy(&h, p + 2 * i, 2);
+			dst[i] = dtm_f16_to_f32(h);
+			break;
+		case DTM_DT_F64:
+			memcpy(&d, p + 8 * i, 8);
+			dst[i] = (float)d;
+			break;
+		default:
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/* ---- index.json ---- */
+
+int dtm_ckpt_index_write(const char *path, const DtmCkptIndex *ix, char *err, size_t errlen)
+{
+	if (ix->naxes < 0 || ix->naxes > DTM_MAX_AXES || ix->nfiles < 0 || ix->ntensors < 0)
+		return seterr(err, errlen, "%s: bad checkpoint index", path);
+	RtBuf b = {0};
+	/* the seed is a string: JSON numbers above 2^53 lose digits in most
+	 * readers, and a seed must round-trip exactly */
+	rt_buf_printf(&b,
+	              "{\n  \"format\": \"%s\",\n  \"step\": %" PRIu64 ",\n  \"seed\": \"%" PRIu64
+	              "\",\n  \"mesh\": {\"axes\": [",
+	              DTM_CKPT_FORMAT, ix->step, ix->seed);
+	for (int a = 0; a < ix->naxes; a++) {
+		if (a)
+			rt_buf_append(&b, ", ", 2);
+		rt_buf_json_str(&b, ix->axes[a] ? ix->axes[a] : "");
+	}
+	rt_buf_append(&b, "], \"sizes\": [", 13);
+	for (int a = 0; a < ix->naxes; a++)
+		rt_buf_printf(&b, "%s%" PRId64, a ? ", " : "", ix->sizes[a]);
+	rt_buf_append(&b, "]},\n  \"files\": [", 16);
+	for (int f = 0; f < ix->nfiles; f++) {
+		if (f)
+			rt_buf_append(&b, ", ", 2);
+		rt_buf_json_str(&b, ix->files[f] ? ix->files[f] : "");
+	}
+	rt_buf_append(&b, "],\n  \"tensors\": {", 17);
+	for (int i = 0; i < ix->ntensors; i++) {
+		const DtmIndexTensor *t = &ix->tensors[i];
+		if (!t->name || t->ndim < 0 || t->ndim > DTM_MAX_DIMS) {
+			rt_buf_free(&b);
+			return seterr(err, errlen, "%s: bad index tensor %d", path, i);
+		}
+		rt_buf_append(&b, i ? ",\n    " : "\n    ", i ? 6 : 5);
+		rt_buf_json_str(&b, t->name);
+		rt_buf_append(&b, ": {", 3);
+		if (t->dtype) {
+			rt_buf_append(&b, "\"dtype\": ", 9);
+			rt_buf_json_str(&b, t->dtype);
+			rt_buf_append(&b, ", ", 2);
+		}
+		rt_buf_append(&b, "\"shape\": [", 10);
+		for (int d = 0; d < t->ndim; d++)
+			rt_buf_printf(&b, "%s%" PRId64, d ? ", " : "", t->shape[d]);
+		rt_buf_append(&b, "]", 1);
+		if (t->placement) {
+			rt_buf_append(&b, ", \"placement\": ", 15);
+			rt_buf_json_str(&b, t->placement);
+		}
+		rt_buf_append(&b, "}", 1);
+	}
+	rt_buf_append(&b, ix->ntensors ? "\n  }\n}\n" : "}\n}\n", ix->ntensors ? 7 : 4);
+	if (b.failed) {
+		rt_buf_free(&b);
+		return seterr(err, errlen, "%s: out of memory", path);
+	}
+	int rc = rt_write_file_atomic(path, b.p, b.len, err, errlen);
+	rt_buf_free(&b);
+	return rc;
+}
+
+typedef struct IndexPriv {
+	RtJsonDoc doc;
+	const char **files;
+	DtmIndexTensor *tensors;
+} IndexPriv;
+
+void dtm_ckpt_index_free(DtmCkptIndex *ix)
+{
+	IndexPriv *p = ix->priv;
+	if (p) {
+		rt_json_free(&p->doc);
+		free(p->files);
+		free(p->tensors);
+		free(p);
+	}
+	memset(ix, 0, sizeof *ix);
+}
+
+/* A file name in an index must stay inside the step directory. */
+static int safe_file_name(const char *s)
+{
+	return s[0] && !strchr(s, '/') && strcmp(s, ".") != 0 && strcmp(s, "..") != 0;
+}
+
+static int index_from_json(DtmCkptIndex *ix, IndexPriv *p, const char *path, char *err,
+                           size_t errlen)
+{
+	const RtJson *root = p->doc.root, *v;
+	if (root->kind != RT_JSON_OBJ)
+		return seterr(err, errlen, "%s: not a JSON object", path);
+	v = rt_json_get(root, "format");
+	if (!v || v->kind != RT_JSON_STR || strcmp(v->s, DTM_CKPT_FORMAT) != 0)
+		return seterr(err, errlen,
+		              "%s: not a dtm checkpoint index (format \"%s\", expected "
+		              "\"%s\")",
+		              path, v && v->kind == RT_JSON_STR ? v->s : "?", DTM_CKPT_FORMAT);
+	int64_t step;
+	if (get_uint(rt_json_get(root, "step"), &step))
+		return seterr(err, errlen, "%s: missing or bad \"step\"", path);
+	ix->step = (uint64_t)step;
+	v = rt_json_get(root, "seed");
+	if (v) {
+		char *end;
+		errno = 0;
+		if (v->kind != RT_JSON_STR || !v->s[0] || v->s[0] == '-' ||
+		    ((ix->seed = strtoull(v->s, &end, 10)), errno != 0 || *end))
+			return seterr(err, errlen, "%s: bad \"seed\"", path);
+	}
+	const RtJson *mesh = rt_json_get(root, "mesh");
+	const RtJson *axes = rt_json_get(mesh, "axes"), *sizes = rt_json_get(mesh, "sizes");
+	if (!axes || !sizes || axes->kind != RT_JSON_ARR || sizes->kind != RT_JSON_ARR ||
+	    axes->n != sizes->n || axes->n > DTM_MAX_AXES)
+		return seterr(err, errlen, "%s: bad \"mesh\" (axes and sizes, at most %d)", path,
+		              DTM_MAX_AXES);
+	ix->naxes = axes->n;
+	for (int a = 0; a < axes->n; a++) {
+		if (axes->kids[a].kind != RT_JSON_STR || get_uint(&sizes->kids[a], &ix->sizes[a]) ||
+		    ix->sizes[a] < 1)
+			return seterr(err, errlen, "%s: bad mesh axis %d", path, a);
+		ix->axes[a] = axes->kids[a].s;
+	}
+	const RtJson *files = rt_json_get(root, "files");
+	if (!files || files->kind != RT_JSON_ARR)
+		return seterr(err, errlen, "%s: missing \"files\"", path);
+	p->files = calloc((size_t)files->n + 1, sizeof *p->files);
+	if (!p->files)
+		return seterr(err, errlen, "%s: out of memory", path);
+	for (int f = 0; f < files->n; f++) {
+		if (files->kids[f].kind != RT_JSON_STR || !safe_file_name(files->kids[f].s))
+			return seterr(err, errlen, "%s: bad file name at files[%d]", path, f);
+		p->files[f] = files->kids[f].s;
+	}
+	ix->nfiles = files->n;
+	ix->files = p->files;
+	const RtJson *ts = rt_json_get(root, "tensors");
+	if (!ts || ts->kind != RT_JSON_OBJ)
+		return seterr(err, errlen, "%s: missing \"tensors\"", path);
+	p->tensors = calloc((size_t)ts->n + 1, sizeof *p->tensors);
+	if (!p->tensors)
+		return seterr(err, errlen, "%s: out of memory", path);
+	for (int i = 0; i < ts->n; i++) {
+		const RtJson *e = &ts->kids[i];
+		DtmIndexTensor *t = &p->tensors[i];
+		t->name = e->key;
+		const RtJson *sh = rt_json_get(e, "shape"), *dt = rt_json_get(e, "dtype");
+		const RtJson *pl = rt_json_get(e, "placement");
+		if (!sh || sh->kind != RT_JSON_ARR || sh->n > DTM_MAX_DIMS ||
+		    (dt && dt->kind != RT_JSON_STR) || (pl && pl->kind != RT_JSON_STR))
+			return seterr(err, errlen, "%s: tensor %s: bad entry", path, e->key);
+		t->ndim = sh->n;
+		for (int d = 0; d < sh->n; d++)
+			if (get_uint(&sh->kids[d], &t->shape[d]))
+				return seterr(err, errlen, "%s: tensor %s: bad shape", path,
+				              e->key);
+		t->dtype = dt ? dt->s : NULL;
+		t->placement = pl ? pl->s : NULL;
+	}
+	ix->ntensors = ts->n;
+	ix->tensors = p->tensors;
+	return 0;
+}
+
+int dtm_ckpt_index_read(const char *path, DtmCkptIndex *ix, char *err, size_t errlen)
+{
+	memset(ix, 0, sizeof *ix);
+	char *text;
+	size_t len;
+	if (rt_read_file(path, &text, &len, 256u << 20, err, errlen))
+		return -1;
+	IndexPriv *p = calloc(1, sizeof *p);
+	if (!p) {
+		free(text);
+		return seterr(err, errlen, "%s: out of memory", path);
+	}
+	char jerr[200];
+	if (rt_json_parse(&p->doc, text, len, jerr, sizeof jerr)) {
+		free(text);
+		free(p);
+		return seterr(err, errlen, "%s: bad JSON: %s", path, jerr);
+	}
+	free(text); /* the document holds decoded copies of every string */
+	ix->priv = p;
+	if (index_from_json(ix, p, path, err, errlen)) {
+		dtm_ckpt_index_free(ix);
+		return -1;
+	}
+	return 0;
+}
+
+/* ---- directory layout ---- */
+
+int dtm_ckpt_step_dir(char *out, size_t n, const char *dir, uint64_t step)
+{
+	int k = snprintf(out, n, "%s/step_%06" PRIu64, dir, step);
+	return k < 0 || (size_t)k >= n ? -1 : 0;
+}
+
+int dtm_ckpt_rank_file(char *out, size_t n, int rank)
+{
+	int k = snprintf(out, n, "rank%05d.safetensors", rank);
+	return k < 0 || (size_t)k >= n ? -1 : 0;
+}
+
+int dtm_ckpt_begin_step(const char *dir, uint64_t step, char *out, size_t n, char *err,
+                        size_t errlen)
+{
+	if (dtm_ckpt_step_dir(out, n, dir, step))
+		return seterr(err, errlen, "%s: checkpoint path too long", dir);
+	return rt_mkdirs(out, err, errlen);
+}
+
+int dtm_ckpt_commit_step(const char *dir, const DtmCkptIndex *ix, char *err, size_t errlen)
+{
+	char sd[4096], path[4200], latest[4200], line[64];
+	if (dtm_ckpt_step_dir(sd, sizeof sd, dir, ix->step))
+		return seterr(err, errlen, "%s: checkpoint path too long", dir);
+	snprintf(path, sizeof path, "%s/index.json", sd);
+	if (dtm_ckpt_index_write(path, ix, err, errlen))
+		return -1;
+	snprintf(latest, sizeof latest, "%s/latest", dir);
+	int k = snprintf(line, sizeof line, "step_%06" PRIu64 "\n", ix->step);
+	return rt_write_file_atomic(latest, line, (size_t)k, err, errlen);
+}
+
+int dtm_ckpt_find_latest(const char *dir, uint64_t *step, char *step_dir, size_t n, char *err,
+                         size_t errlen)
+{
+	char latest[4200], ipath[4200];
+	snprintf(latest, sizeof latest, "%s/latest", dir);
+	if (access(latest, F_OK) != 0 && errno == ENOENT)
+		return DTM_CKPT_NONE;
+	char *text;
+	size_t len;
+	if (rt_read_file(latest, &text, &len, 4096, err, errlen))
+		return -1;
+	unsigned long long s;
+	char tail[2];
+	int ok = sscanf(text, "step_%llu%1s", &s, tail) == 1 && strncmp(text, "step_", 5) == 0;
+	free(text);
+	if (!ok)
+		return seterr(err, errlen, "%s: expected \"step_NNNNNN\"", latest);
+	if (dtm_ckpt_step_dir(step_dir, n, dir, (uint64_t)s))
+		return seterr(err, errlen, "%s: checkpoint path too long", dir);
+	snprintf(ipath, sizeof ipath, "%s/index.json", step_dir);
+	if (access(ipath, R_OK) != 0)
+		return seterr(err, errlen, "%s names step %llu, but %s is missing: %s", latest, s,
+		              ipath, strerror(errno));
+	*step = (uint64_t)s;
+	return 0;
+}
+
+int dtm_ckpt_save_single(const char *dir, uint64_t step, uint64_t seed,
+                         const DtmTensorDesc *tensors, int ntensors, const DtmMetaKV *meta,
+                         int nmeta, char *err, size_t errlen)
+{
+	char sd[4096], file[64], path[4200];
+	if (dtm_ckpt_begin_step(dir, step, sd, sizeof sd, err, errlen))
+		return -1;
+	dtm_ckpt_rank_file(file, sizeof file, 0);
+	snprintf(path, sizeof path, "%s/%s", sd, file);
+	if (dtm_st_write(path, tensors, ntensors, meta, nmeta, err, errlen))
+		return -1;
+	DtmIndexTensor *it = calloc((size_t)ntensors + 1, sizeof *it);
+	if (!it)
+		return seterr(err, errlen, "%s: out of memory", dir);
+	for (int i = 0; i < ntensors; i++) {
+		it[i].name = tensors[i].name;
+		it[i].dtype = dtm_st_dtype_name(tensors[i].dtype);
+		it[i].ndim = tensors[i].ndim;
+		memcpy(it[i].shape, tensors[i].shape, sizeof it[i].shape);
+	}
+	const char *files[1] = {file};
+	DtmCkptIndex ix = {.step = step,
+	                   .seed = seed,
+	                   .nfiles = 1,
+	                   .files = files,
+	                   .ntensors = ntensors,
+	                   .tensors = it};
+	int rc = dtm_ckpt_commit_step(dir, &ix, err, errlen);
+	free(it);
+	return rc;
+}

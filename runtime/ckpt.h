@@ -1,0 +1,180 @@
+/* ckpt.h - checkpoints: safetensors files, a JSON index, and the
+ * directory layout that makes saving crash-safe.
+ *
+ * Layout (one directory per saved step, one file per rank):
+ *
+ *   DIR/step_000010/rank00000.safetensors    tensors owned by rank 0
+ *   DIR/step_000010/rank00001.safetensors    ...
+ *   DIR/step_000010/index.json               mesh, files, global shapes, placements
+ *   DIR/latest                               "step_000010\n"
+ *
+ * Every file is written to a temporary name, fsynced and renamed (fsio.h).
+ * The order is: all rank files, then index.json, then latest.  A reader
+ * trusts only what `latest` names, and `latest` changes only after the
+ * step's index is durable, so a crash at any point leaves the previous
+ * checkpoint complete and selected.  A partly written step directory is
+ * harmless and is overwritten by the next save of that step.
+ *
+ * safetensors (https://huggingface.co/docs/safetensors): 8-byte
+ * little-endian header size N, N bytes of JSON (padded with spaces so the
+ * data starts 8-byte aligned), then the tensors back to back in the order
+ * given.  PyTorch (safetensors.torch.load_file) reads these files directly.
+ *
+ * Errors: 0 on success, -1 with a message naming the path in err.
+ */
+#ifndef DTM_CKPT_H
+#define DTM_CKPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+typedef enum DtmStDtype {
+	DTM_DT_F32,
+	DTM_DT_BF16,
+	DTM_DT_F16,
+	DTM_DT_F64,
+	DTM_DT_I32,
+	DTM_DT_I64,
+	DTM_DT_U8,
+	DTM_DT_COUNT,
+} DtmStDtype;
+
+const char *dtm_st_dtype_name(DtmStDtype dt); /* safetensors spelling: "F32", ... */
+size_t dtm_st_dtype_size(DtmStDtype dt);
+int dtm_st_dtype_parse(const char *s, DtmStDtype *out); /* 0, or -1 if unknown */
+
+#define DTM_CKPT_NONE 1 /* dtm_ckpt_find_latest: no checkpoint saved yet */
+#define DTM_MAX_DIMS 8
+/* Header sizes above this are refused (the reference implementation's
+ * limit), so a corrupted size cannot make a reader allocate gigabytes. */
+#define DTM_ST_MAX_HEADER (100u * 1024u * 1024u)
+
+/* ---- writing ---- */
+
+typedef struct DtmTensorDesc {
+	const char *name;
+	DtmStDtype dtype;
+	int ndim;
+	int64_t shape[DTM_MAX_DIMS];
+	const void *data; /* numel * dtype size bytes, row-major */
+} DtmTensorDesc;
+
+typedef struct DtmMetaKV {
+	const char *key, *value;
+} DtmMetaKV;
+
+/* Writes a safetensors file atomically (never a half-written path). */
+int dtm_st_write(const char *path, const DtmTensorDesc *tensors, int ntensors,
+                 const DtmMetaKV *meta, int nmeta, char *err, size_t errlen);
+
+/* ---- reading ---- */
+
+typedef struct DtmStTensor {
+	const char *name;
+	DtmStDtype dtype;
+	int ndim;
+	int64_t shape[DTM_MAX_DIMS];
+	uint64_t numel;
+	size_t nbytes;
+	/* Points into the file's mapping: valid until dtm_st_close, and only
+	 * as aligned as the file makes it, so read through memcpy or
+	 * dtm_st_read_f32 rather than casting. */
+	const void *data;
+} DtmStTensor;
+
+typedef struct DtmSafetensors DtmSafetensors; /* an open file (opaque) */
+
+/* Maps and validates the whole header: offsets in bounds, sizes matching
+ * dtype and shape, tensors contiguous and not overlapping, names unique. */
+int dtm_st_open(DtmSafetensors **out, const char *path, char *err, size_t errlen);
+/* The same checks on a buffer (copied); label names it in messages. */
+int dtm_st_open_memory(DtmSafetensors **out, const void *buf, size_t len, const char *label,
+                       char *err, size_t errlen);
+void dtm_st_close(DtmSafetensors *st);
+int dtm_st_count(const DtmSafetensors *st);
+const DtmStTensor *dtm_st_at(const DtmSafetensors *st, int i); /* in file order */
+const DtmStTensor *dtm_st_find(const DtmSafetensors *st, const char *name);
+const char *dtm_st_meta(const DtmSafetensors *st, const char *key); /* NULL if absent */
+/* Converts F32/BF16/F16/F64 to f32 (dst holds t->numel floats). 0, or -1
+ * for integer dtypes. */
+int dtm_st_read_f32(const DtmStTensor *t, float *dst);
+
+/* ---- bf16 / f16 conversion (round to nearest even; NaN stays NaN) ---- */
+
+static inline float dtm_bf16_to_f32(uint16_t h)
+{
+	uint32_t u = (uint32_t)h << 16;
+	float f;
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+static inline uint16_t dtm_f32_to_bf16(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	if ((u & 0x7fffffffu) > 0x7f800000u)
+		return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
+	u += 0x7fffu + ((u >> 16) & 1);
+	return (uint16_t)(u >> 16);
+}
+
+float dtm_f16_to_f32(uint16_t h);
+uint16_t dtm_f32_to_f16(float f);
+
+/* ---- index.json ---- */
+
+#define DTM_CKPT_FORMAT "dtm-1"
+#define DTM_MAX_AXES 8
+
+typedef struct DtmIndexTensor {
+	const char *name;
+	const char *dtype; /* optional ("F32"), NULL if absent */
+	int ndim;
+	int64_t shape[DTM_MAX_DIMS]; /* global shape */
+	const char *placement;       /* e.g. "[tp, _]"; optional */
+} DtmIndexTensor;
+
+typedef struct DtmCkptIndex {
+	uint64_t step;
+	uint64_t seed;
+	int naxes;
+	const char *axes[DTM_MAX_AXES];
+	int64_t sizes[DTM_MAX_AXES];
+	int nfiles;
+	const char **files; /* file names relative to the step directory */
+	int ntensors;
+	DtmIndexTensor *tensors;
+	void *priv; /* set by dtm_ckpt_index_read: owns the strings above */
+} DtmCkptIndex;
+
+int dtm_ckpt_index_write(const char *path, const DtmCkptIndex *ix, char *err, size_t errlen);
+int dtm_ckpt_index_read(const char *path, DtmCkptIndex *ix, char *err, size_t errlen);
+void dtm_ckpt_index_free(DtmCkptIndex *ix); /* only for what index_read filled */
+
+/* ---- directory layout ---- */
+
+/* DIR/step_%06llu into out.  0, or -1 if it does not fit. */
+int dtm_ckpt_step_dir(char *out, size_t n, const char *dir, uint64_t step);
+/* "rank%05d.safetensors" into out. */
+int dtm_ckpt_rank_file(char *out, size_t n, int rank);
+/* Creates DIR/step_N (and DIR); the step directory path goes to out. */
+int dtm_ckpt_begin_step(const char *dir, uint64_t step, char *out, size_t n, char *err,
+                        size_t errlen);
+/* After every rank's file of the step is written: writes index.json into
+ * the step directory, then points DIR/latest at it (both atomic). */
+int dtm_ckpt_commit_step(const char *dir, const DtmCkptIndex *ix, char *err, size_t errlen);
+/* Reads DIR/latest: the step and its directory.  0, DTM_CKPT_NONE if DIR
+ * holds no checkpoint yet, or -1 with err (e.g. latest names a step whose
+ * index.json is missing). */
+int dtm_ckpt_find_latest(const char *dir, uint64_t *step, char *step_dir, size_t n, char *err,
+                         size_t errlen);
+
+/* Single-device convenience: begin_step + rank00000.safetensors + commit
+ * with a mesh of no axes and every tensor whole. */
+int dtm_ckpt_save_single(const char *dir, uint64_t step, uint64_t seed,
+                         const DtmTensorDesc *tensors, int ntensors, const DtmMetaKV *meta,
+                         int nmeta, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,327 @@
+/* data.c - synthetic Markov tokens, synthetic regression, and the llm.c
+ * token-file reader; see data.h for the contracts. */
+#include "runtime/data.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "runtime/philox.h"
+
+static int seterr(char *err, size_t errlen, int code, const char *fmt, ...)
+        __attribute__((format(printf, 4, 5)));
+
+static int seterr(char *err, size_t errlen, int code, const char *fmt, ...)
+{
+	if (err && errlen) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(err, errlen, fmt, ap);
+		va_end(ap);
+	}
+	return code;
+}
+
+/* A uniform integer in [0, n) from 32 random bits (multiply-shift: no
+ * division, and integer-only so every platform agrees). */
+static uint32_t below(uint32_t w, uint32_t n)
+{
+	return (uint32_t)(((uint64_t)w * n) >> 32);
+}
+
+/* ---- Markov chain ---- */
+
+/* Cumulative successor probabilities as fractions of 2^32, so the branch
+ * taken is decided by integer comparison and is bit-exact everywhere. */
+static const double markov_p[DTM_MARKOV_K] = {0.45, 0.25, 0.12, 0.08};
+#define MARKOV_T0 1932735283u /* 0.45 * 2^32 */
+#define MARKOV_T1 3006477107u /* 0.70 * 2^32 */
+#define MARKOV_T2 3521873183u /* 0.82 * 2^32 */
+#define MARKOV_T3 3865470566u /* 0.90 * 2^32 */
+
+int dtm_markov_successors(uint64_t seed, int vocab, int token, int32_t succ[DTM_MARKOV_K])
+{
+	if (vocab < DTM_MARKOV_K || token < 0 || token >= vocab)
+		return DTM_DATA_EARG;
+	uint32_t o[4];
+	dtm_philox_block(seed, DTM_RNG_DOMAIN_MARKOV, (uint64_t)token, 0, o);
+	for (int k = 0; k < DTM_MARKOV_K; k++) {
+		uint32_t c = below(o[k], (uint32_t)vocab);
+		/* redraw duplicates from fresh blocks; after 64 tries (only
+		 * plausible for tiny vocabularies) probe linearly, which
+		 * always terminates because vocab >= K */
+		for (int attempt = 1;; attempt++) {
+			int dup = 0;
+			for (int j = 0; j < k; j++)
+				dup |= succ[j] == (int32_t)c;
+			if (!dup)
+				break;
+			if (attempt <= 64) {
+				uint32_t r[4];
+				dtm_philox_block(seed, DTM_RNG_DOMAIN_MARKOV, (uint64_t)token,
+				                 (uint64_t)attempt, r);
+				c = below(r[k], (uint32_t)vocab);
+			} else {
+				c = (c + 1) % (uint32_t)vocab;
+			}
+		}
+		succ[k] = (int32_t)c;
+	}
+	return DTM_DATA_OK;
+}
+
+double dtm_markov_entropy(int vocab)
+{
+	if (vocab < DTM_MARKOV_K)
+		return 0.0;
+	double rest = 1.0, h = 0.0, u;
+	for (int k = 0; k < DTM_MARKOV_K; k++)
+		rest -= markov_p[k];
+	u = rest / vocab;
+	for (int k = 0; k < DTM_MARKOV_K; k++)
+		h -= (markov_p[k] + u) * log(markov_p[k] + u);
+	h -= (double)(vocab - DTM_MARKOV_K) * u * log(u);
+	return h;
+}
+
+int dtm_data_synth_tokens(uint64_t seed, int vocab, uint64_t sample_index, int n, int32_t *out)
+{
+	if (vocab < DTM_MARKOV_K || n < 0 || (n > 0 && !out))
+		return DTM_DATA_EARG;
+	for (int p = 0; p < n; p++) {
+		uint32_t o[4];
+		dtm_philox_block(seed, DTM_RNG_DOMAIN_SEQ, (uint64_t)p, sample_index, o);
+		if (p == 0) {
+			out[0] = (int32_t)below(o[1], (uint32_t)vocab);
+			continue;
+		}
+		int32_t succ[DTM_MARKOV_K];
+		dtm_markov_successors(seed, vocab, out[p - 1], succ);
+		uint32_t w = o[0];
+		if (w < MARKOV_T0)
+			out[p] = succ[0];
+		else if (w < MARKOV_T1)
+			out[p] = succ[1];
+		else if (w < MARKOV_T2)
+			out[p] = succ[2];
+		else if (w < MARKOV_T3)
+			out[p] = succ[3];
+		else
+			out[p] = (int32_t)below(o[1], (uint32_t)vocab);
+	}
+	return DTM_DATA_OK;
+}
+
+/* ---- regression ---- */
+
+int dtm_regression_init(DtmRegression *r, uint64_t seed, int in_dim, int out_dim, char *err,
+                        size_t errlen)
+{
+	memset(r, 0, sizeof *r);
+	if (in_dim <= 0 || out_dim <= 0)
+		return seterr(err, errlen, DTM_DATA_EARG,
+		              "regression dims must be positive (%d, %d)", in_dim, out_dim);
+	r->w = malloc((size_t)in_dim * (size_t)out_dim * sizeof *r->w);
+	if (!r->w)
+		return seterr(err, errlen, DTM_DATA_ENOMEM, "out of memory for a %dx%d map",
+		              out_dim, in_dim);
+	r->seed = seed;
+	r->in_dim = in_dim;
+	r->out_dim = out_dim;
+	double scale = 1.0 / sqrt((double)in_dim);
+	for (size_t i = 0; i < (size_t)in_dim * (size_t)out_dim; i++) {
+		uint32_t o[4];
+		dtm_philox_block(seed, DTM_RNG_DOMAIN_REGW, i, 0, o);
+		r->w[i] = (float)(scale * dtm_box_muller(o[0], o[1]));
+	}
+	return DTM_DATA_OK;
+}
+
+void dtm_regression_sample(const DtmRegression *r, uint64_t sample_index, float *x, float *y)
+{
+	for (int j = 0; j < r->in_dim; j++) {
+		uint32_t o[4];
+		dtm_philox_block(r->seed, DTM_RNG_DOMAIN_REGX, (uint64_t)j, sample_index, o);
+		x[j] = (float)dtm_box_muller(o[0], o[1]);
+	}
+	for (int k = 0; k < r->out_dim; k++) {
+		/* double accumulation in a fixed order: the target must not
+		 * depend on how the runtime happens to vectorise */
+		double z = 0.0;
+		const float *wk = r->w + (size_t)k * (size_t)r->in_dim;
+		for (int j = 0; j < r->in_dim; j++)
+			z += (double)wk[j] * (double)x[j];
+		y[k] = (float)tanh(z);
+	}
+}
+
+void dtm_regression_free(DtmRegression *r)
+{
+	free(r->w);
+	r->w = NULL;
+}
+
+/* ---- llm.c token files ---- */
+
+static uint32_t le32(const unsigned char *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+int dtm_tokens_open(DtmTokenFile *tf, const char *path, char *err, size_t errlen)
+{
+	memset(tf, 0, sizeof *tf);
+	snprintf(tf->path, sizeof tf->path, "%s", path);
+	int fd = open(path, O_RDONLY);
+	if (fd < 0)
+		return seterr(err, errlen, DTM_DATA_EOPEN, "%s: cannot open: %s", path,
+		              strerror(errno));
+	struct stat st;
+	if (fstat(fd, &st) != 0) {
+		int e = errno;
+		close(fd);
+		return seterr(err, errlen, DTM_DATA_EOPEN, "%s: cannot stat: %s", path,
+		              strerror(e));
+	}
+	if (!S_ISREG(st.st_mode)) {
+		close(fd);
+		return seterr(err, errlen, DTM_DATA_EOPEN, "%s: not a regular file", path);
+	}
+	size_t size = (size_t)st.st_size;
+	const size_t hdr = DTM_TOKENS_HEADER_INTS * 4;
+	if (size < hdr) {
+		close(fd);
+		return seterr(
+		        err, errlen, DTM_DATA_ESHORT,
+		        "%s: not an llm.c token file: %zu bytes, shorter than the %zu-byte header",
+		        path, size, hdr);
+	}
+	void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+	int e = errno;
+	close(fd); /* the mapping keeps the file alive */
+	if (map == MAP_FAILED)
+		return seterr(err, errlen, DTM_DATA_EOPEN, "%s: cannot mmap: %s", path,
+		              strerror(e));
+	const unsigned char *b = map;
+	int32_t magic = (int32_t)le32(b), version = (int32_t)le32(b + 4);
+	int32_t ntok = (int32_t)le32(b + 8);
+	int code = DTM_DATA_OK;
+	if (magic != DTM_TOKENS_MAGIC)
+		code = seterr(err, errlen, DTM_DATA_EMAGIC,
+		              "%s: not an llm.c token file: magic %d, expected %d", path, magic,
+		              DTM_TOKENS_MAGIC);
+	else if (version != DTM_TOKENS_VERSION)
+		code = seterr(err, errlen, DTM_DATA_EVERSION,
+		              "%s: unsupported llm.c token file version %d, expected %d", path,
+		              version, DTM_TOKENS_VERSION);
+	else if (ntok < 0)
+		code = seterr(err, errlen, DTM_DATA_ETRUNC, "%s: negative token count %d in header",
+		              path, ntok);
+	else if ((uint64_t)(size - hdr) / 2 < (uint64_t)ntok)
+		code = seterr(err, errlen, DTM_DATA_ETRUNC,
+		              "%s: truncated: header says %d tokens, file holds %zu", path, ntok,
+		              (size - hdr) / 2);
+	if (code != DTM_DATA_OK) {
+		munmap(map, size);
+		return code;
+	}
+	tf->map = map;
+	tf->map_len = size;
+	tf->tokens = (const uint16_t *)(b + hdr);
+	tf->ntokens = (uint64_t)ntok;
+	return DTM_DATA_OK;
+}
+
+int dtm_tokens_sample(const DtmTokenFile *tf, uint64_t sample_index, int T, int vocab, int32_t *out,
+                      char *err, size_t errlen)
+{
+	if (!tf->map || T <= 0 || !out)
+		return seterr(err, errlen, DTM_DATA_EARG, "%s: bad token sample request (T=%d)",
+		              tf->path, T);
+	if (tf->ntokens < (uint64_t)T + 1)
+		return seterr(err, errlen, DTM_DATA_ETOOFEW,
+		              "%s: %llu tokens, need at least T+1 = %d for one sample", tf->path,
+		              (unsigned long long)tf->ntokens, T + 1);
+	/* ntokens - T start positions leave room for T+1 tokens; reduce both
+	 * factors first so the product never overflows */
+	uint64_t usable = tf->ntokens - (uint64_t)T;
+	uint64_t off = ((sample_index % usable) * ((uint64_t)T % usable)) % usable;
+	const unsigned char *p = (const unsigned char *)(tf->tokens + off);
+	for (int t = 0; t <= T; t++) {
+		/* byte-wise little-endian read: no alignment or host-order
+		 * assumptions about the mapping */
+		int32_t tok = (int32_t)(p[2 * t] | p[2 * t + 1] << 8);
+		if (vocab > 0 && tok >= vocab)
+			return seterr(err, errlen, DTM_DATA_ETOKEN,
+			              "%s: token %d at position %llu is >= vocab %d", tf->path, tok,
+			              (unsigned long long)(off + (uint64_t)t), vocab);
+		out[t] = tok;
+	}
+	return DTM_DATA_OK;
+}
+
+void dtm_tokens_close(DtmTokenFile *tf)
+{
+	if (tf->map)
+		munmap(tf->map, tf->map_len);
+	tf->map = NULL;
+	tf->tokens = NULL;
+	tf->ntokens = 0;
+}
+
+/* ---- --data synthetic|FILE ---- */
+
+int dtm_data_open(DtmData *d, const char *spec, uint64_t seed, int vocab, char *err, size_t errlen)
+{
+	memset(d, 0, sizeof *d);
+	d->seed = seed;
+	d->vocab = vocab;
+	if (!spec || strcmp(spec, "synthetic") == 0) {
+		if (vocab < DTM_MARKOV_K)
+			return seterr(err, errlen, DTM_DATA_EARG,
+			              "synthetic data needs vocab >= %d, got %d", DTM_MARKOV_K,
+			              vocab);
+		return DTM_DATA_OK;
+	}
+	d->is_file = 1;
+	return dtm_tokens_open(&d->file, spec, err, errlen);
+}
+
+int dtm_data_batch(const DtmData *d, uint64_t first_sample, int count, int T, int32_t *inputs,
+                   int32_t *targets, char *err, size_t errlen)
+{
+	if (count < 0 || T <= 0 || !inputs || !targets)
+		return seterr(err, errlen, DTM_DATA_EARG, "bad batch request (count=%d, T=%d)",
+		              count, T);
+	int32_t *tok = malloc(((size_t)T + 1) * sizeof *tok);
+	if (!tok)
+		return seterr(err, errlen, DTM_DATA_ENOMEM, "out of memory for a batch");
+	int rc = DTM_DATA_OK;
+	for (int b = 0; b < count && rc == DTM_DATA_OK; b++) {
+		uint64_t s = first_sample + (uint64_t)b;
+		if (d->is_file)
+			rc = dtm_tokens_sample(&d->file, s, T, d->vocab, tok, err, errlen);
+		else
+			rc = dtm_data_synth_tokens(d->seed, d->vocab, s, T + 1, tok);
+		if (rc != DTM_DATA_OK)
+			break;
+		memcpy(inputs + (size_t)b * (size_t)T, tok, (size_t)T * sizeof *tok);
+		memcpy(targets + (size_t)b * (size_t)T, tok + 1, (size_t)T * sizeof *tok);
+	}
+	free(tok);
+	return rc;
+}
+
+void dtm_data_close(DtmData *d)
+{
+	if (d->is_file)
+		dtm_tokens_close(&d->file);
+	d->is_file = 0;
+}

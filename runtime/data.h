@@ -1,0 +1,121 @@
+/* data.h - training data for the runtime: deterministic synthetic data,
+ * llm.c token files, and the byte-level tokenizer that makes them.
+ *
+ * Every source is addressed by GLOBAL sample index, never by rank: rank r of
+ * a data-parallel group of size D with global batch B reads samples
+ * step*B + r*(B/D) ... step*B + (r+1)*(B/D) - 1, so every mesh trains on
+ * the same global batch and a run resumed on another mesh sees the same
+ * data.  Nothing here keeps a cursor; a sample is a pure function of
+ * (seed or file, sample index, T).
+ *
+ * Errors: functions return DTM_DATA_OK (0) or a DtmDataStatus and write a
+ * one-line message to err (when err is not NULL).  Nothing here exits.
+ */
+#ifndef DTM_DATA_H
+#define DTM_DATA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum DtmDataStatus {
+	DTM_DATA_OK = 0,
+	DTM_DATA_EARG,     /* bad argument (vocab, T, NULL pointer) */
+	DTM_DATA_EOPEN,    /* cannot open, stat or map the file */
+	DTM_DATA_ESHORT,   /* shorter than the 1024-byte header */
+	DTM_DATA_EMAGIC,   /* header[0] != 20240520 */
+	DTM_DATA_EVERSION, /* header[1] != 1 */
+	DTM_DATA_ETRUNC,   /* header promises more tokens than the file holds */
+	DTM_DATA_ETOOFEW,  /* fewer than T+1 tokens: not even one sample */
+	DTM_DATA_ETOKEN,   /* a token >= vocab in a sample being read */
+	DTM_DATA_EIO,      /* read or write error (tokenizer) */
+	DTM_DATA_ENOMEM,
+} DtmDataStatus;
+
+/* ---- synthetic tokens: a fixed random first-order Markov chain ----
+ *
+ * Each token t has DTM_MARKOV_K distinct likely successors (derived from
+ * the seed with Philox) holding 45/25/12/8 % of the mass; the other 10 % is
+ * spread uniformly over the vocabulary.  A model that learns the chain
+ * reaches dtm_markov_entropy(vocab) nats per token (about 1.95 for vocab
+ * 256, against log(256) = 5.55 for guessing), so a falling loss is visible
+ * within a few hundred steps. */
+#define DTM_MARKOV_K 4
+
+/* The successors of token (0 <= token < vocab), most likely first. */
+int dtm_markov_successors(uint64_t seed, int vocab, int token, int32_t succ[DTM_MARKOV_K]);
+/* The chain's conditional entropy in nats: the lowest achievable loss. */
+double dtm_markov_entropy(int vocab);
+/* n tokens of sample sample_index (n = T+1: inputs are out[0..T), targets
+ * out[1..T]).  vocab >= DTM_MARKOV_K. */
+int dtm_data_synth_tokens(uint64_t seed, int vocab, uint64_t sample_index, int n, int32_t *out);
+
+/* ---- synthetic regression for the MLP model ----
+ * x ~ N(0, 1) per (seed, sample, element); y = tanh(W x) with W a fixed
+ * random in_dim -> out_dim map (entries N(0, 1/in_dim), so W x ~ N(0, 1)).
+ * W is kept in the handle because recomputing it per sample would cost
+ * in_dim*out_dim Philox blocks. */
+typedef struct DtmRegression {
+	uint64_t seed;
+	int in_dim, out_dim;
+	float *w; /* [out_dim][in_dim] */
+} DtmRegression;
+
+int dtm_regression_init(DtmRegression *r, uint64_t seed, int in_dim, int out_dim, char *err,
+                        size_t errlen);
+/* x: in_dim floats, y: out_dim floats. */
+void dtm_regression_sample(const DtmRegression *r, uint64_t sample_index, float *x, float *y);
+void dtm_regression_free(DtmRegression *r);
+
+/* ---- llm.c token files ----
+ * 256 int32 header (header[0] = 20240520, header[1] = 1, header[2] = number
+ * of tokens), then that many uint16 tokens, little-endian.  Mapped
+ * read-only, so opening a multi-GB file costs nothing and ranks share the
+ * page cache. */
+#define DTM_TOKENS_MAGIC 20240520
+#define DTM_TOKENS_VERSION 1
+#define DTM_TOKENS_HEADER_INTS 256
+
+typedef struct DtmTokenFile {
+	const uint16_t *tokens;
+	uint64_t ntokens;
+	void *map;
+	size_t map_len;
+	char path[4096];
+} DtmTokenFile;
+
+int dtm_tokens_open(DtmTokenFile *tf, const char *path, char *err, size_t errlen);
+/* Sample sample_index: the T+1 tokens starting at (sample_index * T) mod
+ * (ntokens - T), so consecutive samples tile the file and wrap around.
+ * Fails with DTM_DATA_ETOKEN if a token is >= vocab (vocab <= 0: no check). */
+int dtm_tokens_sample(const DtmTokenFile *tf, uint64_t sample_index, int T, int vocab, int32_t *out,
+                      char *err, size_t errlen);
+void dtm_tokens_close(DtmTokenFile *tf);
+
+/* ---- one interface for the training binary's --data synthetic|FILE ---- */
+typedef struct DtmData {
+	int is_file;
+	uint64_t seed;
+	int vocab;
+	DtmTokenFile file;
+} DtmData;
+
+/* spec "synthetic" selects the Markov chain; anything else is a token file. */
+int dtm_data_open(DtmData *d, const char *spec, uint64_t seed, int vocab, char *err, size_t errlen);
+/* count samples starting at global sample first_sample, each split into
+ * inputs[b*T + t] = tok[t] and targets[b*T + t] = tok[t+1]. */
+int dtm_data_batch(const DtmData *d, uint64_t first_sample, int count, int T, int32_t *inputs,
+                   int32_t *targets, char *err, size_t errlen);
+void dtm_data_close(DtmData *d);
+
+/* ---- byte-level tokenizer (runtime/tokenize.c) ----
+ * Every byte of in_path becomes one token (vocab 256) in an llm.c file at
+ * out_path, written to a temporary name, fsynced and renamed. */
+#define DTM_BYTE_VOCAB 256
+int dtm_tokenize_text(const char *in_path, const char *out_path, uint64_t *ntokens, char *err,
+                      size_t errlen);
+/* `dtmc tokenize IN.txt OUT.bin`: argv[0] is the subcommand name, argv[1]
+ * and argv[2] the paths.  Messages go to stdout/stderr; returns 0 on
+ * success, 1 on an error, 2 on a usage error. */
+int dtm_tool_tokenize(int argc, char **argv);
+
+#endif

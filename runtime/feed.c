@@ -1,0 +1,184 @@
+/* feed.c - fills a Plan's input buffers with this rank's part of a global
+ * batch.
+ *
+ * The global batch of step s is samples [(s-1)*B, s*B) (B = the inputs'
+ * global batch dim); evaluation reads a held-out range starting at
+ * RT_EVAL_FIRST_SAMPLE.  Which elements of the global batch this rank holds
+ * comes from the input buffer's split layout, exactly as for parameters:
+ * each local element's global index is (sample row, offset in the row), so
+ * data parallelism (batch split) and sequence parallelism (seq split) need
+ * no special cases.  Samples come from runtime/data.h, a pure function of
+ * (seed or file, sample index).
+ */
+#include <stdlib.h>
+
+#include "runtime/data.h"
+#include "runtime/rt.h"
+
+static int64_t row_len(const DtmBuffer *b)
+{
+	return b->global_shape[0] > 0 ? rt_global_numel(b) / b->global_shape[0] : 0;
+}
+
+int rt_feed_open(RtFeed *f, const DtmPlan *p, const int64_t *coords, const char *spec,
+		 uint64_t seed, char *err)
+{
+	memset(f, 0, sizeof *f);
+	f->plan = p;
+	f->kind = p->train.data_kind;
+	f->cached_row = -1;
+	if (p->ninputs < 1 || p->ninputs > 4) {
+		snprintf(err, RT_ERR_LEN, "invalid plan: %d input buffers", p->ninputs);
+		return -1;
+	}
+	for (int k = 0; k < p->ninputs; k++) {
+		const DtmBuffer *b = &p->buffers[p->inputs[k]];
+		if (b->rank < 1) {
+			snprintf(err, RT_ERR_LEN, "input '%s' has no batch dimension",
+				 b->name ? b->name : "?");
+			return -1;
+		}
+		if (k == 0)
+			f->batch = b->global_shape[0];
+		else if (b->global_shape[0] != f->batch) {
+			snprintf(err, RT_ERR_LEN, "inputs disagree on the batch size (%lld vs %lld)",
+				 (long long)f->batch, (long long)b->global_shape[0]);
+			return -1;
+		}
+		f->gidx[k] = malloc((size_t)(rt_numel(b) ? rt_numel(b) : 1) * sizeof(int64_t));
+		if (!f->gidx[k]) {
+			snprintf(err, RT_ERR_LEN, "out of memory for the input index");
+			rt_feed_close(f);
+			return -1;
+		}
+		rt_global_indices(p, b, coords, f->gidx[k]);
+	}
+	char e[RT_ERR_LEN / 2];
+	if (f->kind == DTM_DATA_TOKENS) {
+		for (int k = 0; k < p->ninputs && k < 2; k++) {
+			const DtmBuffer *b = &p->buffers[p->inputs[k]];
+			if (b->dtype != DTM_I32) {
+				snprintf(err, RT_ERR_LEN, "token input '%s' is %s, not i32",
+					 b->name ? b->name : "?", rt_dtype_name(b->dtype));
+				rt_feed_close(f);
+				return -1;
+			}
+		}
+		f->T = row_len(&p->buffers[p->inputs[0]]);
+		if (p->ninputs > 1 && row_len(&p->buffers[p->inputs[1]]) != f->T) {
+			snprintf(err, RT_ERR_LEN, "tokens and targets disagree on the sequence length");
+			rt_feed_close(f);
+			return -1;
+		}
+		f->row = malloc((size_t)(f->T + 1) * sizeof(int32_t));
+		if (!f->row) {
+			snprintf(err, RT_ERR_LEN, "out of memory");
+			rt_feed_close(f);
+			return -1;
+		}
+		if (dtm_data_open(&f->data, spec, seed, (int)p->train.vocab, e, sizeof e)) {
+			snprintf(err, RT_ERR_LEN, "%s", e);
+			rt_feed_close(f);
+			return -1;
+		}
+		f->have_data = true;
+	} else if (f->kind == DTM_DATA_REGRESSION) {
+		if (p->ninputs < 2) {
+			snprintf(err, RT_ERR_LEN, "a regression plan needs inputs x and y");
+			rt_feed_close(f);
+			return -1;
+		}
+		if (spec && strcmp(spec, "synthetic") != 0) {
+			snprintf(err, RT_ERR_LEN,
+				 "--data %s: this model trains on synthetic regression data only",
+				 spec);
+			rt_feed_close(f);
+			return -1;
+		}
+		int in = (int)row_len(&p->buffers[p->inputs[0]]);
+		int out = (int)row_len(&p->buffers[p->inputs[1]]);
+		f->rx = malloc((size_t)in * sizeof(float));
+		f->ry = malloc((size_t)out * sizeof(float));
+		if (!f->rx || !f->ry) {
+			snprintf(err, RT_ERR_LEN, "out of memory");
+			rt_feed_close(f);
+			return -1;
+		}
+		if (dtm_regression_init(&f->reg, seed, in, out, e, sizeof e)) {
+			snprintf(err, RT_ERR_LEN, "%s", e);
+			rt_feed_close(f);
+			return -1;
+		}
+		f->have_reg = true;
+	} else {
+		snprintf(err, RT_ERR_LEN, "invalid plan: data kind %d", f->kind);
+		rt_feed_close(f);
+		return -1;
+	}
+	return 0;
+}
+
+void rt_feed_close(RtFeed *f)
+{
+	for (int k = 0; k < 4; k++)
+		free(f->gidx[k]);
+	free(f->row);
+	free(f->rx);
+	free(f->ry);
+	if (f->have_data)
+		dtm_data_close(&f->data);
+	if (f->have_reg)
+		dtm_regression_free(&f->reg);
+	memset(f, 0, sizeof *f);
+}
+
+/* Loads sample `sample` into the row cache. */
+static int load_row(RtFeed *f, uint64_t sample, char *err)
+{
+	char e[RT_ERR_LEN / 2];
+	if (f->kind == DTM_DATA_REGRESSION) {
+		dtm_regression_sample(&f->reg, sample, f->rx, f->ry);
+		return 0;
+	}
+	int rc;
+	if (f->data.is_file)
+		rc = dtm_tokens_sample(&f->data.file, sample, (int)f->T, f->data.vocab, f->row, e,
+				       sizeof e);
+	else
+		rc = dtm_data_synth_tokens(f->data.seed, f->data.vocab, sample, (int)f->T + 1,
+					   f->row);
+	if (rc) {
+		snprintf(err, RT_ERR_LEN, "data sample %llu: %s", (unsigned long long)sample,
+			 f->data.is_file ? e : "cannot generate");
+		return -1;
+	}
+	return 0;
+}
+
+int rt_feed_fill(RtFeed *f, void *const *ptr, uint64_t first_sample, char *err)
+{
+	const DtmPlan *p = f->plan;
+	for (int k = 0; k < p->ninputs; k++) {
+		int id = p->inputs[k];
+		const DtmBuffer *b = &p->buffers[id];
+		int64_t n = rt_numel(b), len = row_len(b), row = -1;
+		void *dst = ptr[id];
+		for (int64_t i = 0; i < n; i++) {
+			int64_t g = f->gidx[k][i], r = g / len, c = g % len;
+			/* local elements come in global row order, so each
+			 * sample is produced once per input */
+			if (r != row) {
+				if (load_row(f, first_sample + (uint64_t)r, err))
+					return -1;
+				row = r;
+			}
+			if (f->kind == DTM_DATA_TOKENS) {
+				/* input k = 0: tokens[t]; k = 1: targets = tokens[t+1] */
+				((int32_t *)dst)[i] = f->row[c + (k >= 1)];
+			} else {
+				rt_store_f32(dst, b->dtype, i, k == 0 ? f->rx[c] : f->ry[c]);
+			}
+		}
+	}
+	return 0;
+}

@@ -1,0 +1,171 @@
+/* log.c - the training log: one JSON object per step in a .jsonl file
+ * (machine-read: plots, the oracle and the resume test compare its lines),
+ * and for people a progress line with ETA on a terminal or a summary line
+ * every few steps when stderr is a file.
+ *
+ * Losses are printed with %.9g, which round-trips an f32 exactly, so two
+ * runs with the same arithmetic print the same text.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "runtime/rt.h"
+
+double rt_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int rt_log_open(RtLog *l, const char *path, bool quiet, char *err)
+{
+	memset(l, 0, sizeof *l);
+	l->quiet = quiet;
+	l->tty = isatty(2);
+	l->print_every = 10;
+	l->first_step = -1;
+	if (path) {
+		l->jsonl = fopen(path, "w");
+		if (!l->jsonl) {
+			snprintf(err, RT_ERR_LEN, "cannot open log '%s': %s", path, strerror(errno));
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/* JSON has no NaN or Infinity: write null so the line still parses. */
+static void json_num(FILE *f, const char *key, double v, const char *fmt)
+{
+	fprintf(f, ",\"%s\":", key);
+	if (isfinite(v))
+		fprintf(f, fmt, v);
+	else
+		fputs("null", f);
+}
+
+static void fmt_eta(char *out, size_t n, double s)
+{
+	if (!(s >= 0) || s > 1e7)
+		snprintf(out, n, "?");
+	else if (s >= 3600)
+		snprintf(out, n, "%dh%02dm", (int)(s / 3600), (int)fmod(s / 60, 60));
+	else if (s >= 60)
+		snprintf(out, n, "%dm%02ds", (int)(s / 60), (int)fmod(s, 60));
+	else
+		snprintf(out, n, "%.0fs", s);
+}
+
+void rt_log_step(RtLog *l, const RtLogStep *s)
+{
+	if (l->jsonl) {
+		fprintf(l->jsonl, "{\"step\":%lld", (long long)s->step);
+		json_num(l->jsonl, "loss", s->loss, "%.9g");
+		if (s->has_grad_norm)
+			json_num(l->jsonl, "grad_norm", s->grad_norm, "%.9g");
+		else
+			fputs(",\"grad_norm\":null", l->jsonl);
+		json_num(l->jsonl, "lr", s->lr, "%.9g");
+		json_num(l->jsonl, "tokens_per_s", s->tokens_per_s, "%.1f");
+		json_num(l->jsonl, "ms", s->ms, "%.3f");
+		json_num(l->jsonl, "compute_ms", s->compute_ms, "%.3f");
+		json_num(l->jsonl, "comm_ms", s->comm_ms, "%.3f");
+		fputs("}\n", l->jsonl);
+		fflush(l->jsonl);
+	}
+	if (l->quiet)
+		return;
+	double now = rt_now();
+	if (l->first_step < 0) {
+		l->first_step = s->step;
+		l->t0 = now - s->ms * 1e-3;
+	}
+	int64_t done = s->step - l->first_step + 1, left = s->steps - s->step;
+	double eta = done > 0 ? (now - l->t0) / (double)done * (double)left : NAN;
+	char etas[32];
+	fmt_eta(etas, sizeof etas, eta);
+	if (l->tty) {
+		/* a terminal redrawn 10 times a second is enough to read */
+		if (s->step != s->steps && now - l->last_draw < 0.1)
+			return;
+		l->last_draw = now;
+		fprintf(stderr, "\rstep %lld/%lld  loss %.4f  lr %.3g  %.0f tok/s  %.1f ms  ETA %s\033[K",
+			(long long)s->step, (long long)s->steps, s->loss, s->lr, s->tokens_per_s,
+			s->ms, etas);
+		l->progress_open = true;
+		if (s->step == s->steps) {
+			fputc('\n', stderr);
+			l->progress_open = false;
+		}
+	} else if (s->step % l->print_every == 0 || s->step == s->steps ||
+		   s->step == l->first_step) {
+		fprintf(stderr, "step %lld/%lld  loss %.6f  lr %.3g  %.0f tok/s  %.1f ms  ETA %s\n",
+			(long long)s->step, (long long)s->steps, s->loss, s->lr, s->tokens_per_s,
+			s->ms, etas);
+	}
+	fflush(stderr);
+}
+
+static void end_progress(RtLog *l)
+{
+	if (l && l->progress_open) {
+		fputc('\n', stderr);
+		l->progress_open = false;
+	}
+}
+
+void rt_log_eval(RtLog *l, int64_t step, double loss)
+{
+	if (l->jsonl) {
+		fprintf(l->jsonl, "{\"step\":%lld", (long long)step);
+		json_num(l->jsonl, "eval_loss", loss, "%.9g");
+		fputs("}\n", l->jsonl);
+		fflush(l->jsonl);
+	}
+	if (!l->quiet) {
+		end_progress(l);
+		fprintf(stderr, "step %lld  eval loss %.6f\n", (long long)step, loss);
+	}
+}
+
+void rt_log_close(RtLog *l)
+{
+	end_progress(l);
+	if (l->jsonl)
+		fclose(l->jsonl);
+	l->jsonl = NULL;
+}
+
+void rt_log_error(RtLog *l, const char *fmt, ...)
+{
+	va_list ap;
+	end_progress(l);
+	fputs("error: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+}
+
+void rt_log_note(RtLog *l, const char *fmt, ...)
+{
+	va_list ap;
+	end_progress(l);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+}
+
+int rt_errf(char *err, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(err, RT_ERR_LEN, fmt, ap);
+	va_end(ap);
+	return -1;
+}

@@ -1,0 +1,354 @@
+/* main.c - dtm_main, the training binary's entry: the command line, the
+ * step loop, the learning-rate schedule, evaluation and checkpoints.
+ *
+ * The generated main() is just `return dtm_main(&plan, argc, argv);`.
+ * Defaults come from the plan's train block, flags override them.  Exit
+ * status: 0 on success, 1 on any error (a bad flag, a bad plan, a failed
+ * checkpoint, a non-finite loss), with one "error: ..." line on stderr.
+ *
+ * Step numbering: steps are 1-based and --steps N is the LAST step, so
+ * `--steps 10 --save D` then `--resume D --steps 20` runs steps 11..20 and
+ * prints exactly the losses of an uninterrupted `--steps 20`.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "runtime/rt.h"
+
+typedef struct Opts {
+	int64_t steps, seed, save_every, eval_every, threads, lr_decay_steps;
+	double lr;
+	const char *log, *save, *resume, *data;
+	bool check_numerics, verbose, quiet, help, seed_set, decay_set;
+} Opts;
+
+static const char usage[] =
+	"usage: %s [options]\n"
+	"  --steps N          train up to step N (the last step, counted from 1; default %lld)\n"
+	"  --seed S           seed of initial values and synthetic data (default %lld)\n"
+	"  --lr X             peak learning rate (default %g)\n"
+	"  --lr-decay-steps N horizon of the cosine schedule (default: the model's steps)\n"
+	"  --log FILE.jsonl   one JSON object per step: step, loss, grad_norm, lr,\n"
+	"                     tokens_per_s, ms, compute_ms, comm_ms; eval lines: step, eval_loss\n"
+	"  --save DIR         write checkpoints to DIR: the initial weights as step 0,\n"
+	"                     every --save-every steps, and the last step\n"
+	"  --save-every K     checkpoint every K steps (default 0: only step 0 and the end)\n"
+	"  --resume DIR       continue from DIR's latest checkpoint\n"
+	"  --data SRC         synthetic, or an llm.c token file (default %s)\n"
+	"  --eval-every K     every K steps, log the loss of a held-out batch\n"
+	"  --check-numerics   after every action, stop at the first NaN/Inf it wrote\n"
+	"  --threads N        CPU threads for kernels and GEMM (default: all cores, %lld)\n"
+	"  -v                 print the plan's arenas, threads and BLAS\n"
+	"  -q                 no progress or summary lines\n"
+	"  --help             this text\n";
+
+/* Number in the whole of s, else an error naming the flag. */
+static int parse_i64(const char *flag, const char *s, int64_t lo, int64_t *out, char *err)
+{
+	char *end;
+	errno = 0;
+	long long v = strtoll(s, &end, 10);
+	if (!*s || *end || errno || v < lo) {
+		snprintf(err, RT_ERR_LEN, "%s wants an integer >= %lld, got '%s'", flag,
+			 (long long)lo, s);
+		return -1;
+	}
+	*out = v;
+	return 0;
+}
+
+static int parse_f64(const char *flag, const char *s, double *out, char *err)
+{
+	char *end;
+	errno = 0;
+	double v = strtod(s, &end);
+	if (!*s || *end || errno || !isfinite(v) || v < 0) {
+		snprintf(err, RT_ERR_LEN, "%s wants a non-negative number, got '%s'", flag, s);
+		return -1;
+	}
+	*out = v;
+	return 0;
+}
+
+static int64_t ncores(void)
+{
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+	return n > 0 ? n : 1;
+}
+
+static int parse_args(Opts *o, const DtmPlan *p, int argc, char **argv, char *err)
+{
+	const DtmTrainCfg *t = &p->train;
+	memset(o, 0, sizeof *o);
+	o->steps = t->steps > 0 ? t->steps : 100;
+	o->seed = t->seed;
+	o->lr = t->lr;
+	o->data = t->data ? t->data : "synthetic";
+	o->threads = ncores();
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		char flag[64];
+		const char *val = NULL, *eq = strchr(a, '=');
+		/* --flag=value and --flag value are both accepted */
+		if (a[0] == '-' && a[1] == '-' && eq && eq - a < (long)sizeof flag) {
+			memcpy(flag, a, (size_t)(eq - a));
+			flag[eq - a] = 0;
+			val = eq + 1;
+		} else {
+			snprintf(flag, sizeof flag, "%s", a);
+		}
+		bool boolean = !strcmp(flag, "--check-numerics") || !strcmp(flag, "-v") ||
+			       !strcmp(flag, "-q") || !strcmp(flag, "--help") ||
+			       !strcmp(flag, "-h");
+		if (boolean) {
+			if (val) {
+				snprintf(err, RT_ERR_LEN, "%s takes no value", flag);
+				return -1;
+			}
+			if (!strcmp(flag, "--check-numerics"))
+				o->check_numerics = true;
+			else if (!strcmp(flag, "-v"))
+				o->verbose = true;
+			else if (!strcmp(flag, "-q"))
+				o->quiet = true;
+			else
+				o->help = true;
+			continue;
+		}
+		static const char *const valued[] = {
+			"--steps", "--seed", "--lr", "--log", "--save", "--save-every",
+			"--resume", "--data", "--eval-every", "--threads", "--lr-decay-steps",
+		};
+		bool known = false;
+		for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
+			known |= !strcmp(flag, valued[k]);
+		if (!known) {
+			snprintf(err, RT_ERR_LEN, "unknown option '%s' (see --help)", a);
+			return -1;
+		}
+		if (!val) {
+			if (i + 1 >= argc) {
+				snprintf(err, RT_ERR_LEN, "%s needs a value", flag);
+				return -1;
+			}
+			val = argv[++i];
+		}
+		int rc = 0;
+		if (!strcmp(flag, "--steps"))
+			rc = parse_i64(flag, val, 0, &o->steps, err);
+		else if (!strcmp(flag, "--seed"))
+			rc = parse_i64(flag, val, 0, &o->seed, err), o->seed_set = true;
+		else if (!strcmp(flag, "--lr"))
+			rc = parse_f64(flag, val, &o->lr, err);
+		else if (!strcmp(flag, "--save-every"))
+			rc = parse_i64(flag, val, 0, &o->save_every, err);
+		else if (!strcmp(flag, "--eval-every"))
+			rc = parse_i64(flag, val, 0, &o->eval_every, err);
+		else if (!strcmp(flag, "--threads"))
+			rc = parse_i64(flag, val, 1, &o->threads, err);
+		else if (!strcmp(flag, "--lr-decay-steps"))
+			rc = parse_i64(flag, val, 1, &o->lr_decay_steps, err), o->decay_set = true;
+		else if (!*val) {
+			snprintf(err, RT_ERR_LEN, "%s needs a non-empty value", flag);
+			rc = -1;
+		} else if (!strcmp(flag, "--log"))
+			o->log = val;
+		else if (!strcmp(flag, "--save"))
+			o->save = val;
+		else if (!strcmp(flag, "--resume"))
+			o->resume = val;
+		else if (!strcmp(flag, "--data"))
+			o->data = val;
+		if (rc)
+			return -1;
+	}
+	if (o->threads > 1024)
+		o->threads = 1024;
+	return 0;
+}
+
+/* The learning rate of 1-based step t, as PyTorch's LambdaLR would give
+ * with this lambda (so an oracle can reproduce it exactly):
+ *   constant: lr
+ *   cosine:   lr * t / warmup                                  t <= warmup
+ *             min_lr + 0.5 * (lr - min_lr)
+ *                    * (1 + cos(pi * (t - warmup) / (H - warmup)))   after,
+ * H the horizon (--lr-decay-steps, else the model's steps, else --steps);
+ * past H the rate stays at min_lr.  Computed in double, rounded to f32
+ * once. */
+static float lr_at(const DtmTrainCfg *c, double lr, int64_t t, int64_t horizon)
+{
+	if (!c->lr_schedule || strcmp(c->lr_schedule, "cosine") != 0)
+		return (float)lr;
+	int64_t w = c->warmup;
+	if (w > 0 && t <= w)
+		return (float)(lr * (double)t / (double)w);
+	if (horizon <= w || t >= horizon)
+		return c->min_lr;
+	double prog = (double)(t - w) / (double)(horizon - w);
+	return (float)(c->min_lr + 0.5 * (lr - c->min_lr) * (1.0 + cos(3.14159265358979323846 * prog)));
+}
+
+static void print_plan(const DtmPlan *p, const RtRun *r, const Opts *o)
+{
+	static const char *names[DTM_ARENA_COUNT] = { "param", "opt", "grad", "act", "input" };
+	int64_t total = 0;
+	fprintf(stderr, "model %s: %d buffers, %d stages, %d actions in stage %d\n",
+		p->model ? p->model : "?", p->nbuffers, p->nstages,
+		p->stages[r->stage].nactions, r->stage);
+	for (int a = 0; a < DTM_ARENA_COUNT; a++) {
+		fprintf(stderr, "  arena %-5s planned %12lld bytes, allocated %12lld\n", names[a],
+			(long long)p->arena_bytes[a], (long long)dtm_rt_allocated_bytes(a));
+		total += dtm_rt_allocated_bytes(a);
+	}
+	fprintf(stderr, "  total %lld bytes; %d threads; BLAS %s; data %s\n", (long long)total,
+		r->ctx.nthreads, rt_blas_name(), o->data);
+}
+
+/* Non-finite loss or a runtime error: a message and exit status 1. */
+static int train(const DtmPlan *p, Opts *o, RtRun *r, RtLog *log)
+{
+	char err[RT_ERR_LEN];
+	RtCkptMeta meta = { 0, (uint64_t)o->seed, 0 };
+	int64_t horizon = o->decay_set ? o->lr_decay_steps :
+			  p->train.steps > 0 ? p->train.steps : o->steps;
+	if (rt_run_init_values(r, (uint64_t)o->seed)) {
+		rt_log_error(log, "%s", r->err);
+		return 1;
+	}
+	int64_t start = 0;
+	if (o->resume) {
+		if (rt_ckpt_load(r, o->resume, &meta, err)) {
+			rt_log_error(log, "%s", err);
+			return 1;
+		}
+		if (o->seed_set && (uint64_t)o->seed != meta.seed)
+			rt_log_note(log, "warning: --seed %lld ignored: resuming with the "
+				    "checkpoint's seed %" PRIu64, (long long)o->seed, meta.seed);
+		o->seed = (int64_t)meta.seed;
+		if (!o->decay_set && meta.lr_decay_steps > 0)
+			horizon = meta.lr_decay_steps;
+		start = meta.step;
+		if (!o->quiet)
+			rt_log_note(log, "resumed from %s at step %lld", o->resume,
+				    (long long)start);
+	}
+	meta.seed = (uint64_t)o->seed;
+	meta.lr_decay_steps = horizon;
+	if (o->save && !o->resume) {
+		/* the initial weights as step 0: what an oracle starts from */
+		meta.step = 0;
+		if (rt_ckpt_save(r, o->save, &meta, err)) {
+			rt_log_error(log, "%s", err);
+			return 1;
+		}
+	}
+	RtFeed feed;
+	if (rt_feed_open(&feed, p, r->coords, o->data, (uint64_t)o->seed, err)) {
+		rt_log_error(log, "--data %s: %s", o->data, err);
+		return 1;
+	}
+	int64_t tokens = p->train.tokens_per_step > 0 ? p->train.tokens_per_step :
+			 feed.batch * (feed.T > 0 ? feed.T : 1);
+	int status = 0;
+	r->check_numerics = o->check_numerics;
+	r->ctx.seed = (uint64_t)o->seed;
+	for (int64_t t = start + 1; t <= o->steps && !status; t++) {
+		double t0 = rt_now();
+		r->ctx.step = t;
+		r->ctx.lr = lr_at(&p->train, o->lr, t, horizon);
+		double loss = NAN, gn = NAN;
+		if (rt_feed_fill(&feed, r->ptr, (uint64_t)(t - 1) * (uint64_t)feed.batch, err)) {
+			rt_log_error(log, "%s", err);
+			status = 1;
+			break;
+		}
+		if (rt_run_actions(r, false) || rt_read_scalar(r, p->loss, &loss) ||
+		    (p->grad_norm >= 0 && rt_read_scalar(r, p->grad_norm, &gn))) {
+			rt_log_error(log, "%s", r->err);
+			status = 1;
+			break;
+		}
+		double dt = rt_now() - t0;
+		RtLogStep ls = {
+			.step = t, .steps = o->steps, .loss = loss, .grad_norm = gn,
+			.has_grad_norm = p->grad_norm >= 0, .lr = r->ctx.lr,
+			.tokens_per_s = dt > 0 ? (double)tokens / dt : 0, .ms = dt * 1e3,
+			.compute_ms = r->compute_s * 1e3, .comm_ms = r->comm_s * 1e3,
+		};
+		rt_log_step(log, &ls);
+		if (!isfinite(loss)) {
+			rt_log_error(log, "loss is %s at step %lld%s", isnan(loss) ? "NaN" : "Inf",
+				     (long long)t,
+				     o->check_numerics ? "" : " (--check-numerics finds the first "
+							      "op that made it)");
+			status = 1;
+			break;
+		}
+		if (o->eval_every > 0 && t % o->eval_every == 0) {
+			double el = NAN;
+			if (rt_feed_fill(&feed, r->ptr, RT_EVAL_FIRST_SAMPLE, err)) {
+				rt_log_error(log, "%s", err);
+				status = 1;
+				break;
+			}
+			if (rt_run_actions(r, true) || rt_read_scalar(r, p->loss, &el)) {
+				rt_log_error(log, "%s", r->err);
+				status = 1;
+				break;
+			}
+			rt_log_eval(log, t, el);
+		}
+		if (o->save && ((o->save_every > 0 && t % o->save_every == 0) || t == o->steps)) {
+			meta.step = t;
+			if (rt_ckpt_save(r, o->save, &meta, err)) {
+				rt_log_error(log, "%s", err);
+				status = 1;
+				break;
+			}
+		}
+	}
+	rt_feed_close(&feed);
+	return status;
+}
+
+int dtm_main(const DtmPlan *plan, int argc, char **argv)
+{
+	const char *prog = argc > 0 && argv[0] ? argv[0] : "dtm";
+	char err[RT_ERR_LEN] = "";
+	Opts o;
+	if (parse_args(&o, plan, argc, argv, err)) {
+		fprintf(stderr, "error: %s\n", err);
+		return 1;
+	}
+	if (o.help) {
+		printf(usage, prog, (long long)o.steps, (long long)o.seed, o.lr, o.data,
+		       (long long)ncores());
+		return 0;
+	}
+	if (rt_world_size(plan) != 1) {
+		fprintf(stderr, "error: this plan's mesh has %lld ranks; multi-rank execution is "
+				"not built yet\n", (long long)rt_world_size(plan));
+		return 1;
+	}
+	RtLog log;
+	if (rt_log_open(&log, o.log, o.quiet, err)) {
+		fprintf(stderr, "error: %s\n", err);
+		return 1;
+	}
+	RtRun run;
+	if (rt_run_init(&run, plan, 0, (int)o.threads)) {
+		rt_log_error(&log, "%s", run.err);
+		rt_log_close(&log);
+		return 1;
+	}
+	if (o.verbose)
+		print_plan(plan, &run, &o);
+	int status = train(plan, &o, &run, &log);
+	rt_run_free(&run);
+	rt_log_close(&log);
+	return status;
+}
