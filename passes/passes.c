@@ -1,0 +1,85 @@
+/* passes.c - the pipeline of IR -> IR passes, in order.
+ *
+ * The registry is one table.  Each pass consumes a verified module and
+ * leaves one; pass_run_until runs the verifier after every pass, so a pass
+ * that breaks an invariant is named in the message.  "lower" is not a pass:
+ * it names the module as lowering left it, before any pass ran.
+ *
+ * For now the pipeline is only the verifier; later issues add shape,
+ * autodiff, optimizer, propagate, partition, state, pipeline, schedule and
+ * memplan in front of it.
+ */
+#include "passes.h"
+
+#include <string.h>
+
+static bool run_verify(IrModule *m, Diag *d, const PassOptions *opt)
+{
+	(void)opt;
+	return ir_verify(m, d, "verify");
+}
+
+static const Pass passes[] = {
+	{"verify", run_verify},
+	{NULL, NULL},
+};
+
+const Pass *pass_list(void)
+{
+	return passes;
+}
+
+bool pass_exists(const char *name)
+{
+	if (!name)
+		return false;
+	if (strcmp(name, "lower") == 0)
+		return true;
+	for (const Pass *p = passes; p->name; p++)
+		if (strcmp(p->name, name) == 0)
+			return true;
+	return false;
+}
+
+/* Lists the names --after accepts, for the "unknown pass" error. */
+static void known_passes(char *buf, size_t cap)
+{
+	size_t n = 0;
+	int w = snprintf(buf, cap, "lower");
+	n = w > 0 ? (size_t)w : 0;
+	for (const Pass *p = passes; p->name && n < cap; p++) {
+		w = snprintf(buf + n, cap - n, ", %s", p->name);
+		if (w < 0)
+			break;
+		n += (size_t)w;
+	}
+}
+
+bool pass_run_until(IrModule *m, Diag *d, const PassOptions *opt, const char *stop_after)
+{
+	static const PassOptions defaults = {0};
+	if (!opt)
+		opt = &defaults;
+	if (stop_after && !pass_exists(stop_after)) {
+		char names[512];
+		known_passes(names, sizeof names);
+		diag_error(d, (SrcLoc){0}, "unknown pass '%s' (known passes: %s)", stop_after,
+		           names);
+		return false;
+	}
+	if (stop_after && strcmp(stop_after, "lower") == 0)
+		return true;
+	int nerr0 = d->nerr;
+	for (const Pass *p = passes; p->name; p++) {
+		if (opt->verbose)
+			fprintf(stderr, "dtmc: running pass '%s'\n", p->name);
+		if (!p->run(m, d, opt) || d->nerr > nerr0)
+			return false;
+		/* the verifier after every pass, except after the verifier itself */
+		if (p->run != run_verify && !ir_verify(m, d, p->name))
+			return false;
+		if (stop_after && strcmp(stop_after, p->name) == 0)
+			break;
+	}
+	return true;
+}

@@ -1,0 +1,385 @@
+/* dtmc.c - the dtm compiler driver: argument parsing and dispatch only.
+ *
+ *   dtmc check FILE [-D name=value]... [--mesh axis=size,...]
+ *   dtmc print [--after=PASS] [-D name=value]... [--mesh ...] FILE|-
+ *   dtmc help [COMMAND] | dtmc --help | dtmc --version
+ *
+ * FILE is a .dtm model, or the IR's text form when it ends in .ir or is `-`
+ * (standard input).  User errors are diagnostics; the exit status is 0 on
+ * success and 1 on any user error.  Nothing here calls exit(): every path
+ * returns to main.  Reports live in report.c.
+ */
+#include <string.h>
+
+#include "../frontend/lower.h"
+#include "../ir/ir.h"
+#include "../passes/passes.h"
+#include "report.h"
+
+#define DTMC_VERSION "0.1.0"
+
+typedef struct Args {
+	const char *file;
+	const char *after; /* --after=PASS, or NULL */
+	bool verbose;
+	LowerOptions lower;
+} Args;
+
+typedef struct Command {
+	const char *name;
+	const char *summary;
+	const char *help;
+	int (*run)(const Args *args);
+	bool has_after;
+} Command;
+
+static int cmd_check(const Args *args);
+static int cmd_print(const Args *args);
+
+static const Command commands[] = {
+	{"check", "parse, lower and verify a model; summarise its mesh and parameters",
+	 "usage: dtmc check FILE [-D name=value]... [--mesh axis=size,...]\n"
+	 "\n"
+	 "Parses, lowers and verifies FILE, then prints the model name, the mesh with\n"
+	 "its axis sizes and rank count, the parameter count, the inputs and train\n"
+	 "settings, and a table of parameters: name, dtype, global shape, placement\n"
+	 "and elements per rank (min..max when the shards are uneven), with per-rank\n"
+	 "totals.  Errors are reported as file:line:col with the source line.\n"
+	 "\n"
+	 "options:\n"
+	 "  -D name=value          override a `let` constant (repeatable)\n"
+	 "  --mesh axis=size,...   replace the declared mesh sizes; a declared axis\n"
+	 "                         not listed gets size 1\n"
+	 "  -v, --verbose          say what runs\n"
+	 "\n"
+	 "FILE may also be IR text (a name ending in .ir, or - for standard input).\n",
+	 cmd_check, false},
+	{"print", "print the IR after a pass of the pipeline",
+	 "usage: dtmc print [--after=PASS] [-D name=value]... [--mesh axis=size,...] FILE|-\n"
+	 "\n"
+	 "Lowers FILE, runs the pass pipeline up to and including PASS (default: all\n"
+	 "passes) with the verifier after each, and prints the IR's text form to\n"
+	 "standard output.  --after=lower prints the IR as lowering produced it.\n"
+	 "\n"
+	 "FILE ending in .ir, or -, is read as IR text instead of a .dtm model: it is\n"
+	 "parsed, verified and printed unchanged unless --after names a pass, so\n"
+	 "  dtmc print --after=lower m.dtm | dtmc print -\n"
+	 "prints the same text twice.\n"
+	 "\n"
+	 "options:\n"
+	 "  --after=PASS           stop after PASS (see the list below)\n"
+	 "  -D name=value          override a `let` constant (repeatable)\n"
+	 "  --mesh axis=size,...   replace the declared mesh sizes\n"
+	 "  -v, --verbose          name each pass as it runs\n",
+	 cmd_print, true},
+};
+#define NCOMMANDS (sizeof commands / sizeof commands[0])
+
+static void usage_error(const char *fmt, const char *arg)
+{
+	fputs("dtmc: error: ", stderr);
+	fprintf(stderr, fmt, arg);
+	fputs(" (see dtmc --help)\n", stderr);
+}
+
+static void print_passes(FILE *out)
+{
+	fputs("lower", out);
+	for (const Pass *p = pass_list(); p->name; p++)
+		fprintf(out, ", %s", p->name);
+}
+
+static void print_help(FILE *out)
+{
+	fputs("usage: dtmc COMMAND [options] FILE\n"
+	      "\n"
+	      "dtm compiles .dtm model files (a network, a device mesh with named axes and\n"
+	      "per-tensor placements) for distributed training.\n"
+	      "\n"
+	      "commands:\n",
+	      out);
+	for (size_t i = 0; i < NCOMMANDS; i++)
+		fprintf(out, "  %-8s%s\n", commands[i].name, commands[i].summary);
+	fputs("  help    show a command's options: dtmc help COMMAND\n"
+	      "\n"
+	      "options:\n"
+	      "  -h, --help     show this help\n"
+	      "  --version      show the version\n",
+	      out);
+}
+
+static const Command *find_command(const char *name)
+{
+	for (size_t i = 0; i < NCOMMANDS; i++)
+		if (strcmp(commands[i].name, name) == 0)
+			return &commands[i];
+	return NULL;
+}
+
+static int print_command_help(const Command *c)
+{
+	fputs(c->help, stdout);
+	if (c->has_after) {
+		fputs("\npasses, in pipeline order: ", stdout);
+		print_passes(stdout);
+		fputc('\n', stdout);
+	}
+	return 0;
+}
+
+/* `-D name=value`: the name must be non-empty; the value's syntax is the
+ * lowering's to check (it knows the constant's type).  The argument is cut
+ * at '=' in place: argv strings are writable and live until main returns. */
+static bool add_define(Args *args, char *def)
+{
+	char *eq = strchr(def, '=');
+	if (!eq || eq == def || !eq[1]) {
+		fprintf(stderr, "dtmc: error: expected -D name=value, got '%s'\n", def);
+		return false;
+	}
+	if (args->lower.ndefines >= LOWER_MAX_DEFINES) {
+		fprintf(stderr, "dtmc: error: too many -D options (at most %d)\n",
+		        LOWER_MAX_DEFINES);
+		return false;
+	}
+	*eq = 0;
+	args->lower.define_names[args->lower.ndefines] = def;
+	args->lower.define_values[args->lower.ndefines] = eq + 1;
+	args->lower.ndefines++;
+	return true;
+}
+
+/* Returns the value of option `name` given as `name=V`, `name V` (advancing
+ * *i), or NULL when arg is not this option.  *missing is set when the option
+ * is present but has no value. */
+static const char *opt_value(int argc, char **argv, int *i, const char *name, bool *missing)
+{
+	const char *arg = argv[*i];
+	size_t n = strlen(name);
+	if (strncmp(arg, name, n) != 0)
+		return NULL;
+	if (arg[n] == '=')
+		return arg + n + 1;
+	if (arg[n] != 0)
+		return NULL;
+	if (*i + 1 >= argc) {
+		*missing = true;
+		return NULL;
+	}
+	return argv[++*i];
+}
+
+/* Parses a command's arguments (argv[0] is the command).  Returns 0 when the
+ * command should run, 1 on a usage error (reported), 2 when help was
+ * printed. */
+static int parse_args(const Command *c, int argc, char **argv, Args *args)
+{
+	bool only_files = false;
+	for (int i = 1; i < argc; i++) {
+		char *arg = argv[i];
+		const char *v;
+		bool missing = false;
+		if (only_files || arg[0] != '-' || strcmp(arg, "-") == 0) {
+			if (args->file) {
+				fprintf(stderr, "dtmc: error: more than one input file ('%s' and '%s')\n",
+				        args->file, arg);
+				return 1;
+			}
+			args->file = arg;
+		} else if (strcmp(arg, "--") == 0) {
+			only_files = true;
+		} else if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
+			print_command_help(c);
+			return 2;
+		} else if (strcmp(arg, "-v") == 0 || strcmp(arg, "--verbose") == 0) {
+			args->verbose = true;
+		} else if (strncmp(arg, "-D", 2) == 0) {
+			if (!arg[2] && i + 1 >= argc) {
+				usage_error("option '%s' needs name=value", "-D");
+				return 1;
+			}
+			if (!add_define(args, arg[2] ? arg + 2 : argv[++i]))
+				return 1;
+		} else if ((v = opt_value(argc, argv, &i, "--mesh", &missing)) || missing) {
+			if (missing) {
+				usage_error("option '%s' needs axis=size,...", "--mesh");
+				return 1;
+			}
+			args->lower.mesh = v;
+		} else if (c->has_after &&
+		           ((v = opt_value(argc, argv, &i, "--after", &missing)) || missing)) {
+			if (missing) {
+				usage_error("option '%s' needs a pass name", "--after");
+				return 1;
+			}
+			args->after = v;
+		} else {
+			usage_error("unknown option '%s'", arg);
+			return 1;
+		}
+	}
+	if (!args->file) {
+		fprintf(stderr, "dtmc: error: no input file (see dtmc help %s)\n", c->name);
+		return 1;
+	}
+	if (args->after && !pass_exists(args->after)) {
+		fprintf(stderr, "dtmc: error: unknown pass '%s' for --after (known passes: ",
+		        args->after);
+		print_passes(stderr);
+		fputs(")\n", stderr);
+		return 1;
+	}
+	return 0;
+}
+
+static bool ends_with(const char *s, const char *suffix)
+{
+	size_t n = strlen(s), k = strlen(suffix);
+	return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+static bool is_ir_input(const char *path)
+{
+	return strcmp(path, "-") == 0 || ends_with(path, ".ir");
+}
+
+/* Reads FILE as a .dtm model (lowered) or as IR text (parsed), and verifies
+ * the result.  Returns NULL after reporting errors to d. */
+static IrModule *load(Arena *a, Diag *d, const Args *args)
+{
+	IrModule *m;
+	if (is_ir_input(args->file)) {
+		if (args->lower.ndefines > 0 || args->lower.mesh) {
+			diag_error(d, (SrcLoc){0},
+			           "-D and --mesh apply to .dtm models, not to IR text ('%s')",
+			           args->file);
+			return NULL;
+		}
+		SrcFile *src = arena_alloc(a, sizeof *src);
+		if (!src) {
+			diag_error(d, (SrcLoc){0}, "out of memory");
+			return NULL;
+		}
+		if (!src_read_file(a, d, args->file, src))
+			return NULL;
+		diag_add_file(d, src);
+		m = ir_parse(a, d, src);
+		if (!m && d->nerr == 0)
+			diag_error(d, (SrcLoc){.file = src->name}, "no IR module found");
+		if (!m || d->nerr > 0)
+			return NULL;
+		return ir_verify(m, d, "parse") ? m : NULL;
+	}
+	m = lower_path(a, d, args->file, &args->lower);
+	if (!m && d->nerr == 0)
+		diag_error(d, (SrcLoc){.file = args->file}, "could not be lowered");
+	if (!m || d->nerr > 0)
+		return NULL;
+	return ir_verify(m, d, "lower") ? m : NULL;
+}
+
+/* Flushes stdout and turns a failed write (a full disk, a closed pipe) into
+ * an error rather than a silent truncation. */
+static bool flush_stdout(Diag *d)
+{
+	if (fflush(stdout) != 0 || ferror(stdout)) {
+		diag_error(d, (SrcLoc){0}, "cannot write to standard output");
+		return false;
+	}
+	return true;
+}
+
+static int finish(Arena *a, Diag *d, bool ok)
+{
+	if (!ok || d->nerr > 0) {
+		diag_summary(d);
+		arena_free(a);
+		return 1;
+	}
+	arena_free(a);
+	return 0;
+}
+
+static int cmd_check(const Args *args)
+{
+	Arena a;
+	Diag d;
+	arena_init(&a);
+	diag_init(&d, stderr);
+	IrModule *m = load(&a, &d, args);
+	bool ok = m != NULL;
+	if (ok) {
+		report_check(stdout, m);
+		ok = flush_stdout(&d);
+	}
+	return finish(&a, &d, ok);
+}
+
+static int cmd_print(const Args *args)
+{
+	Arena a;
+	Diag d;
+	arena_init(&a);
+	diag_init(&d, stderr);
+	PassOptions popt = {.verbose = args->verbose};
+	IrModule *m = load(&a, &d, args);
+	bool ok = m != NULL;
+	/* IR text is at whatever stage it was printed at: without --after it is
+	 * printed as read.  A model runs the whole pipeline by default. */
+	const char *after = args->after;
+	if (!after && is_ir_input(args->file))
+		after = "lower";
+	if (ok)
+		ok = pass_run_until(m, &d, &popt, after);
+	/* Print only a module that made it through: never half an output. */
+	if (ok) {
+		ir_print(stdout, m);
+		ok = flush_stdout(&d);
+	}
+	return finish(&a, &d, ok);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2) {
+		print_help(stderr);
+		return 1;
+	}
+	const char *cmd = argv[1];
+	if (strcmp(cmd, "-h") == 0 || strcmp(cmd, "--help") == 0) {
+		print_help(stdout);
+		return 0;
+	}
+	if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "version") == 0) {
+		printf("dtmc %s\n", DTMC_VERSION);
+		return 0;
+	}
+	if (strcmp(cmd, "help") == 0) {
+		if (argc < 3) {
+			print_help(stdout);
+			return 0;
+		}
+		const Command *c = find_command(argv[2]);
+		if (!c) {
+			usage_error("unknown command '%s'", argv[2]);
+			return 1;
+		}
+		return print_command_help(c);
+	}
+	if (cmd[0] == '-') {
+		usage_error("unknown option '%s'", cmd);
+		return 1;
+	}
+	const Command *c = find_command(cmd);
+	if (!c) {
+		usage_error("unknown command '%s'", cmd);
+		return 1;
+	}
+	Args args = {0};
+	int rc = parse_args(c, argc - 1, argv + 1, &args);
+	if (rc == 0)
+		rc = c->run(&args);
+	else if (rc == 2)
+		rc = 0;
+	return rc;
+}
