@@ -1,0 +1,37 @@
+# The README's two commands, as a thin wrapper over CMake and CTest.
+#   make run    install what is missing, build, check and print models/gpt.dtm
+#   make test   install what is missing, build with -Werror and run every test,
+#               then rebuild with ASan+UBSan and run the unit and diagnostic tests
+BUILD ?= build
+ASAN_BUILD ?= build-asan
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+DTMC = $(BUILD)/dtmc
+
+.PHONY: run test deps build build-werror asan clean
+
+deps:
+	scripts/deps.sh
+
+build: deps
+	cmake -S . -B $(BUILD)
+	cmake --build $(BUILD) -j $(JOBS)
+
+run: build
+	$(DTMC) check models/gpt.dtm
+	$(DTMC) print models/gpt.dtm
+
+build-werror: deps
+	cmake -S . -B $(BUILD) -DDTM_WERROR=ON
+	cmake --build $(BUILD) -j $(JOBS)
+
+asan: deps
+	cmake -S . -B $(ASAN_BUILD) -DDTM_WERROR=ON -DDTM_SANITIZE=ON
+	cmake --build $(ASAN_BUILD) -j $(JOBS)
+	ctest --test-dir $(ASAN_BUILD) --output-on-failure -j $(JOBS) -R '^(unit|diag)[.]'
+
+test: build-werror
+	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+	$(MAKE) --no-print-directory asan
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD) build-fuzz

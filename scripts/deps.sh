@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# deps.sh - make sure the tools dtm builds and tests with are installed.
+#
+# Checks for cmake, a C compiler, make, flex, bison, clang with libFuzzer
+# (the fuzz test), python3 and OpenBLAS (the CPU runtime's GEMM).  When
+# something is missing and we run as root on Debian/Ubuntu with apt-get,
+# installs it non-interactively; otherwise prints the packages to install
+# and exits 1.
+set -euo pipefail
+
+missing=()
+need() { # need COMMAND PACKAGE
+	command -v "$1" >/dev/null 2>&1 || missing+=("$2")
+}
+
+need cmake cmake
+need cc gcc
+need gcc gcc
+need make make
+need flex flex
+need bison bison
+need clang clang
+need python3 python3
+
+# libFuzzer ships in clang's runtime package (libclang-rt-14-dev on Debian
+# 12); the only reliable test is to link a fuzz target.
+fuzzer_ok() {
+	command -v clang >/dev/null 2>&1 || return 1
+	local tmp
+	tmp=$(mktemp -d)
+	printf '%s\n' '#include <stddef.h>' '#include <stdint.h>' \
+		'int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n) { (void)d; (void)n; return 0; }' \
+		>"$tmp/f.c"
+	local ok=1
+	clang -fsanitize=fuzzer,address,undefined "$tmp/f.c" -o "$tmp/f" >/dev/null 2>&1 && ok=0
+	rm -rf "$tmp"
+	return $ok
+}
+
+rt_pkg() {
+	local v=""
+	if command -v clang >/dev/null 2>&1; then
+		v=$(clang -dumpversion 2>/dev/null | cut -d. -f1)
+	fi
+	echo "libclang-rt-${v:-14}-dev"
+}
+
+# a C library and headers for the compiler (build-essential's core)
+if command -v cc >/dev/null 2>&1; then
+	echo '#include <stdio.h>
+int main(void) { return 0; }' | cc -x c - -o /dev/null >/dev/null 2>&1 || missing+=(libc6-dev)
+fi
+if ! fuzzer_ok; then
+	missing+=("$(rt_pkg)")
+fi
+# OpenBLAS for the CPU runtime's GEMM (CMake falls back to a slow loop
+# without it, so it is installed but not required elsewhere)
+have_cblas=0
+for h in /usr/include/cblas.h /usr/include/*/cblas.h /usr/include/*/*/cblas.h; do
+	if [ -e "$h" ]; then have_cblas=1; fi
+done
+if [ $have_cblas = 0 ]; then
+	missing+=(libopenblas-dev)
+fi
+
+if [ ${#missing[@]} -eq 0 ]; then
+	exit 0
+fi
+# de-duplicate, keep order
+pkgs=()
+for p in "${missing[@]}"; do
+	case " ${pkgs[*]-} " in *" $p "*) ;; *) pkgs+=("$p") ;; esac
+done
+
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && [ -r /etc/debian_version ]; then
+	echo "deps.sh: installing: ${pkgs[*]}"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update </dev/null
+	apt-get install -y --no-install-recommends "${pkgs[@]}" </dev/null
+	# clang's runtime is versioned: if clang itself was just installed,
+	# make sure the runtime matches its version.
+	if ! fuzzer_ok; then
+		apt-get install -y --no-install-recommends "$(rt_pkg)" </dev/null
+	fi
+	if ! fuzzer_ok; then
+		echo "deps.sh: clang cannot link -fsanitize=fuzzer even after installing $(rt_pkg)" >&2
+		exit 1
+	fi
+	exit 0
+fi
+
+echo "deps.sh: missing tools; install these packages (Debian/Ubuntu names):" >&2
+echo "  apt-get install -y --no-install-recommends ${pkgs[*]}" >&2
+exit 1

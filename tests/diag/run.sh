@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# run.sh - diagnostic tests: each tests/diag/NAME.dtm is a bad program and
+# tests/diag/NAME.expected the exact stderr of `dtmc check` on it.
+#
+#   run.sh [--update] DTMC [NAME...]     (without NAMEs: every case)
+#
+# A case's first line may be `# args: -D foo=1 --mesh dp=2`: extra arguments
+# for dtmc check (split on spaces).  Every case must exit with status 1, print
+# nothing on stdout, and never crash (no sanitizer report, no internal error).
+# --update rewrites the .expected files; read each one before committing it.
+set -uo pipefail
+
+update=0
+if [ "${1-}" = --update ]; then
+	update=1
+	shift
+fi
+dtmc=${1:?usage: run.sh [--update] DTMC [NAME...]}
+shift
+cd "$(dirname "$0")/../.."
+names=("$@")
+if [ ${#names[@]} -eq 0 ]; then
+	for f in tests/diag/*.dtm; do
+		names+=("$(basename "$f" .dtm)")
+	done
+fi
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+to=()
+if command -v timeout >/dev/null 2>&1; then
+	to=(timeout 30)
+fi
+fail=0
+for n in "${names[@]}"; do
+	src=tests/diag/$n.dtm
+	want=tests/diag/$n.expected
+	args=()
+	first=$(head -n 1 "$src" | tr -d '\0')
+	case $first in
+	"# args:"*) read -r -a args <<<"${first#\# args:}" ;;
+	esac
+	"${to[@]}" "$dtmc" check "${args[@]}" "$src" >"$tmp/out" 2>"$tmp/err" </dev/null
+	rc=$?
+	bad=""
+	if [ $rc -ne 1 ]; then
+		bad="exit status $rc, expected 1"
+	elif [ -s "$tmp/out" ]; then
+		bad="printed on stdout after an error"
+	elif grep -aqE 'Sanitizer|runtime error:|internal error|Segmentation' "$tmp/err"; then
+		bad="crashed or tripped a sanitizer"
+	fi
+	if [ -n "$bad" ]; then
+		echo "FAIL $n: $bad"
+		echo "--- stdout"; cat "$tmp/out"
+		echo "--- stderr"; cat "$tmp/err"
+		fail=1
+		continue
+	fi
+	if [ $update = 1 ]; then
+		cp "$tmp/err" "$want"
+		echo "updated $want"
+	elif [ ! -f "$want" ]; then
+		echo "FAIL $n: no $want (run tests/diag/run.sh --update DTMC $n, then read it)"
+		cat "$tmp/err"
+		fail=1
+	elif ! diff -u --text "$want" "$tmp/err"; then
+		echo "FAIL $n: diagnostics differ from $want"
+		fail=1
+	else
+		echo "ok $n"
+	fi
+done
+exit $fail

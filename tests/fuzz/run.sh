@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# run.sh - build the libFuzzer targets with clang and run them for a bounded
+# time; fails on any crash, sanitizer report, timeout or memory blow-up.
+#
+#   tests/fuzz/run.sh [WORKDIR]       (default: build-fuzz)
+#
+# Environment: FUZZ_TIME (seconds for the front end, default 60),
+# FUZZ_IR_TIME (seconds for the IR parser, default 30).  The seed corpus is
+# tests/fuzz/corpus plus models/ and tests/diag/ (for the front end) and
+# tests/golden/*.ir plus tests/fuzz/corpus/ir (for the IR parser); the run
+# works on copies in WORKDIR, so the repository is never written.
+# A missing clang or libFuzzer is a failure, not a skip: scripts/deps.sh
+# installs them (clang, libclang-rt-14-dev on Debian 12).
+set -uo pipefail
+
+root=$(cd "$(dirname "$0")/../.." && pwd)
+work=$(mkdir -p "${1:-$root/build-fuzz}" && cd "${1:-$root/build-fuzz}" && pwd)
+fuzz_time=${FUZZ_TIME:-60}
+ir_time=${FUZZ_IR_TIME:-30}
+
+die() {
+	echo "FAIL fuzz: $*" >&2
+	exit 1
+}
+
+command -v clang >/dev/null 2>&1 ||
+	die "clang not found; install clang and libclang-rt-14-dev (scripts/deps.sh does)"
+probe=$work/probe
+mkdir -p "$probe"
+printf '%s\n' '#include <stddef.h>' '#include <stdint.h>' \
+	'int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n) { (void)d; (void)n; return 0; }' \
+	>"$probe/f.c"
+clang -fsanitize=fuzzer,address,undefined "$probe/f.c" -o "$probe/f" >"$probe/log" 2>&1 ||
+	die "clang cannot link -fsanitize=fuzzer (libFuzzer missing: install libclang-rt-14-dev):
+$(cat "$probe/log")"
+
+# the targets, in their own tree: the libraries with fuzzer-no-link, the
+# targets linked with libFuzzer's main (tests/fuzz/CMakeLists.txt)
+bdir=$work/build
+mkdir -p "$bdir/frontend" # where flex and bison write their outputs
+flags="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
+cmake -S "$root" -B "$bdir" -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	-DDTM_FUZZ=ON "-DCMAKE_C_FLAGS=$flags" >"$work/configure.log" 2>&1 ||
+	die "configure failed:
+$(tail -n 30 "$work/configure.log")"
+cmake --build "$bdir" --target fuzz_frontend fuzz_ir -j "$(nproc 2>/dev/null || echo 2)" \
+	>"$work/build.log" 2>&1 ||
+	die "build failed:
+$(tail -n 40 "$work/build.log")"
+
+# fresh copies of the seeds every run
+rm -rf "$work/corpus-frontend" "$work/corpus-ir" "$work/artifacts"
+mkdir -p "$work/corpus-frontend" "$work/corpus-ir" "$work/artifacts"
+cp "$root"/tests/fuzz/corpus/*.dtm "$root"/models/*.dtm "$work/corpus-frontend/"
+for f in "$root"/tests/diag/*.dtm; do
+	cp "$f" "$work/corpus-frontend/diag-$(basename "$f")"
+done
+cp "$root"/tests/fuzz/corpus/ir/* "$work/corpus-ir/" 2>/dev/null
+cp "$root"/tests/golden/*.ir "$work/corpus-ir/" 2>/dev/null
+
+run() { # run TARGET SECONDS CORPUS
+	local target=$1 secs=$2 corpus=$3
+	echo "fuzz: $target for ${secs}s over $(ls "$corpus" | wc -l) seeds"
+	ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1} \
+		"$bdir/tests/fuzz-targets/$target" -max_total_time="$secs" -rss_limit_mb=2048 \
+		-timeout=10 -max_len=65536 -dict="$root/tests/fuzz/dtm.dict" \
+		-artifact_prefix="$work/artifacts/$target-" -print_final_stats=1 \
+		"$corpus" >"$work/$target.log" 2>&1
+	local rc=$?
+	if [ $rc -ne 0 ]; then
+		echo "FAIL fuzz: $target exited with $rc; the last lines of its log:"
+		grep -avE '^#[0-9]+[[:space:]]+(NEW|REDUCE|pulse|INITED)' "$work/$target.log" | tail -n 40
+		echo "reproducers:"
+		ls -la "$work/artifacts"
+		echo "rerun one with: $bdir/tests/fuzz-targets/$target ARTIFACT"
+		return 1
+	fi
+	grep -E '^(#[0-9]+.*DONE|stat::number_of_executed_units)' "$work/$target.log" | tail -n 2
+	return 0
+}
+
+fail=0
+run fuzz_frontend "$fuzz_time" "$work/corpus-frontend" || fail=1
+run fuzz_ir "$ir_time" "$work/corpus-ir" || fail=1
+[ $fail = 0 ] && echo "fuzz: no findings"
+exit $fail

@@ -1,0 +1,59 @@
+# run.cmake - the script-driven tests (included by tests/CMakeLists.txt).
+#
+#   golden.NAME     dtmc print --after=lower models/NAME.dtm == tests/golden/NAME.lower.ir
+#   roundtrip.NAME  print --after=lower | print - gives identical text
+#   diag.NAME       dtmc check tests/diag/NAME.dtm: exact stderr, exit status 1
+#   diag.stress.*   generated inputs (a 1 MB line, 10,000-deep nesting): exit 1,
+#                   an error, bounded output, no crash or hang
+#   fuzz.frontend   a bounded libFuzzer run over the front end and IR parser
+#
+# Every runner takes --update to rewrite its expectations (see README).
+find_program(DTM_BASH bash REQUIRED)
+set(DTM_ROOT ${CMAKE_SOURCE_DIR})
+
+foreach(src ${DTM_UNIT_TESTS})
+  get_filename_component(name ${src} NAME_WE)
+  set_tests_properties(unit.${name} PROPERTIES TIMEOUT 120 LABELS unit)
+endforeach()
+
+file(GLOB DTM_MODELS CONFIGURE_DEPENDS ${DTM_ROOT}/models/*.dtm)
+foreach(model ${DTM_MODELS})
+  get_filename_component(name ${model} NAME_WE)
+  add_test(NAME golden.${name}
+           COMMAND ${DTM_BASH} ${DTM_TESTS}/golden/run.sh $<TARGET_FILE:dtmc> ${name}
+           WORKING_DIRECTORY ${DTM_ROOT})
+  add_test(NAME roundtrip.${name}
+           COMMAND ${DTM_BASH} ${DTM_TESTS}/golden/run.sh --roundtrip $<TARGET_FILE:dtmc> ${name}
+           WORKING_DIRECTORY ${DTM_ROOT})
+  set_tests_properties(golden.${name} roundtrip.${name} PROPERTIES TIMEOUT 60 LABELS golden)
+endforeach()
+
+file(GLOB DTM_DIAG_CASES CONFIGURE_DEPENDS ${DTM_TESTS}/diag/*.dtm)
+foreach(case ${DTM_DIAG_CASES})
+  get_filename_component(name ${case} NAME_WE)
+  add_test(NAME diag.${name}
+           COMMAND ${DTM_BASH} ${DTM_TESTS}/diag/run.sh $<TARGET_FILE:dtmc> ${name}
+           WORKING_DIRECTORY ${DTM_ROOT})
+  set_tests_properties(diag.${name} PROPERTIES TIMEOUT 60 LABELS diag)
+endforeach()
+
+foreach(kind long_line long_ident deep_parens deep_neg deep_calls deep_blocks many_errors)
+  add_test(NAME diag.stress.${kind}
+           COMMAND ${DTM_BASH} ${DTM_TESTS}/diag/stress.sh $<TARGET_FILE:dtmc> ${kind}
+                   ${CMAKE_CURRENT_BINARY_DIR}/stress
+           WORKING_DIRECTORY ${DTM_ROOT})
+  set_tests_properties(diag.stress.${kind} PROPERTIES TIMEOUT 60 LABELS diag)
+endforeach()
+
+# The fuzz run builds its own clang/libFuzzer tree (tests/fuzz/run.sh), so it
+# is registered in every build; DTM_FUZZ=ON is that tree's configuration.
+if(NOT DTM_FUZZ)
+  add_test(NAME fuzz.frontend
+           COMMAND ${DTM_BASH} ${DTM_TESTS}/fuzz/run.sh ${CMAKE_CURRENT_BINARY_DIR}/fuzz
+           WORKING_DIRECTORY ${DTM_ROOT})
+  set_tests_properties(fuzz.frontend PROPERTIES TIMEOUT 400 LABELS fuzz)
+endif()
+
+if(DTM_FUZZ)
+  add_subdirectory(${DTM_TESTS}/fuzz ${CMAKE_CURRENT_BINARY_DIR}/fuzz-targets)
+endif()

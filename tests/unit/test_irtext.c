@@ -1,0 +1,534 @@
+/* test_irtext.c - the textual IR: print -> parse -> print is byte-identical
+ * for a module holding every op and attribute kind; the verifier accepts it
+ * and names what a broken module breaks; bad and random text never crashes
+ * the parser and gets a located message. */
+#include "ir/ir.h"
+#include "check.h"
+
+#include <stdlib.h>
+
+static Arena arena;
+static IrModule *M;
+static Diag D;
+
+static char *print_str(const IrModule *m)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	ir_print(f, m);
+	fclose(f);
+	return buf;
+}
+
+/* Parses text; the messages (if any) go to *errs (caller frees). */
+static IrModule *parse_str(Arena *a, const char *text, size_t len, char **errs, int *nerr)
+{
+	size_t elen = 0;
+	FILE *f = open_memstream(errs, &elen);
+	Diag d;
+	diag_init(&d, f);
+	SrcFile src = {"t.ir", text, len};
+	IrModule *m = ir_parse(a, &d, &src);
+	fclose(f);
+	if (nerr)
+		*nerr = d.nerr;
+	return m;
+}
+
+static SrcLoc at(int line, int col, int end)
+{
+	return (SrcLoc){"models/\"all\".dtm", line, col, end};
+}
+
+static IrNode *add(IrOp op, int nops, const int *ops)
+{
+	IrNode *n = ir_node_new(M, op, ops, nops, at(M->nnodes + 1, 3, 9));
+	return n;
+}
+
+static int done(IrNode *n)
+{
+	if (!ir_infer(M, n, &D))
+		fprintf(stderr, "building %%%d (%s) failed\n", n->id, ir_op_name(n->op));
+	return n->id;
+}
+
+static int leaf(IrOp op, IrDtype t, const char *name, int rank, const int64_t *dims)
+{
+	IrNode *n = add(op, 0, NULL);
+	n->dtype = t;
+	n->rank = rank;
+	memcpy(n->shape, dims, (size_t)rank * sizeof *dims);
+	n->name = name;
+	n->role = op == IR_OP_PARAM ? IR_ROLE_PARAM : IR_ROLE_INPUT;
+	return done(n);
+}
+#define DIMS(...) (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (int64_t[]){__VA_ARGS__}
+
+static int un(IrOp op, int x)
+{
+	return done(add(op, 1, &x));
+}
+
+static int bin(IrOp op, int x, int y)
+{
+	int o[2] = {x, y};
+	return done(add(op, 2, o));
+}
+
+/* mesh (pp = 1, dp = 2, tp = 2); B = 4, T = 8, D = 16, V = 32 */
+static void build(void)
+{
+	M = ir_module_new(&arena, "all ops");
+	M->mesh.naxes = 3;
+	M->mesh.names[0] = "pp";
+	M->mesh.sizes[0] = 1;
+	M->mesh.names[1] = "dp";
+	M->mesh.sizes[1] = 2;
+	M->mesh.names[2] = "tp";
+	M->mesh.sizes[2] = 2;
+	IrTrain *t = &M->train;
+	t->optimizer = "sgd";
+	t->lr = 0.1;
+	t->beta2 = 0.95;
+	t->weight_decay = 1e-300;
+	t->clip = 1.0 / 3.0;
+	t->momentum = 0.9;
+	t->nesterov = true;
+	t->lr_schedule = "cosine";
+	t->warmup = 20;
+	t->min_lr = 1e-4;
+	t->zero = 3;
+	t->zero_axes = 1u << 1;
+	t->reshard_after_forward = false;
+	t->microbatches = 8;
+	t->schedule = "interleaved";
+	t->virtual_stages = 2;
+	t->precision = IR_BF16;
+	t->steps = 300;
+	t->data = NULL;
+	t->sequence_parallel = true;
+	t->recompute = true;
+	t->bucket_bytes = 1 << 20;
+	t->prefetch = 2;
+	t->seed = -42;
+
+	int tok = leaf(IR_OP_INPUT, IR_I32, "tokens", DIMS(4, 8));
+	IrNode *n = M->nodes[tok];
+	n->place.known = true;
+	n->place.ndims = 2;
+	n->place.naxes[0] = 1;
+	n->place.axes[0][0] = 1;
+	int wte = leaf(IR_OP_PARAM, IR_F32, "wte", DIMS(32, 16));
+	M->nodes[wte]->attrs.init = IR_INIT_NORMAL;
+	M->nodes[wte]->attrs.f[1] = 0.02;
+	int g = leaf(IR_OP_PARAM, IR_F32, "layer.0.ln1", DIMS(16));
+	M->nodes[g]->attrs.init = IR_INIT_ONES;
+	M->nodes[g]->stage = 0;
+	int b = leaf(IR_OP_PARAM, IR_F32, "weird \"name\"\\\n\t\x01", DIMS(16));
+	M->nodes[b]->attrs.init = IR_INIT_UNIFORM;
+	M->nodes[b]->attrs.f[0] = -0.5;
+	M->nodes[b]->attrs.f[1] = 0.5;
+	int w = leaf(IR_OP_PARAM, IR_F32, "w", DIMS(16, 16));
+	M->nodes[w]->attrs.init = IR_INIT_ZEROS;
+	M->nodes[w]->loc.file = NULL; /* no location */
+	int c = done(add(IR_OP_CONST, 0, NULL));
+	M->nodes[c]->attrs.f[0] = 0.125;
+
+	int x = bin(IR_OP_EMBED, wte, tok);                    /* [4, 8, 16] */
+	x = bin(IR_OP_ADD, x, g);
+	x = bin(IR_OP_SUB, x, b);
+	x = bin(IR_OP_MUL, x, c);
+	x = bin(IR_OP_DIV, x, g);
+	IrOp unary[] = {IR_OP_NEG, IR_OP_EXP, IR_OP_LOG, IR_OP_SQRT, IR_OP_RSQRT, IR_OP_TANH,
+	                IR_OP_RELU, IR_OP_GELU, IR_OP_SILU, IR_OP_SIGMOID};
+	for (size_t i = 0; i < sizeof unary / sizeof unary[0]; i++)
+		x = un(unary[i], x);
+	n = add(IR_OP_SCALE, 1, &x);
+	n->attrs.f[0] = -2.5e-7;
+	x = done(n);
+	n = add(IR_OP_CAST, 1, &x);
+	n->dtype = IR_BF16;
+	int xb = done(n);
+	n = add(IR_OP_CAST, 1, &xb);
+	n->dtype = IR_F32;
+	x = done(n);
+	int o3[3] = {x, g, b};
+	n = add(IR_OP_LAYERNORM, 3, o3);
+	n->attrs.f[0] = 1e-5;
+	int h = done(n);
+	n = add(IR_OP_RMSNORM, 2, o3);
+	n->attrs.f[0] = 1e-6;
+	h = bin(IR_OP_ADD, h, done(n));
+	int q = bin(IR_OP_MATMUL, h, w);                     /* [4, 8, 16] */
+	M->nodes[q]->place.known = true;
+	M->nodes[q]->place.ndims = 3;
+	M->nodes[q]->place.naxes[2] = 1;
+	M->nodes[q]->place.axes[2][0] = 2;
+	M->nodes[q]->place.partial = 1u << 1;
+	M->nodes[q]->place.partial_op = IR_RED_MAX;
+	M->nodes[q]->name = "q";
+	int a3[3] = {q, h, h};
+	n = add(IR_OP_ATTENTION, 3, a3);
+	n->attrs.nints = 2;
+	n->attrs.ints[0] = 4;
+	n->attrs.ints[1] = 1;
+	int att = done(n);
+	n = add(IR_OP_DROPOUT, 1, &att);
+	n->attrs.f[0] = 0.1;
+	n->attrs.ints[0] = 7;
+	n->attrs.nints = 1;
+	att = done(n);
+	n = add(IR_OP_SOFTMAX, 1, &att);
+	n->attrs.nints = 1;
+	n->attrs.ints[0] = 2;
+	int sm = done(n);
+	n = add(IR_OP_LOG_SOFTMAX, 1, &sm);
+	n->attrs.nints = 1;
+	n->attrs.ints[0] = 1;
+	sm = done(n);
+	n = add(IR_OP_SUM, 1, &sm);
+	n->attrs.nints = 2;
+	n->attrs.ints[0] = 0;
+	n->attrs.ints[1] = 2;
+	n->attrs.flag = true;
+	done(n);
+	n = add(IR_OP_MEAN, 1, &sm);
+	n->attrs.nints = 1;
+	n->attrs.ints[0] = 1;
+	done(n);
+	n = add(IR_OP_MAX, 1, &sm);
+	n->attrs.nints = 0;
+	done(n);
+	n = add(IR_OP_PERMUTE, 1, &sm);
+	n->attrs.nints = 3;
+	n->attrs.ints[0] = 1;
+	n->attrs.ints[1] = 0;
+	n->attrs.ints[2] = 2;
+	int pm = done(n);                                    /* [8, 4, 16] */
+	n = add(IR_OP_RESHAPE, 1, &pm);
+	n->rank = 2;
+	n->shape[0] = 32;
+	n->shape[1] = 16;
+	int rs = done(n);
+	int c3[3] = {rs, rs, rs};
+	n = add(IR_OP_CONCAT, 3, c3);
+	n->attrs.nints = 1;
+	n->attrs.ints[0] = 0;
+	int cc = done(n);                                    /* [96, 16] */
+	n = add(IR_OP_SLICE, 1, &cc);
+	n->attrs.nints = 3;
+	n->attrs.ints[0] = 0;
+	n->attrs.ints[1] = 32;
+	n->attrs.ints[2] = 64;
+	int sl = done(n);                                    /* [32, 16] */
+
+	/* collectives over (dp), (tp), (dp, tp) */
+	n = add(IR_OP_ALL_GATHER, 1, &sl);
+	n->attrs.mesh_axes = 1u << 1;
+	n->attrs.nints = 1;
+	n->attrs.ints[0] = 1;
+	int ag = done(n);                                    /* [32, 32] */
+	n = add(IR_OP_REDUCE_SCATTER, 1, &ag);
+	n->attrs.mesh_axes = 3u << 1;
+	n->attrs.red = IR_RED_AVG;
+	n->attrs.nints = 1;
+	n->attrs.ints[0] = 0;
+	int rsc = done(n);                                   /* [8, 32] */
+	n = add(IR_OP_ALL_REDUCE, 1, &rsc);
+	n->attrs.mesh_axes = 1u << 2;
+	n->attrs.red = IR_RED_SUM;
+	int ar = done(n);
+	n = add(IR_OP_ALL_TO_ALL, 1, &ar);
+	n->attrs.mesh_axes = 1u << 2;
+	n->attrs.nints = 2;
+	n->attrs.ints[0] = 1;
+	n->attrs.ints[1] = 0;
+	int a2a = done(n);                                   /* [16, 16] */
+	n = add(IR_OP_BROADCAST, 1, &a2a);
+	n->attrs.mesh_axes = 1u << 1;
+	n->attrs.nints = 1;
+	n->attrs.ints[0] = 1;
+	int bc = done(n);
+	n = add(IR_OP_SEND, 1, &bc);
+	n->attrs.mesh_axes = 1u << 0;
+	n->attrs.nints = 1;
+	n->attrs.ints[0] = 1;
+	n->stage = 0;
+	done(n);
+	n = add(IR_OP_RECV, 0, NULL);
+	n->attrs.mesh_axes = 1u << 0;
+	n->attrs.nints = 3; /* an odd count prints as ints = (...) */
+	n->attrs.ints[0] = -1;
+	n->attrs.ints[1] = 5;
+	n->rank = 2;
+	n->shape[0] = 16;
+	n->shape[1] = 16;
+	n->dtype = IR_BF16;
+	n->stage = 1;
+	int rv = done(n);
+	n = add(IR_OP_ALL_REDUCE, 1, &rv);
+	n->attrs.mesh_axes = 1u << 1;
+	n->attrs.red = IR_RED_MAX;
+	n->attrs.nints = 1;
+	n->attrs.ints[0] = 9;
+	done(n);
+
+	/* losses */
+	int wt = wte;
+	n = add(IR_OP_PERMUTE, 1, &wt);
+	n->attrs.nints = 2;
+	n->attrs.ints[0] = 1;
+	n->attrs.ints[1] = 0;
+	int wtt = done(n);                                   /* [16, 32] */
+	int logits = bin(IR_OP_MATMUL, h, wtt);              /* [4, 8, 32] */
+	int ce = bin(IR_OP_CROSS_ENTROPY, logits, tok);
+	int ms = bin(IR_OP_MSE, h, h);
+	int loss = bin(IR_OP_ADD, ce, ms);
+	M->nodes[loss]->role = IR_ROLE_LOSS;
+	M->nodes[loss]->name = "loss";
+	M->loss = loss;
+	M->nodes[ce]->role = IR_ROLE_GRAD;
+	M->nodes[ms]->role = IR_ROLE_OPT_STATE;
+
+	Placement opts[3];
+	placement_replicated(&opts[0], 2);
+	opts[0].naxes[1] = 1;
+	opts[0].axes[1][0] = 2;
+	placement_replicated(&opts[1], 2);
+	opts[1].naxes[0] = 2;
+	opts[1].axes[0][0] = 2;
+	opts[1].axes[0][1] = 1;
+	placement_replicated(&opts[2], 2);
+	opts[2].partial = 3u << 1;
+	int ci = ir_choose_add(M, w, opts, 3, at(40, 7, 13));
+	M->chooses[ci].selected = 1;
+	M->nodes[w]->place = opts[1];
+}
+
+static void test_roundtrip(void)
+{
+	diag_init(&D, stderr);
+	build();
+	CHECK_EQ_INT(D.nerr, 0);
+	bool seen[IR_OP_COUNT] = {false};
+	for (int i = 0; i < M->nnodes; i++)
+		seen[M->nodes[i]->op] = true;
+	for (int i = 0; i < IR_OP_COUNT; i++)
+		if (!seen[i])
+			fprintf(stderr, "op %s is not in the round-trip module\n", ir_op_name((IrOp)i));
+	for (int i = 0; i < IR_OP_COUNT; i++)
+		CHECK(seen[i]);
+	CHECK(ir_verify(M, &D, "build"));
+
+	char *t1 = print_str(M);
+	char *errs = NULL;
+	int nerr = 0;
+	Arena a2;
+	arena_init(&a2);
+	IrModule *m2 = parse_str(&a2, t1, strlen(t1), &errs, &nerr);
+	CHECK(m2 != NULL);
+	CHECK_EQ_INT(nerr, 0);
+	if (nerr)
+		fprintf(stderr, "%s", errs);
+	free(errs);
+	if (m2) {
+		char *t2 = print_str(m2);
+		CHECK_EQ_STR(t2, t1);
+		CHECK(ir_verify(m2, &D, "parse"));
+		CHECK_EQ_INT(m2->nnodes, M->nnodes);
+		CHECK_EQ_INT(m2->loss, M->loss);
+		CHECK(m2->train.lr == 0.1 && m2->train.clip == 1.0 / 3.0);
+		CHECK(m2->train.weight_decay == 1e-300);
+		CHECK(m2->train.data == NULL);
+		CHECK_EQ_STR(m2->nodes[3]->name, M->nodes[3]->name);
+		CHECK_EQ_INT(m2->nodes[M->chooses[0].node]->choose, 0);
+		for (int i = 0; i < M->nnodes; i++)
+			CHECK(placement_equal(&m2->nodes[i]->place, &M->nodes[i]->place));
+		free(t2);
+	}
+	/* a few lines, exactly */
+	CHECK(strstr(t1, "module \"all ops\"\nmesh (pp = 1, dp = 2, tp = 2)\n"
+	                 "train optimizer = \"sgd\", lr = 0.1, beta1 = 0.9, beta2 = 0.95, ") != NULL);
+	CHECK(strstr(t1, "\n%0 = input \"tokens\" : i32[4, 8] @ [dp, _] role input loc "
+	                 "\"models/\\\"all\\\".dtm\":1:3-9\n") != NULL);
+	CHECK(strstr(t1, "param {init = normal(0, 0.02)} \"wte\" : f32[32, 16] @ ? role param") != NULL);
+	CHECK(strstr(t1, "\"weird \\\"name\\\"\\\\\\n\\t\\x01\"") != NULL);
+	CHECK(strstr(t1, "param {init = zeros} \"w\" : f32[16, 16] @ [(tp, dp), _] role param\n") != NULL);
+	CHECK(strstr(t1, "matmul %26, %4 \"q\" : f32[4, 8, 16] @ [_, _, tp] partial(dp, max) loc") != NULL);
+	CHECK(strstr(t1, "= all_to_all %") != NULL && strstr(t1, "{axes = (tp), split = 1, concat = 0}") != NULL);
+	CHECK(strstr(t1, "{axes = (dp, tp), red = avg, dim = 0}") != NULL);
+	CHECK(strstr(t1, "{axes = (pp), ints = (-1, 5, 0)} : bf16[16, 16] @ ? stage 1") != NULL);
+	CHECK(strstr(t1, "{axes = (dp), red = max, ints = (9)}") != NULL);
+	CHECK(strstr(t1, "{axes = (0, 2), keepdims = true}") != NULL);
+	CHECK(strstr(t1, "{heads = 4, causal = true}") != NULL);
+	CHECK(strstr(t1, "choose 0 node %4 options [_, tp] | [(tp, dp), _] | [_, _] partial(dp, tp) "
+	                 "selected 1 loc") != NULL);
+	CHECK(strstr(t1, "train zero = 3, zero_axes = (dp), reshard_after_forward = false\n") != NULL);
+	CHECK(strstr(t1, "data = none, seed = -42\n") != NULL);
+	free(t1);
+	arena_free(&a2);
+}
+
+static void test_verify(void)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	Diag d;
+	diag_init(&d, f);
+	/* a pass that broke a shape, a placement and an operand order */
+	IrNode *mm = NULL;
+	for (int i = 0; i < M->nnodes; i++)
+		if (M->nodes[i]->op == IR_OP_MATMUL && !mm)
+			mm = M->nodes[i];
+	mm->shape[2] = 17;
+	CHECK(!ir_verify(M, &d, "partition"));
+	mm->shape[2] = 16;
+	mm->place.axes[2][0] = 1; /* dp: also partial over dp */
+	CHECK(!ir_verify(M, &d, "propagate"));
+	mm->place.axes[2][0] = 2;
+	mm->place.ndims = 2;
+	CHECK(!ir_verify(M, &d, "propagate"));
+	mm->place.ndims = 3;
+	int save = mm->ops[0];
+	mm->ops[0] = mm->id;
+	CHECK(!ir_verify(M, &d, "schedule"));
+	mm->ops[0] = save;
+	CHECK(ir_verify(M, &d, "fixed"));
+	fclose(f);
+	CHECK_EQ_INT(d.nerr, 5); /* the bad shape also breaks its user */
+	if (d.nerr != 5)
+		fprintf(stderr, "%s", buf);
+	char want[256];
+	CHECK(strstr(buf, "error: verifier failed after pass 'partition': %") != NULL);
+	CHECK(strstr(buf, "(matmul): recorded type f32[4, 8, 17] but the operands give f32[4, 8, 16]") != NULL);
+	CHECK(strstr(buf, "'propagate': %") != NULL &&
+	      strstr(buf, "mesh axis 'dp' both splits and is partial in the placement") != NULL);
+	CHECK(strstr(buf, "%28 (attention): q and k shapes differ: [4, 8, 17] vs [4, 8, 16]") != NULL);
+	CHECK(strstr(buf, "placement has 2 dims but the value has rank 3") != NULL);
+	snprintf(want, sizeof want, "(matmul): operand %%%d is not defined before %%%d", mm->id, mm->id);
+	CHECK(strstr(buf, want) != NULL);
+	free(buf);
+}
+
+/* Each bad text must fail with this exact first message. */
+static void test_bad_text(void)
+{
+	static const struct {
+		const char *text, *msg;
+	} cases[] = {
+		{"mesh (dp = 2)\n%0 = input : f32[2] @ ?\n%1 = foo %0 : f32[2] @ ?\n",
+		 "t.ir:3:6: error: unknown op 'foo'"},
+		{"mesh (dp = 2)\n%0 = input : f32[2] @ ?\n%1 = neg %0 f32[2] @ ?\n",
+		 "t.ir:3:13: error: expected ':' after the operands, found 'f32'"},
+		{"mesh (dp = 2)\n%0 = input : f32[2] @ ?\n%1 = add %0, %9 : f32[2] @ ?\n",
+		 "t.ir:3:14: error: operand %9 is not defined before %1"},
+		{"mesh (dp = 2)\n%0 = input : f32[2] @ [tp]\n",
+		 "t.ir:2:24: error: unknown mesh axis 'tp'"},
+		{"mesh (dp = 2)\n%0 = input : f32[2, 3] @ ?\n%1 = matmul %0, %0 : f32[2, 3] @ ?\n",
+		 "t.ir:3:1: error: %1 (matmul): inner dimensions differ: [2, 3] @ [2, 3] (3 vs 2)"},
+		{"mesh ()\n%0 = input : f32[2] @ ?\n%1 = exp %0 : f32[3] @ ?\n",
+		 "t.ir:3:1: error: %1 (exp): the text says f32[3] but the operands give f32[2]"},
+		{"%1 = input : f32[2] @ ?\n",
+		 "t.ir:1:2: error: expected node %0 here (nodes are numbered in order), found %1"},
+		{"train lr = 0.1, speed = 3\n", "t.ir:1:17: error: unknown train setting 'speed'"},
+		{"mesh (dp = 2)\n%0 = input : f32[2] @ ?\n%1 = softmax %0 {axes = (0)} : f32[2] @ ?\n",
+		 "t.ir:3:18: error: unknown attribute 'axes' for softmax"},
+		{"%0 = input \"abc : f32[2] @ ?\n", "t.ir:1:12: error: expected ':' after the operands, found an unterminated string"},
+		{"%0 = input : f32[2] @ ? loc \"a\\q\":1:2-3\n", "t.ir:1:29: error: unknown escape '\\q' in a string"},
+		{"%0 = input : f32[99999999999999999999] @ ?\n", "t.ir:1:18: error: integer 99999999999999999999 out of range"},
+		{"mesh (dp = 2)\nmesh (tp = 2)\n", "t.ir:2:1: error: the mesh is declared twice"},
+		{"%0 = input : f32[2] @ ?\nloss %3\n", "t.ir:2:6: error: node %3 is not defined"},
+		{"hello\n", "t.ir:1:1: error: expected a node, 'module', 'mesh', 'train', 'loss' or 'choose' at the start of a line, found 'hello'"},
+		{"%0 = input : f32[-2] @ ?\n", "t.ir:1:1: error: %0 (input): the declared type has a negative dimension: [-2]"},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		Arena a;
+		arena_init(&a);
+		char *errs = NULL;
+		int nerr = 0;
+		IrModule *m = parse_str(&a, cases[i].text, strlen(cases[i].text), &errs, &nerr);
+		CHECK(m == NULL);
+		CHECK(nerr >= 1);
+		char *nl = errs ? strchr(errs, '\n') : NULL;
+		if (nl)
+			*nl = 0;
+		CHECK_EQ_STR(errs, cases[i].msg);
+		free(errs);
+		arena_free(&a);
+	}
+}
+
+/* Mutations of a valid text: parse must return (NULL or a module) without
+ * crashing, under ASan in the sanitizer build. */
+static void test_garbage(void)
+{
+	build();
+	char *good = print_str(M);
+	size_t len = strlen(good);
+	char *buf = malloc(len + 64);
+	uint64_t s = 0x9e3779b97f4a7c15ull;
+	int parsed = 0;
+	static const char bytes[] = "%=:@[](){},|-?\"\\#_ \n0123456789abcxyz\x00\x7f\xff";
+	for (int it = 0; it < 3000; it++) {
+		memcpy(buf, good, len + 1);
+		size_t n = len;
+		int muts = 1 + (int)(s % 4);
+		for (int k = 0; k < muts; k++) {
+			s = s * 6364136223846793005ull + 1442695040888963407ull;
+			size_t pos = (size_t)(s >> 33) % (n ? n : 1);
+			switch ((s >> 20) % 4) {
+			case 0: /* replace */
+				buf[pos] = bytes[(s >> 8) % (sizeof bytes - 1)];
+				break;
+			case 1: /* truncate */
+				n = pos;
+				break;
+			case 2: /* delete */
+				memmove(buf + pos, buf + pos + 1, n - pos);
+				n--;
+				break;
+			case 3: /* duplicate a byte */
+				if (n + 1 < len + 64) {
+					memmove(buf + pos + 1, buf + pos, n - pos);
+					n++;
+				}
+				break;
+			}
+		}
+		Arena a;
+		arena_init(&a);
+		char *errs = NULL;
+		if (parse_str(&a, buf, n, &errs, NULL))
+			parsed++;
+		free(errs);
+		arena_free(&a);
+	}
+	CHECK(parsed < 3000); /* most mutations are caught */
+	/* degenerate inputs */
+	const char *odd[] = {"", "\n\n\n", "%", "%0", "%0 =", "mesh (", "train", "choose 0 node %0",
+	                     "\"", "#only a comment", "%0 = input : f32[", "module"};
+	for (size_t i = 0; i < sizeof odd / sizeof odd[0]; i++) {
+		Arena a;
+		arena_init(&a);
+		char *errs = NULL;
+		parse_str(&a, odd[i], strlen(odd[i]), &errs, NULL);
+		free(errs);
+		arena_free(&a);
+	}
+	free(buf);
+	free(good);
+}
+
+int main(void)
+{
+	arena_init(&arena);
+	test_roundtrip();
+	test_verify();
+	test_bad_text();
+	test_garbage();
+	arena_free(&arena);
+	return check_report();
+}

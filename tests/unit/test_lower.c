@@ -1,0 +1,580 @@
+/* test_lower.c - lowering: the example models, GPT-2 small's parameter
+ * count, block instancing and stages, constants with -D and --mesh, and
+ * the exact diagnostics of each error class.  Runs from the repo root. */
+#include "check.h"
+#include "frontend/lower.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Lowers `src` (or the file at `path` when src is NULL); returns the module
+ * and the whole diagnostic output in *out (malloc'd). */
+static IrModule *run(Arena *a, const char *path, const char *src, const LowerOptions *opt,
+                     char **out, int *nerr)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	Diag d;
+	diag_init(&d, f);
+	IrModule *m = NULL;
+	if (!src) {
+		m = lower_path(a, &d, path, opt);
+	} else {
+		SrcFile *sf = arena_alloc(a, sizeof *sf);
+		sf->name = path;
+		sf->text = src;
+		sf->len = strlen(src);
+		diag_add_file(&d, sf);
+		AstFile af;
+		if (ast_parse(a, &d, sf, &af))
+			m = lower_file(a, &d, &af, opt);
+	}
+	fclose(f);
+	if (nerr)
+		*nerr = d.nerr;
+	if (out)
+		*out = buf;
+	else
+		free(buf);
+	return m;
+}
+
+static IrNode *find(IrModule *m, const char *name)
+{
+	for (int i = 0; i < m->nnodes; i++)
+		if (m->nodes[i]->name && strcmp(m->nodes[i]->name, name) == 0)
+			return m->nodes[i];
+	return NULL;
+}
+
+static int64_t param_numel(IrModule *m)
+{
+	int64_t s = 0;
+	for (int i = 0; i < m->nnodes; i++)
+		if (m->nodes[i]->op == IR_OP_PARAM)
+			s += ir_node_numel(m->nodes[i]);
+	return s;
+}
+
+static void define(LowerOptions *o, const char *name, const char *val)
+{
+	o->define_names[o->ndefines] = name;
+	o->define_values[o->ndefines++] = val;
+}
+
+static void test_gpt(void)
+{
+	Arena a;
+	arena_init(&a);
+	char *out;
+	LowerOptions o = {0};
+	o.mesh = "pp=2,dp=2,tp=2";
+	IrModule *m = run(&a, "models/gpt.dtm", NULL, &o, &out, NULL);
+	CHECK(m != NULL);
+	if (!m) {
+		fprintf(stderr, "%s", out);
+		free(out);
+		arena_free(&a);
+		return;
+	}
+	free(out);
+	CHECK_EQ_STR(m->name, "gpt");
+	CHECK_EQ_INT(m->mesh.naxes, 3);
+	CHECK_EQ_INT(m->mesh.sizes[0], 2);
+	CHECK(m->loss >= 0 && m->nodes[m->loss]->role == IR_ROLE_LOSS);
+	IrNode *wq0 = find(m, "layer.0.wq"), *wq1 = find(m, "layer.1.wq");
+	IrNode *wp1 = find(m, "layer.1.wproj"), *wte = find(m, "wte");
+	CHECK(wq0 && wq1 && wp1 && wte);
+	if (wq0 && wq1 && wp1 && wte) {
+		/* stage i * pp / layers with pp = 2, layers = 2 */
+		CHECK_EQ_INT(wq0->stage, 0);
+		CHECK_EQ_INT(wq1->stage, 1);
+		CHECK_EQ_INT(wte->stage, -1);
+		CHECK_EQ_INT(wp1->shape[0], 256); /* ffn = 4 * d */
+		CHECK_EQ_INT(wp1->shape[1], 64);
+		CHECK(wq0->place.known && wq0->place.naxes[1] == 1 && wq0->place.axes[1][0] == 2);
+		CHECK_EQ_INT(wq0->attrs.init, IR_INIT_NORMAL);
+		CHECK_NEAR(find(m, "layer.0.wo")->attrs.f[1], 0.02 / 2, 1e-12);
+		CHECK_EQ_INT(find(m, "layer.0.ln1")->attrs.init, IR_INIT_ONES);
+	}
+	/* every node made inside the loop carries its iteration's stage */
+	int staged[2] = {0, 0};
+	for (int i = 0; i < m->nnodes; i++)
+		if (m->nodes[i]->stage >= 0 && m->nodes[i]->stage < 2)
+			staged[m->nodes[i]->stage]++;
+	CHECK(staged[0] > 20 && staged[0] == staged[1]);
+	CHECK_EQ_STR(m->train.optimizer, "adamw");
+	CHECK_NEAR(m->train.beta2, 0.95, 1e-12);
+	CHECK_EQ_STR(m->train.schedule, "1f1b");
+	CHECK_EQ_INT(m->train.steps, 300);
+	CHECK_EQ_INT(m->train.warmup, 20);
+	CHECK_EQ_INT(m->train.zero_axes, 1u << 1);
+	arena_free(&a);
+}
+
+static void test_gpt2_small(void)
+{
+	Arena a;
+	arena_init(&a);
+	LowerOptions o = {0};
+	define(&o, "vocab", "50257");
+	define(&o, "ctx", "1024");
+	define(&o, "d", "768");
+	define(&o, "heads", "12");
+	define(&o, "layers", "12");
+	/* 50257 rows do not divide over tp = 2: gpt.dtm asks for uneven
+	 * (torch.chunk) shards in its train section, so wte splits 25129 +
+	 * 25128 rows */
+	char *out;
+	IrModule *m = run(&a, "models/gpt.dtm", NULL, &o, &out, NULL);
+	CHECK(m != NULL && m->train.uneven_shards);
+	if (m) {
+		IrNode *wte = find(m, "wte");
+		int64_t local[IR_MAX_RANK];
+		CHECK(wte != NULL);
+		placement_shard_shape(&wte->place, &m->mesh, 0, wte->rank, wte->shape, local);
+		CHECK_EQ_INT(local[0], 25129);
+		placement_shard_shape(&wte->place, &m->mesh, 1, wte->rank, wte->shape, local);
+		CHECK_EQ_INT(local[0], 25128);
+	}
+	free(out);
+	o.mesh = "dp=2";
+	m = run(&a, "models/gpt.dtm", NULL, &o, &out, NULL);
+	CHECK(m != NULL);
+	if (m) {
+		CHECK_EQ_INT(param_numel(m), 124439808);
+		CHECK(find(m, "layer.11.bproj") != NULL);
+		CHECK(find(m, "layer.12.bproj") == NULL);
+	} else {
+		fprintf(stderr, "%s", out);
+	}
+	free(out);
+	arena_free(&a);
+}
+
+static void test_mlp(void)
+{
+	Arena a;
+	arena_init(&a);
+	char *out;
+	IrModule *m = run(&a, "models/mlp.dtm", NULL, NULL, &out, NULL);
+	CHECK(m != NULL);
+	if (!m)
+		fprintf(stderr, "%s", out);
+	free(out);
+	if (m) {
+		CHECK_EQ_STR(m->train.optimizer, "sgd");
+		CHECK_NEAR(m->train.momentum, 0.9, 1e-12);
+		CHECK(find(m, "h") && find(m, "h")->place.known);
+		CHECK_EQ_INT(param_numel(m), 32 * 64 + 64 + 64 * 8 + 8);
+	}
+	arena_free(&a);
+}
+
+#define HEAD "model t\n"
+#define TAIL "forward {\n  loss = mse(x, x)\n}\n"
+#define X "input x : f32[4, 8]\n"
+
+/* Lowers src and returns its first param/input node of that name. */
+static IrNode *lower_ok(Arena *a, const char *src, const LowerOptions *o, const char *name)
+{
+	char *out;
+	IrModule *m = run(a, "t.dtm", src, o, &out, NULL);
+	if (!m)
+		fprintf(stderr, "unexpected errors:\n%s", out);
+	free(out);
+	return m ? find(m, name) : NULL;
+}
+
+static void test_constants(void)
+{
+	Arena a;
+	arena_init(&a);
+	const char *src = HEAD
+	        "let d = 12, ffn = 4 * d, h = -7 / 2, r = 7 % 3, c = ceil(d / 5.0) + max(1, 2)\n"
+	        "input x : f32[2, d]\n"
+	        "param w : f32[ffn, h * -1, r, c] init uniform(-1, 1)\n"
+	        "param v : f32[ffn]\n" TAIL;
+	IrNode *w = lower_ok(&a, src, NULL, "w");
+	CHECK(w != NULL);
+	if (w) {
+		CHECK_EQ_INT(w->shape[0], 48);
+		CHECK_EQ_INT(w->shape[1], 3); /* C truncation: -7 / 2 == -3 */
+		CHECK_EQ_INT(w->shape[2], 1);
+		CHECK_EQ_INT(w->shape[3], 5);
+		CHECK_EQ_INT(w->attrs.init, IR_INIT_UNIFORM);
+		CHECK_NEAR(w->attrs.f[0], -1, 0);
+	}
+	IrNode *v = lower_ok(&a, src, NULL, "v");
+	CHECK(v && v->attrs.init == IR_INIT_ZEROS); /* default for rank 1 */
+	LowerOptions o = {0};
+	define(&o, "d", "768");
+	w = lower_ok(&a, src, &o, "w");
+	CHECK(w && w->shape[0] == 4 * 768);
+	arena_free(&a);
+}
+
+/* Most builtins, tuples, block returns, choose, collectives. */
+static void test_features(void)
+{
+	Arena a;
+	arena_init(&a);
+	const char *src =
+	        HEAD "let b = 2, t = 4, d = 8\n"
+	             "mesh (pp = 2, dp = 2, tp = 2)\n"
+	             "input x : f32[b, t, d] @ [dp, _, _]\n"
+	             "input ids : i32[b, t]\n"
+	             "param emb : f32[16, d] init normal(mean = 0, std = 0.1)\n"
+	             "param wqkv : f32[d, 3 * d] @ choose([_, tp], [tp, _])\n"
+	             "param g : f32[d] init ones\n"
+	             "block two(h) {\n"
+	             "  param w : f32[d, d]\n"
+	             "  return h @ w, h\n"
+	             "}\n"
+	             "forward {\n"
+	             "  e = embed(emb, ids) + x / 2 - 1\n"
+	             "  a = attention(split(e @ wqkv, 3), heads = 2, causal = true) @ [dp, _, tp]\n"
+	             "  p, q = two(rmsnorm(a, g))\n"
+	             "  r = concat(p, q, axis = -1)\n"
+	             "  r = reshape(r, (b * t, -1))\n"
+	             "  s = slice(transpose(r), 0, 0, d)\n"
+	             "  u = permute(reshape(s, (d, b, t)), (1, 2, 0))\n"
+	             "  v = dropout(gelu(u), rate = 0.1) * 0.5 + dropout(u, rate = 0.2)\n"
+	             "  w = all_reduce(all_gather(v, 2, axes = tp), axes = (dp, tp), op = avg)\n"
+	             "  for i in 0 .. 2 stage i {\n"
+	             "    w = send(w, axes = (pp), offset = 1)\n"
+	             "  }\n"
+	             "  m = mean(softmax(w), axes = (0, -1), keepdims = true)\n"
+	             "  loss = sum(m) + mse(v, v)\n"
+	             "}\n";
+	char *out;
+	IrModule *m = run(&a, "t.dtm", src, NULL, &out, NULL);
+	CHECK(m != NULL);
+	if (!m)
+		fprintf(stderr, "%s", out);
+	free(out);
+	if (m) {
+		CHECK_EQ_INT(m->nchooses, 1);
+		IrNode *wq = find(m, "wqkv");
+		CHECK(wq && wq->choose == 0 && wq->place.known && wq->place.naxes[1] == 1);
+		IrNode *an = find(m, "a");
+		CHECK(an && an->op == IR_OP_ATTENTION && an->place.known);
+		CHECK(find(m, "two.0.w") != NULL);
+		IrNode *u = find(m, "u");
+		CHECK(u && u->rank == 3 && u->shape[0] == 2 && u->shape[1] == 4 &&
+		      u->shape[2] == 8);
+		int drop = 0, send = 0, salts = 0;
+		for (int i = 0; i < m->nnodes; i++) {
+			IrNode *n = m->nodes[i];
+			if (n->op == IR_OP_DROPOUT)
+				salts += (int)n->attrs.ints[0], drop++;
+			if (n->op == IR_OP_SEND)
+				CHECK_EQ_INT(n->stage, send++);
+			if (n->op == IR_OP_SCALE)
+				CHECK(n->attrs.f[0] == 0.5);
+		}
+		CHECK_EQ_INT(drop, 2);
+		CHECK_EQ_INT(salts, 1); /* 0 and 1 */
+		CHECK_EQ_INT(send, 2);
+		IrNode *mn = find(m, "m");
+		CHECK(mn && mn->attrs.nints == 2 && mn->attrs.ints[1] == 2 && mn->attrs.flag);
+	}
+	/* --mesh: unlisted axes get size 1; no mesh at all is one device */
+	LowerOptions o = {0};
+	o.mesh = "tp=2";
+	m = run(&a, "t.dtm", src, &o, NULL, NULL);
+	CHECK(m && m->mesh.sizes[0] == 1 && m->mesh.sizes[1] == 1 && m->mesh.sizes[2] == 2);
+	m = run(&a, "t.dtm", HEAD X TAIL, NULL, NULL, NULL);
+	CHECK(m && m->mesh.naxes == 0 && m->train.zero_axes == 0);
+	m = run(&a, "t.dtm",
+	        HEAD "mesh (tp = 4)\n" X "param w : f32[6, 4] @ [tp, _]\n" TAIL
+	             "train {\n  uneven_shards true\n}\n",
+	        NULL, NULL, NULL);
+	CHECK(m && m->train.uneven_shards);
+	arena_free(&a);
+}
+
+/* Each error class: the source, the options, the whole expected output. */
+typedef struct Case {
+	const char *src;
+	const char *mesh, *dname, *dval;
+	const char *want;
+} Case;
+
+static const Case cases[] = {
+        /* 0 */ {"let a = 1\n" X TAIL, NULL, NULL, NULL,
+                 "t.dtm:1:1: error: missing 'model NAME' declaration\n"
+                 "  let a = 1\n"
+                 "  ^\n"},
+        /* 1 */
+        {HEAD "let d = 4\n" X TAIL, NULL, "foo", "3",
+         "<command line>: error: -D foo=3: the model has no constant 'foo'\n"},
+        /* 2 */
+        {HEAD "let d = 4\n" X TAIL, NULL, "d", "4x",
+         "<command line>: error: -D d=4x: bad value (expected a number)\n"},
+        /* 3 */
+        {HEAD "mesh (dp = 2, tp = 2)\n" X TAIL, "dp=4,xx=2", NULL, NULL,
+         "<command line>: error: --mesh: the model declares no mesh axis 'xx' (axes: dp, tp)\n"},
+        /* 4 */
+        {HEAD "mesh (dp = 2, tp = 2)\n" X TAIL, "dp=4;tp", NULL, NULL,
+         "<command line>: error: --mesh 'dp=4;tp': expected NAME=SIZE[,NAME=SIZE...]\n"},
+        /* 5 */
+        {HEAD "mesh (dp = 2, dp = 2)\n" X TAIL, NULL, NULL, NULL,
+         "t.dtm:2:15: error: mesh axis 'dp' is declared twice\n"
+         "  mesh (dp = 2, dp = 2)\n"
+         "                ^~\n"
+         "t.dtm:2:7: note: first declared here\n"
+         "  mesh (dp = 2, dp = 2)\n"
+         "        ^~\n"},
+        /* 6 */
+        {HEAD "let a = 3 / (2 - 2)\n" X TAIL, NULL, NULL, NULL,
+         "t.dtm:2:9: error: division by zero\n"
+         "  let a = 3 / (2 - 2)\n"
+         "          ^~~~~~~~~~~\n"},
+        /* 7 */
+        {HEAD "mesh (tp = 4)\n" X "param w : f33[6, 4] @ [xp, _]\n" TAIL, NULL, NULL, NULL,
+         "t.dtm:4:11: error: unknown dtype 'f33' (expected f32, bf16, f16 or i32)\n"
+         "  param w : f33[6, 4] @ [xp, _]\n"
+         "            ^~~\n"
+         "t.dtm:4:24: error: unknown mesh axis 'xp'\n"
+         "  param w : f33[6, 4] @ [xp, _]\n"
+         "                         ^~\n"
+         "t.dtm:4:24: note: did you mean 'tp'?\n"
+         "  param w : f33[6, 4] @ [xp, _]\n"
+         "                         ^~\n"},
+        /* 8 */
+        {HEAD "mesh (tp = 4)\n" X "param w : f32[6, 4] @ [tp, _, _]\n" TAIL, NULL, NULL, NULL,
+         "t.dtm:4:23: error: placement has 3 dims but 'w' has rank 2\n"
+         "  param w : f32[6, 4] @ [tp, _, _]\n"
+         "                        ^~~~~~~~~~\n"},
+        /* 9 */
+        {HEAD "mesh (tp = 4)\n" X "param w : f32[6, 4] @ [tp, _]\n" TAIL
+              "train {\n  uneven_shards false\n}\n",
+         NULL, NULL, NULL,
+         "t.dtm:4:24: error: dim 0 of 'w' (size 6) is not divisible by mesh axis 'tp' (size 4)\n"
+         "  param w : f32[6, 4] @ [tp, _]\n"
+         "                         ^~\n"
+         "t.dtm:9:3: note: uneven shards are refused here\n"
+         "    uneven_shards false\n"
+         "    ^~~~~~~~~~~~~~~~~~~\n"},
+        /* 10 */
+        {HEAD X "block layer(h) {\n  y = mlp(h)\n  return y\n}\n"
+                "block mlp(h) {\n  return layer(h)\n}\n"
+                "forward {\n  z = layer(x)\n  loss = mse(z, x)\n}\n",
+         NULL, NULL, NULL,
+         "t.dtm:8:10: error: recursive block call: layer -> mlp -> layer\n"
+         "    return layer(h)\n"
+         "           ^~~~~~~~\n"},
+        /* 11 */
+        {HEAD X "forward {\n  h = gelo(x)\n  loss = mse(h, y)\n}\n", NULL, NULL, NULL,
+         "t.dtm:4:7: error: undefined function 'gelo'\n"
+         "    h = gelo(x)\n"
+         "        ^~~~~~~\n"
+         "t.dtm:4:7: note: did you mean 'gelu'?\n"
+         "    h = gelo(x)\n"
+         "        ^~~~~~~\n"
+         "t.dtm:5:17: error: undefined name 'y'\n"
+         "    loss = mse(h, y)\n"
+         "                  ^\n"},
+        /* 12 */
+        {HEAD X "forward {\n  loss = x * 2\n}\n", NULL, NULL, NULL,
+         "t.dtm:4:3: error: 'loss' must be a scalar, got f32[4, 8]\n"
+         "    loss = x * 2\n"
+         "    ^~~~\n"},
+        /* 13 */
+        {HEAD X TAIL "train {\n  steps 10\n  stepz 3\n  steps 20\n}\n", NULL, NULL, NULL,
+         "t.dtm:8:3: error: unknown train setting 'stepz' (known: optimizer, lr_schedule, zero, "
+         "reshard_after_forward, microbatches, schedule, precision, steps, data, "
+         "sequence_parallel, recompute, uneven_shards, bucket_mb, prefetch, seed)\n"
+         "    stepz 3\n"
+         "    ^~~~~~~\n"
+         "t.dtm:8:3: note: did you mean 'steps'?\n"
+         "    stepz 3\n"
+         "    ^~~~~~~\n"
+         "t.dtm:9:3: error: duplicate train setting 'steps'\n"
+         "    steps 20\n"
+         "    ^~~~~~~~\n"
+         "t.dtm:7:3: note: first set here\n"
+         "    steps 10\n"
+         "    ^~~~~~~~\n"},
+        /* 14 */
+        {HEAD X "block b(h) {\n  y = h\n}\n"
+                "forward {\n  loss = mse(b(x, x), x)\n}\n",
+         NULL, NULL, NULL,
+         "t.dtm:3:1: error: block 'b' has no return statement\n"
+         "  block b(h) {\n"
+         "  ^~~~~~~~~~\n"
+         "t.dtm:7:14: error: block 'b' takes 1 argument, got 2\n"
+         "    loss = mse(b(x, x), x)\n"
+         "               ^~~~~~~\n"},
+        /* 15 */
+        {HEAD X "forward {\n  a, b = split(x, 3, axis = 0)\n  c, d, e = split(x, 2)\n  loss = "
+                "mse(a, x)\n}\n",
+         NULL, NULL, NULL,
+         "t.dtm:4:19: error: cannot split dim 0 (size 4) of f32[4, 8] into 3 equal parts\n"
+         "    a, b = split(x, 3, axis = 0)\n"
+         "                    ^\n"
+         "t.dtm:5:3: error: cannot unpack a tuple of 2 values into 3 names\n"
+         "    c, d, e = split(x, 2)\n"
+         "    ^~~~~~~~~~~~~~~~~~~~~\n"},
+        /* 16 */
+        {HEAD X "forward {\n  for i in 0 .. 1000 {\n    for j in 0 .. 1001 {\n      x = x + 1\n    "
+                "}\n  }\n  loss = mse(x, x)\n}\n",
+         NULL, NULL, NULL,
+         "t.dtm:5:5: error: program too large after unrolling (more than 1000000 loop iterations "
+         "and block calls)\n"
+         "      for j in 0 .. 1001 {\n"
+         "      ^~~~~~~~~~~~~~~~~~\n"},
+        /* 17 */
+        {HEAD X "forward {\n  h = sum(x, axs = 1)\n  g = layernorm(x, x)\n  loss = mse(h, x @ [dp, "
+                "_])\n}\n",
+         NULL, NULL, NULL,
+         "t.dtm:4:14: error: unknown keyword argument 'axs' for sum (expected axis, axes or "
+         "keepdims)\n"
+         "    h = sum(x, axs = 1)\n"
+         "               ^~~~~~~\n"
+         "t.dtm:5:7: error: layernorm takes 3 arguments, got 2\n"
+         "    g = layernorm(x, x)\n"
+         "        ^~~~~~~~~~~~~~~\n"
+         "t.dtm:6:22: error: unknown mesh axis 'dp'\n"
+         "    loss = mse(h, x @ [dp, _])\n"
+         "                       ^~\n"},
+        /* 18 */
+        {HEAD X "param k : i32[4]\nforward {\n  h = recv(x)\n  loss = mean(x, axis = 2)\n}\n", NULL,
+         NULL, NULL,
+         "t.dtm:3:11: error: param 'k' cannot be i32 (params are trained; use f32, bf16 or f16)\n"
+         "  param k : i32[4]\n"
+         "            ^~~\n"
+         "t.dtm:5:7: error: recv cannot be called; the compiler pairs each send with its recv\n"
+         "    h = recv(x)\n"
+         "        ^~~~~~~\n"
+         "t.dtm:6:18: error: axis 2 is out of range for a tensor of rank 2\n"
+         "    loss = mean(x, axis = 2)\n"
+         "                   ^~~~~~~~\n"},
+        /* 19 */
+        {HEAD X "block b(h) {\n  y = h @ h\n  return y\n}\n"
+                "forward {\n  for i in 0 .. 12 {\n    y = b(x)\n  }\n  z = b(x, x)\n  loss = "
+                "mse(x, x)\n}\n",
+         NULL, NULL, NULL,
+         "t.dtm:4:7: error: matmul: inner dimensions differ: [4, 8] @ [4, 8] (8 vs 4)\n"
+         "    y = h @ h\n"
+         "        ^~~~~\n"
+         "t.dtm:9:9: note: in the instance of block 'b' called here\n"
+         "      y = b(x)\n"
+         "          ^~~~\n"
+         "t.dtm:11:7: error: block 'b' takes 1 argument, got 2\n"
+         "    z = b(x, x)\n"
+         "        ^~~~~~~\n"},
+        /* 20 */
+        {HEAD "mesh (dp = 2, tp = 2)\n" X TAIL, "dp=2048,tp=1024", NULL, NULL,
+         "<command line>: error: the mesh has more than 1048576 ranks\n"},
+        /* 21 */
+        {HEAD "mesh (dp = 2, tp = 2)\n" X "param w : f32[4, 4] @ [(dp, tp), tp] init normal(0)\n"
+              "param w : f32[4] init xavier\n" TAIL,
+         NULL, NULL, NULL,
+         "t.dtm:4:43: error: normal takes 2 arguments (mean, std)\n"
+         "  param w : f32[4, 4] @ [(dp, tp), tp] init normal(0)\n"
+         "                                            ^~~~~~~~~\n"
+         "t.dtm:4:34: error: mesh axis 'tp' appears more than once in the placement\n"
+         "  param w : f32[4, 4] @ [(dp, tp), tp] init normal(0)\n"
+         "                                   ^~\n"
+         "t.dtm:5:7: error: duplicate name 'w'\n"
+         "  param w : f32[4] init xavier\n"
+         "        ^\n"
+         "t.dtm:4:7: note: 'w' was first defined here\n"
+         "  param w : f32[4, 4] @ [(dp, tp), tp] init normal(0)\n"
+         "        ^\n"},
+        /* 22 */
+        {HEAD "mesh (dp = 2)\n" X
+              "forward {\n  a = all_gather(x, 0)\n  b = all_reduce(x, axes = dp, op = prod)\n"
+              "  for i in 3 .. 1 {\n    x = x\n  }\n}\n",
+         NULL, NULL, NULL,
+         "t.dtm:5:7: error: all_gather needs the mesh axes it runs over: axes = (...)\n"
+         "    a = all_gather(x, 0)\n"
+         "        ^~~~~~~~~~~~~~~~\n"
+         "t.dtm:6:32: error: op must be sum, avg or max\n"
+         "    b = all_reduce(x, axes = dp, op = prod)\n"
+         "                                 ^~~~~~~~~\n"
+         "t.dtm:7:17: error: the loop end (1) is before its start (3)\n"
+         "    for i in 3 .. 1 {\n"
+         "                  ^\n"
+         "t.dtm:4:1: error: the forward section must assign 'loss'\n"
+         "  forward {\n"
+         "  ^~~~~~~\n"},
+        /* 23 */
+        {HEAD X TAIL "train {\n  optimizer adamw(lr = 0, betas = (0.9, 1.5), beta = 2)\n"
+                     "  schedule interleaved\n  zero 4 over xp\n  precision f8\n}\n",
+         NULL, NULL, NULL,
+         "t.dtm:7:47: error: unknown keyword argument 'beta' for adamw (expected lr, betas, eps, "
+         "weight_decay or clip)\n"
+         "    optimizer adamw(lr = 0, betas = (0.9, 1.5), beta = 2)\n"
+         "                                                ^~~~~~~~\n"
+         "t.dtm:7:19: error: lr must be > 0, got 0\n"
+         "    optimizer adamw(lr = 0, betas = (0.9, 1.5), beta = 2)\n"
+         "                    ^~~~~~\n"
+         "t.dtm:7:27: error: betas must be in [0, 1), got 1.5\n"
+         "    optimizer adamw(lr = 0, betas = (0.9, 1.5), beta = 2)\n"
+         "                            ^~~~~~~~~~~~~~~~~~\n"
+         "t.dtm:8:12: error: interleaved needs the number of virtual stages per rank: "
+         "interleaved(2)\n"
+         "    schedule interleaved\n"
+         "             ^~~~~~~~~~~\n"
+         "t.dtm:9:8: error: zero must be between 0 and 3, got 4\n"
+         "    zero 4 over xp\n"
+         "         ^\n"
+         "t.dtm:9:15: error: unknown mesh axis 'xp'\n"
+         "    zero 4 over xp\n"
+         "                ^~\n"
+         "t.dtm:10:13: error: unknown precision 'f8' (expected f32, bf16 or f16)\n"
+         "    precision f8\n"
+         "              ^~\n"},
+        /* 24 */
+        {HEAD X "param x : f32[2]\nlet d = 3\nlet d = 4\n" TAIL, NULL, NULL, NULL,
+         "t.dtm:5:5: error: duplicate name 'd'\n"
+         "  let d = 4\n"
+         "      ^~~~~\n"
+         "t.dtm:4:5: note: 'd' was first defined here\n"
+         "  let d = 3\n"
+         "      ^~~~~\n"
+         "t.dtm:3:7: error: duplicate name 'x'\n"
+         "  param x : f32[2]\n"
+         "        ^\n"
+         "t.dtm:2:7: note: 'x' was first defined here\n"
+         "  input x : f32[4, 8]\n"
+         "        ^\n"},
+};
+
+static void test_errors(void)
+{
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		Arena a;
+		arena_init(&a);
+		LowerOptions o = {0};
+		o.mesh = cases[i].mesh;
+		if (cases[i].dname)
+			define(&o, cases[i].dname, cases[i].dval);
+		char *out;
+		IrModule *m = run(&a, "t.dtm", cases[i].src, &o, &out, NULL);
+		CHECK(m == NULL);
+		if (strcmp(out, cases[i].want) != 0) {
+			check_failures++;
+			fprintf(stderr, "case %zu: got\n%s---- want\n%s----\n", i, out,
+			        cases[i].want);
+		}
+		check_count++;
+		free(out);
+		arena_free(&a);
+	}
+}
+
+int main(void)
+{
+	test_gpt();
+	test_gpt2_small();
+	test_mlp();
+	test_constants();
+	test_features();
+	test_errors();
+	return check_report();
+}

@@ -1,0 +1,606 @@
+/* test_runtime_exec.c - the runtime end to end on a hand-written Plan: a
+ * linear regression pred = x @ w with an MSE loss and SGD with momentum,
+ * run through dtm_main exactly as a generated binary would.  Also the
+ * pieces underneath: GEMM (strided, batched, bf16), the thread pool, f16
+ * rounding and the shard index mapping. */
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "runtime/philox.h"
+#include "runtime/rt.h"
+#include "runtime/fsio.h"
+#include "runtime/json.h"
+#include "runtime/ckpt.h"
+
+/* ---- the plan ---- */
+
+enum { B_W, B_X, B_Y, B_PRED, B_DPRED, B_LOSS, B_DW, B_GNORM, B_MOM, NBUF };
+
+static void k_mse(const DtmCtx *ctx, void *const *a)
+{
+	const float *p = a[0], *y = a[1];
+	float *loss = a[2];
+	double s = 0;
+	for (int i = 0; i < 16; i++)
+		s += (double)(p[i] - y[i]) * (p[i] - y[i]);
+	*loss = (float)(s / 16);
+}
+
+static void k_mse_grad(const DtmCtx *ctx, void *const *a)
+{
+	const float *p = a[0], *y = a[1];
+	float *d = a[2];
+	for (int i = 0; i < 16; i++)
+		d[i] = 2.0f * (p[i] - y[i]) / 16.0f;
+}
+
+static void k_gnorm(const DtmCtx *ctx, void *const *a)
+{
+	const float *g = a[0];
+	double s = 0;
+	for (int i = 0; i < 8; i++)
+		s += (double)g[i] * g[i];
+	*(float *)a[1] = (float)sqrt(s);
+}
+
+static void k_sgd(const DtmCtx *ctx, void *const *a)
+{
+	const float *g = a[0];
+	float *m = a[1], *w = a[2];
+	for (int i = 0; i < 8; i++) {
+		m[i] = 0.9f * m[i] + g[i];
+		w[i] -= ctx->lr * m[i];
+	}
+}
+
+/* Writes NaN into pred: what --check-numerics must catch and name. */
+static void k_poison(const DtmCtx *ctx, void *const *a)
+{
+	if (ctx->step >= 3)
+		((float *)a[0])[5] = NAN;
+}
+
+static const DtmKernelFn kernels[] = { k_mse, k_mse_grad, k_gnorm, k_sgd, k_poison };
+static const char *const kernel_names[] = { "mse", "mse_grad", "gnorm", "sgd", "poison" };
+
+#define BUF(nm, role_, dt, r, s0, s1, ar, off, by, in)                                   \
+	{ .name = nm, .role = role_, .dtype = dt, .rank = r, .shape = { s0, s1 },         \
+	  .global_shape = { s0, s1 }, .arena = ar, .offset = off, .bytes = by, .init = in }
+
+static DtmBuffer buffers[NBUF] = {
+	[B_W] = BUF("w", DTM_ROLE_PARAM, DTM_F32, 2, 4, 2, DTM_ARENA_PARAM, 0, 32, DTM_INIT_NORMAL),
+	[B_X] = BUF("x", DTM_ROLE_INPUT, DTM_F32, 2, 8, 4, DTM_ARENA_INPUT, 0, 128, DTM_INIT_NONE),
+	[B_Y] = BUF("y", DTM_ROLE_INPUT, DTM_F32, 2, 8, 2, DTM_ARENA_INPUT, 128, 64, DTM_INIT_NONE),
+	[B_PRED] = BUF("pred", DTM_ROLE_ACT, DTM_F32, 2, 8, 2, DTM_ARENA_ACT, 0, 64, DTM_INIT_NONE),
+	[B_DPRED] = BUF("dpred", DTM_ROLE_ACT, DTM_F32, 2, 8, 2, DTM_ARENA_ACT, 64, 64,
+			DTM_INIT_NONE),
+	[B_LOSS] = BUF("loss", DTM_ROLE_LOSS, DTM_F32, 0, 0, 0, DTM_ARENA_ACT, 128, 4,
+		       DTM_INIT_NONE),
+	[B_DW] = BUF("grad.w", DTM_ROLE_GRAD, DTM_F32, 2, 4, 2, DTM_ARENA_GRAD, 0, 32,
+		     DTM_INIT_NONE),
+	[B_GNORM] = BUF("grad_norm", DTM_ROLE_ACT, DTM_F32, 0, 0, 0, DTM_ARENA_ACT, 192, 4,
+			DTM_INIT_NONE),
+	[B_MOM] = BUF("opt.mom.w", DTM_ROLE_OPT_STATE, DTM_F32, 2, 4, 2, DTM_ARENA_OPT, 0, 32,
+		      DTM_INIT_ZEROS),
+};
+
+static const DtmAction actions[] = {
+	{ .kind = DTM_ACT_GEMM, .phase = DTM_PHASE_FORWARD, .node = 1, .label = "matmul x w",
+	  .nargs = 3, .args = { B_X, B_W, B_PRED }, .m = 8, .n = 2, .k = 4, .batch = 1,
+	  .alpha = 1, .beta = 0 },
+	{ .kind = DTM_ACT_KERNEL, .phase = DTM_PHASE_FORWARD, .node = 2, .label = "mse",
+	  .nargs = 3, .args = { B_PRED, B_Y, B_LOSS }, .kernel = 0 },
+	{ .kind = DTM_ACT_KERNEL, .phase = DTM_PHASE_BACKWARD, .node = 3, .label = "mse grad",
+	  .nargs = 3, .args = { B_PRED, B_Y, B_DPRED }, .kernel = 1 },
+	{ .kind = DTM_ACT_GEMM, .phase = DTM_PHASE_BACKWARD, .node = 4, .label = "matmul grad w",
+	  .nargs = 3, .args = { B_X, B_DPRED, B_DW }, .m = 4, .n = 2, .k = 8, .batch = 1,
+	  .trans_a = true, .alpha = 1, .beta = 0 },
+	/* a one-rank all-reduce: must be an identity */
+	{ .kind = DTM_ACT_COLL, .phase = DTM_PHASE_BACKWARD, .node = 5, .label = "all_reduce dw",
+	  .nargs = 1, .args = { B_DW }, .coll = DTM_COLL_ALL_REDUCE, .red = DTM_RED_SUM,
+	  .stream = 1 },
+	{ .kind = DTM_ACT_KERNEL, .phase = DTM_PHASE_OPTIMIZER, .node = 6, .label = "grad norm",
+	  .nargs = 2, .args = { B_DW, B_GNORM }, .kernel = 2 },
+	{ .kind = DTM_ACT_KERNEL, .phase = DTM_PHASE_OPTIMIZER, .node = 7, .label = "sgd w",
+	  .nargs = 3, .args = { B_DW, B_MOM, B_W }, .kernel = 3 },
+};
+
+/* Same, with a kernel poisoning pred between the GEMM and the loss. */
+static const DtmAction nan_actions[] = {
+	actions[0],
+	{ .kind = DTM_ACT_KERNEL, .phase = DTM_PHASE_FORWARD, .node = 9, .label = "poison pred",
+	  .nargs = 1, .args = { B_PRED }, .kernel = 4 },
+	actions[1], actions[2], actions[3], actions[4], actions[5], actions[6],
+};
+
+static DtmStage stage = { (int)(sizeof actions / sizeof actions[0]), actions };
+static DtmStage nan_stage = { (int)(sizeof nan_actions / sizeof nan_actions[0]), nan_actions };
+
+static DtmPlan make_plan(void)
+{
+	buffers[B_W].init_a = 0;
+	buffers[B_W].init_b = 0.5f;
+	DtmPlan p = {
+		.version = DTM_PLAN_VERSION,
+		.model = "linreg",
+		.mesh_naxes = 0,
+		.nbuffers = NBUF,
+		.buffers = buffers,
+		.arena_bytes = { [DTM_ARENA_PARAM] = 32, [DTM_ARENA_OPT] = 32,
+				 [DTM_ARENA_GRAD] = 32, [DTM_ARENA_ACT] = 196,
+				 [DTM_ARENA_INPUT] = 192 },
+		.nstages = 1,
+		.stages = &stage,
+		.nkernels = 5,
+		.kernels = kernels,
+		.kernel_names = kernel_names,
+		.ninputs = 2,
+		.inputs = { B_X, B_Y },
+		.loss = B_LOSS,
+		.grad_norm = B_GNORM,
+		.train = { .optimizer = "sgd", .lr = 0.1f, .momentum = 0.9f,
+			   .lr_schedule = "constant", .steps = 20, .data = "synthetic",
+			   .seed = 1, .tokens_per_step = 8, .batch = 8,
+			   .data_kind = DTM_DATA_REGRESSION, .microbatches = 1,
+			   .precision = DTM_F32 },
+	};
+	return p;
+}
+
+/* ---- helpers ---- */
+
+static char tmpdir[64];
+
+/* dtm_main with a NULL-terminated argument list; stderr goes to
+ * tmpdir/stderr.txt (read back with read_stderr). */
+static int run(const DtmPlan *p, ...)
+{
+	char *argv[32];
+	int argc = 0;
+	va_list ap;
+	argv[argc++] = "linreg";
+	va_start(ap, p);
+	for (char *a; (a = va_arg(ap, char *)) && argc < 31;)
+		argv[argc++] = a;
+	va_end(ap);
+	argv[argc] = NULL;
+	char path[128];
+	snprintf(path, sizeof path, "%s/stderr.txt", tmpdir);
+	fflush(stderr);
+	int saved = dup(2), fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	dup2(fd, 2);
+	close(fd);
+	int rc = dtm_main(p, argc, argv);
+	fflush(stderr);
+	dup2(saved, 2);
+	close(saved);
+	return rc;
+}
+
+static char *slurp(const char *path)
+{
+	char *s = NULL, err[256];
+	size_t n;
+	if (rt_read_file(path, &s, &n, 1 << 24, err, sizeof err))
+		return NULL;
+	return s;
+}
+
+static char *read_stderr(void)
+{
+	char path[128];
+	snprintf(path, sizeof path, "%s/stderr.txt", tmpdir);
+	return slurp(path);
+}
+
+static char *tpath(const char *name)
+{
+	static char buf[8][128];
+	static int k;
+	char *b = buf[k++ % 8];
+	snprintf(b, 128, "%s/%s", tmpdir, name);
+	return b;
+}
+
+/* The text of each step line's "loss" value (as printed), in order. */
+static int loss_strings(const char *log, char out[][32], int max)
+{
+	int n = 0;
+	for (const char *l = log; l && *l && n < max;) {
+		const char *e = strchr(l, '\n');
+		const char *k = strstr(l, "\"loss\":");
+		if (k && (!e || k < e)) {
+			k += 7;
+			int len = (int)strcspn(k, ",}");
+			snprintf(out[n++], 32, "%.*s", len, k);
+		}
+		l = e ? e + 1 : NULL;
+	}
+	return n;
+}
+
+/* ---- tests ---- */
+
+static void test_train_and_log(const DtmPlan *p)
+{
+	CHECK_EQ_INT(run(p, "--steps", "20", "--log", tpath("a.jsonl"), "--threads", "2",
+			 "--lr", "0.1", NULL), 0);
+	for (int a = 0; a < DTM_ARENA_COUNT; a++)
+		CHECK_EQ_INT(dtm_rt_allocated_bytes(a), p->arena_bytes[a]);
+	char *log = slurp(tpath("a.jsonl"));
+	CHECK(log != NULL);
+	if (!log)
+		return;
+	int lines = 0;
+	double first = NAN, last = NAN;
+	for (char *l = log; *l;) {
+		char *e = strchr(l, '\n');
+		CHECK(e != NULL);
+		if (!e)
+			break;
+		RtJsonDoc doc;
+		char err[256];
+		int rc = rt_json_parse(&doc, l, (size_t)(e - l), err, sizeof err);
+		CHECK_EQ_INT(rc, 0);
+		if (rc == 0) {
+			const char *keys[] = { "step", "loss", "grad_norm", "lr", "tokens_per_s",
+					       "ms" };
+			for (int k = 0; k < 6; k++) {
+				const RtJson *v = rt_json_get(doc.root, keys[k]);
+				CHECK(v && v->kind == RT_JSON_NUM);
+			}
+			const RtJson *s = rt_json_get(doc.root, "step");
+			CHECK(s && s->is_int && s->i == lines + 1);
+			double loss = rt_json_get(doc.root, "loss")->d;
+			if (lines == 0)
+				first = loss;
+			last = loss;
+			CHECK_NEAR(rt_json_get(doc.root, "lr")->d, 0.1, 1e-7);
+			rt_json_free(&doc);
+		}
+		lines++;
+		l = e + 1;
+	}
+	CHECK_EQ_INT(lines, 20);
+	CHECK(last < 0.5 * first);
+	free(log);
+}
+
+static void test_resume(const DtmPlan *p)
+{
+	char *full, *part, *rest;
+	CHECK_EQ_INT(run(p, "--steps", "20", "--log", tpath("full.jsonl"), NULL), 0);
+	CHECK_EQ_INT(run(p, "--steps", "10", "--log", tpath("part.jsonl"), "--save",
+			 tpath("ck"), NULL), 0);
+	CHECK_EQ_INT(run(p, "--steps", "20", "--log", tpath("rest.jsonl"), "--resume",
+			 tpath("ck"), NULL), 0);
+	full = slurp(tpath("full.jsonl"));
+	part = slurp(tpath("part.jsonl"));
+	rest = slurp(tpath("rest.jsonl"));
+	char lf[32][32], lp[32][32], lr[32][32];
+	int nf = loss_strings(full, lf, 32), np = loss_strings(part, lp, 32),
+	    nr = loss_strings(rest, lr, 32);
+	CHECK_EQ_INT(nf, 20);
+	CHECK_EQ_INT(np, 10);
+	CHECK_EQ_INT(nr, 10);
+	for (int i = 0; i < 10 && np == 10 && nr == 10 && nf == 20; i++) {
+		CHECK_EQ_STR(lp[i], lf[i]);
+		CHECK_EQ_STR(lr[i], lf[10 + i]);
+	}
+	CHECK(rest && strstr(rest, "{\"step\":11,") == rest);
+	free(full);
+	free(part);
+	free(rest);
+
+	/* step 0 holds the initial weights, keyed by (seed, name, index) */
+	DtmSafetensors *st = NULL;
+	char err[512];
+	CHECK_EQ_INT(dtm_st_open(&st, tpath("ck/step_000000/rank00000.safetensors"), err,
+				 sizeof err), 0);
+	if (st) {
+		const DtmStTensor *w = dtm_st_find(st, "w");
+		CHECK(w && w->numel == 8 && dtm_st_find(st, "opt.mom.w"));
+		float v[8];
+		if (w && dtm_st_read_f32(w, v) == 0) {
+			for (int i = 0; i < 8; i++)
+				CHECK_EQ_INT(v[i] == dtm_init_normal(1, dtm_hash64("w"),
+								     (uint64_t)i, 0, 0.5f), 1);
+		}
+		CHECK_EQ_STR(dtm_st_meta(st, "step"), "0");
+		CHECK_EQ_STR(dtm_st_meta(st, "model"), "linreg");
+		dtm_st_close(st);
+	}
+	CHECK(access(tpath("ck/step_000010/rank00000.safetensors"), F_OK) == 0);
+	/* a step directory resumes too: from the initial weights, all 20 */
+	CHECK_EQ_INT(run(p, "--steps", "20", "--log", tpath("re0.jsonl"), "--resume",
+			 tpath("ck/step_000000"), NULL), 0);
+	char *full2 = slurp(tpath("full.jsonl")), *re0 = slurp(tpath("re0.jsonl"));
+	CHECK(full2 && re0 && loss_strings(re0, lr, 32) == 20 && loss_strings(full2, lf, 32) == 20);
+	for (int i = 0; i < 20 && re0 && full2; i++)
+		CHECK_EQ_STR(lr[i], lf[i]);
+	free(full2);
+	free(re0);
+}
+
+static void test_eval_and_threads(const DtmPlan *p)
+{
+	CHECK_EQ_INT(run(p, "--steps", "20", "--log", tpath("ev.jsonl"), "--eval-every", "5",
+			 "--threads", "1", NULL), 0);
+	char *full = slurp(tpath("full.jsonl")), *ev = slurp(tpath("ev.jsonl"));
+	char lf[32][32], le[32][32];
+	/* evaluation must not change training, nor must the thread count */
+	int nf = loss_strings(full, lf, 32), ne = loss_strings(ev, le, 32);
+	CHECK_EQ_INT(ne, 20);
+	for (int i = 0; i < 20 && nf == 20 && ne == 20; i++)
+		CHECK_EQ_STR(le[i], lf[i]);
+	int nev = 0;
+	for (const char *s = ev; s && (s = strstr(s, "\"eval_loss\":")); s++)
+		nev++;
+	CHECK_EQ_INT(nev, 4);
+	CHECK(ev && strstr(ev, "{\"step\":5,\"eval_loss\":"));
+	free(full);
+	free(ev);
+}
+
+static void test_cosine(void)
+{
+	DtmPlan p = make_plan();
+	p.train.lr_schedule = "cosine";
+	p.train.warmup = 4;
+	p.train.min_lr = 0.01f;
+	CHECK_EQ_INT(run(&p, "--steps", "20", "--log", tpath("cos.jsonl"), NULL), 0);
+	char *log = slurp(tpath("cos.jsonl"));
+	double want[21];
+	for (int t = 1; t <= 20; t++)
+		want[t] = t <= 4 ? 0.1 * t / 4 :
+				   0.01 + 0.5 * (0.1 - 0.01) * (1 + cos(M_PI * (t - 4) / 16.0));
+	int t = 0;
+	for (const char *s = log; s && (s = strstr(s, "\"lr\":")); s++) {
+		t++;
+		if (t <= 20)
+			CHECK_NEAR(strtod(s + 5, NULL), (float)want[t], 1e-8);
+	}
+	CHECK_EQ_INT(t, 20);
+	free(log);
+}
+
+static void test_nan(void)
+{
+	DtmPlan p = make_plan();
+	p.stages = &nan_stage;
+	CHECK_EQ_INT(run(&p, "--steps", "10", "--log", tpath("nan.jsonl"), NULL), 1);
+	char *e = read_stderr();
+	CHECK(e && strstr(e, "error: loss is NaN at step 3"));
+	free(e);
+	CHECK_EQ_INT(run(&p, "--steps", "10", "--check-numerics", NULL), 1);
+	e = read_stderr();
+	CHECK(e && strstr(e, "buffer 'pred'") && strstr(e, "'poison pred'") &&
+	      strstr(e, "step 3"));
+	if (e)
+		fprintf(stderr, "(expected) %s", e);
+	free(e);
+}
+
+static void test_flags(const DtmPlan *p)
+{
+	CHECK_EQ_INT(run(p, "--bogus", NULL), 1);
+	char *e = read_stderr();
+	CHECK(e && strstr(e, "unknown option '--bogus'"));
+	free(e);
+	CHECK_EQ_INT(run(p, "--steps", "ten", NULL), 1);
+	CHECK_EQ_INT(run(p, "--steps", NULL), 1);
+	CHECK_EQ_INT(run(p, "--lr=-1", NULL), 1);
+	CHECK_EQ_INT(run(p, "--threads", "0", NULL), 1);
+	CHECK_EQ_INT(run(p, "--resume", tpath("nowhere"), NULL), 1);
+	CHECK_EQ_INT(run(p, "--data", tpath("missing.bin"), NULL), 1);
+	/* --help prints to stdout and succeeds */
+	fflush(stdout);
+	int saved = dup(1), fd = open("/dev/null", O_WRONLY);
+	dup2(fd, 1);
+	close(fd);
+	int rc = run(p, "--help", NULL);
+	fflush(stdout);
+	dup2(saved, 1);
+	close(saved);
+	CHECK_EQ_INT(rc, 0);
+	CHECK_EQ_INT(run(p, "--steps=3", "-q", NULL), 0);
+}
+
+/* ---- the pieces ---- */
+
+static void naive_gemm(const DtmAction *a, const float *A, const float *B, float *C)
+{
+	for (int64_t bt = 0; bt < a->batch; bt++) {
+		const float *Ab = A + bt * a->stride_a, *Bb = B + bt * a->stride_b;
+		float *Cb = C + bt * a->stride_c;
+		for (int64_t i = 0; i < a->m; i++) {
+			for (int64_t j = 0; j < a->n; j++) {
+				double s = 0;
+				for (int64_t p = 0; p < a->k; p++)
+					s += (double)(a->trans_a ? Ab[p * a->m + i] : Ab[i * a->k + p]) *
+					     (a->trans_b ? Bb[j * a->k + p] : Bb[p * a->n + j]);
+				Cb[i * a->n + j] = (float)(a->alpha * s + a->beta * Cb[i * a->n + j]);
+			}
+		}
+	}
+}
+
+static void test_gemm(void)
+{
+	/* batch 3, B broadcast (stride 0), both transposed, beta 0.5 */
+	enum { M = 5, N = 3, K = 7, NB = 3 };
+	DtmAction a = { .kind = DTM_ACT_GEMM, .label = "g", .nargs = 3, .args = { 0, 1, 2 },
+			.m = M, .n = N, .k = K, .batch = NB, .stride_a = M * K, .stride_b = 0,
+			.stride_c = M * N, .trans_a = true, .trans_b = true, .alpha = 2,
+			.beta = 0.5f };
+	for (int bf = 0; bf < 2; bf++) {
+		DtmDtype dt = bf ? DTM_BF16 : DTM_F32;
+		DtmBuffer bufs[3] = {
+			{ .dtype = dt, .rank = 1, .shape = { NB * M * K } },
+			{ .dtype = dt, .rank = 1, .shape = { K * N } },
+			{ .dtype = dt, .rank = 1, .shape = { NB * M * N } },
+		};
+		float A[NB * M * K], B[K * N], C[NB * M * N], want[NB * M * N];
+		uint16_t A16[NB * M * K], B16[K * N], C16[NB * M * N];
+		for (int i = 0; i < NB * M * K; i++)
+			A[i] = rt_bf16_to_f32(rt_f32_to_bf16(dtm_rand_f32(7, 1, i) - 0.5f));
+		for (int i = 0; i < K * N; i++)
+			B[i] = rt_bf16_to_f32(rt_f32_to_bf16(dtm_rand_f32(7, 2, i) - 0.5f));
+		for (int i = 0; i < NB * M * N; i++)
+			C[i] = want[i] = rt_bf16_to_f32(rt_f32_to_bf16(dtm_rand_f32(7, 3, i)));
+		naive_gemm(&a, A, B, want);
+		for (int i = 0; i < NB * M * K; i++)
+			A16[i] = rt_f32_to_bf16(A[i]);
+		for (int i = 0; i < K * N; i++)
+			B16[i] = rt_f32_to_bf16(B[i]);
+		for (int i = 0; i < NB * M * N; i++)
+			C16[i] = rt_f32_to_bf16(C[i]);
+		void *ptrs[3] = { bf ? (void *)A16 : A, bf ? (void *)B16 : B, bf ? (void *)C16 : C };
+		DtmPlan p = { .nbuffers = 3, .buffers = bufs, .nstages = 1 };
+		DtmStage st = { 1, &a };
+		p.stages = &st;
+		RtGemmScratch s = { 0 };
+		char err[RT_ERR_LEN];
+		CHECK_EQ_INT(rt_gemm_reserve(&s, &p, err), 0);
+		RtPool *pool = rt_pool_new(3);
+		CHECK_EQ_INT(rt_cpu_gemm(&a, bufs, ptrs, &s, pool, err), 0);
+		for (int i = 0; i < NB * M * N; i++) {
+			float got = bf ? rt_bf16_to_f32(C16[i]) : C[i];
+			CHECK_NEAR(got, want[i], bf ? 1e-2 * (1 + fabs(want[i])) : 1e-5);
+		}
+		rt_pool_free(pool);
+		rt_gemm_scratch_free(&s);
+	}
+}
+
+struct sum_job {
+	int64_t *hits;
+};
+
+static void mark(void *arg, int64_t lo, int64_t hi)
+{
+	struct sum_job *j = arg;
+	for (int64_t i = lo; i < hi; i++)
+		j->hits[i]++;
+}
+
+static void test_pool(void)
+{
+	int64_t hits[1000] = { 0 };
+	struct sum_job j = { hits };
+	RtPool *pool = rt_pool_new(4);
+	for (int rep = 0; rep < 50; rep++)
+		rt_parallel_for(pool, 1000, 7, mark, &j);
+	int ok = 1;
+	for (int i = 0; i < 1000; i++)
+		ok &= hits[i] == 50;
+	CHECK(ok);
+	rt_pool_free(pool);
+}
+
+static void test_f16(void)
+{
+	CHECK_EQ_INT(rt_f32_to_f16(1.0f), 0x3c00);
+	CHECK_EQ_INT(rt_f32_to_f16(65504.0f), 0x7bff);
+	CHECK_EQ_INT(rt_f32_to_f16(65520.0f), 0x7c00);
+	CHECK_EQ_INT(rt_f32_to_f16(-2.0f), 0xc000);
+	CHECK_EQ_INT(rt_f32_to_f16(5.9604645e-8f), 0x0001); /* smallest subnormal */
+	CHECK_EQ_INT(rt_f32_to_f16(1.0f + 1.0f / 2048), 0x3c00); /* tie to even */
+	CHECK_EQ_INT(rt_f32_to_f16(1.0f + 3.0f / 2048), 0x3c02);
+	int ok = 1;
+	for (uint32_t h = 0; h < 0x7c00; h++)
+		ok &= rt_f32_to_f16(rt_f16_to_f32((uint16_t)h)) == h;
+	CHECK(ok);
+	CHECK_EQ_INT(rt_f32_to_bf16(1.00390625f), 0x3f80); /* tie to even */
+	CHECK(isnan(rt_bf16_to_f32(rt_f32_to_bf16(NAN))));
+}
+
+/* A [5, 6] tensor on a dp=2 x tp=3 mesh, dim 0 split over dp, dim 1 over
+ * tp: torch.chunk gives dp shards of 3 and 2 rows, tp shards of 2 cols. */
+static void test_shard_index(void)
+{
+	DtmPlan p = { .mesh_naxes = 2, .mesh_sizes = { 2, 3 } };
+	DtmBuffer b = { .rank = 2, .shape = { 2, 2 }, .global_shape = { 5, 6 },
+			.split_naxes = { 1, 1 }, .split_axes = { { 0 }, { 1 } } };
+	int64_t coords[2], idx[4];
+	rt_rank_coords(&p, 5, coords);
+	CHECK_EQ_INT(coords[0], 1);
+	CHECK_EQ_INT(coords[1], 2);
+	rt_global_indices(&p, &b, coords, idx);
+	/* rows 3..4, cols 4..5 */
+	CHECK_EQ_INT(idx[0], 3 * 6 + 4);
+	CHECK_EQ_INT(idx[1], 3 * 6 + 5);
+	CHECK_EQ_INT(idx[2], 4 * 6 + 4);
+	CHECK_EQ_INT(idx[3], 4 * 6 + 5);
+	/* both axes on dim 1 (dp major): 6 parts of 1 column */
+	DtmBuffer c = { .rank = 2, .shape = { 5, 1 }, .global_shape = { 5, 6 },
+			.split_naxes = { 0, 2 }, .split_axes = { { 0 }, { 0, 1 } } };
+	int64_t cidx[5];
+	rt_global_indices(&p, &c, coords, cidx); /* shard 1*3 + 2 = 5 */
+	CHECK_EQ_INT(cidx[0], 5);
+	CHECK_EQ_INT(cidx[4], 4 * 6 + 5);
+}
+
+/* Token inputs on a dp=2 mesh: rank 1 holds rows 2..3 of each global
+ * batch of 4, i.e. samples (s-1)*4 + 2 and + 3, targets shifted by one. */
+static void test_feed_tokens(void)
+{
+	DtmBuffer bufs[2] = {
+		{ .name = "tokens", .role = DTM_ROLE_INPUT, .dtype = DTM_I32, .rank = 2,
+		  .shape = { 2, 5 }, .global_shape = { 4, 5 }, .split_naxes = { 1, 0 },
+		  .split_axes = { { 0 } } },
+		{ .name = "targets", .role = DTM_ROLE_INPUT, .dtype = DTM_I32, .rank = 2,
+		  .shape = { 2, 5 }, .global_shape = { 4, 5 }, .split_naxes = { 1, 0 },
+		  .split_axes = { { 0 } } },
+	};
+	DtmPlan p = { .mesh_naxes = 1, .mesh_sizes = { 2 }, .nbuffers = 2, .buffers = bufs,
+		      .ninputs = 2, .inputs = { 0, 1 },
+		      .train = { .vocab = 16, .data_kind = DTM_DATA_TOKENS } };
+	int64_t coords[1] = { 1 };
+	RtFeed f;
+	char err[RT_ERR_LEN];
+	CHECK_EQ_INT(rt_feed_open(&f, &p, coords, "synthetic", 9, err), 0);
+	int32_t tok[10], tgt[10], want_in[20], want_tg[20];
+	void *ptrs[2] = { tok, tgt };
+	CHECK_EQ_INT(rt_feed_fill(&f, ptrs, 2 * 4, err), 0); /* step 3 */
+	DtmData d;
+	CHECK_EQ_INT(dtm_data_open(&d, "synthetic", 9, 16, err, sizeof err), 0);
+	CHECK_EQ_INT(dtm_data_batch(&d, 2 * 4, 4, 5, want_in, want_tg, err, sizeof err), 0);
+	int ok = 1;
+	for (int i = 0; i < 10; i++)
+		ok &= tok[i] == want_in[10 + i] && tgt[i] == want_tg[10 + i];
+	CHECK(ok);
+	dtm_data_close(&d);
+	rt_feed_close(&f);
+}
+
+int main(void)
+{
+	snprintf(tmpdir, sizeof tmpdir, "/tmp/dtm_rt_exec_XXXXXX");
+	if (!mkdtemp(tmpdir)) {
+		perror("mkdtemp");
+		return 1;
+	}
+	DtmPlan p = make_plan();
+	char err[RT_ERR_LEN];
+	CHECK_EQ_INT(rt_plan_validate(&p, err), 0);
+	test_f16();
+	test_pool();
+	test_gemm();
+	test_shard_index();
+	test_feed_tokens();
+	test_train_and_log(&p);
+	test_resume(&p);
+	test_eval_and_threads(&p);
+	test_cosine();
+	test_nan();
+	test_flags(&p);
+	char cmd[128];
+	snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
+	if (!check_failures && system(cmd) != 0)
+		fprintf(stderr, "could not remove %s\n", tmpdir);
+	return check_report();
+}

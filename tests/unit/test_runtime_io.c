@@ -1,0 +1,901 @@
+/* test_runtime_io.c - the runtime's deterministic RNG, data sources,
+ * tokenizer and checkpoints (runtime/philox.h, data.h, ckpt.h, fsio.h).
+ * Files go to a fresh directory under /tmp that is removed at the end. */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <dirent.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "runtime/ckpt.h"
+#include "runtime/data.h"
+#include "runtime/fsio.h"
+#include "runtime/json.h"
+#include "runtime/philox.h"
+
+static char tmpdir[256];
+
+static const char *tpath(const char *name)
+{
+	static char buf[8][512];
+	static int k;
+	char *p = buf[k++ % 8];
+	snprintf(p, 512, "%s/%s", tmpdir, name);
+	return p;
+}
+
+static void write_bytes(const char *path, const void *p, size_t n)
+{
+	FILE *f = fopen(path, "wb");
+	CHECK(f != NULL);
+	if (!f)
+		return;
+	CHECK(fwrite(p, 1, n, f) == n);
+	fclose(f);
+}
+
+static unsigned char *read_bytes(const char *path, size_t *n)
+{
+	char *p;
+	char err[256];
+	if (rt_read_file(path, &p, n, 1u << 30, err, sizeof err))
+		return NULL;
+	return (unsigned char *)p;
+}
+
+static void rm_tree(const char *path)
+{
+	DIR *d = opendir(path);
+	if (!d) {
+		unlink(path);
+		return;
+	}
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+			continue;
+		char sub[1024];
+		snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
+		rm_tree(sub);
+	}
+	closedir(d);
+	rmdir(path);
+}
+
+/* Counts directory entries whose name contains needle. */
+static int count_entries(const char *dir, const char *needle)
+{
+	DIR *d = opendir(dir);
+	int n = 0;
+	if (!d)
+		return -1;
+	struct dirent *e;
+	while ((e = readdir(d)))
+		n += strstr(e->d_name, needle) != NULL;
+	closedir(d);
+	return n;
+}
+
+/* ---- philox ---- */
+
+static void test_philox_kat(void)
+{
+	/* Random123 kat_vectors, philox4x32_10 */
+	static const struct {
+		uint32_t ctr[4], key[2], out[4];
+	} kat[] = {
+	        {{0, 0, 0, 0}, {0, 0}, {0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}},
+	        {{0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff},
+	         {0xffffffff, 0xffffffff},
+	         {0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}},
+	        {{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344},
+	         {0xa4093822, 0x299f31d0},
+	         {0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}},
+	};
+	for (size_t i = 0; i < sizeof kat / sizeof kat[0]; i++) {
+		uint32_t o[4];
+		dtm_philox4x32_10(kat[i].ctr, kat[i].key, o);
+		for (int w = 0; w < 4; w++)
+			CHECK_EQ_INT(o[w], kat[i].out[w]);
+	}
+	/* the block layout: seed -> key, (a, b) -> counter */
+	uint32_t o[4];
+	dtm_philox_block(0xa4093822ull | 0x299f31d0ull << 32, 0, 0x85a308d3243f6a88ull,
+	                 0x0370734413198a2eull, o);
+	CHECK_EQ_INT(o[0], 0xd16cfe09);
+	/* FNV-1a 64 reference values */
+	CHECK(dtm_hash64("") == 0xcbf29ce484222325ull);
+	CHECK(dtm_hash64("a") == 0xaf63dc4c8601ec8cull);
+	CHECK(dtm_hash64("foobar") == 0x85944171f73967e8ull);
+}
+
+static void test_init_stats(void)
+{
+	const int n = 1000000;
+	uint64_t h = dtm_hash64("layer.0.wqkv");
+	double s = 0, s2 = 0, us = 0;
+	float umin = 1e9f, umax = -1e9f;
+	int keep = 0;
+	for (int i = 0; i < n; i++) {
+		double x = dtm_init_normal(42, h, (uint64_t)i, 0.0f, 1.0f);
+		s += x;
+		s2 += x * x;
+		float u = dtm_init_uniform(42, h, (uint64_t)i, -0.5f, 0.25f);
+		us += u;
+		umin = u < umin ? u : umin;
+		umax = u > umax ? u : umax;
+		keep += dtm_dropout_keep(42, 7, 3, (uint64_t)i, 0.1f);
+	}
+	double mean = s / n, var = s2 / n - mean * mean;
+	/* standard error of the mean is 1e-3 and of the std ~7e-4 */
+	CHECK_NEAR(mean, 0.0, 0.005);
+	CHECK_NEAR(sqrt(var), 1.0, 0.005);
+	CHECK_NEAR(us / n, -0.125, 0.002);
+	CHECK(umin >= -0.5f && umax < 0.25f);
+	CHECK_NEAR((double)keep / n, 0.9, 0.002);
+	/* mean and std are applied, and f32 rounding of mean + std*z is all
+	 * that separates N(m, s) from m + s*N(0, 1) */
+	float z = dtm_init_normal(42, h, 123, 0.0f, 1.0f);
+	CHECK_NEAR(dtm_init_normal(42, h, 123, 1.0f, 0.02f), 1.0 + 0.02 * z, 1e-6);
+	float r = dtm_rand_f32(1, 2, 3);
+	CHECK(r >= 0.0f && r < 1.0f);
+	CHECK(dtm_u32_to_unit(0xffffffffu) < 1.0f);
+}
+
+/* "Initialise" params in a given order into a global buffer; a rank with a
+ * shard computes the same elements from their global indices. */
+static void init_params(const char *const *names, int n, const int *order, float out[][64])
+{
+	for (int k = 0; k < n; k++) {
+		int p = order[k];
+		uint64_t h = dtm_hash64(names[p]);
+		for (int i = 0; i < 64; i++)
+			out[p][i] = dtm_init_normal(7, h, (uint64_t)i, 0.0f, 0.02f);
+	}
+}
+
+static void test_init_order_and_shards(void)
+{
+	const char *names[3] = {"wte", "layer.0.wqkv", "layer.1.wqkv"};
+	int fwd[3] = {0, 1, 2}, rev[3] = {2, 0, 1};
+	float a[3][64], b[3][64];
+	init_params(names, 3, fwd, a);
+	init_params(names, 3, rev, b);
+	CHECK(memcmp(a, b, sizeof a) == 0);
+	CHECK(memcmp(a[1], a[2], sizeof a[1]) != 0); /* names give distinct streams */
+	/* a [8, 8] tensor split in column halves over tp=2: rank r holds
+	 * columns 4r..4r+3 and computes them from global indices */
+	int same = 1;
+	uint64_t h = dtm_hash64(names[1]);
+	for (int r = 0; r < 2; r++)
+		for (int row = 0; row < 8; row++)
+			for (int c = 0; c < 4; c++) {
+				uint64_t g = (uint64_t)row * 8 + (uint64_t)(4 * r + c);
+				same &= dtm_init_normal(7, h, g, 0.0f, 0.02f) == a[1][g];
+			}
+	CHECK(same);
+	CHECK(dtm_init_normal(8, h, 0, 0, 1) != dtm_init_normal(7, h, 0, 0, 1));
+}
+
+/* ---- synthetic data ---- */
+
+static void test_markov(void)
+{
+	enum { V = 64, N = 257, S = 2000 };
+	int32_t a[N], b[N];
+	CHECK_EQ_INT(dtm_data_synth_tokens(5, V, 17, N, a), DTM_DATA_OK);
+	CHECK_EQ_INT(dtm_data_synth_tokens(5, V, 17, N, b), DTM_DATA_OK);
+	CHECK(memcmp(a, b, sizeof a) == 0);
+	CHECK_EQ_INT(dtm_data_synth_tokens(5, V, 18, N, b), DTM_DATA_OK);
+	CHECK(memcmp(a, b, sizeof a) != 0);
+	/* a prefix of a longer sample is the shorter sample: T does not
+	 * change the data */
+	CHECK_EQ_INT(dtm_data_synth_tokens(5, V, 17, 33, b), DTM_DATA_OK);
+	CHECK(memcmp(a, b, 33 * sizeof *a) == 0);
+	CHECK_EQ_INT(dtm_data_synth_tokens(5, 3, 0, 4, b), DTM_DATA_EARG);
+
+	int32_t succ[DTM_MARKOV_K];
+	int distinct = 1;
+	for (int t = 0; t < V; t++) {
+		dtm_markov_successors(5, V, t, succ);
+		for (int i = 0; i < DTM_MARKOV_K; i++)
+			for (int j = 0; j < i; j++)
+				distinct &= succ[i] != succ[j];
+	}
+	CHECK(distinct);
+	/* tiny vocabularies still terminate with distinct successors */
+	CHECK_EQ_INT(dtm_markov_successors(1, 4, 3, succ), DTM_DATA_OK);
+	CHECK(succ[0] + succ[1] + succ[2] + succ[3] == 6);
+
+	/* empirical conditional entropy H(next | prev) */
+	static unsigned cnt[V][V];
+	memset(cnt, 0, sizeof cnt);
+	int inrange = 1;
+	for (int s = 0; s < S; s++) {
+		dtm_data_synth_tokens(99, V, (uint64_t)s, N, a);
+		for (int p = 0; p < N; p++)
+			inrange &= a[p] >= 0 && a[p] < V;
+		for (int p = 1; p < N; p++)
+			cnt[a[p - 1]][a[p]]++;
+	}
+	CHECK(inrange);
+	double h = 0, total = (double)S * (N - 1);
+	for (int i = 0; i < V; i++) {
+		double row = 0;
+		for (int j = 0; j < V; j++)
+			row += cnt[i][j];
+		for (int j = 0; j < V; j++)
+			if (cnt[i][j])
+				h -= cnt[i][j] / total * log(cnt[i][j] / row);
+	}
+	double want = dtm_markov_entropy(V);
+	CHECK(want < 0.5 * log((double)V));
+	CHECK_NEAR(h, want, 0.05);
+	CHECK(dtm_markov_entropy(256) < 2.0 && dtm_markov_entropy(256) > 1.9);
+}
+
+static void test_regression(void)
+{
+	DtmRegression r;
+	char err[256];
+	CHECK_EQ_INT(dtm_regression_init(&r, 3, 16, 4, err, sizeof err), DTM_DATA_OK);
+	float x[16], y[4], x2[16], y2[4];
+	double s = 0, s2 = 0;
+	int bounded = 1;
+	for (int i = 0; i < 2000; i++) {
+		dtm_regression_sample(&r, (uint64_t)i, x, y);
+		for (int j = 0; j < 16; j++) {
+			s += x[j];
+			s2 += x[j] * x[j];
+		}
+		for (int k = 0; k < 4; k++)
+			bounded &= y[k] > -1.0f && y[k] < 1.0f;
+	}
+	CHECK(bounded);
+	CHECK_NEAR(s / 32000, 0.0, 0.03);
+	CHECK_NEAR(s2 / 32000, 1.0, 0.05);
+	dtm_regression_sample(&r, 5, x, y);
+	dtm_regression_sample(&r, 5, x2, y2);
+	CHECK(!memcmp(x, x2, sizeof x) && !memcmp(y, y2, sizeof y));
+	dtm_regression_sample(&r, 6, x2, y2);
+	CHECK(memcmp(x, x2, sizeof x) != 0);
+	dtm_regression_free(&r);
+	CHECK_EQ_INT(dtm_regression_init(&r, 3, 0, 4, err, sizeof err), DTM_DATA_EARG);
+}
+
+/* ---- llm.c token files ---- */
+
+static void write_tokfile(const char *path, int32_t magic, int32_t version, int32_t ntok_hdr,
+                          const uint16_t *tok, int ntok)
+{
+	int32_t hdr[256] = {0};
+	hdr[0] = magic;
+	hdr[1] = version;
+	hdr[2] = ntok_hdr;
+	FILE *f = fopen(path, "wb");
+	CHECK(f != NULL);
+	if (!f)
+		return;
+	fwrite(hdr, 4, 256, f);
+	if (ntok)
+		fwrite(tok, 2, (size_t)ntok, f);
+	fclose(f);
+}
+
+static void test_token_files(void)
+{
+	uint16_t tok[100];
+	for (int i = 0; i < 100; i++)
+		tok[i] = (uint16_t)i;
+	char err[512];
+	DtmTokenFile tf;
+	int32_t out[11];
+
+	write_tokfile(tpath("good.bin"), 20240520, 1, 100, tok, 100);
+	CHECK_EQ_INT(dtm_tokens_open(&tf, tpath("good.bin"), err, sizeof err), DTM_DATA_OK);
+	CHECK_EQ_INT(tf.ntokens, 100);
+	/* T = 10: sample i starts at (10 i) mod 90 */
+	CHECK_EQ_INT(dtm_tokens_sample(&tf, 3, 10, 256, out, err, sizeof err), DTM_DATA_OK);
+	CHECK_EQ_INT(out[0], 30);
+	CHECK_EQ_INT(out[10], 40);
+	CHECK_EQ_INT(dtm_tokens_sample(&tf, 9, 10, 256, out, err, sizeof err), DTM_DATA_OK);
+	CHECK_EQ_INT(out[0], 0); /* wrapped */
+	CHECK_EQ_INT(dtm_tokens_sample(&tf, 8, 10, 256, out, err, sizeof err), DTM_DATA_OK);
+	CHECK_EQ_INT(out[10], 90);
+	/* huge sample indices do not overflow */
+	CHECK_EQ_INT(dtm_tokens_sample(&tf, UINT64_MAX, 10, 256, out, err, sizeof err),
+	             DTM_DATA_OK);
+	CHECK(out[0] >= 0 && out[10] <= 99);
+	CHECK_EQ_INT(dtm_tokens_sample(&tf, 5, 10, 50, out, err, sizeof err), DTM_DATA_ETOKEN);
+	CHECK(strstr(err, "token 50") && strstr(err, ">= vocab 50"));
+	CHECK_EQ_INT(dtm_tokens_sample(&tf, 0, 100, 256, out, err, sizeof err), DTM_DATA_ETOOFEW);
+	dtm_tokens_close(&tf);
+
+	write_tokfile(tpath("magic.bin"), 12345, 1, 100, tok, 100);
+	CHECK_EQ_INT(dtm_tokens_open(&tf, tpath("magic.bin"), err, sizeof err), DTM_DATA_EMAGIC);
+	CHECK(strstr(err, "not an llm.c token file: magic 12345, expected 20240520") != NULL);
+	write_tokfile(tpath("version.bin"), 20240520, 2, 100, tok, 100);
+	CHECK_EQ_INT(dtm_tokens_open(&tf, tpath("version.bin"), err, sizeof err),
+	             DTM_DATA_EVERSION);
+	CHECK(strstr(err, "version 2") != NULL);
+	write_tokfile(tpath("trunc.bin"), 20240520, 1, 1000, tok, 100);
+	CHECK_EQ_INT(dtm_tokens_open(&tf, tpath("trunc.bin"), err, sizeof err), DTM_DATA_ETRUNC);
+	CHECK(strstr(err, "header says 1000 tokens, file holds 100") != NULL);
+	write_bytes(tpath("short.bin"), tok, 100);
+	CHECK_EQ_INT(dtm_tokens_open(&tf, tpath("short.bin"), err, sizeof err), DTM_DATA_ESHORT);
+	CHECK(strstr(err, "shorter than the 1024-byte header") != NULL);
+	write_bytes(tpath("empty.bin"), tok, 0);
+	CHECK_EQ_INT(dtm_tokens_open(&tf, tpath("empty.bin"), err, sizeof err), DTM_DATA_ESHORT);
+	CHECK_EQ_INT(dtm_tokens_open(&tf, tpath("missing.bin"), err, sizeof err), DTM_DATA_EOPEN);
+	CHECK(strstr(err, "missing.bin") && strstr(err, "No such file"));
+	CHECK_EQ_INT(dtm_tokens_open(&tf, tmpdir, err, sizeof err), DTM_DATA_EOPEN);
+
+	/* --data FILE and --data synthetic through one interface; two ranks
+	 * reading halves of a global batch see exactly the whole batch */
+	const char *specs[2] = {tpath("good.bin"), "synthetic"};
+	for (int k = 0; k < 2; k++) {
+		DtmData d;
+		CHECK_EQ_INT(dtm_data_open(&d, specs[k], 11, 128, err, sizeof err), DTM_DATA_OK);
+		int32_t x[8 * 10], y[8 * 10], x2[8 * 10], y2[8 * 10];
+		CHECK_EQ_INT(dtm_data_batch(&d, 16, 8, 10, x, y, err, sizeof err), DTM_DATA_OK);
+		CHECK_EQ_INT(dtm_data_batch(&d, 16, 4, 10, x2, y2, err, sizeof err), DTM_DATA_OK);
+		CHECK_EQ_INT(dtm_data_batch(&d, 20, 4, 10, x2 + 40, y2 + 40, err, sizeof err),
+		             DTM_DATA_OK);
+		CHECK(!memcmp(x, x2, sizeof x) && !memcmp(y, y2, sizeof y));
+		CHECK(!memcmp(x + 1, y, 9 * sizeof *x)); /* targets are inputs shifted */
+		dtm_data_close(&d);
+	}
+	DtmData d;
+	CHECK_EQ_INT(dtm_data_open(&d, tpath("magic.bin"), 1, 128, err, sizeof err),
+	             DTM_DATA_EMAGIC);
+	CHECK_EQ_INT(dtm_data_open(&d, "synthetic", 1, 2, err, sizeof err), DTM_DATA_EARG);
+}
+
+static void test_tokenizer(void)
+{
+	static const char text[] = "hello, world\n\tbytes: \x01\xff\x80 end";
+	size_t n = sizeof text - 1;
+	write_bytes(tpath("in.txt"), text, n);
+	char err[512];
+	uint64_t ntok = 0;
+	CHECK_EQ_INT(dtm_tokenize_text(tpath("in.txt"), tpath("out.bin"), &ntok, err, sizeof err),
+	             DTM_DATA_OK);
+	CHECK_EQ_INT(ntok, n);
+	DtmTokenFile tf;
+	CHECK_EQ_INT(dtm_tokens_open(&tf, tpath("out.bin"), err, sizeof err), DTM_DATA_OK);
+	CHECK_EQ_INT(tf.ntokens, n);
+	int32_t out[64];
+	CHECK_EQ_INT(dtm_tokens_sample(&tf, 0, (int)n - 1, DTM_BYTE_VOCAB, out, err, sizeof err),
+	             DTM_DATA_OK);
+	int same = 1;
+	for (size_t i = 0; i < n; i++)
+		same &= out[i] == (unsigned char)text[i];
+	CHECK(same);
+	dtm_tokens_close(&tf);
+	CHECK_EQ_INT(count_entries(tmpdir, ".tmp."), 0);
+
+	/* an empty input is a valid, empty token file */
+	write_bytes(tpath("empty.txt"), text, 0);
+	CHECK_EQ_INT(dtm_tokenize_text(tpath("empty.txt"), tpath("e.bin"), &ntok, err, sizeof err),
+	             DTM_DATA_OK);
+	CHECK_EQ_INT(ntok, 0);
+	CHECK_EQ_INT(dtm_tokenize_text(tpath("nope.txt"), tpath("x.bin"), NULL, err, sizeof err),
+	             DTM_DATA_EOPEN);
+	CHECK_EQ_INT(
+	        dtm_tokenize_text(tpath("in.txt"), tpath("nodir/x.bin"), NULL, err, sizeof err),
+	        DTM_DATA_EIO);
+	CHECK(strstr(err, "nodir/x.bin") && strstr(err, "No such file"));
+
+	/* the CLI entry point; silence its messages */
+	fflush(stdout);
+	fflush(stderr);
+	int so = dup(1), se = dup(2);
+	FILE *devnull = fopen("/dev/null", "w");
+	dup2(fileno(devnull), 1);
+	dup2(fileno(devnull), 2);
+	char a0[] = "tokenize", a1[256], a2[256];
+	snprintf(a1, sizeof a1, "%s", tpath("in.txt"));
+	snprintf(a2, sizeof a2, "%s", tpath("cli.bin"));
+	char *argv_ok[] = {a0, a1, a2, NULL};
+	char *argv_bad[] = {a0, a1, NULL};
+	int rc_ok = dtm_tool_tokenize(3, argv_ok);
+	int rc_usage = dtm_tool_tokenize(2, argv_bad);
+	fflush(stdout);
+	fflush(stderr);
+	dup2(so, 1);
+	dup2(se, 2);
+	close(so);
+	close(se);
+	fclose(devnull);
+	CHECK_EQ_INT(rc_ok, 0);
+	CHECK_EQ_INT(rc_usage, 2);
+	CHECK(access(tpath("cli.bin"), F_OK) == 0);
+}
+
+/* ---- safetensors ---- */
+
+static void test_f16_bf16(void)
+{
+	CHECK_EQ_INT(dtm_f32_to_f16(1.0f), 0x3c00);
+	CHECK_EQ_INT(dtm_f32_to_f16(-2.0f), 0xc000);
+	CHECK_EQ_INT(dtm_f32_to_f16(65504.0f), 0x7bff);
+	CHECK_EQ_INT(dtm_f32_to_f16(65520.0f), 0x7c00);               /* rounds to inf */
+	CHECK_EQ_INT(dtm_f32_to_f16(5.960464477539063e-08f), 0x0001); /* smallest subnormal */
+	CHECK_EQ_INT(dtm_f32_to_f16(1.0f + 1.0f / 2048), 0x3c00);     /* tie to even */
+	CHECK(dtm_f16_to_f32(0x0001) == 5.960464477539063e-08f);
+	CHECK(dtm_f16_to_f32(0x3555) == 0.333251953125f);
+	int ok = 1;
+	for (uint32_t h = 0; h < 0x7c00; h++)
+		ok &= dtm_f32_to_f16(dtm_f16_to_f32((uint16_t)h)) == h;
+	CHECK(ok);
+	CHECK_EQ_INT(dtm_f32_to_bf16(1.0f), 0x3f80);
+	CHECK_EQ_INT(dtm_f32_to_bf16(1.00390625f), 0x3f80); /* tie to even */
+	CHECK(dtm_bf16_to_f32(0x3fc0) == 1.5f);
+	CHECK(dtm_bf16_to_f32(dtm_f32_to_bf16(NAN)) != dtm_bf16_to_f32(dtm_f32_to_bf16(NAN)));
+}
+
+static void test_safetensors_roundtrip(void)
+{
+	float f32[6] = {1, -2.5f, 3.25f, 0, 1e-8f, 1e30f};
+	uint16_t bf[4], f16[4];
+	float src4[4] = {0.5f, -1.0f, 3.0f, 100.0f};
+	for (int i = 0; i < 4; i++) {
+		bf[i] = dtm_f32_to_bf16(src4[i]);
+		f16[i] = dtm_f32_to_f16(src4[i]);
+	}
+	int32_t i32[3] = {-1, 0, 2147483647};
+	int64_t i64[2] = {-5, INT64_MAX};
+	uint8_t u8[5] = {0, 1, 2, 254, 255};
+	double f64[1] = {3.141592653589793};
+	float scalar = 7.0f;
+	DtmTensorDesc t[] = {
+	        {"layer.0.w", DTM_DT_F32, 2, {2, 3}, f32},
+	        {"bf", DTM_DT_BF16, 1, {4}, bf},
+	        {"opt.m.\"quoted\"\\name", DTM_DT_F16, 2, {2, 2}, f16},
+	        {"ids", DTM_DT_I32, 1, {3}, i32},
+	        {"step64", DTM_DT_I64, 1, {2}, i64},
+	        {"bytes", DTM_DT_U8, 1, {5}, u8},
+	        {"pi", DTM_DT_F64, 1, {1}, f64},
+	        {"scalar", DTM_DT_F32, 0, {0}, &scalar},
+	        {"empty", DTM_DT_F32, 2, {0, 4}, NULL},
+	};
+	int nt = (int)(sizeof t / sizeof t[0]);
+	DtmMetaKV meta[] = {{"step", "10"}, {"model", "gpt \"small\""}};
+	char err[512];
+	CHECK_EQ_INT(dtm_st_write(tpath("a.safetensors"), t, nt, meta, 2, err, sizeof err), 0);
+
+	size_t len;
+	unsigned char *raw = read_bytes(tpath("a.safetensors"), &len);
+	CHECK(raw != NULL);
+	if (!raw)
+		return;
+	uint64_t hlen = 0;
+	for (int k = 0; k < 8; k++)
+		hlen |= (uint64_t)raw[k] << (8 * k);
+	CHECK_EQ_INT(hlen % 8, 0);
+	CHECK(raw[8] == '{');
+	CHECK(len == 8 + hlen + 24 + 8 + 8 + 12 + 16 + 5 + 8 + 4);
+
+	DtmSafetensors *st;
+	CHECK_EQ_INT(dtm_st_open(&st, tpath("a.safetensors"), err, sizeof err), 0);
+	if (!st) {
+		free(raw);
+		return;
+	}
+	CHECK_EQ_INT(dtm_st_count(st), nt);
+	for (int i = 0; i < nt; i++) {
+		const DtmStTensor *r = dtm_st_at(st, i);
+		CHECK_EQ_STR(r->name, t[i].name); /* file order is write order */
+		CHECK(dtm_st_find(st, t[i].name) == r);
+		CHECK_EQ_INT(r->dtype, t[i].dtype);
+		CHECK_EQ_INT(r->ndim, t[i].ndim);
+		for (int d = 0; d < t[i].ndim; d++)
+			CHECK_EQ_INT(r->shape[d], t[i].shape[d]);
+		if (r->nbytes)
+			CHECK(memcmp(r->data, t[i].data, r->nbytes) == 0);
+	}
+	CHECK(dtm_st_find(st, "nope") == NULL);
+	CHECK_EQ_STR(dtm_st_meta(st, "step"), "10");
+	CHECK_EQ_STR(dtm_st_meta(st, "model"), "gpt \"small\"");
+	CHECK(dtm_st_meta(st, "absent") == NULL);
+	CHECK_EQ_INT(dtm_st_find(st, "empty")->numel, 0);
+	CHECK_EQ_INT(dtm_st_find(st, "scalar")->numel, 1);
+	float conv[4];
+	CHECK_EQ_INT(dtm_st_read_f32(dtm_st_find(st, "bf"), conv), 0);
+	CHECK(!memcmp(conv, src4, sizeof conv)); /* exactly representable */
+	CHECK_EQ_INT(dtm_st_read_f32(dtm_st_find(st, "opt.m.\"quoted\"\\name"), conv), 0);
+	CHECK(!memcmp(conv, src4, sizeof conv));
+	CHECK_EQ_INT(dtm_st_read_f32(dtm_st_find(st, "pi"), conv), 0);
+	CHECK(conv[0] == (float)3.141592653589793);
+	CHECK_EQ_INT(dtm_st_read_f32(dtm_st_find(st, "ids"), conv), -1);
+	dtm_st_close(st);
+
+	/* the same bytes parse from memory */
+	CHECK_EQ_INT(dtm_st_open_memory(&st, raw, len, "mem", err, sizeof err), 0);
+	if (st)
+		dtm_st_close(st);
+
+	/* writer refuses bad input without creating the file */
+	DtmTensorDesc dup[2] = {t[0], t[0]};
+	CHECK_EQ_INT(dtm_st_write(tpath("dup.safetensors"), dup, 2, NULL, 0, err, sizeof err), -1);
+	CHECK(strstr(err, "duplicate tensor name layer.0.w") != NULL);
+	CHECK(access(tpath("dup.safetensors"), F_OK) != 0);
+	DtmTensorDesc neg = {"n", DTM_DT_F32, 1, {-1}, f32};
+	CHECK_EQ_INT(dtm_st_write(tpath("neg.safetensors"), &neg, 1, NULL, 0, err, sizeof err), -1);
+	CHECK_EQ_INT(dtm_st_write(tpath("none.safetensors"), NULL, 0, NULL, 0, err, sizeof err), 0);
+	CHECK_EQ_INT(dtm_st_open(&st, tpath("none.safetensors"), err, sizeof err), 0);
+	if (st) {
+		CHECK_EQ_INT(dtm_st_count(st), 0);
+		dtm_st_close(st);
+	}
+	free(raw);
+}
+
+/* Builds a file from a header string and n data bytes. */
+static int open_crafted(const char *hdr, size_t ndata, char *err, size_t errlen)
+{
+	size_t hl = strlen(hdr);
+	unsigned char *buf = calloc(1, 8 + hl + ndata + 1);
+	for (int k = 0; k < 8; k++)
+		buf[k] = (unsigned char)((uint64_t)hl >> (8 * k));
+	memcpy(buf + 8, hdr, hl);
+	DtmSafetensors *st;
+	int rc = dtm_st_open_memory(&st, buf, 8 + hl + ndata, "crafted", err, errlen);
+	if (!rc)
+		dtm_st_close(st);
+	free(buf);
+	return rc;
+}
+
+static void test_safetensors_corrupt(void)
+{
+	char err[512];
+	size_t len;
+	unsigned char *raw = read_bytes(tpath("a.safetensors"), &len);
+	CHECK(raw != NULL);
+	if (!raw)
+		return;
+	/* every truncation is an error, never a crash */
+	int all_fail = 1;
+	for (size_t n = 0; n < len; n++) {
+		DtmSafetensors *st;
+		int rc = dtm_st_open_memory(&st, raw, n, "trunc", err, sizeof err);
+		all_fail &= rc == -1 && st == NULL;
+		if (!rc)
+			dtm_st_close(st);
+	}
+	CHECK(all_fail);
+	/* random byte flips in the header: errors or (rarely, e.g. a digit in
+	 * a shape changing consistently) success, but never a crash or an
+	 * out-of-bounds tensor */
+	uint32_t rs = 12345;
+	uint64_t hlen = 0;
+	for (int k = 0; k < 8; k++)
+		hlen |= (uint64_t)raw[k] << (8 * k);
+	unsigned char *mut = malloc(len);
+	int bounded = 1;
+	for (int it = 0; it < 20000; it++) {
+		memcpy(mut, raw, len);
+		for (int f = 0; f < 1 + it % 3; f++) {
+			rs = rs * 1664525u + 1013904223u;
+			size_t pos = (rs >> 8) % (8 + hlen);
+			rs = rs * 1664525u + 1013904223u;
+			mut[pos] = (unsigned char)(rs >> 24);
+		}
+		DtmSafetensors *st;
+		if (dtm_st_open_memory(&st, mut, len, "mut", err, sizeof err) == 0) {
+			for (int i = 0; i < dtm_st_count(st); i++)
+				bounded &= dtm_st_at(st, i)->nbytes <= len;
+			dtm_st_close(st);
+		}
+	}
+	CHECK(bounded);
+	free(mut);
+	free(raw);
+
+	static const struct {
+		const char *hdr;
+		size_t ndata;
+		const char *msg;
+	} bad[] = {
+	        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 4, "outside"},
+	        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}", 8,
+	         "needs 12 bytes"},
+	        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+	         "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
+	         8, "overlap"},
+	        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8, "gap"},
+	        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 8,
+	         "after the last"},
+	        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+	         "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
+	         8, "duplicate"},
+	        {"{\"a\":{\"dtype\":\"Q4\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4,
+	         "unsupported dtype"},
+	        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,4]}}", 4,
+	         "shape[0]"},
+	        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1.5],\"data_offsets\":[0,4]}}", 4,
+	         "shape[0]"},
+	        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296,4294967296],"
+	         "\"data_offsets\":[0,4]}}",
+	         4, "too large"},
+	        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,4]}}", 8, "outside"},
+	        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4],\"x\":1}}", 4,
+	         "unknown field"},
+	        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1]}}", 4, "data_offsets"},
+	        {"{\"a\":[1,2]}", 0, "not an object"},
+	        {"{\"__metadata__\":{\"k\":1}}", 0, "not a string"},
+	        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}", 4, "bad JSON"},
+	        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},}", 4,
+	         "bad JSON"},
+	        {"{\"a\\u0000\":{}}", 0, "bad JSON"},
+	        {"[]", 0, "not a JSON object"},
+	        {"{} x", 0, "trailing"},
+	        {"{\"a\":\"\\ud800\"}", 0, "surrogate"},
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		err[0] = '\0';
+		int rc = open_crafted(bad[i].hdr, bad[i].ndata, err, sizeof err);
+		CHECK_EQ_INT(rc, -1);
+		if (!strstr(err, bad[i].msg)) {
+			fprintf(stderr, "case %zu: expected \"%s\" in \"%s\"\n", i, bad[i].msg,
+			        err);
+			CHECK(0);
+		}
+	}
+	/* deep nesting is bounded, not a stack overflow */
+	char deep[4200];
+	strcpy(deep, "{\"a\":");
+	memset(deep + 5, '[', 4000);
+	deep[4005] = '\0';
+	CHECK_EQ_INT(open_crafted(deep, 0, err, sizeof err), -1);
+	CHECK(strstr(err, "nesting too deep") != NULL);
+	/* a header size beyond the file, or absurdly large */
+	unsigned char hdr16[16] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, '{', '}'};
+	DtmSafetensors *st;
+	CHECK_EQ_INT(dtm_st_open_memory(&st, hdr16, 16, "big", err, sizeof err), -1);
+	CHECK(strstr(err, "exceeds") != NULL);
+	hdr16[0] = 100;
+	memset(hdr16 + 1, 0, 7);
+	CHECK_EQ_INT(dtm_st_open_memory(&st, hdr16, 16, "past", err, sizeof err), -1);
+	CHECK(strstr(err, "past the end") != NULL);
+	CHECK_EQ_INT(dtm_st_open(&st, tpath("no.safetensors"), err, sizeof err), -1);
+	CHECK(strstr(err, "no.safetensors") && strstr(err, "No such file"));
+}
+
+/* ---- checkpoints ---- */
+
+static int fail_after_100(const char *tmp, uint64_t off, size_t n, void *ctx)
+{
+	(void)tmp;
+	(void)ctx;
+	return off + n > 100;
+}
+
+static int crash_after_100(const char *tmp, uint64_t off, size_t n, void *ctx)
+{
+	(void)tmp;
+	(void)ctx;
+	if (off + n > 100)
+		_exit(3); /* a crash: no cleanup, the temporary file stays */
+	return 0;
+}
+
+static float load_first(const char *dir, uint64_t *step)
+{
+	char sd[1024], path[1200], err[512];
+	if (dtm_ckpt_find_latest(dir, step, sd, sizeof sd, err, sizeof err) != 0)
+		return -1;
+	snprintf(path, sizeof path, "%s/rank00000.safetensors", sd);
+	DtmSafetensors *st;
+	if (dtm_st_open(&st, path, err, sizeof err))
+		return -1;
+	static float v[1024];
+	v[0] = -1;
+	const DtmStTensor *t = dtm_st_find(st, "w");
+	if (t && t->numel == 1024)
+		dtm_st_read_f32(t, v);
+	dtm_st_close(st);
+	return v[0];
+}
+
+static void test_checkpoints(void)
+{
+	char err[512], sd[1024];
+	const char *dir = tpath("ckpt/run1");
+	uint64_t step = 99;
+	CHECK_EQ_INT(dtm_ckpt_find_latest(dir, &step, sd, sizeof sd, err, sizeof err),
+	             DTM_CKPT_NONE);
+
+	float w[1024];
+	for (int i = 0; i < 1024; i++)
+		w[i] = 10.0f;
+	DtmTensorDesc t = {"w", DTM_DT_F32, 1, {1024}, w};
+	DtmMetaKV meta = {"step", "10"};
+	CHECK_EQ_INT(dtm_ckpt_save_single(dir, 10, 1234, &t, 1, &meta, 1, err, sizeof err), 0);
+	CHECK(load_first(dir, &step) == 10.0f);
+	CHECK_EQ_INT(step, 10);
+
+	/* a disk error mid-write: the save fails naming the file, the
+	 * temporary is gone, and latest still selects step 10 */
+	for (int i = 0; i < 1024; i++)
+		w[i] = 20.0f;
+	rt_set_fault_hook(fail_after_100, NULL);
+	int rc = dtm_ckpt_save_single(dir, 20, 1234, &t, 1, &meta, 1, err, sizeof err);
+	rt_set_fault_hook(NULL, NULL);
+	CHECK_EQ_INT(rc, -1);
+	CHECK(strstr(err, "step_000020/rank00000.safetensors.tmp.") &&
+	      strstr(err, "Input/output error"));
+	CHECK_EQ_INT(count_entries(tpath("ckpt/run1/step_000020"), ".tmp."), 0);
+	CHECK_EQ_INT(count_entries(tpath("ckpt/run1/step_000020"), "rank"), 0);
+	CHECK(load_first(dir, &step) == 10.0f);
+	CHECK_EQ_INT(step, 10);
+
+	/* a crash (process killed mid-write, no cleanup at all) */
+	fflush(NULL);
+	pid_t pid = fork();
+	if (pid == 0) {
+		rt_set_fault_hook(crash_after_100, NULL);
+		dtm_ckpt_save_single(dir, 20, 1234, &t, 1, &meta, 1, err, sizeof err);
+		_exit(0);
+	}
+	int status = 0;
+	waitpid(pid, &status, 0);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 3);
+	CHECK_EQ_INT(count_entries(tpath("ckpt/run1/step_000020"), ".tmp."), 1);
+	CHECK(access(tpath("ckpt/run1/step_000020/rank00000.safetensors"), F_OK) != 0);
+	CHECK(load_first(dir, &step) == 10.0f);
+	CHECK_EQ_INT(step, 10);
+
+	/* the next save of that step succeeds over the debris */
+	CHECK_EQ_INT(dtm_ckpt_save_single(dir, 20, 1234, &t, 1, &meta, 1, err, sizeof err), 0);
+	CHECK(load_first(dir, &step) == 20.0f);
+	CHECK_EQ_INT(step, 20);
+	DtmCkptIndex ix;
+	CHECK_EQ_INT(dtm_ckpt_index_read(tpath("ckpt/run1/step_000020/index.json"), &ix, err,
+	                                 sizeof err),
+	             0);
+	CHECK_EQ_INT(ix.step, 20);
+	CHECK(ix.seed == 1234);
+	CHECK_EQ_INT(ix.nfiles, 1);
+	CHECK_EQ_INT(ix.ntensors, 1);
+	if (ix.nfiles == 1 && ix.ntensors == 1) {
+		CHECK_EQ_STR(ix.files[0], "rank00000.safetensors");
+		CHECK_EQ_STR(ix.tensors[0].name, "w");
+		CHECK_EQ_STR(ix.tensors[0].dtype, "F32");
+		CHECK_EQ_INT(ix.tensors[0].shape[0], 1024);
+	}
+	dtm_ckpt_index_free(&ix);
+
+	/* latest naming a step without an index is an error, not a silent
+	 * fresh start */
+	CHECK_EQ_INT(rt_write_file_atomic(tpath("ckpt/run1/latest"), "step_000030\n", 12, err,
+	                                  sizeof err),
+	             0);
+	CHECK_EQ_INT(dtm_ckpt_find_latest(dir, &step, sd, sizeof sd, err, sizeof err), -1);
+	CHECK(strstr(err, "index.json is missing") != NULL);
+	CHECK_EQ_INT(rt_write_file_atomic(tpath("ckpt/run1/latest"), "garbage", 7, err, sizeof err),
+	             0);
+	CHECK_EQ_INT(dtm_ckpt_find_latest(dir, &step, sd, sizeof sd, err, sizeof err), -1);
+
+	/* an atomic write into a directory that is gone fails cleanly */
+	CHECK_EQ_INT(rt_write_file_atomic(tpath("gone/x"), "x", 1, err, sizeof err), -1);
+	CHECK(strstr(err, "gone/x") && strstr(err, "No such file"));
+}
+
+static void test_index(void)
+{
+	char err[512];
+	const char *files[4] = {"rank00000.safetensors", "rank00001.safetensors",
+	                        "rank00002.safetensors", "rank00003.safetensors"};
+	DtmIndexTensor ts[2] = {
+	        {"layer.3.wqkv", "BF16", 2, {768, 2304}, "[_, tp]"},
+	        {"opt.m.layer.3.wqkv", NULL, 2, {768, 2304}, NULL},
+	};
+	DtmCkptIndex ix = {.step = 500,
+	                   .seed = UINT64_MAX,
+	                   .naxes = 2,
+	                   .axes = {"dp", "tp"},
+	                   .sizes = {2, 2},
+	                   .nfiles = 4,
+	                   .files = files,
+	                   .ntensors = 2,
+	                   .tensors = ts};
+	CHECK_EQ_INT(dtm_ckpt_index_write(tpath("index.json"), &ix, err, sizeof err), 0);
+	DtmCkptIndex r;
+	CHECK_EQ_INT(dtm_ckpt_index_read(tpath("index.json"), &r, err, sizeof err), 0);
+	CHECK_EQ_INT(r.step, 500);
+	CHECK(r.seed == UINT64_MAX);
+	CHECK_EQ_INT(r.naxes, 2);
+	CHECK_EQ_INT(r.nfiles, 4);
+	CHECK_EQ_INT(r.ntensors, 2);
+	if (r.naxes == 2 && r.nfiles == 4 && r.ntensors == 2) {
+		CHECK_EQ_STR(r.axes[1], "tp");
+		CHECK_EQ_INT(r.sizes[1], 2);
+		CHECK_EQ_STR(r.files[3], "rank00003.safetensors");
+		CHECK_EQ_STR(r.tensors[0].placement, "[_, tp]");
+		CHECK_EQ_STR(r.tensors[0].dtype, "BF16");
+		CHECK_EQ_INT(r.tensors[0].shape[1], 2304);
+		CHECK(r.tensors[1].placement == NULL && r.tensors[1].dtype == NULL);
+	}
+	dtm_ckpt_index_free(&r);
+
+	static const char *bad[] = {
+	        "{\"format\":\"dtm-2\",\"step\":1,\"mesh\":{\"axes\":[],\"sizes\":[]},\"files\":[],"
+	        "\"tensors\":{}}",
+	        "{\"format\":\"dtm-1\",\"step\":-1,\"mesh\":{\"axes\":[],\"sizes\":[]},\"files\":[]"
+	        ","
+	        "\"tensors\":{}}",
+	        "{\"format\":\"dtm-1\",\"step\":1,\"mesh\":{\"axes\":[\"dp\"],\"sizes\":[]},"
+	        "\"files\":[],\"tensors\":{}}",
+	        "{\"format\":\"dtm-1\",\"step\":1,\"mesh\":{\"axes\":[],\"sizes\":[]},"
+	        "\"files\":[\"../../etc/passwd\"],\"tensors\":{}}",
+	        "{\"format\":\"dtm-1\",\"step\":1,\"mesh\":{\"axes\":[],\"sizes\":[]},\"files\":[],"
+	        "\"tensors\":{\"a\":{\"shape\":[\"x\"]}}}",
+	        "{\"format\":\"dtm-1\"",
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		write_bytes(tpath("bad_index.json"), bad[i], strlen(bad[i]));
+		CHECK_EQ_INT(dtm_ckpt_index_read(tpath("bad_index.json"), &r, err, sizeof err), -1);
+		CHECK(r.priv == NULL);
+	}
+}
+
+static void test_json(void)
+{
+	RtJsonDoc doc;
+	char err[256];
+	const char *s =
+	        " {\"a\": [1, -2.5e3, true, false, null], \"b\": \"x\\u00e9\\ud83d\\ude00\\n\"} ";
+	CHECK_EQ_INT(rt_json_parse(&doc, s, strlen(s), err, sizeof err), 0);
+	const RtJson *a = rt_json_get(doc.root, "a"), *b = rt_json_get(doc.root, "b");
+	CHECK(a && a->kind == RT_JSON_ARR && a->n == 5);
+	if (a && a->n == 5) {
+		CHECK(a->kids[0].is_int && a->kids[0].i == 1);
+		CHECK(!a->kids[1].is_int && a->kids[1].d == -2500.0);
+		CHECK(a->kids[2].b && !a->kids[3].b && a->kids[4].kind == RT_JSON_NULL);
+	}
+	CHECK(b && strcmp(b->s, "x\xc3\xa9\xf0\x9f\x98\x80\n") == 0);
+	rt_json_free(&doc);
+	static const char *bad[] = {"",    "{",     "[1,]",     "01",        "1.",
+	                            "-",   "\"abc", "tru",      "{\"a\" 1}", "[1] [2]",
+	                            "NaN", "0x10",  "\"\x01\"", "{\"a\":1,}"};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+		CHECK_EQ_INT(rt_json_parse(&doc, bad[i], strlen(bad[i]), err, sizeof err), -1);
+	/* the escaper and the parser agree */
+	RtBuf buf = {0};
+	rt_buf_json_str(&buf, "q\"b\\s\x01\tz");
+	CHECK_EQ_INT(rt_json_parse(&doc, buf.p, buf.len, err, sizeof err), 0);
+	CHECK_EQ_STR(doc.root->s, "q\"b\\s\x01\tz");
+	rt_json_free(&doc);
+	rt_buf_free(&buf);
+}
+
+int main(void)
+{
+	snprintf(tmpdir, sizeof tmpdir, "/tmp/dtm_test_io.XXXXXX");
+	if (!mkdtemp(tmpdir)) {
+		perror("mkdtemp");
+		return 1;
+	}
+	test_philox_kat();
+	test_init_stats();
+	test_init_order_and_shards();
+	test_markov();
+	test_regression();
+	test_token_files();
+	test_tokenizer();
+	test_f16_bf16();
+	test_json();
+	test_safetensors_roundtrip();
+	test_safetensors_corrupt();
+	test_checkpoints();
+	test_index();
+	rm_tree(tmpdir);
+	return check_report();
+}
