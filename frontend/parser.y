@@ -633,7 +633,7 @@ static void quote_token(ParseCtx *p, yysymbol_kind_t tok, char *buf, size_t cap)
 	buf[n] = 0;
 }
 
-/* Reports "unexpected X : expected Y" where Y summarises bison's expected
+/* Reports "unexpected X; expected Y" where Y summarises bison's expected
  * set in the user's terms ("an expression", "a statement"), names the
  * bracket it would close, and points a note at where that bracket opened. */
 static int yyreport_syntax_error(const yypcontext_t *ctx, ParseCtx *p)
@@ -721,10 +721,10 @@ static int yyreport_syntax_error(const yypcontext_t *ctx, ParseCtx *p)
 	if (np == 0)
 		ast_perror(p, loc, "unexpected %s", got);
 	else if (closes)
-		ast_perror(p, loc, "unexpected %s : expected %s to close the %s", got, list,
+		ast_perror(p, loc, "unexpected %s; expected %s to close the %s", got, list,
 			   open->what);
 	else
-		ast_perror(p, loc, "unexpected %s : expected %s", got, list);
+		ast_perror(p, loc, "unexpected %s; expected %s", got, list);
 	if (closes && !p->stop)
 		diag_note(p->diag, ast_ploc(p, &open->loc), "the %s opened here", open->what);
 

@@ -27,6 +27,20 @@ typedef struct Infer {
 	size_t cap;
 } Infer;
 
+/* An operand as a user sees it: its variable or parameter name when it has
+ * one, else its IR id.  Rotating buffers: up to 4 per message. */
+static const char *vn(const IrNode *n)
+{
+	static char buf[4][64];
+	static int k;
+	char *b = buf[k++ & 3];
+	if (n->name)
+		snprintf(b, sizeof buf[0], "'%.40s'", n->name);
+	else
+		snprintf(b, sizeof buf[0], "%%%d", n->id);
+	return b;
+}
+
 static bool fail(Infer *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static bool fail(Infer *c, const char *fmt, ...)
 {
@@ -149,16 +163,16 @@ static bool need_float(Infer *c, const IrNode *x, int i)
 {
 	if (is_float(x->dtype))
 		return true;
-	return fail(c, "%s: the %s operand (%%%d) must be a float tensor (f32, bf16 or f16), got %s",
-	            opname(c->n), nth(i), x->id, ty(x).s);
+	return fail(c, "%s: the %s operand (%s) must be a float tensor (f32, bf16 or f16), got %s",
+	            opname(c->n), nth(i), vn(x), ty(x).s);
 }
 
 static bool same_dtype(Infer *c, const IrNode *a, const IrNode *b)
 {
 	if (a->dtype == b->dtype)
 		return true;
-	return fail(c, "%s: operand dtypes differ: %s (%%%d) vs %s (%%%d)", opname(c->n),
-	            ty(a).s, a->id, ty(b).s, b->id);
+	return fail(c, "%s: operand dtypes differ: %s (%s) vs %s (%s)", opname(c->n),
+	            ty(a).s, vn(a), ty(b).s, vn(b));
 }
 
 /* numpy broadcasting: right-aligned, a dim of 1 stretches. */
@@ -303,8 +317,8 @@ static bool infer_norm(Infer *c, IrNode **o, int nops)
 	static const char *const what[] = {"input", "gamma", "beta"};
 	for (int i = 1; i < nops; i++)
 		if (o[i]->rank != 1 || o[i]->shape[0] != dlast)
-			return fail(c, "%s: %s (%%%d) must be [%" PRId64 "] (the last dim of %s), got %s",
-			            opname(c->n), what[i], o[i]->id, dlast, shp(x).s, shp(o[i]).s);
+			return fail(c, "%s: %s (%s) must be [%" PRId64 "] (the last dim of %s), got %s",
+			            opname(c->n), what[i], vn(o[i]), dlast, shp(x).s, shp(o[i]).s);
 	return same_as(c, x);
 }
 
@@ -313,10 +327,10 @@ static bool infer_embed(Infer *c, const IrNode *tab, const IrNode *ids)
 	if (!need_float(c, tab, 0))
 		return false;
 	if (tab->rank != 2)
-		return fail(c, "embed: the table (%%%d) must be [vocab, dim], got %s", tab->id,
+		return fail(c, "embed: the table (%s) must be [vocab, dim], got %s", vn(tab),
 		            shp(tab).s);
 	if (ids->dtype != IR_I32)
-		return fail(c, "embed: the ids (%%%d) must be i32, got %s", ids->id, ty(ids).s);
+		return fail(c, "embed: the ids (%s) must be i32, got %s", vn(ids), ty(ids).s);
 	if (ids->rank + 1 > IR_MAX_RANK)
 		return fail(c, "embed: the result would have rank %d (at most %d supported)",
 		            ids->rank + 1, IR_MAX_RANK);
@@ -374,12 +388,12 @@ static bool infer_concat(Infer *c, IrNode **o, int nops)
 		if (!same_dtype(c, x, y))
 			return false;
 		if (y->rank != x->rank)
-			return fail(c, "concat: operand ranks differ: %s (%%%d) and %s (%%%d)", shp(x).s,
-			            x->id, shp(y).s, y->id);
+			return fail(c, "concat: operand ranks differ: %s (%s) and %s (%s)", shp(x).s,
+			            vn(x), shp(y).s, vn(y));
 		for (int d = 0; d < x->rank; d++)
 			if (d != axis && y->shape[d] != x->shape[d])
-				return fail(c, "concat: dim %d differs: %s (%%%d) and %s (%%%d) (only axis %"
-				            PRId64 " may differ)", d, shp(x).s, x->id, shp(y).s, y->id, axis);
+				return fail(c, "concat: dim %d differs: %s (%s) and %s (%s) (only axis %"
+				            PRId64 " may differ)", d, shp(x).s, vn(x), shp(y).s, vn(y), axis);
 		if (out[axis] > IR_MAX_ELEMS - y->shape[axis])
 			return fail(c, "concat: tensor too large along axis %" PRId64, axis);
 		out[axis] += y->shape[axis];
@@ -414,8 +428,8 @@ static bool infer_attention(Infer *c, IrNode **o)
 			return false;
 	for (int i = 0; i < 3; i++)
 		if (o[i]->rank != 3)
-			return fail(c, "attention: %s (%%%d) must be [batch, seq, dim], got %s", what[i],
-			            o[i]->id, shp(o[i]).s);
+			return fail(c, "attention: %s (%s) must be [batch, seq, dim], got %s", what[i],
+			            vn(o[i]), shp(o[i]).s);
 	for (int i = 1; i < 3; i++)
 		if (memcmp(o[i]->shape, o[0]->shape, 3 * sizeof o[0]->shape[0]) != 0)
 			return fail(c, "attention: q and %s shapes differ: %s vs %s", what[i], shp(o[0]).s,
@@ -436,10 +450,10 @@ static bool infer_cross_entropy(Infer *c, const IrNode *lg, const IrNode *tg)
 	if (!need_float(c, lg, 0))
 		return false;
 	if (lg->rank < 1)
-		return fail(c, "cross_entropy: logits (%%%d) must be [..., vocab], got %s", lg->id,
+		return fail(c, "cross_entropy: logits (%s) must be [..., vocab], got %s", vn(lg),
 		            shp(lg).s);
 	if (tg->dtype != IR_I32)
-		return fail(c, "cross_entropy: targets (%%%d) must be i32, got %s", tg->id, ty(tg).s);
+		return fail(c, "cross_entropy: targets (%s) must be i32, got %s", vn(tg), ty(tg).s);
 	if (tg->rank != lg->rank - 1 ||
 	    memcmp(tg->shape, lg->shape, (size_t)tg->rank * sizeof tg->shape[0]) != 0)
 		return fail(c, "cross_entropy: targets %s must match the leading dims of logits %s",

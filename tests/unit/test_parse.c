@@ -341,10 +341,10 @@ static void test_errors(void)
 {
 	CHECK_ERROR(
 	        "model m\ninput x : f32[b] @ [dp tp]\n",
-	        "t.dtm:2:24: error: unexpected 'tp' : expected ',' or ']' to close the placement");
+	        "t.dtm:2:24: error: unexpected 'tp'; expected ',' or ']' to close the placement");
 	CHECK_ERROR("forward {\n  x = a +\n}\n",
-	            "t.dtm:3:1: error: unexpected '}' : expected an expression");
-	CHECK_ERROR("param w f32[d]\n", "t.dtm:1:9: error: unexpected 'f32' : expected ':'");
+	            "t.dtm:3:1: error: unexpected '}'; expected an expression");
+	CHECK_ERROR("param w f32[d]\n", "t.dtm:1:9: error: unexpected 'f32'; expected ':'");
 	CHECK_ERROR("let a = 1 \x01 + 2\n", "t.dtm:1:11: error: invalid character '\\x01'");
 	CHECK_ERROR("let a = 1 \xc3\xa9\n", "t.dtm:1:11: error: invalid character '\\xc3\\xa9'");
 	CHECK_ERROR("let s = \"abc\n", "t.dtm:1:9: error: unterminated string: expected '\"' "
@@ -352,21 +352,21 @@ static void test_errors(void)
 	CHECK_ERROR("let n = 99999999999999999999\n",
 	            "t.dtm:1:9: error: integer '99999999999999999999' does not fit in 64 bits");
 	CHECK_ERROR("input x : f32[b] @ [dp, 3]\n",
-	            "t.dtm:1:25: error: unexpected '3' : expected a mesh axis name, '_', "
+	            "t.dtm:1:25: error: unexpected '3'; expected a mesh axis name, '_', "
 	            "'(axes)' or 'partial(axes)'");
 	CHECK_ERROR("block f(x) {\n  return x\n\nforward { }\n",
-	            "t.dtm:4:1: error: unexpected 'forward' : expected a statement, ',' or '}' "
+	            "t.dtm:4:1: error: unexpected 'forward'; expected a statement, ',' or '}' "
 	            "to close the block");
 	CHECK_ERROR("forward { x = 1 } }",
-	            "t.dtm:1:19: error: unexpected '}' : expected a top-level item ('model', "
+	            "t.dtm:1:19: error: unexpected '}'; expected a top-level item ('model', "
 	            "'let', 'mesh', 'input', 'param', 'block', 'forward' or 'train')");
-	CHECK_ERROR("let x = (1, 2", "t.dtm:1:14: error: unexpected end of input : expected "
+	CHECK_ERROR("let x = (1, 2", "t.dtm:1:14: error: unexpected end of input; expected "
 	                             "',' or ')' to close the parenthesis");
 
 	/* the note points at the unclosed bracket */
 	Parsed r;
 	parse_str(&r, "forward {\n  h = f(x, y\n  z = 2\n}\n");
-	CHECK(strstr(r.diag, "t.dtm:3:3: error: unexpected 'z' : expected ',' or ')' to "
+	CHECK(strstr(r.diag, "t.dtm:3:3: error: unexpected 'z'; expected ',' or ')' to "
 	                     "close the argument list\n") != NULL);
 	CHECK(strstr(r.diag, "t.dtm:2:8: note: the argument list opened here\n") != NULL);
 	/* recovery: `z = 2` on the next line is still parsed */
