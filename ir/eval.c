@@ -12,6 +12,8 @@
  * that are 0 where the operand has size 1.
  */
 #include "ir/eval.h"
+#include "ir/eval_grad.h"
+#include "ir/optim.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -813,6 +815,28 @@ static bool eval_node(IrEval *e, const IrNode *n, Diag *d)
 		return ev_mse(e, n, d);
 	case IR_OP_DROPOUT:
 		return ev_dropout(e, n, d);
+	case IR_OP_STATE:
+	case IR_OP_GRAD_NORM:
+	case IR_OP_ADAMW_STEP:
+	case IR_OP_SGD_STEP:
+		return ir_eval_optim(e, n, d);
+	case IR_OP_EXPAND:
+	case IR_OP_SUM_TO:
+	case IR_OP_RELU_BWD:
+	case IR_OP_GELU_BWD:
+	case IR_OP_SILU_BWD:
+	case IR_OP_MAX_BWD:
+	case IR_OP_SOFTMAX_BWD:
+	case IR_OP_LOG_SOFTMAX_BWD:
+	case IR_OP_LAYERNORM_BWD:
+	case IR_OP_LAYERNORM_BWD_GAMMA:
+	case IR_OP_RMSNORM_BWD:
+	case IR_OP_RMSNORM_BWD_GAMMA:
+	case IR_OP_EMBED_BWD:
+	case IR_OP_PAD:
+	case IR_OP_ATTENTION_BWD:
+	case IR_OP_CROSS_ENTROPY_BWD:
+		return ir_eval_grad(e, n, d);
 	/* no default: a new op in ops.def should fail to compile here until
 	 * it has a rule (-Wswitch) */
 	case IR_OP_ALL_GATHER:
@@ -888,6 +912,7 @@ void ir_eval_init_params(IrEval *e, uint64_t seed)
 			}
 		}
 	}
+	ir_eval_init_state(e, seed);
 }
 
 bool ir_eval_run(IrEval *e, Diag *d, uint64_t seed, int64_t step)

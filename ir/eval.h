@@ -30,6 +30,11 @@ typedef struct IrEval {
 	bool training; /* dropout is active (default true); false = identity */
 	uint64_t seed; /* of the last ir_eval_run, reused by ir_eval_loss_fd */
 	int64_t step;
+	/* The learning rate of optimizer ops: m->train's schedule at the
+	 * run's step (as the runtime computes it) unless lr_fixed is set, in
+	 * which case lr. */
+	double lr;
+	bool lr_fixed;
 } IrEval;
 
 /* Allocates one zeroed buffer per node (freed by ir_eval_free).  Returns
@@ -40,7 +45,8 @@ bool ir_eval_init(IrEval *e, const IrModule *m);
  * uniform(f[0], f[1])) with the runtime's generator, keyed by (seed,
  * hash of the param's name, global index) and rounded to f32 as the runtime
  * stores them, so the oracle starts from the weights every mesh starts from.
- * Params with init none are left as they are. */
+ * Params with init none are left as they are.  Optimizer state is filled
+ * too (ir_eval_init_state in ir/optim.h). */
 void ir_eval_init_params(IrEval *e, uint64_t seed);
 /* Copies ir_node_numel(node) doubles into the node's buffer.  Meant for
  * params and inputs (i32 values as whole doubles); leaves start at zero. */

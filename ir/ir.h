@@ -33,6 +33,7 @@ enum {
 	OPF_BINARY = 1 << 3,
 	OPF_REDUCE = 1 << 4,
 	OPF_COLL = 1 << 5,
+	OPF_INPLACE = 1 << 6, /* the result aliases operand 0 (optimizer updates) */
 };
 
 /* Which IrAttrs fields an op uses, and how they print. */
@@ -48,6 +49,7 @@ typedef enum IrAttrKind {
 	IR_ATTR_ATTN,    /* ints[0] = heads, ints[1] = causal */
 	IR_ATTR_DROPOUT, /* f[0] = rate, ints[0] = salt */
 	IR_ATTR_COLL,    /* mesh_axes, red, ints[0..nints) */
+	IR_ATTR_OPTIM,   /* fx[0..5) hyperparameters, flag, ints[0] (ops.def) */
 } IrAttrKind;
 
 typedef enum IrDtype { IR_F32, IR_BF16, IR_F16, IR_I32, IR_DTYPE_COUNT } IrDtype;
@@ -76,6 +78,7 @@ typedef struct IrAttrs {
 	uint32_t mesh_axes; /* bit i = mesh axis i (collectives) */
 	IrRed red;
 	bool flag;
+	double fx[6];       /* IR_ATTR_OPTIM: optimizer hyperparameters */
 } IrAttrs;
 
 /* A placement, per tensor dim: the ordered mesh axes that split it (major

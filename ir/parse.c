@@ -540,7 +540,8 @@ static bool type_value(Parser *p, IrNode *n)
 
 /* key -> where it goes; kinds = the IrAttrKinds that take it. */
 enum { SLOT_F0, SLOT_INIT, SLOT_INTS, SLOT_INT0, SLOT_INT1, SLOT_INT2, SLOT_FLAG,
-       SLOT_BOOLINT1, SLOT_MESH, SLOT_RED };
+       SLOT_BOOLINT1, SLOT_MESH, SLOT_RED, SLOT_FX0, SLOT_FX1, SLOT_FX2, SLOT_FX3, SLOT_FX4,
+       SLOT_BOOLINT0 };
 typedef struct AttrKey {
 	const char *name;
 	unsigned kinds;
@@ -569,6 +570,15 @@ static const AttrKey attr_keys[] = {
 	{"root", K(COLL), SLOT_INT0},
 	{"shift", K(COLL), SLOT_INT0},
 	{"concat", K(COLL), SLOT_INT1},
+	/* optimizer steps: ir/optim.h's fx layout */
+	{"beta1", K(OPTIM), SLOT_FX0},
+	{"momentum", K(OPTIM), SLOT_FX0},
+	{"beta2", K(OPTIM), SLOT_FX1},
+	{"eps", K(OPTIM), SLOT_FX2},
+	{"weight_decay", K(OPTIM), SLOT_FX3},
+	{"clip", K(OPTIM), SLOT_FX4},
+	{"nesterov", K(OPTIM), SLOT_BOOLINT0},
+	{"master", K(OPTIM), SLOT_FLAG},
 };
 #undef K
 #define NKEYS ((int)(sizeof attr_keys / sizeof attr_keys[0]))
@@ -586,7 +596,22 @@ static const char *const required[][3] = {
 	[IR_ATTR_ATTN] = {"heads", "causal"},
 	[IR_ATTR_DROPOUT] = {"rate", "salt"},
 	[IR_ATTR_COLL] = {"axes"},
+	[IR_ATTR_OPTIM] = {"master"},
 };
+
+/* The IR_ATTR_OPTIM keys share fx slots between the two steps, so each
+ * op accepts only its own. */
+static bool optim_key_ok(IrOp op, const char *key)
+{
+	static const char *const adamw_only[] = {"beta1", "beta2", "eps"};
+	static const char *const sgd_only[] = {"momentum", "nesterov"};
+	const char *const *other = op == IR_OP_SGD_STEP ? adamw_only : sgd_only;
+	int n = op == IR_OP_SGD_STEP ? 3 : 2;
+	for (int i = 0; i < n; i++)
+		if (strcmp(key, other[i]) == 0)
+			return false;
+	return true;
+}
 
 static bool init_value(Parser *p, IrAttrs *a)
 {
@@ -623,7 +648,7 @@ static bool attrs_value(Parser *p, IrNode *n)
 		for (k = 0; k < NKEYS; k++)
 			if (strcmp(attr_keys[k].name, key) == 0 && (attr_keys[k].kinds & (1u << kind)))
 				break;
-		if (k == NKEYS)
+		if (k == NKEYS || (kind == IR_ATTR_OPTIM && !optim_key_ok(n->op, key)))
 			return error_at(p, kl, "unknown attribute '%s' for %s", key, ir_op_name(n->op));
 		if (seen & ((uint64_t)1 << k))
 			return error(p, "attribute '%s' given twice", key);
@@ -666,6 +691,19 @@ static bool attrs_value(Parser *p, IrNode *n)
 		case SLOT_MESH:
 			ok = axes_value(p, &a->mesh_axes, "after 'axes ='");
 			break;
+		case SLOT_FX0:
+		case SLOT_FX1:
+		case SLOT_FX2:
+		case SLOT_FX3:
+		case SLOT_FX4:
+			ok = double_value(p, &a->fx[attr_keys[k].slot - SLOT_FX0], "for the attribute");
+			break;
+		case SLOT_BOOLINT0: {
+			bool b = false;
+			ok = bool_value(p, &b, "for the attribute");
+			a->ints[0] = b;
+			break;
+		}
 		case SLOT_RED: {
 			char r[16];
 			SrcLoc rl = tok_loc(p);
@@ -698,6 +736,9 @@ static bool attrs_value(Parser *p, IrNode *n)
 		break;
 	case IR_ATTR_ATTN:
 		a->nints = 2;
+		break;
+	case IR_ATTR_OPTIM:
+		a->nints = n->op == IR_OP_SGD_STEP ? 1 : 0;
 		break;
 	case IR_ATTR_COLL:
 		if (list && nnamed)

@@ -181,6 +181,23 @@ static void print_placement(FILE *out, const IrModule *m, const Placement *p)
 	fputs(buf, out);
 }
 
+/* Optimizer hyperparameters, by name for the op (ir/optim.h's layout). */
+static void print_optim(FILE *out, const IrNode *n)
+{
+	const IrAttrs *a = &n->attrs;
+	static const char *const adamw[] = {"beta1", "beta2", "eps", "weight_decay", "clip"};
+	bool sgd = n->op == IR_OP_SGD_STEP;
+	for (int i = 0; i < 5; i++) {
+		if (sgd && (i == 1 || i == 2))
+			continue;
+		fprintf(out, "%s%s = ", i ? ", " : " {", sgd && i == 0 ? "momentum" : adamw[i]);
+		print_double(out, a->fx[i]);
+		if (sgd && i == 0)
+			fprintf(out, ", nesterov = %s", a->ints[0] ? "true" : "false");
+	}
+	fprintf(out, ", master = %s", a->flag ? "true" : "false");
+}
+
 static void print_attrs(FILE *out, const IrModule *m, const IrNode *n)
 {
 	const IrAttrs *a = &n->attrs;
@@ -253,6 +270,9 @@ static void print_attrs(FILE *out, const IrModule *m, const IrNode *n)
 		}
 		break;
 	}
+	case IR_ATTR_OPTIM:
+		print_optim(out, n);
+		break;
 	}
 	fputc('}', out);
 }

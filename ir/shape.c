@@ -10,6 +10,8 @@
  * IR_MAX_ELEMS, because shapes come straight from user arithmetic.
  */
 #include "ir.h"
+#include "optim.h"
+#include "shape_grad.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -655,6 +657,27 @@ static bool infer_op(Infer *c, IrNode **o)
 	case IR_OP_SEND:
 	case IR_OP_RECV:
 		return infer_coll(c, n->nops ? o[0] : NULL);
+	case IR_OP_STATE:
+		/* the declared type, then the optimizer rules */
+		if (!infer_preset(c))
+			return false;
+		/* fall through */
+	case IR_OP_GRAD_NORM:
+	case IR_OP_ADAMW_STEP:
+	case IR_OP_SGD_STEP: {
+		char msg[256];
+		if (!ir_infer_optim(c->m, n, o, msg, sizeof msg))
+			return fail(c, "%s", msg);
+		return true;
+	}
+	case IR_OP_EXPAND: case IR_OP_SUM_TO: case IR_OP_RELU_BWD: case IR_OP_GELU_BWD:
+	case IR_OP_SILU_BWD: case IR_OP_MAX_BWD: case IR_OP_SOFTMAX_BWD:
+	case IR_OP_LOG_SOFTMAX_BWD: case IR_OP_LAYERNORM_BWD: case IR_OP_LAYERNORM_BWD_GAMMA:
+	case IR_OP_RMSNORM_BWD: case IR_OP_RMSNORM_BWD_GAMMA: case IR_OP_EMBED_BWD:
+	case IR_OP_PAD: case IR_OP_ATTENTION_BWD: case IR_OP_CROSS_ENTROPY_BWD: {
+		char msg[512];
+		return ir_infer_grad(c->m, n, o, msg, sizeof msg) || fail(c, "%s", msg);
+	}
 	case IR_OP_COUNT:
 		break;
 	}

@@ -275,6 +275,81 @@ static void build(void)
 	n->attrs.ints[0] = 9;
 	done(n);
 
+	/* gradient ops (passes/autodiff.c); h is [4, 8, 16] */
+	n = add(IR_OP_EXPAND, 1, &g);
+	n->rank = 3;
+	memcpy(n->shape, (int64_t[]){4, 8, 16}, 3 * sizeof(int64_t));
+	done(n);
+	n = add(IR_OP_SUM_TO, 1, &h);
+	n->rank = 1;
+	n->shape[0] = 16;
+	done(n);
+	bin(IR_OP_RELU_BWD, h, h);
+	bin(IR_OP_GELU_BWD, h, h);
+	bin(IR_OP_SILU_BWD, h, h);
+	n = add(IR_OP_MAX, 1, &h);
+	n->attrs.nints = 1;
+	n->attrs.ints[0] = 1;
+	int hm = done(n);                                    /* [4, 16] */
+	int mb[3] = {hm, h, hm};
+	n = add(IR_OP_MAX_BWD, 3, mb);
+	n->attrs.nints = 1;
+	n->attrs.ints[0] = 1;
+	done(n);
+	for (int k = 0; k < 2; k++) {
+		n = add(k ? IR_OP_LOG_SOFTMAX_BWD : IR_OP_SOFTMAX_BWD, 2, (int[]){h, h});
+		n->attrs.nints = 1;
+		n->attrs.ints[0] = 2 - k;
+		done(n);
+	}
+	IrOp nb[4] = {IR_OP_LAYERNORM_BWD, IR_OP_LAYERNORM_BWD_GAMMA, IR_OP_RMSNORM_BWD,
+	              IR_OP_RMSNORM_BWD_GAMMA};
+	for (int k = 0; k < 4; k++) {
+		n = add(nb[k], 3 - (k & 1), (int[]){h, h, g});
+		n->attrs.f[0] = 1e-5;
+		done(n);
+	}
+	n = add(IR_OP_EMBED_BWD, 2, (int[]){h, tok});
+	n->rank = 2;
+	n->shape[0] = 32;
+	n->shape[1] = 16;
+	done(n);
+	n = add(IR_OP_PAD, 1, &h);
+	n->attrs.nints = 3;
+	n->attrs.ints[0] = 1;
+	n->attrs.ints[1] = 2;
+	n->attrs.ints[2] = 10;
+	n->rank = 3;
+	memcpy(n->shape, (int64_t[]){4, 12, 16}, 3 * sizeof(int64_t));
+	done(n);
+	n = add(IR_OP_ATTENTION_BWD, 4, (int[]){h, h, h, h});
+	n->attrs.nints = 2;
+	n->attrs.ints[0] = 4;
+	n->attrs.ints[1] = 1;
+	done(n);
+	done(add(IR_OP_CROSS_ENTROPY_BWD, 3, (int[]){c, h, tok}));
+
+	/* optimizer ops (passes/optim.c): g and b stand in for a gradient */
+	{
+		int st[3];
+		for (int k = 0; k < 3; k++) {
+			st[k] = leaf(IR_OP_STATE, IR_F32, k < 2 ? "opt.m.g" : "opt.master.g", DIMS(16));
+			M->nodes[st[k]]->role = IR_ROLE_OPT_STATE;
+			M->nodes[st[k]]->attrs.init = k < 2 ? IR_INIT_ZEROS : IR_INIT_ONES;
+		}
+		int gn = done(add(IR_OP_GRAD_NORM, 2, (int[]){b, h}));
+		n = add(IR_OP_ADAMW_STEP, 6, (int[]){g, b, st[0], st[1], st[2], gn});
+		memcpy(n->attrs.fx, (double[]){0.9, 0.95, 1e-8, 0.1, 1.0}, 5 * sizeof(double));
+		n->attrs.flag = true;
+		done(n);
+		n = add(IR_OP_SGD_STEP, 4, (int[]){g, b, st[0], gn});
+		n->attrs.fx[0] = 0.9;
+		n->attrs.fx[3] = 1e-4;
+		n->attrs.nints = 1;
+		n->attrs.ints[0] = 1;
+		done(n);
+	}
+
 	/* losses */
 	int wt = wte;
 	n = add(IR_OP_PERMUTE, 1, &wt);

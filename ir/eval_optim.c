@@ -1,0 +1,159 @@
+/* eval_optim.c - f64 semantics of the optimizer ops, for the reference
+ * interpreter (ir_eval_run calls ir_eval_optim for them).
+ *
+ * The formulas are torch.optim's (AdamW and SGD, single-tensor path) after
+ * torch.nn.utils.clip_grad_norm_, written out in double so that the
+ * interpreter can run whole training steps and serve as the oracle for the
+ * CPU kernels (codegen/cpu/dtmk_optim.h, which do the same in f32).  The
+ * update ops are in place: they write the buffers of their param, state
+ * and master operands and copy the param into their own result, so the
+ * next ir_eval_run is the next step.
+ */
+#include "ir/optim.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "runtime/philox.h"
+
+static bool bad(Diag *d, const IrNode *n, const char *msg)
+{
+	diag_error(d, n->loc, "%s %%%d: %s", ir_op_name(n->op), n->id, msg);
+	return false;
+}
+
+double ir_optim_lr_at(const IrTrain *t, int64_t step)
+{
+	if (!t->lr_schedule || strcmp(t->lr_schedule, "cosine") != 0)
+		return t->lr;
+	int64_t w = t->warmup, horizon = t->steps;
+	if (w > 0 && step <= w)
+		return t->lr * (double)step / (double)w;
+	if (horizon <= w || step >= horizon)
+		return t->min_lr;
+	double prog = (double)(step - w) / (double)(horizon - w);
+	return t->min_lr + 0.5 * (t->lr - t->min_lr) * (1.0 + cos(3.14159265358979323846 * prog));
+}
+
+/* clip_grad_norm_'s factor: 1 unless clipping is on and the norm is over. */
+static double clip_coef(double clip, double norm)
+{
+	if (clip <= 0)
+		return 1;
+	double c = clip / (norm + IR_OPTIM_CLIP_EPS);
+	return c < 1 ? c : 1;
+}
+
+static bool ev_grad_norm(IrEval *e, const IrNode *n)
+{
+	double s = 0;
+	for (int i = 0; i < n->nops; i++) {
+		const double *g = e->val[n->ops[i]];
+		int64_t N = ir_node_numel(e->m->nodes[n->ops[i]]);
+		for (int64_t j = 0; j < N; j++)
+			s += g[j] * g[j];
+	}
+	e->val[n->id][0] = sqrt(s);
+	return true;
+}
+
+static bool ev_step(IrEval *e, const IrNode *n, Diag *d)
+{
+	IrOptimOps ix;
+	if (!ir_optim_ops(n, &ix))
+		return bad(d, n, "operands do not match the attributes");
+	if (e->step < 1)
+		return bad(d, n, "optimizer steps count from 1");
+	const IrNode *pn = e->m->nodes[n->ops[ix.p]];
+	const double *fx = n->attrs.fx;
+	double lr = e->lr_fixed ? e->lr : ir_optim_lr_at(&e->m->train, e->step);
+	double t = (double)e->step, wd = fx[IR_OPTIM_WD];
+	double coef = clip_coef(fx[IR_OPTIM_CLIP], e->val[n->ops[ix.norm]][0]);
+	double *p = e->val[n->ops[ix.p]];
+	const double *g = e->val[n->ops[ix.g]];
+	/* with a master copy the math runs on it and p is its rounding */
+	double *w = ix.master >= 0 ? e->val[n->ops[ix.master]] : p;
+	int64_t N = ir_node_numel(pn);
+
+	if (n->op == IR_OP_ADAMW_STEP) {
+		double b1 = fx[IR_OPTIM_BETA1], b2 = fx[IR_OPTIM_BETA2], eps = fx[IR_OPTIM_EPS];
+		double *m = e->val[n->ops[ix.m]], *v = e->val[n->ops[ix.v]];
+		double step_size = lr / (1 - pow(b1, t)), bc2_sqrt = sqrt(1 - pow(b2, t));
+		for (int64_t i = 0; i < N; i++) {
+			double gi = g[i] * coef;
+			w[i] *= 1 - lr * wd;
+			m[i] = b1 * m[i] + (1 - b1) * gi;
+			v[i] = b2 * v[i] + (1 - b2) * gi * gi;
+			w[i] -= step_size * m[i] / (sqrt(v[i]) / bc2_sqrt + eps);
+		}
+	} else {
+		double mu = fx[IR_OPTIM_MOMENTUM];
+		bool nesterov = n->attrs.ints[0] != 0;
+		double *mom = ix.mom >= 0 ? e->val[n->ops[ix.mom]] : NULL;
+		for (int64_t i = 0; i < N; i++) {
+			double gi = g[i] * coef + wd * w[i];
+			if (mom) {
+				/* torch starts the buffer as a copy of the first step's
+				 * gradient rather than decaying a zero buffer */
+				mom[i] = e->step == 1 ? gi : mu * mom[i] + gi;
+				gi = nesterov ? gi + mu * mom[i] : mom[i];
+			}
+			w[i] -= lr * gi;
+		}
+	}
+	if (w != p)
+		for (int64_t i = 0; i < N; i++)
+			p[i] = ir_eval_round(pn->dtype, w[i]);
+	memcpy(e->val[n->id], p, (size_t)N * sizeof *p);
+	return true;
+}
+
+bool ir_eval_optim(IrEval *e, const IrNode *n, Diag *d)
+{
+	switch (n->op) {
+	case IR_OP_STATE:
+		return true; /* a leaf: its buffer persists across runs */
+	case IR_OP_GRAD_NORM:
+		return ev_grad_norm(e, n);
+	case IR_OP_ADAMW_STEP:
+	case IR_OP_SGD_STEP:
+		return ev_step(e, n, d);
+	default:
+		return bad(d, n, "not an optimizer op");
+	}
+}
+
+void ir_eval_init_state(IrEval *e, uint64_t seed)
+{
+	static const char master[] = "opt.master.";
+	for (int i = 0; i < e->m->nnodes; i++) {
+		const IrNode *n = e->m->nodes[i];
+		if (n->op != IR_OP_STATE || n->attrs.init == IR_INIT_NONE)
+			continue;
+		const char *key = n->name ? n->name : "";
+		if (strncmp(key, master, sizeof master - 1) == 0)
+			key += sizeof master - 1;
+		uint64_t hash = dtm_hash64(key);
+		float a = (float)n->attrs.f[0], b = (float)n->attrs.f[1];
+		int64_t N = ir_node_numel(n);
+		double *v = e->val[i];
+		for (int64_t j = 0; j < N; j++) {
+			switch (n->attrs.init) {
+			case IR_INIT_ZEROS:
+				v[j] = 0;
+				break;
+			case IR_INIT_ONES:
+				v[j] = 1;
+				break;
+			case IR_INIT_NORMAL:
+				v[j] = dtm_init_normal(seed, hash, (uint64_t)j, a, b);
+				break;
+			case IR_INIT_UNIFORM:
+				v[j] = dtm_init_uniform(seed, hash, (uint64_t)j, a, b);
+				break;
+			case IR_INIT_NONE:
+				break;
+			}
+		}
+	}
+}

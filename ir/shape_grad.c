@@ -1,0 +1,321 @@
+/* shape_grad.c - type and shape rules of the gradient ops.
+ *
+ * passes/autodiff.c builds these nodes and always types them through
+ * ir_infer, so a rule here is what catches a wrong backward rule; the IR
+ * text parser and the verifier run the same rules on hand-written or
+ * transformed IR.  Ops whose result shape cannot be derived from the
+ * operands (expand, sum_to, embed_bwd, pad) carry their shape like reshape
+ * and are checked instead.
+ */
+#include "shape_grad.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <string.h>
+
+typedef struct G {
+	IrNode *n;
+	char *msg;
+	size_t cap;
+} G;
+
+static bool fail(G *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static bool fail(G *g, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	if (g->cap)
+		vsnprintf(g->msg, g->cap, fmt, ap);
+	va_end(ap);
+	return false;
+}
+
+typedef struct Shp {
+	char s[IR_MAX_RANK * 22 + 4];
+} Shp;
+
+static Shp shp(int rank, const int64_t *shape)
+{
+	Shp r;
+	size_t len = 0;
+	r.s[len++] = '[';
+	for (int i = 0; i < rank && i < IR_MAX_RANK; i++)
+		len += (size_t)snprintf(r.s + len, sizeof r.s - len, "%s%" PRId64, i ? ", " : "",
+		                        shape[i]);
+	r.s[len++] = ']';
+	r.s[len] = 0;
+	return r;
+}
+
+#define SH(x) shp((x)->rank, (x)->shape).s
+
+static const char *name(const G *g)
+{
+	return ir_op_name(g->n->op);
+}
+
+static bool is_float(IrDtype t)
+{
+	return t == IR_F32 || t == IR_BF16 || t == IR_F16;
+}
+
+static bool same_shape(const IrNode *a, const IrNode *b)
+{
+	return a->rank == b->rank &&
+	       memcmp(a->shape, b->shape, (size_t)a->rank * sizeof a->shape[0]) == 0;
+}
+
+static void set(IrNode *n, IrDtype t, int rank, const int64_t *shape)
+{
+	n->dtype = t;
+	n->rank = rank;
+	memset(n->shape, 0, sizeof n->shape);
+	if (rank > 0)
+		memcpy(n->shape, shape, (size_t)rank * sizeof *shape);
+}
+
+/* Operands 0..k are float tensors of one dtype. */
+static bool floats(G *g, IrNode **o, int k)
+{
+	for (int i = 0; i < k; i++) {
+		if (!is_float(o[i]->dtype))
+			return fail(g, "%s: operand %d (%%%d) must be a float tensor, got %s", name(g), i,
+			            o[i]->id, ir_dtype_name(o[i]->dtype));
+		if (o[i]->dtype != o[0]->dtype)
+			return fail(g, "%s: operand dtypes differ: %s (%%%d) vs %s (%%%d)", name(g),
+			            ir_dtype_name(o[0]->dtype), o[0]->id, ir_dtype_name(o[i]->dtype),
+			            o[i]->id);
+	}
+	return true;
+}
+
+/* Operands 0..k have one shape; the result is that shape. */
+static bool alike(G *g, IrNode **o, int k)
+{
+	if (!floats(g, o, k))
+		return false;
+	for (int i = 1; i < k; i++)
+		if (!same_shape(o[0], o[i]))
+			return fail(g, "%s: operand shapes differ: %s (%%%d) vs %s (%%%d)", name(g),
+			            SH(o[0]), o[0]->id, SH(o[i]), o[i]->id);
+	set(g->n, o[0]->dtype, o[0]->rank, o[0]->shape);
+	return true;
+}
+
+/* The node's own shape: sane dims, at most IR_MAX_ELEMS elements. */
+static bool own_shape(G *g)
+{
+	IrNode *n = g->n;
+	if (n->rank < 0 || n->rank > IR_MAX_RANK)
+		return fail(g, "%s: invalid rank %d", name(g), n->rank);
+	int64_t p = 1;
+	for (int i = 0; i < n->rank; i++) {
+		if (n->shape[i] < 0 || (n->shape[i] && p > IR_MAX_ELEMS / n->shape[i]))
+			return fail(g, "%s: invalid or too large shape %s", name(g), SH(n));
+		p *= n->shape[i];
+	}
+	return true;
+}
+
+/* `small` broadcasts to `big` (numpy rules). */
+static bool broadcasts(int sr, const int64_t *small, int br, const int64_t *big)
+{
+	if (sr > br)
+		return false;
+	for (int i = 0; i < sr; i++) {
+		int64_t s = small[sr - 1 - i], b = big[br - 1 - i];
+		if (s != b && s != 1)
+			return false;
+	}
+	return true;
+}
+
+static bool infer_expand(G *g, IrNode *x, bool sum_to)
+{
+	IrNode *n = g->n;
+	if (!floats(g, &x, 1) || !own_shape(g))
+		return false;
+	if (!sum_to && !broadcasts(x->rank, x->shape, n->rank, n->shape))
+		return fail(g, "expand: %s (%%%d) does not broadcast to %s", SH(x), x->id, SH(n));
+	if (sum_to && !broadcasts(n->rank, n->shape, x->rank, x->shape))
+		return fail(g, "sum_to: %s does not broadcast to the operand's %s (%%%d)", SH(n),
+		            SH(x), x->id);
+	n->dtype = x->dtype;
+	return true;
+}
+
+static bool infer_max_bwd(G *g, IrNode **o)
+{
+	const IrAttrs *at = &g->n->attrs;
+	IrNode *dy = o[0], *x = o[1], *y = o[2];
+	if (!floats(g, o, 3))
+		return false;
+	if (!same_shape(dy, y))
+		return fail(g, "max_bwd: dy %s and y %s differ", SH(dy), SH(y));
+	int64_t want[IR_MAX_RANK];
+	int r = 0, k = 0;
+	for (int i = 0; i < at->nints; i++)
+		if (at->ints[i] < 0 || at->ints[i] >= x->rank ||
+		    (i > 0 && at->ints[i] <= at->ints[i - 1]))
+			return fail(g, "max_bwd: axes must be sorted, unique and within rank %d",
+			            x->rank);
+	for (int d = 0; d < x->rank; d++) {
+		bool red = k < at->nints && at->ints[k] == d;
+		k += red;
+		if (!red)
+			want[r++] = x->shape[d];
+		else if (at->flag)
+			want[r++] = 1;
+	}
+	if (y->rank != r || memcmp(y->shape, want, (size_t)r * sizeof want[0]) != 0)
+		return fail(g, "max_bwd: y %s is not the reduction of x %s", SH(y), SH(x));
+	set(g->n, x->dtype, x->rank, x->shape);
+	return true;
+}
+
+static bool infer_softmax_bwd(G *g, IrNode **o)
+{
+	if (!alike(g, o, 2))
+		return false;
+	int64_t ax = g->n->attrs.ints[0];
+	if (g->n->attrs.nints < 1 || ax < 0 || ax >= o[0]->rank)
+		return fail(g, "%s: axis %" PRId64 " is out of range for %s", name(g), ax, SH(o[0]));
+	return true;
+}
+
+static bool check_eps(G *g)
+{
+	double e = g->n->attrs.f[0];
+	if (!(e >= 0) || isinf(e))
+		return fail(g, "%s: eps must be finite and >= 0, got %g", name(g), e);
+	return true;
+}
+
+/* *_bwd(dy, x, gamma) -> like x; *_bwd_gamma(dy, x) -> [D]. */
+static bool infer_norm_bwd(G *g, IrNode **o, bool gamma)
+{
+	int k = gamma ? 2 : 3;
+	if (!check_eps(g) || !floats(g, o, k))
+		return false;
+	if (!same_shape(o[0], o[1]))
+		return fail(g, "%s: dy %s and x %s differ", name(g), SH(o[0]), SH(o[1]));
+	if (o[1]->rank < 1)
+		return fail(g, "%s: x must have rank >= 1", name(g));
+	int64_t D = o[1]->shape[o[1]->rank - 1];
+	if (gamma) {
+		set(g->n, o[1]->dtype, 1, &D);
+		return true;
+	}
+	if (o[2]->rank != 1 || o[2]->shape[0] != D)
+		return fail(g, "%s: gamma must be [%" PRId64 "], got %s", name(g), D, SH(o[2]));
+	set(g->n, o[1]->dtype, o[1]->rank, o[1]->shape);
+	return true;
+}
+
+static bool infer_embed_bwd(G *g, IrNode *dy, IrNode *ids)
+{
+	IrNode *n = g->n;
+	if (!floats(g, &dy, 1) || !own_shape(g))
+		return false;
+	if (ids->dtype != IR_I32)
+		return fail(g, "embed_bwd: the ids (%%%d) must be i32", ids->id);
+	if (n->rank != 2 || dy->rank != ids->rank + 1 || dy->shape[dy->rank - 1] != n->shape[1] ||
+	    memcmp(dy->shape, ids->shape, (size_t)ids->rank * sizeof ids->shape[0]) != 0)
+		return fail(g, "embed_bwd: dy %s, ids %s and table %s do not agree", SH(dy), SH(ids),
+		            SH(n));
+	n->dtype = dy->dtype;
+	return true;
+}
+
+static bool infer_pad(G *g, IrNode *x)
+{
+	IrNode *n = g->n;
+	const IrAttrs *at = &n->attrs;
+	if (!floats(g, &x, 1) || !own_shape(g))
+		return false;
+	if (at->nints != 3)
+		return fail(g, "pad: needs (axis, start, end), got %d integers", at->nints);
+	int64_t ax = at->ints[0], s = at->ints[1], e = at->ints[2];
+	if (x->rank != n->rank || ax < 0 || ax >= n->rank)
+		return fail(g, "pad: axis %" PRId64 " invalid for %s padded to %s", ax, SH(x), SH(n));
+	for (int d = 0; d < n->rank; d++)
+		if (d != ax && x->shape[d] != n->shape[d])
+			return fail(g, "pad: %s and %s differ in dim %d", SH(x), SH(n), d);
+	if (s < 0 || e < s || e > n->shape[ax] || e - s != x->shape[ax])
+		return fail(g, "pad: range %" PRId64 ":%" PRId64 " does not fit %s into %s", s, e,
+		            SH(x), SH(n));
+	n->dtype = x->dtype;
+	return true;
+}
+
+static bool infer_attention_bwd(G *g, IrNode **o)
+{
+	const IrAttrs *at = &g->n->attrs;
+	if (!alike(g, o, 4))
+		return false;
+	if (o[0]->rank != 3)
+		return fail(g, "attention_bwd: operands must be [batch, seq, dim], got %s", SH(o[0]));
+	int64_t H = at->nints >= 1 ? at->ints[0] : 0;
+	if (H < 1 || o[0]->shape[2] % H != 0)
+		return fail(g, "attention_bwd: heads %" PRId64 " do not divide %s", H, SH(o[0]));
+	if (at->nints >= 2 && at->ints[1] != 0 && at->ints[1] != 1)
+		return fail(g, "attention_bwd: causal must be 0 or 1");
+	int64_t out[4] = {3, o[0]->shape[0], o[0]->shape[1], o[0]->shape[2]};
+	set(g->n, o[0]->dtype, 4, out);
+	return true;
+}
+
+static bool infer_ce_bwd(G *g, IrNode **o)
+{
+	IrNode *dl = o[0], *lg = o[1], *tg = o[2];
+	if (!is_float(dl->dtype) || dl->rank != 0)
+		return fail(g, "cross_entropy_bwd: dl (%%%d) must be a float scalar, got %s", dl->id,
+		            SH(dl));
+	if (!floats(g, o + 1, 1))
+		return false;
+	if (tg->dtype != IR_I32 || lg->rank < 1 || tg->rank != lg->rank - 1 ||
+	    memcmp(tg->shape, lg->shape, (size_t)tg->rank * sizeof tg->shape[0]) != 0)
+		return fail(g, "cross_entropy_bwd: targets %s must be i32 and match logits %s",
+		            SH(tg), SH(lg));
+	set(g->n, lg->dtype, lg->rank, lg->shape);
+	return true;
+}
+
+bool ir_infer_grad(IrModule *m, IrNode *n, IrNode **o, char *msg, size_t cap)
+{
+	(void)m;
+	G g = {n, msg, msg ? cap : 0};
+	switch (n->op) {
+	case IR_OP_EXPAND:
+		return infer_expand(&g, o[0], false);
+	case IR_OP_SUM_TO:
+		return infer_expand(&g, o[0], true);
+	case IR_OP_RELU_BWD:
+	case IR_OP_GELU_BWD:
+	case IR_OP_SILU_BWD:
+		return alike(&g, o, 2);
+	case IR_OP_MAX_BWD:
+		return infer_max_bwd(&g, o);
+	case IR_OP_SOFTMAX_BWD:
+	case IR_OP_LOG_SOFTMAX_BWD:
+		return infer_softmax_bwd(&g, o);
+	case IR_OP_LAYERNORM_BWD:
+	case IR_OP_RMSNORM_BWD:
+		return infer_norm_bwd(&g, o, false);
+	case IR_OP_LAYERNORM_BWD_GAMMA:
+	case IR_OP_RMSNORM_BWD_GAMMA:
+		return infer_norm_bwd(&g, o, true);
+	case IR_OP_EMBED_BWD:
+		return infer_embed_bwd(&g, o[0], o[1]);
+	case IR_OP_PAD:
+		return infer_pad(&g, o[0]);
+	case IR_OP_ATTENTION_BWD:
+		return infer_attention_bwd(&g, o);
+	case IR_OP_CROSS_ENTROPY_BWD:
+		return infer_ce_bwd(&g, o);
+	default:
+		break;
+	}
+	return fail(&g, "%s: not a gradient op", name(&g));
+}

@@ -1,0 +1,754 @@
+/* autodiff.c - reverse-mode gradients of the loss with respect to every
+ * param.
+ *
+ * Consumes the typed global IR as lowering leaves it (global shapes, the
+ * scalar loss in m->loss).  Produces the same module with the backward
+ * graph appended after the forward nodes, still SSA and in topological
+ * order: the seed dloss = const 1.0, then, walking the forward nodes from
+ * the loss back to the first, each node's gradient rule applied to the sum
+ * of the gradients its users contributed.  Each param P gets exactly one
+ * node with role grad, named "grad.P", of P's type (a param the loss does
+ * not depend on gets zeros, so the optimizer sees every param alike).  All
+ * other new nodes have role act; every new node carries the stage and
+ * source location of the forward node it differentiates (a sum of
+ * contributions: the stage of the value summed), so pipelining can cut the
+ * backward where it cuts the forward.
+ *
+ * Only nodes on a path from a param to the loss are differentiated, and
+ * integer values (ids, targets) get no gradient.  Most rules compose
+ * existing ops (matmul's is matmuls of transposes plus sum_to over
+ * broadcast batch dims); the rest use the gradient ops of ops.def.  The
+ * collectives follow DESIGN.md section 4's table.  A differentiable op with
+ * no rule here is an internal error naming the op, never a silent zero.
+ * Nodes a rule emitted that no gradient ends up using are removed at the
+ * end.
+ */
+#include "autodiff.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct Ad {
+	IrModule *m;
+	Diag *d;
+	int n0;         /* the forward nodes are [0, n0) */
+	int *grad;      /* [n0]: the summed gradient of node i so far, or -1 */
+	bool *need;     /* [n0]: on a path from a param to the loss */
+	int *kept;      /* gradient sends: side effects, kept by the clean-up */
+	int nkept;
+	int stage;      /* stage and location given to new nodes */
+	SrcLoc loc;
+	bool failed;
+} Ad;
+
+static IrNode *nd(const Ad *a, int id)
+{
+	return a->m->nodes[id];
+}
+
+static bool is_float(IrDtype t)
+{
+	return t == IR_F32 || t == IR_BF16 || t == IR_F16;
+}
+
+static void internal(Ad *a, const char *what, const char *detail)
+{
+	if (!a->failed)
+		diag_error(a->d, a->loc, "autodiff: internal error: %s%s%s", what,
+		           detail ? ": " : "", detail ? detail : "");
+	a->failed = true;
+}
+
+/* A backward reshape or permute of a forward value made before (matmul
+ * rules transpose the same activation for each weight it multiplies):
+ * its id, or -1.  Only these view ops are shared, so the scan stays cheap. */
+static int reuse(const Ad *a, IrOp op, const int *ops, int nops, const IrAttrs *at,
+                 const IrNode *type)
+{
+	if ((op != IR_OP_RESHAPE && op != IR_OP_PERMUTE) || nops != 1 || ops[0] >= a->n0)
+		return -1;
+	for (int i = a->n0; i < a->m->nnodes; i++) {
+		const IrNode *n = a->m->nodes[i];
+		if (n->op != op || n->ops[0] != ops[0] || n->stage != a->stage)
+			continue;
+		if (op == IR_OP_PERMUTE && at && n->attrs.nints == at->nints &&
+		    memcmp(n->attrs.ints, at->ints, sizeof(int64_t) * (size_t)at->nints) == 0)
+			return i;
+		if (op == IR_OP_RESHAPE && type && n->rank == type->rank &&
+		    memcmp(n->shape, type->shape, sizeof(int64_t) * (size_t)n->rank) == 0)
+			return i;
+	}
+	return -1;
+}
+
+/* Appends op(ops){at} typed by ir_infer; `type` presets the type of the
+ * ops that carry their own (reshape, expand, sum_to, pad, embed_bwd, cast,
+ * const, recv).  -1 once anything failed. */
+static int emit(Ad *a, IrOp op, const int *ops, int nops, const IrAttrs *at,
+                const IrNode *type)
+{
+	if (a->failed)
+		return -1;
+	for (int i = 0; i < nops; i++)
+		if (ops[i] < 0)
+			return -1;
+	int same = reuse(a, op, ops, nops, at, type);
+	if (same >= 0)
+		return same;
+	IrNode *n = ir_node_new(a->m, op, ops, nops, a->loc);
+	if (!n) {
+		internal(a, "out of memory or too many nodes", NULL);
+		return -1;
+	}
+	if (at)
+		n->attrs = *at;
+	if (type) {
+		n->dtype = type->dtype;
+		n->rank = type->rank;
+		memcpy(n->shape, type->shape, sizeof n->shape);
+	}
+	n->stage = a->stage;
+	char msg[512];
+	if (!ir_infer_msg(a->m, n, msg, sizeof msg)) {
+		internal(a, "a backward node does not type-check", msg);
+		return -1;
+	}
+	return n->id;
+}
+
+static int op1(Ad *a, IrOp op, int x)
+{
+	return emit(a, op, &x, 1, NULL, NULL);
+}
+
+static int op2(Ad *a, IrOp op, int x, int y)
+{
+	int o[2] = {x, y};
+	return emit(a, op, o, 2, NULL, NULL);
+}
+
+static int op3(Ad *a, IrOp op, int x, int y, int z, const IrAttrs *at)
+{
+	int o[3] = {x, y, z};
+	return emit(a, op, o, 3, at, NULL);
+}
+
+static int scale(Ad *a, int x, double s)
+{
+	IrAttrs at = {.f = {s}};
+	return x < 0 || s == 1.0 ? x : emit(a, IR_OP_SCALE, &x, 1, &at, NULL);
+}
+
+static bool same_type(const IrNode *x, const IrNode *t)
+{
+	return x->dtype == t->dtype && x->rank == t->rank &&
+	       memcmp(x->shape, t->shape, (size_t)x->rank * sizeof x->shape[0]) == 0;
+}
+
+/* x given `like`'s shape (and x's dtype) by `op` (reshape, expand,
+ * sum_to); x itself when it already has it. */
+static int reshaped(Ad *a, IrOp op, int x, int rank, const int64_t *shape)
+{
+	if (x < 0)
+		return -1;
+	IrNode t = *nd(a, x);
+	t.rank = rank;
+	memset(t.shape, 0, sizeof t.shape);
+	memcpy(t.shape, shape, (size_t)rank * sizeof *shape);
+	if (same_type(nd(a, x), &t))
+		return x;
+	return emit(a, op, &x, 1, NULL, &t);
+}
+
+static int sum_to(Ad *a, int x, const IrNode *like)
+{
+	return reshaped(a, IR_OP_SUM_TO, x, like->rank, like->shape);
+}
+
+static int cast_to(Ad *a, int x, IrDtype t)
+{
+	if (x < 0 || nd(a, x)->dtype == t)
+		return x;
+	IrNode ty = *nd(a, x);
+	ty.dtype = t;
+	return emit(a, IR_OP_CAST, &x, 1, NULL, &ty);
+}
+
+static int permute(Ad *a, int x, const int64_t *perm, int r)
+{
+	IrAttrs at = {.nints = r};
+	memcpy(at.ints, perm, (size_t)r * sizeof *perm);
+	return emit(a, IR_OP_PERMUTE, &x, 1, &at, NULL);
+}
+
+/* x with its last two dims swapped. */
+static int transpose(Ad *a, int x)
+{
+	if (x < 0)
+		return -1;
+	int r = nd(a, x)->rank;
+	int64_t p[IR_MAX_RANK];
+	for (int i = 0; i < r; i++)
+		p[i] = i;
+	p[r - 2] = r - 1;
+	p[r - 1] = r - 2;
+	return permute(a, x, p, r);
+}
+
+static int slice(Ad *a, int x, int64_t axis, int64_t s, int64_t e)
+{
+	IrAttrs at = {.nints = 3, .ints = {axis, s, e}};
+	return emit(a, IR_OP_SLICE, &x, 1, &at, NULL);
+}
+
+/* Adds g to the gradient of forward node v (if v needs one). */
+static void contribute(Ad *a, int v, int g)
+{
+	if (g < 0 || !a->need[v] || !is_float(nd(a, v)->dtype))
+		return;
+	if (!same_type(nd(a, g), nd(a, v))) {
+		char msg[160];
+		snprintf(msg, sizeof msg, "the gradient of %%%d (%s) has the wrong type", v,
+		         ir_op_name(nd(a, v)->op));
+		internal(a, msg, NULL);
+		return;
+	}
+	if (a->grad[v] < 0) {
+		a->grad[v] = g;
+		return;
+	}
+	int stage = a->stage;
+	SrcLoc loc = a->loc;
+	a->stage = nd(a, v)->stage;
+	a->loc = nd(a, v)->loc;
+	a->grad[v] = op2(a, IR_OP_ADD, a->grad[v], g);
+	a->stage = stage;
+	a->loc = loc;
+}
+
+/* ---- rules: n is the forward node, dy its gradient ---- */
+
+static bool needs(const Ad *a, const IrNode *n, int k)
+{
+	return a->need[n->ops[k]] && is_float(nd(a, n->ops[k])->dtype);
+}
+
+/* C = A @ B with broadcast batch dims: dA = dC @ B^T, dB = A^T @ dC, each
+ * summed over the batch dims its operand was broadcast along.  A weight
+ * (rank 2) against a batched activation takes one GEMM over the flattened
+ * rows instead of a batch of GEMMs and a sum. */
+static void bw_matmul(Ad *a, const IrNode *n, int dy)
+{
+	const IrNode *A = nd(a, n->ops[0]), *B = nd(a, n->ops[1]);
+	if (needs(a, n, 0))
+		contribute(a, A->id, sum_to(a, op2(a, IR_OP_MATMUL, dy, transpose(a, B->id)), A));
+	if (!needs(a, n, 1))
+		return;
+	if (B->rank == 2 && A->rank > 2) {
+		int64_t K = A->shape[A->rank - 1], N = n->shape[n->rank - 1];
+		int64_t s2[2] = {ir_node_numel(A) / (K ? K : 1), K};
+		int a2 = reshaped(a, IR_OP_RESHAPE, A->id, 2, s2);
+		s2[1] = N;
+		int d2 = reshaped(a, IR_OP_RESHAPE, dy, 2, s2);
+		contribute(a, B->id, op2(a, IR_OP_MATMUL, transpose(a, a2), d2));
+		return;
+	}
+	contribute(a, B->id, sum_to(a, op2(a, IR_OP_MATMUL, transpose(a, A->id), dy), B));
+}
+
+static void bw_binary(Ad *a, const IrNode *n, int dy)
+{
+	const IrNode *A = nd(a, n->ops[0]), *B = nd(a, n->ops[1]);
+	bool na = needs(a, n, 0), nb = needs(a, n, 1);
+	switch (n->op) {
+	case IR_OP_ADD:
+	case IR_OP_SUB:
+		if (na)
+			contribute(a, A->id, sum_to(a, dy, A));
+		if (nb) {
+			int g = sum_to(a, dy, B);
+			contribute(a, B->id, n->op == IR_OP_SUB ? op1(a, IR_OP_NEG, g) : g);
+		}
+		break;
+	case IR_OP_MUL:
+		if (na)
+			contribute(a, A->id, sum_to(a, op2(a, IR_OP_MUL, dy, B->id), A));
+		if (nb)
+			contribute(a, B->id, sum_to(a, op2(a, IR_OP_MUL, dy, A->id), B));
+		break;
+	default: /* div: d(a/b)/db = -(a/b)/b */
+		if (na)
+			contribute(a, A->id, sum_to(a, op2(a, IR_OP_DIV, dy, B->id), A));
+		if (nb) {
+			int t = op2(a, IR_OP_DIV, op2(a, IR_OP_MUL, dy, n->id), B->id);
+			contribute(a, B->id, op1(a, IR_OP_NEG, sum_to(a, t, B)));
+		}
+		break;
+	}
+}
+
+/* Elementwise unary ops, written with the result y where that is cheaper
+ * than recomputing from x. */
+static void bw_unary(Ad *a, const IrNode *n, int dy)
+{
+	int x = n->ops[0], y = n->id, g = -1, t;
+	switch (n->op) {
+	case IR_OP_NEG:
+		g = op1(a, IR_OP_NEG, dy);
+		break;
+	case IR_OP_EXP:
+		g = op2(a, IR_OP_MUL, dy, y);
+		break;
+	case IR_OP_LOG:
+		g = op2(a, IR_OP_DIV, dy, x);
+		break;
+	case IR_OP_SQRT: /* 1 / (2 sqrt x) */
+		g = scale(a, op2(a, IR_OP_DIV, dy, y), 0.5);
+		break;
+	case IR_OP_RSQRT: /* -x^(-3/2) / 2 = -y / (2x) */
+		g = scale(a, op2(a, IR_OP_DIV, op2(a, IR_OP_MUL, dy, y), x), -0.5);
+		break;
+	case IR_OP_TANH: /* 1 - y^2 */
+		t = op2(a, IR_OP_MUL, dy, y);
+		g = op2(a, IR_OP_SUB, dy, op2(a, IR_OP_MUL, t, y));
+		break;
+	case IR_OP_SIGMOID: /* y (1 - y) */
+		t = op2(a, IR_OP_MUL, dy, y);
+		g = op2(a, IR_OP_SUB, t, op2(a, IR_OP_MUL, t, y));
+		break;
+	case IR_OP_RELU:
+		g = op2(a, IR_OP_RELU_BWD, dy, x);
+		break;
+	case IR_OP_GELU:
+		g = op2(a, IR_OP_GELU_BWD, dy, x);
+		break;
+	case IR_OP_SILU:
+		g = op2(a, IR_OP_SILU_BWD, dy, x);
+		break;
+	case IR_OP_SCALE:
+		g = scale(a, dy, n->attrs.f[0]);
+		break;
+	case IR_OP_CAST:
+		g = cast_to(a, dy, nd(a, x)->dtype);
+		break;
+	default: /* dropout: the same mask and 1/(1-rate) on the gradient */
+		g = emit(a, IR_OP_DROPOUT, &dy, 1, &n->attrs, NULL);
+		break;
+	}
+	contribute(a, x, g);
+}
+
+/* sum / mean: the gradient spread back over the reduced axes. */
+static void bw_reduce(Ad *a, const IrNode *n, int dy)
+{
+	const IrNode *X = nd(a, n->ops[0]);
+	if (n->op == IR_OP_MAX) {
+		contribute(a, X->id, op3(a, IR_OP_MAX_BWD, dy, X->id, n->id, &n->attrs));
+		return;
+	}
+	int64_t keep[IR_MAX_RANK], count = 1;
+	int k = 0;
+	for (int d = 0; d < X->rank; d++) {
+		bool red = k < n->attrs.nints && n->attrs.ints[k] == d;
+		k += red;
+		keep[d] = red ? 1 : X->shape[d];
+		count *= red ? X->shape[d] : 1;
+	}
+	int g = dy;
+	if (n->op == IR_OP_MEAN && count > 0)
+		g = scale(a, g, 1.0 / (double)count);
+	g = reshaped(a, IR_OP_RESHAPE, g, X->rank, keep);
+	contribute(a, X->id, reshaped(a, IR_OP_EXPAND, g, X->rank, X->shape));
+}
+
+static void bw_norm(Ad *a, const IrNode *n, int dy)
+{
+	bool ln = n->op == IR_OP_LAYERNORM;
+	IrAttrs eps = {.f = {n->attrs.f[0]}};
+	int x = n->ops[0], gm = n->ops[1];
+	if (needs(a, n, 0))
+		contribute(a, x, op3(a, ln ? IR_OP_LAYERNORM_BWD : IR_OP_RMSNORM_BWD, dy, x, gm, &eps));
+	if (needs(a, n, 1)) {
+		int o[2] = {dy, x};
+		IrOp op = ln ? IR_OP_LAYERNORM_BWD_GAMMA : IR_OP_RMSNORM_BWD_GAMMA;
+		contribute(a, gm, emit(a, op, o, 2, &eps, NULL));
+	}
+	if (ln && needs(a, n, 2))
+		contribute(a, n->ops[2], sum_to(a, dy, nd(a, n->ops[2])));
+}
+
+static void bw_permute(Ad *a, const IrNode *n, int dy)
+{
+	int64_t inv[IR_MAX_RANK];
+	for (int i = 0; i < n->rank; i++)
+		inv[n->attrs.ints[i]] = i;
+	contribute(a, n->ops[0], permute(a, dy, inv, n->rank));
+}
+
+static void bw_concat(Ad *a, const IrNode *n, int dy)
+{
+	int64_t ax = n->attrs.ints[0], off = 0;
+	for (int k = 0; k < n->nops; k++) {
+		int64_t len = nd(a, n->ops[k])->shape[ax];
+		if (needs(a, n, k))
+			contribute(a, n->ops[k], slice(a, dy, ax, off, off + len));
+		off += len;
+	}
+}
+
+static void bw_slice(Ad *a, const IrNode *n, int dy)
+{
+	const IrNode *X = nd(a, n->ops[0]);
+	IrNode t = *X;
+	t.dtype = nd(a, dy)->dtype;
+	IrAttrs at = {.nints = 3, .ints = {n->attrs.ints[0], n->attrs.ints[1], n->attrs.ints[2]}};
+	contribute(a, X->id, emit(a, IR_OP_PAD, &dy, 1, &at, &t));
+}
+
+/* One attention_bwd computes dq, dk and dv stacked as [3, B, T, D]. */
+static void bw_attention(Ad *a, const IrNode *n, int dy)
+{
+	int o[4] = {dy, n->ops[0], n->ops[1], n->ops[2]};
+	IrAttrs at = {.nints = 2, .ints = {n->attrs.ints[0], n->attrs.ints[1]}};
+	int pack = emit(a, IR_OP_ATTENTION_BWD, o, 4, &at, NULL);
+	for (int w = 0; w < 3; w++)
+		if (needs(a, n, w)) {
+			const IrNode *X = nd(a, n->ops[w]);
+			int s = slice(a, pack, 0, w, w + 1);
+			contribute(a, X->id, reshaped(a, IR_OP_RESHAPE, s, X->rank, X->shape));
+		}
+}
+
+/* mse(a, b) = mean((a - b)^2): da = 2 (a - b) dl / N = -db.  The loss is
+ * f32 whatever the operands are, so dl is cast to theirs. */
+static void bw_mse(Ad *a, const IrNode *n, int dy)
+{
+	const IrNode *A = nd(a, n->ops[0]);
+	int64_t N = ir_node_numel(A);
+	int g = op2(a, IR_OP_SUB, A->id, n->ops[1]);
+	const IrNode *D = nd(a, dy);
+	if (!(D->op == IR_OP_CONST && D->attrs.f[0] == 1.0)) /* the seed: no need */
+		g = op2(a, IR_OP_MUL, g, cast_to(a, dy, A->dtype));
+	g = scale(a, g, 2.0 / (double)(N ? N : 1));
+	if (needs(a, n, 0))
+		contribute(a, A->id, g);
+	if (needs(a, n, 1))
+		contribute(a, n->ops[1], op1(a, IR_OP_NEG, g));
+}
+
+/* DESIGN.md section 4: all_gather <-> reduce_scatter, all_reduce ->
+ * identity, all_to_all(i, j) -> all_to_all(j, i), send <-> recv.  An
+ * average is a sum scaled by 1/group; a max has no gradient rule. */
+static void bw_coll(Ad *a, const IrNode *n, int dy)
+{
+	IrAttrs at = {.mesh_axes = n->attrs.mesh_axes, .red = IR_RED_SUM, .nints = 1,
+	              .ints = {n->attrs.ints[0]}};
+	double inv = 1.0 / (double)mesh_axes_size(&a->m->mesh, n->attrs.mesh_axes);
+	int x = n->nops ? n->ops[0] : -1, g = -1;
+	if ((n->op == IR_OP_ALL_REDUCE || n->op == IR_OP_REDUCE_SCATTER) &&
+	    n->attrs.red == IR_RED_MAX) {
+		a->loc = n->loc;
+		internal(a, "no gradient rule for a max reduction", ir_op_name(n->op));
+		return;
+	}
+	bool avg = n->attrs.red == IR_RED_AVG;
+	switch (n->op) {
+	case IR_OP_ALL_GATHER:
+		g = emit(a, IR_OP_REDUCE_SCATTER, &dy, 1, &at, NULL);
+		break;
+	case IR_OP_REDUCE_SCATTER:
+		g = scale(a, emit(a, IR_OP_ALL_GATHER, &dy, 1, &at, NULL), avg ? inv : 1.0);
+		break;
+	case IR_OP_ALL_REDUCE:
+		g = scale(a, dy, avg ? inv : 1.0);
+		break;
+	case IR_OP_ALL_TO_ALL:
+		at.nints = 2;
+		at.ints[0] = n->attrs.ints[1];
+		at.ints[1] = n->attrs.ints[0];
+		g = emit(a, IR_OP_ALL_TO_ALL, &dy, 1, &at, NULL);
+		break;
+	case IR_OP_BROADCAST:
+		/* as all_reduce: the gradient of a replicated value is the
+		 * replicated gradient */
+		g = dy;
+		break;
+	case IR_OP_SEND: {
+		/* send returns x, and x's message went `shift` steps along: its
+		 * gradient comes back from there */
+		if (dy >= 0)
+			contribute(a, x, dy);
+		IrNode t = *nd(a, x);
+		g = emit(a, IR_OP_RECV, NULL, 0, &at, &t);
+		break;
+	}
+	default: /* recv: send the gradient back where the value came from */
+		g = emit(a, IR_OP_SEND, &dy, 1, &at, NULL);
+		if (g >= 0)
+			a->kept[a->nkept++] = g;
+		return;
+	}
+	contribute(a, x, g);
+}
+
+static void backward(Ad *a, const IrNode *n, int dy)
+{
+	switch (n->op) {
+	case IR_OP_MATMUL:
+		bw_matmul(a, n, dy);
+		return;
+	case IR_OP_ADD:
+	case IR_OP_SUB:
+	case IR_OP_MUL:
+	case IR_OP_DIV:
+		bw_binary(a, n, dy);
+		return;
+	case IR_OP_NEG: case IR_OP_EXP: case IR_OP_LOG: case IR_OP_SQRT: case IR_OP_RSQRT:
+	case IR_OP_TANH: case IR_OP_RELU: case IR_OP_GELU: case IR_OP_SILU:
+	case IR_OP_SIGMOID: case IR_OP_SCALE: case IR_OP_CAST: case IR_OP_DROPOUT:
+		bw_unary(a, n, dy);
+		return;
+	case IR_OP_SUM:
+	case IR_OP_MEAN:
+	case IR_OP_MAX:
+		bw_reduce(a, n, dy);
+		return;
+	case IR_OP_SOFTMAX:
+	case IR_OP_LOG_SOFTMAX: {
+		IrAttrs at = {.nints = 1, .ints = {n->attrs.ints[0]}};
+		IrOp op = n->op == IR_OP_SOFTMAX ? IR_OP_SOFTMAX_BWD : IR_OP_LOG_SOFTMAX_BWD;
+		int o[2] = {dy, n->id};
+		contribute(a, n->ops[0], emit(a, op, o, 2, &at, NULL));
+		return;
+	}
+	case IR_OP_LAYERNORM:
+	case IR_OP_RMSNORM:
+		bw_norm(a, n, dy);
+		return;
+	case IR_OP_EMBED: {
+		int o[2] = {dy, n->ops[1]};
+		IrNode t = *nd(a, n->ops[0]);
+		contribute(a, n->ops[0], emit(a, IR_OP_EMBED_BWD, o, 2, NULL, &t));
+		return;
+	}
+	case IR_OP_PERMUTE:
+		bw_permute(a, n, dy);
+		return;
+	case IR_OP_RESHAPE: {
+		const IrNode *X = nd(a, n->ops[0]);
+		contribute(a, X->id, reshaped(a, IR_OP_RESHAPE, dy, X->rank, X->shape));
+		return;
+	}
+	case IR_OP_CONCAT:
+		bw_concat(a, n, dy);
+		return;
+	case IR_OP_SLICE:
+		bw_slice(a, n, dy);
+		return;
+	case IR_OP_ATTENTION:
+		bw_attention(a, n, dy);
+		return;
+	case IR_OP_CROSS_ENTROPY:
+		if (needs(a, n, 0))
+			contribute(a, n->ops[0],
+			           op3(a, IR_OP_CROSS_ENTROPY_BWD, dy, n->ops[0], n->ops[1], NULL));
+		return;
+	case IR_OP_MSE:
+		bw_mse(a, n, dy);
+		return;
+	case IR_OP_ALL_GATHER: case IR_OP_REDUCE_SCATTER: case IR_OP_ALL_REDUCE:
+	case IR_OP_ALL_TO_ALL: case IR_OP_BROADCAST: case IR_OP_SEND: case IR_OP_RECV:
+		bw_coll(a, n, dy);
+		return;
+	default:
+		/* gradient and optimizer ops never sit between a param and the
+		 * loss; anything else reaching here is a missing rule */
+		break;
+	}
+	char msg[96];
+	snprintf(msg, sizeof msg, "no gradient rule for op '%s' (%%%d)", ir_op_name(n->op), n->id);
+	internal(a, msg, NULL);
+}
+
+/* ---- which nodes need a gradient ---- */
+
+/* need = reachable from a param and reaching the loss.  A message has no
+ * edge in the graph, so a send carries "from a param" to every recv over
+ * the same axes and a recv carries "reaches the loss" back to the sends;
+ * iterate until nothing changes. */
+static void find_needed(Ad *a, bool *from, bool *to)
+{
+	IrModule *m = a->m;
+	bool changed = true;
+	while (changed) {
+		changed = false;
+		for (int i = 0; i < a->n0; i++) {
+			const IrNode *n = nd(a, i);
+			bool f = from[i] || n->op == IR_OP_PARAM;
+			for (int k = 0; k < n->nops && !f; k++)
+				f = from[n->ops[k]];
+			if (n->op == IR_OP_SEND && f)
+				for (int j = 0; j < a->n0; j++)
+					if (nd(a, j)->op == IR_OP_RECV && !from[j] &&
+					    nd(a, j)->attrs.mesh_axes == n->attrs.mesh_axes)
+						from[j] = changed = true;
+			if (f && !from[i])
+				from[i] = changed = true;
+		}
+		for (int i = a->n0 - 1; i >= 0; i--) {
+			const IrNode *n = nd(a, i);
+			if (i == m->loss)
+				to[i] = true;
+			if (!to[i])
+				continue;
+			for (int k = 0; k < n->nops; k++)
+				if (!to[n->ops[k]])
+					to[n->ops[k]] = changed = true;
+			if (n->op == IR_OP_RECV)
+				for (int j = 0; j < a->n0; j++)
+					if (nd(a, j)->op == IR_OP_SEND && !to[j] &&
+					    nd(a, j)->attrs.mesh_axes == n->attrs.mesh_axes)
+						to[j] = changed = true;
+		}
+	}
+	for (int i = 0; i < a->n0; i++)
+		a->need[i] = from[i] && to[i];
+}
+
+/* ---- param gradients and clean-up ---- */
+
+/* Gives each param its "grad.<name>" node.  A summed gradient that is
+ * also some other value's gradient or another node's operand is copied (a
+ * reshape to its own shape) so the grad node belongs to its param alone. */
+static void finish_params(Ad *a)
+{
+	IrModule *m = a->m;
+	int cap = m->nnodes + 2 * a->n0 + 1;
+	int *uses = calloc((size_t)cap, sizeof *uses);
+	if (!uses) {
+		internal(a, "out of memory", NULL);
+		return;
+	}
+	for (int i = a->n0; i < m->nnodes; i++)
+		for (int k = 0; k < nd(a, i)->nops; k++)
+			uses[nd(a, i)->ops[k]]++;
+	for (int i = 0; i < a->n0; i++)
+		if (a->grad[i] >= 0 && nd(a, i)->op != IR_OP_PARAM)
+			uses[a->grad[i]]++;
+	for (int i = 0; i < a->n0 && !a->failed; i++) {
+		IrNode *p = nd(a, i);
+		if (p->op != IR_OP_PARAM)
+			continue;
+		a->stage = p->stage;
+		a->loc = p->loc;
+		int g = a->grad[i];
+		if (g < 0) {
+			IrNode t = {.dtype = p->dtype, .rank = 0};
+			IrAttrs zero = {.f = {0.0}};
+			g = reshaped(a, IR_OP_EXPAND, emit(a, IR_OP_CONST, NULL, 0, &zero, &t),
+			             p->rank, p->shape);
+		} else if (g < a->n0 || uses[g] > 0) {
+			IrNode t = *p;
+			g = emit(a, IR_OP_RESHAPE, &g, 1, NULL, &t);
+		}
+		if (g < 0)
+			break;
+		uses[g]++;
+		nd(a, g)->role = IR_ROLE_GRAD;
+		nd(a, g)->name = arena_printf(m->arena, "grad.%s", p->name ? p->name : "?");
+	}
+	free(uses);
+}
+
+/* Drops backward nodes that no grad (and no gradient send) depends on,
+ * renumbering the rest; forward nodes keep their ids. */
+static void remove_dead(Ad *a)
+{
+	IrModule *m = a->m;
+	bool *live = calloc((size_t)m->nnodes + 1, sizeof *live);
+	int *to = calloc((size_t)m->nnodes + 1, sizeof *to);
+	if (!live || !to) {
+		free(live);
+		free(to);
+		return; /* keeping dead nodes is harmless */
+	}
+	for (int i = 0; i < a->nkept; i++)
+		live[a->kept[i]] = true;
+	for (int i = m->nnodes - 1; i >= 0; i--) {
+		IrNode *n = nd(a, i);
+		if (i < a->n0 || n->role == IR_ROLE_GRAD)
+			live[i] = true;
+		if (live[i])
+			for (int k = 0; k < n->nops; k++)
+				live[n->ops[k]] = true;
+	}
+	int j = 0;
+	for (int i = 0; i < m->nnodes; i++) {
+		if (!live[i])
+			continue;
+		IrNode *n = nd(a, i);
+		to[i] = j;
+		for (int k = 0; k < n->nops; k++)
+			n->ops[k] = to[n->ops[k]];
+		n->id = j;
+		m->nodes[j++] = n;
+	}
+	m->nnodes = j;
+	free(live);
+	free(to);
+}
+
+bool pass_autodiff(IrModule *m, Diag *d, const PassOptions *opt)
+{
+	(void)opt;
+	if (m->loss < 0)
+		return true; /* nothing to differentiate */
+	for (int i = 0; i < m->nnodes; i++)
+		if (m->nodes[i]->role == IR_ROLE_GRAD)
+			return true; /* IR text printed after autodiff: already done */
+	const IrNode *L = m->nodes[m->loss];
+	if (L->rank != 0 || !is_float(L->dtype)) {
+		diag_error(d, L->loc, "autodiff: the loss must be a float scalar");
+		return false;
+	}
+	Ad a = {.m = m, .d = d, .n0 = m->nnodes};
+	a.grad = malloc(sizeof(int) * (size_t)a.n0);
+	a.need = calloc((size_t)a.n0, sizeof(bool));
+	a.kept = malloc(sizeof(int) * (size_t)a.n0);
+	bool *from = calloc((size_t)a.n0, sizeof(bool)), *to = calloc((size_t)a.n0, sizeof(bool));
+	if (!a.grad || !a.need || !a.kept || !from || !to) {
+		internal(&a, "out of memory", NULL);
+		goto out;
+	}
+	for (int i = 0; i < a.n0; i++)
+		a.grad[i] = -1;
+	find_needed(&a, from, to);
+
+	a.stage = L->stage;
+	a.loc = L->loc;
+	IrNode one = {.dtype = L->dtype, .rank = 0};
+	IrAttrs at1 = {.f = {1.0}};
+	a.grad[m->loss] = emit(&a, IR_OP_CONST, NULL, 0, &at1, &one);
+	for (int i = m->loss; i >= 0 && !a.failed; i--) {
+		const IrNode *n = nd(&a, i);
+		bool leaf = ir_op_flags(n->op) & OPF_LEAF;
+		if (!a.need[i] || !is_float(n->dtype) || (leaf && n->op != IR_OP_RECV))
+			continue;
+		if (a.grad[i] < 0 && n->op != IR_OP_SEND)
+			continue;
+		a.stage = n->stage;
+		a.loc = n->loc;
+		backward(&a, n, a.grad[i]);
+	}
+	if (!a.failed)
+		finish_params(&a);
+	if (!a.failed)
+		remove_dead(&a);
+out:
+	free(a.grad);
+	free(a.need);
+	free(a.kept);
+	free(from);
+	free(to);
+	return !a.failed;
+}

@@ -1,0 +1,228 @@
+/* optim.c - the optimizer pass: turns gradients into parameter updates.
+ *
+ * Consumes a module after autodiff: params (role param) and, for each
+ * param P, a gradient node named "grad.P" (role grad) of P's shape.
+ * Produces, appended after everything else:
+ *   - grad_norm(every grad) named "grad_norm": the global L2 norm that
+ *     clipping uses and the runtime logs (computed even when clipping is
+ *     off, for the log);
+ *   - per param P, its optimizer state as `state` leaves (role opt_state):
+ *     opt.m.P and opt.v.P (AdamW moments, zeros), opt.mom.P (SGD momentum,
+ *     zeros; only when momentum != 0), and opt.master.P when P is bf16 or
+ *     f16 (an f32 copy with P's init, which the update runs on).  Moments
+ *     and masters are f32 whatever P's dtype;
+ *   - per param P, adamw_step or sgd_step updating P (and its state) in
+ *     place, with m->train's hyperparameters in its attrs.
+ * The learning rate is not baked in: the runtime applies the schedule and
+ * hands each step's value to the kernels (DtmCtx.lr), so one plan serves
+ * every step and --lr overrides it without recompiling.
+ *
+ * State takes P's placement and pipeline stage (the ZeRO pass re-splits
+ * it later).  A param without a gradient is frozen: it gets no update.  A
+ * module without gradients (autodiff has not run) is left as it is.
+ */
+#include "optim.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ir/optim.h"
+
+typedef struct Optim {
+	IrModule *m;
+	Diag *d;
+	bool adamw;
+} Optim;
+
+/* Hyperparameters torch.optim would refuse are refused here, at the train
+ * section, rather than as a verifier error on a generated node. */
+static bool check_train(Optim *o, SrcLoc loc)
+{
+	const IrTrain *t = &o->m->train;
+	const char *name = t->optimizer ? t->optimizer : "adamw";
+	if (strcmp(name, "adamw") != 0 && strcmp(name, "sgd") != 0) {
+		diag_error(o->d, loc, "optimizer '%s' is not supported (adamw or sgd)", name);
+		return false;
+	}
+	o->adamw = strcmp(name, "adamw") == 0;
+	int nerr = o->d->nerr;
+	if (!(t->lr >= 0) || !isfinite(t->lr))
+		diag_error(o->d, loc, "lr must be finite and >= 0, got %g", t->lr);
+	if (!(t->weight_decay >= 0) || !isfinite(t->weight_decay))
+		diag_error(o->d, loc, "weight_decay must be finite and >= 0, got %g",
+		           t->weight_decay);
+	if (!(t->clip >= 0) || !isfinite(t->clip))
+		diag_error(o->d, loc, "clip must be finite and >= 0 (0 = off), got %g", t->clip);
+	if (o->adamw) {
+		if (!(t->beta1 >= 0 && t->beta1 < 1) || !(t->beta2 >= 0 && t->beta2 < 1))
+			diag_error(o->d, loc, "adamw: betas must be in [0, 1), got (%g, %g)", t->beta1,
+			           t->beta2);
+		if (!(t->eps >= 0) || !isfinite(t->eps))
+			diag_error(o->d, loc, "adamw: eps must be finite and >= 0, got %g", t->eps);
+	} else {
+		if (!(t->momentum >= 0) || !isfinite(t->momentum))
+			diag_error(o->d, loc, "sgd: momentum must be finite and >= 0, got %g",
+			           t->momentum);
+		if (t->nesterov && !(t->momentum > 0))
+			diag_error(o->d, loc, "sgd: nesterov needs a non-zero momentum");
+	}
+	return o->d->nerr == nerr;
+}
+
+static bool typed(Optim *o, IrNode *n)
+{
+	return ir_infer(o->m, n, o->d);
+}
+
+/* A `state` leaf named PREFIX.P shaped like P. */
+static IrNode *new_state(Optim *o, const IrNode *p, const char *prefix, bool master)
+{
+	IrNode *n = ir_node_new(o->m, IR_OP_STATE, NULL, 0, p->loc);
+	if (!n)
+		return NULL;
+	n->name = arena_printf(o->m->arena, "opt.%s.%s", prefix, p->name);
+	if (!n->name)
+		return NULL;
+	n->dtype = IR_F32;
+	n->rank = p->rank;
+	memcpy(n->shape, p->shape, sizeof n->shape);
+	n->role = IR_ROLE_OPT_STATE;
+	n->place = p->place;
+	n->stage = p->stage;
+	if (master) {
+		/* keyed by P's name at init (ir/optim.h): P's value unrounded */
+		n->attrs.init = p->attrs.init;
+		n->attrs.f[0] = p->attrs.f[0];
+		n->attrs.f[1] = p->attrs.f[1];
+	} else {
+		n->attrs.init = IR_INIT_ZEROS;
+	}
+	return typed(o, n) ? n : NULL;
+}
+
+/* The update of param p from gradient g. */
+static bool add_update(Optim *o, const IrNode *p, const IrNode *g, int norm)
+{
+	const IrTrain *t = &o->m->train;
+	int ops[6], k = 0;
+	ops[k++] = p->id;
+	ops[k++] = g->id;
+	bool master = p->dtype != IR_F32;
+	if (o->adamw) {
+		IrNode *mm = new_state(o, p, "m", false), *vv = mm ? new_state(o, p, "v", false) : NULL;
+		if (!vv)
+			return false;
+		ops[k++] = mm->id;
+		ops[k++] = vv->id;
+	} else if (t->momentum != 0) {
+		IrNode *mom = new_state(o, p, "mom", false);
+		if (!mom)
+			return false;
+		ops[k++] = mom->id;
+	}
+	if (master) {
+		IrNode *w = new_state(o, p, "master", true);
+		if (!w)
+			return false;
+		ops[k++] = w->id;
+	}
+	ops[k++] = norm;
+	IrNode *n = ir_node_new(o->m, o->adamw ? IR_OP_ADAMW_STEP : IR_OP_SGD_STEP, ops, k,
+	                        p->loc);
+	if (!n)
+		return false;
+	IrAttrs *a = &n->attrs;
+	if (o->adamw) {
+		a->fx[IR_OPTIM_BETA1] = t->beta1;
+		a->fx[IR_OPTIM_BETA2] = t->beta2;
+		a->fx[IR_OPTIM_EPS] = t->eps;
+	} else {
+		a->fx[IR_OPTIM_MOMENTUM] = t->momentum;
+		a->nints = 1;
+		a->ints[0] = t->nesterov;
+	}
+	a->fx[IR_OPTIM_WD] = t->weight_decay;
+	a->fx[IR_OPTIM_CLIP] = t->clip;
+	a->flag = master;
+	n->place = p->place;
+	n->stage = p->stage;
+	return typed(o, n);
+}
+
+/* The gradient of each param, by the "grad.<name>" convention; -1 for
+ * none.  Returns false on a gradient that does not fit its param. */
+static bool match_grads(Optim *o, int *grad_of, int *ngrads)
+{
+	IrModule *m = o->m;
+	int n0 = m->nnodes;
+	*ngrads = 0;
+	for (int i = 0; i < n0; i++)
+		grad_of[i] = -1;
+	for (int i = 0; i < n0; i++) {
+		const IrNode *g = m->nodes[i];
+		if (g->role != IR_ROLE_GRAD || !g->name || strncmp(g->name, "grad.", 5) != 0)
+			continue;
+		for (int j = 0; j < n0; j++) {
+			const IrNode *p = m->nodes[j];
+			if (p->op != IR_OP_PARAM || !p->name || strcmp(p->name, g->name + 5) != 0)
+				continue;
+			if (grad_of[j] >= 0) {
+				diag_error(o->d, g->loc, "param '%s' has two gradients (%%%d and %%%d)",
+				           p->name, grad_of[j], i);
+				return false;
+			}
+			if (p->rank != g->rank ||
+			    memcmp(p->shape, g->shape, (size_t)p->rank * sizeof p->shape[0]) != 0) {
+				diag_error(o->d, g->loc, "gradient %%%d of param '%s' (%%%d) has another "
+				           "shape", i, p->name, j);
+				return false;
+			}
+			grad_of[j] = i;
+			(*ngrads)++;
+		}
+	}
+	return true;
+}
+
+bool pass_optim(IrModule *m, Diag *d, const PassOptions *opt)
+{
+	(void)opt;
+	Optim o = {m, d, true};
+	int n0 = m->nnodes, ngrads = 0;
+	for (int i = 0; i < n0; i++)
+		if (m->nodes[i]->op == IR_OP_ADAMW_STEP || m->nodes[i]->op == IR_OP_SGD_STEP)
+			return true; /* already has its updates (IR text after this pass) */
+	int *grad_of = malloc((size_t)(n0 ? n0 : 1) * sizeof *grad_of);
+	int *gids = malloc((size_t)(n0 ? n0 : 1) * sizeof *gids);
+	bool ok = grad_of && gids;
+	if (!ok)
+		diag_error(d, (SrcLoc){0}, "optim: out of memory");
+	ok = ok && match_grads(&o, grad_of, &ngrads);
+	if (!ok || ngrads == 0)
+		goto done;
+	SrcLoc loc = m->loss >= 0 ? m->nodes[m->loss]->loc : (SrcLoc){0};
+	if (!(ok = check_train(&o, loc)))
+		goto done;
+
+	int k = 0;
+	for (int j = 0; j < n0; j++)
+		if (grad_of[j] >= 0)
+			gids[k++] = grad_of[j];
+	IrNode *norm = ir_node_new(m, IR_OP_GRAD_NORM, gids, k, loc);
+	ok = norm != NULL;
+	if (ok) {
+		norm->name = "grad_norm";
+		placement_replicated(&norm->place, 0);
+		ok = typed(&o, norm);
+	}
+	for (int j = 0; ok && j < n0; j++)
+		if (grad_of[j] >= 0)
+			ok = add_update(&o, m->nodes[j], m->nodes[grad_of[j]], norm->id);
+	if (!ok && d->nerr == 0)
+		diag_error(d, (SrcLoc){0}, "optim: out of memory or too many nodes");
+done:
+	free(grad_of);
+	free(gids);
+	return ok;
+}

@@ -1,0 +1,537 @@
+/* test_autodiff.c - every gradient rule against central finite differences.
+ *
+ * Each test lowers a tiny .dtm program whose loss goes through the op under
+ * test (usually sum(op(x) * w) with w a fixed random input, so the
+ * gradient is not all ones), runs the autodiff pass and the verifier, and
+ * evaluates the whole module with the f64 reference interpreter.  Every
+ * element of every grad.<param> (a spread sample for big params) must match
+ * ir_eval_loss_fd's central difference with h = 1e-6.  Two derivations
+ * meeting (eval_grad.c's calculus and eval.c's forward) is the check; the
+ * last tests cover what finite differences cannot: collectives, casts,
+ * unused params, a missing rule, and the text form of the new ops.
+ */
+#include "check.h"
+#include "frontend/lower.h"
+#include "ir/eval.h"
+#include "passes/autodiff.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t rng_state;
+
+/* A fixed pseudo-random sequence in [-1, 1) (splitmix64). */
+static double rnd(void)
+{
+	uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	z ^= z >> 31;
+	return (double)(z >> 11) / (double)(1ull << 52) - 1.0;
+}
+
+static IrModule *lower_src(Arena *a, const char *src, const char *mesh, int ndef,
+                           const char *const *defs)
+{
+	Diag d;
+	diag_init(&d, stderr);
+	SrcFile *sf = arena_alloc(a, sizeof *sf);
+	sf->name = "t.dtm";
+	sf->text = src;
+	sf->len = strlen(src);
+	diag_add_file(&d, sf);
+	LowerOptions o = {.mesh = mesh};
+	for (int i = 0; i < ndef; i++) {
+		o.define_names[o.ndefines] = defs[2 * i];
+		o.define_values[o.ndefines++] = defs[2 * i + 1];
+	}
+	AstFile af;
+	IrModule *m = NULL;
+	if (ast_parse(a, &d, sf, &af))
+		m = lower_file(a, &d, &af, &o);
+	return m;
+}
+
+static IrNode *find(IrModule *m, const char *name)
+{
+	for (int i = 0; i < m->nnodes; i++)
+		if (m->nodes[i]->name && strcmp(m->nodes[i]->name, name) == 0)
+			return m->nodes[i];
+	return NULL;
+}
+
+static bool run_autodiff(IrModule *m)
+{
+	Diag d;
+	diag_init(&d, stderr);
+	bool ok = pass_autodiff(m, &d, NULL) && ir_verify(m, &d, "autodiff");
+	CHECK(ok);
+	return ok;
+}
+
+/* Each param has exactly one grad node, of its type, named grad.<name>. */
+static void check_grad_nodes(IrModule *m, const char *what)
+{
+	for (int i = 0; i < m->nnodes; i++) {
+		IrNode *p = m->nodes[i];
+		if (p->op != IR_OP_PARAM)
+			continue;
+		char name[256];
+		snprintf(name, sizeof name, "grad.%s", p->name);
+		int count = 0;
+		IrNode *g = NULL;
+		for (int j = 0; j < m->nnodes; j++)
+			if (m->nodes[j]->role == IR_ROLE_GRAD && m->nodes[j]->name &&
+			    strcmp(m->nodes[j]->name, name) == 0) {
+				g = m->nodes[j];
+				count++;
+			}
+		CHECK_EQ_INT(count, 1);
+		if (!g || g->dtype != p->dtype || g->rank != p->rank ||
+		    memcmp(g->shape, p->shape, sizeof(int64_t) * (size_t)p->rank) != 0) {
+			check_failures++;
+			fprintf(stderr, "%s: %s is missing or has the wrong type\n", what, name);
+		}
+	}
+}
+
+/* Lowers src, differentiates it and compares every param's gradient with
+ * central differences.  i32 inputs get ids in [0, idlim); at most `sample`
+ * elements of each param are checked. */
+static void gradcheck(const char *what, const char *src, const char *mesh, int ndef,
+                      const char *const *defs, int idlim, int sample)
+{
+	Arena a;
+	arena_init(&a);
+	rng_state = 12345;
+	IrModule *m = lower_src(&a, src, mesh, ndef, defs);
+	CHECK(m != NULL);
+	if (!m || !run_autodiff(m)) {
+		fprintf(stderr, "%s: lowering or autodiff failed\n", what);
+		arena_free(&a);
+		return;
+	}
+	check_grad_nodes(m, what);
+	IrEval e;
+	Diag d;
+	diag_init(&d, stderr);
+	CHECK(ir_eval_init(&e, m));
+	for (int i = 0; i < m->nnodes; i++) {
+		IrNode *n = m->nodes[i];
+		if (n->op != IR_OP_PARAM && n->op != IR_OP_INPUT)
+			continue;
+		int64_t N = ir_node_numel(n);
+		for (int64_t j = 0; j < N; j++)
+			e.val[i][j] = n->dtype == IR_I32 ? (double)((j * 7 + 3 + i) % idlim) : rnd();
+	}
+	bool ok = ir_eval_run(&e, &d, 7, 3);
+	CHECK(ok);
+	int worst_fail = 0;
+	for (int i = 0; ok && i < m->nnodes; i++) {
+		IrNode *p = m->nodes[i];
+		if (p->op != IR_OP_PARAM)
+			continue;
+		char name[256];
+		snprintf(name, sizeof name, "grad.%s", p->name);
+		IrNode *g = find(m, name);
+		if (!g)
+			continue;
+		int64_t N = ir_node_numel(p);
+		double *got = malloc(sizeof(double) * (size_t)N);
+		memcpy(got, e.val[g->id], sizeof(double) * (size_t)N);
+		int64_t step = N > sample ? N / sample : 1;
+		for (int64_t j = 0; j < N; j += step) {
+			double fd = ir_eval_loss_fd(&e, &d, i, j, 1e-6);
+			double tol = 1e-6 * (1.0 + fabs(fd));
+			check_count++;
+			if (!(fabs(got[j] - fd) <= tol)) {
+				check_failures++;
+				if (worst_fail++ < 8)
+					fprintf(stderr, "%s: %s[%lld] = %.12g, finite difference %.12g\n",
+					        what, name, (long long)j, got[j], fd);
+			}
+		}
+		free(got);
+	}
+	ir_eval_free(&e);
+	arena_free(&a);
+}
+
+#define ALL 1000000
+
+static void t(const char *what, const char *src)
+{
+	gradcheck(what, src, NULL, 0, NULL, 5, ALL);
+}
+
+static void test_unary(void)
+{
+	static const char *const exprs[][2] = {
+	        {"neg", "neg(x)"},
+	        {"exp", "exp(x)"},
+	        {"log", "log(x * x + 0.5)"},
+	        {"sqrt", "sqrt(x * x + 0.5)"},
+	        {"rsqrt", "rsqrt(x * x + 0.5)"},
+	        {"tanh", "tanh(x)"},
+	        {"sigmoid", "sigmoid(x)"},
+	        {"relu", "relu(x)"},
+	        {"gelu", "gelu(x)"},
+	        {"silu", "silu(x)"},
+	        {"scale", "scale(x, 2.5)"},
+	        {"const", "1 - x / 3"},
+	};
+	for (size_t i = 0; i < sizeof exprs / sizeof exprs[0]; i++) {
+		char src[512];
+		snprintf(src, sizeof src,
+		         "model t\ninput w : f32[3, 4]\nparam x : f32[3, 4]\n"
+		         "forward {\n  loss = sum(%s * w)\n}\n", exprs[i][1]);
+		t(exprs[i][0], src);
+	}
+}
+
+static void test_binary_broadcast(void)
+{
+	t("binary", "model t\n"
+	            "input w : f32[2, 3, 4]\n"
+	            "param a : f32[2, 3, 4]\nparam b : f32[4]\nparam c : f32[3, 1]\n"
+	            "forward {\n"
+	            "  loss = sum((a + b) * w) + sum((a - c) * (a * b)) + sum(a / (c * c + 1))\n"
+	            "       + sum(c / (b * b + 2) * w) + sum((b - a) * w)\n"
+	            "}\n");
+}
+
+static void test_matmul(void)
+{
+	t("matmul", "model t\n"
+	            "input w : f32[2, 3, 5]\n"
+	            "param x : f32[2, 3, 4]\nparam m : f32[4, 5]\n"
+	            "forward {\n  loss = sum(x @ m * w)\n}\n");
+	t("matmul batch broadcast", "model t\n"
+	            "input w : f32[2, 3, 3, 2]\n"
+	            "param a : f32[2, 1, 3, 4]\nparam b : f32[3, 4, 2]\n"
+	            "param c : f32[3, 4]\nparam e : f32[2, 4, 5]\n"
+	            "forward {\n  loss = sum(a @ b * w) + sum(c @ e)\n}\n");
+}
+
+static void test_reduce(void)
+{
+	t("reduce", "model t\n"
+	            "input w1 : f32[1, 3, 1]\ninput w2 : f32[2, 4]\ninput w3 : f32[2, 3]\n"
+	            "param x : f32[2, 3, 4]\n"
+	            "forward {\n"
+	            "  loss = sum(mean(x, axes = (0, 2), keepdims = true) * w1)\n"
+	            "       + sum(max(x, axis = 1) * w2) + sum(sum(x, axis = -1) * w3)\n"
+	            "       + mean(x) + max(x * 0.7 + 1)\n"
+	            "}\n");
+}
+
+static void test_softmax(void)
+{
+	t("softmax", "model t\n"
+	             "input w : f32[3, 5]\nparam x : f32[3, 5]\n"
+	             "forward {\n"
+	             "  loss = sum(softmax(x, axis = 0) * w) + sum(log_softmax(x, axis = -1) * w)\n"
+	             "       + sum(softmax(x, axis = 1) * w)\n"
+	             "}\n");
+}
+
+static void test_norms(void)
+{
+	t("norms", "model t\n"
+	           "input w : f32[2, 3, 8]\nparam x : f32[2, 3, 8]\n"
+	           "param g : f32[8]\nparam b : f32[8]\nparam g2 : f32[8]\n"
+	           "forward {\n"
+	           "  loss = sum(layernorm(x, g, b) * w) + sum(rmsnorm(x, g2) * w)\n"
+	           "}\n");
+}
+
+static void test_cross_entropy(void)
+{
+	t("cross_entropy", "model t\n"
+	                   "input tg : i32[2, 3]\nparam x : f32[2, 3, 7]\nparam m : f32[7, 5]\n"
+	                   "forward {\n  loss = cross_entropy(x @ m, tg) * 3\n}\n");
+}
+
+static void test_embed(void)
+{
+	/* ids (j*7 + 3 + i) % 5 over 12 positions: every row repeats */
+	t("embed", "model t\n"
+	           "input ids : i32[2, 6]\ninput w : f32[2, 6, 4]\nparam tab : f32[5, 4]\n"
+	           "forward {\n  loss = sum(embed(tab, ids) * w)\n}\n");
+}
+
+static void test_data_movement(void)
+{
+	t("concat/slice/split", "model t\n"
+	                        "input w : f32[2, 7]\ninput w2 : f32[2, 3]\n"
+	                        "param x : f32[2, 6]\nparam y : f32[2, 3]\n"
+	                        "forward {\n"
+	                        "  p, q, r = split(x, 3, axis = 1)\n"
+	                        "  loss = sum(concat(r, y, p, axis = 1) * w) + sum(slice(x, 1, 1, 4) * w2)\n"
+	                        "       + sum(q * q)\n"
+	                        "}\n");
+	t("reshape/permute", "model t\n"
+	                     "input w : f32[4, 3, 2]\ninput w2 : f32[6, 4]\n"
+	                     "param x : f32[2, 3, 4]\nparam y : f32[4, 6]\n"
+	                     "forward {\n"
+	                     "  loss = sum(permute(reshape(x, (3, 2, 4)), (2, 0, 1)) * w)\n"
+	                     "       + sum(transpose(y) * w2)\n"
+	                     "}\n");
+}
+
+static void test_attention(void)
+{
+	t("attention", "model t\n"
+	               "input w : f32[2, 4, 6]\n"
+	               "param q : f32[2, 4, 6]\nparam k : f32[2, 4, 6]\nparam v : f32[2, 4, 6]\n"
+	               "forward {\n"
+	               "  loss = sum(attention(q, k, v, heads = 2, causal = true) * w)\n"
+	               "       + sum(attention(q, k, v, heads = 2) * w * w)\n"
+	               "       + sum(attention(q, q, q, heads = 2, causal = true) * w)\n"
+	               "}\n");
+}
+
+static void test_mse_dropout(void)
+{
+	t("mse", "model t\n"
+	         "param a : f32[3, 4]\nparam b : f32[4]\n"
+	         "forward {\n  loss = mse(a, a * b + 1)\n}\n");
+	t("dropout", "model t\n"
+	             "input w : f32[4, 6]\nparam x : f32[4, 6]\n"
+	             "forward {\n  loss = sum(dropout(x, rate = 0.3) * w) + sum(dropout(x * x, rate = 0.5))\n}\n");
+}
+
+static char *slurp(const char *path)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return NULL;
+	fseek(f, 0, SEEK_END);
+	long n = ftell(f);
+	fseek(f, 0, SEEK_SET);
+	char *s = malloc((size_t)n + 1);
+	if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
+		free(s);
+		s = NULL;
+	}
+	if (s)
+		s[n] = 0;
+	fclose(f);
+	return s;
+}
+
+static void test_models(void)
+{
+	char *gpt = slurp("models/gpt.dtm"), *mlp = slurp("models/mlp.dtm");
+	CHECK(gpt && mlp);
+	if (gpt) {
+		static const char *const defs[] = {"vocab", "11", "ctx", "4", "d", "8", "heads", "2",
+		                                   "layers", "2", "batch", "2"};
+		gradcheck("gpt.dtm", gpt, "pp=1,dp=1,tp=1", 6, defs, 11, 10);
+	}
+	if (mlp) {
+		static const char *const defs[] = {"batch", "4", "din", "5", "hidden", "6", "dout", "3"};
+		gradcheck("mlp.dtm", mlp, "dp=1", 4, defs, 1, ALL);
+	}
+	free(gpt);
+	free(mlp);
+}
+
+/* The text form of the backward graph parses back to the same text. */
+static void test_text_roundtrip(void)
+{
+	Arena a;
+	arena_init(&a);
+	char *mlp = slurp("models/mlp.dtm"), *gpt = slurp("models/gpt.dtm");
+	const char *srcs[2] = {mlp, gpt};
+	for (int k = 0; k < 2; k++) {
+		if (!srcs[k])
+			continue;
+		static const char *const defs[] = {"layers", "1"};
+		IrModule *m = lower_src(&a, srcs[k], k ? "pp=1,dp=1,tp=1" : "dp=1", k, defs);
+		CHECK(m && run_autodiff(m));
+		if (!m)
+			continue;
+		char *t1 = NULL, *t2 = NULL;
+		size_t l1 = 0, l2 = 0;
+		FILE *f = open_memstream(&t1, &l1);
+		ir_print(f, m);
+		fclose(f);
+		Diag d;
+		diag_init(&d, stderr);
+		SrcFile sf = {"roundtrip.ir", t1, l1};
+		diag_add_file(&d, &sf);
+		IrModule *m2 = ir_parse(&a, &d, &sf);
+		CHECK(m2 != NULL);
+		if (m2) {
+			CHECK(ir_verify(m2, &d, "parse"));
+			f = open_memstream(&t2, &l2);
+			ir_print(f, m2);
+			fclose(f);
+			CHECK_EQ_STR(t1, t2);
+		}
+		free(t1);
+		free(t2);
+	}
+	free(mlp);
+	free(gpt);
+	arena_free(&a);
+}
+
+static int count_op(IrModule *m, int from, IrOp op)
+{
+	int c = 0;
+	for (int i = from; i < m->nnodes; i++)
+		c += m->nodes[i]->op == op;
+	return c;
+}
+
+/* DESIGN.md section 4's table (the interpreter cannot run collectives). */
+static void test_collectives(void)
+{
+	Arena a;
+	arena_init(&a);
+	IrModule *m = lower_src(&a,
+	        "model t\nmesh (pp = 2, dp = 2, tp = 2)\n"
+	        "param x : f32[4, 8]\n"
+	        "forward {\n"
+	        "  g = all_gather(x, 1, axes = tp)\n"
+	        "  b = all_to_all(g, 0, 1, axes = dp)\n"
+	        "  r = reduce_scatter(b, 1, axes = tp)\n"
+	        "  s = send(r, axes = (pp), offset = 1)\n"
+	        "  loss = sum(all_reduce(s, axes = dp, op = avg))\n"
+	        "}\n", NULL, 0, NULL);
+	CHECK(m != NULL);
+	if (!m || !run_autodiff(m)) {
+		arena_free(&a);
+		return;
+	}
+	check_grad_nodes(m, "collectives");
+	int n0 = 0;
+	while (n0 < m->nnodes && m->nodes[n0]->op != IR_OP_CONST)
+		n0++; /* the seed is the first backward node */
+	CHECK_EQ_INT(count_op(m, n0, IR_OP_RECV), 1);
+	CHECK_EQ_INT(count_op(m, n0, IR_OP_REDUCE_SCATTER), 1);
+	CHECK_EQ_INT(count_op(m, n0, IR_OP_ALL_GATHER), 1);
+	CHECK_EQ_INT(count_op(m, n0, IR_OP_ALL_TO_ALL), 1);
+	CHECK_EQ_INT(count_op(m, n0, IR_OP_ALL_REDUCE), 0); /* all_reduce: identity */
+	for (int i = n0; i < m->nnodes; i++) {
+		IrNode *n = m->nodes[i];
+		if (n->op == IR_OP_ALL_TO_ALL)
+			CHECK(n->attrs.ints[0] == 1 && n->attrs.ints[1] == 0);
+		if (n->op == IR_OP_REDUCE_SCATTER || n->op == IR_OP_ALL_GATHER)
+			CHECK(n->attrs.ints[0] == 1 && n->attrs.red == IR_RED_SUM);
+		if (n->op == IR_OP_RECV)
+			CHECK(n->attrs.ints[0] == 1 && n->rank == 2);
+		if (n->op == IR_OP_SCALE)
+			CHECK_NEAR(n->attrs.f[0], 0.5, 0); /* avg over dp = 2 */
+	}
+	arena_free(&a);
+}
+
+/* Hand-built: a bf16 param cast up, an unused param, a value used twice. */
+static void test_cast_and_unused(void)
+{
+	Arena a;
+	arena_init(&a);
+	Diag d;
+	diag_init(&d, stderr);
+	IrModule *m = ir_module_new(&a, "t");
+	IrNode *p = ir_node_new(m, IR_OP_PARAM, NULL, 0, (SrcLoc){0});
+	p->dtype = IR_BF16;
+	p->rank = 1;
+	p->shape[0] = 4;
+	p->role = IR_ROLE_PARAM;
+	p->name = "p";
+	IrNode *z = ir_node_new(m, IR_OP_PARAM, NULL, 0, (SrcLoc){0});
+	z->rank = 2;
+	z->shape[0] = z->shape[1] = 2;
+	z->role = IR_ROLE_PARAM;
+	z->name = "z";
+	int id = p->id;
+	IrNode *c = ir_node_new(m, IR_OP_CAST, &id, 1, (SrcLoc){0});
+	c->dtype = IR_F32;
+	CHECK(ir_infer(m, c, &d));
+	int two[2] = {c->id, c->id};
+	IrNode *mu = ir_node_new(m, IR_OP_MUL, two, 2, (SrcLoc){0});
+	CHECK(ir_infer(m, mu, &d));
+	id = mu->id;
+	IrNode *s = ir_node_new(m, IR_OP_SUM, &id, 1, (SrcLoc){0});
+	s->attrs.nints = 1;
+	CHECK(ir_infer(m, s, &d));
+	s->role = IR_ROLE_LOSS;
+	m->loss = s->id;
+	CHECK(run_autodiff(m));
+	check_grad_nodes(m, "cast");
+	IrNode *gp = find(m, "grad.p"), *gz = find(m, "grad.z");
+	CHECK(gp && gp->op == IR_OP_CAST && gp->dtype == IR_BF16);
+	CHECK(gz && gz->op == IR_OP_EXPAND);
+	IrEval e;
+	CHECK(ir_eval_init(&e, m));
+	double pv[4] = {0.5, -1.25, 2, 3};
+	ir_eval_set(&e, p->id, pv);
+	CHECK(ir_eval_run(&e, &d, 1, 0));
+	for (int i = 0; gp && gz && i < 4; i++) {
+		CHECK_NEAR(e.val[gp->id][i], 2 * pv[i], 0); /* d(p^2)/dp, exact in bf16 */
+		CHECK_NEAR(e.val[gz->id][i], 0, 0);
+	}
+	ir_eval_free(&e);
+	arena_free(&a);
+}
+
+/* An op with no rule between a param and the loss is an internal error
+ * naming the op, never a silent zero. */
+static void test_missing_rule(void)
+{
+	Arena a;
+	arena_init(&a);
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	Diag d;
+	diag_init(&d, f);
+	IrModule *m = ir_module_new(&a, "t");
+	IrNode *p = ir_node_new(m, IR_OP_PARAM, NULL, 0, (SrcLoc){0});
+	p->rank = 1;
+	p->shape[0] = 3;
+	p->role = IR_ROLE_PARAM;
+	p->name = "p";
+	int id = p->id;
+	IrNode *x = ir_node_new(m, IR_OP_EXPAND, &id, 1, (SrcLoc){0});
+	x->rank = 2;
+	x->shape[0] = 2;
+	x->shape[1] = 3;
+	CHECK(ir_infer(m, x, &d));
+	id = x->id;
+	IrNode *s = ir_node_new(m, IR_OP_SUM, &id, 1, (SrcLoc){0});
+	s->attrs.nints = 2;
+	s->attrs.ints[1] = 1;
+	CHECK(ir_infer(m, s, &d));
+	m->loss = s->id;
+	CHECK(!pass_autodiff(m, &d, NULL));
+	fclose(f);
+	CHECK(buf && strstr(buf, "no gradient rule for op 'expand'"));
+	free(buf);
+	arena_free(&a);
+}
+
+int main(void)
+{
+	test_unary();
+	test_binary_broadcast();
+	test_matmul();
+	test_reduce();
+	test_softmax();
+	test_norms();
+	test_cross_entropy();
+	test_embed();
+	test_data_movement();
+	test_attention();
+	test_mse_dropout();
+	test_models();
+	test_text_roundtrip();
+	test_collectives();
+	test_cast_and_unused();
+	test_missing_rule();
+	return check_report();
+}

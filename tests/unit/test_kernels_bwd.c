@@ -1,0 +1,290 @@
+/* test_kernels_bwd.c - the CPU kernels of the gradient ops against the
+ * reference interpreter.
+ *
+ * Each case builds a tiny module by hand (leaves, maybe a forward op whose
+ * result a backward op needs, then the backward op), evaluates it in f64,
+ * then calls the op's dtmk_ kernel on the same operand values stored as
+ * f32 (or bf16) and compares every element: 1e-5 relative in f32, 1e-2 in
+ * bf16 (whose leaves are rounded to bf16 before the reference runs).
+ */
+#include "check.h"
+#include "ir/eval.h"
+#include "ir/ir.h"
+#include "runtime/plan.h"
+#include "codegen/cpu/dtmk_bwd.h"
+
+#include <stdlib.h>
+
+typedef void (*KernelFn)(const DtmCtx *, const DtmkArgs *);
+
+static Arena arena;
+static Diag diag;
+static uint64_t rng_state;
+static bool quantize; /* leaves from {-1, -0.5, 0, 0.5, 1}: ties for max */
+
+static double rnd(void)
+{
+	uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	z ^= z >> 31;
+	double v = (double)(z >> 11) / (double)(1ull << 52) - 1.0;
+	return quantize ? round(v * 2) / 2 : v;
+}
+
+static IrModule *mod(void)
+{
+	arena_free(&arena);
+	arena_init(&arena);
+	rng_state = 99;
+	return ir_module_new(&arena, "k");
+}
+
+static int leaf(IrModule *m, IrDtype t, int rank, int64_t d0, int64_t d1, int64_t d2)
+{
+	IrNode *n = ir_node_new(m, IR_OP_INPUT, NULL, 0, (SrcLoc){0});
+	int64_t dims[3] = {d0, d1, d2};
+	n->dtype = t;
+	n->rank = rank;
+	for (int i = 0; i < rank; i++)
+		n->shape[i] = dims[i];
+	n->role = IR_ROLE_INPUT;
+	CHECK(ir_infer(m, n, &diag));
+	return n->id;
+}
+
+/* op(ops){ints, f0, flag}; `type` (may be NULL) presets the result type. */
+static int node(IrModule *m, IrOp op, int nops, const int *ops, int nints, const int64_t *ints,
+                double f0, bool flag, const IrNode *type)
+{
+	IrNode *n = ir_node_new(m, op, ops, nops, (SrcLoc){0});
+	n->attrs.nints = nints;
+	for (int i = 0; i < nints; i++)
+		n->attrs.ints[i] = ints[i];
+	n->attrs.f[0] = f0;
+	n->attrs.flag = flag;
+	if (type) {
+		n->dtype = type->dtype;
+		n->rank = type->rank;
+		memcpy(n->shape, type->shape, sizeof n->shape);
+	}
+	bool ok = ir_infer(m, n, &diag);
+	CHECK(ok);
+	return n->id;
+}
+
+static IrNode shape_of(IrDtype t, int rank, int64_t d0, int64_t d1, int64_t d2)
+{
+	IrNode n = {.dtype = t, .rank = rank, .shape = {d0, d1, d2}};
+	return n;
+}
+
+static DtmDtype dtm_dtype(IrDtype t)
+{
+	switch (t) {
+	case IR_BF16: return DTM_BF16;
+	case IR_F16: return DTM_F16;
+	case IR_I32: return DTM_I32;
+	default: return DTM_F32;
+	}
+}
+
+static void tensor(DtmkTensor *t, const IrNode *n)
+{
+	t->dtype = dtm_dtype(n->dtype);
+	t->rank = n->rank;
+	for (int i = 0; i < n->rank; i++)
+		t->shape[i] = n->shape[i];
+	t->numel = ir_node_numel(n);
+	t->p = calloc((size_t)(t->numel ? t->numel : 1), 4);
+}
+
+/* Fills the leaves (ids in [0, idlim)), evaluates, runs fn on node `id`
+ * and compares. */
+static void run(const char *what, IrModule *m, int id, KernelFn fn, int idlim, double tol)
+{
+	IrEval e;
+	CHECK(ir_eval_init(&e, m));
+	for (int i = 0; i < m->nnodes; i++) {
+		IrNode *n = m->nodes[i];
+		if (n->op != IR_OP_INPUT)
+			continue;
+		for (int64_t j = 0; j < ir_node_numel(n); j++)
+			e.val[i][j] = n->dtype == IR_I32 ? (double)((j * 3 + 1) % idlim)
+			                                 : ir_eval_round(n->dtype, rnd());
+	}
+	CHECK(ir_eval_run(&e, &diag, 1, 1));
+	const IrNode *n = m->nodes[id];
+	DtmkArgs a = {.nin = n->nops, .nints = n->attrs.nints, .flag = n->attrs.flag, .node = id};
+	for (int i = 0; i < IR_MAX_INTS; i++)
+		a.ints[i] = n->attrs.ints[i];
+	a.f[0] = n->attrs.f[0];
+	for (int k = 0; k < n->nops; k++) {
+		const IrNode *o = m->nodes[n->ops[k]];
+		tensor(&a.in[k], o);
+		for (int64_t j = 0; j < a.in[k].numel; j++) {
+			if (o->dtype == IR_I32)
+				((int32_t *)a.in[k].p)[j] = (int32_t)e.val[o->id][j];
+			else
+				dtmk_store(&a.in[k], j, (float)e.val[o->id][j]);
+		}
+	}
+	tensor(&a.out, n);
+	DtmCtx ctx = {0};
+	fn(&ctx, &a);
+	int bad = 0;
+	for (int64_t j = 0; j < a.out.numel; j++) {
+		double got = dtmk_load(&a.out, j), want = e.val[id][j];
+		check_count++;
+		if (!(fabs(got - want) <= tol * (1 + fabs(want)))) {
+			check_failures++;
+			if (bad++ < 5)
+				fprintf(stderr, "%s[%lld]: kernel %.9g, reference %.9g\n", what,
+				        (long long)j, got, want);
+		}
+	}
+	for (int k = 0; k < n->nops; k++)
+		free(a.in[k].p);
+	free(a.out.p);
+	ir_eval_free(&e);
+}
+
+static const double F32 = 1e-5, BF16 = 1e-2;
+
+static void test_expand_sum_to(IrDtype t, double tol)
+{
+	IrModule *m = mod();
+	int x = leaf(m, t, 2, 3, 1, 0);
+	IrNode big = shape_of(t, 3, 2, 3, 4);
+	run("expand", m, node(m, IR_OP_EXPAND, 1, &x, 0, NULL, 0, false, &big), dtmk_expand, 1, tol);
+	m = mod();
+	int y = leaf(m, t, 3, 2, 3, 4);
+	IrNode s1 = shape_of(t, 2, 3, 1, 0), s2 = shape_of(t, 1, 4, 0, 0);
+	run("sum_to [3, 1]", m, node(m, IR_OP_SUM_TO, 1, &y, 0, NULL, 0, false, &s1), dtmk_sum_to,
+	    1, tol);
+	run("sum_to [4]", m, node(m, IR_OP_SUM_TO, 1, &y, 0, NULL, 0, false, &s2), dtmk_sum_to, 1,
+	    tol);
+}
+
+static void test_acts(void)
+{
+	static const struct {
+		IrOp op;
+		KernelFn fn;
+		const char *name;
+	} acts[] = {{IR_OP_RELU_BWD, dtmk_relu_bwd, "relu_bwd"},
+	            {IR_OP_GELU_BWD, dtmk_gelu_bwd, "gelu_bwd"},
+	            {IR_OP_SILU_BWD, dtmk_silu_bwd, "silu_bwd"}};
+	for (int i = 0; i < 3; i++) {
+		IrModule *m = mod();
+		int o[2] = {leaf(m, IR_F32, 2, 3, 5, 0), leaf(m, IR_F32, 2, 3, 5, 0)};
+		run(acts[i].name, m, node(m, acts[i].op, 2, o, 0, NULL, 0, false, NULL), acts[i].fn, 1,
+		    F32);
+	}
+}
+
+static void test_max_bwd(void)
+{
+	for (int q = 0; q < 2; q++) {
+		quantize = q;
+		for (int keep = 0; keep < 2; keep++) {
+			IrModule *m = mod();
+			int x = leaf(m, IR_F32, 3, 2, 3, 4);
+			int64_t ax[2] = {0, 2};
+			int y = node(m, IR_OP_MAX, 1, &x, 2, ax, 0, keep, NULL);
+			const IrNode *Y = m->nodes[y];
+			int dy = leaf(m, IR_F32, Y->rank, Y->shape[0], Y->shape[1], Y->shape[2]);
+			int o[3] = {dy, x, y};
+			run(q ? "max_bwd ties" : "max_bwd", m,
+			    node(m, IR_OP_MAX_BWD, 3, o, 2, ax, 0, keep, NULL), dtmk_max_bwd, 1, F32);
+		}
+	}
+	quantize = false;
+}
+
+static void test_softmax_bwd(void)
+{
+	for (int64_t axis = 1; axis <= 2; axis++)
+		for (int lg = 0; lg < 2; lg++) {
+			IrModule *m = mod();
+			int x = leaf(m, IR_F32, 3, 2, 5, 3), dy = leaf(m, IR_F32, 3, 2, 5, 3);
+			int y = node(m, lg ? IR_OP_LOG_SOFTMAX : IR_OP_SOFTMAX, 1, &x, 1, &axis, 0, false,
+			             NULL);
+			int o[2] = {dy, y};
+			run(lg ? "log_softmax_bwd" : "softmax_bwd", m,
+			    node(m, lg ? IR_OP_LOG_SOFTMAX_BWD : IR_OP_SOFTMAX_BWD, 2, o, 1, &axis, 0, false,
+			         NULL),
+			    lg ? dtmk_log_softmax_bwd : dtmk_softmax_bwd, 1, F32);
+		}
+}
+
+static void test_norm_bwd(IrDtype t, double tol)
+{
+	for (int ln = 0; ln < 2; ln++) {
+		IrModule *m = mod();
+		int o[3] = {leaf(m, t, 3, 2, 3, 8), leaf(m, t, 3, 2, 3, 8), leaf(m, t, 1, 8, 0, 0)};
+		IrOp dx = ln ? IR_OP_LAYERNORM_BWD : IR_OP_RMSNORM_BWD;
+		IrOp dg = ln ? IR_OP_LAYERNORM_BWD_GAMMA : IR_OP_RMSNORM_BWD_GAMMA;
+		run(ln ? "layernorm_bwd" : "rmsnorm_bwd", m, node(m, dx, 3, o, 0, NULL, 1e-5, false, NULL),
+		    ln ? dtmk_layernorm_bwd : dtmk_rmsnorm_bwd, 1, tol);
+		run(ln ? "layernorm_bwd_gamma" : "rmsnorm_bwd_gamma", m,
+		    node(m, dg, 2, o, 0, NULL, 1e-5, false, NULL),
+		    ln ? dtmk_layernorm_bwd_gamma : dtmk_rmsnorm_bwd_gamma, 1, tol);
+	}
+}
+
+static void test_embed_pad(void)
+{
+	IrModule *m = mod();
+	int o[2] = {leaf(m, IR_F32, 3, 2, 3, 4), leaf(m, IR_I32, 2, 2, 3, 0)};
+	IrNode tab = shape_of(IR_F32, 2, 5, 4, 0);
+	/* ids (3j + 1) % 4 over 6 positions: rows repeat, row 4 stays zero */
+	run("embed_bwd", m, node(m, IR_OP_EMBED_BWD, 2, o, 0, NULL, 0, false, &tab), dtmk_embed_bwd,
+	    4, F32);
+	m = mod();
+	int x = leaf(m, IR_F32, 3, 2, 2, 3);
+	int64_t sl[3] = {1, 1, 3};
+	IrNode big = shape_of(IR_F32, 3, 2, 5, 3);
+	run("pad", m, node(m, IR_OP_PAD, 1, &x, 3, sl, 0, false, &big), dtmk_pad, 1, F32);
+}
+
+static void test_attention_bwd(void)
+{
+	for (int64_t causal = 0; causal < 2; causal++) {
+		IrModule *m = mod();
+		int o[4];
+		for (int i = 0; i < 4; i++)
+			o[i] = leaf(m, IR_F32, 3, 2, 4, 6);
+		int64_t at[2] = {2, causal};
+		run(causal ? "attention_bwd causal" : "attention_bwd", m,
+		    node(m, IR_OP_ATTENTION_BWD, 4, o, 2, at, 0, false, NULL), dtmk_attention_bwd, 1,
+		    F32);
+	}
+}
+
+static void test_cross_entropy_bwd(void)
+{
+	IrModule *m = mod();
+	int o[3] = {leaf(m, IR_F32, 0, 0, 0, 0), leaf(m, IR_F32, 3, 2, 3, 7),
+	            leaf(m, IR_I32, 2, 2, 3, 0)};
+	run("cross_entropy_bwd", m, node(m, IR_OP_CROSS_ENTROPY_BWD, 3, o, 0, NULL, 0, false, NULL),
+	    dtmk_cross_entropy_bwd, 7, F32);
+}
+
+int main(void)
+{
+	diag_init(&diag, stderr);
+	arena_init(&arena);
+	test_expand_sum_to(IR_F32, F32);
+	test_expand_sum_to(IR_BF16, BF16);
+	test_acts();
+	test_max_bwd();
+	test_softmax_bwd();
+	test_norm_bwd(IR_F32, F32);
+	test_norm_bwd(IR_BF16, BF16);
+	test_embed_pad();
+	test_attention_bwd();
+	test_cross_entropy_bwd();
+	arena_free(&arena);
+	return check_report();
+}
