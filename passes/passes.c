@@ -10,6 +10,10 @@
  * memplan in front of it.
  */
 #include "passes.h"
+#include "autodiff.h"
+#include "fuse.h"
+#include "memplan.h"
+#include "optim.h"
 
 #include <string.h>
 
@@ -19,8 +23,44 @@ static bool run_verify(IrModule *m, Diag *d, const PassOptions *opt)
 	return ir_verify(m, d, "verify");
 }
 
+/* fuse and memplan are analyses: they leave the IR as it is and codegen
+ * recomputes their plans (see fuse.h); running them here checks that the
+ * final IR can be planned and, with -v, reports the arenas. */
+static bool run_fuse(IrModule *m, Diag *d, const PassOptions *opt)
+{
+	(void)opt;
+	Arena a;
+	FusePlan fp;
+	arena_init(&a);
+	bool ok = pass_fuse_plan(m, &a, d, &fp);
+	arena_free(&a);
+	return ok;
+}
+
+static bool run_memplan(IrModule *m, Diag *d, const PassOptions *opt)
+{
+	Arena a;
+	FusePlan fp;
+	MemPlan mp;
+	arena_init(&a);
+	bool ok = pass_fuse_plan(m, &a, d, &fp) && pass_memplan(m, &fp, &a, d, &mp);
+	if (ok && opt->verbose)
+		for (int k = 0; k < DTM_ARENA_COUNT; k++)
+			fprintf(stderr, "dtmc: memplan: arena %-5s %lld bytes\n",
+			        pass_memplan_arena_name(k), (long long)mp.arena_bytes[k]);
+	arena_free(&a);
+	return ok;
+}
+
 static const Pass passes[] = {
+	/* precision before autodiff so gradients come out in the compute
+	 * dtype; optim after it, consuming the gradients (see precision.c) */
+	{"precision", pass_precision},
+	{"autodiff", pass_autodiff},
+	{"optim", pass_optim},
 	{"verify", run_verify},
+	{"fuse", run_fuse},
+	{"memplan", run_memplan},
 	{NULL, NULL},
 };
 

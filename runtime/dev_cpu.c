@@ -411,9 +411,14 @@ int rt_cpu_gemm(const DtmAction *a, const DtmBuffer *bufs, void *const *ptrs, Rt
 	}
 	int nt = rt_pool_threads(pool);
 	/* Below about 2 MFLOP per item BLAS stays on one thread anyway, so a
-	 * batch that large is better split across the pool.  A C written by
-	 * every item (stride_c 0) must stay serial. */
-	bool split = batch > 1 && nt > 1 && a->stride_c != 0 && 2 * a->m * a->n * a->k < (2 << 20);
+	 * batch that large is better split across the pool, unless the whole
+	 * batch is too small to pay for waking the pool and switching BLAS's
+	 * thread count (under ~8 MFLOP in all: serial measured 3-5x faster,
+	 * bench/gemm_bench).  A C written by every item (stride_c 0) must stay
+	 * serial. */
+	int64_t item_flops = 2 * a->m * a->n * a->k;
+	bool split = batch > 1 && nt > 1 && a->stride_c != 0 && item_flops < (2 << 20) &&
+		     item_flops * batch >= (8 << 20);
 	struct batch_job j = { a, A, B, C };
 	if (split) {
 		rt_blas_set_threads(1);

@@ -372,7 +372,12 @@ int rt_run_init_values(RtRun *r, uint64_t seed)
 			}
 		}
 		rt_global_indices(p, b, r->coords, gidx);
-		struct init_job j = { b, r->ptr[i], gidx, seed, b->name ? dtm_hash64(b->name) : 0 };
+		/* a master copy is keyed by its param's name, so it holds the
+		 * param's initial value before rounding to 16 bits */
+		const char *key = b->name;
+		if (strncmp(key, "opt.master.", 11) == 0)
+			key += 11;
+		struct init_job j = { b, r->ptr[i], gidx, seed, dtm_hash64(key) };
 		rt_parallel_for(r->pool, n, 4096, init_range, &j);
 	}
 	free(gidx);

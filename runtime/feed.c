@@ -12,7 +12,9 @@
  */
 #include <stdlib.h>
 
+#include "runtime/ckpt.h"
 #include "runtime/data.h"
+#include "runtime/fsio.h"
 #include "runtime/rt.h"
 
 static int64_t row_len(const DtmBuffer *b)
@@ -180,5 +182,37 @@ int rt_feed_fill(RtFeed *f, void *const *ptr, uint64_t first_sample, char *err)
 			}
 		}
 	}
+	return 0;
+}
+
+int rt_feed_dump(const RtFeed *f, void *const *ptr, const char *dir, int64_t step, char *err)
+{
+	const DtmPlan *p = f->plan;
+	char e[RT_ERR_LEN / 2], path[4096];
+	if (rt_world_size(p) != 1)
+		return rt_errf(err, "--dump-batches: multi-rank runs are not supported yet");
+	if (rt_mkdirs(dir, e, sizeof e))
+		return rt_errf(err, "--dump-batches: %s", e);
+	if (snprintf(path, sizeof path, "%s/step_%06lld.safetensors", dir, (long long)step) >=
+	    (int)sizeof path)
+		return rt_errf(err, "--dump-batches: path too long");
+	DtmTensorDesc t[4];
+	memset(t, 0, sizeof t);
+	for (int k = 0; k < p->ninputs; k++) {
+		const DtmBuffer *b = &p->buffers[p->inputs[k]];
+		static const DtmStDtype st[] = { [DTM_F32] = DTM_DT_F32, [DTM_BF16] = DTM_DT_BF16,
+						 [DTM_F16] = DTM_DT_F16, [DTM_I32] = DTM_DT_I32 };
+		t[k].name = b->name ? b->name : "?";
+		t[k].dtype = st[b->dtype];
+		t[k].ndim = b->rank;
+		for (int d = 0; d < b->rank; d++)
+			t[k].shape[d] = b->shape[d];
+		t[k].data = ptr[p->inputs[k]];
+	}
+	char s[32];
+	snprintf(s, sizeof s, "%lld", (long long)step);
+	DtmMetaKV meta[] = { { "step", s } };
+	if (dtm_st_write(path, t, p->ninputs, meta, 1, e, sizeof e))
+		return rt_errf(err, "--dump-batches: %s", e);
 	return 0;
 }

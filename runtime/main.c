@@ -21,7 +21,7 @@
 typedef struct Opts {
 	int64_t steps, seed, save_every, eval_every, threads, lr_decay_steps;
 	double lr;
-	const char *log, *save, *resume, *data;
+	const char *log, *save, *resume, *data, *dump;
 	bool check_numerics, verbose, quiet, help, seed_set, decay_set;
 } Opts;
 
@@ -40,6 +40,7 @@ static const char usage[] =
 	"  --data SRC         synthetic, or an llm.c token file (default %s)\n"
 	"  --eval-every K     every K steps, log the loss of a held-out batch\n"
 	"  --check-numerics   after every action, stop at the first NaN/Inf it wrote\n"
+	"  --dump-batches DIR write each step's inputs to DIR/step_NNNNNN.safetensors\n"
 	"  --threads N        CPU threads for kernels and GEMM (default: all cores, %lld)\n"
 	"  -v                 print the plan's arenas, threads and BLAS\n"
 	"  -q                 no progress or summary lines\n"
@@ -121,6 +122,7 @@ static int parse_args(Opts *o, const DtmPlan *p, int argc, char **argv, char *er
 		static const char *const valued[] = {
 			"--steps", "--seed", "--lr", "--log", "--save", "--save-every",
 			"--resume", "--data", "--eval-every", "--threads", "--lr-decay-steps",
+			"--dump-batches",
 		};
 		bool known = false;
 		for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
@@ -162,6 +164,8 @@ static int parse_args(Opts *o, const DtmPlan *p, int argc, char **argv, char *er
 			o->resume = val;
 		else if (!strcmp(flag, "--data"))
 			o->data = val;
+		else if (!strcmp(flag, "--dump-batches"))
+			o->dump = val;
 		if (rc)
 			return -1;
 	}
@@ -262,6 +266,11 @@ static int train(const DtmPlan *p, Opts *o, RtRun *r, RtLog *log)
 		r->ctx.lr = lr_at(&p->train, o->lr, t, horizon);
 		double loss = NAN, gn = NAN;
 		if (rt_feed_fill(&feed, r->ptr, (uint64_t)(t - 1) * (uint64_t)feed.batch, err)) {
+			rt_log_error(log, "%s", err);
+			status = 1;
+			break;
+		}
+		if (o->dump && rt_feed_dump(&feed, r->ptr, o->dump, t, err)) {
 			rt_log_error(log, "%s", err);
 			status = 1;
 			break;

@@ -191,6 +191,11 @@ int rt_feed_open(RtFeed *f, const DtmPlan *p, const int64_t *coords, const char 
 /* Fills the inputs with samples [first_sample, first_sample + batch). */
 int rt_feed_fill(RtFeed *f, void *const *ptr, uint64_t first_sample, char *err);
 void rt_feed_close(RtFeed *f);
+/* --dump-batches: writes this rank's input buffers as they are now to
+ * DIR/step_%06lld.safetensors, one tensor per input named as the input
+ * (tokens, targets or x, y), so an oracle can train on exactly the data
+ * dtm saw.  Single rank only (the local buffers are the global batch). */
+int rt_feed_dump(const RtFeed *f, void *const *ptr, const char *dir, int64_t step, char *err);
 
 /* ---- checkpoints (save.c, over runtime/ckpt.h) ---- */
 

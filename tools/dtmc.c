@@ -2,6 +2,7 @@
  *
  *   dtmc check FILE [-D name=value]... [--mesh axis=size,...]
  *   dtmc print [--after=PASS] [-D name=value]... [--mesh ...] FILE|-
+ *   dtmc build FILE -o NAME [-D name=value]... [--mesh ...] [-v] [--keep-c]
  *   dtmc help [COMMAND] | dtmc --help | dtmc --version
  *
  * FILE is a .dtm model, or the IR's text form when it ends in .ir or is `-`
@@ -11,9 +12,11 @@
  */
 #include <string.h>
 
+#include "../codegen/link.h"
 #include "../frontend/lower.h"
 #include "../ir/ir.h"
 #include "../passes/passes.h"
+#include "../runtime/data.h"
 #include "report.h"
 
 #define DTMC_VERSION "0.1.0"
@@ -22,6 +25,8 @@ typedef struct Args {
 	const char *file;
 	const char *after; /* --after=PASS, or NULL */
 	bool verbose;
+	const char *output; /* build: -o NAME */
+	bool keep_c;        /* build: --keep-c */
 	LowerOptions lower;
 } Args;
 
@@ -31,10 +36,12 @@ typedef struct Command {
 	const char *help;
 	int (*run)(const Args *args);
 	bool has_after;
+	bool has_output; /* takes -o NAME and --keep-c */
 } Command;
 
 static int cmd_check(const Args *args);
 static int cmd_print(const Args *args);
+static int cmd_build(const Args *args);
 
 static const Command commands[] = {
 	{"check", "parse, lower and verify a model; summarise its mesh and parameters",
@@ -53,7 +60,7 @@ static const Command commands[] = {
 	 "  -v, --verbose          say what runs\n"
 	 "\n"
 	 "FILE may also be IR text (a name ending in .ir, or - for standard input).\n",
-	 cmd_check, false},
+	 cmd_check, false, false},
 	{"print", "print the IR after a pass of the pipeline",
 	 "usage: dtmc print [--after=PASS] [-D name=value]... [--mesh axis=size,...] FILE|-\n"
 	 "\n"
@@ -71,7 +78,23 @@ static const Command commands[] = {
 	 "  -D name=value          override a `let` constant (repeatable)\n"
 	 "  --mesh axis=size,...   replace the declared mesh sizes\n"
 	 "  -v, --verbose          name each pass as it runs\n",
-	 cmd_print, true},
+	 cmd_print, true, false},
+	{"build", "compile a model into a training binary (single device for now)",
+	 "usage: dtmc build FILE -o NAME [-D name=value]... [--mesh axis=size,...] [-v] [--keep-c]\n"
+	 "\n"
+	 "Runs the pass pipeline, plans memory, writes C for the CPU and compiles it\n"
+	 "with the system C compiler ($CC, default cc) into the executable NAME, which\n"
+	 "trains the model (run ./NAME --help).  NAME is written only when everything\n"
+	 "succeeded.  Only one-rank meshes build for now: pass --mesh dp=1 (every\n"
+	 "axis not listed gets size 1).\n"
+	 "\n"
+	 "options:\n"
+	 "  -o NAME                the executable to write\n"
+	 "  -D name=value          override a `let` constant (repeatable)\n"
+	 "  --mesh axis=size,...   replace the declared mesh sizes\n"
+	 "  -v, --verbose          print the planned bytes per arena and the cc command\n"
+	 "  --keep-c               keep the generated C as NAME.dtm.c\n",
+	 cmd_build, false, true},
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
 
@@ -100,7 +123,8 @@ static void print_help(FILE *out)
 	      out);
 	for (size_t i = 0; i < NCOMMANDS; i++)
 		fprintf(out, "  %-8s%s\n", commands[i].name, commands[i].summary);
-	fputs("  help    show a command's options: dtmc help COMMAND\n"
+	fputs("  tokenize  turn a text file into an llm.c token file (bytes as tokens): dtmc tokenize IN.txt OUT.bin\n"
+	      "  help    show a command's options: dtmc help COMMAND\n"
 	      "\n"
 	      "options:\n"
 	      "  -h, --help     show this help\n"
@@ -206,6 +230,14 @@ static int parse_args(const Command *c, int argc, char **argv, Args *args)
 				return 1;
 			}
 			args->lower.mesh = v;
+		} else if (c->has_output && strcmp(arg, "--keep-c") == 0) {
+			args->keep_c = true;
+		} else if (c->has_output && ((v = opt_value(argc, argv, &i, "-o", &missing)) || missing)) {
+			if (missing) {
+				usage_error("option '%s' needs a file name", "-o");
+				return 1;
+			}
+			args->output = v;
 		} else if (c->has_after &&
 		           ((v = opt_value(argc, argv, &i, "--after", &missing)) || missing)) {
 			if (missing) {
@@ -220,6 +252,11 @@ static int parse_args(const Command *c, int argc, char **argv, Args *args)
 	}
 	if (!args->file) {
 		fprintf(stderr, "dtmc: error: no input file (see dtmc help %s)\n", c->name);
+		return 1;
+	}
+	if (c->has_output && !args->output) {
+		fprintf(stderr, "dtmc: error: no output file: give -o NAME (see dtmc help %s)\n",
+		        c->name);
 		return 1;
 	}
 	if (args->after && !pass_exists(args->after)) {
@@ -339,6 +376,33 @@ static int cmd_print(const Args *args)
 	return finish(&a, &d, ok);
 }
 
+static int cmd_build(const Args *args)
+{
+	Arena a;
+	Diag d;
+	arena_init(&a);
+	diag_init(&d, stderr);
+	PassOptions popt = {.verbose = args->verbose};
+	IrModule *m = load(&a, &d, args);
+	bool ok = m != NULL;
+	/* The partition pass does not exist yet: a multi-rank plan would run
+	 * the unpartitioned program on every rank. */
+	if (ok && mesh_size(&m->mesh) > 1) {
+		diag_error(&d, (SrcLoc){.file = args->file},
+		           "the mesh has %lld ranks, but dtmc build supports one rank for now "
+		           "(no partition pass yet): use --mesh dp=1",
+		           (long long)mesh_size(&m->mesh));
+		ok = false;
+	}
+	if (ok)
+		ok = pass_run_until(m, &d, &popt, NULL);
+	if (ok) {
+		CgBuildOptions bo = {args->output, args->verbose, args->keep_c};
+		ok = cg_build(m, &bo, &d);
+	}
+	return finish(&a, &d, ok);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 2) {
@@ -365,6 +429,12 @@ int main(int argc, char **argv)
 			return 1;
 		}
 		return print_command_help(c);
+	}
+	/* the byte-level tokenizer lives in the runtime (it writes llm.c token
+	 * files the training binary reads); dtmc only dispatches to it */
+	if (strcmp(cmd, "tokenize") == 0) {
+		int trc = dtm_tool_tokenize(argc - 1, argv + 1);
+		return trc == 0 ? 0 : 1;
 	}
 	if (cmd[0] == '-') {
 		usage_error("unknown option '%s'", cmd);

@@ -476,6 +476,47 @@ static void test_gemm(void)
 	}
 }
 
+/* A batch big enough (>= 8 MFLOP in all) that rt_cpu_gemm splits it over
+ * the pool: every item must still be right. */
+static void test_gemm_split(void)
+{
+	enum { M = 64, N = 64, K = 64, NB = 33 };
+	DtmAction a = { .kind = DTM_ACT_GEMM, .label = "split", .nargs = 3, .args = { 0, 1, 2 },
+			.m = M, .n = N, .k = K, .batch = NB, .stride_a = M * K,
+			.stride_b = K * N, .stride_c = M * N, .trans_b = true, .alpha = 1,
+			.beta = 0 };
+	DtmBuffer bufs[3] = {
+		{ .dtype = DTM_F32, .rank = 1, .shape = { NB * M * K } },
+		{ .dtype = DTM_F32, .rank = 1, .shape = { NB * K * N } },
+		{ .dtype = DTM_F32, .rank = 1, .shape = { NB * M * N } },
+	};
+	float *A = malloc(sizeof(float) * NB * M * K), *B = malloc(sizeof(float) * NB * K * N);
+	float *C = calloc(NB * M * N, sizeof(float)), *want = calloc(NB * M * N, sizeof(float));
+	CHECK(A && B && C && want);
+	if (!A || !B || !C || !want)
+		goto out;
+	for (int i = 0; i < NB * M * K; i++)
+		A[i] = dtm_rand_f32(8, 1, i) - 0.5f;
+	for (int i = 0; i < NB * K * N; i++)
+		B[i] = dtm_rand_f32(8, 2, i) - 0.5f;
+	naive_gemm(&a, A, B, want);
+	void *ptrs[3] = { A, B, C };
+	RtGemmScratch s = { 0 };
+	char err[RT_ERR_LEN];
+	RtPool *pool = rt_pool_new(2);
+	CHECK_EQ_INT(rt_cpu_gemm(&a, bufs, ptrs, &s, pool, err), 0);
+	int ok = 1;
+	for (int i = 0; i < NB * M * N; i++)
+		ok &= fabsf(C[i] - want[i]) <= 1e-4f;
+	CHECK(ok);
+	rt_pool_free(pool);
+out:
+	free(A);
+	free(B);
+	free(C);
+	free(want);
+}
+
 struct sum_job {
 	int64_t *hits;
 };
@@ -577,6 +618,46 @@ static void test_feed_tokens(void)
 	rt_feed_close(&f);
 }
 
+/* --dump-batches: step 2's file holds x and y of samples 8..15 (seed 1),
+ * exactly what the regression task gives for them. */
+static void test_dump_batches(const DtmPlan *p)
+{
+	CHECK_EQ_INT(run(p, "--steps", "3", "--seed", "1", "--dump-batches", tpath("batches"),
+			 "-q", NULL), 0);
+	char path[160], err[RT_ERR_LEN];
+	snprintf(path, sizeof path, "%s/step_000002.safetensors", tpath("batches"));
+	DtmSafetensors *st = NULL;
+	CHECK_EQ_INT(dtm_st_open(&st, path, err, sizeof err), 0);
+	if (!st)
+		return;
+	const DtmStTensor *x = dtm_st_find(st, "x"), *y = dtm_st_find(st, "y");
+	CHECK(x && y && dtm_st_count(st) == 2);
+	if (x && y) {
+		CHECK(x->dtype == DTM_DT_F32 && x->ndim == 2 && x->shape[0] == 8 &&
+		      x->shape[1] == 4);
+		CHECK(y->dtype == DTM_DT_F32 && y->ndim == 2 && y->shape[0] == 8 &&
+		      y->shape[1] == 2);
+		float gx[32], gy[16], wx[4], wy[2];
+		CHECK_EQ_INT(dtm_st_read_f32(x, gx), 0);
+		CHECK_EQ_INT(dtm_st_read_f32(y, gy), 0);
+		DtmRegression reg;
+		CHECK_EQ_INT(dtm_regression_init(&reg, 1, 4, 2, err, sizeof err), 0);
+		int ok = 1;
+		for (int i = 0; i < 8; i++) {
+			dtm_regression_sample(&reg, 8 + (uint64_t)i, wx, wy);
+			ok &= !memcmp(wx, gx + 4 * i, sizeof wx) && !memcmp(wy, gy + 2 * i, sizeof wy);
+		}
+		CHECK(ok);
+		dtm_regression_free(&reg);
+	}
+	CHECK_EQ_STR(dtm_st_meta(st, "step"), "2");
+	dtm_st_close(st);
+	snprintf(path, sizeof path, "%s/step_000003.safetensors", tpath("batches"));
+	CHECK(access(path, R_OK) == 0);
+	snprintf(path, sizeof path, "%s/step_000004.safetensors", tpath("batches"));
+	CHECK(access(path, R_OK) != 0);
+}
+
 int main(void)
 {
 	snprintf(tmpdir, sizeof tmpdir, "/tmp/dtm_rt_exec_XXXXXX");
@@ -590,6 +671,7 @@ int main(void)
 	test_f16();
 	test_pool();
 	test_gemm();
+	test_gemm_split();
 	test_shard_index();
 	test_feed_tokens();
 	test_train_and_log(&p);
@@ -598,6 +680,7 @@ int main(void)
 	test_cosine();
 	test_nan();
 	test_flags(&p);
+	test_dump_batches(&p);
 	char cmd[128];
 	snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
 	if (!check_failures && system(cmd) != 0)

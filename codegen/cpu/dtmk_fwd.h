@@ -1,0 +1,722 @@
+/* dtmk_fwd.h - CPU kernels of the forward ops (see dtmk.h for the calling
+ * convention).
+ *
+ * Each kernel reads a->in[..] and writes a->out, computing in f32 (row
+ * statistics and losses accumulate in f64).  Hot kernels (layernorm,
+ * softmax, attention, cross_entropy, embed) have f32 fast paths with
+ * contiguous inner loops and split rows over the runtime's thread pool;
+ * reductions that produce one number split into fixed-size chunks summed
+ * in order, so results do not depend on the thread count (a resumed or
+ * re-threaded run must print the same losses).
+ *
+ * The elementwise kernels here are fallbacks: the emitter normally writes
+ * elementwise ops as fused loops of its own, with the scalar helpers below
+ * (dtmk_gelu_f etc.) as their building blocks.
+ */
+#ifndef DTMK_FWD_H
+#define DTMK_FWD_H
+
+#include <stdlib.h>
+
+#include "codegen/cpu/dtmk.h"
+#include "runtime/philox.h"
+
+/* ---- scalar helpers (also used by the emitter's fused loops) ---- */
+
+static inline float dtmk_relu_f(float x)
+{
+	return x > 0 ? x : 0.0f;
+}
+
+/* GPT-2's tanh approximation. */
+static inline float dtmk_gelu_f(float x)
+{
+	return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+}
+
+/* Two branches so exp never overflows. */
+static inline float dtmk_sigmoid_f(float x)
+{
+	if (x >= 0)
+		return 1.0f / (1.0f + expf(-x));
+	float z = expf(x);
+	return z / (1.0f + z);
+}
+
+static inline float dtmk_silu_f(float x)
+{
+	return x * dtmk_sigmoid_f(x);
+}
+
+static inline float dtmk_round_bf16_f(float x)
+{
+	return dtmk_bf16_to_f32(dtmk_f32_to_bf16(x));
+}
+
+static inline float dtmk_round_f16_f(float x)
+{
+	return dtmk_f16_to_f32(dtmk_f32_to_f16(x));
+}
+
+/* Kept elements are scaled by 1 / (1 - rate); the mask is the runtime's
+ * Philox stream keyed by the global element index. */
+static inline float dtmk_dropout_f(const DtmCtx *ctx, float x, float rate, uint32_t salt,
+				   int64_t i)
+{
+	if (rate <= 0)
+		return x;
+	if (rate >= 1)
+		return 0.0f;
+	return dtm_dropout_keep(ctx->seed, salt, (uint32_t)ctx->step, (uint64_t)i, rate) ?
+		       x * (1.0f / (1.0f - rate)) : 0.0f;
+}
+
+/* Runs fn over [0, n) on the pool when there is one (tests call kernels
+ * with a bare context). */
+static inline void dtmk_par(const DtmCtx *ctx, int64_t n, int64_t grain, DtmRangeFn fn, void *arg)
+{
+	if (n <= 0)
+		return;
+	if (ctx && ctx->parallel_for && n > grain)
+		ctx->parallel_for(ctx, n, grain, fn, arg);
+	else
+		fn(arg, 0, n);
+}
+
+static inline int dtmk_all_f32(const DtmkArgs *a)
+{
+	for (int i = 0; i < a->nin; i++)
+		if (a->in[i].dtype != DTM_F32)
+			return 0;
+	return a->out.dtype == DTM_F32;
+}
+
+static inline size_t dtmk_esize(DtmDtype t)
+{
+	return t == DTM_BF16 || t == DTM_F16 ? 2 : 4;
+}
+
+/* Strides of t broadcast (numpy, right-aligned) onto a tensor of rank r
+ * and shape `shape`: 0 along broadcast dims. */
+static inline void dtmk_bcast_strides(const DtmkTensor *t, int r, const int64_t *shape,
+				      int64_t *st)
+{
+	int64_t s = 1;
+	for (int d = r - 1; d >= 0; d--) {
+		int j = d - (r - t->rank);
+		int64_t n = j >= 0 ? t->shape[j] : 1;
+		st[d] = n == 1 && shape[d] != 1 ? 0 : s;
+		s *= n;
+	}
+}
+
+/* ---- elementwise fallbacks ---- */
+
+#define DTMK_UNARY(name, expr)                                                           \
+	static inline void dtmk_##name(const DtmCtx *ctx, const DtmkArgs *a)             \
+	{                                                                                \
+		(void)ctx;                                                               \
+		float s = (float)a->f[0];                                                \
+		(void)s;                                                                 \
+		for (int64_t i = 0; i < a->out.numel; i++) {                             \
+			float v = dtmk_load(&a->in[0], i);                               \
+			dtmk_store(&a->out, i, (expr));                                  \
+		}                                                                        \
+	}
+DTMK_UNARY(neg, -v)
+DTMK_UNARY(exp, expf(v))
+DTMK_UNARY(log, logf(v))
+DTMK_UNARY(sqrt, sqrtf(v))
+DTMK_UNARY(rsqrt, 1.0f / sqrtf(v))
+DTMK_UNARY(tanh, tanhf(v))
+DTMK_UNARY(relu, dtmk_relu_f(v))
+DTMK_UNARY(gelu, dtmk_gelu_f(v))
+DTMK_UNARY(silu, dtmk_silu_f(v))
+DTMK_UNARY(sigmoid, dtmk_sigmoid_f(v))
+DTMK_UNARY(scale, v * s)
+DTMK_UNARY(cast, v)
+DTMK_UNARY(dropout, dtmk_dropout_f(ctx, v, s, (uint32_t)a->ints[0], i))
+#undef DTMK_UNARY
+
+#define DTMK_BINARY(name, expr)                                                          \
+	static inline void dtmk_##name(const DtmCtx *ctx, const DtmkArgs *a)             \
+	{                                                                                \
+		(void)ctx;                                                               \
+		int r = a->out.rank;                                                     \
+		int64_t sa[DTM_MAX_RANK + 1], sb[DTM_MAX_RANK + 1];                      \
+		int64_t idx[DTM_MAX_RANK + 1] = { 0 }, oa = 0, ob = 0;                   \
+		dtmk_bcast_strides(&a->in[0], r, a->out.shape, sa);                      \
+		dtmk_bcast_strides(&a->in[1], r, a->out.shape, sb);                      \
+		for (int64_t i = 0; i < a->out.numel; i++) {                             \
+			float u = dtmk_load(&a->in[0], oa), v = dtmk_load(&a->in[1], ob); \
+			dtmk_store(&a->out, i, (expr));                                  \
+			for (int d = r - 1; d >= 0; d--) {                               \
+				oa += sa[d];                                             \
+				ob += sb[d];                                             \
+				if (++idx[d] < a->out.shape[d])                          \
+					break;                                           \
+				oa -= sa[d] * a->out.shape[d];                           \
+				ob -= sb[d] * a->out.shape[d];                           \
+				idx[d] = 0;                                              \
+			}                                                                \
+		}                                                                        \
+	}
+DTMK_BINARY(add, u + v)
+DTMK_BINARY(sub, u - v)
+DTMK_BINARY(mul, u * v)
+DTMK_BINARY(div, u / v)
+#undef DTMK_BINARY
+
+/* const: the scalar attrs.f[0] in every element. */
+static inline void dtmk_const(const DtmCtx *ctx, const DtmkArgs *a)
+{
+	(void)ctx;
+	for (int64_t i = 0; i < a->out.numel; i++)
+		dtmk_store(&a->out, i, (float)a->f[0]);
+}
+
+/* ---- matmul (fallback: batch dims that one strided GEMM cannot express) ---- */
+
+static inline void dtmk_matmul(const DtmCtx *ctx, const DtmkArgs *a)
+{
+	(void)ctx;
+	const DtmkTensor *A = &a->in[0], *B = &a->in[1], *C = &a->out;
+	int r = C->rank, nb = r - 2;
+	int64_t M = C->shape[r - 2], N = C->shape[r - 1], K = A->shape[A->rank - 1];
+	int64_t sa[DTM_MAX_RANK], sb[DTM_MAX_RANK], s;
+	s = M * K;
+	for (int i = nb - 1, j = A->rank - 3; i >= 0; i--, j--) {
+		int64_t n = j >= 0 ? A->shape[j] : 1;
+		sa[i] = n == 1 ? 0 : s;
+		s *= n;
+	}
+	s = K * N;
+	for (int i = nb - 1, j = B->rank - 3; i >= 0; i--, j--) {
+		int64_t n = j >= 0 ? B->shape[j] : 1;
+		sb[i] = n == 1 ? 0 : s;
+		s *= n;
+	}
+	int64_t nbatch = dtmk_span(C, 0, nb);
+	for (int64_t bi = 0; bi < nbatch; bi++) {
+		int64_t oa = 0, ob = 0, rem = bi;
+		for (int i = nb - 1; i >= 0; i--) {
+			int64_t ix = rem % C->shape[i];
+			rem /= C->shape[i];
+			oa += ix * sa[i];
+			ob += ix * sb[i];
+		}
+		for (int64_t i = 0; i < M; i++)
+			for (int64_t j = 0; j < N; j++) {
+				float acc = 0;
+				for (int64_t p = 0; p < K; p++)
+					acc += dtmk_load(A, oa + i * K + p) * dtmk_load(B, ob + p * N + j);
+				dtmk_store(C, bi * M * N + i * N + j, acc);
+			}
+	}
+}
+
+/* ---- reductions: sum, mean, max over attrs.ints (keepdims = flag) ---- */
+
+/* Reduces a [outer, len, inner] view when the reduced axes are one
+ * contiguous run; else walks the input with output strides. */
+static inline void dtmk_reduce(const DtmkArgs *a, int op /* 0 sum, 1 mean, 2 max */)
+{
+	const DtmkTensor *X = &a->in[0];
+	int r = X->rank;
+	int red[DTM_MAX_RANK] = { 0 };
+	for (int k = 0; k < a->nints; k++) {
+		int64_t ax = a->ints[k] < 0 ? a->ints[k] + r : a->ints[k];
+		if (ax >= 0 && ax < r)
+			red[ax] = 1;
+	}
+	int first = -1, last = -1, contiguous = 1;
+	for (int d = 0; d < r; d++)
+		if (red[d]) {
+			if (first < 0)
+				first = d;
+			else if (last != d - 1)
+				contiguous = 0;
+			last = d;
+		}
+	int64_t count = 1;
+	for (int d = 0; d < r; d++)
+		if (red[d])
+			count *= X->shape[d];
+	if (first < 0 || contiguous) {
+		int64_t outer = first < 0 ? X->numel : dtmk_span(X, 0, first);
+		int64_t len = first < 0 ? 1 : dtmk_span(X, first, last + 1);
+		int64_t inner = first < 0 ? 1 : dtmk_span(X, last + 1, r);
+		for (int64_t o = 0; o < outer; o++)
+			for (int64_t in = 0; in < inner; in++) {
+				double acc = op == 2 ? -INFINITY : 0.0;
+				for (int64_t l = 0; l < len; l++) {
+					double v = dtmk_load(X, (o * len + l) * inner + in);
+					if (op == 2)
+						acc = v > acc || isnan(v) ? v : acc;
+					else
+						acc += v;
+				}
+				if (op == 1)
+					acc /= (double)count;
+				dtmk_store(&a->out, o * inner + in, (float)acc);
+			}
+		return;
+	}
+	int64_t st[DTM_MAX_RANK], s = 1, idx[DTM_MAX_RANK] = { 0 }, off = 0;
+	for (int d = r - 1; d >= 0; d--) {
+		st[d] = red[d] ? 0 : s;
+		s *= red[d] ? 1 : X->shape[d];
+	}
+	for (int64_t i = 0; i < a->out.numel; i++)
+		dtmk_store(&a->out, i, op == 2 ? -INFINITY : 0.0f);
+	for (int64_t i = 0; i < X->numel; i++) {
+		float v = dtmk_load(X, i), y = dtmk_load(&a->out, off);
+		dtmk_store(&a->out, off, op == 2 ? (v > y || isnan(v) ? v : y) : y + v);
+		for (int d = r - 1; d >= 0; d--) {
+			off += st[d];
+			if (++idx[d] < X->shape[d])
+				break;
+			off -= st[d] * X->shape[d];
+			idx[d] = 0;
+		}
+	}
+	if (op == 1)
+		for (int64_t i = 0; i < a->out.numel; i++)
+			dtmk_store(&a->out, i, dtmk_load(&a->out, i) / (float)count);
+}
+
+static inline void dtmk_sum(const DtmCtx *ctx, const DtmkArgs *a)
+{
+	(void)ctx;
+	dtmk_reduce(a, 0);
+}
+
+static inline void dtmk_mean(const DtmCtx *ctx, const DtmkArgs *a)
+{
+	(void)ctx;
+	dtmk_reduce(a, 1);
+}
+
+static inline void dtmk_max(const DtmCtx *ctx, const DtmkArgs *a)
+{
+	(void)ctx;
+	dtmk_reduce(a, 2);
+}
+
+/* ---- softmax / log_softmax along attrs.ints[0] ---- */
+
+struct dtmk_rows_job {
+	const DtmkArgs *a;
+	int64_t len, inner;
+	int flag;
+};
+
+static inline void dtmk_softmax_rows(void *argp, int64_t lo, int64_t hi)
+{
+	struct dtmk_rows_job *j = argp;
+	const DtmkArgs *a = j->a;
+	int64_t len = j->len, inner = j->inner;
+	int lg = j->flag, f32 = dtmk_all_f32(a) && inner == 1;
+	for (int64_t row = lo; row < hi; row++) {
+		int64_t o = row / inner, in = row % inner, base = o * len * inner + in;
+		if (f32) {
+			const float *x = (const float *)a->in[0].p + base;
+			float *y = (float *)a->out.p + base;
+			float mx = -INFINITY;
+			for (int64_t l = 0; l < len; l++)
+				mx = x[l] > mx ? x[l] : mx;
+			double sum = 0;
+			for (int64_t l = 0; l < len; l++)
+				sum += expf(x[l] - mx);
+			float lse = mx + (float)log(sum);
+			if (lg)
+				for (int64_t l = 0; l < len; l++)
+					y[l] = x[l] - lse;
+			else
+				for (int64_t l = 0; l < len; l++)
+					y[l] = expf(x[l] - lse);
+			continue;
+		}
+		float mx = -INFINITY;
+		for (int64_t l = 0; l < len; l++) {
+			float v = dtmk_load(&a->in[0], base + l * inner);
+			mx = v > mx ? v : mx;
+		}
+		double sum = 0;
+		for (int64_t l = 0; l < len; l++)
+			sum += expf(dtmk_load(&a->in[0], base + l * inner) - mx);
+		float lse = mx + (float)log(sum);
+		for (int64_t l = 0; l < len; l++) {
+			float v = dtmk_load(&a->in[0], base + l * inner) - lse;
+			dtmk_store(&a->out, base + l * inner, lg ? v : expf(v));
+		}
+	}
+}
+
+static inline void dtmk_softmax_any(const DtmCtx *ctx, const DtmkArgs *a, int lg)
+{
+	const DtmkTensor *X = &a->in[0];
+	int ax = (int)(a->ints[0] < 0 ? a->ints[0] + X->rank : a->ints[0]);
+	struct dtmk_rows_job j = { a, X->shape[ax], dtmk_span(X, ax + 1, X->rank), lg };
+	int64_t rows = dtmk_span(X, 0, ax) * j.inner;
+	dtmk_par(ctx, rows, 64, dtmk_softmax_rows, &j);
+}
+
+static inline void dtmk_softmax(const DtmCtx *ctx, const DtmkArgs *a)
+{
+	dtmk_softmax_any(ctx, a, 0);
+}
+
+static inline void dtmk_log_softmax(const DtmCtx *ctx, const DtmkArgs *a)
+{
+	dtmk_softmax_any(ctx, a, 1);
+}
+
+/* ---- layernorm(x, g, b) / rmsnorm(x, g) over the last dim ---- */
+
+static inline void dtmk_norm_rows(void *argp, int64_t lo, int64_t hi)
+{
+	struct dtmk_rows_job *j = argp;
+	const DtmkArgs *a = j->a;
+	int64_t D = j->len;
+	int ln = j->flag;
+	float eps = (float)a->f[0];
+	if (dtmk_all_f32(a)) {
+		const float *g = a->in[1].p, *b = ln ? a->in[2].p : NULL;
+		for (int64_t r = lo; r < hi; r++) {
+			const float *x = (const float *)a->in[0].p + r * D;
+			float *y = (float *)a->out.p + r * D;
+			float mu = 0, var = 0;
+			if (ln) {
+				for (int64_t k = 0; k < D; k++)
+					mu += x[k];
+				mu /= (float)D;
+			}
+			for (int64_t k = 0; k < D; k++)
+				var += (x[k] - mu) * (x[k] - mu);
+			float inv = 1.0f / sqrtf(var / (float)D + eps);
+			if (ln)
+				for (int64_t k = 0; k < D; k++)
+					y[k] = (x[k] - mu) * inv * g[k] + b[k];
+			else
+				for (int64_t k = 0; k < D; k++)
+					y[k] = x[k] * inv * g[k];
+		}
+		return;
+	}
+	for (int64_t r = lo; r < hi; r++) {
+		float mu = 0, var = 0;
+		if (ln) {
+			for (int64_t k = 0; k < D; k++)
+				mu += dtmk_load(&a->in[0], r * D + k);
+			mu /= (float)D;
+		}
+		for (int64_t k = 0; k < D; k++) {
+			float c = dtmk_load(&a->in[0], r * D + k) - mu;
+			var += c * c;
+		}
+		float inv = 1.0f / sqrtf(var / (float)D + eps);
+		for (int64_t k = 0; k < D; k++) {
+			float v = (dtmk_load(&a->in[0], r * D + k) - mu) * inv * dtmk_load(&a->in[1], k);
+			dtmk_store(&a->out, r * D + k, v + (ln ? dtmk_load(&a->in[2], k) : 0.0f));
+		}
+	}
+}
+
+static inline void dtmk_layernorm(const DtmCtx *ctx, const DtmkArgs *a)
+{
+	int64_t D = a->in[0].shape[a->in[0].rank - 1];
+	struct dtmk_rows_job j = { a, D, 1, 1 };
+	dtmk_par(ctx, D ? a->in[0].numel / D : 0, 64, dtmk_norm_rows, &j);
+}
+
+static inline void dtmk_rmsnorm(const DtmCtx *ctx, const DtmkArgs *a)
+{
+	int64_t D = a->in[0].shape[a->in[0].rank - 1];
+	struct dtmk_rows_job j = { a, D, 1, 0 };
+	dtmk_par(ctx, D ? a->in[0].numel / D : 0, 64, dtmk_norm_rows, &j);
+}
+
+/* ---- data movement ---- */
+
+/* embed(table [V, D], ids [...]): out-of-range ids give a zero row rather
+ * than a clamped (silently wrong) one; the data loader guarantees range. */
+static inline void dtmk_embed(const DtmCtx *ctx, const DtmkArgs *a)
+{
+	(void)ctx;
+	const DtmkTensor *T = &a->in[0], *I = &a->in[1];
+	int64_t V = T->shape[0], D = T->shape[1], N = I->numel;
+	size_t es = dtmk_esize(T->dtype);
+	for (int64_t i = 0; i < N; i++) {
+		int32_t id = dtmk_load_i32(I, i);
+		char *dst = (char *)a->out.p + (size_t)(i * D) * dtmk_esize(a->out.dtype);
+		if (id < 0 || id >= V) {
+			memset(dst, 0, (size_t)D * dtmk_esize(a->out.dtype));
+		} else if (T->dtype == a->out.dtype) {
+			memcpy(dst, (const char *)T->p + (size_t)((int64_t)id * D) * es, (size_t)D * es);
+		} else {
+			for (int64_t k = 0; k < D; k++)
+				dtmk_store(&a->out, i * D + k, dtmk_load(T, (int64_t)id * D + k));
+		}
+	}
+}
+
+/* permute: output dim i is input dim ints[i]. */
+static inline void dtmk_permute(const DtmCtx *ctx, const DtmkArgs *a)
+{
+	(void)ctx;
+	const DtmkTensor *X = &a->in[0];
+	int r = a->out.rank;
+	int64_t xs[DTM_MAX_RANK], st[DTM_MAX_RANK], idx[DTM_MAX_RANK] = { 0 }, s = 1, off = 0;
+	for (int d = r - 1; d >= 0; d--) {
+		xs[d] = s;
+		s *= X->shape[d];
+	}
+	for (int d = 0; d < r; d++)
+		st[d] = xs[a->ints[d]];
+	if (r == 0) {
+		dtmk_store(&a->out, 0, dtmk_load(X, 0));
+		return;
+	}
+	int64_t inner = a->out.shape[r - 1], si = st[r - 1];
+	int f32 = dtmk_all_f32(a);
+	for (int64_t o = 0; o < a->out.numel; o += inner) {
+		if (f32) {
+			const float *x = (const float *)X->p + off;
+			float *y = (float *)a->out.p + o;
+			for (int64_t k = 0; k < inner; k++)
+				y[k] = x[k * si];
+		} else {
+			for (int64_t k = 0; k < inner; k++)
+				dtmk_store(&a->out, o + k, dtmk_load(X, off + k * si));
+		}
+		for (int d = r - 2; d >= 0; d--) {
+			off += st[d];
+			if (++idx[d] < a->out.shape[d])
+				break;
+			off -= st[d] * a->out.shape[d];
+			idx[d] = 0;
+		}
+	}
+}
+
+static inline void dtmk_reshape(const DtmCtx *ctx, const DtmkArgs *a)
+{
+	(void)ctx;
+	if (a->in[0].p == a->out.p)
+		return;
+	if (a->in[0].dtype == a->out.dtype) {
+		memmove(a->out.p, a->in[0].p, (size_t)a->out.numel * dtmk_esize(a->out.dtype));
+		return;
+	}
+	for (int64_t i = 0; i < a->out.numel; i++)
+		dtmk_store(&a->out, i, dtmk_load(&a->in[0], i));
+}
+
+/* Copies an [outer, n] block grid with element conversion when needed. */
+static inline void dtmk_copy_rows(const DtmkTensor *src, int64_t soff, const DtmkTensor *dst,
+				  int64_t doff, int64_t n)
+{
+	if (src->dtype == dst->dtype) {
+		size_t es = dtmk_esize(src->dtype);
+		memcpy((char *)dst->p + (size_t)doff * es, (const char *)src->p + (size_t)soff * es,
+		       (size_t)n * es);
+		return;
+	}
+	for (int64_t k = 0; k < n; k++)
+		dtmk_store(dst, doff + k, dtmk_load(src, soff + k));
+}
+
+/* concat along ints[0]. */
+static inline void dtmk_concat(const DtmCtx *ctx, const DtmkArgs *a)
+{
+	(void)ctx;
+	int r = a->out.rank;
+	int ax = (int)(a->ints[0] < 0 ? a->ints[0] + r : a->ints[0]);
+	int64_t outer = dtmk_span(&a->out, 0, ax), inner = dtmk_span(&a->out, ax + 1, r);
+	int64_t off = 0;
+	for (int64_t o = 0; o < outer; o++)
+		for (int k = 0; k < a->nin; k++) {
+			int64_t blk = a->in[k].shape[ax] * inner;
+			dtmk_copy_rows(&a->in[k], o * blk, &a->out, off, blk);
+			off += blk;
+		}
+}
+
+/* slice: ints = {axis, start, end}. */
+static inline void dtmk_slice(const DtmCtx *ctx, const DtmkArgs *a)
+{
+	(void)ctx;
+	const DtmkTensor *X = &a->in[0];
+	int ax = (int)(a->ints[0] < 0 ? a->ints[0] + X->rank : a->ints[0]);
+	int64_t lo = a->ints[1], hi = a->ints[2];
+	int64_t outer = dtmk_span(X, 0, ax), inner = dtmk_span(X, ax + 1, X->rank);
+	int64_t len = X->shape[ax], blk = (hi - lo) * inner;
+	for (int64_t o = 0; o < outer; o++)
+		dtmk_copy_rows(X, (o * len + lo) * inner, &a->out, o * blk, blk);
+}
+
+/* ---- attention(q, k, v) [.., T, D]: ints = {heads, causal} ---- */
+
+struct dtmk_attn_job {
+	const DtmkArgs *a;
+	int64_t H, Tq, Tk, D, Dv;
+	int causal;
+};
+
+/* One (batch, head) item per index: scores for one query row at a time,
+ * max-subtracted softmax, then the weighted sum of v rows. */
+static inline void dtmk_attention_items(void *argp, int64_t lo, int64_t hi)
+{
+	struct dtmk_attn_job *j = argp;
+	const DtmkArgs *a = j->a;
+	int64_t H = j->H, Tq = j->Tq, Tk = j->Tk, D = j->D, Dv = j->Dv;
+	int64_t hd = D / H, hv = Dv / H;
+	float scale = 1.0f / sqrtf((float)hd);
+	int f32 = dtmk_all_f32(a);
+	float *p = malloc(sizeof(float) * (size_t)(Tk + 2 * (hd > hv ? hd : hv) + 1));
+	if (!p)
+		return;
+	float *qrow = p + Tk, *acc = qrow + (hd > hv ? hd : hv);
+	for (int64_t it = lo; it < hi; it++) {
+		int64_t b = it / H, h = it % H;
+		for (int64_t i = 0; i < Tq; i++) {
+			int64_t nk = j->causal ? (i + 1 < Tk ? i + 1 : Tk) : Tk;
+			int64_t qo = (b * Tq + i) * D + h * hd;
+			for (int64_t c = 0; c < hd; c++)
+				qrow[c] = (f32 ? ((const float *)a->in[0].p)[qo + c] :
+						 dtmk_load(&a->in[0], qo + c)) * scale;
+			float mx = -INFINITY;
+			for (int64_t t = 0; t < nk; t++) {
+				int64_t ko = (b * Tk + t) * D + h * hd;
+				float s = 0;
+				if (f32) {
+					const float *kr = (const float *)a->in[1].p + ko;
+					for (int64_t c = 0; c < hd; c++)
+						s += qrow[c] * kr[c];
+				} else {
+					for (int64_t c = 0; c < hd; c++)
+						s += qrow[c] * dtmk_load(&a->in[1], ko + c);
+				}
+				p[t] = s;
+				mx = s > mx ? s : mx;
+			}
+			float sum = 0;
+			for (int64_t t = 0; t < nk; t++) {
+				p[t] = expf(p[t] - mx);
+				sum += p[t];
+			}
+			float inv = 1.0f / sum;
+			for (int64_t c = 0; c < hv; c++)
+				acc[c] = 0;
+			for (int64_t t = 0; t < nk; t++) {
+				int64_t vo = (b * Tk + t) * Dv + h * hv;
+				float w = p[t] * inv;
+				if (f32) {
+					const float *vr = (const float *)a->in[2].p + vo;
+					for (int64_t c = 0; c < hv; c++)
+						acc[c] += w * vr[c];
+				} else {
+					for (int64_t c = 0; c < hv; c++)
+						acc[c] += w * dtmk_load(&a->in[2], vo + c);
+				}
+			}
+			int64_t yo = (b * Tq + i) * Dv + h * hv;
+			for (int64_t c = 0; c < hv; c++)
+				dtmk_store(&a->out, yo + c, acc[c]);
+		}
+	}
+	free(p);
+}
+
+static inline void dtmk_attention(const DtmCtx *ctx, const DtmkArgs *a)
+{
+	const DtmkTensor *Q = &a->in[0], *K = &a->in[1], *V = &a->in[2];
+	int r = Q->rank;
+	struct dtmk_attn_job j = { a, a->ints[0], Q->shape[r - 2], K->shape[r - 2],
+				   Q->shape[r - 1], V->shape[r - 1], a->ints[1] != 0 };
+	if (j.H <= 0)
+		return;
+	dtmk_par(ctx, dtmk_span(Q, 0, r - 2) * j.H, 1, dtmk_attention_items, &j);
+}
+
+/* ---- losses: chunked so the sum's order is fixed ---- */
+
+#define DTMK_LOSS_CHUNK 64
+
+struct dtmk_ce_job {
+	const DtmkArgs *a;
+	int64_t N, V;
+	double *part;
+};
+
+static inline void dtmk_ce_chunks(void *argp, int64_t lo, int64_t hi)
+{
+	struct dtmk_ce_job *j = argp;
+	const DtmkArgs *a = j->a;
+	int64_t V = j->V;
+	int f32 = a->in[0].dtype == DTM_F32;
+	for (int64_t c = lo; c < hi; c++) {
+		double tot = 0;
+		int64_t end = (c + 1) * DTMK_LOSS_CHUNK < j->N ? (c + 1) * DTMK_LOSS_CHUNK : j->N;
+		for (int64_t i = c * DTMK_LOSS_CHUNK; i < end; i++) {
+			int32_t t = dtmk_load_i32(&a->in[1], i);
+			float mx = -INFINITY;
+			double sum = 0;
+			if (f32) {
+				const float *x = (const float *)a->in[0].p + i * V;
+				for (int64_t k = 0; k < V; k++)
+					mx = x[k] > mx ? x[k] : mx;
+				float s = 0;
+				for (int64_t k = 0; k < V; k++)
+					s += expf(x[k] - mx);
+				sum = s;
+			} else {
+				for (int64_t k = 0; k < V; k++) {
+					float v = dtmk_load(&a->in[0], i * V + k);
+					mx = v > mx ? v : mx;
+				}
+				for (int64_t k = 0; k < V; k++)
+					sum += expf(dtmk_load(&a->in[0], i * V + k) - mx);
+			}
+			float xt = t >= 0 && t < V ? dtmk_load(&a->in[0], i * V + t) : NAN;
+			tot += (double)mx + log(sum) - (double)xt;
+		}
+		j->part[c] = tot;
+	}
+}
+
+/* cross_entropy(logits [..., V], targets i32[...]) -> mean over positions
+ * of logsumexp(row) - row[target]; a target out of range gives NaN (the
+ * runtime stops on a non-finite loss). */
+static inline void dtmk_cross_entropy(const DtmCtx *ctx, const DtmkArgs *a)
+{
+	int64_t V = a->in[0].shape[a->in[0].rank - 1], N = a->in[1].numel;
+	int64_t nc = (N + DTMK_LOSS_CHUNK - 1) / DTMK_LOSS_CHUNK;
+	double *part = calloc((size_t)(nc ? nc : 1), sizeof(double));
+	if (!part) {
+		dtmk_store(&a->out, 0, NAN);
+		return;
+	}
+	struct dtmk_ce_job j = { a, N, V, part };
+	dtmk_par(ctx, nc, 1, dtmk_ce_chunks, &j);
+	double tot = 0;
+	for (int64_t c = 0; c < nc; c++)
+		tot += part[c];
+	free(part);
+	dtmk_store(&a->out, 0, (float)(tot / (double)(N ? N : 1)));
+}
+
+static inline void dtmk_mse(const DtmCtx *ctx, const DtmkArgs *a)
+{
+	(void)ctx;
+	int64_t N = a->in[0].numel;
+	double tot = 0;
+	for (int64_t i = 0; i < N; i++) {
+		double d = (double)dtmk_load(&a->in[0], i) - (double)dtmk_load(&a->in[1], i);
+		tot += d * d;
+	}
+	dtmk_store(&a->out, 0, (float)(tot / (double)(N ? N : 1)));
+}
+
+#endif

@@ -1,0 +1,159 @@
+/* link.c - `dtmc build`: plans memory, writes the C file, runs the system C
+ * compiler and links the runtime into one executable.
+ *
+ * Outputs never exist half-written: the C goes to OUTPUT.dtm.c.tmp and the
+ * executable to OUTPUT.tmp.PID, renamed to OUTPUT only after cc succeeded.
+ * A failed compile keeps the C (as OUTPUT.dtm.c) and names it, since a
+ * compile error there is a code generator bug someone must read.
+ *
+ * The repository root (for #include "runtime/plan.h") and the runtime
+ * library come from compile definitions CMake sets (DTM_SOURCE_DIR,
+ * DTM_RUNTIME_LIB, DTM_BLAS_LIB), so the installed dtmc needs no
+ * environment.  cc is run with fork/execvp, never through a shell, so paths
+ * with spaces or quotes are safe.
+ */
+#include "link.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "../passes/fuse.h"
+#include "../passes/memplan.h"
+#include "emit_c.h"
+
+#ifndef DTM_SOURCE_DIR
+#define DTM_SOURCE_DIR "."
+#endif
+#ifndef DTM_RUNTIME_LIB
+#define DTM_RUNTIME_LIB "libdtm_runtime.a"
+#endif
+#ifndef DTM_BLAS_LIB
+#define DTM_BLAS_LIB ""
+#endif
+
+/* Runs argv; returns its exit status, or -1 when it could not start. */
+static int run_cmd(char *const *argv)
+{
+	pid_t pid = fork();
+	if (pid < 0)
+		return -1;
+	if (pid == 0) {
+		execvp(argv[0], argv);
+		_exit(127);
+	}
+	int st;
+	while (waitpid(pid, &st, 0) < 0)
+		if (errno != EINTR)
+			return -1;
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+}
+
+bool cg_build(const IrModule *m, const CgBuildOptions *opt, Diag *d)
+{
+	Arena a;
+	arena_init(&a);
+	FusePlan fp;
+	MemPlan mp;
+	bool ok = pass_fuse_plan(m, &a, d, &fp) && pass_memplan(m, &fp, &a, d, &mp);
+	if (!ok) {
+		arena_free(&a);
+		return false;
+	}
+	if (opt->verbose) {
+		int64_t tot = 0;
+		fprintf(stderr, "dtmc: planned memory per arena:\n");
+		for (int k = 0; k < DTM_ARENA_COUNT; k++) {
+			fprintf(stderr, "  %-6s %12lld bytes\n", pass_memplan_arena_name(k),
+			        (long long)mp.arena_bytes[k]);
+			tot += mp.arena_bytes[k];
+		}
+		fprintf(stderr, "  total  %12lld bytes (activations without reuse: %lld)\n",
+		        (long long)tot, (long long)mp.act_unshared);
+	}
+	const char *outp = opt->output;
+	char *cpath = arena_printf(&a, "%s.dtm.c.tmp", outp);
+	char *kept = arena_printf(&a, "%s.dtm.c", outp);
+	char *tmpexe = arena_printf(&a, "%s.tmp.%ld", outp, (long)getpid());
+	FILE *f = cpath ? fopen(cpath, "w") : NULL;
+	if (!f) {
+		diag_error(d, (SrcLoc){0}, "cannot write '%s': %s", cpath ? cpath : outp,
+		           strerror(errno));
+		arena_free(&a);
+		return false;
+	}
+	CgEmitOptions eo = { DTM_SOURCE_DIR };
+	ok = cg_emit_c(f, m, &fp, &mp, &eo, d);
+	if (fclose(f) != 0 && ok) {
+		diag_error(d, (SrcLoc){0}, "cannot write '%s'", cpath);
+		ok = false;
+	}
+	if (!ok) {
+		unlink(cpath);
+		arena_free(&a);
+		return false;
+	}
+	const char *cc = getenv("CC");
+	if (!cc || !*cc)
+		cc = "cc";
+	char *inc = arena_printf(&a, "-I%s", DTM_SOURCE_DIR);
+	char *argv[32];
+	int n = 0;
+	argv[n++] = (char *)cc;
+	argv[n++] = "-O2";
+	argv[n++] = "-march=native";
+	argv[n++] = "-std=c11";
+	argv[n++] = "-D_POSIX_C_SOURCE=200809L";
+	argv[n++] = inc;
+	argv[n++] = "-o";
+	argv[n++] = tmpexe;
+	argv[n++] = "-x";
+	argv[n++] = "c";
+	argv[n++] = cpath;
+	argv[n++] = "-x";
+	argv[n++] = "none";
+	argv[n++] = DTM_RUNTIME_LIB;
+	if (DTM_BLAS_LIB[0])
+		argv[n++] = DTM_BLAS_LIB;
+	argv[n++] = "-lpthread";
+	argv[n++] = "-lm";
+	argv[n] = NULL;
+	if (opt->verbose) {
+		fputs("dtmc:", stderr);
+		for (int i = 0; i < n; i++)
+			fprintf(stderr, " %s", argv[i]);
+		fputc('\n', stderr);
+	}
+	int rc = run_cmd(argv);
+	if (rc != 0) {
+		rename(cpath, kept);
+		unlink(tmpexe);
+		if (rc < 0 || rc == 127)
+			diag_error(d, (SrcLoc){0}, "could not run the C compiler '%s'", cc);
+		else
+			diag_error(d, (SrcLoc){0},
+			           "the C compiler failed (status %d) on the generated C, kept as "
+			           "'%s': this is a dtmc bug, please report it with that file",
+			           rc, kept);
+		arena_free(&a);
+		return false;
+	}
+	if (rename(tmpexe, outp) != 0) {
+		diag_error(d, (SrcLoc){0}, "cannot rename '%s' to '%s': %s", tmpexe, outp,
+		           strerror(errno));
+		unlink(tmpexe);
+		ok = false;
+	}
+	if (opt->keep_c)
+		rename(cpath, kept);
+	else
+		unlink(cpath);
+	if (ok && opt->verbose)
+		fprintf(stderr, "dtmc: wrote %s%s%s\n", outp, opt->keep_c ? " and " : "",
+		        opt->keep_c ? kept : "");
+	arena_free(&a);
+	return ok;
+}

@@ -1,0 +1,188 @@
+/* fuse.c - pass "fuse": elementwise chains into single loops, transposes
+ * into GEMM flags.
+ *
+ * Consumes the final (single-device) IR and leaves it unchanged; produces a
+ * FusePlan (fuse.h) that memplan and codegen recompute with
+ * pass_fuse_plan.  Recomputing instead of storing keeps compiler-only data
+ * off the IR and out of runtime/plan.h; the plan is a pure function of the
+ * module, so every reader sees the same one.
+ *
+ * Grouping: nodes are visited in order; an elementwise node c absorbs an
+ * operand o when o is elementwise too, has exactly one use (c), has c's
+ * shape (so it is computed at c's index, never recomputed per broadcast
+ * element), is in the same phase (forward = up to the loss), and is not a
+ * value the runtime reads (loss, gradients, grad_norm).  External inputs
+ * of a group may broadcast onto its shape.  Every memory round trip saved
+ * is bandwidth saved: the CPU kernels here are memory bound.
+ */
+#include "fuse.h"
+
+#include <string.h>
+
+bool pass_fuse_op_ok(IrOp op)
+{
+	switch (op) {
+	case IR_OP_ADD: case IR_OP_SUB: case IR_OP_MUL: case IR_OP_DIV:
+	case IR_OP_NEG: case IR_OP_EXP: case IR_OP_LOG: case IR_OP_SQRT:
+	case IR_OP_RSQRT: case IR_OP_TANH: case IR_OP_RELU: case IR_OP_GELU:
+	case IR_OP_SILU: case IR_OP_SIGMOID: case IR_OP_SCALE: case IR_OP_CAST:
+	case IR_OP_DROPOUT:
+		return true;
+	default:
+		return false;
+	}
+}
+
+bool pass_is_last2_transpose(const IrNode *n)
+{
+	if (n->op != IR_OP_PERMUTE || n->rank < 2 || n->attrs.nints != n->rank)
+		return false;
+	for (int i = 0; i < n->rank - 2; i++)
+		if (n->attrs.ints[i] != i)
+			return false;
+	return n->attrs.ints[n->rank - 2] == n->rank - 1 && n->attrs.ints[n->rank - 1] == n->rank - 2;
+}
+
+/* X's batch dims, right-aligned to C's: all 1 (broadcast) or all equal. */
+static bool batch_ok(const IrNode *x, const IrNode *c)
+{
+	int nb = c->rank - 2, xb = x->rank - 2;
+	bool ones = true, equal = xb <= nb;
+	for (int i = 0; i < xb; i++)
+		ones &= x->shape[i] == 1;
+	for (int i = 0; equal && i < nb; i++) {
+		int j = i - (nb - xb);
+		int64_t s = j >= 0 ? x->shape[j] : 1;
+		equal = s == c->shape[i];
+	}
+	return ones || equal;
+}
+
+bool pass_matmul_is_gemm(const IrModule *m, const IrNode *mm)
+{
+	if (mm->op != IR_OP_MATMUL || mm->nops != 2 || mm->rank < 2)
+		return false;
+	const IrNode *a = m->nodes[mm->ops[0]], *b = m->nodes[mm->ops[1]];
+	if (a->rank < 2 || b->rank < 2 || a->rank > mm->rank || b->rank > mm->rank)
+		return false;
+	return batch_ok(a, mm) && batch_ok(b, mm);
+}
+
+int pass_fuse_operand(const IrModule *m, const FusePlan *fp, int id, int i, bool *trans)
+{
+	int o = m->nodes[id]->ops[i];
+	*trans = false;
+	if (fp && fp->folded[o]) {
+		*trans = true;
+		return m->nodes[o]->ops[0];
+	}
+	return o;
+}
+
+/* A value the runtime reads after the step must stay in memory. */
+static bool must_materialise(const IrModule *m, const IrNode *n)
+{
+	return n->id == m->loss || n->role != IR_ROLE_ACT ||
+	       (n->name && strcmp(n->name, "grad_norm") == 0) ||
+	       (ir_op_flags(n->op) & OPF_INPLACE);
+}
+
+static bool same_shape(const IrNode *a, const IrNode *b)
+{
+	if (a->rank != b->rank)
+		return false;
+	for (int i = 0; i < a->rank; i++)
+		if (a->shape[i] != b->shape[i])
+			return false;
+	return true;
+}
+
+/* Distinct outside operands of the union of two groups (members listed
+ * through next[], ending at -1). */
+static int count_inputs(const IrModule *m, const int *root, const int *next, int g1, int g2)
+{
+	int ext[2 * FUSE_MAX_MEMBERS * 2 + 8], n = 0;
+	int heads[2] = { g1, g2 };
+	for (int h = 0; h < 2; h++) {
+		for (int x = heads[h]; x >= 0; x = next[x]) {
+			const IrNode *nd = m->nodes[x];
+			for (int k = 0; k < nd->nops; k++) {
+				int o = nd->ops[k];
+				if (root[o] == g1 || root[o] == g2)
+					continue;
+				bool seen = false;
+				for (int j = 0; j < n && !seen; j++)
+					seen = ext[j] == o;
+				if (!seen && n < (int)(sizeof ext / sizeof ext[0]))
+					ext[n++] = o;
+			}
+		}
+	}
+	return n;
+}
+
+bool pass_fuse_plan(const IrModule *m, Arena *a, Diag *d, FusePlan *fp)
+{
+	int n = m->nnodes;
+	memset(fp, 0, sizeof *fp);
+	fp->n = n;
+	fp->root = arena_alloc(a, sizeof(int) * (size_t)(n + 1));
+	fp->internal = arena_alloc(a, sizeof(bool) * (size_t)(n + 1));
+	fp->folded = arena_alloc(a, sizeof(bool) * (size_t)(n + 1));
+	int *uses = arena_alloc(a, sizeof(int) * (size_t)(n + 1));
+	int *next = arena_alloc(a, sizeof(int) * (size_t)(n + 1));
+	int *size = arena_alloc(a, sizeof(int) * (size_t)(n + 1));
+	if (!fp->root || !fp->internal || !fp->folded || !uses || !next || !size) {
+		diag_error(d, (SrcLoc){0}, "out of memory planning fusion");
+		return false;
+	}
+	for (int i = 0; i < n; i++)
+		for (int k = 0; k < m->nodes[i]->nops; k++)
+			uses[m->nodes[i]->ops[k]]++;
+	for (int i = 0; i < n; i++) {
+		const IrNode *c = m->nodes[i];
+		fp->root[i] = -1;
+		next[i] = -1;
+		size[i] = 1;
+		if (!pass_fuse_op_ok(c->op))
+			continue;
+		fp->root[i] = i;
+		bool fwd_c = m->loss < 0 || i <= m->loss;
+		for (int k = 0; k < c->nops; k++) {
+			int o = c->ops[k];
+			const IrNode *on = m->nodes[o];
+			bool fwd_o = m->loss < 0 || o <= m->loss;
+			if (fp->root[o] != o || uses[o] != 1 || fwd_o != fwd_c ||
+			    must_materialise(m, on) || !same_shape(on, c))
+				continue;
+			if (size[i] + size[o] > FUSE_MAX_MEMBERS ||
+			    count_inputs(m, fp->root, next, i, o) > FUSE_MAX_INPUTS)
+				continue;
+			/* splice o's member list in front of c's */
+			int last = o;
+			for (int x = o; x >= 0; x = next[x]) {
+				fp->root[x] = i;
+				fp->internal[x] = true;
+				last = x;
+			}
+			next[last] = next[i];
+			next[i] = o;
+			size[i] += size[o];
+		}
+	}
+	/* Transposes read only by GEMMs become trans flags. */
+	for (int i = 0; i < n; i++) {
+		const IrNode *p = m->nodes[i];
+		if (!pass_is_last2_transpose(p) || uses[i] == 0 || must_materialise(m, p))
+			continue;
+		bool ok = true;
+		for (int j = i + 1; j < n && ok; j++) {
+			const IrNode *u = m->nodes[j];
+			for (int k = 0; k < u->nops && ok; k++)
+				if (u->ops[k] == i)
+					ok = u->op == IR_OP_MATMUL && pass_matmul_is_gemm(m, u);
+		}
+		fp->folded[i] = ok;
+	}
+	return true;
+}

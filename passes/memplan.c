@@ -1,0 +1,235 @@
+/* memplan.c - pass "memplan" (last in the pipeline): static arena offsets.
+ *
+ * Consumes the final IR and its FusePlan; produces a MemPlan (memplan.h):
+ * per node an arena, an offset and a byte count, and per arena the planned
+ * peak.  The runtime allocates exactly arena_bytes, so what `dtmc build -v`
+ * and `inspect` report is what a run uses.
+ *
+ *   params -> PARAM, optimizer state -> OPT, inputs -> INPUT, gradients
+ *   (role grad) -> GRAD: persistent, packed one after another;
+ *   in-place results (OPF_INPLACE) share operand 0's storage, and so do
+ *   reshapes of activations (a reshape of a row-major tensor is the same
+ *   bytes);
+ *   fused intermediates and folded transposes have no storage;
+ *   everything else -> ACT, reusing memory by liveness: a value is live
+ *   from the node that writes it to the last node that reads it (a read by
+ *   a fused member counts at its group's kernel).  The loss and grad_norm
+ *   stay live to the end: the runtime reads them after the step.
+ *
+ * The ACT intervals are packed first-fit by offset in order of
+ * definition.  Intervals are inclusive at both ends, so a kernel's output
+ * never shares bytes with an input that dies at that same kernel: kernels
+ * may read their inputs after writing part of their output.
+ */
+#include "memplan.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+const char *pass_memplan_arena_name(int arena)
+{
+	static const char *names[DTM_ARENA_COUNT] = { "param", "opt", "grad", "act", "input" };
+	return arena >= 0 && arena < DTM_ARENA_COUNT ? names[arena] : "none";
+}
+
+static int64_t align_up(int64_t x)
+{
+	return (x + MEMPLAN_ALIGN - 1) / MEMPLAN_ALIGN * MEMPLAN_ALIGN;
+}
+
+typedef struct Block {
+	int64_t off, end; /* [off, end) */
+	int to;
+} Block;
+
+static int cmp_block(const void *a, const void *b)
+{
+	const Block *x = a, *y = b;
+	return x->off < y->off ? -1 : x->off > y->off;
+}
+
+int64_t pass_memplan_pack(int n, const int *from, const int *to, const int64_t *bytes,
+                          int64_t *offset)
+{
+	/* order of definition; ties keep index order so the plan is stable */
+	int *ord = malloc(sizeof(int) * (size_t)(n ? n : 1));
+	Block *live = malloc(sizeof(Block) * (size_t)(n ? n : 1));
+	if (!ord || !live) {
+		free(ord);
+		free(live);
+		return -1;
+	}
+	for (int i = 0; i < n; i++)
+		ord[i] = i;
+	/* insertion sort by `from`: node order is nearly sorted already */
+	for (int i = 1; i < n; i++) {
+		int v = ord[i], j = i - 1;
+		while (j >= 0 && from[ord[j]] > from[v]) {
+			ord[j + 1] = ord[j];
+			j--;
+		}
+		ord[j + 1] = v;
+	}
+	int nlive = 0;
+	int64_t peak = 0;
+	for (int r = 0; r < n; r++) {
+		int i = ord[r];
+		/* drop blocks dead before this one is written */
+		int k = 0;
+		for (int j = 0; j < nlive; j++)
+			if (live[j].to >= from[i])
+				live[k++] = live[j];
+		nlive = k;
+		int64_t need = align_up(bytes[i]);
+		if (need == 0) {
+			offset[i] = 0;
+			continue;
+		}
+		qsort(live, (size_t)nlive, sizeof *live, cmp_block);
+		int64_t at = 0;
+		for (int j = 0; j < nlive; j++) {
+			if (live[j].off - at >= need)
+				break;
+			if (live[j].end > at)
+				at = align_up(live[j].end);
+		}
+		offset[i] = at;
+		live[nlive++] = (Block){ at, at + need, to[i] };
+		if (at + need > peak)
+			peak = at + need;
+	}
+	free(ord);
+	free(live);
+	return peak;
+}
+
+static int arena_of_role(IrRole r)
+{
+	switch (r) {
+	case IR_ROLE_PARAM: return DTM_ARENA_PARAM;
+	case IR_ROLE_OPT_STATE: return DTM_ARENA_OPT;
+	case IR_ROLE_INPUT: return DTM_ARENA_INPUT;
+	case IR_ROLE_GRAD: return DTM_ARENA_GRAD;
+	default: return DTM_ARENA_ACT;
+	}
+}
+
+static bool lives_to_end(const IrModule *m, const IrNode *n)
+{
+	return n->id == m->loss || (n->name && strcmp(n->name, "grad_norm") == 0);
+}
+
+bool pass_memplan(const IrModule *m, const FusePlan *fp, Arena *a, Diag *d, MemPlan *mp)
+{
+	int n = m->nnodes;
+	memset(mp, 0, sizeof *mp);
+	mp->n = n;
+	mp->buf = arena_alloc(a, sizeof(MemPlanBuf) * (size_t)(n + 1));
+	int *from = arena_alloc(a, sizeof(int) * (size_t)(n + 1));
+	int *to = arena_alloc(a, sizeof(int) * (size_t)(n + 1));
+	int *idx = arena_alloc(a, sizeof(int) * (size_t)(n + 1));
+	int64_t *bytes = arena_alloc(a, sizeof(int64_t) * (size_t)(n + 1));
+	int64_t *off = arena_alloc(a, sizeof(int64_t) * (size_t)(n + 1));
+	if (!mp->buf || !from || !to || !idx || !bytes || !off) {
+		diag_error(d, (SrcLoc){0}, "out of memory planning memory");
+		return false;
+	}
+	/* 1. storage owners */
+	for (int i = 0; i < n; i++) {
+		const IrNode *nd = m->nodes[i];
+		MemPlanBuf *b = &mp->buf[i];
+		b->arena = -1;
+		b->owner = -1;
+		b->live_from = b->live_to = i;
+		if (fp && (fp->internal[i] || fp->folded[i]))
+			continue;
+		int alias = -1;
+		if (ir_op_flags(nd->op) & OPF_INPLACE)
+			alias = nd->ops[0];
+		else if (nd->op == IR_OP_RESHAPE && nd->role == IR_ROLE_ACT && !lives_to_end(m, nd) &&
+		         ir_node_numel(nd) == ir_node_numel(m->nodes[nd->ops[0]]) &&
+		         nd->dtype == m->nodes[nd->ops[0]]->dtype)
+			alias = nd->ops[0];
+		if (alias >= 0) {
+			int o = mp->buf[alias].owner;
+			if (o < 0) {
+				if (ir_op_flags(nd->op) & OPF_INPLACE) {
+					diag_error(d, nd->loc,
+					           "internal: in-place %s %%%d updates a value without storage",
+					           ir_op_name(nd->op), i);
+					return false;
+				}
+			} else {
+				b->owner = o;
+				continue;
+			}
+		}
+		b->owner = i;
+		b->arena = arena_of_role(nd->role);
+		b->bytes = ir_node_numel(nd) * ir_dtype_size(nd->dtype);
+		if (nd->op == IR_OP_GRAD_NORM && nd->nops > DTM_MAX_ARGS - 1)
+			b->bytes = MEMPLAN_GNORM_BYTES;
+	}
+	/* 2. liveness of ACT owners */
+	for (int i = 0; i < n; i++) {
+		const IrNode *u = m->nodes[i];
+		if (fp && fp->folded[i])
+			continue;
+		int pos = fp && fp->root[i] >= 0 ? fp->root[i] : i;
+		for (int k = 0; k < u->nops; k++) {
+			bool tr;
+			int o = pass_fuse_operand(m, fp, i, k, &tr);
+			int ow = mp->buf[o].owner;
+			if (ow >= 0 && mp->buf[ow].live_to < pos)
+				mp->buf[ow].live_to = pos;
+		}
+		/* an alias's own reads are its owner's reads */
+		int ow = mp->buf[i].owner;
+		if (ow >= 0 && ow != i && mp->buf[ow].live_to < pos)
+			mp->buf[ow].live_to = pos;
+		if (lives_to_end(m, u) && ow >= 0)
+			mp->buf[ow].live_to = n;
+	}
+	/* 3. offsets */
+	int64_t next[DTM_ARENA_COUNT] = { 0 };
+	int nact = 0;
+	for (int i = 0; i < n; i++) {
+		MemPlanBuf *b = &mp->buf[i];
+		if (b->owner != i)
+			continue;
+		if (b->arena == DTM_ARENA_ACT) {
+			idx[nact] = i;
+			from[nact] = b->live_from;
+			to[nact] = b->live_to;
+			bytes[nact] = b->bytes;
+			mp->act_unshared += align_up(b->bytes);
+			nact++;
+			continue;
+		}
+		b->offset = next[b->arena];
+		next[b->arena] += align_up(b->bytes);
+	}
+	int64_t peak = pass_memplan_pack(nact, from, to, bytes, off);
+	if (peak < 0) {
+		diag_error(d, (SrcLoc){0}, "out of memory planning memory");
+		return false;
+	}
+	for (int j = 0; j < nact; j++)
+		mp->buf[idx[j]].offset = off[j];
+	next[DTM_ARENA_ACT] = peak;
+	for (int k = 0; k < DTM_ARENA_COUNT; k++)
+		mp->arena_bytes[k] = next[k];
+	/* 4. aliases take their owner's place */
+	for (int i = 0; i < n; i++) {
+		MemPlanBuf *b = &mp->buf[i];
+		if (b->owner >= 0 && b->owner != i) {
+			const MemPlanBuf *o = &mp->buf[b->owner];
+			b->arena = o->arena;
+			b->offset = o->offset;
+			b->bytes = o->bytes;
+			b->live_from = o->live_from;
+			b->live_to = o->live_to;
+		}
+	}
+	return true;
+}

@@ -1,0 +1,54 @@
+/* memplan.h - the static memory plan: an arena and an offset per value.
+ *
+ * Computed by pass_memplan over the final IR and its FusePlan; read by
+ * codegen (the Plan's buffer table) and by `dtmc build -v`.  Like the
+ * FusePlan it is recomputed rather than stored on the module, so the IR
+ * carries no compiler-only side data and runtime/plan.h stays the runtime's.
+ */
+#ifndef DTM_MEMPLAN_H
+#define DTM_MEMPLAN_H
+
+#include "../ir/ir.h"
+#include "../runtime/plan.h"
+#include "fuse.h"
+
+#define MEMPLAN_ALIGN 64
+/* A grad_norm with more operands than one action carries is computed by a
+ * chain of actions; its buffer holds the f32 norm at byte 0 and the chain's
+ * f64 running sum of squares at this byte offset. */
+#define MEMPLAN_GNORM_ACC 8
+#define MEMPLAN_GNORM_BYTES 16
+
+typedef struct MemPlanBuf {
+	int arena;            /* a DtmArena, or -1: the value has no storage */
+	int64_t offset, bytes;
+	/* The node whose storage this value uses: itself, or for in-place
+	 * results and copy-free reshapes the node it aliases; -1 without
+	 * storage. */
+	int owner;
+	int live_from, live_to; /* ACT owners: node positions, inclusive */
+} MemPlanBuf;
+
+typedef struct MemPlan {
+	int n;
+	MemPlanBuf *buf;      /* per node */
+	int64_t arena_bytes[DTM_ARENA_COUNT]; /* planned bytes per arena */
+	int64_t act_unshared; /* ACT bytes without reuse, for reports */
+} MemPlan;
+
+/* Plans every node of m.  Returns false (reported to d) when out of
+ * memory or when an alias has no storage to share. */
+bool pass_memplan(const IrModule *m, const FusePlan *fp, Arena *a, Diag *d, MemPlan *mp);
+
+/* The interval allocator under the ACT arena, exposed for tests: item i
+ * of `bytes` bytes is live over node positions [from[i], to[i]] inclusive;
+ * items are placed first-fit by offset (MEMPLAN_ALIGN-aligned) so items
+ * live at the same time never overlap.  Writes offsets and returns the
+ * peak (aligned), or -1 when out of memory. */
+int64_t pass_memplan_pack(int n, const int *from, const int *to, const int64_t *bytes,
+                          int64_t *offset);
+
+/* "param", "opt", "grad", "act", "input". */
+const char *pass_memplan_arena_name(int arena);
+
+#endif

@@ -1,0 +1,288 @@
+/* test_kernels_fwd.c - each forward CPU kernel (codegen/cpu/dtmk_fwd.h)
+ * against the f64 reference interpreter (ir/eval.c) on small random inputs.
+ *
+ * Each case builds a one-op module (leaves typed by hand, the op typed by
+ * ir_infer), evaluates it with ir_eval, runs the kernel on the same values
+ * in f32 and compares every element to 1e-5 (relative above 1).  Kernels
+ * run with a context whose parallel_for splits into uneven ranges, so range
+ * bookkeeping bugs show up without the runtime's pool. */
+#include <stdlib.h>
+
+#include "check.h"
+#include "codegen/cpu/dtmk_fwd.h"
+#include "ir/eval.h"
+#include "ir/ir.h"
+#include "runtime/philox.h"
+
+static Arena arena;
+static Diag diag;
+
+/* Calls fn over [0, n) in ranges of 3 items, in reverse order: results
+ * must not depend on how the pool splits the work. */
+static void split_for(const DtmCtx *ctx, int64_t n, int64_t grain, DtmRangeFn fn, void *arg)
+{
+	(void)ctx;
+	(void)grain;
+	for (int64_t hi = n; hi > 0; hi -= 3)
+		fn(arg, hi - 3 > 0 ? hi - 3 : 0, hi);
+}
+
+static DtmCtx ctx = { .step = 3, .seed = 11, .nthreads = 4, .parallel_for = split_for };
+
+static IrModule *mod(void)
+{
+	arena_free(&arena);
+	arena_init(&arena);
+	return ir_module_new(&arena, "t");
+}
+
+static int leaf(IrModule *m, IrDtype t, int rank, const int64_t *shape)
+{
+	IrNode *n = ir_node_new(m, IR_OP_INPUT, NULL, 0, (SrcLoc){0});
+	n->dtype = t;
+	n->rank = rank;
+	for (int i = 0; i < rank; i++)
+		n->shape[i] = shape[i];
+	n->role = IR_ROLE_INPUT;
+	CHECK(ir_infer(m, n, &diag));
+	return n->id;
+}
+
+static IrNode *node(IrModule *m, IrOp op, int nops, const int *ops)
+{
+	return ir_node_new(m, op, ops, nops, (SrcLoc){0});
+}
+
+typedef void (*Kern)(const DtmCtx *, const DtmkArgs *);
+
+static void fill_tensor(DtmkTensor *t, const IrNode *n, void *p)
+{
+	memset(t, 0, sizeof *t);
+	t->p = p;
+	t->dtype = n->dtype == IR_I32 ? DTM_I32 : DTM_F32;
+	t->rank = n->rank;
+	for (int i = 0; i < n->rank; i++)
+		t->shape[i] = n->shape[i];
+	t->numel = ir_node_numel(n);
+}
+
+/* Types `op`, evaluates the module with random leaves (ids in [0, lim)
+ * for i32 leaves), runs kern and compares. */
+static void run_case(const char *what, IrModule *m, IrNode *op, Kern kern, int lim)
+{
+	bool typed = ir_infer(m, op, &diag);
+	CHECK(typed);
+	if (!typed)
+		return;
+	IrEval e;
+	CHECK(ir_eval_init(&e, m));
+	void *bufs[DTMK_MAX_IN];
+	for (int k = 0; k < op->nops; k++) {
+		const IrNode *x = m->nodes[op->ops[k]];
+		int64_t n = ir_node_numel(x);
+		double *v = malloc(sizeof(double) * (size_t)(n ? n : 1));
+		bufs[k] = malloc(4 * (size_t)(n ? n : 1));
+		for (int64_t i = 0; i < n; i++) {
+			uint32_t r = dtm_rand_u32(5, (uint64_t)(op->id * 8 + k), (uint64_t)i);
+			if (x->dtype == IR_I32) {
+				v[i] = (double)(r % (uint32_t)lim);
+				((int32_t *)bufs[k])[i] = (int32_t)v[i];
+			} else {
+				/* values of f32 exactly, so both sides start equal */
+				v[i] = (float)(dtm_u32_to_unit(r) * 4.0f - 2.0f);
+				((float *)bufs[k])[i] = (float)v[i];
+			}
+		}
+		ir_eval_set(&e, x->id, v);
+		free(v);
+	}
+	CHECK(ir_eval_run(&e, &diag, ctx.seed, ctx.step));
+	DtmkArgs a = { .nin = op->nops, .nints = op->attrs.nints, .flag = op->attrs.flag,
+		       .f = { op->attrs.f[0], op->attrs.f[1] }, .node = op->id };
+	for (int k = 0; k < IR_MAX_INTS; k++)
+		a.ints[k] = op->attrs.ints[k];
+	for (int k = 0; k < op->nops; k++)
+		fill_tensor(&a.in[k], m->nodes[op->ops[k]], bufs[k]);
+	int64_t n = ir_node_numel(op);
+	float *out = calloc((size_t)(n ? n : 1), 4);
+	fill_tensor(&a.out, op, out);
+	kern(&ctx, &a);
+	int bad = 0;
+	for (int64_t i = 0; i < n; i++) {
+		double want = e.val[op->id][i], got = out[i];
+		double tol = 1e-5 * (fabs(want) > 1 ? fabs(want) : 1);
+		if (!(fabs(got - want) <= tol) && bad++ < 3)
+			fprintf(stderr, "%s: element %lld: got %.9g, want %.9g\n", what, (long long)i,
+			        got, want);
+	}
+	check_count++;
+	if (bad) {
+		check_failures++;
+		fprintf(stderr, "%s: %d of %lld elements differ\n", what, bad, (long long)n);
+	}
+	free(out);
+	for (int k = 0; k < op->nops; k++)
+		free(bufs[k]);
+	ir_eval_free(&e);
+}
+
+#define SHAPE(...) (int64_t[]){ __VA_ARGS__ }
+
+static void test_unary(void)
+{
+	static const struct { IrOp op; Kern k; } t[] = {
+		{ IR_OP_NEG, dtmk_neg }, { IR_OP_EXP, dtmk_exp }, { IR_OP_TANH, dtmk_tanh },
+		{ IR_OP_RELU, dtmk_relu }, { IR_OP_GELU, dtmk_gelu }, { IR_OP_SILU, dtmk_silu },
+		{ IR_OP_SIGMOID, dtmk_sigmoid }, { IR_OP_SCALE, dtmk_scale },
+		{ IR_OP_DROPOUT, dtmk_dropout },
+	};
+	for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+		IrModule *m = mod();
+		int x = leaf(m, IR_F32, 2, SHAPE(5, 7));
+		IrNode *n = node(m, t[i].op, 1, &x);
+		n->attrs.f[0] = t[i].op == IR_OP_DROPOUT ? 0.25 : 0.5;
+		n->attrs.nints = t[i].op == IR_OP_DROPOUT;
+		n->attrs.ints[0] = 77;
+		run_case(ir_op_name(t[i].op), m, n, t[i].k, 0);
+	}
+}
+
+static void test_binary(void)
+{
+	static const struct { IrOp op; Kern k; } t[] = {
+		{ IR_OP_ADD, dtmk_add }, { IR_OP_SUB, dtmk_sub }, { IR_OP_MUL, dtmk_mul },
+	};
+	for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+		IrModule *m = mod();
+		int o[2] = { leaf(m, IR_F32, 3, SHAPE(2, 1, 4)), leaf(m, IR_F32, 2, SHAPE(3, 1)) };
+		run_case(ir_op_name(t[i].op), m, node(m, t[i].op, 2, o), t[i].k, 0);
+	}
+}
+
+static void test_reduce(void)
+{
+	static const struct { IrOp op; Kern k; } t[] = {
+		{ IR_OP_SUM, dtmk_sum }, { IR_OP_MEAN, dtmk_mean }, { IR_OP_MAX, dtmk_max },
+	};
+	static const int64_t axes[][3] = { { 1, 2, -1 }, { 0, 2, -1 }, { 2, -1, -1 } };
+	for (size_t i = 0; i < 3; i++)
+		for (int c = 0; c < 3; c++)
+			for (int keep = 0; keep < 2; keep++) {
+				IrModule *m = mod();
+				int x = leaf(m, IR_F32, 3, SHAPE(3, 4, 5));
+				IrNode *n = node(m, t[i].op, 1, &x);
+				for (int k = 0; k < 3 && axes[c][k] >= 0; k++)
+					n->attrs.ints[n->attrs.nints++] = axes[c][k];
+				n->attrs.flag = keep;
+				run_case(ir_op_name(t[i].op), m, n, t[i].k, 0);
+			}
+}
+
+static void test_softmax_norms(void)
+{
+	for (int ax = 0; ax < 3; ax++)
+		for (int lg = 0; lg < 2; lg++) {
+			IrModule *m = mod();
+			int x = leaf(m, IR_F32, 3, SHAPE(3, 4, 6));
+			IrNode *n = node(m, lg ? IR_OP_LOG_SOFTMAX : IR_OP_SOFTMAX, 1, &x);
+			n->attrs.nints = 1;
+			n->attrs.ints[0] = ax;
+			run_case(lg ? "log_softmax" : "softmax", m, n, lg ? dtmk_log_softmax : dtmk_softmax,
+			         0);
+		}
+	IrModule *m = mod();
+	int o[3] = { leaf(m, IR_F32, 3, SHAPE(2, 5, 16)), leaf(m, IR_F32, 1, SHAPE(16)),
+		     leaf(m, IR_F32, 1, SHAPE(16)) };
+	IrNode *n = node(m, IR_OP_LAYERNORM, 3, o);
+	n->attrs.f[0] = 1e-5;
+	run_case("layernorm", m, n, dtmk_layernorm, 0);
+	m = mod();
+	o[0] = leaf(m, IR_F32, 2, SHAPE(7, 16));
+	o[1] = leaf(m, IR_F32, 1, SHAPE(16));
+	n = node(m, IR_OP_RMSNORM, 2, o);
+	n->attrs.f[0] = 1e-6;
+	run_case("rmsnorm", m, n, dtmk_rmsnorm, 0);
+}
+
+static void test_movement(void)
+{
+	IrModule *m = mod();
+	int o[3] = { leaf(m, IR_F32, 2, SHAPE(11, 6)), leaf(m, IR_I32, 2, SHAPE(3, 4)) };
+	run_case("embed", m, node(m, IR_OP_EMBED, 2, o), dtmk_embed, 11);
+	m = mod();
+	int x = leaf(m, IR_F32, 4, SHAPE(2, 3, 4, 5));
+	IrNode *n = node(m, IR_OP_PERMUTE, 1, &x);
+	int64_t perm[4] = { 2, 0, 3, 1 };
+	n->attrs.nints = 4;
+	memcpy(n->attrs.ints, perm, sizeof perm);
+	run_case("permute", m, n, dtmk_permute, 0);
+	m = mod();
+	x = leaf(m, IR_F32, 3, SHAPE(2, 3, 4));
+	n = node(m, IR_OP_RESHAPE, 1, &x);
+	n->dtype = IR_F32;
+	n->rank = 2;
+	n->shape[0] = 6;
+	n->shape[1] = 4;
+	run_case("reshape", m, n, dtmk_reshape, 0);
+	m = mod();
+	o[0] = leaf(m, IR_F32, 3, SHAPE(2, 3, 4));
+	o[1] = leaf(m, IR_F32, 3, SHAPE(2, 5, 4));
+	o[2] = leaf(m, IR_F32, 3, SHAPE(2, 1, 4));
+	n = node(m, IR_OP_CONCAT, 3, o);
+	n->attrs.nints = 1;
+	n->attrs.ints[0] = 1;
+	run_case("concat", m, n, dtmk_concat, 0);
+	m = mod();
+	x = leaf(m, IR_F32, 3, SHAPE(2, 7, 3));
+	n = node(m, IR_OP_SLICE, 1, &x);
+	n->attrs.nints = 3;
+	n->attrs.ints[0] = 1;
+	n->attrs.ints[1] = 2;
+	n->attrs.ints[2] = 6;
+	run_case("slice", m, n, dtmk_slice, 0);
+}
+
+static void test_model_ops(void)
+{
+	for (int causal = 0; causal < 2; causal++) {
+		IrModule *m = mod();
+		int o[3] = { leaf(m, IR_F32, 3, SHAPE(2, 5, 8)), leaf(m, IR_F32, 3, SHAPE(2, 5, 8)),
+			     leaf(m, IR_F32, 3, SHAPE(2, 5, 8)) };
+		IrNode *n = node(m, IR_OP_ATTENTION, 3, o);
+		n->attrs.nints = 2;
+		n->attrs.ints[0] = 2;
+		n->attrs.ints[1] = causal;
+		run_case("attention", m, n, dtmk_attention, 0);
+	}
+	IrModule *m = mod();
+	int o[2] = { leaf(m, IR_F32, 3, SHAPE(3, 50, 13)), leaf(m, IR_I32, 2, SHAPE(3, 50)) };
+	run_case("cross_entropy", m, node(m, IR_OP_CROSS_ENTROPY, 2, o), dtmk_cross_entropy, 13);
+	m = mod();
+	o[0] = leaf(m, IR_F32, 2, SHAPE(4, 6));
+	o[1] = leaf(m, IR_F32, 2, SHAPE(4, 6));
+	run_case("mse", m, node(m, IR_OP_MSE, 2, o), dtmk_mse, 0);
+	/* a matmul whose batch dims broadcast from both sides */
+	m = mod();
+	o[0] = leaf(m, IR_F32, 4, SHAPE(2, 1, 3, 4));
+	o[1] = leaf(m, IR_F32, 4, SHAPE(1, 3, 4, 5));
+	run_case("matmul", m, node(m, IR_OP_MATMUL, 2, o), dtmk_matmul, 0);
+	m = mod();
+	IrNode *c = ir_node_new(m, IR_OP_CONST, NULL, 0, (SrcLoc){0});
+	c->dtype = IR_F32;
+	c->attrs.f[0] = 2.5;
+	run_case("const", m, c, dtmk_const, 0);
+}
+
+int main(void)
+{
+	diag_init(&diag, stderr);
+	arena_init(&arena);
+	test_unary();
+	test_binary();
+	test_reduce();
+	test_softmax_norms();
+	test_movement();
+	test_model_ops();
+	arena_free(&arena);
+	return check_report();
+}
