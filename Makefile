@@ -1,11 +1,13 @@
 # The README's two commands, as a thin wrapper over CMake and CTest.
-#   make run    install what is missing, build, check and print models/gpt.dtm
+#   make run    install what is missing, build dtmc, compile models/gpt.dtm for one
+#               CPU and train it RUN_STEPS steps (held-out loss every 50)
 #   make test   install what is missing, build with -Werror and run every test,
 #               then rebuild with ASan+UBSan and run the unit and diagnostic tests
 BUILD ?= build
 ASAN_BUILD ?= build-asan
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 DTMC = $(BUILD)/dtmc
+RUN_STEPS ?= 300
 
 .PHONY: run test deps build build-werror asan clean
 
@@ -17,8 +19,9 @@ build: deps
 	cmake --build $(BUILD) -j $(JOBS)
 
 run: build
-	$(DTMC) check models/gpt.dtm
-	$(DTMC) print models/gpt.dtm
+	$(DTMC) check models/gpt.dtm --mesh dp=1
+	$(DTMC) build models/gpt.dtm --mesh dp=1 -o $(BUILD)/gpt
+	$(BUILD)/gpt --steps $(RUN_STEPS) --eval-every 50 --log $(BUILD)/gpt.jsonl
 
 build-werror: deps
 	cmake -S . -B $(BUILD) -DDTM_WERROR=ON

@@ -2,7 +2,9 @@
 # deps.sh - make sure the tools dtm builds and tests with are installed.
 #
 # Checks for cmake, a C compiler, make, flex, bison, clang with libFuzzer
-# (the fuzz test), python3 and OpenBLAS (the CPU runtime's GEMM).  When
+# (the fuzz test), python3, OpenBLAS (the CPU runtime's GEMM) and, for the
+# PyTorch oracle test and bench/, Debian's PyTorch and numpy for
+# /usr/bin/python3 (python3-torch 1.13, CPU).  When
 # something is missing and we run as root on Debian/Ubuntu with apt-get,
 # installs it non-interactively; otherwise prints the packages to install
 # and exits 1.
@@ -63,7 +65,37 @@ if [ $have_cblas = 0 ]; then
 	missing+=(libopenblas-dev)
 fi
 
+# PyTorch and numpy for Debian's python (tests/oracle, bench/); a python3
+# earlier in PATH (pyenv, a venv) does not see these packages, so the
+# oracle runs /usr/bin/python3.
+deb_python=/usr/bin/python3
+py_has() { [ -x "$deb_python" ] && "$deb_python" -c "import $1" >/dev/null 2>&1; }
+py_has numpy || missing+=(python3-numpy)
+py_has torch || missing+=(python3-torch)
+
+# Debian's torch calls the generic libblas.so.3, which the alternatives
+# system points at OpenBLAS (priority 100) or the reference BLAS (10, about
+# 8x slower).  Select OpenBLAS when both are installed.
+blas_alt=libblas.so.3-x86_64-linux-gnu
+openblas_blas=/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3
+select_openblas() {
+	command -v update-alternatives >/dev/null 2>&1 || return 0
+	[ -e "$openblas_blas" ] || return 0
+	local cur
+	cur=$(update-alternatives --query "$blas_alt" 2>/dev/null | sed -n 's/^Value: //p')
+	if [ -n "$cur" ] && [ "$cur" != "$openblas_blas" ]; then
+		if [ "$(id -u)" = 0 ]; then
+			echo "deps.sh: pointing $blas_alt at OpenBLAS (was $cur)"
+			update-alternatives --set "$blas_alt" "$openblas_blas"
+		else
+			echo "deps.sh: warning: libblas.so.3 is $cur, not OpenBLAS; PyTorch will be slow." >&2
+			echo "  as root: update-alternatives --set $blas_alt $openblas_blas" >&2
+		fi
+	fi
+}
+
 if [ ${#missing[@]} -eq 0 ]; then
+	select_openblas
 	exit 0
 fi
 # de-duplicate, keep order
@@ -86,6 +118,16 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && [ -r /etc/debian_
 		echo "deps.sh: clang cannot link -fsanitize=fuzzer even after installing $(rt_pkg)" >&2
 		exit 1
 	fi
+	# torch's libblas.so.3 dependency may have been met by the reference
+	# BLAS; OpenBLAS (from libopenblas-dev) provides it too
+	if ! py_has torch; then
+		echo "deps.sh: python3-torch installed but '$deb_python -c \"import torch\"' fails" >&2
+		exit 1
+	fi
+	if [ ! -e "$openblas_blas" ]; then
+		apt-get install -y --no-install-recommends libopenblas0-pthread </dev/null
+	fi
+	select_openblas
 	exit 0
 fi
 

@@ -1,0 +1,63 @@
+"""oracle_cfg.py - reads what the oracle and the benchmarks need from
+`dtmc print MODEL` (std lib only, so tools without PyTorch can use it):
+the module name, the train section's key/values, the attention heads and
+the layernorm eps."""
+import math
+import re
+import struct
+
+
+def parse_value(v):
+    v = v.strip()
+    if v.startswith('"'):
+        return v.strip('"')
+    if v in ("true", "false"):
+        return v == "true"
+    try:
+        return int(v)
+    except ValueError:
+        pass
+    try:
+        return float(v)
+    except ValueError:
+        return v
+
+
+def read_model(text):
+    """The module name, train key/values, heads and layernorm eps from
+    `dtmc print` output."""
+    cfg, info = {}, {"heads": None, "eps": 1e-5, "model": None}
+    for line in text.splitlines():
+        if line.startswith("module "):
+            info["model"] = line.split()[1]
+        elif line.startswith("train "):
+            # key = value pairs; values may be (a, b) tuples with commas
+            for m in re.finditer(r'(\w+) = ("[^"]*"|\([^)]*\)|[^,]+)', line[6:]):
+                cfg[m.group(1)] = parse_value(m.group(2))
+        m = re.search(r"\battention\b.*\{heads = (\d+)", line)
+        if m:
+            info["heads"] = int(m.group(1))
+        m = re.search(r"\blayernorm\b.*\{eps = ([^ ,}]+)", line)
+        if m:
+            info["eps"] = float(m.group(1))
+    return cfg, info
+
+
+def f32(x):
+    """x rounded to the nearest f32, as a Python float."""
+    return struct.unpack("<f", struct.pack("<f", x))[0]
+
+
+def lr_at(cfg, lr, t, horizon):
+    """runtime/main.c's lr_at for 1-based step t: linear warmup then cosine
+    to min_lr over `horizon` steps, computed in double, rounded to f32 once.
+    lr is the peak rate as the binary holds it (an f32 value)."""
+    if cfg.get("lr_schedule") != "cosine":
+        return f32(lr)
+    w, min_lr = int(cfg["warmup"]), f32(cfg["min_lr"])
+    if w > 0 and t <= w:
+        return f32(lr * t / w)
+    if horizon <= w or t >= horizon:
+        return min_lr
+    prog = (t - w) / (horizon - w)
+    return f32(min_lr + 0.5 * (lr - min_lr) * (1.0 + math.cos(math.pi * prog)))

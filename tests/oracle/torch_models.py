@@ -1,0 +1,106 @@
+"""torch_models.py - models/mlp.dtm and models/gpt.dtm written in PyTorch.
+
+Parameters are plain tensors in a dict keyed exactly as dtm names them
+(w1, b1, ...; wte, wpe, lnf, lnfb, layer.0.wq, ...), with dtm's layouts:
+a linear layer is x @ W + b with W [in, out].  The ops follow the
+semantics of ir/eval.c (dtm's f64 reference interpreter):
+
+  layernorm  biased variance over the last dim, eps from the model (1e-5)
+  gelu       the tanh approximation
+  attention  heads are column blocks of q, k, v; scores scaled by
+             1/sqrt(head_dim); causal mask; softmax over keys
+  cross_entropy  mean over all positions
+  mse        mean over all elements
+"""
+import math
+
+import torch
+import torch.nn.functional as F
+
+import oracle_cfg
+
+lr_at = oracle_cfg.lr_at  # re-exported for oracle.py
+
+
+def make_params(tensors, requires_grad=True):
+    """numpy arrays -> leaf f32 tensors, in a dict keyed by dtm name."""
+    return {k: torch.tensor(v, dtype=torch.float32).requires_grad_(requires_grad)
+            for k, v in tensors.items()}
+
+
+def mlp_loss(p, batch):
+    x = torch.as_tensor(batch["x"], dtype=torch.float32)
+    y = torch.as_tensor(batch["y"], dtype=torch.float32)
+    h = F.gelu(x @ p["w1"] + p["b1"], approximate="tanh")
+    return F.mse_loss(h @ p["w2"] + p["b2"], y, reduction="mean")
+
+
+def attention(q, k, v, heads, causal=True):
+    # q, k, v [B, T, D] -> [B, H, T, hd]
+    B, T, D = q.shape
+    hd = D // heads
+    q = q.view(B, T, heads, hd).transpose(1, 2)
+    k = k.view(B, T, heads, hd).transpose(1, 2)
+    v = v.view(B, T, heads, hd).transpose(1, 2)
+    s = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))
+    if causal:
+        mask = torch.ones(T, T, dtype=torch.bool).triu(1)
+        s = s.masked_fill(mask, float("-inf"))
+    a = torch.softmax(s, dim=-1) @ v
+    return a.transpose(1, 2).reshape(B, T, D)
+
+
+def gpt_layers(p):
+    n = 0
+    while f"layer.{n}.wq" in p:
+        n += 1
+    return n
+
+
+def gpt_loss(p, batch, heads, eps=1e-5):
+    tokens = torch.as_tensor(batch["tokens"]).long()
+    targets = torch.as_tensor(batch["targets"]).long()
+    d = p["wte"].shape[1]
+
+    def ln(x, g, b):
+        return F.layer_norm(x, (d,), p[g], p[b], eps)
+
+    x = p["wte"][tokens] + p["wpe"]
+    for i in range(gpt_layers(p)):
+        L = lambda n: p[f"layer.{i}.{n}"]  # noqa: E731
+        h = ln(x, f"layer.{i}.ln1", f"layer.{i}.ln1b")
+        q = h @ L("wq") + L("bq")
+        k = h @ L("wk") + L("bk")
+        v = h @ L("wv") + L("bv")
+        x = x + attention(q, k, v, heads) @ L("wo") + L("bo")
+        h = F.gelu(ln(x, f"layer.{i}.ln2", f"layer.{i}.ln2b") @ L("wfc") + L("bfc"),
+                   approximate="tanh")
+        x = x + h @ L("wproj") + L("bproj")
+    logits = ln(x, "lnf", "lnfb") @ p["wte"].t()
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def make_optimizer(params, cfg):
+    """torch.optim equivalent of the model's train section (cfg: the
+    `train` key/values that `dtmc print` shows)."""
+    ps = list(params.values())
+    opt = cfg["optimizer"]
+    if opt == "adamw":
+        return torch.optim.AdamW(ps, lr=cfg["lr"], betas=(cfg["beta1"], cfg["beta2"]),
+                                 eps=cfg["eps"], weight_decay=cfg["weight_decay"])
+    if opt == "sgd":
+        return torch.optim.SGD(ps, lr=cfg["lr"], momentum=cfg["momentum"],
+                               nesterov=cfg["nesterov"], weight_decay=cfg["weight_decay"])
+    raise ValueError(f"optimizer {opt!r} has no PyTorch equivalent here")
+
+
+def opt_state_names(name, opt, state):
+    """dtm's checkpoint names of a param's optimizer state -> torch tensors."""
+    out = {}
+    if opt == "adamw":
+        if "exp_avg" in state:
+            out[f"opt.m.{name}"] = state["exp_avg"]
+            out[f"opt.v.{name}"] = state["exp_avg_sq"]
+    elif state.get("momentum_buffer") is not None:
+        out[f"opt.mom.{name}"] = state["momentum_buffer"]
+    return out
