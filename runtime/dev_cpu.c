@@ -16,61 +16,25 @@
 #include <pthread.h>
 #include <stdlib.h>
 
+#include "runtime/ckpt.h"
 #include "runtime/rt.h"
 
 #ifdef DTM_HAVE_CBLAS
 #include <cblas.h>
 #endif
 
-/* ---- f16 <-> f32 (IEEE binary16), bit exact with round to nearest even ---- */
+/* ---- f16 <-> f32 (IEEE binary16), round to nearest even ---- */
 
+/* f16 conversions are the checkpoint reader's (runtime/ckpt.c): one copy of
+ * the rounding rules in the runtime */
 float rt_f16_to_f32(uint16_t h)
 {
-	uint32_t sign = (uint32_t)(h & 0x8000) << 16;
-	uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff, u;
-	if (exp == 0x1f) {
-		u = sign | 0x7f800000u | man << 13;
-	} else if (exp != 0) {
-		u = sign | (exp + 112) << 23 | man << 13;
-	} else if (man == 0) {
-		u = sign;
-	} else {
-		/* subnormal: renormalise */
-		int e = -1;
-		do {
-			e++;
-			man <<= 1;
-		} while (!(man & 0x400));
-		u = sign | (uint32_t)(112 - e) << 23 | (man & 0x3ff) << 13;
-	}
-	float f;
-	memcpy(&f, &u, 4);
-	return f;
+	return dtm_f16_to_f32(h);
 }
 
 uint16_t rt_f32_to_f16(float f)
 {
-	uint32_t u;
-	memcpy(&u, &f, 4);
-	uint16_t sign = (uint16_t)((u >> 16) & 0x8000);
-	uint32_t a = u & 0x7fffffffu;
-	if (a > 0x7f800000u)
-		return sign | 0x7e00;
-	if (a >= 0x477ff000u) /* rounds to >= 65520: overflow */
-		return sign | 0x7c00;
-	if (a < 0x38800000u) {
-		/* result is subnormal or zero: shift the full mantissa into place */
-		if (a < 0x33000000u)
-			return sign;
-		uint32_t e = a >> 23, m = (a & 0x7fffff) | 0x800000;
-		uint32_t shift = 126 - e; /* 14..24 */
-		uint32_t r = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
-		if (rem > half || (rem == half && (r & 1)))
-			r++;
-		return sign | (uint16_t)r;
-	}
-	a += 0xfffu + ((a >> 13) & 1);
-	return sign | (uint16_t)((a - 0x38000000u) >> 13);
+	return dtm_f32_to_f16(f);
 }
 
 /* ---- thread pool ---- */
