@@ -5,7 +5,8 @@
 #   1. the binary's step-1 loss equals the f64 reference (ir_eval on the same
 #      Philox init and data) to 1e-5 relative;
 #   2. the runtime allocates exactly the planned arena bytes (./NAME -v);
-#   3. the loss falls over 50 steps.
+#   3. the loss falls over 50 steps;
+#   4. 20 steps equal 10 steps + --resume to 20, loss for loss (the JSON text).
 set -u
 dtmc=$1 refloss=$2 model=$3
 shift 3
@@ -36,4 +37,14 @@ last=$(sed -n '$s/.*"loss":\([^,}]*\).*/\1/p' "$tmp/fifty.jsonl")
 echo "$model: loss $first -> $last over 50 steps"
 awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < 0.9 * a) }' ||
 	fail "the loss did not fall: $first -> $last"
+
+# checkpoint/resume: the losses of steps 11..20 must be the same text
+"$tmp/$model" --steps 20 --log "$tmp/full.jsonl" -q || fail "20 steps failed"
+"$tmp/$model" --steps 10 --save "$tmp/ck" --log "$tmp/a.jsonl" -q || fail "10 steps + save failed"
+"$tmp/$model" --steps 20 --resume "$tmp/ck" --log "$tmp/b.jsonl" -q || fail "resume failed"
+losses() { sed -n 's/.*"step":\([0-9]*\),"loss":\([^,}]*\).*/\1 \2/p' "$@"; }
+[ "$(losses "$tmp/full.jsonl" | wc -l)" -eq 20 ] || fail "the 20-step log has no 20 losses"
+[ "$(losses "$tmp/a.jsonl" "$tmp/b.jsonl")" = "$(losses "$tmp/full.jsonl")" ] ||
+	fail "10 + resume 10 differs from 20 uninterrupted steps"
+echo "$model: 10 steps + resume 10 == 20 steps (identical losses)"
 echo "ok"
