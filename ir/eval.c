@@ -12,6 +12,7 @@
  * that are 0 where the operand has size 1.
  */
 #include "ir/eval.h"
+#include "ir/eval_impl.h"
 #include "ir/eval_grad.h"
 #include "ir/optim.h"
 
@@ -23,11 +24,7 @@
 
 /* ---- small helpers ---- */
 
-static bool bad(Diag *d, const IrNode *n, const char *fmt, ...)
-        __attribute__((format(printf, 3, 4)));
-
-/* Reports "op %id: message" at the node's source location. */
-static bool bad(Diag *d, const IrNode *n, const char *fmt, ...)
+bool ir_eval_bad(Diag *d, const IrNode *n, const char *fmt, ...)
 {
 	char msg[256];
 	va_list ap;
@@ -36,16 +33,6 @@ static bool bad(Diag *d, const IrNode *n, const char *fmt, ...)
 	va_end(ap);
 	diag_error(d, n->loc, "%s %%%d: %s", ir_op_name(n->op), n->id, msg);
 	return false;
-}
-
-static const IrNode *arg(const IrEval *e, const IrNode *n, int i)
-{
-	return e->m->nodes[n->ops[i]];
-}
-
-static const double *argv_(const IrEval *e, const IrNode *n, int i)
-{
-	return e->val[n->ops[i]];
 }
 
 /* A node's shape with scalars seen as [1], so every walk has an innermost
@@ -58,14 +45,6 @@ static int dims_of(const IrNode *x, int64_t *shape)
 	}
 	memcpy(shape, x->shape, sizeof(int64_t) * (size_t)x->rank);
 	return x->rank;
-}
-
-static int64_t prod(const int64_t *shape, int from, int to)
-{
-	int64_t p = 1;
-	for (int i = from; i < to; i++)
-		p *= shape[i];
-	return p;
 }
 
 /* Strides of operand x as seen from an output of shape oshape[r], numpy
@@ -213,11 +192,11 @@ static double sigmoid(double x)
 
 static bool ev_unary(IrEval *e, const IrNode *n, Diag *d)
 {
-	const double *x = argv_(e, n, 0);
+	const double *x = in(e, n, 0);
 	double *y = e->val[n->id];
 	int64_t N = ir_node_numel(n);
 	if (ir_node_numel(arg(e, n, 0)) != N)
-		return bad(d, n, "operand has %lld elements, result %lld",
+		return ir_eval_bad(d, n, "operand has %lld elements, result %lld",
 		           (long long)ir_node_numel(arg(e, n, 0)), (long long)N);
 	double s = n->attrs.f[0];
 	/* one loop per op so the switch is outside the loop */
@@ -253,7 +232,7 @@ static bool ev_unary(IrEval *e, const IrNode *n, Diag *d)
 	case IR_OP_CAST:
 		MAP(ir_eval_round(n->dtype, v));
 	default:
-		return bad(d, n, "not a unary op");
+		return ir_eval_bad(d, n, "not a unary op");
 	}
 #undef MAP
 	return true;
@@ -261,14 +240,14 @@ static bool ev_unary(IrEval *e, const IrNode *n, Diag *d)
 
 static bool ev_binary(IrEval *e, const IrNode *n, Diag *d)
 {
-	const double *a = argv_(e, n, 0), *b = argv_(e, n, 1);
+	const double *a = in(e, n, 0), *b = in(e, n, 1);
 	double *y = e->val[n->id];
 	int64_t shape[IR_MAX_RANK], idx[IR_MAX_RANK] = {0}, off[2] = {0, 0};
 	int64_t st[2][IR_MAX_RANK];
 	int r = dims_of(n, shape);
 	if (!bcast_strides(n->rank, n->shape, arg(e, n, 0), st[0]) ||
 	    !bcast_strides(n->rank, n->shape, arg(e, n, 1), st[1]))
-		return bad(d, n, "operands do not broadcast to the result shape");
+		return ir_eval_bad(d, n, "operands do not broadcast to the result shape");
 	if (n->rank == 0)
 		st[0][0] = st[1][0] = 0;
 	int64_t inner = shape[r - 1], N = ir_node_numel(n);
@@ -296,7 +275,7 @@ static bool ev_binary(IrEval *e, const IrNode *n, Diag *d)
 	case IR_OP_DIV:
 		ROWS(u / v);
 	default:
-		return bad(d, n, "not a binary op");
+		return ir_eval_bad(d, n, "not a binary op");
 	}
 #undef ROWS
 	return true;
@@ -310,11 +289,11 @@ static bool ev_matmul(IrEval *e, const IrNode *n, Diag *d)
 	const IrNode *A = arg(e, n, 0), *B = arg(e, n, 1);
 	int r = n->rank;
 	if (r < 2 || A->rank < 2 || B->rank < 2 || A->rank > r || B->rank > r)
-		return bad(d, n, "operands and result must have rank >= 2");
+		return ir_eval_bad(d, n, "operands and result must have rank >= 2");
 	int64_t M = A->shape[A->rank - 2], K = A->shape[A->rank - 1];
 	int64_t Nn = B->shape[B->rank - 1];
 	if (B->shape[B->rank - 2] != K || n->shape[r - 2] != M || n->shape[r - 1] != Nn)
-		return bad(d, n, "inner or outer dimensions do not match the result");
+		return ir_eval_bad(d, n, "inner or outer dimensions do not match the result");
 	/* batch strides in units of whole matrices, broadcast-aware */
 	int nb = r - 2;
 	int64_t sa[IR_MAX_RANK] = {0}, sb[IR_MAX_RANK] = {0};
@@ -323,7 +302,7 @@ static bool ev_matmul(IrEval *e, const IrNode *n, Diag *d)
 		if (j < 0)
 			break;
 		if (A->shape[j] != 1 && A->shape[j] != n->shape[i])
-			return bad(d, n, "batch dims of the left operand do not broadcast");
+			return ir_eval_bad(d, n, "batch dims of the left operand do not broadcast");
 		sa[i] = A->shape[j] == 1 ? 0 : s;
 		s *= A->shape[j];
 	}
@@ -332,12 +311,12 @@ static bool ev_matmul(IrEval *e, const IrNode *n, Diag *d)
 		if (j < 0)
 			break;
 		if (B->shape[j] != 1 && B->shape[j] != n->shape[i])
-			return bad(d, n, "batch dims of the right operand do not broadcast");
+			return ir_eval_bad(d, n, "batch dims of the right operand do not broadcast");
 		sb[i] = B->shape[j] == 1 ? 0 : s;
 		s *= B->shape[j];
 	}
 	int64_t nbatch = prod(n->shape, 0, nb);
-	const double *a = argv_(e, n, 0), *b = argv_(e, n, 1);
+	const double *a = in(e, n, 0), *b = in(e, n, 1);
 	double *c = e->val[n->id];
 	memset(c, 0, sizeof(double) * (size_t)(nbatch * M * Nn));
 	for (int64_t bi = 0; bi < nbatch; bi++) {
@@ -379,7 +358,7 @@ static bool ev_reduce(IrEval *e, const IrNode *n, Diag *d)
 		if (ax < 0)
 			ax += X->rank;
 		if (ax < 0 || ax >= X->rank)
-			return bad(d, n, "axis %lld out of range for rank %d",
+			return ir_eval_bad(d, n, "axis %lld out of range for rank %d",
 			           (long long)n->attrs.ints[k], X->rank);
 		red[ax] = true;
 	}
@@ -396,9 +375,9 @@ static bool ev_reduce(IrEval *e, const IrNode *n, Diag *d)
 	}
 	int64_t N = ir_node_numel(n), NX = ir_node_numel(X);
 	if (s != N)
-		return bad(d, n, "result has %lld elements, the kept dims %lld", (long long)N,
+		return ir_eval_bad(d, n, "result has %lld elements, the kept dims %lld", (long long)N,
 		           (long long)s);
-	const double *x = argv_(e, n, 0);
+	const double *x = in(e, n, 0);
 	double *y = e->val[n->id];
 	double init = n->op == IR_OP_MAX ? -INFINITY : 0.0;
 	for (int64_t i = 0; i < N; i++)
@@ -434,11 +413,11 @@ static bool ev_softmax(IrEval *e, const IrNode *n, Diag *d)
 	if (ax < 0)
 		ax += X->rank;
 	if (X->rank == 0 || ax < 0 || ax >= X->rank || ir_node_numel(n) != ir_node_numel(X))
-		return bad(d, n, "axis %lld invalid for rank %d", (long long)n->attrs.ints[0],
+		return ir_eval_bad(d, n, "axis %lld invalid for rank %d", (long long)n->attrs.ints[0],
 		           X->rank);
 	int64_t outer = prod(X->shape, 0, (int)ax), len = X->shape[ax];
 	int64_t inner = prod(X->shape, (int)ax + 1, X->rank);
-	const double *x = argv_(e, n, 0);
+	const double *x = in(e, n, 0);
 	double *y = e->val[n->id];
 	bool lg = n->op == IR_OP_LOG_SOFTMAX;
 	for (int64_t o = 0; o < outer; o++)
@@ -463,11 +442,11 @@ static bool ev_norm(IrEval *e, const IrNode *n, Diag *d)
 	const IrNode *X = arg(e, n, 0);
 	bool ln = n->op == IR_OP_LAYERNORM;
 	if (X->rank == 0 || ir_node_numel(n) != ir_node_numel(X))
-		return bad(d, n, "input must have rank >= 1 and match the result");
+		return ir_eval_bad(d, n, "input must have rank >= 1 and match the result");
 	int64_t D = X->shape[X->rank - 1], rows = D ? ir_node_numel(X) / D : 0;
 	if (ir_node_numel(arg(e, n, 1)) != D || (ln && ir_node_numel(arg(e, n, 2)) != D))
-		return bad(d, n, "gain and bias must have %lld elements", (long long)D);
-	const double *x = argv_(e, n, 0), *g = argv_(e, n, 1), *b = ln ? argv_(e, n, 2) : NULL;
+		return ir_eval_bad(d, n, "gain and bias must have %lld elements", (long long)D);
+	const double *x = in(e, n, 0), *g = in(e, n, 1), *b = ln ? in(e, n, 2) : NULL;
 	double *y = e->val[n->id], eps = n->attrs.f[0];
 	for (int64_t r = 0; r < rows; r++) {
 		const double *px = x + r * D;
@@ -500,16 +479,16 @@ static bool ev_embed(IrEval *e, const IrNode *n, Diag *d)
 {
 	const IrNode *T = arg(e, n, 0), *I = arg(e, n, 1);
 	if (T->rank != 2)
-		return bad(d, n, "table must have rank 2");
+		return ir_eval_bad(d, n, "table must have rank 2");
 	int64_t V = T->shape[0], D = T->shape[1], N = ir_node_numel(I);
 	if (ir_node_numel(n) != N * D)
-		return bad(d, n, "result must have %lld x %lld elements", (long long)N,
+		return ir_eval_bad(d, n, "result must have %lld x %lld elements", (long long)N,
 		           (long long)D);
-	const double *t = argv_(e, n, 0), *ids = argv_(e, n, 1);
+	const double *t = in(e, n, 0), *ids = in(e, n, 1);
 	double *y = e->val[n->id];
 	for (int64_t i = 0; i < N; i++) {
 		if (!index_ok(ids[i], V))
-			return bad(d, n, "id %g at position %lld is out of range [0, %lld)", ids[i],
+			return ir_eval_bad(d, n, "id %g at position %lld is out of range [0, %lld)", ids[i],
 			           (long long)i, (long long)V);
 		memcpy(y + i * D, t + (int64_t)ids[i] * D, sizeof(double) * (size_t)D);
 	}
@@ -523,7 +502,7 @@ static bool ev_permute(IrEval *e, const IrNode *n, Diag *d)
 	int r = n->rank;
 	bool seen[IR_MAX_RANK] = {false};
 	if (n->attrs.nints != r || X->rank != r)
-		return bad(d, n, "permutation has %d entries for rank %d", n->attrs.nints, r);
+		return ir_eval_bad(d, n, "permutation has %d entries for rank %d", n->attrs.nints, r);
 	int64_t xst[IR_MAX_RANK], st[1][IR_MAX_RANK], idx[IR_MAX_RANK] = {0}, off[1] = {0};
 	int64_t s = 1;
 	for (int i = r - 1; i >= 0; i--) {
@@ -533,11 +512,11 @@ static bool ev_permute(IrEval *e, const IrNode *n, Diag *d)
 	for (int i = 0; i < r; i++) {
 		int64_t p = n->attrs.ints[i];
 		if (p < 0 || p >= r || seen[p] || X->shape[p] != n->shape[i])
-			return bad(d, n, "not a permutation matching the shapes");
+			return ir_eval_bad(d, n, "not a permutation matching the shapes");
 		seen[p] = true;
 		st[0][i] = xst[p];
 	}
-	const double *x = argv_(e, n, 0);
+	const double *x = in(e, n, 0);
 	double *y = e->val[n->id];
 	int64_t N = ir_node_numel(n);
 	if (r == 0 || N == 0) {
@@ -559,8 +538,8 @@ static bool ev_reshape(IrEval *e, const IrNode *n, Diag *d)
 {
 	int64_t N = ir_node_numel(n);
 	if (ir_node_numel(arg(e, n, 0)) != N)
-		return bad(d, n, "element counts differ");
-	memcpy(e->val[n->id], argv_(e, n, 0), sizeof(double) * (size_t)N);
+		return ir_eval_bad(d, n, "element counts differ");
+	memcpy(e->val[n->id], in(e, n, 0), sizeof(double) * (size_t)N);
 	return true;
 }
 
@@ -573,23 +552,23 @@ static bool ev_concat(IrEval *e, const IrNode *n, Diag *d)
 	if (ax < 0)
 		ax += r;
 	if (ax < 0 || ax >= r)
-		return bad(d, n, "axis %lld out of range", (long long)n->attrs.ints[0]);
+		return ir_eval_bad(d, n, "axis %lld out of range", (long long)n->attrs.ints[0]);
 	int64_t outer = prod(n->shape, 0, (int)ax), inner = prod(n->shape, (int)ax + 1, r);
 	int64_t total = 0;
 	for (int k = 0; k < n->nops; k++) {
 		const IrNode *X = arg(e, n, k);
 		if (X->rank != r || ir_node_numel(X) != outer * X->shape[ax] * inner)
-			return bad(d, n, "operand %d does not match the result", k);
+			return ir_eval_bad(d, n, "operand %d does not match the result", k);
 		total += X->shape[ax];
 	}
 	if (total != n->shape[ax])
-		return bad(d, n, "operands sum to %lld along the axis, result has %lld",
+		return ir_eval_bad(d, n, "operands sum to %lld along the axis, result has %lld",
 		           (long long)total, (long long)n->shape[ax]);
 	double *y = e->val[n->id];
 	for (int64_t o = 0; o < outer; o++)
 		for (int k = 0; k < n->nops; k++) {
 			int64_t blk = arg(e, n, k)->shape[ax] * inner;
-			memcpy(y, argv_(e, n, k) + o * blk, sizeof(double) * (size_t)blk);
+			memcpy(y, in(e, n, k) + o * blk, sizeof(double) * (size_t)blk);
 			y += blk;
 		}
 	return true;
@@ -603,13 +582,13 @@ static bool ev_slice(IrEval *e, const IrNode *n, Diag *d)
 	if (ax < 0)
 		ax += X->rank;
 	if (ax < 0 || ax >= X->rank || X->rank != n->rank)
-		return bad(d, n, "axis %lld out of range", (long long)n->attrs.ints[0]);
+		return ir_eval_bad(d, n, "axis %lld out of range", (long long)n->attrs.ints[0]);
 	if (lo < 0 || hi < lo || hi > X->shape[ax] || n->shape[ax] != hi - lo)
-		return bad(d, n, "range [%lld, %lld) invalid for a dim of %lld", (long long)lo,
+		return ir_eval_bad(d, n, "range [%lld, %lld) invalid for a dim of %lld", (long long)lo,
 		           (long long)hi, (long long)X->shape[ax]);
 	int64_t outer = prod(X->shape, 0, (int)ax), inner = prod(X->shape, (int)ax + 1, X->rank);
 	int64_t len = X->shape[ax], blk = (hi - lo) * inner;
-	const double *x = argv_(e, n, 0);
+	const double *x = in(e, n, 0);
 	double *y = e->val[n->id];
 	for (int64_t o = 0; o < outer; o++)
 		memcpy(y + o * blk, x + (o * len + lo) * inner, sizeof(double) * (size_t)blk);
@@ -629,22 +608,22 @@ static bool ev_attention(IrEval *e, const IrNode *n, Diag *d)
 	bool causal = n->attrs.ints[1] != 0;
 	int r = Q->rank;
 	if (r < 2 || K->rank != r || V->rank != r || n->rank != r)
-		return bad(d, n, "q, k, v and the result must have the same rank >= 2");
+		return ir_eval_bad(d, n, "q, k, v and the result must have the same rank >= 2");
 	int64_t Tq = Q->shape[r - 2], D = Q->shape[r - 1];
 	int64_t Tk = K->shape[r - 2], Dv = V->shape[r - 1];
 	int64_t B = prod(Q->shape, 0, r - 2);
 	if (K->shape[r - 1] != D || V->shape[r - 2] != Tk || prod(K->shape, 0, r - 2) != B ||
 	    prod(V->shape, 0, r - 2) != B || ir_node_numel(n) != B * Tq * Dv)
-		return bad(d, n, "q, k, v shapes do not agree");
+		return ir_eval_bad(d, n, "q, k, v shapes do not agree");
 	if (H <= 0 || D % H || Dv % H)
-		return bad(d, n, "%lld heads do not divide the model dim %lld", (long long)H,
+		return ir_eval_bad(d, n, "%lld heads do not divide the model dim %lld", (long long)H,
 		           (long long)D);
 	int64_t hd = D / H, hv = Dv / H;
 	double scale = 1.0 / sqrt((double)hd);
 	double *p = malloc(sizeof(double) * (size_t)(Tk ? Tk : 1));
 	if (!p)
-		return bad(d, n, "out of memory");
-	const double *q = argv_(e, n, 0), *k = argv_(e, n, 1), *v = argv_(e, n, 2);
+		return ir_eval_bad(d, n, "out of memory");
+	const double *q = in(e, n, 0), *k = in(e, n, 1), *v = in(e, n, 2);
 	double *y = e->val[n->id];
 	memset(y, 0, sizeof(double) * (size_t)(B * Tq * Dv));
 	for (int64_t b = 0; b < B; b++)
@@ -683,17 +662,17 @@ static bool ev_cross_entropy(IrEval *e, const IrNode *n, Diag *d)
 {
 	const IrNode *L = arg(e, n, 0), *T = arg(e, n, 1);
 	if (L->rank == 0)
-		return bad(d, n, "logits must have rank >= 1");
+		return ir_eval_bad(d, n, "logits must have rank >= 1");
 	int64_t V = L->shape[L->rank - 1], N = ir_node_numel(T);
 	if (ir_node_numel(L) != N * V)
-		return bad(d, n, "logits have %lld elements, targets %lld x %lld classes",
+		return ir_eval_bad(d, n, "logits have %lld elements, targets %lld x %lld classes",
 		           (long long)ir_node_numel(L), (long long)N, (long long)V);
-	const double *x = argv_(e, n, 0), *t = argv_(e, n, 1);
+	const double *x = in(e, n, 0), *t = in(e, n, 1);
 	double total = 0;
 	for (int64_t i = 0; i < N; i++) {
 		const double *row = x + i * V;
 		if (!index_ok(t[i], V))
-			return bad(d, n, "target %g at position %lld is out of range [0, %lld)",
+			return ir_eval_bad(d, n, "target %g at position %lld is out of range [0, %lld)",
 			           t[i], (long long)i, (long long)V);
 		double mx = -INFINITY, sum = 0;
 		for (int64_t j = 0; j < V; j++)
@@ -710,8 +689,8 @@ static bool ev_mse(IrEval *e, const IrNode *n, Diag *d)
 {
 	int64_t N = ir_node_numel(arg(e, n, 0));
 	if (ir_node_numel(arg(e, n, 1)) != N)
-		return bad(d, n, "operands have different element counts");
-	const double *a = argv_(e, n, 0), *b = argv_(e, n, 1);
+		return ir_eval_bad(d, n, "operands have different element counts");
+	const double *a = in(e, n, 0), *b = in(e, n, 1);
 	double total = 0;
 	for (int64_t i = 0; i < N; i++)
 		total += (a[i] - b[i]) * (a[i] - b[i]);
@@ -726,12 +705,12 @@ static bool ev_dropout(IrEval *e, const IrNode *n, Diag *d)
 {
 	int64_t N = ir_node_numel(n);
 	double rate = n->attrs.f[0];
-	const double *x = argv_(e, n, 0);
+	const double *x = in(e, n, 0);
 	double *y = e->val[n->id];
 	if (ir_node_numel(arg(e, n, 0)) != N)
-		return bad(d, n, "operand and result differ in size");
+		return ir_eval_bad(d, n, "operand and result differ in size");
 	if (rate < 0 || rate > 1)
-		return bad(d, n, "rate %g is not in [0, 1]", rate);
+		return ir_eval_bad(d, n, "rate %g is not in [0, 1]", rate);
 	if (!e->training || rate == 0) {
 		memcpy(y, x, sizeof(double) * (size_t)N);
 		return true;
@@ -758,9 +737,9 @@ static bool ev_const(IrEval *e, const IrNode *n)
 static bool eval_node(IrEval *e, const IrNode *n, Diag *d)
 {
 	if ((unsigned)n->op >= IR_OP_COUNT)
-		return bad(d, n, "invalid op %d", (int)n->op);
+		return ir_eval_bad(d, n, "invalid op %d", (int)n->op);
 	if (ir_op_flags(n->op) & OPF_COLL)
-		return bad(d, n, "collectives cannot be evaluated on the global program");
+		return ir_eval_bad(d, n, "collectives cannot be evaluated on the global program");
 	switch (n->op) {
 	case IR_OP_PARAM:
 	case IR_OP_INPUT:
@@ -849,7 +828,7 @@ static bool eval_node(IrEval *e, const IrNode *n, Diag *d)
 	case IR_OP_COUNT:
 		break;
 	}
-	return bad(d, n, "no evaluation rule");
+	return ir_eval_bad(d, n, "no evaluation rule");
 }
 
 bool ir_eval_init(IrEval *e, const IrModule *m)
@@ -886,10 +865,16 @@ void ir_eval_set(IrEval *e, int node, const double *data)
 void ir_eval_init_params(IrEval *e, uint64_t seed)
 {
 	for (int i = 0; i < e->m->nnodes; i++) {
+		static const char master[] = "opt.master.";
 		const IrNode *n = e->m->nodes[i];
-		if (n->op != IR_OP_PARAM || n->attrs.init == IR_INIT_NONE)
+		if ((n->op != IR_OP_PARAM && n->op != IR_OP_STATE) || n->attrs.init == IR_INIT_NONE)
 			continue;
-		uint64_t hash = dtm_hash64(n->name ? n->name : "");
+		/* a master copy starts from its param's unrounded values, so it
+		 * is keyed by the param's name (as the runtime does) */
+		const char *key = n->name ? n->name : "";
+		if (n->op == IR_OP_STATE && strncmp(key, master, sizeof master - 1) == 0)
+			key += sizeof master - 1;
+		uint64_t hash = dtm_hash64(key);
 		float a = (float)n->attrs.f[0], b = (float)n->attrs.f[1];
 		int64_t N = ir_node_numel(n);
 		double *v = e->val[i];
@@ -912,7 +897,6 @@ void ir_eval_init_params(IrEval *e, uint64_t seed)
 			}
 		}
 	}
-	ir_eval_init_state(e, seed);
 }
 
 bool ir_eval_run(IrEval *e, Diag *d, uint64_t seed, int64_t step)

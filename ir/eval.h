@@ -45,8 +45,10 @@ bool ir_eval_init(IrEval *e, const IrModule *m);
  * uniform(f[0], f[1])) with the runtime's generator, keyed by (seed,
  * hash of the param's name, global index) and rounded to f32 as the runtime
  * stores them, so the oracle starts from the weights every mesh starts from.
- * Params with init none are left as they are.  Optimizer state is filled
- * too (ir_eval_init_state in ir/optim.h). */
+ * Params with init none are left as they are.  Optimizer state (`state`
+ * leaves) is filled the same way; a master copy opt.master.P is keyed by
+ * P's name, so it holds P's initial value before rounding to P's dtype (the
+ * runtime keys it the same way). */
 void ir_eval_init_params(IrEval *e, uint64_t seed);
 /* Copies ir_node_numel(node) doubles into the node's buffer.  Meant for
  * params and inputs (i32 values as whole doubles); leaves start at zero. */

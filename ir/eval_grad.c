@@ -9,34 +9,11 @@
  * inconsistent node is a diagnostic, not an overrun.
  */
 #include "ir/eval_grad.h"
+#include "ir/eval_impl.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-static bool bad(Diag *d, const IrNode *n, const char *msg)
-{
-	diag_error(d, n->loc, "%s %%%d: %s", ir_op_name(n->op), n->id, msg);
-	return false;
-}
-
-static const IrNode *arg(const IrEval *e, const IrNode *n, int i)
-{
-	return e->m->nodes[n->ops[i]];
-}
-
-static const double *in(const IrEval *e, const IrNode *n, int i)
-{
-	return e->val[n->ops[i]];
-}
-
-static int64_t prod(const int64_t *shape, int from, int to)
-{
-	int64_t p = 1;
-	for (int i = from; i < to; i++)
-		p *= shape[i];
-	return p;
-}
 
 /* For each element of the big tensor B (row-major), the index of the
  * element of S it maps to, where S is B with the dims in `red` reduced to
@@ -83,11 +60,11 @@ static bool ev_expand(IrEval *e, const IrNode *n, Diag *d, bool sum)
 	const IrNode *big = sum ? X : n, *small = sum ? n : X;
 	bool red[IR_MAX_RANK];
 	if (small->rank > big->rank)
-		return bad(d, n, "shapes do not broadcast");
+		return ir_eval_bad(d, n, "shapes do not broadcast");
 	bcast_dims(small->rank, small->shape, big->rank, big->shape, red);
 	int64_t *map = group_map(big->rank, big->shape, red);
 	if (!map)
-		return bad(d, n, "out of memory");
+		return ir_eval_bad(d, n, "out of memory");
 	int64_t NB = ir_node_numel(big), NS = ir_node_numel(small);
 	const double *x = in(e, n, 0);
 	double *y = e->val[n->id];
@@ -104,7 +81,7 @@ static bool ev_expand(IrEval *e, const IrNode *n, Diag *d, bool sum)
 			y[i] = x[map[i]];
 	}
 	free(map);
-	return ok || bad(d, n, "shapes do not broadcast");
+	return ok || ir_eval_bad(d, n, "shapes do not broadcast");
 }
 
 static double gelu_grad(double x)
@@ -126,7 +103,7 @@ static bool ev_act(IrEval *e, const IrNode *n, Diag *d)
 {
 	int64_t N = ir_node_numel(n);
 	if (ir_node_numel(arg(e, n, 0)) != N || ir_node_numel(arg(e, n, 1)) != N)
-		return bad(d, n, "operands differ in size");
+		return ir_eval_bad(d, n, "operands differ in size");
 	const double *dy = in(e, n, 0), *x = in(e, n, 1);
 	double *y = e->val[n->id];
 	for (int64_t i = 0; i < N; i++) {
@@ -154,7 +131,7 @@ static bool ev_max_bwd(IrEval *e, const IrNode *n, Diag *d)
 	bool red[IR_MAX_RANK] = {false};
 	for (int k = 0; k < n->attrs.nints; k++) {
 		if (n->attrs.ints[k] < 0 || n->attrs.ints[k] >= X->rank)
-			return bad(d, n, "axis out of range");
+			return ir_eval_bad(d, n, "axis out of range");
 		red[n->attrs.ints[k]] = true;
 	}
 	int64_t NX = ir_node_numel(X), NY = ir_node_numel(arg(e, n, 2));
@@ -163,7 +140,7 @@ static bool ev_max_bwd(IrEval *e, const IrNode *n, Diag *d)
 	if (!map || !cnt) {
 		free(map);
 		free(cnt);
-		return bad(d, n, "out of memory");
+		return ir_eval_bad(d, n, "out of memory");
 	}
 	const double *dy = in(e, n, 0), *x = in(e, n, 1), *y = in(e, n, 2);
 	double *dx = e->val[n->id];
@@ -183,7 +160,7 @@ static bool ev_softmax_bwd(IrEval *e, const IrNode *n, Diag *d)
 {
 	int64_t ax = n->attrs.ints[0];
 	if (ax < 0 || ax >= n->rank)
-		return bad(d, n, "axis out of range");
+		return ir_eval_bad(d, n, "axis out of range");
 	int64_t outer = prod(n->shape, 0, (int)ax), len = n->shape[ax];
 	int64_t inner = prod(n->shape, (int)ax + 1, n->rank);
 	const double *dy = in(e, n, 0), *y = in(e, n, 1);
@@ -213,15 +190,15 @@ static bool ev_norm_bwd(IrEval *e, const IrNode *n, Diag *d)
 	bool ln = n->op == IR_OP_LAYERNORM_BWD || n->op == IR_OP_LAYERNORM_BWD_GAMMA;
 	bool gam = n->op == IR_OP_LAYERNORM_BWD_GAMMA || n->op == IR_OP_RMSNORM_BWD_GAMMA;
 	if (X->rank < 1)
-		return bad(d, n, "x must have rank >= 1");
+		return ir_eval_bad(d, n, "x must have rank >= 1");
 	int64_t D = X->shape[X->rank - 1], rows = D ? ir_node_numel(X) / D : 0;
 	if (ir_node_numel(arg(e, n, 0)) != rows * D || (!gam && ir_node_numel(arg(e, n, 2)) != D))
-		return bad(d, n, "operands do not agree");
+		return ir_eval_bad(d, n, "operands do not agree");
 	const double *dy = in(e, n, 0), *x = in(e, n, 1), *g = gam ? NULL : in(e, n, 2);
 	double *out = e->val[n->id], eps = n->attrs.f[0];
 	double *xh = malloc(sizeof(double) * (size_t)(D ? D : 1));
 	if (!xh)
-		return bad(d, n, "out of memory");
+		return ir_eval_bad(d, n, "out of memory");
 	if (gam)
 		memset(out, 0, sizeof(double) * (size_t)D);
 	for (int64_t r = 0; r < rows; r++) {
@@ -260,13 +237,13 @@ static bool ev_embed_bwd(IrEval *e, const IrNode *n, Diag *d)
 {
 	int64_t V = n->shape[0], D = n->shape[1], N = ir_node_numel(arg(e, n, 1));
 	if (ir_node_numel(arg(e, n, 0)) != N * D)
-		return bad(d, n, "dy does not match ids x dim");
+		return ir_eval_bad(d, n, "dy does not match ids x dim");
 	const double *dy = in(e, n, 0), *ids = in(e, n, 1);
 	double *t = e->val[n->id];
 	memset(t, 0, sizeof(double) * (size_t)(V * D));
 	for (int64_t i = 0; i < N; i++) {
 		if (!(ids[i] >= 0 && ids[i] < (double)V && ids[i] == floor(ids[i])))
-			return bad(d, n, "id out of range");
+			return ir_eval_bad(d, n, "id out of range");
 		double *row = t + (int64_t)ids[i] * D;
 		for (int64_t j = 0; j < D; j++)
 			row[j] += dy[i * D + j];
@@ -280,7 +257,7 @@ static bool ev_pad(IrEval *e, const IrNode *n, Diag *d)
 	int64_t ax = n->attrs.ints[0], lo = n->attrs.ints[1];
 	if (ax < 0 || ax >= n->rank || X->rank != n->rank ||
 	    lo + X->shape[ax] > n->shape[ax] || lo < 0)
-		return bad(d, n, "range does not fit");
+		return ir_eval_bad(d, n, "range does not fit");
 	int64_t outer = prod(n->shape, 0, (int)ax), inner = prod(n->shape, (int)ax + 1, n->rank);
 	int64_t len = n->shape[ax], blk = X->shape[ax] * inner;
 	double *y = e->val[n->id];
@@ -299,12 +276,12 @@ static bool ev_attention_bwd(IrEval *e, const IrNode *n, Diag *d)
 	int64_t B = Q->shape[0], T = Q->shape[1], D = Q->shape[2], H = n->attrs.ints[0];
 	bool causal = n->attrs.ints[1] != 0;
 	if (Q->rank != 3 || H < 1 || D % H || ir_node_numel(n) != 3 * B * T * D)
-		return bad(d, n, "shapes do not agree");
+		return ir_eval_bad(d, n, "shapes do not agree");
 	int64_t hd = D / H, S = B * T * D;
 	double scale = 1.0 / sqrt((double)hd);
 	double *p = malloc(sizeof(double) * (size_t)(2 * T + 1));
 	if (!p)
-		return bad(d, n, "out of memory");
+		return ir_eval_bad(d, n, "out of memory");
 	double *dp = p + T;
 	const double *dy = in(e, n, 0), *q = in(e, n, 1), *k = in(e, n, 2), *v = in(e, n, 3);
 	double *dq = e->val[n->id], *dk = dq + S, *dv = dk + S;
@@ -355,7 +332,7 @@ static bool ev_ce_bwd(IrEval *e, const IrNode *n, Diag *d)
 	const IrNode *L = arg(e, n, 1);
 	int64_t V = L->shape[L->rank - 1], N = ir_node_numel(arg(e, n, 2));
 	if (ir_node_numel(L) != N * V)
-		return bad(d, n, "logits do not match targets");
+		return ir_eval_bad(d, n, "logits do not match targets");
 	double dl = in(e, n, 0)[0] / (double)(N ? N : 1);
 	const double *x = in(e, n, 1), *t = in(e, n, 2);
 	double *dx = e->val[n->id];
@@ -363,7 +340,7 @@ static bool ev_ce_bwd(IrEval *e, const IrNode *n, Diag *d)
 		const double *row = x + i * V;
 		double *drow = dx + i * V, mx = -INFINITY, sum = 0;
 		if (!(t[i] >= 0 && t[i] < (double)V && t[i] == floor(t[i])))
-			return bad(d, n, "target out of range");
+			return ir_eval_bad(d, n, "target out of range");
 		for (int64_t j = 0; j < V; j++)
 			mx = fmax(mx, row[j]);
 		for (int64_t j = 0; j < V; j++)
@@ -407,5 +384,5 @@ bool ir_eval_grad(IrEval *e, const IrNode *n, Diag *d)
 	default:
 		break;
 	}
-	return bad(d, n, "not a gradient op");
+	return ir_eval_bad(d, n, "not a gradient op");
 }

@@ -10,17 +10,12 @@
  * next ir_eval_run is the next step.
  */
 #include "ir/optim.h"
+#include "ir/eval_impl.h"
 
 #include <math.h>
 #include <string.h>
 
 #include "runtime/philox.h"
-
-static bool bad(Diag *d, const IrNode *n, const char *msg)
-{
-	diag_error(d, n->loc, "%s %%%d: %s", ir_op_name(n->op), n->id, msg);
-	return false;
-}
 
 double ir_optim_lr_at(const IrTrain *t, int64_t step)
 {
@@ -61,9 +56,9 @@ static bool ev_step(IrEval *e, const IrNode *n, Diag *d)
 {
 	IrOptimOps ix;
 	if (!ir_optim_ops(n, &ix))
-		return bad(d, n, "operands do not match the attributes");
+		return ir_eval_bad(d, n, "operands do not match the attributes");
 	if (e->step < 1)
-		return bad(d, n, "optimizer steps count from 1");
+		return ir_eval_bad(d, n, "optimizer steps count from 1");
 	const IrNode *pn = e->m->nodes[n->ops[ix.p]];
 	const double *fx = n->attrs.fx;
 	double lr = e->lr_fixed ? e->lr : ir_optim_lr_at(&e->m->train, e->step);
@@ -119,41 +114,6 @@ bool ir_eval_optim(IrEval *e, const IrNode *n, Diag *d)
 	case IR_OP_SGD_STEP:
 		return ev_step(e, n, d);
 	default:
-		return bad(d, n, "not an optimizer op");
-	}
-}
-
-void ir_eval_init_state(IrEval *e, uint64_t seed)
-{
-	static const char master[] = "opt.master.";
-	for (int i = 0; i < e->m->nnodes; i++) {
-		const IrNode *n = e->m->nodes[i];
-		if (n->op != IR_OP_STATE || n->attrs.init == IR_INIT_NONE)
-			continue;
-		const char *key = n->name ? n->name : "";
-		if (strncmp(key, master, sizeof master - 1) == 0)
-			key += sizeof master - 1;
-		uint64_t hash = dtm_hash64(key);
-		float a = (float)n->attrs.f[0], b = (float)n->attrs.f[1];
-		int64_t N = ir_node_numel(n);
-		double *v = e->val[i];
-		for (int64_t j = 0; j < N; j++) {
-			switch (n->attrs.init) {
-			case IR_INIT_ZEROS:
-				v[j] = 0;
-				break;
-			case IR_INIT_ONES:
-				v[j] = 1;
-				break;
-			case IR_INIT_NORMAL:
-				v[j] = dtm_init_normal(seed, hash, (uint64_t)j, a, b);
-				break;
-			case IR_INIT_UNIFORM:
-				v[j] = dtm_init_uniform(seed, hash, (uint64_t)j, a, b);
-				break;
-			case IR_INIT_NONE:
-				break;
-			}
-		}
+		return ir_eval_bad(d, n, "not an optimizer op");
 	}
 }

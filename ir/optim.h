@@ -45,10 +45,6 @@ bool ir_infer_optim(IrModule *m, IrNode *n, IrNode *const *o, char *msg, size_t 
  * their param, state and master operands' buffers, so running a module
  * again is the next training step. */
 bool ir_eval_optim(IrEval *e, const IrNode *n, Diag *d);
-/* Fills state nodes from their init attrs.  A master copy opt.master.P is
- * keyed by P's name, so it holds P's initial value before rounding to
- * P's dtype; the runtime must key it the same way. */
-void ir_eval_init_state(IrEval *e, uint64_t seed);
 /* The learning rate at 1-based step t under t's schedule: constant, or
  * linear warmup over `warmup` steps then cosine decay to min_lr at
  * `steps` (runtime/main.c's lr_at, in f64). */
