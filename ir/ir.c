@@ -6,6 +6,7 @@
  */
 #include "ir.h"
 
+#include <inttypes.h>
 #include <assert.h>
 #include <string.h>
 
@@ -303,4 +304,21 @@ int ir_choose_add(IrModule *m, int node, const Placement *opts, int nopts, SrcLo
 	if (node >= 0 && node < m->nnodes)
 		m->nodes[node]->choose = idx;
 	return idx;
+}
+
+void ir_format_type(char *buf, size_t cap, IrDtype t, int rank, const int64_t *shape)
+{
+	size_t a = (size_t)snprintf(buf, cap, "%s[", ir_dtype_name(t));
+	for (int k = 0; k < rank && k < IR_MAX_RANK && a < cap; k++)
+		a += (size_t)snprintf(buf + a, cap - a, "%s%" PRId64, k ? ", " : "", shape[k]);
+	if (a < cap)
+		snprintf(buf + a, cap - a, "]");
+}
+
+const char *ir_strip_op_name(const char *msg, IrOp op)
+{
+	size_t k = strlen(ir_op_name(op));
+	if (strncmp(msg, ir_op_name(op), k) == 0 && strncmp(msg + k, ": ", 2) == 0)
+		return msg + k + 2;
+	return msg;
 }

@@ -182,6 +182,12 @@ const char *ir_red_name(IrRed r);
 bool ir_red_lookup(const char *name, IrRed *out);
 const char *ir_init_name(IrInit i);
 
+/* Writes a type as "f32[8, 32]" (truncated to cap). */
+void ir_format_type(char *buf, size_t cap, IrDtype t, int rank, const int64_t *shape);
+/* ir_infer's messages start with "opname: "; this returns the rest, for
+ * callers whose own prefix names the op already. */
+const char *ir_strip_op_name(const char *msg, IrOp op);
+
 /* ---- modules and nodes ---- */
 IrModule *ir_module_new(Arena *a, const char *name);
 void ir_train_defaults(IrTrain *t);

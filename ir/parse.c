@@ -783,39 +783,20 @@ static bool node_ref(Parser *p, int *out, int before, const char *after)
 	return true;
 }
 
-/* ir_infer's messages start with the op's name, which ours already give */
-static const char *strip_op(const char *msg, IrOp op)
-{
-	size_t k = strlen(ir_op_name(op));
-	if (strncmp(msg, ir_op_name(op), k) == 0 && strncmp(msg + k, ": ", 2) == 0)
-		return msg + k + 2;
-	return msg;
-}
-
-/* "f32[8, 32]" */
-static void format_type(char *buf, size_t cap, IrDtype t, int rank, const int64_t *shape)
-{
-	size_t a = (size_t)snprintf(buf, cap, "%s[", ir_dtype_name(t));
-	for (int k = 0; k < rank && k < IR_MAX_RANK && a < cap; k++)
-		a += (size_t)snprintf(buf + a, cap - a, "%s%" PRId64, k ? ", " : "", shape[k]);
-	if (a < cap)
-		snprintf(buf + a, cap - a, "]");
-}
-
 static void check_types(Parser *p, IrNode *n, SrcLoc at)
 {
 	char msg[512];
 	IrNode s = *n;
 	if (!ir_infer_msg(p->m, &s, msg, sizeof msg)) {
-		diag_error(p->d, at, "%%%d (%s): %s", n->id, ir_op_name(n->op), strip_op(msg, n->op));
+		diag_error(p->d, at, "%%%d (%s): %s", n->id, ir_op_name(n->op), ir_strip_op_name(msg, n->op));
 		return;
 	}
 	if (s.dtype != n->dtype || s.rank != n->rank ||
 	    memcmp(s.shape, n->shape, (size_t)n->rank * sizeof n->shape[0]) != 0) {
 		/* print both types through the printer's own spelling */
 		char want[200], got[200];
-		format_type(want, sizeof want, n->dtype, n->rank, n->shape);
-		format_type(got, sizeof got, s.dtype, s.rank, s.shape);
+		ir_format_type(want, sizeof want, n->dtype, n->rank, n->shape);
+		ir_format_type(got, sizeof got, s.dtype, s.rank, s.shape);
 		diag_error(p->d, at, "%%%d (%s): the text says %s but the operands give %s", n->id,
 		           ir_op_name(n->op), want, got);
 	}

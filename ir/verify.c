@@ -131,25 +131,6 @@ static bool placement_problem(const Verifier *v, const Placement *p, int rank, c
 	return false;
 }
 
-/* ir_infer's messages start with the op's name, which ours already give */
-static const char *strip_op(const char *msg, IrOp op)
-{
-	size_t k = strlen(ir_op_name(op));
-	if (strncmp(msg, ir_op_name(op), k) == 0 && strncmp(msg + k, ": ", 2) == 0)
-		return msg + k + 2;
-	return msg;
-}
-
-/* "f32[8, 32]" */
-static void format_type(char *buf, size_t cap, IrDtype t, int rank, const int64_t *shape)
-{
-	size_t a = (size_t)snprintf(buf, cap, "%s[", ir_dtype_name(t));
-	for (int k = 0; k < rank && k < IR_MAX_RANK && a < cap; k++)
-		a += (size_t)snprintf(buf + a, cap - a, "%s%" PRId64, k ? ", " : "", shape[k]);
-	if (a < cap)
-		snprintf(buf + a, cap - a, "]");
-}
-
 static void check_node(Verifier *v, int i)
 {
 	IrModule *m = v->m;
@@ -199,14 +180,14 @@ static void check_node(Verifier *v, int i)
 	/* types: arity, attrs (axes, perm, ranges) and shapes in one go */
 	IrNode s = *n;
 	if (!ir_infer_msg(m, &s, msg, sizeof msg)) {
-		node_error(v, n, "%s", strip_op(msg, n->op));
+		node_error(v, n, "%s", ir_strip_op_name(msg, n->op));
 		return;
 	}
 	if (s.dtype != n->dtype || s.rank != n->rank ||
 	    memcmp(s.shape, n->shape, (size_t)n->rank * sizeof n->shape[0]) != 0) {
 		char had[200], got[200];
-		format_type(had, sizeof had, n->dtype, n->rank, n->shape);
-		format_type(got, sizeof got, s.dtype, s.rank, s.shape);
+		ir_format_type(had, sizeof had, n->dtype, n->rank, n->shape);
+		ir_format_type(got, sizeof got, s.dtype, s.rank, s.shape);
 		node_error(v, n, "recorded type %s but the operands give %s", had, got);
 	}
 }
