@@ -151,7 +151,7 @@ out:
 static inline float dtmkb_gelu_grad(float x)
 {
 	const float c = 0.7978845608028654f, k = 0.044715f;
-	float t = tanhf(c * (x + k * x * x * x));
+	float t = dtmk_tanh_gelu(c * (x + k * x * x * x));
 	return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * c * (1.0f + 3.0f * k * x * x);
 }
 

@@ -31,7 +31,7 @@ static inline float dtmk_relu_f(float x)
 /* GPT-2's tanh approximation. */
 static inline float dtmk_gelu_f(float x)
 {
-	return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+	return 0.5f * x * (1.0f + dtmk_tanh_gelu(0.7978845608028654f * (x + 0.044715f * x * x * x)));
 }
 
 /* Two branches so exp never overflows. */
