@@ -742,6 +742,8 @@ bool sema_annotate(Lower *L, const AstAnnot *an, IrNode *n, const char *what, bo
 	if (!ok)
 		return false;
 	n->place = opts[0];
+	n->place_from = -1;
+	n->place_loc = an->loc; /* the origin that propagate and print report */
 	if (an->is_choose) {
 		int c = ir_choose_add(L->m, n->id, opts, an->nopts, an->loc);
 		if (c >= 0)

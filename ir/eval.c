@@ -827,6 +827,8 @@ static bool eval_node(IrEval *e, const IrNode *n, Diag *d)
 	case IR_OP_RECV:
 	case IR_OP_COUNT:
 		break;
+	case IR_OP_SHARD_SLICE:
+		return ir_eval_bad(d, n, "rank-dependent ops run in the SPMD interpreter (eval_spmd.h)");
 	}
 	return ir_eval_bad(d, n, "no evaluation rule");
 }
@@ -865,38 +867,49 @@ void ir_eval_set(IrEval *e, int node, const double *data)
 void ir_eval_init_params(IrEval *e, uint64_t seed)
 {
 	for (int i = 0; i < e->m->nnodes; i++) {
-		static const char master[] = "opt.master.";
 		const IrNode *n = e->m->nodes[i];
 		if ((n->op != IR_OP_PARAM && n->op != IR_OP_STATE) || n->attrs.init == IR_INIT_NONE)
 			continue;
-		/* a master copy starts from its param's unrounded values, so it
-		 * is keyed by the param's name (as the runtime does) */
-		const char *key = n->name ? n->name : "";
-		if (n->op == IR_OP_STATE && strncmp(key, master, sizeof master - 1) == 0)
-			key += sizeof master - 1;
-		uint64_t hash = dtm_hash64(key);
-		float a = (float)n->attrs.f[0], b = (float)n->attrs.f[1];
-		int64_t N = ir_node_numel(n);
-		double *v = e->val[i];
-		for (int64_t j = 0; j < N; j++) {
-			switch (n->attrs.init) {
-			case IR_INIT_ZEROS:
-				v[j] = 0;
-				break;
-			case IR_INIT_ONES:
-				v[j] = 1;
-				break;
-			case IR_INIT_NORMAL:
-				v[j] = dtm_init_normal(seed, hash, (uint64_t)j, a, b);
-				break;
-			case IR_INIT_UNIFORM:
-				v[j] = dtm_init_uniform(seed, hash, (uint64_t)j, a, b);
-				break;
-			case IR_INIT_NONE:
-				break;
-			}
+		ir_eval_fill_init(n, seed, ir_node_numel(n), e->val[i]);
+	}
+}
+
+void ir_eval_fill_init(const IrNode *n, uint64_t seed, int64_t N, double *v)
+{
+	static const char master[] = "opt.master.";
+	/* a master copy starts from its param's unrounded values, so it is
+	 * keyed by the param's name (as the runtime does) */
+	const char *key = n->name ? n->name : "";
+	if (n->op == IR_OP_STATE && strncmp(key, master, sizeof master - 1) == 0)
+		key += sizeof master - 1;
+	uint64_t hash = dtm_hash64(key);
+	float a = (float)n->attrs.f[0], b = (float)n->attrs.f[1];
+	for (int64_t j = 0; j < N; j++) {
+		switch (n->attrs.init) {
+		case IR_INIT_ZEROS:
+			v[j] = 0;
+			break;
+		case IR_INIT_ONES:
+			v[j] = 1;
+			break;
+		case IR_INIT_NORMAL:
+			v[j] = dtm_init_normal(seed, hash, (uint64_t)j, a, b);
+			break;
+		case IR_INIT_UNIFORM:
+			v[j] = dtm_init_uniform(seed, hash, (uint64_t)j, a, b);
+			break;
+		case IR_INIT_NONE:
+			break;
 		}
 	}
+}
+
+bool ir_eval_node(IrEval *e, int i, Diag *d)
+{
+	const IrNode *n = e->m->nodes[i];
+	for (int k = 0; k < n->nops; k++)
+		DTM_ASSERT(n->ops[k] >= 0 && n->ops[k] < i);
+	return eval_node(e, n, d);
 }
 
 bool ir_eval_run(IrEval *e, Diag *d, uint64_t seed, int64_t step)

@@ -58,6 +58,13 @@ void ir_eval_set(IrEval *e, int node, const double *data);
  * (out-of-range ids or targets, collectives, inconsistent shapes) and
  * returns false. */
 bool ir_eval_run(IrEval *e, Diag *d, uint64_t seed, int64_t step);
+/* Evaluates node i alone (e->seed and e->step as set by the caller): the
+ * SPMD interpreter (eval_spmd.h) steps every rank through a partitioned
+ * module this way and runs the collectives itself. */
+bool ir_eval_node(IrEval *e, int i, Diag *d);
+/* Writes the init values (n's init attrs, keyed as ir_eval_init_params
+ * keys them) of global elements 0 .. N-1 of the param or state n. */
+void ir_eval_fill_init(const IrNode *n, uint64_t seed, int64_t N, double *v);
 /* The loss value (m->loss) after a run; NAN when the module has none. */
 double ir_eval_loss(const IrEval *e);
 void ir_eval_free(IrEval *e);

@@ -254,6 +254,7 @@ IrNode *ir_node_new(IrModule *m, IrOp op, const int *ops, int nops, SrcLoc loc)
 	n->role = IR_ROLE_ACT;
 	n->stage = -1;
 	n->loc = loc;
+	n->place_from = -1;
 	m->nodes[m->nnodes++] = n;
 	return n;
 }

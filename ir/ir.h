@@ -115,6 +115,11 @@ typedef struct IrNode {
 	int stage;        /* pipeline stage, -1 if not assigned */
 	const char *name; /* param/input path, or the user's variable; may be NULL */
 	SrcLoc loc;
+	/* Where place came from (passes/propagate.c): the node it was
+	 * propagated from, or -1 for a user annotation at place_loc (no file:
+	 * not known).  Printed as "from %N" / "from "file":l:c-e". */
+	int place_from;
+	SrcLoc place_loc;
 } IrNode;
 
 /* A choose(spec, ...) sweep point: the node whose placement it sets, the

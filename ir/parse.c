@@ -16,8 +16,9 @@
  *            | 'choose' INT 'node' '%' INT 'options' place { '|' place }
  *              'selected' INT [ loc ]
  *   node    := '%' INT '=' OP [ operand { ',' operand } ] [ '{' attrs '}' ]
- *              [ STRING ] ':' type '@' place [ 'role' IDENT ] [ 'stage' INT ]
- *              [ loc ]
+ *              [ STRING ] ':' type '@' place [ 'from' origin ] [ 'role' IDENT ]
+ *              [ 'stage' INT ] [ loc ]
+ *   origin  := '%' INT | STRING ':' INT ':' INT '-' INT
  *   type    := DTYPE '[' [ INT { ',' INT } ] ']'
  *   place   := '?' | '[' [ pdim { ',' pdim } ] ']' [ 'partial' '(' axes [',' RED] ')' ]
  *   pdim    := '_' | IDENT | '(' IDENT { ',' IDENT } ')'
@@ -428,10 +429,10 @@ static bool ints_value(Parser *p, int64_t *v, int *n, int cap, const char *after
 	return expect(p, ')', "after the list");
 }
 
-static bool loc_value(Parser *p, SrcLoc *l)
+static bool loc_value_after(Parser *p, SrcLoc *l, const char *after)
 {
 	int64_t v[3] = {0};
-	if (!str_value(p, &l->file, "after 'loc'") || !expect(p, ':', "after the file name") ||
+	if (!str_value(p, &l->file, after) || !expect(p, ':', "after the file name") ||
 	    !int_value(p, &v[0], "for the line") || !expect(p, ':', "after the line") ||
 	    !int_value(p, &v[1], "for the column") || !expect(p, '-', "after the column") ||
 	    !int_value(p, &v[2], "for the end column"))
@@ -443,6 +444,11 @@ static bool loc_value(Parser *p, SrcLoc *l)
 	l->col = (int)v[1];
 	l->end_col = (int)v[2];
 	return true;
+}
+
+static bool loc_value(Parser *p, SrcLoc *l)
+{
+	return loc_value_after(p, l, "after 'loc'");
 }
 
 /* ---- placements and types ---- */
@@ -802,6 +808,28 @@ static void check_types(Parser *p, IrNode *n, SrcLoc at)
 	}
 }
 
+/* origin := '%' INT | STRING ':' INT ':' INT '-' INT, after 'from'.  The
+ * node may come later (propagation also runs backward from users), so it is
+ * checked against the module by the verifier, not here. */
+static bool origin_value(Parser *p, IrNode *n)
+{
+	next(p); /* 'from' */
+	if (!n->place.known)
+		return error(p, "a placement that is not known ('?') has no origin");
+	if (!accept(p, '%')) {
+		n->place_from = -1;
+		return loc_value_after(p, &n->place_loc, "after 'from'");
+	}
+	int64_t v = 0;
+	SrcLoc l = tok_loc(p);
+	if (!int_value(p, &v, "after '%'"))
+		return false;
+	if (v < 0 || v >= IR_MAX_NODES)
+		return error_at(p, l, "origin %%%" PRId64 " out of range", v);
+	n->place_from = (int)v;
+	return true;
+}
+
 static bool node_line(Parser *p)
 {
 	SrcLoc at = tok_loc(p);
@@ -870,6 +898,8 @@ static bool node_line(Parser *p)
 	if (!expect(p, ':', "after the operands") || !type_value(p, n) ||
 	    !expect(p, '@', "after the type") ||
 	    !placement_value(p, &n->place, "after '@'"))
+		return false;
+	if (is_word(p, "from") && !origin_value(p, n))
 		return false;
 	if (is_word(p, "role")) {
 		char r[32];

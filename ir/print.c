@@ -10,8 +10,8 @@
  *   choose 0 node %7 options [_, tp] | [tp, _] selected 0 loc "models/gpt.dtm":40:7-13
  *
  * A node line is: id, op, operands, {attrs} (by the op's IrAttrKind),
- * "name" (when it has one), ': dtype[shape]', '@ placement' (? when not known), then the
- * optional role (when not act), stage (when assigned) and loc.  Output is
+ * "name" (when it has one), ': dtype[shape]', '@ placement' (? when not known), its
+ * origin ('from %N' or 'from "file":l:c-e', when known), then the optional role (when not act), stage (when assigned) and loc.  Output is
  * a function of the module alone so print -> parse -> print is
  * byte-identical and golden files stay stable (parse.c reads it back).
  */
@@ -63,6 +63,7 @@ const char *const *irtext_coll_names(IrOp op, int *n)
 	switch (op) {
 	case IR_OP_ALL_GATHER:
 	case IR_OP_REDUCE_SCATTER:
+	case IR_OP_SHARD_SLICE:
 		*n = 1;
 		return dim;
 	case IR_OP_ALL_TO_ALL:
@@ -163,6 +164,21 @@ static void print_loc(FILE *out, SrcLoc loc)
 	fputs(" loc ", out);
 	irtext_string(out, loc.file);
 	fprintf(out, ":%d:%d-%d", loc.line, loc.col, loc.end_col);
+}
+
+/* The placement's origin: " from %N" (propagated from node N) or
+ * " from "file":l:c-e" (a user annotation); nothing when not known. */
+static void print_origin(FILE *out, const IrNode *n)
+{
+	if (!n->place.known)
+		return;
+	if (n->place_from >= 0) {
+		fprintf(out, " from %%%d", n->place_from);
+	} else if (n->place_loc.file) {
+		fputs(" from ", out);
+		irtext_string(out, n->place_loc.file);
+		fprintf(out, ":%d:%d-%d", n->place_loc.line, n->place_loc.col, n->place_loc.end_col);
+	}
 }
 
 static void print_placement(FILE *out, const IrModule *m, const Placement *p)
@@ -292,6 +308,7 @@ void ir_print_node(FILE *out, const IrModule *m, const IrNode *n)
 		fprintf(out, "%s%" PRId64, i ? ", " : "", n->shape[i]);
 	fputs("] @ ", out);
 	print_placement(out, m, &n->place);
+	print_origin(out, n);
 	if (n->role != IR_ROLE_ACT)
 		fprintf(out, " role %s", ir_role_name(n->role));
 	if (n->stage != -1)

@@ -529,8 +529,9 @@ static bool infer_coll(Infer *c, const IrNode *x)
 			            d0, shp(x).s, g);
 		out[d0] *= g;
 	} else {
-		/* reduce_scatter and all_to_all cut dim d0 evenly; uneven shards
-		 * are padded by the partitioner before they get here */
+		/* reduce_scatter, all_to_all and shard_slice cut dim d0
+		 * evenly; uneven shards are refused by the partitioner
+		 * before they get here */
 		if (out[d0] % g != 0)
 			return fail(c, "%s: dim %" PRId64 " of %s (%" PRId64 ") is not divisible by the "
 			            "group size %" PRId64, opname(n), d0, shp(x).s, out[d0], g);
@@ -656,6 +657,7 @@ static bool infer_op(Infer *c, IrNode **o)
 	case IR_OP_BROADCAST:
 	case IR_OP_SEND:
 	case IR_OP_RECV:
+	case IR_OP_SHARD_SLICE:
 		return infer_coll(c, n->nops ? o[0] : NULL);
 	case IR_OP_STATE:
 		/* the declared type, then the optimizer rules */

@@ -176,6 +176,8 @@ static void check_node(Verifier *v, int i)
 		node_error(v, n, "invalid init kind %d", (int)n->attrs.init);
 	if (placement_problem(v, &n->place, n->rank, msg, sizeof msg))
 		node_error(v, n, "%s", msg);
+	if (n->place_from < -1 || n->place_from >= m->nnodes || n->place_from == n->id)
+		node_error(v, n, "placement origin %%%d is not another node", n->place_from);
 
 	/* types: arity, attrs (axes, perm, ranges) and shapes in one go */
 	IrNode s = *n;

@@ -14,6 +14,8 @@
 #include "fuse.h"
 #include "memplan.h"
 #include "optim.h"
+#include "partition.h"
+#include "propagate.h"
 
 #include <string.h>
 
@@ -58,6 +60,9 @@ static const Pass passes[] = {
 	{"precision", pass_precision},
 	{"autodiff", pass_autodiff},
 	{"optim", pass_optim},
+	/* every value gets a placement; partition consumes them */
+	{"propagate", pass_propagate},
+	{"partition", pass_partition},
 	{"verify", run_verify},
 	{"fuse", run_fuse},
 	{"memplan", run_memplan},

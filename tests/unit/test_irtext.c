@@ -246,6 +246,11 @@ static void build(void)
 	n->attrs.ints[0] = 1;
 	n->attrs.ints[1] = 0;
 	int a2a = done(n);                                   /* [16, 16] */
+	n = add(IR_OP_SHARD_SLICE, 1, &a2a);
+	n->attrs.mesh_axes = 1u << 1;
+	n->attrs.nints = 1;
+	n->attrs.ints[0] = 0;
+	done(n);                                             /* [8, 16] */
 	n = add(IR_OP_BROADCAST, 1, &a2a);
 	n->attrs.mesh_axes = 1u << 1;
 	n->attrs.nints = 1;

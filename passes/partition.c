@@ -1,0 +1,425 @@
+/* partition.c - pass "partition": the global program becomes the per-rank
+ * program.
+ *
+ * Consumes a module after `propagate`: global shapes, every value with a
+ * known placement (its target).  Produces the SPMD program: nodes in the
+ * same order, each running on local shard shapes, with the collectives
+ * that DESIGN.md section 4 prescribes inserted in front of a node whose
+ * operand is not placed as the node's local rule needs (the rules are in
+ * partition_rules.c, the plans in reshard.c), and behind a node whose
+ * natural result differs from its target.  Placements stay global in
+ * meaning: a node's placement and local shape say which shard of which
+ * global value it holds.
+ *
+ * Leaves keep their placement (params and optimizer state are stored as
+ * shards); an optimizer step runs on its param's shard with the gradient
+ * resharded to the param's placement (DDP: all_reduce of a dp-partial
+ * gradient); grad_norm adds up local sums of squares per group of
+ * gradients split over the same axes and all_reduces each over those axes
+ * only, so a replicated gradient is counted once.  A partial target the
+ * op cannot produce is dropped (the consumers reduce it), never faked.
+ *
+ * Uneven shards are refused (see partition.h); a one-rank mesh is left as
+ * it is, and axes of size 1 are dropped from every placement.
+ */
+#include "partition_impl.h"
+#include "reshard.h"
+#include "../ir/optim.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+typedef struct Cached {
+	Placement p;
+	int id;
+	struct Cached *next;
+} Cached;
+
+typedef struct Part {
+	IrModule *m;     /* the global module; its nodes are read, not changed */
+	IrModule *out;   /* the new node list */
+	Diag *d;
+	bool fill;
+	int *map;        /* global id -> local id holding its value at target */
+	Placement *want; /* global id -> its optimizer step's param placement */
+	Cached **cache;  /* global id -> reshards made of it */
+	Arena scratch;
+} Part;
+
+static bool internal(Part *p, const IrNode *n, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static bool internal(Part *p, const IrNode *n, const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	diag_error(p->d, n->loc, "internal error: partition: %%%d (%s): %s", n->id,
+	           ir_op_name(n->op), msg);
+	return false;
+}
+
+static IrNode *loc_node(Part *p, int id)
+{
+	return p->out->nodes[id];
+}
+
+static const char *fmt_pl(Part *p, const Placement *pl)
+{
+	char buf[256];
+	placement_format(pl, &p->m->mesh, buf, sizeof buf);
+	return arena_printf(&p->scratch, "%s", buf);
+}
+
+/* A new local node holding a shard, under pl, of a value shaped like
+ * `like` (global).  Its local type is inferred and checked against pl. */
+static int emit(Part *p, IrOp op, const int *ops, int nops, const IrAttrs *at,
+                const IrNode *like, const Placement *pl, int origin)
+{
+	IrNode *n = ir_node_new(p->out, op, ops, nops, like->loc);
+	if (!n) {
+		diag_error(p->d, like->loc, "partition: out of memory");
+		return -1;
+	}
+	n->attrs = *at;
+	n->dtype = like->dtype;
+	n->rank = like->rank;
+	placement_shard_shape(pl, &p->m->mesh, 0, like->rank, like->shape, n->shape);
+	n->place = *pl;
+	n->stage = like->stage;
+	n->place_from = origin;
+	int64_t want[IR_MAX_RANK];
+	memcpy(want, n->shape, sizeof want);
+	char msg[512];
+	if (!ir_infer_msg(p->out, n, msg, sizeof msg)) {
+		internal(p, like, "the local op does not type: %s", msg);
+		return -1;
+	}
+	if (n->rank != like->rank || memcmp(want, n->shape, sizeof(int64_t) * (size_t)n->rank)) {
+		char t1[96], t2[96];
+		ir_format_type(t1, sizeof t1, n->dtype, n->rank, n->shape);
+		ir_format_type(t2, sizeof t2, n->dtype, like->rank, want);
+		internal(p, like, "local %s gives %s, its placement %s needs %s", ir_op_name(op), t1,
+		         fmt_pl(p, pl), t2);
+		return -1;
+	}
+	return n->id;
+}
+
+/* Local node `id` holds a shard of global g under its placement; returns
+ * a node holding it under `to` (cached per global value). */
+static int reshard(Part *p, int id, const IrNode *g, const Placement *to)
+{
+	IrNode *x = loc_node(p, id);
+	if (placement_equal(&x->place, to))
+		return id;
+	for (Cached *c = p->cache[g->id]; c; c = c->next)
+		if (placement_equal(&c->p, to))
+			return c->id;
+	if (!pass_placement_even(&p->m->mesh, to, g->rank, g->shape)) {
+		diag_error(p->d, g->loc, "partition: %%%d would be split unevenly as %s; uneven "
+		           "(torch.chunk) shards are not supported yet", g->id, fmt_pl(p, to));
+		return -1;
+	}
+	ReshardPlan plan;
+	char why[256];
+	if (!pass_reshard_plan(&p->m->mesh, g->dtype, g->rank, g->shape, &x->place, to, &plan,
+	                       why, sizeof why)) {
+		internal(p, g, "cannot reshard %s to %s: %s", fmt_pl(p, &x->place), fmt_pl(p, to),
+		         why);
+		return -1;
+	}
+	int cur = id;
+	for (int k = 0; k < plan.nsteps; k++) {
+		const ReshardStep *s = &plan.steps[k];
+		IrAttrs at = {.mesh_axes = s->axes, .red = s->red};
+		if (s->op != IR_OP_ALL_REDUCE) {
+			at.nints = s->op == IR_OP_ALL_TO_ALL ? 2 : 1;
+			at.ints[0] = s->dim;
+			at.ints[1] = s->op == IR_OP_ALL_TO_ALL ? s->dim2 : 0;
+		}
+		cur = emit(p, s->op, &cur, 1, &at, g, &s->after, cur);
+		if (cur < 0)
+			return -1;
+	}
+	Cached *c = arena_alloc(&p->scratch, sizeof *c);
+	if (c) {
+		*c = (Cached){*to, cur, p->cache[g->id]};
+		p->cache[g->id] = c;
+	}
+	return cur;
+}
+
+/* Operand i of global node n, resharded to pl. */
+static int operand(Part *p, const IrNode *n, int i, const Placement *pl)
+{
+	const IrNode *g = p->m->nodes[n->ops[i]];
+	return reshard(p, p->map[g->id], g, pl);
+}
+
+static Placement target(Part *p, const IrNode *n)
+{
+	Placement t = n->place;
+	if (!t.known && p->fill && p->want[n->id].known)
+		t = p->want[n->id];
+	if (!t.known && p->fill && (ir_op_flags(n->op) & OPF_LEAF))
+		placement_replicated(&t, n->rank);
+	pass_placement_canon(&p->m->mesh, &t);
+	return t;
+}
+
+/* Records the node holding n's value: it takes n's name and role. */
+static bool finish(Part *p, const IrNode *n, int id)
+{
+	if (id < 0)
+		return false;
+	IrNode *x = loc_node(p, id);
+	x->name = n->name;
+	x->role = n->role;
+	x->choose = n->choose;
+	x->place_loc = n->place_loc;
+	if (n->place_from >= 0 && n->place_from < n->id && p->map[n->place_from] != id)
+		x->place_from = p->map[n->place_from];
+	p->map[n->id] = id;
+	return true;
+}
+
+static bool part_leaf(Part *p, const IrNode *n, const Placement *T)
+{
+	if (n->op == IR_OP_RECV)
+		return internal(p, n, "%s is not supported yet (pipeline stages)", "recv");
+	Placement t = *T;
+	if (n->op == IR_OP_CONST)
+		placement_replicated(&t, n->rank);
+	t.partial = 0;
+	t.partial_op = IR_RED_SUM;
+	if (!pass_placement_even(&p->m->mesh, &t, n->rank, n->shape)) {
+		diag_error(p->d, n->loc, "partition: %s is split unevenly as %s; uneven "
+		           "(torch.chunk) shards are not supported yet",
+		           n->name ? n->name : ir_op_name(n->op), fmt_pl(p, &t));
+		return false;
+	}
+	return finish(p, n, emit(p, n->op, NULL, 0, &n->attrs, n, &t, -1));
+}
+
+/* adamw_step / sgd_step: on the param's shard; state must be placed as
+ * the param (it is updated in place), the gradient is resharded to it. */
+static bool part_step(Part *p, const IrNode *n)
+{
+	IrOptimOps ix;
+	if (!ir_optim_ops(n, &ix))
+		return internal(p, n, "%s", "operands do not match the attributes");
+	const IrNode *param = p->m->nodes[n->ops[ix.p]];
+	Placement P = loc_node(p, p->map[param->id])->place, rep;
+	placement_replicated(&rep, 0);
+	int *ops = arena_alloc(&p->scratch, sizeof(int) * (size_t)n->nops);
+	if (!ops)
+		return false;
+	for (int i = 0; i < n->nops; i++) {
+		int gid = n->ops[i];
+		if (i == ix.norm) {
+			ops[i] = operand(p, n, i, &rep);
+		} else if (i == ix.g) {
+			ops[i] = operand(p, n, i, &P);
+		} else {
+			ops[i] = p->map[gid];
+			if (!placement_equal(&loc_node(p, ops[i])->place, &P)) {
+				return internal(p, n, "%s is placed %s but its param %s is %s",
+				                p->m->nodes[gid]->name ? p->m->nodes[gid]->name : "state",
+				                fmt_pl(p, &loc_node(p, ops[i])->place),
+				                param->name ? param->name : "?", fmt_pl(p, &P));
+			}
+		}
+		if (ops[i] < 0)
+			return false;
+	}
+	return finish(p, n, emit(p, n->op, ops, n->nops, &n->attrs, n, &P, ops[ix.p]));
+}
+
+/* grad_norm: the local norm of each group of gradients split over the
+ * same axes, squared, all_reduced over those axes; the groups summed. */
+static bool part_grad_norm(Part *p, const IrNode *n)
+{
+	int *ops = arena_alloc(&p->scratch, sizeof(int) * (size_t)n->nops);
+	uint32_t *split = arena_alloc(&p->scratch, sizeof(uint32_t) * (size_t)n->nops);
+	if (!ops || !split)
+		return false;
+	for (int i = 0; i < n->nops; i++) {
+		const IrNode *g = p->m->nodes[n->ops[i]];
+		Placement want = p->want[g->id];
+		if (!want.known) {
+			want = loc_node(p, p->map[g->id])->place;
+			want.partial = 0;
+			want.partial_op = IR_RED_SUM;
+		}
+		ops[i] = operand(p, n, i, &want);
+		if (ops[i] < 0)
+			return false;
+		split[i] = 0;
+		for (int d = 0; d < want.ndims; d++)
+			for (int k = 0; k < want.naxes[d]; k++)
+				split[i] |= 1u << want.axes[d][k];
+	}
+	Placement rep;
+	placement_replicated(&rep, 0);
+	IrAttrs none = {0};
+	int total = -1;
+	bool *done = arena_alloc(&p->scratch, sizeof(bool) * (size_t)n->nops);
+	if (!done)
+		return false;
+	memset(done, 0, sizeof(bool) * (size_t)n->nops);
+	int ngroups = 0;
+	for (int i = 0; i < n->nops; i++)
+		if (!done[i]) {
+			ngroups++;
+			for (int j = i; j < n->nops; j++)
+				done[j] = done[j] || split[j] == split[i];
+		}
+	if (ngroups == 1 && split[0] == 0)
+		return finish(p, n, emit(p, IR_OP_GRAD_NORM, ops, n->nops, &none, n, &rep, -1));
+	memset(done, 0, sizeof(bool) * (size_t)n->nops);
+	int *grp = arena_alloc(&p->scratch, sizeof(int) * (size_t)n->nops);
+	if (!grp)
+		return false;
+	for (int i = 0; i < n->nops; i++) {
+		if (done[i])
+			continue;
+		int ng = 0;
+		for (int j = i; j < n->nops; j++)
+			if (!done[j] && split[j] == split[i]) {
+				grp[ng++] = ops[j];
+				done[j] = true;
+			}
+		int gn = emit(p, IR_OP_GRAD_NORM, grp, ng, &none, n, &rep, -1);
+		int sq = gn < 0 ? -1 : emit(p, IR_OP_MUL, (int[]){gn, gn}, 2, &none, n, &rep, gn);
+		if (sq >= 0 && split[i]) {
+			Placement part = rep;
+			part.partial = split[i];
+			loc_node(p, sq)->place = part;
+			IrAttrs at = {.mesh_axes = split[i], .red = IR_RED_SUM};
+			sq = emit(p, IR_OP_ALL_REDUCE, &sq, 1, &at, n, &rep, sq);
+		}
+		if (sq < 0)
+			return false;
+		total = total < 0 ? sq : emit(p, IR_OP_ADD, (int[]){total, sq}, 2, &none, n, &rep, sq);
+		if (total < 0)
+			return false;
+	}
+	return finish(p, n, emit(p, IR_OP_SQRT, &total, 1, &none, n, &rep, total));
+}
+
+static bool part_node(Part *p, const IrNode *n)
+{
+	Placement T = target(p, n);
+	if (!T.known && !p->fill)
+		return internal(p, n, "%s", "its placement is not known (run propagate first)");
+	if (T.known && !pass_placement_even(&p->m->mesh, &T, n->rank, n->shape)) {
+		diag_error(p->d, n->loc, "partition: %s is split unevenly as %s; uneven "
+		           "(torch.chunk) shards are not supported yet",
+		           n->name ? n->name : ir_op_name(n->op), fmt_pl(p, &T));
+		return false;
+	}
+	if (ir_op_flags(n->op) & OPF_LEAF)
+		return part_leaf(p, n, &T);
+	if (ir_op_flags(n->op) & OPF_COLL || n->op == IR_OP_SHARD_SLICE)
+		return internal(p, n, "%s", "explicit collectives before partition are not supported");
+	if (n->op == IR_OP_ADAMW_STEP || n->op == IR_OP_SGD_STEP)
+		return part_step(p, n);
+	if (n->op == IR_OP_GRAD_NORM)
+		return part_grad_norm(p, n);
+
+	Placement *cur = arena_alloc(&p->scratch, sizeof *cur * (size_t)n->nops);
+	PartRule r = {.req = arena_alloc(&p->scratch, sizeof *r.req * (size_t)n->nops)};
+	if (!cur || !r.req)
+		return false;
+	for (int i = 0; i < n->nops; i++)
+		cur[i] = loc_node(p, p->map[n->ops[i]])->place;
+	char why[256];
+	if (!part_rule(p->m, n, &T, cur, &r, why, sizeof why))
+		return internal(p, n, "%s", why);
+	int *ops = arena_alloc(&p->scratch, sizeof(int) * (size_t)n->nops);
+	if (!ops)
+		return false;
+	for (int i = 0; i < n->nops; i++)
+		if ((ops[i] = operand(p, n, i, &r.req[i])) < 0)
+			return false;
+	int id = emit(p, n->op, ops, n->nops, &r.at, n, &r.res, n->nops ? ops[0] : -1);
+	if (id >= 0 && r.scale != 0) {
+		IrAttrs sc = {.f = {r.scale}};
+		id = emit(p, IR_OP_SCALE, &id, 1, &sc, n, &r.res, id);
+	}
+	if (id < 0)
+		return false;
+	/* to the target, less any partial the op did not produce */
+	Placement t = T;
+	if (!t.known || (p->fill && n->role == IR_ROLE_LOSS && !n->place.known)) {
+		t = r.res;
+		if (n->role == IR_ROLE_LOSS)
+			t.partial = 0;
+	}
+	t.partial &= r.res.partial;
+	t.partial_op = t.partial ? r.res.partial_op : IR_RED_SUM;
+	return finish(p, n, reshard(p, id, n, &t));
+}
+
+/* The param placement each gradient and optimizer state is wanted in. */
+static void find_wants(Part *p)
+{
+	for (int i = 0; i < p->m->nnodes; i++) {
+		const IrNode *n = p->m->nodes[i];
+		IrOptimOps ix;
+		if ((n->op != IR_OP_ADAMW_STEP && n->op != IR_OP_SGD_STEP) || !ir_optim_ops(n, &ix))
+			continue;
+		const IrNode *param = p->m->nodes[n->ops[ix.p]];
+		Placement P = param->place;
+		if (!P.known)
+			placement_replicated(&P, param->rank);
+		pass_placement_canon(&p->m->mesh, &P);
+		P.partial = 0;
+		for (int k = 0; k < n->nops; k++)
+			if (k != ix.norm && k != ix.p)
+				p->want[n->ops[k]] = P;
+	}
+}
+
+bool pass_partition_ex(IrModule *m, Diag *d, bool fill_unknown)
+{
+	if (mesh_size(&m->mesh) <= 1)
+		return true;
+	Part p = {.m = m, .out = ir_module_new(m->arena, m->name), .d = d, .fill = fill_unknown};
+	arena_init(&p.scratch);
+	size_t nn = (size_t)(m->nnodes ? m->nnodes : 1);
+	p.map = arena_alloc(&p.scratch, nn * sizeof *p.map);
+	p.want = arena_alloc(&p.scratch, nn * sizeof *p.want);
+	p.cache = arena_alloc(&p.scratch, nn * sizeof *p.cache);
+	bool ok = p.out && p.map && p.want && p.cache;
+	if (!ok)
+		diag_error(d, (SrcLoc){0}, "partition: out of memory");
+	if (ok) {
+		memset(p.want, 0, nn * sizeof *p.want);
+		memset(p.cache, 0, nn * sizeof *p.cache);
+		p.out->mesh = m->mesh;
+		p.out->train = m->train;
+		find_wants(&p);
+	}
+	for (int i = 0; ok && i < m->nnodes; i++)
+		ok = part_node(&p, m->nodes[i]);
+	if (ok) {
+		m->loss = m->loss >= 0 ? p.map[m->loss] : -1;
+		for (int c = 0; c < m->nchooses; c++)
+			m->chooses[c].node = p.map[m->chooses[c].node];
+		m->nodes = p.out->nodes;
+		m->nnodes = p.out->nnodes;
+		m->cap = p.out->cap;
+	}
+	arena_free(&p.scratch);
+	return ok;
+}
+
+bool pass_partition(IrModule *m, Diag *d, const PassOptions *opt)
+{
+	(void)opt;
+	return pass_partition_ex(m, d, false);
+}

@@ -1,0 +1,30 @@
+/* partition.h - the global program becomes the per-rank (SPMD) program.
+ *
+ * Consumes a module after `propagate` (every value has a known placement)
+ * and rewrites it in place: every node runs on its rank's shard (shapes
+ * become local shard shapes), and collectives (all_gather, reduce_scatter,
+ * all_reduce, all_to_all) and shard_slice nodes are inserted where an
+ * operand's placement differs from what the op's local rule needs.  After
+ * the pass each node's placement still describes the global value it holds
+ * a shard of, so the global shape is recoverable and tools can report it.
+ *
+ * Uneven shards (torch.chunk with a short tail) are refused with an error
+ * naming the value: one program serves every rank, so a rank-dependent
+ * shape would need padding to the chunk size, which is not done yet.
+ *
+ * On a mesh of one rank the pass changes nothing.
+ */
+#ifndef DTM_PARTITION_H
+#define DTM_PARTITION_H
+
+#include "passes.h"
+
+bool pass_partition(IrModule *m, Diag *d, const PassOptions *opt);
+
+/* As pass_partition; with fill_unknown, a value whose placement is not
+ * known gets what its op's local rule produces from its operands (leaves:
+ * replicated; optimizer state: its param's placement; the loss:
+ * replicated), a stand-in for `propagate` in tests. */
+bool pass_partition_ex(IrModule *m, Diag *d, bool fill_unknown);
+
+#endif

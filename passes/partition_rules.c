@@ -1,0 +1,511 @@
+/* partition_rules.c - each op's local rule, for passes/partition.c.
+ *
+ * A rule reads the node's target placement T (what propagate chose; when
+ * unknown it follows its operands' current placements instead) and says
+ * which placement every operand must have for the op, run on local shards,
+ * to compute a shard of the global result, and what that result's
+ * placement is.  The driver inserts the resharding.  The rules, by family:
+ *
+ *   elementwise and the ops that act along some dims only (softmax, norms,
+ *   attention, concat, slice and their gradients): result dims follow T;
+ *   an operand dim follows its result dim unless it broadcasts; the dims
+ *   an op normalises or indexes along are unsplit ("pinned").  Attention
+ *   may split its feature dim by whole heads (head parallel).
+ *   matmul: batch and free dims follow T, the contraction keeps the split
+ *   the operands already share; a split contraction gives Partial.
+ *   reductions (sum, mean, max, sum_to, the gamma gradients, embed_bwd,
+ *   cross_entropy, mse): reduced dims keep their split and the result is
+ *   Partial over those axes (max: a max-partial); means and the losses
+ *   are local means scaled by 1/(group size), exact for even shards.
+ *   embed: vocab unsplit (vocab-parallel is a later refinement).
+ *
+ * Partial operands pass through ops that are linear in them (add of two
+ * equally partial values, scale, the gradient ops in dy, ...) when T keeps
+ * the partial; otherwise they are resolved first (Megatron: all_reduce,
+ * then add the bias once).
+ */
+#include "partition_impl.h"
+
+#include <stdio.h>
+#include <string.h>
+
+enum { LIN_NONE, LIN_FIRST, LIN_ONE, LIN_ALL };
+
+static uint32_t dim_mask(const Placement *p, int d)
+{
+	uint32_t u = 0;
+	for (int j = 0; j < p->naxes[d]; j++)
+		u |= 1u << p->axes[d][j];
+	return u;
+}
+
+static uint32_t dims_mask(const Placement *p)
+{
+	uint32_t u = 0;
+	for (int d = 0; d < p->ndims; d++)
+		u |= dim_mask(p, d);
+	return u;
+}
+
+static void copy_dim(Placement *dst, int dd, const Placement *src, int sd)
+{
+	dst->naxes[dd] = src->naxes[sd];
+	memcpy(dst->axes[dd], src->axes[sd], sizeof dst->axes[dd]);
+}
+
+static const IrNode *opnd(const IrModule *m, const IrNode *n, int i)
+{
+	return m->nodes[n->ops[i]];
+}
+
+/* Takes src's dim sd into dst's dim dd when it is split and shares no axis
+ * with *used; returns whether it did. */
+static bool follow(Placement *dst, int dd, const Placement *src, int sd, uint32_t *used)
+{
+	uint32_t a = dim_mask(src, sd);
+	if (!a || (a & *used))
+		return false;
+	copy_dim(dst, dd, src, sd);
+	*used |= a;
+	return true;
+}
+
+/* The partial axes that survive the op, and which operands keep them. */
+static uint32_t lin_partial(int lin, const Placement *T, const Placement *cur, int nops,
+                            uint32_t exclude, uint32_t *keep)
+{
+	*keep = 0;
+	if (lin == LIN_NONE || nops == 0)
+		return 0;
+	int first = 0;
+	if (lin == LIN_ONE)
+		while (first < nops && !cur[first].partial)
+			first++;
+	if (first == nops || cur[first].partial_op != IR_RED_SUM)
+		return 0;
+	uint32_t q = cur[first].partial;
+	if (lin == LIN_ALL) {
+		for (int i = 0; i < nops; i++)
+			if (cur[i].partial != q || cur[i].partial_op != IR_RED_SUM)
+				return 0;
+		*keep = nops >= 32 ? ~0u : (1u << nops) - 1;
+	} else {
+		*keep = 1u << first;
+	}
+	if (T->known)
+		q &= T->partial;
+	q &= ~exclude;
+	if (!q)
+		*keep = 0;
+	return q;
+}
+
+/* Elementwise-like: result dims from T (or the operands), pinned dims
+ * unsplit, operands aligned right with broadcasting. */
+static void map_rule(const IrModule *m, const IrNode *n, const Placement *T,
+                     const Placement *cur, PartRule *r, uint32_t pinned, int lin)
+{
+	Placement *R = &r->res;
+	placement_replicated(R, n->rank);
+	uint32_t used = 0;
+	for (int k = 0; k < n->rank; k++) {
+		if (pinned & (1u << k))
+			continue;
+		if (T->known) {
+			if (!(dim_mask(T, k) & used))
+				follow(R, k, T, k, &used);
+			continue;
+		}
+		for (int i = 0; i < n->nops; i++) {
+			const IrNode *o = opnd(m, n, i);
+			int j = k - (n->rank - o->rank);
+			if (j >= 0 && o->shape[j] == n->shape[k] && follow(R, k, &cur[i], j, &used))
+				break;
+		}
+	}
+	uint32_t keep;
+	uint32_t q = lin_partial(lin, T, cur, n->nops, dims_mask(R), &keep);
+	R->partial = q;
+	for (int i = 0; i < n->nops; i++) {
+		const IrNode *o = opnd(m, n, i);
+		int off = n->rank - o->rank;
+		placement_replicated(&r->req[i], o->rank);
+		for (int j = 0; j < o->rank; j++)
+			if (j + off >= 0 && o->shape[j] == n->shape[j + off])
+				copy_dim(&r->req[i], j, R, j + off);
+		if (keep & (1u << i))
+			r->req[i].partial = q;
+	}
+}
+
+/* Reductions.  red[j]: input dim j is reduced; out[j]: the result dim
+ * input dim j becomes, or -1.  Reduced dims keep their split, which makes
+ * the result partial (kind max: a max-partial). */
+static void reduce_rule(const IrModule *m, const IrNode *n, const Placement *T,
+                        const Placement *cur, PartRule *r, uint32_t red, const int *out,
+                        IrOp kind)
+{
+	const IrNode *x = opnd(m, n, 0);
+	Placement *R = &r->res, *X = &r->req[0];
+	placement_replicated(R, n->rank);
+	placement_replicated(X, x->rank);
+	uint32_t used = 0;
+	for (int j = 0; j < x->rank; j++) {
+		if ((red & (1u << j)) || out[j] < 0)
+			continue;
+		const Placement *src = T->known ? T : &cur[0];
+		int sd = T->known ? out[j] : j;
+		if (follow(R, out[j], src, sd, &used))
+			copy_dim(X, j, R, out[j]);
+	}
+	uint32_t redax = 0;
+	for (int j = 0; j < x->rank; j++)
+		if ((red & (1u << j)) && follow(X, j, &cur[0], j, &used))
+			redax |= dim_mask(X, j);
+	uint32_t keep = 0, q = 0;
+	if (kind != IR_OP_MAX)
+		q = lin_partial(LIN_FIRST, T, cur, 1, used, &keep);
+	X->partial = q;
+	R->partial = redax | q;
+	R->partial_op = kind == IR_OP_MAX && redax ? IR_RED_MAX : IR_RED_SUM;
+	if (kind == IR_OP_MEAN && redax)
+		r->scale = 1.0 / (double)mesh_axes_size(&m->mesh, redax);
+}
+
+/* matmul [..., m, k] x [..., k, n]: batch and free dims follow T; the
+ * contraction keeps a split both operands can share. */
+static void matmul_rule(const IrModule *m, const IrNode *n, const Placement *T,
+                        const Placement *cur, PartRule *r)
+{
+	const IrNode *a = opnd(m, n, 0), *b = opnd(m, n, 1);
+	int rr = n->rank, ra = a->rank, rb = b->rank;
+	Placement *R = &r->res;
+	placement_replicated(R, rr);
+	uint32_t used = 0;
+	for (int k = 0; k < rr; k++) {
+		if (T->known) {
+			follow(R, k, T, k, &used);
+			continue;
+		}
+		int ja = k == rr - 1 ? -1 : k - (rr - ra);
+		int jb = k == rr - 2 ? -1 : k - (rr - rb);
+		if (ja >= 0 && a->shape[ja] == n->shape[k] && follow(R, k, &cur[0], ja, &used))
+			continue;
+		if (jb >= 0 && b->shape[jb] == n->shape[k])
+			follow(R, k, &cur[1], jb, &used);
+	}
+	/* the contraction: a's last dim, b's second to last */
+	Placement K;
+	placement_replicated(&K, 1);
+	uint32_t ka = dim_mask(&cur[0], ra - 1), kb = dim_mask(&cur[1], rb - 2);
+	uint32_t u = used;
+	if (ka && !(ka & used) && (ka == kb || !kb))
+		follow(&K, 0, &cur[0], ra - 1, &u);
+	else if (kb && !(kb & used))
+		follow(&K, 0, &cur[1], rb - 2, &u);
+	else if (ka && !(ka & used))
+		follow(&K, 0, &cur[0], ra - 1, &u);
+	uint32_t kax = dim_mask(&K, 0), keep;
+	uint32_t q = lin_partial(LIN_ONE, T, cur, 2, used | kax, &keep);
+	R->partial = kax | q;
+	Placement *A = &r->req[0], *B = &r->req[1];
+	placement_replicated(A, ra);
+	placement_replicated(B, rb);
+	for (int j = 0; j < ra - 2; j++)
+		if (a->shape[j] == n->shape[j + rr - ra])
+			copy_dim(A, j, R, j + rr - ra);
+	for (int j = 0; j < rb - 2; j++)
+		if (b->shape[j] == n->shape[j + rr - rb])
+			copy_dim(B, j, R, j + rr - rb);
+	copy_dim(A, ra - 2, R, rr - 2);
+	copy_dim(A, ra - 1, &K, 0);
+	copy_dim(B, rb - 2, &K, 0);
+	copy_dim(B, rb - 1, R, rr - 1);
+	A->partial = (keep & 1) ? q : 0;
+	B->partial = (keep & 2) ? q : 0;
+}
+
+/* permute: output dim i is input dim p[i]. */
+static void permute_rule(const IrModule *m, const IrNode *n, const Placement *T,
+                         const Placement *cur, PartRule *r)
+{
+	Placement *R = &r->res, *X = &r->req[0];
+	placement_replicated(R, n->rank);
+	placement_replicated(X, n->rank);
+	uint32_t used = 0;
+	for (int i = 0; i < n->rank; i++) {
+		int pi = (int)n->attrs.ints[i];
+		if (T->known ? follow(R, i, T, i, &used) : follow(R, i, &cur[0], pi, &used))
+			copy_dim(X, pi, R, i);
+	}
+	uint32_t keep;
+	R->partial = X->partial = lin_partial(LIN_FIRST, T, cur, 1, used, &keep);
+	(void)m;
+}
+
+/* reshape: dims group into blocks of equal products; within a block only
+ * the major dims may be split, by the same axes, and only when both divide
+ * (then the local block is one contiguous run of the global one). */
+static void reshape_rule(const IrModule *m, const IrNode *n, const Placement *T,
+                         const Placement *cur, PartRule *r)
+{
+	const IrNode *x = opnd(m, n, 0);
+	const Mesh *mesh = &m->mesh;
+	Placement *R = &r->res, *X = &r->req[0];
+	placement_replicated(R, n->rank);
+	placement_replicated(X, x->rank);
+	int i = 0, o = 0;
+	uint32_t used = 0;
+	while (i < x->rank && o < n->rank) {
+		int i0 = i, o0 = o;
+		int64_t pi = x->shape[i++], po = n->shape[o++];
+		while (pi != po) {
+			if (pi < po && i < x->rank)
+				pi *= x->shape[i++];
+			else if (po < pi && o < n->rank)
+				po *= n->shape[o++];
+			else
+				break;
+		}
+		if (pi != po)
+			break;
+		Placement A;
+		placement_replicated(&A, 1);
+		uint32_t u = used;
+		if (!(T->known ? follow(&A, 0, T, o0, &u) : follow(&A, 0, &cur[0], i0, &u)))
+			continue;
+		int64_t parts = placement_dim_parts(&A, mesh, 0);
+		if (x->shape[i0] % parts || n->shape[o0] % parts)
+			continue;
+		used = u;
+		copy_dim(R, o0, &A, 0);
+		copy_dim(X, i0, &A, 0);
+	}
+	uint32_t keep;
+	R->partial = X->partial = lin_partial(LIN_FIRST, T, cur, 1, used, &keep);
+}
+
+/* Ops that sum over "position" dims of operand 0 (all but its last
+ * `tail` dims) into a result without them: the positions keep their split
+ * and the result is partial over it.  tail_out: the result's dims are
+ * operand 0's last ones (embed_bwd: [V, D] from dy [..., D]).  Operand i's
+ * leading dims are positions too. */
+static uint32_t positions(const IrModule *m, const IrNode *n, const Placement *cur,
+                          PartRule *r, int npos, uint32_t used, int nopnds)
+{
+	uint32_t pos = 0;
+	Placement P;
+	placement_replicated(&P, npos);
+	for (int j = 0; j < npos; j++)
+		for (int i = 0; i < nopnds; i++)
+			if (opnd(m, n, i)->rank >= npos && follow(&P, j, &cur[i], j, &used))
+				break;
+	for (int j = 0; j < npos; j++)
+		pos |= dim_mask(&P, j);
+	for (int i = 0; i < nopnds; i++)
+		for (int j = 0; j < npos && j < r->req[i].ndims; j++)
+			copy_dim(&r->req[i], j, &P, j);
+	return pos;
+}
+
+static void init_reqs(const IrModule *m, const IrNode *n, PartRule *r)
+{
+	for (int i = 0; i < n->nops; i++)
+		placement_replicated(&r->req[i], opnd(m, n, i)->rank);
+}
+
+/* Splits a head-parallel feature dim only by whole heads. */
+static void heads_rule(const IrModule *m, const IrNode *n, const Placement *T,
+                       const Placement *cur, PartRule *r, uint32_t pinned, int ddim, int lin)
+{
+	map_rule(m, n, T, cur, r, pinned, lin);
+	int64_t parts = placement_dim_parts(&r->res, &m->mesh, ddim);
+	if (parts > 1 && n->attrs.ints[0] % parts != 0) {
+		map_rule(m, n, T, cur, r, pinned | (1u << ddim), lin);
+		parts = 1;
+	}
+	r->at.ints[0] = n->attrs.ints[0] / parts;
+}
+
+bool part_rule(const IrModule *m, const IrNode *n, const Placement *T, const Placement *cur,
+               PartRule *r, char *why, size_t cap)
+{
+	r->at = n->attrs;
+	r->scale = 0;
+	int rk = n->rank;
+	uint32_t all = rk >= 32 ? ~0u : (1u << rk) - 1;
+	uint32_t last = rk ? 1u << (rk - 1) : 0;
+	uint32_t axis = n->attrs.nints > 0 && n->attrs.ints[0] >= 0 && n->attrs.ints[0] < 32
+	                        ? 1u << n->attrs.ints[0] : 0;
+	switch (n->op) {
+	case IR_OP_ADD: case IR_OP_SUB:
+		map_rule(m, n, T, cur, r, 0, LIN_ALL);
+		return true;
+	case IR_OP_MUL:
+		map_rule(m, n, T, cur, r, 0, LIN_ONE);
+		return true;
+	case IR_OP_DIV:
+	case IR_OP_NEG: case IR_OP_SCALE: case IR_OP_CAST: case IR_OP_EXPAND:
+	case IR_OP_RELU_BWD: case IR_OP_GELU_BWD: case IR_OP_SILU_BWD:
+		map_rule(m, n, T, cur, r, 0, LIN_FIRST);
+		return true;
+	case IR_OP_EXP: case IR_OP_LOG: case IR_OP_SQRT: case IR_OP_RSQRT: case IR_OP_TANH:
+	case IR_OP_RELU: case IR_OP_GELU: case IR_OP_SILU: case IR_OP_SIGMOID:
+		map_rule(m, n, T, cur, r, 0, LIN_NONE);
+		return true;
+	case IR_OP_DROPOUT:
+	case IR_OP_MAX_BWD:
+		/* dropout masks are keyed by the global element index and
+		 * max_bwd splits ties across the whole group: run replicated */
+		map_rule(m, n, T, cur, r, all, LIN_NONE);
+		return true;
+	case IR_OP_SOFTMAX: case IR_OP_LOG_SOFTMAX:
+		map_rule(m, n, T, cur, r, axis, LIN_NONE);
+		return true;
+	case IR_OP_SOFTMAX_BWD: case IR_OP_LOG_SOFTMAX_BWD:
+		map_rule(m, n, T, cur, r, axis, LIN_FIRST);
+		return true;
+	case IR_OP_CONCAT:
+		map_rule(m, n, T, cur, r, axis, LIN_ALL);
+		return true;
+	case IR_OP_SLICE: case IR_OP_PAD:
+		map_rule(m, n, T, cur, r, axis, LIN_FIRST);
+		return true;
+	case IR_OP_LAYERNORM: case IR_OP_RMSNORM:
+		map_rule(m, n, T, cur, r, last, LIN_NONE);
+		return true;
+	case IR_OP_LAYERNORM_BWD: case IR_OP_RMSNORM_BWD:
+		map_rule(m, n, T, cur, r, last, LIN_FIRST);
+		return true;
+	case IR_OP_ATTENTION:
+		/* [B, T, D]: the sequence stays whole, D splits by heads */
+		heads_rule(m, n, T, cur, r, 1u << 1, 2, LIN_NONE);
+		return true;
+	case IR_OP_ATTENTION_BWD:
+		/* [3, B, T, D] from dy, q, k, v [B, T, D] */
+		heads_rule(m, n, T, cur, r, 1u << 0 | 1u << 2, 3, LIN_FIRST);
+		return true;
+	case IR_OP_MATMUL:
+		matmul_rule(m, n, T, cur, r);
+		return true;
+	case IR_OP_PERMUTE:
+		permute_rule(m, n, T, cur, r);
+		return true;
+	case IR_OP_RESHAPE:
+		reshape_rule(m, n, T, cur, r);
+		return true;
+	case IR_OP_SUM: case IR_OP_MEAN: case IR_OP_MAX: {
+		const IrNode *x = opnd(m, n, 0);
+		int out[IR_MAX_RANK];
+		uint32_t red = 0;
+		for (int i = 0; i < n->attrs.nints; i++)
+			red |= 1u << n->attrs.ints[i];
+		for (int j = 0, k = 0; j < x->rank; j++) {
+			out[j] = (red & (1u << j)) ? -1 : k;
+			if (!(red & (1u << j)) || n->attrs.flag)
+				k++;
+		}
+		reduce_rule(m, n, T, cur, r, red, out, n->op);
+		return true;
+	}
+	case IR_OP_SUM_TO: {
+		const IrNode *x = opnd(m, n, 0);
+		int out[IR_MAX_RANK], off = x->rank - rk;
+		uint32_t red = 0;
+		for (int j = 0; j < x->rank; j++) {
+			bool gone = j < off || (n->shape[j - off] == 1 && x->shape[j] != 1);
+			red |= gone ? 1u << j : 0;
+			out[j] = gone ? -1 : j - off;
+		}
+		reduce_rule(m, n, T, cur, r, red, out, IR_OP_SUM);
+		return true;
+	}
+	case IR_OP_EMBED: {
+		/* table [V, D], ids [...] -> [..., D]; V stays whole */
+		const IrNode *ids = opnd(m, n, 1);
+		init_reqs(m, n, r);
+		map_rule(m, n, T, cur, r, 0, LIN_NONE);
+		if (!T->known) {
+			Placement *R = &r->res;
+			placement_replicated(R, rk);
+			uint32_t used = 0;
+			for (int k = 0; k < ids->rank; k++)
+				follow(R, k, &cur[1], k, &used);
+			follow(R, rk - 1, &cur[0], 1, &used);
+		}
+		placement_replicated(&r->req[0], 2);
+		placement_replicated(&r->req[1], ids->rank);
+		copy_dim(&r->req[0], 1, &r->res, rk - 1);
+		for (int k = 0; k < ids->rank; k++)
+			copy_dim(&r->req[1], k, &r->res, k);
+		r->res.partial = 0;
+		return true;
+	}
+	case IR_OP_EMBED_BWD: {
+		/* dy [..., D], ids [...] -> [V, D]: positions are summed */
+		const IrNode *dy = opnd(m, n, 0);
+		init_reqs(m, n, r);
+		Placement *R = &r->res;
+		placement_replicated(R, 2);
+		uint32_t used = 0;
+		follow(R, 1, T->known ? T : &cur[0], T->known ? 1 : dy->rank - 1, &used);
+		uint32_t pos = positions(m, n, cur, r, dy->rank - 1, used, 2);
+		copy_dim(&r->req[0], dy->rank - 1, R, 1);
+		uint32_t keep;
+		uint32_t q = lin_partial(LIN_FIRST, T, cur, 1, used | pos, &keep);
+		r->req[0].partial = q;
+		R->partial = pos | q;
+		return true;
+	}
+	case IR_OP_LAYERNORM_BWD_GAMMA: case IR_OP_RMSNORM_BWD_GAMMA: {
+		/* dy, x [..., D] -> [D]: rows are summed, D stays whole */
+		const IrNode *dy = opnd(m, n, 0);
+		init_reqs(m, n, r);
+		placement_replicated(&r->res, 1);
+		uint32_t pos = positions(m, n, cur, r, dy->rank - 1, 0, 2);
+		uint32_t keep;
+		uint32_t q = lin_partial(LIN_FIRST, T, cur, 1, pos, &keep);
+		r->req[0].partial = q;
+		r->res.partial = pos | q;
+		return true;
+	}
+	case IR_OP_CROSS_ENTROPY: case IR_OP_MSE: {
+		/* the mean over positions: a local mean, scaled, then partial */
+		const IrNode *x = opnd(m, n, 0);
+		int npos = n->op == IR_OP_MSE ? x->rank : x->rank - 1;
+		init_reqs(m, n, r);
+		placement_replicated(&r->res, 0);
+		uint32_t pos = positions(m, n, cur, r, npos, 0, 2);
+		r->res.partial = pos;
+		if (pos)
+			r->scale = 1.0 / (double)mesh_axes_size(&m->mesh, pos);
+		return true;
+	}
+	case IR_OP_CROSS_ENTROPY_BWD: {
+		/* (softmax - onehot) * dl / positions, and the local op divides
+		 * by its local positions: scaled back by the group size */
+		init_reqs(m, n, r);
+		placement_replicated(&r->res, rk);
+		uint32_t used = 0;
+		if (T->known) {
+			for (int k = 0; k < rk - 1; k++)
+				follow(&r->res, k, T, k, &used);
+		} else {
+			for (int k = 0; k < rk - 1; k++)
+				if (!follow(&r->res, k, &cur[1], k, &used))
+					follow(&r->res, k, &cur[2], k, &used);
+		}
+		for (int k = 0; k < rk - 1; k++) {
+			copy_dim(&r->req[1], k, &r->res, k);
+			copy_dim(&r->req[2], k, &r->res, k);
+		}
+		if (used)
+			r->scale = 1.0 / (double)mesh_axes_size(&m->mesh, used);
+		return true;
+	}
+	default:
+		break;
+	}
+	snprintf(why, cap, "no partition rule for op '%s'", ir_op_name(n->op));
+	return false;
+}

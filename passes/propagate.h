@@ -1,0 +1,23 @@
+/* propagate.h - placement propagation: every value gets a known placement.
+ *
+ * Runs after optim and before partition.  User annotations (params,
+ * inputs, annotated values, choose() points) are kept; every other value
+ * gets the placement its op rules and its users make cheapest, with its
+ * origin in IrNode.place_from / place_loc (see propagate.c).
+ */
+#ifndef DTM_PROPAGATE_H
+#define DTM_PROPAGATE_H
+
+#include "passes.h"
+
+bool pass_propagate(IrModule *m, Diag *d, const PassOptions *opt);
+
+/* Estimated bytes one rank sends to turn a value of `bytes` global bytes
+ * placed `from` into `to`, under the ring formulas (all_gather,
+ * reduce_scatter and all_to_all (N-1)/N of the data, all_reduce 2(N-1)/N;
+ * Replicate -> Shard and Replicate -> Partial free).  Mesh axes of size 1
+ * cost nothing. */
+double pass_propagate_cost(const Mesh *mesh, const Placement *from, const Placement *to,
+                           double bytes);
+
+#endif
