@@ -14,6 +14,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "runtime/comm.h"
 #include "runtime/philox.h"
 #include "runtime/rt.h"
 
@@ -252,7 +253,10 @@ int rt_run_init(RtRun *r, const DtmPlan *p, int64_t rank, int nthreads)
 	}
 	for (int a = 0; a < DTM_ARENA_COUNT; a++) {
 		int64_t n = p->arena_bytes[a];
-		rt_last_alloc[a] = 0;
+		/* every rank allocates the same plan; rank 0 reports it (and
+		 * only one thread writes the record) */
+		if (rank == 0)
+			rt_last_alloc[a] = 0;
 		if (n <= 0)
 			continue;
 		/* aligned_alloc wants a multiple of the alignment */
@@ -266,7 +270,8 @@ int rt_run_init(RtRun *r, const DtmPlan *p, int64_t rank, int nthreads)
 		}
 		/* Zeroed once so uninitialised reads are deterministic. */
 		memset(r->arena[a], 0, sz);
-		rt_last_alloc[a] = n;
+		if (rank == 0)
+			rt_last_alloc[a] = n;
 	}
 	r->ptr = calloc((size_t)(p->nbuffers ? p->nbuffers : 1), sizeof *r->ptr);
 	r->scratch = calloc(DTM_SCRATCH_FLOATS, sizeof(float));
@@ -427,15 +432,19 @@ static int check_action(RtRun *r, int idx, const DtmAction *a)
 	return 0;
 }
 
-/* With one rank every group has one member: all-reduce, all-gather,
- * reduce-scatter and all-to-all are identities on their buffer, or a copy
- * when the plan names a separate output. */
-static int run_comm_local(RtRun *r, const DtmAction *a)
+/* Several ranks: the action goes through the communication backend
+ * (comm_run_action has the conventions).  One rank without a backend:
+ * every group has one member, so all-reduce, all-gather, reduce-scatter
+ * and all-to-all are identities on their buffer, or a copy when the plan
+ * names a separate output. */
+static int run_comm(RtRun *r, const DtmAction *a)
 {
 	const DtmPlan *p = r->plan;
+	if (r->comm)
+		return comm_run_action(r->comm, p, a, r->ptr, r->err, RT_ERR_LEN);
 	if (rt_world_size(p) != 1) {
-		snprintf(r->err, RT_ERR_LEN, "multi-rank execution is not built yet (action '%s')",
-			 a->label ? a->label : "?");
+		snprintf(r->err, RT_ERR_LEN, "a %lld-rank plan run without a communication backend "
+			 "(action '%s')", (long long)rt_world_size(p), a->label ? a->label : "?");
 		return -1;
 	}
 	if (a->kind == DTM_ACT_SEND || a->kind == DTM_ACT_RECV) {
@@ -480,7 +489,7 @@ int rt_run_actions(RtRun *r, bool forward_only)
 		case DTM_ACT_SEND:
 		case DTM_ACT_RECV:
 			comm = true;
-			if (run_comm_local(r, a))
+			if (run_comm(r, a))
 				return -1;
 			break;
 		case DTM_ACT_WAIT:

@@ -13,15 +13,18 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "runtime/comm.h"
 #include "runtime/rt.h"
 
 typedef struct Opts {
 	int64_t steps, seed, save_every, eval_every, threads, lr_decay_steps;
-	double lr;
-	const char *log, *save, *resume, *data, *dump;
+	double lr, comm_timeout;
+	bool threads_set;
+	const char *log, *save, *resume, *data, *dump, *backend;
 	bool check_numerics, verbose, quiet, help, seed_set, decay_set;
 } Opts;
 
@@ -41,7 +44,13 @@ static const char usage[] =
 	"  --eval-every K     every K steps, log the loss of a held-out batch\n"
 	"  --check-numerics   after every action, stop at the first NaN/Inf it wrote\n"
 	"  --dump-batches DIR write each step's inputs to DIR/step_NNNNNN.safetensors\n"
-	"  --threads N        CPU threads for kernels and GEMM (default: all cores, %lld)\n"
+	"  --threads N        CPU threads per rank for kernels and GEMM (default: the\n"
+	"                     cores (%lld) shared out among this host's ranks)\n"
+	"  --backend B        local: the mesh's ranks are threads of this process\n"
+	"                     (default); mpi: one process per rank, started as\n"
+	"                     `mpirun -np RANKS ./NAME --backend mpi`\n"
+	"  --comm-timeout S   a rank waiting longer than S seconds for a peer stops\n"
+	"                     with an error naming it (default 60)\n"
 	"  -v                 print the plan's arenas, threads and BLAS\n"
 	"  -q                 no progress or summary lines\n"
 	"  --help             this text\n";
@@ -89,6 +98,8 @@ static int parse_args(Opts *o, const DtmPlan *p, int argc, char **argv, char *er
 	o->lr = t->lr;
 	o->data = t->data ? t->data : "synthetic";
 	o->threads = ncores();
+	o->backend = "local";
+	o->comm_timeout = COMM_DEFAULT_TIMEOUT_S;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		char flag[64];
@@ -122,7 +133,7 @@ static int parse_args(Opts *o, const DtmPlan *p, int argc, char **argv, char *er
 		static const char *const valued[] = {
 			"--steps", "--seed", "--lr", "--log", "--save", "--save-every",
 			"--resume", "--data", "--eval-every", "--threads", "--lr-decay-steps",
-			"--dump-batches",
+			"--dump-batches", "--backend", "--comm-timeout",
 		};
 		bool known = false;
 		for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
@@ -150,7 +161,14 @@ static int parse_args(Opts *o, const DtmPlan *p, int argc, char **argv, char *er
 		else if (!strcmp(flag, "--eval-every"))
 			rc = parse_i64(flag, val, 0, &o->eval_every, err);
 		else if (!strcmp(flag, "--threads"))
-			rc = parse_i64(flag, val, 1, &o->threads, err);
+			rc = parse_i64(flag, val, 1, &o->threads, err), o->threads_set = true;
+		else if (!strcmp(flag, "--comm-timeout")) {
+			rc = parse_f64(flag, val, &o->comm_timeout, err);
+			if (!rc && o->comm_timeout <= 0) {
+				snprintf(err, RT_ERR_LEN, "--comm-timeout wants seconds > 0");
+				rc = -1;
+			}
+		}
 		else if (!strcmp(flag, "--lr-decay-steps"))
 			rc = parse_i64(flag, val, 1, &o->lr_decay_steps, err), o->decay_set = true;
 		else if (!*val) {
@@ -166,6 +184,13 @@ static int parse_args(Opts *o, const DtmPlan *p, int argc, char **argv, char *er
 			o->data = val;
 		else if (!strcmp(flag, "--dump-batches"))
 			o->dump = val;
+		else if (!strcmp(flag, "--backend")) {
+			if (strcmp(val, "local") != 0 && strcmp(val, "mpi") != 0) {
+				snprintf(err, RT_ERR_LEN, "--backend wants local or mpi, got '%s'", val);
+				rc = -1;
+			}
+			o->backend = val;
+		}
 		if (rc)
 			return -1;
 	}
@@ -212,31 +237,35 @@ static void print_plan(const DtmPlan *p, const RtRun *r, const Opts *o)
 		r->ctx.nthreads, rt_blas_name(), o->data);
 }
 
-/* Non-finite loss or a runtime error: a message and exit status 1. */
-static int train(const DtmPlan *p, Opts *o, RtRun *r, RtLog *log)
+/* Non-finite loss or a runtime error: the message in emsg and exit
+ * status 1.  With several ranks every rank runs this loop on its own
+ * shards; the loss it reads is the plan's loss buffer, which the compiler
+ * all-reduces so every rank holds the same value (and so all stop at the
+ * same step); only rank 0's log writes it. */
+static int train(const DtmPlan *p, Opts *o, RtRun *r, RtLog *log, char *emsg)
 {
 	char err[RT_ERR_LEN];
 	RtCkptMeta meta = { 0, (uint64_t)o->seed, 0 };
 	int64_t horizon = o->decay_set ? o->lr_decay_steps :
 			  p->train.steps > 0 ? p->train.steps : o->steps;
 	if (rt_run_init_values(r, (uint64_t)o->seed)) {
-		rt_log_error(log, "%s", r->err);
+		rt_errf(emsg, "%s", r->err);
 		return 1;
 	}
 	int64_t start = 0;
 	if (o->resume) {
 		if (rt_ckpt_load(r, o->resume, &meta, err)) {
-			rt_log_error(log, "%s", err);
+			rt_errf(emsg, "%s", err);
 			return 1;
 		}
-		if (o->seed_set && (uint64_t)o->seed != meta.seed)
+		if (r->rank == 0 && o->seed_set && (uint64_t)o->seed != meta.seed)
 			rt_log_note(log, "warning: --seed %lld ignored: resuming with the "
 				    "checkpoint's seed %" PRIu64, (long long)o->seed, meta.seed);
 		o->seed = (int64_t)meta.seed;
 		if (!o->decay_set && meta.lr_decay_steps > 0)
 			horizon = meta.lr_decay_steps;
 		start = meta.step;
-		if (!o->quiet)
+		if (!o->quiet && r->rank == 0)
 			rt_log_note(log, "resumed from %s at step %lld", o->resume,
 				    (long long)start);
 	}
@@ -246,13 +275,13 @@ static int train(const DtmPlan *p, Opts *o, RtRun *r, RtLog *log)
 		/* the initial weights as step 0: what an oracle starts from */
 		meta.step = 0;
 		if (rt_ckpt_save(r, o->save, &meta, err)) {
-			rt_log_error(log, "%s", err);
+			rt_errf(emsg, "%s", err);
 			return 1;
 		}
 	}
 	RtFeed feed;
 	if (rt_feed_open(&feed, p, r->coords, o->data, (uint64_t)o->seed, err)) {
-		rt_log_error(log, "--data %s: %s", o->data, err);
+		rt_errf(emsg, "--data %s: %s", o->data, err);
 		return 1;
 	}
 	int64_t tokens = p->train.tokens_per_step > 0 ? p->train.tokens_per_step :
@@ -266,18 +295,18 @@ static int train(const DtmPlan *p, Opts *o, RtRun *r, RtLog *log)
 		r->ctx.lr = lr_at(&p->train, o->lr, t, horizon);
 		double loss = NAN, gn = NAN;
 		if (rt_feed_fill(&feed, r->ptr, (uint64_t)(t - 1) * (uint64_t)feed.batch, err)) {
-			rt_log_error(log, "%s", err);
+			rt_errf(emsg, "%s", err);
 			status = 1;
 			break;
 		}
 		if (o->dump && rt_feed_dump(&feed, r->ptr, o->dump, t, err)) {
-			rt_log_error(log, "%s", err);
+			rt_errf(emsg, "%s", err);
 			status = 1;
 			break;
 		}
 		if (rt_run_actions(r, false) || rt_read_scalar(r, p->loss, &loss) ||
 		    (p->grad_norm >= 0 && rt_read_scalar(r, p->grad_norm, &gn))) {
-			rt_log_error(log, "%s", r->err);
+			rt_errf(emsg, "%s", r->err);
 			status = 1;
 			break;
 		}
@@ -290,7 +319,7 @@ static int train(const DtmPlan *p, Opts *o, RtRun *r, RtLog *log)
 		};
 		rt_log_step(log, &ls);
 		if (!isfinite(loss)) {
-			rt_log_error(log, "loss is %s at step %lld%s", isnan(loss) ? "NaN" : "Inf",
+			rt_errf(emsg, "loss is %s at step %lld%s", isnan(loss) ? "NaN" : "Inf",
 				     (long long)t,
 				     o->check_numerics ? "" : " (--check-numerics finds the first "
 							      "op that made it)");
@@ -300,12 +329,12 @@ static int train(const DtmPlan *p, Opts *o, RtRun *r, RtLog *log)
 		if (o->eval_every > 0 && t % o->eval_every == 0) {
 			double el = NAN;
 			if (rt_feed_fill(&feed, r->ptr, RT_EVAL_FIRST_SAMPLE, err)) {
-				rt_log_error(log, "%s", err);
+				rt_errf(emsg, "%s", err);
 				status = 1;
 				break;
 			}
 			if (rt_run_actions(r, true) || rt_read_scalar(r, p->loss, &el)) {
-				rt_log_error(log, "%s", r->err);
+				rt_errf(emsg, "%s", r->err);
 				status = 1;
 				break;
 			}
@@ -314,13 +343,150 @@ static int train(const DtmPlan *p, Opts *o, RtRun *r, RtLog *log)
 		if (o->save && ((o->save_every > 0 && t % o->save_every == 0) || t == o->steps)) {
 			meta.step = t;
 			if (rt_ckpt_save(r, o->save, &meta, err)) {
-				rt_log_error(log, "%s", err);
+				rt_errf(emsg, "%s", err);
 				status = 1;
 				break;
 			}
 		}
 	}
 	rt_feed_close(&feed);
+	return status;
+}
+
+/* One rank's whole run: its log (a file and progress only on rank 0),
+ * arenas, initial values, data shard and training loop. */
+typedef struct RankJob {
+	const DtmPlan *plan;
+	Opts o;                 /* a copy: train() adopts a resumed seed */
+	int rank, nthreads;
+	Comm *comm;             /* NULL for a one-rank run */
+	CommLocalWorld *world;  /* the local backend's, else NULL */
+	int status;
+	char err[RT_ERR_LEN];
+} RankJob;
+
+static int run_rank(RankJob *j)
+{
+	const DtmPlan *plan = j->plan;
+	bool lead = j->rank == 0;
+	int64_t world = rt_world_size(plan);
+	RtLog log;
+	if (rt_log_open(&log, lead ? j->o.log : NULL, lead ? j->o.quiet : true, j->err)) {
+		fprintf(stderr, "error: %s\n", j->err);
+		return 1;
+	}
+	RtRun run;
+	int status = 0;
+	if (rt_run_init(&run, plan, j->rank, j->nthreads)) {
+		snprintf(j->err, sizeof j->err, "%s", run.err);
+		status = 1;
+	} else {
+		run.comm = j->comm;
+		if (j->o.verbose && lead)
+			print_plan(plan, &run, &j->o);
+		status = train(plan, &j->o, &run, &log, j->err);
+		rt_run_free(&run);
+	}
+	/* Each rank prints its own failure; a rank stopped by another's
+	 * failure stays quiet, since that rank says why. */
+	if (status && world == 1)
+		rt_log_error(&log, "%s", j->err);
+	else if (status && !(j->comm && j->comm->peer_failed))
+		rt_log_error(&log, "rank %d: %s", j->rank, j->err);
+	rt_log_close(&log);
+	return status;
+}
+
+static void *rank_thread(void *arg)
+{
+	RankJob *j = arg;
+	char e[COMM_ERR_LEN];
+	if (comm_local_open(&j->comm, j->world, j->rank, e)) {
+		fprintf(stderr, "error: rank %d: %s\n", j->rank, e);
+		j->status = 1;
+	} else {
+		j->status = run_rank(j);
+		/* tell the peers, so none waits for this rank to the timeout */
+		if (j->status && !j->comm->peer_failed)
+			comm_fail(j->comm, j->err);
+		comm_close(j->comm);
+	}
+	comm_local_exit(j->world, j->rank);
+	return NULL;
+}
+
+/* Every rank of the mesh as a thread of this process. */
+static int run_local(const DtmPlan *plan, const Opts *o)
+{
+	int n = (int)rt_world_size(plan);
+	char err[COMM_ERR_LEN];
+	CommMesh mesh;
+	comm_mesh_from_plan(&mesh, plan);
+	CommLocalWorld *w = comm_local_world_new(&mesh, o->comm_timeout, err);
+	RankJob *jobs = calloc((size_t)n, sizeof *jobs);
+	pthread_t *th = calloc((size_t)n, sizeof *th);
+	if (!w || !jobs || !th) {
+		fprintf(stderr, "error: %s\n", w ? "out of memory" : err);
+		comm_local_world_free(w);
+		free(jobs);
+		free(th);
+		return 1;
+	}
+	int per = o->threads_set ? (int)o->threads : (int)(o->threads / n);
+	int status = 0, started = 0;
+	for (int r = 0; r < n; r++) {
+		jobs[r] = (RankJob){ .plan = plan, .o = *o, .rank = r, .world = w,
+				     .nthreads = per > 0 ? per : 1 };
+		if (pthread_create(&th[r], NULL, rank_thread, &jobs[r]) != 0) {
+			fprintf(stderr, "error: cannot start the thread of rank %d\n", r);
+			/* the started ranks fail at their first collective with
+			 * rank r named, instead of waiting for it */
+			comm_local_exit(w, r);
+			for (int k = r + 1; k < n; k++)
+				comm_local_exit(w, k);
+			status = 1;
+			break;
+		}
+		started++;
+	}
+	for (int r = 0; r < started; r++) {
+		pthread_join(th[r], NULL);
+		status |= jobs[r].status;
+	}
+	comm_local_world_free(w);
+	free(jobs);
+	free(th);
+	return status ? 1 : 0;
+}
+
+/* This process is one rank of an MPI job. */
+static int run_mpi(const DtmPlan *plan, const Opts *o)
+{
+	char err[COMM_ERR_LEN];
+	if (!comm_mpi_open || !comm_mpi_finalize) {
+		fprintf(stderr, "error: --backend mpi: this binary was built without the mpi "
+				"backend (link the dtm_comm_mpi library and MPI)\n");
+		return 1;
+	}
+	CommMesh mesh;
+	comm_mesh_from_plan(&mesh, plan);
+	Comm *c = NULL;
+	if (comm_mpi_open(&c, &mesh, o->comm_timeout, err)) {
+		fprintf(stderr, "error: --backend mpi: %s\n", err);
+		comm_mpi_finalize(true);
+		return 1;
+	}
+	/* ranks sharing this host share its cores */
+	const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+	int local = ls ? atoi(ls) : 1;
+	int per = o->threads_set ? (int)o->threads : (int)(o->threads / (local > 0 ? local : 1));
+	RankJob j = { .plan = plan, .o = *o, .rank = c->rank, .comm = c,
+		      .nthreads = per > 0 ? per : 1 };
+	int status = run_rank(&j);
+	if (status && !c->peer_failed)
+		comm_fail(c, j.err);
+	comm_close(c);
+	comm_mpi_finalize(status != 0);
 	return status;
 }
 
@@ -338,26 +504,21 @@ int dtm_main(const DtmPlan *plan, int argc, char **argv)
 		       (long long)ncores());
 		return 0;
 	}
-	if (rt_world_size(plan) != 1) {
-		fprintf(stderr, "error: this plan's mesh has %lld ranks; multi-rank execution is "
-				"not built yet\n", (long long)rt_world_size(plan));
+	int64_t world = rt_world_size(plan);
+	if (o.dump && world != 1) {
+		fprintf(stderr, "error: --dump-batches needs a one-rank plan (this mesh has %lld)\n",
+			(long long)world);
 		return 1;
 	}
-	RtLog log;
-	if (rt_log_open(&log, o.log, o.quiet, err)) {
-		fprintf(stderr, "error: %s\n", err);
+	if (world > 4096) {
+		fprintf(stderr, "error: a mesh of %lld ranks is more than the runtime handles\n",
+			(long long)world);
 		return 1;
 	}
-	RtRun run;
-	if (rt_run_init(&run, plan, 0, (int)o.threads)) {
-		rt_log_error(&log, "%s", run.err);
-		rt_log_close(&log);
-		return 1;
-	}
-	if (o.verbose)
-		print_plan(plan, &run, &o);
-	int status = train(plan, &o, &run, &log);
-	rt_run_free(&run);
-	rt_log_close(&log);
-	return status;
+	if (!strcmp(o.backend, "mpi"))
+		return run_mpi(plan, &o);
+	if (world > 1)
+		return run_local(plan, &o);
+	RankJob j = { .plan = plan, .o = o, .rank = 0, .nthreads = (int)o.threads };
+	return run_rank(&j);
 }

@@ -134,8 +134,11 @@ const char *rt_blas_name(void);
 
 /* ---- execution (exec.c) ---- */
 
+struct Comm;
+
 typedef struct RtRun {
 	const DtmPlan *plan;
+	struct Comm *comm;      /* runtime/comm.h; NULL on a one-rank run */
 	int stage;
 	int64_t rank;
 	int64_t coords[DTM_MAX_AXES];

@@ -9,12 +9,22 @@
  * plan version and the LR schedule's horizon.  Data and initial values are
  * pure functions of (seed, index), so step and seed are the whole RNG
  * state.
+ *
+ * Several ranks: rank 0 creates the step directory, every rank writes its
+ * own rankNNNNN.safetensors holding its shards (local shapes; metadata
+ * "mesh" and "rank" say whose), and after a barrier rank 0 writes
+ * index.json (mesh, files, global shapes, placements) and moves `latest`.
+ * A resume on the same mesh reads each rank's own file; a checkpoint of
+ * one file (whole tensors, from a one-rank run) loads on any mesh, each
+ * rank slicing its shards by global index.  Loading shards saved on a
+ * different mesh is not built yet and says so.
  */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <unistd.h>
 
 #include "runtime/ckpt.h"
+#include "runtime/comm.h"
 #include "runtime/rt.h"
 
 static bool saved(const DtmBuffer *b)
@@ -41,11 +51,33 @@ static bool sharded(const DtmBuffer *b)
 	return false;
 }
 
+/* "dp=2,tp=2" (or "" for no axes) */
+static void mesh_text(const DtmPlan *p, char *out, size_t n)
+{
+	size_t k = 0;
+	out[0] = 0;
+	for (int a = 0; a < p->mesh_naxes && k < n; a++)
+		k += (size_t)snprintf(out + k, n - k, "%s%s=%lld", a ? "," : "",
+				      p->mesh_names[a] ? p->mesh_names[a] : "?",
+				      (long long)p->mesh_sizes[a]);
+}
+
+static int barrier(const RtRun *r, char *err)
+{
+	if (r->comm && comm_barrier(r->comm, (1u << r->plan->mesh_naxes) - 1)) {
+		rt_errf(err, "checkpoint barrier: %s", comm_error(r->comm));
+		return -1;
+	}
+	return 0;
+}
+
 int rt_ckpt_save(const RtRun *r, const char *dir, const RtCkptMeta *m, char *err)
 {
 	const DtmPlan *p = r->plan;
-	if (rt_world_size(p) != 1) {
-		rt_errf(err, "multi-rank checkpoints are not built yet");
+	int64_t world = rt_world_size(p);
+	if (world != 1 && !r->comm) {
+		rt_errf(err, "a %lld-rank checkpoint needs the communication backend",
+			(long long)world);
 		return -1;
 	}
 	DtmTensorDesc *t = calloc((size_t)(p->nbuffers ? p->nbuffers : 1), sizeof *t);
@@ -66,13 +98,15 @@ int rt_ckpt_save(const RtRun *r, const char *dir, const RtCkptMeta *m, char *err
 		t[n].data = r->ptr[i];
 		n++;
 	}
-	char step[32], seed[32], samples[32], ver[16], horizon[32];
+	char step[32], seed[32], samples[32], ver[16], horizon[32], mesh[256], rank[32];
 	snprintf(step, sizeof step, "%" PRId64, m->step);
 	snprintf(seed, sizeof seed, "%" PRIu64, m->seed);
 	snprintf(samples, sizeof samples, "%" PRId64,
 		 m->step * (p->train.batch > 0 ? p->train.batch : 1));
 	snprintf(ver, sizeof ver, "%d", p->version);
 	snprintf(horizon, sizeof horizon, "%" PRId64, m->lr_decay_steps);
+	snprintf(rank, sizeof rank, "%lld", (long long)r->rank);
+	mesh_text(p, mesh, sizeof mesh);
 	DtmMetaKV meta[] = {
 		{ "format", DTM_CKPT_FORMAT },
 		{ "step", step },
@@ -81,24 +115,121 @@ int rt_ckpt_save(const RtRun *r, const char *dir, const RtCkptMeta *m, char *err
 		{ "model", p->model ? p->model : "" },
 		{ "plan_version", ver },
 		{ "lr_decay_steps", horizon },
+		{ "mesh", mesh },
+		{ "rank", rank },
 	};
+	int nmeta = (int)(sizeof meta / sizeof meta[0]);
 	char e[RT_ERR_LEN];
-	int rc = dtm_ckpt_save_single(dir, (uint64_t)m->step, m->seed, t, n, meta,
-				      (int)(sizeof meta / sizeof meta[0]), e, sizeof e);
-	free(t);
-	if (rc) {
-		rt_errf(err, "saving checkpoint: %s", e);
+	if (world == 1) {
+		int rc = dtm_ckpt_save_single(dir, (uint64_t)m->step, m->seed, t, n, meta, nmeta, e,
+					      sizeof e);
+		free(t);
+		if (rc)
+			return rt_errf(err, "saving checkpoint: %s", e);
+		return 0;
+	}
+	char sd[4096], file[64], path[4200];
+	int rc = 0;
+	if (r->rank == 0)
+		rc = dtm_ckpt_begin_step(dir, (uint64_t)m->step, sd, sizeof sd, e, sizeof e);
+	else
+		dtm_ckpt_step_dir(sd, sizeof sd, dir, (uint64_t)m->step);
+	/* a rank that fails here stops; the others hear of it at the barrier */
+	if (!rc && barrier(r, err)) {
+		free(t);
 		return -1;
 	}
-	return 0;
+	if (!rc) {
+		dtm_ckpt_rank_file(file, sizeof file, (int)r->rank);
+		snprintf(path, sizeof path, "%s/%s", sd, file);
+		rc = dtm_st_write(path, t, n, meta, nmeta, e, sizeof e);
+	}
+	free(t);
+	if (rc)
+		return rt_errf(err, "saving checkpoint: %s", e);
+	if (barrier(r, err))
+		return -1;
+	if (r->rank == 0) {
+		/* the index: mesh, every rank's file, global shapes */
+		char (*files)[32] = calloc((size_t)world, sizeof *files);
+		const char **fp = calloc((size_t)world, sizeof *fp);
+		DtmIndexTensor *it = calloc((size_t)(p->nbuffers ? p->nbuffers : 1), sizeof *it);
+		if (!files || !fp || !it) {
+			free(files);
+			free(fp);
+			free(it);
+			return rt_errf(err, "out of memory");
+		}
+		for (int64_t k = 0; k < world; k++) {
+			dtm_ckpt_rank_file(files[k], sizeof files[k], (int)k);
+			fp[k] = files[k];
+		}
+		int nt = 0;
+		for (int i = 0; i < p->nbuffers; i++) {
+			const DtmBuffer *b = &p->buffers[i];
+			if (!saved(b))
+				continue;
+			it[nt].name = b->name;
+			it[nt].dtype = dtm_st_dtype_name(st_dtype(b->dtype));
+			it[nt].ndim = b->rank;
+			for (int d = 0; d < b->rank; d++)
+				it[nt].shape[d] = b->global_shape[d];
+			it[nt].placement = b->placement;
+			nt++;
+		}
+		DtmCkptIndex ix = { .step = (uint64_t)m->step, .seed = m->seed,
+				    .naxes = p->mesh_naxes, .nfiles = (int)world, .files = fp,
+				    .ntensors = nt, .tensors = it };
+		for (int a = 0; a < p->mesh_naxes; a++) {
+			ix.axes[a] = p->mesh_names[a] ? p->mesh_names[a] : "?";
+			ix.sizes[a] = p->mesh_sizes[a];
+		}
+		rc = dtm_ckpt_commit_step(dir, &ix, e, sizeof e);
+		free(files);
+		free(fp);
+		free(it);
+		if (rc)
+			return rt_errf(err, "saving checkpoint: %s", e);
+	}
+	/* no rank goes on (and perhaps saves again) before the index is in */
+	return barrier(r, err);
 }
 
 /* One saved tensor into buffer i: memcpy when dtype and shape match,
  * otherwise through f32 and this rank's global indices. */
-static int load_tensor(RtRun *r, int i, const DtmStTensor *t, char *err)
+static int load_tensor(RtRun *r, int i, const DtmStTensor *t, bool own_file, char *err)
 {
 	const DtmPlan *p = r->plan;
 	const DtmBuffer *b = &p->buffers[i];
+	if (own_file && sharded(b)) {
+		/* this rank's shard as it saved it */
+		bool ok = t->ndim == b->rank && (int64_t)t->numel == rt_numel(b);
+		for (int d = 0; ok && d < b->rank; d++)
+			ok = t->shape[d] == b->shape[d];
+		if (!ok) {
+			rt_errf(err, "checkpoint shard '%s' has a different shape", b->name);
+			return -1;
+		}
+		if (t->dtype == st_dtype(b->dtype)) {
+			memcpy(r->ptr[i], t->data, t->nbytes);
+			return 0;
+		}
+		if (b->dtype == DTM_I32 || t->dtype == DTM_DT_I32) {
+			rt_errf(err, "checkpoint tensor '%s': cannot convert %s to %s", b->name,
+				dtm_st_dtype_name(t->dtype), rt_dtype_name(b->dtype));
+			return -1;
+		}
+		float *v = malloc((size_t)(t->numel ? t->numel : 1) * sizeof(float));
+		if (!v || dtm_st_read_f32(t, v)) {
+			free(v);
+			rt_errf(err, "checkpoint tensor '%s': unreadable", b->name);
+			return -1;
+		}
+		for (int64_t k = 0; k < (int64_t)t->numel; k++)
+			rt_store_f32(r->ptr[i], b->dtype, k, v[k]);
+		free(v);
+		return 0;
+	}
 	bool same_shape = t->ndim == b->rank;
 	for (int d = 0; same_shape && d < b->rank; d++)
 		same_shape = t->shape[d] == b->global_shape[d];
@@ -171,8 +302,33 @@ int rt_ckpt_load(RtRun *r, const char *dir, RtCkptMeta *m, char *err)
 		rt_errf(err, "--resume %s: %s", dir, e);
 		return -1;
 	}
-	/* One file now; a checkpoint from a mesh of several ranks would need
-	 * its index to assemble tensors, which comes with multi-rank runs. */
+	/* Which file: this rank's own when the checkpoint was saved on this
+	 * mesh, else the only file of a one-rank checkpoint (whole tensors,
+	 * sliced below); shards of another mesh would need assembling. */
+	bool own = false;
+	snprintf(path, sizeof path, "%s/index.json", step_dir);
+	if (rt_world_size(p) > 1 && access(path, R_OK) == 0) {
+		DtmCkptIndex ix;
+		if (dtm_ckpt_index_read(path, &ix, e, sizeof e)) {
+			rt_errf(err, "--resume: %s", e);
+			return -1;
+		}
+		bool same = ix.naxes == p->mesh_naxes && ix.nfiles == rt_world_size(p);
+		for (int a = 0; same && a < ix.naxes; a++)
+			same = ix.sizes[a] == p->mesh_sizes[a];
+		int nfiles = ix.nfiles;
+		dtm_ckpt_index_free(&ix);
+		if (same) {
+			own = true;
+			dtm_ckpt_rank_file(file, sizeof file, (int)r->rank);
+		} else if (nfiles != 1) {
+			char mesh[256];
+			mesh_text(p, mesh, sizeof mesh);
+			rt_errf(err, "--resume %s: the checkpoint was saved on %d ranks of another "
+				"mesh; loading it on %s is not built yet", dir, nfiles, mesh);
+			return -1;
+		}
+	}
 	snprintf(path, sizeof path, "%s/%s", step_dir, file);
 	DtmSafetensors *st = NULL;
 	if (dtm_st_open(&st, path, e, sizeof e)) {
@@ -196,7 +352,7 @@ int rt_ckpt_load(RtRun *r, const char *dir, RtCkptMeta *m, char *err)
 			dtm_st_close(st);
 			return -1;
 		}
-		if (load_tensor(r, i, t, err)) {
+		if (load_tensor(r, i, t, own, err)) {
 			dtm_st_close(st);
 			return -1;
 		}

@@ -2,7 +2,8 @@
 # deps.sh - make sure the tools dtm builds and tests with are installed.
 #
 # Checks for cmake, a C compiler, make, flex, bison, clang with libFuzzer
-# (the fuzz test), python3, OpenBLAS (the CPU runtime's GEMM) and, for the
+# (the fuzz test), python3, OpenBLAS (the CPU runtime's GEMM), Open MPI (the
+# mpi backend and its tests) and, for the
 # PyTorch oracle test and bench/, Debian's PyTorch and numpy for
 # /usr/bin/python3 (python3-torch 1.13, CPU).  When
 # something is missing and we run as root on Debian/Ubuntu with apt-get,
@@ -23,6 +24,9 @@ need flex flex
 need bison bison
 need clang clang
 need python3 python3
+# Open MPI for the mpi communication backend and its tests (mpirun)
+need mpicc libopenmpi-dev
+need mpirun openmpi-bin
 
 # libFuzzer ships in clang's runtime package (libclang-rt-14-dev on Debian
 # 12); the only reliable test is to link a fuzz target.

@@ -1,0 +1,540 @@
+/* comm.c - what every communication backend shares: mesh groups, argument
+ * checks, the along-a-dim forms of the collectives (a permutation into
+ * scratch around the flat collective) and comm_run_action, which maps a
+ * plan's COLL / SEND / RECV action onto the interface of comm.h.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "runtime/comm.h"
+
+double comm_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int comm_errf(Comm *c, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(c->err, sizeof c->err, fmt, ap);
+	va_end(ap);
+	return -1;
+}
+
+/* ---- groups ---- */
+
+void comm_mesh_from_plan(CommMesh *m, const DtmPlan *p)
+{
+	memset(m, 0, sizeof *m);
+	m->naxes = p->mesh_naxes;
+	for (int a = 0; a < p->mesh_naxes && a < DTM_MAX_AXES; a++) {
+		m->sizes[a] = p->mesh_sizes[a];
+		m->names[a] = p->mesh_names[a];
+	}
+}
+
+int comm_world_size(const CommMesh *m)
+{
+	int64_t n = 1;
+	for (int a = 0; a < m->naxes; a++)
+		n *= m->sizes[a];
+	return (int)n;
+}
+
+void comm_coords(const CommMesh *m, int rank, int64_t *coords)
+{
+	for (int a = m->naxes - 1; a >= 0; a--) {
+		coords[a] = rank % m->sizes[a];
+		rank /= (int)m->sizes[a];
+	}
+}
+
+static int rank_of(const CommMesh *m, const int64_t *coords)
+{
+	int64_t r = 0;
+	for (int a = 0; a < m->naxes; a++)
+		r = r * m->sizes[a] + coords[a];
+	return (int)r;
+}
+
+CommGroup comm_group(const CommMesh *m, int rank, uint32_t axes)
+{
+	int64_t co[DTM_MAX_AXES];
+	comm_coords(m, rank, co);
+	CommGroup g = { 1, 0, 0 };
+	for (int a = 0; a < m->naxes; a++) {
+		if (!(axes >> a & 1))
+			continue;
+		g.index = (int)(g.index * m->sizes[a] + co[a]);
+		g.size *= (int)m->sizes[a];
+		co[a] = 0;
+	}
+	g.color = rank_of(m, co);
+	return g;
+}
+
+int comm_group_member(const CommMesh *m, int rank, uint32_t axes, int index)
+{
+	int64_t co[DTM_MAX_AXES];
+	comm_coords(m, rank, co);
+	/* the group index is mixed-radix over the axes, the last one minor */
+	for (int a = m->naxes - 1; a >= 0; a--) {
+		if (!(axes >> a & 1))
+			continue;
+		co[a] = index % m->sizes[a];
+		index /= (int)m->sizes[a];
+	}
+	return rank_of(m, co);
+}
+
+const char *comm_axes_name(const CommMesh *m, uint32_t axes, char *buf, int n)
+{
+	int k = snprintf(buf, (size_t)n, "{");
+	bool first = true;
+	for (int a = 0; a < m->naxes && k < n; a++) {
+		if (!(axes >> a & 1))
+			continue;
+		if (m->names[a])
+			k += snprintf(buf + k, (size_t)(n - k), "%s%s", first ? "" : ", ", m->names[a]);
+		else
+			k += snprintf(buf + k, (size_t)(n - k), "%saxis%d", first ? "" : ", ", a);
+		first = false;
+	}
+	if (k < n)
+		snprintf(buf + k, (size_t)(n - k), "}");
+	return buf;
+}
+
+/* ---- reductions ---- */
+
+void comm_reduce_f32(float *restrict acc, const float *restrict x, int64_t n, DtmRed red)
+{
+	if (red == DTM_RED_MAX) {
+		for (int64_t i = 0; i < n; i++)
+			acc[i] = x[i] > acc[i] ? x[i] : acc[i];
+	} else {
+		for (int64_t i = 0; i < n; i++)
+			acc[i] += x[i];
+	}
+}
+
+void comm_reduce_i32(int32_t *restrict acc, const int32_t *restrict x, int64_t n, DtmRed red)
+{
+	if (red == DTM_RED_MAX) {
+		for (int64_t i = 0; i < n; i++)
+			acc[i] = x[i] > acc[i] ? x[i] : acc[i];
+	} else {
+		for (int64_t i = 0; i < n; i++)
+			acc[i] += x[i];
+	}
+}
+
+void *comm_scratch(Comm *c, int64_t bytes)
+{
+	if (bytes <= c->scratch_bytes)
+		return c->scratch;
+	free(c->scratch);
+	c->scratch = malloc((size_t)(bytes > 0 ? bytes : 1));
+	c->scratch_bytes = c->scratch ? bytes : 0;
+	return c->scratch;
+}
+
+/* ---- validated entry points ---- */
+
+const char *comm_error(const Comm *c)
+{
+	return c->err;
+}
+
+void comm_close(Comm *c)
+{
+	if (!c)
+		return;
+	free(c->scratch);
+	c->scratch = NULL;
+	c->ops->close(c);
+}
+
+void comm_fail(Comm *c, const char *msg)
+{
+	c->ops->fail(c, msg);
+}
+
+static int check_axes(Comm *c, uint32_t axes, const char *op)
+{
+	if (c->mesh.naxes < 32 && axes >> c->mesh.naxes)
+		return comm_errf(c, "%s over axes mask 0x%x, but the mesh has %d axes", op,
+				 (unsigned)axes, c->mesh.naxes);
+	c->peer_failed = false;
+	return 0;
+}
+
+static size_t dsize(DtmDtype t)
+{
+	return t == DTM_BF16 || t == DTM_F16 ? 2 : 4;
+}
+
+int comm_all_reduce(Comm *c, uint32_t axes, const void *in, void *out, int64_t count,
+		    DtmDtype t, DtmRed red)
+{
+	if (check_axes(c, axes, "all_reduce"))
+		return -1;
+	return c->ops->all_reduce(c, axes, in, out, count, t, red);
+}
+
+int comm_all_gather(Comm *c, uint32_t axes, const void *in, void *out, int64_t count,
+		    DtmDtype t)
+{
+	if (check_axes(c, axes, "all_gather"))
+		return -1;
+	return c->ops->all_gather(c, axes, in, out, count, t);
+}
+
+int comm_reduce_scatter(Comm *c, uint32_t axes, const void *in, void *out, int64_t count,
+			DtmDtype t, DtmRed red)
+{
+	if (check_axes(c, axes, "reduce_scatter"))
+		return -1;
+	return c->ops->reduce_scatter(c, axes, in, out, count, t, red);
+}
+
+int comm_all_to_allv(Comm *c, uint32_t axes, const void *in, const int64_t *scounts,
+		     void *out, const int64_t *rcounts, DtmDtype t)
+{
+	if (check_axes(c, axes, "all_to_all"))
+		return -1;
+	return c->ops->all_to_allv(c, axes, in, scounts, out, rcounts, t);
+}
+
+int comm_all_to_all(Comm *c, uint32_t axes, const void *in, void *out, int64_t count,
+		    DtmDtype t)
+{
+	if (check_axes(c, axes, "all_to_all"))
+		return -1;
+	int n = comm_group(&c->mesh, c->rank, axes).size;
+	int64_t *cnt = malloc((size_t)n * sizeof *cnt);
+	if (!cnt)
+		return comm_errf(c, "out of memory");
+	for (int j = 0; j < n; j++)
+		cnt[j] = count;
+	int rc = c->ops->all_to_allv(c, axes, in, cnt, out, cnt, t);
+	free(cnt);
+	return rc;
+}
+
+int comm_broadcast(Comm *c, uint32_t axes, void *buf, int64_t count, DtmDtype t, int root)
+{
+	if (check_axes(c, axes, "broadcast"))
+		return -1;
+	int n = comm_group(&c->mesh, c->rank, axes).size;
+	if (root < 0 || root >= n)
+		return comm_errf(c, "broadcast root %d outside a group of %d", root, n);
+	return c->ops->broadcast(c, axes, buf, count, t, root);
+}
+
+int comm_send(Comm *c, uint32_t axes, int offset, const void *buf, int64_t bytes)
+{
+	if (check_axes(c, axes, "send"))
+		return -1;
+	return c->ops->send(c, axes, offset, buf, bytes);
+}
+
+int comm_recv(Comm *c, uint32_t axes, int offset, void *buf, int64_t bytes)
+{
+	if (check_axes(c, axes, "recv"))
+		return -1;
+	return c->ops->recv(c, axes, offset, buf, bytes);
+}
+
+int comm_barrier(Comm *c, uint32_t axes)
+{
+	if (check_axes(c, axes, "barrier"))
+		return -1;
+	return c->ops->barrier(c, axes);
+}
+
+/* ---- along a dim ----
+ *
+ * A row-major tensor seen as [outer, len, inner] around dim: outer the
+ * product of the dims before it, inner of those after.  Concatenation
+ * along dim 0 is flat concatenation, so dim 0 needs no permutation. */
+
+static void split3(const int64_t *shape, int rank, int dim, int64_t *outer, int64_t *len,
+		   int64_t *inner)
+{
+	*outer = *inner = 1;
+	for (int d = 0; d < dim; d++)
+		*outer *= shape[d];
+	*len = rank > 0 ? shape[dim] : 1;
+	for (int d = dim + 1; d < rank; d++)
+		*inner *= shape[d];
+}
+
+static int check_dim(Comm *c, int rank, int dim, const char *op)
+{
+	if (dim < 0 || (rank > 0 && dim >= rank) || (rank == 0 && dim != 0))
+		return comm_errf(c, "%s along dim %d of a rank-%d tensor", op, dim, rank);
+	return 0;
+}
+
+int comm_all_gather_dim(Comm *c, uint32_t axes, const void *in, void *out,
+			const int64_t *shape, int rank, int dim, DtmDtype t)
+{
+	if (check_axes(c, axes, "all_gather") || check_dim(c, rank, dim, "all_gather"))
+		return -1;
+	int n = comm_group(&c->mesh, c->rank, axes).size;
+	int64_t outer, len, inner;
+	split3(shape, rank, dim, &outer, &len, &inner);
+	int64_t count = outer * len * inner;
+	size_t es = dsize(t);
+	if (outer == 1)
+		return c->ops->all_gather(c, axes, in, out, count, t);
+	/* gathered as [n][outer][len*inner], then each member's rows are
+	 * interleaved into [outer][n*len*inner] */
+	char *tmp = comm_scratch(c, (int64_t)n * count * (int64_t)es);
+	if (!tmp)
+		return comm_errf(c, "out of memory staging an all_gather");
+	if (c->ops->all_gather(c, axes, in, tmp, count, t))
+		return -1;
+	size_t row = (size_t)(len * inner) * es;
+	for (int g = 0; g < n; g++)
+		for (int64_t o = 0; o < outer; o++)
+			memcpy((char *)out + ((size_t)o * (size_t)n + (size_t)g) * row,
+			       tmp + ((size_t)g * (size_t)outer + (size_t)o) * row, row);
+	return 0;
+}
+
+int comm_reduce_scatter_dim(Comm *c, uint32_t axes, const void *in, void *out,
+			    const int64_t *shape, int rank, int dim, DtmDtype t, DtmRed red)
+{
+	if (check_axes(c, axes, "reduce_scatter") || check_dim(c, rank, dim, "reduce_scatter"))
+		return -1;
+	int n = comm_group(&c->mesh, c->rank, axes).size;
+	int64_t outer, len, inner;
+	split3(shape, rank, dim, &outer, &len, &inner);
+	if (len % n)
+		return comm_errf(c, "reduce_scatter of %lld along dim %d over %d ranks: pad the "
+				 "dim to a multiple of the group", (long long)len, dim, n);
+	int64_t count = outer * (len / n) * inner;
+	size_t es = dsize(t);
+	if (outer == 1)
+		return c->ops->reduce_scatter(c, axes, in, out, count, t, red);
+	/* [outer][n][blk] -> [n][outer][blk], then the flat form */
+	char *tmp = comm_scratch(c, (int64_t)n * count * (int64_t)es);
+	if (!tmp)
+		return comm_errf(c, "out of memory staging a reduce_scatter");
+	size_t blk = (size_t)(len / n * inner) * es;
+	for (int64_t o = 0; o < outer; o++)
+		for (int g = 0; g < n; g++)
+			memcpy(tmp + ((size_t)g * (size_t)outer + (size_t)o) * blk,
+			       (const char *)in + ((size_t)o * (size_t)n + (size_t)g) * blk, blk);
+	return c->ops->reduce_scatter(c, axes, tmp, out, count, t, red);
+}
+
+int comm_all_to_all_dim(Comm *c, uint32_t axes, const void *in, void *out,
+			const int64_t *shape, int rank, int split_dim, int concat_dim,
+			DtmDtype t)
+{
+	if (check_axes(c, axes, "all_to_all") || check_dim(c, rank, split_dim, "all_to_all") ||
+	    check_dim(c, rank, concat_dim, "all_to_all"))
+		return -1;
+	int n = comm_group(&c->mesh, c->rank, axes).size;
+	if (rank == 0 || shape[split_dim] % n)
+		return comm_errf(c, "all_to_all splitting dim %d of %lld over %d ranks: pad the "
+				 "dim to a multiple of the group", split_dim,
+				 rank ? (long long)shape[split_dim] : 1LL, n);
+	int64_t numel = 1;
+	for (int d = 0; d < rank; d++)
+		numel *= shape[d];
+	int64_t count = numel / n;
+	size_t es = dsize(t);
+	/* block shape: the input shape with split_dim divided by n */
+	int64_t bs[DTM_MAX_RANK];
+	memcpy(bs, shape, (size_t)rank * sizeof *bs);
+	bs[split_dim] /= n;
+	char *tmp = comm_scratch(c, 2 * numel * (int64_t)es);
+	if (!tmp)
+		return comm_errf(c, "out of memory staging an all_to_all");
+	char *send = tmp, *recv = tmp + numel * (int64_t)es;
+	/* pack: block j = in[..., j*bs:(j+1)*bs along split_dim, ...] */
+	int64_t so, sl, si;
+	split3(shape, rank, split_dim, &so, &sl, &si);
+	size_t srow = (size_t)(sl / n * si) * es;
+	for (int j = 0; j < n; j++)
+		for (int64_t o = 0; o < so; o++)
+			memcpy(send + ((size_t)j * (size_t)so + (size_t)o) * srow,
+			       (const char *)in + ((size_t)o * (size_t)n + (size_t)j) * srow, srow);
+	int64_t *cnt = malloc((size_t)n * sizeof *cnt);
+	if (!cnt)
+		return comm_errf(c, "out of memory");
+	for (int j = 0; j < n; j++)
+		cnt[j] = count;
+	int rc = c->ops->all_to_allv(c, axes, send, cnt, recv, cnt, t);
+	free(cnt);
+	if (rc)
+		return -1;
+	/* unpack: received block j (shape bs) goes to position j along
+	 * concat_dim of the output */
+	int64_t co, cl, ci;
+	split3(bs, rank, concat_dim, &co, &cl, &ci);
+	size_t crow = (size_t)(cl * ci) * es;
+	for (int j = 0; j < n; j++)
+		for (int64_t o = 0; o < co; o++)
+			memcpy((char *)out + ((size_t)o * (size_t)n + (size_t)j) * crow,
+			       recv + ((size_t)j * (size_t)co + (size_t)o) * crow, crow);
+	return 0;
+}
+
+/* ---- plan actions ----
+ *
+ * The conventions the compiler emits (runtime/plan.h's DtmAction):
+ *
+ *   args[0] is the input, args[nargs-1] the output (the same buffer id, or
+ *   nargs == 1, for an in-place op); axes the group; dtype the input's.
+ *   bytes: the payload this rank contributes from args[0]; 0 = the whole
+ *   buffer.  A flat ZeRO buffer padded to a multiple of the group passes
+ *   its padded size (or 0).
+ *
+ *   ALL_REDUCE      red; out has the input's size.  Use red = AVG for DDP.
+ *   ALL_GATHER      along dim of the input's shape (dim 0 = flat); out's
+ *                   dim is n times the input's.
+ *   REDUCE_SCATTER  along dim (0 = flat); the input's dim divides by n;
+ *                   member g keeps block g.
+ *   ALL_TO_ALL      split along dim, concatenate along dim2 (both of the
+ *                   input's shape); dim == dim2 == 0 is the flat form.
+ *   BROADCAST       root = peer_offset (a group index), in place on args[0]
+ *                   (copied to out when out differs).
+ *   SEND / RECV     args[0] is the buffer sent or received into; data moves
+ *                   peer_offset steps along axes (see comm.h), wrapping.
+ *
+ * With bytes != 0 and a dim other than 0 the shape is taken from the
+ * buffer (bytes must then be the buffer's size).  Inputs that overlap the
+ * output (other than for all_reduce) are staged through scratch. */
+
+static int64_t numel_of(const DtmBuffer *b)
+{
+	int64_t n = 1;
+	for (int d = 0; d < b->rank; d++)
+		n *= b->shape[d];
+	return n;
+}
+
+static bool overlap(const void *a, int64_t na, const void *b, int64_t nb)
+{
+	const char *x = a, *y = b;
+	return x < y + nb && y < x + na;
+}
+
+int comm_run_action(Comm *c, const DtmPlan *p, const DtmAction *a, void *const *ptr,
+		    char *err, int errlen)
+{
+	const char *label = a->label ? a->label : "?";
+	if (a->nargs < 1) {
+		snprintf(err, (size_t)errlen, "communication action '%s' has no buffers", label);
+		return -1;
+	}
+	int inb = a->args[0], outb = a->args[a->nargs - 1];
+	const DtmBuffer *bi = &p->buffers[inb], *bo = &p->buffers[outb];
+	DtmDtype t = bi->dtype;
+	size_t es = dsize(t);
+	int64_t in_bytes = a->bytes > 0 ? a->bytes : numel_of(bi) * (int64_t)es;
+	int64_t count = in_bytes / (int64_t)es;
+	const void *in = ptr[inb];
+	void *out = ptr[outb];
+	int n = comm_group(&c->mesh, c->rank, a->axes).size;
+	int64_t out_bytes = in_bytes;
+	int rc = 0;
+	if (in_bytes > bi->bytes) {
+		snprintf(err, (size_t)errlen, "'%s' moves %lld bytes of '%s', which has %lld",
+			 label, (long long)in_bytes, bi->name ? bi->name : "?",
+			 (long long)bi->bytes);
+		return -1;
+	}
+	if (a->kind == DTM_ACT_COLL) {
+		if (a->coll == DTM_COLL_ALL_GATHER)
+			out_bytes = in_bytes * n;
+		else if (a->coll == DTM_COLL_REDUCE_SCATTER)
+			out_bytes = in_bytes / n;
+		if (bo->dtype != t || out_bytes > bo->bytes) {
+			snprintf(err, (size_t)errlen,
+				 "'%s' writes %lld bytes of %s into '%s' (%lld bytes of %s)", label,
+				 (long long)out_bytes, t == DTM_F32 ? "f32" : "16/32-bit",
+				 bo->name ? bo->name : "?", (long long)bo->bytes,
+				 bo->dtype == t ? "the same dtype" : "another dtype");
+			return -1;
+		}
+		/* an input overlapping the output is copied aside first (its own
+		 * allocation: the dim helpers use c->scratch themselves) */
+		void *own = NULL;
+		if (a->coll != DTM_COLL_ALL_REDUCE && a->coll != DTM_COLL_BROADCAST &&
+		    overlap(in, in_bytes, out, out_bytes)) {
+			own = malloc((size_t)in_bytes);
+			if (!own) {
+				snprintf(err, (size_t)errlen, "out of memory staging '%s'", label);
+				return -1;
+			}
+			memcpy(own, in, (size_t)in_bytes);
+			in = own;
+		}
+		bool whole = in_bytes == numel_of(bi) * (int64_t)es;
+		int dim = whole ? a->dim : 0, dim2 = whole ? a->dim2 : 0;
+		switch (a->coll) {
+		case DTM_COLL_ALL_REDUCE:
+			rc = comm_all_reduce(c, a->axes, in, out, count, t, a->red);
+			break;
+		case DTM_COLL_ALL_GATHER:
+			rc = dim == 0 ? comm_all_gather(c, a->axes, in, out, count, t) :
+				        comm_all_gather_dim(c, a->axes, in, out, bi->shape, bi->rank,
+							    dim, t);
+			break;
+		case DTM_COLL_REDUCE_SCATTER:
+			if (dim == 0 && count % n) {
+				rc = comm_errf(c, "'%s': reduce_scatter of %lld elements over %d "
+					       "ranks: pad the buffer to a multiple of the group",
+					       label, (long long)count, n);
+				break;
+			}
+			rc = dim == 0 ? comm_reduce_scatter(c, a->axes, in, out, count / n, t, a->red) :
+				        comm_reduce_scatter_dim(c, a->axes, in, out, bi->shape,
+							        bi->rank, dim, t, a->red);
+			break;
+		case DTM_COLL_ALL_TO_ALL:
+			if (dim == 0 && dim2 == 0) {
+				if (count % n) {
+					rc = comm_errf(c, "'%s': all_to_all of %lld elements over %d "
+						       "ranks", label, (long long)count, n);
+					break;
+				}
+				rc = comm_all_to_all(c, a->axes, in, out, count / n, t);
+			} else {
+				rc = comm_all_to_all_dim(c, a->axes, in, out, bi->shape, bi->rank,
+							 dim, dim2, t);
+			}
+			break;
+		case DTM_COLL_BROADCAST:
+			if (out != in)
+				memmove(out, in, (size_t)in_bytes);
+			rc = comm_broadcast(c, a->axes, out, count, t, a->peer_offset);
+			break;
+		default:
+			rc = comm_errf(c, "'%s': unknown collective %d", label, (int)a->coll);
+		}
+		free(own);
+	} else if (a->kind == DTM_ACT_SEND) {
+		rc = comm_send(c, a->axes, a->peer_offset, in, in_bytes);
+	} else if (a->kind == DTM_ACT_RECV) {
+		rc = comm_recv(c, a->axes, a->peer_offset, ptr[inb], in_bytes);
+	} else {
+		snprintf(err, (size_t)errlen, "'%s' is not a communication action", label);
+		return -1;
+	}
+	if (rc)
+		snprintf(err, (size_t)errlen, "%s (action '%s')", c->err, label);
+	return rc;
+}

@@ -1,0 +1,595 @@
+/* comm_local.c - the local backend: ranks are threads of one process.
+ *
+ * Every collective is one-shot over shared memory: each member publishes
+ * its buffer pointers in its slot, a group barrier makes them visible, each
+ * member reads its peers' buffers directly, and a second barrier keeps the
+ * buffers alive until every peer is done with them.  all_reduce is a
+ * reduce-scatter and an all-gather in one pass: member g reduces slice g of
+ * every input (in blocks that stay in L1) and writes the result straight
+ * into every member's output, so each byte is read n times and written n
+ * times in total -- the minimum -- with two barriers, and every element is
+ * reduced by one thread in member order, so all ranks hold bitwise equal
+ * results.
+ *
+ * Barriers are generation counted: the last member to arrive bumps the
+ * group's generation.  Waiters spin briefly (yielding, since ranks often
+ * outnumber cores), then sleep on one condition variable for the whole
+ * world, woken when a barrier completes while anyone sleeps.  Sleeping
+ * waits wake at least every 100 ms to look for a failed or exited rank
+ * and give up at the timeout, naming the members that never arrived.
+ */
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "runtime/comm.h"
+#include "runtime/rt.h"
+
+#define LOCAL_MAX_MASKS 256
+#define LOCAL_BLOCK 4096 /* elements reduced per pass: 16 KB of f32 in L1 */
+#define LOCAL_SPIN 2000
+
+typedef struct LGroup {
+	_Atomic int count;
+	_Atomic uint64_t gen;
+	char pad[48];
+} LGroup;
+
+/* What a member publishes for the collective it is in. */
+typedef struct LSlot {
+	const void *in;
+	void *out;
+	const int64_t *scounts;
+	_Atomic(LGroup *) at;   /* the barrier it last arrived at, for messages */
+	_Atomic uint64_t at_gen;
+	char pad[24];
+} LSlot;
+
+/* A buffered one-message mailbox per (sender, receiver). */
+typedef struct LMail {
+	_Atomic int full;
+	int64_t bytes, cap;
+	void *buf;
+} LMail;
+
+struct CommLocalWorld {
+	CommMesh mesh;
+	int size;
+	double timeout_s;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	_Atomic int sleepers;
+	_Atomic int failed;     /* 1 + the first failed rank; 0 = none */
+	char fail_msg[COMM_ERR_LEN];
+	_Atomic int *exited;
+	_Atomic(LGroup *) groups[LOCAL_MAX_MASKS];
+	LSlot *slots;
+	LMail *mail;
+};
+
+typedef struct LComm {
+	CommLocalWorld *w;
+	const char *op;         /* the operation in progress, for messages */
+	uint32_t axes;
+} LComm;
+
+CommLocalWorld *comm_local_world_new(const CommMesh *mesh, double timeout_s, char *err)
+{
+	int n = comm_world_size(mesh);
+	if (mesh->naxes > 8) {
+		snprintf(err, COMM_ERR_LEN, "the local backend handles up to 8 mesh axes");
+		return NULL;
+	}
+	CommLocalWorld *w = calloc(1, sizeof *w);
+	if (!w) {
+		snprintf(err, COMM_ERR_LEN, "out of memory");
+		return NULL;
+	}
+	w->mesh = *mesh;
+	w->size = n;
+	w->timeout_s = timeout_s > 0 ? timeout_s : COMM_DEFAULT_TIMEOUT_S;
+	w->exited = calloc((size_t)n, sizeof *w->exited);
+	w->slots = aligned_alloc(64, (size_t)n * sizeof *w->slots);
+	w->mail = calloc((size_t)n * (size_t)n, sizeof *w->mail);
+	if (!w->exited || !w->slots || !w->mail) {
+		free(w->exited);
+		free(w->slots);
+		free(w->mail);
+		free(w);
+		snprintf(err, COMM_ERR_LEN, "out of memory");
+		return NULL;
+	}
+	memset(w->slots, 0, (size_t)n * sizeof *w->slots);
+	pthread_mutex_init(&w->mu, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	/* timeouts count from a monotonic clock, not the wall clock */
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&w->cv, &ca);
+	pthread_condattr_destroy(&ca);
+	return w;
+}
+
+void comm_local_world_free(CommLocalWorld *w)
+{
+	if (!w)
+		return;
+	for (int m = 0; m < LOCAL_MAX_MASKS; m++)
+		free(atomic_load(&w->groups[m]));
+	for (int i = 0; i < w->size * w->size; i++)
+		free(w->mail[i].buf);
+	pthread_mutex_destroy(&w->mu);
+	pthread_cond_destroy(&w->cv);
+	free(w->exited);
+	free(w->slots);
+	free(w->mail);
+	free(w);
+}
+
+static void wake_all(CommLocalWorld *w)
+{
+	if (atomic_load(&w->sleepers) > 0) {
+		pthread_mutex_lock(&w->mu);
+		pthread_cond_broadcast(&w->cv);
+		pthread_mutex_unlock(&w->mu);
+	}
+}
+
+void comm_local_exit(CommLocalWorld *w, int rank)
+{
+	atomic_store(&w->exited[rank], 1);
+	pthread_mutex_lock(&w->mu);
+	pthread_cond_broadcast(&w->cv);
+	pthread_mutex_unlock(&w->mu);
+}
+
+static LGroup *get_group(CommLocalWorld *w, uint32_t axes, int color)
+{
+	LGroup *g = atomic_load(&w->groups[axes]);
+	if (!g) {
+		pthread_mutex_lock(&w->mu);
+		g = atomic_load(&w->groups[axes]);
+		if (!g) {
+			/* indexed by color (the world rank of member 0) */
+			g = aligned_alloc(64, (size_t)w->size * sizeof *g);
+			if (g) {
+				memset(g, 0, (size_t)w->size * sizeof *g);
+				atomic_store(&w->groups[axes], g);
+			}
+		}
+		pthread_mutex_unlock(&w->mu);
+	}
+	return g ? &g[color] : NULL;
+}
+
+/* ---- waiting ---- */
+
+typedef struct Wait {
+	/* done when *gen != gen0 (barrier) or *flag == want (mailbox) */
+	_Atomic uint64_t *gen;
+	uint64_t gen0;
+	_Atomic int *flag;
+	int want;
+	LGroup *group;          /* barrier: for the members not arrived */
+	int peer;               /* mailbox: the other side */
+} Wait;
+
+static bool wait_done(const Wait *wt)
+{
+	if (wt->gen)
+		return atomic_load(wt->gen) != wt->gen0;
+	return atomic_load(wt->flag) == wt->want;
+}
+
+/* -1 with a message when a rank failed, or one we wait for has exited;
+ * on timed_out, the message names those that never arrived. */
+static int wait_problem(Comm *c, const Wait *wt, bool timed_out)
+{
+	LComm *lc = c->impl;
+	CommLocalWorld *w = lc->w;
+	char ax[96];
+	comm_axes_name(&c->mesh, lc->axes, ax, sizeof ax);
+	int f = atomic_load(&w->failed);
+	if (f) {
+		c->peer_failed = true;
+		pthread_mutex_lock(&w->mu);
+		comm_errf(c, "rank %d failed: %s", f - 1, w->fail_msg);
+		pthread_mutex_unlock(&w->mu);
+		return -1;
+	}
+	int missing[64], nm = 0;
+	bool gone = false;
+	if (wt->group) {
+		CommGroup g = comm_group(&c->mesh, c->rank, lc->axes);
+		for (int i = 0; i < g.size && nm < 64; i++) {
+			int m = comm_group_member(&c->mesh, c->rank, lc->axes, i);
+			bool there = atomic_load(&w->slots[m].at) == wt->group &&
+				     atomic_load(&w->slots[m].at_gen) == wt->gen0;
+			if (atomic_load(&w->exited[m]) && !there) {
+				missing[0] = m, nm = 1, gone = true;
+				break;
+			}
+			if (!there)
+				missing[nm++] = m;
+		}
+	} else if (atomic_load(&w->exited[wt->peer])) {
+		missing[0] = wt->peer, nm = 1, gone = true;
+	} else {
+		missing[0] = wt->peer, nm = 1;
+	}
+	if (gone) {
+		c->peer_failed = true;
+		return comm_errf(c, "rank %d finished without joining %s over %s on rank %d",
+				 missing[0], lc->op, ax, c->rank);
+	}
+	if (!timed_out)
+		return 0;
+	char who[256];
+	int k = 0;
+	who[0] = 0;
+	for (int i = 0; i < nm && k < (int)sizeof who - 16; i++)
+		k += snprintf(who + k, sizeof who - (size_t)k, "%s%d", i ? ", " : "", missing[i]);
+	return comm_errf(c, "rank %d timed out after %g s in %s over %s waiting for rank%s %s",
+			 c->rank, w->timeout_s, lc->op, ax, nm > 1 ? "s" : "", who);
+}
+
+static int wait_for(Comm *c, const Wait *wt)
+{
+	CommLocalWorld *w = ((LComm *)c->impl)->w;
+	for (int i = 0; i < LOCAL_SPIN; i++) {
+		if (wait_done(wt))
+			return 0;
+		if ((i & 63) == 63)
+			sched_yield();
+	}
+	double deadline = comm_now() + w->timeout_s;
+	for (;;) {
+		if (wait_done(wt))
+			return 0;
+		double now = comm_now();
+		if (wait_problem(c, wt, now >= deadline))
+			return -1;
+		double until = now + 0.1 < deadline ? now + 0.1 : deadline;
+		struct timespec ts = { (time_t)until, (long)((until - (double)(time_t)until) * 1e9) };
+		atomic_fetch_add(&w->sleepers, 1);
+		pthread_mutex_lock(&w->mu);
+		if (!wait_done(wt) && !atomic_load(&w->failed))
+			pthread_cond_timedwait(&w->cv, &w->mu, &ts);
+		pthread_mutex_unlock(&w->mu);
+		atomic_fetch_sub(&w->sleepers, 1);
+	}
+}
+
+static int group_barrier(Comm *c, uint32_t axes, const CommGroup *g)
+{
+	LComm *lc = c->impl;
+	CommLocalWorld *w = lc->w;
+	if (atomic_load(&w->failed)) {
+		Wait none = { .flag = &w->failed, .want = -1, .peer = c->rank };
+		return wait_problem(c, &none, false);
+	}
+	if (g->size == 1)
+		return 0;
+	LGroup *gr = get_group(w, axes, g->color);
+	if (!gr)
+		return comm_errf(c, "out of memory");
+	uint64_t gen = atomic_load(&gr->gen);
+	atomic_store(&w->slots[c->rank].at_gen, gen);
+	atomic_store(&w->slots[c->rank].at, gr);
+	if (atomic_fetch_add(&gr->count, 1) == g->size - 1) {
+		atomic_store(&gr->count, 0);
+		atomic_fetch_add(&gr->gen, 1);
+		wake_all(w);
+		return 0;
+	}
+	Wait wt = { .gen = &gr->gen, .gen0 = gen, .group = gr };
+	return wait_for(c, &wt);
+}
+
+/* Publishes this rank's pointers and waits for the group's. */
+static int enter(Comm *c, const char *op, uint32_t axes, CommGroup *g, const void *in,
+		 void *out, const int64_t *scounts)
+{
+	LComm *lc = c->impl;
+	lc->op = op;
+	lc->axes = axes;
+	*g = comm_group(&c->mesh, c->rank, axes);
+	LSlot *s = &lc->w->slots[c->rank];
+	s->in = in;
+	s->out = out;
+	s->scounts = scounts;
+	return group_barrier(c, axes, g);
+}
+
+static LSlot *peer_slot(Comm *c, uint32_t axes, int j)
+{
+	return &((LComm *)c->impl)->w->slots[comm_group_member(&c->mesh, c->rank, axes, j)];
+}
+
+/* ---- collectives ---- */
+
+static size_t esize(DtmDtype t)
+{
+	return t == DTM_BF16 || t == DTM_F16 ? 2 : 4;
+}
+
+/* Reduces elements [lo, hi) of every member's input; the result goes to
+ * each of the nout outputs (all members' for all_reduce, one for
+ * reduce_scatter, at offset out_off). */
+static void reduce_range(const void *const *ins, int n, void *const *outs, int nout,
+			 int64_t lo, int64_t hi, int64_t out_off, DtmDtype t, DtmRed red)
+{
+	float acc[LOCAL_BLOCK], tmp[LOCAL_BLOCK];
+	for (int64_t b = lo; b < hi; b += LOCAL_BLOCK) {
+		int64_t m = hi - b < LOCAL_BLOCK ? hi - b : LOCAL_BLOCK;
+		int64_t o = b - lo + out_off;
+		if (t == DTM_F32 || t == DTM_I32) {
+			memcpy(acc, (const char *)ins[0] + b * 4, (size_t)m * 4);
+			for (int j = 1; j < n; j++) {
+				if (t == DTM_F32)
+					comm_reduce_f32(acc, (const float *)ins[j] + b, m, red);
+				else
+					comm_reduce_i32((int32_t *)acc, (const int32_t *)ins[j] + b, m,
+							red);
+			}
+			if (red == DTM_RED_AVG) {
+				for (int64_t i = 0; i < m; i++) {
+					if (t == DTM_F32)
+						acc[i] /= (float)n;
+					else
+						((int32_t *)acc)[i] /= n;
+				}
+			}
+			for (int k = 0; k < nout; k++)
+				memcpy((char *)outs[k] + o * 4, acc, (size_t)m * 4);
+		} else {
+			/* 16-bit: accumulate in f32, round once */
+			for (int64_t i = 0; i < m; i++)
+				acc[i] = rt_load_f32(ins[0], t, b + i);
+			for (int j = 1; j < n; j++) {
+				for (int64_t i = 0; i < m; i++)
+					tmp[i] = rt_load_f32(ins[j], t, b + i);
+				comm_reduce_f32(acc, tmp, m, red);
+			}
+			if (red == DTM_RED_AVG)
+				for (int64_t i = 0; i < m; i++)
+					acc[i] /= (float)n;
+			for (int64_t i = 0; i < m; i++)
+				rt_store_f32(outs[0], t, o + i, acc[i]);
+			for (int k = 1; k < nout; k++)
+				memcpy((char *)outs[k] + o * 2, (char *)outs[0] + o * 2, (size_t)m * 2);
+		}
+	}
+}
+
+#define LOCAL_MAX_GROUP 1024
+
+static int lc_all_reduce(Comm *c, uint32_t axes, const void *in, void *out, int64_t count,
+			 DtmDtype t, DtmRed red)
+{
+	CommGroup g;
+	if (enter(c, "all_reduce", axes, &g, in, out, NULL))
+		return -1;
+	if (g.size > LOCAL_MAX_GROUP)
+		return comm_errf(c, "group of %d ranks: the local backend takes up to %d", g.size,
+				 LOCAL_MAX_GROUP);
+	const void *ins[LOCAL_MAX_GROUP];
+	void *outs[LOCAL_MAX_GROUP];
+	for (int j = 0; j < g.size; j++) {
+		LSlot *s = peer_slot(c, axes, j);
+		ins[j] = s->in;
+		outs[j] = s->out;
+	}
+	/* slice boundaries on 16-element (64-byte) multiples so no two
+	 * members write the same cache line */
+	int64_t units = (count + 15) / 16;
+	int64_t lo = units * g.index / g.size * 16, hi = units * (g.index + 1) / g.size * 16;
+	if (hi > count)
+		hi = count;
+	if (lo < hi)
+		reduce_range(ins, g.size, outs, g.size, lo, hi, lo, t, red);
+	return group_barrier(c, axes, &g);
+}
+
+static int lc_reduce_scatter(Comm *c, uint32_t axes, const void *in, void *out, int64_t count,
+			     DtmDtype t, DtmRed red)
+{
+	CommGroup g;
+	if (enter(c, "reduce_scatter", axes, &g, in, out, NULL))
+		return -1;
+	if (g.size > LOCAL_MAX_GROUP)
+		return comm_errf(c, "group of %d ranks: the local backend takes up to %d", g.size,
+				 LOCAL_MAX_GROUP);
+	const void *ins[LOCAL_MAX_GROUP];
+	for (int j = 0; j < g.size; j++)
+		ins[j] = peer_slot(c, axes, j)->in;
+	void *outs[1] = { out };
+	reduce_range(ins, g.size, outs, 1, count * g.index, count * (g.index + 1), 0, t, red);
+	return group_barrier(c, axes, &g);
+}
+
+static int lc_all_gather(Comm *c, uint32_t axes, const void *in, void *out, int64_t count,
+			 DtmDtype t)
+{
+	CommGroup g;
+	if (enter(c, "all_gather", axes, &g, in, out, NULL))
+		return -1;
+	size_t nb = (size_t)count * esize(t);
+	for (int j = 0; j < g.size; j++) {
+		char *dst = (char *)out + (size_t)j * nb;
+		const void *src = peer_slot(c, axes, j)->in;
+		if (dst != src)
+			memcpy(dst, src, nb);
+	}
+	return group_barrier(c, axes, &g);
+}
+
+static int lc_all_to_allv(Comm *c, uint32_t axes, const void *in, const int64_t *scounts,
+			  void *out, const int64_t *rcounts, DtmDtype t)
+{
+	CommGroup g;
+	if (enter(c, "all_to_all", axes, &g, in, out, scounts))
+		return -1;
+	size_t es = esize(t);
+	int64_t roff = 0;
+	int bad = -1;
+	for (int j = 0; j < g.size; j++) {
+		LSlot *s = peer_slot(c, axes, j);
+		int64_t soff = 0;
+		for (int k = 0; k < g.index; k++)
+			soff += s->scounts[k];
+		int64_t nj = s->scounts[g.index];
+		if (nj != rcounts[j])
+			bad = j;
+		else
+			memcpy((char *)out + (size_t)roff * es, (const char *)s->in + (size_t)soff * es,
+			       (size_t)nj * es);
+		roff += rcounts[j];
+	}
+	if (group_barrier(c, axes, &g))
+		return -1;
+	if (bad >= 0)
+		return comm_errf(c, "all_to_all: rank %d expects %lld elements from member %d, "
+				 "which sends %lld", c->rank, (long long)rcounts[bad], bad,
+				 (long long)peer_slot(c, axes, bad)->scounts[g.index]);
+	return 0;
+}
+
+static int lc_broadcast(Comm *c, uint32_t axes, void *buf, int64_t count, DtmDtype t, int root)
+{
+	CommGroup g;
+	if (enter(c, "broadcast", axes, &g, buf, buf, NULL))
+		return -1;
+	const void *src = peer_slot(c, axes, root)->in;
+	if (g.index != root && src != buf)
+		memcpy(buf, src, (size_t)count * esize(t));
+	return group_barrier(c, axes, &g);
+}
+
+static int lc_barrier(Comm *c, uint32_t axes)
+{
+	CommGroup g;
+	return enter(c, "barrier", axes, &g, NULL, NULL, NULL);
+}
+
+/* ---- point to point ---- */
+
+static int peer_at(Comm *c, uint32_t axes, int offset, int sign)
+{
+	CommGroup g = comm_group(&c->mesh, c->rank, axes);
+	int idx = (int)(((int64_t)g.index + sign * (int64_t)offset) % g.size);
+	if (idx < 0)
+		idx += g.size;
+	return comm_group_member(&c->mesh, c->rank, axes, idx);
+}
+
+static int lc_send(Comm *c, uint32_t axes, int offset, const void *buf, int64_t bytes)
+{
+	LComm *lc = c->impl;
+	CommLocalWorld *w = lc->w;
+	lc->op = "send";
+	lc->axes = axes;
+	int peer = peer_at(c, axes, offset, 1);
+	LMail *m = &w->mail[(size_t)c->rank * (size_t)w->size + (size_t)peer];
+	Wait wt = { .flag = &m->full, .want = 0, .peer = peer };
+	if (wait_for(c, &wt))
+		return -1;
+	if (bytes > m->cap) {
+		free(m->buf);
+		m->buf = malloc((size_t)bytes);
+		m->cap = m->buf ? bytes : 0;
+		if (!m->buf)
+			return comm_errf(c, "out of memory buffering a send of %lld bytes",
+					 (long long)bytes);
+	}
+	memcpy(m->buf, buf, (size_t)bytes);
+	m->bytes = bytes;
+	atomic_store(&m->full, 1);
+	wake_all(w);
+	return 0;
+}
+
+static int lc_recv(Comm *c, uint32_t axes, int offset, void *buf, int64_t bytes)
+{
+	LComm *lc = c->impl;
+	CommLocalWorld *w = lc->w;
+	lc->op = "recv";
+	lc->axes = axes;
+	int peer = peer_at(c, axes, offset, -1);
+	LMail *m = &w->mail[(size_t)peer * (size_t)w->size + (size_t)c->rank];
+	Wait wt = { .flag = &m->full, .want = 1, .peer = peer };
+	if (wait_for(c, &wt))
+		return -1;
+	int rc = 0;
+	if (m->bytes != bytes)
+		rc = comm_errf(c, "rank %d receives %lld bytes from rank %d, which sent %lld",
+			       c->rank, (long long)bytes, peer, (long long)m->bytes);
+	else
+		memcpy(buf, m->buf, (size_t)bytes);
+	atomic_store(&m->full, 0);
+	wake_all(w);
+	return rc;
+}
+
+static void lc_fail(Comm *c, const char *msg)
+{
+	CommLocalWorld *w = ((LComm *)c->impl)->w;
+	pthread_mutex_lock(&w->mu);
+	int zero = 0;
+	if (atomic_compare_exchange_strong(&w->failed, &zero, c->rank + 1))
+		snprintf(w->fail_msg, sizeof w->fail_msg, "%s", msg ? msg : "(no message)");
+	pthread_cond_broadcast(&w->cv);
+	pthread_mutex_unlock(&w->mu);
+}
+
+static void lc_close(Comm *c)
+{
+	free(c->impl);
+	free(c);
+}
+
+static const CommOps local_ops = {
+	.name = "local",
+	.all_reduce = lc_all_reduce,
+	.all_gather = lc_all_gather,
+	.reduce_scatter = lc_reduce_scatter,
+	.all_to_allv = lc_all_to_allv,
+	.broadcast = lc_broadcast,
+	.send = lc_send,
+	.recv = lc_recv,
+	.barrier = lc_barrier,
+	.fail = lc_fail,
+	.close = lc_close,
+};
+
+int comm_local_open(Comm **out, CommLocalWorld *w, int rank, char *err)
+{
+	*out = NULL;
+	if (rank < 0 || rank >= w->size) {
+		snprintf(err, COMM_ERR_LEN, "rank %d outside a world of %d", rank, w->size);
+		return -1;
+	}
+	Comm *c = calloc(1, sizeof *c);
+	LComm *lc = calloc(1, sizeof *lc);
+	if (!c || !lc) {
+		free(c);
+		free(lc);
+		snprintf(err, COMM_ERR_LEN, "out of memory");
+		return -1;
+	}
+	lc->w = w;
+	lc->op = "?";
+	c->ops = &local_ops;
+	c->rank = rank;
+	c->size = w->size;
+	c->mesh = w->mesh;
+	comm_coords(&w->mesh, rank, c->coords);
+	c->timeout_s = w->timeout_s;
+	c->impl = lc;
+	*out = c;
+	return 0;
+}
