@@ -188,7 +188,16 @@ static NodeKind node_kind(const Emit *e, int i)
 
 /* Index into external input X (broadcast onto the root's shape S) for
  * flat output index i, written as C. */
-static void put_bcast_index(FILE *out, const IrNode *x, const IrNode *s)
+/* How operand x is indexed inside a fused loop over s's elements. */
+typedef enum BcastKind {
+	BC_FULL,   /* x[i] */
+	BC_SCALAR, /* x[0] */
+	BC_SUFFIX, /* x[i % period]: x is s's trailing dims */
+	BC_PREFIX, /* x[i / period]: x is s's leading dims */
+	BC_OTHER,  /* the general strided index */
+} BcastKind;
+
+static BcastKind bcast_kind(const IrNode *x, const IrNode *s, int64_t *period)
 {
 	int R = s->rank;
 	int64_t xs[IR_MAX_RANK];
@@ -197,15 +206,11 @@ static void put_bcast_index(FILE *out, const IrNode *x, const IrNode *s)
 		xs[d] = j >= 0 ? x->shape[j] : 1;
 	}
 	int64_t nx = ir_node_numel(x), ns = ir_node_numel(s);
-	if (nx == ns) {
-		fputs("i", out);
-		return;
-	}
-	if (nx == 1) {
-		fputs("0", out);
-		return;
-	}
-	/* suffix: [1.., S_k..]; prefix: [S_0.., 1..] */
+	*period = 1;
+	if (nx == ns)
+		return BC_FULL;
+	if (nx == 1)
+		return BC_SCALAR;
 	int k = 0;
 	while (k < R && xs[k] == 1)
 		k++;
@@ -213,8 +218,8 @@ static void put_bcast_index(FILE *out, const IrNode *x, const IrNode *s)
 	for (int d = k; d < R; d++)
 		suffix &= xs[d] == s->shape[d];
 	if (suffix) {
-		fprintf(out, "i %% %lld", (long long)nx);
-		return;
+		*period = nx;
+		return BC_SUFFIX;
 	}
 	int p = R;
 	while (p > 0 && xs[p - 1] == 1)
@@ -223,8 +228,37 @@ static void put_bcast_index(FILE *out, const IrNode *x, const IrNode *s)
 	for (int d = 0; d < p; d++)
 		prefix &= xs[d] == s->shape[d];
 	if (prefix) {
-		fprintf(out, "i / %lld", (long long)(ns / nx));
-		return;
+		*period = ns / nx;
+		return BC_PREFIX;
+	}
+	return BC_OTHER;
+}
+
+static int64_t gcd64(int64_t a, int64_t b)
+{
+	while (b) {
+		int64_t t = a % b;
+		a = b;
+		b = t;
+	}
+	return a;
+}
+
+static void put_bcast_index(FILE *out, const IrNode *x, const IrNode *s)
+{
+	int64_t per;
+	switch (bcast_kind(x, s, &per)) {
+	case BC_FULL: fputs("i", out); return;
+	case BC_SCALAR: fputs("0", out); return;
+	case BC_SUFFIX: fprintf(out, "i %% %lld", (long long)per); return;
+	case BC_PREFIX: fprintf(out, "i / %lld", (long long)per); return;
+	case BC_OTHER: break;
+	}
+	int R = s->rank;
+	int64_t xs[IR_MAX_RANK];
+	for (int d = 0; d < R; d++) {
+		int j = d - (R - x->rank);
+		xs[d] = j >= 0 ? x->shape[j] : 1;
 	}
 	int64_t ss = 1, sx = 1, sst[IR_MAX_RANK], sxt[IR_MAX_RANK];
 	for (int d = R - 1; d >= 0; d--) {
@@ -245,7 +279,11 @@ static void put_bcast_index(FILE *out, const IrNode *x, const IrNode *s)
 		fputs("0", out);
 }
 
-static void put_load(FILE *out, int k, const IrNode *x, const IrNode *s)
+/* runs: the loop is split into runs that cross no multiple of the
+ * broadcast periods, where suffix operands read b<k> + c (c counts from
+ * the run's start) and prefix operands read b<k>: contiguous or constant,
+ * so the inner loop vectorises (x[i % 64] did not). */
+static void put_load(FILE *out, int k, const IrNode *x, const IrNode *s, bool runs)
 {
 	const char *pre = "", *post = "";
 	switch (x->dtype) {
@@ -255,7 +293,14 @@ static void put_load(FILE *out, int k, const IrNode *x, const IrNode *s)
 	default: break;
 	}
 	fprintf(out, "\t\tconst float x%d = %sin%d[", k, pre, k);
-	put_bcast_index(out, x, s);
+	int64_t per;
+	BcastKind bk = bcast_kind(x, s, &per);
+	if (runs && bk == BC_SUFFIX)
+		fprintf(out, "b%d + (i - s)", k);
+	else if (runs && bk == BC_PREFIX)
+		fprintf(out, "b%d", k);
+	else
+		put_bcast_index(out, x, s);
 	fprintf(out, "]%s;\n", post);
 }
 
@@ -357,9 +402,33 @@ static bool emit_fused(Emit *e, int r)
 		fprintf(out, "\tconst %s *restrict in%d = j->args[%d];\n",
 		        ctype(m->nodes[ext[k]]->dtype), k, k);
 	fprintf(out, "\t%s *restrict out = j->args[%d];\n", ctype(root->dtype), next);
-	fputs("\tfor (int64_t i = lo; i < hi; i++) {\n", out);
+	/* the run length: the gcd of the broadcast periods */
+	int64_t run = 0;
+	for (int k = 0; k < next; k++) {
+		int64_t per;
+		BcastKind bk = bcast_kind(m->nodes[ext[k]], root, &per);
+		if (bk == BC_SUFFIX || bk == BC_PREFIX)
+			run = gcd64(run, per);
+	}
+	bool runs = run >= 8;
+	if (runs) {
+		fprintf(out, "\tfor (int64_t s = lo, e; s < hi; s = e) {\n"
+		             "\t\te = s - s %% %lld + %lld;\n\t\tif (e > hi)\n\t\t\te = hi;\n",
+		        (long long)run, (long long)run);
+		for (int k = 0; k < next; k++) {
+			int64_t per;
+			BcastKind bk = bcast_kind(m->nodes[ext[k]], root, &per);
+			if (bk == BC_SUFFIX)
+				fprintf(out, "\t\tconst int64_t b%d = s %% %lld;\n", k, (long long)per);
+			else if (bk == BC_PREFIX)
+				fprintf(out, "\t\tconst int64_t b%d = s / %lld;\n", k, (long long)per);
+		}
+		fputs("\tfor (int64_t i = s; i < e; i++) {\n", out);
+	} else {
+		fputs("\tfor (int64_t i = lo; i < hi; i++) {\n", out);
+	}
 	for (int k = 0; k < next; k++)
-		put_load(out, k, m->nodes[ext[k]], root);
+		put_load(out, k, m->nodes[ext[k]], root, runs);
 	for (int x = 0; x <= r; x++)
 		if (e->fp->root[x] == r && !put_member(e, m->nodes[x], ext, next))
 			return false;
@@ -369,10 +438,10 @@ static bool emit_fused(Emit *e, int r)
 	case IR_I32: fprintf(out, "\t\tout[i] = (int32_t)t%d;\n", r); break;
 	default: fprintf(out, "\t\tout[i] = t%d;\n", r); break;
 	}
-	fputs("\t}\n}\n\n", out);
+	fputs(runs ? "\t}\n\t}\n}\n\n" : "\t}\n}\n\n", out);
 	fprintf(out, "static void k_%d(const DtmCtx *ctx, void *const *args)\n{\n"
 	             "\tstruct dtm_fuse_job j = { ctx, args };\n"
-	             "\tdtmk_par(ctx, %lld, 32768, fb_%d, &j);\n}\n\n",
+	             "\tdtmk_par(ctx, %lld, DTMK_EW_GRAIN, fb_%d, &j);\n}\n\n",
 	        r, (long long)ir_node_numel(root), r);
 	return true;
 }

@@ -103,7 +103,18 @@ bool cg_build(const IrModule *m, const CgBuildOptions *opt, Diag *d)
 	char *argv[32];
 	int n = 0;
 	argv[n++] = (char *)cc;
-	argv[n++] = "-O2";
+	/* -O3 and these math flags let gcc vectorise the kernels' float
+	 * reductions and call expf without errno (about 1.4x on a GPT step).
+	 * Never -ffast-math: -ffinite-math-only would fold away the isnan
+	 * checks --check-numerics and the loss check rely on.  Reassociation
+	 * changes a sum's rounding but not from run to run of one binary, nor
+	 * with the thread count (reductions are split into fixed chunks). */
+	argv[n++] = "-O3";
+	argv[n++] = "-fno-math-errno";
+	argv[n++] = "-fassociative-math";
+	argv[n++] = "-fno-signed-zeros";
+	argv[n++] = "-fno-trapping-math";
+	argv[n++] = "-ffp-contract=fast"; /* -std=c11 would turn FMA contraction off */
 	argv[n++] = "-march=native";
 	argv[n++] = "-std=c11";
 	argv[n++] = "-D_POSIX_C_SOURCE=200809L";

@@ -7,14 +7,18 @@
  * once from the plan, multiplied in f32 (f32 accumulation, as mixed
  * precision requires) and C is rounded back to nearest even.
  *
- * Many small batch items (attention heads) gain nothing from BLAS's own
- * threads, so those batches are split over the pool instead, with BLAS held
- * to one thread meanwhile.
+ * Many small batch items (attention heads), and single GEMMs below 64
+ * MFLOP, gain little from BLAS's own threads, so they are split over the
+ * pool instead, with BLAS held to one thread (rt_cpu_gemm).
  */
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "runtime/ckpt.h"
 #include "runtime/rt.h"
@@ -39,17 +43,46 @@ uint16_t rt_f32_to_f16(float f)
 
 /* ---- thread pool ---- */
 
-/* Workers sleep on a condition variable between jobs; a job is one
- * parallel_for, split into at most nthreads ranges, range 0 run by the
- * caller.  A generation counter tells the workers a new job has come. */
+/* A job is one parallel_for, split into at most nthreads ranges.  Ranges
+ * are claimed, by the caller and the workers alike, through one atomic
+ * word (the job's number, its range count and the next free range), so a
+ * worker that is slow to wake (or descheduled: the machine may be shared)
+ * costs nothing: the caller runs the unclaimed ranges itself and waits
+ * only for ranges a worker has started.  A worker reads the job's fields
+ * only after claiming a range of it, and the caller does not return
+ * before every claimed range is done, so the fields of a job are never
+ * rewritten under a reader.
+ *
+ * Waiting (workers for a job, the caller for claimed ranges) spins a few
+ * microseconds with pause, then with sched_yield (which hands the core to
+ * any other runnable thread: spinning alone made a shared machine 20x
+ * slower) for up to RT_SPIN_NS, then sleeps on a condition variable.  A
+ * GPT step at the default size dispatches hundreds of jobs of a few
+ * microseconds each, and waking a sleeping thread costs about as much as
+ * the job.  Sleeping is race-free: a worker counts itself in `sleepers`
+ * (under mu) before its last look at `gen`, and the caller bumps `gen`
+ * before it reads `sleepers` (both seq_cst), so either the worker sees
+ * the job or the caller sees the sleeper and broadcasts under mu; the
+ * caller's wait for `done` uses `waiting` the same way. */
+#define RT_SPIN_NS 200000
+#define RT_PAUSE_NS 3000
+
+/* claim word: job number (32 bits) | range count (16) | next range (16) */
+#define CLAIM(job, nr, next) (((uint64_t)(job) << 32) | ((uint64_t)(nr) << 16) | (uint64_t)(next))
+#define CLAIM_NR(w) ((int64_t)(((w) >> 16) & 0xffff))
+#define CLAIM_NEXT(w) ((int64_t)((w) & 0xffff))
+#define RT_POOL_MAX 0xffff
+
 struct RtPool {
 	int nthreads;
 	pthread_t *threads;
 	pthread_mutex_t mu;
-	pthread_cond_t wake, done;
-	uint64_t gen;
-	int pending;
-	bool stop;
+	pthread_cond_t wake, done_cv;
+	_Atomic uint64_t gen, claim;
+	_Atomic int64_t done;
+	_Atomic int sleepers, waiting;
+	_Atomic bool stop;
+	/* the job: written by the caller before claim is published */
 	DtmRangeFn fn;
 	void *arg;
 	int64_t n, nranges;
@@ -64,6 +97,61 @@ static void pool_range(const RtPool *p, int64_t i, int64_t *lo, int64_t *hi)
 	*hi = *lo + per + (i < extra);
 }
 
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#endif
+}
+
+static int64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* One step of a bounded spin; false once RT_SPIN_NS have passed. */
+static bool spin_step(int i, int64_t *t0)
+{
+	if (i < 64) {
+		cpu_relax();
+		return true;
+	}
+	int64_t t = now_ns();
+	if (!*t0)
+		*t0 = t;
+	if (t - *t0 > RT_SPIN_NS)
+		return false;
+	if (t - *t0 > RT_PAUSE_NS)
+		sched_yield();
+	else
+		for (int k = 0; k < 16; k++)
+			cpu_relax();
+	return true;
+}
+
+/* Runs unclaimed ranges of the current job until none is left. */
+static void pool_claim_and_run(RtPool *p)
+{
+	uint64_t w = atomic_load_explicit(&p->claim, memory_order_acquire);
+	while (CLAIM_NEXT(w) < CLAIM_NR(w)) {
+		if (!atomic_compare_exchange_weak_explicit(&p->claim, &w, w + 1,
+							   memory_order_acq_rel,
+							   memory_order_acquire))
+			continue;
+		int64_t lo, hi, nr = CLAIM_NR(w);
+		pool_range(p, CLAIM_NEXT(w), &lo, &hi);
+		p->fn(p->arg, lo, hi);
+		if (atomic_fetch_add(&p->done, 1) + 1 == nr && atomic_load(&p->waiting)) {
+			pthread_mutex_lock(&p->mu);
+			pthread_cond_signal(&p->done_cv);
+			pthread_mutex_unlock(&p->mu);
+		}
+		w = atomic_load_explicit(&p->claim, memory_order_acquire);
+	}
+}
+
 struct worker_arg {
 	RtPool *pool;
 	int id;
@@ -73,30 +161,30 @@ static void *pool_worker(void *argp)
 {
 	struct worker_arg *wa = argp;
 	RtPool *p = wa->pool;
-	int id = wa->id;
 	free(wa);
 	rt_in_pool = true;
 	uint64_t seen = 0;
-	pthread_mutex_lock(&p->mu);
 	for (;;) {
-		while (!p->stop && p->gen == seen)
-			pthread_cond_wait(&p->wake, &p->mu);
-		if (p->stop)
-			break;
-		seen = p->gen;
-		if (id < p->nranges) {
-			int64_t lo, hi;
-			pool_range(p, id, &lo, &hi);
-			DtmRangeFn fn = p->fn;
-			void *arg = p->arg;
-			pthread_mutex_unlock(&p->mu);
-			fn(arg, lo, hi);
-			pthread_mutex_lock(&p->mu);
-			if (--p->pending == 0)
-				pthread_cond_signal(&p->done);
+		int64_t t0 = 0;
+		bool got = false;
+		for (int i = 0; !got; i++) {
+			got = atomic_load_explicit(&p->gen, memory_order_acquire) != seen;
+			if (!got && !spin_step(i, &t0))
+				break;
 		}
+		if (!got) {
+			pthread_mutex_lock(&p->mu);
+			atomic_fetch_add(&p->sleepers, 1);
+			while (!atomic_load(&p->stop) && atomic_load(&p->gen) == seen)
+				pthread_cond_wait(&p->wake, &p->mu);
+			atomic_fetch_sub(&p->sleepers, 1);
+			pthread_mutex_unlock(&p->mu);
+		}
+		if (atomic_load(&p->stop))
+			break;
+		seen = atomic_load_explicit(&p->gen, memory_order_acquire);
+		pool_claim_and_run(p);
 	}
-	pthread_mutex_unlock(&p->mu);
 	return NULL;
 }
 
@@ -105,10 +193,10 @@ RtPool *rt_pool_new(int nthreads)
 	RtPool *p = calloc(1, sizeof *p);
 	if (!p)
 		return NULL;
-	p->nthreads = nthreads < 1 ? 1 : nthreads;
+	p->nthreads = nthreads < 1 ? 1 : nthreads > RT_POOL_MAX ? RT_POOL_MAX : nthreads;
 	pthread_mutex_init(&p->mu, NULL);
 	pthread_cond_init(&p->wake, NULL);
-	pthread_cond_init(&p->done, NULL);
+	pthread_cond_init(&p->done_cv, NULL);
 	if (p->nthreads > 1) {
 		p->threads = calloc((size_t)p->nthreads, sizeof *p->threads);
 		if (!p->threads) {
@@ -134,7 +222,8 @@ void rt_pool_free(RtPool *p)
 	if (!p)
 		return;
 	pthread_mutex_lock(&p->mu);
-	p->stop = true;
+	atomic_store(&p->stop, true);
+	atomic_fetch_add(&p->gen, 1);
 	pthread_cond_broadcast(&p->wake);
 	pthread_mutex_unlock(&p->mu);
 	for (int i = 1; i < p->nthreads; i++)
@@ -142,7 +231,7 @@ void rt_pool_free(RtPool *p)
 	free(p->threads);
 	pthread_mutex_destroy(&p->mu);
 	pthread_cond_destroy(&p->wake);
-	pthread_cond_destroy(&p->done);
+	pthread_cond_destroy(&p->done_cv);
 	free(p);
 }
 
@@ -164,26 +253,35 @@ void rt_parallel_for(RtPool *p, int64_t n, int64_t grain, DtmRangeFn fn, void *a
 	}
 	if (nr > p->nthreads)
 		nr = p->nthreads;
-	pthread_mutex_lock(&p->mu);
 	p->fn = fn;
 	p->arg = arg;
 	p->n = n;
 	p->nranges = nr;
-	p->pending = (int)nr - 1;
-	p->gen++;
-	pthread_cond_broadcast(&p->wake);
-	pthread_mutex_unlock(&p->mu);
+	atomic_store(&p->done, 0);
+	uint64_t job = atomic_load(&p->gen) + 1;
+	atomic_store_explicit(&p->claim, CLAIM(job, nr, 0), memory_order_release);
+	atomic_fetch_add(&p->gen, 1); /* wakes the workers */
+	if (atomic_load(&p->sleepers) > 0) {
+		pthread_mutex_lock(&p->mu);
+		pthread_cond_broadcast(&p->wake);
+		pthread_mutex_unlock(&p->mu);
+	}
 
-	int64_t lo, hi;
-	pool_range(p, 0, &lo, &hi);
-	rt_in_pool = true; /* nested parallel_for in range 0 runs serially too */
-	fn(arg, lo, hi);
+	rt_in_pool = true; /* nested parallel_for in a range runs serially */
+	pool_claim_and_run(p);
 	rt_in_pool = false;
 
-	pthread_mutex_lock(&p->mu);
-	while (p->pending > 0)
-		pthread_cond_wait(&p->done, &p->mu);
-	pthread_mutex_unlock(&p->mu);
+	int64_t t0 = 0;
+	for (int i = 0; atomic_load_explicit(&p->done, memory_order_acquire) < nr; i++) {
+		if (spin_step(i, &t0))
+			continue;
+		pthread_mutex_lock(&p->mu);
+		atomic_store(&p->waiting, 1);
+		while (atomic_load(&p->done) < nr)
+			pthread_cond_wait(&p->done_cv, &p->mu);
+		atomic_store(&p->waiting, 0);
+		pthread_mutex_unlock(&p->mu);
+	}
 }
 
 void rt_ctx_parallel_for(const DtmCtx *ctx, int64_t n, int64_t grain, DtmRangeFn fn, void *arg)
@@ -197,10 +295,14 @@ void rt_ctx_parallel_for(const DtmCtx *ctx, int64_t n, int64_t grain, DtmRangeFn
 void openblas_set_num_threads(int);
 #endif
 
+/* What BLAS was last told: GEMMs switch it only when their mode changes. */
+static _Atomic int rt_blas_threads;
+
 void rt_blas_set_threads(int n)
 {
 #ifdef DTM_HAVE_OPENBLAS
-	openblas_set_num_threads(n);
+	if (atomic_exchange(&rt_blas_threads, n) != n)
+		openblas_set_num_threads(n);
 #else
 	(void)n;
 #endif
@@ -217,10 +319,10 @@ const char *rt_blas_name(void)
 #endif
 }
 
-static void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
-		  const float *A, const float *B, float beta, float *C)
+static void sgemm_ld(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+		     const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
+		     int64_t ldc)
 {
-	int64_t lda = ta ? m : k, ldb = tb ? k : n, ldc = n;
 #ifdef DTM_HAVE_CBLAS
 	cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
 		    (int)m, (int)n, (int)k, alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
@@ -239,6 +341,12 @@ static void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha
 		}
 	}
 #endif
+}
+
+static void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+		  const float *A, const float *B, float beta, float *C)
+{
+	sgemm_ld(ta, tb, m, n, k, alpha, A, ta ? m : k, B, tb ? k : n, beta, C, n);
 }
 
 void rt_gemm_extent(const DtmAction *a, int64_t *na, int64_t *nb, int64_t *nc)
@@ -340,6 +448,34 @@ struct batch_job {
 	float *C;
 };
 
+/* One GEMM split into blocks of C's rows (or, when C is wide and short,
+ * its columns), 16 at a time so each block keeps BLAS's kernels full;
+ * blocks are independent, so the result does not depend on the split. */
+struct split_job {
+	const DtmAction *a;
+	const float *A, *B;
+	float *C;
+	bool rows;
+};
+
+static void split_range(void *argp, int64_t lo, int64_t hi)
+{
+	const struct split_job *j = argp;
+	const DtmAction *a = j->a;
+	int64_t m = a->m, n = a->n, k = a->k, lda = a->trans_a ? m : k, ldb = a->trans_b ? k : n;
+	int64_t b0 = lo * 16, b1 = hi * 16, lim = j->rows ? m : n;
+	if (b1 > lim)
+		b1 = lim;
+	if (b0 >= b1)
+		return;
+	if (j->rows) /* rows of op(A): A's rows, or its columns when transposed */
+		sgemm_ld(a->trans_a, a->trans_b, b1 - b0, n, k, a->alpha,
+			 j->A + (a->trans_a ? b0 : b0 * lda), lda, j->B, ldb, a->beta, j->C + b0 * n, n);
+	else /* columns of op(B) */
+		sgemm_ld(a->trans_a, a->trans_b, m, b1 - b0, k, a->alpha, j->A, lda,
+			 j->B + (a->trans_b ? b0 * ldb : b0), ldb, a->beta, j->C + b0, n);
+}
+
 static void batch_range(void *argp, int64_t lo, int64_t hi)
 {
 	struct batch_job *j = argp;
@@ -348,6 +484,10 @@ static void batch_range(void *argp, int64_t lo, int64_t hi)
 		sgemm(a->trans_a, a->trans_b, a->m, a->n, a->k, a->alpha, j->A + i * a->stride_a,
 		      j->B + i * a->stride_b, a->beta, j->C + i * a->stride_c);
 }
+
+/* Single GEMMs in [MIN, MAX) flops are split over the pool (see below). */
+#define RT_GEMM_SPLIT_MIN (256 << 10)
+#define RT_GEMM_SPLIT_MAX (64LL << 20)
 
 int rt_cpu_gemm(const DtmAction *a, const DtmBuffer *bufs, void *const *ptrs, RtGemmScratch *s,
 		RtPool *pool, char *err)
@@ -376,19 +516,35 @@ int rt_cpu_gemm(const DtmAction *a, const DtmBuffer *bufs, void *const *ptrs, Rt
 	int nt = rt_pool_threads(pool);
 	/* Below about 2 MFLOP per item BLAS stays on one thread anyway, so a
 	 * batch that large is better split across the pool, unless the whole
-	 * batch is too small to pay for waking the pool and switching BLAS's
-	 * thread count (under ~8 MFLOP in all: serial measured 3-5x faster,
-	 * bench/gemm_bench).  A C written by every item (stride_c 0) must stay
-	 * serial. */
+	 * batch is too small to pay for waking the pool (under ~8 MFLOP in
+	 * all: serial measured 3-5x faster, bench/gemm_bench).  A C written by
+	 * every item (stride_c 0) must stay serial.
+	 *
+	 * A single GEMM of RT_GEMM_SPLIT_MIN to RT_GEMM_SPLIT_MAX flops is
+	 * split over the pool too, by blocks of rows or columns, with BLAS on
+	 * one thread: at a small model's sizes (256x64x64) OpenBLAS's own
+	 * threads gained little and then spun in sched_yield, taking the core
+	 * the pool's next kernel needed.  Larger GEMMs use BLAS's threads,
+	 * whose packing is shared between threads.  BLAS's thread count is
+	 * only switched when the mode changes, so a model whose GEMMs are all
+	 * small sets it once. */
 	int64_t item_flops = 2 * a->m * a->n * a->k;
 	bool split = batch > 1 && nt > 1 && a->stride_c != 0 && item_flops < (2 << 20) &&
 		     item_flops * batch >= (8 << 20);
+	int64_t nrow = (a->m + 15) / 16, ncol = (a->n + 15) / 16;
+	bool split1 = batch == 1 && nt > 1 && item_flops >= RT_GEMM_SPLIT_MIN &&
+		      item_flops < RT_GEMM_SPLIT_MAX && (nrow >= 2 || ncol >= 2);
 	struct batch_job j = { a, A, B, C };
 	if (split) {
 		rt_blas_set_threads(1);
 		rt_parallel_for(pool, batch, 1, batch_range, &j);
-		rt_blas_set_threads(nt);
+	} else if (split1) {
+		struct split_job sj = { a, A, B, C, nrow >= ncol };
+		rt_blas_set_threads(1);
+		rt_parallel_for(pool, sj.rows ? nrow : ncol, 1, split_range, &sj);
 	} else {
+		if (nt > 1 && item_flops >= RT_GEMM_SPLIT_MAX)
+			rt_blas_set_threads(nt);
 		batch_range(&j, 0, batch);
 	}
 	if (bc->dtype != DTM_F32) {

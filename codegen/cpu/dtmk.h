@@ -142,18 +142,181 @@ static inline int32_t dtmk_load_i32(const DtmkTensor *t, int64_t i)
 	return ((const int32_t *)t->p)[i];
 }
 
-/* tanh for GELU: (1 - e)/(1 + e) with e = exp(-2|x|) costs one expf where
- * libm's tanhf goes through expm1f, several times slower; GELU was a third
- * of a GPT step.  Absolute error ~1e-7 (relative error grows for |x| below
- * ~1e-2, which GELU does not see: it uses 0.5*x*(1 + tanh)), so the TANH
- * op itself keeps tanhf. */
-static inline float dtmk_tanh_gelu(float x)
+/* exp(x) without branches or calls, so loops over it vectorise (libm's
+ * expf is a call per element; GELU, softmax and attention spend most of
+ * their time there).  Cody-Waite reduction x = n ln2 + r, |r| <= ln2/2,
+ * in two FMA steps (fmaf, not a*b + c: the reassociation the generated C
+ * is compiled with could merge the two halves of ln2), Cephes' degree-6
+ * polynomial for exp(r) (relative error ~2e-7, about 1.5 ulp), then 2^n
+ * put into the exponent bits.  Below -87 (where 2^n would leave the
+ * normal range) the result is 0, above 88.72 +inf, and a NaN stays NaN. */
+static inline __attribute__((always_inline)) float dtmk_expf(float x)
+{
+	float xc = x < -87.0f ? -87.0f : x;
+	xc = xc > 88.0f ? 88.0f : xc;
+	/* rintf, not (int)(kf + copysign(0.5, kf)): gcc vectorises the
+	 * former but not the branches it makes of the latter */
+	float nf = rintf(xc * 1.44269504088896341f);
+	int32_t n = (int32_t)nf;
+	float r = fmaf(nf, -0.693359375f, xc);
+	r = fmaf(nf, 2.12194440e-4f, r);
+	float q = 1.9875691500e-4f;
+	q = fmaf(q, r, 1.3981999507e-3f);
+	q = fmaf(q, r, 8.3334519073e-3f);
+	q = fmaf(q, r, 4.1665795894e-2f);
+	q = fmaf(q, r, 1.6666665459e-1f);
+	q = fmaf(q, r, 5.0000001201e-1f);
+	float e = fmaf(q * r, r, r) + 1.0f;
+	uint32_t u = (uint32_t)(n + 127) << 23;
+	float sc;
+	memcpy(&sc, &u, 4);
+	float y = x < -87.0f ? 0.0f : e * sc;
+	y = x > 88.72f ? INFINITY : y;
+	return x != x ? x : y;
+}
+
+/* tanh for GELU: (1 - e)/(1 + e) with e = exp(-2|x|) through dtmk_expf,
+ * branch-free so GELU's loops vectorise (libm's tanhf goes through
+ * expm1f, several times slower; GELU was a third of a GPT step).  Absolute
+ * error ~2e-7 (relative error grows for |x| below ~1e-2, which GELU does
+ * not see: it uses 0.5*x*(1 + tanh)), so the TANH op itself keeps tanhf.
+ * |x| >= 9 gives +-1 exactly (tanh(9) rounds to 1 in f32). */
+static inline __attribute__((always_inline)) float dtmk_tanh_gelu(float x)
 {
 	float ax = fabsf(x);
-	if (ax > 9.0f) /* tanh(9) rounds to 1 in f32 */
-		return copysignf(1.0f, x);
-	float e = expf(-2.0f * ax);
+	ax = ax < 9.0f ? ax : 9.0f;
+	float e = dtmk_expf(-2.0f * ax);
 	return copysignf((1.0f - e) / (1.0f + e), x);
+}
+
+/* y[0, n) += sum over r in [0, m) of a[r] * x[r * ldx + (0, n)]: rows of
+ * x weighted by a, four rows per pass over y so its update is not one
+ * long add chain through memory (attention's small products; hd and T
+ * are only known at run time, so the compiler cannot keep y in
+ * registers). */
+static inline __attribute__((always_inline)) void
+dtmk_axpy_rows(float *restrict y, const float *restrict a,
+				  const float *restrict x, int64_t ldx, int64_t m, int64_t n)
+{
+	int64_t r = 0;
+	for (; r + 4 <= m; r += 4) {
+		const float *x0 = x + r * ldx, *x1 = x0 + ldx, *x2 = x1 + ldx, *x3 = x2 + ldx;
+		float a0 = a[r], a1 = a[r + 1], a2 = a[r + 2], a3 = a[r + 3];
+		for (int64_t k = 0; k < n; k++)
+			y[k] += (a0 * x0[k] + a1 * x1[k]) + (a2 * x2[k] + a3 * x3[k]);
+	}
+	for (; r < m; r++) {
+		const float *x0 = x + r * ldx;
+		float a0 = a[r];
+		for (int64_t k = 0; k < n; k++)
+			y[k] += a0 * x0[k];
+	}
+}
+
+/* GCC/clang vector types: 16 floats, one AVX-512 register (lowered to
+ * narrower registers on other targets).  Memory is accessed through
+ * DTMK_V16(p), an unaligned, may-alias view (the idiom of the intrinsics'
+ * __m512_u), never through functions taking or returning vectors, whose
+ * ABI would depend on the target flags. */
+typedef float DtmkV16 __attribute__((vector_size(64)));
+typedef int32_t DtmkV16i __attribute__((vector_size(64)));
+typedef float DtmkV16u __attribute__((vector_size(64), aligned(4), may_alias));
+#define DTMK_V16(p) (*(DtmkV16u *)(p))
+
+/* y[0, 16 * nt) = sum over r in [0, m) of a[r] * x[r * ldx + (0, 16 * nt)]
+ * for nt <= 4 tiles of 16, the tiles held in registers through the whole
+ * sum (attention's scores of one query over up to 64 keys). */
+static inline __attribute__((always_inline)) void
+dtmk_rows_dot_tiles(float *y, const float *a, const float *x, int64_t ldx, int64_t m, int nt)
+{
+	DtmkV16 s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0};
+	for (int64_t r = 0; r < m; r++) {
+		const float *xr = x + r * ldx;
+		float ar = a[r];
+		s0 += ar * DTMK_V16(xr);
+		if (nt > 1)
+			s1 += ar * DTMK_V16(xr + 16);
+		if (nt > 2)
+			s2 += ar * DTMK_V16(xr + 32);
+		if (nt > 3)
+			s3 += ar * DTMK_V16(xr + 48);
+	}
+	DTMK_V16(y) = s0;
+	if (nt > 1)
+		DTMK_V16(y + 16) = s1;
+	if (nt > 2)
+		DTMK_V16(y + 32) = s2;
+	if (nt > 3)
+		DTMK_V16(y + 48) = s3;
+}
+
+/* y[0, n) = sum over r in [0, m) of a[r] * x[r * ldx + (0, n)] for n a
+ * multiple of 16: per 16 columns, four accumulators in registers over
+ * the rows. */
+static inline __attribute__((always_inline)) void
+dtmk_rows_sum16(float *y, const float *a, const float *x, int64_t ldx, int64_t m, int64_t n)
+{
+	for (int64_t c = 0; c < n; c += 16) {
+		DtmkV16 s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0};
+		const float *xc = x + c;
+		int64_t r = 0;
+		for (; r + 4 <= m; r += 4) {
+			s0 += a[r] * DTMK_V16(xc + r * ldx);
+			s1 += a[r + 1] * DTMK_V16(xc + (r + 1) * ldx);
+			s2 += a[r + 2] * DTMK_V16(xc + (r + 2) * ldx);
+			s3 += a[r + 3] * DTMK_V16(xc + (r + 3) * ldx);
+		}
+		for (; r < m; r++)
+			s0 += a[r] * DTMK_V16(xc + r * ldx);
+		DTMK_V16(y + c) = (s0 + s1) + (s2 + s3);
+	}
+}
+
+/* The largest of x[0, n) (-inf for n = 0).  NaNs are skipped unless they
+ * come first, as with the scalar `x > m ? x : m`, which gcc leaves as a
+ * scalar maxss chain (it vectorises a max reduction only under
+ * -ffinite-math-only); this keeps sixteen running maxima in one vector. */
+static inline __attribute__((always_inline)) float dtmk_maxf(const float *x, int64_t n)
+{
+	DtmkV16 m;
+	for (int l = 0; l < 16; l++)
+		m[l] = -INFINITY;
+	int64_t i = 0;
+	for (; i + 16 <= n; i += 16) {
+		DtmkV16 v = DTMK_V16(x + i);
+		DtmkV16i gt = v > m;
+		m = (DtmkV16)((gt & (DtmkV16i)v) | (~gt & (DtmkV16i)m));
+	}
+	float mx = -INFINITY;
+	for (; i < n; i++)
+		mx = x[i] > mx ? x[i] : mx;
+	for (int l = 0; l < 16; l++)
+		mx = m[l] > mx ? m[l] : mx;
+	return mx;
+}
+
+/* n rounded up to a multiple of 16 floats (one AVX-512 vector): attention
+ * works on whole tiles of keys so its loops have no remainders. */
+#define DTMK_PAD16(n) (((n) + 15) & ~(int64_t)15)
+
+/* Attention's scratch (forward and backward) lives on the stack up to this
+ * many floats; larger heads or sequences take one malloc per range call. */
+#define DTMK_ATTN_STACK 4096
+
+/* Elements per range of the emitter's fused elementwise loops: a range
+ * costs about a microsecond to hand to a spinning pool thread. */
+#define DTMK_EW_GRAIN 8192
+
+/* Runs fn over [0, n) on the pool when there is one (tests call kernels
+ * with a bare context). */
+static inline void dtmk_par(const DtmCtx *ctx, int64_t n, int64_t grain, DtmRangeFn fn, void *arg)
+{
+	if (n <= 0)
+		return;
+	if (ctx && ctx->parallel_for && n > grain)
+		ctx->parallel_for(ctx, n, grain, fn, arg);
+	else
+		fn(arg, 0, n);
 }
 
 /* The product of dims [from, to) of t. */

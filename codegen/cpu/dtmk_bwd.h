@@ -123,10 +123,34 @@ static void dtmk_sum_to(const DtmCtx *ctx, const DtmkArgs *a)
 	(void)ctx;
 	int64_t st[DTM_MAX_RANK];
 	DtmkbBuf x = dtmkb_in(&a->in[0]);
-	double *acc = calloc((size_t)(a->out.numel ? a->out.numel : 1), sizeof(double));
+	int64_t no = a->out.numel;
+	double stackacc[256];
+	double *acc = no <= 256 ? stackacc : malloc(sizeof(double) * (size_t)(no ? no : 1));
 	if (!x.p || !acc)
 		goto out;
+	memset(acc, 0, sizeof(double) * (size_t)no);
 	dtmkb_strides(&a->out, &a->in[0], st);
+	/* The common case, a bias gradient: out's elements are x's trailing
+	 * no elements, summed over the leading rows; contiguous, so the adds
+	 * vectorise (the walk below strides by a run-time stride). */
+	int lead = a->in[0].rank >= a->out.rank;
+	for (int d = 0; lead && d < a->in[0].rank; d++) {
+		int k = d - (a->in[0].rank - a->out.rank);
+		int64_t n = k >= 0 ? a->out.shape[k] : 1;
+		if (k >= 0 && n != a->in[0].shape[d])
+			lead = 0;
+	}
+	if (lead && no > 0) {
+		int64_t rows = a->in[0].numel / no;
+		for (int64_t r = 0; r < rows; r++) {
+			const float *xr = x.p + r * no;
+			for (int64_t j = 0; j < no; j++)
+				acc[j] += xr[j];
+		}
+		for (int64_t i = 0; i < no; i++)
+			dtmk_store(&a->out, i, (float)acc[i]);
+		goto out;
+	}
 #define SUM_ROW(bo, so, n, s)                                                                   \
 	if ((s) == 0) {                                                                         \
 		double t_ = 0;                                                                  \
@@ -143,7 +167,8 @@ static void dtmk_sum_to(const DtmCtx *ctx, const DtmkArgs *a)
 		dtmk_store(&a->out, i, (float)acc[i]);
 out:
 	dtmkb_free(x);
-	free(acc);
+	if (acc != stackacc)
+		free(acc);
 }
 
 /* ---- activations: (dy, x) -> dx ---- */
@@ -161,25 +186,41 @@ static inline float dtmkb_silu_grad(float x)
 	return s * (1.0f + x * (1.0f - s));
 }
 
+struct dtmkb_act_job {
+	const float *dy, *x;
+	float *y;
+};
+
+/* Elementwise gradients split over the pool above this many elements. */
+#define DTMKB_ACT_GRAIN 16384
+
 #define DTMKB_ACT(name, expr)                                                                   \
+	static void dtmkb_##name##_range(void *arg, int64_t lo, int64_t hi)                     \
+	{                                                                                       \
+		const struct dtmkb_act_job *j = arg;                                            \
+		const float *restrict dy = j->dy, *restrict x = j->x;                           \
+		float *restrict y = j->y;                                                       \
+		for (int64_t i = lo; i < hi; i++) {                                             \
+			float v = x[i];                                                         \
+			y[i] = (expr);                                                          \
+		}                                                                               \
+	}                                                                                       \
 	static void dtmk_##name(const DtmCtx *ctx, const DtmkArgs *a)                           \
 	{                                                                                       \
-		(void)ctx;                                                                      \
 		DtmkbBuf dy = dtmkb_in(&a->in[0]), x = dtmkb_in(&a->in[1]);                     \
 		DtmkbBuf y = dtmkb_out(&a->out);                                                \
-		if (dy.p && x.p && y.p)                                                         \
-			for (int64_t i = 0; i < a->out.numel; i++) {                            \
-				float v = x.p[i];                                               \
-				y.p[i] = (expr);                                                \
-			}                                                                       \
+		if (dy.p && x.p && y.p) {                                                       \
+			struct dtmkb_act_job j = {dy.p, x.p, y.p};                              \
+			dtmk_par(ctx, a->out.numel, DTMKB_ACT_GRAIN, dtmkb_##name##_range, &j); \
+		}                                                                               \
 		dtmkb_free(dy);                                                                 \
 		dtmkb_free(x);                                                                  \
 		dtmkb_done(&a->out, y);                                                         \
 	}
 
-DTMKB_ACT(relu_bwd, v > 0 ? dy.p[i] : 0.0f)
-DTMKB_ACT(gelu_bwd, dy.p[i] * dtmkb_gelu_grad(v))
-DTMKB_ACT(silu_bwd, dy.p[i] * dtmkb_silu_grad(v))
+DTMKB_ACT(relu_bwd, v > 0 ? dy[i] : 0.0f)
+DTMKB_ACT(gelu_bwd, dy[i] * dtmkb_gelu_grad(v))
+DTMKB_ACT(silu_bwd, dy[i] * dtmkb_silu_grad(v))
 #undef DTMKB_ACT
 
 /* ---- max_bwd(dy, x, y){axes}: ties share dy evenly ---- */
@@ -247,7 +288,7 @@ static void dtmkb_softmax_bwd(const DtmkArgs *a, int lg)
 		for (int64_t l = 0; l < len; l++) {
 			int64_t r = base + l * inner;
 			for (int64_t c = 0; c < inner; c++)
-				dx.p[r + c] = lg ? dy.p[r + c] - expf(y.p[r + c]) * (float)s[c]
+				dx.p[r + c] = lg ? dy.p[r + c] - dtmk_expf(y.p[r + c]) * (float)s[c]
 				                 : y.p[r + c] * (dy.p[r + c] - (float)s[c]);
 		}
 	}
@@ -272,55 +313,118 @@ static void dtmk_log_softmax_bwd(const DtmCtx *ctx, const DtmkArgs *a)
 
 /* ---- layernorm / rmsnorm backward (dy, x[, gamma]){eps} ---- */
 
-/* Per row of the last dim: xhat = (x - mean) * rstd (mean = 0 for
- * rmsnorm).  gamma mode sums dy * xhat over rows into out[D]; otherwise
- * out = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma. */
-static void dtmkb_norm_bwd(const DtmkArgs *a, int ln, int gamma)
+struct dtmkb_norm_job {
+	const float *dy, *x, *g;
+	float *out; /* [rows, D] for dx; for gamma, [nchunks, D] partial sums */
+	double *part;
+	int64_t D, rows;
+	float eps;
+	int ln;
+};
+
+/* Rows per gamma chunk: partial sums per fixed chunk of rows, added in
+ * chunk order, so the result does not depend on the thread count. */
+#define DTMKB_NORM_CHUNK 64
+
+/* Row statistics of row r: xh = (x - mean) * rstd; returns rstd. */
+static inline float dtmkb_norm_xhat(const struct dtmkb_norm_job *w, int64_t r, float *restrict xh)
 {
-	const DtmkTensor *X = &a->in[1];
-	int64_t D = X->rank ? X->shape[X->rank - 1] : 1, rows = D ? X->numel / D : 0;
-	float eps = (float)a->f[0];
-	DtmkbBuf dy = dtmkb_in(&a->in[0]), x = dtmkb_in(X), out = dtmkb_out(&a->out);
-	DtmkbBuf g = gamma ? (DtmkbBuf){NULL, 0} : dtmkb_in(&a->in[2]);
-	double *acc = gamma ? calloc((size_t)(D ? D : 1), sizeof(double)) : NULL;
-	float *xh = malloc(sizeof(float) * (size_t)(D ? D : 1));
-	if (!dy.p || !x.p || !out.p || !xh || (gamma ? !acc : !g.p))
-		goto out;
-	for (int64_t r = 0; r < rows; r++) {
-		const float *px = x.p + r * D, *pdy = dy.p + r * D;
-		double mu = 0, var = 0;
-		if (ln) {
-			for (int64_t j = 0; j < D; j++)
-				mu += px[j];
-			mu /= (double)D;
-		}
+	int64_t D = w->D;
+	const float *restrict px = w->x + r * D;
+	double mu = 0, var = 0;
+	if (w->ln) {
 		for (int64_t j = 0; j < D; j++)
-			var += (px[j] - mu) * (px[j] - mu);
-		float rstd = (float)(1.0 / sqrt(var / (double)D + eps)), fmu = (float)mu;
-		for (int64_t j = 0; j < D; j++)
-			xh[j] = (px[j] - fmu) * rstd;
-		if (gamma) {
-			for (int64_t j = 0; j < D; j++)
-				acc[j] += pdy[j] * xh[j];
-			continue;
-		}
+			mu += px[j];
+		mu /= (double)D;
+	}
+	for (int64_t j = 0; j < D; j++)
+		var += (px[j] - mu) * (px[j] - mu);
+	float rstd = (float)(1.0 / sqrt(var / (double)D + w->eps)), fmu = (float)mu;
+	for (int64_t j = 0; j < D; j++)
+		xh[j] = (px[j] - fmu) * rstd;
+	return rstd;
+}
+
+/* dx rows [lo, hi): out = rstd * (g - mean(g) - xhat * mean(g * xhat)),
+ * g = dy * gamma. */
+static void dtmkb_norm_dx_rows(void *arg, int64_t lo, int64_t hi)
+{
+	const struct dtmkb_norm_job *w = arg;
+	int64_t D = w->D;
+	float stackxh[1024];
+	float *xh = D <= 1024 ? stackxh : malloc(sizeof(float) * (size_t)D);
+	if (!xh)
+		return;
+	for (int64_t r = lo; r < hi; r++) {
+		const float *restrict pdy = w->dy + r * D, *restrict g = w->g;
+		float rstd = dtmkb_norm_xhat(w, r, xh);
 		double mg = 0, mgx = 0;
 		for (int64_t j = 0; j < D; j++) {
-			float gj = pdy[j] * g.p[j];
+			float gj = pdy[j] * g[j];
 			mg += gj;
 			mgx += gj * xh[j];
 		}
-		float fmg = ln ? (float)(mg / (double)D) : 0.0f, fmgx = (float)(mgx / (double)D);
-		float *po = out.p + r * D;
+		float fmg = w->ln ? (float)(mg / (double)D) : 0.0f, fmgx = (float)(mgx / (double)D);
+		float *restrict po = w->out + r * D;
 		for (int64_t j = 0; j < D; j++)
-			po[j] = rstd * (pdy[j] * g.p[j] - fmg - xh[j] * fmgx);
+			po[j] = rstd * (pdy[j] * g[j] - fmg - xh[j] * fmgx);
 	}
-	if (gamma)
+	if (xh != stackxh)
+		free(xh);
+}
+
+/* gamma: chunk c sums dy * xhat over its rows into part[c * D, +D). */
+static void dtmkb_norm_gamma_chunks(void *arg, int64_t lo, int64_t hi)
+{
+	const struct dtmkb_norm_job *w = arg;
+	int64_t D = w->D;
+	float stackxh[1024];
+	float *xh = D <= 1024 ? stackxh : malloc(sizeof(float) * (size_t)D);
+	if (!xh)
+		return;
+	for (int64_t c = lo; c < hi; c++) {
+		double *restrict acc = w->part + c * D;
 		for (int64_t j = 0; j < D; j++)
-			out.p[j] = (float)acc[j];
+			acc[j] = 0;
+		int64_t end = (c + 1) * DTMKB_NORM_CHUNK < w->rows ? (c + 1) * DTMKB_NORM_CHUNK : w->rows;
+		for (int64_t r = c * DTMKB_NORM_CHUNK; r < end; r++) {
+			const float *restrict pdy = w->dy + r * D;
+			dtmkb_norm_xhat(w, r, xh);
+			for (int64_t j = 0; j < D; j++)
+				acc[j] += pdy[j] * xh[j];
+		}
+	}
+	if (xh != stackxh)
+		free(xh);
+}
+
+/* Per row of the last dim: xhat = (x - mean) * rstd (mean = 0 for
+ * rmsnorm).  gamma mode sums dy * xhat over rows into out[D]; otherwise
+ * out is dx.  Rows split over the pool (gamma in fixed chunks). */
+static void dtmkb_norm_bwd(const DtmCtx *ctx, const DtmkArgs *a, int ln, int gamma)
+{
+	const DtmkTensor *X = &a->in[1];
+	int64_t D = X->rank ? X->shape[X->rank - 1] : 1, rows = D ? X->numel / D : 0;
+	DtmkbBuf dy = dtmkb_in(&a->in[0]), x = dtmkb_in(X), out = dtmkb_out(&a->out);
+	DtmkbBuf g = gamma ? (DtmkbBuf){NULL, 0} : dtmkb_in(&a->in[2]);
+	int64_t nch = (rows + DTMKB_NORM_CHUNK - 1) / DTMKB_NORM_CHUNK;
+	double *part = gamma ? malloc(sizeof(double) * (size_t)((nch ? nch : 1) * (D ? D : 1))) : NULL;
+	if (!dy.p || !x.p || !out.p || (gamma ? !part : !g.p) || D <= 0)
+		goto out;
+	struct dtmkb_norm_job w = {dy.p, x.p, g.p, out.p, part, D, rows, (float)a->f[0], ln};
+	if (!gamma) {
+		dtmk_par(ctx, rows, 4096 / D + 1, dtmkb_norm_dx_rows, &w);
+		goto out;
+	}
+	dtmk_par(ctx, nch, 1, dtmkb_norm_gamma_chunks, &w);
+	for (int64_t j = 0; j < D; j++) {
+		double t = 0;
+		for (int64_t c = 0; c < nch; c++)
+			t += part[c * D + j];
+		out.p[j] = (float)t;
+	}
 out:
-	free(acc);
-	free(xh);
+	free(part);
 	dtmkb_free(dy);
 	dtmkb_free(x);
 	dtmkb_free(g);
@@ -329,26 +433,22 @@ out:
 
 static void dtmk_layernorm_bwd(const DtmCtx *ctx, const DtmkArgs *a)
 {
-	(void)ctx;
-	dtmkb_norm_bwd(a, 1, 0);
+	dtmkb_norm_bwd(ctx, a, 1, 0);
 }
 
 static void dtmk_layernorm_bwd_gamma(const DtmCtx *ctx, const DtmkArgs *a)
 {
-	(void)ctx;
-	dtmkb_norm_bwd(a, 1, 1);
+	dtmkb_norm_bwd(ctx, a, 1, 1);
 }
 
 static void dtmk_rmsnorm_bwd(const DtmCtx *ctx, const DtmkArgs *a)
 {
-	(void)ctx;
-	dtmkb_norm_bwd(a, 0, 0);
+	dtmkb_norm_bwd(ctx, a, 0, 0);
 }
 
 static void dtmk_rmsnorm_bwd_gamma(const DtmCtx *ctx, const DtmkArgs *a)
 {
-	(void)ctx;
-	dtmkb_norm_bwd(a, 0, 1);
+	dtmkb_norm_bwd(ctx, a, 0, 1);
 }
 
 /* ---- embed_bwd(dy, ids) -> [V, D]: scatter-add of rows ---- */
@@ -405,60 +505,120 @@ typedef struct DtmkbAttn {
 	float scale;
 } DtmkbAttn;
 
-/* Items are (batch, head) pairs; each writes only its head's columns. */
-static void dtmkb_attn_range(void *arg, int64_t lo, int64_t hi)
+/* Items are (batch, head) pairs; each writes all T rows of its head's
+ * columns of dq, dk and dv (so the output needs no clearing).  The item's
+ * q, k, dy are gathered contiguous ([T, hd]) and k, v also transposed
+ * ([hd, T]), with dk and dv accumulated in scratch, so every inner loop is
+ * contiguous and vectorises: over keys for the scores and dy.v, over the
+ * head dim for the dq, dk, dv updates. */
+static inline __attribute__((always_inline)) void
+dtmkb_attn_item(const DtmkbAttn *w, int64_t bh, float *buf, int64_t hd)
 {
-	const DtmkbAttn *w = arg;
-	int64_t T = w->T, D = w->D, hd = w->hd;
-	float *p = malloc(sizeof(float) * (size_t)(2 * T + 1));
-	if (!p)
-		return;
-	float *dp = p + T;
-	for (int64_t bh = lo; bh < hi; bh++) {
-		int64_t b = bh / w->H, h = bh % w->H;
-		for (int64_t i = 0; i < T; i++) {
-			int64_t qi = (b * T + i) * D + h * hd, nk = w->causal ? i + 1 : T;
-			const float *q = w->q + qi, *dy = w->dy + qi;
-			float mx = -INFINITY, pdp = 0;
-			double sum = 0;
+	int64_t T = w->T, D = w->D;
+	int64_t Tp = DTMK_PAD16(T);
+	float *restrict qb = buf, *restrict kb = qb + T * hd, *restrict dyb = kb + T * hd;
+	float *restrict kt = dyb + T * hd, *restrict vt = kt + Tp * hd;
+	float *restrict dkb = vt + Tp * hd, *restrict dvb = dkb + T * hd;
+	float *restrict p = dvb + T * hd, *restrict dp = p + Tp, *restrict ds = dp + Tp;
+	int64_t b = bh / w->H, h = bh % w->H;
+	for (int64_t t = 0; t < T; t++) {
+		int64_t o = (b * T + t) * D + h * hd;
+		memcpy(qb + t * hd, w->q + o, sizeof(float) * (size_t)hd);
+		memcpy(kb + t * hd, w->k + o, sizeof(float) * (size_t)hd);
+		memcpy(dyb + t * hd, w->dy + o, sizeof(float) * (size_t)hd);
+		for (int64_t c = 0; c < hd; c++) {
+			kt[c * Tp + t] = w->k[o + c];
+			vt[c * Tp + t] = w->v[o + c];
+		}
+	}
+	for (int64_t c = 0; c < hd; c++)
+		for (int64_t t = T; t < Tp; t++)
+			kt[c * Tp + t] = vt[c * Tp + t] = 0;
+	memset(dkb, 0, sizeof(float) * (size_t)(2 * T * hd));
+	for (int64_t i = 0; i < T; i++) {
+		int64_t nk = w->causal ? i + 1 : T;
+		const float *q = qb + i * hd, *dy = dyb + i * hd;
+		int64_t np = DTMK_PAD16(nk);
+		if (np <= 64 && np <= Tp) {
+			dtmk_rows_dot_tiles(p, q, kt, Tp, hd, (int)(np / 16));
+			dtmk_rows_dot_tiles(dp, dy, vt, Tp, hd, (int)(np / 16));
+		} else {
 			for (int64_t j = 0; j < nk; j++) {
-				const float *k = w->k + (b * T + j) * D + h * hd;
-				float s = 0;
-				for (int64_t c = 0; c < hd; c++)
-					s += q[c] * k[c];
-				p[j] = s * w->scale;
-				mx = p[j] > mx ? p[j] : mx;
+				p[j] = 0;
+				dp[j] = 0;
 			}
-			for (int64_t j = 0; j < nk; j++) {
-				p[j] = expf(p[j] - mx);
-				sum += p[j];
-			}
-			float inv = (float)(1.0 / sum);
-			for (int64_t j = 0; j < nk; j++) {
-				int64_t vj = (b * T + j) * D + h * hd;
-				const float *v = w->v + vj;
-				float *dv = w->dv + vj, pj = p[j] * inv, d = 0;
-				p[j] = pj;
-				for (int64_t c = 0; c < hd; c++) {
-					dv[c] += pj * dy[c];
-					d += dy[c] * v[c];
+			dtmk_axpy_rows(p, q, kt, Tp, hd, nk);
+			dtmk_axpy_rows(dp, dy, vt, Tp, hd, nk);
+		}
+		for (int64_t j = 0; j < nk; j++)
+			p[j] *= w->scale;
+		float mx = dtmk_maxf(p, nk);
+		float sum = 0;
+		for (int64_t j = 0; j < nk; j++) {
+			p[j] = dtmk_expf(p[j] - mx);
+			sum += p[j];
+		}
+		float inv = 1.0f / sum, pdp = 0;
+		for (int64_t j = 0; j < nk; j++) {
+			p[j] *= inv;
+			pdp += p[j] * dp[j];
+		}
+		for (int64_t j = 0; j < nk; j++)
+			ds[j] = p[j] * (dp[j] - pdp) * w->scale;
+		float *dq = w->dq + (b * T + i) * D + h * hd;
+		if (hd % 16 == 0) {
+			dtmk_rows_sum16(dq, ds, kb, hd, nk, hd);
+		} else {
+			for (int64_t c = 0; c < hd; c++)
+				dq[c] = 0;
+			dtmk_axpy_rows(dq, ds, kb, hd, nk, hd);
+		}
+		for (int64_t j = 0; j < nk; j++) {
+			float *dk = dkb + j * hd, *dv = dvb + j * hd, pj = p[j], dsj = ds[j];
+			if (hd % 16 == 0) { /* gcc leaves the plain loop scalar here */
+				for (int64_t c = 0; c < hd; c += 16) {
+					DTMK_V16(dv + c) += pj * DTMK_V16(dy + c);
+					DTMK_V16(dk + c) += dsj * DTMK_V16(q + c);
 				}
-				dp[j] = d;
-				pdp += pj * d;
+				continue;
 			}
-			float *dq = w->dq + qi;
-			for (int64_t j = 0; j < nk; j++) {
-				int64_t kj = (b * T + j) * D + h * hd;
-				const float *k = w->k + kj;
-				float *dk = w->dk + kj, ds = p[j] * (dp[j] - pdp) * w->scale;
-				for (int64_t c = 0; c < hd; c++) {
-					dq[c] += ds * k[c];
-					dk[c] += ds * q[c];
-				}
+			for (int64_t c = 0; c < hd; c++) {
+				dv[c] += pj * dy[c];
+				dk[c] += dsj * q[c];
 			}
 		}
 	}
-	free(p);
+	for (int64_t t = 0; t < T; t++) {
+		int64_t o = (b * T + t) * D + h * hd;
+		memcpy(w->dk + o, dkb + t * hd, sizeof(float) * (size_t)hd);
+		memcpy(w->dv + o, dvb + t * hd, sizeof(float) * (size_t)hd);
+	}
+}
+
+/* Items [lo, hi) with their scratch; the usual head sizes get copies of
+ * the item compiled for that constant. */
+static void dtmkb_attn_range(void *arg, int64_t lo, int64_t hi)
+{
+	const DtmkbAttn *w = arg;
+	int64_t T = w->T, hd = w->hd;
+	int64_t Tp = DTMK_PAD16(T);
+	size_t need = (size_t)(5 * T * hd + 2 * Tp * hd + 3 * Tp);
+	float stackbuf[DTMK_ATTN_STACK];
+	float *buf = need <= DTMK_ATTN_STACK ? stackbuf : malloc(sizeof(float) * need);
+	if (!buf)
+		return;
+	for (int64_t bh = lo; bh < hi; bh++) {
+		if (hd == 16)
+			dtmkb_attn_item(w, bh, buf, 16);
+		else if (hd == 32)
+			dtmkb_attn_item(w, bh, buf, 32);
+		else if (hd == 64)
+			dtmkb_attn_item(w, bh, buf, 64);
+		else
+			dtmkb_attn_item(w, bh, buf, hd);
+	}
+	if (buf != stackbuf)
+		free(buf);
 }
 
 static void dtmk_attention_bwd(const DtmCtx *ctx, const DtmkArgs *a)
@@ -469,7 +629,6 @@ static void dtmk_attention_bwd(const DtmCtx *ctx, const DtmkArgs *a)
 	DtmkbBuf v = dtmkb_in(&a->in[3]), out = dtmkb_out(&a->out);
 	if (dy.p && q.p && k.p && v.p && out.p && H > 0) {
 		int64_t S = B * T * D;
-		memset(out.p, 0, sizeof(float) * (size_t)(3 * S));
 		DtmkbAttn w = {dy.p, q.p, k.p, v.p, out.p, out.p + S, out.p + 2 * S,
 		               T, D, H, D / H, a->ints[1] != 0, (float)(1.0 / sqrt((double)(D / H)))};
 		if (ctx && ctx->parallel_for)
@@ -486,34 +645,48 @@ static void dtmk_attention_bwd(const DtmCtx *ctx, const DtmkArgs *a)
 
 /* ---- cross_entropy_bwd(dl, logits, targets) ---- */
 
+struct dtmkb_ce_job {
+	const DtmkArgs *a;
+	const float *x;
+	float *dx;
+	int64_t V;
+	float dl;
+};
+
 /* (softmax(row) - onehot(target)) * dl / positions, per row. */
-static void dtmk_cross_entropy_bwd(const DtmCtx *ctx, const DtmkArgs *a)
+static void dtmkb_ce_rows(void *arg, int64_t lo, int64_t hi)
 {
-	(void)ctx;
-	const DtmkTensor *L = &a->in[1];
-	int64_t V = L->shape[L->rank - 1], N = a->in[2].numel;
-	float dl = dtmk_load(&a->in[0], 0) / (float)(N ? N : 1);
-	DtmkbBuf x = dtmkb_in(L), dx = dtmkb_out(&a->out);
-	if (!x.p || !dx.p)
-		goto out;
-	for (int64_t i = 0; i < N; i++) {
-		const float *row = x.p + i * V;
-		float *drow = dx.p + i * V, mx = -INFINITY;
+	const struct dtmkb_ce_job *w = arg;
+	int64_t V = w->V;
+	float dl = w->dl;
+	for (int64_t i = lo; i < hi; i++) {
+		const float *restrict row = w->x + i * V;
+		float *restrict drow = w->dx + i * V;
+		float mx = dtmk_maxf(row, V);
 		double sum = 0;
-		for (int64_t j = 0; j < V; j++)
-			mx = row[j] > mx ? row[j] : mx;
 		for (int64_t j = 0; j < V; j++) {
-			drow[j] = expf(row[j] - mx);
+			drow[j] = dtmk_expf(row[j] - mx);
 			sum += drow[j];
 		}
 		float sc = (float)(dl / sum);
 		for (int64_t j = 0; j < V; j++)
 			drow[j] *= sc;
-		int64_t t = dtmk_load_i32(&a->in[2], i);
+		int64_t t = dtmk_load_i32(&w->a->in[2], i);
 		if (t >= 0 && t < V)
 			drow[t] -= dl;
 	}
-out:
+}
+
+static void dtmk_cross_entropy_bwd(const DtmCtx *ctx, const DtmkArgs *a)
+{
+	const DtmkTensor *L = &a->in[1];
+	int64_t V = L->shape[L->rank - 1], N = a->in[2].numel;
+	float dl = dtmk_load(&a->in[0], 0) / (float)(N ? N : 1);
+	DtmkbBuf x = dtmkb_in(L), dx = dtmkb_out(&a->out);
+	if (x.p && dx.p && V > 0) {
+		struct dtmkb_ce_job w = {a, x.p, dx.p, V, dl};
+		dtmk_par(ctx, N, 8192 / V + 1, dtmkb_ce_rows, &w);
+	}
 	dtmkb_free(x);
 	dtmkb_done(&a->out, dx);
 }

@@ -71,18 +71,6 @@ static inline float dtmk_dropout_f(const DtmCtx *ctx, float x, float rate, uint3
 		       x * (1.0f / (1.0f - rate)) : 0.0f;
 }
 
-/* Runs fn over [0, n) on the pool when there is one (tests call kernels
- * with a bare context). */
-static inline void dtmk_par(const DtmCtx *ctx, int64_t n, int64_t grain, DtmRangeFn fn, void *arg)
-{
-	if (n <= 0)
-		return;
-	if (ctx && ctx->parallel_for && n > grain)
-		ctx->parallel_for(ctx, n, grain, fn, arg);
-	else
-		fn(arg, 0, n);
-}
-
 static inline int dtmk_all_f32(const DtmkArgs *a)
 {
 	for (int i = 0; i < a->nin; i++)
@@ -322,19 +310,17 @@ static inline void dtmk_softmax_rows(void *argp, int64_t lo, int64_t hi)
 		if (f32) {
 			const float *x = (const float *)a->in[0].p + base;
 			float *y = (float *)a->out.p + base;
-			float mx = -INFINITY;
-			for (int64_t l = 0; l < len; l++)
-				mx = x[l] > mx ? x[l] : mx;
+			float mx = dtmk_maxf(x, len);
 			double sum = 0;
 			for (int64_t l = 0; l < len; l++)
-				sum += expf(x[l] - mx);
+				sum += dtmk_expf(x[l] - mx);
 			float lse = mx + (float)log(sum);
 			if (lg)
 				for (int64_t l = 0; l < len; l++)
 					y[l] = x[l] - lse;
 			else
 				for (int64_t l = 0; l < len; l++)
-					y[l] = expf(x[l] - lse);
+					y[l] = dtmk_expf(x[l] - lse);
 			continue;
 		}
 		float mx = -INFINITY;
@@ -564,69 +550,103 @@ struct dtmk_attn_job {
 	int causal;
 };
 
-/* One (batch, head) item per index: scores for one query row at a time,
- * max-subtracted softmax, then the weighted sum of v rows. */
-static inline void dtmk_attention_items(void *argp, int64_t lo, int64_t hi)
+/* One (batch, head) item.  The item's k is copied transposed ([hd, Tk])
+ * and its v contiguous ([Tk, hv]), both as f32, so every inner loop runs
+ * over contiguous memory and vectorises: the scores of a query row over
+ * keys, the softmax over keys, the weighted sum over v's columns.  Always
+ * inlined so the caller can specialise it to common head sizes. */
+static inline __attribute__((always_inline)) void
+dtmk_attention_item(const struct dtmk_attn_job *j, int64_t it, float *buf, int64_t hd, int64_t hv)
 {
-	struct dtmk_attn_job *j = argp;
 	const DtmkArgs *a = j->a;
-	int64_t H = j->H, Tq = j->Tq, Tk = j->Tk, D = j->D, Dv = j->Dv;
-	int64_t hd = D / H, hv = Dv / H;
+	int64_t H = j->H, Tq = j->Tq, Tk = j->Tk, D = j->D, Dv = j->Dv, Tp = DTMK_PAD16(Tk);
 	float scale = 1.0f / sqrtf((float)hd);
+	float *restrict kt = buf, *restrict vb = kt + hd * Tp, *restrict p = vb + Tp * hv;
+	float *restrict qrow = p + Tp, *restrict acc = qrow + hd;
+	int64_t b = it / H, h = it % H;
 	int f32 = dtmk_all_f32(a);
-	float *p = malloc(sizeof(float) * (size_t)(Tk + 2 * (hd > hv ? hd : hv) + 1));
-	if (!p)
-		return;
-	float *qrow = p + Tk, *acc = qrow + (hd > hv ? hd : hv);
-	for (int64_t it = lo; it < hi; it++) {
-		int64_t b = it / H, h = it % H;
-		for (int64_t i = 0; i < Tq; i++) {
-			int64_t nk = j->causal ? (i + 1 < Tk ? i + 1 : Tk) : Tk;
-			int64_t qo = (b * Tq + i) * D + h * hd;
+	for (int64_t t = 0; t < Tk; t++) {
+		int64_t ko = (b * Tk + t) * D + h * hd, vo = (b * Tk + t) * Dv + h * hv;
+		if (f32) {
+			const float *kr = (const float *)a->in[1].p + ko;
 			for (int64_t c = 0; c < hd; c++)
-				qrow[c] = (f32 ? ((const float *)a->in[0].p)[qo + c] :
-						 dtmk_load(&a->in[0], qo + c)) * scale;
-			float mx = -INFINITY;
-			for (int64_t t = 0; t < nk; t++) {
-				int64_t ko = (b * Tk + t) * D + h * hd;
-				float s = 0;
-				if (f32) {
-					const float *kr = (const float *)a->in[1].p + ko;
-					for (int64_t c = 0; c < hd; c++)
-						s += qrow[c] * kr[c];
-				} else {
-					for (int64_t c = 0; c < hd; c++)
-						s += qrow[c] * dtmk_load(&a->in[1], ko + c);
-				}
-				p[t] = s;
-				mx = s > mx ? s : mx;
-			}
-			float sum = 0;
-			for (int64_t t = 0; t < nk; t++) {
-				p[t] = expf(p[t] - mx);
-				sum += p[t];
-			}
-			float inv = 1.0f / sum;
+				kt[c * Tp + t] = kr[c];
+			memcpy(vb + t * hv, (const float *)a->in[2].p + vo, sizeof(float) * (size_t)hv);
+			continue;
+		}
+		for (int64_t c = 0; c < hd; c++)
+			kt[c * Tp + t] = dtmk_load(&a->in[1], ko + c);
+		for (int64_t c = 0; c < hv; c++)
+			vb[t * hv + c] = dtmk_load(&a->in[2], vo + c);
+	}
+	for (int64_t c = 0; c < hd; c++)
+		for (int64_t t = Tk; t < Tp; t++)
+			kt[c * Tp + t] = 0;
+	for (int64_t i = 0; i < Tq; i++) {
+		int64_t nk = j->causal ? (i + 1 < Tk ? i + 1 : Tk) : Tk, np = DTMK_PAD16(nk);
+		int64_t qo = (b * Tq + i) * D + h * hd;
+		for (int64_t c = 0; c < hd; c++)
+			qrow[c] = (f32 ? ((const float *)a->in[0].p)[qo + c] :
+					 dtmk_load(&a->in[0], qo + c)) * scale;
+		/* whole 16-key tiles; keys at or past nk are masked out */
+		if (np <= 64) {
+			dtmk_rows_dot_tiles(p, qrow, kt, Tp, hd, (int)(np / 16));
+		} else {
+			for (int64_t t = 0; t < np; t++)
+				p[t] = 0;
+			dtmk_axpy_rows(p, qrow, kt, Tp, hd, np);
+		}
+		for (int64_t t = nk; t < np; t++)
+			p[t] = -INFINITY;
+		float mx = dtmk_maxf(p, np);
+		float sum = 0;
+		for (int64_t t = 0; t < np; t++) {
+			p[t] = dtmk_expf(p[t] - mx);
+			sum += p[t];
+		}
+		float inv = 1.0f / sum;
+		for (int64_t t = 0; t < nk; t++)
+			p[t] *= inv;
+		if (hv % 16 == 0) {
+			dtmk_rows_sum16(acc, p, vb, hv, nk, hv);
+		} else {
 			for (int64_t c = 0; c < hv; c++)
 				acc[c] = 0;
-			for (int64_t t = 0; t < nk; t++) {
-				int64_t vo = (b * Tk + t) * Dv + h * hv;
-				float w = p[t] * inv;
-				if (f32) {
-					const float *vr = (const float *)a->in[2].p + vo;
-					for (int64_t c = 0; c < hv; c++)
-						acc[c] += w * vr[c];
-				} else {
-					for (int64_t c = 0; c < hv; c++)
-						acc[c] += w * dtmk_load(&a->in[2], vo + c);
-				}
-			}
-			int64_t yo = (b * Tq + i) * Dv + h * hv;
+			dtmk_axpy_rows(acc, p, vb, hv, nk, hv);
+		}
+		int64_t yo = (b * Tq + i) * Dv + h * hv;
+		if (f32)
+			memcpy((float *)a->out.p + yo, acc, sizeof(float) * (size_t)hv);
+		else
 			for (int64_t c = 0; c < hv; c++)
 				dtmk_store(&a->out, yo + c, acc[c]);
-		}
 	}
-	free(p);
+}
+
+/* Items [lo, hi) with their scratch; the usual head sizes get copies of
+ * the item compiled for that constant (whole-vector loops over the head
+ * dim, no remainders). */
+static inline void dtmk_attention_items(void *argp, int64_t lo, int64_t hi)
+{
+	const struct dtmk_attn_job *j = argp;
+	int64_t hd = j->D / j->H, hv = j->Dv / j->H, Tp = DTMK_PAD16(j->Tk);
+	size_t need = (size_t)(hd * Tp + Tp * hv + Tp + hd + hv);
+	float stackbuf[DTMK_ATTN_STACK];
+	float *buf = need <= DTMK_ATTN_STACK ? stackbuf : malloc(sizeof(float) * need);
+	if (!buf)
+		return;
+	for (int64_t it = lo; it < hi; it++) {
+		if (hd == 16 && hv == 16)
+			dtmk_attention_item(j, it, buf, 16, 16);
+		else if (hd == 32 && hv == 32)
+			dtmk_attention_item(j, it, buf, 32, 32);
+		else if (hd == 64 && hv == 64)
+			dtmk_attention_item(j, it, buf, 64, 64);
+		else
+			dtmk_attention_item(j, it, buf, hd, hv);
+	}
+	if (buf != stackbuf)
+		free(buf);
 }
 
 static inline void dtmk_attention(const DtmCtx *ctx, const DtmkArgs *a)
@@ -665,11 +685,10 @@ static inline void dtmk_ce_chunks(void *argp, int64_t lo, int64_t hi)
 			double sum = 0;
 			if (f32) {
 				const float *x = (const float *)a->in[0].p + i * V;
-				for (int64_t k = 0; k < V; k++)
-					mx = x[k] > mx ? x[k] : mx;
+				mx = dtmk_maxf(x, V);
 				float s = 0;
 				for (int64_t k = 0; k < V; k++)
-					s += expf(x[k] - mx);
+					s += dtmk_expf(x[k] - mx);
 				sum = s;
 			} else {
 				for (int64_t k = 0; k < V; k++) {

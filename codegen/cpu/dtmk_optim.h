@@ -143,16 +143,31 @@ static void dtmk_adamw_range(void *argp, int64_t lo, int64_t hi)
 {
 	const struct dtmk_adamw_job *j = argp;
 	if (j->fast) {
-		float *p = j->p->p, *m = j->m->p, *v = j->v->p;
-		const float *g = j->g->p;
+		/* the scalars in locals and restrict pointers: stores through p,
+		 * m, v could otherwise alias *j, and the loop would not vectorise */
+		float *restrict p = j->p->p, *restrict m = j->m->p, *restrict v = j->v->p;
+		const float *restrict g = j->g->p;
+		const float coef = j->coef, decay = j->decay, b1 = j->b1, omb1 = j->omb1;
+		const float b2 = j->b2, omb2 = j->omb2, bc2 = j->bc2_sqrt, eps = j->eps;
+		const float ns = j->neg_step;
+		if (coef == 1.0f) {
+			for (int64_t i = lo; i < hi; i++) {
+				float gi = g[i], w = p[i] * decay;
+				float mi = m[i] * b1 + omb1 * gi;
+				float vi = v[i] * b2 + omb2 * gi * gi;
+				m[i] = mi;
+				v[i] = vi;
+				p[i] = w + ns * (mi / (sqrtf(vi) / bc2 + eps));
+			}
+			return;
+		}
 		for (int64_t i = lo; i < hi; i++) {
-			float gi = j->coef == 1.0f ? g[i] : g[i] * j->coef;
-			float w = p[i] * j->decay;
-			float mi = m[i] * j->b1 + j->omb1 * gi;
-			float vi = v[i] * j->b2 + j->omb2 * gi * gi;
+			float gi = g[i] * coef, w = p[i] * decay;
+			float mi = m[i] * b1 + omb1 * gi;
+			float vi = v[i] * b2 + omb2 * gi * gi;
 			m[i] = mi;
 			v[i] = vi;
-			p[i] = w + j->neg_step * (mi / (sqrtf(vi) / j->bc2_sqrt + j->eps));
+			p[i] = w + ns * (mi / (sqrtf(vi) / bc2 + eps));
 		}
 		return;
 	}
