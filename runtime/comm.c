@@ -345,6 +345,8 @@ int comm_all_to_all_dim(Comm *c, uint32_t axes, const void *in, void *out,
 	    check_dim(c, rank, concat_dim, "all_to_all"))
 		return -1;
 	int n = comm_group(&c->mesh, c->rank, axes).size;
+	if (n <= 0)
+		return comm_errf(c, "all_to_all over an empty group");
 	if (rank == 0 || shape[split_dim] % n)
 		return comm_errf(c, "all_to_all splitting dim %d of %lld over %d ranks: pad the "
 				 "dim to a multiple of the group", split_dim,
