@@ -119,3 +119,20 @@ if(TARGET dtm_comm_mpi)
   endif()
 endif()
 # ---- end mpi ----
+
+# ---- jax: dtm against JAX/GSPMD under DP x TP (tests/jax, issue 4 point 7) ----
+#   jax.NAME  train models/NAME.dtm 20 steps with dtm (single device, and on
+#             dp=2,tp=2 once `dtmc build` accepts that mesh) and with JAX on 4
+#             simulated CPU devices, placements from the .dtm annotations as
+#             NamedShardings, from dtm's step-0 weights on dtm's batches: the
+#             per-step losses must agree to 1e-4.  tests/jax/run.sh creates
+#             the venv ~/.cache/dtm-bench/jax-venv (pip install jax[cpu], needs
+#             PyPI) when missing; without JAX the test fails, never skips.
+foreach(name mlp gpt)
+  add_test(NAME jax.${name}
+           COMMAND ${DTM_BASH} ${DTM_TESTS}/jax/run.sh $<TARGET_FILE:dtmc>
+                   ${DTM_ROOT}/models/${name}.dtm --steps 20 --mesh dp=2,tp=2
+           WORKING_DIRECTORY ${DTM_ROOT})
+  set_tests_properties(jax.${name} PROPERTIES TIMEOUT 600 LABELS jax)
+endforeach()
+# ---- end jax ----
