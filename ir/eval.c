@@ -798,6 +798,7 @@ static bool eval_node(IrEval *e, const IrNode *n, Diag *d)
 	case IR_OP_GRAD_NORM:
 	case IR_OP_ADAMW_STEP:
 	case IR_OP_SGD_STEP:
+	case IR_OP_ASSIGN:
 		return ir_eval_optim(e, n, d);
 	case IR_OP_EXPAND:
 	case IR_OP_SUM_TO:

@@ -113,6 +113,13 @@ bool ir_eval_optim(IrEval *e, const IrNode *n, Diag *d)
 	case IR_OP_ADAMW_STEP:
 	case IR_OP_SGD_STEP:
 		return ev_step(e, n, d);
+	case IR_OP_ASSIGN: {
+		/* in place: the destination's buffer, then this node's copy */
+		size_t bytes = sizeof(double) * (size_t)ir_node_numel(n);
+		memcpy(e->val[n->ops[0]], e->val[n->ops[1]], bytes);
+		memcpy(e->val[n->id], e->val[n->ops[1]], bytes);
+		return true;
+	}
 	default:
 		return ir_eval_bad(d, n, "not an optimizer op");
 	}

@@ -666,7 +666,8 @@ static bool infer_op(Infer *c, IrNode **o)
 		/* fall through */
 	case IR_OP_GRAD_NORM:
 	case IR_OP_ADAMW_STEP:
-	case IR_OP_SGD_STEP: {
+	case IR_OP_SGD_STEP:
+	case IR_OP_ASSIGN: {
 		char msg[256];
 		if (!ir_infer_optim(c->m, n, o, msg, sizeof msg))
 			return fail(c, "%s", msg);

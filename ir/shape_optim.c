@@ -152,6 +152,14 @@ bool ir_infer_optim(IrModule *m, IrNode *n, IrNode *const *o, char *msg, size_t 
 	case IR_OP_ADAMW_STEP:
 	case IR_OP_SGD_STEP:
 		return infer_step(n, o, msg, cap);
+	case IR_OP_ASSIGN:
+		if (o[0]->dtype != o[1]->dtype || !same_shape(o[0], o[1]))
+			return msgf(msg, cap, "assign: %%%d and %%%d differ in type", o[0]->id, o[1]->id);
+		n->dtype = o[0]->dtype;
+		n->rank = o[0]->rank;
+		memset(n->shape, 0, sizeof n->shape);
+		memcpy(n->shape, o[0]->shape, (size_t)o[0]->rank * sizeof o[0]->shape[0]);
+		return true;
 	default:
 		return msgf(msg, cap, "%s: not an optimizer op", ir_op_name(n->op));
 	}

@@ -14,9 +14,12 @@
  * Leaves keep their placement (params and optimizer state are stored as
  * shards); an optimizer step runs on its param's shard with the gradient
  * resharded to the param's placement (DDP: all_reduce of a dp-partial
- * gradient); grad_norm adds up local sums of squares per group of
- * gradients split over the same axes and all_reduces each over those axes
- * only, so a replicated gradient is counted once.  A partial target the
+ * gradient), or on the finer shard its own placement names (ZeRO-1/2,
+ * passes/state.c: then the result is gathered and assigned back); a
+ * gradient split over axes its op leaves it partial over is computed as
+ * the op gives it and reduce_scattered; grad_norm adds up local sums of
+ * squares per group of gradients split over the same axes and all_reduces
+ * each over those axes only, so a replicated gradient is counted once.  A partial target the
  * op cannot produce is dropped (the consumers reduce it), never faked.
  *
  * Uneven shards are refused (see partition.h); a one-rank mesh is left as
@@ -204,15 +207,33 @@ static bool part_leaf(Part *p, const IrNode *n, const Placement *T)
 	return finish(p, n, emit(p, n->op, NULL, 0, &n->attrs, n, &t, -1));
 }
 
-/* adamw_step / sgd_step: on the param's shard; state must be placed as
- * the param (it is updated in place), the gradient is resharded to it. */
+/* The placement an optimizer step runs in: the step's own when it has
+ * one (passes/state.c splits it over the ZeRO axes), else its param's. */
+static Placement step_place(const Part *p, const IrNode *n, const IrNode *param)
+{
+	Placement P = n->place.known ? n->place : param->place;
+	if (!P.known)
+		placement_replicated(&P, param->rank);
+	pass_placement_canon(&p->m->mesh, &P);
+	P.partial = 0;
+	P.partial_op = IR_RED_SUM;
+	return P;
+}
+
+/* adamw_step / sgd_step: on the step's shard (its param's, or a split of
+ * a replicated param under ZeRO-1/2); state must be placed as the step (it
+ * is updated in place), the gradient is resharded to it.  When the param
+ * is stored in another placement than the step's, the step updates a
+ * slice of the param and the updated shards, resharded back (all_gather),
+ * are assigned to the param. */
 static bool part_step(Part *p, const IrNode *n)
 {
 	IrOptimOps ix;
 	if (!ir_optim_ops(n, &ix))
 		return internal(p, n, "%s", "operands do not match the attributes");
 	const IrNode *param = p->m->nodes[n->ops[ix.p]];
-	Placement P = loc_node(p, p->map[param->id])->place, rep;
+	int pid = p->map[param->id];
+	Placement P = step_place(p, n, param), rep;
 	placement_replicated(&rep, 0);
 	int *ops = arena_alloc(&p->scratch, sizeof(int) * (size_t)n->nops);
 	if (!ops)
@@ -221,7 +242,7 @@ static bool part_step(Part *p, const IrNode *n)
 		int gid = n->ops[i];
 		if (i == ix.norm) {
 			ops[i] = operand(p, n, i, &rep);
-		} else if (i == ix.g) {
+		} else if (i == ix.g || i == ix.p) {
 			ops[i] = operand(p, n, i, &P);
 		} else {
 			ops[i] = p->map[gid];
@@ -235,7 +256,15 @@ static bool part_step(Part *p, const IrNode *n)
 		if (ops[i] < 0)
 			return false;
 	}
-	return finish(p, n, emit(p, n->op, ops, n->nops, &n->attrs, n, &P, ops[ix.p]));
+	int id = emit(p, n->op, ops, n->nops, &n->attrs, n, &P, ops[ix.p]);
+	if (id >= 0 && ops[ix.p] != pid) {
+		IrAttrs none = {0};
+		const Placement *stored = &loc_node(p, pid)->place;
+		int back = reshard(p, id, n, stored);
+		id = back < 0 ? -1 : emit(p, IR_OP_ASSIGN, (int[]){pid, back}, 2, &none, n, stored,
+		                          back);
+	}
+	return finish(p, n, id);
 }
 
 /* grad_norm: the local norm of each group of gradients split over the
@@ -310,6 +339,48 @@ static bool part_grad_norm(Part *p, const IrNode *n)
 	return finish(p, n, emit(p, IR_OP_SQRT, &total, 1, &none, n, &rep, total));
 }
 
+/* Whether `from` reaches `to` by a reduce_scatter: to splits each dim as
+ * from does, then over more axes, all of which from is partial over. */
+static bool scatters_to(const Placement *from, const Placement *to)
+{
+	if (!from->known || !to->known || from->ndims != to->ndims ||
+	    (from->partial_op != IR_RED_SUM && from->partial))
+		return false;
+	bool more = false;
+	for (int d = 0; d < to->ndims; d++) {
+		if (from->naxes[d] > to->naxes[d])
+			return false;
+		for (int k = 0; k < to->naxes[d]; k++) {
+			int a = to->axes[d][k];
+			if (k < from->naxes[d] ? from->axes[d][k] != a : !(from->partial & (1u << a)))
+				return false;
+			more = more || k >= from->naxes[d];
+		}
+	}
+	return more;
+}
+
+/* A gradient split over axes its op leaves it partial over (ZeRO-2/3,
+ * passes/state.c) is computed as the op gives it and reduce_scattered,
+ * rather than gathering the activations that make it to compute the
+ * split directly. */
+static bool grad_natural(Part *p, const IrNode *n, const Placement *T, const Placement *cur,
+                         PartRule *r)
+{
+	PartRule r0 = {.req = arena_alloc(&p->scratch, sizeof *r0.req * (size_t)n->nops)};
+	Placement none = {0};
+	char why[256];
+	if (!r0.req)
+		return false;
+	if (!part_rule(p->m, n, &none, cur, &r0, why, sizeof why))
+		return true;
+	Placement from = r0.res;
+	pass_placement_canon(&p->m->mesh, &from);
+	if (scatters_to(&from, T))
+		*r = r0;
+	return true;
+}
+
 static bool part_node(Part *p, const IrNode *n)
 {
 	Placement T = target(p, n);
@@ -339,6 +410,8 @@ static bool part_node(Part *p, const IrNode *n)
 	char why[256];
 	if (!part_rule(p->m, n, &T, cur, &r, why, sizeof why))
 		return internal(p, n, "%s", why);
+	if (n->role == IR_ROLE_GRAD && T.known && !grad_natural(p, n, &T, cur, &r))
+		return false;
 	int *ops = arena_alloc(&p->scratch, sizeof(int) * (size_t)n->nops);
 	if (!ops)
 		return false;
@@ -372,12 +445,7 @@ static void find_wants(Part *p)
 		IrOptimOps ix;
 		if ((n->op != IR_OP_ADAMW_STEP && n->op != IR_OP_SGD_STEP) || !ir_optim_ops(n, &ix))
 			continue;
-		const IrNode *param = p->m->nodes[n->ops[ix.p]];
-		Placement P = param->place;
-		if (!P.known)
-			placement_replicated(&P, param->rank);
-		pass_placement_canon(&p->m->mesh, &P);
-		P.partial = 0;
+		Placement P = step_place(p, n, p->m->nodes[n->ops[ix.p]]);
 		for (int k = 0; k < n->nops; k++)
 			if (k != ix.norm && k != ix.p)
 				p->want[n->ops[k]] = P;

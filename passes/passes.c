@@ -16,6 +16,7 @@
 #include "optim.h"
 #include "partition.h"
 #include "propagate.h"
+#include "state.h"
 
 #include <string.h>
 
@@ -62,7 +63,10 @@ static const Pass passes[] = {
 	{"optim", pass_optim},
 	/* every value gets a placement; partition consumes them */
 	{"propagate", pass_propagate},
+	/* ZeRO stages as placements, then FSDP's per-unit gathers (state.c) */
+	{"state", pass_state},
 	{"partition", pass_partition},
+	{"state_units", pass_state_units},
 	{"verify", run_verify},
 	{"fuse", run_fuse},
 	{"memplan", run_memplan},

@@ -274,4 +274,17 @@ static void dtmk_sgd_step(const DtmCtx *ctx, const DtmkArgs *a)
 	dtmk_opt_copy_out(a);
 }
 
+/* ---- assign ---- */
+
+/* assign(dst, src) -> dst (in place): ZeRO-1/2 write the all_gathered
+ * updated shards back into the replicated param (passes/state.c). */
+static inline void dtmk_assign(const DtmCtx *ctx, const DtmkArgs *a)
+{
+	(void)ctx;
+	size_t es = a->in[0].dtype == DTM_BF16 || a->in[0].dtype == DTM_F16 ? 2 : 4;
+	if (a->in[0].p != a->in[1].p)
+		memmove(a->in[0].p, a->in[1].p, (size_t)a->in[0].numel * es);
+	dtmk_opt_copy_out(a);
+}
+
 #endif

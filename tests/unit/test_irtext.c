@@ -353,6 +353,7 @@ static void build(void)
 		n->attrs.nints = 1;
 		n->attrs.ints[0] = 1;
 		done(n);
+		done(add(IR_OP_ASSIGN, 2, (int[]){g, b})); /* ZeRO-1/2 write-back */
 	}
 
 	/* losses */

@@ -1,0 +1,428 @@
+/* state.c - passes "state" and "state_units": ZeRO stages 0-3, HSDP and
+ * FSDP units (train { zero N over AXES; reshard_after_forward B }).
+ *
+ * A ZeRO stage says where model state lives, and where a value lives is
+ * what a placement says.  So "state" runs after `propagate` (which has tied
+ * every gradient, optimizer step and optimizer state to its param) and
+ * before `partition`, and only rewrites placements; partition then inserts
+ * the collectives they imply with the same planner as for any layout (P ->
+ * S is a reduce_scatter, S -> R an all_gather), and the SPMD interpreter
+ * checks the result like any other.  Before propagate the choice would be
+ * undone (propagate re-ties state to its param); after partition it would
+ * have to redo the shard shapes and collectives partition already makes.
+ * Over the axes Z (m->train.zero_axes, dp by default), with S = the
+ * param's placement plus the Z axes on dim 0 (FSDP2's per-parameter dim-0
+ * sharding, after any tp axis already there):
+ *   0  nothing: gradients follow their params (all_reduce: DDP).
+ *   1  the step and its state (m, v, mom, master) placed S; the gradient
+ *      keeps its partial sums (a full-size buffer), which the step reshards
+ *      to S: a reduce_scatter.  Partition hands the step a slice of the
+ *      replicated param and all_gathers the updated shards back into it.
+ *   2  as 1, and the gradient itself placed S: reduce_scattered where it is
+ *      produced, only the shard kept.
+ *   3  as 2, and the param stored as S: partition all_gathers it in front
+ *      of its uses.
+ * A param that Z already splits, or whose dim 0 the parts do not divide
+ * (partition refuses uneven shards), is left as stage 0 leaves it.  HSDP
+ * is the same rule with Z one axis of a 2-D data mesh: gradients are
+ * partial over both axes and the planner turns P(rep, dp) -> S(dp) into a
+ * reduce_scatter over dp and an all_reduce over rep.
+ *
+ * "state_units" runs after partition, because which all_gather serves
+ * which use only exists there (partition gathers a value once and reuses
+ * it).  Under stage 3 it moves the param all_gathers of a unit (a block
+ * instance, layer.3.*; the top-level params together form one unit) to the
+ * front of the unit's first use, and with reshard_after_forward it gives
+ * the backward uses their own copies, gathered together in front of the
+ * unit's first backward use, so each forward copy dies with the forward
+ * pass: ZeRO-3's 1.5x of DDP's communication (1x without resharding, at
+ * the cost of keeping every gathered param live).
+ *
+ * Not done: coalescing a unit's gathers (or DDP's bucketed all_reduces)
+ * into one collective over a flat buffer, and gradient accumulation over
+ * micro-batches.
+ */
+#include "state.h"
+#include "reshard.h"
+#include "../ir/optim.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static uint32_t live_axes(const Mesh *m)
+{
+	uint32_t u = 0;
+	for (int a = 0; a < m->naxes && a < IR_MAX_AXES; a++)
+		if (m->sizes[a] > 1)
+			u |= 1u << a;
+	return u;
+}
+
+static uint32_t split_axes(const Placement *p)
+{
+	uint32_t u = 0;
+	for (int d = 0; p->known && d < p->ndims; d++)
+		for (int k = 0; k < p->naxes[d]; k++)
+			u |= 1u << p->axes[d][k];
+	return u;
+}
+
+/* The param's own placement, canonical, without partial sums. */
+static Placement param_place(const IrModule *m, const IrNode *param)
+{
+	Placement P = param->place;
+	if (!P.known)
+		placement_replicated(&P, param->rank);
+	pass_placement_canon(&m->mesh, &P);
+	P.partial = 0;
+	P.partial_op = IR_RED_SUM;
+	return P;
+}
+
+/* S: the param's placement with the axes of Z it does not use yet appended
+ * to dim 0.  False when there is nothing to add or dim 0 would not divide. */
+static bool zero_split(const IrModule *m, const IrNode *param, uint32_t Z, Placement *S)
+{
+	Placement P = param_place(m, param);
+	uint32_t add = Z & ~split_axes(&P);
+	if (param->rank == 0 || P.ndims < 1 || !add)
+		return false;
+	for (int a = 0; a < m->mesh.naxes; a++)
+		if (add & (1u << a)) {
+			if (P.naxes[0] >= IR_MAX_AXES)
+				return false;
+			P.axes[0][P.naxes[0]++] = (uint8_t)a;
+		}
+	if (!pass_placement_even(&m->mesh, &P, param->rank, param->shape))
+		return false;
+	*S = P;
+	return true;
+}
+
+static void set_place(IrNode *n, const Placement *p, int from)
+{
+	n->place = *p;
+	n->place_from = from;
+	if (from < 0)
+		n->place_loc = (SrcLoc){0};
+}
+
+bool pass_state(IrModule *m, Diag *d, const PassOptions *opt)
+{
+	int stage = m->train.zero;
+	uint32_t live = live_axes(&m->mesh), Z = m->train.zero_axes & live;
+	if (stage <= 0 || !Z)
+		return true;
+	int nsplit = 0, nkept = 0;
+	for (int i = 0; i < m->nnodes; i++) {
+		IrNode *n = m->nodes[i];
+		if (n->op != IR_OP_ADAMW_STEP && n->op != IR_OP_SGD_STEP)
+			continue;
+		IrOptimOps ix;
+		if (!ir_optim_ops(n, &ix)) {
+			diag_error(d, n->loc, "internal error: state: %%%d: operands do not match the "
+			           "attributes", n->id);
+			return false;
+		}
+		IrNode *param = m->nodes[n->ops[ix.p]];
+		Placement S;
+		if (!zero_split(m, param, Z, &S)) {
+			nkept++;
+			continue;
+		}
+		nsplit++;
+		set_place(n, &S, param->id);
+		const int st[4] = {ix.m, ix.v, ix.mom, ix.master};
+		for (int k = 0; k < 4; k++)
+			if (st[k] >= 0)
+				set_place(m->nodes[n->ops[st[k]]], &S, param->id);
+		IrNode *g = m->nodes[n->ops[ix.g]];
+		if (stage == 1) {
+			/* kept whole and unreduced; partition drops the partial axes
+			 * the gradient's op does not produce */
+			Placement G = param_place(m, param);
+			G.partial = live & ~split_axes(&G);
+			set_place(g, &G, param->id);
+		} else {
+			set_place(g, &S, param->id);
+		}
+		if (stage == 3)
+			set_place(param, &S, -1);
+	}
+	if (opt && opt->verbose)
+		fprintf(stderr, "dtmc: state: zero %d: %d param%s split, %d kept whole (already "
+		        "split over the zero axes, or uneven)\n", stage, nsplit, nsplit == 1 ? "" : "s",
+		        nkept);
+	return true;
+}
+
+/* ---- state_units ---- */
+
+typedef struct Units {
+	IrModule *m;
+	int n, L;
+	int *unit;   /* a split param: its unit (the id of the unit's first param); else -1 */
+	int *root;   /* a gather of a split param (through collectives): the param; else -1 */
+	bool *bwd;   /* a chain node with a user after the loss */
+	bool *need;  /* a forward chain node the backward pass gathers again */
+	bool *moved; /* a chain node emitted at its unit's point */
+	int *fpoint, *bpoint; /* per unit (indexed by unit id): where its gathers go */
+	int *map, *cmap;      /* old id -> new id of the node, of its backward copy */
+	int *units, nunits;   /* the unit ids */
+	IrNode **out;
+	int nout;
+} Units;
+
+/* The unit of a param: its name up to the last '.', so layer.3.wq is in
+ * layer.3; the top-level params share the unit "". */
+static size_t unit_len(const IrNode *p)
+{
+	const char *dot = p->name ? strrchr(p->name, '.') : NULL;
+	return dot ? (size_t)(dot - p->name) : 0;
+}
+
+static bool same_unit(const IrNode *a, const IrNode *b)
+{
+	size_t la = unit_len(a), lb = unit_len(b);
+	return la == lb && (la == 0 || strncmp(a->name, b->name, la) == 0);
+}
+
+static void find_chains(Units *u, uint32_t Z)
+{
+	IrModule *m = u->m;
+	for (int i = 0; i < u->n; i++) {
+		IrNode *x = m->nodes[i];
+		u->unit[i] = u->root[i] = -1;
+		if (x->op == IR_OP_PARAM && (split_axes(&x->place) & Z)) {
+			u->unit[i] = i;
+			for (int j = 0; j < u->nunits; j++)
+				if (same_unit(m->nodes[u->units[j]], x)) {
+					u->unit[i] = u->units[j];
+					break;
+				}
+			if (u->unit[i] == i)
+				u->units[u->nunits++] = i;
+		} else if (x->nops == 1 && ((ir_op_flags(x->op) & OPF_COLL) || x->op == IR_OP_CAST ||
+		                            x->op == IR_OP_SHARD_SLICE || x->op == IR_OP_PERMUTE ||
+		                            x->op == IR_OP_RESHAPE)) {
+			/* a gather, or a view of one the backward pass reads
+			 * (transpose(wte) for a tied head) */
+			int o = x->ops[0];
+			u->root[i] = u->unit[o] >= 0 ? o : u->root[o];
+		}
+	}
+	for (int i = 0; i < u->n; i++) {
+		IrNode *x = m->nodes[i];
+		for (int k = 0; k < x->nops; k++)
+			if (i > u->L && u->root[x->ops[k]] >= 0 && x->ops[k] < u->L)
+				u->bwd[x->ops[k]] = true;
+	}
+}
+
+static int uof(const Units *u, int c)
+{
+	return u->unit[u->root[c]];
+}
+
+static void find_points(Units *u, bool reshard)
+{
+	IrModule *m = u->m;
+	for (int i = 0; i < u->n; i++)
+		u->fpoint[i] = u->bpoint[i] = -1;
+	/* descending, so a chain node's users are decided first */
+	for (int c = u->n - 1; reshard && c >= 0; c--) {
+		if (u->root[c] < 0 || c > u->L)
+			continue;
+		u->need[c] = u->need[c] || u->bwd[c];
+		if (u->need[c] && u->root[m->nodes[c]->ops[0]] >= 0)
+			u->need[m->nodes[c]->ops[0]] = true;
+	}
+	for (int c = 0; c < u->n; c++) {
+		if (u->root[c] < 0)
+			continue;
+		int k = uof(u, c);
+		if (c < u->L) {
+			if (u->fpoint[k] < 0)
+				u->fpoint[k] = c;
+			continue;
+		}
+		if (u->bpoint[k] < 0 || c < u->bpoint[k])
+			u->bpoint[k] = c;
+	}
+	/* the backward copies go in front of the first backward use */
+	for (int i = u->L + 1; reshard && i < u->n; i++) {
+		IrNode *x = m->nodes[i];
+		for (int j = 0; j < x->nops; j++) {
+			int o = x->ops[j];
+			if (u->root[o] >= 0 && o < u->L && u->need[o]) {
+				int k = uof(u, o);
+				if (u->bpoint[k] < 0 || i < u->bpoint[k])
+					u->bpoint[k] = i;
+			}
+		}
+	}
+	/* a unit whose param comes after its first gather stays as it is */
+	for (int c = 0; c < u->n; c++)
+		if (u->root[c] >= 0 && c < u->L && u->root[c] > u->fpoint[uof(u, c)])
+			u->fpoint[uof(u, c)] = -1;
+}
+
+static bool push(Units *u, int old, bool copy)
+{
+	IrNode *x = u->m->nodes[old];
+	if (copy) {
+		IrNode *c = arena_alloc(u->m->arena, sizeof *c);
+		int *ops = arena_alloc(u->m->arena, sizeof(int) * (size_t)(x->nops ? x->nops : 1));
+		if (!c || !ops)
+			return false;
+		*c = *x;
+		memcpy(ops, x->ops, sizeof(int) * (size_t)x->nops);
+		c->ops = ops;
+		c->name = NULL;
+		x = c;
+		u->cmap[old] = u->nout;
+	} else {
+		u->map[old] = u->nout;
+	}
+	u->out[u->nout++] = x;
+	return true;
+}
+
+/* Emits the gathers that unit k moves to node i: its forward gathers when
+ * i is the first of them; its backward copies, then its backward gathers,
+ * when i is its first backward use. */
+static bool emit_groups(Units *u, int i)
+{
+	bool ok = true;
+	for (int j = 0; ok && j < u->nunits; j++) {
+		int k = u->units[j];
+		if (u->fpoint[k] == i)
+			for (int c = 0; ok && c < u->L; c++)
+				if (u->root[c] >= 0 && uof(u, c) == k) {
+					ok = push(u, c, false);
+					u->moved[c] = true;
+				}
+		if (u->bpoint[k] != i)
+			continue;
+		for (int c = 0; ok && c < u->L; c++)
+			if (u->root[c] >= 0 && uof(u, c) == k && u->need[c])
+				ok = push(u, c, true);
+		for (int c = u->L + 1; ok && c < u->n; c++)
+			if (u->root[c] >= 0 && uof(u, c) == k) {
+				ok = push(u, c, false);
+				u->moved[c] = true;
+			}
+	}
+	return ok;
+}
+
+static void remap(Units *u)
+{
+	for (int i = 0; i < u->n; i++) {
+		bool is_copy = u->cmap[i] >= 0;
+		for (int pass = 0; pass < 1 + is_copy; pass++) {
+			int nid = pass ? u->cmap[i] : u->map[i];
+			IrNode *x = u->out[nid];
+			bool late = pass || i > u->L;
+			for (int k = 0; k < x->nops; k++) {
+				int o = x->ops[k];
+				x->ops[k] = late && u->root[o] >= 0 && o < u->L && u->cmap[o] >= 0
+				                    ? u->cmap[o] : u->map[o];
+			}
+			if (x->place_from >= 0 && x->place_from < u->n)
+				x->place_from = u->map[x->place_from];
+		}
+	}
+	for (int i = 0; i < u->nout; i++)
+		u->out[i]->id = i;
+}
+
+static void report_memory(const IrModule *m)
+{
+	StateMem s;
+	pass_state_memory(m, &s);
+	fprintf(stderr, "dtmc: state: per-rank resident bytes: params %lld, grads %lld, master "
+	        "%lld, optimizer state %lld, total %lld\n", (long long)s.param, (long long)s.grad,
+	        (long long)s.master, (long long)s.optim,
+	        (long long)(s.param + s.grad + s.master + s.optim));
+}
+
+bool pass_state_units(IrModule *m, Diag *d, const PassOptions *opt)
+{
+	if (opt && opt->verbose)
+		report_memory(m);
+	uint32_t Z = m->train.zero_axes & live_axes(&m->mesh);
+	if (m->train.zero < 3 || !Z || m->loss < 0)
+		return true;
+	Arena a;
+	arena_init(&a);
+	size_t nn = (size_t)m->nnodes;
+	Units u = {.m = m, .n = m->nnodes, .L = m->loss};
+	u.unit = arena_alloc(&a, nn * sizeof(int));
+	u.root = arena_alloc(&a, nn * sizeof(int));
+	u.fpoint = arena_alloc(&a, nn * sizeof(int));
+	u.bpoint = arena_alloc(&a, nn * sizeof(int));
+	u.map = arena_alloc(&a, nn * sizeof(int));
+	u.cmap = arena_alloc(&a, nn * sizeof(int));
+	u.units = arena_alloc(&a, nn * sizeof(int));
+	u.bwd = arena_alloc(&a, nn);
+	u.need = arena_alloc(&a, nn);
+	u.moved = arena_alloc(&a, nn);
+	u.out = arena_alloc(m->arena, 2 * nn * sizeof(IrNode *));
+	bool ok = u.unit && u.root && u.fpoint && u.bpoint && u.map && u.cmap && u.units && u.bwd &&
+	          u.need && u.moved && u.out;
+	if (!ok) {
+		arena_free(&a);
+		diag_error(d, (SrcLoc){0}, "state: out of memory");
+		return false;
+	}
+	memset(u.bwd, 0, nn);
+	memset(u.need, 0, nn);
+	memset(u.moved, 0, nn);
+	for (size_t i = 0; i < nn; i++)
+		u.map[i] = u.cmap[i] = -1;
+	find_chains(&u, Z);
+	find_points(&u, m->train.reshard_after_forward);
+	for (int i = 0; ok && i < u.n; i++) {
+		ok = emit_groups(&u, i);
+		if (ok && !u.moved[i])
+			ok = push(&u, i, false);
+	}
+	if (!ok) {
+		arena_free(&a);
+		diag_error(d, (SrcLoc){0}, "state: out of memory");
+		return false;
+	}
+	remap(&u);
+	m->loss = u.map[m->loss];
+	for (int c = 0; c < m->nchooses; c++)
+		m->chooses[c].node = u.map[m->chooses[c].node];
+	m->nodes = u.out;
+	m->nnodes = u.nout;
+	m->cap = (int)(2 * nn);
+	arena_free(&a);
+	return true;
+}
+
+/* ---- memory ---- */
+
+static int64_t local_bytes(const IrNode *n)
+{
+	return ir_node_numel(n) * ir_dtype_size(n->dtype);
+}
+
+void pass_state_memory(const IrModule *m, StateMem *out)
+{
+	memset(out, 0, sizeof *out);
+	for (int i = 0; i < m->nnodes; i++) {
+		const IrNode *n = m->nodes[i];
+		if (n->op == IR_OP_PARAM)
+			out->param += local_bytes(n);
+		else if (n->op == IR_OP_STATE && n->name && !strncmp(n->name, "opt.master.", 11))
+			out->master += local_bytes(n);
+		else if (n->op == IR_OP_STATE)
+			out->optim += local_bytes(n);
+		else if (n->role == IR_ROLE_GRAD && n->name && !strncmp(n->name, "grad.", 5))
+			out->grad += local_bytes(n);
+	}
+}
