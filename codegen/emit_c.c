@@ -1,14 +1,17 @@
 /* emit_c.c - writes the training program's C file (see emit_c.h).
  *
- * Consumes the final single-device IR, its FusePlan and its MemPlan;
- * produces C text.  Node by node, in order:
+ * Consumes the final IR (one rank's program: after `partition` shapes are
+ * shards), its FusePlan and its MemPlan; produces C text.  Node by node,
+ * in order:
  *   matmul that one strided GEMM expresses -> a DTM_ACT_GEMM action
  *     (transposes folded into trans flags; a batch over A's rows with a
  *     shared B becomes one tall GEMM, which BLAS runs far faster than a
  *     loop of small ones);
  *   root of a fused elementwise group -> a generated loop kernel, one C
  *     statement per member (so nothing is evaluated twice);
- *   collective -> a DTM_ACT_COLL action;
+ *   collective -> a DTM_ACT_COLL action (runtime/comm.c's conventions);
+ *   shard_slice -> a dtmk_shard_slice wrapper (this rank's chunk, from
+ *     ctx->coords);
  *   any other op NAME -> a wrapper that fills a DtmkArgs with constant
  *     shapes and attributes and calls dtmk_NAME: generic, so an op added to
  *     ops.def needs only its kernel in codegen/cpu/;
@@ -125,6 +128,56 @@ static void put_shape(FILE *out, const IrNode *n)
 	for (int i = 0; i < n->rank; i++)
 		fprintf(out, "%s%lld", i ? ", " : " ", (long long)n->shape[i]);
 	fputs(n->rank ? " }" : "0 }", out);
+}
+
+/* After `partition` shapes are this rank's shards; shards are even
+ * (partition refuses uneven ones), so a dim's global extent is the local
+ * one times the number of shards.  One rank: the local shape. */
+static int64_t global_dim(const IrModule *m, const IrNode *n, int d)
+{
+	return n->shape[d] * placement_dim_parts(&n->place, &m->mesh, d);
+}
+
+static void put_global_shape(FILE *out, const IrModule *m, const IrNode *n)
+{
+	fputc('{', out);
+	for (int i = 0; i < n->rank; i++)
+		fprintf(out, "%s%lld", i ? ", " : " ", (long long)global_dim(m, n, i));
+	fputs(n->rank ? " }" : "0 }", out);
+}
+
+/* The split layout the runtime's init, data feed and checkpoints index by
+ * (DtmBuffer.split_axes): per dim, the mesh axes cutting it, major first.
+ * Axes of size 1 cut nothing and are left out, so a one-rank plan's
+ * tables stay as they were. */
+static void put_split(FILE *out, const IrModule *m, const IrNode *n)
+{
+	const Placement *p = &n->place;
+	if (!p->known)
+		return;
+	bool any = false;
+	for (int d = 0; d < n->rank && d < p->ndims; d++)
+		for (int k = 0; k < p->naxes[d]; k++)
+			any |= m->mesh.sizes[p->axes[d][k]] > 1;
+	if (!any)
+		return;
+	fputs(",\n\t\t.split_naxes = {", out);
+	for (int d = 0; d < n->rank; d++) {
+		int c = 0;
+		for (int k = 0; d < p->ndims && k < p->naxes[d]; k++)
+			c += m->mesh.sizes[p->axes[d][k]] > 1;
+		fprintf(out, "%s%d", d ? ", " : " ", c);
+	}
+	fputs(" }, .split_axes = {", out);
+	for (int d = 0; d < n->rank; d++) {
+		fputs(d ? ", {" : " {", out);
+		int c = 0;
+		for (int k = 0; d < p->ndims && k < p->naxes[d]; k++)
+			if (m->mesh.sizes[p->axes[d][k]] > 1)
+				fprintf(out, "%s%d", c++ ? ", " : " ", (int)p->axes[d][k]);
+		fputs(c ? " }" : "0 }", out);
+	}
+	fputs(" }", out);
 }
 
 static bool is_grad_norm(const IrNode *n)
@@ -586,7 +639,8 @@ static void emit_buffers(Emit *e)
 		        dtype_enum(n->dtype), n->rank);
 		put_shape(out, n);
 		fputs(", .global_shape = ", out);
-		put_shape(out, n);
+		put_global_shape(out, m, n);
+		put_split(out, m, n);
 		char pl[256];
 		placement_format(&n->place, &m->mesh, pl, sizeof pl);
 		fputs(", .placement = ", out);
@@ -652,6 +706,35 @@ static const char *coll_enum(IrOp op)
 	}
 }
 
+static const char *red_enum(IrRed r)
+{
+	switch (r) {
+	case IR_RED_AVG: return "DTM_RED_AVG";
+	case IR_RED_MAX: return "DTM_RED_MAX";
+	default: return "DTM_RED_SUM";
+	}
+}
+
+/* A collective's fields, in runtime/comm.c's conventions (above
+ * comm_run_action): dim and dim2 are dims of the input's shape (the IR's
+ * ints[0], ints[1]: the gather/scatter dim, or all_to_all's split and
+ * concat dims), bytes the input's local bytes, a broadcast's root
+ * (ints[0], a group index) in peer_offset. */
+static void put_coll(FILE *out, const IrModule *m, const IrNode *n)
+{
+	const IrNode *x = m->nodes[n->ops[0]];
+	int i0 = n->attrs.nints > 0 ? (int)n->attrs.ints[0] : 0;
+	int i1 = n->attrs.nints > 1 ? (int)n->attrs.ints[1] : 0;
+	bool dims = n->op != IR_OP_BROADCAST && n->op != IR_OP_ALL_REDUCE;
+	fprintf(out, ",\n\t  .coll = %s, .axes = %uu, .red = %s, .dim = %d, .dim2 = %d",
+	        coll_enum(n->op), (unsigned)n->attrs.mesh_axes, red_enum(n->attrs.red),
+	        dims ? i0 : 0, n->op == IR_OP_ALL_TO_ALL ? i1 : 0);
+	if (n->op == IR_OP_BROADCAST)
+		fprintf(out, ", .peer_offset = %d", i0);
+	fprintf(out, ", .bytes = %lld, .stream = 1",
+	        (long long)(ir_node_numel(x) * ir_dtype_size(x->dtype)));
+}
+
 static void emit_actions(Emit *e)
 {
 	FILE *out = e->out;
@@ -714,8 +797,7 @@ static void emit_actions(Emit *e)
 			fprintf(out, "%s%d", j ? ", " : " ", e->bufid[args[j]]);
 		fputs(" }", out);
 		if (k == NK_COLL)
-			fprintf(out, ", .coll = %s, .axes = %uu, .red = %d, .stream = 1", coll_enum(n->op),
-			        (unsigned)n->attrs.mesh_axes, (int)n->attrs.red);
+			put_coll(out, m, n);
 		else
 			fprintf(out, ", .kernel = %d", e->kernel[i]);
 		fputs(" },\n", out);
@@ -738,21 +820,32 @@ static void emit_plan(Emit *e)
 		if (gnorm < 0 && is_grad_norm(n) && e->bufid[i] >= 0)
 			gnorm = i;
 	}
+	/* partitioned: the grad_norm ops are per-group partial norms, the
+	 * global norm is the value named grad_norm that combines them */
+	for (int i = 0; i < m->nnodes; i++) {
+		const IrNode *n = m->nodes[i];
+		if (n->name && strcmp(n->name, "grad_norm") == 0 && e->bufid[i] >= 0) {
+			gnorm = i;
+			break;
+		}
+	}
 	if (m->loss >= 0)
 		loss = m->loss;
 	/* tokens when the first two inputs are i32 (tokens, targets), else
 	 * regression on (x, y) */
 	bool tokens = ninputs >= 2 && m->nodes[inputs[0]]->dtype == IR_I32 &&
 	              m->nodes[inputs[1]]->dtype == IR_I32;
-	int64_t B = ninputs ? m->nodes[inputs[0]]->shape[0] : 0;
-	int64_t T = tokens && m->nodes[inputs[0]]->rank > 1 ? m->nodes[inputs[0]]->shape[1] : 1;
+	/* global sizes: the data feed draws from the global batch and vocab */
+	const IrNode *in0 = ninputs ? m->nodes[inputs[0]] : NULL;
+	int64_t B = in0 ? global_dim(m, in0, 0) : 0;
+	int64_t T = tokens && in0->rank > 1 ? global_dim(m, in0, 1) : 1;
 	int64_t vocab = 0;
 	for (int i = 0; tokens && i < m->nnodes && !vocab; i++) {
 		const IrNode *n = m->nodes[i];
 		if (n->op == IR_OP_EMBED)
-			vocab = m->nodes[n->ops[0]]->shape[0];
+			vocab = global_dim(m, m->nodes[n->ops[0]], 0);
 		else if (n->op == IR_OP_CROSS_ENTROPY)
-			vocab = m->nodes[n->ops[0]]->shape[m->nodes[n->ops[0]]->rank - 1];
+			vocab = global_dim(m, m->nodes[n->ops[0]], m->nodes[n->ops[0]]->rank - 1);
 	}
 	fputs("static const DtmStage stages[] = { { (int)(sizeof actions / sizeof actions[0]), "
 	      "actions } };\n\n",
@@ -837,6 +930,14 @@ bool cg_emit_c(FILE *out, const IrModule *m, const FusePlan *fp, const MemPlan *
 	bool ok = true;
 	for (int i = 0; i < m->nnodes && ok; i++) {
 		e.kernel[i] = -1;
+		IrOp op = m->nodes[i]->op;
+		if (op == IR_OP_SEND || op == IR_OP_RECV) {
+			/* pipeline stages need one program per stage first */
+			diag_error(d, m->nodes[i]->loc, "%s: the CPU back end has no pipeline "
+			           "send/recv yet", ir_op_name(op));
+			ok = false;
+			break;
+		}
 		NodeKind k = node_kind(&e, i);
 		int nk = 1;
 		if (k == NK_FUSED)

@@ -21,9 +21,10 @@ typedef struct CgEmitOptions {
 	const char *src_dir;
 } CgEmitOptions;
 
-/* Writes the program for the final (single-device) IR m with its fusion
- * and memory plans.  Returns false after reporting to d (an op the CPU
- * back end cannot express, a write error). */
+/* Writes the program for the final IR m (the per-rank program after
+ * partition; on one rank the whole one) with its fusion and memory plans.
+ * Returns false after reporting to d (an op the CPU back end cannot
+ * express, a write error). */
 bool cg_emit_c(FILE *out, const IrModule *m, const FusePlan *fp, const MemPlan *mp,
                const CgEmitOptions *opt, Diag *d);
 

@@ -9,7 +9,10 @@
  * The repository root (for #include "runtime/plan.h") and the runtime
  * library come from compile definitions CMake sets (DTM_SOURCE_DIR,
  * DTM_RUNTIME_LIB, DTM_BLAS_LIB), so the installed dtmc needs no
- * environment.  cc is run with fork/execvp, never through a shell, so paths
+ * environment.  When CMake built the mpi backend it also sets DTM_MPI_OBJ
+ * (comm_mpi.o) and DTM_MPI_LIBS (MPI's libraries, '|'-separated): the
+ * binary then runs `--backend mpi` under mpirun, and still runs the local
+ * backend without it (MPI is initialised only when asked for).  cc is run with fork/execvp, never through a shell, so paths
  * with spaces or quotes are safe.
  */
 #include "link.h"
@@ -34,6 +37,27 @@
 #ifndef DTM_BLAS_LIB
 #define DTM_BLAS_LIB ""
 #endif
+#ifndef DTM_MPI_OBJ
+#define DTM_MPI_OBJ ""
+#endif
+#ifndef DTM_MPI_LIBS
+#define DTM_MPI_LIBS ""
+#endif
+
+#define CG_MAX_ARGV 64
+
+/* Appends the '|'-separated items of list to argv (copies in a). */
+static int add_list(Arena *a, char **argv, int n, const char *list)
+{
+	for (const char *p = list; *p && n < CG_MAX_ARGV - 8;) {
+		const char *q = strchr(p, '|');
+		size_t len = q ? (size_t)(q - p) : strlen(p);
+		if (len)
+			argv[n++] = arena_printf(a, "%.*s", (int)len, p);
+		p += len + (q != NULL);
+	}
+	return n;
+}
 
 /* Runs argv; returns its exit status, or -1 when it could not start. */
 static int run_cmd(char *const *argv)
@@ -100,7 +124,7 @@ bool cg_build(const IrModule *m, const CgBuildOptions *opt, Diag *d)
 	if (!cc || !*cc)
 		cc = "cc";
 	char *inc = arena_printf(&a, "-I%s", DTM_SOURCE_DIR);
-	char *argv[32];
+	char *argv[CG_MAX_ARGV];
 	int n = 0;
 	argv[n++] = (char *)cc;
 	/* -O3 and these math flags let gcc vectorise the kernels' float
@@ -126,9 +150,12 @@ bool cg_build(const IrModule *m, const CgBuildOptions *opt, Diag *d)
 	argv[n++] = cpath;
 	argv[n++] = "-x";
 	argv[n++] = "none";
+	/* the mpi object before the runtime: it calls into it */
+	n = add_list(&a, argv, n, DTM_MPI_OBJ);
 	argv[n++] = DTM_RUNTIME_LIB;
 	if (DTM_BLAS_LIB[0])
 		argv[n++] = DTM_BLAS_LIB;
+	n = add_list(&a, argv, n, DTM_MPI_LIBS);
 	argv[n++] = "-lpthread";
 	argv[n++] = "-lm";
 	argv[n] = NULL;

@@ -134,6 +134,19 @@ bool pass_memplan(const IrModule *m, const FusePlan *fp, Arena *a, Diag *d, MemP
 		diag_error(d, (SrcLoc){0}, "out of memory planning memory");
 		return false;
 	}
+	/* A collective takes its operand's shape from the runtime's buffer
+	 * table (comm_run_action gathers along a dim of it), so a reshape read
+	 * by one keeps its own storage rather than its operand's shape. */
+	bool *coll_read = arena_alloc(a, sizeof(bool) * (size_t)(n + 1));
+	if (!coll_read) {
+		diag_error(d, (SrcLoc){0}, "out of memory planning memory");
+		return false;
+	}
+	memset(coll_read, 0, sizeof(bool) * (size_t)(n + 1));
+	for (int i = 0; i < n; i++)
+		if (ir_op_flags(m->nodes[i]->op) & OPF_COLL)
+			for (int k = 0; k < m->nodes[i]->nops; k++)
+				coll_read[m->nodes[i]->ops[k]] = true;
 	/* 1. storage owners */
 	for (int i = 0; i < n; i++) {
 		const IrNode *nd = m->nodes[i];
@@ -147,6 +160,7 @@ bool pass_memplan(const IrModule *m, const FusePlan *fp, Arena *a, Diag *d, MemP
 		if (ir_op_flags(nd->op) & OPF_INPLACE)
 			alias = nd->ops[0];
 		else if (nd->op == IR_OP_RESHAPE && nd->role == IR_ROLE_ACT && !lives_to_end(m, nd) &&
+		         !coll_read[i] &&
 		         ir_node_numel(nd) == ir_node_numel(m->nodes[nd->ops[0]]) &&
 		         nd->dtype == m->nodes[nd->ops[0]]->dtype)
 			alias = nd->ops[0];

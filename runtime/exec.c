@@ -292,6 +292,8 @@ int rt_run_init(RtRun *r, const DtmPlan *p, int64_t rank, int nthreads)
 	rt_blas_set_threads(rt_pool_threads(r->pool));
 	r->ctx.rank = rank;
 	r->ctx.coords = r->coords;
+	r->ctx.mesh_naxes = p->mesh_naxes;
+	r->ctx.mesh_sizes = p->mesh_sizes;
 	r->ctx.nthreads = rt_pool_threads(r->pool);
 	r->ctx.scratch = r->scratch;
 	r->ctx.parallel_for = rt_ctx_parallel_for;

@@ -148,6 +148,10 @@ typedef struct DtmCtx {
 	void (*parallel_for)(const struct DtmCtx *ctx, int64_t n, int64_t grain,
 			     DtmRangeFn fn, void *arg);
 	void *pool;          /* the runtime's, for parallel_for */
+	/* The mesh (the plan's), so rank-dependent kernels (shard_slice) can
+	 * find this rank's position in a group from coords. */
+	int mesh_naxes;
+	const int64_t *mesh_sizes;
 } DtmCtx;
 
 typedef void (*DtmKernelFn)(const DtmCtx *ctx, void *const *args);

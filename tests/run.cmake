@@ -136,3 +136,26 @@ foreach(name mlp gpt)
   set_tests_properties(jax.${name} PROPERTIES TIMEOUT 600 LABELS jax)
 endforeach()
 # ---- end jax ----
+
+# ---- equiv: every layout trains like one device (issue 4 point 6) ----
+#   e2e.equiv.NAME  build models/NAME.dtm for one device and for DDP (dp=4),
+#                   TP (tp=2, tp=4) and DP x TP (dp=2,tp=2); 10 steps with
+#                   one seed: per-step losses and grad norms equal to 1e-5,
+#                   and the final weights gathered from the per-rank
+#                   checkpoints equal (tests/e2e/ckcompare.py).  With the
+#                   mpi backend built and mpirun found, a subset also runs
+#                   under mpirun and must give the local backend's losses.
+#                   Needs /usr/bin/python3 with numpy.
+if(TARGET dtm_comm_mpi AND DTM_MPIRUN)
+  set(DTM_EQUIV_MPIRUN ${DTM_MPIRUN})
+else()
+  set(DTM_EQUIV_MPIRUN none)
+endif()
+foreach(name mlp gpt)
+  add_test(NAME e2e.equiv.${name}
+           COMMAND ${DTM_BASH} ${DTM_TESTS}/e2e/equiv.sh $<TARGET_FILE:dtmc> ${name}
+                   ${DTM_EQUIV_MPIRUN}
+           WORKING_DIRECTORY ${DTM_ROOT})
+  set_tests_properties(e2e.equiv.${name} PROPERTIES TIMEOUT 600 LABELS e2e)
+endforeach()
+# ---- end equiv ----

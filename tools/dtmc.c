@@ -79,13 +79,15 @@ static const Command commands[] = {
 	 "  --mesh axis=size,...   replace the declared mesh sizes\n"
 	 "  -v, --verbose          name each pass as it runs\n",
 	 cmd_print, true, false},
-	{"build", "compile a model into a training binary (single device for now)",
+	{"build", "compile a model into a training binary for its mesh",
 	 "usage: dtmc build FILE -o NAME [-D name=value]... [--mesh axis=size,...] [-v] [--keep-c]\n"
 	 "\n"
 	 "Runs the pass pipeline, plans memory, writes C for the CPU and compiles it\n"
 	 "with the system C compiler ($CC, default cc) into the executable NAME, which\n"
 	 "trains the model (run ./NAME --help).  NAME is written only when everything\n"
-	 "succeeded.  Only one-rank meshes build for now: pass --mesh dp=1 (every\n"
+	 "succeeded.  A multi-rank mesh builds one per-rank program: ./NAME runs\n"
+	 "the ranks as threads, `mpirun -np RANKS ./NAME --backend mpi` as processes\n"
+	 "(when dtmc was built with MPI).  --mesh dp=1 builds for one device (every\n"
 	 "axis not listed gets size 1).\n"
 	 "\n"
 	 "options:\n"
@@ -385,15 +387,8 @@ static int cmd_build(const Args *args)
 	PassOptions popt = {.verbose = args->verbose};
 	IrModule *m = load(&a, &d, args);
 	bool ok = m != NULL;
-	/* The partition pass does not exist yet: a multi-rank plan would run
-	 * the unpartitioned program on every rank. */
-	if (ok && mesh_size(&m->mesh) > 1) {
-		diag_error(&d, (SrcLoc){.file = args->file},
-		           "the mesh has %lld ranks, but dtmc build supports one rank for now "
-		           "(no partition pass yet): use --mesh dp=1",
-		           (long long)mesh_size(&m->mesh));
-		ok = false;
-	}
+	/* Several ranks: partition makes the per-rank program (and refuses
+	 * uneven shards); the binary runs the mesh as threads or under mpirun. */
 	if (ok)
 		ok = pass_run_until(m, &d, &popt, NULL);
 	if (ok) {

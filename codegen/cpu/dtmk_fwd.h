@@ -542,6 +542,26 @@ static inline void dtmk_slice(const DtmCtx *ctx, const DtmkArgs *a)
 		dtmk_copy_rows(X, (o * len + lo) * inner, &a->out, o * blk, blk);
 }
 
+/* shard_slice(x): this rank's chunk of dim ints[0] over the group of mesh
+ * axes mesh_axes (Replicate -> Shard, no communication).  The position in
+ * the group is mixed-radix over the group's axes, the lowest-numbered
+ * axis major (runtime/comm.h's group order, which is also the order an
+ * all_gather concatenates in); shards are even (partition refuses uneven
+ * ones), so the chunk is out's extent of the dim. */
+static inline void dtmk_shard_slice(const DtmCtx *ctx, const DtmkArgs *a)
+{
+	const DtmkTensor *X = &a->in[0];
+	int ax = (int)a->ints[0];
+	int64_t idx = 0;
+	for (int k = 0; k < ctx->mesh_naxes; k++)
+		if (a->mesh_axes >> k & 1)
+			idx = idx * ctx->mesh_sizes[k] + ctx->coords[k];
+	int64_t outer = dtmk_span(X, 0, ax), inner = dtmk_span(X, ax + 1, X->rank);
+	int64_t len = X->shape[ax], c = a->out.shape[ax], blk = c * inner;
+	for (int64_t o = 0; o < outer; o++)
+		dtmk_copy_rows(X, (o * len + idx * c) * inner, &a->out, o * blk, blk);
+}
+
 /* ---- attention(q, k, v) [.., T, D]: ints = {heads, causal} ---- */
 
 struct dtmk_attn_job {
