@@ -842,7 +842,7 @@ static void emit_plan(Emit *e)
 	int64_t vocab = 0;
 	for (int i = 0; tokens && i < m->nnodes && !vocab; i++) {
 		const IrNode *n = m->nodes[i];
-		if (n->op == IR_OP_EMBED)
+		if (n->op == IR_OP_EMBED || n->op == IR_OP_EMBED_VP)
 			vocab = global_dim(m, m->nodes[n->ops[0]], 0);
 		else if (n->op == IR_OP_CROSS_ENTROPY)
 			vocab = global_dim(m, m->nodes[n->ops[0]], m->nodes[n->ops[0]]->rank - 1);

@@ -30,6 +30,9 @@ typedef struct IrEval {
 	bool training; /* dropout is active (default true); false = identity */
 	uint64_t seed; /* of the last ir_eval_run, reused by ir_eval_loss_fd */
 	int64_t step;
+	/* this rank's mesh coordinates, for the rank-dependent vocab-parallel
+	 * ops (embed_vp, ...): eval_spmd sets them; zero elsewhere */
+	int64_t coords[IR_MAX_AXES];
 	/* The learning rate of optimizer ops: m->train's schedule at the
 	 * run's step (as the runtime computes it) unless lr_fixed is set, in
 	 * which case lr. */

@@ -352,6 +352,96 @@ static bool ev_ce_bwd(IrEval *e, const IrNode *n, Diag *d)
 	return true;
 }
 
+/* ---- vocab-parallel ops: this rank's vocab shard starts at off ---- */
+
+static int64_t vp_offset(const IrEval *e, const IrNode *n, int64_t local)
+{
+	int64_t idx = 0;
+	const Mesh *mesh = &e->m->mesh;
+	for (int k = 0; k < mesh->naxes; k++)
+		if (n->attrs.mesh_axes >> k & 1)
+			idx = idx * mesh->sizes[k] + e->coords[k];
+	return idx * local;
+}
+
+static bool ev_embed_vp(IrEval *e, const IrNode *n, Diag *d)
+{
+	const IrNode *tab = arg(e, n, 0);
+	int64_t V = tab->shape[0], D = tab->shape[1], N = ir_node_numel(arg(e, n, 1));
+	int64_t off = vp_offset(e, n, V);
+	const double *t = in(e, n, 0), *ids = in(e, n, 1);
+	double *y = e->val[n->id];
+	for (int64_t i = 0; i < N; i++) {
+		if (ids[i] != floor(ids[i]))
+			return ir_eval_bad(d, n, "id out of range");
+		int64_t r = (int64_t)ids[i] - off;
+		for (int64_t j = 0; j < D; j++)
+			y[i * D + j] = r >= 0 && r < V ? t[r * D + j] : 0;
+	}
+	return true;
+}
+
+static bool ev_embed_bwd_vp(IrEval *e, const IrNode *n, Diag *d)
+{
+	int64_t V = n->shape[0], D = n->shape[1], N = ir_node_numel(arg(e, n, 1));
+	int64_t off = vp_offset(e, n, V);
+	const double *dy = in(e, n, 0), *ids = in(e, n, 1);
+	double *t = e->val[n->id];
+	(void)d;
+	memset(t, 0, sizeof(double) * (size_t)(V * D));
+	for (int64_t i = 0; i < N; i++) {
+		int64_t r = (int64_t)ids[i] - off;
+		if (r < 0 || r >= V)
+			continue;
+		for (int64_t j = 0; j < D; j++)
+			t[r * D + j] += dy[i * D + j];
+	}
+	return true;
+}
+
+/* ce_target, ce_sumexp */
+static bool ev_ce_rows(IrEval *e, const IrNode *n, Diag *d)
+{
+	const IrNode *L = arg(e, n, 0);
+	int64_t V = L->shape[L->rank - 1], N = ir_node_numel(n);
+	const double *x = in(e, n, 0), *b = in(e, n, 1);
+	double *y = e->val[n->id];
+	int64_t off = n->op == IR_OP_CE_TARGET ? vp_offset(e, n, V) : 0;
+	(void)d;
+	for (int64_t i = 0; i < N; i++) {
+		const double *row = x + i * V;
+		if (n->op == IR_OP_CE_TARGET) {
+			int64_t r = (int64_t)b[i] - off;
+			y[i] = r >= 0 && r < V ? row[r] : 0;
+		} else {
+			double s = 0;
+			for (int64_t j = 0; j < V; j++)
+				s += exp(row[j] - b[i]);
+			y[i] = s;
+		}
+	}
+	return true;
+}
+
+static bool ev_ce_bwd_vp(IrEval *e, const IrNode *n, Diag *d)
+{
+	const IrNode *L = arg(e, n, 1);
+	int64_t V = L->shape[L->rank - 1], N = ir_node_numel(arg(e, n, 2));
+	int64_t off = vp_offset(e, n, V);
+	double dl = in(e, n, 0)[0] / (double)(N ? N : 1);
+	const double *x = in(e, n, 1), *t = in(e, n, 2), *mx = in(e, n, 3), *se = in(e, n, 4);
+	double *dx = e->val[n->id];
+	(void)d;
+	for (int64_t i = 0; i < N; i++) {
+		for (int64_t j = 0; j < V; j++)
+			dx[i * V + j] = exp(x[i * V + j] - mx[i]) / se[i] * dl;
+		int64_t r = (int64_t)t[i] - off;
+		if (r >= 0 && r < V)
+			dx[i * V + r] -= dl;
+	}
+	return true;
+}
+
 bool ir_eval_grad(IrEval *e, const IrNode *n, Diag *d)
 {
 	switch (n->op) {
@@ -381,6 +471,15 @@ bool ir_eval_grad(IrEval *e, const IrNode *n, Diag *d)
 		return ev_attention_bwd(e, n, d);
 	case IR_OP_CROSS_ENTROPY_BWD:
 		return ev_ce_bwd(e, n, d);
+	case IR_OP_EMBED_VP:
+		return ev_embed_vp(e, n, d);
+	case IR_OP_EMBED_BWD_VP:
+		return ev_embed_bwd_vp(e, n, d);
+	case IR_OP_CE_TARGET:
+	case IR_OP_CE_SUMEXP:
+		return ev_ce_rows(e, n, d);
+	case IR_OP_CE_BWD_VP:
+		return ev_ce_bwd_vp(e, n, d);
 	default:
 		break;
 	}

@@ -22,10 +22,13 @@ bool ir_spmd_init(IrSpmd *s, const IrModule *m)
 	if (!s->rank)
 		return false;
 	for (int64_t r = 0; r < s->nranks; r++)
+	{
 		if (!ir_eval_init(&s->rank[r], m)) {
 			ir_spmd_free(s);
 			return false;
 		}
+		mesh_coords(&m->mesh, r, s->rank[r].coords);
+	}
 	return true;
 }
 

@@ -282,6 +282,36 @@ static bool infer_ce_bwd(G *g, IrNode **o)
 	return true;
 }
 
+/* ce_target(logits, targets), ce_sumexp(logits, mx): per-row values
+ * shaped like the targets / mx (logits less the last dim). */
+static bool infer_ce_rows(G *g, IrNode **o)
+{
+	IrNode *lg = o[0], *tg = o[1];
+	bool tgt = g->n->op == IR_OP_CE_TARGET;
+	if (!floats(g, o, 1))
+		return false;
+	if ((tgt ? tg->dtype != IR_I32 : tg->dtype != lg->dtype) || lg->rank < 1 ||
+	    tg->rank != lg->rank - 1 ||
+	    memcmp(tg->shape, lg->shape, (size_t)tg->rank * sizeof tg->shape[0]) != 0)
+		return fail(g, "%s: %s %s must be %s and match logits %s", name(g),
+		            tgt ? "targets" : "mx", SH(tg), tgt ? "i32" : "the logits' type", SH(lg));
+	set(g->n, lg->dtype, tg->rank, tg->shape);
+	return true;
+}
+
+/* ce_bwd_vp(dl, logits, targets, mx, se): cross_entropy_bwd's operands
+ * plus two per-row statistics. */
+static bool infer_ce_bwd_vp(G *g, IrNode **o)
+{
+	if (!infer_ce_bwd(g, o))
+		return false;
+	for (int i = 3; i < 5; i++)
+		if (o[i]->dtype != o[1]->dtype || !same_shape(o[i], o[2]))
+			return fail(g, "ce_bwd_vp: operand %d %s must be shaped like the targets %s",
+			            i, SH(o[i]), SH(o[2]));
+	return true;
+}
+
 bool ir_infer_grad(IrModule *m, IrNode *n, IrNode **o, char *msg, size_t cap)
 {
 	(void)m;
@@ -314,6 +344,13 @@ bool ir_infer_grad(IrModule *m, IrNode *n, IrNode **o, char *msg, size_t cap)
 		return infer_attention_bwd(&g, o);
 	case IR_OP_CROSS_ENTROPY_BWD:
 		return infer_ce_bwd(&g, o);
+	case IR_OP_EMBED_BWD_VP:
+		return infer_embed_bwd(&g, o[0], o[1]);
+	case IR_OP_CE_TARGET:
+	case IR_OP_CE_SUMEXP:
+		return infer_ce_rows(&g, o);
+	case IR_OP_CE_BWD_VP:
+		return infer_ce_bwd_vp(&g, o);
 	default:
 		break;
 	}

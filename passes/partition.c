@@ -19,7 +19,9 @@
  * gradient split over axes its op leaves it partial over is computed as
  * the op gives it and reduce_scattered; grad_norm adds up local sums of
  * squares per group of gradients split over the same axes and all_reduces
- * each over those axes only, so a replicated gradient is counted once.  A partial target the
+ * each over those axes only, so a replicated gradient is counted once.
+ * cross_entropy and its backward on logits split on the vocab dim are
+ * vocab parallel (part_xent_vp): only per-row statistics are reduced.  A partial target the
  * op cannot produce is dropped (the consumers reduce it), never faked.
  *
  * Uneven shards are refused (see partition.h); a one-rank mesh is left as
@@ -47,6 +49,7 @@ typedef struct Part {
 	int *map;        /* global id -> local id holding its value at target */
 	Placement *want; /* global id -> its optimizer step's param placement */
 	Cached **cache;  /* global id -> reshards made of it */
+	int *ce_mx, *ce_se; /* global logits id -> vocab-parallel row stats, or -1 */
 	Arena scratch;
 } Part;
 
@@ -381,6 +384,158 @@ static bool grad_natural(Part *p, const IrNode *n, const Placement *T, const Pla
 	return true;
 }
 
+/* ---- vocab-parallel cross_entropy ---- */
+
+static uint32_t pl_dim_axes(const Placement *pl, int d)
+{
+	uint32_t u = 0;
+	for (int k = 0; d < pl->ndims && k < pl->naxes[d]; k++)
+		u |= 1u << pl->axes[d][k];
+	return u;
+}
+
+/* The axes logits placed `L` split their vocab (last) dim over, when the
+ * vocab-parallel path applies: split in group order, nothing partial. */
+static uint32_t vocab_axes(const Placement *L, int rank)
+{
+	if (!L->known || rank < 1 || L->ndims != rank)
+		return 0;
+	int v = rank - 1;
+	for (int k = 1; k < L->naxes[v]; k++)
+		if (L->axes[v][k] <= L->axes[v][k - 1])
+			return 0;
+	return pl_dim_axes(L, v);
+}
+
+/* The positions' placement: the logits' without the vocab dim. */
+static Placement rows_place(const Placement *L, int rank)
+{
+	Placement P;
+	placement_replicated(&P, rank - 1);
+	for (int d = 0; d < rank - 1; d++) {
+		P.naxes[d] = L->naxes[d];
+		memcpy(P.axes[d], L->axes[d], sizeof P.axes[d]);
+	}
+	return P;
+}
+
+/* Row max (all_reduce max) and sum of exp(logits - max) (all_reduce sum)
+ * of vocab-split logits lid (global lg), over axes A; cached per logits. */
+static bool ce_stats(Part *p, const IrNode *n, const IrNode *lg, const IrNode *tg, int lid,
+                     uint32_t A, const Placement *P, int *mx, int *se)
+{
+	if (p->ce_mx[lg->id] >= 0) {
+		*mx = p->ce_mx[lg->id];
+		*se = p->ce_se[lg->id];
+		return true;
+	}
+	IrNode rows = *tg;
+	rows.dtype = lg->dtype;
+	rows.loc = n->loc;
+	Placement part = *P;
+	part.partial = A;
+	part.partial_op = IR_RED_MAX;
+	IrAttrs red = {.nints = 1, .ints = {lg->rank - 1}};
+	IrAttrs armax = {.mesh_axes = A, .red = IR_RED_MAX};
+	IrAttrs arsum = {.mesh_axes = A, .red = IR_RED_SUM};
+	IrAttrs none = {0};
+	int m0 = emit(p, IR_OP_MAX, &lid, 1, &red, &rows, &part, lid);
+	*mx = m0 < 0 ? -1 : emit(p, IR_OP_ALL_REDUCE, &m0, 1, &armax, &rows, P, m0);
+	if (*mx < 0)
+		return false;
+	part.partial_op = IR_RED_SUM;
+	int s0 = emit(p, IR_OP_CE_SUMEXP, (int[]){lid, *mx}, 2, &none, &rows, &part, lid);
+	*se = s0 < 0 ? -1 : emit(p, IR_OP_ALL_REDUCE, &s0, 1, &arsum, &rows, P, s0);
+	if (*se < 0)
+		return false;
+	p->ce_mx[lg->id] = *mx;
+	p->ce_se[lg->id] = *se;
+	return true;
+}
+
+/* Resolves local id (placed res) to n's target, as part_node does. */
+static bool finish_target(Part *p, const IrNode *n, int id, const Placement *res)
+{
+	Placement T = target(p, n), t = T;
+	if (!t.known || (p->fill && n->role == IR_ROLE_LOSS && !n->place.known)) {
+		t = *res;
+		if (n->role == IR_ROLE_LOSS)
+			t.partial = 0;
+	}
+	t.partial &= res->partial;
+	t.partial_op = t.partial ? res->partial_op : IR_RED_SUM;
+	return finish(p, n, reshard(p, id, n, &t));
+}
+
+/* cross_entropy / cross_entropy_bwd with logits split on the vocab dim
+ * (Megatron's vocab-parallel loss; the logits are never gathered): the
+ * row max and the sum of exp(logits - max) are all_reduced over the vocab
+ * axes, and so is the target's logit, picked where the target falls;
+ * loss = mean(log(sum) + max - target logit), a local mean over the
+ * positions here scaled by 1/(their group size), partial over it; the
+ * backward is local, (softmax - onehot) on the shard from the forward's
+ * statistics.  *done = false: the logits are not vocab-split, the generic
+ * rule applies. */
+static bool part_xent_vp(Part *p, const IrNode *n, bool *done)
+{
+	bool bwd = n->op == IR_OP_CROSS_ENTROPY_BWD;
+	const IrNode *lg = p->m->nodes[n->ops[bwd ? 1 : 0]];
+	const IrNode *tg = p->m->nodes[n->ops[bwd ? 2 : 1]];
+	Placement L = loc_node(p, p->map[lg->id])->place;
+	pass_placement_canon(&p->m->mesh, &L);
+	L.partial = 0;
+	L.partial_op = IR_RED_SUM;
+	uint32_t A = vocab_axes(&L, lg->rank);
+	*done = false;
+	if (!A || !pass_placement_even(&p->m->mesh, &L, lg->rank, lg->shape))
+		return true;
+	*done = true;
+	Placement P = rows_place(&L, lg->rank), rep;
+	placement_replicated(&rep, 0);
+	uint32_t pos = 0;
+	for (int d = 0; d < P.ndims; d++)
+		pos |= pl_dim_axes(&P, d);
+	int lid = reshard(p, p->map[lg->id], lg, &L);
+	int tid = lid < 0 ? -1 : operand(p, n, bwd ? 2 : 1, &P);
+	int mx, se;
+	if (tid < 0 || !ce_stats(p, n, lg, tg, lid, A, &P, &mx, &se))
+		return false;
+	IrAttrs none = {0}, vp = {.mesh_axes = A};
+	double scale = pos ? 1.0 / (double)mesh_axes_size(&p->m->mesh, pos) : 0;
+	if (bwd) {
+		int dl = operand(p, n, 0, &rep);
+		int id = dl < 0 ? -1 : emit(p, IR_OP_CE_BWD_VP, (int[]){dl, lid, tid, mx, se}, 5, &vp,
+		                            n, &L, lid);
+		if (id >= 0 && scale != 0) {
+			IrAttrs sc = {.f = {scale}};
+			id = emit(p, IR_OP_SCALE, &id, 1, &sc, n, &L, id);
+		}
+		return id >= 0 && finish_target(p, n, id, &L);
+	}
+	IrNode rows = *tg;
+	rows.dtype = lg->dtype;
+	rows.loc = n->loc;
+	Placement part = P;
+	part.partial = A;
+	int t0 = emit(p, IR_OP_CE_TARGET, (int[]){lid, tid}, 2, &vp, &rows, &part, lid);
+	IrAttrs arsum = {.mesh_axes = A, .red = IR_RED_SUM};
+	int tl = t0 < 0 ? -1 : emit(p, IR_OP_ALL_REDUCE, &t0, 1, &arsum, &rows, &P, t0);
+	int ls = tl < 0 ? -1 : emit(p, IR_OP_LOG, &se, 1, &none, &rows, &P, se);
+	int a = ls < 0 ? -1 : emit(p, IR_OP_ADD, (int[]){ls, mx}, 2, &none, &rows, &P, ls);
+	int b = a < 0 ? -1 : emit(p, IR_OP_SUB, (int[]){a, tl}, 2, &none, &rows, &P, a);
+	IrAttrs all = {.nints = tg->rank};
+	for (int d = 0; d < tg->rank && d < IR_MAX_INTS; d++)
+		all.ints[d] = d;
+	Placement res = rep;
+	res.partial = pos;
+	int id = b < 0 ? -1 : emit(p, IR_OP_MEAN, &b, 1, &all, n, &res, b);
+	if (id >= 0 && scale != 0) {
+		IrAttrs sc = {.f = {scale}};
+		id = emit(p, IR_OP_SCALE, &id, 1, &sc, n, &res, id);
+	}
+	return id >= 0 && finish_target(p, n, id, &res);
+}
+
 static bool part_node(Part *p, const IrNode *n)
 {
 	Placement T = target(p, n);
@@ -400,6 +555,13 @@ static bool part_node(Part *p, const IrNode *n)
 		return part_step(p, n);
 	if (n->op == IR_OP_GRAD_NORM)
 		return part_grad_norm(p, n);
+	if (n->op == IR_OP_CROSS_ENTROPY || n->op == IR_OP_CROSS_ENTROPY_BWD) {
+		bool done;
+		if (!part_xent_vp(p, n, &done))
+			return false;
+		if (done)
+			return true;
+	}
 
 	Placement *cur = arena_alloc(&p->scratch, sizeof *cur * (size_t)n->nops);
 	PartRule r = {.req = arena_alloc(&p->scratch, sizeof *r.req * (size_t)n->nops)};
@@ -418,7 +580,8 @@ static bool part_node(Part *p, const IrNode *n)
 	for (int i = 0; i < n->nops; i++)
 		if ((ops[i] = operand(p, n, i, &r.req[i])) < 0)
 			return false;
-	int id = emit(p, n->op, ops, n->nops, &r.at, n, &r.res, n->nops ? ops[0] : -1);
+	int id = emit(p, r.op ? r.op : n->op, ops, n->nops, &r.at, n, &r.res,
+	              n->nops ? ops[0] : -1);
 	if (id >= 0 && r.scale != 0) {
 		IrAttrs sc = {.f = {r.scale}};
 		id = emit(p, IR_OP_SCALE, &id, 1, &sc, n, &r.res, id);
@@ -462,12 +625,16 @@ bool pass_partition_ex(IrModule *m, Diag *d, bool fill_unknown)
 	p.map = arena_alloc(&p.scratch, nn * sizeof *p.map);
 	p.want = arena_alloc(&p.scratch, nn * sizeof *p.want);
 	p.cache = arena_alloc(&p.scratch, nn * sizeof *p.cache);
-	bool ok = p.out && p.map && p.want && p.cache;
+	p.ce_mx = arena_alloc(&p.scratch, nn * sizeof *p.ce_mx);
+	p.ce_se = arena_alloc(&p.scratch, nn * sizeof *p.ce_se);
+	bool ok = p.out && p.map && p.want && p.cache && p.ce_mx && p.ce_se;
 	if (!ok)
 		diag_error(d, (SrcLoc){0}, "partition: out of memory");
 	if (ok) {
 		memset(p.want, 0, nn * sizeof *p.want);
 		memset(p.cache, 0, nn * sizeof *p.cache);
+		memset(p.ce_mx, 0xff, nn * sizeof *p.ce_mx);
+		memset(p.ce_se, 0xff, nn * sizeof *p.ce_se);
 		p.out->mesh = m->mesh;
 		p.out->train = m->train;
 		find_wants(&p);

@@ -15,6 +15,7 @@ typedef struct PartRule {
 	Placement res;
 	IrAttrs at;
 	double scale;
+	IrOp op; /* non-zero: the local op, when not the node's (embed_vp) */
 } PartRule;
 
 /* The rule of a non-leaf, non-optimizer node.  T is the node's target

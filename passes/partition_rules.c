@@ -17,7 +17,10 @@
  *   cross_entropy, mse): reduced dims keep their split and the result is
  *   Partial over those axes (max: a max-partial); means and the losses
  *   are local means scaled by 1/(group size), exact for even shards.
- *   embed: vocab unsplit (vocab-parallel is a later refinement).
+ *   embed: a table split on V becomes embed_vp (masked lookup, the result
+ *   partial over V's axes); embed_bwd split on V as its target wants
+ *   becomes embed_bwd_vp.  cross_entropy with vocab-split logits is
+ *   partition.c's (part_xent_vp).
  *
  * Partial operands pass through ops that are linear in them (add of two
  * equally partial values, scale, the gradient ops in dy, ...) when T keeps
@@ -327,11 +330,24 @@ static void heads_rule(const IrModule *m, const IrNode *n, const Placement *T,
 	r->at.ints[0] = n->attrs.ints[0] / parts;
 }
 
+/* The axes dim d of p is split over, when they are in group order (the
+ * order the vocab-parallel ops number shards in), else 0. */
+static uint32_t vocab_axes(const Placement *p, int d)
+{
+	if (!p->known || d >= p->ndims)
+		return 0;
+	for (int k = 1; k < p->naxes[d]; k++)
+		if (p->axes[d][k] <= p->axes[d][k - 1])
+			return 0;
+	return dim_mask(p, d);
+}
+
 bool part_rule(const IrModule *m, const IrNode *n, const Placement *T, const Placement *cur,
                PartRule *r, char *why, size_t cap)
 {
 	r->at = n->attrs;
 	r->scale = 0;
+	r->op = 0;
 	int rk = n->rank;
 	uint32_t all = rk >= 32 ? ~0u : (1u << rk) - 1;
 	uint32_t last = rk ? 1u << (rk - 1) : 0;
@@ -439,6 +455,17 @@ bool part_rule(const IrModule *m, const IrNode *n, const Placement *T, const Pla
 		for (int k = 0; k < ids->rank; k++)
 			copy_dim(&r->req[1], k, &r->res, k);
 		r->res.partial = 0;
+		/* vocab parallel: a table split on V looks up its own rows
+		 * (embed_vp, the others zero), the result partial over V's axes */
+		uint32_t v = vocab_axes(&cur[0], 0);
+		if (v && !(v & dims_mask(&r->res))) {
+			copy_dim(&r->req[0], 0, &cur[0], 0);
+			r->res.partial = v;
+			r->res.partial_op = IR_RED_SUM;
+			r->op = IR_OP_EMBED_VP;
+			memset(&r->at, 0, sizeof r->at);
+			r->at.mesh_axes = v;
+		}
 		return true;
 	}
 	case IR_OP_EMBED_BWD: {
@@ -449,6 +476,14 @@ bool part_rule(const IrModule *m, const IrNode *n, const Placement *T, const Pla
 		placement_replicated(R, 2);
 		uint32_t used = 0;
 		follow(R, 1, T->known ? T : &cur[0], T->known ? 1 : dy->rank - 1, &used);
+		/* rows split as the target wants: this shard's ids only */
+		uint32_t v = T->known ? vocab_axes(T, 0) : 0;
+		if (v && !(v & used)) {
+			follow(R, 0, T, 0, &used);
+			r->op = IR_OP_EMBED_BWD_VP;
+			memset(&r->at, 0, sizeof r->at);
+			r->at.mesh_axes = v;
+		}
 		uint32_t pos = positions(m, n, cur, r, dy->rank - 1, used, 2);
 		copy_dim(&r->req[0], dy->rank - 1, R, 1);
 		uint32_t keep;

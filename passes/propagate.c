@@ -380,11 +380,19 @@ static void rule_attention(Rule *r, const IrNode *n, bool bwd)
 }
 
 /* logits [..., V] (operand li) and targets [...] (operand ti): the batch
- * dims are shared, V stays whole (vocab-parallel cross_entropy is not
- * modelled yet); to_scalar: contracted into the loss. */
+ * dims are shared; to_scalar: contracted into the loss.  V may split
+ * (vocab parallel: partition reduces the row max, the sum of exps and the
+ * target logit, never the logits): a contracted factor of the loss, the
+ * gradient's own dim in the backward. */
 static void rule_xent(Rule *r, const Prop *P, const IrNode *n, int li, int ti, bool to_scalar)
 {
 	const IrNode *t = nd(P, n->ops[ti]);
+	int fv = newf(r);
+	r->opf[li][t->rank] = (int8_t)fv;
+	if (to_scalar && fv >= 0)
+		r->reduce[fv] = true;
+	else
+		r->resf[t->rank] = (int8_t)fv;
 	for (int j = 0; j < t->rank; j++) {
 		int f = newf(r);
 		r->opf[li][j] = r->opf[ti][j] = (int8_t)f;
@@ -744,6 +752,15 @@ static double cand_cost(const Prop *P, const IrNode *n, const Assign *a, Placeme
 		Placement q;
 		if (requirement(P, P->uses[u].node, P->uses[u].slot, &q))
 			cost += pass_propagate_cost(mesh, res, &q, node_bytes(n));
+	}
+	if (n->op == IR_OP_EMBED_BWD) {
+		/* ties (a slice is free) go to the smaller table gradient: a
+		 * vocab split computes only this shard's rows (embed_bwd_vp) */
+		double local = node_bytes(n);
+		for (int d = 0; d < res->ndims; d++)
+			for (int k = 0; k < res->naxes[d]; k++)
+				local /= axis_size(mesh, res->axes[d][k]);
+		cost += 1e-3 * local;
 	}
 	return cost;
 }

@@ -333,6 +333,23 @@ static void build(void)
 	n->attrs.ints[1] = 1;
 	done(n);
 	done(add(IR_OP_CROSS_ENTROPY_BWD, 3, (int[]){c, h, tok}));
+	/* vocab-parallel ops (passes/partition.c) */
+	n = add(IR_OP_EMBED_VP, 2, (int[]){wte, tok});
+	n->attrs.mesh_axes = 1u << 2;
+	done(n);
+	n = add(IR_OP_EMBED_BWD_VP, 2, (int[]){h, tok});
+	n->attrs.mesh_axes = 1u << 2;
+	n->rank = 2;
+	n->shape[0] = 16;
+	n->shape[1] = 16;
+	done(n);
+	n = add(IR_OP_CE_TARGET, 2, (int[]){h, tok});
+	n->attrs.mesh_axes = 1u << 2;
+	int rows = done(n);
+	int se = done(add(IR_OP_CE_SUMEXP, 2, (int[]){h, rows}));
+	n = add(IR_OP_CE_BWD_VP, 5, (int[]){c, h, tok, rows, se});
+	n->attrs.mesh_axes = 1u << 2;
+	done(n);
 
 	/* optimizer ops (passes/optim.c): g and b stand in for a gradient */
 	{

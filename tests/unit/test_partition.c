@@ -10,7 +10,8 @@
  * steps, to 1e-9 relative.  Until `propagate` is in the pipeline the
  * unannotated values get the placement their op's rule produces
  * (pass_partition_ex with fill_unknown).  Also: the verifier after
- * partition, the text round trip of a partitioned module, the one-rank
+ * partition, vocab parallelism (no all_gather of wte or logits), the
+ * text round trip of a partitioned module, the one-rank
  * mesh left unchanged and uneven shards refused.
  */
 #include "check.h"
@@ -265,6 +266,54 @@ static void test_equivalence(void)
 
 /* ---- reshard plans ---- */
 
+/* Vocab parallel (gpt.dtm's wte is split [tp, _]): the embedding is a
+ * masked lookup plus all_reduce, the loss reduces row max, sum of exps and
+ * the target logit over tp; neither the table nor the logits (any value
+ * with a vocab-sized dim) is ever all_gathered.  Equivalence is
+ * test_equivalence's gpt tp and dp x tp. */
+static void vocab_parallel(const char *mesh)
+{
+	char *src = slurp("models/gpt.dtm");
+	CHECK(src != NULL);
+	if (!src)
+		return;
+	static const char *const gpt[] = {"vocab", "16", "ctx", "4", "d", "8", "heads", "2",
+	                                  "layers", "1", "batch", "4", NULL};
+	Arena a;
+	arena_init(&a);
+	Diag d;
+	diag_init(&d, stderr);
+	IrModule *m = lower_src(&a, &d, src, mesh, gpt);
+	bool ok = m && pipeline(m, &d, true);
+	CHECK(ok);
+	int c[IR_OP_COUNT] = {0}, vgather = 0, armax = 0;
+	for (int i = 0; ok && i < m->nnodes; i++) {
+		const IrNode *n = m->nodes[i];
+		c[n->op]++;
+		for (int k = 0; n->op == IR_OP_ALL_GATHER && k < n->rank; k++)
+			vgather += n->shape[k] == 16;
+		armax += n->op == IR_OP_ALL_REDUCE && n->attrs.red == IR_RED_MAX;
+	}
+	if (ok) {
+		CHECK_EQ_INT(c[IR_OP_EMBED_VP], 1);
+		CHECK_EQ_INT(c[IR_OP_EMBED_BWD_VP], 1);
+		CHECK_EQ_INT(c[IR_OP_CE_TARGET], 1);
+		CHECK_EQ_INT(c[IR_OP_CE_BWD_VP], 1);
+		CHECK_EQ_INT(c[IR_OP_EMBED] + c[IR_OP_EMBED_BWD], 0);
+		CHECK_EQ_INT(c[IR_OP_CROSS_ENTROPY] + c[IR_OP_CROSS_ENTROPY_BWD], 0);
+		CHECK_EQ_INT(armax, 1);
+		CHECK_EQ_INT(vgather, 0);
+	}
+	arena_free(&a);
+	free(src);
+}
+
+static void test_vocab_parallel(void)
+{
+	vocab_parallel("pp=1,dp=1,tp=2");
+	vocab_parallel("pp=1,dp=2,tp=2");
+}
+
 static Mesh mesh22(void)
 {
 	Mesh m = {.naxes = 2, .names = {"dp", "tp"}, .sizes = {2, 2}};
@@ -517,6 +566,7 @@ int main(void)
 	test_plans();
 	test_reshard_numeric();
 	test_equivalence();
+	test_vocab_parallel();
 	test_text_and_edges();
 	return check_report();
 }
