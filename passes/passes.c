@@ -11,8 +11,10 @@
  */
 #include "passes.h"
 #include "autodiff.h"
+#include "bucket.h"
 #include "fuse.h"
 #include "memplan.h"
+#include "microbatch.h"
 #include "optim.h"
 #include "partition.h"
 #include "propagate.h"
@@ -56,6 +58,9 @@ static bool run_memplan(IrModule *m, Diag *d, const PassOptions *opt)
 }
 
 static const Pass passes[] = {
+	/* gradient accumulation: the forward unrolled over the micro-batches
+	 * (microbatch.c), so everything after sees one program */
+	{"microbatch", pass_microbatch},
 	/* precision before autodiff so gradients come out in the compute
 	 * dtype; optim after it, consuming the gradients (see precision.c) */
 	{"precision", pass_precision},
@@ -67,6 +72,8 @@ static const Pass passes[] = {
 	{"state", pass_state},
 	{"partition", pass_partition},
 	{"state_units", pass_state_units},
+	/* DDP's per-gradient all_reduces grouped into buckets (bucket.c) */
+	{"bucket", pass_bucket},
 	{"verify", run_verify},
 	{"fuse", run_fuse},
 	{"memplan", run_memplan},

@@ -38,9 +38,9 @@
  * pass: ZeRO-3's 1.5x of DDP's communication (1x without resharding, at
  * the cost of keeping every gathered param live).
  *
- * Not done: coalescing a unit's gathers (or DDP's bucketed all_reduces)
- * into one collective over a flat buffer, and gradient accumulation over
- * micro-batches.
+ * DDP's gradient buckets are passes/bucket.c's (after this pass), gradient
+ * accumulation passes/microbatch.c's (before autodiff).  Not done:
+ * coalescing a unit's gathers into one collective over a flat buffer.
  */
 #include "state.h"
 #include "reshard.h"

@@ -113,12 +113,19 @@ static IrModule *lower_src(Arena *a, Diag *d, const char *src, const char *mesh,
 	return lower_file(a, d, &af, &o);
 }
 
-/* The per-rank program, through the passes around partition. */
+/* bucket_bytes for the next programs (0: the model's): the tiny models'
+ * gradients are far below bucket_mb's 1 MB unit */
+static int64_t bucket_bytes;
+
+/* The per-rank program, through the passes around partition and the
+ * gradient buckets. */
 static IrModule *spmd(Arena *a, Diag *d, const char *src, const char *mesh,
                       const char *const *defs)
 {
 	IrModule *m = lower_src(a, d, src, mesh, defs);
-	return m && pass_run_until(m, d, NULL, "state_units") ? m : NULL;
+	if (m && bucket_bytes)
+		m->train.bucket_bytes = bucket_bytes;
+	return m && pass_run_until(m, d, NULL, "bucket") ? m : NULL;
 }
 
 static int find_named(const IrModule *m, IrOp op, IrRole role, const char *name)
@@ -199,9 +206,11 @@ static int compare_param(const char *label, int step, const IrModule *ref, const
 	return bad;
 }
 
-/* Two training steps of src on mesh against one device. */
-static void equivalence(const char *label, const char *src, const char *single,
-                        const char *mesh, const char *const *defs, int idlim)
+/* Two training steps of src on mesh against one device running ref_src
+ * (NULL: src). */
+static void equivalence_ref(const char *label, const char *src, const char *ref_src,
+                            const char *single, const char *mesh, const char *const *defs,
+                            int idlim)
 {
 	if (!src)
 		return;
@@ -209,7 +218,7 @@ static void equivalence(const char *label, const char *src, const char *single,
 	arena_init(&a);
 	Diag d;
 	diag_init(&d, stderr);
-	IrModule *ref = lower_src(&a, &d, src, single, defs);
+	IrModule *ref = lower_src(&a, &d, ref_src ? ref_src : src, single, defs);
 	bool ok = ref && pass_run_until(ref, &d, NULL, "optim");
 	IrModule *dm = ok ? spmd(&a, &d, src, mesh, defs) : NULL;
 	CHECK(ok && dm);
@@ -271,6 +280,12 @@ static void equivalence(const char *label, const char *src, const char *single,
 	arena_free(&a);
 }
 
+static void equivalence(const char *label, const char *src, const char *single,
+                        const char *mesh, const char *const *defs, int idlim)
+{
+	equivalence_ref(label, src, NULL, single, mesh, defs, idlim);
+}
+
 static const char *const mlp_defs[] = {"batch", "8", "din", "4", "hidden", "8", "dout", "4",
                                        NULL};
 static const char *const gpt_defs[] = {"vocab", "16", "ctx", "4", "d", "8", "heads", "2",
@@ -294,9 +309,17 @@ static void test_equivalence(void)
 		{"hsdp zero 1", "  zero 1 over dp\n", true, "rep=2,dp=2,tp=1"},
 		{"fsdp x tp", "  zero 3 over dp\n", false, "dp=2,tp=2"},
 		{"zero 2 x tp", "  zero 2 over dp\n", false, "dp=2,tp=2"},
+		/* DDP: one bucket (the default 25 MB), a few (below), none */
+		{"ddp", "", false, "dp=4,tp=1"},
+		{"ddp x tp", "", false, "dp=2,tp=2"},
+		{"ddp buckets 600", "", false, "dp=4,tp=1"},
+		{"ddp x tp buckets 600", "", false, "dp=2,tp=2"},
+		{"ddp no buckets", "  bucket_mb 0\n", false, "dp=4,tp=1"},
+		{"hsdp zero 0", "  zero 0 over dp\n", true, "rep=2,dp=2,tp=1"},
 	};
 	char label[128], train[512];
 	for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+		bucket_bytes = strstr(cases[k].label, "buckets 600") ? 600 : 0;
 		/* the MLP with its own SGD (momentum state) and with AdamW in bf16 */
 		snprintf(label, sizeof label, "mlp %s", cases[k].label);
 		char *src = model("models/mlp.dtm", cases[k].train, cases[k].hsdp);
@@ -319,6 +342,46 @@ static void test_equivalence(void)
 		            gmesh, gpt_defs, 16);
 		free(src);
 	}
+	bucket_bytes = 0;
+}
+
+/* Gradient accumulation (passes/microbatch.c): microbatches 2 and 4 on
+ * one device and under DDP (with buckets, and with zero 1) equal the M = 1
+ * single-device run: loss (the mean over the whole batch), gradients and
+ * updated params, to 1e-9. */
+static void test_microbatches(void)
+{
+	static const char *const gpt8[] = {"vocab", "16", "ctx", "4", "d", "8", "heads", "2",
+	                                   "layers", "2", "batch", "8", NULL};
+	static const struct {
+		int M;
+		const char *extra, *mesh;
+	} cases[] = {
+		{2, "", "dp=1,tp=1"}, {4, "", "dp=1,tp=1"}, {2, "", "dp=4,tp=1"},
+		{4, "", "dp=2,tp=1"}, {2, "", "dp=2,tp=2"}, {2, "  zero 1 over dp\n", "dp=2,tp=1"},
+		{2, "  zero 3 over dp\n", "dp=2,tp=1"},
+	};
+	char *ref_mlp = model("models/mlp.dtm", "", false);
+	char *ref_gpt = model("models/gpt.dtm", "", false);
+	for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+		char train[256], label[128], gmesh[64];
+		snprintf(train, sizeof train, "%s  microbatches %d\n", cases[k].extra, cases[k].M);
+		char *src = model("models/mlp.dtm", train, false);
+		src = src ? replace(src, "  microbatches 1\n", "") : NULL;
+		snprintf(label, sizeof label, "mlp microbatches %d %s%s", cases[k].M, cases[k].mesh,
+		         cases[k].extra);
+		equivalence_ref(label, src, ref_mlp, "dp=1,tp=1", cases[k].mesh, mlp_defs, 1);
+		free(src);
+		src = model("models/gpt.dtm", train, false);
+		src = src ? replace(src, "  microbatches 1\n", "") : NULL;
+		snprintf(label, sizeof label, "gpt microbatches %d %s%s", cases[k].M, cases[k].mesh,
+		         cases[k].extra);
+		snprintf(gmesh, sizeof gmesh, "pp=1,%s", cases[k].mesh);
+		equivalence_ref(label, src, ref_gpt, "pp=1,dp=1,tp=1", gmesh, gpt8, 16);
+		free(src);
+	}
+	free(ref_mlp);
+	free(ref_gpt);
 }
 
 /* ---- collectives ---- */
@@ -448,8 +511,9 @@ static void test_collectives(void)
 	}
 	Comm c0 = comm_of(m0), c1 = comm_of(m1), c2 = comm_of(m2), c3 = comm_of(m3);
 	Comm c3k = comm_of(m3k);
-	/* 4 params: DDP all_reduces each gradient */
-	CHECK_EQ_INT(c0.ar, 4);
+	/* 4 params: DDP all_reduces their gradients in one bucket
+	 * (passes/bucket.c; test_bucket.c counts smaller buckets) */
+	CHECK_EQ_INT(c0.ar, 1);
 	CHECK_EQ_INT(c0.ag + c0.rs, 0);
 	/* ZeRO-1/2: reduce_scatter each gradient, all_gather each update */
 	CHECK_EQ_INT(c1.rs, 4);
@@ -540,6 +604,7 @@ static void test_memory(void)
 int main(void)
 {
 	test_equivalence();
+	test_microbatches();
 	test_collectives();
 	test_memory();
 	return check_report();

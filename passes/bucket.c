@@ -1,0 +1,537 @@
+/* bucket.c - pass "bucket": DDP gradient buckets (train { bucket_mb N }).
+ *
+ * Runs after `state_units`, on the per-rank program.  `partition` leaves
+ * one all_reduce per param gradient (the node named grad.P, role grad,
+ * reducing the partial sums the backward pass produced).  Small
+ * collectives waste the link's latency, so, as PyTorch DDP does, the
+ * gradients are grouped into buckets of about IrTrain.bucket_bytes (25 MB
+ * by default) and each bucket is reduced by one all_reduce over a flat
+ * buffer:
+ *   pack    each gradient flattened (reshape to [n]) and concatenated
+ *           along dim 0 (a tree of concats of at most DTM_MAX_ARGS - 1
+ *           operands, the most a runtime action takes);
+ *   reduce  one all_reduce over the same mesh axes with the same reduction;
+ *   unpack  per gradient a slice [off, off + n) of the reduced buffer,
+ *           reshaped back; the last node takes the gradient's name, role
+ *           and placement, so the optimizer, grad_norm, checkpoints and the
+ *           tests see the same grad.P.
+ * Buckets are filled in the reverse order of the params' first use (the
+ * last layers' gradients first, as the backward pass produces them) and
+ * closed once they hold bucket_bytes or more (PyTorch's rule); only
+ * gradients reduced over the same mesh axes with the same reduction and
+ * dtype share a bucket.  A bucket's pack and all_reduce are placed right
+ * after the last of its gradients is produced, so a runtime with a
+ * communication stream can overlap it with the rest of the backward pass.
+ * A bucket of one gradient keeps its own all_reduce.  bucket_mb 0 turns
+ * bucketing off (one all_reduce per gradient).
+ *
+ * Cost: the pack and the unpack copy each gradient once more (and the
+ * concat tree copies again past DTM_MAX_ARGS - 1 gradients a bucket); the
+ * flat buffer and its reduced copy are a bucket's size each, live only
+ * between the bucket's last gradient and the unpack.
+ */
+#include "bucket.h"
+#include "../runtime/plan.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PACK_FANIN (DTM_MAX_ARGS - 1)
+
+#define MAX_SRC 8
+
+/* A gradient: g = all_reduce(s), or, for a param with several uses (a
+ * tied embedding), the sum of such all_reduces, which partition reduces
+ * one by one: the partial terms are added first and reduced once. */
+typedef struct Cand {
+	int g;         /* the gradient (all_reduce or add), named grad.P */
+	int ar;        /* one of its all_reduces: the axes and reduction */
+	int src[MAX_SRC], nsrc; /* the partial terms */
+	int skip[2 * MAX_SRC], nskip; /* the nodes it replaces (g included) */
+	int last;      /* the last term produced */
+	int first_use; /* its param's first use; the sort key */
+	int bucket;    /* index into the bucket list, or -1 */
+} Cand;
+
+typedef struct Bucket {
+	int *members; /* indices into the candidate list, in bucket order */
+	int n;
+	int point;    /* the node after which the bucket is reduced */
+	bool open;
+} Bucket;
+
+static int cmp_cand(const void *a, const void *b)
+{
+	const Cand *x = a, *y = b;
+	if (x->first_use != y->first_use)
+		return y->first_use - x->first_use;
+	return y->last - x->last;
+}
+
+static int64_t bytes_of(const IrNode *n)
+{
+	return ir_node_numel(n) * ir_dtype_size(n->dtype);
+}
+
+static bool same_group(const IrNode *a, const IrNode *b)
+{
+	return a->attrs.mesh_axes == b->attrs.mesh_axes && a->attrs.red == b->attrs.red &&
+	       a->dtype == b->dtype;
+}
+
+/* Collects the terms of gradient node x into c: an all_reduce of a value
+ * nothing else reads, or (sum reductions) an add of such; false when x is
+ * not of that form.  users[i]: the number of operand slots reading i. */
+static bool collect(const IrModule *m, const int *users, int x, bool root, Cand *c)
+{
+	const IrNode *n = m->nodes[x];
+	if (!root && users[x] != 1)
+		return false;
+	if (c->nskip >= 2 * MAX_SRC)
+		return false;
+	if (n->op == IR_OP_ALL_REDUCE && n->nops == 1 && n->rank > 0) {
+		const IrNode *ar = c->ar >= 0 ? m->nodes[c->ar] : n;
+		int s = n->ops[0];
+		if (!same_group(ar, n) || users[s] != 1 || c->nsrc >= MAX_SRC ||
+		    (c->ar >= 0 && ar->attrs.red != IR_RED_SUM))
+			return false;
+		if (c->ar < 0)
+			c->ar = x;
+		c->skip[c->nskip++] = x;
+		c->src[c->nsrc++] = s;
+		c->last = s > c->last ? s : c->last;
+		return true;
+	}
+	if (n->op == IR_OP_ADD && n->nops == 2 && n->rank > 0 &&
+	    m->nodes[n->ops[0]]->rank == n->rank && m->nodes[n->ops[1]]->rank == n->rank &&
+	    !memcmp(m->nodes[n->ops[0]]->shape, n->shape, sizeof(int64_t) * (size_t)n->rank) &&
+	    !memcmp(m->nodes[n->ops[1]]->shape, n->shape, sizeof(int64_t) * (size_t)n->rank) &&
+	    n->ops[0] != n->ops[1]) {
+		c->skip[c->nskip++] = x;
+		return collect(m, users, n->ops[0], false, c) &&
+		       collect(m, users, n->ops[1], false, c) &&
+		       m->nodes[c->ar]->attrs.red == IR_RED_SUM;
+	}
+	return false;
+}
+
+typedef struct Out {
+	IrModule *m;   /* the module being rewritten (read) */
+	IrModule *out; /* the new node list */
+	int *map;      /* old id -> new id */
+	Diag *d;
+} Out;
+
+/* A new node in out: its type is set by the caller (shape for reshape)
+ * or inferred. */
+static IrNode *add(Out *o, IrOp op, const int *ops, int nops, const IrNode *like, bool infer)
+{
+	IrNode *n = ir_node_new(o->out, op, ops, nops, like->loc);
+	if (!n) {
+		diag_error(o->d, like->loc, "bucket: out of memory");
+		return NULL;
+	}
+	n->dtype = like->dtype;
+	n->stage = like->stage;
+	n->place_from = nops ? ops[0] : -1;
+	char msg[512];
+	if (infer && !ir_infer_msg(o->out, n, msg, sizeof msg)) {
+		diag_error(o->d, like->loc, "internal error: bucket: %s: %s", ir_op_name(op), msg);
+		return NULL;
+	}
+	return n;
+}
+
+static void flat_place(IrNode *n, uint32_t partial, IrRed op)
+{
+	placement_replicated(&n->place, 1);
+	n->place.partial = partial;
+	n->place.partial_op = partial ? op : IR_RED_SUM;
+}
+
+/* Copies an old node into out with its operands remapped. */
+static bool copy_node(Out *o, const IrNode *x)
+{
+	int *ops = x->nops ? malloc(sizeof(int) * (size_t)x->nops) : NULL;
+	if (x->nops && !ops)
+		return false;
+	for (int k = 0; k < x->nops; k++)
+		ops[k] = o->map[x->ops[k]];
+	IrNode *c = ir_node_new(o->out, x->op, ops, x->nops, x->loc);
+	free(ops);
+	if (!c) {
+		diag_error(o->d, x->loc, "bucket: out of memory");
+		return false;
+	}
+	int id = c->id, *cops = c->ops;
+	*c = *x;
+	c->id = id;
+	c->ops = cops;
+	o->map[x->id] = id;
+	return true;
+}
+
+/* Emits bucket b: pack, all_reduce, unpack. */
+static bool emit_bucket(Out *o, const Cand *cands, const Bucket *b)
+{
+	const IrModule *m = o->m;
+	const IrNode *ar0 = m->nodes[cands[b->members[0]].ar];
+	const IrNode *src0 = m->nodes[cands[b->members[0]].src[0]];
+	uint32_t pre = src0->place.partial;
+	IrRed pop = src0->place.partial_op;
+	uint32_t post = pre & ~ar0->attrs.mesh_axes;
+	int *lvl = malloc(sizeof(int) * (size_t)b->n);
+	if (!lvl)
+		return false;
+	/* sum the terms of each gradient, flatten */
+	for (int k = 0; k < b->n; k++) {
+		const Cand *c = &cands[b->members[k]];
+		const IrNode *s = m->nodes[c->src[0]];
+		int id = o->map[s->id];
+		for (int t = 1; t < c->nsrc; t++) {
+			int ab[2] = {id, o->map[c->src[t]]};
+			IrNode *a = add(o, IR_OP_ADD, ab, 2, s, true);
+			if (!a) {
+				free(lvl);
+				return false;
+			}
+			a->place = s->place;
+			id = a->id;
+		}
+		if (b->n == 1) {
+			lvl[0] = id;
+			break;
+		}
+		if (s->rank != 1) {
+			IrNode *r = add(o, IR_OP_RESHAPE, &id, 1, s, false);
+			if (!r) {
+				free(lvl);
+				return false;
+			}
+			r->rank = 1;
+			r->shape[0] = ir_node_numel(s);
+			flat_place(r, pre, pop);
+			id = r->id;
+		}
+		lvl[k] = id;
+	}
+	/* concat tree */
+	int n = b->n;
+	while (n > 1) {
+		int nn = 0;
+		for (int k = 0; k < n; k += PACK_FANIN) {
+			int cnt = n - k < PACK_FANIN ? n - k : PACK_FANIN;
+			if (cnt == 1) {
+				lvl[nn++] = lvl[k];
+				continue;
+			}
+			IrNode *c = ir_node_new(o->out, IR_OP_CONCAT, lvl + k, cnt, src0->loc);
+			if (!c) {
+				free(lvl);
+				diag_error(o->d, src0->loc, "bucket: out of memory");
+				return false;
+			}
+			c->attrs.nints = 1;
+			c->attrs.ints[0] = 0;
+			c->dtype = src0->dtype;
+			c->stage = src0->stage;
+			c->place_from = lvl[k];
+			char msg[512];
+			if (!ir_infer_msg(o->out, c, msg, sizeof msg)) {
+				free(lvl);
+				diag_error(o->d, src0->loc, "internal error: bucket: concat: %s", msg);
+				return false;
+			}
+			flat_place(c, pre, pop);
+			lvl[nn++] = c->id;
+		}
+		n = nn;
+	}
+	int flat = lvl[0];
+	free(lvl);
+	/* one all_reduce */
+	IrNode *red = ir_node_new(o->out, IR_OP_ALL_REDUCE, &flat, 1, ar0->loc);
+	if (!red) {
+		diag_error(o->d, ar0->loc, "bucket: out of memory");
+		return false;
+	}
+	red->attrs = ar0->attrs;
+	red->dtype = ar0->dtype;
+	red->stage = ar0->stage;
+	red->place_from = flat;
+	char msg[512];
+	if (!ir_infer_msg(o->out, red, msg, sizeof msg)) {
+		diag_error(o->d, ar0->loc, "internal error: bucket: all_reduce: %s", msg);
+		return false;
+	}
+	flat_place(red, post, pop);
+	int rid = red->id;
+	if (b->n == 1) {
+		/* one gradient: its terms reduced together, no pack */
+		const IrNode *g = m->nodes[cands[b->members[0]].g];
+		memcpy(red->shape, g->shape, sizeof g->shape);
+		red->rank = g->rank;
+		red->name = g->name;
+		red->role = g->role;
+		red->place = g->place;
+		red->place_loc = g->place_loc;
+		o->map[g->id] = rid;
+		return true;
+	}
+	/* unpack */
+	int64_t off = 0;
+	for (int k = 0; k < b->n; k++) {
+		const IrNode *ar = m->nodes[cands[b->members[k]].g];
+		int64_t len = ir_node_numel(ar);
+		IrNode *s = add(o, IR_OP_SLICE, &rid, 1, ar, false);
+		if (!s)
+			return false;
+		s->attrs.nints = 3;
+		s->attrs.ints[0] = 0;
+		s->attrs.ints[1] = off;
+		s->attrs.ints[2] = off + len;
+		if (!ir_infer_msg(o->out, s, msg, sizeof msg)) {
+			diag_error(o->d, ar->loc, "internal error: bucket: slice: %s", msg);
+			return false;
+		}
+		flat_place(s, post, pop);
+		off += len;
+		IrNode *last = s;
+		if (ar->rank != 1) {
+			int sid = s->id;
+			last = add(o, IR_OP_RESHAPE, &sid, 1, ar, false);
+			if (!last)
+				return false;
+			last->rank = ar->rank;
+			memcpy(last->shape, ar->shape, sizeof ar->shape);
+		}
+		last->name = ar->name;
+		last->role = ar->role;
+		last->place = ar->place;
+		last->choose = ar->choose;
+		last->place_loc = ar->place_loc;
+		o->map[ar->id] = last->id;
+	}
+	return true;
+}
+
+/* The param a gradient all_reduce belongs to: the param named as the
+ * gradient without "grad.", or -1. */
+static int param_of(const IrModule *m, const IrNode *g)
+{
+	if (!g->name || strncmp(g->name, "grad.", 5))
+		return -1;
+	for (int i = 0; i < m->nnodes; i++) {
+		const IrNode *p = m->nodes[i];
+		if (p->op == IR_OP_PARAM && p->name && !strcmp(p->name, g->name + 5))
+			return i;
+	}
+	return -1;
+}
+
+bool pass_bucket(IrModule *m, Diag *d, const PassOptions *opt)
+{
+	int64_t cap = m->train.bucket_bytes;
+	if (m->nnodes == 0)
+		return true;
+	if (cap <= 0)
+		cap = 1; /* off: a bucket per gradient */
+	int nn = m->nnodes;
+	int *first_use = malloc(sizeof(int) * (size_t)nn);
+	int *last_user = malloc(sizeof(int) * (size_t)nn);  /* -1: none */
+	int *first_user = malloc(sizeof(int) * (size_t)nn); /* nn: none */
+	Cand *cands = malloc(sizeof(Cand) * (size_t)nn);
+	Bucket *bks = malloc(sizeof(Bucket) * (size_t)nn);
+	int *members = NULL; /* nc ints per bucket */
+	int *point_of = malloc(sizeof(int) * (size_t)nn); /* node -> bucket emitted after it */
+	int *nusers = calloc((size_t)nn, sizeof(int));
+	bool ok = first_use && last_user && first_user && cands && bks && point_of && nusers;
+	int nc = 0, nb = 0;
+	if (!ok) {
+		diag_error(d, (SrcLoc){0}, "bucket: out of memory");
+		goto done;
+	}
+	for (int i = 0; i < nn; i++) {
+		first_use[i] = nn;
+		first_user[i] = nn;
+		last_user[i] = -1;
+		point_of[i] = -1;
+	}
+	for (int i = 0; i < nn; i++) {
+		const IrNode *x = m->nodes[i];
+		for (int k = 0; k < x->nops; k++) {
+			int o = x->ops[k];
+			if (first_user[o] > i)
+				first_user[o] = i;
+			last_user[o] = i;
+			nusers[o]++;
+			if (m->nodes[o]->op == IR_OP_PARAM && first_use[o] > i)
+				first_use[o] = i;
+		}
+	}
+	/* candidates: gradients that are all_reduces (or sums of them) of
+	 * partial terms nothing else reads */
+	for (int i = 0; i < nn; i++) {
+		const IrNode *x = m->nodes[i];
+		if ((x->op != IR_OP_ALL_REDUCE && x->op != IR_OP_ADD) || x->role != IR_ROLE_GRAD ||
+		    x->rank == 0)
+			continue;
+		int p = param_of(m, x);
+		Cand c = {.g = i, .ar = -1, .last = -1, .bucket = -1};
+		if (p < 0 || !collect(m, nusers, i, true, &c))
+			continue;
+		c.first_use = first_use[p];
+		cands[nc++] = c;
+	}
+	qsort(cands, (size_t)nc, sizeof *cands, cmp_cand);
+	/* fill buckets per group (mesh axes, reduction, dtype), in order; at
+	 * most one bucket of a group is open */
+	int *open = malloc(sizeof(int) * ((size_t)nc + 1)), nopen = 0;
+	int64_t *bbytes = malloc(sizeof(int64_t) * ((size_t)nc + 1));
+	members = malloc(sizeof(int) * ((size_t)nc + 1));
+	if (!open || !bbytes || !members) {
+		free(open);
+		free(bbytes);
+		ok = false;
+		diag_error(d, (SrcLoc){0}, "bucket: out of memory");
+		goto done;
+	}
+	for (int c = 0; c < nc; c++) {
+		const IrNode *ar = m->nodes[cands[c].ar];
+		int j = 0;
+		/* bucket_mb 0: every gradient its own bucket */
+		while (j < nopen && !same_group(m->nodes[cands[bks[open[j]].point].ar], ar))
+			j++;
+		if (j == nopen) {
+			bks[nb] = (Bucket){.members = NULL, .n = 0, .point = -1};
+			bbytes[nb] = 0;
+			open[nopen++] = nb++;
+		}
+		int b = open[j];
+		/* for now point is the bucket's first member (the group test) */
+		if (!bks[b].n++)
+			bks[b].point = c;
+		cands[c].bucket = b;
+		bbytes[b] += bytes_of(m->nodes[cands[c].g]);
+		if (bbytes[b] >= cap)
+			open[j] = open[--nopen];
+	}
+	free(open);
+	free(bbytes);
+	{
+		int off = 0;
+		for (int b = 0; b < nb; b++) {
+			bks[b].members = members + off;
+			off += bks[b].n;
+			bks[b].n = 0;
+		}
+		for (int c = 0; c < nc; c++) {
+			Bucket *B = &bks[cands[c].bucket];
+			B->members[B->n++] = c;
+		}
+	}
+	/* the point of each bucket: after its last gradient; a member read
+	 * before that point keeps its own all_reduce */
+	for (int b = 0; b < nb; b++) {
+		Bucket *B = &bks[b];
+		for (bool changed = true; changed;) {
+			changed = false;
+			B->point = -1;
+			for (int k = 0; k < B->n; k++)
+				if (cands[B->members[k]].last > B->point)
+					B->point = cands[B->members[k]].last;
+			for (int k = 0; k < B->n; k++) {
+				int g = cands[B->members[k]].g;
+				if (first_user[g] <= B->point) {
+					cands[B->members[k]].bucket = -1;
+					memmove(B->members + k, B->members + k + 1,
+					        sizeof(int) * (size_t)(B->n - k - 1));
+					B->n--;
+					changed = true;
+					break;
+				}
+			}
+		}
+		/* one gradient of one term: its all_reduce stays */
+		if (B->n < 2 && (B->n == 0 || cands[B->members[0]].nsrc < 2)) {
+			for (int k = 0; k < B->n; k++)
+				cands[B->members[k]].bucket = -1;
+			B->n = 0;
+			continue;
+		}
+		if (point_of[B->point] >= 0) {
+			/* two buckets end at the same node (cannot happen: a node is
+			 * one gradient's source); keep the second's all_reduces */
+			for (int k = 0; k < B->n; k++)
+				cands[B->members[k]].bucket = -1;
+			B->n = 0;
+			continue;
+		}
+		point_of[B->point] = b;
+	}
+	{
+		Out o = {.m = m, .out = ir_module_new(m->arena, m->name), .d = d};
+		o.map = malloc(sizeof(int) * (size_t)nn);
+		bool *skip = calloc((size_t)nn, sizeof(bool));
+		ok = o.out && o.map && skip;
+		if (o.out) {
+			o.out->mesh = m->mesh;
+			o.out->train = m->train;
+		}
+		int nbuckets = 0, nreduced = 0;
+		for (int i = 0; ok && i < nn; i++)
+			o.map[i] = -1;
+		for (int c = 0; ok && c < nc; c++)
+			for (int k = 0; cands[c].bucket >= 0 && bks[cands[c].bucket].n > 0 &&
+			                k < cands[c].nskip; k++)
+				skip[cands[c].skip[k]] = true;
+		for (int i = 0; ok && i < nn; i++) {
+			if (!skip[i])
+				ok = copy_node(&o, m->nodes[i]);
+			if (ok && point_of[i] >= 0 && bks[point_of[i]].n > 0) {
+				ok = emit_bucket(&o, cands, &bks[point_of[i]]);
+				nbuckets++;
+				nreduced += bks[point_of[i]].n;
+			}
+		}
+		if (ok) {
+			/* remap the copied nodes' origins */
+			for (int i = 0; i < nn; i++) {
+				if (skip[i])
+					continue;
+				IrNode *x = o.out->nodes[o.map[i]];
+				if (x->place_from >= 0 && x->place_from < nn)
+					x->place_from = o.map[x->place_from];
+				if (x->place_from < -1)
+					x->place_from = -1;
+				if (x->place_from == x->id)
+					x->place_from = -1;
+			}
+			m->loss = m->loss >= 0 ? o.map[m->loss] : -1;
+			for (int c = 0; c < m->nchooses; c++)
+				m->chooses[c].node = o.map[m->chooses[c].node];
+			m->nodes = o.out->nodes;
+			m->nnodes = o.out->nnodes;
+			m->cap = o.out->cap;
+			if (opt && opt->verbose)
+				fprintf(stderr, "dtmc: bucket: %d gradient all_reduce%s in %d bucket%s of up "
+				        "to %lld bytes\n", nreduced, nreduced == 1 ? "" : "s", nbuckets,
+				        nbuckets == 1 ? "" : "s", (long long)cap);
+		} else if (!d->nerr) {
+			diag_error(d, (SrcLoc){0}, "bucket: out of memory");
+		}
+		free(o.map);
+		free(skip);
+	}
+done:
+	free(first_use);
+	free(last_user);
+	free(first_user);
+	free(cands);
+	free(bks);
+	free(members);
+	free(point_of);
+	free(nusers);
+	return ok;
+}

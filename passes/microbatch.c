@@ -1,0 +1,291 @@
+/* microbatch.c - pass "microbatch": gradient accumulation over
+ * micro-batches (train { microbatches M }, without pipeline stages).
+ *
+ * The first pass, on the global forward program as lowering left it.
+ * Every input's dim 0 is its batch dim; the step's batch is processed as M
+ * micro-batches and the forward program is unrolled M times:
+ *   micro-batch k of input x [B, ...] = reshape x to [B/M, M, ...], slice
+ *   [k, k+1) of dim 1, reshape to [B/M, ...]: the rows i with i mod M = k.
+ *   Under a split of dim 0 (DDP's [dp, _]) that is each rank's own rows
+ *   with local index mod M = k, so the slicing is local (no communication)
+ *   whenever B/M divides by the split (partition refuses it otherwise).
+ *   Every node that depends on an input is cloned once per micro-batch on
+ *   those slices; nodes that depend on params only (transpose(wte)) are
+ *   computed once and shared.
+ *   loss = (loss_0 + ... + loss_{M-1}) / M, the mean over the whole batch
+ *   when each micro-batch's loss is a mean over its (equal-sized) samples,
+ *   as cross_entropy and mse are, plus any batch-independent term.
+ * Autodiff then differentiates the one loss: each param's gradient is the
+ * sum of its M micro-batch terms (seeded with 1/M), computed before any
+ * collective, and partition and `bucket` reduce that sum once per step:
+ * one gradient synchronisation per step under DDP, whatever M.
+ *
+ * Cost: the program (and the compile time) grows M-fold in the forward and
+ * backward passes; the schedule runs the M forwards, then the M backwards,
+ * so the activations of all micro-batches are live together: peak
+ * activation memory is the whole batch's, as with M = 1 (gradient
+ * accumulation here buys the numerics and the single synchronisation, not
+ * the memory saving a per-micro-batch schedule would give).  Dropout masks
+ * are keyed by the element index within the micro-batch with a salt per
+ * micro-batch, so they differ from the M = 1 run's.
+ */
+#include "microbatch.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static bool fail(Diag *d, const IrNode *n, const char *what, const char *msg)
+{
+	diag_error(d, n->loc, "microbatches %s: %s", what, msg);
+	return false;
+}
+
+bool pass_microbatch(IrModule *m, Diag *d, const PassOptions *opt)
+{
+	int64_t M = m->train.microbatches;
+	if (M <= 1 || m->nnodes == 0)
+		return true;
+	if (m->loss < 0) {
+		diag_error(d, (SrcLoc){0}, "microbatches %lld: the program has no loss", (long long)M);
+		return false;
+	}
+	char what[32];
+	snprintf(what, sizeof what, "%lld", (long long)M);
+	int nn = m->nnodes;
+	for (int i = 0; i < nn; i++)
+		if (m->nodes[i]->stage > 0)
+			return fail(d, m->nodes[i], what, "micro-batches of pipeline stages are not "
+			            "supported yet (gradient accumulation needs a single stage)");
+	bool *dep = calloc((size_t)nn, sizeof(bool));
+	int *map = malloc(sizeof(int) * (size_t)nn * (size_t)M); /* [k * nn + i] */
+	int *ops = malloc(sizeof(int) * (size_t)(nn + 2));
+	int *base = malloc(sizeof(int) * (size_t)nn); /* the shared copy of a node */
+	/* per new node: the old node it copies and which micro-batch's */
+	size_t cap = (size_t)nn * (size_t)(M + 1) + 4 * (size_t)nn * (size_t)M + (size_t)M + 8;
+	int *orig = malloc(sizeof(int) * cap), *origk = malloc(sizeof(int) * cap);
+	IrModule *out = ir_module_new(m->arena, m->name);
+	bool ok = dep && map && ops && base && orig && origk && out;
+	if (!ok) {
+		diag_error(d, (SrcLoc){0}, "microbatch: out of memory");
+		goto done;
+	}
+	out->mesh = m->mesh;
+	out->train = m->train;
+	for (int i = 0; ok && i < nn; i++) {
+		const IrNode *n = m->nodes[i];
+		if (n->op == IR_OP_INPUT) {
+			dep[i] = true;
+			if (n->rank < 1 || n->rank >= IR_MAX_RANK || n->shape[0] % M) {
+				char msg[256];
+				snprintf(msg, sizeof msg, "input %s's batch dim (dim 0, %lld) does not divide "
+				         "into %lld micro-batches", n->name ? n->name : "?",
+				         (long long)(n->rank ? n->shape[0] : 0), (long long)M);
+				ok = fail(d, n, what, msg);
+			}
+		}
+		for (int k = 0; k < n->nops; k++)
+			dep[i] = dep[i] || dep[n->ops[k]];
+	}
+	if (!ok)
+		goto done;
+	if (!dep[m->loss]) {
+		ok = fail(d, m->nodes[m->loss], what, "the loss does not depend on any input");
+		goto done;
+	}
+	/* the shared nodes, once */
+	for (int i = 0; ok && i < nn; i++) {
+		const IrNode *n = m->nodes[i];
+		if (dep[i] && n->op != IR_OP_INPUT)
+			continue;
+		for (int k = 0; k < n->nops; k++)
+			ops[k] = base[n->ops[k]];
+		IrNode *c = ir_node_new(out, n->op, ops, n->nops, n->loc);
+		if (!c) {
+			ok = false;
+			break;
+		}
+		int id = c->id, *cops = c->ops;
+		*c = *n;
+		c->id = id;
+		c->ops = cops;
+		orig[id] = i;
+		origk[id] = 0;
+		base[i] = id;
+		for (int k = 0; k < M; k++)
+			map[k * nn + i] = id;
+	}
+	/* per micro-batch: the input slices, then the clones */
+	for (int64_t k = 0; ok && k < M; k++) {
+		int *mk = map + k * nn;
+		for (int i = 0; ok && i < nn; i++) {
+			const IrNode *n = m->nodes[i];
+			if (n->op != IR_OP_INPUT)
+				continue;
+			int x = base[i];
+			IrNode *r1 = ir_node_new(out, IR_OP_RESHAPE, &x, 1, n->loc);
+			if (!r1) {
+				ok = false;
+				break;
+			}
+			r1->dtype = n->dtype;
+			r1->rank = n->rank + 1;
+			r1->shape[0] = n->shape[0] / M;
+			r1->shape[1] = M;
+			for (int j = 1; j < n->rank; j++)
+				r1->shape[j + 1] = n->shape[j];
+			r1->place_from = x;
+			int y = r1->id;
+			IrNode *s = ir_node_new(out, IR_OP_SLICE, &y, 1, n->loc);
+			if (!s) {
+				ok = false;
+				break;
+			}
+			s->dtype = n->dtype;
+			s->attrs.nints = 3;
+			s->attrs.ints[0] = 1;
+			s->attrs.ints[1] = k;
+			s->attrs.ints[2] = k + 1;
+			s->rank = r1->rank;
+			memcpy(s->shape, r1->shape, sizeof s->shape);
+			s->shape[1] = 1;
+			s->place_from = y;
+			int z = s->id;
+			IrNode *r2 = ir_node_new(out, IR_OP_RESHAPE, &z, 1, n->loc);
+			if (!r2) {
+				ok = false;
+				break;
+			}
+			r2->dtype = n->dtype;
+			r2->rank = n->rank;
+			memcpy(r2->shape, n->shape, sizeof r2->shape);
+			r2->shape[0] /= M;
+			r2->place_from = z;
+			mk[i] = r2->id;
+			for (int id = r1->id; id <= r2->id; id++)
+				orig[id] = -1;
+		}
+		for (int i = 0; ok && i < nn; i++) {
+			const IrNode *n = m->nodes[i];
+			if (!dep[i] || n->op == IR_OP_INPUT)
+				continue;
+			for (int j = 0; j < n->nops; j++)
+				ops[j] = mk[n->ops[j]];
+			IrNode *c = ir_node_new(out, n->op, ops, n->nops, n->loc);
+			if (!c) {
+				ok = false;
+				break;
+			}
+			int id = c->id, *cops = c->ops;
+			*c = *n;
+			c->id = id;
+			c->ops = cops;
+			orig[id] = i;
+			origk[id] = (int)k;
+			if (k > 0 || i == m->loss)
+				c->name = NULL;
+			if (i == m->loss)
+				c->role = IR_ROLE_ACT;
+			if (n->op == IR_OP_DROPOUT)
+				c->attrs.ints[0] = n->attrs.ints[0] + k * 0x10000;
+			/* ops whose node carries its shape: the batch dim shrinks
+			 * with the operand's */
+			if (n->nops >= 1) {
+				const IrNode *o0 = m->nodes[n->ops[0]], *c0 = out->nodes[ops[0]];
+				int64_t ratio = ir_node_numel(c0) ? ir_node_numel(o0) / ir_node_numel(c0) : 1;
+				if (n->op == IR_OP_CAST) {
+					memcpy(c->shape, c0->shape, sizeof c->shape);
+				} else if ((n->op == IR_OP_RESHAPE || n->op == IR_OP_EXPAND ||
+				            n->op == IR_OP_SUM_TO) && ratio == M) {
+					if (n->rank < 1 || n->shape[0] % M) {
+						ok = fail(d, n, what, "a reshape of a micro-batch whose dim 0 is "
+						          "not the batch dim");
+						break;
+					}
+					c->shape[0] = n->shape[0] / M;
+				}
+			}
+			char msg[512];
+			if (!ir_infer_msg(out, c, msg, sizeof msg)) {
+				ok = fail(d, n, what, msg);
+				break;
+			}
+			mk[i] = id;
+		}
+	}
+	if (ok) {
+		/* loss = (loss_0 + ... + loss_{M-1}) / M */
+		const IrNode *L = m->nodes[m->loss];
+		int acc = map[m->loss];
+		for (int64_t k = 1; ok && k < M; k++) {
+			int ab[2] = {acc, map[k * nn + m->loss]};
+			IrNode *a = ir_node_new(out, IR_OP_ADD, ab, 2, L->loc);
+			ok = a != NULL;
+			if (ok) {
+				a->dtype = L->dtype;
+				a->place_from = -1;
+				char msg[512];
+				if (!ir_infer_msg(out, a, msg, sizeof msg))
+					ok = fail(d, L, what, msg);
+				acc = a->id;
+				orig[acc] = -1;
+			}
+		}
+		IrNode *f = ok ? ir_node_new(out, IR_OP_SCALE, &acc, 1, L->loc) : NULL;
+		if (ok && f) {
+			f->attrs.f[0] = 1.0 / (double)M;
+			f->dtype = L->dtype;
+			char msg[512];
+			if (!ir_infer_msg(out, f, msg, sizeof msg))
+				ok = fail(d, L, what, msg);
+			f->name = L->name;
+			f->role = L->role;
+			f->place = L->place;
+			f->place_from = L->place_from < 0 ? -1 : acc;
+			f->place_loc = L->place_loc;
+			f->choose = -1;
+			f->stage = L->stage;
+			orig[f->id] = -1;
+			m->loss = f->id;
+		} else if (ok) {
+			ok = false;
+		}
+	}
+	if (ok) {
+		/* origins: a copy's origin is the same micro-batch's copy of it
+		 * (the shared copy for shared nodes) */
+		for (int id = 0; id < out->nnodes; id++) {
+			IrNode *c = out->nodes[id];
+			if (orig[id] < 0)
+				continue;
+			int o = c->place_from;
+			if (o >= 0 && o < nn)
+				c->place_from = dep[o] && m->nodes[o]->op != IR_OP_INPUT
+				                        ? map[origk[id] * nn + o] : base[o];
+			else
+				c->place_from = -1;
+			if (c->place_from == id)
+				c->place_from = -1;
+		}
+		for (int c = 0; c < m->nchooses; c++) {
+			int o = m->chooses[c].node;
+			m->chooses[c].node = dep[o] && m->nodes[o]->op != IR_OP_INPUT ? map[o] : base[o];
+		}
+		m->nodes = out->nodes;
+		m->nnodes = out->nnodes;
+		m->cap = out->cap;
+		if (opt && opt->verbose)
+			fprintf(stderr, "dtmc: microbatch: the forward pass unrolled over %lld "
+			        "micro-batches (%d -> %d nodes)\n", (long long)M, nn, m->nnodes);
+	} else if (!d->nerr) {
+		diag_error(d, (SrcLoc){0}, "microbatch: out of memory");
+	}
+done:
+	free(dep);
+	free(map);
+	free(ops);
+	free(base);
+	free(orig);
+	free(origk);
+	return ok;
+}

@@ -1,0 +1,244 @@
+/* test_bucket.c - passes/bucket.c: DDP gradient buckets.
+ *
+ * models/gpt.dtm (tiny: 2 layers, 36 params) under DDP over dp = 4: with
+ * the default 25 MB one all_reduce reduces every gradient; with a bucket of
+ * about a third of the gradient bytes, 3 do; with bucket_mb 0, one per
+ * gradient.  Buckets follow the reverse order of the params' first use
+ * (the first bucket holds lnf, the head's gradients and the last layer's;
+ * the last holds the embedding's), every bucket's all_reduce sits right
+ * after the last of its gradients is produced, and no all_reduce over a
+ * flat buffer is bigger than bucket_bytes plus its last gradient.  With
+ * microbatches 2 the count is the same (the micro-batch terms are summed
+ * before the one reduction).  That the
+ * bucketed programs still compute the single-device function is
+ * test_state.c's (ddp cases, f64 SPMD interpreter) and tests/e2e/equiv.sh's
+ * (the compiled binaries).
+ */
+#include "check.h"
+#include "frontend/lower.h"
+#include "ir/ir.h"
+#include "passes/passes.h"
+
+#include <stdlib.h>
+
+static char *slurp(const char *path)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return NULL;
+	fseek(f, 0, SEEK_END);
+	long n = ftell(f);
+	fseek(f, 0, SEEK_SET);
+	char *s = malloc((size_t)n + 1);
+	if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
+		free(s);
+		s = NULL;
+	}
+	if (s)
+		s[n] = 0;
+	fclose(f);
+	return s;
+}
+
+static const char *const gpt_defs[] = {"vocab", "16", "ctx", "4", "d", "8", "heads", "2",
+                                       "layers", "2", "batch", "4", NULL};
+
+/* gpt through `bucket` on mesh with the given bucket_bytes (-1: the
+ * model's). */
+static IrModule *build(Arena *a, const char *src, const char *mesh, int64_t bucket)
+{
+	Diag d;
+	diag_init(&d, stderr);
+	SrcFile *sf = arena_alloc(a, sizeof *sf);
+	sf->name = "gpt.dtm";
+	sf->text = src;
+	sf->len = strlen(src);
+	diag_add_file(&d, sf);
+	LowerOptions o = {.mesh = mesh};
+	for (int i = 0; gpt_defs[2 * i]; i++) {
+		o.define_names[o.ndefines] = gpt_defs[2 * i];
+		o.define_values[o.ndefines++] = gpt_defs[2 * i + 1];
+	}
+	AstFile af;
+	IrModule *m = ast_parse(a, &d, sf, &af) ? lower_file(a, &d, &af, &o) : NULL;
+	if (m && bucket >= 0)
+		m->train.bucket_bytes = bucket;
+	bool ok = m && pass_run_until(m, &d, NULL, "bucket");
+	CHECK(ok);
+	return ok ? m : NULL;
+}
+
+static int count_params(const IrModule *m, int64_t *bytes)
+{
+	int n = 0;
+	*bytes = 0;
+	for (int i = 0; i < m->nnodes; i++)
+		if (m->nodes[i]->op == IR_OP_PARAM) {
+			n++;
+			*bytes += ir_node_numel(m->nodes[i]) * ir_dtype_size(m->nodes[i]->dtype);
+		}
+	return n;
+}
+
+/* Non-scalar all_reduces (the loss and grad-norm ones are scalars). */
+static int count_ar(const IrModule *m)
+{
+	int n = 0;
+	for (int i = 0; i < m->nnodes; i++)
+		n += m->nodes[i]->op == IR_OP_ALL_REDUCE && m->nodes[i]->rank > 0;
+	return n;
+}
+
+static int first_use(const IrModule *m, const char *pname)
+{
+	for (int i = 0; i < m->nnodes; i++)
+		for (int k = 0; k < m->nodes[i]->nops; k++) {
+			const IrNode *o = m->nodes[m->nodes[i]->ops[k]];
+			if (o->op == IR_OP_PARAM && o->name && !strcmp(o->name, pname))
+				return i;
+		}
+	return -1;
+}
+
+/* Per bucket (a flat all_reduce), in program order: the first uses of the
+ * params its slices give the gradients of; each bucket's must all come
+ * after the next bucket's (reverse order of first use). */
+static void check_order(const IrModule *m, int64_t cap)
+{
+	int lo_prev = -1, nb = 0;
+	for (int i = 0; i < m->nnodes; i++) {
+		const IrNode *r = m->nodes[i];
+		if (r->op != IR_OP_ALL_REDUCE || r->rank != 1 || m->nodes[r->ops[0]]->op != IR_OP_CONCAT)
+			continue;
+		nb++;
+		/* right after the last gradient: the nodes between the last
+		 * operand a pack reads from outside and the all_reduce are the
+		 * pack itself (reshapes and concats) */
+		for (int j = i - 1; j >= 0; j--) {
+			IrOp op = m->nodes[j]->op;
+			if (op != IR_OP_CONCAT && op != IR_OP_RESHAPE)
+				break;
+			CHECK(m->nodes[j]->role == IR_ROLE_ACT);
+		}
+		int lo = m->nnodes, hi = -1, ng = 0;
+		int64_t bytes = 0, last = 0;
+		for (int j = i + 1; j < m->nnodes; j++) {
+			const IrNode *s = m->nodes[j];
+			if (s->op != IR_OP_SLICE || s->ops[0] != i)
+				continue;
+			const IrNode *g = s;
+			if (!g->name && j + 1 < m->nnodes && m->nodes[j + 1]->ops &&
+			    m->nodes[j + 1]->ops[0] == j)
+				g = m->nodes[j + 1];
+			CHECK(g->name && !strncmp(g->name, "grad.", 5) && g->role == IR_ROLE_GRAD);
+			if (!g->name)
+				continue;
+			int u = first_use(m, g->name + 5);
+			CHECK(u >= 0);
+			lo = u < lo ? u : lo;
+			hi = u > hi ? u : hi;
+			ng++;
+			last = ir_node_numel(s) * ir_dtype_size(s->dtype);
+			bytes += last;
+		}
+		CHECK(ng >= 2);
+		CHECK_EQ_INT(bytes, ir_node_numel(r) * ir_dtype_size(r->dtype));
+		CHECK(bytes - last < cap);
+		if (lo_prev >= 0)
+			CHECK(hi <= lo_prev);
+		lo_prev = lo;
+	}
+	CHECK(nb > 0);
+}
+
+static void test_counts(void)
+{
+	char *src = slurp("models/gpt.dtm");
+	CHECK(src != NULL);
+	if (!src)
+		return;
+	Arena a;
+	arena_init(&a);
+	const char *mesh = "pp=1,dp=4,tp=1";
+	IrModule *one = build(&a, src, mesh, -1);
+	IrModule *none = build(&a, src, mesh, 0);
+	if (!one || !none) {
+		arena_free(&a);
+		free(src);
+		return;
+	}
+	int64_t total;
+	int np = count_params(one, &total);
+	CHECK_EQ_INT(np, 4 + 2 * 16);
+	/* the default: every gradient in one bucket */
+	CHECK_EQ_INT(one->train.bucket_bytes, (int64_t)25 << 20);
+	CHECK_EQ_INT(count_ar(one), 1);
+	check_order(one, one->train.bucket_bytes);
+	/* off: one per gradient */
+	CHECK_EQ_INT(count_ar(none), np);
+	/* about a third of the bytes a bucket: 3 buckets */
+	int64_t cap = (total + 2) / 3;
+	IrModule *three = build(&a, src, mesh, cap);
+	if (three) {
+		CHECK_EQ_INT(count_ar(three), 3);
+		check_order(three, cap);
+	}
+	/* half: 2 */
+	IrModule *two = build(&a, src, mesh, (total + 1) / 2);
+	if (two) {
+		CHECK_EQ_INT(count_ar(two), 2);
+		check_order(two, (total + 1) / 2);
+	}
+	/* DP x TP: one bucket per set of mesh axes the gradients are
+	 * reduced over */
+	IrModule *dt = build(&a, src, "pp=1,dp=2,tp=2", -1);
+	if (dt) {
+		uint32_t groups[8];
+		int ng = 0, nar = 0;
+		for (int i = dt->loss + 1; i < dt->nnodes; i++) {
+			const IrNode *r = dt->nodes[i];
+			if (r->op != IR_OP_ALL_REDUCE || r->rank != 1 ||
+			    dt->nodes[r->ops[0]]->op != IR_OP_CONCAT)
+				continue;
+			nar++;
+			for (int k = 0; k < ng; k++)
+				CHECK(groups[k] != r->attrs.mesh_axes);
+			if (ng < 8)
+				groups[ng++] = r->attrs.mesh_axes;
+		}
+		CHECK(nar >= 1);
+		if (getenv("DTM_TEST_VERBOSE"))
+			fprintf(stderr, "dp x tp: %d bucket all_reduces, %d all_reduces in all\n", nar,
+			        count_ar(dt));
+	}
+	/* gradient accumulation (passes/microbatch.c): the micro-batches'
+	 * terms are summed before the reduction, one synchronisation a step */
+	const char *mb = "  microbatches 1\n";
+	char *src2 = malloc(strlen(src) + 8);
+	char *at = strstr(src, mb);
+	CHECK(at != NULL);
+	if (src2 && at) {
+		sprintf(src2, "%.*s  microbatches 2\n%s", (int)(at - src), src, at + strlen(mb));
+		IrModule *acc = build(&a, src2, "pp=1,dp=2,tp=1", -1);
+		IrModule *acc0 = build(&a, src2, "pp=1,dp=2,tp=1", 0);
+		if (acc && acc0) {
+			CHECK_EQ_INT(acc->train.microbatches, 2);
+			CHECK_EQ_INT(count_ar(acc), 1);
+			CHECK_EQ_INT(count_ar(acc0), np);
+			check_order(acc, acc->train.bucket_bytes);
+		}
+	}
+	if (getenv("DTM_TEST_VERBOSE"))
+		fprintf(stderr, "gpt dp=4: %d params, %lld bytes; all_reduces: default %d, none %d, "
+		        "cap %lld: %d\n", np, (long long)total, count_ar(one), count_ar(none),
+		        (long long)cap, three ? count_ar(three) : -1);
+	arena_free(&a);
+	free(src2);
+	free(src);
+}
+
+int main(void)
+{
+	test_counts();
+	return check_report();
+}
