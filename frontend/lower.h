@@ -5,7 +5,7 @@
  * layer.3.wqkv), unrolls `for` loops (recording pipeline stages), resolves
  * names, infers and checks shapes and dtypes op by op (ir_infer), checks
  * placements against the mesh, and records choose() points and the train
- * section.  Every user error is a diagnostic at file:line:col.
+ * section (with --train overrides).  Every user error is a diagnostic at file:line:col.
  */
 #ifndef DTM_LOWER_H
 #define DTM_LOWER_H
@@ -14,12 +14,19 @@
 #include "../ir/ir.h"
 
 #define LOWER_MAX_DEFINES 64
+#define LOWER_MAX_TRAIN 32
 
 typedef struct LowerOptions {
 	int ndefines;
 	const char *define_names[LOWER_MAX_DEFINES];  /* -D name=value */
 	const char *define_values[LOWER_MAX_DEFINES];
 	const char *mesh;  /* --mesh "dp=4,tp=2" or NULL */
+	/* --train KEY=VALUE: a train setting, VALUE written as after the key in
+	 * the train section ("zero=3 over dp", "reshard_after_forward=false").
+	 * Applied in order after the file's train section, each replacing the
+	 * file's setting of that key (so the last one for a key wins). */
+	int ntrain;
+	const char *train[LOWER_MAX_TRAIN];
 } LowerOptions;
 
 /* Returns the module, or NULL when errors were reported to d. */

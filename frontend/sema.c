@@ -1,6 +1,6 @@
 /* sema.c - the checks of lowering that are not expressions: constant
  * arithmetic, `let` with -D overrides, the mesh with --mesh, placement
- * annotations and the train section.
+ * annotations and the train section with --train overrides.
  *
  * Consumes the AST (through the Lower context of lower.c) and fills the
  * module's mesh, train configuration and global constants.  Every problem is
@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -1072,6 +1073,105 @@ static void train_setting(Lower *L, const AstNode *s, const AstNode **seen)
 	}
 }
 
+/* Re-reports the diagnostics a --train override produced into a private
+ * Diag (printed there without a location: the setting's text has no file)
+ * as `<command line>: error: --train TEXT: message`. */
+static void forward_train_diags(Lower *L, const char *text, const char *buf, int nerr)
+{
+	static const char err[] = "dtmc: error: ", note[] = "dtmc: note: ";
+	int forwarded = 0;
+	for (const char *p = buf; p && *p;) {
+		const char *e = strchr(p, '\n');
+		int n = e ? (int)(e - p) : (int)strlen(p);
+		if (!strncmp(p, err, sizeof err - 1)) {
+			diag_error(L->d, cmdline, "--train %s: %.*s", text,
+			           n - (int)(sizeof err - 1), p + sizeof err - 1);
+			forwarded++;
+		} else if (!strncmp(p, note, sizeof note - 1) && forwarded > 0 &&
+		           !strstr(p, "too many errors")) {
+			diag_note(L->d, cmdline, "%.*s", n - (int)(sizeof note - 1),
+			          p + sizeof note - 1);
+		}
+		p = e ? e + 1 : NULL;
+	}
+	if (nerr > 0 && forwarded == 0)
+		diag_error(L->d, cmdline, "--train %s: bad setting", text);
+}
+
+static bool is_ident(const char *s, size_t n)
+{
+	if (n == 0 || (s[0] >= '0' && s[0] <= '9'))
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!(s[i] == '_' || (s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') ||
+		      (s[i] >= '0' && s[i] <= '9')))
+			return false;
+	return true;
+}
+
+/* --train KEY=VALUE: parsed as the one-setting section `train { KEY VALUE }`
+ * with the parser, then checked by train_setting exactly like a setting of
+ * the file, so the keys, value syntax and limits are the same.  The setting
+ * replaces the file's (each override gets a fresh `seen`). */
+static void train_override(Lower *L, const char *text)
+{
+	const char *eq = strchr(text, '='), *key = text;
+	while (*key == ' ' || *key == '\t')
+		key++;
+	size_t kn = eq && eq > key ? (size_t)(eq - key) : 0;
+	while (kn > 0 && (key[kn - 1] == ' ' || key[kn - 1] == '\t'))
+		kn--;
+	if (!eq || !is_ident(key, kn)) {
+		diag_error(L->d, cmdline,
+		           "--train %s: expected KEY=VALUE, VALUE as in the train section "
+		           "(--train zero=3, --train \"zero=3 over dp\")",
+		           text);
+		return;
+	}
+	const char *v = eq + 1;
+	while (*v == ' ' || *v == '\t')
+		v++;
+	if (!*v) {
+		diag_error(L->d, cmdline, "--train %s: train setting '%.*s' needs a value", text,
+		           (int)kn, key);
+		return;
+	}
+	SrcFile *src = arena_alloc(L->a, sizeof *src);
+	char *body = arena_printf(L->a, "train {\n%.*s %s\n}\n", (int)kn, key, v);
+	char *buf = NULL;
+	size_t blen = 0;
+	FILE *mem = src && body ? open_memstream(&buf, &blen) : NULL;
+	if (!mem) {
+		diag_error(L->d, cmdline, "--train %s: out of memory", text);
+		return;
+	}
+	src->name = NULL; /* locations print as none: forward_train_diags names the text */
+	src->text = body;
+	src->len = strlen(body);
+	Diag sub;
+	diag_init(&sub, mem);
+	AstFile f;
+	if (ast_parse(L->a, &sub, src, &f)) {
+		const AstNode *t = f.items.n == 1 ? f.items.items[0] : NULL;
+		const AstNode *s =
+		        t && t->kind == AST_TRAIN && t->body.n == 1 ? t->body.items[0] : NULL;
+		if (!s || s->kind != AST_SETTING || !s->name) {
+			diag_error(&sub, (SrcLoc){0}, "expected one setting");
+		} else {
+			const AstNode *seen[sizeof train_keys / sizeof train_keys[0]] = {0};
+			Diag *saved = L->d;
+			L->d = &sub;
+			train_setting(L, s, seen);
+			L->d = saved;
+			if (!strcmp(s->name, "uneven_shards"))
+				L->uneven_loc = cmdline;
+		}
+	}
+	fclose(mem);
+	forward_train_diags(L, text, buf, sub.nerr);
+	free(buf);
+}
+
 void sema_train(Lower *L, const AstNode *train)
 {
 	IrTrain *t = &L->m->train;
@@ -1089,5 +1189,7 @@ void sema_train(Lower *L, const AstNode *train)
 		}
 		train_setting(L, s, seen);
 	}
+	for (int i = 0; L->opt && i < L->opt->ntrain && i < LOWER_MAX_TRAIN; i++)
+		train_override(L, L->opt->train[i] ? L->opt->train[i] : "");
 	L->train_seen = true;
 }

@@ -139,7 +139,10 @@ endforeach()
 
 # ---- equiv: every layout trains like one device (issue 4 point 6) ----
 #   e2e.equiv.NAME  build models/NAME.dtm for one device and for DDP (dp=4),
-#                   TP (tp=2, tp=4) and DP x TP (dp=2,tp=2); 10 steps with
+#                   TP (tp=2, tp=4), DP x TP (dp=2,tp=2), ZeRO-1/2/3 (dp=4;
+#                   3 also without reshard_after_forward), HSDP (rep=2 x
+#                   dp=2, zero 3) and FSDP x TP (dp=2,tp=2, zero 3), the
+#                   ZeRO stages chosen with dtmc's --train; 10 steps with
 #                   one seed: per-step losses and grad norms equal to 1e-5,
 #                   and the final weights gathered from the per-rank
 #                   checkpoints equal (tests/e2e/ckcompare.py).  With the
@@ -159,3 +162,13 @@ foreach(name mlp gpt)
   set_tests_properties(e2e.equiv.${name} PROPERTIES TIMEOUT 600 LABELS e2e)
 endforeach()
 # ---- end equiv ----
+
+# ---- e2e: gradient accumulation (tests/e2e/accum.sh, passes/microbatch.c) ----
+#   e2e.accum.NAME  microbatches 2 and 4, one device and DDP, give the M=1
+#                   per-step losses and grad norms (1e-5)
+foreach(name mlp gpt)
+  add_test(NAME e2e.accum.${name}
+           COMMAND ${DTM_BASH} ${DTM_TESTS}/e2e/accum.sh $<TARGET_FILE:dtmc> ${name}
+           WORKING_DIRECTORY ${DTM_ROOT})
+  set_tests_properties(e2e.accum.${name} PROPERTIES TIMEOUT 300 LABELS e2e)
+endforeach()

@@ -1,8 +1,8 @@
 /* dtmc.c - the dtm compiler driver: argument parsing and dispatch only.
  *
- *   dtmc check FILE [-D name=value]... [--mesh axis=size,...]
- *   dtmc print [--after=PASS] [-D name=value]... [--mesh ...] FILE|-
- *   dtmc build FILE -o NAME [-D name=value]... [--mesh ...] [-v] [--keep-c]
+ *   dtmc check FILE [-D name=value]... [--mesh axis=size,...] [--train key=value]...
+ *   dtmc print [--after=PASS] [-D name=value]... [--mesh ...] [--train ...]... FILE|-
+ *   dtmc build FILE -o NAME [-D name=value]... [--mesh ...] [--train ...]... [-v] [--keep-c]
  *   dtmc help [COMMAND] | dtmc --help | dtmc --version
  *
  * FILE is a .dtm model, or the IR's text form when it ends in .ir or is `-`
@@ -45,7 +45,7 @@ static int cmd_build(const Args *args);
 
 static const Command commands[] = {
 	{"check", "parse, lower and verify a model; summarise its mesh and parameters",
-	 "usage: dtmc check FILE [-D name=value]... [--mesh axis=size,...]\n"
+	 "usage: dtmc check FILE [-D name=value]... [--mesh axis=size,...] [--train key=value]...\n"
 	 "\n"
 	 "Parses, lowers and verifies FILE, then prints the model name, the mesh with\n"
 	 "its axis sizes and rank count, the parameter count, the inputs and train\n"
@@ -57,12 +57,17 @@ static const Command commands[] = {
 	 "  -D name=value          override a `let` constant (repeatable)\n"
 	 "  --mesh axis=size,...   replace the declared mesh sizes; a declared axis\n"
 	 "                         not listed gets size 1\n"
+	 "  --train key=value      set a train setting, replacing the file's (repeatable;\n"
+	 "                         the value as written after the key in the train\n"
+	 "                         section): --train zero=3, --train \"zero=3 over dp\",\n"
+	 "                         --train reshard_after_forward=false, --train steps=50\n"
 	 "  -v, --verbose          say what runs\n"
 	 "\n"
 	 "FILE may also be IR text (a name ending in .ir, or - for standard input).\n",
 	 cmd_check, false, false},
 	{"print", "print the IR after a pass of the pipeline",
-	 "usage: dtmc print [--after=PASS] [-D name=value]... [--mesh axis=size,...] FILE|-\n"
+	 "usage: dtmc print [--after=PASS] [-D name=value]... [--mesh axis=size,...]\n"
+	 "                  [--train key=value]... FILE|-\n"
 	 "\n"
 	 "Lowers FILE, runs the pass pipeline up to and including PASS (default: all\n"
 	 "passes) with the verifier after each, and prints the IR's text form to\n"
@@ -77,10 +82,15 @@ static const Command commands[] = {
 	 "  --after=PASS           stop after PASS (see the list below)\n"
 	 "  -D name=value          override a `let` constant (repeatable)\n"
 	 "  --mesh axis=size,...   replace the declared mesh sizes\n"
+	 "  --train key=value      set a train setting, replacing the file's (repeatable;\n"
+	 "                         the value as written after the key in the train\n"
+	 "                         section): --train zero=3, --train \"zero=3 over dp\",\n"
+	 "                         --train reshard_after_forward=false, --train steps=50\n"
 	 "  -v, --verbose          name each pass as it runs\n",
 	 cmd_print, true, false},
 	{"build", "compile a model into a training binary for its mesh",
-	 "usage: dtmc build FILE -o NAME [-D name=value]... [--mesh axis=size,...] [-v] [--keep-c]\n"
+	 "usage: dtmc build FILE -o NAME [-D name=value]... [--mesh axis=size,...]\n"
+	 "                  [--train key=value]... [-v] [--keep-c]\n"
 	 "\n"
 	 "Runs the pass pipeline, plans memory, writes C for the CPU and compiles it\n"
 	 "with the system C compiler ($CC, default cc) into the executable NAME, which\n"
@@ -94,6 +104,10 @@ static const Command commands[] = {
 	 "  -o NAME                the executable to write\n"
 	 "  -D name=value          override a `let` constant (repeatable)\n"
 	 "  --mesh axis=size,...   replace the declared mesh sizes\n"
+	 "  --train key=value      set a train setting, replacing the file's (repeatable;\n"
+	 "                         the value as written after the key in the train\n"
+	 "                         section): --train zero=3, --train \"zero=3 over dp\",\n"
+	 "                         --train reshard_after_forward=false, --train steps=50\n"
 	 "  -v, --verbose          print the planned bytes per arena and the cc command\n"
 	 "  --keep-c               keep the generated C as NAME.dtm.c\n",
 	 cmd_build, false, true},
@@ -232,6 +246,17 @@ static int parse_args(const Command *c, int argc, char **argv, Args *args)
 				return 1;
 			}
 			args->lower.mesh = v;
+		} else if ((v = opt_value(argc, argv, &i, "--train", &missing)) || missing) {
+			if (missing || !*v) {
+				usage_error("option '%s' needs key=value", "--train");
+				return 1;
+			}
+			if (args->lower.ntrain >= LOWER_MAX_TRAIN) {
+				fprintf(stderr, "dtmc: error: too many --train options (at most %d)\n",
+				        LOWER_MAX_TRAIN);
+				return 1;
+			}
+			args->lower.train[args->lower.ntrain++] = v;
 		} else if (c->has_output && strcmp(arg, "--keep-c") == 0) {
 			args->keep_c = true;
 		} else if (c->has_output && ((v = opt_value(argc, argv, &i, "-o", &missing)) || missing)) {
@@ -288,9 +313,9 @@ static IrModule *load(Arena *a, Diag *d, const Args *args)
 {
 	IrModule *m;
 	if (is_ir_input(args->file)) {
-		if (args->lower.ndefines > 0 || args->lower.mesh) {
+		if (args->lower.ndefines > 0 || args->lower.mesh || args->lower.ntrain > 0) {
 			diag_error(d, (SrcLoc){0},
-			           "-D and --mesh apply to .dtm models, not to IR text ('%s')",
+			           "-D, --mesh and --train apply to .dtm models, not to IR text ('%s')",
 			           args->file);
 			return NULL;
 		}

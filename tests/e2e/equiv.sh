@@ -27,18 +27,44 @@ trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL ($model): $*" >&2; exit 1; }
 steps=10 seed=0
 
+# A layout is [hsdp:]MESH[/KEY=VALUE...]: the --mesh, then --train
+# overrides of the model's train section (dtmc help build).  hsdp: builds a
+# copy of the model with a replicate axis `rep` in front of dp and the batch
+# split over (rep, dp), so `zero N` (over dp, the default) shards within
+# each dp group and replicates across rep: HSDP.  The one-device reference
+# is the same for every layout: these only say where values live.
+#   DDP; TP; DP x TP; ZeRO-1/2/3 (dp=4), ZeRO-3 without resharding after
+#   forward; HSDP (rep=2 x dp=2, zero 3); FSDP x TP (dp=2 x tp=2, zero 3)
+zero="dp=4/zero=1 dp=4/zero=2 dp=4/zero=3 dp=4/zero=3/reshard_after_forward=false"
+zero="$zero hsdp:rep=2,dp=2/zero=3 dp=2,tp=2/zero=3"
 case $model in
-mlp) layouts="dp=4 tp=2 tp=4 dp=2,tp=2"; mpi_layouts="dp=2,tp=2" ;;
-gpt) layouts="dp=4 tp=2 tp=4 dp=2,tp=2"; mpi_layouts="dp=4" ;;
+mlp) layouts="dp=4 tp=2 tp=4 dp=2,tp=2 $zero"; mpi_layouts="dp=2,tp=2 dp=4/zero=3" ;;
+gpt) layouts="dp=4 tp=2 tp=4 dp=2,tp=2 $zero"; mpi_layouts="dp=4 dp=4/zero=3" ;;
 *) fail "no layouts listed for model '$model'" ;;
 esac
 
 "$py" -c "import numpy" 2>/dev/null || fail "$py has no numpy (scripts/deps.sh)"
 
-# build NAME MESH: models/MODEL.dtm -> $tmp/NAME
+# The HSDP copy of the model: a replicate axis of size 1 in front of dp
+# (sizes come from --mesh) and every dp-split batch dim split over (rep, dp)
+sed -e 's/^mesh (\(pp = 1, \)\{0,1\}dp = /mesh (\1rep = 1, dp = /' -e 's/\[dp,/[(rep, dp),/g' \
+	"models/$model.dtm" >"$tmp/$model.hsdp.dtm"
+grep -q '^mesh (.*rep = 1, dp' "$tmp/$model.hsdp.dtm" || fail "no mesh line to add 'rep' to"
+
+# layout_name LAYOUT: a file name for it; layout_mesh LAYOUT: its --mesh
+layout_name() { local n=${1//[=,:\/]/_}; echo "m_${n//[^A-Za-z0-9_]/}"; }
+layout_mesh() { local l=${1#hsdp:}; echo "${l%%/*}"; }
+
+# build NAME LAYOUT: models/MODEL.dtm (or its HSDP copy) -> $tmp/NAME
 build() {
-	"$dtmc" build "models/$model.dtm" -o "$tmp/$1" --mesh "$2" 2>"$tmp/$1.build.txt" ||
-		{ cat "$tmp/$1.build.txt" >&2; fail "dtmc build --mesh $2 failed"; }
+	local l=$2 src="models/$model.dtm" args=()
+	case $l in hsdp:*) src=$tmp/$model.hsdp.dtm l=${l#hsdp:} ;; esac
+	args=(--mesh "${l%%/*}")
+	local rest=${l#"${l%%/*}"} kv
+	IFS=/ read -ra kv <<<"${rest#/}"
+	for t in "${kv[@]}"; do [ -n "$t" ] && args+=(--train "$t"); done
+	"$dtmc" build "$src" -o "$tmp/$1" "${args[@]}" 2>"$tmp/$1.build.txt" ||
+		{ cat "$tmp/$1.build.txt" >&2; fail "dtmc build ${args[*]} failed"; }
 }
 
 # "step loss grad_norm" per line of a --log file
@@ -67,19 +93,34 @@ cmp_losses() {
 		fail "$4: losses differ"
 }
 
-build one dp=1
+# Compiling the binaries takes most of the time: build them all first,
+# as many at a time as there are cores
+jobs=$(nproc 2>/dev/null || echo 2) running=0
+for mesh in dp=1 $layouts; do
+	if [ "$mesh" = dp=1 ]; then name=one; else name=$(layout_name "$mesh"); fi
+	build "$name" "$mesh" &
+	running=$((running + 1))
+	if [ $running -ge "$jobs" ]; then
+		wait -n || exit 1
+		running=$((running - 1))
+	fi
+done
+while [ $running -gt 0 ]; do
+	wait -n || exit 1
+	running=$((running - 1))
+done
+
 "$tmp/one" --steps $steps --seed $seed --log "$tmp/one.jsonl" --save "$tmp/one.ck" -q ||
 	fail "one-device training failed"
 ref_ck=$tmp/one.ck/step_$(printf %06d $steps)
 
 for mesh in $layouts; do
-	name=m_${mesh//[=,]/_}
-	build "$name" "$mesh"
+	name=$(layout_name "$mesh")
 	"$tmp/$name" --steps $steps --seed $seed --log "$tmp/$name.jsonl" --save "$tmp/$name.ck" -q ||
-		fail "--mesh $mesh: training failed"
-	cmp_losses "$tmp/one.jsonl" "$tmp/$name.jsonl" 1e-5 "$model --mesh $mesh (local)"
+		fail "$mesh: training failed"
+	cmp_losses "$tmp/one.jsonl" "$tmp/$name.jsonl" 1e-5 "$model $mesh (local)"
 	"$py" "$here/ckcompare.py" "$ref_ck" "$tmp/$name.ck/step_$(printf %06d $steps)" ||
-		fail "--mesh $mesh: the final weights differ from one device's"
+		fail "$mesh: the final weights differ from one device's"
 done
 
 if [ "$mpirun" = none ] || [ -z "$mpirun" ]; then
@@ -92,22 +133,22 @@ fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_btl_vader_single_copy_mechanism=none
 for mesh in $mpi_layouts; do
-	name=m_${mesh//[=,]/_}
+	name=$(layout_name "$mesh")
 	[ -x "$tmp/$name" ] || build "$name" "$mesh"
-	np=$(echo "$mesh" | tr ',' '\n' | awk -F= '{ n = (NR == 1 ? 1 : n) * $2 } END { print n }')
+	np=$(layout_mesh "$mesh" | tr ',' '\n' | awk -F= '{ n = (NR == 1 ? 1 : n) * $2 } END { print n }')
 	timeout 300 "$mpirun" -np "$np" --allow-run-as-root --oversubscribe "$tmp/$name" --backend mpi \
 		--steps $steps --seed $seed --log "$tmp/$name.mpi.jsonl" --save "$tmp/$name.mpi.ck" -q \
-		>"$tmp/$name.mpi.txt" 2>&1 || { cat "$tmp/$name.mpi.txt" >&2; fail "--mesh $mesh under mpirun failed"; }
+		>"$tmp/$name.mpi.txt" 2>&1 || { cat "$tmp/$name.mpi.txt" >&2; fail "$mesh under mpirun failed"; }
 	if [ ! -f "$tmp/$name.jsonl" ]; then
 		"$tmp/$name" --steps $steps --seed $seed --log "$tmp/$name.jsonl" -q ||
-			fail "--mesh $mesh: training failed"
+			fail "$mesh: training failed"
 	fi
 	if [ "$(losses "$tmp/$name.jsonl")" = "$(losses "$tmp/$name.mpi.jsonl")" ]; then
-		echo "$model --mesh $mesh (mpi, $np processes): losses bitwise equal to the local backend's"
+		echo "$model $mesh (mpi, $np processes): losses bitwise equal to the local backend's"
 	fi
-	cmp_losses "$tmp/$name.jsonl" "$tmp/$name.mpi.jsonl" 1e-6 "$model --mesh $mesh (mpi vs local)"
-	cmp_losses "$tmp/one.jsonl" "$tmp/$name.mpi.jsonl" 1e-5 "$model --mesh $mesh (mpi vs one device)"
+	cmp_losses "$tmp/$name.jsonl" "$tmp/$name.mpi.jsonl" 1e-6 "$model $mesh (mpi vs local)"
+	cmp_losses "$tmp/one.jsonl" "$tmp/$name.mpi.jsonl" 1e-5 "$model $mesh (mpi vs one device)"
 	"$py" "$here/ckcompare.py" "$ref_ck" "$tmp/$name.mpi.ck/step_$(printf %06d $steps)" ||
-		fail "--mesh $mesh under mpirun: the final weights differ from one device's"
+		fail "$mesh under mpirun: the final weights differ from one device's"
 done
 echo "ok"

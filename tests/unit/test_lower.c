@@ -1,6 +1,6 @@
 /* test_lower.c - lowering: the example models, GPT-2 small's parameter
- * count, block instancing and stages, constants with -D and --mesh, and
- * the exact diagnostics of each error class.  Runs from the repo root. */
+ * count, block instancing and stages, constants with -D and --mesh, train
+ * settings with --train, and the exact diagnostics of each error class.  Runs from the repo root. */
 #include "check.h"
 #include "frontend/lower.h"
 
@@ -295,6 +295,89 @@ static void test_features(void)
 	arena_free(&a);
 }
 
+/* --train KEY=VALUE: applied after the file's train section with the same
+ * checks; each replaces the file's setting, the last for a key wins. */
+static void test_train_override(void)
+{
+	static const char src[] =
+	        HEAD "mesh (rep = 2, dp = 2)\n" X TAIL "train {\n  zero 1 over dp\n  steps 7\n}\n";
+	Arena a;
+	arena_init(&a);
+	LowerOptions o = {0};
+	o.train[o.ntrain++] = "zero=3 over rep";
+	o.train[o.ntrain++] = "reshard_after_forward=false";
+	o.train[o.ntrain++] = "steps = 2 * 5";
+	o.train[o.ntrain++] = "optimizer=adamw(lr = 3e-4, betas = (0.9, 0.95))";
+	o.train[o.ntrain++] = "steps=12";
+	char *out;
+	IrModule *m = run(&a, "t.dtm", src, &o, &out, NULL);
+	CHECK(m != NULL);
+	CHECK_EQ_STR(out ? out : "(null)", "");
+	free(out);
+	if (m) {
+		CHECK_EQ_INT(m->train.zero, 3);
+		CHECK_EQ_INT(m->train.zero_axes, 1u << 0); /* rep */
+		CHECK(!m->train.reshard_after_forward);
+		CHECK_EQ_INT(m->train.steps, 12);
+		CHECK_EQ_STR(m->train.optimizer, "adamw");
+		CHECK(fabs(m->train.lr - 3e-4) < 1e-12);
+		CHECK(fabs(m->train.beta2 - 0.95) < 1e-12);
+	}
+	/* zero=N without `over` keeps the file's axes */
+	LowerOptions o2 = {0};
+	o2.train[o2.ntrain++] = "zero=2";
+	m = run(&a, "t.dtm", src, &o2, NULL, NULL);
+	CHECK(m && m->train.zero == 2 && m->train.zero_axes == 1u << 1 && m->train.steps == 7);
+	arena_free(&a);
+
+	static const struct {
+		const char *arg, *want;
+	} bad[] = {
+	        {"zero=5", "<command line>: error: --train zero=5: zero must be between 0 and 3, "
+	                   "got 5\n"},
+	        {"zreo=3",
+	         "<command line>: error: --train zreo=3: unknown train setting 'zreo' (known: "
+	         "optimizer, lr_schedule, zero, reshard_after_forward, microbatches, schedule, "
+	         "precision, steps, data, sequence_parallel, recompute, uneven_shards, "
+	         "bucket_mb, prefetch, seed)\n"
+	         "<command line>: note: did you mean 'zero'?\n"},
+	        {"zero 3", "<command line>: error: --train zero 3: expected KEY=VALUE, VALUE as "
+	                   "in the train section (--train zero=3, --train \"zero=3 over dp\")\n"},
+	        {"steps=", "<command line>: error: --train steps=: train setting 'steps' needs "
+	                   "a value\n"},
+	        {"zero=3 over xx", "<command line>: error: --train zero=3 over xx: unknown mesh "
+	                           "axis 'xx'\n"},
+	        {"steps=4 over dp", "<command line>: error: --train steps=4 over dp: 'over' is "
+	                            "only allowed after 'zero'\n"},
+	        {"reshard_after_forward=1",
+	         "<command line>: error: --train reshard_after_forward=1: reshard_after_forward "
+	         "must be true or false, got 1\n"},
+	        {"precision=f8", "<command line>: error: --train precision=f8: unknown precision "
+	                         "'f8' (expected f32, bf16 or f16)\n"},
+	        {"steps=3; zero 2", "<command line>: error: --train steps=3; zero 2: expected "
+	                            "one setting\n"},
+	        {"steps=nope",
+	         "<command line>: error: --train steps=nope: undefined name 'nope'\n"},
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		arena_init(&a);
+		LowerOptions ob = {0};
+		ob.train[ob.ntrain++] = bad[i].arg;
+		int nerr = 0;
+		m = run(&a, "t.dtm", src, &ob, &out, &nerr);
+		CHECK(m == NULL);
+		CHECK_EQ_INT(nerr, 1);
+		if (strcmp(out, bad[i].want) != 0) {
+			check_failures++;
+			fprintf(stderr, "--train %s: got\n%s---- want\n%s----\n", bad[i].arg, out,
+			        bad[i].want);
+		}
+		check_count++;
+		free(out);
+		arena_free(&a);
+	}
+}
+
 /* Each error class: the source, the options, the whole expected output. */
 typedef struct Case {
 	const char *src;
@@ -576,5 +659,6 @@ int main(void)
 	test_constants();
 	test_features();
 	test_errors();
+	test_train_override();
 	return check_report();
 }
