@@ -166,8 +166,17 @@ static void reduce_rule(const IrModule *m, const IrNode *n, const Placement *T,
 		if ((red & (1u << j)) && follow(X, j, &cur[0], j, &used))
 			redax |= dim_mask(X, j);
 	uint32_t keep = 0, q = 0;
-	if (kind != IR_OP_MAX)
-		q = lin_partial(LIN_FIRST, T, cur, 1, used, &keep);
+	if (kind != IR_OP_MAX) {
+		/* sequence parallel: a sum of a partial activation gradient
+		 * (a bias or norm-shift gradient) sums the local part and
+		 * reduces the small result, rather than all_reducing the
+		 * activation the norm's backward reduce_scatters */
+		Placement Tk = *T;
+		if (m->train.sequence_parallel && T->known && red && x->rank >= 3 &&
+		    cur[0].partial_op == IR_RED_SUM)
+			Tk.partial |= cur[0].partial;
+		q = lin_partial(LIN_FIRST, &Tk, cur, 1, used, &keep);
+	}
 	X->partial = q;
 	R->partial = redax | q;
 	R->partial_op = kind == IR_OP_MAX && redax ? IR_RED_MAX : IR_RED_SUM;

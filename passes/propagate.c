@@ -994,6 +994,158 @@ static bool build_uses(Prop *P, Arena *a)
 	return true;
 }
 
+/* ---- sequence parallelism (train: sequence_parallel true) ----
+ *
+ * Megatron SP as a placement preference, applied after a first
+ * propagation: the tp-like axis is the one splitting the last dim of a
+ * column-parallel weight (a [_, tp] param feeding a matmul as its right
+ * operand).  The residual stream -- a forward add whose operand is partial
+ * over that axis (a row-parallel result, the vocab-parallel embedding),
+ * and adds, dropouts and layernorms fed from such values -- gets its
+ * sequence dim (rank - 2) split over the axis too; every other forward
+ * value keeps its first placement.  Partition then reduce_scatters the
+ * partial along T into the add and all_gathers T into the column-parallel
+ * matmuls.  The backward is propagated again from there, so its
+ * collectives mirror (the gradient of the all_gather is a reduce_scatter). */
+static int sp_axis(const Prop *P)
+{
+	IrModule *m = P->m;
+	for (int i = 0; i < m->nnodes; i++) {
+		const IrNode *n = m->nodes[i];
+		if (n->op != IR_OP_MATMUL || n->nops < 2)
+			continue;
+		const IrNode *w = nd(P, n->ops[1]);
+		const Placement *q = &w->place;
+		if (w->op != IR_OP_PARAM || w->rank != 2 || !q->known || q->naxes[0] ||
+		    q->naxes[1] != 1 || !(P->live & (1u << q->axes[1][0])))
+			continue;
+		return q->axes[1][0];
+	}
+	return -1;
+}
+
+static bool sp_uses_axis(const Placement *p, int ax)
+{
+	for (int d = 0; d < p->ndims && d < IR_MAX_RANK; d++)
+		for (int k = 0; k < p->naxes[d]; k++)
+			if (p->axes[d][k] == ax)
+				return true;
+	return (p->partial >> ax) & 1u;
+}
+
+/* o's result is, or can be left, partial (sum) over ax: a row-parallel
+ * matmul, the vocab-parallel embedding. */
+static bool sp_partial_source(const Prop *P, const IrNode *o, int ax)
+{
+	const Placement *p = &o->place;
+	if ((p->partial >> ax) & 1u)
+		return p->partial_op == IR_RED_SUM;
+	if (p->partial || sp_uses_axis(p, ax) || o->nops < 2)
+		return false;
+	if (o->op == IR_OP_MATMUL) {
+		const IrNode *w = nd(P, o->ops[1]);
+		const Placement *q = &w->place;
+		if (w->rank != 2 || !q->known)
+			return false;
+		for (int k = 0; k < q->naxes[0]; k++)
+			if (q->axes[0][k] == ax)
+				return true;
+	} else if (o->op == IR_OP_EMBED) {
+		const Placement *q = &nd(P, o->ops[0])->place;
+		for (int k = 0; q->known && k < q->naxes[0]; k++)
+			if (q->axes[0][k] == ax)
+				return true;
+	}
+	return false;
+}
+
+static bool sp_apply(Prop *P, Arena *ar)
+{
+	IrModule *m = P->m;
+	int ax = sp_axis(P);
+	if (ax < 0 || m->loss < 0)
+		return false;
+	int64_t parts = m->mesh.sizes[ax];
+	size_t nn = (size_t)m->nnodes;
+	bool *fwd = arena_alloc(ar, nn), *sp = arena_alloc(ar, nn), *src = arena_alloc(ar, nn);
+	if (!fwd || !sp || !src)
+		return false;
+	memset(fwd, 0, nn);
+	memset(sp, 0, nn);
+	memset(src, 0, nn);
+	fwd[m->loss] = true;
+	for (int i = m->loss; i >= 0; i--)
+		for (int k = 0; fwd[i] && k < m->nodes[i]->nops; k++)
+			fwd[m->nodes[i]->ops[k]] = true;
+	int count = 0;
+	for (int i = 0; i < m->nnodes; i++) {
+		IrNode *n = m->nodes[i];
+		const Placement *p = &n->place;
+		if (!fwd[i] || P->kind[i] != K_FREE || n->rank < 3 || !p->known || p->partial ||
+		    p->naxes[n->rank - 2] || p->naxes[n->rank - 1] || sp_uses_axis(p, ax) ||
+		    n->shape[n->rank - 2] % parts)
+			continue;
+		bool ok = false;
+		if (n->op == IR_OP_ADD) {
+			for (int k = 0; k < n->nops; k++) {
+				const IrNode *o = nd(P, n->ops[k]);
+				if (sp[o->id])
+					ok = true;
+				else if (fwd[o->id] && o->rank == n->rank && P->kind[o->id] == K_FREE &&
+				         sp_partial_source(P, o, ax))
+					ok = src[o->id] = true;
+			}
+		} else if (n->op == IR_OP_LAYERNORM || n->op == IR_OP_DROPOUT) {
+			ok = sp[n->ops[0]];
+		}
+		if (!ok)
+			continue;
+		sp[i] = true;
+		count++;
+	}
+	if (!count)
+		return false;
+	/* the backward mirrors: layernorm_bwd of a sequence-split x and the
+	 * adds of such gradients run on T shards, their partial dy left
+	 * partial (reduce_scattered in) */
+	for (int i = 0; i < m->nnodes; i++) {
+		IrNode *n = m->nodes[i];
+		const Placement *p = &n->place;
+		if (fwd[i] || P->kind[i] != K_FREE || n->rank < 3 || !p->known || p->partial ||
+		    p->naxes[n->rank - 2] || p->naxes[n->rank - 1] || sp_uses_axis(p, ax) ||
+		    n->shape[n->rank - 2] % parts)
+			continue;
+		bool ok = false;
+		if (n->op == IR_OP_LAYERNORM_BWD && n->nops >= 2 && sp[n->ops[1]]) {
+			const IrNode *o = nd(P, n->ops[0]);
+			ok = true;
+			if (!fwd[o->id] && P->kind[o->id] == K_FREE && o->rank == n->rank &&
+			    sp_partial_source(P, o, ax))
+				src[o->id] = true;
+		} else if (n->op == IR_OP_ADD) {
+			for (int k = 0; k < n->nops; k++)
+				ok |= !fwd[n->ops[k]] && sp[n->ops[k]];
+		}
+		sp[i] = ok;
+	}
+	for (int i = 0; i < m->nnodes; i++) {
+		IrNode *n = m->nodes[i];
+		if (P->kind[i] != K_FREE || !n->place.known)
+			continue;
+		P->kind[i] = K_USER; /* pinned */
+		if (src[i]) { /* left partial: reduce_scattered into the add */
+			n->place.partial |= 1u << ax;
+			n->place.partial_op = IR_RED_SUM;
+		}
+		if (sp[i]) {
+			int d = n->rank - 2;
+			n->place.axes[d][0] = (uint8_t)ax;
+			n->place.naxes[d] = 1;
+		}
+	}
+	return true;
+}
+
 bool pass_propagate(IrModule *m, Diag *d, const PassOptions *opt)
 {
 	Arena a;
@@ -1023,6 +1175,16 @@ bool pass_propagate(IrModule *m, Diag *d, const PassOptions *opt)
 		for (int i = m->nnodes - 1; i >= 0; i--)
 			changed |= visit(&P, i);
 		sweeps++;
+	}
+	if (m->train.sequence_parallel && sp_apply(&P, &a)) {
+		changed = true;
+		for (int s = 0; changed && s < PR_SWEEPS; s++, sweeps++) {
+			changed = false;
+			for (int i = 0; i < m->nnodes; i++)
+				changed |= visit(&P, i);
+			for (int i = m->nnodes - 1; i >= 0; i--)
+				changed |= visit(&P, i);
+		}
 	}
 	/* a tie whose param came late, and anything still open */
 	for (int i = 0; i < m->nnodes; i++) {

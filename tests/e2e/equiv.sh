@@ -34,12 +34,16 @@ steps=10 seed=0
 # each dp group and replicates across rep: HSDP.  The one-device reference
 # is the same for every layout: these only say where values live.
 #   DDP; TP; DP x TP; ZeRO-1/2/3 (dp=4), ZeRO-3 without resharding after
-#   forward; HSDP (rep=2 x dp=2, zero 3); FSDP x TP (dp=2 x tp=2, zero 3)
+#   forward; HSDP (rep=2 x dp=2, zero 3); FSDP x TP (dp=2 x tp=2, zero 3);
+#   TP and DP x TP (2x2) with sequence parallelism
 zero="dp=4/zero=1 dp=4/zero=2 dp=4/zero=3 dp=4/zero=3/reshard_after_forward=false"
 zero="$zero hsdp:rep=2,dp=2/zero=3 dp=2,tp=2/zero=3"
+# Sequence parallelism (Megatron SP): TP and DP x TP with the residual
+# stream split along T, reduce_scatter / all_gather instead of all_reduce
+sp="tp=2/sequence_parallel=true dp=2,tp=2/sequence_parallel=true"
 case $model in
 mlp) layouts="dp=4 tp=2 tp=4 dp=2,tp=2 $zero"; mpi_layouts="dp=2,tp=2 dp=4/zero=3" ;;
-gpt) layouts="dp=4 tp=2 tp=4 dp=2,tp=2 $zero"; mpi_layouts="dp=4 dp=4/zero=3" ;;
+gpt) layouts="dp=4 tp=2 tp=4 dp=2,tp=2 $zero $sp"; mpi_layouts="dp=4 dp=4/zero=3" ;;
 *) fail "no layouts listed for model '$model'" ;;
 esac
 

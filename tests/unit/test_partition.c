@@ -116,6 +116,10 @@ static void global_input(const IrNode *n, int64_t N, int idlim, double *v)
 		                          : rnd();
 }
 
+/* Sequence parallelism (train: sequence_parallel true) for the next
+ * equivalence() runs. */
+static bool eq_sp;
+
 static void equivalence(const char *label, const char *path, const char *single,
                         const char *mesh, const char *const *defs, int idlim)
 {
@@ -129,6 +133,8 @@ static void equivalence(const char *label, const char *path, const char *single,
 	diag_init(&d, stderr);
 	IrModule *ref = lower_src(&a, &d, src, single, defs);
 	IrModule *dm = lower_src(&a, &d, src, mesh, defs);
+	if (dm)
+		dm->train.sequence_parallel = eq_sp;
 	bool ok = ref && dm && pipeline(ref, &d, false) && pipeline(dm, &d, true);
 	CHECK(ok);
 	if (!ok) {
@@ -262,6 +268,11 @@ static void test_equivalence(void)
 	equivalence("gpt ddp", "models/gpt.dtm", "pp=1,dp=1,tp=1", "pp=1,dp=4,tp=1", gpt, 16);
 	equivalence("gpt tp", "models/gpt.dtm", "pp=1,dp=1,tp=1", "pp=1,dp=1,tp=2", gpt, 16);
 	equivalence("gpt dp x tp", "models/gpt.dtm", "pp=1,dp=1,tp=1", "pp=1,dp=2,tp=2", gpt, 16);
+	eq_sp = true;
+	equivalence("gpt tp sp", "models/gpt.dtm", "pp=1,dp=1,tp=1", "pp=1,dp=1,tp=2", gpt, 16);
+	equivalence("gpt dp x tp sp", "models/gpt.dtm", "pp=1,dp=1,tp=1", "pp=1,dp=2,tp=2", gpt,
+	            16);
+	eq_sp = false;
 }
 
 /* ---- reshard plans ---- */
@@ -306,6 +317,68 @@ static void vocab_parallel(const char *mesh)
 	}
 	arena_free(&a);
 	free(src);
+}
+
+/* Sequence parallelism: with sequence_parallel on, no [B, T, D] activation
+ * (or its gradient) is all_reduced over tp; the row-parallel partials are
+ * reduce_scattered along T and T is all_gathered into the column-parallel
+ * matmuls, forward and backward alike.  Off, nothing is split along T.
+ * Equivalence is test_equivalence's gpt tp sp and dp x tp sp. */
+static void sequence_parallel(const char *mesh, bool sp)
+{
+	char *src = slurp("models/gpt.dtm");
+	CHECK(src != NULL);
+	if (!src)
+		return;
+	static const char *const gpt[] = {"vocab", "16", "ctx", "4", "d", "8", "heads", "2",
+	                                  "layers", "2", "batch", "4", NULL};
+	Arena a;
+	arena_init(&a);
+	Diag d;
+	diag_init(&d, stderr);
+	IrModule *m = lower_src(&a, &d, src, mesh, gpt);
+	if (m)
+		m->train.sequence_parallel = sp;
+	bool ok = m && pipeline(m, &d, true);
+	CHECK(ok);
+	int tp = ok ? mesh_axis_index(&m->mesh, "tp") : -1;
+	int ar3 = 0, rs = 0, ag = 0, other = 0;
+	for (int i = 0; ok && i < m->nnodes; i++) {
+		const IrNode *n = m->nodes[i];
+		bool coll = n->op == IR_OP_ALL_REDUCE || n->op == IR_OP_ALL_GATHER ||
+		            n->op == IR_OP_REDUCE_SCATTER;
+		if (!coll || n->rank != 3 || !(n->attrs.mesh_axes & (1u << tp)))
+			continue;
+		if (n->op == IR_OP_ALL_REDUCE)
+			ar3++;
+		else if (n->attrs.ints[0] != 1)
+			other++;
+		else if (n->op == IR_OP_REDUCE_SCATTER)
+			rs++;
+		else
+			ag++;
+	}
+	if (ok && sp) {
+		CHECK_EQ_INT(ar3, 0);
+		CHECK_EQ_INT(other, 0);
+		/* per block: 2 forward reduce_scatters, 2 backward (the norms'
+		 * dy); plus the embedding's and the final norm's */
+		CHECK(rs >= 4 * 2 + 2);
+		CHECK(ag >= 4 * 2 + 2);
+	} else if (ok) {
+		CHECK(ar3 > 0);
+		CHECK_EQ_INT(rs + ag, 0);
+	}
+	arena_free(&a);
+	free(src);
+}
+
+static void test_sequence_parallel(void)
+{
+	sequence_parallel("pp=1,dp=1,tp=2", true);
+	sequence_parallel("pp=1,dp=2,tp=2", true);
+	sequence_parallel("pp=1,dp=1,tp=2", false);
+	sequence_parallel("pp=1,dp=2,tp=2", false);
 }
 
 static void test_vocab_parallel(void)
@@ -567,6 +640,7 @@ int main(void)
 	test_reshard_numeric();
 	test_equivalence();
 	test_vocab_parallel();
+	test_sequence_parallel();
 	test_text_and_edges();
 	return check_report();
 }
