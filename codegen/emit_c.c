@@ -1,26 +1,26 @@
 /* emit_c.c - writes the training program's C file (see emit_c.h).
  *
  * Consumes the final IR (one rank's program: after `partition` shapes are
- * shards), its FusePlan and its MemPlan; produces C text.  Node by node,
- * in order:
- *   matmul that one strided GEMM expresses -> a DTM_ACT_GEMM action
- *     (transposes folded into trans flags; a batch over A's rows with a
- *     shared B becomes one tall GEMM, which BLAS runs far faster than a
- *     loop of small ones);
+ * shards), its FusePlan and its MemPlan; produces C text.  The Plan's
+ * tables (buffers, per-stage actions, stages, the plan itself) are printed
+ * from the DtmPlan codegen/plan_build.c builds, the one the tools read, so
+ * what `dtmc inspect` reports is what the binary runs.  This file adds the
+ * kernels' code, one per plan kernel (cg_plan_kernels' numbering):
  *   root of a fused elementwise group -> a generated loop kernel, one C
  *     statement per member (so nothing is evaluated twice);
- *   collective -> a DTM_ACT_COLL action (runtime/comm.c's conventions);
  *   shard_slice -> a dtmk_shard_slice wrapper (this rank's chunk, from
  *     ctx->coords);
  *   any other op NAME -> a wrapper that fills a DtmkArgs with constant
  *     shapes and attributes and calls dtmk_NAME: generic, so an op added to
  *     ops.def needs only its kernel in codegen/cpu/;
- *   leaves -> nothing (const: a dtmk_const wrapper).
- * Phases: nodes up to the loss are forward (what --eval-every runs), from
- * the first optimizer node (in-place update or grad_norm) on they are
- * optimizer, the rest backward.
+ *   a grad_norm over more gradients than one action carries -> a chain of
+ *     kernels, one per chunk;
+ *   const -> a dtmk_const wrapper.
  */
 #include "emit_c.h"
+
+#include "emit_cuda.h"
+#include "plan_build.h"
 
 #include <dirent.h>
 #include <math.h>
@@ -31,13 +31,7 @@ typedef struct Emit {
 	FILE *out;
 	const IrModule *m;
 	const FusePlan *fp;
-	const MemPlan *mp;
 	Diag *d;
-	int *bufid;      /* per node: its buffer (its storage owner's), or -1 */
-	int nbuf;
-	int *kernel;     /* per node: kernel index, or -1 */
-	int nkernels;
-	int opt_start;   /* first optimizer node */
 } Emit;
 
 /* ---- small writers ---- */
@@ -102,25 +96,6 @@ static const char *ctype(IrDtype t)
 	}
 }
 
-static const char *role_enum(IrRole r)
-{
-	switch (r) {
-	case IR_ROLE_PARAM: return "DTM_ROLE_PARAM";
-	case IR_ROLE_INPUT: return "DTM_ROLE_INPUT";
-	case IR_ROLE_LOSS: return "DTM_ROLE_LOSS";
-	case IR_ROLE_GRAD: return "DTM_ROLE_GRAD";
-	case IR_ROLE_OPT_STATE: return "DTM_ROLE_OPT_STATE";
-	default: return "DTM_ROLE_ACT";
-	}
-}
-
-static const char *arena_enum(int a)
-{
-	static const char *names[DTM_ARENA_COUNT] = { "DTM_ARENA_PARAM", "DTM_ARENA_OPT",
-						      "DTM_ARENA_GRAD", "DTM_ARENA_ACT",
-						      "DTM_ARENA_INPUT" };
-	return a >= 0 && a < DTM_ARENA_COUNT ? names[a] : "DTM_ARENA_ACT";
-}
 
 static void put_shape(FILE *out, const IrNode *n)
 {
@@ -130,112 +105,6 @@ static void put_shape(FILE *out, const IrNode *n)
 	fputs(n->rank ? " }" : "0 }", out);
 }
 
-/* After `partition` shapes are this rank's shards; shards are even
- * (partition refuses uneven ones), so a dim's global extent is the local
- * one times the number of shards.  One rank: the local shape. */
-static int64_t global_dim(const IrModule *m, const IrNode *n, int d)
-{
-	return n->shape[d] * placement_dim_parts(&n->place, &m->mesh, d);
-}
-
-static void put_global_shape(FILE *out, const IrModule *m, const IrNode *n)
-{
-	fputc('{', out);
-	for (int i = 0; i < n->rank; i++)
-		fprintf(out, "%s%lld", i ? ", " : " ", (long long)global_dim(m, n, i));
-	fputs(n->rank ? " }" : "0 }", out);
-}
-
-/* The split layout the runtime's init, data feed and checkpoints index by
- * (DtmBuffer.split_axes): per dim, the mesh axes cutting it, major first.
- * Axes of size 1 cut nothing and are left out, so a one-rank plan's
- * tables stay as they were. */
-static void put_split(FILE *out, const IrModule *m, const IrNode *n)
-{
-	const Placement *p = &n->place;
-	if (!p->known)
-		return;
-	bool any = false;
-	for (int d = 0; d < n->rank && d < p->ndims; d++)
-		for (int k = 0; k < p->naxes[d]; k++)
-			any |= m->mesh.sizes[p->axes[d][k]] > 1;
-	if (!any)
-		return;
-	fputs(",\n\t\t.split_naxes = {", out);
-	for (int d = 0; d < n->rank; d++) {
-		int c = 0;
-		for (int k = 0; d < p->ndims && k < p->naxes[d]; k++)
-			c += m->mesh.sizes[p->axes[d][k]] > 1;
-		fprintf(out, "%s%d", d ? ", " : " ", c);
-	}
-	fputs(" }, .split_axes = {", out);
-	for (int d = 0; d < n->rank; d++) {
-		fputs(d ? ", {" : " {", out);
-		int c = 0;
-		for (int k = 0; d < p->ndims && k < p->naxes[d]; k++)
-			if (m->mesh.sizes[p->axes[d][k]] > 1)
-				fprintf(out, "%s%d", c++ ? ", " : " ", (int)p->axes[d][k]);
-		fputs(c ? " }" : "0 }", out);
-	}
-	fputs(" }", out);
-}
-
-static bool is_grad_norm(const IrNode *n)
-{
-	return (n->name && strcmp(n->name, "grad_norm") == 0) || strcmp(ir_op_name(n->op), "grad_norm") == 0;
-}
-
-static const char *phase_enum(const Emit *e, int id)
-{
-	if (e->m->loss < 0 || id <= e->m->loss)
-		return "DTM_PHASE_FORWARD";
-	return id >= e->opt_start ? "DTM_PHASE_OPTIMIZER" : "DTM_PHASE_BACKWARD";
-}
-
-static void put_label(FILE *out, const IrNode *n)
-{
-	char buf[512];
-	if (n->name)
-		snprintf(buf, sizeof buf, "%s %s", ir_op_name(n->op), n->name);
-	else
-		snprintf(buf, sizeof buf, "%s %%%d", ir_op_name(n->op), n->id);
-	put_string(out, buf);
-}
-
-/* ---- what each node becomes ---- */
-
-typedef enum NodeKind { NK_NONE, NK_GEMM, NK_FUSED, NK_COLL, NK_KERNEL, NK_GNORM } NodeKind;
-
-/* Gradients per action of a chunked grad_norm (plus its output). */
-#define GNORM_CHUNK (DTM_MAX_ARGS - 2)
-
-static int gnorm_chunks(const IrNode *n)
-{
-	return (n->nops + GNORM_CHUNK - 1) / GNORM_CHUNK;
-}
-
-static NodeKind node_kind(const Emit *e, int i)
-{
-	const IrNode *n = e->m->nodes[i];
-	if (e->fp->internal[i] || e->fp->folded[i])
-		return NK_NONE;
-	/* a copy-free reshape shares its operand's bytes: nothing to run */
-	if (e->mp->buf[i].owner >= 0 && e->mp->buf[i].owner != i &&
-	    !(ir_op_flags(n->op) & OPF_INPLACE))
-		return NK_NONE;
-	unsigned fl = ir_op_flags(n->op);
-	if (fl & OPF_LEAF)
-		return n->op == IR_OP_CONST ? NK_KERNEL : NK_NONE;
-	if (fl & OPF_COLL)
-		return NK_COLL;
-	if (n->op == IR_OP_GRAD_NORM && n->nops > DTM_MAX_ARGS - 1)
-		return NK_GNORM;
-	if (n->op == IR_OP_MATMUL && pass_matmul_is_gemm(e->m, n))
-		return NK_GEMM;
-	if (e->fp->root[i] == i)
-		return NK_FUSED;
-	return NK_KERNEL;
-}
 
 /* ---- fused elementwise loops ---- */
 
@@ -549,33 +418,30 @@ static bool emit_wrapper(Emit *e, int i)
 }
 
 /* grad_norm over more gradients than one action carries: a chain of
- * kernels, each adding its gradients' sums of squares (dtmk_sumsq, f64,
- * operand order) to an f64 running sum kept in the output buffer past the
- * f32 result (memplan reserves it), the last writing the square root.  The
- * sum's order is the single kernel's, so the norm is the same. */
-static void emit_gnorm(Emit *e, int i)
+ * kernels (one per chunk k of the plan), each adding its gradients' sums
+ * of squares (dtmk_sumsq, f64, operand order) to an f64 running sum kept in
+ * the output buffer past the f32 result (memplan reserves it), the last
+ * writing the square root.  The sum's order is the single kernel's, so the
+ * norm is the same. */
+static void emit_gnorm(Emit *e, const CgPlanKernel *k)
 {
 	FILE *out = e->out;
-	const IrNode *n = e->m->nodes[i];
-	int nc = gnorm_chunks(n);
-	for (int c = 0; c < nc; c++) {
-		int lo = c * GNORM_CHUNK, hi = lo + GNORM_CHUNK < n->nops ? lo + GNORM_CHUNK : n->nops;
-		fprintf(out, "static void k_%d_%d(const DtmCtx *ctx, void *const *args)\n{\n", i, c);
-		fprintf(out, "\tstatic const DtmkTensor t[] = {");
-		for (int k = lo; k < hi; k++) {
-			fputs(k > lo ? ",\n\t\t" : "\n\t\t", out);
-			put_tensor(out, e->m->nodes[n->ops[k]]);
-		}
-		fprintf(out, " };\n\tdouble *acc = (double *)((char *)args[%d] + %d);\n", hi - lo,
-		        MEMPLAN_GNORM_ACC);
-		fprintf(out, "\tdouble s = %s;\n", c ? "*acc" : "0.0");
-		fprintf(out, "\tfor (int k = 0; k < %d; k++) {\n\t\tDtmkTensor x = t[k];\n"
-		             "\t\tx.p = args[k];\n\t\ts += dtmk_sumsq(ctx, &x);\n\t}\n\t*acc = s;\n",
-		        hi - lo);
-		if (c == nc - 1)
-			fprintf(out, "\t*(float *)args[%d] = (float)sqrt(s);\n", hi - lo);
-		fputs("}\n\n", out);
+	int i = k->node, c = k->chunk, nin = k->nargs - 1;
+	fprintf(out, "static void k_%d_%d(const DtmCtx *ctx, void *const *args)\n{\n", i, c);
+	fprintf(out, "\tstatic const DtmkTensor t[] = {");
+	for (int q = 0; q < nin; q++) {
+		fputs(q ? ",\n\t\t" : "\n\t\t", out);
+		put_tensor(out, e->m->nodes[k->args[q]]);
 	}
+	fprintf(out, " };\n\tdouble *acc = (double *)((char *)args[%d] + %d);\n", nin,
+	        MEMPLAN_GNORM_ACC);
+	fprintf(out, "\tdouble s = %s;\n", c ? "*acc" : "0.0");
+	fprintf(out, "\tfor (int k = 0; k < %d; k++) {\n\t\tDtmkTensor x = t[k];\n"
+	             "\t\tx.p = args[k];\n\t\ts += dtmk_sumsq(ctx, &x);\n\t}\n\t*acc = s;\n",
+	        nin);
+	if (c == k->nchunks - 1)
+		fprintf(out, "\t*(float *)args[%d] = (float)sqrt(s);\n", nin);
+	fputs("}\n\n", out);
 }
 
 /* ---- the file ---- */
@@ -622,364 +488,354 @@ static void emit_includes(Emit *e, const char *src_dir)
 	fputs("\nstruct dtm_fuse_job {\n\tconst DtmCtx *ctx;\n\tvoid *const *args;\n};\n\n", out);
 }
 
-static void emit_buffers(Emit *e)
+/* ---- the Plan's tables, printed from the DtmPlan ---- */
+
+/* An f32 as a C float literal: the shortest decimal that reads back as
+ * the same float. */
+static void put_f32(FILE *out, float v)
 {
-	FILE *out = e->out;
-	const IrModule *m = e->m;
-	fputs("static const DtmBuffer buffers[] = {\n", out);
-	for (int i = 0; i < m->nnodes; i++) {
-		const IrNode *n = m->nodes[i];
-		const MemPlanBuf *b = &e->mp->buf[i];
-		if (b->owner != i)
-			continue;
-		IrRole role = i == m->loss ? IR_ROLE_LOSS : n->role;
-		fprintf(out, "\t[%d] = { .name = ", e->bufid[i]);
-		put_string(out, n->name);
-		fprintf(out, ", .role = %s, .dtype = %s, .rank = %d, .shape = ", role_enum(role),
-		        dtype_enum(n->dtype), n->rank);
-		put_shape(out, n);
-		fputs(", .global_shape = ", out);
-		put_global_shape(out, m, n);
-		put_split(out, m, n);
-		char pl[256];
-		placement_format(&n->place, &m->mesh, pl, sizeof pl);
-		fputs(", .placement = ", out);
-		put_string(out, pl);
-		fprintf(out, ",\n\t\t.arena = %s, .offset = %lld, .bytes = %lld", arena_enum(b->arena),
-		        (long long)b->offset, (long long)b->bytes);
-		if (ir_op_attr_kind(n->op) == IR_ATTR_INIT) {
-			static const char *inits[] = { "DTM_INIT_NONE", "DTM_INIT_ZEROS",
-						       "DTM_INIT_ONES", "DTM_INIT_NORMAL",
-						       "DTM_INIT_UNIFORM" };
-			int k = (int)n->attrs.init;
-			fprintf(out, ", .init = %s, .init_a = ", inits[k >= 0 && k < 5 ? k : 0]);
-			put_float(out, n->attrs.f[0], true);
-			fputs(", .init_b = ", out);
-			put_float(out, n->attrs.f[1], true);
-		}
-		fputs(" },\n", out);
+	if (isnan(v) || isinf(v)) {
+		put_float(out, v, true);
+		return;
 	}
-	fputs("};\n\n", out);
+	char buf[64];
+	for (int prec = 1; prec <= 9; prec++) {
+		snprintf(buf, sizeof buf, "%.*g", prec, (double)v);
+		if (strtof(buf, NULL) == v)
+			break;
+	}
+	fputs(buf, out);
+	if (!strpbrk(buf, ".eE"))
+		fputs(".0", out);
+	fputc('f', out);
 }
 
-/* GEMM fields for matmul n: see the file comment for the batch folding. */
-static void emit_gemm(Emit *e, int i)
+static const char *dtm_dtype_enum(DtmDtype t)
 {
-	FILE *out = e->out;
-	const IrModule *m = e->m;
-	const IrNode *n = m->nodes[i];
-	bool ta, tb;
-	int A = pass_fuse_operand(m, e->fp, i, 0, &ta), B = pass_fuse_operand(m, e->fp, i, 1, &tb);
-	const IrNode *an = m->nodes[n->ops[0]], *bn = m->nodes[n->ops[1]];
-	int r = n->rank;
-	int64_t M = n->shape[r - 2], N = n->shape[r - 1], K = an->shape[an->rank - 1];
-	int64_t batch = 1;
-	for (int d = 0; d < r - 2; d++)
-		batch *= n->shape[d];
-	int64_t abat = M * K > 0 ? ir_node_numel(an) / (M * K) : 1;
-	int64_t bbat = K * N > 0 ? ir_node_numel(bn) / (K * N) : 1;
-	int64_t sa = abat > 1 ? M * K : 0, sb = bbat > 1 ? K * N : 0, sc = M * N;
-	if (batch > 1 && abat > 1 && bbat <= 1 && !ta) {
-		M *= batch;
-		batch = 1;
-		sa = sb = sc = 0;
+	switch (t) {
+	case DTM_BF16: return "DTM_BF16";
+	case DTM_F16: return "DTM_F16";
+	case DTM_I32: return "DTM_I32";
+	default: return "DTM_F32";
 	}
-	fprintf(out, "\t{ .kind = DTM_ACT_GEMM, .phase = %s, .node = %d, .label = ", phase_enum(e, i),
-	        i);
-	put_label(out, n);
-	fprintf(out, ",\n\t  .nargs = 3, .args = { %d, %d, %d }, .m = %lld, .n = %lld, .k = %lld, "
-	             ".batch = %lld,\n\t  .stride_a = %lld, .stride_b = %lld, .stride_c = %lld, "
-	             ".trans_a = %s, .trans_b = %s, .alpha = 1.0f, .beta = 0.0f, .flops = %lld },\n",
-	        e->bufid[A], e->bufid[B], e->bufid[i], (long long)M, (long long)N, (long long)K,
-	        (long long)batch, (long long)sa, (long long)sb, (long long)sc, ta ? "true" : "false",
-	        tb ? "true" : "false", (long long)(2 * M * N * K * batch));
 }
 
-static const char *coll_enum(IrOp op)
+static const char *role_enum(DtmRole r)
 {
-	switch (op) {
-	case IR_OP_ALL_GATHER: return "DTM_COLL_ALL_GATHER";
-	case IR_OP_REDUCE_SCATTER: return "DTM_COLL_REDUCE_SCATTER";
-	case IR_OP_ALL_TO_ALL: return "DTM_COLL_ALL_TO_ALL";
-	case IR_OP_BROADCAST: return "DTM_COLL_BROADCAST";
+	switch (r) {
+	case DTM_ROLE_PARAM: return "DTM_ROLE_PARAM";
+	case DTM_ROLE_INPUT: return "DTM_ROLE_INPUT";
+	case DTM_ROLE_LOSS: return "DTM_ROLE_LOSS";
+	case DTM_ROLE_GRAD: return "DTM_ROLE_GRAD";
+	case DTM_ROLE_OPT_STATE: return "DTM_ROLE_OPT_STATE";
+	default: return "DTM_ROLE_ACT";
+	}
+}
+
+static const char *arena_enum(int a)
+{
+	static const char *names[DTM_ARENA_COUNT] = { "DTM_ARENA_PARAM", "DTM_ARENA_OPT",
+						      "DTM_ARENA_GRAD", "DTM_ARENA_ACT",
+						      "DTM_ARENA_INPUT" };
+	return a >= 0 && a < DTM_ARENA_COUNT ? names[a] : "DTM_ARENA_ACT";
+}
+
+static const char *phase_enum(DtmPhase p)
+{
+	return p == DTM_PHASE_FORWARD ? "DTM_PHASE_FORWARD"
+	       : p == DTM_PHASE_BACKWARD ? "DTM_PHASE_BACKWARD" : "DTM_PHASE_OPTIMIZER";
+}
+
+static const char *coll_enum(DtmColl c)
+{
+	switch (c) {
+	case DTM_COLL_ALL_GATHER: return "DTM_COLL_ALL_GATHER";
+	case DTM_COLL_REDUCE_SCATTER: return "DTM_COLL_REDUCE_SCATTER";
+	case DTM_COLL_ALL_TO_ALL: return "DTM_COLL_ALL_TO_ALL";
+	case DTM_COLL_BROADCAST: return "DTM_COLL_BROADCAST";
 	default: return "DTM_COLL_ALL_REDUCE";
 	}
 }
 
-static const char *red_enum(IrRed r)
+static const char *red_enum(DtmRed r)
 {
 	switch (r) {
-	case IR_RED_AVG: return "DTM_RED_AVG";
-	case IR_RED_MAX: return "DTM_RED_MAX";
+	case DTM_RED_AVG: return "DTM_RED_AVG";
+	case DTM_RED_MAX: return "DTM_RED_MAX";
 	default: return "DTM_RED_SUM";
 	}
 }
 
-/* A collective's fields, in runtime/comm.c's conventions (above
- * comm_run_action): dim and dim2 are dims of the input's shape (the IR's
- * ints[0], ints[1]: the gather/scatter dim, or all_to_all's split and
- * concat dims), bytes the input's local bytes, a broadcast's root
- * (ints[0], a group index) in peer_offset. */
-static void put_coll(FILE *out, const IrModule *m, const IrNode *n)
+/* `{ a, b, c }`; n == 0 prints `{0 }` (a zero-length list is not C). */
+static void put_i64s(FILE *out, const int64_t *v, int n)
 {
-	const IrNode *x = m->nodes[n->ops[0]];
-	int i0 = n->attrs.nints > 0 ? (int)n->attrs.ints[0] : 0;
-	int i1 = n->attrs.nints > 1 ? (int)n->attrs.ints[1] : 0;
-	bool dims = n->op != IR_OP_BROADCAST && n->op != IR_OP_ALL_REDUCE;
-	fprintf(out, ",\n\t  .coll = %s, .axes = %uu, .red = %s, .dim = %d, .dim2 = %d",
-	        coll_enum(n->op), (unsigned)n->attrs.mesh_axes, red_enum(n->attrs.red),
-	        dims ? i0 : 0, n->op == IR_OP_ALL_TO_ALL ? i1 : 0);
-	if (n->op == IR_OP_BROADCAST)
-		fprintf(out, ", .peer_offset = %d", i0);
-	fprintf(out, ", .bytes = %lld, .stream = 1",
-	        (long long)(ir_node_numel(x) * ir_dtype_size(x->dtype)));
+	fputc('{', out);
+	for (int i = 0; i < n; i++)
+		fprintf(out, "%s%lld", i ? ", " : " ", (long long)v[i]);
+	fputs(n ? " }" : "0 }", out);
 }
 
-static void emit_actions(Emit *e)
+static void put_arena_bytes(FILE *out, const int64_t *bytes)
 {
-	FILE *out = e->out;
-	const IrModule *m = e->m;
-	fputs("static const DtmAction actions[] = {\n", out);
-	int count = 0;
-	for (int i = 0; i < m->nnodes; i++) {
-		const IrNode *n = m->nodes[i];
-		NodeKind k = node_kind(e, i);
-		if (k == NK_NONE)
-			continue;
-		count++;
-		if (k == NK_GEMM) {
-			emit_gemm(e, i);
-			continue;
-		}
-		if (k == NK_GNORM) {
-			for (int c = 0; c < gnorm_chunks(n); c++) {
-				int lo = c * GNORM_CHUNK;
-				int hi = lo + GNORM_CHUNK < n->nops ? lo + GNORM_CHUNK : n->nops;
-				fprintf(out, "\t{ .kind = DTM_ACT_KERNEL, .phase = %s, .node = %d, .label = ",
-				        phase_enum(e, i), i);
-				put_label(out, n);
-				fprintf(out, ", .nargs = %d, .args = {", hi - lo + 1);
-				for (int q = lo; q < hi; q++)
-					fprintf(out, " %d,", e->bufid[n->ops[q]]);
-				fprintf(out, " %d }, .kernel = %d },\n", e->bufid[i], e->kernel[i] + c);
+	for (int a = 0; a < DTM_ARENA_COUNT; a++)
+		fprintf(out, "%s[%s] = %lld", a ? ", " : " ", arena_enum(a), (long long)bytes[a]);
+}
+
+static void put_buffers(FILE *out, const DtmPlan *p)
+{
+	fputs("static const DtmBuffer buffers[] = {\n", out);
+	for (int i = 0; i < p->nbuffers; i++) {
+		const DtmBuffer *b = &p->buffers[i];
+		fprintf(out, "\t[%d] = { .name = ", i);
+		put_string(out, b->name);
+		fprintf(out, ", .role = %s, .dtype = %s, .rank = %d, .shape = ", role_enum(b->role),
+		        dtm_dtype_enum(b->dtype), b->rank);
+		put_i64s(out, b->shape, b->rank);
+		fputs(", .global_shape = ", out);
+		put_i64s(out, b->global_shape, b->rank);
+		bool split = false;
+		for (int d = 0; d < b->rank; d++)
+			split |= b->split_naxes[d] > 0;
+		if (split) {
+			fputs(",\n\t\t.split_naxes = {", out);
+			for (int d = 0; d < b->rank; d++)
+				fprintf(out, "%s%d", d ? ", " : " ", b->split_naxes[d]);
+			fputs(" }, .split_axes = {", out);
+			for (int d = 0; d < b->rank; d++) {
+				fputs(d ? ", {" : " {", out);
+				for (int k = 0; k < b->split_naxes[d]; k++)
+					fprintf(out, "%s%d", k ? ", " : " ", b->split_axes[d][k]);
+				fputs(b->split_naxes[d] ? " }" : "0 }", out);
 			}
-			continue;
+			fputs(" }", out);
 		}
-		/* args: the kernel's inputs (a fused group's externals in the
-		 * order emit_fused numbered them), then the output */
-		int args[DTM_MAX_ARGS], na = 0;
-		if (k == NK_FUSED) {
-			for (int x = 0; x <= i; x++) {
-				if (e->fp->root[x] != i)
-					continue;
-				const IrNode *mx = m->nodes[x];
-				for (int q = 0; q < mx->nops; q++) {
-					int o = mx->ops[q];
-					if (e->fp->root[o] == i && e->fp->internal[o])
-						continue;
-					bool seen = false;
-					for (int j = 0; j < na; j++)
-						seen |= args[j] == o;
-					if (!seen && na < DTM_MAX_ARGS - 1)
-						args[na++] = o;
-				}
-			}
-		} else {
-			for (int q = 0; q < n->nops && na < DTM_MAX_ARGS - 1; q++)
-				args[na++] = n->ops[q];
+		fputs(", .placement = ", out);
+		put_string(out, b->placement);
+		fprintf(out, ",\n\t\t.arena = %s, .offset = %lld, .bytes = %lld", arena_enum(b->arena),
+		        (long long)b->offset, (long long)b->bytes);
+		if (p->nstages > 1)
+			fprintf(out, ", .stage = %d", b->stage);
+		if (b->role == DTM_ROLE_PARAM || b->init != DTM_INIT_NONE) {
+			static const char *inits[] = { "DTM_INIT_NONE", "DTM_INIT_ZEROS",
+						       "DTM_INIT_ONES", "DTM_INIT_NORMAL",
+						       "DTM_INIT_UNIFORM" };
+			int k = (int)b->init;
+			fprintf(out, ", .init = %s, .init_a = ", inits[k >= 0 && k < 5 ? k : 0]);
+			put_f32(out, b->init_a);
+			fputs(", .init_b = ", out);
+			put_f32(out, b->init_b);
 		}
-		args[na++] = i;
-		fprintf(out, "\t{ .kind = %s, .phase = %s, .node = %d, .label = ",
-		        k == NK_COLL ? "DTM_ACT_COLL" : "DTM_ACT_KERNEL", phase_enum(e, i), i);
-		put_label(out, n);
-		fprintf(out, ", .nargs = %d, .args = {", na);
-		for (int j = 0; j < na; j++)
-			fprintf(out, "%s%d", j ? ", " : " ", e->bufid[args[j]]);
-		fputs(" }", out);
-		if (k == NK_COLL)
-			put_coll(out, m, n);
-		else
-			fprintf(out, ", .kernel = %d", e->kernel[i]);
 		fputs(" },\n", out);
 	}
-	if (!count)
-		fputs("\t{ .kind = DTM_ACT_WAIT, .label = \"empty\" },\n", out);
 	fputs("};\n\n", out);
 }
 
-static void emit_plan(Emit *e)
+static void put_args(FILE *out, const DtmAction *a)
 {
-	FILE *out = e->out;
-	const IrModule *m = e->m;
-	const IrTrain *t = &m->train;
-	int inputs[4], ninputs = 0, loss = -1, gnorm = -1;
-	for (int i = 0; i < m->nnodes; i++) {
-		const IrNode *n = m->nodes[i];
-		if (n->op == IR_OP_INPUT && ninputs < 4 && e->bufid[i] >= 0)
-			inputs[ninputs++] = i;
-		if (gnorm < 0 && is_grad_norm(n) && e->bufid[i] >= 0)
-			gnorm = i;
+	fprintf(out, ".nargs = %d, .args = {", a->nargs);
+	for (int j = 0; j < a->nargs; j++)
+		fprintf(out, "%s%d", j ? ", " : " ", a->args[j]);
+	fputs(" }", out);
+}
+
+static void put_action(FILE *out, const DtmAction *a)
+{
+	static const char *kinds[] = { "DTM_ACT_KERNEL", "DTM_ACT_GEMM", "DTM_ACT_COLL",
+				       "DTM_ACT_SEND", "DTM_ACT_RECV", "DTM_ACT_WAIT" };
+	if (a->kind == DTM_ACT_WAIT) {
+		fputs("\t{ .kind = DTM_ACT_WAIT, .label = ", out);
+		put_string(out, a->label);
+		fputs(" },\n", out);
+		return;
 	}
-	/* partitioned: the grad_norm ops are per-group partial norms, the
-	 * global norm is the value named grad_norm that combines them */
-	for (int i = 0; i < m->nnodes; i++) {
-		const IrNode *n = m->nodes[i];
-		if (n->name && strcmp(n->name, "grad_norm") == 0 && e->bufid[i] >= 0) {
-			gnorm = i;
-			break;
+	bool p2p = a->kind == DTM_ACT_SEND || a->kind == DTM_ACT_RECV;
+	fprintf(out, "\t{ .kind = %s, .phase = %s", kinds[a->kind], phase_enum(a->phase));
+	if (p2p || a->microbatch)
+		fprintf(out, ", .microbatch = %d", a->microbatch);
+	fprintf(out, ", .node = %d, .label = ", a->node);
+	put_string(out, a->label);
+	switch (a->kind) {
+	case DTM_ACT_SEND:
+	case DTM_ACT_RECV:
+		fputs(", ", out);
+		put_args(out, a);
+		fprintf(out, ", .axes = %uu, .peer_offset = %d, .bytes = %lld, .stream = %d },\n",
+		        (unsigned)a->axes, a->peer_offset, (long long)a->bytes, a->stream);
+		return;
+	case DTM_ACT_GEMM:
+		fputs(",\n\t  ", out);
+		put_args(out, a);
+		fprintf(out, ", .m = %lld, .n = %lld, .k = %lld, .batch = %lld,\n\t  .stride_a = %lld, "
+		             ".stride_b = %lld, .stride_c = %lld, .trans_a = %s, .trans_b = %s, "
+		             ".alpha = ",
+		        (long long)a->m, (long long)a->n, (long long)a->k, (long long)a->batch,
+		        (long long)a->stride_a, (long long)a->stride_b, (long long)a->stride_c,
+		        a->trans_a ? "true" : "false", a->trans_b ? "true" : "false");
+		put_f32(out, a->alpha);
+		fputs(", .beta = ", out);
+		put_f32(out, a->beta);
+		fprintf(out, ", .flops = %lld },\n", (long long)a->flops);
+		return;
+	case DTM_ACT_COLL:
+		fputs(", ", out);
+		put_args(out, a);
+		fprintf(out, ",\n\t  .coll = %s, .axes = %uu, .red = %s, .dim = %d, .dim2 = %d",
+		        coll_enum(a->coll), (unsigned)a->axes, red_enum(a->red), a->dim, a->dim2);
+		if (a->coll == DTM_COLL_BROADCAST)
+			fprintf(out, ", .peer_offset = %d", a->peer_offset);
+		fprintf(out, ", .bytes = %lld, .stream = %d },\n", (long long)a->bytes, a->stream);
+		return;
+	default:
+		fputs(", ", out);
+		put_args(out, a);
+		fprintf(out, ", .kernel = %d },\n", a->kernel);
+		return;
+	}
+}
+
+/* The stage table.  Pipelined: per stage its arenas and its copies of the
+ * inputs, the loss and the grad norm (a one-stage plan has them in the
+ * plan). */
+static void put_stages(FILE *out, const DtmPlan *p)
+{
+	for (int s = 0; s < p->nstages; s++) {
+		fprintf(out, "static const DtmAction actions_%d[] = {\n", s);
+		for (int i = 0; i < p->stages[s].nactions; i++)
+			put_action(out, &p->stages[s].actions[i]);
+		fputs("};\n\n", out);
+	}
+	fputs("static const DtmStage stages[] = {\n", out);
+	for (int s = 0; s < p->nstages; s++) {
+		const DtmStage *st = &p->stages[s];
+		fprintf(out, "\t{ .nactions = (int)(sizeof actions_%d / sizeof actions_%d[0]), "
+		        ".actions = actions_%d", s, s, s);
+		if (p->nstages > 1) {
+			fputs(",\n\t  .arena_bytes = {", out);
+			put_arena_bytes(out, st->arena_bytes);
+			fprintf(out, " },\n\t  .ninputs = %d, .inputs = {", st->ninputs);
+			for (int k = 0; k < st->ninputs; k++)
+				fprintf(out, "%s%d", k ? ", " : " ", st->inputs[k]);
+			fprintf(out, "%s}, .loss = %d, .grad_norm = %d", st->ninputs ? " " : "0 ",
+			        st->loss, st->grad_norm);
 		}
+		fputs(" },\n", out);
 	}
-	if (m->loss >= 0)
-		loss = m->loss;
-	/* tokens when the first two inputs are i32 (tokens, targets), else
-	 * regression on (x, y) */
-	bool tokens = ninputs >= 2 && m->nodes[inputs[0]]->dtype == IR_I32 &&
-	              m->nodes[inputs[1]]->dtype == IR_I32;
-	/* global sizes: the data feed draws from the global batch and vocab */
-	const IrNode *in0 = ninputs ? m->nodes[inputs[0]] : NULL;
-	int64_t B = in0 ? global_dim(m, in0, 0) : 0;
-	int64_t T = tokens && in0->rank > 1 ? global_dim(m, in0, 1) : 1;
-	int64_t vocab = 0;
-	for (int i = 0; tokens && i < m->nnodes && !vocab; i++) {
-		const IrNode *n = m->nodes[i];
-		if (n->op == IR_OP_EMBED || n->op == IR_OP_EMBED_VP)
-			vocab = global_dim(m, m->nodes[n->ops[0]], 0);
-		else if (n->op == IR_OP_CROSS_ENTROPY)
-			vocab = global_dim(m, m->nodes[n->ops[0]], m->nodes[n->ops[0]]->rank - 1);
-	}
-	fputs("static const DtmStage stages[] = { { (int)(sizeof actions / sizeof actions[0]), "
-	      "actions } };\n\n",
-	      out);
+	fputs("};\n\n", out);
+}
+
+static void put_plan(FILE *out, const DtmPlan *p, bool cuda)
+{
+	const DtmTrainCfg *t = &p->train;
 	fputs("static const DtmPlan plan = {\n\t.version = DTM_PLAN_VERSION,\n\t.model = ", out);
-	put_string(out, m->name);
-	fprintf(out, ",\n\t.mesh_naxes = %d,\n\t.mesh_names = {", m->mesh.naxes);
-	for (int a = 0; a < m->mesh.naxes; a++) {
+	put_string(out, p->model);
+	fprintf(out, ",\n\t.mesh_naxes = %d,\n\t.mesh_names = {", p->mesh_naxes);
+	for (int a = 0; a < p->mesh_naxes; a++) {
 		fputs(a ? ", " : " ", out);
-		put_string(out, m->mesh.names[a]);
+		put_string(out, p->mesh_names[a]);
 	}
 	fputs(" },\n\t.mesh_sizes = {", out);
-	for (int a = 0; a < m->mesh.naxes; a++)
-		fprintf(out, "%s%lld", a ? ", " : " ", (long long)m->mesh.sizes[a]);
-	fprintf(out, " },\n\t.nbuffers = %d,\n\t.buffers = buffers,\n\t.arena_bytes = {", e->nbuf);
-	for (int a = 0; a < DTM_ARENA_COUNT; a++)
-		fprintf(out, "%s[%s] = %lld", a ? ", " : " ", arena_enum(a),
-		        (long long)e->mp->arena_bytes[a]);
-	fprintf(out, " },\n\t.nstages = 1,\n\t.stages = stages,\n\t.nkernels = %d,\n"
+	for (int a = 0; a < p->mesh_naxes; a++)
+		fprintf(out, "%s%lld", a ? ", " : " ", (long long)p->mesh_sizes[a]);
+	fprintf(out, " },\n\t.nbuffers = %d,\n\t.buffers = buffers,\n\t.arena_bytes = {", p->nbuffers);
+	put_arena_bytes(out, p->arena_bytes);
+	fprintf(out, " },\n\t.nstages = %d,\n\t.stages = stages,\n\t.nkernels = %d,\n"
 	             "\t.kernels = kernels,\n\t.kernel_names = kernel_names,\n\t.ninputs = %d,\n"
 	             "\t.inputs = {",
-	        e->nkernels, ninputs);
-	for (int k = 0; k < ninputs; k++)
-		fprintf(out, "%s%d", k ? ", " : " ", e->bufid[inputs[k]]);
+	        p->nstages, p->nkernels, p->ninputs);
+	for (int k = 0; k < p->ninputs; k++)
+		fprintf(out, "%s%d", k ? ", " : " ", p->inputs[k]);
 	fprintf(out, " },\n\t.loss = %d,\n\t.grad_norm = %d,\n\t.train = {\n\t\t.optimizer = ",
-	        loss >= 0 ? e->bufid[loss] : -1, gnorm >= 0 ? e->bufid[gnorm] : -1);
-	put_string(out, t->optimizer ? t->optimizer : "sgd");
+	        p->loss, p->grad_norm);
+	put_string(out, t->optimizer);
 	fputs(", .lr = ", out);
-	put_float(out, t->lr, true);
+	put_f32(out, t->lr);
 	fputs(", .beta1 = ", out);
-	put_float(out, t->beta1, true);
+	put_f32(out, t->beta1);
 	fputs(", .beta2 = ", out);
-	put_float(out, t->beta2, true);
+	put_f32(out, t->beta2);
 	fputs(", .eps = ", out);
-	put_float(out, t->eps, true);
+	put_f32(out, t->eps);
 	fputs(",\n\t\t.weight_decay = ", out);
-	put_float(out, t->weight_decay, true);
+	put_f32(out, t->weight_decay);
 	fputs(", .clip = ", out);
-	put_float(out, t->clip, true);
+	put_f32(out, t->clip);
 	fputs(", .momentum = ", out);
-	put_float(out, t->momentum, true);
+	put_f32(out, t->momentum);
 	fprintf(out, ", .nesterov = %s,\n\t\t.lr_schedule = ", t->nesterov ? "true" : "false");
-	put_string(out, t->lr_schedule ? t->lr_schedule : "constant");
+	put_string(out, t->lr_schedule);
 	fprintf(out, ", .warmup = %lld, .min_lr = ", (long long)t->warmup);
-	put_float(out, t->min_lr, true);
+	put_f32(out, t->min_lr);
 	fprintf(out, ",\n\t\t.steps = %lld, .data = ", (long long)t->steps);
-	put_string(out, t->data ? t->data : "synthetic");
+	put_string(out, t->data);
 	fprintf(out, ", .seed = %lld,\n\t\t.tokens_per_step = %lld, .batch = %lld, .seq = %lld, "
-	             ".vocab = %lld,\n\t\t.data_kind = %s, .microbatches = %lld, .precision = %s,\n"
-	             "\t},\n};\n\n",
-	        (long long)t->seed, (long long)(B * T), (long long)B, (long long)(tokens ? T : 0),
-	        (long long)vocab, tokens ? "DTM_DATA_TOKENS" : "DTM_DATA_REGRESSION",
-	        (long long)(t->microbatches > 0 ? t->microbatches : 1), dtype_enum(t->precision));
-	fputs("int main(int argc, char **argv)\n{\n\treturn dtm_main(&plan, argc, argv);\n}\n", out);
+	             ".vocab = %lld,\n\t\t.data_kind = %s, .microbatches = %d, .precision = %s,\n"
+	             "\t},\n",
+	        (long long)t->seed, (long long)t->tokens_per_step, (long long)t->batch,
+	        (long long)t->seq, (long long)t->vocab,
+	        t->data_kind == DTM_DATA_TOKENS ? "DTM_DATA_TOKENS" : "DTM_DATA_REGRESSION",
+	        t->microbatches, dtm_dtype_enum(t->precision));
+	if (cuda)
+		fputs("\t.cuda_source = dtm_cuda_source,\n\t.cuda_kernels = dtm_cuda_kernels,\n", out);
+	fputs("};\n\n", out);
 }
 
 bool cg_emit_c(FILE *out, const IrModule *m, const FusePlan *fp, const MemPlan *mp,
                const CgEmitOptions *opt, Diag *d)
 {
-	Emit e = { out, m, fp, mp, d, NULL, 0, NULL, 0, m->nnodes };
-	e.bufid = calloc((size_t)m->nnodes + 1, sizeof(int));
-	e.kernel = calloc((size_t)m->nnodes + 1, sizeof(int));
-	if (!e.bufid || !e.kernel) {
-		free(e.bufid);
-		free(e.kernel);
-		diag_error(d, (SrcLoc){0}, "out of memory generating C");
+	Arena a;
+	arena_init(&a);
+	Emit e = { out, m, fp, d };
+	bool cuda = opt && opt->cuda;
+	const DtmPlan *p = cg_plan_build(m, fp, mp, &a, d);
+	int nk = p ? p->nkernels : 0;
+	CgPlanKernel *ks = p ? arena_alloc(&a, sizeof *ks * (size_t)(nk ? nk : 1)) : NULL;
+	if (!p || !ks) {
+		if (p)
+			diag_error(d, (SrcLoc){0}, "out of memory generating C");
+		arena_free(&a);
 		return false;
 	}
-	for (int i = 0; i < m->nnodes; i++) {
-		const IrNode *n = m->nodes[i];
-		if (i < e.opt_start && ((ir_op_flags(n->op) & OPF_INPLACE) || is_grad_norm(n)))
-			e.opt_start = i;
-		e.bufid[i] = mp->buf[i].owner == i ? e.nbuf++ : -1;
-	}
-	for (int i = 0; i < m->nnodes; i++)
-		if (mp->buf[i].owner >= 0 && mp->buf[i].owner != i)
-			e.bufid[i] = e.bufid[mp->buf[i].owner];
+	cg_plan_kernels(m, fp, mp, ks, nk);
 	fprintf(out, "/* Generated by dtmc from model '%s': the kernels and the Plan of one\n"
 	             " * training step.  Do not edit. */\n",
 	        m->name ? m->name : "?");
 	emit_includes(&e, opt ? opt->src_dir : NULL);
 	bool ok = true;
-	for (int i = 0; i < m->nnodes && ok; i++) {
-		e.kernel[i] = -1;
-		IrOp op = m->nodes[i]->op;
-		if (op == IR_OP_SEND || op == IR_OP_RECV) {
-			/* pipeline stages need one program per stage first */
-			diag_error(d, m->nodes[i]->loc, "%s: the CPU back end has no pipeline "
-			           "send/recv yet", ir_op_name(op));
-			ok = false;
-			break;
-		}
-		NodeKind k = node_kind(&e, i);
-		int nk = 1;
-		if (k == NK_FUSED)
-			ok = emit_fused(&e, i);
-		else if (k == NK_KERNEL)
-			ok = emit_wrapper(&e, i);
-		else if (k == NK_GNORM)
-			emit_gnorm(&e, i), nk = gnorm_chunks(m->nodes[i]);
+	for (int k = 0; k < nk && ok; k++) {
+		if (ks[k].nchunks > 1)
+			emit_gnorm(&e, &ks[k]);
+		else if (ks[k].fused)
+			ok = emit_fused(&e, ks[k].node);
 		else
-			continue;
-		e.kernel[i] = e.nkernels;
-		e.nkernels += nk;
+			ok = emit_wrapper(&e, ks[k].node);
 	}
 	if (ok) {
 		fputs("static const DtmKernelFn kernels[] = {", out);
-		for (int i = 0; i < m->nnodes; i++) {
-			if (e.kernel[i] < 0)
-				continue;
-			if (node_kind(&e, i) == NK_GNORM)
-				for (int c = 0; c < gnorm_chunks(m->nodes[i]); c++)
-					fprintf(out, "\n\tk_%d_%d,", i, c);
+		for (int k = 0; k < nk; k++) {
+			if (ks[k].nchunks > 1)
+				fprintf(out, "\n\tk_%d_%d,", ks[k].node, ks[k].chunk);
 			else
-				fprintf(out, "\n\tk_%d,", i);
+				fprintf(out, "\n\tk_%d,", ks[k].node);
 		}
-		fputs(e.nkernels ? "\n};\n\n" : " NULL };\n\n", out);
+		fputs(nk ? "\n};\n\n" : " NULL };\n\n", out);
 		fputs("static const char *const kernel_names[] = {", out);
-		for (int i = 0; i < m->nnodes; i++) {
-			if (e.kernel[i] < 0)
-				continue;
-			NodeKind k = node_kind(&e, i);
-			int nk = k == NK_GNORM ? gnorm_chunks(m->nodes[i]) : 1;
-			for (int c = 0; c < nk; c++)
-				fprintf(out, "\n\t\"%s\",", k == NK_FUSED ? "fused" :
-				                               ir_op_name(m->nodes[i]->op));
+		for (int k = 0; k < nk; k++) {
+			fputs("\n\t", out);
+			put_string(out, p->kernel_names[k]);
+			fputc(',', out);
 		}
-		fputs(e.nkernels ? "\n};\n\n" : " NULL };\n\n", out);
-		emit_buffers(&e);
-		emit_actions(&e);
-		emit_plan(&e);
+		fputs(nk ? "\n};\n\n" : " NULL };\n\n", out);
+		put_buffers(out, p);
+		put_stages(out, p);
+		if (cuda && !cg_emit_cuda_tables(out, m, fp, mp, opt->src_dir, d))
+			ok = false;
 	}
-	free(e.bufid);
-	free(e.kernel);
+	if (ok) {
+		put_plan(out, p, cuda);
+		fputs("int main(int argc, char **argv)\n{\n\treturn dtm_main(&plan, argc, argv);\n}\n",
+		      out);
+	}
+	arena_free(&a);
 	if (ok && (fflush(out) != 0 || ferror(out))) {
 		diag_error(d, (SrcLoc){0}, "error writing the generated C");
 		ok = false;

@@ -12,7 +12,10 @@
  * environment.  When CMake built the mpi backend it also sets DTM_MPI_OBJ
  * (comm_mpi.o) and DTM_MPI_LIBS (MPI's libraries, '|'-separated): the
  * binary then runs `--backend mpi` under mpirun, and still runs the local
- * backend without it (MPI is initialised only when asked for).  cc is run with fork/execvp, never through a shell, so paths
+ * backend without it (MPI is initialised only when asked for).  Where CMake
+ * built the cuda device it sets DTM_CUDA_LIB (libdtm_runtime_cuda.a) and
+ * DTM_CUDA_LIBS (cudart, NVRTC, cuBLAS, NCCL and their run paths): the
+ * binary then runs `--device cuda`, and still the CPU by default.  cc is run with fork/execvp, never through a shell, so paths
  * with spaces or quotes are safe.
  */
 #include "link.h"
@@ -42,6 +45,12 @@
 #endif
 #ifndef DTM_MPI_LIBS
 #define DTM_MPI_LIBS ""
+#endif
+#ifndef DTM_CUDA_LIB
+#define DTM_CUDA_LIB ""
+#endif
+#ifndef DTM_CUDA_LIBS
+#define DTM_CUDA_LIBS ""
 #endif
 
 #define CG_MAX_ARGV 64
@@ -109,7 +118,7 @@ bool cg_build(const IrModule *m, const CgBuildOptions *opt, Diag *d)
 		arena_free(&a);
 		return false;
 	}
-	CgEmitOptions eo = { DTM_SOURCE_DIR };
+	CgEmitOptions eo = { .src_dir = DTM_SOURCE_DIR, .cuda = opt->cuda };
 	ok = cg_emit_c(f, m, &fp, &mp, &eo, d);
 	if (fclose(f) != 0 && ok) {
 		diag_error(d, (SrcLoc){0}, "cannot write '%s'", cpath);
@@ -152,10 +161,18 @@ bool cg_build(const IrModule *m, const CgBuildOptions *opt, Diag *d)
 	argv[n++] = "none";
 	/* the mpi object before the runtime: it calls into it */
 	n = add_list(&a, argv, n, DTM_MPI_OBJ);
+	/* the cuda device likewise; the runtime refers to it only weakly,
+	 * which pulls nothing out of an archive, hence -u */
+	if (DTM_CUDA_LIB[0]) {
+		argv[n++] = "-Wl,-u,rt_cuda_probe";
+		argv[n++] = "-Wl,-u,rt_cuda_attach";
+		argv[n++] = DTM_CUDA_LIB;
+	}
 	argv[n++] = DTM_RUNTIME_LIB;
 	if (DTM_BLAS_LIB[0])
 		argv[n++] = DTM_BLAS_LIB;
 	n = add_list(&a, argv, n, DTM_MPI_LIBS);
+	n = add_list(&a, argv, n, DTM_CUDA_LIBS);
 	argv[n++] = "-lpthread";
 	argv[n++] = "-lm";
 	argv[n] = NULL;
@@ -194,4 +211,9 @@ bool cg_build(const IrModule *m, const CgBuildOptions *opt, Diag *d)
 		        opt->keep_c ? kept : "");
 	arena_free(&a);
 	return ok;
+}
+
+const char *cg_source_dir(void)
+{
+	return DTM_SOURCE_DIR;
 }

@@ -9,7 +9,12 @@ typedef struct CgBuildOptions {
 	const char *output; /* the executable's path */
 	bool verbose;       /* print arenas and the cc command */
 	bool keep_c;        /* keep the generated C as OUTPUT.dtm.c */
+	bool cuda;          /* embed the CUDA kernels (codegen/emit_cuda.h) */
 } CgBuildOptions;
+
+/* The repository root the generated code's headers and kernel library
+ * come from (CMake's source dir). */
+const char *cg_source_dir(void);
 
 /* m has been through the whole pass pipeline.  Writes OUTPUT only when
  * everything succeeded (compiled to a temporary name, then renamed).

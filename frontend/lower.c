@@ -3,7 +3,8 @@
  * Consumes an AstFile; produces an IrModule whose nodes are in topological
  * order with global shapes: top-level inputs and params first, then the
  * forward program with every block call inlined (its params named
- * BLOCK.INDEX.PARAM) and every `for` unrolled (nodes of a staged iteration
+ * BLOCK.INDEX.PARAM, its nodes numbered by outermost instance in
+ * IrNode.block) and every `for` unrolled (nodes of a staged iteration
  * carry that pipeline stage).  Constants fold while lowering, so
  * `x * (1 / sqrt(d))` is one scale node.  Shapes come from ir_infer, run on
  * each node as it is made.
@@ -93,6 +94,7 @@ IrNode *lower_new_node(Lower *L, IrOp op, const int *ops, int nops, SrcLoc loc)
 		return NULL;
 	}
 	n->stage = L->stage;
+	n->block = L->block;
 	n->choose = -1;
 	n->role = IR_ROLE_ACT;
 	n->place.known = false;
@@ -266,6 +268,8 @@ static Value call_block(Lower *L, BlockDef *b, const Args *a, SrcLoc loc)
 		lower_bind(L, &sc, blk->names[i].name, a->v[i], blk->names[i].loc);
 	const char *saved_prefix = L->prefix;
 	int saved_depth = L->depth;
+	if (L->nstack == 0)
+		L->block = L->nblock++;
 	L->prefix = arena_printf(L->a, "%s.%d.", blk->name, b->ncalls++);
 	L->stack[L->nstack++] = b;
 	b->active = true;
@@ -274,6 +278,8 @@ static Value call_block(Lower *L, BlockDef *b, const Args *a, SrcLoc loc)
 	lower_stmts(L, &sc, &blk->body, &ret);
 	b->active = false;
 	L->nstack--;
+	if (L->nstack == 0)
+		L->block = -1;
 	L->prefix = saved_prefix;
 	L->depth = saved_depth;
 	/* a block that failed once would fail the same way at every call:
@@ -942,6 +948,7 @@ IrModule *lower_file(Arena *a, Diag *d, const AstFile *f, const LowerOptions *op
 	L->f = f;
 	L->opt = opt;
 	L->stage = -1;
+	L->block = -1;
 	L->trips = 1;
 	L->prefix = "";
 	SrcLoc top = {f->path, 1, 1, 1};

@@ -933,6 +933,7 @@ static void train_lr_schedule(Lower *L, const AstNode *e)
 static void train_schedule(Lower *L, const AstNode *e)
 {
 	IrTrain *t = &L->m->train;
+	t->schedule_loc = e->loc;
 	const char *w = word_of(e);
 	if (e->kind == AST_CALL && e->name && strcmp(e->name, "interleaved") == 0) {
 		static const char *const none[] = {NULL};
@@ -1034,6 +1035,7 @@ static void train_setting(Lower *L, const AstNode *s, const AstNode **seen)
 		set_bool(L, e, k, &t->reshard_after_forward);
 	} else if (!strcmp(k, "microbatches")) {
 		set_int(L, e, k, 1, INT64_MAX, &t->microbatches);
+		t->schedule_loc = e->loc;
 	} else if (!strcmp(k, "schedule")) {
 		train_schedule(L, e);
 	} else if (!strcmp(k, "precision")) {
@@ -1165,6 +1167,8 @@ static void train_override(Lower *L, const char *text)
 			L->d = saved;
 			if (!strcmp(s->name, "uneven_shards"))
 				L->uneven_loc = cmdline;
+			if (!strcmp(s->name, "schedule") || !strcmp(s->name, "microbatches"))
+				L->m->train.schedule_loc = cmdline;
 		}
 	}
 	fclose(mem);

@@ -75,6 +75,9 @@ typedef struct Lower {
 	int dropout_salt;   /* per-call counter for dropout masks */
 	int depth;          /* statement / call nesting */
 	const char *prefix; /* "layer.3." inside a block instance, "" outside */
+	int block;          /* IrNode.block of nodes being created: the
+	                     * outermost block instance, -1 outside blocks */
+	int nblock;         /* outermost block instances so far */
 	bool train_seen;    /* uneven_shards etc. are final */
 	SrcLoc uneven_loc;  /* the uneven_shards setting; file == NULL if absent */
 	int64_t trips;      /* product of the trip counts of the enclosing loops */

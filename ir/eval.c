@@ -821,6 +821,7 @@ static bool eval_node(IrEval *e, const IrNode *n, Diag *d)
 	case IR_OP_CE_TARGET:
 	case IR_OP_CE_SUMEXP:
 	case IR_OP_CE_BWD_VP:
+	case IR_OP_PAD_MASK:
 		return ir_eval_grad(e, n, d);
 	/* no default: a new op in ops.def should fail to compile here until
 	 * it has a rule (-Wswitch) */

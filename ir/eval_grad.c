@@ -11,6 +11,7 @@
 #include "ir/eval_grad.h"
 #include "ir/eval_impl.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -442,6 +443,26 @@ static bool ev_ce_bwd_vp(IrEval *e, const IrNode *n, Diag *d)
 	return true;
 }
 
+/* pad_mask: the rows of this rank's chunk past the global extent set to
+ * 0, or (low) the lowest finite double. */
+static bool ev_pad_mask(IrEval *e, const IrNode *n, Diag *d)
+{
+	int ax = (int)n->attrs.ints[0];
+	int64_t c = n->shape[ax], real = n->attrs.ints[1] - vp_offset(e, n, c);
+	real = real < 0 ? 0 : real > c ? c : real;
+	int64_t outer = prod(n->shape, 0, ax), inner = prod(n->shape, ax + 1, n->rank);
+	const double *x = in(e, n, 0);
+	double *y = e->val[n->id], low = n->attrs.ints[2] ? -DBL_MAX : 0;
+	(void)d;
+	for (int64_t o = 0; o < outer; o++)
+		for (int64_t j = 0; j < c; j++)
+			for (int64_t k = 0; k < inner; k++) {
+				int64_t i = (o * c + j) * inner + k;
+				y[i] = j < real ? x[i] : low;
+			}
+	return true;
+}
+
 bool ir_eval_grad(IrEval *e, const IrNode *n, Diag *d)
 {
 	switch (n->op) {
@@ -480,6 +501,8 @@ bool ir_eval_grad(IrEval *e, const IrNode *n, Diag *d)
 		return ev_ce_rows(e, n, d);
 	case IR_OP_CE_BWD_VP:
 		return ev_ce_bwd_vp(e, n, d);
+	case IR_OP_PAD_MASK:
+		return ev_pad_mask(e, n, d);
 	default:
 		break;
 	}

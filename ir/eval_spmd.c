@@ -46,7 +46,7 @@ int ir_spmd_global_shape(const IrSpmd *s, int n, int64_t *shape)
 {
 	const IrNode *x = s->m->nodes[n];
 	for (int d = 0; d < x->rank; d++)
-		shape[d] = x->shape[d] * placement_dim_parts(&x->place, &s->m->mesh, d);
+		shape[d] = ir_global_dim(s->m, x, d);
 	return x->rank;
 }
 
@@ -69,7 +69,8 @@ static void shard_offsets(const IrSpmd *s, const IrNode *x, int64_t r, const int
 }
 
 /* Calls fn(local flat index, global flat index) for each element of rank
- * r's shard of x. */
+ * r's shard of x; the global index is -1 for the padding of an uneven
+ * shard (local rows past the global extent). */
 typedef void (*ElemFn)(double *loc, double *glob, int64_t li, int64_t gi, int mode);
 
 static void each_elem(const IrSpmd *s, const IrNode *x, int64_t r, double *loc, double *glob,
@@ -81,8 +82,8 @@ static void each_elem(const IrSpmd *s, const IrNode *x, int64_t r, double *loc, 
 	int64_t N = ir_node_numel(x);
 	for (int64_t li = 0; li < N; li++) {
 		int64_t gi = 0;
-		for (int d = 0; d < x->rank; d++)
-			gi = gi * g[d] + off[d] + idx[d];
+		for (int d = 0; d < x->rank && gi >= 0; d++)
+			gi = off[d] + idx[d] < g[d] ? gi * g[d] + off[d] + idx[d] : -1;
 		fn(loc, glob, li, gi, mode);
 		for (int d = x->rank - 1; d >= 0; d--) {
 			if (++idx[d] < x->shape[d])
@@ -96,6 +97,11 @@ enum { EL_SCATTER, EL_SUM, EL_MAX, EL_SET };
 
 static void elem(double *loc, double *glob, int64_t li, int64_t gi, int mode)
 {
+	if (gi < 0) { /* padding: zero, never gathered */
+		if (mode == EL_SCATTER)
+			loc[li] = 0;
+		return;
+	}
 	switch (mode) {
 	case EL_SCATTER:
 		loc[li] = glob[gi];

@@ -10,8 +10,9 @@
  * Placements after `partition` say which shard of which global value a node
  * holds, so params start as the shards of the global init (the same
  * Philox keying as ir_eval_init_params), inputs are scattered from global
- * arrays, and any value can be gathered back.  Even shards only (what
- * partition produces).
+ * arrays, and any value can be gathered back.  Uneven shards are padded
+ * (IrNode.padded): the padding is zero when scattered and skipped when
+ * gathered; the collectives themselves are even (partition pads first).
  *
  * Usage:
  *     IrSpmd s;
@@ -37,8 +38,7 @@ bool ir_spmd_init(IrSpmd *s, const IrModule *m);
 void ir_spmd_free(IrSpmd *s);
 /* Each param and state leaf gets its rank's shard of the global init. */
 void ir_spmd_init_params(IrSpmd *s, uint64_t seed);
-/* The global shape of node n (its local shape times its placement's
- * parts); returns the rank. */
+/* The global shape of node n (ir_global_dim); returns the rank. */
 int ir_spmd_global_shape(const IrSpmd *s, int n, int64_t *shape);
 /* Scatters a global value (row-major, ir_spmd_global_shape) to every
  * rank's shard of node n. */

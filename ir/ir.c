@@ -253,6 +253,9 @@ IrNode *ir_node_new(IrModule *m, IrOp op, const int *ops, int nops, SrcLoc loc)
 	n->choose = -1;
 	n->role = IR_ROLE_ACT;
 	n->stage = -1;
+	n->mb = -1;
+	n->block = -1;
+	n->phase = -1;
 	n->loc = loc;
 	n->place_from = -1;
 	m->nodes[m->nnodes++] = n;

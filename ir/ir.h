@@ -100,6 +100,10 @@ typedef struct Mesh {
 	int64_t sizes[IR_MAX_AXES];
 } Mesh;
 
+/* What part of a training step a node belongs to (passes/pipeline.c sets
+ * it; before, it follows from the node order: up to the loss, forward). */
+enum { IR_PHASE_FORWARD, IR_PHASE_BACKWARD, IR_PHASE_OPTIMIZER };
+
 typedef struct IrNode {
 	int id;           /* index in IrModule.nodes; printed as %id */
 	IrOp op;
@@ -112,7 +116,15 @@ typedef struct IrNode {
 	Placement place;
 	int choose;       /* index into IrModule.chooses, or -1 */
 	IrRole role;
-	int stage;        /* pipeline stage, -1 if not assigned */
+	int stage;        /* pipeline stage, -1 if not assigned; after the
+	                   * pipeline pass, the pp coordinate whose program
+	                   * the node belongs to */
+	int mb;           /* micro-batch (passes/microbatch.c), -1 if none */
+	int block;        /* the outermost block instance lowering inlined the
+	                   * node from (layer.3: the 4th call of any block at
+	                   * top level), -1 outside blocks; passes/recompute.c
+	                   * recomputes by it */
+	int phase;        /* IR_PHASE_*, set by the pipeline pass; -1 before */
 	const char *name; /* param/input path, or the user's variable; may be NULL */
 	SrcLoc loc;
 	/* Where place came from (passes/propagate.c): the node it was
@@ -120,6 +132,12 @@ typedef struct IrNode {
 	 * not known).  Printed as "from %N" / "from "file":l:c-e". */
 	int place_from;
 	SrcLoc place_loc;
+	/* After `partition`, per dim: the global extent of a dim whose shards
+	 * are padded (uneven torch.chunk shards: every rank stores
+	 * ceil(n / parts) rows and the rows past n are zero, see
+	 * passes/partition.c), or 0 where the global extent is the local one
+	 * times the parts.  Printed as "of [global shape]". */
+	int64_t padded[IR_MAX_RANK];
 } IrNode;
 
 /* A choose(spec, ...) sweep point: the node whose placement it sets, the
@@ -156,6 +174,9 @@ typedef struct IrTrain {
 	int64_t bucket_bytes;
 	int64_t prefetch;
 	int64_t seed;
+	/* where `schedule` (or else `microbatches`) was set, for the
+	 * pipeline's errors; not part of the text form */
+	SrcLoc schedule_loc;
 } IrTrain;
 
 typedef struct IrModule {
@@ -202,6 +223,10 @@ void ir_train_defaults(IrTrain *t);
 IrNode *ir_node_new(IrModule *m, IrOp op, const int *ops, int nops, SrcLoc loc);
 int64_t ir_node_numel(const IrNode *n);
 int ir_choose_add(IrModule *m, int node, const Placement *opts, int nopts, SrcLoc loc);
+/* A deep copy of m in a (clone.c): nodes, operand lists and choose()
+ * points are copied, strings are shared, so m's arena must outlive the
+ * copy.  NULL when out of memory. */
+IrModule *ir_module_clone(Arena *a, const IrModule *m);
 
 /* ---- mesh (mesh.c): row-major coordinates over the declared axes ---- */
 int64_t mesh_size(const Mesh *m);                    /* number of ranks */
@@ -225,6 +250,9 @@ int64_t placement_dim_parts(const Placement *p, const Mesh *m, int d);
  * chunk = ceil(n / parts); shard idx gets clamp(n - idx*chunk, 0, chunk). */
 int64_t chunk_size(int64_t n, int64_t parts, int64_t idx);
 int64_t chunk_offset(int64_t n, int64_t parts, int64_t idx);
+/* After `partition`: the global extent of dim d of the value node n holds
+ * a shard of (n->padded[d], or the local extent times the parts). */
+int64_t ir_global_dim(const IrModule *m, const IrNode *n, int d);
 /* This rank's shard shape of a global shape. */
 void placement_shard_shape(const Placement *p, const Mesh *m, int64_t rank,
                            int nd, const int64_t *global, int64_t *local);

@@ -16,10 +16,13 @@
  *            | 'choose' INT 'node' '%' INT 'options' place { '|' place }
  *              'selected' INT [ loc ]
  *   node    := '%' INT '=' OP [ operand { ',' operand } ] [ '{' attrs '}' ]
- *              [ STRING ] ':' type '@' place [ 'from' origin ] [ 'role' IDENT ]
- *              [ 'stage' INT ] [ loc ]
+ *              [ STRING ] ':' type '@' place [ 'of' shape ] [ 'from' origin ]
+ *              [ 'role' IDENT ]
+ *              [ 'stage' INT ] [ 'mb' INT ] [ 'block' INT ]
+ *              [ 'phase' ('forward'|'backward'|'optimizer') ] [ loc ]
  *   origin  := '%' INT | STRING ':' INT ':' INT '-' INT
- *   type    := DTYPE '[' [ INT { ',' INT } ] ']'
+ *   type    := DTYPE shape
+ *   shape   := '[' [ INT { ',' INT } ] ']'
  *   place   := '?' | '[' [ pdim { ',' pdim } ] ']' [ 'partial' '(' axes [',' RED] ')' ]
  *   pdim    := '_' | IDENT | '(' IDENT { ',' IDENT } ')'
  *   loc     := 'loc' STRING ':' INT ':' INT '-' INT
@@ -576,6 +579,8 @@ static const AttrKey attr_keys[] = {
 	{"root", K(COLL), SLOT_INT0},
 	{"shift", K(COLL), SLOT_INT0},
 	{"concat", K(COLL), SLOT_INT1},
+	{"size", K(COLL), SLOT_INT1},
+	{"low", K(COLL), SLOT_INT2},
 	/* optimizer steps: ir/optim.h's fx layout */
 	{"beta1", K(OPTIM), SLOT_FX0},
 	{"momentum", K(OPTIM), SLOT_FX0},
@@ -811,6 +816,39 @@ static void check_types(Parser *p, IrNode *n, SrcLoc at)
 /* origin := '%' INT | STRING ':' INT ':' INT '-' INT, after 'from'.  The
  * node may come later (propagation also runs backward from users), so it is
  * checked against the module by the verifier, not here. */
+/* 'of' '[' INT { ',' INT } ']' after the placement: the global shape of a
+ * node holding padded (uneven) shards; a dim whose extent is its shard's
+ * times the parts is not padded. */
+static bool padded_value(Parser *p, IrNode *n)
+{
+	next(p); /* 'of' */
+	SrcLoc l = tok_loc(p);
+	if (!expect(p, '[', "after 'of'"))
+		return false;
+	int nd = 0;
+	do {
+		int64_t g = 0;
+		if (nd >= n->rank)
+			return error_at(p, l, "'of' lists more dims than the type's %d", n->rank);
+		if (!int_value(p, &g, "in the global shape"))
+			return false;
+		int64_t parts = placement_dim_parts(&n->place, &p->m->mesh, nd);
+		int64_t c = parts > 0 ? g / parts + (g % parts != 0) : g;
+		if (g == n->shape[nd] * parts)
+			n->padded[nd] = 0;
+		else if (parts > 1 && g > 0 && c == n->shape[nd])
+			n->padded[nd] = g;
+		else
+			return error_at(p, l, "dim %d: a global extent of %" PRId64 " does not have "
+			                "shards of %" PRId64 " over %" PRId64 " parts", nd, g,
+			                n->shape[nd], parts);
+		nd++;
+	} while (accept(p, ','));
+	if (nd != n->rank)
+		return error_at(p, l, "'of' lists %d dims, the type %d", nd, n->rank);
+	return expect(p, ']', "after the global shape");
+}
+
 static bool origin_value(Parser *p, IrNode *n)
 {
 	next(p); /* 'from' */
@@ -899,6 +937,8 @@ static bool node_line(Parser *p)
 	    !expect(p, '@', "after the type") ||
 	    !placement_value(p, &n->place, "after '@'"))
 		return false;
+	if (is_word(p, "of") && !padded_value(p, n))
+		return false;
 	if (is_word(p, "from") && !origin_value(p, n))
 		return false;
 	if (is_word(p, "role")) {
@@ -914,6 +954,31 @@ static bool node_line(Parser *p)
 		next(p);
 		if (!int32_value(p, &n->stage, "after 'stage'"))
 			return false;
+	}
+	if (is_word(p, "mb")) {
+		next(p);
+		if (!int32_value(p, &n->mb, "after 'mb'"))
+			return false;
+	}
+	if (is_word(p, "block")) {
+		next(p);
+		if (!int32_value(p, &n->block, "after 'block'"))
+			return false;
+	}
+	if (is_word(p, "phase")) {
+		next(p);
+		char w[16];
+		SrcLoc pl = tok_loc(p);
+		if (!ident(p, w, sizeof w, "a phase", "after 'phase'"))
+			return false;
+		if (strcmp(w, "forward") == 0)
+			n->phase = IR_PHASE_FORWARD;
+		else if (strcmp(w, "backward") == 0)
+			n->phase = IR_PHASE_BACKWARD;
+		else if (strcmp(w, "optimizer") == 0)
+			n->phase = IR_PHASE_OPTIMIZER;
+		else
+			return error_at(p, pl, "unknown phase '%s' (forward, backward or optimizer)", w);
 	}
 	if (is_word(p, "loc")) {
 		next(p);

@@ -4,7 +4,9 @@
  * size(dp) * size(tp) parts and a rank's shard index is its (dp, tp)
  * coordinate read row-major in the listed order (dp major), as in JAX's
  * PartitionSpec.  Uneven dims follow torch.chunk: every shard but the last
- * few gets ceil(n / parts) and the tail may be short or empty.
+ * few gets ceil(n / parts) and the tail may be short or empty (after
+ * `partition` every rank stores ceil(n / parts) rows, the tail padded; see
+ * IrNode.padded).
  */
 #include "ir.h"
 
@@ -69,6 +71,15 @@ int64_t chunk_offset(int64_t n, int64_t parts, int64_t idx)
 	return off > n ? n : off;
 }
 
+int64_t ir_global_dim(const IrModule *m, const IrNode *n, int d)
+{
+	if (d < 0 || d >= n->rank || d >= IR_MAX_RANK)
+		return 1;
+	if (n->padded[d] > 0)
+		return n->padded[d];
+	return n->shape[d] * placement_dim_parts(&n->place, &m->mesh, d);
+}
+
 void placement_shard_shape(const Placement *p, const Mesh *m, int64_t rank,
                            int nd, const int64_t *global, int64_t *local)
 {
@@ -104,10 +115,23 @@ static void put(char *buf, size_t cap, size_t *len, const char *fmt, ...)
 		*len += (size_t)n;
 }
 
+/* put(buf, cap, len, "%s", s) without the printf machinery: plans format
+ * a placement per buffer, and `dtmc sweep` builds thousands of plans. */
+static void put_str(char *buf, size_t cap, size_t *len, const char *s)
+{
+	size_t n = strlen(s);
+	if (*len < cap) {
+		size_t room = cap - *len - 1, k = n < room ? n : room;
+		memcpy(buf + *len, s, k);
+		buf[*len + k] = 0;
+	}
+	*len += n;
+}
+
 static void put_axis(char *buf, size_t cap, size_t *len, const Mesh *m, int a)
 {
 	if (m && a < m->naxes && m->names[a])
-		put(buf, cap, len, "%s", m->names[a]);
+		put_str(buf, cap, len, m->names[a]);
 	else
 		put(buf, cap, len, "#%d", a); /* out of range: visible, never parsed */
 }
@@ -118,42 +142,42 @@ int placement_format(const Placement *p, const Mesh *m, char *buf, size_t cap)
 	if (cap)
 		buf[0] = 0;
 	if (!p->known) {
-		put(buf, cap, &len, "?");
+		put_str(buf, cap, &len, "?");
 		return (int)len;
 	}
-	put(buf, cap, &len, "[");
+	put_str(buf, cap, &len, "[");
 	for (int d = 0; d < p->ndims && d < IR_MAX_RANK; d++) {
 		if (d)
-			put(buf, cap, &len, ", ");
+			put_str(buf, cap, &len, ", ");
 		int na = p->naxes[d] > IR_MAX_AXES ? IR_MAX_AXES : p->naxes[d];
 		if (na == 0) {
-			put(buf, cap, &len, "_");
+			put_str(buf, cap, &len, "_");
 		} else if (na == 1) {
 			put_axis(buf, cap, &len, m, p->axes[d][0]);
 		} else {
-			put(buf, cap, &len, "(");
+			put_str(buf, cap, &len, "(");
 			for (int k = 0; k < na; k++) {
 				if (k)
-					put(buf, cap, &len, ", ");
+					put_str(buf, cap, &len, ", ");
 				put_axis(buf, cap, &len, m, p->axes[d][k]);
 			}
-			put(buf, cap, &len, ")");
+			put_str(buf, cap, &len, ")");
 		}
 	}
-	put(buf, cap, &len, "]");
+	put_str(buf, cap, &len, "]");
 	if (p->partial) {
-		put(buf, cap, &len, " partial(");
+		put_str(buf, cap, &len, " partial(");
 		bool first = true;
 		for (int a = 0; a < 32; a++)
 			if (p->partial & (1u << a)) {
 				if (!first)
-					put(buf, cap, &len, ", ");
+					put_str(buf, cap, &len, ", ");
 				put_axis(buf, cap, &len, m, a);
 				first = false;
 			}
 		if (p->partial_op != IR_RED_SUM)
 			put(buf, cap, &len, ", %s", ir_red_name(p->partial_op));
-		put(buf, cap, &len, ")");
+		put_str(buf, cap, &len, ")");
 	}
 	return (int)len;
 }

@@ -10,8 +10,10 @@
  *   choose 0 node %7 options [_, tp] | [tp, _] selected 0 loc "models/gpt.dtm":40:7-13
  *
  * A node line is: id, op, operands, {attrs} (by the op's IrAttrKind),
- * "name" (when it has one), ': dtype[shape]', '@ placement' (? when not known), its
- * origin ('from %N' or 'from "file":l:c-e', when known), then the optional role (when not act), stage (when assigned) and loc.  Output is
+ * "name" (when it has one), ': dtype[shape]', '@ placement' (? when not known),
+ * 'of [global shape]' (padded uneven shards, after partition), its
+ * origin ('from %N' or 'from "file":l:c-e', when known), then the optional role (when not act), stage (when assigned), micro-batch
+ * ('mb K'), block instance ('block K'), phase and loc.  Output is
  * a function of the module alone so print -> parse -> print is
  * byte-identical and golden files stay stable (parse.c reads it back).
  */
@@ -60,6 +62,7 @@ const char *const *irtext_coll_names(IrOp op, int *n)
 	static const char *const a2a[] = {"split", "concat"};
 	static const char *const root[] = {"root"};
 	static const char *const shift[] = {"shift"};
+	static const char *const pad[] = {"dim", "size", "low"};
 	switch (op) {
 	case IR_OP_ALL_GATHER:
 	case IR_OP_REDUCE_SCATTER:
@@ -76,6 +79,9 @@ const char *const *irtext_coll_names(IrOp op, int *n)
 	case IR_OP_RECV:
 		*n = 1;
 		return shift;
+	case IR_OP_PAD_MASK:
+		*n = 3;
+		return pad;
 	default:
 		*n = 0;
 		return NULL;
@@ -179,6 +185,20 @@ static void print_origin(FILE *out, const IrNode *n)
 		irtext_string(out, n->place_loc.file);
 		fprintf(out, ":%d:%d-%d", n->place_loc.line, n->place_loc.col, n->place_loc.end_col);
 	}
+}
+
+/* " of [global shape]" for a node holding padded (uneven) shards. */
+static void print_padded(FILE *out, const IrModule *m, const IrNode *n)
+{
+	bool any = false;
+	for (int d = 0; d < n->rank && d < IR_MAX_RANK; d++)
+		any |= n->padded[d] != 0;
+	if (!any)
+		return;
+	fputs(" of [", out);
+	for (int d = 0; d < n->rank && d < IR_MAX_RANK; d++)
+		fprintf(out, "%s%" PRId64, d ? ", " : "", ir_global_dim(m, n, d));
+	fputc(']', out);
 }
 
 static void print_placement(FILE *out, const IrModule *m, const Placement *p)
@@ -308,11 +328,18 @@ void ir_print_node(FILE *out, const IrModule *m, const IrNode *n)
 		fprintf(out, "%s%" PRId64, i ? ", " : "", n->shape[i]);
 	fputs("] @ ", out);
 	print_placement(out, m, &n->place);
+	print_padded(out, m, n);
 	print_origin(out, n);
 	if (n->role != IR_ROLE_ACT)
 		fprintf(out, " role %s", ir_role_name(n->role));
 	if (n->stage != -1)
 		fprintf(out, " stage %d", n->stage);
+	if (n->mb != -1)
+		fprintf(out, " mb %d", n->mb);
+	if (n->block != -1)
+		fprintf(out, " block %d", n->block);
+	if (n->phase >= 0 && n->phase <= IR_PHASE_OPTIMIZER)
+		fprintf(out, " phase %s", (const char *[]){ "forward", "backward", "optimizer" }[n->phase]);
 	print_loc(out, n->loc);
 	fputc('\n', out);
 }

@@ -30,11 +30,12 @@ typedef struct Infer {
 } Infer;
 
 /* An operand as a user sees it: its variable or parameter name when it has
- * one, else its IR id.  Rotating buffers: up to 4 per message. */
+ * one, else its IR id.  Rotating buffers: up to 4 per message, per thread
+ * (`dtmc sweep` compiles on several). */
 static const char *vn(const IrNode *n)
 {
-	static char buf[4][64];
-	static int k;
+	static _Thread_local char buf[4][64];
+	static _Thread_local int k;
 	char *b = buf[k++ & 3];
 	if (n->name)
 		snprintf(b, sizeof buf[0], "'%.40s'", n->name);
@@ -530,8 +531,8 @@ static bool infer_coll(Infer *c, const IrNode *x)
 		out[d0] *= g;
 	} else {
 		/* reduce_scatter, all_to_all and shard_slice cut dim d0
-		 * evenly; uneven shards are refused by the partitioner
-		 * before they get here */
+		 * evenly: the partitioner pads an uneven dim to a multiple
+		 * of the group first (passes/partition.c) */
 		if (out[d0] % g != 0)
 			return fail(c, "%s: dim %" PRId64 " of %s (%" PRId64 ") is not divisible by the "
 			            "group size %" PRId64, opname(n), d0, shp(x).s, out[d0], g);
@@ -545,6 +546,29 @@ static bool infer_coll(Infer *c, const IrNode *x)
 		}
 	}
 	return set_out(c, x->dtype, x->rank, out);
+}
+
+/* pad_mask: x's type; ints = {dim, the dim's global extent, fill}. */
+static bool infer_pad_mask(Infer *c, const IrNode *x)
+{
+	IrNode *n = c->n;
+	const IrAttrs *at = &n->attrs;
+	const Mesh *mesh = &c->m->mesh;
+	uint32_t valid = mesh->naxes >= 32 ? ~0u : (1u << mesh->naxes) - 1;
+	if (at->mesh_axes == 0 || (at->mesh_axes & ~valid))
+		return fail(c, "pad_mask: names no mesh axes, or one the mesh lacks");
+	if (at->nints != 3)
+		return fail(c, "pad_mask: needs 3 integer attributes (dim, size, low), got %d",
+		            at->nints);
+	if (at->ints[0] < 0 || at->ints[0] >= x->rank)
+		return fail(c, "pad_mask: dim %" PRId64 " is out of range for %s (rank %d)",
+		            at->ints[0], shp(x).s, x->rank);
+	if (at->ints[1] < 0 || at->ints[2] < 0 || at->ints[2] > 1)
+		return fail(c, "pad_mask: invalid size %" PRId64 " or fill %" PRId64, at->ints[1],
+		            at->ints[2]);
+	if (at->ints[2] && !need_float(c, x, 0))
+		return false;
+	return same_as(c, x);
 }
 
 /* Operands exist, precede the node and have sane types. */
@@ -660,6 +684,8 @@ static bool infer_op(Infer *c, IrNode **o)
 	case IR_OP_RECV:
 	case IR_OP_SHARD_SLICE:
 		return infer_coll(c, n->nops ? o[0] : NULL);
+	case IR_OP_PAD_MASK:
+		return infer_pad_mask(c, o[0]);
 	case IR_OP_STATE:
 		/* the declared type, then the optimizer rules */
 		if (!infer_preset(c))

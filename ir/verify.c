@@ -165,6 +165,10 @@ static void check_node(Verifier *v, int i)
 		node_error(v, n, "invalid role %d", (int)n->role);
 	if (n->stage < -1)
 		node_error(v, n, "invalid pipeline stage %d", n->stage);
+	if (n->mb < -1)
+		node_error(v, n, "invalid micro-batch %d", n->mb);
+	if (n->block < -1)
+		node_error(v, n, "invalid block instance %d", n->block);
 	if (n->choose != -1 &&
 	    (n->choose < 0 || n->choose >= m->nchooses || m->chooses[n->choose].node != i))
 		node_error(v, n, "choose index %d does not point back at this node", n->choose);
@@ -178,6 +182,14 @@ static void check_node(Verifier *v, int i)
 		node_error(v, n, "%s", msg);
 	if (n->place_from < -1 || n->place_from >= m->nnodes || n->place_from == n->id)
 		node_error(v, n, "placement origin %%%d is not another node", n->place_from);
+	for (int d = 0; d < n->rank && d < IR_MAX_RANK; d++) {
+		/* padded uneven shards: ceil(global / parts) rows each */
+		int64_t g = n->padded[d], parts = placement_dim_parts(&n->place, &m->mesh, d);
+		if (g && (g < 0 || parts < 2 || g / parts + (g % parts != 0) != n->shape[d]))
+			node_error(v, n, "dim %d: padded shards of %" PRId64 " over %" PRId64
+			           " parts do not hold a global extent of %" PRId64, d, n->shape[d],
+			           parts, g);
+	}
 
 	/* types: arity, attrs (axes, perm, ranges) and shapes in one go */
 	IrNode s = *n;

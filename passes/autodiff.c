@@ -24,7 +24,9 @@
  * end.
  */
 #include "autodiff.h"
+#include "pipeline.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -36,7 +38,17 @@ typedef struct Ad {
 	bool *need;     /* [n0]: on a path from a param to the loss */
 	int *kept;      /* gradient sends: side effects, kept by the clean-up */
 	int nkept;
-	int stage;      /* stage and location given to new nodes */
+	int stage;      /* stage, micro-batch and location given to new nodes */
+	int mb;
+	/* Pipelined with micro-batches: the gradient terms of values shared
+	 * by the micro-batches (params, transpose(wte)) are summed in
+	 * micro-batch order once all are in (flush), so the pipeline can add
+	 * each micro-batch's term as its backward finishes rather than hold
+	 * them all until the last. */
+	bool defer;
+	int (*pend)[2]; /* (value, term) */
+	int npend, cappend;
+	bool *haspend;  /* [n0] */
 	SrcLoc loc;
 	bool failed;
 } Ad;
@@ -69,7 +81,8 @@ static int reuse(const Ad *a, IrOp op, const int *ops, int nops, const IrAttrs *
 		return -1;
 	for (int i = a->n0; i < a->m->nnodes; i++) {
 		const IrNode *n = a->m->nodes[i];
-		if (n->op != op || n->ops[0] != ops[0] || n->stage != a->stage)
+		if (n->op != op || n->ops[0] != ops[0] || n->stage != a->stage ||
+		    n->mb != a->mb)
 			continue;
 		if (op == IR_OP_PERMUTE && at && n->attrs.nints == at->nints &&
 		    memcmp(n->attrs.ints, at->ints, sizeof(int64_t) * (size_t)at->nints) == 0)
@@ -108,6 +121,7 @@ static int emit(Ad *a, IrOp op, const int *ops, int nops, const IrAttrs *at,
 		memcpy(n->shape, type->shape, sizeof n->shape);
 	}
 	n->stage = a->stage;
+	n->mb = a->mb;
 	char msg[512];
 	if (!ir_infer_msg(a->m, n, msg, sizeof msg)) {
 		internal(a, "a backward node does not type-check", msg);
@@ -213,16 +227,67 @@ static void contribute(Ad *a, int v, int g)
 		internal(a, msg, NULL);
 		return;
 	}
+	if (a->defer && nd(a, v)->mb < 0) {
+		if (a->npend == a->cappend) {
+			int cap = a->cappend ? 2 * a->cappend : 64;
+			int (*p)[2] = realloc(a->pend, sizeof *p * (size_t)cap);
+			if (!p) {
+				internal(a, "out of memory", NULL);
+				return;
+			}
+			a->pend = p;
+			a->cappend = cap;
+		}
+		a->pend[a->npend][0] = v;
+		a->pend[a->npend++][1] = g;
+		a->haspend[v] = true;
+		return;
+	}
 	if (a->grad[v] < 0) {
 		a->grad[v] = g;
 		return;
 	}
-	int stage = a->stage;
+	int stage = a->stage, mb = a->mb;
 	SrcLoc loc = a->loc;
 	a->stage = nd(a, v)->stage;
+	a->mb = nd(a, v)->mb;
 	a->loc = nd(a, v)->loc;
 	a->grad[v] = op2(a, IR_OP_ADD, a->grad[v], g);
 	a->stage = stage;
+	a->mb = mb;
+	a->loc = loc;
+}
+
+/* The deferred terms of v summed in micro-batch order (terms of no
+ * micro-batch last). */
+static void flush(Ad *a, int v)
+{
+	if (!a->defer || !a->haspend[v])
+		return;
+	a->haspend[v] = false;
+	int stage = a->stage, mb = a->mb;
+	SrcLoc loc = a->loc;
+	a->stage = nd(a, v)->stage;
+	a->mb = -1;
+	a->loc = nd(a, v)->loc;
+	for (;;) {
+		int best = -1, bk = INT_MAX;
+		for (int j = 0; j < a->npend; j++) {
+			if (a->pend[j][0] != v)
+				continue;
+			int k = nd(a, a->pend[j][1])->mb;
+			k = k < 0 ? INT_MAX - 1 : k;
+			if (k < bk)
+				best = j, bk = k;
+		}
+		if (best < 0 || a->failed)
+			break;
+		int g = a->pend[best][1];
+		a->pend[best][0] = -1;
+		a->grad[v] = a->grad[v] < 0 ? g : op2(a, IR_OP_ADD, a->grad[v], g);
+	}
+	a->stage = stage;
+	a->mb = mb;
 	a->loc = loc;
 }
 
@@ -623,6 +688,11 @@ static void find_needed(Ad *a, bool *from, bool *to)
 static void finish_params(Ad *a)
 {
 	IrModule *m = a->m;
+	for (int i = 0; i < a->n0 && !a->failed; i++)
+		if (nd(a, i)->op == IR_OP_PARAM)
+			flush(a, i);
+	if (a->failed)
+		return;
 	int cap = m->nnodes + 2 * a->n0 + 1;
 	int *uses = calloc((size_t)cap, sizeof *uses);
 	if (!uses) {
@@ -640,6 +710,7 @@ static void finish_params(Ad *a)
 		if (p->op != IR_OP_PARAM)
 			continue;
 		a->stage = p->stage;
+		a->mb = -1;
 		a->loc = p->loc;
 		int g = a->grad[i];
 		if (g < 0) {
@@ -712,6 +783,10 @@ bool pass_autodiff(IrModule *m, Diag *d, const PassOptions *opt)
 		return false;
 	}
 	Ad a = {.m = m, .d = d, .n0 = m->nnodes};
+	a.defer = pipeline_axis(m) >= 0 && m->train.microbatches > 1;
+	a.haspend = calloc((size_t)a.n0 + 1, sizeof(bool));
+	if (!a.haspend)
+		a.defer = false; /* summing in traversal order is correct too */
 	a.grad = malloc(sizeof(int) * (size_t)a.n0);
 	a.need = calloc((size_t)a.n0, sizeof(bool));
 	a.kept = malloc(sizeof(int) * (size_t)a.n0);
@@ -725,6 +800,7 @@ bool pass_autodiff(IrModule *m, Diag *d, const PassOptions *opt)
 	find_needed(&a, from, to);
 
 	a.stage = L->stage;
+	a.mb = L->mb;
 	a.loc = L->loc;
 	IrNode one = {.dtype = L->dtype, .rank = 0};
 	IrAttrs at1 = {.f = {1.0}};
@@ -734,9 +810,11 @@ bool pass_autodiff(IrModule *m, Diag *d, const PassOptions *opt)
 		bool leaf = ir_op_flags(n->op) & OPF_LEAF;
 		if (!a.need[i] || !is_float(n->dtype) || (leaf && n->op != IR_OP_RECV))
 			continue;
+		flush(&a, i);
 		if (a.grad[i] < 0 && n->op != IR_OP_SEND)
 			continue;
 		a.stage = n->stage;
+		a.mb = n->mb;
 		a.loc = n->loc;
 		backward(&a, n, a.grad[i]);
 	}
@@ -748,6 +826,8 @@ out:
 	free(a.grad);
 	free(a.need);
 	free(a.kept);
+	free(a.pend);
+	free(a.haspend);
 	free(from);
 	free(to);
 	return !a.failed;

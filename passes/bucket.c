@@ -19,7 +19,7 @@
  * last layers' gradients first, as the backward pass produces them) and
  * closed once they hold bucket_bytes or more (PyTorch's rule); only
  * gradients reduced over the same mesh axes with the same reduction and
- * dtype share a bucket.  A bucket's pack and all_reduce are placed right
+ * dtype, on the same pipeline stage, share a bucket.  A bucket's pack and all_reduce are placed right
  * after the last of its gradients is produced, so a runtime with a
  * communication stream can overlap it with the rest of the backward pass.
  * A bucket of one gradient keeps its own all_reduce.  bucket_mb 0 turns
@@ -31,6 +31,7 @@
  * between the bucket's last gradient and the unpack.
  */
 #include "bucket.h"
+#include "pipeline.h"
 #include "../runtime/plan.h"
 
 #include <stdio.h>
@@ -74,10 +75,14 @@ static int64_t bytes_of(const IrNode *n)
 	return ir_node_numel(n) * ir_dtype_size(n->dtype);
 }
 
+/* Set while bucketing a pipelined program: stages never share a bucket.
+ * Per thread: `dtmc sweep` runs the pass on several modules at once. */
+static _Thread_local bool by_stage;
+
 static bool same_group(const IrNode *a, const IrNode *b)
 {
 	return a->attrs.mesh_axes == b->attrs.mesh_axes && a->attrs.red == b->attrs.red &&
-	       a->dtype == b->dtype;
+	       a->dtype == b->dtype && (!by_stage || a->stage == b->stage);
 }
 
 /* Collects the terms of gradient node x into c: an all_reduce of a value
@@ -276,6 +281,7 @@ static bool emit_bucket(Out *o, const Cand *cands, const Bucket *b)
 		red->role = g->role;
 		red->place = g->place;
 		red->place_loc = g->place_loc;
+		memcpy(red->padded, g->padded, sizeof red->padded);
 		o->map[g->id] = rid;
 		return true;
 	}
@@ -309,6 +315,7 @@ static bool emit_bucket(Out *o, const Cand *cands, const Bucket *b)
 		last->name = ar->name;
 		last->role = ar->role;
 		last->place = ar->place;
+		memcpy(last->padded, ar->padded, sizeof last->padded);
 		last->choose = ar->choose;
 		last->place_loc = ar->place_loc;
 		o->map[ar->id] = last->id;
@@ -335,6 +342,7 @@ bool pass_bucket(IrModule *m, Diag *d, const PassOptions *opt)
 	int64_t cap = m->train.bucket_bytes;
 	if (m->nnodes == 0)
 		return true;
+	by_stage = pipeline_axis(m) >= 0;
 	if (cap <= 0)
 		cap = 1; /* off: a bucket per gradient */
 	int nn = m->nnodes;

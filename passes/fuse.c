@@ -129,10 +129,11 @@ bool pass_fuse_plan(const IrModule *m, Arena *a, Diag *d, FusePlan *fp)
 	fp->root = arena_alloc(a, sizeof(int) * (size_t)(n + 1));
 	fp->internal = arena_alloc(a, sizeof(bool) * (size_t)(n + 1));
 	fp->folded = arena_alloc(a, sizeof(bool) * (size_t)(n + 1));
+	fp->first = arena_alloc(a, sizeof(int) * (size_t)(n + 1));
 	int *uses = arena_alloc(a, sizeof(int) * (size_t)(n + 1));
 	int *next = arena_alloc(a, sizeof(int) * (size_t)(n + 1));
 	int *size = arena_alloc(a, sizeof(int) * (size_t)(n + 1));
-	if (!fp->root || !fp->internal || !fp->folded || !uses || !next || !size) {
+	if (!fp->root || !fp->internal || !fp->folded || !fp->first || !uses || !next || !size) {
 		diag_error(d, (SrcLoc){0}, "out of memory planning fusion");
 		return false;
 	}
@@ -170,19 +171,26 @@ bool pass_fuse_plan(const IrModule *m, Arena *a, Diag *d, FusePlan *fp)
 			size[i] += size[o];
 		}
 	}
-	/* Transposes read only by GEMMs become trans flags. */
+	for (int i = 0; i < n; i++)
+		fp->first[i] = i;
+	for (int i = 0; i < n; i++)
+		if (fp->root[i] >= 0 && fp->first[fp->root[i]] > i)
+			fp->first[fp->root[i]] = i;
+	/* Transposes read only by GEMMs become trans flags: one pass over the
+	 * users marks the transposes some other op reads (uses[] is free
+	 * again; nonzero = read, 2 = by a non-GEMM). */
+	for (int i = 0; i < n; i++)
+		uses[i] = 0;
+	for (int j = 0; j < n; j++) {
+		const IrNode *u = m->nodes[j];
+		bool gemm = u->op == IR_OP_MATMUL && pass_matmul_is_gemm(m, u);
+		for (int k = 0; k < u->nops; k++)
+			if (!gemm || uses[u->ops[k]] == 0)
+				uses[u->ops[k]] = gemm ? 1 : 2;
+	}
 	for (int i = 0; i < n; i++) {
 		const IrNode *p = m->nodes[i];
-		if (!pass_is_last2_transpose(p) || uses[i] == 0 || must_materialise(m, p))
-			continue;
-		bool ok = true;
-		for (int j = i + 1; j < n && ok; j++) {
-			const IrNode *u = m->nodes[j];
-			for (int k = 0; k < u->nops && ok; k++)
-				if (u->ops[k] == i)
-					ok = u->op == IR_OP_MATMUL && pass_matmul_is_gemm(m, u);
-		}
-		fp->folded[i] = ok;
+		fp->folded[i] = uses[i] == 1 && pass_is_last2_transpose(p) && !must_materialise(m, p);
 	}
 	return true;
 }

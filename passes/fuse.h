@@ -21,6 +21,10 @@ typedef struct FusePlan {
 	/* A transpose of the last two dims whose every use is a GEMM that
 	 * reads the source with its trans flag: no buffer, no action. */
 	bool *folded;
+	/* Per group root: its lowest member (every member x has
+	 * first[root[x]] <= x <= root[x]), so readers list a group's members
+	 * without scanning the whole module. */
+	int *first;
 } FusePlan;
 
 /* Groups larger than this are split: the loop's argument list is bounded

@@ -23,6 +23,7 @@
  */
 #include "memplan.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -41,12 +42,6 @@ typedef struct Block {
 	int64_t off, end; /* [off, end) */
 	int to;
 } Block;
-
-static int cmp_block(const void *a, const void *b)
-{
-	const Block *x = a, *y = b;
-	return x->off < y->off ? -1 : x->off > y->off;
-}
 
 int64_t pass_memplan_pack(int n, const int *from, const int *to, const int64_t *bytes,
                           int64_t *offset)
@@ -70,31 +65,55 @@ int64_t pass_memplan_pack(int n, const int *from, const int *to, const int64_t *
 		}
 		ord[j + 1] = v;
 	}
-	int nlive = 0;
+	/* Live blocks stay sorted by offset (they are disjoint, so the order
+	 * is unique): dropping the dead keeps it, and each new block goes in
+	 * at the place first fit found for it.  Offsets and sizes are
+	 * aligned, so every end is too.  Two shortcuts keep this near linear
+	 * when thousands of activations are live: the dead are dropped only
+	 * when the earliest death has passed (min_to), and live[0 .. pre),
+	 * packed from 0 without a gap, is skipped by the first-fit scan (it
+	 * has no room for anything). */
+	int nlive = 0, pre = 0, min_to = INT_MAX;
 	int64_t peak = 0;
 	for (int r = 0; r < n; r++) {
 		int i = ord[r];
 		/* drop blocks dead before this one is written */
-		int k = 0;
-		for (int j = 0; j < nlive; j++)
-			if (live[j].to >= from[i])
-				live[k++] = live[j];
-		nlive = k;
+		if (min_to < from[i]) {
+			int k = 0, first_dead = -1;
+			min_to = INT_MAX;
+			for (int j = 0; j < nlive; j++) {
+				if (live[j].to >= from[i]) {
+					if (live[j].to < min_to)
+						min_to = live[j].to;
+					live[k++] = live[j];
+				} else if (first_dead < 0) {
+					first_dead = j;
+				}
+			}
+			nlive = k;
+			if (first_dead >= 0 && first_dead < pre)
+				pre = first_dead;
+		}
 		int64_t need = align_up(bytes[i]);
 		if (need == 0) {
 			offset[i] = 0;
 			continue;
 		}
-		qsort(live, (size_t)nlive, sizeof *live, cmp_block);
-		int64_t at = 0;
-		for (int j = 0; j < nlive; j++) {
+		int64_t at = pre ? live[pre - 1].end : 0;
+		while (pre < nlive && live[pre].off == at)
+			at = live[pre++].end;
+		int j = pre;
+		for (; j < nlive; j++) {
 			if (live[j].off - at >= need)
 				break;
-			if (live[j].end > at)
-				at = align_up(live[j].end);
+			at = live[j].end;
 		}
 		offset[i] = at;
-		live[nlive++] = (Block){ at, at + need, to[i] };
+		memmove(&live[j + 1], &live[j], sizeof *live * (size_t)(nlive - j));
+		live[j] = (Block){ at, at + need, to[i] };
+		nlive++;
+		if (to[i] < min_to)
+			min_to = to[i];
 		if (at + need > peak)
 			peak = at + need;
 	}
@@ -116,7 +135,14 @@ static int arena_of_role(IrRole r)
 
 static bool lives_to_end(const IrModule *m, const IrNode *n)
 {
-	return n->id == m->loss || (n->name && strcmp(n->name, "grad_norm") == 0);
+	return n->id == m->loss || n->role == IR_ROLE_LOSS ||
+	       (n->name && strcmp(n->name, "grad_norm") == 0);
+}
+
+/* The program (pp coordinate) a node is planned in. */
+static int seg_of(const MemPlan *mp, const IrNode *n)
+{
+	return mp->nstages > 1 && n->stage >= 0 && n->stage < mp->nstages ? n->stage : 0;
 }
 
 bool pass_memplan(const IrModule *m, const FusePlan *fp, Arena *a, Diag *d, MemPlan *mp)
@@ -124,6 +150,15 @@ bool pass_memplan(const IrModule *m, const FusePlan *fp, Arena *a, Diag *d, MemP
 	int n = m->nnodes;
 	memset(mp, 0, sizeof *mp);
 	mp->n = n;
+	mp->nstages = 1;
+	for (int i = 0; i < n; i++)
+		if (m->nodes[i]->phase >= 0 && m->nodes[i]->stage + 1 > mp->nstages)
+			mp->nstages = m->nodes[i]->stage + 1;
+	if (mp->nstages > MEMPLAN_MAX_STAGES) {
+		diag_error(d, (SrcLoc){0}, "memplan: more than %d pipeline stages",
+		           MEMPLAN_MAX_STAGES);
+		return false;
+	}
 	mp->buf = arena_alloc(a, sizeof(MemPlanBuf) * (size_t)(n + 1));
 	int *from = arena_alloc(a, sizeof(int) * (size_t)(n + 1));
 	int *to = arena_alloc(a, sizeof(int) * (size_t)(n + 1));
@@ -157,8 +192,8 @@ bool pass_memplan(const IrModule *m, const FusePlan *fp, Arena *a, Diag *d, MemP
 		if (fp && (fp->internal[i] || fp->folded[i]))
 			continue;
 		int alias = -1;
-		if (ir_op_flags(nd->op) & OPF_INPLACE)
-			alias = nd->ops[0];
+		if ((ir_op_flags(nd->op) & OPF_INPLACE) || nd->op == IR_OP_SEND)
+			alias = nd->ops[0]; /* a send's result is its operand */
 		else if (nd->op == IR_OP_RESHAPE && nd->role == IR_ROLE_ACT && !lives_to_end(m, nd) &&
 		         !coll_read[i] &&
 		         ir_node_numel(nd) == ir_node_numel(m->nodes[nd->ops[0]]) &&
@@ -204,35 +239,41 @@ bool pass_memplan(const IrModule *m, const FusePlan *fp, Arena *a, Diag *d, MemP
 		if (lives_to_end(m, u) && ow >= 0)
 			mp->buf[ow].live_to = n;
 	}
-	/* 3. offsets */
-	int64_t next[DTM_ARENA_COUNT] = { 0 };
-	int nact = 0;
-	for (int i = 0; i < n; i++) {
-		MemPlanBuf *b = &mp->buf[i];
-		if (b->owner != i)
-			continue;
-		if (b->arena == DTM_ARENA_ACT) {
-			idx[nact] = i;
-			from[nact] = b->live_from;
-			to[nact] = b->live_to;
-			bytes[nact] = b->bytes;
-			mp->act_unshared += align_up(b->bytes);
-			nact++;
-			continue;
+	/* 3. offsets, per stage */
+	for (int s = 0; s < mp->nstages; s++) {
+		int64_t next[DTM_ARENA_COUNT] = { 0 };
+		int nact = 0;
+		for (int i = 0; i < n; i++) {
+			MemPlanBuf *b = &mp->buf[i];
+			if (b->owner != i || seg_of(mp, m->nodes[i]) != s)
+				continue;
+			if (b->arena == DTM_ARENA_ACT) {
+				idx[nact] = i;
+				from[nact] = b->live_from;
+				to[nact] = b->live_to;
+				bytes[nact] = b->bytes;
+				if (s == 0)
+					mp->act_unshared += align_up(b->bytes);
+				nact++;
+				continue;
+			}
+			b->offset = next[b->arena];
+			next[b->arena] += align_up(b->bytes);
 		}
-		b->offset = next[b->arena];
-		next[b->arena] += align_up(b->bytes);
+		int64_t peak = pass_memplan_pack(nact, from, to, bytes, off);
+		if (peak < 0) {
+			diag_error(d, (SrcLoc){0}, "out of memory planning memory");
+			return false;
+		}
+		for (int j = 0; j < nact; j++)
+			mp->buf[idx[j]].offset = off[j];
+		next[DTM_ARENA_ACT] = peak;
+		for (int k = 0; k < DTM_ARENA_COUNT; k++) {
+			mp->stage_arena_bytes[s][k] = next[k];
+			if (next[k] > mp->arena_bytes[k])
+				mp->arena_bytes[k] = next[k];
+		}
 	}
-	int64_t peak = pass_memplan_pack(nact, from, to, bytes, off);
-	if (peak < 0) {
-		diag_error(d, (SrcLoc){0}, "out of memory planning memory");
-		return false;
-	}
-	for (int j = 0; j < nact; j++)
-		mp->buf[idx[j]].offset = off[j];
-	next[DTM_ARENA_ACT] = peak;
-	for (int k = 0; k < DTM_ARENA_COUNT; k++)
-		mp->arena_bytes[k] = next[k];
 	/* 4. aliases take their owner's place */
 	for (int i = 0; i < n; i++) {
 		MemPlanBuf *b = &mp->buf[i];
@@ -246,4 +287,51 @@ bool pass_memplan(const IrModule *m, const FusePlan *fp, Arena *a, Diag *d, MemP
 		}
 	}
 	return true;
+}
+
+int pass_memplan_inflight(const IrModule *m, const MemPlan *mp, int stage)
+{
+	/* per micro-batch, the span from its first forward activation's
+	 * definition to the last read of any of them */
+	int nmb = 0;
+	for (int i = 0; i < m->nnodes; i++)
+		if (m->nodes[i]->mb + 1 > nmb)
+			nmb = m->nodes[i]->mb + 1;
+	if (nmb == 0)
+		return 0;
+	int *lo = malloc(sizeof(int) * (size_t)nmb), *hi = malloc(sizeof(int) * (size_t)nmb);
+	if (!lo || !hi) {
+		free(lo);
+		free(hi);
+		return -1;
+	}
+	for (int k = 0; k < nmb; k++)
+		lo[k] = INT_MAX, hi[k] = -1;
+	for (int i = 0; i < m->nnodes; i++) {
+		const IrNode *n = m->nodes[i];
+		const MemPlanBuf *b = &mp->buf[i];
+		bool fwd = n->phase >= 0 ? n->phase == IR_PHASE_FORWARD : i <= m->loss;
+		/* scalars (a micro-batch's loss, summed by one fused kernel at
+		 * the end) are not activations */
+		if (n->mb < 0 || !fwd || b->owner != i || b->arena != DTM_ARENA_ACT ||
+		    seg_of(mp, n) != stage || n->op == IR_OP_SEND || n->rank == 0)
+			continue;
+		if (b->live_from < lo[n->mb])
+			lo[n->mb] = b->live_from;
+		if (b->live_to > hi[n->mb])
+			hi[n->mb] = b->live_to;
+	}
+	int most = 0;
+	for (int k = 0; k < nmb; k++) {
+		if (hi[k] < 0)
+			continue;
+		int c = 0;
+		for (int j = 0; j < nmb; j++)
+			c += hi[j] >= 0 && lo[j] <= lo[k] && lo[k] <= hi[j];
+		if (c > most)
+			most = c;
+	}
+	free(lo);
+	free(hi);
+	return most;
 }

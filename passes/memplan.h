@@ -29,10 +29,18 @@ typedef struct MemPlanBuf {
 	int live_from, live_to; /* ACT owners: node positions, inclusive */
 } MemPlanBuf;
 
+#define MEMPLAN_MAX_STAGES 64
+
 typedef struct MemPlan {
 	int n;
 	MemPlanBuf *buf;      /* per node */
-	int64_t arena_bytes[DTM_ARENA_COUNT]; /* planned bytes per arena */
+	int64_t arena_bytes[DTM_ARENA_COUNT]; /* planned bytes per arena (the
+	                                       * largest stage's) */
+	/* After the pipeline pass (nodes have a phase) each pp coordinate's
+	 * program is planned on its own: offsets are within its stage's
+	 * arenas.  nstages = 1 otherwise. */
+	int nstages;
+	int64_t stage_arena_bytes[MEMPLAN_MAX_STAGES][DTM_ARENA_COUNT];
 	int64_t act_unshared; /* ACT bytes without reuse, for reports */
 } MemPlan;
 
@@ -47,6 +55,12 @@ bool pass_memplan(const IrModule *m, const FusePlan *fp, Arena *a, Diag *d, MemP
  * peak (aligned), or -1 when out of memory. */
 int64_t pass_memplan_pack(int n, const int *from, const int *to, const int64_t *bytes,
                           int64_t *offset);
+
+/* The most micro-batches whose forward activations are live at once in
+ * stage `stage`'s program (memory held between a micro-batch's forward
+ * and its backward): M for GPipe, at most P for 1F1B; 0 without
+ * micro-batches. */
+int pass_memplan_inflight(const IrModule *m, const MemPlan *mp, int stage);
 
 /* "param", "opt", "grad", "act", "input". */
 const char *pass_memplan_arena_name(int arena);

@@ -1,5 +1,6 @@
 /* microbatch.c - pass "microbatch": gradient accumulation over
- * micro-batches (train { microbatches M }, without pipeline stages).
+ * micro-batches (train { microbatches M }); with pipeline stages the
+ * pipeline pass then runs each micro-batch's share by the schedule.
  *
  * The first pass, on the global forward program as lowering left it.
  * Every input's dim 0 is its batch dim; the step's batch is processed as M
@@ -11,7 +12,8 @@
  *   whenever B/M divides by the split (partition refuses it otherwise).
  *   Every node that depends on an input is cloned once per micro-batch on
  *   those slices; nodes that depend on params only (transpose(wte)) are
- *   computed once and shared.
+ *   computed once and shared.  A copy's IrNode.mb is its micro-batch (the
+ *   shared nodes keep -1); autodiff gives a gradient its value's.
  *   loss = (loss_0 + ... + loss_{M-1}) / M, the mean over the whole batch
  *   when each micro-batch's loss is a mean over its (equal-sized) samples,
  *   as cross_entropy and mse are, plus any batch-independent term.
@@ -21,11 +23,12 @@
  * one gradient synchronisation per step under DDP, whatever M.
  *
  * Cost: the program (and the compile time) grows M-fold in the forward and
- * backward passes; the schedule runs the M forwards, then the M backwards,
- * so the activations of all micro-batches are live together: peak
- * activation memory is the whole batch's, as with M = 1 (gradient
- * accumulation here buys the numerics and the single synchronisation, not
- * the memory saving a per-micro-batch schedule would give).  Dropout masks
+ * backward passes; without pipeline stages the program runs the M
+ * forwards, then the M backwards, so the activations of all micro-batches
+ * are live together: peak activation memory is the whole batch's, as with
+ * M = 1 (gradient accumulation here buys the numerics and the single
+ * synchronisation, not the memory saving a per-micro-batch schedule would
+ * give; with pp > 1, 1F1B holds at most P micro-batches' activations).  Dropout masks
  * are keyed by the element index within the micro-batch with a salt per
  * micro-batch, so they differ from the M = 1 run's.
  */
@@ -53,10 +56,6 @@ bool pass_microbatch(IrModule *m, Diag *d, const PassOptions *opt)
 	char what[32];
 	snprintf(what, sizeof what, "%lld", (long long)M);
 	int nn = m->nnodes;
-	for (int i = 0; i < nn; i++)
-		if (m->nodes[i]->stage > 0)
-			return fail(d, m->nodes[i], what, "micro-batches of pipeline stages are not "
-			            "supported yet (gradient accumulation needs a single stage)");
 	bool *dep = calloc((size_t)nn, sizeof(bool));
 	int *map = malloc(sizeof(int) * (size_t)nn * (size_t)M); /* [k * nn + i] */
 	int *ops = malloc(sizeof(int) * (size_t)(nn + 2));
@@ -162,8 +161,11 @@ bool pass_microbatch(IrModule *m, Diag *d, const PassOptions *opt)
 			r2->shape[0] /= M;
 			r2->place_from = z;
 			mk[i] = r2->id;
-			for (int id = r1->id; id <= r2->id; id++)
+			for (int id = r1->id; id <= r2->id; id++) {
 				orig[id] = -1;
+				out->nodes[id]->mb = (int)k;
+				out->nodes[id]->stage = n->stage;
+			}
 		}
 		for (int i = 0; ok && i < nn; i++) {
 			const IrNode *n = m->nodes[i];
@@ -182,6 +184,7 @@ bool pass_microbatch(IrModule *m, Diag *d, const PassOptions *opt)
 			c->ops = cops;
 			orig[id] = i;
 			origk[id] = (int)k;
+			c->mb = (int)k;
 			if (k > 0 || i == m->loss)
 				c->name = NULL;
 			if (i == m->loss)
@@ -224,6 +227,7 @@ bool pass_microbatch(IrModule *m, Diag *d, const PassOptions *opt)
 			if (ok) {
 				a->dtype = L->dtype;
 				a->place_from = -1;
+				a->stage = L->stage;
 				char msg[512];
 				if (!ir_infer_msg(out, a, msg, sizeof msg))
 					ok = fail(d, L, what, msg);

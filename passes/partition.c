@@ -24,11 +24,13 @@
  * vocab parallel (part_xent_vp): only per-row statistics are reduced.  A partial target the
  * op cannot produce is dropped (the consumers reduce it), never faked.
  *
- * Uneven shards are refused (see partition.h); a one-rank mesh is left as
- * it is, and axes of size 1 are dropped from every placement.
+ * Uneven (torch.chunk) shards are padded, see partition.h and "uneven
+ * shards" below; a one-rank mesh is left as it is, and axes of size 1 are
+ * dropped from every placement.
  */
 #include "partition_impl.h"
 #include "reshard.h"
+#include "pipeline.h"
 #include "../ir/optim.h"
 
 #include <stdarg.h>
@@ -50,6 +52,7 @@ typedef struct Part {
 	Placement *want; /* global id -> its optimizer step's param placement */
 	Cached **cache;  /* global id -> reshards made of it */
 	int *ce_mx, *ce_se; /* global logits id -> vocab-parallel row stats, or -1 */
+	int *ce_lm;      /* global logits id -> its uneven vocab's padding masked, or -1 */
 	Arena scratch;
 } Part;
 
@@ -95,7 +98,12 @@ static int emit(Part *p, IrOp op, const int *ops, int nops, const IrAttrs *at,
 	placement_shard_shape(pl, &p->m->mesh, 0, like->rank, like->shape, n->shape);
 	n->place = *pl;
 	n->stage = like->stage;
+	n->mb = like->mb;
 	n->place_from = origin;
+	for (int d = 0; d < like->rank && d < IR_MAX_RANK; d++) {
+		int64_t parts = placement_dim_parts(pl, &p->m->mesh, d);
+		n->padded[d] = parts > 1 && like->shape[d] % parts ? like->shape[d] : 0;
+	}
 	int64_t want[IR_MAX_RANK];
 	memcpy(want, n->shape, sizeof want);
 	char msg[512];
@@ -114,6 +122,42 @@ static int emit(Part *p, IrOp op, const int *ops, int nops, const IrAttrs *at,
 	return n->id;
 }
 
+/* One planned step on local node id, a shard of global g.  The steps are
+ * even collectives: an uneven dim cut whole (reduce_scatter, shard_slice)
+ * is padded with zeros to a multiple of the group first, and one gathered
+ * whole (all_gather) is trimmed back to its extent after; between two
+ * uneven cuts the planner only steps where the chunks tile
+ * (passes/reshard.c), which needs neither. */
+static int reshard_step(Part *p, int id, const IrNode *g, const ReshardStep *s)
+{
+	const Mesh *mesh = &p->m->mesh;
+	const Placement *from = &loc_node(p, id)->place;
+	IrAttrs at = {.mesh_axes = s->axes, .red = s->red};
+	if (s->op != IR_OP_ALL_REDUCE) {
+		at.nints = s->op == IR_OP_ALL_TO_ALL ? 2 : 1;
+		at.ints[0] = s->dim;
+		at.ints[1] = s->op == IR_OP_ALL_TO_ALL ? s->dim2 : 0;
+	}
+	int d = s->dim;
+	int64_t G = mesh_axes_size(mesh, s->axes), n = d < g->rank ? g->shape[d] : 0;
+	bool cut = s->op == IR_OP_REDUCE_SCATTER || s->op == IR_OP_SHARD_SLICE;
+	if (d >= g->rank || G < 2 || n % G == 0 || (!cut && s->op != IR_OP_ALL_GATHER))
+		return emit(p, s->op, &id, 1, &at, g, &s->after, id);
+	IrNode big = *g; /* the value extended by zero rows to G chunks */
+	IrAttrs sl = {.nints = 3, .ints = {d, 0, n}};
+	if (cut && placement_dim_parts(from, mesh, d) == 1) {
+		big.shape[d] = G * (n / G + 1);
+		int pad = emit(p, IR_OP_PAD, &id, 1, &sl, &big, from, id);
+		return pad < 0 ? -1 : emit(p, s->op, &pad, 1, &at, g, &s->after, pad);
+	}
+	if (!cut && placement_dim_parts(&s->after, mesh, d) == 1) {
+		big.shape[d] = G * loc_node(p, id)->shape[d];
+		int ag = emit(p, s->op, &id, 1, &at, &big, &s->after, id);
+		return ag < 0 ? -1 : emit(p, IR_OP_SLICE, &ag, 1, &sl, g, &s->after, ag);
+	}
+	return emit(p, s->op, &id, 1, &at, g, &s->after, id);
+}
+
 /* Local node `id` holds a shard of global g under its placement; returns
  * a node holding it under `to` (cached per global value). */
 static int reshard(Part *p, int id, const IrNode *g, const Placement *to)
@@ -124,32 +168,29 @@ static int reshard(Part *p, int id, const IrNode *g, const Placement *to)
 	for (Cached *c = p->cache[g->id]; c; c = c->next)
 		if (placement_equal(&c->p, to))
 			return c->id;
-	if (!pass_placement_even(&p->m->mesh, to, g->rank, g->shape)) {
-		diag_error(p->d, g->loc, "partition: %%%d would be split unevenly as %s; uneven "
-		           "(torch.chunk) shards are not supported yet", g->id, fmt_pl(p, to));
-		return -1;
-	}
 	ReshardPlan plan;
 	char why[256];
 	if (!pass_reshard_plan(&p->m->mesh, g->dtype, g->rank, g->shape, &x->place, to, &plan,
 	                       why, sizeof why)) {
-		internal(p, g, "cannot reshard %s to %s: %s", fmt_pl(p, &x->place), fmt_pl(p, to),
-		         why);
+		const Mesh *mesh = &p->m->mesh;
+		if (pass_placement_even(mesh, &x->place, g->rank, g->shape) &&
+		    pass_placement_even(mesh, to, g->rank, g->shape)) {
+			internal(p, g, "cannot reshard %s to %s: %s", fmt_pl(p, &x->place),
+			         fmt_pl(p, to), why);
+			return -1;
+		}
+		/* a dim cut unevenly over several axes gathers one axis at a
+		 * time, which only works where the chunks tile */
+		diag_error(p->d, g->loc, "partition: %s cannot move from %s to %s: uneven "
+		           "(torch.chunk) shards of a dim split over several mesh axes are not "
+		           "supported yet", g->name ? g->name : ir_op_name(g->op),
+		           fmt_pl(p, &x->place), fmt_pl(p, to));
 		return -1;
 	}
 	int cur = id;
-	for (int k = 0; k < plan.nsteps; k++) {
-		const ReshardStep *s = &plan.steps[k];
-		IrAttrs at = {.mesh_axes = s->axes, .red = s->red};
-		if (s->op != IR_OP_ALL_REDUCE) {
-			at.nints = s->op == IR_OP_ALL_TO_ALL ? 2 : 1;
-			at.ints[0] = s->dim;
-			at.ints[1] = s->op == IR_OP_ALL_TO_ALL ? s->dim2 : 0;
-		}
-		cur = emit(p, s->op, &cur, 1, &at, g, &s->after, cur);
-		if (cur < 0)
+	for (int k = 0; k < plan.nsteps; k++)
+		if ((cur = reshard_step(p, cur, g, &plan.steps[k])) < 0)
 			return -1;
-	}
 	Cached *c = arena_alloc(&p->scratch, sizeof *c);
 	if (c) {
 		*c = (Cached){*to, cur, p->cache[g->id]};
@@ -192,6 +233,110 @@ static bool finish(Part *p, const IrNode *n, int id)
 	return true;
 }
 
+/* ---- uneven (torch.chunk) shards ----
+ * One program serves every rank, so a dim of n rows cut in `parts` is
+ * stored as ceil(n / parts) rows on every rank, the rows past n (the tail
+ * chunks' padding) zero.  Zero padding is what most ops need of their
+ * operands (a matmul contracting over it, a sum over it) and what
+ * zero-preserving ops keep; every other op's padded result is masked
+ * (pad_mask).  Ops that count their rows or compare across them (the
+ * losses' means over positions, max) see their uneven operands gathered
+ * whole; a mean over a padded dim is rescaled (partition_rules.c); the
+ * vocab-parallel loss masks its logits' padding to the lowest value so
+ * the row max and sum of exp ignore it. */
+
+/* The dims a value of global shape like->shape has padded under pl. */
+static uint32_t padded_dims(const Part *p, const IrNode *like, const Placement *pl)
+{
+	uint32_t u = 0;
+	for (int d = 0; d < like->rank && d < pl->ndims; d++) {
+		int64_t parts = placement_dim_parts(pl, &p->m->mesh, d);
+		if (parts > 1 && like->shape[d] % parts != 0)
+			u |= 1u << d;
+	}
+	return u;
+}
+
+/* Local node id holds a shard of a value shaped like `like`, placed pl:
+ * its padding set to zero (low: the lowest value), one pad_mask per padded
+ * dim.  Returns the masked node, or -1. */
+static int mask_padding(Part *p, const IrNode *like, int id, const Placement *pl, bool low)
+{
+	uint32_t pd = padded_dims(p, like, pl);
+	for (int d = 0; id >= 0 && d < like->rank; d++) {
+		if (!(pd >> d & 1))
+			continue;
+		IrAttrs at = {.nints = 3, .ints = {d, like->shape[d], low}};
+		for (int k = 0; k < pl->naxes[d]; k++) {
+			/* pad_mask numbers shards in mesh order, as the placement
+			 * does when its axes are listed in that order */
+			if (k && pl->axes[d][k] <= pl->axes[d][k - 1]) {
+				diag_error(p->d, like->loc, "partition: %s is split unevenly as %s; "
+				           "uneven (torch.chunk) shards over several mesh axes must "
+				           "list them in mesh order", like->name ? like->name :
+				           ir_op_name(like->op), fmt_pl(p, pl));
+				return -1;
+			}
+			at.mesh_axes |= 1u << pl->axes[d][k];
+		}
+		id = emit(p, IR_OP_PAD_MASK, &id, 1, &at, like, pl, id);
+	}
+	return id;
+}
+
+/* Whether local op `op` for n, placed res, leaves zero wherever its
+ * operands' padding is (so needs no mask): zero-preserving ops, and add,
+ * sub (every operand) and mul (one operand) that have each padded dim
+ * rather than broadcast along it (a bias of the padded dim: yes; one
+ * added across it: no). */
+static bool keeps_zero_padding(const Part *p, const IrNode *n, IrOp op, const Placement *res)
+{
+	switch (op) {
+	case IR_OP_MATMUL: case IR_OP_SCALE: case IR_OP_NEG: case IR_OP_CAST:
+	case IR_OP_RELU: case IR_OP_GELU: case IR_OP_TANH: case IR_OP_SILU:
+	case IR_OP_PERMUTE: case IR_OP_RESHAPE: case IR_OP_SUM: case IR_OP_SUM_TO:
+	case IR_OP_MEAN: case IR_OP_RELU_BWD: case IR_OP_GELU_BWD: case IR_OP_SILU_BWD:
+	case IR_OP_EMBED_BWD_VP:
+		return true;
+	case IR_OP_ADD: case IR_OP_SUB: case IR_OP_MUL: {
+		uint32_t pd = padded_dims(p, n, res);
+		for (int d = 0; d < n->rank; d++) {
+			int have = 0;
+			for (int i = 0; (pd >> d & 1) && i < n->nops; i++) {
+				const IrNode *o = p->m->nodes[n->ops[i]];
+				int j = d - (n->rank - o->rank);
+				have += j >= 0 && o->shape[j] == n->shape[d];
+			}
+			if ((pd >> d & 1) && (op == IR_OP_MUL ? have == 0 : have < n->nops))
+				return false;
+		}
+		return true;
+	}
+	default:
+		return false;
+	}
+}
+
+/* Ops that count or compare their rows: their operands' uneven dims are
+ * gathered whole first. */
+static bool counts_rows(IrOp op)
+{
+	return op == IR_OP_CROSS_ENTROPY || op == IR_OP_CROSS_ENTROPY_BWD || op == IR_OP_MSE ||
+	       op == IR_OP_MAX;
+}
+
+/* pl without the splits of the dims it cuts unevenly (of a value shaped
+ * like g), from dim `from` to `to`. */
+static void drop_uneven(const Part *p, const IrNode *g, Placement *pl, int from, int to)
+{
+	uint32_t pd = padded_dims(p, g, pl);
+	for (int d = from; d < to && d < pl->ndims; d++)
+		if (pd >> d & 1) {
+			pl->naxes[d] = 0;
+			memset(pl->axes[d], 0, sizeof pl->axes[d]);
+		}
+}
+
 static bool part_leaf(Part *p, const IrNode *n, const Placement *T)
 {
 	if (n->op == IR_OP_RECV)
@@ -201,12 +346,7 @@ static bool part_leaf(Part *p, const IrNode *n, const Placement *T)
 		placement_replicated(&t, n->rank);
 	t.partial = 0;
 	t.partial_op = IR_RED_SUM;
-	if (!pass_placement_even(&p->m->mesh, &t, n->rank, n->shape)) {
-		diag_error(p->d, n->loc, "partition: %s is split unevenly as %s; uneven "
-		           "(torch.chunk) shards are not supported yet",
-		           n->name ? n->name : ir_op_name(n->op), fmt_pl(p, &t));
-		return false;
-	}
+	/* uneven: the runtime and the interpreter start the padding at zero */
 	return finish(p, n, emit(p, n->op, NULL, 0, &n->attrs, n, &t, -1));
 }
 
@@ -274,6 +414,7 @@ static bool part_step(Part *p, const IrNode *n)
  * same axes, squared, all_reduced over those axes; the groups summed. */
 static bool part_grad_norm(Part *p, const IrNode *n)
 {
+	int pp = pipeline_axis(p->m);
 	int *ops = arena_alloc(&p->scratch, sizeof(int) * (size_t)n->nops);
 	uint32_t *split = arena_alloc(&p->scratch, sizeof(uint32_t) * (size_t)n->nops);
 	if (!ops || !split)
@@ -289,7 +430,9 @@ static bool part_grad_norm(Part *p, const IrNode *n)
 		ops[i] = operand(p, n, i, &want);
 		if (ops[i] < 0)
 			return false;
-		split[i] = 0;
+		/* under a pipeline each rank keeps the gradients of its own
+		 * stages (passes/pipeline.c): the squares are summed over pp too */
+		split[i] = pp >= 0 ? 1u << pp : 0;
 		for (int d = 0; d < want.ndims; d++)
 			for (int k = 0; k < want.naxes[d]; k++)
 				split[i] |= 1u << want.axes[d][k];
@@ -485,9 +628,11 @@ static bool part_xent_vp(Part *p, const IrNode *n, bool *done)
 	pass_placement_canon(&p->m->mesh, &L);
 	L.partial = 0;
 	L.partial_op = IR_RED_SUM;
+	/* the mean over positions counts them: uneven ones gathered whole */
+	drop_uneven(p, lg, &L, 0, lg->rank - 1);
 	uint32_t A = vocab_axes(&L, lg->rank);
 	*done = false;
-	if (!A || !pass_placement_even(&p->m->mesh, &L, lg->rank, lg->shape))
+	if (!A)
 		return true;
 	*done = true;
 	Placement P = rows_place(&L, lg->rank), rep;
@@ -496,6 +641,12 @@ static bool part_xent_vp(Part *p, const IrNode *n, bool *done)
 	for (int d = 0; d < P.ndims; d++)
 		pos |= pl_dim_axes(&P, d);
 	int lid = reshard(p, p->map[lg->id], lg, &L);
+	/* an uneven vocab's padding at the lowest value: exp() makes it 0 */
+	if (lid >= 0 && p->ce_lm[lg->id] >= 0 &&
+	    placement_equal(&loc_node(p, p->ce_lm[lg->id])->place, &L))
+		lid = p->ce_lm[lg->id];
+	else if (lid >= 0 && (lid = mask_padding(p, lg, lid, &L, true)) >= 0)
+		p->ce_lm[lg->id] = lid;
 	int tid = lid < 0 ? -1 : operand(p, n, bwd ? 2 : 1, &P);
 	int mx, se;
 	if (tid < 0 || !ce_stats(p, n, lg, tg, lid, A, &P, &mx, &se))
@@ -541,12 +692,6 @@ static bool part_node(Part *p, const IrNode *n)
 	Placement T = target(p, n);
 	if (!T.known && !p->fill)
 		return internal(p, n, "%s", "its placement is not known (run propagate first)");
-	if (T.known && !pass_placement_even(&p->m->mesh, &T, n->rank, n->shape)) {
-		diag_error(p->d, n->loc, "partition: %s is split unevenly as %s; uneven "
-		           "(torch.chunk) shards are not supported yet",
-		           n->name ? n->name : ir_op_name(n->op), fmt_pl(p, &T));
-		return false;
-	}
 	if (ir_op_flags(n->op) & OPF_LEAF)
 		return part_leaf(p, n, &T);
 	if (ir_op_flags(n->op) & OPF_COLL || n->op == IR_OP_SHARD_SLICE)
@@ -567,12 +712,18 @@ static bool part_node(Part *p, const IrNode *n)
 	PartRule r = {.req = arena_alloc(&p->scratch, sizeof *r.req * (size_t)n->nops)};
 	if (!cur || !r.req)
 		return false;
-	for (int i = 0; i < n->nops; i++)
+	Placement Tr = T; /* what the rule reads: T, or T gathered (counts_rows) */
+	for (int i = 0; i < n->nops; i++) {
 		cur[i] = loc_node(p, p->map[n->ops[i]])->place;
+		if (counts_rows(n->op))
+			drop_uneven(p, p->m->nodes[n->ops[i]], &cur[i], 0, IR_MAX_RANK);
+	}
+	if (counts_rows(n->op) && Tr.known)
+		drop_uneven(p, n, &Tr, 0, IR_MAX_RANK);
 	char why[256];
-	if (!part_rule(p->m, n, &T, cur, &r, why, sizeof why))
+	if (!part_rule(p->m, n, &Tr, cur, &r, why, sizeof why))
 		return internal(p, n, "%s", why);
-	if (n->role == IR_ROLE_GRAD && T.known && !grad_natural(p, n, &T, cur, &r))
+	if (n->role == IR_ROLE_GRAD && Tr.known && !grad_natural(p, n, &Tr, cur, &r))
 		return false;
 	int *ops = arena_alloc(&p->scratch, sizeof(int) * (size_t)n->nops);
 	if (!ops)
@@ -586,6 +737,8 @@ static bool part_node(Part *p, const IrNode *n)
 		IrAttrs sc = {.f = {r.scale}};
 		id = emit(p, IR_OP_SCALE, &id, 1, &sc, n, &r.res, id);
 	}
+	if (id >= 0 && !keeps_zero_padding(p, n, r.op ? r.op : n->op, &r.res))
+		id = mask_padding(p, n, id, &r.res, false);
 	if (id < 0)
 		return false;
 	/* to the target, less any partial the op did not produce */
@@ -627,7 +780,8 @@ bool pass_partition_ex(IrModule *m, Diag *d, bool fill_unknown)
 	p.cache = arena_alloc(&p.scratch, nn * sizeof *p.cache);
 	p.ce_mx = arena_alloc(&p.scratch, nn * sizeof *p.ce_mx);
 	p.ce_se = arena_alloc(&p.scratch, nn * sizeof *p.ce_se);
-	bool ok = p.out && p.map && p.want && p.cache && p.ce_mx && p.ce_se;
+	p.ce_lm = arena_alloc(&p.scratch, nn * sizeof *p.ce_lm);
+	bool ok = p.out && p.map && p.want && p.cache && p.ce_mx && p.ce_se && p.ce_lm;
 	if (!ok)
 		diag_error(d, (SrcLoc){0}, "partition: out of memory");
 	if (ok) {
@@ -635,6 +789,7 @@ bool pass_partition_ex(IrModule *m, Diag *d, bool fill_unknown)
 		memset(p.cache, 0, nn * sizeof *p.cache);
 		memset(p.ce_mx, 0xff, nn * sizeof *p.ce_mx);
 		memset(p.ce_se, 0xff, nn * sizeof *p.ce_se);
+		memset(p.ce_lm, 0xff, nn * sizeof *p.ce_lm);
 		p.out->mesh = m->mesh;
 		p.out->train = m->train;
 		find_wants(&p);

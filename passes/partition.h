@@ -8,9 +8,15 @@
  * the pass each node's placement still describes the global value it holds
  * a shard of, so the global shape is recoverable and tools can report it.
  *
- * Uneven shards (torch.chunk with a short tail) are refused with an error
- * naming the value: one program serves every rank, so a rank-dependent
- * shape would need padding to the chunk size, which is not done yet.
+ * Uneven shards (torch.chunk with a short tail, train { uneven_shards
+ * true }) are padded: one program serves every rank, so every rank stores
+ * ceil(n / parts) rows of such a dim, the rows past n zero, and the node
+ * records n (IrNode.padded).  Collectives stay even: a dim cut whole is
+ * padded to a multiple of the group first and one gathered whole is
+ * trimmed back; ops whose result would not be zero in the padding are
+ * followed by pad_mask.  A dim split unevenly over several mesh axes is
+ * supported only where its chunks tile (6 rows over 4 parts and back to 2
+ * are not: an error says so).
  *
  * On a mesh of one rank the pass changes nothing.
  */

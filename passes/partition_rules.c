@@ -16,7 +16,9 @@
  *   reductions (sum, mean, max, sum_to, the gamma gradients, embed_bwd,
  *   cross_entropy, mse): reduced dims keep their split and the result is
  *   Partial over those axes (max: a max-partial); means and the losses
- *   are local means scaled by 1/(group size), exact for even shards.
+ *   are local means scaled by 1/(group size), exact for even shards (an
+ *   uneven mean by ceil(n / parts) / n; partition.c gathers the losses'
+ *   uneven positions and max's uneven dims whole first).
  *   embed: a table split on V becomes embed_vp (masked lookup, the result
  *   partial over V's axes); embed_bwd split on V as its target wants
  *   becomes embed_bwd_vp.  cross_entropy with vocab-split logits is
@@ -28,6 +30,7 @@
  * then add the bias once).
  */
 #include "partition_impl.h"
+#include "reshard.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -180,8 +183,19 @@ static void reduce_rule(const IrModule *m, const IrNode *n, const Placement *T,
 	X->partial = q;
 	R->partial = redax | q;
 	R->partial_op = kind == IR_OP_MAX && redax ? IR_RED_MAX : IR_RED_SUM;
-	if (kind == IR_OP_MEAN && redax)
+	if (kind == IR_OP_MEAN && redax) {
 		r->scale = 1.0 / (double)mesh_axes_size(&m->mesh, redax);
+		if (!pass_placement_even(&m->mesh, X, x->rank, x->shape)) {
+			/* uneven: a local mean over c = ceil(n / parts) rows,
+			 * the padding zero, times c / n */
+			r->scale = 1;
+			for (int j = 0; j < x->rank; j++) {
+				int64_t parts = placement_dim_parts(X, &m->mesh, j), nj = x->shape[j];
+				if ((red & (1u << j)) && parts > 1)
+					r->scale *= (double)(nj / parts + (nj % parts != 0)) / (double)nj;
+			}
+		}
+	}
 }
 
 /* matmul [..., m, k] x [..., k, n]: batch and free dims follow T; the
@@ -257,7 +271,8 @@ static void permute_rule(const IrModule *m, const IrNode *n, const Placement *T,
 
 /* reshape: dims group into blocks of equal products; within a block only
  * the major dims may be split, by the same axes, and only when both divide
- * (then the local block is one contiguous run of the global one). */
+ * (then the local block is one contiguous run of the global one) or the
+ * block is one dim on both sides (uneven shards keep their padding). */
 static void reshape_rule(const IrModule *m, const IrNode *n, const Placement *T,
                          const Placement *cur, PartRule *r)
 {
@@ -287,7 +302,10 @@ static void reshape_rule(const IrModule *m, const IrNode *n, const Placement *T,
 		if (!(T->known ? follow(&A, 0, T, o0, &u) : follow(&A, 0, &cur[0], i0, &u)))
 			continue;
 		int64_t parts = placement_dim_parts(&A, mesh, 0);
-		if (x->shape[i0] % parts || n->shape[o0] % parts)
+		/* a dim that is a block by itself may be cut unevenly: its
+		 * padded rows stay where they are */
+		bool alone = i - i0 == 1 && o - o0 == 1;
+		if (!alone && (x->shape[i0] % parts || n->shape[o0] % parts))
 			continue;
 		used = u;
 		copy_dim(R, o0, &A, 0);

@@ -17,7 +17,9 @@
 #include "microbatch.h"
 #include "optim.h"
 #include "partition.h"
+#include "pipeline.h"
 #include "propagate.h"
+#include "recompute.h"
 #include "state.h"
 
 #include <string.h>
@@ -49,10 +51,19 @@ static bool run_memplan(IrModule *m, Diag *d, const PassOptions *opt)
 	MemPlan mp;
 	arena_init(&a);
 	bool ok = pass_fuse_plan(m, &a, d, &fp) && pass_memplan(m, &fp, &a, d, &mp);
-	if (ok && opt->verbose)
+	if (ok && opt->verbose) {
 		for (int k = 0; k < DTM_ARENA_COUNT; k++)
 			fprintf(stderr, "dtmc: memplan: arena %-5s %lld bytes\n",
 			        pass_memplan_arena_name(k), (long long)mp.arena_bytes[k]);
+		for (int s = 0; mp.nstages > 1 && s < mp.nstages; s++) {
+			fprintf(stderr, "dtmc: memplan: stage %d:", s);
+			for (int k = 0; k < DTM_ARENA_COUNT; k++)
+				fprintf(stderr, " %s %lld", pass_memplan_arena_name(k),
+				        (long long)mp.stage_arena_bytes[s][k]);
+			fprintf(stderr, " bytes; %d micro-batches in flight\n",
+			        pass_memplan_inflight(m, &mp, s));
+		}
+	}
 	arena_free(&a);
 	return ok;
 }
@@ -60,6 +71,8 @@ static bool run_memplan(IrModule *m, Diag *d, const PassOptions *opt)
 static const Pass passes[] = {
 	/* gradient accumulation: the forward unrolled over the micro-batches
 	 * (microbatch.c), so everything after sees one program */
+	/* pipeline model chunks, carried by everything derived after */
+	{"stages", pass_stages},
 	{"microbatch", pass_microbatch},
 	/* precision before autodiff so gradients come out in the compute
 	 * dtype; optim after it, consuming the gradients (see precision.c) */
@@ -68,12 +81,17 @@ static const Pass passes[] = {
 	{"optim", pass_optim},
 	/* every value gets a placement; partition consumes them */
 	{"propagate", pass_propagate},
+	/* activation checkpointing: clones of each block's forward in its
+	 * backward, placed as the originals (recompute.c) */
+	{"recompute", pass_recompute},
 	/* ZeRO stages as placements, then FSDP's per-unit gathers (state.c) */
 	{"state", pass_state},
 	{"partition", pass_partition},
 	{"state_units", pass_state_units},
 	/* DDP's per-gradient all_reduces grouped into buckets (bucket.c) */
 	{"bucket", pass_bucket},
+	/* one program per pp coordinate in schedule order (pipeline.c) */
+	{"pipeline", pass_pipeline},
 	{"verify", run_verify},
 	{"fuse", run_fuse},
 	{"memplan", run_memplan},

@@ -59,6 +59,7 @@ static IrNode *new_cast(IrModule *m, const IrNode *x, IrDtype t)
 	memcpy(c->shape, x->shape, sizeof c->shape);
 	c->place = x->place;
 	c->stage = x->stage;
+	c->mb = x->mb;
 	return c;
 }
 

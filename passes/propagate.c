@@ -86,6 +86,15 @@ typedef struct Prop {
 	int *ustart;   /* [nnodes + 1]: uses of node i are uses[ustart[i] ..) */
 	Use *uses;
 	uint32_t live; /* mesh axes of size > 1 */
+	/* [nnodes]: something choose() reads changed since the node's last
+	 * visit (see visit) */
+	uint8_t *dirty;
+	/* choose()'s users' requirements, one per use of the node it is
+	 * choosing for (room for the most uses of any node): they read the
+	 * node's current placement, not the candidate, so every candidate's
+	 * cand_cost shares them */
+	Placement *req;
+	bool *has_req;
 } Prop;
 
 static IrNode *nd(const Prop *P, int id)
@@ -748,11 +757,9 @@ static double cand_cost(const Prop *P, const IrNode *n, const Assign *a, Placeme
 		project(r, a, i, o->rank, false, &q);
 		cost += pass_propagate_cost(mesh, &o->place, &q, node_bytes(o));
 	}
-	for (int u = P->ustart[n->id]; u < P->ustart[n->id + 1]; u++) {
-		Placement q;
-		if (requirement(P, P->uses[u].node, P->uses[u].slot, &q))
-			cost += pass_propagate_cost(mesh, res, &q, node_bytes(n));
-	}
+	for (int u = P->ustart[n->id], k = 0; u < P->ustart[n->id + 1]; u++, k++)
+		if (P->has_req[k])
+			cost += pass_propagate_cost(mesh, res, &P->req[k], node_bytes(n));
 	if (n->op == IR_OP_EMBED_BWD) {
 		/* ties (a slice is free) go to the smaller table gradient: a
 		 * vocab split computes only this shard's rows (embed_bwd_vp) */
@@ -787,11 +794,12 @@ static bool choose(Prop *P, IrNode *n)
 		if (first_op < 0)
 			first_op = o->id;
 	}
-	for (int u = P->ustart[n->id]; u < P->ustart[n->id + 1] && ns < PR_MAXSRC; u++) {
-		Placement q;
-		if (!requirement(P, P->uses[u].node, P->uses[u].slot, &q))
+	for (int u = P->ustart[n->id], k = 0; u < P->ustart[n->id + 1]; u++, k++)
+		P->has_req[k] = requirement(P, P->uses[u].node, P->uses[u].slot, &P->req[k]);
+	for (int u = P->ustart[n->id], k = 0; u < P->ustart[n->id + 1] && ns < PR_MAXSRC; u++, k++) {
+		if (!P->has_req[k])
 			continue;
-		assign_from(r, -1, &q, &src[ns].a);
+		assign_from(r, -1, &P->req[k], &src[ns].a);
 		src[ns++].origin = P->uses[u].node;
 	}
 	uint32_t lp = 0;
@@ -946,7 +954,7 @@ static bool fix(Prop *P, IrNode *n)
 	return true;
 }
 
-static bool visit(Prop *P, int i)
+static bool visit_node(Prop *P, int i)
 {
 	IrNode *n = nd(P, i);
 	switch (P->kind[i]) {
@@ -967,6 +975,39 @@ static bool visit(Prop *P, int i)
 	}
 }
 
+/* Node i's placement changed: everything whose choice reads it must be
+ * visited again -- i itself, its operands and users (cand_cost's edges)
+ * and its users' other operands (requirement reads them). */
+static void mark_changed(Prop *P, int i)
+{
+	const IrNode *n = nd(P, i);
+	P->dirty[i] = 1;
+	for (int k = 0; k < n->nops; k++)
+		P->dirty[n->ops[k]] = 1;
+	for (int u = P->ustart[i]; u < P->ustart[i + 1]; u++) {
+		const IrNode *c = nd(P, P->uses[u].node);
+		P->dirty[c->id] = 1;
+		for (int k = 0; k < c->nops; k++)
+			P->dirty[c->ops[k]] = 1;
+	}
+}
+
+/* A sweep's visit.  choose() is a pure function of the placements of the
+ * node, its operands, its users and its users' operands, so a free node
+ * none of those changed for since its last visit would choose the same
+ * again: it is skipped (the expensive case; ties and scalars are cheap
+ * and always visited).  The sweeps give what visiting everything gives. */
+static bool visit(Prop *P, int i)
+{
+	if (P->kind[i] == K_FREE && P->rules[i].ok && !P->dirty[i])
+		return false;
+	P->dirty[i] = 0;
+	bool changed = visit_node(P, i);
+	if (changed)
+		mark_changed(P, i);
+	return changed;
+}
+
 static bool build_uses(Prop *P, Arena *a)
 {
 	IrModule *m = P->m;
@@ -982,7 +1023,13 @@ static bool build_uses(Prop *P, Arena *a)
 	int total = P->ustart[m->nnodes];
 	P->uses = arena_alloc(a, sizeof(Use) * (size_t)(total ? total : 1));
 	int *fill = arena_alloc(a, sizeof(int) * (size_t)(m->nnodes + 1));
-	if (!P->uses || !fill)
+	int most = 1;
+	for (int i = 0; i < m->nnodes; i++)
+		if (P->ustart[i + 1] - P->ustart[i] > most)
+			most = P->ustart[i + 1] - P->ustart[i];
+	P->req = arena_alloc(a, sizeof(Placement) * (size_t)most);
+	P->has_req = arena_alloc(a, sizeof(bool) * (size_t)most);
+	if (!P->uses || !fill || !P->req || !P->has_req)
 		return false;
 	memcpy(fill, P->ustart, sizeof(int) * (size_t)(m->nnodes + 1));
 	for (int i = 0; i < m->nnodes; i++)
@@ -1158,7 +1205,8 @@ bool pass_propagate(IrModule *m, Diag *d, const PassOptions *opt)
 	P.rules = arena_alloc(&a, sizeof(Rule) * nn);
 	P.kind = arena_alloc(&a, nn);
 	P.tie = arena_alloc(&a, sizeof(int) * nn);
-	if (!P.rules || !P.kind || !P.tie || !build_uses(&P, &a)) {
+	P.dirty = arena_alloc(&a, nn);
+	if (!P.rules || !P.kind || !P.tie || !P.dirty || !build_uses(&P, &a)) {
 		arena_free(&a);
 		diag_error(d, (SrcLoc){0}, "propagate: out of memory");
 		return false;
@@ -1166,6 +1214,7 @@ bool pass_propagate(IrModule *m, Diag *d, const PassOptions *opt)
 	classify(&P);
 	for (int i = 0; i < m->nnodes; i++)
 		rule_build(&P, m->nodes[i], &P.rules[i]);
+	memset(P.dirty, 1, nn);
 	int sweeps = 0;
 	bool changed = true;
 	while (changed && sweeps < PR_SWEEPS) {
@@ -1178,6 +1227,7 @@ bool pass_propagate(IrModule *m, Diag *d, const PassOptions *opt)
 	}
 	if (m->train.sequence_parallel && sp_apply(&P, &a)) {
 		changed = true;
+		memset(P.dirty, 1, nn); /* sp_apply moved placements behind visit's back */
 		for (int s = 0; changed && s < PR_SWEEPS; s++, sweeps++) {
 			changed = false;
 			for (int i = 0; i < m->nnodes; i++)

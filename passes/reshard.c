@@ -84,13 +84,26 @@ static double local_bytes(const Mesh *m, IrDtype dt, int rank, const int64_t *sh
 	return b;
 }
 
-/* Can dim d of the value under p be cut `g` more ways evenly? */
-static bool cuttable(const Mesh *m, int rank, const int64_t *shape, const Placement *p, int d,
-                     int64_t g)
+static int64_t ceil_div(int64_t a, int64_t b)
 {
-	(void)rank;
-	int64_t parts = placement_dim_parts(p, m, d);
-	return shape[d] % (parts * g) == 0;
+	return a / b + (a % b != 0);
+}
+
+/* Can dim d of the value under p, now cut in `parts`, be cut g more ways
+ * (and, read backwards, can an all_gather over those g undo it)?  Evenly;
+ * or, with uneven (padded torch.chunk) shards, when the dim is whole (the
+ * partitioner pads it to g * ceil(n / g) rows first, and trims an
+ * all_gather's result back to n) or when the g finer chunks tile a coarser
+ * one exactly (6 rows over 4 parts: chunks of 2, which pairs of do not
+ * make the chunks of 3 that 2 parts have, so that needs a detour through
+ * the whole dim). */
+static bool cuttable(const Mesh *m, const int64_t *shape, const Placement *p, int d, int64_t g,
+                     bool uneven)
+{
+	int64_t parts = placement_dim_parts(p, m, d), n = shape[d];
+	if (n % (parts * g) == 0)
+		return true;
+	return uneven && (parts == 1 || ceil_div(n, parts) == g * ceil_div(n, parts * g));
 }
 
 static double step_cost(IrOp op, int64_t n, double bytes_in, double bytes_out)
@@ -110,40 +123,51 @@ static double step_cost(IrOp op, int64_t n, double bytes_in, double bytes_out)
 }
 
 /* Fills s->after and s->cost from `from` and s's kind; false when the step
- * does not apply (dims that do not divide). */
+ * does not apply (dims that do not divide; with uneven, see cuttable). */
 static bool apply(const Mesh *m, IrDtype dt, int rank, const int64_t *shape,
-                  const Placement *from, ReshardStep *s)
+                  const Placement *from, ReshardStep *s, bool uneven)
 {
 	Placement p = *from;
 	int64_t g = mesh_axes_size(m, s->axes);
 	int a = __builtin_ctz(s->axes);
 	switch (s->op) {
 	case IR_OP_ALL_GATHER:
-		p.naxes[s->dim]--;
-		p.axes[s->dim][p.naxes[s->dim]] = 0;
+		/* one axis, or (uneven) every axis of the dim at once */
+		for (uint32_t u = s->axes; u; u &= u - 1) {
+			p.naxes[s->dim]--;
+			p.axes[s->dim][p.naxes[s->dim]] = 0;
+		}
+		if (!cuttable(m, shape, &p, s->dim, g, uneven))
+			return false;
 		break;
 	case IR_OP_ALL_REDUCE:
 		s->red = p.partial_op;
 		p.partial &= ~s->axes;
 		break;
 	case IR_OP_REDUCE_SCATTER:
-		if (p.partial_op == IR_RED_MAX || !cuttable(m, rank, shape, &p, s->dim, g))
+		if (p.partial_op == IR_RED_MAX || !cuttable(m, shape, &p, s->dim, g, uneven))
 			return false;
 		s->red = p.partial_op;
 		p.partial &= ~s->axes;
 		p.axes[s->dim][p.naxes[s->dim]++] = (uint8_t)a;
 		break;
 	case IR_OP_ALL_TO_ALL:
-		if (!cuttable(m, rank, shape, &p, s->dim, g))
+		/* even on both dims: no padding to add or trim in between */
+		if (!cuttable(m, shape, &p, s->dim, g, false))
 			return false;
 		p.naxes[s->dim2]--;
 		p.axes[s->dim2][p.naxes[s->dim2]] = 0;
+		if (!cuttable(m, shape, &p, s->dim2, g, false))
+			return false;
 		p.axes[s->dim][p.naxes[s->dim]++] = (uint8_t)a;
 		break;
 	case IR_OP_SHARD_SLICE:
-		if (!cuttable(m, rank, shape, &p, s->dim, g))
+		/* one axis, or (uneven) several in mesh order at once */
+		if (!cuttable(m, shape, &p, s->dim, g, uneven))
 			return false;
-		p.axes[s->dim][p.naxes[s->dim]++] = (uint8_t)a;
+		for (int b = a; b < m->naxes; b++)
+			if (s->axes >> b & 1)
+				p.axes[s->dim][p.naxes[s->dim]++] = (uint8_t)b;
 		break;
 	default:
 		return false;
@@ -158,14 +182,14 @@ static bool apply(const Mesh *m, IrDtype dt, int rank, const int64_t *shape,
 
 /* Every step that applies to p, using only axes in `axes`. */
 static int moves(const Mesh *m, IrDtype dt, int rank, const int64_t *shape, const Placement *p,
-                 const Placement *to, uint32_t axes, ReshardStep *out, int cap)
+                 const Placement *to, uint32_t axes, bool uneven, ReshardStep *out, int cap)
 {
 	int n = 0;
 	uint32_t used = used_axes(p);
 #define PUSH(...)                                                             \
 	do {                                                                  \
 		ReshardStep s_ = {__VA_ARGS__};                               \
-		if (n < cap && apply(m, dt, rank, shape, p, &s_))             \
+		if (n < cap && apply(m, dt, rank, shape, p, &s_, uneven))     \
 			out[n++] = s_;                                        \
 	} while (0)
 	/* partial axes: reduce them away, alone or all the dropped ones at
@@ -195,6 +219,26 @@ static int moves(const Mesh *m, IrDtype dt, int rank, const int64_t *shape, cons
 		for (int d = 0; d < rank; d++)
 			if (p->naxes[d] < IR_MAX_AXES)
 				PUSH(.op = IR_OP_SHARD_SLICE, .axes = 1u << a, .dim = d);
+	}
+	/* an uneven dim over several axes whose chunks do not tile one axis
+	 * at a time: gathered whole, or cut from whole, over all its axes at
+	 * once (in mesh order, the order a group numbers its members) */
+	for (int d = 0; uneven && d < rank; d++) {
+		const Placement *q = p->naxes[d] >= 2 ? p : to;
+		if (q->naxes[d] < 2 || (q == to && p->naxes[d]))
+			continue;
+		uint32_t all = 0;
+		bool order = true;
+		for (int k = 0; k < q->naxes[d]; k++) {
+			order = order && (k == 0 || q->axes[d][k] > q->axes[d][k - 1]);
+			all |= 1u << q->axes[d][k];
+		}
+		if (!order)
+			continue;
+		if (q == p)
+			PUSH(.op = IR_OP_ALL_GATHER, .axes = all, .dim = d);
+		else if (!(all & (used | p->partial)))
+			PUSH(.op = IR_OP_SHARD_SLICE, .axes = all, .dim = d);
 	}
 #undef PUSH
 	return n;
@@ -239,6 +283,10 @@ bool pass_reshard_plan(const Mesh *m, IrDtype dt, int rank, const int64_t *shape
 	if (placement_equal(from, to))
 		return true;
 	uint32_t axes = used_axes(from) | used_axes(to) | from->partial;
+	/* uneven steps only for a value that is uneven at either end, so
+	 * an even value never detours through padded shards */
+	bool uneven = !pass_placement_even(m, from, rank, shape) ||
+	              !pass_placement_even(m, to, rank, shape);
 	State *st = malloc(RS_MAX_STATES * sizeof *st);
 	if (!st)
 		return fail(why, cap, "out of memory");
@@ -258,7 +306,7 @@ bool pass_reshard_plan(const Mesh *m, IrDtype dt, int rank, const int64_t *shape
 			break;
 		}
 		Placement cur = st[best].p;
-		int nm = moves(m, dt, rank, shape, &cur, to, axes, mv, 256);
+		int nm = moves(m, dt, rank, shape, &cur, to, axes, uneven, mv, 256);
 		for (int k = 0; k < nm; k++) {
 			/* never drop a partial axis the target keeps */
 			if (mv[k].after.partial != (mv[k].after.partial | (to->partial & cur.partial)))
@@ -280,7 +328,7 @@ bool pass_reshard_plan(const Mesh *m, IrDtype dt, int rank, const int64_t *shape
 	}
 	if (goal < 0) {
 		free(st);
-		return fail(why, cap, "no sequence of even collectives reaches the target "
+		return fail(why, cap, "no sequence of collectives reaches the target "
 		                      "(a dim does not divide by its mesh axes)");
 	}
 	int len = 0;
@@ -301,7 +349,8 @@ bool pass_reshard_plan(const Mesh *m, IrDtype dt, int rank, const int64_t *shape
 static bool greedy_push(ReshardPlan *out, const Mesh *m, IrDtype dt, int rank,
                         const int64_t *shape, Placement *cur, ReshardStep s)
 {
-	if (out->nsteps == RESHARD_MAX_STEPS || !apply(m, dt, rank, shape, cur, &s))
+	/* through Replicate every step cuts or restores a whole dim */
+	if (out->nsteps == RESHARD_MAX_STEPS || !apply(m, dt, rank, shape, cur, &s, true))
 		return false;
 	out->steps[out->nsteps++] = s;
 	out->cost += s.cost;

@@ -14,8 +14,10 @@
  * Replicate; pass_reshard_greedy is that detour (gather everything, reduce
  * partials, slice to the target), kept as the baseline tests compare with.
  *
- * Shapes are global; every step must cut its dims evenly (uneven torch.chunk
- * shards are refused, see partition.h).
+ * Shapes are global; every step cuts its dims evenly, except for a value
+ * that is uneven (torch.chunk) at either end: then a dim may be cut from
+ * whole or gathered whole (partition.c pads and trims), or cut where the
+ * finer chunks tile the coarser ones.
  */
 #ifndef DTM_RESHARD_H
 #define DTM_RESHARD_H

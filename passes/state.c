@@ -22,8 +22,9 @@
  *      produced, only the shard kept.
  *   3  as 2, and the param stored as S: partition all_gathers it in front
  *      of its uses.
- * A param that Z already splits, or whose dim 0 the parts do not divide
- * (partition refuses uneven shards), is left as stage 0 leaves it.  HSDP
+ * A param that Z already splits, or that would be split unevenly (uneven
+ * torch.chunk shards: dim 0 not divided by the parts, or another dim
+ * already padded), is left as stage 0 leaves it: whole over Z.  HSDP
  * is the same rule with Z one axis of a 2-D data mesh: gradients are
  * partial over both axes and the planner turns P(rep, dp) -> S(dp) into a
  * reduce_scatter over dp and an all_reduce over rep.
@@ -37,6 +38,24 @@
  * unit's first backward use, so each forward copy dies with the forward
  * pass: ZeRO-3's 1.5x of DDP's communication (1x without resharding, at
  * the cost of keeping every gathered param live).
+ *
+ * Prefetch (train { prefetch n }, default 1, PyTorch FSDP's one unit
+ * ahead) then moves those groups earlier by REFERENCE.md's rule
+ * (pass_state_prefetch): with the L units numbered in order of first
+ * forward use, forward unit i prefetches i+1..i+n, so unit j's forward
+ * gathers are issued in front of unit max(j-n, 0)'s first use, while that
+ * unit computes; numbered so that unit L-1 is the first to start its
+ * backward (order of first backward use, from the end), backward unit i
+ * prefetches i-1..i-n, so unit j's backward gathers go in front of unit
+ * min(j+n, L-1)'s first backward use.  (On gpt the top-level unit is the
+ * first forward, for the embedding, and the first backward, for the head.)
+ * A prefetched unit's params move up with its gathers: they are leaves
+ * declared next to their block.  n = 0 gathers just in time.  Memory
+ * follows from the order: memplan keeps each gathered copy live from
+ * where it now is, so n more units are live at the peak.  The moved
+ * nodes keep their stage and micro-batch (a gather is its param's: mb
+ * -1, shared by the micro-batches); under a pipeline, passes/pipeline.c
+ * re-places such shared nodes by its schedule.
  *
  * DDP's gradient buckets are passes/bucket.c's (after this pass), gradient
  * accumulation passes/microbatch.c's (before autodiff).  Not done:
@@ -167,6 +186,8 @@ typedef struct Units {
 	bool *need;  /* a forward chain node the backward pass gathers again */
 	bool *moved; /* a chain node emitted at its unit's point */
 	int *fpoint, *bpoint; /* per unit (indexed by unit id): where its gathers go */
+	int *ford, nford;     /* units with forward gathers, in order of fpoint */
+	int *bord, nbord;     /* units with backward gathers, in order of bpoint */
 	int *map, *cmap;      /* old id -> new id of the node, of its backward copy */
 	int *units, nunits;   /* the unit ids */
 	IrNode **out;
@@ -261,10 +282,57 @@ static void find_points(Units *u, bool reshard)
 			}
 		}
 	}
-	/* a unit whose param comes after its first gather stays as it is */
-	for (int c = 0; c < u->n; c++)
-		if (u->root[c] >= 0 && c < u->L && u->root[c] > u->fpoint[uof(u, c)])
-			u->fpoint[uof(u, c)] = -1;
+}
+
+int pass_state_prefetch(int L, int n, int i, bool backward, int *out)
+{
+	if (n > L - 1)
+		n = L - 1; /* deeper than the units: all of them ahead */
+	if (n <= 0 || i < 0 || i >= L || (backward ? i < n : i >= L - n))
+		return 0;
+	for (int k = 1; k <= n; k++)
+		out[k - 1] = backward ? i - k : i + k;
+	return n;
+}
+
+/* Units with a point (fpoint or bpoint), sorted by it: the order of first
+ * use.  Insertion sort: a model has tens of units. */
+static int order_units(const Units *u, const int *point, int *ord)
+{
+	int n = 0;
+	for (int j = 0; j < u->nunits; j++) {
+		int k = u->units[j], at = n;
+		if (point[k] < 0)
+			continue;
+		n++;
+		while (at > 0 && point[ord[at - 1]] > point[k]) {
+			ord[at] = ord[at - 1];
+			at--;
+		}
+		ord[at] = k;
+	}
+	return n;
+}
+
+/* Moves each of the L units of ord (in running order) to the first point
+ * of a unit that prefetches it.  The rule's index of ord[t] is t forward
+ * and L-1-t backward, so walking t upwards visits the units as they run
+ * either way.  win and at: L ints of scratch. */
+static void prefetch_points(int *point, const int *ord, int L, int n, bool backward, int *win,
+                            int *at)
+{
+	for (int t = 0; t < L; t++)
+		at[t] = point[ord[t]];
+	for (int t = 0; t < L; t++) {
+		int w = pass_state_prefetch(L, n, backward ? L - 1 - t : t, backward, win);
+		for (int q = 0; q < w; q++) {
+			int tj = backward ? L - 1 - win[q] : win[q];
+			if (at[tj] > point[ord[t]])
+				at[tj] = point[ord[t]];
+		}
+	}
+	for (int t = 0; t < L; t++)
+		point[ord[t]] = at[t];
 }
 
 static bool push(Units *u, int old, bool copy)
@@ -288,20 +356,38 @@ static bool push(Units *u, int old, bool copy)
 	return true;
 }
 
-/* Emits the gathers that unit k moves to node i: its forward gathers when
- * i is the first of them; its backward copies, then its backward gathers,
- * when i is its first backward use. */
+/* A unit's params not emitted yet, in front of its gathers moved up to
+ * another unit's point. */
+static bool push_params(Units *u, int k, int i)
+{
+	bool ok = true;
+	for (int p = i; ok && p < u->n; p++)
+		if (u->unit[p] == k && !u->moved[p]) {
+			ok = push(u, p, false);
+			u->moved[p] = true;
+		}
+	return ok;
+}
+
+/* Emits the gathers that units move to node i: the forward gathers of
+ * those whose fpoint it is, then the backward copies and gathers of those
+ * whose bpoint it is, unit by unit in running order. */
 static bool emit_groups(Units *u, int i)
 {
 	bool ok = true;
-	for (int j = 0; ok && j < u->nunits; j++) {
-		int k = u->units[j];
-		if (u->fpoint[k] == i)
-			for (int c = 0; ok && c < u->L; c++)
-				if (u->root[c] >= 0 && uof(u, c) == k) {
-					ok = push(u, c, false);
-					u->moved[c] = true;
-				}
+	for (int j = 0; ok && j < u->nford; j++) {
+		int k = u->ford[j];
+		if (u->fpoint[k] != i)
+			continue;
+		ok = push_params(u, k, i);
+		for (int c = 0; ok && c < u->L; c++)
+			if (u->root[c] >= 0 && uof(u, c) == k) {
+				ok = push(u, c, false);
+				u->moved[c] = true;
+			}
+	}
+	for (int j = 0; ok && j < u->nbord; j++) {
+		int k = u->bord[j];
 		if (u->bpoint[k] != i)
 			continue;
 		for (int c = 0; ok && c < u->L; c++)
@@ -365,12 +451,15 @@ bool pass_state_units(IrModule *m, Diag *d, const PassOptions *opt)
 	u.map = arena_alloc(&a, nn * sizeof(int));
 	u.cmap = arena_alloc(&a, nn * sizeof(int));
 	u.units = arena_alloc(&a, nn * sizeof(int));
+	u.ford = arena_alloc(&a, nn * sizeof(int));
+	u.bord = arena_alloc(&a, nn * sizeof(int));
+	int *win = arena_alloc(&a, nn * sizeof(int)), *at = arena_alloc(&a, nn * sizeof(int));
 	u.bwd = arena_alloc(&a, nn);
 	u.need = arena_alloc(&a, nn);
 	u.moved = arena_alloc(&a, nn);
 	u.out = arena_alloc(m->arena, 2 * nn * sizeof(IrNode *));
-	bool ok = u.unit && u.root && u.fpoint && u.bpoint && u.map && u.cmap && u.units && u.bwd &&
-	          u.need && u.moved && u.out;
+	bool ok = u.unit && u.root && u.fpoint && u.bpoint && u.map && u.cmap && u.units &&
+	          u.ford && u.bord && win && at && u.bwd && u.need && u.moved && u.out;
 	if (!ok) {
 		arena_free(&a);
 		diag_error(d, (SrcLoc){0}, "state: out of memory");
@@ -383,6 +472,11 @@ bool pass_state_units(IrModule *m, Diag *d, const PassOptions *opt)
 		u.map[i] = u.cmap[i] = -1;
 	find_chains(&u, Z);
 	find_points(&u, m->train.reshard_after_forward);
+	int depth = m->train.prefetch > (int64_t)nn ? (int)nn : (int)m->train.prefetch;
+	u.nford = order_units(&u, u.fpoint, u.ford);
+	u.nbord = order_units(&u, u.bpoint, u.bord);
+	prefetch_points(u.fpoint, u.ford, u.nford, depth, false, win, at);
+	prefetch_points(u.bpoint, u.bord, u.nbord, depth, true, win, at);
 	for (int i = 0; ok && i < u.n; i++) {
 		ok = emit_groups(&u, i);
 		if (ok && !u.moved[i])

@@ -7,7 +7,8 @@
  *                     reduce_scatters and all_gathers it implies.
  *   pass_state_units  after partition: ZeRO-3's param all_gathers grouped
  *                     per unit (block instance), and gathered again for the
- *                     backward pass under reshard_after_forward.
+ *                     backward pass under reshard_after_forward, each group
+ *                     issued `prefetch` units ahead.
  * And an analysis of the per-rank program: the resident bytes of model
  * state by role, which REFERENCE.md's "Memory per parameter" predicts.
  */
@@ -18,6 +19,15 @@
 
 bool pass_state(IrModule *m, Diag *d, const PassOptions *opt);
 bool pass_state_units(IrModule *m, Diag *d, const PassOptions *opt);
+
+/* FSDP prefetch of depth n over L units (REFERENCE.md, "Worked layouts"):
+ * writes to out the units that unit i prefetches and returns how many.
+ * Units are numbered in order of first forward use.  Forward, unit i
+ * prefetches i+1..i+n, none once i >= L-n; backward (unit L-1 runs
+ * first) i-1..i-n, none for i < n.  n above L-1 counts as L-1, n <= 0 is
+ * no prefetch.  L = 4, n = 2: forward 0 -> [1, 2], 1 -> [2, 3]; backward
+ * 3 -> [2, 1], 2 -> [1, 0].  out holds at least min(n, L-1) ints. */
+int pass_state_prefetch(int L, int n, int i, bool backward, int *out);
 
 /* Per-rank resident bytes of model state in a partitioned module (local
  * shard shapes times dtype sizes): params, the gradient buffers (the nodes

@@ -100,6 +100,11 @@ struct Comm {
 	CommMesh mesh;
 	int64_t coords[DTM_MAX_AXES];
 	double timeout_s;
+	/* Operations may be called from a thread other than the one that
+	 * opened the Comm, one thread at a time (the runtime's communication
+	 * thread, --overlap): always on local; on mpi when MPI provides
+	 * MPI_THREAD_SERIALIZED or better. */
+	bool any_thread;
 	bool peer_failed;       /* the last error was another rank's failure */
 	char err[COMM_ERR_LEN];
 	void *scratch;          /* staging for the *_dim helpers, grown on demand */

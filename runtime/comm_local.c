@@ -49,11 +49,19 @@ typedef struct LSlot {
 	char pad[24];
 } LSlot;
 
-/* A buffered one-message mailbox per (sender, receiver). */
+/* A message in flight. */
+typedef struct LMsg {
+	struct LMsg *next;
+	int64_t bytes;
+	char data[];
+} LMsg;
+
+/* A mailbox per (sender, receiver): a FIFO of buffered messages (under
+ * the world's mutex), so a send never waits; `count` is what a receiver
+ * waits on.  Pipeline schedules send several activations ahead. */
 typedef struct LMail {
-	_Atomic int full;
-	int64_t bytes, cap;
-	void *buf;
+	_Atomic int count;
+	LMsg *head, *tail;
 } LMail;
 
 struct CommLocalWorld {
@@ -121,7 +129,10 @@ void comm_local_world_free(CommLocalWorld *w)
 	for (int m = 0; m < LOCAL_MAX_MASKS; m++)
 		free(atomic_load(&w->groups[m]));
 	for (int i = 0; i < w->size * w->size; i++)
-		free(w->mail[i].buf);
+		for (LMsg *q = w->mail[i].head, *nx; q; q = nx) {
+			nx = q->next;
+			free(q);
+		}
 	pthread_mutex_destroy(&w->mu);
 	pthread_cond_destroy(&w->cv);
 	free(w->exited);
@@ -173,7 +184,7 @@ typedef struct Wait {
 	_Atomic uint64_t *gen;
 	uint64_t gen0;
 	_Atomic int *flag;
-	int want;
+	int want;               /* -2: done when *flag > 0 */
 	LGroup *group;          /* barrier: for the members not arrived */
 	int peer;               /* mailbox: the other side */
 } Wait;
@@ -182,6 +193,8 @@ static bool wait_done(const Wait *wt)
 {
 	if (wt->gen)
 		return atomic_load(wt->gen) != wt->gen0;
+	if (wt->want == -2)
+		return atomic_load(wt->flag) > 0;
 	return atomic_load(wt->flag) == wt->want;
 }
 
@@ -495,20 +508,21 @@ static int lc_send(Comm *c, uint32_t axes, int offset, const void *buf, int64_t 
 	lc->axes = axes;
 	int peer = peer_at(c, axes, offset, 1);
 	LMail *m = &w->mail[(size_t)c->rank * (size_t)w->size + (size_t)peer];
-	Wait wt = { .flag = &m->full, .want = 0, .peer = peer };
-	if (wait_for(c, &wt))
-		return -1;
-	if (bytes > m->cap) {
-		free(m->buf);
-		m->buf = malloc((size_t)bytes);
-		m->cap = m->buf ? bytes : 0;
-		if (!m->buf)
-			return comm_errf(c, "out of memory buffering a send of %lld bytes",
-					 (long long)bytes);
-	}
-	memcpy(m->buf, buf, (size_t)bytes);
-	m->bytes = bytes;
-	atomic_store(&m->full, 1);
+	LMsg *q = malloc(sizeof *q + (size_t)(bytes > 0 ? bytes : 1));
+	if (!q)
+		return comm_errf(c, "out of memory buffering a send of %lld bytes",
+				 (long long)bytes);
+	q->next = NULL;
+	q->bytes = bytes;
+	memcpy(q->data, buf, (size_t)bytes);
+	pthread_mutex_lock(&w->mu);
+	if (m->tail)
+		m->tail->next = q;
+	else
+		m->head = q;
+	m->tail = q;
+	atomic_fetch_add(&m->count, 1);
+	pthread_mutex_unlock(&w->mu);
 	wake_all(w);
 	return 0;
 }
@@ -521,17 +535,23 @@ static int lc_recv(Comm *c, uint32_t axes, int offset, void *buf, int64_t bytes)
 	lc->axes = axes;
 	int peer = peer_at(c, axes, offset, -1);
 	LMail *m = &w->mail[(size_t)peer * (size_t)w->size + (size_t)c->rank];
-	Wait wt = { .flag = &m->full, .want = 1, .peer = peer };
+	Wait wt = { .flag = &m->count, .want = -2, .peer = peer };
 	if (wait_for(c, &wt))
 		return -1;
+	pthread_mutex_lock(&w->mu);
+	LMsg *q = m->head;
+	m->head = q->next;
+	if (!m->head)
+		m->tail = NULL;
+	atomic_fetch_sub(&m->count, 1);
+	pthread_mutex_unlock(&w->mu);
 	int rc = 0;
-	if (m->bytes != bytes)
+	if (q->bytes != bytes)
 		rc = comm_errf(c, "rank %d receives %lld bytes from rank %d, which sent %lld",
-			       c->rank, (long long)bytes, peer, (long long)m->bytes);
+			       c->rank, (long long)bytes, peer, (long long)q->bytes);
 	else
-		memcpy(buf, m->buf, (size_t)bytes);
-	atomic_store(&m->full, 0);
-	wake_all(w);
+		memcpy(buf, q->data, (size_t)bytes);
+	free(q);
 	return rc;
 }
 
@@ -589,6 +609,7 @@ int comm_local_open(Comm **out, CommLocalWorld *w, int rank, char *err)
 	c->mesh = w->mesh;
 	comm_coords(&w->mesh, rank, c->coords);
 	c->timeout_s = w->timeout_s;
+	c->any_thread = true;
 	c->impl = lc;
 	*out = c;
 	return 0;

@@ -201,11 +201,11 @@ static float *widen(Comm *c, const void *in, int64_t nin, int64_t nout, DtmDtype
 static int mp_all_reduce(Comm *c, uint32_t axes, const void *in, void *out, int64_t count,
 			 DtmDtype t, DtmRed red)
 {
-	MPI_Comm g;
+	MPI_Comm g = MPI_COMM_NULL;
 	MPI_Request req;
 	if (group_comm(c, axes, &g))
 		return -1;
-	int n;
+	int n = 1;
 	MPI_Comm_size(g, &n);
 	MPI_Op op = red == DTM_RED_MAX ? MPI_MAX : MPI_SUM;
 	if (is16(t)) {
@@ -233,11 +233,11 @@ static int mp_all_reduce(Comm *c, uint32_t axes, const void *in, void *out, int6
 static int mp_reduce_scatter(Comm *c, uint32_t axes, const void *in, void *out, int64_t count,
 			     DtmDtype t, DtmRed red)
 {
-	MPI_Comm g;
+	MPI_Comm g = MPI_COMM_NULL;
 	MPI_Request req;
 	if (group_comm(c, axes, &g))
 		return -1;
-	int n;
+	int n = 1;
 	MPI_Comm_size(g, &n);
 	MPI_Op op = red == DTM_RED_MAX ? MPI_MAX : MPI_SUM;
 	if (is16(t)) {
@@ -265,7 +265,7 @@ static int mp_reduce_scatter(Comm *c, uint32_t axes, const void *in, void *out, 
 static int mp_all_gather(Comm *c, uint32_t axes, const void *in, void *out, int64_t count,
 			 DtmDtype t)
 {
-	MPI_Comm g;
+	MPI_Comm g = MPI_COMM_NULL;
 	MPI_Request req;
 	if (group_comm(c, axes, &g))
 		return -1;
@@ -276,11 +276,11 @@ static int mp_all_gather(Comm *c, uint32_t axes, const void *in, void *out, int6
 static int mp_all_to_allv(Comm *c, uint32_t axes, const void *in, const int64_t *scounts,
 			  void *out, const int64_t *rcounts, DtmDtype t)
 {
-	MPI_Comm g;
+	MPI_Comm g = MPI_COMM_NULL;
 	MPI_Request req;
 	if (group_comm(c, axes, &g))
 		return -1;
-	int n;
+	int n = 1;
 	MPI_Comm_size(g, &n);
 	int *v = malloc((size_t)n * 4 * sizeof *v);
 	if (!v)
@@ -302,7 +302,7 @@ static int mp_all_to_allv(Comm *c, uint32_t axes, const void *in, const int64_t 
 
 static int mp_broadcast(Comm *c, uint32_t axes, void *buf, int64_t count, DtmDtype t, int root)
 {
-	MPI_Comm g;
+	MPI_Comm g = MPI_COMM_NULL;
 	MPI_Request req;
 	if (group_comm(c, axes, &g))
 		return -1;
@@ -312,7 +312,7 @@ static int mp_broadcast(Comm *c, uint32_t axes, void *buf, int64_t count, DtmDty
 
 static int mp_barrier(Comm *c, uint32_t axes)
 {
-	MPI_Comm g;
+	MPI_Comm g = MPI_COMM_NULL;
 	MPI_Request req;
 	if (group_comm(c, axes, &g))
 		return -1;
@@ -443,11 +443,17 @@ int comm_mpi_open(Comm **out, const CommMesh *mesh, double timeout_s, char *err)
 	*out = NULL;
 	int inited = 0, provided = 0, rank = 0, size = 0;
 	MPI_Initialized(&inited);
-	/* the local rank's kernels use threads, but only this thread calls MPI */
-	if (!inited && MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+	/* The rank's kernels use threads that never call MPI.  With --overlap
+	 * the rank's communication thread makes the calls during a step and
+	 * this thread before and after it (open, checkpoint barriers, fail,
+	 * close), never both at once: MPI_THREAD_SERIALIZED.  With less the
+	 * runtime keeps communication on this thread (Comm.any_thread). */
+	if (!inited && MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) {
 		snprintf(err, COMM_ERR_LEN, "MPI_Init_thread failed");
 		return -1;
 	}
+	if (inited)
+		MPI_Query_thread(&provided);
 	MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
 	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
 	MPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -479,6 +485,7 @@ int comm_mpi_open(Comm **out, const CommMesh *mesh, double timeout_s, char *err)
 	c->mesh = *mesh;
 	comm_coords(mesh, rank, c->coords);
 	c->timeout_s = timeout_s > 0 ? timeout_s : COMM_DEFAULT_TIMEOUT_S;
+	c->any_thread = provided >= MPI_THREAD_SERIALIZED;
 	c->impl = m;
 	if (build_comms(c)) {
 		snprintf(err, COMM_ERR_LEN, "%s", c->err);

@@ -82,23 +82,30 @@ void rt_shard_start(const DtmPlan *p, const DtmBuffer *b, const int64_t *coords,
 void rt_global_indices(const DtmPlan *p, const DtmBuffer *b, const int64_t *coords, int64_t *out)
 {
 	int64_t start[DTM_MAX_RANK], gstride[DTM_MAX_RANK], idx[DTM_MAX_RANK] = { 0 };
+	int64_t real[DTM_MAX_RANK];
 	rt_shard_start(p, b, coords, start);
 	int64_t s = 1, base = 0;
+	int pad = 0; /* dims whose local index is in the padding now */
 	for (int d = b->rank - 1; d >= 0; d--) {
 		gstride[d] = s;
 		base += start[d] * s;
 		s *= b->global_shape[d];
+		/* an uneven shard's rows past the global extent are padding */
+		real[d] = b->global_shape[d] - start[d];
+		pad += real[d] <= 0;
 	}
 	int64_t n = rt_numel(b), g = base;
 	for (int64_t i = 0; i < n; i++) {
-		out[i] = g;
+		out[i] = pad ? -1 : g;
 		/* odometer step over the local shape, moving g along */
 		for (int d = b->rank - 1; d >= 0; d--) {
 			if (++idx[d] < b->shape[d]) {
 				g += gstride[d];
+				pad += idx[d] == real[d];
 				break;
 			}
 			g -= (b->shape[d] - 1) * gstride[d];
+			pad -= real[d] < b->shape[d] && real[d] > 0;
 			idx[d] = 0;
 		}
 	}
@@ -107,9 +114,39 @@ void rt_global_indices(const DtmPlan *p, const DtmBuffer *b, const int64_t *coor
 int rt_find_buffer(const DtmPlan *p, const char *name)
 {
 	for (int i = 0; i < p->nbuffers; i++)
-		if (p->buffers[i].name && strcmp(p->buffers[i].name, name) == 0)
+		if (p->buffers[i].name && p->buffers[i].stage == p->stage &&
+		    strcmp(p->buffers[i].name, name) == 0)
 			return i;
 	return -1;
+}
+
+int rt_plan_stage(const DtmPlan *p, int64_t rank)
+{
+	if (p->nstages <= 1)
+		return 0;
+	int64_t coords[DTM_MAX_AXES];
+	rt_rank_coords(p, rank, coords);
+	for (int a = 0; a < p->mesh_naxes; a++)
+		if (p->mesh_sizes[a] == p->nstages && p->mesh_names[a] &&
+		    strcmp(p->mesh_names[a], "pp") == 0)
+			return (int)coords[a];
+	return 0;
+}
+
+void rt_plan_stage_view(const DtmPlan *p, int stage, DtmPlan *view)
+{
+	*view = *p;
+	if (p->nstages <= 1 || stage < 0 || stage >= p->nstages)
+		return;
+	const DtmStage *s = &p->stages[stage];
+	view->nstages = 1;
+	view->stages = s;
+	view->stage = stage;
+	memcpy(view->arena_bytes, s->arena_bytes, sizeof view->arena_bytes);
+	view->ninputs = s->ninputs;
+	memcpy(view->inputs, s->inputs, sizeof view->inputs);
+	view->loss = s->loss;
+	view->grad_norm = s->grad_norm;
 }
 
 static const char *arena_name(int a)
@@ -154,6 +191,15 @@ int rt_plan_validate(const DtmPlan *p, char *err)
 	}
 	for (int i = 0; i < p->nbuffers; i++) {
 		const DtmBuffer *b = &p->buffers[i];
+		if (b->stage < 0 || (p->nstages > 1 && b->stage >= p->nstages)) {
+			snprintf(err, RT_ERR_LEN, "invalid plan: buffer %d '%s' is of stage %d",
+				 i, buf_name(p, i), b->stage);
+			return -1;
+		}
+		const int64_t *arena_bytes = p->nstages > 1 ? p->stages[b->stage].arena_bytes
+							   : p->arena_bytes;
+		if (p->nstages == 1 && b->stage != p->stage)
+			continue; /* another stage's, in a per-rank view */
 		if (b->rank < 0 || b->rank > DTM_MAX_RANK || b->arena < 0 ||
 		    b->arena >= DTM_ARENA_COUNT) {
 			snprintf(err, RT_ERR_LEN, "invalid plan: buffer %d '%s' has rank %d, arena %d",
@@ -162,13 +208,13 @@ int rt_plan_validate(const DtmPlan *p, char *err)
 		}
 		int64_t need = rt_numel(b) * (int64_t)rt_dtype_size(b->dtype);
 		if (b->bytes < need || b->offset < 0 ||
-		    b->offset + b->bytes > p->arena_bytes[b->arena]) {
+		    b->offset + b->bytes > arena_bytes[b->arena]) {
 			snprintf(err, RT_ERR_LEN,
 				 "invalid plan: buffer %d '%s' (%lld bytes needed) at [%lld, +%lld) "
 				 "does not fit arena %s of %lld bytes",
 				 i, buf_name(p, i), (long long)need, (long long)b->offset,
 				 (long long)b->bytes, arena_name(b->arena),
-				 (long long)p->arena_bytes[b->arena]);
+				 (long long)arena_bytes[b->arena]);
 			return -1;
 		}
 		for (int d = 0; d < b->rank; d++) {
@@ -223,6 +269,20 @@ int rt_plan_validate(const DtmPlan *p, char *err)
 			}
 		}
 	}
+	for (int s = 0; s < p->nstages; s++) {
+		const DtmStage *st = &p->stages[s];
+		if (p->nstages == 1)
+			break;
+		for (int i = 0; i < st->ninputs; i++)
+			if (check_buffer_id(p, st->inputs[i], "an input", err))
+				return -1;
+		if (check_buffer_id(p, st->loss, "a stage's loss", err))
+			return -1;
+		if (st->grad_norm >= 0 && check_buffer_id(p, st->grad_norm, "a grad norm", err))
+			return -1;
+	}
+	if (p->nstages > 1)
+		return 0;
 	for (int i = 0; i < p->ninputs; i++)
 		if (check_buffer_id(p, p->inputs[i], "an input", err))
 			return -1;
@@ -234,6 +294,11 @@ int rt_plan_validate(const DtmPlan *p, char *err)
 }
 
 int rt_run_init(RtRun *r, const DtmPlan *p, int64_t rank, int nthreads)
+{
+	return rt_run_init_ex(r, p, rank, nthreads, RT_HOST_ALL);
+}
+
+int rt_run_init_ex(RtRun *r, const DtmPlan *p, int64_t rank, int nthreads, uint32_t host_arenas)
 {
 	memset(r, 0, sizeof *r);
 	r->plan = p;
@@ -251,13 +316,20 @@ int rt_run_init(RtRun *r, const DtmPlan *p, int64_t rank, int nthreads)
 				r->stage = (int)r->coords[a];
 		}
 	}
+	/* what crosses between host and device stays on the host */
+	for (int i = 0; i < p->nbuffers; i++) {
+		DtmRole role = p->buffers[i].role;
+		if (p->buffers[i].stage == p->stage &&
+		    (role == DTM_ROLE_PARAM || role == DTM_ROLE_OPT_STATE || role == DTM_ROLE_INPUT))
+			host_arenas |= 1u << p->buffers[i].arena;
+	}
 	for (int a = 0; a < DTM_ARENA_COUNT; a++) {
 		int64_t n = p->arena_bytes[a];
 		/* every rank allocates the same plan; rank 0 reports it (and
 		 * only one thread writes the record) */
 		if (rank == 0)
 			rt_last_alloc[a] = 0;
-		if (n <= 0)
+		if (n <= 0 || !(host_arenas & (1u << a)))
 			continue;
 		/* aligned_alloc wants a multiple of the alignment */
 		size_t sz = (size_t)((n + RT_ALIGN - 1) / RT_ALIGN * RT_ALIGN);
@@ -270,6 +342,7 @@ int rt_run_init(RtRun *r, const DtmPlan *p, int64_t rank, int nthreads)
 		}
 		/* Zeroed once so uninitialised reads are deterministic. */
 		memset(r->arena[a], 0, sz);
+		r->arena_alloc[a] = n;
 		if (rank == 0)
 			rt_last_alloc[a] = n;
 	}
@@ -283,9 +356,13 @@ int rt_run_init(RtRun *r, const DtmPlan *p, int64_t rank, int nthreads)
 	}
 	for (int i = 0; i < p->nbuffers; i++) {
 		const DtmBuffer *b = &p->buffers[i];
-		r->ptr[i] = b->bytes > 0 ? (char *)r->arena[b->arena] + b->offset : NULL;
+		if (b->stage != p->stage)
+			continue; /* another pipeline stage's */
+		r->ptr[i] = b->bytes > 0 && r->arena[b->arena] ?
+				    (char *)r->arena[b->arena] + b->offset : NULL;
 	}
-	if (rt_gemm_reserve(&r->gemm, p, r->err)) {
+	/* the CPU's GEMM staging, only when the CPU can run the actions */
+	if (host_arenas == RT_HOST_ALL && rt_gemm_reserve(&r->gemm, p, r->err)) {
 		rt_run_free(r);
 		return -1;
 	}
@@ -303,6 +380,10 @@ int rt_run_init(RtRun *r, const DtmPlan *p, int64_t rank, int nthreads)
 
 void rt_run_free(RtRun *r)
 {
+	rt_overlap_stop(r); /* before the buffers it may be using go */
+	if (r->dev)
+		r->dev->close(r);
+	r->dev = NULL;
 	for (int a = 0; a < DTM_ARENA_COUNT; a++)
 		free(r->arena[a]);
 	free(r->ptr);
@@ -328,7 +409,7 @@ static void init_range(void *argp, int64_t lo, int64_t hi)
 	const DtmBuffer *b = j->b;
 	for (int64_t i = lo; i < hi; i++) {
 		float v = 0;
-		switch (b->init) {
+		switch (j->gidx[i] < 0 ? DTM_INIT_ZEROS : b->init) { /* < 0: padding */
 		case DTM_INIT_NONE:
 		case DTM_INIT_ZEROS: v = 0; break;
 		case DTM_INIT_ONES: v = 1; break;
@@ -408,7 +489,7 @@ static int64_t first_nonfinite(const void *p, DtmDtype t, int64_t n, float *val)
 
 /* The buffers an action writes: the last argument of kernels and GEMMs;
  * every argument of collectives and receives (which update in place). */
-static int check_action(RtRun *r, int idx, const DtmAction *a)
+int rt_check_action(RtRun *r, int idx, const DtmAction *a, void *const *ptr)
 {
 	const DtmPlan *p = r->plan;
 	int first = a->kind == DTM_ACT_KERNEL || a->kind == DTM_ACT_GEMM ? a->nargs - 1 : 0;
@@ -418,7 +499,7 @@ static int check_action(RtRun *r, int idx, const DtmAction *a)
 		int id = a->args[j];
 		const DtmBuffer *b = &p->buffers[id];
 		float v = 0;
-		int64_t e = first_nonfinite(r->ptr[id], b->dtype, rt_numel(b), &v);
+		int64_t e = ptr[id] ? first_nonfinite(ptr[id], b->dtype, rt_numel(b), &v) : -1;
 		if (e >= 0) {
 			const char *kname = a->kind == DTM_ACT_KERNEL && p->kernel_names ?
 						    p->kernel_names[a->kernel] : NULL;
@@ -434,84 +515,130 @@ static int check_action(RtRun *r, int idx, const DtmAction *a)
 	return 0;
 }
 
-/* Several ranks: the action goes through the communication backend
- * (comm_run_action has the conventions).  One rank without a backend:
- * every group has one member, so all-reduce, all-gather, reduce-scatter
- * and all-to-all are identities on their buffer, or a copy when the plan
- * names a separate output. */
-static int run_comm(RtRun *r, const DtmAction *a)
+static bool is_comm(const DtmAction *a)
+{
+	return a->kind == DTM_ACT_COLL || a->kind == DTM_ACT_SEND || a->kind == DTM_ACT_RECV;
+}
+
+static int run_compute(RtRun *r, const DtmAction *a)
 {
 	const DtmPlan *p = r->plan;
-	if (r->comm)
-		return comm_run_action(r->comm, p, a, r->ptr, r->err, RT_ERR_LEN);
-	if (rt_world_size(p) != 1) {
-		snprintf(r->err, RT_ERR_LEN, "a %lld-rank plan run without a communication backend "
-			 "(action '%s')", (long long)rt_world_size(p), a->label ? a->label : "?");
-		return -1;
-	}
-	if (a->kind == DTM_ACT_SEND || a->kind == DTM_ACT_RECV) {
-		snprintf(r->err, RT_ERR_LEN, "send/recv '%s' in a one-rank plan",
-			 a->label ? a->label : "?");
-		return -1;
-	}
-	if (a->kind == DTM_ACT_COLL && a->nargs >= 2) {
-		int in = a->args[0], out = a->args[a->nargs - 1];
-		if (in != out && r->ptr[in] != r->ptr[out]) {
-			int64_t nb = p->buffers[in].bytes < p->buffers[out].bytes ?
-					     p->buffers[in].bytes : p->buffers[out].bytes;
-			memmove(r->ptr[out], r->ptr[in], (size_t)nb);
-		}
-	}
+	void *args[DTM_MAX_ARGS];
+	if (a->kind == DTM_ACT_GEMM)
+		return rt_cpu_gemm(a, p->buffers, r->ptr, &r->gemm, r->pool, r->err);
+	for (int j = 0; j < a->nargs; j++)
+		args[j] = r->ptr[a->args[j]];
+	p->kernels[a->kernel](&r->ctx, args);
 	return 0;
 }
 
-int rt_run_actions(RtRun *r, bool forward_only)
+/* Everything on this thread, in plan order: communication time is all
+ * exposed (idle). */
+static int run_inline(RtRun *r, bool forward_only)
 {
-	const DtmPlan *p = r->plan;
-	const DtmStage *st = &p->stages[r->stage];
-	void *args[DTM_MAX_ARGS];
-	r->compute_s = r->comm_s = 0;
+	const DtmStage *st = &r->plan->stages[r->stage];
 	for (int i = 0; i < st->nactions; i++) {
 		const DtmAction *a = &st->actions[i];
 		if (forward_only && a->phase != DTM_PHASE_FORWARD)
 			continue;
+		if (a->kind == DTM_ACT_WAIT)
+			continue; /* everything here is synchronous */
 		double t0 = rt_now();
-		bool comm = false;
-		switch (a->kind) {
-		case DTM_ACT_KERNEL:
-			for (int j = 0; j < a->nargs; j++)
-				args[j] = r->ptr[a->args[j]];
-			p->kernels[a->kernel](&r->ctx, args);
-			break;
-		case DTM_ACT_GEMM:
-			if (rt_cpu_gemm(a, p->buffers, r->ptr, &r->gemm, r->pool, r->err))
-				return -1;
-			break;
-		case DTM_ACT_COLL:
-		case DTM_ACT_SEND:
-		case DTM_ACT_RECV:
-			comm = true;
-			if (run_comm(r, a))
-				return -1;
-			break;
-		case DTM_ACT_WAIT:
-			/* everything above is synchronous */
-			comm = true;
-			break;
-		}
+		if (is_comm(a) ? rt_comm_action(r, a, r->ptr, r->err) : run_compute(r, a))
+			return -1;
 		double dt = rt_now() - t0;
-		if (comm)
+		if (is_comm(a)) {
 			r->comm_s += dt;
-		else
+			r->idle_s += dt;
+		} else {
 			r->compute_s += dt;
-		if (r->check_numerics && check_action(r, i, a))
+		}
+		if (r->check_numerics && rt_check_action(r, i, a, r->ptr))
 			return -1;
 	}
 	return 0;
 }
 
+/* Communication on the rank's communication thread (overlap.c): this
+ * thread queues it and goes on, waiting only where an action touches
+ * bytes a pending one reads or writes.  Stream-0 communication, WAIT and
+ * --check-numerics (which reads what the action wrote) wait at once. */
+static int run_overlapped(RtRun *r, bool forward_only)
+{
+	const DtmStage *st = &r->plan->stages[r->stage];
+	if (rt_overlap_begin(r))
+		return -1;
+	for (int i = 0; i < st->nactions; i++) {
+		const DtmAction *a = &st->actions[i];
+		if (forward_only && a->phase != DTM_PHASE_FORWARD)
+			continue;
+		double t0 = rt_now();
+		if (a->kind == DTM_ACT_WAIT) {
+			if (rt_overlap_wait_all(r))
+				goto fail;
+			r->idle_s += rt_now() - t0;
+			continue;
+		}
+		RtAccess acc;
+		rt_access_of(r->plan, a, &acc);
+		if (is_comm(a)) {
+			if (rt_overlap_issue(r, i, &acc) < 0)
+				goto fail;
+			if ((a->stream == 0 || r->check_numerics) && rt_overlap_wait_all(r))
+				goto fail;
+			/* queueing (with a staged input's copy), or waiting */
+			r->idle_s += rt_now() - t0;
+		} else {
+			if (rt_overlap_wait_for(r, &acc))
+				goto fail;
+			double t1 = rt_now();
+			r->idle_s += t1 - t0;
+			if (run_compute(r, a))
+				goto fail;
+			r->compute_s += rt_now() - t1;
+		}
+		if (r->check_numerics && rt_check_action(r, i, a, r->ptr))
+			goto fail;
+	}
+	double t0 = rt_now();
+	if (rt_overlap_wait_all(r))
+		goto fail;
+	r->idle_s += rt_now() - t0;
+	r->comm_s = rt_overlap_comm_s(r);
+	return 0;
+fail:
+	/* nothing of this pass may still touch the buffers or the Comm */
+	rt_overlap_abort(r);
+	r->comm_s = rt_overlap_comm_s(r);
+	return -1;
+}
+
+int rt_run_actions(RtRun *r, bool forward_only)
+{
+	r->compute_s = r->comm_s = r->idle_s = 0;
+	if (r->dev)
+		return r->dev->run_actions(r, forward_only);
+	if (!r->overlap || !r->comm)
+		return run_inline(r, forward_only);
+	if (rt_overlap_start(r))
+		return -1;
+	return run_overlapped(r, forward_only);
+}
+
+int rt_run_to_device(RtRun *r)
+{
+	return r->dev ? r->dev->to_device(r) : 0;
+}
+
+int rt_run_to_host(RtRun *r)
+{
+	return r->dev ? r->dev->to_host(r) : 0;
+}
+
 int rt_read_scalar(RtRun *r, int buf, double *out)
 {
+	if (r->dev)
+		return r->dev->read_scalar(r, buf, out);
 	const DtmBuffer *b = &r->plan->buffers[buf];
 	if (rt_numel(b) < 1 || !r->ptr[buf]) {
 		snprintf(r->err, RT_ERR_LEN, "buffer '%s' is empty", buf_name(r->plan, buf));

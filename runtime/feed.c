@@ -167,6 +167,10 @@ int rt_feed_fill(RtFeed *f, void *const *ptr, uint64_t first_sample, char *err)
 		void *dst = ptr[id];
 		for (int64_t i = 0; i < n; i++) {
 			int64_t g = f->gidx[k][i], r = g / len, c = g % len;
+			if (g < 0) { /* an uneven shard's padding */
+				rt_store_f32(dst, b->dtype, i, 0);
+				continue;
+			}
 			/* local elements come in global row order, so each
 			 * sample is produced once per input */
 			if (r != row) {

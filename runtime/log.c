@@ -74,6 +74,9 @@ void rt_log_step(RtLog *l, const RtLogStep *s)
 		json_num(l->jsonl, "ms", s->ms, "%.3f");
 		json_num(l->jsonl, "compute_ms", s->compute_ms, "%.3f");
 		json_num(l->jsonl, "comm_ms", s->comm_ms, "%.3f");
+		json_num(l->jsonl, "compute_s", s->compute_s, "%.6f");
+		json_num(l->jsonl, "comm_s", s->comm_s, "%.6f");
+		json_num(l->jsonl, "idle_s", s->idle_s, "%.6f");
 		fputs("}\n", l->jsonl);
 		fflush(l->jsonl);
 	}

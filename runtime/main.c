@@ -18,13 +18,14 @@
 #include <unistd.h>
 
 #include "runtime/comm.h"
+#include "runtime/cuda_host.h"
 #include "runtime/rt.h"
 
 typedef struct Opts {
-	int64_t steps, seed, save_every, eval_every, threads, lr_decay_steps;
+	int64_t steps, seed, save_every, eval_every, threads, lr_decay_steps, comm_delay_us;
 	double lr, comm_timeout;
-	bool threads_set;
-	const char *log, *save, *resume, *data, *dump, *backend;
+	bool threads_set, overlap, overlap_copy, overlap_set;
+	const char *log, *save, *resume, *data, *dump, *backend, *device;
 	bool check_numerics, verbose, quiet, help, seed_set, decay_set;
 } Opts;
 
@@ -35,7 +36,8 @@ static const char usage[] =
 	"  --lr X             peak learning rate (default %g)\n"
 	"  --lr-decay-steps N horizon of the cosine schedule (default: the model's steps)\n"
 	"  --log FILE.jsonl   one JSON object per step: step, loss, grad_norm, lr,\n"
-	"                     tokens_per_s, ms, compute_ms, comm_ms; eval lines: step, eval_loss\n"
+	"                     tokens_per_s, ms, compute_ms, comm_ms, compute_s, comm_s,\n"
+	"                     idle_s; eval lines: step, eval_loss\n"
 	"  --save DIR         write checkpoints to DIR: the initial weights as step 0,\n"
 	"                     every --save-every steps, and the last step\n"
 	"  --save-every K     checkpoint every K steps (default 0: only step 0 and the end)\n"
@@ -51,7 +53,17 @@ static const char usage[] =
 	"                     `mpirun -np RANKS ./NAME --backend mpi`\n"
 	"  --comm-timeout S   a rank waiting longer than S seconds for a peer stops\n"
 	"                     with an error naming it (default 60)\n"
-	"  -v                 print the plan's arenas, threads and BLAS\n"
+	"  --overlap MODE     on (default): each rank runs its communication on a\n"
+	"                     thread of its own, overlapping compute; off: in line;\n"
+	"                     nocopy: on, but a kernel about to overwrite a pending\n"
+	"                     collective's input waits instead of the input being\n"
+	"                     copied aside when the collective is queued\n"
+	"  --comm-delay-us N  sleep N microseconds before each message (emulates a\n"
+	"                     slow network; default 0)\n"
+	"  --device D         cpu (default) or cuda: kernels compiled by NVRTC for the\n"
+	"                     GPU found, cuBLAS, NCCL between ranks (a GPU per rank)\n"
+	"  -v                 print the plan's arenas, threads and BLAS, and per rank\n"
+	"                     an `alloc:` line of the bytes it allocated\n"
 	"  -q                 no progress or summary lines\n"
 	"  --help             this text\n";
 
@@ -99,7 +111,9 @@ static int parse_args(Opts *o, const DtmPlan *p, int argc, char **argv, char *er
 	o->data = t->data ? t->data : "synthetic";
 	o->threads = ncores();
 	o->backend = "local";
+	o->device = "cpu";
 	o->comm_timeout = COMM_DEFAULT_TIMEOUT_S;
+	o->overlap = o->overlap_copy = true;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		char flag[64];
@@ -133,7 +147,8 @@ static int parse_args(Opts *o, const DtmPlan *p, int argc, char **argv, char *er
 		static const char *const valued[] = {
 			"--steps", "--seed", "--lr", "--log", "--save", "--save-every",
 			"--resume", "--data", "--eval-every", "--threads", "--lr-decay-steps",
-			"--dump-batches", "--backend", "--comm-timeout",
+			"--dump-batches", "--backend", "--comm-timeout", "--device",
+			"--overlap", "--comm-delay-us",
 		};
 		bool known = false;
 		for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
@@ -169,6 +184,19 @@ static int parse_args(Opts *o, const DtmPlan *p, int argc, char **argv, char *er
 				rc = -1;
 			}
 		}
+		else if (!strcmp(flag, "--comm-delay-us"))
+			rc = parse_i64(flag, val, 0, &o->comm_delay_us, err);
+		else if (!strcmp(flag, "--overlap")) {
+			if (strcmp(val, "on") != 0 && strcmp(val, "off") != 0 &&
+			    strcmp(val, "nocopy") != 0) {
+				snprintf(err, RT_ERR_LEN, "--overlap wants on, off or nocopy, got '%s'",
+					 val);
+				rc = -1;
+			}
+			o->overlap = strcmp(val, "off") != 0;
+			o->overlap_copy = !strcmp(val, "on");
+			o->overlap_set = true;
+		}
 		else if (!strcmp(flag, "--lr-decay-steps"))
 			rc = parse_i64(flag, val, 1, &o->lr_decay_steps, err), o->decay_set = true;
 		else if (!*val) {
@@ -190,6 +218,12 @@ static int parse_args(Opts *o, const DtmPlan *p, int argc, char **argv, char *er
 				rc = -1;
 			}
 			o->backend = val;
+		} else if (!strcmp(flag, "--device")) {
+			if (strcmp(val, "cpu") != 0 && strcmp(val, "cuda") != 0) {
+				snprintf(err, RT_ERR_LEN, "--device wants cpu or cuda, got '%s'", val);
+				rc = -1;
+			}
+			o->device = val;
 		}
 		if (rc)
 			return -1;
@@ -235,6 +269,29 @@ static void print_plan(const DtmPlan *p, const RtRun *r, const Opts *o)
 	}
 	fprintf(stderr, "  total %lld bytes; %d threads; BLAS %s; data %s\n", (long long)total,
 		r->ctx.nthreads, rt_blas_name(), o->data);
+	if (r->overlap && !r->dev) {
+		int n = 0;
+		int64_t b = r->overlap_copy ?
+				    rt_overlap_staging_bytes(p, &p->stages[r->stage], &n) : 0;
+		fprintf(stderr, "  overlap: a communication thread per rank; %d collectives or "
+			"sends copy their input when queued (%lld bytes, outside the arenas)\n",
+			n, (long long)b);
+	}
+}
+
+/* -v, every rank: one machine-readable line of what it allocated on the
+ * host (the tests compare it with `dtmc inspect --json`): per arena, and
+ * the overlap thread's staging copies outside the arenas. */
+static void print_alloc(const DtmPlan *p, const RtRun *r)
+{
+	int n = 0;
+	int64_t staging = r->overlap && r->overlap_copy && !r->dev ?
+				  rt_overlap_staging_bytes(p, &p->stages[0], &n) : 0;
+	fprintf(stderr, "alloc: rank %lld stage %d param %lld opt %lld grad %lld act %lld input %lld "
+		"staging %lld\n", (long long)r->rank, p->stage, (long long)r->arena_alloc[DTM_ARENA_PARAM],
+		(long long)r->arena_alloc[DTM_ARENA_OPT], (long long)r->arena_alloc[DTM_ARENA_GRAD],
+		(long long)r->arena_alloc[DTM_ARENA_ACT], (long long)r->arena_alloc[DTM_ARENA_INPUT],
+		(long long)staging);
 }
 
 /* Non-finite loss or a runtime error: the message in emsg and exit
@@ -252,6 +309,7 @@ static int train(const DtmPlan *p, Opts *o, RtRun *r, RtLog *log, char *emsg)
 		rt_errf(emsg, "%s", r->err);
 		return 1;
 	}
+	/* a device gets the values below (initial or resumed) once */
 	int64_t start = 0;
 	if (o->resume) {
 		if (rt_ckpt_load(r, o->resume, &meta, err)) {
@@ -268,6 +326,10 @@ static int train(const DtmPlan *p, Opts *o, RtRun *r, RtLog *log, char *emsg)
 		if (!o->quiet && r->rank == 0)
 			rt_log_note(log, "resumed from %s at step %lld", o->resume,
 				    (long long)start);
+	}
+	if (rt_run_to_device(r)) {
+		rt_errf(emsg, "%s", r->err);
+		return 1;
 	}
 	meta.seed = (uint64_t)o->seed;
 	meta.lr_decay_steps = horizon;
@@ -316,6 +378,7 @@ static int train(const DtmPlan *p, Opts *o, RtRun *r, RtLog *log, char *emsg)
 			.has_grad_norm = p->grad_norm >= 0, .lr = r->ctx.lr,
 			.tokens_per_s = dt > 0 ? (double)tokens / dt : 0, .ms = dt * 1e3,
 			.compute_ms = r->compute_s * 1e3, .comm_ms = r->comm_s * 1e3,
+			.compute_s = r->compute_s, .comm_s = r->comm_s, .idle_s = r->idle_s,
 		};
 		rt_log_step(log, &ls);
 		if (!isfinite(loss)) {
@@ -342,6 +405,11 @@ static int train(const DtmPlan *p, Opts *o, RtRun *r, RtLog *log, char *emsg)
 		}
 		if (o->save && ((o->save_every > 0 && t % o->save_every == 0) || t == o->steps)) {
 			meta.step = t;
+			if (rt_run_to_host(r)) {
+				rt_errf(emsg, "%s", r->err);
+				status = 1;
+				break;
+			}
 			if (rt_ckpt_save(r, o->save, &meta, err)) {
 				rt_errf(emsg, "%s", err);
 				status = 1;
@@ -367,7 +435,10 @@ typedef struct RankJob {
 
 static int run_rank(RankJob *j)
 {
-	const DtmPlan *plan = j->plan;
+	/* a pipelined plan: this rank runs its stage's program */
+	DtmPlan view;
+	rt_plan_stage_view(j->plan, rt_plan_stage(j->plan, j->rank), &view);
+	const DtmPlan *plan = &view;
 	bool lead = j->rank == 0;
 	int64_t world = rt_world_size(plan);
 	RtLog log;
@@ -377,14 +448,33 @@ static int run_rank(RankJob *j)
 	}
 	RtRun run;
 	int status = 0;
-	if (rt_run_init(&run, plan, j->rank, j->nthreads)) {
+	bool cuda = !strcmp(j->o.device, "cuda");
+	/* on a device, host memory only for what crosses over */
+	if (rt_run_init_ex(&run, plan, j->rank, j->nthreads, cuda ? 0 : RT_HOST_ALL)) {
 		snprintf(j->err, sizeof j->err, "%s", run.err);
 		status = 1;
 	} else {
 		run.comm = j->comm;
-		if (j->o.verbose && lead)
+		run.comm_delay_us = j->o.comm_delay_us;
+		/* the communication thread calls the backend: it must allow a
+		 * thread other than the one that opened it (mpi: at least
+		 * MPI_THREAD_SERIALIZED) */
+		run.overlap = j->o.overlap && j->comm && j->comm->any_thread;
+		run.overlap_copy = j->o.overlap_copy;
+		if (j->o.overlap && j->o.overlap_set && j->comm && !j->comm->any_thread && lead)
+			rt_log_note(&log, "warning: --overlap on: the %s backend cannot be called "
+				    "from a second thread here; communication runs in line",
+				    j->comm->ops->name);
+		RtCudaOpts co = { .local_backend = !strcmp(j->o.backend, "local"),
+				  .verbose = j->o.verbose && lead };
+		if (cuda && rt_cuda_attach(&run, &co, j->err))
+			status = 1;
+		else if (j->o.verbose && lead)
 			print_plan(plan, &run, &j->o);
-		status = train(plan, &j->o, &run, &log, j->err);
+		if (!status && j->o.verbose)
+			print_alloc(plan, &run);
+		if (!status)
+			status = train(plan, &j->o, &run, &log, j->err);
 		rt_run_free(&run);
 	}
 	/* Each rank prints its own failure; a rank stopped by another's
@@ -490,6 +580,31 @@ static int run_mpi(const DtmPlan *plan, const Opts *o)
 	return status;
 }
 
+/* --device cuda: a GPU is there (and, with the local backend, one per
+ * rank) and the plan has CUDA kernels; else the reason on stderr.  The
+ * CPU stays the default, so this runs only when asked for. */
+static int cuda_usable(const DtmPlan *plan, const Opts *o)
+{
+	char err[RT_ERR_LEN];
+	int ndev = 0, world = (int)rt_world_size(plan);
+	if (!rt_cuda_probe || !rt_cuda_attach) {
+		fprintf(stderr, "error: --device cuda: this binary was built without CUDA (build "
+				"dtm where CMake finds the CUDA toolkit)\n");
+		return -1;
+	}
+	if (rt_cuda_probe(&ndev, err) ||
+	    (!strcmp(o->backend, "local") && rt_cuda_pick_device(ndev, true, 0, world, -1, err) < 0)) {
+		fprintf(stderr, "error: --device cuda: %s\n", err);
+		return -1;
+	}
+	if (!plan->cuda_source || !plan->cuda_kernels) {
+		fprintf(stderr, "error: --device cuda: this binary's plan has no CUDA kernels "
+				"(build it with `dtmc build --cuda`)\n");
+		return -1;
+	}
+	return 0;
+}
+
 int dtm_main(const DtmPlan *plan, int argc, char **argv)
 {
 	const char *prog = argc > 0 && argv[0] ? argv[0] : "dtm";
@@ -515,6 +630,8 @@ int dtm_main(const DtmPlan *plan, int argc, char **argv)
 			(long long)world);
 		return 1;
 	}
+	if (!strcmp(o.device, "cuda") && cuda_usable(plan, &o))
+		return 1;
 	if (!strcmp(o.backend, "mpi"))
 		return run_mpi(plan, &o);
 	if (world > 1)

@@ -65,6 +65,12 @@ typedef struct DtmBuffer {
 	int64_t offset, bytes;
 	DtmInit init;
 	float init_a, init_b;  /* normal(mean a, std b), uniform(lo a, hi b) */
+	/* The pipeline stage (pp coordinate) whose program uses the buffer;
+	 * 0 in a plan of one stage.  A rank allocates, initialises, feeds and
+	 * checkpoints only its stage's buffers; offsets are in that stage's
+	 * arenas (DtmStage.arena_bytes).  A value every stage holds (a tied
+	 * embedding, the loss) has one buffer per stage. */
+	int stage;
 } DtmBuffer;
 
 typedef enum DtmActionKind {
@@ -122,6 +128,13 @@ typedef struct DtmAction {
 typedef struct DtmStage {
 	int nactions;
 	const DtmAction *actions;
+	/* With more than one stage, what DtmPlan holds for a one-stage plan,
+	 * for this stage's buffers: rt_plan_stage_view() makes the one-stage
+	 * plan a rank of this stage runs. */
+	int64_t arena_bytes[DTM_ARENA_COUNT];
+	int ninputs;
+	int inputs[4];
+	int loss, grad_norm;
 } DtmStage;
 
 /* Floats in DtmCtx.scratch (zeroed once at start-up, then left to the
@@ -179,6 +192,37 @@ typedef struct DtmTrainCfg {
 	DtmDtype precision;
 } DtmTrainCfg;
 
+/* ---- CUDA kernels (codegen/emit_cuda.c; `dtmc build --cuda`) ----
+ *
+ * One CUDA kernel per plan kernel index (same order as DtmPlan.kernels),
+ * all in DtmPlan.cuda_source: self-contained CUDA C++ (no #include) that
+ * NVRTC compiles as is, with every shape a constant.  Each is
+ *     extern "C" __global__ void NAME(DtmCudaArgs a)
+ * launched on ceil(threads / block) blocks of `block` threads with
+ * smem_bytes of dynamic shared memory (never above 48 KiB, so no opt-in
+ * attribute is needed); threads == 0 means nothing to launch.  Kernels
+ * rely on exactly that grid.  a.p[k] is the
+ * device address of the action's args[k] (the output last); step, lr,
+ * seed, rank and coords are DtmCtx's.  Some kernels keep scratch
+ * (partial sums, counters) in __device__ globals of the module that they
+ * leave zeroed when they finish: each rank loads its own module, and a
+ * kernel never runs concurrently with itself. */
+typedef struct DtmCudaArgs {
+	void *p[DTM_MAX_ARGS];
+	long long step;
+	float lr;
+	unsigned long long seed;
+	long long rank;
+	long long coords[DTM_MAX_AXES];
+} DtmCudaArgs; /* passed by value */
+
+typedef struct DtmCudaKernel {
+	const char *name; /* extern "C" __global__ void NAME(DtmCudaArgs a) */
+	int64_t threads;  /* total threads to launch (grid = ceil(threads / block)) */
+	int block;
+	int smem_bytes;
+} DtmCudaKernel;
+
 typedef struct DtmPlan {
 	int version;
 	const char *model;
@@ -199,6 +243,14 @@ typedef struct DtmPlan {
 	int loss;            /* buffer id of the loss scalar */
 	int grad_norm;       /* buffer id of the global grad norm scalar, or -1 */
 	DtmTrainCfg train;
+	/* The stage a per-rank view of a pipelined plan runs (see
+	 * rt_plan_stage_view); 0 otherwise.  Buffers of other stages are not
+	 * this rank's. */
+	int stage;
+	/* CUDA: the kernels' source and launch shapes, one per kernels[]
+	 * entry; NULL when not emitted (dtmc build without --cuda). */
+	const char *cuda_source;
+	const DtmCudaKernel *cuda_kernels;
 } DtmPlan;
 
 /* The training binary's entry: parses the command line, runs the Plan.

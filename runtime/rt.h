@@ -97,8 +97,10 @@ int64_t rt_world_size(const DtmPlan *p);
 void rt_shard_start(const DtmPlan *p, const DtmBuffer *b, const int64_t *coords,
 		    int64_t *start);
 /* Row-major global index of each local element, in local row-major order,
- * written to out[0 .. numel).  Walks the local index like an odometer so
- * the cost is O(numel), not O(numel * rank). */
+ * written to out[0 .. numel); -1 for the padding of an uneven shard (every
+ * rank stores ceil(n / parts) rows of a dim of n: the tail shards' rows
+ * past n, zero in every buffer).  Walks the local index like an odometer
+ * so the cost is O(numel), not O(numel * rank). */
 void rt_global_indices(const DtmPlan *p, const DtmBuffer *b, const int64_t *coords,
 		       int64_t *out);
 
@@ -135,6 +137,20 @@ const char *rt_blas_name(void);
 /* ---- execution (exec.c) ---- */
 
 struct Comm;
+struct RtRun;
+
+/* A device other than the CPU (runtime/dev_cuda.c), attached to a run
+ * after rt_run_init: it keeps the arenas in its own memory and runs the
+ * actions there.  The host arenas that remain hold what crosses over:
+ * params and optimizer state (initial values, checkpoints) and inputs. */
+typedef struct RtDeviceOps {
+	const char *name;
+	int (*run_actions)(struct RtRun *r, bool forward_only);
+	int (*read_scalar)(struct RtRun *r, int buf, double *out);
+	int (*to_device)(struct RtRun *r); /* host params and state -> device */
+	int (*to_host)(struct RtRun *r);   /* device params and state -> host */
+	void (*close)(struct RtRun *r);
+} RtDeviceOps;
 
 typedef struct RtRun {
 	const DtmPlan *plan;
@@ -143,13 +159,30 @@ typedef struct RtRun {
 	int64_t rank;
 	int64_t coords[DTM_MAX_AXES];
 	void *arena[DTM_ARENA_COUNT];
+	int64_t arena_alloc[DTM_ARENA_COUNT]; /* bytes allocated per host arena */
 	void **ptr;             /* per buffer: arena base + offset */
 	DtmCtx ctx;
 	float *scratch;
 	RtPool *pool;
 	RtGemmScratch gemm;
 	bool check_numerics;
-	double compute_s, comm_s; /* this step, split by action kind */
+	/* This pass: compute_s inside kernels and GEMMs, comm_s inside
+	 * communication actions (on the communication thread with overlap),
+	 * idle_s the compute thread not computing because of communication:
+	 * waiting for it (overlap) or running it itself (inline). */
+	double compute_s, comm_s, idle_s;
+	/* --overlap: communication actions run on a thread of their own
+	 * (runtime/overlap.c), started by the first pass; needs r->comm and
+	 * a backend another thread may call (Comm.any_thread). */
+	bool overlap;
+	/* with overlap: copy a collective's input aside when a later kernel
+	 * would overwrite it while the collective is pending, instead of
+	 * waiting for it (rt_overlap_staging) */
+	bool overlap_copy;
+	int64_t comm_delay_us;    /* --comm-delay-us: sleep before each message */
+	struct RtCommThread *cthread;
+	const RtDeviceOps *dev;   /* NULL: the CPU runs the actions */
+	void *dev_state;
 	char err[RT_ERR_LEN];
 } RtRun;
 
@@ -157,7 +190,21 @@ typedef struct RtRun {
  * fit their bytes) so a codegen bug is a message, not a wild write. */
 int rt_plan_validate(const DtmPlan *p, char *err);
 int rt_run_init(RtRun *r, const DtmPlan *p, int64_t rank, int nthreads);
+/* As rt_run_init, with host memory only for the arenas in the bitmask
+ * host_arenas (bit a = arena a) plus those holding params, optimizer state
+ * or inputs; other buffers get NULL host pointers.  For runs whose actions
+ * execute on a device: all arenas means the CPU can run them too. */
+#define RT_HOST_ALL ((1u << DTM_ARENA_COUNT) - 1)
+int rt_run_init_ex(RtRun *r, const DtmPlan *p, int64_t rank, int nthreads, uint32_t host_arenas);
 void rt_run_free(RtRun *r);
+/* With a device attached: copy params and optimizer state to it (after
+ * initial values or a checkpoint load), or back (before a checkpoint
+ * save).  No-ops on the CPU. */
+int rt_run_to_device(RtRun *r);
+int rt_run_to_host(RtRun *r);
+/* --check-numerics: the first non-finite value among the buffers action
+ * idx wrote, read through ptr (per buffer id), as r->err. */
+int rt_check_action(RtRun *r, int idx, const DtmAction *a, void *const *ptr);
 /* Initial values of every PARAM and OPT_STATE buffer from (seed, name,
  * global element index). */
 int rt_run_init_values(RtRun *r, uint64_t seed);
@@ -165,11 +212,95 @@ int rt_run_init_values(RtRun *r, uint64_t seed);
  * DTM_PHASE_FORWARD ones (evaluation). */
 int rt_run_actions(RtRun *r, bool forward_only);
 int rt_read_scalar(RtRun *r, int buf, double *out);
-int rt_find_buffer(const DtmPlan *p, const char *name);
+/* Runs communication action a now on this thread (with --comm-delay-us's
+ * sleep first when a message moves); err gets the message. */
+int rt_comm_action(RtRun *r, const DtmAction *a, void *const *ptr, char *err);
+int rt_find_buffer(const DtmPlan *p, const char *name); /* of p->stage */
+/* A pipelined plan (nstages > 1): the stage rank runs (its pp coordinate),
+ * and the one-stage plan it runs: that stage's actions, arenas, inputs,
+ * loss and grad norm, with p->stage set; buffers of other stages stay in
+ * the table (action ids index it) but are not the rank's.  A one-stage
+ * plan: stage 0 and a copy. */
+int rt_plan_stage(const DtmPlan *p, int64_t rank);
+void rt_plan_stage_view(const DtmPlan *p, int stage, DtmPlan *view);
+
+/* ---- overlap: the communication thread (overlap.c) ---- */
+
+/* The arena bytes [lo, hi) an action reads, or reads and writes. */
+typedef struct RtRange {
+	int arena;
+	int64_t lo, hi;
+	bool write;
+} RtRange;
+
+#define RT_ACCESS_MAX DTM_MAX_ARGS
+typedef struct RtAccess {
+	int n;
+	RtRange r[RT_ACCESS_MAX];
+} RtAccess;
+
+/* What action a touches, from its buffers' planned offsets: GEMMs read A
+ * and B and write C; kernels count every argument as written (some update
+ * state in place); collectives read args[0] and write the rest (args[0]
+ * as well when it is the only one); sends read, receives write. */
+void rt_access_of(const DtmPlan *p, const DtmAction *a, RtAccess *out);
+/* Must `later` wait for `earlier`: some range of one overlaps a range of
+ * the other in the same arena, and one of the two writes it (RAW, WAR,
+ * WAW; two reads never conflict). */
+bool rt_access_conflict(const RtAccess *earlier, const RtAccess *later);
+/* Index of the newest of pending[0 .. npending) (oldest first) that next
+ * conflicts with, or -1: waiting for it covers the older ones, since the
+ * communication thread completes them in order. */
+int rt_hazard_newest(const RtAccess *pending, int npending, const RtAccess *next);
+/* Which of the actions acts[0 .. n) the communication thread runs on a
+ * copy of their input, taken when queued: stage[i] is set for a
+ * collective (out of place) or send on stream 1 whose input a later kernel
+ * or GEMM overwrites before any action reads or writes its output (and
+ * before a WAIT or stream-0 communication).  Returns how many. */
+int rt_overlap_staging(const DtmPlan *p, const DtmAction *acts, int n, bool *stage);
+
+typedef struct RtCommThread RtCommThread;
+/* Start (once) and stop (rt_run_free) r's communication thread. */
+int rt_overlap_start(RtRun *r);
+void rt_overlap_stop(RtRun *r);
+/* One pass: begin; issue each communication action in plan order
+ * (returns its sequence number); before any other action, wait_for what
+ * it touches; wait_all at the end.  Every call returns -1 with r->err once
+ * an action has failed.  abort drops what has not started and waits for
+ * the action in flight, so the caller may use r->comm afterwards. */
+int rt_overlap_begin(RtRun *r);
+int rt_overlap_issue(RtRun *r, int action, const RtAccess *acc);
+int rt_overlap_wait_for(RtRun *r, const RtAccess *acc);
+int rt_overlap_wait_all(RtRun *r);
+void rt_overlap_abort(RtRun *r);
+/* Seconds this pass's actions took on the thread (after wait_all). */
+double rt_overlap_comm_s(RtRun *r);
+/* Bytes of the input copies rt_overlap_staging asks for in stage st
+ * (outside the arenas), and in *count how many actions. */
+int64_t rt_overlap_staging_bytes(const DtmPlan *p, const DtmStage *st, int *count);
 
 /* Bytes the most recent rt_run_init allocated for arena a: the tests and
  * `-v` compare it with plan->arena_bytes. */
 int64_t dtm_rt_allocated_bytes(int arena);
+
+/* ---- the CUDA device (dev_cuda.c, library dtm_runtime_cuda) ----
+ *
+ * Built only where CMake found the CUDA toolkit, and linked into training
+ * binaries only then: main.c refers to these weakly, so they are NULL in
+ * a binary without CUDA (`--device cuda` then says so). */
+
+typedef struct RtCudaOpts {
+	bool local_backend;     /* ranks are threads of this process */
+	bool verbose;           /* print the device, arch and cache use */
+} RtCudaOpts;
+
+/* Whether a GPU is usable: *ndev >= 1, or -1 with "no CUDA
+ * driver/device: ..." in err. */
+int rt_cuda_probe(int *ndev, char *err) __attribute__((weak));
+/* Moves a run onto its GPU (rt_cuda_pick_device): device arenas, NVRTC
+ * module, cuBLAS, streams, events and (several ranks) NCCL communicators
+ * over r->comm; then r->dev runs the actions. */
+int rt_cuda_attach(RtRun *r, const RtCudaOpts *o, char *err) __attribute__((weak));
 
 /* ---- input data (feed.c) ---- */
 
@@ -222,6 +353,7 @@ typedef struct RtLogStep {
 	double loss, grad_norm; /* grad_norm NaN when the plan has none */
 	bool has_grad_norm;
 	double lr, tokens_per_s, ms, compute_ms, comm_ms;
+	double compute_s, comm_s, idle_s;
 } RtLogStep;
 
 typedef struct RtLog {

@@ -46,9 +46,67 @@ static DtmStDtype st_dtype(DtmDtype t)
 static bool sharded(const DtmBuffer *b)
 {
 	for (int d = 0; d < b->rank; d++)
-		if (b->shape[d] != b->global_shape[d])
+		if (b->shape[d] != b->global_shape[d] || b->split_naxes[d])
 			return true;
 	return false;
+}
+
+/* This rank's real shard extents of b: an uneven (torch.chunk) shard's
+ * rows past the global extent are padding (rt_global_indices), never
+ * saved.  Returns whether any dim is padded. */
+static bool real_shape(const RtRun *r, const DtmBuffer *b, int64_t *real)
+{
+	int64_t start[DTM_MAX_RANK];
+	rt_shard_start(r->plan, b, r->coords, start);
+	bool padded = false;
+	for (int d = 0; d < b->rank; d++) {
+		int64_t left = b->global_shape[d] - start[d];
+		real[d] = left < 0 ? 0 : left < b->shape[d] ? left : b->shape[d];
+		padded |= real[d] != b->shape[d];
+	}
+	return padded;
+}
+
+static int64_t shape_numel(const int64_t *shape, int rank)
+{
+	int64_t n = 1;
+	for (int d = 0; d < rank; d++)
+		n *= shape[d];
+	return n;
+}
+
+/* Copies the block both row-major tensors share (from index 0 along every
+ * dim, the smaller extent of each): a padded shard to its real rows or
+ * back.  es: bytes an element. */
+static void copy_block(void *dst, const int64_t *dshape, const void *src, const int64_t *sshape,
+		       int rank, size_t es)
+{
+	int64_t ext[DTM_MAX_RANK] = { 0 }, idx[DTM_MAX_RANK] = { 0 }, rows = 1;
+	if (rank == 0) {
+		memcpy(dst, src, es);
+		return;
+	}
+	for (int d = 0; d < rank; d++)
+		ext[d] = dshape[d] < sshape[d] ? dshape[d] : sshape[d];
+	for (int d = 0; d < rank - 1; d++)
+		rows *= ext[d];
+	if (ext[rank - 1] == 0)
+		return;
+	for (int64_t k = 0; k < rows; k++) {
+		int64_t doff = 0, soff = 0;
+		for (int d = 0; d < rank - 1; d++) {
+			doff = doff * dshape[d] + idx[d];
+			soff = soff * sshape[d] + idx[d];
+		}
+		memcpy((char *)dst + (size_t)(doff * dshape[rank - 1]) * es,
+		       (const char *)src + (size_t)(soff * sshape[rank - 1]) * es,
+		       (size_t)ext[rank - 1] * es);
+		for (int d = rank - 2; d >= 0; d--) {
+			if (++idx[d] < ext[d])
+				break;
+			idx[d] = 0;
+		}
+	}
 }
 
 /* "dp=2,tp=2" (or "" for no axes) */
@@ -80,15 +138,26 @@ int rt_ckpt_save(const RtRun *r, const char *dir, const RtCkptMeta *m, char *err
 			(long long)world);
 		return -1;
 	}
-	DtmTensorDesc *t = calloc((size_t)(p->nbuffers ? p->nbuffers : 1), sizeof *t);
+	/* uneven shards are saved without their padding: their real rows are
+	 * copied behind the descriptors, in the same allocation */
+	size_t nd = (size_t)(p->nbuffers ? p->nbuffers : 1), extra = 0;
+	int64_t real[DTM_MAX_RANK];
+	for (int i = 0; i < p->nbuffers; i++) {
+		const DtmBuffer *b = &p->buffers[i];
+		if (saved(b) && b->stage == p->stage && real_shape(r, b, real))
+			extra += ((size_t)shape_numel(real, b->rank) * rt_dtype_size(b->dtype) + 15) &
+				 ~(size_t)15;
+	}
+	DtmTensorDesc *t = calloc(1, nd * sizeof *t + extra);
 	if (!t) {
 		rt_errf(err, "out of memory");
 		return -1;
 	}
+	char *spare = (char *)(t + nd);
 	int n = 0;
 	for (int i = 0; i < p->nbuffers; i++) {
 		const DtmBuffer *b = &p->buffers[i];
-		if (!saved(b))
+		if (!saved(b) || b->stage != p->stage)
 			continue;
 		t[n].name = b->name;
 		t[n].dtype = st_dtype(b->dtype);
@@ -96,6 +165,14 @@ int rt_ckpt_save(const RtRun *r, const char *dir, const RtCkptMeta *m, char *err
 		for (int d = 0; d < b->rank; d++)
 			t[n].shape[d] = b->shape[d];
 		t[n].data = r->ptr[i];
+		if (real_shape(r, b, real)) {
+			size_t es = rt_dtype_size(b->dtype);
+			copy_block(spare, real, r->ptr[i], b->shape, b->rank, es);
+			for (int d = 0; d < b->rank; d++)
+				t[n].shape[d] = real[d];
+			t[n].data = spare;
+			spare += ((size_t)shape_numel(real, b->rank) * es + 15) & ~(size_t)15;
+		}
 		n++;
 	}
 	char step[32], seed[32], samples[32], ver[16], horizon[32], mesh[256], rank[32];
@@ -164,10 +241,15 @@ int rt_ckpt_save(const RtRun *r, const char *dir, const RtCkptMeta *m, char *err
 			dtm_ckpt_rank_file(files[k], sizeof files[k], (int)k);
 			fp[k] = files[k];
 		}
+		/* every stage's tensors, each name once (a tied embedding is on
+		 * two stages) */
 		int nt = 0;
 		for (int i = 0; i < p->nbuffers; i++) {
 			const DtmBuffer *b = &p->buffers[i];
-			if (!saved(b))
+			bool dup = false;
+			for (int k = 0; k < nt && !dup; k++)
+				dup = strcmp(it[k].name, b->name ? b->name : "") == 0;
+			if (!saved(b) || dup)
 				continue;
 			it[nt].name = b->name;
 			it[nt].dtype = dtm_st_dtype_name(st_dtype(b->dtype));
@@ -202,16 +284,25 @@ static int load_tensor(RtRun *r, int i, const DtmStTensor *t, bool own_file, cha
 	const DtmPlan *p = r->plan;
 	const DtmBuffer *b = &p->buffers[i];
 	if (own_file && sharded(b)) {
-		/* this rank's shard as it saved it */
-		bool ok = t->ndim == b->rank && (int64_t)t->numel == rt_numel(b);
+		/* this rank's shard as it saved it (an uneven one without its
+		 * padding, which stays zero) */
+		int64_t real[DTM_MAX_RANK];
+		bool padded = real_shape(r, b, real);
+		size_t es = rt_dtype_size(b->dtype);
+		bool ok = t->ndim == b->rank && (int64_t)t->numel == shape_numel(real, b->rank);
 		for (int d = 0; ok && d < b->rank; d++)
-			ok = t->shape[d] == b->shape[d];
+			ok = t->shape[d] == real[d];
 		if (!ok) {
 			rt_errf(err, "checkpoint shard '%s' has a different shape", b->name);
 			return -1;
 		}
+		if (padded)
+			memset(r->ptr[i], 0, (size_t)rt_numel(b) * es);
 		if (t->dtype == st_dtype(b->dtype)) {
-			memcpy(r->ptr[i], t->data, t->nbytes);
+			if (padded)
+				copy_block(r->ptr[i], b->shape, t->data, real, b->rank, es);
+			else
+				memcpy(r->ptr[i], t->data, t->nbytes);
 			return 0;
 		}
 		if (b->dtype == DTM_I32 || t->dtype == DTM_DT_I32) {
@@ -225,8 +316,15 @@ static int load_tensor(RtRun *r, int i, const DtmStTensor *t, bool own_file, cha
 			rt_errf(err, "checkpoint tensor '%s': unreadable", b->name);
 			return -1;
 		}
-		for (int64_t k = 0; k < (int64_t)t->numel; k++)
-			rt_store_f32(r->ptr[i], b->dtype, k, v[k]);
+		if (padded) {
+			/* converted in place over the f32 copy, then placed */
+			for (int64_t k = 0; k < (int64_t)t->numel; k++)
+				rt_store_f32(v, b->dtype, k, v[k]);
+			copy_block(r->ptr[i], b->shape, v, real, b->rank, es);
+		} else {
+			for (int64_t k = 0; k < (int64_t)t->numel; k++)
+				rt_store_f32(r->ptr[i], b->dtype, k, v[k]);
+		}
 		free(v);
 		return 0;
 	}
@@ -262,8 +360,8 @@ static int load_tensor(RtRun *r, int i, const DtmStTensor *t, bool own_file, cha
 		rc = -1;
 	} else {
 		rt_global_indices(p, b, r->coords, gidx);
-		for (int64_t k = 0; k < n; k++)
-			rt_store_f32(r->ptr[i], b->dtype, k, whole[gidx[k]]);
+		for (int64_t k = 0; k < n; k++) /* gidx < 0: padding */
+			rt_store_f32(r->ptr[i], b->dtype, k, gidx[k] < 0 ? 0 : whole[gidx[k]]);
 	}
 	free(whole);
 	free(gidx);
@@ -344,7 +442,7 @@ int rt_ckpt_load(RtRun *r, const char *dir, RtCkptMeta *m, char *err)
 	}
 	for (int i = 0; i < p->nbuffers; i++) {
 		const DtmBuffer *b = &p->buffers[i];
-		if (!saved(b))
+		if (!saved(b) || b->stage != p->stage)
 			continue;
 		const DtmStTensor *t = dtm_st_find(st, b->name);
 		if (!t) {

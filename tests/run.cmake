@@ -100,6 +100,7 @@ endforeach()
 if(TARGET dtm_comm_mpi)
   target_link_libraries(test_comm PRIVATE dtm_comm_mpi)
   target_link_libraries(test_comm_ddp PRIVATE dtm_comm_mpi)
+  target_link_libraries(test_overlap PRIVATE dtm_comm_mpi)
   set(DTM_MPI_ENV OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
       OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1)
   if(DTM_MPIRUN)
@@ -111,6 +112,17 @@ if(TARGET dtm_comm_mpi)
       TIMEOUT 120 LABELS mpi ENVIRONMENT "${DTM_MPI_ENV}")
     # the exit status is 1 by design; the output must name the dead rank
     set_tests_properties(mpi.comm_dead PROPERTIES
+      PASS_REGULAR_EXPRESSION "rank [013]: rank 2 failed: boom on purpose")
+    #   mpi.overlap       the communication thread on mpi (--overlap): a
+    #                     kernel runs while an all_reduce is in flight, the
+    #                     ones touching its buffers wait for it
+    #   mpi.overlap_dead  rank 2 dies inside an asynchronous all_reduce
+    add_test(NAME mpi.overlap COMMAND ${DTM_MPIRUN_4} $<TARGET_FILE:test_overlap> --mpi)
+    add_test(NAME mpi.overlap_dead
+             COMMAND ${DTM_MPIRUN_4} $<TARGET_FILE:test_overlap> --mpi --dead)
+    set_tests_properties(mpi.overlap mpi.overlap_dead PROPERTIES
+      TIMEOUT 120 LABELS mpi ENVIRONMENT "${DTM_MPI_ENV}")
+    set_tests_properties(mpi.overlap_dead PROPERTIES
       PASS_REGULAR_EXPRESSION "rank [013]: rank 2 failed: boom on purpose")
   else()
     add_test(NAME mpi.comm COMMAND ${CMAKE_COMMAND} -E echo
@@ -142,10 +154,15 @@ endforeach()
 #                   TP (tp=2, tp=4), DP x TP (dp=2,tp=2), ZeRO-1/2/3 (dp=4;
 #                   3 also without reshard_after_forward), HSDP (rep=2 x
 #                   dp=2, zero 3) and FSDP x TP (dp=2,tp=2, zero 3), the
-#                   ZeRO stages chosen with dtmc's --train; 10 steps with
+#                   ZeRO stages chosen with dtmc's --train, and uneven
+#                   (torch.chunk) shards (mlp: hidden=6 over tp=4; gpt:
+#                   vocab=250 over tp=4; each against a one-device build
+#                   with the same -D); 10 steps with
 #                   one seed: per-step losses and grad norms equal to 1e-5,
 #                   and the final weights gathered from the per-rank
-#                   checkpoints equal (tests/e2e/ckcompare.py).  With the
+#                   checkpoints equal (tests/e2e/ckcompare.py), and every
+#                   rank allocates the memory `dtmc inspect --json` reports
+#                   for its stage (tests/e2e/inspect_alloc.py).  With the
 #                   mpi backend built and mpirun found, a subset also runs
 #                   under mpirun and must give the local backend's losses.
 #                   Needs /usr/bin/python3 with numpy.
@@ -161,7 +178,46 @@ foreach(name mlp gpt)
            WORKING_DIRECTORY ${DTM_ROOT})
   set_tests_properties(e2e.equiv.${name} PROPERTIES TIMEOUT 600 LABELS e2e)
 endforeach()
+#   e2e.pipeline.gpt  the same checks for pipelines (issue 5): GPipe, 1F1B
+#                   and interleaved(2) on pp = 2 and 4, and pp=2 x dp=2 x
+#                   tp=2 with FSDP and with DDP; two also under mpirun.
+add_test(NAME e2e.pipeline.gpt
+         COMMAND ${DTM_BASH} ${DTM_TESTS}/e2e/equiv.sh $<TARGET_FILE:dtmc> gpt
+                 ${DTM_EQUIV_MPIRUN} pipeline
+         WORKING_DIRECTORY ${DTM_ROOT})
+set_tests_properties(e2e.pipeline.gpt PROPERTIES TIMEOUT 600 LABELS e2e)
 # ---- end equiv ----
+
+# ---- inspect: `dtmc inspect` (tests/inspect/run.sh, issue 6) ----
+#   inspect.golden       the text report of models/mlp.dtm on dp=2,tp=2 equals
+#                        tests/inspect/mlp.dp2tp2.txt (run.sh --update golden)
+#   inspect.outputs      --json and --trace are JSON (Chrome trace events, a
+#                        track per rank and stream), --dot renders with graphviz
+#   inspect.conformance  models/gpt.dtm on dp=4, zero 0..3, bf16 and f32: params,
+#                        grads, master weights and optimizer state per rank are
+#                        REFERENCE.md's bytes per parameter times P
+#   inspect.errors       a bad model, --hw, --rank or --train: a message, exit 1
+# (inspect's peak against what the ranks allocate: e2e.equiv.*, e2e.pipeline.gpt)
+foreach(mode golden outputs conformance errors)
+  add_test(NAME inspect.${mode}
+           COMMAND ${DTM_BASH} ${DTM_TESTS}/inspect/run.sh ${mode} $<TARGET_FILE:dtmc>
+           WORKING_DIRECTORY ${DTM_ROOT})
+  set_tests_properties(inspect.${mode} PROPERTIES TIMEOUT 120 LABELS inspect)
+endforeach()
+set_tests_properties(inspect.golden PROPERTIES LABELS "inspect;golden")
+# ---- end inspect ----
+
+# ---- e2e: the communication thread (tests/e2e/overlap.sh, runtime/overlap.c) ----
+#   e2e.overlap.gpt  dp=2,tp=2, pp=2,dp=2 (2 micro-batches), ZeRO-3 and DDP
+#                    with a bucket per gradient: 5 steps with --overlap off,
+#                    on, nocopy, and on with --comm-delay-us 300 give
+#                    identical losses and grad norms (the same text), and the
+#                    log has compute_s, comm_s and idle_s
+add_test(NAME e2e.overlap.gpt
+         COMMAND ${DTM_BASH} ${DTM_TESTS}/e2e/overlap.sh $<TARGET_FILE:dtmc>
+         WORKING_DIRECTORY ${DTM_ROOT})
+set_tests_properties(e2e.overlap.gpt PROPERTIES TIMEOUT 300 LABELS e2e)
+# ---- end overlap ----
 
 # ---- e2e: gradient accumulation (tests/e2e/accum.sh, passes/microbatch.c) ----
 #   e2e.accum.NAME  microbatches 2 and 4, one device and DDP, give the M=1
@@ -172,3 +228,112 @@ foreach(name mlp gpt)
            WORKING_DIRECTORY ${DTM_ROOT})
   set_tests_properties(e2e.accum.${name} PROPERTIES TIMEOUT 300 LABELS e2e)
 endforeach()
+
+# ---- cuda: the cuda device (runtime/dev_cuda.c, issue 7 points 3-4) ----
+#   unit.test_cuda_host  also probes for a GPU through the cuda device:
+#                        "no CUDA driver/device: ..." or a count
+#   cuda.device.mlp      `--device cuda` on a dtmc-built binary: without a
+#                        GPU exit 1 with "no CUDA driver/device"; with one,
+#                        5 steps on CUDA equal the CPU's losses (1e-5)
+# Built when CMake found the CUDA toolkit (the CUDA section of
+# CMakeLists.txt); needs no GPU.
+if(TARGET dtm_runtime_cuda)
+  target_link_libraries(test_cuda_host PRIVATE dtm_runtime_cuda)
+  target_compile_definitions(test_cuda_host PRIVATE DTM_TEST_CUDA)
+  # rt.h declares the device weakly, which pulls nothing out of an archive
+  target_link_options(test_cuda_host PRIVATE -Wl,-u,rt_cuda_probe)
+  add_test(NAME cuda.device.mlp
+           COMMAND ${DTM_BASH} ${DTM_TESTS}/e2e/cuda_device.sh $<TARGET_FILE:dtmc> mlp
+           WORKING_DIRECTORY ${DTM_ROOT})
+  set_tests_properties(cuda.device.mlp PROPERTIES TIMEOUT 300 LABELS cuda)
+
+  #   cuda.mock.NAME  the cuda device's host code end to end without a GPU:
+  #                   the generated program linked with tests/cuda_mock
+  #                   (CUDA, cuBLAS, NVRTC and NCCL emulated on the CPU,
+  #                   streams run in the worst order events allow) trains
+  #                   the CPU's losses on one rank, DP x TP and ZeRO-3, with
+  #                   --eval-every, --check-numerics, --save/--resume and the
+  #                   cubin cache; and the no-GPU and too-few-GPU errors
+  add_library(dtm_cuda_mock STATIC ${DTM_TESTS}/cuda_mock/cuda_mock.c)
+  target_include_directories(dtm_cuda_mock PRIVATE ${CMAKE_SOURCE_DIR})
+  target_include_directories(dtm_cuda_mock SYSTEM PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
+  if(NCCL_LIB AND NCCL_INCLUDE)
+    target_include_directories(dtm_cuda_mock SYSTEM PRIVATE ${NCCL_INCLUDE})
+    target_compile_definitions(dtm_cuda_mock PRIVATE DTM_HAVE_NCCL)
+  endif()
+  foreach(name mlp gpt)
+    add_test(NAME cuda.mock.${name}
+             COMMAND ${DTM_BASH} ${DTM_TESTS}/e2e/cuda_mock.sh $<TARGET_FILE:dtmc> ${name}
+                     $<TARGET_FILE:dtm_cuda_mock> $<TARGET_FILE:dtm_runtime_cuda>
+                     $<TARGET_FILE:dtm_runtime> "${DTM_BLAS_LINK}"
+             WORKING_DIRECTORY ${DTM_ROOT})
+    set_tests_properties(cuda.mock.${name} PROPERTIES TIMEOUT 600 LABELS cuda)
+  endforeach()
+endif()
+# ---- end cuda ----
+
+# ---- cuda kernels: codegen/emit_cuda.c's kernels without a GPU (issue 7 point 4) ----
+#   cuda.nvrtc.NAME   `dtmc cuda-src` of models/NAME.dtm (and tests/cuda/ops.dtm,
+#                     the ops the models leave out) on one device and on
+#                     dp=2,tp=2, in f32 and bf16 (ops: f32, bf16, f16),
+#                     compiled by NVRTC to PTX for sm_80 and sm_90: any
+#                     error or warning fails (tests/cuda/nvrtc.sh; built when
+#                     CMake found NVRTC)
+#   cuda.kcheck.*     every CUDA kernel run on the host (tests/cuda/emu.cpp:
+#                     each GPU thread a fiber, barriers and warp shuffles
+#                     real) against the C kernel on the same random buffers:
+#                     f32 within 2e-4, bf16/f16 within 2e-2
+#                     (tests/cuda/kcheck.sh; needs a C++ compiler)
+file(GLOB DTM_CUDA_MODELS CONFIGURE_DEPENDS ${DTM_ROOT}/models/*.dtm)
+if(TARGET nvrtc_check)
+  foreach(model ${DTM_CUDA_MODELS})
+    get_filename_component(name ${model} NAME_WE)
+    add_test(NAME cuda.nvrtc.${name}
+             COMMAND ${DTM_BASH} ${DTM_TESTS}/cuda/nvrtc.sh $<TARGET_FILE:dtmc>
+                     $<TARGET_FILE:nvrtc_check> ${name} "dp=1 dp=2,tp=2" "f32 bf16"
+             WORKING_DIRECTORY ${DTM_ROOT})
+    set_tests_properties(cuda.nvrtc.${name} PROPERTIES TIMEOUT 600 LABELS cuda)
+  endforeach()
+  add_test(NAME cuda.nvrtc.ops
+           COMMAND ${DTM_BASH} ${DTM_TESTS}/cuda/nvrtc.sh $<TARGET_FILE:dtmc>
+                   $<TARGET_FILE:nvrtc_check> ${DTM_TESTS}/cuda/ops.dtm "dp=1 dp=2" "f32 bf16 f16"
+           WORKING_DIRECTORY ${DTM_ROOT})
+  set_tests_properties(cuda.nvrtc.ops PROPERTIES TIMEOUT 600 LABELS cuda)
+else()
+  add_test(NAME cuda.nvrtc.models COMMAND ${CMAKE_COMMAND} -E echo
+    "SKIP: NVRTC not found (the CUDA toolkit), the NVRTC compile check is not built")
+  set_tests_properties(cuda.nvrtc.models PROPERTIES LABELS cuda SKIP_REGULAR_EXPRESSION "SKIP")
+endif()
+include(CheckLanguage)
+check_language(CXX)
+if(CMAKE_CXX_COMPILER)
+  set(DTM_KCHECK_CXX ${CMAKE_CXX_COMPILER})
+else()
+  find_program(DTM_KCHECK_CXX NAMES c++ g++ clang++)
+endif()
+if(DTM_KCHECK_CXX)
+  # name, model, dtmc options
+  set(DTM_KCHECKS
+    "mlp.dp1|mlp|--mesh dp=1"
+    "mlp.dp2tp2_bf16|mlp|--mesh dp=2,tp=2 --train precision=bf16"
+    "gpt.dp1|gpt|--mesh dp=1"
+    "gpt.dp2tp2_bf16|gpt|--mesh dp=2,tp=2 --train precision=bf16"
+    "gpt.hd64_uneven|gpt|--mesh tp=2 -D vocab=255 -D d=128 -D heads=2 -D ctx=40 -D batch=2 -D layers=1"
+    "gpt.zero1_f16|gpt|--mesh dp=2 --train zero=1 --train precision=f16"
+    "ops.f32|${DTM_TESTS}/cuda/ops.dtm|--mesh dp=1"
+    "ops.bf16|${DTM_TESTS}/cuda/ops.dtm|--mesh dp=2 --train precision=bf16")
+  foreach(k ${DTM_KCHECKS})
+    string(REPLACE "|" ";" kl "${k}")
+    list(GET kl 0 kname)
+    list(GET kl 1 kmodel)
+    list(GET kl 2 kopts)
+    separate_arguments(kopts UNIX_COMMAND "${kopts}")
+    add_test(NAME cuda.kcheck.${kname}
+             COMMAND ${CMAKE_COMMAND} -E env CC=${CMAKE_C_COMPILER} CXX=${DTM_KCHECK_CXX}
+                     ${DTM_BASH} ${DTM_TESTS}/cuda/kcheck.sh $<TARGET_FILE:dtmc> ${kmodel} ${kopts}
+             WORKING_DIRECTORY ${DTM_ROOT})
+    set_tests_properties(cuda.kcheck.${kname} PROPERTIES TIMEOUT 600 LABELS cuda)
+  endforeach()
+endif()
+# ---- end cuda kernels ----
+

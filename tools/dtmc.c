@@ -3,6 +3,11 @@
  *   dtmc check FILE [-D name=value]... [--mesh axis=size,...] [--train key=value]...
  *   dtmc print [--after=PASS] [-D name=value]... [--mesh ...] [--train ...]... FILE|-
  *   dtmc build FILE -o NAME [-D name=value]... [--mesh ...] [--train ...]... [-v] [--keep-c]
+ *              [--cuda]
+ *   dtmc cuda-src FILE -o FILE.cu [-D name=value]... [--mesh ...] [--train ...]...
+ *   dtmc inspect FILE [-D ...]... [--mesh ...] [--train ...]... [--hw NAME|FILE] [--nodes K]
+ *              [--rank R] [--json] [--trace FILE] [--dot FILE]   (inspect.c)
+ *   dtmc sweep FILE --devices N [--hw NAME|FILE] [--mem-limit BYTES] ... (sweep.c)
  *   dtmc help [COMMAND] | dtmc --help | dtmc --version
  *
  * FILE is a .dtm model, or the IR's text form when it ends in .ir or is `-`
@@ -10,14 +15,19 @@
  * success and 1 on any user error.  Nothing here calls exit(): every path
  * returns to main.  Reports live in report.c.
  */
+#include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "../codegen/emit_cuda.h"
 #include "../codegen/link.h"
 #include "../frontend/lower.h"
 #include "../ir/ir.h"
 #include "../passes/passes.h"
 #include "../runtime/data.h"
+#include "inspect.h"
 #include "report.h"
+#include "sweep.h"
 
 #define DTMC_VERSION "0.1.0"
 
@@ -27,7 +37,13 @@ typedef struct Args {
 	bool verbose;
 	const char *output; /* build: -o NAME */
 	bool keep_c;        /* build: --keep-c */
+	bool cuda;          /* build: --cuda */
 	LowerOptions lower;
+	/* inspect */
+	const char *hw, *trace, *dot;
+	int nodes;
+	int64_t rank;
+	bool json;
 } Args;
 
 typedef struct Command {
@@ -37,11 +53,16 @@ typedef struct Command {
 	int (*run)(const Args *args);
 	bool has_after;
 	bool has_output; /* takes -o NAME and --keep-c */
+	/* A command that parses its own options (argv[0] is its name); run,
+	 * has_after and has_output are unused then. */
+	int (*main)(int argc, char **argv);
 } Command;
 
 static int cmd_check(const Args *args);
 static int cmd_print(const Args *args);
 static int cmd_build(const Args *args);
+static int cmd_cuda_src(const Args *args);
+static int cmd_inspect(const Args *args);
 
 static const Command commands[] = {
 	{"check", "parse, lower and verify a model; summarise its mesh and parameters",
@@ -64,7 +85,7 @@ static const Command commands[] = {
 	 "  -v, --verbose          say what runs\n"
 	 "\n"
 	 "FILE may also be IR text (a name ending in .ir, or - for standard input).\n",
-	 cmd_check, false, false},
+	 cmd_check, false, false, NULL},
 	{"print", "print the IR after a pass of the pipeline",
 	 "usage: dtmc print [--after=PASS] [-D name=value]... [--mesh axis=size,...]\n"
 	 "                  [--train key=value]... FILE|-\n"
@@ -87,7 +108,7 @@ static const Command commands[] = {
 	 "                         section): --train zero=3, --train \"zero=3 over dp\",\n"
 	 "                         --train reshard_after_forward=false, --train steps=50\n"
 	 "  -v, --verbose          name each pass as it runs\n",
-	 cmd_print, true, false},
+	 cmd_print, true, false, NULL},
 	{"build", "compile a model into a training binary for its mesh",
 	 "usage: dtmc build FILE -o NAME [-D name=value]... [--mesh axis=size,...]\n"
 	 "                  [--train key=value]... [-v] [--keep-c]\n"
@@ -109,8 +130,67 @@ static const Command commands[] = {
 	 "                         section): --train zero=3, --train \"zero=3 over dp\",\n"
 	 "                         --train reshard_after_forward=false, --train steps=50\n"
 	 "  -v, --verbose          print the planned bytes per arena and the cc command\n"
-	 "  --keep-c               keep the generated C as NAME.dtm.c\n",
-	 cmd_build, false, true},
+	 "  --keep-c               keep the generated C as NAME.dtm.c\n"
+	 "  --cuda                 also embed the CUDA kernels (one per plan kernel, see\n"
+	 "                         dtmc help cuda-src), which the binary compiles with\n"
+	 "                         NVRTC when run with --device cuda\n",
+	 cmd_build, false, true, NULL},
+	{"cuda-src", "write the CUDA source of a model's kernels",
+	 "usage: dtmc cuda-src FILE -o FILE.cu [-D name=value]... [--mesh axis=size,...]\n"
+	 "                  [--train key=value]...\n"
+	 "\n"
+	 "Runs the pass pipeline as `dtmc build` does and writes the CUDA C++ source\n"
+	 "that `dtmc build --cuda` embeds: one extern \"C\" kernel per plan kernel (the\n"
+	 "C back end's k_ID names), shapes as constants, self-contained (NVRTC\n"
+	 "compiles it without an include path).  `-o -` writes to standard output.\n"
+	 "tools/nvrtc_check compiles such a file for sm_80 and sm_90 (the `cuda`\n"
+	 "tests).\n"
+	 "\n"
+	 "options:\n"
+	 "  -o FILE.cu             the file to write (- for standard output)\n"
+	 "  -D name=value          override a `let` constant (repeatable)\n"
+	 "  --mesh axis=size,...   replace the declared mesh sizes\n"
+	 "  --train key=value      set a train setting (repeatable), e.g.\n"
+	 "                         --train precision=bf16\n"
+	 "  -v, --verbose          name each pass as it runs\n",
+	 cmd_cuda_src, false, true, NULL},
+	{"inspect", "show a layout's communication, memory and step time, without running",
+	 "usage: dtmc inspect FILE [-D name=value]... [--mesh axis=size,...] [--train key=value]...\n"
+	 "                  [--hw NAME|FILE] [--nodes K] [--rank R] [--json] [--trace FILE]\n"
+	 "                  [--dot FILE]\n"
+	 "\n"
+	 "Compiles FILE as `dtmc build` does and reports, from the same plan the binary\n"
+	 "runs, without running it:\n"
+	 "  - per pipeline stage, at one mesh coordinate (--rank's, in each stage), every\n"
+	 "    collective and send/recv in order: kind, mesh axes, the group's ranks (or\n"
+	 "    the peer), dtype, bytes per rank, ring send-side bytes per rank, time,\n"
+	 "    the tensor moved, phase and micro-batch;\n"
+	 "  - totals per step by mesh axes and by collective kind (send-side bytes per\n"
+	 "    rank, ring formulas, and time);\n"
+	 "  - memory per rank: params, gradients, master weights, optimizer state,\n"
+	 "    inputs, the activation arena (what is live at its peak: activations,\n"
+	 "    gathered ZeRO-3 units, communication results; micro-batches in flight),\n"
+	 "    the arenas, and the peak: their sum, exactly what a rank allocates\n"
+	 "    (`./NAME -v` prints it); the overlap thread's staging copies apart;\n"
+	 "  - the step time of the cost model (roofline kernels, alpha-beta\n"
+	 "    communication per link class, overlap as the two streams allow), the\n"
+	 "    pipeline bubble, tokens/s and MFU (llm.c: 6N + 6LCT FLOPs per token).\n"
+	 "\n"
+	 "options:\n"
+	 "  -D, --mesh, --train    as for dtmc build\n"
+	 "  --hw NAME|FILE         hardware profile: h100 (default), h200, a100, b200,\n"
+	 "                         cpu, or a file of overrides (`base = h100`, then\n"
+	 "                         `key = value` lines; see tools/hw.h)\n"
+	 "  --nodes K              spread the ranks over K nodes (default: the\n"
+	 "                         profile's devices per node)\n"
+	 "  --rank R               the mesh coordinate shown (default 0)\n"
+	 "  --json                 the report as JSON\n"
+	 "  --trace FILE           the simulated timeline as a Chrome trace (Perfetto,\n"
+	 "                         chrome://tracing): one track per rank and stream\n"
+	 "  --dot FILE             --rank's partitioned program as a graphviz graph\n",
+	 cmd_inspect, false, false, NULL},
+	{"sweep", "compile and cost every parallel layout on N devices, rank them",
+	 sweep_help, NULL, false, false, sweep_main},
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
 
@@ -138,9 +218,9 @@ static void print_help(FILE *out)
 	      "commands:\n",
 	      out);
 	for (size_t i = 0; i < NCOMMANDS; i++)
-		fprintf(out, "  %-8s%s\n", commands[i].name, commands[i].summary);
+		fprintf(out, "  %-9s %s\n", commands[i].name, commands[i].summary);
 	fputs("  tokenize  turn a text file into an llm.c token file (bytes as tokens): dtmc tokenize IN.txt OUT.bin\n"
-	      "  help    show a command's options: dtmc help COMMAND\n"
+	      "  help      show a command's options: dtmc help COMMAND\n"
 	      "\n"
 	      "options:\n"
 	      "  -h, --help     show this help\n"
@@ -259,6 +339,46 @@ static int parse_args(const Command *c, int argc, char **argv, Args *args)
 			args->lower.train[args->lower.ntrain++] = v;
 		} else if (c->has_output && strcmp(arg, "--keep-c") == 0) {
 			args->keep_c = true;
+		} else if (c->run == cmd_build && strcmp(arg, "--cuda") == 0) {
+			args->cuda = true;
+		} else if (c->run == cmd_inspect && strcmp(arg, "--json") == 0) {
+			args->json = true;
+		} else if (c->run == cmd_inspect &&
+		           (((v = opt_value(argc, argv, &i, "--hw", &missing)) || missing) ||
+		            ((v = opt_value(argc, argv, &i, "--trace", &missing)) || missing) ||
+		            ((v = opt_value(argc, argv, &i, "--dot", &missing)) || missing) ||
+		            ((v = opt_value(argc, argv, &i, "--nodes", &missing)) || missing) ||
+		            ((v = opt_value(argc, argv, &i, "--rank", &missing)) || missing))) {
+			const char *name = strncmp(arg, "--hw", 4) == 0      ? "--hw"
+			                   : strncmp(arg, "--trace", 7) == 0 ? "--trace"
+			                   : strncmp(arg, "--dot", 5) == 0   ? "--dot"
+			                   : strncmp(arg, "--nodes", 7) == 0 ? "--nodes"
+			                                                     : "--rank";
+			if (missing || !*v) {
+				usage_error("option '%s' needs a value", name);
+				return 1;
+			}
+			if (!strcmp(name, "--hw"))
+				args->hw = v;
+			else if (!strcmp(name, "--trace"))
+				args->trace = v;
+			else if (!strcmp(name, "--dot"))
+				args->dot = v;
+			else {
+				bool nodes = !strcmp(name, "--nodes");
+				char *end;
+				errno = 0;
+				long long n = strtoll(v, &end, 10);
+				if (*end || errno || n < (nodes ? 1 : 0) || n > (1LL << 40)) {
+					fprintf(stderr, "dtmc: error: %s wants a %s integer, got '%s'\n",
+					        name, nodes ? "positive" : "non-negative", v);
+					return 1;
+				}
+				if (nodes)
+					args->nodes = n > (1 << 30) ? 1 << 30 : (int)n;
+				else
+					args->rank = n;
+			}
 		} else if (c->has_output && ((v = opt_value(argc, argv, &i, "-o", &missing)) || missing)) {
 			if (missing) {
 				usage_error("option '%s' needs a file name", "-o");
@@ -417,10 +537,58 @@ static int cmd_build(const Args *args)
 	if (ok)
 		ok = pass_run_until(m, &d, &popt, NULL);
 	if (ok) {
-		CgBuildOptions bo = {args->output, args->verbose, args->keep_c};
+		CgBuildOptions bo = {args->output, args->verbose, args->keep_c, args->cuda};
 		ok = cg_build(m, &bo, &d);
 	}
 	return finish(&a, &d, ok);
+}
+
+static int cmd_cuda_src(const Args *args)
+{
+	Arena a;
+	Diag d;
+	arena_init(&a);
+	diag_init(&d, stderr);
+	PassOptions popt = {.verbose = args->verbose};
+	IrModule *m = load(&a, &d, args);
+	bool ok = m != NULL;
+	if (ok)
+		ok = pass_run_until(m, &d, &popt, NULL);
+	if (ok)
+		ok = cg_write_cuda_source(m, args->output, cg_source_dir(), &d);
+	if (ok && strcmp(args->output, "-") == 0)
+		ok = flush_stdout(&d);
+	return finish(&a, &d, ok);
+}
+
+/* `dtmc inspect`: a model only (IR text has no train section to cost). */
+static int cmd_inspect(const Args *args)
+{
+	if (is_ir_input(args->file)) {
+		fprintf(stderr, "dtmc: error: inspect reads .dtm models, not IR text ('%s')\n",
+		        args->file);
+		return 1;
+	}
+	InspectOptions o = {.file = args->file, .hw = args->hw, .nodes = args->nodes,
+	                    .rank = args->rank, .json = args->json, .trace = args->trace,
+	                    .dot = args->dot};
+	const LowerOptions *lo = &args->lower;
+	int cap = (int)(sizeof o.compile.train / sizeof o.compile.train[0]);
+	if (lo->ndefines > cap || lo->ntrain > cap) {
+		fprintf(stderr, "dtmc: error: inspect takes at most %d -D and %d --train options\n",
+		        cap, cap);
+		return 1;
+	}
+	o.compile.mesh = lo->mesh;
+	o.compile.ndefines = lo->ndefines;
+	for (int i = 0; i < lo->ndefines; i++) {
+		o.compile.define_names[i] = lo->define_names[i];
+		o.compile.define_values[i] = lo->define_values[i];
+	}
+	o.compile.ntrain = lo->ntrain;
+	for (int i = 0; i < lo->ntrain; i++)
+		o.compile.train[i] = lo->train[i];
+	return inspect_main(&o);
 }
 
 int main(int argc, char **argv)
@@ -465,6 +633,8 @@ int main(int argc, char **argv)
 		usage_error("unknown command '%s'", cmd);
 		return 1;
 	}
+	if (c->main)
+		return c->main(argc - 1, argv + 1);
 	Args args = {0};
 	int rc = parse_args(c, argc - 1, argv + 1, &args);
 	if (rc == 0)

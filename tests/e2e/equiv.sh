@@ -9,7 +9,11 @@
 #      1e-5 relative;
 #   2. the final checkpoint, gathered from the per-rank shards, equals the
 #      one-device weights and optimizer state (tests/e2e/ckcompare.py: 1e-5
-#      of each tensor's max |value|; replicas must agree with each other).
+#      of each tensor's max |value|; replicas must agree with each other);
+#   3. what every rank allocates (the binary's -v `alloc:` lines) is the
+#      memory `dtmc inspect --json` reports for its stage: the arenas byte
+#      for byte, so their sum, inspect's peak, and the overlap staging
+#      (tests/e2e/inspect_alloc.py).
 # With MPIRUN, a subset also runs as processes (`mpirun -np N ./NAME
 # --backend mpi`): its losses must equal the local backend's to 1e-6 (the
 # script says when they are bitwise equal) and its checkpoint the same
@@ -27,25 +31,62 @@ trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL ($model): $*" >&2; exit 1; }
 steps=10 seed=0
 
-# A layout is [hsdp:]MESH[/KEY=VALUE...]: the --mesh, then --train
+# A layout is [def:NAME=VALUE[+NAME=VALUE...]:][hsdp:]MESH[/KEY=VALUE...]:
+# -D overrides of the model's constants, the --mesh, then --train
 # overrides of the model's train section (dtmc help build).  hsdp: builds a
 # copy of the model with a replicate axis `rep` in front of dp and the batch
 # split over (rep, dp), so `zero N` (over dp, the default) shards within
 # each dp group and replicates across rep: HSDP.  The one-device reference
-# is the same for every layout: these only say where values live.
+# is the same for every layout with the same def: prefix (built with its
+# -D overrides): the rest only says where values live.
 #   DDP; TP; DP x TP; ZeRO-1/2/3 (dp=4), ZeRO-3 without resharding after
 #   forward; HSDP (rep=2 x dp=2, zero 3); FSDP x TP (dp=2 x tp=2, zero 3);
-#   TP and DP x TP (2x2) with sequence parallelism
+#   TP and DP x TP (2x2) with sequence parallelism; with recompute
 zero="dp=4/zero=1 dp=4/zero=2 dp=4/zero=3 dp=4/zero=3/reshard_after_forward=false"
 zero="$zero hsdp:rep=2,dp=2/zero=3 dp=2,tp=2/zero=3"
 # Sequence parallelism (Megatron SP): TP and DP x TP with the residual
 # stream split along T, reduce_scatter / all_gather instead of all_reduce
 sp="tp=2/sequence_parallel=true dp=2,tp=2/sequence_parallel=true"
-case $model in
-mlp) layouts="dp=4 tp=2 tp=4 dp=2,tp=2 $zero"; mpi_layouts="dp=2,tp=2 dp=4/zero=3" ;;
-gpt) layouts="dp=4 tp=2 tp=4 dp=2,tp=2 $zero $sp"; mpi_layouts="dp=4 dp=4/zero=3" ;;
+sp="$sp dp=2,tp=2/sequence_parallel=true/zero=3"
+# Uneven (torch.chunk) shards: a dim of 6 over 4 ranks (2, 2, 2, 0), the
+# MLP's hidden dim, and 5 over 2 (3, 2) under DP x TP (mlp.dtm asks for no
+# uneven shards, hence the --train); GPT's vocab of 250 over 4 (63, 63, 63,
+# 61: the vocab-parallel embedding and loss on padded shards), and 251 over
+# 2 under FSDP x TP (zero 3: wte, uneven, stays whole over dp)
+uneven_mlp="def:hidden=6:tp=4/uneven_shards=true def:hidden=5:dp=2,tp=2/uneven_shards=true"
+uneven_gpt="def:vocab=250:tp=4 def:vocab=251:dp=2,tp=2/zero=3"
+# Activation checkpointing (passes/recompute.c): each block's forward run
+# again in its backward, under DP x TP and FSDP x TP
+rc_gpt="dp=2,tp=2/recompute=true dp=2,tp=2/zero=3/recompute=true"
+# FSDP prefetch two units ahead (passes/state.c; the default is one): the
+# gathers move, the losses do not
+pf_gpt="dp=4/zero=3/prefetch=2"
+# Pipelines (issue 5): GPipe, 1F1B, interleaved(2) and ZB-H1 on 2 and 4 stages,
+# and the 3-D layouts pp=2 x dp=2 x tp=2 with FSDP (zero 3) and with DDP;
+# micro-batches split the same global batch, so the losses are the
+# one-device ones.  Run as the set `pipeline` (equiv.sh DTMC gpt MPIRUN
+# pipeline), a test of its own.
+pp="pp=2,dp=1,tp=1/microbatches=4/schedule=gpipe pp=2,dp=1,tp=1/microbatches=4/schedule=1f1b"
+pp="$pp pp=4,dp=1,tp=1/microbatches=8/schedule=gpipe pp=4,dp=1,tp=1/microbatches=8/schedule=1f1b"
+pp="$pp pp=2,dp=1,tp=1/microbatches=4/schedule=interleaved(2)"
+pp="$pp pp=4,dp=1,tp=1/microbatches=8/schedule=interleaved(2)"
+pp="$pp pp=2,dp=2,tp=2/microbatches=2/zero=3 pp=2,dp=2,tp=2/microbatches=2/zero=0"
+pp="$pp pp=2,dp=1,tp=1/microbatches=4/schedule=zb pp=2,dp=2,tp=1/microbatches=2/schedule=zb"
+# ... and with recompute: its clones in the right work items
+pp="$pp pp=2,dp=1,tp=1/microbatches=4/schedule=1f1b/recompute=true"
+pp="$pp pp=2,dp=2,tp=2/microbatches=2/zero=3/recompute=true"
+case $model:${4:-spmd} in
+gpt:pipeline) layouts=$pp
+     mpi_layouts="pp=2,dp=2,tp=1/microbatches=2/schedule=1f1b pp=4,dp=1,tp=1/microbatches=4/schedule=gpipe" ;;
+*:pipeline) fail "no pipeline layouts for model '$model'" ;;
+mlp:*) layouts="dp=4 tp=2 tp=4 dp=2,tp=2 $zero $uneven_mlp"
+     mpi_layouts="dp=2,tp=2 dp=4/zero=3 def:hidden=6:tp=4/uneven_shards=true" ;;
+gpt:*) layouts="dp=4 tp=2 tp=4 dp=2,tp=2 $zero $sp $uneven_gpt $rc_gpt $pf_gpt"
+     mpi_layouts="dp=4 dp=4/zero=3 dp=2,tp=2/sequence_parallel=true" ;;
 *) fail "no layouts listed for model '$model'" ;;
 esac
+# DTM_EQUIV_LAYOUTS="LAYOUT ...": only these (while working on one)
+layouts=${DTM_EQUIV_LAYOUTS:-$layouts}
 
 "$py" -c "import numpy" 2>/dev/null || fail "$py has no numpy (scripts/deps.sh)"
 
@@ -55,20 +96,45 @@ sed -e 's/^mesh (\(pp = 1, \)\{0,1\}dp = /mesh (\1rep = 1, dp = /' -e 's/\[dp,/[
 	"models/$model.dtm" >"$tmp/$model.hsdp.dtm"
 grep -q '^mesh (.*rep = 1, dp' "$tmp/$model.hsdp.dtm" || fail "no mesh line to add 'rep' to"
 
-# layout_name LAYOUT: a file name for it; layout_mesh LAYOUT: its --mesh
-layout_name() { local n=${1//[=,:\/]/_}; echo "m_${n//[^A-Za-z0-9_]/}"; }
-layout_mesh() { local l=${1#hsdp:}; echo "${l%%/*}"; }
+# layout_name LAYOUT: a file name for it; layout_mesh LAYOUT: its --mesh;
+# layout_defs LAYOUT: its def: prefix ("def:a=1+b=2:", or nothing);
+# layout_ref LAYOUT: the name of its one-device reference
+layout_name() { local n=${1//[=,:\/+]/_}; echo "m_${n//[^A-Za-z0-9_]/}"; }
+layout_defs() { case $1 in def:*) local r=${1#def:}; echo "def:${r%%:*}:" ;; esac; }
+layout_mesh() { local l=${1#"$(layout_defs "$1")"}; l=${l#hsdp:}; echo "${l%%/*}"; }
+layout_ref() {
+	local p; p=$(layout_defs "$1")
+	if [ -z "$p" ]; then echo one; else echo "one_$(layout_name "$p" | cut -c3-)"; fi
+}
 
 # build NAME LAYOUT: models/MODEL.dtm (or its HSDP copy) -> $tmp/NAME
 build() {
-	local l=$2 src="models/$model.dtm" args=()
+	local l=$2 src="models/$model.dtm" args=() defs def
+	defs=$(layout_defs "$l")
+	l=${l#"$defs"}
+	defs=${defs#def:}
+	IFS=+ read -ra def <<<"${defs%:}"
+	for d in "${def[@]}"; do [ -n "$d" ] && args+=(-D "$d"); done
 	case $l in hsdp:*) src=$tmp/$model.hsdp.dtm l=${l#hsdp:} ;; esac
-	args=(--mesh "${l%%/*}")
+	args+=(--mesh "${l%%/*}")
 	local rest=${l#"${l%%/*}"} kv
 	IFS=/ read -ra kv <<<"${rest#/}"
 	for t in "${kv[@]}"; do [ -n "$t" ] && args+=(--train "$t"); done
 	"$dtmc" build "$src" -o "$tmp/$1" "${args[@]}" 2>"$tmp/$1.build.txt" ||
 		{ cat "$tmp/$1.build.txt" >&2; fail "dtmc build ${args[*]} failed"; }
+	"$dtmc" inspect "$src" "${args[@]}" --json >"$tmp/$1.inspect.json" 2>"$tmp/$1.build.txt" ||
+		{ cat "$tmp/$1.build.txt" >&2; fail "dtmc inspect ${args[*]} failed"; }
+}
+
+# train NAME WHAT [ARGS...]: 10 steps of $tmp/NAME with -v, then its ranks'
+# allocations against inspect's report (check 3)
+train() {
+	local name=$1 what=$2
+	shift 2
+	"$tmp/$name" --steps $steps --seed $seed --log "$tmp/$name.jsonl" -q -v "$@" \
+		2>"$tmp/$name.err" || { cat "$tmp/$name.err" >&2; fail "$what: training failed"; }
+	"$py" "$here/inspect_alloc.py" "$tmp/$name.inspect.json" "$tmp/$name.err" ||
+		fail "$what: the ranks' allocations differ from dtmc inspect's memory"
 }
 
 # "step loss grad_norm" per line of a --log file
@@ -97,11 +163,21 @@ cmp_losses() {
 		fail "$4: losses differ"
 }
 
+# The one-device references: one per def: prefix ("refs" holds each
+# reference's name and layout)
+refs="one=dp=1"
+for mesh in $layouts; do
+	ref=$(layout_ref "$mesh")
+	case " $refs " in *" $ref="*) ;; *) refs="$refs $ref=$(layout_defs "$mesh")dp=1" ;; esac
+done
+
 # Compiling the binaries takes most of the time: build them all first,
 # as many at a time as there are cores
 jobs=$(nproc 2>/dev/null || echo 2) running=0
-for mesh in dp=1 $layouts; do
-	if [ "$mesh" = dp=1 ]; then name=one; else name=$(layout_name "$mesh"); fi
+for mesh in $refs $layouts; do
+	case $mesh in one=* | one_*=*) name=${mesh%%=*} mesh=${mesh#*=} ;;
+	*) name=$(layout_name "$mesh") ;;
+	esac
 	build "$name" "$mesh" &
 	running=$((running + 1))
 	if [ $running -ge "$jobs" ]; then
@@ -114,16 +190,17 @@ while [ $running -gt 0 ]; do
 	running=$((running - 1))
 done
 
-"$tmp/one" --steps $steps --seed $seed --log "$tmp/one.jsonl" --save "$tmp/one.ck" -q ||
-	fail "one-device training failed"
-ref_ck=$tmp/one.ck/step_$(printf %06d $steps)
+for r in $refs; do
+	r=${r%%=*}
+	train "$r" "one-device training ($r)" --save "$tmp/$r.ck"
+done
 
 for mesh in $layouts; do
-	name=$(layout_name "$mesh")
-	"$tmp/$name" --steps $steps --seed $seed --log "$tmp/$name.jsonl" --save "$tmp/$name.ck" -q ||
-		fail "$mesh: training failed"
-	cmp_losses "$tmp/one.jsonl" "$tmp/$name.jsonl" 1e-5 "$model $mesh (local)"
-	"$py" "$here/ckcompare.py" "$ref_ck" "$tmp/$name.ck/step_$(printf %06d $steps)" ||
+	name=$(layout_name "$mesh") ref=$(layout_ref "$mesh")
+	train "$name" "$mesh" --save "$tmp/$name.ck"
+	cmp_losses "$tmp/$ref.jsonl" "$tmp/$name.jsonl" 1e-5 "$model $mesh (local)"
+	"$py" "$here/ckcompare.py" "$tmp/$ref.ck/step_$(printf %06d $steps)" \
+		"$tmp/$name.ck/step_$(printf %06d $steps)" ||
 		fail "$mesh: the final weights differ from one device's"
 done
 
@@ -151,8 +228,10 @@ for mesh in $mpi_layouts; do
 		echo "$model $mesh (mpi, $np processes): losses bitwise equal to the local backend's"
 	fi
 	cmp_losses "$tmp/$name.jsonl" "$tmp/$name.mpi.jsonl" 1e-6 "$model $mesh (mpi vs local)"
-	cmp_losses "$tmp/one.jsonl" "$tmp/$name.mpi.jsonl" 1e-5 "$model $mesh (mpi vs one device)"
-	"$py" "$here/ckcompare.py" "$ref_ck" "$tmp/$name.mpi.ck/step_$(printf %06d $steps)" ||
+	ref=$(layout_ref "$mesh")
+	cmp_losses "$tmp/$ref.jsonl" "$tmp/$name.mpi.jsonl" 1e-5 "$model $mesh (mpi vs one device)"
+	"$py" "$here/ckcompare.py" "$tmp/$ref.ck/step_$(printf %06d $steps)" \
+		"$tmp/$name.mpi.ck/step_$(printf %06d $steps)" ||
 		fail "$mesh under mpirun: the final weights differ from one device's"
 done
 echo "ok"

@@ -146,7 +146,7 @@ static void make(Variant *v, int ranks, bool poison)
 	a[n++] = (DtmAction){ .kind = DTM_ACT_KERNEL, .phase = DTM_PHASE_OPTIMIZER,
 			      .label = "sgd w", .nargs = 3, .args = { B_DW, B_MOM, B_W },
 			      .kernel = 3 };
-	v->stage = (DtmStage){ n, v->actions };
+	v->stage = (DtmStage){ .nactions = n, .actions = v->actions };
 	v->plan = (DtmPlan){
 		.version = DTM_PLAN_VERSION,
 		.model = "linreg",

@@ -350,6 +350,14 @@ static void build(void)
 	n = add(IR_OP_CE_BWD_VP, 5, (int[]){c, h, tok, rows, se});
 	n->attrs.mesh_axes = 1u << 2;
 	done(n);
+	/* uneven shards' padding (passes/partition.c) */
+	n = add(IR_OP_PAD_MASK, 1, &h);
+	n->attrs.mesh_axes = 1u << 2;
+	n->attrs.nints = 3;
+	n->attrs.ints[0] = 2;
+	n->attrs.ints[1] = 30;
+	n->attrs.ints[2] = 1;
+	done(n);
 
 	/* optimizer ops (passes/optim.c): g and b stand in for a gradient */
 	{

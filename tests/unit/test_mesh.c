@@ -107,6 +107,46 @@ static void test_chunk(void)
 	CHECK_EQ_INT(chunk_size(5, 2, 1), 2);
 	CHECK_EQ_INT(chunk_size(3, 4, 2), 1);
 	CHECK_EQ_INT(chunk_size(3, 4, 3), 0);
+	/* 5 over 4 -> 2, 2, 1, 0 (torch.chunk(torch.arange(5), 4)); 2 over
+	 * 4 -> 1, 1, 0, 0, the empty shards starting at the end */
+	int64_t w5[] = {2, 2, 1, 0}, o5[] = {0, 2, 4, 5}, w2[] = {1, 1, 0, 0}, o2[] = {0, 1, 2, 2};
+	for (int i = 0; i < 4; i++) {
+		CHECK_EQ_INT(chunk_size(5, 4, i), w5[i]);
+		CHECK_EQ_INT(chunk_offset(5, 4, i), o5[i]);
+		CHECK_EQ_INT(chunk_size(2, 4, i), w2[i]);
+		CHECK_EQ_INT(chunk_offset(2, 4, i), o2[i]);
+	}
+}
+
+/* After partition every rank stores ceil(n / parts) rows of an uneven dim
+ * (rank 0's shard, the largest); the node records the global extent. */
+static void test_padded_global(void)
+{
+	IrModule m = {0};
+	m.mesh.naxes = 2;
+	m.mesh.names[0] = "dp";
+	m.mesh.names[1] = "tp";
+	m.mesh.sizes[0] = 2;
+	m.mesh.sizes[1] = 4;
+	IrNode n = {0};
+	n.rank = 2;
+	placement_replicated(&n.place, 2);
+	n.place.naxes[0] = 1; /* [dp, tp] */
+	n.place.axes[0][0] = 0;
+	n.place.naxes[1] = 1;
+	n.place.axes[1][0] = 1;
+	int64_t g[2] = {6, 6}, loc[2];
+	placement_shard_shape(&n.place, &m.mesh, 0, 2, g, loc);
+	CHECK_EQ_INT(loc[0], 3); /* 6 over dp = 2: even */
+	CHECK_EQ_INT(loc[1], 2); /* 6 over tp = 4: 2, 2, 2, 0 */
+	placement_shard_shape(&n.place, &m.mesh, 7, 2, g, loc);
+	CHECK_EQ_INT(loc[1], 0); /* tp coordinate 3: the empty shard */
+	n.shape[0] = 3;
+	n.shape[1] = 2;
+	CHECK_EQ_INT(ir_global_dim(&m, &n, 0), 6);
+	CHECK_EQ_INT(ir_global_dim(&m, &n, 1), 8); /* not padded: 2 * 4 */
+	n.padded[1] = 6;
+	CHECK_EQ_INT(ir_global_dim(&m, &n, 1), 6);
 }
 
 static void test_shard_shapes(void)
@@ -230,6 +270,7 @@ int main(void)
 {
 	test_reference_layout();
 	test_chunk();
+	test_padded_global();
 	test_shard_shapes();
 	test_format();
 	return check_report();

@@ -12,7 +12,9 @@
  * (pass_partition_ex with fill_unknown).  Also: the verifier after
  * partition, vocab parallelism (no all_gather of wte or logits), the
  * text round trip of a partitioned module, the one-rank
- * mesh left unchanged and uneven shards refused.
+ * mesh left unchanged; uneven (torch.chunk) shards, padded: plans,
+ * a partitioned matmul's shapes and nodes, and equivalence of uneven
+ * MLP and GPT layouts.
  */
 #include "check.h"
 #include "frontend/lower.h"
@@ -55,6 +57,9 @@ static char *slurp(const char *path)
 	return s;
 }
 
+/* A --train override for the next lower_src calls ("uneven_shards=true"). */
+static const char *eq_train;
+
 static IrModule *lower_src(Arena *a, Diag *d, const char *src, const char *mesh,
                            const char *const *defs)
 {
@@ -64,6 +69,8 @@ static IrModule *lower_src(Arena *a, Diag *d, const char *src, const char *mesh,
 	sf->len = strlen(src);
 	diag_add_file(d, sf);
 	LowerOptions o = {.mesh = mesh};
+	if (eq_train)
+		o.train[o.ntrain++] = eq_train;
 	for (int i = 0; defs && defs[2 * i]; i++) {
 		o.define_names[o.ndefines] = defs[2 * i];
 		o.define_values[o.ndefines++] = defs[2 * i + 1];
@@ -120,10 +127,13 @@ static void global_input(const IrNode *n, int64_t N, int idlim, double *v)
  * equivalence() runs. */
 static bool eq_sp;
 
+/* Source text for the next equivalence() runs instead of the file. */
+static const char *eq_src;
+
 static void equivalence(const char *label, const char *path, const char *single,
                         const char *mesh, const char *const *defs, int idlim)
 {
-	char *src = slurp(path);
+	char *src = eq_src ? strdup(eq_src) : slurp(path);
 	CHECK(src != NULL);
 	if (!src)
 		return;
@@ -273,6 +283,116 @@ static void test_equivalence(void)
 	equivalence("gpt dp x tp sp", "models/gpt.dtm", "pp=1,dp=1,tp=1", "pp=1,dp=2,tp=2", gpt,
 	            16);
 	eq_sp = false;
+}
+
+/* Uneven (torch.chunk) shards, padded: a matmul whose output dim of n is
+ * split over tp = 4 (n = 6: 2, 2, 2, 0; n = 5: 2, 2, 1, 0).  Every rank
+ * holds ceil(n / 4) = 2 columns of w, the global extent recorded; mse
+ * gathers h whole (all_gather, then a slice trims the padding) and its
+ * gradient is cut from whole (pad, then an even shard_slice); mean(h)
+ * reduces over the padded dim, so exp's padding (exp(0) = 1) must be
+ * masked and the local mean rescaled. */
+static char *print_str(const IrModule *m);
+
+static const char uneven_src[] =
+        "model t\nlet n = 6\nmesh (tp = 4)\n"
+        "input x : f32[4, 8]\n"
+        "input y : f32[4, n]\n"
+        "param w : f32[8, n] @ [_, tp] init normal(0, 1)\n"
+        "param b : f32[n] @ [tp] init normal(0, 1)\n"
+        "forward {\n"
+        "  h = exp(x @ w + b) @ [_, tp]\n"
+        "  loss = mse(h, y) + mean(h)\n"
+        "}\n"
+        "train {\n  optimizer sgd(lr = 0.1)\n  uneven_shards true\n}\n";
+
+static void test_uneven_matmul(void)
+{
+	Arena a;
+	arena_init(&a);
+	Diag d;
+	diag_init(&d, stderr);
+	IrModule *m = lower_src(&a, &d, uneven_src, "tp=4", NULL);
+	bool ok = m && pipeline(m, &d, true);
+	CHECK(ok);
+	if (ok) {
+		int w = find_named(m, IR_OP_PARAM, IR_ROLE_PARAM, "w");
+		CHECK(w >= 0);
+		if (w >= 0) {
+			const IrNode *n = m->nodes[w];
+			CHECK(n->rank == 2 && n->shape[0] == 8 && n->shape[1] == 2);
+			CHECK(n->padded[0] == 0 && n->padded[1] == 6);
+			CHECK_EQ_INT(ir_global_dim(m, n, 1), 6);
+			CHECK_EQ_INT(ir_global_dim(m, n, 0), 8);
+		}
+		int c[IR_OP_COUNT] = {0};
+		for (int i = 0; i < m->nnodes; i++)
+			c[m->nodes[i]->op]++;
+		/* h gathered whole and trimmed to 6 columns; exp's padding
+		 * (exp(0) = 1) masked; the gradient padded to 8 and cut */
+		CHECK(c[IR_OP_ALL_GATHER] >= 1 && c[IR_OP_SLICE] >= 1);
+		CHECK(c[IR_OP_PAD_MASK] >= 1);
+		CHECK(c[IR_OP_PAD] >= 1 && c[IR_OP_SHARD_SLICE] >= 1);
+		for (int i = 0; i < m->nnodes; i++) {
+			const IrNode *n = m->nodes[i];
+			if (n->op == IR_OP_SLICE && n->nops == 1 &&
+			    m->nodes[n->ops[0]]->op == IR_OP_ALL_GATHER) {
+				CHECK_EQ_INT(m->nodes[n->ops[0]]->shape[1], 8);
+				CHECK_EQ_INT(n->shape[1], 6);
+			}
+		}
+		/* "of [8, 6]" prints, parses and verifies */
+		char *t1 = print_str(m);
+		CHECK(strstr(t1, "@ [_, tp] of [8, 6]") != NULL);
+		SrcFile sf = {"uneven.ir", t1, strlen(t1)};
+		diag_add_file(&d, &sf);
+		IrModule *m2 = ir_parse(&a, &d, &sf);
+		CHECK(m2 != NULL && ir_verify(m2, &d, "parse"));
+		if (m2) {
+			char *t2 = print_str(m2);
+			CHECK_EQ_STR(t2, t1);
+			free(t2);
+		}
+		free(t1);
+	}
+	arena_free(&a);
+
+	/* the same in numbers, on every rank: 6 and 5 columns over 4 */
+	eq_src = uneven_src;
+	equivalence("uneven matmul 6/4", "", "tp=1", "tp=4", NULL, 1);
+	static const char *const five[] = {"n", "5", NULL};
+	equivalence("uneven matmul 5/4", "", "tp=1", "tp=4", five, 1);
+	eq_src = NULL;
+}
+
+/* Uneven shards in the models: the MLP's hidden dim of 6 (and 5) over tp =
+ * 4, its batch of 6 over dp = 4 (the loss's positions gathered whole);
+ * GPT's vocab of 15 over tp = 2 (vocab-parallel embedding and loss with a
+ * padded vocab), with dp, and a vocab of 13 and an ffn of 30 over tp = 4. */
+static void test_uneven_models(void)
+{
+	eq_train = "uneven_shards=true";
+	static const char *const h6[] = {"batch", "8", "din", "4", "hidden", "6", "dout", "4",
+	                                 NULL};
+	static const char *const h5[] = {"batch", "8", "din", "4", "hidden", "5", "dout", "4",
+	                                 NULL};
+	static const char *const b6[] = {"batch", "6", "din", "4", "hidden", "8", "dout", "4",
+	                                 NULL};
+	equivalence("mlp hidden 6 over tp 4", "models/mlp.dtm", "dp=1,tp=1", "dp=1,tp=4", h6, 1);
+	equivalence("mlp hidden 5 over dp 2 x tp 4", "models/mlp.dtm", "dp=1,tp=1", "dp=2,tp=4",
+	            h5, 1);
+	equivalence("mlp batch 6 over dp 4", "models/mlp.dtm", "dp=1,tp=1", "dp=4,tp=1", b6, 1);
+	eq_train = NULL;
+	static const char *const v15[] = {"vocab", "15", "ctx", "4", "d", "8", "heads", "2",
+	                                  "layers", "1", "batch", "4", NULL};
+	static const char *const v13[] = {"vocab", "13", "ctx", "4", "d", "8", "heads", "2",
+	                                  "ffn", "30", "layers", "1", "batch", "4", NULL};
+	equivalence("gpt vocab 15 over tp 2", "models/gpt.dtm", "pp=1,dp=1,tp=1", "pp=1,dp=1,tp=2",
+	            v15, 15);
+	equivalence("gpt vocab 15 over dp 2 x tp 2", "models/gpt.dtm", "pp=1,dp=1,tp=1",
+	            "pp=1,dp=2,tp=2", v15, 15);
+	equivalence("gpt vocab 13 ffn 30 over tp 4", "models/gpt.dtm", "pp=1,dp=1,tp=1",
+	            "pp=1,dp=1,tp=4", v13, 13);
 }
 
 /* ---- reshard plans ---- */
@@ -482,13 +602,46 @@ static void test_plans(void)
 			        kinds(&best, b1, sizeof b1), best.cost, kinds(&greedy, b2, sizeof b2),
 			        greedy.cost);
 	}
-	/* no Replicate -> Partial, no uneven cuts */
+	/* no Replicate -> Partial */
 	ReshardPlan p;
-	char why[256];
+	char why[256], buf[512];
 	Placement r = pl("", "", 0), pp = pl("", "", 1), s = pl("d", "", 0);
 	CHECK(!pass_reshard_plan(&m, IR_F32, 2, shape, &r, &pp, &p, why, sizeof why));
+
+	/* uneven (torch.chunk) cuts: from or to the whole dim (partition pads
+	 * and trims), or where the finer chunks tile the coarser */
 	int64_t odd[2] = {3, 3};
-	CHECK(!pass_reshard_plan(&m, IR_F32, 2, odd, &r, &s, &p, why, sizeof why));
+	CHECK(pass_reshard_plan(&m, IR_F32, 2, odd, &r, &s, &p, why, sizeof why));
+	CHECK_EQ_STR(kinds(&p, buf, sizeof buf), "shard_slice(dp,0)");
+	CHECK(pass_reshard_plan(&m, IR_F32, 2, odd, &s, &r, &p, why, sizeof why));
+	CHECK_EQ_STR(kinds(&p, buf, sizeof buf), "all_gather(dp,0)");
+	Placement ps = pl("", "", 1);
+	CHECK(pass_reshard_plan(&m, IR_F32, 2, odd, &ps, &s, &p, why, sizeof why));
+	CHECK_EQ_STR(kinds(&p, buf, sizeof buf), "reduce_scatter(dp,0)");
+	/* 5 rows: chunks of 3 over dp, of 2 over (dp, tp) (2, 2, 1, 0): no
+	 * tile, so [dp] and [(dp, tp)] go through the whole dim, gathered or
+	 * cut over both axes at once; 7 rows over dp (4, 3) tile into 2, 2 |
+	 * 2, 1 */
+	int64_t five[2] = {5, 4}, seven[2] = {7, 4};
+	Placement sd = pl("d", "", 0), sdt = pl("dt", "", 0), std = pl("td", "", 0);
+	CHECK(pass_reshard_plan(&m, IR_F32, 2, five, &sd, &sdt, &p, why, sizeof why));
+	CHECK_EQ_STR(kinds(&p, buf, sizeof buf), "all_gather(dp,0) shard_slice(dp,tp,0)");
+	CHECK(pass_reshard_plan(&m, IR_F32, 2, five, &sdt, &r, &p, why, sizeof why));
+	CHECK_EQ_STR(kinds(&p, buf, sizeof buf), "all_gather(dp,tp,0)");
+	/* out of mesh order a group's members are not the shards' order */
+	CHECK(!pass_reshard_plan(&m, IR_F32, 2, five, &std, &r, &p, why, sizeof why));
+	CHECK(pass_reshard_plan(&m, IR_F32, 2, seven, &sd, &sdt, &p, why, sizeof why));
+	CHECK_EQ_STR(kinds(&p, buf, sizeof buf), "shard_slice(tp,0)");
+	CHECK(pass_reshard_plan(&m, IR_F32, 2, seven, &sdt, &r, &p, why, sizeof why));
+	CHECK_EQ_STR(kinds(&p, buf, sizeof buf), "all_gather(dp,tp,0)"); /* one launch */
+	/* an even value never detours through uneven cuts, nor moves an
+	 * uneven one by all_to_all */
+	int64_t six[2] = {6, 6};
+	Placement s1 = pl("", "d", 0);
+	CHECK(pass_reshard_plan(&m, IR_F32, 2, six, &sd, &s1, &p, why, sizeof why));
+	CHECK_EQ_STR(kinds(&p, buf, sizeof buf), "all_to_all(dp,0->1)");
+	CHECK(pass_reshard_plan(&m, IR_F32, 2, odd, &sd, &s1, &p, why, sizeof why));
+	CHECK(strstr(kinds(&p, buf, sizeof buf), "all_to_all") == NULL);
 }
 
 /* The plans computed by partition are right in numbers too: a module with
@@ -617,17 +770,18 @@ static void test_text_and_edges(void)
 		free(after);
 	}
 
-	/* a vocab of 15 over tp = 2 (uneven_shards is on in gpt.dtm) */
+	/* a vocab of 15 over tp = 2 (uneven_shards is on in gpt.dtm) is
+	 * padded (test_uneven_models); without uneven_shards sema refuses it */
 	static const char *const odd[] = {"vocab", "15", "ctx", "4", "d", "8", "heads", "2",
 	                                  "layers", "1", "batch", "4", NULL};
+	IrModule *u = lower_src(&a, &d, src, "pp=1,dp=1,tp=2", odd);
+	CHECK(u && pipeline(u, &d, true));
 	FILE *sink = fopen("/dev/null", "w");
 	Diag q;
 	diag_init(&q, sink ? sink : stderr);
-	IrModule *u = lower_src(&a, &q, src, "pp=1,dp=1,tp=2", odd);
-	if (u) {
-		CHECK(!pipeline(u, &q, true));
-		CHECK(q.nerr > 0);
-	}
+	eq_train = "uneven_shards=false";
+	CHECK(lower_src(&a, &q, src, "pp=1,dp=1,tp=2", odd) == NULL && q.nerr > 0);
+	eq_train = NULL;
 	if (sink)
 		fclose(sink);
 	arena_free(&a);
@@ -642,5 +796,7 @@ int main(void)
 	test_vocab_parallel();
 	test_sequence_parallel();
 	test_text_and_edges();
+	test_uneven_matmul();
+	test_uneven_models();
 	return check_report();
 }

@@ -116,8 +116,10 @@ static const DtmAction nan_actions[] = {
 	actions[1], actions[2], actions[3], actions[4], actions[5], actions[6],
 };
 
-static DtmStage stage = { (int)(sizeof actions / sizeof actions[0]), actions };
-static DtmStage nan_stage = { (int)(sizeof nan_actions / sizeof nan_actions[0]), nan_actions };
+static DtmStage stage = { .nactions = (int)(sizeof actions / sizeof actions[0]),
+			  .actions = actions };
+static DtmStage nan_stage = { .nactions = (int)(sizeof nan_actions / sizeof nan_actions[0]),
+			      .actions = nan_actions };
 
 static DtmPlan make_plan(void)
 {
@@ -460,7 +462,7 @@ static void test_gemm(void)
 			C16[i] = rt_f32_to_bf16(C[i]);
 		void *ptrs[3] = { bf ? (void *)A16 : A, bf ? (void *)B16 : B, bf ? (void *)C16 : C };
 		DtmPlan p = { .nbuffers = 3, .buffers = bufs, .nstages = 1 };
-		DtmStage st = { 1, &a };
+		DtmStage st = { .nactions = 1, .actions = &a };
 		p.stages = &st;
 		RtGemmScratch s = { 0 };
 		char err[RT_ERR_LEN];
@@ -583,6 +585,30 @@ static void test_shard_index(void)
 	rt_global_indices(&p, &c, coords, cidx); /* shard 1*3 + 2 = 5 */
 	CHECK_EQ_INT(cidx[0], 5);
 	CHECK_EQ_INT(cidx[4], 4 * 6 + 5);
+
+	/* padded (uneven) shards as partition lays them out: every rank
+	 * stores ceil(n / parts) rows; those past the global extent map to
+	 * -1.  A [3, 5] tensor, 5 columns over tp = 3 (2, 2, 1), rows over
+	 * dp = 2 (2, 1): rank 5 (dp 1, tp 2) holds row 2 and column 4 */
+	DtmBuffer u = { .rank = 2, .shape = { 2, 2 }, .global_shape = { 3, 5 },
+			.split_naxes = { 1, 1 }, .split_axes = { { 0 }, { 1 } } };
+	int64_t uidx[4];
+	rt_global_indices(&p, &u, coords, uidx);
+	CHECK_EQ_INT(uidx[0], 2 * 5 + 4);
+	CHECK_EQ_INT(uidx[1], -1);
+	CHECK_EQ_INT(uidx[2], -1);
+	CHECK_EQ_INT(uidx[3], -1);
+	/* 6 columns over tp = 4 on a tp-only mesh (2, 2, 2, 0): the last
+	 * rank's shard is all padding, the others none */
+	DtmPlan q = { .mesh_naxes = 1, .mesh_sizes = { 4 } };
+	DtmBuffer w = { .rank = 2, .shape = { 2, 2 }, .global_shape = { 2, 6 },
+			.split_naxes = { 0, 1 }, .split_axes = { { 0 }, { 0 } } };
+	int64_t wc[1] = { 3 }, widx[4];
+	rt_global_indices(&q, &w, wc, widx);
+	CHECK(widx[0] == -1 && widx[1] == -1 && widx[2] == -1 && widx[3] == -1);
+	wc[0] = 2;
+	rt_global_indices(&q, &w, wc, widx);
+	CHECK(widx[0] == 4 && widx[1] == 5 && widx[2] == 10 && widx[3] == 11);
 }
 
 /* Token inputs on a dp=2 mesh: rank 1 holds rows 2..3 of each global

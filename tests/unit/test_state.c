@@ -19,6 +19,8 @@
 #include "ir/eval_spmd.h"
 #include "ir/ir.h"
 #include "passes/passes.h"
+#include "passes/fuse.h"
+#include "passes/memplan.h"
 #include "passes/state.h"
 
 #include <stdlib.h>
@@ -558,6 +560,123 @@ static void test_collectives(void)
 	arena_free(&a);
 }
 
+/* ---- prefetch ---- */
+
+static void check_window(int L, int n, int i, bool bwd, int nwant, const int *want)
+{
+	int out[16];
+	int got = pass_state_prefetch(L, n, i, bwd, out);
+	CHECK_EQ_INT(got, nwant);
+	for (int k = 0; k < got && k < nwant; k++)
+		CHECK_EQ_INT(out[k], want[k]);
+}
+
+/* REFERENCE.md's worked layout, L = 4, n = 2: forward {0:[1,2], 1:[2,3]},
+ * backward {3:[2,1], 2:[1,0]}, nothing for the others; and the edges. */
+static void test_prefetch_rule(void)
+{
+	check_window(4, 2, 0, false, 2, (const int[]){1, 2});
+	check_window(4, 2, 1, false, 2, (const int[]){2, 3});
+	check_window(4, 2, 2, false, 0, NULL);
+	check_window(4, 2, 3, false, 0, NULL);
+	check_window(4, 2, 3, true, 2, (const int[]){2, 1});
+	check_window(4, 2, 2, true, 2, (const int[]){1, 0});
+	check_window(4, 2, 1, true, 0, NULL);
+	check_window(4, 2, 0, true, 0, NULL);
+	/* n = 1: the next unit; n = 0: none; deeper than L - 1: all ahead */
+	for (int i = 0; i < 4; i++) {
+		check_window(4, 1, i, false, i < 3, (const int[]){i + 1});
+		check_window(4, 1, i, true, i > 0, (const int[]){i - 1});
+		check_window(4, 0, i, false, 0, NULL);
+		check_window(4, 0, i, true, 0, NULL);
+	}
+	check_window(4, 9, 0, false, 3, (const int[]){1, 2, 3});
+	check_window(4, 9, 3, true, 3, (const int[]){2, 1, 0});
+	check_window(4, 9, 1, false, 0, NULL);
+	check_window(1, 1, 0, false, 0, NULL);
+}
+
+static bool chain_op(IrOp op)
+{
+	return (ir_op_flags(op) & OPF_COLL) || op == IR_OP_PERMUTE || op == IR_OP_RESHAPE;
+}
+
+/* Per unit, the first all_gather of its params and the first use (a node
+ * not itself a gather or view) of a gathered param, forward (b = 0) and
+ * backward (b = 1). */
+static void unit_points(const IrModule *m, const char *unit, int gather[2], int use[2])
+{
+	gather[0] = gather[1] = use[0] = use[1] = -1;
+	for (int i = 0; i < m->nnodes; i++) {
+		const IrNode *n = m->nodes[i];
+		int b = i > m->loss;
+		int r = n->op == IR_OP_ALL_GATHER ? gather_root(m, i) : -1;
+		if (r >= 0 && in_unit(m->nodes[r]->name, unit) && gather[b] < 0)
+			gather[b] = i;
+		for (int k = 0; !chain_op(n->op) && use[b] < 0 && k < n->nops; k++) {
+			int o = n->ops[k], g = gather_root(m, o);
+			if (g >= 0 && g != o && in_unit(m->nodes[g]->name, unit))
+				use[b] = i;
+		}
+	}
+}
+
+/* gpt with 4 layers, zero 3 over dp = 4, prefetch 0, 1, 2: units in order
+ * of first forward use "", layer.0 .. layer.3 (0..4); backward, the head
+ * (top level) starts first, so the rule's index is layer.k = k, "" = 4.
+ * Unit j's forward gathers come in front of unit max(j-n, 0)'s first use
+ * and after unit j-n-1's; its backward gathers in front of unit
+ * min(j+n, 4)'s first backward use and after unit j+n+1's.  Memory: the
+ * planned ACT arena grows with n (n more gathered units live at once). */
+static void test_prefetch(void)
+{
+	static const char *const defs[] = {"layers", "4", NULL};
+	static const char *const fwd[] = {"", "layer.0.", "layer.1.", "layer.2.", "layer.3."};
+	static const char *const bwd[] = {"layer.0.", "layer.1.", "layer.2.", "layer.3.", ""};
+	int64_t act[3] = {0};
+	for (int n = 0; n < 3; n++) {
+		Arena a;
+		arena_init(&a);
+		char train[128];
+		snprintf(train, sizeof train, "  zero 3 over dp\n  prefetch %d\n", n);
+		IrModule *m = build(&a, "models/gpt.dtm", train, "pp=1,dp=4,tp=1", defs);
+		if (!m) {
+			arena_free(&a);
+			continue;
+		}
+		check_units(m, true);
+		int fg[5][2], fu[5][2], bg[5][2], bu[5][2];
+		for (int j = 0; j < 5; j++) {
+			unit_points(m, fwd[j], fg[j], fu[j]);
+			unit_points(m, bwd[j], bg[j], bu[j]);
+		}
+		for (int j = 0; j < 5; j++) {
+			int at = j - n > 0 ? j - n : 0, before = j - n - 1;
+			CHECK(fg[j][0] >= 0 && fg[j][0] < fu[at][0]);
+			CHECK(before < 0 || fg[j][0] > fu[before][0]);
+			at = j + n < 4 ? j + n : 4;
+			int after = j + n + 1;
+			CHECK(bg[j][1] > m->loss && bg[j][1] < bu[at][1]);
+			CHECK(after > 4 || bg[j][1] > bu[after][1]);
+		}
+		Diag d;
+		diag_init(&d, stderr);
+		FusePlan fp;
+		MemPlan mp;
+		bool ok = pass_fuse_plan(m, &a, &d, &fp) && pass_memplan(m, &fp, &a, &d, &mp);
+		CHECK(ok);
+		if (ok)
+			act[n] = mp.arena_bytes[DTM_ARENA_ACT];
+		if (getenv("DTM_TEST_VERBOSE"))
+			fprintf(stderr, "gpt layers=4 zero 3 prefetch %d: ACT %lld bytes\n", n,
+			        (long long)act[n]);
+		arena_free(&a);
+	}
+	CHECK(act[0] > 0);
+	CHECK(act[1] > act[0]);
+	CHECK(act[2] > act[1]);
+}
+
 /* ---- memory by the formulas ---- */
 
 static void test_memory(void)
@@ -606,6 +725,8 @@ int main(void)
 	test_equivalence();
 	test_microbatches();
 	test_collectives();
+	test_prefetch_rule();
+	test_prefetch();
 	test_memory();
 	return check_report();
 }

@@ -1,0 +1,666 @@
+/* plan_build.c - the Plan as data (see plan_build.h).
+ *
+ * Consumes the final IR (one rank's program, per pipeline stage after the
+ * pipeline pass), its FusePlan and its MemPlan; produces the DtmPlan that
+ * codegen/emit_c.c prints as C tables and the tools read.  Node by node,
+ * in order, what each becomes:
+ *   matmul that one strided GEMM expresses -> a DTM_ACT_GEMM action
+ *     (transposes folded into trans flags; a batch over A's rows with a
+ *     shared B becomes one tall GEMM, which BLAS runs far faster than a
+ *     loop of small ones);
+ *   root of a fused elementwise group, or any other computing op -> a
+ *     DTM_ACT_KERNEL action calling the plan's kernel for it (the kernels'
+ *     code is the emitters' business: cg_plan_kernels numbers them);
+ *   a grad_norm over more gradients than one action carries -> a chain of
+ *     kernel actions over consecutive slices of them;
+ *   collective -> a DTM_ACT_COLL action (runtime/comm.c's conventions);
+ *   send/recv -> DTM_ACT_SEND / DTM_ACT_RECV;
+ *   leaves, fused-away members, folded transposes, copy-free reshapes ->
+ *     nothing (const: a kernel).
+ * Buffers: one per storage owner of the MemPlan, numbered in node order.
+ * Phases: the pipeline pass's when set; else nodes up to the loss are
+ * forward (what --eval-every runs), from the first optimizer node
+ * (in-place update or grad_norm) on they are optimizer, the rest backward.
+ */
+#include "plan_build.h"
+
+#include <string.h>
+
+#include "../frontend/lower.h"
+#include "../passes/passes.h"
+#include "emit_c.h"
+
+/* ---- what each node becomes (shared with cg_plan_kernels) ---- */
+
+typedef enum NodeKind { NK_NONE, NK_GEMM, NK_FUSED, NK_COLL, NK_KERNEL, NK_GNORM } NodeKind;
+
+/* Gradients per action of a chunked grad_norm (plus its output). */
+#define GNORM_CHUNK (DTM_MAX_ARGS - 2)
+
+static int gnorm_chunks(const IrNode *n)
+{
+	return (n->nops + GNORM_CHUNK - 1) / GNORM_CHUNK;
+}
+
+static NodeKind node_kind(const IrModule *m, const FusePlan *fp, const MemPlan *mp, int i)
+{
+	const IrNode *n = m->nodes[i];
+	if (n->op == IR_OP_SEND || n->op == IR_OP_RECV)
+		return NK_NONE; /* plan actions of their own, no kernel */
+	if (fp->internal[i] || fp->folded[i])
+		return NK_NONE;
+	/* a copy-free reshape shares its operand's bytes: nothing to run */
+	if (mp->buf[i].owner >= 0 && mp->buf[i].owner != i && !(ir_op_flags(n->op) & OPF_INPLACE))
+		return NK_NONE;
+	unsigned fl = ir_op_flags(n->op);
+	if (fl & OPF_LEAF)
+		return n->op == IR_OP_CONST ? NK_KERNEL : NK_NONE;
+	if (fl & OPF_COLL)
+		return NK_COLL;
+	if (n->op == IR_OP_GRAD_NORM && n->nops > DTM_MAX_ARGS - 1)
+		return NK_GNORM;
+	if (n->op == IR_OP_MATMUL && pass_matmul_is_gemm(m, n))
+		return NK_GEMM;
+	if (fp->root[i] == i)
+		return NK_FUSED;
+	return NK_KERNEL;
+}
+
+/* A kernel action's args as node ids: a grad_norm chunk's gradients, a
+ * fused group's external inputs (in the order its loop numbers them), or
+ * the op's operands; then the output. */
+static int kernel_args(const IrModule *m, const FusePlan *fp, NodeKind k, int i, int chunk,
+                       int *args)
+{
+	const IrNode *n = m->nodes[i];
+	int na = 0;
+	if (k == NK_GNORM) {
+		int lo = chunk * GNORM_CHUNK;
+		int hi = lo + GNORM_CHUNK < n->nops ? lo + GNORM_CHUNK : n->nops;
+		for (int q = lo; q < hi; q++)
+			args[na++] = n->ops[q];
+	} else if (k == NK_FUSED) {
+		for (int x = fp->first ? fp->first[i] : 0; x <= i; x++) {
+			if (fp->root[x] != i)
+				continue;
+			const IrNode *mx = m->nodes[x];
+			for (int q = 0; q < mx->nops; q++) {
+				int o = mx->ops[q];
+				if (fp->root[o] == i && fp->internal[o])
+					continue;
+				bool seen = false;
+				for (int j = 0; j < na; j++)
+					seen |= args[j] == o;
+				if (!seen && na < DTM_MAX_ARGS - 1)
+					args[na++] = o;
+			}
+		}
+	} else {
+		for (int q = 0; q < n->nops && na < DTM_MAX_ARGS - 1; q++)
+			args[na++] = n->ops[q];
+	}
+	args[na++] = i;
+	return na;
+}
+
+int cg_plan_kernels(const IrModule *m, const FusePlan *fp, const MemPlan *mp, CgPlanKernel *out,
+                    int cap)
+{
+	int nk = 0;
+	for (int i = 0; i < m->nnodes; i++) {
+		NodeKind k = node_kind(m, fp, mp, i);
+		if (k != NK_FUSED && k != NK_KERNEL && k != NK_GNORM)
+			continue;
+		int nc = k == NK_GNORM ? gnorm_chunks(m->nodes[i]) : 1;
+		for (int c = 0; c < nc; c++, nk++) {
+			if (!out || nk >= cap)
+				continue;
+			CgPlanKernel *pk = &out[nk];
+			*pk = (CgPlanKernel){ .node = i, .fused = k == NK_FUSED, .chunk = c,
+			                      .nchunks = nc };
+			pk->nargs = kernel_args(m, fp, k, i, c, pk->args);
+		}
+	}
+	return nk;
+}
+
+/* ---- enums ---- */
+
+static DtmDtype dtype_of(IrDtype t)
+{
+	switch (t) {
+	case IR_BF16: return DTM_BF16;
+	case IR_F16: return DTM_F16;
+	case IR_I32: return DTM_I32;
+	default: return DTM_F32;
+	}
+}
+
+static DtmRole role_of(IrRole r)
+{
+	switch (r) {
+	case IR_ROLE_PARAM: return DTM_ROLE_PARAM;
+	case IR_ROLE_INPUT: return DTM_ROLE_INPUT;
+	case IR_ROLE_LOSS: return DTM_ROLE_LOSS;
+	case IR_ROLE_GRAD: return DTM_ROLE_GRAD;
+	case IR_ROLE_OPT_STATE: return DTM_ROLE_OPT_STATE;
+	default: return DTM_ROLE_ACT;
+	}
+}
+
+static DtmColl coll_of(IrOp op)
+{
+	switch (op) {
+	case IR_OP_ALL_GATHER: return DTM_COLL_ALL_GATHER;
+	case IR_OP_REDUCE_SCATTER: return DTM_COLL_REDUCE_SCATTER;
+	case IR_OP_ALL_TO_ALL: return DTM_COLL_ALL_TO_ALL;
+	case IR_OP_BROADCAST: return DTM_COLL_BROADCAST;
+	default: return DTM_COLL_ALL_REDUCE;
+	}
+}
+
+static DtmRed red_of(IrRed r)
+{
+	switch (r) {
+	case IR_RED_AVG: return DTM_RED_AVG;
+	case IR_RED_MAX: return DTM_RED_MAX;
+	default: return DTM_RED_SUM;
+	}
+}
+
+static bool is_grad_norm(const IrNode *n)
+{
+	return (n->name && strcmp(n->name, "grad_norm") == 0) ||
+	       strcmp(ir_op_name(n->op), "grad_norm") == 0;
+}
+
+static bool named_grad_norm(const IrNode *n)
+{
+	return n->name && strcmp(n->name, "grad_norm") == 0;
+}
+
+/* ---- the builder ---- */
+
+typedef struct Build {
+	const IrModule *m;
+	const FusePlan *fp;
+	const MemPlan *mp;
+	Arena *a;
+	Diag *d;
+	int *bufid;     /* per node: its buffer (its storage owner's), or -1 */
+	int *kernel;    /* per node: its first kernel index, or -1 */
+	int opt_start;  /* first optimizer node */
+	DtmPlan *p;
+} Build;
+
+static DtmPhase phase_of(const Build *b, int id)
+{
+	int ph = b->m->nodes[id]->phase;
+	if (ph >= 0)
+		return ph == IR_PHASE_FORWARD ? DTM_PHASE_FORWARD
+		       : ph == IR_PHASE_BACKWARD ? DTM_PHASE_BACKWARD : DTM_PHASE_OPTIMIZER;
+	if (b->m->loss < 0 || id <= b->m->loss)
+		return DTM_PHASE_FORWARD;
+	return id >= b->opt_start ? DTM_PHASE_OPTIMIZER : DTM_PHASE_BACKWARD;
+}
+
+static int64_t value_bytes(const IrNode *x)
+{
+	return ir_node_numel(x) * ir_dtype_size(x->dtype);
+}
+
+/* The split layout the runtime's init, data feed and checkpoints index by
+ * (DtmBuffer.split_axes): per dim, the mesh axes cutting it, major first.
+ * Axes of size 1 cut nothing and are left out, so a one-rank plan's
+ * tables stay as they were; no axis cutting anything: all zero. */
+static void fill_split(const IrModule *m, const IrNode *n, DtmBuffer *buf)
+{
+	const Placement *p = &n->place;
+	if (!p->known)
+		return;
+	bool any = false;
+	for (int d = 0; d < n->rank && d < p->ndims; d++)
+		for (int k = 0; k < p->naxes[d]; k++)
+			any |= m->mesh.sizes[p->axes[d][k]] > 1;
+	if (!any)
+		return;
+	for (int d = 0; d < n->rank && d < DTM_MAX_RANK; d++) {
+		int c = 0;
+		for (int k = 0; d < p->ndims && k < p->naxes[d]; k++)
+			if (m->mesh.sizes[p->axes[d][k]] > 1 && c < DTM_MAX_AXES)
+				buf->split_axes[d][c++] = (uint8_t)p->axes[d][k];
+		buf->split_naxes[d] = (uint8_t)c;
+	}
+}
+
+static bool build_buffers(Build *b, int nbuf)
+{
+	const IrModule *m = b->m;
+	DtmBuffer *bufs = arena_alloc(b->a, sizeof *bufs * (size_t)(nbuf ? nbuf : 1));
+	if (!bufs)
+		return false;
+	for (int i = 0; i < m->nnodes; i++) {
+		const IrNode *n = m->nodes[i];
+		const MemPlanBuf *mb = &b->mp->buf[i];
+		if (mb->owner != i)
+			continue;
+		DtmBuffer *buf = &bufs[b->bufid[i]];
+		buf->name = n->name ? arena_strdup(b->a, n->name) : NULL;
+		buf->role = role_of(i == m->loss ? IR_ROLE_LOSS : n->role);
+		buf->dtype = dtype_of(n->dtype);
+		buf->rank = n->rank;
+		for (int d = 0; d < n->rank && d < DTM_MAX_RANK; d++) {
+			buf->shape[d] = n->shape[d];
+			buf->global_shape[d] = ir_global_dim(m, n, d);
+		}
+		fill_split(m, n, buf);
+		char pl[256];
+		placement_format(&n->place, &m->mesh, pl, sizeof pl);
+		buf->placement = arena_strdup(b->a, pl);
+		buf->arena = mb->arena >= 0 && mb->arena < DTM_ARENA_COUNT ? (DtmArena)mb->arena
+		                                                          : DTM_ARENA_ACT;
+		buf->offset = mb->offset;
+		buf->bytes = mb->bytes;
+		buf->stage = b->mp->nstages > 1 ? n->stage : 0;
+		if (ir_op_attr_kind(n->op) == IR_ATTR_INIT) {
+			int k = (int)n->attrs.init;
+			buf->init = k >= 0 && k <= DTM_INIT_UNIFORM ? (DtmInit)k : DTM_INIT_NONE;
+			buf->init_a = (float)n->attrs.f[0];
+			buf->init_b = (float)n->attrs.f[1];
+		}
+		if ((n->name && !buf->name) || !buf->placement)
+			return false;
+	}
+	b->p->nbuffers = nbuf;
+	b->p->buffers = bufs;
+	return true;
+}
+
+/* "matmul layer.0.wq" or "add %42"; by hand rather than arena_printf,
+ * which formats twice: `dtmc sweep` builds thousands of plans. */
+static const char *label_of(Build *b, const IrNode *n)
+{
+	const char *op = ir_op_name(n->op);
+	char id[16];
+	const char *tail = n->name;
+	if (!tail) {
+		snprintf(id, sizeof id, "%%%d", n->id);
+		tail = id;
+	}
+	size_t a = strlen(op), t = strlen(tail);
+	char *s = arena_alloc(b->a, a + t + 2);
+	if (!s)
+		return NULL;
+	memcpy(s, op, a);
+	s[a] = ' ';
+	memcpy(s + a + 1, tail, t + 1);
+	return s;
+}
+
+/* GEMM fields for matmul i: see the file comment for the batch folding. */
+static void fill_gemm(Build *b, int i, DtmAction *act)
+{
+	const IrModule *m = b->m;
+	const IrNode *n = m->nodes[i];
+	bool ta, tb;
+	int A = pass_fuse_operand(m, b->fp, i, 0, &ta), B = pass_fuse_operand(m, b->fp, i, 1, &tb);
+	const IrNode *an = m->nodes[n->ops[0]], *bn = m->nodes[n->ops[1]];
+	int r = n->rank;
+	int64_t M = n->shape[r - 2], N = n->shape[r - 1], K = an->shape[an->rank - 1];
+	int64_t batch = 1;
+	for (int d = 0; d < r - 2; d++)
+		batch *= n->shape[d];
+	int64_t abat = M * K > 0 ? ir_node_numel(an) / (M * K) : 1;
+	int64_t bbat = K * N > 0 ? ir_node_numel(bn) / (K * N) : 1;
+	int64_t sa = abat > 1 ? M * K : 0, sb = bbat > 1 ? K * N : 0, sc = M * N;
+	if (batch > 1 && abat > 1 && bbat <= 1 && !ta) {
+		M *= batch;
+		batch = 1;
+		sa = sb = sc = 0;
+	}
+	act->kind = DTM_ACT_GEMM;
+	act->nargs = 3;
+	act->args[0] = b->bufid[A];
+	act->args[1] = b->bufid[B];
+	act->args[2] = b->bufid[i];
+	act->m = M;
+	act->n = N;
+	act->k = K;
+	act->batch = batch;
+	act->stride_a = sa;
+	act->stride_b = sb;
+	act->stride_c = sc;
+	act->trans_a = ta;
+	act->trans_b = tb;
+	act->alpha = 1.0f;
+	act->beta = 0.0f;
+	act->flops = 2 * M * N * K * batch;
+}
+
+/* A collective's fields, in runtime/comm.c's conventions (above
+ * comm_run_action): dim and dim2 are dims of the input's shape (the IR's
+ * ints[0], ints[1]: the gather/scatter dim, or all_to_all's split and
+ * concat dims), bytes the input's local bytes, a broadcast's root
+ * (ints[0], a group index) in peer_offset. */
+static void fill_coll(const IrModule *m, const IrNode *n, DtmAction *act)
+{
+	const IrNode *x = m->nodes[n->ops[0]];
+	int i0 = n->attrs.nints > 0 ? (int)n->attrs.ints[0] : 0;
+	int i1 = n->attrs.nints > 1 ? (int)n->attrs.ints[1] : 0;
+	bool dims = n->op != IR_OP_BROADCAST && n->op != IR_OP_ALL_REDUCE;
+	act->kind = DTM_ACT_COLL;
+	act->coll = coll_of(n->op);
+	act->axes = n->attrs.mesh_axes;
+	act->red = red_of(n->attrs.red);
+	act->dim = dims ? i0 : 0;
+	act->dim2 = n->op == IR_OP_ALL_TO_ALL ? i1 : 0;
+	if (n->op == IR_OP_BROADCAST)
+		act->peer_offset = i0;
+	act->bytes = value_bytes(x);
+	act->stream = 1;
+}
+
+/* The actions of pipeline stage s (every node when there is one stage);
+ * with out NULL, only counts them.  An empty program gets one WAIT so
+ * the table is never empty. */
+static int build_actions(Build *b, int s, DtmAction *out)
+{
+	const IrModule *m = b->m;
+	int count = 0;
+	for (int i = 0; i < m->nnodes; i++) {
+		const IrNode *n = m->nodes[i];
+		if (b->mp->nstages > 1 && n->stage != s)
+			continue;
+		bool p2p = n->op == IR_OP_SEND || n->op == IR_OP_RECV;
+		NodeKind k = p2p ? NK_NONE : node_kind(m, b->fp, b->mp, i);
+		if (!p2p && k == NK_NONE)
+			continue;
+		int nact = k == NK_GNORM ? gnorm_chunks(n) : 1;
+		for (int c = 0; c < nact; c++, count++) {
+			if (!out)
+				continue;
+			DtmAction *act = &out[count];
+			memset(act, 0, sizeof *act);
+			act->phase = phase_of(b, i);
+			act->microbatch = n->mb > 0 ? n->mb : 0;
+			act->node = i;
+			act->label = label_of(b, n);
+			if (p2p) {
+				/* args = { the buffer sent, or received into } */
+				int buf = n->op == IR_OP_SEND ? n->ops[0] : i;
+				act->kind = n->op == IR_OP_SEND ? DTM_ACT_SEND : DTM_ACT_RECV;
+				act->nargs = 1;
+				act->args[0] = b->bufid[buf];
+				act->axes = n->attrs.mesh_axes;
+				act->peer_offset = n->attrs.nints > 0 ? (int)n->attrs.ints[0] : 0;
+				act->bytes = value_bytes(m->nodes[buf]);
+				act->stream = 1;
+				continue;
+			}
+			if (k == NK_GEMM) {
+				fill_gemm(b, i, act);
+				continue;
+			}
+			int args[DTM_MAX_ARGS];
+			int na = kernel_args(m, b->fp, k, i, c, args);
+			act->nargs = na;
+			for (int j = 0; j < na; j++)
+				act->args[j] = b->bufid[args[j]];
+			if (k == NK_COLL) {
+				fill_coll(m, n, act);
+			} else {
+				act->kind = DTM_ACT_KERNEL;
+				act->kernel = b->kernel[i] + c;
+			}
+		}
+	}
+	if (count == 0) {
+		if (out) {
+			memset(out, 0, sizeof *out);
+			out->kind = DTM_ACT_WAIT;
+			out->label = "empty";
+		}
+		count = 1;
+	}
+	return count;
+}
+
+/* Per stage its actions; pipelined, also its arenas and its copies of the
+ * inputs (in the order of stage 0's), the loss and the grad norm.  A plan
+ * of one stage keeps those in DtmPlan (runtime/plan.h). */
+static bool build_stages(Build *b)
+{
+	const IrModule *m = b->m;
+	int ns = b->mp->nstages;
+	DtmStage *st = arena_alloc(b->a, sizeof *st * (size_t)ns);
+	if (!st)
+		return false;
+	for (int s = 0; s < ns; s++) {
+		int n = build_actions(b, s, NULL);
+		DtmAction *acts = arena_alloc(b->a, sizeof *acts * (size_t)n);
+		if (!acts)
+			return false;
+		build_actions(b, s, acts);
+		for (int j = 0; j < n; j++)
+			if (!acts[j].label)
+				return false;
+		st[s].nactions = n;
+		st[s].actions = acts;
+		st[s].loss = st[s].grad_norm = 0;
+		if (ns == 1)
+			continue;
+		int sl = -1, sg = -1, ni = 0;
+		for (int i = 0; i < m->nnodes; i++) {
+			const IrNode *nd = m->nodes[i];
+			if (nd->stage != s || b->bufid[i] < 0)
+				continue;
+			if (nd->op == IR_OP_INPUT && ni < 4)
+				st[s].inputs[ni++] = b->bufid[i];
+			if (nd->role == IR_ROLE_LOSS)
+				sl = i;
+			if (sg < 0 && named_grad_norm(nd))
+				sg = i;
+		}
+		memcpy(st[s].arena_bytes, b->mp->stage_arena_bytes[s], sizeof st[s].arena_bytes);
+		st[s].ninputs = ni;
+		st[s].loss = sl >= 0 ? b->bufid[sl] : -1;
+		st[s].grad_norm = sg >= 0 ? b->bufid[sg] : -1;
+	}
+	b->p->nstages = ns;
+	b->p->stages = st;
+	return true;
+}
+
+static bool build_kernels(Build *b)
+{
+	const IrModule *m = b->m;
+	int nk = cg_plan_kernels(m, b->fp, b->mp, NULL, 0);
+	CgPlanKernel *ks = arena_alloc(b->a, sizeof *ks * (size_t)(nk ? nk : 1));
+	DtmKernelFn *fns = arena_alloc(b->a, sizeof *fns * (size_t)(nk ? nk : 1));
+	const char **names = arena_alloc(b->a, sizeof *names * (size_t)(nk ? nk : 1));
+	if (!ks || !fns || !names)
+		return false;
+	cg_plan_kernels(m, b->fp, b->mp, ks, nk);
+	for (int k = 0; k < nk; k++) {
+		const IrNode *n = m->nodes[ks[k].node];
+		if (ks[k].chunk == 0)
+			b->kernel[ks[k].node] = k;
+		names[k] = ks[k].fused ? "fused" : ir_op_name(n->op);
+		/* a generic wrapper passes every operand: they must fit */
+		if (!ks[k].fused && ks[k].nchunks == 1 && n->nops + 1 > DTM_MAX_ARGS) {
+			diag_error(b->d, n->loc, "%s with %d operands: the CPU back end takes at most %d",
+			           ir_op_name(n->op), n->nops, DTM_MAX_ARGS - 1);
+			return false;
+		}
+	}
+	b->p->nkernels = nk;
+	b->p->kernels = fns;
+	b->p->kernel_names = names;
+	return true;
+}
+
+/* The plan's inputs, loss and grad norm, and the train config with the
+ * global sizes the data feed draws from. */
+static bool build_train(Build *b)
+{
+	const IrModule *m = b->m;
+	const IrTrain *t = &m->train;
+	DtmPlan *p = b->p;
+	int inputs[4], ninputs = 0, gnorm = -1;
+	for (int i = 0; i < m->nnodes; i++) {
+		const IrNode *n = m->nodes[i];
+		if (n->op == IR_OP_INPUT && ninputs < 4 && b->bufid[i] >= 0 &&
+		    (b->mp->nstages == 1 || n->stage == 0))
+			inputs[ninputs++] = i;
+		if (gnorm < 0 && is_grad_norm(n) && b->bufid[i] >= 0)
+			gnorm = i;
+	}
+	/* partitioned: the grad_norm ops are per-group partial norms, the
+	 * global norm is the value named grad_norm that combines them */
+	for (int i = 0; i < m->nnodes; i++) {
+		if (named_grad_norm(m->nodes[i]) && b->bufid[i] >= 0) {
+			gnorm = i;
+			break;
+		}
+	}
+	/* tokens when the first two inputs are i32 (tokens, targets), else
+	 * regression on (x, y) */
+	bool tokens = ninputs >= 2 && m->nodes[inputs[0]]->dtype == IR_I32 &&
+	              m->nodes[inputs[1]]->dtype == IR_I32;
+	const IrNode *in0 = ninputs ? m->nodes[inputs[0]] : NULL;
+	int64_t B = in0 ? ir_global_dim(m, in0, 0) : 0;
+	int64_t T = tokens && in0->rank > 1 ? ir_global_dim(m, in0, 1) : 1;
+	int64_t vocab = 0;
+	for (int i = 0; tokens && i < m->nnodes && !vocab; i++) {
+		const IrNode *n = m->nodes[i];
+		if (n->op == IR_OP_EMBED || n->op == IR_OP_EMBED_VP)
+			vocab = ir_global_dim(m, m->nodes[n->ops[0]], 0);
+		else if (n->op == IR_OP_CROSS_ENTROPY)
+			vocab = ir_global_dim(m, m->nodes[n->ops[0]], m->nodes[n->ops[0]]->rank - 1);
+	}
+	p->ninputs = ninputs;
+	for (int k = 0; k < ninputs; k++)
+		p->inputs[k] = b->bufid[inputs[k]];
+	p->loss = m->loss >= 0 ? b->bufid[m->loss] : -1;
+	p->grad_norm = gnorm >= 0 ? b->bufid[gnorm] : -1;
+	DtmTrainCfg *c = &p->train;
+	c->optimizer = arena_strdup(b->a, t->optimizer ? t->optimizer : "sgd");
+	c->lr = (float)t->lr;
+	c->beta1 = (float)t->beta1;
+	c->beta2 = (float)t->beta2;
+	c->eps = (float)t->eps;
+	c->weight_decay = (float)t->weight_decay;
+	c->clip = (float)t->clip;
+	c->momentum = (float)t->momentum;
+	c->nesterov = t->nesterov;
+	c->lr_schedule = arena_strdup(b->a, t->lr_schedule ? t->lr_schedule : "constant");
+	c->warmup = t->warmup;
+	c->min_lr = (float)t->min_lr;
+	c->steps = t->steps;
+	c->data = arena_strdup(b->a, t->data ? t->data : "synthetic");
+	c->seed = t->seed;
+	c->tokens_per_step = B * T;
+	c->batch = B;
+	c->seq = tokens ? T : 0;
+	c->vocab = vocab;
+	c->data_kind = tokens ? DTM_DATA_TOKENS : DTM_DATA_REGRESSION;
+	c->microbatches = (int)(t->microbatches > 0 ? t->microbatches : 1);
+	c->precision = dtype_of(t->precision);
+	return c->optimizer && c->lr_schedule && c->data;
+}
+
+DtmPlan *cg_plan_build(const IrModule *m, const FusePlan *fp, const MemPlan *mp, Arena *a, Diag *d)
+{
+	Build b = { m, fp, mp, a, d, NULL, NULL, m->nnodes, NULL };
+	b.p = arena_alloc(a, sizeof *b.p);
+	b.bufid = arena_alloc(a, sizeof(int) * ((size_t)m->nnodes + 1));
+	b.kernel = arena_alloc(a, sizeof(int) * ((size_t)m->nnodes + 1));
+	if (!b.p || !b.bufid || !b.kernel || m->nnodes < 1)
+		goto oom;
+	if (m->mesh.naxes > DTM_MAX_AXES) {
+		diag_error(d, (SrcLoc){0}, "a mesh of %d axes: plans hold at most %d",
+		           m->mesh.naxes, DTM_MAX_AXES);
+		return NULL;
+	}
+	int nbuf = 0;
+	for (int i = 0; i < m->nnodes; i++) {
+		const IrNode *n = m->nodes[i];
+		if (i < b.opt_start && ((ir_op_flags(n->op) & OPF_INPLACE) || is_grad_norm(n)))
+			b.opt_start = i;
+		b.bufid[i] = mp->buf[i].owner == i ? nbuf++ : -1;
+		b.kernel[i] = -1;
+	}
+	for (int i = 0; i < m->nnodes; i++)
+		if (mp->buf[i].owner >= 0 && mp->buf[i].owner != i)
+			b.bufid[i] = b.bufid[mp->buf[i].owner];
+	DtmPlan *p = b.p;
+	p->version = DTM_PLAN_VERSION;
+	p->model = m->name ? arena_strdup(a, m->name) : NULL;
+	p->mesh_naxes = m->mesh.naxes;
+	for (int ax = 0; ax < m->mesh.naxes; ax++) {
+		p->mesh_names[ax] = m->mesh.names[ax] ? arena_strdup(a, m->mesh.names[ax]) : NULL;
+		p->mesh_sizes[ax] = m->mesh.sizes[ax];
+		if (m->mesh.names[ax] && !p->mesh_names[ax])
+			goto oom;
+	}
+	if (m->name && !p->model)
+		goto oom;
+	memcpy(p->arena_bytes, mp->arena_bytes, sizeof p->arena_bytes);
+	if (!build_kernels(&b)) {
+		if (d->nerr)
+			return NULL;
+		goto oom;
+	}
+	if (!build_buffers(&b, nbuf) || !build_stages(&b) || !build_train(&b))
+		goto oom;
+	/* pipelined: the plan's own inputs are stage 0's copies */
+	if (p->nstages > 1)
+		for (int k = 0; k < p->ninputs && k < p->stages[0].ninputs; k++)
+			p->inputs[k] = p->stages[0].inputs[k];
+	return p;
+oom:
+	diag_error(d, (SrcLoc){0}, "out of memory building the plan");
+	return NULL;
+}
+
+DtmPlan *cg_compile(const char *path, const CgCompileOptions *o, Arena *a, Diag *d, IrModule **mout)
+{
+	LowerOptions lo;
+	memset(&lo, 0, sizeof lo);
+	if (o) {
+		if (o->ndefines > LOWER_MAX_DEFINES || o->ntrain > LOWER_MAX_TRAIN ||
+		    o->ndefines > 32 || o->ntrain > 32) {
+			diag_error(d, (SrcLoc){0}, "too many -D or --train options");
+			return NULL;
+		}
+		lo.mesh = o->mesh;
+		lo.ndefines = o->ndefines;
+		for (int i = 0; i < o->ndefines; i++) {
+			lo.define_names[i] = o->define_names[i];
+			lo.define_values[i] = o->define_values[i];
+		}
+		lo.ntrain = o->ntrain;
+		for (int i = 0; i < o->ntrain; i++)
+			lo.train[i] = o->train[i];
+	}
+	IrModule *m = lower_path(a, d, path, &lo);
+	if (!m && d->nerr == 0)
+		diag_error(d, (SrcLoc){.file = path}, "could not be lowered");
+	if (!m || d->nerr > 0 || !ir_verify(m, d, "lower"))
+		return NULL;
+	PassOptions popt = { .verbose = false };
+	if (!pass_run_until(m, d, &popt, NULL))
+		return NULL;
+	FusePlan *fp = arena_alloc(a, sizeof *fp);
+	MemPlan *mp = arena_alloc(a, sizeof *mp);
+	if (!fp || !mp) {
+		diag_error(d, (SrcLoc){0}, "out of memory");
+		return NULL;
+	}
+	if (!pass_fuse_plan(m, a, d, fp) || !pass_memplan(m, fp, a, d, mp))
+		return NULL;
+	DtmPlan *p = cg_plan_build(m, fp, mp, a, d);
+	if (p && mout)
+		*mout = m;
+	return p;
+}

@@ -1,0 +1,63 @@
+#!/usr/bin/env python3
+"""inspect_alloc.py INSPECT.json RUN.stderr - inspect's memory is the runtime's.
+
+INSPECT.json is `dtmc inspect --json` for a build; RUN.stderr what the
+binary of that build printed with -v: one `alloc:` line per rank (rank,
+stage, bytes per arena, overlap staging).  Every rank of the mesh must have
+one, and for each its arenas must equal inspect's arenas for that rank's
+stage, byte for byte (so the peak, their sum, is what the rank allocated),
+and its staging copies inspect's staging_bytes.  Exit status 1 otherwise.
+"""
+import json
+import re
+import sys
+
+ARENAS = ("param", "opt", "grad", "act", "input")
+
+
+def main():
+    if len(sys.argv) != 3:
+        print(__doc__.strip().splitlines()[0], file=sys.stderr)
+        return 2
+    with open(sys.argv[1]) as f:
+        ins = json.load(f)
+    stages = {s["stage"]: s["memory"] for s in ins["stages"]}
+    pat = re.compile(r"^alloc: rank (\d+) stage (\d+) param (\d+) opt (\d+) grad (\d+) "
+                     r"act (\d+) input (\d+) staging (\d+)$")
+    seen, bad = {}, []
+    with open(sys.argv[2], errors="replace") as f:
+        for line in f:
+            m = pat.match(line.strip())
+            if not m:
+                continue
+            v = [int(x) for x in m.groups()]
+            rank, stage, got, staging = v[0], v[1], dict(zip(ARENAS, v[2:7])), v[7]
+            seen[rank] = stage
+            mem = stages.get(stage)
+            if mem is None:
+                bad.append(f"rank {rank}: stage {stage} is not in inspect's report")
+                continue
+            want = mem["arenas"]
+            for a in ARENAS:
+                if got[a] != want[a]:
+                    bad.append(f"rank {rank} (stage {stage}): arena {a}: runtime {got[a]}, "
+                               f"inspect {want[a]}")
+            if sum(got.values()) != mem["peak_bytes"]:
+                bad.append(f"rank {rank}: allocated {sum(got.values())}, inspect's peak "
+                           f"{mem['peak_bytes']}")
+            if staging != mem["staging_bytes"]:
+                bad.append(f"rank {rank}: staging {staging}, inspect {mem['staging_bytes']}")
+    missing = [r for r in range(ins["world"]) if r not in seen]
+    if missing:
+        bad.append(f"no alloc: line for rank(s) {missing[:8]} (run the binary with -v)")
+    if bad:
+        for b in bad[:20]:
+            print("inspect_alloc: " + b, file=sys.stderr)
+        return 1
+    peaks = ", ".join(f"stage {s}: {stages[s]['peak_bytes']}" for s in sorted(stages))
+    print(f"inspect_alloc: {len(seen)} ranks allocate inspect's peak ({peaks} bytes)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

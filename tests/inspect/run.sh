@@ -1,0 +1,160 @@
+#!/usr/bin/env bash
+# run.sh - tests of `dtmc inspect` (tools/inspect.c).
+#
+#   run.sh [--update] golden DTMC   the text report of models/mlp.dtm on
+#                                   --mesh dp=2,tp=2 equals
+#                                   tests/inspect/mlp.dp2tp2.txt (--update
+#                                   rewrites it: read the diff first)
+#   run.sh outputs DTMC             --json and --trace are JSON (python3's
+#                                   json.load; the trace's traceEvents have
+#                                   name/ph/ts/dur/pid/tid, one track per rank
+#                                   and stream), --dot is graphviz (`dot
+#                                   -Tsvg` when graphviz is installed), a
+#                                   pipeline's trace shows every stage
+#   run.sh conformance DTMC         models/gpt.dtm on dp=4, zero 0..3, bf16
+#                                   and f32: per-rank params, grads, master
+#                                   weights and optimizer state equal
+#                                   ../shared/REFERENCE.md's bytes per
+#                                   parameter times the parameter count
+#   run.sh errors DTMC              a bad model: file:line:col and exit 1; a
+#                                   bad --hw, --rank or --train: exit 1
+# Run from anywhere; paths are the repository's.
+set -uo pipefail
+update=0
+if [ "${1-}" = --update ]; then
+	update=1
+	shift
+fi
+mode=${1:?usage: run.sh [--update] golden|outputs|conformance|errors DTMC}
+dtmc=${2:?usage: run.sh [--update] golden|outputs|conformance|errors DTMC}
+case $dtmc in /*) ;; *) dtmc=$PWD/$dtmc ;; esac
+cd "$(dirname "$0")/../.."
+py=python3
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL (inspect $mode): $*" >&2; exit 1; }
+
+golden() {
+	local want=tests/inspect/mlp.dp2tp2.txt
+	"$dtmc" inspect models/mlp.dtm --mesh dp=2,tp=2 >"$tmp/out" 2>"$tmp/err" ||
+		{ cat "$tmp/err" >&2; fail "dtmc inspect failed"; }
+	if [ $update = 1 ]; then
+		cp "$tmp/out" "$want"
+		echo "updated $want"
+	elif ! diff -u "$want" "$tmp/out"; then
+		fail "the report differs from $want (run.sh --update golden DTMC rewrites it)"
+	else
+		echo "ok: inspect text of mlp on dp=2,tp=2"
+	fi
+}
+
+# check_trace FILE RANKS: valid Chrome trace JSON with a compute and a
+# communication track for each of RANKS ranks
+check_trace() {
+	"$py" - "$1" "$2" <<'PY' || fail "$1 is not a valid trace"
+import json, sys
+d = json.load(open(sys.argv[1]))
+ev = d["traceEvents"]
+assert isinstance(ev, list) and ev, "no traceEvents"
+x = [e for e in ev if e.get("ph") == "X"]
+assert x, "no complete events"
+for e in x:
+    for k in ("name", "ph", "ts", "dur", "pid", "tid"):
+        assert k in e, f"event without {k}: {e}"
+    assert e["dur"] >= 0 and e["ts"] >= 0, e
+names = {e["tid"]: e["args"]["name"] for e in ev
+         if e.get("ph") == "M" and e.get("name") == "thread_name"}
+ranks = int(sys.argv[2])
+assert len(names) == 2 * ranks, f"{len(names)} tracks for {ranks} ranks"
+assert {e["tid"] for e in x} <= set(names), "an event on an unnamed track"
+assert any(e["tid"] % 2 == 1 for e in x), "nothing on a communication track"
+print(f"ok: {sys.argv[1].rsplit('/', 1)[-1]}: {len(x)} events on {len(names)} tracks")
+PY
+}
+
+outputs() {
+	"$dtmc" inspect models/gpt.dtm --mesh dp=2,tp=2 --json --trace "$tmp/t.json" \
+		--dot "$tmp/g.dot" >"$tmp/r.json" || fail "dtmc inspect --json --trace --dot failed"
+	"$py" -c 'import json, sys; d = json.load(open(sys.argv[1])); assert d["stages"][0]["comm"]' \
+		"$tmp/r.json" || fail "--json output is not JSON with a schedule"
+	check_trace "$tmp/t.json" 4
+	grep -q '^digraph' "$tmp/g.dot" && grep -q -- '->' "$tmp/g.dot" || fail "--dot wrote no graph"
+	if command -v dot >/dev/null; then
+		dot -Tsvg "$tmp/g.dot" -o "$tmp/g.svg" || fail "dot -Tsvg rejects the --dot output"
+		grep -q '<svg' "$tmp/g.svg" || fail "dot wrote no svg"
+		echo "ok: --dot renders with graphviz"
+	else
+		echo "graphviz (dot) not installed: --dot checked for syntax only"
+	fi
+	# a pipeline: both stages' tracks, and the recvs wait for their sends
+	"$dtmc" inspect models/gpt.dtm --mesh pp=2,dp=1,tp=1 --train microbatches=4 \
+		--train schedule=1f1b --trace "$tmp/p.json" --rank 1 --dot "$tmp/p.dot" >"$tmp/p.txt" ||
+		fail "dtmc inspect of a pipeline failed"
+	check_trace "$tmp/p.json" 2
+	grep -q 'stage 1, rank 1' "$tmp/p.txt" || fail "no schedule for stage 1"
+	grep -q 'stage 1"' "$tmp/p.dot" || fail "--rank 1's graph is not stage 1's"
+}
+
+conformance() {
+	local prec
+	for prec in bf16 f32; do
+		for z in 0 1 2 3; do
+			"$dtmc" inspect models/gpt.dtm --mesh dp=4 --train zero=$z --train precision=$prec \
+				--json >"$tmp/z$z.$prec.json" || fail "dtmc inspect zero=$z $prec failed"
+		done
+	done
+	"$py" - "$tmp" <<'PY' || fail "memory per rank differs from REFERENCE.md's table"
+import json, sys
+# REFERENCE.md, memory per parameter: mixed-precision Adam is bf16 param 2 +
+# bf16 grad 2 + f32 master 4 + f32 m, v 8 (K = 12); all-f32 Adam has no
+# master: 4 + 4 + 8.  ZeRO-1 splits master and optimizer state over N,
+# ZeRO-2 also grads, ZeRO-3 also params.
+N = 4
+per = {"bf16": dict(params=2, grads=2, master=4, optimizer_state=8),
+       "f32": dict(params=4, grads=4, master=0, optimizer_state=8)}
+total = {"bf16": ["16P", "2P + 2P + 12P/N", "2P + 2P/N + 12P/N", "16P/N"],
+         "f32": ["16P", "4P + 4P + 8P/N", "4P + 4P/N + 8P/N", "16P/N"]}
+bad = 0
+for prec, b in per.items():
+    for z in range(4):
+        d = json.load(open(f"{sys.argv[1]}/z{z}.{prec}.json"))
+        P = d["params"]
+        m = d["stages"][0]["memory"]
+        split = {"params": z >= 3, "grads": z >= 2, "master": z >= 1, "optimizer_state": z >= 1}
+        want = {k: b[k] * P / (N if split[k] else 1) for k in b}
+        got = {k: m[k] for k in b}
+        ok = all(got[k] == want[k] for k in b)
+        bad |= not ok
+        print(f"{'ok' if ok else 'FAIL'}: {prec} zero {z}, P = {P}: "
+              f"{sum(got.values()):.0f} bytes per rank = {total[prec][z]} "
+              f"({sum(want.values()):.0f}); " + ", ".join(f"{k} {got[k]}" for k in b))
+sys.exit(bad)
+PY
+}
+
+errors() {
+	local bad=tests/diag/bad_character.dtm
+	[ -f "$bad" ] || bad=$(ls tests/diag/*.dtm | head -1)
+	"$dtmc" inspect "$bad" >"$tmp/out" 2>"$tmp/err"
+	[ $? = 1 ] || fail "a bad model ($bad) did not exit 1"
+	grep -qE "^[^ ]+\.dtm:[0-9]+:[0-9]+: error:" "$tmp/err" ||
+		{ cat "$tmp/err" >&2; fail "no file:line:col error for $bad"; }
+	[ ! -s "$tmp/out" ] || fail "a bad model printed a report"
+	local args
+	for args in "--hw nosuch" "--rank 4" "--train zero=5" "--nodes 0" "--mesh dp=3,tp=2"; do
+		# shellcheck disable=SC2086
+		"$dtmc" inspect models/mlp.dtm $args >"$tmp/out" 2>"$tmp/err"
+		[ $? = 1 ] || fail "inspect $args did not exit 1"
+		[ -s "$tmp/err" ] || fail "inspect $args said nothing"
+	done
+	printf 'base = h100\ninter_bw = fast\n' >"$tmp/bad.hw"
+	"$dtmc" inspect models/mlp.dtm --hw "$tmp/bad.hw" >"$tmp/out" 2>"$tmp/err"
+	[ $? = 1 ] && grep -q "bad.hw:2:" "$tmp/err" || fail "a bad --hw file was not reported at its line"
+	echo "ok: bad input exits 1 with a message"
+}
+
+case $mode in
+golden | outputs | conformance | errors) $mode ;;
+*) fail "unknown mode '$mode'" ;;
+esac
+echo ok

@@ -1,0 +1,213 @@
+/* test_pipeline.c - passes "stages" and "pipeline" (passes/pipeline.c):
+ * chunks from annotations and by compute, the per-rank programs in the
+ * schedule's order, the send/recv between stages, the loss on every
+ * rank, and the errors a bad schedule gets.  That pipelined training
+ * equals one device is tests/e2e/equiv.sh's `pipeline` set. */
+#include "check.h"
+#include "frontend/lower.h"
+#include "ir/ir.h"
+#include "passes/fuse.h"
+#include "passes/memplan.h"
+#include "passes/passes.h"
+#include "passes/pipeline.h"
+#include "passes/schedule.h"
+
+#include <stdlib.h>
+
+/* Four blocks on `stage i * pp / layers`; a tied first/last weight
+ * (wt used at the start and, transposed, at the end) as GPT's wte. */
+static const char *src_fmt =
+        "model pipe\n"
+        "let batch = 24, d = 16, layers = 4\n"
+        "mesh (pp = %d, dp = 1)\n"
+        "input x : f32[batch, d] @ [dp, _]\n"
+        "input y : f32[batch, d] @ [dp, _]\n"
+        "param wt : f32[d, d] init normal(0, 0.1)\n"
+        "block layer(h) {\n"
+        "  param w : f32[d, d] init normal(0, 0.1)\n"
+        "  return gelu(h @ w)\n"
+        "}\n"
+        "forward {\n"
+        "  h = x @ wt\n"
+        "  for i in 0 .. layers %s {\n"
+        "    h = layer(h)\n"
+        "  }\n"
+        "  loss = mse(h @ transpose(wt), y)\n"
+        "}\n"
+        "train {\n"
+        "  optimizer sgd(lr = 0.1, momentum = 0.9)\n"
+        "  microbatches %d\n"
+        "  schedule %s\n"
+        "}\n";
+
+static IrModule *compile(Arena *a, Diag *d, int P, const char *stage, int M, const char *sched,
+                         const char *upto)
+{
+	SrcFile *sf = arena_alloc(a, sizeof *sf);
+	sf->name = "t.dtm";
+	sf->text = arena_printf(a, src_fmt, P, stage, M, sched);
+	sf->len = strlen(sf->text);
+	diag_add_file(d, sf);
+	LowerOptions o = {0};
+	AstFile af;
+	if (!ast_parse(a, d, sf, &af))
+		return NULL;
+	IrModule *m = lower_file(a, d, &af, &o);
+	return m && pass_run_until(m, d, NULL, upto) ? m : NULL;
+}
+
+static int count(const IrModule *m, int stage, IrOp op, int phase)
+{
+	int c = 0;
+	for (int i = 0; i < m->nnodes; i++) {
+		const IrNode *n = m->nodes[i];
+		if (n->stage == stage && n->op == op && (phase < 0 || n->phase == phase))
+			c++;
+	}
+	return c;
+}
+
+/* Rank r's program, as the sequence of its (work, micro-batch) items: the
+ * nodes of one micro-batch in the forward or backward phase, consecutive
+ * repeats merged. */
+static int items_of(const IrModule *m, int r, SchedItem *out, int cap)
+{
+	int n = 0;
+	for (int i = 0; i < m->nnodes; i++) {
+		const IrNode *x = m->nodes[i];
+		if (x->stage != r || x->mb < 0 || x->phase > IR_PHASE_BACKWARD)
+			continue;
+		SchedWork w = x->phase == IR_PHASE_FORWARD ? SCHED_F : SCHED_B;
+		if (n > 0 && out[n - 1].work == w && out[n - 1].mb == x->mb)
+			continue;
+		if (n < cap)
+			out[n] = (SchedItem){ w, x->mb, 0 };
+		n++;
+	}
+	return n;
+}
+
+static void test_order(const char *sched, SchedKind k, int P, int M)
+{
+	Arena a;
+	arena_init(&a);
+	Diag d;
+	diag_init(&d, stderr);
+	IrModule *m = compile(&a, &d, P, "stage i * pp / layers", M, sched, "pipeline");
+	CHECK(m != NULL);
+	if (!m) {
+		arena_free(&a);
+		return;
+	}
+	for (int r = 0; r < P; r++) {
+		SchedItem want[64], got[256];
+		int nw = sched_build(k, P, M, 1, r, want, 64, NULL, 0);
+		int ng = items_of(m, r, got, 256);
+		CHECK_EQ_INT(ng, nw);
+		int same = ng == nw;
+		for (int t = 0; same && t < nw; t++)
+			same = got[t].work == want[t].work && got[t].mb == want[t].mb;
+		if (!same)
+			fprintf(stderr, "%s P=%d M=%d: rank %d runs its items out of the schedule's "
+			        "order\n", sched, P, M, r);
+		CHECK(same);
+		/* one activation forward and one gradient back per micro-batch
+		 * and neighbour */
+		CHECK_EQ_INT(count(m, r, IR_OP_SEND, IR_PHASE_FORWARD), r < P - 1 ? M : 0);
+		CHECK_EQ_INT(count(m, r, IR_OP_RECV, IR_PHASE_FORWARD), r > 0 ? M : 0);
+		/* the loss on every rank: one all_reduce over pp named loss */
+		int losses = 0;
+		for (int i = 0; i < m->nnodes; i++) {
+			const IrNode *n = m->nodes[i];
+			if (n->stage == r && n->role == IR_ROLE_LOSS) {
+				losses++;
+				CHECK(n->op == IR_OP_ALL_REDUCE);
+			}
+		}
+		CHECK_EQ_INT(losses, 1);
+	}
+	/* every node belongs to one rank and one phase */
+	for (int i = 0; i < m->nnodes; i++) {
+		CHECK(m->nodes[i]->stage >= 0 && m->nodes[i]->stage < P);
+		CHECK(m->nodes[i]->phase >= 0);
+		for (int k = 0; k < m->nodes[i]->nops; k++)
+			CHECK(m->nodes[m->nodes[i]->ops[k]]->stage == m->nodes[i]->stage);
+	}
+	/* activations held between a micro-batch's forward and backward:
+	 * M micro-batches under GPipe, P - r under 1F1B (M >= P) */
+	FusePlan fp;
+	MemPlan mp;
+	CHECK(pass_fuse_plan(m, &a, &d, &fp) && pass_memplan(m, &fp, &a, &d, &mp));
+	CHECK_EQ_INT(mp.nstages, P);
+	for (int r = 0; r < P; r++) {
+		int want = k == SCHED_GPIPE ? M : (P - r < M ? P - r : M);
+		CHECK_EQ_INT(pass_memplan_inflight(m, &mp, r), want);
+	}
+	/* the tied weight: its owner (rank 0) sends it after the update, the
+	 * last rank receives it into its copy */
+	CHECK_EQ_INT(count(m, 0, IR_OP_SEND, IR_PHASE_OPTIMIZER), 1);
+	CHECK_EQ_INT(count(m, P - 1, IR_OP_RECV, IR_PHASE_OPTIMIZER), 1);
+	CHECK_EQ_INT(count(m, P - 1, IR_OP_ASSIGN, IR_PHASE_OPTIMIZER), 1);
+	arena_free(&a);
+}
+
+/* Without annotations the program is cut by compute: six equal matmuls
+ * (the first, four blocks, the head) over four chunks, in order, every
+ * chunk used. */
+static void test_auto_split(void)
+{
+	Arena a;
+	arena_init(&a);
+	Diag d;
+	diag_init(&d, stderr);
+	IrModule *m = compile(&a, &d, 4, "", 4, "1f1b", "stages");
+	CHECK(m != NULL);
+	int last = 0, used = 0;
+	for (int i = 0; m && i < m->nnodes; i++) {
+		const IrNode *n = m->nodes[i];
+		CHECK(n->stage >= 0 && n->stage < 4);
+		if (n->op != IR_OP_MATMUL)
+			continue;
+		CHECK(n->stage >= last);
+		last = n->stage;
+		used |= 1 << n->stage;
+	}
+	CHECK_EQ_INT(used, 15);
+	arena_free(&a);
+}
+
+static void expect_error(int P, int M, const char *sched, const char *want, int line)
+{
+	Arena a;
+	arena_init(&a);
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	Diag d;
+	diag_init(&d, f);
+	IrModule *m = compile(&a, &d, P, "stage i * pp / layers", M, sched, NULL);
+	fclose(f);
+	CHECK(m == NULL);
+	CHECK(buf && strstr(buf, want));
+	char at[32];
+	snprintf(at, sizeof at, "t.dtm:%d:", line);
+	CHECK(buf && strstr(buf, at));
+	if (!buf || !strstr(buf, want) || !strstr(buf, at))
+		fprintf(stderr, "want '%s' at %s in:\n%s\n", want, at, buf ? buf : "(nothing)");
+	free(buf);
+	arena_free(&a);
+}
+
+int main(void)
+{
+	test_order("gpipe", SCHED_GPIPE, 2, 4);
+	test_order("1f1b", SCHED_1F1B, 2, 4);
+	test_order("1f1b", SCHED_1F1B, 4, 8);
+	test_order("gpipe", SCHED_GPIPE, 4, 4);
+	test_order("1f1b", SCHED_1F1B, 4, 2); /* M < P: a longer bubble, still valid */
+	test_auto_split();
+	/* schedule errors point at the train section's schedule line */
+	expect_error(2, 3, "interleaved(2)", "multiple of P = 2", 21);
+	expect_error(4, 2, "interleaved(2)", "M < P", 21);
+	return check_report();
+}

@@ -1,0 +1,162 @@
+/* test_plan_build.c - the in-memory Plan (codegen/plan_build.c).
+ *
+ * cg_compile on the repository's models: the plan has the shape the C back
+ * end prints and the runtime validates (buffers inside their arenas, every
+ * action's buffer ids and kernel indices in range, kernel names set and
+ * kernel functions NULL), the collectives the placements imply, pipelined
+ * plans with per-stage arenas, and errors reported rather than a plan.
+ */
+#include <stdlib.h>
+
+#include "check.h"
+#include "codegen/plan_build.h"
+
+static DtmPlan *compile(Arena *a, Diag *d, const char *path, const char *mesh, int ntrain,
+                        const char *const *train, IrModule **m)
+{
+	CgCompileOptions o = {.mesh = mesh, .ntrain = ntrain};
+	for (int i = 0; i < ntrain; i++)
+		o.train[i] = train[i];
+	return cg_compile(path, &o, a, d, m);
+}
+
+/* What rt_plan_validate checks, less the kernel functions (NULL here). */
+static void check_consistent(const DtmPlan *p)
+{
+	CHECK(p->version == DTM_PLAN_VERSION);
+	CHECK(p->nstages >= 1 && p->stages);
+	for (int i = 0; i < p->nbuffers; i++) {
+		const DtmBuffer *b = &p->buffers[i];
+		const int64_t *ab = p->nstages > 1 ? p->stages[b->stage].arena_bytes : p->arena_bytes;
+		CHECK(b->arena >= 0 && b->arena < DTM_ARENA_COUNT);
+		CHECK(b->offset >= 0 && b->offset + b->bytes <= ab[b->arena]);
+		CHECK(b->placement != NULL);
+	}
+	for (int k = 0; k < p->nkernels; k++) {
+		CHECK(p->kernels[k] == NULL);
+		CHECK(p->kernel_names[k] && p->kernel_names[k][0]);
+	}
+	for (int s = 0; s < p->nstages; s++)
+		for (int i = 0; i < p->stages[s].nactions; i++) {
+			const DtmAction *a = &p->stages[s].actions[i];
+			CHECK(a->label != NULL);
+			for (int j = 0; j < a->nargs; j++)
+				CHECK(a->args[j] >= 0 && a->args[j] < p->nbuffers);
+			if (a->kind == DTM_ACT_KERNEL)
+				CHECK(a->kernel >= 0 && a->kernel < p->nkernels);
+		}
+	CHECK(p->loss >= 0 && p->loss < p->nbuffers);
+}
+
+static int count_coll(const DtmPlan *p, int s, DtmColl c, uint32_t axes)
+{
+	int n = 0;
+	for (int i = 0; i < p->stages[s].nactions; i++) {
+		const DtmAction *a = &p->stages[s].actions[i];
+		n += a->kind == DTM_ACT_COLL && a->coll == c && a->axes == axes;
+	}
+	return n;
+}
+
+static void test_mlp_dp_tp(void)
+{
+	Arena a;
+	Diag d;
+	arena_init(&a);
+	diag_init(&d, stderr);
+	IrModule *m = NULL;
+	DtmPlan *p = compile(&a, &d, "models/mlp.dtm", "dp=2,tp=2", 0, NULL, &m);
+	CHECK(p != NULL && m != NULL);
+	if (p) {
+		check_consistent(p);
+		CHECK_EQ_STR(p->model, "mlp");
+		CHECK_EQ_INT(p->mesh_naxes, 2);
+		CHECK_EQ_INT(p->nstages, 1);
+		CHECK_EQ_STR(p->train.optimizer, "sgd");
+		CHECK_EQ_INT(p->train.batch, 16);
+		CHECK_EQ_INT(p->train.data_kind, DTM_DATA_REGRESSION);
+		/* Megatron MLP: the row-parallel output all-reduced over tp;
+		 * the gradients (one bucket) and the loss over dp */
+		CHECK(count_coll(p, 0, DTM_COLL_ALL_REDUCE, 2u) >= 1);
+		CHECK(count_coll(p, 0, DTM_COLL_ALL_REDUCE, 1u) >= 2);
+		/* w1 [32, 64] split over tp on dim 1: this rank's [32, 32] */
+		bool found = false;
+		for (int i = 0; i < p->nbuffers; i++) {
+			const DtmBuffer *b = &p->buffers[i];
+			if (b->name && !strcmp(b->name, "w1")) {
+				found = true;
+				CHECK_EQ_INT(b->role, DTM_ROLE_PARAM);
+				CHECK_EQ_INT(b->shape[1], 32);
+				CHECK_EQ_INT(b->global_shape[1], 64);
+				CHECK_EQ_INT(b->split_naxes[1], 1);
+				CHECK_EQ_INT(b->split_axes[1][0], 1);
+				CHECK_EQ_INT(b->bytes, 32 * 32 * 4);
+			}
+		}
+		CHECK(found);
+	}
+	CHECK_EQ_INT(d.nerr, 0);
+	arena_free(&a);
+}
+
+static void test_gpt_pipeline(void)
+{
+	Arena a;
+	Diag d;
+	arena_init(&a);
+	diag_init(&d, stderr);
+	const char *train[] = {"microbatches=4", "schedule=1f1b"};
+	IrModule *m = NULL;
+	DtmPlan *p = compile(&a, &d, "models/gpt.dtm", "pp=2,dp=1,tp=1", 2, train, &m);
+	CHECK(p != NULL);
+	if (p) {
+		check_consistent(p);
+		CHECK_EQ_INT(p->nstages, 2);
+		CHECK_EQ_INT(p->train.microbatches, 4);
+		CHECK_EQ_INT(p->train.data_kind, DTM_DATA_TOKENS);
+		for (int s = 0; s < 2; s++) {
+			int64_t sum = 0, sends = 0, recvs = 0;
+			for (int k = 0; k < DTM_ARENA_COUNT; k++)
+				sum += p->stages[s].arena_bytes[k];
+			CHECK(sum > 0);
+			CHECK(p->stages[s].loss >= 0);
+			for (int i = 0; i < p->stages[s].nactions; i++) {
+				sends += p->stages[s].actions[i].kind == DTM_ACT_SEND;
+				recvs += p->stages[s].actions[i].kind == DTM_ACT_RECV;
+			}
+			/* activations forward, their gradients back: both ways */
+			CHECK(sends > 0 && recvs > 0);
+		}
+		/* the plan's inputs are stage 0's copies */
+		CHECK_EQ_INT(p->inputs[0], p->stages[0].inputs[0]);
+	}
+	arena_free(&a);
+}
+
+static void test_errors(void)
+{
+	Arena a;
+	Diag d;
+	arena_init(&a);
+	FILE *sink = fopen("/dev/null", "w");
+	diag_init(&d, sink ? sink : stderr);
+	const char *train[] = {"zero=5"};
+	CHECK(compile(&a, &d, "models/mlp.dtm", NULL, 1, train, NULL) == NULL);
+	CHECK(d.nerr > 0);
+	arena_free(&a);
+	arena_init(&a);
+	diag_init(&d, sink ? sink : stderr);
+	CHECK(compile(&a, &d, "models/no_such_model.dtm", NULL, 0, NULL, NULL) == NULL);
+	CHECK(d.nerr > 0);
+	arena_free(&a);
+	if (sink)
+		fclose(sink);
+}
+
+int main(void)
+{
+	test_mlp_dp_tp();
+	test_gpt_pipeline();
+	test_errors();
+	return check_report();
+}

@@ -1,0 +1,533 @@
+/* cost.c - the cost model (see cost.h): formulas, then a Plan's step.
+ *
+ * The formulas are REFERENCE.md's, written once here so that `inspect`,
+ * `sweep` and the conformance tests agree.  cost_plan_step() reads only
+ * runtime/plan.h: it replays each stage's actions on a two-stream timeline
+ * (compute, communication) with per-buffer ready times, which is how the
+ * CUDA runtime overlaps a stream-1 collective with the kernels that do not
+ * need its result.
+ */
+#include "tools/cost.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *cost_comm_name(CostComm kind)
+{
+	switch (kind) {
+	case COST_ALL_REDUCE:
+		return "all_reduce";
+	case COST_ALL_GATHER:
+		return "all_gather";
+	case COST_REDUCE_SCATTER:
+		return "reduce_scatter";
+	case COST_ALL_TO_ALL:
+		return "all_to_all";
+	case COST_BROADCAST:
+		return "broadcast";
+	case COST_SEND:
+		return "send";
+	case COST_RECV:
+		return "recv";
+	default:
+		return "?";
+	}
+}
+
+/* ---- collectives ---- */
+
+double cost_ring_bytes(CostComm kind, int64_t n, double S)
+{
+	if (n <= 1)
+		return 0;
+	double f = (double)(n - 1) / (double)n;
+	switch (kind) {
+	case COST_ALL_REDUCE:
+		return 2 * f * S;
+	case COST_ALL_GATHER:
+	case COST_REDUCE_SCATTER:
+	case COST_ALL_TO_ALL:
+		return f * S;
+	case COST_BROADCAST:
+	case COST_SEND:
+		return S;
+	default:
+		return 0;
+	}
+}
+
+int64_t cost_ring_steps(CostComm kind, int64_t n)
+{
+	if (n <= 1)
+		return 0;
+	switch (kind) {
+	case COST_ALL_REDUCE:
+		return 2 * (n - 1);
+	case COST_SEND:
+	case COST_RECV:
+		return 1;
+	default:
+		return n - 1;
+	}
+}
+
+double cost_bus_factor(CostComm kind, int64_t n)
+{
+	if (n <= 1)
+		return kind == COST_SEND || kind == COST_RECV || kind == COST_BROADCAST ? 1 : 0;
+	double f = (double)(n - 1) / (double)n;
+	switch (kind) {
+	case COST_ALL_REDUCE:
+		return 2 * f;
+	case COST_ALL_GATHER:
+	case COST_REDUCE_SCATTER:
+	case COST_ALL_TO_ALL:
+		return f;
+	default:
+		return 1;
+	}
+}
+
+double cost_bus_bw(CostComm kind, int64_t n, double S, double seconds)
+{
+	return seconds > 0 ? S / seconds * cost_bus_factor(kind, n) : 0;
+}
+
+double cost_alpha_beta(HwLink link, int64_t steps, double bytes)
+{
+	double t = link.latency * (double)steps;
+	if (bytes > 0 && link.bw > 0)
+		t += bytes / link.bw;
+	return t;
+}
+
+double cost_comm_time(CostComm kind, int64_t n, double S, HwLink link)
+{
+	if (kind == COST_SEND || kind == COST_RECV)
+		return cost_alpha_beta(link, 1, S);
+	if (n <= 1)
+		return 0;
+	/* a broadcast pipelines S through the chain: S / bw plus a step's
+	 * latency per hop */
+	double bytes = kind == COST_BROADCAST ? S : cost_ring_bytes(kind, n, S);
+	return cost_alpha_beta(link, cost_ring_steps(kind, n), bytes);
+}
+
+double cost_allreduce_ring_time(int64_t p, double n, double alpha, double beta)
+{
+	if (p <= 1)
+		return 0;
+	return 2.0 * (double)(p - 1) * (alpha + n / ((double)p * beta));
+}
+
+double cost_allreduce_tree_time(int64_t p, double n, double alpha, double beta)
+{
+	if (p <= 1)
+		return 0;
+	return 2.0 * log2((double)p) * (alpha + n / beta);
+}
+
+int64_t cost_group_size(int naxes, const int64_t *sizes, uint32_t axes)
+{
+	int64_t n = 1;
+	for (int a = 0; a < naxes && a < DTM_MAX_AXES; a++)
+		if (axes & (1u << a))
+			n *= sizes[a];
+	return n;
+}
+
+/* Beyond this many groups, cost_link_class decides by the block rule
+ * instead of checking every group. */
+#define COST_MAX_GROUPS_SCANNED (1 << 20)
+
+CostLinkClass cost_link_class(int naxes, const int64_t *sizes, uint32_t axes, int64_t node_size)
+{
+	if (naxes > DTM_MAX_AXES)
+		naxes = DTM_MAX_AXES;
+	int64_t n = cost_group_size(naxes, sizes, axes);
+	if (n <= 1)
+		return COST_LINK_NONE;
+	if (node_size < 1)
+		node_size = 1;
+	int64_t world = cost_group_size(naxes, sizes, 0xffffffffu);
+	if (world <= node_size)
+		return COST_LINK_INTRA;
+	/* strides (row-major: the last axis is the fastest) and the distance
+	 * from a group's first rank to its last */
+	int64_t stride[DTM_MAX_AXES], s = 1, ext = 0;
+	int major = -1;
+	for (int a = naxes - 1; a >= 0; a--) {
+		stride[a] = s;
+		if (axes & (1u << a)) {
+			ext += (sizes[a] - 1) * s;
+			major = a;
+		}
+		s *= sizes[a];
+	}
+	if (ext >= node_size)
+		return COST_LINK_INTER;
+	int64_t ngroups = world / n;
+	if (ngroups > COST_MAX_GROUPS_SCANNED) {
+		/* groups tile blocks of sizes[major] * stride[major] ranks;
+		 * every block is inside a node when the block size divides it */
+		int64_t block = sizes[major] * stride[major];
+		return node_size % block == 0 ? COST_LINK_INTRA : COST_LINK_INTER;
+	}
+	/* every group's first rank (zero coordinates on `axes`), by a
+	 * mixed-radix counter over the other axes; a group is inside a node
+	 * when its first and last ranks are */
+	int64_t coord[DTM_MAX_AXES] = {0};
+	for (int64_t g = 0; g < ngroups; g++) {
+		int64_t first = 0;
+		for (int a = 0; a < naxes; a++)
+			first += coord[a] * stride[a];
+		if (first / node_size != (first + ext) / node_size)
+			return COST_LINK_INTER;
+		for (int a = naxes - 1; a >= 0; a--) {
+			if (axes & (1u << a))
+				continue;
+			if (++coord[a] < sizes[a])
+				break;
+			coord[a] = 0;
+		}
+	}
+	return COST_LINK_INTRA;
+}
+
+/* ---- kernels ---- */
+
+double cost_roofline(double flops, double bytes, double peak_flops, double mem_bw)
+{
+	double tc = peak_flops > 0 ? flops / peak_flops : 0;
+	double tm = mem_bw > 0 ? bytes / mem_bw : 0;
+	return tc > tm ? tc : tm;
+}
+
+/* ---- memory per parameter ---- */
+
+CostMemory cost_zero_memory(int stage, double P, int64_t n, CostStateBytes b)
+{
+	double inv = n > 1 ? 1.0 / (double)n : 1.0;
+	CostMemory m;
+	m.master = b.master * P * (stage >= 1 ? inv : 1);
+	m.opt = b.opt * P * (stage >= 1 ? inv : 1);
+	m.grads = b.grad * P * (stage >= 2 ? inv : 1);
+	m.params = b.param * P * (stage >= 3 ? inv : 1);
+	m.total = m.params + m.grads + m.master + m.opt;
+	return m;
+}
+
+double cost_zero_comm_bytes(int stage, double param_bytes, double grad_bytes, int64_t n,
+                            bool reshard_after_forward)
+{
+	if (n <= 1)
+		return 0;
+	double f = (double)(n - 1) / (double)n;
+	if (stage <= 0)
+		return 2 * f * grad_bytes;
+	if (stage < 3 || !reshard_after_forward)
+		return f * (grad_bytes + param_bytes);
+	return f * (grad_bytes + 2 * param_bytes);
+}
+
+static double dtype_bytes(DtmDtype t)
+{
+	return t == DTM_BF16 || t == DTM_F16 ? 2 : 4;
+}
+
+CostDistOpt cost_megatron_distopt(DtmDtype param, DtmDtype grad)
+{
+	CostDistOpt d;
+	double pb = dtype_bytes(param), gb = dtype_bytes(grad);
+	d.replicated = pb + gb;
+	/* Adam m and v in f32; an f32 master copy of 16-bit params; an f32
+	 * main-grad buffer when the model's grads are 16-bit */
+	d.sharded = 8 + (pb < 4 ? 4 : 0) + (gb < 4 ? 4 : 0);
+	return d;
+}
+
+double cost_megatron_bytes_per_param(DtmDtype param, DtmDtype grad, int64_t d)
+{
+	CostDistOpt o = cost_megatron_distopt(param, grad);
+	return o.replicated + o.sharded / (double)(d > 1 ? d : 1);
+}
+
+/* ---- pipelines ---- */
+
+double cost_bubble_fraction(int64_t P, int64_t M, int64_t v)
+{
+	if (P <= 1 || M < 1)
+		return 0;
+	if (v < 1)
+		v = 1;
+	return (double)(P - 1) / (double)(v * M + P - 1);
+}
+
+double cost_pipeline_time(int64_t P, int64_t M, int64_t v)
+{
+	if (v < 1)
+		v = 1;
+	if (P < 1)
+		P = 1;
+	return (double)(v * M + P - 1) / (double)v;
+}
+
+double cost_bubble_ratio(int64_t P, int64_t M, int64_t v)
+{
+	if (P <= 1 || M < 1)
+		return 0;
+	if (v < 1)
+		v = 1;
+	return (double)(P - 1) / (double)(v * M);
+}
+
+int64_t cost_pipeline_hops(int64_t P, int64_t v)
+{
+	if (v < 1)
+		v = 1;
+	return P < 1 ? 0 : P * v - 1;
+}
+
+/* ---- throughput ---- */
+
+double cost_flops_per_token(double N, int64_t L, int64_t C, int64_t T)
+{
+	return 6 * N + 6.0 * (double)L * (double)C * (double)T;
+}
+
+double cost_mfu(double flops_per_token, double tokens_per_s, int64_t ndevices, double peak)
+{
+	if (ndevices < 1 || peak <= 0)
+		return 0;
+	return flops_per_token * tokens_per_s / ((double)ndevices * peak);
+}
+
+double cost_ddp_hide_tokens(double bytes_per_param, double peak, double bw)
+{
+	return bw > 0 ? bytes_per_param * peak / (6 * bw) : 0;
+}
+
+/* ---- a Plan's step ---- */
+
+__attribute__((format(printf, 2, 3))) static int bad_plan(CostReport *out, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(out->err, sizeof out->err, fmt, ap);
+	va_end(ap);
+	return -1;
+}
+
+static double buf_bytes(const DtmPlan *p, int id)
+{
+	return (double)p->buffers[id].bytes;
+}
+
+/* Roofline inputs of a kernel or GEMM: the plan's counts where given,
+ * else the GEMM's 2mnk per batch item and the bytes of every operand. */
+static void kernel_work(const DtmPlan *p, const DtmAction *a, double *flops, double *bytes,
+                        DtmDtype *dtype)
+{
+	*flops = (double)a->flops;
+	*bytes = (double)a->mem_bytes;
+	if (a->kind == DTM_ACT_GEMM && *flops <= 0)
+		*flops = 2.0 * (double)a->m * (double)a->n * (double)a->k *
+		         (double)(a->batch > 0 ? a->batch : 1);
+	if (*bytes <= 0) {
+		for (int j = 0; j < a->nargs; j++)
+			*bytes += buf_bytes(p, a->args[j]);
+		if (a->kind == DTM_ACT_GEMM && a->beta != 0 && a->nargs > 0)
+			*bytes += buf_bytes(p, a->args[a->nargs - 1]);
+	}
+	/* a GEMM runs at its A operand's rate, a kernel at its output's */
+	int id = a->nargs < 1 ? -1 : a->kind == DTM_ACT_GEMM ? a->args[0] : a->args[a->nargs - 1];
+	*dtype = id >= 0 ? p->buffers[id].dtype : p->train.precision;
+}
+
+static void tally(CostTally *t, double bytes, double seconds)
+{
+	t->count++;
+	t->bytes += bytes;
+	t->seconds += seconds;
+}
+
+static double dmax(double a, double b)
+{
+	return a > b ? a : b;
+}
+
+static CostComm comm_kind(const DtmAction *a)
+{
+	return a->kind == DTM_ACT_SEND   ? COST_SEND
+	       : a->kind == DTM_ACT_RECV ? COST_RECV
+	                                 : (CostComm)a->coll;
+}
+
+double cost_action_seconds(const DtmPlan *p, const HwProfile *hw, int64_t node_size,
+                           const DtmAction *a, double *send_bytes)
+{
+	if (send_bytes)
+		*send_bytes = 0;
+	if (a->kind == DTM_ACT_KERNEL || a->kind == DTM_ACT_GEMM) {
+		double flops, bytes;
+		DtmDtype dt;
+		kernel_work(p, a, &flops, &bytes, &dt);
+		return cost_roofline(flops, bytes, hw_peak_flops(hw, dt), hw->mem_bw);
+	}
+	if (a->kind != DTM_ACT_COLL && a->kind != DTM_ACT_SEND && a->kind != DTM_ACT_RECV)
+		return 0;
+	CostComm kind = comm_kind(a);
+	uint32_t axes = a->axes & (COST_AXES_MASKS - 1);
+	int64_t n = cost_group_size(p->mesh_naxes, p->mesh_sizes, axes);
+	/* the plan's bytes are the input's local bytes: all_gather's full
+	 * tensor is n of them */
+	double S = (double)a->bytes * (kind == COST_ALL_GATHER ? (double)n : 1.0);
+	CostLinkClass lc = cost_link_class(p->mesh_naxes, p->mesh_sizes, axes, node_size);
+	if (lc == COST_LINK_NONE)
+		return 0;
+	HwLink link = lc == COST_LINK_INTER ? hw->inter : hw->intra;
+	if (send_bytes)
+		*send_bytes = cost_ring_bytes(kind, n, S);
+	return cost_comm_time(kind, n, S, link);
+}
+
+static int cost_stage(const DtmPlan *p, const HwProfile *hw, int64_t node_size, int s,
+                      double *ready, CostReport *out)
+{
+	const DtmStage *st = &p->stages[s];
+	CostStage *cs = &out->stages[s];
+	if (st->nactions < 0 || (st->nactions > 0 && !st->actions))
+		return bad_plan(out, "stage %d has a bad action list (%d actions)", s,
+		                st->nactions);
+	for (int b = 0; b < p->nbuffers; b++)
+		ready[b] = 0;
+	double tc = 0, tm = 0; /* when the compute and communication streams are free */
+	for (int i = 0; i < st->nactions; i++) {
+		const DtmAction *a = &st->actions[i];
+		if (a->nargs < 0 || a->nargs > DTM_MAX_ARGS)
+			return bad_plan(out, "stage %d action %d: bad argument count", s, i);
+		for (int j = 0; j < a->nargs; j++)
+			if (a->args[j] < 0 || a->args[j] >= p->nbuffers)
+				return bad_plan(out, "stage %d action %d: buffer id out of range",
+				                s, i);
+		if (a->kind == DTM_ACT_WAIT) {
+			tc = tm = dmax(tc, tm);
+			continue;
+		}
+		if (a->kind == DTM_ACT_KERNEL || a->kind == DTM_ACT_GEMM) {
+			double flops, bytes;
+			DtmDtype dt;
+			kernel_work(p, a, &flops, &bytes, &dt);
+			double dur = cost_action_seconds(p, hw, node_size, a, NULL);
+			double start = tc;
+			for (int j = 0; j + 1 < a->nargs; j++)
+				start = dmax(start, ready[a->args[j]]);
+			tc = start + dur;
+			if (a->nargs > 0)
+				ready[a->args[a->nargs - 1]] = tc;
+			cs->compute_s += dur;
+			cs->flops += flops;
+			cs->mem_bytes += bytes;
+			continue;
+		}
+		if (a->kind != DTM_ACT_COLL && a->kind != DTM_ACT_SEND && a->kind != DTM_ACT_RECV)
+			return bad_plan(out, "stage %d action %d: unknown kind", s, i);
+		if (a->kind == DTM_ACT_COLL && ((int)a->coll < 0 || a->coll > DTM_COLL_BROADCAST))
+			return bad_plan(out, "stage %d action %d: unknown collective", s, i);
+		CostComm kind = comm_kind(a);
+		uint32_t axes = a->axes & (COST_AXES_MASKS - 1);
+		double bytes;
+		double dur = cost_action_seconds(p, hw, node_size, a, &bytes);
+		double start = dmax(tc, tm);
+		if (a->kind == DTM_ACT_SEND || a->kind == DTM_ACT_COLL)
+			for (int j = 0; j < a->nargs; j++)
+				start = dmax(start, ready[a->args[j]]);
+		tm = start + dur;
+		if (a->stream == 0)
+			tc = tm;
+		/* collectives write their last argument (in place when it is
+		 * the only one), receives every argument */
+		if (a->kind == DTM_ACT_RECV)
+			for (int j = 0; j < a->nargs; j++)
+				ready[a->args[j]] = tm;
+		else if (a->kind == DTM_ACT_COLL && a->nargs > 0)
+			ready[a->args[a->nargs - 1]] = tm;
+		cs->comm_s += dur;
+		cs->send_bytes += bytes;
+		tally(&cs->by_kind[kind], bytes, dur);
+		tally(&cs->by_axes[axes], bytes, dur);
+	}
+	cs->time_s = dmax(tc, tm);
+	cs->exposed_comm_s = dmax(0, cs->time_s - cs->compute_s);
+	return 0;
+}
+
+int cost_plan_step(const DtmPlan *plan, const HwProfile *hw, int nodes, CostReport *out)
+{
+	memset(out, 0, sizeof *out);
+	if (!plan || !hw)
+		return bad_plan(out, "no plan or no hardware profile");
+	if (plan->mesh_naxes < 0 || plan->mesh_naxes > DTM_MAX_AXES)
+		return bad_plan(out, "bad mesh: %d axes (at most %d)", plan->mesh_naxes,
+		                DTM_MAX_AXES);
+	if (plan->nstages < 1 || !plan->stages)
+		return bad_plan(out, "the plan has no stages (%d)", plan->nstages);
+	if (plan->nbuffers < 0 || (plan->nbuffers > 0 && !plan->buffers))
+		return bad_plan(out, "bad buffer table (%d buffers)", plan->nbuffers);
+	int64_t world = 1;
+	for (int a = 0; a < plan->mesh_naxes; a++) {
+		if (plan->mesh_sizes[a] < 1 || plan->mesh_sizes[a] > (1 << 24))
+			return bad_plan(out, "bad mesh: axis %d has size %lld", a,
+			                (long long)plan->mesh_sizes[a]);
+		world *= plan->mesh_sizes[a];
+		if (world > ((int64_t)1 << 40))
+			return bad_plan(out, "bad mesh: over 2^40 ranks");
+	}
+	out->world = world;
+	out->node_size = nodes > 0 ? (world + nodes - 1) / nodes
+	                           : (hw->devices_per_node > 0 ? hw->devices_per_node : 1);
+	out->nstages = plan->nstages;
+	out->stages = calloc((size_t)plan->nstages, sizeof *out->stages);
+	double *ready = calloc((size_t)(plan->nbuffers > 0 ? plan->nbuffers : 1), sizeof *ready);
+	if (!out->stages || !ready) {
+		free(ready);
+		return bad_plan(out, "out of memory");
+	}
+	int rc = 0;
+	double slowest = 0, flops = 0;
+	for (int s = 0; s < plan->nstages && rc == 0; s++) {
+		rc = cost_stage(plan, hw, out->node_size, s, ready, out);
+		slowest = dmax(slowest, out->stages[s].time_s);
+		flops += out->stages[s].flops;
+	}
+	free(ready);
+	if (rc)
+		return rc;
+	for (int a = 0; a < DTM_ARENA_COUNT; a++)
+		out->mem_bytes += (double)plan->arena_bytes[a];
+	/* each stage's actions cover all M micro-batches: M slots of the
+	 * pipeline's M+P-1 */
+	out->microbatches = plan->train.microbatches > 0 ? plan->train.microbatches : 1;
+	out->bubble = cost_bubble_fraction(plan->nstages, out->microbatches, 1);
+	out->step_s = slowest / (1 - out->bubble);
+	if (out->step_s > 0) {
+		out->tokens_per_s = (double)plan->train.tokens_per_step / out->step_s;
+		double peak = hw_peak_flops(hw, plan->train.precision);
+		int64_t per_stage = world % plan->nstages == 0 ? world / plan->nstages : world;
+		if (peak > 0)
+			out->hfu = flops * (double)per_stage / (out->step_s * (double)world * peak);
+	}
+	return 0;
+}
+
+void cost_report_free(CostReport *r)
+{
+	if (!r)
+		return;
+	free(r->stages);
+	r->stages = NULL;
+	r->nstages = 0;
+}

@@ -1,0 +1,563 @@
+/* hw.c - built-in hardware profiles and the override-file parser.
+ *
+ * The GPU figures are NVIDIA's public datasheet numbers, per GPU, dense
+ * (no 2:4 sparsity).  Two conventions matter for the cost model:
+ *
+ * - Link bandwidth is per device and per direction, because the ring
+ *   formulas count the bytes one rank sends.  NVLink figures in datasheets
+ *   (900 GB/s for NVLink 4) are the sum of both directions, so beta is half
+ *   of them; InfiniBand NDR is 400 Gb/s = 50 GB/s per direction per NIC,
+ *   one NIC per GPU in DGX/HGX systems.
+ * - Latency is the alpha per ring step.  NCCL's own tuning model
+ *   (src/graph/tuning.cc, hwLat) uses 0.5-3.4 us per NVLink ring step and
+ *   5-14 us per network step depending on protocol; we take 2 us and 5 us
+ *   (the latter is REFERENCE.md's alpha).
+ *
+ * `f32` peaks are the plain FP32 (CUDA core) rates, not TF32 tensor-core
+ * rates: an f32 GEMM in dtm's runtime runs in full f32.
+ */
+#include "hw.h"
+
+#include <ctype.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TFLOPS 1e12
+#define GBPS 1e9
+#define GB 1e9
+#define US 1e-6
+
+static const HwProfile builtins[] = {
+        /* NVIDIA H100 SXM5 80GB (H100 Tensor Core GPU datasheet): FP32 67
+	 * TFLOP/s; BF16 and FP16 tensor 1,979 TFLOP/s with sparsity = 989
+	 * dense; 80 GB HBM3 at 3.35 TB/s; NVLink 4 900 GB/s (both directions);
+	 * DGX H100: 8 GPUs per node, 8x ConnectX-7 400 Gb/s NDR. */
+        {
+                .name = "h100",
+                .peak_flops = {[DTM_F32] = 67 * TFLOPS,
+                               [DTM_BF16] = 989 * TFLOPS,
+                               [DTM_F16] = 989 * TFLOPS,
+                               [DTM_I32] = 67 * TFLOPS},
+                .mem_bw = 3350 * GBPS,
+                .mem_bytes = 80 * GB,
+                .intra = {.bw = 450 * GBPS, .latency = 2 * US},
+                .inter = {.bw = 50 * GBPS, .latency = 5 * US},
+                .devices_per_node = 8,
+        },
+        /* NVIDIA H200 SXM (H200 datasheet): the H100's compute; 141 GB HBM3e at
+	 * 4.8 TB/s; NVLink 4 900 GB/s; HGX H200: 8 GPUs, 400 Gb/s per GPU. */
+        {
+                .name = "h200",
+                .peak_flops = {[DTM_F32] = 67 * TFLOPS,
+                               [DTM_BF16] = 989 * TFLOPS,
+                               [DTM_F16] = 989 * TFLOPS,
+                               [DTM_I32] = 67 * TFLOPS},
+                .mem_bw = 4800 * GBPS,
+                .mem_bytes = 141 * GB,
+                .intra = {.bw = 450 * GBPS, .latency = 2 * US},
+                .inter = {.bw = 50 * GBPS, .latency = 5 * US},
+                .devices_per_node = 8,
+        },
+        /* NVIDIA A100 SXM4 80GB (A100 datasheet): FP32 19.5 TFLOP/s; BF16 and
+	 * FP16 tensor 312 TFLOP/s dense; 80 GB HBM2e at 2,039 GB/s; NVLink 3
+	 * 600 GB/s (both directions); DGX A100: 8 GPUs per node, 8x
+	 * ConnectX-6 200 Gb/s HDR = 25 GB/s per GPU. */
+        {
+                .name = "a100",
+                .peak_flops = {[DTM_F32] = 19.5 * TFLOPS,
+                               [DTM_BF16] = 312 * TFLOPS,
+                               [DTM_F16] = 312 * TFLOPS,
+                               [DTM_I32] = 19.5 * TFLOPS},
+                .mem_bw = 2039 * GBPS,
+                .mem_bytes = 80 * GB,
+                .intra = {.bw = 300 * GBPS, .latency = 2 * US},
+                .inter = {.bw = 25 * GBPS, .latency = 5 * US},
+                .devices_per_node = 8,
+        },
+        /* NVIDIA B200 (HGX B200 datasheet, per GPU): FP16/BF16 tensor 4.5
+	 * PFLOP/s with sparsity = 2.25 dense; FP32 600 TFLOP/s per 8 GPUs =
+	 * 75; 180 GB HBM3e at 8 TB/s; NVLink 5 1.8 TB/s (both directions);
+	 * DGX B200: 8 GPUs, 8x ConnectX-7 400 Gb/s. */
+        {
+                .name = "b200",
+                .peak_flops = {[DTM_F32] = 75 * TFLOPS,
+                               [DTM_BF16] = 2250 * TFLOPS,
+                               [DTM_F16] = 2250 * TFLOPS,
+                               [DTM_I32] = 75 * TFLOPS},
+                .mem_bw = 8000 * GBPS,
+                .mem_bytes = 180 * GB,
+                .intra = {.bw = 900 * GBPS, .latency = 2 * US},
+                .inter = {.bw = 50 * GBPS, .latency = 5 * US},
+                .devices_per_node = 8,
+        },
+        /* The development machine class: a 2-vCPU KVM guest on AMD EPYC (Zen 4,
+	 * AVX-512), 24 GB, ranks as threads (`local` backend).  One device is
+	 * one core; run more ranks than cores and they time-share.
+	 * - compute: OpenBLAS sgemm at 2 threads measured 196-199 GFLOP/s
+	 *   (bench/README.md, GPT-2-small GEMMs) = ~100 per core (Zen 4: 2
+	 *   256-bit FMA pipes x 8 f32 x 2 = 32 FLOP/cycle at ~3 GHz).  bf16 and
+	 *   f16 at the f32 rate: the CPU runtime computes them in f32.
+	 * - memory: one thread measured 12 GB/s memcpy (24 GB/s of traffic)
+	 *   and 25-60 GB/s for a streaming scale loop over 256 MiB; under load
+	 *   bench/README.md saw 5 GB/s memcpy.  24 GB/s per core.
+	 * - intra-node: the `local` backend's all_reduce bus bandwidth,
+	 *   0.7 GB/s at >= 16 MB (bench/README.md, 4 ranks on 2 cores); a 1 KB
+	 *   all_reduce in 4.8 us over 6 ring steps gives ~1 us per step.
+	 * - inter-node: not measured (one VM).  The `mpi` backend reached
+	 *   0.17-0.94 GB/s bus bandwidth between processes of this host
+	 *   (bench/README.md); across hosts 10 Gb/s Ethernet caps TCP at 1.25
+	 *   GB/s and the reductions still run on the same cores: 0.5 GB/s and
+	 *   50 us per step assumed.
+	 * - memory size: 24.7 GB of RAM shared by the 2 cores. */
+        {
+                .name = "cpu",
+                .peak_flops = {[DTM_F32] = 100e9,
+                               [DTM_BF16] = 100e9,
+                               [DTM_F16] = 100e9,
+                               [DTM_I32] = 100e9},
+                .mem_bw = 24 * GBPS,
+                .mem_bytes = 12.6 * GB,
+                .intra = {.bw = 0.7 * GBPS, .latency = 1 * US},
+                .inter = {.bw = 0.5 * GBPS, .latency = 50 * US},
+                .devices_per_node = 2,
+        },
+};
+
+#define NBUILTINS ((int)(sizeof builtins / sizeof builtins[0]))
+
+const HwProfile *hw_builtin(const char *name)
+{
+	if (!name)
+		return NULL;
+	for (int i = 0; i < NBUILTINS; i++)
+		if (strcmp(builtins[i].name, name) == 0)
+			return &builtins[i];
+	return NULL;
+}
+
+int hw_builtin_count(void)
+{
+	return NBUILTINS;
+}
+
+const HwProfile *hw_builtin_at(int i)
+{
+	return i >= 0 && i < NBUILTINS ? &builtins[i] : NULL;
+}
+
+double hw_peak_flops(const HwProfile *hw, DtmDtype dtype)
+{
+	switch (dtype) {
+	case DTM_BF16:
+		return hw->peak_flops[DTM_BF16];
+	case DTM_F16:
+		return hw->peak_flops[DTM_F16];
+	default:
+		return hw->peak_flops[DTM_F32];
+	}
+}
+
+/* ---- the override file ---- */
+
+typedef enum KeyKind {
+	KEY_BASE,
+	KEY_NAME,
+	KEY_FLOPS,
+	KEY_BW,
+	KEY_SIZE,
+	KEY_TIME,
+	KEY_COUNT
+} KeyKind;
+
+typedef struct Key {
+	const char *name;
+	KeyKind kind;
+	size_t off; /* offset of the double or int field in HwProfile */
+} Key;
+
+static const Key keys[] = {
+        {"base", KEY_BASE, 0},
+        {"name", KEY_NAME, 0},
+        {"peak_f32", KEY_FLOPS, offsetof(HwProfile, peak_flops) + DTM_F32 * sizeof(double)},
+        {"peak_bf16", KEY_FLOPS, offsetof(HwProfile, peak_flops) + DTM_BF16 * sizeof(double)},
+        {"peak_f16", KEY_FLOPS, offsetof(HwProfile, peak_flops) + DTM_F16 * sizeof(double)},
+        {"mem_bw", KEY_BW, offsetof(HwProfile, mem_bw)},
+        {"mem_size", KEY_SIZE, offsetof(HwProfile, mem_bytes)},
+        {"intra_bw", KEY_BW, offsetof(HwProfile, intra.bw)},
+        {"intra_latency", KEY_TIME, offsetof(HwProfile, intra.latency)},
+        {"inter_bw", KEY_BW, offsetof(HwProfile, inter.bw)},
+        {"inter_latency", KEY_TIME, offsetof(HwProfile, inter.latency)},
+        {"gpus_per_node", KEY_COUNT, offsetof(HwProfile, devices_per_node)},
+        {"devices_per_node", KEY_COUNT, offsetof(HwProfile, devices_per_node)},
+};
+
+#define NKEYS ((int)(sizeof keys / sizeof keys[0]))
+/* Beyond this many, errors are counted but not printed. */
+#define HW_MAX_PRINTED_ERRORS 20
+#define HW_MAX_FILE_BYTES (1 << 20)
+#define HW_MAX_DEVICES_PER_NODE (1 << 20)
+
+typedef struct Parser {
+	const char *fname;
+	FILE *err;
+	int nerr;
+	int line;
+} Parser;
+
+/* Writes s[0..n) for a message: printable ASCII as is, other bytes as
+ * \xNN, at most 40 bytes then "...". */
+static void put_token(FILE *out, const char *s, size_t n)
+{
+	size_t lim = n > 40 ? 40 : n;
+	for (size_t i = 0; i < lim; i++) {
+		unsigned char c = (unsigned char)s[i];
+		if (c >= 0x20 && c < 0x7f)
+			fputc(c, out);
+		else
+			fprintf(out, "\\x%02x", c);
+	}
+	if (n > lim)
+		fputs("...", out);
+}
+
+/* "fname:line:col: error: " + pre + 'tok' + post */
+static void perr(Parser *p, size_t col, const char *pre, const char *tok, size_t ntok,
+                 const char *post)
+{
+	p->nerr++;
+	if (!p->err)
+		return;
+	if (p->nerr > HW_MAX_PRINTED_ERRORS) {
+		if (p->nerr == HW_MAX_PRINTED_ERRORS + 1)
+			fprintf(p->err, "%s: error: too many errors, stopping the list here\n",
+			        p->fname);
+		return;
+	}
+	fprintf(p->err, "%s:%d:%zu: error: %s", p->fname, p->line, col, pre);
+	if (tok) {
+		fputc('\'', p->err);
+		put_token(p->err, tok, ntok);
+		fputc('\'', p->err);
+	}
+	fprintf(p->err, "%s\n", post ? post : "");
+}
+
+static bool is_space(char c)
+{
+	return c == ' ' || c == '\t' || c == '\r' || c == '\f' || c == '\v';
+}
+
+static bool is_key_char(char c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+	       c == '_';
+}
+
+static bool tok_is(const char *s, size_t n, const char *lit)
+{
+	return strlen(lit) == n && memcmp(s, lit, n) == 0;
+}
+
+/* An SI prefix at s[0..n): its factor and length, or 0 length for none. */
+static size_t si_prefix(const char *s, size_t n, double *factor)
+{
+	static const struct {
+		const char *p;
+		double f;
+	} pre[] = {
+	        {"Ki", 1024.0},
+	        {"Mi", 1048576.0},
+	        {"Gi", 1073741824.0},
+	        {"Ti", 1099511627776.0},
+	        {"Pi", 1125899906842624.0},
+	        {"k", 1e3},
+	        {"K", 1e3},
+	        {"M", 1e6},
+	        {"G", 1e9},
+	        {"T", 1e12},
+	        {"P", 1e15},
+	};
+	for (size_t i = 0; i < sizeof pre / sizeof pre[0]; i++) {
+		size_t l = strlen(pre[i].p);
+		if (l <= n && memcmp(s, pre[i].p, l) == 0) {
+			*factor = pre[i].f;
+			return l;
+		}
+	}
+	*factor = 1;
+	return 0;
+}
+
+/* The factor of unit text u[0..n) for a key kind, or a negative value when
+ * it is not one of the kind's units. */
+static double unit_factor(KeyKind kind, const char *u, size_t n)
+{
+	if (n == 0)
+		return 1;
+	if (kind == KEY_TIME) {
+		static const struct {
+			const char *u;
+			double f;
+		} tu[] = {{"s", 1}, {"ms", 1e-3}, {"us", 1e-6}, {"ns", 1e-9}};
+		for (size_t i = 0; i < sizeof tu / sizeof tu[0]; i++)
+			if (tok_is(u, n, tu[i].u))
+				return tu[i].f;
+		return -1;
+	}
+	double f;
+	size_t pl = si_prefix(u, n, &f);
+	const char *rest = u + pl;
+	size_t rn = n - pl;
+	if (rn == 0)
+		return f;
+	switch (kind) {
+	case KEY_FLOPS:
+		return tok_is(rest, rn, "FLOP/s") || tok_is(rest, rn, "FLOPS") ? f : -1;
+	case KEY_BW:
+		return tok_is(rest, rn, "B/s") ? f : -1;
+	case KEY_SIZE:
+		return tok_is(rest, rn, "B") ? f : -1;
+	default:
+		return -1;
+	}
+}
+
+static const char *unit_help(KeyKind kind)
+{
+	switch (kind) {
+	case KEY_FLOPS:
+		return " (FLOP/s, e.g. 989 TFLOP/s or 989e12)";
+	case KEY_BW:
+		return " (bytes/s, e.g. 3.35 TB/s or 900 GB/s)";
+	case KEY_SIZE:
+		return " (bytes, e.g. 80 GB or 80 GiB)";
+	case KEY_TIME:
+		return " (seconds, e.g. 5 us, 0.5 ms or 5e-6)";
+	case KEY_COUNT:
+		return " (a whole number, e.g. 8)";
+	default:
+		return "";
+	}
+}
+
+/* Parses a number with an optional unit from v[0..n) (trimmed, non-empty).
+ * Returns 0 and sets *out, or -1 after reporting an error at column col. */
+static int parse_quantity(Parser *p, const Key *k, const char *v, size_t n, size_t col, double *out)
+{
+	/* the number: digits, one '.', an exponent; no sign, hex, inf or nan */
+	size_t i = 0, ndig = 0;
+	while (i < n && isdigit((unsigned char)v[i]))
+		i++, ndig++;
+	if (i < n && v[i] == '.') {
+		i++;
+		while (i < n && isdigit((unsigned char)v[i]))
+			i++, ndig++;
+	}
+	if (ndig && i < n && (v[i] == 'e' || v[i] == 'E')) {
+		size_t j = i + 1;
+		if (j < n && (v[j] == '+' || v[j] == '-'))
+			j++;
+		size_t e0 = j;
+		while (j < n && isdigit((unsigned char)v[j]))
+			j++;
+		if (j > e0)
+			i = j;
+	}
+	char buf[64];
+	if (!ndig || i >= sizeof buf) {
+		perr(p, col, "bad value ", v, n, unit_help(k->kind));
+		return -1;
+	}
+	memcpy(buf, v, i);
+	buf[i] = 0;
+	double x = strtod(buf, NULL);
+	size_t u = i;
+	while (u < n && is_space(v[u]))
+		u++;
+	if (k->kind == KEY_COUNT) {
+		if (u < n || memchr(buf, '.', i) || memchr(buf, 'e', i) || memchr(buf, 'E', i) ||
+		    x < 1 || x > HW_MAX_DEVICES_PER_NODE) {
+			perr(p, col, "bad value ", v, n,
+			     " (a whole number from 1 to 1048576, e.g. 8)");
+			return -1;
+		}
+		*out = x;
+		return 0;
+	}
+	double f = unit_factor(k->kind, v + u, n - u);
+	if (f < 0) {
+		perr(p, col + u, "unknown unit ", v + u, n - u, unit_help(k->kind));
+		return -1;
+	}
+	x *= f;
+	bool zero_ok = k->kind == KEY_TIME;
+	if (!isfinite(x) || x < 0 || (x == 0 && !zero_ok)) {
+		perr(p, col, "value ", v, n,
+		     zero_ok ? " is out of range (finite, >= 0)"
+		             : " is out of range (finite, > 0)");
+		return -1;
+	}
+	*out = x;
+	return 0;
+}
+
+/* One line: s[0..n) without its newline. */
+static void parse_line(Parser *p, HwProfile *hw, const char *s, size_t n, bool *seen_other)
+{
+	/* a comment runs to the end of the line */
+	const char *hash = memchr(s, '#', n);
+	if (hash)
+		n = (size_t)(hash - s);
+	size_t i = 0;
+	while (i < n && is_space(s[i]))
+		i++;
+	if (i == n)
+		return;
+	size_t k0 = i;
+	while (i < n && is_key_char(s[i]))
+		i++;
+	size_t k1 = i;
+	while (i < n && is_space(s[i]))
+		i++;
+	if (k1 == k0) {
+		perr(p, k0 + 1, "expected 'key = value', got ", s + k0, n - k0, NULL);
+		return;
+	}
+	if (i >= n || s[i] != '=') {
+		perr(p, i + 1, "expected '=' after ", s + k0, k1 - k0, NULL);
+		return;
+	}
+	i++;
+	while (i < n && is_space(s[i]))
+		i++;
+	size_t v0 = i, v1 = n;
+	while (v1 > v0 && is_space(s[v1 - 1]))
+		v1--;
+	const Key *k = NULL;
+	for (int j = 0; j < NKEYS; j++)
+		if (tok_is(s + k0, k1 - k0, keys[j].name))
+			k = &keys[j];
+	if (!k) {
+		perr(p, k0 + 1, "unknown key ", s + k0, k1 - k0,
+		     " (keys: base, name, peak_f32, peak_bf16, peak_f16, mem_bw, mem_size, "
+		     "intra_bw, intra_latency, inter_bw, inter_latency, gpus_per_node)");
+		return;
+	}
+	if (v1 == v0) {
+		perr(p, v0 + 1, "missing value for ", k->name, strlen(k->name), NULL);
+		return;
+	}
+	const char *v = s + v0;
+	size_t vn = v1 - v0, col = v0 + 1;
+	if (k->kind == KEY_BASE) {
+		if (*seen_other) {
+			perr(p, k0 + 1, "'base' must come before any other key", NULL, 0, NULL);
+			return;
+		}
+		const HwProfile *b = NULL;
+		for (int j = 0; j < NBUILTINS; j++)
+			if (tok_is(v, vn, builtins[j].name))
+				b = &builtins[j];
+		if (!b) {
+			perr(p, col, "unknown base profile ", v, vn,
+			     " (h100, h200, a100, b200, cpu)");
+			return;
+		}
+		*hw = *b;
+		return;
+	}
+	*seen_other = true;
+	if (k->kind == KEY_NAME) {
+		bool ok = vn < HW_NAME_LEN;
+		for (size_t j = 0; j < vn && ok; j++)
+			ok = is_key_char(v[j]) || v[j] == '-' || v[j] == '.';
+		if (!ok) {
+			perr(p, col, "bad name ", v, vn,
+			     " (letters, digits, '_', '-', '.'; at most 31 characters)");
+			return;
+		}
+		memcpy(hw->name, v, vn);
+		hw->name[vn] = 0;
+		return;
+	}
+	double x;
+	if (parse_quantity(p, k, v, vn, col, &x))
+		return;
+	if (k->kind == KEY_COUNT)
+		*(int *)((char *)hw + k->off) = (int)x;
+	else
+		*(double *)((char *)hw + k->off) = x;
+	/* integer work is counted at the f32 rate */
+	if (k->off == offsetof(HwProfile, peak_flops) + DTM_F32 * sizeof(double))
+		hw->peak_flops[DTM_I32] = x;
+}
+
+int hw_parse_overrides(HwProfile *hw, const char *text, size_t len, const char *fname, FILE *err)
+{
+	Parser p = {.fname = fname ? fname : "<hw>", .err = err, .nerr = 0, .line = 0};
+	HwProfile tmp = *hw;
+	bool seen_other = false;
+	size_t pos = 0;
+	while (pos < len) {
+		const char *nl = memchr(text + pos, '\n', len - pos);
+		size_t end = nl ? (size_t)(nl - text) : len;
+		p.line++;
+		parse_line(&p, &tmp, text + pos, end - pos, &seen_other);
+		pos = end + 1;
+	}
+	if (p.nerr == 0)
+		*hw = tmp;
+	return p.nerr;
+}
+
+int hw_load_overrides(HwProfile *hw, const char *path, FILE *err)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f) {
+		if (err)
+			fprintf(err, "%s: error: cannot open the hardware file\n", path);
+		return 1;
+	}
+	char *buf = malloc(HW_MAX_FILE_BYTES + 1);
+	if (!buf) {
+		fclose(f);
+		if (err)
+			fprintf(err, "%s: error: out of memory\n", path);
+		return 1;
+	}
+	size_t n = fread(buf, 1, HW_MAX_FILE_BYTES + 1, f);
+	bool bad = ferror(f) != 0;
+	fclose(f);
+	int nerr;
+	if (bad) {
+		if (err)
+			fprintf(err, "%s: error: cannot read the hardware file\n", path);
+		nerr = 1;
+	} else if (n > HW_MAX_FILE_BYTES) {
+		if (err)
+			fprintf(err, "%s: error: the hardware file is over 1 MiB\n", path);
+		nerr = 1;
+	} else {
+		nerr = hw_parse_overrides(hw, buf, n, path, err);
+	}
+	free(buf);
+	return nerr;
+}
+
+void hw_print(FILE *out, const HwProfile *hw)
+{
+	fprintf(out, "name = %s\n", hw->name);
+	for (int j = 0; j < NKEYS; j++) {
+		const Key *k = &keys[j];
+		if (k->kind == KEY_BASE || k->kind == KEY_NAME)
+			continue;
+		if (k->kind == KEY_COUNT) {
+			if (strcmp(k->name, "gpus_per_node") == 0)
+				fprintf(out, "%s = %d\n", k->name,
+				        *(const int *)((const char *)hw + k->off));
+			continue;
+		}
+		fprintf(out, "%s = %.17g\n", k->name, *(const double *)((const char *)hw + k->off));
+	}
+}

@@ -1,0 +1,1277 @@
+/* inspect.c - `dtmc inspect` (see inspect.h).
+ *
+ * Reads the DtmPlan of codegen/plan_build.h (what the binary runs) plus the
+ * final IR it came from (names of the tensors moved, source locations, the
+ * liveness behind the activation arena).  Everything is computed once into
+ * an Insp, then written as text, JSON, a Chrome trace or a DOT graph.
+ *
+ * The schedule is per stage, at one mesh coordinate: every rank of a stage
+ * runs the same actions, only its groups differ (the rank shown is --rank
+ * with its pp coordinate set to the stage).  Communication time and bytes
+ * come from cost_action_seconds, the step time and bubble from
+ * cost_plan_step.  The trace replays every stage's actions on two streams
+ * per rank under cost_plan_step's rules and, across stages, makes a recv
+ * wait for the matching send (the k-th send from stage a to stage b meets
+ * the k-th recv of b from a), so a pipeline's bubbles show.
+ */
+#include "inspect.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../passes/fuse.h"
+#include "../passes/memplan.h"
+#include "../runtime/rt.h"
+#include "cost.h"
+#include "hw.h"
+#include "report.h"
+
+/* Above this many ranks the trace has one track pair per stage (its first
+ * rank) instead of one per rank. */
+#define INSPECT_TRACE_MAX_RANKS 64
+
+typedef struct StageMem {
+	int64_t arena[DTM_ARENA_COUNT];
+	int64_t peak; /* the arenas: what a rank of the stage allocates */
+	int64_t params, grads, master, opt_m, opt_v, opt_mom, opt_other, inputs;
+	/* the activation arena at its fullest point (node act_at): bytes live
+	 * there (64-byte aligned, as planned), split into collective/recv
+	 * results (gathered: all_gathers of params, ZeRO-3's units) and the
+	 * rest; the arena minus live is fragmentation */
+	int act_at;
+	int64_t act_live, act_comm, act_gathered, act_other;
+	int inflight;    /* micro-batches whose activations are live at once */
+	int64_t staging; /* overlap copies outside the arenas */
+	int nstaging;
+} StageMem;
+
+typedef struct Span {
+	double t0, t1;
+	int peer_stage;  /* send/recv: the other stage, -1 elsewhere */
+	int peer_action; /* recv: the matching send's action in peer_stage, or -1 */
+} Span;
+
+typedef struct Insp {
+	const InspectOptions *o;
+	Arena *a;
+	Diag *d;
+	IrModule *m;
+	const DtmPlan *p;
+	FusePlan fp;
+	MemPlan mp;
+	HwProfile hw;
+	CostReport cost;
+	int64_t world, node_size;
+	int pp;          /* the pipeline axis, or -1 */
+	int nstages;
+	int64_t *rep;    /* per stage: the rank shown */
+	int *nuse;       /* per node: users */
+	int **uses;
+	StageMem *mem;
+	Span **span;     /* per stage, per action */
+	double makespan; /* of the simulated timeline */
+	double nparams;
+	int64_t layers, channels, seq;
+	double flops_per_token, mfu;
+} Insp;
+
+/* ---- the mesh ---- */
+
+static void coords_of(const DtmPlan *p, int64_t rank, int64_t *c)
+{
+	for (int a = p->mesh_naxes - 1; a >= 0; a--) {
+		c[a] = rank % p->mesh_sizes[a];
+		rank /= p->mesh_sizes[a];
+	}
+}
+
+static int64_t rank_of(const DtmPlan *p, const int64_t *c)
+{
+	int64_t r = 0;
+	for (int a = 0; a < p->mesh_naxes; a++)
+		r = r * p->mesh_sizes[a] + c[a];
+	return r;
+}
+
+static int stage_of(const Insp *in, int64_t rank)
+{
+	if (in->pp < 0)
+		return 0;
+	int64_t c[DTM_MAX_AXES];
+	coords_of(in->p, rank, c);
+	return (int)c[in->pp];
+}
+
+/* Member `index` of rank's group along axes (mixed radix over the axes,
+ * the last one minor: runtime/comm.c's numbering); *pos gets rank's own
+ * index when pos is non-NULL. */
+static int64_t group_member(const DtmPlan *p, int64_t rank, uint32_t axes, int64_t index,
+                            int64_t *pos)
+{
+	int64_t c[DTM_MAX_AXES];
+	coords_of(p, rank, c);
+	int64_t me = 0;
+	for (int a = 0; a < p->mesh_naxes; a++)
+		if (axes >> a & 1)
+			me = me * p->mesh_sizes[a] + c[a];
+	if (pos)
+		*pos = me;
+	for (int a = p->mesh_naxes - 1; a >= 0; a--) {
+		if (!(axes >> a & 1))
+			continue;
+		c[a] = index % p->mesh_sizes[a];
+		index /= p->mesh_sizes[a];
+	}
+	return rank_of(p, c);
+}
+
+/* The rank a send goes to, or a recv comes from: peer_offset steps along
+ * the axes, wrapping, forward for a send and back for a recv (so a matched
+ * pair carries the same offset, runtime/comm.h). */
+static int64_t p2p_peer(const DtmPlan *p, int64_t rank, const DtmAction *a)
+{
+	int64_t n = cost_group_size(p->mesh_naxes, p->mesh_sizes, a->axes), me;
+	group_member(p, rank, a->axes, 0, &me);
+	int64_t off = a->kind == DTM_ACT_RECV ? -(int64_t)a->peer_offset : a->peer_offset;
+	int64_t k = ((me + off) % n + n) % n;
+	return group_member(p, rank, a->axes, k, NULL);
+}
+
+static void axes_text(const DtmPlan *p, uint32_t axes, char *buf, size_t cap)
+{
+	size_t n = 0;
+	buf[0] = 0;
+	for (int a = 0; a < p->mesh_naxes && n < cap; a++)
+		if (axes >> a & 1)
+			n += (size_t)snprintf(buf + n, cap - n, "%s%s", n ? "," : "", p->mesh_names[a]);
+	if (!n)
+		snprintf(buf, cap, "-");
+}
+
+static void coords_text(const DtmPlan *p, int64_t rank, char *buf, size_t cap)
+{
+	int64_t c[DTM_MAX_AXES];
+	coords_of(p, rank, c);
+	size_t n = 0;
+	buf[0] = 0;
+	for (int a = 0; a < p->mesh_naxes && n < cap; a++)
+		n += (size_t)snprintf(buf + n, cap - n, "%s%s=%" PRId64, a ? ", " : "",
+		                      p->mesh_names[a], c[a]);
+}
+
+/* "[0 1]", or "[0 2 .. 14] (8 ranks)" for big groups. */
+static void group_text(const DtmPlan *p, int64_t rank, uint32_t axes, char *buf, size_t cap)
+{
+	int64_t n = cost_group_size(p->mesh_naxes, p->mesh_sizes, axes);
+	size_t k = (size_t)snprintf(buf, cap, "[");
+	for (int64_t i = 0; i < n && k < cap; i++) {
+		if (n > 8 && i == 2) {
+			k += (size_t)snprintf(buf + k, cap - k, " ..");
+			i = n - 1;
+		}
+		k += (size_t)snprintf(buf + k, cap - k, "%s%" PRId64, i ? " " : "",
+		                      group_member(p, rank, axes, i, NULL));
+	}
+	if (k < cap && n > 8)
+		snprintf(buf + k, cap - k, "] (%" PRId64 ")", n);
+	else if (k < cap)
+		snprintf(buf + k, cap - k, "]");
+}
+
+/* ---- names ---- */
+
+static const char *dtype_name(DtmDtype t)
+{
+	switch (t) {
+	case DTM_BF16: return "bf16";
+	case DTM_F16: return "f16";
+	case DTM_I32: return "i32";
+	default: return "f32";
+	}
+}
+
+static const char *phase_name(DtmPhase ph)
+{
+	return ph == DTM_PHASE_FORWARD ? "forward" : ph == DTM_PHASE_BACKWARD ? "backward"
+	                                                                      : "optimizer";
+}
+
+static const char *arena_name(int a)
+{
+	return pass_memplan_arena_name(a);
+}
+
+static CostComm comm_kind(const DtmAction *a)
+{
+	return a->kind == DTM_ACT_SEND ? COST_SEND : a->kind == DTM_ACT_RECV ? COST_RECV
+	                                                                     : (CostComm)a->coll;
+}
+
+static bool is_comm(const DtmAction *a)
+{
+	return a->kind == DTM_ACT_COLL || a->kind == DTM_ACT_SEND || a->kind == DTM_ACT_RECV;
+}
+
+/* Ops that move a tensor without computing: a name found through them is
+ * the tensor's (an all_gather of wte is still wte). */
+static bool passthrough(IrOp op)
+{
+	return op == IR_OP_RESHAPE || op == IR_OP_PERMUTE || op == IR_OP_CAST || op == IR_OP_SLICE ||
+	       (ir_op_flags(op) & OPF_COLL);
+}
+
+/* The name of value x, or of what it is a reshape, cast or gather of;
+ * -1 when none within a few hops. */
+static int named_source(const IrModule *m, int x)
+{
+	for (int hop = 0; x >= 0 && hop < 6; hop++) {
+		const IrNode *xn = m->nodes[x];
+		if (xn->name)
+			return x;
+		x = passthrough(xn->op) && xn->nops > 0 ? xn->ops[0] : -1;
+	}
+	return -1;
+}
+
+/* A partial sum of squares on its way to the global grad norm. */
+static bool feeds_grad_norm(const IrModule *m, int x)
+{
+	for (int hop = 0; x >= 0 && hop < 4; hop++) {
+		const IrNode *xn = m->nodes[x];
+		if (xn->op == IR_OP_GRAD_NORM)
+			return true;
+		x = xn->nops > 0 ? xn->ops[0] : -1;
+	}
+	return false;
+}
+
+static const char *base_name(const char *path)
+{
+	const char *s = path ? strrchr(path, '/') : NULL;
+	return s ? s + 1 : path ? path : "?";
+}
+
+/* The tensor a collective, send or recv node moves, for people: its own
+ * name (grad.layer.3.wq, loss); else its input's, through reshapes and
+ * casts; else the named values its result becomes (a DDP bucket: several);
+ * else the op that computed it with its operands and source location. */
+static void tensor_name(const Insp *in, int node, char *buf, size_t cap)
+{
+	const IrModule *m = in->m;
+	const IrNode *n = m->nodes[node];
+	if (n->name) {
+		snprintf(buf, cap, "%s", n->name);
+		return;
+	}
+	int x = n->nops > 0 ? named_source(m, n->ops[0]) : -1;
+	if (x >= 0) {
+		snprintf(buf, cap, "%s", m->nodes[x]->name);
+		return;
+	}
+	if (n->nops > 0 && feeds_grad_norm(m, n->ops[0])) {
+		snprintf(buf, cap, "grad_norm (partial sums of squares)");
+		return;
+	}
+	/* forward: the named values the result becomes */
+	int names[64], nn = 0, total = 0, frontier[64], nf = 0, next[64];
+	frontier[nf++] = node;
+	for (int depth = 0; depth < 3 && nf > 0; depth++) {
+		int nx = 0;
+		for (int f = 0; f < nf; f++) {
+			for (int k = 0; k < in->nuse[frontier[f]]; k++) {
+				int u = in->uses[frontier[f]][k];
+				const IrNode *un = m->nodes[u];
+				if (un->name && !(ir_op_flags(un->op) & OPF_INPLACE)) {
+					if (nn < 64)
+						names[nn++] = u;
+					total++;
+				} else if (passthrough(un->op) && nx < 64) {
+					next[nx++] = u;
+				}
+			}
+		}
+		memcpy(frontier, next, sizeof(int) * (size_t)nx);
+		nf = nx;
+	}
+	if (total == 1) {
+		snprintf(buf, cap, "%s", m->nodes[names[0]]->name);
+		return;
+	}
+	if (total > 1) {
+		size_t k = (size_t)snprintf(buf, cap, "bucket of %d: ", total);
+		for (int i = 0; i < nn && i < 3 && k < cap; i++)
+			k += (size_t)snprintf(buf + k, cap - k, "%s%s", i ? ", " : "",
+			                      m->nodes[names[i]]->name);
+		if (total > 3 && k < cap)
+			snprintf(buf + k, cap - k, ", ...");
+		return;
+	}
+	const IrNode *src = n->nops > 0 ? m->nodes[n->ops[0]] : n;
+	size_t k = (size_t)snprintf(buf, cap, "%s(", ir_op_name(src->op));
+	for (int i = 0; i < src->nops && i < 3 && k < cap; i++) {
+		int o = named_source(m, src->ops[i]);
+		if (o >= 0)
+			k += (size_t)snprintf(buf + k, cap - k, "%s%s", i ? ", " : "", m->nodes[o]->name);
+		else
+			k += (size_t)snprintf(buf + k, cap - k, "%s%%%d", i ? ", " : "", src->ops[i]);
+	}
+	if (k < cap)
+		k += (size_t)snprintf(buf + k, cap - k, "%s)", src->nops > 3 ? ", ..." : "");
+	if (k < cap && src->loc.file)
+		snprintf(buf + k, cap - k, " at %s:%d:%d", base_name(src->loc.file), src->loc.line,
+		         src->loc.col);
+}
+
+/* The tensor action i of stage s moves: a recv's is its send's. */
+static void action_tensor(const Insp *in, int s, int i, char *buf, size_t cap)
+{
+	const DtmAction *a = &in->p->stages[s].actions[i];
+	const Span *sp = &in->span[s][i];
+	if (a->kind == DTM_ACT_RECV && sp->peer_action >= 0 && sp->peer_stage >= 0)
+		a = &in->p->stages[sp->peer_stage].actions[sp->peer_action];
+	tensor_name(in, a->node, buf, cap);
+}
+
+/* ---- memory ---- */
+
+static bool has_prefix(const char *s, const char *pre)
+{
+	return s && strncmp(s, pre, strlen(pre)) == 0;
+}
+
+static int64_t align64(int64_t b)
+{
+	return (b + MEMPLAN_ALIGN - 1) / MEMPLAN_ALIGN * MEMPLAN_ALIGN;
+}
+
+static bool node_in_stage(const Insp *in, int i, int s)
+{
+	return in->mp.nstages <= 1 || in->m->nodes[i]->stage == s;
+}
+
+static bool memory(Insp *in, int s)
+{
+	const DtmPlan *p = in->p;
+	const IrModule *m = in->m;
+	StageMem *sm = &in->mem[s];
+	const int64_t *ab = p->nstages > 1 ? p->stages[s].arena_bytes : p->arena_bytes;
+	for (int a = 0; a < DTM_ARENA_COUNT; a++) {
+		sm->arena[a] = ab[a];
+		sm->peak += ab[a];
+	}
+	for (int i = 0; i < p->nbuffers; i++) {
+		const DtmBuffer *b = &p->buffers[i];
+		if (b->stage != (p->nstages > 1 ? s : 0))
+			continue;
+		switch (b->role) {
+		case DTM_ROLE_PARAM: sm->params += b->bytes; break;
+		case DTM_ROLE_GRAD: sm->grads += b->bytes; break;
+		case DTM_ROLE_INPUT: sm->inputs += b->bytes; break;
+		case DTM_ROLE_OPT_STATE:
+			if (has_prefix(b->name, "opt.master."))
+				sm->master += b->bytes;
+			else if (has_prefix(b->name, "opt.m."))
+				sm->opt_m += b->bytes;
+			else if (has_prefix(b->name, "opt.v."))
+				sm->opt_v += b->bytes;
+			else if (has_prefix(b->name, "opt.mom."))
+				sm->opt_mom += b->bytes;
+			else
+				sm->opt_other += b->bytes;
+			break;
+		default: break;
+		}
+	}
+	/* the activation arena's fullest point, from the planner's liveness
+	 * (positions are node ids, inclusive; n means to the end) */
+	int n = m->nnodes;
+	int64_t *live = calloc((size_t)n + 2, sizeof *live);
+	if (!live)
+		return false;
+	for (int i = 0; i < n; i++) {
+		const MemPlanBuf *b = &in->mp.buf[i];
+		if (b->owner != i || b->arena != DTM_ARENA_ACT || !node_in_stage(in, i, s))
+			continue;
+		int lo = b->live_from < 0 ? 0 : b->live_from > n ? n : b->live_from;
+		int hi = b->live_to < lo ? lo : b->live_to > n ? n : b->live_to;
+		live[lo] += align64(b->bytes);
+		live[hi + 1] -= align64(b->bytes);
+	}
+	int64_t run = 0, best = -1;
+	for (int i = 0; i <= n; i++) {
+		run += live[i];
+		if (run > best) {
+			best = run;
+			sm->act_at = i;
+		}
+	}
+	free(live);
+	for (int i = 0; i < n; i++) {
+		const MemPlanBuf *b = &in->mp.buf[i];
+		if (b->owner != i || b->arena != DTM_ARENA_ACT || !node_in_stage(in, i, s) ||
+		    b->live_from > sm->act_at || b->live_to < sm->act_at)
+			continue;
+		const IrNode *nd = m->nodes[i];
+		int64_t bytes = align64(b->bytes);
+		sm->act_live += bytes;
+		if (nd->op == IR_OP_ALL_GATHER && m->nodes[nd->ops[0]]->role == IR_ROLE_PARAM)
+			sm->act_gathered += bytes;
+		else if ((ir_op_flags(nd->op) & OPF_COLL) || nd->op == IR_OP_RECV)
+			sm->act_comm += bytes;
+		else
+			sm->act_other += bytes;
+	}
+	sm->inflight = pass_memplan_inflight(m, &in->mp, s);
+	DtmPlan view;
+	rt_plan_stage_view(p, s, &view);
+	sm->staging = rt_overlap_staging_bytes(&view, &view.stages[0], &sm->nstaging);
+	return true;
+}
+
+/* ---- the simulated timeline ---- */
+
+/* Sends from stage a to stage b, in order: their start times and action
+ * indices. */
+typedef struct Chan {
+	double *t;
+	int *act;
+	int n, cap, taken;
+} Chan;
+
+static int p2p_stage(const Insp *in, int s, const DtmAction *a)
+{
+	if (in->pp < 0 || a->axes != 1u << in->pp)
+		return s;
+	int P = in->nstages;
+	int off = a->kind == DTM_ACT_RECV ? -a->peer_offset : a->peer_offset;
+	return ((s + off) % P + P) % P;
+}
+
+static bool simulate(Insp *in)
+{
+	const DtmPlan *p = in->p;
+	int P = in->nstages;
+	double *ready = calloc((size_t)(p->nbuffers > 0 ? p->nbuffers : 1), sizeof *ready);
+	double *tc = calloc((size_t)P, sizeof *tc), *tm = calloc((size_t)P, sizeof *tm);
+	int *next = calloc((size_t)P, sizeof *next);
+	Chan *ch = calloc((size_t)P * (size_t)P, sizeof *ch);
+	bool ok = ready && tc && tm && next && ch;
+	for (int s = 0; ok && s < P; s++) {
+		in->span[s] = arena_alloc(in->a, sizeof(Span) * (size_t)(p->stages[s].nactions + 1));
+		ok = in->span[s] != NULL;
+	}
+	for (bool progress = true; ok && progress;) {
+		progress = false;
+		for (int s = 0; s < P; s++) {
+			const DtmStage *st = &p->stages[s];
+			while (next[s] < st->nactions) {
+				int i = next[s];
+				const DtmAction *a = &st->actions[i];
+				Span *sp = &in->span[s][i];
+				sp->peer_stage = sp->peer_action = -1;
+				double dur = cost_action_seconds(p, &in->hw, in->node_size, a, NULL);
+				if (a->kind == DTM_ACT_WAIT) {
+					tc[s] = tm[s] = fmax(tc[s], tm[s]);
+					sp->t0 = sp->t1 = tc[s];
+				} else if (a->kind == DTM_ACT_KERNEL || a->kind == DTM_ACT_GEMM) {
+					double t0 = tc[s];
+					for (int j = 0; j + 1 < a->nargs; j++)
+						t0 = fmax(t0, ready[a->args[j]]);
+					tc[s] = t0 + dur;
+					if (a->nargs > 0)
+						ready[a->args[a->nargs - 1]] = tc[s];
+					sp->t0 = t0;
+					sp->t1 = tc[s];
+				} else {
+					double t0 = fmax(tc[s], tm[s]), t1;
+					if (a->kind != DTM_ACT_RECV)
+						for (int j = 0; j < a->nargs; j++)
+							t0 = fmax(t0, ready[a->args[j]]);
+					t1 = t0 + dur;
+					int other = a->kind == DTM_ACT_COLL ? -1 : p2p_stage(in, s, a);
+					sp->peer_stage = other;
+					if (a->kind == DTM_ACT_SEND) {
+						Chan *c = &ch[s * P + other];
+						if (c->n == c->cap) {
+							int cap = c->cap ? 2 * c->cap : 64;
+							double *t = realloc(c->t, sizeof *t * (size_t)cap);
+							if (t)
+								c->t = t;
+							int *ia = realloc(c->act, sizeof *ia * (size_t)cap);
+							if (ia)
+								c->act = ia;
+							if (!t || !ia) {
+								ok = false;
+								break;
+							}
+							c->cap = cap;
+						}
+						c->act[c->n] = i;
+						c->t[c->n++] = t0;
+					} else if (a->kind == DTM_ACT_RECV) {
+						Chan *c = &ch[other * P + s];
+						if (c->taken >= c->n)
+							break; /* its send is not issued yet */
+						sp->peer_action = c->act[c->taken];
+						t1 = fmax(t0, c->t[c->taken++]) + dur;
+					}
+					tm[s] = t1;
+					if (a->stream == 0)
+						tc[s] = tm[s];
+					if (a->kind == DTM_ACT_RECV)
+						for (int j = 0; j < a->nargs; j++)
+							ready[a->args[j]] = tm[s];
+					else if (a->kind == DTM_ACT_COLL && a->nargs > 0)
+						ready[a->args[a->nargs - 1]] = tm[s];
+					sp->t0 = t0;
+					sp->t1 = t1;
+				}
+				next[s]++;
+				progress = true;
+			}
+		}
+		if (!progress) {
+			/* a recv with no send ahead of it (a schedule the compiler
+			 * would have refused): let the first such run unmatched */
+			for (int s = 0; s < P && !progress; s++) {
+				if (next[s] >= p->stages[s].nactions)
+					continue;
+				const DtmAction *a = &p->stages[s].actions[next[s]];
+				double dur = cost_action_seconds(p, &in->hw, in->node_size, a, NULL);
+				Span *sp = &in->span[s][next[s]];
+				sp->t0 = fmax(tc[s], tm[s]);
+				sp->t1 = sp->t0 + dur;
+				sp->peer_stage = p2p_stage(in, s, a);
+				sp->peer_action = -1;
+				tm[s] = sp->t1;
+				for (int j = 0; j < a->nargs; j++)
+					ready[a->args[j]] = tm[s];
+				next[s]++;
+				progress = true;
+			}
+		}
+	}
+	in->makespan = 0;
+	for (int s = 0; ok && s < P; s++)
+		in->makespan = fmax(in->makespan, fmax(tc[s], tm[s]));
+	for (int k = 0; ch && k < P * P; k++) {
+		free(ch[k].t);
+		free(ch[k].act);
+	}
+	free(ch);
+	free(next);
+	free(tm);
+	free(tc);
+	free(ready);
+	return ok;
+}
+
+/* ---- analysis ---- */
+
+static bool load_hw(Insp *in)
+{
+	const char *name = in->o->hw ? in->o->hw : "h100";
+	const HwProfile *b = hw_builtin(name);
+	if (b) {
+		in->hw = *b;
+		return true;
+	}
+	if (!strchr(name, '/') && !strchr(name, '.')) {
+		FILE *f = fopen(name, "r");
+		if (!f) {
+			fprintf(stderr, "dtmc: error: --hw %s: not a built-in profile (", name);
+			for (int i = 0; i < hw_builtin_count(); i++)
+				fprintf(stderr, "%s%s", i ? ", " : "", hw_builtin_at(i)->name);
+			fputs(") nor a file\n", stderr);
+			return false;
+		}
+		fclose(f);
+	}
+	/* a file: overrides of h100 unless it names its base */
+	in->hw = *hw_builtin("h100");
+	return hw_load_overrides(&in->hw, name, stderr) == 0;
+}
+
+static bool analyse(Insp *in)
+{
+	const DtmPlan *p = in->p;
+	const IrModule *m = in->m;
+	in->nstages = p->nstages;
+	in->pp = -1;
+	in->world = 1;
+	for (int a = 0; a < p->mesh_naxes; a++) {
+		in->world *= p->mesh_sizes[a];
+		if (p->nstages > 1 && p->mesh_sizes[a] == p->nstages && p->mesh_names[a] &&
+		    strcmp(p->mesh_names[a], "pp") == 0)
+			in->pp = a;
+	}
+	if (in->o->rank < 0 || in->o->rank >= in->world) {
+		fprintf(stderr, "dtmc: error: --rank %" PRId64 ": the mesh has ranks 0..%" PRId64 "\n",
+		        in->o->rank, in->world - 1);
+		return false;
+	}
+	if (cost_plan_step(p, &in->hw, in->o->nodes, &in->cost) != 0) {
+		fprintf(stderr, "dtmc: error: the cost model rejected the plan: %s\n", in->cost.err);
+		return false;
+	}
+	in->node_size = in->cost.node_size;
+	in->rep = arena_alloc(in->a, sizeof(int64_t) * (size_t)in->nstages);
+	in->mem = arena_alloc(in->a, sizeof(StageMem) * (size_t)in->nstages);
+	in->span = arena_alloc(in->a, sizeof(Span *) * (size_t)in->nstages);
+	in->nuse = arena_alloc(in->a, sizeof(int) * (size_t)m->nnodes);
+	in->uses = arena_alloc(in->a, sizeof(int *) * (size_t)m->nnodes);
+	if (!in->rep || !in->mem || !in->span || !in->nuse || !in->uses)
+		return false;
+	for (int s = 0; s < in->nstages; s++) {
+		int64_t c[DTM_MAX_AXES];
+		coords_of(p, in->o->rank, c);
+		if (in->pp >= 0)
+			c[in->pp] = s;
+		in->rep[s] = rank_of(p, c);
+	}
+	for (int i = 0; i < m->nnodes; i++)
+		for (int k = 0; k < m->nodes[i]->nops; k++)
+			in->nuse[m->nodes[i]->ops[k]]++;
+	for (int i = 0; i < m->nnodes; i++) {
+		in->uses[i] = arena_alloc(in->a, sizeof(int) * (size_t)(in->nuse[i] + 1));
+		if (!in->uses[i])
+			return false;
+		in->nuse[i] = 0;
+	}
+	for (int i = 0; i < m->nnodes; i++)
+		for (int k = 0; k < m->nodes[i]->nops; k++) {
+			int o = m->nodes[i]->ops[k];
+			in->uses[o][in->nuse[o]++] = i;
+		}
+	for (int s = 0; s < in->nstages; s++)
+		if (!memory(in, s))
+			return false;
+	if (!simulate(in))
+		return false;
+	/* the llm.c FLOPs per token: N params (a tied weight counted once),
+	 * L blocks, C the embedding width, T the sequence */
+	int64_t maxblock = -1;
+	for (int i = 0; i < p->nbuffers; i++) {
+		const DtmBuffer *b = &p->buffers[i];
+		if (b->role != DTM_ROLE_PARAM)
+			continue;
+		bool seen = false;
+		for (int j = 0; j < i && !seen; j++)
+			seen = p->buffers[j].role == DTM_ROLE_PARAM && b->name && p->buffers[j].name &&
+			       strcmp(p->buffers[j].name, b->name) == 0;
+		if (!seen)
+			in->nparams += (double)rt_global_numel(b);
+	}
+	for (int i = 0; i < m->nnodes; i++) {
+		const IrNode *n = m->nodes[i];
+		if (n->op == IR_OP_PARAM && n->block > maxblock)
+			maxblock = n->block;
+		if (!in->channels && (n->op == IR_OP_EMBED || n->op == IR_OP_EMBED_VP)) {
+			const IrNode *w = m->nodes[n->ops[0]];
+			in->channels = w->rank > 1 ? ir_global_dim(m, w, w->rank - 1) : 0;
+		}
+	}
+	in->layers = maxblock + 1;
+	in->seq = p->train.seq;
+	in->flops_per_token = cost_flops_per_token(in->nparams, in->layers, in->channels, in->seq);
+	in->mfu = cost_mfu(in->flops_per_token, in->cost.tokens_per_s, in->world,
+	                   hw_peak_flops(&in->hw, p->train.precision));
+	return true;
+}
+
+/* ---- text ---- */
+
+static char *fmt_time(char *buf, size_t cap, double s)
+{
+	if (s <= 0)
+		snprintf(buf, cap, "0");
+	else if (s < 1e-3)
+		snprintf(buf, cap, "%.3g us", s * 1e6);
+	else if (s < 1)
+		snprintf(buf, cap, "%.3g ms", s * 1e3);
+	else
+		snprintf(buf, cap, "%.3g s", s);
+	return buf;
+}
+
+/* "1,234,567 B (1.18 MiB)"; the part in parentheses from 1 MiB up. */
+static char *fmt_bytes(char *buf, size_t cap, double b)
+{
+	char c[32];
+	int64_t v = (int64_t)llround(b);
+	if (b < 1024.0 * 1024)
+		snprintf(buf, cap, "%s B", report_count(c, v));
+	else if (b < 1024.0 * 1024 * 1024)
+		snprintf(buf, cap, "%s B (%.2f MiB)", report_count(c, v), b / (1024.0 * 1024));
+	else
+		snprintf(buf, cap, "%s B (%.2f GiB)", report_count(c, v), b / (1024.0 * 1024 * 1024));
+	return buf;
+}
+
+static void text_header(FILE *out, const Insp *in)
+{
+	const DtmPlan *p = in->p;
+	const IrTrain *t = &in->m->train;
+	char c[32];
+	fprintf(out, "model %s: mesh ", p->model ? p->model : "?");
+	for (int a = 0; a < p->mesh_naxes; a++)
+		fprintf(out, "%s%s=%" PRId64, a ? " x " : "", p->mesh_names[a], p->mesh_sizes[a]);
+	fprintf(out, " (%" PRId64 " rank%s), %d stage%s\n", in->world, in->world == 1 ? "" : "s",
+	        in->nstages, in->nstages == 1 ? "" : "s");
+	fprintf(out, "train: %s, zero %d, %d micro-batch%s", p->train.optimizer, t->zero,
+	        p->train.microbatches, p->train.microbatches == 1 ? "" : "es");
+	if (in->nstages > 1)
+		fprintf(out, ", schedule %s", t->schedule ? t->schedule : "-");
+	fprintf(out, ", precision %s, %s %s per step\n", dtype_name(p->train.precision),
+	        report_count(c, p->train.tokens_per_step),
+	        p->train.data_kind == DTM_DATA_TOKENS ? "tokens" : "samples");
+	fprintf(out, "parameters: %s\n", report_count(c, (int64_t)in->nparams));
+	int64_t nodes = (in->world + in->node_size - 1) / in->node_size;
+	fprintf(out, "hardware: %s, %" PRId64 " rank%s per node, %" PRId64 " node%s\n", in->hw.name,
+	        in->node_size, in->node_size == 1 ? "" : "s", nodes, nodes == 1 ? "" : "s");
+}
+
+static void text_schedule(FILE *out, const Insp *in, int s)
+{
+	const DtmPlan *p = in->p;
+	const DtmStage *st = &p->stages[s];
+	int64_t r = in->rep[s];
+	char co[256], ax[64], grp[128], tb[32], tn[512], c1[32], c2[32];
+	coords_text(p, r, co, sizeof co);
+	fprintf(out, "\nstage %d, rank %" PRId64 " (%s): communication, in order\n", s, r, co);
+	fprintf(out, "  %5s  %-14s %-8s %-16s %-5s %12s %12s %9s  %-9s %3s  %s\n", "#", "kind",
+	        "axes", "group", "dtype", "bytes", "send/rank", "time", "phase", "mb", "tensor");
+	int count = 0;
+	for (int i = 0; i < st->nactions; i++) {
+		const DtmAction *a = &st->actions[i];
+		if (!is_comm(a))
+			continue;
+		count++;
+		double send;
+		double sec = cost_action_seconds(p, &in->hw, in->node_size, a, &send);
+		axes_text(p, a->axes, ax, sizeof ax);
+		if (a->kind == DTM_ACT_COLL)
+			group_text(p, r, a->axes, grp, sizeof grp);
+		else
+			snprintf(grp, sizeof grp, "%s %" PRId64, a->kind == DTM_ACT_SEND ? "to" : "from",
+			         p2p_peer(p, r, a));
+		action_tensor(in, s, i, tn, sizeof tn);
+		fprintf(out, "  %5d  %-14s %-8s %-16s %-5s %12s %12s %9s  %-9s %3d  %s\n", i,
+		        cost_comm_name(comm_kind(a)), ax, grp,
+		        dtype_name(a->nargs > 0 ? p->buffers[a->args[0]].dtype : DTM_F32),
+		        report_count(c1, a->bytes), report_count(c2, (int64_t)llround(send)),
+		        fmt_time(tb, sizeof tb, sec), phase_name(a->phase), a->microbatch, tn);
+	}
+	if (!count)
+		fputs("  (none)\n", out);
+}
+
+static void text_totals(FILE *out, const Insp *in, int s)
+{
+	const DtmPlan *p = in->p;
+	const CostStage *cs = &in->cost.stages[s];
+	char ax[64], b[64], tb[32];
+	fputs("  per step, send-side bytes per rank (ring) and time:\n", out);
+	for (uint32_t k = 0; k < COST_AXES_MASKS; k++) {
+		if (!cs->by_axes[k].count)
+			continue;
+		axes_text(p, k, ax, sizeof ax);
+		fprintf(out, "    axes %-14s %4d ops  %-28s %s\n", ax, cs->by_axes[k].count,
+		        fmt_bytes(b, sizeof b, cs->by_axes[k].bytes),
+		        fmt_time(tb, sizeof tb, cs->by_axes[k].seconds));
+	}
+	for (int k = 0; k < COST_NCOMM; k++) {
+		if (!cs->by_kind[k].count)
+			continue;
+		fprintf(out, "    %-19s %4d ops  %-28s %s\n", cost_comm_name((CostComm)k),
+		        cs->by_kind[k].count, fmt_bytes(b, sizeof b, cs->by_kind[k].bytes),
+		        fmt_time(tb, sizeof tb, cs->by_kind[k].seconds));
+	}
+	fprintf(out, "    %-19s %4s      %-28s %s\n", "total", "", fmt_bytes(b, sizeof b, cs->send_bytes),
+	        fmt_time(tb, sizeof tb, cs->comm_s));
+}
+
+static void text_memory(FILE *out, const Insp *in, int s)
+{
+	const StageMem *sm = &in->mem[s];
+	char b[64];
+	int64_t opt = sm->opt_m + sm->opt_v + sm->opt_mom + sm->opt_other;
+	fputs("  memory per rank:\n", out);
+	fprintf(out, "    %-26s %s\n", "params", fmt_bytes(b, sizeof b, (double)sm->params));
+	fprintf(out, "    %-26s %s\n", "gradients", fmt_bytes(b, sizeof b, (double)sm->grads));
+	fprintf(out, "    %-26s %s\n", "master weights", fmt_bytes(b, sizeof b, (double)sm->master));
+	fprintf(out, "    %-26s %s", "optimizer state", fmt_bytes(b, sizeof b, (double)opt));
+	const char *parts[] = {"m", "v", "momentum", "other"};
+	const int64_t bytes[] = {sm->opt_m, sm->opt_v, sm->opt_mom, sm->opt_other};
+	const char *sep = " (";
+	for (int k = 0; k < 4; k++) {
+		if (!bytes[k])
+			continue;
+		fprintf(out, "%s%s %s", sep, parts[k], fmt_bytes(b, sizeof b, (double)bytes[k]));
+		sep = ", ";
+	}
+	fputs(opt ? ")\n" : "\n", out);
+	fprintf(out, "    %-26s %s\n", "inputs", fmt_bytes(b, sizeof b, (double)sm->inputs));
+	fprintf(out, "    %-26s %s", "activations (arena)",
+	        fmt_bytes(b, sizeof b, (double)sm->arena[DTM_ARENA_ACT]));
+	if (sm->inflight > 0)
+		fprintf(out, ", %d micro-batch%s in flight", sm->inflight,
+		        sm->inflight == 1 ? "" : "es");
+	fputc('\n', out);
+	fprintf(out, "      %-24s %s\n", "live at its peak", fmt_bytes(b, sizeof b, (double)sm->act_live));
+	fprintf(out, "      %-24s %s\n", "  activations", fmt_bytes(b, sizeof b, (double)sm->act_other));
+	fprintf(out, "      %-24s %s\n", "  gathered param units",
+	        fmt_bytes(b, sizeof b, (double)sm->act_gathered));
+	fprintf(out, "      %-24s %s\n", "  communication results",
+	        fmt_bytes(b, sizeof b, (double)sm->act_comm));
+	fprintf(out, "    %-26s %s", "arenas", "");
+	for (int a = 0; a < DTM_ARENA_COUNT; a++) {
+		char c[32];
+		fprintf(out, "%s%s %s", a ? ", " : "", arena_name(a), report_count(c, sm->arena[a]));
+	}
+	fputc('\n', out);
+	fprintf(out, "    %-26s %s\n", "peak (allocated)", fmt_bytes(b, sizeof b, (double)sm->peak));
+	fprintf(out, "    %-26s %s in %d cop%s (outside the arenas)\n", "overlap staging",
+	        fmt_bytes(b, sizeof b, (double)sm->staging), sm->nstaging,
+	        sm->nstaging == 1 ? "y" : "ies");
+}
+
+static void text_step(FILE *out, const Insp *in)
+{
+	const CostReport *c = &in->cost;
+	char t1[32], t2[32], t3[32], t4[32];
+	fprintf(out, "\nstep time on %s (cost model):\n", in->hw.name);
+	for (int s = 0; s < in->nstages; s++) {
+		const CostStage *cs = &c->stages[s];
+		fprintf(out, "  stage %d: compute %s, communication %s (exposed %s), stage %s\n", s,
+		        fmt_time(t1, sizeof t1, cs->compute_s), fmt_time(t2, sizeof t2, cs->comm_s),
+		        fmt_time(t3, sizeof t3, cs->exposed_comm_s), fmt_time(t4, sizeof t4, cs->time_s));
+	}
+	fprintf(out, "  step %s, bubble %.1f%%", fmt_time(t1, sizeof t1, c->step_s), 100 * c->bubble);
+	if (in->nstages > 1)
+		fprintf(out, " (simulated pipeline: %s)", fmt_time(t2, sizeof t2, in->makespan));
+	fputc('\n', out);
+	fprintf(out, "  %.4g %s/s; %.4g FLOPs per token (6N + 6LCT, N %.0f, L %" PRId64
+	             ", C %" PRId64 ", T %" PRId64 "); MFU %.2f%%, HFU %.2f%%\n",
+	        c->tokens_per_s, in->p->train.data_kind == DTM_DATA_TOKENS ? "tokens" : "samples",
+	        in->flops_per_token, in->nparams, in->layers, in->channels, in->seq,
+	        100 * in->mfu, 100 * c->hfu);
+}
+
+static void write_text(FILE *out, const Insp *in)
+{
+	text_header(out, in);
+	for (int s = 0; s < in->nstages; s++) {
+		text_schedule(out, in, s);
+		text_totals(out, in, s);
+		text_memory(out, in, s);
+	}
+	text_step(out, in);
+}
+
+/* ---- JSON ---- */
+
+static void json_str(FILE *out, const char *s)
+{
+	fputc('"', out);
+	for (; s && *s; s++) {
+		unsigned char c = (unsigned char)*s;
+		if (c == '"' || c == '\\')
+			fprintf(out, "\\%c", c);
+		else if (c < 32)
+			fprintf(out, "\\u%04x", c);
+		else
+			fputc(c, out);
+	}
+	fputc('"', out);
+}
+
+static void json_num(FILE *out, double v)
+{
+	if (!isfinite(v))
+		v = 0;
+	fprintf(out, "%.9g", v);
+}
+
+static void json_axes(FILE *out, const DtmPlan *p, uint32_t axes)
+{
+	fputc('[', out);
+	bool first = true;
+	for (int a = 0; a < p->mesh_naxes; a++) {
+		if (!(axes >> a & 1))
+			continue;
+		if (!first)
+			fputs(", ", out);
+		json_str(out, p->mesh_names[a]);
+		first = false;
+	}
+	fputc(']', out);
+}
+
+static void json_tally(FILE *out, const CostTally *t)
+{
+	fprintf(out, "\"count\": %d, \"send_bytes\": ", t->count);
+	json_num(out, t->bytes);
+	fputs(", \"seconds\": ", out);
+	json_num(out, t->seconds);
+}
+
+static void json_stage(FILE *out, const Insp *in, int s)
+{
+	const DtmPlan *p = in->p;
+	const DtmStage *st = &p->stages[s];
+	const StageMem *sm = &in->mem[s];
+	const CostStage *cs = &in->cost.stages[s];
+	int64_t r = in->rep[s], c[DTM_MAX_AXES];
+	char tn[512];
+	coords_of(p, r, c);
+	fprintf(out, "    {\"stage\": %d, \"rank\": %" PRId64 ", \"coords\": {", s, r);
+	for (int a = 0; a < p->mesh_naxes; a++) {
+		fputs(a ? ", " : "", out);
+		json_str(out, p->mesh_names[a]);
+		fprintf(out, ": %" PRId64, c[a]);
+	}
+	fputs("},\n     \"comm\": [", out);
+	bool first = true;
+	for (int i = 0; i < st->nactions; i++) {
+		const DtmAction *a = &st->actions[i];
+		if (!is_comm(a))
+			continue;
+		double send, sec = cost_action_seconds(p, &in->hw, in->node_size, a, &send);
+		fprintf(out, "%s\n      {\"index\": %d, \"kind\": \"%s\", \"axes\": ", first ? "" : ",", i,
+		        cost_comm_name(comm_kind(a)));
+		first = false;
+		json_axes(out, p, a->axes);
+		if (a->kind == DTM_ACT_COLL) {
+			int64_t n = cost_group_size(p->mesh_naxes, p->mesh_sizes, a->axes);
+			fputs(", \"group\": [", out);
+			for (int64_t k = 0; k < n; k++)
+				fprintf(out, "%s%" PRId64, k ? ", " : "", group_member(p, r, a->axes, k, NULL));
+			fputc(']', out);
+		} else {
+			fprintf(out, ", \"peer\": %" PRId64, p2p_peer(p, r, a));
+		}
+		action_tensor(in, s, i, tn, sizeof tn);
+		fprintf(out, ", \"dtype\": \"%s\", \"bytes\": %" PRId64 ", \"send_bytes\": ",
+		        dtype_name(a->nargs > 0 ? p->buffers[a->args[0]].dtype : DTM_F32), a->bytes);
+		json_num(out, send);
+		fputs(", \"seconds\": ", out);
+		json_num(out, sec);
+		fputs(", \"tensor\": ", out);
+		json_str(out, tn);
+		fprintf(out, ", \"phase\": \"%s\", \"microbatch\": %d, \"node\": %d, \"label\": ",
+		        phase_name(a->phase), a->microbatch, a->node);
+		json_str(out, a->label);
+		fputc('}', out);
+	}
+	fputs("],\n     \"totals\": {\"by_axes\": [", out);
+	first = true;
+	for (uint32_t k = 0; k < COST_AXES_MASKS; k++) {
+		if (!cs->by_axes[k].count)
+			continue;
+		fprintf(out, "%s{\"axes\": ", first ? "" : ", ");
+		first = false;
+		json_axes(out, p, k);
+		fputs(", ", out);
+		json_tally(out, &cs->by_axes[k]);
+		fputc('}', out);
+	}
+	fputs("], \"by_kind\": [", out);
+	first = true;
+	for (int k = 0; k < COST_NCOMM; k++) {
+		if (!cs->by_kind[k].count)
+			continue;
+		fprintf(out, "%s{\"kind\": \"%s\", ", first ? "" : ", ", cost_comm_name((CostComm)k));
+		first = false;
+		json_tally(out, &cs->by_kind[k]);
+		fputc('}', out);
+	}
+	fputs("], \"send_bytes\": ", out);
+	json_num(out, cs->send_bytes);
+	fputs(", \"seconds\": ", out);
+	json_num(out, cs->comm_s);
+	fputs("},\n     \"memory\": {\"arenas\": {", out);
+	for (int a = 0; a < DTM_ARENA_COUNT; a++)
+		fprintf(out, "%s\"%s\": %" PRId64, a ? ", " : "", arena_name(a), sm->arena[a]);
+	fprintf(out, "}, \"peak_bytes\": %" PRId64 ", \"params\": %" PRId64 ", \"grads\": %" PRId64
+	             ", \"master\": %" PRId64 ", \"optimizer_state\": %" PRId64 ", \"opt_m\": %" PRId64
+	             ", \"opt_v\": %" PRId64 ", \"opt_momentum\": %" PRId64 ", \"opt_other\": %" PRId64
+	             ", \"inputs\": %" PRId64 ",\n      \"activations\": {\"arena\": %" PRId64
+	             ", \"live_at_peak\": %" PRId64 ", \"values\": %" PRId64
+	             ", \"gathered_units\": %" PRId64 ", \"comm_results\": %" PRId64
+	             ", \"microbatches_in_flight\": %d}, \"staging_bytes\": %" PRId64
+	             ", \"staging_copies\": %d},\n",
+	        sm->peak, sm->params, sm->grads, sm->master,
+	        sm->opt_m + sm->opt_v + sm->opt_mom + sm->opt_other, sm->opt_m, sm->opt_v, sm->opt_mom,
+	        sm->opt_other, sm->inputs, sm->arena[DTM_ARENA_ACT], sm->act_live, sm->act_other,
+	        sm->act_gathered, sm->act_comm, sm->inflight > 0 ? sm->inflight : 0, sm->staging,
+	        sm->nstaging);
+	fputs("     \"time\": {\"compute_s\": ", out);
+	json_num(out, cs->compute_s);
+	fputs(", \"comm_s\": ", out);
+	json_num(out, cs->comm_s);
+	fputs(", \"exposed_comm_s\": ", out);
+	json_num(out, cs->exposed_comm_s);
+	fputs(", \"time_s\": ", out);
+	json_num(out, cs->time_s);
+	fputs(", \"flops\": ", out);
+	json_num(out, cs->flops);
+	fputs("}}", out);
+}
+
+static void write_json(FILE *out, const Insp *in)
+{
+	const DtmPlan *p = in->p;
+	const IrTrain *t = &in->m->train;
+	const CostReport *c = &in->cost;
+	fputs("{\"model\": ", out);
+	json_str(out, p->model);
+	fputs(", \"mesh\": {", out);
+	for (int a = 0; a < p->mesh_naxes; a++) {
+		fputs(a ? ", " : "", out);
+		json_str(out, p->mesh_names[a]);
+		fprintf(out, ": %" PRId64, p->mesh_sizes[a]);
+	}
+	fprintf(out, "}, \"world\": %" PRId64 ", \"nstages\": %d,\n \"train\": {\"optimizer\": ",
+	        in->world, in->nstages);
+	json_str(out, p->train.optimizer);
+	fprintf(out, ", \"zero\": %d, \"microbatches\": %d, \"schedule\": ", t->zero,
+	        p->train.microbatches);
+	json_str(out, t->schedule ? t->schedule : "");
+	fprintf(out, ", \"virtual_stages\": %" PRId64 ", \"precision\": \"%s\", "
+	             "\"tokens_per_step\": %" PRId64 "},\n \"params\": ",
+	        t->virtual_stages, dtype_name(p->train.precision), p->train.tokens_per_step);
+	json_num(out, in->nparams);
+	fputs(", \"hw\": {\"name\": ", out);
+	json_str(out, in->hw.name);
+	fprintf(out, ", \"ranks_per_node\": %" PRId64 "},\n \"stages\": [\n", in->node_size);
+	for (int s = 0; s < in->nstages; s++) {
+		json_stage(out, in, s);
+		fputs(s + 1 < in->nstages ? ",\n" : "\n", out);
+	}
+	fputs(" ],\n \"step\": {\"step_s\": ", out);
+	json_num(out, c->step_s);
+	fputs(", \"bubble\": ", out);
+	json_num(out, c->bubble);
+	fputs(", \"simulated_s\": ", out);
+	json_num(out, in->makespan);
+	fputs(", \"tokens_per_s\": ", out);
+	json_num(out, c->tokens_per_s);
+	fputs(", \"flops_per_token\": ", out);
+	json_num(out, in->flops_per_token);
+	fprintf(out, ", \"layers\": %" PRId64 ", \"channels\": %" PRId64 ", \"seq\": %" PRId64
+	             ", \"mfu\": ",
+	        in->layers, in->channels, in->seq);
+	json_num(out, in->mfu);
+	fputs(", \"hfu\": ", out);
+	json_num(out, c->hfu);
+	fputs("}}\n", out);
+}
+
+/* ---- Chrome trace ---- */
+
+static void trace_thread(FILE *out, int64_t rank, int stream, const char *name, bool *first)
+{
+	fprintf(out, "%s\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": %" PRId64
+	             ", \"args\": {\"name\": ",
+	        *first ? "" : ",", rank * 2 + stream);
+	json_str(out, name);
+	fprintf(out, "}},\n{\"name\": \"thread_sort_index\", \"ph\": \"M\", \"pid\": 0, \"tid\": %" PRId64
+	             ", \"args\": {\"sort_index\": %" PRId64 "}}",
+	        rank * 2 + stream, rank * 2 + stream);
+	*first = false;
+}
+
+static bool write_trace(const Insp *in, const char *path)
+{
+	const DtmPlan *p = in->p;
+	FILE *out = fopen(path, "w");
+	if (!out) {
+		fprintf(stderr, "dtmc: error: cannot write '%s': %s\n", path, strerror(errno));
+		return false;
+	}
+	bool all = in->world <= INSPECT_TRACE_MAX_RANKS, first = true;
+	fputs("{\"displayTimeUnit\": \"ms\", \"otherData\": {\"model\": ", out);
+	json_str(out, p->model);
+	fputs(", \"hw\": ", out);
+	json_str(out, in->hw.name);
+	fputs(", \"note\": ", out);
+	json_str(out, all ? "the cost model's simulated timeline: one track per rank and stream"
+	                  : "the cost model's simulated timeline: the first rank of each stage");
+	fputs("},\n\"traceEvents\": [", out);
+	fprintf(out, "\n{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": 0, \"args\": {\"name\": ");
+	json_str(out, p->model);
+	fputs("}}", out);
+	first = false;
+	for (int64_t r = 0; r < in->world; r++) {
+		int s = stage_of(in, r);
+		if (!all && r != in->rep[s])
+			continue;
+		char co[256], name[320];
+		coords_text(p, r, co, sizeof co);
+		snprintf(name, sizeof name, "rank %" PRId64 " (%s) compute", r, co);
+		trace_thread(out, r, 0, name, &first);
+		snprintf(name, sizeof name, "rank %" PRId64 " (%s) communication", r, co);
+		trace_thread(out, r, 1, name, &first);
+		const DtmStage *st = &p->stages[s];
+		for (int i = 0; i < st->nactions; i++) {
+			const DtmAction *a = &st->actions[i];
+			const Span *sp = &in->span[s][i];
+			if (a->kind == DTM_ACT_WAIT)
+				continue;
+			int stream = is_comm(a) && a->stream == 1 ? 1 : 0;
+			fputs(",\n{\"name\": ", out);
+			json_str(out, a->label ? a->label : "?");
+			fprintf(out, ", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": 0, \"tid\": %" PRId64
+			             ", \"ts\": %.3f, \"dur\": %.3f, \"args\": {\"phase\": \"%s\", "
+			             "\"microbatch\": %d, \"action\": %d",
+			        is_comm(a) ? cost_comm_name(comm_kind(a))
+			                   : a->kind == DTM_ACT_GEMM ? "gemm" : "kernel",
+			        r * 2 + stream, sp->t0 * 1e6, (sp->t1 - sp->t0) * 1e6, phase_name(a->phase),
+			        a->microbatch, i);
+			if (is_comm(a))
+				fprintf(out, ", \"bytes\": %" PRId64, a->bytes);
+			if (a->kind == DTM_ACT_SEND || a->kind == DTM_ACT_RECV)
+				fprintf(out, ", \"peer\": %" PRId64, p2p_peer(p, r, a));
+			fputs("}}", out);
+		}
+	}
+	fputs("\n]}\n", out);
+	if (fclose(out) != 0) {
+		fprintf(stderr, "dtmc: error: cannot write '%s'\n", path);
+		return false;
+	}
+	return true;
+}
+
+/* ---- DOT ---- */
+
+static void dot_str(FILE *out, const char *s)
+{
+	for (; s && *s; s++) {
+		if (*s == '"' || *s == '\\')
+			fputc('\\', out);
+		fputc(*s, out);
+	}
+}
+
+/* The program of --rank's stage, one node per IR value: collectives red
+ * with their group, send/recv orange with the peer, params green,
+ * optimizer state blue. */
+static bool write_dot(const Insp *in, const char *path)
+{
+	const IrModule *m = in->m;
+	const DtmPlan *p = in->p;
+	int64_t r = in->o->rank;
+	int s = stage_of(in, r);
+	FILE *out = fopen(path, "w");
+	if (!out) {
+		fprintf(stderr, "dtmc: error: cannot write '%s': %s\n", path, strerror(errno));
+		return false;
+	}
+	char co[256], grp[128], ax[64], pl[256];
+	coords_text(p, r, co, sizeof co);
+	fputs("digraph dtm {\n  graph [rankdir=TB, label=\"", out);
+	dot_str(out, p->model);
+	fprintf(out, ": rank %" PRId64 " (", r);
+	dot_str(out, co);
+	fprintf(out, "), stage %d\"];\n  node [shape=box, fontname=\"monospace\", fontsize=10];\n", s);
+	for (int i = 0; i < m->nnodes; i++) {
+		const IrNode *n = m->nodes[i];
+		if (!node_in_stage(in, i, s))
+			continue;
+		unsigned fl = ir_op_flags(n->op);
+		const char *style = "";
+		if (fl & OPF_COLL)
+			style = ", style=filled, fillcolor=\"#f4a6a6\"";
+		else if (n->op == IR_OP_SEND || n->op == IR_OP_RECV)
+			style = ", style=filled, fillcolor=\"#f8c77e\"";
+		else if (n->op == IR_OP_PARAM)
+			style = ", style=filled, fillcolor=\"#b8e0b0\"";
+		else if (n->op == IR_OP_STATE)
+			style = ", style=filled, fillcolor=\"#b0c8e8\"";
+		else if (fl & OPF_LEAF)
+			style = ", style=filled, fillcolor=\"#e0e0e0\"";
+		fprintf(out, "  n%d [label=\"%%%d %s", i, i, ir_op_name(n->op));
+		if (n->name) {
+			fputc(' ', out);
+			dot_str(out, n->name);
+		}
+		fprintf(out, "\\n%s[", ir_dtype_name(n->dtype));
+		for (int d = 0; d < n->rank; d++)
+			fprintf(out, "%s%" PRId64, d ? ", " : "", n->shape[d]);
+		fputc(']', out);
+		placement_format(&n->place, &m->mesh, pl, sizeof pl);
+		fputs(" @ ", out);
+		dot_str(out, pl);
+		if (fl & OPF_COLL) {
+			/* a one-stage view of the mesh: groups are the plan's */
+			axes_text(p, n->attrs.mesh_axes, ax, sizeof ax);
+			group_text(p, r, n->attrs.mesh_axes, grp, sizeof grp);
+			fprintf(out, "\\nover %s %s", ax, grp);
+		} else if (n->op == IR_OP_SEND || n->op == IR_OP_RECV) {
+			DtmAction a = {.axes = n->attrs.mesh_axes,
+			               .peer_offset = n->attrs.nints > 0 ? (int)n->attrs.ints[0] : 0};
+			fprintf(out, "\\n%s rank %" PRId64, n->op == IR_OP_SEND ? "to" : "from",
+			        p2p_peer(p, r, &a));
+		}
+		fprintf(out, "\"%s];\n", style);
+		for (int k = 0; k < n->nops; k++)
+			if (node_in_stage(in, n->ops[k], s))
+				fprintf(out, "  n%d -> n%d;\n", n->ops[k], i);
+	}
+	fputs("}\n", out);
+	if (fclose(out) != 0) {
+		fprintf(stderr, "dtmc: error: cannot write '%s'\n", path);
+		return false;
+	}
+	return true;
+}
+
+/* ---- the command ---- */
+
+int inspect_main(const InspectOptions *o)
+{
+	Arena a;
+	Diag d;
+	arena_init(&a);
+	diag_init(&d, stderr);
+	Insp in = {.o = o, .a = &a, .d = &d};
+	bool ok = load_hw(&in);
+	if (ok) {
+		in.p = cg_compile(o->file, &o->compile, &a, &d, &in.m);
+		ok = in.p != NULL && d.nerr == 0;
+	}
+	/* the plan's fuse and memory plans again, for liveness and the
+	 * micro-batches in flight (the same pure functions of the IR) */
+	if (ok)
+		ok = pass_fuse_plan(in.m, &a, &d, &in.fp) && pass_memplan(in.m, &in.fp, &a, &d, &in.mp);
+	if (ok && !analyse(&in)) {
+		if (!d.nerr && !in.cost.err[0])
+			fputs("dtmc: error: out of memory\n", stderr);
+		ok = false;
+	}
+	if (ok) {
+		if (o->json)
+			write_json(stdout, &in);
+		else
+			write_text(stdout, &in);
+		if (fflush(stdout) != 0 || ferror(stdout)) {
+			fputs("dtmc: error: cannot write to standard output\n", stderr);
+			ok = false;
+		}
+	}
+	if (ok && o->trace)
+		ok = write_trace(&in, o->trace);
+	if (ok && o->dot)
+		ok = write_dot(&in, o->dot);
+	if (d.nerr)
+		diag_summary(&d);
+	cost_report_free(&in.cost);
+	arena_free(&a);
+	return ok ? 0 : 1;
+}

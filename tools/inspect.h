@@ -1,0 +1,36 @@
+/* inspect.h - `dtmc inspect`: what a compiled layout will do, without running.
+ *
+ * Compiles a model as `dtmc build` does (codegen/plan_build.h: the same
+ * DtmPlan the binary runs) and reports, per pipeline stage and mesh
+ * coordinate, the communication schedule, the totals per step by mesh axes
+ * and by collective kind, memory per rank (peak = the stage's arenas, what
+ * the runtime allocates), and the step time, bubble and MFU of the cost
+ * model (tools/cost.h) on a hardware profile (tools/hw.h).  Outputs: text,
+ * JSON, a Chrome trace of the simulated timeline, a graphviz graph of one
+ * rank's program.
+ */
+#ifndef DTM_INSPECT_H
+#define DTM_INSPECT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "../codegen/plan_build.h"
+
+typedef struct InspectOptions {
+	const char *file;          /* the .dtm model */
+	CgCompileOptions compile;  /* --mesh, -D, --train */
+	const char *hw;            /* --hw: a built-in profile or an override file; NULL: h100 */
+	int nodes;                 /* --nodes K: the mesh over K nodes; 0: hw's node size */
+	int64_t rank;              /* --rank R: whose coordinates the schedule shows (per stage) */
+	bool json;                 /* --json instead of text */
+	const char *trace;         /* --trace FILE: Chrome trace JSON, or NULL */
+	const char *dot;           /* --dot FILE: graphviz of --rank's program, or NULL */
+} InspectOptions;
+
+/* Runs `dtmc inspect`: the report on standard output, the files asked for.
+ * Errors (the model's, at file:line:col; a bad --hw or --rank) go to
+ * stderr.  Returns the exit status: 0, or 1 after an error. */
+int inspect_main(const InspectOptions *o);
+
+#endif

@@ -1,0 +1,1128 @@
+/* sweep.c - `dtmc sweep`: compile and cost every parallel layout of a model
+ * on N devices, rank them, and draw the Pareto front of memory vs time.
+ *
+ * The space (sweep_impl.h): every factorization of N over the model's mesh
+ * axes; per mesh, the ZeRO stage 0-3 (when the ZeRO axes have more than
+ * one rank), the micro-batch count M (divisors of the global batch whose
+ * micro-batch still splits evenly over the batch's axes), the pipeline
+ * schedule (with pp > 1: gpipe, 1f1b and interleaved(2) where
+ * passes/schedule.c accepts it), sequence parallelism on/off (tp > 1),
+ * recompute on/off (models with blocks) and every option of every
+ * choose() point.  A dimension the user fixes with --train (zero=,
+ * microbatches=, schedule=, sequence_parallel=, recompute=) is not swept.
+ *
+ * Each candidate is compiled in-process to the DtmPlan `dtmc build` would
+ * emit (codegen/plan_build.h) and costed by tools/cost.h on the hardware
+ * profile; its peak per rank is the largest stage's sum of arenas.
+ *
+ * Speed: the passes up to `propagate` depend only on the mesh, M, the
+ * virtual stages, SP and the choose() options, so candidates are grouped
+ * by those; a group is lowered (from one parse of the file) and propagated
+ * once, and each member runs the rest of the pipeline (recompute, state,
+ * partition, ..., pipeline) on a copy (ir_module_clone).  The verifier
+ * between passes is skipped unless --verify.  Groups are shared out to
+ * --jobs threads (default: the online CPUs), each with its own arenas and
+ * diagnostics; the passes keep no mutable global state.
+ */
+#include <errno.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../codegen/plan_build.h"
+#include "../passes/fuse.h"
+#include "../passes/memplan.h"
+#include "../passes/passes.h"
+#include "../passes/schedule.h"
+#include "cost.h"
+#include "sweep_impl.h"
+
+const char sweep_help[] =
+	"usage: dtmc sweep FILE --devices N [--hw NAME|FILE] [--nodes K]\n"
+	"                  [--mem-limit BYTES] [--top K] [--json|--csv] [--plot FILE.svg]\n"
+	"                  [--measure K] [-D name=value]... [--train key=value]...\n"
+	"\n"
+	"Compiles every parallel layout of the model on N devices in-process to the\n"
+	"plan `dtmc build` would emit, costs each with the hardware profile, and\n"
+	"prints the fastest (top K) and the Pareto front of peak memory per rank\n"
+	"against step time.  The candidates: every factorization of N over the\n"
+	"model's mesh axes; ZeRO stage 0-3 (when its axes have more than one rank);\n"
+	"micro-batch counts dividing the batch (each micro-batch still split evenly\n"
+	"over the batch's axes); with pp > 1 the schedules gpipe, 1f1b and\n"
+	"interleaved(2) where valid; sequence parallelism on/off (tp > 1);\n"
+	"recompute on/off (models with blocks); every choose() option.  A setting\n"
+	"fixed with --train (zero, microbatches, schedule, sequence_parallel,\n"
+	"recompute) is not swept.  Candidates that do not compile are dropped with\n"
+	"the compiler's reason, as are those whose peak is over the memory limit.\n"
+	"\n"
+	"options:\n"
+	"  --devices N            ranks to spread the model over (required)\n"
+	"  --hw NAME|FILE         hardware profile: h100 (default), h200, a100, b200,\n"
+	"                         cpu, or a file of overrides (see tools/hw.h; it\n"
+	"                         starts from h100 unless it says base = NAME)\n"
+	"  --nodes K              spread the ranks over K nodes (default: the\n"
+	"                         profile's devices per node)\n"
+	"  --mem-limit BYTES      drop candidates whose peak per rank is above it:\n"
+	"                         80G, 80GiB, 1.5e9 (default: the profile's memory;\n"
+	"                         0 = no limit)\n"
+	"  --top K                rows of the ranking (default 10)\n"
+	"  --json, --csv          machine-readable output: JSON (ranking, front and\n"
+	"                         every dropped candidate with its reason) or CSV\n"
+	"                         (one row per candidate)\n"
+	"  --plot FILE.svg        draw memory vs step time, the front highlighted\n"
+	"  --measure K            build the best K with `dtmc build`, run each a few\n"
+	"                         steps on the local backend (ranks as threads) and\n"
+	"                         print predicted (cpu profile) vs measured step time\n"
+	"                         and peak memory\n"
+	"  --measure-steps S      steps per measured run (default 6; the first is\n"
+	"                         not timed)\n"
+	"  --jobs J               compile on J threads (default: the online CPUs)\n"
+	"  --verify               run the IR verifier after every pass (slower)\n"
+	"  --profile              print where the compile time went, by pass\n"
+	"  -q, --quiet            no progress bar\n"
+	"  -D name=value          override a `let` constant (repeatable)\n"
+	"  --train key=value      set a train setting for every candidate (repeatable)\n";
+
+/* ---- describing candidates ---- */
+
+const char *sweep_sched_name(int sched)
+{
+	switch (sched) {
+	case SWEEP_SCHED_GPIPE: return "gpipe";
+	case SWEEP_SCHED_1F1B: return "1f1b";
+	case SWEEP_SCHED_INTERLEAVED: return "interleaved(2)";
+	default: return "-";
+	}
+}
+
+void sweep_mesh_text(const SweepRun *r, const SweepCand *c, char *buf, size_t cap)
+{
+	size_t n = 0;
+	buf[0] = 0;
+	for (int a = 0; a < r->s.naxes && n < cap; a++) {
+		int w = snprintf(buf + n, cap - n, "%s%s=%lld", a ? "," : "", r->s.axes[a],
+		                 (long long)c->mesh[a]);
+		if (w < 0)
+			break;
+		n += (size_t)w;
+	}
+}
+
+void sweep_describe(const SweepRun *r, const SweepCand *c, char *buf, size_t cap)
+{
+	char mesh[160];
+	sweep_mesh_text(r, c, mesh, sizeof mesh);
+	size_t n = (size_t)snprintf(buf, cap, "%s zero=%d M=%d", mesh, c->zero, c->micro);
+	if (c->sched != SWEEP_SCHED_FILE && n < cap)
+		n += (size_t)snprintf(buf + n, cap - n, " %s", sweep_sched_name(c->sched));
+	if (c->sp && n < cap)
+		n += (size_t)snprintf(buf + n, cap - n, " sp");
+	if (c->rc && n < cap)
+		n += (size_t)snprintf(buf + n, cap - n, " recompute");
+	for (int k = 0; k < r->s.nchooses && n < cap; k++)
+		n += (size_t)snprintf(buf + n, cap - n, " choose%d=%d", k, c->choose[k]);
+}
+
+int sweep_train_overrides(const SweepRun *r, const SweepCand *c, const char **train, int room,
+                          char *buf, size_t cap)
+{
+	int nt = 0;
+	size_t used = 0;
+#define ADD(...)                                                                     \
+	do {                                                                         \
+		int w_ = snprintf(buf + used, cap - used, __VA_ARGS__);              \
+		if (w_ < 0 || (size_t)w_ >= cap - used || nt >= room)                \
+			return -1;                                                   \
+		train[nt++] = buf + used;                                            \
+		used += (size_t)w_ + 1;                                              \
+	} while (0)
+	ADD("zero=%d", c->zero);
+	ADD("microbatches=%d", c->micro);
+	if (c->sched != SWEEP_SCHED_FILE)
+		ADD("schedule=%s", sweep_sched_name(c->sched));
+	ADD("sequence_parallel=%s", c->sp ? "true" : "false");
+	ADD("recompute=%s", c->rc ? "true" : "false");
+#undef ADD
+	(void)r;
+	return nt;
+}
+
+/* ---- options ---- */
+
+static void opt_error(const char *fmt, const char *arg)
+{
+	fputs("dtmc: error: ", stderr);
+	fprintf(stderr, fmt, arg);
+	fputs(" (see dtmc help sweep)\n", stderr);
+}
+
+/* A positive integer at most max, all of s. */
+static bool parse_count(const char *s, int64_t max, int64_t *out)
+{
+	if (!s || !*s)
+		return false;
+	errno = 0;
+	char *end;
+	long long v = strtoll(s, &end, 10);
+	if (errno || *end || v < 1 || v > max)
+		return false;
+	*out = v;
+	return true;
+}
+
+/* `--opt V` or `--opt=V`: the value, advancing *i; NULL when argv[*i] is
+ * not this option; *missing when it is but has no value. */
+static const char *value_of(int argc, char **argv, int *i, const char *name, bool *missing)
+{
+	size_t n = strlen(name);
+	const char *a = argv[*i];
+	if (strncmp(a, name, n) != 0)
+		return NULL;
+	if (a[n] == '=')
+		return a + n + 1;
+	if (a[n])
+		return NULL;
+	if (*i + 1 >= argc) {
+		*missing = true;
+		return NULL;
+	}
+	return argv[++*i];
+}
+
+static bool load_hw(SweepOpts *o)
+{
+	const char *name = o->hw_arg ? o->hw_arg : "h100";
+	const HwProfile *b = hw_builtin(name);
+	if (b) {
+		o->hw = *b;
+		return true;
+	}
+	if (access(name, R_OK) != 0) {
+		fprintf(stderr, "dtmc: error: --hw '%s': not a built-in profile (", name);
+		for (int i = 0; i < hw_builtin_count(); i++)
+			fprintf(stderr, "%s%s", i ? ", " : "", hw_builtin_at(i)->name);
+		fputs(") nor a readable file\n", stderr);
+		return false;
+	}
+	o->hw = *hw_builtin("h100");
+	if (hw_load_overrides(&o->hw, name, stderr) != 0) {
+		fprintf(stderr, "dtmc: error: --hw '%s': bad hardware profile\n", name);
+		return false;
+	}
+	return true;
+}
+
+/* Returns 0 to run, 1 on an error (printed), 2 after printing help. */
+static int parse_opts(int argc, char **argv, SweepOpts *o)
+{
+	o->top = 10;
+	o->measure_steps = 6;
+	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+	o->jobs = ncpu > 0 ? (int)(ncpu < 64 ? ncpu : 64) : 1;
+	const char *devices = NULL, *mem = NULL;
+	for (int i = 1; i < argc; i++) {
+		char *a = argv[i];
+		const char *v;
+		bool miss = false;
+		int64_t n;
+		if (a[0] != '-' || !a[1]) {
+			if (o->file) {
+				fprintf(stderr, "dtmc: error: more than one input file ('%s' and '%s')\n",
+				        o->file, a);
+				return 1;
+			}
+			o->file = a;
+		} else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+			fputs(sweep_help, stdout);
+			return 2;
+		} else if ((v = value_of(argc, argv, &i, "--devices", &miss)) || miss) {
+			if (miss) {
+				opt_error("option '%s' needs a number of devices", "--devices");
+				return 1;
+			}
+			devices = v;
+		} else if ((v = value_of(argc, argv, &i, "--hw", &miss)) || miss) {
+			if (miss) {
+				opt_error("option '%s' needs a profile name or file", "--hw");
+				return 1;
+			}
+			o->hw_arg = v;
+		} else if ((v = value_of(argc, argv, &i, "--nodes", &miss)) || miss) {
+			if (miss || !parse_count(v, 1 << 20, &n)) {
+				opt_error("--nodes needs a positive integer, got '%s'", miss ? "" : v);
+				return 1;
+			}
+			o->nodes = (int)n;
+		} else if ((v = value_of(argc, argv, &i, "--mem-limit", &miss)) || miss) {
+			if (miss) {
+				opt_error("option '%s' needs a size in bytes (80G, 80GiB)", "--mem-limit");
+				return 1;
+			}
+			mem = v;
+		} else if ((v = value_of(argc, argv, &i, "--top", &miss)) || miss) {
+			if (miss || !parse_count(v, 1 << 30, &n)) {
+				opt_error("--top needs a positive integer, got '%s'", miss ? "" : v);
+				return 1;
+			}
+			o->top = (int)n;
+		} else if ((v = value_of(argc, argv, &i, "--measure-steps", &miss)) || miss) {
+			if (miss || !parse_count(v, 100000, &n) || n < 2) {
+				opt_error("--measure-steps needs an integer >= 2, got '%s'", miss ? "" : v);
+				return 1;
+			}
+			o->measure_steps = (int)n;
+		} else if ((v = value_of(argc, argv, &i, "--measure", &miss)) || miss) {
+			if (miss || !parse_count(v, 1000, &n)) {
+				opt_error("--measure needs a positive integer, got '%s'", miss ? "" : v);
+				return 1;
+			}
+			o->measure = (int)n;
+		} else if ((v = value_of(argc, argv, &i, "--jobs", &miss)) || miss) {
+			if (miss || !parse_count(v, 256, &n)) {
+				opt_error("--jobs needs a positive integer, got '%s'", miss ? "" : v);
+				return 1;
+			}
+			o->jobs = (int)n;
+		} else if ((v = value_of(argc, argv, &i, "--plot", &miss)) || miss) {
+			if (miss || !*v) {
+				opt_error("option '%s' needs a file name", "--plot");
+				return 1;
+			}
+			o->plot = v;
+		} else if (!strcmp(a, "--json")) {
+			o->json = true;
+		} else if (!strcmp(a, "--csv")) {
+			o->csv = true;
+		} else if (!strcmp(a, "--verify")) {
+			o->verify = true;
+		} else if (!strcmp(a, "--profile")) {
+			o->profile = true;
+		} else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
+			o->quiet = true;
+		} else if (!strncmp(a, "-D", 2)) {
+			char *def = a[2] ? a + 2 : (i + 1 < argc ? argv[++i] : NULL);
+			char *eq = def ? strchr(def, '=') : NULL;
+			if (!eq || eq == def || !eq[1]) {
+				opt_error("expected -D name=value, got '%s'", def ? def : "");
+				return 1;
+			}
+			if (o->lower.ndefines >= LOWER_MAX_DEFINES) {
+				opt_error("too many -D options%s", "");
+				return 1;
+			}
+			*eq = 0;
+			o->lower.define_names[o->lower.ndefines] = def;
+			o->lower.define_values[o->lower.ndefines++] = eq + 1;
+		} else if ((v = value_of(argc, argv, &i, "--train", &miss)) || miss) {
+			if (miss || !*v) {
+				opt_error("option '%s' needs key=value", "--train");
+				return 1;
+			}
+			/* room for the sweep's own five overrides after these */
+			if (o->lower.ntrain >= LOWER_MAX_TRAIN - 6) {
+				opt_error("too many --train options%s", "");
+				return 1;
+			}
+			o->lower.train[o->lower.ntrain++] = v;
+		} else {
+			opt_error("unknown option '%s'", a);
+			return 1;
+		}
+	}
+	if (!o->file) {
+		opt_error("no input file%s", "");
+		return 1;
+	}
+	if (!devices) {
+		opt_error("give the number of devices: --devices N%s", "");
+		return 1;
+	}
+	if (!parse_count(devices, (int64_t)1 << 24, &o->devices)) {
+		opt_error("--devices needs a positive integer (at most 16777216), got '%s'", devices);
+		return 1;
+	}
+	if (o->json && o->csv) {
+		opt_error("--json and --csv exclude each other%s", "");
+		return 1;
+	}
+	if (!load_hw(o))
+		return 1;
+	o->mem_limit = o->hw.mem_bytes;
+	if (mem) {
+		if (!sweep_parse_bytes(mem, &o->mem_limit)) {
+			opt_error("--mem-limit needs a size in bytes (80G, 80GiB, 1.5e9), got '%s'", mem);
+			return 1;
+		}
+		o->mem_limit_set = true;
+	}
+	return 0;
+}
+
+/* ---- the model's space ---- */
+
+static bool user_fixed(const SweepOpts *o, const char *key)
+{
+	size_t n = strlen(key);
+	for (int i = 0; i < o->lower.ntrain; i++) {
+		const char *t = o->lower.train[i];
+		while (*t == ' ')
+			t++;
+		if (!strncmp(t, key, n) && (t[n] == '=' || t[n] == ' '))
+			return true;
+	}
+	return false;
+}
+
+static bool has_blocks(const IrModule *m)
+{
+	for (int i = 0; i < m->nnodes; i++)
+		if (m->nodes[i]->block >= 0)
+			return true;
+	return false;
+}
+
+/* Reads the axes, batch, choose() points and train settings off the
+ * model as lowered with the user's options. */
+static bool probe(SweepRun *r, const IrModule *m, Arena *a)
+{
+	SweepSpace *s = &r->s;
+	s->model = m->name;
+	s->naxes = m->mesh.naxes;
+	if (s->naxes > DTM_MAX_AXES) {
+		fprintf(stderr, "dtmc: error: %s: %d mesh axes, plans hold at most %d\n",
+		        r->o.file, s->naxes, DTM_MAX_AXES);
+		return false;
+	}
+	s->pp_axis = s->sp_axis = -1;
+	for (int k = 0; k < s->naxes; k++) {
+		s->axes[k] = m->mesh.names[k];
+		if (!strcmp(s->axes[k], "pp"))
+			s->pp_axis = k;
+		if (!strcmp(s->axes[k], "tp"))
+			s->sp_axis = k;
+	}
+	s->zero_axes = m->train.zero_axes;
+	s->file_schedule = m->train.schedule;
+	for (int i = 0; i < m->nnodes; i++) {
+		const IrNode *n = m->nodes[i];
+		if (n->op != IR_OP_INPUT || n->rank < 1)
+			continue;
+		s->batch = n->shape[0];
+		if (n->place.known && n->place.ndims > 0)
+			for (int k = 0; k < n->place.naxes[0]; k++)
+				s->batch_axes |= 1u << n->place.axes[0][k];
+		break;
+	}
+	if (m->nchooses > SWEEP_MAX_CHOOSE) {
+		fprintf(stderr, "dtmc: error: %s: %d choose() points, the sweep takes at most %d\n",
+		        r->o.file, m->nchooses, SWEEP_MAX_CHOOSE);
+		return false;
+	}
+	s->nchooses = m->nchooses;
+	for (int k = 0; k < m->nchooses; k++) {
+		const IrChoose *c = &m->chooses[k];
+		s->choose_nopts[k] = c->nopts < 256 ? c->nopts : 255;
+		s->choose_where[k] = arena_printf(a, "%s:%d:%d", c->loc.file ? c->loc.file : "?",
+		                                  c->loc.line, c->loc.col);
+	}
+	return true;
+}
+
+static int64_t axes_product(const int64_t *mesh, int naxes, uint32_t mask)
+{
+	int64_t p = 1;
+	for (int k = 0; k < naxes; k++)
+		if (mask & (1u << k))
+			p *= mesh[k];
+	return p;
+}
+
+static bool sched_ok(SchedKind k, int P, int M, int v)
+{
+	for (int st = 0; st < P; st++)
+		if (sched_build(k, P, M, v, st, NULL, 0, NULL, 0) < 0)
+			return false;
+	return true;
+}
+
+typedef struct Enum {
+	SweepRun *r;
+	int64_t cap;
+	bool overflow;
+} Enum;
+
+static void add_cand(Enum *e, const SweepCand *c)
+{
+	SweepRun *r = e->r;
+	if (r->ncands >= SWEEP_MAX_CANDS) {
+		e->overflow = true;
+		return;
+	}
+	if (r->ncands == e->cap) {
+		int64_t ncap = e->cap ? e->cap * 2 : 1024;
+		SweepCand *nc = realloc(r->cands, sizeof *nc * (size_t)ncap);
+		if (!nc) {
+			e->overflow = true;
+			return;
+		}
+		r->cands = nc;
+		e->cap = ncap;
+	}
+	r->cands[r->ncands++] = *c;
+}
+
+/* Every candidate, in group order: the members of a group (same mesh, M,
+ * SP, choose options and virtual stages) are consecutive. */
+static bool enumerate(SweepRun *r, const IrModule *probe_m)
+{
+	const SweepSpace *s = &r->s;
+	const SweepOpts *o = &r->o;
+	int64_t nf = sweep_factorizations(o->devices, s->naxes, NULL, 0);
+	if (nf <= 0) {
+		fprintf(stderr, "dtmc: error: %s has no mesh axes to spread %lld devices over\n",
+		        o->file, (long long)o->devices);
+		return false;
+	}
+	int64_t *facs = malloc(sizeof *facs * (size_t)(nf * (s->naxes ? s->naxes : 1)));
+	if (!facs)
+		return false;
+	sweep_factorizations(o->devices, s->naxes, facs, nf);
+	bool fix_zero = user_fixed(o, "zero"), fix_m = user_fixed(o, "microbatches");
+	bool fix_sched = user_fixed(o, "schedule"), fix_sp = user_fixed(o, "sequence_parallel");
+	bool fix_rc = user_fixed(o, "recompute") || !has_blocks(probe_m);
+	const IrTrain *ft = &probe_m->train;
+	int64_t divs[256];
+	int ndiv = s->batch > 0 ? sweep_divisors(s->batch, divs, 256) : 0;
+	if (ndiv > 256)
+		ndiv = 256;
+	if (fix_m || ndiv == 0) {
+		divs[0] = ft->microbatches > 0 ? ft->microbatches : 1;
+		ndiv = 1;
+	}
+	int64_t ncombo = 1;
+	for (int k = 0; k < s->nchooses; k++)
+		ncombo *= s->choose_nopts[k];
+	Enum e = { r, 0, false };
+	for (int64_t f = 0; f < nf && !e.overflow; f++) {
+		SweepCand c;
+		memset(&c, 0, sizeof c);
+		memcpy(c.mesh, facs + f * s->naxes, sizeof *c.mesh * (size_t)s->naxes);
+		int64_t pp = s->pp_axis >= 0 ? c.mesh[s->pp_axis] : 1;
+		int64_t zn = axes_product(c.mesh, s->naxes, s->zero_axes);
+		int64_t bsplit = axes_product(c.mesh, s->naxes, s->batch_axes);
+		int64_t tp = s->sp_axis >= 0 ? c.mesh[s->sp_axis] : 1;
+		for (int di = 0; di < ndiv; di++) {
+			int64_t M = divs[di];
+			if (s->batch > 0 && !fix_m && (s->batch % M || (s->batch / M) % bsplit))
+				continue;
+			c.micro = (int)M;
+			int scheds[3], nsched = 0;
+			if (pp <= 1) {
+				scheds[nsched++] = SWEEP_SCHED_FILE;
+			} else if (fix_sched) {
+				const char *fs = ft->schedule ? ft->schedule : "1f1b";
+				scheds[nsched++] = !strcmp(fs, "gpipe")         ? SWEEP_SCHED_GPIPE
+				                   : !strcmp(fs, "interleaved") ? SWEEP_SCHED_INTERLEAVED
+				                                                : SWEEP_SCHED_1F1B;
+			} else {
+				if (sched_ok(SCHED_GPIPE, (int)pp, (int)M, 1))
+					scheds[nsched++] = SWEEP_SCHED_GPIPE;
+				if (sched_ok(SCHED_1F1B, (int)pp, (int)M, 1))
+					scheds[nsched++] = SWEEP_SCHED_1F1B;
+				if (sched_ok(SCHED_INTERLEAVED, (int)pp, (int)M, 2))
+					scheds[nsched++] = SWEEP_SCHED_INTERLEAVED;
+			}
+			int z_lo = fix_zero ? ft->zero : 0;
+			int z_hi = fix_zero ? ft->zero : zn > 1 ? 3 : 0;
+			int rc_lo = fix_rc ? ft->recompute : 0;
+			int rc_hi = fix_rc ? ft->recompute : 1;
+			int sp_lo = fix_sp ? ft->sequence_parallel : 0;
+			int sp_hi = fix_sp ? ft->sequence_parallel : tp > 1;
+			for (int sp = sp_lo; sp <= sp_hi; sp++) {
+				c.sp = sp;
+				for (int64_t cb = 0; cb < ncombo; cb++) {
+					int64_t x = cb;
+					for (int k = s->nchooses - 1; k >= 0; k--) {
+						c.choose[k] = (uint8_t)(x % s->choose_nopts[k]);
+						x /= s->choose_nopts[k];
+					}
+					/* virtual stages 1 first, then 2: one group
+					 * each; inside, recompute, ZeRO and schedule
+					 * nest as eval_level shares their passes */
+					for (int v = 1; v <= 2; v++)
+						for (int rc = rc_lo; rc <= rc_hi; rc++)
+							for (int z = z_lo; z <= z_hi; z++)
+								for (int si = 0; si < nsched; si++) {
+									bool vi = scheds[si] ==
+									          SWEEP_SCHED_INTERLEAVED;
+									if (vi != (v == 2))
+										continue;
+									c.sched = (uint8_t)scheds[si];
+									c.zero = (uint8_t)z;
+									c.rc = rc;
+									add_cand(&e, &c);
+								}
+				}
+			}
+		}
+	}
+	free(facs);
+	if (e.overflow) {
+		fprintf(stderr, "dtmc: error: over %d candidates: fix some settings with --train\n",
+		        SWEEP_MAX_CANDS);
+		return false;
+	}
+	return true;
+}
+
+static bool same_group(const SweepRun *r, const SweepCand *a, const SweepCand *b)
+{
+	return !memcmp(a->mesh, b->mesh, sizeof a->mesh) && a->micro == b->micro &&
+	       a->sp == b->sp && !memcmp(a->choose, b->choose, (size_t)r->s.nchooses) &&
+	       (a->sched == SWEEP_SCHED_INTERLEAVED) == (b->sched == SWEEP_SCHED_INTERLEAVED);
+}
+
+/* ---- compiling and costing ---- */
+
+typedef struct Shared {
+	SweepRun *r;
+	const AstFile *ast;
+	const SrcFile *src;
+	int64_t *gstart;   /* ngroups + 1 */
+	int64_t ngroups;
+	/* pass indices: [0, split[0]) run once per group, [split[k],
+	 * split[k + 1]) once per recompute setting (k = 0), ZeRO stage (1)
+	 * and schedule (2) */
+	int split[4];
+	atomic_llong next; /* next group */
+	atomic_llong done; /* candidates finished */
+} Shared;
+
+/* --profile: seconds per phase, summed over the candidates (and threads):
+ * lower, each pass by its index in pass_list(), then the extras. */
+enum { PROF_LOWER = 0, PROF_PASS0 = 1, PROF_MAXPASS = 40 };
+enum { PROF_CLONE = PROF_PASS0 + PROF_MAXPASS, PROF_FUSE, PROF_MEMPLAN, PROF_PLAN, PROF_COST,
+       PROF_N };
+
+typedef struct Worker {
+	Shared *sh;
+	char err[2048];
+	FILE *errf;
+	pthread_t tid;
+	double prof[PROF_N];
+	double end; /* when it finished, for the run's wall time */
+} Worker;
+
+static double now_s(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static void worker_reset(Worker *w, Diag *d)
+{
+	rewind(w->errf);
+	w->err[0] = 0;
+	diag_init(d, w->errf);
+	d->max_errors = 1;
+	diag_add_file(d, w->sh->src);
+}
+
+/* The first line of what the diagnostics printed, minus "error: ". */
+static const char *worker_reason(Worker *w)
+{
+	fflush(w->errf);
+	w->err[sizeof w->err - 1] = 0;
+	char *nl = strchr(w->err, '\n');
+	if (nl)
+		*nl = 0;
+	return w->err[0] ? w->err : "failed without a message";
+}
+
+static void fail_range(Shared *sh, int64_t lo, int64_t hi, const char *why)
+{
+	for (int64_t i = lo; i < hi; i++) {
+		SweepCand *c = &sh->r->cands[i];
+		c->status = SWEEP_FAILED;
+		c->reason = strdup(why);
+	}
+	atomic_fetch_add(&sh->done, hi - lo);
+}
+
+static bool skip_pass(const char *name)
+{
+	/* the verifier runs on request; fuse and memplan are analyses that
+	 * the plan builder below runs itself */
+	return !strcmp(name, "verify") || !strcmp(name, "fuse") || !strcmp(name, "memplan");
+}
+
+static bool run_passes(Worker *w, IrModule *m, Diag *d, int from, int to, bool verify)
+{
+	const Pass *pl = pass_list();
+	PassOptions po = { .verbose = false };
+	for (int i = from; i < to && pl[i].name; i++) {
+		if (skip_pass(pl[i].name))
+			continue;
+		double t0 = now_s();
+		bool ok = pl[i].run(m, d, &po) && d->nerr == 0;
+		if (ok && verify)
+			ok = ir_verify(m, d, pl[i].name);
+		w->prof[PROF_PASS0 + (i < PROF_MAXPASS ? i : PROF_MAXPASS - 1)] += now_s() - t0;
+		if (!ok)
+			return false;
+	}
+	return true;
+}
+
+static int npasses(void)
+{
+	int n = 0;
+	for (const Pass *p = pass_list(); p->name; p++)
+		n++;
+	return n;
+}
+
+/* Costs one compiled plan into c. */
+static void cost_into(const SweepRun *r, const DtmPlan *p, SweepCand *c)
+{
+	double peak = 0;
+	for (int s = 0; s < p->nstages; s++) {
+		const int64_t *ab = p->nstages > 1 ? p->stages[s].arena_bytes : p->arena_bytes;
+		double sum = 0;
+		for (int k = 0; k < DTM_ARENA_COUNT; k++)
+			sum += (double)ab[k];
+		if (sum > peak)
+			peak = sum;
+	}
+	c->peak_bytes = peak;
+	CostReport rep;
+	if (cost_plan_step(p, &r->o.hw, r->o.nodes, &rep) != 0) {
+		c->status = SWEEP_FAILED;
+		c->reason = strdup(rep.err[0] ? rep.err : "cost model failed");
+		cost_report_free(&rep);
+		return;
+	}
+	c->step_s = rep.step_s;
+	c->tokens_per_s = rep.tokens_per_s;
+	c->hfu = rep.hfu;
+	c->bubble = rep.bubble;
+	for (int s = 0; s < rep.nstages; s++) {
+		if (rep.stages[s].comm_s > c->comm_s)
+			c->comm_s = rep.stages[s].comm_s;
+		if (rep.stages[s].exposed_comm_s > c->exposed_s)
+			c->exposed_s = rep.stages[s].exposed_comm_s;
+	}
+	cost_report_free(&rep);
+	if (r->o.mem_limit > 0 && peak > r->o.mem_limit) {
+		char a[32], b[32], msg[128];
+		sweep_format_bytes(a, sizeof a, peak);
+		sweep_format_bytes(b, sizeof b, r->o.mem_limit);
+		snprintf(msg, sizeof msg, "peak %s per rank is over the limit of %s", a, b);
+		c->status = SWEEP_OVER_MEM;
+		c->reason = strdup(msg);
+		return;
+	}
+	c->status = SWEEP_OK;
+}
+
+static void set_suffix_train(IrModule *m, const SweepCand *c)
+{
+	m->train.zero = c->zero;
+	m->train.recompute = c->rc;
+	switch (c->sched) {
+	case SWEEP_SCHED_GPIPE: m->train.schedule = "gpipe"; m->train.virtual_stages = 1; break;
+	case SWEEP_SCHED_1F1B: m->train.schedule = "1f1b"; m->train.virtual_stages = 1; break;
+	case SWEEP_SCHED_INTERLEAVED:
+		m->train.schedule = "interleaved";
+		m->train.virtual_stages = 2;
+		break;
+	default: break;
+	}
+}
+
+/* The compiled module of one candidate: the plan, its cost, its peak. */
+static void finish_member(Worker *w, IrModule *m, Arena *a, Diag *d, SweepCand *c)
+{
+	const SweepRun *r = w->sh->r;
+	FusePlan fp;
+	MemPlan mp;
+	DtmPlan *p = NULL;
+	double t0 = now_s();
+	bool ok = pass_fuse_plan(m, a, d, &fp);
+	double t1 = now_s();
+	ok = ok && pass_memplan(m, &fp, a, d, &mp);
+	double t2 = now_s();
+	if (ok)
+		p = cg_plan_build(m, &fp, &mp, a, d);
+	double t3 = now_s();
+	w->prof[PROF_FUSE] += t1 - t0;
+	w->prof[PROF_MEMPLAN] += t2 - t1;
+	w->prof[PROF_PLAN] += t3 - t2;
+	if (p) {
+		cost_into(r, p, c);
+		w->prof[PROF_COST] += now_s() - t3;
+	} else {
+		c->status = SWEEP_FAILED;
+		c->reason = strdup(worker_reason(w));
+	}
+}
+
+/* The key of level `lv` of a group's members: recompute, then the ZeRO
+ * stage, then the schedule (the order they are enumerated in). */
+static int level_key(const SweepCand *c, int lv)
+{
+	return lv == 0 ? c->rc : lv == 1 ? c->zero : c->sched;
+}
+
+/* Runs level lv's passes for members [lo, hi) of a group, which share the
+ * module m (owned by the caller, in its arena ma) up to this level: per
+ * run of members with the same key a copy -- the last run takes m itself
+ * -- gets the key's setting and the level's passes, then the next level.
+ * Level 3 finishes one candidate. */
+static void eval_level(Worker *w, IrModule *m, Arena *ma, int lv, int64_t lo, int64_t hi)
+{
+	Shared *sh = w->sh;
+	const SweepRun *r = sh->r;
+	if (lv == 3) {
+		Diag d;
+		worker_reset(w, &d);
+		finish_member(w, m, ma, &d, &r->cands[lo]);
+		atomic_fetch_add(&sh->done, 1);
+		return;
+	}
+	for (int64_t i = lo; i < hi;) {
+		int64_t j = i + 1;
+		while (j < hi && level_key(&r->cands[j], lv) == level_key(&r->cands[i], lv))
+			j++;
+		bool last = j == hi;
+		Arena a;
+		arena_init(&a);
+		Arena *ca = last ? ma : &a;
+		IrModule *c = m;
+		if (!last) {
+			double t0 = now_s();
+			c = ir_module_clone(&a, m);
+			w->prof[PROF_CLONE] += now_s() - t0;
+		}
+		Diag d;
+		worker_reset(w, &d);
+		if (!c) {
+			fail_range(sh, i, j, "out of memory");
+		} else {
+			set_suffix_train(c, &r->cands[i]);
+			if (run_passes(w, c, &d, sh->split[lv], sh->split[lv + 1], r->o.verify))
+				eval_level(w, c, ca, lv + 1, i, j);
+			else
+				fail_range(sh, i, j, worker_reason(w));
+		}
+		arena_free(&a);
+		i = j;
+	}
+}
+
+static void eval_group(Worker *w, int64_t lo, int64_t hi)
+{
+	Shared *sh = w->sh;
+	const SweepRun *r = sh->r;
+	SweepCand *c0 = &r->cands[lo];
+	Arena a;
+	Diag d;
+	arena_init(&a);
+	worker_reset(w, &d);
+	/* the group's settings: mesh, M, SP, virtual stages */
+	LowerOptions lo_opt = r->o.lower;
+	char mesh[256], tbuf[512];
+	sweep_mesh_text(r, c0, mesh, sizeof mesh);
+	lo_opt.mesh = mesh;
+	const char *tr[8];
+	int nt = sweep_train_overrides(r, c0, tr, 8, tbuf, sizeof tbuf);
+	for (int k = 0; k < nt && lo_opt.ntrain < LOWER_MAX_TRAIN; k++)
+		lo_opt.train[lo_opt.ntrain++] = tr[k];
+	double t0 = now_s();
+	IrModule *m = lower_file(&a, &d, sh->ast, &lo_opt);
+	w->prof[PROF_LOWER] += now_s() - t0;
+	bool ok = m && d.nerr == 0 && (!r->o.verify || ir_verify(m, &d, "lower"));
+	for (int k = 0; ok && k < r->s.nchooses && k < m->nchooses; k++) {
+		IrChoose *ch = &m->chooses[k];
+		int sel = c0->choose[k] < ch->nopts ? c0->choose[k] : 0;
+		ch->selected = sel;
+		if (ch->node >= 0 && ch->node < m->nnodes)
+			m->nodes[ch->node]->place = ch->opts[sel];
+	}
+	if (ok)
+		ok = run_passes(w, m, &d, 0, sh->split[0], r->o.verify);
+	if (!ok) {
+		fail_range(sh, lo, hi, worker_reason(w));
+		arena_free(&a);
+		return;
+	}
+	eval_level(w, m, &a, 0, lo, hi);
+	arena_free(&a);
+}
+
+static void *worker_main(void *arg)
+{
+	Worker *w = arg;
+	Shared *sh = w->sh;
+	for (;;) {
+		int64_t g = atomic_fetch_add(&sh->next, 1);
+		if (g >= sh->ngroups)
+			break;
+		eval_group(w, sh->gstart[g], sh->gstart[g + 1]);
+	}
+	w->end = now_s();
+	return NULL;
+}
+
+static void progress(int64_t done, int64_t total, double t0, bool final)
+{
+	const int width = 30;
+	int fill = total ? (int)((double)done / (double)total * width) : width;
+	double el = now_s() - t0;
+	fprintf(stderr, "\r\033[Kdtmc sweep: [");
+	for (int i = 0; i < width; i++)
+		fputc(i < fill ? '#' : '.', stderr);
+	fprintf(stderr, "] %lld/%lld candidates, %.0f/s", (long long)done, (long long)total,
+	        el > 0 ? (double)done / el : 0.0);
+	if (final)
+		fputs("\r\033[K", stderr);
+	fflush(stderr);
+}
+
+static void print_profile(const SweepRun *r, const double *prof, int nthreads)
+{
+	double total = 0;
+	for (int q = 0; q < PROF_N; q++)
+		total += prof[q];
+	fprintf(stderr, "dtmc sweep: compile time by phase, %lld candidates on %d thread%s "
+	                "(%.1f ms of CPU each):\n",
+	        (long long)r->ncands, nthreads, nthreads == 1 ? "" : "s",
+	        r->ncands ? total / (double)r->ncands * 1e3 : 0.0);
+	const Pass *pl = pass_list();
+	for (int q = 0; q < PROF_N; q++) {
+		const char *name = q == PROF_LOWER     ? "lower"
+		                   : q == PROF_CLONE   ? "clone"
+		                   : q == PROF_FUSE    ? "fuse plan"
+		                   : q == PROF_MEMPLAN ? "memory plan"
+		                   : q == PROF_PLAN    ? "plan build"
+		                   : q == PROF_COST    ? "cost"
+		                                       : NULL;
+		if (!name && q >= PROF_PASS0 && q < PROF_PASS0 + npasses())
+			name = pl[q - PROF_PASS0].name;
+		if (!name || prof[q] <= 0)
+			continue;
+		fprintf(stderr, "  %-14s %9.3f s  %8.3f ms/candidate  %5.1f%%\n", name, prof[q],
+		        r->ncands ? prof[q] / (double)r->ncands * 1e3 : 0.0,
+		        total > 0 ? prof[q] / total * 100 : 0.0);
+	}
+}
+
+static bool evaluate(SweepRun *r, const AstFile *ast, const SrcFile *src)
+{
+	Shared sh = { .r = r, .ast = ast, .src = src };
+	sh.gstart = malloc(sizeof *sh.gstart * (size_t)(r->ncands + 1));
+	if (!sh.gstart)
+		return false;
+	for (int64_t i = 0; i < r->ncands; i++)
+		if (i == 0 || !same_group(r, &r->cands[i - 1], &r->cands[i]))
+			sh.gstart[sh.ngroups++] = i;
+	sh.gstart[sh.ngroups] = r->ncands;
+	/* Nothing before `recompute` reads the recompute setting, the ZeRO
+	 * stage or the schedule's kind; nothing before `state` the last two,
+	 * nothing before `pipeline` the schedule.  A pass missing from the
+	 * list moves its split to the end: less sharing, same results. */
+	int np = npasses();
+	const char *at[3] = { "recompute", "state", "pipeline" };
+	for (int k = 0; k < 3; k++) {
+		sh.split[k] = np;
+		for (int i = 0; i < np; i++)
+			if (!strcmp(pass_list()[i].name, at[k]))
+				sh.split[k] = i;
+		if (k > 0 && sh.split[k] < sh.split[k - 1])
+			sh.split[k] = sh.split[k - 1];
+	}
+	sh.split[3] = np;
+	atomic_init(&sh.next, 0);
+	atomic_init(&sh.done, 0);
+	int nw = r->o.jobs;
+	if (nw > sh.ngroups)
+		nw = (int)(sh.ngroups > 0 ? sh.ngroups : 1);
+	Worker *ws = calloc((size_t)nw, sizeof *ws);
+	bool ok = ws != NULL;
+	int started = 0;
+	double t0 = now_s();
+	for (int k = 0; ok && k < nw; k++) {
+		ws[k].sh = &sh;
+		ws[k].errf = fmemopen(ws[k].err, sizeof ws[k].err - 1, "w");
+		if (!ws[k].errf || pthread_create(&ws[k].tid, NULL, worker_main, &ws[k]) != 0) {
+			if (ws[k].errf)
+				fclose(ws[k].errf);
+			ws[k].errf = NULL;
+			ok = started > 0; /* fewer threads is still fine */
+			break;
+		}
+		started++;
+	}
+	bool tty = !r->o.quiet && isatty(STDERR_FILENO);
+	while (started > 0 && atomic_load(&sh.done) < r->ncands) {
+		struct timespec ts = { 0, 100 * 1000 * 1000 };
+		nanosleep(&ts, NULL);
+		if (tty)
+			progress(atomic_load(&sh.done), r->ncands, t0, false);
+		/* every group taken and every worker gone: done (a failed
+		 * group counts its members too, so this is only a guard) */
+		if (atomic_load(&sh.next) >= sh.ngroups + started)
+			break;
+	}
+	double end = t0, prof[PROF_N] = { 0 };
+	for (int k = 0; k < started; k++) {
+		pthread_join(ws[k].tid, NULL);
+		fclose(ws[k].errf);
+		end = ws[k].end > end ? ws[k].end : end;
+		for (int q = 0; q < PROF_N; q++)
+			prof[q] += ws[k].prof[q];
+	}
+	/* the workers' span, not the progress loop's polling */
+	r->seconds = end - t0;
+	if (tty)
+		progress(r->ncands, r->ncands, t0, true);
+	if (r->o.profile)
+		print_profile(r, prof, started);
+	free(ws);
+	free(sh.gstart);
+	if (!ok)
+		fprintf(stderr, "dtmc: error: cannot start the sweep's threads\n");
+	return ok;
+}
+
+/* ---- ranking ---- */
+
+static const SweepRun *cmp_run; /* qsort has no context argument; set only on the main thread */
+
+static int cmp_rank(const void *a, const void *b)
+{
+	const SweepCand *x = &cmp_run->cands[*(const int *)a], *y = &cmp_run->cands[*(const int *)b];
+	if (x->step_s != y->step_s)
+		return x->step_s < y->step_s ? -1 : 1;
+	if (x->peak_bytes != y->peak_bytes)
+		return x->peak_bytes < y->peak_bytes ? -1 : 1;
+	return *(const int *)a - *(const int *)b;
+}
+
+static bool rank_all(SweepRun *r)
+{
+	r->rank = malloc(sizeof *r->rank * (size_t)(r->ncands + 1));
+	r->front = malloc(sizeof *r->front * (size_t)(r->ncands + 1));
+	double *mem = malloc(sizeof *mem * (size_t)(r->ncands + 1));
+	double *tim = malloc(sizeof *tim * (size_t)(r->ncands + 1));
+	if (!r->rank || !r->front || !mem || !tim) {
+		free(mem);
+		free(tim);
+		return false;
+	}
+	r->nok = r->nfailed = r->nover = 0;
+	for (int64_t i = 0; i < r->ncands; i++) {
+		const SweepCand *c = &r->cands[i];
+		if (c->status == SWEEP_OK)
+			r->rank[r->nok++] = (int)i;
+		else if (c->status == SWEEP_OVER_MEM)
+			r->nover++;
+		else
+			r->nfailed++;
+	}
+	r->nrank = (int)r->nok;
+	cmp_run = r;
+	qsort(r->rank, (size_t)r->nrank, sizeof *r->rank, cmp_rank);
+	for (int k = 0; k < r->nrank; k++) {
+		mem[k] = r->cands[r->rank[k]].peak_bytes;
+		tim[k] = r->cands[r->rank[k]].step_s;
+	}
+	r->nfront = sweep_pareto(r->nrank, mem, tim, r->front);
+	for (int k = 0; k < r->nfront; k++)
+		r->front[k] = r->rank[r->front[k]];
+	free(mem);
+	free(tim);
+	return true;
+}
+
+/* ---- the command ---- */
+
+static void free_run(SweepRun *r)
+{
+	for (int64_t i = 0; i < r->ncands; i++)
+		free((char *)r->cands[i].reason);
+	free(r->cands);
+	free(r->rank);
+	free(r->front);
+}
+
+int sweep_main(int argc, char **argv)
+{
+	SweepRun r;
+	memset(&r, 0, sizeof r);
+	int prc = parse_opts(argc, argv, &r.o);
+	if (prc)
+		return prc == 2 ? 0 : 1;
+#ifdef __GLIBC__
+	/* Every candidate's arenas take and give back megabytes in large
+	 * blocks; above glibc's mmap threshold each would be an mmap, page
+	 * faults and an munmap.  Keep them on the heap (about 2x on plan
+	 * building). */
+	mallopt(M_MMAP_THRESHOLD, 256 << 20);
+	mallopt(M_TRIM_THRESHOLD, 1 << 30);
+#endif
+	Arena a;
+	Diag d;
+	arena_init(&a);
+	diag_init(&d, stderr);
+	/* one parse for every candidate; the probe lowers it as the file says */
+	SrcFile *src = arena_alloc(&a, sizeof *src);
+	AstFile ast = { 0 };
+	IrModule *m = NULL;
+	if (src && src_read_file(&a, &d, r.o.file, src)) {
+		diag_add_file(&d, src);
+		if (ast_parse(&a, &d, src, &ast))
+			m = lower_file(&a, &d, &ast, &r.o.lower);
+	}
+	bool ok = m && d.nerr == 0 && probe(&r, m, &a) && enumerate(&r, m);
+	if (ok && r.ncands == 0) {
+		fprintf(stderr, "dtmc: error: no candidate layouts of %s on %lld devices\n", r.o.file,
+		        (long long)r.o.devices);
+		ok = false;
+	}
+	ok = ok && evaluate(&r, &ast, src) && rank_all(&r);
+	if (ok) {
+		if (r.o.json)
+			ok = sweep_print_json(stdout, &r);
+		else if (r.o.csv)
+			ok = sweep_print_csv(stdout, &r);
+		else
+			ok = sweep_print_text(stdout, &r);
+		fflush(stdout);
+		if (!r.o.json && !r.o.csv)
+			fprintf(stderr, "dtmc sweep: %lld candidates in %.2f s (%.0f/s) on %d thread%s\n",
+			        (long long)r.ncands, r.seconds,
+			        r.seconds > 0 ? (double)r.ncands / r.seconds : 0.0, r.o.jobs,
+			        r.o.jobs == 1 ? "" : "s");
+	}
+	if (ok && r.o.plot)
+		ok = sweep_write_plot(&r, r.o.plot);
+	if (ok && r.o.measure > 0)
+		ok = sweep_measure(stdout, &r);
+	if (ok && (fflush(stdout) != 0 || ferror(stdout))) {
+		fprintf(stderr, "dtmc: error: cannot write to standard output\n");
+		ok = false;
+	}
+	if (d.nerr > 0)
+		diag_summary(&d);
+	free_run(&r);
+	arena_free(&a);
+	return ok ? 0 : 1;
+}

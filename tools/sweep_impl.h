@@ -1,0 +1,111 @@
+/* sweep_impl.h - what tools/sweep.c, sweep_out.c and sweep_measure.c
+ * share: the options, the model's sweep space and the candidates.
+ */
+#ifndef DTM_SWEEP_IMPL_H
+#define DTM_SWEEP_IMPL_H
+
+#include "../frontend/ast.h"
+#include "../frontend/lower.h"
+#include "hw.h"
+#include "sweep.h"
+
+#define SWEEP_MAX_CHOOSE 16   /* choose() points swept */
+#define SWEEP_MAX_CANDS 2000000
+
+typedef enum SweepSched {
+	SWEEP_SCHED_FILE,        /* one pipeline stage: the file's (unused) */
+	SWEEP_SCHED_GPIPE,
+	SWEEP_SCHED_1F1B,
+	SWEEP_SCHED_INTERLEAVED, /* interleaved(2) */
+} SweepSched;
+
+typedef enum SweepStatus {
+	SWEEP_PENDING,
+	SWEEP_OK,
+	SWEEP_FAILED,   /* did not compile (or cost): reason */
+	SWEEP_OVER_MEM, /* compiled, peak over --mem-limit */
+} SweepStatus;
+
+typedef struct SweepCand {
+	int64_t mesh[DTM_MAX_AXES]; /* per model axis */
+	uint8_t zero, sched;        /* 0..3, SweepSched */
+	bool sp, rc;
+	int micro;                  /* micro-batches */
+	uint8_t choose[SWEEP_MAX_CHOOSE];
+	/* results */
+	uint8_t status;             /* SweepStatus */
+	const char *reason;         /* SWEEP_FAILED: the compiler's first error (malloc'd) */
+	double step_s, tokens_per_s, peak_bytes, hfu, bubble, comm_s, exposed_s;
+} SweepCand;
+
+typedef struct SweepOpts {
+	const char *file;
+	int64_t devices;
+	const char *hw_arg;
+	HwProfile hw;
+	int nodes;
+	double mem_limit;      /* bytes; 0 = none */
+	bool mem_limit_set;
+	int top;
+	bool json, csv, verify, profile;
+	const char *plot;
+	int measure, measure_steps;
+	int jobs;
+	bool quiet;            /* no progress bar */
+	LowerOptions lower;    /* -D and --train given by the user */
+} SweepOpts;
+
+/* What the sweep varies, read from the model lowered once. */
+typedef struct SweepSpace {
+	const char *model;
+	int naxes;
+	const char *axes[DTM_MAX_AXES];
+	int pp_axis;           /* "pp", or -1 */
+	int sp_axis;           /* the axis SP splits over ("tp"), or -1 */
+	uint32_t zero_axes;    /* mesh axes ZeRO splits over */
+	uint32_t batch_axes;   /* axes splitting the batch (the first input's dim 0) */
+	int64_t batch;         /* global batch (0: no input) */
+	int64_t tokens_per_sample;
+	int nchooses;
+	int choose_nopts[SWEEP_MAX_CHOOSE];
+	const char *choose_where[SWEEP_MAX_CHOOSE]; /* "file:line:col" */
+	const char *file_schedule;
+} SweepSpace;
+
+typedef struct SweepRun {
+	SweepOpts o;
+	SweepSpace s;
+	SweepCand *cands;
+	int64_t ncands;
+	int64_t nok, nfailed, nover;
+	double seconds;        /* compile and cost wall time */
+	int *rank;             /* ok candidates, fastest first */
+	int nrank;
+	int *front;            /* Pareto front over ok candidates, ascending memory */
+	int nfront;
+} SweepRun;
+
+/* Describes a candidate as "pp=2,dp=2,tp=2 zero=1 M=4 1f1b sp rc" (the
+ * parts that apply) into buf. */
+void sweep_describe(const SweepRun *r, const SweepCand *c, char *buf, size_t cap);
+/* The mesh as --mesh wants it: "pp=2,dp=2,tp=2". */
+void sweep_mesh_text(const SweepRun *r, const SweepCand *c, char *buf, size_t cap);
+/* The --train overrides (after the user's) that select c; returns how many
+ * were written to train[] (strings in buf, cap bytes). */
+int sweep_train_overrides(const SweepRun *r, const SweepCand *c, const char **train, int room,
+                          char *buf, size_t cap);
+const char *sweep_sched_name(int sched);
+
+/* sweep_out.c: the reports on stdout and the plot. */
+bool sweep_print_text(FILE *out, const SweepRun *r);
+bool sweep_print_json(FILE *out, const SweepRun *r);
+bool sweep_print_csv(FILE *out, const SweepRun *r);
+bool sweep_write_plot(const SweepRun *r, const char *path);
+
+/* sweep_measure.c: --measure K.  Builds the best K candidates with the
+ * `dtmc build` path, runs each a few steps on the local backend and prints
+ * predicted (cpu profile) against measured step time and peak memory.
+ * Returns false after printing an error. */
+bool sweep_measure(FILE *out, const SweepRun *r);
+
+#endif
