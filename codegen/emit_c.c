@@ -19,10 +19,10 @@
  */
 #include "emit_c.h"
 
+#include "emit_common.h"
 #include "emit_cuda.h"
 #include "plan_build.h"
 
-#include <dirent.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,21 +39,12 @@ typedef struct Emit {
 /* A float literal C accepts as float: always with a '.' or exponent. */
 static void put_float(FILE *out, double v, bool f32)
 {
-	if (isnan(v)) {
-		fputs("NAN", out);
-		return;
-	}
-	if (isinf(v)) {
-		fputs(v > 0 ? "INFINITY" : "-INFINITY", out);
-		return;
-	}
-	char buf[64];
-	snprintf(buf, sizeof buf, f32 ? "%.9g" : "%.17g", v);
-	fputs(buf, out);
-	if (!strpbrk(buf, ".eE"))
-		fputs(".0", out);
-	if (f32)
-		fputc('f', out);
+	cg_put_float(out, v, f32, "NAN", "INFINITY");
+}
+
+static void put_float_f32(FILE *out, double v)
+{
+	put_float(out, v, true);
 }
 
 static void put_string(FILE *out, const char *s)
@@ -108,54 +99,6 @@ static void put_shape(FILE *out, const IrNode *n)
 
 /* ---- fused elementwise loops ---- */
 
-/* Index into external input X (broadcast onto the root's shape S) for
- * flat output index i, written as C. */
-/* How operand x is indexed inside a fused loop over s's elements. */
-typedef enum BcastKind {
-	BC_FULL,   /* x[i] */
-	BC_SCALAR, /* x[0] */
-	BC_SUFFIX, /* x[i % period]: x is s's trailing dims */
-	BC_PREFIX, /* x[i / period]: x is s's leading dims */
-	BC_OTHER,  /* the general strided index */
-} BcastKind;
-
-static BcastKind bcast_kind(const IrNode *x, const IrNode *s, int64_t *period)
-{
-	int R = s->rank;
-	int64_t xs[IR_MAX_RANK];
-	for (int d = 0; d < R; d++) {
-		int j = d - (R - x->rank);
-		xs[d] = j >= 0 ? x->shape[j] : 1;
-	}
-	int64_t nx = ir_node_numel(x), ns = ir_node_numel(s);
-	*period = 1;
-	if (nx == ns)
-		return BC_FULL;
-	if (nx == 1)
-		return BC_SCALAR;
-	int k = 0;
-	while (k < R && xs[k] == 1)
-		k++;
-	bool suffix = true;
-	for (int d = k; d < R; d++)
-		suffix &= xs[d] == s->shape[d];
-	if (suffix) {
-		*period = nx;
-		return BC_SUFFIX;
-	}
-	int p = R;
-	while (p > 0 && xs[p - 1] == 1)
-		p--;
-	bool prefix = true;
-	for (int d = 0; d < p; d++)
-		prefix &= xs[d] == s->shape[d];
-	if (prefix) {
-		*period = ns / nx;
-		return BC_PREFIX;
-	}
-	return BC_OTHER;
-}
-
 static int64_t gcd64(int64_t a, int64_t b)
 {
 	while (b) {
@@ -166,22 +109,21 @@ static int64_t gcd64(int64_t a, int64_t b)
 	return a;
 }
 
+/* Index into external input x (broadcast onto the root's shape s) for
+ * flat output index i, written as C. */
 static void put_bcast_index(FILE *out, const IrNode *x, const IrNode *s)
 {
 	int64_t per;
-	switch (bcast_kind(x, s, &per)) {
-	case BC_FULL: fputs("i", out); return;
-	case BC_SCALAR: fputs("0", out); return;
-	case BC_SUFFIX: fprintf(out, "i %% %lld", (long long)per); return;
-	case BC_PREFIX: fprintf(out, "i / %lld", (long long)per); return;
-	case BC_OTHER: break;
+	switch (cg_bcast_kind(x, s, &per)) {
+	case CG_BC_FULL: fputs("i", out); return;
+	case CG_BC_SCALAR: fputs("0", out); return;
+	case CG_BC_SUFFIX: fprintf(out, "i %% %lld", (long long)per); return;
+	case CG_BC_PREFIX: fprintf(out, "i / %lld", (long long)per); return;
+	case CG_BC_OTHER: break;
 	}
 	int R = s->rank;
 	int64_t xs[IR_MAX_RANK];
-	for (int d = 0; d < R; d++) {
-		int j = d - (R - x->rank);
-		xs[d] = j >= 0 ? x->shape[j] : 1;
-	}
+	cg_bcast_shape(x, s, xs);
 	int64_t ss = 1, sx = 1, sst[IR_MAX_RANK], sxt[IR_MAX_RANK];
 	for (int d = R - 1; d >= 0; d--) {
 		sst[d] = ss;
@@ -216,103 +158,33 @@ static void put_load(FILE *out, int k, const IrNode *x, const IrNode *s, bool ru
 	}
 	fprintf(out, "\t\tconst float x%d = %sin%d[", k, pre, k);
 	int64_t per;
-	BcastKind bk = bcast_kind(x, s, &per);
-	if (runs && bk == BC_SUFFIX)
+	CgBcast bk = cg_bcast_kind(x, s, &per);
+	if (runs && bk == CG_BC_SUFFIX)
 		fprintf(out, "b%d + (i - s)", k);
-	else if (runs && bk == BC_PREFIX)
+	else if (runs && bk == CG_BC_PREFIX)
 		fprintf(out, "b%d", k);
 	else
 		put_bcast_index(out, x, s);
 	fprintf(out, "]%s;\n", post);
 }
 
-/* One member's statement: `const float tID = EXPR;`. */
-static bool put_member(Emit *e, const IrNode *n, const int *ext, int next)
-{
-	FILE *out = e->out;
-	char a[2][32];
-	for (int k = 0; k < n->nops && k < 2; k++) {
-		int o = n->ops[k];
-		if (e->fp->root[o] == e->fp->root[n->id] && e->fp->internal[o]) {
-			snprintf(a[k], sizeof a[k], "t%d", o);
-			continue;
-		}
-		int j = 0;
-		while (j < next && ext[j] != o)
-			j++;
-		snprintf(a[k], sizeof a[k], "x%d", j);
-	}
-	fprintf(out, "\t\tconst float t%d = ", n->id);
-	switch (n->op) {
-	case IR_OP_ADD: fprintf(out, "%s + %s", a[0], a[1]); break;
-	case IR_OP_SUB: fprintf(out, "%s - %s", a[0], a[1]); break;
-	case IR_OP_MUL: fprintf(out, "%s * %s", a[0], a[1]); break;
-	case IR_OP_DIV: fprintf(out, "%s / %s", a[0], a[1]); break;
-	case IR_OP_NEG: fprintf(out, "-%s", a[0]); break;
-	case IR_OP_EXP: fprintf(out, "expf(%s)", a[0]); break;
-	case IR_OP_LOG: fprintf(out, "logf(%s)", a[0]); break;
-	case IR_OP_SQRT: fprintf(out, "sqrtf(%s)", a[0]); break;
-	case IR_OP_RSQRT: fprintf(out, "1.0f / sqrtf(%s)", a[0]); break;
-	case IR_OP_TANH: fprintf(out, "tanhf(%s)", a[0]); break;
-	case IR_OP_RELU: fprintf(out, "dtmk_relu_f(%s)", a[0]); break;
-	case IR_OP_GELU: fprintf(out, "dtmk_gelu_f(%s)", a[0]); break;
-	case IR_OP_SILU: fprintf(out, "dtmk_silu_f(%s)", a[0]); break;
-	case IR_OP_SIGMOID: fprintf(out, "dtmk_sigmoid_f(%s)", a[0]); break;
-	case IR_OP_SCALE:
-		fprintf(out, "%s * ", a[0]);
-		put_float(out, n->attrs.f[0], true);
-		break;
-	case IR_OP_CAST:
-		if (n->dtype == IR_BF16)
-			fprintf(out, "dtmk_round_bf16_f(%s)", a[0]);
-		else if (n->dtype == IR_F16)
-			fprintf(out, "dtmk_round_f16_f(%s)", a[0]);
-		else if (n->dtype == IR_I32)
-			fprintf(out, "(float)(int32_t)%s", a[0]);
-		else
-			fprintf(out, "%s", a[0]);
-		break;
-	case IR_OP_DROPOUT:
-		fprintf(out, "dtmk_dropout_f(ctx, %s, ", a[0]);
-		put_float(out, n->attrs.f[0], true);
-		fprintf(out, ", %uu, i)", (unsigned)(uint32_t)n->attrs.ints[0]);
-		break;
-	default:
-		diag_error(e->d, n->loc, "internal: no C expression for elementwise op '%s'",
-		           ir_op_name(n->op));
-		return false;
-	}
-	fputs(";\n", out);
-	return true;
-}
+/* The C spelling of a fused member's expression (codegen/cpu/dtmk_fwd.h). */
+static const CgExprDialect c_dialect = {
+	.name = "C", .prefix = "dtmk_", .suffix = "_f", .ctx = "ctx",
+	.to_int = "(int32_t)", .put_f32 = put_float_f32,
+};
 
-static bool emit_fused(Emit *e, int r)
+/* The loop of fused group pk (root r): its external inputs in0.. are the
+ * plan kernel's args (cg_plan_kernels lists them in the order the
+ * members read them), the output last. */
+static bool emit_fused(Emit *e, const CgPlanKernel *pk)
 {
 	FILE *out = e->out;
 	const IrModule *m = e->m;
+	int r = pk->node;
 	const IrNode *root = m->nodes[r];
-	int ext[FUSE_MAX_INPUTS + 8], next = 0;
-	for (int x = 0; x <= r; x++) {
-		if (e->fp->root[x] != r)
-			continue;
-		const IrNode *n = m->nodes[x];
-		for (int k = 0; k < n->nops; k++) {
-			int o = n->ops[k];
-			if (e->fp->root[o] == r && e->fp->internal[o])
-				continue;
-			bool seen = false;
-			for (int j = 0; j < next; j++)
-				seen |= ext[j] == o;
-			if (!seen) {
-				if (next >= DTM_MAX_ARGS - 1) {
-					diag_error(e->d, root->loc,
-					           "internal: fused group of %%%d has too many inputs", r);
-					return false;
-				}
-				ext[next++] = o;
-			}
-		}
-	}
+	const int *ext = pk->args;
+	int next = pk->nargs - 1;
 	fprintf(out, "/* fused: ");
 	for (int x = 0; x <= r; x++)
 		if (e->fp->root[x] == r)
@@ -328,8 +200,8 @@ static bool emit_fused(Emit *e, int r)
 	int64_t run = 0;
 	for (int k = 0; k < next; k++) {
 		int64_t per;
-		BcastKind bk = bcast_kind(m->nodes[ext[k]], root, &per);
-		if (bk == BC_SUFFIX || bk == BC_PREFIX)
+		CgBcast bk = cg_bcast_kind(m->nodes[ext[k]], root, &per);
+		if (bk == CG_BC_SUFFIX || bk == CG_BC_PREFIX)
 			run = gcd64(run, per);
 	}
 	bool runs = run >= 8;
@@ -339,10 +211,10 @@ static bool emit_fused(Emit *e, int r)
 		        (long long)run, (long long)run);
 		for (int k = 0; k < next; k++) {
 			int64_t per;
-			BcastKind bk = bcast_kind(m->nodes[ext[k]], root, &per);
-			if (bk == BC_SUFFIX)
+			CgBcast bk = cg_bcast_kind(m->nodes[ext[k]], root, &per);
+			if (bk == CG_BC_SUFFIX)
 				fprintf(out, "\t\tconst int64_t b%d = s %% %lld;\n", k, (long long)per);
-			else if (bk == BC_PREFIX)
+			else if (bk == CG_BC_PREFIX)
 				fprintf(out, "\t\tconst int64_t b%d = s / %lld;\n", k, (long long)per);
 		}
 		fputs("\tfor (int64_t i = s; i < e; i++) {\n", out);
@@ -352,7 +224,8 @@ static bool emit_fused(Emit *e, int r)
 	for (int k = 0; k < next; k++)
 		put_load(out, k, m->nodes[ext[k]], root, runs);
 	for (int x = 0; x <= r; x++)
-		if (e->fp->root[x] == r && !put_member(e, m->nodes[x], ext, next))
+		if (e->fp->root[x] == r && !cg_put_ew_member(out, "\t\t", &c_dialect, e->fp,
+		                                             m->nodes[x], r, ext, next, e->d))
 			return false;
 	switch (root->dtype) {
 	case IR_BF16: fprintf(out, "\t\tout[i] = dtmk_f32_to_bf16(t%d);\n", r); break;
@@ -446,11 +319,6 @@ static void emit_gnorm(Emit *e, const CgPlanKernel *k)
 
 /* ---- the file ---- */
 
-static int cmp_str(const void *a, const void *b)
-{
-	return strcmp(*(const char *const *)a, *(const char *const *)b);
-}
-
 /* dtmk.h first, then every other dtmk_*.h in name order: kernel headers
  * of ops added later are picked up without touching the emitter. */
 static void emit_includes(Emit *e, const char *src_dir)
@@ -461,22 +329,11 @@ static void emit_includes(Emit *e, const char *src_dir)
 	      out);
 	char dir[4096];
 	snprintf(dir, sizeof dir, "%s/codegen/cpu", src_dir ? src_dir : ".");
-	DIR *dp = opendir(dir);
 	char *names[64];
-	int nn = 0;
+	int nn = cg_list_dir(dir, "dtmk_", ".h", names, 64);
 	bool have_fwd = false;
-	if (dp) {
-		for (struct dirent *de; (de = readdir(dp)) && nn < 64;) {
-			size_t len = strlen(de->d_name);
-			if (strncmp(de->d_name, "dtmk_", 5) == 0 && len > 2 &&
-			    strcmp(de->d_name + len - 2, ".h") == 0) {
-				names[nn++] = strdup(de->d_name);
-				have_fwd |= strcmp(de->d_name, "dtmk_fwd.h") == 0;
-			}
-		}
-		closedir(dp);
-	}
-	qsort(names, (size_t)nn, sizeof names[0], cmp_str);
+	for (int i = 0; i < nn; i++)
+		have_fwd |= names[i] && strcmp(names[i], "dtmk_fwd.h") == 0;
 	/* the forward kernels first: the others may build on its helpers */
 	if (have_fwd)
 		fputs("#include \"codegen/cpu/dtmk_fwd.h\"\n", out);
@@ -805,7 +662,7 @@ bool cg_emit_c(FILE *out, const IrModule *m, const FusePlan *fp, const MemPlan *
 		if (ks[k].nchunks > 1)
 			emit_gnorm(&e, &ks[k]);
 		else if (ks[k].fused)
-			ok = emit_fused(&e, ks[k].node);
+			ok = emit_fused(&e, &ks[k]);
 		else
 			ok = emit_wrapper(&e, ks[k].node);
 	}

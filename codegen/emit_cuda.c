@@ -9,10 +9,11 @@
  *   per kernel, its __device__ scratch (multi-phase kernels: a DtmcSync
  *   and partial sums) and an extern "C" __global__ function named as the
  *   C wrapper (k_ID, or k_ID_CHUNK for a chunked grad_norm).
- * A fused elementwise group becomes a loop body written here, one
- * statement per member, as emit_c.c writes it; index arithmetic of data
- * movement (permute, slice, concat, pad, expand, general reductions) is
- * written here with the shapes as constants; every other op is a call of
+ * A fused elementwise group becomes a loop body, one statement per
+ * member (emit_common.c writes them for both back ends); index
+ * arithmetic of data movement (permute, slice, concat, pad, expand,
+ * general reductions) is written with the shapes as constants; every
+ * other op is a call of
  * a template of codegen/cuda/ with its dtypes and shapes.  The launch of
  * each kernel is decided next to its code, from the same numbers.  This
  * file holds the launch shapes, the writers and the file; the op emitters
@@ -20,9 +21,9 @@
  */
 #include "emit_cuda_impl.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -109,6 +110,42 @@ const IrNode *cg_cu_node(const CudaEmit *e, int id)
 	return e->m->nodes[id];
 }
 
+void cg_cu_printf(CudaEmit *e, const char *fmt, ...)
+{
+	FILE *out = e->out;
+	va_list ap;
+	va_start(ap, fmt);
+	for (const char *f = fmt; *f; f++) {
+		if (*f != '%') {
+			fputc(*f, out);
+			continue;
+		}
+		switch (*++f) {
+		case 'd': fprintf(out, "%d", va_arg(ap, int)); break;
+		case 'u': fprintf(out, "%u", va_arg(ap, unsigned)); break;
+		case 's': fputs(va_arg(ap, const char *), out); break;
+		case '%': fputc('%', out); break;
+		case 'D': fprintf(out, "%lld", (long long)va_arg(ap, int64_t)); break;
+		case 'L': fprintf(out, "%lldLL", (long long)va_arg(ap, int64_t)); break;
+		case 'U': fprintf(out, "%lldu", (long long)va_arg(ap, int64_t)); break;
+		case 'F': cg_cu_put_f32(out, va_arg(ap, double)); break;
+		case 'G': cg_cu_put_f64(out, va_arg(ap, double)); break;
+		case 'N': fputs(e->name, out); break;
+		case 'I': cg_cu_put_ptr(e, va_arg(ap, int), true); break;
+		case 'W': cg_cu_put_ptr(e, va_arg(ap, int), false); break;
+		case 'O': cg_cu_put_out(e); break;
+		case 'T':
+			fputs(cg_cu_ctype(cg_cu_node(e, e->pk->args[va_arg(ap, int)])->dtype), out);
+			break;
+		default: /* a directive this printf does not know */
+			DTM_ASSERT(!"cg_cu_printf: unknown directive");
+			va_end(ap);
+			return;
+		}
+	}
+	va_end(ap);
+}
+
 /* The kernel's arg j as a typed pointer. */
 void cg_cu_put_ptr(const CudaEmit *e, int j, bool in)
 {
@@ -129,29 +166,12 @@ int cg_cu_out_arg(const CudaEmit *e)
 
 void cg_cu_put_f32(FILE *out, double v)
 {
-	if (isnan(v)) {
-		fputs("DTMC_NAN", out);
-		return;
-	}
-	if (isinf(v)) {
-		fputs(v > 0 ? "DTMC_INF" : "-DTMC_INF", out);
-		return;
-	}
-	char buf[64];
-	snprintf(buf, sizeof buf, "%.9g", v);
-	fputs(buf, out);
-	if (!strpbrk(buf, ".eEn"))
-		fputs(".0", out);
-	fputc('f', out);
+	cg_put_float(out, v, true, "DTMC_NAN", "DTMC_INF");
 }
 
 void cg_cu_put_f64(FILE *out, double v)
 {
-	char buf[64];
-	snprintf(buf, sizeof buf, "%.17g", v);
-	fputs(buf, out);
-	if (!strpbrk(buf, ".eEn"))
-		fputs(".0", out);
+	cg_put_float(out, v, false, NULL, NULL);
 }
 
 int64_t cg_cu_span(const IrNode *n, int from, int to)
@@ -233,11 +253,6 @@ void cg_cu_put_group_index(CudaEmit *e, uint32_t axes)
 
 /* ---- the file ---- */
 
-static int cmp_str(const void *a, const void *b)
-{
-	return strcmp(*(const char *const *)a, *(const char *const *)b);
-}
-
 static bool paste_file(FILE *out, const char *path, Diag *d)
 {
 	FILE *f = fopen(path, "r");
@@ -270,22 +285,13 @@ static bool emit_prelude(FILE *out, const IrModule *m, const char *src_dir, Diag
 	        DTM_MAX_ARGS, DTM_MAX_AXES);
 	char dir[4096];
 	snprintf(dir, sizeof dir, "%s/codegen/cuda", src_dir ? src_dir : ".");
-	DIR *dp = opendir(dir);
-	if (!dp) {
+	char *names[64];
+	int nn = cg_list_dir(dir, "dtmk_cuda_", ".cuh", names, 64);
+	if (nn < 0) {
 		diag_error(d, (SrcLoc){0}, "cannot read the CUDA kernel library '%s': %s", dir,
 		           strerror(errno));
 		return false;
 	}
-	char *names[64];
-	int nn = 0;
-	for (struct dirent *de; (de = readdir(dp)) && nn < 64;) {
-		size_t len = strlen(de->d_name);
-		if (strncmp(de->d_name, "dtmk_cuda_", 10) == 0 && len > 4 &&
-		    strcmp(de->d_name + len - 4, ".cuh") == 0)
-			names[nn++] = strdup(de->d_name);
-	}
-	closedir(dp);
-	qsort(names, (size_t)nn, sizeof names[0], cmp_str);
 	char path[4200];
 	snprintf(path, sizeof path, "%s/dtmk_cuda.cuh", dir);
 	bool ok = paste_file(out, path, d);

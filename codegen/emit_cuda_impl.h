@@ -6,6 +6,7 @@
 #define DTM_EMIT_CUDA_IMPL_H
 
 #include "emit_c.h"
+#include "emit_common.h"
 #include "emit_cuda.h"
 
 /* The kernel being written: the plan's kernel, its name, and its launch,
@@ -22,6 +23,17 @@ typedef struct CudaEmit {
 } CudaEmit;
 
 /* ---- writers (emit_cuda.c) ---- */
+
+/* printf for kernel code, as QBE's emitf: besides %d (int), %u
+ * (unsigned), %s and %%, it takes
+ *   %D  an int64_t, as "%lld"         %L  an int64_t literal: "%lldLL"
+ *   %U  an int64_t as "%lldu"         %F  a double, an f32 literal
+ *   %G  a double, an f64 literal      %N  the kernel's name (no argument)
+ *   %I  an int j: the kernel's arg j as a const typed pointer (an input)
+ *   %W  an int j: arg j as a writable typed pointer
+ *   %O  the output, the last arg, as a typed pointer (no argument)
+ *   %T  an int j: the CUDA type of arg j (dtmc_bf16, float, ...) */
+void cg_cu_printf(CudaEmit *e, const char *fmt, ...);
 
 int64_t cg_cu_cdiv(int64_t a, int64_t b);
 /* The CUDA storage type of a dtype: float, dtmc_bf16, dtmc_f16, int. */

@@ -24,6 +24,7 @@
  */
 #include "plan_build.h"
 
+#include <assert.h>
 #include <string.h>
 
 #include "../frontend/lower.h"
@@ -67,8 +68,9 @@ static NodeKind node_kind(const IrModule *m, const FusePlan *fp, const MemPlan *
 }
 
 /* A kernel action's args as node ids: a grad_norm chunk's gradients, a
- * fused group's external inputs (in the order its loop numbers them), or
- * the op's operands; then the output. */
+ * fused group's external inputs (in the order its loop numbers them: the
+ * emitters read them from here), or the op's operands; then the output. */
+static_assert(FUSE_MAX_INPUTS <= DTM_MAX_ARGS - 1, "a fused group's inputs fit one action");
 static int kernel_args(const IrModule *m, const FusePlan *fp, NodeKind k, int i, int chunk,
                        int *args)
 {
@@ -188,7 +190,14 @@ typedef struct Build {
 	Arena *a;
 	Diag *d;
 	int *bufid;     /* per node: its buffer (its storage owner's), or -1 */
+	/* build_stages: each node's kind once (NK_NONE also for send/recv,
+	 * which p2p marks), and the nodes of each stage in order:
+	 * sorder[sstart[s] .. sstart[s + 1]) */
+	uint8_t *kind;
+	bool *p2p;
+	int *sorder, *sstart;
 	int *kernel;    /* per node: its first kernel index, or -1 */
+	const CgPlanKernel *ks; /* build_kernels': the kernels with their args */
 	int opt_start;  /* first optimizer node */
 	DtmPlan *p;
 } Build;
@@ -283,8 +292,17 @@ static const char *label_of(Build *b, const IrNode *n)
 	const char *op = ir_op_name(n->op);
 	char id[16];
 	const char *tail = n->name;
-	if (!tail) {
-		snprintf(id, sizeof id, "%%%d", n->id);
+	if (!tail) { /* "%<id>", ids are >= 0 */
+		char digits[12];
+		int nd = 0;
+		unsigned v = n->id >= 0 ? (unsigned)n->id : 0;
+		do
+			digits[nd++] = (char)('0' + v % 10);
+		while ((v /= 10) && nd < 11);
+		id[0] = '%';
+		for (int k = 0; k < nd; k++)
+			id[1 + k] = digits[nd - 1 - k];
+		id[1 + nd] = 0;
 		tail = id;
 	}
 	size_t a = strlen(op), t = strlen(tail);
@@ -367,20 +385,18 @@ static int build_actions(Build *b, int s, DtmAction *out)
 {
 	const IrModule *m = b->m;
 	int count = 0;
-	for (int i = 0; i < m->nnodes; i++) {
+	for (int j = b->sstart[s]; j < b->sstart[s + 1]; j++) {
+		int i = b->sorder[j];
 		const IrNode *n = m->nodes[i];
-		if (b->mp->nstages > 1 && n->stage != s)
-			continue;
-		bool p2p = n->op == IR_OP_SEND || n->op == IR_OP_RECV;
-		NodeKind k = p2p ? NK_NONE : node_kind(m, b->fp, b->mp, i);
+		bool p2p = b->p2p[i];
+		NodeKind k = (NodeKind)b->kind[i];
 		if (!p2p && k == NK_NONE)
 			continue;
 		int nact = k == NK_GNORM ? gnorm_chunks(n) : 1;
 		for (int c = 0; c < nact; c++, count++) {
 			if (!out)
 				continue;
-			DtmAction *act = &out[count];
-			memset(act, 0, sizeof *act);
+			DtmAction *act = &out[count]; /* zeroed by arena_alloc */
 			act->phase = phase_of(b, i);
 			act->microbatch = n->mb > 0 ? n->mb : 0;
 			act->node = i;
@@ -401,11 +417,19 @@ static int build_actions(Build *b, int s, DtmAction *out)
 				fill_gemm(b, i, act);
 				continue;
 			}
+			/* a kernel's args as build_kernels found them */
 			int args[DTM_MAX_ARGS];
-			int na = kernel_args(m, b->fp, k, i, c, args);
+			const int *ka = args;
+			int na;
+			if (k != NK_COLL && b->ks && b->kernel[i] >= 0) {
+				na = b->ks[b->kernel[i] + c].nargs;
+				ka = b->ks[b->kernel[i] + c].args;
+			} else {
+				na = kernel_args(m, b->fp, k, i, c, args);
+			}
 			act->nargs = na;
 			for (int j = 0; j < na; j++)
-				act->args[j] = b->bufid[args[j]];
+				act->args[j] = b->bufid[ka[j]];
 			if (k == NK_COLL) {
 				fill_coll(m, n, act);
 			} else {
@@ -431,10 +455,31 @@ static int build_actions(Build *b, int s, DtmAction *out)
 static bool build_stages(Build *b)
 {
 	const IrModule *m = b->m;
-	int ns = b->mp->nstages;
+	int ns = b->mp->nstages, nn = m->nnodes;
 	DtmStage *st = arena_alloc(b->a, sizeof *st * (size_t)ns);
-	if (!st)
+	b->kind = arena_alloc(b->a, (size_t)nn + 1);
+	b->p2p = arena_alloc(b->a, sizeof(bool) * ((size_t)nn + 1));
+	b->sorder = arena_alloc(b->a, sizeof(int) * ((size_t)nn + 1));
+	b->sstart = arena_alloc(b->a, sizeof(int) * ((size_t)ns + 2));
+	if (!st || !b->kind || !b->p2p || !b->sorder || !b->sstart)
 		return false;
+	/* one pass for the kinds and the stages' node lists (a node of no
+	 * stage 0 .. ns-1 is in none), rather than one per stage and count */
+	for (int i = 0; i < nn; i++) {
+		const IrNode *n = m->nodes[i];
+		b->p2p[i] = n->op == IR_OP_SEND || n->op == IR_OP_RECV;
+		b->kind[i] = (uint8_t)(b->p2p[i] ? NK_NONE : node_kind(m, b->fp, b->mp, i));
+		int s = ns > 1 ? n->stage : 0;
+		if (s >= 0 && s < ns)
+			b->sstart[s + 2]++;
+	}
+	for (int s = 0; s < ns; s++)
+		b->sstart[s + 2] += b->sstart[s + 1];
+	for (int i = 0; i < nn; i++) {
+		int s = ns > 1 ? m->nodes[i]->stage : 0;
+		if (s >= 0 && s < ns)
+			b->sorder[b->sstart[s + 1]++] = i;
+	}
 	for (int s = 0; s < ns; s++) {
 		int n = build_actions(b, s, NULL);
 		DtmAction *acts = arena_alloc(b->a, sizeof *acts * (size_t)n);
@@ -450,9 +495,10 @@ static bool build_stages(Build *b)
 		if (ns == 1)
 			continue;
 		int sl = -1, sg = -1, ni = 0;
-		for (int i = 0; i < m->nnodes; i++) {
+		for (int j = b->sstart[s]; j < b->sstart[s + 1]; j++) {
+			int i = b->sorder[j];
 			const IrNode *nd = m->nodes[i];
-			if (nd->stage != s || b->bufid[i] < 0)
+			if (b->bufid[i] < 0)
 				continue;
 			if (nd->op == IR_OP_INPUT && ni < 4)
 				st[s].inputs[ni++] = b->bufid[i];
@@ -496,6 +542,7 @@ static bool build_kernels(Build *b)
 	b->p->nkernels = nk;
 	b->p->kernels = fns;
 	b->p->kernel_names = names;
+	b->ks = ks;
 	return true;
 }
 
@@ -571,7 +618,7 @@ static bool build_train(Build *b)
 
 DtmPlan *cg_plan_build(const IrModule *m, const FusePlan *fp, const MemPlan *mp, Arena *a, Diag *d)
 {
-	Build b = { m, fp, mp, a, d, NULL, NULL, m->nnodes, NULL };
+	Build b = { .m = m, .fp = fp, .mp = mp, .a = a, .d = d, .opt_start = m->nnodes };
 	b.p = arena_alloc(a, sizeof *b.p);
 	b.bufid = arena_alloc(a, sizeof(int) * ((size_t)m->nnodes + 1));
 	b.kernel = arena_alloc(a, sizeof(int) * ((size_t)m->nnodes + 1));

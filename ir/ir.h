@@ -227,6 +227,12 @@ int ir_choose_add(IrModule *m, int node, const Placement *opts, int nopts, SrcLo
  * points are copied, strings are shared, so m's arena must outlive the
  * copy.  NULL when out of memory. */
 IrModule *ir_module_clone(Arena *a, const IrModule *m);
+/* The named params of m sorted by (name, id) into out (room for
+ * m->nnodes); returns how many, or -1 when out of memory (params.c). */
+int ir_params_by_name(const IrModule *m, int *out);
+/* The position in such a list of the first param called name, or -1; the
+ * entries after it with the same name follow.  O(log n). */
+int ir_param_lookup(const IrModule *m, const int *sorted, int n, const char *name);
 
 /* ---- mesh (mesh.c): row-major coordinates over the declared axes ---- */
 int64_t mesh_size(const Mesh *m);                    /* number of ranks */

@@ -49,6 +49,11 @@ typedef struct Ad {
 	int (*pend)[2]; /* (value, term) */
 	int npend, cappend;
 	bool *haspend;  /* [n0] */
+	/* reuse()'s index: per forward value x, the backward reshapes and
+	 * permutes of x in creation order, a list through view_next (indexed
+	 * by id - n0); NULL: reuse scans */
+	int *view_head, *view_tail, *view_next;
+	int capview;
 	SrcLoc loc;
 	bool failed;
 } Ad;
@@ -73,13 +78,16 @@ static void internal(Ad *a, const char *what, const char *detail)
 
 /* A backward reshape or permute of a forward value made before (matmul
  * rules transpose the same activation for each weight it multiplies):
- * its id, or -1.  Only these view ops are shared, so the scan stays cheap. */
+ * its id, or -1.  Only these view ops are shared; the index (index_view)
+ * lists the candidates, so this is not a scan of the backward so far. */
 static int reuse(const Ad *a, IrOp op, const int *ops, int nops, const IrAttrs *at,
                  const IrNode *type)
 {
 	if ((op != IR_OP_RESHAPE && op != IR_OP_PERMUTE) || nops != 1 || ops[0] >= a->n0)
 		return -1;
-	for (int i = a->n0; i < a->m->nnodes; i++) {
+	bool indexed = a->view_head != NULL;
+	for (int i = indexed ? a->view_head[ops[0]] : a->n0; indexed ? i >= 0 : i < a->m->nnodes;
+	     i = indexed ? a->view_next[i - a->n0] : i + 1) {
 		const IrNode *n = a->m->nodes[i];
 		if (n->op != op || n->ops[0] != ops[0] || n->stage != a->stage ||
 		    n->mb != a->mb)
@@ -92,6 +100,34 @@ static int reuse(const Ad *a, IrOp op, const int *ops, int nops, const IrAttrs *
 			return i;
 	}
 	return -1;
+}
+
+/* Adds backward view node id of forward value x to reuse()'s index (or,
+ * out of memory, drops the index: reuse scans then). */
+static void index_view(Ad *a, int id, int x)
+{
+	int k = id - a->n0;
+	if (k >= a->capview) {
+		int cap = a->capview ? 2 * a->capview : 1024;
+		while (cap <= k)
+			cap *= 2;
+		int *nx = realloc(a->view_next, sizeof(int) * (size_t)cap);
+		if (!nx) {
+			free(a->view_head);
+			free(a->view_tail);
+			free(a->view_next);
+			a->view_head = a->view_tail = a->view_next = NULL;
+			return;
+		}
+		a->view_next = nx;
+		a->capview = cap;
+	}
+	a->view_next[k] = -1;
+	if (a->view_tail[x] >= 0)
+		a->view_next[a->view_tail[x] - a->n0] = id;
+	else
+		a->view_head[x] = id;
+	a->view_tail[x] = id;
 }
 
 /* Appends op(ops){at} typed by ir_infer; `type` presets the type of the
@@ -127,6 +163,9 @@ static int emit(Ad *a, IrOp op, const int *ops, int nops, const IrAttrs *at,
 		internal(a, "a backward node does not type-check", msg);
 		return -1;
 	}
+	if (a->view_head && (op == IR_OP_RESHAPE || op == IR_OP_PERMUTE) && nops == 1 &&
+	    ops[0] < a->n0)
+		index_view(a, n->id, ops[0]);
 	return n->id;
 }
 
@@ -797,6 +836,16 @@ bool pass_autodiff(IrModule *m, Diag *d, const PassOptions *opt)
 	}
 	for (int i = 0; i < a.n0; i++)
 		a.grad[i] = -1;
+	a.view_head = malloc(sizeof(int) * (size_t)a.n0);
+	a.view_tail = malloc(sizeof(int) * (size_t)a.n0);
+	if (a.view_head && a.view_tail) {
+		for (int i = 0; i < a.n0; i++)
+			a.view_head[i] = a.view_tail[i] = -1;
+	} else {
+		free(a.view_head);
+		free(a.view_tail);
+		a.view_head = a.view_tail = NULL;
+	}
 	find_needed(&a, from, to);
 
 	a.stage = L->stage;
@@ -828,6 +877,9 @@ out:
 	free(a.kept);
 	free(a.pend);
 	free(a.haspend);
+	free(a.view_head);
+	free(a.view_tail);
+	free(a.view_next);
 	free(from);
 	free(to);
 	return !a.failed;

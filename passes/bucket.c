@@ -325,10 +325,16 @@ static bool emit_bucket(Out *o, const Cand *cands, const Bucket *b)
 
 /* The param a gradient all_reduce belongs to: the param named as the
  * gradient without "grad.", or -1. */
-static int param_of(const IrModule *m, const IrNode *g)
+/* The param of gradient g ("grad.NAME"), or -1; params: sorted by
+ * ir_params_by_name (np of them; np < 0: scan). */
+static int param_of(const IrModule *m, const int *params, int np, const IrNode *g)
 {
 	if (!g->name || strncmp(g->name, "grad.", 5))
 		return -1;
+	if (np >= 0) {
+		int k = ir_param_lookup(m, params, np, g->name + 5);
+		return k >= 0 ? params[k] : -1;
+	}
 	for (int i = 0; i < m->nnodes; i++) {
 		const IrNode *p = m->nodes[i];
 		if (p->op == IR_OP_PARAM && p->name && !strcmp(p->name, g->name + 5))
@@ -354,8 +360,10 @@ bool pass_bucket(IrModule *m, Diag *d, const PassOptions *opt)
 	int *members = NULL; /* nc ints per bucket */
 	int *point_of = malloc(sizeof(int) * (size_t)nn); /* node -> bucket emitted after it */
 	int *nusers = calloc((size_t)nn, sizeof(int));
-	bool ok = first_use && last_user && first_user && cands && bks && point_of && nusers;
-	int nc = 0, nb = 0;
+	int *params = malloc(sizeof(int) * (size_t)nn); /* by name, for param_of */
+	bool ok = first_use && last_user && first_user && cands && bks && point_of && nusers &&
+	          params;
+	int nc = 0, nb = 0, np = ok ? ir_params_by_name(m, params) : -1;
 	if (!ok) {
 		diag_error(d, (SrcLoc){0}, "bucket: out of memory");
 		goto done;
@@ -385,7 +393,7 @@ bool pass_bucket(IrModule *m, Diag *d, const PassOptions *opt)
 		if ((x->op != IR_OP_ALL_REDUCE && x->op != IR_OP_ADD) || x->role != IR_ROLE_GRAD ||
 		    x->rank == 0)
 			continue;
-		int p = param_of(m, x);
+		int p = param_of(m, params, np, x);
 		Cand c = {.g = i, .ar = -1, .last = -1, .bucket = -1};
 		if (p < 0 || !collect(m, nusers, i, true, &c))
 			continue;
@@ -478,7 +486,21 @@ bool pass_bucket(IrModule *m, Diag *d, const PassOptions *opt)
 		}
 		point_of[B->point] = b;
 	}
-	{
+	bool any = false;
+	for (int b = 0; b < nb && !any; b++)
+		any = bks[b].n > 0;
+	if (!any) {
+		/* nothing to bucket (no DDP all_reduce, or each alone): what the
+		 * copy below would make, without making it */
+		for (int i = 0; i < nn; i++) {
+			IrNode *x = m->nodes[i];
+			if (x->place_from < -1 || x->place_from == x->id)
+				x->place_from = -1;
+		}
+		if (opt && opt->verbose)
+			fprintf(stderr, "dtmc: bucket: 0 gradient all_reduces in 0 buckets of up to "
+			        "%lld bytes\n", (long long)cap);
+	} else {
 		Out o = {.m = m, .out = ir_module_new(m->arena, m->name), .d = d};
 		o.map = malloc(sizeof(int) * (size_t)nn);
 		bool *skip = calloc((size_t)nn, sizeof(bool));
@@ -541,5 +563,6 @@ done:
 	free(members);
 	free(point_of);
 	free(nusers);
+	free(params);
 	return ok;
 }

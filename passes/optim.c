@@ -159,30 +159,44 @@ static bool match_grads(Optim *o, int *grad_of, int *ngrads)
 	*ngrads = 0;
 	for (int i = 0; i < n0; i++)
 		grad_of[i] = -1;
-	for (int i = 0; i < n0; i++) {
+	/* params sorted by name: the ones called g's name are a run */
+	int *params = malloc(sizeof(int) * (size_t)(n0 ? n0 : 1));
+	int np = params ? ir_params_by_name(m, params) : -1;
+	if (np < 0) {
+		free(params);
+		diag_error(o->d, (SrcLoc){0}, "optim: out of memory");
+		return false;
+	}
+	bool ok = true;
+	for (int i = 0; i < n0 && ok; i++) {
 		const IrNode *g = m->nodes[i];
 		if (g->role != IR_ROLE_GRAD || !g->name || strncmp(g->name, "grad.", 5) != 0)
 			continue;
-		for (int j = 0; j < n0; j++) {
+		int k0 = ir_param_lookup(m, params, np, g->name + 5);
+		for (int k = k0; k0 >= 0 && k < np && ok; k++) {
+			int j = params[k];
 			const IrNode *p = m->nodes[j];
-			if (p->op != IR_OP_PARAM || !p->name || strcmp(p->name, g->name + 5) != 0)
-				continue;
+			if (strcmp(p->name, g->name + 5) != 0)
+				break;
 			if (grad_of[j] >= 0) {
 				diag_error(o->d, g->loc, "param '%s' has two gradients (%%%d and %%%d)",
 				           p->name, grad_of[j], i);
-				return false;
+				ok = false;
+				break;
 			}
 			if (p->rank != g->rank ||
 			    memcmp(p->shape, g->shape, (size_t)p->rank * sizeof p->shape[0]) != 0) {
 				diag_error(o->d, g->loc, "gradient %%%d of param '%s' (%%%d) has another "
 				           "shape", i, p->name, j);
-				return false;
+				ok = false;
+				break;
 			}
 			grad_of[j] = i;
 			(*ngrads)++;
 		}
 	}
-	return true;
+	free(params);
+	return ok;
 }
 
 bool pass_optim(IrModule *m, Diag *d, const PassOptions *opt)

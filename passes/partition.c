@@ -43,6 +43,19 @@ typedef struct Cached {
 	struct Cached *next;
 } Cached;
 
+/* A memo of pass_reshard_plan, which is a pure function of the value's
+ * dtype and shape and the two placements (the mesh is the module's): the
+ * same reshard recurs per layer and micro-batch.  Keys compare bytewise,
+ * so a hit is the very call made before. */
+typedef struct PlanMemo {
+	uint64_t hash;
+	IrDtype dt;
+	int rank;
+	int64_t shape[IR_MAX_RANK];
+	Placement from, to;
+	ReshardPlan *plan; /* NULL: an empty slot */
+} PlanMemo;
+
 typedef struct Part {
 	IrModule *m;     /* the global module; its nodes are read, not changed */
 	IrModule *out;   /* the new node list */
@@ -53,8 +66,80 @@ typedef struct Part {
 	Cached **cache;  /* global id -> reshards made of it */
 	int *ce_mx, *ce_se; /* global logits id -> vocab-parallel row stats, or -1 */
 	int *ce_lm;      /* global logits id -> its uneven vocab's padding masked, or -1 */
+	PlanMemo *memo;  /* open addressing, capmemo a power of two */
+	int nmemo, capmemo;
 	Arena scratch;
 } Part;
+
+static uint64_t fnv(uint64_t h, const void *data, size_t n)
+{
+	const unsigned char *b = data;
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ b[i]) * 1099511628211ull;
+	return h;
+}
+
+/* pass_reshard_plan through the memo (failures are not kept: their
+ * reason is reported once anyway). */
+static bool reshard_plan_memo(Part *p, const IrNode *g, const Placement *from,
+                              const Placement *to, ReshardPlan *plan, char *why, size_t cap)
+{
+	PlanMemo key;
+	memset(&key, 0, sizeof key);
+	key.dt = g->dtype;
+	key.rank = g->rank < IR_MAX_RANK ? g->rank : IR_MAX_RANK;
+	memcpy(key.shape, g->shape, sizeof key.shape[0] * (size_t)key.rank);
+	key.from = *from;
+	key.to = *to;
+	uint64_t h = fnv(14695981039346656037ull, &key.dt, sizeof key.dt);
+	h = fnv(h, &key.rank, sizeof key.rank);
+	h = fnv(h, key.shape, sizeof key.shape);
+	h = fnv(h, &key.from, sizeof key.from);
+	h = fnv(h, &key.to, sizeof key.to);
+	key.hash = h;
+	size_t slot = 0;
+	if (p->capmemo) {
+		for (slot = h & (size_t)(p->capmemo - 1); p->memo[slot].plan;
+		     slot = (slot + 1) & (size_t)(p->capmemo - 1)) {
+			const PlanMemo *e = &p->memo[slot];
+			if (e->hash == h && e->dt == key.dt && e->rank == key.rank &&
+			    !memcmp(e->shape, key.shape, sizeof key.shape) &&
+			    !memcmp(&e->from, &key.from, sizeof key.from) &&
+			    !memcmp(&e->to, &key.to, sizeof key.to)) {
+				*plan = *e->plan;
+				return true;
+			}
+		}
+	}
+	if (!pass_reshard_plan(&p->m->mesh, g->dtype, g->rank, g->shape, from, to, plan, why, cap))
+		return false;
+	/* keep it; grow at half full (on failure, just do not keep it) */
+	if (2 * (p->nmemo + 1) > p->capmemo) {
+		int ncap = p->capmemo ? 2 * p->capmemo : 256;
+		PlanMemo *nm = arena_alloc(&p->scratch, sizeof *nm * (size_t)ncap);
+		if (!nm)
+			return true;
+		for (int i = 0; i < p->capmemo; i++) {
+			if (!p->memo[i].plan)
+				continue;
+			size_t j = p->memo[i].hash & (size_t)(ncap - 1);
+			while (nm[j].plan)
+				j = (j + 1) & (size_t)(ncap - 1);
+			nm[j] = p->memo[i];
+		}
+		p->memo = nm;
+		p->capmemo = ncap;
+		for (slot = h & (size_t)(ncap - 1); nm[slot].plan; slot = (slot + 1) & (size_t)(ncap - 1))
+			;
+	}
+	key.plan = arena_alloc(&p->scratch, sizeof *key.plan);
+	if (!key.plan)
+		return true;
+	*key.plan = *plan;
+	p->memo[slot] = key;
+	p->nmemo++;
+	return true;
+}
 
 static bool internal(Part *p, const IrNode *n, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
@@ -170,8 +255,7 @@ static int reshard(Part *p, int id, const IrNode *g, const Placement *to)
 			return c->id;
 	ReshardPlan plan;
 	char why[256];
-	if (!pass_reshard_plan(&p->m->mesh, g->dtype, g->rank, g->shape, &x->place, to, &plan,
-	                       why, sizeof why)) {
+	if (!reshard_plan_memo(p, g, &x->place, to, &plan, why, sizeof why)) {
 		const Mesh *mesh = &p->m->mesh;
 		if (pass_placement_even(mesh, &x->place, g->rank, g->shape) &&
 		    pass_placement_even(mesh, to, g->rank, g->shape)) {

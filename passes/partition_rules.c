@@ -269,10 +269,15 @@ static void permute_rule(const IrModule *m, const IrNode *n, const Placement *T,
 	(void)m;
 }
 
-/* reshape: dims group into blocks of equal products; within a block only
- * the major dims may be split, by the same axes, and only when both divide
+/* reshape: dims group into blocks of equal products (unsplit dims of
+ * size 1 left out); within a block only the major dims may be split, by the same axes, and only when both divide
  * (then the local block is one contiguous run of the global one) or the
  * block is one dim on both sides (uneven shards keep their padding). */
+static bool dim_split(const Placement *p, int d)
+{
+	return d < p->ndims && p->naxes[d] > 0;
+}
+
 static void reshape_rule(const IrModule *m, const IrNode *n, const Placement *T,
                          const Placement *cur, PartRule *r)
 {
@@ -284,6 +289,12 @@ static void reshape_rule(const IrModule *m, const IrNode *n, const Placement *T,
 	int i = 0, o = 0;
 	uint32_t used = 0;
 	while (i < x->rank && o < n->rank) {
+		/* unsplit dims of size 1 map to nothing (a slice of a stacked
+		 * [3, B, ...] dropping its 1): the block starts after them */
+		while (i < x->rank - 1 && x->shape[i] == 1 && !dim_split(&cur[0], i))
+			i++;
+		while (o < n->rank - 1 && n->shape[o] == 1 && !(T->known && dim_split(T, o)))
+			o++;
 		int i0 = i, o0 = o;
 		int64_t pi = x->shape[i++], po = n->shape[o++];
 		while (pi != po) {

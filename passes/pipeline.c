@@ -20,8 +20,10 @@
  * "pipeline" runs after `bucket`, on the per-rank program.  Each node has
  * a chunk (rank = chunk mod P), or none (the global grad norm, which every
  * rank computes), or is *leafy*: a leaf, or a view (reshape, slice,
- * permute, cast) of leafy values in the forward pass (input micro-batch
- * slices, transpose(wte)), cloned into every rank that uses it.  The output module is the concatenation of P
+ * permute, cast) or a collective within the stage (ZeRO-3's all_gather of
+ * a param shard) of leafy values outside the optimizer step (input
+ * micro-batch slices, transpose(wte)), cloned into every rank that uses it
+ * and placed where that rank first needs it.  The output module is the concatenation of P
  * programs, one per pp coordinate (IrNode.stage = that coordinate), each in
  * its schedule's order:
  *   - the schedule (passes/schedule.h) lists, per rank, the forward and
@@ -31,7 +33,8 @@
  *     rest: the weight gradients); nodes of no item (gradient
  *     accumulation, bucket reductions, the optimizer) run as soon as their
  *     operands are there, or at the end of the step when they read another
- *     rank's value or are a collective over pp;
+ *     rank's value or are a collective over pp; those of leaves only
+ *     (ZeRO-3's param all_gathers) run where first needed;
  *   - a value used on another rank is sent right after it is computed and
  *     received where it is first needed (send is buffered, recv blocks);
  *     per pair of ranks, sends are ordered as the receiver receives;
@@ -328,6 +331,13 @@ static bool eager_ok(const Pl *p, int i, int r)
 	const IrNode *n = p->m->nodes[i];
 	if (pp_coll(p, n))
 		return false;
+	/* of leaves only (ZeRO-3's param all_gathers): when first needed,
+	 * so a gathered unit lives from its use, not from the step's start */
+	bool computed = false;
+	for (int k = 0; k < n->nops; k++)
+		computed |= !p->leafy[n->ops[k]];
+	if (!computed)
+		return false;
 	for (int k = 0; k < n->nops; k++) {
 		int u = n->ops[k];
 		if (!reads(p, i, k, r))
@@ -345,11 +355,55 @@ static bool on_rank(const Pl *p, int i, int r)
 	return !p->leafy[i] && (p->rank[i] == r || p->rank[i] == RANK_ALL);
 }
 
+/* The item key of node i (micro-batch, model chunk, work), or -1 for a
+ * node of no item of this pipeline. */
+static int item_key(const Pl *p, int i)
+{
+	const IrNode *n = p->m->nodes[i];
+	int K = p->P * p->V;
+	if (n->mb < 0 || n->mb >= p->M || n->stage < 0 || n->stage >= K)
+		return -1;
+	return (n->mb * K + n->stage) * 3 + work_of(p, i);
+}
+
 static bool build_rank(Pl *p, int r, const SchedItem *items, int nitems, const int *loss_rank)
 {
 	memset(p->placed, 0, sizeof(bool) * (size_t)p->nn);
 	memset(p->recvd, 0, sizeof(bool) * (size_t)p->nn);
 	int nn = p->nn;
+	/* Which nodes each item places, and the free ones, found in one pass
+	 * rather than one per item (the module grows with M, and so does the
+	 * number of items): byitem[start[key] ..) lists an item's nodes in
+	 * node order, freel the rank's free nodes not placed yet. */
+	int nkeys = p->M * p->P * p->V * 3;
+	int *start = calloc((size_t)nkeys + 2, sizeof(int));
+	int *byitem = malloc(sizeof(int) * (size_t)(nn ? nn : 1));
+	int *freel = malloc(sizeof(int) * (size_t)(nn ? nn : 1));
+	if (!start || !byitem || !freel) {
+		free(start);
+		free(byitem);
+		free(freel);
+		return oom(p);
+	}
+	int nfree = 0;
+	for (int i = 0; i < nn; i++) {
+		if (!on_rank(p, i, r))
+			continue;
+		if (in_item(p, i)) {
+			int key = item_key(p, i);
+			if (key >= 0)
+				start[key + 2]++;
+		} else if (i != p->m->loss) {
+			freel[nfree++] = i;
+		}
+	}
+	for (int k = 0; k < nkeys; k++)
+		start[k + 2] += start[k + 1];
+	for (int i = 0; i < nn; i++) {
+		int key = on_rank(p, i, r) && in_item(p, i) ? item_key(p, i) : -1;
+		if (key >= 0)
+			byitem[start[key + 1]++] = i;
+	}
 	/* every input on every rank, in order: the data feed fills the
 	 * same inputs everywhere */
 	for (int i = 0; i < nn && !p->failed; i++)
@@ -359,19 +413,27 @@ static bool build_rank(Pl *p, int r, const SchedItem *items, int nitems, const i
 		p->cur_work = items[t].work;
 		p->cur_mb = items[t].mb;
 		p->cur_chunk = items[t].chunk * p->P + r;
-		for (int i = 0; i < nn && !p->failed; i++) {
-			const IrNode *n = p->m->nodes[i];
-			if (on_rank(p, i, r) && in_item(p, i) && n->mb == p->cur_mb &&
-			    n->stage == p->cur_chunk &&
-			    work_of(p, i) == p->cur_work)
-				place(p, r, i);
+		int K = p->P * p->V;
+		if (p->cur_mb >= 0 && p->cur_mb < p->M && p->cur_chunk >= 0 && p->cur_chunk < K) {
+			int key = (p->cur_mb * K + p->cur_chunk) * 3 + p->cur_work;
+			for (int j = start[key]; j < start[key + 1] && !p->failed; j++)
+				place(p, r, byitem[j]);
 		}
-		/* free nodes whose operands are all here */
-		for (int i = 0; i < nn && !p->failed; i++)
-			if (on_rank(p, i, r) && !in_item(p, i) && !p->placed[i] && i != p->m->loss &&
-			    eager_ok(p, i, r))
+		/* free nodes whose operands are all here (the placed ones leave
+		 * the list) */
+		int k = 0;
+		for (int j = 0; j < nfree; j++) {
+			int i = freel[j];
+			if (!p->failed && !p->placed[i] && eager_ok(p, i, r))
 				place(p, r, i);
+			if (!p->placed[i])
+				freel[k++] = i;
+		}
+		nfree = k;
 	}
+	free(start);
+	free(byitem);
+	free(freel);
 	p->cur_mb = -1;
 	/* the end of the step: the loss, then the rest in program order */
 	if (!p->failed && r == *loss_rank)
@@ -539,14 +601,18 @@ static bool simulate(Pl *p)
 		if (done)
 			break;
 		if (!moved) {
-			char where[512];
+			char where[1024];
 			int w = 0;
 			for (int r = 0; r < P && w < (int)sizeof where - 64; r++) {
 				const EntList *l = &p->list[r];
 				const Ent *e = pc[r] < l->n ? &l->e[pc[r]] : NULL;
-				w += snprintf(where + w, sizeof where - (size_t)w, "%s rank %d at %s", r ? ";" : "",
-				              r, !e ? "the end" : e->kind == E_RECV || e->kind == E_SYNC
-				                                  ? "a recv" : "a pp collective");
+				const IrNode *x = e ? p->m->nodes[recv_key(p, e)] : NULL;
+				w += snprintf(where + w, sizeof where - (size_t)w,
+				              "%s pp rank %d at %s %%%d (%s%s%s, micro-batch %d)",
+				              r ? ";" : "", r, !e ? "the end" : e->kind == E_RECV ||
+				              e->kind == E_SYNC ? "the recv of" : "the pp collective",
+				              x ? x->id : -1, x ? ir_op_name(x->op) : "", x && x->name ? " " : "",
+				              x && x->name ? x->name : "", x ? x->mb : -1);
 			}
 			diag_error(p->d, (SrcLoc){0}, "internal: pipeline: the stage programs "
 			           "deadlock (%s)", where);
@@ -799,7 +865,13 @@ bool pass_pipeline(IrModule *m, Diag *d, const PassOptions *opt)
 		p.rank[i] = n->stage >= 0 ? n->stage % P : RANK_ALL;
 		p.upd[i] = p.syncof[i] = -1;
 		bool lf = is_leaf_op(n->op);
-		if (!lf && p.phase[i] == IR_PHASE_FORWARD && is_view_op(n->op)) {
+		/* views of leaves, and collectives within a stage of leaves
+		 * (ZeRO-3's param all_gathers): each rank that reads one makes
+		 * its own, where it first needs it */
+		bool gather = (ir_op_flags(n->op) & OPF_COLL) && !pp_coll(&p, n) &&
+		              n->op != IR_OP_SEND && n->op != IR_OP_RECV &&
+		              !(n->attrs.mesh_axes & (1u << ax));
+		if (!lf && p.phase[i] != IR_PHASE_OPTIMIZER && (is_view_op(n->op) || gather)) {
 			lf = true;
 			for (int k = 0; k < n->nops && lf; k++)
 				lf = p.leafy[n->ops[k]];

@@ -38,6 +38,7 @@
 #include "propagate.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define PR_MAXF (3 * IR_MAX_RANK) /* factors of one op */
@@ -95,6 +96,7 @@ typedef struct Prop {
 	 * cand_cost shares them */
 	Placement *req;
 	bool *has_req;
+	double *bytes; /* [nnodes]: node_bytes, computed once */
 } Prop;
 
 static IrNode *nd(const Prop *P, int id)
@@ -106,6 +108,12 @@ static double node_bytes(const IrNode *n)
 {
 	int64_t e = ir_node_numel(n);
 	return (double)(e < 0 ? 0 : e) * ir_dtype_size(n->dtype);
+}
+
+/* node_bytes of node id, from the table (shapes do not change here). */
+static double nbytes(const Prop *P, int id)
+{
+	return P->bytes[id];
 }
 
 /* ---- the cost of resharding ---- */
@@ -142,6 +150,17 @@ double pass_propagate_cost(const Mesh *mesh, const Placement *from, const Placem
 {
 	if (!from->known || !to->known)
 		return 0;
+	/* the same placement (most edges, once things settle): nothing moves */
+	if (from->ndims == to->ndims && from->partial == to->partial) {
+		bool same = true;
+		for (int d = 0; d < from->ndims && d < IR_MAX_RANK && same; d++) {
+			same = from->naxes[d] == to->naxes[d];
+			for (int k = 0; same && k < from->naxes[d] && k < IR_MAX_AXES; k++)
+				same = from->axes[d][k] == to->axes[d][k];
+		}
+		if (same)
+			return 0;
+	}
 	uint32_t fdims = dim_axes(from), tdims = dim_axes(to);
 	double local = bytes;
 	for (int a = 0; a < IR_MAX_AXES; a++)
@@ -755,11 +774,12 @@ static double cand_cost(const Prop *P, const IrNode *n, const Assign *a, Placeme
 			continue;
 		Placement q;
 		project(r, a, i, o->rank, false, &q);
-		cost += pass_propagate_cost(mesh, &o->place, &q, node_bytes(o));
+		cost += pass_propagate_cost(mesh, &o->place, &q, nbytes(P, o->id));
 	}
+	double nb = nbytes(P, n->id);
 	for (int u = P->ustart[n->id], k = 0; u < P->ustart[n->id + 1]; u++, k++)
 		if (P->has_req[k])
-			cost += pass_propagate_cost(mesh, res, &P->req[k], node_bytes(n));
+			cost += pass_propagate_cost(mesh, res, &P->req[k], nb);
 	if (n->op == IR_OP_EMBED_BWD) {
 		/* ties (a slice is free) go to the smaller table gradient: a
 		 * vocab split computes only this shard's rows (embed_bwd_vp) */
@@ -777,6 +797,21 @@ static void set_place(IrNode *n, const Placement *p, int from, SrcLoc loc)
 	n->place = *p;
 	n->place_from = from;
 	n->place_loc = from >= 0 ? (SrcLoc){0} : loc;
+}
+
+/* Do a and b split every factor alike (all cand_cost reads of them)? */
+static bool same_split(const Rule *r, const Assign *a, const Assign *b)
+{
+	if (a->partial != b->partial)
+		return false;
+	for (int f = 0; f < r->nf; f++) {
+		if (a->n[f] != b->n[f])
+			return false;
+		for (int k = 0; k < a->n[f]; k++)
+			if (a->ax[f][k] != b->ax[f][k])
+				return false;
+	}
+	return true;
 }
 
 /* Re-chooses free node n's placement; returns whether it changed. */
@@ -828,6 +863,8 @@ static bool choose(Prop *P, IrNode *n)
 		if (!placement_equal(&best_p, &n->place))
 			best = INFINITY; /* the old one is not reachable any more */
 	}
+	Assign seen[2 * PR_MAXSRC + 2];
+	int nseen = 0;
 	for (int c = 0; c <= 2 * ns + 1; c++) {
 		Assign a;
 		memset(&a, 0, sizeof a);
@@ -846,6 +883,14 @@ static bool choose(Prop *P, IrNode *n)
 					origin = src[s].origin;
 		}
 		repair(P, n, r, &a);
+		/* a candidate equal to an earlier one of this loop costs the same
+		 * and cannot beat it: skip its cand_cost (c = 0 is never one) */
+		bool dup = false;
+		for (int q = 0; q < nseen && !dup; q++)
+			dup = same_split(r, &seen[q], &a);
+		if (dup)
+			continue;
+		seen[nseen++] = a;
 		Placement p;
 		double cost = cand_cost(P, n, &a, &p);
 		if (cost < best - 1e-9 * (best > 1 ? best : 1) || (!have && c == 0)) {
@@ -877,8 +922,14 @@ static void strip_dead_axes(const Prop *P, Placement *p)
 		p->partial_op = IR_RED_SUM;
 }
 
-static int find_param(const IrModule *m, const char *name)
+/* The first param called name (params sorted by ir_params_by_name, np of
+ * them; np < 0: no index, scan). */
+static int find_param(const IrModule *m, const int *params, int np, const char *name)
 {
+	if (np >= 0) {
+		int k = ir_param_lookup(m, params, np, name);
+		return k >= 0 ? params[k] : -1;
+	}
 	for (int i = 0; i < m->nnodes; i++) {
 		const IrNode *n = m->nodes[i];
 		if (n->op == IR_OP_PARAM && n->name && strcmp(n->name, name) == 0)
@@ -890,6 +941,8 @@ static int find_param(const IrModule *m, const char *name)
 static void classify(Prop *P)
 {
 	IrModule *m = P->m;
+	int *params = malloc(sizeof(int) * (size_t)(m->nnodes ? m->nnodes : 1));
+	int np = params ? ir_params_by_name(m, params) : -1;
 	for (int i = 0; i < m->nnodes; i++) {
 		IrNode *n = m->nodes[i];
 		P->tie[i] = -1;
@@ -904,12 +957,13 @@ static void classify(Prop *P)
 		} else if (n->rank == 0) {
 			P->kind[i] = K_SCALAR;
 		} else if (n->role == IR_ROLE_GRAD && n->name && strncmp(n->name, "grad.", 5) == 0 &&
-		           (P->tie[i] = find_param(m, n->name + 5)) >= 0) {
+		           (P->tie[i] = find_param(m, params, np, n->name + 5)) >= 0) {
 			P->kind[i] = K_TIED;
 		} else {
 			P->kind[i] = K_FREE;
 		}
 	}
+	free(params);
 	/* a step and its state take the param's placement */
 	for (int i = 0; i < m->nnodes; i++) {
 		IrNode *n = m->nodes[i];
@@ -1206,7 +1260,8 @@ bool pass_propagate(IrModule *m, Diag *d, const PassOptions *opt)
 	P.kind = arena_alloc(&a, nn);
 	P.tie = arena_alloc(&a, sizeof(int) * nn);
 	P.dirty = arena_alloc(&a, nn);
-	if (!P.rules || !P.kind || !P.tie || !P.dirty || !build_uses(&P, &a)) {
+	P.bytes = arena_alloc(&a, sizeof(double) * nn);
+	if (!P.rules || !P.kind || !P.tie || !P.dirty || !P.bytes || !build_uses(&P, &a)) {
 		arena_free(&a);
 		diag_error(d, (SrcLoc){0}, "propagate: out of memory");
 		return false;
@@ -1215,6 +1270,8 @@ bool pass_propagate(IrModule *m, Diag *d, const PassOptions *opt)
 	for (int i = 0; i < m->nnodes; i++)
 		rule_build(&P, m->nodes[i], &P.rules[i]);
 	memset(P.dirty, 1, nn);
+	for (int i = 0; i < m->nnodes; i++)
+		P.bytes[i] = node_bytes(m->nodes[i]);
 	int sweeps = 0;
 	bool changed = true;
 	while (changed && sweeps < PR_SWEEPS) {

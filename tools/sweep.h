@@ -41,8 +41,8 @@ int sweep_divisors(int64_t n, int64_t *out, int cap);
 /* The Pareto front of n points (mem[i], time[i]), both to minimise: the
  * points no other point dominates (no worse in both, better in one).
  * Writes their indices to front in ascending mem (so descending time)
- * order, ties by index, and returns how many.  Equal points are all on
- * the front; NaN points never are.  front needs room for n. */
+ * order and returns how many.  Of equal points only the lowest index is
+ * on the front; NaN points never are.  front needs room for n. */
 int sweep_pareto(int n, const double *mem, const double *time, int *front);
 
 /* Parses a byte count: a decimal number with an optional SI prefix (k M G

@@ -30,6 +30,10 @@ typedef struct SweepCand {
 	int64_t mesh[DTM_MAX_AXES]; /* per model axis */
 	uint8_t zero, sched;        /* 0..3, SweepSched */
 	bool sp, rc;
+	/* the schedule runs exactly the previous candidate's work lists (1f1b
+	 * and gpipe with one micro-batch): the same plan, whose results it
+	 * copies instead of compiling it again */
+	bool dup_prev;
 	int micro;                  /* micro-batches */
 	uint8_t choose[SWEEP_MAX_CHOOSE];
 	/* results */
@@ -79,6 +83,7 @@ typedef struct SweepRun {
 	int64_t ncands;
 	int64_t nok, nfailed, nover;
 	double seconds;        /* compile and cost wall time */
+	int threads;           /* that compiled */
 	int *rank;             /* ok candidates, fastest first */
 	int nrank;
 	int *front;            /* Pareto front over ok candidates, ascending memory */

@@ -77,8 +77,7 @@ static void json_cand(FILE *out, const SweepRun *r, int id)
 		json_num(out, c->step_s);
 		fputs(", \"tokens_per_s\": ", out);
 		json_num(out, c->tokens_per_s);
-		fputs(", \"peak_bytes\": ", out);
-		json_num(out, c->peak_bytes);
+		fprintf(out, ", \"peak_bytes\": %.0f", c->peak_bytes); /* exact: whole bytes */
 		fputs(", \"hfu\": ", out);
 		json_num(out, c->hfu);
 		fputs(", \"bubble\": ", out);
@@ -117,6 +116,7 @@ bool sweep_print_json(FILE *out, const SweepRun *r)
 	json_num(out, r->seconds);
 	fputs(",\n  \"candidates_per_s\": ", out);
 	json_num(out, r->seconds > 0 ? (double)r->ncands / r->seconds : 0);
+	fprintf(out, ",\n  \"threads\": %d", r->threads);
 	fputs(",\n  \"ranking\": [", out);
 	int top = r->nrank < r->o.top ? r->nrank : r->o.top;
 	for (int k = 0; k < top; k++) {
@@ -278,6 +278,9 @@ bool sweep_print_text(FILE *out, const SweepRun *r)
 	             "limit\n",
 	        (long long)r->ncands, (long long)r->nok, (long long)r->nfailed,
 	        (long long)r->nover);
+	fprintf(out, "compiled and costed in %.2f s on %d thread%s: %.0f candidates/s\n", r->seconds,
+	        r->threads, r->threads == 1 ? "" : "s",
+	        r->seconds > 0 ? (double)r->ncands / r->seconds : 0.0);
 	const char *head = "  step (ms)      tokens/s    peak/rank  bubble  exposed comm (ms)  layout\n";
 	if (r->nrank > 0) {
 		int top = r->nrank < r->o.top ? r->nrank : r->o.top;

@@ -15,23 +15,24 @@ int sweep_divisors(int64_t n, int64_t *out, int cap)
 {
 	if (n < 1)
 		return 0;
-	/* the small ones ascending, their cofactors descending after */
-	int64_t lo[64], hi[64];
-	int nlo = 0, nhi = 0, total = 0;
+	/* d <= sqrt(n) ascending at the front, n / d descending at the back */
+	int nlo = 0;
+	bool square = false;
+	for (int64_t d = 1; d <= n / d; d++)
+		if (n % d == 0) {
+			nlo++;
+			square = d == n / d;
+		}
+	int total = 2 * nlo - square, i = 0;
 	for (int64_t d = 1; d <= n / d; d++) {
 		if (n % d)
 			continue;
-		if (nlo < 64)
-			lo[nlo++] = d;
-		if (d != n / d && nhi < 64)
-			hi[nhi++] = n / d;
+		if (out && i < cap)
+			out[i] = d;
+		if (out && total - 1 - i < cap)
+			out[total - 1 - i] = n / d;
+		i++;
 	}
-	for (int i = 0; i < nlo; i++, total++)
-		if (out && total < cap)
-			out[total] = lo[i];
-	for (int i = nhi - 1; i >= 0; i--, total++)
-		if (out && total < cap)
-			out[total] = hi[i];
 	return total;
 }
 
@@ -46,10 +47,10 @@ static int64_t factor_rec(int64_t rest, int axis, int naxes, int64_t *cur, int64
 			memcpy(out + done * naxes, cur, sizeof *cur * (size_t)naxes);
 		return 1;
 	}
-	int64_t divs[128];
-	int nd = sweep_divisors(rest, divs, 128);
+	int64_t divs[1024]; /* numbers up to 2^40 have fewer divisors */
+	int nd = sweep_divisors(rest, divs, 1024);
 	int64_t count = 0;
-	for (int i = 0; i < nd && i < 128; i++) {
+	for (int i = 0; i < nd && i < 1024; i++) {
 		cur[axis] = divs[i];
 		count += factor_rec(rest / divs[i], axis + 1, naxes, cur, out, cap, done + count);
 	}
@@ -97,19 +98,16 @@ int sweep_pareto(int n, const double *mem, const double *time, int *front)
 		if (!isnan(mem[i]) && !isnan(time[i]))
 			p[m++] = (Pt){ mem[i], time[i], i };
 	qsort(p, (size_t)m, sizeof *p, cmp_pt);
-	/* ascending memory: a point is on the front when it is faster than
-	 * everything that uses no more memory (or equal to the last front
-	 * point, which nothing then dominates either) */
+	/* ascending memory (then time, then index): a point is on the front
+	 * when it is faster than everything that uses no more memory; of
+	 * equal points only the first */
 	int nf = 0;
-	double best = INFINITY, last_mem = NAN;
-	for (int i = 0; i < m; i++) {
-		bool equal_last = nf > 0 && p[i].mem == last_mem && p[i].time == best;
-		if (p[i].time < best || equal_last) {
+	double best = INFINITY;
+	for (int i = 0; i < m; i++)
+		if (p[i].time < best) {
 			front[nf++] = p[i].id;
 			best = p[i].time;
-			last_mem = p[i].mem;
 		}
-	}
 	free(p);
 	return nf;
 }

@@ -328,4 +328,16 @@ static inline int64_t dtmk_span(const DtmkTensor *t, int from, int to)
 	return n;
 }
 
+/* This rank's position in the group of mesh axes a->mesh_axes: mixed
+ * radix over the group's axes, the lowest-numbered axis major
+ * (runtime/comm.h's group order). */
+static inline int64_t dtmk_group_index(const DtmCtx *ctx, const DtmkArgs *a)
+{
+	int64_t idx = 0;
+	for (int k = 0; k < ctx->mesh_naxes; k++)
+		if (a->mesh_axes >> k & 1)
+			idx = idx * ctx->mesh_sizes[k] + ctx->coords[k];
+	return idx;
+}
+
 #endif

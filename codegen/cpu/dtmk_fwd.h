@@ -552,10 +552,7 @@ static inline void dtmk_shard_slice(const DtmCtx *ctx, const DtmkArgs *a)
 {
 	const DtmkTensor *X = &a->in[0];
 	int ax = (int)a->ints[0];
-	int64_t idx = 0;
-	for (int k = 0; k < ctx->mesh_naxes; k++)
-		if (a->mesh_axes >> k & 1)
-			idx = idx * ctx->mesh_sizes[k] + ctx->coords[k];
+	int64_t idx = dtmk_group_index(ctx, a);
 	int64_t outer = dtmk_span(X, 0, ax), inner = dtmk_span(X, ax + 1, X->rank);
 	int64_t len = X->shape[ax], c = a->out.shape[ax], blk = c * inner;
 	for (int64_t o = 0; o < outer; o++)

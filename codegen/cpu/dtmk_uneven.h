@@ -26,10 +26,7 @@ static inline void dtmk_pad_mask(const DtmCtx *ctx, const DtmkArgs *a)
 {
 	const DtmkTensor *X = &a->in[0];
 	int ax = (int)a->ints[0];
-	int64_t idx = 0;
-	for (int k = 0; k < ctx->mesh_naxes; k++)
-		if (a->mesh_axes >> k & 1)
-			idx = idx * ctx->mesh_sizes[k] + ctx->coords[k];
+	int64_t idx = dtmk_group_index(ctx, a);
 	int64_t c = X->shape[ax], real = a->ints[1] - idx * c;
 	real = real < 0 ? 0 : real > c ? c : real;
 	int64_t outer = dtmk_span(X, 0, ax), inner = dtmk_span(X, ax + 1, X->rank);

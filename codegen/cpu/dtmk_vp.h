@@ -12,11 +12,7 @@
 
 static inline int64_t dtmk_vp_offset(const DtmCtx *ctx, const DtmkArgs *a, int64_t local)
 {
-	int64_t idx = 0;
-	for (int k = 0; k < ctx->mesh_naxes; k++)
-		if (a->mesh_axes >> k & 1)
-			idx = idx * ctx->mesh_sizes[k] + ctx->coords[k];
-	return idx * local;
+	return dtmk_group_index(ctx, a) * local;
 }
 
 /* embed_vp(table [Vl, D], ids) -> [..., D]: zero rows for ids elsewhere. */

@@ -60,6 +60,51 @@ __device__ __forceinline__ float dtmc_attn_dot(const float *reg, const float *ti
 	return t;
 }
 
+/* The offset of row t of head h (batch b) in a [B, T, D] tensor. */
+template <int HD>
+__device__ __forceinline__ dtmc_i64 dtmc_attn_row(int b, int t, int h, int T_, int D)
+{
+	return ((dtmc_i64)b * T_ + t) * D + (dtmc_i64)h * HD;
+}
+
+/* A row's C = HD / P columns of this thread (p of the row's P) into
+ * registers, times mul; and back, times mul. */
+template <int HD, int P, typename T>
+__device__ __forceinline__ void dtmc_attn_ld_row(float *reg, const T *x, dtmc_i64 row, int p,
+                                                 float mul)
+{
+#pragma unroll
+	for (int c = 0; c < HD / P; c++)
+		reg[c] = dtmc_ld(x, row + c * P + p) * mul;
+}
+
+template <int HD, int P, typename T>
+__device__ __forceinline__ void dtmc_attn_st_row(T *x, dtmc_i64 row, int p, const float *reg,
+                                                 float mul)
+{
+#pragma unroll
+	for (int c = 0; c < HD / P; c++)
+		dtmc_st(x, row + c * P + p, reg[c] * mul);
+}
+
+/* The last key query tile qt (of R queries) sees. */
+template <int R, bool CAUSAL> __device__ __forceinline__ int dtmc_attn_last(int qt, int T_)
+{
+	return CAUSAL ? (qt * R + R < T_ ? qt * R + R : T_) - 1 : T_ - 1;
+}
+
+/* Keys and values of rows [k0, k0 + BK) into the shared tiles ks and vs,
+ * once every thread is done with the previous ones. */
+template <int HD, int BK, typename T>
+__device__ __forceinline__ void dtmc_attn_kv(float *ks, float *vs, const T *k, const T *v, int k0,
+                                             int b, int h, int T_, int D)
+{
+	__syncthreads();
+	dtmc_attn_tile<HD>(ks, k, BK, k0, b, h, T_, D, 1.0f);
+	dtmc_attn_tile<HD>(vs, v, BK, k0, b, h, T_, D, 1.0f);
+	__syncthreads();
+}
+
 /* Shared memory: 2 * BK * HD floats. */
 template <typename T, typename TO, int HD, int P, int BK, bool CAUSAL>
 __device__ __forceinline__ void dtmc_attn_fwd(const T *q, const T *k, const T *v, TO *y, int B,
@@ -73,20 +118,13 @@ __device__ __forceinline__ void dtmc_attn_fwd(const T *q, const T *k, const T *v
 	int b = bh / H, h = bh % H;
 	int p = threadIdx.x % P, i = qt * R + threadIdx.x / P;
 	int iv = i < T_ ? i : T_ - 1; /* rows past T compute row T-1, unstored */
-	dtmc_i64 row = ((dtmc_i64)b * T_ + iv) * D + (dtmc_i64)h * HD;
-	float qv[C], acc[C];
-#pragma unroll
-	for (int c = 0; c < C; c++) {
-		qv[c] = dtmc_ld(q, row + c * P + p) * scale;
-		acc[c] = 0;
-	}
+	dtmc_i64 row = dtmc_attn_row<HD>(b, iv, h, T_, D);
+	float qv[C], acc[C] = {};
+	dtmc_attn_ld_row<HD, P>(qv, q, row, p, scale);
 	float m = -DTMC_INF, l = 0;
-	int last = CAUSAL ? (qt * R + R < T_ ? qt * R + R : T_) - 1 : T_ - 1;
+	int last = dtmc_attn_last<R, CAUSAL>(qt, T_);
 	for (int k0 = 0; k0 <= last; k0 += BK) {
-		__syncthreads();
-		dtmc_attn_tile<HD>(ks, k, BK, k0, b, h, T_, D, 1.0f);
-		dtmc_attn_tile<HD>(vs, v, BK, k0, b, h, T_, D, 1.0f);
-		__syncthreads();
+		dtmc_attn_kv<HD, BK>(ks, vs, k, v, k0, b, h, T_, D);
 		float s[BK], mt = -DTMC_INF;
 #pragma unroll
 		for (int j = 0; j < BK; j++) {
@@ -111,12 +149,8 @@ __device__ __forceinline__ void dtmc_attn_fwd(const T *q, const T *k, const T *v
 		}
 		m = mn;
 	}
-	if (i < T_) {
-		float inv = 1.0f / l;
-#pragma unroll
-		for (int c = 0; c < C; c++)
-			dtmc_st(y, row + c * P + p, acc[c] * inv);
-	}
+	if (i < T_)
+		dtmc_attn_st_row<HD, P>(y, row, p, acc, 1.0f / l);
 }
 
 /* Phase 0 item: L and Dr of query tile qt of head (b, h). */
@@ -130,20 +164,14 @@ __device__ __forceinline__ void dtmc_attn_stats(const T *dy, const T *q, const T
 	float *ks = dtmc_smem, *vs = dtmc_smem + BK * HD;
 	int p = threadIdx.x % P, i = qt * R + threadIdx.x / P;
 	int iv = i < T_ ? i : T_ - 1;
-	dtmc_i64 row = ((dtmc_i64)b * T_ + iv) * D + (dtmc_i64)h * HD;
+	dtmc_i64 row = dtmc_attn_row<HD>(b, iv, h, T_, D);
 	float qv[C], gv[C];
-#pragma unroll
-	for (int c = 0; c < C; c++) {
-		qv[c] = dtmc_ld(q, row + c * P + p) * scale;
-		gv[c] = dtmc_ld(dy, row + c * P + p);
-	}
+	dtmc_attn_ld_row<HD, P>(qv, q, row, p, scale);
+	dtmc_attn_ld_row<HD, P>(gv, dy, row, p, 1.0f);
 	float m = -DTMC_INF, l = 0, dacc = 0;
-	int last = CAUSAL ? (qt * R + R < T_ ? qt * R + R : T_) - 1 : T_ - 1;
+	int last = dtmc_attn_last<R, CAUSAL>(qt, T_);
 	for (int k0 = 0; k0 <= last; k0 += BK) {
-		__syncthreads();
-		dtmc_attn_tile<HD>(ks, k, BK, k0, b, h, T_, D, 1.0f);
-		dtmc_attn_tile<HD>(vs, v, BK, k0, b, h, T_, D, 1.0f);
-		__syncthreads();
+		dtmc_attn_kv<HD, BK>(ks, vs, k, v, k0, b, h, T_, D);
 		float s[BK], u[BK], mt = -DTMC_INF;
 #pragma unroll
 		for (int j = 0; j < BK; j++) {
@@ -182,22 +210,15 @@ __device__ __forceinline__ void dtmc_attn_dq(const T *dy, const T *q, const T *k
 	float *ks = dtmc_smem, *vs = dtmc_smem + BK * HD;
 	int p = threadIdx.x % P, i = qt * R + threadIdx.x / P;
 	int iv = i < T_ ? i : T_ - 1;
-	dtmc_i64 row = ((dtmc_i64)b * T_ + iv) * D + (dtmc_i64)h * HD;
-	float qv[C], gv[C], dqv[C];
-#pragma unroll
-	for (int c = 0; c < C; c++) {
-		qv[c] = dtmc_ld(q, row + c * P + p) * scale;
-		gv[c] = dtmc_ld(dy, row + c * P + p);
-		dqv[c] = 0;
-	}
+	dtmc_i64 row = dtmc_attn_row<HD>(b, iv, h, T_, D);
+	float qv[C], gv[C], dqv[C] = {};
+	dtmc_attn_ld_row<HD, P>(qv, q, row, p, scale);
+	dtmc_attn_ld_row<HD, P>(gv, dy, row, p, 1.0f);
 	dtmc_i64 so = (((dtmc_i64)b * H + h) * T_ + iv) * 2;
 	float L = __ldcg(&stats[so]), Dr = __ldcg(&stats[so + 1]);
-	int last = CAUSAL ? (qt * R + R < T_ ? qt * R + R : T_) - 1 : T_ - 1;
+	int last = dtmc_attn_last<R, CAUSAL>(qt, T_);
 	for (int k0 = 0; k0 <= last; k0 += BK) {
-		__syncthreads();
-		dtmc_attn_tile<HD>(ks, k, BK, k0, b, h, T_, D, 1.0f);
-		dtmc_attn_tile<HD>(vs, v, BK, k0, b, h, T_, D, 1.0f);
-		__syncthreads();
+		dtmc_attn_kv<HD, BK>(ks, vs, k, v, k0, b, h, T_, D);
 #pragma unroll
 		for (int j = 0; j < BK; j++) {
 			float t = dtmc_attn_dot<HD, P>(qv, ks, j, p);
@@ -209,11 +230,8 @@ __device__ __forceinline__ void dtmc_attn_dq(const T *dy, const T *q, const T *k
 				dqv[c] += ds * ks[j * HD + c * P + p];
 		}
 	}
-	if (i < T_) {
-#pragma unroll
-		for (int c = 0; c < C; c++)
-			dtmc_st(dq, row + c * P + p, dqv[c] * scale);
-	}
+	if (i < T_)
+		dtmc_attn_st_row<HD, P>(dq, row, p, dqv, scale);
 }
 
 /* Phase 1 item: dk and dv of key tile kt (R keys); queries stream through
@@ -229,14 +247,10 @@ __device__ __forceinline__ void dtmc_attn_dkv(const T *dy, const T *q, const T *
 	float *qs = dtmc_smem, *gs = dtmc_smem + BK * HD, *ls = gs + BK * HD, *ds_ = ls + BK;
 	int p = threadIdx.x % P, j = kt * R + threadIdx.x / P;
 	int jv = j < T_ ? j : T_ - 1;
-	dtmc_i64 row = ((dtmc_i64)b * T_ + jv) * D + (dtmc_i64)h * HD;
-	float kv[C], vv[C], dkv[C], dvv[C];
-#pragma unroll
-	for (int c = 0; c < C; c++) {
-		kv[c] = dtmc_ld(k, row + c * P + p);
-		vv[c] = dtmc_ld(v, row + c * P + p);
-		dkv[c] = dvv[c] = 0;
-	}
+	dtmc_i64 row = dtmc_attn_row<HD>(b, jv, h, T_, D);
+	float kv[C], vv[C], dkv[C] = {}, dvv[C] = {};
+	dtmc_attn_ld_row<HD, P>(kv, k, row, p, 1.0f);
+	dtmc_attn_ld_row<HD, P>(vv, v, row, p, 1.0f);
 	int first = CAUSAL ? kt * R / BK * BK : 0;
 	for (int q0 = first; q0 < T_; q0 += BK) {
 		__syncthreads();
@@ -263,11 +277,8 @@ __device__ __forceinline__ void dtmc_attn_dkv(const T *dy, const T *q, const T *
 		}
 	}
 	if (j < T_) {
-#pragma unroll
-		for (int c = 0; c < C; c++) {
-			dtmc_st(dk, row + c * P + p, dkv[c]);
-			dtmc_st(dv, row + c * P + p, dvv[c]);
-		}
+		dtmc_attn_st_row<HD, P>(dk, row, p, dkv, 1.0f);
+		dtmc_attn_st_row<HD, P>(dv, row, p, dvv, 1.0f);
 	}
 }
 

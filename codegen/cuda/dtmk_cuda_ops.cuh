@@ -11,6 +11,23 @@
 
 /* ---- softmax / log_softmax ---- */
 
+/* The max of a row of len (held by TPO threads, this one at lane) and the
+ * sum of exp(x - max): every thread of the row gets both. */
+template <int TPO, typename T>
+__device__ __forceinline__ void dtmc_row_sumexp(const T *x, int lane, dtmc_i64 len, float *mx_,
+                                                float *s_)
+{
+	float mx = -DTMC_INF;
+	for (dtmc_i64 l = lane; l < len; l += TPO)
+		mx = dtmc_max(mx, dtmc_ld(x, l));
+	mx = dtmc_group_max<TPO>(mx);
+	float s = 0;
+	for (dtmc_i64 l = lane; l < len; l += TPO)
+		s += expf(dtmc_ld(x, l) - mx);
+	*mx_ = mx;
+	*s_ = dtmc_group_sum<TPO>(s);
+}
+
 /* Rows of len (the axis is the last, or inner = 1). */
 template <int TPO, typename TI, typename TO>
 __device__ __forceinline__ void dtmc_softmax_rows(const TI *x, TO *y, dtmc_i64 rows, dtmc_i64 len,
@@ -22,14 +39,8 @@ __device__ __forceinline__ void dtmc_softmax_rows(const TI *x, TO *y, dtmc_i64 r
 		return;
 	x += r * len;
 	y += r * len;
-	float mx = -DTMC_INF;
-	for (dtmc_i64 l = lane; l < len; l += TPO)
-		mx = dtmc_max(mx, dtmc_ld(x, l));
-	mx = dtmc_group_max<TPO>(mx);
-	float s = 0;
-	for (dtmc_i64 l = lane; l < len; l += TPO)
-		s += expf(dtmc_ld(x, l) - mx);
-	s = dtmc_group_sum<TPO>(s);
+	float mx, s;
+	dtmc_row_sumexp<TPO>(x, lane, len, &mx, &s);
 	float lse = mx + logf(s);
 	for (dtmc_i64 l = lane; l < len; l += TPO) {
 		float v = dtmc_ld(x, l) - lse;
@@ -330,16 +341,24 @@ __device__ __forceinline__ void dtmc_reduce_phased(const TI *x, TO *out, float *
 template <int TPO, typename TL>
 __device__ __forceinline__ float dtmc_ce_row(const TL *x, int t, int lane, dtmc_i64 V)
 {
-	float mx = -DTMC_INF;
-	for (dtmc_i64 k = lane; k < V; k += TPO)
-		mx = dtmc_max(mx, dtmc_ld(x, k));
-	mx = dtmc_group_max<TPO>(mx);
-	float s = 0;
-	for (dtmc_i64 k = lane; k < V; k += TPO)
-		s += expf(dtmc_ld(x, k) - mx);
-	s = dtmc_group_sum<TPO>(s);
+	float mx, s;
+	dtmc_row_sumexp<TPO>(x, lane, V, &mx, &s);
 	float xt = t >= 0 && t < V ? dtmc_ld(x, t) : DTMC_NAN;
 	return mx + logf(s) - xt;
+}
+
+/* The last phase of a mean over N elements: the sum of the n f64 partial
+ * sums of part, in order, over N, into out[0]. */
+template <typename TO>
+__device__ __forceinline__ void dtmc_mean_of_parts(const double *part, dtmc_i64 n, dtmc_i64 N,
+                                                   TO *out)
+{
+	double s = 0;
+	for (dtmc_i64 k = threadIdx.x; k < n; k += DTMC_BLOCK)
+		s += __ldcg(&part[k]);
+	s = dtmc_block_sum(s);
+	if (threadIdx.x == 0)
+		dtmc_st(out, 0, (float)(s / (double)(N ? N : 1)));
 }
 
 /* cross_entropy(logits [N, V], targets [N]) -> mean loss.  Phase 0: rows
@@ -368,12 +387,7 @@ __device__ __forceinline__ void dtmc_cross_entropy(const TL *x, const int *tg, T
 			continue;
 		}
 		dtmc_wait_phase(sync, 0, (unsigned)n0);
-		double s = 0;
-		for (dtmc_i64 r = threadIdx.x; r < N; r += DTMC_BLOCK)
-			s += __ldcg(&part[r]);
-		s = dtmc_block_sum(s);
-		if (threadIdx.x == 0)
-			dtmc_st(out, 0, (float)(s / (double)(N ? N : 1)));
+		dtmc_mean_of_parts(part, N, N, out);
 	}
 	dtmc_sync_exit(sync);
 }
@@ -390,14 +404,8 @@ __device__ __forceinline__ void dtmc_cross_entropy_bwd(const TG *dl, const TL *x
 	x += r * V;
 	dx += r * V;
 	float d = dtmc_ld(dl, 0) / (float)(N ? N : 1);
-	float mx = -DTMC_INF;
-	for (dtmc_i64 k = lane; k < V; k += TPO)
-		mx = dtmc_max(mx, dtmc_ld(x, k));
-	mx = dtmc_group_max<TPO>(mx);
-	float s = 0;
-	for (dtmc_i64 k = lane; k < V; k += TPO)
-		s += expf(dtmc_ld(x, k) - mx);
-	s = dtmc_group_sum<TPO>(s);
+	float mx, s;
+	dtmc_row_sumexp<TPO>(x, lane, V, &mx, &s);
 	float sc = d / s;
 	int t = tg[r];
 	for (dtmc_i64 k = lane; k < V; k += TPO)
@@ -457,12 +465,7 @@ __device__ __forceinline__ void dtmc_mse(const TA *x, const TB *y, TO *out, doub
 			continue;
 		}
 		dtmc_wait_phase(sync, 0, (unsigned)n0);
-		double s = 0;
-		for (dtmc_i64 k = threadIdx.x; k < n0; k += DTMC_BLOCK)
-			s += __ldcg(&part[k]);
-		s = dtmc_block_sum(s);
-		if (threadIdx.x == 0)
-			dtmc_st(out, 0, (float)(s / (double)(N ? N : 1)));
+		dtmc_mean_of_parts(part, n0, N, out);
 	}
 	dtmc_sync_exit(sync);
 }

@@ -133,6 +133,23 @@ static void test_order(const char *sched, SchedKind k, int P, int M)
 		for (int k = 0; k < m->nodes[i]->nops; k++)
 			CHECK(m->nodes[m->nodes[i]->ops[k]]->stage == m->nodes[i]->stage);
 	}
+	/* the text form round-trips exactly (stage, mb, phase, block) */
+	char *t1 = NULL, *t2 = NULL;
+	size_t n1 = 0, n2 = 0;
+	FILE *f1 = open_memstream(&t1, &n1);
+	ir_print(f1, m);
+	fclose(f1);
+	SrcFile txt = { .name = "p.ir", .text = t1, .len = n1 };
+	IrModule *back = ir_parse(&a, &d, &txt);
+	CHECK(back != NULL);
+	if (back) {
+		FILE *f2 = open_memstream(&t2, &n2);
+		ir_print(f2, back);
+		fclose(f2);
+		CHECK(n1 == n2 && memcmp(t1, t2, n1) == 0);
+	}
+	free(t1);
+	free(t2);
 	/* activations held between a micro-batch's forward and backward:
 	 * M micro-batches under GPipe, P - r under 1F1B (M >= P) */
 	FusePlan fp;

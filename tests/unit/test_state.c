@@ -12,6 +12,9 @@
  * ZeRO-1/2 1x, ZeRO-3 1.5x, 1x without reshard_after_forward).  Memory:
  * the per-rank bytes of params, grads, master and Adam state of the MLP
  * under bf16 equal 16P, 2P + 2P + 12P/N, 2P + 2P/N + 12P/N and 16P/N.
+ * Prefetch: REFERENCE.md's rule (L = 4, n = 2) and, on gpt with 4 layers,
+ * where each unit's gathers land for n = 0, 1, 2 and the planned ACT peak
+ * growing with n.
  */
 #include "check.h"
 #include "frontend/lower.h"

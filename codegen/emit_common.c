@@ -1,0 +1,167 @@
+/* emit_common.c - writers the C and CUDA code generators share (see
+ * emit_common.h).  Pure functions of the IR and the fusion plan: what a
+ * back end spells its own way comes in a CgExprDialect.
+ */
+#include "emit_common.h"
+
+#include <dirent.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- literals ---- */
+
+void cg_put_float(FILE *out, double v, bool f32, const char *nan, const char *inf)
+{
+	if (nan && isnan(v)) {
+		fputs(nan, out);
+		return;
+	}
+	if (inf && isinf(v)) {
+		fprintf(out, "%s%s", v > 0 ? "" : "-", inf);
+		return;
+	}
+	char buf[64];
+	snprintf(buf, sizeof buf, f32 ? "%.9g" : "%.17g", v);
+	fputs(buf, out);
+	/* 'n': inf and nan are left as printed, not made "inf.0" */
+	if (!strpbrk(buf, ".eEn"))
+		fputs(".0", out);
+	if (f32)
+		fputc('f', out);
+}
+
+/* ---- broadcasting in a fused loop ---- */
+
+void cg_bcast_shape(const IrNode *x, const IrNode *s, int64_t *xs)
+{
+	for (int d = 0; d < s->rank; d++) {
+		int j = d - (s->rank - x->rank);
+		xs[d] = j >= 0 ? x->shape[j] : 1;
+	}
+}
+
+CgBcast cg_bcast_kind(const IrNode *x, const IrNode *s, int64_t *period)
+{
+	int R = s->rank;
+	int64_t xs[IR_MAX_RANK];
+	cg_bcast_shape(x, s, xs);
+	int64_t nx = ir_node_numel(x), ns = ir_node_numel(s);
+	*period = 1;
+	if (nx == ns)
+		return CG_BC_FULL;
+	if (nx == 1)
+		return CG_BC_SCALAR;
+	int k = 0;
+	while (k < R && xs[k] == 1)
+		k++;
+	bool suffix = true;
+	for (int d = k; d < R; d++)
+		suffix &= xs[d] == s->shape[d];
+	if (suffix) {
+		*period = nx;
+		return CG_BC_SUFFIX;
+	}
+	int p = R;
+	while (p > 0 && xs[p - 1] == 1)
+		p--;
+	bool prefix = true;
+	for (int d = 0; d < p; d++)
+		prefix &= xs[d] == s->shape[d];
+	if (prefix) {
+		*period = ns / nx;
+		return CG_BC_PREFIX;
+	}
+	return CG_BC_OTHER;
+}
+
+/* ---- fused elementwise members ---- */
+
+bool cg_put_ew_member(FILE *out, const char *indent, const CgExprDialect *dl, const FusePlan *fp,
+                      const IrNode *n, int root, const int *ext, int next, Diag *d)
+{
+	char a[2][32];
+	for (int k = 0; k < n->nops && k < 2; k++) {
+		int o = n->ops[k];
+		if (root >= 0 && fp->root[o] == root && fp->internal[o]) {
+			snprintf(a[k], sizeof a[k], "t%d", o);
+			continue;
+		}
+		int j = 0;
+		while (j < next && ext[j] != o)
+			j++;
+		snprintf(a[k], sizeof a[k], "x%d", j);
+	}
+	fprintf(out, "%sconst float t%d = ", indent, n->id);
+	const char *fn = NULL, *lib = NULL; /* a call fn(a0), or of the library's lib */
+	switch (n->op) {
+	case IR_OP_ADD: fprintf(out, "%s + %s", a[0], a[1]); break;
+	case IR_OP_SUB: fprintf(out, "%s - %s", a[0], a[1]); break;
+	case IR_OP_MUL: fprintf(out, "%s * %s", a[0], a[1]); break;
+	case IR_OP_DIV: fprintf(out, "%s / %s", a[0], a[1]); break;
+	case IR_OP_NEG: fprintf(out, "-%s", a[0]); break;
+	case IR_OP_RSQRT: fprintf(out, "1.0f / sqrtf(%s)", a[0]); break;
+	case IR_OP_EXP: fn = "expf"; break;
+	case IR_OP_LOG: fn = "logf"; break;
+	case IR_OP_SQRT: fn = "sqrtf"; break;
+	case IR_OP_TANH: fn = "tanhf"; break;
+	case IR_OP_RELU: lib = "relu"; break;
+	case IR_OP_GELU: lib = "gelu"; break;
+	case IR_OP_SILU: lib = "silu"; break;
+	case IR_OP_SIGMOID: lib = "sigmoid"; break;
+	case IR_OP_SCALE:
+		fprintf(out, "%s * ", a[0]);
+		dl->put_f32(out, n->attrs.f[0]);
+		break;
+	case IR_OP_CAST:
+		if (n->dtype == IR_BF16)
+			lib = "round_bf16";
+		else if (n->dtype == IR_F16)
+			lib = "round_f16";
+		else if (n->dtype == IR_I32)
+			fprintf(out, "(float)%s%s", dl->to_int, a[0]);
+		else
+			fprintf(out, "%s", a[0]);
+		break;
+	case IR_OP_DROPOUT:
+		fprintf(out, "%sdropout%s(%s, %s, ", dl->prefix, dl->suffix, dl->ctx, a[0]);
+		dl->put_f32(out, n->attrs.f[0]);
+		fprintf(out, ", %uu, i)", (unsigned)(uint32_t)n->attrs.ints[0]);
+		break;
+	default:
+		diag_error(d, n->loc, "internal: no %s expression for elementwise op '%s'",
+		           dl->name, ir_op_name(n->op));
+		return false;
+	}
+	if (fn)
+		fprintf(out, "%s(%s)", fn, a[0]);
+	if (lib)
+		fprintf(out, "%s%s%s(%s)", dl->prefix, lib, dl->suffix, a[0]);
+	fputs(";\n", out);
+	return true;
+}
+
+/* ---- kernel libraries ---- */
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+int cg_list_dir(const char *dir, const char *prefix, const char *suffix, char **names, int cap)
+{
+	DIR *dp = opendir(dir);
+	if (!dp)
+		return -1;
+	size_t lp = strlen(prefix), ls = strlen(suffix);
+	int nn = 0;
+	for (struct dirent *de; nn < cap && (de = readdir(dp));) {
+		size_t len = strlen(de->d_name);
+		if (len > ls && strncmp(de->d_name, prefix, lp) == 0 &&
+		    strcmp(de->d_name + len - ls, suffix) == 0)
+			names[nn++] = strdup(de->d_name);
+	}
+	closedir(dp);
+	qsort(names, (size_t)nn, sizeof names[0], cmp_str);
+	return nn;
+}

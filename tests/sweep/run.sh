@@ -1,0 +1,164 @@
+#!/bin/bash
+# run.sh - `dtmc sweep` end to end (tests/run.cmake registers each mode).
+#
+#   run.sh DTMC json     models/mlp.dtm --devices 4 --json: the structure, the
+#                        counts, every mesh a factorization of 4, the ranking
+#                        sorted (the best no slower than any other), the front
+#                        undominated; --csv has a row per candidate; --plot
+#                        writes an SVG; the text report names the best layout.
+#                        Timings are the cost model's: checked for order, never
+#                        against numbers.
+#   run.sh DTMC errors   bad --devices, --hw, --mem-limit, options: exit 1 and a
+#                        message naming the option.
+#   run.sh DTMC measure  --measure 2 on models/mlp.dtm (builds and runs two
+#                        binaries): predicted and measured columns, a ratio
+#                        line, measured peak = predicted peak.
+set -u
+dtmc=$1
+mode=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+case $mode in
+json)
+	"$dtmc" sweep models/mlp.dtm --devices 4 --json --top 5 > "$tmp/out.json" 2> "$tmp/err.txt" ||
+		fail "sweep --json exited $? ($(cat "$tmp/err.txt"))"
+	python3 - "$tmp/out.json" <<'EOF' || exit 1
+import json, math, sys
+d = json.load(open(sys.argv[1]))
+def fail(msg):
+    print("FAIL:", msg, file=sys.stderr)
+    sys.exit(1)
+for k in ("model", "devices", "hw", "axes", "candidates", "ok", "failed", "over_mem",
+          "seconds", "candidates_per_s", "ranking", "pareto", "dropped", "mem_limit"):
+    if k not in d:
+        fail("no key %r" % k)
+if d["model"] != "mlp" or d["devices"] != 4 or d["axes"] != ["dp", "tp"]:
+    fail("header: %r %r %r" % (d["model"], d["devices"], d["axes"]))
+if d["candidates"] != d["ok"] + d["failed"] + d["over_mem"]:
+    fail("counts do not add up")
+if d["ok"] == 0 or not d["ranking"]:
+    fail("nothing ranked")
+if len(d["ranking"]) != min(5, d["ok"]):
+    fail("--top 5 gave %d rows" % len(d["ranking"]))
+if len(d["dropped"]) != d["failed"] + d["over_mem"]:
+    fail("dropped lists %d, counts say %d" % (len(d["dropped"]), d["failed"] + d["over_mem"]))
+meshes = set()
+for c in d["ranking"] + d["pareto"] + d["dropped"]:
+    for k in ("id", "layout", "mesh", "zero", "microbatches", "schedule",
+              "sequence_parallel", "recompute", "choose", "status"):
+        if k not in c:
+            fail("candidate without %r: %r" % (k, c))
+    p = 1
+    for v in c["mesh"].values():
+        p *= v
+    if p != 4:
+        fail("mesh %r is not a factorization of 4" % c["mesh"])
+    meshes.add(tuple(sorted(c["mesh"].items())))
+    if c["status"] != "ok" and not c.get("reason"):
+        fail("dropped without a reason: %r" % c)
+for c in d["ranking"] + d["pareto"]:
+    if c["status"] != "ok":
+        fail("ranked but %s" % c["status"])
+    for k in ("step_s", "tokens_per_s", "peak_bytes"):
+        if not (isinstance(c[k], (int, float)) and math.isfinite(c[k]) and c[k] > 0):
+            fail("%s = %r" % (k, c[k]))
+times = [c["step_s"] for c in d["ranking"]]
+if times != sorted(times):
+    fail("ranking not sorted by step time")
+best = d["ranking"][0]
+front = d["pareto"]
+pts = [(c["peak_bytes"], c["step_s"]) for c in front]
+for i, (m, t) in enumerate(pts):
+    for j, (m2, t2) in enumerate(pts):
+        if i != j and m2 <= m and t2 <= t and (m2 < m or t2 < t):
+            fail("front point %d dominated by %d" % (i, j))
+if [m for m, _ in pts] != sorted(m for m, _ in pts):
+    fail("front not in ascending memory")
+if min(t for _, t in pts) != best["step_s"]:
+    fail("the fastest candidate is not on the front")
+print("json ok: %d candidates, best %s" % (d["candidates"], best["layout"]))
+EOF
+	# the best candidate is no slower than any other, over every row of --csv
+	"$dtmc" sweep models/mlp.dtm --devices 4 --csv > "$tmp/out.csv" || fail "sweep --csv exited $?"
+	python3 - "$tmp/out.csv" "$tmp/out.json" <<'EOF' || exit 1
+import csv, json, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+d = json.load(open(sys.argv[2]))
+if len(rows) != d["candidates"]:
+    print("FAIL: csv has %d rows, json %d candidates" % (len(rows), d["candidates"]), file=sys.stderr)
+    sys.exit(1)
+ok = [r for r in rows if r["status"] == "ok"]
+best = [r for r in ok if r["rank"] == "1"]
+if len(best) != 1 or any(float(best[0]["step_s"]) > float(r["step_s"]) for r in ok):
+    print("FAIL: rank 1 is not the fastest", file=sys.stderr)
+    sys.exit(1)
+EOF
+	"$dtmc" sweep models/mlp.dtm --devices 4 --plot "$tmp/p.svg" > "$tmp/out.txt" ||
+		fail "sweep --plot exited $?"
+	grep -q "<svg" "$tmp/p.svg" && grep -q "</svg>" "$tmp/p.svg" || fail "--plot wrote no SVG"
+	grep -q "Pareto front" "$tmp/p.svg" || fail "the SVG has no front legend"
+	grep -q "^fastest" "$tmp/out.txt" && grep -q "^Pareto front" "$tmp/out.txt" ||
+		fail "the text report lacks the ranking or the front"
+	best=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['ranking'][0]['layout'])" "$tmp/out.json")
+	grep -qF -- "$best" "$tmp/out.txt" || fail "the text report does not show '$best'"
+	;;
+errors)
+	# each: expected message, then the arguments
+	check() {
+		local want=$1
+		shift
+		"$dtmc" sweep "$@" > "$tmp/o.txt" 2> "$tmp/e.txt"
+		local rc=$?
+		[ $rc -eq 1 ] || fail "sweep $* exited $rc, not 1"
+		grep -qF -- "$want" "$tmp/e.txt" || fail "sweep $*: no '$want' in: $(cat "$tmp/e.txt")"
+		[ -s "$tmp/o.txt" ] && fail "sweep $* wrote to stdout"
+		return 0
+	}
+	check "--devices needs a positive integer" models/mlp.dtm --devices 0
+	check "--devices needs a positive integer" models/mlp.dtm --devices abc
+	check "--devices needs a positive integer" models/mlp.dtm --devices -4
+	check "--devices needs a positive integer" models/mlp.dtm --devices 4x
+	check "give the number of devices: --devices N" models/mlp.dtm
+	check "option '--devices' needs a number" models/mlp.dtm --devices
+	check "--hw 'nope': not a built-in profile (h100, h200, a100, b200, cpu) nor a readable file" \
+		models/mlp.dtm --devices 4 --hw nope
+	printf 'base = h100\nmem_bw = fast\n' > "$tmp/bad.hw"
+	check "bad hardware profile" models/mlp.dtm --devices 4 --hw "$tmp/bad.hw"
+	check "--mem-limit needs a size in bytes" models/mlp.dtm --devices 4 --mem-limit lots
+	check "--top needs a positive integer" models/mlp.dtm --devices 4 --top 0
+	check "--json and --csv exclude each other" models/mlp.dtm --devices 4 --json --csv
+	check "unknown option '--frobnicate'" models/mlp.dtm --devices 4 --frobnicate
+	check "no input file" --devices 4
+	check "cannot open 'nonexistent.dtm'" nonexistent.dtm --devices 4
+	# a profile file that works, and a memory limit that drops everything
+	printf 'base = cpu\ninter_bw = 1 GB/s\n' > "$tmp/ok.hw"
+	"$dtmc" sweep models/mlp.dtm --devices 2 --hw "$tmp/ok.hw" > "$tmp/o.txt" ||
+		fail "--hw FILE exited $?"
+	"$dtmc" sweep models/mlp.dtm --devices 2 --mem-limit 1KiB --json > "$tmp/o.json" ||
+		fail "--mem-limit 1KiB exited $?"
+	python3 -c "
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d['ok'] == 0 and d['over_mem'] == d['candidates'] > 0, d
+assert all('over the limit' in c['reason'] for c in d['dropped'])
+" "$tmp/o.json" || fail "--mem-limit 1KiB did not drop every candidate with its reason"
+	echo "errors ok"
+	;;
+measure)
+	"$dtmc" sweep models/mlp.dtm --devices 2 --hw cpu --measure 2 --measure-steps 4 \
+		> "$tmp/m.txt" 2> "$tmp/e.txt" || fail "--measure exited $?: $(cat "$tmp/e.txt")"
+	cat "$tmp/m.txt"
+	grep -q "^measured here" "$tmp/m.txt" || fail "no measurement table"
+	rows=$(awk '/^measured here/ {t = 1; next} t && /^ +[0-9]+ / {n++} END {print n + 0}' "$tmp/m.txt")
+	[ "$rows" -eq 2 ] || fail "$rows measured rows, not 2"
+	grep -q "^measured / predicted: step time" "$tmp/m.txt" || fail "no summary line"
+	# the runtime allocates exactly the planned arenas: peak ratio 1.000
+	awk '/^measured here/ {t = 1; next} t && /^ +[0-9]+ / { if ($9 != "1.000") bad = 1 } END {exit bad}' \
+		"$tmp/m.txt" || fail "measured peak differs from the predicted one"
+	;;
+*)
+	fail "unknown mode '$mode'"
+	;;
+esac

@@ -1,0 +1,201 @@
+/* test_sweep.c - the arithmetic of `dtmc sweep` (tools/sweep_space.c): the
+ * factorizations of the device count over mesh axes, divisors, the Pareto
+ * front, byte sizes and the SVG plot.  Expected values are worked by hand
+ * in the comments.
+ */
+#include <stdlib.h>
+
+#include "check.h"
+#include "tools/sweep.h"
+
+/* C(n, k) for the counting formula below */
+static long long binom(int n, int k)
+{
+	long long r = 1;
+	for (int i = 1; i <= k; i++)
+		r = r * (n - k + i) / i;
+	return r;
+}
+
+static void test_factorizations(void)
+{
+	/* 8 = 2^3 over 3 axes: ordered triples (a, b, c) of powers of two
+	 * with exponents summing to 3: C(3 + 2, 2) = 10, lexicographic */
+	int64_t out[64 * 3];
+	CHECK_EQ_INT(sweep_factorizations(8, 3, out, 64), 10);
+	int64_t want[10][3] = { { 1, 1, 8 }, { 1, 2, 4 }, { 1, 4, 2 }, { 1, 8, 1 }, { 2, 1, 4 },
+		                { 2, 2, 2 }, { 2, 4, 1 }, { 4, 1, 2 }, { 4, 2, 1 }, { 8, 1, 1 } };
+	for (int i = 0; i < 10; i++)
+		for (int k = 0; k < 3; k++)
+			CHECK_EQ_INT(out[i * 3 + k], want[i][k]);
+	/* every tuple multiplies to n, none repeats: 12 = 2^2 * 3 over 2
+	 * axes: C(3, 1) * C(2, 1) = 6 = the divisors of 12 */
+	CHECK_EQ_INT(sweep_factorizations(12, 2, out, 64), 6);
+	for (int i = 0; i < 6; i++) {
+		CHECK_EQ_INT(out[i * 2] * out[i * 2 + 1], 12);
+		for (int j = 0; j < i; j++)
+			CHECK(out[j * 2] != out[i * 2]);
+	}
+	/* the count for n = prod p^e over k axes is prod C(e + k - 1, k - 1):
+	 * 64 = 2^6 over 3 axes: C(8, 2) = 28; 360 = 2^3 3^2 5 over 4 axes:
+	 * C(6,3) C(5,3) C(4,3) = 20 * 10 * 4 = 800 */
+	CHECK_EQ_INT(sweep_factorizations(64, 3, NULL, 0), binom(8, 2));
+	CHECK_EQ_INT(sweep_factorizations(360, 4, NULL, 0), binom(6, 3) * binom(5, 3) * binom(4, 3));
+	/* a cap below the count: the count still, only cap tuples written */
+	int64_t few[2 * 3] = { 0 };
+	CHECK_EQ_INT(sweep_factorizations(8, 3, few, 2), 10);
+	CHECK_EQ_INT(few[3] * few[4] * few[5], 8);
+	/* edges: one axis, one device, no axes, a prime, bad n */
+	CHECK_EQ_INT(sweep_factorizations(7, 1, out, 64), 1);
+	CHECK_EQ_INT(out[0], 7);
+	CHECK_EQ_INT(sweep_factorizations(1, 3, out, 64), 1);
+	CHECK(out[0] == 1 && out[1] == 1 && out[2] == 1);
+	CHECK_EQ_INT(sweep_factorizations(1, 0, out, 64), 1);
+	CHECK_EQ_INT(sweep_factorizations(4, 0, out, 64), 0);
+	CHECK_EQ_INT(sweep_factorizations(13, 2, out, 64), 2);
+	CHECK_EQ_INT(sweep_factorizations(0, 2, out, 64), -1);
+	CHECK_EQ_INT(sweep_factorizations(-4, 2, out, 64), -1);
+}
+
+static void test_divisors(void)
+{
+	int64_t d[32];
+	CHECK_EQ_INT(sweep_divisors(12, d, 32), 6);
+	int64_t want[6] = { 1, 2, 3, 4, 6, 12 };
+	for (int i = 0; i < 6; i++)
+		CHECK_EQ_INT(d[i], want[i]);
+	CHECK_EQ_INT(sweep_divisors(16, d, 32), 5); /* 1 2 4 8 16: 4 counted once */
+	CHECK_EQ_INT(d[2], 4);
+	CHECK_EQ_INT(d[4], 16);
+	CHECK_EQ_INT(sweep_divisors(1, d, 32), 1);
+	CHECK_EQ_INT(sweep_divisors(0, d, 32), 0);
+	CHECK_EQ_INT(sweep_divisors(720720, NULL, 0), 240);
+}
+
+static void test_pareto(void)
+{
+	/* (mem, time):     0:(4,1) 1:(1,5) 2:(2,3) 3:(3,3) 4:(2,4) 5:(5,1)
+	 * 3 is dominated by 2 (less memory, same time), 4 by 2, 5 by 0;
+	 * front by ascending memory: 1 (1,5), 2 (2,3), 0 (4,1) */
+	double mem[] = { 4, 1, 2, 3, 2, 5 }, tim[] = { 1, 5, 3, 3, 4, 1 };
+	int front[6];
+	int n = sweep_pareto(6, mem, tim, front);
+	CHECK_EQ_INT(n, 3);
+	CHECK_EQ_INT(front[0], 1);
+	CHECK_EQ_INT(front[1], 2);
+	CHECK_EQ_INT(front[2], 0);
+	/* equal points: the first (lowest index) stands for them */
+	double m2[] = { 2, 1, 2 }, t2[] = { 1, 3, 1 };
+	n = sweep_pareto(3, m2, t2, front);
+	CHECK_EQ_INT(n, 2);
+	CHECK_EQ_INT(front[0], 1);
+	CHECK_EQ_INT(front[1], 0);
+	/* a NaN is never on the front; one point is its own front */
+	double m3[] = { NAN, 1 }, t3[] = { 0, 2 };
+	n = sweep_pareto(2, m3, t3, front);
+	CHECK_EQ_INT(n, 1);
+	CHECK_EQ_INT(front[0], 1);
+	CHECK_EQ_INT(sweep_pareto(0, m3, t3, front), 0);
+	/* every front point is undominated and every other point dominated,
+	 * on a pseudo-random cloud */
+	enum { N = 300 };
+	double rm[N], rt[N];
+	unsigned s = 12345;
+	for (int i = 0; i < N; i++) {
+		s = s * 1103515245u + 12345u;
+		rm[i] = (double)(s >> 16 & 1023);
+		s = s * 1103515245u + 12345u;
+		rt[i] = (double)(s >> 16 & 1023);
+	}
+	int rf[N];
+	bool on[N] = { false };
+	n = sweep_pareto(N, rm, rt, rf);
+	for (int k = 0; k < n; k++)
+		on[rf[k]] = true;
+	for (int k = 1; k < n; k++)
+		CHECK(rm[rf[k - 1]] < rm[rf[k]] && rt[rf[k - 1]] > rt[rf[k]]);
+	for (int i = 0; i < N; i++) {
+		bool dominated = false;
+		for (int j = 0; j < N && !dominated; j++)
+			dominated = rm[j] <= rm[i] && rt[j] <= rt[i] && (rm[j] < rm[i] || rt[j] < rt[i]);
+		if (on[i])
+			CHECK(!dominated);
+		else if (!dominated) /* off the front only as a repeat of a front point */
+			for (int k = 0; k < n; k++)
+				if (rm[rf[k]] == rm[i] && rt[rf[k]] == rt[i])
+					CHECK(rf[k] < i);
+	}
+}
+
+static void test_bytes(void)
+{
+	double v = -1;
+	CHECK(sweep_parse_bytes("80G", &v) && v == 80e9);
+	CHECK(sweep_parse_bytes("80GiB", &v) && v == 80.0 * 1024 * 1024 * 1024);
+	CHECK(sweep_parse_bytes("80 GB", &v) && v == 80e9);
+	CHECK(sweep_parse_bytes("1.5e9", &v) && v == 1.5e9);
+	CHECK(sweep_parse_bytes("512MiB", &v) && v == 512.0 * 1024 * 1024);
+	CHECK(sweep_parse_bytes("4k", &v) && v == 4000);
+	CHECK(sweep_parse_bytes("4K", &v) && v == 4000);
+	CHECK(sweep_parse_bytes("0", &v) && v == 0);
+	CHECK(sweep_parse_bytes("100B", &v) && v == 100);
+	CHECK(!sweep_parse_bytes("", &v));
+	CHECK(!sweep_parse_bytes("G", &v));
+	CHECK(!sweep_parse_bytes("-1G", &v));
+	CHECK(!sweep_parse_bytes("80X", &v));
+	CHECK(!sweep_parse_bytes("80GiBs", &v));
+	CHECK(!sweep_parse_bytes(NULL, &v));
+	char buf[32];
+	sweep_format_bytes(buf, sizeof buf, 100);
+	CHECK_EQ_STR(buf, "100 B");
+	sweep_format_bytes(buf, sizeof buf, 1.5 * 1024 * 1024 * 1024);
+	CHECK_EQ_STR(buf, "1.50 GiB");
+	sweep_format_bytes(buf, sizeof buf, 512.0 * 1024 * 1024);
+	CHECK_EQ_STR(buf, "512 MiB");
+}
+
+/* Occurrences of needle in hay. */
+static int count(const char *hay, const char *needle)
+{
+	int n = 0;
+	for (const char *p = hay; (p = strstr(p, needle)); p++)
+		n++;
+	return n;
+}
+
+static void test_svg(void)
+{
+	double mem[] = { 1 << 30, 2.0 * (1 << 30), 3.0 * (1 << 30) };
+	double tim[] = { 0.030, 0.020, 0.025 };
+	bool front[] = { true, true, false };
+	const char *label[] = { "a <1>", "b", NULL };
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	CHECK(f != NULL);
+	if (!f)
+		return;
+	CHECK(sweep_svg(f, 3, mem, tim, front, label, "gpt & co"));
+	fclose(f);
+	CHECK(buf && strncmp(buf, "<?xml", 5) == 0);
+	CHECK(count(buf, "<svg") == 1 && count(buf, "</svg>") == 1);
+	CHECK_EQ_INT(count(buf, "<circle"), 3 + 2); /* the points, then the legend's */
+	CHECK_EQ_INT(count(buf, "fill=\"#d62728\"") , 2); /* front group and legend */
+	CHECK(count(buf, "<polyline") == 1);          /* the front's staircase */
+	CHECK(strstr(buf, "peak memory per rank (GiB)") != NULL);
+	CHECK(strstr(buf, "step time (ms)") != NULL);
+	CHECK(strstr(buf, "gpt &amp; co") != NULL);  /* escaped */
+	CHECK(strstr(buf, "<title>a &lt;1&gt;</title>") != NULL);
+	CHECK(strstr(buf, "Pareto front (2)") != NULL);
+	free(buf);
+}
+
+int main(void)
+{
+	test_factorizations();
+	test_divisors();
+	test_pareto();
+	test_bytes();
+	test_svg();
+	return check_report();
+}
