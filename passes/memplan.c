@@ -39,9 +39,60 @@ static int64_t align_up(int64_t x)
 }
 
 typedef struct Block {
-	int64_t off, end; /* [off, end) */
-	int to;
+	int64_t off, end; /* [off, end); when it dies is the heap's (Death) */
 } Block;
+
+/* The first-fit scan skips live[] a chunk at a time where no gap inside
+ * is big enough: gapmax[c] is the largest gap in front of a block of
+ * chunk c, live[c * GAP_CHUNK ..) (the first one's measured from the end
+ * of the block before it). */
+#define GAP_CHUNK 32
+
+static int64_t chunk_gap(const Block *live, int c)
+{
+	int64_t most = 0;
+	for (int k = c * GAP_CHUNK; k < (c + 1) * GAP_CHUNK; k++) {
+		int64_t g = live[k].off - (k ? live[k - 1].end : 0);
+		if (g > most)
+			most = g;
+	}
+	return most;
+}
+
+/* A live block's death (its last use) and offset: a min-heap by death. */
+typedef struct Death {
+	int to;
+	int64_t off;
+} Death;
+
+static void heap_push(Death *h, int *n, Death d)
+{
+	int k = (*n)++;
+	while (k > 0 && h[(k - 1) / 2].to > d.to) {
+		h[k] = h[(k - 1) / 2];
+		k = (k - 1) / 2;
+	}
+	h[k] = d;
+}
+
+static void heap_pop(Death *h, int *n)
+{
+	Death last = h[--*n];
+	int k = 0;
+	for (;;) {
+		int c = 2 * k + 1;
+		if (c >= *n)
+			break;
+		if (c + 1 < *n && h[c + 1].to < h[c].to)
+			c++;
+		if (h[c].to >= last.to)
+			break;
+		h[k] = h[c];
+		k = c;
+	}
+	if (*n > 0)
+		h[k] = last;
+}
 
 int64_t pass_memplan_pack(int n, const int *from, const int *to, const int64_t *bytes,
                           int64_t *offset)
@@ -49,9 +100,13 @@ int64_t pass_memplan_pack(int n, const int *from, const int *to, const int64_t *
 	/* order of definition; ties keep index order so the plan is stable */
 	int *ord = malloc(sizeof(int) * (size_t)(n ? n : 1));
 	Block *live = malloc(sizeof(Block) * (size_t)(n ? n : 1));
-	if (!ord || !live) {
+	Death *heap = malloc(sizeof(Death) * (size_t)(n ? n : 1));
+	int64_t *gapmax = malloc(sizeof(int64_t) * (size_t)(n / GAP_CHUNK + 1));
+	if (!ord || !live || !heap || !gapmax) {
 		free(ord);
 		free(live);
+		free(heap);
+		free(gapmax);
 		return -1;
 	}
 	for (int i = 0; i < n; i++)
@@ -69,30 +124,32 @@ int64_t pass_memplan_pack(int n, const int *from, const int *to, const int64_t *
 	 * is unique): dropping the dead keeps it, and each new block goes in
 	 * at the place first fit found for it.  Offsets and sizes are
 	 * aligned, so every end is too.  Two shortcuts keep this near linear
-	 * when thousands of activations are live: the dead are dropped only
-	 * when the earliest death has passed (min_to), and live[0 .. pre),
-	 * packed from 0 without a gap, is skipped by the first-fit scan (it
-	 * has no room for anything). */
-	int nlive = 0, pre = 0, min_to = INT_MAX;
+	 * when thousands of activations are live: the dead are found through
+	 * a heap by death (and removed one by one, found by offset), and
+	 * live[0 .. pre), packed from 0 without a gap, is skipped by the
+	 * first-fit scan (it has no room for anything). */
+	int nlive = 0, pre = 0, nheap = 0, valid = 0; /* gapmax[0 .. valid) are current */
 	int64_t peak = 0;
 	for (int r = 0; r < n; r++) {
 		int i = ord[r];
 		/* drop blocks dead before this one is written */
-		if (min_to < from[i]) {
-			int k = 0, first_dead = -1;
-			min_to = INT_MAX;
-			for (int j = 0; j < nlive; j++) {
-				if (live[j].to >= from[i]) {
-					if (live[j].to < min_to)
-						min_to = live[j].to;
-					live[k++] = live[j];
-				} else if (first_dead < 0) {
-					first_dead = j;
-				}
+		while (nheap > 0 && heap[0].to < from[i]) {
+			int64_t off = heap[0].off;
+			heap_pop(heap, &nheap);
+			int lo = 0, hi = nlive - 1;
+			while (lo < hi) {
+				int mid = lo + (hi - lo) / 2;
+				if (live[mid].off < off)
+					lo = mid + 1;
+				else
+					hi = mid;
 			}
-			nlive = k;
-			if (first_dead >= 0 && first_dead < pre)
-				pre = first_dead;
+			memmove(&live[lo], &live[lo + 1], sizeof *live * (size_t)(nlive - lo - 1));
+			nlive--;
+			if (lo < pre)
+				pre = lo;
+			if (lo / GAP_CHUNK < valid)
+				valid = lo / GAP_CHUNK;
 		}
 		int64_t need = align_up(bytes[i]);
 		if (need == 0) {
@@ -102,23 +159,39 @@ int64_t pass_memplan_pack(int n, const int *from, const int *to, const int64_t *
 		int64_t at = pre ? live[pre - 1].end : 0;
 		while (pre < nlive && live[pre].off == at)
 			at = live[pre++].end;
+		/* the first gap of at least need after the prefix; whole chunks
+		 * whose largest gap is smaller are skipped */
 		int j = pre;
-		for (; j < nlive; j++) {
+		while (j < nlive) {
+			int c = j / GAP_CHUNK;
+			if (j % GAP_CHUNK == 0 && j + GAP_CHUNK <= nlive) {
+				for (; valid <= c; valid++)
+					gapmax[valid] = chunk_gap(live, valid);
+				if (gapmax[c] < need) {
+					j += GAP_CHUNK;
+					at = live[j - 1].end;
+					continue;
+				}
+			}
 			if (live[j].off - at >= need)
 				break;
 			at = live[j].end;
+			j++;
 		}
 		offset[i] = at;
 		memmove(&live[j + 1], &live[j], sizeof *live * (size_t)(nlive - j));
-		live[j] = (Block){ at, at + need, to[i] };
+		live[j] = (Block){ at, at + need };
 		nlive++;
-		if (to[i] < min_to)
-			min_to = to[i];
+		if (j / GAP_CHUNK < valid)
+			valid = j / GAP_CHUNK;
+		heap_push(heap, &nheap, (Death){ to[i], at });
 		if (at + need > peak)
 			peak = at + need;
 	}
 	free(ord);
 	free(live);
+	free(heap);
+	free(gapmax);
 	return peak;
 }
 

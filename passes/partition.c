@@ -35,6 +35,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stddef.h>
 #include <string.h>
 
 typedef struct Cached {
@@ -71,13 +72,23 @@ typedef struct Part {
 	Arena scratch;
 } Part;
 
-static uint64_t fnv(uint64_t h, const void *data, size_t n)
+/* A word-at-a-time hash of n bytes (n a multiple of 8). */
+static uint64_t hash_words(const void *data, size_t n)
 {
 	const unsigned char *b = data;
-	for (size_t i = 0; i < n; i++)
-		h = (h ^ b[i]) * 1099511628211ull;
+	uint64_t h = 0x9e3779b97f4a7c15ull;
+	for (size_t i = 0; i + 8 <= n; i += 8) {
+		uint64_t w;
+		memcpy(&w, b + i, 8);
+		h = (h ^ w) * 0xff51afd7ed558ccdull;
+		h ^= h >> 32;
+	}
 	return h;
 }
+
+/* The memo's key: PlanMemo from dt up to plan, compared bytewise. */
+#define MEMO_KEY(e) ((const unsigned char *)&(e)->dt)
+#define MEMO_KEY_BYTES (offsetof(PlanMemo, plan) - offsetof(PlanMemo, dt))
 
 /* pass_reshard_plan through the memo (failures are not kept: their
  * reason is reported once anyway). */
@@ -91,21 +102,14 @@ static bool reshard_plan_memo(Part *p, const IrNode *g, const Placement *from,
 	memcpy(key.shape, g->shape, sizeof key.shape[0] * (size_t)key.rank);
 	key.from = *from;
 	key.to = *to;
-	uint64_t h = fnv(14695981039346656037ull, &key.dt, sizeof key.dt);
-	h = fnv(h, &key.rank, sizeof key.rank);
-	h = fnv(h, key.shape, sizeof key.shape);
-	h = fnv(h, &key.from, sizeof key.from);
-	h = fnv(h, &key.to, sizeof key.to);
+	uint64_t h = hash_words(MEMO_KEY(&key), MEMO_KEY_BYTES & ~(size_t)7);
 	key.hash = h;
 	size_t slot = 0;
 	if (p->capmemo) {
 		for (slot = h & (size_t)(p->capmemo - 1); p->memo[slot].plan;
 		     slot = (slot + 1) & (size_t)(p->capmemo - 1)) {
 			const PlanMemo *e = &p->memo[slot];
-			if (e->hash == h && e->dt == key.dt && e->rank == key.rank &&
-			    !memcmp(e->shape, key.shape, sizeof key.shape) &&
-			    !memcmp(&e->from, &key.from, sizeof key.from) &&
-			    !memcmp(&e->to, &key.to, sizeof key.to)) {
+			if (e->hash == h && !memcmp(MEMO_KEY(e), MEMO_KEY(&key), MEMO_KEY_BYTES)) {
 				*plan = *e->plan;
 				return true;
 			}

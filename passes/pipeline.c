@@ -264,11 +264,18 @@ static bool remote(const Pl *p, int u, int r)
 	return !p->leafy[u] && p->rank[u] != RANK_ALL && p->rank[u] != r;
 }
 
-/* The schedule item node i belongs to, as its micro-batch, or -1 (free). */
+/* Node i's micro-batch; with one micro-batch (nothing unrolled) every
+ * node is micro-batch 0's. */
+static int node_mb(const Pl *p, int i)
+{
+	int mb = p->m->nodes[i]->mb;
+	return mb >= 0 ? mb : p->M == 1 ? 0 : -1;
+}
+
+/* Does node i belong to a schedule item (else it is free)? */
 static bool in_item(const Pl *p, int i)
 {
-	const IrNode *n = p->m->nodes[i];
-	return !p->leafy[i] && p->rank[i] != RANK_ALL && n->mb >= 0 &&
+	return !p->leafy[i] && p->rank[i] != RANK_ALL && node_mb(p, i) >= 0 &&
 	       (p->phase[i] == IR_PHASE_FORWARD || p->phase[i] == IR_PHASE_BACKWARD);
 }
 
@@ -287,10 +294,10 @@ static bool place(Pl *p, int r, int i)
 	const IrNode *n = p->m->nodes[i];
 	if (in_item(p, i)) {
 		int work = work_of(p, i);
-		if (p->cur_mb != n->mb || p->cur_work != work || p->cur_chunk != n->stage) {
+		if (p->cur_mb != node_mb(p, i) || p->cur_work != work || p->cur_chunk != n->stage) {
 			diag_error(p->d, n->loc, "internal: pipeline: %s %%%d (micro-batch %d, chunk "
 			           "%d) is needed before the schedule runs it", ir_op_name(n->op), i,
-			           n->mb, n->stage);
+			           node_mb(p, i), n->stage);
 			p->failed = true;
 			return false;
 		}
@@ -361,9 +368,10 @@ static int item_key(const Pl *p, int i)
 {
 	const IrNode *n = p->m->nodes[i];
 	int K = p->P * p->V;
-	if (n->mb < 0 || n->mb >= p->M || n->stage < 0 || n->stage >= K)
+	int mb = node_mb(p, i);
+	if (mb < 0 || mb >= p->M || n->stage < 0 || n->stage >= K)
 		return -1;
-	return (n->mb * K + n->stage) * 3 + work_of(p, i);
+	return (mb * K + n->stage) * 3 + work_of(p, i);
 }
 
 static bool build_rank(Pl *p, int r, const SchedItem *items, int nitems, const int *loss_rank)
@@ -445,7 +453,7 @@ static bool build_rank(Pl *p, int r, const SchedItem *items, int nitems, const i
 			if (in_item(p, i)) {
 				const IrNode *n = p->m->nodes[i];
 				diag_error(p->d, n->loc, "internal: pipeline: %s %%%d (micro-batch %d, "
-				           "chunk %d) is in no schedule item", ir_op_name(n->op), i, n->mb,
+				           "chunk %d) is in no schedule item", ir_op_name(n->op), i, node_mb(p, i),
 				           n->stage);
 				p->failed = true;
 				break;
@@ -932,7 +940,7 @@ bool pass_pipeline(IrModule *m, Diag *d, const PassOptions *opt)
 				const IrNode *x = m->nodes[o];
 				if (!in_item(&p, o) || p.phase[o] != IR_PHASE_BACKWARD)
 					continue;
-				bool same = x->mb == u->mb && x->stage == u->stage;
+				bool same = node_mb(&p, o) == node_mb(&p, j) && x->stage == u->stage;
 				need[o] = need[o] || !same || !p.wgrad[j];
 			}
 		}

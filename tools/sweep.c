@@ -44,60 +44,64 @@
 #include "sweep_impl.h"
 
 const char sweep_help[] =
-	"usage: dtmc sweep FILE --devices N [--hw NAME|FILE] [--nodes K]\n"
-	"                  [--mem-limit BYTES] [--top K] [--json|--csv] [--plot FILE.svg]\n"
-	"                  [--measure K] [-D name=value]... [--train key=value]...\n"
-	"\n"
-	"Compiles every parallel layout of the model on N devices in-process to the\n"
-	"plan `dtmc build` would emit, costs each with the hardware profile, and\n"
-	"prints the fastest (top K) and the Pareto front of peak memory per rank\n"
-	"against step time.  The candidates: every factorization of N over the\n"
-	"model's mesh axes; ZeRO stage 0-3 (when its axes have more than one rank);\n"
-	"micro-batch counts dividing the batch (each micro-batch still split evenly\n"
-	"over the batch's axes); with pp > 1 the schedules gpipe, 1f1b and\n"
-	"interleaved(2) where valid; sequence parallelism on/off (tp > 1);\n"
-	"recompute on/off (models with blocks); every choose() option.  A setting\n"
-	"fixed with --train (zero, microbatches, schedule, sequence_parallel,\n"
-	"recompute) is not swept.  Candidates that do not compile are dropped with\n"
-	"the compiler's reason, as are those whose peak is over the memory limit.\n"
-	"\n"
-	"options:\n"
-	"  --devices N            ranks to spread the model over (required)\n"
-	"  --hw NAME|FILE         hardware profile: h100 (default), h200, a100, b200,\n"
-	"                         cpu, or a file of overrides (see tools/hw.h; it\n"
-	"                         starts from h100 unless it says base = NAME)\n"
-	"  --nodes K              spread the ranks over K nodes (default: the\n"
-	"                         profile's devices per node)\n"
-	"  --mem-limit BYTES      drop candidates whose peak per rank is above it:\n"
-	"                         80G, 80GiB, 1.5e9 (default: the profile's memory;\n"
-	"                         0 = no limit)\n"
-	"  --top K                rows of the ranking (default 10)\n"
-	"  --json, --csv          machine-readable output: JSON (ranking, front and\n"
-	"                         every dropped candidate with its reason) or CSV\n"
-	"                         (one row per candidate)\n"
-	"  --plot FILE.svg        draw memory vs step time, the front highlighted\n"
-	"  --measure K            build the best K with `dtmc build`, run each a few\n"
-	"                         steps on the local backend (ranks as threads) and\n"
-	"                         print predicted (cpu profile) vs measured step time\n"
-	"                         and peak memory\n"
-	"  --measure-steps S      steps per measured run (default 6; the first is\n"
-	"                         not timed)\n"
-	"  --jobs J               compile on J threads (default: the online CPUs)\n"
-	"  --verify               run the IR verifier after every pass (slower)\n"
-	"  --profile              print where the compile time went, by pass\n"
-	"  -q, --quiet            no progress bar\n"
-	"  -D name=value          override a `let` constant (repeatable)\n"
-	"  --train key=value      set a train setting for every candidate (repeatable)\n";
+        "usage: dtmc sweep FILE --devices N [--hw NAME|FILE] [--nodes K]\n"
+        "                  [--mem-limit BYTES] [--top K] [--json|--csv] [--plot FILE.svg]\n"
+        "                  [--measure K] [-D name=value]... [--train key=value]...\n"
+        "\n"
+        "Compiles every parallel layout of the model on N devices in-process to the\n"
+        "plan `dtmc build` would emit, costs each with the hardware profile, and\n"
+        "prints the fastest (top K) and the Pareto front of peak memory per rank\n"
+        "against step time.  The candidates: every factorization of N over the\n"
+        "model's mesh axes; ZeRO stage 0-3 (when its axes have more than one rank);\n"
+        "micro-batch counts dividing the batch (each micro-batch still split evenly\n"
+        "over the batch's axes); with pp > 1 the schedules gpipe, 1f1b and\n"
+        "interleaved(2) where valid; sequence parallelism on/off (tp > 1);\n"
+        "recompute on/off (models with blocks); every choose() option.  A setting\n"
+        "fixed with --train (zero, microbatches, schedule, sequence_parallel,\n"
+        "recompute) is not swept.  Candidates that do not compile are dropped with\n"
+        "the compiler's reason, as are those whose peak is over the memory limit.\n"
+        "\n"
+        "options:\n"
+        "  --devices N            ranks to spread the model over (required)\n"
+        "  --hw NAME|FILE         hardware profile: h100 (default), h200, a100, b200,\n"
+        "                         cpu, or a file of overrides (see tools/hw.h; it\n"
+        "                         starts from h100 unless it says base = NAME)\n"
+        "  --nodes K              spread the ranks over K nodes (default: the\n"
+        "                         profile's devices per node)\n"
+        "  --mem-limit BYTES      drop candidates whose peak per rank is above it:\n"
+        "                         80G, 80GiB, 1.5e9 (default: the profile's memory;\n"
+        "                         0 = no limit)\n"
+        "  --top K                rows of the ranking (default 10)\n"
+        "  --json, --csv          machine-readable output: JSON (ranking, front and\n"
+        "                         every dropped candidate with its reason) or CSV\n"
+        "                         (one row per candidate)\n"
+        "  --plot FILE.svg        draw memory vs step time, the front highlighted\n"
+        "  --measure K            build the best K with `dtmc build`, run each a few\n"
+        "                         steps on the local backend (ranks as threads) and\n"
+        "                         print predicted (cpu profile) vs measured step time\n"
+        "                         and peak memory\n"
+        "  --measure-steps S      steps per measured run (default 6; the first is\n"
+        "                         not timed)\n"
+        "  --jobs J               compile on J threads (default: the online CPUs)\n"
+        "  --verify               run the IR verifier after every pass (slower)\n"
+        "  --profile              print where the compile time went, by pass\n"
+        "  -q, --quiet            no progress bar\n"
+        "  -D name=value          override a `let` constant (repeatable)\n"
+        "  --train key=value      set a train setting for every candidate (repeatable)\n";
 
 /* ---- describing candidates ---- */
 
 const char *sweep_sched_name(int sched)
 {
 	switch (sched) {
-	case SWEEP_SCHED_GPIPE: return "gpipe";
-	case SWEEP_SCHED_1F1B: return "1f1b";
-	case SWEEP_SCHED_INTERLEAVED: return "interleaved(2)";
-	default: return "-";
+	case SWEEP_SCHED_GPIPE:
+		return "gpipe";
+	case SWEEP_SCHED_1F1B:
+		return "1f1b";
+	case SWEEP_SCHED_INTERLEAVED:
+		return "interleaved(2)";
+	default:
+		return "-";
 	}
 }
 
@@ -134,13 +138,13 @@ int sweep_train_overrides(const SweepRun *r, const SweepCand *c, const char **tr
 {
 	int nt = 0;
 	size_t used = 0;
-#define ADD(...)                                                                     \
-	do {                                                                         \
-		int w_ = snprintf(buf + used, cap - used, __VA_ARGS__);              \
-		if (w_ < 0 || (size_t)w_ >= cap - used || nt >= room)                \
-			return -1;                                                   \
-		train[nt++] = buf + used;                                            \
-		used += (size_t)w_ + 1;                                              \
+#define ADD(...)                                                                                   \
+	do {                                                                                       \
+		int w_ = snprintf(buf + used, cap - used, __VA_ARGS__);                            \
+		if (w_ < 0 || (size_t)w_ >= cap - used || nt >= room)                              \
+			return -1;                                                                 \
+		train[nt++] = buf + used;                                                          \
+		used += (size_t)w_ + 1;                                                            \
 	} while (0)
 	ADD("zero=%d", c->zero);
 	ADD("microbatches=%d", c->micro);
@@ -233,7 +237,8 @@ static int parse_opts(int argc, char **argv, SweepOpts *o)
 		int64_t n;
 		if (a[0] != '-' || !a[1]) {
 			if (o->file) {
-				fprintf(stderr, "dtmc: error: more than one input file ('%s' and '%s')\n",
+				fprintf(stderr,
+				        "dtmc: error: more than one input file ('%s' and '%s')\n",
 				        o->file, a);
 				return 1;
 			}
@@ -255,37 +260,43 @@ static int parse_opts(int argc, char **argv, SweepOpts *o)
 			o->hw_arg = v;
 		} else if ((v = value_of(argc, argv, &i, "--nodes", &miss)) || miss) {
 			if (miss || !parse_count(v, 1 << 20, &n)) {
-				opt_error("--nodes needs a positive integer, got '%s'", miss ? "" : v);
+				opt_error("--nodes needs a positive integer, got '%s'",
+				          miss ? "" : v);
 				return 1;
 			}
 			o->nodes = (int)n;
 		} else if ((v = value_of(argc, argv, &i, "--mem-limit", &miss)) || miss) {
 			if (miss) {
-				opt_error("option '%s' needs a size in bytes (80G, 80GiB)", "--mem-limit");
+				opt_error("option '%s' needs a size in bytes (80G, 80GiB)",
+				          "--mem-limit");
 				return 1;
 			}
 			mem = v;
 		} else if ((v = value_of(argc, argv, &i, "--top", &miss)) || miss) {
 			if (miss || !parse_count(v, 1 << 30, &n)) {
-				opt_error("--top needs a positive integer, got '%s'", miss ? "" : v);
+				opt_error("--top needs a positive integer, got '%s'",
+				          miss ? "" : v);
 				return 1;
 			}
 			o->top = (int)n;
 		} else if ((v = value_of(argc, argv, &i, "--measure-steps", &miss)) || miss) {
 			if (miss || !parse_count(v, 100000, &n) || n < 2) {
-				opt_error("--measure-steps needs an integer >= 2, got '%s'", miss ? "" : v);
+				opt_error("--measure-steps needs an integer >= 2, got '%s'",
+				          miss ? "" : v);
 				return 1;
 			}
 			o->measure_steps = (int)n;
 		} else if ((v = value_of(argc, argv, &i, "--measure", &miss)) || miss) {
 			if (miss || !parse_count(v, 1000, &n)) {
-				opt_error("--measure needs a positive integer, got '%s'", miss ? "" : v);
+				opt_error("--measure needs a positive integer, got '%s'",
+				          miss ? "" : v);
 				return 1;
 			}
 			o->measure = (int)n;
 		} else if ((v = value_of(argc, argv, &i, "--jobs", &miss)) || miss) {
 			if (miss || !parse_count(v, 256, &n)) {
-				opt_error("--jobs needs a positive integer, got '%s'", miss ? "" : v);
+				opt_error("--jobs needs a positive integer, got '%s'",
+				          miss ? "" : v);
 				return 1;
 			}
 			o->jobs = (int)n;
@@ -344,7 +355,8 @@ static int parse_opts(int argc, char **argv, SweepOpts *o)
 		return 1;
 	}
 	if (!parse_count(devices, (int64_t)1 << 24, &o->devices)) {
-		opt_error("--devices needs a positive integer (at most 16777216), got '%s'", devices);
+		opt_error("--devices needs a positive integer (at most 16777216), got '%s'",
+		          devices);
 		return 1;
 	}
 	if (o->json && o->csv) {
@@ -356,7 +368,8 @@ static int parse_opts(int argc, char **argv, SweepOpts *o)
 	o->mem_limit = o->hw.mem_bytes;
 	if (mem) {
 		if (!sweep_parse_bytes(mem, &o->mem_limit)) {
-			opt_error("--mem-limit needs a size in bytes (80G, 80GiB, 1.5e9), got '%s'", mem);
+			opt_error("--mem-limit needs a size in bytes (80G, 80GiB, 1.5e9), got '%s'",
+			          mem);
 			return 1;
 		}
 		o->mem_limit_set = true;
@@ -395,8 +408,8 @@ static bool probe(SweepRun *r, const IrModule *m, Arena *a)
 	s->model = m->name;
 	s->naxes = m->mesh.naxes;
 	if (s->naxes > DTM_MAX_AXES) {
-		fprintf(stderr, "dtmc: error: %s: %d mesh axes, plans hold at most %d\n",
-		        r->o.file, s->naxes, DTM_MAX_AXES);
+		fprintf(stderr, "dtmc: error: %s: %d mesh axes, plans hold at most %d\n", r->o.file,
+		        s->naxes, DTM_MAX_AXES);
 		return false;
 	}
 	s->pp_axis = s->sp_axis = -1;
@@ -463,7 +476,8 @@ static bool sched_same(SchedKind a, SchedKind b, int P, int M)
 		int ny = sched_build(b, P, M, 1, st, y, cap, NULL, 0);
 		same = nx >= 0 && nx == ny;
 		for (int k = 0; same && k < nx; k++)
-			same = x[k].work == y[k].work && x[k].mb == y[k].mb && x[k].chunk == y[k].chunk;
+			same = x[k].work == y[k].work && x[k].mb == y[k].mb &&
+			       x[k].chunk == y[k].chunk;
 	}
 	free(x);
 	free(y);
@@ -494,6 +508,33 @@ static void add_cand(Enum *e, const SweepCand *c)
 		e->cap = ncap;
 	}
 	r->cands[r->ncands++] = *c;
+}
+
+/* What varies inside a group: recompute, the ZeRO stage, the schedule. */
+typedef struct Members {
+	int sched[3], nsched;
+	bool same_1f1b; /* 1f1b runs gpipe's work lists (sched_same) */
+	int z_lo, z_hi, rc_lo, rc_hi;
+} Members;
+
+/* The members of c's groups: virtual stages 1, then 2 (a group each);
+ * inside, recompute, ZeRO and schedule nest as eval_level shares their
+ * passes. */
+static void add_members(Enum *e, SweepCand c, const Members *g)
+{
+	for (int v = 1; v <= 2; v++)
+		for (int rc = g->rc_lo; rc <= g->rc_hi; rc++)
+			for (int z = g->z_lo; z <= g->z_hi; z++)
+				for (int si = 0; si < g->nsched; si++) {
+					int sc = g->sched[si];
+					if ((sc == SWEEP_SCHED_INTERLEAVED) != (v == 2))
+						continue;
+					c.sched = (uint8_t)sc;
+					c.zero = (uint8_t)z;
+					c.rc = rc;
+					c.dup_prev = g->same_1f1b && sc == SWEEP_SCHED_1F1B;
+					add_cand(e, &c);
+				}
 }
 
 /* Every candidate, in group order: the members of a group (same mesh, M,
@@ -527,7 +568,7 @@ static bool enumerate(SweepRun *r, const IrModule *probe_m)
 	int64_t ncombo = 1;
 	for (int k = 0; k < s->nchooses; k++)
 		ncombo *= s->choose_nopts[k];
-	Enum e = { r, 0, false };
+	Enum e = {r, 0, false};
 	for (int64_t f = 0; f < nf && !e.overflow; f++) {
 		SweepCand c;
 		memset(&c, 0, sizeof c);
@@ -541,29 +582,37 @@ static bool enumerate(SweepRun *r, const IrModule *probe_m)
 			if (s->batch > 0 && !fix_m && (s->batch % M || (s->batch / M) % bsplit))
 				continue;
 			c.micro = (int)M;
-			int scheds[3], nsched = 0;
+			int scheds[3] = { 0 }, nsched = 0;
 			bool same_1f1b = false; /* right after gpipe, runs what it runs */
 			if (pp <= 1) {
 				scheds[nsched++] = SWEEP_SCHED_FILE;
 			} else if (fix_sched) {
 				const char *fs = ft->schedule ? ft->schedule : "1f1b";
-				scheds[nsched++] = !strcmp(fs, "gpipe")         ? SWEEP_SCHED_GPIPE
-				                   : !strcmp(fs, "interleaved") ? SWEEP_SCHED_INTERLEAVED
-				                                                : SWEEP_SCHED_1F1B;
+				scheds[nsched++] = !strcmp(fs, "gpipe") ? SWEEP_SCHED_GPIPE
+				                   : !strcmp(fs, "interleaved")
+				                           ? SWEEP_SCHED_INTERLEAVED
+				                           : SWEEP_SCHED_1F1B;
 			} else {
 				if (sched_ok(SCHED_GPIPE, (int)pp, (int)M, 1))
 					scheds[nsched++] = SWEEP_SCHED_GPIPE;
 				if (sched_ok(SCHED_1F1B, (int)pp, (int)M, 1))
 					scheds[nsched++] = SWEEP_SCHED_1F1B;
-				same_1f1b = nsched == 2 && sched_same(SCHED_GPIPE, SCHED_1F1B,
-				                                      (int)pp, (int)M);
+				same_1f1b = nsched == 2 &&
+				            sched_same(SCHED_GPIPE, SCHED_1F1B, (int)pp, (int)M);
 				if (sched_ok(SCHED_INTERLEAVED, (int)pp, (int)M, 2))
 					scheds[nsched++] = SWEEP_SCHED_INTERLEAVED;
 			}
-			int z_lo = fix_zero ? ft->zero : 0;
-			int z_hi = fix_zero ? ft->zero : zn > 1 ? 3 : 0;
-			int rc_lo = fix_rc ? ft->recompute : 0;
-			int rc_hi = fix_rc ? ft->recompute : 1;
+			Members ranges = {
+			        .nsched = nsched,
+			        .same_1f1b = same_1f1b,
+			        .z_lo = fix_zero ? ft->zero : 0,
+			        .z_hi = fix_zero ? ft->zero
+			                : zn > 1 ? 3
+			                         : 0,
+			        .rc_lo = fix_rc ? ft->recompute : 0,
+			        .rc_hi = fix_rc ? ft->recompute : 1,
+			};
+			memcpy(ranges.sched, scheds, sizeof scheds);
 			int sp_lo = fix_sp ? ft->sequence_parallel : 0;
 			int sp_hi = fix_sp ? ft->sequence_parallel : tp > 1;
 			for (int sp = sp_lo; sp <= sp_hi; sp++) {
@@ -574,24 +623,7 @@ static bool enumerate(SweepRun *r, const IrModule *probe_m)
 						c.choose[k] = (uint8_t)(x % s->choose_nopts[k]);
 						x /= s->choose_nopts[k];
 					}
-					/* virtual stages 1 first, then 2: one group
-					 * each; inside, recompute, ZeRO and schedule
-					 * nest as eval_level shares their passes */
-					for (int v = 1; v <= 2; v++)
-						for (int rc = rc_lo; rc <= rc_hi; rc++)
-							for (int z = z_lo; z <= z_hi; z++)
-								for (int si = 0; si < nsched; si++) {
-									bool vi = scheds[si] ==
-									          SWEEP_SCHED_INTERLEAVED;
-									if (vi != (v == 2))
-										continue;
-									c.sched = (uint8_t)scheds[si];
-									c.zero = (uint8_t)z;
-									c.rc = rc;
-									c.dup_prev = same_1f1b &&
-									             scheds[si] == SWEEP_SCHED_1F1B;
-									add_cand(&e, &c);
-								}
+					add_members(&e, c, &ranges);
 				}
 			}
 		}
@@ -618,7 +650,7 @@ typedef struct Shared {
 	SweepRun *r;
 	const AstFile *ast;
 	const SrcFile *src;
-	int64_t *gstart;   /* ngroups + 1 */
+	int64_t *gstart; /* ngroups + 1 */
 	int64_t ngroups;
 	/* pass indices: [0, split[0]) run once per group, [split[k],
 	 * split[k + 1]) once per recompute setting (k = 0), ZeRO stage (1)
@@ -631,8 +663,14 @@ typedef struct Shared {
 /* --profile: seconds per phase, summed over the candidates (and threads):
  * lower, each pass by its index in pass_list(), then the extras. */
 enum { PROF_LOWER = 0, PROF_PASS0 = 1, PROF_MAXPASS = 40 };
-enum { PROF_CLONE = PROF_PASS0 + PROF_MAXPASS, PROF_FUSE, PROF_MEMPLAN, PROF_PLAN, PROF_COST,
-       PROF_N };
+enum {
+	PROF_CLONE = PROF_PASS0 + PROF_MAXPASS,
+	PROF_FUSE,
+	PROF_MEMPLAN,
+	PROF_PLAN,
+	PROF_COST,
+	PROF_N
+};
 
 typedef struct Worker {
 	Shared *sh;
@@ -699,7 +737,7 @@ static bool skip_pass(const char *name)
 static bool run_passes(Worker *w, IrModule *m, Diag *d, int from, int to, bool verify)
 {
 	const Pass *pl = pass_list();
-	PassOptions po = { .verbose = false };
+	PassOptions po = {.verbose = false};
 	for (int i = from; i < to && pl[i].name; i++) {
 		if (skip_pass(pl[i].name))
 			continue;
@@ -770,13 +808,20 @@ static void set_suffix_train(IrModule *m, const SweepCand *c)
 	m->train.zero = c->zero;
 	m->train.recompute = c->rc;
 	switch (c->sched) {
-	case SWEEP_SCHED_GPIPE: m->train.schedule = "gpipe"; m->train.virtual_stages = 1; break;
-	case SWEEP_SCHED_1F1B: m->train.schedule = "1f1b"; m->train.virtual_stages = 1; break;
+	case SWEEP_SCHED_GPIPE:
+		m->train.schedule = "gpipe";
+		m->train.virtual_stages = 1;
+		break;
+	case SWEEP_SCHED_1F1B:
+		m->train.schedule = "1f1b";
+		m->train.virtual_stages = 1;
+		break;
 	case SWEEP_SCHED_INTERLEAVED:
 		m->train.schedule = "interleaved";
 		m->train.virtual_stages = 2;
 		break;
-	default: break;
+	default:
+		break;
 	}
 }
 
@@ -954,8 +999,9 @@ static void print_profile(const SweepRun *r, const double *prof, int nthreads)
 	double total = 0;
 	for (int q = 0; q < PROF_N; q++)
 		total += prof[q];
-	fprintf(stderr, "dtmc sweep: compile time by phase, %lld candidates on %d thread%s "
-	                "(%.1f ms of CPU each):\n",
+	fprintf(stderr,
+	        "dtmc sweep: compile time by phase, %lld candidates on %d thread%s "
+	        "(%.1f ms of CPU each):\n",
 	        (long long)r->ncands, nthreads, nthreads == 1 ? "" : "s",
 	        r->ncands ? total / (double)r->ncands * 1e3 : 0.0);
 	const Pass *pl = pass_list();
@@ -979,7 +1025,7 @@ static void print_profile(const SweepRun *r, const double *prof, int nthreads)
 
 static bool evaluate(SweepRun *r, const AstFile *ast, const SrcFile *src)
 {
-	Shared sh = { .r = r, .ast = ast, .src = src };
+	Shared sh = {.r = r, .ast = ast, .src = src};
 	sh.gstart = malloc(sizeof *sh.gstart * (size_t)(r->ncands + 1));
 	if (!sh.gstart)
 		return false;
@@ -992,7 +1038,7 @@ static bool evaluate(SweepRun *r, const AstFile *ast, const SrcFile *src)
 	 * nothing before `pipeline` the schedule.  A pass missing from the
 	 * list moves its split to the end: less sharing, same results. */
 	int np = npasses();
-	const char *at[3] = { "recompute", "state", "pipeline" };
+	const char *at[3] = {"recompute", "state", "pipeline"};
 	for (int k = 0; k < 3; k++) {
 		sh.split[k] = np;
 		for (int i = 0; i < np; i++)
@@ -1024,17 +1070,21 @@ static bool evaluate(SweepRun *r, const AstFile *ast, const SrcFile *src)
 		started++;
 	}
 	bool tty = !r->o.quiet && isatty(STDERR_FILENO);
+	double shown = t0;
 	while (started > 0 && atomic_load(&sh.done) < r->ncands) {
-		struct timespec ts = { 0, 100 * 1000 * 1000 };
+		/* short naps, so a small sweep does not wait for the bar */
+		struct timespec ts = {0, 2 * 1000 * 1000};
 		nanosleep(&ts, NULL);
-		if (tty)
+		if (tty && now_s() - shown >= 0.1) {
 			progress(atomic_load(&sh.done), r->ncands, t0, false);
+			shown = now_s();
+		}
 		/* every group taken and every worker gone: done (a failed
 		 * group counts its members too, so this is only a guard) */
 		if (atomic_load(&sh.next) >= sh.ngroups + started)
 			break;
 	}
-	double end = t0, prof[PROF_N] = { 0 };
+	double end = t0, prof[PROF_N] = {0};
 	for (int k = 0; k < started; k++) {
 		pthread_join(ws[k].tid, NULL);
 		fclose(ws[k].errf);
@@ -1062,7 +1112,8 @@ static const SweepRun *cmp_run; /* qsort has no context argument; set only on th
 
 static int cmp_rank(const void *a, const void *b)
 {
-	const SweepCand *x = &cmp_run->cands[*(const int *)a], *y = &cmp_run->cands[*(const int *)b];
+	const SweepCand *x = &cmp_run->cands[*(const int *)a],
+	                *y = &cmp_run->cands[*(const int *)b];
 	if (x->step_s != y->step_s)
 		return x->step_s < y->step_s ? -1 : 1;
 	if (x->peak_bytes != y->peak_bytes)
@@ -1138,7 +1189,7 @@ int sweep_main(int argc, char **argv)
 	diag_init(&d, stderr);
 	/* one parse for every candidate; the probe lowers it as the file says */
 	SrcFile *src = arena_alloc(&a, sizeof *src);
-	AstFile ast = { 0 };
+	AstFile ast = {0};
 	IrModule *m = NULL;
 	if (src && src_read_file(&a, &d, r.o.file, src)) {
 		diag_add_file(&d, src);
@@ -1147,8 +1198,8 @@ int sweep_main(int argc, char **argv)
 	}
 	bool ok = m && d.nerr == 0 && probe(&r, m, &a) && enumerate(&r, m);
 	if (ok && r.ncands == 0) {
-		fprintf(stderr, "dtmc: error: no candidate layouts of %s on %lld devices\n", r.o.file,
-		        (long long)r.o.devices);
+		fprintf(stderr, "dtmc: error: no candidate layouts of %s on %lld devices\n",
+		        r.o.file, (long long)r.o.devices);
 		ok = false;
 	}
 	ok = ok && evaluate(&r, &ast, src) && rank_all(&r);

@@ -9,11 +9,11 @@
 #include "hw.h"
 #include "sweep.h"
 
-#define SWEEP_MAX_CHOOSE 16   /* choose() points swept */
+#define SWEEP_MAX_CHOOSE 16 /* choose() points swept */
 #define SWEEP_MAX_CANDS 2000000
 
 typedef enum SweepSched {
-	SWEEP_SCHED_FILE,        /* one pipeline stage: the file's (unused) */
+	SWEEP_SCHED_FILE, /* one pipeline stage: the file's (unused) */
 	SWEEP_SCHED_GPIPE,
 	SWEEP_SCHED_1F1B,
 	SWEEP_SCHED_INTERLEAVED, /* interleaved(2) */
@@ -34,11 +34,11 @@ typedef struct SweepCand {
 	 * and gpipe with one micro-batch): the same plan, whose results it
 	 * copies instead of compiling it again */
 	bool dup_prev;
-	int micro;                  /* micro-batches */
+	int micro; /* micro-batches */
 	uint8_t choose[SWEEP_MAX_CHOOSE];
 	/* results */
-	uint8_t status;             /* SweepStatus */
-	const char *reason;         /* SWEEP_FAILED: the compiler's first error (malloc'd) */
+	uint8_t status;     /* SweepStatus */
+	const char *reason; /* SWEEP_FAILED: the compiler's first error (malloc'd) */
 	double step_s, tokens_per_s, peak_bytes, hfu, bubble, comm_s, exposed_s;
 } SweepCand;
 
@@ -48,15 +48,15 @@ typedef struct SweepOpts {
 	const char *hw_arg;
 	HwProfile hw;
 	int nodes;
-	double mem_limit;      /* bytes; 0 = none */
+	double mem_limit; /* bytes; 0 = none */
 	bool mem_limit_set;
 	int top;
 	bool json, csv, verify, profile;
 	const char *plot;
 	int measure, measure_steps;
 	int jobs;
-	bool quiet;            /* no progress bar */
-	LowerOptions lower;    /* -D and --train given by the user */
+	bool quiet;         /* no progress bar */
+	LowerOptions lower; /* -D and --train given by the user */
 } SweepOpts;
 
 /* What the sweep varies, read from the model lowered once. */
@@ -64,11 +64,11 @@ typedef struct SweepSpace {
 	const char *model;
 	int naxes;
 	const char *axes[DTM_MAX_AXES];
-	int pp_axis;           /* "pp", or -1 */
-	int sp_axis;           /* the axis SP splits over ("tp"), or -1 */
-	uint32_t zero_axes;    /* mesh axes ZeRO splits over */
-	uint32_t batch_axes;   /* axes splitting the batch (the first input's dim 0) */
-	int64_t batch;         /* global batch (0: no input) */
+	int pp_axis;         /* "pp", or -1 */
+	int sp_axis;         /* the axis SP splits over ("tp"), or -1 */
+	uint32_t zero_axes;  /* mesh axes ZeRO splits over */
+	uint32_t batch_axes; /* axes splitting the batch (the first input's dim 0) */
+	int64_t batch;       /* global batch (0: no input) */
 	int64_t tokens_per_sample;
 	int nchooses;
 	int choose_nopts[SWEEP_MAX_CHOOSE];
@@ -82,11 +82,11 @@ typedef struct SweepRun {
 	SweepCand *cands;
 	int64_t ncands;
 	int64_t nok, nfailed, nover;
-	double seconds;        /* compile and cost wall time */
-	int threads;           /* that compiled */
-	int *rank;             /* ok candidates, fastest first */
+	double seconds; /* compile and cost wall time */
+	int threads;    /* that compiled */
+	int *rank;      /* ok candidates, fastest first */
 	int nrank;
-	int *front;            /* Pareto front over ok candidates, ascending memory */
+	int *front; /* Pareto front over ok candidates, ascending memory */
 	int nfront;
 } SweepRun;
 

@@ -30,7 +30,7 @@
 typedef struct Measured {
 	double pred_s, pred_peak; /* cpu profile */
 	double meas_s, meas_peak;
-	int steps;                /* timed steps */
+	int steps; /* timed steps */
 } Measured;
 
 /* Lowers, applies c's choose() options, runs every pass and builds the
@@ -57,7 +57,7 @@ static bool build_one(const SweepRun *r, const SweepCand *c, const char *exe, Me
 		ch->selected = sel;
 		m->nodes[ch->node]->place = ch->opts[sel];
 	}
-	PassOptions po = { .verbose = false };
+	PassOptions po = {.verbose = false};
 	ok = ok && pass_run_until(m, &d, &po, NULL);
 	FusePlan fp;
 	MemPlan mp;
@@ -68,7 +68,8 @@ static bool build_one(const SweepRun *r, const SweepCand *c, const char *exe, Me
 	if (ok) {
 		ms->pred_peak = 0;
 		for (int s = 0; s < p->nstages; s++) {
-			const int64_t *ab = p->nstages > 1 ? p->stages[s].arena_bytes : p->arena_bytes;
+			const int64_t *ab =
+			        p->nstages > 1 ? p->stages[s].arena_bytes : p->arena_bytes;
 			double sum = 0;
 			for (int k = 0; k < DTM_ARENA_COUNT; k++)
 				sum += (double)ab[k];
@@ -84,7 +85,7 @@ static bool build_one(const SweepRun *r, const SweepCand *c, const char *exe, Me
 		cost_report_free(&rep);
 	}
 	if (ok) {
-		CgBuildOptions bo = { .output = exe };
+		CgBuildOptions bo = {.output = exe};
 		ok = cg_build(m, &bo, &d);
 	}
 	if (d.nerr > 0)
@@ -170,8 +171,9 @@ static bool read_peak(const char *path, Measured *ms)
 	while (fgets(line, sizeof line, f)) {
 		long long r, s, pa, op, gr, ac, in;
 		long long t;
-		if (sscanf(line, "alloc: rank %lld stage %lld param %lld opt %lld grad %lld act %lld "
-		                 "input %lld",
+		if (sscanf(line,
+		           "alloc: rank %lld stage %lld param %lld opt %lld grad %lld act %lld "
+		           "input %lld",
 		           &r, &s, &pa, &op, &gr, &ac, &in) == 7) {
 			double sum = (double)(pa + op + gr + ac + in);
 			if (sum > best)
@@ -210,16 +212,17 @@ bool sweep_measure(FILE *out, const SweepRun *r)
 		        tmp && *tmp ? tmp : "/tmp", strerror(errno));
 		return false;
 	}
-	static const char *const files[] = { "cand", "cand.dtm.c", "log.jsonl", "run.txt" };
+	static const char *const files[] = {"cand", "cand.dtm.c", "log.jsonl", "run.txt"};
 	char exe[4200], log[4200], txt[4200], steps[32];
 	snprintf(exe, sizeof exe, "%s/cand", dir);
 	snprintf(log, sizeof log, "%s/log.jsonl", dir);
 	snprintf(txt, sizeof txt, "%s/run.txt", dir);
 	snprintf(steps, sizeof steps, "%d", r->o.measure_steps);
-	fprintf(out, "\nmeasured here (local backend, ranks as threads, %d steps, the first not "
-	             "timed) against the cpu profile:\n"
-	             "     #  predicted ms  measured ms  ratio  predicted peak  measured peak  "
-	             "ratio  layout\n",
+	fprintf(out,
+	        "\nmeasured here (local backend, ranks as threads, %d steps, the first not "
+	        "timed) against the cpu profile:\n"
+	        "     #  predicted ms  measured ms  ratio  predicted peak  measured peak  "
+	        "ratio  layout\n",
 	        r->o.measure_steps);
 	fflush(out);
 	bool ok = true;
@@ -228,17 +231,19 @@ bool sweep_measure(FILE *out, const SweepRun *r)
 		const SweepCand *c = &r->cands[r->rank[i]];
 		char desc[512];
 		sweep_describe(r, c, desc, sizeof desc);
-		Measured ms = { 0 };
+		Measured ms = {0};
 		if (!build_one(r, c, exe, &ms)) {
-			fprintf(stderr, "dtmc: error: --measure: building #%d (%s) failed\n", i + 1, desc);
+			fprintf(stderr, "dtmc: error: --measure: building #%d (%s) failed\n", i + 1,
+			        desc);
 			ok = false;
 			break;
 		}
-		char *argv[] = { exe, "--steps", steps, "--log", log, "-v", "-q", NULL };
+		char *argv[] = {exe, "--steps", steps, "--log", log, "-v", "-q", NULL};
 		int rc = run_to_file(argv, txt);
 		if (rc != 0 || !read_log(log, &ms) || !read_peak(txt, &ms)) {
-			fprintf(stderr, "dtmc: error: --measure: running #%d (%s) failed (status %d); "
-			                "its output is in %s\n",
+			fprintf(stderr,
+			        "dtmc: error: --measure: running #%d (%s) failed (status %d); "
+			        "its output is in %s\n",
 			        i + 1, desc, rc, txt);
 			return false; /* keep the folder for the user */
 		}
@@ -255,8 +260,9 @@ bool sweep_measure(FILE *out, const SweepRun *r)
 		mhi = mr > mhi ? mr : mhi;
 	}
 	if (ok)
-		fprintf(out, "measured / predicted: step time %.2fx to %.2fx, peak memory %.3fx to "
-		             "%.3fx\n",
+		fprintf(out,
+		        "measured / predicted: step time %.2fx to %.2fx, peak memory %.3fx to "
+		        "%.3fx\n",
 		        tlo, thi, mlo, mhi);
 	remove_tree(dir, files, 4);
 	return ok;

@@ -42,10 +42,14 @@ static void json_num(FILE *out, double v)
 static const char *status_name(int st)
 {
 	switch (st) {
-	case SWEEP_OK: return "ok";
-	case SWEEP_OVER_MEM: return "over_mem";
-	case SWEEP_FAILED: return "failed";
-	default: return "pending";
+	case SWEEP_OK:
+		return "ok";
+	case SWEEP_OVER_MEM:
+		return "over_mem";
+	case SWEEP_FAILED:
+		return "failed";
+	default:
+		return "pending";
 	}
 }
 
@@ -109,8 +113,9 @@ bool sweep_print_json(FILE *out, const SweepRun *r)
 		fputs(a ? ", " : "", out);
 		json_str(out, r->s.axes[a]);
 	}
-	fprintf(out, "],\n  \"candidates\": %lld,\n  \"ok\": %lld,\n  \"failed\": %lld,\n"
-	             "  \"over_mem\": %lld,\n  \"seconds\": ",
+	fprintf(out,
+	        "],\n  \"candidates\": %lld,\n  \"ok\": %lld,\n  \"failed\": %lld,\n"
+	        "  \"over_mem\": %lld,\n  \"seconds\": ",
 	        (long long)r->ncands, (long long)r->nok, (long long)r->nfailed,
 	        (long long)r->nover);
 	json_num(out, r->seconds);
@@ -180,15 +185,16 @@ bool sweep_print_csv(FILE *out, const SweepRun *r)
 		sweep_mesh_text(r, c, mesh, sizeof mesh);
 		size_t n = 0;
 		for (int k = 0; k < r->s.nchooses && n < sizeof ch; k++)
-			n += (size_t)snprintf(ch + n, sizeof ch - n, "%s%d", k ? ";" : "", c->choose[k]);
+			n += (size_t)snprintf(ch + n, sizeof ch - n, "%s%d", k ? ";" : "",
+			                      c->choose[k]);
 		fprintf(out, "%lld,%s,", (long long)i, status_name(c->status));
 		if (rank_of[i])
 			fprintf(out, "%d", rank_of[i]);
 		fputc(',', out);
 		csv_field(out, mesh);
 		fprintf(out, ",%d,%d,%s,%d,%d,%s,", c->zero, c->micro,
-		        c->sched == SWEEP_SCHED_FILE ? "" : sweep_sched_name(c->sched), c->sp, c->rc,
-		        ch);
+		        c->sched == SWEEP_SCHED_FILE ? "" : sweep_sched_name(c->sched), c->sp,
+		        c->rc, ch);
 		if (c->status == SWEEP_OK || c->status == SWEEP_OVER_MEM)
 			fprintf(out, "%.9g,%.9g,%.0f,%.6g,%.6g,%.9g", c->step_s, c->tokens_per_s,
 			        c->peak_bytes, c->hfu, c->bubble, c->exposed_s);
@@ -211,7 +217,7 @@ static void text_row(FILE *out, const SweepRun *r, int k, int id)
 	sweep_describe(r, c, desc, sizeof desc);
 	if (k > 0)
 		fprintf(out, "  %4d", k);
-	fprintf(out, "  %12.3f  %12.4g  %11s  %6.1f%%  %8.3f  %s\n", c->step_s * 1e3,
+	fprintf(out, "  %12.4g  %12.4g  %11s  %6.1f%%  %8.4g  %s\n", c->step_s * 1e3,
 	        c->tokens_per_s, mem, c->bubble * 100, c->exposed_s * 1e3, desc);
 }
 
@@ -249,7 +255,7 @@ static void print_reasons(FILE *out, const SweepRun *r, int st, const char *what
 		if (k < nr)
 			rs[k].count++;
 		else if (nr < 64)
-			rs[nr++] = (Reason){ t, 1 };
+			rs[nr++] = (Reason){t, 1};
 		else
 			other++;
 	}
@@ -274,14 +280,16 @@ bool sweep_print_text(FILE *out, const SweepRun *r)
 	else
 		fprintf(out, " (%d per node)", r->o.hw.devices_per_node);
 	fprintf(out, ", memory limit %s\n", r->o.mem_limit > 0 ? lim : "none");
-	fprintf(out, "%lld candidates: %lld ranked, %lld did not compile, %lld over the memory "
-	             "limit\n",
+	fprintf(out,
+	        "%lld candidates: %lld ranked, %lld did not compile, %lld over the memory "
+	        "limit\n",
 	        (long long)r->ncands, (long long)r->nok, (long long)r->nfailed,
 	        (long long)r->nover);
-	fprintf(out, "compiled and costed in %.2f s on %d thread%s: %.0f candidates/s\n", r->seconds,
-	        r->threads, r->threads == 1 ? "" : "s",
+	fprintf(out, "compiled and costed in %.2f s on %d thread%s: %.0f candidates/s\n",
+	        r->seconds, r->threads, r->threads == 1 ? "" : "s",
 	        r->seconds > 0 ? (double)r->ncands / r->seconds : 0.0);
-	const char *head = "  step (ms)      tokens/s    peak/rank  bubble  exposed comm (ms)  layout\n";
+	const char *head =
+	        "  step (ms)      tokens/s    peak/rank  bubble  exposed comm (ms)  layout\n";
 	if (r->nrank > 0) {
 		int top = r->nrank < r->o.top ? r->nrank : r->o.top;
 		fprintf(out, "\nfastest %d:\n     #%s", top, head);
@@ -319,7 +327,8 @@ bool sweep_write_plot(const SweepRun *r, const char *path)
 		sweep_format_bytes(mb, sizeof mb, c->peak_bytes);
 		label[k] = malloc(600);
 		if (label[k])
-			snprintf(label[k], 600, "#%d %s: %.3f ms, %s", k + 1, desc, c->step_s * 1e3, mb);
+			snprintf(label[k], 600, "#%d %s: %.3f ms, %s", k + 1, desc, c->step_s * 1e3,
+			         mb);
 	}
 	for (int k = 0; ok && k < r->nfront; k++)
 		front[pos[r->front[k]] - 1] = true;
@@ -328,7 +337,8 @@ bool sweep_write_plot(const SweepRun *r, const char *path)
 		fprintf(stderr, "dtmc: error: cannot write '%s'\n", path);
 	if (f) {
 		char title[256];
-		snprintf(title, sizeof title, "%s on %lld devices (%s): %d candidates, Pareto front %d",
+		snprintf(title, sizeof title,
+		         "%s on %lld devices (%s): %d candidates, Pareto front %d",
 		         r->s.model ? r->s.model : "?", (long long)r->o.devices, r->o.hw.name, n,
 		         r->nfront);
 		bool w = sweep_svg(f, n, mem, tim, front, (const char *const *)label, title);

@@ -96,7 +96,7 @@ int sweep_pareto(int n, const double *mem, const double *time, int *front)
 	int m = 0;
 	for (int i = 0; i < n; i++)
 		if (!isnan(mem[i]) && !isnan(time[i]))
-			p[m++] = (Pt){ mem[i], time[i], i };
+			p[m++] = (Pt){mem[i], time[i], i};
 	qsort(p, (size_t)m, sizeof *p, cmp_pt);
 	/* ascending memory (then time, then index): a point is on the front
 	 * when it is faster than everything that uses no more memory; of
@@ -146,7 +146,7 @@ bool sweep_parse_bytes(const char *s, double *out)
 
 void sweep_format_bytes(char *buf, size_t cap, double bytes)
 {
-	static const char *units[] = { "B", "KiB", "MiB", "GiB", "TiB", "PiB" };
+	static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
 	int u = 0;
 	while (bytes >= 1024 && u < 5) {
 		bytes /= 1024;
@@ -155,14 +155,18 @@ void sweep_format_bytes(char *buf, size_t cap, double bytes)
 	if (u == 0)
 		snprintf(buf, cap, "%.0f B", bytes);
 	else
-		snprintf(buf, cap, "%.*f %s", bytes < 10 ? 2 : bytes < 100 ? 1 : 0, bytes, units[u]);
+		snprintf(buf, cap, "%.*f %s",
+		         bytes < 10    ? 2
+		         : bytes < 100 ? 1
+		                       : 0,
+		         bytes, units[u]);
 }
 
 /* ---- the SVG plot ---- */
 
 #define SVG_W 820
 #define SVG_H 520
-#define SVG_L 90  /* margins: room for tick labels and axis titles */
+#define SVG_L 90 /* margins: room for tick labels and axis titles */
 #define SVG_R 30
 #define SVG_T 50
 #define SVG_B 70
@@ -181,10 +185,18 @@ static void xml_text(FILE *out, const char *s)
 {
 	for (; s && *s; s++) {
 		switch (*s) {
-		case '<': fputs("&lt;", out); break;
-		case '>': fputs("&gt;", out); break;
-		case '&': fputs("&amp;", out); break;
-		case '"': fputs("&quot;", out); break;
+		case '<':
+			fputs("&lt;", out);
+			break;
+		case '>':
+			fputs("&gt;", out);
+			break;
+		case '&':
+			fputs("&amp;", out);
+			break;
+		case '"':
+			fputs("&quot;", out);
+			break;
 		default:
 			if ((unsigned char)*s >= 32)
 				fputc(*s, out);
@@ -199,7 +211,7 @@ typedef struct Axis {
 
 static Axis mem_axis(double max)
 {
-	static const char *units[] = { "B", "KiB", "MiB", "GiB", "TiB" };
+	static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
 	double scale = 1;
 	int u = 0;
 	while (max / scale >= 1024 && u < 4) {
@@ -208,16 +220,16 @@ static Axis mem_axis(double max)
 	}
 	double step = nice_step(max / scale * 1.05);
 	double top = ceil(max / scale * 1.05 / step) * step;
-	return (Axis){ top * scale, step * scale, scale, units[u] };
+	return (Axis){top * scale, step * scale, scale, units[u]};
 }
 
 static Axis time_axis(double max)
 {
-	double scale = max >= 10 ? 1 : max >= 0.01 ? 1e-3 : 1e-6;
+	double scale = max >= 10 ? 1 : max >= 1e-3 ? 1e-3 : 1e-6;
 	const char *unit = scale == 1 ? "s" : scale == 1e-3 ? "ms" : "us";
 	double step = nice_step(max / scale * 1.05);
 	double top = ceil(max / scale * 1.05 / step) * step;
-	return (Axis){ top * scale, step * scale, scale, unit };
+	return (Axis){top * scale, step * scale, scale, unit};
 }
 
 bool sweep_svg(FILE *out, int n, const double *mem, const double *time, const bool *front,
@@ -234,13 +246,13 @@ bool sweep_svg(FILE *out, int n, const double *mem, const double *time, const bo
 	const double pw = SVG_W - SVG_L - SVG_R, ph = SVG_H - SVG_T - SVG_B;
 #define PX(v) (SVG_L + (v) / xa.max * pw)
 #define PY(v) (SVG_T + ph - (v) / ya.max * ph)
-	fprintf(out, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
-	             "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
-	             "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\" font-size=\"12\">\n"
-	             "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
+	fprintf(out,
+	        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+	        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+	        "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\" font-size=\"12\">\n"
+	        "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
 	        SVG_W, SVG_H, SVG_W, SVG_H);
-	fprintf(out, "<text x=\"%d\" y=\"28\" text-anchor=\"middle\" font-size=\"15\">",
-	        SVG_W / 2);
+	fprintf(out, "<text x=\"%d\" y=\"28\" text-anchor=\"middle\" font-size=\"15\">", SVG_W / 2);
 	xml_text(out, title);
 	fputs("</text>\n", out);
 	/* grid, ticks and tick labels */
@@ -256,19 +268,22 @@ bool sweep_svg(FILE *out, int n, const double *mem, const double *time, const bo
 		fprintf(out, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%g</text>\n",
 		        PX(v), SVG_T + ph + 18, v / xa.scale);
 	for (double v = 0; v <= ya.max * (1 + 1e-9); v += ya.step)
-		fprintf(out, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n",
-		        SVG_L - 8, PY(v) + 4, v / ya.scale);
+		fprintf(out, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n", SVG_L - 8,
+		        PY(v) + 4, v / ya.scale);
 	fputs("</g>\n", out);
 	/* axes and their titles */
-	fprintf(out, "<g stroke=\"#333\" stroke-width=\"1.2\">"
-	             "<line x1=\"%d\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>"
-	             "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%.1f\"/></g>\n",
+	fprintf(out,
+	        "<g stroke=\"#333\" stroke-width=\"1.2\">"
+	        "<line x1=\"%d\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>"
+	        "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%.1f\"/></g>\n",
 	        SVG_L, SVG_T + ph, SVG_L + pw, SVG_T + ph, SVG_L, SVG_T, SVG_L, SVG_T + ph);
-	fprintf(out, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">peak memory per rank "
-	             "(%s)</text>\n",
+	fprintf(out,
+	        "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">peak memory per rank "
+	        "(%s)</text>\n",
 	        SVG_L + pw / 2, SVG_H - 22, xa.unit);
-	fprintf(out, "<text x=\"22\" y=\"%.1f\" text-anchor=\"middle\" "
-	             "transform=\"rotate(-90 22 %.1f)\">step time (%s)</text>\n",
+	fprintf(out,
+	        "<text x=\"22\" y=\"%.1f\" text-anchor=\"middle\" "
+	        "transform=\"rotate(-90 22 %.1f)\">step time (%s)</text>\n",
 	        SVG_T + ph / 2, SVG_T + ph / 2, ya.unit);
 	/* the front's staircase under the points */
 	int *order = malloc(sizeof *order * (size_t)(n > 0 ? n : 1));
@@ -291,15 +306,16 @@ bool sweep_svg(FILE *out, int n, const double *mem, const double *time, const bo
 			for (int k = 0; k < nf; k++) {
 				int i = order[k];
 				if (k)
-					fprintf(out, " %.1f,%.1f", PX(mem[i]), PY(time[order[k - 1]]));
+					fprintf(out, " %.1f,%.1f", PX(mem[i]),
+					        PY(time[order[k - 1]]));
 				fprintf(out, " %.1f,%.1f", PX(mem[i]), PY(time[i]));
 			}
 			fputs("\"/>\n", out);
 		}
 	}
 	for (int pass = 0; pass < 2; pass++) {
-		fprintf(out, "<g fill=\"%s\" fill-opacity=\"%s\">\n",
-		        pass ? "#d62728" : "#7f7f7f", pass ? "1" : "0.45");
+		fprintf(out, "<g fill=\"%s\" fill-opacity=\"%s\">\n", pass ? "#d62728" : "#7f7f7f",
+		        pass ? "1" : "0.45");
 		for (int i = 0; i < n; i++) {
 			if (front[i] != (pass == 1) || !isfinite(mem[i]) || !isfinite(time[i]))
 				continue;
@@ -316,10 +332,11 @@ bool sweep_svg(FILE *out, int n, const double *mem, const double *time, const bo
 	}
 	free(order);
 	/* legend */
-	fprintf(out, "<g font-size=\"12\"><circle cx=\"%.1f\" cy=\"%d\" r=\"3\" fill=\"#7f7f7f\"/>"
-	             "<text x=\"%.1f\" y=\"%d\">candidate</text>"
-	             "<circle cx=\"%.1f\" cy=\"%d\" r=\"4\" fill=\"#d62728\"/>"
-	             "<text x=\"%.1f\" y=\"%d\">Pareto front (%d)</text></g>\n",
+	fprintf(out,
+	        "<g font-size=\"12\"><circle cx=\"%.1f\" cy=\"%d\" r=\"3\" fill=\"#7f7f7f\"/>"
+	        "<text x=\"%.1f\" y=\"%d\">candidate</text>"
+	        "<circle cx=\"%.1f\" cy=\"%d\" r=\"4\" fill=\"#d62728\"/>"
+	        "<text x=\"%.1f\" y=\"%d\">Pareto front (%d)</text></g>\n",
 	        SVG_L + pw - 220, SVG_T + 12, SVG_L + pw - 212, SVG_T + 16, SVG_L + pw - 120,
 	        SVG_T + 12, SVG_L + pw - 112, SVG_T + 16, nf);
 	fputs("</svg>\n", out);

@@ -7,7 +7,8 @@
 #                        undominated; --csv has a row per candidate; --plot
 #                        writes an SVG; the text report names the best layout.
 #                        Timings are the cost model's: checked for order, never
-#                        against numbers.
+#                        against numbers.  tests/sweep/choose.dtm: both options
+#                        of its choose() point are swept and differ on tp = 2.
 #   run.sh DTMC errors   bad --devices, --hw, --mem-limit, options: exit 1 and a
 #                        message naming the option.
 #   run.sh DTMC measure  --measure 2 on models/mlp.dtm (builds and runs two
@@ -93,6 +94,25 @@ ok = [r for r in rows if r["status"] == "ok"]
 best = [r for r in ok if r["rank"] == "1"]
 if len(best) != 1 or any(float(best[0]["step_s"]) > float(r["step_s"]) for r in ok):
     print("FAIL: rank 1 is not the fastest", file=sys.stderr)
+    sys.exit(1)
+EOF
+	# a choose() point is swept: both options, and on tp = 2 they differ
+	"$dtmc" sweep tests/sweep/choose.dtm --devices 2 --json --top 1000 > "$tmp/ch.json" ||
+		fail "sweep of a choose() model exited $?"
+	python3 - "$tmp/ch.json" <<'EOF' || exit 1
+import json, sys
+d = json.load(open(sys.argv[1]))
+by = {}
+for c in d["ranking"]:
+    key = (tuple(sorted(c["mesh"].items())), c["zero"], c["microbatches"], c["sequence_parallel"],
+           c["recompute"], c["schedule"])
+    by.setdefault(key, {})[tuple(c["choose"])] = (c["step_s"], c["peak_bytes"])
+if {k for v in by.values() for k in v} != {(0,), (1,)}:
+    print("FAIL: choose options swept: %r" % sorted({k for v in by.values() for k in v}), file=sys.stderr)
+    sys.exit(1)
+tp2 = by[((("dp", 1), ("tp", 2)), 0, 1, False, False, None)]
+if tp2[(0,)] == tp2[(1,)]:
+    print("FAIL: column and row parallel w1 cost the same on tp=2", file=sys.stderr)
     sys.exit(1)
 EOF
 	"$dtmc" sweep models/mlp.dtm --devices 4 --plot "$tmp/p.svg" > "$tmp/out.txt" ||

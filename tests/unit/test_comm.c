@@ -385,11 +385,13 @@ static void test_failures(void)
 	for (int how = 0; how < 3; how++) {
 		Failure f = { 2, how };
 		double t0 = comm_now();
-		int rc = run_world(&m, how == 2 ? 0.5 : 2.0, misbehave, &f, jobs);
+		int rc = run_world(&m, how == 2 ? 0.5 : 20.0, misbehave, &f, jobs);
 		double dt = comm_now() - t0;
 		CHECK(rc != 0);
-		/* never a hang: well inside the timeout, or just past it */
-		CHECK(dt < (how == 2 ? 3.0 : 1.0));
+		/* never a hang: a failed or finished rank is noticed without
+		 * waiting for the (20 s) timeout; a late one just past its
+		 * 0.5 s (bounds loose enough for a loaded machine) */
+		CHECK(dt < (how == 2 ? 5.0 : 10.0));
 		for (int r = 0; r < 4; r++) {
 			if (r == 2) {
 				CHECK(how == 1 ? jobs[r].rc == 0 : jobs[r].rc != 0);

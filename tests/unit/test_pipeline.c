@@ -223,6 +223,21 @@ int main(void)
 	test_order("gpipe", SCHED_GPIPE, 4, 4);
 	test_order("1f1b", SCHED_1F1B, 4, 2); /* M < P: a longer bubble, still valid */
 	test_auto_split();
+	/* one micro-batch: nothing unrolled (no node has an mb), every node
+	 * is micro-batch 0's: one activation each way */
+	{
+		Arena a;
+		arena_init(&a);
+		Diag d;
+		diag_init(&d, stderr);
+		IrModule *m = compile(&a, &d, 2, "stage i * pp / layers", 1, "1f1b", "pipeline");
+		CHECK(m != NULL);
+		if (m) {
+			CHECK_EQ_INT(count(m, 0, IR_OP_SEND, IR_PHASE_FORWARD), 1);
+			CHECK_EQ_INT(count(m, 1, IR_OP_RECV, IR_PHASE_FORWARD), 1);
+		}
+		arena_free(&a);
+	}
 	/* schedule errors point at the train section's schedule line */
 	expect_error(2, 3, "interleaved(2)", "multiple of P = 2", 21);
 	expect_error(4, 2, "interleaved(2)", "M < P", 21);

@@ -23,8 +23,8 @@ static void test_factorizations(void)
 	 * with exponents summing to 3: C(3 + 2, 2) = 10, lexicographic */
 	int64_t out[64 * 3];
 	CHECK_EQ_INT(sweep_factorizations(8, 3, out, 64), 10);
-	int64_t want[10][3] = { { 1, 1, 8 }, { 1, 2, 4 }, { 1, 4, 2 }, { 1, 8, 1 }, { 2, 1, 4 },
-		                { 2, 2, 2 }, { 2, 4, 1 }, { 4, 1, 2 }, { 4, 2, 1 }, { 8, 1, 1 } };
+	int64_t want[10][3] = {{1, 1, 8}, {1, 2, 4}, {1, 4, 2}, {1, 8, 1}, {2, 1, 4},
+	                       {2, 2, 2}, {2, 4, 1}, {4, 1, 2}, {4, 2, 1}, {8, 1, 1}};
 	for (int i = 0; i < 10; i++)
 		for (int k = 0; k < 3; k++)
 			CHECK_EQ_INT(out[i * 3 + k], want[i][k]);
@@ -40,9 +40,10 @@ static void test_factorizations(void)
 	 * 64 = 2^6 over 3 axes: C(8, 2) = 28; 360 = 2^3 3^2 5 over 4 axes:
 	 * C(6,3) C(5,3) C(4,3) = 20 * 10 * 4 = 800 */
 	CHECK_EQ_INT(sweep_factorizations(64, 3, NULL, 0), binom(8, 2));
-	CHECK_EQ_INT(sweep_factorizations(360, 4, NULL, 0), binom(6, 3) * binom(5, 3) * binom(4, 3));
+	CHECK_EQ_INT(sweep_factorizations(360, 4, NULL, 0),
+	             binom(6, 3) * binom(5, 3) * binom(4, 3));
 	/* a cap below the count: the count still, only cap tuples written */
-	int64_t few[2 * 3] = { 0 };
+	int64_t few[2 * 3] = {0};
 	CHECK_EQ_INT(sweep_factorizations(8, 3, few, 2), 10);
 	CHECK_EQ_INT(few[3] * few[4] * few[5], 8);
 	/* edges: one axis, one device, no axes, a prime, bad n */
@@ -61,7 +62,7 @@ static void test_divisors(void)
 {
 	int64_t d[32];
 	CHECK_EQ_INT(sweep_divisors(12, d, 32), 6);
-	int64_t want[6] = { 1, 2, 3, 4, 6, 12 };
+	int64_t want[6] = {1, 2, 3, 4, 6, 12};
 	for (int i = 0; i < 6; i++)
 		CHECK_EQ_INT(d[i], want[i]);
 	CHECK_EQ_INT(sweep_divisors(16, d, 32), 5); /* 1 2 4 8 16: 4 counted once */
@@ -77,7 +78,7 @@ static void test_pareto(void)
 	/* (mem, time):     0:(4,1) 1:(1,5) 2:(2,3) 3:(3,3) 4:(2,4) 5:(5,1)
 	 * 3 is dominated by 2 (less memory, same time), 4 by 2, 5 by 0;
 	 * front by ascending memory: 1 (1,5), 2 (2,3), 0 (4,1) */
-	double mem[] = { 4, 1, 2, 3, 2, 5 }, tim[] = { 1, 5, 3, 3, 4, 1 };
+	double mem[] = {4, 1, 2, 3, 2, 5}, tim[] = {1, 5, 3, 3, 4, 1};
 	int front[6];
 	int n = sweep_pareto(6, mem, tim, front);
 	CHECK_EQ_INT(n, 3);
@@ -85,13 +86,13 @@ static void test_pareto(void)
 	CHECK_EQ_INT(front[1], 2);
 	CHECK_EQ_INT(front[2], 0);
 	/* equal points: the first (lowest index) stands for them */
-	double m2[] = { 2, 1, 2 }, t2[] = { 1, 3, 1 };
+	double m2[] = {2, 1, 2}, t2[] = {1, 3, 1};
 	n = sweep_pareto(3, m2, t2, front);
 	CHECK_EQ_INT(n, 2);
 	CHECK_EQ_INT(front[0], 1);
 	CHECK_EQ_INT(front[1], 0);
 	/* a NaN is never on the front; one point is its own front */
-	double m3[] = { NAN, 1 }, t3[] = { 0, 2 };
+	double m3[] = {NAN, 1}, t3[] = {0, 2};
 	n = sweep_pareto(2, m3, t3, front);
 	CHECK_EQ_INT(n, 1);
 	CHECK_EQ_INT(front[0], 1);
@@ -108,7 +109,7 @@ static void test_pareto(void)
 		rt[i] = (double)(s >> 16 & 1023);
 	}
 	int rf[N];
-	bool on[N] = { false };
+	bool on[N] = {false};
 	n = sweep_pareto(N, rm, rt, rf);
 	for (int k = 0; k < n; k++)
 		on[rf[k]] = true;
@@ -117,7 +118,8 @@ static void test_pareto(void)
 	for (int i = 0; i < N; i++) {
 		bool dominated = false;
 		for (int j = 0; j < N && !dominated; j++)
-			dominated = rm[j] <= rm[i] && rt[j] <= rt[i] && (rm[j] < rm[i] || rt[j] < rt[i]);
+			dominated = rm[j] <= rm[i] && rt[j] <= rt[i] &&
+			            (rm[j] < rm[i] || rt[j] < rt[i]);
 		if (on[i])
 			CHECK(!dominated);
 		else if (!dominated) /* off the front only as a repeat of a front point */
@@ -165,10 +167,10 @@ static int count(const char *hay, const char *needle)
 
 static void test_svg(void)
 {
-	double mem[] = { 1 << 30, 2.0 * (1 << 30), 3.0 * (1 << 30) };
-	double tim[] = { 0.030, 0.020, 0.025 };
-	bool front[] = { true, true, false };
-	const char *label[] = { "a <1>", "b", NULL };
+	double mem[] = {1 << 30, 2.0 * (1 << 30), 3.0 * (1 << 30)};
+	double tim[] = {0.030, 0.020, 0.025};
+	bool front[] = {true, true, false};
+	const char *label[] = {"a <1>", "b", NULL};
 	char *buf = NULL;
 	size_t len = 0;
 	FILE *f = open_memstream(&buf, &len);
@@ -179,12 +181,12 @@ static void test_svg(void)
 	fclose(f);
 	CHECK(buf && strncmp(buf, "<?xml", 5) == 0);
 	CHECK(count(buf, "<svg") == 1 && count(buf, "</svg>") == 1);
-	CHECK_EQ_INT(count(buf, "<circle"), 3 + 2); /* the points, then the legend's */
-	CHECK_EQ_INT(count(buf, "fill=\"#d62728\"") , 2); /* front group and legend */
-	CHECK(count(buf, "<polyline") == 1);          /* the front's staircase */
+	CHECK_EQ_INT(count(buf, "<circle"), 3 + 2);      /* the points, then the legend's */
+	CHECK_EQ_INT(count(buf, "fill=\"#d62728\""), 2); /* front group and legend */
+	CHECK(count(buf, "<polyline") == 1);             /* the front's staircase */
 	CHECK(strstr(buf, "peak memory per rank (GiB)") != NULL);
 	CHECK(strstr(buf, "step time (ms)") != NULL);
-	CHECK(strstr(buf, "gpt &amp; co") != NULL);  /* escaped */
+	CHECK(strstr(buf, "gpt &amp; co") != NULL); /* escaped */
 	CHECK(strstr(buf, "<title>a &lt;1&gt;</title>") != NULL);
 	CHECK(strstr(buf, "Pareto front (2)") != NULL);
 	free(buf);
