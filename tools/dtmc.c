@@ -523,19 +523,23 @@ static int cmd_print(const Args *args)
 	return finish(&a, &d, ok);
 }
 
+/* The model through every pass: the per-rank program of each pipeline
+ * stage (the binary runs the mesh as threads or under mpirun). */
+static IrModule *compile_all(Arena *a, Diag *d, const Args *args)
+{
+	PassOptions popt = {.verbose = args->verbose};
+	IrModule *m = load(a, d, args);
+	return m && pass_run_until(m, d, &popt, NULL) ? m : NULL;
+}
+
 static int cmd_build(const Args *args)
 {
 	Arena a;
 	Diag d;
 	arena_init(&a);
 	diag_init(&d, stderr);
-	PassOptions popt = {.verbose = args->verbose};
-	IrModule *m = load(&a, &d, args);
+	IrModule *m = compile_all(&a, &d, args);
 	bool ok = m != NULL;
-	/* Several ranks: partition makes the per-rank program (and refuses
-	 * uneven shards); the binary runs the mesh as threads or under mpirun. */
-	if (ok)
-		ok = pass_run_until(m, &d, &popt, NULL);
 	if (ok) {
 		CgBuildOptions bo = {args->output, args->verbose, args->keep_c, args->cuda};
 		ok = cg_build(m, &bo, &d);
@@ -549,11 +553,8 @@ static int cmd_cuda_src(const Args *args)
 	Diag d;
 	arena_init(&a);
 	diag_init(&d, stderr);
-	PassOptions popt = {.verbose = args->verbose};
-	IrModule *m = load(&a, &d, args);
+	IrModule *m = compile_all(&a, &d, args);
 	bool ok = m != NULL;
-	if (ok)
-		ok = pass_run_until(m, &d, &popt, NULL);
 	if (ok)
 		ok = cg_write_cuda_source(m, args->output, cg_source_dir(), &d);
 	if (ok && strcmp(args->output, "-") == 0)
