@@ -170,15 +170,15 @@ static DtmRed red_of(IrRed r)
 	}
 }
 
-static bool is_grad_norm(const IrNode *n)
-{
-	return (n->name && strcmp(n->name, "grad_norm") == 0) ||
-	       strcmp(ir_op_name(n->op), "grad_norm") == 0;
-}
-
 static bool named_grad_norm(const IrNode *n)
 {
-	return n->name && strcmp(n->name, "grad_norm") == 0;
+	/* the first byte first: asked of every node, rarely true */
+	return n->name && n->name[0] == 'g' && strcmp(n->name, "grad_norm") == 0;
+}
+
+static bool is_grad_norm(const IrNode *n)
+{
+	return named_grad_norm(n) || n->op == IR_OP_GRAD_NORM;
 }
 
 /* ---- the builder ---- */
@@ -199,6 +199,9 @@ typedef struct Build {
 	int *kernel;    /* per node: its first kernel index, or -1 */
 	const CgPlanKernel *ks; /* build_kernels': the kernels with their args */
 	int opt_start;  /* first optimizer node */
+	/* cg_plan_build_lean: no text for reports (placements, labels),
+	 * names borrowed from the module */
+	bool lean;
 	DtmPlan *p;
 } Build;
 
@@ -254,7 +257,7 @@ static bool build_buffers(Build *b, int nbuf)
 		if (mb->owner != i)
 			continue;
 		DtmBuffer *buf = &bufs[b->bufid[i]];
-		buf->name = n->name ? arena_strdup(b->a, n->name) : NULL;
+		buf->name = n->name && !b->lean ? arena_strdup(b->a, n->name) : n->name;
 		buf->role = role_of(i == m->loss ? IR_ROLE_LOSS : n->role);
 		buf->dtype = dtype_of(n->dtype);
 		buf->rank = n->rank;
@@ -263,9 +266,13 @@ static bool build_buffers(Build *b, int nbuf)
 			buf->global_shape[d] = ir_global_dim(m, n, d);
 		}
 		fill_split(m, n, buf);
-		char pl[256];
-		placement_format(&n->place, &m->mesh, pl, sizeof pl);
-		buf->placement = arena_strdup(b->a, pl);
+		if (!b->lean) {
+			char pl[256];
+			placement_format(&n->place, &m->mesh, pl, sizeof pl);
+			buf->placement = arena_strdup(b->a, pl);
+			if (!buf->placement)
+				return false;
+		}
 		buf->arena = mb->arena >= 0 && mb->arena < DTM_ARENA_COUNT ? (DtmArena)mb->arena
 		                                                          : DTM_ARENA_ACT;
 		buf->offset = mb->offset;
@@ -277,7 +284,7 @@ static bool build_buffers(Build *b, int nbuf)
 			buf->init_a = (float)n->attrs.f[0];
 			buf->init_b = (float)n->attrs.f[1];
 		}
-		if ((n->name && !buf->name) || !buf->placement)
+		if (n->name && !buf->name)
 			return false;
 	}
 	b->p->nbuffers = nbuf;
@@ -306,7 +313,7 @@ static const char *label_of(Build *b, const IrNode *n)
 		tail = id;
 	}
 	size_t a = strlen(op), t = strlen(tail);
-	char *s = arena_alloc(b->a, a + t + 2);
+	char *s = arena_alloc_raw(b->a, a + t + 2);
 	if (!s)
 		return NULL;
 	memcpy(s, op, a);
@@ -400,7 +407,7 @@ static int build_actions(Build *b, int s, DtmAction *out)
 			act->phase = phase_of(b, i);
 			act->microbatch = n->mb > 0 ? n->mb : 0;
 			act->node = i;
-			act->label = label_of(b, n);
+			act->label = b->lean ? ir_op_name(n->op) : label_of(b, n);
 			if (p2p) {
 				/* args = { the buffer sent, or received into } */
 				int buf = n->op == IR_OP_SEND ? n->ops[0] : i;
@@ -616,9 +623,11 @@ static bool build_train(Build *b)
 	return c->optimizer && c->lr_schedule && c->data;
 }
 
-DtmPlan *cg_plan_build(const IrModule *m, const FusePlan *fp, const MemPlan *mp, Arena *a, Diag *d)
+static DtmPlan *plan_build(const IrModule *m, const FusePlan *fp, const MemPlan *mp, Arena *a,
+                           Diag *d, bool lean)
 {
-	Build b = { .m = m, .fp = fp, .mp = mp, .a = a, .d = d, .opt_start = m->nnodes };
+	Build b = { .m = m, .fp = fp, .mp = mp, .a = a, .d = d, .opt_start = m->nnodes,
+	            .lean = lean };
 	b.p = arena_alloc(a, sizeof *b.p);
 	b.bufid = arena_alloc(a, sizeof(int) * ((size_t)m->nnodes + 1));
 	b.kernel = arena_alloc(a, sizeof(int) * ((size_t)m->nnodes + 1));
@@ -668,6 +677,17 @@ DtmPlan *cg_plan_build(const IrModule *m, const FusePlan *fp, const MemPlan *mp,
 oom:
 	diag_error(d, (SrcLoc){0}, "out of memory building the plan");
 	return NULL;
+}
+
+DtmPlan *cg_plan_build(const IrModule *m, const FusePlan *fp, const MemPlan *mp, Arena *a, Diag *d)
+{
+	return plan_build(m, fp, mp, a, d, false);
+}
+
+DtmPlan *cg_plan_build_lean(const IrModule *m, const FusePlan *fp, const MemPlan *mp, Arena *a,
+                            Diag *d)
+{
+	return plan_build(m, fp, mp, a, d, true);
 }
 
 DtmPlan *cg_compile(const char *path, const CgCompileOptions *o, Arena *a, Diag *d, IrModule **mout)

@@ -28,11 +28,15 @@ IrModule *ir_module_clone(Arena *a, const IrModule *m)
 	size_t nops = 0;
 	for (int i = 0; i < n; i++)
 		nops += (size_t)m->nodes[i]->nops;
-	c->nodes = arena_alloc(a, sizeof *c->nodes * (size_t)(cap ? cap : 1));
-	IrNode *body = n ? arena_alloc(a, sizeof *body * (size_t)n) : NULL;
-	int *ops = nops ? arena_alloc(a, sizeof *ops * nops) : NULL;
+	/* every byte of the first n slots, the nodes and their operands is
+	 * copied over below: only the spare slots need zeroing */
+	c->nodes = arena_alloc_raw(a, sizeof *c->nodes * (size_t)(cap ? cap : 1));
+	IrNode *body = n ? arena_alloc_raw(a, sizeof *body * (size_t)n) : NULL;
+	int *ops = nops ? arena_alloc_raw(a, sizeof *ops * nops) : NULL;
 	if (!c->nodes || (n && !body) || (nops && !ops))
 		return NULL;
+	if (cap > n)
+		memset(c->nodes + n, 0, sizeof *c->nodes * (size_t)(cap - n));
 	c->cap = cap;
 	for (int i = 0; i < n; i++) {
 		const IrNode *s = m->nodes[i];

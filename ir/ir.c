@@ -219,10 +219,11 @@ IrModule *ir_module_new(Arena *a, const char *name)
 	return m;
 }
 
-IrNode *ir_node_new(IrModule *m, IrOp op, const int *ops, int nops, SrcLoc loc)
+/* Room for one more node in m->nodes. */
+static bool node_room(IrModule *m)
 {
-	if (m->nnodes >= IR_MAX_NODES || nops < 0)
-		return NULL;
+	if (m->nnodes >= IR_MAX_NODES)
+		return false;
 	if (m->nnodes == m->cap) {
 		/* The arena cannot grow in place; doubling keeps the copies to
 		 * at most twice the final array. */
@@ -231,17 +232,45 @@ IrNode *ir_node_new(IrModule *m, IrOp op, const int *ops, int nops, SrcLoc loc)
 			ncap = IR_MAX_NODES;
 		IrNode **nn = arena_alloc(m->arena, (size_t)ncap * sizeof *nn);
 		if (!nn)
-			return NULL;
+			return false;
 		if (m->nnodes)
 			memcpy(nn, m->nodes, (size_t)m->nnodes * sizeof *nn);
 		m->nodes = nn;
 		m->cap = ncap;
 	}
+	return true;
+}
+
+IrNode *ir_node_copy(IrModule *m, const IrNode *src, const int *ops, int nops)
+{
+	if (nops < 0 || !node_room(m))
+		return NULL;
+	IrNode *n = arena_alloc_raw(m->arena, sizeof *n);
+	if (!n)
+		return NULL;
+	*n = *src;
+	n->ops = NULL;
+	if (nops > 0) {
+		n->ops = arena_alloc_raw(m->arena, (size_t)nops * sizeof *n->ops);
+		if (!n->ops)
+			return NULL;
+		memcpy(n->ops, ops, (size_t)nops * sizeof *n->ops);
+	}
+	n->id = m->nnodes;
+	n->nops = nops;
+	m->nodes[m->nnodes++] = n;
+	return n;
+}
+
+IrNode *ir_node_new(IrModule *m, IrOp op, const int *ops, int nops, SrcLoc loc)
+{
+	if (nops < 0 || !node_room(m))
+		return NULL;
 	IrNode *n = arena_alloc(m->arena, sizeof *n);
 	if (!n)
 		return NULL;
 	if (nops > 0) {
-		n->ops = arena_alloc(m->arena, (size_t)nops * sizeof *n->ops);
+		n->ops = arena_alloc_raw(m->arena, (size_t)nops * sizeof *n->ops);
 		if (!n->ops)
 			return NULL;
 		memcpy(n->ops, ops, (size_t)nops * sizeof *n->ops);

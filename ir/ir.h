@@ -221,6 +221,11 @@ void ir_train_defaults(IrTrain *t);
  * are left for the caller / shape inference.  Returns NULL past
  * IR_MAX_NODES or out of memory. */
 IrNode *ir_node_new(IrModule *m, IrOp op, const int *ops, int nops, SrcLoc loc);
+/* Appends a copy of src (every field, src may be another module's) with its
+ * own id and the given nops operands (copied): what passes that rebuild a
+ * module do per node, without ir_node_new's defaults written and then
+ * overwritten.  NULL as ir_node_new. */
+IrNode *ir_node_copy(IrModule *m, const IrNode *src, const int *ops, int nops);
 int64_t ir_node_numel(const IrNode *n);
 int ir_choose_add(IrModule *m, int node, const Placement *opts, int nopts, SrcLoc loc);
 /* A deep copy of m in a (clone.c): nodes, operand lists and choose()

@@ -41,7 +41,7 @@ void arena_free(Arena *a)
 	a->used = 0;
 }
 
-void *arena_alloc(Arena *a, size_t n)
+void *arena_alloc_raw(Arena *a, size_t n)
 {
 	n = (n + 15) & ~(size_t)15;
 	if (n == 0)
@@ -69,13 +69,21 @@ void *arena_alloc(Arena *a, size_t n)
 	void *p = b->data + b->used;
 	b->used += n;
 	a->used += n;
-	memset(p, 0, n);
+	return p;
+}
+
+void *arena_alloc(Arena *a, size_t n)
+{
+	void *p = arena_alloc_raw(a, n);
+	size_t z = (n + 15) & ~(size_t)15;
+	if (p)
+		memset(p, 0, z ? z : 16);
 	return p;
 }
 
 char *arena_strndup(Arena *a, const char *s, size_t n)
 {
-	char *p = arena_alloc(a, n + 1);
+	char *p = arena_alloc_raw(a, n + 1);
 	if (!p)
 		return NULL;
 	memcpy(p, s, n);
@@ -95,7 +103,7 @@ char *arena_printf(Arena *a, const char *fmt, ...)
 	va_copy(ap2, ap);
 	int n = vsnprintf(NULL, 0, fmt, ap);
 	va_end(ap);
-	char *p = n >= 0 ? arena_alloc(a, (size_t)n + 1) : NULL;
+	char *p = n >= 0 ? arena_alloc_raw(a, (size_t)n + 1) : NULL;
 	if (p)
 		vsnprintf(p, (size_t)n + 1, fmt, ap2);
 	va_end(ap2);

@@ -37,6 +37,9 @@ void arena_free(Arena *a); /* frees every block; the arena can be reused */
 /* Zeroed, 16-byte aligned.  Returns NULL only when a->limit is exceeded or
  * the system is out of memory. */
 void *arena_alloc(Arena *a, size_t n);
+/* As arena_alloc, but the bytes are not zeroed: for memory the caller
+ * overwrites in full at once (copies, strings), where the memset is waste. */
+void *arena_alloc_raw(Arena *a, size_t n);
 char *arena_strdup(Arena *a, const char *s);
 char *arena_strndup(Arena *a, const char *s, size_t n);
 char *arena_printf(Arena *a, const char *fmt, ...)

@@ -46,9 +46,10 @@ typedef struct Ad {
 	 * each micro-batch's term as its backward finishes rather than hold
 	 * them all until the last. */
 	bool defer;
-	int (*pend)[2]; /* (value, term) */
+	int (*pend)[3]; /* (value, term, the value's previous entry or -1) */
 	int npend, cappend;
 	bool *haspend;  /* [n0] */
+	int *phead;     /* [n0]: the value's last entry in pend, or -1 */
 	/* reuse()'s index: per forward value x, the backward reshapes and
 	 * permutes of x in creation order, a list through view_next (indexed
 	 * by id - n0); NULL: reuse scans */
@@ -269,7 +270,7 @@ static void contribute(Ad *a, int v, int g)
 	if (a->defer && nd(a, v)->mb < 0) {
 		if (a->npend == a->cappend) {
 			int cap = a->cappend ? 2 * a->cappend : 64;
-			int (*p)[2] = realloc(a->pend, sizeof *p * (size_t)cap);
+			int (*p)[3] = realloc(a->pend, sizeof *p * (size_t)cap);
 			if (!p) {
 				internal(a, "out of memory", NULL);
 				return;
@@ -278,7 +279,9 @@ static void contribute(Ad *a, int v, int g)
 			a->cappend = cap;
 		}
 		a->pend[a->npend][0] = v;
-		a->pend[a->npend++][1] = g;
+		a->pend[a->npend][1] = g;
+		a->pend[a->npend][2] = a->haspend[v] ? a->phead[v] : -1;
+		a->phead[v] = a->npend++;
 		a->haspend[v] = true;
 		return;
 	}
@@ -309,14 +312,17 @@ static void flush(Ad *a, int v)
 	a->stage = nd(a, v)->stage;
 	a->mb = -1;
 	a->loc = nd(a, v)->loc;
+	/* v's entries through their chain (newest first), rather than a
+	 * scan of every value's per term: the pick below is unchanged, the
+	 * lowest micro-batch, the earliest entry among equals */
 	for (;;) {
 		int best = -1, bk = INT_MAX;
-		for (int j = 0; j < a->npend; j++) {
+		for (int j = a->phead[v]; j >= 0; j = a->pend[j][2]) {
 			if (a->pend[j][0] != v)
 				continue;
 			int k = nd(a, a->pend[j][1])->mb;
 			k = k < 0 ? INT_MAX - 1 : k;
-			if (k < bk)
+			if (k <= bk) /* newest first: the last of equals is the earliest */
 				best = j, bk = k;
 		}
 		if (best < 0 || a->failed)
@@ -824,7 +830,8 @@ bool pass_autodiff(IrModule *m, Diag *d, const PassOptions *opt)
 	Ad a = {.m = m, .d = d, .n0 = m->nnodes};
 	a.defer = pipeline_axis(m) >= 0 && m->train.microbatches > 1;
 	a.haspend = calloc((size_t)a.n0 + 1, sizeof(bool));
-	if (!a.haspend)
+	a.phead = malloc(sizeof(int) * ((size_t)a.n0 + 1));
+	if (!a.haspend || !a.phead)
 		a.defer = false; /* summing in traversal order is correct too */
 	a.grad = malloc(sizeof(int) * (size_t)a.n0);
 	a.need = calloc((size_t)a.n0, sizeof(bool));
@@ -877,6 +884,7 @@ out:
 	free(a.kept);
 	free(a.pend);
 	free(a.haspend);
+	free(a.phead);
 	free(a.view_head);
 	free(a.view_tail);
 	free(a.view_next);

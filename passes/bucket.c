@@ -158,22 +158,20 @@ static void flat_place(IrNode *n, uint32_t partial, IrRed op)
 /* Copies an old node into out with its operands remapped. */
 static bool copy_node(Out *o, const IrNode *x)
 {
-	int *ops = x->nops ? malloc(sizeof(int) * (size_t)x->nops) : NULL;
-	if (x->nops && !ops)
+	int few[16]; /* most nodes: no malloc */
+	int *ops = x->nops > 16 ? malloc(sizeof(int) * (size_t)x->nops) : few;
+	if (!ops)
 		return false;
 	for (int k = 0; k < x->nops; k++)
 		ops[k] = o->map[x->ops[k]];
-	IrNode *c = ir_node_new(o->out, x->op, ops, x->nops, x->loc);
-	free(ops);
+	IrNode *c = ir_node_copy(o->out, x, ops, x->nops);
+	if (ops != few)
+		free(ops);
 	if (!c) {
 		diag_error(o->d, x->loc, "bucket: out of memory");
 		return false;
 	}
-	int id = c->id, *cops = c->ops;
-	*c = *x;
-	c->id = id;
-	c->ops = cops;
-	o->map[x->id] = id;
+	o->map[x->id] = c->id;
 	return true;
 }
 

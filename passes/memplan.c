@@ -209,7 +209,7 @@ static int arena_of_role(IrRole r)
 static bool lives_to_end(const IrModule *m, const IrNode *n)
 {
 	return n->id == m->loss || n->role == IR_ROLE_LOSS ||
-	       (n->name && strcmp(n->name, "grad_norm") == 0);
+	       (n->name && n->name[0] == 'g' && strcmp(n->name, "grad_norm") == 0);
 }
 
 /* The program (pp coordinate) a node is planned in. */

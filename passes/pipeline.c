@@ -700,16 +700,12 @@ static bool materialise(Pl *p, IrModule *out, int *map, int *loss_out)
 					if (c)
 						c->name = NULL;
 				} else {
-					c = ir_node_new(out, n->op, ops, no, n->loc);
+					c = ir_node_copy(out, n, ops, no);
 					if (!c) {
 						oom(p);
 						break;
 					}
-					int id = c->id, *cops = c->ops;
-					*c = *n;
-					c->id = id;
-					c->ops = cops;
-					c->nops = no;
+					int id = c->id;
 					c->stage = r;
 					c->phase = p->phase[e->node];
 					c->choose = -1;

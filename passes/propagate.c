@@ -38,6 +38,7 @@
 #include "propagate.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -66,12 +67,19 @@ typedef struct Rule {
 /* A factor sharding: the mesh axes of each factor. */
 typedef struct Assign {
 	uint8_t n[PR_MAXF];
-	uint8_t ax[PR_MAXF][IR_MAX_AXES];
 	uint32_t used;    /* axes taken, partial ones included */
 	uint32_t partial; /* add/sub: the pass-through partial (sum) */
 	bool cover[PR_MAXF]; /* assign_from: the placement names this factor */
 	bool lock[PR_MAXF];  /* unsplit on purpose: merges leave it alone */
+	/* last: only ax[f][0 .. n[f]) is ever read, so assign_clear leaves
+	 * it as it is (choose clears an Assign per candidate) */
+	uint8_t ax[PR_MAXF][IR_MAX_AXES];
 } Assign;
+
+static void assign_clear(Assign *a)
+{
+	memset(a, 0, offsetof(Assign, ax));
+}
 
 typedef struct Use {
 	int node, slot;
@@ -589,7 +597,7 @@ static const int8_t *fmap(const Rule *r, int slot)
  * factors. */
 static void assign_from(const Rule *r, int slot, const Placement *p, Assign *a)
 {
-	memset(a, 0, sizeof *a);
+	assign_clear(a);
 	const int8_t *fm = fmap(r, slot);
 	for (int d = 0; d < p->ndims && d < IR_MAX_RANK; d++) {
 		int f = fm[d];
@@ -867,7 +875,7 @@ static bool choose(Prop *P, IrNode *n)
 	int nseen = 0;
 	for (int c = 0; c <= 2 * ns + 1; c++) {
 		Assign a;
-		memset(&a, 0, sizeof a);
+		assign_clear(&a);
 		a.partial = lp;
 		a.used = lp;
 		int origin = -1, lead = c > ns ? c - ns - 1 : c - 1;

@@ -838,7 +838,7 @@ static void finish_member(Worker *w, IrModule *m, Arena *a, Diag *d, SweepCand *
 	ok = ok && pass_memplan(m, &fp, a, d, &mp);
 	double t2 = cpu_s();
 	if (ok)
-		p = cg_plan_build(m, &fp, &mp, a, d);
+		p = cg_plan_build_lean(m, &fp, &mp, a, d); /* costed, never printed */
 	double t3 = cpu_s();
 	w->prof[PROF_FUSE] += t1 - t0;
 	w->prof[PROF_MEMPLAN] += t2 - t1;
