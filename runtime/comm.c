@@ -93,6 +93,15 @@ int comm_group_member(const CommMesh *m, int rank, uint32_t axes, int index)
 	return rank_of(m, co);
 }
 
+int comm_group_peer(const CommMesh *m, int rank, uint32_t axes, int offset, int sign)
+{
+	CommGroup g = comm_group(m, rank, axes);
+	int idx = (int)(((int64_t)g.index + sign * (int64_t)offset) % g.size);
+	if (idx < 0)
+		idx += g.size;
+	return comm_group_member(m, rank, axes, idx);
+}
+
 const char *comm_axes_name(const CommMesh *m, uint32_t axes, char *buf, int n)
 {
 	int k = snprintf(buf, (size_t)n, "{");

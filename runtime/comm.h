@@ -126,6 +126,9 @@ void comm_coords(const CommMesh *m, int rank, int64_t *coords);
 CommGroup comm_group(const CommMesh *m, int rank, uint32_t axes);
 /* World rank of member `index` of the group of `rank` over axes. */
 int comm_group_member(const CommMesh *m, int rank, uint32_t axes, int index);
+/* World rank `offset` steps from `rank` along its group over axes (sign
+ * +1: where a send goes; -1: where a recv comes from), wrapping. */
+int comm_group_peer(const CommMesh *m, int rank, uint32_t axes, int offset, int sign);
 /* "{dp, tp}" for messages. */
 const char *comm_axes_name(const CommMesh *m, uint32_t axes, char *buf, int n);
 

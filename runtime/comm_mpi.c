@@ -323,11 +323,7 @@ static int mp_barrier(Comm *c, uint32_t axes)
 
 static int peer_at(Comm *c, uint32_t axes, int offset, int sign)
 {
-	CommGroup g = comm_group(&c->mesh, c->rank, axes);
-	int idx = (int)(((int64_t)g.index + sign * (int64_t)offset) % g.size);
-	if (idx < 0)
-		idx += g.size;
-	return comm_group_member(&c->mesh, c->rank, axes, idx);
+	return comm_group_peer(&c->mesh, c->rank, axes, offset, sign);
 }
 
 static int mp_send(Comm *c, uint32_t axes, int offset, const void *buf, int64_t bytes)

@@ -11,6 +11,7 @@
  * unused params, a missing rule, and the text form of the new ops.
  */
 #include "check.h"
+#include "testlib.h"
 #include "frontend/lower.h"
 #include "ir/eval.h"
 #include "passes/autodiff.h"
@@ -30,26 +31,16 @@ static double rnd(void)
 	return (double)(z >> 11) / (double)(1ull << 52) - 1.0;
 }
 
+/* ndef -D pairs of defs (a list that need not end in NULL). */
 static IrModule *lower_src(Arena *a, const char *src, const char *mesh, int ndef,
                            const char *const *defs)
 {
 	Diag d;
 	diag_init(&d, stderr);
-	SrcFile *sf = arena_alloc(a, sizeof *sf);
-	sf->name = "t.dtm";
-	sf->text = src;
-	sf->len = strlen(src);
-	diag_add_file(&d, sf);
-	LowerOptions o = {.mesh = mesh};
-	for (int i = 0; i < ndef; i++) {
-		o.define_names[o.ndefines] = defs[2 * i];
-		o.define_values[o.ndefines++] = defs[2 * i + 1];
-	}
-	AstFile af;
-	IrModule *m = NULL;
-	if (ast_parse(a, &d, sf, &af))
-		m = lower_file(a, &d, &af, &o);
-	return m;
+	const char *ds[2 * 8 + 1] = {0};
+	for (int i = 0; i < 2 * ndef && i < 2 * 8; i++)
+		ds[i] = defs[i];
+	return test_lower(a, &d, src, mesh, ds, NULL);
 }
 
 static IrNode *find(IrModule *m, const char *name)
@@ -301,24 +292,6 @@ static void test_mse_dropout(void)
 	             "forward {\n  loss = sum(dropout(x, rate = 0.3) * w) + sum(dropout(x * x, rate = 0.5))\n}\n");
 }
 
-static char *slurp(const char *path)
-{
-	FILE *f = fopen(path, "rb");
-	if (!f)
-		return NULL;
-	fseek(f, 0, SEEK_END);
-	long n = ftell(f);
-	fseek(f, 0, SEEK_SET);
-	char *s = malloc((size_t)n + 1);
-	if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
-		free(s);
-		s = NULL;
-	}
-	if (s)
-		s[n] = 0;
-	fclose(f);
-	return s;
-}
 
 static void test_models(void)
 {

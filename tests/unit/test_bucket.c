@@ -15,30 +15,13 @@
  * (the compiled binaries).
  */
 #include "check.h"
+#include "testlib.h"
 #include "frontend/lower.h"
 #include "ir/ir.h"
 #include "passes/passes.h"
 
 #include <stdlib.h>
 
-static char *slurp(const char *path)
-{
-	FILE *f = fopen(path, "rb");
-	if (!f)
-		return NULL;
-	fseek(f, 0, SEEK_END);
-	long n = ftell(f);
-	fseek(f, 0, SEEK_SET);
-	char *s = malloc((size_t)n + 1);
-	if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
-		free(s);
-		s = NULL;
-	}
-	if (s)
-		s[n] = 0;
-	fclose(f);
-	return s;
-}
 
 static const char *const gpt_defs[] = {"vocab", "16", "ctx", "4", "d", "8", "heads", "2",
                                        "layers", "2", "batch", "4", NULL};

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "testlib.h"
 #include "runtime/comm.h"
 #include "runtime/fsio.h"
 #include "runtime/rt.h"
@@ -203,14 +204,6 @@ static int run(const DtmPlan *p, ...)
 	return rc;
 }
 
-static char *slurp(const char *path)
-{
-	char *s = NULL, err[256];
-	size_t n;
-	if (rt_read_file(path, &s, &n, 1 << 24, err, sizeof err))
-		return NULL;
-	return s;
-}
 
 static char *tpath(const char *name)
 {

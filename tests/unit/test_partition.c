@@ -17,6 +17,8 @@
  * MLP and GPT layouts.
  */
 #include "check.h"
+#include "testlib.h"
+#include "spmd_check.h"
 #include "frontend/lower.h"
 #include "ir/eval.h"
 #include "ir/eval_spmd.h"
@@ -27,58 +29,13 @@
 
 #include <stdlib.h>
 
-static uint64_t rng_state;
-
-static double rnd(void)
-{
-	uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	z ^= z >> 31;
-	return (double)(z >> 11) / (double)(1ull << 52) - 1.0;
-}
-
-static char *slurp(const char *path)
-{
-	FILE *f = fopen(path, "rb");
-	if (!f)
-		return NULL;
-	fseek(f, 0, SEEK_END);
-	long n = ftell(f);
-	fseek(f, 0, SEEK_SET);
-	char *s = malloc((size_t)n + 1);
-	if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
-		free(s);
-		s = NULL;
-	}
-	if (s)
-		s[n] = 0;
-	fclose(f);
-	return s;
-}
-
 /* A --train override for the next lower_src calls ("uneven_shards=true"). */
 static const char *eq_train;
 
 static IrModule *lower_src(Arena *a, Diag *d, const char *src, const char *mesh,
                            const char *const *defs)
 {
-	SrcFile *sf = arena_alloc(a, sizeof *sf);
-	sf->name = "t.dtm";
-	sf->text = src;
-	sf->len = strlen(src);
-	diag_add_file(d, sf);
-	LowerOptions o = {.mesh = mesh};
-	if (eq_train)
-		o.train[o.ntrain++] = eq_train;
-	for (int i = 0; defs && defs[2 * i]; i++) {
-		o.define_names[o.ndefines] = defs[2 * i];
-		o.define_values[o.ndefines++] = defs[2 * i + 1];
-	}
-	AstFile af;
-	if (!ast_parse(a, d, sf, &af))
-		return NULL;
-	return lower_file(a, d, &af, &o);
+	return test_lower(a, d, src, mesh, defs, eq_train);
 }
 
 /* Through optim (the reference) or through partition. */
@@ -90,37 +47,6 @@ static bool pipeline(IrModule *m, Diag *d, bool partition)
 		return pass_run_until(m, d, NULL, "partition");
 	return pass_run_until(m, d, NULL, "optim") && pass_partition_ex(m, d, true) &&
 	       ir_verify(m, d, "partition");
-}
-
-static int find_named(const IrModule *m, IrOp op, IrRole role, const char *name)
-{
-	for (int i = 0; i < m->nnodes; i++) {
-		const IrNode *n = m->nodes[i];
-		if (n->name && strcmp(n->name, name) == 0 && (op == IR_OP_COUNT || n->op == op) &&
-		    n->role == role)
-			return i;
-	}
-	return -1;
-}
-
-/* max |a - b| <= tol * max(max |b|, tiny) */
-static bool close_rel(const double *a, const double *b, int64_t n, double tol, double *err)
-{
-	double mx = 0, e = 0;
-	for (int64_t i = 0; i < n; i++) {
-		mx = fabs(b[i]) > mx ? fabs(b[i]) : mx;
-		e = fabs(a[i] - b[i]) > e ? fabs(a[i] - b[i]) : e;
-	}
-	*err = mx > 0 ? e / mx : e;
-	return e <= tol * (mx > 1e-300 ? mx : 1e-300) || e == 0;
-}
-
-static void global_input(const IrNode *n, int64_t N, int idlim, double *v)
-{
-	rng_state = 1000 + strlen(n->name ? n->name : "") * 77 + (uint64_t)N;
-	for (int64_t j = 0; j < N; j++)
-		v[j] = n->dtype == IR_I32 ? (double)((uint64_t)((rnd() + 1) * 1e6) % (uint64_t)idlim)
-		                          : rnd();
 }
 
 /* Sequence parallelism (train: sequence_parallel true) for the next
@@ -167,101 +93,12 @@ static void equivalence(const char *label, const char *path, const char *single,
 		        c[IR_OP_SHARD_SLICE]);
 	}
 
-	IrEval e;
-	IrSpmd s;
-	CHECK(ir_eval_init(&e, ref));
-	CHECK(ir_spmd_init(&s, dm));
-	ir_eval_init_params(&e, 42);
-	ir_spmd_init_params(&s, 42);
-	for (int i = 0; i < ref->nnodes; i++) {
-		const IrNode *n = ref->nodes[i];
-		if (n->op != IR_OP_INPUT)
-			continue;
-		int j = find_named(dm, IR_OP_INPUT, n->role, n->name);
-		CHECK(j >= 0);
-		int64_t N = ir_node_numel(n);
-		double *v = malloc(sizeof(double) * (size_t)N);
-		global_input(n, N, idlim, v);
-		ir_eval_set(&e, i, v);
-		if (j >= 0)
-			ir_spmd_set_global(&s, j, v);
-		free(v);
-	}
-	int bad = 0;
-	for (int step = 1; step <= 2 && ok; step++) {
-		ok = ir_eval_run(&e, &d, 7, step) && ir_spmd_run(&s, &d, 7, step);
-		CHECK(ok);
-		if (!ok)
-			break;
-		double l0 = ir_eval_loss(&e), l1, err;
-		ir_spmd_gather(&s, dm->loss, &l1);
-		if (!close_rel(&l1, &l0, 1, 1e-9, &err)) {
-			fprintf(stderr, "%s: step %d loss %.15g, single device %.15g\n", label, step, l1,
-			        l0);
-			bad++;
-		}
-		/* the largest gradient element: a gradient far below it is
-		 * rounding noise around an exact zero (the key bias: softmax
-		 * ignores a shift of a whole row), compared absolutely, and
-		 * its param is skipped (Adam turns noise into a full step) */
-		double gscale = 0;
-		for (int i = 0; i < ref->nnodes; i++) {
-			const IrNode *g = ref->nodes[i];
-			for (int64_t j = 0; g->role == IR_ROLE_GRAD && j < ir_node_numel(g); j++)
-				gscale = fabs(e.val[i][j]) > gscale ? fabs(e.val[i][j]) : gscale;
-		}
-		for (int i = 0; i < ref->nnodes; i++) {
-			const IrNode *p = ref->nodes[i];
-			if (p->op != IR_OP_PARAM)
-				continue;
-			char gname[256];
-			snprintf(gname, sizeof gname, "grad.%s", p->name);
-			int g0 = find_named(ref, IR_OP_COUNT, IR_ROLE_GRAD, gname);
-			int g1 = find_named(dm, IR_OP_COUNT, IR_ROLE_GRAD, gname);
-			int p1 = find_named(dm, IR_OP_PARAM, IR_ROLE_PARAM, p->name);
-			CHECK(g0 >= 0 && g1 >= 0 && p1 >= 0);
-			if (g0 < 0 || g1 < 0 || p1 < 0)
-				continue;
-			int64_t N = ir_node_numel(p);
-			double *v = malloc(sizeof(double) * (size_t)N);
-			ir_spmd_gather(&s, g1, v);
-			double gmax = 0;
-			for (int64_t j = 0; j < N; j++)
-				gmax = fabs(e.val[g0][j]) > gmax ? fabs(e.val[g0][j]) : gmax;
-			bool noise = gmax < 1e-9 * gscale;
-			if (noise) {
-				for (int64_t j = 0; j < N; j++)
-					if (fabs(v[j] - e.val[g0][j]) > 1e-9 * gscale) {
-						fprintf(stderr, "%s: step %d %s[%lld] is %.3g, not ~0\n", label,
-						        step, gname, (long long)j, v[j]);
-						bad++;
-						break;
-					}
-			} else if (!close_rel(v, e.val[g0], N, 1e-9, &err)) {
-				fprintf(stderr, "%s: step %d %s differs (relative %.3g)\n", label, step, gname,
-				        err);
-				bad++;
-			}
-			ir_spmd_gather(&s, p1, v);
-			if (noise) {
-				free(v);
-				continue;
-			}
-			if (!close_rel(v, e.val[i], N, 1e-9, &err)) {
-				fprintf(stderr, "%s: step %d updated %s differs (relative %.3g)\n", label,
-				        step, p->name, err);
-				bad++;
-			}
-			free(v);
-		}
-	}
+	int bad = spmd_compare(label, ref, dm, idlim, &d);
 	check_count++;
 	if (bad) {
 		check_failures++;
 		fprintf(stderr, "%s: %d mismatches\n", label, bad);
 	}
-	ir_spmd_free(&s);
-	ir_eval_free(&e);
 	arena_free(&a);
 	free(src);
 }

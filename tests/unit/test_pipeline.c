@@ -4,6 +4,7 @@
  * rank, and the errors a bad schedule gets.  That pipelined training
  * equals one device is tests/e2e/equiv.sh's `pipeline` set. */
 #include "check.h"
+#include "testlib.h"
 #include "frontend/lower.h"
 #include "ir/ir.h"
 #include "passes/fuse.h"
@@ -43,16 +44,8 @@ static const char *src_fmt =
 static IrModule *compile(Arena *a, Diag *d, int P, const char *stage, int M, const char *sched,
                          const char *upto)
 {
-	SrcFile *sf = arena_alloc(a, sizeof *sf);
-	sf->name = "t.dtm";
-	sf->text = arena_printf(a, src_fmt, P, stage, M, sched);
-	sf->len = strlen(sf->text);
-	diag_add_file(d, sf);
-	LowerOptions o = {0};
-	AstFile af;
-	if (!ast_parse(a, d, sf, &af))
-		return NULL;
-	IrModule *m = lower_file(a, d, &af, &o);
+	IrModule *m = test_lower(a, d, arena_printf(a, src_fmt, P, stage, M, sched), NULL, NULL,
+	                         NULL);
 	return m && pass_run_until(m, d, NULL, upto) ? m : NULL;
 }
 

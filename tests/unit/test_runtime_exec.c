@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "testlib.h"
 #include "runtime/philox.h"
 #include "runtime/rt.h"
 #include "runtime/fsio.h"
@@ -182,14 +183,6 @@ static int run(const DtmPlan *p, ...)
 	return rc;
 }
 
-static char *slurp(const char *path)
-{
-	char *s = NULL, err[256];
-	size_t n;
-	if (rt_read_file(path, &s, &n, 1 << 24, err, sizeof err))
-		return NULL;
-	return s;
-}
 
 static char *read_stderr(void)
 {

@@ -1,0 +1,59 @@
+/* testlib.h - helpers the unit tests share: reading a file whole, and
+ * lowering a model given as text.  static inline, so a test that uses
+ * neither pays nothing (and -Wunused-function stays quiet). */
+#ifndef DTM_TESTLIB_H
+#define DTM_TESTLIB_H
+
+#include "frontend/lower.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The whole file, NUL-terminated (malloc'ed), or NULL. */
+static inline char *slurp(const char *path)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return NULL;
+	fseek(f, 0, SEEK_END);
+	long n = ftell(f);
+	fseek(f, 0, SEEK_SET);
+	char *s = n >= 0 ? malloc((size_t)n + 1) : NULL;
+	if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
+		free(s);
+		s = NULL;
+	}
+	if (s)
+		s[n] = 0;
+	fclose(f);
+	return s;
+}
+
+/* src (named t.dtm in messages) lowered as dtmc would with --mesh mesh,
+ * -D NAME=VALUE for each pair of the NULL-terminated defs and, when not
+ * NULL, one --train override; NULL after reporting to d. */
+static inline IrModule *test_lower(Arena *a, Diag *d, const char *src, const char *mesh,
+                                   const char *const *defs, const char *train)
+{
+	SrcFile *sf = arena_alloc(a, sizeof *sf);
+	if (!sf)
+		return NULL;
+	sf->name = "t.dtm";
+	sf->text = src;
+	sf->len = strlen(src);
+	diag_add_file(d, sf);
+	LowerOptions o = {.mesh = mesh};
+	if (train)
+		o.train[o.ntrain++] = train;
+	for (int i = 0; defs && defs[2 * i]; i++) {
+		o.define_names[o.ndefines] = defs[2 * i];
+		o.define_values[o.ndefines++] = defs[2 * i + 1];
+	}
+	AstFile af;
+	if (!ast_parse(a, d, sf, &af))
+		return NULL;
+	return lower_file(a, d, &af, &o);
+}
+
+#endif
