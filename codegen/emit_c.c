@@ -626,11 +626,13 @@ static void put_plan(FILE *out, const DtmPlan *p, bool cuda)
 	put_string(out, t->data);
 	fprintf(out, ", .seed = %lld,\n\t\t.tokens_per_step = %lld, .batch = %lld, .seq = %lld, "
 	             ".vocab = %lld,\n\t\t.data_kind = %s, .microbatches = %d, .precision = %s,\n"
-	             "\t},\n",
+	             "\t\t.schedule = ",
 	        (long long)t->seed, (long long)t->tokens_per_step, (long long)t->batch,
 	        (long long)t->seq, (long long)t->vocab,
 	        t->data_kind == DTM_DATA_TOKENS ? "DTM_DATA_TOKENS" : "DTM_DATA_REGRESSION",
 	        t->microbatches, dtm_dtype_enum(t->precision));
+	put_string(out, t->schedule);
+	fprintf(out, ", .virtual_stages = %d,\n\t},\n", t->virtual_stages);
 	if (cuda)
 		fputs("\t.cuda_source = dtm_cuda_source,\n\t.cuda_kernels = dtm_cuda_kernels,\n", out);
 	fputs("};\n\n", out);

@@ -620,7 +620,9 @@ static bool build_train(Build *b)
 	c->data_kind = tokens ? DTM_DATA_TOKENS : DTM_DATA_REGRESSION;
 	c->microbatches = (int)(t->microbatches > 0 ? t->microbatches : 1);
 	c->precision = dtype_of(t->precision);
-	return c->optimizer && c->lr_schedule && c->data;
+	c->schedule = arena_strdup(b->a, t->schedule ? t->schedule : "1f1b");
+	c->virtual_stages = (int)(t->virtual_stages > 0 ? t->virtual_stages : 1);
+	return c->optimizer && c->lr_schedule && c->data && c->schedule;
 }
 
 static DtmPlan *plan_build(const IrModule *m, const FusePlan *fp, const MemPlan *mp, Arena *a,

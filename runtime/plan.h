@@ -190,6 +190,10 @@ typedef struct DtmTrainCfg {
 	int data_kind;
 	int microbatches;
 	DtmDtype precision;
+	/* the pipeline schedule ("gpipe" | "1f1b" | "interleaved" | "zb") and
+	 * its virtual stages per rank: the cost model's bubble */
+	const char *schedule;
+	int virtual_stages;
 } DtmTrainCfg;
 
 /* ---- CUDA kernels (codegen/emit_cuda.c; `dtmc build --cuda`) ----

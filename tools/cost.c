@@ -266,6 +266,19 @@ double cost_bubble_fraction(int64_t P, int64_t M, int64_t v)
 	return (double)(P - 1) / (double)(v * M + P - 1);
 }
 
+double cost_schedule_bubble(const char *schedule, int64_t P, int64_t M, int64_t v)
+{
+	if (!schedule)
+		return cost_bubble_fraction(P, M, 1);
+	if (!strcmp(schedule, "interleaved"))
+		return cost_bubble_fraction(P, M, v);
+	/* ZB-H1 with F, B and W of equal length: 1F1B's bubble minus the
+	 * W passes that fill it, (P - 1) slots of the 3M + P - 1 */
+	if (!strcmp(schedule, "zb"))
+		return P <= 1 || M < 1 ? 0 : (double)(P - 1) / (double)(3 * M + P - 1);
+	return cost_bubble_fraction(P, M, 1);
+}
+
 double cost_pipeline_time(int64_t P, int64_t M, int64_t v)
 {
 	if (v < 1)
@@ -509,9 +522,11 @@ int cost_plan_step(const DtmPlan *plan, const HwProfile *hw, int nodes, CostRepo
 	for (int a = 0; a < DTM_ARENA_COUNT; a++)
 		out->mem_bytes += (double)plan->arena_bytes[a];
 	/* each stage's actions cover all M micro-batches: M slots of the
-	 * pipeline's M+P-1 */
+	 * pipeline's M+P-1 (vM of vM+P-1 interleaved, 3M of 3M+P-1 for ZB's
+	 * F, B and W) */
 	out->microbatches = plan->train.microbatches > 0 ? plan->train.microbatches : 1;
-	out->bubble = cost_bubble_fraction(plan->nstages, out->microbatches, 1);
+	out->bubble = cost_schedule_bubble(plan->train.schedule, plan->nstages,
+	                                   out->microbatches, plan->train.virtual_stages);
 	out->step_s = slowest / (1 - out->bubble);
 	if (out->step_s > 0) {
 		out->tokens_per_s = (double)plan->train.tokens_per_step / out->step_s;

@@ -119,6 +119,10 @@ double cost_megatron_bytes_per_param(DtmDtype param, DtmDtype grad, int64_t d);
 double cost_bubble_fraction(int64_t P, int64_t M, int64_t v);
 /* Step time in units of one micro-batch's stage time t: (vM+P-1)/v. */
 double cost_pipeline_time(int64_t P, int64_t M, int64_t v);
+/* The bubble fraction of a schedule by name ("gpipe", "1f1b",
+ * "interleaved" with v virtual stages per rank, "zb" for ZB-H1; NULL is
+ * 1F1B's): what cost_plan_step charges a pipelined plan. */
+double cost_schedule_bubble(const char *schedule, int64_t P, int64_t M, int64_t v);
 /* Megatron's ratio of bubble time to ideal time: (P-1)/(vM). */
 double cost_bubble_ratio(int64_t P, int64_t M, int64_t v);
 /* Stage-to-stage hops of one micro-batch's forward: Pv-1. */

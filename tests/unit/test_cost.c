@@ -683,6 +683,26 @@ static void test_plan_pipeline(void)
 	/* 2 ranks per stage: (4e9 + 1e9) * 2 / (7.5125 ms * 4 * 1 TFLOP/s) */
 	CHECK_NEAR(r.hfu, 1e10 / (7.5125e-3 * 4e12), 1e-12);
 	cost_report_free(&r);
+	/* the bubble follows the schedule: interleaved(2) (P-1)/(vM+P-1) =
+	 * 1/9, ZB-H1 (P-1)/(3M+P-1) = 1/13, gpipe and 1f1b 1/5 */
+	static const struct {
+		const char *sched;
+		int v;
+		double bubble;
+	} sc[] = {{"interleaved", 2, 1.0 / 9}, {"zb", 1, 1.0 / 13}, {"gpipe", 1, 0.2},
+	          {"1f1b", 1, 0.2}, {"interleaved", 4, 1.0 / 17}};
+	for (size_t i = 0; i < sizeof sc / sizeof *sc; i++) {
+		p.train.schedule = sc[i].sched;
+		p.train.virtual_stages = sc[i].v;
+		CHECK_EQ_INT(cost_plan_step(&p, &test_hw, 0, &r), 0);
+		CHECK_NEAR(r.bubble, sc[i].bubble, 1e-12);
+		CHECK_NEAR(r.step_s, 6.01e-3 / (1 - sc[i].bubble), 1e-12);
+		cost_report_free(&r);
+	}
+	CHECK_NEAR(cost_schedule_bubble("interleaved", 4, 8, 2), 3.0 / 19, 1e-12);
+	CHECK_NEAR(cost_schedule_bubble("zb", 4, 8, 1), 3.0 / 27, 1e-12);
+	CHECK_NEAR(cost_schedule_bubble(NULL, 4, 8, 2), 3.0 / 11, 1e-12);
+	CHECK_NEAR(cost_schedule_bubble("zb", 1, 8, 1), 0, 0);
 }
 
 int main(void)
