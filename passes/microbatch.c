@@ -9,7 +9,8 @@
  *   [k, k+1) of dim 1, reshape to [B/M, ...]: the rows i with i mod M = k.
  *   Under a split of dim 0 (DDP's [dp, _]) that is each rank's own rows
  *   with local index mod M = k, so the slicing is local (no communication)
- *   whenever B/M divides by the split (partition refuses it otherwise).
+ *   whenever B/M divides by the split; otherwise float rows are zero-padded
+ *   (passes/partition.c) and integer inputs (token ids) refused here.
  *   Every node that depends on an input is cloned once per micro-batch on
  *   those slices; nodes that depend on params only (transpose(wte)) are
  *   computed once and shared.  A copy's IrNode.mb is its micro-batch (the
@@ -42,6 +43,27 @@ static bool fail(Diag *d, const IrNode *n, const char *what, const char *msg)
 {
 	diag_error(d, n->loc, "microbatches %s: %s", what, msg);
 	return false;
+}
+
+/* The ranks input n's batch dim (dim 0) is split over by its annotation. */
+static int64_t dim0_parts(const IrModule *m, const IrNode *n)
+{
+	int64_t G = 1;
+	if (n->place.known && n->place.ndims > 0)
+		for (int j = 0; j < n->place.naxes[0]; j++)
+			if (n->place.axes[0][j] < m->mesh.naxes)
+				G *= m->mesh.sizes[n->place.axes[0][j]];
+	return G;
+}
+
+/* Integer inputs (token ids) need each micro-batch's rows to split evenly
+ * over the ranks of their batch split. */
+static bool uneven_rows_ok(const IrModule *m, const IrNode *n, int64_t M)
+{
+	if (n->dtype == IR_F32 || n->dtype == IR_BF16 || n->dtype == IR_F16)
+		return true;
+	int64_t G = dim0_parts(m, n);
+	return G <= 1 || (n->shape[0] / M) % G == 0;
 }
 
 bool pass_microbatch(IrModule *m, Diag *d, const PassOptions *opt)
@@ -80,6 +102,19 @@ bool pass_microbatch(IrModule *m, Diag *d, const PassOptions *opt)
 				snprintf(msg, sizeof msg, "input %s's batch dim (dim 0, %lld) does not divide "
 				         "into %lld micro-batches", n->name ? n->name : "?",
 				         (long long)(n->rank ? n->shape[0] : 0), (long long)M);
+				ok = fail(d, n, what, msg);
+			} else if (!uneven_rows_ok(m, n, M)) {
+				/* uneven float rows are padded with zeros and masked
+				 * (passes/partition.c); token ids have no such padding */
+				char msg[320];
+				int64_t G = dim0_parts(m, n), rows = n->shape[0] / M;
+				snprintf(msg, sizeof msg, "input %s: a micro-batch has %lld row%s, which "
+				         "do%s not split evenly over the %lld ranks of its batch dim "
+				         "(integer inputs cannot be padded); use a micro-batch count that "
+				         "divides %lld / %lld = %lld",
+				         n->name ? n->name : "?", (long long)rows, rows == 1 ? "" : "s",
+				         rows == 1 ? "es" : "", (long long)G, (long long)n->shape[0],
+				         (long long)G, (long long)(n->shape[0] / G));
 				ok = fail(d, n, what, msg);
 			}
 		}

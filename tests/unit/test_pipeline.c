@@ -208,8 +208,56 @@ static void expect_error(int P, int M, const char *sched, const char *want, int 
 	arena_free(&a);
 }
 
+/* Token ids cannot be zero-padded: micro-batches whose rows do not split
+ * evenly over dp are refused at the input (line 4), with the counts that
+ * would work; an even split compiles through every pass. */
+static void test_int_rows(void)
+{
+	static const char *tok =
+	        "model tok\n"
+	        "let vocab = 16, ctx = 4, d = 8, batch = 4\n"
+	        "mesh (dp = 2)\n"
+	        "input tokens : i32[batch, ctx] @ [dp, _]\n"
+	        "input targets : i32[batch, ctx] @ [dp, _]\n"
+	        "param wte : f32[vocab, d] init normal(0, 0.02)\n"
+	        "forward {\n"
+	        "  logits = embed(wte, tokens) @ transpose(wte)\n"
+	        "  loss = cross_entropy(logits, targets)\n"
+	        "}\n"
+	        "train {\n"
+	        "  optimizer sgd(lr = 0.1)\n"
+	        "}\n";
+	for (int M = 2; M <= 4; M += 2) {
+		Arena a;
+		arena_init(&a);
+		char *buf = NULL;
+		size_t len = 0;
+		FILE *f = open_memstream(&buf, &len);
+		Diag d;
+		diag_init(&d, f);
+		const char *train = M == 2 ? "microbatches=2" : "microbatches=4";
+		IrModule *m = test_lower(&a, &d, tok, NULL, NULL, train);
+		bool ok = m && pass_run_until(m, &d, NULL, NULL);
+		fclose(f);
+		if (M == 2) {
+			CHECK(ok);
+		} else {
+			CHECK(!ok);
+			CHECK(buf && strstr(buf, "t.dtm:4:7: error: microbatches 4: input tokens: a "
+			                         "micro-batch has 1 row, which does not split evenly "
+			                         "over the 2 ranks"));
+			CHECK(buf && strstr(buf, "divides 4 / 2 = 2"));
+		}
+		if ((M == 2) != ok)
+			fprintf(stderr, "M = %d: %s", M, buf ? buf : "");
+		free(buf);
+		arena_free(&a);
+	}
+}
+
 int main(void)
 {
+	test_int_rows();
 	test_order("gpipe", SCHED_GPIPE, 2, 4);
 	test_order("1f1b", SCHED_1F1B, 2, 4);
 	test_order("1f1b", SCHED_1F1B, 4, 8);
