@@ -205,7 +205,10 @@ static int reshaped(Ad *a, IrOp op, int x, int rank, const int64_t *shape)
 {
 	if (x < 0)
 		return -1;
-	IrNode t = *nd(a, x);
+	/* only the type is read of t (same_type, emit, reuse): no copy of
+	 * the whole node */
+	IrNode t;
+	t.dtype = nd(a, x)->dtype;
 	t.rank = rank;
 	memset(t.shape, 0, sizeof t.shape);
 	memcpy(t.shape, shape, (size_t)rank * sizeof *shape);
@@ -223,8 +226,10 @@ static int cast_to(Ad *a, int x, IrDtype t)
 {
 	if (x < 0 || nd(a, x)->dtype == t)
 		return x;
-	IrNode ty = *nd(a, x);
+	IrNode ty; /* as in reshaped: only the type is read */
 	ty.dtype = t;
+	ty.rank = nd(a, x)->rank;
+	memcpy(ty.shape, nd(a, x)->shape, sizeof ty.shape);
 	return emit(a, IR_OP_CAST, &x, 1, NULL, &ty);
 }
 

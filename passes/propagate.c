@@ -18,7 +18,11 @@
  * of least estimated resharding cost (pass_propagate_cost, summed over its
  * operand and user edges) wins.  Sweeps run forward then backward until
  * nothing changes (at most PR_SWEEPS), so a value nothing annotated gets
- * its placement from producers first and its users refine it.
+ * its placement from producers first and its users refine it.  A choice
+ * depends only on the placements around the node and on its op and
+ * shapes, which repeat from layer to layer and micro-batch to micro-batch:
+ * choices and users' requirements are memoised on those (see "memo
+ * tables"), so each distinct context is worked out once.
  *
  * Partials resolve at their users: a node keeps the partial its op
  * produces (the row-parallel matmul's partial(tp)), and every user needs a
@@ -35,51 +39,15 @@
  * of size 1 are dropped everywhere, user annotations included, so a
  * single-device mesh leaves every value replicated.
  */
-#include "propagate.h"
+#include "propagate_impl.h"
 
 #include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define PR_MAXF (3 * IR_MAX_RANK) /* factors of one op */
-#define PR_MAXOPS 16              /* operands a rule describes; more: unconstrained */
-#define PR_MAXSRC 32              /* merge sources per node */
+#define PR_MAXSRC 32 /* merge sources per node */
 #define PR_SWEEPS 8
-
-/* An op's factor view.  opf/resf: the factor of each operand / result dim,
- * -1 = must stay unsplit. */
-typedef struct Rule {
-	bool ok;                 /* false: no rule; the node is not a free one */
-	int nf, nops;
-	int8_t opf[PR_MAXOPS][IR_MAX_RANK];
-	int8_t resf[IR_MAX_RANK];
-	bool reduce[PR_MAXF];    /* contracted: split -> result partial */
-	bool strict[PR_MAXF];    /* must divide evenly (reshape groups) */
-	IrRed red;
-	int heads_f;             /* attention: its parts must divide heads */
-	int64_t heads;
-	bool linear;             /* add, sub, neg, scale, permute, reshape: operands
-	                          * partial (sum) over the same axes pass it through */
-	uint8_t order[PR_MAXOPS]; /* operand priority when merging */
-} Rule;
-
-/* A factor sharding: the mesh axes of each factor. */
-typedef struct Assign {
-	uint8_t n[PR_MAXF];
-	uint32_t used;    /* axes taken, partial ones included */
-	uint32_t partial; /* add/sub: the pass-through partial (sum) */
-	bool cover[PR_MAXF]; /* assign_from: the placement names this factor */
-	bool lock[PR_MAXF];  /* unsplit on purpose: merges leave it alone */
-	/* last: only ax[f][0 .. n[f]) is ever read, so assign_clear leaves
-	 * it as it is (choose clears an Assign per candidate) */
-	uint8_t ax[PR_MAXF][IR_MAX_AXES];
-} Assign;
-
-static void assign_clear(Assign *a)
-{
-	memset(a, 0, offsetof(Assign, ax));
-}
 
 typedef struct Use {
 	int node, slot;
@@ -87,11 +55,62 @@ typedef struct Use {
 
 enum { K_FREE, K_USER, K_TIED, K_SCALAR };
 
+/* An open-addressing table from int-array keys (copied into the pass's
+ * arena) to an int.  See "memo tables" below. */
+typedef struct MemoEnt {
+	uint64_t h;
+	const int *key; /* NULL: an empty slot */
+	int len;
+	int val;
+} MemoEnt;
+
+typedef struct Memo {
+	MemoEnt *ent;
+	int cap, n; /* cap: a power of two */
+} Memo;
+
+/* What choose() decided for one context: the placement, and the index in
+ * its list of sources of the one it is from (-1: the first known operand). */
+typedef struct Choice {
+	Placement p;
+	int pid; /* p's placement id */
+	int src;
+} Choice;
+
 typedef struct Prop {
 	IrModule *m;
-	Rule *rules;   /* [nnodes] */
+	Arena *ar;
+	/* [nnodes]: the node's signature: nodes with equal ones have equal
+	 * rules and read equal shapes and bytes (see sig_key) */
+	int *sig;
+	Rule *rules; /* [signatures] */
+	int nsig;
+	/* interned placements: pid[i] is node i's (kept in step with
+	 * IrNode.place), places[id] one placement with that content */
+	int *pid;
+	Placement *places;
+	int nplaces, capplaces;
+	Memo pmemo;
+	Memo reqmemo; /* requirement() context -> placement id + 1, 0: none */
+	Memo chmemo;  /* choose() context -> index into choices */
+	Choice *choices;
+	int nchoices, capchoices;
+	int *kbuf;   /* room for the longest key */
+	int *req_id; /* choose()'s requirements as placement ids, -1: none */
+	/* [nnodes]: bumped when the node's or an operand's placement changes
+	 * (all that requirement() reads); [uses]: the requirement of each
+	 * use as req_lookup gave it, and its user's ver then */
+	unsigned *ver, *use_ver;
+	int *use_req;
+	int unknown_pid; /* the id of "not decided yet" */
+	/* [nnodes]: what fix() last saw: 0 for a scalar, 1 + the pid of a tied
+	 * node's param; -1: nothing yet */
+	int *fixed;
+	bool nomemo;   /* out of memory for the tables: compute everything */
 	uint8_t *kind; /* [nnodes] */
 	int *tie;      /* [nnodes]: K_TIED: the param whose placement it takes */
+	int *ostart;   /* [nnodes + 1]: operands of node i are opv[ostart[i] ..) */
+	int *opv;
 	int *ustart;   /* [nnodes + 1]: uses of node i are uses[ustart[i] ..) */
 	Use *uses;
 	uint32_t live; /* mesh axes of size > 1 */
@@ -112,6 +131,11 @@ static IrNode *nd(const Prop *P, int id)
 	return P->m->nodes[id];
 }
 
+static const Rule *rule_of(const Prop *P, int id)
+{
+	return &P->rules[P->sig[id]];
+}
+
 static double node_bytes(const IrNode *n)
 {
 	int64_t e = ir_node_numel(n);
@@ -122,6 +146,130 @@ static double node_bytes(const IrNode *n)
 static double nbytes(const Prop *P, int id)
 {
 	return P->bytes[id];
+}
+
+/* ---- memo tables ----
+ *
+ * choose() and requirement() are pure functions of a few placements and of
+ * the ops, attributes and shapes of their node and its neighbours, and a
+ * model's layers and micro-batches repeat a few hundred such contexts many
+ * thousands of times, so both are memoised within the pass.  Placements
+ * are interned to small ids by what placement_equal compares (all that the
+ * rules and the cost read of one), nodes to signatures by all that the
+ * rules read (sig_key), and a context is a short array of those ids. */
+
+/* Two ints a multiply, then a murmur3-style finish. */
+static uint64_t key_hash(const int *k, int len)
+{
+	uint64_t h = 0x9e3779b97f4a7c15u ^ (uint64_t)(unsigned)len;
+	int i = 0;
+	for (; i + 1 < len; i += 2)
+		h = (h ^ ((uint64_t)(uint32_t)k[i] | (uint64_t)(uint32_t)k[i + 1] << 32)) *
+		    0xff51afd7ed558ccdu;
+	if (i < len)
+		h = (h ^ (uint32_t)k[i]) * 0xff51afd7ed558ccdu;
+	h ^= h >> 33;
+	h *= 0xc4ceb9fe1a85ec53u;
+	h ^= h >> 33;
+	return h;
+}
+
+static bool memo_grow(Arena *a, Memo *t)
+{
+	int cap = t->cap ? 2 * t->cap : 256;
+	MemoEnt *e = arena_alloc(a, sizeof *e * (size_t)cap);
+	if (!e)
+		return false;
+	for (int i = 0; i < t->cap; i++) {
+		const MemoEnt *o = &t->ent[i];
+		if (!o->key)
+			continue;
+		int j = (int)(o->h & (uint64_t)(cap - 1));
+		while (e[j].key)
+			j = (j + 1) & (cap - 1);
+		e[j] = *o;
+	}
+	t->ent = e;
+	t->cap = cap;
+	return true;
+}
+
+/* The entry of key k: found (*found), or added with val -1 (its key
+ * copied).  NULL when out of memory. */
+static MemoEnt *memo_get(Arena *a, Memo *t, const int *k, int len, bool *found)
+{
+	if (2 * (t->n + 1) > t->cap && !memo_grow(a, t))
+		return NULL;
+	uint64_t h = key_hash(k, len);
+	int j = (int)(h & (uint64_t)(t->cap - 1));
+	for (;; j = (j + 1) & (t->cap - 1)) {
+		MemoEnt *e = &t->ent[j];
+		if (!e->key)
+			break;
+		if (e->h != h || e->len != len)
+			continue;
+		int i = 0;
+		while (i < len && e->key[i] == k[i])
+			i++;
+		if (i == len) {
+			*found = true;
+			return e;
+		}
+	}
+	int *copy = arena_alloc_raw(a, sizeof(int) * (size_t)(len ? len : 1));
+	if (!copy)
+		return NULL;
+	memcpy(copy, k, sizeof(int) * (size_t)len);
+	MemoEnt *e = &t->ent[j];
+	*e = (MemoEnt){.h = h, .key = copy, .len = len, .val = -1};
+	t->n++;
+	*found = false;
+	return e;
+}
+
+/* What placement_equal compares, as ints; returns how many (at most
+ * PR_PLACE_KEY). */
+#define PR_PLACE_KEY (4 + IR_MAX_RANK * (1 + IR_MAX_AXES))
+static int place_key(const Placement *p, int *k)
+{
+	int n = 0;
+	k[n++] = p->known;
+	if (!p->known)
+		return n;
+	k[n++] = p->ndims;
+	k[n++] = (int)p->partial;
+	k[n++] = p->partial ? (int)p->partial_op : 0;
+	for (int d = 0; d < p->ndims && d < IR_MAX_RANK; d++) {
+		k[n++] = p->naxes[d];
+		for (int j = 0; j < p->naxes[d] && j < IR_MAX_AXES; j++)
+			k[n++] = p->axes[d][j];
+	}
+	return n;
+}
+
+/* The id of p's content, or -1 when out of memory. */
+static int place_id(Prop *P, const Placement *p)
+{
+	int k[PR_PLACE_KEY];
+	int len = place_key(p, k);
+	bool found;
+	MemoEnt *e = memo_get(P->ar, &P->pmemo, k, len, &found);
+	if (!e)
+		return -1;
+	if (found)
+		return e->val;
+	if (P->nplaces == P->capplaces) {
+		int cap = P->capplaces ? 2 * P->capplaces : 256;
+		Placement *np = arena_alloc_raw(P->ar, sizeof *np * (size_t)cap);
+		if (!np)
+			return -1;
+		if (P->nplaces)
+			memcpy(np, P->places, sizeof *np * (size_t)P->nplaces);
+		P->places = np;
+		P->capplaces = cap;
+	}
+	P->places[P->nplaces] = *p;
+	return e->val = P->nplaces++;
 }
 
 /* ---- the cost of resharding ---- */
@@ -208,484 +356,92 @@ double pass_propagate_cost(const Mesh *mesh, const Placement *from, const Placem
 	return cost;
 }
 
-/* ---- op rules ---- */
+/* ---- signatures ---- */
 
-static int newf(Rule *r)
+/* v as one int when it fits in 30 bits, else a marker and two. */
+static int put_i64(int *k, int n, int64_t v)
 {
-	return r->nf < PR_MAXF ? r->nf++ : -1;
-}
-
-/* Result dims get fresh factors; operands first..first+count-1 line up
- * with its trailing dims, numpy style (a size-1 dim broadcast stays
- * unsplit). */
-static void rule_bcast(Rule *r, const Prop *P, const IrNode *n, int first, int count)
-{
-	for (int d = 0; d < n->rank; d++)
-		r->resf[d] = (int8_t)newf(r);
-	for (int i = first; i < first + count && i < r->nops; i++) {
-		const IrNode *o = nd(P, n->ops[i]);
-		for (int j = 0; j < o->rank; j++) {
-			int d = j + n->rank - o->rank;
-			if (d < 0 || (o->shape[j] == 1 && n->shape[d] != 1))
-				continue;
-			r->opf[i][j] = r->resf[d];
-		}
-	}
-}
-
-static void rule_unsplit(Rule *r, int slot, int d)
-{
-	if (d < 0 || d >= IR_MAX_RANK)
-		return;
-	if (slot < 0)
-		r->resf[d] = -1;
-	else
-		r->opf[slot][d] = -1;
-}
-
-static void rule_matmul(Rule *r, const Prop *P, const IrNode *n)
-{
-	const IrNode *a = nd(P, n->ops[0]), *b = nd(P, n->ops[1]);
-	int br = n->rank - 2;
-	if (br < 0 || a->rank < 2 || b->rank < 2) {
-		r->ok = false;
-		return;
-	}
-	for (int d = 0; d < br; d++)
-		r->resf[d] = (int8_t)newf(r);
-	int fm = newf(r), fn = newf(r), fk = newf(r);
-	if (fk >= 0)
-		r->reduce[fk] = true;
-	r->resf[br] = (int8_t)fm;
-	r->resf[br + 1] = (int8_t)fn;
-	const IrNode *opn[2] = {a, b};
-	for (int i = 0; i < 2; i++)
-		for (int j = 0; j < opn[i]->rank - 2; j++) {
-			int d = j + br - (opn[i]->rank - 2);
-			if (d >= 0 && !(opn[i]->shape[j] == 1 && n->shape[d] != 1))
-				r->opf[i][j] = r->resf[d];
-		}
-	r->opf[0][a->rank - 2] = (int8_t)fm;
-	r->opf[0][a->rank - 1] = (int8_t)fk;
-	r->opf[1][b->rank - 2] = (int8_t)fk;
-	r->opf[1][b->rank - 1] = (int8_t)fn;
-}
-
-/* sum, mean, max; and max_bwd's x (axes reduced = unsplit there). */
-static bool reduced_axis(const IrNode *n, int d)
-{
-	for (int k = 0; k < n->attrs.nints && k < IR_MAX_INTS; k++)
-		if (n->attrs.ints[k] == d)
-			return true;
-	return false;
-}
-
-static void rule_reduce(Rule *r, const Prop *P, const IrNode *n)
-{
-	const IrNode *x = nd(P, n->ops[0]);
-	int out = 0;
-	r->red = n->op == IR_OP_MAX ? IR_RED_MAX : IR_RED_SUM;
-	for (int j = 0; j < x->rank; j++) {
-		int f = newf(r);
-		r->opf[0][j] = (int8_t)f;
-		bool red = reduced_axis(n, j);
-		if (red && f >= 0)
-			r->reduce[f] = true;
-		if (!red)
-			r->resf[out++] = (int8_t)f;
-		else if (n->attrs.flag)
-			r->resf[out++] = -1;
-	}
-}
-
-static void rule_max_bwd(Rule *r, const Prop *P, const IrNode *n)
-{
-	const IrNode *x = nd(P, n->ops[1]);
-	int out = 0;
-	for (int j = 0; j < x->rank; j++) {
-		bool red = reduced_axis(n, j);
-		int f = red ? -1 : newf(r);
-		r->opf[1][j] = r->resf[j] = (int8_t)f;
-		if (!red || n->attrs.flag) {
-			r->opf[0][out] = r->opf[2][out] = (int8_t)f;
-			out++;
-		}
-	}
-}
-
-/* Groups of dims with equal products map onto each other; a group's major
- * dims share a factor (a split of the major dim is a contiguous block of
- * the merged one), its other dims stay unsplit. */
-static void rule_reshape(Rule *r, const Prop *P, const IrNode *n)
-{
-	const IrNode *x = nd(P, n->ops[0]);
-	if (ir_node_numel(x) <= 0)
-		return;
-	int i = 0, j = 0;
-	while (i < x->rank && j < n->rank) {
-		if (x->shape[i] == 1) {
-			i++;
-			continue;
-		}
-		if (n->shape[j] == 1) {
-			j++;
-			continue;
-		}
-		int i0 = i, j0 = j;
-		int64_t pa = x->shape[i++], pb = n->shape[j++];
-		while (pa != pb) {
-			if (pa < pb && i < x->rank)
-				pa *= x->shape[i++];
-			else if (pb < pa && j < n->rank)
-				pb *= n->shape[j++];
-			else
-				return;
-		}
-		int f = newf(r);
-		r->opf[0][i0] = r->resf[j0] = (int8_t)f;
-		if (f >= 0 && (i - i0 > 1 || j - j0 > 1))
-			r->strict[f] = true;
-	}
-}
-
-/* dy [..., D] with ids [...] (embed_bwd), or table [V, D] with ids
- * (embed): the batch dims of ids line up with dy's / the result's. */
-static void rule_embed(Rule *r, const Prop *P, const IrNode *n, bool bwd)
-{
-	const IrNode *ids = nd(P, n->ops[1]);
-	int fv = newf(r), fd = newf(r);
-	for (int j = 0; j < ids->rank; j++) {
-		int f = newf(r);
-		r->opf[1][j] = (int8_t)f;
-		if (bwd) {
-			r->opf[0][j] = (int8_t)f;
-			if (f >= 0)
-				r->reduce[f] = true;
-		} else {
-			r->resf[j] = (int8_t)f;
-		}
-	}
-	if (bwd) {
-		r->opf[0][ids->rank] = (int8_t)fd;
-		r->resf[0] = (int8_t)fv; /* the table's rows: split by the user alone */
-		r->resf[1] = (int8_t)fd;
+	if (v >= 0 && v < (1 << 30)) {
+		k[n++] = (int)v;
 	} else {
-		if (fv >= 0)
-			r->reduce[fv] = true; /* vocab parallel: masked lookup, partial */
-		r->opf[0][0] = (int8_t)fv;
-		r->opf[0][1] = (int8_t)fd;
-		r->resf[ids->rank] = (int8_t)fd;
+		k[n++] = -1;
+		k[n++] = (int)(uint32_t)v;
+		k[n++] = (int)(uint32_t)((uint64_t)v >> 32);
 	}
+	return n;
 }
 
-/* Operand `first` and the rest line up dim for dim with the result or, when
- * to_scalar, with each other and are contracted into a scalar. */
-static void rule_same(Rule *r, const Prop *P, const IrNode *n, int first, const IrNode *like,
-                      bool to_scalar)
+/* The longest sig_key of a node with nops operands. */
+static size_t sig_key_len(int nops)
 {
-	int fs[IR_MAX_RANK];
-	for (int d = 0; d < like->rank; d++) {
-		fs[d] = newf(r);
-		if (to_scalar && fs[d] >= 0)
-			r->reduce[fs[d]] = true;
-		else
-			r->resf[d] = (int8_t)fs[d];
+	return (size_t)(5 + 3 * IR_MAX_INTS + 3 * IR_MAX_RANK + nops);
+}
+
+/* Everything rule_build, repair and cand_cost read of node n but
+ * placements: its op, attributes (ints[0] always, the others up to nints)
+ * and kind, and the dtypes and shapes of it and its operands (as shape
+ * ids, P->sig holding them when this runs). */
+static int sig_key(const Prop *P, const IrNode *n, int *k)
+{
+	int len = 0;
+	bool resolved = P->kind[n->id] == K_TIED || P->kind[n->id] == K_SCALAR;
+	k[len++] = (int)n->op * 4 + n->attrs.flag * 2 + resolved;
+	k[len++] = n->nops;
+	k[len++] = n->attrs.nints;
+	for (int i = 0; i < IR_MAX_INTS && (i == 0 || i < n->attrs.nints); i++)
+		len = put_i64(k, len, n->attrs.ints[i]);
+	k[len++] = P->sig[n->id];
+	for (int i = 0; i < n->nops; i++)
+		k[len++] = P->sig[n->ops[i]];
+	return len;
+}
+
+/* Gives every node its signature, and every signature its rule: first
+ * every node's dtype and shape an id (in P->sig), then (in node order, an
+ * operand's shape id read before it is replaced) the signature. */
+static bool build_sigs(Prop *P)
+{
+	IrModule *m = P->m;
+	Memo shapes = {0}, sigs = {0};
+	for (int i = 0; i < m->nnodes; i++) {
+		const IrNode *n = m->nodes[i];
+		int *k = P->kbuf, len = 0;
+		k[len++] = (int)n->dtype;
+		k[len++] = n->rank;
+		for (int d = 0; d < n->rank && d < IR_MAX_RANK; d++)
+			len = put_i64(k, len, n->shape[d]);
+		bool found;
+		MemoEnt *e = memo_get(P->ar, &shapes, k, len, &found);
+		if (!e)
+			return false;
+		if (!found)
+			e->val = shapes.n - 1;
+		P->sig[i] = e->val;
+		P->bytes[i] = node_bytes(n);
 	}
-	for (int i = first; i < r->nops; i++) {
-		const IrNode *o = nd(P, n->ops[i]);
-		for (int j = 0; j < o->rank; j++) {
-			int d = j + like->rank - o->rank;
-			if (d >= 0 && !(o->shape[j] == 1 && like->shape[d] != 1))
-				r->opf[i][j] = (int8_t)fs[d];
+	/* the signatures go to P->sig while sig_key reads the shape ids from
+	 * a copy (in P->pid, unused until pids_sync) */
+	int *shape = P->pid;
+	memcpy(shape, P->sig, sizeof(int) * (size_t)m->nnodes);
+	int *save = P->sig;
+	P->sig = shape;
+	for (int i = 0; i < m->nnodes; i++) {
+		const IrNode *n = m->nodes[i];
+		int len = sig_key(P, n, P->kbuf);
+		bool found;
+		MemoEnt *e = memo_get(P->ar, &sigs, P->kbuf, len, &found);
+		if (!e) {
+			P->sig = save;
+			return false;
 		}
-	}
-}
-
-static void rule_attention(Rule *r, const IrNode *n, bool bwd)
-{
-	int fb = newf(r), fd = newf(r);
-	r->heads_f = fd;
-	r->heads = n->attrs.ints[0];
-	for (int i = 0; i < r->nops; i++) {
-		r->opf[i][0] = (int8_t)fb;
-		r->opf[i][2] = (int8_t)fd; /* the sequence dim stays whole */
-	}
-	int o = bwd ? 1 : 0; /* attention_bwd stacks dq, dk, dv on dim 0 */
-	r->resf[o] = (int8_t)fb;
-	r->resf[o + 2] = (int8_t)fd;
-}
-
-/* logits [..., V] (operand li) and targets [...] (operand ti): the batch
- * dims are shared; to_scalar: contracted into the loss.  V may split
- * (vocab parallel: partition reduces the row max, the sum of exps and the
- * target logit, never the logits): a contracted factor of the loss, the
- * gradient's own dim in the backward. */
-static void rule_xent(Rule *r, const Prop *P, const IrNode *n, int li, int ti, bool to_scalar)
-{
-	const IrNode *t = nd(P, n->ops[ti]);
-	int fv = newf(r);
-	r->opf[li][t->rank] = (int8_t)fv;
-	if (to_scalar && fv >= 0)
-		r->reduce[fv] = true;
-	else
-		r->resf[t->rank] = (int8_t)fv;
-	for (int j = 0; j < t->rank; j++) {
-		int f = newf(r);
-		r->opf[li][j] = r->opf[ti][j] = (int8_t)f;
-		if (to_scalar && f >= 0)
-			r->reduce[f] = true;
-		else
-			r->resf[j] = (int8_t)f;
-	}
-	r->order[0] = (uint8_t)ti; /* batch dims follow the targets */
-	r->order[1] = (uint8_t)li;
-	if (n->nops == 3)
-		r->order[2] = 0;
-}
-
-/* Layer norms: x (operand xi) and dy line up with the result but for the
- * normalised last dim; gamma and beta stay whole. */
-static void rule_norm(Rule *r, const Prop *P, const IrNode *n, int xi, bool has_dy, bool gamma)
-{
-	const IrNode *x = nd(P, n->ops[xi]);
-	int last = x->rank - 1;
-	for (int j = 0; j < last; j++) {
-		int f = newf(r);
-		r->opf[xi][j] = (int8_t)f;
-		if (has_dy)
-			r->opf[0][j] = (int8_t)f;
-		if (gamma) {
-			if (f >= 0)
-				r->reduce[f] = true;
-		} else {
-			r->resf[j] = (int8_t)f;
+		if (!found) {
+			e->val = P->nsig++;
+			prop_rule_build(P->m, n, &P->rules[e->val]);
 		}
+		save[i] = e->val;
 	}
-}
-
-static void rule_build(const Prop *P, const IrNode *n, Rule *r)
-{
-	memset(r, 0, sizeof *r);
-	memset(r->opf, -1, sizeof r->opf);
-	memset(r->resf, -1, sizeof r->resf);
-	r->ok = true;
-	r->heads_f = -1;
-	r->red = IR_RED_SUM;
-	r->nops = n->nops < PR_MAXOPS ? n->nops : PR_MAXOPS;
-	for (int i = 0; i < r->nops; i++)
-		r->order[i] = (uint8_t)i;
-	unsigned fl = ir_op_flags(n->op);
-	switch (n->op) {
-	case IR_OP_PARAM:
-	case IR_OP_INPUT:
-	case IR_OP_CONST:
-		for (int d = 0; d < n->rank; d++)
-			r->resf[d] = (int8_t)newf(r);
-		return;
-	case IR_OP_MATMUL:
-		rule_matmul(r, P, n);
-		return;
-	case IR_OP_SUM:
-	case IR_OP_MEAN:
-	case IR_OP_MAX:
-		rule_reduce(r, P, n);
-		return;
-	case IR_OP_SOFTMAX:
-	case IR_OP_LOG_SOFTMAX:
-	case IR_OP_SOFTMAX_BWD:
-	case IR_OP_LOG_SOFTMAX_BWD:
-		rule_bcast(r, P, n, 0, r->nops);
-		for (int i = -1; i < r->nops; i++)
-			rule_unsplit(r, i, (int)n->attrs.ints[0]);
-		return;
-	case IR_OP_LAYERNORM:
-	case IR_OP_RMSNORM:
-		rule_norm(r, P, n, 0, false, false);
-		return;
-	case IR_OP_LAYERNORM_BWD:
-	case IR_OP_RMSNORM_BWD:
-		rule_norm(r, P, n, 1, true, false);
-		return;
-	case IR_OP_LAYERNORM_BWD_GAMMA:
-	case IR_OP_RMSNORM_BWD_GAMMA:
-		rule_norm(r, P, n, 1, true, true);
-		return;
-	case IR_OP_EMBED:
-		rule_embed(r, P, n, false);
-		return;
-	case IR_OP_EMBED_BWD:
-		rule_embed(r, P, n, true);
-		return;
-	case IR_OP_PERMUTE:
-		r->linear = true;
-		for (int d = 0; d < n->rank && d < n->attrs.nints; d++) {
-			int64_t s = n->attrs.ints[d];
-			r->resf[d] = (int8_t)newf(r);
-			if (s >= 0 && s < IR_MAX_RANK)
-				r->opf[0][s] = r->resf[d];
-		}
-		return;
-	case IR_OP_RESHAPE:
-		r->linear = true;
-		rule_reshape(r, P, n);
-		return;
-	case IR_OP_CONCAT:
-	case IR_OP_SLICE:
-	case IR_OP_PAD:
-		rule_same(r, P, n, 0, n, false);
-		for (int i = -1; i < r->nops; i++)
-			rule_unsplit(r, i, (int)n->attrs.ints[0]);
-		return;
-	case IR_OP_ATTENTION:
-		rule_attention(r, n, false);
-		return;
-	case IR_OP_ATTENTION_BWD:
-		rule_attention(r, n, true);
-		return;
-	case IR_OP_CROSS_ENTROPY:
-		rule_xent(r, P, n, 0, 1, true);
-		return;
-	case IR_OP_CROSS_ENTROPY_BWD:
-		rule_xent(r, P, n, 1, 2, false);
-		return;
-	case IR_OP_MSE:
-		rule_same(r, P, n, 0, nd(P, n->ops[0]), true);
-		return;
-	case IR_OP_EXPAND:
-	case IR_OP_RELU_BWD:
-	case IR_OP_GELU_BWD:
-	case IR_OP_SILU_BWD:
-		rule_bcast(r, P, n, 0, r->nops);
-		return;
-	case IR_OP_SUM_TO: {
-		/* x's dims that the result keeps line up with its trailing
-		 * dims; the others are summed away */
-		const IrNode *x = nd(P, n->ops[0]);
-		for (int j = 0; j < x->rank; j++) {
-			int f = newf(r), d = j - (x->rank - n->rank);
-			r->opf[0][j] = (int8_t)f;
-			if (d >= 0 && !(n->shape[d] == 1 && x->shape[j] != 1))
-				r->resf[d] = (int8_t)f;
-			else if (f >= 0)
-				r->reduce[f] = true;
-		}
-		return;
-	}
-	case IR_OP_MAX_BWD:
-		rule_max_bwd(r, P, n);
-		return;
-	default:
-		break;
-	}
-	if ((fl & OPF_ELEMWISE) && !(fl & OPF_COLL)) {
-		rule_bcast(r, P, n, 0, r->nops);
-		r->linear = n->op == IR_OP_ADD || n->op == IR_OP_SUB || n->op == IR_OP_NEG ||
-		            n->op == IR_OP_SCALE;
-		return;
-	}
-	r->ok = false; /* collectives, optimizer ops, grad_norm */
-}
-
-/* ---- factor shardings ---- */
-
-static const int8_t *fmap(const Rule *r, int slot)
-{
-	return slot < 0 ? r->resf : r->opf[slot];
-}
-
-/* What placement p of operand `slot` (-1: the result) says of the
- * factors. */
-static void assign_from(const Rule *r, int slot, const Placement *p, Assign *a)
-{
-	assign_clear(a);
-	const int8_t *fm = fmap(r, slot);
-	for (int d = 0; d < p->ndims && d < IR_MAX_RANK; d++) {
-		int f = fm[d];
-		if (f >= 0)
-			a->cover[f] = true;
-		if (f < 0 || a->n[f] || !p->naxes[d])
-			continue;
-		for (int k = 0; k < p->naxes[d] && k < IR_MAX_AXES; k++) {
-			a->ax[f][a->n[f]++] = p->axes[d][k];
-			a->used |= 1u << p->axes[d][k];
-		}
-	}
-}
-
-/* Takes src's axes for each factor dst leaves unsplit, unless an axis is
- * taken already.  only_reduce: contracted factors only, and only axes in
- * `allow`.  Returns whether anything was taken. */
-static bool merge(const Rule *r, Assign *dst, const Assign *src, bool only_reduce,
-                  uint32_t allow)
-{
-	bool took = false;
-	for (int f = 0; f < r->nf; f++) {
-		if (dst->n[f] || dst->lock[f] || !src->n[f] || (only_reduce && !r->reduce[f]))
-			continue;
-		uint32_t s = 0;
-		for (int k = 0; k < src->n[f]; k++)
-			s |= 1u << src->ax[f][k];
-		if ((s & dst->used) || (only_reduce && (s & ~allow)))
-			continue;
-		memcpy(dst->ax[f], src->ax[f], src->n[f]);
-		dst->n[f] = src->n[f];
-		dst->used |= s;
-		took = true;
-	}
-	return took;
-}
-
-static void project(const Rule *r, const Assign *a, int slot, int rank, bool resolved,
-                    Placement *out)
-{
-	placement_replicated(out, rank);
-	const int8_t *fm = fmap(r, slot);
-	for (int d = 0; d < rank && d < IR_MAX_RANK; d++) {
-		int f = fm[d];
-		if (f < 0)
-			continue;
-		memcpy(out->axes[d], a->ax[f], a->n[f]);
-		out->naxes[d] = a->n[f];
-	}
-	out->partial = a->partial;
-	if (slot >= 0 || resolved) {
-		if (resolved)
-			out->partial = 0;
-		return;
-	}
-	for (int f = 0; f < r->nf; f++)
-		for (int k = 0; r->reduce[f] && k < a->n[f]; k++) {
-			out->partial |= 1u << a->ax[f][k];
-			out->partial_op = r->red;
-		}
-}
-
-/* Drops the axes of a factor, minor first, until every dim it names
- * divides evenly (or, with uneven shards, unless strict, has a row per
- * shard at most ragged) and attention's heads split whole. */
-static void repair(const Prop *P, const IrNode *n, const Rule *r, Assign *a)
-{
-	const Mesh *mesh = &P->m->mesh;
-	bool uneven = P->m->train.uneven_shards;
-	for (int f = 0; f < r->nf; f++) {
-		while (a->n[f]) {
-			int64_t parts = 1;
-			for (int k = 0; k < a->n[f]; k++)
-				parts *= mesh->sizes[a->ax[f][k]];
-			bool ok = r->heads_f != f || r->heads % parts == 0;
-			for (int s = -1; ok && s < r->nops; s++) {
-				const IrNode *t = s < 0 ? n : nd(P, n->ops[s]);
-				const int8_t *fm = fmap(r, s);
-				for (int d = 0; d < t->rank && ok; d++)
-					if (fm[d] == f && t->shape[d] % parts != 0)
-						ok = uneven && !r->strict[f];
-			}
-			if (ok)
-				break;
-			a->n[f]--;
-			a->used &= ~(1u << a->ax[f][a->n[f]]);
-		}
-	}
+	P->sig = save;
+	return true;
 }
 
 /* ---- users' requirements ---- */
@@ -733,7 +489,7 @@ static bool requirement(const Prop *P, int c, int slot, Placement *out)
 		out->partial = 0;
 		return out->known;
 	}
-	const Rule *r = &P->rules[c];
+	const Rule *r = rule_of(P, c);
 	if (!r->ok || slot >= r->nops)
 		return false;
 	if (!cn->place.known)
@@ -743,45 +499,40 @@ static bool requirement(const Prop *P, int c, int slot, Placement *out)
 	 * itself) from c's operands, this one last */
 	Assign a, s;
 	bool resolved = resolved_kind(P, c);
-	assign_from(r, -1, &cn->place, &a);
+	prop_assign_from(r, -1, &cn->place, &a);
 	uint32_t allow = resolved ? ~0u : cn->place.partial;
 	for (int k = 0; k <= r->nops; k++) {
 		int i = k < r->nops ? r->order[k] : slot;
 		const Placement *q = &nd(P, cn->ops[i])->place;
 		if ((k < r->nops && i == slot) || !q->known)
 			continue;
-		assign_from(r, i, q, &s);
-		merge(r, &a, &s, true, allow);
+		prop_assign_from(r, i, q, &s);
+		prop_merge(r, &a, &s, true, allow);
 	}
 	if (r->linear) {
 		bool all;
 		a.partial = resolved ? common_partial(P, cn, slot, &all) : cn->place.partial;
 	}
-	project(r, &a, slot, o->rank, false, out);
+	prop_project(r, &a, slot, o->rank, false, out);
 	return true;
 }
 
 /* ---- choosing a node's placement ---- */
 
-typedef struct Src {
-	Assign a;
-	int origin;
-} Src;
-
 /* Operand and user edges of n placed by candidate a; *res gets n's
  * placement. */
 static double cand_cost(const Prop *P, const IrNode *n, const Assign *a, Placement *res)
 {
-	const Rule *r = &P->rules[n->id];
+	const Rule *r = rule_of(P, n->id);
 	const Mesh *mesh = &P->m->mesh;
-	project(r, a, -1, n->rank, false, res);
+	prop_project(r, a, -1, n->rank, false, res);
 	double cost = 0;
 	for (int i = 0; i < r->nops; i++) {
 		const IrNode *o = nd(P, n->ops[i]);
 		if (!o->place.known)
 			continue;
 		Placement q;
-		project(r, a, i, o->rank, false, &q);
+		prop_project(r, a, i, o->rank, false, &q);
 		cost += pass_propagate_cost(mesh, &o->place, &q, nbytes(P, o->id));
 	}
 	double nb = nbytes(P, n->id);
@@ -822,28 +573,25 @@ static bool same_split(const Rule *r, const Assign *a, const Assign *b)
 	return true;
 }
 
-/* Re-chooses free node n's placement; returns whether it changed. */
-static bool choose(Prop *P, IrNode *n)
+/* choose() for node n, its users' requirements in P->has_req / P->req:
+ * the placement of least cost in *best, and the index in its list of
+ * sources of the one it is from (-1: the first known operand). */
+static int choose_eval(Prop *P, const IrNode *n, Placement *best_p)
 {
-	const Rule *r = &P->rules[n->id];
-	Src src[PR_MAXSRC];
-	int ns = 0, first_op = -1;
+	const Rule *r = rule_of(P, n->id);
+	Assign src[PR_MAXSRC];
+	int ns = 0;
 	for (int k = 0; k < r->nops && ns < PR_MAXSRC; k++) {
 		const IrNode *o = nd(P, n->ops[r->order[k]]);
 		if (!o->place.known)
 			continue;
-		assign_from(r, r->order[k], &o->place, &src[ns].a);
-		src[ns++].origin = o->id;
-		if (first_op < 0)
-			first_op = o->id;
+		prop_assign_from(r, r->order[k], &o->place, &src[ns++]);
 	}
-	for (int u = P->ustart[n->id], k = 0; u < P->ustart[n->id + 1]; u++, k++)
-		P->has_req[k] = requirement(P, P->uses[u].node, P->uses[u].slot, &P->req[k]);
-	for (int u = P->ustart[n->id], k = 0; u < P->ustart[n->id + 1] && ns < PR_MAXSRC; u++, k++) {
+	for (int u = P->ustart[n->id], k = 0; u < P->ustart[n->id + 1] && ns < PR_MAXSRC;
+	     u++, k++) {
 		if (!P->has_req[k])
 			continue;
-		assign_from(r, -1, &P->req[k], &src[ns].a);
-		src[ns++].origin = P->uses[u].node;
+		prop_assign_from(r, -1, &P->req[k], &src[ns++]);
 	}
 	uint32_t lp = 0;
 	if (r->linear) {
@@ -858,39 +606,38 @@ static bool choose(Prop *P, IrNode *n)
 	 * splits nothing */
 	bool have = n->place.known;
 	double best = INFINITY;
-	Placement best_p;
 	int best_from = -1;
 	if (have) {
 		Assign cur;
-		assign_from(r, -1, &n->place, &cur);
+		prop_assign_from(r, -1, &n->place, &cur);
 		for (int s = 0; s < ns; s++)
-			merge(r, &cur, &src[s].a, true, n->place.partial);
+			prop_merge(r, &cur, &src[s], true, n->place.partial);
 		cur.partial = lp;
 		cur.used |= lp;
-		best = cand_cost(P, n, &cur, &best_p);
-		if (!placement_equal(&best_p, &n->place))
+		best = cand_cost(P, n, &cur, best_p);
+		if (!placement_equal(best_p, &n->place))
 			best = INFINITY; /* the old one is not reachable any more */
 	}
 	Assign seen[2 * PR_MAXSRC + 2];
 	int nseen = 0;
 	for (int c = 0; c <= 2 * ns + 1; c++) {
 		Assign a;
-		assign_clear(&a);
+		prop_assign_clear(&a);
 		a.partial = lp;
 		a.used = lp;
 		int origin = -1, lead = c > ns ? c - ns - 1 : c - 1;
 		if (c <= 2 * ns) {
-			if (lead >= 0 && merge(r, &a, &src[lead].a, false, 0))
-				origin = src[lead].origin;
+			if (lead >= 0 && prop_merge(r, &a, &src[lead], false, 0))
+				origin = lead;
 			for (int f = 0; c > ns && f < r->nf; f++)
-				a.lock[f] = src[lead].a.cover[f] && !a.n[f];
+				a.lock[f] = src[lead].cover[f] && !a.n[f];
 			if (c > ns && origin < 0)
-				origin = src[lead].origin;
+				origin = lead;
 			for (int s = 0; s < ns; s++)
-				if (s != lead && merge(r, &a, &src[s].a, false, 0) && origin < 0)
-					origin = src[s].origin;
+				if (s != lead && prop_merge(r, &a, &src[s], false, 0) && origin < 0)
+					origin = s;
 		}
-		repair(P, n, r, &a);
+		prop_repair(P->m, n, r, &a);
 		/* a candidate equal to an earlier one of this loop costs the same
 		 * and cannot beat it: skip its cand_cost (c = 0 is never one) */
 		bool dup = false;
@@ -903,14 +650,211 @@ static bool choose(Prop *P, IrNode *n)
 		double cost = cand_cost(P, n, &a, &p);
 		if (cost < best - 1e-9 * (best > 1 ? best : 1) || (!have && c == 0)) {
 			best = cost;
-			best_p = p;
-			best_from = origin >= 0 ? origin : first_op;
+			*best_p = p;
+			best_from = origin;
 			have = true;
 		}
 	}
-	if (placement_equal(&best_p, &n->place))
+	return best_from;
+}
+
+static bool pid_known(const Prop *P, int id)
+{
+	return P->places[P->pid[id]].known;
+}
+
+/* set_place, keeping pid and ver in step (without them, memoising stops);
+ * pid: p's placement id, or -1 to look it up. */
+static void place_node(Prop *P, IrNode *n, const Placement *p, int pid, int from, SrcLoc loc)
+{
+	set_place(n, p, from, loc);
+	if (P->nomemo)
+		return;
+	if (pid < 0 && (pid = place_id(P, p)) < 0) {
+		P->nomemo = true;
+		return;
+	}
+	if (pid == P->pid[n->id])
+		return;
+	P->pid[n->id] = pid;
+	P->ver[n->id]++;
+	for (int u = P->ustart[n->id]; u < P->ustart[n->id + 1]; u++)
+		P->ver[P->uses[u].node]++;
+}
+
+/* The placement id + 1 of what user c needs operand `slot` in (0: no
+ * requirement), memoised on c's signature and c's and its operands'
+ * placements (all that requirement() reads); -1 when out of memory. */
+static int req_lookup(Prop *P, int c, int slot)
+{
+	int *k = P->kbuf, len = 0;
+	k[len++] = P->sig[c];
+	k[len++] = slot;
+	k[len++] = P->pid[c];
+	for (int i = P->ostart[c]; i < P->ostart[c + 1]; i++)
+		k[len++] = P->pid[P->opv[i]];
+	bool found;
+	MemoEnt *e = memo_get(P->ar, &P->reqmemo, k, len, &found);
+	if (!e)
+		return -1;
+	if (!found) {
+		Placement q;
+		int v = 0;
+		if (requirement(P, c, slot, &q)) {
+			int id = place_id(P, &q);
+			if (id < 0)
+				return -1;
+			v = id + 1;
+		}
+		e->val = v;
+	}
+	return e->val;
+}
+
+/* The node source s of choose_eval's list is from; s < 0: the first known
+ * operand (or -1). */
+static int src_origin(const Prop *P, const IrNode *n, int s)
+{
+	const Rule *r = rule_of(P, n->id);
+	int ns = 0;
+	for (int k = 0; k < r->nops && ns < PR_MAXSRC; k++) {
+		int o = P->opv[P->ostart[n->id] + r->order[k]];
+		if (!pid_known(P, o))
+			continue;
+		if (s < 0 || ns == s)
+			return o;
+		ns++;
+	}
+	if (s < 0)
+		return -1;
+	for (int u = P->ustart[n->id], k = 0; u < P->ustart[n->id + 1] && ns < PR_MAXSRC;
+	     u++, k++) {
+		if (P->req_id[k] < 0)
+			continue;
+		if (ns == s)
+			return P->uses[u].node;
+		ns++;
+	}
+	return -1;
+}
+
+/* pid of every node, from scratch; every cached requirement is stale. */
+static void pids_sync(Prop *P)
+{
+	Placement unknown = {0};
+	if ((P->unknown_pid = place_id(P, &unknown)) < 0)
+		P->nomemo = true;
+	for (int i = 0; i < P->m->nnodes && !P->nomemo; i++) {
+		const Placement *p = &nd(P, i)->place;
+		P->pid[i] = !p->known ? P->unknown_pid : place_id(P, p);
+		if (P->pid[i] < 0)
+			P->nomemo = true;
+		P->ver[i]++;
+		P->fixed[i] = -1;
+	}
+}
+
+/* Re-chooses free node n's placement without the memo. */
+static bool choose_direct(Prop *P, IrNode *n)
+{
+	for (int u = P->ustart[n->id], k = 0; u < P->ustart[n->id + 1]; u++, k++)
+		P->has_req[k] = requirement(P, P->uses[u].node, P->uses[u].slot, &P->req[k]);
+	Placement best;
+	int s = choose_eval(P, n, &best);
+	if (placement_equal(&best, &n->place))
 		return false;
-	set_place(n, &best_p, best_from, n->loc);
+	/* src_origin reads operands' pids and req_id: neither is kept now */
+	int from = -1, ns = 0;
+	const Rule *r = rule_of(P, n->id);
+	for (int k = 0; k < r->nops && ns < PR_MAXSRC && from < 0; k++) {
+		int o = n->ops[r->order[k]];
+		if (!nd(P, o)->place.known)
+			continue;
+		if (s < 0 || ns == s)
+			from = o;
+		ns++;
+	}
+	for (int u = P->ustart[n->id], k = 0;
+	     u < P->ustart[n->id + 1] && ns < PR_MAXSRC && from < 0 && s >= 0; u++, k++) {
+		if (!P->has_req[k])
+			continue;
+		if (ns == s)
+			from = P->uses[u].node;
+		ns++;
+	}
+	set_place(n, &best, from, n->loc);
+	return true;
+}
+
+/* Re-chooses free node n's placement; returns whether it changed.  The
+ * choice is memoised on n's signature, its own and its operands'
+ * placements and its users' requirements: all that choose_eval reads. */
+static bool choose(Prop *P, IrNode *n)
+{
+	if (P->nomemo)
+		return choose_direct(P, n);
+	int id = n->id, nu = P->ustart[id + 1] - P->ustart[id];
+	for (int u = P->ustart[id], k = 0; k < nu; u++, k++) {
+		int c = P->uses[u].node;
+		if (P->pid[c] == P->unknown_pid && rule_of(P, c)->ok) {
+			P->req_id[k] = -1; /* requirement(): c's own turn decides */
+			continue;
+		}
+		if (P->use_ver[u] != P->ver[c]) {
+			int v = req_lookup(P, c, P->uses[u].slot);
+			if (v < 0) {
+				P->nomemo = true;
+				return choose_direct(P, n);
+			}
+			P->use_req[u] = v - 1;
+			P->use_ver[u] = P->ver[c];
+		}
+		P->req_id[k] = P->use_req[u];
+	}
+	int *key = P->kbuf, len = 0;
+	key[len++] = P->sig[id];
+	key[len++] = P->pid[id];
+	for (int i = P->ostart[id]; i < P->ostart[id + 1]; i++)
+		key[len++] = P->pid[P->opv[i]];
+	key[len++] = nu;
+	for (int k = 0; k < nu; k++)
+		key[len++] = P->req_id[k];
+	bool found;
+	MemoEnt *e = memo_get(P->ar, &P->chmemo, key, len, &found);
+	if (!e) {
+		P->nomemo = true;
+		return choose_direct(P, n);
+	}
+	if (!found) {
+		for (int k = 0; k < nu; k++) {
+			P->has_req[k] = P->req_id[k] >= 0;
+			if (P->has_req[k])
+				P->req[k] = P->places[P->req_id[k]];
+		}
+		if (P->nchoices == P->capchoices) {
+			int cap = P->capchoices ? 2 * P->capchoices : 256;
+			Choice *c = arena_alloc_raw(P->ar, sizeof *c * (size_t)cap);
+			if (!c) {
+				P->nomemo = true;
+				return choose_direct(P, n);
+			}
+			if (P->nchoices)
+				memcpy(c, P->choices, sizeof *c * (size_t)P->nchoices);
+			P->choices = c;
+			P->capchoices = cap;
+		}
+		Choice *c = &P->choices[P->nchoices];
+		c->src = choose_eval(P, n, &c->p);
+		if ((c->pid = place_id(P, &c->p)) < 0) {
+			P->nomemo = true;
+			return choose_direct(P, n);
+		}
+		e->val = P->nchoices++;
+	}
+	const Choice *c = &P->choices[e->val];
+	if (c->pid == P->pid[id]) /* placement_equal(&c->p, &n->place) */
+		return false;
+	place_node(P, n, &c->p, c->pid, src_origin(P, n, c->src), n->loc);
 	return true;
 }
 
@@ -996,6 +940,13 @@ static void classify(Prop *P)
  * param's placement without its partial. */
 static bool fix(Prop *P, IrNode *n)
 {
+	/* nothing else places n: what it read last time gives the same */
+	int seen = -1;
+	if (!P->nomemo) {
+		seen = P->kind[n->id] == K_SCALAR ? 0 : 1 + P->pid[P->tie[n->id]];
+		if (P->fixed[n->id] == seen)
+			return false;
+	}
 	Placement p;
 	int from = -1;
 	if (P->kind[n->id] == K_SCALAR) {
@@ -1005,14 +956,17 @@ static bool fix(Prop *P, IrNode *n)
 		const IrNode *t = nd(P, P->tie[n->id]);
 		if (!t->place.known)
 			return false;
+		P->fixed[n->id] = seen;
 		p = t->place;
 		p.partial = 0;
 		p.partial_op = IR_RED_SUM;
 		from = t->id;
 	}
+	if (P->kind[n->id] == K_SCALAR)
+		P->fixed[n->id] = seen;
 	if (placement_equal(&p, &n->place) && n->place_from == from)
 		return false;
-	set_place(n, &p, from, n->loc);
+	place_node(P, n, &p, -1, from, n->loc);
 	return true;
 }
 
@@ -1023,12 +977,12 @@ static bool visit_node(Prop *P, int i)
 	case K_USER:
 		return false;
 	case K_FREE:
-		if (!P->rules[i].ok) {
+		if (!rule_of(P, i)->ok) {
 			if (n->place.known)
 				return false;
 			Placement p;
 			placement_replicated(&p, n->rank);
-			set_place(n, &p, n->nops ? n->ops[0] : -1, n->loc);
+			place_node(P, n, &p, -1, n->nops ? n->ops[0] : -1, n->loc);
 			return true;
 		}
 		return choose(P, n);
@@ -1042,26 +996,25 @@ static bool visit_node(Prop *P, int i)
  * and its users' other operands (requirement reads them). */
 static void mark_changed(Prop *P, int i)
 {
-	const IrNode *n = nd(P, i);
 	P->dirty[i] = 1;
-	for (int k = 0; k < n->nops; k++)
-		P->dirty[n->ops[k]] = 1;
+	for (int k = P->ostart[i]; k < P->ostart[i + 1]; k++)
+		P->dirty[P->opv[k]] = 1;
 	for (int u = P->ustart[i]; u < P->ustart[i + 1]; u++) {
-		const IrNode *c = nd(P, P->uses[u].node);
-		P->dirty[c->id] = 1;
-		for (int k = 0; k < c->nops; k++)
-			P->dirty[c->ops[k]] = 1;
+		int c = P->uses[u].node;
+		P->dirty[c] = 1;
+		for (int k = P->ostart[c]; k < P->ostart[c + 1]; k++)
+			P->dirty[P->opv[k]] = 1;
 	}
 }
 
 /* A sweep's visit.  choose() is a pure function of the placements of the
  * node, its operands, its users and its users' operands, so a free node
  * none of those changed for since its last visit would choose the same
- * again: it is skipped (the expensive case; ties and scalars are cheap
- * and always visited).  The sweeps give what visiting everything gives. */
+ * again: it is skipped (ties and scalars are visited, fix() skipping
+ * itself).  The sweeps give what visiting everything gives. */
 static bool visit(Prop *P, int i)
 {
-	if (P->kind[i] == K_FREE && P->rules[i].ok && !P->dirty[i])
+	if (P->kind[i] == K_FREE && rule_of(P, i)->ok && !P->dirty[i])
 		return false;
 	P->dirty[i] = 0;
 	bool changed = visit_node(P, i);
@@ -1070,21 +1023,35 @@ static bool visit(Prop *P, int i)
 	return changed;
 }
 
+/* The operands (ostart / opv) and uses (ustart / uses) of every node, in
+ * flat arrays the sweeps read instead of the nodes. */
 static bool build_uses(Prop *P, Arena *a)
 {
 	IrModule *m = P->m;
-	P->ustart = arena_alloc(a, sizeof(int) * (size_t)(m->nnodes + 1));
-	if (!P->ustart)
+	size_t n1 = (size_t)m->nnodes + 1;
+	P->ostart = arena_alloc_raw(a, sizeof(int) * n1);
+	P->ustart = arena_alloc(a, sizeof(int) * n1);
+	if (!P->ostart || !P->ustart)
 		return false;
-	memset(P->ustart, 0, sizeof(int) * (size_t)(m->nnodes + 1));
+	P->ostart[0] = 0;
 	for (int i = 0; i < m->nnodes; i++)
-		for (int k = 0; k < m->nodes[i]->nops; k++)
-			P->ustart[m->nodes[i]->ops[k] + 1]++;
+		P->ostart[i + 1] = P->ostart[i] + m->nodes[i]->nops;
+	int total = P->ostart[m->nnodes];
+	P->opv = arena_alloc_raw(a, sizeof(int) * (size_t)(total ? total : 1));
+	if (!P->opv)
+		return false;
+	for (int i = 0; i < m->nnodes; i++) {
+		const IrNode *n = m->nodes[i];
+		int *o = P->opv + P->ostart[i];
+		for (int k = 0; k < n->nops; k++) {
+			o[k] = n->ops[k];
+			P->ustart[o[k] + 1]++;
+		}
+	}
 	for (int i = 0; i < m->nnodes; i++)
 		P->ustart[i + 1] += P->ustart[i];
-	int total = P->ustart[m->nnodes];
-	P->uses = arena_alloc(a, sizeof(Use) * (size_t)(total ? total : 1));
-	int *fill = arena_alloc(a, sizeof(int) * (size_t)(m->nnodes + 1));
+	P->uses = arena_alloc_raw(a, sizeof(Use) * (size_t)(total ? total : 1));
+	int *fill = arena_alloc_raw(a, sizeof(int) * n1);
 	int most = 1;
 	for (int i = 0; i < m->nnodes; i++)
 		if (P->ustart[i + 1] - P->ustart[i] > most)
@@ -1093,12 +1060,12 @@ static bool build_uses(Prop *P, Arena *a)
 	P->has_req = arena_alloc(a, sizeof(bool) * (size_t)most);
 	if (!P->uses || !fill || !P->req || !P->has_req)
 		return false;
-	memcpy(fill, P->ustart, sizeof(int) * (size_t)(m->nnodes + 1));
+	memcpy(fill, P->ustart, sizeof(int) * n1);
 	for (int i = 0; i < m->nnodes; i++)
-		for (int k = 0; k < m->nodes[i]->nops; k++) {
-			Use *u = &P->uses[fill[m->nodes[i]->ops[k]]++];
+		for (int k = P->ostart[i]; k < P->ostart[i + 1]; k++) {
+			Use *u = &P->uses[fill[P->opv[k]]++];
 			u->node = i;
-			u->slot = k;
+			u->slot = k - P->ostart[i];
 		}
 	return true;
 }
@@ -1259,27 +1226,52 @@ bool pass_propagate(IrModule *m, Diag *d, const PassOptions *opt)
 {
 	Arena a;
 	arena_init(&a);
-	Prop P = {.m = m};
+	Prop P = {.m = m, .ar = &a};
 	for (int i = 0; i < m->mesh.naxes && i < IR_MAX_AXES; i++)
 		if (m->mesh.sizes[i] > 1)
 			P.live |= 1u << i;
 	size_t nn = (size_t)(m->nnodes ? m->nnodes : 1);
-	P.rules = arena_alloc(&a, sizeof(Rule) * nn);
+	/* one rule per signature, written by build_sigs */
+	P.rules = arena_alloc_raw(&a, sizeof(Rule) * nn);
+	P.sig = arena_alloc_raw(&a, sizeof(int) * nn);
+	P.pid = arena_alloc_raw(&a, sizeof(int) * nn);
 	P.kind = arena_alloc(&a, nn);
 	P.tie = arena_alloc(&a, sizeof(int) * nn);
-	P.dirty = arena_alloc(&a, nn);
-	P.bytes = arena_alloc(&a, sizeof(double) * nn);
-	if (!P.rules || !P.kind || !P.tie || !P.dirty || !P.bytes || !build_uses(&P, &a)) {
+	P.dirty = arena_alloc_raw(&a, nn);
+	P.ver = arena_alloc(&a, sizeof(unsigned) * nn);
+	P.fixed = arena_alloc_raw(&a, sizeof(int) * nn);
+	P.bytes = arena_alloc_raw(&a, sizeof(double) * nn);
+	bool ok = P.rules && P.sig && P.pid && P.kind && P.tie && P.dirty && P.ver && P.fixed &&
+	          P.bytes && build_uses(&P, &a);
+	if (ok) {
+		int most_ops = 0, most_uses = 0;
+		for (int i = 0; i < m->nnodes; i++) {
+			if (m->nodes[i]->nops > most_ops)
+				most_ops = m->nodes[i]->nops;
+			if (P.ustart[i + 1] - P.ustart[i] > most_uses)
+				most_uses = P.ustart[i + 1] - P.ustart[i];
+		}
+		size_t kl = sig_key_len(most_ops);
+		if (kl < (size_t)(4 + most_ops + most_uses))
+			kl = (size_t)(4 + most_ops + most_uses);
+		P.kbuf = arena_alloc_raw(&a, sizeof(int) * kl);
+		P.req_id = arena_alloc_raw(&a, sizeof(int) * (size_t)(most_uses ? most_uses : 1));
+		size_t nu = (size_t)(P.ustart[m->nnodes] ? P.ustart[m->nnodes] : 1);
+		P.use_ver = arena_alloc(&a, sizeof(unsigned) * nu);
+		P.use_req = arena_alloc_raw(&a, sizeof(int) * nu);
+		ok = P.kbuf && P.req_id && P.use_ver && P.use_req;
+	}
+	if (ok) {
+		classify(&P);
+		ok = build_sigs(&P);
+	}
+	if (!ok) {
 		arena_free(&a);
 		diag_error(d, (SrcLoc){0}, "propagate: out of memory");
 		return false;
 	}
-	classify(&P);
-	for (int i = 0; i < m->nnodes; i++)
-		rule_build(&P, m->nodes[i], &P.rules[i]);
 	memset(P.dirty, 1, nn);
-	for (int i = 0; i < m->nnodes; i++)
-		P.bytes[i] = node_bytes(m->nodes[i]);
+	pids_sync(&P);
 	int sweeps = 0;
 	bool changed = true;
 	while (changed && sweeps < PR_SWEEPS) {
@@ -1293,6 +1285,7 @@ bool pass_propagate(IrModule *m, Diag *d, const PassOptions *opt)
 	if (m->train.sequence_parallel && sp_apply(&P, &a)) {
 		changed = true;
 		memset(P.dirty, 1, nn); /* sp_apply moved placements behind visit's back */
+		pids_sync(&P);
 		for (int s = 0; changed && s < PR_SWEEPS; s++, sweeps++) {
 			changed = false;
 			for (int i = 0; i < m->nnodes; i++)

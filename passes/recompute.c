@@ -131,12 +131,12 @@ static int clone_one(Rc *r, Key *k, int v)
 {
 	IrModule *m = r->m;
 	const IrNode *o = m->nodes[v];
-	IrNode *c = ir_node_new(m, o->op, o->ops, o->nops, o->loc);
+	IrNode *c = ir_node_copy(m, o, o->ops, o->nops);
 	if (!c) {
 		oom(r);
 		return -1;
 	}
-	int id = c->id, *cops = c->ops;
+	int id = c->id;
 	if (id - r->n >= r->ccap) {
 		int cap = r->ccap ? 2 * r->ccap : 1024;
 		Key **ck = realloc(r->ckey, sizeof(Key *) * (size_t)cap);
@@ -147,9 +147,6 @@ static int clone_one(Rc *r, Key *k, int v)
 		r->ckey = ck;
 		r->ccap = cap;
 	}
-	*c = *o;
-	c->id = id;
-	c->ops = cops;
 	for (int j = 0; j < c->nops; j++) {
 		int u = o->ops[j];
 		if (r->internal[u])
