@@ -57,33 +57,68 @@ typedef struct PlanMemo {
 	ReshardPlan *plan; /* NULL: an empty slot */
 } PlanMemo;
 
+/* The vocab-parallel loss's per-logits memo (part_xent_vp): a handful per
+ * module (one logits per micro-batch), so a short list rather than three
+ * arrays over every node. */
+typedef struct CeMemo {
+	int lg;     /* global logits id */
+	int mx, se; /* its row stats, or -1 */
+	int lm;     /* its uneven vocab's padding masked, or -1 */
+} CeMemo;
+
 typedef struct Part {
 	IrModule *m;     /* the global module; its nodes are read, not changed */
 	IrModule *out;   /* the new node list */
 	Diag *d;
 	bool fill;
 	int *map;        /* global id -> local id holding its value at target */
-	Placement *want; /* global id -> its optimizer step's param placement */
+	/* global id -> the placement of local node map[id], which does not
+	 * change once made: every operand's is read, most more than once, and
+	 * this array is a sixth the memory the nodes it copies are spread
+	 * over (a backward op's forward operand is read long after) */
+	Placement *mplace;
+	/* global id -> index in wants of its optimizer step's param placement,
+	 * or -1: only the steps' operands have one, and an int per node is a
+	 * fraction of the memset a Placement per node would cost */
+	int *wantix;
+	Placement *wants;
+	int nwants, capwants;
 	Cached **cache;  /* global id -> reshards made of it */
-	int *ce_mx, *ce_se; /* global logits id -> vocab-parallel row stats, or -1 */
-	int *ce_lm;      /* global logits id -> its uneven vocab's padding masked, or -1 */
+	CeMemo *ce;
+	int nce, capce;
+	uint32_t live;   /* the mesh axes of more than one rank */
 	PlanMemo *memo;  /* open addressing, capmemo a power of two */
 	int nmemo, capmemo;
 	Arena scratch;
 } Part;
 
-/* A word-at-a-time hash of n bytes (n a multiple of 8). */
+/* A word-at-a-time hash of n bytes (n a multiple of 8), in four
+ * independent lanes so the multiplies overlap rather than wait on each
+ * other (the key is some 30 words). */
 static uint64_t hash_words(const void *data, size_t n)
 {
 	const unsigned char *b = data;
-	uint64_t h = 0x9e3779b97f4a7c15ull;
-	for (size_t i = 0; i + 8 <= n; i += 8) {
+	const uint64_t k = 0xff51afd7ed558ccdull;
+	uint64_t h0 = 0x9e3779b97f4a7c15ull, h1 = 0xc2b2ae3d27d4eb4full;
+	uint64_t h2 = 0x165667b19e3779f9ull, h3 = 0x27d4eb2f165667c5ull;
+	size_t i = 0;
+	for (; i + 32 <= n; i += 32) {
+		uint64_t w[4];
+		memcpy(w, b + i, sizeof w);
+		h0 = (h0 ^ w[0]) * k;
+		h1 = (h1 ^ w[1]) * k;
+		h2 = (h2 ^ w[2]) * k;
+		h3 = (h3 ^ w[3]) * k;
+	}
+	for (; i + 8 <= n; i += 8) {
 		uint64_t w;
 		memcpy(&w, b + i, 8);
-		h = (h ^ w) * 0xff51afd7ed558ccdull;
-		h ^= h >> 32;
+		h0 = (h0 ^ w) * k;
 	}
-	return h;
+	uint64_t r = h0 ^ (h1 >> 17 | h1 << 47) ^ (h2 >> 31 | h2 << 33) ^ (h3 >> 45 | h3 << 19);
+	r ^= r >> 32;
+	r *= 0xc4ceb9fe1a85ec53ull;
+	return r ^ r >> 29;
 }
 
 /* The memo's key: PlanMemo from dt up to plan, compared bytewise. */
@@ -91,9 +126,12 @@ static uint64_t hash_words(const void *data, size_t n)
 #define MEMO_KEY_BYTES (offsetof(PlanMemo, plan) - offsetof(PlanMemo, dt))
 
 /* pass_reshard_plan through the memo (failures are not kept: their
- * reason is reported once anyway). */
-static bool reshard_plan_memo(Part *p, const IrNode *g, const Placement *from,
-                              const Placement *to, ReshardPlan *plan, char *why, size_t cap)
+ * reason is reported once anyway).  Returns the plan: the memo's own on a
+ * hit (a plan is some 4 KB, not worth copying), else *plan; NULL when
+ * there is none. */
+static const ReshardPlan *reshard_plan_memo(Part *p, const IrNode *g, const Placement *from,
+                                            const Placement *to, ReshardPlan *plan, char *why,
+                                            size_t cap)
 {
 	PlanMemo key;
 	memset(&key, 0, sizeof key);
@@ -109,20 +147,18 @@ static bool reshard_plan_memo(Part *p, const IrNode *g, const Placement *from,
 		for (slot = h & (size_t)(p->capmemo - 1); p->memo[slot].plan;
 		     slot = (slot + 1) & (size_t)(p->capmemo - 1)) {
 			const PlanMemo *e = &p->memo[slot];
-			if (e->hash == h && !memcmp(MEMO_KEY(e), MEMO_KEY(&key), MEMO_KEY_BYTES)) {
-				*plan = *e->plan;
-				return true;
-			}
+			if (e->hash == h && !memcmp(MEMO_KEY(e), MEMO_KEY(&key), MEMO_KEY_BYTES))
+				return e->plan;
 		}
 	}
 	if (!pass_reshard_plan(&p->m->mesh, g->dtype, g->rank, g->shape, from, to, plan, why, cap))
-		return false;
+		return NULL;
 	/* keep it; grow at half full (on failure, just do not keep it) */
 	if (2 * (p->nmemo + 1) > p->capmemo) {
 		int ncap = p->capmemo ? 2 * p->capmemo : 256;
 		PlanMemo *nm = arena_alloc(&p->scratch, sizeof *nm * (size_t)ncap);
 		if (!nm)
-			return true;
+			return plan;
 		for (int i = 0; i < p->capmemo; i++) {
 			if (!p->memo[i].plan)
 				continue;
@@ -136,13 +172,13 @@ static bool reshard_plan_memo(Part *p, const IrNode *g, const Placement *from,
 		for (slot = h & (size_t)(ncap - 1); nm[slot].plan; slot = (slot + 1) & (size_t)(ncap - 1))
 			;
 	}
-	key.plan = arena_alloc(&p->scratch, sizeof *key.plan);
+	key.plan = arena_alloc_raw(&p->scratch, sizeof *key.plan);
 	if (!key.plan)
-		return true;
+		return plan;
 	*key.plan = *plan;
 	p->memo[slot] = key;
 	p->nmemo++;
-	return true;
+	return key.plan;
 }
 
 static bool internal(Part *p, const IrNode *n, const char *fmt, ...)
@@ -162,6 +198,92 @@ static bool internal(Part *p, const IrNode *n, const char *fmt, ...)
 static IrNode *loc_node(Part *p, int id)
 {
 	return p->out->nodes[id];
+}
+
+/* placement_dim_parts, here where the compiler can inline it: the
+ * partitioner asks it for every dim of every node it makes. */
+static inline int64_t dim_parts(const Placement *pl, const Mesh *m, int d)
+{
+	if (!pl->known || d < 0 || d >= pl->ndims || d >= IR_MAX_RANK)
+		return 1;
+	int64_t parts = 1;
+	for (int k = 0; k < pl->naxes[d] && k < IR_MAX_AXES; k++)
+		if (pl->axes[d][k] < m->naxes)
+			parts *= m->sizes[pl->axes[d][k]];
+	return parts;
+}
+
+/* head_bytes[k]: the first k bytes of an 8-byte row set; read as a word
+ * it masks a row read whole, whatever the byte order. */
+static const uint8_t head_bytes[9][8] = {
+	{0}, {0xff}, {0xff, 0xff}, {0xff, 0xff, 0xff}, {0xff, 0xff, 0xff, 0xff},
+	{0xff, 0xff, 0xff, 0xff, 0xff}, {0xff, 0xff, 0xff, 0xff, 0xff, 0xff},
+	{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff},
+};
+_Static_assert(IR_MAX_RANK == 8 && IR_MAX_AXES == 8, "canon_ok reads rows as 8-byte words");
+
+static inline uint64_t word8(const uint8_t *b)
+{
+	uint64_t w;
+	memcpy(&w, b, 8);
+	return w;
+}
+
+/* placement_equal, inlined likewise: every operand of every node is
+ * checked against the placement its rule needs.  Byte by byte, as the
+ * rules build the placements it is given (a wider read of those stalls on
+ * store forwarding). */
+static inline bool pl_equal(const Placement *a, const Placement *b)
+{
+	if (a->known != b->known)
+		return false;
+	if (!a->known)
+		return true;
+	if (a->ndims != b->ndims || a->partial != b->partial)
+		return false;
+	if (a->partial && a->partial_op != b->partial_op)
+		return false;
+	for (int d = 0; d < a->ndims && d < IR_MAX_RANK; d++) {
+		if (a->naxes[d] != b->naxes[d])
+			return false;
+		for (int k = 0; k < a->naxes[d] && k < IR_MAX_AXES; k++)
+			if (a->axes[d][k] != b->axes[d][k])
+				return false;
+	}
+	return true;
+}
+
+/* Whether pass_placement_canon would leave pl as it is.  Mostly it would
+ * (propagate's placements are canonical); the test reads only, and is
+ * best made on a placement stored long ago: one just copied has its rows
+ * in flight in 16-byte stores that a row read across stalls on. */
+static bool canon_ok(const Part *p, const Placement *pl)
+{
+	if (!pl->known)
+		return true;
+	if ((pl->partial & ~p->live) || (!pl->partial && pl->partial_op != IR_RED_SUM))
+		return false;
+	int nd = pl->ndims < IR_MAX_RANK ? pl->ndims : IR_MAX_RANK;
+	/* the dims past ndims have no axes */
+	if (word8(pl->naxes) & ~word8(head_bytes[nd]))
+		return false;
+	uint64_t bad = 0;
+	for (int d = 0; d < IR_MAX_RANK; d++) {
+		int n = pl->naxes[d];
+		if (n > IR_MAX_AXES)
+			return false;
+		bad |= word8(pl->axes[d]) & ~word8(head_bytes[n]); /* the unused tail */
+		for (int j = 0; j < n; j++)
+			bad |= pl->axes[d][j] >= 32 || !(p->live >> (pl->axes[d][j] & 31) & 1);
+	}
+	return !bad;
+}
+
+/* pass_placement_canon(mesh, pl), skipped where it would change nothing. */
+static void canon(const Part *p, Placement *pl)
+{
+	if (!canon_ok(p, pl))
+		pass_placement_canon(&p->m->mesh, pl);
 }
 
 static const char *fmt_pl(Part *p, const Placement *pl)
@@ -184,23 +306,33 @@ static int emit(Part *p, IrOp op, const int *ops, int nops, const IrAttrs *at,
 	n->attrs = *at;
 	n->dtype = like->dtype;
 	n->rank = like->rank;
-	placement_shard_shape(pl, &p->m->mesh, 0, like->rank, like->shape, n->shape);
 	n->place = *pl;
 	n->stage = like->stage;
 	n->mb = like->mb;
 	n->place_from = origin;
+	/* The shard shape: every rank stores rank 0's, the largest chunk
+	 * (placement_shard_shape for rank 0, without its mesh_coords: this
+	 * runs for every node made), and the global extent where it pads.
+	 * want keeps it for the check below, element by element: a block
+	 * copy of n->shape just stored would stall on store forwarding. */
+	int64_t want[IR_MAX_RANK] = {0};
 	for (int d = 0; d < like->rank && d < IR_MAX_RANK; d++) {
-		int64_t parts = placement_dim_parts(pl, &p->m->mesh, d);
-		n->padded[d] = parts > 1 && like->shape[d] % parts ? like->shape[d] : 0;
+		int64_t parts = dim_parts(pl, &p->m->mesh, d), g = like->shape[d];
+		int64_t chunk = parts > 1 ? g / parts + (g % parts != 0) : g;
+		want[d] = parts <= 1 ? g : g < 0 ? 0 : chunk < g ? chunk : g;
+		n->shape[d] = want[d];
+		if (parts > 1 && g % parts)
+			n->padded[d] = g; /* else it stays 0 */
 	}
-	int64_t want[IR_MAX_RANK];
-	memcpy(want, n->shape, sizeof want);
 	char msg[512];
 	if (!ir_infer_msg(p->out, n, msg, sizeof msg)) {
 		internal(p, like, "the local op does not type: %s", msg);
 		return -1;
 	}
-	if (n->rank != like->rank || memcmp(want, n->shape, sizeof(int64_t) * (size_t)n->rank)) {
+	bool same = n->rank == like->rank;
+	for (int d = 0; same && d < n->rank && d < IR_MAX_RANK; d++)
+		same = want[d] == n->shape[d];
+	if (!same) {
 		char t1[96], t2[96];
 		ir_format_type(t1, sizeof t1, n->dtype, n->rank, n->shape);
 		ir_format_type(t2, sizeof t2, n->dtype, like->rank, want);
@@ -249,17 +381,16 @@ static int reshard_step(Part *p, int id, const IrNode *g, const ReshardStep *s)
 
 /* Local node `id` holds a shard of global g under its placement; returns
  * a node holding it under `to` (cached per global value). */
-static int reshard(Part *p, int id, const IrNode *g, const Placement *to)
+static int reshard_slow(Part *p, int id, const IrNode *g, const Placement *to)
 {
 	IrNode *x = loc_node(p, id);
-	if (placement_equal(&x->place, to))
-		return id;
 	for (Cached *c = p->cache[g->id]; c; c = c->next)
-		if (placement_equal(&c->p, to))
+		if (pl_equal(&c->p, to))
 			return c->id;
-	ReshardPlan plan;
+	ReshardPlan buf;
 	char why[256];
-	if (!reshard_plan_memo(p, g, &x->place, to, &plan, why, sizeof why)) {
+	const ReshardPlan *plan = reshard_plan_memo(p, g, &x->place, to, &buf, why, sizeof why);
+	if (!plan) {
 		const Mesh *mesh = &p->m->mesh;
 		if (pass_placement_even(mesh, &x->place, g->rank, g->shape) &&
 		    pass_placement_even(mesh, to, g->rank, g->shape)) {
@@ -276,8 +407,8 @@ static int reshard(Part *p, int id, const IrNode *g, const Placement *to)
 		return -1;
 	}
 	int cur = id;
-	for (int k = 0; k < plan.nsteps; k++)
-		if ((cur = reshard_step(p, cur, g, &plan.steps[k])) < 0)
+	for (int k = 0; k < plan->nsteps; k++)
+		if ((cur = reshard_step(p, cur, g, &plan->steps[k])) < 0)
 			return -1;
 	Cached *c = arena_alloc(&p->scratch, sizeof *c);
 	if (c) {
@@ -287,21 +418,46 @@ static int reshard(Part *p, int id, const IrNode *g, const Placement *to)
 	return cur;
 }
 
+/* Mostly the value is placed as wanted already: that test inline, the
+ * search (and its 4 KB plan buffer) out of line. */
+static inline int reshard(Part *p, int id, const IrNode *g, const Placement *to)
+{
+	if (pl_equal(&loc_node(p, id)->place, to))
+		return id;
+	return reshard_slow(p, id, g, to);
+}
+
 /* Operand i of global node n, resharded to pl. */
 static int operand(Part *p, const IrNode *n, int i, const Placement *pl)
 {
-	const IrNode *g = p->m->nodes[n->ops[i]];
-	return reshard(p, p->map[g->id], g, pl);
+	int gid = n->ops[i];
+	if (pl_equal(&p->mplace[gid], pl))
+		return p->map[gid];
+	return reshard_slow(p, p->map[gid], p->m->nodes[gid], pl);
+}
+
+/* The param placement global value id is wanted in, or NULL. */
+static const Placement *want_of(const Part *p, int id)
+{
+	return p->wantix[id] >= 0 ? &p->wants[p->wantix[id]] : NULL;
 }
 
 static Placement target(Part *p, const IrNode *n)
 {
-	Placement t = n->place;
-	if (!t.known && p->fill && p->want[n->id].known)
-		t = p->want[n->id];
-	if (!t.known && p->fill && (ir_op_flags(n->op) & OPF_LEAF))
+	/* canonical already is tested on the source, before the copy */
+	const Placement *src = &n->place;
+	const Placement *w = !src->known && p->fill ? want_of(p, n->id) : NULL;
+	if (w && w->known)
+		src = w;
+	Placement t;
+	if (!src->known && p->fill && (ir_op_flags(n->op) & OPF_LEAF)) {
 		placement_replicated(&t, n->rank);
-	pass_placement_canon(&p->m->mesh, &t);
+		canon(p, &t);
+		return t;
+	}
+	t = *src;
+	if (!canon_ok(p, src))
+		pass_placement_canon(&p->m->mesh, &t);
 	return t;
 }
 
@@ -318,6 +474,7 @@ static bool finish(Part *p, const IrNode *n, int id)
 	if (n->place_from >= 0 && n->place_from < n->id && p->map[n->place_from] != id)
 		x->place_from = p->map[n->place_from];
 	p->map[n->id] = id;
+	p->mplace[n->id] = x->place;
 	return true;
 }
 
@@ -338,7 +495,7 @@ static uint32_t padded_dims(const Part *p, const IrNode *like, const Placement *
 {
 	uint32_t u = 0;
 	for (int d = 0; d < like->rank && d < pl->ndims; d++) {
-		int64_t parts = placement_dim_parts(pl, &p->m->mesh, d);
+		int64_t parts = dim_parts(pl, &p->m->mesh, d);
 		if (parts > 1 && like->shape[d] % parts != 0)
 			u |= 1u << d;
 	}
@@ -445,7 +602,7 @@ static Placement step_place(const Part *p, const IrNode *n, const IrNode *param)
 	Placement P = n->place.known ? n->place : param->place;
 	if (!P.known)
 		placement_replicated(&P, param->rank);
-	pass_placement_canon(&p->m->mesh, &P);
+	canon(p, &P);
 	P.partial = 0;
 	P.partial_op = IR_RED_SUM;
 	return P;
@@ -477,7 +634,7 @@ static bool part_step(Part *p, const IrNode *n)
 			ops[i] = operand(p, n, i, &P);
 		} else {
 			ops[i] = p->map[gid];
-			if (!placement_equal(&loc_node(p, ops[i])->place, &P)) {
+			if (!pl_equal(&loc_node(p, ops[i])->place, &P)) {
 				return internal(p, n, "%s is placed %s but its param %s is %s",
 				                p->m->nodes[gid]->name ? p->m->nodes[gid]->name : "state",
 				                fmt_pl(p, &loc_node(p, ops[i])->place),
@@ -509,9 +666,12 @@ static bool part_grad_norm(Part *p, const IrNode *n)
 		return false;
 	for (int i = 0; i < n->nops; i++) {
 		const IrNode *g = p->m->nodes[n->ops[i]];
-		Placement want = p->want[g->id];
-		if (!want.known) {
-			want = loc_node(p, p->map[g->id])->place;
+		const Placement *w = want_of(p, g->id);
+		Placement want;
+		if (w && w->known) {
+			want = *w;
+		} else {
+			want = p->mplace[g->id];
 			want.partial = 0;
 			want.partial_op = IR_RED_SUM;
 		}
@@ -609,7 +769,7 @@ static bool grad_natural(Part *p, const IrNode *n, const Placement *T, const Pla
 	if (!part_rule(p->m, n, &none, cur, &r0, why, sizeof why))
 		return true;
 	Placement from = r0.res;
-	pass_placement_canon(&p->m->mesh, &from);
+	canon(p, &from);
 	if (scatters_to(&from, T))
 		*r = r0;
 	return true;
@@ -650,14 +810,37 @@ static Placement rows_place(const Placement *L, int rank)
 	return P;
 }
 
+/* The memo of logits lg, made empty on first use; NULL: out of memory. */
+static CeMemo *ce_memo(Part *p, int lg)
+{
+	for (int i = 0; i < p->nce; i++)
+		if (p->ce[i].lg == lg)
+			return &p->ce[i];
+	if (p->nce == p->capce) {
+		int ncap = p->capce ? 2 * p->capce : 8;
+		CeMemo *nc = arena_alloc_raw(&p->scratch, sizeof *nc * (size_t)ncap);
+		if (!nc)
+			return NULL;
+		if (p->nce)
+			memcpy(nc, p->ce, sizeof *nc * (size_t)p->nce);
+		p->ce = nc;
+		p->capce = ncap;
+	}
+	p->ce[p->nce] = (CeMemo){.lg = lg, .mx = -1, .se = -1, .lm = -1};
+	return &p->ce[p->nce++];
+}
+
 /* Row max (all_reduce max) and sum of exp(logits - max) (all_reduce sum)
  * of vocab-split logits lid (global lg), over axes A; cached per logits. */
 static bool ce_stats(Part *p, const IrNode *n, const IrNode *lg, const IrNode *tg, int lid,
                      uint32_t A, const Placement *P, int *mx, int *se)
 {
-	if (p->ce_mx[lg->id] >= 0) {
-		*mx = p->ce_mx[lg->id];
-		*se = p->ce_se[lg->id];
+	CeMemo *cm = ce_memo(p, lg->id);
+	if (!cm)
+		return false;
+	if (cm->mx >= 0) {
+		*mx = cm->mx;
+		*se = cm->se;
 		return true;
 	}
 	IrNode rows = *tg;
@@ -679,8 +862,8 @@ static bool ce_stats(Part *p, const IrNode *n, const IrNode *lg, const IrNode *t
 	*se = s0 < 0 ? -1 : emit(p, IR_OP_ALL_REDUCE, &s0, 1, &arsum, &rows, P, s0);
 	if (*se < 0)
 		return false;
-	p->ce_mx[lg->id] = *mx;
-	p->ce_se[lg->id] = *se;
+	cm->mx = *mx;
+	cm->se = *se;
 	return true;
 }
 
@@ -712,8 +895,8 @@ static bool part_xent_vp(Part *p, const IrNode *n, bool *done)
 	bool bwd = n->op == IR_OP_CROSS_ENTROPY_BWD;
 	const IrNode *lg = p->m->nodes[n->ops[bwd ? 1 : 0]];
 	const IrNode *tg = p->m->nodes[n->ops[bwd ? 2 : 1]];
-	Placement L = loc_node(p, p->map[lg->id])->place;
-	pass_placement_canon(&p->m->mesh, &L);
+	Placement L = p->mplace[lg->id];
+	canon(p, &L);
 	L.partial = 0;
 	L.partial_op = IR_RED_SUM;
 	/* the mean over positions counts them: uneven ones gathered whole */
@@ -730,11 +913,13 @@ static bool part_xent_vp(Part *p, const IrNode *n, bool *done)
 		pos |= pl_dim_axes(&P, d);
 	int lid = reshard(p, p->map[lg->id], lg, &L);
 	/* an uneven vocab's padding at the lowest value: exp() makes it 0 */
-	if (lid >= 0 && p->ce_lm[lg->id] >= 0 &&
-	    placement_equal(&loc_node(p, p->ce_lm[lg->id])->place, &L))
-		lid = p->ce_lm[lg->id];
+	CeMemo *cm = ce_memo(p, lg->id);
+	if (!cm)
+		return false;
+	if (lid >= 0 && cm->lm >= 0 && pl_equal(&loc_node(p, cm->lm)->place, &L))
+		lid = cm->lm;
 	else if (lid >= 0 && (lid = mask_padding(p, lg, lid, &L, true)) >= 0)
-		p->ce_lm[lg->id] = lid;
+		cm->lm = lid;
 	int tid = lid < 0 ? -1 : operand(p, n, bwd ? 2 : 1, &P);
 	int mx, se;
 	if (tid < 0 || !ce_stats(p, n, lg, tg, lid, A, &P, &mx, &se))
@@ -796,13 +981,25 @@ static bool part_node(Part *p, const IrNode *n)
 			return true;
 	}
 
-	Placement *cur = arena_alloc(&p->scratch, sizeof *cur * (size_t)n->nops);
-	PartRule r = {.req = arena_alloc(&p->scratch, sizeof *r.req * (size_t)n->nops)};
-	if (!cur || !r.req)
+	/* on the stack for the usual few operands (the scratch arena is never
+	 * reset during the pass, so it would grow by this per node); the rule
+	 * sets every field of r but req, which starts zeroed as it did */
+	enum { FEW = 8 };
+	Placement cur_few[FEW], req_few[FEW];
+	int ops_few[FEW];
+	bool few = n->nops <= FEW;
+	size_t np = (size_t)n->nops;
+	Placement *cur = few ? cur_few : arena_alloc_raw(&p->scratch, sizeof *cur * np);
+	PartRule r;
+	r.req = few ? req_few : arena_alloc_raw(&p->scratch, sizeof *r.req * np);
+	int *ops = few ? ops_few : arena_alloc_raw(&p->scratch, sizeof *ops * np);
+	if (!cur || !r.req || !ops)
 		return false;
+	if (np)
+		memset(r.req, 0, sizeof *r.req * np);
 	Placement Tr = T; /* what the rule reads: T, or T gathered (counts_rows) */
 	for (int i = 0; i < n->nops; i++) {
-		cur[i] = loc_node(p, p->map[n->ops[i]])->place;
+		cur[i] = p->mplace[n->ops[i]];
 		if (counts_rows(n->op))
 			drop_uneven(p, p->m->nodes[n->ops[i]], &cur[i], 0, IR_MAX_RANK);
 	}
@@ -812,9 +1009,6 @@ static bool part_node(Part *p, const IrNode *n)
 	if (!part_rule(p->m, n, &Tr, cur, &r, why, sizeof why))
 		return internal(p, n, "%s", why);
 	if (n->role == IR_ROLE_GRAD && Tr.known && !grad_natural(p, n, &Tr, cur, &r))
-		return false;
-	int *ops = arena_alloc(&p->scratch, sizeof(int) * (size_t)n->nops);
-	if (!ops)
 		return false;
 	for (int i = 0; i < n->nops; i++)
 		if ((ops[i] = operand(p, n, i, &r.req[i])) < 0)
@@ -842,18 +1036,30 @@ static bool part_node(Part *p, const IrNode *n)
 }
 
 /* The param placement each gradient and optimizer state is wanted in. */
-static void find_wants(Part *p)
+static bool find_wants(Part *p)
 {
 	for (int i = 0; i < p->m->nnodes; i++) {
 		const IrNode *n = p->m->nodes[i];
 		IrOptimOps ix;
 		if ((n->op != IR_OP_ADAMW_STEP && n->op != IR_OP_SGD_STEP) || !ir_optim_ops(n, &ix))
 			continue;
-		Placement P = step_place(p, n, p->m->nodes[n->ops[ix.p]]);
+		if (p->nwants == p->capwants) {
+			int ncap = p->capwants ? 2 * p->capwants : 64;
+			Placement *nw = arena_alloc_raw(&p->scratch, sizeof *nw * (size_t)ncap);
+			if (!nw)
+				return false;
+			if (p->nwants)
+				memcpy(nw, p->wants, sizeof *nw * (size_t)p->nwants);
+			p->wants = nw;
+			p->capwants = ncap;
+		}
+		p->wants[p->nwants] = step_place(p, n, p->m->nodes[n->ops[ix.p]]);
 		for (int k = 0; k < n->nops; k++)
 			if (k != ix.norm && k != ix.p)
-				p->want[n->ops[k]] = P;
+				p->wantix[n->ops[k]] = p->nwants;
+		p->nwants++;
 	}
+	return true;
 }
 
 bool pass_partition_ex(IrModule *m, Diag *d, bool fill_unknown)
@@ -862,26 +1068,32 @@ bool pass_partition_ex(IrModule *m, Diag *d, bool fill_unknown)
 		return true;
 	Part p = {.m = m, .out = ir_module_new(m->arena, m->name), .d = d, .fill = fill_unknown};
 	arena_init(&p.scratch);
+	for (int a = 0; a < m->mesh.naxes && a < IR_MAX_AXES; a++)
+		if (m->mesh.sizes[a] > 1)
+			p.live |= 1u << a;
 	size_t nn = (size_t)(m->nnodes ? m->nnodes : 1);
-	p.map = arena_alloc(&p.scratch, nn * sizeof *p.map);
-	p.want = arena_alloc(&p.scratch, nn * sizeof *p.want);
+	/* map is written (finish) before it is read: nodes come in order and
+	 * operands before their users */
+	p.map = arena_alloc_raw(&p.scratch, nn * sizeof *p.map);
+	p.mplace = arena_alloc_raw(&p.scratch, nn * sizeof *p.mplace);
+	p.wantix = arena_alloc_raw(&p.scratch, nn * sizeof *p.wantix);
 	p.cache = arena_alloc(&p.scratch, nn * sizeof *p.cache);
-	p.ce_mx = arena_alloc(&p.scratch, nn * sizeof *p.ce_mx);
-	p.ce_se = arena_alloc(&p.scratch, nn * sizeof *p.ce_se);
-	p.ce_lm = arena_alloc(&p.scratch, nn * sizeof *p.ce_lm);
-	bool ok = p.out && p.map && p.want && p.cache && p.ce_mx && p.ce_se && p.ce_lm;
-	if (!ok)
-		diag_error(d, (SrcLoc){0}, "partition: out of memory");
+	bool ok = p.out && p.map && p.mplace && p.wantix && p.cache;
+	/* room for the local nodes up front: some 1.2 per global one, and
+	 * growing by doubling would copy the array a dozen times */
+	size_t cap = nn + nn / 2 + 64;
+	if (cap > IR_MAX_NODES)
+		cap = IR_MAX_NODES;
+	if (ok && (p.out->nodes = arena_alloc_raw(m->arena, cap * sizeof *p.out->nodes)))
+		p.out->cap = (int)cap;
 	if (ok) {
-		memset(p.want, 0, nn * sizeof *p.want);
-		memset(p.cache, 0, nn * sizeof *p.cache);
-		memset(p.ce_mx, 0xff, nn * sizeof *p.ce_mx);
-		memset(p.ce_se, 0xff, nn * sizeof *p.ce_se);
-		memset(p.ce_lm, 0xff, nn * sizeof *p.ce_lm);
+		memset(p.wantix, 0xff, nn * sizeof *p.wantix);
 		p.out->mesh = m->mesh;
 		p.out->train = m->train;
-		find_wants(&p);
+		ok = find_wants(&p);
 	}
+	if (!ok)
+		diag_error(d, (SrcLoc){0}, "partition: out of memory");
 	for (int i = 0; ok && i < m->nnodes; i++)
 		ok = part_node(&p, m->nodes[i]);
 	if (ok) {

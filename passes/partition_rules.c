@@ -37,6 +37,15 @@
 
 enum { LIN_NONE, LIN_FIRST, LIN_ONE, LIN_ALL };
 
+/* placement_replicated, here where it inlines: the rules start every
+ * placement they build from it, several per node. */
+static inline void replicated(Placement *p, int ndims)
+{
+	memset(p, 0, sizeof *p);
+	p->known = true;
+	p->ndims = (uint8_t)(ndims < 0 ? 0 : ndims > IR_MAX_RANK ? IR_MAX_RANK : ndims);
+}
+
 static uint32_t dim_mask(const Placement *p, int d)
 {
 	uint32_t u = 0;
@@ -112,7 +121,7 @@ static void map_rule(const IrModule *m, const IrNode *n, const Placement *T,
                      const Placement *cur, PartRule *r, uint32_t pinned, int lin)
 {
 	Placement *R = &r->res;
-	placement_replicated(R, n->rank);
+	replicated(R, n->rank);
 	uint32_t used = 0;
 	for (int k = 0; k < n->rank; k++) {
 		if (pinned & (1u << k))
@@ -135,7 +144,7 @@ static void map_rule(const IrModule *m, const IrNode *n, const Placement *T,
 	for (int i = 0; i < n->nops; i++) {
 		const IrNode *o = opnd(m, n, i);
 		int off = n->rank - o->rank;
-		placement_replicated(&r->req[i], o->rank);
+		replicated(&r->req[i], o->rank);
 		for (int j = 0; j < o->rank; j++)
 			if (j + off >= 0 && o->shape[j] == n->shape[j + off])
 				copy_dim(&r->req[i], j, R, j + off);
@@ -153,8 +162,8 @@ static void reduce_rule(const IrModule *m, const IrNode *n, const Placement *T,
 {
 	const IrNode *x = opnd(m, n, 0);
 	Placement *R = &r->res, *X = &r->req[0];
-	placement_replicated(R, n->rank);
-	placement_replicated(X, x->rank);
+	replicated(R, n->rank);
+	replicated(X, x->rank);
 	uint32_t used = 0;
 	for (int j = 0; j < x->rank; j++) {
 		if ((red & (1u << j)) || out[j] < 0)
@@ -206,7 +215,7 @@ static void matmul_rule(const IrModule *m, const IrNode *n, const Placement *T,
 	const IrNode *a = opnd(m, n, 0), *b = opnd(m, n, 1);
 	int rr = n->rank, ra = a->rank, rb = b->rank;
 	Placement *R = &r->res;
-	placement_replicated(R, rr);
+	replicated(R, rr);
 	uint32_t used = 0;
 	for (int k = 0; k < rr; k++) {
 		if (T->known) {
@@ -222,7 +231,7 @@ static void matmul_rule(const IrModule *m, const IrNode *n, const Placement *T,
 	}
 	/* the contraction: a's last dim, b's second to last */
 	Placement K;
-	placement_replicated(&K, 1);
+	replicated(&K, 1);
 	uint32_t ka = dim_mask(&cur[0], ra - 1), kb = dim_mask(&cur[1], rb - 2);
 	uint32_t u = used;
 	if (ka && !(ka & used) && (ka == kb || !kb))
@@ -235,8 +244,8 @@ static void matmul_rule(const IrModule *m, const IrNode *n, const Placement *T,
 	uint32_t q = lin_partial(LIN_ONE, T, cur, 2, used | kax, &keep);
 	R->partial = kax | q;
 	Placement *A = &r->req[0], *B = &r->req[1];
-	placement_replicated(A, ra);
-	placement_replicated(B, rb);
+	replicated(A, ra);
+	replicated(B, rb);
 	for (int j = 0; j < ra - 2; j++)
 		if (a->shape[j] == n->shape[j + rr - ra])
 			copy_dim(A, j, R, j + rr - ra);
@@ -256,8 +265,8 @@ static void permute_rule(const IrModule *m, const IrNode *n, const Placement *T,
                          const Placement *cur, PartRule *r)
 {
 	Placement *R = &r->res, *X = &r->req[0];
-	placement_replicated(R, n->rank);
-	placement_replicated(X, n->rank);
+	replicated(R, n->rank);
+	replicated(X, n->rank);
 	uint32_t used = 0;
 	for (int i = 0; i < n->rank; i++) {
 		int pi = (int)n->attrs.ints[i];
@@ -284,8 +293,8 @@ static void reshape_rule(const IrModule *m, const IrNode *n, const Placement *T,
 	const IrNode *x = opnd(m, n, 0);
 	const Mesh *mesh = &m->mesh;
 	Placement *R = &r->res, *X = &r->req[0];
-	placement_replicated(R, n->rank);
-	placement_replicated(X, x->rank);
+	replicated(R, n->rank);
+	replicated(X, x->rank);
 	int i = 0, o = 0;
 	uint32_t used = 0;
 	while (i < x->rank && o < n->rank) {
@@ -308,7 +317,7 @@ static void reshape_rule(const IrModule *m, const IrNode *n, const Placement *T,
 		if (pi != po)
 			break;
 		Placement A;
-		placement_replicated(&A, 1);
+		replicated(&A, 1);
 		uint32_t u = used;
 		if (!(T->known ? follow(&A, 0, T, o0, &u) : follow(&A, 0, &cur[0], i0, &u)))
 			continue;
@@ -336,7 +345,7 @@ static uint32_t positions(const IrModule *m, const IrNode *n, const Placement *c
 {
 	uint32_t pos = 0;
 	Placement P;
-	placement_replicated(&P, npos);
+	replicated(&P, npos);
 	for (int j = 0; j < npos; j++)
 		for (int i = 0; i < nopnds; i++)
 			if (opnd(m, n, i)->rank >= npos && follow(&P, j, &cur[i], j, &used))
@@ -352,7 +361,7 @@ static uint32_t positions(const IrModule *m, const IrNode *n, const Placement *c
 static void init_reqs(const IrModule *m, const IrNode *n, PartRule *r)
 {
 	for (int i = 0; i < n->nops; i++)
-		placement_replicated(&r->req[i], opnd(m, n, i)->rank);
+		replicated(&r->req[i], opnd(m, n, i)->rank);
 }
 
 /* Splits a head-parallel feature dim only by whole heads. */
@@ -481,14 +490,14 @@ bool part_rule(const IrModule *m, const IrNode *n, const Placement *T, const Pla
 		map_rule(m, n, T, cur, r, 0, LIN_NONE);
 		if (!T->known) {
 			Placement *R = &r->res;
-			placement_replicated(R, rk);
+			replicated(R, rk);
 			uint32_t used = 0;
 			for (int k = 0; k < ids->rank; k++)
 				follow(R, k, &cur[1], k, &used);
 			follow(R, rk - 1, &cur[0], 1, &used);
 		}
-		placement_replicated(&r->req[0], 2);
-		placement_replicated(&r->req[1], ids->rank);
+		replicated(&r->req[0], 2);
+		replicated(&r->req[1], ids->rank);
 		copy_dim(&r->req[0], 1, &r->res, rk - 1);
 		for (int k = 0; k < ids->rank; k++)
 			copy_dim(&r->req[1], k, &r->res, k);
@@ -511,7 +520,7 @@ bool part_rule(const IrModule *m, const IrNode *n, const Placement *T, const Pla
 		const IrNode *dy = opnd(m, n, 0);
 		init_reqs(m, n, r);
 		Placement *R = &r->res;
-		placement_replicated(R, 2);
+		replicated(R, 2);
 		uint32_t used = 0;
 		follow(R, 1, T->known ? T : &cur[0], T->known ? 1 : dy->rank - 1, &used);
 		/* rows split as the target wants: this shard's ids only */
@@ -534,7 +543,7 @@ bool part_rule(const IrModule *m, const IrNode *n, const Placement *T, const Pla
 		/* dy, x [..., D] -> [D]: rows are summed, D stays whole */
 		const IrNode *dy = opnd(m, n, 0);
 		init_reqs(m, n, r);
-		placement_replicated(&r->res, 1);
+		replicated(&r->res, 1);
 		uint32_t pos = positions(m, n, cur, r, dy->rank - 1, 0, 2);
 		uint32_t keep;
 		uint32_t q = lin_partial(LIN_FIRST, T, cur, 1, pos, &keep);
@@ -547,7 +556,7 @@ bool part_rule(const IrModule *m, const IrNode *n, const Placement *T, const Pla
 		const IrNode *x = opnd(m, n, 0);
 		int npos = n->op == IR_OP_MSE ? x->rank : x->rank - 1;
 		init_reqs(m, n, r);
-		placement_replicated(&r->res, 0);
+		replicated(&r->res, 0);
 		uint32_t pos = positions(m, n, cur, r, npos, 0, 2);
 		r->res.partial = pos;
 		if (pos)
@@ -558,7 +567,7 @@ bool part_rule(const IrModule *m, const IrNode *n, const Placement *T, const Pla
 		/* (softmax - onehot) * dl / positions, and the local op divides
 		 * by its local positions: scaled back by the group size */
 		init_reqs(m, n, r);
-		placement_replicated(&r->res, rk);
+		replicated(&r->res, rk);
 		uint32_t used = 0;
 		if (T->known) {
 			for (int k = 0; k < rk - 1; k++)

@@ -33,24 +33,29 @@ void pass_placement_canon(const Mesh *m, Placement *p)
 {
 	if (!p->known)
 		return;
-	for (int d = 0; d < p->ndims && d < IR_MAX_RANK; d++) {
-		int k = 0;
-		for (int j = 0; j < p->naxes[d] && j < IR_MAX_AXES; j++) {
+	/* the axes that stay: in the mesh and of more than one rank (one
+	 * mask, not a test per axis and partial bit) */
+	uint32_t live = 0;
+	for (int a = 0; a < m->naxes && a < IR_MAX_AXES; a++)
+		if (m->sizes[a] > 1)
+			live |= 1u << a;
+	int nd = p->ndims < IR_MAX_RANK ? p->ndims : IR_MAX_RANK;
+	for (int d = 0; d < IR_MAX_RANK; d++) {
+		/* built in a zeroed row and stored whole: the unused tail must
+		 * be zero too */
+		uint8_t row[IR_MAX_AXES] = {0};
+		int n = d < nd ? p->naxes[d] : 0, k = 0;
+		if (n > IR_MAX_AXES)
+			n = IR_MAX_AXES;
+		for (int j = 0; j < n; j++) {
 			int a = p->axes[d][j];
-			if (a < m->naxes && m->sizes[a] > 1)
-				p->axes[d][k++] = (uint8_t)a;
+			if (a < 32 && (live >> a & 1))
+				row[k++] = (uint8_t)a;
 		}
-		for (int j = k; j < IR_MAX_AXES; j++)
-			p->axes[d][j] = 0;
+		memcpy(p->axes[d], row, sizeof row);
 		p->naxes[d] = (uint8_t)k;
 	}
-	for (int d = p->ndims; d < IR_MAX_RANK; d++) {
-		p->naxes[d] = 0;
-		memset(p->axes[d], 0, sizeof p->axes[d]);
-	}
-	for (int a = 0; a < 32; a++)
-		if ((p->partial & (1u << a)) && (a >= m->naxes || m->sizes[a] <= 1))
-			p->partial &= ~(1u << a);
+	p->partial &= live;
 	if (!p->partial)
 		p->partial_op = IR_RED_SUM;
 }
