@@ -117,12 +117,14 @@ static bool check_shape(Infer *c, int rank, const int64_t *shape, const char *wh
 		if (shape[i] < 0)
 			return fail(c, "%s: %s has a negative dimension: %s", opname(c->n), what,
 			            shape_str(rank, shape).s);
-		if (shape[i] > IR_MAX_ELEMS)
-			too_large = true;
-		else if (shape[i] != 0 && p > IR_MAX_ELEMS / shape[i])
+		/* p * shape[i] > IR_MAX_ELEMS, without a division (this runs for
+		 * every node every pass builds) */
+		int64_t q;
+		if (shape[i] > IR_MAX_ELEMS || __builtin_mul_overflow(p, shape[i], &q) ||
+		    q > IR_MAX_ELEMS)
 			too_large = true;
 		else
-			p *= shape[i];
+			p = q;
 	}
 	/* a zero dim does not make a dim of 2^60 acceptable: shard shapes
 	 * computed from it would still overflow */
