@@ -33,7 +33,12 @@
 
 /* ---- what each node becomes (shared with cg_plan_kernels) ---- */
 
-typedef enum NodeKind { NK_NONE, NK_GEMM, NK_FUSED, NK_COLL, NK_KERNEL, NK_GNORM } NodeKind;
+/* NK_MATMUL: a matmul outside any fused group, whose GEMM test (which
+ * reads its operands) the plan builder leaves until it fills the action:
+ * NK_GEMM or NK_KERNEL. */
+typedef enum NodeKind {
+	NK_NONE, NK_GEMM, NK_FUSED, NK_COLL, NK_KERNEL, NK_GNORM, NK_MATMUL
+} NodeKind;
 
 /* Gradients per action of a chunked grad_norm (plus its output). */
 #define GNORM_CHUNK (DTM_MAX_ARGS - 2)
@@ -43,7 +48,17 @@ static int gnorm_chunks(const IrNode *n)
 	return (n->nops + GNORM_CHUNK - 1) / GNORM_CHUNK;
 }
 
-static NodeKind node_kind(const IrModule *m, const FusePlan *fp, const MemPlan *mp, int i)
+/* NK_MATMUL resolved: fused, one GEMM, or a kernel. */
+static NodeKind matmul_kind(const IrModule *m, const FusePlan *fp, int i)
+{
+	if (pass_matmul_is_gemm(m, m->nodes[i]))
+		return NK_GEMM;
+	return fp->root[i] == i ? NK_FUSED : NK_KERNEL;
+}
+
+/* What node i becomes; NK_MATMUL left unresolved when `lazy`. */
+static NodeKind node_kind_ex(const IrModule *m, const FusePlan *fp, const MemPlan *mp, int i,
+                             bool lazy)
 {
 	const IrNode *n = m->nodes[i];
 	if (n->op == IR_OP_SEND || n->op == IR_OP_RECV)
@@ -60,11 +75,16 @@ static NodeKind node_kind(const IrModule *m, const FusePlan *fp, const MemPlan *
 		return NK_COLL;
 	if (n->op == IR_OP_GRAD_NORM && n->nops > DTM_MAX_ARGS - 1)
 		return NK_GNORM;
-	if (n->op == IR_OP_MATMUL && pass_matmul_is_gemm(m, n))
-		return NK_GEMM;
+	if (n->op == IR_OP_MATMUL)
+		return lazy && fp->root[i] != i ? NK_MATMUL : matmul_kind(m, fp, i);
 	if (fp->root[i] == i)
 		return NK_FUSED;
 	return NK_KERNEL;
+}
+
+static NodeKind node_kind(const IrModule *m, const FusePlan *fp, const MemPlan *mp, int i)
+{
+	return node_kind_ex(m, fp, mp, i, false);
 }
 
 /* A kernel action's args as node ids: a grad_norm chunk's gradients, a
@@ -176,12 +196,18 @@ static bool named_grad_norm(const IrNode *n)
 	return n->name && n->name[0] == 'g' && strcmp(n->name, "grad_norm") == 0;
 }
 
-static bool is_grad_norm(const IrNode *n)
-{
-	return named_grad_norm(n) || n->op == IR_OP_GRAD_NORM;
-}
-
-/* ---- the builder ---- */
+/* ---- the builder ----
+ *
+ * Two walks over the nodes (`dtmc sweep` builds a plan per candidate, and
+ * the module is larger than the caches): classify finds what each node
+ * becomes, numbers the buffers and counts each stage's actions, so that
+ * every table is allocated once at its size; fill then numbers the
+ * kernels and writes the buffers, the actions and the stages' and the
+ * train config's buffer ids in node order, which is the order of each
+ * table.  A matmul's GEMM test reads its operands, so it waits for fill,
+ * which reads them for the GEMM's fields.  Both walks prefetch the nodes
+ * a few ahead.
+ */
 
 typedef struct Build {
 	const IrModule *m;
@@ -190,14 +216,23 @@ typedef struct Build {
 	Arena *a;
 	Diag *d;
 	int *bufid;     /* per node: its buffer (its storage owner's), or -1 */
-	/* build_stages: each node's kind once (NK_NONE also for send/recv,
-	 * which p2p marks), and the nodes of each stage in order:
-	 * sorder[sstart[s] .. sstart[s + 1]) */
+	/* per node: its NodeKind (NK_NONE also for send/recv); fill
+	 * resolves NK_MATMUL as it reaches the node */
 	uint8_t *kind;
-	bool *p2p;
-	int *sorder, *sstart;
-	int *kernel;    /* per node: its first kernel index, or -1 */
-	const CgPlanKernel *ks; /* build_kernels': the kernels with their args */
+	bool *named_gn; /* per node: named grad_norm (its name read once) */
+	int *nacts;     /* per stage: how many actions it has */
+	/* per fused group (numbered by classify, fslot[root]): its inputs so
+	 * far, which fill gathers as it passes the group's members
+	 * (kernel_args without a scan of the group's span per root) */
+	int *fslot;
+	int (*fin)[DTM_MAX_ARGS - 1];
+	uint8_t *nfin;
+	int nbuf, nfused;
+	/* fill numbers the kernels (in node order, as cg_plan_kernels does)
+	 * and names them here while there is room */
+	int nkernels;
+	const char **knames;
+	int knames_cap;
 	int opt_start;  /* first optimizer node */
 	/* cg_plan_build_lean: no text for reports (placements, labels),
 	 * names borrowed from the module */
@@ -245,51 +280,40 @@ static void fill_split(const IrModule *m, const IrNode *n, DtmBuffer *buf)
 	}
 }
 
-static bool build_buffers(Build *b, int nbuf)
+/* Buffer *buf (zeroed) for storage owner i. */
+static bool fill_buffer(Build *b, int i, DtmBuffer *buf)
 {
 	const IrModule *m = b->m;
-	DtmBuffer *bufs = arena_alloc(b->a, sizeof *bufs * (size_t)(nbuf ? nbuf : 1));
-	if (!bufs)
-		return false;
-	for (int i = 0; i < m->nnodes; i++) {
-		const IrNode *n = m->nodes[i];
-		const MemPlanBuf *mb = &b->mp->buf[i];
-		if (mb->owner != i)
-			continue;
-		DtmBuffer *buf = &bufs[b->bufid[i]];
-		buf->name = n->name && !b->lean ? arena_strdup(b->a, n->name) : n->name;
-		buf->role = role_of(i == m->loss ? IR_ROLE_LOSS : n->role);
-		buf->dtype = dtype_of(n->dtype);
-		buf->rank = n->rank;
-		for (int d = 0; d < n->rank && d < DTM_MAX_RANK; d++) {
-			buf->shape[d] = n->shape[d];
-			buf->global_shape[d] = ir_global_dim(m, n, d);
-		}
-		fill_split(m, n, buf);
-		if (!b->lean) {
-			char pl[256];
-			placement_format(&n->place, &m->mesh, pl, sizeof pl);
-			buf->placement = arena_strdup(b->a, pl);
-			if (!buf->placement)
-				return false;
-		}
-		buf->arena = mb->arena >= 0 && mb->arena < DTM_ARENA_COUNT ? (DtmArena)mb->arena
-		                                                          : DTM_ARENA_ACT;
-		buf->offset = mb->offset;
-		buf->bytes = mb->bytes;
-		buf->stage = b->mp->nstages > 1 ? n->stage : 0;
-		if (ir_op_attr_kind(n->op) == IR_ATTR_INIT) {
-			int k = (int)n->attrs.init;
-			buf->init = k >= 0 && k <= DTM_INIT_UNIFORM ? (DtmInit)k : DTM_INIT_NONE;
-			buf->init_a = (float)n->attrs.f[0];
-			buf->init_b = (float)n->attrs.f[1];
-		}
-		if (n->name && !buf->name)
+	const IrNode *n = m->nodes[i];
+	const MemPlanBuf *mb = &b->mp->buf[i];
+	buf->name = n->name && !b->lean ? arena_strdup(b->a, n->name) : n->name;
+	buf->role = role_of(i == m->loss ? IR_ROLE_LOSS : n->role);
+	buf->dtype = dtype_of(n->dtype);
+	buf->rank = n->rank;
+	for (int d = 0; d < n->rank && d < DTM_MAX_RANK; d++) {
+		buf->shape[d] = n->shape[d];
+		buf->global_shape[d] = ir_global_dim(m, n, d);
+	}
+	fill_split(m, n, buf);
+	if (!b->lean) {
+		char pl[256];
+		placement_format(&n->place, &m->mesh, pl, sizeof pl);
+		buf->placement = arena_strdup(b->a, pl);
+		if (!buf->placement)
 			return false;
 	}
-	b->p->nbuffers = nbuf;
-	b->p->buffers = bufs;
-	return true;
+	buf->arena = mb->arena >= 0 && mb->arena < DTM_ARENA_COUNT ? (DtmArena)mb->arena
+	                                                          : DTM_ARENA_ACT;
+	buf->offset = mb->offset;
+	buf->bytes = mb->bytes;
+	buf->stage = b->mp->nstages > 1 ? n->stage : 0;
+	if (ir_op_attr_kind(n->op) == IR_ATTR_INIT) {
+		int k = (int)n->attrs.init;
+		buf->init = k >= 0 && k <= DTM_INIT_UNIFORM ? (DtmInit)k : DTM_INIT_NONE;
+		buf->init_a = (float)n->attrs.f[0];
+		buf->init_b = (float)n->attrs.f[1];
+	}
+	return !n->name || buf->name;
 }
 
 /* "matmul layer.0.wq" or "add %42"; by hand rather than arena_printf,
@@ -385,198 +409,168 @@ static void fill_coll(const IrModule *m, const IrNode *n, DtmAction *act)
 	act->stream = 1;
 }
 
-/* The actions of pipeline stage s (every node when there is one stage);
- * with out NULL, only counts them.  An empty program gets one WAIT so
- * the table is never empty. */
-static int build_actions(Build *b, int s, DtmAction *out)
+/* Member x of fused group r (x <= r): its operands from outside the group
+ * join r's inputs, first use first, as kernel_args lists them. */
+static void gather_fused(Build *b, int x, int r)
 {
-	const IrModule *m = b->m;
-	int count = 0;
-	for (int j = b->sstart[s]; j < b->sstart[s + 1]; j++) {
-		int i = b->sorder[j];
-		const IrNode *n = m->nodes[i];
-		bool p2p = b->p2p[i];
-		NodeKind k = (NodeKind)b->kind[i];
-		if (!p2p && k == NK_NONE)
+	const FusePlan *fp = b->fp;
+	const IrNode *mx = b->m->nodes[x];
+	int f = b->fslot[r];
+	int *args = b->fin[f];
+	int na = b->nfin[f];
+	for (int q = 0; q < mx->nops; q++) {
+		int o = mx->ops[q];
+		if (fp->root[o] == r && fp->internal[o])
 			continue;
-		int nact = k == NK_GNORM ? gnorm_chunks(n) : 1;
-		for (int c = 0; c < nact; c++, count++) {
-			if (!out)
-				continue;
-			DtmAction *act = &out[count]; /* zeroed by arena_alloc */
-			act->phase = phase_of(b, i);
-			act->microbatch = n->mb > 0 ? n->mb : 0;
-			act->node = i;
-			act->label = b->lean ? ir_op_name(n->op) : label_of(b, n);
-			if (p2p) {
-				/* args = { the buffer sent, or received into } */
-				int buf = n->op == IR_OP_SEND ? n->ops[0] : i;
-				act->kind = n->op == IR_OP_SEND ? DTM_ACT_SEND : DTM_ACT_RECV;
-				act->nargs = 1;
-				act->args[0] = b->bufid[buf];
-				act->axes = n->attrs.mesh_axes;
-				act->peer_offset = n->attrs.nints > 0 ? (int)n->attrs.ints[0] : 0;
-				act->bytes = value_bytes(m->nodes[buf]);
-				act->stream = 1;
-				continue;
-			}
-			if (k == NK_GEMM) {
-				fill_gemm(b, i, act);
-				continue;
-			}
-			/* a kernel's args as build_kernels found them */
-			int args[DTM_MAX_ARGS];
-			const int *ka = args;
-			int na;
-			if (k != NK_COLL && b->ks && b->kernel[i] >= 0) {
-				na = b->ks[b->kernel[i] + c].nargs;
-				ka = b->ks[b->kernel[i] + c].args;
-			} else {
-				na = kernel_args(m, b->fp, k, i, c, args);
-			}
-			act->nargs = na;
-			for (int j = 0; j < na; j++)
-				act->args[j] = b->bufid[ka[j]];
-			if (k == NK_COLL) {
-				fill_coll(m, n, act);
-			} else {
-				act->kind = DTM_ACT_KERNEL;
-				act->kernel = b->kernel[i] + c;
-			}
-		}
+		bool seen = false;
+		for (int j = 0; j < na; j++)
+			seen |= args[j] == o;
+		if (!seen && na < DTM_MAX_ARGS - 1)
+			args[na++] = o;
 	}
-	if (count == 0) {
-		if (out) {
-			memset(out, 0, sizeof *out);
-			out->kind = DTM_ACT_WAIT;
-			out->label = "empty";
-		}
-		count = 1;
-	}
-	return count;
+	b->nfin[f] = (uint8_t)na;
 }
 
-/* Per stage its actions; pipelined, also its arenas and its copies of the
- * inputs (in the order of stage 0's), the loss and the grad norm.  A plan
- * of one stage keeps those in DtmPlan (runtime/plan.h). */
-static bool build_stages(Build *b)
+/* Node i's actions (one, or a chunked grad_norm's several) into out
+ * (zeroed); a kernel's are kernels kernel, kernel + 1, ...  Returns the
+ * slot after them, NULL when out of memory. */
+static DtmAction *fill_actions(Build *b, int i, int kernel, DtmAction *out)
 {
 	const IrModule *m = b->m;
-	int ns = b->mp->nstages, nn = m->nnodes;
-	DtmStage *st = arena_alloc(b->a, sizeof *st * (size_t)ns);
-	b->kind = arena_alloc(b->a, (size_t)nn + 1);
-	b->p2p = arena_alloc(b->a, sizeof(bool) * ((size_t)nn + 1));
-	b->sorder = arena_alloc(b->a, sizeof(int) * ((size_t)nn + 1));
-	b->sstart = arena_alloc(b->a, sizeof(int) * ((size_t)ns + 2));
-	if (!st || !b->kind || !b->p2p || !b->sorder || !b->sstart)
-		return false;
-	/* one pass for the kinds and the stages' node lists (a node of no
-	 * stage 0 .. ns-1 is in none), rather than one per stage and count */
+	const IrNode *n = m->nodes[i];
+	bool p2p = n->op == IR_OP_SEND || n->op == IR_OP_RECV;
+	NodeKind k = (NodeKind)b->kind[i];
+	int nact = k == NK_GNORM ? gnorm_chunks(n) : 1;
+	DtmPhase phase = phase_of(b, i);
+	for (int c = 0; c < nact; c++) {
+		DtmAction *act = out++;
+		act->phase = phase;
+		act->microbatch = n->mb > 0 ? n->mb : 0;
+		act->node = i;
+		act->label = b->lean ? ir_op_name(n->op) : label_of(b, n);
+		if (!act->label)
+			return NULL;
+		if (p2p) {
+			/* args = { the buffer sent, or received into } */
+			int buf = n->op == IR_OP_SEND ? n->ops[0] : i;
+			act->kind = n->op == IR_OP_SEND ? DTM_ACT_SEND : DTM_ACT_RECV;
+			act->nargs = 1;
+			act->args[0] = b->bufid[buf];
+			act->axes = n->attrs.mesh_axes;
+			act->peer_offset = n->attrs.nints > 0 ? (int)n->attrs.ints[0] : 0;
+			act->bytes = value_bytes(m->nodes[buf]);
+			act->stream = 1;
+			continue;
+		}
+		if (k == NK_GEMM) {
+			fill_gemm(b, i, act);
+			continue;
+		}
+		/* a kernel's args are its kernel's (cg_plan_kernels) */
+		int args[DTM_MAX_ARGS];
+		int na;
+		if (k == NK_FUSED) {
+			/* the inputs fill gathered, then the output */
+			int f = b->fslot[i];
+			na = b->nfin[f];
+			memcpy(args, b->fin[f], sizeof(int) * (size_t)na);
+			args[na++] = i;
+		} else {
+			na = kernel_args(m, b->fp, k, i, c, args);
+		}
+		act->nargs = na;
+		for (int j = 0; j < na; j++)
+			act->args[j] = b->bufid[args[j]];
+		if (k == NK_COLL) {
+			fill_coll(m, n, act);
+		} else {
+			act->kind = DTM_ACT_KERNEL;
+			act->kernel = kernel + c;
+		}
+	}
+	return out;
+}
+
+/* The first walk: opt_start, buffer ids, kinds (a matmul's maybe
+ * NK_MATMUL), fused groups and each stage's action count (a node of no
+ * stage 0 .. ns-1 is in none). */
+static void classify(Build *b)
+{
+	const IrModule *m = b->m;
+	const MemPlan *mp = b->mp;
+	int nn = m->nnodes, ns = mp->nstages;
+	bool later = false; /* an alias of a later node */
 	for (int i = 0; i < nn; i++) {
 		const IrNode *n = m->nodes[i];
-		b->p2p[i] = n->op == IR_OP_SEND || n->op == IR_OP_RECV;
-		b->kind[i] = (uint8_t)(b->p2p[i] ? NK_NONE : node_kind(m, b->fp, b->mp, i));
+		if (i + 8 < nn) { /* the lines read here, ahead of the walk */
+			const IrNode *q = m->nodes[i + 8];
+			__builtin_prefetch(&q->op);
+			__builtin_prefetch(&q->stage);
+			__builtin_prefetch(&q->name);
+		}
+		if (i + 4 < nn && m->nodes[i + 4]->name)
+			__builtin_prefetch(m->nodes[i + 4]->name);
+		bool gn = b->named_gn[i] = named_grad_norm(n);
+		if (i < b->opt_start &&
+		    ((ir_op_flags(n->op) & OPF_INPLACE) || gn || n->op == IR_OP_GRAD_NORM))
+			b->opt_start = i;
+		int o = mp->buf[i].owner;
+		b->bufid[i] = o == i ? b->nbuf++ : o >= 0 && o < i ? b->bufid[o] : -1;
+		later |= o > i;
+		bool p2p = n->op == IR_OP_SEND || n->op == IR_OP_RECV;
+		NodeKind k = p2p ? NK_NONE : node_kind_ex(m, b->fp, mp, i, true);
+		int nc = k == NK_GNORM ? gnorm_chunks(n) : 1;
+		b->kind[i] = (uint8_t)k;
+		if (k == NK_FUSED)
+			b->fslot[i] = b->nfused++;
 		int s = ns > 1 ? n->stage : 0;
-		if (s >= 0 && s < ns)
-			b->sstart[s + 2]++;
+		if ((p2p || k != NK_NONE) && s >= 0 && s < ns)
+			b->nacts[s] += nc;
 	}
-	for (int s = 0; s < ns; s++)
-		b->sstart[s + 2] += b->sstart[s + 1];
-	for (int i = 0; i < nn; i++) {
-		int s = ns > 1 ? m->nodes[i]->stage : 0;
-		if (s >= 0 && s < ns)
-			b->sorder[b->sstart[s + 1]++] = i;
+	if (later) {
+		/* an alias of a later alias takes that one's id before its own
+		 * owner's is copied in: number first, then copy in node order */
+		for (int i = 0; i < nn; i++)
+			b->bufid[i] = mp->buf[i].owner == i ? b->bufid[i] : -1;
+		for (int i = 0; i < nn; i++)
+			if (mp->buf[i].owner >= 0 && mp->buf[i].owner != i)
+				b->bufid[i] = b->bufid[mp->buf[i].owner];
 	}
-	for (int s = 0; s < ns; s++) {
-		int n = build_actions(b, s, NULL);
-		DtmAction *acts = arena_alloc(b->a, sizeof *acts * (size_t)n);
-		if (!acts)
-			return false;
-		build_actions(b, s, acts);
-		for (int j = 0; j < n; j++)
-			if (!acts[j].label)
-				return false;
-		st[s].nactions = n;
-		st[s].actions = acts;
-		st[s].loss = st[s].grad_norm = 0;
-		if (ns == 1)
-			continue;
-		int sl = -1, sg = -1, ni = 0;
-		for (int j = b->sstart[s]; j < b->sstart[s + 1]; j++) {
-			int i = b->sorder[j];
-			const IrNode *nd = m->nodes[i];
-			if (b->bufid[i] < 0)
-				continue;
-			if (nd->op == IR_OP_INPUT && ni < 4)
-				st[s].inputs[ni++] = b->bufid[i];
-			if (nd->role == IR_ROLE_LOSS)
-				sl = i;
-			if (sg < 0 && named_grad_norm(nd))
-				sg = i;
-		}
-		memcpy(st[s].arena_bytes, b->mp->stage_arena_bytes[s], sizeof st[s].arena_bytes);
-		st[s].ninputs = ni;
-		st[s].loss = sl >= 0 ? b->bufid[sl] : -1;
-		st[s].grad_norm = sg >= 0 ? b->bufid[sg] : -1;
-	}
-	b->p->nstages = ns;
-	b->p->stages = st;
-	return true;
 }
 
+/* The kernel table, after fill has numbered and named the kernels. */
 static bool build_kernels(Build *b)
 {
 	const IrModule *m = b->m;
-	int nk = cg_plan_kernels(m, b->fp, b->mp, NULL, 0);
-	CgPlanKernel *ks = arena_alloc(b->a, sizeof *ks * (size_t)(nk ? nk : 1));
+	int nk = b->nkernels;
 	DtmKernelFn *fns = arena_alloc(b->a, sizeof *fns * (size_t)(nk ? nk : 1));
-	const char **names = arena_alloc(b->a, sizeof *names * (size_t)(nk ? nk : 1));
-	if (!ks || !fns || !names)
+	const char **names = b->knames;
+	if (nk > b->knames_cap) /* chunked grad_norms: more kernels than nodes */
+		names = arena_alloc_raw(b->a, sizeof *names * (size_t)nk);
+	if (!fns || !names)
 		return false;
-	cg_plan_kernels(m, b->fp, b->mp, ks, nk);
-	for (int k = 0; k < nk; k++) {
-		const IrNode *n = m->nodes[ks[k].node];
-		if (ks[k].chunk == 0)
-			b->kernel[ks[k].node] = k;
-		names[k] = ks[k].fused ? "fused" : ir_op_name(n->op);
-		/* a generic wrapper passes every operand: they must fit */
-		if (!ks[k].fused && ks[k].nchunks == 1 && n->nops + 1 > DTM_MAX_ARGS) {
-			diag_error(b->d, n->loc, "%s with %d operands: the CPU back end takes at most %d",
-			           ir_op_name(n->op), n->nops, DTM_MAX_ARGS - 1);
-			return false;
-		}
+	for (int i = 0, k = 0; names != b->knames && i < m->nnodes; i++) {
+		NodeKind kind = (NodeKind)b->kind[i];
+		if (kind != NK_FUSED && kind != NK_KERNEL && kind != NK_GNORM)
+			continue;
+		const IrNode *n = m->nodes[i];
+		int nc = kind == NK_GNORM ? gnorm_chunks(n) : 1;
+		for (int c = 0; c < nc; c++)
+			names[k++] = kind == NK_FUSED ? "fused" : ir_op_name(n->op);
 	}
 	b->p->nkernels = nk;
 	b->p->kernels = fns;
 	b->p->kernel_names = names;
-	b->ks = ks;
 	return true;
 }
 
-/* The plan's inputs, loss and grad norm, and the train config with the
- * global sizes the data feed draws from. */
-static bool build_train(Build *b)
+/* The plan's inputs (the first four of stage 0), loss and grad norm, and
+ * the train config with the global sizes the data feed draws from. */
+static bool build_train(Build *b, const int *inputs, int ninputs, int gnorm)
 {
 	const IrModule *m = b->m;
 	const IrTrain *t = &m->train;
 	DtmPlan *p = b->p;
-	int inputs[4], ninputs = 0, gnorm = -1;
-	for (int i = 0; i < m->nnodes; i++) {
-		const IrNode *n = m->nodes[i];
-		if (n->op == IR_OP_INPUT && ninputs < 4 && b->bufid[i] >= 0 &&
-		    (b->mp->nstages == 1 || n->stage == 0))
-			inputs[ninputs++] = i;
-		if (gnorm < 0 && is_grad_norm(n) && b->bufid[i] >= 0)
-			gnorm = i;
-	}
-	/* partitioned: the grad_norm ops are per-group partial norms, the
-	 * global norm is the value named grad_norm that combines them */
-	for (int i = 0; i < m->nnodes; i++) {
-		if (named_grad_norm(m->nodes[i]) && b->bufid[i] >= 0) {
-			gnorm = i;
-			break;
-		}
-	}
 	/* tokens when the first two inputs are i32 (tokens, targets), else
 	 * regression on (x, y) */
 	bool tokens = ninputs >= 2 && m->nodes[inputs[0]]->dtype == IR_I32 &&
@@ -625,32 +619,146 @@ static bool build_train(Build *b)
 	return c->optimizer && c->lr_schedule && c->data && c->schedule;
 }
 
+/* The second walk: buffers, each stage's actions (in node order) and,
+ * pipelined, its inputs, loss, grad norm and arenas, which a plan of one
+ * stage keeps in DtmPlan (runtime/plan.h); then the train config.  An
+ * empty stage gets one WAIT so its table is never empty.  1 when done, 0
+ * when out of memory, -1 after reporting a kernel whose operands do not
+ * fit an action. */
+static int fill(Build *b)
+{
+	const IrModule *m = b->m;
+	const MemPlan *mp = b->mp;
+	int nn = m->nnodes, ns = mp->nstages;
+	DtmBuffer *bufs = arena_alloc(b->a, sizeof *bufs * (size_t)(b->nbuf ? b->nbuf : 1));
+	DtmStage *st = arena_alloc(b->a, sizeof *st * (size_t)ns);
+	DtmAction **cur = arena_alloc(b->a, sizeof *cur * (size_t)ns);
+	int *sl = arena_alloc_raw(b->a, sizeof *sl * 2 * (size_t)ns), *sg = sl ? sl + ns : NULL;
+	size_t nf = (size_t)(b->nfused ? b->nfused : 1);
+	b->fin = arena_alloc_raw(b->a, sizeof *b->fin * nf);
+	b->nfin = arena_alloc(b->a, nf);
+	if (!bufs || !st || !cur || !sl || !b->fin || !b->nfin)
+		return 0;
+	for (int s = 0; s < ns; s++) {
+		int n = b->nacts[s] ? b->nacts[s] : 1;
+		DtmAction *acts = arena_alloc(b->a, sizeof *acts * (size_t)n);
+		if (!acts)
+			return 0;
+		if (!b->nacts[s]) {
+			acts->kind = DTM_ACT_WAIT;
+			acts->label = "empty";
+		}
+		st[s].nactions = n;
+		st[s].actions = acts;
+		cur[s] = acts;
+		sl[s] = sg[s] = -1;
+	}
+	int inputs[4], ninputs = 0, gnorm = -1, named = -1;
+	for (int i = 0; i < nn; i++) {
+		const IrNode *n = m->nodes[i];
+		int id = b->bufid[i];
+		if (i + 8 < nn) { /* the lines read here, ahead of the walk */
+			const IrNode *q = m->nodes[i + 8];
+			__builtin_prefetch(&q->op);
+			__builtin_prefetch(&q->ops);
+			__builtin_prefetch(&q->stage);
+			__builtin_prefetch(&q->name);
+			__builtin_prefetch(&q->place);
+			__builtin_prefetch(&q->padded[0]);
+			__builtin_prefetch(&q->padded[IR_MAX_RANK - 1]);
+		}
+		int r = b->fp->root[i];
+		if (r >= i && r < nn && b->kind[r] == NK_FUSED &&
+		    (!b->fp->first || i >= b->fp->first[r]))
+			gather_fused(b, i, r);
+		if (mp->buf[i].owner == i && !fill_buffer(b, i, &bufs[id]))
+			return 0;
+		bool gn = false;
+		if (id >= 0) {
+			if (n->op == IR_OP_INPUT && ninputs < 4 && (ns == 1 || n->stage == 0))
+				inputs[ninputs++] = i;
+			gn = b->named_gn[i];
+			if (named < 0 && gn)
+				named = i;
+			if (gnorm < 0 && (gn || n->op == IR_OP_GRAD_NORM))
+				gnorm = i;
+		}
+		/* the GEMM test reads the operands, which the GEMM's fields
+		 * read next; kernels are numbered and named in node order */
+		NodeKind k = (NodeKind)b->kind[i];
+		if (k == NK_MATMUL)
+			b->kind[i] = (uint8_t)(k = matmul_kind(m, b->fp, i));
+		int kernel = b->nkernels;
+		if (k == NK_FUSED || k == NK_KERNEL || k == NK_GNORM) {
+			/* a generic wrapper passes every operand: they must fit */
+			if (k == NK_KERNEL && n->nops + 1 > DTM_MAX_ARGS) {
+				diag_error(b->d, n->loc,
+				           "%s with %d operands: the CPU back end takes at most %d",
+				           ir_op_name(n->op), n->nops, DTM_MAX_ARGS - 1);
+				return -1;
+			}
+			const char *name = k == NK_FUSED ? "fused" : ir_op_name(n->op);
+			int nc = k == NK_GNORM ? gnorm_chunks(n) : 1;
+			for (int c = 0; c < nc; c++, b->nkernels++)
+				if (b->nkernels < b->knames_cap)
+					b->knames[b->nkernels] = name;
+		}
+		int s = ns > 1 ? n->stage : 0;
+		if (s < 0 || s >= ns)
+			continue;
+		if (ns > 1 && id >= 0) {
+			if (n->op == IR_OP_INPUT && st[s].ninputs < 4)
+				st[s].inputs[st[s].ninputs++] = id;
+			if (n->role == IR_ROLE_LOSS)
+				sl[s] = i;
+			if (sg[s] < 0 && gn)
+				sg[s] = i;
+		}
+		if (k != NK_NONE || n->op == IR_OP_SEND || n->op == IR_OP_RECV) {
+			cur[s] = fill_actions(b, i, kernel, cur[s]);
+			if (!cur[s])
+				return 0;
+		}
+	}
+	for (int s = 0; s < ns; s++) {
+		assert(cur[s] == st[s].actions + b->nacts[s]);
+		if (ns == 1)
+			continue;
+		memcpy(st[s].arena_bytes, mp->stage_arena_bytes[s], sizeof st[s].arena_bytes);
+		st[s].loss = sl[s] >= 0 ? b->bufid[sl[s]] : -1;
+		st[s].grad_norm = sg[s] >= 0 ? b->bufid[sg[s]] : -1;
+	}
+	b->p->nbuffers = b->nbuf;
+	b->p->buffers = bufs;
+	b->p->nstages = ns;
+	b->p->stages = st;
+	/* partitioned: the grad_norm ops are per-group partial norms, the
+	 * global norm is the value named grad_norm that combines them */
+	return build_train(b, inputs, ninputs, named >= 0 ? named : gnorm) ? 1 : 0;
+}
+
 static DtmPlan *plan_build(const IrModule *m, const FusePlan *fp, const MemPlan *mp, Arena *a,
                            Diag *d, bool lean)
 {
 	Build b = { .m = m, .fp = fp, .mp = mp, .a = a, .d = d, .opt_start = m->nnodes,
 	            .lean = lean };
+	size_t nn = (size_t)m->nnodes + 1;
 	b.p = arena_alloc(a, sizeof *b.p);
-	b.bufid = arena_alloc(a, sizeof(int) * ((size_t)m->nnodes + 1));
-	b.kernel = arena_alloc(a, sizeof(int) * ((size_t)m->nnodes + 1));
-	if (!b.p || !b.bufid || !b.kernel || m->nnodes < 1)
+	b.bufid = arena_alloc_raw(a, sizeof(int) * nn);
+	b.fslot = arena_alloc_raw(a, sizeof(int) * nn);
+	b.kind = arena_alloc_raw(a, nn);
+	b.named_gn = arena_alloc_raw(a, sizeof(bool) * nn);
+	b.nacts = arena_alloc(a, sizeof(int) * ((size_t)mp->nstages + 1));
+	b.knames = arena_alloc_raw(a, sizeof *b.knames * nn);
+	b.knames_cap = (int)nn;
+	if (!b.p || !b.bufid || !b.fslot || !b.kind || !b.named_gn || !b.nacts || !b.knames || m->nnodes < 1)
 		goto oom;
 	if (m->mesh.naxes > DTM_MAX_AXES) {
 		diag_error(d, (SrcLoc){0}, "a mesh of %d axes: plans hold at most %d",
 		           m->mesh.naxes, DTM_MAX_AXES);
 		return NULL;
 	}
-	int nbuf = 0;
-	for (int i = 0; i < m->nnodes; i++) {
-		const IrNode *n = m->nodes[i];
-		if (i < b.opt_start && ((ir_op_flags(n->op) & OPF_INPLACE) || is_grad_norm(n)))
-			b.opt_start = i;
-		b.bufid[i] = mp->buf[i].owner == i ? nbuf++ : -1;
-		b.kernel[i] = -1;
-	}
-	for (int i = 0; i < m->nnodes; i++)
-		if (mp->buf[i].owner >= 0 && mp->buf[i].owner != i)
-			b.bufid[i] = b.bufid[mp->buf[i].owner];
+	classify(&b);
 	DtmPlan *p = b.p;
 	p->version = DTM_PLAN_VERSION;
 	p->model = m->name ? arena_strdup(a, m->name) : NULL;
@@ -664,12 +772,10 @@ static DtmPlan *plan_build(const IrModule *m, const FusePlan *fp, const MemPlan 
 	if (m->name && !p->model)
 		goto oom;
 	memcpy(p->arena_bytes, mp->arena_bytes, sizeof p->arena_bytes);
-	if (!build_kernels(&b)) {
-		if (d->nerr)
-			return NULL;
-		goto oom;
-	}
-	if (!build_buffers(&b, nbuf) || !build_stages(&b) || !build_train(&b))
+	int filled = fill(&b);
+	if (filled < 0)
+		return NULL;
+	if (!filled || !build_kernels(&b))
 		goto oom;
 	/* pipelined: the plan's own inputs are stage 0's copies */
 	if (p->nstages > 1)

@@ -434,7 +434,8 @@ static int cost_stage(const DtmPlan *p, const HwProfile *hw, int64_t node_size, 
 			double flops, bytes;
 			DtmDtype dt;
 			kernel_work(p, a, &flops, &bytes, &dt);
-			double dur = cost_action_seconds(p, hw, node_size, a, NULL);
+			/* cost_action_seconds' roofline, without its second kernel_work */
+			double dur = cost_roofline(flops, bytes, hw_peak_flops(hw, dt), hw->mem_bw);
 			double start = tc;
 			for (int j = 0; j + 1 < a->nargs; j++)
 				start = dmax(start, ready[a->args[j]]);
