@@ -82,9 +82,9 @@ int pass_fuse_operand(const IrModule *m, const FusePlan *fp, int id, int i, bool
 /* A value the runtime reads after the step must stay in memory. */
 static bool must_materialise(const IrModule *m, const IrNode *n)
 {
-	return n->id == m->loss || n->role != IR_ROLE_ACT ||
-	       (n->name && strcmp(n->name, "grad_norm") == 0) ||
-	       (ir_op_flags(n->op) & OPF_INPLACE);
+	/* the name last: reading it is another cache miss */
+	return n->id == m->loss || n->role != IR_ROLE_ACT || (ir_op_flags(n->op) & OPF_INPLACE) ||
+	       (n->name && n->name[0] == 'g' && strcmp(n->name, "grad_norm") == 0);
 }
 
 static bool same_shape(const IrNode *a, const IrNode *b)
@@ -121,40 +121,81 @@ static int count_inputs(const IrModule *m, const int *root, const int *next, int
 	return n;
 }
 
+/* What pass_fuse_plan notes per node in its walk over all of them. */
+enum {
+	K_ELEMWISE = 1 << 0, /* pass_fuse_op_ok */
+	K_PERMUTE = 1 << 1,
+};
+
 bool pass_fuse_plan(const IrModule *m, Arena *a, Diag *d, FusePlan *fp)
 {
 	int n = m->nnodes;
 	memset(fp, 0, sizeof *fp);
 	fp->n = n;
-	fp->root = arena_alloc(a, sizeof(int) * (size_t)(n + 1));
+	fp->root = arena_alloc_raw(a, sizeof(int) * (size_t)(n + 1));
 	fp->internal = arena_alloc(a, sizeof(bool) * (size_t)(n + 1));
 	fp->folded = arena_alloc(a, sizeof(bool) * (size_t)(n + 1));
-	fp->first = arena_alloc(a, sizeof(int) * (size_t)(n + 1));
+	fp->first = arena_alloc_raw(a, sizeof(int) * (size_t)(n + 1));
 	int *uses = arena_alloc(a, sizeof(int) * (size_t)(n + 1));
-	int *next = arena_alloc(a, sizeof(int) * (size_t)(n + 1));
-	int *size = arena_alloc(a, sizeof(int) * (size_t)(n + 1));
-	if (!fp->root || !fp->internal || !fp->folded || !fp->first || !uses || !next || !size) {
+	/* per transpose: 0 unread, 1 read only by GEMMs, 2 read by another op */
+	uint8_t *read = arena_alloc(a, sizeof(uint8_t) * (size_t)(n + 1));
+	/* per node: K_* */
+	uint8_t *kind = arena_alloc_raw(a, sizeof(uint8_t) * (size_t)(n + 1));
+	int *next = arena_alloc_raw(a, sizeof(int) * (size_t)(n + 1));
+	int *size = arena_alloc_raw(a, sizeof(int) * (size_t)(n + 1));
+	if (!fp->root || !fp->internal || !fp->folded || !fp->first || !uses || !read || !kind ||
+	    !next || !size) {
 		diag_error(d, (SrcLoc){0}, "out of memory planning fusion");
 		return false;
 	}
-	for (int i = 0; i < n; i++)
-		for (int k = 0; k < m->nodes[i]->nops; k++)
-			uses[m->nodes[i]->ops[k]]++;
+	/* One walk over the nodes counts uses and notes who reads what, so
+	 * that grouping and transpose folding below touch only the nodes
+	 * they may change (the nodes are big; walking them is the cost). */
+	for (int j = 0; j < n; j++) {
+		const IrNode *u = m->nodes[j];
+		/* ask for the node 16 ahead and for the operand list of the
+		 * one 8 ahead (the node is there by now): the walk is bound by
+		 * memory latency, not by work */
+		if (j + 16 < n) {
+			const char *ahead = (const char *)m->nodes[j + 16];
+			__builtin_prefetch(ahead);
+			__builtin_prefetch(ahead + 64);
+		}
+		if (j + 8 < n)
+			__builtin_prefetch(m->nodes[j + 8]->ops);
+		kind[j] = (pass_fuse_op_ok(u->op) ? K_ELEMWISE : 0) |
+		          (u->op == IR_OP_PERMUTE ? K_PERMUTE : 0);
+		fp->root[j] = -1;
+		fp->first[j] = j;
+		/* whether a matmul is a GEMM matters only to transposes it
+		 * reads (the rest of read[] is not looked at) */
+		bool gemm = false;
+		if (u->op == IR_OP_MATMUL)
+			for (int k = 0; k < u->nops && !gemm; k++)
+				gemm = kind[u->ops[k]] & K_PERMUTE;
+		gemm = gemm && pass_matmul_is_gemm(m, u);
+		for (int k = 0; k < u->nops; k++) {
+			int o = u->ops[k];
+			uses[o]++;
+			if (!gemm || read[o] == 0)
+				read[o] = gemm ? 1 : 2;
+		}
+	}
 	for (int i = 0; i < n; i++) {
-		const IrNode *c = m->nodes[i];
-		fp->root[i] = -1;
-		next[i] = -1;
-		size[i] = 1;
-		if (!pass_fuse_op_ok(c->op))
+		if (!(kind[i] & K_ELEMWISE))
 			continue;
+		const IrNode *c = m->nodes[i];
 		fp->root[i] = i;
+		next[i] = -1; /* next[] and size[] are read only for elementwise nodes */
+		size[i] = 1;
 		bool fwd_c = m->loss < 0 || i <= m->loss;
 		for (int k = 0; k < c->nops; k++) {
 			int o = c->ops[k];
-			const IrNode *on = m->nodes[o];
 			bool fwd_o = m->loss < 0 || o <= m->loss;
-			if (fp->root[o] != o || uses[o] != 1 || fwd_o != fwd_c ||
-			    must_materialise(m, on) || !same_shape(on, c))
+			if (fp->root[o] != o || uses[o] != 1 || fwd_o != fwd_c)
+				continue;
+			const IrNode *on = m->nodes[o];
+			if (!same_shape(on, c) || must_materialise(m, on))
 				continue;
 			if (size[i] + size[o] > FUSE_MAX_MEMBERS ||
 			    count_inputs(m, fp->root, next, i, o) > FUSE_MAX_INPUTS)
@@ -172,25 +213,14 @@ bool pass_fuse_plan(const IrModule *m, Arena *a, Diag *d, FusePlan *fp)
 		}
 	}
 	for (int i = 0; i < n; i++)
-		fp->first[i] = i;
-	for (int i = 0; i < n; i++)
 		if (fp->root[i] >= 0 && fp->first[fp->root[i]] > i)
 			fp->first[fp->root[i]] = i;
-	/* Transposes read only by GEMMs become trans flags: one pass over the
-	 * users marks the transposes some other op reads (uses[] is free
-	 * again; nonzero = read, 2 = by a non-GEMM). */
-	for (int i = 0; i < n; i++)
-		uses[i] = 0;
-	for (int j = 0; j < n; j++) {
-		const IrNode *u = m->nodes[j];
-		bool gemm = u->op == IR_OP_MATMUL && pass_matmul_is_gemm(m, u);
-		for (int k = 0; k < u->nops; k++)
-			if (!gemm || uses[u->ops[k]] == 0)
-				uses[u->ops[k]] = gemm ? 1 : 2;
-	}
+	/* Transposes read only by GEMMs become trans flags. */
 	for (int i = 0; i < n; i++) {
+		if (read[i] != 1 || !(kind[i] & K_PERMUTE))
+			continue;
 		const IrNode *p = m->nodes[i];
-		fp->folded[i] = uses[i] == 1 && pass_is_last2_transpose(p) && !must_materialise(m, p);
+		fp->folded[i] = pass_is_last2_transpose(p) && !must_materialise(m, p);
 	}
 	return true;
 }

@@ -38,160 +38,186 @@ static int64_t align_up(int64_t x)
 	return (x + MEMPLAN_ALIGN - 1) / MEMPLAN_ALIGN * MEMPLAN_ALIGN;
 }
 
-typedef struct Block {
-	int64_t off, end; /* [off, end); when it dies is the heap's (Death) */
-} Block;
+/* Free bytes [off, end) between two live blocks (or below the first):
+ * kept sorted by offset, nonempty, and never touching one another. */
+typedef struct Hole {
+	int64_t off, end;
+} Hole;
 
-/* The first-fit scan skips live[] a chunk at a time where no gap inside
- * is big enough: gapmax[c] is the largest gap in front of a block of
- * chunk c, live[c * GAP_CHUNK ..) (the first one's measured from the end
- * of the block before it). */
-#define GAP_CHUNK 32
+/* The free space of an arena being packed: the holes, the top (the end
+ * of the highest live block; everything above is free) and a bound on
+ * the largest hole, so that a block no hole can take goes to the top
+ * without a scan. */
+typedef struct Free {
+	Hole *holes;
+	int nholes;
+	int64_t top;
+	int64_t most; /* no hole is bigger */
+} Free;
 
-static int64_t chunk_gap(const Block *live, int c)
+/* Returns [off, end) to the free space: it joins the holes next to it, or
+ * lowers the top when it was the highest block. */
+static void release(Free *f, int64_t off, int64_t end)
 {
-	int64_t most = 0;
-	for (int k = c * GAP_CHUNK; k < (c + 1) * GAP_CHUNK; k++) {
-		int64_t g = live[k].off - (k ? live[k - 1].end : 0);
-		if (g > most)
-			most = g;
+	Hole *holes = f->holes;
+	int nh = f->nholes;
+	if (end == f->top) {
+		if (nh > 0 && holes[nh - 1].end == off) {
+			f->top = holes[nh - 1].off;
+			f->nholes = nh - 1;
+		} else {
+			f->top = off;
+		}
+		return;
 	}
-	return most;
+	/* p: the first hole above the block (none overlaps it); a search
+	 * without branches on the data, which would mispredict half the time */
+	int p = 0;
+	if (nh > 0) {
+		const Hole *h = holes;
+		int len = nh;
+		while (len > 1) {
+			int half = len / 2;
+			h = h[half].off < off ? h + half : h;
+			len -= half;
+		}
+		p = (int)(h - holes) + (h->off < off);
+	}
+	bool left = p > 0 && holes[p - 1].end == off;
+	bool right = p < nh && holes[p].off == end;
+	Hole *grown;
+	if (left && right) {
+		holes[p - 1].end = holes[p].end;
+		memmove(&holes[p], &holes[p + 1], sizeof *holes * (size_t)(nh - p - 1));
+		f->nholes = nh - 1;
+		grown = &holes[p - 1];
+	} else if (left) {
+		holes[p - 1].end = end;
+		grown = &holes[p - 1];
+	} else if (right) {
+		holes[p].off = off;
+		grown = &holes[p];
+	} else {
+		memmove(&holes[p + 1], &holes[p], sizeof *holes * (size_t)(nh - p));
+		holes[p] = (Hole){ off, end };
+		f->nholes = nh + 1;
+		grown = &holes[p];
+	}
+	if (grown->end - grown->off > f->most)
+		f->most = grown->end - grown->off;
 }
 
-/* A live block's death (its last use) and offset: a min-heap by death. */
-typedef struct Death {
-	int to;
-	int64_t off;
-} Death;
-
-static void heap_push(Death *h, int *n, Death d)
+/* pass_memplan_pack over items in order of `from` (item r is written
+ * r-th).  die[r] > r is the first item written after r's last use (n:
+ * none), when r's bytes become free; dying[] lists the items by die,
+ * ascending.  holes has room for n.
+ *
+ * First fit by offset looks only at the free space, not at the live
+ * blocks: the holes between live blocks (most live blocks touch their
+ * neighbours, so there are far fewer holes than blocks) and the top,
+ * above the highest live block, where everything is free.  A block
+ * placed in a hole takes its front; a block that dies merges into the
+ * holes beside it or lowers the top.  This gives the offsets a scan of
+ * the live blocks in offset order would: a hole is exactly a gap between
+ * two neighbouring live blocks (or below the first), and it is taken at
+ * the end of the block before it. */
+static int64_t pack_core(int n, const int64_t *bytes, const int *die, const int *dying,
+                         int64_t *offset, Hole *holes)
 {
-	int k = (*n)++;
-	while (k > 0 && h[(k - 1) / 2].to > d.to) {
-		h[k] = h[(k - 1) / 2];
-		k = (k - 1) / 2;
+	Free f = { holes, 0, 0, 0 };
+	int64_t peak = 0;
+	int dp = 0;
+	for (int r = 0; r < n; r++) {
+		for (; dp < n && die[dying[dp]] <= r; dp++) {
+			int k = dying[dp];
+			int64_t size = align_up(bytes[k]);
+			if (size)
+				release(&f, offset[k], offset[k] + size);
+		}
+		int64_t need = align_up(bytes[r]);
+		if (need == 0) {
+			offset[r] = 0;
+			continue;
+		}
+		int h = f.nholes;
+		if (need <= f.most) {
+			h = 0;
+			while (h < f.nholes && holes[h].end - holes[h].off < need)
+				h++;
+			if (h == f.nholes)
+				f.most = need - 1;
+		}
+		int64_t at;
+		if (h < f.nholes) {
+			at = holes[h].off;
+			holes[h].off += need;
+			if (holes[h].off == holes[h].end) {
+				memmove(&holes[h], &holes[h + 1],
+				        sizeof *holes * (size_t)(f.nholes - h - 1));
+				f.nholes--;
+			}
+		} else {
+			at = f.top;
+			f.top += need;
+		}
+		offset[r] = at;
+		if (at + need > peak)
+			peak = at + need;
 	}
-	h[k] = d;
-}
-
-static void heap_pop(Death *h, int *n)
-{
-	Death last = h[--*n];
-	int k = 0;
-	for (;;) {
-		int c = 2 * k + 1;
-		if (c >= *n)
-			break;
-		if (c + 1 < *n && h[c + 1].to < h[c].to)
-			c++;
-		if (h[c].to >= last.to)
-			break;
-		h[k] = h[c];
-		k = c;
-	}
-	if (*n > 0)
-		h[k] = last;
+	return peak;
 }
 
 int64_t pass_memplan_pack(int n, const int *from, const int *to, const int64_t *bytes,
                           int64_t *offset)
 {
 	/* order of definition; ties keep index order so the plan is stable */
-	int *ord = malloc(sizeof(int) * (size_t)(n ? n : 1));
-	Block *live = malloc(sizeof(Block) * (size_t)(n ? n : 1));
-	Death *heap = malloc(sizeof(Death) * (size_t)(n ? n : 1));
-	int64_t *gapmax = malloc(sizeof(int64_t) * (size_t)(n / GAP_CHUNK + 1));
-	if (!ord || !live || !heap || !gapmax) {
-		free(ord);
-		free(live);
-		free(heap);
-		free(gapmax);
-		return -1;
-	}
-	for (int i = 0; i < n; i++)
-		ord[i] = i;
-	/* insertion sort by `from`: node order is nearly sorted already */
-	for (int i = 1; i < n; i++) {
-		int v = ord[i], j = i - 1;
-		while (j >= 0 && from[ord[j]] > from[v]) {
-			ord[j + 1] = ord[j];
-			j--;
+	size_t cap = (size_t)(n ? n : 1);
+	int *ord = malloc(sizeof(int) * cap), *die = malloc(sizeof(int) * cap);
+	int *dying = calloc(cap, sizeof(int)), *start = calloc(cap + 2, sizeof(int));
+	int64_t *b = calloc(cap, sizeof(int64_t)), *o = malloc(sizeof(int64_t) * cap);
+	Hole *holes = malloc(sizeof(Hole) * cap);
+	int64_t peak = -1;
+	if (ord && die && dying && start && b && o && holes) {
+		for (int i = 0; i < n; i++)
+			ord[i] = i;
+		/* insertion sort by `from`: node order is nearly sorted already */
+		for (int i = 1; i < n; i++) {
+			int v = ord[i], j = i - 1;
+			while (j >= 0 && from[ord[j]] > from[v]) {
+				ord[j + 1] = ord[j];
+				j--;
+			}
+			ord[j + 1] = v;
 		}
-		ord[j + 1] = v;
-	}
-	/* Live blocks stay sorted by offset (they are disjoint, so the order
-	 * is unique): dropping the dead keeps it, and each new block goes in
-	 * at the place first fit found for it.  Offsets and sizes are
-	 * aligned, so every end is too.  Two shortcuts keep this near linear
-	 * when thousands of activations are live: the dead are found through
-	 * a heap by death (and removed one by one, found by offset), and
-	 * live[0 .. pre), packed from 0 without a gap, is skipped by the
-	 * first-fit scan (it has no room for anything). */
-	int nlive = 0, pre = 0, nheap = 0, valid = 0; /* gapmax[0 .. valid) are current */
-	int64_t peak = 0;
-	for (int r = 0; r < n; r++) {
-		int i = ord[r];
-		/* drop blocks dead before this one is written */
-		while (nheap > 0 && heap[0].to < from[i]) {
-			int64_t off = heap[0].off;
-			heap_pop(heap, &nheap);
-			int lo = 0, hi = nlive - 1;
+		/* item r dies before the first later item written after to */
+		for (int r = 0; r < n; r++) {
+			int t = to[ord[r]], lo = r + 1, hi = n;
 			while (lo < hi) {
 				int mid = lo + (hi - lo) / 2;
-				if (live[mid].off < off)
+				if (from[ord[mid]] <= t)
 					lo = mid + 1;
 				else
 					hi = mid;
 			}
-			memmove(&live[lo], &live[lo + 1], sizeof *live * (size_t)(nlive - lo - 1));
-			nlive--;
-			if (lo < pre)
-				pre = lo;
-			if (lo / GAP_CHUNK < valid)
-				valid = lo / GAP_CHUNK;
+			die[r] = lo;
+			start[lo + 1]++;
+			b[r] = bytes[ord[r]];
 		}
-		int64_t need = align_up(bytes[i]);
-		if (need == 0) {
-			offset[i] = 0;
-			continue;
-		}
-		int64_t at = pre ? live[pre - 1].end : 0;
-		while (pre < nlive && live[pre].off == at)
-			at = live[pre++].end;
-		/* the first gap of at least need after the prefix; whole chunks
-		 * whose largest gap is smaller are skipped */
-		int j = pre;
-		while (j < nlive) {
-			int c = j / GAP_CHUNK;
-			if (j % GAP_CHUNK == 0 && j + GAP_CHUNK <= nlive) {
-				for (; valid <= c; valid++)
-					gapmax[valid] = chunk_gap(live, valid);
-				if (gapmax[c] < need) {
-					j += GAP_CHUNK;
-					at = live[j - 1].end;
-					continue;
-				}
-			}
-			if (live[j].off - at >= need)
-				break;
-			at = live[j].end;
-			j++;
-		}
-		offset[i] = at;
-		memmove(&live[j + 1], &live[j], sizeof *live * (size_t)(nlive - j));
-		live[j] = (Block){ at, at + need };
-		nlive++;
-		if (j / GAP_CHUNK < valid)
-			valid = j / GAP_CHUNK;
-		heap_push(heap, &nheap, (Death){ to[i], at });
-		if (at + need > peak)
-			peak = at + need;
+		for (int q = 1; q <= n + 1; q++)
+			start[q] += start[q - 1];
+		for (int r = 0; r < n; r++)
+			dying[start[die[r]]++] = r;
+		peak = pack_core(n, b, die, dying, o, holes);
+		for (int r = 0; r < n; r++)
+			offset[ord[r]] = o[r];
 	}
 	free(ord);
-	free(live);
-	free(heap);
-	free(gapmax);
+	free(die);
+	free(dying);
+	free(start);
+	free(b);
+	free(o);
+	free(holes);
 	return peak;
 }
 
@@ -218,146 +244,267 @@ static int seg_of(const MemPlan *mp, const IrNode *n)
 	return mp->nstages > 1 && n->stage >= 0 && n->stage < mp->nstages ? n->stage : 0;
 }
 
+/* What pass_memplan's one walk over the nodes keeps per node (Node.fl),
+ * so that deciding owners, liveness and offsets reads compact arrays
+ * rather than ~500-byte IrNodes. */
+enum {
+	NF_NOSTORE = 1 << 0,   /* fused away or folded: no storage */
+	NF_FOLDED = 1 << 1,    /* a folded transpose: its readers read op0 */
+	NF_ALIAS = 1 << 2,     /* in-place or a send: shares op0's storage */
+	NF_INPLACE = 1 << 3,
+	NF_RESHAPE = 1 << 4,   /* a reshape that may share op0's storage */
+	NF_COLL_READ = 1 << 5, /* read by a collective */
+};
+
+typedef struct Node {
+	int64_t numel, bytes; /* set where NF_NOSTORE and NF_ALIAS are not */
+	int op0;      /* operand 0, or -1 */
+	int last;     /* the last position reading it (n: lives to the end) */
+	uint8_t fl;   /* NF_* */
+	uint8_t arena;
+	uint8_t stage; /* IrNode.stage, 255 where outside 0 .. 254 */
+} Node;
+
+/* The bytes of a value with storage of its own; dsize[] holds
+ * ir_dtype_size per dtype. */
+static int64_t storage_bytes(const IrNode *nd, int64_t numel, const int *dsize)
+{
+	if (nd->op == IR_OP_GRAD_NORM && nd->nops > DTM_MAX_ARGS - 1)
+		return MEMPLAN_GNORM_BYTES;
+	return numel * ((unsigned)nd->dtype < IR_DTYPE_COUNT ? dsize[nd->dtype] : 0);
+}
+
 bool pass_memplan(const IrModule *m, const FusePlan *fp, Arena *a, Diag *d, MemPlan *mp)
 {
 	int n = m->nnodes;
 	memset(mp, 0, sizeof *mp);
 	mp->n = n;
 	mp->nstages = 1;
-	for (int i = 0; i < n; i++)
-		if (m->nodes[i]->phase >= 0 && m->nodes[i]->stage + 1 > mp->nstages)
-			mp->nstages = m->nodes[i]->stage + 1;
-	if (mp->nstages > MEMPLAN_MAX_STAGES) {
+	mp->buf = arena_alloc_raw(a, sizeof(MemPlanBuf) * (size_t)(n + 1));
+	Node *nodes = arena_alloc_raw(a, sizeof(Node) * (size_t)(n + 1));
+	int *act = arena_alloc_raw(a, sizeof(int) * (size_t)(n + 1)); /* ACT owners */
+	uint8_t *actseg = arena_alloc_raw(a, sizeof(uint8_t) * (size_t)(n + 1)); /* their stages */
+	int *alias = arena_alloc_raw(a, sizeof(int) * (size_t)(n + 1));
+	if (!mp->buf || !nodes || !act || !actseg || !alias) {
+		diag_error(d, (SrcLoc){0}, "out of memory planning memory");
+		return false;
+	}
+	memset(&mp->buf[n], 0, sizeof mp->buf[n]);
+	/* the op flags (as NF_ bits) and dtype sizes read per node, looked
+	 * up once rather than called for per node */
+	unsigned char opfl[IR_OP_COUNT];
+	for (int op = 0; op < IR_OP_COUNT; op++)
+		opfl[op] = (ir_op_flags((IrOp)op) & OPF_COLL ? NF_COLL_READ : 0) |
+		           (ir_op_flags((IrOp)op) & OPF_INPLACE ? NF_INPLACE : 0);
+	int dsize[IR_DTYPE_COUNT];
+	for (int t = 0; t < IR_DTYPE_COUNT; t++)
+		dsize[t] = ir_dtype_size((IrDtype)t);
+	/* 1. The one walk over the nodes.  A value's last read is its
+	 * readers' latest position (a fused member reads at its group's
+	 * kernel, a folded transpose's readers read its source); which
+	 * storage a read lands in is settled once owners are, below, since a
+	 * reshape shares its operand's storage unless some later collective
+	 * reads it (a collective takes its operand's shape from the runtime's
+	 * buffer table: comm_run_action gathers along a dim of it). */
+	int nstages = 1;
+	for (int i = 0; i < n; i++) {
+		const IrNode *nd = m->nodes[i];
+		Node *x = &nodes[i];
+		/* the walk is bound by memory latency: ask ahead for the
+		 * lines read here (the operand list and the name once their
+		 * node is in) */
+		if (i + 16 < n) {
+			const IrNode *ahead = m->nodes[i + 16];
+			__builtin_prefetch(ahead);
+			__builtin_prefetch(&ahead->ops);
+			__builtin_prefetch(&ahead->role);
+		}
+		if (i + 8 < n) {
+			__builtin_prefetch(m->nodes[i + 8]->ops);
+			__builtin_prefetch(m->nodes[i + 8]->name); /* may be NULL */
+		}
+		unsigned flags = (unsigned)nd->op < IR_OP_COUNT ? opfl[nd->op] : 0;
+		if (nd->phase >= 0 && nd->stage + 1 > nstages)
+			nstages = nd->stage + 1;
+		x->stage = nd->stage >= 0 && nd->stage < 255 ? (uint8_t)nd->stage : 255;
+		x->op0 = nd->nops > 0 ? nd->ops[0] : -1;
+		x->fl = 0;
+		x->arena = 0;
+		if (flags & NF_COLL_READ)
+			for (int k = 0; k < nd->nops; k++)
+				nodes[nd->ops[k]].fl |= NF_COLL_READ;
+		int pos = fp && fp->root[i] >= 0 ? fp->root[i] : i;
+		x->last = pos;
+		if (fp && fp->folded[i]) {
+			x->fl |= NF_NOSTORE | NF_FOLDED;
+			continue;
+		}
+		for (int k = 0; k < nd->nops; k++) {
+			int o = nd->ops[k];
+			if (nodes[o].fl & NF_FOLDED)
+				o = nodes[o].op0;
+			if (nodes[o].last < pos)
+				nodes[o].last = pos;
+		}
+		bool to_end = lives_to_end(m, nd);
+		if (to_end)
+			x->last = n;
+		if (fp && fp->internal[i]) {
+			x->fl |= NF_NOSTORE;
+			continue;
+		}
+		x->arena = (uint8_t)arena_of_role(nd->role);
+		/* an in-place result or a send has storage of its own only
+		 * when its operand has none: its bytes wait for that (step 2) */
+		if ((flags & NF_INPLACE) || nd->op == IR_OP_SEND) {
+			x->fl |= NF_ALIAS | (flags & NF_INPLACE);
+			continue;
+		}
+		x->numel = ir_node_numel(nd);
+		x->bytes = storage_bytes(nd, x->numel, dsize);
+		if (nd->op == IR_OP_RESHAPE && nd->role == IR_ROLE_ACT && !to_end) {
+			const IrNode *src = m->nodes[x->op0];
+			int64_t numel = nodes[x->op0].fl & (NF_NOSTORE | NF_ALIAS)
+			                        ? ir_node_numel(src)
+			                        : nodes[x->op0].numel;
+			if (x->numel == numel && nd->dtype == src->dtype)
+				x->fl |= NF_RESHAPE;
+		}
+	}
+	if (nstages > MEMPLAN_MAX_STAGES) {
 		diag_error(d, (SrcLoc){0}, "memplan: more than %d pipeline stages",
 		           MEMPLAN_MAX_STAGES);
 		return false;
 	}
-	mp->buf = arena_alloc(a, sizeof(MemPlanBuf) * (size_t)(n + 1));
-	int *from = arena_alloc(a, sizeof(int) * (size_t)(n + 1));
-	int *to = arena_alloc(a, sizeof(int) * (size_t)(n + 1));
-	int *idx = arena_alloc(a, sizeof(int) * (size_t)(n + 1));
-	int64_t *bytes = arena_alloc(a, sizeof(int64_t) * (size_t)(n + 1));
-	int64_t *off = arena_alloc(a, sizeof(int64_t) * (size_t)(n + 1));
-	if (!mp->buf || !from || !to || !idx || !bytes || !off) {
-		diag_error(d, (SrcLoc){0}, "out of memory planning memory");
-		return false;
-	}
-	/* A collective takes its operand's shape from the runtime's buffer
-	 * table (comm_run_action gathers along a dim of it), so a reshape read
-	 * by one keeps its own storage rather than its operand's shape. */
-	bool *coll_read = arena_alloc(a, sizeof(bool) * (size_t)(n + 1));
-	if (!coll_read) {
-		diag_error(d, (SrcLoc){0}, "out of memory planning memory");
-		return false;
-	}
-	memset(coll_read, 0, sizeof(bool) * (size_t)(n + 1));
-	for (int i = 0; i < n; i++)
-		if (ir_op_flags(m->nodes[i]->op) & OPF_COLL)
-			for (int k = 0; k < m->nodes[i]->nops; k++)
-				coll_read[m->nodes[i]->ops[k]] = true;
-	/* 1. storage owners */
+	mp->nstages = nstages;
+	/* 2. Storage owners, in node order: in-place results and sends share
+	 * operand 0's storage, and so do reshapes of activations (a reshape
+	 * of a row-major tensor is the same bytes) that no collective reads.
+	 * An owner's live range ends at the last read of any value sharing
+	 * it.  Persistent arenas are packed one after another per stage;
+	 * ACT owners are listed for step 3. */
+	int64_t next[MEMPLAN_MAX_STAGES][DTM_ARENA_COUNT];
+	memset(next, 0, sizeof(next[0]) * (size_t)nstages);
+	int nact = 0, nalias = 0;
+	int stcount[MEMPLAN_MAX_STAGES + 1] = { 0 };
 	for (int i = 0; i < n; i++) {
-		const IrNode *nd = m->nodes[i];
+		const Node *x = &nodes[i];
 		MemPlanBuf *b = &mp->buf[i];
 		b->arena = -1;
+		b->offset = 0;
+		b->bytes = 0;
 		b->owner = -1;
 		b->live_from = b->live_to = i;
-		if (fp && (fp->internal[i] || fp->folded[i]))
+		if (x->fl & NF_NOSTORE)
 			continue;
-		int alias = -1;
-		if ((ir_op_flags(nd->op) & OPF_INPLACE) || nd->op == IR_OP_SEND)
-			alias = nd->ops[0]; /* a send's result is its operand */
-		else if (nd->op == IR_OP_RESHAPE && nd->role == IR_ROLE_ACT && !lives_to_end(m, nd) &&
-		         !coll_read[i] &&
-		         ir_node_numel(nd) == ir_node_numel(m->nodes[nd->ops[0]]) &&
-		         nd->dtype == m->nodes[nd->ops[0]]->dtype)
-			alias = nd->ops[0];
-		if (alias >= 0) {
-			int o = mp->buf[alias].owner;
-			if (o < 0) {
-				if (ir_op_flags(nd->op) & OPF_INPLACE) {
-					diag_error(d, nd->loc,
-					           "internal: in-place %s %%%d updates a value without storage",
-					           ir_op_name(nd->op), i);
-					return false;
-				}
-			} else {
+		if (x->op0 >= 0 &&
+		    ((x->fl & NF_ALIAS) || (x->fl & (NF_RESHAPE | NF_COLL_READ)) == NF_RESHAPE)) {
+			int o = mp->buf[x->op0].owner;
+			if (o >= 0) {
 				b->owner = o;
+				if (mp->buf[o].live_to < x->last)
+					mp->buf[o].live_to = x->last;
+				alias[nalias++] = i;
 				continue;
+			}
+			if (x->fl & NF_INPLACE) {
+				const IrNode *nd = m->nodes[i];
+				diag_error(d, nd->loc,
+				           "internal: in-place %s %%%d updates a value without storage",
+				           ir_op_name(nd->op), i);
+				return false;
 			}
 		}
 		b->owner = i;
-		b->arena = arena_of_role(nd->role);
-		b->bytes = ir_node_numel(nd) * ir_dtype_size(nd->dtype);
-		if (nd->op == IR_OP_GRAD_NORM && nd->nops > DTM_MAX_ARGS - 1)
-			b->bytes = MEMPLAN_GNORM_BYTES;
+		b->arena = x->arena;
+		b->bytes = x->fl & NF_ALIAS
+		                   ? storage_bytes(m->nodes[i], ir_node_numel(m->nodes[i]), dsize)
+		                   : x->bytes;
+		if (b->live_to < x->last)
+			b->live_to = x->last;
+		int s = nstages > 1 && x->stage < nstages ? x->stage : 0;
+		if (b->arena == DTM_ARENA_ACT) {
+			actseg[nact] = (uint8_t)s;
+			act[nact++] = i;
+			stcount[s + 1]++;
+			if (s == 0)
+				mp->act_unshared += align_up(b->bytes);
+		} else {
+			b->offset = next[s][b->arena];
+			next[s][b->arena] += align_up(b->bytes);
+		}
 	}
-	/* 2. liveness of ACT owners */
-	for (int i = 0; i < n; i++) {
-		const IrNode *u = m->nodes[i];
-		if (fp && fp->folded[i])
-			continue;
-		int pos = fp && fp->root[i] >= 0 ? fp->root[i] : i;
-		for (int k = 0; k < u->nops; k++) {
-			bool tr;
-			int o = pass_fuse_operand(m, fp, i, k, &tr);
-			int ow = mp->buf[o].owner;
-			if (ow >= 0 && mp->buf[ow].live_to < pos)
-				mp->buf[ow].live_to = pos;
-		}
-		/* an alias's own reads are its owner's reads */
-		int ow = mp->buf[i].owner;
-		if (ow >= 0 && ow != i && mp->buf[ow].live_to < pos)
-			mp->buf[ow].live_to = pos;
-		if (lives_to_end(m, u) && ow >= 0)
-			mp->buf[ow].live_to = n;
+	/* 3. ACT offsets, per stage.  A stage's items are its owners in node
+	 * order (a stable counting sort of the list by stage), so `from`
+	 * rises.  When each item's bytes free up (before the first later item
+	 * of its stage written after its last read) comes from one merge, for
+	 * all stages at once, of the items by last read (a counting sort by
+	 * position) with the owners in node order. */
+	for (int s = 0; s < nstages; s++)
+		stcount[s + 1] += stcount[s];
+	size_t cap = (size_t)(nact + 1);
+	int *idx = arena_alloc_raw(a, sizeof(int) * cap);
+	uint8_t *iseg = arena_alloc_raw(a, sizeof(uint8_t) * cap);
+	int *to = arena_alloc_raw(a, sizeof(int) * cap);
+	int64_t *bytes = arena_alloc_raw(a, sizeof(int64_t) * cap);
+	int64_t *off = arena_alloc_raw(a, sizeof(int64_t) * cap);
+	int *byto = arena_alloc_raw(a, sizeof(int) * cap);
+	int *die = arena_alloc_raw(a, sizeof(int) * cap);
+	int *dying = arena_alloc_raw(a, sizeof(int) * cap);
+	Hole *holes = arena_alloc_raw(a, sizeof(Hole) * cap);
+	int *tstart = arena_alloc(a, sizeof(int) * (size_t)(n + 2));
+	if (!idx || !iseg || !to || !bytes || !off || !byto || !die || !dying || !holes ||
+	    !tstart) {
+		diag_error(d, (SrcLoc){0}, "out of memory planning memory");
+		return false;
 	}
-	/* 3. offsets, per stage */
-	for (int s = 0; s < mp->nstages; s++) {
-		int64_t next[DTM_ARENA_COUNT] = { 0 };
-		int nact = 0;
-		for (int i = 0; i < n; i++) {
-			MemPlanBuf *b = &mp->buf[i];
-			if (b->owner != i || seg_of(mp, m->nodes[i]) != s)
-				continue;
-			if (b->arena == DTM_ARENA_ACT) {
-				idx[nact] = i;
-				from[nact] = b->live_from;
-				to[nact] = b->live_to;
-				bytes[nact] = b->bytes;
-				if (s == 0)
-					mp->act_unshared += align_up(b->bytes);
-				nact++;
-				continue;
-			}
-			b->offset = next[b->arena];
-			next[b->arena] += align_up(b->bytes);
-		}
-		int64_t peak = pass_memplan_pack(nact, from, to, bytes, off);
-		if (peak < 0) {
-			diag_error(d, (SrcLoc){0}, "out of memory planning memory");
-			return false;
-		}
-		for (int j = 0; j < nact; j++)
+	int fill[MEMPLAN_MAX_STAGES];
+	memcpy(fill, stcount, sizeof(int) * (size_t)nstages);
+	for (int j = 0; j < nact; j++) {
+		int k = fill[actseg[j]]++;
+		idx[k] = act[j];
+		iseg[k] = actseg[j];
+	}
+	for (int j = 0; j < nact; j++) {
+		const MemPlanBuf *b = &mp->buf[idx[j]];
+		to[j] = b->live_to;
+		bytes[j] = b->bytes;
+		tstart[to[j] + 1]++;
+	}
+	for (int p = 1; p <= n + 1; p++)
+		tstart[p] += tstart[p - 1];
+	for (int j = 0; j < nact; j++)
+		byto[tstart[to[j]]++] = j;
+	int seen[MEMPLAN_MAX_STAGES] = { 0 };
+	memcpy(fill, stcount, sizeof(int) * (size_t)nstages);
+	for (int k = 0, w = 0; k < nact; k++) {
+		int j = byto[k], s = iseg[j];
+		for (; w < nact && act[w] <= to[j]; w++)
+			seen[actseg[w]]++;
+		die[j] = seen[s];
+		dying[fill[s]++] = j - stcount[s];
+	}
+	for (int s = 0; s < nstages; s++) {
+		int lo = stcount[s], cnt = stcount[s + 1] - lo;
+		int64_t peak = pack_core(cnt, bytes + lo, die + lo, dying + lo, off + lo, holes);
+		for (int j = lo; j < lo + cnt; j++)
 			mp->buf[idx[j]].offset = off[j];
-		next[DTM_ARENA_ACT] = peak;
+		next[s][DTM_ARENA_ACT] = peak;
 		for (int k = 0; k < DTM_ARENA_COUNT; k++) {
-			mp->stage_arena_bytes[s][k] = next[k];
-			if (next[k] > mp->arena_bytes[k])
-				mp->arena_bytes[k] = next[k];
+			mp->stage_arena_bytes[s][k] = next[s][k];
+			if (next[s][k] > mp->arena_bytes[k])
+				mp->arena_bytes[k] = next[s][k];
 		}
 	}
 	/* 4. aliases take their owner's place */
-	for (int i = 0; i < n; i++) {
-		MemPlanBuf *b = &mp->buf[i];
-		if (b->owner >= 0 && b->owner != i) {
-			const MemPlanBuf *o = &mp->buf[b->owner];
-			b->arena = o->arena;
-			b->offset = o->offset;
-			b->bytes = o->bytes;
-			b->live_from = o->live_from;
-			b->live_to = o->live_to;
-		}
+	for (int j = 0; j < nalias; j++) {
+		MemPlanBuf *b = &mp->buf[alias[j]];
+		const MemPlanBuf *o = &mp->buf[b->owner];
+		b->arena = o->arena;
+		b->offset = o->offset;
+		b->bytes = o->bytes;
+		b->live_from = o->live_from;
+		b->live_to = o->live_to;
 	}
 	return true;
 }
