@@ -302,9 +302,8 @@ int64_t ir_node_numel(const IrNode *n)
 		int64_t d = n->shape[i];
 		if (d < 0)
 			return -1;
-		if (d != 0 && p > INT64_MAX / d)
+		if (__builtin_mul_overflow(p, d, &p)) /* no division per dim */
 			return -1;
-		p *= d;
 	}
 	return p;
 }
