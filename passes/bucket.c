@@ -155,23 +155,49 @@ static void flat_place(IrNode *n, uint32_t partial, IrRed op)
 	n->place.partial_op = partial ? op : IR_RED_SUM;
 }
 
-/* Copies an old node into out with its operands remapped. */
-static bool copy_node(Out *o, const IrNode *x)
+/* Makes old node i out's next node: the node itself, its operands and
+ * place_from remapped in place, rather than a ~500-byte copy of it (the
+ * old list is dropped; emit_bucket reads old nodes by index, for the
+ * fields this leaves alone).  place_from is remapped when its node is in
+ * out already; else i joins later[] for after the last node. */
+static bool adopt_node(Out *o, int i, int *later, int *nlater)
 {
-	int few[16]; /* most nodes: no malloc */
-	int *ops = x->nops > 16 ? malloc(sizeof(int) * (size_t)x->nops) : few;
-	if (!ops)
-		return false;
-	for (int k = 0; k < x->nops; k++)
-		ops[k] = o->map[x->ops[k]];
-	IrNode *c = ir_node_copy(o->out, x, ops, x->nops);
-	if (ops != few)
-		free(ops);
-	if (!c) {
+	IrNode *x = o->m->nodes[i];
+	IrModule *out = o->out;
+	if (out->nnodes == out->cap && out->nnodes < IR_MAX_NODES) {
+		/* room was made for every node; grown as ir_node_new would */
+		int cap = out->cap ? 2 * out->cap : 64;
+		IrNode **v = arena_alloc_raw(out->arena, sizeof *v * (size_t)cap);
+		if (v) {
+			if (out->nnodes)
+				memcpy(v, out->nodes, sizeof *v * (size_t)out->nnodes);
+			out->nodes = v;
+			out->cap = cap;
+		}
+	}
+	if (out->nnodes >= out->cap || out->nnodes >= IR_MAX_NODES) {
 		diag_error(o->d, x->loc, "bucket: out of memory");
 		return false;
 	}
-	o->map[x->id] = c->id;
+	for (int k = 0; k < x->nops; k++)
+		x->ops[k] = o->map[x->ops[k]];
+	if (!x->nops)
+		x->ops = NULL;
+	int id = out->nnodes++;
+	out->nodes[id] = x;
+	x->id = id;
+	o->map[i] = id;
+	int pf = x->place_from, nn = o->m->nnodes;
+	if (pf >= 0 && pf < nn) {
+		if (pf > i || o->map[pf] < 0) {
+			later[(*nlater)++] = i;
+			return true;
+		}
+		pf = o->map[pf];
+	}
+	if (pf < -1 || pf == id)
+		pf = -1;
+	x->place_from = pf;
 	return true;
 }
 
@@ -191,7 +217,7 @@ static bool emit_bucket(Out *o, const Cand *cands, const Bucket *b)
 	for (int k = 0; k < b->n; k++) {
 		const Cand *c = &cands[b->members[k]];
 		const IrNode *s = m->nodes[c->src[0]];
-		int id = o->map[s->id];
+		int id = o->map[c->src[0]]; /* s->id: s may be out's node now */
 		for (int t = 1; t < c->nsrc; t++) {
 			int ab[2] = {id, o->map[c->src[t]]};
 			IrNode *a = add(o, IR_OP_ADD, ab, 2, s, true);
@@ -280,7 +306,7 @@ static bool emit_bucket(Out *o, const Cand *cands, const Bucket *b)
 		red->place = g->place;
 		red->place_loc = g->place_loc;
 		memcpy(red->padded, g->padded, sizeof red->padded);
-		o->map[g->id] = rid;
+		o->map[cands[b->members[0]].g] = rid;
 		return true;
 	}
 	/* unpack */
@@ -316,23 +342,74 @@ static bool emit_bucket(Out *o, const Cand *cands, const Bucket *b)
 		memcpy(last->padded, ar->padded, sizeof last->padded);
 		last->choose = ar->choose;
 		last->place_loc = ar->place_loc;
-		o->map[ar->id] = last->id;
+		o->map[cands[b->members[k]].g] = last->id;
 	}
 	return true;
 }
 
-/* The param a gradient all_reduce belongs to: the param named as the
- * gradient without "grad.", or -1. */
-/* The param of gradient g ("grad.NAME"), or -1; params: sorted by
- * ir_params_by_name (np of them; np < 0: scan). */
-static int param_of(const IrModule *m, const int *params, int np, const IrNode *g)
+/* The params by name, for param_of: an open-addressing table of FNV-1a
+ * hashes holding the first param of each name in node order (what
+ * ir_param_lookup answers after sorting them all, which was a fair part
+ * of this pass's time). */
+typedef struct Names {
+	int *slot;      /* node id, or -1: empty */
+	uint32_t *hash; /* the name's hash, per slot */
+	unsigned mask;  /* slots - 1, a power of 2 minus 1 */
+} Names;
+
+static uint32_t name_hash(const char *s)
+{
+	uint32_t h = 2166136261u;
+	for (; *s; s++)
+		h = (h ^ (unsigned char)*s) * 16777619u;
+	return h;
+}
+
+/* The slot of name (hash h): the param's, or the empty one it would
+ * take. */
+static unsigned names_slot(const IrModule *m, const Names *t, const char *name, uint32_t h)
+{
+	unsigned k = h & t->mask;
+	while (t->slot[k] >= 0 &&
+	       (t->hash[k] != h || strcmp(m->nodes[t->slot[k]]->name, name) != 0))
+		k = (k + 1) & t->mask;
+	return k;
+}
+
+/* Fills t with params[0 .. np) (named, in node order); false when out of
+ * memory. */
+static bool names_build(const IrModule *m, Names *t, const int *params, int np)
+{
+	unsigned n = 16;
+	while (n < 2u * (unsigned)np)
+		n *= 2;
+	t->slot = malloc(sizeof(int) * n);
+	t->hash = malloc(sizeof(uint32_t) * n);
+	t->mask = n - 1;
+	if (!t->slot || !t->hash)
+		return false;
+	for (unsigned k = 0; k < n; k++)
+		t->slot[k] = -1;
+	for (int j = 0; j < np; j++) {
+		const char *name = m->nodes[params[j]]->name;
+		uint32_t h = name_hash(name);
+		unsigned k = names_slot(m, t, name, h);
+		if (t->slot[k] < 0) {
+			t->slot[k] = params[j];
+			t->hash[k] = h;
+		}
+	}
+	return true;
+}
+
+/* The param of gradient g ("grad.NAME"), or -1; t NULL: a scan (out of
+ * memory for the table). */
+static int param_of(const IrModule *m, const Names *t, const IrNode *g)
 {
 	if (!g->name || strncmp(g->name, "grad.", 5))
 		return -1;
-	if (np >= 0) {
-		int k = ir_param_lookup(m, params, np, g->name + 5);
-		return k >= 0 ? params[k] : -1;
-	}
+	if (t)
+		return t->slot[names_slot(m, t, g->name + 5, name_hash(g->name + 5))];
 	for (int i = 0; i < m->nnodes; i++) {
 		const IrNode *p = m->nodes[i];
 		if (p->op == IR_OP_PARAM && p->name && !strcmp(p->name, g->name + 5))
@@ -350,52 +427,68 @@ bool pass_bucket(IrModule *m, Diag *d, const PassOptions *opt)
 	if (cap <= 0)
 		cap = 1; /* off: a bucket per gradient */
 	int nn = m->nnodes;
-	int *first_use = malloc(sizeof(int) * (size_t)nn);
-	int *last_user = malloc(sizeof(int) * (size_t)nn);  /* -1: none */
 	int *first_user = malloc(sizeof(int) * (size_t)nn); /* nn: none */
 	Cand *cands = malloc(sizeof(Cand) * (size_t)nn);
 	Bucket *bks = malloc(sizeof(Bucket) * (size_t)nn);
 	int *members = NULL; /* nc ints per bucket */
 	int *point_of = malloc(sizeof(int) * (size_t)nn); /* node -> bucket emitted after it */
 	int *nusers = calloc((size_t)nn, sizeof(int));
-	int *params = malloc(sizeof(int) * (size_t)nn); /* by name, for param_of */
-	bool ok = first_use && last_user && first_user && cands && bks && point_of && nusers &&
-	          params;
-	int nc = 0, nb = 0, np = ok ? ir_params_by_name(m, params) : -1;
+	int *params = malloc(sizeof(int) * (size_t)nn); /* named, in node order */
+	int *grads = malloc(sizeof(int) * (size_t)nn);  /* what may be a candidate */
+	int *fix = malloc(sizeof(int) * (size_t)nn);    /* place_from to clear */
+	Names names = { .slot = NULL, .hash = NULL };
+	bool ok = first_user && cands && bks && point_of && nusers && params && grads && fix;
+	int nc = 0, nb = 0, np = 0, ng = 0, nfix = 0;
 	if (!ok) {
 		diag_error(d, (SrcLoc){0}, "bucket: out of memory");
 		goto done;
 	}
 	for (int i = 0; i < nn; i++) {
-		first_use[i] = nn;
 		first_user[i] = nn;
-		last_user[i] = -1;
 		point_of[i] = -1;
 	}
+	/* One walk over the nodes for what the rest needs of them all: the
+	 * first user and the number of uses of each (a param's first user is
+	 * its first use, the sort key), the named params, the gradients that
+	 * may be candidates, and the place_from the pass clears. */
 	for (int i = 0; i < nn; i++) {
 		const IrNode *x = m->nodes[i];
+		/* nodes next in id order are seldom next in memory (passes
+		 * allocate them among other things, state_units moves them):
+		 * fetched ahead, their cache misses overlap */
+		if (i + 8 < nn) {
+			__builtin_prefetch(&m->nodes[i + 8]->op);
+			__builtin_prefetch(&m->nodes[i + 8]->ops);
+			__builtin_prefetch(&m->nodes[i + 8]->role);
+			__builtin_prefetch(&m->nodes[i + 8]->place_from);
+		}
+		if (i + 4 < nn)
+			__builtin_prefetch(m->nodes[i + 4]->ops);
 		for (int k = 0; k < x->nops; k++) {
 			int o = x->ops[k];
 			if (first_user[o] > i)
 				first_user[o] = i;
-			last_user[o] = i;
 			nusers[o]++;
-			if (m->nodes[o]->op == IR_OP_PARAM && first_use[o] > i)
-				first_use[o] = i;
 		}
+		if (x->op == IR_OP_PARAM && x->name)
+			params[np++] = i;
+		if ((x->op == IR_OP_ALL_REDUCE || x->op == IR_OP_ADD) && x->role == IR_ROLE_GRAD &&
+		    x->rank != 0)
+			grads[ng++] = i;
+		if (x->place_from < -1 || x->place_from == x->id)
+			fix[nfix++] = i;
 	}
+	bool have_names = names_build(m, &names, params, np);
 	/* candidates: gradients that are all_reduces (or sums of them) of
 	 * partial terms nothing else reads */
-	for (int i = 0; i < nn; i++) {
+	for (int j = 0; j < ng; j++) {
+		int i = grads[j];
 		const IrNode *x = m->nodes[i];
-		if ((x->op != IR_OP_ALL_REDUCE && x->op != IR_OP_ADD) || x->role != IR_ROLE_GRAD ||
-		    x->rank == 0)
-			continue;
-		int p = param_of(m, params, np, x);
+		int p = param_of(m, have_names ? &names : NULL, x);
 		Cand c = {.g = i, .ar = -1, .last = -1, .bucket = -1};
 		if (p < 0 || !collect(m, nusers, i, true, &c))
 			continue;
-		c.first_use = first_use[p];
+		c.first_use = first_user[p];
 		cands[nc++] = c;
 	}
 	qsort(cands, (size_t)nc, sizeof *cands, cmp_cand);
@@ -490,11 +583,8 @@ bool pass_bucket(IrModule *m, Diag *d, const PassOptions *opt)
 	if (!any) {
 		/* nothing to bucket (no DDP all_reduce, or each alone): what the
 		 * copy below would make, without making it */
-		for (int i = 0; i < nn; i++) {
-			IrNode *x = m->nodes[i];
-			if (x->place_from < -1 || x->place_from == x->id)
-				x->place_from = -1;
-		}
+		for (int j = 0; j < nfix; j++)
+			m->nodes[fix[j]]->place_from = -1;
 		if (opt && opt->verbose)
 			fprintf(stderr, "dtmc: bucket: 0 gradient all_reduces in 0 buckets of up to "
 			        "%lld bytes\n", (long long)cap);
@@ -502,6 +592,7 @@ bool pass_bucket(IrModule *m, Diag *d, const PassOptions *opt)
 		Out o = {.m = m, .out = ir_module_new(m->arena, m->name), .d = d};
 		o.map = malloc(sizeof(int) * (size_t)nn);
 		bool *skip = calloc((size_t)nn, sizeof(bool));
+		int *later = fix, nlater = 0; /* fix is not needed on this path */
 		ok = o.out && o.map && skip;
 		if (o.out) {
 			o.out->mesh = m->mesh;
@@ -510,13 +601,34 @@ bool pass_bucket(IrModule *m, Diag *d, const PassOptions *opt)
 		int nbuckets = 0, nreduced = 0;
 		for (int i = 0; ok && i < nn; i++)
 			o.map[i] = -1;
+		/* out's node array once, not grown: the nodes kept, and per
+		 * bucket at most an add per extra term, a reshape, a concat, a
+		 * slice and a reshape per gradient and the all_reduce */
+		size_t room = (size_t)nn;
 		for (int c = 0; ok && c < nc; c++)
-			for (int k = 0; cands[c].bucket >= 0 && bks[cands[c].bucket].n > 0 &&
-			                k < cands[c].nskip; k++)
-				skip[cands[c].skip[k]] = true;
+			if (cands[c].bucket >= 0 && bks[cands[c].bucket].n > 0) {
+				room += (size_t)cands[c].nsrc + 4;
+				for (int k = 0; k < cands[c].nskip; k++)
+					skip[cands[c].skip[k]] = true;
+			}
+		room += (size_t)nb;
+		if (room > IR_MAX_NODES)
+			room = IR_MAX_NODES;
+		if (ok) {
+			o.out->nodes = arena_alloc_raw(m->arena, sizeof *o.out->nodes * room);
+			o.out->cap = (int)room;
+			ok = o.out->nodes != NULL;
+		}
 		for (int i = 0; ok && i < nn; i++) {
+			if (i + 8 < nn) { /* as in the walk above */
+				__builtin_prefetch(&m->nodes[i + 8]->id, 1);
+				__builtin_prefetch(&m->nodes[i + 8]->ops, 1);
+				__builtin_prefetch(&m->nodes[i + 8]->place_from, 1);
+			}
+			if (i + 4 < nn)
+				__builtin_prefetch(m->nodes[i + 4]->ops, 1);
 			if (!skip[i])
-				ok = copy_node(&o, m->nodes[i]);
+				ok = adopt_node(&o, i, later, &nlater);
 			if (ok && point_of[i] >= 0 && bks[point_of[i]].n > 0) {
 				ok = emit_bucket(&o, cands, &bks[point_of[i]]);
 				nbuckets++;
@@ -524,13 +636,10 @@ bool pass_bucket(IrModule *m, Diag *d, const PassOptions *opt)
 			}
 		}
 		if (ok) {
-			/* remap the copied nodes' origins */
-			for (int i = 0; i < nn; i++) {
-				if (skip[i])
-					continue;
-				IrNode *x = o.out->nodes[o.map[i]];
-				if (x->place_from >= 0 && x->place_from < nn)
-					x->place_from = o.map[x->place_from];
+			/* the origins adopt_node could not remap yet */
+			for (int j = 0; j < nlater; j++) {
+				IrNode *x = o.out->nodes[o.map[later[j]]];
+				x->place_from = o.map[x->place_from];
 				if (x->place_from < -1)
 					x->place_from = -1;
 				if (x->place_from == x->id)
@@ -553,8 +662,6 @@ bool pass_bucket(IrModule *m, Diag *d, const PassOptions *opt)
 		free(skip);
 	}
 done:
-	free(first_use);
-	free(last_user);
 	free(first_user);
 	free(cands);
 	free(bks);
@@ -562,5 +669,9 @@ done:
 	free(point_of);
 	free(nusers);
 	free(params);
+	free(grads);
+	free(fix);
+	free(names.slot);
+	free(names.hash);
 	return ok;
 }

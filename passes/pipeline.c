@@ -197,6 +197,16 @@ typedef struct EntList {
 	int n, cap;
 } EntList;
 
+/* What building the ranks asks of a node over and over, a byte a node:
+ * the walks over every node (one per rank) then read a few compact
+ * arrays, not one ~500-byte IrNode each. */
+enum {
+	NF_PPCOLL = 1 << 0,   /* a pp collective: every rank runs it at the same point */
+	NF_GNORM = 1 << 1,    /* grad_norm on every rank: see reads() */
+	NF_ITEM = 1 << 2,     /* in_item() */
+	NF_COMPUTED = 1 << 3, /* has an operand that is not leafy */
+};
+
 typedef struct Pl {
 	IrModule *m;
 	Diag *d;
@@ -209,9 +219,27 @@ typedef struct Pl {
 	int *upd;        /* [nn]: per param, its last in-place update, or -1 */
 	uint64_t *sync;  /* [nn]: per param, ranks its update is sent to */
 	int *syncof;     /* [nn]: per last update, the param, or -1 */
+	uint8_t *nf;     /* [nn]: NF_* */
+	int *mb;         /* [nn]: node_mb() */
+	int *stage;      /* [nn]: IrNode.stage, the model chunk */
+	int *opstart;    /* [nn + 1]: node i's operands are opv[opstart[i] ..
+	                  * opstart[i + 1]) */
+	int *opv;
+	/* onv[onstart[r] .. onstart[r + 1]): the nodes on rank r (not
+	 * leafy; its own or every rank's), in node order */
+	int *onstart, *onv;
+	int *inputs, ninputs; /* the inputs, in node order */
+	int *syncp, nsyncp;   /* the params whose update is sent somewhere */
 	/* per rank being built */
 	bool *placed;
 	bool *recvd;
+	/* The free nodes that may run ahead of the end of the step (see
+	 * build_rank) wait for their local operands: cnt[i] of those are not
+	 * placed yet; the users waiting on u are euser[e] for e = head[u],
+	 * enext[e], ... (-1 ends); the ones waiting for nothing more are on a
+	 * min-heap of ids, heap[0 .. nheap). */
+	int *cnt, *head, *enext, *euser, nedge;
+	int *heap, nheap;
 	EntList *list;   /* [P] */
 	int cur_work, cur_mb, cur_chunk; /* the item being placed, or cur_mb -1 */
 	bool *wgrad;     /* [nn]: ZB-H1: backward work only param gradients need */
@@ -240,23 +268,12 @@ static bool push(Pl *p, EntList *l, EntKind k, int node, int peer)
 	return true;
 }
 
-/* A pp collective: every rank runs it at the same point. */
-static bool pp_coll(const Pl *p, const IrNode *n)
+/* Operand u of node i read on rank r: false when the pipeline drops it
+ * (grad_norm keeps the gradients its rank owns). */
+static bool reads(const Pl *p, int i, int u, int r)
 {
-	return (ir_op_flags(n->op) & OPF_COLL) && n->op != IR_OP_SEND && n->op != IR_OP_RECV &&
-	       (n->attrs.mesh_axes & (1u << p->ax));
-}
-
-/* The operand k of node i read on rank r: false when the pipeline drops
- * it (grad_norm keeps the gradients its rank owns). */
-static bool reads(const Pl *p, int i, int k, int r)
-{
-	const IrNode *n = p->m->nodes[i];
-	int u = n->ops[k];
-	if (n->op == IR_OP_GRAD_NORM && p->rank[i] == RANK_ALL && !p->leafy[u] &&
-	    p->rank[u] != RANK_ALL && p->rank[u] != r)
-		return false;
-	return true;
+	return !(p->nf[i] & NF_GNORM) || p->leafy[u] || p->rank[u] == RANK_ALL ||
+	       p->rank[u] == r;
 }
 
 static bool remote(const Pl *p, int u, int r)
@@ -264,18 +281,18 @@ static bool remote(const Pl *p, int u, int r)
 	return !p->leafy[u] && p->rank[u] != RANK_ALL && p->rank[u] != r;
 }
 
-/* Node i's micro-batch; with one micro-batch (nothing unrolled) every
- * node is micro-batch 0's. */
-static int node_mb(const Pl *p, int i)
+/* A node's micro-batch from its IrNode.mb; with one micro-batch (nothing
+ * unrolled) every node is micro-batch 0's. */
+static int node_mb(const Pl *p, int mb)
 {
-	int mb = p->m->nodes[i]->mb;
 	return mb >= 0 ? mb : p->M == 1 ? 0 : -1;
 }
 
-/* Does node i belong to a schedule item (else it is free)? */
+/* Does node i belong to a schedule item (else it is free)?  Known once
+ * rank, phase and leafy are. */
 static bool in_item(const Pl *p, int i)
 {
-	return !p->leafy[i] && p->rank[i] != RANK_ALL && node_mb(p, i) >= 0 &&
+	return !p->leafy[i] && p->rank[i] != RANK_ALL && p->mb[i] >= 0 &&
 	       (p->phase[i] == IR_PHASE_FORWARD || p->phase[i] == IR_PHASE_BACKWARD);
 }
 
@@ -287,26 +304,57 @@ static int work_of(const Pl *p, int i)
 	return p->wgrad && p->wgrad[i] ? SCHED_W : SCHED_B;
 }
 
+static void heap_push(Pl *p, int i)
+{
+	int *h = p->heap, k = p->nheap++;
+	while (k > 0 && h[(k - 1) / 2] > i) {
+		h[k] = h[(k - 1) / 2];
+		k = (k - 1) / 2;
+	}
+	h[k] = i;
+}
+
+static int heap_pop(Pl *p)
+{
+	int *h = p->heap, top = h[0], n = --p->nheap, last = h[n], k = 0;
+	for (;;) {
+		int c = 2 * k + 1;
+		if (c >= n)
+			break;
+		if (c + 1 < n && h[c + 1] < h[c])
+			c++;
+		if (h[c] >= last)
+			break;
+		h[k] = h[c];
+		k = c;
+	}
+	h[k] = last;
+	return top;
+}
+
 static bool place(Pl *p, int r, int i)
 {
 	if (p->placed[i] || p->failed)
 		return !p->failed;
-	const IrNode *n = p->m->nodes[i];
-	if (in_item(p, i)) {
+	if (p->nf[i] & NF_ITEM) {
 		int work = work_of(p, i);
-		if (p->cur_mb != node_mb(p, i) || p->cur_work != work || p->cur_chunk != n->stage) {
+		if (p->cur_mb != p->mb[i] || p->cur_work != work || p->cur_chunk != p->stage[i]) {
+			const IrNode *n = p->m->nodes[i];
 			diag_error(p->d, n->loc, "internal: pipeline: %s %%%d (micro-batch %d, chunk "
 			           "%d) is needed before the schedule runs it", ir_op_name(n->op), i,
-			           node_mb(p, i), n->stage);
+			           p->mb[i], p->stage[i]);
 			p->failed = true;
 			return false;
 		}
 	}
 	p->placed[i] = true; /* a cycle cannot happen: operands have smaller ids */
+	for (int e = p->head[i]; e >= 0; e = p->enext[e])
+		if (--p->cnt[p->euser[e]] == 0)
+			heap_push(p, p->euser[e]);
 	EntList *l = &p->list[r];
-	for (int k = 0; k < n->nops; k++) {
-		int u = n->ops[k];
-		if (!reads(p, i, k, r))
+	for (int k = p->opstart[i]; k < p->opstart[i + 1]; k++) {
+		int u = p->opv[k];
+		if (!reads(p, i, u, r))
 			continue;
 		if (remote(p, u, r)) {
 			if (!p->recvd[u]) {
@@ -320,150 +368,153 @@ static bool place(Pl *p, int r, int i)
 	}
 	if (!push(p, l, E_NODE, i, -1))
 		return false;
-	for (int q = 0; q < p->P; q++)
-		if ((p->dest[i] >> q) & 1)
-			if (!push(p, l, E_SEND, i, q))
-				return false;
+	/* the sends, to the ranks in order */
+	for (uint64_t to = p->dest[i]; to; to &= to - 1)
+		if (!push(p, l, E_SEND, i, __builtin_ctzll(to)))
+			return false;
 	if (p->syncof[i] >= 0)
-		for (int q = 0; q < p->P; q++)
-			if ((p->sync[p->syncof[i]] >> q) & 1)
-				if (!push(p, l, E_SEND, i, q))
-					return false;
+		for (uint64_t to = p->sync[p->syncof[i]]; to; to &= to - 1)
+			if (!push(p, l, E_SEND, i, __builtin_ctzll(to)))
+				return false;
 	return true;
-}
-
-/* May node i run now on rank r, ahead of the end of the step? */
-static bool eager_ok(const Pl *p, int i, int r)
-{
-	const IrNode *n = p->m->nodes[i];
-	if (pp_coll(p, n))
-		return false;
-	/* of leaves only (ZeRO-3's param all_gathers): when first needed,
-	 * so a gathered unit lives from its use, not from the step's start */
-	bool computed = false;
-	for (int k = 0; k < n->nops; k++)
-		computed |= !p->leafy[n->ops[k]];
-	if (!computed)
-		return false;
-	for (int k = 0; k < n->nops; k++) {
-		int u = n->ops[k];
-		if (!reads(p, i, k, r))
-			continue;
-		if (remote(p, u, r))
-			return false;
-		if (!p->leafy[u] && !p->placed[u])
-			return false;
-	}
-	return true;
-}
-
-static bool on_rank(const Pl *p, int i, int r)
-{
-	return !p->leafy[i] && (p->rank[i] == r || p->rank[i] == RANK_ALL);
 }
 
 /* The item key of node i (micro-batch, model chunk, work), or -1 for a
  * node of no item of this pipeline. */
 static int item_key(const Pl *p, int i)
 {
-	const IrNode *n = p->m->nodes[i];
 	int K = p->P * p->V;
-	int mb = node_mb(p, i);
-	if (mb < 0 || mb >= p->M || n->stage < 0 || n->stage >= K)
+	int mb = p->mb[i];
+	if (mb < 0 || mb >= p->M || p->stage[i] < 0 || p->stage[i] >= K)
 		return -1;
-	return (mb * K + n->stage) * 3 + work_of(p, i);
+	return (mb * K + p->stage[i]) * 3 + work_of(p, i);
 }
 
-static bool build_rank(Pl *p, int r, const SchedItem *items, int nitems, const int *loss_rank)
+/* Which nodes each item places, found once for every rank (an item's
+ * nodes are all on the rank of its chunk): byitem[start[key] ..
+ * start[key + 1]) lists item key's nodes in node order. */
+typedef struct Items {
+	int *start, *byitem;
+} Items;
+
+/* May free node i ever run on rank r ahead of the end of the step (what
+ * eager placement asks besides its operands being placed)?  Not a pp
+ * collective, which every rank runs at the end; not of leaves only
+ * (ZeRO-3's param all_gathers): those run when first needed, so a
+ * gathered unit lives from its use, not from the step's start; and no
+ * operand from another rank.  *wait gets the operands it waits for. */
+static bool eager_free(const Pl *p, int i, int r, int *wait)
+{
+	if ((p->nf[i] & NF_PPCOLL) || !(p->nf[i] & NF_COMPUTED))
+		return false;
+	int c = 0;
+	for (int k = p->opstart[i]; k < p->opstart[i + 1]; k++) {
+		int u = p->opv[k];
+		if (!reads(p, i, u, r))
+			continue;
+		if (remote(p, u, r))
+			return false;
+		c += !p->leafy[u];
+	}
+	*wait = c;
+	return true;
+}
+
+static bool build_rank(Pl *p, int r, const SchedItem *items, int nitems, const int *loss_rank,
+                       const Items *it)
 {
 	memset(p->placed, 0, sizeof(bool) * (size_t)p->nn);
 	memset(p->recvd, 0, sizeof(bool) * (size_t)p->nn);
 	int nn = p->nn;
-	/* Which nodes each item places, and the free ones, found in one pass
-	 * rather than one per item (the module grows with M, and so does the
-	 * number of items): byitem[start[key] ..) lists an item's nodes in
-	 * node order, freel the rank's free nodes not placed yet. */
-	int nkeys = p->M * p->P * p->V * 3;
-	int *start = calloc((size_t)nkeys + 2, sizeof(int));
-	int *byitem = malloc(sizeof(int) * (size_t)(nn ? nn : 1));
-	int *freel = malloc(sizeof(int) * (size_t)(nn ? nn : 1));
-	if (!start || !byitem || !freel) {
-		free(start);
-		free(byitem);
-		free(freel);
-		return oom(p);
+	/* room for about what the rank runs (its nodes and the leaves and
+	 * messages around them), so the list is seldom grown */
+	EntList *l = &p->list[r];
+	int guess = p->onstart[r + 1] - p->onstart[r] + p->ninputs + 256;
+	if (l->cap < guess) {
+		Ent *e = realloc(l->e, sizeof(Ent) * (size_t)guess);
+		if (!e)
+			return oom(p);
+		l->e = e;
+		l->cap = guess;
 	}
-	int nfree = 0;
-	for (int i = 0; i < nn; i++) {
-		if (!on_rank(p, i, r))
+	/* The rank's free nodes (of no item) run as soon as their operands
+	 * are here: after each item, every free node whose operands all are
+	 * is placed, in node order.  Rather than testing every free node
+	 * after every item, each waits on a count of its operands not placed
+	 * yet (place() counts down) and joins a min-heap of ids when none is
+	 * left.  A node placed frees only nodes after it, so taking the heap
+	 * in order places what one walk of the free nodes in order would. */
+	p->nheap = 0;
+	p->nedge = 0;
+	for (int i = 0; i < nn; i++)
+		p->head[i] = -1;
+	const int *on = p->onv + p->onstart[r];
+	int non = p->onstart[r + 1] - p->onstart[r];
+	for (int j = 0; j < non; j++) {
+		int i = on[j], wait;
+		if ((p->nf[i] & NF_ITEM) || i == p->m->loss || !eager_free(p, i, r, &wait))
 			continue;
-		if (in_item(p, i)) {
-			int key = item_key(p, i);
-			if (key >= 0)
-				start[key + 2]++;
-		} else if (i != p->m->loss) {
-			freel[nfree++] = i;
+		p->cnt[i] = wait;
+		if (!wait) {
+			heap_push(p, i);
+			continue;
 		}
-	}
-	for (int k = 0; k < nkeys; k++)
-		start[k + 2] += start[k + 1];
-	for (int i = 0; i < nn; i++) {
-		int key = on_rank(p, i, r) && in_item(p, i) ? item_key(p, i) : -1;
-		if (key >= 0)
-			byitem[start[key + 1]++] = i;
+		for (int k = p->opstart[i]; k < p->opstart[i + 1]; k++) {
+			int u = p->opv[k];
+			if (!reads(p, i, u, r) || p->leafy[u])
+				continue;
+			p->euser[p->nedge] = i;
+			p->enext[p->nedge] = p->head[u];
+			p->head[u] = p->nedge++;
+		}
 	}
 	/* every input on every rank, in order: the data feed fills the
 	 * same inputs everywhere */
-	for (int i = 0; i < nn && !p->failed; i++)
-		if (p->m->nodes[i]->op == IR_OP_INPUT)
-			place(p, r, i);
+	for (int j = 0; j < p->ninputs && !p->failed; j++)
+		place(p, r, p->inputs[j]);
+	int K = p->P * p->V;
 	for (int t = 0; t < nitems && !p->failed; t++) {
 		p->cur_work = items[t].work;
 		p->cur_mb = items[t].mb;
 		p->cur_chunk = items[t].chunk * p->P + r;
-		int K = p->P * p->V;
 		if (p->cur_mb >= 0 && p->cur_mb < p->M && p->cur_chunk >= 0 && p->cur_chunk < K) {
 			int key = (p->cur_mb * K + p->cur_chunk) * 3 + p->cur_work;
-			for (int j = start[key]; j < start[key + 1] && !p->failed; j++)
-				place(p, r, byitem[j]);
+			for (int j = it->start[key]; j < it->start[key + 1] && !p->failed; j++)
+				place(p, r, it->byitem[j]);
 		}
-		/* free nodes whose operands are all here (the placed ones leave
-		 * the list) */
-		int k = 0;
-		for (int j = 0; j < nfree; j++) {
-			int i = freel[j];
-			if (!p->failed && !p->placed[i] && eager_ok(p, i, r))
-				place(p, r, i);
+		/* free nodes whose operands are all here */
+		while (p->nheap > 0 && !p->failed) {
+			int i = heap_pop(p);
 			if (!p->placed[i])
-				freel[k++] = i;
+				place(p, r, i);
 		}
-		nfree = k;
 	}
-	free(start);
-	free(byitem);
-	free(freel);
 	p->cur_mb = -1;
 	/* the end of the step: the loss, then the rest in program order */
 	if (!p->failed && r == *loss_rank)
 		place(p, r, p->m->loss);
 	if (!p->failed && !push(p, &p->list[r], E_LOSS, p->m->loss, -1))
 		return false;
-	for (int i = 0; i < nn && !p->failed; i++)
-		if (on_rank(p, i, r) && !p->placed[i]) {
-			if (in_item(p, i)) {
+	for (int j = 0; j < non && !p->failed; j++) {
+		int i = on[j];
+		if (!p->placed[i]) {
+			if (p->nf[i] & NF_ITEM) {
 				const IrNode *n = p->m->nodes[i];
 				diag_error(p->d, n->loc, "internal: pipeline: %s %%%d (micro-batch %d, "
-				           "chunk %d) is in no schedule item", ir_op_name(n->op), i, node_mb(p, i),
-				           n->stage);
+				           "chunk %d) is in no schedule item", ir_op_name(n->op), i, p->mb[i],
+				           p->stage[i]);
 				p->failed = true;
 				break;
 			}
 			place(p, r, i);
 		}
-	for (int i = 0; i < nn && !p->failed; i++)
-		if (p->m->nodes[i]->op == IR_OP_PARAM && ((p->sync[i] >> r) & 1))
+	}
+	for (int j = 0; j < p->nsyncp && !p->failed; j++) {
+		int i = p->syncp[j];
+		if ((p->sync[i] >> r) & 1)
 			if (!push(p, &p->list[r], E_SYNC, i, p->rank[p->upd[i]]))
 				return false;
+	}
 	return !p->failed;
 }
 
@@ -474,71 +525,120 @@ static int recv_key(const Pl *p, const Ent *e)
 }
 
 /* Per pair of ranks, the sender's sends in the order the receiver
- * receives: a send may move later, never before its value. */
+ * receives: a send may move later, never before its value.
+ *
+ * For sender a and receiver b, a's sends to b are taken out and put back,
+ * in b's order, each right after the node that makes it (and the ones
+ * queued behind it) available.  Pairs do not interact -- only nodes make
+ * values available, and a pair moves only its own sends -- so one walk of
+ * a's list does every b: after a node, the sends to the largest b first,
+ * where doing the pairs one by one, b ascending, would have put them (a
+ * later pair's sends go right after the node, in front of an earlier
+ * pair's). */
 static bool order_sends(Pl *p)
 {
-	for (int a = 0; a < p->P; a++)
-		for (int b = 0; b < p->P; b++) {
-			if (a == b)
-				continue;
-			EntList *la = &p->list[a], *lb = &p->list[b];
-			int nq = 0;
-			for (int j = 0; j < lb->n; j++)
-				if ((lb->e[j].kind == E_RECV || lb->e[j].kind == E_SYNC) &&
-				    lb->e[j].peer == a)
-					nq++;
-			int ns = 0;
-			for (int j = 0; j < la->n; j++)
-				if (la->e[j].kind == E_SEND && la->e[j].peer == b)
-					ns++;
-			if (ns != nq) {
-				diag_error(p->d, (SrcLoc){0}, "internal: pipeline: pp rank %d sends %d "
-				           "values to rank %d, which receives %d", a, ns, b, nq);
-				p->failed = true;
-				return false;
-			}
-			if (!nq)
-				continue;
-			int *want = malloc(sizeof(int) * (size_t)nq);
-			Ent *out = malloc(sizeof(Ent) * (size_t)la->n);
-			bool *have = calloc((size_t)p->nn, sizeof(bool));
-			if (!want || !out || !have) {
-				free(want);
-				free(out);
-				free(have);
-				return oom(p);
-			}
-			nq = 0;
-			for (int j = 0; j < lb->n; j++)
-				if ((lb->e[j].kind == E_RECV || lb->e[j].kind == E_SYNC) &&
-				    lb->e[j].peer == a)
-					want[nq++] = recv_key(p, &lb->e[j]);
-			int no = 0, q = 0;
-			for (int j = 0; j < la->n; j++) {
-				Ent e = la->e[j];
-				if (e.kind == E_SEND && e.peer == b)
-					continue;
-				out[no++] = e;
-				if (e.kind == E_NODE)
-					have[e.node] = true;
-				while (q < nq && have[want[q]])
-					out[no++] = (Ent){ E_SEND, want[q++], b };
-			}
-			bool ok = q == nq;
-			if (ok)
-				memcpy(la->e, out, sizeof(Ent) * (size_t)no);
-			else
-				diag_error(p->d, (SrcLoc){0}, "internal: pipeline: pp rank %d receives "
-				           "%%%d from rank %d, which never computes it", b, want[q], a);
-			free(want);
-			free(out);
-			free(have);
-			if (!ok) {
-				p->failed = true;
-				return false;
+	int P = p->P;
+	size_t np = (size_t)P * (size_t)P;
+	/* per (a, b), at a * P + b: ns the sends a has for b, nq the values
+	 * b receives from a, want[woff[a * P + b] ..) those values in b's
+	 * order */
+	int *ns = calloc(np, sizeof(int));
+	int *nq = calloc(np, sizeof(int));
+	int *woff = calloc(np + 1, sizeof(int));
+	int *cur = calloc(np, sizeof(int));
+	bool *have = calloc((size_t)p->nn, sizeof(bool));
+	int *want = NULL;
+	Ent *out = NULL;
+	bool ok = ns && nq && woff && cur && have;
+	for (int a = 0; ok && a < P; a++) {
+		const EntList *la = &p->list[a];
+		for (int j = 0; j < la->n; j++) {
+			const Ent *e = &la->e[j];
+			if (e->kind == E_SEND)
+				ns[(size_t)a * P + e->peer]++;
+			else if (e->kind == E_RECV || e->kind == E_SYNC)
+				nq[(size_t)e->peer * P + a]++;
+		}
+	}
+	int maxn = 1;
+	if (ok) {
+		for (size_t k = 0; k < np; k++)
+			woff[k + 1] = woff[k] + nq[k];
+		/* a's list plus every value it is asked for: room for a list
+		 * whose sends and receives do not match, before that is
+		 * reported */
+		for (int a = 0; a < P; a++) {
+			int n = p->list[a].n + woff[(size_t)(a + 1) * P] - woff[(size_t)a * P];
+			if (n > maxn)
+				maxn = n;
+		}
+		want = malloc(sizeof(int) * (size_t)(woff[np] ? woff[np] : 1));
+		out = malloc(sizeof(Ent) * (size_t)maxn);
+		ok = want && out;
+	}
+	if (ok) {
+		memcpy(cur, woff, sizeof(int) * np);
+		for (int b = 0; b < P; b++) {
+			const EntList *lb = &p->list[b];
+			for (int j = 0; j < lb->n; j++) {
+				const Ent *e = &lb->e[j];
+				if (e->kind == E_RECV || e->kind == E_SYNC)
+					want[cur[(size_t)e->peer * P + b]++] = recv_key(p, e);
 			}
 		}
-	return true;
+	}
+	for (int a = 0; ok && a < P && !p->failed; a++) {
+		EntList *la = &p->list[a];
+		const size_t row = (size_t)a * P;
+		memcpy(cur + row, woff + row, sizeof(int) * (size_t)P);
+		int no = 0;
+		for (int j = 0; j < la->n; j++) {
+			Ent e = la->e[j];
+			if (e.kind == E_SEND && e.peer != a)
+				continue;
+			out[no++] = e;
+			if (e.kind != E_NODE)
+				continue;
+			have[e.node] = true;
+			for (int b = P - 1; b >= 0; b--) {
+				size_t k = row + (size_t)b;
+				while (b != a && cur[k] < woff[k + 1] && have[want[cur[k]]])
+					out[no++] = (Ent){ E_SEND, want[cur[k]++], b };
+			}
+		}
+		for (int b = 0; b < P; b++) {
+			size_t k = row + (size_t)b;
+			if (a == b)
+				continue;
+			if (ns[k] != nq[k]) {
+				diag_error(p->d, (SrcLoc){0}, "internal: pipeline: pp rank %d sends %d "
+				           "values to rank %d, which receives %d", a, ns[k], b, nq[k]);
+				p->failed = true;
+				break;
+			}
+			if (cur[k] < woff[k + 1]) {
+				diag_error(p->d, (SrcLoc){0}, "internal: pipeline: pp rank %d receives "
+				           "%%%d from rank %d, which never computes it", b, want[cur[k]], a);
+				p->failed = true;
+				break;
+			}
+		}
+		if (!p->failed)
+			memcpy(la->e, out, sizeof(Ent) * (size_t)no);
+		for (int j = 0; j < no; j++)
+			if (out[j].kind == E_NODE)
+				have[out[j].node] = false;
+	}
+	free(ns);
+	free(nq);
+	free(woff);
+	free(cur);
+	free(have);
+	free(want);
+	free(out);
+	if (!ok)
+		return oom(p);
+	return !p->failed;
 }
 
 /* Runs the P programs against each other: sends are buffered, a receive
@@ -549,17 +649,27 @@ static bool simulate(Pl *p)
 	int P = p->P;
 	size_t np = P > 0 && P <= 64 ? (size_t)P : 1;
 	int *pc = calloc(np, sizeof(int));
-	/* per (from, to) a FIFO of values in flight */
+	/* per (from, to) a FIFO of values in flight, q[qoff[k] ..) with
+	 * room for the pair's sends (not for every entry of every rank per
+	 * pair: P * P times the whole program) */
 	int *qh = calloc(np * np, sizeof(int));
 	int *qt = calloc(np * np, sizeof(int));
-	size_t total = 0;
-	for (int r = 0; r < P; r++)
-		total += (size_t)p->list[r].n;
-	int *q = malloc(sizeof(int) * np * np * (total + 1));
-	if (!pc || !qh || !qt || !q) {
+	size_t *qoff = calloc(np * np + 1, sizeof(size_t));
+	int *q = NULL;
+	if (qoff) {
+		for (int r = 0; r < P; r++)
+			for (int j = 0; j < p->list[r].n; j++)
+				if (p->list[r].e[j].kind == E_SEND)
+					qoff[(size_t)r * np + (size_t)p->list[r].e[j].peer + 1]++;
+		for (size_t k = 0; k < np * np; k++)
+			qoff[k + 1] += qoff[k];
+		q = malloc(sizeof(int) * (qoff[np * np] ? qoff[np * np] : 1));
+	}
+	if (!pc || !qh || !qt || !qoff || !q) {
 		free(pc);
 		free(qh);
 		free(qt);
+		free(qoff);
 		free(q);
 		return oom(p);
 	}
@@ -572,12 +682,12 @@ static bool simulate(Pl *p)
 				Ent *e = &l->e[pc[r]];
 				if (e->kind == E_SEND) {
 					int k = r * P + e->peer;
-					q[(size_t)k * (total + 1) + (size_t)qt[k]++] = e->node;
+					q[qoff[k] + (size_t)qt[k]++] = e->node;
 				} else if (e->kind == E_RECV || e->kind == E_SYNC) {
 					int k = e->peer * P + r;
 					if (qh[k] == qt[k])
 						break;
-					int v = q[(size_t)k * (total + 1) + (size_t)qh[k]++];
+					int v = q[qoff[k] + (size_t)qh[k]++];
 					if (v != recv_key(p, e)) {
 						diag_error(p->d, (SrcLoc){0}, "internal: pipeline: pp rank "
 						           "%d expects %%%d from rank %d but gets %%%d", r,
@@ -586,7 +696,7 @@ static bool simulate(Pl *p)
 						goto out;
 					}
 				} else if (e->kind == E_LOSS ||
-				           (e->kind == E_NODE && pp_coll(p, p->m->nodes[e->node]))) {
+				           (e->kind == E_NODE && (p->nf[e->node] & NF_PPCOLL))) {
 					/* every rank at this same collective? */
 					bool all = true;
 					for (int s = 0; s < P && all; s++) {
@@ -632,6 +742,7 @@ out:
 	free(pc);
 	free(qh);
 	free(qt);
+	free(qoff);
 	free(q);
 	if (!ok)
 		p->failed = true;
@@ -662,27 +773,97 @@ static IrNode *new_node(Pl *p, IrModule *out, IrOp op, const int *ops, int nops,
 	return n;
 }
 
-static bool materialise(Pl *p, IrModule *out, int *map, int *loss_out)
+/* ir_node_copy without the copy: n itself becomes out's next node, with
+ * the operands ops[0 .. nops), nops at most n's own (written over them). */
+static IrNode *adopt(IrModule *out, IrNode *n, const int *ops, int nops)
+{
+	if (out->nnodes >= IR_MAX_NODES)
+		return NULL;
+	if (out->nnodes == out->cap) {
+		/* room was made for every node; grown as ir_node_new would */
+		int cap = out->cap ? 2 * out->cap : 64;
+		IrNode **v = arena_alloc_raw(out->arena, sizeof *v * (size_t)cap);
+		if (!v)
+			return NULL;
+		if (out->nnodes)
+			memcpy(v, out->nodes, sizeof *v * (size_t)out->nnodes);
+		out->nodes = v;
+		out->cap = cap;
+	}
+	if (nops > 0)
+		memcpy(n->ops, ops, sizeof(int) * (size_t)nops);
+	else
+		n->ops = NULL;
+	n->id = out->nnodes;
+	n->nops = nops;
+	out->nodes[out->nnodes++] = n;
+	return n;
+}
+
+/* The lines of node n that materialise reads and writes.  It visits the
+ * nodes in schedule order, not memory order, and a module is megabytes:
+ * fetched some entries ahead, their misses overlap. */
+static void prefetch_node(const IrNode *n)
+{
+	__builtin_prefetch(&n->id, 1);
+	__builtin_prefetch(&n->ops, 1);
+	__builtin_prefetch(&n->phase, 1);
+	__builtin_prefetch(&n->place_from, 1);
+}
+
+/* Turns the entry lists into out's nodes, rank by rank.  mr: room for nn
+ * ids, the node each of m's stands for on the rank being made. */
+static bool materialise(Pl *p, IrModule *out, int *mr, int *loss_out)
 {
 	IrModule *m = p->m;
 	int nn = p->nn;
 	uint32_t ppm = 1u << p->ax;
+	/* A node runs on every rank that places it, a copy each, but the
+	 * last of those can have the node itself (lastr: that rank): most
+	 * nodes run on one rank, and copying ~500 bytes a node was most of
+	 * this pass's time.  Past that point nothing reads what the rank's
+	 * version changes (id, operands, stage, phase, choose, place_from):
+	 * sends, receives and syncs of the value copy its type, place, mb and
+	 * location; the loss's name and role, which the rank holding the
+	 * loss clears, are kept aside here. */
+	int *lastr = malloc(sizeof(int) * (size_t)(nn ? nn : 1));
 	int *ops = malloc(sizeof(int) * (size_t)(nn + 2));
-	if (!ops)
+	/* at most two nodes an entry (a param sync's recv and assign, the
+	 * loss's zero and all_reduce): room in out for them all, made once */
+	size_t room = 0;
+	for (int r = 0; r < p->P; r++)
+		room += 2 * (size_t)p->list[r].n;
+	if (room > IR_MAX_NODES)
+		room = IR_MAX_NODES;
+	out->nodes = arena_alloc_raw(m->arena, sizeof *out->nodes * (room ? room : 1));
+	out->cap = (int)room;
+	if (!ops || !lastr || !out->nodes) {
+		free(ops);
+		free(lastr);
 		return oom(p);
+	}
+	for (int i = 0; i < nn; i++)
+		lastr[i] = -1;
+	for (int r = 0; r < p->P; r++)
+		for (int j = 0; j < p->list[r].n; j++)
+			if (p->list[r].e[j].kind == E_NODE)
+				lastr[p->list[r].e[j].node] = r;
+	const char *loss_name = m->nodes[m->loss]->name;
+	IrRole loss_role = m->nodes[m->loss]->role;
 	for (int r = 0; r < p->P && !p->failed; r++) {
-		int *mr = map + (size_t)r * (size_t)nn;
 		for (int i = 0; i < nn; i++)
 			mr[i] = -1;
 		const EntList *l = &p->list[r];
 		for (int j = 0; j < l->n && !p->failed; j++) {
 			const Ent *e = &l->e[j];
-			const IrNode *n = m->nodes[e->node];
+			IrNode *n = m->nodes[e->node];
+			if (j + 8 < l->n)
+				prefetch_node(m->nodes[l->e[j + 8].node]);
 			if (e->kind == E_NODE) {
 				int no = 0;
-				for (int k = 0; k < n->nops; k++)
-					if (reads(p, e->node, k, r))
-						ops[no++] = mr[n->ops[k]];
+				for (int k = p->opstart[e->node]; k < p->opstart[e->node + 1]; k++)
+					if (reads(p, e->node, p->opv[k], r))
+						ops[no++] = mr[p->opv[k]];
 				for (int k = 0; k < no; k++)
 					if (ops[k] < 0) {
 						diag_error(p->d, n->loc, "internal: pipeline: %s %%%d reads a "
@@ -700,7 +881,8 @@ static bool materialise(Pl *p, IrModule *out, int *map, int *loss_out)
 					if (c)
 						c->name = NULL;
 				} else {
-					c = ir_node_copy(out, n, ops, no);
+					c = lastr[e->node] == r ? adopt(out, n, ops, no)
+					                        : ir_node_copy(out, n, ops, no);
 					if (!c) {
 						oom(p);
 						break;
@@ -709,7 +891,7 @@ static bool materialise(Pl *p, IrModule *out, int *map, int *loss_out)
 					c->stage = r;
 					c->phase = p->phase[e->node];
 					c->choose = -1;
-					c->place_from = n->place_from >= 0 ? mr[n->place_from] : -1;
+					c->place_from = c->place_from >= 0 ? mr[c->place_from] : -1;
 					if (c->place_from == id)
 						c->place_from = -1;
 				}
@@ -775,14 +957,15 @@ static bool materialise(Pl *p, IrModule *out, int *map, int *loss_out)
 					break;
 				c->attrs.mesh_axes = ppm;
 				c->attrs.red = IR_RED_SUM;
-				c->name = n->name;
-				c->role = n->role;
+				c->name = loss_name;
+				c->role = loss_role;
 				c->mb = -1;
 				*loss_out = c->id;
 			}
 		}
 	}
 	free(ops);
+	free(lastr);
 	return !p->failed;
 }
 
@@ -836,6 +1019,8 @@ bool pass_pipeline(IrModule *m, Diag *d, const PassOptions *opt)
 		if (!ok && items[r])
 			diag_error(d, (SrcLoc){0}, "internal: schedule: %s", err);
 	}
+	/* operand slots: grown in the walk below */
+	size_t nops = 2 * (size_t)nn + 16;
 	p.rank = malloc(sizeof(int) * (size_t)nn);
 	p.phase = malloc(sizeof(int) * (size_t)nn);
 	p.leafy = calloc((size_t)nn, sizeof(bool));
@@ -844,72 +1029,198 @@ bool pass_pipeline(IrModule *m, Diag *d, const PassOptions *opt)
 	p.upd = malloc(sizeof(int) * (size_t)nn);
 	p.sync = calloc((size_t)nn, sizeof(uint64_t));
 	p.syncof = malloc(sizeof(int) * (size_t)nn);
+	p.nf = malloc((size_t)nn);
+	p.mb = malloc(sizeof(int) * (size_t)nn);
+	p.stage = malloc(sizeof(int) * (size_t)nn);
+	p.opstart = malloc(sizeof(int) * ((size_t)nn + 1));
+	p.opv = malloc(sizeof(int) * nops);
 	p.placed = calloc((size_t)nn, sizeof(bool));
 	p.recvd = calloc((size_t)nn, sizeof(bool));
+	p.cnt = malloc(sizeof(int) * (size_t)nn);
+	p.head = malloc(sizeof(int) * (size_t)nn);
+	p.heap = malloc(sizeof(int) * (size_t)nn);
+	p.onstart = malloc(sizeof(int) * ((size_t)P + 1));
+	p.inputs = malloc(sizeof(int) * (size_t)nn);
+	p.syncp = malloc(sizeof(int) * (size_t)nn);
 	p.list = calloc((size_t)P, sizeof(EntList));
-	int *map = malloc(sizeof(int) * (size_t)nn * (size_t)P);
+	int *map = malloc(sizeof(int) * (size_t)nn);
+	Items it = { .start = NULL, .byitem = NULL };
 	if (ok && (!p.rank || !p.phase || !p.leafy || !p.dest || !p.users || !p.upd || !p.sync ||
-	           !p.syncof || !p.placed || !p.recvd || !p.list || !map))
+	           !p.syncof || !p.nf || !p.mb || !p.stage || !p.opstart || !p.opv || !p.placed ||
+	           !p.recvd || !p.cnt || !p.head || !p.heap || !p.onstart || !p.inputs ||
+	           !p.syncp || !p.list ||
+	           !map))
 		ok = oom(&p);
 	if (!ok)
 		goto done;
-	int opt_start = nn;
-	for (int i = m->loss + 1; i < nn; i++) {
-		const IrNode *n = m->nodes[i];
-		if ((ir_op_flags(n->op) & OPF_INPLACE) || n->op == IR_OP_GRAD_NORM) {
-			opt_start = i;
-			break;
-		}
+	/* The one walk over the nodes themselves, kept to loads into
+	 * arrays, the nodes fetched some ahead, so that the cache misses of
+	 * many nodes overlap (a node is ~500 bytes, the module megabytes,
+	 * and nodes next in id order are not always next in memory):
+	 * everything later reads the arrays. */
+	unsigned opfl[IR_OP_COUNT];
+	for (int o = 0; o < IR_OP_COUNT; o++)
+		opfl[o] = ir_op_flags((IrOp)o);
+	IrOp *op = malloc(sizeof(IrOp) * (size_t)nn);
+	uint32_t *axes = malloc(sizeof(uint32_t) * (size_t)nn);
+	if (!op || !axes) {
+		free(op);
+		free(axes);
+		ok = oom(&p);
+		goto done;
 	}
-	uint64_t all = P == 64 ? ~0ull : (1ull << P) - 1;
+	size_t nop = 0;
 	for (int i = 0; i < nn; i++) {
 		const IrNode *n = m->nodes[i];
+		if (i + 8 < nn) {
+			__builtin_prefetch(&m->nodes[i + 8]->op);
+			__builtin_prefetch(&m->nodes[i + 8]->ops);
+			__builtin_prefetch(&m->nodes[i + 8]->stage);
+		}
+		if (i + 4 < nn)
+			__builtin_prefetch(m->nodes[i + 4]->ops);
+		IrOp o = n->op;
+		op[i] = o;
+		p.stage[i] = n->stage;
+		p.mb[i] = n->mb;
+		axes[i] = (unsigned)o < IR_OP_COUNT && (opfl[o] & OPF_COLL) ? n->attrs.mesh_axes : 0;
+		p.opstart[i] = (int)nop;
+		int k = n->nops;
+		if (nop + (size_t)k > nops) {
+			while (nop + (size_t)k > nops)
+				nops *= 2;
+			int *v = realloc(p.opv, sizeof(int) * nops);
+			if (!v) {
+				free(op);
+				free(axes);
+				ok = oom(&p);
+				goto done;
+			}
+			p.opv = v;
+		}
+		for (int j = 0; j < k; j++)
+			p.opv[nop + (size_t)j] = n->ops[j];
+		nop += (size_t)k;
+	}
+	p.opstart[nn] = (int)nop;
+	p.enext = malloc(sizeof(int) * (nop ? nop : 1));
+	p.euser = malloc(sizeof(int) * (nop ? nop : 1));
+	if (!p.enext || !p.euser) {
+		free(op);
+		free(axes);
+		ok = oom(&p);
+		goto done;
+	}
+	uint64_t all = P == 64 ? ~0ull : (1ull << P) - 1;
+	/* the optimizer step starts at the first in-place update or
+	 * grad_norm after the loss */
+	bool opt_started = false;
+	p.ninputs = 0;
+	for (int i = 0; i < nn; i++) {
+		IrOp o = op[i];
+		unsigned fl = (unsigned)o < IR_OP_COUNT ? opfl[o] : 0;
+		const int *ops = p.opv + p.opstart[i];
+		int nops_i = p.opstart[i + 1] - p.opstart[i];
+		if (i > m->loss && !opt_started && ((fl & OPF_INPLACE) || o == IR_OP_GRAD_NORM))
+			opt_started = true;
 		p.phase[i] = i <= m->loss ? IR_PHASE_FORWARD
-		             : i < opt_start ? IR_PHASE_BACKWARD : IR_PHASE_OPTIMIZER;
-		p.rank[i] = n->stage >= 0 ? n->stage % P : RANK_ALL;
+		             : !opt_started ? IR_PHASE_BACKWARD : IR_PHASE_OPTIMIZER;
+		p.rank[i] = p.stage[i] >= 0 ? p.stage[i] % P : RANK_ALL;
+		p.mb[i] = node_mb(&p, p.mb[i]);
 		p.upd[i] = p.syncof[i] = -1;
-		bool lf = is_leaf_op(n->op);
+		bool lf = is_leaf_op(o);
 		/* views of leaves, and collectives within a stage of leaves
 		 * (ZeRO-3's param all_gathers): each rank that reads one makes
 		 * its own, where it first needs it */
-		bool gather = (ir_op_flags(n->op) & OPF_COLL) && !pp_coll(&p, n) &&
-		              n->op != IR_OP_SEND && n->op != IR_OP_RECV &&
-		              !(n->attrs.mesh_axes & (1u << ax));
-		if (!lf && p.phase[i] != IR_PHASE_OPTIMIZER && (is_view_op(n->op) || gather)) {
+		bool coll = (fl & OPF_COLL) && o != IR_OP_SEND && o != IR_OP_RECV;
+		bool ppc = coll && (axes[i] & (1u << ax));
+		bool gather = coll && !ppc;
+		if (!lf && p.phase[i] != IR_PHASE_OPTIMIZER && (is_view_op(o) || gather)) {
 			lf = true;
-			for (int k = 0; k < n->nops && lf; k++)
-				lf = p.leafy[n->ops[k]];
+			for (int k = 0; k < nops_i && lf; k++)
+				lf = p.leafy[ops[k]];
 		}
 		p.leafy[i] = lf;
-		if (ir_op_flags(n->op) & OPF_INPLACE) {
-			int b = n->ops[0];
-			while (!is_leaf_op(m->nodes[b]->op) && (ir_op_flags(m->nodes[b]->op) & OPF_INPLACE))
-				b = m->nodes[b]->ops[0];
-			if (m->nodes[b]->op == IR_OP_PARAM)
+		uint8_t f = 0;
+		if (ppc)
+			f |= NF_PPCOLL;
+		if (o == IR_OP_GRAD_NORM && p.rank[i] == RANK_ALL)
+			f |= NF_GNORM;
+		if (o == IR_OP_INPUT)
+			p.inputs[p.ninputs++] = i;
+		if (in_item(&p, i))
+			f |= NF_ITEM;
+		for (int k = 0; k < nops_i; k++)
+			if (!p.leafy[ops[k]])
+				f |= NF_COMPUTED;
+		p.nf[i] = f;
+		if (fl & OPF_INPLACE) {
+			int b = ops[0];
+			while (!is_leaf_op(op[b]) && (opfl[op[b]] & OPF_INPLACE))
+				b = p.opv[p.opstart[b]];
+			if (op[b] == IR_OP_PARAM)
 				p.upd[b] = i;
 		}
 	}
-	/* who uses what */
+	free(op);
+	free(axes);
+	/* who uses what: the ranks reading each leafy value, and the ranks
+	 * each computed value is sent to (those that read it and do not
+	 * compute it; grad_norm on every rank reads no other rank's) */
 	for (int i = nn - 1; i >= 0; i--) {
-		const IrNode *n = m->nodes[i];
 		uint64_t mine = p.leafy[i] ? p.users[i] : p.rank[i] == RANK_ALL ? all : 1ull << p.rank[i];
-		for (int k = 0; k < n->nops; k++) {
-			int u = n->ops[k];
+		for (int k = p.opstart[i]; k < p.opstart[i + 1]; k++) {
+			int u = p.opv[k];
 			if (p.leafy[u]) {
 				p.users[u] |= mine;
 				continue;
 			}
-			for (int r = 0; r < P; r++)
-				if (((mine >> r) & 1) && remote(&p, u, r) && reads(&p, i, k, r))
-					p.dest[u] |= 1ull << r;
+			if (p.rank[u] != RANK_ALL && !(p.nf[i] & NF_GNORM))
+				p.dest[u] |= mine & ~(1ull << p.rank[u]);
 		}
 	}
+	/* upd is set for params only */
+	p.nsyncp = 0;
 	for (int i = 0; i < nn; i++)
-		if (m->nodes[i]->op == IR_OP_PARAM && p.upd[i] >= 0 && p.rank[p.upd[i]] >= 0) {
+		if (p.upd[i] >= 0 && p.rank[p.upd[i]] >= 0) {
 			p.sync[i] = p.users[i] & ~(1ull << p.rank[p.upd[i]]);
-			if (p.sync[i])
+			if (p.sync[i]) {
 				p.syncof[p.upd[i]] = i;
+				p.syncp[p.nsyncp++] = i;
+			}
 		}
+	/* the nodes on each rank */
+	int nall = 0;
+	for (int r = 0; r <= P; r++)
+		p.onstart[r] = 0;
+	for (int i = 0; i < nn; i++) {
+		if (p.leafy[i])
+			continue;
+		if (p.rank[i] == RANK_ALL)
+			nall++;
+		else
+			p.onstart[p.rank[i] + 1]++;
+	}
+	for (int r = 0; r < P; r++)
+		p.onstart[r + 1] += p.onstart[r] + nall;
+	p.onv = malloc(sizeof(int) * (size_t)(p.onstart[P] ? p.onstart[P] : 1));
+	int *oncur = malloc(sizeof(int) * (size_t)P);
+	if (!p.onv || !oncur) {
+		free(oncur);
+		ok = oom(&p);
+		goto done;
+	}
+	memcpy(oncur, p.onstart, sizeof(int) * (size_t)P);
+	for (int i = 0; i < nn; i++) {
+		if (p.leafy[i])
+			continue;
+		if (p.rank[i] != RANK_ALL)
+			p.onv[oncur[p.rank[i]]++] = i;
+		else
+			for (int r = 0; r < P; r++)
+				p.onv[oncur[r]++] = i;
+	}
+	free(oncur);
 	/* ZB-H1 splits each micro-batch's backward into B, the work the
 	 * previous stage waits for (what leads to a value another rank reads,
 	 * or to another item's work), and W, the rest (weight gradients) */
@@ -927,24 +1238,41 @@ bool pass_pipeline(IrModule *m, Diag *d, const PassOptions *opt)
 			goto done;
 		}
 		for (int j = nn - 1; j >= 0; j--) {
-			const IrNode *u = m->nodes[j];
-			bool bw = in_item(&p, j) && p.phase[j] == IR_PHASE_BACKWARD;
+			bool bw = (p.nf[j] & NF_ITEM) && p.phase[j] == IR_PHASE_BACKWARD;
 			if (bw)
 				p.wgrad[j] = !(need[j] || p.dest[j] != 0);
-			for (int k = 0; bw && k < u->nops; k++) {
-				int o = u->ops[k];
-				const IrNode *x = m->nodes[o];
-				if (!in_item(&p, o) || p.phase[o] != IR_PHASE_BACKWARD)
+			for (int k = p.opstart[j]; bw && k < p.opstart[j + 1]; k++) {
+				int o = p.opv[k];
+				if (!(p.nf[o] & NF_ITEM) || p.phase[o] != IR_PHASE_BACKWARD)
 					continue;
-				bool same = node_mb(&p, o) == node_mb(&p, j) && x->stage == u->stage;
+				bool same = p.mb[o] == p.mb[j] && p.stage[o] == p.stage[j];
 				need[o] = need[o] || !same || !p.wgrad[j];
 			}
 		}
 		free(need);
 	}
+	/* the nodes of each item, in node order (a counting sort by key) */
+	int nkeys = p.M * p.P * p.V * 3;
+	it.start = calloc((size_t)nkeys + 2, sizeof(int));
+	it.byitem = malloc(sizeof(int) * (size_t)(nn ? nn : 1));
+	if (!it.start || !it.byitem) {
+		ok = oom(&p);
+		goto done;
+	}
+	for (int i = 0; i < nn; i++) {
+		int key = p.nf[i] & NF_ITEM ? item_key(&p, i) : -1;
+		map[i] = key; /* for the fill below */
+		if (key >= 0)
+			it.start[key + 2]++;
+	}
+	for (int k = 0; k < nkeys; k++)
+		it.start[k + 2] += it.start[k + 1];
+	for (int i = 0; i < nn; i++)
+		if (map[i] >= 0)
+			it.byitem[it.start[map[i] + 1]++] = i;
 	int loss_rank = p.rank[m->loss] == RANK_ALL ? P - 1 : p.rank[m->loss];
 	for (int r = 0; ok && r < P; r++)
-		ok = build_rank(&p, r, items[r], nitems[r], &loss_rank);
+		ok = build_rank(&p, r, items[r], nitems[r], &loss_rank, &it);
 	ok = ok && order_sends(&p) && simulate(&p);
 	IrModule *out = ok ? ir_module_new(m->arena, m->name) : NULL;
 	if (ok && !out)
@@ -982,9 +1310,25 @@ done:
 	free(p.upd);
 	free(p.sync);
 	free(p.syncof);
+	free(p.nf);
+	free(p.mb);
+	free(p.stage);
+	free(p.opstart);
+	free(p.opv);
 	free(p.placed);
 	free(p.recvd);
+	free(p.cnt);
+	free(p.head);
+	free(p.heap);
+	free(p.enext);
+	free(p.euser);
+	free(p.onstart);
+	free(p.onv);
+	free(p.inputs);
+	free(p.syncp);
 	free(p.wgrad);
+	free(it.start);
+	free(it.byitem);
 	free(map);
 	return ok && !p.failed;
 }
