@@ -105,32 +105,33 @@ typedef struct Mesh {
 enum { IR_PHASE_FORWARD, IR_PHASE_BACKWARD, IR_PHASE_OPTIMIZER };
 
 typedef struct IrNode {
+	/* the fields every pass's walks read come first: one cache line */
 	int id;           /* index in IrModule.nodes; printed as %id */
 	IrOp op;
 	IrDtype dtype;
 	int rank;
-	int64_t shape[IR_MAX_RANK];
 	int nops;
-	int *ops;         /* operand node ids, all < id */
-	IrAttrs attrs;
-	Placement place;
-	int choose;       /* index into IrModule.chooses, or -1 */
 	IrRole role;
 	int stage;        /* pipeline stage, -1 if not assigned; after the
 	                   * pipeline pass, the pp coordinate whose program
 	                   * the node belongs to */
 	int mb;           /* micro-batch (passes/microbatch.c), -1 if none */
+	int phase;        /* IR_PHASE_*, set by the pipeline pass; -1 before */
 	int block;        /* the outermost block instance lowering inlined the
 	                   * node from (layer.3: the 4th call of any block at
 	                   * top level), -1 outside blocks; passes/recompute.c
 	                   * recomputes by it */
-	int phase;        /* IR_PHASE_*, set by the pipeline pass; -1 before */
-	const char *name; /* param/input path, or the user's variable; may be NULL */
-	SrcLoc loc;
+	int choose;       /* index into IrModule.chooses, or -1 */
 	/* Where place came from (passes/propagate.c): the node it was
 	 * propagated from, or -1 for a user annotation at place_loc (no file:
 	 * not known).  Printed as "from %N" / "from "file":l:c-e". */
 	int place_from;
+	int *ops;         /* operand node ids, all < id */
+	const char *name; /* param/input path, or the user's variable; may be NULL */
+	int64_t shape[IR_MAX_RANK];
+	Placement place;
+	IrAttrs attrs;
+	SrcLoc loc;
 	SrcLoc place_loc;
 	/* After `partition`, per dim: the global extent of a dim whose shards
 	 * are padded (uneven torch.chunk shards: every rank stores
