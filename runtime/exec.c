@@ -36,14 +36,6 @@ int64_t rt_numel(const DtmBuffer *b)
 	return n;
 }
 
-int64_t rt_global_numel(const DtmBuffer *b)
-{
-	int64_t n = 1;
-	for (int d = 0; d < b->rank; d++)
-		n *= b->global_shape[d];
-	return n;
-}
-
 int64_t rt_world_size(const DtmPlan *p)
 {
 	int64_t n = 1;
@@ -131,22 +123,6 @@ int rt_plan_stage(const DtmPlan *p, int64_t rank)
 		    strcmp(p->mesh_names[a], "pp") == 0)
 			return (int)coords[a];
 	return 0;
-}
-
-void rt_plan_stage_view(const DtmPlan *p, int stage, DtmPlan *view)
-{
-	*view = *p;
-	if (p->nstages <= 1 || stage < 0 || stage >= p->nstages)
-		return;
-	const DtmStage *s = &p->stages[stage];
-	view->nstages = 1;
-	view->stages = s;
-	view->stage = stage;
-	memcpy(view->arena_bytes, s->arena_bytes, sizeof view->arena_bytes);
-	view->ninputs = s->ninputs;
-	memcpy(view->inputs, s->inputs, sizeof view->inputs);
-	view->loss = s->loss;
-	view->grad_norm = s->grad_norm;
 }
 
 static const char *arena_name(int a)

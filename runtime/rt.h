@@ -258,6 +258,11 @@ int rt_hazard_newest(const RtAccess *pending, int npending, const RtAccess *next
  * or GEMM overwrites before any action reads or writes its output (and
  * before a WAIT or stream-0 communication).  Returns how many. */
 int rt_overlap_staging(const DtmPlan *p, const DtmAction *acts, int n, bool *stage);
+/* The input a queued communication action only reads (in), apart from the
+ * rest of what it touches; false when there is none to copy aside (in
+ * place, receives, stream 0, which is waited for at once). */
+bool rt_overlap_split_input(const DtmPlan *p, const DtmAction *a, RtAccess *in,
+                            RtAccess *rest);
 
 typedef struct RtCommThread RtCommThread;
 /* Start (once) and stop (rt_run_free) r's communication thread. */
