@@ -27,6 +27,10 @@
  * Uneven (torch.chunk) shards are padded, see partition.h and "uneven
  * shards" below; a one-rank mesh is left as it is, and axes of size 1 are
  * dropped from every placement.
+ *
+ * Most nodes repeat an earlier one (layers, micro-batches): those copy
+ * what partitioning it made (partition_twin.c), the rest come here
+ * (part_node), which emit() and reshard_slow() tell the recording of.
  */
 #include "partition_impl.h"
 #include "reshard.h"
@@ -38,59 +42,27 @@
 #include <stddef.h>
 #include <string.h>
 
-typedef struct Cached {
-	Placement p;
-	int id;
-	struct Cached *next;
-} Cached;
-
 /* A memo of pass_reshard_plan, which is a pure function of the value's
  * dtype and shape and the two placements (the mesh is the module's): the
  * same reshard recurs per layer and micro-batch.  Keys compare bytewise,
  * so a hit is the very call made before. */
-typedef struct PlanMemo {
+struct PlanMemo {
 	uint64_t hash;
 	IrDtype dt;
 	int rank;
 	int64_t shape[IR_MAX_RANK];
 	Placement from, to;
 	ReshardPlan *plan; /* NULL: an empty slot */
-} PlanMemo;
+};
 
 /* The vocab-parallel loss's per-logits memo (part_xent_vp): a handful per
  * module (one logits per micro-batch), so a short list rather than three
  * arrays over every node. */
-typedef struct CeMemo {
+struct CeMemo {
 	int lg;     /* global logits id */
 	int mx, se; /* its row stats, or -1 */
 	int lm;     /* its uneven vocab's padding masked, or -1 */
-} CeMemo;
-
-typedef struct Part {
-	IrModule *m;     /* the global module; its nodes are read, not changed */
-	IrModule *out;   /* the new node list */
-	Diag *d;
-	bool fill;
-	int *map;        /* global id -> local id holding its value at target */
-	/* global id -> the placement of local node map[id], which does not
-	 * change once made: every operand's is read, most more than once, and
-	 * this array is a sixth the memory the nodes it copies are spread
-	 * over (a backward op's forward operand is read long after) */
-	Placement *mplace;
-	/* global id -> index in wants of its optimizer step's param placement,
-	 * or -1: only the steps' operands have one, and an int per node is a
-	 * fraction of the memset a Placement per node would cost */
-	int *wantix;
-	Placement *wants;
-	int nwants, capwants;
-	Cached **cache;  /* global id -> reshards made of it */
-	CeMemo *ce;
-	int nce, capce;
-	uint32_t live;   /* the mesh axes of more than one rank */
-	PlanMemo *memo;  /* open addressing, capmemo a power of two */
-	int nmemo, capmemo;
-	Arena scratch;
-} Part;
+};
 
 /* A word-at-a-time hash of n bytes (n a multiple of 8), in four
  * independent lanes so the multiplies overlap rather than wait on each
@@ -222,37 +194,6 @@ static const uint8_t head_bytes[9][8] = {
 };
 _Static_assert(IR_MAX_RANK == 8 && IR_MAX_AXES == 8, "canon_ok reads rows as 8-byte words");
 
-static inline uint64_t word8(const uint8_t *b)
-{
-	uint64_t w;
-	memcpy(&w, b, 8);
-	return w;
-}
-
-/* placement_equal, inlined likewise: every operand of every node is
- * checked against the placement its rule needs.  Byte by byte, as the
- * rules build the placements it is given (a wider read of those stalls on
- * store forwarding). */
-static inline bool pl_equal(const Placement *a, const Placement *b)
-{
-	if (a->known != b->known)
-		return false;
-	if (!a->known)
-		return true;
-	if (a->ndims != b->ndims || a->partial != b->partial)
-		return false;
-	if (a->partial && a->partial_op != b->partial_op)
-		return false;
-	for (int d = 0; d < a->ndims && d < IR_MAX_RANK; d++) {
-		if (a->naxes[d] != b->naxes[d])
-			return false;
-		for (int k = 0; k < a->naxes[d] && k < IR_MAX_AXES; k++)
-			if (a->axes[d][k] != b->axes[d][k])
-				return false;
-	}
-	return true;
-}
-
 /* Whether pass_placement_canon would leave pl as it is.  Mostly it would
  * (propagate's placements are canonical); the test reads only, and is
  * best made on a placement stored long ago: one just copied has its rows
@@ -340,6 +281,8 @@ static int emit(Part *p, IrOp op, const int *ops, int nops, const IrAttrs *at,
 		         fmt_pl(p, pl), t2);
 		return -1;
 	}
+	if (p->rec)
+		part_rec_node(p, like->id, origin);
 	return n->id;
 }
 
@@ -385,8 +328,11 @@ static int reshard_slow(Part *p, int id, const IrNode *g, const Placement *to)
 {
 	IrNode *x = loc_node(p, id);
 	for (Cached *c = p->cache[g->id]; c; c = c->next)
-		if (pl_equal(&c->p, to))
+		if (pl_equal(&c->p, to)) {
+			if (p->rec)
+				part_rec_event(p, g->id, c, true);
 			return c->id;
+		}
 	ReshardPlan buf;
 	char why[256];
 	const ReshardPlan *plan = reshard_plan_memo(p, g, &x->place, to, &buf, why, sizeof why);
@@ -415,6 +361,8 @@ static int reshard_slow(Part *p, int id, const IrNode *g, const Placement *to)
 		*c = (Cached){*to, cur, p->cache[g->id]};
 		p->cache[g->id] = c;
 	}
+	if (p->rec)
+		part_rec_event(p, g->id, c, false);
 	return cur;
 }
 
@@ -462,7 +410,7 @@ static Placement target(Part *p, const IrNode *n)
 }
 
 /* Records the node holding n's value: it takes n's name and role. */
-static bool finish(Part *p, const IrNode *n, int id)
+bool part_finish(Part *p, const IrNode *n, int id)
 {
 	if (id < 0)
 		return false;
@@ -592,7 +540,7 @@ static bool part_leaf(Part *p, const IrNode *n, const Placement *T)
 	t.partial = 0;
 	t.partial_op = IR_RED_SUM;
 	/* uneven: the runtime and the interpreter start the padding at zero */
-	return finish(p, n, emit(p, n->op, NULL, 0, &n->attrs, n, &t, -1));
+	return part_finish(p, n, emit(p, n->op, NULL, 0, &n->attrs, n, &t, -1));
 }
 
 /* The placement an optimizer step runs in: the step's own when it has
@@ -652,7 +600,7 @@ static bool part_step(Part *p, const IrNode *n)
 		id = back < 0 ? -1 : emit(p, IR_OP_ASSIGN, (int[]){pid, back}, 2, &none, n, stored,
 		                          back);
 	}
-	return finish(p, n, id);
+	return part_finish(p, n, id);
 }
 
 /* grad_norm: the local norm of each group of gradients split over the
@@ -701,7 +649,7 @@ static bool part_grad_norm(Part *p, const IrNode *n)
 				done[j] = done[j] || split[j] == split[i];
 		}
 	if (ngroups == 1 && split[0] == 0)
-		return finish(p, n, emit(p, IR_OP_GRAD_NORM, ops, n->nops, &none, n, &rep, -1));
+		return part_finish(p, n, emit(p, IR_OP_GRAD_NORM, ops, n->nops, &none, n, &rep, -1));
 	memset(done, 0, sizeof(bool) * (size_t)n->nops);
 	int *grp = arena_alloc(&p->scratch, sizeof(int) * (size_t)n->nops);
 	if (!grp)
@@ -730,7 +678,7 @@ static bool part_grad_norm(Part *p, const IrNode *n)
 		if (total < 0)
 			return false;
 	}
-	return finish(p, n, emit(p, IR_OP_SQRT, &total, 1, &none, n, &rep, total));
+	return part_finish(p, n, emit(p, IR_OP_SQRT, &total, 1, &none, n, &rep, total));
 }
 
 /* Whether `from` reaches `to` by a reduce_scatter: to splits each dim as
@@ -878,7 +826,7 @@ static bool finish_target(Part *p, const IrNode *n, int id, const Placement *res
 	}
 	t.partial &= res->partial;
 	t.partial_op = t.partial ? res->partial_op : IR_RED_SUM;
-	return finish(p, n, reshard(p, id, n, &t));
+	return part_finish(p, n, reshard(p, id, n, &t));
 }
 
 /* cross_entropy / cross_entropy_bwd with logits split on the vocab dim
@@ -960,7 +908,7 @@ static bool part_xent_vp(Part *p, const IrNode *n, bool *done)
 	return id >= 0 && finish_target(p, n, id, &res);
 }
 
-static bool part_node(Part *p, const IrNode *n)
+bool part_node(Part *p, const IrNode *n)
 {
 	Placement T = target(p, n);
 	if (!T.known && !p->fill)
@@ -1032,7 +980,7 @@ static bool part_node(Part *p, const IrNode *n)
 	}
 	t.partial &= r.res.partial;
 	t.partial_op = t.partial ? r.res.partial_op : IR_RED_SUM;
-	return finish(p, n, reshard(p, id, n, &t));
+	return part_finish(p, n, reshard(p, id, n, &t));
 }
 
 /* The param placement each gradient and optimizer state is wanted in. */
@@ -1078,7 +1026,10 @@ bool pass_partition_ex(IrModule *m, Diag *d, bool fill_unknown)
 	p.mplace = arena_alloc_raw(&p.scratch, nn * sizeof *p.mplace);
 	p.wantix = arena_alloc_raw(&p.scratch, nn * sizeof *p.wantix);
 	p.cache = arena_alloc(&p.scratch, nn * sizeof *p.cache);
-	bool ok = p.out && p.map && p.mplace && p.wantix && p.cache;
+	p.twins = !fill_unknown;
+	p.last = -1;
+	p.vsig = arena_alloc_raw(&p.scratch, nn * sizeof *p.vsig);
+	bool ok = p.out && p.map && p.mplace && p.wantix && p.cache && p.vsig;
 	/* room for the local nodes up front: some 1.2 per global one, and
 	 * growing by doubling would copy the array a dozen times */
 	size_t cap = nn + nn / 2 + 64;
@@ -1095,7 +1046,7 @@ bool pass_partition_ex(IrModule *m, Diag *d, bool fill_unknown)
 	if (!ok)
 		diag_error(d, (SrcLoc){0}, "partition: out of memory");
 	for (int i = 0; ok && i < m->nnodes; i++)
-		ok = part_node(&p, m->nodes[i]);
+		ok = part_twin(&p, m->nodes[i]);
 	if (ok) {
 		m->loss = m->loss >= 0 ? p.map[m->loss] : -1;
 		for (int c = 0; c < m->nchooses; c++)

@@ -1,10 +1,14 @@
 /* partition_impl.h - shared between partition.c (the driver: leaves,
- * reshards, optimizer ops) and partition_rules.c (the per-op local rules);
- * not part of the pass's interface. */
+ * reshards, optimizer ops), partition_rules.c (the per-op local rules) and
+ * partition_twin.c (replaying a repeated node's partition); not part of
+ * the pass's interface. */
 #ifndef DTM_PARTITION_IMPL_H
 #define DTM_PARTITION_IMPL_H
 
 #include "partition.h"
+
+#include <stdint.h>
+#include <string.h>
 
 /* What an op needs and produces.  req[i] is the placement operand i must
  * have (of the operand's global shape); res is the placement of the local
@@ -24,5 +28,115 @@ typedef struct PartRule {
  * rule. */
 bool part_rule(const IrModule *m, const IrNode *n, const Placement *T, const Placement *cur,
                PartRule *r, char *why, size_t cap);
+
+/* ---- the driver's state (partition.c), read by partition_twin.c ---- */
+
+/* A reshard made of a global value: the local node holding it under p. */
+typedef struct Cached {
+	Placement p;
+	int id;
+	struct Cached *next;
+} Cached;
+
+typedef struct PlanMemo PlanMemo; /* partition.c */
+typedef struct CeMemo CeMemo;     /* partition.c */
+typedef struct TwClass TwClass;   /* partition_twin.c */
+typedef struct TwSlot TwSlot;     /* partition_twin.c */
+typedef struct TwRecNode TwRecNode;
+
+/* A reshard looked up while a node's partition is recorded. */
+enum { TW_MAXEV = 16 };
+typedef struct TwRecEv {
+	int g;           /* the global value */
+	const Cached *c; /* the entry found or made */
+	bool hit;
+} TwRecEv;
+
+typedef struct Part {
+	IrModule *m;     /* the global module; its nodes are read, not changed */
+	IrModule *out;   /* the new node list */
+	Diag *d;
+	bool fill;
+	int *map;        /* global id -> local id holding its value at target */
+	/* global id -> the placement of local node map[id], which does not
+	 * change once made: every operand's is read, most more than once, and
+	 * this array is a sixth the memory the nodes it copies are spread
+	 * over (a backward op's forward operand is read long after) */
+	Placement *mplace;
+	/* global id -> index in wants of its optimizer step's param placement,
+	 * or -1: only the steps' operands have one, and an int per node is a
+	 * fraction of the memset a Placement per node would cost */
+	int *wantix;
+	Placement *wants;
+	int nwants, capwants;
+	Cached **cache;  /* global id -> reshards made of it */
+	CeMemo *ce;
+	int nce, capce;
+	uint32_t live;   /* the mesh axes of more than one rank */
+	PlanMemo *memo;  /* open addressing, capmemo a power of two */
+	int nmemo, capmemo;
+	/* twins (partition_twin.c): off under fill; global id -> the value
+	 * signature of its node, -1 none */
+	bool twins;
+	int *vsig;
+	int last; /* the class of the node before, or -1 */
+	TwClass *classes;
+	int nclasses, capclasses;
+	TwSlot *ctab, *vtab; /* classes and value signatures, open addressing */
+	int capctab, capvtab, nvsig;
+	int *vrep;           /* value signature -> a global node that has it */
+	int capvrep;
+	/* recording: on while one node is partitioned the normal way */
+	bool rec, rec_bad;
+	int rec_base;
+	TwRecNode *rn;
+	int nrn, caprn;
+	TwRecEv re[TW_MAXEV];
+	int nre;
+	Arena scratch;
+} Part;
+
+static inline uint64_t word8(const uint8_t *b)
+{
+	uint64_t w;
+	memcpy(&w, b, 8);
+	return w;
+}
+
+/* placement_equal, inlined: every operand of every node is checked
+ * against the placement its rule needs.  Byte by byte, as the rules build
+ * the placements it is given (a wider read of those stalls on store
+ * forwarding). */
+static inline bool pl_equal(const Placement *a, const Placement *b)
+{
+	if (a->known != b->known)
+		return false;
+	if (!a->known)
+		return true;
+	if (a->ndims != b->ndims || a->partial != b->partial)
+		return false;
+	if (a->partial && a->partial_op != b->partial_op)
+		return false;
+	for (int d = 0; d < a->ndims && d < IR_MAX_RANK; d++) {
+		if (a->naxes[d] != b->naxes[d])
+			return false;
+		for (int k = 0; k < a->naxes[d] && k < IR_MAX_AXES; k++)
+			if (a->axes[d][k] != b->axes[d][k])
+				return false;
+	}
+	return true;
+}
+
+/* partition.c: n partitioned the normal way; local node id recorded as
+ * holding n's value (false when id < 0). */
+bool part_node(Part *p, const IrNode *n);
+bool part_finish(Part *p, const IrNode *n, int id);
+
+/* partition_twin.c: n partitioned by replaying a twin's when one fits,
+ * else by part_node; and what part_node's emits and reshard lookups tell
+ * the recording while p->rec is on. */
+bool part_twin(Part *p, const IrNode *n);
+void part_rec_node(Part *p, int like, int origin);
+void part_rec_event(Part *p, int g, const Cached *c, bool hit);
 
 #endif
