@@ -25,6 +25,7 @@
 #include "plan_build.h"
 
 #include <assert.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../frontend/lower.h"
@@ -43,9 +44,9 @@ typedef enum NodeKind {
 /* Gradients per action of a chunked grad_norm (plus its output). */
 #define GNORM_CHUNK (DTM_MAX_ARGS - 2)
 
-static int gnorm_chunks(const IrNode *n)
+static int gnorm_chunks(int nops)
 {
-	return (n->nops + GNORM_CHUNK - 1) / GNORM_CHUNK;
+	return (nops + GNORM_CHUNK - 1) / GNORM_CHUNK;
 }
 
 /* NK_MATMUL resolved: fused, one GEMM, or a kernel. */
@@ -56,19 +57,19 @@ static NodeKind matmul_kind(const IrModule *m, const FusePlan *fp, int i)
 	return fp->root[i] == i ? NK_FUSED : NK_KERNEL;
 }
 
-/* What node i becomes; NK_MATMUL left unresolved when `lazy`. */
+/* What node i, whose op has flags fl (ir_op_flags), becomes; NK_MATMUL
+ * left unresolved when `lazy`. */
 static NodeKind node_kind_ex(const IrModule *m, const FusePlan *fp, const MemPlan *mp, int i,
-                             bool lazy)
+                             unsigned fl, bool lazy)
 {
-	const IrNode *n = m->nodes[i];
+	const MemPlanNode *n = &mp->node[i];
 	if (n->op == IR_OP_SEND || n->op == IR_OP_RECV)
 		return NK_NONE; /* plan actions of their own, no kernel */
 	if (fp->internal[i] || fp->folded[i])
 		return NK_NONE;
 	/* a copy-free reshape shares its operand's bytes: nothing to run */
-	if (mp->buf[i].owner >= 0 && mp->buf[i].owner != i && !(ir_op_flags(n->op) & OPF_INPLACE))
+	if (mp->buf[i].owner >= 0 && mp->buf[i].owner != i && !(fl & OPF_INPLACE))
 		return NK_NONE;
-	unsigned fl = ir_op_flags(n->op);
 	if (fl & OPF_LEAF)
 		return n->op == IR_OP_CONST ? NK_KERNEL : NK_NONE;
 	if (fl & OPF_COLL)
@@ -84,30 +85,32 @@ static NodeKind node_kind_ex(const IrModule *m, const FusePlan *fp, const MemPla
 
 static NodeKind node_kind(const IrModule *m, const FusePlan *fp, const MemPlan *mp, int i)
 {
-	return node_kind_ex(m, fp, mp, i, false);
+	return node_kind_ex(m, fp, mp, i, ir_op_flags((IrOp)mp->node[i].op), false);
 }
 
 /* A kernel action's args as node ids: a grad_norm chunk's gradients, a
  * fused group's external inputs (in the order its loop numbers them: the
  * emitters read them from here), or the op's operands; then the output. */
 static_assert(FUSE_MAX_INPUTS <= DTM_MAX_ARGS - 1, "a fused group's inputs fit one action");
-static int kernel_args(const IrModule *m, const FusePlan *fp, NodeKind k, int i, int chunk,
+static int kernel_args(const FusePlan *fp, const MemPlan *mp, NodeKind k, int i, int chunk,
                        int *args)
 {
-	const IrNode *n = m->nodes[i];
+	const MemPlanNode *n = &mp->node[i];
+	const int *ops = &mp->opnd[n->ops];
 	int na = 0;
 	if (k == NK_GNORM) {
 		int lo = chunk * GNORM_CHUNK;
 		int hi = lo + GNORM_CHUNK < n->nops ? lo + GNORM_CHUNK : n->nops;
 		for (int q = lo; q < hi; q++)
-			args[na++] = n->ops[q];
+			args[na++] = ops[q];
 	} else if (k == NK_FUSED) {
 		for (int x = fp->first ? fp->first[i] : 0; x <= i; x++) {
 			if (fp->root[x] != i)
 				continue;
-			const IrNode *mx = m->nodes[x];
+			const MemPlanNode *mx = &mp->node[x];
+			const int *xops = &mp->opnd[mx->ops];
 			for (int q = 0; q < mx->nops; q++) {
-				int o = mx->ops[q];
+				int o = xops[q];
 				if (fp->root[o] == i && fp->internal[o])
 					continue;
 				bool seen = false;
@@ -119,7 +122,7 @@ static int kernel_args(const IrModule *m, const FusePlan *fp, NodeKind k, int i,
 		}
 	} else {
 		for (int q = 0; q < n->nops && na < DTM_MAX_ARGS - 1; q++)
-			args[na++] = n->ops[q];
+			args[na++] = ops[q];
 	}
 	args[na++] = i;
 	return na;
@@ -133,14 +136,14 @@ int cg_plan_kernels(const IrModule *m, const FusePlan *fp, const MemPlan *mp, Cg
 		NodeKind k = node_kind(m, fp, mp, i);
 		if (k != NK_FUSED && k != NK_KERNEL && k != NK_GNORM)
 			continue;
-		int nc = k == NK_GNORM ? gnorm_chunks(m->nodes[i]) : 1;
+		int nc = k == NK_GNORM ? gnorm_chunks(mp->node[i].nops) : 1;
 		for (int c = 0; c < nc; c++, nk++) {
 			if (!out || nk >= cap)
 				continue;
 			CgPlanKernel *pk = &out[nk];
 			*pk = (CgPlanKernel){ .node = i, .fused = k == NK_FUSED, .chunk = c,
 			                      .nchunks = nc };
-			pk->nargs = kernel_args(m, fp, k, i, c, pk->args);
+			pk->nargs = kernel_args(fp, mp, k, i, c, pk->args);
 		}
 	}
 	return nk;
@@ -190,23 +193,20 @@ static DtmRed red_of(IrRed r)
 	}
 }
 
-static bool named_grad_norm(const IrNode *n)
-{
-	/* the first byte first: asked of every node, rarely true */
-	return n->name && n->name[0] == 'g' && strcmp(n->name, "grad_norm") == 0;
-}
-
 /* ---- the builder ----
  *
  * Two walks over the nodes (`dtmc sweep` builds a plan per candidate, and
- * the module is larger than the caches): classify finds what each node
+ * the module is larger than the caches), both over the MemPlan's compact
+ * records of them rather than the IrNodes: classify finds what each node
  * becomes, numbers the buffers and counts each stage's actions, so that
  * every table is allocated once at its size; fill then numbers the
  * kernels and writes the buffers, the actions and the stages' and the
  * train config's buffer ids in node order, which is the order of each
  * table.  A matmul's GEMM test reads its operands, so it waits for fill,
- * which reads them for the GEMM's fields.  Both walks prefetch the nodes
- * a few ahead.
+ * which reads them for the GEMM's fields.  fill reads IrNodes only for
+ * what the records leave out (a lean plan: a GEMM's shapes, a
+ * collective's or a send's attributes) and asks for them, and for the
+ * table entries it writes, a few nodes ahead.
  */
 
 typedef struct Build {
@@ -219,7 +219,6 @@ typedef struct Build {
 	/* per node: its NodeKind (NK_NONE also for send/recv); fill
 	 * resolves NK_MATMUL as it reaches the node */
 	uint8_t *kind;
-	bool *named_gn; /* per node: named grad_norm (its name read once) */
 	int *nacts;     /* per stage: how many actions it has */
 	/* per fused group (numbered by classify, fslot[root]): its inputs so
 	 * far, which fill gathers as it passes the group's members
@@ -235,14 +234,19 @@ typedef struct Build {
 	int knames_cap;
 	int opt_start;  /* first optimizer node */
 	/* cg_plan_build_lean: no text for reports (placements, labels),
-	 * names borrowed from the module */
+	 * names borrowed from the module, buffers without shapes, split
+	 * layouts or init */
 	bool lean;
+	CgLeanStore *keep; /* lean: the buffer table's, or NULL */
+	/* ir_op_flags per op (a MemPlanNode's op is a byte), looked up once
+	 * rather than called for per node */
+	unsigned opfl[256];
 	DtmPlan *p;
 } Build;
 
 static DtmPhase phase_of(const Build *b, int id)
 {
-	int ph = b->m->nodes[id]->phase;
+	int ph = b->mp->node[id].phase;
 	if (ph >= 0)
 		return ph == IR_PHASE_FORWARD ? DTM_PHASE_FORWARD
 		       : ph == IR_PHASE_BACKWARD ? DTM_PHASE_BACKWARD : DTM_PHASE_OPTIMIZER;
@@ -251,9 +255,9 @@ static DtmPhase phase_of(const Build *b, int id)
 	return id >= b->opt_start ? DTM_PHASE_OPTIMIZER : DTM_PHASE_BACKWARD;
 }
 
-static int64_t value_bytes(const IrNode *x)
+static int64_t value_bytes(const MemPlanNode *x)
 {
-	return ir_node_numel(x) * ir_dtype_size(x->dtype);
+	return x->numel * ir_dtype_size((IrDtype)x->dtype);
 }
 
 /* The split layout the runtime's init, data feed and checkpoints index by
@@ -280,6 +284,23 @@ static void fill_split(const IrModule *m, const IrNode *n, DtmBuffer *buf)
 	}
 }
 
+/* Buffer *buf (zeroed, or a lean buffer before) for storage owner i in a
+ * lean plan: field by field from the node's record and its MemPlanBuf, so
+ * that the lines of the fields a lean buffer leaves zero are not written. */
+static void fill_buffer_lean(const Build *b, int i, DtmBuffer *buf)
+{
+	const MemPlanNode *n = &b->mp->node[i];
+	const MemPlanBuf *mb = &b->mp->buf[i];
+	buf->name = n->name;
+	buf->role = role_of(i == b->m->loss ? IR_ROLE_LOSS : (IrRole)n->role);
+	buf->dtype = dtype_of((IrDtype)n->dtype);
+	buf->arena =
+	        mb->arena >= 0 && mb->arena < DTM_ARENA_COUNT ? (DtmArena)mb->arena : DTM_ARENA_ACT;
+	buf->offset = mb->offset;
+	buf->bytes = mb->bytes;
+	buf->stage = b->mp->nstages > 1 ? n->stage : 0;
+}
+
 /* Buffer *buf (zeroed) for storage owner i. */
 static bool fill_buffer(Build *b, int i, DtmBuffer *buf)
 {
@@ -302,8 +323,8 @@ static bool fill_buffer(Build *b, int i, DtmBuffer *buf)
 		if (!buf->placement)
 			return false;
 	}
-	buf->arena = mb->arena >= 0 && mb->arena < DTM_ARENA_COUNT ? (DtmArena)mb->arena
-	                                                          : DTM_ARENA_ACT;
+	buf->arena =
+	        mb->arena >= 0 && mb->arena < DTM_ARENA_COUNT ? (DtmArena)mb->arena : DTM_ARENA_ACT;
 	buf->offset = mb->offset;
 	buf->bytes = mb->bytes;
 	buf->stage = b->mp->nstages > 1 ? n->stage : 0;
@@ -350,17 +371,25 @@ static const char *label_of(Build *b, const IrNode *n)
 static void fill_gemm(Build *b, int i, DtmAction *act)
 {
 	const IrModule *m = b->m;
+	const FusePlan *fp = b->fp;
 	const IrNode *n = m->nodes[i];
-	bool ta, tb;
-	int A = pass_fuse_operand(m, b->fp, i, 0, &ta), B = pass_fuse_operand(m, b->fp, i, 1, &tb);
-	const IrNode *an = m->nodes[n->ops[0]], *bn = m->nodes[n->ops[1]];
+	/* pass_fuse_operand, from the records */
+	const MemPlanNode *rec = b->mp->node;
+	const int *ops = &b->mp->opnd[rec[i].ops];
+	int A = ops[0], B = ops[1];
+	bool ta = fp->folded[A], tb = fp->folded[B];
+	if (ta)
+		A = b->mp->opnd[rec[A].ops];
+	if (tb)
+		B = b->mp->opnd[rec[B].ops];
+	const IrNode *an = m->nodes[ops[0]];
 	int r = n->rank;
 	int64_t M = n->shape[r - 2], N = n->shape[r - 1], K = an->shape[an->rank - 1];
 	int64_t batch = 1;
 	for (int d = 0; d < r - 2; d++)
 		batch *= n->shape[d];
-	int64_t abat = M * K > 0 ? ir_node_numel(an) / (M * K) : 1;
-	int64_t bbat = K * N > 0 ? ir_node_numel(bn) / (K * N) : 1;
+	int64_t abat = M * K > 0 ? rec[ops[0]].numel / (M * K) : 1;
+	int64_t bbat = K * N > 0 ? rec[ops[1]].numel / (K * N) : 1;
 	int64_t sa = abat > 1 ? M * K : 0, sb = bbat > 1 ? K * N : 0, sc = M * N;
 	if (batch > 1 && abat > 1 && bbat <= 1 && !ta) {
 		M *= batch;
@@ -391,9 +420,9 @@ static void fill_gemm(Build *b, int i, DtmAction *act)
  * ints[0], ints[1]: the gather/scatter dim, or all_to_all's split and
  * concat dims), bytes the input's local bytes, a broadcast's root
  * (ints[0], a group index) in peer_offset. */
-static void fill_coll(const IrModule *m, const IrNode *n, DtmAction *act)
+static void fill_coll(const MemPlan *mp, const IrNode *n, int i, DtmAction *act)
 {
-	const IrNode *x = m->nodes[n->ops[0]];
+	const MemPlanNode *x = &mp->node[mp->opnd[mp->node[i].ops]];
 	int i0 = n->attrs.nints > 0 ? (int)n->attrs.ints[0] : 0;
 	int i1 = n->attrs.nints > 1 ? (int)n->attrs.ints[1] : 0;
 	bool dims = n->op != IR_OP_BROADCAST && n->op != IR_OP_ALL_REDUCE;
@@ -414,12 +443,13 @@ static void fill_coll(const IrModule *m, const IrNode *n, DtmAction *act)
 static void gather_fused(Build *b, int x, int r)
 {
 	const FusePlan *fp = b->fp;
-	const IrNode *mx = b->m->nodes[x];
+	const MemPlanNode *mx = &b->mp->node[x];
+	const int *ops = &b->mp->opnd[mx->ops];
 	int f = b->fslot[r];
 	int *args = b->fin[f];
 	int na = b->nfin[f];
 	for (int q = 0; q < mx->nops; q++) {
-		int o = mx->ops[q];
+		int o = ops[q];
 		if (fp->root[o] == r && fp->internal[o])
 			continue;
 		bool seen = false;
@@ -437,28 +467,33 @@ static void gather_fused(Build *b, int x, int r)
 static DtmAction *fill_actions(Build *b, int i, int kernel, DtmAction *out)
 {
 	const IrModule *m = b->m;
-	const IrNode *n = m->nodes[i];
+	const MemPlanNode *n = &b->mp->node[i];
 	bool p2p = n->op == IR_OP_SEND || n->op == IR_OP_RECV;
 	NodeKind k = (NodeKind)b->kind[i];
-	int nact = k == NK_GNORM ? gnorm_chunks(n) : 1;
+	int nact = k == NK_GNORM ? gnorm_chunks(n->nops) : 1;
 	DtmPhase phase = phase_of(b, i);
 	for (int c = 0; c < nact; c++) {
+		/* zeroed by copying a zero action: what a compound literal
+		 * compiles to here (rep stos) costs more than the copy */
+		static const DtmAction no_action;
 		DtmAction *act = out++;
+		*act = no_action;
 		act->phase = phase;
 		act->microbatch = n->mb > 0 ? n->mb : 0;
 		act->node = i;
-		act->label = b->lean ? ir_op_name(n->op) : label_of(b, n);
+		act->label = b->lean ? ir_op_name((IrOp)n->op) : label_of(b, m->nodes[i]);
 		if (!act->label)
 			return NULL;
 		if (p2p) {
 			/* args = { the buffer sent, or received into } */
-			int buf = n->op == IR_OP_SEND ? n->ops[0] : i;
+			const IrNode *nd = m->nodes[i];
+			int buf = n->op == IR_OP_SEND ? b->mp->opnd[n->ops] : i;
 			act->kind = n->op == IR_OP_SEND ? DTM_ACT_SEND : DTM_ACT_RECV;
 			act->nargs = 1;
 			act->args[0] = b->bufid[buf];
-			act->axes = n->attrs.mesh_axes;
-			act->peer_offset = n->attrs.nints > 0 ? (int)n->attrs.ints[0] : 0;
-			act->bytes = value_bytes(m->nodes[buf]);
+			act->axes = nd->attrs.mesh_axes;
+			act->peer_offset = nd->attrs.nints > 0 ? (int)nd->attrs.ints[0] : 0;
+			act->bytes = value_bytes(&b->mp->node[buf]);
 			act->stream = 1;
 			continue;
 		}
@@ -476,13 +511,13 @@ static DtmAction *fill_actions(Build *b, int i, int kernel, DtmAction *out)
 			memcpy(args, b->fin[f], sizeof(int) * (size_t)na);
 			args[na++] = i;
 		} else {
-			na = kernel_args(m, b->fp, k, i, c, args);
+			na = kernel_args(b->fp, b->mp, k, i, c, args);
 		}
 		act->nargs = na;
 		for (int j = 0; j < na; j++)
 			act->args[j] = b->bufid[args[j]];
 		if (k == NK_COLL) {
-			fill_coll(m, n, act);
+			fill_coll(b->mp, m->nodes[i], i, act);
 		} else {
 			act->kind = DTM_ACT_KERNEL;
 			act->kernel = kernel + c;
@@ -501,25 +536,17 @@ static void classify(Build *b)
 	int nn = m->nnodes, ns = mp->nstages;
 	bool later = false; /* an alias of a later node */
 	for (int i = 0; i < nn; i++) {
-		const IrNode *n = m->nodes[i];
-		if (i + 8 < nn) { /* the lines read here, ahead of the walk */
-			const IrNode *q = m->nodes[i + 8];
-			__builtin_prefetch(&q->op);
-			__builtin_prefetch(&q->stage);
-			__builtin_prefetch(&q->name);
-		}
-		if (i + 4 < nn && m->nodes[i + 4]->name)
-			__builtin_prefetch(m->nodes[i + 4]->name);
-		bool gn = b->named_gn[i] = named_grad_norm(n);
+		const MemPlanNode *n = &b->mp->node[i];
+		bool gn = n->fl & MEMPLAN_N_GRAD_NORM;
 		if (i < b->opt_start &&
-		    ((ir_op_flags(n->op) & OPF_INPLACE) || gn || n->op == IR_OP_GRAD_NORM))
+		    ((b->opfl[n->op] & OPF_INPLACE) || gn || n->op == IR_OP_GRAD_NORM))
 			b->opt_start = i;
 		int o = mp->buf[i].owner;
 		b->bufid[i] = o == i ? b->nbuf++ : o >= 0 && o < i ? b->bufid[o] : -1;
 		later |= o > i;
 		bool p2p = n->op == IR_OP_SEND || n->op == IR_OP_RECV;
-		NodeKind k = p2p ? NK_NONE : node_kind_ex(m, b->fp, mp, i, true);
-		int nc = k == NK_GNORM ? gnorm_chunks(n) : 1;
+		NodeKind k = p2p ? NK_NONE : node_kind_ex(m, b->fp, mp, i, b->opfl[n->op], true);
+		int nc = k == NK_GNORM ? gnorm_chunks(n->nops) : 1;
 		b->kind[i] = (uint8_t)k;
 		if (k == NK_FUSED)
 			b->fslot[i] = b->nfused++;
@@ -553,10 +580,10 @@ static bool build_kernels(Build *b)
 		NodeKind kind = (NodeKind)b->kind[i];
 		if (kind != NK_FUSED && kind != NK_KERNEL && kind != NK_GNORM)
 			continue;
-		const IrNode *n = m->nodes[i];
-		int nc = kind == NK_GNORM ? gnorm_chunks(n) : 1;
+		const MemPlanNode *n = &b->mp->node[i];
+		int nc = kind == NK_GNORM ? gnorm_chunks(n->nops) : 1;
 		for (int c = 0; c < nc; c++)
-			names[k++] = kind == NK_FUSED ? "fused" : ir_op_name(n->op);
+			names[k++] = kind == NK_FUSED ? "fused" : ir_op_name((IrOp)n->op);
 	}
 	b->p->nkernels = nk;
 	b->p->kernels = fns;
@@ -630,7 +657,16 @@ static int fill(Build *b)
 	const IrModule *m = b->m;
 	const MemPlan *mp = b->mp;
 	int nn = m->nnodes, ns = mp->nstages;
-	DtmBuffer *bufs = arena_alloc(b->a, sizeof *bufs * (size_t)(b->nbuf ? b->nbuf : 1));
+	size_t nbufs = (size_t)(b->nbuf ? b->nbuf : 1);
+	DtmBuffer *bufs;
+	CgLeanStore *keep = b->keep;
+	if (keep && keep->cap < (int)nbufs) {
+		int cap = (int)nbufs + (int)nbufs / 4;
+		free(keep->bufs);
+		keep->bufs = calloc((size_t)cap, sizeof *keep->bufs);
+		keep->cap = keep->bufs ? cap : 0;
+	}
+	bufs = keep ? keep->bufs : arena_alloc(b->a, sizeof *bufs * nbufs);
 	DtmStage *st = arena_alloc(b->a, sizeof *st * (size_t)ns);
 	DtmAction **cur = arena_alloc(b->a, sizeof *cur * (size_t)ns);
 	int *sl = arena_alloc_raw(b->a, sizeof *sl * 2 * (size_t)ns), *sg = sl ? sl + ns : NULL;
@@ -641,43 +677,66 @@ static int fill(Build *b)
 		return 0;
 	for (int s = 0; s < ns; s++) {
 		int n = b->nacts[s] ? b->nacts[s] : 1;
-		DtmAction *acts = arena_alloc(b->a, sizeof *acts * (size_t)n);
+		DtmAction *acts = arena_alloc_raw(b->a, sizeof *acts * (size_t)n);
 		if (!acts)
 			return 0;
-		if (!b->nacts[s]) {
-			acts->kind = DTM_ACT_WAIT;
-			acts->label = "empty";
-		}
+		if (!b->nacts[s])
+			*acts = (DtmAction){ .kind = DTM_ACT_WAIT, .label = "empty" };
 		st[s].nactions = n;
 		st[s].actions = acts;
 		cur[s] = acts;
 		sl[s] = sg[s] = -1;
 	}
 	int inputs[4], ninputs = 0, gnorm = -1, named = -1;
+	const MemPlanNode *rec = b->mp->node;
 	for (int i = 0; i < nn; i++) {
-		const IrNode *n = m->nodes[i];
+		const MemPlanNode *n = &rec[i];
 		int id = b->bufid[i];
 		if (i + 8 < nn) { /* the lines read here, ahead of the walk */
 			const IrNode *q = m->nodes[i + 8];
-			__builtin_prefetch(&q->op);
-			__builtin_prefetch(&q->ops);
-			__builtin_prefetch(&q->stage);
-			__builtin_prefetch(&q->name);
-			__builtin_prefetch(&q->place);
-			__builtin_prefetch(&q->padded[0]);
-			__builtin_prefetch(&q->padded[IR_MAX_RANK - 1]);
+			if (!b->lean) { /* the buffer's fields, shape, placement */
+				__builtin_prefetch(q);
+				__builtin_prefetch(&q->shape);
+				__builtin_prefetch(&q->place);
+				__builtin_prefetch(&q->padded[0]);
+				__builtin_prefetch(&q->padded[IR_MAX_RANK - 1]);
+			}
+			/* the tables are written ahead of the walk too: the
+			 * stores wait on their lines otherwise */
+			int qid = b->bufid[i + 8];
+			if (b->lean && qid >= 0 && mp->buf[i + 8].owner == i + 8) {
+				__builtin_prefetch(&bufs[qid].name, 1);
+				__builtin_prefetch(&bufs[qid].dtype, 1);
+				__builtin_prefetch(&bufs[qid].arena, 1);
+				__builtin_prefetch(&bufs[qid].stage, 1);
+			}
+			/* a lean plan reads IrNodes only for GEMMs (the shapes),
+			 * collectives and sends (the attributes) */
+			uint8_t op = rec[i + 8].op;
+			if (op == IR_OP_MATMUL) {
+				__builtin_prefetch(&q->shape);
+				__builtin_prefetch(&m->nodes[b->mp->opnd[rec[i + 8].ops]]->shape);
+			} else if (op == IR_OP_SEND || op == IR_OP_RECV ||
+			           (b->opfl[op] & OPF_COLL)) {
+				__builtin_prefetch(&q->attrs.ints[0]);
+				__builtin_prefetch(&q->attrs.mesh_axes);
+			}
 		}
 		int r = b->fp->root[i];
 		if (r >= i && r < nn && b->kind[r] == NK_FUSED &&
 		    (!b->fp->first || i >= b->fp->first[r]))
 			gather_fused(b, i, r);
-		if (mp->buf[i].owner == i && !fill_buffer(b, i, &bufs[id]))
-			return 0;
+		if (mp->buf[i].owner == i) {
+			if (b->lean)
+				fill_buffer_lean(b, i, &bufs[id]);
+			else if (!fill_buffer(b, i, &bufs[id]))
+				return 0;
+		}
 		bool gn = false;
 		if (id >= 0) {
 			if (n->op == IR_OP_INPUT && ninputs < 4 && (ns == 1 || n->stage == 0))
 				inputs[ninputs++] = i;
-			gn = b->named_gn[i];
+			gn = n->fl & MEMPLAN_N_GRAD_NORM;
 			if (named < 0 && gn)
 				named = i;
 			if (gnorm < 0 && (gn || n->op == IR_OP_GRAD_NORM))
@@ -692,13 +751,13 @@ static int fill(Build *b)
 		if (k == NK_FUSED || k == NK_KERNEL || k == NK_GNORM) {
 			/* a generic wrapper passes every operand: they must fit */
 			if (k == NK_KERNEL && n->nops + 1 > DTM_MAX_ARGS) {
-				diag_error(b->d, n->loc,
+				diag_error(b->d, m->nodes[i]->loc,
 				           "%s with %d operands: the CPU back end takes at most %d",
-				           ir_op_name(n->op), n->nops, DTM_MAX_ARGS - 1);
+				           ir_op_name((IrOp)n->op), n->nops, DTM_MAX_ARGS - 1);
 				return -1;
 			}
-			const char *name = k == NK_FUSED ? "fused" : ir_op_name(n->op);
-			int nc = k == NK_GNORM ? gnorm_chunks(n) : 1;
+			const char *name = k == NK_FUSED ? "fused" : ir_op_name((IrOp)n->op);
+			int nc = k == NK_GNORM ? gnorm_chunks(n->nops) : 1;
 			for (int c = 0; c < nc; c++, b->nkernels++)
 				if (b->nkernels < b->knames_cap)
 					b->knames[b->nkernels] = name;
@@ -715,6 +774,11 @@ static int fill(Build *b)
 				sg[s] = i;
 		}
 		if (k != NK_NONE || n->op == IR_OP_SEND || n->op == IR_OP_RECV) {
+			if (cur[s] + 16 < st[s].actions + st[s].nactions) {
+				const char *w = (const char *)(cur[s] + 16);
+				for (size_t off = 0; off < sizeof *cur[s]; off += 64)
+					__builtin_prefetch(w + off, 1);
+			}
 			cur[s] = fill_actions(b, i, kernel, cur[s]);
 			if (!cur[s])
 				return 0;
@@ -738,20 +802,21 @@ static int fill(Build *b)
 }
 
 static DtmPlan *plan_build(const IrModule *m, const FusePlan *fp, const MemPlan *mp, Arena *a,
-                           Diag *d, bool lean)
+                           Diag *d, bool lean, CgLeanStore *keep)
 {
 	Build b = { .m = m, .fp = fp, .mp = mp, .a = a, .d = d, .opt_start = m->nnodes,
-	            .lean = lean };
+	            .lean = lean, .keep = keep };
+	for (int op = 0; op < 256; op++)
+		b.opfl[op] = ir_op_flags((IrOp)op); /* 0 past the ops */
 	size_t nn = (size_t)m->nnodes + 1;
 	b.p = arena_alloc(a, sizeof *b.p);
 	b.bufid = arena_alloc_raw(a, sizeof(int) * nn);
 	b.fslot = arena_alloc_raw(a, sizeof(int) * nn);
 	b.kind = arena_alloc_raw(a, nn);
-	b.named_gn = arena_alloc_raw(a, sizeof(bool) * nn);
 	b.nacts = arena_alloc(a, sizeof(int) * ((size_t)mp->nstages + 1));
 	b.knames = arena_alloc_raw(a, sizeof *b.knames * nn);
 	b.knames_cap = (int)nn;
-	if (!b.p || !b.bufid || !b.fslot || !b.kind || !b.named_gn || !b.nacts || !b.knames || m->nnodes < 1)
+	if (!b.p || !b.bufid || !b.fslot || !b.kind || !b.nacts || !b.knames || m->nnodes < 1)
 		goto oom;
 	if (m->mesh.naxes > DTM_MAX_AXES) {
 		diag_error(d, (SrcLoc){0}, "a mesh of %d axes: plans hold at most %d",
@@ -789,13 +854,19 @@ oom:
 
 DtmPlan *cg_plan_build(const IrModule *m, const FusePlan *fp, const MemPlan *mp, Arena *a, Diag *d)
 {
-	return plan_build(m, fp, mp, a, d, false);
+	return plan_build(m, fp, mp, a, d, false, NULL);
 }
 
-DtmPlan *cg_plan_build_lean(const IrModule *m, const FusePlan *fp, const MemPlan *mp, Arena *a,
-                            Diag *d)
+DtmPlan *cg_plan_build_lean(const IrModule *m, const FusePlan *fp, const MemPlan *mp,
+                            CgLeanStore *keep, Arena *a, Diag *d)
 {
-	return plan_build(m, fp, mp, a, d, true);
+	return plan_build(m, fp, mp, a, d, true, keep);
+}
+
+void cg_plan_lean_store_free(CgLeanStore *s)
+{
+	free(s->bufs);
+	*s = (CgLeanStore){0};
 }
 
 DtmPlan *cg_compile(const char *path, const CgCompileOptions *o, Arena *a, Diag *d, IrModule **mout)

@@ -19,12 +19,25 @@
  * loss, train config; kernels[] entries NULL, kernel_names set.  All memory
  * from the arena.  Returns NULL after reporting to d. */
 DtmPlan *cg_plan_build(const IrModule *m, const FusePlan *fp, const MemPlan *mp, Arena *a, Diag *d);
-/* The same plan without the text only reports and checkpoints read:
- * buffers' placement NULL, actions' label the op name, buffers' name
- * borrowed from m (valid while m is).  For costing many candidates
- * (`dtmc sweep`), where formatting them was a tenth of the plan's time. */
-DtmPlan *cg_plan_build_lean(const IrModule *m, const FusePlan *fp, const MemPlan *mp, Arena *a,
-                            Diag *d);
+/* Buffer tables kept from one lean plan to the next (`dtmc sweep` builds
+ * one per candidate): zeroed when allocated, after which lean builds write
+ * only the fields a lean buffer has, so the lines of the rest are never
+ * touched again.  Zero-initialise; cg_plan_lean_store_free frees it. */
+typedef struct CgLeanStore {
+	DtmBuffer *bufs;
+	int cap;
+} CgLeanStore;
+void cg_plan_lean_store_free(CgLeanStore *s);
+
+/* The plan for costing many candidates (`dtmc sweep`): what cost_plan_step
+ * reads, without the text only reports and checkpoints read (formatting it
+ * was a tenth of the plan's time) or the shapes, split layouts and init
+ * that would read most of each IrNode.  Buffers have name (borrowed from
+ * m, valid while m is), role, dtype, arena, offset, bytes and stage, the
+ * rest zero; actions' label is the op name.  With `keep` the buffer table
+ * is keep's (valid until the next build with it), else from `a`. */
+DtmPlan *cg_plan_build_lean(const IrModule *m, const FusePlan *fp, const MemPlan *mp,
+                            CgLeanStore *keep, Arena *a, Diag *d);
 
 /* lower + every pass + fuse + memplan + cg_plan_build for a model file with
  * dtmc's options (mesh, -D defines, --train overrides); *mout gets the final

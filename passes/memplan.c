@@ -232,12 +232,6 @@ static int arena_of_role(IrRole r)
 	}
 }
 
-static bool lives_to_end(const IrModule *m, const IrNode *n)
-{
-	return n->id == m->loss || n->role == IR_ROLE_LOSS ||
-	       (n->name && n->name[0] == 'g' && strcmp(n->name, "grad_norm") == 0);
-}
-
 /* The program (pp coordinate) a node is planned in. */
 static int seg_of(const MemPlan *mp, const IrNode *n)
 {
@@ -257,7 +251,6 @@ enum {
 };
 
 typedef struct Node {
-	int64_t numel, bytes; /* set where NF_NOSTORE and NF_ALIAS are not */
 	int op0;      /* operand 0, or -1 */
 	int last;     /* the last position reading it (n: lives to the end) */
 	uint8_t fl;   /* NF_* */
@@ -265,13 +258,16 @@ typedef struct Node {
 	uint8_t stage; /* IrNode.stage, 255 where outside 0 .. 254 */
 } Node;
 
+_Static_assert(IR_OP_COUNT <= 256 && IR_DTYPE_COUNT <= 256 && IR_ROLE_COUNT <= 256,
+               "a MemPlanNode holds an op, a dtype and a role in a byte each");
+
 /* The bytes of a value with storage of its own; dsize[] holds
  * ir_dtype_size per dtype. */
-static int64_t storage_bytes(const IrNode *nd, int64_t numel, const int *dsize)
+static int64_t storage_bytes(const MemPlanNode *nd, const int *dsize)
 {
 	if (nd->op == IR_OP_GRAD_NORM && nd->nops > DTM_MAX_ARGS - 1)
 		return MEMPLAN_GNORM_BYTES;
-	return numel * ((unsigned)nd->dtype < IR_DTYPE_COUNT ? dsize[nd->dtype] : 0);
+	return nd->numel * (nd->dtype < IR_DTYPE_COUNT ? dsize[nd->dtype] : 0);
 }
 
 bool pass_memplan(const IrModule *m, const FusePlan *fp, Arena *a, Diag *d, MemPlan *mp)
@@ -285,11 +281,15 @@ bool pass_memplan(const IrModule *m, const FusePlan *fp, Arena *a, Diag *d, MemP
 	int *act = arena_alloc_raw(a, sizeof(int) * (size_t)(n + 1)); /* ACT owners */
 	uint8_t *actseg = arena_alloc_raw(a, sizeof(uint8_t) * (size_t)(n + 1)); /* their stages */
 	int *alias = arena_alloc_raw(a, sizeof(int) * (size_t)(n + 1));
-	if (!mp->buf || !nodes || !act || !actseg || !alias) {
+	MemPlanNode *rec = mp->node = arena_alloc_raw(a, sizeof *rec * (size_t)(n + 1));
+	size_t opcap = 2 * (size_t)n + 64, used = 0;
+	int *opnd = mp->opnd = arena_alloc_raw(a, sizeof(int) * opcap);
+	if (!mp->buf || !nodes || !act || !actseg || !alias || !rec || !opnd) {
 		diag_error(d, (SrcLoc){0}, "out of memory planning memory");
 		return false;
 	}
 	memset(&mp->buf[n], 0, sizeof mp->buf[n]);
+	memset(&rec[n], 0, sizeof rec[n]);
 	/* the op flags (as NF_ bits) and dtype sizes read per node, looked
 	 * up once rather than called for per node */
 	unsigned char opfl[IR_OP_COUNT];
@@ -299,8 +299,9 @@ bool pass_memplan(const IrModule *m, const FusePlan *fp, Arena *a, Diag *d, MemP
 	int dsize[IR_DTYPE_COUNT];
 	for (int t = 0; t < IR_DTYPE_COUNT; t++)
 		dsize[t] = ir_dtype_size((IrDtype)t);
-	/* 1. The one walk over the nodes.  A value's last read is its
-	 * readers' latest position (a fused member reads at its group's
+	/* 1. The one walk over the nodes, which records them on the way
+	 * (MemPlan.node, for the code generator).  A value's last read is
+	 * its readers' latest position (a fused member reads at its group's
 	 * kernel, a folded transpose's readers read its source); which
 	 * storage a read lands in is settled once owners are, below, since a
 	 * reshape shares its operand's storage unless some later collective
@@ -308,31 +309,63 @@ bool pass_memplan(const IrModule *m, const FusePlan *fp, Arena *a, Diag *d, MemP
 	 * buffer table: comm_run_action gathers along a dim of it). */
 	int nstages = 1;
 	for (int i = 0; i < n; i++) {
-		const IrNode *nd = m->nodes[i];
-		Node *x = &nodes[i];
+		const IrNode *u = m->nodes[i];
 		/* the walk is bound by memory latency: ask ahead for the
-		 * lines read here (the operand list and the name once their
-		 * node is in) */
+		 * lines read here (the fields and the shape, then the operand
+		 * list and the name once their node is in) */
 		if (i + 16 < n) {
 			const IrNode *ahead = m->nodes[i + 16];
 			__builtin_prefetch(ahead);
 			__builtin_prefetch(&ahead->ops);
-			__builtin_prefetch(&ahead->role);
+			__builtin_prefetch(&ahead->shape[0]);
 		}
 		if (i + 8 < n) {
 			__builtin_prefetch(m->nodes[i + 8]->ops);
 			__builtin_prefetch(m->nodes[i + 8]->name); /* may be NULL */
 		}
-		unsigned flags = (unsigned)nd->op < IR_OP_COUNT ? opfl[nd->op] : 0;
+		int nops = u->nops > 0 ? u->nops : 0;
+		if (used + (size_t)nops > opcap) {
+			opcap = 2 * (used + (size_t)nops);
+			int *grown = arena_alloc_raw(a, sizeof(int) * opcap);
+			if (!grown) {
+				diag_error(d, (SrcLoc){0}, "out of memory planning memory");
+				return false;
+			}
+			memcpy(grown, opnd, sizeof(int) * used);
+			opnd = mp->opnd = grown;
+		}
+		MemPlanNode *nd = &rec[i];
+		*nd = (MemPlanNode){
+			.name = u->name,
+			.numel = ir_node_numel(u),
+			.ops = (int)used,
+			.nops = nops,
+			.stage = u->stage,
+			.mb = u->mb,
+			.op = (uint8_t)u->op,
+			.dtype = (uint8_t)u->dtype,
+			.role = (uint8_t)u->role,
+			.phase = (int8_t)u->phase,
+			/* the first byte first: asked of every node, rarely true */
+			.fl = u->name && u->name[0] == 'g' && strcmp(u->name, "grad_norm") == 0
+			              ? MEMPLAN_N_GRAD_NORM
+			              : 0,
+		};
+		int *ops = &opnd[used];
+		for (int k = 0; k < nops; k++) /* mostly 1 or 2: no memcpy call */
+			ops[k] = u->ops[k];
+		used += (size_t)nops;
+		Node *x = &nodes[i];
+		unsigned flags = nd->op < IR_OP_COUNT ? opfl[nd->op] : 0;
 		if (nd->phase >= 0 && nd->stage + 1 > nstages)
 			nstages = nd->stage + 1;
 		x->stage = nd->stage >= 0 && nd->stage < 255 ? (uint8_t)nd->stage : 255;
-		x->op0 = nd->nops > 0 ? nd->ops[0] : -1;
+		x->op0 = nd->nops > 0 ? ops[0] : -1;
 		x->fl = 0;
 		x->arena = 0;
 		if (flags & NF_COLL_READ)
 			for (int k = 0; k < nd->nops; k++)
-				nodes[nd->ops[k]].fl |= NF_COLL_READ;
+				nodes[ops[k]].fl |= NF_COLL_READ;
 		int pos = fp && fp->root[i] >= 0 ? fp->root[i] : i;
 		x->last = pos;
 		if (fp && fp->folded[i]) {
@@ -340,34 +373,29 @@ bool pass_memplan(const IrModule *m, const FusePlan *fp, Arena *a, Diag *d, MemP
 			continue;
 		}
 		for (int k = 0; k < nd->nops; k++) {
-			int o = nd->ops[k];
+			int o = ops[k];
 			if (nodes[o].fl & NF_FOLDED)
 				o = nodes[o].op0;
 			if (nodes[o].last < pos)
 				nodes[o].last = pos;
 		}
-		bool to_end = lives_to_end(m, nd);
+		bool to_end = i == m->loss || nd->role == IR_ROLE_LOSS || (nd->fl & MEMPLAN_N_GRAD_NORM);
 		if (to_end)
 			x->last = n;
 		if (fp && fp->internal[i]) {
 			x->fl |= NF_NOSTORE;
 			continue;
 		}
-		x->arena = (uint8_t)arena_of_role(nd->role);
+		x->arena = (uint8_t)arena_of_role((IrRole)nd->role);
 		/* an in-place result or a send has storage of its own only
 		 * when its operand has none: its bytes wait for that (step 2) */
 		if ((flags & NF_INPLACE) || nd->op == IR_OP_SEND) {
 			x->fl |= NF_ALIAS | (flags & NF_INPLACE);
 			continue;
 		}
-		x->numel = ir_node_numel(nd);
-		x->bytes = storage_bytes(nd, x->numel, dsize);
 		if (nd->op == IR_OP_RESHAPE && nd->role == IR_ROLE_ACT && !to_end) {
-			const IrNode *src = m->nodes[x->op0];
-			int64_t numel = nodes[x->op0].fl & (NF_NOSTORE | NF_ALIAS)
-			                        ? ir_node_numel(src)
-			                        : nodes[x->op0].numel;
-			if (x->numel == numel && nd->dtype == src->dtype)
+			const MemPlanNode *src = &rec[x->op0];
+			if (nd->numel == src->numel && nd->dtype == src->dtype)
 				x->fl |= NF_RESHAPE;
 		}
 	}
@@ -417,9 +445,7 @@ bool pass_memplan(const IrModule *m, const FusePlan *fp, Arena *a, Diag *d, MemP
 		}
 		b->owner = i;
 		b->arena = x->arena;
-		b->bytes = x->fl & NF_ALIAS
-		                   ? storage_bytes(m->nodes[i], ir_node_numel(m->nodes[i]), dsize)
-		                   : x->bytes;
+		b->bytes = storage_bytes(&rec[i], dsize);
 		if (b->live_to < x->last)
 			b->live_to = x->last;
 		int s = nstages > 1 && x->stage < nstages ? x->stage : 0;

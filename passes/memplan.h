@@ -31,6 +31,24 @@ typedef struct MemPlanBuf {
 
 #define MEMPLAN_MAX_STAGES 64
 
+/* What the code generator reads of a node, gathered in pass_memplan's one
+ * walk over the module: compact records (and every node's operands, one
+ * list after another in MemPlan.opnd) stay in cache where the ~500-byte
+ * IrNodes do not, so codegen/plan_build.c reads these instead. */
+typedef struct MemPlanNode {
+	const char *name;  /* IrNode.name */
+	int64_t numel;     /* ir_node_numel */
+	int ops, nops;     /* operands: opnd[ops .. ops + nops) */
+	int stage, mb;     /* IrNode.stage, IrNode.mb */
+	uint8_t op, dtype, role; /* IrOp, IrDtype, IrRole */
+	int8_t phase;      /* IrNode.phase */
+	uint8_t fl;        /* MEMPLAN_N_* */
+} MemPlanNode;
+
+enum {
+	MEMPLAN_N_GRAD_NORM = 1 << 0, /* named "grad_norm" */
+};
+
 typedef struct MemPlan {
 	int n;
 	MemPlanBuf *buf;      /* per node */
@@ -42,6 +60,9 @@ typedef struct MemPlan {
 	int nstages;
 	int64_t stage_arena_bytes[MEMPLAN_MAX_STAGES][DTM_ARENA_COUNT];
 	int64_t act_unshared; /* ACT bytes without reuse, for reports */
+	/* Per node: its record; the operands of every node. */
+	MemPlanNode *node;
+	int *opnd;
 } MemPlan;
 
 /* Plans every node of m.  Returns false (reported to d) when out of

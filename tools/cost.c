@@ -360,6 +360,33 @@ static void kernel_work(const DtmPlan *p, const DtmAction *a, double *flops, dou
 	*dtype = id >= 0 ? p->buffers[id].dtype : p->train.precision;
 }
 
+/* What kernel_work reads of a buffer.  cost_plan_step copies it out of
+ * the buffer table in one pass: the table's entries are a few hundred
+ * bytes, so reading them per argument misses the cache. */
+typedef struct BufInfo {
+	double bytes;
+	DtmDtype dtype;
+} BufInfo;
+
+/* kernel_work from the copy: the same sums in the same order. */
+static void kernel_work_info(const BufInfo *bi, DtmDtype precision, const DtmAction *a,
+                             double *flops, double *bytes, DtmDtype *dtype)
+{
+	*flops = (double)a->flops;
+	*bytes = (double)a->mem_bytes;
+	if (a->kind == DTM_ACT_GEMM && *flops <= 0)
+		*flops = 2.0 * (double)a->m * (double)a->n * (double)a->k *
+		         (double)(a->batch > 0 ? a->batch : 1);
+	if (*bytes <= 0) {
+		for (int j = 0; j < a->nargs; j++)
+			*bytes += bi[a->args[j]].bytes;
+		if (a->kind == DTM_ACT_GEMM && a->beta != 0 && a->nargs > 0)
+			*bytes += bi[a->args[a->nargs - 1]].bytes;
+	}
+	int id = a->nargs < 1 ? -1 : a->kind == DTM_ACT_GEMM ? a->args[0] : a->args[a->nargs - 1];
+	*dtype = id >= 0 ? bi[id].dtype : precision;
+}
+
 static void tally(CostTally *t, double bytes, double seconds)
 {
 	t->count++;
@@ -408,7 +435,7 @@ double cost_action_seconds(const DtmPlan *p, const HwProfile *hw, int64_t node_s
 }
 
 static int cost_stage(const DtmPlan *p, const HwProfile *hw, int64_t node_size, int s,
-                      double *ready, CostReport *out)
+                      const BufInfo *bi, double *ready, CostReport *out)
 {
 	const DtmStage *st = &p->stages[s];
 	CostStage *cs = &out->stages[s];
@@ -433,7 +460,7 @@ static int cost_stage(const DtmPlan *p, const HwProfile *hw, int64_t node_size, 
 		if (a->kind == DTM_ACT_KERNEL || a->kind == DTM_ACT_GEMM) {
 			double flops, bytes;
 			DtmDtype dt;
-			kernel_work(p, a, &flops, &bytes, &dt);
+			kernel_work_info(bi, p->train.precision, a, &flops, &bytes, &dt);
 			/* cost_action_seconds' roofline, without its second kernel_work */
 			double dur = cost_roofline(flops, bytes, hw_peak_flops(hw, dt), hw->mem_bw);
 			double start = tc;
@@ -505,19 +532,30 @@ int cost_plan_step(const DtmPlan *plan, const HwProfile *hw, int nodes, CostRepo
 	                           : (hw->devices_per_node > 0 ? hw->devices_per_node : 1);
 	out->nstages = plan->nstages;
 	out->stages = calloc((size_t)plan->nstages, sizeof *out->stages);
-	double *ready = calloc((size_t)(plan->nbuffers > 0 ? plan->nbuffers : 1), sizeof *ready);
-	if (!out->stages || !ready) {
+	size_t nb = (size_t)(plan->nbuffers > 0 ? plan->nbuffers : 1);
+	double *ready = malloc(nb * sizeof *ready);
+	BufInfo *bi = malloc(nb * sizeof *bi);
+	if (!out->stages || !ready || !bi) {
 		free(ready);
+		free(bi);
 		return bad_plan(out, "out of memory");
+	}
+	for (int b = 0; b < plan->nbuffers; b++) {
+		if (b + 8 < plan->nbuffers) {
+			__builtin_prefetch(&plan->buffers[b + 8].dtype);
+			__builtin_prefetch(&plan->buffers[b + 8].bytes);
+		}
+		bi[b] = (BufInfo){ (double)plan->buffers[b].bytes, plan->buffers[b].dtype };
 	}
 	int rc = 0;
 	double slowest = 0, flops = 0;
 	for (int s = 0; s < plan->nstages && rc == 0; s++) {
-		rc = cost_stage(plan, hw, out->node_size, s, ready, out);
+		rc = cost_stage(plan, hw, out->node_size, s, bi, ready, out);
 		slowest = dmax(slowest, out->stages[s].time_s);
 		flops += out->stages[s].flops;
 	}
 	free(ready);
+	free(bi);
 	if (rc)
 		return rc;
 	for (int a = 0; a < DTM_ARENA_COUNT; a++)

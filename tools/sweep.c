@@ -679,6 +679,7 @@ typedef struct Worker {
 	pthread_t tid;
 	double prof[PROF_N];
 	double end; /* when it finished, for the run's wall time */
+	CgLeanStore lean; /* finish_member's plans' buffer tables */
 } Worker;
 
 static double now_s(void)
@@ -838,7 +839,7 @@ static void finish_member(Worker *w, IrModule *m, Arena *a, Diag *d, SweepCand *
 	ok = ok && pass_memplan(m, &fp, a, d, &mp);
 	double t2 = cpu_s();
 	if (ok)
-		p = cg_plan_build_lean(m, &fp, &mp, a, d); /* costed, never printed */
+		p = cg_plan_build_lean(m, &fp, &mp, &w->lean, a, d); /* costed, never printed */
 	double t3 = cpu_s();
 	w->prof[PROF_FUSE] += t1 - t0;
 	w->prof[PROF_MEMPLAN] += t2 - t1;
@@ -976,6 +977,7 @@ static void *worker_main(void *arg)
 		eval_group(w, sh->gstart[g], sh->gstart[g + 1]);
 	}
 	w->end = now_s();
+	cg_plan_lean_store_free(&w->lean);
 	return NULL;
 }
 
