@@ -49,6 +49,11 @@
  * The finished programs are simulated against each other (sends buffered,
  * receives and pp collectives blocking) so a schedule that would deadlock
  * or mismatch is a compile-time error, never a hang.
+ *
+ * The output takes the input's nodes over where it can (materialise) and
+ * rewrites their heads (the fields before IrNode.shape) and operand lists:
+ * the input module is consumed (`dtmc sweep` copies it first for all but
+ * its last schedule).
  */
 #include "pipeline.h"
 #include "schedule.h"
@@ -182,6 +187,9 @@ bool pass_stages(IrModule *m, Diag *d, const PassOptions *opt)
 
 enum { RANK_ALL = -1 };
 
+/* Pl.home: a value's rank; or every rank's (RANK_ALL), or leafy. */
+enum { HOME_ALL = RANK_ALL, HOME_LEAFY = -2 };
+
 typedef enum EntKind { E_NODE, E_SEND, E_RECV, E_LOSS, E_SYNC } EntKind;
 
 /* One step of a rank's program before it becomes nodes. */
@@ -203,7 +211,7 @@ typedef struct EntList {
 enum {
 	NF_PPCOLL = 1 << 0,   /* a pp collective: every rank runs it at the same point */
 	NF_GNORM = 1 << 1,    /* grad_norm on every rank: see reads() */
-	NF_ITEM = 1 << 2,     /* in_item() */
+	NF_ITEM = 1 << 2,     /* of a schedule item (else free): see the walk */
 	NF_COMPUTED = 1 << 3, /* has an operand that is not leafy */
 };
 
@@ -213,7 +221,7 @@ typedef struct Pl {
 	int P, V, M, ax, nn;
 	int *rank;       /* [nn]: rank of the node, or RANK_ALL */
 	int *phase;      /* [nn] */
-	bool *leafy;     /* [nn] */
+	int8_t *home;    /* [nn]: the node's rank, or HOME_ALL, or HOME_LEAFY */
 	uint64_t *dest;  /* [nn]: ranks that receive the value */
 	uint64_t *users; /* [nn]: ranks using a leafy value */
 	int *upd;        /* [nn]: per param, its last in-place update, or -1 */
@@ -230,9 +238,13 @@ typedef struct Pl {
 	int *onstart, *onv;
 	int *inputs, ninputs; /* the inputs, in node order */
 	int *syncp, nsyncp;   /* the params whose update is sent somewhere */
-	/* per rank being built */
-	bool *placed;
-	bool *recvd;
+	/* per rank being built: placed[i] == stamp (r + 1) when i is placed
+	 * there, recvd[u] == stamp when it receives u; no clearing between
+	 * ranks */
+	uint8_t *placed, *recvd, stamp;
+	int *htouch, nhtouch; /* the u with head[u] set, to reset */
+	int *lastr;      /* [nn]: the last rank that placed the node (ranks
+	                  * are built in order); unset for nodes none places */
 	/* The free nodes that may run ahead of the end of the step (see
 	 * build_rank) wait for their local operands: cnt[i] of those are not
 	 * placed yet; the users waiting on u are euser[e] for e = head[u],
@@ -241,6 +253,9 @@ typedef struct Pl {
 	int *cnt, *head, *enext, *euser, nedge;
 	int *heap, nheap;
 	EntList *list;   /* [P] */
+	/* per (a, b), at a * P + b: ns the sends rank a's list has for b,
+	 * nq the values b's list receives from a (E_RECV, E_SYNC) */
+	int *ns, *nq;
 	int cur_work, cur_mb, cur_chunk; /* the item being placed, or cur_mb -1 */
 	bool *wgrad;     /* [nn]: ZB-H1: backward work only param gradients need */
 	bool failed;
@@ -254,31 +269,37 @@ static bool oom(Pl *p)
 	return false;
 }
 
-static bool push(Pl *p, EntList *l, EntKind k, int node, int peer)
+static __attribute__((noinline)) bool grow(Pl *p, EntList *l)
 {
-	if (l->n == l->cap) {
-		int cap = l->cap ? 2 * l->cap : 256;
-		Ent *e = realloc(l->e, sizeof(Ent) * (size_t)cap);
-		if (!e)
-			return oom(p);
-		l->e = e;
-		l->cap = cap;
-	}
+	int cap = l->cap ? 2 * l->cap : 256;
+	Ent *e = realloc(l->e, sizeof(Ent) * (size_t)cap);
+	if (!e)
+		return oom(p);
+	l->e = e;
+	l->cap = cap;
+	return true;
+}
+
+static inline bool push(Pl *p, EntList *l, EntKind k, int node, int peer)
+{
+	if (l->n == l->cap && !grow(p, l))
+		return false;
 	l->e[l->n++] = (Ent){ k, node, peer };
 	return true;
+}
+
+/* Is value u on another rank than r (so r receives it)? */
+static bool remote(const Pl *p, int u, int r)
+{
+	int h = p->home[u];
+	return h >= 0 && h != r;
 }
 
 /* Operand u of node i read on rank r: false when the pipeline drops it
  * (grad_norm keeps the gradients its rank owns). */
 static bool reads(const Pl *p, int i, int u, int r)
 {
-	return !(p->nf[i] & NF_GNORM) || p->leafy[u] || p->rank[u] == RANK_ALL ||
-	       p->rank[u] == r;
-}
-
-static bool remote(const Pl *p, int u, int r)
-{
-	return !p->leafy[u] && p->rank[u] != RANK_ALL && p->rank[u] != r;
+	return !(p->nf[i] & NF_GNORM) || !remote(p, u, r);
 }
 
 /* A node's micro-batch from its IrNode.mb; with one micro-batch (nothing
@@ -286,14 +307,6 @@ static bool remote(const Pl *p, int u, int r)
 static int node_mb(const Pl *p, int mb)
 {
 	return mb >= 0 ? mb : p->M == 1 ? 0 : -1;
-}
-
-/* Does node i belong to a schedule item (else it is free)?  Known once
- * rank, phase and leafy are. */
-static bool in_item(const Pl *p, int i)
-{
-	return !p->leafy[i] && p->rank[i] != RANK_ALL && p->mb[i] >= 0 &&
-	       (p->phase[i] == IR_PHASE_FORWARD || p->phase[i] == IR_PHASE_BACKWARD);
 }
 
 /* The schedule work a node of an item belongs to. */
@@ -334,7 +347,7 @@ static int heap_pop(Pl *p)
 
 static bool place(Pl *p, int r, int i)
 {
-	if (p->placed[i] || p->failed)
+	if (p->placed[i] == p->stamp || p->failed)
 		return !p->failed;
 	if (p->nf[i] & NF_ITEM) {
 		int work = work_of(p, i);
@@ -347,35 +360,40 @@ static bool place(Pl *p, int r, int i)
 			return false;
 		}
 	}
-	p->placed[i] = true; /* a cycle cannot happen: operands have smaller ids */
+	p->placed[i] = p->stamp; /* a cycle cannot happen: operands have smaller ids */
 	for (int e = p->head[i]; e >= 0; e = p->enext[e])
 		if (--p->cnt[p->euser[e]] == 0)
 			heap_push(p, p->euser[e]);
 	EntList *l = &p->list[r];
+	bool gnorm = p->nf[i] & NF_GNORM;
 	for (int k = p->opstart[i]; k < p->opstart[i + 1]; k++) {
-		int u = p->opv[k];
-		if (!reads(p, i, u, r))
-			continue;
-		if (remote(p, u, r)) {
-			if (!p->recvd[u]) {
-				p->recvd[u] = true;
-				if (!push(p, l, E_RECV, u, p->rank[u]))
-					return false;
-			}
-		} else if (!place(p, r, u)) {
+		int u = p->opv[k], h = p->home[u];
+		if (h >= 0 && h != r) { /* remote(u, r) */
+			if (gnorm || p->recvd[u] == p->stamp)
+				continue;
+			p->recvd[u] = p->stamp;
+			if (!push(p, l, E_RECV, u, h))
+				return false;
+			p->nq[h * p->P + r]++;
+		} else if (p->placed[u] != p->stamp && !place(p, r, u)) {
 			return false;
 		}
 	}
 	if (!push(p, l, E_NODE, i, -1))
 		return false;
+	p->lastr[i] = r;
 	/* the sends, to the ranks in order */
-	for (uint64_t to = p->dest[i]; to; to &= to - 1)
+	for (uint64_t to = p->dest[i]; to; to &= to - 1) {
 		if (!push(p, l, E_SEND, i, __builtin_ctzll(to)))
 			return false;
+		p->ns[r * p->P + __builtin_ctzll(to)]++;
+	}
 	if (p->syncof[i] >= 0)
-		for (uint64_t to = p->sync[p->syncof[i]]; to; to &= to - 1)
+		for (uint64_t to = p->sync[p->syncof[i]]; to; to &= to - 1) {
 			if (!push(p, l, E_SEND, i, __builtin_ctzll(to)))
 				return false;
+			p->ns[r * p->P + __builtin_ctzll(to)]++;
+		}
 	return true;
 }
 
@@ -414,7 +432,7 @@ static bool eager_free(const Pl *p, int i, int r, int *wait)
 			continue;
 		if (remote(p, u, r))
 			return false;
-		c += !p->leafy[u];
+		c += p->home[u] != HOME_LEAFY;
 	}
 	*wait = c;
 	return true;
@@ -423,9 +441,7 @@ static bool eager_free(const Pl *p, int i, int r, int *wait)
 static bool build_rank(Pl *p, int r, const SchedItem *items, int nitems, const int *loss_rank,
                        const Items *it)
 {
-	memset(p->placed, 0, sizeof(bool) * (size_t)p->nn);
-	memset(p->recvd, 0, sizeof(bool) * (size_t)p->nn);
-	int nn = p->nn;
+	p->stamp = (uint8_t)(r + 1);
 	/* room for about what the rank runs (its nodes and the leaves and
 	 * messages around them), so the list is seldom grown */
 	EntList *l = &p->list[r];
@@ -446,8 +462,10 @@ static bool build_rank(Pl *p, int r, const SchedItem *items, int nitems, const i
 	 * in order places what one walk of the free nodes in order would. */
 	p->nheap = 0;
 	p->nedge = 0;
-	for (int i = 0; i < nn; i++)
-		p->head[i] = -1;
+	/* head[] is all -1 here: set so once, and reset below */
+	for (int j = 0; j < p->nhtouch; j++)
+		p->head[p->htouch[j]] = -1;
+	p->nhtouch = 0;
 	const int *on = p->onv + p->onstart[r];
 	int non = p->onstart[r + 1] - p->onstart[r];
 	for (int j = 0; j < non; j++) {
@@ -461,8 +479,10 @@ static bool build_rank(Pl *p, int r, const SchedItem *items, int nitems, const i
 		}
 		for (int k = p->opstart[i]; k < p->opstart[i + 1]; k++) {
 			int u = p->opv[k];
-			if (!reads(p, i, u, r) || p->leafy[u])
+			if (!reads(p, i, u, r) || p->home[u] == HOME_LEAFY)
 				continue;
+			if (p->head[u] < 0)
+				p->htouch[p->nhtouch++] = u;
 			p->euser[p->nedge] = i;
 			p->enext[p->nedge] = p->head[u];
 			p->head[u] = p->nedge++;
@@ -485,7 +505,7 @@ static bool build_rank(Pl *p, int r, const SchedItem *items, int nitems, const i
 		/* free nodes whose operands are all here */
 		while (p->nheap > 0 && !p->failed) {
 			int i = heap_pop(p);
-			if (!p->placed[i])
+			if (p->placed[i] != p->stamp)
 				place(p, r, i);
 		}
 	}
@@ -497,7 +517,7 @@ static bool build_rank(Pl *p, int r, const SchedItem *items, int nitems, const i
 		return false;
 	for (int j = 0; j < non && !p->failed; j++) {
 		int i = on[j];
-		if (!p->placed[i]) {
+		if (p->placed[i] != p->stamp) {
 			if (p->nf[i] & NF_ITEM) {
 				const IrNode *n = p->m->nodes[i];
 				diag_error(p->d, n->loc, "internal: pipeline: %s %%%d (micro-batch %d, "
@@ -511,9 +531,11 @@ static bool build_rank(Pl *p, int r, const SchedItem *items, int nitems, const i
 	}
 	for (int j = 0; j < p->nsyncp && !p->failed; j++) {
 		int i = p->syncp[j];
-		if ((p->sync[i] >> r) & 1)
+		if ((p->sync[i] >> r) & 1) {
 			if (!push(p, &p->list[r], E_SYNC, i, p->rank[p->upd[i]]))
 				return false;
+			p->nq[p->rank[p->upd[i]] * p->P + r]++;
+		}
 	}
 	return !p->failed;
 }
@@ -539,27 +561,16 @@ static bool order_sends(Pl *p)
 {
 	int P = p->P;
 	size_t np = (size_t)P * (size_t)P;
-	/* per (a, b), at a * P + b: ns the sends a has for b, nq the values
-	 * b receives from a, want[woff[a * P + b] ..) those values in b's
-	 * order */
-	int *ns = calloc(np, sizeof(int));
-	int *nq = calloc(np, sizeof(int));
+	/* per (a, b), at a * P + b: want[woff[a * P + b] ..) the values b
+	 * receives from a, in b's order (ns and nq: see Pl) */
+	const int *ns = p->ns, *nq = p->nq;
 	int *woff = calloc(np + 1, sizeof(int));
 	int *cur = calloc(np, sizeof(int));
 	bool *have = calloc((size_t)p->nn, sizeof(bool));
+	uint64_t *waiting = calloc((size_t)p->nn, sizeof(uint64_t));
 	int *want = NULL;
 	Ent *out = NULL;
-	bool ok = ns && nq && woff && cur && have;
-	for (int a = 0; ok && a < P; a++) {
-		const EntList *la = &p->list[a];
-		for (int j = 0; j < la->n; j++) {
-			const Ent *e = &la->e[j];
-			if (e->kind == E_SEND)
-				ns[(size_t)a * P + e->peer]++;
-			else if (e->kind == E_RECV || e->kind == E_SYNC)
-				nq[(size_t)e->peer * P + a]++;
-		}
-	}
+	bool ok = woff && cur && have && waiting;
 	int maxn = 1;
 	if (ok) {
 		for (size_t k = 0; k < np; k++)
@@ -591,6 +602,14 @@ static bool order_sends(Pl *p)
 		EntList *la = &p->list[a];
 		const size_t row = (size_t)a * P;
 		memcpy(cur + row, woff + row, sizeof(int) * (size_t)P);
+		/* Only a node can make a queue's front available, and it makes
+		 * available only the queues whose front it is: waiting[v] has
+		 * bit b when queue (a, b)'s front is v, not had yet. */
+		for (int b = 0; b < P; b++) {
+			size_t k = row + (size_t)b;
+			if (b != a && cur[k] < woff[k + 1])
+				waiting[want[cur[k]]] |= 1ull << b;
+		}
 		int no = 0;
 		for (int j = 0; j < la->n; j++) {
 			Ent e = la->e[j];
@@ -600,11 +619,26 @@ static bool order_sends(Pl *p)
 			if (e.kind != E_NODE)
 				continue;
 			have[e.node] = true;
-			for (int b = P - 1; b >= 0; b--) {
+			uint64_t wake = waiting[e.node];
+			if (!wake)
+				continue;
+			waiting[e.node] = 0;
+			/* the largest b first, as above */
+			while (wake) {
+				int b = 63 - __builtin_clzll(wake);
+				wake &= ~(1ull << b);
 				size_t k = row + (size_t)b;
-				while (b != a && cur[k] < woff[k + 1] && have[want[cur[k]]])
+				while (cur[k] < woff[k + 1] && have[want[cur[k]]])
 					out[no++] = (Ent){ E_SEND, want[cur[k]++], b };
+				if (cur[k] < woff[k + 1])
+					waiting[want[cur[k]]] |= 1ull << b;
 			}
+		}
+		/* what no node of a's made available (an error below) */
+		for (int b = 0; b < P; b++) {
+			size_t k = row + (size_t)b;
+			if (b != a && cur[k] < woff[k + 1])
+				waiting[want[cur[k]]] = 0;
 		}
 		for (int b = 0; b < P; b++) {
 			size_t k = row + (size_t)b;
@@ -629,11 +663,10 @@ static bool order_sends(Pl *p)
 			if (out[j].kind == E_NODE)
 				have[out[j].node] = false;
 	}
-	free(ns);
-	free(nq);
 	free(woff);
 	free(cur);
 	free(have);
+	free(waiting);
 	free(want);
 	free(out);
 	if (!ok)
@@ -657,12 +690,9 @@ static bool simulate(Pl *p)
 	size_t *qoff = calloc(np * np + 1, sizeof(size_t));
 	int *q = NULL;
 	if (qoff) {
-		for (int r = 0; r < P; r++)
-			for (int j = 0; j < p->list[r].n; j++)
-				if (p->list[r].e[j].kind == E_SEND)
-					qoff[(size_t)r * np + (size_t)p->list[r].e[j].peer + 1]++;
+		/* order_sends left as many sends per pair as it counted */
 		for (size_t k = 0; k < np * np; k++)
-			qoff[k + 1] += qoff[k];
+			qoff[k + 1] = qoff[k] + (size_t)(P > 0 ? p->ns[k] : 0);
 		q = malloc(sizeof(int) * (qoff[np * np] ? qoff[np * np] : 1));
 	}
 	if (!pc || !qh || !qt || !qoff || !q) {
@@ -805,10 +835,9 @@ static IrNode *adopt(IrModule *out, IrNode *n, const int *ops, int nops)
  * fetched some entries ahead, their misses overlap. */
 static void prefetch_node(const IrNode *n)
 {
+	/* the head: one line, or two where the node straddles them */
 	__builtin_prefetch(&n->id, 1);
-	__builtin_prefetch(&n->ops, 1);
-	__builtin_prefetch(&n->phase, 1);
-	__builtin_prefetch(&n->place_from, 1);
+	__builtin_prefetch(&n->name, 1);
 }
 
 /* Turns the entry lists into out's nodes, rank by rank.  mr: room for nn
@@ -826,7 +855,7 @@ static bool materialise(Pl *p, IrModule *out, int *mr, int *loss_out)
 	 * sends, receives and syncs of the value copy its type, place, mb and
 	 * location; the loss's name and role, which the rank holding the
 	 * loss clears, are kept aside here. */
-	int *lastr = malloc(sizeof(int) * (size_t)(nn ? nn : 1));
+	const int *lastr = p->lastr;
 	int *ops = malloc(sizeof(int) * (size_t)(nn + 2));
 	/* at most two nodes an entry (a param sync's recv and assign, the
 	 * loss's zero and all_reduce): room in out for them all, made once */
@@ -837,33 +866,32 @@ static bool materialise(Pl *p, IrModule *out, int *mr, int *loss_out)
 		room = IR_MAX_NODES;
 	out->nodes = arena_alloc_raw(m->arena, sizeof *out->nodes * (room ? room : 1));
 	out->cap = (int)room;
-	if (!ops || !lastr || !out->nodes) {
+	if (!ops || !out->nodes) {
 		free(ops);
-		free(lastr);
 		return oom(p);
 	}
+	/* mr[i] stands for i on rank r when it is at least base, the first
+	 * id of r's nodes: -1 (or an earlier rank's) otherwise */
 	for (int i = 0; i < nn; i++)
-		lastr[i] = -1;
-	for (int r = 0; r < p->P; r++)
-		for (int j = 0; j < p->list[r].n; j++)
-			if (p->list[r].e[j].kind == E_NODE)
-				lastr[p->list[r].e[j].node] = r;
+		mr[i] = -1;
 	const char *loss_name = m->nodes[m->loss]->name;
 	IrRole loss_role = m->nodes[m->loss]->role;
 	for (int r = 0; r < p->P && !p->failed; r++) {
-		for (int i = 0; i < nn; i++)
-			mr[i] = -1;
+		const int base = out->nnodes;
+#define MR(x) (mr[x] >= base ? mr[x] : -1)
 		const EntList *l = &p->list[r];
 		for (int j = 0; j < l->n && !p->failed; j++) {
 			const Ent *e = &l->e[j];
 			IrNode *n = m->nodes[e->node];
 			if (j + 8 < l->n)
 				prefetch_node(m->nodes[l->e[j + 8].node]);
+			if (j + 4 < l->n && l->e[j + 4].kind == E_NODE)
+				__builtin_prefetch(m->nodes[l->e[j + 4].node]->ops, 1);
 			if (e->kind == E_NODE) {
 				int no = 0;
 				for (int k = p->opstart[e->node]; k < p->opstart[e->node + 1]; k++)
 					if (reads(p, e->node, p->opv[k], r))
-						ops[no++] = mr[p->opv[k]];
+						ops[no++] = MR(p->opv[k]);
 				for (int k = 0; k < no; k++)
 					if (ops[k] < 0) {
 						diag_error(p->d, n->loc, "internal: pipeline: %s %%%d reads a "
@@ -891,7 +919,7 @@ static bool materialise(Pl *p, IrModule *out, int *mr, int *loss_out)
 					c->stage = r;
 					c->phase = p->phase[e->node];
 					c->choose = -1;
-					c->place_from = c->place_from >= 0 ? mr[c->place_from] : -1;
+					c->place_from = c->place_from >= 0 ? MR(c->place_from) : -1;
 					if (c->place_from == id)
 						c->place_from = -1;
 				}
@@ -899,7 +927,7 @@ static bool materialise(Pl *p, IrModule *out, int *mr, int *loss_out)
 					break;
 				mr[e->node] = c->id;
 			} else if (e->kind == E_SEND) {
-				int x = mr[e->node];
+				int x = MR(e->node);
 				IrNode *c = x < 0 ? NULL : new_node(p, out, IR_OP_SEND, &x, 1, n, r,
 				                                    p->syncof[e->node] >= 0
 				                                        ? IR_PHASE_OPTIMIZER
@@ -929,7 +957,7 @@ static bool materialise(Pl *p, IrModule *out, int *mr, int *loss_out)
 				c->attrs.mesh_axes = ppm;
 				c->attrs.nints = 1;
 				c->attrs.ints[0] = r - e->peer;
-				int ab[2] = { mr[e->node], c->id };
+				int ab[2] = { MR(e->node), c->id };
 				if (ab[0] < 0)
 					continue; /* the param is not on this rank after all */
 				IrNode *a = new_node(p, out, IR_OP_ASSIGN, ab, 2, n, r, IR_PHASE_OPTIMIZER);
@@ -938,7 +966,7 @@ static bool materialise(Pl *p, IrModule *out, int *mr, int *loss_out)
 				a->role = n->role;
 				a->name = NULL;
 			} else { /* E_LOSS */
-				int x = mr[m->loss];
+				int x = MR(m->loss);
 				IrNode *src = NULL;
 				if (x < 0) {
 					src = new_node(p, out, IR_OP_CONST, NULL, 0, n, r, IR_PHASE_FORWARD);
@@ -964,8 +992,8 @@ static bool materialise(Pl *p, IrModule *out, int *mr, int *loss_out)
 			}
 		}
 	}
+#undef MR
 	free(ops);
-	free(lastr);
 	return !p->failed;
 }
 
@@ -1023,7 +1051,7 @@ bool pass_pipeline(IrModule *m, Diag *d, const PassOptions *opt)
 	size_t nops = 2 * (size_t)nn + 16;
 	p.rank = malloc(sizeof(int) * (size_t)nn);
 	p.phase = malloc(sizeof(int) * (size_t)nn);
-	p.leafy = calloc((size_t)nn, sizeof(bool));
+	p.home = malloc((size_t)nn);
 	p.dest = calloc((size_t)nn, sizeof(uint64_t));
 	p.users = calloc((size_t)nn, sizeof(uint64_t));
 	p.upd = malloc(sizeof(int) * (size_t)nn);
@@ -1034,126 +1062,142 @@ bool pass_pipeline(IrModule *m, Diag *d, const PassOptions *opt)
 	p.stage = malloc(sizeof(int) * (size_t)nn);
 	p.opstart = malloc(sizeof(int) * ((size_t)nn + 1));
 	p.opv = malloc(sizeof(int) * nops);
-	p.placed = calloc((size_t)nn, sizeof(bool));
-	p.recvd = calloc((size_t)nn, sizeof(bool));
+	p.placed = calloc((size_t)nn, 1);
+	p.recvd = calloc((size_t)nn, 1);
+	p.htouch = malloc(sizeof(int) * (size_t)nn);
+	p.lastr = malloc(sizeof(int) * (size_t)nn);
 	p.cnt = malloc(sizeof(int) * (size_t)nn);
 	p.head = malloc(sizeof(int) * (size_t)nn);
+	if (p.head)
+		memset(p.head, 0xff, sizeof(int) * (size_t)nn);
 	p.heap = malloc(sizeof(int) * (size_t)nn);
 	p.onstart = malloc(sizeof(int) * ((size_t)P + 1));
 	p.inputs = malloc(sizeof(int) * (size_t)nn);
 	p.syncp = malloc(sizeof(int) * (size_t)nn);
 	p.list = calloc((size_t)P, sizeof(EntList));
+	p.ns = calloc((size_t)P * (size_t)P, sizeof(int));
+	p.nq = calloc((size_t)P * (size_t)P, sizeof(int));
 	int *map = malloc(sizeof(int) * (size_t)nn);
 	Items it = { .start = NULL, .byitem = NULL };
-	if (ok && (!p.rank || !p.phase || !p.leafy || !p.dest || !p.users || !p.upd || !p.sync ||
-	           !p.syncof || !p.nf || !p.mb || !p.stage || !p.opstart || !p.opv || !p.placed ||
-	           !p.recvd || !p.cnt || !p.head || !p.heap || !p.onstart || !p.inputs ||
-	           !p.syncp || !p.list ||
-	           !map))
+	if (ok && (!p.rank || !p.phase || !p.home || !p.dest || !p.users || !p.upd ||
+	           !p.sync || !p.syncof || !p.nf || !p.mb || !p.stage || !p.opstart || !p.opv ||
+	           !p.placed || !p.recvd || !p.htouch || !p.lastr || !p.cnt || !p.head || !p.heap ||
+	           !p.onstart || !p.inputs || !p.syncp || !p.list || !p.ns || !p.nq || !map))
 		ok = oom(&p);
 	if (!ok)
 		goto done;
-	/* The one walk over the nodes themselves, kept to loads into
-	 * arrays, the nodes fetched some ahead, so that the cache misses of
-	 * many nodes overlap (a node is ~500 bytes, the module megabytes,
-	 * and nodes next in id order are not always next in memory):
-	 * everything later reads the arrays. */
+	/* The one walk over the nodes themselves, the nodes fetched some
+	 * ahead, so that the cache misses of many nodes overlap (a node is
+	 * ~500 bytes, the module megabytes, and nodes next in id order are
+	 * not always next in memory): everything later reads arrays.  What
+	 * it finds of node i needs only operands', which come before it. */
 	unsigned opfl[IR_OP_COUNT];
 	for (int o = 0; o < IR_OP_COUNT; o++)
 		opfl[o] = ir_op_flags((IrOp)o);
-	IrOp *op = malloc(sizeof(IrOp) * (size_t)nn);
-	uint32_t *axes = malloc(sizeof(uint32_t) * (size_t)nn);
-	if (!op || !axes) {
-		free(op);
-		free(axes);
+	uint8_t *op = malloc((size_t)nn);
+	if (!op) {
 		ok = oom(&p);
 		goto done;
 	}
-	size_t nop = 0;
-	for (int i = 0; i < nn; i++) {
-		const IrNode *n = m->nodes[i];
-		if (i + 8 < nn) {
-			__builtin_prefetch(&m->nodes[i + 8]->op);
-			__builtin_prefetch(&m->nodes[i + 8]->ops);
-			__builtin_prefetch(&m->nodes[i + 8]->stage);
-		}
-		if (i + 4 < nn)
-			__builtin_prefetch(m->nodes[i + 4]->ops);
-		IrOp o = n->op;
-		op[i] = o;
-		p.stage[i] = n->stage;
-		p.mb[i] = n->mb;
-		axes[i] = (unsigned)o < IR_OP_COUNT && (opfl[o] & OPF_COLL) ? n->attrs.mesh_axes : 0;
-		p.opstart[i] = (int)nop;
-		int k = n->nops;
-		if (nop + (size_t)k > nops) {
-			while (nop + (size_t)k > nops)
-				nops *= 2;
-			int *v = realloc(p.opv, sizeof(int) * nops);
-			if (!v) {
-				free(op);
-				free(axes);
-				ok = oom(&p);
-				goto done;
-			}
-			p.opv = v;
-		}
-		for (int j = 0; j < k; j++)
-			p.opv[nop + (size_t)j] = n->ops[j];
-		nop += (size_t)k;
-	}
-	p.opstart[nn] = (int)nop;
-	p.enext = malloc(sizeof(int) * (nop ? nop : 1));
-	p.euser = malloc(sizeof(int) * (nop ? nop : 1));
-	if (!p.enext || !p.euser) {
-		free(op);
-		free(axes);
-		ok = oom(&p);
-		goto done;
-	}
+	_Static_assert(IR_OP_COUNT <= 256, "ops fit a byte");
 	uint64_t all = P == 64 ? ~0ull : (1ull << P) - 1;
 	/* the optimizer step starts at the first in-place update or
 	 * grad_norm after the loss */
 	bool opt_started = false;
 	p.ninputs = 0;
+	size_t nop = 0;
+	int *lfv = malloc(sizeof(int) * (size_t)nn), nlf = 0; /* the leafy nodes */
+	int nall = 0; /* nodes on every rank */
+	int nkeys = p.M * p.P * p.V * 3;
+	it.start = calloc((size_t)nkeys + 2, sizeof(int));
+	it.byitem = malloc(sizeof(int) * (size_t)(nn ? nn : 1));
+	if (!lfv || !it.start || !it.byitem) {
+		free(op);
+		free(lfv);
+		ok = oom(&p);
+		goto done;
+	}
+	for (int r = 0; r <= P; r++)
+		p.onstart[r] = 0;
+	const int loss = m->loss;
 	for (int i = 0; i < nn; i++) {
-		IrOp o = op[i];
+		const IrNode *n = m->nodes[i];
+		/* the head (one or two lines) well ahead, the operands (and a
+		 * collective's mesh axes) when it is in */
+		if (i + 16 < nn) {
+			__builtin_prefetch(&m->nodes[i + 16]->id);
+			__builtin_prefetch(&m->nodes[i + 16]->name);
+		}
+		if (i + 6 < nn) {
+			const IrNode *x = m->nodes[i + 6];
+			__builtin_prefetch(x->ops);
+			if ((unsigned)x->op < IR_OP_COUNT && (opfl[x->op] & OPF_COLL))
+				__builtin_prefetch(&x->attrs.mesh_axes);
+		}
+		IrOp o = n->op;
 		unsigned fl = (unsigned)o < IR_OP_COUNT ? opfl[o] : 0;
-		const int *ops = p.opv + p.opstart[i];
-		int nops_i = p.opstart[i + 1] - p.opstart[i];
-		if (i > m->loss && !opt_started && ((fl & OPF_INPLACE) || o == IR_OP_GRAD_NORM))
+		op[i] = (uint8_t)o;
+		int stage = n->stage;
+		p.stage[i] = stage;
+		p.opstart[i] = (int)nop;
+		int nops_i = n->nops;
+		if (nop + (size_t)nops_i > nops) {
+			while (nop + (size_t)nops_i > nops)
+				nops *= 2;
+			int *v = realloc(p.opv, sizeof(int) * nops);
+			if (!v) {
+				free(op);
+				free(lfv);
+				ok = oom(&p);
+				goto done;
+			}
+			p.opv = v;
+		}
+		int *ops = p.opv + nop;
+		for (int j = 0; j < nops_i; j++)
+			ops[j] = n->ops[j];
+		nop += (size_t)nops_i;
+		if (i > loss && !opt_started && ((fl & OPF_INPLACE) || o == IR_OP_GRAD_NORM))
 			opt_started = true;
-		p.phase[i] = i <= m->loss ? IR_PHASE_FORWARD
-		             : !opt_started ? IR_PHASE_BACKWARD : IR_PHASE_OPTIMIZER;
-		p.rank[i] = p.stage[i] >= 0 ? p.stage[i] % P : RANK_ALL;
-		p.mb[i] = node_mb(&p, p.mb[i]);
+		int phase = i <= loss ? IR_PHASE_FORWARD
+		            : !opt_started ? IR_PHASE_BACKWARD : IR_PHASE_OPTIMIZER;
+		p.phase[i] = phase;
+		int rank = stage < 0 ? RANK_ALL : stage < P ? stage : stage % P;
+		p.rank[i] = rank;
+		int mb = node_mb(&p, n->mb);
+		p.mb[i] = mb;
 		p.upd[i] = p.syncof[i] = -1;
 		bool lf = is_leaf_op(o);
 		/* views of leaves, and collectives within a stage of leaves
 		 * (ZeRO-3's param all_gathers): each rank that reads one makes
 		 * its own, where it first needs it */
 		bool coll = (fl & OPF_COLL) && o != IR_OP_SEND && o != IR_OP_RECV;
-		bool ppc = coll && (axes[i] & (1u << ax));
+		bool ppc = coll && (n->attrs.mesh_axes & (1u << ax));
 		bool gather = coll && !ppc;
-		if (!lf && p.phase[i] != IR_PHASE_OPTIMIZER && (is_view_op(o) || gather)) {
+		if (!lf && phase != IR_PHASE_OPTIMIZER && (is_view_op(o) || gather)) {
 			lf = true;
 			for (int k = 0; k < nops_i && lf; k++)
-				lf = p.leafy[ops[k]];
+				lf = p.home[ops[k]] == HOME_LEAFY;
 		}
-		p.leafy[i] = lf;
+		p.home[i] = (int8_t)(lf ? HOME_LEAFY : rank);
 		uint8_t f = 0;
 		if (ppc)
 			f |= NF_PPCOLL;
-		if (o == IR_OP_GRAD_NORM && p.rank[i] == RANK_ALL)
+		if (o == IR_OP_GRAD_NORM && rank == RANK_ALL)
 			f |= NF_GNORM;
 		if (o == IR_OP_INPUT)
 			p.inputs[p.ninputs++] = i;
-		if (in_item(&p, i))
+		map[i] = -1; /* the item key */
+		/* in a schedule item, or free? */
+		if (!lf && rank != RANK_ALL && mb >= 0 &&
+		    (phase == IR_PHASE_FORWARD || phase == IR_PHASE_BACKWARD)) {
 			f |= NF_ITEM;
-		for (int k = 0; k < nops_i; k++)
-			if (!p.leafy[ops[k]])
-				f |= NF_COMPUTED;
-		p.nf[i] = f;
+			if (kind != SCHED_ZBH1) { /* else known below */
+				map[i] = item_key(&p, i);
+				if (map[i] >= 0)
+					it.start[map[i] + 2]++;
+			}
+		}
 		if (fl & OPF_INPLACE) {
 			int b = ops[0];
 			while (!is_leaf_op(op[b]) && (opfl[op[b]] & OPF_INPLACE))
@@ -1161,27 +1205,54 @@ bool pass_pipeline(IrModule *m, Diag *d, const PassOptions *opt)
 			if (op[b] == IR_OP_PARAM)
 				p.upd[b] = i;
 		}
-	}
-	free(op);
-	free(axes);
-	/* who uses what: the ranks reading each leafy value, and the ranks
-	 * each computed value is sent to (those that read it and do not
-	 * compute it; grad_norm on every rank reads no other rank's) */
-	for (int i = nn - 1; i >= 0; i--) {
-		uint64_t mine = p.leafy[i] ? p.users[i] : p.rank[i] == RANK_ALL ? all : 1ull << p.rank[i];
-		for (int k = p.opstart[i]; k < p.opstart[i + 1]; k++) {
-			int u = p.opv[k];
-			if (p.leafy[u]) {
+		p.nf[i] = f;
+		if (lf) {
+			lfv[nlf++] = i;
+			continue; /* a leafy node's operands are leafy */
+		}
+		/* who uses what: the ranks reading each leafy value, and the
+		 * ranks each computed value is sent to (those that read it and
+		 * do not compute it; grad_norm on every rank reads no other
+		 * rank's); the users of leafy values are added below */
+		uint64_t mine = rank == RANK_ALL ? all : 1ull << rank;
+		bool gn = f & NF_GNORM;
+		for (int k = 0; k < nops_i; k++) {
+			int u = ops[k];
+			int h = p.home[u];
+			if (h == HOME_LEAFY) {
 				p.users[u] |= mine;
 				continue;
 			}
-			if (p.rank[u] != RANK_ALL && !(p.nf[i] & NF_GNORM))
-				p.dest[u] |= mine & ~(1ull << p.rank[u]);
+			f |= NF_COMPUTED;
+			if (h != HOME_ALL && !gn)
+				p.dest[u] |= mine & ~(1ull << h);
 		}
+		p.nf[i] = f;
+		if (rank == RANK_ALL)
+			nall++;
+		else
+			p.onstart[rank + 1]++;
+	}
+	p.opstart[nn] = (int)nop;
+	free(op);
+	p.enext = malloc(sizeof(int) * (nop ? nop : 1));
+	p.euser = malloc(sizeof(int) * (nop ? nop : 1));
+	if (!p.enext || !p.euser) {
+		free(lfv);
+		ok = oom(&p);
+		goto done;
+	}
+	/* the users of leafy values, which read leafy values only: a
+	 * node's users come after it, so walking back finds them all */
+	for (int j = nlf - 1; j >= 0; j--) {
+		int i = lfv[j];
+		for (int k = p.opstart[i]; k < p.opstart[i + 1]; k++)
+			p.users[p.opv[k]] |= p.users[i];
 	}
 	/* upd is set for params only */
 	p.nsyncp = 0;
-	for (int i = 0; i < nn; i++)
+	for (int j = 0; j < nlf; j++) {
+		int i = lfv[j];
 		if (p.upd[i] >= 0 && p.rank[p.upd[i]] >= 0) {
 			p.sync[i] = p.users[i] & ~(1ull << p.rank[p.upd[i]]);
 			if (p.sync[i]) {
@@ -1189,38 +1260,11 @@ bool pass_pipeline(IrModule *m, Diag *d, const PassOptions *opt)
 				p.syncp[p.nsyncp++] = i;
 			}
 		}
-	/* the nodes on each rank */
-	int nall = 0;
-	for (int r = 0; r <= P; r++)
-		p.onstart[r] = 0;
-	for (int i = 0; i < nn; i++) {
-		if (p.leafy[i])
-			continue;
-		if (p.rank[i] == RANK_ALL)
-			nall++;
-		else
-			p.onstart[p.rank[i] + 1]++;
 	}
+	free(lfv);
+	/* the nodes on each rank (counted above) */
 	for (int r = 0; r < P; r++)
 		p.onstart[r + 1] += p.onstart[r] + nall;
-	p.onv = malloc(sizeof(int) * (size_t)(p.onstart[P] ? p.onstart[P] : 1));
-	int *oncur = malloc(sizeof(int) * (size_t)P);
-	if (!p.onv || !oncur) {
-		free(oncur);
-		ok = oom(&p);
-		goto done;
-	}
-	memcpy(oncur, p.onstart, sizeof(int) * (size_t)P);
-	for (int i = 0; i < nn; i++) {
-		if (p.leafy[i])
-			continue;
-		if (p.rank[i] != RANK_ALL)
-			p.onv[oncur[p.rank[i]]++] = i;
-		else
-			for (int r = 0; r < P; r++)
-				p.onv[oncur[r]++] = i;
-	}
-	free(oncur);
 	/* ZB-H1 splits each micro-batch's backward into B, the work the
 	 * previous stage waits for (what leads to a value another rank reads,
 	 * or to another item's work), and W, the rest (weight gradients) */
@@ -1251,25 +1295,37 @@ bool pass_pipeline(IrModule *m, Diag *d, const PassOptions *opt)
 		}
 		free(need);
 	}
-	/* the nodes of each item, in node order (a counting sort by key) */
-	int nkeys = p.M * p.P * p.V * 3;
-	it.start = calloc((size_t)nkeys + 2, sizeof(int));
-	it.byitem = malloc(sizeof(int) * (size_t)(nn ? nn : 1));
-	if (!it.start || !it.byitem) {
+	/* the nodes of each item, in node order (a counting sort by key;
+	 * the keys and their counts are found above, but ZB-H1's only
+	 * now), and the nodes on each rank */
+	if (kind == SCHED_ZBH1)
+		for (int i = 0; i < nn; i++) {
+			map[i] = p.nf[i] & NF_ITEM ? item_key(&p, i) : -1;
+			if (map[i] >= 0)
+				it.start[map[i] + 2]++;
+		}
+	for (int k = 0; k < nkeys; k++)
+		it.start[k + 2] += it.start[k + 1];
+	p.onv = malloc(sizeof(int) * (size_t)(p.onstart[P] ? p.onstart[P] : 1));
+	int *oncur = malloc(sizeof(int) * (size_t)P);
+	if (!p.onv || !oncur) {
+		free(oncur);
 		ok = oom(&p);
 		goto done;
 	}
+	memcpy(oncur, p.onstart, sizeof(int) * (size_t)P);
 	for (int i = 0; i < nn; i++) {
-		int key = p.nf[i] & NF_ITEM ? item_key(&p, i) : -1;
-		map[i] = key; /* for the fill below */
-		if (key >= 0)
-			it.start[key + 2]++;
-	}
-	for (int k = 0; k < nkeys; k++)
-		it.start[k + 2] += it.start[k + 1];
-	for (int i = 0; i < nn; i++)
+		if (p.home[i] == HOME_LEAFY)
+			continue;
 		if (map[i] >= 0)
 			it.byitem[it.start[map[i] + 1]++] = i;
+		if (p.rank[i] != RANK_ALL)
+			p.onv[oncur[p.rank[i]]++] = i;
+		else
+			for (int r = 0; r < P; r++)
+				p.onv[oncur[r]++] = i;
+	}
+	free(oncur);
 	int loss_rank = p.rank[m->loss] == RANK_ALL ? P - 1 : p.rank[m->loss];
 	for (int r = 0; ok && r < P; r++)
 		ok = build_rank(&p, r, items[r], nitems[r], &loss_rank, &it);
@@ -1302,9 +1358,11 @@ done:
 	for (int r = 0; p.list && r < P; r++)
 		free(p.list[r].e);
 	free(p.list);
+	free(p.ns);
+	free(p.nq);
 	free(p.rank);
 	free(p.phase);
-	free(p.leafy);
+	free(p.home);
 	free(p.dest);
 	free(p.users);
 	free(p.upd);
@@ -1317,6 +1375,8 @@ done:
 	free(p.opv);
 	free(p.placed);
 	free(p.recvd);
+	free(p.htouch);
+	free(p.lastr);
 	free(p.cnt);
 	free(p.head);
 	free(p.heap);

@@ -58,6 +58,7 @@ typedef struct Rc {
 	int n, L;       /* nodes before the pass; the loss */
 	bool *internal; /* [n] */
 	int *pos;       /* [n]: index of the node among its block's nodes */
+	int *blk;       /* [n]: IrNode.block, read without the ~500-byte node */
 	int *bsize;     /* [blocks] */
 	Key **keys;     /* [nb]: the block's keys */
 	int nb, nkeys;
@@ -213,11 +214,13 @@ static int classify(Rc *r)
 	}
 	for (int i = 0; i <= r->L; i++) {
 		const IrNode *x = m->nodes[i];
+		if (i + 4 <= r->L)
+			__builtin_prefetch(m->nodes[i + 4]->ops);
 		act[i] = x->op == IR_OP_INPUT;
 		for (int j = 0; j < x->nops; j++) {
 			int u = x->ops[j];
 			act[i] = act[i] || act[u];
-			if (m->nodes[u]->block != x->block)
+			if (r->blk[u] != x->block)
 				outside[u] = true;
 		}
 		if (x->block >= nb)
@@ -240,8 +243,14 @@ static bool run(Rc *r)
 	r->pos = malloc(sizeof(int) * (size_t)n);
 	r->stack = malloc(sizeof(int) * (size_t)n);
 	r->mark = calloc((size_t)n, sizeof(bool));
-	if (!r->internal || !r->pos || !r->stack || !r->mark)
+	r->blk = malloc(sizeof(int) * (size_t)n);
+	if (!r->internal || !r->pos || !r->stack || !r->mark || !r->blk)
 		return oom(r);
+	for (int i = 0; i < n; i++) {
+		if (i + 8 < n)
+			__builtin_prefetch(&m->nodes[i + 8]->block);
+		r->blk[i] = m->nodes[i]->block;
+	}
 	int nb = r->nb = classify(r);
 	if (r->failed)
 		return false;
@@ -250,16 +259,22 @@ static bool run(Rc *r)
 	if (!r->bsize || !r->keys)
 		return oom(r);
 	for (int i = 0; i < n; i++) {
-		int b = m->nodes[i]->block;
+		int b = r->blk[i];
 		r->pos[i] = b >= 0 && b < nb ? r->bsize[b]++ : -1;
 	}
 	for (int i = 0; i < n && !r->failed; i++) {
 		IrNode *x = m->nodes[i];
+		if (i > r->L && i + 8 < n) {
+			__builtin_prefetch(&m->nodes[i + 8]->nops);
+			__builtin_prefetch(&m->nodes[i + 8]->stage);
+		}
+		if (i > r->L && i + 4 < n)
+			__builtin_prefetch(m->nodes[i + 4]->ops);
 		for (int j = 0; i > r->L && j < x->nops && !r->failed; j++) {
 			int v = x->ops[j];
 			if (v >= n || !r->internal[v])
 				continue;
-			Key *k = find_key(r, m->nodes[v]->block, x->mb, x->stage);
+			Key *k = find_key(r, r->blk[v], x->mb, x->stage);
 			int c = k ? clone_of(r, k, v) : -1;
 			if (c >= 0)
 				x->ops[j] = c;
@@ -324,6 +339,7 @@ bool pass_recompute(IrModule *m, Diag *d, const PassOptions *opt)
 	}
 	free(r.internal);
 	free(r.pos);
+	free(r.blk);
 	free(r.bsize);
 	free(r.keys);
 	free(r.ckey);

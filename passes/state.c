@@ -126,6 +126,8 @@ static void set_place(IrNode *n, const Placement *p, int from)
 		n->place_loc = (SrcLoc){0};
 }
 
+/* Writes only the placements (place, place_from, place_loc) of the
+ * optimizer steps and their operands. */
 bool pass_state(IrModule *m, Diag *d, const PassOptions *opt)
 {
 	int stage = m->train.zero;
@@ -190,6 +192,13 @@ typedef struct Units {
 	int *bord, nbord;     /* units with backward gathers, in order of bpoint */
 	int *map, *cmap;      /* old id -> new id of the node, of its backward copy */
 	int *units, nunits;   /* the unit ids */
+	/* per unit (by its index in units, uix[unit id]), in node order:
+	 * its params pv[ps[x] .. ps[x + 1]), its forward chain nodes fv[..]
+	 * (before the loss) and its backward ones lv[..] (after it) */
+	int *uix, *ps, *pv, *fs, *fv, *ls, *lv;
+	/* ford and bord sorted (stably) by their points, and the next of
+	 * each that emit_groups has to emit */
+	int *fq, *bq, fnext, bnext;
 	IrNode **out;
 	int nout;
 } Units;
@@ -358,48 +367,100 @@ static bool push(Units *u, int old, bool copy)
 
 /* A unit's params not emitted yet, in front of its gathers moved up to
  * another unit's point. */
-static bool push_params(Units *u, int k, int i)
+static bool push_params(Units *u, int x, int i)
 {
 	bool ok = true;
-	for (int p = i; ok && p < u->n; p++)
-		if (u->unit[p] == k && !u->moved[p]) {
+	for (int j = u->ps[x]; ok && j < u->ps[x + 1]; j++) {
+		int p = u->pv[j];
+		if (p >= i && !u->moved[p]) {
 			ok = push(u, p, false);
 			u->moved[p] = true;
 		}
+	}
 	return ok;
 }
 
 /* Emits the gathers that units move to node i: the forward gathers of
  * those whose fpoint it is, then the backward copies and gathers of those
- * whose bpoint it is, unit by unit in running order. */
+ * whose bpoint it is, unit by unit in running order.  Called for every i
+ * in order. */
 static bool emit_groups(Units *u, int i)
 {
 	bool ok = true;
-	for (int j = 0; ok && j < u->nford; j++) {
-		int k = u->ford[j];
-		if (u->fpoint[k] != i)
-			continue;
-		ok = push_params(u, k, i);
-		for (int c = 0; ok && c < u->L; c++)
-			if (u->root[c] >= 0 && uof(u, c) == k) {
-				ok = push(u, c, false);
-				u->moved[c] = true;
-			}
+	for (; ok && u->fnext < u->nford && u->fpoint[u->fq[u->fnext]] == i; u->fnext++) {
+		int x = u->uix[u->fq[u->fnext]];
+		ok = push_params(u, x, i);
+		for (int j = u->fs[x]; ok && j < u->fs[x + 1]; j++) {
+			ok = push(u, u->fv[j], false);
+			u->moved[u->fv[j]] = true;
+		}
 	}
-	for (int j = 0; ok && j < u->nbord; j++) {
-		int k = u->bord[j];
-		if (u->bpoint[k] != i)
-			continue;
-		for (int c = 0; ok && c < u->L; c++)
-			if (u->root[c] >= 0 && uof(u, c) == k && u->need[c])
-				ok = push(u, c, true);
-		for (int c = u->L + 1; ok && c < u->n; c++)
-			if (u->root[c] >= 0 && uof(u, c) == k) {
-				ok = push(u, c, false);
-				u->moved[c] = true;
-			}
+	for (; ok && u->bnext < u->nbord && u->bpoint[u->bq[u->bnext]] == i; u->bnext++) {
+		int x = u->uix[u->bq[u->bnext]];
+		for (int j = u->fs[x]; ok && j < u->fs[x + 1]; j++)
+			if (u->need[u->fv[j]])
+				ok = push(u, u->fv[j], true);
+		for (int j = u->ls[x]; ok && j < u->ls[x + 1]; j++) {
+			ok = push(u, u->lv[j], false);
+			u->moved[u->lv[j]] = true;
+		}
 	}
 	return ok;
+}
+
+/* The lists emit_groups walks (see Units), in a (scratch). */
+static bool unit_lists(Units *u, Arena *a)
+{
+	int nu = u->nunits, n = u->n;
+	u->uix = arena_alloc_raw(a, sizeof(int) * (size_t)n);
+	u->ps = arena_alloc(a, sizeof(int) * (size_t)(nu + 2));
+	u->fs = arena_alloc(a, sizeof(int) * (size_t)(nu + 2));
+	u->ls = arena_alloc(a, sizeof(int) * (size_t)(nu + 2));
+	u->pv = arena_alloc_raw(a, sizeof(int) * (size_t)n);
+	u->fv = arena_alloc_raw(a, sizeof(int) * (size_t)n);
+	u->lv = arena_alloc_raw(a, sizeof(int) * (size_t)n);
+	u->fq = arena_alloc_raw(a, sizeof(int) * (size_t)(u->nford + 1));
+	u->bq = arena_alloc_raw(a, sizeof(int) * (size_t)(u->nbord + 1));
+	if (!u->uix || !u->ps || !u->fs || !u->ls || !u->pv || !u->fv || !u->lv || !u->fq || !u->bq)
+		return false;
+	for (int x = 0; x < nu; x++)
+		u->uix[u->units[x]] = x;
+	/* counting sorts by unit, node order kept: counts at [x + 2] */
+	for (int c = 0; c < n; c++) {
+		if (u->unit[c] >= 0)
+			u->ps[u->uix[u->unit[c]] + 2]++;
+		if (u->root[c] >= 0 && c < u->L)
+			u->fs[u->uix[uof(u, c)] + 2]++;
+		else if (u->root[c] >= 0 && c > u->L)
+			u->ls[u->uix[uof(u, c)] + 2]++;
+	}
+	for (int x = 0; x < nu; x++) {
+		u->ps[x + 2] += u->ps[x + 1];
+		u->fs[x + 2] += u->fs[x + 1];
+		u->ls[x + 2] += u->ls[x + 1];
+	}
+	for (int c = 0; c < n; c++) {
+		if (u->unit[c] >= 0)
+			u->pv[u->ps[u->uix[u->unit[c]] + 1]++] = c;
+		if (u->root[c] >= 0 && c < u->L)
+			u->fv[u->fs[u->uix[uof(u, c)] + 1]++] = c;
+		else if (u->root[c] >= 0 && c > u->L)
+			u->lv[u->ls[u->uix[uof(u, c)] + 1]++] = c;
+	}
+	/* by point, stably: insertion sorts of tens of units */
+	const int *pt[2] = {u->fpoint, u->bpoint}, *src[2] = {u->ford, u->bord};
+	int *dst[2] = {u->fq, u->bq}, cnt[2] = {u->nford, u->nbord};
+	for (int s = 0; s < 2; s++)
+		for (int j = 0; j < cnt[s]; j++) {
+			int k = src[s][j], at = j;
+			while (at > 0 && pt[s][dst[s][at - 1]] > pt[s][k]) {
+				dst[s][at] = dst[s][at - 1];
+				at--;
+			}
+			dst[s][at] = k;
+		}
+	u->fnext = u->bnext = 0;
+	return true;
 }
 
 static void remap(Units *u)
@@ -477,6 +538,7 @@ bool pass_state_units(IrModule *m, Diag *d, const PassOptions *opt)
 	u.nbord = order_units(&u, u.bpoint, u.bord);
 	prefetch_points(u.fpoint, u.ford, u.nford, depth, false, win, at);
 	prefetch_points(u.bpoint, u.bord, u.nbord, depth, true, win, at);
+	ok = unit_lists(&u, &a);
 	for (int i = 0; ok && i < u.n; i++) {
 		ok = emit_groups(&u, i);
 		if (ok && !u.moved[i])
