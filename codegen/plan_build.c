@@ -92,6 +92,26 @@ static NodeKind node_kind(const IrModule *m, const FusePlan *fp, const MemPlan *
  * fused group's external inputs (in the order its loop numbers them: the
  * emitters read them from here), or the op's operands; then the output. */
 static_assert(FUSE_MAX_INPUTS <= DTM_MAX_ARGS - 1, "a fused group's inputs fit one action");
+/* Member x of fused group r (x <= r): its operands from outside the group
+ * join r's inputs args[0 .. na), first use first; returns the new na. */
+static int add_fused_inputs(const FusePlan *fp, const MemPlan *mp, int x, int r, int *args,
+                            int na)
+{
+	const MemPlanNode *mx = &mp->node[x];
+	const int *ops = &mp->opnd[mx->ops];
+	for (int q = 0; q < mx->nops; q++) {
+		int o = ops[q];
+		if (fp->root[o] == r && fp->internal[o])
+			continue;
+		bool seen = false;
+		for (int j = 0; j < na; j++)
+			seen |= args[j] == o;
+		if (!seen && na < DTM_MAX_ARGS - 1)
+			args[na++] = o;
+	}
+	return na;
+}
+
 static int kernel_args(const FusePlan *fp, const MemPlan *mp, NodeKind k, int i, int chunk,
                        int *args)
 {
@@ -104,22 +124,9 @@ static int kernel_args(const FusePlan *fp, const MemPlan *mp, NodeKind k, int i,
 		for (int q = lo; q < hi; q++)
 			args[na++] = ops[q];
 	} else if (k == NK_FUSED) {
-		for (int x = fp->first ? fp->first[i] : 0; x <= i; x++) {
-			if (fp->root[x] != i)
-				continue;
-			const MemPlanNode *mx = &mp->node[x];
-			const int *xops = &mp->opnd[mx->ops];
-			for (int q = 0; q < mx->nops; q++) {
-				int o = xops[q];
-				if (fp->root[o] == i && fp->internal[o])
-					continue;
-				bool seen = false;
-				for (int j = 0; j < na; j++)
-					seen |= args[j] == o;
-				if (!seen && na < DTM_MAX_ARGS - 1)
-					args[na++] = o;
-			}
-		}
+		for (int x = fp->first ? fp->first[i] : 0; x <= i; x++)
+			if (fp->root[x] == i)
+				na = add_fused_inputs(fp, mp, x, i, args, na);
 	} else {
 		for (int q = 0; q < n->nops && na < DTM_MAX_ARGS - 1; q++)
 			args[na++] = ops[q];
@@ -438,27 +445,12 @@ static void fill_coll(const MemPlan *mp, const IrNode *n, int i, DtmAction *act)
 	act->stream = 1;
 }
 
-/* Member x of fused group r (x <= r): its operands from outside the group
- * join r's inputs, first use first, as kernel_args lists them. */
+/* Member x of fused group r: gathered as the walk passes it, in the order
+ * kernel_args lists them. */
 static void gather_fused(Build *b, int x, int r)
 {
-	const FusePlan *fp = b->fp;
-	const MemPlanNode *mx = &b->mp->node[x];
-	const int *ops = &b->mp->opnd[mx->ops];
 	int f = b->fslot[r];
-	int *args = b->fin[f];
-	int na = b->nfin[f];
-	for (int q = 0; q < mx->nops; q++) {
-		int o = ops[q];
-		if (fp->root[o] == r && fp->internal[o])
-			continue;
-		bool seen = false;
-		for (int j = 0; j < na; j++)
-			seen |= args[j] == o;
-		if (!seen && na < DTM_MAX_ARGS - 1)
-			args[na++] = o;
-	}
-	b->nfin[f] = (uint8_t)na;
+	b->nfin[f] = (uint8_t)add_fused_inputs(b->fp, b->mp, x, r, b->fin[f], b->nfin[f]);
 }
 
 /* Node i's actions (one, or a chunked grad_norm's several) into out

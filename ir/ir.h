@@ -255,7 +255,29 @@ int64_t mesh_axes_size(const Mesh *m, uint32_t axes_mask);
 
 /* ---- placements (placement.c) ---- */
 void placement_replicated(Placement *p, int ndims);
-bool placement_equal(const Placement *a, const Placement *b);
+/* Equal placements.  Inline: partition and propagate compare the
+ * placements of every operand of every node; byte by byte, as the rules
+ * build the placements they compare (a wider read stalls on store
+ * forwarding). */
+static inline bool placement_equal(const Placement *a, const Placement *b)
+{
+	if (a->known != b->known)
+		return false;
+	if (!a->known)
+		return true; /* "not decided yet" carries nothing else */
+	if (a->ndims != b->ndims || a->partial != b->partial)
+		return false;
+	if (a->partial && a->partial_op != b->partial_op)
+		return false;
+	for (int d = 0; d < a->ndims && d < IR_MAX_RANK; d++) {
+		if (a->naxes[d] != b->naxes[d])
+			return false;
+		for (int k = 0; k < a->naxes[d] && k < IR_MAX_AXES; k++)
+			if (a->axes[d][k] != b->axes[d][k])
+				return false;
+	}
+	return true;
+}
 /* The number of shards dim d is cut into under mesh m. */
 int64_t placement_dim_parts(const Placement *p, const Mesh *m, int d);
 /* torch.chunk rule: the size of shard `idx` of a dim of `n` cut in `parts`:

@@ -20,26 +20,6 @@ void placement_replicated(Placement *p, int ndims)
 	p->ndims = (uint8_t)(ndims < 0 ? 0 : ndims > IR_MAX_RANK ? IR_MAX_RANK : ndims);
 }
 
-bool placement_equal(const Placement *a, const Placement *b)
-{
-	if (a->known != b->known)
-		return false;
-	if (!a->known)
-		return true; /* "not decided yet" carries nothing else */
-	if (a->ndims != b->ndims || a->partial != b->partial)
-		return false;
-	if (a->partial && a->partial_op != b->partial_op)
-		return false;
-	for (int d = 0; d < a->ndims && d < IR_MAX_RANK; d++) {
-		if (a->naxes[d] != b->naxes[d])
-			return false;
-		for (int k = 0; k < a->naxes[d] && k < IR_MAX_AXES; k++)
-			if (a->axes[d][k] != b->axes[d][k])
-				return false;
-	}
-	return true;
-}
-
 int64_t placement_dim_parts(const Placement *p, const Mesh *m, int d)
 {
 	if (!p->known || d < 0 || d >= p->ndims || d >= IR_MAX_RANK)

@@ -328,7 +328,7 @@ static int reshard_slow(Part *p, int id, const IrNode *g, const Placement *to)
 {
 	IrNode *x = loc_node(p, id);
 	for (Cached *c = p->cache[g->id]; c; c = c->next)
-		if (pl_equal(&c->p, to)) {
+		if (placement_equal(&c->p, to)) {
 			if (p->rec)
 				part_rec_event(p, g->id, c, true);
 			return c->id;
@@ -370,7 +370,7 @@ static int reshard_slow(Part *p, int id, const IrNode *g, const Placement *to)
  * search (and its 4 KB plan buffer) out of line. */
 static inline int reshard(Part *p, int id, const IrNode *g, const Placement *to)
 {
-	if (pl_equal(&loc_node(p, id)->place, to))
+	if (placement_equal(&loc_node(p, id)->place, to))
 		return id;
 	return reshard_slow(p, id, g, to);
 }
@@ -379,7 +379,7 @@ static inline int reshard(Part *p, int id, const IrNode *g, const Placement *to)
 static int operand(Part *p, const IrNode *n, int i, const Placement *pl)
 {
 	int gid = n->ops[i];
-	if (pl_equal(&p->mplace[gid], pl))
+	if (placement_equal(&p->mplace[gid], pl))
 		return p->map[gid];
 	return reshard_slow(p, p->map[gid], p->m->nodes[gid], pl);
 }
@@ -582,7 +582,7 @@ static bool part_step(Part *p, const IrNode *n)
 			ops[i] = operand(p, n, i, &P);
 		} else {
 			ops[i] = p->map[gid];
-			if (!pl_equal(&loc_node(p, ops[i])->place, &P)) {
+			if (!placement_equal(&loc_node(p, ops[i])->place, &P)) {
 				return internal(p, n, "%s is placed %s but its param %s is %s",
 				                p->m->nodes[gid]->name ? p->m->nodes[gid]->name : "state",
 				                fmt_pl(p, &loc_node(p, ops[i])->place),
@@ -864,7 +864,7 @@ static bool part_xent_vp(Part *p, const IrNode *n, bool *done)
 	CeMemo *cm = ce_memo(p, lg->id);
 	if (!cm)
 		return false;
-	if (lid >= 0 && cm->lm >= 0 && pl_equal(&loc_node(p, cm->lm)->place, &L))
+	if (lid >= 0 && cm->lm >= 0 && placement_equal(&loc_node(p, cm->lm)->place, &L))
 		lid = cm->lm;
 	else if (lid >= 0 && (lid = mask_padding(p, lg, lid, &L, true)) >= 0)
 		cm->lm = lid;

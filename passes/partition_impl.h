@@ -103,30 +103,6 @@ static inline uint64_t word8(const uint8_t *b)
 	return w;
 }
 
-/* placement_equal, inlined: every operand of every node is checked
- * against the placement its rule needs.  Byte by byte, as the rules build
- * the placements it is given (a wider read of those stalls on store
- * forwarding). */
-static inline bool pl_equal(const Placement *a, const Placement *b)
-{
-	if (a->known != b->known)
-		return false;
-	if (!a->known)
-		return true;
-	if (a->ndims != b->ndims || a->partial != b->partial)
-		return false;
-	if (a->partial && a->partial_op != b->partial_op)
-		return false;
-	for (int d = 0; d < a->ndims && d < IR_MAX_RANK; d++) {
-		if (a->naxes[d] != b->naxes[d])
-			return false;
-		for (int k = 0; k < a->naxes[d] && k < IR_MAX_AXES; k++)
-			if (a->axes[d][k] != b->axes[d][k])
-				return false;
-	}
-	return true;
-}
-
 /* partition.c: n partitioned the normal way; local node id recorded as
  * holding n's value (false when id < 0). */
 bool part_node(Part *p, const IrNode *n);

@@ -280,7 +280,7 @@ static int tw_class(Part *p, const IrNode *n)
 static const Cached *tw_cached(const Part *p, int g, const Placement *pl)
 {
 	for (const Cached *c = p->cache[g]; c; c = c->next)
-		if (pl_equal(&c->p, pl))
+		if (placement_equal(&c->p, pl))
 			return c;
 	return NULL;
 }

@@ -334,15 +334,11 @@ __attribute__((format(printf, 2, 3))) static int bad_plan(CostReport *out, const
 	return -1;
 }
 
-static double buf_bytes(const DtmPlan *p, int id)
-{
-	return (double)p->buffers[id].bytes;
-}
-
-/* Roofline inputs of a kernel or GEMM: the plan's counts where given,
- * else the GEMM's 2mnk per batch item and the bytes of every operand. */
-static void kernel_work(const DtmPlan *p, const DtmAction *a, double *flops, double *bytes,
-                        DtmDtype *dtype)
+/* Roofline inputs of a kernel or GEMM, given its arguments' bytes (argb)
+ * and the dtype it runs at: the plan's counts where given, else the GEMM's
+ * 2mnk per batch item and the bytes of every operand. */
+static void work_of(const DtmAction *a, const double *argb, DtmDtype rate, double *flops,
+                    double *bytes, DtmDtype *dtype)
 {
 	*flops = (double)a->flops;
 	*bytes = (double)a->mem_bytes;
@@ -351,13 +347,28 @@ static void kernel_work(const DtmPlan *p, const DtmAction *a, double *flops, dou
 		         (double)(a->batch > 0 ? a->batch : 1);
 	if (*bytes <= 0) {
 		for (int j = 0; j < a->nargs; j++)
-			*bytes += buf_bytes(p, a->args[j]);
+			*bytes += argb[j];
 		if (a->kind == DTM_ACT_GEMM && a->beta != 0 && a->nargs > 0)
-			*bytes += buf_bytes(p, a->args[a->nargs - 1]);
+			*bytes += argb[a->nargs - 1];
 	}
-	/* a GEMM runs at its A operand's rate, a kernel at its output's */
-	int id = a->nargs < 1 ? -1 : a->kind == DTM_ACT_GEMM ? a->args[0] : a->args[a->nargs - 1];
-	*dtype = id >= 0 ? p->buffers[id].dtype : p->train.precision;
+	*dtype = rate;
+}
+
+/* The argument whose dtype sets the rate: a GEMM runs at its A operand's,
+ * a kernel at its output's; -1 for none. */
+static int rate_arg(const DtmAction *a)
+{
+	return a->nargs < 1 ? -1 : a->kind == DTM_ACT_GEMM ? a->args[0] : a->args[a->nargs - 1];
+}
+
+static void kernel_work(const DtmPlan *p, const DtmAction *a, double *flops, double *bytes,
+                        DtmDtype *dtype)
+{
+	double argb[DTM_MAX_ARGS];
+	for (int j = 0; j < a->nargs && j < DTM_MAX_ARGS; j++)
+		argb[j] = (double)p->buffers[a->args[j]].bytes;
+	int id = rate_arg(a);
+	work_of(a, argb, id >= 0 ? p->buffers[id].dtype : p->train.precision, flops, bytes, dtype);
 }
 
 /* What kernel_work reads of a buffer.  cost_plan_step copies it out of
@@ -372,19 +383,11 @@ typedef struct BufInfo {
 static void kernel_work_info(const BufInfo *bi, DtmDtype precision, const DtmAction *a,
                              double *flops, double *bytes, DtmDtype *dtype)
 {
-	*flops = (double)a->flops;
-	*bytes = (double)a->mem_bytes;
-	if (a->kind == DTM_ACT_GEMM && *flops <= 0)
-		*flops = 2.0 * (double)a->m * (double)a->n * (double)a->k *
-		         (double)(a->batch > 0 ? a->batch : 1);
-	if (*bytes <= 0) {
-		for (int j = 0; j < a->nargs; j++)
-			*bytes += bi[a->args[j]].bytes;
-		if (a->kind == DTM_ACT_GEMM && a->beta != 0 && a->nargs > 0)
-			*bytes += bi[a->args[a->nargs - 1]].bytes;
-	}
-	int id = a->nargs < 1 ? -1 : a->kind == DTM_ACT_GEMM ? a->args[0] : a->args[a->nargs - 1];
-	*dtype = id >= 0 ? bi[id].dtype : precision;
+	double argb[DTM_MAX_ARGS];
+	for (int j = 0; j < a->nargs && j < DTM_MAX_ARGS; j++)
+		argb[j] = bi[a->args[j]].bytes;
+	int id = rate_arg(a);
+	work_of(a, argb, id >= 0 ? bi[id].dtype : precision, flops, bytes, dtype);
 }
 
 static void tally(CostTally *t, double bytes, double seconds)
