@@ -190,21 +190,19 @@ static void expect_error(int P, int M, const char *sched, const char *want, int 
 {
 	Arena a;
 	arena_init(&a);
-	char *buf = NULL;
-	size_t len = 0;
-	FILE *f = open_memstream(&buf, &len);
+	TestCapture c;
 	Diag d;
-	diag_init(&d, f);
+	diag_init(&d, capture_open(&c));
 	IrModule *m = compile(&a, &d, P, "stage i * pp / layers", M, sched, NULL);
-	fclose(f);
+	const char *buf = capture_text(&c);
 	CHECK(m == NULL);
-	CHECK(buf && strstr(buf, want));
+	CHECK(strstr(buf, want));
 	char at[32];
 	snprintf(at, sizeof at, "t.dtm:%d:", line);
-	CHECK(buf && strstr(buf, at));
-	if (!buf || !strstr(buf, want) || !strstr(buf, at))
-		fprintf(stderr, "want '%s' at %s in:\n%s\n", want, at, buf ? buf : "(nothing)");
-	free(buf);
+	CHECK(strstr(buf, at));
+	if (!strstr(buf, want) || !strstr(buf, at))
+		fprintf(stderr, "want '%s' at %s in:\n%s\n", want, at, buf);
+	capture_free(&c);
 	arena_free(&a);
 }
 
@@ -230,27 +228,25 @@ static void test_int_rows(void)
 	for (int M = 2; M <= 4; M += 2) {
 		Arena a;
 		arena_init(&a);
-		char *buf = NULL;
-		size_t len = 0;
-		FILE *f = open_memstream(&buf, &len);
+		TestCapture c;
 		Diag d;
-		diag_init(&d, f);
+		diag_init(&d, capture_open(&c));
 		const char *train = M == 2 ? "microbatches=2" : "microbatches=4";
 		IrModule *m = test_lower(&a, &d, tok, NULL, NULL, train);
 		bool ok = m && pass_run_until(m, &d, NULL, NULL);
-		fclose(f);
+		const char *buf = capture_text(&c);
 		if (M == 2) {
 			CHECK(ok);
 		} else {
 			CHECK(!ok);
-			CHECK(buf && strstr(buf, "t.dtm:4:7: error: microbatches 4: input tokens: a "
-			                         "micro-batch has 1 row, which does not split evenly "
-			                         "over the 2 ranks"));
-			CHECK(buf && strstr(buf, "divides 4 / 2 = 2"));
+			CHECK(strstr(buf, "t.dtm:4:7: error: microbatches 4: input tokens: a "
+			                  "micro-batch has 1 row, which does not split evenly "
+			                  "over the 2 ranks"));
+			CHECK(strstr(buf, "divides 4 / 2 = 2"));
 		}
 		if ((M == 2) != ok)
-			fprintf(stderr, "M = %d: %s", M, buf ? buf : "");
-		free(buf);
+			fprintf(stderr, "M = %d: %s", M, buf);
+		capture_free(&c);
 		arena_free(&a);
 	}
 }

@@ -56,4 +56,38 @@ static inline IrModule *test_lower(Arena *a, Diag *d, const char *src, const cha
 	return lower_file(a, d, &af, &o);
 }
 
+/* Diagnostics written to memory, for tests that check a message:
+ *   TestCapture c; diag_init(&d, capture_open(&c)); ...;
+ *   CHECK(strstr(capture_text(&c), "...")); capture_free(&c); */
+typedef struct TestCapture {
+	char *buf;
+	size_t len;
+	FILE *f;
+} TestCapture;
+
+static inline FILE *capture_open(TestCapture *c)
+{
+	c->buf = NULL;
+	c->len = 0;
+	c->f = open_memstream(&c->buf, &c->len);
+	return c->f ? c->f : stderr;
+}
+
+/* What was written so far ("" when nothing); closes the stream. */
+static inline const char *capture_text(TestCapture *c)
+{
+	if (c->f) {
+		fclose(c->f);
+		c->f = NULL;
+	}
+	return c->buf ? c->buf : "";
+}
+
+static inline void capture_free(TestCapture *c)
+{
+	capture_text(c);
+	free(c->buf);
+	c->buf = NULL;
+}
+
 #endif
