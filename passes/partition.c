@@ -1012,6 +1012,11 @@ static bool find_wants(Part *p)
 
 bool pass_partition_ex(IrModule *m, Diag *d, bool fill_unknown)
 {
+	return pass_partition_replay(m, d, fill_unknown, !fill_unknown);
+}
+
+bool pass_partition_replay(IrModule *m, Diag *d, bool fill_unknown, bool replay)
+{
 	if (mesh_size(&m->mesh) <= 1)
 		return true;
 	Part p = {.m = m, .out = ir_module_new(m->arena, m->name), .d = d, .fill = fill_unknown};
@@ -1026,7 +1031,9 @@ bool pass_partition_ex(IrModule *m, Diag *d, bool fill_unknown)
 	p.mplace = arena_alloc_raw(&p.scratch, nn * sizeof *p.mplace);
 	p.wantix = arena_alloc_raw(&p.scratch, nn * sizeof *p.wantix);
 	p.cache = arena_alloc(&p.scratch, nn * sizeof *p.cache);
-	p.twins = !fill_unknown;
+	/* fill_unknown decides placements as it goes, which a twin's class
+	 * (computed from the global placements) cannot see */
+	p.twins = replay && !fill_unknown;
 	p.last = -1;
 	p.vsig = arena_alloc_raw(&p.scratch, nn * sizeof *p.vsig);
 	bool ok = p.out && p.map && p.mplace && p.wantix && p.cache && p.vsig;

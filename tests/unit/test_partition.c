@@ -625,8 +625,68 @@ static void test_text_and_edges(void)
 	free(src);
 }
 
+/* Replaying repeated nodes (passes/partition_twin.c) is only a shortcut:
+ * the partitioned program, printed, equals the one built node by node, on
+ * layouts whose layers and micro-batches repeat (DP x TP with ZeRO 0-3, SP,
+ * recompute, pipeline stages), and replay did happen (the text is long
+ * enough to hold repeats). */
+static void test_replay_identity(void)
+{
+	if (!pass_exists("propagate"))
+		return;
+	char *src = slurp("models/gpt.dtm");
+	CHECK(src != NULL);
+	if (!src)
+		return;
+	static const char *const gpt[] = {"vocab", "15", "ctx", "4", "d", "8", "heads", "2",
+	                                  "layers", "3", "batch", "8", NULL};
+	static const struct {
+		const char *mesh, *train[3];
+	} cases[] = {
+	        {"pp=1,dp=2,tp=2", {"microbatches=2", "zero=0", NULL}},
+	        {"pp=1,dp=2,tp=2", {"microbatches=2", "zero=1", NULL}},
+	        {"pp=1,dp=2,tp=2", {"microbatches=2", "zero=2", "recompute=true"}},
+	        {"pp=1,dp=2,tp=2", {"microbatches=2", "zero=3", "sequence_parallel=true"}},
+	        {"pp=2,dp=2,tp=1", {"microbatches=4", "zero=3", NULL}},
+	        {"pp=1,dp=1,tp=4", {"microbatches=1", "uneven_shards=true", NULL}},
+	};
+	for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+		char *text[2] = {NULL, NULL};
+		size_t len[2] = {0, 0};
+		for (int replay = 0; replay < 2; replay++) {
+			Arena a;
+			arena_init(&a);
+			Diag d;
+			diag_init(&d, stderr);
+			const char *tr[4] = {cases[k].train[0], cases[k].train[1],
+			                     cases[k].train[2], NULL};
+			IrModule *m = test_lower_trains(&a, &d, src, cases[k].mesh, gpt, tr);
+			bool ok = m && pass_run_until(m, &d, NULL, "state") &&
+			          pass_partition_replay(m, &d, false, replay) &&
+			          ir_verify(m, &d, "partition");
+			CHECK(ok);
+			FILE *f = open_memstream(&text[replay], &len[replay]);
+			if (ok && f)
+				ir_print(f, m);
+			if (f)
+				fclose(f);
+			arena_free(&a);
+		}
+		bool same = text[0] && text[1] && len[0] == len[1] && !memcmp(text[0], text[1], len[0]);
+		CHECK(same);
+		CHECK(len[0] > 20000);
+		if (!same)
+			fprintf(stderr, "replay changed the partition of %s (%s, %s)\n", cases[k].mesh,
+			        cases[k].train[0], cases[k].train[1]);
+		free(text[0]);
+		free(text[1]);
+	}
+	free(src);
+}
+
 int main(void)
 {
+	test_replay_identity();
 	test_plans();
 	test_reshard_numeric();
 	test_equivalence();

@@ -33,8 +33,9 @@ static inline char *slurp(const char *path)
 /* src (named t.dtm in messages) lowered as dtmc would with --mesh mesh,
  * -D NAME=VALUE for each pair of the NULL-terminated defs and, when not
  * NULL, one --train override; NULL after reporting to d. */
-static inline IrModule *test_lower(Arena *a, Diag *d, const char *src, const char *mesh,
-                                   const char *const *defs, const char *train)
+/* As test_lower, with a NULL-terminated list of --train overrides. */
+static inline IrModule *test_lower_trains(Arena *a, Diag *d, const char *src, const char *mesh,
+                                          const char *const *defs, const char *const *train)
 {
 	SrcFile *sf = arena_alloc(a, sizeof *sf);
 	if (!sf)
@@ -44,8 +45,8 @@ static inline IrModule *test_lower(Arena *a, Diag *d, const char *src, const cha
 	sf->len = strlen(src);
 	diag_add_file(d, sf);
 	LowerOptions o = {.mesh = mesh};
-	if (train)
-		o.train[o.ntrain++] = train;
+	for (int i = 0; train && train[i] && o.ntrain < LOWER_MAX_TRAIN; i++)
+		o.train[o.ntrain++] = train[i];
 	for (int i = 0; defs && defs[2 * i]; i++) {
 		o.define_names[o.ndefines] = defs[2 * i];
 		o.define_values[o.ndefines++] = defs[2 * i + 1];
@@ -54,6 +55,13 @@ static inline IrModule *test_lower(Arena *a, Diag *d, const char *src, const cha
 	if (!ast_parse(a, d, sf, &af))
 		return NULL;
 	return lower_file(a, d, &af, &o);
+}
+
+static inline IrModule *test_lower(Arena *a, Diag *d, const char *src, const char *mesh,
+                                   const char *const *defs, const char *train)
+{
+	const char *tr[2] = {train, NULL};
+	return test_lower_trains(a, d, src, mesh, defs, tr);
 }
 
 /* Diagnostics written to memory, for tests that check a message:
