@@ -1224,9 +1224,14 @@ static bool sp_apply(Prop *P, Arena *ar)
 
 bool pass_propagate(IrModule *m, Diag *d, const PassOptions *opt)
 {
+	return pass_propagate_memo(m, d, opt, true);
+}
+
+bool pass_propagate_memo(IrModule *m, Diag *d, const PassOptions *opt, bool memo)
+{
 	Arena a;
 	arena_init(&a);
-	Prop P = {.m = m, .ar = &a};
+	Prop P = {.m = m, .ar = &a, .nomemo = !memo};
 	for (int i = 0; i < m->mesh.naxes && i < IR_MAX_AXES; i++)
 		if (m->mesh.sizes[i] > 1)
 			P.live |= 1u << i;

@@ -11,6 +11,10 @@
 #include "passes.h"
 
 bool pass_propagate(IrModule *m, Diag *d, const PassOptions *opt);
+/* As pass_propagate, with its per-context memo tables on or off: off
+ * decides every node afresh, the reference the memo must equal exactly
+ * (test_propagate). */
+bool pass_propagate_memo(IrModule *m, Diag *d, const PassOptions *opt, bool memo);
 
 /* Estimated bytes one rank sends to turn a value of `bytes` global bytes
  * placed `from` into `to`, under the ring formulas (all_gather,
