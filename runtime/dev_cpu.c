@@ -293,20 +293,21 @@ void rt_ctx_parallel_for(const DtmCtx *ctx, int64_t n, int64_t grain, DtmRangeFn
 
 #ifdef DTM_HAVE_OPENBLAS
 void openblas_set_num_threads(int);
-#endif
 
 /* What BLAS was last told: GEMMs switch it only when their mode changes. */
 static _Atomic int rt_blas_threads;
 
 void rt_blas_set_threads(int n)
 {
-#ifdef DTM_HAVE_OPENBLAS
 	if (atomic_exchange(&rt_blas_threads, n) != n)
 		openblas_set_num_threads(n);
-#else
-	(void)n;
-#endif
 }
+#else
+void rt_blas_set_threads(int n)
+{
+	(void)n;
+}
+#endif
 
 const char *rt_blas_name(void)
 {

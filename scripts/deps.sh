@@ -60,12 +60,28 @@ if ! fuzzer_ok; then
 	missing+=("$(rt_pkg)")
 fi
 # OpenBLAS for the CPU runtime's GEMM (CMake falls back to a slow loop
-# without it, so it is installed but not required elsewhere)
-have_cblas=0
-for h in /usr/include/cblas.h /usr/include/*/cblas.h /usr/include/*/*/cblas.h; do
-	if [ -e "$h" ]; then have_cblas=1; fi
-done
-if [ $have_cblas = 0 ]; then
+# without it, so it is installed but not required elsewhere).  Checked the
+# way CMake uses it: OpenBLAS's own header folder (openblas_config.h, which
+# only OpenBLAS ships; the reference BLAS's libblas-dev has a cblas.h too)
+# and a program calling cblas_sgemm linked with -lopenblas.
+openblas_ok() {
+	local inc=""
+	for d in /usr/include/*/openblas-pthread /usr/include/*/openblas /usr/include/openblas \
+		/usr/include; do
+		if [ -e "$d/openblas_config.h" ]; then inc=$d; break; fi
+	done
+	[ -n "$inc" ] || return 1
+	command -v cc >/dev/null 2>&1 || return 1
+	local tmp ok=1
+	tmp=$(mktemp -d)
+	printf '%s\n' '#include <cblas.h>' 'int main(void) { float a = 1, b = 1, c = 0;' \
+		'  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, 1, 1, 1, 1, &a, 1, &b, 1, 0, &c, 1);' \
+		'  return c == 1 ? 0 : 1; }' >"$tmp/b.c"
+	cc -I"$inc" "$tmp/b.c" -o "$tmp/b" -lopenblas >/dev/null 2>&1 && ok=0
+	rm -rf "$tmp"
+	return $ok
+}
+if ! openblas_ok; then
 	missing+=(libopenblas-dev)
 fi
 
@@ -130,6 +146,10 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && [ -r /etc/debian_
 	fi
 	if [ ! -e "$openblas_blas" ]; then
 		apt-get install -y --no-install-recommends libopenblas0-pthread </dev/null
+	fi
+	if ! openblas_ok; then
+		echo "deps.sh: libopenblas-dev installed but a program calling cblas_sgemm does not link with -lopenblas" >&2
+		exit 1
 	fi
 	select_openblas
 	exit 0

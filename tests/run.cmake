@@ -355,3 +355,12 @@ set_tests_properties(sweep.json PROPERTIES TIMEOUT 120 LABELS golden)
 set_tests_properties(sweep.errors PROPERTIES TIMEOUT 120 LABELS diag)
 set_tests_properties(sweep.measure PROPERTIES TIMEOUT 300 LABELS e2e)
 # ---- end sweep ----
+
+# ---- build: the build without optional dependencies (issue 12 point 1) ----
+#   build.minimal  OpenBLAS, MPI and CUDA turned off, -Werror, every target;
+#                  the plain-loop GEMM trains mlp dp=2 to OpenBLAS's losses
+add_test(NAME build.minimal
+         COMMAND ${DTM_BASH} ${DTM_TESTS}/build/minimal.sh $<TARGET_FILE:dtmc>
+                 ${CMAKE_CURRENT_BINARY_DIR}/minimal
+         WORKING_DIRECTORY ${DTM_ROOT})
+set_tests_properties(build.minimal PROPERTIES TIMEOUT 600 LABELS build)
