@@ -24,7 +24,7 @@
 typedef struct Opts {
 	int64_t steps, seed, save_every, eval_every, threads, lr_decay_steps, comm_delay_us;
 	double lr, comm_timeout;
-	bool threads_set, overlap, overlap_copy, overlap_set;
+	bool threads_set, overlap, overlap_copy, overlap_set, backend_set;
 	const char *log, *save, *resume, *data, *dump, *backend, *device;
 	bool check_numerics, verbose, quiet, help, seed_set, decay_set;
 } Opts;
@@ -50,7 +50,8 @@ static const char usage[] =
 	"                     cores (%lld) shared out among this host's ranks)\n"
 	"  --backend B        local: the mesh's ranks are threads of this process\n"
 	"                     (default); mpi: one process per rank, started as\n"
-	"                     `mpirun -np RANKS ./NAME --backend mpi`\n"
+	"                     `mpirun -np RANKS ./NAME` (the default under a\n"
+	"                     launcher: Open MPI, PMI or srun with several tasks)\n"
 	"  --comm-timeout S   a rank waiting longer than S seconds for a peer stops\n"
 	"                     with an error naming it (default 60)\n"
 	"  --overlap MODE     on (default): each rank runs its communication on a\n"
@@ -218,6 +219,7 @@ static int parse_args(Opts *o, const DtmPlan *p, int argc, char **argv, char *er
 				rc = -1;
 			}
 			o->backend = val;
+			o->backend_set = true;
 		} else if (!strcmp(flag, "--device")) {
 			if (strcmp(val, "cpu") != 0 && strcmp(val, "cuda") != 0) {
 				snprintf(err, RT_ERR_LEN, "--device wants cpu or cuda, got '%s'", val);
@@ -549,6 +551,25 @@ static int run_local(const DtmPlan *plan, const Opts *o)
 	return status ? 1 : 0;
 }
 
+/* The number of processes the launcher that started this one started, with
+ * the variable that says so, or 0 outside a launcher: Open MPI's mpirun,
+ * a PMI launcher (MPICH's hydra) and Slurm's srun each export one. */
+static long launcher_size(const char **var)
+{
+	static const char *const vars[] = { "OMPI_COMM_WORLD_SIZE", "PMI_SIZE",
+					    "SLURM_STEP_NUM_TASKS" };
+	for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+		const char *v = getenv(vars[i]);
+		char *end;
+		long n = v && *v ? strtol(v, &end, 10) : 0;
+		if (v && *v && !*end && n > 0) {
+			*var = vars[i];
+			return n;
+		}
+	}
+	return 0;
+}
+
 /* This process is one rank of an MPI job. */
 static int run_mpi(const DtmPlan *plan, const Opts *o)
 {
@@ -629,6 +650,20 @@ int dtm_main(const DtmPlan *plan, int argc, char **argv)
 		fprintf(stderr, "error: a mesh of %lld ranks is more than the runtime handles\n",
 			(long long)world);
 		return 1;
+	}
+	/* Under a launcher of several processes each process is one rank:
+	 * running the whole mesh as threads in every one would train N copies */
+	const char *lvar = NULL;
+	long lsize = launcher_size(&lvar);
+	if (!o.backend_set && lsize > 1) {
+		if (!comm_mpi_open) {
+			fprintf(stderr, "error: started by a launcher of %ld processes (%s), but this "
+					"binary was built without the mpi backend: rebuild dtm where "
+					"CMake finds Open MPI, or run one process with --backend local\n",
+				lsize, lvar);
+			return 1;
+		}
+		o.backend = "mpi";
 	}
 	if (!strcmp(o.device, "cuda") && cuda_usable(plan, &o))
 		return 1;

@@ -124,6 +124,13 @@ if(TARGET dtm_comm_mpi)
       TIMEOUT 120 LABELS mpi ENVIRONMENT "${DTM_MPI_ENV}")
     set_tests_properties(mpi.overlap_dead PROPERTIES
       PASS_REGULAR_EXPRESSION "rank [013]: rank 2 failed: boom on purpose")
+    #   mpi.auto_backend  `mpirun -np 4 ./NAME` without --backend: one rank
+    #                     per process (the mpi backend is the default under a
+    #                     launcher), the local backend's losses
+    add_test(NAME mpi.auto_backend
+             COMMAND ${DTM_BASH} ${DTM_TESTS}/e2e/mpi_auto.sh $<TARGET_FILE:dtmc> ${DTM_MPIRUN}
+             WORKING_DIRECTORY ${DTM_ROOT})
+    set_tests_properties(mpi.auto_backend PROPERTIES TIMEOUT 300 LABELS mpi)
   else()
     add_test(NAME mpi.comm COMMAND ${CMAKE_COMMAND} -E echo
       "SKIP: mpirun not found (apt-get install openmpi-bin)")
@@ -196,9 +203,11 @@ set_tests_properties(e2e.pipeline.gpt PROPERTIES TIMEOUT 600 LABELS e2e)
 #   inspect.conformance  models/gpt.dtm on dp=4, zero 0..3, bf16 and f32: params,
 #                        grads, master weights and optimizer state per rank are
 #                        REFERENCE.md's bytes per parameter times P
+#   inspect.flops        GPT-2 small: FLOPs per token (6N + 6LCT) on dp=1, dp=8,
+#                        tp=2, pp=2 all 803,261,952
 #   inspect.errors       a bad model, --hw, --rank or --train: a message, exit 1
 # (inspect's peak against what the ranks allocate: e2e.equiv.*, e2e.pipeline.gpt)
-foreach(mode golden outputs conformance errors)
+foreach(mode golden outputs conformance errors flops)
   add_test(NAME inspect.${mode}
            COMMAND ${DTM_BASH} ${DTM_TESTS}/inspect/run.sh ${mode} $<TARGET_FILE:dtmc>
            WORKING_DIRECTORY ${DTM_ROOT})
@@ -364,3 +373,9 @@ add_test(NAME build.minimal
                  ${CMAKE_CURRENT_BINARY_DIR}/minimal
          WORKING_DIRECTORY ${DTM_ROOT})
 set_tests_properties(build.minimal PROPERTIES TIMEOUT 600 LABELS build)
+
+# ---- docs: README.md against the program (issue 12 point 5) ----
+add_test(NAME docs.readme
+         COMMAND ${DTM_BASH} ${DTM_TESTS}/docs/readme.sh $<TARGET_FILE:dtmc>
+         WORKING_DIRECTORY ${DTM_ROOT})
+set_tests_properties(docs.readme PROPERTIES TIMEOUT 60 LABELS diag)

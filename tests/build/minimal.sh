@@ -7,7 +7,8 @@
 #   1. the build is warning-free (-Werror) and CMake says each part is off;
 #   2. a binary built by that dtmc trains models/mlp.dtm on dp=2 with the
 #      plain GEMM loop, to the losses of DTMC's (OpenBLAS) build, 1e-5;
-#   3. `--backend mpi` on it is a one-line error naming the missing part, exit 1.
+#   3. `--backend mpi` on it, or running it under a launcher (OMPI_COMM_WORLD_SIZE),
+#      is a one-line error naming the missing part, exit 1.
 set -u
 dtmc=$1
 work=$2
@@ -44,4 +45,10 @@ awk '{ d = $1 - $2; if (d < 0) d = -d; s = $2 < 0 ? -$2 : $2;
 rc=$?
 [ $rc = 1 ] || fail "--backend mpi without MPI exited $rc, want 1"
 grep -q "built without the mpi backend" "$work/mpi.txt" || { cat "$work/mpi.txt" >&2; fail "no clear mpi error"; }
+# under a launcher, a binary without MPI refuses instead of training copies
+OMPI_COMM_WORLD_SIZE=4 "$work/mlp_min" --steps 1 >"$work/launcher.txt" 2>&1
+rc=$?
+[ $rc = 1 ] || fail "under a launcher without MPI built in: exit $rc, want 1"
+grep -q "started by a launcher of 4 processes (OMPI_COMM_WORLD_SIZE).*--backend local" "$work/launcher.txt" ||
+	{ cat "$work/launcher.txt" >&2; fail "no clear launcher error"; }
 echo "build.minimal: -Werror build without OpenBLAS, MPI and CUDA; mlp dp=2 losses equal OpenBLAS's over $steps steps"
