@@ -886,6 +886,7 @@ DtmPlan *cg_compile(const char *path, const CgCompileOptions *o, Arena *a, Diag 
 		diag_error(d, (SrcLoc){.file = path}, "could not be lowered");
 	if (!m || d->nerr > 0 || !ir_verify(m, d, "lower"))
 		return NULL;
+	ir_count_attention(m);
 	PassOptions popt = { .verbose = false };
 	if (!pass_run_until(m, d, &popt, NULL))
 		return NULL;

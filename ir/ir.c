@@ -216,6 +216,7 @@ IrModule *ir_module_new(Arena *a, const char *name)
 		return NULL;
 	ir_train_defaults(&m->train);
 	m->loss = -1;
+	m->attn_layers = m->attn_width = -1;
 	return m;
 }
 
@@ -306,6 +307,21 @@ int64_t ir_node_numel(const IrNode *n)
 			return -1;
 	}
 	return p;
+}
+
+void ir_count_attention(IrModule *m)
+{
+	m->attn_layers = 0;
+	m->attn_width = 0;
+	for (int i = 0; i < m->nnodes; i++) {
+		const IrNode *n = m->nodes[i];
+		if (n->op != IR_OP_ATTENTION)
+			continue;
+		const IrNode *q = m->nodes[n->ops[0]];
+		m->attn_layers++;
+		if (!m->attn_width && q->rank > 0)
+			m->attn_width = ir_global_dim(m, q, q->rank - 1);
+	}
 }
 
 int ir_choose_add(IrModule *m, int node, const Placement *opts, int nopts, SrcLoc loc)

@@ -190,6 +190,11 @@ typedef struct IrModule {
 	IrChoose *chooses;
 	int nchooses, capchooses;
 	int loss;          /* node id of the loss, or -1 */
+	/* The model's attention layers and their width (q's last dim), counted
+	 * on the global program as lowered (ir_count_attention), before any
+	 * pass unrolls micro-batches or splits stages and shapes: inspect's
+	 * 6LCT term.  -1 until counted. */
+	int64_t attn_layers, attn_width;
 } IrModule;
 
 /* ---- op table ---- */
@@ -228,6 +233,9 @@ IrNode *ir_node_new(IrModule *m, IrOp op, const int *ops, int nops, SrcLoc loc);
  * overwritten.  NULL as ir_node_new. */
 IrNode *ir_node_copy(IrModule *m, const IrNode *src, const int *ops, int nops);
 int64_t ir_node_numel(const IrNode *n);
+/* Sets m->attn_layers and m->attn_width from m's attention ops: call it on
+ * the global program before the passes (cg_compile does). */
+void ir_count_attention(IrModule *m);
 int ir_choose_add(IrModule *m, int node, const Placement *opts, int nopts, SrcLoc loc);
 /* A deep copy of m in a (clone.c): nodes, operand lists and choose()
  * points are copied, strings are shared, so m's arena must outlive the

@@ -64,6 +64,13 @@ static int cmd_build(const Args *args);
 static int cmd_cuda_src(const Args *args);
 static int cmd_inspect(const Args *args);
 
+/* the byte-level tokenizer lives in the runtime (it writes llm.c token
+ * files the training binary reads); dtmc only dispatches to it */
+static int cmd_tokenize(int argc, char **argv)
+{
+	return dtm_tool_tokenize(argc, argv) == 0 ? 0 : 1;
+}
+
 static const Command commands[] = {
 	{"check", "parse, lower and verify a model; summarise its mesh and parameters",
 	 "usage: dtmc check FILE [-D name=value]... [--mesh axis=size,...] [--train key=value]...\n"
@@ -191,6 +198,13 @@ static const Command commands[] = {
 	 cmd_inspect, false, false, NULL},
 	{"sweep", "compile and cost every parallel layout on N devices, rank them",
 	 sweep_help, NULL, false, false, sweep_main},
+	{"tokenize", "turn a text file into an llm.c token file (bytes as tokens)",
+	 "usage: dtmc tokenize IN.txt OUT.bin\n"
+	 "\n"
+	 "Writes an llm.c token file (header of 256 int32: magic 20240520, version,\n"
+	 "token count; then the tokens as uint16) with vocab 256: each byte of IN is\n"
+	 "one token.  The training binary reads it with --data OUT.bin.\n",
+	 NULL, false, false, cmd_tokenize},
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
 
@@ -219,8 +233,7 @@ static void print_help(FILE *out)
 	      out);
 	for (size_t i = 0; i < NCOMMANDS; i++)
 		fprintf(out, "  %-9s %s\n", commands[i].name, commands[i].summary);
-	fputs("  tokenize  turn a text file into an llm.c token file (bytes as tokens): dtmc tokenize IN.txt OUT.bin\n"
-	      "  help      show a command's options: dtmc help COMMAND\n"
+	fputs("  help      show a command's options: dtmc help COMMAND\n"
 	      "\n"
 	      "options:\n"
 	      "  -h, --help     show this help\n"
@@ -618,12 +631,6 @@ int main(int argc, char **argv)
 			return 1;
 		}
 		return print_command_help(c);
-	}
-	/* the byte-level tokenizer lives in the runtime (it writes llm.c token
-	 * files the training binary reads); dtmc only dispatches to it */
-	if (strcmp(cmd, "tokenize") == 0) {
-		int trc = dtm_tool_tokenize(argc - 1, argv + 1);
-		return trc == 0 ? 0 : 1;
 	}
 	if (cmd[0] == '-') {
 		usage_error("unknown option '%s'", cmd);

@@ -76,6 +76,7 @@ typedef struct Insp {
 	double makespan; /* of the simulated timeline */
 	double nparams;
 	int64_t layers, channels, seq;
+	bool reported; /* analyse printed its error (else it ran out of memory) */
 	double flops_per_token, mfu;
 } Insp;
 
@@ -612,10 +613,12 @@ static bool analyse(Insp *in)
 	if (in->o->rank < 0 || in->o->rank >= in->world) {
 		fprintf(stderr, "dtmc: error: --rank %" PRId64 ": the mesh has ranks 0..%" PRId64 "\n",
 		        in->o->rank, in->world - 1);
+		in->reported = true;
 		return false;
 	}
 	if (cost_plan_step(p, &in->hw, in->o->nodes, &in->cost) != 0) {
 		fprintf(stderr, "dtmc: error: the cost model rejected the plan: %s\n", in->cost.err);
+		in->reported = true;
 		return false;
 	}
 	in->node_size = in->cost.node_size;
@@ -653,8 +656,8 @@ static bool analyse(Insp *in)
 	if (!simulate(in))
 		return false;
 	/* the llm.c FLOPs per token: N params (a tied weight counted once),
-	 * L blocks, C the embedding width, T the sequence */
-	int64_t maxblock = -1;
+	 * L attention layers and C their width, T the sequence; L and C are
+	 * the model's, counted before the passes (cg_compile) */
 	for (int i = 0; i < p->nbuffers; i++) {
 		const DtmBuffer *b = &p->buffers[i];
 		if (b->role != DTM_ROLE_PARAM)
@@ -666,16 +669,8 @@ static bool analyse(Insp *in)
 		if (!seen)
 			in->nparams += (double)rt_global_numel(b);
 	}
-	for (int i = 0; i < m->nnodes; i++) {
-		const IrNode *n = m->nodes[i];
-		if (n->op == IR_OP_PARAM && n->block > maxblock)
-			maxblock = n->block;
-		if (!in->channels && (n->op == IR_OP_EMBED || n->op == IR_OP_EMBED_VP)) {
-			const IrNode *w = m->nodes[n->ops[0]];
-			in->channels = w->rank > 1 ? ir_global_dim(m, w, w->rank - 1) : 0;
-		}
-	}
-	in->layers = maxblock + 1;
+	in->layers = m->attn_layers > 0 ? m->attn_layers : 0;
+	in->channels = m->attn_width > 0 ? m->attn_width : 0;
 	in->seq = p->train.seq;
 	in->flops_per_token = cost_flops_per_token(in->nparams, in->layers, in->channels, in->seq);
 	in->mfu = cost_mfu(in->flops_per_token, in->cost.tokens_per_s, in->world,
@@ -1251,7 +1246,7 @@ int inspect_main(const InspectOptions *o)
 	if (ok)
 		ok = pass_fuse_plan(in.m, &a, &d, &in.fp) && pass_memplan(in.m, &in.fp, &a, &d, &in.mp);
 	if (ok && !analyse(&in)) {
-		if (!d.nerr && !in.cost.err[0])
+		if (!d.nerr && !in.reported)
 			fputs("dtmc: error: out of memory\n", stderr);
 		ok = false;
 	}

@@ -16,6 +16,8 @@
 #                                   weights and optimizer state equal
 #                                   ../shared/REFERENCE.md's bytes per
 #                                   parameter times the parameter count
+#   run.sh flops DTMC               GPT-2 small's FLOPs per token on dp=1,
+#                                   dp=8, tp=2 and pp=2: llm.c's 6N + 6LCT
 #   run.sh errors DTMC              a bad model: file:line:col and exit 1; a
 #                                   bad --hw, --rank or --train: exit 1
 # Run from anywhere; paths are the repository's.
@@ -132,6 +134,32 @@ sys.exit(bad)
 PY
 }
 
+# FLOPs per token (llm.c's 6N + 6LCT) of GPT-2 small on four meshes: the
+# same on each, N = 124,439,808 params (the tied wte once), L = 12 layers,
+# C = 768, T = 1024: 746,638,848 + 56,623,104 = 803,261,952.  (L was taken
+# from a node field partition drops: 0 on every multi-rank mesh.)
+flops() {
+	local gpt2="-D vocab=50257 -D ctx=1024 -D d=768 -D heads=12 -D layers=12 -D batch=8"
+	local want=$((6 * 124439808 + 6 * 12 * 768 * 1024)) mesh
+	for mesh in pp=1,dp=1,tp=1 pp=1,dp=8,tp=1 pp=1,dp=1,tp=2 pp=2,dp=1,tp=1; do
+		local mb=1
+		[ "${mesh%%,*}" = pp=2 ] && mb=2
+		# shellcheck disable=SC2086
+		"$dtmc" inspect models/gpt.dtm $gpt2 --mesh $mesh --train microbatches=$mb --json \
+			>"$tmp/f.json" 2>"$tmp/err" || { cat "$tmp/err" >&2; fail "inspect $mesh failed"; }
+		"$py" - "$tmp/f.json" "$want" "$mesh" <<'PY' || fail "FLOPs per token on $mesh"
+import json, sys
+d = json.load(open(sys.argv[1]))
+want, mesh = int(sys.argv[2]), sys.argv[3]
+c = d["step"]
+got = c["flops_per_token"]
+print(f"{mesh}: {got:.6g} FLOPs/token (L {c['layers']}, C {c['channels']}, T {c['seq']}), want {want}")
+assert c["layers"] == 12 and c["channels"] == 768 and c["seq"] == 1024
+assert got == want, (got, want)
+PY
+	done
+}
+
 errors() {
 	local bad=tests/diag/bad_character.dtm
 	[ -f "$bad" ] || bad=$(ls tests/diag/*.dtm | head -1)
@@ -154,7 +182,7 @@ errors() {
 }
 
 case $mode in
-golden | outputs | conformance | errors) $mode ;;
+golden | outputs | conformance | errors | flops) $mode ;;
 *) fail "unknown mode '$mode'" ;;
 esac
 echo ok
