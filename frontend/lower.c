@@ -29,8 +29,56 @@ Value lower_node_val(int id)
 	return v;
 }
 
-static Binding *lookup_local(Scope *s, const char *name)
+#define SCOPE_INDEX_MIN 16 /* bindings before a scope gets its hash index */
+
+static uint32_t name_hash(const char *s)
 {
+	uint32_t h = 2166136261u; /* FNV-1a */
+	for (; *s; s++)
+		h = (h ^ (uint8_t)*s) * 16777619u;
+	return h;
+}
+
+/* The index slot of name, or of the empty slot where it would go. */
+static int *index_find(const Scope *s, const char *name)
+{
+	uint32_t mask = (uint32_t)s->nslot - 1, i = name_hash(name) & mask;
+	int *tomb = NULL;
+	for (;; i = (i + 1) & mask) {
+		int v = s->slot[i];
+		if (v == 0)
+			return tomb ? tomb : &s->slot[i];
+		if (v < 0) {
+			if (!tomb)
+				tomb = &s->slot[i];
+		} else if (strcmp(s->b[v - 1].name, name) == 0) {
+			return &s->slot[i];
+		}
+	}
+}
+
+static bool index_rebuild(Lower *L, Scope *s)
+{
+	int n = 64;
+	while (n < 4 * s->cap)
+		n *= 2;
+	int *slot = arena_alloc(L->a, sizeof(int) * (size_t)n);
+	if (!slot)
+		return false;
+	s->slot = slot;
+	s->nslot = n;
+	s->ntomb = 0;
+	for (int i = 0; i < s->n; i++)
+		*index_find(s, s->b[i].name) = i + 1;
+	return true;
+}
+
+Binding *lower_lookup_local(Scope *s, const char *name)
+{
+	if (s->nslot) {
+		int v = *index_find(s, name);
+		return v > 0 ? &s->b[v - 1] : NULL;
+	}
 	for (int i = s->n - 1; i >= 0; i--)
 		if (strcmp(s->b[i].name, name) == 0)
 			return &s->b[i];
@@ -40,7 +88,7 @@ static Binding *lookup_local(Scope *s, const char *name)
 Binding *lower_lookup(Scope *s, const char *name)
 {
 	for (; s; s = s->parent) {
-		Binding *b = lookup_local(s, name);
+		Binding *b = lower_lookup_local(s, name);
 		if (b)
 			return b;
 	}
@@ -49,7 +97,7 @@ Binding *lower_lookup(Scope *s, const char *name)
 
 void lower_bind(Lower *L, Scope *s, const char *name, Value v, SrcLoc loc)
 {
-	Binding *b = lookup_local(s, name);
+	Binding *b = lower_lookup_local(s, name);
 	if (!b) {
 		if (s->n == s->cap) {
 			int cap = s->cap ? 2 * s->cap : 16;
@@ -63,16 +111,31 @@ void lower_bind(Lower *L, Scope *s, const char *name, Value v, SrcLoc loc)
 		}
 		b = &s->b[s->n++];
 		b->name = name;
+		/* the index keeps under a quarter full (deleted slots count) */
+		if (s->n > SCOPE_INDEX_MIN && (!s->nslot || 4 * (s->n + s->ntomb) > s->nslot)) {
+			if (!index_rebuild(L, s))
+				s->nslot = 0; /* out of memory: linear lookups still work */
+		} else if (s->nslot) {
+			*index_find(s, name) = s->n;
+		}
 	}
 	b->v = v;
 	b->loc = loc;
 }
 
+/* Removes name's binding: the last binding takes its place. */
 static void unbind(Scope *s, const char *name)
 {
-	Binding *b = lookup_local(s, name);
-	if (b)
-		*b = s->b[--s->n];
+	Binding *b = lower_lookup_local(s, name);
+	if (!b)
+		return;
+	if (s->nslot) {
+		*index_find(s, name) = -1;
+		s->ntomb++;
+		if (b != &s->b[s->n - 1])
+			*index_find(s, s->b[s->n - 1].name) = (int)(b - s->b) + 1;
+	}
+	*b = s->b[--s->n];
 }
 
 /* ---- nodes ---- */
@@ -523,6 +586,22 @@ static Value lower_annot(Lower *L, Scope *s, const AstNode *e)
 	const char *what = L->annot_expr == e && L->annot_target
 	                           ? arena_printf(L->a, "'%s'", L->annot_target)
 	                           : "the value";
+	/* A value placed already (`h = f(x) @ [dp, _]`, then `g = h @ [_, dp]`,
+	 * or `f(x) @ [dp, _] @ [_, dp]`): both hold.  The second annotation
+	 * places a new value, a view of the first with the same shape, and
+	 * partition reshards between them; h keeps its placement. */
+	if (n->place.known) {
+		IrNode *r;
+		if (lower_make1(L, IR_OP_RESHAPE, v, e->annot->loc, &r).k == V_ERR)
+			return sema_err();
+		r->dtype = n->dtype;
+		r->rank = n->rank;
+		memcpy(r->shape, n->shape, sizeof(int64_t) * (size_t)n->rank);
+		v = lower_finish(L, r);
+		if (v.k == V_ERR)
+			return v;
+		n = node_of(L, v);
+	}
 	if (!sema_annotate(L, e->annot, n, what, true))
 		return sema_err();
 	return v;
@@ -819,7 +898,7 @@ static void lower_for(Lower *L, Scope *s, const AstNode *st)
 		                             LOWER_MAX_ITERS));
 		return;
 	}
-	Binding *old = lookup_local(s, st->name);
+	Binding *old = lower_lookup_local(s, st->name);
 	Binding saved = old ? *old : (Binding){0};
 	int saved_stage = L->stage;
 	int64_t saved_trips = L->trips;
@@ -857,7 +936,7 @@ static void lower_param_stmt(Lower *L, Scope *s, const AstNode *st)
 	const AstDecl *dc = st->decl;
 	if (!dc || !dc->name)
 		return;
-	Binding *prev = lookup_local(s, dc->name);
+	Binding *prev = lower_lookup_local(s, dc->name);
 	if (prev) {
 		diag_error(L->d, dc->name_loc, "duplicate name '%s'", sema_name(L, dc->name));
 		diag_note(L->d, prev->loc, "'%s' was first defined here", sema_name(L, dc->name));
@@ -1016,7 +1095,7 @@ IrModule *lower_file(Arena *a, Diag *d, const AstFile *f, const LowerOptions *op
 		Scope sc = {0};
 		sc.parent = &L->globals;
 		lower_stmts(L, &sc, &fwd->body, NULL);
-		Binding *lb = lookup_local(&sc, "loss");
+		Binding *lb = lower_lookup_local(&sc, "loss");
 		IrNode *ln = lb ? node_of(L, lb->v) : NULL;
 		if (!lb && !L->fatal) {
 			diag_error(d, fwd->loc, "the forward section must assign 'loss'");

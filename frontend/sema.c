@@ -298,10 +298,7 @@ const char *sema_suggest(const char *name, const char *const *cands, int n)
 
 bool sema_define_global(Lower *L, const char *name, Value v, SrcLoc loc)
 {
-	Binding *old = NULL;
-	for (int i = 0; i < L->globals.n; i++)
-		if (strcmp(L->globals.b[i].name, name) == 0)
-			old = &L->globals.b[i];
+	Binding *old = lower_lookup_local(&L->globals, name);
 	SrcLoc first = {0};
 	bool dup = old != NULL;
 	if (old)

@@ -41,9 +41,15 @@ typedef struct Binding {
 	SrcLoc loc; /* where it was bound, for "first defined here" notes */
 } Binding;
 
+/* Bindings in order of definition, with a hash index (open addressing,
+ * slot = binding index + 1, 0 empty, -1 deleted) once there are more than
+ * a few: a model of 100k params must not look names up in linear time. */
 typedef struct Scope {
 	Binding *b;
 	int n, cap;
+	int *slot;
+	int nslot; /* a power of two, >= 4 (n + ntomb); 0 while the scope is small */
+	int ntomb; /* deleted slots since the index was built */
 	struct Scope *parent;
 } Scope;
 
@@ -102,6 +108,8 @@ typedef struct Args {
 /* ---- lower.c ---- */
 Value lower_expr(Lower *L, Scope *s, const AstNode *e);
 Binding *lower_lookup(Scope *s, const char *name);
+/* The binding of name in s itself (not its parents), or NULL. */
+Binding *lower_lookup_local(Scope *s, const char *name);
 void lower_bind(Lower *L, Scope *s, const char *name, Value v, SrcLoc loc);
 /* Node construction: lower_new_node sets stage, role and choose; the
  * caller fills attrs and then calls lower_finish, which runs ir_infer and

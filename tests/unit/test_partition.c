@@ -684,8 +684,80 @@ static void test_replay_identity(void)
 	free(src);
 }
 
+/* A value placed twice (issue 12): `h = f(x) @ [dp, _]` then `g = h @
+ * [_, dp]`, and the chained `f(x) @ [dp, _] @ [_, dp]`.  Both hold: h
+ * keeps [dp, _], g is a new value (a same-shape view of h) placed [_, dp],
+ * partition reshards between them (an all_to_all over dp), and the program
+ * trains like one device. */
+static const char twice_src[] =
+        "model t\nmesh (dp = 2)\n"
+        "input x : f32[4, 6]\n"
+        "input y : f32[4, 6]\n"
+        "param w : f32[6, 6] init normal(0, 1)\n"
+        "param w2 : f32[6, 6] init normal(0, 1)\n"
+        "forward {\n"
+        "  h = tanh(x @ w) @ [dp, _]\n"
+        "  g = h @ [_, dp]\n"
+        "  loss = mse(g @ w2, y) + mean(h)\n"
+        "}\n"
+        "train {\n  optimizer sgd(lr = 0.1)\n}\n";
+static const char twice_chained_src[] =
+        "model t\nmesh (dp = 2)\n"
+        "input x : f32[4, 6]\n"
+        "input y : f32[4, 6]\n"
+        "param w : f32[6, 6] init normal(0, 1)\n"
+        "param w2 : f32[6, 6] init normal(0, 1)\n"
+        "forward {\n"
+        "  g = tanh(x @ w) @ [dp, _] @ [_, dp]\n"
+        "  loss = mse(g @ w2, y)\n"
+        "}\n"
+        "train {\n  optimizer sgd(lr = 0.1)\n}\n";
+
+static void test_annotated_twice(void)
+{
+	const char *const srcs[] = {twice_src, twice_chained_src};
+	for (int k = 0; k < 2; k++) {
+		Arena a;
+		arena_init(&a);
+		Diag d;
+		diag_init(&d, stderr);
+		IrModule *m = lower_src(&a, &d, srcs[k], "dp=2", NULL);
+		CHECK(m != NULL && d.nerr == 0);
+		if (m) {
+			/* the tanh keeps [dp, _]; g, a view of it, is [_, dp] */
+			int t = -1, g = k == 0 ? find_named(m, IR_OP_COUNT, IR_ROLE_ACT, "g") : -1;
+			for (int i = 0; i < m->nnodes; i++)
+				if (m->nodes[i]->op == IR_OP_TANH)
+					t = i;
+			if (k == 1)
+				for (int i = 0; i < m->nnodes; i++)
+					if (m->nodes[i]->op == IR_OP_RESHAPE && m->nodes[i]->ops[0] == t)
+						g = i;
+			CHECK(t >= 0 && g >= 0 && g != t);
+			if (t >= 0 && g >= 0) {
+				const IrNode *tn = m->nodes[t], *gn = m->nodes[g];
+				CHECK(tn->place.known && tn->place.naxes[0] == 1 && tn->place.naxes[1] == 0);
+				CHECK(gn->place.known && gn->place.naxes[0] == 0 && gn->place.naxes[1] == 1);
+				CHECK(gn->op == IR_OP_RESHAPE && gn->ops[0] == t);
+			}
+			bool ok = pipeline(m, &d, true);
+			CHECK(ok);
+			int c = 0;
+			for (int i = 0; ok && i < m->nnodes; i++)
+				c += m->nodes[i]->op == IR_OP_ALL_TO_ALL;
+			CHECK(c >= 1);
+		}
+		arena_free(&a);
+		eq_src = srcs[k];
+		equivalence(k ? "annotated twice, chained" : "annotated twice", "", "dp=1", "dp=2",
+		            NULL, 1);
+		eq_src = NULL;
+	}
+}
+
 int main(void)
 {
+	test_annotated_twice();
 	test_replay_identity();
 	test_plans();
 	test_reshard_numeric();
