@@ -128,6 +128,12 @@ typedef struct IrNode {
 	int place_from;
 	int *ops;         /* operand node ids, all < id */
 	const char *name; /* param/input path, or the user's variable; may be NULL */
+	/* For people only (dtmc inspect, label.c), where name cannot say it:
+	 * the value a nameless node holds in the source's terms, as autodiff
+	 * labels a gradient term "grad.layer.0.x" and recompute a clone of h
+	 * "h".  Copied with the node; no pass decides anything by it, and it
+	 * is not part of the text form.  NULL: the name, or the expression. */
+	const char *label;
 	int64_t shape[IR_MAX_RANK];
 	Placement place;
 	IrAttrs attrs;
@@ -247,6 +253,21 @@ int ir_params_by_name(const IrModule *m, int *out);
 /* The position in such a list of the first param called name, or -1; the
  * entries after it with the same name follow.  O(log n). */
 int ir_param_lookup(const IrModule *m, const int *sorted, int n, const char *name);
+
+/* ---- labels (label.c): what a value is, for people ---- */
+/* Writes a description of value x in the source's terms to buf (at most
+ * cap - 1 chars and a NUL; returns the length): its name, else its label,
+ * else, through views, casts, shards, collectives and in-place updates,
+ * its operand's; else its op over its operands so described and its
+ * location, "matmul(layer.0.h, layer.0.wproj) at gpt.dtm:50:11".  Never
+ * an SSA id: the same for every micro-batch's copy of a value. */
+size_t ir_value_label(const IrModule *m, int x, char *buf, size_t cap);
+/* The label of the gradient of x: "grad.NAME" when x is described by a
+ * name or label, else "grad(EXPRESSION) at FILE:LINE:COL". */
+size_t ir_grad_label(const IrModule *m, int x, char *buf, size_t cap);
+/* The node x's description comes from: x or the node it passes through
+ * to (an all_gather's operand, a reshape's). */
+int ir_label_source(const IrModule *m, int x);
 
 /* ---- mesh (mesh.c): row-major coordinates over the declared axes ---- */
 int64_t mesh_size(const Mesh *m);                    /* number of ranks */

@@ -55,6 +55,9 @@ typedef struct Ad {
 	 * by id - n0); NULL: reuse scans */
 	int *view_head, *view_tail, *view_next;
 	int capview;
+	/* [n0]: the label of value v's gradient terms and sums ("grad.x"),
+	 * made on v's first; NULL: none yet, or no room (then none is given) */
+	const char **glabel;
 	SrcLoc loc;
 	bool failed;
 } Ad;
@@ -260,11 +263,29 @@ static int slice(Ad *a, int x, int64_t axis, int64_t s, int64_t e)
 	return emit(a, IR_OP_SLICE, &x, 1, &at, NULL);
 }
 
+/* Labels backward node g, a term or the sum of the gradient of forward
+ * value v, for people (IrNode.label): the first value a node becomes the
+ * gradient of names it, the one its rule computed it for (an add hands
+ * the one gradient of its result on to both operands).  Nodes with a name
+ * (grad.P) keep it. */
+static void label_grad(Ad *a, int v, int g)
+{
+	if (g < a->n0 || !a->glabel || nd(a, g)->name || nd(a, g)->label)
+		return;
+	if (!a->glabel[v]) {
+		char buf[256];
+		ir_grad_label(a->m, v, buf, sizeof buf);
+		a->glabel[v] = arena_strdup(a->m->arena, buf);
+	}
+	nd(a, g)->label = a->glabel[v];
+}
+
 /* Adds g to the gradient of forward node v (if v needs one). */
 static void contribute(Ad *a, int v, int g)
 {
 	if (g < 0 || !a->need[v] || !is_float(nd(a, v)->dtype))
 		return;
+	label_grad(a, v, g);
 	if (!same_type(nd(a, g), nd(a, v))) {
 		char msg[160];
 		snprintf(msg, sizeof msg, "the gradient of %%%d (%s) has the wrong type", v,
@@ -300,6 +321,7 @@ static void contribute(Ad *a, int v, int g)
 	a->mb = nd(a, v)->mb;
 	a->loc = nd(a, v)->loc;
 	a->grad[v] = op2(a, IR_OP_ADD, a->grad[v], g);
+	label_grad(a, v, a->grad[v]);
 	a->stage = stage;
 	a->mb = mb;
 	a->loc = loc;
@@ -335,6 +357,7 @@ static void flush(Ad *a, int v)
 		int g = a->pend[best][1];
 		a->pend[best][0] = -1;
 		a->grad[v] = a->grad[v] < 0 ? g : op2(a, IR_OP_ADD, a->grad[v], g);
+		label_grad(a, v, a->grad[v]);
 	}
 	a->stage = stage;
 	a->mb = mb;
@@ -841,6 +864,7 @@ bool pass_autodiff(IrModule *m, Diag *d, const PassOptions *opt)
 	a.grad = malloc(sizeof(int) * (size_t)a.n0);
 	a.need = calloc((size_t)a.n0, sizeof(bool));
 	a.kept = malloc(sizeof(int) * (size_t)a.n0);
+	a.glabel = calloc((size_t)a.n0, sizeof *a.glabel); /* NULL: no labels, no harm */
 	bool *from = calloc((size_t)a.n0, sizeof(bool)), *to = calloc((size_t)a.n0, sizeof(bool));
 	if (!a.grad || !a.need || !a.kept || !from || !to) {
 		internal(&a, "out of memory", NULL);
@@ -893,6 +917,7 @@ out:
 	free(a.view_head);
 	free(a.view_tail);
 	free(a.view_next);
+	free(a.glabel);
 	free(from);
 	free(to);
 	return !a.failed;

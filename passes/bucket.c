@@ -228,6 +228,11 @@ static bool emit_bucket(Out *o, const Cand *cands, const Bucket *b)
 			a->place = s->place;
 			id = a->id;
 		}
+		/* the local sum is the gradient before its reduction (for
+		 * people: inspect lists a bucket's gradients from its pack) */
+		IrNode *sum = o->out->nodes[id];
+		if (!sum->name && !sum->label)
+			sum->label = m->nodes[c->g]->name;
 		if (b->n == 1) {
 			lvl[0] = id;
 			break;

@@ -14,7 +14,9 @@
  *   Every node that depends on an input is cloned once per micro-batch on
  *   those slices; nodes that depend on params only (transpose(wte)) are
  *   computed once and shared.  A copy's IrNode.mb is its micro-batch (the
- *   shared nodes keep -1); autodiff gives a gradient its value's.
+ *   shared nodes keep -1); autodiff gives a gradient its value's.  A copy
+ *   keeps its variable's name (layer.1.h of micro-batch 2), except the
+ *   per-micro-batch losses: "loss" names their mean, they are labelled so.
  *   loss = (loss_0 + ... + loss_{M-1}) / M, the mean over the whole batch
  *   when each micro-batch's loss is a mean over its (equal-sized) samples,
  *   as cross_entropy and mse are, plus any batch-independent term.
@@ -220,10 +222,13 @@ bool pass_microbatch(IrModule *m, Diag *d, const PassOptions *opt)
 			orig[id] = i;
 			origk[id] = (int)k;
 			c->mb = (int)k;
-			if (k > 0 || i == m->loss)
+			/* every micro-batch's copy of a variable is that variable
+			 * (its mb says which); the loss is the sum's alone */
+			if (i == m->loss) {
+				c->label = c->name;
 				c->name = NULL;
-			if (i == m->loss)
 				c->role = IR_ROLE_ACT;
+			}
 			if (n->op == IR_OP_DROPOUT)
 				c->attrs.ints[0] = n->attrs.ints[0] + k * 0x10000;
 			/* ops whose node carries its shape: the batch dim shrinks

@@ -409,13 +409,14 @@ static Placement target(Part *p, const IrNode *n)
 	return t;
 }
 
-/* Records the node holding n's value: it takes n's name and role. */
+/* Records the node holding n's value: it takes n's name, label and role. */
 bool part_finish(Part *p, const IrNode *n, int id)
 {
 	if (id < 0)
 		return false;
 	IrNode *x = loc_node(p, id);
 	x->name = n->name;
+	x->label = n->label;
 	x->role = n->role;
 	x->choose = n->choose;
 	x->place_loc = n->place_loc;

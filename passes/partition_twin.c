@@ -358,6 +358,7 @@ static int tw_replay(Part *p, const IrNode *n, const TwVar *v)
 		x->mb = like->mb;
 		x->place_from = tw_resolve(p, n, v->origin[j], base, hid);
 		x->name = NULL;
+		x->label = NULL;
 		x->role = IR_ROLE_ACT;
 		x->choose = -1;
 		x->place_loc = (SrcLoc){0};

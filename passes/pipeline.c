@@ -977,6 +977,7 @@ static bool materialise(Pl *p, IrModule *out, int *mr, int *loss_out)
 					src->role = IR_ROLE_ACT;
 					x = src->id;
 				} else {
+					out->nodes[x]->label = out->nodes[x]->name;
 					out->nodes[x]->name = NULL;
 					out->nodes[x]->role = IR_ROLE_ACT;
 				}

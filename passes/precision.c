@@ -170,6 +170,7 @@ bool pass_precision(IrModule *m, Diag *d, const PassOptions *opt)
 		c->role = IR_ROLE_LOSS;
 		c->name = l->name;
 		l->role = IR_ROLE_ACT;
+		l->label = l->name;
 		l->name = NULL;
 		m->loss = c->id;
 		if (!ir_infer(m, c, d))

@@ -153,6 +153,8 @@ static int clone_one(Rc *r, Key *k, int v)
 		if (r->internal[u])
 			c->ops[j] = k->clone[r->pos[u]];
 	}
+	/* the original keeps the name; the clone is the same value */
+	c->label = o->name ? o->name : o->label;
 	c->name = NULL;
 	c->choose = -1;
 	c->stage = k->stage;

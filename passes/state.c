@@ -355,6 +355,7 @@ static bool push(Units *u, int old, bool copy)
 		*c = *x;
 		memcpy(ops, x->ops, sizeof(int) * (size_t)x->nops);
 		c->ops = ops;
+		c->label = x->name ? x->name : x->label;
 		c->name = NULL;
 		x = c;
 		u->cmap[old] = u->nout;

@@ -452,6 +452,81 @@ static void test_cast_and_unused(void)
 	arena_free(&a);
 }
 
+/* The first backward node labelled lbl (IrNode.label), or NULL. */
+static IrNode *labelled(IrModule *m, const char *lbl)
+{
+	for (int i = 0; i < m->nnodes; i++)
+		if (m->nodes[i]->label && strcmp(m->nodes[i]->label, lbl) == 0)
+			return m->nodes[i];
+	return NULL;
+}
+
+/* Labels for people (ir/label.c): a gradient term or sum is labelled with
+ * the value it is the gradient of, by name or by expression, never by an
+ * SSA id; a name (grad.w) wins over a label; expressions nest to a depth. */
+static void test_labels(void)
+{
+	Arena a;
+	arena_init(&a);
+	IrModule *m = lower_src(&a,
+	                        "model t\n"
+	                        "input x : f32[2, 4]\n"
+	                        "param w : f32[4, 4]\nparam v : f32[4, 4]\n"
+	                        "forward {\n"
+	                        "  h = x @ w\n"
+	                        "  loss = sum(tanh(exp(h @ v)) * h)\n"
+	                        "}\n",
+	                        NULL, 0, NULL);
+	CHECK(m != NULL);
+	if (!m) {
+		arena_free(&a);
+		return;
+	}
+	int mm = -1, th = -1;
+	for (int i = 0; i < m->nnodes; i++) {
+		if (m->nodes[i]->op == IR_OP_MATMUL && !m->nodes[i]->name)
+			mm = i;
+		if (m->nodes[i]->op == IR_OP_TANH)
+			th = i;
+	}
+	CHECK(mm >= 0 && th >= 0);
+	char buf[256];
+	if (mm >= 0) {
+		ir_value_label(m, mm, buf, sizeof buf);
+		CHECK_EQ_STR(buf, "matmul(h, v) at t.dtm:7:23");
+	}
+	if (th >= 0) {
+		ir_value_label(m, th, buf, sizeof buf);
+		CHECK_EQ_STR(buf, "tanh(exp(matmul(...))) at t.dtm:7:14");
+		ir_grad_label(m, th, buf, sizeof buf);
+		CHECK_EQ_STR(buf, "grad(tanh(exp(matmul(...)))) at t.dtm:7:14");
+	}
+	ir_value_label(m, m->loss, buf, sizeof buf);
+	CHECK_EQ_STR(buf, "loss");
+	int n0 = m->nnodes;
+	CHECK(run_autodiff(m));
+	/* h is used twice: both terms and their sum are h's gradient */
+	IrNode *gh = labelled(m, "grad.h");
+	CHECK(gh != NULL);
+	int sums = 0;
+	for (int i = n0; i < m->nnodes; i++) {
+		IrNode *n = m->nodes[i];
+		sums += n->op == IR_OP_ADD && n->label && strcmp(n->label, "grad.h") == 0;
+		CHECK(!n->label || !strchr(n->label, '%'));
+	}
+	CHECK_EQ_INT(sums, 1);
+	CHECK(labelled(m, "grad(matmul(h, v)) at t.dtm:7:23") != NULL);
+	CHECK(labelled(m, "grad(tanh(exp(matmul(...)))) at t.dtm:7:14") != NULL);
+	/* w's one term became grad.w: the name is what it is called */
+	IrNode *gw = find(m, "grad.w");
+	CHECK(gw != NULL);
+	if (gw) {
+		ir_value_label(m, gw->id, buf, sizeof buf);
+		CHECK_EQ_STR(buf, "grad.w");
+	}
+	arena_free(&a);
+}
+
 /* An op with no rule between a param and the loss is an internal error
  * naming the op, never a silent zero. */
 static void test_missing_rule(void)
@@ -505,6 +580,7 @@ int main(void)
 	test_text_roundtrip();
 	test_collectives();
 	test_cast_and_unused();
+	test_labels();
 	test_missing_rule();
 	return check_report();
 }
