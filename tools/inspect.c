@@ -69,8 +69,6 @@ typedef struct Insp {
 	int pp;          /* the pipeline axis, or -1 */
 	int nstages;
 	int64_t *rep;    /* per stage: the rank shown */
-	int *nuse;       /* per node: users */
-	int **uses;
 	StageMem *mem;
 	Span **span;     /* per stage, per action */
 	double makespan; /* of the simulated timeline */
@@ -217,27 +215,6 @@ static bool is_comm(const DtmAction *a)
 	return a->kind == DTM_ACT_COLL || a->kind == DTM_ACT_SEND || a->kind == DTM_ACT_RECV;
 }
 
-/* Ops that move a tensor without computing: a name found through them is
- * the tensor's (an all_gather of wte is still wte). */
-static bool passthrough(IrOp op)
-{
-	return op == IR_OP_RESHAPE || op == IR_OP_PERMUTE || op == IR_OP_CAST || op == IR_OP_SLICE ||
-	       (ir_op_flags(op) & OPF_COLL);
-}
-
-/* The name of value x, or of what it is a reshape, cast or gather of;
- * -1 when none within a few hops. */
-static int named_source(const IrModule *m, int x)
-{
-	for (int hop = 0; x >= 0 && hop < 6; hop++) {
-		const IrNode *xn = m->nodes[x];
-		if (xn->name)
-			return x;
-		x = passthrough(xn->op) && xn->nops > 0 ? xn->ops[0] : -1;
-	}
-	return -1;
-}
-
 /* A partial sum of squares on its way to the global grad norm. */
 static bool feeds_grad_norm(const IrModule *m, int x)
 {
@@ -250,81 +227,59 @@ static bool feeds_grad_norm(const IrModule *m, int x)
 	return false;
 }
 
-static const char *base_name(const char *path)
+/* The concat leaves of a DDP bucket's pack at x (nested concats
+ * flattened) into leaf[0 .. cap), returning how many; 0 when x is no
+ * concat or a leaf is no gradient. */
+static int bucket_leaves(const IrModule *m, int x, int *leaf, int cap, int n)
 {
-	const char *s = path ? strrchr(path, '/') : NULL;
-	return s ? s + 1 : path ? path : "?";
+	const IrNode *c = m->nodes[x];
+	if (c->op != IR_OP_CONCAT || c->name || c->label)
+		return 0;
+	for (int i = 0; i < c->nops; i++) {
+		int y = ir_label_source(m, c->ops[i]);
+		const IrNode *l = m->nodes[y];
+		if (l->op == IR_OP_CONCAT && !l->name && !l->label) {
+			if (!(n = bucket_leaves(m, y, leaf, cap, n)))
+				return 0;
+			continue;
+		}
+		const char *s = l->name ? l->name : l->label;
+		if (!s || strncmp(s, "grad.", 5) != 0)
+			return 0;
+		if (n < cap)
+			leaf[n] = y;
+		n++;
+	}
+	return n;
 }
 
-/* The tensor a collective, send or recv node moves, for people: its own
- * name (grad.layer.3.wq, loss); else its input's, through reshapes and
- * casts; else the named values its result becomes (a DDP bucket: several);
- * else the op that computed it with its operands and source location. */
+/* The tensor a collective, send or recv node moves, for people, in the
+ * source's terms (ir_value_label: the value's name, else its label, else
+ * the expression that computed it), found from the node and its operand,
+ * never from its users: a DDP bucket lists its gradients, and a grad
+ * norm's partial sums say so. */
 static void tensor_name(const Insp *in, int node, char *buf, size_t cap)
 {
 	const IrModule *m = in->m;
-	const IrNode *n = m->nodes[node];
-	if (n->name) {
-		snprintf(buf, cap, "%s", n->name);
-		return;
-	}
-	int x = n->nops > 0 ? named_source(m, n->ops[0]) : -1;
-	if (x >= 0) {
-		snprintf(buf, cap, "%s", m->nodes[x]->name);
-		return;
-	}
-	if (n->nops > 0 && feeds_grad_norm(m, n->ops[0])) {
+	int x = ir_label_source(m, node), leaf[3];
+	const IrNode *xn = m->nodes[x];
+	if (!xn->name && !xn->label && feeds_grad_norm(m, x)) {
 		snprintf(buf, cap, "grad_norm (partial sums of squares)");
 		return;
 	}
-	/* forward: the named values the result becomes */
-	int names[64], nn = 0, total = 0, frontier[64], nf = 0, next[64];
-	frontier[nf++] = node;
-	for (int depth = 0; depth < 3 && nf > 0; depth++) {
-		int nx = 0;
-		for (int f = 0; f < nf; f++) {
-			for (int k = 0; k < in->nuse[frontier[f]]; k++) {
-				int u = in->uses[frontier[f]][k];
-				const IrNode *un = m->nodes[u];
-				if (un->name && !(ir_op_flags(un->op) & OPF_INPLACE)) {
-					if (nn < 64)
-						names[nn++] = u;
-					total++;
-				} else if (passthrough(un->op) && nx < 64) {
-					next[nx++] = u;
-				}
-			}
-		}
-		memcpy(frontier, next, sizeof(int) * (size_t)nx);
-		nf = nx;
-	}
-	if (total == 1) {
-		snprintf(buf, cap, "%s", m->nodes[names[0]]->name);
-		return;
-	}
-	if (total > 1) {
-		size_t k = (size_t)snprintf(buf, cap, "bucket of %d: ", total);
-		for (int i = 0; i < nn && i < 3 && k < cap; i++)
+	int nl = bucket_leaves(m, x, leaf, 3, 0);
+	if (nl > 1) {
+		size_t k = (size_t)snprintf(buf, cap, "bucket of %d: ", nl);
+		for (int i = 0; i < nl && i < 3 && k < cap; i++) {
+			const IrNode *l = m->nodes[leaf[i]];
 			k += (size_t)snprintf(buf + k, cap - k, "%s%s", i ? ", " : "",
-			                      m->nodes[names[i]]->name);
-		if (total > 3 && k < cap)
+			                      l->name ? l->name : l->label);
+		}
+		if (nl > 3 && k < cap)
 			snprintf(buf + k, cap - k, ", ...");
 		return;
 	}
-	const IrNode *src = n->nops > 0 ? m->nodes[n->ops[0]] : n;
-	size_t k = (size_t)snprintf(buf, cap, "%s(", ir_op_name(src->op));
-	for (int i = 0; i < src->nops && i < 3 && k < cap; i++) {
-		int o = named_source(m, src->ops[i]);
-		if (o >= 0)
-			k += (size_t)snprintf(buf + k, cap - k, "%s%s", i ? ", " : "", m->nodes[o]->name);
-		else
-			k += (size_t)snprintf(buf + k, cap - k, "%s%%%d", i ? ", " : "", src->ops[i]);
-	}
-	if (k < cap)
-		k += (size_t)snprintf(buf + k, cap - k, "%s)", src->nops > 3 ? ", ..." : "");
-	if (k < cap && src->loc.file)
-		snprintf(buf + k, cap - k, " at %s:%d:%d", base_name(src->loc.file), src->loc.line,
-		         src->loc.col);
+	ir_value_label(m, node, buf, cap);
 }
 
 /* The tensor action i of stage s moves: a recv's is its send's. */
@@ -625,9 +580,7 @@ static bool analyse(Insp *in)
 	in->rep = arena_alloc(in->a, sizeof(int64_t) * (size_t)in->nstages);
 	in->mem = arena_alloc(in->a, sizeof(StageMem) * (size_t)in->nstages);
 	in->span = arena_alloc(in->a, sizeof(Span *) * (size_t)in->nstages);
-	in->nuse = arena_alloc(in->a, sizeof(int) * (size_t)m->nnodes);
-	in->uses = arena_alloc(in->a, sizeof(int *) * (size_t)m->nnodes);
-	if (!in->rep || !in->mem || !in->span || !in->nuse || !in->uses)
+	if (!in->rep || !in->mem || !in->span)
 		return false;
 	for (int s = 0; s < in->nstages; s++) {
 		int64_t c[DTM_MAX_AXES];
@@ -636,20 +589,6 @@ static bool analyse(Insp *in)
 			c[in->pp] = s;
 		in->rep[s] = rank_of(p, c);
 	}
-	for (int i = 0; i < m->nnodes; i++)
-		for (int k = 0; k < m->nodes[i]->nops; k++)
-			in->nuse[m->nodes[i]->ops[k]]++;
-	for (int i = 0; i < m->nnodes; i++) {
-		in->uses[i] = arena_alloc(in->a, sizeof(int) * (size_t)(in->nuse[i] + 1));
-		if (!in->uses[i])
-			return false;
-		in->nuse[i] = 0;
-	}
-	for (int i = 0; i < m->nnodes; i++)
-		for (int k = 0; k < m->nodes[i]->nops; k++) {
-			int o = m->nodes[i]->ops[k];
-			in->uses[o][in->nuse[o]++] = i;
-		}
 	for (int s = 0; s < in->nstages; s++)
 		if (!memory(in, s))
 			return false;
