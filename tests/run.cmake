@@ -198,6 +198,12 @@ set_tests_properties(e2e.pipeline.gpt PROPERTIES TIMEOUT 600 LABELS e2e)
 # ---- inspect: `dtmc inspect` (tests/inspect/run.sh, issue 6) ----
 #   inspect.golden       the text report of models/mlp.dtm on dp=2,tp=2 equals
 #                        tests/inspect/mlp.dp2tp2.txt (run.sh --update golden)
+#   inspect.labels       the tensor each collective, send and recv of
+#                        models/gpt.dtm on pp=2,dp=2,tp=2, 4 micro-batches,
+#                        sequence parallel, moves equals
+#                        tests/inspect/gpt.pp2dp2tp2.m4.sp.txt (run.sh --update
+#                        labels); no label is an SSA id, every micro-batch's
+#                        match micro-batch 0's, no forward one is a gradient's
 #   inspect.outputs      --json and --trace are JSON (Chrome trace events, a
 #                        track per rank and stream), --dot renders with graphviz
 #   inspect.conformance  models/gpt.dtm on dp=4, zero 0..3, bf16 and f32: params,
@@ -207,13 +213,13 @@ set_tests_properties(e2e.pipeline.gpt PROPERTIES TIMEOUT 600 LABELS e2e)
 #                        tp=2, pp=2 all 803,261,952
 #   inspect.errors       a bad model, --hw, --rank or --train: a message, exit 1
 # (inspect's peak against what the ranks allocate: e2e.equiv.*, e2e.pipeline.gpt)
-foreach(mode golden outputs conformance errors flops)
+foreach(mode golden labels outputs conformance errors flops)
   add_test(NAME inspect.${mode}
            COMMAND ${DTM_BASH} ${DTM_TESTS}/inspect/run.sh ${mode} $<TARGET_FILE:dtmc>
            WORKING_DIRECTORY ${DTM_ROOT})
   set_tests_properties(inspect.${mode} PROPERTIES TIMEOUT 120 LABELS inspect)
 endforeach()
-set_tests_properties(inspect.golden PROPERTIES LABELS "inspect;golden")
+set_tests_properties(inspect.golden inspect.labels PROPERTIES LABELS "inspect;golden")
 # ---- end inspect ----
 
 # ---- e2e: the communication thread (tests/e2e/overlap.sh, runtime/overlap.c) ----

@@ -5,6 +5,16 @@
 #                                   --mesh dp=2,tp=2 equals
 #                                   tests/inspect/mlp.dp2tp2.txt (--update
 #                                   rewrites it: read the diff first)
+#   run.sh [--update] labels DTMC   the tensor each collective, send and
+#                                   recv of models/gpt.dtm on pp=2,dp=2,tp=2
+#                                   with 4 micro-batches and sequence
+#                                   parallelism moves, as (stage, kind, axes,
+#                                   phase, mb, tensor) rows, equals
+#                                   tests/inspect/gpt.pp2dp2tp2.m4.sp.txt;
+#                                   and no tensor is an SSA id (%N), each
+#                                   micro-batch's communication is labelled
+#                                   as micro-batch 0's, and no forward
+#                                   collective is labelled as a gradient
 #   run.sh outputs DTMC             --json and --trace are JSON (python3's
 #                                   json.load; the trace's traceEvents have
 #                                   name/ph/ts/dur/pid/tid, one track per rank
@@ -27,8 +37,8 @@ if [ "${1-}" = --update ]; then
 	update=1
 	shift
 fi
-mode=${1:?usage: run.sh [--update] golden|outputs|conformance|errors DTMC}
-dtmc=${2:?usage: run.sh [--update] golden|outputs|conformance|errors DTMC}
+mode=${1:?usage: run.sh [--update] golden|labels|outputs|conformance|errors DTMC}
+dtmc=${2:?usage: run.sh [--update] golden|labels|outputs|conformance|errors DTMC}
 case $dtmc in /*) ;; *) dtmc=$PWD/$dtmc ;; esac
 cd "$(dirname "$0")/../.."
 py=python3
@@ -48,6 +58,78 @@ golden() {
 	else
 		echo "ok: inspect text of mlp on dp=2,tp=2"
 	fi
+}
+
+# The labels of inspect's communication tables: the rows of the --json
+# report, checked for SSA ids, for micro-batches labelled alike and for
+# forward collectives named as gradients, then compared with the golden.
+# A second layout (tp=2, sequence parallel, one micro-batch) is checked
+# for the rules only: there a forward all_gather's result feeds a weight
+# gradient directly.
+labels() {
+	local want=tests/inspect/gpt.pp2dp2tp2.m4.sp.txt rules=0 differs=0
+	"$dtmc" inspect models/gpt.dtm --mesh pp=2,dp=2,tp=2 --train microbatches=4 \
+		--train sequence_parallel=true --json >"$tmp/r.json" 2>"$tmp/err" ||
+		{ cat "$tmp/err" >&2; fail "dtmc inspect --json failed"; }
+	"$dtmc" inspect models/gpt.dtm --mesh pp=1,dp=1,tp=2 --train sequence_parallel=true \
+		--json >"$tmp/r1.json" 2>"$tmp/err" ||
+		{ cat "$tmp/err" >&2; fail "dtmc inspect --json failed"; }
+	label_rows "$tmp/r.json" 4 >"$tmp/out" || rules=1
+	label_rows "$tmp/r1.json" 1 >/dev/null || rules=1
+	if [ $update = 1 ]; then
+		[ $rules = 0 ] || fail "the labels break a rule above: $want left as it was"
+		cp "$tmp/out" "$want"
+		echo "updated $want"
+		return
+	fi
+	diff -u "$want" "$tmp/out" || differs=1
+	[ $rules = 0 ] || fail "the labels break a rule above"
+	[ $differs = 0 ] || fail "the labels differ from $want (run.sh --update labels DTMC rewrites it)"
+	echo "ok: inspect labels of gpt on pp=2,dp=2,tp=2, 4 micro-batches, sequence parallel"
+}
+
+# label_rows JSON M: the (stage, kind, axes, phase, mb, tensor) rows of an
+# inspect --json report of M micro-batches; exits 1, saying why on stderr,
+# when a tensor is an SSA id (%N), a forward collective is labelled as a
+# gradient, or a micro-batch's rows differ from micro-batch 0's
+label_rows() {
+	"$py" - "$1" "$2" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+M = int(sys.argv[2])
+bad = 0
+def no(msg):
+    global bad
+    bad = 1
+    print("FAIL: " + msg, file=sys.stderr)
+print("# stage kind axes phase mb: tensor (tests/inspect/run.sh labels)")
+for st in d["stages"]:
+    s, comm = st["stage"], st["comm"]
+    for c in comm:
+        print(f"stage {s} {c['kind']} {','.join(c['axes'])} {c['phase']} "
+              f"{c['microbatch']}: {c['tensor']}")
+        if "%" in c["tensor"]:
+            no(f"stage {s} #{c['index']} {c['kind']}: an SSA id in '{c['tensor']}'")
+        if c["phase"] == "forward" and c["tensor"].startswith(("grad.", "grad(")):
+            no(f"stage {s} #{c['index']} forward {c['kind']} labelled '{c['tensor']}'")
+    # per phase, the rows of each micro-batch in schedule order; the
+    # step's own collectives (gradient sync, loss, grad norm) are shown as
+    # micro-batch 0 and come after the last micro-batch's
+    for ph in ("forward", "backward"):
+        rows = [c for c in comm if c["phase"] == ph]
+        last = max((c["index"] for c in rows if c["microbatch"] == M - 1), default=-1)
+        per = [[(c["kind"], c["axes"], c["tensor"]) for c in rows
+                if c["microbatch"] == k and (k > 0 or M == 1 or c["index"] < last)]
+               for k in range(M)]
+        for k in range(1, M):
+            if per[k] != per[0]:
+                no(f"stage {s} {ph}: micro-batch {k}'s rows differ from micro-batch 0's")
+                for a, b in zip(per[0], per[k]):
+                    if a != b:
+                        print(f"  mb 0: {a}\n  mb {k}: {b}", file=sys.stderr)
+                        break
+sys.exit(bad)
+PY
 }
 
 # check_trace FILE RANKS: valid Chrome trace JSON with a compute and a
@@ -182,7 +264,7 @@ errors() {
 }
 
 case $mode in
-golden | outputs | conformance | errors | flops) $mode ;;
+golden | labels | outputs | conformance | errors | flops) $mode ;;
 *) fail "unknown mode '$mode'" ;;
 esac
 echo ok
