@@ -120,7 +120,12 @@ typedef struct IrNode {
 	int block;        /* the outermost block instance lowering inlined the
 	                   * node from (layer.3: the 4th call of any block at
 	                   * top level), -1 outside blocks; passes/recompute.c
-	                   * recomputes by it */
+	                   * recomputes by it.  What passes derive from a node
+	                   * inherits it: the backward of a forward node, a
+	                   * param's grad, optimizer state and update, the
+	                   * collectives and send/recv of a value (a bucket
+	                   * over several blocks: -1); inspect's DOT clusters
+	                   * by it */
 	int choose;       /* index into IrModule.chooses, or -1 */
 	/* Where place came from (passes/propagate.c): the node it was
 	 * propagated from, or -1 for a user annotation at place_loc (no file:

@@ -38,8 +38,10 @@ typedef struct Ad {
 	bool *need;     /* [n0]: on a path from a param to the loss */
 	int *kept;      /* gradient sends: side effects, kept by the clean-up */
 	int nkept;
-	int stage;      /* stage, micro-batch and location given to new nodes */
+	int stage;      /* stage, micro-batch, block instance and location given
+	                 * to new nodes: the forward node's being differentiated */
 	int mb;
+	int block;
 	/* Pipelined with micro-batches: the gradient terms of values shared
 	 * by the micro-batches (params, transpose(wte)) are summed in
 	 * micro-batch order once all are in (flush), so the pipeline can add
@@ -162,6 +164,7 @@ static int emit(Ad *a, IrOp op, const int *ops, int nops, const IrAttrs *at,
 	}
 	n->stage = a->stage;
 	n->mb = a->mb;
+	n->block = a->block;
 	char msg[512];
 	if (!ir_infer_msg(a->m, n, msg, sizeof msg)) {
 		internal(a, "a backward node does not type-check", msg);
@@ -315,15 +318,17 @@ static void contribute(Ad *a, int v, int g)
 		a->grad[v] = g;
 		return;
 	}
-	int stage = a->stage, mb = a->mb;
+	int stage = a->stage, mb = a->mb, block = a->block;
 	SrcLoc loc = a->loc;
 	a->stage = nd(a, v)->stage;
 	a->mb = nd(a, v)->mb;
+	a->block = nd(a, v)->block;
 	a->loc = nd(a, v)->loc;
 	a->grad[v] = op2(a, IR_OP_ADD, a->grad[v], g);
 	label_grad(a, v, a->grad[v]);
 	a->stage = stage;
 	a->mb = mb;
+	a->block = block;
 	a->loc = loc;
 }
 
@@ -334,10 +339,11 @@ static void flush(Ad *a, int v)
 	if (!a->defer || !a->haspend[v])
 		return;
 	a->haspend[v] = false;
-	int stage = a->stage, mb = a->mb;
+	int stage = a->stage, mb = a->mb, block = a->block;
 	SrcLoc loc = a->loc;
 	a->stage = nd(a, v)->stage;
 	a->mb = -1;
+	a->block = nd(a, v)->block;
 	a->loc = nd(a, v)->loc;
 	/* v's entries through their chain (newest first), rather than a
 	 * scan of every value's per term: the pick below is unchanged, the
@@ -361,6 +367,7 @@ static void flush(Ad *a, int v)
 	}
 	a->stage = stage;
 	a->mb = mb;
+	a->block = block;
 	a->loc = loc;
 }
 
@@ -784,6 +791,7 @@ static void finish_params(Ad *a)
 			continue;
 		a->stage = p->stage;
 		a->mb = -1;
+		a->block = p->block;
 		a->loc = p->loc;
 		int g = a->grad[i];
 		if (g < 0) {
@@ -886,6 +894,7 @@ bool pass_autodiff(IrModule *m, Diag *d, const PassOptions *opt)
 
 	a.stage = L->stage;
 	a.mb = L->mb;
+	a.block = L->block;
 	a.loc = L->loc;
 	IrNode one = {.dtype = L->dtype, .rank = 0};
 	IrAttrs at1 = {.f = {1.0}};
@@ -900,6 +909,7 @@ bool pass_autodiff(IrModule *m, Diag *d, const PassOptions *opt)
 			continue;
 		a.stage = n->stage;
 		a.mb = n->mb;
+		a.block = n->block;
 		a.loc = n->loc;
 		backward(&a, n, a.grad[i]);
 	}

@@ -139,6 +139,7 @@ static IrNode *add(Out *o, IrOp op, const int *ops, int nops, const IrNode *like
 	}
 	n->dtype = like->dtype;
 	n->stage = like->stage;
+	n->block = like->block;
 	n->place_from = nops ? ops[0] : -1;
 	char msg[512];
 	if (infer && !ir_infer_msg(o->out, n, msg, sizeof msg)) {
@@ -210,6 +211,11 @@ static bool emit_bucket(Out *o, const Cand *cands, const Bucket *b)
 	uint32_t pre = src0->place.partial;
 	IrRed pop = src0->place.partial_op;
 	uint32_t post = pre & ~ar0->attrs.mesh_axes;
+	/* the block instance the members share, or -1 (a bucket across blocks) */
+	int block = ar0->block;
+	for (int k = 1; k < b->n; k++)
+		if (m->nodes[cands[b->members[k]].ar]->block != block)
+			block = -1;
 	int *lvl = malloc(sizeof(int) * (size_t)b->n);
 	if (!lvl)
 		return false;
@@ -270,6 +276,7 @@ static bool emit_bucket(Out *o, const Cand *cands, const Bucket *b)
 			c->attrs.ints[0] = 0;
 			c->dtype = src0->dtype;
 			c->stage = src0->stage;
+			c->block = block;
 			c->place_from = lvl[k];
 			char msg[512];
 			if (!ir_infer_msg(o->out, c, msg, sizeof msg)) {
@@ -293,6 +300,7 @@ static bool emit_bucket(Out *o, const Cand *cands, const Bucket *b)
 	red->attrs = ar0->attrs;
 	red->dtype = ar0->dtype;
 	red->stage = ar0->stage;
+	red->block = block;
 	red->place_from = flat;
 	char msg[512];
 	if (!ir_infer_msg(o->out, red, msg, sizeof msg)) {

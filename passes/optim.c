@@ -90,6 +90,7 @@ static IrNode *new_state(Optim *o, const IrNode *p, const char *prefix, bool mas
 	n->role = IR_ROLE_OPT_STATE;
 	n->place = p->place;
 	n->stage = p->stage;
+	n->block = p->block;
 	if (master) {
 		/* keyed by P's name at init (ir/optim.h): P's value unrounded */
 		n->attrs.init = p->attrs.init;
@@ -147,6 +148,7 @@ static bool add_update(Optim *o, const IrNode *p, const IrNode *g, int norm)
 	a->flag = master;
 	n->place = p->place;
 	n->stage = p->stage;
+	n->block = p->block;
 	return typed(o, n);
 }
 

@@ -250,6 +250,7 @@ static int emit(Part *p, IrOp op, const int *ops, int nops, const IrAttrs *at,
 	n->place = *pl;
 	n->stage = like->stage;
 	n->mb = like->mb;
+	n->block = like->block;
 	n->place_from = origin;
 	/* The shard shape: every rank stores rank 0's, the largest chunk
 	 * (placement_shard_shape for rank 0, without its mesh_coords: this

@@ -356,6 +356,7 @@ static int tw_replay(Part *p, const IrNode *n, const TwVar *v)
 		x->loc = like->loc;
 		x->stage = like->stage;
 		x->mb = like->mb;
+		x->block = like->block;
 		x->place_from = tw_resolve(p, n, v->origin[j], base, hid);
 		x->name = NULL;
 		x->label = NULL;

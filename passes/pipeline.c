@@ -798,6 +798,7 @@ static IrNode *new_node(Pl *p, IrModule *out, IrOp op, const int *ops, int nops,
 	copy_type(n, like);
 	n->stage = r;
 	n->mb = like->mb;
+	n->block = like->block;
 	n->phase = phase;
 	n->place_from = -1;
 	return n;

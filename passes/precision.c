@@ -60,6 +60,7 @@ static IrNode *new_cast(IrModule *m, const IrNode *x, IrDtype t)
 	c->place = x->place;
 	c->stage = x->stage;
 	c->mb = x->mb;
+	c->block = x->block;
 	return c;
 }
 

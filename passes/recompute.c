@@ -57,7 +57,7 @@ typedef struct Rc {
 	Diag *d;
 	int n, L;       /* nodes before the pass; the loss */
 	bool *internal; /* [n] */
-	int *pos;       /* [n]: index of the node among its block's nodes */
+	int *pos;       /* [n]: index of a forward node among its block's, or -1 */
 	int *blk;       /* [n]: IrNode.block, read without the ~500-byte node */
 	int *bsize;     /* [blocks] */
 	Key **keys;     /* [nb]: the block's keys */
@@ -260,9 +260,11 @@ static bool run(Rc *r)
 	r->keys = calloc((size_t)(nb ? nb : 1), sizeof(Key *));
 	if (!r->bsize || !r->keys)
 		return oom(r);
+	/* forward nodes only: the backward carries its blocks too (autodiff),
+	 * but only forward values are cloned */
 	for (int i = 0; i < n; i++) {
 		int b = r->blk[i];
-		r->pos[i] = b >= 0 && b < nb ? r->bsize[b]++ : -1;
+		r->pos[i] = i <= r->L && b >= 0 && b < nb ? r->bsize[b]++ : -1;
 	}
 	for (int i = 0; i < n && !r->failed; i++) {
 		IrNode *x = m->nodes[i];
