@@ -2,7 +2,8 @@
 # deps.sh - make sure the tools dtm builds and tests with are installed.
 #
 # Checks for cmake, a C compiler, make, flex, bison, clang with libFuzzer
-# (the fuzz test), python3, OpenBLAS (the CPU runtime's GEMM), Open MPI (the
+# (the fuzz test), python3, graphviz (inspect's DOT tests render with dot),
+# OpenBLAS (the CPU runtime's GEMM), Open MPI (the
 # mpi backend and its tests) and, for the
 # PyTorch oracle test and bench/, Debian's PyTorch and numpy for
 # /usr/bin/python3 (python3-torch 1.13, CPU).  When
@@ -24,6 +25,8 @@ need flex flex
 need bison bison
 need clang clang
 need python3 python3
+# graphviz's dot: tests/inspect/run.sh renders `dtmc inspect --dot` output
+need dot graphviz
 # Open MPI for the mpi communication backend and its tests (mpirun)
 need mpicc libopenmpi-dev
 need mpirun openmpi-bin

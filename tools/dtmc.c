@@ -6,7 +6,8 @@
  *              [--cuda]
  *   dtmc cuda-src FILE -o FILE.cu [-D name=value]... [--mesh ...] [--train ...]...
  *   dtmc inspect FILE [-D ...]... [--mesh ...] [--train ...]... [--hw NAME|FILE] [--nodes K]
- *              [--rank R] [--json] [--trace FILE] [--dot FILE]   (inspect.c)
+ *              [--rank R] [--json] [--trace FILE] [--dot FILE [--dot-scope SCOPE]]
+ *              (inspect.c, inspect_dot.c)
  *   dtmc sweep FILE --devices N [--hw NAME|FILE] [--mem-limit BYTES] ... (sweep.c)
  *   dtmc help [COMMAND] | dtmc --help | dtmc --version
  *
@@ -40,7 +41,7 @@ typedef struct Args {
 	bool cuda;          /* build: --cuda */
 	LowerOptions lower;
 	/* inspect */
-	const char *hw, *trace, *dot;
+	const char *hw, *trace, *dot, *dot_scope;
 	int nodes;
 	int64_t rank;
 	bool json;
@@ -164,7 +165,7 @@ static const Command commands[] = {
 	{"inspect", "show a layout's communication, memory and step time, without running",
 	 "usage: dtmc inspect FILE [-D name=value]... [--mesh axis=size,...] [--train key=value]...\n"
 	 "                  [--hw NAME|FILE] [--nodes K] [--rank R] [--json] [--trace FILE]\n"
-	 "                  [--dot FILE]\n"
+	 "                  [--dot FILE [--dot-scope SCOPE]]\n"
 	 "\n"
 	 "Compiles FILE as `dtmc build` does and reports, from the same plan the binary\n"
 	 "runs, without running it:\n"
@@ -194,7 +195,15 @@ static const Command commands[] = {
 	 "  --json                 the report as JSON\n"
 	 "  --trace FILE           the simulated timeline as a Chrome trace (Perfetto,\n"
 	 "                         chrome://tracing): one track per rank and stream\n"
-	 "  --dot FILE             --rank's partitioned program as a graphviz graph\n",
+	 "  --dot FILE             the partitioned programs of --rank's pipeline (one per\n"
+	 "                         stage) as a graphviz graph: clusters per stage,\n"
+	 "                         micro-batch and block instance, a legend; each node\n"
+	 "                         shows its global type @ placement and its local shard\n"
+	 "                         (`dot -Tsvg FILE -o FILE.svg` draws it)\n"
+	 "  --dot-scope SCOPE      draw only part of it, with stubs for the edges that\n"
+	 "                         leave the part: comma-separated stage=S, mb=K and\n"
+	 "                         block instances (layer.1 or block=layer.1); terms of\n"
+	 "                         one kind add up, kinds intersect: layer.1,mb=0\n",
 	 cmd_inspect, false, false, NULL},
 	{"sweep", "compile and cost every parallel layout on N devices, rank them",
 	 sweep_help, NULL, false, false, sweep_main},
@@ -359,11 +368,13 @@ static int parse_args(const Command *c, int argc, char **argv, Args *args)
 		} else if (c->run == cmd_inspect &&
 		           (((v = opt_value(argc, argv, &i, "--hw", &missing)) || missing) ||
 		            ((v = opt_value(argc, argv, &i, "--trace", &missing)) || missing) ||
+		            ((v = opt_value(argc, argv, &i, "--dot-scope", &missing)) || missing) ||
 		            ((v = opt_value(argc, argv, &i, "--dot", &missing)) || missing) ||
 		            ((v = opt_value(argc, argv, &i, "--nodes", &missing)) || missing) ||
 		            ((v = opt_value(argc, argv, &i, "--rank", &missing)) || missing))) {
 			const char *name = strncmp(arg, "--hw", 4) == 0      ? "--hw"
 			                   : strncmp(arg, "--trace", 7) == 0 ? "--trace"
+			                   : strncmp(arg, "--dot-scope", 11) == 0 ? "--dot-scope"
 			                   : strncmp(arg, "--dot", 5) == 0   ? "--dot"
 			                   : strncmp(arg, "--nodes", 7) == 0 ? "--nodes"
 			                                                     : "--rank";
@@ -377,6 +388,8 @@ static int parse_args(const Command *c, int argc, char **argv, Args *args)
 				args->trace = v;
 			else if (!strcmp(name, "--dot"))
 				args->dot = v;
+			else if (!strcmp(name, "--dot-scope"))
+				args->dot_scope = v;
 			else {
 				bool nodes = !strcmp(name, "--nodes");
 				char *end;
@@ -585,7 +598,11 @@ static int cmd_inspect(const Args *args)
 	}
 	InspectOptions o = {.file = args->file, .hw = args->hw, .nodes = args->nodes,
 	                    .rank = args->rank, .json = args->json, .trace = args->trace,
-	                    .dot = args->dot};
+	                    .dot = args->dot, .dot_scope = args->dot_scope};
+	if (args->dot_scope && !args->dot) {
+		fprintf(stderr, "dtmc: error: --dot-scope needs --dot FILE\n");
+		return 1;
+	}
 	const LowerOptions *lo = &args->lower;
 	int cap = (int)(sizeof o.compile.train / sizeof o.compile.train[0]);
 	if (lo->ndefines > cap || lo->ntrain > cap) {

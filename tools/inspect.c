@@ -3,7 +3,8 @@
  * Reads the DtmPlan of codegen/plan_build.h (what the binary runs) plus the
  * final IR it came from (names of the tensors moved, source locations, the
  * liveness behind the activation arena).  Everything is computed once into
- * an Insp, then written as text, JSON, a Chrome trace or a DOT graph.
+ * an Insp (inspect_impl.h), then written as text, JSON, a Chrome trace or
+ * a DOT graph (inspect_dot.c).
  *
  * The schedule is per stage, at one mesh coordinate: every rank of a stage
  * runs the same actions, only its groups differ (the rank shown is --rank
@@ -14,7 +15,7 @@
  * wait for the matching send (the k-th send from stage a to stage b meets
  * the k-th recv of b from a), so a pipeline's bubbles show.
  */
-#include "inspect.h"
+#include "inspect_impl.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -29,54 +30,6 @@
 #include "cost.h"
 #include "hw.h"
 #include "report.h"
-
-/* Above this many ranks the trace has one track pair per stage (its first
- * rank) instead of one per rank. */
-#define INSPECT_TRACE_MAX_RANKS 64
-
-typedef struct StageMem {
-	int64_t arena[DTM_ARENA_COUNT];
-	int64_t peak; /* the arenas: what a rank of the stage allocates */
-	int64_t params, grads, master, opt_m, opt_v, opt_mom, opt_other, inputs;
-	/* the activation arena at its fullest point (node act_at): bytes live
-	 * there (64-byte aligned, as planned), split into collective/recv
-	 * results (gathered: all_gathers of params, ZeRO-3's units) and the
-	 * rest; the arena minus live is fragmentation */
-	int act_at;
-	int64_t act_live, act_comm, act_gathered, act_other;
-	int inflight;    /* micro-batches whose activations are live at once */
-	int64_t staging; /* overlap copies outside the arenas */
-	int nstaging;
-} StageMem;
-
-typedef struct Span {
-	double t0, t1;
-	int peer_stage;  /* send/recv: the other stage, -1 elsewhere */
-	int peer_action; /* recv: the matching send's action in peer_stage, or -1 */
-} Span;
-
-typedef struct Insp {
-	const InspectOptions *o;
-	Arena *a;
-	Diag *d;
-	IrModule *m;
-	const DtmPlan *p;
-	FusePlan fp;
-	MemPlan mp;
-	HwProfile hw;
-	CostReport cost;
-	int64_t world, node_size;
-	int pp;          /* the pipeline axis, or -1 */
-	int nstages;
-	int64_t *rep;    /* per stage: the rank shown */
-	StageMem *mem;
-	Span **span;     /* per stage, per action */
-	double makespan; /* of the simulated timeline */
-	double nparams;
-	int64_t layers, channels, seq;
-	bool reported; /* analyse printed its error (else it ran out of memory) */
-	double flops_per_token, mfu;
-} Insp;
 
 /* ---- the mesh ---- */
 
@@ -131,7 +84,7 @@ static int64_t group_member(const DtmPlan *p, int64_t rank, uint32_t axes, int64
 /* The rank a send goes to, or a recv comes from: peer_offset steps along
  * the axes, wrapping, forward for a send and back for a recv (so a matched
  * pair carries the same offset, runtime/comm.h). */
-static int64_t p2p_peer(const DtmPlan *p, int64_t rank, const DtmAction *a)
+int64_t inspect_p2p_peer(const DtmPlan *p, int64_t rank, const DtmAction *a)
 {
 	int64_t n = cost_group_size(p->mesh_naxes, p->mesh_sizes, a->axes), me;
 	group_member(p, rank, a->axes, 0, &me);
@@ -140,7 +93,7 @@ static int64_t p2p_peer(const DtmPlan *p, int64_t rank, const DtmAction *a)
 	return group_member(p, rank, a->axes, k, NULL);
 }
 
-static void axes_text(const DtmPlan *p, uint32_t axes, char *buf, size_t cap)
+void inspect_axes_text(const DtmPlan *p, uint32_t axes, char *buf, size_t cap)
 {
 	size_t n = 0;
 	buf[0] = 0;
@@ -151,7 +104,7 @@ static void axes_text(const DtmPlan *p, uint32_t axes, char *buf, size_t cap)
 		snprintf(buf, cap, "-");
 }
 
-static void coords_text(const DtmPlan *p, int64_t rank, char *buf, size_t cap)
+void inspect_coords_text(const DtmPlan *p, int64_t rank, char *buf, size_t cap)
 {
 	int64_t c[DTM_MAX_AXES];
 	coords_of(p, rank, c);
@@ -163,7 +116,7 @@ static void coords_text(const DtmPlan *p, int64_t rank, char *buf, size_t cap)
 }
 
 /* "[0 1]", or "[0 2 .. 14] (8 ranks)" for big groups. */
-static void group_text(const DtmPlan *p, int64_t rank, uint32_t axes, char *buf, size_t cap)
+void inspect_group_text(const DtmPlan *p, int64_t rank, uint32_t axes, char *buf, size_t cap)
 {
 	int64_t n = cost_group_size(p->mesh_naxes, p->mesh_sizes, axes);
 	size_t k = (size_t)snprintf(buf, cap, "[");
@@ -304,7 +257,7 @@ static int64_t align64(int64_t b)
 	return (b + MEMPLAN_ALIGN - 1) / MEMPLAN_ALIGN * MEMPLAN_ALIGN;
 }
 
-static bool node_in_stage(const Insp *in, int i, int s)
+bool inspect_node_in_stage(const Insp *in, int i, int s)
 {
 	return in->mp.nstages <= 1 || in->m->nodes[i]->stage == s;
 }
@@ -350,7 +303,7 @@ static bool memory(Insp *in, int s)
 		return false;
 	for (int i = 0; i < n; i++) {
 		const MemPlanBuf *b = &in->mp.buf[i];
-		if (b->owner != i || b->arena != DTM_ARENA_ACT || !node_in_stage(in, i, s))
+		if (b->owner != i || b->arena != DTM_ARENA_ACT || !inspect_node_in_stage(in, i, s))
 			continue;
 		int lo = b->live_from < 0 ? 0 : b->live_from > n ? n : b->live_from;
 		int hi = b->live_to < lo ? lo : b->live_to > n ? n : b->live_to;
@@ -368,7 +321,7 @@ static bool memory(Insp *in, int s)
 	free(live);
 	for (int i = 0; i < n; i++) {
 		const MemPlanBuf *b = &in->mp.buf[i];
-		if (b->owner != i || b->arena != DTM_ARENA_ACT || !node_in_stage(in, i, s) ||
+		if (b->owner != i || b->arena != DTM_ARENA_ACT || !inspect_node_in_stage(in, i, s) ||
 		    b->live_from > sm->act_at || b->live_to < sm->act_at)
 			continue;
 		const IrNode *nd = m->nodes[i];
@@ -675,7 +628,7 @@ static void text_schedule(FILE *out, const Insp *in, int s)
 	const DtmStage *st = &p->stages[s];
 	int64_t r = in->rep[s];
 	char co[256], ax[64], grp[128], tb[32], tn[512], c1[32], c2[32];
-	coords_text(p, r, co, sizeof co);
+	inspect_coords_text(p, r, co, sizeof co);
 	fprintf(out, "\nstage %d, rank %" PRId64 " (%s): communication, in order\n", s, r, co);
 	fprintf(out, "  %5s  %-14s %-8s %-16s %-5s %12s %12s %9s  %-9s %3s  %s\n", "#", "kind",
 	        "axes", "group", "dtype", "bytes", "send/rank", "time", "phase", "mb", "tensor");
@@ -687,12 +640,12 @@ static void text_schedule(FILE *out, const Insp *in, int s)
 		count++;
 		double send;
 		double sec = cost_action_seconds(p, &in->hw, in->node_size, a, &send);
-		axes_text(p, a->axes, ax, sizeof ax);
+		inspect_axes_text(p, a->axes, ax, sizeof ax);
 		if (a->kind == DTM_ACT_COLL)
-			group_text(p, r, a->axes, grp, sizeof grp);
+			inspect_group_text(p, r, a->axes, grp, sizeof grp);
 		else
 			snprintf(grp, sizeof grp, "%s %" PRId64, a->kind == DTM_ACT_SEND ? "to" : "from",
-			         p2p_peer(p, r, a));
+			         inspect_p2p_peer(p, r, a));
 		action_tensor(in, s, i, tn, sizeof tn);
 		fprintf(out, "  %5d  %-14s %-8s %-16s %-5s %12s %12s %9s  %-9s %3d  %s\n", i,
 		        cost_comm_name(comm_kind(a)), ax, grp,
@@ -713,7 +666,7 @@ static void text_totals(FILE *out, const Insp *in, int s)
 	for (uint32_t k = 0; k < COST_AXES_MASKS; k++) {
 		if (!cs->by_axes[k].count)
 			continue;
-		axes_text(p, k, ax, sizeof ax);
+		inspect_axes_text(p, k, ax, sizeof ax);
 		fprintf(out, "    axes %-14s %4d ops  %-28s %s\n", ax, cs->by_axes[k].count,
 		        fmt_bytes(b, sizeof b, cs->by_axes[k].bytes),
 		        fmt_time(tb, sizeof tb, cs->by_axes[k].seconds));
@@ -887,7 +840,7 @@ static void json_stage(FILE *out, const Insp *in, int s)
 				fprintf(out, "%s%" PRId64, k ? ", " : "", group_member(p, r, a->axes, k, NULL));
 			fputc(']', out);
 		} else {
-			fprintf(out, ", \"peer\": %" PRId64, p2p_peer(p, r, a));
+			fprintf(out, ", \"peer\": %" PRId64, inspect_p2p_peer(p, r, a));
 		}
 		action_tensor(in, s, i, tn, sizeof tn);
 		fprintf(out, ", \"dtype\": \"%s\", \"bytes\": %" PRId64 ", \"send_bytes\": ",
@@ -1046,7 +999,7 @@ static bool write_trace(const Insp *in, const char *path)
 		if (!all && r != in->rep[s])
 			continue;
 		char co[256], name[320];
-		coords_text(p, r, co, sizeof co);
+		inspect_coords_text(p, r, co, sizeof co);
 		snprintf(name, sizeof name, "rank %" PRId64 " (%s) compute", r, co);
 		trace_thread(out, r, 0, name, &first);
 		snprintf(name, sizeof name, "rank %" PRId64 " (%s) communication", r, co);
@@ -1070,95 +1023,11 @@ static bool write_trace(const Insp *in, const char *path)
 			if (is_comm(a))
 				fprintf(out, ", \"bytes\": %" PRId64, a->bytes);
 			if (a->kind == DTM_ACT_SEND || a->kind == DTM_ACT_RECV)
-				fprintf(out, ", \"peer\": %" PRId64, p2p_peer(p, r, a));
+				fprintf(out, ", \"peer\": %" PRId64, inspect_p2p_peer(p, r, a));
 			fputs("}}", out);
 		}
 	}
 	fputs("\n]}\n", out);
-	if (fclose(out) != 0) {
-		fprintf(stderr, "dtmc: error: cannot write '%s'\n", path);
-		return false;
-	}
-	return true;
-}
-
-/* ---- DOT ---- */
-
-static void dot_str(FILE *out, const char *s)
-{
-	for (; s && *s; s++) {
-		if (*s == '"' || *s == '\\')
-			fputc('\\', out);
-		fputc(*s, out);
-	}
-}
-
-/* The program of --rank's stage, one node per IR value: collectives red
- * with their group, send/recv orange with the peer, params green,
- * optimizer state blue. */
-static bool write_dot(const Insp *in, const char *path)
-{
-	const IrModule *m = in->m;
-	const DtmPlan *p = in->p;
-	int64_t r = in->o->rank;
-	int s = stage_of(in, r);
-	FILE *out = fopen(path, "w");
-	if (!out) {
-		fprintf(stderr, "dtmc: error: cannot write '%s': %s\n", path, strerror(errno));
-		return false;
-	}
-	char co[256], grp[128], ax[64], pl[256];
-	coords_text(p, r, co, sizeof co);
-	fputs("digraph dtm {\n  graph [rankdir=TB, label=\"", out);
-	dot_str(out, p->model);
-	fprintf(out, ": rank %" PRId64 " (", r);
-	dot_str(out, co);
-	fprintf(out, "), stage %d\"];\n  node [shape=box, fontname=\"monospace\", fontsize=10];\n", s);
-	for (int i = 0; i < m->nnodes; i++) {
-		const IrNode *n = m->nodes[i];
-		if (!node_in_stage(in, i, s))
-			continue;
-		unsigned fl = ir_op_flags(n->op);
-		const char *style = "";
-		if (fl & OPF_COLL)
-			style = ", style=filled, fillcolor=\"#f4a6a6\"";
-		else if (n->op == IR_OP_SEND || n->op == IR_OP_RECV)
-			style = ", style=filled, fillcolor=\"#f8c77e\"";
-		else if (n->op == IR_OP_PARAM)
-			style = ", style=filled, fillcolor=\"#b8e0b0\"";
-		else if (n->op == IR_OP_STATE)
-			style = ", style=filled, fillcolor=\"#b0c8e8\"";
-		else if (fl & OPF_LEAF)
-			style = ", style=filled, fillcolor=\"#e0e0e0\"";
-		fprintf(out, "  n%d [label=\"%%%d %s", i, i, ir_op_name(n->op));
-		if (n->name) {
-			fputc(' ', out);
-			dot_str(out, n->name);
-		}
-		fprintf(out, "\\n%s[", ir_dtype_name(n->dtype));
-		for (int d = 0; d < n->rank; d++)
-			fprintf(out, "%s%" PRId64, d ? ", " : "", n->shape[d]);
-		fputc(']', out);
-		placement_format(&n->place, &m->mesh, pl, sizeof pl);
-		fputs(" @ ", out);
-		dot_str(out, pl);
-		if (fl & OPF_COLL) {
-			/* a one-stage view of the mesh: groups are the plan's */
-			axes_text(p, n->attrs.mesh_axes, ax, sizeof ax);
-			group_text(p, r, n->attrs.mesh_axes, grp, sizeof grp);
-			fprintf(out, "\\nover %s %s", ax, grp);
-		} else if (n->op == IR_OP_SEND || n->op == IR_OP_RECV) {
-			DtmAction a = {.axes = n->attrs.mesh_axes,
-			               .peer_offset = n->attrs.nints > 0 ? (int)n->attrs.ints[0] : 0};
-			fprintf(out, "\\n%s rank %" PRId64, n->op == IR_OP_SEND ? "to" : "from",
-			        p2p_peer(p, r, &a));
-		}
-		fprintf(out, "\"%s];\n", style);
-		for (int k = 0; k < n->nops; k++)
-			if (node_in_stage(in, n->ops[k], s))
-				fprintf(out, "  n%d -> n%d;\n", n->ops[k], i);
-	}
-	fputs("}\n", out);
 	if (fclose(out) != 0) {
 		fprintf(stderr, "dtmc: error: cannot write '%s'\n", path);
 		return false;
@@ -1189,6 +1058,9 @@ int inspect_main(const InspectOptions *o)
 			fputs("dtmc: error: out of memory\n", stderr);
 		ok = false;
 	}
+	/* a bad --dot-scope before any report */
+	if (ok && o->dot)
+		ok = inspect_dot_scope(&in);
 	if (ok) {
 		if (o->json)
 			write_json(stdout, &in);
@@ -1202,7 +1074,7 @@ int inspect_main(const InspectOptions *o)
 	if (ok && o->trace)
 		ok = write_trace(&in, o->trace);
 	if (ok && o->dot)
-		ok = write_dot(&in, o->dot);
+		ok = inspect_write_dot(&in, o->dot);
 	if (d.nerr)
 		diag_summary(&d);
 	cost_report_free(&in.cost);

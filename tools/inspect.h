@@ -6,8 +6,8 @@
  * and by collective kind, memory per rank (peak = the stage's arenas, what
  * the runtime allocates), and the step time, bubble and MFU of the cost
  * model (tools/cost.h) on a hardware profile (tools/hw.h).  Outputs: text,
- * JSON, a Chrome trace of the simulated timeline, a graphviz graph of one
- * rank's program.
+ * JSON, a Chrome trace of the simulated timeline, a graphviz graph of the
+ * programs of one rank's pipeline (inspect_dot.c).
  */
 #ifndef DTM_INSPECT_H
 #define DTM_INSPECT_H
@@ -25,7 +25,8 @@ typedef struct InspectOptions {
 	int64_t rank;              /* --rank R: whose coordinates the schedule shows (per stage) */
 	bool json;                 /* --json instead of text */
 	const char *trace;         /* --trace FILE: Chrome trace JSON, or NULL */
-	const char *dot;           /* --dot FILE: graphviz of --rank's program, or NULL */
+	const char *dot;           /* --dot FILE: graphviz of --rank's pipeline, or NULL */
+	const char *dot_scope;     /* --dot-scope: what --dot draws ("layer.1,mb=0"), or NULL */
 } InspectOptions;
 
 /* Runs `dtmc inspect`: the report on standard output, the files asked for.

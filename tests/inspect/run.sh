@@ -30,6 +30,19 @@
 #                                   dp=8, tp=2 and pp=2: llm.c's 6N + 6LCT
 #   run.sh errors DTMC              a bad model: file:line:col and exit 1; a
 #                                   bad --hw, --rank or --train: exit 1
+#   run.sh dot DTMC                 --dot of models/gpt.dtm on pp=2,dp=2,tp=2
+#                                   with 4 micro-batches: graphviz renders it;
+#                                   a cluster per stage, per micro-batch in
+#                                   each and per block instance in those; a
+#                                   legend; every IR node drawn, each label
+#                                   the global type @ placement then the
+#                                   local shard (which the placement and the
+#                                   mesh imply); --dot-scope layer.0 draws
+#                                   exactly the IR's block-0 nodes (under
+#                                   half of them) plus stubs outside it,
+#                                   layer.0,mb=0 renders within 5000 x 2500
+#                                   pt; a bad scope: one line, exit 1
+#                                   (needs graphviz's dot: scripts/deps.sh)
 # Run from anywhere; paths are the repository's.
 set -uo pipefail
 update=0
@@ -37,8 +50,8 @@ if [ "${1-}" = --update ]; then
 	update=1
 	shift
 fi
-mode=${1:?usage: run.sh [--update] golden|labels|outputs|conformance|errors DTMC}
-dtmc=${2:?usage: run.sh [--update] golden|labels|outputs|conformance|errors DTMC}
+mode=${1:?usage: run.sh [--update] golden|labels|outputs|conformance|errors|flops|dot DTMC}
+dtmc=${2:?usage: run.sh [--update] golden|labels|outputs|conformance|errors|flops|dot DTMC}
 case $dtmc in /*) ;; *) dtmc=$PWD/$dtmc ;; esac
 cd "$(dirname "$0")/../.."
 py=python3
@@ -176,7 +189,8 @@ outputs() {
 		fail "dtmc inspect of a pipeline failed"
 	check_trace "$tmp/p.json" 2
 	grep -q 'stage 1, rank 1' "$tmp/p.txt" || fail "no schedule for stage 1"
-	grep -q 'stage 1"' "$tmp/p.dot" || fail "--rank 1's graph is not stage 1's"
+	grep -q 'label="stage 1: rank 1 (pp=1, dp=0, tp=0)"' "$tmp/p.dot" ||
+		fail "--rank 1's graph has no cluster for stage 1 on rank 1"
 }
 
 conformance() {
@@ -263,8 +277,196 @@ errors() {
 	echo "ok: bad input exits 1 with a message"
 }
 
+# The DOT checks (see the top): dot -Tsvg renders it, then python reads
+# the file (dtmc's own layout of it: a statement per line).
+dot_graph() {
+	command -v dot >/dev/null || fail "graphviz's dot not found (scripts/deps.sh installs it)"
+	local model=models/gpt.dtm args=(--mesh pp=2,dp=2,tp=2 --train microbatches=4)
+	"$dtmc" print "${args[@]}" "$model" >"$tmp/g.ir" || fail "dtmc print failed"
+	"$dtmc" inspect "$model" "${args[@]}" --dot "$tmp/g.dot" >/dev/null ||
+		fail "dtmc inspect --dot failed"
+	"$dtmc" inspect "$model" "${args[@]}" --dot "$tmp/l0.dot" --dot-scope layer.0 >/dev/null ||
+		fail "dtmc inspect --dot-scope layer.0 failed"
+	"$dtmc" inspect "$model" "${args[@]}" --dot "$tmp/l0m0.dot" --dot-scope layer.0,mb=0 \
+		>/dev/null || fail "dtmc inspect --dot-scope layer.0,mb=0 failed"
+	local f
+	for f in g l0 l0m0; do
+		dot -Tsvg "$tmp/$f.dot" -o "$tmp/$f.svg" 2>"$tmp/dot.err" && [ ! -s "$tmp/dot.err" ] ||
+			{ cat "$tmp/dot.err" >&2; fail "dot -Tsvg rejects or warns about $f.dot"; }
+	done
+	"$py" - "$tmp" <<'PY' || fail "the DOT graph is not what it should be"
+import math, re, sys
+tmp = sys.argv[1]
+mesh = {"pp": 2, "dp": 2, "tp": 2}
+bad = []
+def check(ok, msg):
+    if not ok:
+        bad.append(msg)
+    return ok
+
+# the IR the graph draws: op and block instance per node
+ir = {}
+for line in open(f"{tmp}/g.ir"):
+    m = re.match(r"%(\d+) = (\w+)", line)
+    if m:
+        b = re.search(r" block (\d+)( |$)", line)
+        ir[int(m.group(1))] = (m.group(2), int(b.group(1)) if b else -1)
+
+STR = r'"((?:[^"\\]|\\.)*)"'
+def parse(path):
+    nodes, edges, clusters, stack = {}, [], {}, []
+    for line in open(path):
+        line = line.strip()
+        m = re.match(r"subgraph (\w+) \{$", line)
+        if m:
+            stack.append(m.group(1))
+            clusters[m.group(1)] = {"parent": stack[-2] if len(stack) > 1 else None}
+            continue
+        if line == "}":
+            if stack:
+                stack.pop()
+            continue
+        m = re.match(r"label=" + STR + ";", line)
+        if m and stack:
+            clusters[stack[-1]]["label"] = m.group(1)
+            continue
+        m = re.match(r"(\w+) -> (\w+)", line)
+        if m:
+            edges.append((m.group(1), m.group(2), "invis" in line))
+            continue
+        m = re.match(r"(\w+) \[label=" + STR, line)
+        if m:
+            nodes[m.group(1)] = (m.group(2).split("\\n"), stack[:])
+    return nodes, edges, clusters
+
+def ancestors(clusters, c):
+    out = []
+    while c:
+        out.append(clusters[c].get("label", ""))
+        c = clusters[c]["parent"]
+    return out
+
+def split_top(s):
+    parts, depth, cur = [], 0, ""
+    for ch in s:
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+            continue
+        depth += ch == "("
+        depth -= ch == ")"
+        cur += ch
+    return parts + [cur] if s else []
+
+TYPE = r"(f32|bf16|f16|i32)\[([0-9,]*)\]"
+def check_label(name, lines):
+    """global type @ placement, then the local shard it implies"""
+    if not check(len(lines) >= 3, f"{name}: label {lines!r} has no type lines"):
+        return None
+    g = re.fullmatch(TYPE + r" @ \[([^\]]*)\]( partial\([a-z,]+\))?", lines[1])
+    l = re.fullmatch(r"local " + TYPE + r"( \(padded\))?", lines[2])
+    if not check(g and l, f"{name}: label lines {lines[1]!r}, {lines[2]!r} are not "
+                 "'dtype[global] @ [placement]' and 'local dtype[shard]'"):
+        return None
+    gshape = [int(x) for x in g.group(2).split(",") if x]
+    lshape = [int(x) for x in l.group(2).split(",") if x]
+    dims = split_top(g.group(3))
+    check(len(dims) == len(gshape) == len(lshape) and g.group(1) == l.group(1),
+          f"{name}: {lines[1]!r} / {lines[2]!r} disagree in rank or dtype")
+    for gd, ld, pd in zip(gshape, lshape, dims):
+        parts = 1
+        if pd != "_":
+            for ax in pd.strip("()").split(","):
+                parts *= mesh[ax]
+        check(ld == min(gd, math.ceil(gd / parts)),
+              f"{name}: global dim {gd} split {parts} ways ({pd}) is not local {ld}: {lines[1:3]}")
+    return gshape, lshape
+
+# ---- the whole pipeline ----
+nodes, edges, clusters = parse(f"{tmp}/g.dot")
+real = {k: v for k, v in nodes.items() if re.fullmatch(r"n\d+", k)}
+check(len(real) == len(ir), f"{len(real)} nodes drawn, the IR has {len(ir)}")
+for k, (lines, stack) in real.items():
+    i = int(k[1:])
+    check(i in ir and lines[0].startswith(f"%{i} {ir[i][0]}"),
+          f"{k}: label {lines[0]!r} is not IR node %{i} ({ir.get(i)})")
+    check(stack and re.fullmatch(r"cluster_s[01]", stack[0]), f"{k} is in no stage cluster")
+    check_label(k, lines)
+labels = {c: v.get("label", "") for c, v in clusters.items()}
+for s in (0, 1):
+    check(labels.get(f"cluster_s{s}", "").startswith(f"stage {s}: rank"), f"no cluster for stage {s}")
+    for mb in range(4):
+        c = f"cluster_s{s}_mb{mb}"
+        check(labels.get(c) == f"micro-batch {mb}" and clusters[c]["parent"] == f"cluster_s{s}",
+              f"no cluster for micro-batch {mb} in stage {s}")
+        blk = [b for b, v in clusters.items() if v["parent"] == c and labels[b] == f"layer.{s}"]
+        check(blk, f"no cluster for layer.{s} in micro-batch {mb} of stage {s}")
+check("cluster_legend" in clusters, "no legend cluster")
+legend = " | ".join(v[0][0] for k, v in nodes.items() if v[1] and v[1][0] == "cluster_legend")
+for want in ("compute", "param", "grad", "optimizer state", "all_reduce", "all_gather",
+             "reduce_scatter", "all_to_all", "send", "recv", "local"):
+    check(want in legend, f"the legend has no {want!r}: {legend}")
+# anchors a reader knows: batch 8 over dp=2, vocab 256 over tp=2, wq's columns over tp
+for name, want in (("input tokens", ("i32[8,32] @ [dp,_]", "local i32[4,32]")),
+                   ("param wte", ("f32[256,64] @ [tp,_]", "local f32[128,64]")),
+                   ("param layer.0.wq", ("f32[64,64] @ [_,tp]", "local f32[64,32]"))):
+    got = [v[0][1:3] for v in real.values() if v[0][0].endswith(" " + name)]
+    check(got and tuple(got[0]) == want, f"{name}: label {got} is not {want}")
+check(any("send" in v[0][0] for v in real.values()) and
+      any("recv" in v[0][0] for v in real.values()), "no send/recv drawn")
+full = len(real)
+
+# ---- --dot-scope layer.0: exactly the IR's block-0 nodes, and stubs ----
+nodes, edges, clusters = parse(f"{tmp}/l0.dot")
+real = {k: v for k, v in nodes.items() if re.fullmatch(r"n\d+", k)}
+stubs = {k for k in nodes if re.fullmatch(r"x\d+", k)}
+block0 = {i for i, (_, b) in ir.items() if b == 0}
+check({int(k[1:]) for k in real} == block0,
+      f"--dot-scope layer.0 drew {len(real)} nodes, the IR has {len(block0)} in block 0")
+check(2 * len(real) < full, f"--dot-scope layer.0: {len(real)} nodes is not under half of {full}")
+for k in stubs:
+    i = int(k[1:])
+    check(ir[i][1] != 0, f"stub {k} is in layer.0")
+    check(any((a == k and b in real) or (b == k and a in real) for a, b, _ in edges),
+          f"stub {k} has no edge to a drawn node")
+for a, b, invis in edges:
+    check(a in nodes and b in nodes, f"edge {a} -> {b} to an undeclared node")
+    check(invis or a in real or b in real or a.startswith("legend"), f"edge {a} -> {b} between stubs")
+print(f"--dot-scope layer.0: {len(real)} of {full} nodes, {len(stubs)} stubs")
+
+# ---- rendered sizes ----
+def size(f):
+    head = open(f"{tmp}/{f}.svg").read(4000)
+    m = re.search(r'<svg width="([\d.]+)pt" height="([\d.]+)pt"', head)
+    return float(m.group(1)), float(m.group(2))
+w, h = size("l0m0")
+check(w <= 5000 and h <= 2500, f"layer.0,mb=0 renders {w:.0f} x {h:.0f} pt, over 5000 x 2500")
+W, H = size("g")
+w0, h0 = size("l0")
+check(w0 * h0 < 0.5 * W * H, f"layer.0 renders {w0:.0f} x {h0:.0f} pt, not under half the "
+      f"area of the whole graph ({W:.0f} x {H:.0f})")
+print(f"rendered: whole {W:.0f} x {H:.0f} pt, layer.0 {w0:.0f} x {h0:.0f}, "
+      f"layer.0,mb=0 {w:.0f} x {h:.0f}")
+for b in bad[:20]:
+    print("FAIL:", b, file=sys.stderr)
+sys.exit(1 if bad else 0)
+PY
+	# a bad scope: one line naming the valid ones, exit 1, no report
+	"$dtmc" inspect "$model" "${args[@]}" --dot "$tmp/bad.dot" --dot-scope layer.7 \
+		>"$tmp/out" 2>"$tmp/err"
+	[ $? = 1 ] || fail "--dot-scope layer.7 did not exit 1"
+	[ "$(wc -l <"$tmp/err")" = 1 ] && grep -q "layer.7" "$tmp/err" &&
+		grep -q "stage=0..1, mb=0..3, layer.0, layer.1" "$tmp/err" ||
+		{ cat "$tmp/err" >&2; fail "--dot-scope layer.7: not one line listing the valid scopes"; }
+	[ ! -s "$tmp/out" ] || fail "--dot-scope layer.7 printed a report"
+	"$dtmc" inspect "$model" --dot-scope layer.0 >"$tmp/out" 2>"$tmp/err"
+	[ $? = 1 ] && grep -q -- "--dot-scope needs --dot" "$tmp/err" || fail "--dot-scope without --dot"
+	echo "ok: bad --dot-scope exits 1 with the valid scopes"
+}
+
 case $mode in
 golden | labels | outputs | conformance | errors | flops) $mode ;;
+dot) dot_graph ;;
 *) fail "unknown mode '$mode'" ;;
 esac
 echo ok
