@@ -11,8 +11,9 @@
  * costed with tools/cost.h (tools/sweep.c).
  *
  * The arithmetic below (factorizations, divisors, the Pareto front, byte
- * sizes, the SVG) is pure and lives in tools/sweep_space.c, part of the
- * dtm_tools library, so tests/unit/test_sweep.c checks it directly.
+ * sizes) is pure and lives in tools/sweep_space.c, the SVG in
+ * tools/sweep_svg.c, both part of the dtm_tools library, so
+ * tests/unit/test_sweep.c checks them directly.
  */
 #ifndef DTM_SWEEP_H
 #define DTM_SWEEP_H
@@ -55,11 +56,15 @@ bool sweep_parse_bytes(const char *s, double *out);
 void sweep_format_bytes(char *buf, size_t cap, double bytes);
 
 /* Writes an SVG scatter plot of n points (x = peak memory per rank in
- * bytes, y = step time in seconds): every point grey, the points with
- * front[i] set in red joined by the front's staircase, axes with ticks and
- * labels, the title on top.  label[i] (may be NULL) becomes each point's
- * tooltip.  Returns false when writing failed. */
+ * bytes, linear; y = step time in seconds, log scale with ticks at 1, 2
+ * and 5 times powers of ten): every point grey, the points with front[i]
+ * set in red joined by the front's staircase, axes with ticks and labels,
+ * the title on top.  label[i] (may be NULL) becomes each point's tooltip;
+ * tag[i] (tag may be NULL) is written beside each front point as a <text>
+ * (class "front-labels"), placed to overlap no other label or front point
+ * where there is room, with a leader line when moved away from it.
+ * Returns false when writing failed. */
 bool sweep_svg(FILE *out, int n, const double *mem, const double *time, const bool *front,
-               const char *const *label, const char *title);
+               const char *const *label, const char *const *tag, const char *title);
 
 #endif

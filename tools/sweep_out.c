@@ -314,7 +314,8 @@ bool sweep_write_plot(const SweepRun *r, const char *path)
 	double *tim = malloc(sizeof *tim * (size_t)(n + 1));
 	bool *front = calloc((size_t)(n + 1), sizeof *front);
 	char **label = calloc((size_t)(n + 1), sizeof *label);
-	bool ok = mem && tim && front && label;
+	char **tag = calloc((size_t)(n + 1), sizeof *tag);
+	bool ok = mem && tim && front && label && tag;
 	int *pos = ok ? calloc((size_t)(r->ncands + 1), sizeof *pos) : NULL;
 	ok = ok && pos;
 	for (int k = 0; ok && k < n; k++) {
@@ -329,6 +330,7 @@ bool sweep_write_plot(const SweepRun *r, const char *path)
 		if (label[k])
 			snprintf(label[k], 600, "#%d %s: %.3f ms, %s", k + 1, desc, c->step_s * 1e3,
 			         mb);
+		tag[k] = strdup(desc); /* the layout, as the text report and JSON name it */
 	}
 	for (int k = 0; ok && k < r->nfront; k++)
 		front[pos[r->front[k]] - 1] = true;
@@ -341,7 +343,8 @@ bool sweep_write_plot(const SweepRun *r, const char *path)
 		         "%s on %lld devices (%s): %d candidates, Pareto front %d",
 		         r->s.model ? r->s.model : "?", (long long)r->o.devices, r->o.hw.name, n,
 		         r->nfront);
-		bool w = sweep_svg(f, n, mem, tim, front, (const char *const *)label, title);
+		bool w = sweep_svg(f, n, mem, tim, front, (const char *const *)label,
+		                   (const char *const *)tag, title);
 		if (fclose(f) != 0 || !w) {
 			fprintf(stderr, "dtmc: error: cannot write '%s'\n", path);
 			ok = false;
@@ -351,7 +354,10 @@ bool sweep_write_plot(const SweepRun *r, const char *path)
 	}
 	for (int k = 0; label && k < n; k++)
 		free(label[k]);
+	for (int k = 0; tag && k < n; k++)
+		free(tag[k]);
 	free(label);
+	free(tag);
 	free(mem);
 	free(tim);
 	free(front);

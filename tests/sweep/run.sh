@@ -5,7 +5,11 @@
 #                        counts, every mesh a factorization of 4, the ranking
 #                        sorted (the best no slower than any other), the front
 #                        undominated; --csv has a row per candidate; --plot
-#                        writes an SVG; the text report names the best layout.
+#                        writes an SVG whose time axis is logarithmic (ticks
+#                        at 1, 2, 5 x 10^k placed by log10) and whose front
+#                        points each carry a <text> label with their
+#                        layout, no two labels overlapping; the text report
+#                        names the best layout.
 #                        Timings are the cost model's: checked for order, never
 #                        against numbers.  tests/sweep/choose.dtm: both options
 #                        of its choose() point are swept and differ on tp = 2.
@@ -119,6 +123,54 @@ EOF
 		fail "sweep --plot exited $?"
 	grep -q "<svg" "$tmp/p.svg" && grep -q "</svg>" "$tmp/p.svg" || fail "--plot wrote no SVG"
 	grep -q "Pareto front" "$tmp/p.svg" || fail "the SVG has no front legend"
+	python3 - "$tmp/p.svg" "$tmp/out.json" <<'EOF' || exit 1
+import json, math, re, sys
+import xml.etree.ElementTree as ET
+svg = ET.parse(sys.argv[1]).getroot()
+d = json.load(open(sys.argv[2]))
+NS = "{http://www.w3.org/2000/svg}"
+def fail(msg):
+    print("FAIL: --plot:", msg, file=sys.stderr)
+    sys.exit(1)
+groups = {g.get("class"): g for g in svg.iter(NS + "g") if g.get("class")}
+texts = [t.text or "" for t in svg.iter(NS + "text")]
+if not any("log scale" in t and t.startswith("step time") for t in texts):
+    fail("the time axis is not titled as a log scale: %r" % texts)
+# the time ticks: 1, 2 or 5 times a power of ten, placed by log10
+if "y-ticks" not in groups or "front-labels" not in groups:
+    fail("no time ticks or front labels (groups %r)" % sorted(groups))
+ticks = [(float(t.text), float(t.get("y"))) for t in groups["y-ticks"].iter(NS + "text")]
+if len(ticks) < 3:
+    fail("%d time ticks" % len(ticks))
+for v, _ in ticks:
+    m = v / 10 ** math.floor(math.log10(v) + 1e-9)
+    if min(abs(m - k) for k in (1, 2, 5)) > 1e-6:
+        fail("tick %g is not 1, 2 or 5 x 10^k" % v)
+(v0, y0), (v1, y1) = ticks[0], ticks[-1]
+per_decade = (y1 - y0) / math.log10(v1 / v0)
+for v, y in ticks:
+    if abs(y0 + per_decade * math.log10(v / v0) - y) > 0.6:
+        fail("tick %g at y=%g is not where a log axis puts it" % (v, y))
+if per_decade >= 0:
+    fail("slower times are not higher up")
+# a <text> per front point naming its layout, none overlapping (7 px per
+# character at 11 px, the writer's estimate)
+labels = list(groups["front-labels"].iter(NS + "text"))
+got = sorted(t.text for t in labels)
+want = sorted(c["layout"] for c in d["pareto"])
+if got != want:
+    fail("front labels %r, the front's layouts %r" % (got, want))
+boxes = []
+for t in labels:
+    x, y, w = float(t.get("x")), float(t.get("y")), 7.0 * len(t.text)
+    x0 = x - w if t.get("text-anchor") == "end" else x
+    boxes.append((x0, y - 11, x0 + w, y + 2))
+for i, a in enumerate(boxes):
+    for b in boxes[i + 1:]:
+        if a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]:
+            fail("labels overlap: %r %r" % (a, b))
+print("plot ok: log time axis (%d ticks), %d front points labelled" % (len(ticks), len(labels)))
+EOF
 	grep -q "^fastest" "$tmp/out.txt" && grep -q "^Pareto front" "$tmp/out.txt" ||
 		fail "the text report lacks the ranking or the front"
 	best=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['ranking'][0]['layout'])" "$tmp/out.json")

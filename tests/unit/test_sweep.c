@@ -1,9 +1,12 @@
 /* test_sweep.c - the arithmetic of `dtmc sweep` (tools/sweep_space.c): the
  * factorizations of the device count over mesh axes, divisors, the Pareto
- * front, byte sizes and the SVG plot.  Expected values are worked by hand
- * in the comments.
+ * front, byte sizes; and the SVG plot (tools/sweep_svg.c).  Expected values
+ * are worked by hand in the comments.
  */
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "check.h"
 #include "tools/sweep.h"
@@ -171,13 +174,14 @@ static void test_svg(void)
 	double tim[] = {0.030, 0.020, 0.025};
 	bool front[] = {true, true, false};
 	const char *label[] = {"a <1>", "b", NULL};
+	const char *tag[] = {"dp=2 <x>", "tp=2", "pp=2"};
 	char *buf = NULL;
 	size_t len = 0;
 	FILE *f = open_memstream(&buf, &len);
 	CHECK(f != NULL);
 	if (!f)
 		return;
-	CHECK(sweep_svg(f, 3, mem, tim, front, label, "gpt & co"));
+	CHECK(sweep_svg(f, 3, mem, tim, front, label, tag, "gpt & co"));
 	fclose(f);
 	CHECK(buf && strncmp(buf, "<?xml", 5) == 0);
 	CHECK(count(buf, "<svg") == 1 && count(buf, "</svg>") == 1);
@@ -185,10 +189,77 @@ static void test_svg(void)
 	CHECK_EQ_INT(count(buf, "fill=\"#d62728\""), 2); /* front group and legend */
 	CHECK(count(buf, "<polyline") == 1);             /* the front's staircase */
 	CHECK(strstr(buf, "peak memory per rank (GiB)") != NULL);
-	CHECK(strstr(buf, "step time (ms)") != NULL);
+	CHECK(strstr(buf, "step time (ms, log scale)") != NULL);
 	CHECK(strstr(buf, "gpt &amp; co") != NULL); /* escaped */
 	CHECK(strstr(buf, "<title>a &lt;1&gt;</title>") != NULL);
 	CHECK(strstr(buf, "Pareto front (2)") != NULL);
+	/* the time axis runs from 20 ms (the 1-2-5 value at or below the
+	 * fastest) to 50 ms (at or above the slowest), log scale over the
+	 * 480 px of the plot (600 - 50 - 70): 20 ms at y = 530, 50 ms at 50,
+	 * 25 ms at 530 - 480 log(1.25) / log(2.5) = 413.1 */
+	const char *yt = strstr(buf, "class=\"y-ticks\"");
+	CHECK(yt && strstr(yt, "y=\"534.0\" text-anchor=\"end\">20</text>") != NULL);
+	CHECK(yt && strstr(yt, "y=\"54.0\" text-anchor=\"end\">50</text>") != NULL);
+	CHECK(strstr(buf, "cy=\"413.1\" r=\"3\"") != NULL);
+	/* the front's points labelled (escaped), the third point not */
+	const char *fl = strstr(buf, "class=\"front-labels\"");
+	CHECK(fl && strstr(fl, ">dp=2 &lt;x&gt;</text>") != NULL);
+	CHECK(fl && strstr(fl, ">tp=2</text>") != NULL);
+	CHECK(strstr(buf, ">pp=2</text>") == NULL);
+	free(buf);
+}
+
+/* A crowded front: 14 points within 10% of each other on both axes, each
+ * with a 36-character layout.  Every label is written, inside the image,
+ * and no two overlap (boxes from the writer's own estimate, 7 px per
+ * character, 13 px per line: what a sans-serif at 11 px takes). */
+static void test_svg_labels(void)
+{
+	enum { N = 14 };
+	double mem[N], tim[N];
+	bool front[N];
+	const char *tag[N];
+	char tags[N][48];
+	for (int i = 0; i < N; i++) {
+		mem[i] = (1.0 + 0.1 * i / N) * (1 << 30);
+		tim[i] = 0.011 - 0.001 * i / N;
+		front[i] = true;
+		snprintf(tags[i], sizeof tags[i], "pp=2,dp=2,tp=2 zero=%d M=%d gpipe sp rc", i % 4,
+		         i + 1);
+		tag[i] = tags[i];
+	}
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	CHECK(f != NULL);
+	if (!f)
+		return;
+	CHECK(sweep_svg(f, N, mem, tim, front, NULL, tag, "crowded"));
+	fclose(f);
+	double x0[N], x1[N], y0[N], y1[N];
+	int nl = 0;
+	const char *p = buf ? strstr(buf, "class=\"front-labels\"") : NULL;
+	const char *end = p ? strstr(p, "</g>") : NULL;
+	while (p && end && (p = strstr(p, "<text x=\"")) && p < end && nl < N) {
+		double x, y;
+		char anchor[8] = "";
+		CHECK(sscanf(p, "<text x=\"%lf\" y=\"%lf\" text-anchor=\"%7[a-z]", &x, &y, anchor) == 3);
+		const char *t = strchr(p, '>') + 1, *te = strstr(t, "</text>");
+		double w = 7.0 * (double)(te - t);
+		x0[nl] = strcmp(anchor, "end") == 0 ? x - w : x;
+		x1[nl] = x0[nl] + w;
+		y0[nl] = y - 13 * 0.85;
+		y1[nl] = y + 13 * 0.15;
+		CHECK(x0[nl] >= 0 && x1[nl] <= 960 && y0[nl] >= 0 && y1[nl] <= 600);
+		nl++;
+		p = te;
+	}
+	CHECK_EQ_INT(nl, N);
+	int overlaps = 0;
+	for (int i = 0; i < nl; i++)
+		for (int j = i + 1; j < nl; j++)
+			overlaps += x0[i] < x1[j] && x0[j] < x1[i] && y0[i] < y1[j] && y0[j] < y1[i];
+	CHECK_EQ_INT(overlaps, 0);
 	free(buf);
 }
 
@@ -199,5 +270,6 @@ int main(void)
 	test_pareto();
 	test_bytes();
 	test_svg();
+	test_svg_labels();
 	return check_report();
 }
