@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <glob.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -228,6 +229,11 @@ int dtm_tokens_open(DtmTokenFile *tf, const char *path, char *err, size_t errlen
 		code = seterr(err, errlen, DTM_DATA_ETRUNC,
 		              "%s: truncated: header says %d tokens, file holds %zu", path, ntok,
 		              (size - hdr) / 2);
+	else if ((uint64_t)(size - hdr) != 2 * (uint64_t)ntok)
+		code = seterr(err, errlen, DTM_DATA_ETRAIL,
+		              "%s: %zu bytes, expected %zu for the header's %d tokens "
+		              "(bytes after the last token)",
+		              path, size, hdr + 2 * (size_t)ntok, ntok);
 	if (code != DTM_DATA_OK) {
 		munmap(map, size);
 		return code;
@@ -267,6 +273,31 @@ int dtm_tokens_sample(const DtmTokenFile *tf, uint64_t sample_index, int T, int 
 	return DTM_DATA_OK;
 }
 
+int dtm_tokens_check(const DtmTokenFile *tf, int vocab, char *err, size_t errlen)
+{
+	if (vocab <= 0 || !tf->map)
+		return DTM_DATA_OK;
+	/* the maximum first, a loop the compiler vectorises; the position
+	 * only when there is a bad token */
+	const unsigned char *p = (const unsigned char *)tf->tokens;
+	unsigned max = 0;
+	for (uint64_t i = 0; i < tf->ntokens; i++) {
+		unsigned t = (unsigned)p[2 * i] | (unsigned)p[2 * i + 1] << 8;
+		max = t > max ? t : max;
+	}
+	if (max < (unsigned)vocab)
+		return DTM_DATA_OK;
+	uint64_t i = 0;
+	unsigned t = 0;
+	for (; i < tf->ntokens; i++) {
+		t = (unsigned)p[2 * i] | (unsigned)p[2 * i + 1] << 8;
+		if (t >= (unsigned)vocab)
+			break;
+	}
+	return seterr(err, errlen, DTM_DATA_ETOKEN, "%s: token %u at position %llu is >= vocab %d",
+	              tf->path, t, (unsigned long long)i, vocab);
+}
+
 void dtm_tokens_close(DtmTokenFile *tf)
 {
 	if (tf->map)
@@ -276,7 +307,169 @@ void dtm_tokens_close(DtmTokenFile *tf)
 	tf->ntokens = 0;
 }
 
-/* ---- --data synthetic|FILE ---- */
+/* ---- several files as one stream ---- */
+
+/* Appends path to s->files, opened and checked. */
+static int shards_add(DtmTokenShards *s, const char *path, int vocab, char *err, size_t errlen)
+{
+	if ((s->nfiles & (s->nfiles - 1)) == 0) { /* 0, 1, 2, 4, ...: grow */
+		size_t cap = s->nfiles ? 2 * (size_t)s->nfiles : 1;
+		DtmTokenFile *f = realloc(s->files, cap * sizeof *f);
+		if (!f)
+			return seterr(err, errlen, DTM_DATA_ENOMEM, "out of memory for %zu files",
+			              cap);
+		s->files = f;
+	}
+	DtmTokenFile *tf = &s->files[s->nfiles];
+	int rc = dtm_tokens_open(tf, path, err, errlen);
+	if (rc == DTM_DATA_OK && (rc = dtm_tokens_check(tf, vocab, err, errlen)) != DTM_DATA_OK)
+		dtm_tokens_close(tf);
+	if (rc == DTM_DATA_OK)
+		s->nfiles++;
+	return rc;
+}
+
+/* One item of a spec: a path, or a pattern standing for its matches. */
+static int shards_add_item(DtmTokenShards *s, const char *item, int vocab, char *err,
+                           size_t errlen)
+{
+	if (!*item)
+		return seterr(err, errlen, DTM_DATA_ESPEC, "an empty item in the list of files");
+	if (!strpbrk(item, "*?["))
+		return shards_add(s, item, vocab, err, errlen);
+	glob_t g;
+	int grc = glob(item, 0, NULL, &g);
+	if (grc == GLOB_NOMATCH || (grc == 0 && g.gl_pathc == 0)) {
+		if (grc == 0)
+			globfree(&g);
+		return seterr(err, errlen, DTM_DATA_ENOMATCH, "%s: no file matches the pattern",
+		              item);
+	}
+	if (grc != 0)
+		return seterr(err, errlen, grc == GLOB_NOSPACE ? DTM_DATA_ENOMEM : DTM_DATA_EOPEN,
+		              "%s: cannot expand the pattern (glob error %d)", item, grc);
+	int rc = DTM_DATA_OK;
+	for (size_t i = 0; i < g.gl_pathc && rc == DTM_DATA_OK; i++) /* sorted by glob */
+		rc = shards_add(s, g.gl_pathv[i], vocab, err, errlen);
+	globfree(&g);
+	return rc;
+}
+
+static uint64_t fnv1a(uint64_t h, const void *p, size_t n)
+{
+	const unsigned char *b = p;
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ b[i]) * 1099511628211ull;
+	return h;
+}
+
+int dtm_shards_open(DtmTokenShards *s, const char *spec, int vocab, char *err, size_t errlen)
+{
+	memset(s, 0, sizeof *s);
+	if (!spec || !*spec)
+		return seterr(err, errlen, DTM_DATA_ESPEC, "no token files named");
+	int rc = DTM_DATA_OK;
+	if (!strpbrk(spec, "*?[") && access(spec, F_OK) == 0) {
+		rc = shards_add(s, spec, vocab, err, errlen);
+	} else {
+		char *list = strdup(spec);
+		if (!list)
+			return seterr(err, errlen, DTM_DATA_ENOMEM, "out of memory");
+		for (char *item = list, *next; item && rc == DTM_DATA_OK; item = next) {
+			char *comma = strchr(item, ',');
+			next = comma ? comma + 1 : NULL;
+			if (comma)
+				*comma = 0;
+			rc = shards_add_item(s, item, vocab, err, errlen);
+		}
+		free(list);
+	}
+	if (rc == DTM_DATA_OK) {
+		s->first = malloc(((size_t)s->nfiles + 1) * sizeof *s->first);
+		if (!s->first)
+			rc = seterr(err, errlen, DTM_DATA_ENOMEM, "out of memory");
+	}
+	if (rc != DTM_DATA_OK) {
+		dtm_shards_close(s);
+		return rc;
+	}
+	uint64_t h = 14695981039346656037ull;
+	for (int i = 0; i < s->nfiles; i++) {
+		const char *base = strrchr(s->files[i].path, '/');
+		base = base ? base + 1 : s->files[i].path;
+		char count[32];
+		int n = snprintf(count, sizeof count, ":%llu\n",
+		                 (unsigned long long)s->files[i].ntokens);
+		h = fnv1a(fnv1a(h, base, strlen(base)), count, (size_t)n);
+		s->first[i] = s->ntokens;
+		s->ntokens += s->files[i].ntokens;
+	}
+	s->first[s->nfiles] = s->ntokens;
+	s->id = h;
+	return DTM_DATA_OK;
+}
+
+int dtm_shards_sample(const DtmTokenShards *s, uint64_t sample_index, int T, int vocab,
+                      int32_t *out, char *err, size_t errlen)
+{
+	if (!s->first || T <= 0 || !out)
+		return seterr(err, errlen, DTM_DATA_EARG, "bad token sample request (T=%d)", T);
+	if (s->ntokens < (uint64_t)T + 1)
+		return s->nfiles == 1 ?
+		        seterr(err, errlen, DTM_DATA_ETOOFEW,
+		               "%s: %llu tokens, need at least T+1 = %d for one sample",
+		               s->files[0].path, (unsigned long long)s->ntokens, T + 1) :
+		        seterr(err, errlen, DTM_DATA_ETOOFEW,
+		               "%d files hold %llu tokens in all, need at least T+1 = %d for "
+		               "one sample",
+		               s->nfiles, (unsigned long long)s->ntokens, T + 1);
+	/* as dtm_tokens_sample: reduce both factors so nothing overflows */
+	uint64_t usable = s->ntokens - (uint64_t)T;
+	uint64_t pos = ((sample_index % usable) * ((uint64_t)T % usable)) % usable;
+	/* the last file starting at or before pos (empty files before it
+	 * start at the same place and are passed over) */
+	int lo = 0, hi = s->nfiles - 1;
+	while (lo < hi) {
+		int mid = lo + (hi - lo + 1) / 2;
+		if (s->first[mid] <= pos)
+			lo = mid;
+		else
+			hi = mid - 1;
+	}
+	int k = lo;
+	uint64_t off = pos - s->first[k];
+	for (int t = 0; t <= T; t++, off++) {
+		while (off >= s->files[k].ntokens) { /* on into the next file */
+			off = 0;
+			k++;
+		}
+		const unsigned char *p = (const unsigned char *)(s->files[k].tokens + off);
+		int32_t tok = (int32_t)(p[0] | p[1] << 8);
+		if (vocab > 0 && tok >= vocab)
+			return seterr(err, errlen, DTM_DATA_ETOKEN,
+			              "%s: token %d at position %llu is >= vocab %d",
+			              s->files[k].path, tok, (unsigned long long)off, vocab);
+		out[t] = tok;
+	}
+	return DTM_DATA_OK;
+}
+
+void dtm_shards_describe(const DtmTokenShards *s, char *out, size_t n)
+{
+	snprintf(out, n, "%d file%s, %llu tokens, id %016llx", s->nfiles, s->nfiles == 1 ? "" : "s",
+	         (unsigned long long)s->ntokens, (unsigned long long)s->id);
+}
+
+void dtm_shards_close(DtmTokenShards *s)
+{
+	for (int i = 0; i < s->nfiles; i++)
+		dtm_tokens_close(&s->files[i]);
+	free(s->files);
+	free(s->first);
+	memset(s, 0, sizeof *s);
+}
+
+/* ---- --data synthetic|SHARDS ---- */
 
 int dtm_data_open(DtmData *d, const char *spec, uint64_t seed, int vocab, char *err, size_t errlen)
 {
@@ -290,8 +483,9 @@ int dtm_data_open(DtmData *d, const char *spec, uint64_t seed, int vocab, char *
 			              vocab);
 		return DTM_DATA_OK;
 	}
-	d->is_file = 1;
-	return dtm_tokens_open(&d->file, spec, err, errlen);
+	int rc = dtm_shards_open(&d->shards, spec, vocab, err, errlen);
+	d->is_file = rc == DTM_DATA_OK;
+	return rc;
 }
 
 int dtm_data_batch(const DtmData *d, uint64_t first_sample, int count, int T, int32_t *inputs,
@@ -307,7 +501,7 @@ int dtm_data_batch(const DtmData *d, uint64_t first_sample, int count, int T, in
 	for (int b = 0; b < count && rc == DTM_DATA_OK; b++) {
 		uint64_t s = first_sample + (uint64_t)b;
 		if (d->is_file)
-			rc = dtm_tokens_sample(&d->file, s, T, d->vocab, tok, err, errlen);
+			rc = dtm_shards_sample(&d->shards, s, T, d->vocab, tok, err, errlen);
 		else
 			rc = dtm_data_synth_tokens(d->seed, d->vocab, s, T + 1, tok);
 		if (rc != DTM_DATA_OK)
@@ -322,6 +516,6 @@ int dtm_data_batch(const DtmData *d, uint64_t first_sample, int count, int T, in
 void dtm_data_close(DtmData *d)
 {
 	if (d->is_file)
-		dtm_tokens_close(&d->file);
+		dtm_shards_close(&d->shards);
 	d->is_file = 0;
 }

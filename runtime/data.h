@@ -25,8 +25,11 @@ typedef enum DtmDataStatus {
 	DTM_DATA_EMAGIC,   /* header[0] != 20240520 */
 	DTM_DATA_EVERSION, /* header[1] != 1 */
 	DTM_DATA_ETRUNC,   /* header promises more tokens than the file holds */
+	DTM_DATA_ETRAIL,   /* bytes after the header's count of tokens */
 	DTM_DATA_ETOOFEW,  /* fewer than T+1 tokens: not even one sample */
-	DTM_DATA_ETOKEN,   /* a token >= vocab in a sample being read */
+	DTM_DATA_ETOKEN,   /* a token >= vocab (in a file checked, or a sample read) */
+	DTM_DATA_ESPEC,    /* a shard list with an empty item */
+	DTM_DATA_ENOMATCH, /* a glob pattern that matches no file */
 	DTM_DATA_EIO,      /* read or write error (tokenizer) */
 	DTM_DATA_ENOMEM,
 } DtmDataStatus;
@@ -68,7 +71,8 @@ void dtm_regression_free(DtmRegression *r);
 
 /* ---- llm.c token files ----
  * 256 int32 header (header[0] = 20240520, header[1] = 1, header[2] = number
- * of tokens), then that many uint16 tokens, little-endian.  Mapped
+ * of tokens), then exactly that many uint16 tokens, little-endian (a file of
+ * another size is refused, as llm.c's loader refuses it).  Mapped
  * read-only, so opening a multi-GB file costs nothing and ranks share the
  * page cache. */
 #define DTM_TOKENS_MAGIC 20240520
@@ -89,17 +93,59 @@ int dtm_tokens_open(DtmTokenFile *tf, const char *path, char *err, size_t errlen
  * Fails with DTM_DATA_ETOKEN if a token is >= vocab (vocab <= 0: no check). */
 int dtm_tokens_sample(const DtmTokenFile *tf, uint64_t sample_index, int T, int vocab, int32_t *out,
                       char *err, size_t errlen);
+/* Every token of the file < vocab, else DTM_DATA_ETOKEN naming the file,
+ * the first bad token and its position.  Reads the whole file. */
+int dtm_tokens_check(const DtmTokenFile *tf, int vocab, char *err, size_t errlen);
 void dtm_tokens_close(DtmTokenFile *tf);
 
-/* ---- one interface for the training binary's --data synthetic|FILE ---- */
+/* ---- several token files read as one stream (--data, --val-data) ----
+ * spec is one item or a comma-separated list of them, each a path or a
+ * glob(3) pattern (an item holding * ? or [), a pattern standing for the
+ * files it matches in sorted order; a spec that names an existing file is
+ * that one file, commas and all.  llm.c's shards, e.g.
+ * 'fineweb_train_*.bin', so read in their numbered order.
+ *
+ * The files, in that order, are one stream of ntokens tokens.  Sample i is
+ * the T+1 tokens from stream position (i * T) mod (ntokens - T), running
+ * on into the next file where it meets a file's end; so samples tile the
+ * stream, wrap around at its end, and one file reads exactly as
+ * dtm_tokens_sample reads it.
+ *
+ * Every file is checked when the stream is opened: its header (magic,
+ * version), its size (the header's count of tokens, no more, no less)
+ * and, when vocab > 0, every token < vocab (which reads the whole file).
+ * An error names the file and what is wrong with it; nothing stays open. */
+typedef struct DtmTokenShards {
+	DtmTokenFile *files;
+	int nfiles;
+	uint64_t *first; /* [nfiles + 1]: stream position of each file's token 0 */
+	uint64_t ntokens;
+	/* FNV-1a over each file's base name and token count, in order: what
+	 * a checkpoint records to know the stream its data position is in
+	 * (base names, so moving the shards to another folder keeps it) */
+	uint64_t id;
+} DtmTokenShards;
+
+int dtm_shards_open(DtmTokenShards *s, const char *spec, int vocab, char *err, size_t errlen);
+/* Sample sample_index of the stream as above; DTM_DATA_ETOOFEW when the
+ * stream holds fewer than T+1 tokens, DTM_DATA_ETOKEN for a token >= vocab
+ * (vocab <= 0: no check). */
+int dtm_shards_sample(const DtmTokenShards *s, uint64_t sample_index, int T, int vocab,
+                      int32_t *out, char *err, size_t errlen);
+/* "3 files, 3000 tokens, id 0123456789abcdef" (at most 64 bytes). */
+void dtm_shards_describe(const DtmTokenShards *s, char *out, size_t n);
+void dtm_shards_close(DtmTokenShards *s);
+
+/* ---- one interface for --data synthetic|SHARDS ---- */
 typedef struct DtmData {
 	int is_file;
 	uint64_t seed;
 	int vocab;
-	DtmTokenFile file;
+	DtmTokenShards shards;
 } DtmData;
 
-/* spec "synthetic" selects the Markov chain; anything else is a token file. */
+/* spec "synthetic" selects the Markov chain; anything else is a list of
+ * token files (dtm_shards_open, checked against vocab). */
 int dtm_data_open(DtmData *d, const char *spec, uint64_t seed, int vocab, char *err, size_t errlen);
 /* count samples starting at global sample first_sample, each split into
  * inputs[b*T + t] = tok[t] and targets[b*T + t] = tok[t+1]. */

@@ -144,8 +144,8 @@ static int load_row(RtFeed *f, uint64_t sample, char *err)
 	}
 	int rc;
 	if (f->data.is_file)
-		rc = dtm_tokens_sample(&f->data.file, sample, (int)f->T, f->data.vocab, f->row, e,
-				       sizeof e);
+		rc = dtm_shards_sample(&f->data.shards, sample, (int)f->T, f->data.vocab, f->row,
+				       e, sizeof e);
 	else
 		rc = dtm_data_synth_tokens(f->data.seed, f->data.vocab, sample, (int)f->T + 1,
 					   f->row);

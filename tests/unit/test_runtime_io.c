@@ -356,6 +356,191 @@ static void test_token_files(void)
 	CHECK_EQ_INT(dtm_data_open(&d, "synthetic", 1, 2, err, sizeof err), DTM_DATA_EARG);
 }
 
+/* ---- several token files as one stream (--data, --val-data) ---- */
+
+/* The llm.c convention: train shards 1..3, val shard 0.  Train shard k
+ * holds len[k] tokens 100(k+1) + j, so the stream is known token by token;
+ * the shards are written out of order, and the glob must sort them. */
+static const int shard_len[3] = {7, 5, 9};
+
+static void write_shard(const char *name, int base, int n)
+{
+	uint16_t tok[16];
+	for (int j = 0; j < n; j++)
+		tok[j] = (uint16_t)(base + j);
+	write_tokfile(tpath(name), 20240520, 1, n, tok, n);
+}
+
+static void test_token_shards(void)
+{
+	CHECK_EQ_INT(mkdir(tpath("sh"), 0755), 0);
+	write_shard("sh/tiny_train_000003.bin", 300, shard_len[2]);
+	write_shard("sh/tiny_train_000001.bin", 100, shard_len[0]);
+	write_shard("sh/tiny_train_000002.bin", 200, shard_len[1]);
+	write_shard("sh/tiny_val_000000.bin", 900, 12);
+	int32_t stream[21];
+	int n = 0;
+	for (int k = 0; k < 3; k++)
+		for (int j = 0; j < shard_len[k]; j++)
+			stream[n++] = 100 * (k + 1) + j;
+
+	char err[512], glob[256], list[1024], desc[96];
+	DtmTokenShards s;
+	int32_t out[5];
+	snprintf(glob, sizeof glob, "%s", tpath("sh/tiny_train_*.bin"));
+	CHECK_EQ_INT(dtm_shards_open(&s, glob, 1000, err, sizeof err), DTM_DATA_OK);
+	CHECK_EQ_INT(s.nfiles, 3);
+	CHECK_EQ_INT(s.ntokens, 21);
+	CHECK(s.nfiles == 3 && strstr(s.files[0].path, "000001") &&
+	      strstr(s.files[1].path, "000002") && strstr(s.files[2].path, "000003"));
+	CHECK(s.first && s.first[0] == 0 && s.first[1] == 7 && s.first[2] == 12 &&
+	      s.first[3] == 21);
+	/* T = 4: sample i is stream[(4 i) mod 17 ...] for 5 tokens, running
+	 * across shard boundaries (sample 1: 104 105 106 | 200 201) and
+	 * wrapping after sample 4 */
+	int ok = 1;
+	for (uint64_t i = 0; i < 40; i++) {
+		CHECK_EQ_INT(dtm_shards_sample(&s, i, 4, 1000, out, err, sizeof err), DTM_DATA_OK);
+		int pos = (int)((4 * i) % 17);
+		for (int t = 0; t < 5; t++)
+			ok &= out[t] == stream[pos + t];
+	}
+	CHECK(ok);
+	CHECK_EQ_INT(dtm_shards_sample(&s, 1, 4, 1000, out, err, sizeof err), DTM_DATA_OK);
+	CHECK(out[0] == 104 && out[2] == 106 && out[3] == 200 && out[4] == 201);
+	/* T = 14 runs through the whole of shard 2: 100 ... 106 | 200 ...
+	 * 204 | 300 301 302 */
+	int32_t o15[15];
+	CHECK_EQ_INT(dtm_shards_sample(&s, 0, 14, 1000, o15, err, sizeof err), DTM_DATA_OK);
+	CHECK(o15[6] == 106 && o15[7] == 200 && o15[11] == 204 && o15[12] == 300 &&
+	      o15[14] == 302);
+	CHECK_EQ_INT(dtm_shards_sample(&s, 0, 21, 1000, o15, err, sizeof err), DTM_DATA_ETOOFEW);
+	CHECK(strstr(err, "3 files hold 21 tokens") != NULL);
+	/* the header's checks did not read the tokens; sampling checks them */
+	CHECK_EQ_INT(dtm_shards_sample(&s, 1, 4, 201, out, err, sizeof err), DTM_DATA_ETOKEN);
+	CHECK(strstr(err, "tiny_train_000002.bin: token 201 at position 1 is >= vocab 201"));
+	dtm_shards_describe(&s, desc, sizeof desc);
+	CHECK(strncmp(desc, "3 files, 21 tokens, id ", 23) == 0 && strlen(desc) == 23 + 16);
+	uint64_t id = s.id;
+	dtm_shards_close(&s);
+	CHECK(s.files == NULL && s.nfiles == 0);
+
+	/* a comma-separated list in the same order: the same stream; a list
+	 * can mix paths and patterns */
+	snprintf(list, sizeof list, "%s,%s,%s", tpath("sh/tiny_train_000001.bin"),
+	         tpath("sh/tiny_train_000002.bin"), tpath("sh/tiny_train_000003.bin"));
+	CHECK_EQ_INT(dtm_shards_open(&s, list, 1000, err, sizeof err), DTM_DATA_OK);
+	CHECK(s.id == id && s.ntokens == 21);
+	dtm_shards_close(&s);
+	snprintf(list, sizeof list, "%s,%s", tpath("sh/tiny_train_000001.bin"),
+	         tpath("sh/tiny_train_00000[23].bin"));
+	CHECK_EQ_INT(dtm_shards_open(&s, list, 1000, err, sizeof err), DTM_DATA_OK);
+	CHECK(s.id == id && s.nfiles == 3);
+	dtm_shards_close(&s);
+	/* the list's order is the stream's order */
+	snprintf(list, sizeof list, "%s,%s,%s", tpath("sh/tiny_train_000002.bin"),
+	         tpath("sh/tiny_train_000001.bin"), tpath("sh/tiny_train_000003.bin"));
+	CHECK_EQ_INT(dtm_shards_open(&s, list, 1000, err, sizeof err), DTM_DATA_OK);
+	CHECK(s.id != id);
+	CHECK_EQ_INT(dtm_shards_sample(&s, 0, 4, 1000, out, err, sizeof err), DTM_DATA_OK);
+	CHECK(out[0] == 200 && out[4] == 204);
+	dtm_shards_close(&s);
+	/* an empty shard in the middle changes nothing but the id */
+	write_shard("sh/empty.bin", 0, 0);
+	snprintf(list, sizeof list, "%s,%s,%s", tpath("sh/tiny_train_000001.bin"),
+	         tpath("sh/empty.bin"), tpath("sh/tiny_train_00000[23].bin"));
+	CHECK_EQ_INT(dtm_shards_open(&s, list, 1000, err, sizeof err), DTM_DATA_OK);
+	ok = s.nfiles == 4 && s.ntokens == 21;
+	for (uint64_t i = 0; i < 17 && ok; i++) {
+		ok &= dtm_shards_sample(&s, i, 4, 1000, out, err, sizeof err) == DTM_DATA_OK;
+		for (int t = 0; t < 5; t++)
+			ok &= out[t] == stream[(4 * i) % 17 + (uint64_t)t];
+	}
+	CHECK(ok);
+	dtm_shards_close(&s);
+
+	/* one file reads exactly as dtm_tokens_sample reads it */
+	DtmTokenFile tf;
+	CHECK_EQ_INT(dtm_tokens_open(&tf, tpath("sh/tiny_val_000000.bin"), err, sizeof err), 0);
+	CHECK_EQ_INT(dtm_shards_open(&s, tpath("sh/tiny_val_000000.bin"), 1000, err, sizeof err),
+	             DTM_DATA_OK);
+	ok = 1;
+	for (uint64_t i = 0; i < 30; i++) {
+		int32_t a[5], b[5];
+		ok &= dtm_tokens_sample(&tf, i, 4, 1000, a, err, sizeof err) == DTM_DATA_OK;
+		ok &= dtm_shards_sample(&s, i, 4, 1000, b, err, sizeof err) == DTM_DATA_OK;
+		ok &= !memcmp(a, b, sizeof a);
+	}
+	CHECK(ok);
+	dtm_shards_close(&s);
+	dtm_tokens_close(&tf);
+
+	/* each bad shard: an error naming the file and what is wrong with it,
+	 * after good shards in the list, and nothing left open */
+	uint16_t tok[8] = {1, 2, 3, 1000, 5, 6, 7, 8};
+	write_tokfile(tpath("sh/bad_magic.bin"), 12345, 1, 8, tok, 8);
+	write_tokfile(tpath("sh/bad_version.bin"), 20240520, 2, 8, tok, 8);
+	write_tokfile(tpath("sh/bad_trunc.bin"), 20240520, 1, 9, tok, 8);
+	write_tokfile(tpath("sh/bad_trail.bin"), 20240520, 1, 7, tok, 8);
+	write_tokfile(tpath("sh/bad_token.bin"), 20240520, 1, 8, tok, 8);
+	write_bytes(tpath("sh/bad_short.bin"), tok, 16);
+	static const struct {
+		const char *file;
+		int code;
+		const char *says;
+	} bad[] = {
+		{"bad_magic.bin", DTM_DATA_EMAGIC,
+		 "bad_magic.bin: not an llm.c token file: magic 12345, expected 20240520"},
+		{"bad_version.bin", DTM_DATA_EVERSION,
+		 "bad_version.bin: unsupported llm.c token file version 2, expected 1"},
+		{"bad_trunc.bin", DTM_DATA_ETRUNC,
+		 "bad_trunc.bin: truncated: header says 9 tokens, file holds 8"},
+		{"bad_trail.bin", DTM_DATA_ETRAIL,
+		 "bad_trail.bin: 1040 bytes, expected 1038 for the header's 7 tokens"},
+		{"bad_token.bin", DTM_DATA_ETOKEN,
+		 "bad_token.bin: token 1000 at position 3 is >= vocab 1000"},
+		{"bad_short.bin", DTM_DATA_ESHORT,
+		 "bad_short.bin: not an llm.c token file: 16 bytes"},
+		{"missing.bin", DTM_DATA_EOPEN, "missing.bin: cannot open: No such file"},
+		{"nothing_*.bin", DTM_DATA_ENOMATCH, "nothing_*.bin: no file matches the pattern"},
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		char name[64];
+		snprintf(name, sizeof name, "sh/%s", bad[i].file);
+		snprintf(list, sizeof list, "%s,%s", glob, tpath(name));
+		err[0] = 0;
+		int rc = dtm_shards_open(&s, list, 1000, err, sizeof err);
+		if (rc != bad[i].code || !strstr(err, bad[i].says))
+			fprintf(stderr, "shard case %s: code %d, '%s'\n", bad[i].file, rc, err);
+		CHECK_EQ_INT(rc, bad[i].code);
+		CHECK(strstr(err, bad[i].says) != NULL);
+		CHECK(strstr(err, tpath(name)) != NULL); /* the path as given */
+		CHECK(s.files == NULL && s.first == NULL && s.nfiles == 0);
+	}
+	/* the token check is skipped without a vocabulary (the tokenizer's
+	 * files, say) */
+	CHECK_EQ_INT(dtm_shards_open(&s, tpath("sh/bad_token.bin"), 0, err, sizeof err),
+	             DTM_DATA_OK);
+	dtm_shards_close(&s);
+	snprintf(list, sizeof list, "%s,,%s", glob, glob);
+	CHECK_EQ_INT(dtm_shards_open(&s, list, 1000, err, sizeof err), DTM_DATA_ESPEC);
+	CHECK(strstr(err, "empty item") != NULL);
+	CHECK_EQ_INT(dtm_shards_open(&s, "", 1000, err, sizeof err), DTM_DATA_ESPEC);
+	/* a file whose name holds a comma is still that file */
+	write_shard("sh/a,b.bin", 100, 7);
+	CHECK_EQ_INT(dtm_shards_open(&s, tpath("sh/a,b.bin"), 1000, err, sizeof err),
+	             DTM_DATA_OK);
+	CHECK_EQ_INT(s.nfiles, 1);
+	dtm_shards_close(&s);
+	/* DtmData reads the same stream */
+	DtmData d;
+	CHECK_EQ_INT(dtm_data_open(&d, glob, 1, 1000, err, sizeof err), DTM_DATA_OK);
+	int32_t x[2 * 4], y[2 * 4];
+	CHECK_EQ_INT(dtm_data_batch(&d, 1, 2, 4, x, y, err, sizeof err), DTM_DATA_OK);
+	CHECK(x[0] == 104 && x[3] == 200 && y[3] == 201 && x[4] == 201 && y[7] == 300);
+	dtm_data_close(&d);
+}
+
 static void test_tokenizer(void)
 {
 	static const char text[] = "hello, world\n\tbytes: \x01\xff\x80 end";
@@ -889,6 +1074,7 @@ int main(void)
 	test_markov();
 	test_regression();
 	test_token_files();
+	test_token_shards();
 	test_tokenizer();
 	test_f16_bf16();
 	test_json();
