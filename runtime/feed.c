@@ -2,13 +2,14 @@
  * batch.
  *
  * The global batch of step s is samples [(s-1)*B, s*B) (B = the inputs'
- * global batch dim); evaluation reads a held-out range starting at
- * RT_EVAL_FIRST_SAMPLE.  Which elements of the global batch this rank holds
- * comes from the input buffer's split layout, exactly as for parameters:
- * each local element's global index is (sample row, offset in the row), so
- * data parallelism (batch split) and sequence parallelism (seq split) need
- * no special cases.  Samples come from runtime/data.h, a pure function of
- * (seed or file, sample index).
+ * global batch dim) of the training data; evaluation reads samples [0, B)
+ * of the --val-data stream, or for synthetic data a held-out range
+ * starting at RT_EVAL_FIRST_SAMPLE.  Which elements of the global batch
+ * this rank holds comes from the input buffer's split layout, exactly as
+ * for parameters: each local element's global index is (sample row, offset
+ * in the row), so data parallelism (batch split) and sequence parallelism
+ * (seq split) need no special cases.  Samples come from runtime/data.h, a pure function of
+ * (seed or token stream, sample index).
  */
 #include <stdlib.h>
 
@@ -22,13 +23,14 @@ static int64_t row_len(const DtmBuffer *b)
 	return b->global_shape[0] > 0 ? rt_global_numel(b) / b->global_shape[0] : 0;
 }
 
-int rt_feed_open(RtFeed *f, const DtmPlan *p, const int64_t *coords, const char *spec,
-		 uint64_t seed, char *err)
+int rt_feed_open(RtFeed *f, const DtmPlan *p, const int64_t *coords, const DtmTokenShards *train,
+		 const DtmTokenShards *val, uint64_t seed, char *err)
 {
 	memset(f, 0, sizeof *f);
 	f->plan = p;
 	f->kind = p->train.data_kind;
-	f->cached_row = -1;
+	f->seed = seed;
+	f->vocab = (int)p->train.vocab;
 	if (p->ninputs < 1 || p->ninputs > 4) {
 		snprintf(err, RT_ERR_LEN, "invalid plan: %d input buffers", p->ninputs);
 		return -1;
@@ -78,22 +80,23 @@ int rt_feed_open(RtFeed *f, const DtmPlan *p, const int64_t *coords, const char 
 			rt_feed_close(f);
 			return -1;
 		}
-		if (dtm_data_open(&f->data, spec, seed, (int)p->train.vocab, e, sizeof e)) {
-			snprintf(err, RT_ERR_LEN, "%s", e);
+		if (!train && f->vocab < DTM_MARKOV_K) {
+			snprintf(err, RT_ERR_LEN, "synthetic data needs vocab >= %d, got %d",
+				 DTM_MARKOV_K, f->vocab);
 			rt_feed_close(f);
 			return -1;
 		}
-		f->have_data = true;
+		f->train = train;
+		f->val = val;
 	} else if (f->kind == DTM_DATA_REGRESSION) {
 		if (p->ninputs < 2) {
 			snprintf(err, RT_ERR_LEN, "a regression plan needs inputs x and y");
 			rt_feed_close(f);
 			return -1;
 		}
-		if (spec && strcmp(spec, "synthetic") != 0) {
+		if (train || val) {
 			snprintf(err, RT_ERR_LEN,
-				 "--data %s: this model trains on synthetic regression data only",
-				 spec);
+				 "this model trains on synthetic regression data only");
 			rt_feed_close(f);
 			return -1;
 		}
@@ -127,15 +130,14 @@ void rt_feed_close(RtFeed *f)
 	free(f->row);
 	free(f->rx);
 	free(f->ry);
-	if (f->have_data)
-		dtm_data_close(&f->data);
 	if (f->have_reg)
 		dtm_regression_free(&f->reg);
 	memset(f, 0, sizeof *f);
 }
 
-/* Loads sample `sample` into the row cache. */
-static int load_row(RtFeed *f, uint64_t sample, char *err)
+/* Loads sample `sample` of src (a token stream, or NULL: synthetic) into
+ * the row cache. */
+static int load_row(RtFeed *f, const DtmTokenShards *src, uint64_t sample, char *err)
 {
 	char e[RT_ERR_LEN / 2];
 	if (f->kind == DTM_DATA_REGRESSION) {
@@ -143,21 +145,21 @@ static int load_row(RtFeed *f, uint64_t sample, char *err)
 		return 0;
 	}
 	int rc;
-	if (f->data.is_file)
-		rc = dtm_shards_sample(&f->data.shards, sample, (int)f->T, f->data.vocab, f->row,
-				       e, sizeof e);
+	if (src)
+		rc = dtm_shards_sample(src, sample, (int)f->T, f->vocab, f->row, e, sizeof e);
 	else
-		rc = dtm_data_synth_tokens(f->data.seed, f->data.vocab, sample, (int)f->T + 1,
-					   f->row);
+		rc = dtm_data_synth_tokens(f->seed, f->vocab, sample, (int)f->T + 1, f->row);
 	if (rc) {
-		snprintf(err, RT_ERR_LEN, "data sample %llu: %s", (unsigned long long)sample,
-			 f->data.is_file ? e : "cannot generate");
+		snprintf(err, RT_ERR_LEN, "%sdata sample %llu: %s",
+			 src && src == f->val ? "val " : "", (unsigned long long)sample,
+			 src ? e : "cannot generate");
 		return -1;
 	}
 	return 0;
 }
 
-int rt_feed_fill(RtFeed *f, void *const *ptr, uint64_t first_sample, char *err)
+static int fill(RtFeed *f, void *const *ptr, const DtmTokenShards *src, uint64_t first_sample,
+		char *err)
 {
 	const DtmPlan *p = f->plan;
 	for (int k = 0; k < p->ninputs; k++) {
@@ -174,7 +176,7 @@ int rt_feed_fill(RtFeed *f, void *const *ptr, uint64_t first_sample, char *err)
 			/* local elements come in global row order, so each
 			 * sample is produced once per input */
 			if (r != row) {
-				if (load_row(f, first_sample + (uint64_t)r, err))
+				if (load_row(f, src, first_sample + (uint64_t)r, err))
 					return -1;
 				row = r;
 			}
@@ -187,6 +189,26 @@ int rt_feed_fill(RtFeed *f, void *const *ptr, uint64_t first_sample, char *err)
 		}
 	}
 	return 0;
+}
+
+int rt_feed_fill(RtFeed *f, void *const *ptr, uint64_t first_sample, char *err)
+{
+	return fill(f, ptr, f->train, first_sample, err);
+}
+
+bool rt_feed_has_eval(const RtFeed *f)
+{
+	return f->val || !f->train;
+}
+
+int rt_feed_fill_eval(RtFeed *f, void *const *ptr, char *err)
+{
+	if (f->val)
+		return fill(f, ptr, f->val, 0, err);
+	if (f->train)
+		return rt_errf(err, "no held-out data: the training files are all there is "
+				    "(--val-data FILE)");
+	return fill(f, ptr, NULL, RT_EVAL_FIRST_SAMPLE, err);
 }
 
 int rt_feed_dump(const RtFeed *f, void *const *ptr, const char *dir, int64_t step, char *err)

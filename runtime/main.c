@@ -25,7 +25,7 @@ typedef struct Opts {
 	int64_t steps, seed, save_every, eval_every, threads, lr_decay_steps, comm_delay_us;
 	double lr, comm_timeout;
 	bool threads_set, overlap, overlap_copy, overlap_set, backend_set;
-	const char *log, *save, *resume, *data, *dump, *backend, *device;
+	const char *log, *save, *resume, *data, *val_data, *dump, *backend, *device;
 	bool check_numerics, verbose, quiet, help, seed_set, decay_set;
 } Opts;
 
@@ -42,8 +42,13 @@ static const char usage[] =
 	"                     every --save-every steps, and the last step\n"
 	"  --save-every K     checkpoint every K steps (default 0: only step 0 and the end)\n"
 	"  --resume DIR       continue from DIR's latest checkpoint\n"
-	"  --data SRC         synthetic, or an llm.c token file (default %s)\n"
-	"  --eval-every K     every K steps, log the loss of a held-out batch\n"
+	"  --data SRC         synthetic, or llm.c token files: a file, a quoted glob\n"
+	"                     pattern ('dir/*_train_*.bin', sorted) or a comma-separated\n"
+	"                     list, read in order as one stream (default %s)\n"
+	"  --val-data SRC     llm.c token files as for --data: what --eval-every reads\n"
+	"  --eval-every K     every K steps, log the loss of a held-out batch: the first\n"
+	"                     batch of --val-data; synthetic data's own held-out samples;\n"
+	"                     none for --data files without --val-data (a note says so)\n"
 	"  --check-numerics   after every action, stop at the first NaN/Inf it wrote\n"
 	"  --dump-batches DIR write each step's inputs to DIR/step_NNNNNN.safetensors\n"
 	"  --threads N        CPU threads per rank for kernels and GEMM (default: the\n"
@@ -147,13 +152,20 @@ static int parse_args(Opts *o, const DtmPlan *p, int argc, char **argv, char *er
 		}
 		static const char *const valued[] = {
 			"--steps", "--seed", "--lr", "--log", "--save", "--save-every",
-			"--resume", "--data", "--eval-every", "--threads", "--lr-decay-steps",
+			"--resume", "--data", "--val-data", "--eval-every", "--threads",
+			"--lr-decay-steps",
 			"--dump-batches", "--backend", "--comm-timeout", "--device",
 			"--overlap", "--comm-delay-us",
 		};
 		bool known = false;
 		for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
 			known |= !strcmp(flag, valued[k]);
+		if (!known && a[0] != '-') {
+			/* most likely an unquoted --data pattern the shell expanded */
+			snprintf(err, RT_ERR_LEN, "unexpected argument '%s' (quote a --data or "
+				 "--val-data pattern: the binary expands it)", a);
+			return -1;
+		}
 		if (!known) {
 			snprintf(err, RT_ERR_LEN, "unknown option '%s' (see --help)", a);
 			return -1;
@@ -211,6 +223,8 @@ static int parse_args(Opts *o, const DtmPlan *p, int argc, char **argv, char *er
 			o->resume = val;
 		else if (!strcmp(flag, "--data"))
 			o->data = val;
+		else if (!strcmp(flag, "--val-data"))
+			o->val_data = val;
 		else if (!strcmp(flag, "--dump-batches"))
 			o->dump = val;
 		else if (!strcmp(flag, "--backend")) {
@@ -296,15 +310,30 @@ static void print_alloc(const DtmPlan *p, const RtRun *r)
 		(long long)staging);
 }
 
+/* The token streams of --data and --val-data, opened and checked once per
+ * process before anything is written (so a bad shard stops the run with
+ * nothing half-done) and read by every rank; absent: synthetic data, no
+ * --val-data. */
+typedef struct Sources {
+	DtmTokenShards train, val;
+	bool have_train, have_val;
+} Sources;
+
 /* Non-finite loss or a runtime error: the message in emsg and exit
  * status 1.  With several ranks every rank runs this loop on its own
  * shards; the loss it reads is the plan's loss buffer, which the compiler
  * all-reduces so every rank holds the same value (and so all stop at the
  * same step); only rank 0's log writes it. */
-static int train(const DtmPlan *p, Opts *o, RtRun *r, RtLog *log, char *emsg)
+static int train(const DtmPlan *p, Opts *o, const Sources *src, RtRun *r, RtLog *log, char *emsg)
 {
 	char err[RT_ERR_LEN];
-	RtCkptMeta meta = { 0, (uint64_t)o->seed, 0 };
+	RtCkptMeta meta = { .seed = (uint64_t)o->seed };
+	const DtmTokenShards *tdata = src->have_train ? &src->train : NULL;
+	const DtmTokenShards *vdata = src->have_val ? &src->val : NULL;
+	/* what the data position of a checkpoint is a position in */
+	char data_id[sizeof meta.data] = "synthetic";
+	if (tdata)
+		dtm_shards_describe(tdata, data_id, sizeof data_id);
 	int64_t horizon = o->decay_set ? o->lr_decay_steps :
 			  p->train.steps > 0 ? p->train.steps : o->steps;
 	if (rt_run_init_values(r, (uint64_t)o->seed)) {
@@ -321,6 +350,14 @@ static int train(const DtmPlan *p, Opts *o, RtRun *r, RtLog *log, char *emsg)
 		if (r->rank == 0 && o->seed_set && (uint64_t)o->seed != meta.seed)
 			rt_log_note(log, "warning: --seed %lld ignored: resuming with the "
 				    "checkpoint's seed %" PRIu64, (long long)o->seed, meta.seed);
+		/* step * batch samples into the same stream, or nowhere
+		 * meaningful: refused rather than silently reading other data */
+		if (meta.data[0] && strcmp(meta.data, data_id) != 0) {
+			rt_errf(emsg, "--resume %s: its data position is in other data: saved "
+				"training on %s, --data %s is %s (resume with the same files in "
+				"the same order)", o->resume, meta.data, o->data, data_id);
+			return 1;
+		}
 		o->seed = (int64_t)meta.seed;
 		if (!o->decay_set && meta.lr_decay_steps > 0)
 			horizon = meta.lr_decay_steps;
@@ -335,18 +372,24 @@ static int train(const DtmPlan *p, Opts *o, RtRun *r, RtLog *log, char *emsg)
 	}
 	meta.seed = (uint64_t)o->seed;
 	meta.lr_decay_steps = horizon;
+	snprintf(meta.data, sizeof meta.data, "%s", data_id);
+	RtFeed feed;
+	if (rt_feed_open(&feed, p, r->coords, tdata, vdata, (uint64_t)o->seed, err)) {
+		rt_errf(emsg, "%s", err);
+		return 1;
+	}
+	if (o->eval_every > 0 && !rt_feed_has_eval(&feed) && r->rank == 0)
+		rt_log_note(log, "note: --eval-every %lld: no evaluation, --data's files hold no "
+			    "held-out tokens (pass --val-data FILES, e.g. llm.c's *_val_*.bin)",
+			    (long long)o->eval_every);
 	if (o->save && !o->resume) {
 		/* the initial weights as step 0: what an oracle starts from */
 		meta.step = 0;
 		if (rt_ckpt_save(r, o->save, &meta, err)) {
 			rt_errf(emsg, "%s", err);
+			rt_feed_close(&feed);
 			return 1;
 		}
-	}
-	RtFeed feed;
-	if (rt_feed_open(&feed, p, r->coords, o->data, (uint64_t)o->seed, err)) {
-		rt_errf(emsg, "--data %s: %s", o->data, err);
-		return 1;
 	}
 	int64_t tokens = p->train.tokens_per_step > 0 ? p->train.tokens_per_step :
 			 feed.batch * (feed.T > 0 ? feed.T : 1);
@@ -391,9 +434,9 @@ static int train(const DtmPlan *p, Opts *o, RtRun *r, RtLog *log, char *emsg)
 			status = 1;
 			break;
 		}
-		if (o->eval_every > 0 && t % o->eval_every == 0) {
+		if (o->eval_every > 0 && t % o->eval_every == 0 && rt_feed_has_eval(&feed)) {
 			double el = NAN;
-			if (rt_feed_fill(&feed, r->ptr, RT_EVAL_FIRST_SAMPLE, err)) {
+			if (rt_feed_fill_eval(&feed, r->ptr, err)) {
 				rt_errf(emsg, "%s", err);
 				status = 1;
 				break;
@@ -428,6 +471,7 @@ static int train(const DtmPlan *p, Opts *o, RtRun *r, RtLog *log, char *emsg)
 typedef struct RankJob {
 	const DtmPlan *plan;
 	Opts o;                 /* a copy: train() adopts a resumed seed */
+	const Sources *src;     /* shared by the ranks, read only */
 	int rank, nthreads;
 	Comm *comm;             /* NULL for a one-rank run */
 	CommLocalWorld *world;  /* the local backend's, else NULL */
@@ -476,7 +520,7 @@ static int run_rank(RankJob *j)
 		if (!status && j->o.verbose)
 			print_alloc(plan, &run);
 		if (!status)
-			status = train(plan, &j->o, &run, &log, j->err);
+			status = train(plan, &j->o, j->src, &run, &log, j->err);
 		rt_run_free(&run);
 	}
 	/* Each rank prints its own failure; a rank stopped by another's
@@ -508,7 +552,7 @@ static void *rank_thread(void *arg)
 }
 
 /* Every rank of the mesh as a thread of this process. */
-static int run_local(const DtmPlan *plan, const Opts *o)
+static int run_local(const DtmPlan *plan, const Opts *o, const Sources *src)
 {
 	int n = (int)rt_world_size(plan);
 	char err[COMM_ERR_LEN];
@@ -527,7 +571,7 @@ static int run_local(const DtmPlan *plan, const Opts *o)
 	int per = o->threads_set ? (int)o->threads : (int)(o->threads / n);
 	int status = 0, started = 0;
 	for (int r = 0; r < n; r++) {
-		jobs[r] = (RankJob){ .plan = plan, .o = *o, .rank = r, .world = w,
+		jobs[r] = (RankJob){ .plan = plan, .o = *o, .src = src, .rank = r, .world = w,
 				     .nthreads = per > 0 ? per : 1 };
 		if (pthread_create(&th[r], NULL, rank_thread, &jobs[r]) != 0) {
 			fprintf(stderr, "error: cannot start the thread of rank %d\n", r);
@@ -571,7 +615,7 @@ static long launcher_size(const char **var)
 }
 
 /* This process is one rank of an MPI job. */
-static int run_mpi(const DtmPlan *plan, const Opts *o)
+static int run_mpi(const DtmPlan *plan, const Opts *o, const Sources *src)
 {
 	char err[COMM_ERR_LEN];
 	if (!comm_mpi_open || !comm_mpi_finalize) {
@@ -591,7 +635,7 @@ static int run_mpi(const DtmPlan *plan, const Opts *o)
 	const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
 	int local = ls ? atoi(ls) : 1;
 	int per = o->threads_set ? (int)o->threads : (int)(o->threads / (local > 0 ? local : 1));
-	RankJob j = { .plan = plan, .o = *o, .rank = c->rank, .comm = c,
+	RankJob j = { .plan = plan, .o = *o, .src = src, .rank = c->rank, .comm = c,
 		      .nthreads = per > 0 ? per : 1 };
 	int status = run_rank(&j);
 	if (status && !c->peer_failed)
@@ -624,6 +668,85 @@ static int cuda_usable(const DtmPlan *plan, const Opts *o)
 		return -1;
 	}
 	return 0;
+}
+
+static void close_sources(Sources *s)
+{
+	if (s->have_train)
+		dtm_shards_close(&s->train);
+	if (s->have_val)
+		dtm_shards_close(&s->val);
+	memset(s, 0, sizeof *s);
+}
+
+/* Opens --data's and --val-data's files, each checked (header, size, every
+ * token < vocab); on an error a line naming the file on stderr and -1,
+ * nothing left open. */
+static int open_sources(const DtmPlan *plan, const Opts *o, Sources *s)
+{
+	char e[RT_ERR_LEN];
+	memset(s, 0, sizeof *s);
+	bool tokens = plan->train.data_kind == DTM_DATA_TOKENS;
+	bool synthetic = !strcmp(o->data, "synthetic");
+	if (!tokens && (!synthetic || o->val_data)) {
+		fprintf(stderr, "error: %s %s: this model trains on synthetic regression data "
+				"only\n", synthetic ? "--val-data" : "--data",
+			synthetic ? o->val_data : o->data);
+		return -1;
+	}
+	if (o->val_data && !strcmp(o->val_data, "synthetic")) {
+		fprintf(stderr, "error: --val-data wants llm.c token files (with synthetic "
+				"--data, --eval-every already reads held-out samples)\n");
+		return -1;
+	}
+	int vocab = (int)plan->train.vocab;
+	/* tokens per sample, to refuse a stream too short for one sample
+	 * now rather than at the first batch */
+	int64_t T = 0;
+	if (plan->ninputs > 0) {
+		const DtmBuffer *in = &plan->buffers[plan->inputs[0]];
+		T = in->rank > 0 && in->global_shape[0] > 0 ?
+			    rt_global_numel(in) / in->global_shape[0] : 0;
+	}
+	const char *flag[2] = { "--data", "--val-data" }, *spec[2] = { o->data, o->val_data };
+	DtmTokenShards *sh[2] = { &s->train, &s->val };
+	bool *have[2] = { &s->have_train, &s->have_val };
+	for (int k = 0; k < 2; k++) {
+		if (!tokens || !spec[k] || (k == 0 && synthetic))
+			continue;
+		int rc = dtm_shards_open(sh[k], spec[k], vocab, e, sizeof e);
+		int32_t *row = malloc((size_t)(T + 1) * sizeof *row);
+		if (!rc && !row) {
+			snprintf(e, sizeof e, "out of memory");
+			rc = -1;
+		}
+		if (!rc && T > 0 && dtm_shards_sample(sh[k], 0, (int)T, vocab, row, e, sizeof e))
+			rc = -1;
+		free(row);
+		if (rc) {
+			dtm_shards_close(sh[k]); /* a no-op after a failed open */
+			/* the file named once when it is the whole spec */
+			size_t n = strlen(spec[k]);
+			bool named = !strncmp(e, spec[k], n) && e[n] == ':';
+			fprintf(stderr, "error: %s %s%s%s\n", flag[k], named ? "" : spec[k],
+				named ? "" : ": ", e);
+			close_sources(s);
+			return -1;
+		}
+		*have[k] = true;
+	}
+	return 0;
+}
+
+static int run_all(const DtmPlan *plan, const Opts *o, const Sources *src)
+{
+	int64_t world = rt_world_size(plan);
+	if (!strcmp(o->backend, "mpi"))
+		return run_mpi(plan, o, src);
+	if (world > 1)
+		return run_local(plan, o, src);
+	RankJob j = { .plan = plan, .o = *o, .src = src, .rank = 0, .nthreads = (int)o->threads };
+	return run_rank(&j);
 }
 
 int dtm_main(const DtmPlan *plan, int argc, char **argv)
@@ -667,10 +790,10 @@ int dtm_main(const DtmPlan *plan, int argc, char **argv)
 	}
 	if (!strcmp(o.device, "cuda") && cuda_usable(plan, &o))
 		return 1;
-	if (!strcmp(o.backend, "mpi"))
-		return run_mpi(plan, &o);
-	if (world > 1)
-		return run_local(plan, &o);
-	RankJob j = { .plan = plan, .o = o, .rank = 0, .nthreads = (int)o.threads };
-	return run_rank(&j);
+	Sources src;
+	if (open_sources(plan, &o, &src))
+		return 1;
+	int status = run_all(plan, &o, &src);
+	close_sources(&src);
+	return status;
 }

@@ -309,7 +309,8 @@ int rt_cuda_attach(RtRun *r, const RtCudaOpts *o, char *err) __attribute__((weak
 
 /* ---- input data (feed.c) ---- */
 
-/* Held-out samples for --eval-every start here, far past any training run. */
+/* Held-out synthetic samples for --eval-every start here, far past any
+ * training run. */
 #define RT_EVAL_FIRST_SAMPLE (1ull << 40)
 
 typedef struct RtFeed {
@@ -319,16 +320,28 @@ typedef struct RtFeed {
 	int64_t *gidx[4];       /* per input: global index of each local element */
 	int32_t *row;           /* one token sample (T + 1) */
 	float *rx, *ry;         /* one regression sample */
-	int64_t cached_row;
-	DtmData data;
+	/* token streams, borrowed (opened once per process by dtm_main and
+	 * shared by its ranks): train NULL means synthetic tokens, val NULL
+	 * no --val-data */
+	const DtmTokenShards *train, *val;
+	uint64_t seed;
+	int vocab;
 	DtmRegression reg;
-	bool have_data, have_reg;
+	bool have_reg;
 } RtFeed;
 
-int rt_feed_open(RtFeed *f, const DtmPlan *p, const int64_t *coords, const char *spec,
-		 uint64_t seed, char *err);
-/* Fills the inputs with samples [first_sample, first_sample + batch). */
+int rt_feed_open(RtFeed *f, const DtmPlan *p, const int64_t *coords, const DtmTokenShards *train,
+		 const DtmTokenShards *val, uint64_t seed, char *err);
+/* Fills the inputs with training samples [first_sample, first_sample + batch). */
 int rt_feed_fill(RtFeed *f, void *const *ptr, uint64_t first_sample, char *err);
+/* Whether there is held-out data for --eval-every: the --val-data stream,
+ * or synthetic data's samples from RT_EVAL_FIRST_SAMPLE; token files
+ * without --val-data have none. */
+bool rt_feed_has_eval(const RtFeed *f);
+/* Fills the inputs with the evaluation batch: the --val-data stream's
+ * samples [0, batch) (the same batch at every evaluation, as llm.c resets
+ * its val loader), else the synthetic samples from RT_EVAL_FIRST_SAMPLE. */
+int rt_feed_fill_eval(RtFeed *f, void *const *ptr, char *err);
 void rt_feed_close(RtFeed *f);
 /* --dump-batches: writes this rank's input buffers as they are now to
  * DIR/step_%06lld.safetensors, one tensor per input named as the input
@@ -342,6 +355,10 @@ typedef struct RtCkptMeta {
 	int64_t step;
 	uint64_t seed;
 	int64_t lr_decay_steps; /* the schedule's horizon, so a resume keeps it */
+	/* the stream the data position (step * batch samples) is in:
+	 * "synthetic" or dtm_shards_describe's text; "" when a loaded
+	 * checkpoint does not say (saved before it was recorded) */
+	char data[96];
 } RtCkptMeta;
 
 /* Writes every named PARAM and OPT_STATE buffer plus metadata as DIR's

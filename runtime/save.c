@@ -5,10 +5,11 @@
  * runtime/ckpt.h's; this file maps a Plan onto them.  A checkpoint holds
  * every named PARAM and OPT_STATE buffer (the state that survives a step;
  * activations and gradients are rebuilt by the next step) and metadata:
- * step, seed, the data position (samples consumed), the model name, the
- * plan version and the LR schedule's horizon.  Data and initial values are
- * pure functions of (seed, index), so step and seed are the whole RNG
- * state.
+ * step, seed, the data position (samples consumed) and the data it is a
+ * position in (RtCkptMeta.data), the model name, the plan version and the
+ * LR schedule's horizon.  Data and initial values are pure functions of
+ * (seed or token stream, index), so step and seed are the whole RNG and
+ * data-loader state.
  *
  * Several ranks: rank 0 creates the step directory, every rank writes its
  * own rankNNNNN.safetensors holding its shards (local shapes; metadata
@@ -192,6 +193,7 @@ int rt_ckpt_save(const RtRun *r, const char *dir, const RtCkptMeta *m, char *err
 		{ "model", p->model ? p->model : "" },
 		{ "plan_version", ver },
 		{ "lr_decay_steps", horizon },
+		{ "data", m->data },
 		{ "mesh", mesh },
 		{ "rank", rank },
 	};
@@ -464,6 +466,8 @@ int rt_ckpt_load(RtRun *r, const char *dir, RtCkptMeta *m, char *err)
 			m->seed = v;
 	}
 	m->lr_decay_steps = meta_int(st, "lr_decay_steps", 0);
+	const char *data = dtm_st_meta(st, "data");
+	snprintf(m->data, sizeof m->data, "%s", data ? data : "");
 	dtm_st_close(st);
 	return 0;
 }

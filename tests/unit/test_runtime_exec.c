@@ -622,7 +622,7 @@ static void test_feed_tokens(void)
 	int64_t coords[1] = { 1 };
 	RtFeed f;
 	char err[RT_ERR_LEN];
-	CHECK_EQ_INT(rt_feed_open(&f, &p, coords, "synthetic", 9, err), 0);
+	CHECK_EQ_INT(rt_feed_open(&f, &p, coords, NULL, NULL, 9, err), 0);
 	int32_t tok[10], tgt[10], want_in[20], want_tg[20];
 	void *ptrs[2] = { tok, tgt };
 	CHECK_EQ_INT(rt_feed_fill(&f, ptrs, 2 * 4, err), 0); /* step 3 */
