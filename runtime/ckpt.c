@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -111,6 +112,49 @@ uint16_t dtm_f32_to_f16(float f)
 	return sign | (uint16_t)(r >> 13);
 }
 
+/* ---- CRC32C ---- */
+
+/* Slicing-by-8 over the reflected Castagnoli polynomial: tab[0] is the
+ * byte-at-a-time table, tab[k] advances a byte through k more zero
+ * bytes, so eight bytes cost eight lookups (about 1 GB/s). */
+static uint32_t crc_tab[8][256];
+static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
+
+static void crc_init(void)
+{
+	for (uint32_t i = 0; i < 256; i++) {
+		uint32_t c = i;
+		for (int k = 0; k < 8; k++)
+			c = c & 1 ? (c >> 1) ^ 0x82f63b78u : c >> 1;
+		crc_tab[0][i] = c;
+	}
+	for (int t = 1; t < 8; t++)
+		for (int i = 0; i < 256; i++)
+			crc_tab[t][i] = (crc_tab[t - 1][i] >> 8) ^ crc_tab[0][crc_tab[t - 1][i] & 0xff];
+}
+
+static uint32_t le32(const unsigned char *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+uint32_t dtm_crc32c(uint32_t crc, const void *buf, size_t n)
+{
+	pthread_once(&crc_once, crc_init);
+	const unsigned char *p = buf;
+	crc = ~crc;
+	for (; n >= 8; p += 8, n -= 8) {
+		uint32_t lo = crc ^ le32(p), hi = le32(p + 4);
+		crc = crc_tab[7][lo & 0xff] ^ crc_tab[6][(lo >> 8) & 0xff] ^
+		      crc_tab[5][(lo >> 16) & 0xff] ^ crc_tab[4][lo >> 24] ^ crc_tab[3][hi & 0xff] ^
+		      crc_tab[2][(hi >> 8) & 0xff] ^ crc_tab[1][(hi >> 16) & 0xff] ^
+		      crc_tab[0][hi >> 24];
+	}
+	for (; n; p++, n--)
+		crc = (crc >> 8) ^ crc_tab[0][(crc ^ *p) & 0xff];
+	return ~crc;
+}
+
 /* ---- writer ---- */
 
 /* numel * elem size, or -1 on overflow / bad dims */
@@ -164,6 +208,13 @@ int dtm_st_write(const char *path, const DtmTensorDesc *t, int nt, const DtmMeta
 		}
 		names[i] = t[i].name;
 	}
+	for (int i = 0; i < nmeta; i++)
+		if (meta[i].key &&
+		    strncmp(meta[i].key, DTM_ST_CRC_PREFIX, strlen(DTM_ST_CRC_PREFIX)) == 0) {
+			free(names);
+			return seterr(err, errlen, "%s: metadata key \"%s\" is reserved", path,
+			              meta[i].key);
+		}
 	qsort(names, (size_t)nt, sizeof *names, cmp_str_ptr);
 	for (int i = 1; i < nt; i++)
 		if (strcmp(names[i - 1], names[i]) == 0) {
@@ -175,7 +226,7 @@ int dtm_st_write(const char *path, const DtmTensorDesc *t, int nt, const DtmMeta
 
 	RtBuf h = {0};
 	rt_buf_append(&h, "{", 1);
-	if (nmeta > 0) {
+	if (nmeta + nt > 0) {
 		rt_buf_json_str(&h, "__metadata__");
 		rt_buf_append(&h, ":{", 2);
 		for (int i = 0; i < nmeta; i++) {
@@ -185,13 +236,27 @@ int dtm_st_write(const char *path, const DtmTensorDesc *t, int nt, const DtmMeta
 			rt_buf_append(&h, ":", 1);
 			rt_buf_json_str(&h, meta[i].value ? meta[i].value : "");
 		}
+		/* the checksums, computed from the caller's memory: what is
+		 * written next is what they cover */
+		for (int i = 0; i < nt; i++) {
+			size_t nb = (size_t)tensor_nbytes(t[i].ndim, t[i].shape,
+			                                  dtm_st_dtype_size(t[i].dtype));
+			RtBuf key = {0};
+			rt_buf_printf(&key, "%s%s", DTM_ST_CRC_PREFIX, t[i].name);
+			if (i || nmeta > 0)
+				rt_buf_append(&h, ",", 1);
+			rt_buf_json_str(&h, key.failed ? "" : key.p);
+			h.failed |= key.failed;
+			rt_buf_free(&key);
+			rt_buf_printf(&h, ":\"%08" PRIx32 "\"", dtm_crc32c(0, t[i].data, nb));
+		}
 		rt_buf_append(&h, "}", 1);
 	}
 	uint64_t off = 0;
 	for (int i = 0; i < nt; i++) {
 		uint64_t nb =
 		        (uint64_t)tensor_nbytes(t[i].ndim, t[i].shape, dtm_st_dtype_size(t[i].dtype));
-		if (i || nmeta > 0)
+		if (i || nmeta + nt > 0)
 			rt_buf_append(&h, ",", 1);
 		rt_buf_json_str(&h, t[i].name);
 		rt_buf_printf(&h, ":{\"dtype\":\"%s\",\"shape\":[", dtm_st_dtype_name(t[i].dtype));
@@ -343,6 +408,60 @@ static int parse_entry(const RtJson *e, DtmStTensor *t, const unsigned char *dat
 	return 0;
 }
 
+/* 8 hex digits, as dtm_st_write writes a checksum. */
+static int parse_crc(const char *s, uint32_t *out)
+{
+	uint32_t v = 0;
+	for (int k = 0; k < 8; k++) {
+		char c = s[k];
+		int d = c >= '0' && c <= '9' ? c - '0'
+		        : c >= 'a' && c <= 'f' ? c - 'a' + 10
+		        : c >= 'A' && c <= 'F' ? c - 'A' + 10
+		                               : -1;
+		if (d < 0)
+			return -1;
+		v = v << 4 | (uint32_t)d;
+	}
+	if (s[8])
+		return -1;
+	*out = v;
+	return 0;
+}
+
+/* Every "crc32c:NAME" in __metadata__ names a tensor of the file once and
+ * matches its bytes.  Runs after the tiling check, so data is in bounds. */
+static int check_crcs(DtmSafetensors *st, const char *label, char *err, size_t errlen)
+{
+	size_t np = strlen(DTM_ST_CRC_PREFIX);
+	for (int m = 0; st->meta && m < st->meta->n; m++) {
+		const RtJson *kv = &st->meta->kids[m];
+		if (strncmp(kv->key, DTM_ST_CRC_PREFIX, np) != 0)
+			continue;
+		DtmStTensor *t = (DtmStTensor *)dtm_st_find(st, kv->key + np);
+		uint32_t want;
+		if (!t)
+			return seterr(err, errlen, "%s: checksum \"%s\" names no tensor of the file",
+			              label, kv->key);
+		if (t->has_crc32c)
+			return seterr(err, errlen, "%s: tensor %s: repeated checksum", label,
+			              t->name);
+		if (parse_crc(kv->s, &want))
+			return seterr(err, errlen,
+			              "%s: tensor %s: bad checksum \"%s\" (8 hex digits expected)",
+			              label, t->name, kv->s);
+		uint32_t got = dtm_crc32c(0, t->data, t->nbytes);
+		if (got != want)
+			return seterr(err, errlen,
+			              "%s: tensor %s: data does not match its checksum (crc32c "
+			              "%08" PRIx32 " stored, %08" PRIx32 " computed): the file is "
+			              "corrupted",
+			              label, t->name, want, got);
+		t->has_crc32c = true;
+		t->crc32c = got;
+	}
+	return 0;
+}
+
 /* Validates buf[0..len) as a safetensors file and fills st. */
 static int st_parse(DtmSafetensors *st, const unsigned char *buf, size_t len, const char *label,
                     char *err, size_t errlen)
@@ -434,7 +553,7 @@ static int st_parse(DtmSafetensors *st, const unsigned char *buf, size_t len, co
 		              "%s: %" PRIu64 " bytes of data after the last tensor "
 		              "(expected %" PRIu64 ")",
 		              label, data_len - pos, pos);
-	return 0;
+	return check_crcs(st, label, err, errlen);
 }
 
 int dtm_st_open_memory(DtmSafetensors **out, const void *buf, size_t len, const char *label,

@@ -20,11 +20,20 @@
  * data starts 8-byte aligned), then the tensors back to back in the order
  * given.  PyTorch (safetensors.torch.load_file) reads these files directly.
  *
+ * Integrity: dtm_st_write stores a CRC32C of each tensor's bytes in the
+ * header's __metadata__ ("crc32c:NAME": "1a2b3c4d", 8 lowercase hex
+ * digits; metadata values must be strings), and dtm_st_open checks every
+ * checksum it finds, so a flipped bit in the data is an error naming the
+ * file and the tensor.  Other readers ignore the extra metadata.  A file
+ * without checksums (written elsewhere, or by dtm before them) still
+ * opens; the checkpoint index says whether its files must have them.
+ *
  * Errors: 0 on success, -1 with a message naming the path in err.
  */
 #ifndef DTM_CKPT_H
 #define DTM_CKPT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -50,6 +59,14 @@ int dtm_st_dtype_parse(const char *s, DtmStDtype *out); /* 0, or -1 if unknown *
  * limit), so a corrupted size cannot make a reader allocate gigabytes. */
 #define DTM_ST_MAX_HEADER (100u * 1024u * 1024u)
 
+/* CRC32C (Castagnoli, as iSCSI and ext4 use it) of p[0..n), continuing
+ * from crc (0 to start): dtm_crc32c(0, "123456789", 9) == 0xe3069283. */
+uint32_t dtm_crc32c(uint32_t crc, const void *p, size_t n);
+
+/* The metadata key prefix of a tensor's checksum; reserved for the
+ * writer (dtm_st_write refuses caller metadata with it). */
+#define DTM_ST_CRC_PREFIX "crc32c:"
+
 /* ---- writing ---- */
 
 typedef struct DtmTensorDesc {
@@ -64,7 +81,8 @@ typedef struct DtmMetaKV {
 	const char *key, *value;
 } DtmMetaKV;
 
-/* Writes a safetensors file atomically (never a half-written path). */
+/* Writes a safetensors file atomically (never a half-written path), with
+ * meta plus a checksum per tensor in __metadata__. */
 int dtm_st_write(const char *path, const DtmTensorDesc *tensors, int ntensors,
                  const DtmMetaKV *meta, int nmeta, char *err, size_t errlen);
 
@@ -81,12 +99,16 @@ typedef struct DtmStTensor {
 	 * as aligned as the file makes it, so read through memcpy or
 	 * dtm_st_read_f32 rather than casting. */
 	const void *data;
+	bool has_crc32c; /* the file stored a checksum, and it matched */
+	uint32_t crc32c;
 } DtmStTensor;
 
 typedef struct DtmSafetensors DtmSafetensors; /* an open file (opaque) */
 
 /* Maps and validates the whole header: offsets in bounds, sizes matching
- * dtype and shape, tensors contiguous and not overlapping, names unique. */
+ * dtype and shape, tensors contiguous and not overlapping, names unique;
+ * and every stored checksum against the data ("PATH: tensor NAME: data
+ * does not match its checksum ..."). */
 int dtm_st_open(DtmSafetensors **out, const char *path, char *err, size_t errlen);
 /* The same checks on a buffer (copied); label names it in messages. */
 int dtm_st_open_memory(DtmSafetensors **out, const void *buf, size_t len, const char *label,

@@ -1,5 +1,7 @@
 /* test_runtime_io.c - the runtime's deterministic RNG, data sources,
- * tokenizer and checkpoints (runtime/philox.h, data.h, ckpt.h, fsio.h).
+ * tokenizer and checkpoints (runtime/philox.h, data.h, ckpt.h, fsio.h):
+ * safetensors with per-tensor CRC32C, the checkpoint index and its
+ * validation, crash-safe writes.
  * Files go to a fresh directory under /tmp that is removed at the end. */
 #include <errno.h>
 #include <stdint.h>
@@ -853,6 +855,182 @@ static void test_safetensors_corrupt(void)
 	CHECK(strstr(err, "no.safetensors") && strstr(err, "No such file"));
 }
 
+/* ---- checksums ---- */
+
+static uint32_t crc_bitwise(const unsigned char *p, size_t n)
+{
+	uint32_t c = 0xffffffffu;
+	for (size_t i = 0; i < n; i++) {
+		c ^= p[i];
+		for (int k = 0; k < 8; k++)
+			c = c & 1 ? (c >> 1) ^ 0x82f63b78u : c >> 1;
+	}
+	return ~c;
+}
+
+static void test_crc32c(void)
+{
+	/* the check value of the CRC catalogue, and RFC 3720's B.4 vectors */
+	CHECK(dtm_crc32c(0, "123456789", 9) == 0xe3069283u);
+	CHECK(dtm_crc32c(0, NULL, 0) == 0);
+	unsigned char buf[1100];
+	memset(buf, 0, 32);
+	CHECK(dtm_crc32c(0, buf, 32) == 0x8a9136aau);
+	memset(buf, 0xff, 32);
+	CHECK(dtm_crc32c(0, buf, 32) == 0x62a8ab43u);
+	for (int i = 0; i < 32; i++)
+		buf[i] = (unsigned char)i;
+	CHECK(dtm_crc32c(0, buf, 32) == 0x46dd794eu);
+	/* the 8-byte path against the bitwise definition, at every length
+	 * and alignment, and continued in two pieces */
+	uint32_t rs = 99;
+	for (size_t i = 0; i < sizeof buf; i++) {
+		rs = rs * 1664525u + 1013904223u;
+		buf[i] = (unsigned char)(rs >> 24);
+	}
+	int same = 1;
+	for (size_t off = 0; off < 8; off++)
+		for (size_t n = 0; n < 80; n++) {
+			same &= dtm_crc32c(0, buf + off, n) == crc_bitwise(buf + off, n);
+			same &= dtm_crc32c(dtm_crc32c(0, buf + off, n / 3), buf + off + n / 3,
+			                   n - n / 3) == crc_bitwise(buf + off, n);
+		}
+	CHECK(same);
+	CHECK(dtm_crc32c(0, buf, sizeof buf) == crc_bitwise(buf, sizeof buf));
+}
+
+static void test_safetensors_checksums(void)
+{
+	char err[512];
+	size_t len;
+	unsigned char *raw = read_bytes(tpath("a.safetensors"), &len);
+	DtmSafetensors *st = NULL;
+	CHECK(raw != NULL);
+	if (!raw || dtm_st_open_memory(&st, raw, len, "a", err, sizeof err)) {
+		CHECK(0);
+		free(raw);
+		return;
+	}
+	/* each tensor's checksum is in the metadata, as a string, and
+	 * checked; the tensors tile the data section from 0, so the lowest
+	 * data pointer is its start */
+	uint64_t hlen = 0;
+	for (int k = 0; k < 8; k++)
+		hlen |= (uint64_t)raw[k] << (8 * k);
+	int n = dtm_st_count(st);
+	int64_t begin[16], end[16];
+	const char *names[16];
+	const unsigned char *base = NULL;
+	for (int i = 0; i < n && i < 16; i++) {
+		const DtmStTensor *t = dtm_st_at(st, i);
+		char key[300], want[16];
+		snprintf(key, sizeof key, "crc32c:%s", t->name);
+		snprintf(want, sizeof want, "%08x", (unsigned)dtm_crc32c(0, t->data, t->nbytes));
+		CHECK_EQ_STR(dtm_st_meta(st, key), want);
+		CHECK(t->has_crc32c && t->crc32c == dtm_crc32c(0, t->data, t->nbytes));
+		if (!base || (const unsigned char *)t->data < base)
+			base = t->data;
+	}
+	for (int i = 0; i < n && i < 16; i++) {
+		const DtmStTensor *t = dtm_st_at(st, i);
+		names[i] = t->name;
+		begin[i] = (const unsigned char *)t->data - base;
+		end[i] = begin[i] + (int64_t)t->nbytes;
+	}
+	char owned_names[16][64];
+	for (int i = 0; i < n && i < 16; i++) {
+		snprintf(owned_names[i], sizeof owned_names[i], "%s", names[i]);
+		names[i] = owned_names[i];
+	}
+	dtm_st_close(st);
+	/* every single flipped data byte is caught, naming file and tensor */
+	unsigned char *mut = malloc(len);
+	int caught = 1;
+	size_t ndata = len - 8 - (size_t)hlen;
+	for (size_t b = 0; b < ndata && mut; b++) {
+		memcpy(mut, raw, len);
+		mut[8 + hlen + b] ^= 0x10;
+		const char *owner = NULL;
+		for (int i = 0; i < n && i < 16; i++)
+			if ((int64_t)b >= begin[i] && (int64_t)b < end[i])
+				owner = names[i];
+		err[0] = '\0';
+		int rc = dtm_st_open_memory(&st, mut, len, "flip.safetensors", err, sizeof err);
+		char want[300];
+		snprintf(want, sizeof want, "flip.safetensors: tensor %s: data does not match its "
+		         "checksum", owner ? owner : "?");
+		if (rc != -1 || !strstr(err, want)) {
+			fprintf(stderr, "byte %zu: \"%s\"\n", b, err);
+			caught = 0;
+		}
+		if (!rc)
+			dtm_st_close(st);
+	}
+	CHECK(caught);
+	free(mut);
+
+	/* checksums that name no tensor, repeat, or are not 8 hex digits */
+	static const struct {
+		const char *hdr;
+		const char *msg;
+	} bad[] = {
+	        {"{\"__metadata__\":{\"crc32c:b\":\"00000000\"},"
+	         "\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}",
+	         "checksum \"crc32c:b\" names no tensor"},
+	        {"{\"__metadata__\":{\"crc32c:a\":\"527d5351\",\"crc32c:a\":\"527d5351\"},"
+	         "\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}",
+	         "tensor a: repeated checksum"},
+	        {"{\"__metadata__\":{\"crc32c:a\":\"527d535\"},"
+	         "\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}",
+	         "tensor a: bad checksum \"527d535\""},
+	        {"{\"__metadata__\":{\"crc32c:a\":\"527d5351 \"},"
+	         "\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}",
+	         "tensor a: bad checksum"},
+	        {"{\"__metadata__\":{\"crc32c:a\":\"527d535g\"},"
+	         "\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}",
+	         "tensor a: bad checksum"},
+	        {"{\"__metadata__\":{\"crc32c:a\":\"00000000\"},"
+	         "\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}",
+	         "tensor a: data does not match its checksum (crc32c 00000000 stored, "
+	         "527d5351 computed)"},
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		err[0] = '\0';
+		CHECK_EQ_INT(open_crafted(bad[i].hdr, 1, err, sizeof err), -1);
+		if (!strstr(err, bad[i].msg)) {
+			fprintf(stderr, "case %zu: expected \"%s\" in \"%s\"\n", i, bad[i].msg,
+			        err);
+			CHECK(0);
+		}
+	}
+	/* a checksum that matches (one zero byte), upper case too; and a file
+	 * with none (written elsewhere) still opens, unchecked */
+	CHECK_EQ_INT(open_crafted("{\"__metadata__\":{\"crc32c:a\":\"527D5351\"},"
+	                          "\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}",
+	                          1, err, sizeof err),
+	             0);
+	const char *plain = "{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}";
+	unsigned char pbuf[128] = {0};
+	size_t pl = strlen(plain);
+	pbuf[0] = (unsigned char)pl;
+	memcpy(pbuf + 8, plain, pl);
+	CHECK_EQ_INT(dtm_st_open_memory(&st, pbuf, 8 + pl + 1, "plain", err, sizeof err), 0);
+	if (st) {
+		CHECK(!dtm_st_find(st, "a")->has_crc32c);
+		dtm_st_close(st);
+	}
+
+	/* the writer keeps the prefix to itself */
+	uint8_t one = 0;
+	DtmTensorDesc t1 = {"a", DTM_DT_U8, 1, {1}, &one};
+	DtmMetaKV forged = {"crc32c:a", "00000000"};
+	CHECK_EQ_INT(dtm_st_write(tpath("forged.safetensors"), &t1, 1, &forged, 1, err, sizeof err),
+	             -1);
+	CHECK(strstr(err, "\"crc32c:a\" is reserved") != NULL);
+	CHECK(access(tpath("forged.safetensors"), F_OK) != 0);
+	free(raw);
+}
+
 /* ---- checkpoints ---- */
 
 static int fail_after_100(const char *tmp, uint64_t off, size_t n, void *ctx)
@@ -1080,6 +1258,8 @@ int main(void)
 	test_json();
 	test_safetensors_roundtrip();
 	test_safetensors_corrupt();
+	test_crc32c();
+	test_safetensors_checksums();
 	test_checkpoints();
 	test_index();
 	rm_tree(tmpdir);
