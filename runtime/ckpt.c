@@ -704,22 +704,24 @@ int dtm_ckpt_index_write(const char *path, const DtmCkptIndex *ix, char *err, si
 			rt_buf_append(&b, ", ", 2);
 		rt_buf_json_str(&b, ix->files[f] ? ix->files[f] : "");
 	}
-	rt_buf_append(&b, "],\n  \"tensors\": {", 17);
+	rt_buf_append(&b, "],\n", 3);
+	if (ix->checksum) {
+		rt_buf_append(&b, "  \"checksum\": ", 14);
+		rt_buf_json_str(&b, ix->checksum);
+		rt_buf_append(&b, ",\n", 2);
+	}
+	rt_buf_append(&b, "  \"tensors\": {", 14);
 	for (int i = 0; i < ix->ntensors; i++) {
 		const DtmIndexTensor *t = &ix->tensors[i];
-		if (!t->name || t->ndim < 0 || t->ndim > DTM_MAX_DIMS) {
+		if (!t->name || !t->dtype || t->ndim < 0 || t->ndim > DTM_MAX_DIMS) {
 			rt_buf_free(&b);
 			return seterr(err, errlen, "%s: bad index tensor %d", path, i);
 		}
 		rt_buf_append(&b, i ? ",\n    " : "\n    ", i ? 6 : 5);
 		rt_buf_json_str(&b, t->name);
-		rt_buf_append(&b, ": {", 3);
-		if (t->dtype) {
-			rt_buf_append(&b, "\"dtype\": ", 9);
-			rt_buf_json_str(&b, t->dtype);
-			rt_buf_append(&b, ", ", 2);
-		}
-		rt_buf_append(&b, "\"shape\": [", 10);
+		rt_buf_append(&b, ": {\"dtype\": ", 12);
+		rt_buf_json_str(&b, t->dtype);
+		rt_buf_append(&b, ", \"shape\": [", 12);
 		for (int d = 0; d < t->ndim; d++)
 			rt_buf_printf(&b, "%s%" PRId64, d ? ", " : "", t->shape[d]);
 		rt_buf_append(&b, "]", 1);
@@ -757,15 +759,156 @@ void dtm_ckpt_index_free(DtmCkptIndex *ix)
 	memset(ix, 0, sizeof *ix);
 }
 
-/* A file name in an index must stay inside the step directory. */
-static int safe_file_name(const char *s)
+/* [A-Za-z_][A-Za-z0-9_]*: what the .dtm grammar allows as a mesh axis. */
+static bool is_ident(const char *s, size_t n)
 {
-	return s[0] && !strchr(s, '/') && strcmp(s, ".") != 0 && strcmp(s, "..") != 0;
+	if (n == 0 || !((s[0] >= 'a' && s[0] <= 'z') || (s[0] >= 'A' && s[0] <= 'Z') || s[0] == '_'))
+		return false;
+	for (size_t k = 1; k < n; k++)
+		if (!((s[k] >= 'a' && s[k] <= 'z') || (s[k] >= 'A' && s[k] <= 'Z') ||
+		      (s[k] >= '0' && s[k] <= '9') || s[k] == '_'))
+			return false;
+	return true;
+}
+
+/* The index of the mesh axis spelled s[0..n), or -1. */
+static int axis_of(const DtmCkptIndex *ix, const char *s, size_t n)
+{
+	for (int a = 0; a < ix->naxes; a++)
+		if (strlen(ix->axes[a]) == n && memcmp(ix->axes[a], s, n) == 0)
+			return a;
+	return -1;
+}
+
+static const char *skip_sp(const char *s)
+{
+	while (*s == ' ')
+		s++;
+	return s;
+}
+
+/* Reads an identifier at *s (after spaces); its length, 0 if none. */
+static size_t ident_at(const char **s)
+{
+	*s = skip_sp(*s);
+	size_t n = 0;
+	while (is_ident(*s, n + 1))
+		n++;
+	return n;
+}
+
+/* A placement as ir/placement.c prints it, checked against the mesh and
+ * the tensor's rank ("?" is an unknown placement):
+ *   place := '[' [ pdim { ',' pdim } ] ']' [ 'partial' '(' axes [ ',' RED ] ')' ]
+ *   pdim  := '_' | AXIS | '(' AXIS { ',' AXIS } ')'
+ * Each mesh axis splits at most one dim.  NULL if fine, else why not. */
+static const char *placement_error(const char *pl, const DtmCkptIndex *ix, int ndim)
+{
+	static const char *const reds[] = {"sum", "avg", "max"};
+	if (strcmp(pl, "?") == 0)
+		return NULL;
+	uint32_t used = 0;
+	int dims = 0;
+	const char *s = skip_sp(pl);
+	if (*s++ != '[')
+		return "does not start with '['";
+	s = skip_sp(s);
+	while (*s != ']') {
+		if (dims && *s++ != ',')
+			return "expected ',' or ']'";
+		s = skip_sp(s);
+		if (*s == '_') {
+			s++;
+		} else {
+			bool group = *s == '(';
+			s += group;
+			for (;;) {
+				const char *name = s;
+				size_t n = ident_at(&name);
+				int a = axis_of(ix, name, n);
+				if (n == 0)
+					return "expected '_' or a mesh axis";
+				if (a < 0)
+					return "names an axis the mesh does not have";
+				if (used & (1u << a))
+					return "splits by the same axis twice";
+				used |= 1u << a;
+				s = skip_sp(name + n);
+				if (!group || *s == ')')
+					break;
+				if (*s++ != ',')
+					return "expected ',' or ')'";
+			}
+			if (group && *s++ != ')')
+				return "expected ')'";
+		}
+		dims++;
+		s = skip_sp(s);
+		if (!*s)
+			return "expected ']'";
+	}
+	s = skip_sp(s + 1);
+	if (strncmp(s, "partial", 7) == 0) {
+		s = skip_sp(s + 7);
+		if (*s++ != '(')
+			return "expected '(' after 'partial'";
+		for (int k = 0;; k++) {
+			const char *name = s;
+			size_t n = ident_at(&name);
+			bool red = false;
+			for (size_t r = 0; r < sizeof reds / sizeof reds[0]; r++)
+				red |= k > 0 && strlen(reds[r]) == n && memcmp(reds[r], name, n) == 0;
+			if (n == 0 || (!red && axis_of(ix, name, n) < 0))
+				return "partial(...) names an axis the mesh does not have";
+			s = skip_sp(name + n);
+			if (red || *s == ')')
+				break;
+			if (*s++ != ',')
+				return "expected ',' or ')' in partial(...)";
+		}
+		if (*s++ != ')')
+			return "expected ')' after partial(...)";
+		s = skip_sp(s);
+	}
+	if (*s)
+		return "has text after the placement";
+	if (dims != ndim)
+		return "has another number of dims than the shape";
+	return NULL;
+}
+
+static int cmp_json_key(const void *a, const void *b)
+{
+	return strcmp((*(const RtJson *const *)a)->key, (*(const RtJson *const *)b)->key);
+}
+
+/* The members of obj are among fields[] (NULL-terminated), each once;
+ * what is `where` in messages. */
+static int check_fields(const RtJson *obj, const char *const *fields, const char *path,
+                        const char *where, char *err, size_t errlen)
+{
+	for (int k = 0; k < obj->n; k++) {
+		const char *key = obj->kids[k].key;
+		bool known = false;
+		for (int f = 0; fields[f] && !known; f++)
+			known = strcmp(key, fields[f]) == 0;
+		if (!known)
+			return seterr(err, errlen, "%s: %s: unknown field \"%s\"", path, where, key);
+		for (int j = 0; j < k; j++)
+			if (strcmp(obj->kids[j].key, key) == 0)
+				return seterr(err, errlen, "%s: %s: repeated field \"%s\"", path,
+				              where, key);
+	}
+	return 0;
 }
 
 static int index_from_json(DtmCkptIndex *ix, IndexPriv *p, const char *path, char *err,
                            size_t errlen)
 {
+	static const char *const top_fields[] = {"format", "step",  "seed",    "mesh",
+	                                         "files",  "checksum", "tensors", NULL};
+	static const char *const mesh_fields[] = {"axes", "sizes", NULL};
+	static const char *const tensor_fields[] = {"dtype", "shape", "placement", NULL};
 	const RtJson *root = p->doc.root, *v;
 	if (root->kind != RT_JSON_OBJ)
 		return seterr(err, errlen, "%s: not a JSON object", path);
@@ -775,66 +918,140 @@ static int index_from_json(DtmCkptIndex *ix, IndexPriv *p, const char *path, cha
 		              "%s: not a dtm checkpoint index (format \"%s\", expected "
 		              "\"%s\")",
 		              path, v && v->kind == RT_JSON_STR ? v->s : "?", DTM_CKPT_FORMAT);
+	if (check_fields(root, top_fields, path, "index", err, errlen))
+		return -1;
 	int64_t step;
 	if (get_uint(rt_json_get(root, "step"), &step))
-		return seterr(err, errlen, "%s: missing or bad \"step\"", path);
+		return seterr(err, errlen, "%s: missing or bad \"step\" (a non-negative integer)",
+		              path);
 	ix->step = (uint64_t)step;
+	/* a string: JSON numbers above 2^53 lose digits in most readers */
 	v = rt_json_get(root, "seed");
-	if (v) {
-		char *end;
-		errno = 0;
-		if (v->kind != RT_JSON_STR || !v->s[0] || v->s[0] == '-' ||
-		    ((ix->seed = strtoull(v->s, &end, 10)), errno != 0 || *end))
-			return seterr(err, errlen, "%s: bad \"seed\"", path);
-	}
+	char *end;
+	errno = 0;
+	if (!v || v->kind != RT_JSON_STR || v->s[0] < '0' || v->s[0] > '9' ||
+	    ((ix->seed = strtoull(v->s, &end, 10)), errno != 0 || *end))
+		return seterr(err, errlen, "%s: missing or bad \"seed\" (a string of digits)",
+		              path);
+
 	const RtJson *mesh = rt_json_get(root, "mesh");
+	if (!mesh || mesh->kind != RT_JSON_OBJ)
+		return seterr(err, errlen, "%s: missing or bad \"mesh\"", path);
+	if (check_fields(mesh, mesh_fields, path, "mesh", err, errlen))
+		return -1;
 	const RtJson *axes = rt_json_get(mesh, "axes"), *sizes = rt_json_get(mesh, "sizes");
 	if (!axes || !sizes || axes->kind != RT_JSON_ARR || sizes->kind != RT_JSON_ARR ||
 	    axes->n != sizes->n || axes->n > DTM_MAX_AXES)
-		return seterr(err, errlen, "%s: bad \"mesh\" (axes and sizes, at most %d)", path,
-		              DTM_MAX_AXES);
+		return seterr(err, errlen,
+		              "%s: bad \"mesh\" (axes and sizes, as many of each, at most %d)",
+		              path, DTM_MAX_AXES);
 	ix->naxes = axes->n;
+	int64_t world = 1;
 	for (int a = 0; a < axes->n; a++) {
-		if (axes->kids[a].kind != RT_JSON_STR || get_uint(&sizes->kids[a], &ix->sizes[a]) ||
-		    ix->sizes[a] < 1)
-			return seterr(err, errlen, "%s: bad mesh axis %d", path, a);
-		ix->axes[a] = axes->kids[a].s;
+		const RtJson *name = &axes->kids[a];
+		if (name->kind != RT_JSON_STR || !is_ident(name->s, strlen(name->s)))
+			return seterr(err, errlen, "%s: mesh axis %d is not a name", path, a);
+		ix->axes[a] = name->s;
+		if (axis_of(ix, name->s, strlen(name->s)) != a)
+			return seterr(err, errlen, "%s: mesh axis \"%s\" appears twice", path,
+			              name->s);
+		if (get_uint(&sizes->kids[a], &ix->sizes[a]) || ix->sizes[a] < 1 ||
+		    ix->sizes[a] > 65536)
+			return seterr(err, errlen,
+			              "%s: mesh axis %s: size is not an integer in 1..65536", path,
+			              name->s);
+		world *= ix->sizes[a];
+		if (world > 65536)
+			return seterr(err, errlen, "%s: mesh of more than 65536 ranks", path);
 	}
+
+	/* one file per rank, named by rank; a mesh of one rank has one file
+	 * of whole tensors */
 	const RtJson *files = rt_json_get(root, "files");
 	if (!files || files->kind != RT_JSON_ARR)
-		return seterr(err, errlen, "%s: missing \"files\"", path);
+		return seterr(err, errlen, "%s: missing or bad \"files\"", path);
+	if (files->n != world)
+		return seterr(err, errlen, "%s: %d files for a mesh of %" PRId64 " ranks", path,
+		              files->n, world);
 	p->files = calloc((size_t)files->n + 1, sizeof *p->files);
 	if (!p->files)
 		return seterr(err, errlen, "%s: out of memory", path);
 	for (int f = 0; f < files->n; f++) {
-		if (files->kids[f].kind != RT_JSON_STR || !safe_file_name(files->kids[f].s))
-			return seterr(err, errlen, "%s: bad file name at files[%d]", path, f);
+		char want[64];
+		dtm_ckpt_rank_file(want, sizeof want, f);
+		if (files->kids[f].kind != RT_JSON_STR || strcmp(files->kids[f].s, want) != 0)
+			return seterr(err, errlen, "%s: files[%d] is not \"%s\"", path, f, want);
 		p->files[f] = files->kids[f].s;
 	}
 	ix->nfiles = files->n;
 	ix->files = p->files;
+
+	v = rt_json_get(root, "checksum");
+	if (v && (v->kind != RT_JSON_STR || strcmp(v->s, DTM_CKPT_CHECKSUM) != 0))
+		return seterr(err, errlen, "%s: unsupported \"checksum\" (only \"%s\")", path,
+		              DTM_CKPT_CHECKSUM);
+	ix->checksum = v ? v->s : NULL;
+
 	const RtJson *ts = rt_json_get(root, "tensors");
 	if (!ts || ts->kind != RT_JSON_OBJ)
-		return seterr(err, errlen, "%s: missing \"tensors\"", path);
+		return seterr(err, errlen, "%s: missing or bad \"tensors\"", path);
 	p->tensors = calloc((size_t)ts->n + 1, sizeof *p->tensors);
-	if (!p->tensors)
+	const RtJson **sorted = calloc((size_t)ts->n + 1, sizeof *sorted);
+	if (!p->tensors || !sorted) {
+		free(sorted);
 		return seterr(err, errlen, "%s: out of memory", path);
+	}
+	for (int i = 0; i < ts->n; i++)
+		sorted[i] = &ts->kids[i];
+	qsort(sorted, (size_t)ts->n, sizeof *sorted, cmp_json_key);
+	for (int i = 1; i < ts->n; i++)
+		if (strcmp(sorted[i - 1]->key, sorted[i]->key) == 0) {
+			int r = seterr(err, errlen, "%s: tensor %s listed twice", path,
+			               sorted[i]->key);
+			free(sorted);
+			return r;
+		}
+	free(sorted);
 	for (int i = 0; i < ts->n; i++) {
 		const RtJson *e = &ts->kids[i];
 		DtmIndexTensor *t = &p->tensors[i];
 		t->name = e->key;
+		if (!e->key[0])
+			return seterr(err, errlen, "%s: a tensor with an empty name", path);
+		if (e->kind != RT_JSON_OBJ)
+			return seterr(err, errlen, "%s: tensor %s: entry is not an object", path,
+			              e->key);
+		char where[300];
+		snprintf(where, sizeof where, "tensor %s", e->key);
+		if (check_fields(e, tensor_fields, path, where, err, errlen))
+			return -1;
 		const RtJson *sh = rt_json_get(e, "shape"), *dt = rt_json_get(e, "dtype");
 		const RtJson *pl = rt_json_get(e, "placement");
-		if (!sh || sh->kind != RT_JSON_ARR || sh->n > DTM_MAX_DIMS ||
-		    (dt && dt->kind != RT_JSON_STR) || (pl && pl->kind != RT_JSON_STR))
-			return seterr(err, errlen, "%s: tensor %s: bad entry", path, e->key);
+		DtmStDtype dtype;
+		if (!dt || dt->kind != RT_JSON_STR || dtm_st_dtype_parse(dt->s, &dtype))
+			return seterr(err, errlen, "%s: tensor %s: missing or unknown \"dtype\"",
+			              path, e->key);
+		if (!sh || sh->kind != RT_JSON_ARR || sh->n > DTM_MAX_DIMS)
+			return seterr(err, errlen,
+			              "%s: tensor %s: missing or bad \"shape\" (at most %d dims)",
+			              path, e->key, DTM_MAX_DIMS);
 		t->ndim = sh->n;
 		for (int d = 0; d < sh->n; d++)
 			if (get_uint(&sh->kids[d], &t->shape[d]))
-				return seterr(err, errlen, "%s: tensor %s: bad shape", path,
-				              e->key);
-		t->dtype = dt ? dt->s : NULL;
-		t->placement = pl ? pl->s : NULL;
+				return seterr(err, errlen,
+				              "%s: tensor %s: shape[%d] is not a non-negative integer",
+				              path, e->key, d);
+		if (tensor_nbytes(t->ndim, t->shape, dtm_st_dtype_size(dtype)) < 0)
+			return seterr(err, errlen, "%s: tensor %s: shape too large", path, e->key);
+		t->dtype = dt->s;
+		if (pl) {
+			const char *why = pl->kind != RT_JSON_STR ? "is not a string"
+			                                          : placement_error(pl->s, ix, t->ndim);
+			if (why)
+				return seterr(err, errlen, "%s: tensor %s: placement \"%s\" %s", path,
+				              e->key, pl->kind == RT_JSON_STR ? pl->s : "", why);
+			t->placement = pl->s;
+		}
 	}
 	ix->ntensors = ts->n;
 	ix->tensors = p->tensors;
@@ -955,6 +1172,7 @@ int dtm_ckpt_save_single(const char *dir, uint64_t step, uint64_t seed,
 	                   .seed = seed,
 	                   .nfiles = 1,
 	                   .files = files,
+	                   .checksum = DTM_CKPT_CHECKSUM,
 	                   .ntensors = ntensors,
 	                   .tensors = it};
 	int rc = dtm_ckpt_commit_step(dir, &ix, err, errlen);

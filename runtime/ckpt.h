@@ -147,12 +147,29 @@ uint16_t dtm_f32_to_f16(float f);
 
 /* ---- index.json ---- */
 
+/* index.json, as dtm_ckpt_index_write writes it and index_read demands:
+ *
+ *   {"format": "dtm-1", "step": 10, "seed": "1234",
+ *    "mesh": {"axes": ["dp", "tp"], "sizes": [2, 2]},
+ *    "files": ["rank00000.safetensors", ...],       one per rank, in order
+ *    "checksum": "crc32c",                           optional
+ *    "tensors": {"w1": {"dtype": "F32", "shape": [32, 64],
+ *                       "placement": "[_, tp]"}, ...}}
+ *
+ * The reader refuses unknown or repeated fields, a file list that is not
+ * rank00000.. for every rank of the mesh (one file for a mesh of one
+ * rank: whole tensors), axis names that are not identifiers or repeat,
+ * placements that do not parse, name an axis outside the mesh or have
+ * another number of dims than the shape.  "checksum": "crc32c" says every
+ * tensor of every file carries its CRC32C (absent in checkpoints written
+ * before checksums existed). */
 #define DTM_CKPT_FORMAT "dtm-1"
+#define DTM_CKPT_CHECKSUM "crc32c"
 #define DTM_MAX_AXES 8
 
 typedef struct DtmIndexTensor {
 	const char *name;
-	const char *dtype; /* optional ("F32"), NULL if absent */
+	const char *dtype; /* "F32", ...; required */
 	int ndim;
 	int64_t shape[DTM_MAX_DIMS]; /* global shape */
 	const char *placement;       /* e.g. "[tp, _]"; optional */
@@ -166,6 +183,7 @@ typedef struct DtmCkptIndex {
 	int64_t sizes[DTM_MAX_AXES];
 	int nfiles;
 	const char **files; /* file names relative to the step directory */
+	const char *checksum; /* DTM_CKPT_CHECKSUM, or NULL: files without */
 	int ntensors;
 	DtmIndexTensor *tensors;
 	void *priv; /* set by dtm_ckpt_index_read: owns the strings above */

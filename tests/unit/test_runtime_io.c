@@ -1158,7 +1158,7 @@ static void test_index(void)
 	                        "rank00002.safetensors", "rank00003.safetensors"};
 	DtmIndexTensor ts[2] = {
 	        {"layer.3.wqkv", "BF16", 2, {768, 2304}, "[_, tp]"},
-	        {"opt.m.layer.3.wqkv", NULL, 2, {768, 2304}, NULL},
+	        {"opt.m.layer.3.wqkv", "F32", 2, {768, 2304}, NULL},
 	};
 	DtmCkptIndex ix = {.step = 500,
 	                   .seed = UINT64_MAX,
@@ -1167,6 +1167,7 @@ static void test_index(void)
 	                   .sizes = {2, 2},
 	                   .nfiles = 4,
 	                   .files = files,
+	                   .checksum = DTM_CKPT_CHECKSUM,
 	                   .ntensors = 2,
 	                   .tensors = ts};
 	CHECK_EQ_INT(dtm_ckpt_index_write(tpath("index.json"), &ix, err, sizeof err), 0);
@@ -1184,29 +1185,129 @@ static void test_index(void)
 		CHECK_EQ_STR(r.tensors[0].placement, "[_, tp]");
 		CHECK_EQ_STR(r.tensors[0].dtype, "BF16");
 		CHECK_EQ_INT(r.tensors[0].shape[1], 2304);
-		CHECK(r.tensors[1].placement == NULL && r.tensors[1].dtype == NULL);
+		CHECK(r.tensors[1].placement == NULL);
+		CHECK_EQ_STR(r.tensors[1].dtype, "F32");
+		CHECK_EQ_STR(r.checksum, "crc32c");
 	}
 	dtm_ckpt_index_free(&r);
+	/* the writer wants a dtype */
+	ts[1].dtype = NULL;
+	CHECK_EQ_INT(dtm_ckpt_index_write(tpath("index2.json"), &ix, err, sizeof err), -1);
 
-	static const char *bad[] = {
-	        "{\"format\":\"dtm-2\",\"step\":1,\"mesh\":{\"axes\":[],\"sizes\":[]},\"files\":[],"
-	        "\"tensors\":{}}",
-	        "{\"format\":\"dtm-1\",\"step\":-1,\"mesh\":{\"axes\":[],\"sizes\":[]},\"files\":[]"
-	        ","
-	        "\"tensors\":{}}",
-	        "{\"format\":\"dtm-1\",\"step\":1,\"mesh\":{\"axes\":[\"dp\"],\"sizes\":[]},"
-	        "\"files\":[],\"tensors\":{}}",
-	        "{\"format\":\"dtm-1\",\"step\":1,\"mesh\":{\"axes\":[],\"sizes\":[]},"
-	        "\"files\":[\"../../etc/passwd\"],\"tensors\":{}}",
-	        "{\"format\":\"dtm-1\",\"step\":1,\"mesh\":{\"axes\":[],\"sizes\":[]},\"files\":[],"
-	        "\"tensors\":{\"a\":{\"shape\":[\"x\"]}}}",
-	        "{\"format\":\"dtm-1\"",
+	/* every field the loader uses, checked: each variant of a valid
+	 * index is refused with a message naming the file and the fault */
+	static const char base[] =
+	        "{\"format\":\"dtm-1\",\"step\":1,\"seed\":\"7\","
+	        "\"mesh\":{\"axes\":[\"dp\",\"tp\"],\"sizes\":[2,2]},"
+	        "\"files\":[\"rank00000.safetensors\",\"rank00001.safetensors\","
+	        "\"rank00002.safetensors\",\"rank00003.safetensors\"],"
+	        "\"checksum\":\"crc32c\","
+	        "\"tensors\":{\"w\":{\"dtype\":\"F32\",\"shape\":[4,6],"
+	        "\"placement\":\"[(dp, tp), _]\"}}}";
+	static const struct {
+		const char *from, *to, *msg; /* base with `from` replaced by `to` */
+	} cases[] = {
+	        {"\"dtm-1\"", "\"dtm-2\"", "not a dtm checkpoint index"},
+	        {"\"step\":1", "\"step\":-1", "bad \"step\""},
+	        {"\"step\":1", "\"step\":1.5", "bad \"step\""},
+	        {"\"step\":1,", "", "bad \"step\""},
+	        {"\"seed\":\"7\"", "\"seed\":7", "bad \"seed\""},
+	        {"\"seed\":\"7\"", "\"seed\":\"-7\"", "bad \"seed\""},
+	        {"\"seed\":\"7\"", "\"seed\":\"99999999999999999999\"", "bad \"seed\""},
+	        {"\"seed\":\"7\"", "\"seed\":\"7x\"", "bad \"seed\""},
+	        {"\"sizes\":[2,2]", "\"sizes\":[2]", "bad \"mesh\""},
+	        {"\"mesh\":{", "\"mesh\":{\"order\":1,", "mesh: unknown field \"order\""},
+	        {"\"mesh\":{\"axes\":[\"dp\",\"tp\"],\"sizes\":[2,2]}", "\"mesh\":[]",
+	         "bad \"mesh\""},
+	        {"[\"dp\",\"tp\"]", "[\"dp\",\"dp\"]", "mesh axis \"dp\" appears twice"},
+	        {"[\"dp\",\"tp\"]", "[\"dp\",\"t p\"]", "mesh axis 1 is not a name"},
+	        {"[\"dp\",\"tp\"]", "[\"dp\",3]", "mesh axis 1 is not a name"},
+	        {"[2,2]", "[2,0]", "mesh axis tp: size is not an integer"},
+	        {"[2,2]", "[2,\"2\"]", "mesh axis tp: size is not an integer"},
+	        {"[2,2]", "[65536,65536]", "more than 65536 ranks"},
+	        {",\"rank00003.safetensors\"", "", "3 files for a mesh of 4 ranks"},
+	        {"\"rank00000.safetensors\",", "\"../../etc/passwd\",",
+	         "files[0] is not \"rank00000.safetensors\""},
+	        {"\"rank00000.safetensors\",\"rank00001.safetensors\"",
+	         "\"rank00001.safetensors\",\"rank00000.safetensors\"",
+	         "files[0] is not \"rank00000.safetensors\""},
+	        {"\"files\":[", "\"files\":{", "bad JSON"},
+	        {"\"step\":1,", "\"step\":1,\"extra\":1,", "index: unknown field \"extra\""},
+	        {"\"step\":1,", "\"step\":1,\"step\":1,", "index: repeated field \"step\""},
+	        {"\"crc32c\"", "\"md5\"", "unsupported \"checksum\""},
+	        {"\"tensors\":{", "\"tensors\":[", "bad JSON"},
+	        {"\"tensors\":{\"w\":{\"dtype\":\"F32\",\"shape\":[4,6],"
+	         "\"placement\":\"[(dp, tp), _]\"}}",
+	         "\"tensors\":1", "missing or bad \"tensors\""},
+	        {"\"dtype\":\"F32\",", "", "tensor w: missing or unknown \"dtype\""},
+	        {"\"F32\"", "\"Q4\"", "tensor w: missing or unknown \"dtype\""},
+	        {"[4,6]", "[\"x\",6]", "tensor w: shape[0] is not a non-negative integer"},
+	        {"[4,6]", "[4,-6]", "tensor w: shape[1] is not a non-negative integer"},
+	        {"[4,6]", "[1,1,1,1,1,1,1,1,1]", "at most 8 dims"},
+	        {"[4,6]", "[4294967296,4294967296,4294967296]", "tensor w: shape too large"},
+	        {"\"shape\":[4,6],", "", "tensor w: missing or bad \"shape\""},
+	        {"[(dp, tp), _]", "[pp, _]", "names an axis the mesh does not have"},
+	        {"[(dp, tp), _]", "[tp]", "another number of dims than the shape"},
+	        {"[(dp, tp), _]", "[tp, tp]", "splits by the same axis twice"},
+	        {"[(dp, tp), _]", "[(dp, dp), _]", "splits by the same axis twice"},
+	        {"[(dp, tp), _]", "[tp, _", "expected ']'"},
+	        {"[(dp, tp), _]", "(tp, _)", "does not start with '['"},
+	        {"[(dp, tp), _]", "[(dp tp), _]", "expected ',' or ')'"},
+	        {"[(dp, tp), _]", "[tp _]", "expected ',' or ']'"},
+	        {"[(dp, tp), _]", "[, _]", "expected '_' or a mesh axis"},
+	        {"[(dp, tp), _]", "[tp, _] partial(xx)", "partial(...) names an axis"},
+	        {"[(dp, tp), _]", "[tp, _] partial(dp", "expected ',' or ')' in partial"},
+	        {"[(dp, tp), _]", "[tp, _] junk", "has text after the placement"},
+	        {"\"[(dp, tp), _]\"", "5", "placement \"\" is not a string"},
+	        {"\"placement\"", "\"layout\"", "tensor w: unknown field \"layout\""},
+	        {"{\"dtype\":\"F32\",\"shape\":[4,6],\"placement\":\"[(dp, tp), _]\"}", "[]",
+	         "tensor w: entry is not an object"},
+	        {"\"tensors\":{", "\"tensors\":{\"w\":{\"dtype\":\"F32\",\"shape\":[1]},",
+	         "tensor w listed twice"},
+	        {"\"tensors\":{", "\"tensors\":{\"\":{\"dtype\":\"F32\",\"shape\":[1]},",
+	         "a tensor with an empty name"},
+	        {"}}}", "}}", "bad JSON"},
+	        /* valid variants */
+	        {"[(dp, tp), _]", "[tp, _] partial(dp, avg)", NULL},
+	        {"[(dp, tp), _]", "[ _ , tp ]", NULL},
+	        {"\"[(dp, tp), _]\"", "\"?\"", NULL},
+	        {",\"placement\":\"[(dp, tp), _]\"", "", NULL},
+	        {"\"checksum\":\"crc32c\",", "", NULL},
+	        {"", "", NULL},
 	};
-	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-		write_bytes(tpath("bad_index.json"), bad[i], strlen(bad[i]));
-		CHECK_EQ_INT(dtm_ckpt_index_read(tpath("bad_index.json"), &r, err, sizeof err), -1);
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		char text[1024];
+		const char *at = strstr(base, cases[i].from);
+		CHECK(at != NULL);
+		if (!at)
+			continue;
+		snprintf(text, sizeof text, "%.*s%s%s", (int)(at - base), base, cases[i].to,
+		         at + strlen(cases[i].from));
+		write_bytes(tpath("bad_index.json"), text, strlen(text));
+		err[0] = '\0';
+		int rc = dtm_ckpt_index_read(tpath("bad_index.json"), &r, err, sizeof err);
+		if (!cases[i].msg) {
+			if (rc)
+				fprintf(stderr, "index case %zu: %s\n", i, err);
+			CHECK_EQ_INT(rc, 0);
+			dtm_ckpt_index_free(&r);
+			continue;
+		}
+		CHECK_EQ_INT(rc, -1);
 		CHECK(r.priv == NULL);
+		if (!strstr(err, cases[i].msg) || !strstr(err, "bad_index.json")) {
+			fprintf(stderr, "index case %zu: expected \"%s\" in \"%s\"\n", i,
+			        cases[i].msg, err);
+			CHECK(0);
+		}
 	}
+	/* one rank: no axes, one file of whole tensors */
+	const char *one = "{\"format\":\"dtm-1\",\"step\":0,\"seed\":\"0\",\"mesh\":{\"axes\":[],"
+	                  "\"sizes\":[]},\"files\":[\"rank00000.safetensors\"],\"tensors\":{}}";
+	write_bytes(tpath("bad_index.json"), one, strlen(one));
+	CHECK_EQ_INT(dtm_ckpt_index_read(tpath("bad_index.json"), &r, err, sizeof err), 0);
+	CHECK(r.checksum == NULL && r.nfiles == 1 && r.naxes == 0);
+	dtm_ckpt_index_free(&r);
 }
 
 static void test_json(void)
