@@ -364,8 +364,12 @@ typedef struct RtCkptMeta {
 /* Writes every named PARAM and OPT_STATE buffer plus metadata as DIR's
  * checkpoint of step m->step. */
 int rt_ckpt_save(const RtRun *r, const char *dir, const RtCkptMeta *m, char *err);
-/* Loads DIR's latest checkpoint into the PARAM and OPT_STATE buffers
- * (any dtype converts; a whole tensor is sliced to this rank's shard). */
+/* Loads DIR's latest checkpoint into the PARAM and OPT_STATE buffers (a
+ * whole tensor is sliced to this rank's shard).  The checkpoint must match
+ * the plan: the mesh (axis names, order, sizes) for shards, and every
+ * tensor's dtype, global shape and placement; see save.c.  0, or -1 with
+ * err.  With several ranks, a collective: a failure of rank 0 reaches the
+ * others as a peer failure (Comm.peer_failed), so it is said once. */
 int rt_ckpt_load(RtRun *r, const char *dir, RtCkptMeta *m, char *err);
 
 /* ---- logging (log.c) ---- */

@@ -19,7 +19,19 @@
  * one file (whole tensors, from a one-rank run) loads on any mesh, each
  * rank slicing its shards by global index.  Loading shards saved on a
  * different mesh is not built yet and says so.
+ *
+ * Before a byte is loaded, the checkpoint's index.json (validated by
+ * dtm_ckpt_index_read) is held against the plan: for shards, the mesh's
+ * axis names, order and sizes; for every tensor, dtype, global shape and
+ * (for shards) placement; no tensor more or less.  Equal shard shapes are
+ * not enough: a mesh with its axes in another order, or a placement moved
+ * to another dim of the same size, gives every rank a file of the right
+ * shapes holding other elements.  Then the file: every tensor listed in
+ * the index with its dtype, of the shard's shape, with a checksum when
+ * the index says so (dtm_st_open has already compared it with the bytes),
+ * and metadata agreeing with the index.
  */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -263,7 +275,7 @@ int rt_ckpt_save(const RtRun *r, const char *dir, const RtCkptMeta *m, char *err
 		}
 		DtmCkptIndex ix = { .step = (uint64_t)m->step, .seed = m->seed,
 				    .naxes = p->mesh_naxes, .nfiles = (int)world, .files = fp,
-				    .ntensors = nt, .tensors = it };
+				    .checksum = DTM_CKPT_CHECKSUM, .ntensors = nt, .tensors = it };
 		for (int a = 0; a < p->mesh_naxes; a++) {
 			ix.axes[a] = p->mesh_names[a] ? p->mesh_names[a] : "?";
 			ix.sizes[a] = p->mesh_sizes[a];
@@ -279,12 +291,38 @@ int rt_ckpt_save(const RtRun *r, const char *dir, const RtCkptMeta *m, char *err
 	return barrier(r, err);
 }
 
+/* "[32, 64]" */
+static void shape_text(const int64_t *shape, int ndim, char *out, size_t n)
+{
+	size_t k = (size_t)snprintf(out, n, "[");
+	for (int d = 0; d < ndim && k < n; d++)
+		k += (size_t)snprintf(out + k, n - k, "%s%lld", d ? ", " : "", (long long)shape[d]);
+	if (k < n)
+		snprintf(out + k, n - k, "]");
+}
+
+/* "(dp=2, tp=2)", "(one device)" for no axes */
+static void mesh_desc(int naxes, const char *const *names, const int64_t *sizes, char *out,
+		      size_t n)
+{
+	size_t k = (size_t)snprintf(out, n, "(");
+	for (int a = 0; a < naxes && k < n; a++)
+		k += (size_t)snprintf(out + k, n - k, "%s%s=%lld", a ? ", " : "",
+				      names[a] ? names[a] : "?", (long long)sizes[a]);
+	if (k < n)
+		snprintf(out + k, n - k, "%s)", naxes ? "" : "one device");
+}
+
 /* One saved tensor into buffer i: memcpy when dtype and shape match,
- * otherwise through f32 and this rank's global indices. */
-static int load_tensor(RtRun *r, int i, const DtmStTensor *t, bool own_file, char *err)
+ * otherwise through f32 and this rank's global indices.  (check_layout
+ * has made the dtypes equal; the conversions serve the slicing of whole
+ * tensors, exact for every float dtype.) */
+static int load_tensor(RtRun *r, int i, const DtmStTensor *t, bool own_file, const char *path,
+		       char *err)
 {
 	const DtmPlan *p = r->plan;
 	const DtmBuffer *b = &p->buffers[i];
+	char have[160], want[160];
 	if (own_file && sharded(b)) {
 		/* this rank's shard as it saved it (an uneven one without its
 		 * padding, which stays zero) */
@@ -295,7 +333,10 @@ static int load_tensor(RtRun *r, int i, const DtmStTensor *t, bool own_file, cha
 		for (int d = 0; ok && d < b->rank; d++)
 			ok = t->shape[d] == real[d];
 		if (!ok) {
-			rt_errf(err, "checkpoint shard '%s' has a different shape", b->name);
+			shape_text(t->shape, t->ndim, have, sizeof have);
+			shape_text(real, b->rank, want, sizeof want);
+			rt_errf(err, "--resume: %s: tensor '%s' has shape %s, this rank's shard is %s",
+				path, b->name, have, want);
 			return -1;
 		}
 		if (padded)
@@ -334,7 +375,10 @@ static int load_tensor(RtRun *r, int i, const DtmStTensor *t, bool own_file, cha
 	for (int d = 0; same_shape && d < b->rank; d++)
 		same_shape = t->shape[d] == b->global_shape[d];
 	if (!same_shape) {
-		rt_errf(err, "checkpoint tensor '%s' has a different shape", b->name);
+		shape_text(t->shape, t->ndim, have, sizeof have);
+		shape_text(b->global_shape, b->rank, want, sizeof want);
+		rt_errf(err, "--resume: %s: tensor '%s' has shape %s, this binary's is %s", path,
+			b->name, have, want);
 		return -1;
 	}
 	if (!sharded(b) && t->dtype == st_dtype(b->dtype)) {
@@ -370,104 +414,284 @@ static int load_tensor(RtRun *r, int i, const DtmStTensor *t, bool own_file, cha
 	return rc;
 }
 
-static int64_t meta_int(const DtmSafetensors *st, const char *key, int64_t dflt)
+/* ---- the checkpoint against the plan ---- */
+
+static int cmp_index_tensor(const void *a, const void *b)
+{
+	return strcmp((*(const DtmIndexTensor *const *)a)->name,
+		      (*(const DtmIndexTensor *const *)b)->name);
+}
+
+static int cmp_buffer_name(const void *a, const void *b)
+{
+	return strcmp((*(const DtmBuffer *const *)a)->name, (*(const DtmBuffer *const *)b)->name);
+}
+
+/* An index's tensors and a plan's saved buffers (every stage's), each
+ * sorted by name for bsearch. */
+typedef struct Names {
+	const DtmIndexTensor **ix;
+	int nix;
+	const DtmBuffer **buf;
+	int nbuf;
+} Names;
+
+static void names_free(Names *n)
+{
+	free(n->ix);
+	free(n->buf);
+}
+
+static int names_init(Names *n, const DtmPlan *p, const DtmCkptIndex *ix)
+{
+	n->nix = ix->ntensors;
+	n->nbuf = 0;
+	n->ix = calloc((size_t)ix->ntensors + 1, sizeof *n->ix);
+	n->buf = calloc((size_t)p->nbuffers + 1, sizeof *n->buf);
+	if (!n->ix || !n->buf) {
+		names_free(n);
+		return -1;
+	}
+	for (int i = 0; i < ix->ntensors; i++)
+		n->ix[i] = &ix->tensors[i];
+	for (int i = 0; i < p->nbuffers; i++)
+		if (saved(&p->buffers[i]))
+			n->buf[n->nbuf++] = &p->buffers[i];
+	qsort(n->ix, (size_t)n->nix, sizeof *n->ix, cmp_index_tensor);
+	qsort(n->buf, (size_t)n->nbuf, sizeof *n->buf, cmp_buffer_name);
+	return 0;
+}
+
+static const DtmIndexTensor *find_index(const Names *n, const char *name)
+{
+	DtmIndexTensor key = { .name = name };
+	const DtmIndexTensor *kp = &key, **hit;
+	hit = bsearch(&kp, n->ix, (size_t)n->nix, sizeof *n->ix, cmp_index_tensor);
+	return hit ? *hit : NULL;
+}
+
+static const DtmBuffer *find_buffer(const Names *n, const char *name)
+{
+	DtmBuffer key = { .name = name };
+	const DtmBuffer *kp = &key, **hit;
+	hit = bsearch(&kp, n->buf, (size_t)n->nbuf, sizeof *n->buf, cmp_buffer_name);
+	return hit ? *hit : NULL;
+}
+
+/* The checkpoint's layout against the plan's, before anything is read:
+ * for shards (!whole) the mesh's axis names, order and sizes, and for
+ * every tensor its dtype, global shape and (shards) placement; the same
+ * tensor names on both sides.  The first difference is the message. */
+static int check_layout(const DtmPlan *p, const DtmCkptIndex *ix, const Names *n, const char *dir,
+			bool whole, char *err)
+{
+	char a[256], b[256];
+	if (!whole) {
+		bool same = ix->naxes == p->mesh_naxes;
+		for (int k = 0; same && k < ix->naxes; k++)
+			same = strcmp(ix->axes[k], p->mesh_names[k] ? p->mesh_names[k] : "?") == 0 &&
+			       ix->sizes[k] == p->mesh_sizes[k];
+		if (!same) {
+			mesh_desc(ix->naxes, ix->axes, ix->sizes, a, sizeof a);
+			mesh_desc(p->mesh_naxes, p->mesh_names, p->mesh_sizes, b, sizeof b);
+			return rt_errf(err, "checkpoint %s was written for mesh %s, this binary has "
+				       "%s; resharding on load is not supported yet", dir, a, b);
+		}
+	}
+	for (int i = 0; i < n->nbuf; i++) {
+		const DtmBuffer *buf = n->buf[i];
+		const DtmIndexTensor *t = find_index(n, buf->name);
+		const char *dt = dtm_st_dtype_name(st_dtype(buf->dtype));
+		if (!t)
+			return rt_errf(err, "checkpoint %s has no tensor '%s' (this binary's model "
+				       "has it)", dir, buf->name);
+		if (strcmp(t->dtype, dt) != 0)
+			return rt_errf(err, "checkpoint %s: tensor '%s' is %s there, %s in this "
+				       "binary", dir, buf->name, t->dtype, dt);
+		bool same = t->ndim == buf->rank;
+		for (int d = 0; same && d < t->ndim; d++)
+			same = t->shape[d] == buf->global_shape[d];
+		if (!same) {
+			shape_text(t->shape, t->ndim, a, sizeof a);
+			shape_text(buf->global_shape, buf->rank, b, sizeof b);
+			return rt_errf(err, "checkpoint %s: tensor '%s' has global shape %s there, "
+				       "%s in this binary", dir, buf->name, a, b);
+		}
+		const char *pa = t->placement ? t->placement : "(none)";
+		const char *pb = buf->placement ? buf->placement : "(none)";
+		if (!whole && strcmp(pa, pb) != 0)
+			return rt_errf(err, "checkpoint %s: tensor '%s' was written with placement "
+				       "%s, this binary has %s; resharding on load is not supported "
+				       "yet", dir, buf->name, pa, pb);
+	}
+	for (int i = 0; i < n->nix; i++)
+		if (!find_buffer(n, n->ix[i]->name))
+			return rt_errf(err, "checkpoint %s has tensor '%s', which this binary's "
+				       "model does not", dir, n->ix[i]->name);
+	return 0;
+}
+
+/* A metadata value that must be a non-negative decimal integer; dflt when
+ * absent.  -1 when malformed. */
+static int meta_uint(const DtmSafetensors *st, const char *key, uint64_t dflt, uint64_t *out)
 {
 	const char *s = dtm_st_meta(st, key);
-	if (!s || !*s)
-		return dflt;
+	*out = dflt;
+	if (!s)
+		return 0;
 	char *end;
-	long long v = strtoll(s, &end, 10);
-	return *end ? dflt : (int64_t)v;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (s[0] < '0' || s[0] > '9' || *end || errno)
+		return -1;
+	*out = v;
+	return 0;
+}
+
+/* The file against the index: every tensor listed with its dtype, of the
+ * shard's shape (at most the global one; the loader checks the exact
+ * shape of what it loads), checksummed when the index says so, and the
+ * metadata's step, seed and rank those of the index and this file. */
+static int check_file(const DtmSafetensors *st, const DtmCkptIndex *ix, const Names *n,
+		      const char *path, bool whole, int64_t rank, char *err)
+{
+	char a[256], b[256];
+	for (int i = 0; i < dtm_st_count(st); i++) {
+		const DtmStTensor *t = dtm_st_at(st, i);
+		const DtmIndexTensor *it = find_index(n, t->name);
+		if (!it)
+			return rt_errf(err, "--resume: %s holds tensor '%s', which index.json does "
+				       "not list", path, t->name);
+		if (strcmp(dtm_st_dtype_name(t->dtype), it->dtype) != 0)
+			return rt_errf(err, "--resume: %s: tensor '%s' is %s, index.json says %s",
+				       path, t->name, dtm_st_dtype_name(t->dtype), it->dtype);
+		bool ok = t->ndim == it->ndim;
+		for (int d = 0; ok && d < t->ndim; d++)
+			ok = whole ? t->shape[d] == it->shape[d] : t->shape[d] <= it->shape[d];
+		if (!ok) {
+			shape_text(t->shape, t->ndim, a, sizeof a);
+			shape_text(it->shape, it->ndim, b, sizeof b);
+			return rt_errf(err, "--resume: %s: tensor '%s' has shape %s, not %s of "
+				       "index.json's global shape %s", path, t->name, a,
+				       whole ? "that" : "a shard", b);
+		}
+		if (ix->checksum && !t->has_crc32c)
+			return rt_errf(err, "--resume: %s: tensor '%s' has no checksum, but "
+				       "index.json says every tensor has one", path, t->name);
+	}
+	const char *fmt = dtm_st_meta(st, "format");
+	uint64_t step, seed, frank;
+	if (fmt && strcmp(fmt, DTM_CKPT_FORMAT) != 0)
+		return rt_errf(err, "--resume: %s: format '%s', expected '%s'", path, fmt,
+			       DTM_CKPT_FORMAT);
+	if (meta_uint(st, "step", ix->step, &step) || step != ix->step)
+		return rt_errf(err, "--resume: %s: metadata step '%s' is not index.json's %llu",
+			       path, dtm_st_meta(st, "step"), (unsigned long long)ix->step);
+	if (meta_uint(st, "seed", ix->seed, &seed) || seed != ix->seed)
+		return rt_errf(err, "--resume: %s: metadata seed '%s' is not index.json's %llu",
+			       path, dtm_st_meta(st, "seed"), (unsigned long long)ix->seed);
+	if (meta_uint(st, "rank", whole ? 0 : (uint64_t)rank, &frank) ||
+	    frank != (whole ? 0 : (uint64_t)rank))
+		return rt_errf(err, "--resume: %s: metadata rank '%s' is not the file's",
+			       path, dtm_st_meta(st, "rank"));
+	if (meta_uint(st, "lr_decay_steps", 0, &step))
+		return rt_errf(err, "--resume: %s: bad metadata lr_decay_steps '%s'", path,
+			       dtm_st_meta(st, "lr_decay_steps"));
+	return 0;
+}
+
+/* Finds DIR's checkpoint, checks its index against the plan, and opens
+ * and checks the file this rank loads: one of whole tensors (a one-rank
+ * checkpoint, sliced later) on any mesh, else this rank's own on the same
+ * mesh.  What it opened stays in *ix, *n and *st for the caller to free,
+ * even on failure (zeroed where nothing was opened). */
+static int open_checked(const RtRun *r, const char *dir, DtmCkptIndex *ix, Names *n,
+			DtmSafetensors **st, char *path, size_t npath, bool *whole, char *err)
+{
+	const DtmPlan *p = r->plan;
+	char e[RT_ERR_LEN], step_dir[4096];
+	uint64_t step = 0;
+	memset(ix, 0, sizeof *ix);
+	memset(n, 0, sizeof *n);
+	*st = NULL;
+	int rc = dtm_ckpt_find_latest(dir, &step, step_dir, sizeof step_dir, e, sizeof e);
+	bool by_latest = rc == 0;
+	if (rc == DTM_CKPT_NONE) {
+		/* DIR may be a step directory itself (say step_000000, to
+		 * restart from the initial weights) */
+		snprintf(step_dir, sizeof step_dir, "%s", dir);
+		snprintf(path, npath, "%s/index.json", dir);
+		if (access(path, F_OK) == 0)
+			rc = 0;
+		else if (snprintf(path, npath, "%s/rank00000.safetensors", dir),
+			 access(path, F_OK) == 0)
+			return rt_errf(err, "--resume %s: rank files but no index.json (a save "
+				       "that did not finish?)", dir);
+		else
+			return rt_errf(err, "--resume %s: no checkpoint there", dir);
+	}
+	if (rc)
+		return rt_errf(err, "--resume %s: %s", dir, e);
+	snprintf(path, npath, "%s/index.json", step_dir);
+	if (dtm_ckpt_index_read(path, ix, e, sizeof e))
+		return rt_errf(err, "--resume: %s", e);
+	if (by_latest && ix->step != step)
+		return rt_errf(err, "--resume: %s says step %llu, but %s/latest names step %llu",
+			       path, (unsigned long long)ix->step, dir, (unsigned long long)step);
+	if (names_init(n, p, ix))
+		return rt_errf(err, "--resume: out of memory");
+	*whole = ix->nfiles == 1;
+	if (check_layout(p, ix, n, dir, *whole, err))
+		return -1;
+	snprintf(path, npath, "%s/%s", step_dir, ix->files[*whole ? 0 : r->rank]);
+	if (dtm_st_open(st, path, e, sizeof e))
+		return rt_errf(err, "--resume: %s", e);
+	const char *model = dtm_st_meta(*st, "model");
+	if (model && p->model && strcmp(model, p->model) != 0)
+		return rt_errf(err, "--resume: checkpoint is of model '%s', not '%s'", model,
+			       p->model);
+	return check_file(*st, ix, n, path, *whole, r->rank, err);
 }
 
 int rt_ckpt_load(RtRun *r, const char *dir, RtCkptMeta *m, char *err)
 {
 	const DtmPlan *p = r->plan;
-	char e[RT_ERR_LEN], step_dir[4096], file[64], path[4200];
-	uint64_t step = 0;
-	int rc = dtm_ckpt_find_latest(dir, &step, step_dir, sizeof step_dir, e, sizeof e);
-	dtm_ckpt_rank_file(file, sizeof file, 0);
-	snprintf(path, sizeof path, "%s/%s", dir, file);
-	if (rc == DTM_CKPT_NONE && access(path, R_OK) == 0) {
-		/* DIR is a step directory itself (say step_000000, to restart
-		 * from the initial weights): its metadata gives the step */
-		snprintf(step_dir, sizeof step_dir, "%s", dir);
-		rc = 0;
+	char path[4200], e[RT_ERR_LEN];
+	DtmCkptIndex ix;
+	Names n;
+	DtmSafetensors *st;
+	bool whole = false;
+	int rc = open_checked(r, dir, &ix, &n, &st, path, sizeof path, &whole, err);
+	/* Every rank checks the same index against the same plan, so most
+	 * failures are every rank's: rank 0 says why, and the others, told of
+	 * its failure at this barrier, stay quiet (Comm.peer_failed).  A rank
+	 * that fails alone meets rank 0 at the barrier and says why itself. */
+	if (r->comm && !(rc && r->rank == 0)) {
+		int brc = barrier(r, e);
+		if (brc && !rc)
+			rc = rt_errf(err, "%s", e);
 	}
-	if (rc == DTM_CKPT_NONE) {
-		rt_errf(err, "--resume %s: no checkpoint there", dir);
-		return -1;
-	}
-	if (rc) {
-		rt_errf(err, "--resume %s: %s", dir, e);
-		return -1;
-	}
-	/* Which file: this rank's own when the checkpoint was saved on this
-	 * mesh, else the only file of a one-rank checkpoint (whole tensors,
-	 * sliced below); shards of another mesh would need assembling. */
-	bool own = false;
-	snprintf(path, sizeof path, "%s/index.json", step_dir);
-	if (rt_world_size(p) > 1 && access(path, R_OK) == 0) {
-		DtmCkptIndex ix;
-		if (dtm_ckpt_index_read(path, &ix, e, sizeof e)) {
-			rt_errf(err, "--resume: %s", e);
-			return -1;
-		}
-		bool same = ix.naxes == p->mesh_naxes && ix.nfiles == rt_world_size(p);
-		for (int a = 0; same && a < ix.naxes; a++)
-			same = ix.sizes[a] == p->mesh_sizes[a];
-		int nfiles = ix.nfiles;
-		dtm_ckpt_index_free(&ix);
-		if (same) {
-			own = true;
-			dtm_ckpt_rank_file(file, sizeof file, (int)r->rank);
-		} else if (nfiles != 1) {
-			char mesh[256];
-			mesh_text(p, mesh, sizeof mesh);
-			rt_errf(err, "--resume %s: the checkpoint was saved on %d ranks of another "
-				"mesh; loading it on %s is not built yet", dir, nfiles, mesh);
-			return -1;
-		}
-	}
-	snprintf(path, sizeof path, "%s/%s", step_dir, file);
-	DtmSafetensors *st = NULL;
-	if (dtm_st_open(&st, path, e, sizeof e)) {
-		rt_errf(err, "--resume: %s", e);
-		return -1;
-	}
-	const char *model = dtm_st_meta(st, "model");
-	if (model && p->model && strcmp(model, p->model) != 0) {
-		rt_errf(err, "--resume: checkpoint is of model '%s', not '%s'", model,
-			 p->model);
-		dtm_st_close(st);
-		return -1;
-	}
-	for (int i = 0; i < p->nbuffers; i++) {
+	for (int i = 0; i < p->nbuffers && !rc; i++) {
 		const DtmBuffer *b = &p->buffers[i];
 		if (!saved(b) || b->stage != p->stage)
 			continue;
 		const DtmStTensor *t = dtm_st_find(st, b->name);
-		if (!t) {
-			rt_errf(err, "--resume: %s has no tensor '%s'", path, b->name);
-			dtm_st_close(st);
-			return -1;
-		}
-		if (load_tensor(r, i, t, own, err)) {
-			dtm_st_close(st);
-			return -1;
-		}
+		if (!t)
+			rc = rt_errf(err, "--resume: %s has no tensor '%s'", path, b->name);
+		else
+			rc = load_tensor(r, i, t, !whole, path, err);
 	}
-	m->step = meta_int(st, "step", (int64_t)step);
-	const char *seed = dtm_st_meta(st, "seed");
-	if (seed && *seed) {
-		char *end;
-		unsigned long long v = strtoull(seed, &end, 10);
-		if (!*end)
-			m->seed = v;
+	if (!rc) {
+		uint64_t horizon = 0;
+		meta_uint(st, "lr_decay_steps", 0, &horizon);
+		m->step = (int64_t)ix.step;
+		m->seed = ix.seed;
+		m->lr_decay_steps = (int64_t)horizon;
+		const char *data = dtm_st_meta(st, "data");
+		snprintf(m->data, sizeof m->data, "%s", data ? data : "");
 	}
-	m->lr_decay_steps = meta_int(st, "lr_decay_steps", 0);
-	const char *data = dtm_st_meta(st, "data");
-	snprintf(m->data, sizeof m->data, "%s", data ? data : "");
 	dtm_st_close(st);
-	return 0;
+	names_free(&n);
+	dtm_ckpt_index_free(&ix);
+	return rc ? -1 : 0;
 }
