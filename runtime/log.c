@@ -29,6 +29,7 @@ int rt_log_open(RtLog *l, const char *path, bool quiet, char *err)
 	l->print_every = 10;
 	l->first_step = -1;
 	if (path) {
+		l->path = path;
 		l->jsonl = fopen(path, "w");
 		if (!l->jsonl) {
 			snprintf(err, RT_ERR_LEN, "cannot open log '%s': %s", path, strerror(errno));
@@ -36,6 +37,30 @@ int rt_log_open(RtLog *l, const char *path, bool quiet, char *err)
 		}
 	}
 	return 0;
+}
+
+/* A write to the log failed with errno e: the log is closed, and the
+ * failure is an error or (warn_only) the one warning. */
+static int log_failed(RtLog *l, const char *what, int e, char *err)
+{
+	fclose(l->jsonl);
+	l->jsonl = NULL;
+	if (l->warn_only) {
+		rt_log_note(l, "warning: cannot %s log '%s': %s; training goes on without it "
+			    "(--log-errors warn)", what, l->path, strerror(e));
+		return 0;
+	}
+	return rt_errf(err, "cannot %s log '%s': %s", what, l->path, strerror(e));
+}
+
+/* After a line: flushed, so a full disk shows now (and a crash loses no
+ * finished line).  errno was cleared before the line, so it holds the
+ * first failure of its fprintfs or of this fflush. */
+static int log_flush(RtLog *l, char *err)
+{
+	if (fflush(l->jsonl) == 0 && !ferror(l->jsonl))
+		return 0;
+	return log_failed(l, "write", errno ? errno : EIO, err);
 }
 
 /* JSON has no NaN or Infinity: write null so the line still parses. */
@@ -60,9 +85,10 @@ static void fmt_eta(char *out, size_t n, double s)
 		snprintf(out, n, "%.0fs", s);
 }
 
-void rt_log_step(RtLog *l, const RtLogStep *s)
+int rt_log_step(RtLog *l, const RtLogStep *s, char *err)
 {
 	if (l->jsonl) {
+		errno = 0;
 		fprintf(l->jsonl, "{\"step\":%lld", (long long)s->step);
 		json_num(l->jsonl, "loss", s->loss, "%.9g");
 		if (s->has_grad_norm)
@@ -78,10 +104,11 @@ void rt_log_step(RtLog *l, const RtLogStep *s)
 		json_num(l->jsonl, "comm_s", s->comm_s, "%.6f");
 		json_num(l->jsonl, "idle_s", s->idle_s, "%.6f");
 		fputs("}\n", l->jsonl);
-		fflush(l->jsonl);
+		if (log_flush(l, err))
+			return -1;
 	}
 	if (l->quiet)
-		return;
+		return 0;
 	double now = rt_now();
 	if (l->first_step < 0) {
 		l->first_step = s->step;
@@ -94,7 +121,7 @@ void rt_log_step(RtLog *l, const RtLogStep *s)
 	if (l->tty) {
 		/* a terminal redrawn 10 times a second is enough to read */
 		if (s->step != s->steps && now - l->last_draw < 0.1)
-			return;
+			return 0;
 		l->last_draw = now;
 		fprintf(stderr, "\rstep %lld/%lld  loss %.4f  lr %.3g  %.0f tok/s  %.1f ms  ETA %s\033[K",
 			(long long)s->step, (long long)s->steps, s->loss, s->lr, s->tokens_per_s,
@@ -111,6 +138,7 @@ void rt_log_step(RtLog *l, const RtLogStep *s)
 			s->ms, etas);
 	}
 	fflush(stderr);
+	return 0;
 }
 
 static void end_progress(RtLog *l)
@@ -121,26 +149,48 @@ static void end_progress(RtLog *l)
 	}
 }
 
-void rt_log_eval(RtLog *l, int64_t step, double loss)
+int rt_log_eval(RtLog *l, int64_t step, double loss, char *err)
 {
 	if (l->jsonl) {
+		errno = 0;
 		fprintf(l->jsonl, "{\"step\":%lld", (long long)step);
 		json_num(l->jsonl, "eval_loss", loss, "%.9g");
 		fputs("}\n", l->jsonl);
-		fflush(l->jsonl);
+		if (log_flush(l, err))
+			return -1;
 	}
 	if (!l->quiet) {
 		end_progress(l);
 		fprintf(stderr, "step %lld  eval loss %.6f\n", (long long)step, loss);
 	}
+	return 0;
 }
 
-void rt_log_close(RtLog *l)
+int rt_log_close(RtLog *l, char *err)
 {
 	end_progress(l);
-	if (l->jsonl)
-		fclose(l->jsonl);
+	if (!l->jsonl)
+		return 0;
+	/* what the lines' fflush handed the kernel reaches the disk here; a
+	 * pipe or /dev/null cannot be synced (EINVAL), which is no failure */
+	errno = 0;
+	if (fflush(l->jsonl) != 0 || ferror(l->jsonl))
+		return log_failed(l, "write", errno ? errno : EIO, err);
+	if (fsync(fileno(l->jsonl)) != 0 && errno != EINVAL && errno != EROFS &&
+	    errno != ENOTSUP)
+		return log_failed(l, "fsync", errno, err);
+	FILE *f = l->jsonl;
 	l->jsonl = NULL;
+	if (fclose(f) != 0) {
+		int e = errno;
+		if (l->warn_only) {
+			rt_log_note(l, "warning: cannot close log '%s': %s (--log-errors warn)",
+				    l->path, strerror(e));
+			return 0;
+		}
+		return rt_errf(err, "cannot close log '%s': %s", l->path, strerror(e));
+	}
+	return 0;
 }
 
 void rt_log_error(RtLog *l, const char *fmt, ...)

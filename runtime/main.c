@@ -24,7 +24,7 @@
 typedef struct Opts {
 	int64_t steps, seed, save_every, eval_every, threads, lr_decay_steps, comm_delay_us;
 	double lr, comm_timeout;
-	bool threads_set, overlap, overlap_copy, overlap_set, backend_set;
+	bool threads_set, overlap, overlap_copy, overlap_set, backend_set, log_warn;
 	const char *log, *save, *resume, *data, *val_data, *dump, *backend, *device;
 	bool check_numerics, verbose, quiet, help, seed_set, decay_set;
 } Opts;
@@ -38,6 +38,8 @@ static const char usage[] =
 	"  --log FILE.jsonl   one JSON object per step: step, loss, grad_norm, lr,\n"
 	"                     tokens_per_s, ms, compute_ms, comm_ms, compute_s, comm_s,\n"
 	"                     idle_s; eval lines: step, eval_loss\n"
+	"  --log-errors MODE  fail (default): a failed log write stops the run;\n"
+	"                     warn: one warning, then training goes on without the log\n"
 	"  --save DIR         write checkpoints to DIR: the initial weights as step 0,\n"
 	"                     every --save-every steps, and the last step\n"
 	"  --save-every K     checkpoint every K steps (default 0: only step 0 and the end)\n"
@@ -155,7 +157,7 @@ static int parse_args(Opts *o, const DtmPlan *p, int argc, char **argv, char *er
 			"--resume", "--data", "--val-data", "--eval-every", "--threads",
 			"--lr-decay-steps",
 			"--dump-batches", "--backend", "--comm-timeout", "--device",
-			"--overlap", "--comm-delay-us",
+			"--overlap", "--comm-delay-us", "--log-errors",
 		};
 		bool known = false;
 		for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
@@ -209,6 +211,14 @@ static int parse_args(Opts *o, const DtmPlan *p, int argc, char **argv, char *er
 			o->overlap = strcmp(val, "off") != 0;
 			o->overlap_copy = !strcmp(val, "on");
 			o->overlap_set = true;
+		}
+		else if (!strcmp(flag, "--log-errors")) {
+			if (strcmp(val, "fail") != 0 && strcmp(val, "warn") != 0) {
+				snprintf(err, RT_ERR_LEN, "--log-errors wants fail or warn, got '%s'",
+					 val);
+				rc = -1;
+			}
+			o->log_warn = !strcmp(val, "warn");
 		}
 		else if (!strcmp(flag, "--lr-decay-steps"))
 			rc = parse_i64(flag, val, 1, &o->lr_decay_steps, err), o->decay_set = true;
@@ -425,7 +435,11 @@ static int train(const DtmPlan *p, Opts *o, const Sources *src, RtRun *r, RtLog 
 			.compute_ms = r->compute_s * 1e3, .comm_ms = r->comm_s * 1e3,
 			.compute_s = r->compute_s, .comm_s = r->comm_s, .idle_s = r->idle_s,
 		};
-		rt_log_step(log, &ls);
+		if (rt_log_step(log, &ls, err)) {
+			rt_errf(emsg, "%s", err);
+			status = 1;
+			break;
+		}
 		if (!isfinite(loss)) {
 			rt_errf(emsg, "loss is %s at step %lld%s", isnan(loss) ? "NaN" : "Inf",
 				     (long long)t,
@@ -446,7 +460,11 @@ static int train(const DtmPlan *p, Opts *o, const Sources *src, RtRun *r, RtLog 
 				status = 1;
 				break;
 			}
-			rt_log_eval(log, t, el);
+			if (rt_log_eval(log, t, el, err)) {
+				rt_errf(emsg, "%s", err);
+				status = 1;
+				break;
+			}
 		}
 		if (o->save && ((o->save_every > 0 && t % o->save_every == 0) || t == o->steps)) {
 			meta.step = t;
@@ -492,6 +510,7 @@ static int run_rank(RankJob *j)
 		fprintf(stderr, "error: %s\n", j->err);
 		return 1;
 	}
+	log.warn_only = j->o.log_warn;
 	RtRun run;
 	int status = 0;
 	bool cuda = !strcmp(j->o.device, "cuda");
@@ -523,13 +542,17 @@ static int run_rank(RankJob *j)
 			status = train(plan, &j->o, j->src, &run, &log, j->err);
 		rt_run_free(&run);
 	}
+	/* the log's last writes are checked too (fsync, fclose) */
+	if (!status && rt_log_close(&log, j->err))
+		status = 1;
 	/* Each rank prints its own failure; a rank stopped by another's
 	 * failure stays quiet, since that rank says why. */
 	if (status && world == 1)
 		rt_log_error(&log, "%s", j->err);
 	else if (status && !(j->comm && j->comm->peer_failed))
 		rt_log_error(&log, "rank %d: %s", j->rank, j->err);
-	rt_log_close(&log);
+	char e[RT_ERR_LEN];
+	rt_log_close(&log, e);
 	return status;
 }
 

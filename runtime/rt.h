@@ -382,8 +382,14 @@ typedef struct RtLogStep {
 	double compute_s, comm_s, idle_s;
 } RtLogStep;
 
+/* The .jsonl log's writes are checked (each line flushed, fsync and
+ * fclose at the end): a failure is an error naming the file and strerror,
+ * or with warn_only (--log-errors warn) one warning, after which the log
+ * is closed and the run goes on without it. */
 typedef struct RtLog {
 	FILE *jsonl;
+	const char *path;
+	bool warn_only;
 	bool tty, quiet;
 	int64_t print_every;
 	int64_t first_step;
@@ -393,9 +399,10 @@ typedef struct RtLog {
 } RtLog;
 
 int rt_log_open(RtLog *l, const char *path, bool quiet, char *err);
-void rt_log_step(RtLog *l, const RtLogStep *s);
-void rt_log_eval(RtLog *l, int64_t step, double loss);
-void rt_log_close(RtLog *l);
+/* 0, or -1 with err when the log cannot be written (see RtLog). */
+int rt_log_step(RtLog *l, const RtLogStep *s, char *err);
+int rt_log_eval(RtLog *l, int64_t step, double loss, char *err);
+int rt_log_close(RtLog *l, char *err);
 /* Prints "error: ..." on stderr, ending a progress line first. */
 void rt_log_error(RtLog *l, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void rt_log_note(RtLog *l, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

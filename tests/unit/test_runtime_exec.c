@@ -320,6 +320,93 @@ static void test_resume(const DtmPlan *p)
 	free(re0);
 }
 
+static int count_of(const char *s, const char *needle)
+{
+	int n = 0;
+	for (; s && (s = strstr(s, needle)); s++)
+		n++;
+	return n;
+}
+
+/* Fails every write of a step-6 checkpoint file: a disk full there. */
+static int fail_step6(const char *tmp, uint64_t off, size_t n, void *ctx)
+{
+	(void)off;
+	(void)n;
+	(void)ctx;
+	return strstr(tmp, "step_000006") != NULL;
+}
+
+/* Every write is checked: the log (a full device stops the run, or with
+ * --log-errors warn warns once), checkpoints (atomic: a failed save
+ * leaves the previous one selected and resumable), and a corrupted
+ * checkpoint is refused naming the file and the tensor. */
+static void test_write_errors(const DtmPlan *p)
+{
+	CHECK_EQ_INT(run(p, "--steps", "3", "--log", "/dev/full", NULL), 1);
+	char *e = read_stderr();
+	CHECK(e && strstr(e, "error: cannot write log '/dev/full': No space left on device"));
+	free(e);
+	CHECK_EQ_INT(run(p, "--steps", "3", "--log", "/dev/full", "--log-errors", "warn", NULL), 0);
+	e = read_stderr();
+	CHECK_EQ_INT(count_of(e, "warning: cannot write log '/dev/full': No space left on device"),
+		     1);
+	CHECK_EQ_INT(count_of(e, "error:"), 0);
+	if (e)
+		fprintf(stderr, "(expected) %s", e);
+	free(e);
+	CHECK_EQ_INT(run(p, "--log-errors", "maybe", NULL), 1);
+	e = read_stderr();
+	CHECK(e && strstr(e, "--log-errors wants fail or warn, got 'maybe'"));
+	free(e);
+
+	/* the step-6 save fails: exit 1 naming the file and the cause; no
+	 * temporary left, latest still step 3, which resumes exactly */
+	rt_set_fault_hook(fail_step6, NULL);
+	int rc = run(p, "--steps", "8", "--save-every", "3", "--save", tpath("ckf"), NULL);
+	rt_set_fault_hook(NULL, NULL);
+	CHECK_EQ_INT(rc, 1);
+	e = read_stderr();
+	CHECK(e && strstr(e, "error: saving checkpoint: cannot write ") &&
+	      strstr(e, "ckf/step_000006/rank00000.safetensors.tmp.") &&
+	      strstr(e, "Input/output error"));
+	free(e);
+	char *latest = slurp(tpath("ckf/latest"));
+	CHECK(latest && strcmp(latest, "step_000003\n") == 0);
+	free(latest);
+	CHECK(access(tpath("ckf/step_000006/rank00000.safetensors"), F_OK) != 0);
+	char cmd[512];
+	snprintf(cmd, sizeof cmd, "ls %s/ckf/step_000006 | grep -q tmp", tmpdir);
+	CHECK(system(cmd) != 0);
+	CHECK_EQ_INT(run(p, "--steps", "20", "--resume", tpath("ckf"), "--log", tpath("ckf.jsonl"),
+			 NULL), 0);
+	char *full = slurp(tpath("full.jsonl")), *rest = slurp(tpath("ckf.jsonl"));
+	char lf[32][32], lr[32][32];
+	CHECK(loss_strings(full, lf, 32) == 20 && loss_strings(rest, lr, 32) == 17);
+	for (int i = 0; i < 17 && full && rest; i++)
+		CHECK_EQ_STR(lr[i], lf[3 + i]);
+	free(full);
+	free(rest);
+
+	/* one flipped bit in the last tensor's data */
+	CHECK_EQ_INT(run(p, "--steps", "5", "--save", tpath("ckb"), NULL), 0);
+	const char *f = tpath("ckb/step_000005/rank00000.safetensors");
+	FILE *fp = fopen(f, "r+b");
+	CHECK(fp != NULL);
+	if (fp) {
+		fseek(fp, -1, SEEK_END);
+		int c = fgetc(fp);
+		fseek(fp, -1, SEEK_END);
+		fputc(c ^ 0x01, fp);
+		CHECK(fclose(fp) == 0);
+	}
+	CHECK_EQ_INT(run(p, "--steps", "10", "--resume", tpath("ckb"), NULL), 1);
+	e = read_stderr();
+	CHECK(e && strstr(e, "ckb/step_000005/rank00000.safetensors: tensor opt.mom.w: data does "
+			     "not match its checksum"));
+	free(e);
+}
+
 static void test_eval_and_threads(const DtmPlan *p)
 {
 	CHECK_EQ_INT(run(p, "--steps", "20", "--log", tpath("ev.jsonl"), "--eval-every", "5",
@@ -695,6 +782,7 @@ int main(void)
 	test_feed_tokens();
 	test_train_and_log(&p);
 	test_resume(&p);
+	test_write_errors(&p);
 	test_eval_and_threads(&p);
 	test_cosine();
 	test_nan();
