@@ -226,6 +226,20 @@ endforeach()
 set_tests_properties(inspect.golden inspect.labels PROPERTIES LABELS "inspect;golden")
 # ---- end inspect ----
 
+# ---- e2e: checkpoints and the log under faults (tests/e2e/ckpt.sh, issue 13) ----
+#   e2e.ckpt.mlp  dp=2,tp=2: a checkpoint is refused by a build with the mesh
+#                 axes in another order or a placement moved (same shard
+#                 shapes), with one message; --log /dev/full exits 1 (with
+#                 --log-errors warn: 0, one warning); a save over a file size
+#                 limit (ulimit -f) fails naming the file, leaves the previous
+#                 checkpoint selected and resumable; a flipped byte in a rank
+#                 file and edited index.json files are refused, naming them
+add_test(NAME e2e.ckpt.mlp
+         COMMAND ${DTM_BASH} ${DTM_TESTS}/e2e/ckpt.sh $<TARGET_FILE:dtmc>
+         WORKING_DIRECTORY ${DTM_ROOT})
+set_tests_properties(e2e.ckpt.mlp PROPERTIES TIMEOUT 300 LABELS e2e)
+# ---- end ckpt ----
+
 # ---- e2e: the communication thread (tests/e2e/overlap.sh, runtime/overlap.c) ----
 #   e2e.overlap.gpt  dp=2,tp=2, pp=2,dp=2 (2 micro-batches), ZeRO-3 and DDP
 #                    with a bucket per gradient: 5 steps with --overlap off,

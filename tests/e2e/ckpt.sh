@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# ckpt.sh DTMC - checkpoints and the log when things go wrong (issue 13), on
+# models/mlp.dtm built for dp=2,tp=2 (4 ranks as threads):
+#   1. its checkpoint is refused, exit 1 with one message saying what
+#      differs, by a build with the mesh axes in the other order (a model
+#      copy declaring `mesh (tp = 2, dp = 2)`) and by one with b1's placement
+#      moved from tp to dp (the same shard shapes, so nothing else notices);
+#   2. --log /dev/full exits 1 naming the file and the cause; with
+#      --log-errors warn the run finishes and warns once; a checkpoint write
+#      failing mid-file exits 1 naming the file, leaves no temporary file and
+#      the previous checkpoint selected, which resumes to the uninterrupted
+#      losses.  The failing write comes from a file size limit (ulimit -f,
+#      SIGXFSZ ignored, so write() fails with EFBIG): no root, no tmpfs;
+#   3. one flipped byte in a rank's file is refused naming the file and the
+#      tensor; index.json edited (a placement naming an unknown axis, a
+#      wrong file name, a tensor without dtype) is refused naming it; the
+#      unchanged checkpoint resumes to the uninterrupted losses, bit for bit.
+set -u
+dtmc=$1
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/dtm_ckpt_XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+losses() { sed -n 's/.*"step":\([0-9]*\),"loss":\([^,}]*\).*/\1 \2/p' "$@"; }
+# expect_fail WHAT PATTERN CMD...: CMD exits 1 and its stderr has PATTERN
+expect_fail() {
+	local what=$1 pat=$2
+	shift 2
+	"$@" -q 2>"$tmp/err.txt"
+	local rc=$?
+	[ $rc -eq 1 ] || { cat "$tmp/err.txt" >&2; fail "$what: exit $rc, expected 1"; }
+	grep -qF -- "$pat" "$tmp/err.txt" || { cat "$tmp/err.txt" >&2; fail "$what: no \"$pat\""; }
+	echo "ok: $what: $(grep -m1 error "$tmp/err.txt")"
+}
+
+sed 's/^mesh (dp = 2, tp = 2)$/mesh (tp = 2, dp = 2)/' models/mlp.dtm >"$tmp/order.dtm"
+sed 's/^\(param b1 : f32\[hidden\]\) @ \[tp\]/\1 @ [dp]/' models/mlp.dtm >"$tmp/moved.dtm"
+grep -q '^mesh (tp = 2, dp = 2)$' "$tmp/order.dtm" || fail "models/mlp.dtm: no mesh line to swap"
+grep -q '^param b1 : f32\[hidden\] @ \[dp\]' "$tmp/moved.dtm" || fail "models/mlp.dtm: no b1 @ [tp]"
+"$dtmc" build models/mlp.dtm --mesh dp=2,tp=2 -o "$tmp/mlp" || fail "dtmc build mlp"
+"$dtmc" build "$tmp/order.dtm" --mesh tp=2,dp=2 -o "$tmp/order" || fail "dtmc build (tp, dp)"
+"$dtmc" build "$tmp/moved.dtm" --mesh dp=2,tp=2 -o "$tmp/moved" || fail "dtmc build b1 @ [dp]"
+m=$tmp/mlp
+"$m" --steps 8 --log "$tmp/full.jsonl" -q || fail "8 steps"
+"$m" --steps 4 --save "$tmp/ck" -q || fail "4 steps + save"
+ck=$tmp/ck
+
+# ---- 1. the layout must match ----
+expect_fail "axes in another order" \
+	"checkpoint $ck was written for mesh (dp=2, tp=2), this binary has (tp=2, dp=2); resharding on load is not supported yet" \
+	"$tmp/order" --steps 8 --resume "$ck"
+[ "$(grep -c . "$tmp/err.txt")" -eq 1 ] || { cat "$tmp/err.txt" >&2; fail "more than one message"; }
+expect_fail "a placement moved" \
+	"checkpoint $ck: tensor 'b1' was written with placement [tp], this binary has [dp]; resharding on load is not supported yet" \
+	"$tmp/moved" --steps 8 --resume "$ck"
+
+# ---- 2. write errors ----
+expect_fail "--log /dev/full" "cannot write log '/dev/full': No space left on device" \
+	"$m" --steps 3 --log /dev/full
+"$m" --steps 3 --log /dev/full --log-errors warn -q 2>"$tmp/err.txt" ||
+	{ cat "$tmp/err.txt" >&2; fail "--log-errors warn: exit $?"; }
+[ "$(grep -c "warning: cannot write log '/dev/full'" "$tmp/err.txt")" -eq 1 ] ||
+	{ cat "$tmp/err.txt" >&2; fail "--log-errors warn: not one warning"; }
+echo "ok: --log /dev/full --log-errors warn: exit 0, one warning"
+cp -r "$ck" "$tmp/ckw"
+# a rank's file is about 11 KB: every save stops at 6 KB
+(trap '' XFSZ; ulimit -f 6; exec "$m" --steps 8 --resume "$tmp/ckw" --save "$tmp/ckw" \
+	--save-every 2 -q) 2>"$tmp/err.txt"
+rc=$?
+[ $rc -eq 1 ] || { cat "$tmp/err.txt" >&2; fail "a save over the size limit: exit $rc"; }
+grep -q "saving checkpoint: cannot write .*/ckw/step_000006/rank0000[0-3].safetensors.tmp.*: File too large" \
+	"$tmp/err.txt" || { cat "$tmp/err.txt" >&2; fail "the failed save is not named"; }
+echo "ok: a failed save: $(grep -m1 error "$tmp/err.txt")"
+[ "$(cat "$tmp/ckw/latest")" = step_000004 ] || fail "latest moved past the failed save"
+[ -z "$(find "$tmp/ckw" -name '*.tmp.*')" ] || fail "temporary files left: $(find "$tmp/ckw" -name '*.tmp.*')"
+[ ! -e "$tmp/ckw/step_000006/index.json" ] || fail "the failed step has an index"
+"$m" --steps 8 --resume "$tmp/ckw" --log "$tmp/w.jsonl" -q || fail "resume after a failed save"
+[ "$(losses "$tmp/w.jsonl")" = "$(losses "$tmp/full.jsonl" | sed -n '5,8p')" ] ||
+	fail "resumed after a failed save: other losses"
+echo "ok: after the failed save, step 4 resumes to the uninterrupted losses"
+
+# ---- 3. integrity ----
+cp -r "$ck" "$tmp/ckf"
+f=$tmp/ckf/step_000004/rank00002.safetensors
+hlen=$(od -An -t u8 -N 8 "$f" | tr -d ' ')
+off=$((8 + hlen + 100)) # inside w1, the first tensor
+byte=$(od -An -t u1 -j "$off" -N 1 "$f" | tr -d ' ')
+printf "$(printf '\\%03o' $((byte ^ 1)))" | dd of="$f" bs=1 seek="$off" conv=notrunc 2>/dev/null
+expect_fail "a flipped bit" \
+	"$f: tensor w1: data does not match its checksum" \
+	"$m" --steps 8 --resume "$tmp/ckf"
+ix=$tmp/ck/step_000004/index.json
+cp "$ix" "$tmp/index.orig"
+edit() { sed "$1" "$tmp/index.orig" >"$ix"; }
+edit 's/"b1": {"dtype": "F32", "shape": \[64\], "placement": "\[tp\]"}/"b1": {"dtype": "F32", "shape": [64], "placement": "[pp]"}/'
+expect_fail "index.json: an unknown axis" \
+	"$ix: tensor b1: placement \"[pp]\" names an axis the mesh does not have" \
+	"$m" --steps 8 --resume "$ck"
+edit 's/"rank00001.safetensors"/"rank00009.safetensors"/'
+expect_fail "index.json: a file name" "$ix: files[1] is not \"rank00001.safetensors\"" \
+	"$m" --steps 8 --resume "$ck"
+edit 's/"w2": {"dtype": "F32", /"w2": {/'
+expect_fail "index.json: no dtype" "$ix: tensor w2: missing or unknown \"dtype\"" \
+	"$m" --steps 8 --resume "$ck"
+cp "$tmp/index.orig" "$ix"
+"$m" --steps 8 --resume "$ck" --log "$tmp/r.jsonl" -q || fail "resume of the unchanged checkpoint"
+[ "$(losses "$tmp/r.jsonl")" = "$(losses "$tmp/full.jsonl" | sed -n '5,8p')" ] ||
+	fail "4 + resume 4 differs from 8 uninterrupted steps"
+echo "ok: the unchanged checkpoint resumes to the uninterrupted losses"
+echo "ok"
