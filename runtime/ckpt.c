@@ -130,7 +130,8 @@ static void crc_init(void)
 	}
 	for (int t = 1; t < 8; t++)
 		for (int i = 0; i < 256; i++)
-			crc_tab[t][i] = (crc_tab[t - 1][i] >> 8) ^ crc_tab[0][crc_tab[t - 1][i] & 0xff];
+			crc_tab[t][i] =
+			        (crc_tab[t - 1][i] >> 8) ^ crc_tab[0][crc_tab[t - 1][i] & 0xff];
 }
 
 static uint32_t le32(const unsigned char *p)
@@ -414,7 +415,7 @@ static int parse_crc(const char *s, uint32_t *out)
 	uint32_t v = 0;
 	for (int k = 0; k < 8; k++) {
 		char c = s[k];
-		int d = c >= '0' && c <= '9' ? c - '0'
+		int d = c >= '0' && c <= '9'   ? c - '0'
 		        : c >= 'a' && c <= 'f' ? c - 'a' + 10
 		        : c >= 'A' && c <= 'F' ? c - 'A' + 10
 		                               : -1;
@@ -440,8 +441,9 @@ static int check_crcs(DtmSafetensors *st, const char *label, char *err, size_t e
 		DtmStTensor *t = (DtmStTensor *)dtm_st_find(st, kv->key + np);
 		uint32_t want;
 		if (!t)
-			return seterr(err, errlen, "%s: checksum \"%s\" names no tensor of the file",
-			              label, kv->key);
+			return seterr(err, errlen,
+			              "%s: checksum \"%s\" names no tensor of the file", label,
+			              kv->key);
 		if (t->has_crc32c)
 			return seterr(err, errlen, "%s: tensor %s: repeated checksum", label,
 			              t->name);
@@ -762,7 +764,8 @@ void dtm_ckpt_index_free(DtmCkptIndex *ix)
 /* [A-Za-z_][A-Za-z0-9_]*: what the .dtm grammar allows as a mesh axis. */
 static bool is_ident(const char *s, size_t n)
 {
-	if (n == 0 || !((s[0] >= 'a' && s[0] <= 'z') || (s[0] >= 'A' && s[0] <= 'Z') || s[0] == '_'))
+	if (n == 0 ||
+	    !((s[0] >= 'a' && s[0] <= 'z') || (s[0] >= 'A' && s[0] <= 'Z') || s[0] == '_'))
 		return false;
 	for (size_t k = 1; k < n; k++)
 		if (!((s[k] >= 'a' && s[k] <= 'z') || (s[k] >= 'A' && s[k] <= 'Z') ||
@@ -857,7 +860,8 @@ static const char *placement_error(const char *pl, const DtmCkptIndex *ix, int n
 			size_t n = ident_at(&name);
 			bool red = false;
 			for (size_t r = 0; r < sizeof reds / sizeof reds[0]; r++)
-				red |= k > 0 && strlen(reds[r]) == n && memcmp(reds[r], name, n) == 0;
+				red |= k > 0 && strlen(reds[r]) == n &&
+				       memcmp(reds[r], name, n) == 0;
 			if (n == 0 || (!red && axis_of(ix, name, n) < 0))
 				return "partial(...) names an axis the mesh does not have";
 			s = skip_sp(name + n);
@@ -893,7 +897,8 @@ static int check_fields(const RtJson *obj, const char *const *fields, const char
 		for (int f = 0; fields[f] && !known; f++)
 			known = strcmp(key, fields[f]) == 0;
 		if (!known)
-			return seterr(err, errlen, "%s: %s: unknown field \"%s\"", path, where, key);
+			return seterr(err, errlen, "%s: %s: unknown field \"%s\"", path, where,
+			              key);
 		for (int j = 0; j < k; j++)
 			if (strcmp(obj->kids[j].key, key) == 0)
 				return seterr(err, errlen, "%s: %s: repeated field \"%s\"", path,
@@ -905,7 +910,7 @@ static int check_fields(const RtJson *obj, const char *const *fields, const char
 static int index_from_json(DtmCkptIndex *ix, IndexPriv *p, const char *path, char *err,
                            size_t errlen)
 {
-	static const char *const top_fields[] = {"format", "step",  "seed",    "mesh",
+	static const char *const top_fields[] = {"format", "step",     "seed",    "mesh",
 	                                         "files",  "checksum", "tensors", NULL};
 	static const char *const mesh_fields[] = {"axes", "sizes", NULL};
 	static const char *const tensor_fields[] = {"dtype", "shape", "placement", NULL};
@@ -1038,18 +1043,21 @@ static int index_from_json(DtmCkptIndex *ix, IndexPriv *p, const char *path, cha
 		t->ndim = sh->n;
 		for (int d = 0; d < sh->n; d++)
 			if (get_uint(&sh->kids[d], &t->shape[d]))
-				return seterr(err, errlen,
-				              "%s: tensor %s: shape[%d] is not a non-negative integer",
-				              path, e->key, d);
+				return seterr(
+				        err, errlen,
+				        "%s: tensor %s: shape[%d] is not a non-negative integer",
+				        path, e->key, d);
 		if (tensor_nbytes(t->ndim, t->shape, dtm_st_dtype_size(dtype)) < 0)
 			return seterr(err, errlen, "%s: tensor %s: shape too large", path, e->key);
 		t->dtype = dt->s;
 		if (pl) {
-			const char *why = pl->kind != RT_JSON_STR ? "is not a string"
-			                                          : placement_error(pl->s, ix, t->ndim);
+			const char *why = pl->kind != RT_JSON_STR
+			                          ? "is not a string"
+			                          : placement_error(pl->s, ix, t->ndim);
 			if (why)
-				return seterr(err, errlen, "%s: tensor %s: placement \"%s\" %s", path,
-				              e->key, pl->kind == RT_JSON_STR ? pl->s : "", why);
+				return seterr(err, errlen, "%s: tensor %s: placement \"%s\" %s",
+				              path, e->key, pl->kind == RT_JSON_STR ? pl->s : "",
+				              why);
 			t->placement = pl->s;
 		}
 	}

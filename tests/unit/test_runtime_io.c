@@ -957,8 +957,10 @@ static void test_safetensors_checksums(void)
 		err[0] = '\0';
 		int rc = dtm_st_open_memory(&st, mut, len, "flip.safetensors", err, sizeof err);
 		char want[300];
-		snprintf(want, sizeof want, "flip.safetensors: tensor %s: data does not match its "
-		         "checksum", owner ? owner : "?");
+		snprintf(want, sizeof want,
+		         "flip.safetensors: tensor %s: data does not match its "
+		         "checksum",
+		         owner ? owner : "?");
 		if (rc != -1 || !strstr(err, want)) {
 			fprintf(stderr, "byte %zu: \"%s\"\n", b, err);
 			caught = 0;
@@ -1196,14 +1198,13 @@ static void test_index(void)
 
 	/* every field the loader uses, checked: each variant of a valid
 	 * index is refused with a message naming the file and the fault */
-	static const char base[] =
-	        "{\"format\":\"dtm-1\",\"step\":1,\"seed\":\"7\","
-	        "\"mesh\":{\"axes\":[\"dp\",\"tp\"],\"sizes\":[2,2]},"
-	        "\"files\":[\"rank00000.safetensors\",\"rank00001.safetensors\","
-	        "\"rank00002.safetensors\",\"rank00003.safetensors\"],"
-	        "\"checksum\":\"crc32c\","
-	        "\"tensors\":{\"w\":{\"dtype\":\"F32\",\"shape\":[4,6],"
-	        "\"placement\":\"[(dp, tp), _]\"}}}";
+	static const char base[] = "{\"format\":\"dtm-1\",\"step\":1,\"seed\":\"7\","
+	                           "\"mesh\":{\"axes\":[\"dp\",\"tp\"],\"sizes\":[2,2]},"
+	                           "\"files\":[\"rank00000.safetensors\",\"rank00001.safetensors\","
+	                           "\"rank00002.safetensors\",\"rank00003.safetensors\"],"
+	                           "\"checksum\":\"crc32c\","
+	                           "\"tensors\":{\"w\":{\"dtype\":\"F32\",\"shape\":[4,6],"
+	                           "\"placement\":\"[(dp, tp), _]\"}}}";
 	static const struct {
 		const char *from, *to, *msg; /* base with `from` replaced by `to` */
 	} cases[] = {
