@@ -491,6 +491,8 @@ int rt_check_action(RtRun *r, int idx, const DtmAction *a, void *const *ptr)
 	return 0;
 }
 
+int (*rt_test_action_hook)(RtRun *r, int action);
+
 static bool is_comm(const DtmAction *a)
 {
 	return a->kind == DTM_ACT_COLL || a->kind == DTM_ACT_SEND || a->kind == DTM_ACT_RECV;
@@ -519,6 +521,8 @@ static int run_inline(RtRun *r, bool forward_only)
 			continue;
 		if (a->kind == DTM_ACT_WAIT)
 			continue; /* everything here is synchronous */
+		if (rt_test_action_hook && rt_test_action_hook(r, i))
+			return -1;
 		double t0 = rt_now();
 		if (is_comm(a) ? rt_comm_action(r, a, r->ptr, r->err) : run_compute(r, a))
 			return -1;
@@ -548,6 +552,8 @@ static int run_overlapped(RtRun *r, bool forward_only)
 		const DtmAction *a = &st->actions[i];
 		if (forward_only && a->phase != DTM_PHASE_FORWARD)
 			continue;
+		if (rt_test_action_hook && rt_test_action_hook(r, i))
+			goto fail;
 		double t0 = rt_now();
 		if (a->kind == DTM_ACT_WAIT) {
 			if (rt_overlap_wait_all(r))

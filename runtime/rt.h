@@ -211,6 +211,13 @@ int rt_run_init_values(RtRun *r, uint64_t seed);
 /* One pass over this stage's actions; forward_only runs just the
  * DTM_PHASE_FORWARD ones (evaluation). */
 int rt_run_actions(RtRun *r, bool forward_only);
+/* Test-only fault injection: when set, called on the rank's own thread
+ * before each action rt_run_actions runs on the CPU (action: its index in
+ * the stage); nonzero stops the pass as a failed action would, with the
+ * message the hook wrote into r->err.  A hook that does not return
+ * simulates a rank stuck outside communication.  NULL (the default) costs
+ * one test per action; set it only while no rank runs. */
+extern int (*rt_test_action_hook)(RtRun *r, int action);
 int rt_read_scalar(RtRun *r, int buf, double *out);
 /* Runs communication action a now on this thread (with --comm-delay-us's
  * sleep first when a message moves); err gets the message. */
