@@ -17,6 +17,27 @@
  * world, woken when a barrier completes while anyone sleeps.  Sleeping
  * waits wake at least every 100 ms to look for a failed or exited rank
  * and give up at the timeout, naming the members that never arrived.
+ *
+ * Failure and memory.  Peers read and write a member's buffers directly
+ * (its arena, an overlap staging copy, comm_run_action's temporary copy)
+ * from the moment the first barrier completes until they arrive at the
+ * second, and the member frees those buffers as soon as the call returns
+ * -- with an error, its whole arena.  So a call never returns while a
+ * peer may still touch what it published, failure or not:
+ *   - the first barrier (the entry) may be given up on a failure notice,
+ *     an exited peer or the timeout, but only by withdrawing the arrival:
+ *     one atomic word holds the generation and the count, and a withdrawal
+ *     is a compare-and-swap on it that fails once the generation has
+ *     moved.  Either the member is withdrawn, and the barrier cannot
+ *     complete without it, so no peer ever reads its pointers; or the
+ *     barrier completed first, and the member goes on with the collective
+ *     as if it had seen nothing (the notice stops it at its next call);
+ *   - the second barrier (the exit) ignores notices and the timeout: every
+ *     member counted at the entry is between the barriers, where it only
+ *     copies and reduces memory, so all of them arrive.
+ * This makes a use after free impossible whatever order the ranks stop and
+ * free in, rather than unlikely (it used to be: a notice from a third rank
+ * let a member leave the exit barrier while its partner still read it).
  */
 #include <pthread.h>
 #include <sched.h>
@@ -33,11 +54,15 @@
 #define LOCAL_BLOCK 4096 /* elements reduced per pass: 16 KB of f32 in L1 */
 #define LOCAL_SPIN 2000
 
+/* word: the generation in the high 32 bits, the members arrived in the
+ * low 32, so arriving, completing and withdrawing are each one CAS. */
 typedef struct LGroup {
-	_Atomic int count;
-	_Atomic uint64_t gen;
-	char pad[48];
+	_Atomic uint64_t word;
+	char pad[56];
 } LGroup;
+
+#define GEN(wd) ((uint32_t)((wd) >> 32))
+#define ARRIVED(wd) ((uint32_t)(wd))
 
 /* What a member publishes for the collective it is in. */
 typedef struct LSlot {
@@ -45,8 +70,8 @@ typedef struct LSlot {
 	void *out;
 	const int64_t *scounts;
 	_Atomic(LGroup *) at;   /* the barrier it last arrived at, for messages */
-	_Atomic uint64_t at_gen;
-	char pad[24];
+	_Atomic uint32_t at_gen;
+	char pad[28];
 } LSlot;
 
 /* A message in flight. */
@@ -180,19 +205,21 @@ static LGroup *get_group(CommLocalWorld *w, uint32_t axes, int color)
 /* ---- waiting ---- */
 
 typedef struct Wait {
-	/* done when *gen != gen0 (barrier) or *flag == want (mailbox) */
-	_Atomic uint64_t *gen;
-	uint64_t gen0;
+	/* done when the generation of *group is not gen0 (barrier) or *flag
+	 * == want (mailbox) */
+	uint32_t gen0;
 	_Atomic int *flag;
 	int want;               /* -2: done when *flag > 0 */
-	LGroup *group;          /* barrier: for the members not arrived */
+	LGroup *group;          /* barrier */
 	int peer;               /* mailbox: the other side */
+	bool withdraw;          /* barrier: give up by withdrawing (the entry) */
+	bool must_finish;       /* barrier: no giving up (the exit) */
 } Wait;
 
 static bool wait_done(const Wait *wt)
 {
-	if (wt->gen)
-		return atomic_load(wt->gen) != wt->gen0;
+	if (wt->group)
+		return GEN(atomic_load(&wt->group->word)) != wt->gen0;
 	if (wt->want == -2)
 		return atomic_load(wt->flag) > 0;
 	return atomic_load(wt->flag) == wt->want;
@@ -250,6 +277,23 @@ static int wait_problem(Comm *c, const Wait *wt, bool timed_out)
 			 c->rank, w->timeout_s, lc->op, ax, nm > 1 ? "s" : "", who);
 }
 
+/* Takes this rank's arrival back from the barrier of generation gen0:
+ * true, or false when the barrier completed first (it then counts this
+ * rank, and the peers are reading its buffers). */
+static bool withdraw(Comm *c, const Wait *wt)
+{
+	LGroup *gr = wt->group;
+	uint64_t wd = atomic_load(&gr->word);
+	while (GEN(wd) == wt->gen0) {
+		/* this rank's arrival is in the count, so it is >= 1; its
+		 * slot still says it arrived, so the peers' messages name the
+		 * ranks that never came, not the ones that gave up */
+		if (atomic_compare_exchange_weak(&gr->word, &wd, wd - 1))
+			return true;
+	}
+	return false;
+}
+
 static int wait_for(Comm *c, const Wait *wt)
 {
 	CommLocalWorld *w = ((LComm *)c->impl)->w;
@@ -264,24 +308,36 @@ static int wait_for(Comm *c, const Wait *wt)
 		if (wait_done(wt))
 			return 0;
 		double now = comm_now();
-		if (wait_problem(c, wt, now >= deadline))
-			return -1;
-		double until = now + 0.1 < deadline ? now + 0.1 : deadline;
+		bool pf = c->peer_failed;
+		if (!wt->must_finish && wait_problem(c, wt, now >= deadline)) {
+			if (!wt->withdraw || withdraw(c, wt))
+				return -1;
+			/* completed meanwhile: go on, the peers are in */
+			c->peer_failed = pf;
+			return 0;
+		}
+		double until = now + 0.1 < deadline || wt->must_finish ? now + 0.1 : deadline;
 		struct timespec ts = { (time_t)until, (long)((until - (double)(time_t)until) * 1e9) };
 		atomic_fetch_add(&w->sleepers, 1);
 		pthread_mutex_lock(&w->mu);
-		if (!wait_done(wt) && !atomic_load(&w->failed))
+		if (!wait_done(wt) && (wt->must_finish || !atomic_load(&w->failed)))
 			pthread_cond_timedwait(&w->cv, &w->mu, &ts);
 		pthread_mutex_unlock(&w->mu);
 		atomic_fetch_sub(&w->sleepers, 1);
 	}
 }
 
-static int group_barrier(Comm *c, uint32_t axes, const CommGroup *g)
+/* The entry barrier of a collective (or a plain barrier): may fail, and
+ * then this rank is not counted in it.  exit: the barrier after the
+ * members have read each other's buffers, which never fails (see the top
+ * of the file). */
+enum { BAR_ENTRY, BAR_EXIT };
+
+static int group_barrier(Comm *c, uint32_t axes, const CommGroup *g, int kind)
 {
 	LComm *lc = c->impl;
 	CommLocalWorld *w = lc->w;
-	if (atomic_load(&w->failed)) {
+	if (kind == BAR_ENTRY && atomic_load(&w->failed)) {
 		Wait none = { .flag = &w->failed, .want = -1, .peer = c->rank };
 		return wait_problem(c, &none, false);
 	}
@@ -289,17 +345,24 @@ static int group_barrier(Comm *c, uint32_t axes, const CommGroup *g)
 		return 0;
 	LGroup *gr = get_group(w, axes, g->color);
 	if (!gr)
-		return comm_errf(c, "out of memory");
-	uint64_t gen = atomic_load(&gr->gen);
+		return comm_errf(c, "out of memory"); /* only at an entry: made there */
+	/* the generation cannot move before this rank arrives */
+	uint64_t wd = atomic_load(&gr->word);
+	uint32_t gen = GEN(wd);
 	atomic_store(&w->slots[c->rank].at_gen, gen);
 	atomic_store(&w->slots[c->rank].at, gr);
-	if (atomic_fetch_add(&gr->count, 1) == g->size - 1) {
-		atomic_store(&gr->count, 0);
-		atomic_fetch_add(&gr->gen, 1);
-		wake_all(w);
-		return 0;
+	for (;;) {
+		bool last = ARRIVED(wd) == (uint32_t)g->size - 1;
+		uint64_t next = last ? (uint64_t)(gen + 1) << 32 : wd + 1;
+		if (atomic_compare_exchange_weak(&gr->word, &wd, next)) {
+			if (!last)
+				break;
+			wake_all(w);
+			return 0;
+		}
 	}
-	Wait wt = { .gen = &gr->gen, .gen0 = gen, .group = gr };
+	Wait wt = { .gen0 = gen, .group = gr, .withdraw = kind == BAR_ENTRY,
+		    .must_finish = kind == BAR_EXIT };
 	return wait_for(c, &wt);
 }
 
@@ -315,7 +378,13 @@ static int enter(Comm *c, const char *op, uint32_t axes, CommGroup *g, const voi
 	s->in = in;
 	s->out = out;
 	s->scounts = scounts;
-	return group_barrier(c, axes, g);
+	return group_barrier(c, axes, g, BAR_ENTRY);
+}
+
+/* After reading the peers' buffers: every member has left them. */
+static int leave(Comm *c, uint32_t axes, const CommGroup *g)
+{
+	return group_barrier(c, axes, g, BAR_EXIT);
 }
 
 static LSlot *peer_slot(Comm *c, uint32_t axes, int j)
@@ -381,15 +450,23 @@ static void reduce_range(const void *const *ins, int n, void *const *outs, int n
 
 #define LOCAL_MAX_GROUP 1024
 
+/* Before entering: a member returning between the barriers would leave
+ * its peers waiting at the exit. */
+static int check_size(Comm *c, uint32_t axes)
+{
+	int n = comm_group(&c->mesh, c->rank, axes).size;
+	if (n > LOCAL_MAX_GROUP)
+		return comm_errf(c, "group of %d ranks: the local backend takes up to %d", n,
+				 LOCAL_MAX_GROUP);
+	return 0;
+}
+
 static int lc_all_reduce(Comm *c, uint32_t axes, const void *in, void *out, int64_t count,
 			 DtmDtype t, DtmRed red)
 {
 	CommGroup g;
-	if (enter(c, "all_reduce", axes, &g, in, out, NULL))
+	if (check_size(c, axes) || enter(c, "all_reduce", axes, &g, in, out, NULL))
 		return -1;
-	if (g.size > LOCAL_MAX_GROUP)
-		return comm_errf(c, "group of %d ranks: the local backend takes up to %d", g.size,
-				 LOCAL_MAX_GROUP);
 	const void *ins[LOCAL_MAX_GROUP];
 	void *outs[LOCAL_MAX_GROUP];
 	for (int j = 0; j < g.size; j++) {
@@ -405,24 +482,21 @@ static int lc_all_reduce(Comm *c, uint32_t axes, const void *in, void *out, int6
 		hi = count;
 	if (lo < hi)
 		reduce_range(ins, g.size, outs, g.size, lo, hi, lo, t, red);
-	return group_barrier(c, axes, &g);
+	return leave(c, axes, &g);
 }
 
 static int lc_reduce_scatter(Comm *c, uint32_t axes, const void *in, void *out, int64_t count,
 			     DtmDtype t, DtmRed red)
 {
 	CommGroup g;
-	if (enter(c, "reduce_scatter", axes, &g, in, out, NULL))
+	if (check_size(c, axes) || enter(c, "reduce_scatter", axes, &g, in, out, NULL))
 		return -1;
-	if (g.size > LOCAL_MAX_GROUP)
-		return comm_errf(c, "group of %d ranks: the local backend takes up to %d", g.size,
-				 LOCAL_MAX_GROUP);
 	const void *ins[LOCAL_MAX_GROUP];
 	for (int j = 0; j < g.size; j++)
 		ins[j] = peer_slot(c, axes, j)->in;
 	void *outs[1] = { out };
 	reduce_range(ins, g.size, outs, 1, count * g.index, count * (g.index + 1), 0, t, red);
-	return group_barrier(c, axes, &g);
+	return leave(c, axes, &g);
 }
 
 static int lc_all_gather(Comm *c, uint32_t axes, const void *in, void *out, int64_t count,
@@ -438,7 +512,7 @@ static int lc_all_gather(Comm *c, uint32_t axes, const void *in, void *out, int6
 		if (dst != src)
 			memcpy(dst, src, nb);
 	}
-	return group_barrier(c, axes, &g);
+	return leave(c, axes, &g);
 }
 
 static int lc_all_to_allv(Comm *c, uint32_t axes, const void *in, const int64_t *scounts,
@@ -448,7 +522,7 @@ static int lc_all_to_allv(Comm *c, uint32_t axes, const void *in, const int64_t 
 	if (enter(c, "all_to_all", axes, &g, in, out, scounts))
 		return -1;
 	size_t es = esize(t);
-	int64_t roff = 0;
+	int64_t roff = 0, bad_sends = 0;
 	int bad = -1;
 	for (int j = 0; j < g.size; j++) {
 		LSlot *s = peer_slot(c, axes, j);
@@ -457,18 +531,18 @@ static int lc_all_to_allv(Comm *c, uint32_t axes, const void *in, const int64_t 
 			soff += s->scounts[k];
 		int64_t nj = s->scounts[g.index];
 		if (nj != rcounts[j])
-			bad = j;
+			bad = j, bad_sends = nj; /* the peer's counts are gone after leave */
 		else
 			memcpy((char *)out + (size_t)roff * es, (const char *)s->in + (size_t)soff * es,
 			       (size_t)nj * es);
 		roff += rcounts[j];
 	}
-	if (group_barrier(c, axes, &g))
+	if (leave(c, axes, &g))
 		return -1;
 	if (bad >= 0)
 		return comm_errf(c, "all_to_all: rank %d expects %lld elements from member %d, "
 				 "which sends %lld", c->rank, (long long)rcounts[bad], bad,
-				 (long long)peer_slot(c, axes, bad)->scounts[g.index]);
+				 (long long)bad_sends);
 	return 0;
 }
 
@@ -480,7 +554,7 @@ static int lc_broadcast(Comm *c, uint32_t axes, void *buf, int64_t count, DtmDty
 	const void *src = peer_slot(c, axes, root)->in;
 	if (g.index != root && src != buf)
 		memcpy(buf, src, (size_t)count * esize(t));
-	return group_barrier(c, axes, &g);
+	return leave(c, axes, &g);
 }
 
 static int lc_barrier(Comm *c, uint32_t axes)
