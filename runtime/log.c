@@ -193,15 +193,42 @@ int rt_log_close(RtLog *l, char *err)
 	return 0;
 }
 
+/* One line on stderr in one write(2): ranks that fail together (threads
+ * of this process, or processes of an mpirun sharing its stderr) print
+ * whole lines, never "error: error: ..." mixed up.  A line is cut at 4 KB. */
+static void line_v(const char *prefix, const char *fmt, va_list ap)
+{
+	char buf[4096];
+	int n = snprintf(buf, sizeof buf, "%s", prefix);
+	int m = vsnprintf(buf + n, sizeof buf - (size_t)n, fmt, ap);
+	n = m < 0 ? n : n + m < (int)sizeof buf - 1 ? n + m : (int)sizeof buf - 2;
+	buf[n++] = '\n';
+	fflush(stderr); /* whatever stdio holds goes first */
+	for (int k = 0; k < n;) {
+		ssize_t w = write(2, buf + k, (size_t)(n - k));
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			break;
+		k += (int)w;
+	}
+}
+
+void rt_log_line(const char *prefix, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	line_v(prefix, fmt, ap);
+	va_end(ap);
+}
+
 void rt_log_error(RtLog *l, const char *fmt, ...)
 {
 	va_list ap;
 	end_progress(l);
-	fputs("error: ", stderr);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	line_v("error: ", fmt, ap);
 	va_end(ap);
-	fputc('\n', stderr);
 }
 
 void rt_log_note(RtLog *l, const char *fmt, ...)
@@ -209,9 +236,25 @@ void rt_log_note(RtLog *l, const char *fmt, ...)
 	va_list ap;
 	end_progress(l);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	line_v("", fmt, ap);
 	va_end(ap);
-	fputc('\n', stderr);
+}
+
+const char *rt_ranks_name(const int *ranks, int n, char *buf, int len)
+{
+	int k = snprintf(buf, (size_t)len, "rank%s ", n > 1 ? "s" : "");
+	for (int i = 0; i < n && k < len; ) {
+		int j = i;
+		while (j + 1 < n && ranks[j + 1] == ranks[j] + 1)
+			j++;
+		k += snprintf(buf + k, (size_t)(len - k), "%s%d", i ? ", " : "", ranks[i]);
+		if (j > i && k < len)
+			k += snprintf(buf + k, (size_t)(len - k), "-%d", ranks[j]);
+		i = j + 1;
+	}
+	if (k >= len && len > 4)
+		memcpy(buf + len - 4, "...", 4);
+	return buf;
 }
 
 int rt_errf(char *err, const char *fmt, ...)

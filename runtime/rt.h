@@ -410,9 +410,14 @@ int rt_log_open(RtLog *l, const char *path, bool quiet, char *err);
 int rt_log_step(RtLog *l, const RtLogStep *s, char *err);
 int rt_log_eval(RtLog *l, int64_t step, double loss, char *err);
 int rt_log_close(RtLog *l, char *err);
-/* Prints "error: ..." on stderr, ending a progress line first. */
+/* Prints "error: ..." on stderr, ending a progress line first.  These and
+ * rt_log_line write each line with one write(2), so lines of ranks
+ * printing at once never mix. */
 void rt_log_error(RtLog *l, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void rt_log_note(RtLog *l, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void rt_log_line(const char *prefix, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* "rank 2", "ranks 0-3", "ranks 0-1, 3" for ranks in increasing order. */
+const char *rt_ranks_name(const int *ranks, int n, char *buf, int len);
 double rt_now(void);
 /* Formats a message into err (RT_ERR_LEN bytes, truncated) and returns -1,
  * so error paths read `return rt_errf(err, "...", ...);`. */
