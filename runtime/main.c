@@ -5,6 +5,9 @@
  * Defaults come from the plan's train block, flags override them.  Exit
  * status: 0 on success, 1 on any error (a bad flag, a bad plan, a failed
  * checkpoint, a non-finite loss), with one "error: ..." line on stderr.
+ * On the local backend a rank stuck outside communication does not keep
+ * the process alive: its peers time out, and a grace period later the
+ * process exits 1 naming it (run_local's watchdog).
  *
  * Step numbering: steps are 1-based and --steps N is the LAST step, so
  * `--steps 10 --save D` then `--resume D --steps 20` runs steps 11..20 and
@@ -15,6 +18,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "runtime/comm.h"
@@ -493,7 +497,9 @@ typedef struct RankJob {
 	int rank, nthreads;
 	Comm *comm;             /* NULL for a one-rank run */
 	CommLocalWorld *world;  /* the local backend's, else NULL */
+	struct LocalWatch *watch; /* local: the main thread's watchdog */
 	int status;
+	bool finished;          /* local: the thread is done (under watch->mu) */
 	char err[RT_ERR_LEN];
 } RankJob;
 
@@ -507,7 +513,7 @@ static int run_rank(RankJob *j)
 	int64_t world = rt_world_size(plan);
 	RtLog log;
 	if (rt_log_open(&log, lead ? j->o.log : NULL, lead ? j->o.quiet : true, j->err)) {
-		fprintf(stderr, "error: %s\n", j->err);
+		rt_log_line("error: ", "%s", j->err);
 		return 1;
 	}
 	log.warn_only = j->o.log_warn;
@@ -556,12 +562,35 @@ static int run_rank(RankJob *j)
 	return status;
 }
 
+/* ---- the local backend: every rank a thread of this process ----
+ *
+ * The watchdog.  A rank stuck outside communication (in a kernel, in I/O)
+ * cannot be interrupted, and its thread cannot be joined: the ranks
+ * waiting for it report a timeout naming it and stop, and the process
+ * used to wait for that thread forever.  So the main thread waits for the
+ * rank threads only until a grace period after the first rank ended with
+ * an error -- --comm-timeout, at most LOCAL_GRACE_S: enough for every
+ * rank in communication to see the failure (within 0.1 s) and for one in
+ * a kernel to reach its next communication -- then reports the ranks that
+ * never finished and ends the process with status 1.  It does so with
+ * _exit: the stuck threads may hold any lock, and nothing of theirs may be
+ * freed or flushed under them (rank 0's log is flushed line by line).
+ * This is the one place the runtime ends the process itself. */
+#define LOCAL_GRACE_S 5.0
+
+typedef struct LocalWatch {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;      /* a rank finished */
+	int finished;
+	double first_failure;   /* rt_now() when the first rank failed; 0: none */
+} LocalWatch;
+
 static void *rank_thread(void *arg)
 {
 	RankJob *j = arg;
 	char e[COMM_ERR_LEN];
 	if (comm_local_open(&j->comm, j->world, j->rank, e)) {
-		fprintf(stderr, "error: rank %d: %s\n", j->rank, e);
+		rt_log_line("error: ", "rank %d: %s", j->rank, e);
 		j->status = 1;
 	} else {
 		j->status = run_rank(j);
@@ -569,8 +598,17 @@ static void *rank_thread(void *arg)
 		if (j->status && !j->comm->peer_failed)
 			comm_fail(j->comm, j->err);
 		comm_close(j->comm);
+		j->comm = NULL;
 	}
 	comm_local_exit(j->world, j->rank);
+	LocalWatch *w = j->watch;
+	pthread_mutex_lock(&w->mu);
+	j->finished = true;
+	w->finished++;
+	if (j->status && w->first_failure == 0)
+		w->first_failure = rt_now();
+	pthread_cond_broadcast(&w->cv);
+	pthread_mutex_unlock(&w->mu);
 	return NULL;
 }
 
@@ -591,13 +629,20 @@ static int run_local(const DtmPlan *plan, const Opts *o, const Sources *src)
 		free(th);
 		return 1;
 	}
+	LocalWatch watch = { .finished = 0 };
+	pthread_mutex_init(&watch.mu, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* rt_now's clock */
+	pthread_cond_init(&watch.cv, &ca);
+	pthread_condattr_destroy(&ca);
 	int per = o->threads_set ? (int)o->threads : (int)(o->threads / n);
 	int status = 0, started = 0;
 	for (int r = 0; r < n; r++) {
 		jobs[r] = (RankJob){ .plan = plan, .o = *o, .src = src, .rank = r, .world = w,
-				     .nthreads = per > 0 ? per : 1 };
+				     .watch = &watch, .nthreads = per > 0 ? per : 1 };
 		if (pthread_create(&th[r], NULL, rank_thread, &jobs[r]) != 0) {
-			fprintf(stderr, "error: cannot start the thread of rank %d\n", r);
+			rt_log_line("error: ", "cannot start the thread of rank %d", r);
 			/* the started ranks fail at their first collective with
 			 * rank r named, instead of waiting for it */
 			comm_local_exit(w, r);
@@ -608,10 +653,45 @@ static int run_local(const DtmPlan *plan, const Opts *o, const Sources *src)
 		}
 		started++;
 	}
+	double grace = o->comm_timeout < LOCAL_GRACE_S ? o->comm_timeout : LOCAL_GRACE_S;
+	pthread_mutex_lock(&watch.mu);
+	while (watch.finished < started) {
+		if (watch.first_failure == 0) {
+			pthread_cond_wait(&watch.cv, &watch.mu);
+			continue;
+		}
+		double until = watch.first_failure + grace;
+		if (rt_now() >= until)
+			break;
+		struct timespec ts = { (time_t)until,
+				       (long)((until - (double)(time_t)until) * 1e9) };
+		pthread_cond_timedwait(&watch.cv, &watch.mu, &ts);
+	}
+	if (watch.finished < started) {
+		/* the watchdog: report and end the process (see above) */
+		int *stuck = malloc((size_t)started * sizeof *stuck), ns = 0;
+		char who[256] = "some ranks";
+		for (int r = 0; r < started && stuck; r++)
+			if (!jobs[r].finished)
+				stuck[ns++] = r;
+		if (stuck)
+			rt_ranks_name(stuck, ns, who, (int)sizeof who);
+		rt_log_line("error: ", "%s did not finish within %g s of the first failure: "
+			    "stuck outside communication (in a kernel or I/O?); ending the process",
+			    who, grace);
+		if (ftrylockfile(stdout) == 0) {
+			fflush_unlocked(stdout);
+			funlockfile(stdout);
+		}
+		_exit(1);
+	}
+	pthread_mutex_unlock(&watch.mu);
 	for (int r = 0; r < started; r++) {
 		pthread_join(th[r], NULL);
 		status |= jobs[r].status;
 	}
+	pthread_mutex_destroy(&watch.mu);
+	pthread_cond_destroy(&watch.cv);
 	comm_local_world_free(w);
 	free(jobs);
 	free(th);

@@ -9,8 +9,13 @@
  *             every run ends with exit status 1 and the injected message,
  *             and (under the sanitizer build) no rank touches a peer's
  *             freed memory
+ *   hang      rank 1 stuck in a kernel (a hook that never returns): the
+ *             process must end with status 1 within --comm-timeout plus a
+ *             few seconds, naming rank 1 (in a child process, since the
+ *             watchdog ends the process)
  *
- *   test_failure --stress N      N stress runs (default 1000)
+ *   test_failure                 all of it
+ *   test_failure --stress N      N stress runs (default 1000) and nothing else
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -214,12 +219,51 @@ static void test_stress(int runs)
 	       rt_now() - t0, worst);
 }
 
+/* ---- a hung rank ---- */
+
+static void test_hang(void)
+{
+	const double timeout = 1.5;
+	int at[NR] = { -1, 3, -1, -1 }; /* rank 1, inside its first step */
+	double t0 = rt_now();
+	pid_t pid = fork();
+	if (pid == 0) {
+		arm(at, NULL);
+		hang = true;
+		_exit(run_main("on", "1.5"));
+	}
+	CHECK(pid > 0);
+	int st = 0;
+	pid_t done = 0;
+	/* the peers time out at 1.5 s; the watchdog's grace is as long */
+	while ((done = waitpid(pid, &st, WNOHANG)) == 0 && rt_now() - t0 < timeout + 8)
+		usleep(20 * 1000);
+	double dt = rt_now() - t0;
+	if (done == 0) {
+		kill(pid, SIGKILL);
+		waitpid(pid, &st, 0);
+		fprintf(stderr, "hang: the process did not end within %.1f s\n", dt);
+	}
+	CHECK(done == pid);
+	CHECK(done == pid && WIFEXITED(st) && WEXITSTATUS(st) == 1);
+	CHECK(dt < timeout + 5);
+	char *e = slurp(errpath());
+	/* the peers name it, and so does the watchdog */
+	bool named = e && strstr(e, "waiting for rank 1") &&
+		     strstr(e, "error: rank 1 did not finish");
+	CHECK(named);
+	fprintf(stderr, "(expected, after %.1f s, status %d) %s", dt,
+		WIFEXITED(st) ? WEXITSTATUS(st) : -1, e ? e : "(no output)\n");
+	free(e);
+}
+
 int main(int argc, char **argv)
 {
 	int runs = 1000;
+	bool only_stress = false;
 	for (int i = 1; i < argc; i++)
 		if (!strcmp(argv[i], "--stress") && i + 1 < argc)
-			runs = atoi(argv[++i]);
+			runs = atoi(argv[++i]), only_stress = true;
 	snprintf(tmpdir, sizeof tmpdir, "/tmp/dtm_failure_XXXXXX");
 	if (!mkdtemp(tmpdir)) {
 		perror("mkdtemp");
@@ -228,6 +272,9 @@ int main(int argc, char **argv)
 	real_stderr = dup(2);
 	if (__sanitizer_set_report_fd)
 		__sanitizer_set_report_fd((void *)(intptr_t)real_stderr);
+	if (!only_stress) {
+		test_hang(); /* first: it forks, better before this process has threads */
+	}
 	test_stress(runs);
 	unlink(errpath());
 	rmdir(tmpdir);
