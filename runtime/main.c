@@ -497,8 +497,9 @@ typedef struct RankJob {
 	int rank, nthreads;
 	Comm *comm;             /* NULL for a one-rank run */
 	CommLocalWorld *world;  /* the local backend's, else NULL */
-	struct LocalWatch *watch; /* local: the main thread's watchdog */
+	struct LocalWatch *watch; /* local: the main thread reports the errors */
 	int status;
+	bool peer_failed;       /* stopped by another rank's failure */
 	bool finished;          /* local: the thread is done (under watch->mu) */
 	char err[RT_ERR_LEN];
 } RankJob;
@@ -513,7 +514,8 @@ static int run_rank(RankJob *j)
 	int64_t world = rt_world_size(plan);
 	RtLog log;
 	if (rt_log_open(&log, lead ? j->o.log : NULL, lead ? j->o.quiet : true, j->err)) {
-		rt_log_line("error: ", "%s", j->err);
+		if (!j->watch)
+			rt_log_line("error: ", "%s", j->err);
 		return 1;
 	}
 	log.warn_only = j->o.log_warn;
@@ -551,11 +553,13 @@ static int run_rank(RankJob *j)
 	/* the log's last writes are checked too (fsync, fclose) */
 	if (!status && rt_log_close(&log, j->err))
 		status = 1;
-	/* Each rank prints its own failure; a rank stopped by another's
-	 * failure stays quiet, since that rank says why. */
-	if (status && world == 1)
+	/* Each rank prints its own failure (the local backend's main thread
+	 * prints them all, once per message: report_local); a rank stopped by
+	 * another's failure stays quiet, since that rank says why. */
+	j->peer_failed = j->comm && j->comm->peer_failed;
+	if (status && !j->watch && world == 1)
 		rt_log_error(&log, "%s", j->err);
-	else if (status && !(j->comm && j->comm->peer_failed))
+	else if (status && !j->watch && !j->peer_failed)
 		rt_log_error(&log, "rank %d: %s", j->rank, j->err);
 	char e[RT_ERR_LEN];
 	rt_log_close(&log, e);
@@ -571,11 +575,11 @@ static int run_rank(RankJob *j)
  * rank threads only until a grace period after the first rank ended with
  * an error -- --comm-timeout, at most LOCAL_GRACE_S: enough for every
  * rank in communication to see the failure (within 0.1 s) and for one in
- * a kernel to reach its next communication -- then reports the ranks that
- * never finished and ends the process with status 1.  It does so with
- * _exit: the stuck threads may hold any lock, and nothing of theirs may be
- * freed or flushed under them (rank 0's log is flushed line by line).
- * This is the one place the runtime ends the process itself. */
+ * a kernel to reach its next communication -- then reports the errors and
+ * the ranks that never finished and ends the process with status 1.  It
+ * does so with _exit: the stuck threads may hold any lock, and nothing of
+ * theirs may be freed or flushed under them (rank 0's log is flushed line
+ * by line).  This is the one place the runtime ends the process itself. */
 #define LOCAL_GRACE_S 5.0
 
 typedef struct LocalWatch {
@@ -590,7 +594,7 @@ static void *rank_thread(void *arg)
 	RankJob *j = arg;
 	char e[COMM_ERR_LEN];
 	if (comm_local_open(&j->comm, j->world, j->rank, e)) {
-		rt_log_line("error: ", "rank %d: %s", j->rank, e);
+		snprintf(j->err, sizeof j->err, "%s", e);
 		j->status = 1;
 	} else {
 		j->status = run_rank(j);
@@ -610,6 +614,41 @@ static void *rank_thread(void *arg)
 	pthread_cond_broadcast(&w->cv);
 	pthread_mutex_unlock(&w->mu);
 	return NULL;
+}
+
+/* The errors of the finished ranks (under watch->mu, or after the joins),
+ * each message once with the ranks that said it, in rank order:
+ * "error: ranks 0-3: checkpoint ... missing".  The ranks stopped by
+ * another's failure are quiet, unless no rank said anything else. */
+static void report_local(const RankJob *jobs, int n)
+{
+	int *ranks = malloc((size_t)n * sizeof *ranks);
+	bool *done = calloc((size_t)n, sizeof *done);
+	bool any = false;
+	for (int pass = 0; pass < 2 && !any; pass++) {
+		for (int r = 0; r < n; r++) {
+			const RankJob *j = &jobs[r];
+			if (!j->finished || !j->status || (j->peer_failed && pass == 0) ||
+			    (done && done[r]))
+				continue;
+			char who[160];
+			int k = 0;
+			for (int q = r; q < n && ranks && done; q++) {
+				const RankJob *jq = &jobs[q];
+				if (!done[q] && jq->finished && jq->status &&
+				    jq->peer_failed == j->peer_failed && !strcmp(jq->err, j->err))
+					ranks[k++] = q, done[q] = true;
+			}
+			if (k == 0) /* out of memory: one line per rank */
+				snprintf(who, sizeof who, "rank %d", r);
+			else
+				rt_ranks_name(ranks, k, who, (int)sizeof who);
+			rt_log_line("error: ", "%s: %s", who, j->err);
+			any = true;
+		}
+	}
+	free(ranks);
+	free(done);
 }
 
 /* Every rank of the mesh as a thread of this process. */
@@ -669,6 +708,7 @@ static int run_local(const DtmPlan *plan, const Opts *o, const Sources *src)
 	}
 	if (watch.finished < started) {
 		/* the watchdog: report and end the process (see above) */
+		report_local(jobs, started);
 		int *stuck = malloc((size_t)started * sizeof *stuck), ns = 0;
 		char who[256] = "some ranks";
 		for (int r = 0; r < started && stuck; r++)
@@ -690,6 +730,7 @@ static int run_local(const DtmPlan *plan, const Opts *o, const Sources *src)
 		pthread_join(th[r], NULL);
 		status |= jobs[r].status;
 	}
+	report_local(jobs, started);
 	pthread_mutex_destroy(&watch.mu);
 	pthread_cond_destroy(&watch.cv);
 	comm_local_world_free(w);

@@ -13,6 +13,8 @@
  *             process must end with status 1 within --comm-timeout plus a
  *             few seconds, naming rank 1 (in a child process, since the
  *             watchdog ends the process)
+ *   messages  every rank fails with the same message: one line naming the
+ *             ranks; two messages: one line each; no line broken up
  *
  *   test_failure                 all of it
  *   test_failure --stress N      N stress runs (default 1000) and nothing else
@@ -179,6 +181,15 @@ static int run_main(const char *overlap, const char *timeout)
 	return rc;
 }
 
+/* Lines of s that start with "error: ". */
+static int error_lines(const char *s)
+{
+	int n = 0;
+	for (const char *l = s; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
+		n += strncmp(l, "error: ", 7) == 0;
+	return n;
+}
+
 /* ---- stress: random failures ---- */
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
@@ -257,6 +268,48 @@ static void test_hang(void)
 	free(e);
 }
 
+/* ---- messages: deduplicated, whole lines ---- */
+
+static void test_messages(void)
+{
+	char buf[64];
+	CHECK_EQ_STR(rt_ranks_name((int[]){ 1 }, 1, buf, 64), "rank 1");
+	CHECK_EQ_STR(rt_ranks_name((int[]){ 0, 1, 2, 3 }, 4, buf, 64), "ranks 0-3");
+	CHECK_EQ_STR(rt_ranks_name((int[]){ 0, 2 }, 2, buf, 64), "ranks 0, 2");
+	CHECK_EQ_STR(rt_ranks_name((int[]){ 0, 1, 3, 5, 6, 7 }, 6, buf, 64), "ranks 0-1, 3, 5-7");
+	CHECK_EQ_STR(rt_ranks_name((int[]){ 10, 20, 30, 40, 50 }, 5, buf, 16), "ranks 10, 20...");
+
+	/* every rank fails on its own, before any collective, saying the same */
+	static const char *const same[NR] = { "checkpoint run/step_000004 missing",
+					      "checkpoint run/step_000004 missing",
+					      "checkpoint run/step_000004 missing",
+					      "checkpoint run/step_000004 missing" };
+	int at0[NR] = { 0, 0, 0, 0 };
+	arm(at0, same);
+	CHECK_EQ_INT(run_main("on", "20"), 1);
+	char *e = slurp(errpath());
+	CHECK(e && strcmp(e, "error: ranks 0-3: checkpoint run/step_000004 missing\n") == 0);
+	CHECK_EQ_INT(error_lines(e), 1);
+	if (!e || error_lines(e) != 1 || !strstr(e, "ranks 0-3"))
+		fprintf(stderr, "messages, one for all:\n%s", e ? e : "(none)");
+	free(e);
+
+	/* two messages, each from two ranks */
+	static const char *const two[NR] = { "disk full", "no such file", "disk full",
+					     "no such file" };
+	arm(at0, two);
+	CHECK_EQ_INT(run_main("off", "20"), 1);
+	e = slurp(errpath());
+	CHECK(e && strstr(e, "error: ranks 0, 2: disk full\n") &&
+	      strstr(e, "error: ranks 1, 3: no such file\n"));
+	CHECK_EQ_INT(error_lines(e), 2);
+	CHECK(e && !strstr(e, "error: error:"));
+	if (!e || error_lines(e) != 2)
+		fprintf(stderr, "messages, two:\n%s", e ? e : "(none)");
+	free(e);
+	rt_test_action_hook = NULL;
+}
+
 int main(int argc, char **argv)
 {
 	int runs = 1000;
@@ -274,6 +327,7 @@ int main(int argc, char **argv)
 		__sanitizer_set_report_fd((void *)(intptr_t)real_stderr);
 	if (!only_stress) {
 		test_hang(); /* first: it forks, better before this process has threads */
+		test_messages();
 	}
 	test_stress(runs);
 	unlink(errpath());
