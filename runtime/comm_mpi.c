@@ -18,6 +18,16 @@
  * "rank R failed: ...".  A rank that dies without a word (killed) is
  * noticed by mpirun, which ends the job, or at the timeout here.
  *
+ * Who did not arrive.  MPI cannot tell which members of a communicator a
+ * pending collective still waits for, and a stopped (SIGSTOP) or hung
+ * process answers nothing, so at the timeout this rank asks: it counts
+ * the collectives it started per communicator, sends every other member
+ * of the group a probe (on a third duplicate of MPI_COMM_WORLD) and waits
+ * a moment for the answers, which every rank gives from inside any
+ * operation it is polling.  A member that does not answer, or answers
+ * with a count short of this rank's, has not arrived, and the message
+ * names it.  Probing costs nothing until a timeout.
+ *
  * Sends are buffered (copied, MPI_Isend, completed later), so a ring in
  * which every rank sends before it receives works as on local.
  */
@@ -32,7 +42,10 @@
 
 #define MPI_MASKS 256
 #define TAG_FAIL 1
+#define TAG_PROBE 2
+#define TAG_ANSWER 3    /* + the probe round, so late answers match nothing */
 #define TAG_P2P 1000
+#define PROBE_WAIT_S 2.0
 
 typedef struct Pending {
 	MPI_Request req;
@@ -43,12 +56,20 @@ typedef struct MComm {
 	MPI_Comm comms[MPI_MASKS];
 	bool have[MPI_MASKS];
 	CommMesh snap;          /* the mesh the cached communicators are for */
-	MPI_Comm fail_comm, p2p_comm;
+	MPI_Comm fail_comm, p2p_comm, probe_comm;
 	MPI_Request fail_req;
 	char fail_buf[COMM_ERR_LEN];
 	bool fail_seen;
 	Pending *sends;
 	int nsends, capsends;
+	/* collectives started per axes mask: comparable between the members
+	 * of a group, which start them in the same order */
+	int64_t started[MPI_MASKS];
+	MPI_Request probe_req;  /* pre-posted: a peer's probe */
+	int probe_buf[2];       /* its axes mask and answer tag */
+	int64_t *answers;       /* per world rank: what was answered (live until sent) */
+	int asked[2];           /* what this rank probes with (live until sent) */
+	int round;              /* probes this rank sent */
 } MComm;
 
 static int mpi_err(Comm *c, int rc, const char *call)
@@ -89,6 +110,7 @@ static int build_comms(Comm *c)
 		m->have[i] = false;
 	}
 	m->snap = c->mesh;
+	memset(m->started, 0, sizeof m->started);
 	for (uint32_t axes = 0; axes < (1u << c->mesh.naxes) && axes < MPI_MASKS; axes++) {
 		CommGroup g = comm_group(&c->mesh, c->rank, axes);
 		MPI_CHECK(c, MPI_Comm_split(MPI_COMM_WORLD, g.color, g.index, &m->comms[axes]));
@@ -98,7 +120,8 @@ static int build_comms(Comm *c)
 	return 0;
 }
 
-/* The communicator of this rank's group over axes. */
+/* The communicator of this rank's group over axes, for a collective
+ * about to start on it (counted: see "who did not arrive" above). */
 static int group_comm(Comm *c, uint32_t axes, MPI_Comm *out)
 {
 	MComm *m = c->impl;
@@ -109,6 +132,7 @@ static int group_comm(Comm *c, uint32_t axes, MPI_Comm *out)
 	if (axes >= MPI_MASKS || !m->have[axes])
 		return comm_errf(c, "no communicator for axes mask 0x%x", (unsigned)axes);
 	*out = m->comms[axes];
+	m->started[axes]++;
 	return 0;
 }
 
@@ -125,6 +149,113 @@ static void reap_sends(MComm *m)
 			m->sends[k++] = m->sends[i];
 	}
 	m->nsends = k;
+}
+
+/* Answers the probes peers sent (see the top of the file). */
+static void serve_probes(MComm *m)
+{
+	for (;;) {
+		int done = 0;
+		MPI_Status st;
+		if (MPI_Test(&m->probe_req, &done, &st) != MPI_SUCCESS || !done)
+			return;
+		int axes = m->probe_buf[0], src = st.MPI_SOURCE;
+		m->answers[src] = axes >= 0 && axes < MPI_MASKS ? m->started[axes] : -1;
+		MPI_Request r;
+		if (MPI_Isend(&m->answers[src], 1, MPI_INT64_T, src, m->probe_buf[1], m->probe_comm,
+			      &r) == MPI_SUCCESS)
+			MPI_Request_free(&r);
+		MPI_Irecv(m->probe_buf, 2, MPI_INT, MPI_ANY_SOURCE, TAG_PROBE, m->probe_comm,
+			  &m->probe_req);
+	}
+}
+
+/* After a timeout in the group over axes: the members that have not
+ * started this rank's latest collective there, in missing[] (world
+ * ranks); silent[i] when member missing[i] did not answer at all. */
+static int find_missing(Comm *c, uint32_t axes, int *missing, bool *silent, int max)
+{
+	MComm *m = c->impl;
+	CommGroup g = comm_group(&c->mesh, c->rank, axes);
+	int n = g.size, tag = TAG_ANSWER + (++m->round % 30000);
+	MPI_Request *rq = calloc((size_t)n * 2, sizeof *rq);
+	int64_t *got = calloc((size_t)n, sizeof *got);
+	m->asked[0] = (int)axes;
+	m->asked[1] = tag;
+	if (!rq || !got) {
+		free(rq);
+		free(got);
+		return 0;
+	}
+	for (int i = 0; i < n; i++) {
+		int peer = comm_group_member(&c->mesh, c->rank, axes, i);
+		rq[i] = rq[n + i] = MPI_REQUEST_NULL;
+		if (peer == c->rank)
+			continue;
+		MPI_Irecv(&got[i], 1, MPI_INT64_T, peer, tag, m->probe_comm, &rq[i]);
+		MPI_Isend(m->asked, 2, MPI_INT, peer, TAG_PROBE, m->probe_comm, &rq[n + i]);
+	}
+	/* live peers answer within milliseconds; a stopped one never does */
+	double deadline = comm_now() + (c->timeout_s < PROBE_WAIT_S ? c->timeout_s : PROBE_WAIT_S);
+	for (bool all = false; !all && comm_now() < deadline;) {
+		serve_probes(m); /* peers that timed out too ask this rank */
+		all = true;
+		/* one by one: MPI_Testall frees nothing until all are done */
+		for (int i = 0; i < 2 * n; i++) {
+			int done = 0;
+			if (rq[i] != MPI_REQUEST_NULL)
+				MPI_Test(&rq[i], &done, MPI_STATUS_IGNORE);
+			all &= rq[i] == MPI_REQUEST_NULL;
+		}
+		if (!all)
+			usleep(200);
+	}
+	int nm = 0;
+	for (int i = 0; i < n; i++) {
+		int peer = comm_group_member(&c->mesh, c->rank, axes, i);
+		if (peer == c->rank)
+			continue;
+		bool answered = rq[i] == MPI_REQUEST_NULL;
+		if (!answered) {
+			MPI_Cancel(&rq[i]);
+			MPI_Request_free(&rq[i]);
+		}
+		if (rq[n + i] != MPI_REQUEST_NULL)
+			MPI_Request_free(&rq[n + i]);
+		if ((!answered || got[i] < m->started[axes]) && nm < max) {
+			silent[nm] = !answered;
+			missing[nm++] = peer;
+		}
+	}
+	free(rq);
+	free(got);
+	return nm;
+}
+
+/* The timeout message, naming the members that did not arrive. */
+static int timed_out(Comm *c, const char *op, uint32_t axes)
+{
+	char ax[96], who[256], mute[256];
+	int missing[64];
+	bool silent[64];
+	comm_axes_name(&c->mesh, axes, ax, sizeof ax);
+	int nm = strcmp(op, "recv") != 0 ? find_missing(c, axes, missing, silent, 64) : 0;
+	if (nm == 0)
+		return comm_errf(c, "rank %d timed out after %g s in %s over %s: a peer of that "
+				 "group is stuck or dead", c->rank, c->timeout_s, op, ax);
+	int k = 0, q = 0, nq = 0;
+	for (int i = 0; i < nm; i++) {
+		k += snprintf(who + k, sizeof who - (size_t)k, "%s%d", i ? ", " : "", missing[i]);
+		if (silent[i])
+			q += snprintf(mute + q, sizeof mute - (size_t)q, "%s%d", nq++ ? ", " : "",
+				      missing[i]);
+		if (k >= (int)sizeof who - 16 || q >= (int)sizeof mute - 16)
+			break;
+	}
+	return comm_errf(c, "rank %d timed out after %g s in %s over %s waiting for rank%s %s%s%s%s",
+			 c->rank, c->timeout_s, op, ax, nm > 1 ? "s" : "", who,
+			 nq ? " (no answer from " : "", nq ? mute : "",
+			 nq ? ": stopped, or busy outside communication)" : "");
 }
 
 /* Polls req to completion, a failure notice or the deadline. */
@@ -150,12 +281,10 @@ static int mwait(Comm *c, MPI_Request *req, const char *op, uint32_t axes)
 			return comm_errf(c, "rank %d failed: %s", fdone ? st.MPI_SOURCE : -1,
 					 m->fail_buf);
 		}
-		if (comm_now() > deadline) {
-			char ax[96];
-			return comm_errf(c, "rank %d timed out after %g s in %s over %s: a peer of "
-					 "that group is stuck or dead", c->rank, c->timeout_s, op,
-					 comm_axes_name(&c->mesh, axes, ax, sizeof ax));
-		}
+		if (comm_now() > deadline)
+			return timed_out(c, op, axes);
+		if ((spins & 63) == 0)
+			serve_probes(m);
 		if (spins > 2000)
 			usleep(spins > 20000 ? 200 : 20);
 	}
@@ -416,6 +545,11 @@ static void mp_close(Comm *c)
 		MPI_Cancel(&m->fail_req);
 		MPI_Request_free(&m->fail_req);
 	}
+	if (m->probe_req != MPI_REQUEST_NULL) {
+		MPI_Cancel(&m->probe_req);
+		MPI_Request_free(&m->probe_req);
+	}
+	free(m->answers);
 	free(m);
 	free(c);
 }
@@ -462,9 +596,11 @@ int comm_mpi_open(Comm **out, const CommMesh *mesh, double timeout_s, char *err)
 	}
 	Comm *c = calloc(1, sizeof *c);
 	MComm *m = calloc(1, sizeof *m);
-	if (!c || !m) {
+	int64_t *answers = calloc((size_t)size, sizeof *answers);
+	if (!c || !m || !answers) {
 		free(c);
 		free(m);
+		free(answers);
 		snprintf(err, COMM_ERR_LEN, "out of memory");
 		return -1;
 	}
@@ -473,8 +609,13 @@ int comm_mpi_open(Comm **out, const CommMesh *mesh, double timeout_s, char *err)
 	MPI_Comm_dup(MPI_COMM_WORLD, &m->p2p_comm);
 	MPI_Comm_set_errhandler(m->fail_comm, MPI_ERRORS_RETURN);
 	MPI_Comm_set_errhandler(m->p2p_comm, MPI_ERRORS_RETURN);
+	MPI_Comm_dup(MPI_COMM_WORLD, &m->probe_comm);
+	MPI_Comm_set_errhandler(m->probe_comm, MPI_ERRORS_RETURN);
 	MPI_Irecv(m->fail_buf, COMM_ERR_LEN, MPI_CHAR, MPI_ANY_SOURCE, TAG_FAIL, m->fail_comm,
 		  &m->fail_req);
+	m->answers = answers;
+	MPI_Irecv(m->probe_buf, 2, MPI_INT, MPI_ANY_SOURCE, TAG_PROBE, m->probe_comm,
+		  &m->probe_req);
 	c->ops = &mpi_ops;
 	c->rank = rank;
 	c->size = size;

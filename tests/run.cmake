@@ -91,6 +91,9 @@ endforeach()
 # ---- mpi: the collectives and DDP under mpirun (issue 4 points 5, 8) ----
 #   mpi.comm       test_comm's checks, one process per rank (4)
 #   mpi.comm_dead  rank 2 fails: the others must say "rank 2 failed", exit
+#   mpi.comm_stopped  rank 2 stops itself (SIGSTOP) before an all_reduce: the
+#                  others time out at 2 s naming rank 2 as not arrived (it
+#                  answers no probe), and the job ends
 #   mpi.comm_ddp   the 4-rank DDP plan on mpi gives the one-rank losses
 # Built when CMake finds MPI (the MPI section of CMakeLists.txt); skipped
 # with a message when mpirun is absent.  Open MPI refuses root unless told,
@@ -108,8 +111,12 @@ if(TARGET dtm_comm_mpi)
     add_test(NAME mpi.comm COMMAND ${DTM_MPIRUN_4} $<TARGET_FILE:test_comm> --mpi)
     add_test(NAME mpi.comm_dead COMMAND ${DTM_MPIRUN_4} $<TARGET_FILE:test_comm> --mpi --dead)
     add_test(NAME mpi.comm_ddp COMMAND ${DTM_MPIRUN_4} $<TARGET_FILE:test_comm_ddp> --mpi)
-    set_tests_properties(mpi.comm mpi.comm_dead mpi.comm_ddp PROPERTIES
+    add_test(NAME mpi.comm_stopped
+             COMMAND ${DTM_MPIRUN_4} $<TARGET_FILE:test_comm> --mpi --stopped)
+    set_tests_properties(mpi.comm mpi.comm_dead mpi.comm_ddp mpi.comm_stopped PROPERTIES
       TIMEOUT 120 LABELS mpi ENVIRONMENT "${DTM_MPI_ENV}")
+    set_tests_properties(mpi.comm_stopped PROPERTIES TIMEOUT 60 PASS_REGULAR_EXPRESSION
+      "rank [013]: rank [013] timed out after 2 s in all_reduce over {dp} waiting for rank 2 \\(no answer from 2")
     # the exit status is 1 by design; the output must name the dead rank
     set_tests_properties(mpi.comm_dead PROPERTIES
       PASS_REGULAR_EXPRESSION "rank [013]: rank 2 failed: boom on purpose")

@@ -11,8 +11,13 @@
  *                                         per rank (the mpi ctest)
  *   mpirun -np 4 test_comm --mpi --dead   rank 2 fails; the others must
  *                                         print "rank 2 failed" and exit 1
+ *   mpirun -np 4 test_comm --mpi --stopped  rank 2 stops itself (SIGSTOP)
+ *                                         before an all_reduce: the others
+ *                                         time out naming rank 2, and the
+ *                                         job ends
  */
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -355,7 +360,8 @@ static int big(Comm *c, void *arg)
 
 typedef struct Failure {
 	int who;        /* the rank that misbehaves */
-	int how;        /* 0 fail with an error, 1 return early, 2 arrive late */
+	int how;        /* 0 fail with an error, 1 return early, 2 arrive late,
+			 * 3 stop (SIGSTOP: mpi only) */
 } Failure;
 
 static int misbehave(Comm *c, void *arg)
@@ -367,6 +373,8 @@ static int misbehave(Comm *c, void *arg)
 			return comm_errf(c, "boom on purpose");
 		if (f->how == 1)
 			return 0;
+		if (f->how == 3)
+			raise(SIGSTOP); /* a hung process: answers nothing */
 		usleep(1500 * 1000);
 	}
 	for (int k = 0; k < 3; k++)
@@ -457,10 +465,11 @@ static void run_all(void)
 
 int main(int argc, char **argv)
 {
-	bool dead = false;
+	bool dead = false, stopped = false;
 	for (int i = 1; i < argc; i++) {
 		use_mpi |= !strcmp(argv[i], "--mpi");
 		dead |= !strcmp(argv[i], "--dead");
+		stopped |= !strcmp(argv[i], "--stopped");
 	}
 	if (!use_mpi) {
 		run_all();
@@ -475,13 +484,14 @@ int main(int argc, char **argv)
 	}
 	char err[COMM_ERR_LEN];
 	CommMesh m4 = mesh1(4);
+	dead |= stopped;
 	if (comm_mpi_open(&mpi_comm, &m4, dead ? 2.0 : 30.0, err)) {
 		fprintf(stderr, "error: %s\n", err);
 		comm_mpi_finalize(true);
 		return 1;
 	}
 	if (dead) {
-		Failure f = { 2, 0 };
+		Failure f = { 2, stopped ? 3 : 0 };
 		int rc = misbehave(mpi_comm, &f);
 		if (rc) {
 			fprintf(stderr, "error: rank %d: %s\n", mpi_comm->rank, comm_error(mpi_comm));
