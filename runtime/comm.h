@@ -49,7 +49,11 @@
  * return within about a poll interval with "rank R failed: ...", and a peer
  * that never arrives makes a call fail after the timeout (default 60 s)
  * with a message naming the ranks that did not arrive.  Nothing blocks
- * forever.
+ * forever.  On local no call returns, failed or not, while a peer may
+ * still read or write the buffers it was given (comm_local.c's entry and
+ * exit barriers), so a rank that fails may free them at once.  (On mpi a
+ * failed call may leave its operation pending inside MPI; the process
+ * then ends in MPI_Abort.)
  */
 #ifndef DTM_COMM_H
 #define DTM_COMM_H
