@@ -115,8 +115,14 @@ typedef struct Prop {
 	Use *uses;
 	uint32_t live; /* mesh axes of size > 1 */
 	/* [nnodes]: something choose() reads changed since the node's last
-	 * visit (see visit) */
+	 * visit (see visit): the node, its operands or users (dirty), or an
+	 * operand of a user: that user's opchange stamp is later than the
+	 * node's visit stamp.  Stamps, not marks on every operand of the user,
+	 * so a user of n operands (the grad norm over every grad) costs O(1)
+	 * per change, not O(n): propagation stays linear in the program. */
 	uint8_t *dirty;
+	unsigned *opchange, *visited;
+	unsigned clock;
 	/* choose()'s users' requirements, one per use of the node it is
 	 * choosing for (room for the most uses of any node): they read the
 	 * node's current placement, not the candidate, so every candidate's
@@ -1002,9 +1008,17 @@ static void mark_changed(Prop *P, int i)
 	for (int u = P->ustart[i]; u < P->ustart[i + 1]; u++) {
 		int c = P->uses[u].node;
 		P->dirty[c] = 1;
-		for (int k = P->ostart[c]; k < P->ostart[c + 1]; k++)
-			P->dirty[P->opv[k]] = 1;
+		P->opchange[c] = ++P->clock; /* c's operands: see stale() */
 	}
+}
+
+/* Whether an operand of one of i's users changed since i's last visit. */
+static bool stale(const Prop *P, int i)
+{
+	for (int u = P->ustart[i]; u < P->ustart[i + 1]; u++)
+		if (P->opchange[P->uses[u].node] > P->visited[i])
+			return true;
+	return false;
 }
 
 /* A sweep's visit.  choose() is a pure function of the placements of the
@@ -1014,9 +1028,10 @@ static void mark_changed(Prop *P, int i)
  * itself).  The sweeps give what visiting everything gives. */
 static bool visit(Prop *P, int i)
 {
-	if (P->kind[i] == K_FREE && rule_of(P, i)->ok && !P->dirty[i])
+	if (P->kind[i] == K_FREE && rule_of(P, i)->ok && !P->dirty[i] && !stale(P, i))
 		return false;
 	P->dirty[i] = 0;
+	P->visited[i] = P->clock;
 	bool changed = visit_node(P, i);
 	if (changed)
 		mark_changed(P, i);
@@ -1243,11 +1258,13 @@ bool pass_propagate_memo(IrModule *m, Diag *d, const PassOptions *opt, bool memo
 	P.kind = arena_alloc(&a, nn);
 	P.tie = arena_alloc(&a, sizeof(int) * nn);
 	P.dirty = arena_alloc_raw(&a, nn);
+	P.opchange = arena_alloc(&a, sizeof(unsigned) * nn);
+	P.visited = arena_alloc(&a, sizeof(unsigned) * nn);
 	P.ver = arena_alloc(&a, sizeof(unsigned) * nn);
 	P.fixed = arena_alloc_raw(&a, sizeof(int) * nn);
 	P.bytes = arena_alloc_raw(&a, sizeof(double) * nn);
 	bool ok = P.rules && P.sig && P.pid && P.kind && P.tie && P.dirty && P.ver && P.fixed &&
-	          P.bytes && build_uses(&P, &a);
+	          P.bytes && P.opchange && P.visited && build_uses(&P, &a);
 	if (ok) {
 		int most_ops = 0, most_uses = 0;
 		for (int i = 0; i < m->nnodes; i++) {

@@ -45,6 +45,14 @@ foreach(kind long_line long_ident deep_parens deep_neg deep_calls deep_blocks ma
   set_tests_properties(diag.stress.${kind} PROPERTIES TIMEOUT 60 LABELS diag)
 endforeach()
 
+#   diag.scale.params  100,000 params check and inspect in CPU seconds (the
+#                      compiler is linear in the parameter count)
+add_test(NAME diag.scale.params
+         COMMAND ${DTM_BASH} ${DTM_TESTS}/diag/scale.sh $<TARGET_FILE:dtmc>
+                 ${CMAKE_CURRENT_BINARY_DIR}/scale
+         WORKING_DIRECTORY ${DTM_ROOT})
+set_tests_properties(diag.scale.params PROPERTIES TIMEOUT 300 LABELS diag)
+
 # The fuzz run builds its own clang/libFuzzer tree (tests/fuzz/run.sh), so it
 # is registered in every build; DTM_FUZZ=ON is that tree's configuration.
 if(NOT DTM_FUZZ)

@@ -505,6 +505,32 @@ static bool load_hw(Insp *in)
 	return hw_load_overrides(&in->hw, name, stderr) == 0;
 }
 
+static int cmp_buffer_name(const void *a, const void *b)
+{
+	const DtmBuffer *x = *(const DtmBuffer *const *)a, *y = *(const DtmBuffer *const *)b;
+	return strcmp(x->name ? x->name : "", y->name ? y->name : "");
+}
+
+/* N of 6N: the params' global elements, a param in several stages' buffers
+ * (a tied weight) once; sorted by name, not compared pairwise (a model of
+ * 100k params). */
+static bool count_params(Insp *in)
+{
+	const DtmPlan *p = in->p;
+	const DtmBuffer **v = arena_alloc(in->a, sizeof *v * (size_t)(p->nbuffers + 1));
+	if (!v)
+		return false;
+	int n = 0;
+	for (int i = 0; i < p->nbuffers; i++)
+		if (p->buffers[i].role == DTM_ROLE_PARAM)
+			v[n++] = &p->buffers[i];
+	qsort(v, (size_t)n, sizeof *v, cmp_buffer_name);
+	for (int i = 0; i < n; i++)
+		if (i == 0 || !v[i]->name || !v[i - 1]->name || strcmp(v[i]->name, v[i - 1]->name))
+			in->nparams += (double)rt_global_numel(v[i]);
+	return true;
+}
+
 static bool analyse(Insp *in)
 {
 	const DtmPlan *p = in->p;
@@ -550,17 +576,8 @@ static bool analyse(Insp *in)
 	/* the llm.c FLOPs per token: N params (a tied weight counted once),
 	 * L attention layers and C their width, T the sequence; L and C are
 	 * the model's, counted before the passes (cg_compile) */
-	for (int i = 0; i < p->nbuffers; i++) {
-		const DtmBuffer *b = &p->buffers[i];
-		if (b->role != DTM_ROLE_PARAM)
-			continue;
-		bool seen = false;
-		for (int j = 0; j < i && !seen; j++)
-			seen = p->buffers[j].role == DTM_ROLE_PARAM && b->name && p->buffers[j].name &&
-			       strcmp(p->buffers[j].name, b->name) == 0;
-		if (!seen)
-			in->nparams += (double)rt_global_numel(b);
-	}
+	if (!count_params(in))
+		return false;
 	in->layers = m->attn_layers > 0 ? m->attn_layers : 0;
 	in->channels = m->attn_width > 0 ? m->attn_width : 0;
 	in->seq = p->train.seq;
