@@ -2,7 +2,8 @@
 # deps.sh - make sure the tools dtm builds and tests with are installed.
 #
 # Checks for cmake, a C compiler, make, flex, bison, clang with libFuzzer
-# (the fuzz test), python3, graphviz (inspect's DOT tests render with dot),
+# (the fuzz test), python3 (with venv, for JAX from PyPI: tests/jax),
+# graphviz (inspect's DOT tests render with dot),
 # OpenBLAS (the CPU runtime's GEMM), Open MPI (the
 # mpi backend and its tests) and, for the
 # PyTorch oracle test and bench/, Debian's PyTorch and numpy for
@@ -117,8 +118,31 @@ select_openblas() {
 	fi
 }
 
+# JAX for CPU, the reference partitioner of tests/jax (and bench/), from
+# PyPI into a venv outside the repository, $JAX_VENV (default
+# ~/.cache/dtm-bench/jax-venv), made with python3's venv (python3-venv on
+# Debian's python).  The test itself installs nothing: it fails and names
+# this script when the venv is missing.
+JAX_VENV=${JAX_VENV:-$HOME/.cache/dtm-bench/jax-venv}
+python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || missing+=(python3-venv)
+ensure_jax() {
+	local py=$JAX_VENV/bin/python
+	if [ -x "$py" ] && "$py" -c 'import jax, numpy' >/dev/null 2>&1; then
+		return 0
+	fi
+	echo "deps.sh: creating $JAX_VENV (python3 -m venv; pip install jax[cpu])"
+	rm -rf "$JAX_VENV"
+	mkdir -p "$(dirname "$JAX_VENV")"
+	if ! { python3 -m venv "$JAX_VENV" && "$JAX_VENV/bin/pip" install -q 'jax[cpu]' </dev/null; }; then
+		echo "deps.sh: could not install JAX into $JAX_VENV (needs PyPI):" >&2
+		echo "  python3 -m venv $JAX_VENV && $JAX_VENV/bin/pip install 'jax[cpu]'" >&2
+		exit 1
+	fi
+}
+
 if [ ${#missing[@]} -eq 0 ]; then
 	select_openblas
+	ensure_jax
 	exit 0
 fi
 # de-duplicate, keep order
@@ -155,6 +179,7 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && [ -r /etc/debian_
 		exit 1
 	fi
 	select_openblas
+	ensure_jax
 	exit 0
 fi
 
