@@ -303,7 +303,8 @@ static void test_local(void)
 }
 
 /* Under mpirun -np 4: every process runs the 4-rank plan on mpi; rank 0
- * first runs the one-rank plan (no MPI involved) to compare. */
+ * first runs the one-rank plan (no MPI involved: --backend local, as under
+ * a launcher mpi is the default) to compare. */
 static int test_mpi(void)
 {
 	static Variant v1, v4;
@@ -312,14 +313,16 @@ static int test_mpi(void)
 	const char *r = getenv("OMPI_COMM_WORLD_RANK");
 	bool lead = !r || atoi(r) == 0;
 	if (lead)
-		CHECK_EQ_INT(run(&v1.plan, "--steps", "20", "--log", tpath("m1.jsonl"), NULL), 0);
+		CHECK_EQ_INT(run(&v1.plan, "--backend", "local", "--steps", "20", "--log",
+				 tpath("m1.jsonl"), NULL), 0);
 	/* rank 0's temporary directory is the one its log goes to */
 	CHECK_EQ_INT(run(&v4.plan, "--backend", "mpi", "--steps", "20", "--threads", "1",
 			 "--log", tpath("m4.jsonl"), NULL), 0);
 	if (lead) {
 		check_same(tpath("m1.jsonl"), tpath("m4.jsonl"), 20, 1e-5);
 		/* the local backend agrees with mpi */
-		CHECK_EQ_INT(run(&v4.plan, "--steps", "20", "--log", tpath("l4.jsonl"), NULL), 0);
+		CHECK_EQ_INT(run(&v4.plan, "--backend", "local", "--steps", "20", "--log",
+				 tpath("l4.jsonl"), NULL), 0);
 		check_same(tpath("l4.jsonl"), tpath("m4.jsonl"), 20, 1e-5);
 	}
 	return lead;
