@@ -259,9 +259,11 @@ static void test_hang(void)
 	CHECK(done == pid && WIFEXITED(st) && WEXITSTATUS(st) == 1);
 	CHECK(dt < timeout + 5);
 	char *e = slurp(errpath());
-	/* the peers name it, and so does the watchdog */
-	bool named = e && strstr(e, "waiting for rank 1") &&
-		     strstr(e, "error: rank 1 did not finish");
+	/* the watchdog names it (the peers' timeouts usually do too, but on a
+	 * loaded machine a peer may first time out waiting for a slow rank
+	 * that waits for rank 1, and the watchdog ends the process before the
+	 * direct waiter's report is collected) */
+	bool named = e && strstr(e, "error: rank 1 did not finish");
 	CHECK(named);
 	fprintf(stderr, "(expected, after %.1f s, status %d) %s", dt,
 		WIFEXITED(st) ? WEXITSTATUS(st) : -1, e ? e : "(no output)\n");
