@@ -917,8 +917,10 @@ static void lower_for(Lower *L, Scope *s, const AstNode *st)
 			}
 			L->stage = (int)stage;
 		}
-		int nerr0 = L->d->nerr;
+		int nerr0 = L->d->nerr, first = L->m->nnodes;
 		lower_stmts(L, s, &st->body, NULL);
+		if (st->stage && !ir_stage_note_add(L->m, first, L->m->nnodes, st->stage->loc))
+			lower_too_large(L, st->stage->loc, "out of memory");
 		/* every later iteration would repeat the same errors */
 		if (L->d->nerr > nerr0)
 			break;

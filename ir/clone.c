@@ -20,6 +20,7 @@ IrModule *ir_module_clone(Arena *a, const IrModule *m)
 		return NULL;
 	*c = *m;
 	c->arena = a;
+	c->capstage_notes = c->nstage_notes; /* shared: a note added copies them */
 	int n = m->nnodes;
 	/* room to grow by half again before ir_node_new copies the array */
 	int cap = n + n / 2 + 64;

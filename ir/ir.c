@@ -220,6 +220,41 @@ IrModule *ir_module_new(Arena *a, const char *name)
 	return m;
 }
 
+bool ir_stage_note_add(IrModule *m, int first, int end, SrcLoc loc)
+{
+	if (end <= first)
+		return true;
+	IrStageNote *last = m->nstage_notes ? &m->stage_notes[m->nstage_notes - 1] : NULL;
+	if (last && last->end == first && last->loc.file == loc.file &&
+	    last->loc.line == loc.line && last->loc.col == loc.col) {
+		last->end = end;
+		return true;
+	}
+	if (m->nstage_notes == m->capstage_notes) {
+		int cap = m->capstage_notes ? 2 * m->capstage_notes : 8;
+		IrStageNote *v = arena_alloc_raw(m->arena, sizeof *v * (size_t)cap);
+		if (!v)
+			return false;
+		if (m->nstage_notes)
+			memcpy(v, m->stage_notes, sizeof *v * (size_t)m->nstage_notes);
+		m->stage_notes = v;
+		m->capstage_notes = cap;
+	}
+	m->stage_notes[m->nstage_notes++] = (IrStageNote){first, end, loc};
+	return true;
+}
+
+SrcLoc ir_stage_note_loc(const IrModule *m, int x)
+{
+	const IrStageNote *best = NULL;
+	for (int k = 0; k < m->nstage_notes; k++) {
+		const IrStageNote *s = &m->stage_notes[k];
+		if (s->first <= x && x < s->end && (!best || s->end - s->first < best->end - best->first))
+			best = s;
+	}
+	return best ? best->loc : m->nodes[x]->loc;
+}
+
 /* Room for one more node in m->nodes. */
 static bool node_room(IrModule *m)
 {

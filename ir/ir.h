@@ -191,6 +191,15 @@ typedef struct IrTrain {
 	SrcLoc schedule_loc;
 } IrTrain;
 
+/* The nodes [first, end) that one iteration of a `for ... stage EXPR` loop
+ * lowered, and where EXPR is: passes/pipeline.c reports stage annotations
+ * against the data flow there.  Kept by lowering only (not part of the
+ * text form, not renumbered by passes: read by "stages", the first). */
+typedef struct IrStageNote {
+	int first, end;
+	SrcLoc loc;
+} IrStageNote;
+
 typedef struct IrModule {
 	Arena *arena;
 	const char *name;
@@ -206,6 +215,8 @@ typedef struct IrModule {
 	 * pass unrolls micro-batches or splits stages and shapes: inspect's
 	 * 6LCT term.  -1 until counted. */
 	int64_t attn_layers, attn_width;
+	IrStageNote *stage_notes; /* in the order their iterations ended */
+	int nstage_notes, capstage_notes;
 } IrModule;
 
 /* ---- op table ---- */
@@ -243,6 +254,13 @@ IrNode *ir_node_new(IrModule *m, IrOp op, const int *ops, int nops, SrcLoc loc);
  * module do per node, without ir_node_new's defaults written and then
  * overwritten.  NULL as ir_node_new. */
 IrNode *ir_node_copy(IrModule *m, const IrNode *src, const int *ops, int nops);
+/* Records that nodes [first, end) come from a loop iteration whose stage
+ * expression is at loc (a run of iterations of one loop is one note).
+ * False when out of memory. */
+bool ir_stage_note_add(IrModule *m, int first, int end, SrcLoc loc);
+/* Where node x's stage annotation is: the innermost note holding x, or
+ * x's own location when no note does (IR text, a node passes made). */
+SrcLoc ir_stage_note_loc(const IrModule *m, int x);
 int64_t ir_node_numel(const IrNode *n);
 /* Sets m->attn_layers and m->attn_width from m's attention ops: call it on
  * the global program before the passes (cg_compile does). */

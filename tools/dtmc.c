@@ -25,6 +25,7 @@
 #include "../frontend/lower.h"
 #include "../ir/ir.h"
 #include "../passes/passes.h"
+#include "../passes/pipeline.h"
 #include "../runtime/data.h"
 #include "inspect.h"
 #include "report.h"
@@ -76,7 +77,8 @@ static const Command commands[] = {
 	{"check", "parse, lower and verify a model; summarise its mesh and parameters",
 	 "usage: dtmc check FILE [-D name=value]... [--mesh axis=size,...] [--train key=value]...\n"
 	 "\n"
-	 "Parses, lowers and verifies FILE, then prints the model name, the mesh with\n"
+	 "Parses, lowers and verifies FILE (with pp > 1 also its pipeline stages, as\n"
+	 "build decides them), then prints the model name, the mesh with\n"
 	 "its axis sizes and rank count, the parameter count, the inputs and train\n"
 	 "settings, and a table of parameters: name, dtype, global shape, placement\n"
 	 "and elements per rank (min..max when the shards are uneven), with per-rank\n"
@@ -518,6 +520,15 @@ static int cmd_check(const Args *args)
 	diag_init(&d, stderr);
 	IrModule *m = load(&a, &d, args);
 	bool ok = m != NULL;
+	/* the pipeline stages as `build` decides them (stage annotations
+	 * against the data flow are errors), on a copy: the summary shows the
+	 * annotations */
+	if (ok && pipeline_axis(m) >= 0) {
+		IrModule *c = ir_module_clone(&a, m);
+		if (!c)
+			diag_error(&d, (SrcLoc){0}, "out of memory");
+		ok = c && pass_run_until(c, &d, NULL, "stages");
+	}
 	if (ok) {
 		report_check(stdout, m);
 		ok = flush_stdout(&d);

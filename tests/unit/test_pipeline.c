@@ -206,6 +206,91 @@ static void expect_error(int P, int M, const char *sched, const char *want, int 
 	arena_free(&a);
 }
 
+/* Stage annotations against the data flow are errors at the annotation
+ * (line 13, the `stage` expression), naming the value that would flow
+ * back, with a note where one helps: never a silent re-assignment (which
+ * put every layer on one stage). */
+static void expect_stage_error(int P, const char *stage, const char *sched, const char *want,
+                               const char *note)
+{
+	Arena a;
+	arena_init(&a);
+	TestCapture c;
+	Diag d;
+	diag_init(&d, capture_open(&c));
+	IrModule *m = compile(&a, &d, P, stage, 4, sched, "stages");
+	const char *buf = capture_text(&c);
+	CHECK(m == NULL);
+	CHECK(strstr(buf, want) != NULL);
+	CHECK(!note || strstr(buf, note) != NULL);
+	CHECK_EQ_INT(d.nerr, 1);
+	if (m || !strstr(buf, want) || (note && !strstr(buf, note)))
+		fprintf(stderr, "P = %d, %s, %s: want '%s' in:\n%s\n", P, stage, sched, want, buf);
+	capture_free(&c);
+	arena_free(&a);
+}
+
+static void test_stage_errors(void)
+{
+	/* layers on stages 1, 1, 0, 0 and 3, 2, 1, 0 */
+	expect_stage_error(2, "stage (pp - 1 - i * pp / layers)", "1f1b",
+	                   "t.dtm:13:31: error: stage 0 reads h from stage 1: values flow only "
+	                   "to the same or a later pipeline stage\n",
+	                   NULL);
+	expect_stage_error(4, "stage (pp - 1 - i * pp / layers)", "gpipe",
+	                   "t.dtm:13:31: error: stage 2 reads h from stage 3: values flow only "
+	                   "to the same or a later pipeline stage\n",
+	                   NULL);
+	/* round-robin (0, 1, 0, 1) is an interleaved schedule's layout */
+	expect_stage_error(2, "stage i % pp", "1f1b",
+	                   "t.dtm:13:30: error: stage 0 reads h from stage 1: values flow only "
+	                   "to the same or a later pipeline stage\n",
+	                   "t.dtm:21:12: note: stages that go round the pipeline 2 times (layer i "
+	                   "on stage i % pp) are virtual stages: schedule interleaved(2)\n");
+	expect_stage_error(2, "stage i % pp", "interleaved(4)",
+	                   "t.dtm:13:30: error: the stages go round the 2 pipeline ranks 2 times: "
+	                   "2 virtual stages per rank, but the schedule is interleaved(4)\n",
+	                   "t.dtm:21:12: note: schedule interleaved(2) runs these as written\n");
+}
+
+/* Round-robin stages under interleaved(2) are Megatron's virtual stages:
+ * layer i is model chunk i (round i / P, stage i % P) on rank i % P,
+ * where a cut by compute would have put layer 0 on chunk 1 (the first
+ * matmul and the head are a block's worth each); the pipeline builds. */
+static void test_round_robin(void)
+{
+	Arena a;
+	arena_init(&a);
+	Diag d;
+	diag_init(&d, stderr);
+	IrModule *m = compile(&a, &d, 2, "stage i % pp", 4, "interleaved(2)", "stages");
+	CHECK(m != NULL);
+	int seen = 0;
+	for (int i = 0; m && i < m->nnodes; i++) {
+		const IrNode *n = m->nodes[i];
+		if (n->op != IR_OP_MATMUL)
+			continue;
+		int want = n->block >= 0 ? n->block : seen ? 3 : 0;
+		if (n->stage != want)
+			fprintf(stderr, "matmul %%%d (block %d) on chunk %d, want %d\n", i, n->block,
+			        n->stage, want);
+		CHECK_EQ_INT(n->stage, want);
+		seen++;
+	}
+	CHECK_EQ_INT(seen, 6);
+	arena_free(&a);
+	arena_init(&a);
+	m = compile(&a, &d, 2, "stage i % pp", 4, "interleaved(2)", "pipeline");
+	CHECK(m != NULL);
+	/* after `pipeline` a node's stage is its rank: block b's on b % 2 */
+	for (int i = 0; m && i < m->nnodes; i++) {
+		const IrNode *n = m->nodes[i];
+		if (n->op == IR_OP_MATMUL && n->block >= 0 && n->phase == IR_PHASE_FORWARD)
+			CHECK_EQ_INT(n->stage, n->block % 2);
+	}
+	arena_free(&a);
+}
+
 /* Token ids cannot be zero-padded: micro-batches whose rows do not split
  * evenly over dp are refused at the input (line 4), with the counts that
  * would work; an even split compiles through every pass. */
@@ -260,6 +345,8 @@ int main(void)
 	test_order("gpipe", SCHED_GPIPE, 4, 4);
 	test_order("1f1b", SCHED_1F1B, 4, 2); /* M < P: a longer bubble, still valid */
 	test_auto_split();
+	test_stage_errors();
+	test_round_robin();
 	/* one micro-batch: nothing unrolled (no node has an mb), every node
 	 * is micro-batch 0's: one activation each way */
 	{
