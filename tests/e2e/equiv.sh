@@ -31,12 +31,14 @@ trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL ($model): $*" >&2; exit 1; }
 steps=10 seed=0
 
-# A layout is [def:NAME=VALUE[+NAME=VALUE...]:][hsdp:]MESH[/KEY=VALUE...]:
+# A layout is [def:NAME=VALUE[+NAME=VALUE...]:][hsdp:|rr:]MESH[/KEY=VALUE...]:
 # -D overrides of the model's constants, the --mesh, then --train
 # overrides of the model's train section (dtmc help build).  hsdp: builds a
 # copy of the model with a replicate axis `rep` in front of dp and the batch
 # split over (rep, dp), so `zero N` (over dp, the default) shards within
-# each dp group and replicates across rep: HSDP.  The one-device reference
+# each dp group and replicates across rep: HSDP.  rr: builds a copy whose
+# blocks go round the pipeline stages (`stage i % pp`: under interleaved(v)
+# Megatron's virtual stages, layer i on rank i % pp).  The one-device reference
 # is the same for every layout with the same def: prefix (built with its
 # -D overrides): the rest only says where values live.
 #   DDP; TP; DP x TP; ZeRO-1/2/3 (dp=4), ZeRO-3 without resharding after
@@ -76,6 +78,8 @@ pp="$pp pp=2,dp=2,tp=1/zero=3"
 # ... and with recompute: its clones in the right work items
 pp="$pp pp=2,dp=1,tp=1/microbatches=4/schedule=1f1b/recompute=true"
 pp="$pp pp=2,dp=2,tp=2/microbatches=2/zero=3/recompute=true"
+# ... and with the layers round-robin over the stages as virtual stages
+pp="$pp def:layers=4:rr:pp=2,dp=1,tp=1/microbatches=4/schedule=interleaved(2)"
 case $model:${4:-spmd} in
 gpt:pipeline) layouts=$pp
      mpi_layouts="pp=2,dp=2,tp=1/microbatches=2/schedule=1f1b pp=4,dp=1,tp=1/microbatches=4/schedule=gpipe" ;;
@@ -96,13 +100,19 @@ layouts=${DTM_EQUIV_LAYOUTS:-$layouts}
 sed -e 's/^mesh (\(pp = 1, \)\{0,1\}dp = /mesh (\1rep = 1, dp = /' -e 's/\[dp,/[(rep, dp),/g' \
 	"models/$model.dtm" >"$tmp/$model.hsdp.dtm"
 grep -q '^mesh (.*rep = 1, dp' "$tmp/$model.hsdp.dtm" || fail "no mesh line to add 'rep' to"
+# The round-robin copy: every staged loop's stage expression `i % pp`
+sed -e 's/^\( *for \([a-z_]*\) in .* stage \).*{$/\1\2 % pp {/' \
+	"models/$model.dtm" >"$tmp/$model.rr.dtm"
+if [ "$model" = gpt ]; then
+	grep -q 'stage i % pp {' "$tmp/$model.rr.dtm" || fail "no staged loop to make round-robin"
+fi
 
 # layout_name LAYOUT: a file name for it; layout_mesh LAYOUT: its --mesh;
 # layout_defs LAYOUT: its def: prefix ("def:a=1+b=2:", or nothing);
 # layout_ref LAYOUT: the name of its one-device reference
 layout_name() { local n=${1//[=,:\/+]/_}; echo "m_${n//[^A-Za-z0-9_]/}"; }
 layout_defs() { case $1 in def:*) local r=${1#def:}; echo "def:${r%%:*}:" ;; esac; }
-layout_mesh() { local l=${1#"$(layout_defs "$1")"}; l=${l#hsdp:}; echo "${l%%/*}"; }
+layout_mesh() { local l=${1#"$(layout_defs "$1")"}; l=${l#hsdp:}; l=${l#rr:}; echo "${l%%/*}"; }
 layout_ref() {
 	local p; p=$(layout_defs "$1")
 	if [ -z "$p" ]; then echo one; else echo "one_$(layout_name "$p" | cut -c3-)"; fi
@@ -116,7 +126,10 @@ build() {
 	defs=${defs#def:}
 	IFS=+ read -ra def <<<"${defs%:}"
 	for d in "${def[@]}"; do [ -n "$d" ] && args+=(-D "$d"); done
-	case $l in hsdp:*) src=$tmp/$model.hsdp.dtm l=${l#hsdp:} ;; esac
+	case $l in
+	hsdp:*) src=$tmp/$model.hsdp.dtm l=${l#hsdp:} ;;
+	rr:*) src=$tmp/$model.rr.dtm l=${l#rr:} ;;
+	esac
 	args+=(--mesh "${l%%/*}")
 	local rest=${l#"${l%%/*}"} kv
 	IFS=/ read -ra kv <<<"${rest#/}"
