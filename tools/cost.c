@@ -279,6 +279,35 @@ double cost_schedule_bubble(const char *schedule, int64_t P, int64_t M, int64_t 
 	return cost_bubble_fraction(P, M, 1);
 }
 
+static double dmax(double a, double b)
+{
+	return a > b ? a : b;
+}
+
+int64_t cost_schedule_slots(const char *schedule, int64_t M, int64_t v)
+{
+	if (M < 1)
+		M = 1;
+	if (schedule && !strcmp(schedule, "interleaved"))
+		return (v > 1 ? v : 1) * M;
+	if (schedule && !strcmp(schedule, "zb"))
+		return 3 * M;
+	return M;
+}
+
+double cost_pipeline_step(const double *work, int P, int64_t slots, double *bubble)
+{
+	double mx = 0, sum = 0;
+	for (int s = 0; s < P; s++) {
+		mx = dmax(mx, work[s]);
+		sum += work[s];
+	}
+	double step = mx + (sum - mx) / (double)(slots > 0 ? slots : 1);
+	if (bubble)
+		*bubble = P > 1 && step > 0 ? 1 - sum / P / step : 0;
+	return step;
+}
+
 double cost_pipeline_time(int64_t P, int64_t M, int64_t v)
 {
 	if (v < 1)
@@ -395,11 +424,6 @@ static void tally(CostTally *t, double bytes, double seconds)
 	t->count++;
 	t->bytes += bytes;
 	t->seconds += seconds;
-}
-
-static double dmax(double a, double b)
-{
-	return a > b ? a : b;
 }
 
 static CostComm comm_kind(const DtmAction *a)
@@ -551,25 +575,34 @@ int cost_plan_step(const DtmPlan *plan, const HwProfile *hw, int nodes, CostRepo
 		bi[b] = (BufInfo){ (double)plan->buffers[b].bytes, plan->buffers[b].dtype };
 	}
 	int rc = 0;
-	double slowest = 0, flops = 0;
+	double flops = 0;
+	double *work = malloc(sizeof(double) * (size_t)plan->nstages);
+	if (!work) {
+		free(ready);
+		free(bi);
+		return bad_plan(out, "out of memory");
+	}
 	for (int s = 0; s < plan->nstages && rc == 0; s++) {
 		rc = cost_stage(plan, hw, out->node_size, s, bi, ready, out);
-		slowest = dmax(slowest, out->stages[s].time_s);
+		work[s] = out->stages[s].time_s;
 		flops += out->stages[s].flops;
 	}
 	free(ready);
 	free(bi);
-	if (rc)
+	if (rc) {
+		free(work);
 		return rc;
+	}
 	for (int a = 0; a < DTM_ARENA_COUNT; a++)
 		out->mem_bytes += (double)plan->arena_bytes[a];
-	/* each stage's actions cover all M micro-batches: M slots of the
-	 * pipeline's M+P-1 (vM of vM+P-1 interleaved, 3M of 3M+P-1 for ZB's
-	 * F, B and W) */
+	/* each stage's actions cover all M micro-batches: the step and the
+	 * bubble from the stages' own times, so unbalanced or empty stages
+	 * show (a bubble by the schedule's formula alone assumed them equal) */
 	out->microbatches = plan->train.microbatches > 0 ? plan->train.microbatches : 1;
-	out->bubble = cost_schedule_bubble(plan->train.schedule, plan->nstages,
-	                                   out->microbatches, plan->train.virtual_stages);
-	out->step_s = slowest / (1 - out->bubble);
+	int64_t slots = cost_schedule_slots(plan->train.schedule, out->microbatches,
+	                                    plan->train.virtual_stages);
+	out->step_s = cost_pipeline_step(work, plan->nstages, slots, &out->bubble);
+	free(work);
 	if (out->step_s > 0) {
 		out->tokens_per_s = (double)plan->train.tokens_per_step / out->step_s;
 		double peak = hw_peak_flops(hw, plan->train.precision);

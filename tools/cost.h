@@ -121,8 +121,20 @@ double cost_bubble_fraction(int64_t P, int64_t M, int64_t v);
 double cost_pipeline_time(int64_t P, int64_t M, int64_t v);
 /* The bubble fraction of a schedule by name ("gpipe", "1f1b",
  * "interleaved" with v virtual stages per rank, "zb" for ZB-H1; NULL is
- * 1F1B's): what cost_plan_step charges a pipelined plan. */
+ * 1F1B's) on balanced stages: cost_pipeline_step's bubble when every
+ * stage's work is the same. */
 double cost_schedule_bubble(const char *schedule, int64_t P, int64_t M, int64_t v);
+/* The slots a schedule cuts each stage's work into: M micro-batches, vM
+ * for interleaved(v) (a chunk each), 3M for ZB-H1 (F, B and W). */
+int64_t cost_schedule_slots(const char *schedule, int64_t M, int64_t v);
+/* A pipeline step whose P stages take work[s] for all their slots (each
+ * stage's actions cover every micro-batch): the slowest stage runs
+ * throughout, and the fill and drain add one slot of each other stage,
+ * max + (sum - max) / slots (on balanced stages the schedule's step,
+ * (slots + P - 1) / slots of a stage).  *bubble gets the stages' mean idle
+ * share of the step, 1 - mean / step: the schedule's bubble when balanced,
+ * more when the work is not (an empty stage idles throughout). */
+double cost_pipeline_step(const double *work, int P, int64_t slots, double *bubble);
 /* Megatron's ratio of bubble time to ideal time: (P-1)/(vM). */
 double cost_bubble_ratio(int64_t P, int64_t M, int64_t v);
 /* Stage-to-stage hops of one micro-batch's forward: Pv-1. */
@@ -166,8 +178,10 @@ typedef struct CostReport {
 	int64_t world;     /* ranks in the mesh */
 	int64_t node_size; /* ranks per node */
 	int64_t microbatches;
-	double bubble;       /* (P-1)/(M+P-1) with P = nstages, 0 for one stage */
-	double step_s;       /* slowest stage's time / (1 - bubble) */
+	double bubble;       /* the stages' mean idle share of the step
+	                      * (cost_pipeline_step): (P-1)/(M+P-1) for
+	                      * balanced 1F1B stages, 0 for one stage */
+	double step_s;       /* cost_pipeline_step of the stages' times */
 	double tokens_per_s; /* train.tokens_per_step / step_s, 0 if unknown */
 	double mem_bytes;    /* per rank: the plan's arenas */
 	double hfu;          /* every rank's kernel FLOPs / (step_s * world * peak) */

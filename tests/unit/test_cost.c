@@ -629,8 +629,12 @@ static void test_plan_step(void)
  *   stage 0: gemm 4e9 FLOP 4 ms [0, 4]; send y over pp, stream 1:
  *            10 us + 2e6 B / 1 GB/s = 2.01 ms [4, 6.01]
  *   stage 1: recv y 2.01 ms [0, 2.01]; gemm 1e9 FLOP after it [2.01, 3.01]
- * slowest stage 6.01 ms; bubble (2-1)/(4+2-1) = 0.2; step 6.01 / 0.8 =
- * 7.5125 ms; 1000 tokens per step. */
+ * The slowest stage runs throughout and the fill and drain add a slot (a
+ * micro-batch's share) of the other: step 6.01 + 3.01 / 4 = 6.7625 ms;
+ * bubble 1 - mean / step = 1 - 4.51 / 6.7625 = 0.3331 (the stages are
+ * unbalanced: more than 1F1B's (2-1)/(4+2-1) = 0.2, which assumed both
+ * take 6.01 ms, and then charged 6.01 / 0.8 = 7.5125 ms); 1000 tokens per
+ * step. */
 static const DtmAction s0acts[] = {
         {.kind = DTM_ACT_GEMM, .nargs = 3, .args = {0, 1, 2}, .flops = 4000000000},
         {.kind = DTM_ACT_SEND,
@@ -677,28 +681,62 @@ static void test_plan_pipeline(void)
 	CHECK_EQ_INT(r.stages[1].by_kind[COST_RECV].count, 1);
 	CHECK_NEAR(r.stages[1].by_kind[COST_RECV].seconds, 2.01e-3, 1e-12);
 	CHECK_NEAR(r.stages[1].exposed_comm_s, 2.01e-3, 1e-12);
-	CHECK_NEAR(r.bubble, 0.2, 1e-12);
-	CHECK_NEAR(r.step_s, 7.5125e-3, 1e-12);
-	CHECK_NEAR(r.tokens_per_s, 1000 / 7.5125e-3, 1e-6);
-	/* 2 ranks per stage: (4e9 + 1e9) * 2 / (7.5125 ms * 4 * 1 TFLOP/s) */
-	CHECK_NEAR(r.hfu, 1e10 / (7.5125e-3 * 4e12), 1e-12);
+	CHECK_NEAR(r.step_s, 6.7625e-3, 1e-12);
+	CHECK_NEAR(r.bubble, 1 - 4.51 / 6.7625, 1e-12);
+	CHECK_NEAR(r.tokens_per_s, 1000 / 6.7625e-3, 1e-6);
+	/* 2 ranks per stage: (4e9 + 1e9) * 2 / (6.7625 ms * 4 * 1 TFLOP/s) */
+	CHECK_NEAR(r.hfu, 1e10 / (6.7625e-3 * 4e12), 1e-12);
 	cost_report_free(&r);
-	/* the bubble follows the schedule: interleaved(2) (P-1)/(vM+P-1) =
-	 * 1/9, ZB-H1 (P-1)/(3M+P-1) = 1/13, gpipe and 1f1b 1/5 */
+	/* the schedule sets the slots: interleaved(v) vM (a chunk each),
+	 * ZB-H1 3M (F, B, W), gpipe and 1f1b M */
 	static const struct {
 		const char *sched;
 		int v;
-		double bubble;
-	} sc[] = {{"interleaved", 2, 1.0 / 9}, {"zb", 1, 1.0 / 13}, {"gpipe", 1, 0.2},
-	          {"1f1b", 1, 0.2}, {"interleaved", 4, 1.0 / 17}};
+		double slots;
+	} sc[] = {{"interleaved", 2, 8}, {"zb", 1, 12}, {"gpipe", 1, 4}, {"1f1b", 1, 4},
+	          {"interleaved", 4, 16}};
 	for (size_t i = 0; i < sizeof sc / sizeof *sc; i++) {
 		p.train.schedule = sc[i].sched;
 		p.train.virtual_stages = sc[i].v;
 		CHECK_EQ_INT(cost_plan_step(&p, &test_hw, 0, &r), 0);
-		CHECK_NEAR(r.bubble, sc[i].bubble, 1e-12);
-		CHECK_NEAR(r.step_s, 6.01e-3 / (1 - sc[i].bubble), 1e-12);
+		double step = 6.01e-3 + 3.01e-3 / sc[i].slots;
+		CHECK_NEAR(r.step_s, step, 1e-12);
+		CHECK_NEAR(r.bubble, 1 - 4.51e-3 / step, 1e-12);
 		cost_report_free(&r);
 	}
+	/* balanced stages (stage 1 as stage 0, without the send: 4 ms each)
+	 * get the schedule's bubble: interleaved(2) (P-1)/(vM+P-1) = 1/9,
+	 * ZB-H1 (P-1)/(3M+P-1) = 1/13, gpipe and 1f1b 1/5; the step is a
+	 * stage's time / (1 - bubble) */
+	static const DtmStage even[] = {{.nactions = 1, .actions = s0acts},
+	                                {.nactions = 1, .actions = s0acts}};
+	p.stages = even;
+	static const double want[] = {1.0 / 9, 1.0 / 13, 0.2, 0.2, 1.0 / 17};
+	for (size_t i = 0; i < sizeof sc / sizeof *sc; i++) {
+		p.train.schedule = sc[i].sched;
+		p.train.virtual_stages = sc[i].v;
+		CHECK_EQ_INT(cost_plan_step(&p, &test_hw, 0, &r), 0);
+		CHECK_NEAR(r.bubble, want[i], 1e-12);
+		CHECK_NEAR(r.bubble, cost_schedule_bubble(sc[i].sched, 2, 4, sc[i].v), 1e-12);
+		CHECK_NEAR(r.step_s, 4e-3 / (1 - want[i]), 1e-12);
+		cost_report_free(&r);
+	}
+	/* an empty stage (every layer on the other one) idles throughout:
+	 * half the ranks, a bubble of 0.5, never 1F1B's balanced 0.2 */
+	static const DtmStage lopsided[] = {{.nactions = 0, .actions = NULL},
+	                                    {.nactions = 1, .actions = s0acts}};
+	p.stages = lopsided;
+	p.train.schedule = "1f1b";
+	p.train.virtual_stages = 1;
+	CHECK_EQ_INT(cost_plan_step(&p, &test_hw, 0, &r), 0);
+	CHECK_NEAR(r.step_s, 4e-3, 1e-12);
+	CHECK_NEAR(r.bubble, 0.5, 1e-12);
+	cost_report_free(&r);
+	double w[3] = {1, 2, 3}, b;
+	CHECK_NEAR(cost_pipeline_step(w, 3, 2, &b), 3 + 3.0 / 2, 1e-12);
+	CHECK_NEAR(b, 1 - 2 / 4.5, 1e-12);
+	CHECK_NEAR(cost_pipeline_step(w, 1, 4, &b), 1, 0);
+	CHECK_NEAR(b, 0, 0);
 	CHECK_NEAR(cost_schedule_bubble("interleaved", 4, 8, 2), 3.0 / 19, 1e-12);
 	CHECK_NEAR(cost_schedule_bubble("zb", 4, 8, 1), 3.0 / 27, 1e-12);
 	CHECK_NEAR(cost_schedule_bubble(NULL, 4, 8, 2), 3.0 / 11, 1e-12);
