@@ -25,6 +25,14 @@
  * A bucket of one gradient keeps its own all_reduce.  bucket_mb 0 turns
  * bucketing off (one all_reduce per gradient).
  *
+ * A batch split over two axes is bucketed as one over one axis is: a
+ * gradient reduced by a chain of all_reduces (with sequence parallelism a
+ * norm's gradient is partial over (rep, dp, tp), which partition reduces
+ * over rep, then over (dp, tp)) counts as one all_reduce over their union,
+ * and ZeRO-1 over dp on a (rep, dp) split leaves, after each gradient's
+ * reduce_scatter over dp, an all_reduce over rep for the optimizer: those
+ * are bucketed like DDP's, the reduce_scatters being the terms.
+ *
  * Cost: the pack and the unpack copy each gradient once more (and the
  * concat tree copies again past DTM_MAX_ARGS - 1 gradients a bucket); the
  * flat buffer and its reduced copy are a bucket's size each, live only
@@ -44,10 +52,20 @@
 
 /* A gradient: g = all_reduce(s), or, for a param with several uses (a
  * tied embedding), the sum of such all_reduces, which partition reduces
- * one by one: the partial terms are added first and reduced once. */
+ * one by one: the partial terms are added first and reduced once.  An
+ * all_reduce may be a chain of sum all_reduces over disjoint axes (a
+ * partial over (rep, dp, tp) that partition reduced over rep, then over
+ * (dp, tp)): one all_reduce over their union.  ZeRO-1 on a batch split
+ * over two axes (HSDP: zero 1 over dp, the batch over (rep, dp)) leaves
+ * g = all_reduce(reduce_scatter(grad.P)) unnamed for the optimizer: the
+ * reduce_scatter is the term, the all_reduces over rep are bucketed as
+ * DDP's are. */
 typedef struct Cand {
-	int g;         /* the gradient (all_reduce or add), named grad.P */
-	int ar;        /* one of its all_reduces: the axes and reduction */
+	int g;         /* the gradient (all_reduce or add) */
+	const char *gname; /* grad.P: g's name, or (ZeRO-1) the scattered grad's */
+	int ar;        /* one of its all_reduces: the reduction, dtype, stage */
+	uint32_t axes; /* the mesh axes reduced: the union of a chain's */
+	bool chain;    /* an all_reduce of it is a chain (one all_reduce saved) */
 	int src[MAX_SRC], nsrc; /* the partial terms */
 	int skip[2 * MAX_SRC], nskip; /* the nodes it replaces (g included) */
 	int last;      /* the last term produced */
@@ -79,10 +97,40 @@ static int64_t bytes_of(const IrNode *n)
  * Per thread: `dtmc sweep` runs the pass on several modules at once. */
 static _Thread_local bool by_stage;
 
-static bool same_group(const IrNode *a, const IrNode *b)
+static bool same_group(const IrNode *a, uint32_t a_axes, const IrNode *b, uint32_t b_axes)
 {
-	return a->attrs.mesh_axes == b->attrs.mesh_axes && a->attrs.red == b->attrs.red &&
-	       a->dtype == b->dtype && (!by_stage || a->stage == b->stage);
+	return a_axes == b_axes && a->attrs.red == b->attrs.red && a->dtype == b->dtype &&
+	       (!by_stage || a->stage == b->stage);
+}
+
+/* Chains: while every term of c is a sum all_reduce over the same axes,
+ * disjoint from c's, that only c reads, its operand becomes the term and
+ * c reduces over both (with micro-batches a term is often a sum of such
+ * all_reduces, one per micro-batch: those stay). */
+static void extend_chain(const IrModule *m, const int *users, Cand *c)
+{
+	const IrNode *ar = m->nodes[c->ar];
+	while (ar->attrs.red == IR_RED_SUM && c->nskip + c->nsrc <= 2 * MAX_SRC) {
+		uint32_t inner = 0;
+		bool ok = true;
+		for (int t = 0; t < c->nsrc && ok; t++) {
+			const IrNode *y = m->nodes[c->src[t]];
+			ok = y->op == IR_OP_ALL_REDUCE && y->nops == 1 && users[c->src[t]] == 1 &&
+			     y->attrs.red == IR_RED_SUM && y->dtype == ar->dtype &&
+			     !(y->attrs.mesh_axes & c->axes) && (t == 0 || y->attrs.mesh_axes == inner);
+			inner = y->attrs.mesh_axes;
+		}
+		if (!ok || !inner)
+			return;
+		c->last = -1;
+		for (int t = 0; t < c->nsrc; t++) {
+			c->skip[c->nskip++] = c->src[t];
+			c->src[t] = m->nodes[c->src[t]]->ops[0];
+			c->last = c->src[t] > c->last ? c->src[t] : c->last;
+		}
+		c->axes |= inner;
+		c->chain = true;
+	}
 }
 
 /* Collects the terms of gradient node x into c: an all_reduce of a value
@@ -98,11 +146,13 @@ static bool collect(const IrModule *m, const int *users, int x, bool root, Cand 
 	if (n->op == IR_OP_ALL_REDUCE && n->nops == 1 && n->rank > 0) {
 		const IrNode *ar = c->ar >= 0 ? m->nodes[c->ar] : n;
 		int s = n->ops[0];
-		if (!same_group(ar, n) || users[s] != 1 || c->nsrc >= MAX_SRC ||
-		    (c->ar >= 0 && ar->attrs.red != IR_RED_SUM))
+		if (!same_group(ar, ar->attrs.mesh_axes, n, n->attrs.mesh_axes) || users[s] != 1 ||
+		    c->nsrc >= MAX_SRC || (c->ar >= 0 && ar->attrs.red != IR_RED_SUM))
 			return false;
-		if (c->ar < 0)
+		if (c->ar < 0) {
 			c->ar = x;
+			c->axes = n->attrs.mesh_axes;
+		}
 		c->skip[c->nskip++] = x;
 		c->src[c->nsrc++] = s;
 		c->last = s > c->last ? s : c->last;
@@ -210,7 +260,8 @@ static bool emit_bucket(Out *o, const Cand *cands, const Bucket *b)
 	const IrNode *src0 = m->nodes[cands[b->members[0]].src[0]];
 	uint32_t pre = src0->place.partial;
 	IrRed pop = src0->place.partial_op;
-	uint32_t post = pre & ~ar0->attrs.mesh_axes;
+	uint32_t axes = cands[b->members[0]].axes;
+	uint32_t post = pre & ~axes;
 	/* the block instance the members share, or -1 (a bucket across blocks) */
 	int block = ar0->block;
 	for (int k = 1; k < b->n; k++)
@@ -238,7 +289,7 @@ static bool emit_bucket(Out *o, const Cand *cands, const Bucket *b)
 		 * people: inspect lists a bucket's gradients from its pack) */
 		IrNode *sum = o->out->nodes[id];
 		if (!sum->name && !sum->label)
-			sum->label = m->nodes[c->g]->name;
+			sum->label = c->gname;
 		if (b->n == 1) {
 			lvl[0] = id;
 			break;
@@ -298,6 +349,7 @@ static bool emit_bucket(Out *o, const Cand *cands, const Bucket *b)
 		return false;
 	}
 	red->attrs = ar0->attrs;
+	red->attrs.mesh_axes = axes;
 	red->dtype = ar0->dtype;
 	red->stage = ar0->stage;
 	red->block = block;
@@ -415,20 +467,33 @@ static bool names_build(const IrModule *m, Names *t, const int *params, int np)
 	return true;
 }
 
-/* The param of gradient g ("grad.NAME"), or -1; t NULL: a scan (out of
- * memory for the table). */
-static int param_of(const IrModule *m, const Names *t, const IrNode *g)
+/* The param of gradient name g ("grad.NAME"), or -1; t NULL: a scan (out
+ * of memory for the table). */
+static int param_of(const IrModule *m, const Names *t, const char *g)
 {
-	if (!g->name || strncmp(g->name, "grad.", 5))
+	if (!g || strncmp(g, "grad.", 5))
 		return -1;
 	if (t)
-		return t->slot[names_slot(m, t, g->name + 5, name_hash(g->name + 5))];
+		return t->slot[names_slot(m, t, g + 5, name_hash(g + 5))];
 	for (int i = 0; i < m->nnodes; i++) {
 		const IrNode *p = m->nodes[i];
-		if (p->op == IR_OP_PARAM && p->name && !strcmp(p->name, g->name + 5))
+		if (p->op == IR_OP_PARAM && p->name && !strcmp(p->name, g + 5))
 			return i;
 	}
 	return -1;
+}
+
+/* ZeRO-1's all_reduce of a reduce_scatter of a gradient (see Cand): the
+ * gradient's name, else NULL. */
+static const char *scattered_grad(const IrModule *m, const IrNode *x)
+{
+	if (x->op != IR_OP_ALL_REDUCE || x->nops != 1 || x->role == IR_ROLE_GRAD || x->name)
+		return NULL;
+	const IrNode *rs = m->nodes[x->ops[0]];
+	if (rs->op != IR_OP_REDUCE_SCATTER || rs->nops != 1)
+		return NULL;
+	const IrNode *g = m->nodes[rs->ops[0]];
+	return g->role == IR_ROLE_GRAD ? g->name : NULL;
 }
 
 bool pass_bucket(IrModule *m, Diag *d, const PassOptions *opt)
@@ -485,8 +550,8 @@ bool pass_bucket(IrModule *m, Diag *d, const PassOptions *opt)
 		}
 		if (x->op == IR_OP_PARAM && x->name)
 			params[np++] = i;
-		if ((x->op == IR_OP_ALL_REDUCE || x->op == IR_OP_ADD) && x->role == IR_ROLE_GRAD &&
-		    x->rank != 0)
+		if (((x->op == IR_OP_ALL_REDUCE || x->op == IR_OP_ADD) && x->role == IR_ROLE_GRAD &&
+		     x->rank != 0) || (x->rank != 0 && scattered_grad(m, x)))
 			grads[ng++] = i;
 		if (x->place_from < -1 || x->place_from == x->id)
 			fix[nfix++] = i;
@@ -497,10 +562,12 @@ bool pass_bucket(IrModule *m, Diag *d, const PassOptions *opt)
 	for (int j = 0; j < ng; j++) {
 		int i = grads[j];
 		const IrNode *x = m->nodes[i];
-		int p = param_of(m, have_names ? &names : NULL, x);
-		Cand c = {.g = i, .ar = -1, .last = -1, .bucket = -1};
+		const char *gname = x->role == IR_ROLE_GRAD ? x->name : scattered_grad(m, x);
+		int p = param_of(m, have_names ? &names : NULL, gname);
+		Cand c = {.g = i, .gname = gname, .ar = -1, .last = -1, .bucket = -1};
 		if (p < 0 || !collect(m, nusers, i, true, &c))
 			continue;
+		extend_chain(m, nusers, &c);
 		c.first_use = first_user[p];
 		cands[nc++] = c;
 	}
@@ -521,7 +588,8 @@ bool pass_bucket(IrModule *m, Diag *d, const PassOptions *opt)
 		const IrNode *ar = m->nodes[cands[c].ar];
 		int j = 0;
 		/* bucket_mb 0: every gradient its own bucket */
-		while (j < nopen && !same_group(m->nodes[cands[bks[open[j]].point].ar], ar))
+		while (j < nopen && !same_group(m->nodes[cands[bks[open[j]].point].ar],
+		                                cands[bks[open[j]].point].axes, ar, cands[c].axes))
 			j++;
 		if (j == nopen) {
 			bks[nb] = (Bucket){.members = NULL, .n = 0, .point = -1};
@@ -573,8 +641,10 @@ bool pass_bucket(IrModule *m, Diag *d, const PassOptions *opt)
 				}
 			}
 		}
-		/* one gradient of one term: its all_reduce stays */
-		if (B->n < 2 && (B->n == 0 || cands[B->members[0]].nsrc < 2)) {
+		/* one gradient of one term: its all_reduce stays (a chain of
+		 * them becomes one) */
+		if (B->n < 2 && (B->n == 0 || (cands[B->members[0]].nsrc < 2 &&
+		                               !cands[B->members[0]].chain))) {
 			for (int k = 0; k < B->n; k++)
 				cands[B->members[k]].bucket = -1;
 			B->n = 0;

@@ -46,6 +46,9 @@ steps=10 seed=0
 #   TP and DP x TP (2x2) with sequence parallelism; with recompute
 zero="dp=4/zero=1 dp=4/zero=2 dp=4/zero=3 dp=4/zero=3/reshard_after_forward=false"
 zero="$zero hsdp:rep=2,dp=2/zero=3 dp=2,tp=2/zero=3"
+# HSDP under ZeRO-1: the all_reduces over rep after the reduce_scatters
+# over dp, bucketed (passes/bucket.c)
+hsdp1="hsdp:rep=2,dp=2/zero=1"
 # Sequence parallelism (Megatron SP): TP and DP x TP with the residual
 # stream split along T, reduce_scatter / all_gather instead of all_reduce
 sp="tp=2/sequence_parallel=true dp=2,tp=2/sequence_parallel=true"
@@ -86,7 +89,7 @@ gpt:pipeline) layouts=$pp
 *:pipeline) fail "no pipeline layouts for model '$model'" ;;
 mlp:*) layouts="dp=4 tp=2 tp=4 dp=2,tp=2 $zero $uneven_mlp"
      mpi_layouts="dp=2,tp=2 dp=4/zero=3 def:hidden=6:tp=4/uneven_shards=true" ;;
-gpt:*) layouts="dp=4 tp=2 tp=4 dp=2,tp=2 $zero $sp $uneven_gpt $rc_gpt $pf_gpt"
+gpt:*) layouts="dp=4 tp=2 tp=4 dp=2,tp=2 $zero $hsdp1 $sp $uneven_gpt $rc_gpt $pf_gpt"
      mpi_layouts="dp=4 dp=4/zero=3 dp=2,tp=2/sequence_parallel=true" ;;
 *) fail "no layouts listed for model '$model'" ;;
 esac

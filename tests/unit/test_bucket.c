@@ -9,7 +9,8 @@
  * after the last of its gradients is produced, and no all_reduce over a
  * flat buffer is bigger than bucket_bytes plus its last gradient.  With
  * microbatches 2 the count is the same (the micro-batch terms are summed
- * before the one reduction).  That the
+ * before the one reduction).  A batch split over (rep, dp) is bucketed as
+ * one over dp is (test_two_axes).  That the
  * bucketed programs still compute the single-device function is
  * test_state.c's (ddp cases, f64 SPMD interpreter) and tests/e2e/equiv.sh's
  * (the compiled binaries).
@@ -220,8 +221,109 @@ static void test_counts(void)
 	free(src);
 }
 
+/* s with every `from` replaced by `to` (malloc'd; s is freed). */
+static char *replace(char *s, const char *from, const char *to)
+{
+	if (!s)
+		return NULL;
+	size_t lf = strlen(from), lt = strlen(to), n = 0;
+	for (const char *p = strstr(s, from); p; p = strstr(p + lf, from))
+		n++;
+	char *r = malloc(strlen(s) + n * lt + 1), *w = r;
+	const char *p = s, *q;
+	if (!r) {
+		free(s);
+		return NULL;
+	}
+	while ((q = strstr(p, from))) {
+		memcpy(w, p, (size_t)(q - p));
+		w += q - p;
+		memcpy(w, to, lt);
+		w += lt;
+		p = q + lf;
+	}
+	strcpy(w, p);
+	free(s);
+	return r;
+}
+
+/* Non-scalar all_reduces over a data axis (rep or dp): the gradient
+ * synchronisation, not tensor parallelism's activations. */
+static int count_data_ar(const IrModule *m)
+{
+	uint32_t data = 0;
+	int r = mesh_axis_index(&m->mesh, "rep"), d = mesh_axis_index(&m->mesh, "dp");
+	data |= r >= 0 ? 1u << r : 0;
+	data |= d >= 0 ? 1u << d : 0;
+	int n = 0;
+	for (int i = 0; i < m->nnodes; i++) {
+		const IrNode *x = m->nodes[i];
+		n += x->op == IR_OP_ALL_REDUCE && x->rank > 0 && (x->attrs.mesh_axes & data);
+	}
+	return n;
+}
+
+static int count_op(const IrModule *m, IrOp op)
+{
+	int n = 0;
+	for (int i = 0; i < m->nnodes; i++)
+		n += m->nodes[i]->op == op;
+	return n;
+}
+
+/* A batch split over two axes (HSDP's [(rep, dp), _]) syncs its gradients
+ * in buckets as the same split over one axis does: under zero 1 over dp
+ * the reduce_scatters over dp are followed by one bucketed all_reduce
+ * over rep (there were 36, one per gradient); with sequence parallelism
+ * the norms' gradients, partial over the data axes and tp, are one bucket
+ * over (rep, dp, tp) (partition reduces them over rep, then (dp, tp): 14
+ * all_reduces, and over tp, then dp, on one axis: 14 more than buckets),
+ * so DDP is two all_reduces on either split. */
+static void test_two_axes(void)
+{
+	Arena a;
+	arena_init(&a);
+	char *z1 = replace(slurp("models/gpt.dtm"), "  zero 0 over dp\n", "  zero 1 over dp\n");
+	char *sp = replace(slurp("models/gpt.dtm"), "  zero 0 over dp\n",
+	                   "  zero 0 over dp\n  sequence_parallel true\n");
+	char *hz1 = replace(replace(strdup(z1 ? z1 : ""), "mesh (pp = 1, dp = ",
+	                            "mesh (pp = 1, rep = 1, dp = "), "[dp,", "[(rep, dp),");
+	char *hsp = replace(replace(strdup(sp ? sp : ""), "mesh (pp = 1, dp = ",
+	                            "mesh (pp = 1, rep = 1, dp = "), "[dp,", "[(rep, dp),");
+	CHECK(z1 && sp && hz1 && hsp && strstr(hz1, "[(rep, dp), _]") && strstr(hsp, "rep = 1"));
+	if (!z1 || !sp || !hz1 || !hsp)
+		goto done;
+	IrModule *one = build(&a, z1, "pp=1,dp=4,tp=1", -1);
+	IrModule *two = build(&a, hz1, "pp=1,rep=2,dp=2,tp=1", -1);
+	if (one && two) {
+		CHECK_EQ_INT(count_op(one, IR_OP_REDUCE_SCATTER), 36);
+		CHECK_EQ_INT(count_data_ar(one), 0);
+		CHECK_EQ_INT(count_op(two, IR_OP_REDUCE_SCATTER), 36);
+		CHECK_EQ_INT(count_data_ar(two), 1);
+	}
+	one = build(&a, sp, "pp=1,dp=4,tp=2", -1);
+	two = build(&a, hsp, "pp=1,rep=2,dp=2,tp=2", -1);
+	IrModule *ddp = build(&a, hsp, "pp=1,rep=2,dp=2,tp=1", -1);
+	if (one && two && ddp) {
+		CHECK_EQ_INT(count_data_ar(one), 2);
+		CHECK_EQ_INT(count_data_ar(two), 2);
+		CHECK_EQ_INT(count_ar(two), count_ar(one));
+		CHECK_EQ_INT(count_data_ar(ddp), 1);
+		if (getenv("DTM_TEST_VERBOSE"))
+			fprintf(stderr, "sp: all_reduces dp=4,tp=2 %d, rep=2,dp=2,tp=2 %d\n",
+			        count_ar(one), count_ar(two));
+	}
+done:
+	free(z1);
+	free(sp);
+	free(hz1);
+	free(hsp);
+	arena_free(&a);
+}
+
 int main(void)
 {
 	test_counts();
+	test_two_axes();
 	return check_report();
 }

@@ -158,6 +158,10 @@ static void test_equivalence(void)
 		{"ddp x tp buckets 600", "", false, "dp=2,tp=2"},
 		{"ddp no buckets", "  bucket_mb 0\n", false, "dp=4,tp=1"},
 		{"hsdp zero 0", "  zero 0 over dp\n", true, "rep=2,dp=2,tp=1"},
+		/* sequence parallelism: the norms' gradients are partial over
+		 * tp too, reduced by one bucket over (dp, tp) (rep, dp, tp) */
+		{"ddp x tp sp", "  sequence_parallel true\n", false, "dp=2,tp=2"},
+		{"hsdp x tp sp", "  sequence_parallel true\n", true, "rep=2,dp=2,tp=2"},
 	};
 	char label[128], train[512];
 	for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
