@@ -1020,6 +1020,77 @@ static const AstNode *single(Lower *L, const AstNode *prev, const AstNode *it, c
 	return it;
 }
 
+/* A batch split unevenly (uneven_shards true: torch.chunk rows, the last
+ * ranks with fewer or none): the loss's mean and every weight gradient's
+ * contraction over the batch need the rows whole, so partition
+ * all_gathers their operands over the split every step where an even
+ * split reduces the gradients once (dp = 4 on a batch of 6: about three
+ * times the bytes of dp = 3).  Worth a warning where the split is
+ * written, once per batch size and split, naming the inputs; an uneven
+ * param (a vocab over tp) is what uneven_shards is for and is padded. */
+static void warn_uneven_batch(Lower *L)
+{
+	IrModule *m = L->m;
+	bool *done = arena_alloc(L->a, (size_t)m->nnodes + 1);
+	if (!done)
+		return;
+	for (int i = 0; i < m->nnodes; i++) {
+		const IrNode *n = m->nodes[i];
+		if (n->op != IR_OP_INPUT || !n->place.known || done[i] || n->rank < 1 ||
+		    n->place.ndims < 1)
+			continue;
+		int64_t parts = 1, size = n->shape[0];
+		int na = n->place.naxes[0];
+		char axes[128] = "";
+		for (int j = 0, k = 0; j < na; j++) {
+			int a = n->place.axes[0][j];
+			parts *= m->mesh.sizes[a];
+			k += snprintf(axes + k, sizeof axes - (size_t)k, "%s%s", j ? ", " : "",
+			              m->mesh.names[a]);
+		}
+		if (parts <= 1 || size % parts == 0)
+			continue;
+		/* the other inputs with the same batch and split */
+		char names[256];
+		int w = snprintf(names, sizeof names, "%s", n->name ? n->name : "?");
+		int count = 1;
+		for (int o = i + 1; o < m->nnodes; o++) {
+			const IrNode *x = m->nodes[o];
+			if (x->op != IR_OP_INPUT || !x->place.known || x->rank < 1 ||
+			    x->place.ndims < 1 || x->shape[0] != size || x->place.naxes[0] != na ||
+			    memcmp(x->place.axes[0], n->place.axes[0], (size_t)na))
+				continue;
+			done[o] = true;
+			count++;
+			if (w > 0 && w < (int)sizeof names)
+				w += snprintf(names + w, sizeof names - (size_t)w, ", %s",
+				              x->name ? x->name : "?");
+		}
+		/* torch.chunk: ceil(size / parts) rows a rank while they last */
+		int64_t chunk = (size + parts - 1) / parts, full = size / chunk;
+		int64_t rest = size - full * chunk, empty = parts - full - (rest > 0);
+		char rows[160];
+		int r = snprintf(rows, sizeof rows, "%lld on %lld rank%s", (long long)chunk,
+		                 (long long)full, full == 1 ? "" : "s");
+		if (rest > 0)
+			r += snprintf(rows + r, sizeof rows - (size_t)r, ", %lld on 1", (long long)rest);
+		if (empty > 0)
+			snprintf(rows + r, sizeof rows - (size_t)r, ", 0 on %lld", (long long)empty);
+		const char *lp = na > 1 ? "(" : "", *rp = na > 1 ? ")" : "";
+		diag_warning(L->d, n->place_loc,
+		             "batch %lld of input%s %s splits unevenly over %s%s%s = %lld (rows: %s): "
+		             "the loss and each matmul's weight gradient then need the rows whole, so "
+		             "their operands are all_gathered over %s%s%s every step (several "
+		             "times the bytes of an even split; dtmc inspect lists them)",
+		             (long long)size, count == 1 ? "" : "s", names, lp, axes, rp,
+		             (long long)parts, rows, lp, axes, rp);
+		int64_t lo = size / parts * parts;
+		diag_note(L->d, n->place_loc, "a batch divisible by %lld (such as %s%lld) splits evenly",
+		          (long long)parts, lo > 0 ? arena_printf(L->a, "%lld or ", (long long)lo) : "",
+		          (long long)(lo + parts));
+	}
+}
+
 IrModule *lower_file(Arena *a, Diag *d, const AstFile *f, const LowerOptions *opt)
 {
 	Lower Lv = {0}, *L = &Lv;
@@ -1091,6 +1162,8 @@ IrModule *lower_file(Arena *a, Diag *d, const AstFile *f, const LowerOptions *op
 			sema_define_global(L, it->decl->name, v, it->decl->name_loc);
 		}
 	}
+	if (d->nerr == nerr0)
+		warn_uneven_batch(L);
 	if (!fwd) {
 		diag_error(d, top, "missing 'forward' section");
 	} else if (!L->fatal) {

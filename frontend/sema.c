@@ -1057,8 +1057,10 @@ static void train_setting(Lower *L, const AstNode *s, const AstNode **seen)
 			diag_error(L->d, e->loc, "data must be synthetic or a \"path\"");
 	} else if (!strcmp(k, "sequence_parallel")) {
 		set_bool(L, e, k, &t->sequence_parallel);
+		t->sp_loc = s->loc;
 	} else if (!strcmp(k, "recompute")) {
 		set_bool(L, e, k, &t->recompute);
+		t->recompute_loc = s->loc;
 	} else if (!strcmp(k, "uneven_shards")) {
 		set_bool(L, e, k, &t->uneven_shards);
 		L->uneven_loc = s->loc;
@@ -1166,6 +1168,10 @@ static void train_override(Lower *L, const char *text)
 				L->uneven_loc = cmdline;
 			if (!strcmp(s->name, "schedule") || !strcmp(s->name, "microbatches"))
 				L->m->train.schedule_loc = cmdline;
+			if (!strcmp(s->name, "sequence_parallel"))
+				L->m->train.sp_loc = cmdline;
+			if (!strcmp(s->name, "recompute"))
+				L->m->train.recompute_loc = cmdline;
 		}
 	}
 	fclose(mem);

@@ -187,8 +187,9 @@ typedef struct IrTrain {
 	int64_t prefetch;
 	int64_t seed;
 	/* where `schedule` (or else `microbatches`) was set, for the
-	 * pipeline's errors; not part of the text form */
-	SrcLoc schedule_loc;
+	 * pipeline's errors, and sequence_parallel and recompute, for the
+	 * warnings when they change nothing; not part of the text form */
+	SrcLoc schedule_loc, sp_loc, recompute_loc;
 } IrTrain;
 
 /* The nodes [first, end) that one iteration of a `for ... stage EXPR` loop

@@ -207,7 +207,8 @@ static void report(Diag *d, const char *kind, SrcLoc loc, const char *fmt, va_li
 void diag_verror(Diag *d, SrcLoc loc, const char *fmt, va_list ap)
 {
 	d->nerr++;
-	if (d->nerr > d->max_errors)
+	d->mute_notes = d->nerr > d->max_errors;
+	if (d->mute_notes)
 		return;
 	report(d, "error", loc, fmt, ap);
 	if (d->nerr == d->max_errors)
@@ -226,6 +227,9 @@ void diag_warning(Diag *d, SrcLoc loc, const char *fmt, ...)
 {
 	va_list ap;
 	d->nwarn++;
+	d->mute_notes = d->no_warnings;
+	if (d->no_warnings)
+		return;
 	va_start(ap, fmt);
 	report(d, "warning", loc, fmt, ap);
 	va_end(ap);
@@ -233,7 +237,7 @@ void diag_warning(Diag *d, SrcLoc loc, const char *fmt, ...)
 
 void diag_note(Diag *d, SrcLoc loc, const char *fmt, ...)
 {
-	if (d->nerr > d->max_errors)
+	if (d->mute_notes)
 		return;
 	va_list ap;
 	va_start(ap, fmt);

@@ -71,6 +71,9 @@ typedef struct Diag {
 	int nerr, nwarn;
 	int max_errors; /* after this many, further errors are counted, not printed */
 	bool color;
+	bool no_warnings; /* warnings are counted, not printed (dtmc sweep's
+	                   * candidates: its report says what they cost) */
+	bool mute_notes;  /* the last error or warning was not printed */
 } Diag;
 
 void diag_init(Diag *d, FILE *out);

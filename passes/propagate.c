@@ -1150,12 +1150,18 @@ static bool sp_partial_source(const Prop *P, const IrNode *o, int ax)
 	return false;
 }
 
-static bool sp_apply(Prop *P, Arena *ar)
+/* False when nothing was split, with *why set when that is the model's
+ * doing (the warning's reason), NULL when out of memory. */
+static bool sp_apply(Prop *P, Arena *ar, const char **why)
 {
 	IrModule *m = P->m;
 	int ax = sp_axis(P);
-	if (ax < 0 || m->loss < 0)
+	*why = NULL;
+	if (ax < 0 || m->loss < 0) {
+		*why = "no column-parallel weight (a [_, tp] param that a matmul multiplies by) "
+		       "is split over a mesh axis of more than one rank";
 		return false;
+	}
 	int64_t parts = m->mesh.sizes[ax];
 	size_t nn = (size_t)m->nnodes;
 	bool *fwd = arena_alloc(ar, nn), *sp = arena_alloc(ar, nn), *src = arena_alloc(ar, nn);
@@ -1194,8 +1200,12 @@ static bool sp_apply(Prop *P, Arena *ar)
 		sp[i] = true;
 		count++;
 	}
-	if (!count)
+	if (!count) {
+		*why = arena_printf(ar, "no residual stream (a [batch, seq, ...] value added to "
+		                    "a row-parallel result) to split along its sequence over %s",
+		                    m->mesh.names[ax]);
 		return false;
+	}
 	/* the backward mirrors: layernorm_bwd of a sequence-split x and the
 	 * adds of such gradients run on T shards, their partial dy left
 	 * partial (reduce_scattered in) */
@@ -1304,7 +1314,8 @@ bool pass_propagate_memo(IrModule *m, Diag *d, const PassOptions *opt, bool memo
 			changed |= visit(&P, i);
 		sweeps++;
 	}
-	if (m->train.sequence_parallel && sp_apply(&P, &a)) {
+	const char *sp_why = NULL;
+	if (m->train.sequence_parallel && sp_apply(&P, &a, &sp_why)) {
 		changed = true;
 		memset(P.dirty, 1, nn); /* sp_apply moved placements behind visit's back */
 		pids_sync(&P);
@@ -1330,6 +1341,9 @@ bool pass_propagate_memo(IrModule *m, Diag *d, const PassOptions *opt, bool memo
 	if (opt && opt->verbose)
 		fprintf(stderr, "dtmc: propagate: %d sweep%s%s\n", sweeps, sweeps == 1 ? "" : "s",
 		        changed ? " (stopped before a fixpoint)" : "");
+	if (sp_why)
+		diag_warning(d, m->train.sp_loc, "sequence_parallel true has no effect: %s",
+		             sp_why);
 	arena_free(&a);
 	return true;
 }

@@ -227,12 +227,17 @@ set_tests_properties(e2e.pipeline.gpt PROPERTIES TIMEOUT 600 LABELS e2e)
 #   inspect.flops        GPT-2 small: FLOPs per token (6N + 6LCT) on dp=1, dp=8,
 #                        tp=2, pp=2 all 803,261,952
 #   inspect.errors       a bad model, --hw, --rank or --train: a message, exit 1
+#   inspect.sync         a batch over (rep, dp) syncs gradients in buckets as
+#                        one over dp (zero 1; sequence parallelism): counts
+#   inspect.warnings     an uneven batch, sequence_parallel and recompute that
+#                        change nothing: the exact warnings, from check,
+#                        inspect and build; the models' layouts: none
 #   inspect.dot          --dot of gpt on pp=2,dp=2,tp=2, 4 micro-batches: renders,
 #                        clusters per stage, micro-batch and block, a legend, global
 #                        type @ placement apart from the local shard; --dot-scope
 #                        layer.0 draws exactly block 0 plus stubs, in bounded size
 # (inspect's peak against what the ranks allocate: e2e.equiv.*, e2e.pipeline.gpt)
-foreach(mode golden labels outputs conformance errors flops dot)
+foreach(mode golden labels outputs conformance errors flops dot sync warnings)
   add_test(NAME inspect.${mode}
            COMMAND ${DTM_BASH} ${DTM_TESTS}/inspect/run.sh ${mode} $<TARGET_FILE:dtmc>
            WORKING_DIRECTORY ${DTM_ROOT})

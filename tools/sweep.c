@@ -704,6 +704,9 @@ static void worker_reset(Worker *w, Diag *d)
 	w->err[0] = 0;
 	diag_init(d, w->errf);
 	d->max_errors = 1;
+	/* a candidate's cost is the report; a warning line would also read
+	 * as its failure reason */
+	d->no_warnings = true;
 	diag_add_file(d, w->sh->src);
 }
 
@@ -1189,6 +1192,8 @@ int sweep_main(int argc, char **argv)
 	Diag d;
 	arena_init(&a);
 	diag_init(&d, stderr);
+	/* the file's own layout is not a candidate: no warnings about it */
+	d.no_warnings = true;
 	/* one parse for every candidate; the probe lowers it as the file says */
 	SrcFile *src = arena_alloc(&a, sizeof *src);
 	AstFile ast = {0};

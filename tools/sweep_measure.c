@@ -41,6 +41,7 @@ static bool build_one(const SweepRun *r, const SweepCand *c, const char *exe, Me
 	Diag d;
 	arena_init(&a);
 	diag_init(&d, stderr);
+	d.no_warnings = true; /* ranked already: the report says what it costs */
 	LowerOptions lo = r->o.lower;
 	char mesh[256], tbuf[512];
 	sweep_mesh_text(r, c, mesh, sizeof mesh);

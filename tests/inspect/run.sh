@@ -43,6 +43,22 @@
 #                                   layer.0,mb=0 renders within 5000 x 2500
 #                                   pt; a bad scope: one line, exit 1
 #                                   (needs graphviz's dot: scripts/deps.sh)
+#   run.sh sync DTMC                a batch split over two axes syncs its
+#                                   gradients as the same split over one
+#                                   does: models/gpt.dtm with the batch over
+#                                   (rep, dp) on rep=2,dp=2 under zero 1: one
+#                                   bucketed all_reduce over rep after the 36
+#                                   reduce_scatters (there were 36), and
+#                                   with sequence parallelism on
+#                                   rep=2,dp=2,tp=2 and on dp=4,tp=2 two
+#                                   gradient all_reduces each (there were 16
+#                                   and 1 plus 14 over tp alone)
+#   run.sh warnings DTMC            what compiles but costs or does nothing
+#                                   is a warning, exact text, from check,
+#                                   inspect and build alike: a batch of 6
+#                                   over dp=4, sequence_parallel and
+#                                   recompute on the MLP; the models'
+#                                   own layouts warn of nothing
 # Run from anywhere; paths are the repository's.
 set -uo pipefail
 update=0
@@ -464,8 +480,104 @@ PY
 	echo "ok: bad --dot-scope exits 1 with the valid scopes"
 }
 
+# sync_counts JSON: "data_ar reduce_scatter all" -- the non-scalar
+# all_reduces over a data axis (rep or dp: gradient synchronisation, not
+# tensor parallelism's activations; the loss and grad norm are scalars),
+# the reduce_scatters, and every collective of stage 0
+sync_counts() {
+	"$py" - "$1" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))["stages"][0]["comm"]
+ar = [x for x in c if x["kind"] == "all_reduce" and x["bytes"] > 8 and
+      set(x["axes"]) & {"rep", "dp"}]
+rs = [x for x in c if x["kind"] == "reduce_scatter"]
+print(len(ar), len(rs), len(c))
+PY
+}
+
+# sync_of FILE ARGS...: sync_counts of dtmc inspect FILE ARGS --json
+sync_of() {
+	local f=$1
+	shift
+	"$dtmc" inspect "$f" "$@" --json >"$tmp/s.json" 2>"$tmp/err" ||
+		{ cat "$tmp/err" >&2; fail "inspect $f $* failed"; }
+	sync_counts "$tmp/s.json"
+}
+
+sync() {
+	sed -e 's/^mesh (pp = 1, dp = /mesh (pp = 1, rep = 1, dp = /' -e 's/\[dp,/[(rep, dp),/g' \
+		models/gpt.dtm >"$tmp/hsdp.dtm"
+	grep -q 'rep = 1, dp' "$tmp/hsdp.dtm" || fail "no mesh line to add 'rep' to"
+	local got sp1 sp2
+	got=$(sync_of "$tmp/hsdp.dtm" --mesh rep=2,dp=2 --train zero=1)
+	echo "zero 1, rep=2,dp=2: $got (gradient all_reduces, reduce_scatters, collectives)"
+	[ "${got% *}" = "1 36" ] || fail "zero 1 on rep=2,dp=2: $got, want 1 36"
+	got=$(sync_of models/gpt.dtm --mesh dp=4 --train zero=1)
+	echo "zero 1, dp=4: $got"
+	[ "${got% *}" = "0 36" ] || fail "zero 1 on dp=4: $got, want 0 36"
+	sp2=$(sync_of "$tmp/hsdp.dtm" --mesh rep=2,dp=2,tp=2 --train sequence_parallel=true)
+	sp1=$(sync_of models/gpt.dtm --mesh dp=4,tp=2 --train sequence_parallel=true)
+	echo "sequence parallel: rep=2,dp=2,tp=2 $sp2, dp=4,tp=2 $sp1"
+	[ "${sp2%% *}" = 2 ] || fail "SP on rep=2,dp=2,tp=2: ${sp2%% *} gradient all_reduces, want 2"
+	[ "$sp2" = "$sp1" ] || fail "SP: rep=2,dp=2,tp=2 ($sp2) and dp=4,tp=2 ($sp1) differ"
+	echo "ok: a batch over (rep, dp) syncs gradients in buckets as one over dp"
+}
+
+# want_err CMD ARGS...: dtmc CMD ARGS exits 0 and prints $tmp/want on stderr
+want_err() {
+	"$dtmc" "$@" >"$tmp/out" 2>"$tmp/err" || { cat "$tmp/err" >&2; fail "dtmc $* failed"; }
+	diff -u "$tmp/want" "$tmp/err" || fail "dtmc $*: the warnings differ"
+}
+
+warnings() {
+	local cmd
+	cat >"$tmp/want" <<'EOF'
+models/gpt.dtm:18:35: warning: batch 6 of inputs tokens, targets splits unevenly over dp = 4 (rows: 2 on 3 ranks, 0 on 1): the loss and each matmul's weight gradient then need the rows whole, so their operands are all_gathered over dp every step (several times the bytes of an even split; dtmc inspect lists them)
+  input tokens  : i32[batch, ctx] @ [dp, _]
+                                    ^~~~~~~
+models/gpt.dtm:18:35: note: a batch divisible by 4 (such as 4 or 8) splits evenly
+  input tokens  : i32[batch, ctx] @ [dp, _]
+                                    ^~~~~~~
+EOF
+	for cmd in check inspect; do
+		want_err $cmd models/gpt.dtm -D batch=6 --mesh dp=4
+	done
+	want_err build models/gpt.dtm -D batch=6 --mesh dp=4 -o "$tmp/g"
+	cat >"$tmp/want" <<'EOF'
+<command line>: warning: sequence_parallel true has no effect: no residual stream (a [batch, seq, ...] value added to a row-parallel result) to split along its sequence over tp
+EOF
+	want_err inspect models/mlp.dtm --train sequence_parallel=true
+	cat >"$tmp/want" <<'EOF'
+<command line>: warning: sequence_parallel true has no effect: no column-parallel weight (a [_, tp] param that a matmul multiplies by) is split over a mesh axis of more than one rank
+EOF
+	want_err inspect models/gpt.dtm --mesh dp=4 --train sequence_parallel=true
+	cat >"$tmp/want" <<'EOF'
+<command line>: warning: recompute true has no effect: the model has no blocks, and recompute re-runs each block instance's forward in its backward
+EOF
+	want_err inspect models/mlp.dtm --train recompute=true
+	# set in the file: at the setting
+	sed 's/^  steps 200$/  recompute true\n  steps 200/' models/mlp.dtm >"$tmp/mlp.dtm"
+	grep -q '^  recompute true$' "$tmp/mlp.dtm" || fail "no steps line in models/mlp.dtm"
+	cat >"$tmp/want" <<EOF
+$tmp/mlp.dtm:25:3: warning: recompute true has no effect: the model has no blocks, and recompute re-runs each block instance's forward in its backward
+    recompute true
+    ^~~~~~~~~~~~~~
+EOF
+	want_err inspect "$tmp/mlp.dtm"
+	want_err build "$tmp/mlp.dtm" -o "$tmp/m"
+	# settings that change something warn of nothing; nor do the models'
+	# own layouts
+	: >"$tmp/want"
+	want_err check models/gpt.dtm
+	want_err inspect models/gpt.dtm
+	want_err inspect models/mlp.dtm
+	want_err inspect models/gpt.dtm --train sequence_parallel=true --train recompute=true
+	want_err inspect models/gpt.dtm -D batch=6 --mesh dp=3
+	echo "ok: the warnings of what costs or does nothing; the models' layouts warn of nothing"
+}
+
 case $mode in
-golden | labels | outputs | conformance | errors | flops) $mode ;;
+golden | labels | outputs | conformance | errors | flops | sync | warnings) $mode ;;
 dot) dot_graph ;;
 *) fail "unknown mode '$mode'" ;;
 esac
