@@ -1045,8 +1045,9 @@ static void warn_uneven_batch(Lower *L)
 		for (int j = 0, k = 0; j < na; j++) {
 			int a = n->place.axes[0][j];
 			parts *= m->mesh.sizes[a];
-			k += snprintf(axes + k, sizeof axes - (size_t)k, "%s%s", j ? ", " : "",
-			              m->mesh.names[a]);
+			if (k >= 0 && k < (int)sizeof axes)
+				k += snprintf(axes + k, sizeof axes - (size_t)k, "%s%s", j ? ", " : "",
+				              m->mesh.names[a]);
 		}
 		if (parts <= 1 || size % parts == 0)
 			continue;
