@@ -171,7 +171,8 @@ static void put_load(FILE *out, int k, const IrNode *x, const IrNode *s, bool ru
 /* The C spelling of a fused member's expression (codegen/cpu/dtmk_fwd.h). */
 static const CgExprDialect c_dialect = {
 	.name = "C", .prefix = "dtmk_", .suffix = "_f", .ctx = "ctx",
-	.to_int = "(int32_t)", .put_f32 = put_float_f32,
+	.to_int = "(int32_t)", .i64 = "int64_t", .coords = "ctx->coords",
+	.put_f32 = put_float_f32,
 };
 
 /* The loop of fused group pk (root r): its external inputs in0.. are the
@@ -224,7 +225,7 @@ static bool emit_fused(Emit *e, const CgPlanKernel *pk)
 	for (int k = 0; k < next; k++)
 		put_load(out, k, m->nodes[ext[k]], root, runs);
 	for (int x = 0; x <= r; x++)
-		if (e->fp->root[x] == r && !cg_put_ew_member(out, "\t\t", &c_dialect, e->fp,
+		if (e->fp->root[x] == r && !cg_put_ew_member(out, "\t\t", &c_dialect, m, e->fp,
 		                                             m->nodes[x], r, ext, next, e->d))
 			return false;
 	switch (root->dtype) {

@@ -77,9 +77,58 @@ CgBcast cg_bcast_kind(const IrNode *x, const IrNode *s, int64_t *period)
 
 /* ---- fused elementwise members ---- */
 
-bool cg_put_ew_member(FILE *out, const char *indent, const CgExprDialect *dl, const FusePlan *fp,
-                      const IrNode *n, int root, const int *ext, int next, Diag *d)
+/* Declares gID, the index dropout n's element i draws (ir/dropout.c):
+ * ir_dropout_index's arithmetic, the shard offsets read from the rank's
+ * mesh coordinates.  False when that index is i itself. */
+static bool put_dropout_index(FILE *out, const char *indent, const CgExprDialect *dl,
+                              const IrModule *m, const IrNode *n)
 {
+	IrDropKey k;
+	if (!ir_dropout_key(m, n, true, NULL, &k))
+		return false;
+	fprintf(out, "%s%s g%d = 0;\n%s{\n%s\t%s q_ = i, c_;\n", indent, dl->i64, n->id, indent,
+	        indent, dl->i64);
+	for (int j = k.rank - 1; j >= 0; j--) {
+		fprintf(out, "%s\tc_ = q_", indent);
+		if (j > 0) /* dim 0 is q_ whole */
+			fprintf(out, " %% %lldLL", (long long)k.local[j]);
+		if (k.parts[j] > 1) {
+			fputs(" + (", out);
+			bool first = true;
+			for (int a = 0; a < n->place.naxes[j]; a++) {
+				int ax = n->place.axes[j][a];
+				if (ax >= m->mesh.naxes)
+					continue;
+				if (first)
+					fprintf(out, "%s[%d]", dl->coords, ax);
+				else
+					fprintf(out, " * %lldLL + %s[%d]", (long long)m->mesh.sizes[ax],
+					        dl->coords, ax);
+				first = false;
+			}
+			fprintf(out, "%s) * %lldLL", first ? "0" : "", (long long)k.local[j]);
+		}
+		fputs(";\n", out);
+		if (j > 0)
+			fprintf(out, "%s\tq_ /= %lldLL;\n", indent, (long long)k.local[j]);
+		if (j == k.bdim && k.inner == 1)
+			fprintf(out, "%s\tc_ = c_ * %lldLL + %lldLL;\n", indent, (long long)k.mbs,
+			        (long long)k.mb);
+		else if (j == k.bdim)
+			fprintf(out, "%s\tc_ = (c_ / %lldLL * %lldLL + %lldLL) * %lldLL + c_ %% %lldLL;\n",
+			        indent, (long long)k.inner, (long long)k.mbs, (long long)k.mb,
+			        (long long)k.inner, (long long)k.inner);
+		fprintf(out, "%s\tg%d += c_ * %lldLL;\n", indent, n->id, (long long)k.stride[j]);
+	}
+	fprintf(out, "%s}\n", indent);
+	return true;
+}
+
+bool cg_put_ew_member(FILE *out, const char *indent, const CgExprDialect *dl, const IrModule *m,
+                      const FusePlan *fp, const IrNode *n, int root, const int *ext, int next,
+                      Diag *d)
+{
+	bool keyed = n->op == IR_OP_DROPOUT && put_dropout_index(out, indent, dl, m, n);
 	char a[2][32];
 	for (int k = 0; k < n->nops && k < 2; k++) {
 		int o = n->ops[k];
@@ -126,7 +175,11 @@ bool cg_put_ew_member(FILE *out, const char *indent, const CgExprDialect *dl, co
 	case IR_OP_DROPOUT:
 		fprintf(out, "%sdropout%s(%s, %s, ", dl->prefix, dl->suffix, dl->ctx, a[0]);
 		dl->put_f32(out, n->attrs.f[0]);
-		fprintf(out, ", %uu, i)", (unsigned)(uint32_t)n->attrs.ints[0]);
+		fprintf(out, ", %uu, ", (unsigned)(uint32_t)n->attrs.ints[0]);
+		if (keyed)
+			fprintf(out, "g%d)", n->id);
+		else
+			fputs("i)", out);
 		break;
 	default:
 		diag_error(d, n->loc, "internal: no %s expression for elementwise op '%s'",

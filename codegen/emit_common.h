@@ -47,16 +47,21 @@ typedef struct CgExprDialect {
 	const char *prefix, *suffix;
 	const char *ctx;    /* dropout's first argument */
 	const char *to_int; /* the cast of an f32 to the i32 storage type */
+	const char *i64;    /* the 64-bit integer type */
+	const char *coords; /* the rank's mesh coordinates, an array */
 	void (*put_f32)(FILE *out, double v);
 } CgExprDialect;
 
-/* Writes `INDENTconst float tID = EXPR;` for member n of a fused group
- * with root `root` (-1: a lone elementwise op).  An operand computed in
- * the group is its tID; any other is xJ, J its index among the kernel's
- * external inputs ext[0..next).  False after reporting an op without an
+/* Writes `INDENTconst float tID = EXPR;` for member n of module m's fused
+ * group with root `root` (-1: a lone elementwise op), the loop index
+ * being i.  An operand computed in the group is its tID; any other is xJ,
+ * J its index among the kernel's external inputs ext[0..next).  A dropout
+ * whose mask index is not i (a shard, a micro-batch: ir/dropout.c)
+ * computes it first, as gID.  False after reporting an op without an
  * expression to d. */
-bool cg_put_ew_member(FILE *out, const char *indent, const CgExprDialect *dl, const FusePlan *fp,
-                      const IrNode *n, int root, const int *ext, int next, Diag *d);
+bool cg_put_ew_member(FILE *out, const char *indent, const CgExprDialect *dl, const IrModule *m,
+                      const FusePlan *fp, const IrNode *n, int root, const int *ext, int next,
+                      Diag *d);
 
 /* ---- kernel libraries ---- */
 

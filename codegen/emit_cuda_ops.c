@@ -47,7 +47,8 @@ static void put_args(CudaEmit *e)
 /* The CUDA spelling of a fused member's expression (dtmk_cuda.cuh). */
 static const CgExprDialect cuda_dialect = {
 	.name = "CUDA", .prefix = "dtmc_", .suffix = "", .ctx = "a",
-	.to_int = "(int)", .put_f32 = cg_cu_put_f32,
+	.to_int = "(int)", .i64 = "dtmc_i64", .coords = "a.coords",
+	.put_f32 = cg_cu_put_f32,
 };
 
 /* Declares `dtmc_i64 NAME` = x's index for s's flat index i. */
@@ -96,8 +97,8 @@ static bool emit_elementwise(CudaEmit *e, int r, int self)
 	}
 	for (int x = 0; x <= self; x++)
 		if (x == self || (r >= 0 && e->fp->root[x] == r))
-			if (!cg_put_ew_member(out, "\t", &cuda_dialect, e->fp, cg_cu_node(e, x), r,
-			                      ext, next, e->d))
+			if (!cg_put_ew_member(out, "\t", &cuda_dialect, e->m, e->fp,
+			                      cg_cu_node(e, x), r, ext, next, e->d))
 				return false;
 	cg_cu_printf(e, "\tdtmc_st(%O, i, t%d);\n", self);
 	cg_cu_end_kernel(e);

@@ -699,8 +699,9 @@ static bool ev_mse(IrEval *e, const IrNode *n, Diag *d)
 }
 
 /* Keeps each element with probability 1 - rate and scales survivors by
- * 1 / (1 - rate); the mask is the runtime's, keyed by the global index, so
- * every layout drops the same elements. */
+ * 1 / (1 - rate); the mask is the runtime's, keyed by the element's index
+ * in the full-batch global operand (ir/dropout.c), so every layout and
+ * micro-batch count drops the same elements. */
 static bool ev_dropout(IrEval *e, const IrNode *n, Diag *d)
 {
 	int64_t N = ir_node_numel(n);
@@ -716,9 +717,11 @@ static bool ev_dropout(IrEval *e, const IrNode *n, Diag *d)
 		return true;
 	}
 	double keep_scale = rate < 1 ? 1.0 / (1.0 - rate) : 0.0;
+	IrDropKey key;
+	bool mapped = ir_dropout_key(e->m, n, e->partitioned, e->coords, &key);
 	for (int64_t i = 0; i < N; i++)
 		y[i] = dtm_dropout_keep(e->seed, (uint32_t)n->attrs.ints[0], (uint32_t)e->step,
-		                        (uint64_t)i, (float)rate)
+		                        mapped ? ir_dropout_index(&key, i) : (uint64_t)i, (float)rate)
 		               ? x[i] * keep_scale
 		               : 0.0;
 	return true;

@@ -31,8 +31,12 @@ typedef struct IrEval {
 	uint64_t seed; /* of the last ir_eval_run, reused by ir_eval_loss_fd */
 	int64_t step;
 	/* this rank's mesh coordinates, for the rank-dependent vocab-parallel
-	 * ops (embed_vp, ...): eval_spmd sets them; zero elsewhere */
+	 * ops (embed_vp, ...) and dropout masks: eval_spmd sets them; zero
+	 * elsewhere */
 	int64_t coords[IR_MAX_AXES];
+	/* the module is one rank's after `partition` (eval_spmd sets it):
+	 * shapes are shards of the placements, which dropout keys by */
+	bool partitioned;
 	/* The learning rate of optimizer ops: m->train's schedule at the
 	 * run's step (as the runtime computes it) unless lr_fixed is set, in
 	 * which case lr. */
@@ -57,7 +61,7 @@ void ir_eval_init_params(IrEval *e, uint64_t seed);
  * params and inputs (i32 values as whole doubles); leaves start at zero. */
 void ir_eval_set(IrEval *e, int node, const double *data);
 /* Evaluates every non-leaf node in order; dropout masks are keyed by
- * (seed, salt, step, element index).  Reports the first failing node to d
+ * (seed, salt, step, the element's full-batch global index: ir/dropout.c).  Reports the first failing node to d
  * (out-of-range ids or targets, collectives, inconsistent shapes) and
  * returns false. */
 bool ir_eval_run(IrEval *e, Diag *d, uint64_t seed, int64_t step);

@@ -28,6 +28,7 @@ bool ir_spmd_init(IrSpmd *s, const IrModule *m)
 			return false;
 		}
 		mesh_coords(&m->mesh, r, s->rank[r].coords);
+		s->rank[r].partitioned = true;
 	}
 	return true;
 }

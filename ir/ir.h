@@ -47,7 +47,7 @@ typedef enum IrAttrKind {
 	IR_ATTR_PERM,    /* ints[0..nints) */
 	IR_ATTR_SLICE,   /* ints[0..3) = axis, start, end */
 	IR_ATTR_ATTN,    /* ints[0] = heads, ints[1] = causal */
-	IR_ATTR_DROPOUT, /* f[0] = rate, ints[0] = salt */
+	IR_ATTR_DROPOUT, /* f[0] = rate, ints[0] = site; ints[1..4] micro-batch (dropout.c) */
 	IR_ATTR_COLL,    /* mesh_axes, red, ints[0..nints) */
 	IR_ATTR_OPTIM,   /* fx[0..5) hyperparameters, flag, ints[0] (ops.def) */
 } IrAttrKind;
@@ -345,6 +345,29 @@ void placement_shard_shape(const Placement *p, const Mesh *m, int64_t rank,
                            int nd, const int64_t *global, int64_t *local);
 /* Writes "[dp, (tp, sp), _] partial(tp)" style text; returns chars written. */
 int placement_format(const Placement *p, const Mesh *m, char *buf, size_t cap);
+
+/* ---- dropout masks (dropout.c) ---- */
+/* Element i of a dropout node draws the mask element of index
+ * ir_dropout_index(key, i): its index in the operand of the one-device,
+ * one-micro-batch program (dropout.c says how). */
+typedef struct IrDropKey {
+	int rank;
+	int64_t local[IR_MAX_RANK];  /* the node's shape (a shard after partition) */
+	int64_t parts[IR_MAX_RANK];  /* shards of each dim (1: whole) */
+	int64_t off[IR_MAX_RANK];    /* the rank's first global coordinate per dim */
+	int64_t stride[IR_MAX_RANK]; /* of each dim in the full-batch operand */
+	int bdim;                    /* the micro-batch's batch dim, -1: none */
+	int64_t mbs, mb, inner;      /* micro-batch mb of mbs; batch rows span inner */
+} IrDropKey;
+/* attrs.ints[1..4] of a dropout copy of micro-batch k (passes/microbatch.c) */
+bool ir_dropout_has_mb(const IrNode *n);
+/* Fills k for dropout node n of m: partitioned says n's shape is a shard
+ * of its placement's (after `partition`), coords is the rank's mesh
+ * coordinates (NULL: all offsets 0).  Returns false when the index is the
+ * element's own (no shard split, no micro-batch). */
+bool ir_dropout_key(const IrModule *m, const IrNode *n, bool partitioned, const int64_t *coords,
+                    IrDropKey *k);
+uint64_t ir_dropout_index(const IrDropKey *k, int64_t i);
 
 /* ---- shape rules (shape.c): driven by the op table ---- */
 /* Computes n's dtype and shape from its operands and attrs (for RESHAPE,

@@ -548,9 +548,9 @@ static bool type_value(Parser *p, IrNode *n)
 /* ---- attributes ---- */
 
 /* key -> where it goes; kinds = the IrAttrKinds that take it. */
-enum { SLOT_F0, SLOT_INIT, SLOT_INTS, SLOT_INT0, SLOT_INT1, SLOT_INT2, SLOT_FLAG,
-       SLOT_BOOLINT1, SLOT_MESH, SLOT_RED, SLOT_FX0, SLOT_FX1, SLOT_FX2, SLOT_FX3, SLOT_FX4,
-       SLOT_BOOLINT0 };
+enum { SLOT_F0, SLOT_INIT, SLOT_INTS, SLOT_INT0, SLOT_INT1, SLOT_INT2, SLOT_INT3, SLOT_INT4,
+       SLOT_FLAG, SLOT_BOOLINT1, SLOT_MESH, SLOT_RED, SLOT_FX0, SLOT_FX1, SLOT_FX2, SLOT_FX3,
+       SLOT_FX4, SLOT_BOOLINT0 };
 typedef struct AttrKey {
 	const char *name;
 	unsigned kinds;
@@ -573,6 +573,10 @@ static const AttrKey attr_keys[] = {
 	{"heads", K(ATTN), SLOT_INT0},
 	{"causal", K(ATTN), SLOT_BOOLINT1},
 	{"salt", K(DROPOUT), SLOT_INT0},
+	{"mbs", K(DROPOUT), SLOT_INT1},
+	{"mb", K(DROPOUT), SLOT_INT2},
+	{"bdim", K(DROPOUT), SLOT_INT3},
+	{"binner", K(DROPOUT), SLOT_INT4},
 	{"red", K(COLL), SLOT_RED},
 	{"dim", K(COLL), SLOT_INT0},
 	{"split", K(COLL), SLOT_INT0},
@@ -680,7 +684,9 @@ static bool attrs_value(Parser *p, IrNode *n)
 			break;
 		case SLOT_INT0:
 		case SLOT_INT1:
-		case SLOT_INT2: {
+		case SLOT_INT2:
+		case SLOT_INT3:
+		case SLOT_INT4: {
 			int i = attr_keys[k].slot - SLOT_INT0;
 			ok = int_value(p, &a->ints[i], "for the attribute");
 			if (nnamed < i + 1)
@@ -739,9 +745,19 @@ static bool attrs_value(Parser *p, IrNode *n)
 	}
 	switch (kind) {
 	case IR_ATTR_AXIS:
-	case IR_ATTR_DROPOUT:
 		a->nints = 1;
 		break;
+	case IR_ATTR_DROPOUT: {
+		/* a micro-batch's copy has all four of mbs, mb, bdim, binner */
+		int nmb = 0;
+		for (int k = 0; k < NKEYS; k++)
+			nmb += (seen >> k & 1) && attr_keys[k].slot >= SLOT_INT1 &&
+			       attr_keys[k].slot <= SLOT_INT4;
+		if (nmb != 0 && nmb != 4)
+			return error(p, "dropout: give all of mbs, mb, bdim and binner, or none");
+		a->nints = nmb ? 5 : 1;
+		break;
+	}
 	case IR_ATTR_SLICE:
 		a->nints = 3;
 		break;

@@ -287,6 +287,9 @@ static void print_attrs(FILE *out, const IrModule *m, const IrNode *n)
 		fputs(" {rate = ", out);
 		print_double(out, a->f[0]);
 		fprintf(out, ", salt = %" PRId64, a->ints[0]);
+		if (ni >= 5)
+			fprintf(out, ", mbs = %" PRId64 ", mb = %" PRId64 ", bdim = %" PRId64
+			        ", binner = %" PRId64, a->ints[1], a->ints[2], a->ints[3], a->ints[4]);
 		break;
 	case IR_ATTR_COLL: {
 		fputs(" {axes = ", out);

@@ -483,6 +483,12 @@ static bool infer_dropout(Infer *c, const IrNode *x)
 		return false;
 	if (!(r >= 0 && r < 1))
 		return fail(c, "dropout: rate must be in [0, 1), got %g", r);
+	const int64_t *mb = c->n->attrs.ints;
+	if (c->n->attrs.nints >= 5 &&
+	    (mb[1] < 1 || mb[2] < 0 || mb[2] >= mb[1] || mb[3] < 0 || mb[3] >= x->rank || mb[4] < 1))
+		return fail(c, "dropout: micro-batch %lld of %lld, batch dim %lld of rank %d, "
+		            "%lld per row is not a micro-batch's mask", (long long)mb[2],
+		            (long long)mb[1], (long long)mb[3], x->rank, (long long)mb[4]);
 	return same_as(c, x);
 }
 

@@ -31,9 +31,16 @@
  * are live together: peak activation memory is the whole batch's, as with
  * M = 1 (gradient accumulation here buys the numerics and the single
  * synchronisation, not the memory saving a per-micro-batch schedule would
- * give; with pp > 1, 1F1B holds at most P micro-batches' activations).  Dropout masks
- * are keyed by the element index within the micro-batch with a salt per
- * micro-batch, so they differ from the M = 1 run's.
+ * give; with pp > 1, 1F1B holds at most P micro-batches' activations).
+ *
+ * Dropout: a sample must draw the mask it draws with M = 1, so each
+ * micro-batch's copy of a dropout records where its elements sit in the
+ * full batch (ir/dropout.c): M, k, the operand's dim whose extent shrank
+ * M-fold (the batch dim, usually 0) and the elements of that dim per
+ * batch row (1, or T where [B, T, D] was reshaped to [B*T, D]: the
+ * extent over the inputs' batch size B).  A dropout of a value with no
+ * batch dim (a batch reduction) keeps its element index: every
+ * micro-batch draws the same mask there.
  */
 #include "microbatch.h"
 
@@ -56,6 +63,27 @@ static int64_t dim0_parts(const IrModule *m, const IrNode *n)
 			if (n->place.axes[0][j] < m->mesh.naxes)
 				G *= m->mesh.sizes[n->place.axes[0][j]];
 	return G;
+}
+
+/* Records on c, micro-batch k's copy of dropout n, where its elements sit
+ * in the full batch; B: the inputs' batch size (0: they differ). */
+static void dropout_rows(const IrNode *n, IrNode *c, int64_t M, int64_t k, int64_t B)
+{
+	int bdim = -1;
+	for (int j = 0; j < n->rank; j++) {
+		if (c->shape[j] == n->shape[j])
+			continue;
+		if (bdim >= 0 || c->shape[j] * M != n->shape[j])
+			return; /* not a batch dim we can name */
+		bdim = j;
+	}
+	if (bdim < 0)
+		return;
+	c->attrs.ints[1] = M;
+	c->attrs.ints[2] = k;
+	c->attrs.ints[3] = bdim;
+	c->attrs.ints[4] = B > 0 && n->shape[bdim] % B == 0 ? n->shape[bdim] / B : 1;
+	c->attrs.nints = 5;
 }
 
 /* Integer inputs (token ids) need each micro-batch's rows to split evenly
@@ -88,6 +116,7 @@ bool pass_microbatch(IrModule *m, Diag *d, const PassOptions *opt)
 	size_t cap = (size_t)nn * (size_t)(M + 1) + 4 * (size_t)nn * (size_t)M + (size_t)M + 8;
 	int *orig = malloc(sizeof(int) * cap), *origk = malloc(sizeof(int) * cap);
 	IrModule *out = ir_module_new(m->arena, m->name);
+	int64_t batch = -1; /* the inputs' batch size, 0 if they differ (dropout_rows) */
 	bool ok = dep && map && ops && base && orig && origk && out;
 	if (!ok) {
 		diag_error(d, (SrcLoc){0}, "microbatch: out of memory");
@@ -99,6 +128,7 @@ bool pass_microbatch(IrModule *m, Diag *d, const PassOptions *opt)
 		const IrNode *n = m->nodes[i];
 		if (n->op == IR_OP_INPUT) {
 			dep[i] = true;
+			batch = batch < 0 || (n->rank && batch == n->shape[0]) ? n->shape[0] : 0;
 			if (n->rank < 1 || n->rank >= IR_MAX_RANK || n->shape[0] % M) {
 				char msg[256];
 				snprintf(msg, sizeof msg, "input %s's batch dim (dim 0, %lld) does not divide "
@@ -229,8 +259,6 @@ bool pass_microbatch(IrModule *m, Diag *d, const PassOptions *opt)
 				c->name = NULL;
 				c->role = IR_ROLE_ACT;
 			}
-			if (n->op == IR_OP_DROPOUT)
-				c->attrs.ints[0] = n->attrs.ints[0] + k * 0x10000;
 			/* ops whose node carries its shape: the batch dim shrinks
 			 * with the operand's */
 			if (n->nops >= 1) {
@@ -253,6 +281,8 @@ bool pass_microbatch(IrModule *m, Diag *d, const PassOptions *opt)
 				ok = fail(d, n, what, msg);
 				break;
 			}
+			if (n->op == IR_OP_DROPOUT)
+				dropout_rows(n, c, M, k, batch);
 			mk[i] = id;
 		}
 	}

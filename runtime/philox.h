@@ -13,7 +13,8 @@
  *   key     = { seed lo32, seed hi32 ^ domain }     domain 0 = init
  *   counter = { a lo32, a hi32, b lo32, b hi32 }
  * init:    a = global element index, b = FNV-1a 64 hash of the tensor name
- * dropout: a = global element index, b = step | salt << 32
+ * dropout: a = the element's index in the full-batch global operand
+ *          (ir/dropout.c), b = step | salt << 32
  * data:    see runtime/data.c (domains DTM_RNG_DOMAIN_*).
  */
 #ifndef DTM_PHILOX_H
@@ -134,8 +135,9 @@ static inline float dtm_init_uniform(uint64_t seed, uint64_t name_hash, uint64_t
 }
 
 /* 1 if element `index` of the dropout mask for (salt, step) is kept, else 0.
- * salt names the dropout site (e.g. a hash of the op's name truncated to 32
- * bits); the mask is the same on every mesh for the same global index. */
+ * salt names the dropout site (the lowering's count of dropout calls); the
+ * index is the element's in the one-device, one-micro-batch operand, so
+ * the mask is the same on every mesh and micro-batch count. */
 static inline int dtm_dropout_keep(uint64_t seed, uint32_t salt, uint32_t step, uint64_t index,
                                    float rate)
 {

@@ -59,7 +59,10 @@ static inline float dtmk_round_f16_f(float x)
 }
 
 /* Kept elements are scaled by 1 / (1 - rate); the mask is the runtime's
- * Philox stream keyed by the global element index. */
+ * Philox stream at index i, the element's index in the full-batch global
+ * operand (ir/dropout.c: the emitter computes it for a shard or a
+ * micro-batch; the fallback kernel below passes the flat index, right for
+ * a whole tensor with one micro-batch). */
 static inline float dtmk_dropout_f(const DtmCtx *ctx, float x, float rate, uint32_t salt,
 				   int64_t i)
 {

@@ -201,7 +201,8 @@ __device__ __forceinline__ void dtmc_philox(unsigned c[4], unsigned k0, unsigned
 	}
 }
 
-/* dtm_dropout_keep: the DROP domain, counter = (index, step | salt << 32). */
+/* dtm_dropout_keep: the DROP domain, counter = (index, step | salt << 32);
+ * i is the element's index in the full-batch global operand (ir/dropout.c). */
 __device__ __forceinline__ float dtmc_dropout(const DtmCudaArgs &a, float x, float rate,
                                               unsigned salt, dtmc_i64 i)
 {
