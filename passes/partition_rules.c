@@ -409,6 +409,7 @@ bool part_rule(const IrModule *m, const IrNode *n, const Placement *T, const Pla
 		return true;
 	case IR_OP_DIV:
 	case IR_OP_NEG: case IR_OP_SCALE: case IR_OP_CAST: case IR_OP_EXPAND:
+	case IR_OP_DROPOUT: /* each rank draws its shard's mask (ir/dropout.c) */
 	case IR_OP_RELU_BWD: case IR_OP_GELU_BWD: case IR_OP_SILU_BWD:
 		map_rule(m, n, T, cur, r, 0, LIN_FIRST);
 		return true;
@@ -416,10 +417,8 @@ bool part_rule(const IrModule *m, const IrNode *n, const Placement *T, const Pla
 	case IR_OP_RELU: case IR_OP_GELU: case IR_OP_SILU: case IR_OP_SIGMOID:
 		map_rule(m, n, T, cur, r, 0, LIN_NONE);
 		return true;
-	case IR_OP_DROPOUT:
 	case IR_OP_MAX_BWD:
-		/* dropout masks are keyed by the global element index and
-		 * max_bwd splits ties across the whole group: run replicated */
+		/* max_bwd splits ties across the whole group: run replicated */
 		map_rule(m, n, T, cur, r, all, LIN_NONE);
 		return true;
 	case IR_OP_SOFTMAX: case IR_OP_LOG_SOFTMAX:

@@ -28,11 +28,11 @@
  * produces (the row-parallel matmul's partial(tp)), and every user needs a
  * non-partial operand, so partition reduces on that edge (all_reduce, or
  * reduce_scatter when the user wants the value split) -- except the linear
- * ops add, sub, neg, scale, permute and reshape, through which operands
- * partial (sum) over the same axes pass the partial on (gradient
- * contributions add up, and a weight gradient is transposed, before one
- * reduction).  Three kinds of
- * node are resolved at the node itself, their placement never partial:
+ * ops add, sub, neg, scale, dropout (every rank holding a partial draws
+ * the same mask), permute and reshape, through which operands partial
+ * (sum) over the same axes pass the partial on (gradient contributions add
+ * up, and a weight gradient is transposed, before one reduction).  Three
+ * kinds of node are resolved at the node itself, their placement never partial:
  * scalars (the loss, grad_norm: replicated), a param's gradient grad.P
  * (P's placement: the DP all_reduce or ZeRO reduce_scatter follows the op
  * that makes it) and optimizer steps and state (their param's).  Mesh axes
