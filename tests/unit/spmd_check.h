@@ -106,24 +106,23 @@ static inline int compare_param(const char *label, int step, const IrModule *ref
 	return bad;
 }
 
-/* Runs ref (a single-device program through optim) and dm (its per-rank
- * program) two steps from seed 42 with the same global inputs (ids below
- * idlim) and returns the mismatches, each reported on stderr under label;
- * -1 when a run fails. */
-static inline int spmd_compare(const char *label, const IrModule *ref, const IrModule *dm,
-                               int idlim, Diag *d)
+/* Readies the interpreters of ref (a single-device program) and dm (its
+ * per-rank program): the initial values of seed 42 and the same global
+ * inputs (ids below idlim).  False (both freed) when out of memory. */
+static inline bool spmd_start(const IrModule *ref, const IrModule *dm, int idlim, IrEval *ep,
+                              IrSpmd *sp)
 {
 	IrEval e;
 	IrSpmd s;
 	bool ok = ir_eval_init(&e, ref);
 	CHECK(ok);
 	if (!ok)
-		return -1;
+		return false;
 	ok = ir_spmd_init(&s, dm);
 	CHECK(ok);
 	if (!ok) {
 		ir_eval_free(&e);
-		return -1;
+		return false;
 	}
 	ir_eval_init_params(&e, 42);
 	ir_spmd_init_params(&s, 42);
@@ -141,6 +140,23 @@ static inline int spmd_compare(const char *label, const IrModule *ref, const IrM
 			ir_spmd_set_global(&s, j, v);
 		free(v);
 	}
+	*ep = e;
+	*sp = s;
+	return true;
+}
+
+/* Runs ref (a single-device program through optim) and dm (its per-rank
+ * program) two steps from seed 42 with the same global inputs (ids below
+ * idlim) and returns the mismatches, each reported on stderr under label;
+ * -1 when a run fails. */
+static inline int spmd_compare(const char *label, const IrModule *ref, const IrModule *dm,
+                               int idlim, Diag *d)
+{
+	IrEval e;
+	IrSpmd s;
+	if (!spmd_start(ref, dm, idlim, &e, &s))
+		return -1;
+	bool ok = true;
 	int bad = 0;
 	for (int step = 1; step <= 2 && ok; step++) {
 		ok = ir_eval_run(&e, d, 7, step) && ir_spmd_run(&s, d, 7, step);

@@ -180,6 +180,15 @@ static void build(void)
 	n->attrs.ints[0] = 7;
 	n->attrs.nints = 1;
 	att = done(n);
+	n = add(IR_OP_DROPOUT, 1, &att); /* micro-batch 1 of 3's copy (ir/dropout.c) */
+	n->attrs.f[0] = 0.1;
+	n->attrs.ints[0] = 7;
+	n->attrs.ints[1] = 3;
+	n->attrs.ints[2] = 1;
+	n->attrs.ints[3] = 1;
+	n->attrs.ints[4] = 2;
+	n->attrs.nints = 5;
+	att = done(n);
 	n = add(IR_OP_SOFTMAX, 1, &att);
 	n->attrs.nints = 1;
 	n->attrs.ints[0] = 2;
