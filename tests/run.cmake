@@ -208,6 +208,18 @@ add_test(NAME e2e.pipeline.gpt
                  ${DTM_EQUIV_MPIRUN} pipeline
          WORKING_DIRECTORY ${DTM_ROOT})
 set_tests_properties(e2e.pipeline.gpt PROPERTIES TIMEOUT 600 LABELS e2e)
+#   e2e.equiv.dropout, e2e.pipeline.dropout  tests/e2e/dropout.dtm, a small
+#                   GPT with dropout (issue 14): M = 2 and 4 micro-batches on
+#                   one device, DDP over 2 and 3, TP, DP x TP, SP, FSDP,
+#                   recompute, and pipelines (GPipe, 1F1B, ZB-H1, with DP
+#                   and TP) all draw the one-device masks: the same checks.
+foreach(set equiv pipeline)
+  add_test(NAME e2e.${set}.dropout
+           COMMAND ${DTM_BASH} ${DTM_TESTS}/e2e/equiv.sh $<TARGET_FILE:dtmc> dropout
+                   ${DTM_EQUIV_MPIRUN} $<$<STREQUAL:${set},pipeline>:pipeline>
+           WORKING_DIRECTORY ${DTM_ROOT})
+  set_tests_properties(e2e.${set}.dropout PROPERTIES TIMEOUT 600 LABELS e2e)
+endforeach()
 # ---- end equiv ----
 
 # ---- inspect: `dtmc inspect` (tests/inspect/run.sh, issue 6) ----
@@ -232,12 +244,15 @@ set_tests_properties(e2e.pipeline.gpt PROPERTIES TIMEOUT 600 LABELS e2e)
 #   inspect.warnings     an uneven batch, sequence_parallel and recompute that
 #                        change nothing: the exact warnings, from check,
 #                        inspect and build; the models' layouts: none
+#   inspect.dropout      tests/e2e/dropout.dtm on dp=3, DP x TP, SP, micro-batches
+#                        and a pipeline: the communication (count and bytes per
+#                        kind and axes, per stage) of the model without dropout
 #   inspect.dot          --dot of gpt on pp=2,dp=2,tp=2, 4 micro-batches: renders,
 #                        clusters per stage, micro-batch and block, a legend, global
 #                        type @ placement apart from the local shard; --dot-scope
 #                        layer.0 draws exactly block 0 plus stubs, in bounded size
 # (inspect's peak against what the ranks allocate: e2e.equiv.*, e2e.pipeline.gpt)
-foreach(mode golden labels outputs conformance errors flops dot sync warnings)
+foreach(mode golden labels outputs conformance errors flops dot sync warnings dropout)
   add_test(NAME inspect.${mode}
            COMMAND ${DTM_BASH} ${DTM_TESTS}/inspect/run.sh ${mode} $<TARGET_FILE:dtmc>
            WORKING_DIRECTORY ${DTM_ROOT})
@@ -374,7 +389,8 @@ if(DTM_KCHECK_CXX)
     "gpt.hd64_uneven|gpt|--mesh tp=2 -D vocab=255 -D d=128 -D heads=2 -D ctx=40 -D batch=2 -D layers=1"
     "gpt.zero1_f16|gpt|--mesh dp=2 --train zero=1 --train precision=f16"
     "ops.f32|${DTM_TESTS}/cuda/ops.dtm|--mesh dp=1"
-    "ops.bf16|${DTM_TESTS}/cuda/ops.dtm|--mesh dp=2 --train precision=bf16")
+    "ops.bf16|${DTM_TESTS}/cuda/ops.dtm|--mesh dp=2 --train precision=bf16"
+    "dropout.dp2tp2_m2|${DTM_TESTS}/e2e/dropout.dtm|--mesh dp=2,tp=2 --train microbatches=2")
   foreach(k ${DTM_KCHECKS})
     string(REPLACE "|" ";" kl "${k}")
     list(GET kl 0 kname)

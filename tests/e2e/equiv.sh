@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# equiv.sh DTMC MODEL [MPIRUN|none] - every layout trains like one device
-# (issue 4 point 6, the project's core test).
+# equiv.sh DTMC MODEL [MPIRUN|none] [pipeline] - every layout trains like
+# one device (issue 4 point 6, the project's core test).
 #
-# Builds models/MODEL.dtm for one device (--mesh dp=1) and for each layout
+# Builds models/MODEL.dtm (or tests/e2e/MODEL.dtm: `dropout`) for one device (--mesh dp=1) and for each layout
 # below, trains 10 steps with the same seed on the runtime (ranks as
 # threads), and checks:
 #   1. each step's loss and global grad norm equal the one-device ones to
@@ -26,6 +26,8 @@ set -u
 dtmc=$1 model=$2 mpirun=${3:-none}
 py=/usr/bin/python3
 here=$(cd "$(dirname "$0")" && pwd)
+src=models/$model.dtm
+[ -f "$src" ] || src=$here/$model.dtm
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/dtm_equiv_${model}_XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL ($model): $*" >&2; exit 1; }
@@ -83,9 +85,21 @@ pp="$pp pp=2,dp=1,tp=1/microbatches=4/schedule=1f1b/recompute=true"
 pp="$pp pp=2,dp=2,tp=2/microbatches=2/zero=3/recompute=true"
 # ... and with the layers round-robin over the stages as virtual stages
 pp="$pp def:layers=4:rr:pp=2,dp=1,tp=1/microbatches=4/schedule=interleaved(2)"
+# Dropout (issue 14, tests/e2e/dropout.dtm): masks keyed by the sample's
+# place in the full batch, so micro-batches on one device, DDP over 2 and
+# 3, TP (the MLP's hidden dropout on tp shards), SP, FSDP, recompute and
+# pipelines draw the one-device masks; each rank draws its shard's
+drop="dp=1/microbatches=2 dp=1/microbatches=4 dp=2 dp=3 tp=2 dp=2,tp=2 dp=2/microbatches=2"
+drop="$drop dp=3/microbatches=2 dp=3/zero=3 tp=2/sequence_parallel=true"
+drop="$drop dp=2,tp=2/recompute=true"
+drop_pp="pp=2,dp=1,tp=1/microbatches=2/schedule=gpipe pp=2,dp=1,tp=1/microbatches=4/schedule=1f1b"
+drop_pp="$drop_pp pp=2,dp=2,tp=1/microbatches=2 pp=2,dp=1,tp=2/microbatches=4/schedule=zb"
+drop_pp="$drop_pp pp=2,dp=1,tp=1/microbatches=4/recompute=true"
 case $model:${4:-spmd} in
 gpt:pipeline) layouts=$pp
      mpi_layouts="pp=2,dp=2,tp=1/microbatches=2/schedule=1f1b pp=4,dp=1,tp=1/microbatches=4/schedule=gpipe" ;;
+dropout:pipeline) layouts=$drop_pp mpi_layouts="pp=2,dp=1,tp=1/microbatches=2/schedule=gpipe" ;;
+dropout:*) layouts=$drop mpi_layouts="dp=3 dp=2,tp=2" ;;
 *:pipeline) fail "no pipeline layouts for model '$model'" ;;
 mlp:*) layouts="dp=4 tp=2 tp=4 dp=2,tp=2 $zero $uneven_mlp"
      mpi_layouts="dp=2,tp=2 dp=4/zero=3 def:hidden=6:tp=4/uneven_shards=true" ;;
@@ -101,7 +115,7 @@ layouts=${DTM_EQUIV_LAYOUTS:-$layouts}
 # The HSDP copy of the model: a replicate axis of size 1 in front of dp
 # (sizes come from --mesh) and every dp-split batch dim split over (rep, dp)
 sed -e 's/^mesh (\(pp = 1, \)\{0,1\}dp = /mesh (\1rep = 1, dp = /' -e 's/\[dp,/[(rep, dp),/g' \
-	"models/$model.dtm" >"$tmp/$model.hsdp.dtm"
+	"$src" >"$tmp/$model.hsdp.dtm"
 grep -q '^mesh (.*rep = 1, dp' "$tmp/$model.hsdp.dtm" || fail "no mesh line to add 'rep' to"
 # The round-robin copy: every staged loop's stage expression `i % pp`
 sed -e 's/^\( *for \([a-z_]*\) in .* stage \).*{$/\1\2 % pp {/' \
@@ -123,7 +137,7 @@ layout_ref() {
 
 # build NAME LAYOUT: models/MODEL.dtm (or its HSDP copy) -> $tmp/NAME
 build() {
-	local l=$2 src="models/$model.dtm" args=() defs def
+	local l=$2 src=$src args=() defs def
 	defs=$(layout_defs "$l")
 	l=${l#"$defs"}
 	defs=${defs#def:}

@@ -59,6 +59,13 @@
 #                                   over dp=4, sequence_parallel and
 #                                   recompute on the MLP; the models'
 #                                   own layouts warn of nothing
+#   run.sh dropout DTMC             tests/e2e/dropout.dtm on dp=3 (and DP x
+#                                   TP, SP, micro-batches, a pipeline): every
+#                                   stage's communication, per kind and mesh
+#                                   axes (count, bytes), equals the same
+#                                   model's without its dropout lines: each
+#                                   rank draws its shard's mask, nothing is
+#                                   gathered for it (issue 14 point 4)
 # Run from anywhere; paths are the repository's.
 set -uo pipefail
 update=0
@@ -66,8 +73,8 @@ if [ "${1-}" = --update ]; then
 	update=1
 	shift
 fi
-mode=${1:?usage: run.sh [--update] golden|labels|outputs|conformance|errors|flops|dot DTMC}
-dtmc=${2:?usage: run.sh [--update] golden|labels|outputs|conformance|errors|flops|dot DTMC}
+mode=${1:?usage: run.sh [--update] golden|labels|outputs|conformance|errors|flops|dot|sync|warnings|dropout DTMC}
+dtmc=${2:?usage: run.sh [--update] golden|labels|outputs|conformance|errors|flops|dot|sync|warnings|dropout DTMC}
 case $dtmc in /*) ;; *) dtmc=$PWD/$dtmc ;; esac
 cd "$(dirname "$0")/../.."
 py=python3
@@ -576,8 +583,40 @@ EOF
 	echo "ok: the warnings of what costs or does nothing; the models' layouts warn of nothing"
 }
 
+dropout() {
+	local model=tests/e2e/dropout.dtm mesh
+	grep -v 'dropout(' "$model" >"$tmp/nodrop.dtm"
+	[ "$(grep -c 'dropout(' "$model")" -ge 4 ] && ! grep -q 'dropout(' "$tmp/nodrop.dtm" ||
+		fail "$model: no dropout lines to delete"
+	for mesh in dp=3 dp=2,tp=2 tp=2/sequence_parallel=true dp=3/microbatches=2 \
+		pp=2,dp=2/microbatches=2; do
+		local args=(--mesh "${mesh%%/*}") t
+		[ "$mesh" = "${mesh#*/}" ] || for t in ${mesh#*/}; do args+=(--train "$t"); done
+		"$dtmc" inspect "$model" "${args[@]}" --json >"$tmp/d.json" 2>"$tmp/err" &&
+			"$dtmc" inspect "$tmp/nodrop.dtm" "${args[@]}" --json >"$tmp/n.json" 2>>"$tmp/err" ||
+			{ cat "$tmp/err" >&2; fail "inspect $mesh failed"; }
+		"$py" - "$tmp/d.json" "$tmp/n.json" "$mesh" <<'PY' || fail "$mesh: dropout adds communication"
+import json, sys
+d, n = (json.load(open(f)) for f in sys.argv[1:3])
+mesh = sys.argv[3]
+def totals(j):
+    out = []
+    for s in j["stages"]:
+        t = s["totals"]
+        out.append(sorted((k.get("kind") or ",".join(k["axes"]), k["count"], round(k["send_bytes"], 3))
+                          for k in t["by_axes"] + t["by_kind"]))
+    return out
+a, b = totals(d), totals(n)
+print(f"{mesh}: with dropout {a}")
+if a != b:
+    print(f"{mesh}: without dropout {b}", file=sys.stderr)
+    sys.exit(1)
+PY
+	done
+}
+
 case $mode in
-golden | labels | outputs | conformance | errors | flops | sync | warnings) $mode ;;
+golden | labels | outputs | conformance | errors | flops | sync | warnings | dropout) $mode ;;
 dot) dot_graph ;;
 *) fail "unknown mode '$mode'" ;;
 esac
