@@ -89,9 +89,8 @@ pp="$pp def:layers=4:rr:pp=2,dp=1,tp=1/microbatches=4/schedule=interleaved(2)"
 # place in the full batch, so micro-batches on one device, DDP over 2 and
 # 3, TP (the MLP's hidden dropout on tp shards), SP, FSDP, recompute and
 # pipelines draw the one-device masks; each rank draws its shard's
-drop="dp=1/microbatches=2 dp=1/microbatches=4 dp=2 dp=3 tp=2 dp=2,tp=2 dp=2/microbatches=2"
-drop="$drop dp=3/microbatches=2 dp=3/zero=3 tp=2/sequence_parallel=true"
-drop="$drop dp=2,tp=2/recompute=true"
+drop="dp=1/microbatches=2 dp=1/microbatches=4 dp=2 dp=3 tp=2 dp=2/microbatches=2"
+drop="$drop dp=3/zero=3 tp=2/sequence_parallel=true dp=2,tp=2/recompute=true"
 drop_pp="pp=2,dp=1,tp=1/microbatches=2/schedule=gpipe pp=2,dp=1,tp=1/microbatches=4/schedule=1f1b"
 drop_pp="$drop_pp pp=2,dp=2,tp=1/microbatches=2 pp=2,dp=1,tp=2/microbatches=4/schedule=zb"
 drop_pp="$drop_pp pp=2,dp=1,tp=1/microbatches=4/recompute=true"
