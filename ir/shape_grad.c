@@ -283,31 +283,32 @@ static bool infer_ce_bwd(G *g, IrNode **o)
 }
 
 /* ce_target(logits, targets), ce_sumexp(logits, mx): per-row values
- * shaped like the targets / mx (logits less the last dim). */
+ * shaped like the targets / mx (logits less the last dim), f32 whatever
+ * the logits' dtype: the loss's statistics (mx f32 too). */
 static bool infer_ce_rows(G *g, IrNode **o)
 {
 	IrNode *lg = o[0], *tg = o[1];
 	bool tgt = g->n->op == IR_OP_CE_TARGET;
 	if (!floats(g, o, 1))
 		return false;
-	if ((tgt ? tg->dtype != IR_I32 : tg->dtype != lg->dtype) || lg->rank < 1 ||
+	if ((tgt ? tg->dtype != IR_I32 : tg->dtype != IR_F32) || lg->rank < 1 ||
 	    tg->rank != lg->rank - 1 ||
 	    memcmp(tg->shape, lg->shape, (size_t)tg->rank * sizeof tg->shape[0]) != 0)
 		return fail(g, "%s: %s %s must be %s and match logits %s", name(g),
-		            tgt ? "targets" : "mx", SH(tg), tgt ? "i32" : "the logits' type", SH(lg));
-	set(g->n, lg->dtype, tg->rank, tg->shape);
+		            tgt ? "targets" : "mx", SH(tg), tgt ? "i32" : "f32", SH(lg));
+	set(g->n, IR_F32, tg->rank, tg->shape);
 	return true;
 }
 
 /* ce_bwd_vp(dl, logits, targets, mx, se): cross_entropy_bwd's operands
- * plus two per-row statistics. */
+ * plus two per-row statistics, f32. */
 static bool infer_ce_bwd_vp(G *g, IrNode **o)
 {
 	if (!infer_ce_bwd(g, o))
 		return false;
 	for (int i = 3; i < 5; i++)
-		if (o[i]->dtype != o[1]->dtype || !same_shape(o[i], o[2]))
-			return fail(g, "ce_bwd_vp: operand %d %s must be shaped like the targets %s",
+		if (o[i]->dtype != IR_F32 || !same_shape(o[i], o[2]))
+			return fail(g, "ce_bwd_vp: operand %d %s must be f32, shaped like the targets %s",
 			            i, SH(o[i]), SH(o[2]));
 	return true;
 }

@@ -781,7 +781,11 @@ static CeMemo *ce_memo(Part *p, int lg)
 }
 
 /* Row max (all_reduce max) and sum of exp(logits - max) (all_reduce sum)
- * of vocab-split logits lid (global lg), over axes A; cached per logits. */
+ * of vocab-split logits lid (global lg), over axes A; cached per logits.
+ * Both are f32 whatever the logits' dtype, as cross_entropy's kernel keeps
+ * them on one device (and Megatron's vocab-parallel loss in fp32): the
+ * local max of bf16 logits is exact, so it is cast to f32 before its
+ * all_reduce; ce_sumexp sums in f32 and stores f32. */
 static bool ce_stats(Part *p, const IrNode *n, const IrNode *lg, const IrNode *tg, int lid,
                      uint32_t A, const Placement *P, int *mx, int *se)
 {
@@ -794,7 +798,7 @@ static bool ce_stats(Part *p, const IrNode *n, const IrNode *lg, const IrNode *t
 		return true;
 	}
 	IrNode rows = *tg;
-	rows.dtype = lg->dtype;
+	rows.dtype = IR_F32;
 	rows.loc = n->loc;
 	Placement part = *P;
 	part.partial = A;
@@ -804,6 +808,8 @@ static bool ce_stats(Part *p, const IrNode *n, const IrNode *lg, const IrNode *t
 	IrAttrs arsum = {.mesh_axes = A, .red = IR_RED_SUM};
 	IrAttrs none = {0};
 	int m0 = emit(p, IR_OP_MAX, &lid, 1, &red, &rows, &part, lid);
+	if (m0 >= 0 && loc_node(p, m0)->dtype != IR_F32)
+		m0 = emit(p, IR_OP_CAST, &m0, 1, &none, &rows, &part, m0);
 	*mx = m0 < 0 ? -1 : emit(p, IR_OP_ALL_REDUCE, &m0, 1, &armax, &rows, P, m0);
 	if (*mx < 0)
 		return false;
@@ -886,8 +892,10 @@ static bool part_xent_vp(Part *p, const IrNode *n, bool *done)
 		}
 		return id >= 0 && finish_target(p, n, id, &L);
 	}
+	/* the target logit and everything after it in f32: the loss, and
+	 * its all_reduce over the positions' axes, are one device's f32 */
 	IrNode rows = *tg;
-	rows.dtype = lg->dtype;
+	rows.dtype = IR_F32;
 	rows.loc = n->loc;
 	Placement part = P;
 	part.partial = A;

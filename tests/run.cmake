@@ -220,6 +220,15 @@ foreach(set equiv pipeline)
            WORKING_DIRECTORY ${DTM_ROOT})
   set_tests_properties(e2e.${set}.dropout PROPERTIES TIMEOUT 600 LABELS e2e)
 endforeach()
+#   e2e.equiv.bf16.gpt  the same checks under `precision bf16` (issue 14):
+#                   DP x TP (2x2), TP = 3 with sequence parallelism, ZeRO-3
+#                   over dp = 3 and a 3-stage 1F1B pipeline against one
+#                   device's bf16 run, with bf16's tolerances (equiv.sh).
+add_test(NAME e2e.equiv.bf16.gpt
+         COMMAND ${DTM_BASH} ${DTM_TESTS}/e2e/equiv.sh $<TARGET_FILE:dtmc> gpt
+                 ${DTM_EQUIV_MPIRUN} bf16
+         WORKING_DIRECTORY ${DTM_ROOT})
+set_tests_properties(e2e.equiv.bf16.gpt PROPERTIES TIMEOUT 600 LABELS e2e)
 # ---- end equiv ----
 
 # ---- inspect: `dtmc inspect` (tests/inspect/run.sh, issue 6) ----

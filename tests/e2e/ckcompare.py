@@ -1,5 +1,5 @@
-"""ckcompare.py REF_STEP_DIR RUN_STEP_DIR [--rtol R] - the gathered weights of a
-multi-rank checkpoint equal a reference checkpoint's.
+"""ckcompare.py REF_STEP_DIR RUN_STEP_DIR [--rtol R] [--group-scale] - the gathered
+weights of a multi-rank checkpoint equal a reference checkpoint's.
 
 Both arguments are checkpoint step directories (DIR/step_NNNNNN) written by
 a dtm binary's --save.  Each holds index.json (mesh, per-rank files, global
@@ -16,6 +16,14 @@ max|value| <= rtol for tensors of real scale; a tensor below 1e-3 of its
 group's scale (params; opt.m; opt.v; ...) holds rounding noise (the key
 bias layer.*.bk has an exactly zero gradient) and is held to its group's
 scale instead.
+
+--group-scale holds every tensor to its group's scale, not its own: for
+bf16 runs, where a layout's other reduction order moves each value by
+bf16 rounding (2^-8 relative), which Adam's normalisation turns into
+steps of up to lr for elements with a tiny gradient, so a small tensor
+(a bias, or the key bias whose exact gradient is 0) differs from the
+reference by a large fraction of its own size but a small one of its
+group's.
 
 Outliers: Adam's first step moves a weight by lr * g / (|g| + eps), so an
 element whose gradient is near eps (1e-8) after cancelling sums moves by
@@ -138,8 +146,11 @@ def main():
         i = args.index("--rtol")
         rtol = float(args[i + 1])
         del args[i:i + 2]
+    by_group = "--group-scale" in args
+    if by_group:
+        args.remove("--group-scale")
     if len(args) != 2:
-        sys.exit("usage: ckcompare.py REF_STEP_DIR RUN_STEP_DIR [--rtol R]")
+        sys.exit("usage: ckcompare.py REF_STEP_DIR RUN_STEP_DIR [--rtol R] [--group-scale]")
     ref, ref_issues = load_global(args[0])
     got, issues = load_global(args[1])
     issues = ref_issues + issues
@@ -160,7 +171,7 @@ def main():
             continue
         own_max = float(np.max(np.abs(a)))
         gmax = scale.get(group(k), 0.0)
-        noise = own_max < 1e-3 * gmax
+        noise = by_group or own_max < 1e-3 * gmax
         ref_scale = gmax if noise else own_max
         rel = np.abs(a - b) / (ref_scale if ref_scale > 0 else 1.0)
         over = np.argwhere(~(rel <= rtol))

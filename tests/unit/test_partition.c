@@ -344,6 +344,73 @@ static void test_vocab_parallel(void)
 	vocab_parallel("pp=1,dp=2,tp=2");
 }
 
+/* precision bf16 (or f16) under a layout: the loss's statistics and the
+ * loss stay f32 as on one device (issue 14.1), the logits bf16.  Through `pipeline`
+ * (so pp's loss all_reduce is there too): the vocab-parallel row max (its
+ * all_reduce), sum of exps and target logit, every scalar all_reduce (the
+ * loss over dp and pp, the grad norm's partial sums) and the loss are
+ * f32.  vocab 15 over tp = 2: uneven shards, the padding masked. */
+static void bf16_statistics(const char *mesh, const char *vocab, const char *const *train)
+{
+	char *src = slurp("models/gpt.dtm");
+	CHECK(src != NULL);
+	if (!src)
+		return;
+	const char *const gpt[] = {"vocab", vocab, "ctx", "4", "d", "8", "heads", "2",
+	                           "layers", "2", "batch", "4", NULL};
+	Arena a;
+	arena_init(&a);
+	Diag d;
+	diag_init(&d, stderr);
+	IrModule *m = test_lower_trains(&a, &d, src, mesh, gpt, train);
+	bool ok = m && pass_run_until(m, &d, NULL, "pipeline");
+	CHECK(ok);
+	int stats = 0, armax = 0, scalars = 0, low = 0;
+	for (int i = 0; ok && i < m->nnodes; i++) {
+		const IrNode *n = m->nodes[i];
+		bool f32 = n->dtype == IR_F32;
+		low += n->dtype == m->train.precision;
+		if (n->op == IR_OP_CE_TARGET || n->op == IR_OP_CE_SUMEXP) {
+			stats++;
+			CHECK(f32);
+		} else if (n->op == IR_OP_ALL_REDUCE && n->attrs.red == IR_RED_MAX) {
+			armax++;
+			CHECK(f32);
+		} else if (n->op == IR_OP_ALL_REDUCE && n->rank == 0) {
+			scalars++;
+			CHECK(f32);
+		}
+		if (n->role == IR_ROLE_LOSS)
+			CHECK(f32);
+		if (!f32 && (n->role == IR_ROLE_LOSS || n->op == IR_OP_CE_TARGET ||
+		             n->op == IR_OP_CE_SUMEXP ||
+		             (n->op == IR_OP_ALL_REDUCE &&
+		              (n->rank == 0 || n->attrs.red == IR_RED_MAX))))
+			fprintf(stderr, "bf16 statistics (%s): %%%d %s is %s\n", mesh, i,
+			        ir_op_name(n->op), ir_dtype_name(n->dtype));
+	}
+	if (ok) {
+		CHECK(m->loss >= 0 && m->nodes[m->loss]->dtype == IR_F32);
+		CHECK(stats >= 2 && armax >= 1 && scalars >= 1);
+		CHECK(low > 0); /* the model itself computes in bf16 (f16) */
+	}
+	arena_free(&a);
+	free(src);
+}
+
+static void test_bf16_statistics(void)
+{
+	static const char *const bf16[] = {"precision=bf16", NULL};
+	static const char *const sp[] = {"precision=bf16", "sequence_parallel=true", NULL};
+	static const char *const f16z3[] = {"precision=f16", "zero=3", NULL};
+	static const char *const pp[] = {"precision=bf16", "microbatches=2", NULL};
+	bf16_statistics("pp=1,dp=2,tp=2", "16", bf16);
+	bf16_statistics("pp=1,dp=1,tp=2", "16", sp);
+	bf16_statistics("pp=1,dp=2,tp=2", "15", bf16);
+	bf16_statistics("pp=1,dp=2,tp=2", "16", f16z3);
+	bf16_statistics("pp=2,dp=2,tp=2", "16", pp);
+}
+
 static Mesh mesh22(void)
 {
 	Mesh m = {.naxes = 2, .names = {"dp", "tp"}, .sizes = {2, 2}};
@@ -763,6 +830,7 @@ int main(void)
 	test_reshard_numeric();
 	test_equivalence();
 	test_vocab_parallel();
+	test_bf16_statistics();
 	test_sequence_parallel();
 	test_text_and_edges();
 	test_uneven_matmul();
