@@ -26,6 +26,7 @@ typedef enum BKind {
 	BK_ATTENTION,
 	BK_DROPOUT,
 	BK_COLL,
+	BK_CAST,
 } BKind;
 
 struct Builtin {
@@ -48,6 +49,7 @@ static const Builtin builtins[] = {
         {"silu", BK_UNARY, IR_OP_SILU, 1, 1, {0}},
         {"sigmoid", BK_UNARY, IR_OP_SIGMOID, 1, 1, {0}},
         {"scale", BK_SCALE, IR_OP_SCALE, 2, 2, {0}},
+        {"cast", BK_CAST, IR_OP_CAST, 2, 2, {0}},
         {"sum", BK_REDUCE, IR_OP_SUM, 1, 1, {"axis", "axes", "keepdims"}},
         {"mean", BK_REDUCE, IR_OP_MEAN, 1, 1, {"axis", "axes", "keepdims"}},
         {"max", BK_REDUCE, IR_OP_MAX, 1, 1, {"axis", "axes", "keepdims"}},
@@ -89,6 +91,31 @@ const Builtin *lower_find_builtin(const char *name)
 		if (strcmp(builtins[i].name, name) == 0)
 			return &builtins[i];
 	return NULL;
+}
+
+bool lower_builtin_word_arg(const Builtin *bi, int i)
+{
+	return bi->kind == BK_CAST && i == 1;
+}
+
+/* cast(x, dtype): dtype is a word, f32, bf16 or f16.  The node is made
+ * even when x has that dtype already (lower_cast). */
+static Value lower_cast_call(Lower *L, const Args *a, Value xv, SrcLoc loc)
+{
+	static const char *const names[] = {"f32", "bf16", "f16"};
+	static const IrDtype vals[] = {IR_F32, IR_BF16, IR_F16};
+	Value w = a->v[1];
+	for (int i = 0; w.k == V_STR && i < 3; i++)
+		if (!strcmp(w.s, names[i]))
+			return lower_cast(L, xv, vals[i], loc);
+	if (w.k == V_STR)
+		diag_error(L->d, a->loc[1], "cast: unknown dtype '%s' (expected f32, bf16 or f16)",
+		           sema_name(L, w.s));
+	else if (w.k != V_ERR)
+		diag_error(L->d, a->loc[1],
+		           "argument 2 of cast must be a dtype (f32, bf16 or f16), got %s",
+		           sema_describe(L, w));
+	return sema_err();
 }
 
 static IrNode *want_tensor(Lower *L, const Args *a, int i, const char *fn)
@@ -520,8 +547,17 @@ Value lower_builtin(Lower *L, Scope *s, const AstNode *call, const Builtin *bi, 
 	}
 	case BK_PLAIN: {
 		IrNode *y = want_tensor(L, a, 1, fn);
-		return y ? lower_make2(L, bi->op, xv, lower_node_val(y->id), loc) : sema_err();
+		if (!y)
+			return sema_err();
+		/* mse promotes as arithmetic does; embed's and cross_entropy's
+		 * second operand is i32 */
+		Value xy[2] = {xv, lower_node_val(y->id)};
+		if (bi->op == IR_OP_MSE && !lower_promote(L, xy, 2, loc))
+			return sema_err();
+		return lower_make2(L, bi->op, xy[0], xy[1], loc);
 	}
+	case BK_CAST:
+		return lower_cast_call(L, a, xv, loc);
 	case BK_TRANSPOSE:
 		if (x->rank < 2) {
 			diag_error(L->d, a->loc[0], "transpose needs a tensor of rank >= 2, got %s",
@@ -570,14 +606,19 @@ Value lower_builtin(Lower *L, Scope *s, const AstNode *call, const Builtin *bi, 
 		return lower_split(L, s, call, a, x);
 	case BK_CONCAT: {
 		int *ops = arena_alloc(L->a, sizeof(int) * (size_t)a->n);
-		if (!ops || kw_axis(L, s, call, x->rank, &iv) < 0)
+		Value *vs = arena_alloc(L->a, sizeof(Value) * (size_t)a->n);
+		if (!ops || !vs || kw_axis(L, s, call, x->rank, &iv) < 0)
 			return sema_err();
 		for (int i = 0; i < a->n; i++) {
 			IrNode *o = want_tensor(L, a, i, fn);
 			if (!o)
 				return sema_err();
-			ops[i] = o->id;
+			vs[i] = lower_node_val(o->id);
 		}
+		if (!lower_promote(L, vs, a->n, loc)) /* as torch.cat */
+			return sema_err();
+		for (int i = 0; i < a->n; i++)
+			ops[i] = (int)vs[i].i;
 		n = lower_new_node(L, IR_OP_CONCAT, ops, a->n, loc);
 		if (n) {
 			n->attrs.ints[0] = iv;

@@ -177,15 +177,53 @@ static IrNode *node_of(Lower *L, Value v)
 	return v.k == V_NODE ? L->m->nodes[v.i] : NULL;
 }
 
-static Value make_const(Lower *L, double c, SrcLoc loc)
+/* A scalar constant of dtype t: a number in arithmetic with a tensor
+ * takes the tensor's float dtype (as a Python scalar does in torch), so it
+ * never promotes the tensor. */
+static Value make_const(Lower *L, double c, IrDtype t, SrcLoc loc)
 {
 	IrNode *n = lower_new_node(L, IR_OP_CONST, NULL, 0, loc);
 	if (!n)
 		return sema_err();
-	n->dtype = IR_F32;
+	n->dtype = t;
 	n->rank = 0;
 	n->attrs.f[0] = c;
 	return lower_finish(L, n);
+}
+
+static bool is_float(IrDtype t)
+{
+	return t == IR_F32 || t == IR_BF16 || t == IR_F16;
+}
+
+Value lower_cast(Lower *L, Value x, IrDtype t, SrcLoc loc)
+{
+	IrNode *n;
+	if (lower_make1(L, IR_OP_CAST, x, loc, &n).k == V_ERR)
+		return sema_err();
+	n->dtype = t;
+	return lower_finish(L, n);
+}
+
+bool lower_promote(Lower *L, Value *v, int n, SrcLoc loc)
+{
+	IrDtype t = IR_F32;
+	bool any = false, mixed = false;
+	for (int i = 0; i < n; i++) {
+		IrNode *x = v[i].k == V_NODE ? L->m->nodes[v[i].i] : NULL;
+		if (!x || !is_float(x->dtype))
+			continue;
+		mixed |= any && x->dtype != t;
+		t = any ? ir_dtype_promote(t, x->dtype) : x->dtype;
+		any = true;
+	}
+	for (int i = 0; mixed && i < n; i++) {
+		IrNode *x = v[i].k == V_NODE ? L->m->nodes[v[i].i] : NULL;
+		if (x && is_float(x->dtype) && x->dtype != t &&
+		    (v[i] = lower_cast(L, v[i], t, loc)).k == V_ERR)
+			return false;
+	}
+	return true;
 }
 
 Value lower_make1(Lower *L, IrOp op, Value x, SrcLoc loc, IrNode **out)
@@ -243,7 +281,7 @@ static void args_push(Lower *L, Args *a, Value v, SrcLoc loc)
 	a->loc[a->n++] = loc;
 }
 
-static void gather_args(Lower *L, Scope *s, const AstNode *call, Args *out)
+static void gather_args(Lower *L, Scope *s, const AstNode *call, const Builtin *bi, Args *out)
 {
 	memset(out, 0, sizeof *out);
 	out->ok = true;
@@ -261,6 +299,14 @@ static void gather_args(Lower *L, Scope *s, const AstNode *call, Args *out)
 		if (kw_seen) {
 			diag_error(L->d, a->loc, "positional argument after keyword arguments");
 			out->ok = false;
+		}
+		/* a word the builtin reads as a name (cast's dtype), not a variable */
+		if (bi && lower_builtin_word_arg(bi, out->n) && a->kind == AST_IDENT && a->name) {
+			Value w = {0};
+			w.k = V_STR;
+			w.s = a->name;
+			args_push(L, out, w, a->loc);
+			continue;
 		}
 		Value v = lower_expr(L, s, a);
 		if (v.k == V_ERR)
@@ -482,7 +528,7 @@ static Value lower_call(Lower *L, Scope *s, const AstNode *e)
 		return sema_err();
 	}
 	Args a;
-	gather_args(L, s, e, &a);
+	gather_args(L, s, e, b ? NULL : bi, &a);
 	if (b) {
 		if (has_kwargs(e)) {
 			diag_error(L->d, e->loc, "block '%s' takes no keyword arguments",
@@ -546,8 +592,12 @@ static Value lower_binary(Lower *L, Scope *s, const AstNode *e)
 	        ['+'] = IR_OP_ADD, ['-'] = IR_OP_SUB, ['*'] = IR_OP_MUL, ['/'] = IR_OP_DIV};
 	if (op != '+' && op != '-' && op != '*' && op != '/')
 		return sema_err();
-	if (a.k == V_NODE && b.k == V_NODE)
-		return lower_make2(L, ops[op], a, b, e->loc);
+	if (a.k == V_NODE && b.k == V_NODE) {
+		Value ab[2] = {a, b};
+		if (!lower_promote(L, ab, 2, e->loc))
+			return sema_err();
+		return lower_make2(L, ops[op], ab[0], ab[1], e->loc);
+	}
 	/* a number and a tensor: multiplying and dividing by a number is a
 	 * scale; anything else gets a scalar const operand (it broadcasts) */
 	if (op == '*')
@@ -560,7 +610,8 @@ static Value lower_binary(Lower *L, Scope *s, const AstNode *e)
 		}
 		return lower_make_scale(L, a, 1.0 / sema_num(b), e->loc);
 	}
-	Value c = make_const(L, sema_num(a.k == V_NUM ? a : b), e->loc);
+	IrDtype t = node_of(L, a.k == V_NODE ? a : b)->dtype;
+	Value c = make_const(L, sema_num(a.k == V_NUM ? a : b), is_float(t) ? t : IR_F32, e->loc);
 	if (c.k == V_ERR)
 		return c;
 	return a.k == V_NUM ? lower_make2(L, ops[op], c, b, e->loc)

@@ -120,6 +120,14 @@ Value lower_finish(Lower *L, IrNode *n);
 Value lower_make1(Lower *L, IrOp op, Value x, SrcLoc loc, IrNode **out); /* not finished */
 Value lower_make2(Lower *L, IrOp op, Value a, Value b, SrcLoc loc);      /* finished */
 Value lower_make_scale(Lower *L, Value x, double c, SrcLoc loc);
+/* cast(x) to t: a node even when x is of dtype t (lowering types every
+ * float f32; a user's cast to f32 must stay one under `precision bf16`,
+ * whose pass runs after lowering). */
+Value lower_cast(Lower *L, Value x, IrDtype t, SrcLoc loc);
+/* Torch's type promotion over the tensors among v[0..n): float tensors of
+ * different dtypes are cast to the promoted one (ir_dtype_promote), in
+ * place.  Numbers and i32 tensors are left alone.  False after an error. */
+bool lower_promote(Lower *L, Value *v, int n, SrcLoc loc);
 void lower_too_large(Lower *L, SrcLoc loc, const char *why);
 
 /* ---- builtins.c ---- */
@@ -128,6 +136,9 @@ const Builtin *lower_find_builtin(const char *name);
 /* Writes up to cap builtin names (for "did you mean"); returns the count. */
 int lower_builtin_names(const char **out, int cap);
 Value lower_builtin(Lower *L, Scope *s, const AstNode *call, const Builtin *bi, const Args *a);
+/* Positional argument i of bi is a word (cast's dtype): an identifier
+ * there is passed as V_STR, not looked up. */
+bool lower_builtin_word_arg(const Builtin *bi, int i);
 
 /* ---- sema.c ---- */
 Value sema_err(void);

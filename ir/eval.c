@@ -229,8 +229,10 @@ static bool ev_unary(IrEval *e, const IrNode *n, Diag *d)
 		MAP(sigmoid(v));
 	case IR_OP_SCALE:
 		MAP(v * s);
-	case IR_OP_CAST:
-		MAP(ir_eval_round(n->dtype, v));
+	case IR_OP_CAST: {
+		bool exact = e->exact_casts && n->dtype != IR_I32;
+		MAP(exact ? v : ir_eval_round(n->dtype, v));
+	}
 	default:
 		return ir_eval_bad(d, n, "not a unary op");
 	}

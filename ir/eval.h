@@ -10,7 +10,8 @@
  * Integer tensors (i32 ids and targets) are stored as doubles holding whole
  * numbers.  Values are not rounded to their node's dtype except by `cast`,
  * which rounds to f32, bf16 (round to nearest even) or f16 exactly as a
- * device would.
+ * device would (unless exact_casts: the identity, for finite differences
+ * through a cast).
  *
  * Usage:
  *     IrEval e;
@@ -28,6 +29,10 @@ typedef struct IrEval {
 	const IrModule *m;
 	double **val;  /* val[n]: node n's numel doubles, row-major; owned */
 	bool training; /* dropout is active (default true); false = identity */
+	/* A cast to a float dtype keeps the value as it is (default false):
+	 * the mathematical function whose derivative autodiff's rule is, so
+	 * finite differences can check gradients through casts. */
+	bool exact_casts;
 	uint64_t seed; /* of the last ir_eval_run, reused by ir_eval_loss_fd */
 	int64_t step;
 	/* this rank's mesh coordinates, for the rank-dependent vocab-parallel

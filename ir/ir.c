@@ -136,6 +136,13 @@ int ir_dtype_size(IrDtype t)
 	return (unsigned)t < IR_DTYPE_COUNT ? dtype_sizes[t] : 0;
 }
 
+IrDtype ir_dtype_promote(IrDtype a, IrDtype b)
+{
+	/* bf16 and f16 each hold what the other cannot (range, precision):
+	 * only f32 holds both, as torch.promote_types(bfloat16, float16) */
+	return a == b ? a : IR_F32;
+}
+
 const char *ir_role_name(IrRole r)
 {
 	return (unsigned)r < IR_ROLE_COUNT ? role_names[r] : "?";

@@ -231,6 +231,10 @@ bool ir_op_lookup(const char *name, IrOp *out);
 const char *ir_dtype_name(IrDtype t);
 bool ir_dtype_lookup(const char *name, IrDtype *out);
 int ir_dtype_size(IrDtype t);
+/* The dtype two float operands of different dtypes compute in (torch's
+ * type promotion): the wider one, which for two different float dtypes
+ * is always f32. */
+IrDtype ir_dtype_promote(IrDtype a, IrDtype b);
 const char *ir_role_name(IrRole r);
 bool ir_role_lookup(const char *name, IrRole *out);
 const char *ir_red_name(IrRed r);

@@ -6,8 +6,9 @@
  * evaluates the whole module with the f64 reference interpreter.  Every
  * element of every grad.<param> (a spread sample for big params) must match
  * ir_eval_loss_fd's central difference with h = 1e-6.  Two derivations
- * meeting (eval_grad.c's calculus and eval.c's forward) is the check; the
- * last tests cover what finite differences cannot: collectives, casts,
+ * meeting (eval_grad.c's calculus and eval.c's forward) is the check;
+ * casts are checked with the interpreter's exact_casts.  The last tests
+ * cover what finite differences cannot: collectives, casts' dtypes,
  * unused params, a missing rule, and the text form of the new ops.
  */
 #include "check.h"
@@ -20,6 +21,10 @@
 #include <string.h>
 
 static uint64_t rng_state;
+
+/* Casts are the identity in the interpreter for the next gradchecks
+ * (IrEval.exact_casts): their rounding would swamp a difference of h. */
+static bool exact_casts;
 
 /* A fixed pseudo-random sequence in [-1, 1) (splitmix64). */
 static double rnd(void)
@@ -107,6 +112,7 @@ static void gradcheck(const char *what, const char *src, const char *mesh, int n
 	Diag d;
 	diag_init(&d, stderr);
 	CHECK(ir_eval_init(&e, m));
+	e.exact_casts = exact_casts;
 	for (int i = 0; i < m->nnodes; i++) {
 		IrNode *n = m->nodes[i];
 		if (n->op != IR_OP_PARAM && n->op != IR_OP_INPUT)
@@ -280,6 +286,23 @@ static void test_attention(void)
 	               "       + sum(attention(q, k, v, heads = 2) * w * w)\n"
 	               "       + sum(attention(q, q, q, heads = 2, causal = true) * w)\n"
 	               "}\n");
+}
+
+/* cast(x, dtype) and the casts lowering adds to promote bf16 with f16 or
+ * f32 operands: each gradient is the incoming one cast back to the
+ * operand's dtype.  In f64 with exact casts (the function they compute
+ * before rounding), so central differences apply. */
+static void test_cast(void)
+{
+	exact_casts = true;
+	t("cast", "model t\n"
+	          "input w : f32[3, 4]\nparam x : f32[3, 4]\nparam b : f32[4]\n"
+	          "forward {\n"
+	          "  y = cast(cast(x, bf16) * cast(b, bf16), f32) * w\n"
+	          "  z = cast(x, f16) * b + cast(exp(cast(b, bf16)), f16)\n"
+	          "  loss = sum(y * x) + sum(z * w) + mean(cast(x * x, bf16)) + sum(cast(b, f32))\n"
+	          "}\n");
+	exact_casts = false;
 }
 
 static void test_mse_dropout(void)
@@ -575,6 +598,7 @@ int main(void)
 	test_embed();
 	test_data_movement();
 	test_attention();
+	test_cast();
 	test_mse_dropout();
 	test_models();
 	test_text_roundtrip();

@@ -295,6 +295,67 @@ static void test_features(void)
 	arena_free(&a);
 }
 
+/* cast(x, dtype): a cast node of x's shape in that dtype, even to x's own
+ * dtype (precision bf16 runs after lowering); + - * /, mse and concat of
+ * different float dtypes promote to f32 (torch's rule) with casts; a
+ * number takes its tensor's dtype; matmul does not promote. */
+static void test_cast(void)
+{
+	Arena a;
+	arena_init(&a);
+	const char *src = HEAD "input x : f32[4, 8]\ninput ids : i32[4]\n"
+	                       "forward {\n"
+	                       "  b = cast(x, bf16)\n"
+	                       "  f = cast(x, f32)\n"
+	                       "  h = cast(b, f16) * 2\n"
+	                       "  i = cast(ids, bf16)\n"
+	                       "  s = b + x\n"
+	                       "  t = b - 1\n"
+	                       "  u = concat(b, h, axis = 0)\n"
+	                       "  loss = mse(s, f) + mse(b, h) + mean(u) + mean(t) + mean(i)\n"
+	                       "}\n";
+	char *out;
+	IrModule *m = run(&a, "t.dtm", src, NULL, &out, NULL);
+	CHECK(m != NULL);
+	if (!m)
+		fprintf(stderr, "%s", out);
+	free(out);
+	if (m) {
+		IrNode *x = find(m, "x"), *b = find(m, "b"), *f = find(m, "f"), *h = find(m, "h");
+		IrNode *i = find(m, "i"), *s = find(m, "s"), *t = find(m, "t"), *u = find(m, "u");
+		CHECK(x && b && f && h && i && s && t && u);
+		if (x && b && f && h && i && s && t && u) {
+			CHECK(b->op == IR_OP_CAST && b->dtype == IR_BF16 && b->ops[0] == x->id);
+			CHECK(b->rank == 2 && b->shape[0] == 4 && b->shape[1] == 8);
+			CHECK(f->op == IR_OP_CAST && f->dtype == IR_F32 && f->ops[0] == x->id);
+			CHECK(h->op == IR_OP_SCALE && h->dtype == IR_F16);
+			CHECK(i->op == IR_OP_CAST && i->dtype == IR_BF16 && i->rank == 1);
+			/* b + x: b cast up to f32 */
+			CHECK(s->op == IR_OP_ADD && s->dtype == IR_F32 && s->ops[1] == x->id);
+			IrNode *s0 = m->nodes[s->ops[0]];
+			CHECK(s0->op == IR_OP_CAST && s0->dtype == IR_F32 && s0->ops[0] == b->id);
+			/* b - 1: the 1 is bf16 */
+			CHECK(t->op == IR_OP_SUB && t->dtype == IR_BF16 &&
+			      m->nodes[t->ops[1]]->op == IR_OP_CONST &&
+			      m->nodes[t->ops[1]]->dtype == IR_BF16);
+			/* bf16 with f16: f32, both cast */
+			CHECK(u->op == IR_OP_CONCAT && u->dtype == IR_F32 && u->shape[0] == 8);
+			for (int k = 0; k < 2; k++)
+				CHECK(m->nodes[u->ops[k]]->op == IR_OP_CAST &&
+				      m->nodes[u->ops[k]]->dtype == IR_F32);
+			IrNode *l = m->nodes[m->loss];
+			CHECK(l->dtype == IR_F32);
+		}
+	}
+	/* matmul does not promote (torch neither): cast the operand */
+	m = run(&a, "t.dtm",
+	        HEAD X "param w : f32[8, 2]\nforward {\n  loss = mean(cast(x, bf16) @ w)\n}\n",
+	        NULL, &out, NULL);
+	CHECK(m == NULL && strstr(out, "matmul: operand dtypes differ: bf16[4, 8]"));
+	free(out);
+	arena_free(&a);
+}
+
 /* --train KEY=VALUE: applied after the file's train section with the same
  * checks; each replaces the file's setting, the last for a key wins. */
 static void test_train_override(void)
@@ -626,6 +687,22 @@ static const Case cases[] = {
          "t.dtm:2:7: note: 'x' was first defined here\n"
          "  input x : f32[4, 8]\n"
          "        ^\n"},
+        /* 25: cast's dtype is one of the float dtypes, a word */
+        {HEAD X "forward {\n  a = cast(x, f64)\n  b = cast(x, 2)\n  c = cast(x, i32)\n"
+                "  loss = mse(cast(x), x)\n}\n",
+         NULL, NULL, NULL,
+         "t.dtm:4:15: error: cast: unknown dtype 'f64' (expected f32, bf16 or f16)\n"
+         "    a = cast(x, f64)\n"
+         "                ^~~\n"
+         "t.dtm:5:15: error: argument 2 of cast must be a dtype (f32, bf16 or f16), got 2\n"
+         "    b = cast(x, 2)\n"
+         "                ^\n"
+         "t.dtm:6:15: error: cast: unknown dtype 'i32' (expected f32, bf16 or f16)\n"
+         "    c = cast(x, i32)\n"
+         "                ^~~\n"
+         "t.dtm:7:14: error: cast takes 2 arguments, got 1\n"
+         "    loss = mse(cast(x), x)\n"
+         "               ^~~~~~~\n"},
 };
 
 static void test_errors(void)
@@ -721,6 +798,7 @@ int main(void)
 	test_mlp();
 	test_constants();
 	test_features();
+	test_cast();
 	test_errors();
 	test_train_override();
 	return check_report();
