@@ -1,27 +1,44 @@
 /* precision.c - mixed precision (train { precision bf16 | f16 }).
  *
- * Consumes the forward module as lowering left it (all floats f32) and,
- * when m->train.precision is bf16 or f16 (call it T), produces the same
- * program computing in T:
+ * Consumes the forward module as lowering left it (floats f32 but for the
+ * user's casts) and, when m->train.precision is bf16 or f16 (call it T),
+ * produces the same program computing in T, with the casts a mixed
+ * program needs, as torch.autocast inserts them:
  *   - params become T (their f32 master copies are added by the optim
  *     pass, which sees a T param and gives it opt.master.P);
  *   - float inputs stay f32, since the data loader writes f32, and get a
  *     cast to T right after them that every consumer reads instead;
- *   - float constants and receives become T, casts to f32 become casts to
- *     T, and every other node's dtype is re-inferred, so activations are T;
+ *   - float constants and receives become T, and every other node's dtype
+ *     is re-inferred, so activations are T; a user's cast keeps its dtype
+ *     (`cast(x, f32)` computes what follows in f32);
+ *   - matmul and attention run in T (autocast's lower-precision list):
+ *     an operand of another dtype is cast to T;
+ *   - sum and mean reduce in f32 (autocast's fp32 list): a T operand is
+ *     cast to f32 first, so a loss term like `0.01 * mean(h)` is not
+ *     rounded to 8 bits of mantissa;
+ *   - every other op with several float operands (+ - * /, mse, concat,
+ *     layernorm, rmsnorm) promotes them to the widest dtype (torch's type
+ *     promotion, ir_dtype_promote: for different dtypes f32), casting the
+ *     others (an f32 input is read as it came, not through its cast to T
+ *     and back); a scalar constant takes the other operands' dtype instead
+ *     (it is retyped, or copied when another op uses it in T), as a Python
+ *     scalar never promotes a tensor;
  *   - the loss stays f32: cross_entropy and mse produce f32 by their type
- *     rule, and a loss that comes out in T (a hand-written mean) gets a
- *     cast to f32 appended, which becomes the loss.
+ *     rule, sums and means are f32, and a loss that still comes out in T
+ *     (a max, say) gets a cast to f32 appended, which becomes the loss.
  * i32 values are untouched.  What must stay f32 inside an op (matmul and
  * reduction accumulators, softmax/layernorm/cross_entropy statistics) is
  * the kernels' business: they load T, compute in f32 and store T, so the
- * IR needs no casts around them.
+ * IR needs no casts around them.  The module is rebuilt node by node, the
+ * casts placed right before the node that reads them (an input's right
+ * after it).
  *
  * It runs before autodiff on purpose: autodiff then builds gradients of T
- * params through T activations, so gradients are T without a second pass
- * over the backward graph, and the optimizer (after autodiff) sees the
- * final dtypes when it decides which params need a master copy.  With f32
- * precision the pass does nothing.
+ * params through T activations (a cast's gradient is the cast back), so
+ * gradients are T without a second pass over the backward graph, and the
+ * optimizer (after autodiff) sees the final dtypes when it decides which
+ * params need a master copy.  Run again on its own output (IR text printed
+ * after it) it adds nothing.  With f32 precision the pass does nothing.
  */
 #include "optim.h"
 
@@ -33,77 +50,177 @@ static bool is_float(IrDtype t)
 	return t == IR_F32 || t == IR_BF16 || t == IR_F16;
 }
 
+typedef struct Prec {
+	const IrModule *m; /* the module as it was */
+	IrModule *out;     /* the module being built */
+	Diag *d;
+	IrDtype t;
+	int *use;   /* old id -> the id in out its consumers read (an input's cast) */
+	int *self;  /* old id -> its copy in out */
+	bool *read; /* out id -> a node read it already (a const's dtype is final) */
+} Prec;
+
 static bool oom(Diag *d)
 {
 	diag_error(d, (SrcLoc){0}, "precision: out of memory or too many nodes");
 	return false;
 }
 
-/* Input i is already followed by its cast to t: the pass ran before (IR
- * text printed after it and fed back through the pipeline). */
+static IrNode *onode(const Prec *p, int id)
+{
+	return p->out->nodes[id];
+}
+
+/* Input i is followed by this pass's cast to t already (the pass ran
+ * before: IR text printed after it and fed back).  A user's cast of the
+ * input has the call's location, not the declaration's. */
 static bool has_cast(const IrModule *m, int i, IrDtype t)
 {
-	const IrNode *c = i + 1 < m->nnodes ? m->nodes[i + 1] : NULL;
-	return c && c->op == IR_OP_CAST && c->nops == 1 && c->ops[0] == i && c->dtype == t;
+	const IrNode *x = m->nodes[i], *c = i + 1 < m->nnodes ? m->nodes[i + 1] : NULL;
+	return c && c->op == IR_OP_CAST && c->nops == 1 && c->ops[0] == i && c->dtype == t &&
+	       c->loc.line == x->loc.line && c->loc.col == x->loc.col;
 }
 
-/* A cast of node x to dtype t, appended (its id is fixed up later). */
-static IrNode *new_cast(IrModule *m, const IrNode *x, IrDtype t)
+/* A cast of out node x to t, appended to out: placed as x, in x's stage,
+ * micro-batch and block (an input's cast); `at`, when given, is the node
+ * that reads it, whose location, stage, micro-batch and block it takes,
+ * its placement left to propagation. */
+static int add_cast(Prec *p, int x, IrDtype t, const IrNode *at)
 {
-	int op = x->id;
-	IrNode *c = ir_node_new(m, IR_OP_CAST, &op, 1, x->loc);
+	const IrNode *src = onode(p, x);
+	IrNode *c = ir_node_new(p->out, IR_OP_CAST, &x, 1, at ? at->loc : src->loc);
 	if (!c)
-		return NULL;
+		return -1;
 	c->dtype = t;
-	c->rank = x->rank;
-	memcpy(c->shape, x->shape, sizeof c->shape);
-	c->place = x->place;
-	c->stage = x->stage;
-	c->mb = x->mb;
-	c->block = x->block;
-	return c;
+	c->rank = src->rank;
+	memcpy(c->shape, src->shape, sizeof c->shape);
+	const IrNode *home = at ? at : src;
+	if (!at)
+		c->place = src->place;
+	c->stage = home->stage;
+	c->mb = home->mb;
+	c->block = home->block;
+	return ir_infer(p->out, c, p->d) ? c->id : -1;
 }
 
-/* Puts each input's cast right after the input and renumbers: pos[i] is
- * old node i's new id, use[i] the id its consumers read (its cast's, for
- * a cast input).  Casts are the nodes appended past n0. */
-static bool reorder(IrModule *m, int n0, IrNode **cast_of)
+/* The dtype node x (operands ops, ids in out) wants its float operands
+ * in, or -1 for "as they are". */
+static int wanted_dtype(const Prec *p, const IrNode *x, const int *ops)
 {
-	int n = m->nnodes;
-	IrNode **order = malloc((size_t)n * sizeof *order);
-	int *use = malloc((size_t)n0 * sizeof *use), *pos = malloc((size_t)n0 * sizeof *pos);
-	if (!order || !use || !pos) {
-		free(order);
-		free(use);
-		free(pos);
-		return false;
-	}
-	int k = 0;
-	for (int i = 0; i < n0; i++) {
-		pos[i] = use[i] = k;
-		order[k++] = m->nodes[i];
-		if (cast_of[i]) {
-			use[i] = k;
-			cast_of[i]->ops[0] = pos[i];
-			order[k++] = cast_of[i];
+	switch (x->op) {
+	case IR_OP_MATMUL:
+	case IR_OP_ATTENTION:
+		return (int)p->t;
+	case IR_OP_SUM:
+	case IR_OP_MEAN:
+		return IR_F32;
+	case IR_OP_ADD: case IR_OP_SUB: case IR_OP_MUL: case IR_OP_DIV:
+	case IR_OP_MSE: case IR_OP_CONCAT: case IR_OP_LAYERNORM: case IR_OP_RMSNORM: {
+		int want = -1;
+		for (int j = 0; j < x->nops; j++) {
+			const IrNode *o = onode(p, ops[j]);
+			if (!is_float(o->dtype) || o->op == IR_OP_CONST)
+				continue;
+			want = want < 0 ? (int)o->dtype
+			                : (int)ir_dtype_promote((IrDtype)want, o->dtype);
 		}
+		return want;
 	}
-	for (int i = 0; i < n0; i++) {
-		IrNode *x = m->nodes[i];
-		for (int j = 0; j < x->nops; j++)
-			x->ops[j] = use[x->ops[j]];
+	default:
+		return -1;
 	}
-	memcpy(m->nodes, order, (size_t)n * sizeof *order);
-	for (int i = 0; i < n; i++)
-		m->nodes[i]->id = i;
-	if (m->loss >= 0)
-		m->loss = pos[m->loss];
-	for (int c = 0; c < m->nchooses; c++)
-		m->chooses[c].node = pos[m->chooses[c].node];
-	free(order);
-	free(use);
-	free(pos);
+}
+
+/* Operand j of x (ops[j], in out) in dtype want: an input's cast to T
+ * is skipped (the f32 input read as it came), a scalar constant no node
+ * read yet is retyped, one read already is copied, anything else is cast.
+ * Returns the id to read, -1 when out of memory. */
+static int in_dtype(Prec *p, const IrNode *x, int id, IrDtype want)
+{
+	IrNode *o = onode(p, id);
+	if (!is_float(o->dtype) || o->dtype == want)
+		return id;
+	if (o->op == IR_OP_CAST && onode(p, o->ops[0])->op == IR_OP_INPUT &&
+	    onode(p, o->ops[0])->dtype == want)
+		return o->ops[0];
+	if (o->op == IR_OP_CONST && !p->read[id]) {
+		o->dtype = want;
+		return id;
+	}
+	if (o->op == IR_OP_CONST) {
+		IrNode *c = ir_node_copy(p->out, o, NULL, 0);
+		if (!c)
+			return -1;
+		c->dtype = want;
+		c->name = NULL;
+		c->stage = x->stage;
+		c->mb = x->mb;
+		c->block = x->block;
+		return c->id;
+	}
+	return add_cast(p, id, want, x);
+}
+
+/* Copies old node i into out, with the casts its operands need first. */
+static bool copy_node(Prec *p, int i, int *ops)
+{
+	const IrNode *x = p->m->nodes[i];
+	int nerr = p->d->nerr;
+	for (int j = 0; j < x->nops; j++)
+		ops[j] = p->use[x->ops[j]];
+	int want = wanted_dtype(p, x, ops);
+	for (int j = 0; want >= 0 && j < x->nops; j++)
+		if ((ops[j] = in_dtype(p, x, ops[j], (IrDtype)want)) < 0)
+			return p->d->nerr > nerr ? false : oom(p->d);
+	for (int j = 0; j < x->nops; j++)
+		p->read[ops[j]] = true;
+	IrNode *c = ir_node_copy(p->out, x, ops, x->nops);
+	if (!c)
+		return oom(p->d);
+	switch (c->op) {
+	case IR_OP_PARAM:
+	case IR_OP_CONST:
+	case IR_OP_RECV:
+		if (c->dtype == IR_F32)
+			c->dtype = p->t;
+		break;
+	default:
+		break; /* an input's dtype is the loader's, a cast's the user's */
+	}
+	if (!ir_infer(p->out, c, p->d))
+		return false;
+	p->use[i] = p->self[i] = c->id;
+	if (x->op == IR_OP_INPUT && x->dtype == IR_F32 && !has_cast(p->m, i, p->t) &&
+	    (p->use[i] = add_cast(p, c->id, p->t, NULL)) < 0)
+		return p->d->nerr > nerr ? false : oom(p->d);
 	return true;
+}
+
+/* The loss in T (a max, a scale of one): a cast to f32 appended becomes
+ * the loss. */
+static bool loss_to_f32(IrModule *m, Diag *d)
+{
+	IrNode *l = m->nodes[m->loss];
+	if (!is_float(l->dtype) || l->dtype == IR_F32)
+		return true;
+	int id = l->id;
+	IrNode *c = ir_node_new(m, IR_OP_CAST, &id, 1, l->loc);
+	if (!c)
+		return oom(d);
+	c->dtype = IR_F32;
+	c->rank = l->rank;
+	memcpy(c->shape, l->shape, sizeof c->shape);
+	c->place = l->place;
+	c->stage = l->stage;
+	c->mb = l->mb;
+	c->block = l->block;
+	c->role = IR_ROLE_LOSS;
+	c->name = l->name;
+	l->role = IR_ROLE_ACT;
+	l->label = l->name;
+	l->name = NULL;
+	m->loss = c->id;
+	return ir_infer(m, c, d);
 }
 
 bool pass_precision(IrModule *m, Diag *d, const PassOptions *opt)
@@ -119,63 +236,49 @@ bool pass_precision(IrModule *m, Diag *d, const PassOptions *opt)
 	}
 	/* gradients mean autodiff ran, so this pass did too (IR text printed
 	 * after it and fed back); the backward graph's dtypes are its own */
-	for (int i = 0; i < m->nnodes; i++)
+	int n0 = m->nnodes, maxops = 0;
+	int64_t nops = 0;
+	for (int i = 0; i < n0; i++) {
 		if (m->nodes[i]->role == IR_ROLE_GRAD)
 			return true;
-	int n0 = m->nnodes;
-	IrNode **cast_of = calloc(n0 > 0 ? (size_t)n0 : 1, sizeof *cast_of);
-	if (!cast_of)
-		return oom(d);
-	for (int i = 0; i < n0; i++) {
-		IrNode *x = m->nodes[i];
-		if (x->op != IR_OP_INPUT || x->dtype != IR_F32 || has_cast(m, i, t))
-			continue;
-		if (!(cast_of[i] = new_cast(m, x, t))) {
-			free(cast_of);
-			return oom(d);
-		}
+		nops += m->nodes[i]->nops;
+		maxops = m->nodes[i]->nops > maxops ? m->nodes[i]->nops : maxops;
 	}
-	bool ok = reorder(m, n0, cast_of);
-	free(cast_of);
+	/* out holds each node, an input's cast, a cast or const per operand
+	 * and the loss's cast */
+	int64_t cap = 2 * (int64_t)n0 + nops + 2;
+	if (cap > IR_MAX_NODES + 2)
+		cap = IR_MAX_NODES + 2;
+	Prec p = {.m = m, .d = d, .t = t};
+	p.out = ir_module_new(m->arena, m->name);
+	p.use = malloc((size_t)(n0 ? n0 : 1) * sizeof *p.use);
+	p.self = malloc((size_t)(n0 ? n0 : 1) * sizeof *p.self);
+	p.read = calloc((size_t)cap, sizeof *p.read);
+	int *ops = malloc((size_t)(maxops ? maxops : 1) * sizeof *ops);
+	bool ok = p.out && p.use && p.self && p.read && ops;
 	if (!ok)
-		return oom(d);
-
-	for (int i = 0; i < m->nnodes; i++) {
-		IrNode *x = m->nodes[i];
-		switch (x->op) {
-		case IR_OP_INPUT:
-			break; /* the loader's dtype; its cast follows */
-		case IR_OP_PARAM:
-		case IR_OP_CONST:
-		case IR_OP_RECV:
-			if (x->dtype == IR_F32)
-				x->dtype = t;
-			break;
-		case IR_OP_CAST:
-			/* an input's cast is already T; a user's cast to f32 means
-			 * "to float", which is now T */
-			if (x->dtype == IR_F32)
-				x->dtype = t;
-			break;
-		default:
-			break;
+		oom(d);
+	for (int i = 0; ok && i < n0; i++)
+		ok = copy_node(&p, i, ops);
+	if (ok) {
+		/* the copies' origins (IR text fed back after propagate) */
+		for (int i = 0; i < n0; i++) {
+			IrNode *c = p.out->nodes[p.self[i]];
+			if (c->place_from >= 0 && c->place_from < n0)
+				c->place_from = p.self[c->place_from];
 		}
-		if (!ir_infer(m, x, d))
-			return false;
+		if (m->loss >= 0)
+			m->loss = p.self[m->loss];
+		for (int c = 0; c < m->nchooses; c++)
+			m->chooses[c].node = p.self[m->chooses[c].node];
+		m->nodes = p.out->nodes;
+		m->nnodes = p.out->nnodes;
+		m->cap = p.out->cap;
+		ok = m->loss < 0 || loss_to_f32(m, d);
 	}
-	if (m->loss >= 0 && is_float(m->nodes[m->loss]->dtype) &&
-	    m->nodes[m->loss]->dtype != IR_F32) {
-		IrNode *l = m->nodes[m->loss], *c = new_cast(m, l, IR_F32);
-		if (!c)
-			return oom(d);
-		c->role = IR_ROLE_LOSS;
-		c->name = l->name;
-		l->role = IR_ROLE_ACT;
-		l->label = l->name;
-		l->name = NULL;
-		m->loss = c->id;
-		if (!ir_infer(m, c, d))
-			return false;
-	}
-	return true;
+	free(p.use);
+	free(p.self);
+	free(p.read);
+	free(ops);
+	return ok;
 }

@@ -94,6 +94,14 @@ foreach(name mlp gpt)
            WORKING_DIRECTORY ${DTM_ROOT})
   set_tests_properties(e2e.${name} PROPERTIES TIMEOUT 300 LABELS e2e)
 endforeach()
+#   e2e.precision  tests/e2e/mixed_loss.dtm (a loss adding f32 and bf16
+#             terms, a user's cast) trained 20 steps in bf16 (one device and
+#             dp=2,tp=2) and f16 gives f32's losses and grad norms to each
+#             precision's measured tolerance (issue 14.2).
+add_test(NAME e2e.precision
+         COMMAND ${DTM_BASH} ${DTM_TESTS}/e2e/precision.sh $<TARGET_FILE:dtmc>
+         WORKING_DIRECTORY ${DTM_ROOT})
+set_tests_properties(e2e.precision PROPERTIES TIMEOUT 300 LABELS e2e)
 # ---- end e2e ----
 
 # ---- mpi: the collectives and DDP under mpirun (issue 4 points 5, 8) ----

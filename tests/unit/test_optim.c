@@ -12,6 +12,7 @@
  * optim on a small regression model. */
 #include "check.h"
 #include "codegen/cpu/dtmk_optim.h"
+#include "frontend/lower.h"
 #include "ir/eval.h"
 #include "ir/ir.h"
 #include "ir/optim.h"
@@ -624,14 +625,139 @@ static void test_precision_pass(void)
 	      m->nodes[m->loss]->role == IR_ROLE_LOSS);
 	check_roundtrip(m);
 
-	/* a loss computed in bf16 gets a cast back to f32 */
+	/* a hand-written mean loss reduces in f32: its f16 operand is cast up
+	 * first (autocast's fp32 list), so the loss needs no cast after */
 	m = regression(IR_F16, true);
 	CHECK(pass_precision(m, &diag, NULL));
 	CHECK(ir_verify(m, &diag, "precision"));
 	const IrNode *l = m->nodes[m->loss];
-	CHECK(l->op == IR_OP_CAST && l->dtype == IR_F32 && l->role == IR_ROLE_LOSS);
+	CHECK(l->op == IR_OP_MEAN && l->dtype == IR_F32 && l->role == IR_ROLE_LOSS);
 	CHECK(l->name && strcmp(l->name, "loss") == 0);
-	CHECK(m->nodes[l->ops[0]]->dtype == IR_F16 && m->nodes[l->ops[0]]->role == IR_ROLE_ACT);
+	const IrNode *c = m->nodes[l->ops[0]];
+	CHECK(c->op == IR_OP_CAST && c->dtype == IR_F32 && m->nodes[c->ops[0]]->dtype == IR_F16);
+	check_roundtrip(m);
+}
+
+/* Lowers src (the mesh dp=1) with precision p and runs the pass. */
+static IrModule *lower_prec(const char *src, const char *p)
+{
+	SrcFile *sf = arena_alloc(&arena, sizeof *sf);
+	if (!sf)
+		return NULL;
+	sf->name = "t.dtm";
+	sf->text = src;
+	sf->len = strlen(src);
+	diag_add_file(&diag, sf);
+	char prec[32];
+	snprintf(prec, sizeof prec, "precision=%s", p);
+	LowerOptions o = {.ntrain = 1};
+	o.train[0] = arena_strdup(&arena, prec);
+	AstFile af;
+	IrModule *m = ast_parse(&arena, &diag, sf, &af) ? lower_file(&arena, &diag, &af, &o) : NULL;
+	CHECK(m != NULL);
+	bool ok = m && pass_precision(m, &diag, NULL) && ir_verify(m, &diag, "precision");
+	CHECK(ok);
+	return ok ? m : NULL;
+}
+
+/* The first node with op `op` that reads node x, directly or through a
+ * cast of it. */
+static const IrNode *reader(const IrModule *m, int x, IrOp op)
+{
+	for (int i = x + 1; i < m->nnodes; i++) {
+		const IrNode *n = m->nodes[i];
+		for (int j = 0; j < n->nops; j++) {
+			const IrNode *o = m->nodes[n->ops[j]];
+			if (n->ops[j] == x || (o->op == IR_OP_CAST && o->ops[0] == x)) {
+				if (n->op == op)
+					return n;
+			}
+		}
+	}
+	return NULL;
+}
+
+/* The casts a mixed-precision program needs (issue 14.2), as autocast
+ * inserts them: a loss adding an f32 term (mse) to a bf16 one (a mean,
+ * which reduces in f32, scaled) checks and types; a matmul of an f32
+ * operand (a user's cast) runs in bf16; + - * / of bf16 and f32 promote to
+ * f32; a scalar takes its tensor's dtype; a loss left in bf16 (a max) gets
+ * a cast to f32; a second run adds nothing. */
+static void test_autocast(void)
+{
+	static const char src[] = "model t\n"
+	                          "input x : f32[4, 3]\ninput y : f32[4, 2]\n"
+	                          "param w : f32[3, 2] init normal(0, 0.1)\n"
+	                          "param v : f32[2, 2] init normal(0, 0.1)\n"
+	                          "forward {\n"
+	                          "  h = x @ w + 1\n"
+	                          "  g = cast(h, f32) @ v\n"
+	                          "  k = cast(g, f32) * h + 0.5\n"
+	                          "  loss = mse(k, y) + 0.01 * mean(h) + mean(g) + 2\n"
+	                          "}\n";
+	IrModule *f32 = lower_prec(src, "f32");
+	IrModule *m = lower_prec(src, "bf16");
+	if (!m || !f32)
+		return;
+	int x = find(m, "x"), h = find(m, "h"), g = find(m, "g"), k = find(m, "k");
+	CHECK(x >= 0 && h >= 0 && g >= 0 && k >= 0);
+	if (x < 0 || h < 0 || g < 0 || k < 0)
+		return;
+	const IrNode *lo = m->nodes[m->loss];
+	CHECK(lo->dtype == IR_F32 && lo->op == IR_OP_ADD && lo->role == IR_ROLE_LOSS);
+	CHECK(m->nodes[h]->dtype == IR_BF16);
+	/* g = cast(h, f32) @ v: the cast stays the user's (f32), the matmul
+	 * casts it back to bf16 */
+	const IrNode *gm = m->nodes[g];
+	CHECK(gm->op == IR_OP_MATMUL && gm->dtype == IR_BF16);
+	const IrNode *a0 = m->nodes[gm->ops[0]];
+	CHECK(a0->op == IR_OP_CAST && a0->dtype == IR_BF16);
+	CHECK(m->nodes[a0->ops[0]]->op == IR_OP_CAST && m->nodes[a0->ops[0]]->dtype == IR_F32);
+	/* k = cast(g, f32) * h + 0.5: f32 * bf16 promotes, the 0.5 is f32 */
+	const IrNode *km = m->nodes[k];
+	CHECK(km->op == IR_OP_ADD && km->dtype == IR_F32);
+	CHECK(m->nodes[km->ops[1]]->op == IR_OP_CONST && m->nodes[km->ops[1]]->dtype == IR_F32);
+	const IrNode *mul = m->nodes[km->ops[0]];
+	CHECK(mul->op == IR_OP_MUL && mul->dtype == IR_F32 &&
+	      m->nodes[mul->ops[1]]->op == IR_OP_CAST && m->nodes[mul->ops[1]]->ops[0] == h);
+	/* h = x @ w + 1: the 1 is bf16 */
+	const IrNode *hm = m->nodes[h];
+	CHECK(hm->op == IR_OP_ADD && m->nodes[hm->ops[1]]->op == IR_OP_CONST &&
+	      m->nodes[hm->ops[1]]->dtype == IR_BF16);
+	/* mean(h) and mean(g) reduce an f32 cast; mse(k f32, y) promotes,
+	 * reading the f32 input y rather than its bf16 cast */
+	const IrNode *mh = reader(m, h, IR_OP_MEAN), *mg = reader(m, g, IR_OP_MEAN);
+	CHECK(mh && mh->dtype == IR_F32 && m->nodes[mh->ops[0]]->op == IR_OP_CAST);
+	CHECK(mg && mg->dtype == IR_F32 && m->nodes[mg->ops[0]]->op == IR_OP_CAST);
+	const IrNode *ms = reader(m, k, IR_OP_MSE);
+	CHECK(ms && ms->dtype == IR_F32 && ms->ops[1] == find(m, "y"));
+	/* the f32 program has the user's casts alone */
+	int casts = 0;
+	for (int i = 0; i < f32->nnodes; i++)
+		casts += f32->nodes[i]->op == IR_OP_CAST;
+	CHECK_EQ_INT(casts, 2);
+	check_roundtrip(m);
+	/* again: nothing to add */
+	int n = m->nnodes;
+	CHECK(pass_precision(m, &diag, NULL) && ir_verify(m, &diag, "precision"));
+	CHECK_EQ_INT(m->nnodes, n);
+	/* and on through autodiff: every param's gradient is bf16 */
+	CHECK(pass_run_until(m, &diag, NULL, "optim"));
+	int gw = find(m, "grad.w"), gv = find(m, "grad.v");
+	CHECK(gw >= 0 && gv >= 0);
+	CHECK(gw >= 0 && m->nodes[gw]->dtype == IR_BF16);
+	CHECK(gv >= 0 && m->nodes[gv]->dtype == IR_BF16);
+
+	/* a loss that stays bf16 (a max) gets a cast to f32, which is the loss */
+	m = lower_prec("model t\ninput x : f32[4, 3]\nparam w : f32[3, 2]\n"
+	               "forward {\n  loss = max(x @ w)\n}\n", "bf16");
+	if (!m)
+		return;
+	lo = m->nodes[m->loss];
+	CHECK(lo->op == IR_OP_CAST && lo->dtype == IR_F32 && lo->role == IR_ROLE_LOSS);
+	CHECK(lo->name && strcmp(lo->name, "loss") == 0);
+	CHECK(m->nodes[lo->ops[0]]->op == IR_OP_MAX && m->nodes[lo->ops[0]]->dtype == IR_BF16 &&
+	      m->nodes[lo->ops[0]]->role == IR_ROLE_ACT);
 }
 
 /* precision -> autodiff -> optim through the registry, then training steps
@@ -695,6 +821,7 @@ int main(void)
 	test_text();
 	test_lr_schedule();
 	test_precision_pass();
+	test_autocast();
 	test_pipeline(IR_F32);
 	test_pipeline(IR_BF16);
 	arena_free(&arena);
