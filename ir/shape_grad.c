@@ -308,7 +308,8 @@ static bool infer_ce_bwd_vp(G *g, IrNode **o)
 		return false;
 	for (int i = 3; i < 5; i++)
 		if (o[i]->dtype != IR_F32 || !same_shape(o[i], o[2]))
-			return fail(g, "ce_bwd_vp: operand %d %s must be f32, shaped like the targets %s",
+			return fail(g,
+			            "ce_bwd_vp: operand %d %s must be f32, shaped like the targets %s",
 			            i, SH(o[i]), SH(o[2]));
 	return true;
 }

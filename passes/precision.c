@@ -19,10 +19,12 @@
  *   - every other op with several float operands (+ - * /, mse, concat,
  *     layernorm, rmsnorm) promotes them to the widest dtype (torch's type
  *     promotion, ir_dtype_promote: for different dtypes f32), casting the
- *     others (an f32 input is read as it came, not through its cast to T
- *     and back); a scalar constant takes the other operands' dtype instead
+ *     others; a scalar constant takes the other operands' dtype instead
  *     (it is retyped, or copied when another op uses it in T), as a Python
  *     scalar never promotes a tensor;
+ *   - an op that wants an f32 input in f32 (mse against f32 predictions,
+ *     a user's `cast(x, f32)`) reads the input as it came, not through
+ *     its cast to T and back;
  *   - the loss stays f32: cross_entropy and mse produce f32 by their type
  *     rule, sums and means are f32, and a loss that still comes out in T
  *     (a max, say) gets a cast to f32 appended, which becomes the loss.
@@ -71,14 +73,22 @@ static IrNode *onode(const Prec *p, int id)
 	return p->out->nodes[id];
 }
 
+/* c is this pass's cast of an input: right after it, at its declaration
+ * (a user's cast of the input has the call's location). */
+static bool is_input_cast(const IrModule *m, const IrNode *c)
+{
+	if (c->op != IR_OP_CAST || c->nops != 1 || c->ops[0] != c->id - 1)
+		return false;
+	const IrNode *x = m->nodes[c->ops[0]];
+	return x->op == IR_OP_INPUT && c->loc.line == x->loc.line && c->loc.col == x->loc.col;
+}
+
 /* Input i is followed by this pass's cast to t already (the pass ran
- * before: IR text printed after it and fed back).  A user's cast of the
- * input has the call's location, not the declaration's. */
+ * before: IR text printed after it and fed back). */
 static bool has_cast(const IrModule *m, int i, IrDtype t)
 {
-	const IrNode *x = m->nodes[i], *c = i + 1 < m->nnodes ? m->nodes[i + 1] : NULL;
-	return c && c->op == IR_OP_CAST && c->nops == 1 && c->ops[0] == i && c->dtype == t &&
-	       c->loc.line == x->loc.line && c->loc.col == x->loc.col;
+	const IrNode *c = i + 1 < m->nnodes ? m->nodes[i + 1] : NULL;
+	return c && is_input_cast(m, c) && c->dtype == t;
 }
 
 /* A cast of out node x to t, appended to out: placed as x, in x's stage,
@@ -131,8 +141,8 @@ static int wanted_dtype(const Prec *p, const IrNode *x, const int *ops)
 	}
 }
 
-/* Operand j of x (ops[j], in out) in dtype want: an input's cast to T
- * is skipped (the f32 input read as it came), a scalar constant no node
+/* Operand j of x (ops[j], in out) in dtype want: this pass's cast of an
+ * input is skipped (the f32 input read as it came), a scalar constant no node
  * read yet is retyped, one read already is copied, anything else is cast.
  * Returns the id to read, -1 when out of memory. */
 static int in_dtype(Prec *p, const IrNode *x, int id, IrDtype want)
@@ -140,8 +150,7 @@ static int in_dtype(Prec *p, const IrNode *x, int id, IrDtype want)
 	IrNode *o = onode(p, id);
 	if (!is_float(o->dtype) || o->dtype == want)
 		return id;
-	if (o->op == IR_OP_CAST && onode(p, o->ops[0])->op == IR_OP_INPUT &&
-	    onode(p, o->ops[0])->dtype == want)
+	if (is_input_cast(p->out, o) && onode(p, o->ops[0])->dtype == want)
 		return o->ops[0];
 	if (o->op == IR_OP_CONST && !p->read[id]) {
 		o->dtype = want;
@@ -168,6 +177,11 @@ static bool copy_node(Prec *p, int i, int *ops)
 	int nerr = p->d->nerr;
 	for (int j = 0; j < x->nops; j++)
 		ops[j] = p->use[x->ops[j]];
+	/* a user's cast of an input to the input's own dtype reads it as it
+	 * came, not its cast to T */
+	if (x->op == IR_OP_CAST && is_input_cast(p->out, onode(p, ops[0])) &&
+	    onode(p, onode(p, ops[0])->ops[0])->dtype == x->dtype)
+		ops[0] = onode(p, ops[0])->ops[0];
 	int want = wanted_dtype(p, x, ops);
 	for (int j = 0; want >= 0 && j < x->nops; j++)
 		if ((ops[j] = in_dtype(p, x, ops[j], (IrDtype)want)) < 0)

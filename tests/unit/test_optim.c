@@ -693,7 +693,8 @@ static void test_autocast(void)
 	                          "  h = x @ w + 1\n"
 	                          "  g = cast(h, f32) @ v\n"
 	                          "  k = cast(g, f32) * h + 0.5\n"
-	                          "  loss = mse(k, y) + 0.01 * mean(h) + mean(g) + 2\n"
+	                          "  loss = mse(k, y) + 0.01 * mean(h) + mean(g)\n"
+	                          "       + mean(cast(x, f32)) + 2\n"
 	                          "}\n";
 	IrModule *f32 = lower_prec(src, "f32");
 	IrModule *m = lower_prec(src, "bf16");
@@ -731,11 +732,15 @@ static void test_autocast(void)
 	CHECK(mg && mg->dtype == IR_F32 && m->nodes[mg->ops[0]]->op == IR_OP_CAST);
 	const IrNode *ms = reader(m, k, IR_OP_MSE);
 	CHECK(ms && ms->dtype == IR_F32 && ms->ops[1] == find(m, "y"));
+	/* the user's cast(x, f32) reads the input as it came */
+	const IrNode *cx = reader(m, x, IR_OP_MEAN);
+	CHECK(cx && m->nodes[cx->ops[0]]->op == IR_OP_CAST && m->nodes[cx->ops[0]]->ops[0] == x &&
+	      m->nodes[cx->ops[0]]->dtype == IR_F32);
 	/* the f32 program has the user's casts alone */
 	int casts = 0;
 	for (int i = 0; i < f32->nnodes; i++)
 		casts += f32->nodes[i]->op == IR_OP_CAST;
-	CHECK_EQ_INT(casts, 2);
+	CHECK_EQ_INT(casts, 3);
 	check_roundtrip(m);
 	/* again: nothing to add */
 	int n = m->nnodes;
