@@ -248,61 +248,6 @@ static bool int_list(Lower *L, Value v, SrcLoc loc, const char *what, int64_t *o
 	return true;
 }
 
-/* The syntactic mesh axes of `axes = tp` or `axes = (dp, tp)`. */
-static bool kw_mesh_axes(Lower *L, const AstNode *call, const char *fn, uint32_t *mask)
-{
-	const AstNode *kw = sema_kwarg(call, "axes");
-	if (!kw) {
-		diag_error(L->d, call->loc, "%s needs the mesh axes it runs over: axes = (...)",
-		           fn);
-		return false;
-	}
-	const AstNode *e = kw->lhs;
-	AstName names[IR_MAX_AXES + 1];
-	int n = 0;
-	bool ok = e != NULL;
-	if (e && e->kind == AST_IDENT) {
-		names[n].name = e->name;
-		names[n++].loc = e->loc;
-	} else if (e && e->kind == AST_TUPLE && e->args.n > 0) {
-		for (int i = 0; i < e->args.n && ok; i++) {
-			const AstNode *x = e->args.items[i];
-			ok = x && x->kind == AST_IDENT && n <= IR_MAX_AXES;
-			if (ok) {
-				names[n].name = x->name;
-				names[n++].loc = x->loc;
-			}
-		}
-	} else {
-		ok = false;
-	}
-	if (!ok) {
-		diag_error(L->d, kw->loc, "axes must be mesh axis names, e.g. axes = (dp, tp)");
-		return false;
-	}
-	return sema_axes_mask(L, names, n, mask);
-}
-
-static bool kw_red(Lower *L, const AstNode *call, IrRed *out)
-{
-	const AstNode *kw = sema_kwarg(call, "op");
-	if (!kw)
-		return true;
-	const AstNode *e = kw->lhs;
-	const char *w = e && (e->kind == AST_IDENT || e->kind == AST_STR) ? e->name : NULL;
-	if (w && !strcmp(w, "sum"))
-		*out = IR_RED_SUM;
-	else if (w && !strcmp(w, "avg"))
-		*out = IR_RED_AVG;
-	else if (w && !strcmp(w, "max"))
-		*out = IR_RED_MAX;
-	else {
-		diag_error(L->d, kw->loc, "op must be sum, avg or max");
-		return false;
-	}
-	return true;
-}
-
 static Value lower_reduce(Lower *L, Scope *s, const AstNode *call, const Builtin *bi, IrNode *x,
                           Value xv)
 {
@@ -437,53 +382,51 @@ static Value lower_split(Lower *L, Scope *s, const AstNode *call, const Args *a,
 	return t;
 }
 
-static Value lower_coll(Lower *L, Scope *s, const AstNode *call, const Builtin *bi, const Args *a,
-                        IrNode *x)
+/* How a model gets each collective: from placements (and pipeline stages),
+ * which `partition` and `pipeline` turn into the collectives. */
+static const char *coll_hint(IrOp op)
 {
-	IrAttrs at = {0};
-	at.red = IR_RED_SUM;
-	if (!kw_mesh_axes(L, call, bi->name, &at.mesh_axes) || !kw_red(L, call, &at.red))
-		return sema_err();
-	for (int i = 1; i < a->n; i++) {
-		int64_t d;
-		const char *what = bi->op == IR_OP_ALL_TO_ALL
-		                           ? (i == 1 ? "the split dim" : "the concat dim")
-		                           : "the dim";
-		if (!want_int(L, a, i, what, &d) || !norm_axis(L, a->loc[i], d, x->rank, &d))
-			return sema_err();
-		at.ints[at.nints++] = d;
+	switch (op) {
+	case IR_OP_ALL_REDUCE:
+		return "to sum a value that is partial over a mesh axis (the product of a "
+		       "column-split and a row-split matrix), place it without the partial, e.g. "
+		       "`h = x @ w @ [dp, _]`: partition inserts the all_reduce";
+	case IR_OP_ALL_GATHER:
+		return "to gather a dim that is split over a mesh axis, place the value with `_` "
+		       "in that dim, e.g. `y = x @ [_, _]`: partition inserts the all_gather";
+	case IR_OP_REDUCE_SCATTER:
+		return "to sum a partial value and split the result, place it split, e.g. "
+		       "`h = x @ w @ [dp, tp]`: partition inserts the reduce_scatter";
+	case IR_OP_ALL_TO_ALL:
+		return "to move a split from one dim to another, place the value split on the "
+		       "new dim, e.g. `y = x @ [_, tp]`: partition inserts the all_to_all";
+	case IR_OP_BROADCAST:
+		return "a value whose placement does not name a mesh axis is replicated over it "
+		       "(the same on every rank): nothing needs broadcasting";
+	default:
+		return "pipeline stages pass activations by themselves: with a mesh axis pp, "
+		       "`for i in A .. B stage EXPR { ... }` assigns stages and the pipeline pass "
+		       "inserts the send and recv";
 	}
-	if (bi->op == IR_OP_BROADCAST) {
-		int64_t root = 0, group = mesh_axes_size(&L->m->mesh, at.mesh_axes);
-		if (kw_int(L, s, call, "root", &root) < 0)
-			return sema_err();
-		if (root < 0 || root >= group) {
-			diag_error(L->d, sema_kwarg(call, "root")->loc,
-			           "root must be in [0, %lld) (the group size), got %lld",
-			           (long long)group, (long long)root);
-			return sema_err();
-		}
-		at.ints[at.nints++] = root;
-	} else if (bi->op == IR_OP_SEND) {
-		int64_t off = 1;
-		if (kw_int(L, s, call, "offset", &off) < 0)
-			return sema_err();
-		if (off == 0) {
-			diag_error(L->d, sema_kwarg(call, "offset")->loc, "offset must not be 0");
-			return sema_err();
-		}
-		at.ints[at.nints++] = off;
-	}
-	IrNode *n;
-	if (lower_make1(L, bi->op, lower_node_val(x->id), call->loc, &n).k == V_ERR)
-		return sema_err();
-	n->attrs = at;
-	return lower_finish(L, n);
 }
 
 Value lower_builtin(Lower *L, Scope *s, const AstNode *call, const Builtin *bi, const Args *a)
 {
 	const char *fn = bi->name;
+	/* The explicit collectives are per-rank (local) operations: they exist in
+	 * the IR after `partition`, where shapes are shards.  A model is the
+	 * global program, whose values are whole; there a collective has no
+	 * meaning of its own (all_reduce of a whole value would sum copies of
+	 * it), so the call is refused here rather than by a pass later. */
+	if (bi->kind == BK_COLL) {
+		diag_error(L->d, call->loc,
+		           "%s cannot be called in a model: a model is the global program, whose "
+		           "collectives come from placements (`@ [...]`); explicit collectives "
+		           "exist only in the per-rank IR after partition",
+		           fn);
+		diag_note(L->d, call->loc, "%s", coll_hint(bi->op));
+		return sema_err();
+	}
 	bool ok = sema_check_kwargs(L, call, bi->kw, fn);
 	if (a->n < bi->minpos || (bi->maxpos >= 0 && a->n > bi->maxpos)) {
 		if (bi->maxpos < 0)
@@ -699,7 +642,7 @@ Value lower_builtin(Lower *L, Scope *s, const AstNode *call, const Builtin *bi, 
 		return lower_finish(L, n);
 	}
 	case BK_COLL:
-		return lower_coll(L, s, call, bi, a, x);
+		break; /* refused above */
 	}
 	return sema_err();
 }
