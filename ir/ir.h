@@ -34,6 +34,7 @@ enum {
 	OPF_REDUCE = 1 << 4,
 	OPF_COLL = 1 << 5,
 	OPF_INPLACE = 1 << 6, /* the result aliases operand 0 (optimizer updates) */
+	OPF_LOCAL = 1 << 7,   /* per-rank: only after partition (see ops.def) */
 };
 
 /* Which IrAttrs fields an op uses, and how they print. */
@@ -211,6 +212,12 @@ typedef struct IrModule {
 	IrChoose *chooses;
 	int nchooses, capchooses;
 	int loss;          /* node id of the loss, or -1 */
+	/* The last pass of the pipeline that ran on the module (its name in
+	 * passes/passes.c), NULL as lowered.  pass_run_until goes on after it,
+	 * so IR text printed after a pass (which says `after NAME`) is fed
+	 * back where it left off; after_loc is that line's location. */
+	const char *after;
+	SrcLoc after_loc;
 	/* The model's attention layers and their width (q's last dim), counted
 	 * on the global program as lowered (ir_count_attention), before any
 	 * pass unrolls micro-batches or splits stages and shapes: inspect's

@@ -11,6 +11,7 @@
  *   line    := 'module' (IDENT | STRING)
  *            | 'mesh' '(' [ IDENT '=' INT { ',' IDENT '=' INT } ] ')'
  *            | 'train' key '=' value { ',' key '=' value }
+ *            | 'after' IDENT                  (the last pass that ran)
  *            | node
  *            | 'loss' '%' INT
  *            | 'choose' INT 'node' '%' INT 'options' place { '|' place }
@@ -906,6 +907,12 @@ static bool node_line(Parser *p)
 	IrOp op;
 	if (!ir_op_lookup(opname, &op))
 		return error_at(p, ol, "unknown op '%s'", opname);
+	/* IR without an `after` line is the program as lowered, global: the
+	 * per-rank ops come with partition (OPF_LOCAL, ops.def) */
+	if ((ir_op_flags(op) & OPF_LOCAL) && !p->m->after)
+		return error_at(p, ol, "%s is a per-rank op, which only the IR after partition "
+		                "holds, but this IR has no `after PASS` line before its first node "
+		                "(IR printed after a pass has one)", opname);
 	/* operands: grown in the arena; garbage cannot loop since each one
 	 * consumes tokens */
 	int cap = 4, nops = 0;
@@ -953,6 +960,9 @@ static bool node_line(Parser *p)
 	    !expect(p, '@', "after the type") ||
 	    !placement_value(p, &n->place, "after '@'"))
 		return false;
+	if (is_word(p, "of") && !p->m->after)
+		return error(p, "a padded shard ('of'), which only the IR after partition holds, "
+		             "but this IR has no `after PASS` line before its first node");
 	if (is_word(p, "of") && !padded_value(p, n))
 		return false;
 	if (is_word(p, "from") && !origin_value(p, n))
@@ -1101,6 +1111,26 @@ static bool train_line(Parser *p)
 	return end_of_line(p, "after the train settings");
 }
 
+/* 'after' IDENT: which pass names are known is the pipeline's business
+ * (pass_check_input), the parser keeps the name and where it was. */
+static bool after_line(Parser *p)
+{
+	if (p->m->after)
+		return error(p, "'after' is given twice");
+	if (p->seen_node)
+		return error(p, "'after' must come before the first node");
+	next(p);
+	char name[64];
+	SrcLoc nl = tok_loc(p);
+	if (!ident(p, name, sizeof name, "a pass name", "after 'after'"))
+		return false;
+	p->m->after = arena_strdup(p->a, name);
+	p->m->after_loc = nl;
+	if (!p->m->after)
+		return error(p, "out of memory");
+	return end_of_line(p, "after the pass name");
+}
+
 static bool choose_line(Parser *p)
 {
 	int64_t idx = 0;
@@ -1179,7 +1209,9 @@ static bool line(Parser *p)
 	}
 	if (is_word(p, "choose"))
 		return choose_line(p);
-	return expected(p, "a node, 'module', 'mesh', 'train', 'loss' or 'choose'",
+	if (is_word(p, "after"))
+		return after_line(p);
+	return expected(p, "a node, 'module', 'mesh', 'train', 'after', 'loss' or 'choose'",
 	                "at the start of a line");
 }
 

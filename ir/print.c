@@ -3,6 +3,7 @@
  *   module gpt
  *   mesh (pp = 1, dp = 2, tp = 2)
  *   train optimizer = "adamw", lr = 0.001, ...
+ *   after partition
  *   %0 = input "tokens" : i32[8, 32] @ [dp, _] role input loc "models/gpt.dtm":19:1-39
  *   %7 = matmul %5, %6 : f32[8, 32, 64] @ ? loc "models/gpt.dtm":40:7-13
  *   %9 = softmax %8 {axis = 2} : f32[8, 4, 32, 32] @ ?
@@ -413,6 +414,8 @@ void ir_print(FILE *out, const IrModule *m)
 	}
 	fputs(")\n", out);
 	print_train(out, m);
+	if (m->after)
+		fprintf(out, "after %s\n", m->after);
 	for (int i = 0; i < m->nnodes; i++)
 		ir_print_node(out, m, m->nodes[i]);
 	if (m->loss >= 0)

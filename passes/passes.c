@@ -129,6 +129,71 @@ static void known_passes(char *buf, size_t cap)
 	}
 }
 
+/* The pipeline position of pass `name`: its index in passes[], -1 for
+ * "lower" (or NULL: as lowered), -2 when no pass has that name. */
+static int position(const char *name)
+{
+	if (!name || strcmp(name, "lower") == 0)
+		return -1;
+	for (int i = 0; passes[i].name; i++)
+		if (strcmp(passes[i].name, name) == 0)
+			return i;
+	return -2;
+}
+
+/* The names of the passes from position `from` on, for messages. */
+static void names_from(int from, char *buf, size_t cap)
+{
+	size_t n = 0;
+	buf[0] = 0;
+	for (int i = from < 0 ? 0 : from; passes[i].name && n < cap; i++) {
+		int w = snprintf(buf + n, cap - n, "%s%s", n ? ", " : "", passes[i].name);
+		if (w < 0)
+			break;
+		n += (size_t)w;
+	}
+}
+
+/* What a module must be to enter the pipeline where it stands (IR text can
+ * say anything the parser and the verifier accept):
+ *   - its `after` names a pass;
+ *   - before partition, it holds no per-rank op (OPF_LOCAL: collectives,
+ *     vocab-parallel and padding ops) and no padded shard (the parser
+ *     refuses both in IR without an `after` line, at the node). */
+bool pass_check_input(const IrModule *m, Diag *d)
+{
+	int at = position(m->after);
+	if (at == -2) {
+		char names[512];
+		known_passes(names, sizeof names);
+		diag_error(d, m->after_loc, "unknown pass '%s' (known passes: %s)", m->after, names);
+		return false;
+	}
+	if (at >= position("partition"))
+		return true;
+	for (int i = 0; i < m->nnodes; i++) {
+		const IrNode *n = m->nodes[i];
+		bool padded = false;
+		for (int k = 0; k < n->rank && k < IR_MAX_RANK; k++)
+			padded = padded || n->padded[k] != 0;
+		if (!(ir_op_flags(n->op) & OPF_LOCAL) && !padded)
+			continue;
+		char what[96];
+		if (padded)
+			snprintf(what, sizeof what, "%%%d (%s) is a padded shard", n->id,
+			         ir_op_name(n->op));
+		else
+			snprintf(what, sizeof what, "%%%d (%s) is a per-rank op", n->id,
+			         ir_op_name(n->op));
+		diag_error(d, m->after ? m->after_loc : n->loc,
+		           "%s, which only the IR after partition holds, but this IR is %s%s%s",
+		           what, m->after ? "after '" : "as lowered (it has no `after` line)",
+		           m->after ? m->after : "", m->after ? "', before partition" : "");
+		return false;
+	}
+	return true;
+}
+
 bool pass_run_until(IrModule *m, Diag *d, const PassOptions *opt, const char *stop_after)
 {
 	static const PassOptions defaults = {0};
@@ -141,10 +206,28 @@ bool pass_run_until(IrModule *m, Diag *d, const PassOptions *opt, const char *st
 		           names);
 		return false;
 	}
-	if (stop_after && strcmp(stop_after, "lower") == 0)
-		return true;
+	if (!pass_check_input(m, d))
+		return false;
+	/* IR text printed after a pass goes on from there: the passes before
+	 * it ran already, and those after partition would not take their own
+	 * output again (a pipeline's stage programs split twice) */
+	int from = position(m->after), to = -1;
+	while (passes[to + 1].name)
+		to++;
+	if (stop_after)
+		to = position(stop_after);
+	if (to < from) {
+		char names[512];
+		names_from(from, names, sizeof names);
+		diag_error(d, m->after_loc,
+		           "this IR is after pass '%s': --after=%s names an earlier pass (the IR "
+		           "can only go on: --after=%s)",
+		           m->after, stop_after, names);
+		return false;
+	}
 	int nerr0 = d->nerr;
-	for (const Pass *p = passes; p->name; p++) {
+	for (int i = from + 1; i <= to; i++) {
+		const Pass *p = &passes[i];
 		if (opt->verbose)
 			fprintf(stderr, "dtmc: running pass '%s'\n", p->name);
 		if (!p->run(m, d, opt) || d->nerr > nerr0)
@@ -152,8 +235,8 @@ bool pass_run_until(IrModule *m, Diag *d, const PassOptions *opt, const char *st
 		/* the verifier after every pass, except after the verifier itself */
 		if (p->run != run_verify && !ir_verify(m, d, p->name))
 			return false;
-		if (stop_after && strcmp(stop_after, p->name) == 0)
-			break;
+		m->after = p->name;
+		m->after_loc = (SrcLoc){0};
 	}
 	return true;
 }

@@ -22,8 +22,15 @@ typedef struct Pass {
 /* The passes in pipeline order, terminated by {NULL, NULL}. */
 const Pass *pass_list(void);
 /* Runs the pipeline up to and including `stop_after` (NULL = all), with the
- * verifier after each pass.  "lower" names the state before any pass. */
+ * verifier after each pass, from where m stands: after m->after (IR text
+ * printed after a pass) or from the start.  "lower" names the state
+ * before any pass; a stop before m->after is an error. */
 bool pass_run_until(IrModule *m, Diag *d, const PassOptions *opt, const char *stop_after);
 bool pass_exists(const char *name);
+/* Whether m can enter the pipeline where it stands (m->after): that names
+ * a pass, and a program before partition holds no per-rank op.  Reports
+ * what is wrong at the IR's `after` line or the node.  pass_run_until
+ * calls it; `dtmc check` too, so what it passes the pipeline takes. */
+bool pass_check_input(const IrModule *m, Diag *d);
 
 #endif

@@ -2,7 +2,10 @@
 #
 #   golden.NAME     dtmc print --after=lower models/NAME.dtm == tests/golden/NAME.lower.ir
 #   roundtrip.NAME  print --after=lower | print - gives identical text
-#   diag.NAME       dtmc check tests/diag/NAME.dtm: exact stderr, exit status 1
+#   resume.NAME     the IR printed after each pass, fed back, goes on to the IR
+#                   of the whole pipeline (IR text says `after PASS`)
+#   diag.NAME       dtmc check tests/diag/NAME.dtm (or .ir; a case may name another
+#                   command and a memory limit): exact stderr, exit status 1
 #   diag.stress.*   generated inputs (a 1 MB line, 10,000-deep nesting): exit 1,
 #                   an error, bounded output, no crash or hang
 #   fuzz.frontend   a bounded libFuzzer run over the front end and IR parser
@@ -25,10 +28,14 @@ foreach(model ${DTM_MODELS})
   add_test(NAME roundtrip.${name}
            COMMAND ${DTM_BASH} ${DTM_TESTS}/golden/run.sh --roundtrip $<TARGET_FILE:dtmc> ${name}
            WORKING_DIRECTORY ${DTM_ROOT})
-  set_tests_properties(golden.${name} roundtrip.${name} PROPERTIES TIMEOUT 60 LABELS golden)
+  add_test(NAME resume.${name}
+           COMMAND ${DTM_BASH} ${DTM_TESTS}/golden/run.sh --resume $<TARGET_FILE:dtmc> ${name}
+           WORKING_DIRECTORY ${DTM_ROOT})
+  set_tests_properties(golden.${name} roundtrip.${name} resume.${name} PROPERTIES TIMEOUT 60
+                       LABELS golden)
 endforeach()
 
-file(GLOB DTM_DIAG_CASES CONFIGURE_DEPENDS ${DTM_TESTS}/diag/*.dtm)
+file(GLOB DTM_DIAG_CASES CONFIGURE_DEPENDS ${DTM_TESTS}/diag/*.dtm ${DTM_TESTS}/diag/*.ir)
 foreach(case ${DTM_DIAG_CASES})
   get_filename_component(name ${case} NAME_WE)
   add_test(NAME diag.${name}

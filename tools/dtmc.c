@@ -107,7 +107,8 @@ static const Command commands[] = {
 	 "FILE ending in .ir, or -, is read as IR text instead of a .dtm model: it is\n"
 	 "parsed, verified and printed unchanged unless --after names a pass, so\n"
 	 "  dtmc print --after=lower m.dtm | dtmc print -\n"
-	 "prints the same text twice.\n"
+	 "prints the same text twice.  IR printed after a pass says so (`after PASS`)\n"
+	 "and goes on from there: --after names that pass or a later one.\n"
 	 "\n"
 	 "options:\n"
 	 "  --after=PASS           stop after PASS (see the list below)\n"
@@ -480,14 +481,14 @@ static IrModule *load(Arena *a, Diag *d, const Args *args)
 			diag_error(d, (SrcLoc){.file = src->name}, "no IR module found");
 		if (!m || d->nerr > 0)
 			return NULL;
-		return ir_verify(m, d, "parse") ? m : NULL;
+		return ir_verify(m, d, "parse") && pass_check_input(m, d) ? m : NULL;
 	}
 	m = lower_path(a, d, args->file, &args->lower);
 	if (!m && d->nerr == 0)
 		diag_error(d, (SrcLoc){.file = args->file}, "could not be lowered");
 	if (!m || d->nerr > 0)
 		return NULL;
-	return ir_verify(m, d, "lower") ? m : NULL;
+	return ir_verify(m, d, "lower") && pass_check_input(m, d) ? m : NULL;
 }
 
 /* Flushes stdout and turns a failed write (a full disk, a closed pipe) into
@@ -545,13 +546,11 @@ static int cmd_print(const Args *args)
 	PassOptions popt = {.verbose = args->verbose};
 	IrModule *m = load(&a, &d, args);
 	bool ok = m != NULL;
-	/* IR text is at whatever stage it was printed at: without --after it is
-	 * printed as read.  A model runs the whole pipeline by default. */
-	const char *after = args->after;
-	if (!after && is_ir_input(args->file))
-		after = "lower";
-	if (ok)
-		ok = pass_run_until(m, &d, &popt, after);
+	/* IR text is at whatever stage it was printed at (its `after` line):
+	 * without --after it is printed as read.  A model runs the whole
+	 * pipeline by default. */
+	if (ok && (args->after || !is_ir_input(args->file)))
+		ok = pass_run_until(m, &d, &popt, args->after);
 	/* Print only a module that made it through: never half an output. */
 	if (ok) {
 		ir_print(stdout, m);

@@ -1,13 +1,21 @@
 #!/usr/bin/env bash
-# run.sh - diagnostic tests: each tests/diag/NAME.dtm is a bad program and
-# tests/diag/NAME.expected the exact stderr of `dtmc check` on it.
+# run.sh - diagnostic tests: each tests/diag/NAME.dtm is a bad program (or
+# NAME.ir bad IR text) and tests/diag/NAME.expected the exact stderr of
+# `dtmc check` on it.
 #
 #   run.sh [--update] DTMC [NAME...]     (without NAMEs: every case)
 #
-# A case's first line may be `# args: -D foo=1 --mesh dp=2`: extra arguments
-# for dtmc check (split on spaces).  Every case must exit with status 1, print
-# nothing on stdout, and never crash (no sanitizer report, no internal error).
-# --update rewrites the .expected files; read each one before committing it.
+# A case's first lines may be comments that say how to run it:
+#   # args: -D foo=1 --mesh dp=2   extra arguments (split on spaces)
+#   # command: print               the dtmc command (default check; build
+#                                  gets -o in a scratch folder)
+#   # ulimit-v: KB                 run under `ulimit -v KB`, so an attempt to
+#                                  allocate more fails the case (skipped for a
+#                                  sanitizer build, whose shadow memory alone
+#                                  is terabytes of address space)
+# Every case must exit with status 1, print nothing on stdout, and never
+# crash (no sanitizer report, no internal error).  --update rewrites the
+# .expected files; read each one before committing it.
 set -uo pipefail
 
 update=0
@@ -20,8 +28,10 @@ shift
 cd "$(dirname "$0")/../.."
 names=("$@")
 if [ ${#names[@]} -eq 0 ]; then
-	for f in tests/diag/*.dtm; do
-		names+=("$(basename "$f" .dtm)")
+	for f in tests/diag/*.dtm tests/diag/*.ir; do
+		[ -e "$f" ] || continue
+		n=$(basename "$f")
+		names+=("${n%.*}")
 	done
 fi
 
@@ -31,16 +41,33 @@ to=()
 if command -v timeout >/dev/null 2>&1; then
 	to=(timeout 30)
 fi
+# a sanitizer build reserves terabytes of address space for its shadow
+sanitized=0
+if nm -D "$dtmc" 2>/dev/null | grep -q '__asan_init\|__ubsan_handle' ||
+	nm "$dtmc" 2>/dev/null | grep -q '__asan_init'; then
+	sanitized=1
+fi
 fail=0
 for n in "${names[@]}"; do
 	src=tests/diag/$n.dtm
+	[ -f "$src" ] || src=tests/diag/$n.ir
 	want=tests/diag/$n.expected
-	args=()
-	first=$(head -n 1 "$src" | tr -d '\0')
-	case $first in
-	"# args:"*) read -r -a args <<<"${first#\# args:}" ;;
-	esac
-	"${to[@]}" "$dtmc" check "${args[@]}" "$src" >"$tmp/out" 2>"$tmp/err" </dev/null
+	args=() cmd=check vm=""
+	while IFS= read -r line; do
+		case $line in
+		"# args:"*) read -r -a args <<<"${line#\# args:}" ;;
+		"# command:"*) read -r cmd <<<"${line#\# command:}" ;;
+		"# ulimit-v:"*) read -r vm <<<"${line#\# ulimit-v:}" ;;
+		"#"*) ;;
+		*) break ;;
+		esac
+	done < <(head -n 8 "$src" | tr -d '\0')
+	[ "$cmd" = build ] && args+=(-o "$tmp/bin")
+	[ $sanitized = 1 ] && vm=""
+	(
+		[ -z "$vm" ] || ulimit -v "$vm"
+		exec "${to[@]}" "$dtmc" "$cmd" "${args[@]}" "$src"
+	) >"$tmp/out" 2>"$tmp/err" </dev/null
 	rc=$?
 	bad=""
 	if [ $rc -ne 1 ]; then

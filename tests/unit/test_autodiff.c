@@ -390,7 +390,7 @@ static void test_collectives(void)
 	Arena a;
 	arena_init(&a);
 	static const char text[] =
-	        "module t\nmesh (pp = 2, dp = 2, tp = 2)\n"
+	        "module t\nmesh (pp = 2, dp = 2, tp = 2)\nafter partition\n"
 	        "%0 = param {init = normal(0, 0.02)} \"x\" : f32[4, 8] @ ? role param\n"
 	        "%1 = all_gather %0 {axes = (tp), dim = 1} \"g\" : f32[4, 16] @ ?\n"
 	        "%2 = all_to_all %1 {axes = (dp), split = 0, concat = 1} \"b\" : f32[2, 32] @ ?\n"

@@ -81,6 +81,7 @@ static int bin(IrOp op, int x, int y)
 static void build(void)
 {
 	M = ir_module_new(&arena, "all ops");
+	M->after = "partition"; /* it holds every op, the per-rank ones too */
 	M->mesh.naxes = 3;
 	M->mesh.names[0] = "pp";
 	M->mesh.sizes[0] = 1;
@@ -556,8 +557,19 @@ static void test_bad_text(void)
 		{"%0 = input : f32[99999999999999999999] @ ?\n", "t.ir:1:18: error: integer 99999999999999999999 out of range"},
 		{"mesh (dp = 2)\nmesh (tp = 2)\n", "t.ir:2:1: error: the mesh is declared twice"},
 		{"%0 = input : f32[2] @ ?\nloss %3\n", "t.ir:2:6: error: node %3 is not defined"},
-		{"hello\n", "t.ir:1:1: error: expected a node, 'module', 'mesh', 'train', 'loss' or 'choose' at the start of a line, found 'hello'"},
+		{"hello\n", "t.ir:1:1: error: expected a node, 'module', 'mesh', 'train', 'after', 'loss' or 'choose' at the start of a line, found 'hello'"},
 		{"%0 = input : f32[-2] @ ?\n", "t.ir:1:1: error: %0 (input): the declared type has a negative dimension: [-2]"},
+		/* the pipeline position: per-rank ops and padded shards need one */
+		{"mesh (dp = 2)\n%0 = input : f32[2] @ ?\n%1 = all_reduce %0 {axes = (dp), red = sum} : f32[2] @ ?\n",
+		 "t.ir:3:6: error: all_reduce is a per-rank op, which only the IR after partition holds, but "
+		 "this IR has no `after PASS` line before its first node (IR printed after a pass has one)"},
+		{"mesh (dp = 2)\n%0 = input : f32[3] @ [dp] of [5]\n",
+		 "t.ir:2:28: error: a padded shard ('of'), which only the IR after partition holds, but this IR "
+		 "has no `after PASS` line before its first node"},
+		{"after partition\nafter bucket\n", "t.ir:2:1: error: 'after' is given twice"},
+		{"%0 = input : f32[2] @ ?\nafter partition\n",
+		 "t.ir:2:1: error: 'after' must come before the first node"},
+		{"after 3\n", "t.ir:1:7: error: expected a pass name after 'after', found '3'"},
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		Arena a;
