@@ -182,7 +182,7 @@ bool cg_put_ew_member(FILE *out, const char *indent, const CgExprDialect *dl, co
 			fputs("i)", out);
 		break;
 	default:
-		diag_error(d, n->loc, "internal: no %s expression for elementwise op '%s'",
+		diag_internal(d, n->loc, "no %s expression for elementwise op '%s'",
 		           dl->name, ir_op_name(n->op));
 		return false;
 	}

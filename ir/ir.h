@@ -218,6 +218,9 @@ typedef struct IrModule {
 	 * back where it left off; after_loc is that line's location. */
 	const char *after;
 	SrcLoc after_loc;
+	/* Parsed from IR text: its annotations (stage, mb, block, phase, role)
+	 * are the text's, not what a pass derived (see pass_fault). */
+	bool from_text;
 	/* The model's attention layers and their width (q's last dim), counted
 	 * on the global program as lowered (ir_count_attention), before any
 	 * pass unrolls micro-batches or splits stages and shapes: inspect's

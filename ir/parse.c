@@ -1225,6 +1225,7 @@ IrModule *ir_parse(Arena *a, Diag *d, const SrcFile *src)
 		diag_error(d, (SrcLoc){src->name, 0, 0, 0}, "out of memory");
 		return NULL;
 	}
+	p.m->from_text = true;
 	next(&p);
 	while (p.tok.kind != T_EOF && !p.failed) {
 		if (!line(&p))

@@ -223,6 +223,17 @@ void diag_error(Diag *d, SrcLoc loc, const char *fmt, ...)
 	va_end(ap);
 }
 
+void diag_internal(Diag *d, SrcLoc loc, const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	d->ninternal++;
+	diag_error(d, loc, "internal error: %s", msg);
+}
+
 void diag_warning(Diag *d, SrcLoc loc, const char *fmt, ...)
 {
 	va_list ap;

@@ -69,6 +69,7 @@ typedef struct Diag {
 	const SrcFile *files[8]; /* files we can quote lines from */
 	int nfiles;
 	int nerr, nwarn;
+	int ninternal; /* of nerr: diag_internal's, the compiler's own faults */
 	int max_errors; /* after this many, further errors are counted, not printed */
 	bool color;
 	bool no_warnings; /* warnings are counted, not printed (dtmc sweep's
@@ -86,6 +87,13 @@ void diag_warning(Diag *d, SrcLoc loc, const char *fmt, ...)
 void diag_note(Diag *d, SrcLoc loc, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 void diag_verror(Diag *d, SrcLoc loc, const char *fmt, va_list ap);
+/* An invariant of the compiler that failed on this input: an error reading
+ * "internal error: ...", counted in nerr and in ninternal, so tests and the
+ * fuzzer tell a compiler bug from a user error.  For invariants a phase can
+ * report and back off from (DTM_ASSERT for the rest); never for anything
+ * the input can cause, which is a user error saying what to change. */
+void diag_internal(Diag *d, SrcLoc loc, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
 /* Prints "N errors generated" style summary when there were errors. */
 void diag_summary(Diag *d);
 

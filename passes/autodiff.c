@@ -77,8 +77,18 @@ static bool is_float(IrDtype t)
 static void internal(Ad *a, const char *what, const char *detail)
 {
 	if (!a->failed)
-		diag_error(a->d, a->loc, "autodiff: internal error: %s%s%s", what,
+		pass_fault(a->m, a->d, a->loc, "autodiff: %s%s%s", what,
 		           detail ? ": " : "", detail ? detail : "");
+	a->failed = true;
+}
+
+/* Out of memory, or the backward would pass IR_MAX_NODES (a user error:
+ * the program is too large). */
+static void too_large(Ad *a)
+{
+	if (!a->failed)
+		diag_error(a->d, a->loc, "autodiff: out of memory, or the backward graph would "
+		           "have more than %d nodes", IR_MAX_NODES);
 	a->failed = true;
 }
 
@@ -152,7 +162,7 @@ static int emit(Ad *a, IrOp op, const int *ops, int nops, const IrAttrs *at,
 		return same;
 	IrNode *n = ir_node_new(a->m, op, ops, nops, a->loc);
 	if (!n) {
-		internal(a, "out of memory or too many nodes", NULL);
+		too_large(a);
 		return -1;
 	}
 	if (at)
@@ -301,7 +311,7 @@ static void contribute(Ad *a, int v, int g)
 			int cap = a->cappend ? 2 * a->cappend : 64;
 			int (*p)[3] = realloc(a->pend, sizeof *p * (size_t)cap);
 			if (!p) {
-				internal(a, "out of memory", NULL);
+				too_large(a);
 				return;
 			}
 			a->pend = p;
@@ -776,7 +786,7 @@ static void finish_params(Ad *a)
 	int cap = m->nnodes + 2 * a->n0 + 1;
 	int *uses = calloc((size_t)cap, sizeof *uses);
 	if (!uses) {
-		internal(a, "out of memory", NULL);
+		too_large(a);
 		return;
 	}
 	for (int i = a->n0; i < m->nnodes; i++)
@@ -875,7 +885,7 @@ bool pass_autodiff(IrModule *m, Diag *d, const PassOptions *opt)
 	a.glabel = calloc((size_t)a.n0, sizeof *a.glabel); /* NULL: no labels, no harm */
 	bool *from = calloc((size_t)a.n0, sizeof(bool)), *to = calloc((size_t)a.n0, sizeof(bool));
 	if (!a.grad || !a.need || !a.kept || !from || !to) {
-		internal(&a, "out of memory", NULL);
+		too_large(&a);
 		goto out;
 	}
 	for (int i = 0; i < a.n0; i++)

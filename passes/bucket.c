@@ -193,7 +193,7 @@ static IrNode *add(Out *o, IrOp op, const int *ops, int nops, const IrNode *like
 	n->place_from = nops ? ops[0] : -1;
 	char msg[512];
 	if (infer && !ir_infer_msg(o->out, n, msg, sizeof msg)) {
-		diag_error(o->d, like->loc, "internal error: bucket: %s: %s", ir_op_name(op), msg);
+		pass_fault(o->m, o->d, like->loc, "bucket: %s: %s", ir_op_name(op), msg);
 		return NULL;
 	}
 	return n;
@@ -332,7 +332,7 @@ static bool emit_bucket(Out *o, const Cand *cands, const Bucket *b)
 			char msg[512];
 			if (!ir_infer_msg(o->out, c, msg, sizeof msg)) {
 				free(lvl);
-				diag_error(o->d, src0->loc, "internal error: bucket: concat: %s", msg);
+				pass_fault(o->m, o->d, src0->loc, "bucket: concat: %s", msg);
 				return false;
 			}
 			flat_place(c, pre, pop);
@@ -356,7 +356,7 @@ static bool emit_bucket(Out *o, const Cand *cands, const Bucket *b)
 	red->place_from = flat;
 	char msg[512];
 	if (!ir_infer_msg(o->out, red, msg, sizeof msg)) {
-		diag_error(o->d, ar0->loc, "internal error: bucket: all_reduce: %s", msg);
+		pass_fault(o->m, o->d, ar0->loc, "bucket: all_reduce: %s", msg);
 		return false;
 	}
 	flat_place(red, post, pop);
@@ -387,7 +387,7 @@ static bool emit_bucket(Out *o, const Cand *cands, const Bucket *b)
 		s->attrs.ints[1] = off;
 		s->attrs.ints[2] = off + len;
 		if (!ir_infer_msg(o->out, s, msg, sizeof msg)) {
-			diag_error(o->d, ar->loc, "internal error: bucket: slice: %s", msg);
+			pass_fault(o->m, o->d, ar->loc, "bucket: slice: %s", msg);
 			return false;
 		}
 		flat_place(s, post, pop);

@@ -437,8 +437,8 @@ bool pass_memplan(const IrModule *m, const FusePlan *fp, Arena *a, Diag *d, MemP
 			}
 			if (x->fl & NF_INPLACE) {
 				const IrNode *nd = m->nodes[i];
-				diag_error(d, nd->loc,
-				           "internal: in-place %s %%%d updates a value without storage",
+				diag_internal(d, nd->loc,
+				           "memplan: in-place %s %%%d updates a value without storage",
 				           ir_op_name(nd->op), i);
 				return false;
 			}

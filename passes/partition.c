@@ -162,8 +162,7 @@ static bool internal(Part *p, const IrNode *n, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof msg, fmt, ap);
 	va_end(ap);
-	diag_error(p->d, n->loc, "internal error: partition: %%%d (%s): %s", n->id,
-	           ir_op_name(n->op), msg);
+	pass_fault(p->m, p->d, n->loc, "partition: %%%d (%s): %s", n->id, ir_op_name(n->op), msg);
 	return false;
 }
 

@@ -22,6 +22,8 @@
 #include "recompute.h"
 #include "state.h"
 
+#include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 
 static bool run_verify(IrModule *m, Diag *d, const PassOptions *opt)
@@ -129,6 +131,20 @@ static void known_passes(char *buf, size_t cap)
 	}
 }
 
+void pass_fault(const IrModule *m, Diag *d, SrcLoc loc, const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	if (m->from_text)
+		diag_error(d, loc, "the IR text is inconsistent: %s (IR that dtmc printed is "
+		           "not; print it again from the model)", msg);
+	else
+		diag_internal(d, loc, "%s", msg);
+}
+
 /* The pipeline position of pass `name`: its index in passes[], -1 for
  * "lower" (or NULL: as lowered), -2 when no pass has that name. */
 static int position(const char *name)
@@ -154,9 +170,50 @@ static void names_from(int from, char *buf, size_t cap)
 	}
 }
 
+/* The micro-batch and pipeline chunk of every node are the microbatch
+ * and stages passes' (later passes trust them): none before they ran,
+ * within the train section's counts after. */
+static bool check_annotations(const IrModule *m, Diag *d, int at)
+{
+	const IrTrain *t = &m->train;
+	int64_t M = at >= position("microbatch") && t->microbatches > 1 ? t->microbatches : 0;
+	int64_t K = -1; /* chunks, when the stages pass gave them */
+	int ax = pipeline_axis(m);
+	if (ax >= 0 && at >= position("stages")) {
+		bool il = t->schedule && !strcmp(t->schedule, "interleaved") && t->virtual_stages > 1;
+		K = m->mesh.sizes[ax] * (il ? t->virtual_stages : 1);
+	}
+	for (int i = 0; i < m->nnodes; i++) {
+		const IrNode *n = m->nodes[i];
+		SrcLoc at_loc = m->after ? m->after_loc : n->loc;
+		if (n->mb >= M && n->mb >= 0) {
+			if (M > 0)
+				diag_error(d, at_loc, "%%%d (%s) is in micro-batch %d, but the train "
+				           "section has %lld micro-batches", i, ir_op_name(n->op), n->mb,
+				           (long long)M);
+			else
+				diag_error(d, at_loc, "%%%d (%s) is in micro-batch %d, but this IR is "
+				           "not split into micro-batches (%s)", i, ir_op_name(n->op), n->mb,
+				           at < position("microbatch") ? "the microbatch pass has not run"
+				                                       : "microbatches 1");
+			return false;
+		}
+		if (K >= 0 && n->stage >= K) {
+			diag_error(d, at_loc, "%%%d (%s) is in pipeline chunk %d, but pp = %lld makes "
+			           "%lld chunks", i, ir_op_name(n->op), n->stage,
+			           (long long)m->mesh.sizes[ax], (long long)K);
+			return false;
+		}
+	}
+	return true;
+}
+
 /* What a module must be to enter the pipeline where it stands (IR text can
  * say anything the parser and the verifier accept):
  *   - its `after` names a pass;
+ *   - micro-batch and chunk numbers only after the passes that give them,
+ *     and within their counts;
+ *   - after propagate (on more than one rank), a placement on every value;
  *   - before partition, it holds no per-rank op (OPF_LOCAL: collectives,
  *     vocab-parallel and padding ops) and no padded shard (the parser
  *     refuses both in IR without an `after` line, at the node). */
@@ -169,6 +226,18 @@ bool pass_check_input(const IrModule *m, Diag *d)
 		diag_error(d, m->after_loc, "unknown pass '%s' (known passes: %s)", m->after, names);
 		return false;
 	}
+	if (!check_annotations(m, d, at))
+		return false;
+	/* partition reads a placement off every value, which propagate gave */
+	if (mesh_size(&m->mesh) > 1 && at >= position("propagate") && at < position("partition"))
+		for (int i = 0; i < m->nnodes; i++)
+			if (!m->nodes[i]->place.known) {
+				diag_error(d, m->after ? m->after_loc : m->nodes[i]->loc,
+				           "%%%d (%s) has no placement ('@ ?'), but this IR is after "
+				           "propagate, which places every value", i,
+				           ir_op_name(m->nodes[i]->op));
+				return false;
+			}
 	if (at >= position("partition"))
 		return true;
 	for (int i = 0; i < m->nnodes; i++) {
@@ -230,11 +299,19 @@ bool pass_run_until(IrModule *m, Diag *d, const PassOptions *opt, const char *st
 		const Pass *p = &passes[i];
 		if (opt->verbose)
 			fprintf(stderr, "dtmc: running pass '%s'\n", p->name);
-		if (!p->run(m, d, opt) || d->nerr > nerr0)
+		if (!p->run(m, d, opt) || d->nerr > nerr0) {
+			if (d->nerr == nerr0)
+				diag_internal(d, (SrcLoc){0}, "pass '%s' failed without saying why",
+				              p->name);
 			return false;
-		/* the verifier after every pass, except after the verifier itself */
-		if (p->run != run_verify && !ir_verify(m, d, p->name))
+		}
+		/* the verifier after every pass, except after the verifier itself:
+		 * what it finds is the pass's fault, the input was verified */
+		if (p->run != run_verify && !ir_verify(m, d, p->name)) {
+			diag_internal(d, (SrcLoc){0}, "pass '%s' left IR that does not verify",
+			              p->name);
 			return false;
+		}
 		m->after = p->name;
 		m->after_loc = (SrcLoc){0};
 	}

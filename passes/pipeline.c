@@ -469,7 +469,7 @@ static bool place(Pl *p, int r, int i)
 		int work = work_of(p, i);
 		if (p->cur_mb != p->mb[i] || p->cur_work != work || p->cur_chunk != p->stage[i]) {
 			const IrNode *n = p->m->nodes[i];
-			diag_error(p->d, n->loc, "internal: pipeline: %s %%%d (micro-batch %d, chunk "
+			pass_fault(p->m, p->d, n->loc, "pipeline: %s %%%d (micro-batch %d, chunk "
 			           "%d) is needed before the schedule runs it", ir_op_name(n->op), i,
 			           p->mb[i], p->stage[i]);
 			p->failed = true;
@@ -636,7 +636,7 @@ static bool build_rank(Pl *p, int r, const SchedItem *items, int nitems, const i
 		if (p->placed[i] != p->stamp) {
 			if (p->nf[i] & NF_ITEM) {
 				const IrNode *n = p->m->nodes[i];
-				diag_error(p->d, n->loc, "internal: pipeline: %s %%%d (micro-batch %d, "
+				pass_fault(p->m, p->d, n->loc, "pipeline: %s %%%d (micro-batch %d, "
 				           "chunk %d) is in no schedule item", ir_op_name(n->op), i, p->mb[i],
 				           p->stage[i]);
 				p->failed = true;
@@ -761,13 +761,13 @@ static bool order_sends(Pl *p)
 			if (a == b)
 				continue;
 			if (ns[k] != nq[k]) {
-				diag_error(p->d, (SrcLoc){0}, "internal: pipeline: pp rank %d sends %d "
+				pass_fault(p->m, p->d, (SrcLoc){0}, "pipeline: pp rank %d sends %d "
 				           "values to rank %d, which receives %d", a, ns[k], b, nq[k]);
 				p->failed = true;
 				break;
 			}
 			if (cur[k] < woff[k + 1]) {
-				diag_error(p->d, (SrcLoc){0}, "internal: pipeline: pp rank %d receives "
+				pass_fault(p->m, p->d, (SrcLoc){0}, "pipeline: pp rank %d receives "
 				           "%%%d from rank %d, which never computes it", b, want[cur[k]], a);
 				p->failed = true;
 				break;
@@ -835,7 +835,7 @@ static bool simulate(Pl *p)
 						break;
 					int v = q[qoff[k] + (size_t)qh[k]++];
 					if (v != recv_key(p, e)) {
-						diag_error(p->d, (SrcLoc){0}, "internal: pipeline: pp rank "
+						pass_fault(p->m, p->d, (SrcLoc){0}, "pipeline: pp rank "
 						           "%d expects %%%d from rank %d but gets %%%d", r,
 						           recv_key(p, e), e->peer, v);
 						ok = false;
@@ -878,7 +878,7 @@ static bool simulate(Pl *p)
 				              x ? x->id : -1, x ? ir_op_name(x->op) : "", x && x->name ? " " : "",
 				              x && x->name ? x->name : "", x ? x->mb : -1);
 			}
-			diag_error(p->d, (SrcLoc){0}, "internal: pipeline: the stage programs "
+			pass_fault(p->m, p->d, (SrcLoc){0}, "pipeline: the stage programs "
 			           "deadlock (%s)", where);
 			ok = false;
 			break;
@@ -1011,7 +1011,7 @@ static bool materialise(Pl *p, IrModule *out, int *mr, int *loss_out)
 						ops[no++] = MR(p->opv[k]);
 				for (int k = 0; k < no; k++)
 					if (ops[k] < 0) {
-						diag_error(p->d, n->loc, "internal: pipeline: %s %%%d reads a "
+						pass_fault(p->m, p->d, n->loc, "pipeline: %s %%%d reads a "
 						           "value not on pp rank %d", ir_op_name(n->op),
 						           e->node, r);
 						p->failed = true;
@@ -1051,7 +1051,7 @@ static bool materialise(Pl *p, IrModule *out, int *mr, int *loss_out)
 				                                        : p->phase[e->node]);
 				if (!c) {
 					if (x < 0)
-						diag_error(p->d, n->loc, "internal: pipeline: a send of %%%d "
+						pass_fault(p->m, p->d, n->loc, "pipeline: a send of %%%d "
 						           "before it is computed", e->node);
 					p->failed = true;
 					break;
@@ -1163,7 +1163,7 @@ bool pass_pipeline(IrModule *m, Diag *d, const PassOptions *opt)
 		ok = items[r] && sched_build(kind, P, p.M, p.V, r, items[r], cnt, err, sizeof err) == cnt;
 		nitems[r] = cnt;
 		if (!ok && items[r])
-			diag_error(d, (SrcLoc){0}, "internal: schedule: %s", err);
+			diag_internal(d, (SrcLoc){0}, "schedule: %s", err);
 	}
 	/* operand slots: grown in the walk below */
 	size_t nops = 2 * (size_t)nn + 16;

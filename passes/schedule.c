@@ -276,7 +276,7 @@ int sched_build(SchedKind k, int P, int M, int v, int stage, SchedItem *items, i
 		            stage, n, cap);
 	int got = build(k, P, M, v, stage, items);
 	if (got != n)
-		return fail(err, errlen, "%s: internal error: stage %d built %d items, not %d",
+		return fail(err, errlen, "%s: stage %d built %d items, not %d",
 		            sched_names[k], stage, got, n);
 	return n;
 }

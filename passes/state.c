@@ -141,7 +141,7 @@ bool pass_state(IrModule *m, Diag *d, const PassOptions *opt)
 			continue;
 		IrOptimOps ix;
 		if (!ir_optim_ops(n, &ix)) {
-			diag_error(d, n->loc, "internal error: state: %%%d: operands do not match the "
+			pass_fault(m, d, n->loc, "state: %%%d: operands do not match the "
 			           "attributes", n->id);
 			return false;
 		}

@@ -6,9 +6,16 @@
  *                  through its text form (print, parse, print: identical).
  *   fuzz_ir        (FUZZ_IR) the bytes are IR text: ir_parse; a module that
  *                  parses is verified and must round-trip likewise.
- * Diagnostics go to /dev/null; each input gets a fresh arena, freed after it,
- * so a leak or an overflow shows up under ASan at the input that caused it.
- * Any crash, sanitizer report, timeout or memory blow-up is a finding.
+ * Then both do what `dtmc check` does (pass_check_input) and, on a module
+ * that checks and is small enough to compile in a moment, what `dtmc build`
+ * does before codegen: the whole pass pipeline from where the module
+ * stands.  Errors are fine, an internal one is not: one reported with
+ * diag_internal (counted in Diag.ninternal: "internal error: ...", which
+ * includes a pass leaving IR the verifier refuses) aborts.
+ * Diagnostics go to a memory buffer that is scanned, then dropped; each
+ * input gets a fresh arena, freed after it, so a leak or an overflow shows
+ * up under ASan at the input that caused it.  Any crash, sanitizer report,
+ * timeout or memory blow-up is a finding.
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -18,16 +25,11 @@
 #include "frontend/ast.h"
 #include "frontend/lower.h"
 #include "ir/ir.h"
+#include "passes/passes.h"
 
-static FILE *devnull;
-
-int LLVMFuzzerInitialize(int *argc, char ***argv)
-{
-	(void)argc;
-	(void)argv;
-	devnull = fopen("/dev/null", "w");
-	return 0;
-}
+/* The pipeline runs on modules up to this size: the fuzzer looks for
+ * wrong answers, not for programs that take long to compile. */
+enum { PIPELINE_MAX_NODES = 3000, PIPELINE_MAX_RANKS = 64, PIPELINE_MAX_MB = 8 };
 
 /* Prints m into a malloc'd buffer (NUL-terminated); *len gets its length. */
 static char *print_to_string(const IrModule *m, size_t *len)
@@ -75,19 +77,24 @@ static void check_round_trip(const IrModule *m, Diag *d)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	if (!devnull)
-		devnull = fopen("/dev/null", "w");
+	char *diags = NULL;
+	size_t ndiags = 0;
+	FILE *out = open_memstream(&diags, &ndiags);
+	if (!out)
+		return 0;
 	Arena a;
 	arena_init(&a);
 	char *text = arena_alloc(&a, size + 1);
 	if (!text) {
 		arena_free(&a);
+		fclose(out);
+		free(diags);
 		return 0;
 	}
 	memcpy(text, data, size);
 	text[size] = 0;
 	Diag d;
-	diag_init(&d, devnull);
+	diag_init(&d, out);
 #ifdef FUZZ_IR
 	SrcFile src = {.name = "fuzz.ir", .text = text, .len = size};
 	diag_add_file(&d, &src);
@@ -102,8 +109,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		m = lower_file(&a, &d, &f, &opt);
 	}
 #endif
-	if (m && d.nerr == 0 && ir_verify(m, &d, "fuzz"))
+	if (m && d.nerr == 0 && ir_verify(m, &d, "fuzz")) {
 		check_round_trip(m, &d);
+		if (pass_check_input(m, &d) && m->nnodes <= PIPELINE_MAX_NODES &&
+		    mesh_size(&m->mesh) <= PIPELINE_MAX_RANKS &&
+		    m->train.microbatches <= PIPELINE_MAX_MB)
+			pass_run_until(m, &d, NULL, NULL);
+	}
 	arena_free(&a);
+	fclose(out);
+	if (d.ninternal > 0) {
+		fprintf(stderr, "an internal error (a compiler fault, not the input's):\n%s\n",
+		        diags ? diags : "");
+		abort();
+	}
+	free(diags);
 	return 0;
 }

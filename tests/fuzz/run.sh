@@ -7,8 +7,11 @@
 # Environment: FUZZ_TIME (seconds for the front end, default 60),
 # FUZZ_IR_TIME (seconds for the IR parser, default 30).  The seed corpus is
 # tests/fuzz/corpus plus models/ and tests/diag/ (for the front end) and
-# tests/golden/*.ir plus tests/fuzz/corpus/ir (for the IR parser); the run
-# works on copies in WORKDIR, so the repository is never written.
+# tests/golden/*.ir, tests/diag/*.ir plus tests/fuzz/corpus/ir (IR text
+# after lower, propagate, state, partition and pipeline, for the IR
+# parser and the passes); the run works on copies in WORKDIR, so the
+# repository is never written.  The targets abort on an internal error
+# (tests/fuzz/fuzz_frontend.c).
 # A missing clang or libFuzzer is a failure, not a skip: scripts/deps.sh
 # installs them (clang, libclang-rt-14-dev on Debian 12).
 set -uo pipefail
@@ -57,6 +60,9 @@ for f in "$root"/tests/diag/*.dtm; do
 done
 cp "$root"/tests/fuzz/corpus/ir/* "$work/corpus-ir/" 2>/dev/null
 cp "$root"/tests/golden/*.ir "$work/corpus-ir/" 2>/dev/null
+for f in "$root"/tests/diag/*.ir; do
+	[ -e "$f" ] && cp "$f" "$work/corpus-ir/diag-$(basename "$f")"
+done
 
 run() { # run TARGET SECONDS CORPUS
 	local target=$1 secs=$2 corpus=$3
