@@ -790,14 +790,10 @@ static bool lower_init(Lower *L, Scope *s, const AstDecl *dc, int rank, IrAttrs 
 	for (int i = 0; i < 2; i++)
 		if (!sema_const_num(L, s, argv[i], kw[i], &v[i]))
 			return false;
-	if (normal && v[1] < 0) {
-		diag_error(L->d, argv[1]->loc, "std must be >= 0, got %g", v[1]);
+	/* the check IR text's inits get too (ir/validate.c) */
+	const SrcLoc where[3] = {argv[0]->loc, argv[1]->loc, e->loc};
+	if (!ir_init_check(normal ? IR_INIT_NORMAL : IR_INIT_UNIFORM, v[0], v[1], where, L->d))
 		return false;
-	}
-	if (uniform && v[0] > v[1]) {
-		diag_error(L->d, e->loc, "uniform needs lo <= hi, got (%g, %g)", v[0], v[1]);
-		return false;
-	}
 	at->init = normal ? IR_INIT_NORMAL : IR_INIT_UNIFORM;
 	at->f[0] = v[0];
 	at->f[1] = v[1];

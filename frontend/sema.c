@@ -800,21 +800,33 @@ static bool set_int(Lower *L, const AstNode *e, const char *key, int64_t lo, int
 	return true;
 }
 
-/* A real option such as lr: `lo_open` means the bound itself is refused. */
-static void set_real(Lower *L, const AstNode *kw, const char *key, double lo, bool lo_open,
-                     double hi, double *out)
+/* The settings' values are evaluated here (they are expressions of the
+ * language) and checked and stored by ir/validate.c, which IR text's
+ * settings go through too: one range per setting (ir/train.def). */
+
+/* An integer setting; `key` as the message names it (NULL: the setting's). */
+static bool train_int(Lower *L, const AstNode *e, IrTrainField f, const char *key)
+{
+	int64_t v;
+	if (!sema_const_int(L, &L->globals, e, key ? key : ir_train_key(f), &v))
+		return false;
+	return ir_train_set_int(&L->m->train, f, v, key, e->loc, L->d);
+}
+
+/* A real option such as lr = x, reported at the keyword argument. */
+static void train_real(Lower *L, const AstNode *kw, IrTrainField f, const char *key)
 {
 	double v;
 	if (!kw || !sema_const_num(L, &L->globals, kw->lhs, key, &v))
 		return;
-	if (v < lo || (lo_open && v == lo) || v >= hi) {
-		const char *range = hi < 1e300
-		                            ? arena_printf(L->a, "in [%g, %g)", lo, hi)
-		                            : arena_printf(L->a, "%s %g", lo_open ? ">" : ">=", lo);
-		diag_error(L->d, kw->loc, "%s must be %s, got %g", key, range, v);
-		return;
-	}
-	*out = v;
+	ir_train_set_real(&L->m->train, f, v, key, kw->loc, L->d);
+}
+
+static void train_bool(Lower *L, const AstNode *e, IrTrainField f)
+{
+	bool b;
+	if (set_bool(L, e, ir_train_key(f), &b))
+		ir_train_set_int(&L->m->train, f, b, NULL, e->loc, L->d);
 }
 
 static void train_optimizer(Lower *L, const AstNode *e)
@@ -822,15 +834,13 @@ static void train_optimizer(Lower *L, const AstNode *e)
 	IrTrain *t = &L->m->train;
 	const char *name = e && (e->kind == AST_CALL || e->kind == AST_IDENT) ? e->name : NULL;
 	static const char *const opts[] = {"adamw", "sgd", NULL};
-	if (!name || (strcmp(name, "adamw") && strcmp(name, "sgd"))) {
-		diag_error(L->d, e->loc, "unknown optimizer '%s' (expected adamw or sgd)",
-		           sema_name(L, name));
+	if (!ir_train_set_word(t, IR_TRAIN_OPTIMIZER, arena_strdup(L->a, sema_name(L, name)), NULL,
+	                       e->loc, L->d)) {
 		const char *s = name ? sema_suggest(name, opts, 2) : NULL;
 		if (s)
 			diag_note(L->d, e->loc, "did you mean '%s'?", sema_name(L, s));
 		return;
 	}
-	t->optimizer = arena_strdup(L->a, name);
 	if (e->kind != AST_CALL)
 		return;
 	bool adam = name[0] == 'a';
@@ -851,19 +861,18 @@ static void train_optimizer(Lower *L, const AstNode *e)
 			if (sema_kwarg(e, "lr"))
 				diag_error(L->d, a->loc, "lr given twice");
 			else
-				set_real(L, &kw, "lr", 0, true, 1e308, &t->lr);
+				train_real(L, &kw, IR_TRAIN_LR, "lr");
 		} else {
 			diag_error(L->d, a->loc,
 			           "%s takes one positional argument (lr); name the others",
 			           sema_name(L, name));
 		}
 	}
-	set_real(L, sema_kwarg(e, "lr"), "lr", 0, true, 1e308, &t->lr);
-	set_real(L, sema_kwarg(e, "weight_decay"), "weight_decay", 0, false, 1e308,
-	         &t->weight_decay);
-	set_real(L, sema_kwarg(e, "clip"), "clip", 0, false, 1e308, &t->clip);
+	train_real(L, sema_kwarg(e, "lr"), IR_TRAIN_LR, "lr");
+	train_real(L, sema_kwarg(e, "weight_decay"), IR_TRAIN_WEIGHT_DECAY, "weight_decay");
+	train_real(L, sema_kwarg(e, "clip"), IR_TRAIN_CLIP, "clip");
 	if (adam) {
-		set_real(L, sema_kwarg(e, "eps"), "eps", 0, true, 1e308, &t->eps);
+		train_real(L, sema_kwarg(e, "eps"), IR_TRAIN_EPS, "eps");
 		const AstNode *kb = sema_kwarg(e, "betas");
 		if (kb) {
 			Value v = lower_expr(L, &L->globals, kb->lhs);
@@ -876,37 +885,25 @@ static void train_optimizer(Lower *L, const AstNode *e)
 				           sema_describe(L, v));
 				return;
 			}
-			for (int i = 0; i < 2; i++) {
-				double b = sema_num(v.items[i]);
-				if (b < 0 || b >= 1) {
-					diag_error(L->d, kb->loc, "betas must be in [0, 1), got %g",
-					           b);
-					return;
-				}
-			}
-			t->beta1 = sema_num(v.items[0]);
-			t->beta2 = sema_num(v.items[1]);
+			if (ir_train_set_real(t, IR_TRAIN_BETA1, sema_num(v.items[0]), "betas", kb->loc,
+			                      L->d))
+				ir_train_set_real(t, IR_TRAIN_BETA2, sema_num(v.items[1]), "betas",
+				                  kb->loc, L->d);
 		}
 	} else {
-		set_real(L, sema_kwarg(e, "momentum"), "momentum", 0, false, 1, &t->momentum);
+		train_real(L, sema_kwarg(e, "momentum"), IR_TRAIN_MOMENTUM, "momentum");
 		const AstNode *kn = sema_kwarg(e, "nesterov");
 		if (kn)
-			set_bool(L, kn->lhs, "nesterov", &t->nesterov);
+			train_bool(L, kn->lhs, IR_TRAIN_NESTEROV);
 	}
 }
 
 static void train_lr_schedule(Lower *L, const AstNode *e)
 {
-	IrTrain *t = &L->m->train;
 	const char *name = e && (e->kind == AST_CALL || e->kind == AST_IDENT) ? e->name : NULL;
-	if (!name || (strcmp(name, "constant") && strcmp(name, "cosine"))) {
-		diag_error(L->d, e->loc,
-		           "unknown lr_schedule '%s' (expected constant or cosine(warmup = N, "
-		           "min_lr = x))",
-		           sema_name(L, name));
+	if (!ir_train_set_word(&L->m->train, IR_TRAIN_LR_SCHEDULE,
+	                       arena_strdup(L->a, sema_name(L, name)), NULL, e->loc, L->d))
 		return;
-	}
-	t->lr_schedule = arena_strdup(L->a, name);
 	if (e->kind != AST_CALL)
 		return;
 	static const char *const none[] = {NULL};
@@ -923,14 +920,13 @@ static void train_lr_schedule(Lower *L, const AstNode *e)
 		return;
 	const AstNode *kw = sema_kwarg(e, "warmup");
 	if (kw)
-		set_int(L, kw->lhs, "warmup", 0, INT64_MAX, &t->warmup);
-	set_real(L, sema_kwarg(e, "min_lr"), "min_lr", 0, false, 1e308, &t->min_lr);
+		train_int(L, kw->lhs, IR_TRAIN_WARMUP, NULL);
+	train_real(L, sema_kwarg(e, "min_lr"), IR_TRAIN_MIN_LR, "min_lr");
 }
 
 static void train_schedule(Lower *L, const AstNode *e)
 {
 	IrTrain *t = &L->m->train;
-	t->schedule_loc = e->loc;
 	const char *w = word_of(e);
 	if (e->kind == AST_CALL && e->name && strcmp(e->name, "interleaved") == 0) {
 		static const char *const none[] = {NULL};
@@ -946,11 +942,8 @@ static void train_schedule(Lower *L, const AstNode *e)
 			           npos);
 			return;
 		}
-		int64_t v;
-		if (set_int(L, arg, "the number of virtual stages", 1, 1 << 20, &v)) {
-			t->schedule = "interleaved";
-			t->virtual_stages = v;
-		}
+		if (train_int(L, arg, IR_TRAIN_VIRTUAL_STAGES, "the number of virtual stages"))
+			ir_train_set_word(t, IR_TRAIN_SCHEDULE, "interleaved", NULL, e->loc, L->d);
 		return;
 	}
 	if (w && strcmp(w, "interleaved") == 0) {
@@ -959,16 +952,17 @@ static void train_schedule(Lower *L, const AstNode *e)
 		        "interleaved needs the number of virtual stages per rank: interleaved(2)");
 		return;
 	}
-	if (w && (!strcmp(w, "gpipe") || !strcmp(w, "1f1b") || !strcmp(w, "zb"))) {
-		t->schedule = arena_strdup(L->a, w);
-		t->virtual_stages = 1;
+	/* a call other than interleaved(v) names no schedule */
+	const char *name = w ? w : e->kind == AST_CALL ? e->name : NULL;
+	if (w && ir_train_set_word(t, IR_TRAIN_SCHEDULE, arena_strdup(L->a, w), NULL, e->loc,
+	                           L->d)) {
+		ir_train_set_int(t, IR_TRAIN_VIRTUAL_STAGES, 1, NULL, e->loc, L->d);
 		return;
 	}
-	diag_error(L->d, e->loc,
-	           "unknown schedule '%s' (expected gpipe, 1f1b, interleaved(v) or zb)",
-	           sema_name(L, w                     ? w
-	                        : e->kind == AST_CALL ? e->name
-	                                              : NULL));
+	if (!w)
+		diag_error(L->d, e->loc,
+		           "unknown schedule '%s' (expected gpipe, 1f1b, interleaved(v) or zb)",
+		           sema_name(L, name));
 }
 
 static void train_setting(Lower *L, const AstNode *s, const AstNode **seen)
@@ -1021,56 +1015,51 @@ static void train_setting(Lower *L, const AstNode *s, const AstNode **seen)
 	} else if (!strcmp(k, "lr_schedule")) {
 		train_lr_schedule(L, e);
 	} else if (!strcmp(k, "zero")) {
-		if (set_int(L, e, "zero", 0, 3, &iv))
-			t->zero = (int)iv;
+		train_int(L, e, IR_TRAIN_ZERO, NULL);
 		if (s->nnames > 0) {
 			uint32_t mask;
 			if (sema_axes_mask(L, s->names, s->nnames, &mask))
-				t->zero_axes = mask;
+				ir_train_set_int(t, IR_TRAIN_ZERO_AXES, mask, NULL, s->names[0].loc, L->d);
 		}
 	} else if (!strcmp(k, "reshard_after_forward")) {
-		set_bool(L, e, k, &t->reshard_after_forward);
+		train_bool(L, e, IR_TRAIN_RESHARD_AFTER_FORWARD);
 	} else if (!strcmp(k, "microbatches")) {
-		set_int(L, e, k, 1, INT64_MAX, &t->microbatches);
-		t->schedule_loc = e->loc;
+		train_int(L, e, IR_TRAIN_MICROBATCHES, NULL);
 	} else if (!strcmp(k, "schedule")) {
 		train_schedule(L, e);
 	} else if (!strcmp(k, "precision")) {
-		if (w && !strcmp(w, "f32"))
-			t->precision = IR_F32;
-		else if (w && !strcmp(w, "bf16"))
-			t->precision = IR_BF16;
-		else if (w && !strcmp(w, "f16"))
-			t->precision = IR_F16;
-		else
-			diag_error(L->d, e->loc,
-			           "unknown precision '%s' (expected f32, bf16 or f16)",
-			           sema_name(L, w));
+		ir_train_set_word(t, IR_TRAIN_PRECISION, arena_strdup(L->a, sema_name(L, w)), NULL,
+		                  e->loc, L->d);
 	} else if (!strcmp(k, "steps")) {
-		set_int(L, e, k, 1, INT64_MAX, &t->steps);
+		train_int(L, e, IR_TRAIN_STEPS, NULL);
 	} else if (!strcmp(k, "data")) {
+		/* synthetic, or a string (a path); the check refuses the empty one */
 		if (e->kind == AST_IDENT && w && !strcmp(w, "synthetic"))
-			t->data = "synthetic";
-		else if (e->kind == AST_STR && w && *w)
-			t->data = arena_strdup(L->a, w);
+			ir_train_set_word(t, IR_TRAIN_DATA, "synthetic", NULL, e->loc, L->d);
+		else if (e->kind == AST_STR && w)
+			ir_train_set_word(t, IR_TRAIN_DATA, arena_strdup(L->a, w), NULL, e->loc, L->d);
 		else
 			diag_error(L->d, e->loc, "data must be synthetic or a \"path\"");
 	} else if (!strcmp(k, "sequence_parallel")) {
-		set_bool(L, e, k, &t->sequence_parallel);
-		t->sp_loc = s->loc;
+		train_bool(L, e, IR_TRAIN_SEQUENCE_PARALLEL);
+		/* its warning (it changes nothing) points at the whole setting */
+		if (t->loc[IR_TRAIN_SEQUENCE_PARALLEL].file)
+			t->loc[IR_TRAIN_SEQUENCE_PARALLEL] = s->loc;
 	} else if (!strcmp(k, "recompute")) {
-		set_bool(L, e, k, &t->recompute);
-		t->recompute_loc = s->loc;
+		train_bool(L, e, IR_TRAIN_RECOMPUTE);
+		if (t->loc[IR_TRAIN_RECOMPUTE].file)
+			t->loc[IR_TRAIN_RECOMPUTE] = s->loc;
 	} else if (!strcmp(k, "uneven_shards")) {
-		set_bool(L, e, k, &t->uneven_shards);
+		train_bool(L, e, IR_TRAIN_UNEVEN_SHARDS);
 		L->uneven_loc = s->loc;
 	} else if (!strcmp(k, "bucket_mb")) {
+		/* the .dtm's unit: MB, up to bucket_bytes' 2^40 */
 		if (set_int(L, e, k, 0, (int64_t)1 << 20, &iv))
-			t->bucket_bytes = iv << 20;
+			ir_train_set_int(t, IR_TRAIN_BUCKET_BYTES, iv << 20, k, e->loc, L->d);
 	} else if (!strcmp(k, "prefetch")) {
-		set_int(L, e, k, 0, INT64_MAX, &t->prefetch);
+		train_int(L, e, IR_TRAIN_PREFETCH, NULL);
 	} else if (!strcmp(k, "seed")) {
-		set_int(L, e, k, 0, INT64_MAX, &t->seed);
+		train_int(L, e, IR_TRAIN_SEED, NULL);
 	}
 }
 
@@ -1161,17 +1150,17 @@ static void train_override(Lower *L, const char *text)
 		} else {
 			const AstNode *seen[sizeof train_keys / sizeof train_keys[0]] = {0};
 			Diag *saved = L->d;
+			SrcLoc before[IR_TRAIN_COUNT];
+			memcpy(before, L->m->train.loc, sizeof before);
 			L->d = &sub;
 			train_setting(L, s, seen);
 			L->d = saved;
+			/* what the override set was given on the command line */
+			for (int f = 0; f < IR_TRAIN_COUNT; f++)
+				if (memcmp(&before[f], &L->m->train.loc[f], sizeof before[f]) != 0)
+					L->m->train.loc[f] = cmdline;
 			if (!strcmp(s->name, "uneven_shards"))
 				L->uneven_loc = cmdline;
-			if (!strcmp(s->name, "schedule") || !strcmp(s->name, "microbatches"))
-				L->m->train.schedule_loc = cmdline;
-			if (!strcmp(s->name, "sequence_parallel"))
-				L->m->train.sp_loc = cmdline;
-			if (!strcmp(s->name, "recompute"))
-				L->m->train.recompute_loc = cmdline;
 		}
 	}
 	fclose(mem);
@@ -1182,6 +1171,7 @@ static void train_override(Lower *L, const char *text)
 void sema_train(Lower *L, const AstNode *train)
 {
 	IrTrain *t = &L->m->train;
+	int nerr0 = L->d->nerr;
 	const Mesh *mesh = &L->m->mesh;
 	/* ZeRO shards over dp when there is one, else over the first axis */
 	int dp = mesh_axis_index(mesh, "dp");
@@ -1198,5 +1188,8 @@ void sema_train(Lower *L, const AstNode *train)
 	}
 	for (int i = 0; L->opt && i < L->opt->ntrain && i < LOWER_MAX_TRAIN; i++)
 		train_override(L, L->opt->train[i] ? L->opt->train[i] : "");
+	/* what the settings ask of each other, as IR text's are checked */
+	if (L->d->nerr == nerr0)
+		ir_train_check(t, L->d);
 	L->train_seen = true;
 }

@@ -163,6 +163,14 @@ typedef struct IrChoose {
 	SrcLoc loc;
 } IrChoose;
 
+/* The train settings, one per IrTrain member (train.def). */
+typedef enum IrTrainField {
+#define IR_TRAIN(e, member, kind, line, range, lo, hi) IR_TRAIN_##e,
+#include "train.def"
+#undef IR_TRAIN
+	IR_TRAIN_COUNT
+} IrTrainField;
+
 /* The train { ... } section.  Strings are arena-owned; unset numbers are
  * their defaults (ir_train_defaults). */
 typedef struct IrTrain {
@@ -187,10 +195,11 @@ typedef struct IrTrain {
 	int64_t bucket_bytes;
 	int64_t prefetch;
 	int64_t seed;
-	/* where `schedule` (or else `microbatches`) was set, for the
-	 * pipeline's errors, and sequence_parallel and recompute, for the
-	 * warnings when they change nothing; not part of the text form */
-	SrcLoc schedule_loc, sp_loc, recompute_loc;
+	/* where each setting was given (the .dtm's value, `<command line>`
+	 * for --train, the IR text's value; none: the default), for the
+	 * errors of checks that read several settings or the program; not
+	 * part of the text form */
+	SrcLoc loc[IR_TRAIN_COUNT];
 } IrTrain;
 
 /* The nodes [first, end) that one iteration of a `for ... stage EXPR` loop
@@ -256,6 +265,40 @@ void ir_format_type(char *buf, size_t cap, IrDtype t, int rank, const int64_t *s
 /* ir_infer's messages start with "opname: "; this returns the rest, for
  * callers whose own prefix names the op already. */
 const char *ir_strip_op_name(const char *msg, IrOp op);
+
+/* ---- checks of what the user gives (validate.c) ----
+ * One check per setting and per init, shared by the .dtm lowering
+ * (frontend/sema.c, lower.c), --train and the IR text parser, so both
+ * paths accept the same values and say the same thing about the rest. */
+/* The name of setting f in IR text and in ir_train_check's messages. */
+const char *ir_train_key(IrTrainField f);
+/* Checks setting f of t against its range (train.def); reports at loc,
+ * naming the setting `key` as the user spelled it ("betas" for beta1,
+ * NULL: ir_train_key), and returns false when it is out of range. */
+bool ir_train_check_field(const IrTrain *t, IrTrainField f, const char *key, SrcLoc loc,
+                          Diag *d);
+/* Setting f of t becomes v when v passes that check (then t->loc[f] =
+ * loc), else t is left as it was: what the train section and --train call
+ * (_int also for bools and mesh-axis masks).
+ * A word (optimizer, schedule, data, precision: a dtype's name) must
+ * outlive t. */
+bool ir_train_set_int(IrTrain *t, IrTrainField f, int64_t v, const char *key, SrcLoc loc,
+                      Diag *d);
+bool ir_train_set_real(IrTrain *t, IrTrainField f, double v, const char *key, SrcLoc loc,
+                       Diag *d);
+bool ir_train_set_word(IrTrain *t, IrTrainField f, const char *w, const char *key, SrcLoc loc,
+                       Diag *d);
+/* Every setting at t->loc, then what settings ask of each other (sgd's
+ * nesterov needs a momentum). */
+bool ir_train_check(const IrTrain *t, Diag *d);
+/* An init's arguments: normal(mean, std) needs finite values and std >= 0,
+ * uniform(lo, hi) finite lo <= hi.  at[0], at[1]: where each argument was
+ * given, at[2] the whole init (may be equal).  Returns false after
+ * reporting. */
+bool ir_init_check(IrInit init, double a, double b, const SrcLoc at[3], Diag *d);
+/* As ir_init_check, without reporting: the reason, or NULL when fine
+ * (ir_infer's rule for param and state). */
+const char *ir_init_problem(IrInit init, double a, double b, char *buf, size_t cap);
 
 /* ---- modules and nodes ---- */
 IrModule *ir_module_new(Arena *a, const char *name);

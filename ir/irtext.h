@@ -1,6 +1,7 @@
 /* irtext.h - private to print.c and parse.c: what the two sides of the
  * textual IR must agree on (the train keys, names of collective integer
- * attributes, number and string spelling).  Not part of the IR interface.
+ * attributes, number and string spelling); validate.c reads the settings
+ * by the same kinds.  Not part of the IR interface.
  */
 #ifndef DTM_IRTEXT_H
 #define DTM_IRTEXT_H

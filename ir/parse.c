@@ -1063,13 +1063,15 @@ static bool train_line(Parser *p)
 		if (!ident(p, key, sizeof key, "a train setting", "in 'train'"))
 			return false;
 		const IrTextField *f = NULL;
+		int fi = 0; /* the IrTrainField: the table is train.def's order */
 		for (int i = 0; i < irtext_ntrain_fields; i++)
 			if (strcmp(irtext_train_fields[i].name, key) == 0)
-				f = &irtext_train_fields[i];
+				f = &irtext_train_fields[fi = i];
 		if (!f)
 			return error_at(p, kl, "unknown train setting '%s'", key);
 		if (!expect(p, '=', "after the setting name"))
 			return false;
+		SrcLoc vl = tok_loc(p);
 		void *v = base + f->off;
 		bool ok = true;
 		switch (f->kind) {
@@ -1107,6 +1109,16 @@ static bool train_line(Parser *p)
 		}
 		if (!ok)
 			return false;
+		/* the value's extent, to the token after it on its line */
+		if (p->tok.line == vl.line && p->tok.col > vl.col)
+			vl.end_col = p->tok.col;
+		/* the same check as the train section's (validate.c), before any
+		 * pass sizes anything by the value */
+		p->m->train.loc[fi] = vl;
+		if (!ir_train_check_field(&p->m->train, (IrTrainField)fi, NULL, vl, p->d)) {
+			p->failed = true;
+			return false;
+		}
 	} while (accept(p, ','));
 	return end_of_line(p, "after the train settings");
 }
@@ -1233,5 +1245,8 @@ IrModule *ir_parse(Arena *a, Diag *d, const SrcFile *src)
 		if (p.tok.kind == T_NL)
 			next(&p);
 	}
+	/* what the settings ask of each other, once all are read */
+	if (d->nerr == errs)
+		ir_train_check(&p.m->train, d);
 	return d->nerr > errs ? NULL : p.m;
 }

@@ -24,37 +24,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define TRAIN_FIELD(key, kind, line) {#key, kind, offsetof(IrTrain, key), line}
 const IrTextField irtext_train_fields[] = {
-	TRAIN_FIELD(optimizer, TF_STR, 0),
-	TRAIN_FIELD(lr, TF_F64, 0),
-	TRAIN_FIELD(beta1, TF_F64, 0),
-	TRAIN_FIELD(beta2, TF_F64, 0),
-	TRAIN_FIELD(eps, TF_F64, 0),
-	TRAIN_FIELD(weight_decay, TF_F64, 0),
-	TRAIN_FIELD(clip, TF_F64, 0),
-	TRAIN_FIELD(momentum, TF_F64, 0),
-	TRAIN_FIELD(nesterov, TF_BOOL, 0),
-	TRAIN_FIELD(lr_schedule, TF_STR, 1),
-	TRAIN_FIELD(warmup, TF_I64, 1),
-	TRAIN_FIELD(min_lr, TF_F64, 1),
-	TRAIN_FIELD(zero, TF_INT, 2),
-	TRAIN_FIELD(zero_axes, TF_AXES, 2),
-	TRAIN_FIELD(reshard_after_forward, TF_BOOL, 2),
-	TRAIN_FIELD(microbatches, TF_I64, 3),
-	TRAIN_FIELD(schedule, TF_STR, 3),
-	TRAIN_FIELD(virtual_stages, TF_I64, 3),
-	TRAIN_FIELD(precision, TF_DTYPE, 3),
-	TRAIN_FIELD(steps, TF_I64, 4),
-	TRAIN_FIELD(data, TF_STR, 4),
-	TRAIN_FIELD(seed, TF_I64, 4),
-	TRAIN_FIELD(sequence_parallel, TF_BOOL, 5),
-	TRAIN_FIELD(recompute, TF_BOOL, 5),
-	TRAIN_FIELD(uneven_shards, TF_BOOL, 5),
-	TRAIN_FIELD(bucket_bytes, TF_I64, 5),
-	TRAIN_FIELD(prefetch, TF_I64, 5),
+#define IR_TRAIN(e, member, kind, line, range, lo, hi)                                         \
+	{#member, kind, offsetof(IrTrain, member), line},
+#include "train.def"
+#undef IR_TRAIN
 };
-#undef TRAIN_FIELD
 const int irtext_ntrain_fields = sizeof irtext_train_fields / sizeof irtext_train_fields[0];
 
 const char *const *irtext_coll_names(IrOp op, int *n)

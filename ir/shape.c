@@ -211,6 +211,10 @@ static bool infer_preset(Infer *c)
 	if (n->op == IR_OP_PARAM && !is_float(n->dtype))
 		return fail(c, "param: a parameter must be a float tensor (f32, bf16 or f16), got %s",
 		            ty(n).s);
+	char why[128];
+	if ((n->op == IR_OP_PARAM || n->op == IR_OP_STATE) &&
+	    ir_init_problem(n->attrs.init, n->attrs.f[0], n->attrs.f[1], why, sizeof why))
+		return fail(c, "%s: init: %s", opname(n), why);
 	if (n->op == IR_OP_CONST && n->rank != 0)
 		return fail(c, "const: a constant is a scalar (shape []), got %s", ty(n).s);
 	return true;

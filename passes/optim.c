@@ -35,39 +35,14 @@ typedef struct Optim {
 	bool adamw;
 } Optim;
 
-/* Hyperparameters torch.optim would refuse are refused here, at the train
- * section, rather than as a verifier error on a generated node. */
-static bool check_train(Optim *o, SrcLoc loc)
+/* Hyperparameters torch.optim would refuse were refused where they were
+ * given (the train section, --train or IR text: ir/validate.c); the same
+ * check again here covers a module built in memory, before any node. */
+static bool check_train(Optim *o)
 {
 	const IrTrain *t = &o->m->train;
-	const char *name = t->optimizer ? t->optimizer : "adamw";
-	if (strcmp(name, "adamw") != 0 && strcmp(name, "sgd") != 0) {
-		diag_error(o->d, loc, "optimizer '%s' is not supported (adamw or sgd)", name);
-		return false;
-	}
-	o->adamw = strcmp(name, "adamw") == 0;
-	int nerr = o->d->nerr;
-	if (!(t->lr >= 0) || !isfinite(t->lr))
-		diag_error(o->d, loc, "lr must be finite and >= 0, got %g", t->lr);
-	if (!(t->weight_decay >= 0) || !isfinite(t->weight_decay))
-		diag_error(o->d, loc, "weight_decay must be finite and >= 0, got %g",
-		           t->weight_decay);
-	if (!(t->clip >= 0) || !isfinite(t->clip))
-		diag_error(o->d, loc, "clip must be finite and >= 0 (0 = off), got %g", t->clip);
-	if (o->adamw) {
-		if (!(t->beta1 >= 0 && t->beta1 < 1) || !(t->beta2 >= 0 && t->beta2 < 1))
-			diag_error(o->d, loc, "adamw: betas must be in [0, 1), got (%g, %g)", t->beta1,
-			           t->beta2);
-		if (!(t->eps >= 0) || !isfinite(t->eps))
-			diag_error(o->d, loc, "adamw: eps must be finite and >= 0, got %g", t->eps);
-	} else {
-		if (!(t->momentum >= 0) || !isfinite(t->momentum))
-			diag_error(o->d, loc, "sgd: momentum must be finite and >= 0, got %g",
-			           t->momentum);
-		if (t->nesterov && !(t->momentum > 0))
-			diag_error(o->d, loc, "sgd: nesterov needs a non-zero momentum");
-	}
-	return o->d->nerr == nerr;
+	o->adamw = !t->optimizer || strcmp(t->optimizer, "adamw") == 0;
+	return ir_train_check(t, o->d);
 }
 
 static bool typed(Optim *o, IrNode *n)
@@ -218,7 +193,7 @@ bool pass_optim(IrModule *m, Diag *d, const PassOptions *opt)
 	if (!ok || ngrads == 0)
 		goto done;
 	SrcLoc loc = m->loss >= 0 ? m->nodes[m->loss]->loc : (SrcLoc){0};
-	if (!(ok = check_train(&o, loc)))
+	if (!(ok = check_train(&o)))
 		goto done;
 
 	int k = 0;

@@ -87,6 +87,14 @@ static bool is_view_op(IrOp op)
 	return op == IR_OP_RESHAPE || op == IR_OP_SLICE || op == IR_OP_PERMUTE || op == IR_OP_CAST;
 }
 
+/* Where the schedule was chosen, else the micro-batch count: what the
+ * schedule's errors point at. */
+static SrcLoc schedule_loc(const IrModule *m)
+{
+	const SrcLoc *loc = m->train.loc;
+	return loc[IR_TRAIN_SCHEDULE].file ? loc[IR_TRAIN_SCHEDULE] : loc[IR_TRAIN_MICROBATCHES];
+}
+
 static int virtual_stages(const IrModule *m)
 {
 	const char *s = m->train.schedule;
@@ -171,7 +179,7 @@ static bool stages_follow_data(IrModule *m, Diag *d, const int *ann, int *eff, i
 		diag_error(d, at, "stage %d reads %s from stage %d: values flow only to the same "
 		           "or a later pipeline stage", ann[i], what, mx);
 		if (!bad++ && rounds > 1 && V == 1)
-			diag_note(d, m->train.schedule_loc,
+			diag_note(d, schedule_loc(m),
 			          "stages that go round the pipeline %d times (layer i on stage "
 			          "i %% pp) are virtual stages: schedule interleaved(%d)",
 			          rounds, rounds);
@@ -222,7 +230,7 @@ bool pass_stages(IrModule *m, Diag *d, const PassOptions *opt)
 		           "the stages go round the %d pipeline ranks %d times: %d virtual stages "
 		           "per rank, but the schedule is interleaved(%d)",
 		           P, rounds, rounds, V);
-		diag_note(d, m->train.schedule_loc, "schedule interleaved(%d) runs these as written",
+		diag_note(d, schedule_loc(m), "schedule interleaved(%d) runs these as written",
 		          rounds);
 		free(chunk);
 		free(umin);
@@ -1134,13 +1142,14 @@ bool pass_pipeline(IrModule *m, Diag *d, const PassOptions *opt)
 	}
 	SchedKind kind = SCHED_1F1B;
 	const char *sname = m->train.schedule ? m->train.schedule : "1f1b";
+	SrcLoc sl = schedule_loc(m);
 	if (sched_parse(sname, &kind) != 0) {
-		diag_error(d, m->train.schedule_loc, "schedule %s: pipelines run gpipe, 1f1b, "
+		diag_error(d, sl, "schedule %s: pipelines run gpipe, 1f1b, "
 		           "interleaved(v) or zb", sname);
 		return false;
 	}
 	if (kind == SCHED_INTERLEAVED && p.V < 2) {
-		diag_error(d, m->train.schedule_loc, "schedule interleaved needs 2 or more virtual stages: "
+		diag_error(d, sl, "schedule interleaved needs 2 or more virtual stages: "
 		           "interleaved(2)");
 		return false;
 	}
@@ -1153,7 +1162,7 @@ bool pass_pipeline(IrModule *m, Diag *d, const PassOptions *opt)
 		char err[256];
 		int cnt = sched_build(kind, P, p.M, p.V, r, NULL, 0, err, sizeof err);
 		if (cnt < 0) {
-			diag_error(d, m->train.schedule_loc, "schedule %s with pp = %d and microbatches "
+			diag_error(d, sl, "schedule %s with pp = %d and microbatches "
 			           "%d: %s (set microbatches in the train section or with --train "
 			           "microbatches=M)", sname, P, p.M, err);
 			ok = false;

@@ -1342,7 +1342,7 @@ bool pass_propagate_memo(IrModule *m, Diag *d, const PassOptions *opt, bool memo
 		fprintf(stderr, "dtmc: propagate: %d sweep%s%s\n", sweeps, sweeps == 1 ? "" : "s",
 		        changed ? " (stopped before a fixpoint)" : "");
 	if (sp_why)
-		diag_warning(d, m->train.sp_loc, "sequence_parallel true has no effect: %s",
+		diag_warning(d, m->train.loc[IR_TRAIN_SEQUENCE_PARALLEL], "sequence_parallel true has no effect: %s",
 		             sp_why);
 	arena_free(&a);
 	return true;

@@ -329,7 +329,7 @@ bool pass_recompute(IrModule *m, Diag *d, const PassOptions *opt)
 	Rc r = {.m = m, .d = d, .n = m->nnodes, .L = m->loss};
 	bool ok = run(&r);
 	if (ok && !r.failed && r.nclones == 0)
-		diag_warning(d, m->train.recompute_loc, "recompute true has no effect: %s",
+		diag_warning(d, m->train.loc[IR_TRAIN_RECOMPUTE], "recompute true has no effect: %s",
 		             r.nb == 0 ? "the model has no blocks, and recompute re-runs each block "
 		                         "instance's forward in its backward"
 		                       : "no block keeps an activation from its forward to its "
