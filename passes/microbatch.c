@@ -96,15 +96,91 @@ static bool uneven_rows_ok(const IrModule *m, const IrNode *n, int64_t M)
 	return G <= 1 || (n->shape[0] / M) % G == 0;
 }
 
+/* The setting's location for the error, the input's in a note. */
+static bool refuse(const IrModule *m, Diag *d, const IrNode *n, const char *msg)
+{
+	SrcLoc at = m->train.loc[IR_TRAIN_MICROBATCHES];
+	diag_error(d, at.file ? at : n->loc, "microbatches %lld: %s",
+	           (long long)m->train.microbatches, msg);
+	if (at.file && n->loc.file)
+		diag_note(d, n->loc, "%s is declared here", n->name ? n->name : "the input");
+	return false;
+}
+
+bool pass_microbatch_check(const IrModule *m, Diag *d)
+{
+	int64_t M = m->train.microbatches;
+	if (M <= 1 || m->nnodes == 0)
+		return true;
+	SrcLoc at = m->train.loc[IR_TRAIN_MICROBATCHES];
+	if (m->loss < 0) {
+		diag_error(d, at, "microbatches %lld: the program has no loss", (long long)M);
+		return false;
+	}
+	int nn = m->nnodes;
+	bool *dep = calloc((size_t)nn, sizeof(bool));
+	if (!dep) {
+		diag_error(d, (SrcLoc){0}, "microbatch: out of memory");
+		return false;
+	}
+	bool ok = true;
+	for (int i = 0; ok && i < nn; i++) {
+		const IrNode *n = m->nodes[i];
+		if (n->op == IR_OP_INPUT) {
+			dep[i] = true;
+			if (n->rank < 1 || n->rank >= IR_MAX_RANK || n->shape[0] % M) {
+				char msg[256];
+				snprintf(msg, sizeof msg, "input %s's batch dim (dim 0, %lld) does not divide "
+				         "into %lld micro-batches", n->name ? n->name : "?",
+				         (long long)(n->rank ? n->shape[0] : 0), (long long)M);
+				ok = refuse(m, d, n, msg);
+			} else if (!uneven_rows_ok(m, n, M)) {
+				/* uneven float rows are padded with zeros and masked
+				 * (passes/partition.c); token ids have no such padding */
+				char msg[320];
+				int64_t G = dim0_parts(m, n), rows = n->shape[0] / M;
+				snprintf(msg, sizeof msg, "input %s: a micro-batch has %lld row%s, which "
+				         "do%s not split evenly over the %lld ranks of its batch dim "
+				         "(integer inputs cannot be padded); use a micro-batch count that "
+				         "divides %lld / %lld = %lld",
+				         n->name ? n->name : "?", (long long)rows, rows == 1 ? "" : "s",
+				         rows == 1 ? "es" : "", (long long)G, (long long)n->shape[0],
+				         (long long)G, (long long)(n->shape[0] / G));
+				ok = refuse(m, d, n, msg);
+			}
+		}
+		for (int k = 0; k < n->nops; k++)
+			dep[i] = dep[i] || dep[n->ops[k]];
+	}
+	if (ok && !dep[m->loss])
+		ok = refuse(m, d, m->nodes[m->loss], "the loss does not depend on any input");
+	/* the unrolled program's size, before the pass sizes its tables by M:
+	 * the shared nodes once, per micro-batch a clone of every node that
+	 * depends on an input, 3 slicing nodes per input, an add of losses */
+	int64_t per = 1, once = 0;
+	for (int i = 0; i < nn; i++)
+		if (!dep[i] || m->nodes[i]->op == IR_OP_INPUT)
+			once++;
+	for (int i = 0; i < nn; i++)
+		per += !dep[i] ? 0 : m->nodes[i]->op == IR_OP_INPUT ? 3 : 1;
+	if (ok && (M > (IR_MAX_NODES - once) / per || (int64_t)nn * M > IR_MAX_NODES)) {
+		diag_error(d, at, "microbatches %lld: the program unrolled %lld times would have "
+		           "some %lld nodes, more than the %d a program may have", (long long)M,
+		           (long long)M, (long long)(once + per * M), IR_MAX_NODES);
+		ok = false;
+	}
+	free(dep);
+	return ok;
+}
+
 bool pass_microbatch(IrModule *m, Diag *d, const PassOptions *opt)
 {
 	int64_t M = m->train.microbatches;
 	if (M <= 1 || m->nnodes == 0)
 		return true;
-	if (m->loss < 0) {
-		diag_error(d, (SrcLoc){0}, "microbatches %lld: the program has no loss", (long long)M);
+	/* before anything is sized by M */
+	if (!pass_microbatch_check(m, d))
 		return false;
-	}
 	char what[32];
 	snprintf(what, sizeof what, "%lld", (long long)M);
 	int nn = m->nnodes;
@@ -124,40 +200,13 @@ bool pass_microbatch(IrModule *m, Diag *d, const PassOptions *opt)
 	}
 	out->mesh = m->mesh;
 	out->train = m->train;
-	for (int i = 0; ok && i < nn; i++) {
+	for (int i = 0; i < nn; i++) {
 		const IrNode *n = m->nodes[i];
-		if (n->op == IR_OP_INPUT) {
-			dep[i] = true;
+		dep[i] = n->op == IR_OP_INPUT;
+		if (dep[i])
 			batch = batch < 0 || (n->rank && batch == n->shape[0]) ? n->shape[0] : 0;
-			if (n->rank < 1 || n->rank >= IR_MAX_RANK || n->shape[0] % M) {
-				char msg[256];
-				snprintf(msg, sizeof msg, "input %s's batch dim (dim 0, %lld) does not divide "
-				         "into %lld micro-batches", n->name ? n->name : "?",
-				         (long long)(n->rank ? n->shape[0] : 0), (long long)M);
-				ok = fail(d, n, what, msg);
-			} else if (!uneven_rows_ok(m, n, M)) {
-				/* uneven float rows are padded with zeros and masked
-				 * (passes/partition.c); token ids have no such padding */
-				char msg[320];
-				int64_t G = dim0_parts(m, n), rows = n->shape[0] / M;
-				snprintf(msg, sizeof msg, "input %s: a micro-batch has %lld row%s, which "
-				         "do%s not split evenly over the %lld ranks of its batch dim "
-				         "(integer inputs cannot be padded); use a micro-batch count that "
-				         "divides %lld / %lld = %lld",
-				         n->name ? n->name : "?", (long long)rows, rows == 1 ? "" : "s",
-				         rows == 1 ? "es" : "", (long long)G, (long long)n->shape[0],
-				         (long long)G, (long long)(n->shape[0] / G));
-				ok = fail(d, n, what, msg);
-			}
-		}
 		for (int k = 0; k < n->nops; k++)
 			dep[i] = dep[i] || dep[n->ops[k]];
-	}
-	if (!ok)
-		goto done;
-	if (!dep[m->loss]) {
-		ok = fail(d, m->nodes[m->loss], what, "the loss does not depend on any input");
-		goto done;
 	}
 	/* the shared nodes, once */
 	for (int i = 0; ok && i < nn; i++) {

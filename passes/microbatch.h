@@ -12,5 +12,12 @@
 #include "passes.h"
 
 bool pass_microbatch(IrModule *m, Diag *d, const PassOptions *opt);
+/* What the pass asks of the program and `microbatches M`, checked before
+ * it allocates anything: a loss that depends on the inputs, every input's
+ * batch dim (dim 0) divisible by M (integer inputs: each micro-batch's rows
+ * even over the ranks of their split), at most IR_MAX_NODES nodes
+ * unrolled.  Errors at the setting (t->loc), a note at the input.  dtmc
+ * check runs it too (pass_check_input, on a program before this pass). */
+bool pass_microbatch_check(const IrModule *m, Diag *d);
 
 #endif

@@ -157,6 +157,12 @@ static int position(const char *name)
 	return -2;
 }
 
+bool pass_has_run(const IrModule *m, const char *name)
+{
+	int at = position(m->after), p = position(name);
+	return p >= 0 && at >= p;
+}
+
 /* The names of the passes from position `from` on, for messages. */
 static void names_from(int from, char *buf, size_t cap)
 {
@@ -213,6 +219,8 @@ static bool check_annotations(const IrModule *m, Diag *d, int at)
  *   - its `after` names a pass;
  *   - micro-batch and chunk numbers only after the passes that give them,
  *     and within their counts;
+ *   - before the microbatch pass, what it asks of `microbatches M`
+ *     (pass_microbatch_check: inputs divisible, the unrolled size);
  *   - after propagate (on more than one rank), a placement on every value;
  *   - before partition, it holds no per-rank op (OPF_LOCAL: collectives,
  *     vocab-parallel and padding ops) and no padded shard (the parser
@@ -227,6 +235,10 @@ bool pass_check_input(const IrModule *m, Diag *d)
 		return false;
 	}
 	if (!check_annotations(m, d, at))
+		return false;
+	/* the micro-batch count against the program, before the pass that
+	 * unrolls it (and before anything is sized by it) */
+	if (at < position("microbatch") && !pass_microbatch_check(m, d))
 		return false;
 	/* partition reads a placement off every value, which propagate gave */
 	if (mesh_size(&m->mesh) > 1 && at >= position("propagate") && at < position("partition"))

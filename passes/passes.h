@@ -32,6 +32,8 @@ bool pass_exists(const char *name);
  * what is wrong at the IR's `after` line or the node.  pass_run_until
  * calls it; `dtmc check` too, so what it passes the pipeline takes. */
 bool pass_check_input(const IrModule *m, Diag *d);
+/* Whether pass `name` has run on m (m->after is it or a later pass). */
+bool pass_has_run(const IrModule *m, const char *name);
 /* A pass found its input inconsistent in a way no earlier pass leaves it
  * (a micro-batch's node in no schedule item).  From IR text (from_text)
  * that is the text's fault and a user error saying so; else an internal

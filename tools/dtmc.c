@@ -524,7 +524,7 @@ static int cmd_check(const Args *args)
 	/* the pipeline stages as `build` decides them (stage annotations
 	 * against the data flow are errors), on a copy: the summary shows the
 	 * annotations */
-	if (ok && pipeline_axis(m) >= 0) {
+	if (ok && pipeline_axis(m) >= 0 && !pass_has_run(m, "stages")) {
 		IrModule *c = ir_module_clone(&a, m);
 		if (!c)
 			diag_error(&d, (SrcLoc){0}, "out of memory");
