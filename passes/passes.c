@@ -214,6 +214,37 @@ static bool check_annotations(const IrModule *m, Diag *d, int at)
 	return true;
 }
 
+/* Without uneven_shards, a placement the program gives (an annotation:
+ * no origin node) splits each dim evenly, as the .dtm lowering requires of
+ * its annotations (frontend/sema.c); IR text before partition is held to
+ * the same. */
+static bool check_even(const IrModule *m, Diag *d)
+{
+	if (m->train.uneven_shards || mesh_size(&m->mesh) <= 1)
+		return true;
+	for (int i = 0; i < m->nnodes; i++) {
+		const IrNode *n = m->nodes[i];
+		if (!n->place.known || n->place_from >= 0)
+			continue;
+		for (int k = 0; k < n->rank && k < n->place.ndims; k++) {
+			int64_t parts = placement_dim_parts(&n->place, &m->mesh, k);
+			if (parts <= 1 || n->shape[k] % parts == 0)
+				continue;
+			SrcLoc at = n->place_loc.file ? n->place_loc : n->loc;
+			diag_error(d, at, "dim %d of %%%d (%s%s%s, size %lld) is not divisible by its "
+			           "%lld shards", k, i, n->name ? "'" : "", n->name ? n->name
+			           : ir_op_name(n->op), n->name ? "'" : "", (long long)n->shape[k],
+			           (long long)parts);
+			diag_note(d, m->train.loc[IR_TRAIN_UNEVEN_SHARDS].file
+			                     ? m->train.loc[IR_TRAIN_UNEVEN_SHARDS] : at,
+			          "'uneven_shards true' in the train section allows uneven "
+			          "(torch.chunk) shards");
+			return false;
+		}
+	}
+	return true;
+}
+
 /* What a module must be to enter the pipeline where it stands (IR text can
  * say anything the parser and the verifier accept):
  *   - its `after` names a pass;
@@ -222,6 +253,8 @@ static bool check_annotations(const IrModule *m, Diag *d, int at)
  *   - before the microbatch pass, what it asks of `microbatches M`
  *     (pass_microbatch_check: inputs divisible, the unrolled size);
  *   - after propagate (on more than one rank), a placement on every value;
+ *   - before partition, without uneven_shards, annotations that split
+ *     their dims evenly;
  *   - before partition, it holds no per-rank op (OPF_LOCAL: collectives,
  *     vocab-parallel and padding ops) and no padded shard (the parser
  *     refuses both in IR without an `after` line, at the node). */
@@ -252,6 +285,8 @@ bool pass_check_input(const IrModule *m, Diag *d)
 			}
 	if (at >= position("partition"))
 		return true;
+	if (!check_even(m, d))
+		return false;
 	for (int i = 0; i < m->nnodes; i++) {
 		const IrNode *n = m->nodes[i];
 		bool padded = false;
