@@ -140,8 +140,15 @@ bool cg_build(const IrModule *m, const CgBuildOptions *opt, Diag *d)
 	 * reductions and call expf without errno (about 1.4x on a GPT step).
 	 * Never -ffast-math: -ffinite-math-only would fold away the isnan
 	 * checks --check-numerics and the loss check rely on.  Reassociation
-	 * changes a sum's rounding but not from run to run of one binary, nor
-	 * with the thread count (reductions are split into fixed chunks). */
+	 * changes a sum's rounding against the reference interpreter's, but
+	 * one binary on one machine gives the same bits from run to run and
+	 * for every --threads: a kernel's reductions run per item or per chunk
+	 * of a size fixed by the shape, combined in order (codegen/cpu/dtmk.h,
+	 * dtmk_par), and a GEMM is cut into blocks fixed by its shape, each one
+	 * single-threaded BLAS call (runtime/dev_cpu.c); tests/e2e/threads.sh
+	 * checks it.  Another machine may give other bits: -march=native and
+	 * the BLAS kernels chosen for the CPU (OpenBLAS's DYNAMIC_ARCH) differ
+	 * with the CPU model, not with its core count. */
 	argv[n++] = "-O3";
 	argv[n++] = "-fno-math-errno";
 	argv[n++] = "-fassociative-math";

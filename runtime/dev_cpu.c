@@ -7,9 +7,9 @@
  * once from the plan, multiplied in f32 (f32 accumulation, as mixed
  * precision requires) and C is rounded back to nearest even.
  *
- * Many small batch items (attention heads), and single GEMMs below 64
- * MFLOP, gain little from BLAS's own threads, so they are split over the
- * pool instead, with BLAS held to one thread (rt_cpu_gemm).
+ * BLAS runs on one thread; rt_cpu_gemm cuts each GEMM into blocks fixed
+ * by its shape and hands them to the pool, so the result is the same bits
+ * for every thread count (see "GEMM: fixed blocks" below).
  */
 #include <errno.h>
 #include <math.h>
@@ -294,7 +294,7 @@ void rt_ctx_parallel_for(const DtmCtx *ctx, int64_t n, int64_t grain, DtmRangeFn
 #ifdef DTM_HAVE_OPENBLAS
 void openblas_set_num_threads(int);
 
-/* What BLAS was last told: GEMMs switch it only when their mode changes. */
+/* What BLAS was last told, so telling it again costs nothing. */
 static _Atomic int rt_blas_threads;
 
 void rt_blas_set_threads(int n)
@@ -342,12 +342,6 @@ static void sgemm_ld(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float al
 		}
 	}
 #endif
-}
-
-static void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
-		  const float *A, const float *B, float beta, float *C)
-{
-	sgemm_ld(ta, tb, m, n, k, alpha, A, ta ? m : k, B, tb ? k : n, beta, C, n);
 }
 
 void rt_gemm_extent(const DtmAction *a, int64_t *na, int64_t *nb, int64_t *nc)
@@ -443,52 +437,102 @@ static const float *stage_in(const void *src, DtmDtype t, float *scratch, int64_
 	return scratch;
 }
 
-struct batch_job {
-	const DtmAction *a;
-	const float *A, *B;
-	float *C;
-};
+/* ---- GEMM: fixed blocks ----
+ *
+ * A GEMM's result must not depend on the thread count, and BLAS's does.
+ * OpenBLAS 0.3.21 (SkylakeX kernels), measured: 512x512xK on 2 or 3
+ * threads differs from 1 thread in 65 - 77% of C's elements for K = 500,
+ * 600, 700, 1000, 1500 (its threaded driver cuts K into other blocks), and
+ * 128x32x64 (A B^T) called as 48 + 48 + 32 rows differs from one call of
+ * 128 rows in 833 of 4096 elements (small calls take kernels of their
+ * own).  So BLAS stays on one thread, and every GEMM item is cut into
+ * blocks of C's rows (or, when C is wider than tall, its columns) that
+ * depend on m, n and k alone: each block is one BLAS call with the same
+ * arguments whichever thread runs it and however many there are; the pool
+ * only hands the blocks out.
+ *
+ * Each block is a BLAS call that repacks the operand it does not cut (B
+ * for row blocks), so on one thread every extra block costs time:
+ * measured on one thread (CPU time), one 2048x2048x512 GEMM cut in blocks
+ * of 1024, 512 and 256 rows took 1.6%, 3.6% and 11% more than one call;
+ * the default GPT's GEMMs (256x64x64 to 256x256x64, 2 - 8 MFLOP, operands
+ * in cache) cut in two took 2 - 8% more, or up to 40% less where the
+ * halves take OpenBLAS's small-matrix kernels; 512x512x2048 (A^T B) cut in
+ * two took 9% more.  So every block has RT_GEMM_BLOCK_FLOPS at least; a
+ * GEMM is cut in two when the halves have RT_GEMM_EXT2 rows (two threads
+ * then halve its time for one extra call), and in more blocks only of
+ * RT_GEMM_EXT rows, and of RT_GEMM_EXTRA_FLOPS per block past two; both
+ * RT_GEMM_EXT_CACHED when the uncut operand fits in RT_GEMM_CACHED_FLOATS.
+ * The price is parallelism: one GEMM runs on at most nblocks threads (a
+ * GEMM of 2048 rows on 2, of 12288 rows on 12), where OpenBLAS's own
+ * threads took any number; a batch's items run in parallel too. */
+#define RT_GEMM_EXT 1024
+#define RT_GEMM_EXT2 256
+#define RT_GEMM_EXT_CACHED 32
+#define RT_GEMM_CACHED_FLOATS (64 << 10)
+#define RT_GEMM_BLOCK_FLOPS (1 << 20)
+#define RT_GEMM_EXTRA_FLOPS (16 << 20)
+#define RT_GEMM_MAX_BLOCKS 64
+/* The pool is woken for at least this much work per range. */
+#define RT_GEMM_RANGE_FLOPS (1 << 20)
 
-/* One GEMM split into blocks of C's rows (or, when C is wide and short,
- * its columns), 16 at a time so each block keeps BLAS's kernels full;
- * blocks are independent, so the result does not depend on the split. */
-struct split_job {
-	const DtmAction *a;
-	const float *A, *B;
-	float *C;
-	bool rows;
-};
-
-static void split_range(void *argp, int64_t lo, int64_t hi)
+void rt_gemm_split(int64_t m, int64_t n, int64_t k, RtGemmSplit *sp)
 {
-	const struct split_job *j = argp;
+	sp->rows = m >= n;
+	int64_t lim = sp->rows ? m : n, other = k * (sp->rows ? n : m);
+	int64_t flops = 2 * m * n * k, units = (lim + 15) / 16;
+	if (lim <= 0) { /* nothing to write */
+		sp->ext = 16;
+		sp->nblocks = 0;
+		return;
+	}
+	bool cached = other <= RT_GEMM_CACHED_FLOATS;
+	int64_t nb = lim / (cached ? RT_GEMM_EXT_CACHED : RT_GEMM_EXT);
+	if (nb > 2 + flops / RT_GEMM_EXTRA_FLOPS)
+		nb = 2 + flops / RT_GEMM_EXTRA_FLOPS;
+	if (nb < 2 && lim >= 2 * (cached ? RT_GEMM_EXT_CACHED : RT_GEMM_EXT2))
+		nb = 2;
+	if (nb > flops / RT_GEMM_BLOCK_FLOPS)
+		nb = flops / RT_GEMM_BLOCK_FLOPS;
+	if (nb > RT_GEMM_MAX_BLOCKS)
+		nb = RT_GEMM_MAX_BLOCKS;
+	if (nb > units)
+		nb = units;
+	if (nb < 1)
+		nb = 1;
+	sp->ext = (units + nb - 1) / nb * 16;
+	sp->nblocks = (lim + sp->ext - 1) / sp->ext;
+}
+
+struct gemm_job {
+	const DtmAction *a;
+	const float *A, *B;
+	float *C;
+	RtGemmSplit sp;
+	int64_t item0; /* tasks count from this batch item */
+};
+
+/* Tasks [lo, hi): task t is block t % nblocks of item item0 + t / nblocks. */
+static void gemm_range(void *argp, int64_t lo, int64_t hi)
+{
+	const struct gemm_job *j = argp;
 	const DtmAction *a = j->a;
 	int64_t m = a->m, n = a->n, k = a->k, lda = a->trans_a ? m : k, ldb = a->trans_b ? k : n;
-	int64_t b0 = lo * 16, b1 = hi * 16, lim = j->rows ? m : n;
-	if (b1 > lim)
-		b1 = lim;
-	if (b0 >= b1)
-		return;
-	if (j->rows) /* rows of op(A): A's rows, or its columns when transposed */
-		sgemm_ld(a->trans_a, a->trans_b, b1 - b0, n, k, a->alpha,
-			 j->A + (a->trans_a ? b0 : b0 * lda), lda, j->B, ldb, a->beta, j->C + b0 * n, n);
-	else /* columns of op(B) */
-		sgemm_ld(a->trans_a, a->trans_b, m, b1 - b0, k, a->alpha, j->A, lda,
-			 j->B + (a->trans_b ? b0 * ldb : b0), ldb, a->beta, j->C + b0, n);
+	int64_t lim = j->sp.rows ? m : n;
+	for (int64_t t = lo; t < hi; t++) {
+		int64_t it = j->item0 + t / j->sp.nblocks, b0 = t % j->sp.nblocks * j->sp.ext;
+		int64_t b1 = b0 + j->sp.ext < lim ? b0 + j->sp.ext : lim;
+		const float *A = j->A + it * a->stride_a, *B = j->B + it * a->stride_b;
+		float *C = j->C + it * a->stride_c;
+		if (j->sp.rows) /* rows of op(A): A's rows, or its columns when transposed */
+			sgemm_ld(a->trans_a, a->trans_b, b1 - b0, n, k, a->alpha,
+				 A + (a->trans_a ? b0 : b0 * lda), lda, B, ldb, a->beta, C + b0 * n,
+				 n);
+		else /* columns of op(B) */
+			sgemm_ld(a->trans_a, a->trans_b, m, b1 - b0, k, a->alpha, A, lda,
+				 B + (a->trans_b ? b0 * ldb : b0), ldb, a->beta, C + b0, n);
+	}
 }
-
-static void batch_range(void *argp, int64_t lo, int64_t hi)
-{
-	struct batch_job *j = argp;
-	const DtmAction *a = j->a;
-	for (int64_t i = lo; i < hi; i++)
-		sgemm(a->trans_a, a->trans_b, a->m, a->n, a->k, a->alpha, j->A + i * a->stride_a,
-		      j->B + i * a->stride_b, a->beta, j->C + i * a->stride_c);
-}
-
-/* Single GEMMs in [MIN, MAX) flops are split over the pool (see below). */
-#define RT_GEMM_SPLIT_MIN (256 << 10)
-#define RT_GEMM_SPLIT_MAX (64LL << 20)
 
 int rt_cpu_gemm(const DtmAction *a, const DtmBuffer *bufs, void *const *ptrs, RtGemmScratch *s,
 		RtPool *pool, char *err)
@@ -514,39 +558,20 @@ int rt_cpu_gemm(const DtmAction *a, const DtmBuffer *bufs, void *const *ptrs, Rt
 	} else {
 		C = s->c;
 	}
-	int nt = rt_pool_threads(pool);
-	/* Below about 2 MFLOP per item BLAS stays on one thread anyway, so a
-	 * batch that large is better split across the pool, unless the whole
-	 * batch is too small to pay for waking the pool (under ~8 MFLOP in
-	 * all: serial measured 3-5x faster, bench/gemm_bench).  A C written by
-	 * every item (stride_c 0) must stay serial.
-	 *
-	 * A single GEMM of RT_GEMM_SPLIT_MIN to RT_GEMM_SPLIT_MAX flops is
-	 * split over the pool too, by blocks of rows or columns, with BLAS on
-	 * one thread: at a small model's sizes (256x64x64) OpenBLAS's own
-	 * threads gained little and then spun in sched_yield, taking the core
-	 * the pool's next kernel needed.  Larger GEMMs use BLAS's threads,
-	 * whose packing is shared between threads.  BLAS's thread count is
-	 * only switched when the mode changes, so a model whose GEMMs are all
-	 * small sets it once. */
-	int64_t item_flops = 2 * a->m * a->n * a->k;
-	bool split = batch > 1 && nt > 1 && a->stride_c != 0 && item_flops < (2 << 20) &&
-		     item_flops * batch >= (8 << 20);
-	int64_t nrow = (a->m + 15) / 16, ncol = (a->n + 15) / 16;
-	bool split1 = batch == 1 && nt > 1 && item_flops >= RT_GEMM_SPLIT_MIN &&
-		      item_flops < RT_GEMM_SPLIT_MAX && (nrow >= 2 || ncol >= 2);
-	struct batch_job j = { a, A, B, C };
-	if (split) {
-		rt_blas_set_threads(1);
-		rt_parallel_for(pool, batch, 1, batch_range, &j);
-	} else if (split1) {
-		struct split_job sj = { a, A, B, C, nrow >= ncol };
-		rt_blas_set_threads(1);
-		rt_parallel_for(pool, sj.rows ? nrow : ncol, 1, split_range, &sj);
+	/* one thread whoever set it otherwise (bench/gemm_bench compares
+	 * with BLAS's own threads) */
+	rt_blas_set_threads(1);
+	struct gemm_job j = { a, A, B, C, { 0 }, 0 };
+	rt_gemm_split(a->m, a->n, a->k, &j.sp);
+	int64_t block_flops = 2 * (j.sp.rows ? j.sp.ext * a->n : a->m * j.sp.ext) * a->k;
+	int64_t grain = block_flops > 0 ? (RT_GEMM_RANGE_FLOPS + block_flops - 1) / block_flops : 1;
+	if (batch > 1 && a->stride_c == 0) {
+		/* every item writes the same C (beta accumulates): items in
+		 * order, the blocks of each in parallel */
+		for (j.item0 = 0; j.item0 < batch; j.item0++)
+			rt_parallel_for(pool, j.sp.nblocks, grain, gemm_range, &j);
 	} else {
-		if (nt > 1 && item_flops >= RT_GEMM_SPLIT_MAX)
-			rt_blas_set_threads(nt);
-		batch_range(&j, 0, batch);
+		rt_parallel_for(pool, batch * j.sp.nblocks, grain, gemm_range, &j);
 	}
 	if (bc->dtype != DTM_F32) {
 		struct widen_job w = { NULL, bc->dtype, C, ptrs[a->args[2]] };

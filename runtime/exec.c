@@ -342,7 +342,7 @@ int rt_run_init_ex(RtRun *r, const DtmPlan *p, int64_t rank, int nthreads, uint3
 		rt_run_free(r);
 		return -1;
 	}
-	rt_blas_set_threads(rt_pool_threads(r->pool));
+	rt_blas_set_threads(1); /* rt_cpu_gemm splits GEMMs over the pool */
 	r->ctx.rank = rank;
 	r->ctx.coords = r->coords;
 	r->ctx.mesh_naxes = p->mesh_naxes;

@@ -127,10 +127,20 @@ typedef struct RtGemmScratch {
 void rt_gemm_extent(const DtmAction *a, int64_t *na, int64_t *nb, int64_t *nc);
 int rt_gemm_reserve(RtGemmScratch *s, const DtmPlan *p, char *err);
 void rt_gemm_scratch_free(RtGemmScratch *s);
+/* How rt_cpu_gemm cuts each GEMM item: nblocks blocks of ext rows of C
+ * (columns when !rows; the last block shorter), from the shape alone. */
+typedef struct RtGemmSplit {
+	bool rows;
+	int64_t ext, nblocks;
+} RtGemmSplit;
+void rt_gemm_split(int64_t m, int64_t n, int64_t k, RtGemmSplit *sp);
 /* C = alpha op(A) op(B) + beta C for each batch item; 16-bit operands are
- * staged through f32 scratch. */
+ * staged through f32 scratch.  The result does not depend on the pool's
+ * thread count (see rt_gemm_split). */
 int rt_cpu_gemm(const DtmAction *a, const DtmBuffer *bufs, void *const *ptrs,
 		RtGemmScratch *s, RtPool *pool, char *err);
+/* OpenBLAS's own thread count; rt_cpu_gemm sets 1 (bench/gemm_bench sets
+ * more for plain sgemm). */
 void rt_blas_set_threads(int n);
 const char *rt_blas_name(void);
 

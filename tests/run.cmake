@@ -311,6 +311,17 @@ add_test(NAME e2e.overlap.gpt
 set_tests_properties(e2e.overlap.gpt PROPERTIES TIMEOUT 300 LABELS e2e)
 # ---- end overlap ----
 
+# ---- e2e: the thread count (tests/e2e/threads.sh, issue 13 point 9) ----
+#   e2e.threads  models/gpt.dtm on one device, dp=2,tp=2 and odd shapes in
+#                bf16, models/mlp.dtm: 5 steps with --threads 1, 2, 3 and 4
+#                give identical losses and grad norms (the same text) and
+#                byte-identical final checkpoints
+add_test(NAME e2e.threads
+         COMMAND ${DTM_BASH} ${DTM_TESTS}/e2e/threads.sh $<TARGET_FILE:dtmc>
+         WORKING_DIRECTORY ${DTM_ROOT})
+set_tests_properties(e2e.threads PROPERTIES TIMEOUT 300 LABELS e2e)
+# ---- end threads ----
+
 # ---- e2e: gradient accumulation (tests/e2e/accum.sh, passes/microbatch.c) ----
 #   e2e.accum.NAME  microbatches 2 and 4, one device and DDP, give the M=1
 #                   per-step losses and grad norms (1e-5)

@@ -558,8 +558,8 @@ static void test_gemm(void)
 	}
 }
 
-/* A batch big enough (>= 8 MFLOP in all) that rt_cpu_gemm splits it over
- * the pool: every item must still be right. */
+/* A batch that rt_cpu_gemm splits over the pool (items on several
+ * threads): every item must still be right. */
 static void test_gemm_split(void)
 {
 	enum { M = 64, N = 64, K = 64, NB = 33 };
@@ -597,6 +597,104 @@ out:
 	free(B);
 	free(C);
 	free(want);
+}
+
+/* One GEMM action on a pool of nt threads, set up as rt_run_init does
+ * (BLAS told the pool's thread count first); C starts from c0. */
+static void gemm_on(const DtmAction *a, DtmBuffer *bufs, void *const *ab, const float *c0,
+		    float *C, int64_t nc, int nt)
+{
+	memcpy(C, c0, sizeof(float) * (size_t)nc);
+	void *ptrs[3] = { ab[0], ab[1], C };
+	DtmPlan p = { .nbuffers = 3, .buffers = bufs, .nstages = 1 };
+	DtmStage st = { .nactions = 1, .actions = a };
+	p.stages = &st;
+	RtGemmScratch s = { 0 };
+	char err[RT_ERR_LEN];
+	CHECK_EQ_INT(rt_gemm_reserve(&s, &p, err), 0);
+	RtPool *pool = rt_pool_new(nt);
+	rt_blas_set_threads(rt_pool_threads(pool));
+	CHECK_EQ_INT(rt_cpu_gemm(a, bufs, ptrs, &s, pool, err), 0);
+	rt_pool_free(pool);
+	rt_gemm_scratch_free(&s);
+}
+
+/* The thread count changes no bit of a GEMM (issue 13 point 9).  With
+ * OpenBLAS, 128x32x64 (A B^T) cut per thread (48 + 48 + 32 rows on 3)
+ * and 512x512x500 on BLAS's own threads both gave other bits than on one
+ * thread.  Also: the default model's shapes, odd sizes, a batch split over
+ * the pool, a batch accumulating into one C (stride_c 0, beta 1), bf16. */
+static void test_gemm_threads(void)
+{
+	static const struct {
+		int64_t m, n, k, batch;
+		bool ta, tb, acc, bf16;
+	} cases[] = {
+		{ 128, 32, 64, 1, false, true, false, false },
+		{ 512, 512, 500, 1, false, false, false, false },
+		{ 256, 64, 64, 1, false, false, false, false },
+		{ 256, 256, 64, 1, false, true, false, false },
+		{ 64, 256, 256, 1, true, false, false, false },
+		{ 300, 200, 100, 1, true, true, false, false },
+		{ 33, 1500, 70, 1, false, false, false, false },
+		{ 64, 64, 64, 33, false, true, false, false },
+		{ 96, 80, 64, 4, false, false, true, false },
+		{ 256, 96, 128, 1, false, true, false, true },
+	};
+	for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+		int64_t m = cases[c].m, n = cases[c].n, k = cases[c].k, nb = cases[c].batch;
+		bool acc = cases[c].acc;
+		DtmDtype dt = cases[c].bf16 ? DTM_BF16 : DTM_F32;
+		DtmAction a = { .kind = DTM_ACT_GEMM, .label = "threads", .nargs = 3,
+				.args = { 0, 1, 2 }, .m = m, .n = n, .k = k, .batch = nb,
+				.stride_a = m * k, .stride_b = k * n, .stride_c = acc ? 0 : m * n,
+				.trans_a = cases[c].ta, .trans_b = cases[c].tb, .alpha = 1,
+				.beta = acc ? 1.0f : 0.0f };
+		int64_t na = nb * m * k, nbb = nb * k * n, nc = (acc ? 1 : nb) * m * n;
+		size_t es = dt == DTM_BF16 ? 2 : 4;
+		DtmBuffer bufs[3] = {
+			{ .dtype = dt, .rank = 1, .shape = { na } },
+			{ .dtype = dt, .rank = 1, .shape = { nbb } },
+			{ .dtype = DTM_F32, .rank = 1, .shape = { nc } },
+		};
+		void *ab[2] = { malloc(es * (size_t)na), malloc(es * (size_t)nbb) };
+		float *c0 = malloc(sizeof(float) * (size_t)nc);
+		float *ref = malloc(sizeof(float) * (size_t)nc);
+		float *C = malloc(sizeof(float) * (size_t)nc);
+		CHECK(ab[0] && ab[1] && c0 && ref && C);
+		if (!ab[0] || !ab[1] || !c0 || !ref || !C)
+			goto next;
+		for (int64_t i = 0; i < na; i++)
+			rt_store_f32(ab[0], dt, i, dtm_rand_f32(9, 1, (uint64_t)i) - 0.5f);
+		for (int64_t i = 0; i < nbb; i++)
+			rt_store_f32(ab[1], dt, i, dtm_rand_f32(9, 2, (uint64_t)i) - 0.5f);
+		/* beta 0 must not read C */
+		for (int64_t i = 0; i < nc; i++)
+			c0[i] = acc ? dtm_rand_f32(9, 3, (uint64_t)i) : NAN;
+		gemm_on(&a, bufs, ab, c0, ref, nc, 1);
+		for (int nt = 2; nt <= 4; nt++) {
+			gemm_on(&a, bufs, ab, c0, C, nc, nt);
+			int64_t bad = 0;
+			for (int64_t i = 0; i < nc; i++)
+				bad += memcmp(&C[i], &ref[i], sizeof(float)) != 0;
+			check_count++;
+			if (bad) {
+				check_failures++;
+				fprintf(stderr,
+					"gemm %lldx%lldx%lld (batch %lld%s%s): %lld of %lld "
+					"elements differ between 1 and %d threads\n",
+					(long long)m, (long long)n, (long long)k, (long long)nb,
+					acc ? ", accumulating" : "", cases[c].bf16 ? ", bf16" : "",
+					(long long)bad, (long long)nc, nt);
+			}
+		}
+next:
+		free(ab[0]);
+		free(ab[1]);
+		free(c0);
+		free(ref);
+		free(C);
+	}
 }
 
 struct sum_job {
@@ -778,6 +876,7 @@ int main(void)
 	test_pool();
 	test_gemm();
 	test_gemm_split();
+	test_gemm_threads();
 	test_shard_index();
 	test_feed_tokens();
 	test_train_and_log(&p);
