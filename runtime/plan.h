@@ -156,7 +156,11 @@ typedef struct DtmCtx {
 	/* Runs fn over [0, n) split into at most nthreads contiguous ranges
 	 * on the runtime's thread pool and returns when all are done; ranges
 	 * are at least `grain` items.  Serial when called from inside a
-	 * parallel_for body.  Generated kernels use this instead of OpenMP so
+	 * parallel_for body.  How [0, n) is cut depends on the thread count,
+	 * which follows the host's cores, so a kernel's result must not: a
+	 * sum over items goes through chunks fixed by the shape, combined in
+	 * order (tests/unit/test_kernels_*.c check every cut gives the same
+	 * bytes).  Generated kernels use this instead of OpenMP so
 	 * the binary needs no -fopenmp and shares one pool with the GEMMs. */
 	void (*parallel_for)(const struct DtmCtx *ctx, int64_t n, int64_t grain,
 			     DtmRangeFn fn, void *arg);

@@ -308,7 +308,10 @@ static inline __attribute__((always_inline)) float dtmk_maxf(const float *x, int
 #define DTMK_EW_GRAIN 8192
 
 /* Runs fn over [0, n) on the pool when there is one (tests call kernels
- * with a bare context). */
+ * with a bare context).  The cut into ranges follows the thread count, so
+ * fn must give the same bytes for any cut: items independent, or partial
+ * sums per chunk of a size fixed by the shape (never per range), added
+ * in chunk order afterwards. */
 static inline void dtmk_par(const DtmCtx *ctx, int64_t n, int64_t grain, DtmRangeFn fn, void *arg)
 {
 	if (n <= 0)

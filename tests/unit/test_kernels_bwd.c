@@ -271,6 +271,113 @@ static void test_cross_entropy_bwd(void)
 	    dtmk_cross_entropy_bwd, 7, F32);
 }
 
+/* ---- the way a kernel's work is cut changes no bit (issue 13 point 9) ----
+ *
+ * As in test_kernels_fwd.c: the hot gradient kernels on shapes big enough
+ * that they call parallel_for, run serially and cut in 2, 3 and 4
+ * contiguous ranges (the pool's cut, last range first) and in ranges of
+ * one item; the outputs must be the same bytes. */
+
+static int parts_n, cut_calls;
+
+static void parts_for(const DtmCtx *c, int64_t n, int64_t grain, DtmRangeFn fn, void *arg)
+{
+	(void)c;
+	(void)grain;
+	cut_calls++;
+	int64_t np = parts_n ? parts_n : n; /* 0: one item per range */
+	for (int64_t i = np - 1; i >= 0; i--) {
+		int64_t lo = n * i / np, hi = n * (i + 1) / np;
+		if (lo < hi)
+			fn(arg, lo, hi);
+	}
+}
+
+static DtmkTensor ten(DtmDtype t, int rank, int64_t d0, int64_t d1, int64_t d2, int lim)
+{
+	IrNode n = shape_of(IR_F32, rank, d0, d1, d2);
+	DtmkTensor x;
+	memset(&x, 0, sizeof x);
+	tensor(&x, &n);
+	x.dtype = t;
+	for (int64_t i = 0; i < x.numel; i++) {
+		if (t == DTM_I32)
+			((int32_t *)x.p)[i] = (int32_t)((i * 7 + 3) % lim);
+		else
+			((float *)x.p)[i] = (float)rnd();
+	}
+	return x;
+}
+
+static void same_bits(const char *what, KernelFn fn, DtmkArgs *a)
+{
+	size_t bytes = 4 * (size_t)a->out.numel;
+	char *ref = malloc(bytes);
+	DtmCtx serial = {0};
+	memset(a->out.p, 0xff, bytes);
+	fn(&serial, a);
+	memcpy(ref, a->out.p, bytes);
+	for (int np = 0; np <= 4; np++) {
+		if (np == 1)
+			continue;
+		DtmCtx c = {.nthreads = 4, .parallel_for = parts_for};
+		parts_n = np;
+		cut_calls = 0;
+		memset(a->out.p, 0xff, bytes);
+		fn(&c, a);
+		CHECK(cut_calls > 0); /* the shapes are big enough to be cut */
+		check_count++;
+		if (memcmp(ref, a->out.p, bytes) != 0) {
+			check_failures++;
+			fprintf(stderr, "%s: the output cut in %d range(s) is not the serial one\n",
+			        what, np);
+		}
+	}
+	free(ref);
+	for (int k = 0; k < a->nin; k++)
+		free(a->in[k].p);
+	free(a->out.p);
+}
+
+static void test_cut_bits(void)
+{
+	rng_state = 5;
+	for (int ln = 0; ln < 2; ln++)
+		for (int gamma = 0; gamma < 2; gamma++) {
+			DtmkArgs a = {.nin = gamma ? 2 : 3, .f = {1e-5}};
+			a.in[0] = ten(DTM_F32, 2, 300, 48, 0, 0);
+			a.in[1] = ten(DTM_F32, 2, 300, 48, 0, 0);
+			if (!gamma)
+				a.in[2] = ten(DTM_F32, 1, 48, 0, 0, 0);
+			a.out = gamma ? ten(DTM_F32, 1, 48, 0, 0, 0)
+			              : ten(DTM_F32, 2, 300, 48, 0, 0);
+			KernelFn fn = ln ? (gamma ? dtmk_layernorm_bwd_gamma : dtmk_layernorm_bwd)
+			                 : (gamma ? dtmk_rmsnorm_bwd_gamma : dtmk_rmsnorm_bwd);
+			same_bits(ln ? (gamma ? "layernorm_bwd_gamma" : "layernorm_bwd")
+			             : (gamma ? "rmsnorm_bwd_gamma" : "rmsnorm_bwd"),
+			          fn, &a);
+		}
+	DtmkArgs g = {.nin = 2};
+	g.in[0] = ten(DTM_F32, 2, 300, 64, 0, 0);
+	g.in[1] = ten(DTM_F32, 2, 300, 64, 0, 0);
+	g.out = ten(DTM_F32, 2, 300, 64, 0, 0);
+	same_bits("gelu_bwd", dtmk_gelu_bwd, &g);
+	for (int causal = 0; causal < 2; causal++) {
+		DtmkArgs a = {.nin = 4, .nints = 2, .ints = {3, causal}};
+		for (int k = 0; k < 4; k++)
+			a.in[k] = ten(DTM_F32, 3, 3, 20, 24, 0);
+		IrNode out = {.dtype = IR_F32, .rank = 4, .shape = {3, 3, 20, 24}};
+		tensor(&a.out, &out);
+		same_bits("attention_bwd", dtmk_attention_bwd, &a);
+	}
+	DtmkArgs c = {.nin = 3};
+	c.in[0] = ten(DTM_F32, 0, 0, 0, 0, 0);
+	c.in[1] = ten(DTM_F32, 3, 5, 140, 13, 0);
+	c.in[2] = ten(DTM_I32, 2, 5, 140, 0, 13);
+	c.out = ten(DTM_F32, 3, 5, 140, 13, 0);
+	same_bits("cross_entropy_bwd", dtmk_cross_entropy_bwd, &c);
+}
+
 int main(void)
 {
 	diag_init(&diag, stderr);
@@ -285,6 +392,7 @@ int main(void)
 	test_embed_pad();
 	test_attention_bwd();
 	test_cross_entropy_bwd();
+	test_cut_bits();
 	arena_free(&arena);
 	return check_report();
 }

@@ -19,10 +19,13 @@ static Diag diag;
 
 /* Calls fn over [0, n) in ranges of 3 items, in reverse order: results
  * must not depend on how the pool splits the work. */
+static int cut_calls;
+
 static void split_for(const DtmCtx *ctx, int64_t n, int64_t grain, DtmRangeFn fn, void *arg)
 {
 	(void)ctx;
 	(void)grain;
+	cut_calls++;
 	for (int64_t hi = n; hi > 0; hi -= 3)
 		fn(arg, hi - 3 > 0 ? hi - 3 : 0, hi);
 }
@@ -273,6 +276,115 @@ static void test_model_ops(void)
 	run_case("const", m, c, dtmk_const, 0);
 }
 
+/* ---- the way a kernel's work is cut changes no bit (issue 13 point 9) ----
+ *
+ * The pool cuts a kernel's items into as many ranges as there are
+ * threads, and the default thread count follows the host's cores, so a
+ * kernel whose result depended on the cut would train differently on
+ * another machine.  Each hot kernel runs on shapes big enough that it
+ * calls parallel_for, serially and cut three ways (ranges of 3 items last
+ * first; 2, 3 and 4 contiguous ranges like the pool's, last first); the
+ * outputs must be the same bytes. */
+
+static int parts_n;
+
+static void parts_for(const DtmCtx *c, int64_t n, int64_t grain, DtmRangeFn fn, void *arg)
+{
+	(void)c;
+	(void)grain;
+	cut_calls++;
+	for (int i = parts_n - 1; i >= 0; i--) {
+		int64_t lo = n * i / parts_n, hi = n * (i + 1) / parts_n;
+		if (lo < hi)
+			fn(arg, lo, hi);
+	}
+}
+
+static DtmkTensor ten(DtmDtype t, int rank, const int64_t *shape, uint64_t stream, int lim)
+{
+	DtmkTensor x = { .dtype = t, .rank = rank, .numel = 1 };
+	for (int i = 0; i < rank; i++) {
+		x.shape[i] = shape[i];
+		x.numel *= shape[i];
+	}
+	x.p = malloc(4 * (size_t)x.numel);
+	for (int64_t i = 0; i < x.numel; i++) {
+		if (t == DTM_I32)
+			((int32_t *)x.p)[i] =
+			        (int32_t)(dtm_rand_u32(6, stream, (uint64_t)i) % (uint32_t)lim);
+		else
+			((float *)x.p)[i] = dtm_rand_f32(6, stream, (uint64_t)i) * 4.0f - 2.0f;
+	}
+	return x;
+}
+
+/* Runs kern on a (inputs filled, out allocated) serially and cut; frees. */
+static void same_bits(const char *what, Kern kern, DtmkArgs *a)
+{
+	size_t bytes = 4 * (size_t)a->out.numel;
+	char *ref = malloc(bytes);
+	DtmCtx serial = ctx;
+	serial.parallel_for = NULL;
+	memset(a->out.p, 0xff, bytes);
+	kern(&serial, a);
+	memcpy(ref, a->out.p, bytes);
+	static const char *cuts[] = { "by 3 items", "in 2", "in 3", "in 4" };
+	for (int cut = 0; cut < 4; cut++) {
+		DtmCtx c = ctx;
+		c.parallel_for = cut ? parts_for : split_for;
+		parts_n = cut + 1;
+		cut_calls = 0;
+		memset(a->out.p, 0xff, bytes);
+		kern(&c, a);
+		/* the shapes are big enough that the kernel cuts its work */
+		CHECK(cut_calls > 0);
+		check_count++;
+		if (memcmp(ref, a->out.p, bytes) != 0) {
+			check_failures++;
+			fprintf(stderr, "%s: the output cut %s is not the serial one\n", what,
+			        cuts[cut]);
+		}
+	}
+	free(ref);
+	for (int k = 0; k < a->nin; k++)
+		free(a->in[k].p);
+	free(a->out.p);
+}
+
+static void test_cut_bits(void)
+{
+	for (int ln = 0; ln < 2; ln++) {
+		DtmkArgs a = { .nin = ln ? 3 : 2, .f = { 1e-5 } };
+		a.in[0] = ten(DTM_F32, 2, SHAPE(300, 48), 1, 0);
+		a.in[1] = ten(DTM_F32, 1, SHAPE(48), 2, 0);
+		if (ln)
+			a.in[2] = ten(DTM_F32, 1, SHAPE(48), 3, 0);
+		a.out = ten(DTM_F32, 2, SHAPE(300, 48), 4, 0);
+		same_bits(ln ? "layernorm" : "rmsnorm", ln ? dtmk_layernorm : dtmk_rmsnorm, &a);
+	}
+	for (int ax = 0; ax < 2; ax++)
+		for (int lg = 0; lg < 2; lg++) {
+			const int64_t *sh = ax ? SHAPE(40, 200) : SHAPE(200, 40);
+			DtmkArgs a = { .nin = 1, .nints = 1, .ints = { ax ? 0 : 1 } };
+			a.in[0] = ten(DTM_F32, 2, sh, 5, 0);
+			a.out = ten(DTM_F32, 2, sh, 6, 0);
+			same_bits(lg ? "log_softmax" : "softmax",
+			          lg ? dtmk_log_softmax : dtmk_softmax, &a);
+		}
+	for (int causal = 0; causal < 2; causal++) {
+		DtmkArgs a = { .nin = 3, .nints = 2, .ints = { 3, causal } };
+		for (int k = 0; k < 3; k++)
+			a.in[k] = ten(DTM_F32, 3, SHAPE(3, 20, 24), 7 + (uint64_t)k, 0);
+		a.out = ten(DTM_F32, 3, SHAPE(3, 20, 24), 10, 0);
+		same_bits("attention", dtmk_attention, &a);
+	}
+	DtmkArgs a = { .nin = 2 };
+	a.in[0] = ten(DTM_F32, 3, SHAPE(5, 70, 13), 11, 0);
+	a.in[1] = ten(DTM_I32, 2, SHAPE(5, 70), 12, 13);
+	a.out = ten(DTM_F32, 0, NULL, 13, 0);
+	same_bits("cross_entropy", dtmk_cross_entropy, &a);
+}
+
 int main(void)
 {
 	diag_init(&diag, stderr);
@@ -283,6 +395,7 @@ int main(void)
 	test_softmax_norms();
 	test_movement();
 	test_model_ops();
+	test_cut_bits();
 	arena_free(&arena);
 	return check_report();
 }

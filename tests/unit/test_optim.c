@@ -817,6 +817,109 @@ static void test_pipeline(IrDtype precision)
 	ir_eval_free(&e);
 }
 
+/* ---- the way a kernel's work is cut changes no bit (issue 13 point 9) ----
+ *
+ * grad_norm sums squares in chunks fixed by the tensor's size and adds
+ * them in order; the updates are elementwise.  Both on tensors big enough
+ * to be cut (over DTMK_OPT_GRAIN elements), run serially and cut in 2, 3
+ * and 4 ranges (last first): the norm, params and state must be the same
+ * bytes. */
+
+static int parts_n, cut_calls;
+
+static void parts_for(const DtmCtx *c, int64_t n, int64_t grain, DtmRangeFn fn, void *arg)
+{
+	(void)c;
+	(void)grain;
+	cut_calls++;
+	for (int i = parts_n - 1; i >= 0; i--) {
+		int64_t lo = n * i / parts_n, hi = n * (i + 1) / parts_n;
+		if (lo < hi)
+			fn(arg, lo, hi);
+	}
+}
+
+enum { CUT_N = 40000 };
+
+static DtmkTensor cut_tensor(float *p, int64_t n)
+{
+	DtmkTensor t = { .p = p, .dtype = DTM_F32, .rank = 1, .shape = { n }, .numel = n };
+	return t;
+}
+
+static void test_cut_bits(void)
+{
+	/* p, g, m, v (v >= 0), a second small gradient, the norm */
+	static float init[4][CUT_N], bufs[4][CUT_N], ref[4][CUT_N], g2[7];
+	for (int k = 0; k < 4; k++)
+		for (int i = 0; i < CUT_N; i++) {
+			double r = sin(0.37 * i + k) * 0.5;
+			init[k][i] = (float)(k == 3 ? r * r : r);
+		}
+	for (int i = 0; i < 7; i++)
+		g2[i] = (float)i;
+	float norm, ref_norm = 0;
+	for (int kern = 0; kern < 3; kern++) {
+		for (int cut = 1; cut <= 4; cut++) {
+			DtmCtx ctx = { .lr = 0.01f, .step = 3, .nthreads = 4 };
+			if (cut > 1)
+				ctx.parallel_for = parts_for;
+			parts_n = cut;
+			cut_calls = 0;
+			memcpy(bufs, init, sizeof bufs);
+			DtmkArgs a;
+			memset(&a, 0, sizeof a);
+			a.fx[IR_OPTIM_BETA1] = kern == 1 ? 0.9 : 0.5; /* beta1 or momentum */
+			a.fx[IR_OPTIM_BETA2] = 0.95;
+			a.fx[IR_OPTIM_EPS] = 1e-8;
+			a.fx[IR_OPTIM_WD] = 0.1;
+			a.fx[IR_OPTIM_CLIP] = 1.0;
+			const char *what;
+			if (kern == 0) {
+				what = "grad_norm";
+				a.nin = 2;
+				a.in[0] = cut_tensor(bufs[1], CUT_N);
+				a.in[1] = cut_tensor(g2, 7);
+				a.out = cut_tensor(&norm, 1);
+				a.out.rank = 0;
+				dtmk_grad_norm(&ctx, &a);
+			} else {
+				/* the norm makes the clip factor < 1 */
+				float nv = 3.0f;
+				a.in[0] = cut_tensor(bufs[0], CUT_N);
+				a.in[1] = cut_tensor(bufs[1], CUT_N);
+				a.in[2] = cut_tensor(bufs[2], CUT_N);
+				a.in[3] = cut_tensor(bufs[3], CUT_N);
+				a.out = a.in[0];
+				if (kern == 1) {
+					what = "adamw_step";
+					a.nin = 5;
+					a.in[4] = cut_tensor(&nv, 1);
+					dtmk_adamw_step(&ctx, &a);
+				} else {
+					what = "sgd_step";
+					a.nin = 4; /* p, g, mom, norm */
+					a.in[3] = cut_tensor(&nv, 1);
+					dtmk_sgd_step(&ctx, &a);
+				}
+			}
+			if (cut == 1) {
+				memcpy(ref, bufs, sizeof ref);
+				ref_norm = norm;
+				continue;
+			}
+			CHECK(cut_calls > 0);
+			check_count++;
+			if (memcmp(ref, bufs, sizeof ref) != 0 ||
+			    (kern == 0 && memcmp(&ref_norm, &norm, sizeof norm) != 0)) {
+				check_failures++;
+				fprintf(stderr, "%s: cut in %d ranges, not the serial result\n",
+				        what, cut);
+			}
+		}
+	}
+}
+
 int main(void)
 {
 	diag_init(&diag, stderr);
@@ -829,6 +932,7 @@ int main(void)
 	test_autocast();
 	test_pipeline(IR_F32);
 	test_pipeline(IR_BF16);
+	test_cut_bits();
 	arena_free(&arena);
 	return check_report();
 }
