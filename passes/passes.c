@@ -5,9 +5,10 @@
  * that breaks an invariant is named in the message.  "lower" is not a pass:
  * it names the module as lowering left it, before any pass ran.
  *
- * For now the pipeline is only the verifier; later issues add shape,
- * autodiff, optimizer, propagate, partition, state, pipeline, schedule and
- * memplan in front of it.
+ * pass_run is the pass manager: stop-after, verify-each (on unless the
+ * caller trusts its input), a time per pass, and the analyses at the end
+ * (fuse, memplan) kept for the caller.  driver/driver.c calls it for every
+ * command that compiles.
  */
 #include "passes.h"
 #include "autodiff.h"
@@ -22,9 +23,11 @@
 #include "recompute.h"
 #include "state.h"
 
+#include <assert.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 static bool run_verify(IrModule *m, Diag *d, const PassOptions *opt)
 {
@@ -32,73 +35,100 @@ static bool run_verify(IrModule *m, Diag *d, const PassOptions *opt)
 	return ir_verify(m, d, "verify");
 }
 
-/* fuse and memplan are analyses: they leave the IR as it is and codegen
- * recomputes their plans (see fuse.h); running them here checks that the
- * final IR can be planned and, with -v, reports the arenas. */
-static bool run_fuse(IrModule *m, Diag *d, const PassOptions *opt)
+/* fuse and memplan are analyses: they leave the IR as it is and keep their
+ * plans in the run's PassAnalyses, which the plan builder and the emitters
+ * read (see fuse.h).  Run on IR text printed after fuse, memplan computes
+ * the fuse plan it needs itself. */
+static Arena *analysis_arena(const IrModule *m, PassAnalyses *an)
 {
-	(void)opt;
-	Arena a;
-	FusePlan fp;
-	arena_init(&a);
-	bool ok = pass_fuse_plan(m, &a, d, &fp);
-	arena_free(&a);
-	return ok;
+	return an->arena ? an->arena : m->arena;
 }
 
-static bool run_memplan(IrModule *m, Diag *d, const PassOptions *opt)
+static bool run_fuse(const IrModule *m, PassAnalyses *an, Diag *d, const PassOptions *opt)
 {
-	Arena a;
-	FusePlan fp;
-	MemPlan mp;
-	arena_init(&a);
-	bool ok = pass_fuse_plan(m, &a, d, &fp) && pass_memplan(m, &fp, &a, d, &mp);
-	if (ok && opt->verbose) {
+	(void)opt;
+	FusePlan *fp = arena_alloc(analysis_arena(m, an), sizeof *fp);
+	if (!fp) {
+		diag_error(d, (SrcLoc){0}, "fuse: out of memory");
+		return false;
+	}
+	if (!pass_fuse_plan(m, analysis_arena(m, an), d, fp))
+		return false;
+	an->fuse = fp;
+	return true;
+}
+
+static bool run_memplan(const IrModule *m, PassAnalyses *an, Diag *d, const PassOptions *opt)
+{
+	if (!an->fuse && !run_fuse(m, an, d, opt))
+		return false;
+	MemPlan *mp = arena_alloc(analysis_arena(m, an), sizeof *mp);
+	if (!mp) {
+		diag_error(d, (SrcLoc){0}, "memplan: out of memory");
+		return false;
+	}
+	if (!pass_memplan(m, an->fuse, analysis_arena(m, an), d, mp))
+		return false;
+	an->mem = mp;
+	if (opt->verbose) {
 		for (int k = 0; k < DTM_ARENA_COUNT; k++)
 			fprintf(stderr, "dtmc: memplan: arena %-5s %lld bytes\n",
-			        pass_memplan_arena_name(k), (long long)mp.arena_bytes[k]);
-		for (int s = 0; mp.nstages > 1 && s < mp.nstages; s++) {
+			        pass_memplan_arena_name(k), (long long)mp->arena_bytes[k]);
+		for (int s = 0; mp->nstages > 1 && s < mp->nstages; s++) {
 			fprintf(stderr, "dtmc: memplan: stage %d:", s);
 			for (int k = 0; k < DTM_ARENA_COUNT; k++)
 				fprintf(stderr, " %s %lld", pass_memplan_arena_name(k),
-				        (long long)mp.stage_arena_bytes[s][k]);
+				        (long long)mp->stage_arena_bytes[s][k]);
 			fprintf(stderr, " bytes; %d micro-batches in flight\n",
-			        pass_memplan_inflight(m, &mp, s));
+			        pass_memplan_inflight(m, mp, s));
 		}
 	}
-	arena_free(&a);
-	return ok;
+	return true;
 }
 
+#define R(f) PASS_READS(IR_TRAIN_##f)
+
+/* The pipeline.  `reads`: the train settings each pass's output depends on
+ * (passes.h); keep them exact, `dtmc sweep` shares work by them. */
 static const Pass passes[] = {
+	/* pipeline model chunks, carried by everything derived after */
+	{.name = "stages", .run = pass_stages, .reads = PASS_READS_CHUNKS},
 	/* gradient accumulation: the forward unrolled over the micro-batches
 	 * (microbatch.c), so everything after sees one program */
-	/* pipeline model chunks, carried by everything derived after */
-	{"stages", pass_stages},
-	{"microbatch", pass_microbatch},
+	{.name = "microbatch", .run = pass_microbatch, .reads = R(MICROBATCHES)},
 	/* precision before autodiff so gradients come out in the compute
 	 * dtype; optim after it, consuming the gradients (see precision.c) */
-	{"precision", pass_precision},
-	{"autodiff", pass_autodiff},
-	{"optim", pass_optim},
+	{.name = "precision", .run = pass_precision, .reads = R(PRECISION)},
+	/* with pp > 1 and micro-batches, the gradient sums deferred */
+	{.name = "autodiff", .run = pass_autodiff, .reads = R(MICROBATCHES)},
+	{.name = "optim", .run = pass_optim,
+	 .reads = R(OPTIMIZER) | R(BETA1) | R(BETA2) | R(EPS) | R(WEIGHT_DECAY) | R(CLIP) |
+	          R(MOMENTUM) | R(NESTEROV)},
 	/* every value gets a placement; partition consumes them */
-	{"propagate", pass_propagate},
+	{.name = "propagate", .run = pass_propagate,
+	 .reads = R(SEQUENCE_PARALLEL) | R(UNEVEN_SHARDS)},
 	/* activation checkpointing: clones of each block's forward in its
 	 * backward, placed as the originals (recompute.c) */
-	{"recompute", pass_recompute},
+	{.name = "recompute", .run = pass_recompute, .reads = R(RECOMPUTE)},
 	/* ZeRO stages as placements, then FSDP's per-unit gathers (state.c) */
-	{"state", pass_state},
-	{"partition", pass_partition},
-	{"state_units", pass_state_units},
+	{.name = "state", .run = pass_state, .reads = R(ZERO) | R(ZERO_AXES)},
+	{.name = "partition", .run = pass_partition, .reads = R(SEQUENCE_PARALLEL)},
+	{.name = "state_units", .run = pass_state_units,
+	 .reads = R(ZERO) | R(ZERO_AXES) | R(RESHARD_AFTER_FORWARD) | R(PREFETCH)},
 	/* DDP's per-gradient all_reduces grouped into buckets (bucket.c) */
-	{"bucket", pass_bucket},
+	{.name = "bucket", .run = pass_bucket, .reads = R(BUCKET_BYTES)},
 	/* one program per pp coordinate in schedule order (pipeline.c) */
-	{"pipeline", pass_pipeline},
-	{"verify", run_verify},
-	{"fuse", run_fuse},
-	{"memplan", run_memplan},
-	{NULL, NULL},
+	{.name = "pipeline", .run = pass_pipeline,
+	 .reads = R(MICROBATCHES) | R(SCHEDULE) | R(VIRTUAL_STAGES) | PASS_READS_CHUNKS},
+	{.name = "verify", .run = run_verify},
+	{.name = "fuse", .analyse = run_fuse},
+	{.name = "memplan", .analyse = run_memplan},
+	{.name = NULL},
 };
+#undef R
+
+static_assert(sizeof passes / sizeof passes[0] - 1 <= PASS_MAX, "PASS_MAX holds the pipeline");
+static_assert(IR_TRAIN_COUNT < 63, "PASS_READS bits fit a uint64_t");
 
 const Pass *pass_list(void)
 {
@@ -155,6 +185,24 @@ static int position(const char *name)
 		if (strcmp(passes[i].name, name) == 0)
 			return i;
 	return -2;
+}
+
+int pass_position(const char *name)
+{
+	return position(name);
+}
+
+int pass_count(void)
+{
+	return (int)(sizeof passes / sizeof passes[0]) - 1;
+}
+
+int pass_first_reader(uint64_t settings)
+{
+	int i = 0;
+	while (passes[i].name && !(passes[i].reads & settings))
+		i++;
+	return i;
 }
 
 bool pass_has_run(const IrModule *m, const char *name)
@@ -310,57 +358,112 @@ bool pass_check_input(const IrModule *m, Diag *d)
 	return true;
 }
 
-bool pass_run_until(IrModule *m, Diag *d, const PassOptions *opt, const char *stop_after)
+/* The calling thread's CPU time and the wall time, in seconds. */
+static void clocks(double *cpu, double *wall)
 {
-	static const PassOptions defaults = {0};
-	if (!opt)
-		opt = &defaults;
-	if (stop_after && !pass_exists(stop_after)) {
-		char names[512];
-		known_passes(names, sizeof names);
-		diag_error(d, (SrcLoc){0}, "unknown pass '%s' (known passes: %s)", stop_after,
-		           names);
-		return false;
-	}
-	if (!pass_check_input(m, d))
+	struct timespec t;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+	*cpu = (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	*wall = (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static bool known_stop(const char *stop_after, Diag *d)
+{
+	if (!stop_after || pass_exists(stop_after))
+		return true;
+	char names[512];
+	known_passes(names, sizeof names);
+	diag_error(d, (SrcLoc){0}, "unknown pass '%s' (known passes: %s)", stop_after, names);
+	return false;
+}
+
+bool pass_run(IrModule *m, Diag *d, const PassRunOptions *o)
+{
+	static const PassRunOptions defaults = {0};
+	if (!o)
+		o = &defaults;
+	if (!known_stop(o->stop_after, d))
 		return false;
 	/* IR text printed after a pass goes on from there: the passes before
 	 * it ran already, and those after partition would not take their own
 	 * output again (a pipeline's stage programs split twice) */
-	int from = position(m->after), to = -1;
-	while (passes[to + 1].name)
-		to++;
-	if (stop_after)
-		to = position(stop_after);
+	int from = position(m->after), to = pass_count() - 1;
+	if (o->stop_after)
+		to = position(o->stop_after);
 	if (to < from) {
 		char names[512];
 		names_from(from, names, sizeof names);
 		diag_error(d, m->after_loc,
 		           "this IR is after pass '%s': --after=%s names an earlier pass (the IR "
 		           "can only go on: --after=%s)",
-		           m->after, stop_after, names);
+		           m->after, o->stop_after, names);
 		return false;
 	}
+	/* without a caller's store, the analyses run as checks (can the final
+	 * IR be planned?) into a scratch arena */
+	Arena scratch;
+	PassAnalyses drop = {.arena = &scratch};
+	PassAnalyses *an = o->an ? o->an : &drop;
+	if (!o->an)
+		arena_init(&scratch);
+	PassOptions popt = {.verbose = o->verbose};
 	int nerr0 = d->nerr;
-	for (int i = from + 1; i <= to; i++) {
+	bool ok = true;
+	for (int i = from + 1; i <= to && ok; i++) {
 		const Pass *p = &passes[i];
-		if (opt->verbose)
+		bool verifier = p->run == run_verify;
+		if (verifier && o->no_verify) {
+			m->after = p->name;
+			m->after_loc = (SrcLoc){0};
+			continue;
+		}
+		if (o->verbose)
 			fprintf(stderr, "dtmc: running pass '%s'\n", p->name);
-		if (!p->run(m, d, opt) || d->nerr > nerr0) {
+		double c0 = 0, w0 = 0;
+		if (o->times)
+			clocks(&c0, &w0);
+		if (p->run) {
+			/* a transform: analyses of the IR before it no longer hold */
+			an->fuse = NULL;
+			an->mem = NULL;
+			ok = p->run(m, d, &popt);
+		} else {
+			ok = p->analyse(m, an, d, &popt);
+		}
+		if (!ok || d->nerr > nerr0) {
 			if (d->nerr == nerr0)
 				diag_internal(d, (SrcLoc){0}, "pass '%s' failed without saying why",
 				              p->name);
-			return false;
-		}
-		/* the verifier after every pass, except after the verifier itself:
-		 * what it finds is the pass's fault, the input was verified */
-		if (p->run != run_verify && !ir_verify(m, d, p->name)) {
+			ok = false;
+		} else if (p->run && !verifier && !o->no_verify && !ir_verify(m, d, p->name)) {
+			/* the verifier after every pass, except after the verifier
+			 * itself (what it finds is the pass's fault, the input was
+			 * verified) and the analyses (which leave the IR as it is) */
 			diag_internal(d, (SrcLoc){0}, "pass '%s' left IR that does not verify",
 			              p->name);
-			return false;
+			ok = false;
 		}
-		m->after = p->name;
-		m->after_loc = (SrcLoc){0};
+		if (o->times) {
+			double c1, w1;
+			clocks(&c1, &w1);
+			o->times->cpu_s[i] += c1 - c0;
+			o->times->wall_s[i] += w1 - w0;
+		}
+		if (ok) {
+			m->after = p->name;
+			m->after_loc = (SrcLoc){0};
+		}
 	}
-	return true;
+	if (!o->an)
+		arena_free(&scratch);
+	return ok;
+}
+
+bool pass_run_until(IrModule *m, Diag *d, const PassOptions *opt, const char *stop_after)
+{
+	if (!known_stop(stop_after, d) || !pass_check_input(m, d))
+		return false;
+	PassRunOptions o = {.stop_after = stop_after, .verbose = opt && opt->verbose};
+	return pass_run(m, d, &o);
 }
