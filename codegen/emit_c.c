@@ -640,18 +640,16 @@ static void put_plan(FILE *out, const DtmPlan *p, bool cuda)
 }
 
 bool cg_emit_c(FILE *out, const IrModule *m, const FusePlan *fp, const MemPlan *mp,
-               const CgEmitOptions *opt, Diag *d)
+               const DtmPlan *p, const CgEmitOptions *opt, Diag *d)
 {
 	Arena a;
 	arena_init(&a);
 	Emit e = { out, m, fp, d };
 	bool cuda = opt && opt->cuda;
-	const DtmPlan *p = cg_plan_build(m, fp, mp, &a, d);
-	int nk = p ? p->nkernels : 0;
-	CgPlanKernel *ks = p ? arena_alloc(&a, sizeof *ks * (size_t)(nk ? nk : 1)) : NULL;
-	if (!p || !ks) {
-		if (p)
-			diag_error(d, (SrcLoc){0}, "out of memory generating C");
+	int nk = p->nkernels;
+	CgPlanKernel *ks = arena_alloc(&a, sizeof *ks * (size_t)(nk ? nk : 1));
+	if (!ks) {
+		diag_error(d, (SrcLoc){0}, "out of memory generating C");
 		arena_free(&a);
 		return false;
 	}

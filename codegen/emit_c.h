@@ -15,6 +15,7 @@
 #include "../ir/ir.h"
 #include "../passes/fuse.h"
 #include "../passes/memplan.h"
+#include "../runtime/plan.h"
 
 typedef struct CgEmitOptions {
 	/* The repository root: the emitter includes every
@@ -26,11 +27,12 @@ typedef struct CgEmitOptions {
 } CgEmitOptions;
 
 /* Writes the program for the final IR m (the per-rank program after
- * partition; on one rank the whole one) with its fusion and memory plans.
- * Returns false after reporting to d (an op the CPU back end cannot
- * express, a write error). */
+ * partition; on one rank the whole one) with its fusion and memory plans
+ * and the Plan built from them (codegen/plan_build.h), whose tables it
+ * prints.  Returns false after reporting to d (an op the CPU back end
+ * cannot express, a write error). */
 bool cg_emit_c(FILE *out, const IrModule *m, const FusePlan *fp, const MemPlan *mp,
-               const CgEmitOptions *opt, Diag *d);
+               const DtmPlan *p, const CgEmitOptions *opt, Diag *d);
 
 /* One kernel of the plan (DtmPlan.kernels[k]): the node it computes, and
  * the node ids of its action's args (inputs, then the output), so other

@@ -401,13 +401,12 @@ bool cg_emit_cuda_tables(FILE *out, const IrModule *m, const FusePlan *fp, const
 	return ok;
 }
 
-bool cg_write_cuda_source(const IrModule *m, const char *path, const char *src_dir, Diag *d)
+bool cg_write_cuda_source(const IrModule *m, const FusePlan *fp, const MemPlan *mp,
+                          const char *path, const char *src_dir, Diag *d)
 {
 	Arena a;
 	arena_init(&a);
-	FusePlan fp;
-	MemPlan mp;
-	bool ok = pass_fuse_plan(m, &a, d, &fp) && pass_memplan(m, &fp, &a, d, &mp);
+	bool ok = true;
 	bool std = strcmp(path, "-") == 0;
 	char *tmp = std ? NULL : arena_printf(&a, "%s.tmp", path);
 	FILE *f = NULL;
@@ -419,7 +418,7 @@ bool cg_write_cuda_source(const IrModule *m, const char *path, const char *src_d
 		}
 	}
 	if (ok)
-		ok = cg_emit_cuda(f, m, &fp, &mp, src_dir, NULL, 0, NULL, d);
+		ok = cg_emit_cuda(f, m, fp, mp, src_dir, NULL, 0, NULL, d);
 	if (f && !std) {
 		if (fclose(f) != 0 && ok) {
 			diag_error(d, (SrcLoc){0}, "cannot write '%s'", tmp);

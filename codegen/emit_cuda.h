@@ -46,9 +46,11 @@ bool cg_emit_cuda(FILE *out, const IrModule *m, const FusePlan *fp, const MemPla
 bool cg_emit_cuda_tables(FILE *out, const IrModule *m, const FusePlan *fp, const MemPlan *mp,
                          const char *src_dir, Diag *d);
 
-/* `dtmc cuda-src`: plans m (which has been through the pass pipeline) and
- * writes its CUDA source to path ("-": standard output). */
-bool cg_write_cuda_source(const IrModule *m, const char *path, const char *src_dir, Diag *d);
+/* `dtmc cuda-src`: writes the CUDA source of m (which has been through the
+ * pass pipeline) with its fusion and memory plans to path ("-": standard
+ * output). */
+bool cg_write_cuda_source(const IrModule *m, const FusePlan *fp, const MemPlan *mp,
+                          const char *path, const char *src_dir, Diag *d);
 
 /* ---- launch shapes (pure functions of the shapes; unit-tested) ---- */
 

@@ -1,6 +1,9 @@
 /* link.c - `dtmc build`: plans memory, writes the C file, runs the system C
  * compiler and links the runtime into one executable.
  *
+ * Consumes the final IR with its fusion and memory plans and its Plan, as
+ * the driver computed them (driver/driver.h).
+ *
  * Outputs never exist half-written: the C goes to OUTPUT.dtm.c.tmp and the
  * executable to OUTPUT.tmp.PID, renamed to OUTPUT only after cc succeeded.
  * A failed compile keeps the C (as OUTPUT.dtm.c) and names it, since a
@@ -85,28 +88,25 @@ static int run_cmd(char *const *argv)
 	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
 }
 
-bool cg_build(const IrModule *m, const CgBuildOptions *opt, Diag *d)
+void cg_report_memory(FILE *out, const MemPlan *mp)
+{
+	int64_t tot = 0;
+	fprintf(out, "dtmc: planned memory per arena:\n");
+	for (int k = 0; k < DTM_ARENA_COUNT; k++) {
+		fprintf(out, "  %-6s %12lld bytes\n", pass_memplan_arena_name(k),
+		        (long long)mp->arena_bytes[k]);
+		tot += mp->arena_bytes[k];
+	}
+	fprintf(out, "  total  %12lld bytes (activations without reuse: %lld)\n",
+	        (long long)tot, (long long)mp->act_unshared);
+}
+
+bool cg_build(const IrModule *m, const FusePlan *fp, const MemPlan *mp, const DtmPlan *p,
+              const CgBuildOptions *opt, Diag *d)
 {
 	Arena a;
 	arena_init(&a);
-	FusePlan fp;
-	MemPlan mp;
-	bool ok = pass_fuse_plan(m, &a, d, &fp) && pass_memplan(m, &fp, &a, d, &mp);
-	if (!ok) {
-		arena_free(&a);
-		return false;
-	}
-	if (opt->verbose) {
-		int64_t tot = 0;
-		fprintf(stderr, "dtmc: planned memory per arena:\n");
-		for (int k = 0; k < DTM_ARENA_COUNT; k++) {
-			fprintf(stderr, "  %-6s %12lld bytes\n", pass_memplan_arena_name(k),
-			        (long long)mp.arena_bytes[k]);
-			tot += mp.arena_bytes[k];
-		}
-		fprintf(stderr, "  total  %12lld bytes (activations without reuse: %lld)\n",
-		        (long long)tot, (long long)mp.act_unshared);
-	}
+	bool ok = true;
 	const char *outp = opt->output;
 	char *cpath = arena_printf(&a, "%s.dtm.c.tmp", outp);
 	char *kept = arena_printf(&a, "%s.dtm.c", outp);
@@ -119,7 +119,7 @@ bool cg_build(const IrModule *m, const CgBuildOptions *opt, Diag *d)
 		return false;
 	}
 	CgEmitOptions eo = { .src_dir = DTM_SOURCE_DIR, .cuda = opt->cuda };
-	ok = cg_emit_c(f, m, &fp, &mp, &eo, d);
+	ok = cg_emit_c(f, m, fp, mp, p, &eo, d);
 	if (fclose(f) != 0 && ok) {
 		diag_error(d, (SrcLoc){0}, "cannot write '%s'", cpath);
 		ok = false;

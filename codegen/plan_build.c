@@ -28,7 +28,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../frontend/lower.h"
 #include "../passes/passes.h"
 #include "emit_c.h"
 
@@ -859,47 +858,4 @@ void cg_plan_lean_store_free(CgLeanStore *s)
 {
 	free(s->bufs);
 	*s = (CgLeanStore){0};
-}
-
-DtmPlan *cg_compile(const char *path, const CgCompileOptions *o, Arena *a, Diag *d, IrModule **mout)
-{
-	LowerOptions lo;
-	memset(&lo, 0, sizeof lo);
-	if (o) {
-		if (o->ndefines > LOWER_MAX_DEFINES || o->ntrain > LOWER_MAX_TRAIN ||
-		    o->ndefines > 32 || o->ntrain > 32) {
-			diag_error(d, (SrcLoc){0}, "too many -D or --train options");
-			return NULL;
-		}
-		lo.mesh = o->mesh;
-		lo.ndefines = o->ndefines;
-		for (int i = 0; i < o->ndefines; i++) {
-			lo.define_names[i] = o->define_names[i];
-			lo.define_values[i] = o->define_values[i];
-		}
-		lo.ntrain = o->ntrain;
-		for (int i = 0; i < o->ntrain; i++)
-			lo.train[i] = o->train[i];
-	}
-	IrModule *m = lower_path(a, d, path, &lo);
-	if (!m && d->nerr == 0)
-		diag_error(d, (SrcLoc){.file = path}, "could not be lowered");
-	if (!m || d->nerr > 0 || !ir_verify(m, d, "lower"))
-		return NULL;
-	ir_count_attention(m);
-	PassOptions popt = { .verbose = false };
-	if (!pass_run_until(m, d, &popt, NULL))
-		return NULL;
-	FusePlan *fp = arena_alloc(a, sizeof *fp);
-	MemPlan *mp = arena_alloc(a, sizeof *mp);
-	if (!fp || !mp) {
-		diag_error(d, (SrcLoc){0}, "out of memory");
-		return NULL;
-	}
-	if (!pass_fuse_plan(m, a, d, fp) || !pass_memplan(m, fp, a, d, mp))
-		return NULL;
-	DtmPlan *p = cg_plan_build(m, fp, mp, a, d);
-	if (p && mout)
-		*mout = m;
-	return p;
 }

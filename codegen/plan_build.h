@@ -5,6 +5,8 @@
  * codegen/emit_c.c prints this structure, and the tools (`dtmc inspect`,
  * `dtmc sweep`) read it, so they see exactly what the runtime runs.  Only
  * the kernels' code stays with the emitters (kernels[] entries are NULL).
+ * driver/driver.h builds it once per compile (drv_plan) and hands it to
+ * the emitters.
  */
 #ifndef DTM_PLAN_BUILD_H
 #define DTM_PLAN_BUILD_H
@@ -38,18 +40,5 @@ void cg_plan_lean_store_free(CgLeanStore *s);
  * is keep's (valid until the next build with it), else from `a`. */
 DtmPlan *cg_plan_build_lean(const IrModule *m, const FusePlan *fp, const MemPlan *mp,
                             CgLeanStore *keep, Arena *a, Diag *d);
-
-/* lower + every pass + fuse + memplan + cg_plan_build for a model file with
- * dtmc's options (mesh, -D defines, --train overrides); *mout gets the final
- * IR.  NULL after reporting to d. */
-typedef struct CgCompileOptions {
-	const char *mesh;
-	int ndefines;
-	const char *define_names[32];
-	const char *define_values[32];
-	int ntrain;
-	const char *train[32];
-} CgCompileOptions;
-DtmPlan *cg_compile(const char *path, const CgCompileOptions *o, Arena *a, Diag *d, IrModule **mout);
 
 #endif

@@ -22,7 +22,7 @@
 
 #include "../codegen/emit_cuda.h"
 #include "../codegen/link.h"
-#include "../frontend/lower.h"
+#include "../driver/driver.h"
 #include "../ir/ir.h"
 #include "../passes/passes.h"
 #include "../passes/pipeline.h"
@@ -445,50 +445,16 @@ static int parse_args(const Command *c, int argc, char **argv, Args *args)
 	return 0;
 }
 
-static bool ends_with(const char *s, const char *suffix)
-{
-	size_t n = strlen(s), k = strlen(suffix);
-	return n >= k && strcmp(s + n - k, suffix) == 0;
-}
-
 static bool is_ir_input(const char *path)
 {
-	return strcmp(path, "-") == 0 || ends_with(path, ".ir");
+	return drv_is_ir_path(path);
 }
 
-/* Reads FILE as a .dtm model (lowered) or as IR text (parsed), and verifies
- * the result.  Returns NULL after reporting errors to d. */
-static IrModule *load(Arena *a, Diag *d, const Args *args)
+/* The driver's options from the command line's. */
+static DrvOptions drv_options(const Args *args)
 {
-	IrModule *m;
-	if (is_ir_input(args->file)) {
-		if (args->lower.ndefines > 0 || args->lower.mesh || args->lower.ntrain > 0) {
-			diag_error(d, (SrcLoc){0},
-			           "-D, --mesh and --train apply to .dtm models, not to IR text ('%s')",
-			           args->file);
-			return NULL;
-		}
-		SrcFile *src = arena_alloc(a, sizeof *src);
-		if (!src) {
-			diag_error(d, (SrcLoc){0}, "out of memory");
-			return NULL;
-		}
-		if (!src_read_file(a, d, args->file, src))
-			return NULL;
-		diag_add_file(d, src);
-		m = ir_parse(a, d, src);
-		if (!m && d->nerr == 0)
-			diag_error(d, (SrcLoc){.file = src->name}, "no IR module found");
-		if (!m || d->nerr > 0)
-			return NULL;
-		return ir_verify(m, d, "parse") && pass_check_input(m, d) ? m : NULL;
-	}
-	m = lower_path(a, d, args->file, &args->lower);
-	if (!m && d->nerr == 0)
-		diag_error(d, (SrcLoc){.file = args->file}, "could not be lowered");
-	if (!m || d->nerr > 0)
-		return NULL;
-	return ir_verify(m, d, "lower") && pass_check_input(m, d) ? m : NULL;
+	DrvOptions o = {.lower = args->lower, .stop_after = args->after, .verbose = args->verbose};
+	return o;
 }
 
 /* Flushes stdout and turns a failed write (a full disk, a closed pipe) into
@@ -519,16 +485,21 @@ static int cmd_check(const Args *args)
 	Diag d;
 	arena_init(&a);
 	diag_init(&d, stderr);
-	IrModule *m = load(&a, &d, args);
-	bool ok = m != NULL;
+	DrvOptions o = drv_options(args);
+	Compiled c;
+	bool ok = drv_load(&c, &a, &d, args->file, &o);
+	IrModule *m = c.m;
 	/* the pipeline stages as `build` decides them (stage annotations
 	 * against the data flow are errors), on a copy: the summary shows the
 	 * annotations */
 	if (ok && pipeline_axis(m) >= 0 && !pass_has_run(m, "stages")) {
-		IrModule *c = ir_module_clone(&a, m);
-		if (!c)
+		Compiled staged = c;
+		staged.m = ir_module_clone(&a, m);
+		if (!staged.m)
 			diag_error(&d, (SrcLoc){0}, "out of memory");
-		ok = c && pass_run_until(c, &d, NULL, "stages");
+		o.stop_after = "stages";
+		o.verbose = false;
+		ok = staged.m && drv_run(&staged, &d, &o);
 	}
 	if (ok) {
 		report_check(stdout, m);
@@ -543,29 +514,29 @@ static int cmd_print(const Args *args)
 	Diag d;
 	arena_init(&a);
 	diag_init(&d, stderr);
-	PassOptions popt = {.verbose = args->verbose};
-	IrModule *m = load(&a, &d, args);
-	bool ok = m != NULL;
+	DrvOptions o = drv_options(args);
+	Compiled c;
+	bool ok = drv_load(&c, &a, &d, args->file, &o);
 	/* IR text is at whatever stage it was printed at (its `after` line):
 	 * without --after it is printed as read.  A model runs the whole
 	 * pipeline by default. */
 	if (ok && (args->after || !is_ir_input(args->file)))
-		ok = pass_run_until(m, &d, &popt, args->after);
+		ok = drv_run(&c, &d, &o);
 	/* Print only a module that made it through: never half an output. */
 	if (ok) {
-		ir_print(stdout, m);
+		ir_print(stdout, c.m);
 		ok = flush_stdout(&d);
 	}
 	return finish(&a, &d, ok);
 }
 
 /* The model through every pass: the per-rank program of each pipeline
- * stage (the binary runs the mesh as threads or under mpirun). */
-static IrModule *compile_all(Arena *a, Diag *d, const Args *args)
+ * stage (the binary runs the mesh as threads or under mpirun), with its
+ * analyses. */
+static bool compile_all(Compiled *c, Arena *a, Diag *d, const Args *args)
 {
-	PassOptions popt = {.verbose = args->verbose};
-	IrModule *m = load(a, d, args);
-	return m && pass_run_until(m, d, &popt, NULL) ? m : NULL;
+	DrvOptions o = drv_options(args);
+	return drv_load(c, a, d, args->file, &o) && drv_run(c, d, &o) && drv_analyses(c, d);
 }
 
 static int cmd_build(const Args *args)
@@ -574,11 +545,15 @@ static int cmd_build(const Args *args)
 	Diag d;
 	arena_init(&a);
 	diag_init(&d, stderr);
-	IrModule *m = compile_all(&a, &d, args);
-	bool ok = m != NULL;
+	Compiled c;
+	DrvOptions o = drv_options(args);
+	bool ok = compile_all(&c, &a, &d, args);
+	if (ok && args->verbose)
+		cg_report_memory(stderr, c.an.mem);
+	ok = ok && drv_plan(&c, &d, &o);
 	if (ok) {
 		CgBuildOptions bo = {args->output, args->verbose, args->keep_c, args->cuda};
-		ok = cg_build(m, &bo, &d);
+		ok = cg_build(c.m, c.an.fuse, c.an.mem, c.plan, &bo, &d);
 	}
 	return finish(&a, &d, ok);
 }
@@ -589,10 +564,10 @@ static int cmd_cuda_src(const Args *args)
 	Diag d;
 	arena_init(&a);
 	diag_init(&d, stderr);
-	IrModule *m = compile_all(&a, &d, args);
-	bool ok = m != NULL;
+	Compiled c;
+	bool ok = compile_all(&c, &a, &d, args);
 	if (ok)
-		ok = cg_write_cuda_source(m, args->output, cg_source_dir(), &d);
+		ok = cg_write_cuda_source(c.m, c.an.fuse, c.an.mem, args->output, cg_source_dir(), &d);
 	if (ok && strcmp(args->output, "-") == 0)
 		ok = flush_stdout(&d);
 	return finish(&a, &d, ok);
@@ -613,22 +588,15 @@ static int cmd_inspect(const Args *args)
 		fprintf(stderr, "dtmc: error: --dot-scope needs --dot FILE\n");
 		return 1;
 	}
+	/* inspect has always taken at most 32 of each */
 	const LowerOptions *lo = &args->lower;
-	int cap = (int)(sizeof o.compile.train / sizeof o.compile.train[0]);
+	int cap = 32;
 	if (lo->ndefines > cap || lo->ntrain > cap) {
 		fprintf(stderr, "dtmc: error: inspect takes at most %d -D and %d --train options\n",
 		        cap, cap);
 		return 1;
 	}
-	o.compile.mesh = lo->mesh;
-	o.compile.ndefines = lo->ndefines;
-	for (int i = 0; i < lo->ndefines; i++) {
-		o.compile.define_names[i] = lo->define_names[i];
-		o.compile.define_values[i] = lo->define_values[i];
-	}
-	o.compile.ntrain = lo->ntrain;
-	for (int i = 0; i < lo->ntrain; i++)
-		o.compile.train[i] = lo->train[i];
+	o.lower = *lo;
 	return inspect_main(&o);
 }
 

@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../driver/driver.h"
 #include "../passes/fuse.h"
 #include "../passes/memplan.h"
 #include "../runtime/rt.h"
@@ -259,7 +260,7 @@ static int64_t align64(int64_t b)
 
 bool inspect_node_in_stage(const Insp *in, int i, int s)
 {
-	return in->mp.nstages <= 1 || in->m->nodes[i]->stage == s;
+	return in->mp->nstages <= 1 || in->m->nodes[i]->stage == s;
 }
 
 static bool memory(Insp *in, int s)
@@ -302,7 +303,7 @@ static bool memory(Insp *in, int s)
 	if (!live)
 		return false;
 	for (int i = 0; i < n; i++) {
-		const MemPlanBuf *b = &in->mp.buf[i];
+		const MemPlanBuf *b = &in->mp->buf[i];
 		if (b->owner != i || b->arena != DTM_ARENA_ACT || !inspect_node_in_stage(in, i, s))
 			continue;
 		int lo = b->live_from < 0 ? 0 : b->live_from > n ? n : b->live_from;
@@ -320,7 +321,7 @@ static bool memory(Insp *in, int s)
 	}
 	free(live);
 	for (int i = 0; i < n; i++) {
-		const MemPlanBuf *b = &in->mp.buf[i];
+		const MemPlanBuf *b = &in->mp->buf[i];
 		if (b->owner != i || b->arena != DTM_ARENA_ACT || !inspect_node_in_stage(in, i, s) ||
 		    b->live_from > sm->act_at || b->live_to < sm->act_at)
 			continue;
@@ -334,7 +335,7 @@ static bool memory(Insp *in, int s)
 		else
 			sm->act_other += bytes;
 	}
-	sm->inflight = pass_memplan_inflight(m, &in->mp, s);
+	sm->inflight = pass_memplan_inflight(m, in->mp, s);
 	DtmPlan view;
 	rt_plan_stage_view(p, s, &view);
 	sm->staging = rt_overlap_staging_bytes(&view, &view.stages[0], &sm->nstaging);
@@ -575,7 +576,7 @@ static bool analyse(Insp *in)
 		return false;
 	/* the llm.c FLOPs per token: N params (a tied weight counted once),
 	 * L attention layers and C their width, T the sequence; L and C are
-	 * the model's, counted before the passes (cg_compile) */
+	 * the model's, counted before the passes (drv_load) */
 	if (!count_params(in))
 		return false;
 	in->layers = m->attn_layers > 0 ? m->attn_layers : 0;
@@ -1061,15 +1062,19 @@ int inspect_main(const InspectOptions *o)
 	arena_init(&a);
 	diag_init(&d, stderr);
 	Insp in = {.o = o, .a = &a, .d = &d};
+	DrvProfile prof = {0};
+	DrvOptions dopt = {.lower = o->lower, .profile = o->time_passes ? &prof : NULL};
 	bool ok = load_hw(&in);
 	if (ok) {
-		in.p = cg_compile(o->file, &o->compile, &a, &d, &in.m);
-		ok = in.p != NULL && d.nerr == 0;
+		Compiled c;
+		ok = drv_compile(&c, &a, &d, o->file, &dopt) && d.nerr == 0;
+		/* the plan, and its fuse and memory plans for liveness and the
+		 * micro-batches in flight */
+		in.m = c.m;
+		in.p = c.plan;
+		in.fp = c.an.fuse;
+		in.mp = c.an.mem;
 	}
-	/* the plan's fuse and memory plans again, for liveness and the
-	 * micro-batches in flight (the same pure functions of the IR) */
-	if (ok)
-		ok = pass_fuse_plan(in.m, &a, &d, &in.fp) && pass_memplan(in.m, &in.fp, &a, &d, &in.mp);
 	if (ok && !analyse(&in)) {
 		if (!d.nerr && !in.reported)
 			fputs("dtmc: error: out of memory\n", stderr);
@@ -1094,6 +1099,8 @@ int inspect_main(const InspectOptions *o)
 		ok = inspect_write_dot(&in, o->dot);
 	if (d.nerr)
 		diag_summary(&d);
+	if (o->time_passes)
+		drv_profile_print(stderr, &prof, 0, NULL);
 	cost_report_free(&in.cost);
 	arena_free(&a);
 	return ok ? 0 : 1;

@@ -1,6 +1,6 @@
 /* inspect.h - `dtmc inspect`: what a compiled layout will do, without running.
  *
- * Compiles a model as `dtmc build` does (codegen/plan_build.h: the same
+ * Compiles a model as `dtmc build` does (driver/driver.h: the same
  * DtmPlan the binary runs) and reports, per pipeline stage and mesh
  * coordinate, the communication schedule, the totals per step by mesh axes
  * and by collective kind, memory per rank (peak = the stage's arenas, what
@@ -15,11 +15,12 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "../codegen/plan_build.h"
+#include "../frontend/lower.h"
 
 typedef struct InspectOptions {
 	const char *file;          /* the .dtm model */
-	CgCompileOptions compile;  /* --mesh, -D, --train */
+	LowerOptions lower;        /* --mesh, -D, --train */
+	bool time_passes;          /* --time-passes: time per pass on stderr */
 	const char *hw;            /* --hw: a built-in profile or an override file; NULL: h100 */
 	int nodes;                 /* --nodes K: the mesh over K nodes; 0: hw's node size */
 	int64_t rank;              /* --rank R: whose coordinates the schedule shows (per stage) */

@@ -46,8 +46,8 @@ typedef struct Insp {
 	Diag *d;
 	IrModule *m;
 	const DtmPlan *p;
-	FusePlan fp;
-	MemPlan mp;
+	const FusePlan *fp; /* the compile's analyses (driver/driver.h) */
+	const MemPlan *mp;
 	HwProfile hw;
 	CostReport cost;
 	int64_t world, node_size;

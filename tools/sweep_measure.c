@@ -2,7 +2,8 @@
  * machine at hand.
  *
  * The best K candidates of the ranking are built the way `dtmc build`
- * builds (lower, every pass with the verifier, codegen/link.c's cg_build)
+ * builds (driver/driver.h: lower, every pass with the verifier, the plan;
+ * codegen/link.c's cg_build)
  * into a temporary folder, and each binary trains a few steps on the local
  * backend (ranks as threads of one process) with -v and a JSONL log.  The
  * prediction is the same plan costed under the `cpu` profile with every
@@ -20,10 +21,7 @@
 #include <unistd.h>
 
 #include "../codegen/link.h"
-#include "../codegen/plan_build.h"
-#include "../passes/fuse.h"
-#include "../passes/memplan.h"
-#include "../passes/passes.h"
+#include "../driver/driver.h"
 #include "cost.h"
 #include "sweep_impl.h"
 
@@ -33,8 +31,9 @@ typedef struct Measured {
 	int steps; /* timed steps */
 } Measured;
 
-/* Lowers, applies c's choose() options, runs every pass and builds the
- * binary at exe; costs its plan under the cpu profile into *ms. */
+/* Lowers, applies c's choose() options, runs every pass (with the
+ * verifier) and builds the binary at exe; costs its plan under the cpu
+ * profile into *ms. */
 static bool build_one(const SweepRun *r, const SweepCand *c, const char *exe, Measured *ms)
 {
 	Arena a;
@@ -50,22 +49,16 @@ static bool build_one(const SweepRun *r, const SweepCand *c, const char *exe, Me
 	int nt = sweep_train_overrides(r, c, tr, 8, tbuf, sizeof tbuf);
 	for (int k = 0; k < nt && lo.ntrain < LOWER_MAX_TRAIN; k++)
 		lo.train[lo.ntrain++] = tr[k];
-	IrModule *m = lower_path(&a, &d, r->o.file, &lo);
-	bool ok = m && d.nerr == 0 && ir_verify(m, &d, "lower");
-	for (int k = 0; ok && k < m->nchooses && k < r->s.nchooses; k++) {
-		IrChoose *ch = &m->chooses[k];
-		int sel = c->choose[k] < ch->nopts ? c->choose[k] : 0;
-		ch->selected = sel;
-		m->nodes[ch->node]->place = ch->opts[sel];
+	DrvOptions o = {0};
+	DrvSource src;
+	Compiled cc;
+	bool ok = drv_parse(&src, &a, &d, r->o.file) && drv_lower_ast(&cc, &a, &d, &src, &lo, &o);
+	if (ok) {
+		drv_select_choose(cc.m, c->choose, r->s.nchooses);
+		/* as `dtmc build` takes it, with the choice made */
+		ok = pass_check_input(cc.m, &d) && drv_run(&cc, &d, &o) && drv_plan(&cc, &d, &o);
 	}
-	PassOptions po = {.verbose = false};
-	ok = ok && pass_run_until(m, &d, &po, NULL);
-	FusePlan fp;
-	MemPlan mp;
-	DtmPlan *p = NULL;
-	if (ok && pass_fuse_plan(m, &a, &d, &fp) && pass_memplan(m, &fp, &a, &d, &mp))
-		p = cg_plan_build(m, &fp, &mp, &a, &d);
-	ok = p != NULL;
+	DtmPlan *p = ok ? cc.plan : NULL;
 	if (ok) {
 		ms->pred_peak = 0;
 		for (int s = 0; s < p->nstages; s++) {
@@ -87,7 +80,7 @@ static bool build_one(const SweepRun *r, const SweepCand *c, const char *exe, Me
 	}
 	if (ok) {
 		CgBuildOptions bo = {.output = exe};
-		ok = cg_build(m, &bo, &d);
+		ok = cg_build(cc.m, cc.an.fuse, cc.an.mem, p, &bo, &d);
 	}
 	if (d.nerr > 0)
 		diag_summary(&d);

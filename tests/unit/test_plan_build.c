@@ -1,6 +1,6 @@
 /* test_plan_build.c - the in-memory Plan (codegen/plan_build.c).
  *
- * cg_compile on the repository's models: the plan has the shape the C back
+ * The driver's compile (drv_compile) of the repository's models: the plan has the shape the C back
  * end prints and the runtime validates (buffers inside their arenas, every
  * action's buffer ids and kernel indices in range, kernel names set and
  * kernel functions NULL), the collectives the placements imply, pipelined
@@ -9,15 +9,20 @@
 #include <stdlib.h>
 
 #include "check.h"
-#include "codegen/plan_build.h"
+#include "driver/driver.h"
 
 static DtmPlan *compile(Arena *a, Diag *d, const char *path, const char *mesh, int ntrain,
                         const char *const *train, IrModule **m)
 {
-	CgCompileOptions o = {.mesh = mesh, .ntrain = ntrain};
+	DrvOptions o = {.lower = {.mesh = mesh, .ntrain = ntrain}};
 	for (int i = 0; i < ntrain; i++)
-		o.train[i] = train[i];
-	return cg_compile(path, &o, a, d, m);
+		o.lower.train[i] = train[i];
+	Compiled c;
+	if (!drv_compile(&c, a, d, path, &o))
+		return NULL;
+	if (m)
+		*m = c.m;
+	return c.plan;
 }
 
 /* What rt_plan_validate checks, less the kernel functions (NULL here). */

@@ -1,0 +1,294 @@
+/* driver.c - the compile driver (see driver.h).
+ *
+ * Consumes a path (a .dtm model or IR text) and the command line's
+ * options; produces a Compiled: the module after the last pass that ran,
+ * the analyses the pass manager kept (passes/passes.c: fuse, memplan) and
+ * the Plan (codegen/plan_build.c).  Nothing here decides what a pass does;
+ * this file only says in which order the phases run and keeps what they
+ * computed, so no command assembles the pipeline itself.
+ */
+#include "driver.h"
+
+#include <string.h>
+#include <time.h>
+
+/* ---- time per phase ---- */
+
+DrvClock drv_clock(void)
+{
+	struct timespec t;
+	DrvClock c;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+	c.cpu = (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	c.wall = (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+	return c;
+}
+
+void drv_profile_add(DrvProfile *p, int phase, DrvClock t0)
+{
+	if (!p || phase < 0 || phase >= DRV_MAX_PHASES)
+		return;
+	DrvClock t1 = drv_clock();
+	p->cpu_s[phase] += t1.cpu - t0.cpu;
+	p->wall_s[phase] += t1.wall - t0.wall;
+}
+
+int drv_profile_extra(DrvProfile *p, const char *name)
+{
+	for (int k = DRV_PHASE_EXTRA0; k < DRV_MAX_PHASES; k++) {
+		if (p->name[k] && !strcmp(p->name[k], name))
+			return k;
+		if (!p->name[k]) {
+			p->name[k] = name;
+			return k;
+		}
+	}
+	return -1;
+}
+
+void drv_profile_sum(DrvProfile *dst, const DrvProfile *src)
+{
+	for (int i = 0; i < PASS_MAX; i++) {
+		dst->pass.cpu_s[i] += src->pass.cpu_s[i];
+		dst->pass.wall_s[i] += src->pass.wall_s[i];
+	}
+	for (int k = 0; k < DRV_MAX_PHASES; k++) {
+		int to = k;
+		if (k >= DRV_PHASE_EXTRA0) {
+			if (!src->name[k])
+				continue;
+			to = drv_profile_extra(dst, src->name[k]);
+			if (to < 0)
+				continue;
+		}
+		dst->cpu_s[to] += src->cpu_s[k];
+		dst->wall_s[to] += src->wall_s[k];
+	}
+	if (!dst->load_name)
+		dst->load_name = src->load_name;
+}
+
+/* Phase i of the printed order: load, the passes, the plan, the extras. */
+static bool phase_at(const DrvProfile *p, int i, const char **name, double *cpu, double *wall)
+{
+	int np = pass_count();
+	if (i == 0) {
+		*name = p->load_name ? p->load_name : "lower";
+		*cpu = p->cpu_s[DRV_PHASE_LOAD];
+		*wall = p->wall_s[DRV_PHASE_LOAD];
+	} else if (i <= np) {
+		*name = pass_list()[i - 1].name;
+		*cpu = p->pass.cpu_s[i - 1];
+		*wall = p->pass.wall_s[i - 1];
+	} else if (i == np + 1) {
+		*name = "plan build";
+		*cpu = p->cpu_s[DRV_PHASE_PLAN];
+		*wall = p->wall_s[DRV_PHASE_PLAN];
+	} else {
+		int k = DRV_PHASE_EXTRA0 + (i - np - 2);
+		if (k >= DRV_MAX_PHASES)
+			return false;
+		*name = p->name[k];
+		*cpu = p->cpu_s[k];
+		*wall = p->wall_s[k];
+	}
+	return true;
+}
+
+void drv_profile_print(FILE *out, const DrvProfile *p, int64_t per, const char *item)
+{
+	double cpu_total = 0, wall_total = 0, cpu, wall;
+	const char *name;
+	for (int i = 0; phase_at(p, i, &name, &cpu, &wall); i++) {
+		cpu_total += cpu;
+		wall_total += wall;
+	}
+	if (per > 0) {
+		for (int i = 0; phase_at(p, i, &name, &cpu, &wall); i++)
+			if (name && cpu > 0)
+				fprintf(out, "  %-14s %9.3f s  %8.3f ms/%s  %5.1f%%\n", name, cpu,
+				        cpu / (double)per * 1e3, item, cpu_total > 0 ? cpu / cpu_total * 100 : 0.0);
+		return;
+	}
+	fprintf(out, "dtmc: time per pass (wall and CPU, ms; %% of the wall time):\n");
+	for (int i = 0; phase_at(p, i, &name, &cpu, &wall); i++)
+		if (name && (wall > 0 || cpu > 0))
+			fprintf(out, "  %-14s %10.3f %10.3f  %5.1f%%\n", name, wall * 1e3, cpu * 1e3,
+			        wall_total > 0 ? wall / wall_total * 100 : 0.0);
+	fprintf(out, "  %-14s %10.3f %10.3f\n", "total", wall_total * 1e3, cpu_total * 1e3);
+}
+
+/* ---- compiling ---- */
+
+static bool ends_with(const char *s, const char *suffix)
+{
+	size_t n = strlen(s), k = strlen(suffix);
+	return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+bool drv_is_ir_path(const char *path)
+{
+	return strcmp(path, "-") == 0 || ends_with(path, ".ir");
+}
+
+static void compiled_init(Compiled *c, Arena *a)
+{
+	memset(c, 0, sizeof *c);
+	c->arena = a;
+	c->an.arena = a;
+}
+
+/* IR text: parsed, verified, checked where it stands. */
+static IrModule *load_text(Arena *a, Diag *d, const char *path, const DrvOptions *o)
+{
+	const LowerOptions *lo = &o->lower;
+	if (lo->ndefines > 0 || lo->mesh || lo->ntrain > 0) {
+		diag_error(d, (SrcLoc){0},
+		           "-D, --mesh and --train apply to .dtm models, not to IR text ('%s')", path);
+		return NULL;
+	}
+	SrcFile *src = arena_alloc(a, sizeof *src);
+	if (!src) {
+		diag_error(d, (SrcLoc){0}, "out of memory");
+		return NULL;
+	}
+	if (!src_read_file(a, d, path, src))
+		return NULL;
+	diag_add_file(d, src);
+	IrModule *m = ir_parse(a, d, src);
+	if (!m && d->nerr == 0)
+		diag_error(d, (SrcLoc){.file = src->name}, "no IR module found");
+	if (!m || d->nerr > 0)
+		return NULL;
+	return ir_verify(m, d, "parse") && pass_check_input(m, d) ? m : NULL;
+}
+
+bool drv_load(Compiled *c, Arena *a, Diag *d, const char *path, const DrvOptions *o)
+{
+	compiled_init(c, a);
+	DrvClock t0 = drv_clock();
+	bool text = drv_is_ir_path(path);
+	if (o->profile)
+		o->profile->load_name = text ? "parse" : "lower";
+	IrModule *m;
+	if (text) {
+		m = load_text(a, d, path, o);
+	} else {
+		m = lower_path(a, d, path, &o->lower);
+		if (!m && d->nerr == 0)
+			diag_error(d, (SrcLoc){.file = path}, "could not be lowered");
+		if (m && d->nerr > 0)
+			m = NULL;
+		/* the attention layers of the global program, for inspect's
+		 * FLOPs, before any pass splits or unrolls it */
+		if (m)
+			ir_count_attention(m);
+		if (m && !(ir_verify(m, d, "lower") && pass_check_input(m, d)))
+			m = NULL;
+	}
+	drv_profile_add(o->profile, DRV_PHASE_LOAD, t0);
+	c->m = m;
+	return m != NULL;
+}
+
+bool drv_run(Compiled *c, Diag *d, const DrvOptions *o)
+{
+	PassRunOptions ro = {
+	        .stop_after = o->stop_after,
+	        .no_verify = o->no_verify,
+	        .verbose = o->verbose,
+	        .times = o->profile ? &o->profile->pass : NULL,
+	        .an = &c->an,
+	};
+	return pass_run(c->m, d, &ro);
+}
+
+bool drv_analyses(Compiled *c, Diag *d)
+{
+	Arena *a = c->arena;
+	/* the pipeline kept them unless it ran before this process (IR text
+	 * printed after fuse or memplan) */
+	if (!c->an.fuse) {
+		FusePlan *fp = arena_alloc(a, sizeof *fp);
+		if (!fp) {
+			diag_error(d, (SrcLoc){0}, "out of memory");
+			return false;
+		}
+		if (!pass_fuse_plan(c->m, a, d, fp))
+			return false;
+		c->an.fuse = fp;
+	}
+	if (!c->an.mem) {
+		MemPlan *mp = arena_alloc(a, sizeof *mp);
+		if (!mp) {
+			diag_error(d, (SrcLoc){0}, "out of memory");
+			return false;
+		}
+		if (!pass_memplan(c->m, c->an.fuse, a, d, mp))
+			return false;
+		c->an.mem = mp;
+	}
+	return true;
+}
+
+bool drv_plan(Compiled *c, Diag *d, const DrvOptions *o)
+{
+	if (!drv_analyses(c, d))
+		return false;
+	DrvClock t0 = drv_clock();
+	Arena *a = c->arena;
+	if (o->lean_plan)
+		c->plan = cg_plan_build_lean(c->m, c->an.fuse, c->an.mem, o->lean, a, d);
+	else
+		c->plan = cg_plan_build(c->m, c->an.fuse, c->an.mem, a, d);
+	drv_profile_add(o->profile, DRV_PHASE_PLAN, t0);
+	return c->plan != NULL;
+}
+
+bool drv_compile(Compiled *c, Arena *a, Diag *d, const char *path, const DrvOptions *o)
+{
+	DrvOptions all = *o;
+	all.stop_after = NULL;
+	return drv_load(c, a, d, path, &all) && drv_run(c, d, &all) && drv_plan(c, d, &all);
+}
+
+/* ---- steps that share work ---- */
+
+bool drv_parse(DrvSource *s, Arena *a, Diag *d, const char *path)
+{
+	memset(s, 0, sizeof *s);
+	s->src = arena_alloc(a, sizeof *s->src);
+	if (!s->src || !src_read_file(a, d, path, s->src))
+		return false;
+	diag_add_file(d, s->src);
+	return ast_parse(a, d, s->src, &s->ast);
+}
+
+bool drv_lower_ast(Compiled *c, Arena *a, Diag *d, const DrvSource *s, const LowerOptions *lo,
+                   const DrvOptions *o)
+{
+	compiled_init(c, a);
+	DrvClock t0 = drv_clock();
+	if (o->profile)
+		o->profile->load_name = "lower";
+	IrModule *m = lower_file(a, d, &s->ast, lo);
+	bool ok = m && d->nerr == 0;
+	if (ok)
+		ir_count_attention(m);
+	ok = ok && (o->no_verify || ir_verify(m, d, "lower"));
+	drv_profile_add(o->profile, DRV_PHASE_LOAD, t0);
+	c->m = ok ? m : NULL;
+	return ok;
+}
+
+void drv_select_choose(IrModule *m, const uint8_t *sel, int n)
+{
+	for (int k = 0; k < n && k < m->nchooses; k++) {
+		IrChoose *ch = &m->chooses[k];
+		int s = sel[k] < ch->nopts ? sel[k] : 0;
+		ch->selected = s;
+		if (ch->node >= 0 && ch->node < m->nnodes)
+			m->nodes[ch->node]->place = ch->opts[s];
+	}
+}
