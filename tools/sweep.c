@@ -15,14 +15,19 @@
  * emit (codegen/plan_build.h) and costed by tools/cost.h on the hardware
  * profile; its peak per rank is the largest stage's sum of arenas.
  *
- * Speed: the passes up to `propagate` depend only on the mesh, M, the
- * virtual stages, SP and the choose() options, so candidates are grouped
- * by those; a group is lowered (from one parse of the file) and propagated
- * once, and each member runs the rest of the pipeline (recompute, state,
- * partition, ..., pipeline) on a copy (ir_module_clone).  The verifier
+ * Speed: candidates share the prefix of the pass pipeline that does not
+ * read the settings they differ in.  Each pass declares the train settings
+ * it reads (passes/passes.c's table), each swept dim the settings it
+ * changes, and derive_sharing works out from the two where candidates
+ * part: one lowering (from one parse of the file) per group, then copies
+ * of the module (ir_module_clone) that run on.  On GPT-2 that is one
+ * lowering and stages..propagate per (mesh, M, SP, choose options, virtual
+ * stages), recompute per recompute setting, state..bucket per ZeRO stage,
+ * pipeline..memplan per schedule; `--profile` prints it.  The verifier
  * between passes is skipped unless --verify.  Groups are shared out to
  * --jobs threads (default: the online CPUs), each with its own arenas and
- * diagnostics; the passes keep no mutable global state.
+ * diagnostics; the passes keep no mutable global state.  The compiling is
+ * the driver's (driver/driver.h).
  */
 #include <errno.h>
 #ifdef __GLIBC__
@@ -35,10 +40,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../codegen/plan_build.h"
-#include "../passes/fuse.h"
-#include "../passes/memplan.h"
-#include "../passes/passes.h"
+#include "../driver/driver.h"
 #include "../passes/schedule.h"
 #include "cost.h"
 #include "sweep_impl.h"
@@ -637,48 +639,228 @@ static bool enumerate(SweepRun *r, const IrModule *probe_m)
 	return true;
 }
 
-static bool same_group(const SweepRun *r, const SweepCand *a, const SweepCand *b)
+/* ---- what candidates share ----
+ *
+ * The candidates are enumerated nested (enumerate, add_members), outermost
+ * first, along the dims below.  Each dim names the train settings it
+ * changes (passes/passes.h's PASS_READS bits; 0 for what lowering itself
+ * makes of it: the mesh, choose()'s placements).  The first pass reading a
+ * dim's settings (pass_first_reader; -1 for lowering) is where candidates
+ * differing in it part.  Candidates that agree on the dims outside dim k
+ * and differ in k may also differ in any dim nested inside k, so they
+ * share the passes before the earliest first reader of k and of every
+ * inner dim that varies in this sweep: dim k's split (derive_sharing).
+ * Splits grow from outer dims to inner ones.  The dims whose split is at
+ * most 0 (nothing but lowering to share; a copy costs about a lowering)
+ * make the group: lowered once per group, with the group's settings as
+ * --train overrides.  The others make levels, consecutive dims with the
+ * same split one level: per distinct value of a level's dims, a copy of
+ * the parent's module (ir_module_clone; the last value takes the parent's
+ * itself) gets them and runs the passes from its split to the next
+ * level's; the last level runs to the end of the pipeline, and each
+ * candidate's plan is built from its analyses.  No pass names appear
+ * here: what a pass reads is declared in its table entry. */
+
+typedef struct SweepDim {
+	const char *name;
+	uint64_t reads; /* the settings it changes; 0: lowering's */
+	bool (*same)(const SweepRun *r, const SweepCand *a, const SweepCand *b);
+	/* Sets c's value on a lowered module (NULL: only lowering does). */
+	void (*apply)(IrModule *m, const SweepCand *c);
+} SweepDim;
+
+static bool same_mesh(const SweepRun *r, const SweepCand *a, const SweepCand *b)
 {
-	return !memcmp(a->mesh, b->mesh, sizeof a->mesh) && a->micro == b->micro &&
-	       a->sp == b->sp && !memcmp(a->choose, b->choose, (size_t)r->s.nchooses) &&
-	       (a->sched == SWEEP_SCHED_INTERLEAVED) == (b->sched == SWEEP_SCHED_INTERLEAVED);
+	return !memcmp(a->mesh, b->mesh, sizeof a->mesh);
+}
+
+static bool same_micro(const SweepRun *r, const SweepCand *a, const SweepCand *b)
+{
+	return a->micro == b->micro;
+}
+
+static bool same_sp(const SweepRun *r, const SweepCand *a, const SweepCand *b)
+{
+	return a->sp == b->sp;
+}
+
+static bool same_choose(const SweepRun *r, const SweepCand *a, const SweepCand *b)
+{
+	return !memcmp(a->choose, b->choose, (size_t)r->s.nchooses);
+}
+
+static bool same_vstages(const SweepRun *r, const SweepCand *a, const SweepCand *b)
+{
+	return (a->sched == SWEEP_SCHED_INTERLEAVED) == (b->sched == SWEEP_SCHED_INTERLEAVED);
+}
+
+static bool same_rc(const SweepRun *r, const SweepCand *a, const SweepCand *b)
+{
+	return a->rc == b->rc;
+}
+
+static bool same_zero(const SweepRun *r, const SweepCand *a, const SweepCand *b)
+{
+	return a->zero == b->zero;
+}
+
+static bool same_sched(const SweepRun *r, const SweepCand *a, const SweepCand *b)
+{
+	return a->sched == b->sched;
+}
+
+static void apply_micro(IrModule *m, const SweepCand *c)
+{
+	m->train.microbatches = c->micro;
+}
+
+static void apply_sp(IrModule *m, const SweepCand *c)
+{
+	m->train.sequence_parallel = c->sp;
+}
+
+/* The schedule and its virtual stages, as --train schedule=... sets them. */
+static void apply_sched(IrModule *m, const SweepCand *c)
+{
+	switch (c->sched) {
+	case SWEEP_SCHED_GPIPE:
+		m->train.schedule = "gpipe";
+		m->train.virtual_stages = 1;
+		break;
+	case SWEEP_SCHED_1F1B:
+		m->train.schedule = "1f1b";
+		m->train.virtual_stages = 1;
+		break;
+	case SWEEP_SCHED_INTERLEAVED:
+		m->train.schedule = "interleaved";
+		m->train.virtual_stages = 2;
+		break;
+	default:
+		break;
+	}
+}
+
+static void apply_rc(IrModule *m, const SweepCand *c)
+{
+	m->train.recompute = c->rc;
+}
+
+static void apply_zero(IrModule *m, const SweepCand *c)
+{
+	m->train.zero = c->zero;
+}
+
+#define R(f) PASS_READS(IR_TRAIN_##f)
+/* In the order enumerate nests them, outermost first.  Switching to
+ * interleaved(2) changes the schedule, its virtual stages and the model
+ * chunks; gpipe vs 1f1b only the schedule. */
+static const SweepDim dims[] = {
+	{"mesh", 0, same_mesh, NULL},
+	{"microbatches", R(MICROBATCHES), same_micro, apply_micro},
+	{"sequence_parallel", R(SEQUENCE_PARALLEL), same_sp, apply_sp},
+	{"choose", 0, same_choose, NULL},
+	{"virtual_stages", R(VIRTUAL_STAGES) | R(SCHEDULE) | PASS_READS_CHUNKS, same_vstages,
+	 apply_sched},
+	{"recompute", R(RECOMPUTE), same_rc, apply_rc},
+	{"zero", R(ZERO), same_zero, apply_zero},
+	{"schedule", R(SCHEDULE), same_sched, apply_sched},
+};
+#undef R
+#define NDIMS ((int)(sizeof dims / sizeof dims[0]))
+
+typedef struct Sharing {
+	int ngroup; /* dims [0, ngroup) make the group */
+	int nlevels;
+	/* level L: dims [first[L], first[L + 1]), passes [split[L],
+	 * split[L + 1]) (split[nlevels]: the pipeline's end) */
+	int first[NDIMS + 1];
+	int split[NDIMS + 1];
+} Sharing;
+
+static void derive_sharing(const SweepRun *r, Sharing *sh)
+{
+	int np = pass_count(), split[NDIMS];
+	bool varies[NDIMS] = {false};
+	for (int k = 0; k < NDIMS; k++)
+		for (int64_t i = 1; i < r->ncands && !varies[k]; i++)
+			varies[k] = !dims[k].same(r, &r->cands[i - 1], &r->cands[i]);
+	int inner = np; /* the earliest first reader of the dims inside */
+	for (int k = NDIMS - 1; k >= 0; k--) {
+		if (varies[k]) {
+			int f = dims[k].reads ? pass_first_reader(dims[k].reads) : -1;
+			inner = f < inner ? f : inner;
+		}
+		split[k] = inner;
+	}
+	/* a dim that does not vary splits nothing: it joins the one outside */
+	for (int k = 1; k < NDIMS; k++)
+		if (!varies[k])
+			split[k] = split[k - 1];
+	memset(sh, 0, sizeof *sh);
+	while (sh->ngroup < NDIMS && split[sh->ngroup] <= 0)
+		sh->ngroup++;
+	for (int k = sh->ngroup; k < NDIMS; k++)
+		if (k == sh->ngroup || split[k] != split[k - 1]) {
+			sh->first[sh->nlevels] = k;
+			sh->split[sh->nlevels++] = split[k];
+		}
+	sh->first[sh->nlevels] = NDIMS;
+	sh->split[sh->nlevels] = np;
+}
+
+/* --profile: what the derivation shares, in words. */
+static void print_sharing(FILE *out, const Sharing *sh)
+{
+	const Pass *pl = pass_list();
+	fprintf(out, "dtmc sweep: one lowering per (");
+	for (int k = 0; k < sh->ngroup; k++)
+		fprintf(out, "%s%s", k ? ", " : "", dims[k].name);
+	fprintf(out, ")");
+	int end = sh->nlevels ? sh->split[0] : pass_count();
+	if (end > 0)
+		fprintf(out, " then passes %s..%s", pl[0].name, pl[end - 1].name);
+	for (int L = 0; L < sh->nlevels; L++) {
+		fprintf(out, "; per ");
+		for (int k = sh->first[L]; k < sh->first[L + 1]; k++)
+			fprintf(out, "%s%s", k > sh->first[L] ? ", " : "", dims[k].name);
+		if (sh->split[L] < sh->split[L + 1])
+			fprintf(out, ": passes %s..%s", pl[sh->split[L]].name,
+			        pl[sh->split[L + 1] - 1].name);
+		else
+			fprintf(out, ": a copy, no passes");
+	}
+	fputc('\n', out);
+}
+
+static bool same_dims(const SweepRun *r, const SweepCand *a, const SweepCand *b, int from, int to)
+{
+	for (int k = from; k < to; k++)
+		if (!dims[k].same(r, a, b))
+			return false;
+	return true;
 }
 
 /* ---- compiling and costing ---- */
 
 typedef struct Shared {
 	SweepRun *r;
-	const AstFile *ast;
-	const SrcFile *src;
+	const DrvSource *src;
 	int64_t *gstart; /* ngroups + 1 */
 	int64_t ngroups;
-	/* pass indices: [0, split[0]) run once per group, [split[k],
-	 * split[k + 1]) once per recompute setting (k = 0), ZeRO stage (1)
-	 * and schedule (2) */
-	int split[4];
+	Sharing share;
 	atomic_llong next; /* next group */
 	atomic_llong done; /* candidates finished */
 } Shared;
-
-/* --profile: seconds per phase, summed over the candidates (and threads):
- * lower, each pass by its index in pass_list(), then the extras. */
-enum { PROF_LOWER = 0, PROF_PASS0 = 1, PROF_MAXPASS = 40 };
-enum {
-	PROF_CLONE = PROF_PASS0 + PROF_MAXPASS,
-	PROF_FUSE,
-	PROF_MEMPLAN,
-	PROF_PLAN,
-	PROF_COST,
-	PROF_N
-};
 
 typedef struct Worker {
 	Shared *sh;
 	char err[2048];
 	FILE *errf;
 	pthread_t tid;
-	double prof[PROF_N];
-	double end; /* when it finished, for the run's wall time */
+	DrvProfile prof; /* --profile */
+	int ph_clone, ph_cost;
+	DrvOptions opt;   /* how the driver compiles for it */
+	double end;       /* when it finished, for the run's wall time */
 	CgLeanStore lean; /* finish_member's plans' buffer tables */
 } Worker;
 
@@ -686,15 +868,6 @@ static double now_s(void)
 {
 	struct timespec t;
 	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-/* The calling thread's CPU time: what --profile adds up, so other
- * processes on a busy machine do not inflate it. */
-static double cpu_s(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
 	return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
@@ -707,7 +880,7 @@ static void worker_reset(Worker *w, Diag *d)
 	/* a candidate's cost is the report; a warning line would also read
 	 * as its failure reason */
 	d->no_warnings = true;
-	diag_add_file(d, w->sh->src);
+	diag_add_file(d, w->sh->src->src);
 }
 
 /* The first line of what the diagnostics printed, minus "error: ". */
@@ -731,37 +904,15 @@ static void fail_range(Shared *sh, int64_t lo, int64_t hi, const char *why)
 	atomic_fetch_add(&sh->done, hi - lo);
 }
 
-static bool skip_pass(const char *name)
+/* The driver's pass manager on c from where it stands up to pass `to`
+ * (exclusive). */
+static bool run_to(Worker *w, Compiled *c, Diag *d, int to)
 {
-	/* the verifier runs on request; fuse and memplan are analyses that
-	 * the plan builder below runs itself */
-	return !strcmp(name, "verify") || !strcmp(name, "fuse") || !strcmp(name, "memplan");
-}
-
-static bool run_passes(Worker *w, IrModule *m, Diag *d, int from, int to, bool verify)
-{
-	const Pass *pl = pass_list();
-	PassOptions po = {.verbose = false};
-	for (int i = from; i < to && pl[i].name; i++) {
-		if (skip_pass(pl[i].name))
-			continue;
-		double t0 = cpu_s();
-		bool ok = pl[i].run(m, d, &po) && d->nerr == 0;
-		if (ok && verify)
-			ok = ir_verify(m, d, pl[i].name);
-		w->prof[PROF_PASS0 + (i < PROF_MAXPASS ? i : PROF_MAXPASS - 1)] += cpu_s() - t0;
-		if (!ok)
-			return false;
-	}
-	return true;
-}
-
-static int npasses(void)
-{
-	int n = 0;
-	for (const Pass *p = pass_list(); p->name; p++)
-		n++;
-	return n;
+	if (to <= pass_position(c->m->after) + 1)
+		return true;
+	DrvOptions o = w->opt;
+	o.stop_after = pass_list()[to - 1].name;
+	return drv_run(c, d, &o);
 }
 
 /* Costs one compiled plan into c. */
@@ -807,49 +958,16 @@ static void cost_into(const SweepRun *r, const DtmPlan *p, SweepCand *c)
 	c->status = SWEEP_OK;
 }
 
-static void set_suffix_train(IrModule *m, const SweepCand *c)
-{
-	m->train.zero = c->zero;
-	m->train.recompute = c->rc;
-	switch (c->sched) {
-	case SWEEP_SCHED_GPIPE:
-		m->train.schedule = "gpipe";
-		m->train.virtual_stages = 1;
-		break;
-	case SWEEP_SCHED_1F1B:
-		m->train.schedule = "1f1b";
-		m->train.virtual_stages = 1;
-		break;
-	case SWEEP_SCHED_INTERLEAVED:
-		m->train.schedule = "interleaved";
-		m->train.virtual_stages = 2;
-		break;
-	default:
-		break;
-	}
-}
-
-/* The compiled module of one candidate: the plan, its cost, its peak. */
-static void finish_member(Worker *w, IrModule *m, Arena *a, Diag *d, SweepCand *c)
+/* The compiled module of one candidate (through the whole pipeline, its
+ * analyses kept): the plan, its cost, its peak. */
+static void finish_member(Worker *w, Compiled *cc, Diag *d, SweepCand *c)
 {
 	const SweepRun *r = w->sh->r;
-	FusePlan fp;
-	MemPlan mp;
-	DtmPlan *p = NULL;
-	double t0 = cpu_s();
-	bool ok = pass_fuse_plan(m, a, d, &fp);
-	double t1 = cpu_s();
-	ok = ok && pass_memplan(m, &fp, a, d, &mp);
-	double t2 = cpu_s();
-	if (ok)
-		p = cg_plan_build_lean(m, &fp, &mp, &w->lean, a, d); /* costed, never printed */
-	double t3 = cpu_s();
-	w->prof[PROF_FUSE] += t1 - t0;
-	w->prof[PROF_MEMPLAN] += t2 - t1;
-	w->prof[PROF_PLAN] += t3 - t2;
-	if (p) {
-		cost_into(r, p, c);
-		w->prof[PROF_COST] += cpu_s() - t3;
+	/* costed, never printed: the lean plan */
+	if (drv_plan(cc, d, &w->opt)) {
+		DrvClock t0 = drv_clock();
+		cost_into(r, cc->plan, c);
+		drv_profile_add(w->opt.profile, w->ph_cost, t0);
 	} else {
 		c->status = SWEEP_FAILED;
 		c->reason = strdup(worker_reason(w));
@@ -870,34 +988,32 @@ static void copy_result(SweepCand *c, const SweepCand *like)
 	c->exposed_s = like->exposed_s;
 }
 
-/* The key of level `lv` of a group's members: recompute, then the ZeRO
- * stage, then the schedule (the order they are enumerated in). */
-static int level_key(const SweepCand *c, int lv)
-{
-	return lv == 0 ? c->rc : lv == 1 ? c->zero : c->sched;
-}
-
-/* Runs level lv's passes for members [lo, hi) of a group, which share the
- * module m (owned by the caller, in its arena ma) up to this level: per
- * run of members with the same key a copy -- the last run takes m itself
- * -- gets the key's setting and the level's passes, then the next level.
- * Level 3 finishes one candidate. */
-static void eval_level(Worker *w, IrModule *m, Arena *ma, int lv, int64_t lo, int64_t hi)
+/* Runs level L's passes for members [lo, hi) of a group, which share the
+ * module cm (owned by the caller, in its arena) up to this level: per run
+ * of members with the same values of the level's dims a copy -- the last
+ * run takes cm itself -- gets those values and the level's passes, then
+ * the next level.  Past the last level: one candidate, finished. */
+static void eval_level(Worker *w, Compiled *cm, int L, int64_t lo, int64_t hi)
 {
 	Shared *sh = w->sh;
 	const SweepRun *r = sh->r;
-	if (lv == 3) {
+	const Sharing *s = &sh->share;
+	if (L == s->nlevels) {
 		Diag d;
 		worker_reset(w, &d);
-		finish_member(w, m, ma, &d, &r->cands[lo]);
-		atomic_fetch_add(&sh->done, 1);
+		finish_member(w, cm, &d, &r->cands[lo]);
+		/* the same in every dim: the same plan */
+		for (int64_t i = lo + 1; i < hi; i++)
+			copy_result(&r->cands[i], &r->cands[lo]);
+		atomic_fetch_add(&sh->done, hi - lo);
 		return;
 	}
+	int k0 = s->first[L], k1 = s->first[L + 1];
 	for (int64_t i = lo; i < hi;) {
 		int64_t j = i + 1;
-		while (j < hi && level_key(&r->cands[j], lv) == level_key(&r->cands[i], lv))
+		while (j < hi && same_dims(r, &r->cands[j], &r->cands[i], k0, k1))
 			j++;
-		if (lv == 2 && j == i + 1 && r->cands[i].dup_prev && i > lo) {
+		if (L == s->nlevels - 1 && j == i + 1 && r->cands[i].dup_prev && i > lo) {
 			copy_result(&r->cands[i], &r->cands[i - 1]);
 			atomic_fetch_add(&sh->done, 1);
 			i = j;
@@ -906,21 +1022,26 @@ static void eval_level(Worker *w, IrModule *m, Arena *ma, int lv, int64_t lo, in
 		bool last = j == hi;
 		Arena a;
 		arena_init(&a);
-		Arena *ca = last ? ma : &a;
-		IrModule *c = m;
+		Compiled c = *cm;
 		if (!last) {
-			double t0 = cpu_s();
-			c = ir_module_clone(&a, m);
-			w->prof[PROF_CLONE] += cpu_s() - t0;
+			DrvClock t0 = drv_clock();
+			c.arena = &a;
+			c.an.arena = &a;
+			c.m = ir_module_clone(&a, cm->m);
+			drv_profile_add(w->opt.profile, w->ph_clone, t0);
 		}
 		Diag d;
 		worker_reset(w, &d);
-		if (!c) {
+		if (!c.m) {
 			fail_range(sh, i, j, "out of memory");
 		} else {
-			set_suffix_train(c, &r->cands[i]);
-			if (run_passes(w, c, &d, sh->split[lv], sh->split[lv + 1], r->o.verify))
-				eval_level(w, c, ca, lv + 1, i, j);
+			/* this level's values, and the deeper levels' of the run's
+			 * first member (they set theirs again) */
+			for (int k = k0; k < NDIMS; k++)
+				if (dims[k].apply)
+					dims[k].apply(c.m, &r->cands[i]);
+			if (run_to(w, &c, &d, s->split[L + 1]))
+				eval_level(w, &c, L + 1, i, j);
 			else
 				fail_range(sh, i, j, worker_reason(w));
 		}
@@ -938,7 +1059,8 @@ static void eval_group(Worker *w, int64_t lo, int64_t hi)
 	Diag d;
 	arena_init(&a);
 	worker_reset(w, &d);
-	/* the group's settings: mesh, M, SP, virtual stages */
+	/* the group's settings as lowering takes them: the mesh, and the
+	 * first member's train settings */
 	LowerOptions lo_opt = r->o.lower;
 	char mesh[256], tbuf[512];
 	sweep_mesh_text(r, c0, mesh, sizeof mesh);
@@ -947,25 +1069,18 @@ static void eval_group(Worker *w, int64_t lo, int64_t hi)
 	int nt = sweep_train_overrides(r, c0, tr, 8, tbuf, sizeof tbuf);
 	for (int k = 0; k < nt && lo_opt.ntrain < LOWER_MAX_TRAIN; k++)
 		lo_opt.train[lo_opt.ntrain++] = tr[k];
-	double t0 = cpu_s();
-	IrModule *m = lower_file(&a, &d, sh->ast, &lo_opt);
-	w->prof[PROF_LOWER] += cpu_s() - t0;
-	bool ok = m && d.nerr == 0 && (!r->o.verify || ir_verify(m, &d, "lower"));
-	for (int k = 0; ok && k < r->s.nchooses && k < m->nchooses; k++) {
-		IrChoose *ch = &m->chooses[k];
-		int sel = c0->choose[k] < ch->nopts ? c0->choose[k] : 0;
-		ch->selected = sel;
-		if (ch->node >= 0 && ch->node < m->nnodes)
-			m->nodes[ch->node]->place = ch->opts[sel];
+	Compiled c;
+	bool ok = drv_lower_ast(&c, &a, &d, sh->src, &lo_opt, &w->opt);
+	if (ok) {
+		drv_select_choose(c.m, c0->choose, r->s.nchooses);
+		ok = run_to(w, &c, &d, sh->share.nlevels ? sh->share.split[0] : pass_count());
 	}
-	if (ok)
-		ok = run_passes(w, m, &d, 0, sh->split[0], r->o.verify);
 	if (!ok) {
 		fail_range(sh, lo, hi, worker_reason(w));
 		arena_free(&a);
 		return;
 	}
-	eval_level(w, m, &a, 0, lo, hi);
+	eval_level(w, &c, 0, lo, hi);
 	arena_free(&a);
 }
 
@@ -999,60 +1114,34 @@ static void progress(int64_t done, int64_t total, double t0, bool final)
 	fflush(stderr);
 }
 
-static void print_profile(const SweepRun *r, const double *prof, int nthreads)
+static void print_profile(const SweepRun *r, const Sharing *share, const DrvProfile *prof,
+                          int nthreads)
 {
 	double total = 0;
-	for (int q = 0; q < PROF_N; q++)
-		total += prof[q];
+	for (int i = 0; i < PASS_MAX; i++)
+		total += prof->pass.cpu_s[i];
+	for (int k = 0; k < DRV_MAX_PHASES; k++)
+		total += prof->cpu_s[k];
+	print_sharing(stderr, share);
 	fprintf(stderr,
 	        "dtmc sweep: compile time by phase, %lld candidates on %d thread%s "
 	        "(%.1f ms of CPU each):\n",
 	        (long long)r->ncands, nthreads, nthreads == 1 ? "" : "s",
 	        r->ncands ? total / (double)r->ncands * 1e3 : 0.0);
-	const Pass *pl = pass_list();
-	for (int q = 0; q < PROF_N; q++) {
-		const char *name = q == PROF_LOWER     ? "lower"
-		                   : q == PROF_CLONE   ? "clone"
-		                   : q == PROF_FUSE    ? "fuse plan"
-		                   : q == PROF_MEMPLAN ? "memory plan"
-		                   : q == PROF_PLAN    ? "plan build"
-		                   : q == PROF_COST    ? "cost"
-		                                       : NULL;
-		if (!name && q >= PROF_PASS0 && q < PROF_PASS0 + npasses())
-			name = pl[q - PROF_PASS0].name;
-		if (!name || prof[q] <= 0)
-			continue;
-		fprintf(stderr, "  %-14s %9.3f s  %8.3f ms/candidate  %5.1f%%\n", name, prof[q],
-		        r->ncands ? prof[q] / (double)r->ncands * 1e3 : 0.0,
-		        total > 0 ? prof[q] / total * 100 : 0.0);
-	}
+	drv_profile_print(stderr, prof, r->ncands > 0 ? r->ncands : 1, "candidate");
 }
 
-static bool evaluate(SweepRun *r, const AstFile *ast, const SrcFile *src)
+static bool evaluate(SweepRun *r, const DrvSource *src)
 {
-	Shared sh = {.r = r, .ast = ast, .src = src};
+	Shared sh = {.r = r, .src = src};
 	sh.gstart = malloc(sizeof *sh.gstart * (size_t)(r->ncands + 1));
 	if (!sh.gstart)
 		return false;
+	derive_sharing(r, &sh.share);
 	for (int64_t i = 0; i < r->ncands; i++)
-		if (i == 0 || !same_group(r, &r->cands[i - 1], &r->cands[i]))
+		if (i == 0 || !same_dims(r, &r->cands[i - 1], &r->cands[i], 0, sh.share.ngroup))
 			sh.gstart[sh.ngroups++] = i;
 	sh.gstart[sh.ngroups] = r->ncands;
-	/* Nothing before `recompute` reads the recompute setting, the ZeRO
-	 * stage or the schedule's kind; nothing before `state` the last two,
-	 * nothing before `pipeline` the schedule.  A pass missing from the
-	 * list moves its split to the end: less sharing, same results. */
-	int np = npasses();
-	const char *at[3] = {"recompute", "state", "pipeline"};
-	for (int k = 0; k < 3; k++) {
-		sh.split[k] = np;
-		for (int i = 0; i < np; i++)
-			if (!strcmp(pass_list()[i].name, at[k]))
-				sh.split[k] = i;
-		if (k > 0 && sh.split[k] < sh.split[k - 1])
-			sh.split[k] = sh.split[k - 1];
-	}
-	sh.split[3] = np;
 	atomic_init(&sh.next, 0);
 	atomic_init(&sh.done, 0);
 	int nw = r->o.jobs;
@@ -1063,12 +1152,19 @@ static bool evaluate(SweepRun *r, const AstFile *ast, const SrcFile *src)
 	int started = 0;
 	double t0 = now_s();
 	for (int k = 0; ok && k < nw; k++) {
-		ws[k].sh = &sh;
-		ws[k].errf = fmemopen(ws[k].err, sizeof ws[k].err - 1, "w");
-		if (!ws[k].errf || pthread_create(&ws[k].tid, NULL, worker_main, &ws[k]) != 0) {
-			if (ws[k].errf)
-				fclose(ws[k].errf);
-			ws[k].errf = NULL;
+		Worker *w = &ws[k];
+		w->sh = &sh;
+		/* the verifier between passes on request; the plan is costed,
+		 * never printed: the lean one */
+		w->opt = (DrvOptions){.no_verify = !r->o.verify, .lean_plan = true, .lean = &w->lean,
+		                      .profile = r->o.profile ? &w->prof : NULL};
+		w->ph_clone = drv_profile_extra(&w->prof, "clone");
+		w->ph_cost = drv_profile_extra(&w->prof, "cost");
+		w->errf = fmemopen(w->err, sizeof w->err - 1, "w");
+		if (!w->errf || pthread_create(&w->tid, NULL, worker_main, w) != 0) {
+			if (w->errf)
+				fclose(w->errf);
+			w->errf = NULL;
 			ok = started > 0; /* fewer threads is still fine */
 			break;
 		}
@@ -1089,13 +1185,13 @@ static bool evaluate(SweepRun *r, const AstFile *ast, const SrcFile *src)
 		if (atomic_load(&sh.next) >= sh.ngroups + started)
 			break;
 	}
-	double end = t0, prof[PROF_N] = {0};
+	double end = t0;
+	DrvProfile prof = {0};
 	for (int k = 0; k < started; k++) {
 		pthread_join(ws[k].tid, NULL);
 		fclose(ws[k].errf);
 		end = ws[k].end > end ? ws[k].end : end;
-		for (int q = 0; q < PROF_N; q++)
-			prof[q] += ws[k].prof[q];
+		drv_profile_sum(&prof, &ws[k].prof);
 	}
 	/* the workers' span, not the progress loop's polling */
 	r->seconds = end - t0;
@@ -1103,7 +1199,7 @@ static bool evaluate(SweepRun *r, const AstFile *ast, const SrcFile *src)
 	if (tty)
 		progress(r->ncands, r->ncands, t0, true);
 	if (r->o.profile)
-		print_profile(r, prof, started);
+		print_profile(r, &sh.share, &prof, started);
 	free(ws);
 	free(sh.gstart);
 	if (!ok)
@@ -1195,21 +1291,19 @@ int sweep_main(int argc, char **argv)
 	/* the file's own layout is not a candidate: no warnings about it */
 	d.no_warnings = true;
 	/* one parse for every candidate; the probe lowers it as the file says */
-	SrcFile *src = arena_alloc(&a, sizeof *src);
-	AstFile ast = {0};
-	IrModule *m = NULL;
-	if (src && src_read_file(&a, &d, r.o.file, src)) {
-		diag_add_file(&d, src);
-		if (ast_parse(&a, &d, src, &ast))
-			m = lower_file(&a, &d, &ast, &r.o.lower);
-	}
+	DrvSource src;
+	DrvOptions po = {.no_verify = true};
+	Compiled c = {0};
+	if (drv_parse(&src, &a, &d, r.o.file))
+		drv_lower_ast(&c, &a, &d, &src, &r.o.lower, &po);
+	IrModule *m = c.m;
 	bool ok = m && d.nerr == 0 && probe(&r, m, &a) && enumerate(&r, m);
 	if (ok && r.ncands == 0) {
 		fprintf(stderr, "dtmc: error: no candidate layouts of %s on %lld devices\n",
 		        r.o.file, (long long)r.o.devices);
 		ok = false;
 	}
-	ok = ok && evaluate(&r, &ast, src) && rank_all(&r);
+	ok = ok && evaluate(&r, &src) && rank_all(&r);
 	if (ok) {
 		if (r.o.json)
 			ok = sweep_print_json(stdout, &r);
