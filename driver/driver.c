@@ -111,7 +111,8 @@ void drv_profile_print(FILE *out, const DrvProfile *p, int64_t per, const char *
 				        cpu / (double)per * 1e3, item, cpu_total > 0 ? cpu / cpu_total * 100 : 0.0);
 		return;
 	}
-	fprintf(out, "dtmc: time per pass (wall and CPU, ms; %% of the wall time):\n");
+	fprintf(out, "dtmc: time per phase, each pass with the verifier after it (wall and CPU, "
+	             "ms; %% of the wall time):\n");
 	for (int i = 0; phase_at(p, i, &name, &cpu, &wall); i++)
 		if (name && (wall > 0 || cpu > 0))
 			fprintf(out, "  %-14s %10.3f %10.3f  %5.1f%%\n", name, wall * 1e3, cpu * 1e3,

@@ -1,4 +1,5 @@
-/* dtmc.c - the dtm compiler driver: argument parsing and dispatch only.
+/* dtmc.c - the dtmc command line: argument parsing and dispatch only (the
+ * compile driver, lower -> passes -> analyses -> Plan, is driver/driver.h).
  *
  *   dtmc check FILE [-D name=value]... [--mesh axis=size,...] [--train key=value]...
  *   dtmc print [--after=PASS] [-D name=value]... [--mesh ...] [--train ...]... FILE|-
@@ -37,6 +38,7 @@ typedef struct Args {
 	const char *file;
 	const char *after; /* --after=PASS, or NULL */
 	bool verbose;
+	bool time_passes;  /* --time-passes: time per pass on stderr */
 	const char *output; /* build: -o NAME */
 	bool keep_c;        /* build: --keep-c */
 	bool cuda;          /* build: --cuda */
@@ -76,6 +78,7 @@ static int cmd_tokenize(int argc, char **argv)
 static const Command commands[] = {
 	{"check", "parse, lower and verify a model; summarise its mesh and parameters",
 	 "usage: dtmc check FILE [-D name=value]... [--mesh axis=size,...] [--train key=value]...\n"
+	 "                  [--time-passes]\n"
 	 "\n"
 	 "Parses, lowers and verifies FILE (with pp > 1 also its pipeline stages, as\n"
 	 "build decides them), then prints the model name, the mesh with\n"
@@ -93,12 +96,14 @@ static const Command commands[] = {
 	 "                         section): --train zero=3, --train \"zero=3 over dp\",\n"
 	 "                         --train reshard_after_forward=false, --train steps=50\n"
 	 "  -v, --verbose          say what runs\n"
+	 "  --time-passes          print the time of loading, each pass and the plan\n"
+	 "                         (wall and CPU) on standard error\n"
 	 "\n"
 	 "FILE may also be IR text (a name ending in .ir, or - for standard input).\n",
 	 cmd_check, false, false, NULL},
 	{"print", "print the IR after a pass of the pipeline",
 	 "usage: dtmc print [--after=PASS] [-D name=value]... [--mesh axis=size,...]\n"
-	 "                  [--train key=value]... FILE|-\n"
+	 "                  [--train key=value]... [--time-passes] FILE|-\n"
 	 "\n"
 	 "Lowers FILE, runs the pass pipeline up to and including PASS (default: all\n"
 	 "passes) with the verifier after each, and prints the IR's text form to\n"
@@ -118,11 +123,14 @@ static const Command commands[] = {
 	 "                         the value as written after the key in the train\n"
 	 "                         section): --train zero=3, --train \"zero=3 over dp\",\n"
 	 "                         --train reshard_after_forward=false, --train steps=50\n"
-	 "  -v, --verbose          name each pass as it runs\n",
+	 "  -v, --verbose          name each pass as it runs\n"
+	 "  --time-passes          print the time of loading, each pass and the plan\n"
+	 "                         (wall and CPU) on standard error\n"
+	 ,
 	 cmd_print, true, false, NULL},
 	{"build", "compile a model into a training binary for its mesh",
 	 "usage: dtmc build FILE -o NAME [-D name=value]... [--mesh axis=size,...]\n"
-	 "                  [--train key=value]... [-v] [--keep-c]\n"
+	 "                  [--train key=value]... [-v] [--keep-c] [--cuda] [--time-passes]\n"
 	 "\n"
 	 "Runs the pass pipeline, plans memory, writes C for the CPU and compiles it\n"
 	 "with the system C compiler ($CC, default cc) into the executable NAME, which\n"
@@ -141,6 +149,8 @@ static const Command commands[] = {
 	 "                         section): --train zero=3, --train \"zero=3 over dp\",\n"
 	 "                         --train reshard_after_forward=false, --train steps=50\n"
 	 "  -v, --verbose          print the planned bytes per arena and the cc command\n"
+	 "  --time-passes          print the time of loading, each pass and the plan\n"
+	 "                         (wall and CPU) on standard error\n"
 	 "  --keep-c               keep the generated C as NAME.dtm.c\n"
 	 "  --cuda                 also embed the CUDA kernels (one per plan kernel, see\n"
 	 "                         dtmc help cuda-src), which the binary compiles with\n"
@@ -148,7 +158,7 @@ static const Command commands[] = {
 	 cmd_build, false, true, NULL},
 	{"cuda-src", "write the CUDA source of a model's kernels",
 	 "usage: dtmc cuda-src FILE -o FILE.cu [-D name=value]... [--mesh axis=size,...]\n"
-	 "                  [--train key=value]...\n"
+	 "                  [--train key=value]... [--time-passes]\n"
 	 "\n"
 	 "Runs the pass pipeline as `dtmc build` does and writes the CUDA C++ source\n"
 	 "that `dtmc build --cuda` embeds: one extern \"C\" kernel per plan kernel (the\n"
@@ -163,12 +173,15 @@ static const Command commands[] = {
 	 "  --mesh axis=size,...   replace the declared mesh sizes\n"
 	 "  --train key=value      set a train setting (repeatable), e.g.\n"
 	 "                         --train precision=bf16\n"
-	 "  -v, --verbose          name each pass as it runs\n",
+	 "  -v, --verbose          name each pass as it runs\n"
+	 "  --time-passes          print the time of loading, each pass and the plan\n"
+	 "                         (wall and CPU) on standard error\n"
+	 ,
 	 cmd_cuda_src, false, true, NULL},
 	{"inspect", "show a layout's communication, memory and step time, without running",
 	 "usage: dtmc inspect FILE [-D name=value]... [--mesh axis=size,...] [--train key=value]...\n"
 	 "                  [--hw NAME|FILE] [--nodes K] [--rank R] [--json] [--trace FILE]\n"
-	 "                  [--dot FILE [--dot-scope SCOPE]]\n"
+	 "                  [--dot FILE [--dot-scope SCOPE]] [--time-passes]\n"
 	 "\n"
 	 "Compiles FILE as `dtmc build` does and reports, from the same plan the binary\n"
 	 "runs, without running it:\n"
@@ -196,6 +209,8 @@ static const Command commands[] = {
 	 "                         profile's devices per node)\n"
 	 "  --rank R               the mesh coordinate shown (default 0)\n"
 	 "  --json                 the report as JSON\n"
+	 "  --time-passes          print the time of loading, each pass and the plan\n"
+	 "                         (wall and CPU) on standard error\n"
 	 "  --trace FILE           the simulated timeline as a Chrome trace (Perfetto,\n"
 	 "                         chrome://tracing): one track per rank and stream\n"
 	 "  --dot FILE             the partitioned programs of --rank's pipeline (one per\n"
@@ -338,6 +353,8 @@ static int parse_args(const Command *c, int argc, char **argv, Args *args)
 			return 2;
 		} else if (strcmp(arg, "-v") == 0 || strcmp(arg, "--verbose") == 0) {
 			args->verbose = true;
+		} else if (strcmp(arg, "--time-passes") == 0) {
+			args->time_passes = true;
 		} else if (strncmp(arg, "-D", 2) == 0) {
 			if (!arg[2] && i + 1 >= argc) {
 				usage_error("option '%s' needs name=value", "-D");
@@ -453,8 +470,18 @@ static bool is_ir_input(const char *path)
 /* The driver's options from the command line's. */
 static DrvOptions drv_options(const Args *args)
 {
-	DrvOptions o = {.lower = args->lower, .stop_after = args->after, .verbose = args->verbose};
+	static DrvProfile profile; /* --time-passes: one compile per process */
+	DrvOptions o = {.lower = args->lower, .stop_after = args->after, .verbose = args->verbose,
+	                .profile = args->time_passes ? &profile : NULL};
 	return o;
+}
+
+/* --time-passes: what the compile's phases took, once the command is done
+ * (whether or not it succeeded). */
+static void print_times(const DrvOptions *o)
+{
+	if (o->profile)
+		drv_profile_print(stderr, o->profile, 0, NULL);
 }
 
 /* Flushes stdout and turns a failed write (a full disk, a closed pipe) into
@@ -468,15 +495,16 @@ static bool flush_stdout(Diag *d)
 	return true;
 }
 
-static int finish(Arena *a, Diag *d, bool ok)
+static int finish(Arena *a, Diag *d, bool ok, const DrvOptions *o)
 {
+	int rc = 0;
 	if (!ok || d->nerr > 0) {
 		diag_summary(d);
-		arena_free(a);
-		return 1;
+		rc = 1;
 	}
+	print_times(o);
 	arena_free(a);
-	return 0;
+	return rc;
 }
 
 static int cmd_check(const Args *args)
@@ -505,7 +533,7 @@ static int cmd_check(const Args *args)
 		report_check(stdout, m);
 		ok = flush_stdout(&d);
 	}
-	return finish(&a, &d, ok);
+	return finish(&a, &d, ok, &o);
 }
 
 static int cmd_print(const Args *args)
@@ -527,16 +555,15 @@ static int cmd_print(const Args *args)
 		ir_print(stdout, c.m);
 		ok = flush_stdout(&d);
 	}
-	return finish(&a, &d, ok);
+	return finish(&a, &d, ok, &o);
 }
 
 /* The model through every pass: the per-rank program of each pipeline
  * stage (the binary runs the mesh as threads or under mpirun), with its
  * analyses. */
-static bool compile_all(Compiled *c, Arena *a, Diag *d, const Args *args)
+static bool compile_all(Compiled *c, Arena *a, Diag *d, const Args *args, const DrvOptions *o)
 {
-	DrvOptions o = drv_options(args);
-	return drv_load(c, a, d, args->file, &o) && drv_run(c, d, &o) && drv_analyses(c, d);
+	return drv_load(c, a, d, args->file, o) && drv_run(c, d, o) && drv_analyses(c, d);
 }
 
 static int cmd_build(const Args *args)
@@ -547,15 +574,18 @@ static int cmd_build(const Args *args)
 	diag_init(&d, stderr);
 	Compiled c;
 	DrvOptions o = drv_options(args);
-	bool ok = compile_all(&c, &a, &d, args);
+	bool ok = compile_all(&c, &a, &d, args, &o);
 	if (ok && args->verbose)
 		cg_report_memory(stderr, c.an.mem);
 	ok = ok && drv_plan(&c, &d, &o);
 	if (ok) {
 		CgBuildOptions bo = {args->output, args->verbose, args->keep_c, args->cuda};
+		DrvClock t0 = drv_clock();
 		ok = cg_build(c.m, c.an.fuse, c.an.mem, c.plan, &bo, &d);
+		if (o.profile)
+			drv_profile_add(o.profile, drv_profile_extra(o.profile, "emit C, cc"), t0);
 	}
-	return finish(&a, &d, ok);
+	return finish(&a, &d, ok, &o);
 }
 
 static int cmd_cuda_src(const Args *args)
@@ -565,12 +595,17 @@ static int cmd_cuda_src(const Args *args)
 	arena_init(&a);
 	diag_init(&d, stderr);
 	Compiled c;
-	bool ok = compile_all(&c, &a, &d, args);
-	if (ok)
+	DrvOptions o = drv_options(args);
+	bool ok = compile_all(&c, &a, &d, args, &o);
+	if (ok) {
+		DrvClock t0 = drv_clock();
 		ok = cg_write_cuda_source(c.m, c.an.fuse, c.an.mem, args->output, cg_source_dir(), &d);
+		if (o.profile)
+			drv_profile_add(o.profile, drv_profile_extra(o.profile, "emit CUDA"), t0);
+	}
 	if (ok && strcmp(args->output, "-") == 0)
 		ok = flush_stdout(&d);
-	return finish(&a, &d, ok);
+	return finish(&a, &d, ok, &o);
 }
 
 /* `dtmc inspect`: a model only (IR text has no train section to cost). */
@@ -597,6 +632,7 @@ static int cmd_inspect(const Args *args)
 		return 1;
 	}
 	o.lower = *lo;
+	o.time_passes = args->time_passes;
 	return inspect_main(&o);
 }
 
