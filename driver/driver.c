@@ -293,3 +293,87 @@ void drv_select_choose(IrModule *m, const uint8_t *sel, int n)
 			m->nodes[ch->node]->place = ch->opts[s];
 	}
 }
+
+/* ---- dtmc opt ---- */
+
+bool drv_check_opt_input(const Compiled *c, Diag *d, const char *file, const char *name)
+{
+	int at = pass_position(name);
+	if (at < 0) {
+		diag_error(d, (SrcLoc){0}, "--pass=%s: not a pass of the pipeline", name);
+		return false;
+	}
+	const char *need = at > 0 ? pass_list()[at - 1].name : NULL;
+	const IrModule *m = c->m;
+	if (pass_position(m->after) == at - 1)
+		return true;
+	SrcLoc loc = m->after ? m->after_loc : (SrcLoc){.file = file};
+	char is[96];
+	if (m->after)
+		snprintf(is, sizeof is, "after '%s'", m->after);
+	else
+		snprintf(is, sizeof is, "as lowered (it has no `after` line)");
+	if (need)
+		diag_error(d, loc, "pass '%s' runs on IR after '%s', but this IR is %s", name, need,
+		           is);
+	else
+		diag_error(d, loc, "pass '%s' runs on IR as lowered (no `after` line), but this IR "
+		           "is %s", name, is);
+	return false;
+}
+
+void drv_print_analyses(FILE *out, const Compiled *c, bool fuse, bool mem)
+{
+	const IrModule *m = c->m;
+	const FusePlan *fp = fuse ? c->an.fuse : NULL;
+	const MemPlan *mp = mem ? c->an.mem : NULL;
+	if (fp) {
+		for (int r = 0; r < fp->n; r++) {
+			if (fp->root[r] != r)
+				continue;
+			int members = 0;
+			for (int x = fp->first ? fp->first[r] : 0; x <= r; x++)
+				members += fp->root[x] == r;
+			if (members < 2)
+				continue;
+			int x0 = fp->first ? fp->first[r] : 0;
+			fprintf(out, "# fuse: group %%%d:", r);
+			for (int x = x0; x <= r; x++)
+				if (fp->root[x] == r)
+					fprintf(out, " %%%d", x);
+			fprintf(out, " (computed inside the loop:");
+			for (int x = x0; x <= r; x++)
+				if (fp->root[x] == r && fp->internal[x])
+					fprintf(out, " %%%d", x);
+			fprintf(out, ")\n");
+		}
+		for (int i = 0; i < fp->n; i++)
+			if (fp->folded[i])
+				fprintf(out, "# fuse: folded %%%d (a transpose its GEMMs read)\n", i);
+	}
+	if (!mp)
+		return;
+	fprintf(out, "# memplan: arenas");
+	for (int k = 0; k < DTM_ARENA_COUNT; k++)
+		fprintf(out, " %s %lld", pass_memplan_arena_name(k), (long long)mp->arena_bytes[k]);
+	fprintf(out, " bytes\n");
+	for (int s = 0; mp->nstages > 1 && s < mp->nstages; s++) {
+		fprintf(out, "# memplan: stage %d:", s);
+		for (int k = 0; k < DTM_ARENA_COUNT; k++)
+			fprintf(out, " %s %lld", pass_memplan_arena_name(k),
+			        (long long)mp->stage_arena_bytes[s][k]);
+		fprintf(out, " bytes; %d micro-batches in flight\n", pass_memplan_inflight(m, mp, s));
+	}
+	for (int i = 0; i < mp->n; i++) {
+		const MemPlanBuf *b = &mp->buf[i];
+		if (b->arena < 0)
+			continue;
+		fprintf(out, "# memplan: %%%d %s @%lld +%lld", i, pass_memplan_arena_name(b->arena),
+		        (long long)b->offset, (long long)b->bytes);
+		if (b->owner != i)
+			fprintf(out, " = %%%d", b->owner);
+		else if (b->arena == DTM_ARENA_ACT)
+			fprintf(out, " live %d..%d", b->live_from, b->live_to);
+		fputc('\n', out);
+	}
+}

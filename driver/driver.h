@@ -123,6 +123,17 @@ bool drv_plan(Compiled *c, Diag *d, const DrvOptions *o);
  * and drv_plan. */
 bool drv_compile(Compiled *c, Arena *a, Diag *d, const char *path, const DrvOptions *o);
 
+/* `dtmc opt --pass=NAME`: whether c->m is the input of pass `name`, i.e.
+ * IR after the pass before it (as lowered, no `after` line, for the
+ * first); else an error at the IR's `after` line saying which it needs.
+ * False after reporting to d. */
+bool drv_check_opt_input(const Compiled *c, Diag *d, const char *file, const char *name);
+/* The analyses c holds (fuse, mem: which), as comment lines (`# fuse: ...`, `# memplan:
+ * ...`) that IR text may carry: fuse groups and folded transposes; the
+ * planned bytes per arena and stage and each value's arena, offset,
+ * bytes, owner and live range. */
+void drv_print_analyses(FILE *out, const Compiled *c, bool fuse, bool mem);
+
 /* ---- steps that share work (dtmc sweep) ---- */
 
 /* One parse of a .dtm file, lowered as often as needed. */

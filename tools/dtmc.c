@@ -3,6 +3,7 @@
  *
  *   dtmc check FILE [-D name=value]... [--mesh axis=size,...] [--train key=value]...
  *   dtmc print [--after=PASS] [-D name=value]... [--mesh ...] [--train ...]... FILE|-
+ *   dtmc opt --pass=PASS [-v] IN.ir|-
  *   dtmc build FILE -o NAME [-D name=value]... [--mesh ...] [--train ...]... [-v] [--keep-c]
  *              [--cuda]
  *   dtmc cuda-src FILE -o FILE.cu [-D name=value]... [--mesh ...] [--train ...]...
@@ -37,6 +38,7 @@
 typedef struct Args {
 	const char *file;
 	const char *after; /* --after=PASS, or NULL */
+	const char *pass;  /* opt: --pass=PASS */
 	bool verbose;
 	bool time_passes;  /* --time-passes: time per pass on stderr */
 	const char *output; /* build: -o NAME */
@@ -67,6 +69,7 @@ static int cmd_print(const Args *args);
 static int cmd_build(const Args *args);
 static int cmd_cuda_src(const Args *args);
 static int cmd_inspect(const Args *args);
+static int cmd_opt(const Args *args);
 
 /* the byte-level tokenizer lives in the runtime (it writes llm.c token
  * files the training binary reads); dtmc only dispatches to it */
@@ -128,6 +131,28 @@ static const Command commands[] = {
 	 "                         (wall and CPU) on standard error\n"
 	 ,
 	 cmd_print, true, false, NULL},
+	{"opt", "run one pass on IR text and print the IR it leaves",
+	 "usage: dtmc opt --pass=PASS [-v] [--time-passes] IN.ir|-\n"
+	 "\n"
+	 "Reads IR text (a file ending in .ir, or - for standard input), runs the one\n"
+	 "pass PASS on it with the verifier after it, and prints the IR's text form to\n"
+	 "standard output, as `dtmc print` does: IR in, one pass, IR out, the way the\n"
+	 "tests under tests/passes/ check each pass.  The input must be the IR after\n"
+	 "the pass before PASS (its `after` line names that pass; for the first pass,\n"
+	 "`stages`, IR as lowered, without an `after` line), which\n"
+	 "  dtmc print --after=PREV m.dtm > m.ir\n"
+	 "makes; anything else is an error at the `after` line naming the pass it\n"
+	 "needs.  For the analyses (fuse, memplan), which leave the IR as it is, their\n"
+	 "result follows the IR as comment lines (`# fuse: ...`, `# memplan: ...`):\n"
+	 "fused groups and folded transposes; bytes per arena (and pipeline stage)\n"
+	 "and each value's arena, offset, bytes and live range or the value it aliases.\n"
+	 "\n"
+	 "options:\n"
+	 "  --pass=PASS            the pass to run (see the list below)\n"
+	 "  -v, --verbose          name the pass as it runs; memplan's arenas\n"
+	 "  --time-passes          print the time of parsing, the pass and the verifier\n"
+	 "                         on standard error\n",
+	 cmd_opt, false, false, NULL},
 	{"build", "compile a model into a training binary for its mesh",
 	 "usage: dtmc build FILE -o NAME [-D name=value]... [--mesh axis=size,...]\n"
 	 "                  [--train key=value]... [-v] [--keep-c] [--cuda] [--time-passes]\n"
@@ -279,7 +304,7 @@ static const Command *find_command(const char *name)
 static int print_command_help(const Command *c)
 {
 	fputs(c->help, stdout);
-	if (c->has_after) {
+	if (c->has_after || c->run == cmd_opt) {
 		fputs("\npasses, in pipeline order: ", stdout);
 		print_passes(stdout);
 		fputc('\n', stdout);
@@ -431,6 +456,13 @@ static int parse_args(const Command *c, int argc, char **argv, Args *args)
 				return 1;
 			}
 			args->output = v;
+		} else if (c->run == cmd_opt &&
+		           ((v = opt_value(argc, argv, &i, "--pass", &missing)) || missing)) {
+			if (missing || !*v) {
+				usage_error("option '%s' needs a pass name", "--pass");
+				return 1;
+			}
+			args->pass = v;
 		} else if (c->has_after &&
 		           ((v = opt_value(argc, argv, &i, "--after", &missing)) || missing)) {
 			if (missing) {
@@ -450,6 +482,17 @@ static int parse_args(const Command *c, int argc, char **argv, Args *args)
 	if (c->has_output && !args->output) {
 		fprintf(stderr, "dtmc: error: no output file: give -o NAME (see dtmc help %s)\n",
 		        c->name);
+		return 1;
+	}
+	if (c->run == cmd_opt && !args->pass) {
+		fprintf(stderr, "dtmc: error: no pass: give --pass=PASS (see dtmc help opt)\n");
+		return 1;
+	}
+	if (args->pass && pass_position(args->pass) < 0) {
+		fprintf(stderr, "dtmc: error: unknown pass '%s' for --pass (passes: ", args->pass);
+		for (const Pass *p = pass_list(); p->name; p++)
+			fprintf(stderr, "%s%s", p == pass_list() ? "" : ", ", p->name);
+		fputs(")\n", stderr);
 		return 1;
 	}
 	if (args->after && !pass_exists(args->after)) {
@@ -605,6 +648,34 @@ static int cmd_cuda_src(const Args *args)
 	}
 	if (ok && strcmp(args->output, "-") == 0)
 		ok = flush_stdout(&d);
+	return finish(&a, &d, ok, &o);
+}
+
+/* `dtmc opt --pass=NAME`: one pass on IR text, the IR it leaves printed
+ * (and the analyses' results, for fuse and memplan). */
+static int cmd_opt(const Args *args)
+{
+	Arena a;
+	Diag d;
+	arena_init(&a);
+	diag_init(&d, stderr);
+	DrvOptions o = drv_options(args);
+	o.stop_after = args->pass;
+	if (!is_ir_input(args->file)) {
+		fprintf(stderr, "dtmc: error: opt reads IR text (a .ir file or -), not a model "
+		        "('%s'): dtmc print --after=PASS makes it\n", args->file);
+		return 1;
+	}
+	Compiled c;
+	bool ok = drv_load(&c, &a, &d, args->file, &o) &&
+	          drv_check_opt_input(&c, &d, args->file, args->pass) && drv_run(&c, &d, &o);
+	if (ok) {
+		ir_print(stdout, c.m);
+		/* the result of the analysis that ran */
+		drv_print_analyses(stdout, &c, !strcmp(args->pass, "fuse"),
+		                   !strcmp(args->pass, "memplan"));
+		ok = flush_stdout(&d);
+	}
 	return finish(&a, &d, ok, &o);
 }
 
