@@ -35,6 +35,24 @@ foreach(model ${DTM_MODELS})
                        LABELS golden)
 endforeach()
 
+#   passes.PASS     each tests/passes/PASS/CASE.ir through `dtmc opt --pass=PASS`:
+#                   the IR (CASE.out) or the diagnostics (CASE.err) expected;
+#                   passes.coverage: every pass of the registry has such tests
+file(GLOB DTM_PASS_DIRS LIST_DIRECTORIES true CONFIGURE_DEPENDS ${DTM_TESTS}/passes/*)
+foreach(pdir ${DTM_PASS_DIRS})
+  if(IS_DIRECTORY ${pdir})
+    get_filename_component(pname ${pdir} NAME)
+    add_test(NAME passes.${pname}
+             COMMAND ${DTM_BASH} ${DTM_TESTS}/passes/run.sh $<TARGET_FILE:dtmc> ${pname}
+             WORKING_DIRECTORY ${DTM_ROOT})
+    set_tests_properties(passes.${pname} PROPERTIES TIMEOUT 60 LABELS passes)
+  endif()
+endforeach()
+add_test(NAME passes.coverage
+         COMMAND ${DTM_BASH} ${DTM_TESTS}/passes/run.sh --coverage $<TARGET_FILE:dtmc>
+         WORKING_DIRECTORY ${DTM_ROOT})
+set_tests_properties(passes.coverage PROPERTIES TIMEOUT 60 LABELS passes)
+
 file(GLOB DTM_DIAG_CASES CONFIGURE_DEPENDS ${DTM_TESTS}/diag/*.dtm ${DTM_TESTS}/diag/*.ir)
 foreach(case ${DTM_DIAG_CASES})
   get_filename_component(name ${case} NAME_WE)
