@@ -207,30 +207,9 @@ bool drv_run(Compiled *c, Diag *d, const DrvOptions *o)
 
 bool drv_analyses(Compiled *c, Diag *d)
 {
-	Arena *a = c->arena;
 	/* the pipeline kept them unless it ran before this process (IR text
 	 * printed after fuse or memplan) */
-	if (!c->an.fuse) {
-		FusePlan *fp = arena_alloc(a, sizeof *fp);
-		if (!fp) {
-			diag_error(d, (SrcLoc){0}, "out of memory");
-			return false;
-		}
-		if (!pass_fuse_plan(c->m, a, d, fp))
-			return false;
-		c->an.fuse = fp;
-	}
-	if (!c->an.mem) {
-		MemPlan *mp = arena_alloc(a, sizeof *mp);
-		if (!mp) {
-			diag_error(d, (SrcLoc){0}, "out of memory");
-			return false;
-		}
-		if (!pass_memplan(c->m, c->an.fuse, a, d, mp))
-			return false;
-		c->an.mem = mp;
-	}
-	return true;
+	return pass_analyses(c->m, &c->an, d);
 }
 
 bool drv_plan(Compiled *c, Diag *d, const DrvOptions *o)

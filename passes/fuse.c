@@ -2,8 +2,9 @@
  * into GEMM flags.
  *
  * Consumes the final (single-device) IR and leaves it unchanged; produces a
- * FusePlan (fuse.h) that memplan and codegen recompute with
- * pass_fuse_plan.  Recomputing instead of storing keeps compiler-only data
+ * FusePlan (fuse.h), computed once per compile by the pipeline's `fuse`
+ * entry and handed to memplan and codegen (passes.h's PassAnalyses).
+ * Keeping it beside the module instead of on it keeps compiler-only data
  * off the IR and out of runtime/plan.h; the plan is a pure function of the
  * module, so every reader sees the same one.
  *

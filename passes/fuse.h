@@ -3,7 +3,9 @@
  * An analysis over the final IR (it does not change the module): chains of
  * elementwise ops become one loop, and transposes feeding matmuls become a
  * GEMM's trans flag.  passes/memplan.c and codegen read the same FusePlan,
- * so a node that is fused away gets neither a buffer nor an action.
+ * so a node that is fused away gets neither a buffer nor an action.  The
+ * pipeline's `fuse` entry computes it once per compile and keeps it beside
+ * the module (passes.h's PassAnalyses), not on it.
  */
 #ifndef DTM_FUSE_H
 #define DTM_FUSE_H

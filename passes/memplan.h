@@ -2,8 +2,10 @@
  *
  * Computed by pass_memplan over the final IR and its FusePlan; read by
  * codegen (the Plan's buffer table) and by `dtmc build -v`.  Like the
- * FusePlan it is recomputed rather than stored on the module, so the IR
- * carries no compiler-only side data and runtime/plan.h stays the runtime's.
+ * FusePlan it is kept beside the module (the pipeline's `memplan` entry
+ * computes it once per compile into passes.h's PassAnalyses), not stored
+ * on it, so the IR carries no compiler-only side data and runtime/plan.h
+ * stays the runtime's.
  */
 #ifndef DTM_MEMPLAN_H
 #define DTM_MEMPLAN_H

@@ -86,6 +86,12 @@ static bool run_memplan(const IrModule *m, PassAnalyses *an, Diag *d, const Pass
 	return true;
 }
 
+bool pass_analyses(const IrModule *m, PassAnalyses *an, Diag *d)
+{
+	PassOptions quiet = {0};
+	return (an->fuse || run_fuse(m, an, d, &quiet)) && (an->mem || run_memplan(m, an, d, &quiet));
+}
+
 #define R(f) PASS_READS(IR_TRAIN_##f)
 
 /* The pipeline.  `reads`: the train settings each pass's output depends on

@@ -73,6 +73,11 @@ typedef struct PassRunOptions {
 	PassAnalyses *an;
 } PassRunOptions;
 
+/* Computes the analyses an lacks (fuse, memplan) on m, as the pipeline's
+ * last passes do: for IR text read after them, whose plans were not kept.
+ * False after reporting to d. */
+bool pass_analyses(const IrModule *m, PassAnalyses *an, Diag *d);
+
 /* The passes in pipeline order, terminated by a {NULL} entry. */
 const Pass *pass_list(void);
 int pass_count(void);
