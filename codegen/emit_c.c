@@ -17,11 +17,11 @@
  *     kernels, one per chunk;
  *   const -> a dtmk_const wrapper.
  */
-#include "emit_c.h"
+#include "codegen/emit_c.h"
 
-#include "emit_common.h"
-#include "emit_cuda.h"
-#include "plan_build.h"
+#include "codegen/emit_common.h"
+#include "codegen/emit_cuda.h"
+#include "codegen/plan_build.h"
 
 #include <math.h>
 #include <stdlib.h>

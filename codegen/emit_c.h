@@ -12,10 +12,10 @@
 
 #include <stdio.h>
 
-#include "../ir/ir.h"
-#include "../passes/fuse.h"
-#include "../passes/memplan.h"
-#include "../runtime/plan.h"
+#include "ir/ir.h"
+#include "passes/fuse.h"
+#include "passes/memplan.h"
+#include "runtime/plan.h"
 
 typedef struct CgEmitOptions {
 	/* The repository root: the emitter includes every

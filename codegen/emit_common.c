@@ -2,7 +2,7 @@
  * emit_common.h).  Pure functions of the IR and the fusion plan: what a
  * back end spells its own way comes in a CgExprDialect.
  */
-#include "emit_common.h"
+#include "codegen/emit_common.h"
 
 #include <dirent.h>
 #include <math.h>

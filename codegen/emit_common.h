@@ -10,8 +10,8 @@
 
 #include <stdio.h>
 
-#include "../ir/ir.h"
-#include "../passes/fuse.h"
+#include "ir/ir.h"
+#include "passes/fuse.h"
 
 /* ---- literals ---- */
 

@@ -19,7 +19,7 @@
  * file holds the launch shapes, the writers and the file; the op emitters
  * are in emit_cuda_ops.c.
  */
-#include "emit_cuda_impl.h"
+#include "codegen/emit_cuda_impl.h"
 
 #include <errno.h>
 #include <math.h>

@@ -15,9 +15,9 @@
 
 #include <stdio.h>
 
-#include "../ir/ir.h"
-#include "../passes/fuse.h"
-#include "../passes/memplan.h"
+#include "ir/ir.h"
+#include "passes/fuse.h"
+#include "passes/memplan.h"
 
 /* One kernel's launch, with its name's storage. */
 typedef struct CgCudaKernel {

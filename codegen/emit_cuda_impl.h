@@ -5,9 +5,9 @@
 #ifndef DTM_EMIT_CUDA_IMPL_H
 #define DTM_EMIT_CUDA_IMPL_H
 
-#include "emit_c.h"
-#include "emit_common.h"
-#include "emit_cuda.h"
+#include "codegen/emit_c.h"
+#include "codegen/emit_common.h"
+#include "codegen/emit_cuda.h"
 
 /* The kernel being written: the plan's kernel, its name, and its launch,
  * which the op's emitter sets next to the code it writes. */

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "emit_cuda_impl.h"
+#include "codegen/emit_cuda_impl.h"
 
 /* The kernel's arg j (a node), and the node it computes (its last arg). */
 static const IrNode *arg(const CudaEmit *e, int j)

@@ -21,7 +21,7 @@
  * binary then runs `--device cuda`, and still the CPU by default.  cc is run with fork/execvp, never through a shell, so paths
  * with spaces or quotes are safe.
  */
-#include "link.h"
+#include "codegen/link.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -30,9 +30,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../passes/fuse.h"
-#include "../passes/memplan.h"
-#include "emit_c.h"
+#include "passes/fuse.h"
+#include "passes/memplan.h"
+#include "codegen/emit_c.h"
 
 #ifndef DTM_SOURCE_DIR
 #define DTM_SOURCE_DIR "."

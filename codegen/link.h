@@ -5,10 +5,10 @@
 
 #include <stdio.h>
 
-#include "../ir/ir.h"
-#include "../passes/fuse.h"
-#include "../passes/memplan.h"
-#include "../runtime/plan.h"
+#include "ir/ir.h"
+#include "passes/fuse.h"
+#include "passes/memplan.h"
+#include "runtime/plan.h"
 
 typedef struct CgBuildOptions {
 	const char *output; /* the executable's path */

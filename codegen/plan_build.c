@@ -22,14 +22,14 @@
  * forward (what --eval-every runs), from the first optimizer node
  * (in-place update or grad_norm) on they are optimizer, the rest backward.
  */
-#include "plan_build.h"
+#include "codegen/plan_build.h"
 
 #include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../passes/passes.h"
-#include "emit_c.h"
+#include "passes/passes.h"
+#include "codegen/emit_c.h"
 
 /* ---- what each node becomes (shared with cg_plan_kernels) ---- */
 

@@ -11,10 +11,10 @@
 #ifndef DTM_PLAN_BUILD_H
 #define DTM_PLAN_BUILD_H
 
-#include "../ir/ir.h"
-#include "../passes/fuse.h"
-#include "../passes/memplan.h"
-#include "../runtime/plan.h"
+#include "ir/ir.h"
+#include "passes/fuse.h"
+#include "passes/memplan.h"
+#include "runtime/plan.h"
 
 /* The Plan `dtmc build` emits, built in memory from the final IR and its
  * fuse and memory plans: buffers, stages with their actions, arenas, inputs,

@@ -7,7 +7,7 @@
  * this file only says in which order the phases run and keeps what they
  * computed, so no command assembles the pipeline itself.
  */
-#include "driver.h"
+#include "driver/driver.h"
 
 #include <string.h>
 #include <time.h>

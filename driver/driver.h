@@ -33,11 +33,11 @@
 
 #include <stdio.h>
 
-#include "../codegen/plan_build.h"
-#include "../frontend/ast.h"
-#include "../frontend/lower.h"
-#include "../ir/ir.h"
-#include "../passes/passes.h"
+#include "codegen/plan_build.h"
+#include "frontend/ast.h"
+#include "frontend/lower.h"
+#include "ir/ir.h"
+#include "passes/passes.h"
 
 /* ---- time per phase ---- */
 

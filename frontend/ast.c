@@ -4,12 +4,12 @@
  * and the error recovery live in parser.y.  ast_dump prints the tree as
  * S-expressions, which is what the parser's unit tests compare.
  */
-#include "ast.h"
-#include "parser.h"
+#include "frontend/ast.h"
+#include "frontend/parser.h"
 /* flex's header names bison's types without the dtm_yy prefix */
 #define YYSTYPE DTM_YYSTYPE
 #define YYLTYPE DTM_YYLTYPE
-#include "lexer.h"
+#include "frontend/lexer.h"
 
 #include <limits.h>
 #include <stdlib.h>

@@ -8,7 +8,7 @@
 #ifndef DTM_AST_H
 #define DTM_AST_H
 
-#include "../ir/util.h"
+#include "ir/util.h"
 
 #define AST_MAX_DEPTH 512 /* deeper expressions are refused by the parser */
 

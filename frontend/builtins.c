@@ -6,7 +6,7 @@
  * describes them.  Shapes are left to ir_infer, except where the frontend
  * must know them first (reshape's -1, split's parts, slice bounds).
  */
-#include "sema.h"
+#include "frontend/sema.h"
 
 #include <string.h>
 

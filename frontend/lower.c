@@ -14,7 +14,7 @@
  * is reported once.  sema.c holds constants, the mesh, placements and the
  * train section.
  */
-#include "sema.h"
+#include "frontend/sema.h"
 
 #include <math.h>
 #include <string.h>

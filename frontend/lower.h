@@ -10,8 +10,8 @@
 #ifndef DTM_LOWER_H
 #define DTM_LOWER_H
 
-#include "ast.h"
-#include "../ir/ir.h"
+#include "frontend/ast.h"
+#include "ir/ir.h"
 
 #define LOWER_MAX_DEFINES 64
 #define LOWER_MAX_TRAIN 32

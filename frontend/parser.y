@@ -17,7 +17,7 @@
  */
 
 %code requires {
-#include "ast.h"
+#include "frontend/ast.h"
 
 typedef struct ParseCtx ParseCtx;
 

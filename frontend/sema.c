@@ -6,7 +6,7 @@
  * module's mesh, train configuration and global constants.  Every problem is
  * a diagnostic; the caller keeps going so one run reports many.
  */
-#include "sema.h"
+#include "frontend/sema.h"
 
 #include <errno.h>
 #include <math.h>

@@ -7,7 +7,7 @@
 #ifndef DTM_SEMA_H
 #define DTM_SEMA_H
 
-#include "lower.h"
+#include "frontend/lower.h"
 
 /* What an expression evaluates to while lowering.  Constant expressions fold
  * to V_NUM; tensor expressions become IR nodes (V_NODE); split() and

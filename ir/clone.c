@@ -9,7 +9,7 @@
  * with the source, whose arena must outlive the copy.  Passes never write
  * into a string they did not allocate, so sharing them is safe.
  */
-#include "ir.h"
+#include "ir/ir.h"
 
 #include <string.h>
 

@@ -31,7 +31,7 @@
  * the same arithmetic into the kernel, with the offsets read from the
  * rank's mesh coordinates at run time.
  */
-#include "ir.h"
+#include "ir/ir.h"
 
 #include <string.h>
 

@@ -23,7 +23,7 @@
 #ifndef DTM_IR_EVAL_H
 #define DTM_IR_EVAL_H
 
-#include "ir.h"
+#include "ir/ir.h"
 
 typedef struct IrEval {
 	const IrModule *m;

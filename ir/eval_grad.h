@@ -3,7 +3,7 @@
 #ifndef DTM_EVAL_GRAD_H
 #define DTM_EVAL_GRAD_H
 
-#include "eval.h"
+#include "ir/eval.h"
 
 /* Evaluates gradient-op node n into e->val[n->id]; reports to d and
  * returns false on an inconsistent node or out-of-range ids/targets. */

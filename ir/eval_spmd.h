@@ -26,7 +26,7 @@
 #ifndef DTM_IR_EVAL_SPMD_H
 #define DTM_IR_EVAL_SPMD_H
 
-#include "eval.h"
+#include "ir/eval.h"
 
 typedef struct IrSpmd {
 	const IrModule *m;

@@ -4,7 +4,7 @@
  * with a static_assert, so adding an op or a dtype without its name fails
  * to compile rather than printing garbage.
  */
-#include "ir.h"
+#include "ir/ir.h"
 
 #include <inttypes.h>
 #include <assert.h>
@@ -21,7 +21,7 @@ typedef struct OpInfo {
 
 static const OpInfo op_info[] = {
 #define IR_OP(e, name, mn, mx, ak, fl) [IR_OP_##e] = {name, mn, mx, ak, fl},
-#include "ops.def"
+#include "ir/ops.def"
 #undef IR_OP
 };
 static_assert(sizeof op_info / sizeof op_info[0] == IR_OP_COUNT,

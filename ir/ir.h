@@ -11,7 +11,7 @@
 #ifndef DTM_IR_H
 #define DTM_IR_H
 
-#include "util.h"
+#include "ir/util.h"
 
 #define IR_MAX_RANK 8   /* tensor rank */
 #define IR_MAX_AXES 8   /* mesh axes */
@@ -21,7 +21,7 @@
 
 typedef enum IrOp {
 #define IR_OP(e, name, mn, mx, ak, fl) IR_OP_##e,
-#include "ops.def"
+#include "ir/ops.def"
 #undef IR_OP
 	IR_OP_COUNT
 } IrOp;
@@ -166,7 +166,7 @@ typedef struct IrChoose {
 /* The train settings, one per IrTrain member (train.def). */
 typedef enum IrTrainField {
 #define IR_TRAIN(e, member, kind, line, range, lo, hi) IR_TRAIN_##e,
-#include "train.def"
+#include "ir/train.def"
 #undef IR_TRAIN
 	IR_TRAIN_COUNT
 } IrTrainField;

@@ -6,7 +6,7 @@
 #ifndef DTM_IRTEXT_H
 #define DTM_IRTEXT_H
 
-#include "ir.h"
+#include "ir/ir.h"
 
 typedef enum IrTextFieldKind {
 	TF_STR,   /* const char *, NULL prints as none */

@@ -11,7 +11,7 @@
  * Never its SSA id, which differs between micro-batches and between
  * passes: operands nested deeper than LABEL_DEPTH print as "op(...)".
  */
-#include "ir.h"
+#include "ir/ir.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -5,7 +5,7 @@
  * rank = pp*8 + fsdp*2 + tp.  Groups are derived from coordinates, never
  * stored as rank lists, so a 4096-rank mesh costs what an 8-rank one does.
  */
-#include "ir.h"
+#include "ir/ir.h"
 
 #include <string.h>
 

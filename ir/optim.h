@@ -13,8 +13,8 @@
 #ifndef DTM_IR_OPTIM_H
 #define DTM_IR_OPTIM_H
 
-#include "ir.h"
-#include "eval.h"
+#include "ir/ir.h"
+#include "ir/eval.h"
 
 enum {
 	IR_OPTIM_BETA1 = 0,

@@ -5,7 +5,7 @@
  * 150 params times thousands of nodes makes the largest cost of those
  * passes in `dtmc sweep`; a sorted index answers each in O(log P).
  */
-#include "ir.h"
+#include "ir/ir.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -29,7 +29,7 @@
  *   loc     := 'loc' STRING ':' INT ':' INT '-' INT
  *   '#' starts a comment that runs to the end of the line.
  */
-#include "irtext.h"
+#include "ir/irtext.h"
 
 #include <errno.h>
 #include <inttypes.h>

@@ -8,7 +8,7 @@
  * `partition` every rank stores ceil(n / parts) rows, the tail padded; see
  * IrNode.padded).
  */
-#include "ir.h"
+#include "ir/ir.h"
 
 #include <stdarg.h>
 #include <string.h>

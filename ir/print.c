@@ -18,7 +18,7 @@
  * a function of the module alone so print -> parse -> print is
  * byte-identical and golden files stay stable (parse.c reads it back).
  */
-#include "irtext.h"
+#include "ir/irtext.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
@@ -27,7 +27,7 @@
 const IrTextField irtext_train_fields[] = {
 #define IR_TRAIN(e, member, kind, line, range, lo, hi)                                         \
 	{#member, kind, offsetof(IrTrain, member), line},
-#include "train.def"
+#include "ir/train.def"
 #undef IR_TRAIN
 };
 const int irtext_ntrain_fields = sizeof irtext_train_fields / sizeof irtext_train_fields[0];

@@ -9,9 +9,9 @@
  * Every product of dims is guarded against int64 overflow and against
  * IR_MAX_ELEMS, because shapes come straight from user arithmetic.
  */
-#include "ir.h"
-#include "optim.h"
-#include "shape_grad.h"
+#include "ir/ir.h"
+#include "ir/optim.h"
+#include "ir/shape_grad.h"
 
 #include <inttypes.h>
 #include <math.h>

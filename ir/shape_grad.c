@@ -7,7 +7,7 @@
  * operands (expand, sum_to, embed_bwd, pad) carry their shape like reshape
  * and are checked instead.
  */
-#include "shape_grad.h"
+#include "ir/shape_grad.h"
 
 #include <inttypes.h>
 #include <math.h>

@@ -3,7 +3,7 @@
 #ifndef DTM_SHAPE_GRAD_H
 #define DTM_SHAPE_GRAD_H
 
-#include "ir.h"
+#include "ir/ir.h"
 
 /* Sets n's dtype and shape from its operands o[0..n->nops) (fetched and
  * checked by the caller) or, for ops that carry their own shape (expand,

@@ -1,5 +1,5 @@
 /* util.c - arenas and diagnostics (see util.h). */
-#include "util.h"
+#include "ir/util.h"
 
 #include <errno.h>
 #include <stdlib.h>

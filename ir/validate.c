@@ -7,7 +7,7 @@
  * before anything is sized by it (a micro-batch count of 10^9 never
  * reaches an allocation).  The ranges are train.def's.
  */
-#include "irtext.h"
+#include "ir/irtext.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -28,7 +28,7 @@ typedef struct Field {
 static const Field fields[IR_TRAIN_COUNT] = {
 #define IR_TRAIN(e, member, kind, line, range, lo, hi)                                         \
 	[IR_TRAIN_##e] = {#member, kind, offsetof(IrTrain, member), range, lo, hi},
-#include "train.def"
+#include "ir/train.def"
 #undef IR_TRAIN
 };
 

@@ -7,7 +7,7 @@
  * operands give.  Each problem is one error at the node's source location,
  * naming the pass that left it, so a broken pass is found by name.
  */
-#include "ir.h"
+#include "ir/ir.h"
 
 #include <inttypes.h>
 #include <stdarg.h>

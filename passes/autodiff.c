@@ -23,8 +23,8 @@
  * Nodes a rule emitted that no gradient ends up using are removed at the
  * end.
  */
-#include "autodiff.h"
-#include "pipeline.h"
+#include "passes/autodiff.h"
+#include "passes/pipeline.h"
 
 #include <limits.h>
 #include <stdlib.h>

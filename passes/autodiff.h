@@ -2,7 +2,7 @@
 #ifndef DTM_AUTODIFF_H
 #define DTM_AUTODIFF_H
 
-#include "passes.h"
+#include "passes/passes.h"
 
 /* Appends the backward graph: one node "grad.<param>" (role grad) per
  * param.  Returns false after reporting to d. */

@@ -38,9 +38,9 @@
  * flat buffer and its reduced copy are a bucket's size each, live only
  * between the bucket's last gradient and the unpack.
  */
-#include "bucket.h"
-#include "pipeline.h"
-#include "../runtime/plan.h"
+#include "passes/bucket.h"
+#include "passes/pipeline.h"
+#include "runtime/plan.h"
 
 #include <stdio.h>
 #include <stdlib.h>

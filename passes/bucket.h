@@ -9,7 +9,7 @@
 #ifndef DTM_BUCKET_H
 #define DTM_BUCKET_H
 
-#include "passes.h"
+#include "passes/passes.h"
 
 bool pass_bucket(IrModule *m, Diag *d, const PassOptions *opt);
 

@@ -16,7 +16,7 @@
  * of a group may broadcast onto its shape.  Every memory round trip saved
  * is bandwidth saved: the CPU kernels here are memory bound.
  */
-#include "fuse.h"
+#include "passes/fuse.h"
 
 #include <string.h>
 

@@ -10,7 +10,7 @@
 #ifndef DTM_FUSE_H
 #define DTM_FUSE_H
 
-#include "../ir/ir.h"
+#include "ir/ir.h"
 
 typedef struct FusePlan {
 	int n;

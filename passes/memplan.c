@@ -21,7 +21,7 @@
  * never shares bytes with an input that dies at that same kernel: kernels
  * may read their inputs after writing part of their output.
  */
-#include "memplan.h"
+#include "passes/memplan.h"
 
 #include <limits.h>
 #include <stdlib.h>

@@ -10,9 +10,9 @@
 #ifndef DTM_MEMPLAN_H
 #define DTM_MEMPLAN_H
 
-#include "../ir/ir.h"
-#include "../runtime/plan.h"
-#include "fuse.h"
+#include "ir/ir.h"
+#include "runtime/plan.h"
+#include "passes/fuse.h"
 
 #define MEMPLAN_ALIGN 64
 /* A grad_norm with more operands than one action carries is computed by a

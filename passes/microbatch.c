@@ -42,7 +42,7 @@
  * batch dim (a batch reduction) keeps its element index: every
  * micro-batch draws the same mask there.
  */
-#include "microbatch.h"
+#include "passes/microbatch.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -9,7 +9,7 @@
 #ifndef DTM_MICROBATCH_H
 #define DTM_MICROBATCH_H
 
-#include "passes.h"
+#include "passes/passes.h"
 
 bool pass_microbatch(IrModule *m, Diag *d, const PassOptions *opt);
 /* What the pass asks of the program and `microbatches M`, checked before

@@ -21,7 +21,7 @@
  * it later).  A param without a gradient is frozen: it gets no update.  A
  * module without gradients (autodiff has not run) is left as it is.
  */
-#include "optim.h"
+#include "passes/optim.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -3,7 +3,7 @@
 #ifndef DTM_PASSES_OPTIM_H
 #define DTM_PASSES_OPTIM_H
 
-#include "passes.h"
+#include "passes/passes.h"
 
 /* Adds optimizer state, the global grad norm and one in-place update per
  * (param, grad.param) pair, from m->train. */

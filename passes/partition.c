@@ -32,10 +32,10 @@
  * what partitioning it made (partition_twin.c), the rest come here
  * (part_node), which emit() and reshard_slow() tell the recording of.
  */
-#include "partition_impl.h"
-#include "reshard.h"
-#include "pipeline.h"
-#include "../ir/optim.h"
+#include "passes/partition_impl.h"
+#include "passes/reshard.h"
+#include "passes/pipeline.h"
+#include "ir/optim.h"
 
 #include <stdarg.h>
 #include <stdio.h>

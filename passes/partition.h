@@ -23,7 +23,7 @@
 #ifndef DTM_PARTITION_H
 #define DTM_PARTITION_H
 
-#include "passes.h"
+#include "passes/passes.h"
 
 bool pass_partition(IrModule *m, Diag *d, const PassOptions *opt);
 

@@ -5,7 +5,7 @@
 #ifndef DTM_PARTITION_IMPL_H
 #define DTM_PARTITION_IMPL_H
 
-#include "partition.h"
+#include "passes/partition.h"
 
 #include <stdint.h>
 #include <string.h>

@@ -29,8 +29,8 @@
  * the partial; otherwise they are resolved first (Megatron: all_reduce,
  * then add the bias once).
  */
-#include "partition_impl.h"
-#include "reshard.h"
+#include "passes/partition_impl.h"
+#include "passes/reshard.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -20,7 +20,7 @@
  * variant of the class while it has room.  Output is the same either way
  * (scripts/plan-identity checks it).
  */
-#include "partition_impl.h"
+#include "passes/partition_impl.h"
 
 #include <stddef.h>
 #include <string.h>

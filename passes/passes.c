@@ -10,18 +10,18 @@
  * (fuse, memplan) kept for the caller.  driver/driver.c calls it for every
  * command that compiles.
  */
-#include "passes.h"
-#include "autodiff.h"
-#include "bucket.h"
-#include "fuse.h"
-#include "memplan.h"
-#include "microbatch.h"
-#include "optim.h"
-#include "partition.h"
-#include "pipeline.h"
-#include "propagate.h"
-#include "recompute.h"
-#include "state.h"
+#include "passes/passes.h"
+#include "passes/autodiff.h"
+#include "passes/bucket.h"
+#include "passes/fuse.h"
+#include "passes/memplan.h"
+#include "passes/microbatch.h"
+#include "passes/optim.h"
+#include "passes/partition.h"
+#include "passes/pipeline.h"
+#include "passes/propagate.h"
+#include "passes/recompute.h"
+#include "passes/state.h"
 
 #include <assert.h>
 #include <stdarg.h>

@@ -10,9 +10,9 @@
 #ifndef DTM_PASSES_H
 #define DTM_PASSES_H
 
-#include "../ir/ir.h"
-#include "fuse.h"
-#include "memplan.h"
+#include "ir/ir.h"
+#include "passes/fuse.h"
+#include "passes/memplan.h"
 
 typedef struct PassOptions {
 	bool verbose;

@@ -62,8 +62,8 @@
  * the input module is consumed (`dtmc sweep` copies it first for all but
  * its last schedule).
  */
-#include "pipeline.h"
-#include "schedule.h"
+#include "passes/pipeline.h"
+#include "passes/schedule.h"
 
 #include <limits.h>
 #include <stdio.h>

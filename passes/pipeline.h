@@ -15,7 +15,7 @@
 #ifndef DTM_PIPELINE_H
 #define DTM_PIPELINE_H
 
-#include "passes.h"
+#include "passes/passes.h"
 
 bool pass_stages(IrModule *m, Diag *d, const PassOptions *opt);
 bool pass_pipeline(IrModule *m, Diag *d, const PassOptions *opt);

@@ -39,7 +39,7 @@
  * of size 1 are dropped everywhere, user annotations included, so a
  * single-device mesh leaves every value replicated.
  */
-#include "propagate_impl.h"
+#include "passes/propagate_impl.h"
 
 #include <math.h>
 #include <stddef.h>

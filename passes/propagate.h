@@ -8,7 +8,7 @@
 #ifndef DTM_PROPAGATE_H
 #define DTM_PROPAGATE_H
 
-#include "passes.h"
+#include "passes/passes.h"
 
 bool pass_propagate(IrModule *m, Diag *d, const PassOptions *opt);
 /* As pass_propagate, with its per-context memo tables on or off: off

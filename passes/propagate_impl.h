@@ -5,7 +5,7 @@
 #ifndef DTM_PROPAGATE_IMPL_H
 #define DTM_PROPAGATE_IMPL_H
 
-#include "propagate.h"
+#include "passes/propagate.h"
 
 #include <stddef.h>
 #include <string.h>

@@ -9,7 +9,7 @@
  * reduced dim, embed's vocab).  See propagate.c for how candidates are
  * merged and chosen.
  */
-#include "propagate_impl.h"
+#include "passes/propagate_impl.h"
 
 /* ---- op rules ---- */
 

@@ -37,7 +37,7 @@
  * (and values outside blocks) stay live; during a block's backward its
  * recomputed internals live instead.
  */
-#include "recompute.h"
+#include "passes/recompute.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -3,7 +3,7 @@
 #ifndef DTM_RECOMPUTE_H
 #define DTM_RECOMPUTE_H
 
-#include "passes.h"
+#include "passes/passes.h"
 
 bool pass_recompute(IrModule *m, Diag *d, const PassOptions *opt);
 

@@ -17,7 +17,7 @@
  * hold adjacent chunks, so gathering over that axis concatenates them in
  * group order.  Popping a major axis would need a permutation as well.
  */
-#include "reshard.h"
+#include "passes/reshard.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -22,7 +22,7 @@
 #ifndef DTM_RESHARD_H
 #define DTM_RESHARD_H
 
-#include "../ir/ir.h"
+#include "ir/ir.h"
 
 #define RESHARD_MAX_STEPS 32
 

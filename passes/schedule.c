@@ -41,7 +41,7 @@
  * is exact and deterministic: utilisation M/(M+P-1) for gpipe and 1f1b,
  * vM/(vM+P-1) for interleaved, with any tf, tb and no hop latency.
  */
-#include "schedule.h"
+#include "passes/schedule.h"
 
 #include <limits.h>
 #include <stdbool.h>

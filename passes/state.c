@@ -61,9 +61,9 @@
  * accumulation passes/microbatch.c's (before autodiff).  Not done:
  * coalescing a unit's gathers into one collective over a flat buffer.
  */
-#include "state.h"
-#include "reshard.h"
-#include "../ir/optim.h"
+#include "passes/state.h"
+#include "passes/reshard.h"
+#include "ir/optim.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -15,7 +15,7 @@
 #ifndef DTM_STATE_H
 #define DTM_STATE_H
 
-#include "passes.h"
+#include "passes/passes.h"
 
 bool pass_state(IrModule *m, Diag *d, const PassOptions *opt);
 bool pass_state_units(IrModule *m, Diag *d, const PassOptions *opt);

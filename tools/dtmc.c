@@ -22,16 +22,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../codegen/emit_cuda.h"
-#include "../codegen/link.h"
-#include "../driver/driver.h"
-#include "../ir/ir.h"
-#include "../passes/passes.h"
-#include "../passes/pipeline.h"
-#include "../runtime/data.h"
-#include "inspect.h"
-#include "report.h"
-#include "sweep.h"
+#include "codegen/emit_cuda.h"
+#include "codegen/link.h"
+#include "driver/driver.h"
+#include "ir/ir.h"
+#include "passes/passes.h"
+#include "passes/pipeline.h"
+#include "runtime/data.h"
+#include "tools/inspect.h"
+#include "tools/report.h"
+#include "tools/sweep.h"
 
 #define DTMC_VERSION "0.1.0"
 

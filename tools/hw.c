@@ -16,7 +16,7 @@
  * `f32` peaks are the plain FP32 (CUDA core) rates, not TF32 tensor-core
  * rates: an f32 GEMM in dtm's runtime runs in full f32.
  */
-#include "hw.h"
+#include "tools/hw.h"
 
 #include <ctype.h>
 #include <math.h>

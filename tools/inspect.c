@@ -15,7 +15,7 @@
  * wait for the matching send (the k-th send from stage a to stage b meets
  * the k-th recv of b from a), so a pipeline's bubbles show.
  */
-#include "inspect_impl.h"
+#include "tools/inspect_impl.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -24,13 +24,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../driver/driver.h"
-#include "../passes/fuse.h"
-#include "../passes/memplan.h"
-#include "../runtime/rt.h"
-#include "cost.h"
-#include "hw.h"
-#include "report.h"
+#include "driver/driver.h"
+#include "passes/fuse.h"
+#include "passes/memplan.h"
+#include "runtime/rt.h"
+#include "tools/cost.h"
+#include "tools/hw.h"
+#include "tools/report.h"
 
 /* ---- the mesh ---- */
 

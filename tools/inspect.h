@@ -15,7 +15,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "../frontend/lower.h"
+#include "frontend/lower.h"
 
 typedef struct InspectOptions {
 	const char *file;          /* the .dtm model */

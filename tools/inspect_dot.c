@@ -27,7 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "inspect_impl.h"
+#include "tools/inspect_impl.h"
 
 /* ---- what a node is: its colour and shape, and the legend's rows ---- */
 

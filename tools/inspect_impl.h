@@ -9,11 +9,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../passes/fuse.h"
-#include "../passes/memplan.h"
-#include "cost.h"
-#include "hw.h"
-#include "inspect.h"
+#include "passes/fuse.h"
+#include "passes/memplan.h"
+#include "tools/cost.h"
+#include "tools/hw.h"
+#include "tools/inspect.h"
 
 /* Above this many ranks the trace has one track pair per stage (its first
  * rank) instead of one per rank. */

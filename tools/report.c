@@ -5,7 +5,7 @@
  * (placement_shard_shape, torch.chunk sizes), so they are what partition
  * and the runtime will allocate.
  */
-#include "report.h"
+#include "tools/report.h"
 
 #include <inttypes.h>
 #include <string.h>

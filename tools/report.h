@@ -2,7 +2,7 @@
 #ifndef DTM_REPORT_H
 #define DTM_REPORT_H
 
-#include "../ir/ir.h"
+#include "ir/ir.h"
 
 /* Writes v with thousands separators ("124,439,808") into buf (>= 32 bytes);
  * returns buf. */

@@ -40,10 +40,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../driver/driver.h"
-#include "../passes/schedule.h"
-#include "cost.h"
-#include "sweep_impl.h"
+#include "driver/driver.h"
+#include "passes/schedule.h"
+#include "tools/cost.h"
+#include "tools/sweep_impl.h"
 
 const char sweep_help[] =
         "usage: dtmc sweep FILE --devices N [--hw NAME|FILE] [--nodes K]\n"

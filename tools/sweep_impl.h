@@ -4,10 +4,10 @@
 #ifndef DTM_SWEEP_IMPL_H
 #define DTM_SWEEP_IMPL_H
 
-#include "../frontend/ast.h"
-#include "../frontend/lower.h"
-#include "hw.h"
-#include "sweep.h"
+#include "frontend/ast.h"
+#include "frontend/lower.h"
+#include "tools/hw.h"
+#include "tools/sweep.h"
 
 #define SWEEP_MAX_CHOOSE 16 /* choose() points swept */
 #define SWEEP_MAX_CANDS 2000000

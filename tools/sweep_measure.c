@@ -20,10 +20,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../codegen/link.h"
-#include "../driver/driver.h"
-#include "cost.h"
-#include "sweep_impl.h"
+#include "codegen/link.h"
+#include "driver/driver.h"
+#include "tools/cost.h"
+#include "tools/sweep_impl.h"
 
 typedef struct Measured {
 	double pred_s, pred_peak; /* cpu profile */

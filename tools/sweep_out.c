@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sweep_impl.h"
+#include "tools/sweep_impl.h"
 
 static void json_str(FILE *out, const char *s)
 {

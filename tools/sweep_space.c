@@ -4,7 +4,7 @@
  * sweep_svg.c).  No IR and no Plans here, so tests/unit/test_sweep.c
  * checks it directly.
  */
-#include "sweep.h"
+#include "tools/sweep.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sweep.h"
+#include "tools/sweep.h"
 
 #define SVG_W 960
 #define SVG_H 600
