@@ -8,7 +8,12 @@
 #ifndef DTM_AST_H
 #define DTM_AST_H
 
-#include "ir/util.h"
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "support/arena.h"
+#include "support/diag.h"
 
 #define AST_MAX_DEPTH 512 /* deeper expressions are refused by the parser */
 

@@ -11,7 +11,14 @@
 #ifndef DTM_IR_H
 #define DTM_IR_H
 
-#include "ir/util.h"
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "support/arena.h"
+#include "support/diag.h"
+#include "support/invariant.h"
 
 #define IR_MAX_RANK 8   /* tensor rank */
 #define IR_MAX_AXES 8   /* mesh axes */
