@@ -15,6 +15,7 @@
  * train section.
  */
 #include "frontend/sema.h"
+#include "support/hash.h"
 
 #include <math.h>
 #include <string.h>
@@ -31,18 +32,10 @@ Value lower_node_val(int id)
 
 #define SCOPE_INDEX_MIN 16 /* bindings before a scope gets its hash index */
 
-static uint32_t name_hash(const char *s)
-{
-	uint32_t h = 2166136261u; /* FNV-1a */
-	for (; *s; s++)
-		h = (h ^ (uint8_t)*s) * 16777619u;
-	return h;
-}
-
 /* The index slot of name, or of the empty slot where it would go. */
 static int *index_find(const Scope *s, const char *name)
 {
-	uint32_t mask = (uint32_t)s->nslot - 1, i = name_hash(name) & mask;
+	uint32_t mask = (uint32_t)s->nslot - 1, i = hash_fnv1a32(name) & mask;
 	int *tomb = NULL;
 	for (;; i = (i + 1) & mask) {
 		int v = s->slot[i];

@@ -1,7 +1,7 @@
 /* dropout.c - which mask element each element of a dropout draws.
  *
  * A dropout mask is Philox keyed by (seed, site, step, index)
- * (runtime/philox.h, dtm_dropout_keep).  The site is attrs.ints[0], the
+ * (support/philox.h, philox_dropout_keep).  The site is attrs.ints[0], the
  * lowering's count of dropout calls in source order: the same for every
  * layout, and shared by a backward dropout with its forward and by a
  * recompute clone with its original.  The index is the element's flat

@@ -20,7 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/philox.h"
+#include "support/float16.h"
+#include "support/philox.h"
 
 /* ---- small helpers ---- */
 
@@ -89,75 +90,15 @@ static void walk_next(int r, const int64_t *shape, int64_t *idx, int k, int64_t 
 
 /* ---- rounding to storage dtypes ---- */
 
-static uint16_t f32_to_bf16_bits(float f)
-{
-	uint32_t x;
-	memcpy(&x, &f, 4);
-	if ((x & 0x7fffffffu) > 0x7f800000u) /* NaN: keep it a (quiet) NaN */
-		return (uint16_t)((x >> 16) | 0x40u);
-	x += 0x7fffu + ((x >> 16) & 1u); /* round to nearest, ties to even */
-	return (uint16_t)(x >> 16);
-}
-
-static double bf16_bits_to_double(uint16_t h)
-{
-	uint32_t x = (uint32_t)h << 16;
-	float f;
-	memcpy(&f, &x, 4);
-	return f;
-}
-
-static uint16_t f32_to_f16_bits(float f)
-{
-	uint32_t x;
-	memcpy(&x, &f, 4);
-	uint32_t sign = (x >> 16) & 0x8000u, ax = x & 0x7fffffffu;
-	if (ax >= 0x7f800000u) /* inf, or NaN kept quiet */
-		return (uint16_t)(sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u : 0u));
-	if (ax >= 0x477ff000u) /* >= 65520 rounds past the largest half, 65504 */
-		return (uint16_t)(sign | 0x7c00u);
-	if (ax < 0x38800000u) {
-		/* Below 2^-14: a subnormal half, n * 2^-24.  The f32 value is
-		 * m * 2^(e-150), so n = m >> (126 - e), rounded to even. */
-		uint32_t e = ax >> 23;
-		if (e < 102) /* < 2^-25: rounds to zero */
-			return (uint16_t)sign;
-		uint32_t m = (ax & 0x7fffffu) | 0x800000u, shift = 126 - e;
-		uint32_t n = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
-		if (rem > half || (rem == half && (n & 1u)))
-			n++; /* may carry into the smallest normal, which is right */
-		return (uint16_t)(sign | n);
-	}
-	/* Normal: rebias the exponent (127 -> 15) and round off 13 bits; a
-	 * mantissa carry bumps the exponent, as it should. */
-	uint32_t r = ax - (112u << 23), h = r >> 13, rem = r & 0x1fffu;
-	if (rem > 0x1000u || (rem == 0x1000u && (h & 1u)))
-		h++;
-	return (uint16_t)(sign | h);
-}
-
-static double f16_bits_to_double(uint16_t h)
-{
-	int e = (h >> 10) & 0x1f, m = h & 0x3ff;
-	double v;
-	if (e == 0)
-		v = ldexp(m, -24);
-	else if (e == 31)
-		v = m ? NAN : INFINITY;
-	else
-		v = ldexp(1024 + m, e - 25);
-	return (h & 0x8000) ? -v : v;
-}
-
 double ir_eval_round(IrDtype t, double x)
 {
 	switch (t) {
 	case IR_F32:
 		return (float)x;
 	case IR_BF16:
-		return bf16_bits_to_double(f32_to_bf16_bits((float)x));
+		return bf16_to_f32(bf16_from_f32((float)x));
 	case IR_F16:
-		return f16_bits_to_double(f32_to_f16_bits((float)x));
+		return f16_to_f32(f16_from_f32((float)x));
 	case IR_I32:
 		/* C's conversion: toward zero, saturating so it stays defined */
 		if (isnan(x))
@@ -722,7 +663,7 @@ static bool ev_dropout(IrEval *e, const IrNode *n, Diag *d)
 	IrDropKey key;
 	bool mapped = ir_dropout_key(e->m, n, e->partitioned, e->coords, &key);
 	for (int64_t i = 0; i < N; i++)
-		y[i] = dtm_dropout_keep(e->seed, (uint32_t)n->attrs.ints[0], (uint32_t)e->step,
+		y[i] = philox_dropout_keep(e->seed, (uint32_t)n->attrs.ints[0], (uint32_t)e->step,
 		                        mapped ? ir_dropout_index(&key, i) : (uint64_t)i, (float)rate)
 		               ? x[i] * keep_scale
 		               : 0.0;
@@ -894,7 +835,7 @@ void ir_eval_fill_init(const IrNode *n, uint64_t seed, int64_t N, double *v)
 	const char *key = n->name ? n->name : "";
 	if (n->op == IR_OP_STATE && strncmp(key, master, sizeof master - 1) == 0)
 		key += sizeof master - 1;
-	uint64_t hash = dtm_hash64(key);
+	uint64_t hash = hash_fnv1a64(key);
 	float a = (float)n->attrs.f[0], b = (float)n->attrs.f[1];
 	for (int64_t j = 0; j < N; j++) {
 		switch (n->attrs.init) {
@@ -905,10 +846,10 @@ void ir_eval_fill_init(const IrNode *n, uint64_t seed, int64_t N, double *v)
 			v[j] = 1;
 			break;
 		case IR_INIT_NORMAL:
-			v[j] = dtm_init_normal(seed, hash, (uint64_t)j, a, b);
+			v[j] = philox_init_normal(seed, hash, (uint64_t)j, a, b);
 			break;
 		case IR_INIT_UNIFORM:
-			v[j] = dtm_init_uniform(seed, hash, (uint64_t)j, a, b);
+			v[j] = philox_init_uniform(seed, hash, (uint64_t)j, a, b);
 			break;
 		case IR_INIT_NONE:
 			break;

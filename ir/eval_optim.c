@@ -15,7 +15,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "runtime/philox.h"
+#include "support/philox.h"
 
 double ir_optim_lr_at(const IrTrain *t, int64_t step)
 {

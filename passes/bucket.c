@@ -40,6 +40,7 @@
  */
 #include "passes/bucket.h"
 #include "passes/pipeline.h"
+#include "support/hash.h"
 #include "runtime/plan.h"
 
 #include <stdio.h>
@@ -422,14 +423,6 @@ typedef struct Names {
 	unsigned mask;  /* slots - 1, a power of 2 minus 1 */
 } Names;
 
-static uint32_t name_hash(const char *s)
-{
-	uint32_t h = 2166136261u;
-	for (; *s; s++)
-		h = (h ^ (unsigned char)*s) * 16777619u;
-	return h;
-}
-
 /* The slot of name (hash h): the param's, or the empty one it would
  * take. */
 static unsigned names_slot(const IrModule *m, const Names *t, const char *name, uint32_t h)
@@ -457,7 +450,7 @@ static bool names_build(const IrModule *m, Names *t, const int *params, int np)
 		t->slot[k] = -1;
 	for (int j = 0; j < np; j++) {
 		const char *name = m->nodes[params[j]]->name;
-		uint32_t h = name_hash(name);
+		uint32_t h = hash_fnv1a32(name);
 		unsigned k = names_slot(m, t, name, h);
 		if (t->slot[k] < 0) {
 			t->slot[k] = params[j];
@@ -474,7 +467,7 @@ static int param_of(const IrModule *m, const Names *t, const char *g)
 	if (!g || strncmp(g, "grad.", 5))
 		return -1;
 	if (t)
-		return t->slot[names_slot(m, t, g + 5, name_hash(g + 5))];
+		return t->slot[names_slot(m, t, g + 5, hash_fnv1a32(g + 5))];
 	for (int i = 0; i < m->nnodes; i++) {
 		const IrNode *p = m->nodes[i];
 		if (p->op == IR_OP_PARAM && p->name && !strcmp(p->name, g + 5))

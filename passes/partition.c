@@ -35,6 +35,7 @@
 #include "passes/partition_impl.h"
 #include "passes/reshard.h"
 #include "passes/pipeline.h"
+#include "support/hash.h"
 #include "ir/optim.h"
 
 #include <stdarg.h>
@@ -70,27 +71,23 @@ struct CeMemo {
 static uint64_t hash_words(const void *data, size_t n)
 {
 	const unsigned char *b = data;
-	const uint64_t k = 0xff51afd7ed558ccdull;
 	uint64_t h0 = 0x9e3779b97f4a7c15ull, h1 = 0xc2b2ae3d27d4eb4full;
 	uint64_t h2 = 0x165667b19e3779f9ull, h3 = 0x27d4eb2f165667c5ull;
 	size_t i = 0;
 	for (; i + 32 <= n; i += 32) {
 		uint64_t w[4];
 		memcpy(w, b + i, sizeof w);
-		h0 = (h0 ^ w[0]) * k;
-		h1 = (h1 ^ w[1]) * k;
-		h2 = (h2 ^ w[2]) * k;
-		h3 = (h3 ^ w[3]) * k;
+		h0 = hash_mix64(h0, w[0]);
+		h1 = hash_mix64(h1, w[1]);
+		h2 = hash_mix64(h2, w[2]);
+		h3 = hash_mix64(h3, w[3]);
 	}
 	for (; i + 8 <= n; i += 8) {
 		uint64_t w;
 		memcpy(&w, b + i, 8);
-		h0 = (h0 ^ w) * k;
+		h0 = hash_mix64(h0, w);
 	}
-	uint64_t r = h0 ^ (h1 >> 17 | h1 << 47) ^ (h2 >> 31 | h2 << 33) ^ (h3 >> 45 | h3 << 19);
-	r ^= r >> 32;
-	r *= 0xc4ceb9fe1a85ec53ull;
-	return r ^ r >> 29;
+	return hash_fin64(h0 ^ (h1 >> 17 | h1 << 47) ^ (h2 >> 31 | h2 << 33) ^ (h3 >> 45 | h3 << 19));
 }
 
 /* The memo's key: PlanMemo from dt up to plan, compared bytewise. */

@@ -21,6 +21,7 @@
  * (scripts/plan-identity checks it).
  */
 #include "passes/partition_impl.h"
+#include "support/hash.h"
 
 #include <stddef.h>
 #include <string.h>
@@ -103,18 +104,6 @@ void part_rec_event(Part *p, int g, const Cached *c, bool hit)
 	p->re[p->nre++] = (TwRecEv){g, c, hit};
 }
 
-static uint64_t tw_mix(uint64_t h, uint64_t w)
-{
-	return (h ^ w) * 0xff51afd7ed558ccdull;
-}
-
-static uint64_t tw_fin(uint64_t h)
-{
-	h ^= h >> 32;
-	h *= 0xc4ceb9fe1a85ec53ull;
-	return h ^ h >> 29;
-}
-
 /* Placements the same byte for byte (but the struct's padding): known
  * to the last axes row as nine words and two bytes, then partial and
  * partial_op. */
@@ -149,9 +138,9 @@ static inline bool tw_type_same(const IrNode *a, const IrNode *b)
 
 static uint64_t tw_type_hash(uint64_t h, const IrNode *n)
 {
-	h = tw_mix(h, (uint64_t)n->dtype << 8 | (uint64_t)(unsigned)n->rank);
+	h = hash_mix64(h, (uint64_t)n->dtype << 8 | (uint64_t)(unsigned)n->rank);
 	for (int d = 0; d < n->rank && d < IR_MAX_RANK; d++)
-		h = tw_mix(h, (uint64_t)n->shape[d]);
+		h = hash_mix64(h, (uint64_t)n->shape[d]);
 	return h;
 }
 
@@ -184,12 +173,12 @@ static int tw_vsig(Part *p, int id)
 	const IrNode *n = p->m->nodes[id];
 	const Placement *mp = &p->mplace[id];
 	uint64_t h = tw_type_hash(0x9e3779b97f4a7c15ull, n);
-	h = tw_mix(h, (uint64_t)mp->known | (uint64_t)mp->ndims << 8 | (uint64_t)mp->partial << 16);
-	h = tw_mix(h, word8(mp->naxes));
-	h = tw_mix(h, (uint64_t)n->place.known | (uint64_t)n->place.ndims << 8 |
+	h = hash_mix64(h, (uint64_t)mp->known | (uint64_t)mp->ndims << 8 | (uint64_t)mp->partial << 16);
+	h = hash_mix64(h, word8(mp->naxes));
+	h = hash_mix64(h, (uint64_t)n->place.known | (uint64_t)n->place.ndims << 8 |
 	                      (uint64_t)n->place.partial << 16);
-	h = tw_mix(h, word8(n->place.naxes));
-	h = tw_fin(h);
+	h = hash_mix64(h, word8(n->place.naxes));
+	h = hash_fin64(h);
 	if (!tw_grow(p, &p->vtab, &p->capvtab, p->nvsig))
 		return -1;
 	size_t mask = (size_t)p->capvtab - 1, slot = (size_t)h & mask;
@@ -248,11 +237,11 @@ static int tw_class(Part *p, const IrNode *n)
 {
 	uint64_t h = tw_type_hash(
 	        (uint64_t)n->op << 32 | (uint64_t)(unsigned)n->nops << 8 | (uint64_t)n->role, n);
-	h = tw_mix(h, (uint64_t)n->attrs.ints[0] ^ (uint64_t)n->attrs.nints << 56);
-	h = tw_mix(h, word8(n->place.naxes) ^ (uint64_t)n->place.partial << 1);
+	h = hash_mix64(h, (uint64_t)n->attrs.ints[0] ^ (uint64_t)n->attrs.nints << 56);
+	h = hash_mix64(h, word8(n->place.naxes) ^ (uint64_t)n->place.partial << 1);
 	for (int i = 0; i < n->nops; i++)
-		h = tw_mix(h, (uint64_t)(unsigned)p->vsig[n->ops[i]]);
-	h = tw_fin(h);
+		h = hash_mix64(h, (uint64_t)(unsigned)p->vsig[n->ops[i]]);
+	h = hash_fin64(h);
 	if (!tw_grow(p, &p->ctab, &p->capctab, p->nclasses))
 		return -1;
 	size_t mask = (size_t)p->capctab - 1, slot = (size_t)h & mask;

@@ -40,6 +40,7 @@
  * single-device mesh leaves every value replicated.
  */
 #include "passes/propagate_impl.h"
+#include "support/hash.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -170,14 +171,10 @@ static uint64_t key_hash(const int *k, int len)
 	uint64_t h = 0x9e3779b97f4a7c15u ^ (uint64_t)(unsigned)len;
 	int i = 0;
 	for (; i + 1 < len; i += 2)
-		h = (h ^ ((uint64_t)(uint32_t)k[i] | (uint64_t)(uint32_t)k[i + 1] << 32)) *
-		    0xff51afd7ed558ccdu;
+		h = hash_mix64(h, (uint64_t)(uint32_t)k[i] | (uint64_t)(uint32_t)k[i + 1] << 32);
 	if (i < len)
-		h = (h ^ (uint32_t)k[i]) * 0xff51afd7ed558ccdu;
-	h ^= h >> 33;
-	h *= 0xc4ceb9fe1a85ec53u;
-	h ^= h >> 33;
-	return h;
+		h = hash_mix64(h, (uint32_t)k[i]);
+	return hash_fin64(h);
 }
 
 static bool memo_grow(Arena *a, Memo *t)

@@ -62,56 +62,6 @@ int dtm_st_dtype_parse(const char *s, DtmStDtype *out)
 	return -1;
 }
 
-float dtm_f16_to_f32(uint16_t h)
-{
-	uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
-	uint32_t u;
-	if (exp == 0x1f) {
-		u = sign | 0x7f800000u | man << 13;
-	} else if (exp != 0) {
-		u = sign | (exp + 112) << 23 | man << 13;
-	} else if (man == 0) {
-		u = sign;
-	} else {
-		/* subnormal: shift the mantissa up until its leading 1 is the
-		 * implicit bit */
-		int e = -1;
-		do {
-			e++;
-			man <<= 1;
-		} while (!(man & 0x400));
-		u = sign | (uint32_t)(112 - e) << 23 | (man & 0x3ff) << 13;
-	}
-	float f;
-	memcpy(&f, &u, 4);
-	return f;
-}
-
-uint16_t dtm_f32_to_f16(float f)
-{
-	uint32_t u;
-	memcpy(&u, &f, 4);
-	uint16_t sign = (uint16_t)((u >> 16) & 0x8000);
-	uint32_t a = u & 0x7fffffffu;
-	if (a > 0x7f800000u)
-		return sign | 0x7e00; /* NaN */
-	if (a >= 0x477ff000u)         /* rounds to >= 65520: overflow to inf */
-		return sign | 0x7c00;
-	if (a < 0x38800000u) { /* below the smallest normal half: subnormal */
-		if (a < 0x33000000u)
-			return sign; /* rounds to zero */
-		uint32_t e = a >> 23, m = (a & 0x7fffff) | 0x800000;
-		uint32_t shift = 126 - e; /* 14..24 */
-		uint32_t r = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
-		if (rem > half || (rem == half && (r & 1)))
-			r++;
-		return sign | (uint16_t)r;
-	}
-	uint32_t r = a - 0x38000000u; /* rebias 127 -> 15 */
-	r += 0xfffu + ((r >> 13) & 1);
-	return sign | (uint16_t)(r >> 13);
-}
-
 /* ---- CRC32C ---- */
 
 /* Slicing-by-8 over the reflected Castagnoli polynomial: tab[0] is the
@@ -662,11 +612,11 @@ int dtm_st_read_f32(const DtmStTensor *t, float *dst)
 			break;
 		case DTM_DT_BF16:
 			memcpy(&h, p + 2 * i, 2);
-			dst[i] = dtm_bf16_to_f32(h);
+			dst[i] = bf16_to_f32(h);
 			break;
 		case DTM_DT_F16:
 			memcpy(&h, p + 2 * i, 2);
-			dst[i] = dtm_f16_to_f32(h);
+			dst[i] = f16_to_f32(h);
 			break;
 		case DTM_DT_F64:
 			memcpy(&d, p + 8 * i, 8);

@@ -38,6 +38,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "support/float16.h" /* what dtm_st_read_f32 converts with */
+
 typedef enum DtmStDtype {
 	DTM_DT_F32,
 	DTM_DT_BF16,
@@ -121,29 +123,6 @@ const char *dtm_st_meta(const DtmSafetensors *st, const char *key); /* NULL if a
 /* Converts F32/BF16/F16/F64 to f32 (dst holds t->numel floats). 0, or -1
  * for integer dtypes. */
 int dtm_st_read_f32(const DtmStTensor *t, float *dst);
-
-/* ---- bf16 / f16 conversion (round to nearest even; NaN stays NaN) ---- */
-
-static inline float dtm_bf16_to_f32(uint16_t h)
-{
-	uint32_t u = (uint32_t)h << 16;
-	float f;
-	memcpy(&f, &u, 4);
-	return f;
-}
-
-static inline uint16_t dtm_f32_to_bf16(float f)
-{
-	uint32_t u;
-	memcpy(&u, &f, 4);
-	if ((u & 0x7fffffffu) > 0x7f800000u)
-		return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
-	u += 0x7fffu + ((u >> 16) & 1);
-	return (uint16_t)(u >> 16);
-}
-
-float dtm_f16_to_f32(uint16_t h);
-uint16_t dtm_f32_to_f16(float f);
 
 /* ---- index.json ---- */
 

@@ -14,7 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "runtime/philox.h"
+#include "support/philox.h"
 
 static int seterr(char *err, size_t errlen, int code, const char *fmt, ...)
         __attribute__((format(printf, 4, 5)));
@@ -52,7 +52,7 @@ int dtm_markov_successors(uint64_t seed, int vocab, int token, int32_t succ[DTM_
 	if (vocab < DTM_MARKOV_K || token < 0 || token >= vocab)
 		return DTM_DATA_EARG;
 	uint32_t o[4];
-	dtm_philox_block(seed, DTM_RNG_DOMAIN_MARKOV, (uint64_t)token, 0, o);
+	philox_block(seed, PHILOX_DOMAIN_MARKOV, (uint64_t)token, 0, o);
 	for (int k = 0; k < DTM_MARKOV_K; k++) {
 		uint32_t c = below(o[k], (uint32_t)vocab);
 		/* redraw duplicates from fresh blocks; after 64 tries (only
@@ -66,7 +66,7 @@ int dtm_markov_successors(uint64_t seed, int vocab, int token, int32_t succ[DTM_
 				break;
 			if (attempt <= 64) {
 				uint32_t r[4];
-				dtm_philox_block(seed, DTM_RNG_DOMAIN_MARKOV, (uint64_t)token,
+				philox_block(seed, PHILOX_DOMAIN_MARKOV, (uint64_t)token,
 				                 (uint64_t)attempt, r);
 				c = below(r[k], (uint32_t)vocab);
 			} else {
@@ -98,7 +98,7 @@ int dtm_data_synth_tokens(uint64_t seed, int vocab, uint64_t sample_index, int n
 		return DTM_DATA_EARG;
 	for (int p = 0; p < n; p++) {
 		uint32_t o[4];
-		dtm_philox_block(seed, DTM_RNG_DOMAIN_SEQ, (uint64_t)p, sample_index, o);
+		philox_block(seed, PHILOX_DOMAIN_SEQ, (uint64_t)p, sample_index, o);
 		if (p == 0) {
 			out[0] = (int32_t)below(o[1], (uint32_t)vocab);
 			continue;
@@ -139,8 +139,8 @@ int dtm_regression_init(DtmRegression *r, uint64_t seed, int in_dim, int out_dim
 	double scale = 1.0 / sqrt((double)in_dim);
 	for (size_t i = 0; i < (size_t)in_dim * (size_t)out_dim; i++) {
 		uint32_t o[4];
-		dtm_philox_block(seed, DTM_RNG_DOMAIN_REGW, i, 0, o);
-		r->w[i] = (float)(scale * dtm_box_muller(o[0], o[1]));
+		philox_block(seed, PHILOX_DOMAIN_REGW, i, 0, o);
+		r->w[i] = (float)(scale * philox_box_muller(o[0], o[1]));
 	}
 	return DTM_DATA_OK;
 }
@@ -149,8 +149,8 @@ void dtm_regression_sample(const DtmRegression *r, uint64_t sample_index, float 
 {
 	for (int j = 0; j < r->in_dim; j++) {
 		uint32_t o[4];
-		dtm_philox_block(r->seed, DTM_RNG_DOMAIN_REGX, (uint64_t)j, sample_index, o);
-		x[j] = (float)dtm_box_muller(o[0], o[1]);
+		philox_block(r->seed, PHILOX_DOMAIN_REGX, (uint64_t)j, sample_index, o);
+		x[j] = (float)philox_box_muller(o[0], o[1]);
 	}
 	for (int k = 0; k < r->out_dim; k++) {
 		/* double accumulation in a fixed order: the target must not
@@ -355,14 +355,6 @@ static int shards_add_item(DtmTokenShards *s, const char *item, int vocab, char 
 	return rc;
 }
 
-static uint64_t fnv1a(uint64_t h, const void *p, size_t n)
-{
-	const unsigned char *b = p;
-	for (size_t i = 0; i < n; i++)
-		h = (h ^ b[i]) * 1099511628211ull;
-	return h;
-}
-
 int dtm_shards_open(DtmTokenShards *s, const char *spec, int vocab, char *err, size_t errlen)
 {
 	memset(s, 0, sizeof *s);
@@ -393,14 +385,14 @@ int dtm_shards_open(DtmTokenShards *s, const char *spec, int vocab, char *err, s
 		dtm_shards_close(s);
 		return rc;
 	}
-	uint64_t h = 14695981039346656037ull;
+	uint64_t h = HASH_FNV1A64_INIT;
 	for (int i = 0; i < s->nfiles; i++) {
 		const char *base = strrchr(s->files[i].path, '/');
 		base = base ? base + 1 : s->files[i].path;
 		char count[32];
 		int n = snprintf(count, sizeof count, ":%llu\n",
 		                 (unsigned long long)s->files[i].ntokens);
-		h = fnv1a(fnv1a(h, base, strlen(base)), count, (size_t)n);
+		h = hash_fnv1a64_bytes(hash_fnv1a64_bytes(h, base, strlen(base)), count, (size_t)n);
 		s->first[i] = s->ntokens;
 		s->ntokens += s->files[i].ntokens;
 	}

@@ -27,20 +27,6 @@
 #include <cblas.h>
 #endif
 
-/* ---- f16 <-> f32 (IEEE binary16), round to nearest even ---- */
-
-/* f16 conversions are the checkpoint reader's (runtime/ckpt.c): one copy of
- * the rounding rules in the runtime */
-float rt_f16_to_f32(uint16_t h)
-{
-	return dtm_f16_to_f32(h);
-}
-
-uint16_t rt_f32_to_f16(float f)
-{
-	return dtm_f32_to_f16(f);
-}
-
 /* ---- thread pool ---- */
 
 /* A job is one parallel_for, split into at most nthreads ranges.  Ranges
@@ -407,7 +393,7 @@ static void widen_range(void *argp, int64_t lo, int64_t hi)
 	if (j->t == DTM_BF16) {
 		const uint16_t *s = j->src;
 		for (int64_t i = lo; i < hi; i++)
-			j->dst[i] = rt_bf16_to_f32(s[i]);
+			j->dst[i] = bf16_to_f32(s[i]);
 		return;
 	}
 	for (int64_t i = lo; i < hi; i++)
@@ -420,7 +406,7 @@ static void narrow_range(void *argp, int64_t lo, int64_t hi)
 	if (j->t == DTM_BF16) {
 		uint16_t *d = j->out;
 		for (int64_t i = lo; i < hi; i++)
-			d[i] = rt_f32_to_bf16(j->dst[i]);
+			d[i] = bf16_from_f32(j->dst[i]);
 		return;
 	}
 	for (int64_t i = lo; i < hi; i++)

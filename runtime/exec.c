@@ -15,7 +15,7 @@
 #include <stdlib.h>
 
 #include "runtime/comm.h"
-#include "runtime/philox.h"
+#include "support/philox.h"
 #include "runtime/rt.h"
 
 /* What the most recent rt_run_init allocated, per arena (see rt.h). */
@@ -390,11 +390,11 @@ static void init_range(void *argp, int64_t lo, int64_t hi)
 		case DTM_INIT_ZEROS: v = 0; break;
 		case DTM_INIT_ONES: v = 1; break;
 		case DTM_INIT_NORMAL:
-			v = dtm_init_normal(j->seed, j->hash, (uint64_t)j->gidx[i], b->init_a,
+			v = philox_init_normal(j->seed, j->hash, (uint64_t)j->gidx[i], b->init_a,
 					    b->init_b);
 			break;
 		case DTM_INIT_UNIFORM:
-			v = dtm_init_uniform(j->seed, j->hash, (uint64_t)j->gidx[i], b->init_a,
+			v = philox_init_uniform(j->seed, j->hash, (uint64_t)j->gidx[i], b->init_a,
 					     b->init_b);
 			break;
 		}
@@ -441,7 +441,7 @@ int rt_run_init_values(RtRun *r, uint64_t seed)
 		const char *key = b->name;
 		if (strncmp(key, "opt.master.", 11) == 0)
 			key += 11;
-		struct init_job j = { b, r->ptr[i], gidx, seed, dtm_hash64(key) };
+		struct init_job j = { b, r->ptr[i], gidx, seed, hash_fnv1a64(key) };
 		rt_parallel_for(r->pool, n, 4096, init_range, &j);
 	}
 	free(gidx);

@@ -17,6 +17,7 @@
 
 #include "runtime/data.h"
 #include "runtime/plan.h"
+#include "support/float16.h"
 
 #define RT_ERR_LEN 512
 #define RT_ALIGN 64
@@ -39,36 +40,13 @@ static inline const char *rt_dtype_name(DtmDtype t)
 	return "?";
 }
 
-static inline float rt_bf16_to_f32(uint16_t h)
-{
-	uint32_t u = (uint32_t)h << 16;
-	float f;
-	memcpy(&f, &u, 4);
-	return f;
-}
-
-/* Round to nearest even; NaN stays a (quiet) NaN instead of rounding to
- * infinity. */
-static inline uint16_t rt_f32_to_bf16(float f)
-{
-	uint32_t u;
-	memcpy(&u, &f, 4);
-	if ((u & 0x7fffffffu) > 0x7f800000u)
-		return (uint16_t)((u >> 16) | 0x40);
-	u += 0x7fffu + ((u >> 16) & 1);
-	return (uint16_t)(u >> 16);
-}
-
-float rt_f16_to_f32(uint16_t h);
-uint16_t rt_f32_to_f16(float f);
-
 /* Element i of a float-like buffer of dtype t, as f32 (I32 converted). */
 static inline float rt_load_f32(const void *p, DtmDtype t, int64_t i)
 {
 	switch (t) {
 	case DTM_F32: return ((const float *)p)[i];
-	case DTM_BF16: return rt_bf16_to_f32(((const uint16_t *)p)[i]);
-	case DTM_F16: return rt_f16_to_f32(((const uint16_t *)p)[i]);
+	case DTM_BF16: return bf16_to_f32(((const uint16_t *)p)[i]);
+	case DTM_F16: return f16_to_f32(((const uint16_t *)p)[i]);
 	case DTM_I32: return (float)((const int32_t *)p)[i];
 	}
 	return 0;
@@ -78,8 +56,8 @@ static inline void rt_store_f32(void *p, DtmDtype t, int64_t i, float v)
 {
 	switch (t) {
 	case DTM_F32: ((float *)p)[i] = v; break;
-	case DTM_BF16: ((uint16_t *)p)[i] = rt_f32_to_bf16(v); break;
-	case DTM_F16: ((uint16_t *)p)[i] = rt_f32_to_f16(v); break;
+	case DTM_BF16: ((uint16_t *)p)[i] = bf16_from_f32(v); break;
+	case DTM_F16: ((uint16_t *)p)[i] = f16_from_f32(v); break;
 	case DTM_I32: ((int32_t *)p)[i] = (int32_t)v; break;
 	}
 }

@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "runtime/plan.h"
+#include "support/float16.h"
 
 #define DTMK_MAX_IN 8
 
@@ -53,66 +54,26 @@ typedef struct DtmkArgs {
 	int node; /* IR node id, for messages */
 } DtmkArgs;
 
+/* The generated kernels' names for support/float16.h's conversions (the
+ * fused loops emit_c.c writes call these). */
 static inline float dtmk_bf16_to_f32(uint16_t h)
 {
-	uint32_t u = (uint32_t)h << 16;
-	float f;
-	memcpy(&f, &u, 4);
-	return f;
+	return bf16_to_f32(h);
 }
 
 static inline uint16_t dtmk_f32_to_bf16(float f)
 {
-	uint32_t u;
-	memcpy(&u, &f, 4);
-	if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN stays NaN */
-		return (uint16_t)((u >> 16) | 0x40);
-	u += 0x7fffu + ((u >> 16) & 1); /* round to nearest even */
-	return (uint16_t)(u >> 16);
+	return bf16_from_f32(f);
 }
 
 static inline float dtmk_f16_to_f32(uint16_t h)
 {
-	uint32_t s = (uint32_t)(h >> 15) << 31, e = (h >> 10) & 0x1f, m = h & 0x3ff, u;
-	if (e == 0) {
-		if (m == 0) {
-			u = s;
-		} else { /* subnormal: renormalise */
-			e = 127 - 15 + 1;
-			while (!(m & 0x400)) {
-				m <<= 1;
-				e--;
-			}
-			u = s | (e << 23) | ((m & 0x3ff) << 13);
-		}
-	} else if (e == 31) {
-		u = s | 0x7f800000u | (m << 13);
-	} else {
-		u = s | ((e + 127 - 15) << 23) | (m << 13);
-	}
-	float f;
-	memcpy(&f, &u, 4);
-	return f;
+	return f16_to_f32(h);
 }
 
 static inline uint16_t dtmk_f32_to_f16(float f)
 {
-	uint32_t u;
-	memcpy(&u, &f, 4);
-	uint32_t s = (u >> 16) & 0x8000, a = u & 0x7fffffffu;
-	if (a > 0x7f800000u)
-		return (uint16_t)(s | 0x7e00);
-	if (a >= 0x477ff000u) /* rounds to >= 65520: infinity */
-		return (uint16_t)(s | 0x7c00);
-	if (a < 0x38800000u) { /* subnormal or zero in f16 */
-		float af;
-		memcpy(&af, &a, 4);
-		/* scale so the f16 subnormal step (2^-24) becomes 1, round to
-		 * nearest even by the FPU */
-		return (uint16_t)(s | (uint32_t)nearbyintf(af * 16777216.0f));
-	}
-	uint32_t r = a + 0xfffu + ((a >> 13) & 1) - ((uint32_t)(127 - 15) << 23);
-	return (uint16_t)(s | (r >> 13));
+	return f16_from_f32(f);
 }
 
 /* Element i of t as f32, whatever t's dtype. */

@@ -19,7 +19,7 @@
 #include <stdlib.h>
 
 #include "codegen/cpu/dtmk.h"
-#include "runtime/philox.h"
+#include "support/philox.h"
 
 /* ---- scalar helpers (also used by the emitter's fused loops) ---- */
 
@@ -70,7 +70,7 @@ static inline float dtmk_dropout_f(const DtmCtx *ctx, float x, float rate, uint3
 		return x;
 	if (rate >= 1)
 		return 0.0f;
-	return dtm_dropout_keep(ctx->seed, salt, (uint32_t)ctx->step, (uint64_t)i, rate) ?
+	return philox_dropout_keep(ctx->seed, salt, (uint32_t)ctx->step, (uint64_t)i, rate) ?
 		       x * (1.0f / (1.0f - rate)) : 0.0f;
 }
 

@@ -628,8 +628,8 @@ struct gemm_op {
 static float load(const void *p, cudaDataType t, long long i)
 {
 	switch (t) {
-	case CUDA_R_16BF: return rt_bf16_to_f32(((const uint16_t *)p)[i]);
-	case CUDA_R_16F: return rt_f16_to_f32(((const uint16_t *)p)[i]);
+	case CUDA_R_16BF: return bf16_to_f32(((const uint16_t *)p)[i]);
+	case CUDA_R_16F: return f16_to_f32(((const uint16_t *)p)[i]);
 	default: return ((const float *)p)[i];
 	}
 }
@@ -637,8 +637,8 @@ static float load(const void *p, cudaDataType t, long long i)
 static void store(void *p, cudaDataType t, long long i, float v)
 {
 	switch (t) {
-	case CUDA_R_16BF: ((uint16_t *)p)[i] = rt_f32_to_bf16(v); break;
-	case CUDA_R_16F: ((uint16_t *)p)[i] = rt_f32_to_f16(v); break;
+	case CUDA_R_16BF: ((uint16_t *)p)[i] = bf16_from_f32(v); break;
+	case CUDA_R_16F: ((uint16_t *)p)[i] = f16_from_f32(v); break;
 	default: ((float *)p)[i] = v;
 	}
 }
@@ -904,8 +904,8 @@ static size_t nccl_size(ncclDataType_t t)
 static float nload(const void *p, ncclDataType_t t, size_t i)
 {
 	switch (t) {
-	case ncclBfloat16: return rt_bf16_to_f32(((const uint16_t *)p)[i]);
-	case ncclFloat16: return rt_f16_to_f32(((const uint16_t *)p)[i]);
+	case ncclBfloat16: return bf16_to_f32(((const uint16_t *)p)[i]);
+	case ncclFloat16: return f16_to_f32(((const uint16_t *)p)[i]);
 	case ncclInt32: return (float)((const int32_t *)p)[i];
 	default: return ((const float *)p)[i];
 	}
@@ -914,8 +914,8 @@ static float nload(const void *p, ncclDataType_t t, size_t i)
 static void nstore(void *p, ncclDataType_t t, size_t i, double v)
 {
 	switch (t) {
-	case ncclBfloat16: ((uint16_t *)p)[i] = rt_f32_to_bf16((float)v); break;
-	case ncclFloat16: ((uint16_t *)p)[i] = rt_f32_to_f16((float)v); break;
+	case ncclBfloat16: ((uint16_t *)p)[i] = bf16_from_f32((float)v); break;
+	case ncclFloat16: ((uint16_t *)p)[i] = f16_from_f32((float)v); break;
 	case ncclInt32: ((int32_t *)p)[i] = (int32_t)v; break;
 	default: ((float *)p)[i] = (float)v;
 	}

@@ -328,12 +328,12 @@ static int bcast_red(Comm *c, void *arg)
 	/* bf16 / f16: summed in f32 and rounded once.  1 + 3 * 2^-9: each
 	 * partial sum 1 + k*2^-9 rounds away in bf16 (8 bits), the f32 sum
 	 * does not (rounds to 1 + 2^-7 * 0.75 -> 1.0078125 in bf16) */
-	uint16_t hb[1] = { rt_f32_to_bf16(r == 0 ? 1.0f : 0x1p-9f) }, ob[1];
+	uint16_t hb[1] = { bf16_from_f32(r == 0 ? 1.0f : 0x1p-9f) }, ob[1];
 	RCALL(c, comm_all_reduce(c, 1, hb, ob, 1, DTM_BF16, DTM_RED_SUM));
-	RCHECK(c, rt_bf16_to_f32(ob[0]) == rt_bf16_to_f32(rt_f32_to_bf16(1.0f + 3 * 0x1p-9f)));
-	uint16_t hf[2] = { rt_f32_to_f16(0.25f * (float)r), rt_f32_to_f16(-1) }, of[2];
+	RCHECK(c, bf16_to_f32(ob[0]) == bf16_to_f32(bf16_from_f32(1.0f + 3 * 0x1p-9f)));
+	uint16_t hf[2] = { f16_from_f32(0.25f * (float)r), f16_from_f32(-1) }, of[2];
 	RCALL(c, comm_all_reduce(c, 1, hf, of, 2, DTM_F16, DTM_RED_SUM));
-	RCHECK(c, rt_f16_to_f32(of[0]) == 1.5f && rt_f16_to_f32(of[1]) == -4.0f);
+	RCHECK(c, f16_to_f32(of[0]) == 1.5f && f16_to_f32(of[1]) == -4.0f);
 	return 0;
 }
 

@@ -8,7 +8,7 @@
 #include "check.h"
 #include "ir/eval.h"
 #include "ir/ir.h"
-#include "runtime/philox.h"
+#include "support/philox.h"
 
 #include <stdlib.h>
 
@@ -479,7 +479,7 @@ static void test_dropout_const(void)
 	int kept = 0, wrong = 0;
 	for (int i = 0; i < N; i++) {
 		double y = e.val[dr][i];
-		bool keep = dtm_dropout_keep(42, 7, 3, (uint64_t)i, 0.25f);
+		bool keep = philox_dropout_keep(42, 7, 3, (uint64_t)i, 0.25f);
 		kept += keep;
 		wrong += keep ? fabs(y - 1 / 0.75) > 1e-12 : y != 0;
 	}
@@ -542,9 +542,9 @@ static void test_init_params(void)
 	CHECK(ir_eval_init(&e, m));
 	ir_eval_init_params(&e, 5);
 	CHECK_VALS(e.val[g], 1, 1, 1, 1);
-	uint64_t h = dtm_hash64("layer.0.w");
-	CHECK(e.val[w][0] == dtm_init_normal(5, h, 0, 0, 0.02f));
-	CHECK(e.val[w][11] == dtm_init_normal(5, h, 11, 0, 0.02f));
+	uint64_t h = hash_fnv1a64("layer.0.w");
+	CHECK(e.val[w][0] == philox_init_normal(5, h, 0, 0, 0.02f));
+	CHECK(e.val[w][11] == philox_init_normal(5, h, 11, 0, 0.02f));
 	CHECK(e.val[w][0] != e.val[w][1]);
 	ir_eval_free(&e);
 }

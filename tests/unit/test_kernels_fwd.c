@@ -12,7 +12,7 @@
 #include "codegen/cpu/dtmk_fwd.h"
 #include "ir/eval.h"
 #include "ir/ir.h"
-#include "runtime/philox.h"
+#include "support/philox.h"
 
 static Arena arena;
 static Diag diag;
@@ -86,13 +86,13 @@ static void run_case(const char *what, IrModule *m, IrNode *op, Kern kern, int l
 		double *v = malloc(sizeof(double) * (size_t)(n ? n : 1));
 		bufs[k] = malloc(4 * (size_t)(n ? n : 1));
 		for (int64_t i = 0; i < n; i++) {
-			uint32_t r = dtm_rand_u32(5, (uint64_t)(op->id * 8 + k), (uint64_t)i);
+			uint32_t r = philox_rand_u32(5, (uint64_t)(op->id * 8 + k), (uint64_t)i);
 			if (x->dtype == IR_I32) {
 				v[i] = (double)(r % (uint32_t)lim);
 				((int32_t *)bufs[k])[i] = (int32_t)v[i];
 			} else {
 				/* values of f32 exactly, so both sides start equal */
-				v[i] = (float)(dtm_u32_to_unit(r) * 4.0f - 2.0f);
+				v[i] = (float)(philox_unit(r) * 4.0f - 2.0f);
 				((float *)bufs[k])[i] = (float)v[i];
 			}
 		}

@@ -13,7 +13,7 @@
 #include "passes/fuse.h"
 #include "passes/memplan.h"
 #include "passes/passes.h"
-#include "runtime/philox.h"
+#include "support/philox.h"
 
 static bool overlap(int64_t a, int64_t na, int64_t b, int64_t nb)
 {
@@ -44,9 +44,9 @@ static void test_pack_random(void)
 	int from[N], to[N];
 	int64_t bytes[N], off[N], sum = 0;
 	for (int i = 0; i < N; i++) {
-		from[i] = (int)(dtm_rand_u32(3, 1, i) % 200);
-		to[i] = from[i] + (int)(dtm_rand_u32(3, 2, i) % 40);
-		bytes[i] = dtm_rand_u32(3, 3, i) % 5000;
+		from[i] = (int)(philox_rand_u32(3, 1, i) % 200);
+		to[i] = from[i] + (int)(philox_rand_u32(3, 2, i) % 40);
+		bytes[i] = philox_rand_u32(3, 3, i) % 5000;
 		sum += (bytes[i] + 63) / 64 * 64;
 	}
 	int64_t peak = pass_memplan_pack(N, from, to, bytes, off);

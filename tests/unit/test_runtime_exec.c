@@ -10,7 +10,7 @@
 
 #include "check.h"
 #include "testlib.h"
-#include "runtime/philox.h"
+#include "support/philox.h"
 #include "runtime/rt.h"
 #include "runtime/fsio.h"
 #include "runtime/json.h"
@@ -301,7 +301,7 @@ static void test_resume(const DtmPlan *p)
 		float v[8];
 		if (w && dtm_st_read_f32(w, v) == 0) {
 			for (int i = 0; i < 8; i++)
-				CHECK_EQ_INT(v[i] == dtm_init_normal(1, dtm_hash64("w"),
+				CHECK_EQ_INT(v[i] == philox_init_normal(1, hash_fnv1a64("w"),
 								     (uint64_t)i, 0, 0.5f), 1);
 		}
 		CHECK_EQ_STR(dtm_st_meta(st, "step"), "0");
@@ -528,18 +528,18 @@ static void test_gemm(void)
 		float A[NB * M * K], B[K * N], C[NB * M * N], want[NB * M * N];
 		uint16_t A16[NB * M * K], B16[K * N], C16[NB * M * N];
 		for (int i = 0; i < NB * M * K; i++)
-			A[i] = rt_bf16_to_f32(rt_f32_to_bf16(dtm_rand_f32(7, 1, i) - 0.5f));
+			A[i] = bf16_to_f32(bf16_from_f32(philox_rand_f32(7, 1, i) - 0.5f));
 		for (int i = 0; i < K * N; i++)
-			B[i] = rt_bf16_to_f32(rt_f32_to_bf16(dtm_rand_f32(7, 2, i) - 0.5f));
+			B[i] = bf16_to_f32(bf16_from_f32(philox_rand_f32(7, 2, i) - 0.5f));
 		for (int i = 0; i < NB * M * N; i++)
-			C[i] = want[i] = rt_bf16_to_f32(rt_f32_to_bf16(dtm_rand_f32(7, 3, i)));
+			C[i] = want[i] = bf16_to_f32(bf16_from_f32(philox_rand_f32(7, 3, i)));
 		naive_gemm(&a, A, B, want);
 		for (int i = 0; i < NB * M * K; i++)
-			A16[i] = rt_f32_to_bf16(A[i]);
+			A16[i] = bf16_from_f32(A[i]);
 		for (int i = 0; i < K * N; i++)
-			B16[i] = rt_f32_to_bf16(B[i]);
+			B16[i] = bf16_from_f32(B[i]);
 		for (int i = 0; i < NB * M * N; i++)
-			C16[i] = rt_f32_to_bf16(C[i]);
+			C16[i] = bf16_from_f32(C[i]);
 		void *ptrs[3] = { bf ? (void *)A16 : A, bf ? (void *)B16 : B, bf ? (void *)C16 : C };
 		DtmPlan p = { .nbuffers = 3, .buffers = bufs, .nstages = 1 };
 		DtmStage st = { .nactions = 1, .actions = &a };
@@ -550,7 +550,7 @@ static void test_gemm(void)
 		RtPool *pool = rt_pool_new(3);
 		CHECK_EQ_INT(rt_cpu_gemm(&a, bufs, ptrs, &s, pool, err), 0);
 		for (int i = 0; i < NB * M * N; i++) {
-			float got = bf ? rt_bf16_to_f32(C16[i]) : C[i];
+			float got = bf ? bf16_to_f32(C16[i]) : C[i];
 			CHECK_NEAR(got, want[i], bf ? 1e-2 * (1 + fabs(want[i])) : 1e-5);
 		}
 		rt_pool_free(pool);
@@ -578,9 +578,9 @@ static void test_gemm_split(void)
 	if (!A || !B || !C || !want)
 		goto out;
 	for (int i = 0; i < NB * M * K; i++)
-		A[i] = dtm_rand_f32(8, 1, i) - 0.5f;
+		A[i] = philox_rand_f32(8, 1, i) - 0.5f;
 	for (int i = 0; i < NB * K * N; i++)
-		B[i] = dtm_rand_f32(8, 2, i) - 0.5f;
+		B[i] = philox_rand_f32(8, 2, i) - 0.5f;
 	naive_gemm(&a, A, B, want);
 	void *ptrs[3] = { A, B, C };
 	RtGemmScratch s = { 0 };
@@ -724,19 +724,19 @@ static void test_pool(void)
 
 static void test_f16(void)
 {
-	CHECK_EQ_INT(rt_f32_to_f16(1.0f), 0x3c00);
-	CHECK_EQ_INT(rt_f32_to_f16(65504.0f), 0x7bff);
-	CHECK_EQ_INT(rt_f32_to_f16(65520.0f), 0x7c00);
-	CHECK_EQ_INT(rt_f32_to_f16(-2.0f), 0xc000);
-	CHECK_EQ_INT(rt_f32_to_f16(5.9604645e-8f), 0x0001); /* smallest subnormal */
-	CHECK_EQ_INT(rt_f32_to_f16(1.0f + 1.0f / 2048), 0x3c00); /* tie to even */
-	CHECK_EQ_INT(rt_f32_to_f16(1.0f + 3.0f / 2048), 0x3c02);
+	CHECK_EQ_INT(f16_from_f32(1.0f), 0x3c00);
+	CHECK_EQ_INT(f16_from_f32(65504.0f), 0x7bff);
+	CHECK_EQ_INT(f16_from_f32(65520.0f), 0x7c00);
+	CHECK_EQ_INT(f16_from_f32(-2.0f), 0xc000);
+	CHECK_EQ_INT(f16_from_f32(5.9604645e-8f), 0x0001); /* smallest subnormal */
+	CHECK_EQ_INT(f16_from_f32(1.0f + 1.0f / 2048), 0x3c00); /* tie to even */
+	CHECK_EQ_INT(f16_from_f32(1.0f + 3.0f / 2048), 0x3c02);
 	int ok = 1;
 	for (uint32_t h = 0; h < 0x7c00; h++)
-		ok &= rt_f32_to_f16(rt_f16_to_f32((uint16_t)h)) == h;
+		ok &= f16_from_f32(f16_to_f32((uint16_t)h)) == h;
 	CHECK(ok);
-	CHECK_EQ_INT(rt_f32_to_bf16(1.00390625f), 0x3f80); /* tie to even */
-	CHECK(isnan(rt_bf16_to_f32(rt_f32_to_bf16(NAN))));
+	CHECK_EQ_INT(bf16_from_f32(1.00390625f), 0x3f80); /* tie to even */
+	CHECK(isnan(bf16_to_f32(bf16_from_f32(NAN))));
 }
 
 /* A [5, 6] tensor on a dp=2 x tp=3 mesh, dim 0 split over dp, dim 1 over

@@ -1,5 +1,5 @@
 /* test_runtime_io.c - the runtime's deterministic RNG, data sources,
- * tokenizer and checkpoints (runtime/philox.h, data.h, ckpt.h, fsio.h):
+ * tokenizer and checkpoints (support/philox.h, data.h, ckpt.h, fsio.h):
  * safetensors with per-tensor CRC32C, the checkpoint index and its
  * validation, crash-safe writes.
  * Files go to a fresh directory under /tmp that is removed at the end. */
@@ -18,7 +18,7 @@
 #include "runtime/data.h"
 #include "runtime/fsio.h"
 #include "runtime/json.h"
-#include "runtime/philox.h"
+#include "support/philox.h"
 
 static char tmpdir[256];
 
@@ -101,37 +101,37 @@ static void test_philox_kat(void)
 	};
 	for (size_t i = 0; i < sizeof kat / sizeof kat[0]; i++) {
 		uint32_t o[4];
-		dtm_philox4x32_10(kat[i].ctr, kat[i].key, o);
+		philox4x32_10(kat[i].ctr, kat[i].key, o);
 		for (int w = 0; w < 4; w++)
 			CHECK_EQ_INT(o[w], kat[i].out[w]);
 	}
 	/* the block layout: seed -> key, (a, b) -> counter */
 	uint32_t o[4];
-	dtm_philox_block(0xa4093822ull | 0x299f31d0ull << 32, 0, 0x85a308d3243f6a88ull,
+	philox_block(0xa4093822ull | 0x299f31d0ull << 32, 0, 0x85a308d3243f6a88ull,
 	                 0x0370734413198a2eull, o);
 	CHECK_EQ_INT(o[0], 0xd16cfe09);
 	/* FNV-1a 64 reference values */
-	CHECK(dtm_hash64("") == 0xcbf29ce484222325ull);
-	CHECK(dtm_hash64("a") == 0xaf63dc4c8601ec8cull);
-	CHECK(dtm_hash64("foobar") == 0x85944171f73967e8ull);
+	CHECK(hash_fnv1a64("") == 0xcbf29ce484222325ull);
+	CHECK(hash_fnv1a64("a") == 0xaf63dc4c8601ec8cull);
+	CHECK(hash_fnv1a64("foobar") == 0x85944171f73967e8ull);
 }
 
 static void test_init_stats(void)
 {
 	const int n = 1000000;
-	uint64_t h = dtm_hash64("layer.0.wqkv");
+	uint64_t h = hash_fnv1a64("layer.0.wqkv");
 	double s = 0, s2 = 0, us = 0;
 	float umin = 1e9f, umax = -1e9f;
 	int keep = 0;
 	for (int i = 0; i < n; i++) {
-		double x = dtm_init_normal(42, h, (uint64_t)i, 0.0f, 1.0f);
+		double x = philox_init_normal(42, h, (uint64_t)i, 0.0f, 1.0f);
 		s += x;
 		s2 += x * x;
-		float u = dtm_init_uniform(42, h, (uint64_t)i, -0.5f, 0.25f);
+		float u = philox_init_uniform(42, h, (uint64_t)i, -0.5f, 0.25f);
 		us += u;
 		umin = u < umin ? u : umin;
 		umax = u > umax ? u : umax;
-		keep += dtm_dropout_keep(42, 7, 3, (uint64_t)i, 0.1f);
+		keep += philox_dropout_keep(42, 7, 3, (uint64_t)i, 0.1f);
 	}
 	double mean = s / n, var = s2 / n - mean * mean;
 	/* standard error of the mean is 1e-3 and of the std ~7e-4 */
@@ -142,11 +142,11 @@ static void test_init_stats(void)
 	CHECK_NEAR((double)keep / n, 0.9, 0.002);
 	/* mean and std are applied, and f32 rounding of mean + std*z is all
 	 * that separates N(m, s) from m + s*N(0, 1) */
-	float z = dtm_init_normal(42, h, 123, 0.0f, 1.0f);
-	CHECK_NEAR(dtm_init_normal(42, h, 123, 1.0f, 0.02f), 1.0 + 0.02 * z, 1e-6);
-	float r = dtm_rand_f32(1, 2, 3);
+	float z = philox_init_normal(42, h, 123, 0.0f, 1.0f);
+	CHECK_NEAR(philox_init_normal(42, h, 123, 1.0f, 0.02f), 1.0 + 0.02 * z, 1e-6);
+	float r = philox_rand_f32(1, 2, 3);
 	CHECK(r >= 0.0f && r < 1.0f);
-	CHECK(dtm_u32_to_unit(0xffffffffu) < 1.0f);
+	CHECK(philox_unit(0xffffffffu) < 1.0f);
 }
 
 /* "Initialise" params in a given order into a global buffer; a rank with a
@@ -155,9 +155,9 @@ static void init_params(const char *const *names, int n, const int *order, float
 {
 	for (int k = 0; k < n; k++) {
 		int p = order[k];
-		uint64_t h = dtm_hash64(names[p]);
+		uint64_t h = hash_fnv1a64(names[p]);
 		for (int i = 0; i < 64; i++)
-			out[p][i] = dtm_init_normal(7, h, (uint64_t)i, 0.0f, 0.02f);
+			out[p][i] = philox_init_normal(7, h, (uint64_t)i, 0.0f, 0.02f);
 	}
 }
 
@@ -173,15 +173,15 @@ static void test_init_order_and_shards(void)
 	/* a [8, 8] tensor split in column halves over tp=2: rank r holds
 	 * columns 4r..4r+3 and computes them from global indices */
 	int same = 1;
-	uint64_t h = dtm_hash64(names[1]);
+	uint64_t h = hash_fnv1a64(names[1]);
 	for (int r = 0; r < 2; r++)
 		for (int row = 0; row < 8; row++)
 			for (int c = 0; c < 4; c++) {
 				uint64_t g = (uint64_t)row * 8 + (uint64_t)(4 * r + c);
-				same &= dtm_init_normal(7, h, g, 0.0f, 0.02f) == a[1][g];
+				same &= philox_init_normal(7, h, g, 0.0f, 0.02f) == a[1][g];
 			}
 	CHECK(same);
-	CHECK(dtm_init_normal(8, h, 0, 0, 1) != dtm_init_normal(7, h, 0, 0, 1));
+	CHECK(philox_init_normal(8, h, 0, 0, 1) != philox_init_normal(7, h, 0, 0, 1));
 }
 
 /* ---- synthetic data ---- */
@@ -608,22 +608,22 @@ static void test_tokenizer(void)
 
 static void test_f16_bf16(void)
 {
-	CHECK_EQ_INT(dtm_f32_to_f16(1.0f), 0x3c00);
-	CHECK_EQ_INT(dtm_f32_to_f16(-2.0f), 0xc000);
-	CHECK_EQ_INT(dtm_f32_to_f16(65504.0f), 0x7bff);
-	CHECK_EQ_INT(dtm_f32_to_f16(65520.0f), 0x7c00);               /* rounds to inf */
-	CHECK_EQ_INT(dtm_f32_to_f16(5.960464477539063e-08f), 0x0001); /* smallest subnormal */
-	CHECK_EQ_INT(dtm_f32_to_f16(1.0f + 1.0f / 2048), 0x3c00);     /* tie to even */
-	CHECK(dtm_f16_to_f32(0x0001) == 5.960464477539063e-08f);
-	CHECK(dtm_f16_to_f32(0x3555) == 0.333251953125f);
+	CHECK_EQ_INT(f16_from_f32(1.0f), 0x3c00);
+	CHECK_EQ_INT(f16_from_f32(-2.0f), 0xc000);
+	CHECK_EQ_INT(f16_from_f32(65504.0f), 0x7bff);
+	CHECK_EQ_INT(f16_from_f32(65520.0f), 0x7c00);               /* rounds to inf */
+	CHECK_EQ_INT(f16_from_f32(5.960464477539063e-08f), 0x0001); /* smallest subnormal */
+	CHECK_EQ_INT(f16_from_f32(1.0f + 1.0f / 2048), 0x3c00);     /* tie to even */
+	CHECK(f16_to_f32(0x0001) == 5.960464477539063e-08f);
+	CHECK(f16_to_f32(0x3555) == 0.333251953125f);
 	int ok = 1;
 	for (uint32_t h = 0; h < 0x7c00; h++)
-		ok &= dtm_f32_to_f16(dtm_f16_to_f32((uint16_t)h)) == h;
+		ok &= f16_from_f32(f16_to_f32((uint16_t)h)) == h;
 	CHECK(ok);
-	CHECK_EQ_INT(dtm_f32_to_bf16(1.0f), 0x3f80);
-	CHECK_EQ_INT(dtm_f32_to_bf16(1.00390625f), 0x3f80); /* tie to even */
-	CHECK(dtm_bf16_to_f32(0x3fc0) == 1.5f);
-	CHECK(dtm_bf16_to_f32(dtm_f32_to_bf16(NAN)) != dtm_bf16_to_f32(dtm_f32_to_bf16(NAN)));
+	CHECK_EQ_INT(bf16_from_f32(1.0f), 0x3f80);
+	CHECK_EQ_INT(bf16_from_f32(1.00390625f), 0x3f80); /* tie to even */
+	CHECK(bf16_to_f32(0x3fc0) == 1.5f);
+	CHECK(bf16_to_f32(bf16_from_f32(NAN)) != bf16_to_f32(bf16_from_f32(NAN)));
 }
 
 static void test_safetensors_roundtrip(void)
@@ -632,8 +632,8 @@ static void test_safetensors_roundtrip(void)
 	uint16_t bf[4], f16[4];
 	float src4[4] = {0.5f, -1.0f, 3.0f, 100.0f};
 	for (int i = 0; i < 4; i++) {
-		bf[i] = dtm_f32_to_bf16(src4[i]);
-		f16[i] = dtm_f32_to_f16(src4[i]);
+		bf[i] = bf16_from_f32(src4[i]);
+		f16[i] = f16_from_f32(src4[i]);
 	}
 	int32_t i32[3] = {-1, 0, 2147483647};
 	int64_t i64[2] = {-5, INT64_MAX};

@@ -15,36 +15,38 @@
  * init:    a = global element index, b = FNV-1a 64 hash of the tensor name
  * dropout: a = the element's index in the full-batch global operand
  *          (ir/dropout.c), b = step | salt << 32
- * data:    see runtime/data.c (domains DTM_RNG_DOMAIN_*).
+ * data:    see runtime/data.c (domains PHILOX_DOMAIN_*).
  */
-#ifndef DTM_PHILOX_H
-#define DTM_PHILOX_H
+#ifndef DTM_SUPPORT_PHILOX_H
+#define DTM_SUPPORT_PHILOX_H
 
 #include <math.h>
 #include <stdint.h>
 
-#define DTM_PHILOX_M0 0xD2511F53u
-#define DTM_PHILOX_M1 0xCD9E8D57u
-#define DTM_PHILOX_W0 0x9E3779B9u /* golden ratio */
-#define DTM_PHILOX_W1 0xBB67AE85u /* sqrt(3) - 1 */
+#include "support/hash.h" /* hash_fnv1a64: a tensor name's stream */
+
+#define PHILOX_M0 0xD2511F53u
+#define PHILOX_M1 0xCD9E8D57u
+#define PHILOX_W0 0x9E3779B9u /* golden ratio */
+#define PHILOX_W1 0xBB67AE85u /* sqrt(3) - 1 */
 
 /* Domains keep the streams of different consumers apart even when their
  * counters coincide (they are XORed into the high key word). */
-#define DTM_RNG_DOMAIN_INIT 0u
-#define DTM_RNG_DOMAIN_DROPOUT 0x44524f50u /* "DROP" */
-#define DTM_RNG_DOMAIN_MARKOV 0x4d41524bu  /* "MARK": chain transition table */
-#define DTM_RNG_DOMAIN_SEQ 0x53455153u     /* "SEQS": sampled sequences */
-#define DTM_RNG_DOMAIN_REGX 0x52454758u    /* "REGX": regression inputs */
-#define DTM_RNG_DOMAIN_REGW 0x52454757u    /* "REGW": regression weights */
+#define PHILOX_DOMAIN_INIT 0u
+#define PHILOX_DOMAIN_DROPOUT 0x44524f50u /* "DROP" */
+#define PHILOX_DOMAIN_MARKOV 0x4d41524bu  /* "MARK": chain transition table */
+#define PHILOX_DOMAIN_SEQ 0x53455153u     /* "SEQS": sampled sequences */
+#define PHILOX_DOMAIN_REGX 0x52454758u    /* "REGX": regression inputs */
+#define PHILOX_DOMAIN_REGW 0x52454757u    /* "REGW": regression weights */
 
-static inline void dtm_philox4x32_10(const uint32_t ctr_in[4], const uint32_t key_in[2],
+static inline void philox4x32_10(const uint32_t ctr_in[4], const uint32_t key_in[2],
                                      uint32_t out[4])
 {
 	uint32_t c0 = ctr_in[0], c1 = ctr_in[1], c2 = ctr_in[2], c3 = ctr_in[3];
 	uint32_t k0 = key_in[0], k1 = key_in[1];
 	for (int r = 0; r < 10; r++) {
-		uint64_t p0 = (uint64_t)DTM_PHILOX_M0 * c0;
-		uint64_t p1 = (uint64_t)DTM_PHILOX_M1 * c2;
+		uint64_t p0 = (uint64_t)PHILOX_M0 * c0;
+		uint64_t p1 = (uint64_t)PHILOX_M1 * c2;
 		uint32_t hi0 = (uint32_t)(p0 >> 32), lo0 = (uint32_t)p0;
 		uint32_t hi1 = (uint32_t)(p1 >> 32), lo1 = (uint32_t)p1;
 		c0 = hi1 ^ c1 ^ k0;
@@ -53,8 +55,8 @@ static inline void dtm_philox4x32_10(const uint32_t ctr_in[4], const uint32_t ke
 		c3 = lo0;
 		/* Random123 bumps the key after every round; the bump after the
 		 * last round is never used. */
-		k0 += DTM_PHILOX_W0;
-		k1 += DTM_PHILOX_W1;
+		k0 += PHILOX_W0;
+		k1 += PHILOX_W1;
 	}
 	out[0] = c0;
 	out[1] = c1;
@@ -63,51 +65,40 @@ static inline void dtm_philox4x32_10(const uint32_t ctr_in[4], const uint32_t ke
 }
 
 /* One 128-bit block for (seed, domain, a, b) in the layout described above. */
-static inline void dtm_philox_block(uint64_t seed, uint32_t domain, uint64_t a, uint64_t b,
+static inline void philox_block(uint64_t seed, uint32_t domain, uint64_t a, uint64_t b,
                                     uint32_t out[4])
 {
 	uint32_t ctr[4] = {(uint32_t)a, (uint32_t)(a >> 32), (uint32_t)b, (uint32_t)(b >> 32)};
 	uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32) ^ domain};
-	dtm_philox4x32_10(ctr, key, out);
-}
-
-/* FNV-1a 64 of a tensor name: the stream that keys its initial values. */
-static inline uint64_t dtm_hash64(const char *s)
-{
-	uint64_t h = 0xcbf29ce484222325ull;
-	for (; *s; s++) {
-		h ^= (unsigned char)*s;
-		h *= 0x100000001b3ull;
-	}
-	return h;
+	philox4x32_10(ctr, key, out);
 }
 
 /* Uniform in [0, 1) with 24 random bits: exactly representable in f32, so
  * the result never rounds up to 1.0f. */
-static inline float dtm_u32_to_unit(uint32_t x)
+static inline float philox_unit(uint32_t x)
 {
 	return (float)(x >> 8) * (1.0f / 16777216.0f);
 }
 
 /* 32 raw random bits for (seed, stream, index) in the init domain. */
-static inline uint32_t dtm_rand_u32(uint64_t seed, uint64_t stream, uint64_t index)
+static inline uint32_t philox_rand_u32(uint64_t seed, uint64_t stream, uint64_t index)
 {
 	uint32_t o[4];
-	dtm_philox_block(seed, DTM_RNG_DOMAIN_INIT, index, stream, o);
+	philox_block(seed, PHILOX_DOMAIN_INIT, index, stream, o);
 	return o[0];
 }
 
 /* Uniform float in [0, 1) for (seed, stream, index). */
-static inline float dtm_rand_f32(uint64_t seed, uint64_t stream, uint64_t index)
+static inline float philox_rand_f32(uint64_t seed, uint64_t stream, uint64_t index)
 {
-	return dtm_u32_to_unit(dtm_rand_u32(seed, stream, index));
+	return philox_unit(philox_rand_u32(seed, stream, index));
 }
 
 /* Standard normal from two words of a block (Box-Muller, cosine branch).
  * u1 is in (0, 1] so log never sees 0; computed in double so the float
  * result is the same on every libm that rounds log/cos/sqrt correctly to a
  * few ulps of double. */
-static inline double dtm_box_muller(uint32_t w0, uint32_t w1)
+static inline double philox_box_muller(uint32_t w0, uint32_t w1)
 {
 	double u1 = ((double)(w0 >> 8) + 1.0) * (1.0 / 16777216.0);
 	double u2 = (double)(w1 >> 8) * (1.0 / 16777216.0);
@@ -116,21 +107,21 @@ static inline double dtm_box_muller(uint32_t w0, uint32_t w1)
 
 /* Element `index` (global, row-major) of the tensor whose name hashes to
  * name_hash, drawn from N(mean, std^2). */
-static inline float dtm_init_normal(uint64_t seed, uint64_t name_hash, uint64_t index, float mean,
+static inline float philox_init_normal(uint64_t seed, uint64_t name_hash, uint64_t index, float mean,
                                     float std)
 {
 	uint32_t o[4];
-	dtm_philox_block(seed, DTM_RNG_DOMAIN_INIT, index, name_hash, o);
-	return (float)((double)mean + (double)std * dtm_box_muller(o[0], o[1]));
+	philox_block(seed, PHILOX_DOMAIN_INIT, index, name_hash, o);
+	return (float)((double)mean + (double)std * philox_box_muller(o[0], o[1]));
 }
 
 /* Element `index` drawn uniformly from [lo, hi). */
-static inline float dtm_init_uniform(uint64_t seed, uint64_t name_hash, uint64_t index, float lo,
+static inline float philox_init_uniform(uint64_t seed, uint64_t name_hash, uint64_t index, float lo,
                                      float hi)
 {
 	uint32_t o[4];
-	dtm_philox_block(seed, DTM_RNG_DOMAIN_INIT, index, name_hash, o);
-	float r = lo + (hi - lo) * dtm_u32_to_unit(o[2]);
+	philox_block(seed, PHILOX_DOMAIN_INIT, index, name_hash, o);
+	float r = lo + (hi - lo) * philox_unit(o[2]);
 	return r < hi ? r : lo; /* guard the rounding of lo + (hi-lo)*u up to hi */
 }
 
@@ -138,13 +129,13 @@ static inline float dtm_init_uniform(uint64_t seed, uint64_t name_hash, uint64_t
  * salt names the dropout site (the lowering's count of dropout calls); the
  * index is the element's in the one-device, one-micro-batch operand, so
  * the mask is the same on every mesh and micro-batch count. */
-static inline int dtm_dropout_keep(uint64_t seed, uint32_t salt, uint32_t step, uint64_t index,
+static inline int philox_dropout_keep(uint64_t seed, uint32_t salt, uint32_t step, uint64_t index,
                                    float rate)
 {
 	uint32_t o[4];
-	dtm_philox_block(seed, DTM_RNG_DOMAIN_DROPOUT, index, (uint64_t)step | (uint64_t)salt << 32,
+	philox_block(seed, PHILOX_DOMAIN_DROPOUT, index, (uint64_t)step | (uint64_t)salt << 32,
 	                 o);
-	return dtm_u32_to_unit(o[0]) >= rate;
+	return philox_unit(o[0]) >= rate;
 }
 
 #endif
