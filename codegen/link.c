@@ -10,8 +10,9 @@
  * compile error there is a code generator bug someone must read.
  *
  * The repository root (for #include "runtime/plan.h") and the runtime
- * library come from compile definitions CMake sets (DTM_SOURCE_DIR,
- * DTM_RUNTIME_LIB, DTM_BLAS_LIB), so the installed dtmc needs no
+ * library with the support library under it come from compile definitions
+ * CMake sets (DTM_SOURCE_DIR, DTM_RUNTIME_LIB, DTM_SUPPORT_LIB,
+ * DTM_BLAS_LIB), so the installed dtmc needs no
  * environment.  When CMake built the mpi backend it also sets DTM_MPI_OBJ
  * (comm_mpi.o) and DTM_MPI_LIBS (MPI's libraries, '|'-separated): the
  * binary then runs `--backend mpi` under mpirun, and still runs the local
@@ -39,6 +40,9 @@
 #endif
 #ifndef DTM_RUNTIME_LIB
 #define DTM_RUNTIME_LIB "libdtm_runtime.a"
+#endif
+#ifndef DTM_SUPPORT_LIB
+#define DTM_SUPPORT_LIB "libdtm_support.a"
 #endif
 #ifndef DTM_BLAS_LIB
 #define DTM_BLAS_LIB ""
@@ -176,6 +180,7 @@ bool cg_build(const IrModule *m, const FusePlan *fp, const MemPlan *mp, const Dt
 		argv[n++] = DTM_CUDA_LIB;
 	}
 	argv[n++] = DTM_RUNTIME_LIB;
+	argv[n++] = DTM_SUPPORT_LIB; /* after the runtime: it calls into it */
 	if (DTM_BLAS_LIB[0])
 		argv[n++] = DTM_BLAS_LIB;
 	n = add_list(&a, argv, n, DTM_MPI_LIBS);

@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "runtime/fsio.h"
-#include "runtime/json.h"
+#include "support/json.h"
 
 static int seterr(char *err, size_t errlen, const char *fmt, ...)
         __attribute__((format(printf, 3, 4)));
@@ -175,52 +175,52 @@ int dtm_st_write(const char *path, const DtmTensorDesc *t, int nt, const DtmMeta
 		}
 	free(names);
 
-	RtBuf h = {0};
-	rt_buf_append(&h, "{", 1);
+	JsonBuf h = {0};
+	json_buf_append(&h, "{", 1);
 	if (nmeta + nt > 0) {
-		rt_buf_json_str(&h, "__metadata__");
-		rt_buf_append(&h, ":{", 2);
+		json_buf_str(&h, "__metadata__");
+		json_buf_append(&h, ":{", 2);
 		for (int i = 0; i < nmeta; i++) {
 			if (i)
-				rt_buf_append(&h, ",", 1);
-			rt_buf_json_str(&h, meta[i].key ? meta[i].key : "");
-			rt_buf_append(&h, ":", 1);
-			rt_buf_json_str(&h, meta[i].value ? meta[i].value : "");
+				json_buf_append(&h, ",", 1);
+			json_buf_str(&h, meta[i].key ? meta[i].key : "");
+			json_buf_append(&h, ":", 1);
+			json_buf_str(&h, meta[i].value ? meta[i].value : "");
 		}
 		/* the checksums, computed from the caller's memory: what is
 		 * written next is what they cover */
 		for (int i = 0; i < nt; i++) {
 			size_t nb = (size_t)tensor_nbytes(t[i].ndim, t[i].shape,
 			                                  dtm_st_dtype_size(t[i].dtype));
-			RtBuf key = {0};
-			rt_buf_printf(&key, "%s%s", DTM_ST_CRC_PREFIX, t[i].name);
+			JsonBuf key = {0};
+			json_buf_printf(&key, "%s%s", DTM_ST_CRC_PREFIX, t[i].name);
 			if (i || nmeta > 0)
-				rt_buf_append(&h, ",", 1);
-			rt_buf_json_str(&h, key.failed ? "" : key.p);
+				json_buf_append(&h, ",", 1);
+			json_buf_str(&h, key.failed ? "" : key.p);
 			h.failed |= key.failed;
-			rt_buf_free(&key);
-			rt_buf_printf(&h, ":\"%08" PRIx32 "\"", dtm_crc32c(0, t[i].data, nb));
+			json_buf_free(&key);
+			json_buf_printf(&h, ":\"%08" PRIx32 "\"", dtm_crc32c(0, t[i].data, nb));
 		}
-		rt_buf_append(&h, "}", 1);
+		json_buf_append(&h, "}", 1);
 	}
 	uint64_t off = 0;
 	for (int i = 0; i < nt; i++) {
 		uint64_t nb =
 		        (uint64_t)tensor_nbytes(t[i].ndim, t[i].shape, dtm_st_dtype_size(t[i].dtype));
 		if (i || nmeta + nt > 0)
-			rt_buf_append(&h, ",", 1);
-		rt_buf_json_str(&h, t[i].name);
-		rt_buf_printf(&h, ":{\"dtype\":\"%s\",\"shape\":[", dtm_st_dtype_name(t[i].dtype));
+			json_buf_append(&h, ",", 1);
+		json_buf_str(&h, t[i].name);
+		json_buf_printf(&h, ":{\"dtype\":\"%s\",\"shape\":[", dtm_st_dtype_name(t[i].dtype));
 		for (int d = 0; d < t[i].ndim; d++)
-			rt_buf_printf(&h, "%s%" PRId64, d ? "," : "", t[i].shape[d]);
-		rt_buf_printf(&h, "],\"data_offsets\":[%" PRIu64 ",%" PRIu64 "]}", off, off + nb);
+			json_buf_printf(&h, "%s%" PRId64, d ? "," : "", t[i].shape[d]);
+		json_buf_printf(&h, "],\"data_offsets\":[%" PRIu64 ",%" PRIu64 "]}", off, off + nb);
 		off += nb;
 	}
-	rt_buf_append(&h, "}", 1);
+	json_buf_append(&h, "}", 1);
 	while (!h.failed && h.len % 8)
-		rt_buf_append(&h, " ", 1);
+		json_buf_append(&h, " ", 1);
 	if (h.failed || h.len > DTM_ST_MAX_HEADER) {
-		rt_buf_free(&h);
+		json_buf_free(&h);
 		return seterr(err, errlen, "%s: header too large or out of memory", path);
 	}
 
@@ -229,13 +229,13 @@ int dtm_st_write(const char *path, const DtmTensorDesc *t, int nt, const DtmMeta
 		len8[k] = (unsigned char)((uint64_t)h.len >> (8 * k));
 	RtAtomicFile af;
 	if (rt_afile_open(&af, path, err, errlen)) {
-		rt_buf_free(&h);
+		json_buf_free(&h);
 		return -1;
 	}
 	int rc = rt_afile_write(&af, len8, 8, err, errlen);
 	if (!rc)
 		rc = rt_afile_write(&af, h.p, h.len, err, errlen);
-	rt_buf_free(&h);
+	json_buf_free(&h);
 	for (int i = 0; i < nt && !rc; i++) {
 		size_t nb =
 		        (size_t)tensor_nbytes(t[i].ndim, t[i].shape, dtm_st_dtype_size(t[i].dtype));
@@ -254,8 +254,8 @@ struct DtmSafetensors {
 	void *map; /* mmap'd file, or NULL */
 	size_t map_len;
 	void *owned; /* malloc'd copy for open_memory, or NULL */
-	RtJsonDoc doc;
-	const RtJson *meta; /* the __metadata__ object, or NULL */
+	JsonDoc doc;
+	const Json *meta; /* the __metadata__ object, or NULL */
 	int n;
 	DtmStTensor *t;        /* file order */
 	DtmStTensor **by_name; /* sorted by name, for dtm_st_find */
@@ -265,7 +265,7 @@ void dtm_st_close(DtmSafetensors *st)
 {
 	if (!st)
 		return;
-	rt_json_free(&st->doc);
+	json_free(&st->doc);
 	if (st->map)
 		munmap(st->map, st->map_len);
 	free(st->owned);
@@ -288,9 +288,9 @@ static int cmp_by_offset(const void *a, const void *b)
 }
 
 /* A JSON number that is a non-negative integer fitting int64. */
-static int get_uint(const RtJson *v, int64_t *out)
+static int get_uint(const Json *v, int64_t *out)
 {
-	if (!v || v->kind != RT_JSON_NUM || !v->is_int || v->i < 0)
+	if (!v || v->kind != JSON_NUM || !v->is_int || v->i < 0)
 		return -1;
 	*out = v->i;
 	return 0;
@@ -298,16 +298,16 @@ static int get_uint(const RtJson *v, int64_t *out)
 
 /* Parses one tensor entry {"dtype", "shape", "data_offsets"}; checks its
  * size against its offsets and the data section. */
-static int parse_entry(const RtJson *e, DtmStTensor *t, const unsigned char *data,
+static int parse_entry(const Json *e, DtmStTensor *t, const unsigned char *data,
                        uint64_t data_len, const char *label, char *err, size_t errlen)
 {
 	t->name = e->key;
-	if (e->kind != RT_JSON_OBJ)
+	if (e->kind != JSON_OBJ)
 		return seterr(err, errlen, "%s: tensor %s: entry is not an object", label, e->key);
-	const RtJson *dt = NULL, *shape = NULL, *offs = NULL;
+	const Json *dt = NULL, *shape = NULL, *offs = NULL;
 	for (int k = 0; k < e->n; k++) {
-		const RtJson *m = &e->kids[k];
-		const RtJson **slot = strcmp(m->key, "dtype") == 0          ? &dt
+		const Json *m = &e->kids[k];
+		const Json **slot = strcmp(m->key, "dtype") == 0          ? &dt
 		                      : strcmp(m->key, "shape") == 0        ? &shape
 		                      : strcmp(m->key, "data_offsets") == 0 ? &offs
 		                                                            : NULL;
@@ -319,13 +319,13 @@ static int parse_entry(const RtJson *e, DtmStTensor *t, const unsigned char *dat
 			              e->key, m->key);
 		*slot = m;
 	}
-	if (!dt || dt->kind != RT_JSON_STR)
+	if (!dt || dt->kind != JSON_STR)
 		return seterr(err, errlen, "%s: tensor %s: missing or bad \"dtype\"", label,
 		              e->key);
 	if (dtm_st_dtype_parse(dt->s, &t->dtype))
 		return seterr(err, errlen, "%s: tensor %s: unsupported dtype \"%s\"", label, e->key,
 		              dt->s);
-	if (!shape || shape->kind != RT_JSON_ARR || shape->n > DTM_MAX_DIMS)
+	if (!shape || shape->kind != JSON_ARR || shape->n > DTM_MAX_DIMS)
 		return seterr(err, errlen,
 		              "%s: tensor %s: missing or bad \"shape\" (at most %d dims)", label,
 		              e->key, DTM_MAX_DIMS);
@@ -339,7 +339,7 @@ static int parse_entry(const RtJson *e, DtmStTensor *t, const unsigned char *dat
 	if (nb < 0)
 		return seterr(err, errlen, "%s: tensor %s: shape too large", label, e->key);
 	int64_t b, en;
-	if (!offs || offs->kind != RT_JSON_ARR || offs->n != 2 || get_uint(&offs->kids[0], &b) ||
+	if (!offs || offs->kind != JSON_ARR || offs->n != 2 || get_uint(&offs->kids[0], &b) ||
 	    get_uint(&offs->kids[1], &en))
 		return seterr(err, errlen, "%s: tensor %s: missing or bad \"data_offsets\"", label,
 		              e->key);
@@ -385,7 +385,7 @@ static int check_crcs(DtmSafetensors *st, const char *label, char *err, size_t e
 {
 	size_t np = strlen(DTM_ST_CRC_PREFIX);
 	for (int m = 0; st->meta && m < st->meta->n; m++) {
-		const RtJson *kv = &st->meta->kids[m];
+		const Json *kv = &st->meta->kids[m];
 		if (strncmp(kv->key, DTM_ST_CRC_PREFIX, np) != 0)
 			continue;
 		DtmStTensor *t = (DtmStTensor *)dtm_st_find(st, kv->key + np);
@@ -439,10 +439,10 @@ static int st_parse(DtmSafetensors *st, const unsigned char *buf, size_t len, co
 	if (hlen < 2 || buf[8] != '{')
 		return seterr(err, errlen, "%s: header is not a JSON object", label);
 	char jerr[200];
-	if (rt_json_parse(&st->doc, (const char *)buf + 8, (size_t)hlen, jerr, sizeof jerr))
+	if (json_parse(&st->doc, (const char *)buf + 8, (size_t)hlen, jerr, sizeof jerr))
 		return seterr(err, errlen, "%s: bad JSON header: %s", label, jerr);
-	const RtJson *root = st->doc.root;
-	if (root->kind != RT_JSON_OBJ)
+	const Json *root = st->doc.root;
+	if (root->kind != JSON_OBJ)
 		return seterr(err, errlen, "%s: header is not a JSON object", label);
 	const unsigned char *data = buf + 8 + hlen;
 	uint64_t data_len = (uint64_t)len - 8 - hlen;
@@ -451,15 +451,15 @@ static int st_parse(DtmSafetensors *st, const unsigned char *buf, size_t len, co
 	if (!st->t || !st->by_name)
 		return seterr(err, errlen, "%s: out of memory", label);
 	for (int k = 0; k < root->n; k++) {
-		const RtJson *e = &root->kids[k];
+		const Json *e = &root->kids[k];
 		if (strcmp(e->key, "__metadata__") == 0) {
 			if (st->meta)
 				return seterr(err, errlen, "%s: repeated __metadata__", label);
-			if (e->kind != RT_JSON_OBJ)
+			if (e->kind != JSON_OBJ)
 				return seterr(err, errlen, "%s: __metadata__ is not an object",
 				              label);
 			for (int m = 0; m < e->n; m++)
-				if (e->kids[m].kind != RT_JSON_STR)
+				if (e->kids[m].kind != JSON_STR)
 					return seterr(
 					        err, errlen,
 					        "%s: __metadata__ value \"%s\" is not a string",
@@ -596,7 +596,7 @@ const DtmStTensor *dtm_st_find(const DtmSafetensors *st, const char *name)
 
 const char *dtm_st_meta(const DtmSafetensors *st, const char *key)
 {
-	const RtJson *v = rt_json_get(st->meta, key);
+	const Json *v = json_get(st->meta, key);
 	return v ? v->s : NULL;
 }
 
@@ -635,66 +635,66 @@ int dtm_ckpt_index_write(const char *path, const DtmCkptIndex *ix, char *err, si
 {
 	if (ix->naxes < 0 || ix->naxes > DTM_MAX_AXES || ix->nfiles < 0 || ix->ntensors < 0)
 		return seterr(err, errlen, "%s: bad checkpoint index", path);
-	RtBuf b = {0};
+	JsonBuf b = {0};
 	/* the seed is a string: JSON numbers above 2^53 lose digits in most
 	 * readers, and a seed must round-trip exactly */
-	rt_buf_printf(&b,
+	json_buf_printf(&b,
 	              "{\n  \"format\": \"%s\",\n  \"step\": %" PRIu64 ",\n  \"seed\": \"%" PRIu64
 	              "\",\n  \"mesh\": {\"axes\": [",
 	              DTM_CKPT_FORMAT, ix->step, ix->seed);
 	for (int a = 0; a < ix->naxes; a++) {
 		if (a)
-			rt_buf_append(&b, ", ", 2);
-		rt_buf_json_str(&b, ix->axes[a] ? ix->axes[a] : "");
+			json_buf_append(&b, ", ", 2);
+		json_buf_str(&b, ix->axes[a] ? ix->axes[a] : "");
 	}
-	rt_buf_append(&b, "], \"sizes\": [", 13);
+	json_buf_append(&b, "], \"sizes\": [", 13);
 	for (int a = 0; a < ix->naxes; a++)
-		rt_buf_printf(&b, "%s%" PRId64, a ? ", " : "", ix->sizes[a]);
-	rt_buf_append(&b, "]},\n  \"files\": [", 16);
+		json_buf_printf(&b, "%s%" PRId64, a ? ", " : "", ix->sizes[a]);
+	json_buf_append(&b, "]},\n  \"files\": [", 16);
 	for (int f = 0; f < ix->nfiles; f++) {
 		if (f)
-			rt_buf_append(&b, ", ", 2);
-		rt_buf_json_str(&b, ix->files[f] ? ix->files[f] : "");
+			json_buf_append(&b, ", ", 2);
+		json_buf_str(&b, ix->files[f] ? ix->files[f] : "");
 	}
-	rt_buf_append(&b, "],\n", 3);
+	json_buf_append(&b, "],\n", 3);
 	if (ix->checksum) {
-		rt_buf_append(&b, "  \"checksum\": ", 14);
-		rt_buf_json_str(&b, ix->checksum);
-		rt_buf_append(&b, ",\n", 2);
+		json_buf_append(&b, "  \"checksum\": ", 14);
+		json_buf_str(&b, ix->checksum);
+		json_buf_append(&b, ",\n", 2);
 	}
-	rt_buf_append(&b, "  \"tensors\": {", 14);
+	json_buf_append(&b, "  \"tensors\": {", 14);
 	for (int i = 0; i < ix->ntensors; i++) {
 		const DtmIndexTensor *t = &ix->tensors[i];
 		if (!t->name || !t->dtype || t->ndim < 0 || t->ndim > DTM_MAX_DIMS) {
-			rt_buf_free(&b);
+			json_buf_free(&b);
 			return seterr(err, errlen, "%s: bad index tensor %d", path, i);
 		}
-		rt_buf_append(&b, i ? ",\n    " : "\n    ", i ? 6 : 5);
-		rt_buf_json_str(&b, t->name);
-		rt_buf_append(&b, ": {\"dtype\": ", 12);
-		rt_buf_json_str(&b, t->dtype);
-		rt_buf_append(&b, ", \"shape\": [", 12);
+		json_buf_append(&b, i ? ",\n    " : "\n    ", i ? 6 : 5);
+		json_buf_str(&b, t->name);
+		json_buf_append(&b, ": {\"dtype\": ", 12);
+		json_buf_str(&b, t->dtype);
+		json_buf_append(&b, ", \"shape\": [", 12);
 		for (int d = 0; d < t->ndim; d++)
-			rt_buf_printf(&b, "%s%" PRId64, d ? ", " : "", t->shape[d]);
-		rt_buf_append(&b, "]", 1);
+			json_buf_printf(&b, "%s%" PRId64, d ? ", " : "", t->shape[d]);
+		json_buf_append(&b, "]", 1);
 		if (t->placement) {
-			rt_buf_append(&b, ", \"placement\": ", 15);
-			rt_buf_json_str(&b, t->placement);
+			json_buf_append(&b, ", \"placement\": ", 15);
+			json_buf_str(&b, t->placement);
 		}
-		rt_buf_append(&b, "}", 1);
+		json_buf_append(&b, "}", 1);
 	}
-	rt_buf_append(&b, ix->ntensors ? "\n  }\n}\n" : "}\n}\n", ix->ntensors ? 7 : 4);
+	json_buf_append(&b, ix->ntensors ? "\n  }\n}\n" : "}\n}\n", ix->ntensors ? 7 : 4);
 	if (b.failed) {
-		rt_buf_free(&b);
+		json_buf_free(&b);
 		return seterr(err, errlen, "%s: out of memory", path);
 	}
 	int rc = rt_write_file_atomic(path, b.p, b.len, err, errlen);
-	rt_buf_free(&b);
+	json_buf_free(&b);
 	return rc;
 }
 
 typedef struct IndexPriv {
-	RtJsonDoc doc;
+	JsonDoc doc;
 	const char **files;
 	DtmIndexTensor *tensors;
 } IndexPriv;
@@ -703,7 +703,7 @@ void dtm_ckpt_index_free(DtmCkptIndex *ix)
 {
 	IndexPriv *p = ix->priv;
 	if (p) {
-		rt_json_free(&p->doc);
+		json_free(&p->doc);
 		free(p->files);
 		free(p->tensors);
 		free(p);
@@ -833,12 +833,12 @@ static const char *placement_error(const char *pl, const DtmCkptIndex *ix, int n
 
 static int cmp_json_key(const void *a, const void *b)
 {
-	return strcmp((*(const RtJson *const *)a)->key, (*(const RtJson *const *)b)->key);
+	return strcmp((*(const Json *const *)a)->key, (*(const Json *const *)b)->key);
 }
 
 /* The members of obj are among fields[] (NULL-terminated), each once;
  * what is `where` in messages. */
-static int check_fields(const RtJson *obj, const char *const *fields, const char *path,
+static int check_fields(const Json *obj, const char *const *fields, const char *path,
                         const char *where, char *err, size_t errlen)
 {
 	for (int k = 0; k < obj->n; k++) {
@@ -864,38 +864,38 @@ static int index_from_json(DtmCkptIndex *ix, IndexPriv *p, const char *path, cha
 	                                         "files",  "checksum", "tensors", NULL};
 	static const char *const mesh_fields[] = {"axes", "sizes", NULL};
 	static const char *const tensor_fields[] = {"dtype", "shape", "placement", NULL};
-	const RtJson *root = p->doc.root, *v;
-	if (root->kind != RT_JSON_OBJ)
+	const Json *root = p->doc.root, *v;
+	if (root->kind != JSON_OBJ)
 		return seterr(err, errlen, "%s: not a JSON object", path);
-	v = rt_json_get(root, "format");
-	if (!v || v->kind != RT_JSON_STR || strcmp(v->s, DTM_CKPT_FORMAT) != 0)
+	v = json_get(root, "format");
+	if (!v || v->kind != JSON_STR || strcmp(v->s, DTM_CKPT_FORMAT) != 0)
 		return seterr(err, errlen,
 		              "%s: not a dtm checkpoint index (format \"%s\", expected "
 		              "\"%s\")",
-		              path, v && v->kind == RT_JSON_STR ? v->s : "?", DTM_CKPT_FORMAT);
+		              path, v && v->kind == JSON_STR ? v->s : "?", DTM_CKPT_FORMAT);
 	if (check_fields(root, top_fields, path, "index", err, errlen))
 		return -1;
 	int64_t step;
-	if (get_uint(rt_json_get(root, "step"), &step))
+	if (get_uint(json_get(root, "step"), &step))
 		return seterr(err, errlen, "%s: missing or bad \"step\" (a non-negative integer)",
 		              path);
 	ix->step = (uint64_t)step;
 	/* a string: JSON numbers above 2^53 lose digits in most readers */
-	v = rt_json_get(root, "seed");
+	v = json_get(root, "seed");
 	char *end;
 	errno = 0;
-	if (!v || v->kind != RT_JSON_STR || v->s[0] < '0' || v->s[0] > '9' ||
+	if (!v || v->kind != JSON_STR || v->s[0] < '0' || v->s[0] > '9' ||
 	    ((ix->seed = strtoull(v->s, &end, 10)), errno != 0 || *end))
 		return seterr(err, errlen, "%s: missing or bad \"seed\" (a string of digits)",
 		              path);
 
-	const RtJson *mesh = rt_json_get(root, "mesh");
-	if (!mesh || mesh->kind != RT_JSON_OBJ)
+	const Json *mesh = json_get(root, "mesh");
+	if (!mesh || mesh->kind != JSON_OBJ)
 		return seterr(err, errlen, "%s: missing or bad \"mesh\"", path);
 	if (check_fields(mesh, mesh_fields, path, "mesh", err, errlen))
 		return -1;
-	const RtJson *axes = rt_json_get(mesh, "axes"), *sizes = rt_json_get(mesh, "sizes");
-	if (!axes || !sizes || axes->kind != RT_JSON_ARR || sizes->kind != RT_JSON_ARR ||
+	const Json *axes = json_get(mesh, "axes"), *sizes = json_get(mesh, "sizes");
+	if (!axes || !sizes || axes->kind != JSON_ARR || sizes->kind != JSON_ARR ||
 	    axes->n != sizes->n || axes->n > DTM_MAX_AXES)
 		return seterr(err, errlen,
 		              "%s: bad \"mesh\" (axes and sizes, as many of each, at most %d)",
@@ -903,8 +903,8 @@ static int index_from_json(DtmCkptIndex *ix, IndexPriv *p, const char *path, cha
 	ix->naxes = axes->n;
 	int64_t world = 1;
 	for (int a = 0; a < axes->n; a++) {
-		const RtJson *name = &axes->kids[a];
-		if (name->kind != RT_JSON_STR || !is_ident(name->s, strlen(name->s)))
+		const Json *name = &axes->kids[a];
+		if (name->kind != JSON_STR || !is_ident(name->s, strlen(name->s)))
 			return seterr(err, errlen, "%s: mesh axis %d is not a name", path, a);
 		ix->axes[a] = name->s;
 		if (axis_of(ix, name->s, strlen(name->s)) != a)
@@ -922,8 +922,8 @@ static int index_from_json(DtmCkptIndex *ix, IndexPriv *p, const char *path, cha
 
 	/* one file per rank, named by rank; a mesh of one rank has one file
 	 * of whole tensors */
-	const RtJson *files = rt_json_get(root, "files");
-	if (!files || files->kind != RT_JSON_ARR)
+	const Json *files = json_get(root, "files");
+	if (!files || files->kind != JSON_ARR)
 		return seterr(err, errlen, "%s: missing or bad \"files\"", path);
 	if (files->n != world)
 		return seterr(err, errlen, "%s: %d files for a mesh of %" PRId64 " ranks", path,
@@ -934,24 +934,24 @@ static int index_from_json(DtmCkptIndex *ix, IndexPriv *p, const char *path, cha
 	for (int f = 0; f < files->n; f++) {
 		char want[64];
 		dtm_ckpt_rank_file(want, sizeof want, f);
-		if (files->kids[f].kind != RT_JSON_STR || strcmp(files->kids[f].s, want) != 0)
+		if (files->kids[f].kind != JSON_STR || strcmp(files->kids[f].s, want) != 0)
 			return seterr(err, errlen, "%s: files[%d] is not \"%s\"", path, f, want);
 		p->files[f] = files->kids[f].s;
 	}
 	ix->nfiles = files->n;
 	ix->files = p->files;
 
-	v = rt_json_get(root, "checksum");
-	if (v && (v->kind != RT_JSON_STR || strcmp(v->s, DTM_CKPT_CHECKSUM) != 0))
+	v = json_get(root, "checksum");
+	if (v && (v->kind != JSON_STR || strcmp(v->s, DTM_CKPT_CHECKSUM) != 0))
 		return seterr(err, errlen, "%s: unsupported \"checksum\" (only \"%s\")", path,
 		              DTM_CKPT_CHECKSUM);
 	ix->checksum = v ? v->s : NULL;
 
-	const RtJson *ts = rt_json_get(root, "tensors");
-	if (!ts || ts->kind != RT_JSON_OBJ)
+	const Json *ts = json_get(root, "tensors");
+	if (!ts || ts->kind != JSON_OBJ)
 		return seterr(err, errlen, "%s: missing or bad \"tensors\"", path);
 	p->tensors = calloc((size_t)ts->n + 1, sizeof *p->tensors);
-	const RtJson **sorted = calloc((size_t)ts->n + 1, sizeof *sorted);
+	const Json **sorted = calloc((size_t)ts->n + 1, sizeof *sorted);
 	if (!p->tensors || !sorted) {
 		free(sorted);
 		return seterr(err, errlen, "%s: out of memory", path);
@@ -968,25 +968,25 @@ static int index_from_json(DtmCkptIndex *ix, IndexPriv *p, const char *path, cha
 		}
 	free(sorted);
 	for (int i = 0; i < ts->n; i++) {
-		const RtJson *e = &ts->kids[i];
+		const Json *e = &ts->kids[i];
 		DtmIndexTensor *t = &p->tensors[i];
 		t->name = e->key;
 		if (!e->key[0])
 			return seterr(err, errlen, "%s: a tensor with an empty name", path);
-		if (e->kind != RT_JSON_OBJ)
+		if (e->kind != JSON_OBJ)
 			return seterr(err, errlen, "%s: tensor %s: entry is not an object", path,
 			              e->key);
 		char where[300];
 		snprintf(where, sizeof where, "tensor %s", e->key);
 		if (check_fields(e, tensor_fields, path, where, err, errlen))
 			return -1;
-		const RtJson *sh = rt_json_get(e, "shape"), *dt = rt_json_get(e, "dtype");
-		const RtJson *pl = rt_json_get(e, "placement");
+		const Json *sh = json_get(e, "shape"), *dt = json_get(e, "dtype");
+		const Json *pl = json_get(e, "placement");
 		DtmStDtype dtype;
-		if (!dt || dt->kind != RT_JSON_STR || dtm_st_dtype_parse(dt->s, &dtype))
+		if (!dt || dt->kind != JSON_STR || dtm_st_dtype_parse(dt->s, &dtype))
 			return seterr(err, errlen, "%s: tensor %s: missing or unknown \"dtype\"",
 			              path, e->key);
-		if (!sh || sh->kind != RT_JSON_ARR || sh->n > DTM_MAX_DIMS)
+		if (!sh || sh->kind != JSON_ARR || sh->n > DTM_MAX_DIMS)
 			return seterr(err, errlen,
 			              "%s: tensor %s: missing or bad \"shape\" (at most %d dims)",
 			              path, e->key, DTM_MAX_DIMS);
@@ -1001,12 +1001,12 @@ static int index_from_json(DtmCkptIndex *ix, IndexPriv *p, const char *path, cha
 			return seterr(err, errlen, "%s: tensor %s: shape too large", path, e->key);
 		t->dtype = dt->s;
 		if (pl) {
-			const char *why = pl->kind != RT_JSON_STR
+			const char *why = pl->kind != JSON_STR
 			                          ? "is not a string"
 			                          : placement_error(pl->s, ix, t->ndim);
 			if (why)
 				return seterr(err, errlen, "%s: tensor %s: placement \"%s\" %s",
-				              path, e->key, pl->kind == RT_JSON_STR ? pl->s : "",
+				              path, e->key, pl->kind == JSON_STR ? pl->s : "",
 				              why);
 			t->placement = pl->s;
 		}
@@ -1029,7 +1029,7 @@ int dtm_ckpt_index_read(const char *path, DtmCkptIndex *ix, char *err, size_t er
 		return seterr(err, errlen, "%s: out of memory", path);
 	}
 	char jerr[200];
-	if (rt_json_parse(&p->doc, text, len, jerr, sizeof jerr)) {
+	if (json_parse(&p->doc, text, len, jerr, sizeof jerr)) {
 		free(text);
 		free(p);
 		return seterr(err, errlen, "%s: bad JSON: %s", path, jerr);

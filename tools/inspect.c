@@ -28,6 +28,7 @@
 #include "passes/fuse.h"
 #include "passes/memplan.h"
 #include "runtime/rt.h"
+#include "support/json.h"
 #include "tools/cost.h"
 #include "tools/hw.h"
 #include "tools/report.h"
@@ -780,21 +781,6 @@ static void write_text(FILE *out, const Insp *in)
 
 /* ---- JSON ---- */
 
-static void json_str(FILE *out, const char *s)
-{
-	fputc('"', out);
-	for (; s && *s; s++) {
-		unsigned char c = (unsigned char)*s;
-		if (c == '"' || c == '\\')
-			fprintf(out, "\\%c", c);
-		else if (c < 32)
-			fprintf(out, "\\u%04x", c);
-		else
-			fputc(c, out);
-	}
-	fputc('"', out);
-}
-
 static void json_num(FILE *out, double v)
 {
 	if (!isfinite(v))
@@ -811,7 +797,7 @@ static void json_axes(FILE *out, const DtmPlan *p, uint32_t axes)
 			continue;
 		if (!first)
 			fputs(", ", out);
-		json_str(out, p->mesh_names[a]);
+		json_put_str(out, p->mesh_names[a]);
 		first = false;
 	}
 	fputc(']', out);
@@ -837,7 +823,7 @@ static void json_stage(FILE *out, const Insp *in, int s)
 	fprintf(out, "    {\"stage\": %d, \"rank\": %" PRId64 ", \"coords\": {", s, r);
 	for (int a = 0; a < p->mesh_naxes; a++) {
 		fputs(a ? ", " : "", out);
-		json_str(out, p->mesh_names[a]);
+		json_put_str(out, p->mesh_names[a]);
 		fprintf(out, ": %" PRId64, c[a]);
 	}
 	fputs("},\n     \"comm\": [", out);
@@ -867,10 +853,10 @@ static void json_stage(FILE *out, const Insp *in, int s)
 		fputs(", \"seconds\": ", out);
 		json_num(out, sec);
 		fputs(", \"tensor\": ", out);
-		json_str(out, tn);
+		json_put_str(out, tn);
 		fprintf(out, ", \"phase\": \"%s\", \"microbatch\": %d, \"node\": %d, \"label\": ",
 		        phase_name(a->phase), a->microbatch, a->node);
-		json_str(out, a->label);
+		json_put_str(out, a->label);
 		fputc('}', out);
 	}
 	fputs("],\n     \"totals\": {\"by_axes\": [", out);
@@ -934,25 +920,25 @@ static void write_json(FILE *out, const Insp *in)
 	const IrTrain *t = &in->m->train;
 	const CostReport *c = &in->cost;
 	fputs("{\"model\": ", out);
-	json_str(out, p->model);
+	json_put_str(out, p->model);
 	fputs(", \"mesh\": {", out);
 	for (int a = 0; a < p->mesh_naxes; a++) {
 		fputs(a ? ", " : "", out);
-		json_str(out, p->mesh_names[a]);
+		json_put_str(out, p->mesh_names[a]);
 		fprintf(out, ": %" PRId64, p->mesh_sizes[a]);
 	}
 	fprintf(out, "}, \"world\": %" PRId64 ", \"nstages\": %d,\n \"train\": {\"optimizer\": ",
 	        in->world, in->nstages);
-	json_str(out, p->train.optimizer);
+	json_put_str(out, p->train.optimizer);
 	fprintf(out, ", \"zero\": %d, \"microbatches\": %d, \"schedule\": ", t->zero,
 	        p->train.microbatches);
-	json_str(out, t->schedule ? t->schedule : "");
+	json_put_str(out, t->schedule ? t->schedule : "");
 	fprintf(out, ", \"virtual_stages\": %" PRId64 ", \"precision\": \"%s\", "
 	             "\"tokens_per_step\": %" PRId64 "},\n \"params\": ",
 	        t->virtual_stages, dtype_name(p->train.precision), p->train.tokens_per_step);
 	json_num(out, in->nparams);
 	fputs(", \"hw\": {\"name\": ", out);
-	json_str(out, in->hw.name);
+	json_put_str(out, in->hw.name);
 	fprintf(out, ", \"ranks_per_node\": %" PRId64 "},\n \"stages\": [\n", in->node_size);
 	for (int s = 0; s < in->nstages; s++) {
 		json_stage(out, in, s);
@@ -984,7 +970,7 @@ static void trace_thread(FILE *out, int64_t rank, int stream, const char *name, 
 	fprintf(out, "%s\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": %" PRId64
 	             ", \"args\": {\"name\": ",
 	        *first ? "" : ",", rank * 2 + stream);
-	json_str(out, name);
+	json_put_str(out, name);
 	fprintf(out, "}},\n{\"name\": \"thread_sort_index\", \"ph\": \"M\", \"pid\": 0, \"tid\": %" PRId64
 	             ", \"args\": {\"sort_index\": %" PRId64 "}}",
 	        rank * 2 + stream, rank * 2 + stream);
@@ -1001,15 +987,15 @@ static bool write_trace(const Insp *in, const char *path)
 	}
 	bool all = in->world <= INSPECT_TRACE_MAX_RANKS, first = true;
 	fputs("{\"displayTimeUnit\": \"ms\", \"otherData\": {\"model\": ", out);
-	json_str(out, p->model);
+	json_put_str(out, p->model);
 	fputs(", \"hw\": ", out);
-	json_str(out, in->hw.name);
+	json_put_str(out, in->hw.name);
 	fputs(", \"note\": ", out);
-	json_str(out, all ? "the cost model's simulated timeline: one track per rank and stream"
+	json_put_str(out, all ? "the cost model's simulated timeline: one track per rank and stream"
 	                  : "the cost model's simulated timeline: the first rank of each stage");
 	fputs("},\n\"traceEvents\": [", out);
 	fprintf(out, "\n{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": 0, \"args\": {\"name\": ");
-	json_str(out, p->model);
+	json_put_str(out, p->model);
 	fputs("}}", out);
 	first = false;
 	for (int64_t r = 0; r < in->world; r++) {
@@ -1030,7 +1016,7 @@ static bool write_trace(const Insp *in, const char *path)
 				continue;
 			int stream = is_comm(a) && a->stream == 1 ? 1 : 0;
 			fputs(",\n{\"name\": ", out);
-			json_str(out, a->label ? a->label : "?");
+			json_put_str(out, a->label ? a->label : "?");
 			fprintf(out, ", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": 0, \"tid\": %" PRId64
 			             ", \"ts\": %.3f, \"dur\": %.3f, \"args\": {\"phase\": \"%s\", "
 			             "\"microbatch\": %d, \"action\": %d",

@@ -11,24 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "support/json.h"
 #include "tools/sweep_impl.h"
-
-static void json_str(FILE *out, const char *s)
-{
-	fputc('"', out);
-	for (; s && *s; s++) {
-		unsigned char ch = (unsigned char)*s;
-		if (ch == '"' || ch == '\\')
-			fprintf(out, "\\%c", ch);
-		else if (ch == '\n')
-			fputs("\\n", out);
-		else if (ch < 32)
-			fprintf(out, "\\u%04x", ch);
-		else
-			fputc(ch, out);
-	}
-	fputc('"', out);
-}
 
 /* A finite number, or null. */
 static void json_num(FILE *out, double v)
@@ -59,18 +43,18 @@ static void json_cand(FILE *out, const SweepRun *r, int id)
 	char desc[512];
 	sweep_describe(r, c, desc, sizeof desc);
 	fprintf(out, "{\"id\": %d, \"layout\": ", id);
-	json_str(out, desc);
+	json_put_str(out, desc);
 	fputs(", \"mesh\": {", out);
 	for (int a = 0; a < r->s.naxes; a++) {
 		fputs(a ? ", " : "", out);
-		json_str(out, r->s.axes[a]);
+		json_put_str(out, r->s.axes[a]);
 		fprintf(out, ": %lld", (long long)c->mesh[a]);
 	}
 	fprintf(out, "}, \"zero\": %d, \"microbatches\": %d, \"schedule\": ", c->zero, c->micro);
 	if (c->sched == SWEEP_SCHED_FILE)
 		fputs("null", out);
 	else
-		json_str(out, sweep_sched_name(c->sched));
+		json_put_str(out, sweep_sched_name(c->sched));
 	fprintf(out, ", \"sequence_parallel\": %s, \"recompute\": %s, \"choose\": [",
 	        c->sp ? "true" : "false", c->rc ? "true" : "false");
 	for (int k = 0; k < r->s.nchooses; k++)
@@ -93,7 +77,7 @@ static void json_cand(FILE *out, const SweepRun *r, int id)
 	}
 	if (c->reason) {
 		fputs(", \"reason\": ", out);
-		json_str(out, c->reason);
+		json_put_str(out, c->reason);
 	}
 	fputc('}', out);
 }
@@ -101,17 +85,17 @@ static void json_cand(FILE *out, const SweepRun *r, int id)
 bool sweep_print_json(FILE *out, const SweepRun *r)
 {
 	fputs("{\n  \"model\": ", out);
-	json_str(out, r->s.model);
+	json_put_str(out, r->s.model);
 	fputs(",\n  \"file\": ", out);
-	json_str(out, r->o.file);
+	json_put_str(out, r->o.file);
 	fprintf(out, ",\n  \"devices\": %lld,\n  \"hw\": ", (long long)r->o.devices);
-	json_str(out, r->o.hw.name);
+	json_put_str(out, r->o.hw.name);
 	fprintf(out, ",\n  \"nodes\": %d,\n  \"mem_limit\": ", r->o.nodes);
 	json_num(out, r->o.mem_limit);
 	fputs(",\n  \"axes\": [", out);
 	for (int a = 0; a < r->s.naxes; a++) {
 		fputs(a ? ", " : "", out);
-		json_str(out, r->s.axes[a]);
+		json_put_str(out, r->s.axes[a]);
 	}
 	fprintf(out,
 	        "],\n  \"candidates\": %lld,\n  \"ok\": %lld,\n  \"failed\": %lld,\n"

@@ -13,7 +13,7 @@
 #include "support/philox.h"
 #include "runtime/rt.h"
 #include "runtime/fsio.h"
-#include "runtime/json.h"
+#include "support/json.h"
 #include "runtime/ckpt.h"
 
 /* ---- the plan ---- */
@@ -236,25 +236,25 @@ static void test_train_and_log(const DtmPlan *p)
 		CHECK(e != NULL);
 		if (!e)
 			break;
-		RtJsonDoc doc;
+		JsonDoc doc;
 		char err[256];
-		int rc = rt_json_parse(&doc, l, (size_t)(e - l), err, sizeof err);
+		int rc = json_parse(&doc, l, (size_t)(e - l), err, sizeof err);
 		CHECK_EQ_INT(rc, 0);
 		if (rc == 0) {
 			const char *keys[] = { "step", "loss", "grad_norm", "lr", "tokens_per_s",
 					       "ms" };
 			for (int k = 0; k < 6; k++) {
-				const RtJson *v = rt_json_get(doc.root, keys[k]);
-				CHECK(v && v->kind == RT_JSON_NUM);
+				const Json *v = json_get(doc.root, keys[k]);
+				CHECK(v && v->kind == JSON_NUM);
 			}
-			const RtJson *s = rt_json_get(doc.root, "step");
+			const Json *s = json_get(doc.root, "step");
 			CHECK(s && s->is_int && s->i == lines + 1);
-			double loss = rt_json_get(doc.root, "loss")->d;
+			double loss = json_get(doc.root, "loss")->d;
 			if (lines == 0)
 				first = loss;
 			last = loss;
-			CHECK_NEAR(rt_json_get(doc.root, "lr")->d, 0.1, 1e-7);
-			rt_json_free(&doc);
+			CHECK_NEAR(json_get(doc.root, "lr")->d, 0.1, 1e-7);
+			json_free(&doc);
 		}
 		lines++;
 		l = e + 1;

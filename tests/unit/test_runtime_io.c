@@ -17,7 +17,7 @@
 #include "runtime/ckpt.h"
 #include "runtime/data.h"
 #include "runtime/fsio.h"
-#include "runtime/json.h"
+#include "support/json.h"
 #include "support/philox.h"
 
 static char tmpdir[256];
@@ -1313,32 +1313,32 @@ static void test_index(void)
 
 static void test_json(void)
 {
-	RtJsonDoc doc;
+	JsonDoc doc;
 	char err[256];
 	const char *s =
 	        " {\"a\": [1, -2.5e3, true, false, null], \"b\": \"x\\u00e9\\ud83d\\ude00\\n\"} ";
-	CHECK_EQ_INT(rt_json_parse(&doc, s, strlen(s), err, sizeof err), 0);
-	const RtJson *a = rt_json_get(doc.root, "a"), *b = rt_json_get(doc.root, "b");
-	CHECK(a && a->kind == RT_JSON_ARR && a->n == 5);
+	CHECK_EQ_INT(json_parse(&doc, s, strlen(s), err, sizeof err), 0);
+	const Json *a = json_get(doc.root, "a"), *b = json_get(doc.root, "b");
+	CHECK(a && a->kind == JSON_ARR && a->n == 5);
 	if (a && a->n == 5) {
 		CHECK(a->kids[0].is_int && a->kids[0].i == 1);
 		CHECK(!a->kids[1].is_int && a->kids[1].d == -2500.0);
-		CHECK(a->kids[2].b && !a->kids[3].b && a->kids[4].kind == RT_JSON_NULL);
+		CHECK(a->kids[2].b && !a->kids[3].b && a->kids[4].kind == JSON_NULL);
 	}
 	CHECK(b && strcmp(b->s, "x\xc3\xa9\xf0\x9f\x98\x80\n") == 0);
-	rt_json_free(&doc);
+	json_free(&doc);
 	static const char *bad[] = {"",    "{",     "[1,]",     "01",        "1.",
 	                            "-",   "\"abc", "tru",      "{\"a\" 1}", "[1] [2]",
 	                            "NaN", "0x10",  "\"\x01\"", "{\"a\":1,}"};
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
-		CHECK_EQ_INT(rt_json_parse(&doc, bad[i], strlen(bad[i]), err, sizeof err), -1);
+		CHECK_EQ_INT(json_parse(&doc, bad[i], strlen(bad[i]), err, sizeof err), -1);
 	/* the escaper and the parser agree */
-	RtBuf buf = {0};
-	rt_buf_json_str(&buf, "q\"b\\s\x01\tz");
-	CHECK_EQ_INT(rt_json_parse(&doc, buf.p, buf.len, err, sizeof err), 0);
+	JsonBuf buf = {0};
+	json_buf_str(&buf, "q\"b\\s\x01\tz");
+	CHECK_EQ_INT(json_parse(&doc, buf.p, buf.len, err, sizeof err), 0);
 	CHECK_EQ_STR(doc.root->s, "q\"b\\s\x01\tz");
-	rt_json_free(&doc);
-	rt_buf_free(&buf);
+	json_free(&doc);
+	json_buf_free(&buf);
 }
 
 int main(void)

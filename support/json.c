@@ -1,6 +1,6 @@
-/* json.c - bounded recursive-descent JSON parser and string builder; see
- * json.h for what it accepts and why. */
-#include "runtime/json.h"
+/* json.c - bounded recursive-descent JSON parser and JSON string writers;
+ * see json.h for what it accepts and why. */
+#include "support/json.h"
 
 #include <errno.h>
 #include <math.h>
@@ -9,22 +9,22 @@
 #include <stdlib.h>
 #include <string.h>
 
-struct RtJsonBlock {
-	RtJsonBlock *next;
+struct JsonBlock {
+	JsonBlock *next;
 	max_align_t align[]; /* payload */
 };
 
 typedef struct Parser {
 	const char *p, *end, *start;
-	RtJsonDoc *doc;
+	JsonDoc *doc;
 	char *err;
 	size_t errlen;
 	bool failed;
 } Parser;
 
-static void *doc_alloc(RtJsonDoc *doc, size_t n)
+static void *doc_alloc(JsonDoc *doc, size_t n)
 {
-	RtJsonBlock *b = calloc(1, sizeof(RtJsonBlock) + n);
+	JsonBlock *b = calloc(1, sizeof(JsonBlock) + n);
 	if (!b)
 		return NULL;
 	b->next = doc->blocks;
@@ -173,7 +173,7 @@ static int parse_string(Parser *ps, char **out, int *outlen)
 
 /* number = '-'? int frac? exp?  (the JSON grammar, checked before strtod so
  * strtod's extensions such as hex, inf and nan are never accepted) */
-static int parse_number(Parser *ps, RtJson *v)
+static int parse_number(Parser *ps, Json *v)
 {
 	const char *b = ps->p, *q = ps->p;
 	bool integral = true;
@@ -210,7 +210,7 @@ static int parse_number(Parser *ps, RtJson *v)
 		return fail(ps, "number too long");
 	memcpy(tmp, b, (size_t)(q - b));
 	tmp[q - b] = '\0';
-	v->kind = RT_JSON_NUM;
+	v->kind = JSON_NUM;
 	v->d = strtod(tmp, NULL);
 	if (integral) {
 		errno = 0;
@@ -224,20 +224,20 @@ static int parse_number(Parser *ps, RtJson *v)
 	return 0;
 }
 
-static int parse_value(Parser *ps, RtJson *v, int depth);
+static int parse_value(Parser *ps, Json *v, int depth);
 
 /* array = '[' (value (',' value)*)? ']'   object = '{' (string ':' value ...)? '}'
  * Children are collected in a temporary growable vector, then copied into
  * the document in one block so kids[] is contiguous. */
-static int parse_container(Parser *ps, RtJson *v, int depth)
+static int parse_container(Parser *ps, Json *v, int depth)
 {
 	bool obj = *ps->p == '{';
 	char close = obj ? '}' : ']';
-	if (depth >= RT_JSON_MAX_DEPTH)
+	if (depth >= JSON_MAX_DEPTH)
 		return fail(ps, "nesting too deep");
 	ps->p++;
-	v->kind = obj ? RT_JSON_OBJ : RT_JSON_ARR;
-	RtJson *tmp = NULL;
+	v->kind = obj ? JSON_OBJ : JSON_ARR;
+	Json *tmp = NULL;
 	size_t n = 0, cap = 0;
 	skip_ws(ps);
 	if (ps->p < ps->end && *ps->p == close) {
@@ -247,7 +247,7 @@ static int parse_container(Parser *ps, RtJson *v, int depth)
 	for (;;) {
 		if (n == cap) {
 			size_t nc = cap ? cap * 2 : 8;
-			RtJson *t = realloc(tmp, nc * sizeof *t);
+			Json *t = realloc(tmp, nc * sizeof *t);
 			if (!t) {
 				free(tmp);
 				return fail(ps, "out of memory");
@@ -255,7 +255,7 @@ static int parse_container(Parser *ps, RtJson *v, int depth)
 			tmp = t;
 			cap = nc;
 		}
-		RtJson *kid = &tmp[n];
+		Json *kid = &tmp[n];
 		memset(kid, 0, sizeof *kid);
 		skip_ws(ps);
 		if (obj) {
@@ -316,7 +316,7 @@ static int match_word(Parser *ps, const char *w)
 	return 0;
 }
 
-static int parse_value(Parser *ps, RtJson *v, int depth)
+static int parse_value(Parser *ps, Json *v, int depth)
 {
 	skip_ws(ps);
 	if (ps->p >= ps->end)
@@ -326,24 +326,24 @@ static int parse_value(Parser *ps, RtJson *v, int depth)
 	case '[':
 		return parse_container(ps, v, depth);
 	case '"':
-		v->kind = RT_JSON_STR;
+		v->kind = JSON_STR;
 		return parse_string(ps, &v->s, &v->n);
 	case 't':
-		v->kind = RT_JSON_BOOL;
+		v->kind = JSON_BOOL;
 		v->b = true;
 		return match_word(ps, "true");
 	case 'f':
-		v->kind = RT_JSON_BOOL;
+		v->kind = JSON_BOOL;
 		return match_word(ps, "false");
 	case 'n':
-		v->kind = RT_JSON_NULL;
+		v->kind = JSON_NULL;
 		return match_word(ps, "null");
 	default:
 		return parse_number(ps, v);
 	}
 }
 
-int rt_json_parse(RtJsonDoc *doc, const char *text, size_t len, char *err, size_t errlen)
+int json_parse(JsonDoc *doc, const char *text, size_t len, char *err, size_t errlen)
 {
 	Parser ps = {.p = text,
 	             .end = text + len,
@@ -353,30 +353,30 @@ int rt_json_parse(RtJsonDoc *doc, const char *text, size_t len, char *err, size_
 	             .errlen = errlen};
 	doc->root = NULL;
 	doc->blocks = NULL;
-	RtJson *root = doc_alloc(doc, sizeof *root);
+	Json *root = doc_alloc(doc, sizeof *root);
 	if (!root) {
 		fail(&ps, "out of memory");
 		return -1;
 	}
 	if (parse_value(&ps, root, 0)) {
-		rt_json_free(doc);
+		json_free(doc);
 		return -1;
 	}
 	skip_ws(&ps);
 	if (ps.p != ps.end) {
 		fail(&ps, "trailing characters after the JSON value");
-		rt_json_free(doc);
+		json_free(doc);
 		return -1;
 	}
 	doc->root = root;
 	return 0;
 }
 
-void rt_json_free(RtJsonDoc *doc)
+void json_free(JsonDoc *doc)
 {
-	RtJsonBlock *b = doc->blocks;
+	JsonBlock *b = doc->blocks;
 	while (b) {
-		RtJsonBlock *next = b->next;
+		JsonBlock *next = b->next;
 		free(b);
 		b = next;
 	}
@@ -384,9 +384,9 @@ void rt_json_free(RtJsonDoc *doc)
 	doc->root = NULL;
 }
 
-const RtJson *rt_json_get(const RtJson *obj, const char *key)
+const Json *json_get(const Json *obj, const char *key)
 {
-	if (!obj || obj->kind != RT_JSON_OBJ)
+	if (!obj || obj->kind != JSON_OBJ)
 		return NULL;
 	for (int k = 0; k < obj->n; k++)
 		if (strcmp(obj->kids[k].key, key) == 0)
@@ -396,14 +396,14 @@ const RtJson *rt_json_get(const RtJson *obj, const char *key)
 
 /* ---- string builder ---- */
 
-void rt_buf_free(RtBuf *b)
+void json_buf_free(JsonBuf *b)
 {
 	free(b->p);
 	b->p = NULL;
 	b->len = b->cap = 0;
 }
 
-static bool buf_reserve(RtBuf *b, size_t extra)
+static bool buf_reserve(JsonBuf *b, size_t extra)
 {
 	if (b->failed)
 		return false;
@@ -422,7 +422,7 @@ static bool buf_reserve(RtBuf *b, size_t extra)
 	return true;
 }
 
-void rt_buf_append(RtBuf *b, const char *s, size_t n)
+void json_buf_append(JsonBuf *b, const char *s, size_t n)
 {
 	if (!buf_reserve(b, n))
 		return;
@@ -431,7 +431,7 @@ void rt_buf_append(RtBuf *b, const char *s, size_t n)
 	b->p[b->len] = '\0';
 }
 
-void rt_buf_printf(RtBuf *b, const char *fmt, ...)
+void json_buf_printf(JsonBuf *b, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
@@ -447,19 +447,44 @@ void rt_buf_printf(RtBuf *b, const char *fmt, ...)
 	b->len += (size_t)n;
 }
 
-void rt_buf_json_str(RtBuf *b, const char *s)
+/* The escape of byte c inside a JSON string into e (at most 6 bytes and a
+ * NUL); its length, or 0 when c stands for itself. */
+static int json_escape(unsigned char c, char e[8])
 {
-	rt_buf_append(b, "\"", 1);
-	for (; *s; s++) {
-		unsigned char c = (unsigned char)*s;
-		if (c == '"' || c == '\\') {
-			char e[2] = {'\\', (char)c};
-			rt_buf_append(b, e, 2);
-		} else if (c < 0x20) {
-			rt_buf_printf(b, "\\u%04x", c);
-		} else {
-			rt_buf_append(b, (const char *)&c, 1);
-		}
+	if (c == '"' || c == '\\') {
+		e[0] = '\\';
+		e[1] = (char)c;
+		e[2] = 0;
+		return 2;
 	}
-	rt_buf_append(b, "\"", 1);
+	if (c < 0x20)
+		return snprintf(e, 8, "\\u%04x", c);
+	return 0;
+}
+
+void json_buf_str(JsonBuf *b, const char *s)
+{
+	json_buf_append(b, "\"", 1);
+	for (; *s; s++) {
+		char e[8];
+		int n = json_escape((unsigned char)*s, e);
+		if (n)
+			json_buf_append(b, e, (size_t)n);
+		else
+			json_buf_append(b, s, 1);
+	}
+	json_buf_append(b, "\"", 1);
+}
+
+void json_put_str(FILE *out, const char *s)
+{
+	fputc('"', out);
+	for (; s && *s; s++) {
+		char e[8];
+		if (json_escape((unsigned char)*s, e))
+			fputs(e, out);
+		else
+			fputc(*s, out);
+	}
+	fputc('"', out);
 }
