@@ -26,7 +26,7 @@
  *    T for a [B*T, D] reshape); coordinate c of bdim is full coordinate
  *    ((c / inner) M + k) inner + c mod inner, and the full tensor's bdim
  *    is M times longer.
- * The reference interpreters (ir/eval.c, ir/eval_spmd.c) compute the index
+ * The reference interpreters (interp/eval.c, interp/eval_spmd.c) compute the index
  * with ir_dropout_index; the code generators (codegen/emit_common.c) write
  * the same arithmetic into the kernel, with the offsets read from the
  * rank's mesh coordinates at run time.

@@ -586,7 +586,7 @@ static const AttrKey attr_keys[] = {
 	{"concat", K(COLL), SLOT_INT1},
 	{"size", K(COLL), SLOT_INT1},
 	{"low", K(COLL), SLOT_INT2},
-	/* optimizer steps: ir/optim.h's fx layout */
+	/* optimizer steps: ir/optim_ops.h's fx layout */
 	{"beta1", K(OPTIM), SLOT_FX0},
 	{"momentum", K(OPTIM), SLOT_FX0},
 	{"beta2", K(OPTIM), SLOT_FX1},

@@ -193,7 +193,7 @@ static void print_placement(FILE *out, const IrModule *m, const Placement *p)
 	fputs(buf, out);
 }
 
-/* Optimizer hyperparameters, by name for the op (ir/optim.h's layout). */
+/* Optimizer hyperparameters, by name for the op (ir/optim_ops.h's layout). */
 static void print_optim(FILE *out, const IrNode *n)
 {
 	const IrAttrs *a = &n->attrs;

@@ -10,7 +10,7 @@
  * IR_MAX_ELEMS, because shapes come straight from user arithmetic.
  */
 #include "ir/ir.h"
-#include "ir/optim.h"
+#include "ir/optim_ops.h"
 #include "ir/shape_grad.h"
 
 #include <inttypes.h>

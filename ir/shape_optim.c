@@ -5,7 +5,7 @@
  * shape, that the state the kernels write is float, and that the
  * hyperparameters are ones torch.optim would accept.
  */
-#include "ir/optim.h"
+#include "ir/optim_ops.h"
 
 #include <math.h>
 #include <stdarg.h>

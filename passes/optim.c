@@ -27,7 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ir/optim.h"
+#include "ir/optim_ops.h"
 
 typedef struct Optim {
 	IrModule *m;
@@ -67,7 +67,7 @@ static IrNode *new_state(Optim *o, const IrNode *p, const char *prefix, bool mas
 	n->stage = p->stage;
 	n->block = p->block;
 	if (master) {
-		/* keyed by P's name at init (ir/optim.h): P's value unrounded */
+		/* keyed by P's name at init (ir/optim_ops.h): P's value unrounded */
 		n->attrs.init = p->attrs.init;
 		n->attrs.f[0] = p->attrs.f[0];
 		n->attrs.f[1] = p->attrs.f[1];

@@ -36,7 +36,7 @@
 #include "passes/reshard.h"
 #include "passes/pipeline.h"
 #include "support/hash.h"
-#include "ir/optim.h"
+#include "ir/optim_ops.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -63,7 +63,7 @@
  */
 #include "passes/state.h"
 #include "passes/reshard.h"
-#include "ir/optim.h"
+#include "ir/optim_ops.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -111,7 +111,7 @@ endforeach()
 #             match ir_eval's f64 loss to 1e-5, the runtime must allocate the
 #             planned arena bytes, and the loss must fall over 50 steps.
 add_executable(dtm_refloss ${DTM_TESTS}/e2e/refloss.c)
-target_link_libraries(dtm_refloss PRIVATE dtm_frontend dtm_ir dtm_runtime)
+target_link_libraries(dtm_refloss PRIVATE dtm_frontend dtm_interp dtm_ir dtm_runtime)
 foreach(name mlp gpt)
   add_test(NAME e2e.${name}
            COMMAND ${DTM_BASH} ${DTM_TESTS}/e2e/train.sh $<TARGET_FILE:dtmc>

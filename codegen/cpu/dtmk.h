@@ -47,7 +47,7 @@ typedef struct DtmkArgs {
 	int64_t ints[8];
 	int nints;
 	double f[2];
-	double fx[6]; /* optimizer hyperparameters (IR_ATTR_OPTIM, ir/optim.h) */
+	double fx[6]; /* optimizer hyperparameters (IR_ATTR_OPTIM, ir/optim_ops.h) */
 	uint32_t mesh_axes;
 	int red;
 	int flag;

@@ -1,5 +1,5 @@
 /* dtmk_bwd.h - CPU kernels of the gradient ops (ops.def's "gradient ops";
- * see dtmk.h for the calling convention and ir/eval_grad.c for the f64
+ * see dtmk.h for the calling convention and interp/eval_grad.c for the f64
  * reference each one is tested against).
  *
  * Every kernel works on contiguous f32 arrays: an operand that is already

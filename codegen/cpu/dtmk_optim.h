@@ -6,7 +6,7 @@
  * double as Python does, because the PyTorch oracle compares 20 steps of
  * weights within 1e-4 and AdamW's division by sqrt(v) amplifies drift.
  * The learning rate is ctx->lr (the runtime applies the schedule) and t is
- * ctx->step (1-based).  Hyperparameters arrive in a->fx (ir/optim.h's
+ * ctx->step (1-based).  Hyperparameters arrive in a->fx (ir/optim_ops.h's
  * layout), a->ints[0] = nesterov and a->flag = a master operand follows.
  *
  * Operands: adamw_step (p, g, m, v[, master], norm); sgd_step (p, g[, mom]
@@ -26,7 +26,7 @@
 
 #include "codegen/cpu/dtmk.h"
 
-/* ir/optim.h's fx layout, repeated here because kernels do not see the
+/* ir/optim_ops.h's fx layout, repeated here because kernels do not see the
  * compiler's headers. */
 enum {
 	DTMK_OPT_BETA1 = 0, DTMK_OPT_MOMENTUM = 0, DTMK_OPT_BETA2 = 1, DTMK_OPT_EPS = 2,

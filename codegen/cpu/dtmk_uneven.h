@@ -3,7 +3,7 @@
  * dim of n cut unevenly (passes/partition.c); this rank's chunk starts at
  * row idx * c, idx its position in the group a->mesh_axes (the
  * lowest-numbered axis major, from ctx->coords, as dtmk_shard_slice), and
- * its rows at or past n are the padding.  Semantics: ir/eval_grad.c. */
+ * its rows at or past n are the padding.  Semantics: interp/eval_grad.c. */
 #ifndef DTMK_UNEVEN_H
 #define DTMK_UNEVEN_H
 

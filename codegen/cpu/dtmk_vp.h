@@ -2,7 +2,7 @@
  * on this rank's shard [off, off + Vl) of a vocab dim split over the group
  * a->mesh_axes, off = Vl * (the rank's position in the group, the
  * lowest-numbered axis major, from ctx->coords, as dtmk_shard_slice).
- * Semantics: ir/eval_grad.c. */
+ * Semantics: interp/eval_grad.c. */
 #ifndef DTMK_VP_H
 #define DTMK_VP_H
 

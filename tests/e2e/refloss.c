@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "frontend/lower.h"
-#include "ir/eval.h"
+#include "interp/eval.h"
 #include "runtime/data.h"
 
 static bool fill_inputs(IrEval *e, const IrModule *m, uint64_t seed)

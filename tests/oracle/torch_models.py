@@ -3,7 +3,7 @@
 Parameters are plain tensors in a dict keyed exactly as dtm names them
 (w1, b1, ...; wte, wpe, lnf, lnfb, layer.0.wq, ...), with dtm's layouts:
 a linear layer is x @ W + b with W [in, out].  The ops follow the
-semantics of ir/eval.c (dtm's f64 reference interpreter):
+semantics of interp/eval.c (dtm's f64 reference interpreter):
 
   layernorm  biased variance over the last dim, eps from the model (1e-5)
   gelu       the tanh approximation

@@ -1,14 +1,14 @@
 /* spmd_check.h - the SPMD equivalence check the unit tests share: a
  * program partitioned for a mesh, run on every rank by the f64 SPMD
- * interpreter (ir/eval_spmd.c), against the single-device interpreter
- * (ir/eval.c) on the same global inputs and initial values: over two
+ * interpreter (interp/eval_spmd.c), against the single-device interpreter
+ * (interp/eval.c) on the same global inputs and initial values: over two
  * steps the loss, every gathered gradient and every updated param agree
  * to 1e-9 relative.  Include after check.h. */
 #ifndef DTM_SPMD_CHECK_H
 #define DTM_SPMD_CHECK_H
 
-#include "ir/eval.h"
-#include "ir/eval_spmd.h"
+#include "interp/eval.h"
+#include "interp/eval_spmd.h"
 #include "ir/ir.h"
 
 #include <math.h>

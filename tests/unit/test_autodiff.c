@@ -14,7 +14,7 @@
 #include "check.h"
 #include "testlib.h"
 #include "frontend/lower.h"
-#include "ir/eval.h"
+#include "interp/eval.h"
 #include "passes/autodiff.h"
 
 #include <stdlib.h>

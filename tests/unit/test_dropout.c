@@ -16,8 +16,8 @@
 #include "check.h"
 #include "testlib.h"
 #include "spmd_check.h"
-#include "ir/eval.h"
-#include "ir/eval_spmd.h"
+#include "interp/eval.h"
+#include "interp/eval_spmd.h"
 #include "ir/ir.h"
 #include "passes/passes.h"
 

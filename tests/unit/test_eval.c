@@ -6,7 +6,7 @@
  * tests check the finite-difference helper against a hand-derived gradient
  * of a small MLP, since later autodiff tests lean on it. */
 #include "check.h"
-#include "ir/eval.h"
+#include "interp/eval.h"
 #include "ir/ir.h"
 #include "support/philox.h"
 

@@ -8,7 +8,7 @@
  * bf16 (whose leaves are rounded to bf16 before the reference runs).
  */
 #include "check.h"
-#include "ir/eval.h"
+#include "interp/eval.h"
 #include "ir/ir.h"
 #include "runtime/plan.h"
 #include "codegen/cpu/dtmk_bwd.h"

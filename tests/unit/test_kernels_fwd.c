@@ -1,5 +1,5 @@
 /* test_kernels_fwd.c - each forward CPU kernel (codegen/cpu/dtmk_fwd.h)
- * against the f64 reference interpreter (ir/eval.c) on small random inputs.
+ * against the f64 reference interpreter (interp/eval.c) on small random inputs.
  *
  * Each case builds a one-op module (leaves typed by hand, the op typed by
  * ir_infer), evaluates it with ir_eval, runs the kernel on the same values
@@ -10,7 +10,7 @@
 
 #include "check.h"
 #include "codegen/cpu/dtmk_fwd.h"
-#include "ir/eval.h"
+#include "interp/eval.h"
 #include "ir/ir.h"
 #include "support/philox.h"
 
@@ -311,9 +311,9 @@ static DtmkTensor ten(DtmDtype t, int rank, const int64_t *shape, uint64_t strea
 	for (int64_t i = 0; i < x.numel; i++) {
 		if (t == DTM_I32)
 			((int32_t *)x.p)[i] =
-			        (int32_t)(dtm_rand_u32(6, stream, (uint64_t)i) % (uint32_t)lim);
+			        (int32_t)(philox_rand_u32(6, stream, (uint64_t)i) % (uint32_t)lim);
 		else
-			((float *)x.p)[i] = dtm_rand_f32(6, stream, (uint64_t)i) * 4.0f - 2.0f;
+			((float *)x.p)[i] = philox_rand_f32(6, stream, (uint64_t)i) * 4.0f - 2.0f;
 	}
 	return x;
 }

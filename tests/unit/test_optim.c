@@ -1,5 +1,5 @@
 /* test_optim.c - the optimizer and mixed-precision passes, the optimizer
- * ops' f64 semantics (ir/eval_optim.c) and their CPU kernels
+ * ops' f64 semantics (interp/eval_optim.c) and their CPU kernels
  * (codegen/cpu/dtmk_optim.h).
  *
  * Each optimizer case builds a module of three params with hand-set
@@ -13,9 +13,9 @@
 #include "check.h"
 #include "codegen/cpu/dtmk_optim.h"
 #include "frontend/lower.h"
-#include "ir/eval.h"
+#include "interp/eval.h"
 #include "ir/ir.h"
-#include "ir/optim.h"
+#include "ir/optim_ops.h"
 #include "passes/optim.h"
 #include "passes/passes.h"
 

@@ -1,5 +1,5 @@
 /* test_partition.c - passes/reshard.c, passes/partition.c and the SPMD
- * interpreter (ir/eval_spmd.c).
+ * interpreter (interp/eval_spmd.c).
  *
  * Reshard plans: the kinds and order of the collectives for one-axis
  * changes, and multi-axis changes where the cheapest plan beats the detour
@@ -20,8 +20,8 @@
 #include "testlib.h"
 #include "spmd_check.h"
 #include "frontend/lower.h"
-#include "ir/eval.h"
-#include "ir/eval_spmd.h"
+#include "interp/eval.h"
+#include "interp/eval_spmd.h"
 #include "ir/ir.h"
 #include "passes/partition.h"
 #include "passes/passes.h"

@@ -665,12 +665,12 @@ static void test_gemm_threads(void)
 		if (!ab[0] || !ab[1] || !c0 || !ref || !C)
 			goto next;
 		for (int64_t i = 0; i < na; i++)
-			rt_store_f32(ab[0], dt, i, dtm_rand_f32(9, 1, (uint64_t)i) - 0.5f);
+			rt_store_f32(ab[0], dt, i, philox_rand_f32(9, 1, (uint64_t)i) - 0.5f);
 		for (int64_t i = 0; i < nbb; i++)
-			rt_store_f32(ab[1], dt, i, dtm_rand_f32(9, 2, (uint64_t)i) - 0.5f);
+			rt_store_f32(ab[1], dt, i, philox_rand_f32(9, 2, (uint64_t)i) - 0.5f);
 		/* beta 0 must not read C */
 		for (int64_t i = 0; i < nc; i++)
-			c0[i] = acc ? dtm_rand_f32(9, 3, (uint64_t)i) : NAN;
+			c0[i] = acc ? philox_rand_f32(9, 3, (uint64_t)i) : NAN;
 		gemm_on(&a, bufs, ab, c0, ref, nc, 1);
 		for (int nt = 2; nt <= 4; nt++) {
 			gemm_on(&a, bufs, ab, c0, C, nc, nt);

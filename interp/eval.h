@@ -1,4 +1,6 @@
-/* eval.h - a reference interpreter for the global IR, in double precision.
+/* eval.h - a reference interpreter for the global IR, in double precision
+ * (the interp library: linked by the tests and tests/e2e/refloss, never by
+ * dtmc or the runtime).
  *
  * This is the test oracle: autodiff is checked against its finite
  * differences, and code generation and every distributed layout are checked
@@ -20,8 +22,8 @@
  *     ir_eval_run(&e, d, seed, step); // e.val[n] now holds node n's value
  *     ir_eval_free(&e);
  */
-#ifndef DTM_IR_EVAL_H
-#define DTM_IR_EVAL_H
+#ifndef DTM_INTERP_EVAL_H
+#define DTM_INTERP_EVAL_H
 
 #include "ir/ir.h"
 
@@ -89,5 +91,10 @@ double ir_eval_loss_fd(IrEval *e, Diag *d, int param, int64_t elem, double h);
 
 /* Rounding helpers, exported so kernels' tests can compare bit for bit. */
 double ir_eval_round(IrDtype t, double x);
+
+/* The learning rate at 1-based step t under t's schedule: constant, or
+ * linear warmup over `warmup` steps then cosine decay to min_lr at
+ * `steps` (runtime/main.c's lr_at, in f64). */
+double ir_optim_lr_at(const IrTrain *t, int64_t step);
 
 #endif

@@ -6,8 +6,8 @@
  * of mesh_group (members in row-major order of the group's axes, which is
  * also the order of the shards a gather concatenates).
  */
-#include "ir/eval_spmd.h"
-#include "ir/eval_impl.h"
+#include "interp/eval_spmd.h"
+#include "interp/eval_impl.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -23,10 +23,10 @@
  *     ir_spmd_gather(&s, node, out);    // the global value
  *     ir_spmd_free(&s);
  */
-#ifndef DTM_IR_EVAL_SPMD_H
-#define DTM_IR_EVAL_SPMD_H
+#ifndef DTM_INTERP_EVAL_SPMD_H
+#define DTM_INTERP_EVAL_SPMD_H
 
-#include "ir/eval.h"
+#include "interp/eval.h"
 
 typedef struct IrSpmd {
 	const IrModule *m;

@@ -11,10 +11,10 @@
  * contiguous; broadcast operands are followed with per-dimension strides
  * that are 0 where the operand has size 1.
  */
-#include "ir/eval.h"
-#include "ir/eval_impl.h"
-#include "ir/eval_grad.h"
-#include "ir/optim.h"
+#include "interp/eval.h"
+#include "interp/eval_impl.h"
+#include "interp/eval_grad.h"
+#include "ir/optim_ops.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -9,8 +9,8 @@
  * and master operands and copy the param into their own result, so the
  * next ir_eval_run is the next step.
  */
-#include "ir/optim.h"
-#include "ir/eval_impl.h"
+#include "ir/optim_ops.h"
+#include "interp/eval_impl.h"
 
 #include <math.h>
 #include <string.h>

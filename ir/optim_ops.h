@@ -1,20 +1,19 @@
-/* optim.h - the optimizer ops' type rules and reference semantics.
+/* optim_ops.h - the optimizer ops' attributes, operands and type rules.
  *
  * The ops (state, grad_norm, adamw_step, sgd_step) are documented in
  * ops.def; passes/optim.c adds them.  Their shape rules live in
- * shape_optim.c and their f64 semantics in eval_optim.c, so shape.c and
- * eval.c only dispatch to them.
+ * shape_optim.c, so shape.c only dispatches to them; their f64 semantics
+ * are the reference interpreter's (interp/eval_optim.c).
  *
  * IR_ATTR_OPTIM layout (the printer names the fields per op):
  *   fx[0] beta1 (adamw) or momentum (sgd)     fx[1] beta2 (adamw)
  *   fx[2] eps (adamw)    fx[3] weight_decay   fx[4] clip (0 = off)
  *   ints[0] nesterov (sgd; nints = 1)         flag  a master operand
  */
-#ifndef DTM_IR_OPTIM_H
-#define DTM_IR_OPTIM_H
+#ifndef DTM_IR_OPTIM_OPS_H
+#define DTM_IR_OPTIM_OPS_H
 
 #include "ir/ir.h"
-#include "ir/eval.h"
 
 enum {
 	IR_OPTIM_BETA1 = 0,
@@ -40,14 +39,5 @@ bool ir_optim_ops(const IrNode *n, IrOptimOps *o);
  * declared type is checked by the caller).  Sets n's dtype and shape, or
  * writes the problem to msg and returns false.  o[i] is operand i. */
 bool ir_infer_optim(IrModule *m, IrNode *n, IrNode *const *o, char *msg, size_t cap);
-
-/* f64 semantics (ir_eval_run dispatches here).  The in-place ops write
- * their param, state and master operands' buffers, so running a module
- * again is the next training step. */
-bool ir_eval_optim(IrEval *e, const IrNode *n, Diag *d);
-/* The learning rate at 1-based step t under t's schedule: constant, or
- * linear warmup over `warmup` steps then cosine decay to min_lr at
- * `steps` (runtime/main.c's lr_at, in f64). */
-double ir_optim_lr_at(const IrTrain *t, int64_t step);
 
 #endif

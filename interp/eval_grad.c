@@ -8,8 +8,8 @@
  * ir_infer; the few relations the loops index by are re-checked so an
  * inconsistent node is a diagnostic, not an overrun.
  */
-#include "ir/eval_grad.h"
-#include "ir/eval_impl.h"
+#include "interp/eval_grad.h"
+#include "interp/eval_impl.h"
 
 #include <float.h>
 #include <math.h>

@@ -1,9 +1,15 @@
 /* eval_impl.h - helpers shared by the reference interpreter's files
  * (eval.c, eval_grad.c, eval_optim.c); not part of its interface. */
-#ifndef DTM_EVAL_IMPL_H
-#define DTM_EVAL_IMPL_H
+#ifndef DTM_INTERP_EVAL_IMPL_H
+#define DTM_INTERP_EVAL_IMPL_H
 
-#include "ir/eval.h"
+#include "interp/eval.h"
+
+/* f64 semantics of the optimizer ops (ir_eval_run dispatches here;
+ * eval_optim.c).  The in-place ops write their param, state and master
+ * operands' buffers, so running a module again is the next training
+ * step. */
+bool ir_eval_optim(IrEval *e, const IrNode *n, Diag *d);
 
 /* Reports "op %id: message" at the node's source location; returns false. */
 bool ir_eval_bad(Diag *d, const IrNode *n, const char *fmt, ...)
