@@ -96,7 +96,7 @@ void cg_report_memory(FILE *out, const MemPlan *mp)
 {
 	int64_t tot = 0;
 	fprintf(out, "dtmc: planned memory per arena:\n");
-	for (int k = 0; k < DTM_ARENA_COUNT; k++) {
+	for (int k = 0; k < MEMPLAN_ARENA_COUNT; k++) {
 		fprintf(out, "  %-6s %12lld bytes\n", pass_memplan_arena_name(k),
 		        (long long)mp->arena_bytes[k]);
 		tot += mp->arena_bytes[k];

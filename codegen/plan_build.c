@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "passes/passes.h"
+#include "passes/target.h"
 #include "codegen/emit_c.h"
 
 /* ---- what each node becomes (shared with cg_plan_kernels) ---- */
@@ -91,6 +92,17 @@ static NodeKind node_kind(const IrModule *m, const FusePlan *fp, const MemPlan *
  * fused group's external inputs (in the order its loop numbers them: the
  * emitters read them from here), or the op's operands; then the output. */
 static_assert(FUSE_MAX_INPUTS <= DTM_MAX_ARGS - 1, "a fused group's inputs fit one action");
+/* The passes' view of the target (passes/target.h, passes/memplan.h) is
+ * the runtime's: memplan's arenas are DtmArena's, one for one, and an
+ * action names as many buffers as the passes plan for. */
+static_assert(PASS_MAX_ACTION_ARGS == DTM_MAX_ARGS, "passes/target.h: an action's buffers");
+static_assert((int)MEMPLAN_ARENA_COUNT == (int)DTM_ARENA_COUNT, "memplan's arenas are the runtime's");
+static_assert((int)MEMPLAN_ARENA_PARAM == (int)DTM_ARENA_PARAM &&
+              (int)MEMPLAN_ARENA_OPT == (int)DTM_ARENA_OPT &&
+              (int)MEMPLAN_ARENA_GRAD == (int)DTM_ARENA_GRAD &&
+              (int)MEMPLAN_ARENA_ACT == (int)DTM_ARENA_ACT &&
+              (int)MEMPLAN_ARENA_INPUT == (int)DTM_ARENA_INPUT,
+              "memplan's arena numbers are DtmArena's");
 /* Member x of fused group r (x <= r): its operands from outside the group
  * join r's inputs args[0 .. na), first use first; returns the new na. */
 static int add_fused_inputs(const FusePlan *fp, const MemPlan *mp, int x, int r, int *args,
@@ -301,7 +313,7 @@ static void fill_buffer_lean(const Build *b, int i, DtmBuffer *buf)
 	buf->role = role_of(i == b->m->loss ? IR_ROLE_LOSS : (IrRole)n->role);
 	buf->dtype = dtype_of((IrDtype)n->dtype);
 	buf->arena =
-	        mb->arena >= 0 && mb->arena < DTM_ARENA_COUNT ? (DtmArena)mb->arena : DTM_ARENA_ACT;
+	        mb->arena >= 0 && mb->arena < MEMPLAN_ARENA_COUNT ? (DtmArena)mb->arena : DTM_ARENA_ACT;
 	buf->offset = mb->offset;
 	buf->bytes = mb->bytes;
 	buf->stage = b->mp->nstages > 1 ? n->stage : 0;
@@ -330,7 +342,7 @@ static bool fill_buffer(Build *b, int i, DtmBuffer *buf)
 			return false;
 	}
 	buf->arena =
-	        mb->arena >= 0 && mb->arena < DTM_ARENA_COUNT ? (DtmArena)mb->arena : DTM_ARENA_ACT;
+	        mb->arena >= 0 && mb->arena < MEMPLAN_ARENA_COUNT ? (DtmArena)mb->arena : DTM_ARENA_ACT;
 	buf->offset = mb->offset;
 	buf->bytes = mb->bytes;
 	buf->stage = b->mp->nstages > 1 ? n->stage : 0;

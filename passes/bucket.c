@@ -8,7 +8,7 @@
  * by default) and each bucket is reduced by one all_reduce over a flat
  * buffer:
  *   pack    each gradient flattened (reshape to [n]) and concatenated
- *           along dim 0 (a tree of concats of at most DTM_MAX_ARGS - 1
+ *           along dim 0 (a tree of concats of at most PASS_MAX_ACTION_ARGS - 1
  *           operands, the most a runtime action takes);
  *   reduce  one all_reduce over the same mesh axes with the same reduction;
  *   unpack  per gradient a slice [off, off + n) of the reduced buffer,
@@ -34,20 +34,20 @@
  * are bucketed like DDP's, the reduce_scatters being the terms.
  *
  * Cost: the pack and the unpack copy each gradient once more (and the
- * concat tree copies again past DTM_MAX_ARGS - 1 gradients a bucket); the
+ * concat tree copies again past PASS_MAX_ACTION_ARGS - 1 gradients a bucket); the
  * flat buffer and its reduced copy are a bucket's size each, live only
  * between the bucket's last gradient and the unpack.
  */
 #include "passes/bucket.h"
 #include "passes/pipeline.h"
 #include "support/hash.h"
-#include "runtime/plan.h"
+#include "passes/target.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define PACK_FANIN (DTM_MAX_ARGS - 1)
+#define PACK_FANIN (PASS_MAX_ACTION_ARGS - 1)
 
 #define MAX_SRC 8
 

@@ -30,7 +30,7 @@ typedef struct FusePlan {
 } FusePlan;
 
 /* Groups larger than this are split: the loop's argument list is bounded
- * by DTM_MAX_ARGS (inputs plus the output). */
+ * by PASS_MAX_ACTION_ARGS (passes/target.h: inputs plus the output). */
 #define FUSE_MAX_INPUTS 7
 #define FUSE_MAX_MEMBERS 24
 

@@ -22,6 +22,7 @@
  * may read their inputs after writing part of their output.
  */
 #include "passes/memplan.h"
+#include "passes/target.h"
 
 #include <limits.h>
 #include <stdlib.h>
@@ -29,8 +30,8 @@
 
 const char *pass_memplan_arena_name(int arena)
 {
-	static const char *names[DTM_ARENA_COUNT] = { "param", "opt", "grad", "act", "input" };
-	return arena >= 0 && arena < DTM_ARENA_COUNT ? names[arena] : "none";
+	static const char *names[MEMPLAN_ARENA_COUNT] = { "param", "opt", "grad", "act", "input" };
+	return arena >= 0 && arena < MEMPLAN_ARENA_COUNT ? names[arena] : "none";
 }
 
 static int64_t align_up(int64_t x)
@@ -224,11 +225,11 @@ int64_t pass_memplan_pack(int n, const int *from, const int *to, const int64_t *
 static int arena_of_role(IrRole r)
 {
 	switch (r) {
-	case IR_ROLE_PARAM: return DTM_ARENA_PARAM;
-	case IR_ROLE_OPT_STATE: return DTM_ARENA_OPT;
-	case IR_ROLE_INPUT: return DTM_ARENA_INPUT;
-	case IR_ROLE_GRAD: return DTM_ARENA_GRAD;
-	default: return DTM_ARENA_ACT;
+	case IR_ROLE_PARAM: return MEMPLAN_ARENA_PARAM;
+	case IR_ROLE_OPT_STATE: return MEMPLAN_ARENA_OPT;
+	case IR_ROLE_INPUT: return MEMPLAN_ARENA_INPUT;
+	case IR_ROLE_GRAD: return MEMPLAN_ARENA_GRAD;
+	default: return MEMPLAN_ARENA_ACT;
 	}
 }
 
@@ -265,7 +266,7 @@ _Static_assert(IR_OP_COUNT <= 256 && IR_DTYPE_COUNT <= 256 && IR_ROLE_COUNT <= 2
  * ir_dtype_size per dtype. */
 static int64_t storage_bytes(const MemPlanNode *nd, const int *dsize)
 {
-	if (nd->op == IR_OP_GRAD_NORM && nd->nops > DTM_MAX_ARGS - 1)
+	if (nd->op == IR_OP_GRAD_NORM && nd->nops > PASS_MAX_ACTION_ARGS - 1)
 		return MEMPLAN_GNORM_BYTES;
 	return nd->numel * (nd->dtype < IR_DTYPE_COUNT ? dsize[nd->dtype] : 0);
 }
@@ -411,7 +412,7 @@ bool pass_memplan(const IrModule *m, const FusePlan *fp, Arena *a, Diag *d, MemP
 	 * An owner's live range ends at the last read of any value sharing
 	 * it.  Persistent arenas are packed one after another per stage;
 	 * ACT owners are listed for step 3. */
-	int64_t next[MEMPLAN_MAX_STAGES][DTM_ARENA_COUNT];
+	int64_t next[MEMPLAN_MAX_STAGES][MEMPLAN_ARENA_COUNT];
 	memset(next, 0, sizeof(next[0]) * (size_t)nstages);
 	int nact = 0, nalias = 0;
 	int stcount[MEMPLAN_MAX_STAGES + 1] = { 0 };
@@ -449,7 +450,7 @@ bool pass_memplan(const IrModule *m, const FusePlan *fp, Arena *a, Diag *d, MemP
 		if (b->live_to < x->last)
 			b->live_to = x->last;
 		int s = nstages > 1 && x->stage < nstages ? x->stage : 0;
-		if (b->arena == DTM_ARENA_ACT) {
+		if (b->arena == MEMPLAN_ARENA_ACT) {
 			actseg[nact] = (uint8_t)s;
 			act[nact++] = i;
 			stcount[s + 1]++;
@@ -515,8 +516,8 @@ bool pass_memplan(const IrModule *m, const FusePlan *fp, Arena *a, Diag *d, MemP
 		int64_t peak = pack_core(cnt, bytes + lo, die + lo, dying + lo, off + lo, holes);
 		for (int j = lo; j < lo + cnt; j++)
 			mp->buf[idx[j]].offset = off[j];
-		next[s][DTM_ARENA_ACT] = peak;
-		for (int k = 0; k < DTM_ARENA_COUNT; k++) {
+		next[s][MEMPLAN_ARENA_ACT] = peak;
+		for (int k = 0; k < MEMPLAN_ARENA_COUNT; k++) {
 			mp->stage_arena_bytes[s][k] = next[s][k];
 			if (next[s][k] > mp->arena_bytes[k])
 				mp->arena_bytes[k] = next[s][k];
@@ -559,7 +560,7 @@ int pass_memplan_inflight(const IrModule *m, const MemPlan *mp, int stage)
 		bool fwd = n->phase >= 0 ? n->phase == IR_PHASE_FORWARD : i <= m->loss;
 		/* scalars (a micro-batch's loss, summed by one fused kernel at
 		 * the end) are not activations */
-		if (n->mb < 0 || !fwd || b->owner != i || b->arena != DTM_ARENA_ACT ||
+		if (n->mb < 0 || !fwd || b->owner != i || b->arena != MEMPLAN_ARENA_ACT ||
 		    seg_of(mp, n) != stage || n->op == IR_OP_SEND || n->rank == 0)
 			continue;
 		if (b->live_from < lo[n->mb])

@@ -11,8 +11,18 @@
 #define DTM_MEMPLAN_H
 
 #include "ir/ir.h"
-#include "runtime/plan.h"
 #include "passes/fuse.h"
+
+/* Where a value's storage lives: one allocation per arena at run time;
+ * codegen maps these onto the runtime's DtmArena one for one. */
+typedef enum MemPlanArena {
+	MEMPLAN_ARENA_PARAM, /* params (persistent) */
+	MEMPLAN_ARENA_OPT,   /* optimizer state and master weights (persistent) */
+	MEMPLAN_ARENA_GRAD,  /* gradients (live from backward to the update) */
+	MEMPLAN_ARENA_ACT,   /* activations and scratch (reused by liveness) */
+	MEMPLAN_ARENA_INPUT, /* data fed each step */
+	MEMPLAN_ARENA_COUNT
+} MemPlanArena;
 
 #define MEMPLAN_ALIGN 64
 /* A grad_norm with more operands than one action carries is computed by a
@@ -22,7 +32,7 @@
 #define MEMPLAN_GNORM_BYTES 16
 
 typedef struct MemPlanBuf {
-	int arena;            /* a DtmArena, or -1: the value has no storage */
+	int arena;            /* a MemPlanArena, or -1: the value has no storage */
 	int64_t offset, bytes;
 	/* The node whose storage this value uses: itself, or for in-place
 	 * results and copy-free reshapes the node it aliases; -1 without
@@ -54,13 +64,13 @@ enum {
 typedef struct MemPlan {
 	int n;
 	MemPlanBuf *buf;      /* per node */
-	int64_t arena_bytes[DTM_ARENA_COUNT]; /* planned bytes per arena (the
+	int64_t arena_bytes[MEMPLAN_ARENA_COUNT]; /* planned bytes per arena (the
 	                                       * largest stage's) */
 	/* After the pipeline pass (nodes have a phase) each pp coordinate's
 	 * program is planned on its own: offsets are within its stage's
 	 * arenas.  nstages = 1 otherwise. */
 	int nstages;
-	int64_t stage_arena_bytes[MEMPLAN_MAX_STAGES][DTM_ARENA_COUNT];
+	int64_t stage_arena_bytes[MEMPLAN_MAX_STAGES][MEMPLAN_ARENA_COUNT];
 	int64_t act_unshared; /* ACT bytes without reuse, for reports */
 	/* Per node: its record; the operands of every node. */
 	MemPlanNode *node;

@@ -71,12 +71,12 @@ static bool run_memplan(const IrModule *m, PassAnalyses *an, Diag *d, const Pass
 		return false;
 	an->mem = mp;
 	if (opt->verbose) {
-		for (int k = 0; k < DTM_ARENA_COUNT; k++)
+		for (int k = 0; k < MEMPLAN_ARENA_COUNT; k++)
 			fprintf(stderr, "dtmc: memplan: arena %-5s %lld bytes\n",
 			        pass_memplan_arena_name(k), (long long)mp->arena_bytes[k]);
 		for (int s = 0; mp->nstages > 1 && s < mp->nstages; s++) {
 			fprintf(stderr, "dtmc: memplan: stage %d:", s);
-			for (int k = 0; k < DTM_ARENA_COUNT; k++)
+			for (int k = 0; k < MEMPLAN_ARENA_COUNT; k++)
 				fprintf(stderr, " %s %lld", pass_memplan_arena_name(k),
 				        (long long)mp->stage_arena_bytes[s][k]);
 			fprintf(stderr, " bytes; %d micro-batches in flight\n",

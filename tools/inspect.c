@@ -305,7 +305,7 @@ static bool memory(Insp *in, int s)
 		return false;
 	for (int i = 0; i < n; i++) {
 		const MemPlanBuf *b = &in->mp->buf[i];
-		if (b->owner != i || b->arena != DTM_ARENA_ACT || !inspect_node_in_stage(in, i, s))
+		if (b->owner != i || b->arena != MEMPLAN_ARENA_ACT || !inspect_node_in_stage(in, i, s))
 			continue;
 		int lo = b->live_from < 0 ? 0 : b->live_from > n ? n : b->live_from;
 		int hi = b->live_to < lo ? lo : b->live_to > n ? n : b->live_to;
@@ -323,7 +323,7 @@ static bool memory(Insp *in, int s)
 	free(live);
 	for (int i = 0; i < n; i++) {
 		const MemPlanBuf *b = &in->mp->buf[i];
-		if (b->owner != i || b->arena != DTM_ARENA_ACT || !inspect_node_in_stage(in, i, s) ||
+		if (b->owner != i || b->arena != MEMPLAN_ARENA_ACT || !inspect_node_in_stage(in, i, s) ||
 		    b->live_from > sm->act_at || b->live_to < sm->act_at)
 			continue;
 		const IrNode *nd = m->nodes[i];

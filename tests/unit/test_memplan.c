@@ -104,22 +104,22 @@ static void test_model(const char *path)
 		CHECK_EQ_INT(b->offset % MEMPLAN_ALIGN, 0);
 		CHECK(b->offset + b->bytes <= mp.arena_bytes[b->arena]);
 		if (n->op == IR_OP_PARAM)
-			CHECK_EQ_INT(b->arena, DTM_ARENA_PARAM);
+			CHECK_EQ_INT(b->arena, MEMPLAN_ARENA_PARAM);
 		if (n->role == IR_ROLE_GRAD)
-			CHECK_EQ_INT(b->arena, DTM_ARENA_GRAD);
+			CHECK_EQ_INT(b->arena, MEMPLAN_ARENA_GRAD);
 		if (n->role == IR_ROLE_OPT_STATE && b->owner == i)
-			CHECK_EQ_INT(b->arena, DTM_ARENA_OPT);
+			CHECK_EQ_INT(b->arena, MEMPLAN_ARENA_OPT);
 		if (ir_op_flags(n->op) & OPF_INPLACE) {
 			inplace++;
 			CHECK_EQ_INT(b->owner, mp.buf[n->ops[0]].owner);
 		}
 		if (i == m->loss)
 			CHECK_EQ_INT(b->live_to, m->nnodes);
-		if (b->owner != i || b->arena != DTM_ARENA_ACT)
+		if (b->owner != i || b->arena != MEMPLAN_ARENA_ACT)
 			continue;
 		for (int j = i + 1; j < m->nnodes; j++) {
 			const MemPlanBuf *c = &mp.buf[j];
-			if (c->owner != j || c->arena != DTM_ARENA_ACT)
+			if (c->owner != j || c->arena != MEMPLAN_ARENA_ACT)
 				continue;
 			if (b->live_from <= c->live_to && c->live_from <= b->live_to &&
 			    overlap(b->offset, b->bytes, c->offset, c->bytes))
@@ -127,9 +127,9 @@ static void test_model(const char *path)
 		}
 	}
 	CHECK_EQ_INT(bad, 0);
-	CHECK(mp.arena_bytes[DTM_ARENA_ACT] <= mp.act_unshared);
+	CHECK(mp.arena_bytes[MEMPLAN_ARENA_ACT] <= mp.act_unshared);
 	fprintf(stderr, "%s: act %lld bytes planned, %lld without reuse; %d in-place updates\n",
-	        path, (long long)mp.arena_bytes[DTM_ARENA_ACT], (long long)mp.act_unshared, inplace);
+	        path, (long long)mp.arena_bytes[MEMPLAN_ARENA_ACT], (long long)mp.act_unshared, inplace);
 	arena_free(&a);
 }
 

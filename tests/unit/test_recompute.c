@@ -143,7 +143,7 @@ static int64_t act_peak(const char *mesh, const char *t1, const char *t2)
 	FusePlan fp;
 	MemPlan mp;
 	if (m && pass_fuse_plan(m, &a, &d, &fp) && pass_memplan(m, &fp, &a, &d, &mp))
-		peak = mp.arena_bytes[DTM_ARENA_ACT];
+		peak = mp.arena_bytes[MEMPLAN_ARENA_ACT];
 	CHECK(peak > 0);
 	arena_free(&a);
 	return peak;

@@ -510,7 +510,7 @@ static void test_prefetch(void)
 		bool ok = pass_fuse_plan(m, &a, &d, &fp) && pass_memplan(m, &fp, &a, &d, &mp);
 		CHECK(ok);
 		if (ok)
-			act[n] = mp.arena_bytes[DTM_ARENA_ACT];
+			act[n] = mp.arena_bytes[MEMPLAN_ARENA_ACT];
 		if (getenv("DTM_TEST_VERBOSE"))
 			fprintf(stderr, "gpt layers=4 zero 3 prefetch %d: ACT %lld bytes\n", n,
 			        (long long)act[n]);
