@@ -328,7 +328,7 @@ bool ir_stage_note_add(IrModule *m, int first, int end, SrcLoc loc);
 SrcLoc ir_stage_note_loc(const IrModule *m, int x);
 int64_t ir_node_numel(const IrNode *n);
 /* Sets m->attn_layers and m->attn_width from m's attention ops: call it on
- * the global program before the passes (cg_compile does). */
+ * the global program before the passes (tools/compile.c does). */
 void ir_count_attention(IrModule *m);
 int ir_choose_add(IrModule *m, int node, const Placement *opts, int nopts, SrcLoc loc);
 /* A deep copy of m in a (clone.c): nodes, operand lists and choose()

@@ -1,5 +1,5 @@
-/* data.h - training data for the runtime: deterministic synthetic data,
- * llm.c token files, and the byte-level tokenizer that makes them.
+/* data.h - training data for the runtime: deterministic synthetic data and
+ * llm.c token files (`dtmc tokenize`, tools/tokenize.c, writes them).
  *
  * Every source is addressed by GLOBAL sample index, never by rank: rank r of
  * a data-parallel group of size D with global batch B reads samples
@@ -17,22 +17,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum DtmDataStatus {
-	DTM_DATA_OK = 0,
-	DTM_DATA_EARG,     /* bad argument (vocab, T, NULL pointer) */
-	DTM_DATA_EOPEN,    /* cannot open, stat or map the file */
-	DTM_DATA_ESHORT,   /* shorter than the 1024-byte header */
-	DTM_DATA_EMAGIC,   /* header[0] != 20240520 */
-	DTM_DATA_EVERSION, /* header[1] != 1 */
-	DTM_DATA_ETRUNC,   /* header promises more tokens than the file holds */
-	DTM_DATA_ETRAIL,   /* bytes after the header's count of tokens */
-	DTM_DATA_ETOOFEW,  /* fewer than T+1 tokens: not even one sample */
-	DTM_DATA_ETOKEN,   /* a token >= vocab (in a file checked, or a sample read) */
-	DTM_DATA_ESPEC,    /* a shard list with an empty item */
-	DTM_DATA_ENOMATCH, /* a glob pattern that matches no file */
-	DTM_DATA_EIO,      /* read or write error (tokenizer) */
-	DTM_DATA_ENOMEM,
-} DtmDataStatus;
+#include "runtime/tokfile.h"
+
 
 /* ---- synthetic tokens: a fixed random first-order Markov chain ----
  *
@@ -69,15 +55,9 @@ int dtm_regression_init(DtmRegression *r, uint64_t seed, int in_dim, int out_dim
 void dtm_regression_sample(const DtmRegression *r, uint64_t sample_index, float *x, float *y);
 void dtm_regression_free(DtmRegression *r);
 
-/* ---- llm.c token files ----
- * 256 int32 header (header[0] = 20240520, header[1] = 1, header[2] = number
- * of tokens), then exactly that many uint16 tokens, little-endian (a file of
- * another size is refused, as llm.c's loader refuses it).  Mapped
- * read-only, so opening a multi-GB file costs nothing and ranks share the
- * page cache. */
-#define DTM_TOKENS_MAGIC 20240520
-#define DTM_TOKENS_VERSION 1
-#define DTM_TOKENS_HEADER_INTS 256
+/* ---- llm.c token files (the format: runtime/tokfile.h) ----
+ * Mapped read-only, so opening a multi-GB file costs nothing and ranks
+ * share the page cache. */
 
 typedef struct DtmTokenFile {
 	const uint16_t *tokens;
@@ -152,16 +132,5 @@ int dtm_data_open(DtmData *d, const char *spec, uint64_t seed, int vocab, char *
 int dtm_data_batch(const DtmData *d, uint64_t first_sample, int count, int T, int32_t *inputs,
                    int32_t *targets, char *err, size_t errlen);
 void dtm_data_close(DtmData *d);
-
-/* ---- byte-level tokenizer (runtime/tokenize.c) ----
- * Every byte of in_path becomes one token (vocab 256) in an llm.c file at
- * out_path, written to a temporary name, fsynced and renamed. */
-#define DTM_BYTE_VOCAB 256
-int dtm_tokenize_text(const char *in_path, const char *out_path, uint64_t *ntokens, char *err,
-                      size_t errlen);
-/* `dtmc tokenize IN.txt OUT.bin`: argv[0] is the subcommand name, argv[1]
- * and argv[2] the paths.  Messages go to stdout/stderr; returns 0 on
- * success, 1 on an error, 2 on a usage error. */
-int dtm_tool_tokenize(int argc, char **argv);
 
 #endif

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/rt.h"
+#include "runtime/planinfo.h"
 
 int64_t rt_global_numel(const DtmBuffer *b)
 {

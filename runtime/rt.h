@@ -17,6 +17,7 @@
 
 #include "runtime/data.h"
 #include "runtime/plan.h"
+#include "runtime/planinfo.h"
 #include "support/float16.h"
 
 #define RT_ERR_LEN 512
@@ -65,7 +66,6 @@ static inline void rt_store_f32(void *p, DtmDtype t, int64_t i, float v)
 /* ---- shard layout (exec.c) ---- */
 
 int64_t rt_numel(const DtmBuffer *b);
-int64_t rt_global_numel(const DtmBuffer *b);
 /* Mesh coordinates of `rank` (row-major over the mesh axes, axis 0
  * major). */
 void rt_rank_coords(const DtmPlan *p, int64_t rank, int64_t *coords);
@@ -211,53 +211,12 @@ int rt_read_scalar(RtRun *r, int buf, double *out);
  * sleep first when a message moves); err gets the message. */
 int rt_comm_action(RtRun *r, const DtmAction *a, void *const *ptr, char *err);
 int rt_find_buffer(const DtmPlan *p, const char *name); /* of p->stage */
-/* A pipelined plan (nstages > 1): the stage rank runs (its pp coordinate),
- * and the one-stage plan it runs: that stage's actions, arenas, inputs,
- * loss and grad norm, with p->stage set; buffers of other stages stay in
- * the table (action ids index it) but are not the rank's.  A one-stage
- * plan: stage 0 and a copy. */
+/* A pipelined plan (nstages > 1): the stage rank runs (its pp coordinate;
+ * rt_plan_stage_view, planinfo.h, makes the one-stage plan it runs).  A
+ * one-stage plan: stage 0. */
 int rt_plan_stage(const DtmPlan *p, int64_t rank);
-void rt_plan_stage_view(const DtmPlan *p, int stage, DtmPlan *view);
 
 /* ---- overlap: the communication thread (overlap.c) ---- */
-
-/* The arena bytes [lo, hi) an action reads, or reads and writes. */
-typedef struct RtRange {
-	int arena;
-	int64_t lo, hi;
-	bool write;
-} RtRange;
-
-#define RT_ACCESS_MAX DTM_MAX_ARGS
-typedef struct RtAccess {
-	int n;
-	RtRange r[RT_ACCESS_MAX];
-} RtAccess;
-
-/* What action a touches, from its buffers' planned offsets: GEMMs read A
- * and B and write C; kernels count every argument as written (some update
- * state in place); collectives read args[0] and write the rest (args[0]
- * as well when it is the only one); sends read, receives write. */
-void rt_access_of(const DtmPlan *p, const DtmAction *a, RtAccess *out);
-/* Must `later` wait for `earlier`: some range of one overlaps a range of
- * the other in the same arena, and one of the two writes it (RAW, WAR,
- * WAW; two reads never conflict). */
-bool rt_access_conflict(const RtAccess *earlier, const RtAccess *later);
-/* Index of the newest of pending[0 .. npending) (oldest first) that next
- * conflicts with, or -1: waiting for it covers the older ones, since the
- * communication thread completes them in order. */
-int rt_hazard_newest(const RtAccess *pending, int npending, const RtAccess *next);
-/* Which of the actions acts[0 .. n) the communication thread runs on a
- * copy of their input, taken when queued: stage[i] is set for a
- * collective (out of place) or send on stream 1 whose input a later kernel
- * or GEMM overwrites before any action reads or writes its output (and
- * before a WAIT or stream-0 communication).  Returns how many. */
-int rt_overlap_staging(const DtmPlan *p, const DtmAction *acts, int n, bool *stage);
-/* The input a queued communication action only reads (in), apart from the
- * rest of what it touches; false when there is none to copy aside (in
- * place, receives, stream 0, which is waited for at once). */
-bool rt_overlap_split_input(const DtmPlan *p, const DtmAction *a, RtAccess *in,
-                            RtAccess *rest);
 
 typedef struct RtCommThread RtCommThread;
 /* Start (once) and stop (rt_run_free) r's communication thread. */
@@ -275,10 +234,6 @@ int rt_overlap_wait_all(RtRun *r);
 void rt_overlap_abort(RtRun *r);
 /* Seconds this pass's actions took on the thread (after wait_all). */
 double rt_overlap_comm_s(RtRun *r);
-/* Bytes of the input copies rt_overlap_staging asks for in stage st
- * (outside the arenas), and in *count how many actions. */
-int64_t rt_overlap_staging_bytes(const DtmPlan *p, const DtmStage *st, int *count);
-
 /* Bytes the most recent rt_run_init allocated for arena a: the tests and
  * `-v` compare it with plan->arena_bytes. */
 int64_t dtm_rt_allocated_bytes(int arena);

@@ -28,10 +28,10 @@
 #include "ir/ir.h"
 #include "passes/passes.h"
 #include "passes/pipeline.h"
-#include "runtime/data.h"
 #include "tools/inspect.h"
 #include "tools/report.h"
 #include "tools/sweep.h"
+#include "tools/tokenize.h"
 
 #define DTMC_VERSION "0.1.0"
 
@@ -71,11 +71,11 @@ static int cmd_cuda_src(const Args *args);
 static int cmd_inspect(const Args *args);
 static int cmd_opt(const Args *args);
 
-/* the byte-level tokenizer lives in the runtime (it writes llm.c token
- * files the training binary reads); dtmc only dispatches to it */
+/* the byte-level tokenizer (tools/tokenize.c) writes llm.c token files
+ * the training binary reads; dtmc only dispatches to it */
 static int cmd_tokenize(int argc, char **argv)
 {
-	return dtm_tool_tokenize(argc, argv) == 0 ? 0 : 1;
+	return tokenize_main(argc, argv) == 0 ? 0 : 1;
 }
 
 static const Command commands[] = {

@@ -27,7 +27,7 @@
 #include "driver/driver.h"
 #include "passes/fuse.h"
 #include "passes/memplan.h"
-#include "runtime/rt.h"
+#include "runtime/planinfo.h"
 #include "support/json.h"
 #include "tools/cost.h"
 #include "tools/hw.h"

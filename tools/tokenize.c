@@ -1,13 +1,17 @@
 /* tokenize.c - the byte-level tokenizer behind `dtmc tokenize`: any text
  * (or binary) file becomes an llm.c token file with vocab 256.  A byte
  * vocabulary needs no merges table, so the model file and the data agree
- * without shipping a tokenizer, and the output round-trips exactly. */
+ * without shipping a tokenizer, and the output round-trips exactly.  The
+ * runtime reads these files (runtime/data.c); this writer is dtmc's, and
+ * shares with the reader only the format (runtime/tokfile.h). */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "runtime/data.h"
+#include "tools/tokenize.h"
+
 #include "runtime/fsio.h"
+#include "runtime/tokfile.h"
 
 static void put_le32(unsigned char *p, uint32_t v)
 {
@@ -17,8 +21,8 @@ static void put_le32(unsigned char *p, uint32_t v)
 	p[3] = (unsigned char)(v >> 24);
 }
 
-int dtm_tokenize_text(const char *in_path, const char *out_path, uint64_t *ntokens, char *err,
-                      size_t errlen)
+int tokenize_text(const char *in_path, const char *out_path, uint64_t *ntokens, char *err,
+                  size_t errlen)
 {
 	if (ntokens)
 		*ntokens = 0;
@@ -95,7 +99,7 @@ int dtm_tokenize_text(const char *in_path, const char *out_path, uint64_t *ntoke
 	return DTM_DATA_OK;
 }
 
-int dtm_tool_tokenize(int argc, char **argv)
+int tokenize_main(int argc, char **argv)
 {
 	const char *cmd = argc > 0 && argv[0] ? argv[0] : "tokenize";
 	if (argc == 2 && (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)) {
@@ -110,11 +114,11 @@ int dtm_tool_tokenize(int argc, char **argv)
 	}
 	char err[512];
 	uint64_t n;
-	if (dtm_tokenize_text(argv[1], argv[2], &n, err, sizeof err) != DTM_DATA_OK) {
+	if (tokenize_text(argv[1], argv[2], &n, err, sizeof err) != DTM_DATA_OK) {
 		fprintf(stderr, "dtmc %s: error: %s\n", cmd, err);
 		return 1;
 	}
 	printf("dtmc %s: wrote %llu tokens (vocab %d) to %s\n", cmd, (unsigned long long)n,
-	       DTM_BYTE_VOCAB, argv[2]);
+	       TOKENIZE_VOCAB, argv[2]);
 	return 0;
 }

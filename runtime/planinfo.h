@@ -1,0 +1,66 @@
+/* planinfo.h - pure functions of a plan, the runtime's public interface to
+ * the tools: what `dtmc inspect` reads of a plan without running anything
+ * (global sizes, a stage's view, the overlap thread's hazards and staging
+ * copies, which runtime/overlap.c runs).  Implemented in planinfo.c, which
+ * needs nothing else of the runtime, so dtmc links none of the executor.
+ */
+#ifndef DTM_RT_PLANINFO_H
+#define DTM_RT_PLANINFO_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "runtime/plan.h"
+
+/* The elements of b's unsharded (global) shape. */
+int64_t rt_global_numel(const DtmBuffer *b);
+/* The one-stage plan that stage `stage` of a pipelined plan runs: that
+ * stage's actions, arenas, inputs, loss and grad norm, with p->stage set
+ * (buffers of other stages stay in the table); a copy of p otherwise. */
+void rt_plan_stage_view(const DtmPlan *p, int stage, DtmPlan *view);
+
+/* ---- the overlap thread's hazards ---- */
+
+/* The arena bytes [lo, hi) an action reads, or reads and writes. */
+typedef struct RtRange {
+	int arena;
+	int64_t lo, hi;
+	bool write;
+} RtRange;
+
+#define RT_ACCESS_MAX DTM_MAX_ARGS
+typedef struct RtAccess {
+	int n;
+	RtRange r[RT_ACCESS_MAX];
+} RtAccess;
+
+/* What action a touches, from its buffers' planned offsets: GEMMs read A
+ * and B and write C; kernels count every argument as written (some update
+ * state in place); collectives read args[0] and write the rest (args[0]
+ * as well when it is the only one); sends read, receives write. */
+void rt_access_of(const DtmPlan *p, const DtmAction *a, RtAccess *out);
+/* Must `later` wait for `earlier`: some range of one overlaps a range of
+ * the other in the same arena, and one of the two writes it (RAW, WAR,
+ * WAW; two reads never conflict). */
+bool rt_access_conflict(const RtAccess *earlier, const RtAccess *later);
+/* Index of the newest of pending[0 .. npending) (oldest first) that next
+ * conflicts with, or -1: waiting for it covers the older ones, since the
+ * communication thread completes them in order. */
+int rt_hazard_newest(const RtAccess *pending, int npending, const RtAccess *next);
+/* Which of the actions acts[0 .. n) the communication thread runs on a
+ * copy of their input, taken when queued: stage[i] is set for a
+ * collective (out of place) or send on stream 1 whose input a later kernel
+ * or GEMM overwrites before any action reads or writes its output (and
+ * before a WAIT or stream-0 communication).  Returns how many. */
+int rt_overlap_staging(const DtmPlan *p, const DtmAction *acts, int n, bool *stage);
+/* The input a queued communication action only reads (in), apart from the
+ * rest of what it touches; false when there is none to copy aside (in
+ * place, receives, stream 0, which is waited for at once). */
+bool rt_overlap_split_input(const DtmPlan *p, const DtmAction *a, RtAccess *in,
+                            RtAccess *rest);
+
+/* Bytes of the input copies rt_overlap_staging asks for in stage st
+ * (outside the arenas), and in *count how many actions. */
+int64_t rt_overlap_staging_bytes(const DtmPlan *p, const DtmStage *st, int *count);
+
+#endif
