@@ -112,6 +112,7 @@ endforeach()
 #             planned arena bytes, and the loss must fall over 50 steps.
 add_executable(dtm_refloss ${DTM_TESTS}/e2e/refloss.c)
 target_link_libraries(dtm_refloss PRIVATE dtm_frontend dtm_interp dtm_ir dtm_runtime)
+dtm_layer_includes(dtm_refloss frontend interp runtime)
 foreach(name mlp gpt)
   add_test(NAME e2e.${name}
            COMMAND ${DTM_BASH} ${DTM_TESTS}/e2e/train.sh $<TARGET_FILE:dtmc>
@@ -376,7 +377,7 @@ if(TARGET dtm_runtime_cuda)
   #                   --eval-every, --check-numerics, --save/--resume and the
   #                   cubin cache; and the no-GPU and too-few-GPU errors
   add_library(dtm_cuda_mock STATIC ${DTM_TESTS}/cuda_mock/cuda_mock.c)
-  target_include_directories(dtm_cuda_mock PRIVATE ${CMAKE_SOURCE_DIR})
+  dtm_layer_includes(dtm_cuda_mock runtime)
   target_include_directories(dtm_cuda_mock SYSTEM PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
   if(NCCL_LIB AND NCCL_INCLUDE)
     target_include_directories(dtm_cuda_mock SYSTEM PRIVATE ${NCCL_INCLUDE})
@@ -486,6 +487,15 @@ add_test(NAME build.minimal
                  ${CMAKE_CURRENT_BINARY_DIR}/minimal
          WORKING_DIRECTORY ${DTM_ROOT})
 set_tests_properties(build.minimal PROPERTIES TIMEOUT 600 LABELS build)
+
+# ---- layers: every include one its layer may make (issue 15 point 4) ----
+#   layers.includes  scripts/check-layers: the layer table (in the script)
+#                    against every quoted include of every layer's files;
+#                    no "../" include anywhere (docs/ARCHITECTURE.md, "Layers")
+add_test(NAME layers.includes
+         COMMAND ${DTM_BASH} ${DTM_ROOT}/scripts/check-layers ${DTM_ROOT}
+         WORKING_DIRECTORY ${DTM_ROOT})
+set_tests_properties(layers.includes PROPERTIES TIMEOUT 60 LABELS layers)
 
 # ---- docs: README.md against the program (issue 12 point 5) ----
 add_test(NAME docs.readme

@@ -12,7 +12,7 @@
  * unused params, a missing rule, and the text form of the new ops.
  */
 #include "check.h"
-#include "testlib.h"
+#include "testlib_lower.h"
 #include "frontend/lower.h"
 #include "interp/eval.h"
 #include "passes/autodiff.h"

@@ -14,7 +14,7 @@
  * program has the collectives of the same model without dropout.
  */
 #include "check.h"
-#include "testlib.h"
+#include "testlib_lower.h"
 #include "spmd_check.h"
 #include "interp/eval.h"
 #include "interp/eval_spmd.h"

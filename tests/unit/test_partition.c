@@ -17,7 +17,7 @@
  * MLP and GPT layouts.
  */
 #include "check.h"
-#include "testlib.h"
+#include "testlib_lower.h"
 #include "spmd_check.h"
 #include "frontend/lower.h"
 #include "interp/eval.h"

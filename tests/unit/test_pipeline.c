@@ -4,7 +4,7 @@
  * rank, and the errors a bad schedule gets.  That pipelined training
  * equals one device is tests/e2e/equiv.sh's `pipeline` set. */
 #include "check.h"
-#include "testlib.h"
+#include "testlib_lower.h"
 #include "frontend/lower.h"
 #include "ir/ir.h"
 #include "passes/fuse.h"

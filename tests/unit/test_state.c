@@ -17,7 +17,7 @@
  * growing with n.
  */
 #include "check.h"
-#include "testlib.h"
+#include "testlib_lower.h"
 #include "spmd_check.h"
 #include "frontend/lower.h"
 #include "interp/eval.h"
