@@ -40,7 +40,7 @@ $(cat "$probe/log")"
 # the targets, in their own tree: the libraries with fuzzer-no-link, the
 # targets linked with libFuzzer's main (tests/fuzz/CMakeLists.txt)
 bdir=$work/build
-mkdir -p "$bdir/frontend" # where flex and bison write their outputs
+mkdir -p "$bdir/gen/frontend" # where flex and bison write their outputs
 flags="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
 cmake -S "$root" -B "$bdir" -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	-DDTM_FUZZ=ON "-DCMAKE_C_FLAGS=$flags" >"$work/configure.log" 2>&1 ||
