@@ -1,6 +1,6 @@
 /* bucket.c - pass "bucket": DDP gradient buckets (train { bucket_mb N }).
  *
- * Runs after `state_units`, on the per-rank program.  `partition` leaves
+ * Runs after `fsdp_units`, on the per-rank program.  `partition` leaves
  * one all_reduce per param gradient (the node named grad.P, role grad,
  * reducing the partial sums the backward pass produced).  Small
  * collectives waste the link's latency, so, as PyTorch DDP does, the
@@ -525,7 +525,7 @@ bool pass_bucket(IrModule *m, Diag *d, const PassOptions *opt)
 	for (int i = 0; i < nn; i++) {
 		const IrNode *x = m->nodes[i];
 		/* nodes next in id order are seldom next in memory (passes
-		 * allocate them among other things, state_units moves them):
+		 * allocate them among other things, fsdp_units moves them):
 		 * fetched ahead, their cache misses overlap */
 		if (i + 8 < nn) {
 			__builtin_prefetch(&m->nodes[i + 8]->op);

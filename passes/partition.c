@@ -15,7 +15,7 @@
  * shards); an optimizer step runs on its param's shard with the gradient
  * resharded to the param's placement (DDP: all_reduce of a dp-partial
  * gradient), or on the finer shard its own placement names (ZeRO-1/2,
- * passes/state.c: then the result is gathered and assigned back); a
+ * passes/zero.c: then the result is gathered and assigned back); a
  * gradient split over axes its op leaves it partial over is computed as
  * the op gives it and reduce_scattered; grad_norm adds up local sums of
  * squares per group of gradients split over the same axes and all_reduces
@@ -542,7 +542,7 @@ static bool part_leaf(Part *p, const IrNode *n, const Placement *T)
 }
 
 /* The placement an optimizer step runs in: the step's own when it has
- * one (passes/state.c splits it over the ZeRO axes), else its param's. */
+ * one (passes/zero.c splits it over the ZeRO axes), else its param's. */
 static Placement step_place(const Part *p, const IrNode *n, const IrNode *param)
 {
 	Placement P = n->place.known ? n->place : param->place;
@@ -701,7 +701,7 @@ static bool scatters_to(const Placement *from, const Placement *to)
 }
 
 /* A gradient split over axes its op leaves it partial over (ZeRO-2/3,
- * passes/state.c) is computed as the op gives it and reduce_scattered,
+ * passes/zero.c) is computed as the op gives it and reduce_scattered,
  * rather than gathering the activations that make it to compute the
  * split directly. */
 static bool grad_natural(Part *p, const IrNode *n, const Placement *T, const Placement *cur,

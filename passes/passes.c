@@ -18,10 +18,12 @@
 #include "passes/microbatch.h"
 #include "passes/optim.h"
 #include "passes/partition.h"
+#include "passes/precision.h"
 #include "passes/pipeline.h"
 #include "passes/propagate.h"
 #include "passes/recompute.h"
-#include "passes/state.h"
+#include "passes/fsdp_units.h"
+#include "passes/zero.h"
 
 #include <assert.h>
 #include <stdarg.h>
@@ -116,10 +118,11 @@ static const Pass passes[] = {
 	/* activation checkpointing: clones of each block's forward in its
 	 * backward, placed as the originals (recompute.c) */
 	{.name = "recompute", .run = pass_recompute, .reads = R(RECOMPUTE)},
-	/* ZeRO stages as placements, then FSDP's per-unit gathers (state.c) */
-	{.name = "state", .run = pass_state, .reads = R(ZERO) | R(ZERO_AXES)},
+	/* ZeRO stages as placements (zero.c); partition then inserts the
+	 * collectives they imply; FSDP's per-unit gathers (fsdp_units.c) */
+	{.name = "zero", .run = pass_zero, .reads = R(ZERO) | R(ZERO_AXES)},
 	{.name = "partition", .run = pass_partition, .reads = R(SEQUENCE_PARALLEL)},
-	{.name = "state_units", .run = pass_state_units,
+	{.name = "fsdp_units", .run = pass_fsdp_units,
 	 .reads = R(ZERO) | R(ZERO_AXES) | R(RESHARD_AFTER_FORWARD) | R(PREFETCH)},
 	/* DDP's per-gradient all_reduces grouped into buckets (bucket.c) */
 	{.name = "bucket", .run = pass_bucket, .reads = R(BUCKET_BYTES)},

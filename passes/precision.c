@@ -42,7 +42,7 @@
  * params need a master copy.  Run again on its own output (IR text printed
  * after it) it adds nothing.  With f32 precision the pass does nothing.
  */
-#include "passes/optim.h"
+#include "passes/precision.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -60,6 +60,15 @@ void pass_placement_canon(const Mesh *m, Placement *p)
 		p->partial_op = IR_RED_SUM;
 }
 
+uint32_t pass_placement_split_axes(const Placement *p)
+{
+	uint32_t u = 0;
+	for (int d = 0; p->known && d < p->ndims; d++)
+		for (int k = 0; k < p->naxes[d]; k++)
+			u |= 1u << p->axes[d][k];
+	return u;
+}
+
 bool pass_placement_even(const Mesh *m, const Placement *p, int rank, const int64_t *shape)
 {
 	for (int d = 0; d < rank && d < p->ndims; d++) {

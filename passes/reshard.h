@@ -47,6 +47,8 @@ void pass_placement_canon(const Mesh *m, Placement *p);
 
 /* True when every split dim of `shape` divides evenly under p. */
 bool pass_placement_even(const Mesh *m, const Placement *p, int rank, const int64_t *shape);
+/* The mesh axes p splits any dim over, as a mask (none when unknown). */
+uint32_t pass_placement_split_axes(const Placement *p);
 
 /* The cheapest plan from `from` to `to` (both canonical, same rank) for a
  * value of global `shape` and dtype `dt`.  Returns false, with the reason

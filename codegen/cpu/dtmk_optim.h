@@ -277,7 +277,7 @@ static void dtmk_sgd_step(const DtmCtx *ctx, const DtmkArgs *a)
 /* ---- assign ---- */
 
 /* assign(dst, src) -> dst (in place): ZeRO-1/2 write the all_gathered
- * updated shards back into the replicated param (passes/state.c). */
+ * updated shards back into the replicated param (passes/zero.c). */
 static inline void dtmk_assign(const DtmCtx *ctx, const DtmkArgs *a)
 {
 	(void)ctx;

@@ -65,7 +65,7 @@ uneven_gpt="def:vocab=250:tp=4 def:vocab=251:dp=2,tp=2/zero=3"
 # Activation checkpointing (passes/recompute.c): each block's forward run
 # again in its backward, under DP x TP and FSDP x TP
 rc_gpt="dp=2,tp=2/recompute=true dp=2,tp=2/zero=3/recompute=true"
-# FSDP prefetch two units ahead (passes/state.c; the default is one): the
+# FSDP prefetch two units ahead (passes/fsdp_units.c; the default is one): the
 # gathers move, the losses do not
 pf_gpt="dp=4/zero=3/prefetch=2"
 # Pipelines (issue 5): GPipe, 1F1B, interleaved(2) and ZB-H1 on 2 and 4 stages,

@@ -12,7 +12,7 @@
  * before the one reduction).  A batch split over (rep, dp) is bucketed as
  * one over dp is (test_two_axes).  That the
  * bucketed programs still compute the single-device function is
- * test_state.c's (ddp cases, f64 SPMD interpreter) and tests/e2e/equiv.sh's
+ * test_zero.c's (ddp cases, f64 SPMD interpreter) and tests/e2e/equiv.sh's
  * (the compiled binaries).
  */
 #include "check.h"

@@ -17,6 +17,7 @@
 #include "ir/ir.h"
 #include "ir/optim_ops.h"
 #include "passes/optim.h"
+#include "passes/precision.h"
 #include "passes/passes.h"
 
 #include <stdlib.h>

@@ -728,7 +728,7 @@ static void test_replay_identity(void)
 			const char *tr[4] = {cases[k].train[0], cases[k].train[1],
 			                     cases[k].train[2], NULL};
 			IrModule *m = test_lower_trains(&a, &d, src, cases[k].mesh, gpt, tr);
-			bool ok = m && pass_run_until(m, &d, NULL, "state") &&
+			bool ok = m && pass_run_until(m, &d, NULL, "zero") &&
 			          pass_partition_replay(m, &d, false, replay) &&
 			          ir_verify(m, &d, "partition");
 			CHECK(ok);

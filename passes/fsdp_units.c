@@ -1,37 +1,11 @@
-/* state.c - passes "state" and "state_units": ZeRO stages 0-3, HSDP and
- * FSDP units (train { zero N over AXES; reshard_after_forward B }).
+/* fsdp_units.c - pass "fsdp_units": ZeRO-3's param all_gathers per FSDP
+ * unit, with prefetch (train { zero 3; reshard_after_forward B; prefetch
+ * n }).
  *
- * A ZeRO stage says where model state lives, and where a value lives is
- * what a placement says.  So "state" runs after `propagate` (which has tied
- * every gradient, optimizer step and optimizer state to its param) and
- * before `partition`, and only rewrites placements; partition then inserts
- * the collectives they imply with the same planner as for any layout (P ->
- * S is a reduce_scatter, S -> R an all_gather), and the SPMD interpreter
- * checks the result like any other.  Before propagate the choice would be
- * undone (propagate re-ties state to its param); after partition it would
- * have to redo the shard shapes and collectives partition already makes.
- * Over the axes Z (m->train.zero_axes, dp by default), with S = the
- * param's placement plus the Z axes on dim 0 (FSDP2's per-parameter dim-0
- * sharding, after any tp axis already there):
- *   0  nothing: gradients follow their params (all_reduce: DDP).
- *   1  the step and its state (m, v, mom, master) placed S; the gradient
- *      keeps its partial sums (a full-size buffer), which the step reshards
- *      to S: a reduce_scatter.  Partition hands the step a slice of the
- *      replicated param and all_gathers the updated shards back into it.
- *   2  as 1, and the gradient itself placed S: reduce_scattered where it is
- *      produced, only the shard kept.
- *   3  as 2, and the param stored as S: partition all_gathers it in front
- *      of its uses.
- * A param that Z already splits, or that would be split unevenly (uneven
- * torch.chunk shards: dim 0 not divided by the parts, or another dim
- * already padded), is left as stage 0 leaves it: whole over Z.  HSDP
- * is the same rule with Z one axis of a 2-D data mesh: gradients are
- * partial over both axes and the planner turns P(rep, dp) -> S(dp) into a
- * reduce_scatter over dp and an all_reduce over rep.
- *
- * "state_units" runs after partition, because which all_gather serves
- * which use only exists there (partition gathers a value once and reuses
- * it).  Under stage 3 it moves the param all_gathers of a unit (a block
+ * zero.c places stage 3's params split, so partition all_gathers each in
+ * front of its uses.  This pass runs after partition, because which
+ * all_gather serves which use only exists there (partition gathers a value
+ * once and reuses it).  Under stage 3 it moves the param all_gathers of a unit (a block
  * instance, layer.3.*; the top-level params together form one unit) to the
  * front of the unit's first use, and with reshard_after_forward it gives
  * the backward uses their own copies, gathered together in front of the
@@ -41,7 +15,7 @@
  *
  * Prefetch (train { prefetch n }, default 1, PyTorch FSDP's one unit
  * ahead) then moves those groups earlier by REFERENCE.md's rule
- * (pass_state_prefetch): with the L units numbered in order of first
+ * (pass_fsdp_prefetch): with the L units numbered in order of first
  * forward use, forward unit i prefetches i+1..i+n, so unit j's forward
  * gathers are issued in front of unit max(j-n, 0)'s first use, while that
  * unit computes; numbered so that unit L-1 is the first to start its
@@ -61,123 +35,12 @@
  * accumulation passes/microbatch.c's (before autodiff).  Not done:
  * coalescing a unit's gathers into one collective over a flat buffer.
  */
-#include "passes/state.h"
+#include "passes/fsdp_units.h"
 #include "passes/reshard.h"
-#include "ir/optim_ops.h"
+#include "passes/zero.h"
 
 #include <stdio.h>
 #include <string.h>
-
-static uint32_t live_axes(const Mesh *m)
-{
-	uint32_t u = 0;
-	for (int a = 0; a < m->naxes && a < IR_MAX_AXES; a++)
-		if (m->sizes[a] > 1)
-			u |= 1u << a;
-	return u;
-}
-
-static uint32_t split_axes(const Placement *p)
-{
-	uint32_t u = 0;
-	for (int d = 0; p->known && d < p->ndims; d++)
-		for (int k = 0; k < p->naxes[d]; k++)
-			u |= 1u << p->axes[d][k];
-	return u;
-}
-
-/* The param's own placement, canonical, without partial sums. */
-static Placement param_place(const IrModule *m, const IrNode *param)
-{
-	Placement P = param->place;
-	if (!P.known)
-		placement_replicated(&P, param->rank);
-	pass_placement_canon(&m->mesh, &P);
-	P.partial = 0;
-	P.partial_op = IR_RED_SUM;
-	return P;
-}
-
-/* S: the param's placement with the axes of Z it does not use yet appended
- * to dim 0.  False when there is nothing to add or dim 0 would not divide. */
-static bool zero_split(const IrModule *m, const IrNode *param, uint32_t Z, Placement *S)
-{
-	Placement P = param_place(m, param);
-	uint32_t add = Z & ~split_axes(&P);
-	if (param->rank == 0 || P.ndims < 1 || !add)
-		return false;
-	for (int a = 0; a < m->mesh.naxes; a++)
-		if (add & (1u << a)) {
-			if (P.naxes[0] >= IR_MAX_AXES)
-				return false;
-			P.axes[0][P.naxes[0]++] = (uint8_t)a;
-		}
-	if (!pass_placement_even(&m->mesh, &P, param->rank, param->shape))
-		return false;
-	*S = P;
-	return true;
-}
-
-static void set_place(IrNode *n, const Placement *p, int from)
-{
-	n->place = *p;
-	n->place_from = from;
-	if (from < 0)
-		n->place_loc = (SrcLoc){0};
-}
-
-/* Writes only the placements (place, place_from, place_loc) of the
- * optimizer steps and their operands. */
-bool pass_state(IrModule *m, Diag *d, const PassOptions *opt)
-{
-	int stage = m->train.zero;
-	uint32_t live = live_axes(&m->mesh), Z = m->train.zero_axes & live;
-	if (stage <= 0 || !Z)
-		return true;
-	int nsplit = 0, nkept = 0;
-	for (int i = 0; i < m->nnodes; i++) {
-		IrNode *n = m->nodes[i];
-		if (n->op != IR_OP_ADAMW_STEP && n->op != IR_OP_SGD_STEP)
-			continue;
-		IrOptimOps ix;
-		if (!ir_optim_ops(n, &ix)) {
-			pass_fault(m, d, n->loc, "state: %%%d: operands do not match the "
-			           "attributes", n->id);
-			return false;
-		}
-		IrNode *param = m->nodes[n->ops[ix.p]];
-		Placement S;
-		if (!zero_split(m, param, Z, &S)) {
-			nkept++;
-			continue;
-		}
-		nsplit++;
-		set_place(n, &S, param->id);
-		const int st[4] = {ix.m, ix.v, ix.mom, ix.master};
-		for (int k = 0; k < 4; k++)
-			if (st[k] >= 0)
-				set_place(m->nodes[n->ops[st[k]]], &S, param->id);
-		IrNode *g = m->nodes[n->ops[ix.g]];
-		if (stage == 1) {
-			/* kept whole and unreduced; partition drops the partial axes
-			 * the gradient's op does not produce */
-			Placement G = param_place(m, param);
-			G.partial = live & ~split_axes(&G);
-			set_place(g, &G, param->id);
-		} else {
-			set_place(g, &S, param->id);
-		}
-		if (stage == 3)
-			set_place(param, &S, -1);
-	}
-	if (opt && opt->verbose)
-		fprintf(stderr, "dtmc: state: zero %d: %d param%s split, %d kept whole (already "
-		        "split over the zero axes, or uneven)\n", stage, nsplit, nsplit == 1 ? "" : "s",
-		        nkept);
-	return true;
-}
-
-/* ---- state_units ---- */
 
 typedef struct Units {
 	IrModule *m;
@@ -223,7 +86,7 @@ static void find_chains(Units *u, uint32_t Z)
 	for (int i = 0; i < u->n; i++) {
 		IrNode *x = m->nodes[i];
 		u->unit[i] = u->root[i] = -1;
-		if (x->op == IR_OP_PARAM && (split_axes(&x->place) & Z)) {
+		if (x->op == IR_OP_PARAM && (pass_placement_split_axes(&x->place) & Z)) {
 			u->unit[i] = i;
 			for (int j = 0; j < u->nunits; j++)
 				if (same_unit(m->nodes[u->units[j]], x)) {
@@ -293,7 +156,7 @@ static void find_points(Units *u, bool reshard)
 	}
 }
 
-int pass_state_prefetch(int L, int n, int i, bool backward, int *out)
+int pass_fsdp_prefetch(int L, int n, int i, bool backward, int *out)
 {
 	if (n > L - 1)
 		n = L - 1; /* deeper than the units: all of them ahead */
@@ -333,7 +196,7 @@ static void prefetch_points(int *point, const int *ord, int L, int n, bool backw
 	for (int t = 0; t < L; t++)
 		at[t] = point[ord[t]];
 	for (int t = 0; t < L; t++) {
-		int w = pass_state_prefetch(L, n, backward ? L - 1 - t : t, backward, win);
+		int w = pass_fsdp_prefetch(L, n, backward ? L - 1 - t : t, backward, win);
 		for (int q = 0; q < w; q++) {
 			int tj = backward ? L - 1 - win[q] : win[q];
 			if (at[tj] > point[ord[t]])
@@ -489,17 +352,17 @@ static void report_memory(const IrModule *m)
 {
 	StateMem s;
 	pass_state_memory(m, &s);
-	fprintf(stderr, "dtmc: state: per-rank resident bytes: params %lld, grads %lld, master "
+	fprintf(stderr, "dtmc: fsdp_units: per-rank resident bytes: params %lld, grads %lld, master "
 	        "%lld, optimizer state %lld, total %lld\n", (long long)s.param, (long long)s.grad,
 	        (long long)s.master, (long long)s.optim,
 	        (long long)(s.param + s.grad + s.master + s.optim));
 }
 
-bool pass_state_units(IrModule *m, Diag *d, const PassOptions *opt)
+bool pass_fsdp_units(IrModule *m, Diag *d, const PassOptions *opt)
 {
 	if (opt && opt->verbose)
 		report_memory(m);
-	uint32_t Z = m->train.zero_axes & live_axes(&m->mesh);
+	uint32_t Z = pass_zero_axes(m);
 	if (m->train.zero < 3 || !Z || m->loss < 0)
 		return true;
 	Arena a;
@@ -524,7 +387,7 @@ bool pass_state_units(IrModule *m, Diag *d, const PassOptions *opt)
 	          u.ford && u.bord && win && at && u.bwd && u.need && u.moved && u.out;
 	if (!ok) {
 		arena_free(&a);
-		diag_error(d, (SrcLoc){0}, "state: out of memory");
+		diag_error(d, (SrcLoc){0}, "fsdp_units: out of memory");
 		return false;
 	}
 	memset(u.bwd, 0, nn);
@@ -547,7 +410,7 @@ bool pass_state_units(IrModule *m, Diag *d, const PassOptions *opt)
 	}
 	if (!ok) {
 		arena_free(&a);
-		diag_error(d, (SrcLoc){0}, "state: out of memory");
+		diag_error(d, (SrcLoc){0}, "fsdp_units: out of memory");
 		return false;
 	}
 	remap(&u);
@@ -559,27 +422,4 @@ bool pass_state_units(IrModule *m, Diag *d, const PassOptions *opt)
 	m->cap = (int)(2 * nn);
 	arena_free(&a);
 	return true;
-}
-
-/* ---- memory ---- */
-
-static int64_t local_bytes(const IrNode *n)
-{
-	return ir_node_numel(n) * ir_dtype_size(n->dtype);
-}
-
-void pass_state_memory(const IrModule *m, StateMem *out)
-{
-	memset(out, 0, sizeof *out);
-	for (int i = 0; i < m->nnodes; i++) {
-		const IrNode *n = m->nodes[i];
-		if (n->op == IR_OP_PARAM)
-			out->param += local_bytes(n);
-		else if (n->op == IR_OP_STATE && n->name && !strncmp(n->name, "opt.master.", 11))
-			out->master += local_bytes(n);
-		else if (n->op == IR_OP_STATE)
-			out->optim += local_bytes(n);
-		else if (n->role == IR_ROLE_GRAD && n->name && !strncmp(n->name, "grad.", 5))
-			out->grad += local_bytes(n);
-	}
 }

@@ -1,4 +1,4 @@
-/* test_state.c - passes/state.c: ZeRO stages 1-3, FSDP units, HSDP and the
+/* test_zero.c - passes/zero.c and fsdp_units.c: ZeRO stages 1-3, FSDP units, HSDP and the
  * memory formulas.
  *
  * Equivalence: models/mlp.dtm and models/gpt.dtm (tiny, every param's dim 0
@@ -26,7 +26,8 @@
 #include "passes/passes.h"
 #include "passes/fuse.h"
 #include "passes/memplan.h"
-#include "passes/state.h"
+#include "passes/fsdp_units.h"
+#include "passes/zero.h"
 
 #include <stdlib.h>
 
@@ -409,7 +410,7 @@ static void test_collectives(void)
 static void check_window(int L, int n, int i, bool bwd, int nwant, const int *want)
 {
 	int out[16];
-	int got = pass_state_prefetch(L, n, i, bwd, out);
+	int got = pass_fsdp_prefetch(L, n, i, bwd, out);
 	CHECK_EQ_INT(got, nwant);
 	for (int k = 0; k < got && k < nwant; k++)
 		CHECK_EQ_INT(out[k], want[k]);
