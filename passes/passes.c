@@ -22,6 +22,7 @@
 #include "passes/pipeline.h"
 #include "passes/propagate.h"
 #include "passes/recompute.h"
+#include "passes/stages.h"
 #include "passes/fsdp_units.h"
 #include "passes/zero.h"
 
