@@ -52,7 +52,6 @@
 #include "passes/pipeline_impl.h"
 
 #include <stdio.h>
-#include <stdlib.h>
 
 int pipeline_axis(const IrModule *m)
 {
@@ -99,9 +98,12 @@ bool pass_pipeline(IrModule *m, Diag *d, const PassOptions *opt)
 		return false;
 	}
 	int nn = p.nn, P = p.P;
+	/* all the pass's scratch memory, freed at its end */
+	Arena *a = &p.a;
+	arena_init(a);
 	/* every rank's schedule first: its errors are the user's */
-	SchedItem **items = calloc((size_t)P, sizeof *items);
-	int *nitems = calloc((size_t)P, sizeof(int));
+	SchedItem **items = arena_alloc(a, sizeof *items * (size_t)P);
+	int *nitems = arena_alloc(a, sizeof(int) * (size_t)P);
 	bool ok = items && nitems;
 	for (int r = 0; ok && r < P; r++) {
 		char err[256];
@@ -113,7 +115,7 @@ bool pass_pipeline(IrModule *m, Diag *d, const PassOptions *opt)
 			ok = false;
 			break;
 		}
-		items[r] = malloc(sizeof(SchedItem) * (size_t)(cnt ? cnt : 1));
+		items[r] = arena_alloc_raw(a, sizeof(SchedItem) * (size_t)(cnt ? cnt : 1));
 		ok = items[r] && sched_build(kind, P, p.M, p.V, r, items[r], cnt, err, sizeof err) == cnt;
 		nitems[r] = cnt;
 		if (!ok && items[r])
@@ -121,35 +123,35 @@ bool pass_pipeline(IrModule *m, Diag *d, const PassOptions *opt)
 	}
 	/* operand slots: grown in the walk below */
 	size_t nops = 2 * (size_t)nn + 16;
-	p.rank = malloc(sizeof(int) * (size_t)nn);
-	p.phase = malloc(sizeof(int) * (size_t)nn);
-	p.home = malloc((size_t)nn);
-	p.dest = calloc((size_t)nn, sizeof(uint64_t));
-	p.users = calloc((size_t)nn, sizeof(uint64_t));
-	p.upd = malloc(sizeof(int) * (size_t)nn);
-	p.sync = calloc((size_t)nn, sizeof(uint64_t));
-	p.syncof = malloc(sizeof(int) * (size_t)nn);
-	p.nf = malloc((size_t)nn);
-	p.mb = malloc(sizeof(int) * (size_t)nn);
-	p.stage = malloc(sizeof(int) * (size_t)nn);
-	p.opstart = malloc(sizeof(int) * ((size_t)nn + 1));
-	p.opv = malloc(sizeof(int) * nops);
-	p.placed = calloc((size_t)nn, 1);
-	p.recvd = calloc((size_t)nn, 1);
-	p.htouch = malloc(sizeof(int) * (size_t)nn);
-	p.lastr = malloc(sizeof(int) * (size_t)nn);
-	p.cnt = malloc(sizeof(int) * (size_t)nn);
-	p.head = malloc(sizeof(int) * (size_t)nn);
+	p.rank = arena_alloc_raw(a, sizeof(int) * (size_t)nn);
+	p.phase = arena_alloc_raw(a, sizeof(int) * (size_t)nn);
+	p.home = arena_alloc_raw(a, (size_t)nn);
+	p.dest = arena_alloc(a, sizeof(uint64_t) * (size_t)nn);
+	p.users = arena_alloc(a, sizeof(uint64_t) * (size_t)nn);
+	p.upd = arena_alloc_raw(a, sizeof(int) * (size_t)nn);
+	p.sync = arena_alloc(a, sizeof(uint64_t) * (size_t)nn);
+	p.syncof = arena_alloc_raw(a, sizeof(int) * (size_t)nn);
+	p.nf = arena_alloc_raw(a, (size_t)nn);
+	p.mb = arena_alloc_raw(a, sizeof(int) * (size_t)nn);
+	p.stage = arena_alloc_raw(a, sizeof(int) * (size_t)nn);
+	p.opstart = arena_alloc_raw(a, sizeof(int) * ((size_t)nn + 1));
+	p.opv = arena_alloc_raw(a, sizeof(int) * nops);
+	p.placed = arena_alloc(a, (size_t)nn);
+	p.recvd = arena_alloc(a, (size_t)nn);
+	p.htouch = arena_alloc_raw(a, sizeof(int) * (size_t)nn);
+	p.lastr = arena_alloc_raw(a, sizeof(int) * (size_t)nn);
+	p.cnt = arena_alloc_raw(a, sizeof(int) * (size_t)nn);
+	p.head = arena_alloc_raw(a, sizeof(int) * (size_t)nn);
 	if (p.head)
 		memset(p.head, 0xff, sizeof(int) * (size_t)nn);
-	p.heap = malloc(sizeof(int) * (size_t)nn);
-	p.onstart = malloc(sizeof(int) * ((size_t)P + 1));
-	p.inputs = malloc(sizeof(int) * (size_t)nn);
-	p.syncp = malloc(sizeof(int) * (size_t)nn);
-	p.list = calloc((size_t)P, sizeof(EntList));
-	p.ns = calloc((size_t)P * (size_t)P, sizeof(int));
-	p.nq = calloc((size_t)P * (size_t)P, sizeof(int));
-	int *map = malloc(sizeof(int) * (size_t)nn);
+	p.heap = arena_alloc_raw(a, sizeof(int) * (size_t)nn);
+	p.onstart = arena_alloc_raw(a, sizeof(int) * ((size_t)P + 1));
+	p.inputs = arena_alloc_raw(a, sizeof(int) * (size_t)nn);
+	p.syncp = arena_alloc_raw(a, sizeof(int) * (size_t)nn);
+	p.list = arena_alloc(a, sizeof(EntList) * (size_t)P);
+	p.ns = arena_alloc(a, sizeof(int) * (size_t)P * (size_t)P);
+	p.nq = arena_alloc(a, sizeof(int) * (size_t)P * (size_t)P);
+	int *map = arena_alloc_raw(a, sizeof(int) * (size_t)nn);
 	Items it = { .start = NULL, .byitem = NULL };
 	if (ok && (!p.rank || !p.phase || !p.home || !p.dest || !p.users || !p.upd ||
 	           !p.sync || !p.syncof || !p.nf || !p.mb || !p.stage || !p.opstart || !p.opv ||
@@ -166,7 +168,7 @@ bool pass_pipeline(IrModule *m, Diag *d, const PassOptions *opt)
 	unsigned opfl[IR_OP_COUNT];
 	for (int o = 0; o < IR_OP_COUNT; o++)
 		opfl[o] = ir_op_flags((IrOp)o);
-	uint8_t *op = malloc((size_t)nn);
+	uint8_t *op = arena_alloc_raw(a, (size_t)nn);
 	if (!op) {
 		ok = pl_oom(&p);
 		goto done;
@@ -178,14 +180,12 @@ bool pass_pipeline(IrModule *m, Diag *d, const PassOptions *opt)
 	bool opt_started = false;
 	p.ninputs = 0;
 	size_t nop = 0;
-	int *lfv = malloc(sizeof(int) * (size_t)nn), nlf = 0; /* the leafy nodes */
+	int *lfv = arena_alloc_raw(a, sizeof(int) * (size_t)nn), nlf = 0; /* the leafy nodes */
 	int nall = 0; /* nodes on every rank */
 	int nkeys = p.M * p.P * p.V * 3;
-	it.start = calloc((size_t)nkeys + 2, sizeof(int));
-	it.byitem = malloc(sizeof(int) * (size_t)(nn ? nn : 1));
+	it.start = arena_alloc(a, sizeof(int) * ((size_t)nkeys + 2));
+	it.byitem = arena_alloc_raw(a, sizeof(int) * (size_t)(nn ? nn : 1));
 	if (!lfv || !it.start || !it.byitem) {
-		free(op);
-		free(lfv);
 		ok = pl_oom(&p);
 		goto done;
 	}
@@ -216,13 +216,12 @@ bool pass_pipeline(IrModule *m, Diag *d, const PassOptions *opt)
 		if (nop + (size_t)nops_i > nops) {
 			while (nop + (size_t)nops_i > nops)
 				nops *= 2;
-			int *v = realloc(p.opv, sizeof(int) * nops);
+			int *v = arena_alloc_raw(a, sizeof(int) * nops);
 			if (!v) {
-				free(op);
-				free(lfv);
 				ok = pl_oom(&p);
 				goto done;
 			}
+			memcpy(v, p.opv, sizeof(int) * nop);
 			p.opv = v;
 		}
 		int *ops = p.opv + nop;
@@ -306,11 +305,9 @@ bool pass_pipeline(IrModule *m, Diag *d, const PassOptions *opt)
 			p.onstart[rank + 1]++;
 	}
 	p.opstart[nn] = (int)nop;
-	free(op);
-	p.enext = malloc(sizeof(int) * (nop ? nop : 1));
-	p.euser = malloc(sizeof(int) * (nop ? nop : 1));
+	p.enext = arena_alloc_raw(a, sizeof(int) * (nop ? nop : 1));
+	p.euser = arena_alloc_raw(a, sizeof(int) * (nop ? nop : 1));
 	if (!p.enext || !p.euser) {
-		free(lfv);
 		ok = pl_oom(&p);
 		goto done;
 	}
@@ -333,7 +330,6 @@ bool pass_pipeline(IrModule *m, Diag *d, const PassOptions *opt)
 			}
 		}
 	}
-	free(lfv);
 	/* the nodes on each rank (counted above) */
 	for (int r = 0; r < P; r++)
 		p.onstart[r + 1] += p.onstart[r] + nall;
@@ -341,14 +337,14 @@ bool pass_pipeline(IrModule *m, Diag *d, const PassOptions *opt)
 	 * previous stage waits for (what leads to a value another rank reads,
 	 * or to another item's work), and W, the rest (weight gradients) */
 	if (kind == SCHED_ZBH1) {
-		p.wgrad = calloc((size_t)nn, sizeof(bool));
+		p.wgrad = arena_alloc(a, sizeof(bool) * (size_t)nn);
 		if (!p.wgrad) {
 			ok = pl_oom(&p);
 			goto done;
 		}
 		/* users come after their operands: walk back, so a node's
 		 * users are classified before it */
-		bool *need = calloc((size_t)nn, sizeof(bool));
+		bool *need = arena_alloc(a, sizeof(bool) * (size_t)nn);
 		if (!need) {
 			ok = pl_oom(&p);
 			goto done;
@@ -365,7 +361,6 @@ bool pass_pipeline(IrModule *m, Diag *d, const PassOptions *opt)
 				need[o] = need[o] || !same || !p.wgrad[j];
 			}
 		}
-		free(need);
 	}
 	/* the nodes of each item, in node order (a counting sort by key;
 	 * the keys and their counts are found above, but ZB-H1's only
@@ -378,10 +373,9 @@ bool pass_pipeline(IrModule *m, Diag *d, const PassOptions *opt)
 		}
 	for (int k = 0; k < nkeys; k++)
 		it.start[k + 2] += it.start[k + 1];
-	p.onv = malloc(sizeof(int) * (size_t)(p.onstart[P] ? p.onstart[P] : 1));
-	int *oncur = malloc(sizeof(int) * (size_t)P);
+	p.onv = arena_alloc_raw(a, sizeof(int) * (size_t)(p.onstart[P] ? p.onstart[P] : 1));
+	int *oncur = arena_alloc_raw(a, sizeof(int) * (size_t)P);
 	if (!p.onv || !oncur) {
-		free(oncur);
 		ok = pl_oom(&p);
 		goto done;
 	}
@@ -397,7 +391,6 @@ bool pass_pipeline(IrModule *m, Diag *d, const PassOptions *opt)
 			for (int r = 0; r < P; r++)
 				p.onv[oncur[r]++] = i;
 	}
-	free(oncur);
 	int loss_rank = p.rank[m->loss] == RANK_ALL ? P - 1 : p.rank[m->loss];
 	for (int r = 0; ok && r < P; r++)
 		ok = pl_build_rank(&p, r, items[r], nitems[r], &loss_rank, &it);
@@ -423,44 +416,6 @@ bool pass_pipeline(IrModule *m, Diag *d, const PassOptions *opt)
 				        "micro-batches)\n", r, p.list[r].n, sname, p.M);
 	}
 done:
-	for (int r = 0; items && r < P; r++)
-		free(items[r]);
-	free(items);
-	free(nitems);
-	for (int r = 0; p.list && r < P; r++)
-		free(p.list[r].e);
-	free(p.list);
-	free(p.ns);
-	free(p.nq);
-	free(p.rank);
-	free(p.phase);
-	free(p.home);
-	free(p.dest);
-	free(p.users);
-	free(p.upd);
-	free(p.sync);
-	free(p.syncof);
-	free(p.nf);
-	free(p.mb);
-	free(p.stage);
-	free(p.opstart);
-	free(p.opv);
-	free(p.placed);
-	free(p.recvd);
-	free(p.htouch);
-	free(p.lastr);
-	free(p.cnt);
-	free(p.head);
-	free(p.heap);
-	free(p.enext);
-	free(p.euser);
-	free(p.onstart);
-	free(p.onv);
-	free(p.inputs);
-	free(p.syncp);
-	free(p.wgrad);
-	free(it.start);
-	free(it.byitem);
-	free(map);
+	arena_free(a);
 	return ok && !p.failed;
 }

@@ -3,8 +3,6 @@
  */
 #include "passes/pipeline_impl.h"
 
-#include <stdlib.h>
-
 static void copy_type(IrNode *to, const IrNode *from)
 {
 	to->dtype = from->dtype;
@@ -83,7 +81,7 @@ bool pl_materialise(Pl *p, IrModule *out, int *mr, int *loss_out)
 	 * location; the loss's name and role, which the rank holding the
 	 * loss clears, are kept aside here. */
 	const int *lastr = p->lastr;
-	int *ops = malloc(sizeof(int) * (size_t)(nn + 2));
+	int *ops = arena_alloc_raw(&p->a, sizeof(int) * (size_t)(nn + 2));
 	/* at most two nodes an entry (a param sync's recv and assign, the
 	 * loss's zero and all_reduce): room in out for them all, made once */
 	size_t room = 0;
@@ -93,10 +91,8 @@ bool pl_materialise(Pl *p, IrModule *out, int *mr, int *loss_out)
 		room = IR_MAX_NODES;
 	out->nodes = arena_alloc_raw(m->arena, sizeof *out->nodes * (room ? room : 1));
 	out->cap = (int)room;
-	if (!ops || !out->nodes) {
-		free(ops);
+	if (!ops || !out->nodes)
 		return pl_oom(p);
-	}
 	/* mr[i] stands for i on rank r when it is at least base, the first
 	 * id of r's nodes: -1 (or an earlier rank's) otherwise */
 	for (int i = 0; i < nn; i++)
@@ -221,6 +217,5 @@ bool pl_materialise(Pl *p, IrModule *out, int *mr, int *loss_out)
 		}
 	}
 #undef MR
-	free(ops);
 	return !p->failed;
 }

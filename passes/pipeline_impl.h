@@ -80,6 +80,8 @@ enum {
 typedef struct Pl {
 	IrModule *m;
 	Diag *d;
+	Arena a;         /* every array below, and the entry lists: the pass's
+	                  * scratch, freed at its end */
 	int P, V, M, ax, nn;
 	int *rank;       /* [nn]: rank of the node, or RANK_ALL */
 	int *phase;      /* [nn] */

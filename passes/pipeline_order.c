@@ -4,14 +4,14 @@
  */
 #include "passes/pipeline_impl.h"
 
-#include <stdlib.h>
-
 __attribute__((noinline)) bool pl_grow(Pl *p, EntList *l)
 {
 	int cap = l->cap ? 2 * l->cap : 256;
-	Ent *e = realloc(l->e, sizeof(Ent) * (size_t)cap);
+	Ent *e = arena_alloc_raw(&p->a, sizeof(Ent) * (size_t)cap);
 	if (!e)
 		return pl_oom(p);
+	if (l->n)
+		memcpy(e, l->e, sizeof(Ent) * (size_t)l->n);
 	l->e = e;
 	l->cap = cap;
 	return true;
@@ -121,7 +121,7 @@ static bool eager_free(const Pl *p, int i, int r, int *wait)
 }
 
 bool pl_build_rank(Pl *p, int r, const SchedItem *items, int nitems, const int *loss_rank,
-                       const Items *it)
+                   const Items *it)
 {
 	p->stamp = (uint8_t)(r + 1);
 	/* room for about what the rank runs (its nodes and the leaves and
@@ -129,9 +129,11 @@ bool pl_build_rank(Pl *p, int r, const SchedItem *items, int nitems, const int *
 	EntList *l = &p->list[r];
 	int guess = p->onstart[r + 1] - p->onstart[r] + p->ninputs + 256;
 	if (l->cap < guess) {
-		Ent *e = realloc(l->e, sizeof(Ent) * (size_t)guess);
+		Ent *e = arena_alloc_raw(&p->a, sizeof(Ent) * (size_t)guess);
 		if (!e)
 			return pl_oom(p);
+		if (l->n)
+			memcpy(e, l->e, sizeof(Ent) * (size_t)l->n);
 		l->e = e;
 		l->cap = guess;
 	}

@@ -3,8 +3,6 @@
  */
 #include "passes/pipeline_impl.h"
 
-#include <stdlib.h>
-
 /* Per pair of ranks, the sender's sends in the order the receiver
  * receives: a send may move later, never before its value.
  *
@@ -23,10 +21,12 @@ bool pl_order_sends(Pl *p)
 	/* per (a, b), at a * P + b: want[woff[a * P + b] ..) the values b
 	 * receives from a, in b's order (ns and nq: see Pl) */
 	const int *ns = p->ns, *nq = p->nq;
-	int *woff = calloc(np + 1, sizeof(int));
-	int *cur = calloc(np, sizeof(int));
-	bool *have = calloc((size_t)p->nn, sizeof(bool));
-	uint64_t *waiting = calloc((size_t)p->nn, sizeof(uint64_t));
+	Arena t; /* this step's scratch, freed at its end */
+	arena_init(&t);
+	int *woff = arena_alloc(&t, sizeof(int) * (np + 1));
+	int *cur = arena_alloc(&t, sizeof(int) * np);
+	bool *have = arena_alloc(&t, sizeof(bool) * (size_t)p->nn);
+	uint64_t *waiting = arena_alloc(&t, sizeof(uint64_t) * (size_t)p->nn);
 	int *want = NULL;
 	Ent *out = NULL;
 	bool ok = woff && cur && have && waiting;
@@ -42,8 +42,8 @@ bool pl_order_sends(Pl *p)
 			if (n > maxn)
 				maxn = n;
 		}
-		want = malloc(sizeof(int) * (size_t)(woff[np] ? woff[np] : 1));
-		out = malloc(sizeof(Ent) * (size_t)maxn);
+		want = arena_alloc_raw(&t, sizeof(int) * (size_t)(woff[np] ? woff[np] : 1));
+		out = arena_alloc_raw(&t, sizeof(Ent) * (size_t)maxn);
 		ok = want && out;
 	}
 	if (ok) {
@@ -122,12 +122,7 @@ bool pl_order_sends(Pl *p)
 			if (out[j].kind == E_NODE)
 				have[out[j].node] = false;
 	}
-	free(woff);
-	free(cur);
-	free(have);
-	free(waiting);
-	free(want);
-	free(out);
+	arena_free(&t);
 	if (!ok)
 		return pl_oom(p);
 	return !p->failed;

@@ -5,7 +5,6 @@
 #include "passes/pipeline_impl.h"
 
 #include <stdio.h>
-#include <stdlib.h>
 
 /* Runs the P programs against each other: sends are buffered, a receive
  * waits for its message (which must be the one it expects), a pp
@@ -14,26 +13,24 @@ bool pl_simulate(Pl *p)
 {
 	int P = p->P;
 	size_t np = P > 0 && P <= 64 ? (size_t)P : 1;
-	int *pc = calloc(np, sizeof(int));
+	Arena t; /* this step's scratch, freed at its end */
+	arena_init(&t);
+	int *pc = arena_alloc(&t, sizeof(int) * np);
 	/* per (from, to) a FIFO of values in flight, q[qoff[k] ..) with
 	 * room for the pair's sends (not for every entry of every rank per
 	 * pair: P * P times the whole program) */
-	int *qh = calloc(np * np, sizeof(int));
-	int *qt = calloc(np * np, sizeof(int));
-	size_t *qoff = calloc(np * np + 1, sizeof(size_t));
+	int *qh = arena_alloc(&t, sizeof(int) * np * np);
+	int *qt = arena_alloc(&t, sizeof(int) * np * np);
+	size_t *qoff = arena_alloc(&t, sizeof(size_t) * (np * np + 1));
 	int *q = NULL;
 	if (qoff) {
 		/* pl_order_sends left as many sends per pair as it counted */
 		for (size_t k = 0; k < np * np; k++)
 			qoff[k + 1] = qoff[k] + (size_t)(P > 0 ? p->ns[k] : 0);
-		q = malloc(sizeof(int) * (qoff[np * np] ? qoff[np * np] : 1));
+		q = arena_alloc_raw(&t, sizeof(int) * (qoff[np * np] ? qoff[np * np] : 1));
 	}
 	if (!pc || !qh || !qt || !qoff || !q) {
-		free(pc);
-		free(qh);
-		free(qt);
-		free(qoff);
-		free(q);
+		arena_free(&t);
 		return pl_oom(p);
 	}
 	bool ok = true;
@@ -102,11 +99,7 @@ bool pl_simulate(Pl *p)
 		}
 	}
 out:
-	free(pc);
-	free(qh);
-	free(qt);
-	free(qoff);
-	free(q);
+	arena_free(&t);
 	if (!ok)
 		p->failed = true;
 	return ok;

@@ -29,7 +29,6 @@
 
 #include <limits.h>
 #include <stdio.h>
-#include <stdlib.h>
 
 /* FLOPs, roughly: the auto split only needs proportions. */
 static double node_cost(const IrModule *m, const IrNode *n)
@@ -126,13 +125,13 @@ bool pass_stages(IrModule *m, Diag *d, const PassOptions *opt)
 		return false;
 	}
 	int n = m->nnodes;
-	int *chunk = malloc(sizeof(int) * (size_t)n);
-	int *umin = malloc(sizeof(int) * (size_t)n);
-	int *ann = malloc(sizeof(int) * (size_t)n);
+	Arena a; /* the pass's scratch, freed at its end */
+	arena_init(&a);
+	int *chunk = arena_alloc_raw(&a, sizeof(int) * (size_t)n);
+	int *umin = arena_alloc_raw(&a, sizeof(int) * (size_t)n);
+	int *ann = arena_alloc_raw(&a, sizeof(int) * (size_t)n);
 	if (!chunk || !umin || !ann) {
-		free(chunk);
-		free(umin);
-		free(ann);
+		arena_free(&a);
 		diag_error(d, (SrcLoc){0}, "stages: out of memory");
 		return false;
 	}
@@ -160,9 +159,7 @@ bool pass_stages(IrModule *m, Diag *d, const PassOptions *opt)
 		           P, rounds, rounds, V);
 		diag_note(d, pl_schedule_loc(m), "schedule interleaved(%d) runs these as written",
 		          rounds);
-		free(chunk);
-		free(umin);
-		free(ann);
+		arena_free(&a);
 		return false;
 	}
 	for (int i = 0, r = 0, prev = -1; i < n; i++) {
@@ -177,9 +174,7 @@ bool pass_stages(IrModule *m, Diag *d, const PassOptions *opt)
 	}
 	/* umin doubles as the walk's scratch */
 	if (amax >= 0 && !stages_follow_data(m, d, ann, umin, rounds, V)) {
-		free(chunk);
-		free(umin);
-		free(ann);
+		arena_free(&a);
 		return false;
 	}
 	bool annotated = virt || amax + 1 == K;
@@ -229,9 +224,7 @@ bool pass_stages(IrModule *m, Diag *d, const PassOptions *opt)
 		        K == 1 ? "" : "s", P,
 		        virt ? "the stage annotations as virtual stages, round-robin" :
 		        annotated ? "from the stage annotations" : "split by estimated compute");
-	free(chunk);
-	free(umin);
-	free(ann);
+	arena_free(&a);
 	return true;
 }
 
