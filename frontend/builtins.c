@@ -6,7 +6,7 @@
  * describes them.  Shapes are left to ir_infer, except where the frontend
  * must know them first (reshape's -1, split's parts, slice bounds).
  */
-#include "frontend/sema.h"
+#include "frontend/lower_impl.h"
 
 #include <string.h>
 
@@ -110,12 +110,12 @@ static Value lower_cast_call(Lower *L, const Args *a, Value xv, SrcLoc loc)
 			return lower_cast(L, xv, vals[i], loc);
 	if (w.k == V_STR)
 		diag_error(L->d, a->loc[1], "cast: unknown dtype '%s' (expected f32, bf16 or f16)",
-		           sema_name(L, w.s));
+		           lower_name(L, w.s));
 	else if (w.k != V_ERR)
 		diag_error(L->d, a->loc[1],
 		           "argument 2 of cast must be a dtype (f32, bf16 or f16), got %s",
-		           sema_describe(L, w));
-	return sema_err();
+		           lower_describe(L, w));
+	return lower_err();
 }
 
 static IrNode *want_tensor(Lower *L, const Args *a, int i, const char *fn)
@@ -125,7 +125,7 @@ static IrNode *want_tensor(Lower *L, const Args *a, int i, const char *fn)
 		return L->m->nodes[v.i];
 	if (v.k != V_ERR)
 		diag_error(L->d, a->loc[i], "argument %d of %s must be a tensor, got %s", i + 1, fn,
-		           sema_describe(L, v));
+		           lower_describe(L, v));
 	return NULL;
 }
 
@@ -138,7 +138,7 @@ static bool want_int(Lower *L, const Args *a, int i, const char *what, int64_t *
 	}
 	if (v.k != V_ERR)
 		diag_error(L->d, a->loc[i], "%s must be an integer, got %s", what,
-		           sema_describe(L, v));
+		           lower_describe(L, v));
 	return false;
 }
 
@@ -147,7 +147,7 @@ static bool want_int(Lower *L, const Args *a, int i, const char *what, int64_t *
 static int kw_value(Lower *L, Scope *s, const AstNode *call, const char *name, Value *out,
                     const AstNode **kw)
 {
-	*kw = sema_kwarg(call, name);
+	*kw = lower_kwarg(call, name);
 	if (!*kw)
 		return 0;
 	*out = lower_expr(L, s, (*kw)->lhs);
@@ -162,8 +162,8 @@ static int kw_int(Lower *L, Scope *s, const AstNode *call, const char *name, int
 	if (r <= 0)
 		return r;
 	if (v.k != V_NUM || !v.is_int) {
-		diag_error(L->d, kw->loc, "%s must be an integer, got %s", sema_name(L, name),
-		           sema_describe(L, v));
+		diag_error(L->d, kw->loc, "%s must be an integer, got %s", lower_name(L, name),
+		           lower_describe(L, v));
 		return -1;
 	}
 	*out = v.i;
@@ -178,11 +178,11 @@ static int kw_num(Lower *L, Scope *s, const AstNode *call, const char *name, dou
 	if (r <= 0)
 		return r;
 	if (v.k != V_NUM) {
-		diag_error(L->d, kw->loc, "%s must be a number, got %s", sema_name(L, name),
-		           sema_describe(L, v));
+		diag_error(L->d, kw->loc, "%s must be a number, got %s", lower_name(L, name),
+		           lower_describe(L, v));
 		return -1;
 	}
-	*out = sema_num(v);
+	*out = lower_num(v);
 	return 1;
 }
 
@@ -194,8 +194,8 @@ static int kw_bool(Lower *L, Scope *s, const AstNode *call, const char *name, bo
 	if (r <= 0)
 		return r;
 	if (v.k != V_BOOL) {
-		diag_error(L->d, kw->loc, "%s must be true or false, got %s", sema_name(L, name),
-		           sema_describe(L, v));
+		diag_error(L->d, kw->loc, "%s must be true or false, got %s", lower_name(L, name),
+		           lower_describe(L, v));
 		return -1;
 	}
 	*out = v.i != 0;
@@ -221,7 +221,7 @@ static int kw_axis(Lower *L, Scope *s, const AstNode *call, int rank, int64_t *o
 	int r = kw_int(L, s, call, "axis", &ax);
 	if (r < 0)
 		return -1;
-	const AstNode *kw = sema_kwarg(call, "axis");
+	const AstNode *kw = lower_kwarg(call, "axis");
 	return norm_axis(L, kw ? kw->loc : call->loc, ax, rank, out) ? 1 : -1;
 }
 
@@ -239,7 +239,7 @@ static bool int_list(Lower *L, Value v, SrcLoc loc, const char *what, int64_t *o
 			return false;
 		if (items[i].k != V_NUM || !items[i].is_int) {
 			diag_error(L->d, loc, "%s must be integers, got %s", what,
-			           sema_describe(L, items[i]));
+			           lower_describe(L, items[i]));
 			return false;
 		}
 		out[i] = items[i].i;
@@ -252,22 +252,22 @@ static Value lower_reduce(Lower *L, Scope *s, const AstNode *call, const Builtin
                           Value xv)
 {
 	IrAttrs at = {0};
-	const AstNode *kaxis = sema_kwarg(call, "axis"), *kaxes = sema_kwarg(call, "axes");
+	const AstNode *kaxis = lower_kwarg(call, "axis"), *kaxes = lower_kwarg(call, "axes");
 	int64_t ax[IR_MAX_RANK];
 	int n = 0;
 	if (kaxis && kaxes) {
 		diag_error(L->d, kaxes->loc, "give axis or axes, not both");
-		return sema_err();
+		return lower_err();
 	}
 	const AstNode *k = kaxis ? kaxis : kaxes;
 	if (k) {
 		Value v = lower_expr(L, s, k->lhs);
 		if (v.k == V_ERR || !int_list(L, v, k->loc, k->name, ax, &n, IR_MAX_RANK))
-			return sema_err();
+			return lower_err();
 		if (kaxis && v.k == V_TUPLE) {
 			diag_error(L->d, k->loc,
 			           "axis takes one integer; use axes = (...) for several");
-			return sema_err();
+			return lower_err();
 		}
 	} else {
 		for (int i = 0; i < x->rank; i++)
@@ -277,11 +277,11 @@ static Value lower_reduce(Lower *L, Scope *s, const AstNode *call, const Builtin
 	for (int i = 0; i < n; i++) {
 		int64_t a;
 		if (!norm_axis(L, k ? k->loc : call->loc, ax[i], x->rank, &a))
-			return sema_err();
+			return lower_err();
 		if (seen[a]) {
 			diag_error(L->d, k->loc, "axis %lld appears more than once",
 			           (long long)ax[i]);
-			return sema_err();
+			return lower_err();
 		}
 		seen[a] = true;
 	}
@@ -289,10 +289,10 @@ static Value lower_reduce(Lower *L, Scope *s, const AstNode *call, const Builtin
 		if (seen[a])
 			at.ints[at.nints++] = a;
 	if (kw_bool(L, s, call, "keepdims", &at.flag) < 0)
-		return sema_err();
+		return lower_err();
 	IrNode *n1;
 	if (lower_make1(L, bi->op, xv, call->loc, &n1).k == V_ERR)
-		return sema_err();
+		return lower_err();
 	n1->attrs = at;
 	return lower_finish(L, n1);
 }
@@ -303,7 +303,7 @@ static Value lower_reshape(Lower *L, const Args *a, IrNode *x, SrcLoc loc)
 	int n;
 	if (a->v[1].k == V_ERR ||
 	    !int_list(L, a->v[1], a->loc[1], "reshape's dims", dims, &n, IR_MAX_RANK))
-		return sema_err();
+		return lower_err();
 	int infer = -1;
 	int64_t known = 1;
 	char buf[200];
@@ -315,15 +315,15 @@ static Value lower_reshape(Lower *L, const Args *a, IrNode *x, SrcLoc loc)
 			infer = i;
 		} else if (dims[i] == -1) {
 			diag_error(L->d, a->loc[1], "reshape: only one dim may be -1");
-			return sema_err();
+			return lower_err();
 		} else if (dims[i] < 1) {
 			diag_error(L->d, a->loc[1],
 			           "reshape: dims must be >= 1 (or one -1), got %lld",
 			           (long long)dims[i]);
-			return sema_err();
+			return lower_err();
 		} else if (__builtin_mul_overflow(known, dims[i], &known) || known > IR_MAX_ELEMS) {
 			diag_error(L->d, a->loc[1], "reshape: tensor too large");
-			return sema_err();
+			return lower_err();
 		}
 	}
 	int64_t numel = ir_node_numel(x);
@@ -333,12 +333,12 @@ static Value lower_reshape(Lower *L, const Args *a, IrNode *x, SrcLoc loc)
 		known = -1;
 	if (infer < 0 ? known != numel : known < 0) {
 		diag_error(L->d, loc, "cannot reshape %s (%lld elements) to (%s)",
-		           sema_type_str(L, x), (long long)numel, buf);
-		return sema_err();
+		           lower_type_str(L, x), (long long)numel, buf);
+		return lower_err();
 	}
 	IrNode *r;
 	if (lower_make1(L, IR_OP_RESHAPE, lower_node_val(x->id), loc, &r).k == V_ERR)
-		return sema_err();
+		return lower_err();
 	r->dtype = x->dtype;
 	r->rank = n;
 	memcpy(r->shape, dims, sizeof(int64_t) * (size_t)n);
@@ -350,13 +350,13 @@ static Value lower_split(Lower *L, Scope *s, const AstNode *call, const Args *a,
 	int64_t parts, ax;
 	if (!want_int(L, a, 1, "the number of parts", &parts) ||
 	    kw_axis(L, s, call, x->rank, &ax) < 0)
-		return sema_err();
+		return lower_err();
 	if (parts < 1 || x->shape[ax] % parts != 0) {
 		diag_error(L->d, a->loc[1],
 		           "cannot split dim %lld (size %lld) of %s into %lld equal parts",
-		           (long long)ax, (long long)x->shape[ax], sema_type_str(L, x),
+		           (long long)ax, (long long)x->shape[ax], lower_type_str(L, x),
 		           (long long)parts);
-		return sema_err();
+		return lower_err();
 	}
 	Value t = {0};
 	t.k = V_TUPLE;
@@ -364,20 +364,20 @@ static Value lower_split(Lower *L, Scope *s, const AstNode *call, const Args *a,
 	t.items = arena_alloc(L->a, sizeof(Value) * (size_t)parts);
 	if (!t.items || parts > IR_MAX_NODES) {
 		lower_too_large(L, call->loc, "split into too many parts");
-		return sema_err();
+		return lower_err();
 	}
 	int64_t sz = x->shape[ax] / parts;
 	for (int64_t i = 0; i < parts; i++) {
 		IrNode *n;
 		if (lower_make1(L, IR_OP_SLICE, lower_node_val(x->id), call->loc, &n).k == V_ERR)
-			return sema_err();
+			return lower_err();
 		n->attrs.ints[0] = ax;
 		n->attrs.ints[1] = i * sz;
 		n->attrs.ints[2] = (i + 1) * sz;
 		n->attrs.nints = 3;
 		t.items[i] = lower_finish(L, n);
 		if (t.items[i].k == V_ERR)
-			return sema_err();
+			return lower_err();
 	}
 	return t;
 }
@@ -425,9 +425,9 @@ Value lower_builtin(Lower *L, Scope *s, const AstNode *call, const Builtin *bi, 
 		           "exist only in the per-rank IR after partition",
 		           fn);
 		diag_note(L->d, call->loc, "%s", coll_hint(bi->op));
-		return sema_err();
+		return lower_err();
 	}
-	bool ok = sema_check_kwargs(L, call, bi->kw, fn);
+	bool ok = lower_check_kwargs(L, call, bi->kw, fn);
 	if (a->n < bi->minpos || (bi->maxpos >= 0 && a->n > bi->maxpos)) {
 		if (bi->maxpos < 0)
 			diag_error(L->d, call->loc, "%s takes at least %d argument%s, got %d", fn,
@@ -435,13 +435,13 @@ Value lower_builtin(Lower *L, Scope *s, const AstNode *call, const Builtin *bi, 
 		else
 			diag_error(L->d, call->loc, "%s takes %d argument%s, got %d", fn,
 			           bi->minpos, bi->minpos == 1 ? "" : "s", a->n);
-		return sema_err();
+		return lower_err();
 	}
 	if (!ok || !a->ok)
-		return sema_err();
+		return lower_err();
 	IrNode *x = want_tensor(L, a, 0, fn);
 	if (!x)
-		return sema_err();
+		return lower_err();
 	Value xv = lower_node_val(x->id);
 	SrcLoc loc = call->loc;
 	IrNode *n;
@@ -453,16 +453,16 @@ Value lower_builtin(Lower *L, Scope *s, const AstNode *call, const Builtin *bi, 
 	case BK_SCALE:
 		if (a->v[1].k != V_NUM) {
 			diag_error(L->d, a->loc[1], "argument 2 of scale must be a number, got %s",
-			           sema_describe(L, a->v[1]));
-			return sema_err();
+			           lower_describe(L, a->v[1]));
+			return lower_err();
 		}
-		return lower_make_scale(L, xv, sema_num(a->v[1]), loc);
+		return lower_make_scale(L, xv, lower_num(a->v[1]), loc);
 	case BK_REDUCE:
 		return lower_reduce(L, s, call, bi, x, xv);
 	case BK_SOFTMAX:
 		if (kw_axis(L, s, call, x->rank, &iv) < 0 ||
 		    lower_make1(L, bi->op, xv, loc, &n).k == V_ERR)
-			return sema_err();
+			return lower_err();
 		n->attrs.ints[0] = iv;
 		n->attrs.nints = 1;
 		return lower_finish(L, n);
@@ -470,17 +470,17 @@ Value lower_builtin(Lower *L, Scope *s, const AstNode *call, const Builtin *bi, 
 		double eps = bi->op == IR_OP_LAYERNORM ? 1e-5 : 1e-6;
 		int r = kw_num(L, s, call, "eps", &eps);
 		if (r < 0)
-			return sema_err();
+			return lower_err();
 		if (!(eps > 0)) {
-			diag_error(L->d, sema_kwarg(call, "eps")->loc, "eps must be > 0, got %g",
+			diag_error(L->d, lower_kwarg(call, "eps")->loc, "eps must be > 0, got %g",
 			           eps);
-			return sema_err();
+			return lower_err();
 		}
 		int ops[3];
 		for (int i = 0; i < a->n; i++) {
 			IrNode *o = want_tensor(L, a, i, fn);
 			if (!o)
-				return sema_err();
+				return lower_err();
 			ops[i] = o->id;
 		}
 		n = lower_new_node(L, bi->op, ops, a->n, loc);
@@ -491,12 +491,12 @@ Value lower_builtin(Lower *L, Scope *s, const AstNode *call, const Builtin *bi, 
 	case BK_PLAIN: {
 		IrNode *y = want_tensor(L, a, 1, fn);
 		if (!y)
-			return sema_err();
+			return lower_err();
 		/* mse promotes as arithmetic does; embed's and cross_entropy's
 		 * second operand is i32 */
 		Value xy[2] = {xv, lower_node_val(y->id)};
 		if (bi->op == IR_OP_MSE && !lower_promote(L, xy, 2, loc))
-			return sema_err();
+			return lower_err();
 		return lower_make2(L, bi->op, xy[0], xy[1], loc);
 	}
 	case BK_CAST:
@@ -504,11 +504,11 @@ Value lower_builtin(Lower *L, Scope *s, const AstNode *call, const Builtin *bi, 
 	case BK_TRANSPOSE:
 		if (x->rank < 2) {
 			diag_error(L->d, a->loc[0], "transpose needs a tensor of rank >= 2, got %s",
-			           sema_type_str(L, x));
-			return sema_err();
+			           lower_type_str(L, x));
+			return lower_err();
 		}
 		if (lower_make1(L, IR_OP_PERMUTE, xv, loc, &n).k == V_ERR)
-			return sema_err();
+			return lower_err();
 		for (int i = 0; i < x->rank; i++)
 			n->attrs.ints[i] = i;
 		n->attrs.ints[x->rank - 2] = x->rank - 1;
@@ -520,25 +520,25 @@ Value lower_builtin(Lower *L, Scope *s, const AstNode *call, const Builtin *bi, 
 		int np;
 		bool seen[IR_MAX_RANK] = {0};
 		if (!int_list(L, a->v[1], a->loc[1], "permute's axes", p, &np, IR_MAX_RANK))
-			return sema_err();
+			return lower_err();
 		if (np != x->rank) {
 			diag_error(L->d, a->loc[1], "permute: %d axes given for %s", np,
-			           sema_type_str(L, x));
-			return sema_err();
+			           lower_type_str(L, x));
+			return lower_err();
 		}
 		for (int i = 0; i < np; i++) {
 			if (!norm_axis(L, a->loc[1], p[i], x->rank, &p[i]))
-				return sema_err();
+				return lower_err();
 			if (seen[p[i]]) {
 				diag_error(L->d, a->loc[1],
 				           "permute: axis %lld appears more than once",
 				           (long long)p[i]);
-				return sema_err();
+				return lower_err();
 			}
 			seen[p[i]] = true;
 		}
 		if (lower_make1(L, IR_OP_PERMUTE, xv, loc, &n).k == V_ERR)
-			return sema_err();
+			return lower_err();
 		memcpy(n->attrs.ints, p, sizeof(int64_t) * (size_t)np);
 		n->attrs.nints = np;
 		return lower_finish(L, n);
@@ -551,15 +551,15 @@ Value lower_builtin(Lower *L, Scope *s, const AstNode *call, const Builtin *bi, 
 		int *ops = arena_alloc(L->a, sizeof(int) * (size_t)a->n);
 		Value *vs = arena_alloc(L->a, sizeof(Value) * (size_t)a->n);
 		if (!ops || !vs || kw_axis(L, s, call, x->rank, &iv) < 0)
-			return sema_err();
+			return lower_err();
 		for (int i = 0; i < a->n; i++) {
 			IrNode *o = want_tensor(L, a, i, fn);
 			if (!o)
-				return sema_err();
+				return lower_err();
 			vs[i] = lower_node_val(o->id);
 		}
 		if (!lower_promote(L, vs, a->n, loc)) /* as torch.cat */
-			return sema_err();
+			return lower_err();
 		for (int i = 0; i < a->n; i++)
 			ops[i] = (int)vs[i].i;
 		n = lower_new_node(L, IR_OP_CONCAT, ops, a->n, loc);
@@ -575,7 +575,7 @@ Value lower_builtin(Lower *L, Scope *s, const AstNode *call, const Builtin *bi, 
 		    !norm_axis(L, a->loc[1], ax, x->rank, &ax) ||
 		    !want_int(L, a, 2, "the slice start", &st) ||
 		    !want_int(L, a, 3, "the slice end", &en))
-			return sema_err();
+			return lower_err();
 		int64_t dim = x->shape[ax];
 		/* negative bounds count from the end, as in Python */
 		int64_t s0 = st < 0 ? st + dim : st, e0 = en < 0 ? en + dim : en;
@@ -583,10 +583,10 @@ Value lower_builtin(Lower *L, Scope *s, const AstNode *call, const Builtin *bi, 
 			diag_error(L->d, loc,
 			           "slice [%lld, %lld) is empty or outside dim %lld (size %lld)",
 			           (long long)st, (long long)en, (long long)ax, (long long)dim);
-			return sema_err();
+			return lower_err();
 		}
 		if (lower_make1(L, IR_OP_SLICE, xv, loc, &n).k == V_ERR)
-			return sema_err();
+			return lower_err();
 		n->attrs.ints[0] = ax;
 		n->attrs.ints[1] = s0;
 		n->attrs.ints[2] = e0;
@@ -600,18 +600,18 @@ Value lower_builtin(Lower *L, Scope *s, const AstNode *call, const Builtin *bi, 
 		if (r == 0)
 			diag_error(L->d, loc, "attention needs the number of heads: heads = N");
 		if (r <= 0 || kw_bool(L, s, call, "causal", &causal) < 0)
-			return sema_err();
+			return lower_err();
 		if (heads < 1 || (x->rank > 0 && x->shape[x->rank - 1] % heads != 0)) {
-			diag_error(L->d, sema_kwarg(call, "heads")->loc,
+			diag_error(L->d, lower_kwarg(call, "heads")->loc,
 			           "heads = %lld does not divide the model dim of %s",
-			           (long long)heads, sema_type_str(L, x));
-			return sema_err();
+			           (long long)heads, lower_type_str(L, x));
+			return lower_err();
 		}
 		int ops[3];
 		for (int i = 0; i < 3; i++) {
 			IrNode *o = want_tensor(L, a, i, fn);
 			if (!o)
-				return sema_err();
+				return lower_err();
 			ops[i] = o->id;
 		}
 		n = lower_new_node(L, IR_OP_ATTENTION, ops, 3, loc);
@@ -628,14 +628,14 @@ Value lower_builtin(Lower *L, Scope *s, const AstNode *call, const Builtin *bi, 
 		if (r == 0)
 			diag_error(L->d, loc, "dropout needs a rate: dropout(x, rate = 0.1)");
 		if (r <= 0)
-			return sema_err();
+			return lower_err();
 		if (rate < 0 || rate >= 1) {
-			diag_error(L->d, sema_kwarg(call, "rate")->loc,
+			diag_error(L->d, lower_kwarg(call, "rate")->loc,
 			           "rate must be in [0, 1), got %g", rate);
-			return sema_err();
+			return lower_err();
 		}
 		if (lower_make1(L, IR_OP_DROPOUT, xv, loc, &n).k == V_ERR)
-			return sema_err();
+			return lower_err();
 		n->attrs.f[0] = rate;
 		n->attrs.ints[0] = L->dropout_salt++;
 		n->attrs.nints = 1;
@@ -644,5 +644,5 @@ Value lower_builtin(Lower *L, Scope *s, const AstNode *call, const Builtin *bi, 
 	case BK_COLL:
 		break; /* refused above */
 	}
-	return sema_err();
+	return lower_err();
 }

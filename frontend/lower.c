@@ -11,10 +11,10 @@
  *
  * Errors do not stop lowering: a failed expression yields V_ERR, which is
  * bound to the assignment's targets and silently propagates, so each mistake
- * is reported once.  sema.c holds constants, the mesh, placements and the
- * train section.
+ * is reported once.  lower_consts.c holds constants, lower_mesh.c the
+ * mesh and placements, lower_train.c the train section (lower_impl.h).
  */
-#include "frontend/sema.h"
+#include "frontend/lower_impl.h"
 #include "support/hash.h"
 
 #include <math.h>
@@ -161,7 +161,7 @@ IrNode *lower_new_node(Lower *L, IrOp op, const int *ops, int nops, SrcLoc loc)
 Value lower_finish(Lower *L, IrNode *n)
 {
 	if (!n || !ir_infer(L->m, n, L->d))
-		return sema_err();
+		return lower_err();
 	return lower_node_val(n->id);
 }
 
@@ -177,7 +177,7 @@ static Value make_const(Lower *L, double c, IrDtype t, SrcLoc loc)
 {
 	IrNode *n = lower_new_node(L, IR_OP_CONST, NULL, 0, loc);
 	if (!n)
-		return sema_err();
+		return lower_err();
 	n->dtype = t;
 	n->rank = 0;
 	n->attrs.f[0] = c;
@@ -193,7 +193,7 @@ Value lower_cast(Lower *L, Value x, IrDtype t, SrcLoc loc)
 {
 	IrNode *n;
 	if (lower_make1(L, IR_OP_CAST, x, loc, &n).k == V_ERR)
-		return sema_err();
+		return lower_err();
 	n->dtype = t;
 	return lower_finish(L, n);
 }
@@ -225,7 +225,7 @@ Value lower_make1(Lower *L, IrOp op, Value x, SrcLoc loc, IrNode **out)
 	IrNode *n = lower_new_node(L, op, &id, 1, loc);
 	if (out)
 		*out = n;
-	return n ? lower_node_val(n->id) : sema_err();
+	return n ? lower_node_val(n->id) : lower_err();
 }
 
 Value lower_make2(Lower *L, IrOp op, Value a, Value b, SrcLoc loc)
@@ -238,7 +238,7 @@ Value lower_make_scale(Lower *L, Value x, double c, SrcLoc loc)
 {
 	IrNode *n;
 	if (lower_make1(L, IR_OP_SCALE, x, loc, &n).k == V_ERR)
-		return sema_err();
+		return lower_err();
 	n->attrs.f[0] = c;
 	return lower_finish(L, n);
 }
@@ -338,31 +338,32 @@ static Value call_block(Lower *L, BlockDef *b, const Args *a, SrcLoc loc)
 				from = i;
 		for (int i = from; i < L->nstack && k < 400; i++)
 			k += snprintf(buf + k, sizeof buf - k, "%s -> ",
-			              sema_name(L, L->stack[i]->ast->name));
+			              lower_name(L, L->stack[i]->ast->name));
 		if (k < 400)
-			snprintf(buf + k, sizeof buf - k, "%s", sema_name(L, blk->name));
+			snprintf(buf + k, sizeof buf - k, "%s", lower_name(L, blk->name));
 		diag_error(L->d, loc, "recursive block call: %s", buf);
 		L->recursion = true;
-		return sema_err();
+		return lower_err();
 	}
 	if (a->n != blk->nnames && a->ok) {
 		diag_error(L->d, loc, "block '%s' takes %d argument%s, got %d",
-		           sema_name(L, blk->name), blk->nnames, blk->nnames == 1 ? "" : "s", a->n);
-		return sema_err();
+		           lower_name(L, blk->name), blk->nnames, blk->nnames == 1 ? "" : "s",
+		           a->n);
+		return lower_err();
 	}
 	if (b->bad || !a->ok)
-		return sema_err();
+		return lower_err();
 	if (L->nstack >= LOWER_MAX_NEST) {
 		diag_error(L->d, loc, "block calls nested too deeply (more than %d)",
 		           LOWER_MAX_NEST);
 		L->fatal = true;
-		return sema_err();
+		return lower_err();
 	}
 	if (++L->iters > LOWER_MAX_ITERS) {
 		lower_too_large(L, loc,
 		                arena_printf(L->a, "more than %d loop iterations and block calls",
 		                             LOWER_MAX_ITERS));
-		return sema_err();
+		return lower_err();
 	}
 	Scope sc = {0};
 	sc.parent = &L->globals;
@@ -376,7 +377,7 @@ static Value call_block(Lower *L, BlockDef *b, const Args *a, SrcLoc loc)
 	L->stack[L->nstack++] = b;
 	b->active = true;
 	int nerr0 = L->d->nerr;
-	Value ret = sema_err();
+	Value ret = lower_err();
 	lower_stmts(L, &sc, &blk->body, &ret);
 	b->active = false;
 	L->nstack--;
@@ -390,10 +391,10 @@ static Value call_block(Lower *L, BlockDef *b, const Args *a, SrcLoc loc)
 		b->bad = true;
 		if (!L->recursion)
 			diag_note(L->d, loc, "in the instance of block '%s' called here",
-			          sema_name(L, blk->name));
+			          lower_name(L, blk->name));
 		if (L->nstack == 0)
 			L->recursion = false;
-		return sema_err();
+		return lower_err();
 	}
 	return ret;
 }
@@ -425,16 +426,16 @@ static void define_block(Lower *L, const AstNode *it)
 	BlockDef *b = &L->blocks[L->nblocks++];
 	b->ast = it;
 	if (prev) {
-		diag_error(L->d, it->loc, "duplicate block '%s'", sema_name(L, it->name));
+		diag_error(L->d, it->loc, "duplicate block '%s'", lower_name(L, it->name));
 		diag_note(L->d, prev->ast->loc, "'%s' was first defined here",
-		          sema_name(L, it->name));
+		          lower_name(L, it->name));
 		b->bad = true;
 		return;
 	}
-	if (lower_find_builtin(it->name) || sema_is_const_func(it->name) ||
+	if (lower_find_builtin(it->name) || lower_is_const_func(it->name) ||
 	    !strcmp(it->name, "recv")) {
 		diag_error(L->d, it->loc, "block '%s' has the name of a builtin function",
-		           sema_name(L, it->name));
+		           lower_name(L, it->name));
 		b->bad = true;
 	}
 	for (int i = 0; i < it->nnames; i++)
@@ -443,13 +444,14 @@ static void define_block(Lower *L, const AstNode *it)
 			    !strcmp(it->names[i].name, it->names[j].name)) {
 				diag_error(L->d, it->names[i].loc,
 				           "duplicate argument '%s' in block '%s'",
-				           sema_name(L, it->names[i].name), sema_name(L, it->name));
+				           lower_name(L, it->names[i].name),
+				           lower_name(L, it->name));
 				b->bad = true;
 			}
 	const AstNode *last = it->body.n ? it->body.items[it->body.n - 1] : NULL;
 	if (!last || last->kind != AST_RETURN) {
 		diag_error(L->d, it->loc, "block '%s' has no return statement",
-		           sema_name(L, it->name));
+		           lower_name(L, it->name));
 		b->bad = true;
 	}
 	if (!check_returns(L, &it->body, true))
@@ -476,10 +478,10 @@ static void undefined(Lower *L, Scope *s, const AstNode *e, bool call)
 				cands[n++] = p->b[i].name;
 	}
 	diag_error(L->d, e->loc, "undefined %s '%s'", call ? "function" : "name",
-	           sema_name(L, e->name));
-	const char *sug = sema_suggest(e->name, cands, n);
+	           lower_name(L, e->name));
+	const char *sug = lower_suggest(e->name, cands, n);
 	if (sug)
-		diag_note(L->d, e->loc, "did you mean '%s'?", sema_name(L, sug));
+		diag_note(L->d, e->loc, "did you mean '%s'?", lower_name(L, sug));
 }
 
 static Value lower_ident(Lower *L, Scope *s, const AstNode *e)
@@ -488,18 +490,18 @@ static Value lower_ident(Lower *L, Scope *s, const AstNode *e)
 	if (b)
 		return b->v;
 	if (find_block(L, e->name))
-		diag_error(L->d, e->loc, "'%s' is a block; call it: %s(...)", sema_name(L, e->name),
-		           sema_name(L, e->name));
-	else if (lower_find_builtin(e->name) || sema_is_const_func(e->name))
+		diag_error(L->d, e->loc, "'%s' is a block; call it: %s(...)",
+		           lower_name(L, e->name), lower_name(L, e->name));
+	else if (lower_find_builtin(e->name) || lower_is_const_func(e->name))
 		diag_error(L->d, e->loc, "'%s' is a function; call it: %s(...)",
-		           sema_name(L, e->name), sema_name(L, e->name));
+		           lower_name(L, e->name), lower_name(L, e->name));
 	else {
 		undefined(L, s, e, false);
 		/* one report per name and body, not one per use */
 		if (s != &L->globals)
-			lower_bind(L, s, e->name, sema_err(), e->loc);
+			lower_bind(L, s, e->name, lower_err(), e->loc);
 	}
-	return sema_err();
+	return lower_err();
 }
 
 static Value lower_call(Lower *L, Scope *s, const AstNode *e)
@@ -507,31 +509,31 @@ static Value lower_call(Lower *L, Scope *s, const AstNode *e)
 	const char *name = e->name;
 	BlockDef *b = find_block(L, name);
 	const Builtin *bi = lower_find_builtin(name);
-	bool cf = sema_is_const_func(name);
+	bool cf = lower_is_const_func(name);
 	if (!strcmp(name, "recv")) {
 		diag_error(L->d, e->loc,
 		           "recv cannot be called; the compiler pairs each send with its recv");
-		return sema_err();
+		return lower_err();
 	}
 	if (!b && !bi && !cf) {
 		if (lower_lookup(s, name))
-			diag_error(L->d, e->loc, "'%s' is not a function", sema_name(L, name));
+			diag_error(L->d, e->loc, "'%s' is not a function", lower_name(L, name));
 		else
 			undefined(L, s, e, true);
-		return sema_err();
+		return lower_err();
 	}
 	Args a;
 	gather_args(L, s, e, b ? NULL : bi, &a);
 	if (b) {
 		if (has_kwargs(e)) {
 			diag_error(L->d, e->loc, "block '%s' takes no keyword arguments",
-			           sema_name(L, name));
-			return sema_err();
+			           lower_name(L, name));
+			return lower_err();
 		}
 		return call_block(L, b, &a, e->loc);
 	}
 	if (!a.ok)
-		return sema_err();
+		return lower_err();
 	bool all_num = a.n > 0;
 	for (int i = 0; i < a.n; i++)
 		all_num &= a.v[i].k == V_NUM;
@@ -539,15 +541,15 @@ static Value lower_call(Lower *L, Scope *s, const AstNode *e)
 		for (int i = 0; i < a.n; i++)
 			if (a.v[i].k != V_NUM) {
 				diag_error(L->d, a.loc[i], "%s works on numbers only, got %s",
-				           sema_name(L, name), sema_describe(L, a.v[i]));
-				return sema_err();
+				           lower_name(L, name), lower_describe(L, a.v[i]));
+				return lower_err();
 			}
 		if (has_kwargs(e)) {
 			diag_error(L->d, e->loc, "%s takes no keyword arguments",
-			           sema_name(L, name));
-			return sema_err();
+			           lower_name(L, name));
+			return lower_err();
 		}
-		return sema_const_call(L, name, a.v, a.n, e->loc);
+		return lower_const_call(L, name, a.v, a.n, e->loc);
 	}
 	return lower_builtin(L, s, e, bi, &a);
 }
@@ -556,14 +558,14 @@ static Value lower_binary(Lower *L, Scope *s, const AstNode *e)
 {
 	Value a = lower_expr(L, s, e->lhs), b = lower_expr(L, s, e->rhs);
 	if (a.k == V_ERR || b.k == V_ERR)
-		return sema_err();
+		return lower_err();
 	int op = e->op;
 	if (op == '@') {
 		if (a.k != V_NODE || b.k != V_NODE) {
 			const AstNode *bad = a.k != V_NODE ? e->lhs : e->rhs;
 			diag_error(L->d, bad->loc, "'@' needs two tensors, got %s",
-			           sema_describe(L, a.k != V_NODE ? a : b));
-			return sema_err();
+			           lower_describe(L, a.k != V_NODE ? a : b));
+			return lower_err();
 		}
 		return lower_make2(L, IR_OP_MATMUL, a, b, e->loc);
 	}
@@ -571,40 +573,40 @@ static Value lower_binary(Lower *L, Scope *s, const AstNode *e)
 		Value v = i ? b : a;
 		if (v.k != V_NUM && v.k != V_NODE) {
 			diag_error(L->d, (i ? e->rhs : e->lhs)->loc, "cannot use %s in arithmetic",
-			           sema_describe(L, v));
-			return sema_err();
+			           lower_describe(L, v));
+			return lower_err();
 		}
 	}
 	if (a.k == V_NUM && b.k == V_NUM)
-		return sema_arith(L, op, a, b, e->loc);
+		return lower_arith(L, op, a, b, e->loc);
 	if (op == '%') {
 		diag_error(L->d, e->loc, "'%%' is only defined for constants");
-		return sema_err();
+		return lower_err();
 	}
 	static const IrOp ops[128] = {
 	        ['+'] = IR_OP_ADD, ['-'] = IR_OP_SUB, ['*'] = IR_OP_MUL, ['/'] = IR_OP_DIV};
 	if (op != '+' && op != '-' && op != '*' && op != '/')
-		return sema_err();
+		return lower_err();
 	if (a.k == V_NODE && b.k == V_NODE) {
 		Value ab[2] = {a, b};
 		if (!lower_promote(L, ab, 2, e->loc))
-			return sema_err();
+			return lower_err();
 		return lower_make2(L, ops[op], ab[0], ab[1], e->loc);
 	}
 	/* a number and a tensor: multiplying and dividing by a number is a
 	 * scale; anything else gets a scalar const operand (it broadcasts) */
 	if (op == '*')
-		return lower_make_scale(L, a.k == V_NODE ? a : b, sema_num(a.k == V_NUM ? a : b),
+		return lower_make_scale(L, a.k == V_NODE ? a : b, lower_num(a.k == V_NUM ? a : b),
 		                        e->loc);
 	if (op == '/' && b.k == V_NUM) {
-		if (sema_num(b) == 0) {
+		if (lower_num(b) == 0) {
 			diag_error(L->d, e->loc, "division by zero");
-			return sema_err();
+			return lower_err();
 		}
-		return lower_make_scale(L, a, 1.0 / sema_num(b), e->loc);
+		return lower_make_scale(L, a, 1.0 / lower_num(b), e->loc);
 	}
 	IrDtype t = node_of(L, a.k == V_NODE ? a : b)->dtype;
-	Value c = make_const(L, sema_num(a.k == V_NUM ? a : b), is_float(t) ? t : IR_F32, e->loc);
+	Value c = make_const(L, lower_num(a.k == V_NUM ? a : b), is_float(t) ? t : IR_F32, e->loc);
 	if (c.k == V_ERR)
 		return c;
 	return a.k == V_NUM ? lower_make2(L, ops[op], c, b, e->loc)
@@ -618,14 +620,14 @@ static Value lower_annot(Lower *L, Scope *s, const AstNode *e)
 		return v;
 	if (v.k != V_NODE) {
 		diag_error(L->d, e->annot->loc, "only a tensor can have a placement, not %s",
-		           sema_describe(L, v));
-		return sema_err();
+		           lower_describe(L, v));
+		return lower_err();
 	}
 	IrNode *n = node_of(L, v);
 	if ((n->role == IR_ROLE_PARAM || n->role == IR_ROLE_INPUT) && n->place.known) {
 		diag_error(L->d, e->annot->loc, "'%s' already has a placement from its declaration",
-		           sema_name(L, n->name));
-		return sema_err();
+		           lower_name(L, n->name));
+		return lower_err();
 	}
 	const char *what = L->annot_expr == e && L->annot_target
 	                           ? arena_printf(L->a, "'%s'", L->annot_target)
@@ -637,7 +639,7 @@ static Value lower_annot(Lower *L, Scope *s, const AstNode *e)
 	if (n->place.known) {
 		IrNode *r;
 		if (lower_make1(L, IR_OP_RESHAPE, v, e->annot->loc, &r).k == V_ERR)
-			return sema_err();
+			return lower_err();
 		r->dtype = n->dtype;
 		r->rank = n->rank;
 		memcpy(r->shape, n->shape, sizeof(int64_t) * (size_t)n->rank);
@@ -646,18 +648,18 @@ static Value lower_annot(Lower *L, Scope *s, const AstNode *e)
 			return v;
 		n = node_of(L, v);
 	}
-	if (!sema_annotate(L, e->annot, n, what, true))
-		return sema_err();
+	if (!lower_annotate(L, e->annot, n, what, true))
+		return lower_err();
 	return v;
 }
 
 Value lower_expr(Lower *L, Scope *s, const AstNode *e)
 {
 	if (!e || L->fatal)
-		return sema_err();
+		return lower_err();
 	switch (e->kind) {
 	case AST_NUM:
-		return e->is_int ? sema_int(e->ival) : sema_float(e->num);
+		return e->is_int ? lower_int(e->ival) : lower_float(e->num);
 	case AST_BOOL: {
 		Value v = {0};
 		v.k = V_BOOL;
@@ -671,35 +673,35 @@ Value lower_expr(Lower *L, Scope *s, const AstNode *e)
 		return v;
 	}
 	case AST_IDENT:
-		return e->name ? lower_ident(L, s, e) : sema_err();
+		return e->name ? lower_ident(L, s, e) : lower_err();
 	case AST_BINARY:
 		return lower_binary(L, s, e);
 	case AST_NEG: {
 		Value v = lower_expr(L, s, e->lhs);
 		if (v.k == V_NUM)
-			return sema_arith(L, '-', sema_int(0), v, e->loc);
+			return lower_arith(L, '-', lower_int(0), v, e->loc);
 		if (v.k == V_NODE) {
 			IrNode *n;
 			lower_make1(L, IR_OP_NEG, v, e->loc, &n);
 			return lower_finish(L, n);
 		}
 		if (v.k != V_ERR)
-			diag_error(L->d, e->loc, "cannot negate %s", sema_describe(L, v));
-		return sema_err();
+			diag_error(L->d, e->loc, "cannot negate %s", lower_describe(L, v));
+		return lower_err();
 	}
 	case AST_CALL:
-		return e->name ? lower_call(L, s, e) : sema_err();
+		return e->name ? lower_call(L, s, e) : lower_err();
 	case AST_TUPLE: {
 		Value t = {0};
 		t.k = V_TUPLE;
 		t.n = e->args.n;
 		t.items = arena_alloc(L->a, sizeof(Value) * (size_t)(e->args.n + 1));
 		if (!t.items)
-			return sema_err();
+			return lower_err();
 		for (int i = 0; i < e->args.n; i++) {
 			t.items[i] = lower_expr(L, s, e->args.items[i]);
 			if (t.items[i].k == V_ERR)
-				return sema_err();
+				return lower_err();
 		}
 		return t;
 	}
@@ -707,11 +709,11 @@ Value lower_expr(Lower *L, Scope *s, const AstNode *e)
 		return lower_annot(L, s, e);
 	case AST_KWARG:
 		diag_error(L->d, e->loc, "keyword argument '%s' outside a call",
-		           sema_name(L, e->name));
-		return sema_err();
+		           lower_name(L, e->name));
+		return lower_err();
 	default:
 		diag_error(L->d, e->loc, "expected an expression");
-		return sema_err();
+		return lower_err();
 	}
 }
 
@@ -743,7 +745,7 @@ static bool lower_init(Lower *L, Scope *s, const AstDecl *dc, int rank, IrAttrs 
 		diag_error(L->d, e->loc,
 		           "unknown init '%s' (expected zeros, ones, normal(mean, std) "
 		           "or uniform(lo, hi))",
-		           sema_name(L, w));
+		           lower_name(L, w));
 		return false;
 	}
 	if (e->kind != AST_CALL) {
@@ -753,7 +755,7 @@ static bool lower_init(Lower *L, Scope *s, const AstDecl *dc, int rank, IrAttrs 
 	}
 	static const char *const nkw[] = {"mean", "std", NULL}, *const ukw[] = {"lo", "hi", NULL};
 	const char *const *kw = normal ? nkw : ukw;
-	if (!sema_check_kwargs(L, e, kw, w))
+	if (!lower_check_kwargs(L, e, kw, w))
 		return false;
 	const AstNode *argv[2] = {0};
 	int npos = 0;
@@ -766,7 +768,7 @@ static bool lower_init(Lower *L, Scope *s, const AstDecl *dc, int rank, IrAttrs 
 		}
 	}
 	for (int i = 0; i < 2; i++) {
-		const AstNode *k = sema_kwarg(e, kw[i]);
+		const AstNode *k = lower_kwarg(e, kw[i]);
 		if (k && argv[i]) {
 			diag_error(L->d, k->loc, "%s given twice", kw[i]);
 			return false;
@@ -775,13 +777,13 @@ static bool lower_init(Lower *L, Scope *s, const AstDecl *dc, int rank, IrAttrs 
 			argv[i] = k->lhs;
 	}
 	if (npos > 2 || !argv[0] || !argv[1]) {
-		diag_error(L->d, e->loc, "%s takes 2 arguments (%s, %s)", sema_name(L, w), kw[0],
+		diag_error(L->d, e->loc, "%s takes 2 arguments (%s, %s)", lower_name(L, w), kw[0],
 		           kw[1]);
 		return false;
 	}
 	double v[2];
 	for (int i = 0; i < 2; i++)
-		if (!sema_const_num(L, s, argv[i], kw[i], &v[i]))
+		if (!lower_const_num(L, s, argv[i], kw[i], &v[i]))
 			return false;
 	/* the check IR text's inits get too (ir/validate.c) */
 	const SrcLoc where[3] = {argv[0]->loc, argv[1]->loc, e->loc};
@@ -801,7 +803,7 @@ static const IrDtype dtype_vals[] = {IR_F32, IR_BF16, IR_F16, IR_I32};
 static Value lower_decl(Lower *L, Scope *s, const AstNode *st, bool param)
 {
 	const AstDecl *dc = st->decl;
-	const char *what = arena_printf(L->a, "'%s'", sema_name(L, dc->name));
+	const char *what = arena_printf(L->a, "'%s'", lower_name(L, dc->name));
 	bool ok = true, dims_ok = true;
 	int dt = -1;
 	for (int i = 0; i < 4 && dc->dtype; i++)
@@ -810,7 +812,7 @@ static Value lower_decl(Lower *L, Scope *s, const AstNode *st, bool param)
 	if (dt < 0) {
 		diag_error(L->d, dc->dtype_loc,
 		           "unknown dtype '%s' (expected f32, bf16, f16 or i32)",
-		           sema_name(L, dc->dtype));
+		           lower_name(L, dc->dtype));
 		ok = false;
 	} else if (param && dtype_vals[dt] == IR_I32) {
 		diag_error(L->d, dc->dtype_loc,
@@ -822,14 +824,14 @@ static Value lower_decl(Lower *L, Scope *s, const AstNode *st, bool param)
 	if (dc->dims.n > IR_MAX_RANK) {
 		diag_error(L->d, st->loc, "%s has rank %d (at most %d)", what, dc->dims.n,
 		           IR_MAX_RANK);
-		return sema_err();
+		return lower_err();
 	}
 	int64_t shape[IR_MAX_RANK], numel = 1;
 	for (int i = 0; i < dc->dims.n; i++) {
 		const AstNode *de = dc->dims.items[i];
 		const char *dw = arena_printf(L->a, "dim %d of %s", i, what);
 		shape[i] = 1;
-		if (!de || !sema_const_int(L, s, de, dw, &shape[i])) {
+		if (!de || !lower_const_int(L, s, de, dw, &shape[i])) {
 			ok = dims_ok = false;
 		} else if (shape[i] < 1) {
 			diag_error(L->d, de->loc, "%s must be >= 1, got %lld", dw,
@@ -839,7 +841,7 @@ static Value lower_decl(Lower *L, Scope *s, const AstNode *st, bool param)
 		           numel > IR_MAX_ELEMS) {
 			diag_error(L->d, de->loc,
 			           "tensor %s is too large (more than 2^48 elements)", what);
-			return sema_err();
+			return lower_err();
 		}
 	}
 	IrAttrs at = {0};
@@ -856,22 +858,22 @@ static Value lower_decl(Lower *L, Scope *s, const AstNode *st, bool param)
 		for (int i = 0; i < dc->annot->nopts; i++) {
 			Placement pl;
 			if (dc->annot->opts && dc->annot->opts[i])
-				sema_placement(L, dc->annot->opts[i], dc->dims.n, shape, what,
-				               false, &pl);
+				lower_placement(L, dc->annot->opts[i], dc->dims.n, shape, what,
+				                false, &pl);
 		}
 	if (!ok)
-		return sema_err();
+		return lower_err();
 	IrNode *n = lower_new_node(L, param ? IR_OP_PARAM : IR_OP_INPUT, NULL, 0, dc->name_loc);
 	if (!n)
-		return sema_err();
+		return lower_err();
 	n->dtype = dtype_vals[dt];
 	n->rank = dc->dims.n;
 	memcpy(n->shape, shape, sizeof(int64_t) * (size_t)n->rank);
 	n->attrs = at;
 	n->role = param ? IR_ROLE_PARAM : IR_ROLE_INPUT;
 	n->name = arena_printf(L->a, "%s%s", L->prefix, dc->name);
-	if (dc->annot && !sema_annotate(L, dc->annot, n, what, false))
-		return sema_err();
+	if (dc->annot && !lower_annotate(L, dc->annot, n, what, false))
+		return lower_err();
 	return lower_finish(L, n);
 }
 
@@ -909,8 +911,8 @@ static void lower_assign(Lower *L, Scope *s, const AstNode *st)
 			           st->nnames);
 		else
 			diag_error(L->d, st->loc, "cannot unpack %s into %d names",
-			           sema_describe(L, v), st->nnames);
-		v = sema_err();
+			           lower_describe(L, v), st->nnames);
+		v = lower_err();
 	}
 	for (int i = 0; i < st->nnames; i++)
 		bind_target(L, s, &st->names[i], v.k == V_ERR ? v : v.items[i]);
@@ -919,8 +921,8 @@ static void lower_assign(Lower *L, Scope *s, const AstNode *st)
 static void lower_for(Lower *L, Scope *s, const AstNode *st)
 {
 	int64_t lo, hi;
-	bool ok = st->lhs && sema_const_int(L, s, st->lhs, "the loop start", &lo);
-	ok = st->rhs && sema_const_int(L, s, st->rhs, "the loop end", &hi) && ok;
+	bool ok = st->lhs && lower_const_int(L, s, st->lhs, "the loop start", &lo);
+	ok = st->rhs && lower_const_int(L, s, st->rhs, "the loop end", &hi) && ok;
 	if (!ok || !st->name)
 		return;
 	if (hi < lo) {
@@ -945,10 +947,10 @@ static void lower_for(Lower *L, Scope *s, const AstNode *st)
 	L->trips = trips > 0 ? trips : 1;
 	for (int64_t i = lo; i < hi && !L->fatal; i++) {
 		L->iters++;
-		lower_bind(L, s, st->name, sema_int(i), st->loc);
+		lower_bind(L, s, st->name, lower_int(i), st->loc);
 		L->stage = saved_stage;
 		int64_t stage;
-		if (st->stage && sema_const_int(L, s, st->stage, "the stage", &stage)) {
+		if (st->stage && lower_const_int(L, s, st->stage, "the stage", &stage)) {
 			if (stage < 0 || stage >= (1 << 20)) {
 				diag_error(L->d, st->stage->loc,
 				           "the stage must be in [0, 2^20), got %lld",
@@ -980,13 +982,13 @@ static void lower_param_stmt(Lower *L, Scope *s, const AstNode *st)
 		return;
 	Binding *prev = lower_lookup_local(s, dc->name);
 	if (prev) {
-		diag_error(L->d, dc->name_loc, "duplicate name '%s'", sema_name(L, dc->name));
-		diag_note(L->d, prev->loc, "'%s' was first defined here", sema_name(L, dc->name));
+		diag_error(L->d, dc->name_loc, "duplicate name '%s'", lower_name(L, dc->name));
+		diag_note(L->d, prev->loc, "'%s' was first defined here", lower_name(L, dc->name));
 		return;
 	}
 	Value v = lower_decl(L, s, st, true);
 	if (s == &L->globals)
-		sema_define_global(L, dc->name, v, dc->name_loc);
+		lower_define_global(L, dc->name, v, dc->name_loc);
 	else
 		lower_bind(L, s, dc->name, v, dc->name_loc);
 }
@@ -1030,7 +1032,7 @@ static void lower_stmts(Lower *L, Scope *s, const AstList *body, Value *ret)
 						if (t.items[j].k == V_ERR)
 							t.k = V_ERR;
 					}
-					*ret = t.items ? t : sema_err();
+					*ret = t.items ? t : lower_err();
 				}
 			} else if (!L->nstack) {
 				diag_error(L->d, st->loc,
@@ -1189,9 +1191,9 @@ IrModule *lower_file(Arena *a, Diag *d, const AstFile *f, const LowerOptions *op
 	L->m = m;
 	ir_train_defaults(&m->train);
 	m->loss = -1;
-	sema_lets(L);
-	sema_mesh(L, mesh);
-	sema_train(L, train);
+	lower_lets(L);
+	lower_mesh(L, mesh);
+	lower_train(L, train);
 	for (int i = 0; i < f->items.n && !L->fatal; i++) {
 		const AstNode *it = f->items.items[i];
 		if (!it || !it->decl || !it->decl->name)
@@ -1200,7 +1202,7 @@ IrModule *lower_file(Arena *a, Diag *d, const AstFile *f, const LowerOptions *op
 			lower_param_stmt(L, &L->globals, it);
 		} else if (it->kind == AST_INPUT) {
 			Value v = lower_decl(L, &L->globals, it, false);
-			sema_define_global(L, it->decl->name, v, it->decl->name_loc);
+			lower_define_global(L, it->decl->name, v, it->decl->name_loc);
 		}
 	}
 	if (d->nerr == nerr0)
@@ -1217,10 +1219,10 @@ IrModule *lower_file(Arena *a, Diag *d, const AstFile *f, const LowerOptions *op
 			diag_error(d, fwd->loc, "the forward section must assign 'loss'");
 		} else if (lb && lb->v.k != V_ERR && !ln) {
 			diag_error(d, lb->loc, "'loss' must be a scalar, got %s",
-			           sema_describe(L, lb->v));
+			           lower_describe(L, lb->v));
 		} else if (ln && (ln->rank != 0 || ln->dtype != IR_F32)) {
 			diag_error(d, lb->loc, "'loss' must be a scalar%s, got %s",
-			           ln->rank == 0 ? " f32" : "", sema_type_str(L, ln));
+			           ln->rank == 0 ? " f32" : "", lower_type_str(L, ln));
 		} else if (ln) {
 			ln->role = IR_ROLE_LOSS;
 			m->loss = ln->id;

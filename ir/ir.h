@@ -275,7 +275,7 @@ const char *ir_strip_op_name(const char *msg, IrOp op);
 
 /* ---- checks of what the user gives (validate.c) ----
  * One check per setting and per init, shared by the .dtm lowering
- * (frontend/sema.c, lower.c), --train and the IR text parser, so both
+ * (frontend/lower_train.c, lower.c), --train and the IR text parser, so both
  * paths accept the same values and say the same thing about the rest. */
 /* The name of setting f in IR text and in ir_train_check's messages. */
 const char *ir_train_key(IrTrainField f);

@@ -1,6 +1,6 @@
 /* validate.c - the checks of what a user gives: train settings and inits.
  *
- * The .dtm train section (frontend/sema.c), --train (the same code on the
+ * The .dtm train section (frontend/lower_train.c), --train (the same code on the
  * command line's text) and IR text (parse.c) all end here, so the two
  * paths take the same values and say the same about the rest, at the
  * place the value was written.  Each check runs when the value is read,

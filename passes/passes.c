@@ -274,7 +274,7 @@ static bool check_annotations(const IrModule *m, Diag *d, int at)
 
 /* Without uneven_shards, a placement the program gives (an annotation:
  * no origin node) splits each dim evenly, as the .dtm lowering requires of
- * its annotations (frontend/sema.c); IR text before partition is held to
+ * its annotations (frontend/lower_mesh.c); IR text before partition is held to
  * the same. */
 static bool check_even(const IrModule *m, Diag *d)
 {

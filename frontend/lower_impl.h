@@ -1,11 +1,13 @@
-/* sema.h - state shared by lower.c (statements, expressions, builtins) and
- * sema.c (constants, -D and --mesh, placements, the train section).
+/* lower_impl.h - the state of lowering, shared by its files: lower.c
+ * (statements, expressions), builtins.c (the builtin ops), lower_consts.c
+ * (constants, let and -D), lower_mesh.c (the mesh, --mesh, placements) and
+ * lower_train.c (the train section, --train).
  *
  * Internal to the frontend: nothing outside frontend/ includes it.  The one
  * public interface is lower.h.
  */
-#ifndef DTM_SEMA_H
-#define DTM_SEMA_H
+#ifndef DTM_LOWER_IMPL_H
+#define DTM_LOWER_IMPL_H
 
 #include "frontend/lower.h"
 
@@ -140,52 +142,56 @@ Value lower_builtin(Lower *L, Scope *s, const AstNode *call, const Builtin *bi, 
  * there is passed as V_STR, not looked up. */
 bool lower_builtin_word_arg(const Builtin *bi, int i);
 
-/* ---- sema.c ---- */
-Value sema_err(void);
-Value sema_int(int64_t i);
-Value sema_float(double f);
-double sema_num(Value v);
+/* ---- lower_consts.c ---- */
+/* Where --train, -D and --mesh problems are reported. */
+extern const SrcLoc lower_cmdline;
+Value lower_err(void);
+Value lower_int(int64_t i);
+Value lower_float(double f);
+double lower_num(Value v);
 /* A user's name for a message: NULL gives "?", over 40 bytes is cut. */
-const char *sema_name(Lower *L, const char *s);
+const char *lower_name(Lower *L, const char *s);
 /* "a number", "a tensor f32[8, 32]", "a tuple of 3 values", ... */
-const char *sema_describe(Lower *L, Value v);
-const char *sema_type_str(Lower *L, const IrNode *n);
+const char *lower_describe(Lower *L, Value v);
+const char *lower_type_str(Lower *L, const IrNode *n);
 /* Constant arithmetic: op is '+', '-', '*', '/', '%'.  Reports division
  * by zero and integer overflow at loc. */
-Value sema_arith(Lower *L, int op, Value a, Value b, SrcLoc loc);
+Value lower_arith(Lower *L, int op, Value a, Value b, SrcLoc loc);
 /* sqrt, exp, log, min, max, ceil, floor on numbers.  Returns false if name
  * is not one of them. */
-bool sema_is_const_func(const char *name);
-Value sema_const_call(Lower *L, const char *name, const Value *args, int n, SrcLoc loc);
+bool lower_is_const_func(const char *name);
+Value lower_const_call(Lower *L, const char *name, const Value *args, int n, SrcLoc loc);
 /* Evaluates e in s to an integer; reports "WHAT must be an integer, got X". */
-bool sema_const_int(Lower *L, Scope *s, const AstNode *e, const char *what, int64_t *out);
-bool sema_const_num(Lower *L, Scope *s, const AstNode *e, const char *what, double *out);
-
+bool lower_const_int(Lower *L, Scope *s, const AstNode *e, const char *what, int64_t *out);
+bool lower_const_num(Lower *L, Scope *s, const AstNode *e, const char *what, double *out);
 /* Edit distance <= 2 (and shorter than the name): the closest candidate. */
-const char *sema_suggest(const char *name, const char *const *cands, int n);
+const char *lower_suggest(const char *name, const char *const *cands, int n);
+/* Binds a global name (let, mesh axis, top-level param or input); reports
+ * a duplicate with a note at the first definition. */
+bool lower_define_global(Lower *L, const char *name, Value v, SrcLoc loc);
+/* Reports keyword arguments of call that are not in known (NULL-ended) or
+ * given twice; `fn` names the callee in messages. */
+bool lower_check_kwargs(Lower *L, const AstNode *call, const char *const *known, const char *fn);
+const AstNode *lower_kwarg(const AstNode *call, const char *name);
+/* The `let` section, with -D overrides. */
+void lower_lets(Lower *L);
 
+/* ---- lower_mesh.c ---- */
+/* The `mesh` section, with --mesh. */
+void lower_mesh(Lower *L, const AstNode *mesh);
+/* Resolves mesh axis names to a bitmask; reports unknown or repeated axes. */
+bool lower_axes_mask(Lower *L, const AstName *names, int n, uint32_t *mask);
 /* Placements: checks an annotation against the mesh and a value of the
  * given rank and shape.  `what` names the value in messages ("'w'" or "the
  * value").  Partial axes are refused when !allow_partial.  Returns false
  * after reporting. */
-bool sema_placement(Lower *L, const AstPlacement *ap, int rank, const int64_t *shape,
-                    const char *what, bool allow_partial, Placement *out);
+bool lower_placement(Lower *L, const AstPlacement *ap, int rank, const int64_t *shape,
+                     const char *what, bool allow_partial, Placement *out);
 /* Applies `@ [..]` or `@ choose(..)` to node n (records the choose point). */
-bool sema_annotate(Lower *L, const AstAnnot *an, IrNode *n, const char *what, bool allow_partial);
-/* Resolves mesh axis names to a bitmask; reports unknown or repeated axes. */
-bool sema_axes_mask(Lower *L, const AstName *names, int n, uint32_t *mask);
+bool lower_annotate(Lower *L, const AstAnnot *an, IrNode *n, const char *what, bool allow_partial);
 
-/* Binds a global name (let, mesh axis, top-level param or input); reports
- * a duplicate with a note at the first definition. */
-bool sema_define_global(Lower *L, const char *name, Value v, SrcLoc loc);
-/* Reports keyword arguments of call that are not in known (NULL-ended) or
- * given twice; `fn` names the callee in messages. */
-bool sema_check_kwargs(Lower *L, const AstNode *call, const char *const *known, const char *fn);
-const AstNode *sema_kwarg(const AstNode *call, const char *name);
-
-/* Top-level sections. */
-void sema_lets(Lower *L);
-void sema_mesh(Lower *L, const AstNode *mesh);
-void sema_train(Lower *L, const AstNode *train);
+/* ---- lower_train.c ---- */
+/* The `train` section, with --train overrides. */
+void lower_train(Lower *L, const AstNode *train);
 
 #endif
