@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "testlib_rt.h"
 #include "testlib.h"
 #include "runtime/comm.h"
 #include "runtime/fsio.h"
@@ -178,41 +179,7 @@ static void make(Variant *v, int ranks, bool poison)
 
 /* ---- helpers (as test_runtime_exec.c) ---- */
 
-static char tmpdir[64];
 
-static int run(const DtmPlan *p, ...)
-{
-	char *argv[32];
-	int argc = 0;
-	va_list ap;
-	argv[argc++] = "linreg";
-	va_start(ap, p);
-	for (char *a; (a = va_arg(ap, char *)) && argc < 31;)
-		argv[argc++] = a;
-	va_end(ap);
-	argv[argc] = NULL;
-	char path[128];
-	snprintf(path, sizeof path, "%s/stderr.txt", tmpdir);
-	fflush(stderr);
-	int saved = dup(2), fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-	dup2(fd, 2);
-	close(fd);
-	int rc = dtm_main(p, argc, argv);
-	fflush(stderr);
-	dup2(saved, 2);
-	close(saved);
-	return rc;
-}
-
-
-static char *tpath(const char *name)
-{
-	static char buf[8][128];
-	static int k;
-	char *b = buf[k++ % 8];
-	snprintf(b, 128, "%s/%s", tmpdir, name);
-	return b;
-}
 
 /* The "loss" values of a log's step lines. */
 static int losses(const char *path, double *out, int max)
@@ -342,16 +309,13 @@ int main(int argc, char **argv)
 			return 1;
 		}
 		if (!test_mpi()) {
-			char cmd[128];
-			snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
-			return system(cmd) != 0 || check_failures ? 1 : 0;
+			rm_tree(tmpdir);
+			return check_failures ? 1 : 0;
 		}
 	} else {
 		test_local();
 	}
-	char cmd[128];
-	snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
-	if (!check_failures && system(cmd) != 0)
-		fprintf(stderr, "could not remove %s\n", tmpdir);
+	if (!check_failures)
+		rm_tree(tmpdir);
 	return check_report();
 }

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "testlib_rt.h"
 #include "testlib.h"
 #include "runtime/ckpt.h"
 #include "runtime/rt.h"
@@ -90,45 +91,6 @@ static DtmPlan make_plan(void)
 
 /* ---- helpers ---- */
 
-static char tmpdir[64];
-
-static char *tpath(const char *name)
-{
-	static char buf[16][160];
-	static int k;
-	char *b = buf[k++ % 16];
-	snprintf(b, 160, "%s/%s", tmpdir, name);
-	return b;
-}
-
-/* dtm_main with a NULL-terminated argument list; stderr goes to
- * tmpdir/stderr.txt (read back with read_stderr). */
-static int run(const DtmPlan *p, ...)
-{
-	char *argv[32];
-	int argc = 0;
-	va_list ap;
-	argv[argc++] = "probe";
-	va_start(ap, p);
-	for (char *a; (a = va_arg(ap, char *)) && argc < 31;)
-		argv[argc++] = a;
-	va_end(ap);
-	argv[argc] = NULL;
-	fflush(stderr);
-	int saved = dup(2), fd = open(tpath("stderr.txt"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-	dup2(fd, 2);
-	close(fd);
-	int rc = dtm_main(p, argc, argv);
-	fflush(stderr);
-	dup2(saved, 2);
-	close(saved);
-	return rc;
-}
-
-static char *read_stderr(void)
-{
-	return slurp(tpath("stderr.txt"));
-}
 
 static int count_lines(const char *s)
 {
@@ -162,23 +124,6 @@ static int log_values(const char *path, const char *key, long *val, long *step, 
 	}
 	free(log);
 	return n;
-}
-
-static void write_tokfile(const char *path, int32_t magic, int32_t version, int32_t ntok_hdr,
-			  const uint16_t *tok, int ntok)
-{
-	int32_t hdr[256] = { 0 };
-	hdr[0] = magic;
-	hdr[1] = version;
-	hdr[2] = ntok_hdr;
-	FILE *f = fopen(path, "wb");
-	CHECK(f != NULL);
-	if (!f)
-		return;
-	CHECK(fwrite(hdr, 4, 256, f) == 256);
-	if (ntok)
-		CHECK(fwrite(tok, 2, (size_t)ntok, f) == (size_t)ntok);
-	fclose(f);
 }
 
 /* Shard of n tokens base, base+1, ... */
@@ -491,14 +436,6 @@ static void test_resume(const DtmPlan *p, const char *glob)
 	CHECK(n4 == 3 && !memcmp(v4, v2, sizeof(long) * 3));
 }
 
-static void rm_rf(const char *path)
-{
-	char cmd[256];
-	snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
-	if (system(cmd) != 0)
-		fprintf(stderr, "cannot remove %s\n", path);
-}
-
 int main(void)
 {
 	snprintf(tmpdir, sizeof tmpdir, "/tmp/dtm_test_data.XXXXXX");
@@ -518,6 +455,6 @@ int main(void)
 	test_eval(&p, glob);
 	test_bad_shards(&p, glob);
 	test_resume(&p, glob);
-	rm_rf(tmpdir);
+	rm_tree(tmpdir);
 	return check_report();
 }

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "testlib_rt.h"
 #include "testlib.h"
 #include "support/philox.h"
 #include "runtime/rt.h"
@@ -155,50 +156,7 @@ static DtmPlan make_plan(void)
 
 /* ---- helpers ---- */
 
-static char tmpdir[64];
 
-/* dtm_main with a NULL-terminated argument list; stderr goes to
- * tmpdir/stderr.txt (read back with read_stderr). */
-static int run(const DtmPlan *p, ...)
-{
-	char *argv[32];
-	int argc = 0;
-	va_list ap;
-	argv[argc++] = "linreg";
-	va_start(ap, p);
-	for (char *a; (a = va_arg(ap, char *)) && argc < 31;)
-		argv[argc++] = a;
-	va_end(ap);
-	argv[argc] = NULL;
-	char path[128];
-	snprintf(path, sizeof path, "%s/stderr.txt", tmpdir);
-	fflush(stderr);
-	int saved = dup(2), fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-	dup2(fd, 2);
-	close(fd);
-	int rc = dtm_main(p, argc, argv);
-	fflush(stderr);
-	dup2(saved, 2);
-	close(saved);
-	return rc;
-}
-
-
-static char *read_stderr(void)
-{
-	char path[128];
-	snprintf(path, sizeof path, "%s/stderr.txt", tmpdir);
-	return slurp(path);
-}
-
-static char *tpath(const char *name)
-{
-	static char buf[8][128];
-	static int k;
-	char *b = buf[k++ % 8];
-	snprintf(b, 128, "%s/%s", tmpdir, name);
-	return b;
-}
 
 /* The text of each step line's "loss" value (as printed), in order. */
 static int loss_strings(const char *log, char out[][32], int max)
@@ -887,9 +845,7 @@ int main(void)
 	test_nan();
 	test_flags(&p);
 	test_dump_batches(&p);
-	char cmd[128];
-	snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
-	if (!check_failures && system(cmd) != 0)
-		fprintf(stderr, "could not remove %s\n", tmpdir);
+	if (!check_failures)
+		rm_tree(tmpdir);
 	return check_report();
 }

@@ -15,74 +15,13 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "testlib_rt.h"
 #include "runtime/ckpt.h"
 #include "runtime/data.h"
 #include "runtime/fsio.h"
 #include "support/json.h"
 #include "support/philox.h"
 
-static char tmpdir[256];
-
-static const char *tpath(const char *name)
-{
-	static char buf[8][512];
-	static int k;
-	char *p = buf[k++ % 8];
-	snprintf(p, 512, "%s/%s", tmpdir, name);
-	return p;
-}
-
-static void write_bytes(const char *path, const void *p, size_t n)
-{
-	FILE *f = fopen(path, "wb");
-	CHECK(f != NULL);
-	if (!f)
-		return;
-	CHECK(fwrite(p, 1, n, f) == n);
-	fclose(f);
-}
-
-static unsigned char *read_bytes(const char *path, size_t *n)
-{
-	char *p;
-	char err[256];
-	if (rt_read_file(path, &p, n, 1u << 30, err, sizeof err))
-		return NULL;
-	return (unsigned char *)p;
-}
-
-static void rm_tree(const char *path)
-{
-	DIR *d = opendir(path);
-	if (!d) {
-		unlink(path);
-		return;
-	}
-	struct dirent *e;
-	while ((e = readdir(d))) {
-		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-			continue;
-		char sub[1024];
-		snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
-		rm_tree(sub);
-	}
-	closedir(d);
-	rmdir(path);
-}
-
-/* Counts directory entries whose name contains needle. */
-static int count_entries(const char *dir, const char *needle)
-{
-	DIR *d = opendir(dir);
-	int n = 0;
-	if (!d)
-		return -1;
-	struct dirent *e;
-	while ((e = readdir(d)))
-		n += strstr(e->d_name, needle) != NULL;
-	closedir(d);
-	return n;
-}
 
 /* ---- philox ---- */
 
@@ -272,23 +211,6 @@ static void test_regression(void)
 }
 
 /* ---- llm.c token files ---- */
-
-static void write_tokfile(const char *path, int32_t magic, int32_t version, int32_t ntok_hdr,
-                          const uint16_t *tok, int ntok)
-{
-	int32_t hdr[256] = {0};
-	hdr[0] = magic;
-	hdr[1] = version;
-	hdr[2] = ntok_hdr;
-	FILE *f = fopen(path, "wb");
-	CHECK(f != NULL);
-	if (!f)
-		return;
-	fwrite(hdr, 4, 256, f);
-	if (ntok)
-		fwrite(tok, 2, (size_t)ntok, f);
-	fclose(f);
-}
 
 static void test_token_files(void)
 {

@@ -11,62 +11,10 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "testlib_rt.h"
 #include "runtime/data.h"
 #include "tools/tokenize.h"
 
-static char tmpdir[256];
-
-static const char *tpath(const char *name)
-{
-	static char buf[8][512];
-	static int k;
-	char *p = buf[k++ % 8];
-	snprintf(p, 512, "%s/%s", tmpdir, name);
-	return p;
-}
-
-static void write_bytes(const char *path, const void *p, size_t n)
-{
-	FILE *f = fopen(path, "wb");
-	CHECK(f != NULL);
-	if (!f)
-		return;
-	CHECK(fwrite(p, 1, n, f) == n);
-	fclose(f);
-}
-
-/* Counts directory entries whose name contains needle. */
-static int count_entries(const char *dir, const char *needle)
-{
-	DIR *d = opendir(dir);
-	int n = 0;
-	if (!d)
-		return -1;
-	struct dirent *e;
-	while ((e = readdir(d)))
-		n += strstr(e->d_name, needle) != NULL;
-	closedir(d);
-	return n;
-}
-
-static void rm_tree(const char *path)
-{
-	DIR *d = opendir(path);
-	if (!d) {
-		unlink(path);
-		return;
-	}
-	struct dirent *e;
-	while ((e = readdir(d))) {
-		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-			continue;
-		char sub[1024];
-		snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
-		rm_tree(sub);
-	}
-	closedir(d);
-	rmdir(path);
-}
 
 static void test_tokenizer(void)
 {
