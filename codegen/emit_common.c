@@ -95,8 +95,8 @@ static bool put_dropout_index(FILE *out, const char *indent, const CgExprDialect
 		if (k.parts[j] > 1) {
 			fputs(" + (", out);
 			bool first = true;
-			for (int a = 0; a < n->place.naxes[j]; a++) {
-				int ax = n->place.axes[j][a];
+			for (int a = 0; a < ir_place(m, n)->naxes[j]; a++) {
+				int ax = ir_place(m, n)->axes[j][a];
 				if (ax >= m->mesh.naxes)
 					continue;
 				if (first)

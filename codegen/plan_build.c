@@ -284,7 +284,7 @@ static int64_t value_bytes(const MemPlanNode *x)
  * tables stay as they were; no axis cutting anything: all zero. */
 static void fill_split(const IrModule *m, const IrNode *n, DtmBuffer *buf)
 {
-	const Placement *p = &n->place;
+	const Placement *p = ir_place(m, n);
 	if (!p->known)
 		return;
 	bool any = false;
@@ -336,7 +336,7 @@ static bool fill_buffer(Build *b, int i, DtmBuffer *buf)
 	fill_split(m, n, buf);
 	if (!b->lean) {
 		char pl[256];
-		placement_format(&n->place, &m->mesh, pl, sizeof pl);
+		placement_format(ir_place(m, n), &m->mesh, pl, sizeof pl);
 		buf->placement = arena_strdup(b->a, pl);
 		if (!buf->placement)
 			return false;
@@ -700,7 +700,6 @@ static int fill(Build *b)
 			if (!b->lean) { /* the buffer's fields, shape, placement */
 				__builtin_prefetch(q);
 				__builtin_prefetch(&q->shape);
-				__builtin_prefetch(&q->place);
 				__builtin_prefetch(&q->padded[0]);
 				__builtin_prefetch(&q->padded[IR_MAX_RANK - 1]);
 			}

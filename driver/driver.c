@@ -269,7 +269,7 @@ void drv_select_choose(IrModule *m, const uint8_t *sel, int n)
 		int s = sel[k] < ch->nopts ? sel[k] : 0;
 		ch->selected = s;
 		if (ch->node >= 0 && ch->node < m->nnodes)
-			m->nodes[ch->node]->place = ch->opts[s];
+			ir_place_set(m, m->nodes[ch->node], &ch->opts[s]);
 	}
 }
 

@@ -153,7 +153,7 @@ IrNode *lower_new_node(Lower *L, IrOp op, const int *ops, int nops, SrcLoc loc)
 	n->block = L->block;
 	n->choose = -1;
 	n->role = IR_ROLE_ACT;
-	n->place.known = false;
+	n->place = 0; /* not known */
 	return n;
 }
 
@@ -624,7 +624,7 @@ static Value lower_annot(Lower *L, Scope *s, const AstNode *e)
 		return lower_err();
 	}
 	IrNode *n = node_of(L, v);
-	if ((n->role == IR_ROLE_PARAM || n->role == IR_ROLE_INPUT) && n->place.known) {
+	if ((n->role == IR_ROLE_PARAM || n->role == IR_ROLE_INPUT) && n->place) {
 		diag_error(L->d, e->annot->loc, "'%s' already has a placement from its declaration",
 		           lower_name(L, n->name));
 		return lower_err();
@@ -636,7 +636,7 @@ static Value lower_annot(Lower *L, Scope *s, const AstNode *e)
 	 * or `f(x) @ [dp, _] @ [_, dp]`): both hold.  The second annotation
 	 * places a new value, a view of the first with the same shape, and
 	 * partition reshards between them; h keeps its placement. */
-	if (n->place.known) {
+	if (n->place) {
 		IrNode *r;
 		if (lower_make1(L, IR_OP_RESHAPE, v, e->annot->loc, &r).k == V_ERR)
 			return lower_err();
@@ -1078,14 +1078,14 @@ static void warn_uneven_batch(Lower *L)
 		return;
 	for (int i = 0; i < m->nnodes; i++) {
 		const IrNode *n = m->nodes[i];
-		if (n->op != IR_OP_INPUT || !n->place.known || done[i] || n->rank < 1 ||
-		    n->place.ndims < 1)
+		const Placement *np = ir_place(m, n);
+		if (n->op != IR_OP_INPUT || !np->known || done[i] || n->rank < 1 || np->ndims < 1)
 			continue;
 		int64_t parts = 1, size = n->shape[0];
-		int na = n->place.naxes[0];
+		int na = np->naxes[0];
 		char axes[128] = "";
 		for (int j = 0, k = 0; j < na; j++) {
-			int a = n->place.axes[0][j];
+			int a = np->axes[0][j];
 			parts *= m->mesh.sizes[a];
 			if (k >= 0 && k < (int)sizeof axes)
 				k += snprintf(axes + k, sizeof axes - (size_t)k, "%s%s", j ? ", " : "",
@@ -1099,9 +1099,10 @@ static void warn_uneven_batch(Lower *L)
 		int count = 1;
 		for (int o = i + 1; o < m->nnodes; o++) {
 			const IrNode *x = m->nodes[o];
-			if (x->op != IR_OP_INPUT || !x->place.known || x->rank < 1 ||
-			    x->place.ndims < 1 || x->shape[0] != size || x->place.naxes[0] != na ||
-			    memcmp(x->place.axes[0], n->place.axes[0], (size_t)na))
+			const Placement *xp = ir_place(m, x);
+			if (x->op != IR_OP_INPUT || !xp->known || x->rank < 1 || xp->ndims < 1 ||
+			    x->shape[0] != size || xp->naxes[0] != na ||
+			    memcmp(xp->axes[0], np->axes[0], (size_t)na))
 				continue;
 			done[o] = true;
 			count++;

@@ -300,7 +300,8 @@ bool lower_annotate(Lower *L, const AstAnnot *an, IrNode *n, const char *what, b
 	}
 	if (!ok)
 		return false;
-	n->place = opts[0];
+	if (!ir_place_set(L->m, n, &opts[0]))
+		return false;
 	n->place_from = -1;
 	n->place_loc = an->loc; /* the origin that propagate and print report */
 	if (an->is_choose) {

@@ -60,8 +60,8 @@ static void shard_offsets(const IrSpmd *s, const IrNode *x, int64_t r, const int
 	mesh_coords(mesh, r, coords);
 	for (int d = 0; d < x->rank; d++) {
 		int64_t parts = 1, idx = 0;
-		for (int k = 0; x->place.known && d < x->place.ndims && k < x->place.naxes[d]; k++) {
-			int a = x->place.axes[d][k];
+		for (int k = 0; ir_place(s->m, x)->known && d < ir_place(s->m, x)->ndims && k < ir_place(s->m, x)->naxes[d]; k++) {
+			int a = ir_place(s->m, x)->axes[d][k];
 			parts *= mesh->sizes[a];
 			idx = idx * mesh->sizes[a] + coords[a];
 		}
@@ -156,13 +156,13 @@ void ir_spmd_gather(const IrSpmd *s, int n, double *global)
 	const IrNode *x = s->m->nodes[n];
 	const Mesh *mesh = &s->m->mesh;
 	int64_t N = global_numel(s, n);
-	bool max = x->place.partial && x->place.partial_op == IR_RED_MAX;
+	bool max = ir_place(s->m, x)->partial && ir_place(s->m, x)->partial_op == IR_RED_MAX;
 	for (int64_t i = 0; i < N; i++)
 		global[i] = max ? -INFINITY : 0;
 	uint32_t split = 0;
-	for (int d = 0; d < x->place.ndims; d++)
-		for (int k = 0; k < x->place.naxes[d]; k++)
-			split |= 1u << x->place.axes[d][k];
+	for (int d = 0; d < ir_place(s->m, x)->ndims; d++)
+		for (int k = 0; k < ir_place(s->m, x)->naxes[d]; k++)
+			split |= 1u << ir_place(s->m, x)->axes[d][k];
 	for (int64_t r = 0; r < s->nranks; r++) {
 		/* one replica: coordinate 0 on the axes that neither split nor
 		 * hold partial sums */
@@ -170,15 +170,15 @@ void ir_spmd_gather(const IrSpmd *s, int n, double *global)
 		mesh_coords(mesh, r, c);
 		bool skip = false;
 		for (int a = 0; a < mesh->naxes; a++)
-			if (!((split | x->place.partial) & (1u << a)) && c[a] != 0)
+			if (!((split | ir_place(s->m, x)->partial) & (1u << a)) && c[a] != 0)
 				skip = true;
 		if (skip)
 			continue;
 		each_elem(s, x, r, s->rank[r].val[n], global, elem,
-		          max ? EL_MAX : x->place.partial ? EL_SUM : EL_SET);
+		          max ? EL_MAX : ir_place(s->m, x)->partial ? EL_SUM : EL_SET);
 	}
-	if (x->place.partial && x->place.partial_op == IR_RED_AVG) {
-		double inv = 1.0 / (double)mesh_axes_size(mesh, x->place.partial);
+	if (ir_place(s->m, x)->partial && ir_place(s->m, x)->partial_op == IR_RED_AVG) {
+		double inv = 1.0 / (double)mesh_axes_size(mesh, ir_place(s->m, x)->partial);
 		for (int64_t i = 0; i < N; i++)
 			global[i] *= inv;
 	}

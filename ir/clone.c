@@ -3,8 +3,8 @@
  * propagates once per mesh and runs state, partition, pipeline ... on a
  * copy per ZeRO stage, schedule and recompute setting).
  *
- * Nodes, their operand lists and the choose() points are copied into the
- * destination arena in three allocations; strings (names, the train
+ * Nodes, their operand lists, the placement table and the choose() points
+ * are copied into the destination arena; strings (names, the train
  * section's words, the mesh's axis names, source locations) are shared
  * with the source, whose arena must outlive the copy.  Passes never write
  * into a string they did not allocate, so sharing them is safe.
@@ -20,6 +20,9 @@ IrModule *ir_module_clone(Arena *a, const IrModule *m)
 		return NULL;
 	*c = *m;
 	c->arena = a;
+	c->places = ir_places_copy(a, m->places);
+	if (!c->places)
+		return NULL;
 	c->capstage_notes = c->nstage_notes; /* shared: a note added copies them */
 	int n = m->nnodes;
 	/* room to grow by half again before ir_node_new copies the array */

@@ -50,15 +50,16 @@ bool ir_dropout_key(const IrModule *m, const IrNode *n, bool partitioned, const 
 	k->inner = 1;
 	bool ident = true;
 	int64_t g[IR_MAX_RANK];
+	const Placement *pl = ir_place(m, n);
 	for (int j = 0; j < n->rank; j++) {
 		k->local[j] = n->shape[j];
-		k->parts[j] = partitioned ? placement_dim_parts(&n->place, &m->mesh, j) : 1;
+		k->parts[j] = partitioned ? placement_dim_parts(pl, &m->mesh, j) : 1;
 		g[j] = partitioned ? ir_global_dim(m, n, j) : n->shape[j];
 		if (k->parts[j] > 1) {
 			ident = false;
 			int64_t idx = 0;
-			for (int a = 0; coords && a < n->place.naxes[j]; a++) {
-				int ax = n->place.axes[j][a];
+			for (int a = 0; coords && a < pl->naxes[j]; a++) {
+				int ax = pl->axes[j][a];
 				if (ax < m->mesh.naxes)
 					idx = idx * m->mesh.sizes[ax] + coords[ax];
 			}

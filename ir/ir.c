@@ -224,7 +224,31 @@ IrModule *ir_module_new(Arena *a, const char *name)
 	ir_train_defaults(&m->train);
 	m->loss = -1;
 	m->attn_layers = m->attn_width = -1;
-	return m;
+	m->places = ir_places_new(a);
+	return m->places ? m : NULL;
+}
+
+IrModule *ir_module_derive(const IrModule *m)
+{
+	IrModule *out = arena_alloc(m->arena, sizeof *out);
+	if (!out)
+		return NULL;
+	out->arena = m->arena;
+	out->name = m->name;
+	out->mesh = m->mesh;
+	out->train = m->train;
+	out->places = m->places;
+	out->loss = -1;
+	out->attn_layers = m->attn_layers;
+	out->attn_width = m->attn_width;
+	return out;
+}
+
+void ir_module_take_nodes(IrModule *m, IrModule *out)
+{
+	m->nodes = out->nodes;
+	m->nnodes = out->nnodes;
+	m->cap = out->cap;
 }
 
 bool ir_stage_note_add(IrModule *m, int first, int end, SrcLoc loc)

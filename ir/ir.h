@@ -102,6 +102,25 @@ typedef struct Placement {
 	IrRed partial_op;
 } Placement;
 
+/* The placements of a module's values, interned (hash-consed): each
+ * distinct placement once, in canonical form (nothing past ndims or a
+ * dim's naxes, partial_op SUM when nothing is partial), v[0] the one not
+ * known.  A node holds its placement's id, so two values are placed alike
+ * exactly when their ids are equal.  The modules a pass builds from
+ * another share its table (ir_module_derive); a clone copies it.  A
+ * pointer ir_place gives stays valid, its placement unchanged, while the
+ * table's arena lives (growing copies, never frees).  Not safe to intern
+ * into from two threads. */
+typedef struct IrPlaces {
+	Arena *arena;
+	Placement *v;   /* [n]: by id */
+	uint32_t *h;    /* [n]: each one's hash */
+	uint32_t n, cap;
+	uint32_t *slot; /* open addressing: an id, 0 empty */
+	uint32_t nslot; /* a power of two */
+	bool oom;       /* an intern ran out of memory (the verifier says so) */
+} IrPlaces;
+
 typedef struct Mesh {
 	int naxes;
 	const char *names[IR_MAX_AXES];
@@ -148,7 +167,8 @@ typedef struct IrNode {
 	 * is not part of the text form.  NULL: the name, or the expression. */
 	const char *label;
 	int64_t shape[IR_MAX_RANK];
-	Placement place;
+	uint32_t place;   /* the placement's id in the module's table
+	                   * (ir_place), 0: not decided yet */
 	IrAttrs attrs;
 	SrcLoc loc;
 	SrcLoc place_loc;
@@ -222,6 +242,7 @@ typedef struct IrModule {
 	Arena *arena;
 	const char *name;
 	Mesh mesh;
+	IrPlaces *places; /* the nodes' placements, by id (ir_place) */
 	IrTrain train;
 	IrNode **nodes;
 	int nnodes, cap;
@@ -309,13 +330,20 @@ const char *ir_init_problem(IrInit init, double a, double b, char *buf, size_t c
 
 /* ---- modules and nodes ---- */
 IrModule *ir_module_new(Arena *a, const char *name);
+/* A module without nodes in m's arena, with m's name, mesh and training
+ * settings, sharing m's placement table: what a pass that rebuilds m's
+ * node list builds into (then ir_module_take_nodes).  NULL when out of
+ * memory. */
+IrModule *ir_module_derive(const IrModule *m);
+/* m's node list becomes out's (out was derived from m). */
+void ir_module_take_nodes(IrModule *m, IrModule *out);
 void ir_train_defaults(IrTrain *t);
 /* Appends a node with the given operands (copied); shape, dtype and attrs
  * are left for the caller / shape inference.  Returns NULL past
  * IR_MAX_NODES or out of memory. */
 IrNode *ir_node_new(IrModule *m, IrOp op, const int *ops, int nops, SrcLoc loc);
-/* Appends a copy of src (every field, src may be another module's) with its
- * own id and the given nops operands (copied): what passes that rebuild a
+/* Appends a copy of src (every field; src may be another module's that
+ * shares m's placement table, see ir_module_derive) with its own id and the given nops operands (copied): what passes that rebuild a
  * module do per node, without ir_node_new's defaults written and then
  * overwritten.  NULL as ir_node_new. */
 IrNode *ir_node_copy(IrModule *m, const IrNode *src, const int *ops, int nops);
@@ -372,29 +400,33 @@ int64_t mesh_axes_size(const Mesh *m, uint32_t axes_mask);
 
 /* ---- placements (placement.c) ---- */
 void placement_replicated(Placement *p, int ndims);
-/* Equal placements.  Inline: partition and propagate compare the
- * placements of every operand of every node; byte by byte, as the rules
- * build the placements they compare (a wider read stalls on store
- * forwarding). */
-static inline bool placement_equal(const Placement *a, const Placement *b)
+/* The placement of id in table t, in m's table; node n's. */
+static inline const Placement *ir_places_get(const IrPlaces *t, uint32_t id)
 {
-	if (a->known != b->known)
-		return false;
-	if (!a->known)
-		return true; /* "not decided yet" carries nothing else */
-	if (a->ndims != b->ndims || a->partial != b->partial)
-		return false;
-	if (a->partial && a->partial_op != b->partial_op)
-		return false;
-	for (int d = 0; d < a->ndims && d < IR_MAX_RANK; d++) {
-		if (a->naxes[d] != b->naxes[d])
-			return false;
-		for (int k = 0; k < a->naxes[d] && k < IR_MAX_AXES; k++)
-			if (a->axes[d][k] != b->axes[d][k])
-				return false;
-	}
-	return true;
+	return &t->v[id];
 }
+static inline const Placement *ir_place_get(const IrModule *m, uint32_t id)
+{
+	return &m->places->v[id];
+}
+static inline const Placement *ir_place(const IrModule *m, const IrNode *n)
+{
+	return &m->places->v[n->place];
+}
+/* The id of p in m's table, added when new: 0 when p is not known, or
+ * when out of memory (then m->places->oom is set and the verifier reports
+ * it).  The one place placements are compared. */
+uint32_t ir_place_intern(IrModule *m, const Placement *p);
+/* The same on a table of one's own (passes/reshard.c's search states);
+ * ir_places_find only looks: 0 when p is not in t (or not known). */
+uint32_t ir_places_intern(IrPlaces *t, const Placement *p);
+uint32_t ir_places_find(const IrPlaces *t, const Placement *p);
+/* Node n's placement becomes p (interned); false when out of memory. */
+bool ir_place_set(IrModule *m, IrNode *n, const Placement *p);
+/* A table holding only "not known"; a copy of one (ir_module_clone's).
+ * NULL when out of memory. */
+IrPlaces *ir_places_new(Arena *a);
+IrPlaces *ir_places_copy(Arena *a, const IrPlaces *src);
 /* The number of shards dim d is cut into under mesh m. */
 int64_t placement_dim_parts(const Placement *p, const Mesh *m, int d);
 /* torch.chunk rule: the size of shard `idx` of a dim of `n` cut in `parts`:

@@ -849,7 +849,7 @@ static bool padded_value(Parser *p, IrNode *n)
 			return error_at(p, l, "'of' lists more dims than the type's %d", n->rank);
 		if (!int_value(p, &g, "in the global shape"))
 			return false;
-		int64_t parts = placement_dim_parts(&n->place, &p->m->mesh, nd);
+		int64_t parts = placement_dim_parts(ir_place(p->m, n), &p->m->mesh, nd);
 		int64_t c = parts > 0 ? g / parts + (g % parts != 0) : g;
 		if (g == n->shape[nd] * parts)
 			n->padded[nd] = 0;
@@ -869,7 +869,7 @@ static bool padded_value(Parser *p, IrNode *n)
 static bool origin_value(Parser *p, IrNode *n)
 {
 	next(p); /* 'from' */
-	if (!n->place.known)
+	if (!n->place)
 		return error(p, "a placement that is not known ('?') has no origin");
 	if (!accept(p, '%')) {
 		n->place_from = -1;
@@ -956,10 +956,12 @@ static bool node_line(Parser *p)
 	}
 	if (p->tok.kind == T_STR && !str_value(p, &n->name, "for the name"))
 		return false;
+	Placement pl;
 	if (!expect(p, ':', "after the operands") || !type_value(p, n) ||
-	    !expect(p, '@', "after the type") ||
-	    !placement_value(p, &n->place, "after '@'"))
+	    !expect(p, '@', "after the type") || !placement_value(p, &pl, "after '@'"))
 		return false;
+	if (!ir_place_set(p->m, n, &pl))
+		return error(p, "out of memory");
 	if (is_word(p, "of") && !p->m->after)
 		return error(p, "a padded shard ('of'), which only the IR after partition holds, "
 		             "but this IR has no `after PASS` line before its first node");

@@ -9,6 +9,7 @@
  * IrNode.padded).
  */
 #include "ir/ir.h"
+#include "support/hash.h"
 
 #include <stdarg.h>
 #include <string.h>
@@ -18,6 +19,164 @@ void placement_replicated(Placement *p, int ndims)
 	memset(p, 0, sizeof *p);
 	p->known = true;
 	p->ndims = (uint8_t)(ndims < 0 ? 0 : ndims > IR_MAX_RANK ? IR_MAX_RANK : ndims);
+}
+
+/* ---- the module's table ---- */
+
+/* p in canonical form in *c: every byte past what p says is zero (the
+ * struct's padding too), so two placements are equal exactly when their
+ * canonical forms are equal bytes. */
+static void canonical(const Placement *p, Placement *c)
+{
+	memset(c, 0, sizeof *c);
+	if (!p->known)
+		return;
+	c->known = true;
+	c->ndims = p->ndims < IR_MAX_RANK ? p->ndims : IR_MAX_RANK;
+	for (int d = 0; d < c->ndims; d++) {
+		c->naxes[d] = p->naxes[d] < IR_MAX_AXES ? p->naxes[d] : IR_MAX_AXES;
+		for (int k = 0; k < c->naxes[d]; k++)
+			c->axes[d][k] = p->axes[d][k];
+	}
+	c->partial = p->partial;
+	c->partial_op = p->partial ? p->partial_op : IR_RED_SUM;
+}
+
+static uint32_t canonical_hash(const Placement *c)
+{
+	uint64_t h = (uint64_t)c->ndims | (uint64_t)c->partial << 8 | (uint64_t)c->partial_op << 40;
+	uint64_t w;
+	memcpy(&w, c->naxes, sizeof w);
+	h = hash_mix64(h, w);
+	for (int d = 0; d < c->ndims; d++) {
+		memcpy(&w, c->axes[d], sizeof w);
+		h = hash_mix64(h, w);
+	}
+	return (uint32_t)hash_fin64(h);
+}
+
+IrPlaces *ir_places_new(Arena *a)
+{
+	IrPlaces *t = arena_alloc(a, sizeof *t);
+	if (!t)
+		return NULL;
+	t->arena = a;
+	t->cap = 16;
+	t->nslot = 32;
+	t->v = arena_alloc(a, sizeof *t->v * t->cap);
+	t->h = arena_alloc(a, sizeof *t->h * t->cap);
+	t->slot = arena_alloc(a, sizeof *t->slot * t->nslot);
+	if (!t->v || !t->h || !t->slot)
+		return NULL;
+	t->n = 1; /* v[0]: not known, all zero */
+	return t;
+}
+
+IrPlaces *ir_places_copy(Arena *a, const IrPlaces *src)
+{
+	IrPlaces *t = arena_alloc(a, sizeof *t);
+	if (!t)
+		return NULL;
+	*t = *src;
+	t->arena = a;
+	t->v = arena_alloc_raw(a, sizeof *t->v * t->cap);
+	t->h = arena_alloc_raw(a, sizeof *t->h * t->cap);
+	t->slot = arena_alloc_raw(a, sizeof *t->slot * t->nslot);
+	if (!t->v || !t->h || !t->slot)
+		return NULL;
+	memcpy(t->v, src->v, sizeof *t->v * t->n);
+	memcpy(t->h, src->h, sizeof *t->h * t->n);
+	memcpy(t->slot, src->slot, sizeof *t->slot * t->nslot);
+	return t;
+}
+
+static bool places_grow(IrPlaces *t)
+{
+	if (t->n == t->cap) {
+		uint32_t cap = 2 * t->cap;
+		Placement *v = arena_alloc_raw(t->arena, sizeof *v * cap);
+		uint32_t *h = arena_alloc_raw(t->arena, sizeof *h * cap);
+		if (!v || !h)
+			return false;
+		memcpy(v, t->v, sizeof *v * t->n);
+		memcpy(h, t->h, sizeof *h * t->n);
+		t->v = v;
+		t->h = h;
+		t->cap = cap;
+	}
+	if (2 * (t->n + 1) > t->nslot) {
+		uint32_t ns = 2 * t->nslot, mask = ns - 1;
+		uint32_t *slot = arena_alloc(t->arena, sizeof *slot * ns);
+		if (!slot)
+			return false;
+		for (uint32_t id = 1; id < t->n; id++) {
+			uint32_t j = t->h[id] & mask;
+			while (slot[j])
+				j = (j + 1) & mask;
+			slot[j] = id;
+		}
+		t->slot = slot;
+		t->nslot = ns;
+	}
+	return true;
+}
+
+/* The slot of canonical c (hash h) in t: its id's, or the empty one it
+ * would take. */
+static uint32_t find_slot(const IrPlaces *t, const Placement *c, uint32_t h)
+{
+	uint32_t mask = t->nslot - 1, j = h & mask;
+	for (; t->slot[j]; j = (j + 1) & mask) {
+		uint32_t id = t->slot[j];
+		if (t->h[id] == h && memcmp(&t->v[id], c, sizeof *c) == 0)
+			break;
+	}
+	return j;
+}
+
+uint32_t ir_places_find(const IrPlaces *t, const Placement *p)
+{
+	if (!p->known)
+		return 0;
+	Placement c;
+	canonical(p, &c);
+	return t->slot[find_slot(t, &c, canonical_hash(&c))];
+}
+
+uint32_t ir_place_intern(IrModule *m, const Placement *p)
+{
+	return ir_places_intern(m->places, p);
+}
+
+uint32_t ir_places_intern(IrPlaces *t, const Placement *p)
+{
+	if (!p->known)
+		return 0;
+	Placement c;
+	canonical(p, &c);
+	uint32_t h = canonical_hash(&c), mask, j = find_slot(t, &c, h);
+	if (t->slot[j])
+		return t->slot[j];
+	if (t->n + 1 > t->cap || 2 * (t->n + 1) > t->nslot) {
+		if (t->n == UINT32_MAX || !places_grow(t)) {
+			t->oom = true;
+			return 0;
+		}
+		mask = t->nslot - 1;
+		for (j = h & mask; t->slot[j]; j = (j + 1) & mask)
+			;
+	}
+	uint32_t id = t->n++;
+	t->v[id] = c;
+	t->h[id] = h;
+	t->slot[j] = id;
+	return id;
+}
+
+bool ir_place_set(IrModule *m, IrNode *n, const Placement *p)
+{
+	n->place = ir_place_intern(m, p);
+	return n->place || !p->known;
 }
 
 int64_t placement_dim_parts(const Placement *p, const Mesh *m, int d)
@@ -57,7 +216,7 @@ int64_t ir_global_dim(const IrModule *m, const IrNode *n, int d)
 		return 1;
 	if (n->padded[d] > 0)
 		return n->padded[d];
-	return n->shape[d] * placement_dim_parts(&n->place, &m->mesh, d);
+	return n->shape[d] * placement_dim_parts(ir_place(m, n), &m->mesh, d);
 }
 
 void placement_shard_shape(const Placement *p, const Mesh *m, int64_t rank,

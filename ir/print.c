@@ -152,7 +152,7 @@ static void print_loc(FILE *out, SrcLoc loc)
  * " from "file":l:c-e" (a user annotation); nothing when not known. */
 static void print_origin(FILE *out, const IrNode *n)
 {
-	if (!n->place.known)
+	if (!n->place)
 		return;
 	if (n->place_from >= 0) {
 		fprintf(out, " from %%%d", n->place_from);
@@ -306,7 +306,7 @@ void ir_print_node(FILE *out, const IrModule *m, const IrNode *n)
 	for (int i = 0; i < n->rank && i < IR_MAX_RANK; i++)
 		fprintf(out, "%s%" PRId64, i ? ", " : "", n->shape[i]);
 	fputs("] @ ", out);
-	print_placement(out, m, &n->place);
+	print_placement(out, m, ir_place(m, n));
 	print_padded(out, m, n);
 	print_origin(out, n);
 	if (n->role != IR_ROLE_ACT)

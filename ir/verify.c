@@ -178,13 +178,17 @@ static void check_node(Verifier *v, int i)
 	}
 	if (ir_op_attr_kind(n->op) == IR_ATTR_INIT && (unsigned)n->attrs.init > IR_INIT_UNIFORM)
 		node_error(v, n, "invalid init kind %d", (int)n->attrs.init);
-	if (placement_problem(v, &n->place, n->rank, msg, sizeof msg))
+	if (n->place >= m->places->n) {
+		node_error(v, n, "placement id %u is not in the module's table", n->place);
+		return;
+	}
+	if (placement_problem(v, ir_place(m, n), n->rank, msg, sizeof msg))
 		node_error(v, n, "%s", msg);
 	if (n->place_from < -1 || n->place_from >= m->nnodes || n->place_from == n->id)
 		node_error(v, n, "placement origin %%%d is not another node", n->place_from);
 	for (int d = 0; d < n->rank && d < IR_MAX_RANK; d++) {
 		/* padded uneven shards: ceil(global / parts) rows each */
-		int64_t g = n->padded[d], parts = placement_dim_parts(&n->place, &m->mesh, d);
+		int64_t g = n->padded[d], parts = placement_dim_parts(ir_place(m, n), &m->mesh, d);
 		if (g && (g < 0 || parts < 2 || g / parts + (g % parts != 0) != n->shape[d]))
 			node_error(v, n, "dim %d: padded shards of %" PRId64 " over %" PRId64
 			           " parts do not hold a global extent of %" PRId64, d, n->shape[d],
@@ -235,6 +239,10 @@ static void check_chooses(Verifier *v)
 bool ir_verify(IrModule *m, Diag *d, const char *after)
 {
 	Verifier v = {m, d, after ? after : "?", 0};
+	if (m->places->oom) {
+		module_error(&v, "out of memory for the placements");
+		return false;
+	}
 	if (!check_mesh(&v))
 		return false; /* placements cannot be checked against a bad mesh */
 	if (m->nnodes < 0 || m->nnodes > IR_MAX_NODES || (m->nnodes > 0 && !m->nodes)) {

@@ -200,11 +200,13 @@ static IrNode *add(Out *o, IrOp op, const int *ops, int nops, const IrNode *like
 	return n;
 }
 
-static void flat_place(IrNode *n, uint32_t partial, IrRed op)
+static void flat_place(IrModule *out, IrNode *n, uint32_t partial, IrRed op)
 {
-	placement_replicated(&n->place, 1);
-	n->place.partial = partial;
-	n->place.partial_op = partial ? op : IR_RED_SUM;
+	Placement p;
+	placement_replicated(&p, 1);
+	p.partial = partial;
+	p.partial_op = partial ? op : IR_RED_SUM;
+	ir_place_set(out, n, &p); /* out of memory: the verifier says */
 }
 
 /* Makes old node i out's next node: the node itself, its operands and
@@ -259,8 +261,8 @@ static bool emit_bucket(Out *o, const Cand *cands, const Bucket *b)
 	const IrModule *m = o->m;
 	const IrNode *ar0 = m->nodes[cands[b->members[0]].ar];
 	const IrNode *src0 = m->nodes[cands[b->members[0]].src[0]];
-	uint32_t pre = src0->place.partial;
-	IrRed pop = src0->place.partial_op;
+	uint32_t pre = ir_place(m, src0)->partial;
+	IrRed pop = ir_place(m, src0)->partial_op;
 	uint32_t axes = cands[b->members[0]].axes;
 	uint32_t post = pre & ~axes;
 	/* the block instance the members share, or -1 (a bucket across blocks) */
@@ -303,7 +305,7 @@ static bool emit_bucket(Out *o, const Cand *cands, const Bucket *b)
 			}
 			r->rank = 1;
 			r->shape[0] = ir_node_numel(s);
-			flat_place(r, pre, pop);
+			flat_place(o->out, r, pre, pop);
 			id = r->id;
 		}
 		lvl[k] = id;
@@ -336,7 +338,7 @@ static bool emit_bucket(Out *o, const Cand *cands, const Bucket *b)
 				pass_fault(o->m, o->d, src0->loc, "bucket: concat: %s", msg);
 				return false;
 			}
-			flat_place(c, pre, pop);
+			flat_place(o->out, c, pre, pop);
 			lvl[nn++] = c->id;
 		}
 		n = nn;
@@ -360,7 +362,7 @@ static bool emit_bucket(Out *o, const Cand *cands, const Bucket *b)
 		pass_fault(o->m, o->d, ar0->loc, "bucket: all_reduce: %s", msg);
 		return false;
 	}
-	flat_place(red, post, pop);
+	flat_place(o->out, red, post, pop);
 	int rid = red->id;
 	if (b->n == 1) {
 		/* one gradient: its terms reduced together, no pack */
@@ -391,7 +393,7 @@ static bool emit_bucket(Out *o, const Cand *cands, const Bucket *b)
 			pass_fault(o->m, o->d, ar->loc, "bucket: slice: %s", msg);
 			return false;
 		}
-		flat_place(s, post, pop);
+		flat_place(o->out, s, post, pop);
 		off += len;
 		IrNode *last = s;
 		if (ar->rank != 1) {
@@ -665,7 +667,7 @@ bool pass_bucket(IrModule *m, Diag *d, const PassOptions *opt)
 			fprintf(stderr, "dtmc: bucket: 0 gradient all_reduces in 0 buckets of up to "
 			        "%lld bytes\n", (long long)cap);
 	} else {
-		Out o = {.m = m, .out = ir_module_new(m->arena, m->name), .d = d};
+		Out o = {.m = m, .out = ir_module_derive(m), .d = d};
 		o.map = malloc(sizeof(int) * (size_t)nn);
 		bool *skip = calloc((size_t)nn, sizeof(bool));
 		int *later = fix, nlater = 0; /* fix is not needed on this path */

@@ -86,7 +86,7 @@ static void find_chains(Units *u, uint32_t Z)
 	for (int i = 0; i < u->n; i++) {
 		IrNode *x = m->nodes[i];
 		u->unit[i] = u->root[i] = -1;
-		if (x->op == IR_OP_PARAM && (pass_placement_split_axes(&x->place) & Z)) {
+		if (x->op == IR_OP_PARAM && (pass_placement_split_axes(ir_place(m, x)) & Z)) {
 			u->unit[i] = i;
 			for (int j = 0; j < u->nunits; j++)
 				if (same_unit(m->nodes[u->units[j]], x)) {

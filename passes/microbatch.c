@@ -58,10 +58,11 @@ static bool fail(Diag *d, const IrNode *n, const char *what, const char *msg)
 static int64_t dim0_parts(const IrModule *m, const IrNode *n)
 {
 	int64_t G = 1;
-	if (n->place.known && n->place.ndims > 0)
-		for (int j = 0; j < n->place.naxes[0]; j++)
-			if (n->place.axes[0][j] < m->mesh.naxes)
-				G *= m->mesh.sizes[n->place.axes[0][j]];
+	const Placement *p = ir_place(m, n);
+	if (p->known && p->ndims > 0)
+		for (int j = 0; j < p->naxes[0]; j++)
+			if (p->axes[0][j] < m->mesh.naxes)
+				G *= m->mesh.sizes[p->axes[0][j]];
 	return G;
 }
 
@@ -191,7 +192,7 @@ bool pass_microbatch(IrModule *m, Diag *d, const PassOptions *opt)
 	/* per new node: the old node it copies and which micro-batch's */
 	size_t cap = (size_t)nn * (size_t)(M + 1) + 4 * (size_t)nn * (size_t)M + (size_t)M + 8;
 	int *orig = malloc(sizeof(int) * cap), *origk = malloc(sizeof(int) * cap);
-	IrModule *out = ir_module_new(m->arena, m->name);
+	IrModule *out = ir_module_derive(m);
 	int64_t batch = -1; /* the inputs' batch size, 0 if they differ (dropout_rows) */
 	bool ok = dep && map && ops && base && orig && origk && out;
 	if (!ok) {

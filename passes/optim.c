@@ -204,8 +204,9 @@ bool pass_optim(IrModule *m, Diag *d, const PassOptions *opt)
 	ok = norm != NULL;
 	if (ok) {
 		norm->name = "grad_norm";
-		placement_replicated(&norm->place, 0);
-		ok = typed(&o, norm);
+		Placement rep;
+		placement_replicated(&rep, 0);
+		ok = ir_place_set(m, norm, &rep) && typed(&o, norm);
 	}
 	for (int j = 0; ok && j < n0; j++)
 		if (grad_of[j] >= 0)

@@ -44,15 +44,15 @@
 #include <string.h>
 
 /* A memo of pass_reshard_plan, which is a pure function of the value's
- * dtype and shape and the two placements (the mesh is the module's): the
- * same reshard recurs per layer and micro-batch.  Keys compare bytewise,
- * so a hit is the very call made before. */
+ * dtype and shape and the two placements (the mesh is the module's; the
+ * placements by id): the same reshard recurs per layer and micro-batch.
+ * Keys compare bytewise, so a hit is the very call made before. */
 struct PlanMemo {
 	uint64_t hash;
 	IrDtype dt;
 	int rank;
 	int64_t shape[IR_MAX_RANK];
-	Placement from, to;
+	uint32_t from, to;
 	ReshardPlan *plan; /* NULL: an empty slot */
 };
 
@@ -98,8 +98,8 @@ static uint64_t hash_words(const void *data, size_t n)
  * reason is reported once anyway).  Returns the plan: the memo's own on a
  * hit (a plan is some 4 KB, not worth copying), else *plan; NULL when
  * there is none. */
-static const ReshardPlan *reshard_plan_memo(Part *p, const IrNode *g, const Placement *from,
-                                            const Placement *to, ReshardPlan *plan, char *why,
+static const ReshardPlan *reshard_plan_memo(Part *p, const IrNode *g, uint32_t from,
+                                            uint32_t to, ReshardPlan *plan, char *why,
                                             size_t cap)
 {
 	PlanMemo key;
@@ -107,8 +107,8 @@ static const ReshardPlan *reshard_plan_memo(Part *p, const IrNode *g, const Plac
 	key.dt = g->dtype;
 	key.rank = g->rank < IR_MAX_RANK ? g->rank : IR_MAX_RANK;
 	memcpy(key.shape, g->shape, sizeof key.shape[0] * (size_t)key.rank);
-	key.from = *from;
-	key.to = *to;
+	key.from = from;
+	key.to = to;
 	uint64_t h = hash_words(MEMO_KEY(&key), MEMO_KEY_BYTES & ~(size_t)7);
 	key.hash = h;
 	size_t slot = 0;
@@ -120,7 +120,8 @@ static const ReshardPlan *reshard_plan_memo(Part *p, const IrNode *g, const Plac
 				return e->plan;
 		}
 	}
-	if (!pass_reshard_plan(&p->m->mesh, g->dtype, g->rank, g->shape, from, to, plan, why, cap))
+	if (!pass_reshard_plan(&p->m->mesh, g->dtype, g->rank, g->shape, ir_place_get(p->out, from),
+	                       ir_place_get(p->out, to), plan, why, cap))
 		return NULL;
 	/* keep it; grow at half full (on failure, just do not keep it) */
 	if (2 * (p->nmemo + 1) > p->capmemo) {
@@ -181,46 +182,46 @@ static inline int64_t dim_parts(const Placement *pl, const Mesh *m, int d)
 	return parts;
 }
 
-/* head_bytes[k]: the first k bytes of an 8-byte row set; read as a word
- * it masks a row read whole, whatever the byte order. */
-static const uint8_t head_bytes[9][8] = {
-	{0}, {0xff}, {0xff, 0xff}, {0xff, 0xff, 0xff}, {0xff, 0xff, 0xff, 0xff},
-	{0xff, 0xff, 0xff, 0xff, 0xff}, {0xff, 0xff, 0xff, 0xff, 0xff, 0xff},
-	{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff},
-};
-_Static_assert(IR_MAX_RANK == 8 && IR_MAX_AXES == 8, "canon_ok reads rows as 8-byte words");
-
-/* Whether pass_placement_canon would leave pl as it is.  Mostly it would
- * (propagate's placements are canonical); the test reads only, and is
- * best made on a placement stored long ago: one just copied has its rows
- * in flight in 16-byte stores that a row read across stalls on. */
-static bool canon_ok(const Part *p, const Placement *pl)
+/* The id of pl in the module's table (0: out of memory, which the
+ * verifier reports, or not known). */
+static uint32_t intern(Part *p, const Placement *pl)
 {
-	if (!pl->known)
-		return true;
-	if ((pl->partial & ~p->live) || (!pl->partial && pl->partial_op != IR_RED_SUM))
-		return false;
-	int nd = pl->ndims < IR_MAX_RANK ? pl->ndims : IR_MAX_RANK;
-	/* the dims past ndims have no axes */
-	if (word8(pl->naxes) & ~word8(head_bytes[nd]))
-		return false;
-	uint64_t bad = 0;
-	for (int d = 0; d < IR_MAX_RANK; d++) {
-		int n = pl->naxes[d];
-		if (n > IR_MAX_AXES)
-			return false;
-		bad |= word8(pl->axes[d]) & ~word8(head_bytes[n]); /* the unused tail */
-		for (int j = 0; j < n; j++)
-			bad |= pl->axes[d][j] >= 32 || !(p->live >> (pl->axes[d][j] & 31) & 1);
-	}
-	return !bad;
+	return ir_place_intern(p->out, pl);
 }
 
-/* pass_placement_canon(mesh, pl), skipped where it would change nothing. */
+static const Placement *place_of(const Part *p, uint32_t id)
+{
+	return ir_place_get(p->out, id);
+}
+
+/* pass_placement_canon(mesh, pl), in place. */
 static void canon(const Part *p, Placement *pl)
 {
-	if (!canon_ok(p, pl))
-		pass_placement_canon(&p->m->mesh, pl);
+	pass_placement_canon(&p->m->mesh, pl);
+}
+
+/* The id of id's placement made canonical, worked out once per id. */
+static uint32_t canon_id(Part *p, uint32_t id)
+{
+	if (!id)
+		return 0;
+	if (id < p->ncanon && p->canon[id])
+		return p->canon[id];
+	Placement c = *place_of(p, id);
+	canon(p, &c);
+	uint32_t r = intern(p, &c);
+	if (id >= p->ncanon) {
+		uint32_t n = 2 * id + 64;
+		uint32_t *v = arena_alloc(&p->scratch, sizeof *v * n);
+		if (!v)
+			return r;
+		if (p->ncanon)
+			memcpy(v, p->canon, sizeof *v * p->ncanon);
+		p->canon = v;
+		p->ncanon = n;
+	}
+	p->canon[id] = r;
+	return r;
 }
 
 static const char *fmt_pl(Part *p, const Placement *pl)
@@ -243,7 +244,7 @@ static int emit(Part *p, IrOp op, const int *ops, int nops, const IrAttrs *at,
 	n->attrs = *at;
 	n->dtype = like->dtype;
 	n->rank = like->rank;
-	n->place = *pl;
+	ir_place_set(p->out, n, pl); /* out of memory: the verifier says */
 	n->stage = like->stage;
 	n->mb = like->mb;
 	n->block = like->block;
@@ -292,7 +293,7 @@ static int emit(Part *p, IrOp op, const int *ops, int nops, const IrAttrs *at,
 static int reshard_step(Part *p, int id, const IrNode *g, const ReshardStep *s)
 {
 	const Mesh *mesh = &p->m->mesh;
-	const Placement *from = &loc_node(p, id)->place;
+	const Placement *from = ir_place(p->out, loc_node(p, id));
 	IrAttrs at = {.mesh_axes = s->axes, .red = s->red};
 	if (s->op != IR_OP_ALL_REDUCE) {
 		at.nints = s->op == IR_OP_ALL_TO_ALL ? 2 : 1;
@@ -320,33 +321,34 @@ static int reshard_step(Part *p, int id, const IrNode *g, const ReshardStep *s)
 }
 
 /* Local node `id` holds a shard of global g under its placement; returns
- * a node holding it under `to` (cached per global value). */
-static int reshard_slow(Part *p, int id, const IrNode *g, const Placement *to)
+ * a node holding it under placement `to` (cached per global value). */
+static int reshard_slow(Part *p, int id, const IrNode *g, uint32_t to)
 {
 	IrNode *x = loc_node(p, id);
 	for (Cached *c = p->cache[g->id]; c; c = c->next)
-		if (placement_equal(&c->p, to)) {
+		if (c->p == to) {
 			if (p->rec)
 				part_rec_event(p, g->id, c, true);
 			return c->id;
 		}
 	ReshardPlan buf;
 	char why[256];
-	const ReshardPlan *plan = reshard_plan_memo(p, g, &x->place, to, &buf, why, sizeof why);
+	const ReshardPlan *plan = reshard_plan_memo(p, g, x->place, to, &buf, why, sizeof why);
 	if (!plan) {
 		const Mesh *mesh = &p->m->mesh;
-		if (pass_placement_even(mesh, &x->place, g->rank, g->shape) &&
-		    pass_placement_even(mesh, to, g->rank, g->shape)) {
-			internal(p, g, "cannot reshard %s to %s: %s", fmt_pl(p, &x->place),
-			         fmt_pl(p, to), why);
+		const Placement *xp = place_of(p, x->place), *tp = place_of(p, to);
+		if (pass_placement_even(mesh, xp, g->rank, g->shape) &&
+		    pass_placement_even(mesh, tp, g->rank, g->shape)) {
+			internal(p, g, "cannot reshard %s to %s: %s", fmt_pl(p, xp), fmt_pl(p, tp),
+			         why);
 			return -1;
 		}
 		/* a dim cut unevenly over several axes gathers one axis at a
 		 * time, which only works where the chunks tile */
 		diag_error(p->d, g->loc, "partition: %s cannot move from %s to %s: uneven "
 		           "(torch.chunk) shards of a dim split over several mesh axes are not "
-		           "supported yet", g->name ? g->name : ir_op_name(g->op),
-		           fmt_pl(p, &x->place), fmt_pl(p, to));
+		           "supported yet", g->name ? g->name : ir_op_name(g->op), fmt_pl(p, xp),
+		           fmt_pl(p, tp));
 		return -1;
 	}
 	int cur = id;
@@ -355,7 +357,7 @@ static int reshard_slow(Part *p, int id, const IrNode *g, const Placement *to)
 			return -1;
 	Cached *c = arena_alloc(&p->scratch, sizeof *c);
 	if (c) {
-		*c = (Cached){*to, cur, p->cache[g->id]};
+		*c = (Cached){to, cur, p->cache[g->id]};
 		p->cache[g->id] = c;
 	}
 	if (p->rec)
@@ -365,45 +367,41 @@ static int reshard_slow(Part *p, int id, const IrNode *g, const Placement *to)
 
 /* Mostly the value is placed as wanted already: that test inline, the
  * search (and its 4 KB plan buffer) out of line. */
-static inline int reshard(Part *p, int id, const IrNode *g, const Placement *to)
+static inline int reshard(Part *p, int id, const IrNode *g, uint32_t to)
 {
-	if (placement_equal(&loc_node(p, id)->place, to))
+	if (loc_node(p, id)->place == to)
 		return id;
 	return reshard_slow(p, id, g, to);
 }
 
-/* Operand i of global node n, resharded to pl. */
-static int operand(Part *p, const IrNode *n, int i, const Placement *pl)
+/* Operand i of global node n, resharded to placement id pl. */
+static int operand(Part *p, const IrNode *n, int i, uint32_t pl)
 {
 	int gid = n->ops[i];
-	if (placement_equal(&p->mplace[gid], pl))
+	if (p->mplace[gid] == pl)
 		return p->map[gid];
 	return reshard_slow(p, p->map[gid], p->m->nodes[gid], pl);
 }
 
-/* The param placement global value id is wanted in, or NULL. */
-static const Placement *want_of(const Part *p, int id)
+/* The id of the param placement global value id is wanted in, or 0. */
+static uint32_t want_of(const Part *p, int id)
 {
-	return p->wantix[id] >= 0 ? &p->wants[p->wantix[id]] : NULL;
+	return p->wantix[id] >= 0 ? p->wants[p->wantix[id]] : 0;
 }
 
-static Placement target(Part *p, const IrNode *n)
+/* The id of n's target placement, canonical. */
+static uint32_t target(Part *p, const IrNode *n)
 {
-	/* canonical already is tested on the source, before the copy */
-	const Placement *src = &n->place;
-	const Placement *w = !src->known && p->fill ? want_of(p, n->id) : NULL;
-	if (w && w->known)
-		src = w;
-	Placement t;
-	if (!src->known && p->fill && (ir_op_flags(n->op) & OPF_LEAF)) {
+	uint32_t src = n->place;
+	if (!src && p->fill)
+		src = want_of(p, n->id);
+	if (!src && p->fill && (ir_op_flags(n->op) & OPF_LEAF)) {
+		Placement t;
 		placement_replicated(&t, n->rank);
 		canon(p, &t);
-		return t;
+		return intern(p, &t);
 	}
-	t = *src;
-	if (!canon_ok(p, src))
-		pass_placement_canon(&p->m->mesh, &t);
-	return t;
+	return canon_id(p, src);
 }
 
 /* Records the node holding n's value: it takes n's name, label and role. */
@@ -528,8 +526,9 @@ static void drop_uneven(const Part *p, const IrNode *g, Placement *pl, int from,
 		}
 }
 
-static bool part_leaf(Part *p, const IrNode *n, const Placement *T)
+static bool part_leaf(Part *p, const IrNode *n, uint32_t Tid)
 {
+	const Placement *T = place_of(p, Tid);
 	if (n->op == IR_OP_RECV)
 		return internal(p, n, "%s is not supported yet (pipeline stages)", "recv");
 	Placement t = *T;
@@ -545,7 +544,7 @@ static bool part_leaf(Part *p, const IrNode *n, const Placement *T)
  * one (passes/zero.c splits it over the ZeRO axes), else its param's. */
 static Placement step_place(const Part *p, const IrNode *n, const IrNode *param)
 {
-	Placement P = n->place.known ? n->place : param->place;
+	Placement P = *ir_place(p->m, n->place ? n : param);
 	if (!P.known)
 		placement_replicated(&P, param->rank);
 	canon(p, &P);
@@ -566,24 +565,25 @@ static bool part_step(Part *p, const IrNode *n)
 	if (!ir_optim_ops(n, &ix))
 		return internal(p, n, "%s", "operands do not match the attributes");
 	const IrNode *param = p->m->nodes[n->ops[ix.p]];
-	int pid = p->map[param->id];
+	int pnode = p->map[param->id];
 	Placement P = step_place(p, n, param), rep;
 	placement_replicated(&rep, 0);
+	uint32_t Pid = intern(p, &P), repid = intern(p, &rep);
 	int *ops = arena_alloc(&p->scratch, sizeof(int) * (size_t)n->nops);
 	if (!ops)
 		return false;
 	for (int i = 0; i < n->nops; i++) {
 		int gid = n->ops[i];
 		if (i == ix.norm) {
-			ops[i] = operand(p, n, i, &rep);
+			ops[i] = operand(p, n, i, repid);
 		} else if (i == ix.g || i == ix.p) {
-			ops[i] = operand(p, n, i, &P);
+			ops[i] = operand(p, n, i, Pid);
 		} else {
 			ops[i] = p->map[gid];
-			if (!placement_equal(&loc_node(p, ops[i])->place, &P)) {
+			if (loc_node(p, ops[i])->place != Pid) {
 				return internal(p, n, "%s is placed %s but its param %s is %s",
 				                p->m->nodes[gid]->name ? p->m->nodes[gid]->name : "state",
-				                fmt_pl(p, &loc_node(p, ops[i])->place),
+				                fmt_pl(p, ir_place(p->out, loc_node(p, ops[i]))),
 				                param->name ? param->name : "?", fmt_pl(p, &P));
 			}
 		}
@@ -591,12 +591,12 @@ static bool part_step(Part *p, const IrNode *n)
 			return false;
 	}
 	int id = emit(p, n->op, ops, n->nops, &n->attrs, n, &P, ops[ix.p]);
-	if (id >= 0 && ops[ix.p] != pid) {
+	if (id >= 0 && ops[ix.p] != pnode) {
 		IrAttrs none = {0};
-		const Placement *stored = &loc_node(p, pid)->place;
+		uint32_t stored = loc_node(p, pnode)->place;
 		int back = reshard(p, id, n, stored);
-		id = back < 0 ? -1 : emit(p, IR_OP_ASSIGN, (int[]){pid, back}, 2, &none, n, stored,
-		                          back);
+		id = back < 0 ? -1 : emit(p, IR_OP_ASSIGN, (int[]){pnode, back}, 2, &none, n,
+		                          place_of(p, stored), back);
 	}
 	return part_finish(p, n, id);
 }
@@ -612,16 +612,16 @@ static bool part_grad_norm(Part *p, const IrNode *n)
 		return false;
 	for (int i = 0; i < n->nops; i++) {
 		const IrNode *g = p->m->nodes[n->ops[i]];
-		const Placement *w = want_of(p, g->id);
+		uint32_t w = want_of(p, g->id);
 		Placement want;
-		if (w && w->known) {
-			want = *w;
+		if (w) {
+			want = *place_of(p, w);
 		} else {
-			want = p->mplace[g->id];
+			want = *place_of(p, p->mplace[g->id]);
 			want.partial = 0;
 			want.partial_op = IR_RED_SUM;
 		}
-		ops[i] = operand(p, n, i, &want);
+		ops[i] = operand(p, n, i, intern(p, &want));
 		if (ops[i] < 0)
 			return false;
 		/* under a pipeline each rank keeps the gradients of its own
@@ -666,7 +666,7 @@ static bool part_grad_norm(Part *p, const IrNode *n)
 		if (sq >= 0 && split[i]) {
 			Placement part = rep;
 			part.partial = split[i];
-			loc_node(p, sq)->place = part;
+			ir_place_set(p->out, loc_node(p, sq), &part);
 			IrAttrs at = {.mesh_axes = split[i], .red = IR_RED_SUM};
 			sq = emit(p, IR_OP_ALL_REDUCE, &sq, 1, &at, n, &rep, sq);
 		}
@@ -822,15 +822,15 @@ static bool ce_stats(Part *p, const IrNode *n, const IrNode *lg, const IrNode *t
 /* Resolves local id (placed res) to n's target, as part_node does. */
 static bool finish_target(Part *p, const IrNode *n, int id, const Placement *res)
 {
-	Placement T = target(p, n), t = T;
-	if (!t.known || (p->fill && n->role == IR_ROLE_LOSS && !n->place.known)) {
+	Placement t = *place_of(p, target(p, n));
+	if (!t.known || (p->fill && n->role == IR_ROLE_LOSS && !n->place)) {
 		t = *res;
 		if (n->role == IR_ROLE_LOSS)
 			t.partial = 0;
 	}
 	t.partial &= res->partial;
 	t.partial_op = t.partial ? res->partial_op : IR_RED_SUM;
-	return part_finish(p, n, reshard(p, id, n, &t));
+	return part_finish(p, n, reshard(p, id, n, intern(p, &t)));
 }
 
 /* cross_entropy / cross_entropy_bwd with logits split on the vocab dim
@@ -847,7 +847,7 @@ static bool part_xent_vp(Part *p, const IrNode *n, bool *done)
 	bool bwd = n->op == IR_OP_CROSS_ENTROPY_BWD;
 	const IrNode *lg = p->m->nodes[n->ops[bwd ? 1 : 0]];
 	const IrNode *tg = p->m->nodes[n->ops[bwd ? 2 : 1]];
-	Placement L = p->mplace[lg->id];
+	Placement L = *place_of(p, p->mplace[lg->id]);
 	canon(p, &L);
 	L.partial = 0;
 	L.partial_op = IR_RED_SUM;
@@ -863,23 +863,24 @@ static bool part_xent_vp(Part *p, const IrNode *n, bool *done)
 	uint32_t pos = 0;
 	for (int d = 0; d < P.ndims; d++)
 		pos |= pl_dim_axes(&P, d);
-	int lid = reshard(p, p->map[lg->id], lg, &L);
+	uint32_t Lid = intern(p, &L);
+	int lid = reshard(p, p->map[lg->id], lg, Lid);
 	/* an uneven vocab's padding at the lowest value: exp() makes it 0 */
 	CeMemo *cm = ce_memo(p, lg->id);
 	if (!cm)
 		return false;
-	if (lid >= 0 && cm->lm >= 0 && placement_equal(&loc_node(p, cm->lm)->place, &L))
+	if (lid >= 0 && cm->lm >= 0 && loc_node(p, cm->lm)->place == Lid)
 		lid = cm->lm;
 	else if (lid >= 0 && (lid = mask_padding(p, lg, lid, &L, true)) >= 0)
 		cm->lm = lid;
-	int tid = lid < 0 ? -1 : operand(p, n, bwd ? 2 : 1, &P);
+	int tid = lid < 0 ? -1 : operand(p, n, bwd ? 2 : 1, intern(p, &P));
 	int mx, se;
 	if (tid < 0 || !ce_stats(p, n, lg, tg, lid, A, &P, &mx, &se))
 		return false;
 	IrAttrs none = {0}, vp = {.mesh_axes = A};
 	double scale = pos ? 1.0 / (double)mesh_axes_size(&p->m->mesh, pos) : 0;
 	if (bwd) {
-		int dl = operand(p, n, 0, &rep);
+		int dl = operand(p, n, 0, intern(p, &rep));
 		int id = dl < 0 ? -1 : emit(p, IR_OP_CE_BWD_VP, (int[]){dl, lid, tid, mx, se}, 5, &vp,
 		                            n, &L, lid);
 		if (id >= 0 && scale != 0) {
@@ -916,11 +917,12 @@ static bool part_xent_vp(Part *p, const IrNode *n, bool *done)
 
 bool part_node(Part *p, const IrNode *n)
 {
-	Placement T = target(p, n);
+	uint32_t Tid = target(p, n);
+	Placement T = *place_of(p, Tid);
 	if (!T.known && !p->fill)
 		return internal(p, n, "%s", "its placement is not known (run propagate first)");
 	if (ir_op_flags(n->op) & OPF_LEAF)
-		return part_leaf(p, n, &T);
+		return part_leaf(p, n, Tid);
 	if (ir_op_flags(n->op) & OPF_COLL || n->op == IR_OP_SHARD_SLICE)
 		return internal(p, n, "%s", "explicit collectives before partition are not supported");
 	if (n->op == IR_OP_ADAMW_STEP || n->op == IR_OP_SGD_STEP)
@@ -953,7 +955,7 @@ bool part_node(Part *p, const IrNode *n)
 		memset(r.req, 0, sizeof *r.req * np);
 	Placement Tr = T; /* what the rule reads: T, or T gathered (counts_rows) */
 	for (int i = 0; i < n->nops; i++) {
-		cur[i] = p->mplace[n->ops[i]];
+		cur[i] = *place_of(p, p->mplace[n->ops[i]]);
 		if (counts_rows(n->op))
 			drop_uneven(p, p->m->nodes[n->ops[i]], &cur[i], 0, IR_MAX_RANK);
 	}
@@ -965,7 +967,7 @@ bool part_node(Part *p, const IrNode *n)
 	if (n->role == IR_ROLE_GRAD && Tr.known && !grad_natural(p, n, &Tr, cur, &r))
 		return false;
 	for (int i = 0; i < n->nops; i++)
-		if ((ops[i] = operand(p, n, i, &r.req[i])) < 0)
+		if ((ops[i] = operand(p, n, i, intern(p, &r.req[i]))) < 0)
 			return false;
 	int id = emit(p, r.op ? r.op : n->op, ops, n->nops, &r.at, n, &r.res,
 	              n->nops ? ops[0] : -1);
@@ -979,14 +981,14 @@ bool part_node(Part *p, const IrNode *n)
 		return false;
 	/* to the target, less any partial the op did not produce */
 	Placement t = T;
-	if (!t.known || (p->fill && n->role == IR_ROLE_LOSS && !n->place.known)) {
+	if (!t.known || (p->fill && n->role == IR_ROLE_LOSS && !n->place)) {
 		t = r.res;
 		if (n->role == IR_ROLE_LOSS)
 			t.partial = 0;
 	}
 	t.partial &= r.res.partial;
 	t.partial_op = t.partial ? r.res.partial_op : IR_RED_SUM;
-	return part_finish(p, n, reshard(p, id, n, &t));
+	return part_finish(p, n, reshard(p, id, n, intern(p, &t)));
 }
 
 /* The param placement each gradient and optimizer state is wanted in. */
@@ -999,7 +1001,7 @@ static bool find_wants(Part *p)
 			continue;
 		if (p->nwants == p->capwants) {
 			int ncap = p->capwants ? 2 * p->capwants : 64;
-			Placement *nw = arena_alloc_raw(&p->scratch, sizeof *nw * (size_t)ncap);
+			uint32_t *nw = arena_alloc_raw(&p->scratch, sizeof *nw * (size_t)ncap);
 			if (!nw)
 				return false;
 			if (p->nwants)
@@ -1007,7 +1009,8 @@ static bool find_wants(Part *p)
 			p->wants = nw;
 			p->capwants = ncap;
 		}
-		p->wants[p->nwants] = step_place(p, n, p->m->nodes[n->ops[ix.p]]);
+		Placement w = step_place(p, n, p->m->nodes[n->ops[ix.p]]);
+		p->wants[p->nwants] = intern(p, &w);
 		for (int k = 0; k < n->nops; k++)
 			if (k != ix.norm && k != ix.p)
 				p->wantix[n->ops[k]] = p->nwants;
@@ -1025,7 +1028,7 @@ bool pass_partition_replay(IrModule *m, Diag *d, bool fill_unknown, bool replay)
 {
 	if (mesh_size(&m->mesh) <= 1)
 		return true;
-	Part p = {.m = m, .out = ir_module_new(m->arena, m->name), .d = d, .fill = fill_unknown};
+	Part p = {.m = m, .out = ir_module_derive(m), .d = d, .fill = fill_unknown};
 	arena_init(&p.scratch);
 	for (int a = 0; a < m->mesh.naxes && a < IR_MAX_AXES; a++)
 		if (m->mesh.sizes[a] > 1)
@@ -1052,8 +1055,6 @@ bool pass_partition_replay(IrModule *m, Diag *d, bool fill_unknown, bool replay)
 		p.out->cap = (int)cap;
 	if (ok) {
 		memset(p.wantix, 0xff, nn * sizeof *p.wantix);
-		p.out->mesh = m->mesh;
-		p.out->train = m->train;
 		ok = find_wants(&p);
 	}
 	if (!ok)

@@ -31,9 +31,10 @@ bool part_rule(const IrModule *m, const IrNode *n, const Placement *T, const Pla
 
 /* ---- the driver's state (partition.c), read by partition_twin.c ---- */
 
-/* A reshard made of a global value: the local node holding it under p. */
+/* A reshard made of a global value: the local node holding it under the
+ * placement of id p. */
 typedef struct Cached {
-	Placement p;
+	uint32_t p;
 	int id;
 	struct Cached *next;
 } Cached;
@@ -58,17 +59,18 @@ typedef struct Part {
 	Diag *d;
 	bool fill;
 	int *map;        /* global id -> local id holding its value at target */
-	/* global id -> the placement of local node map[id], which does not
-	 * change once made: every operand's is read, most more than once, and
-	 * this array is a sixth the memory the nodes it copies are spread
-	 * over (a backward op's forward operand is read long after) */
-	Placement *mplace;
-	/* global id -> index in wants of its optimizer step's param placement,
-	 * or -1: only the steps' operands have one, and an int per node is a
-	 * fraction of the memset a Placement per node would cost */
+	/* global id -> the placement id of local node map[id], which does not
+	 * change once made (out shares m's placement table) */
+	uint32_t *mplace;
+	/* global id -> index in wants of its optimizer step's param placement
+	 * id, or -1 */
 	int *wantix;
-	Placement *wants;
+	uint32_t *wants;
 	int nwants, capwants;
+	/* placement id -> its canonical one's (pass_placement_canon), 0 not
+	 * made yet */
+	uint32_t *canon;
+	uint32_t ncanon;
 	Cached **cache;  /* global id -> reshards made of it */
 	CeMemo *ce;
 	int nce, capce;
@@ -95,13 +97,6 @@ typedef struct Part {
 	int nre;
 	Arena scratch;
 } Part;
-
-static inline uint64_t word8(const uint8_t *b)
-{
-	uint64_t w;
-	memcpy(&w, b, 8);
-	return w;
-}
 
 /* partition.c: n partitioned the normal way; local node id recorded as
  * holding n's value (false when id < 0). */

@@ -37,7 +37,7 @@ enum { TW_MAXOPS = 16, TW_MAXVARS = 4 };
 
 typedef struct TwEvent {
 	int k;               /* operand index, or -1: the node itself */
-	const Placement *pl; /* resharded to (the Cached entry's) */
+	uint32_t pl;         /* the placement resharded to (the Cached entry's) */
 	int kind;            /* EV_*: EV_HIT found before the node, EV_HIT_IN made by it */
 	int res;             /* EV_MISS: a ref to the node made */
 } TwEvent;
@@ -104,22 +104,6 @@ void part_rec_event(Part *p, int g, const Cached *c, bool hit)
 	p->re[p->nre++] = (TwRecEv){g, c, hit};
 }
 
-/* Placements the same byte for byte (but the struct's padding): known
- * to the last axes row as nine words and two bytes, then partial and
- * partial_op. */
-_Static_assert(offsetof(Placement, axes) + sizeof(((Placement *)0)->axes) == 74,
-               "tw_place_same reads known .. axes as 74 bytes");
-static inline bool tw_place_same(const Placement *a, const Placement *b)
-{
-	const unsigned char *x = (const unsigned char *)a, *y = (const unsigned char *)b;
-	uint64_t diff =
-	        (uint64_t)(a->partial ^ b->partial) | (uint64_t)(a->partial_op ^ b->partial_op);
-	for (int i = 0; i < 72; i += 8)
-		diff |= word8(x + i) ^ word8(y + i);
-	diff |= (uint64_t)(x[72] ^ y[72]) | (uint64_t)(x[73] ^ y[73]);
-	return !diff;
-}
-
 static inline bool tw_attrs_same(const IrAttrs *a, const IrAttrs *b)
 {
 	return a->nints == b->nints && a->init == b->init && a->mesh_axes == b->mesh_axes &&
@@ -171,13 +155,9 @@ static bool tw_grow(Part *p, TwSlot **t, int *cap, int n)
 static int tw_vsig(Part *p, int id)
 {
 	const IrNode *n = p->m->nodes[id];
-	const Placement *mp = &p->mplace[id];
+	uint32_t mp = p->mplace[id];
 	uint64_t h = tw_type_hash(0x9e3779b97f4a7c15ull, n);
-	h = hash_mix64(h, (uint64_t)mp->known | (uint64_t)mp->ndims << 8 | (uint64_t)mp->partial << 16);
-	h = hash_mix64(h, word8(mp->naxes));
-	h = hash_mix64(h, (uint64_t)n->place.known | (uint64_t)n->place.ndims << 8 |
-	                      (uint64_t)n->place.partial << 16);
-	h = hash_mix64(h, word8(n->place.naxes));
+	h = hash_mix64(h, (uint64_t)mp | (uint64_t)n->place << 32);
 	h = hash_fin64(h);
 	if (!tw_grow(p, &p->vtab, &p->capvtab, p->nvsig))
 		return -1;
@@ -186,8 +166,7 @@ static int tw_vsig(Part *p, int id)
 		if (p->vtab[slot].h != h)
 			continue;
 		const IrNode *r = p->m->nodes[p->vrep[p->vtab[slot].id]];
-		if (tw_type_same(r, n) && tw_place_same(&r->place, &n->place) &&
-		    tw_place_same(&p->mplace[r->id], mp))
+		if (tw_type_same(r, n) && r->place == n->place && p->mplace[r->id] == mp)
 			break;
 	}
 	if (p->vtab[slot].id >= 0)
@@ -224,7 +203,7 @@ static bool tw_eligible(const Part *p, const IrNode *n)
 static inline bool tw_same_class(const Part *p, const IrNode *a, const IrNode *b)
 {
 	if (a->op != b->op || a->nops != b->nops || a->role != b->role || !tw_type_same(a, b) ||
-	    !tw_place_same(&a->place, &b->place) || !tw_attrs_same(&a->attrs, &b->attrs))
+	    a->place != b->place || !tw_attrs_same(&a->attrs, &b->attrs))
 		return false;
 	for (int i = 0; i < a->nops; i++)
 		if (p->vsig[a->ops[i]] != p->vsig[b->ops[i]])
@@ -238,7 +217,7 @@ static int tw_class(Part *p, const IrNode *n)
 	uint64_t h = tw_type_hash(
 	        (uint64_t)n->op << 32 | (uint64_t)(unsigned)n->nops << 8 | (uint64_t)n->role, n);
 	h = hash_mix64(h, (uint64_t)n->attrs.ints[0] ^ (uint64_t)n->attrs.nints << 56);
-	h = hash_mix64(h, word8(n->place.naxes) ^ (uint64_t)n->place.partial << 1);
+	h = hash_mix64(h, n->place);
 	for (int i = 0; i < n->nops; i++)
 		h = hash_mix64(h, (uint64_t)(unsigned)p->vsig[n->ops[i]]);
 	h = hash_fin64(h);
@@ -266,10 +245,10 @@ static int tw_class(Part *p, const IrNode *n)
 	return p->nclasses++;
 }
 
-static const Cached *tw_cached(const Part *p, int g, const Placement *pl)
+static const Cached *tw_cached(const Part *p, int g, uint32_t pl)
 {
 	for (const Cached *c = p->cache[g]; c; c = c->next)
-		if (placement_equal(&c->p, pl))
+		if (c->p == pl)
 			return c;
 	return NULL;
 }
@@ -363,7 +342,7 @@ static int tw_replay(Part *p, const IrNode *n, const TwVar *v)
 			diag_error(p->d, n->loc, "partition: out of memory");
 			return -1;
 		}
-		*c = (Cached){*ev->pl, tw_resolve(p, n, ev->res, base, hid), p->cache[g]};
+		*c = (Cached){ev->pl, tw_resolve(p, n, ev->res, base, hid), p->cache[g]};
 		p->cache[g] = c;
 	}
 	return part_finish(p, n, tw_resolve(p, n, v->final, base, hid)) ? 1 : -1;
@@ -426,7 +405,7 @@ static bool tw_record(Part *p, const IrNode *t, TwClass *cl)
 	for (int e = 0; e < p->nre; e++) {
 		const TwRecEv *r = &p->re[e];
 		ev[e].k = tw_which(t, r->g);
-		ev[e].pl = &r->c->p;
+		ev[e].pl = r->c->p;
 		ev[e].kind = r->hit ? EV_HIT : EV_MISS;
 		if (ev[e].k < -1)
 			return false;
@@ -490,7 +469,7 @@ static int tw_class_of(Part *p, const IrNode *n)
  * interned. */
 static void tw_set_vsig(Part *p, const IrNode *n, TwClass *cl)
 {
-	if (cl && cl->vsig >= 0 && tw_place_same(&p->mplace[n->id], &p->mplace[cl->rep])) {
+	if (cl && cl->vsig >= 0 && p->mplace[n->id] == p->mplace[cl->rep]) {
 		p->vsig[n->id] = cl->vsig;
 		return;
 	}

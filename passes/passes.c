@@ -282,10 +282,11 @@ static bool check_even(const IrModule *m, Diag *d)
 		return true;
 	for (int i = 0; i < m->nnodes; i++) {
 		const IrNode *n = m->nodes[i];
-		if (!n->place.known || n->place_from >= 0)
+		const Placement *p = ir_place(m, n);
+		if (!p->known || n->place_from >= 0)
 			continue;
-		for (int k = 0; k < n->rank && k < n->place.ndims; k++) {
-			int64_t parts = placement_dim_parts(&n->place, &m->mesh, k);
+		for (int k = 0; k < n->rank && k < p->ndims; k++) {
+			int64_t parts = placement_dim_parts(p, &m->mesh, k);
 			if (parts <= 1 || n->shape[k] % parts == 0)
 				continue;
 			SrcLoc at = n->place_loc.file ? n->place_loc : n->loc;
@@ -334,7 +335,7 @@ bool pass_check_input(const IrModule *m, Diag *d)
 	/* partition reads a placement off every value, which propagate gave */
 	if (mesh_size(&m->mesh) > 1 && at >= position("propagate") && at < position("partition"))
 		for (int i = 0; i < m->nnodes; i++)
-			if (!m->nodes[i]->place.known) {
+			if (!m->nodes[i]->place) {
 				diag_error(d, m->after ? m->after_loc : m->nodes[i]->loc,
 				           "%%%d (%s) has no placement ('@ ?'), but this IR is after "
 				           "propagate, which places every value", i,

@@ -395,7 +395,7 @@ bool pass_pipeline(IrModule *m, Diag *d, const PassOptions *opt)
 	for (int r = 0; ok && r < P; r++)
 		ok = pl_build_rank(&p, r, items[r], nitems[r], &loss_rank, &it);
 	ok = ok && pl_order_sends(&p) && pl_simulate(&p);
-	IrModule *out = ok ? ir_module_new(m->arena, m->name) : NULL;
+	IrModule *out = ok ? ir_module_derive(m) : NULL;
 	if (ok && !out)
 		ok = pl_oom(&p);
 	int loss_out = -1;

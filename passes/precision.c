@@ -264,7 +264,7 @@ bool pass_precision(IrModule *m, Diag *d, const PassOptions *opt)
 	if (cap > IR_MAX_NODES + 2)
 		cap = IR_MAX_NODES + 2;
 	Prec p = {.m = m, .d = d, .t = t};
-	p.out = ir_module_new(m->arena, m->name);
+	p.out = ir_module_derive(m);
 	p.use = malloc((size_t)(n0 ? n0 : 1) * sizeof *p.use);
 	p.self = malloc((size_t)(n0 ? n0 : 1) * sizeof *p.self);
 	p.read = calloc((size_t)cap, sizeof *p.read);

@@ -70,11 +70,11 @@ typedef struct Memo {
 	int cap, n; /* cap: a power of two */
 } Memo;
 
-/* What choose() decided for one context: the placement, and the index in
- * its list of sources of the one it is from (-1: the first known operand). */
+/* What choose() decided for one context: the placement (its id in the
+ * module's table), and the index in its list of sources of the one it is
+ * from (-1: the first known operand). */
 typedef struct Choice {
-	Placement p;
-	int pid; /* p's placement id */
+	uint32_t pid;
 	int src;
 } Choice;
 
@@ -86,12 +86,7 @@ typedef struct Prop {
 	int *sig;
 	Rule *rules; /* [signatures] */
 	int nsig;
-	/* interned placements: pid[i] is node i's (kept in step with
-	 * IrNode.place), places[id] one placement with that content */
-	int *pid;
-	Placement *places;
-	int nplaces, capplaces;
-	Memo pmemo;
+	int *shape; /* [nnodes]: build_sigs' scratch */
 	Memo reqmemo; /* requirement() context -> placement id + 1, 0: none */
 	Memo chmemo;  /* choose() context -> index into choices */
 	Choice *choices;
@@ -103,9 +98,8 @@ typedef struct Prop {
 	 * use as req_lookup gave it, and its user's ver then */
 	unsigned *ver, *use_ver;
 	int *use_req;
-	int unknown_pid; /* the id of "not decided yet" */
-	/* [nnodes]: what fix() last saw: 0 for a scalar, 1 + the pid of a tied
-	 * node's param; -1: nothing yet */
+	/* [nnodes]: what fix() last saw: 0 for a scalar, 1 + the placement id
+	 * of a tied node's param; -1: nothing yet */
 	int *fixed;
 	bool nomemo;   /* out of memory for the tables: compute everything */
 	uint8_t *kind; /* [nnodes] */
@@ -138,6 +132,17 @@ static IrNode *nd(const Prop *P, int id)
 	return P->m->nodes[id];
 }
 
+/* Node id's placement, and its id (0: not decided yet). */
+static const Placement *pl(const Prop *P, int id)
+{
+	return ir_place(P->m, P->m->nodes[id]);
+}
+
+static int pid(const Prop *P, int id)
+{
+	return (int)P->m->nodes[id]->place;
+}
+
 static const Rule *rule_of(const Prop *P, int id)
 {
 	return &P->rules[P->sig[id]];
@@ -161,9 +166,9 @@ static double nbytes(const Prop *P, int id)
  * the ops, attributes and shapes of their node and its neighbours, and a
  * model's layers and micro-batches repeat a few hundred such contexts many
  * thousands of times, so both are memoised within the pass.  Placements
- * are interned to small ids by what placement_equal compares (all that the
- * rules and the cost read of one), nodes to signatures by all that the
- * rules read (sig_key), and a context is a short array of those ids. */
+ * are the module's ids (IrNode.place), nodes are interned to signatures by
+ * all that the rules read (sig_key), and a context is a short array of
+ * those ids. */
 
 /* Two ints a multiply, then a murmur3-style finish. */
 static uint64_t key_hash(const int *k, int len)
@@ -230,49 +235,11 @@ static MemoEnt *memo_get(Arena *a, Memo *t, const int *k, int len, bool *found)
 	return e;
 }
 
-/* What placement_equal compares, as ints; returns how many (at most
- * PR_PLACE_KEY). */
-#define PR_PLACE_KEY (4 + IR_MAX_RANK * (1 + IR_MAX_AXES))
-static int place_key(const Placement *p, int *k)
-{
-	int n = 0;
-	k[n++] = p->known;
-	if (!p->known)
-		return n;
-	k[n++] = p->ndims;
-	k[n++] = (int)p->partial;
-	k[n++] = p->partial ? (int)p->partial_op : 0;
-	for (int d = 0; d < p->ndims && d < IR_MAX_RANK; d++) {
-		k[n++] = p->naxes[d];
-		for (int j = 0; j < p->naxes[d] && j < IR_MAX_AXES; j++)
-			k[n++] = p->axes[d][j];
-	}
-	return n;
-}
-
-/* The id of p's content, or -1 when out of memory. */
+/* The module's id of p, or -1 when out of memory. */
 static int place_id(Prop *P, const Placement *p)
 {
-	int k[PR_PLACE_KEY];
-	int len = place_key(p, k);
-	bool found;
-	MemoEnt *e = memo_get(P->ar, &P->pmemo, k, len, &found);
-	if (!e)
-		return -1;
-	if (found)
-		return e->val;
-	if (P->nplaces == P->capplaces) {
-		int cap = P->capplaces ? 2 * P->capplaces : 256;
-		Placement *np = arena_alloc_raw(P->ar, sizeof *np * (size_t)cap);
-		if (!np)
-			return -1;
-		if (P->nplaces)
-			memcpy(np, P->places, sizeof *np * (size_t)P->nplaces);
-		P->places = np;
-		P->capplaces = cap;
-	}
-	P->places[P->nplaces] = *p;
-	return e->val = P->nplaces++;
+	uint32_t id = ir_place_intern(P->m, p);
+	return id || !p->known ? (int)id : -1;
 }
 
 /* ---- the cost of resharding ---- */
@@ -309,17 +276,8 @@ double pass_propagate_cost(const Mesh *mesh, const Placement *from, const Placem
 {
 	if (!from->known || !to->known)
 		return 0;
-	/* the same placement (most edges, once things settle): nothing moves */
-	if (from->ndims == to->ndims && from->partial == to->partial) {
-		bool same = true;
-		for (int d = 0; d < from->ndims && d < IR_MAX_RANK && same; d++) {
-			same = from->naxes[d] == to->naxes[d];
-			for (int k = 0; same && k < from->naxes[d] && k < IR_MAX_AXES; k++)
-				same = from->axes[d][k] == to->axes[d][k];
-		}
-		if (same)
-			return 0;
-	}
+	/* the same placement costs 0 below: every axis stays, nothing is
+	 * reduced, sliced or gathered */
 	uint32_t fdims = dim_axes(from), tdims = dim_axes(to);
 	double local = bytes;
 	for (int a = 0; a < IR_MAX_AXES; a++)
@@ -423,8 +381,8 @@ static bool build_sigs(Prop *P)
 		P->bytes[i] = node_bytes(n);
 	}
 	/* the signatures go to P->sig while sig_key reads the shape ids from
-	 * a copy (in P->pid, unused until pids_sync) */
-	int *shape = P->pid;
+	 * a copy */
+	int *shape = P->shape;
 	memcpy(shape, P->sig, sizeof(int) * (size_t)m->nnodes);
 	int *save = P->sig;
 	P->sig = shape;
@@ -462,7 +420,7 @@ static uint32_t common_partial(const Prop *P, const IrNode *n, int skip, bool *a
 	bool first = true;
 	*all_known = true;
 	for (int i = 0; i < n->nops; i++) {
-		const Placement *q = &nd(P, n->ops[i])->place;
+		const Placement *q = pl(P, n->ops[i]);
 		if (i == skip)
 			continue;
 		if (!q->known) {
@@ -488,25 +446,26 @@ static bool requirement(const Prop *P, int c, int slot, Placement *out)
 	if (cn->op == IR_OP_ADAMW_STEP || cn->op == IR_OP_SGD_STEP) {
 		if (slot == cn->nops - 1) /* the global norm */
 			return false;
-		*out = nd(P, cn->ops[0])->place;
+		*out = *pl(P, cn->ops[0]);
 		out->partial = 0;
 		return out->known;
 	}
 	const Rule *r = rule_of(P, c);
 	if (!r->ok || slot >= r->nops)
 		return false;
-	if (!cn->place.known)
+	const Placement *cp = ir_place(P->m, cn);
+	if (!cp->known)
 		return false; /* c's own turn decides */
 	/* c's placement fixes the factors it shows; a contracted one may
 	 * take the axes c is partial over (any, when c resolves its partial
 	 * itself) from c's operands, this one last */
 	Assign a, s;
 	bool resolved = resolved_kind(P, c);
-	prop_assign_from(r, -1, &cn->place, &a);
-	uint32_t allow = resolved ? ~0u : cn->place.partial;
+	prop_assign_from(r, -1, cp, &a);
+	uint32_t allow = resolved ? ~0u : cp->partial;
 	for (int k = 0; k <= r->nops; k++) {
 		int i = k < r->nops ? r->order[k] : slot;
-		const Placement *q = &nd(P, cn->ops[i])->place;
+		const Placement *q = pl(P, cn->ops[i]);
 		if ((k < r->nops && i == slot) || !q->known)
 			continue;
 		prop_assign_from(r, i, q, &s);
@@ -514,7 +473,7 @@ static bool requirement(const Prop *P, int c, int slot, Placement *out)
 	}
 	if (r->linear) {
 		bool all;
-		a.partial = resolved ? common_partial(P, cn, slot, &all) : cn->place.partial;
+		a.partial = resolved ? common_partial(P, cn, slot, &all) : cp->partial;
 	}
 	prop_project(r, &a, slot, o->rank, false, out);
 	return true;
@@ -532,11 +491,12 @@ static double cand_cost(const Prop *P, const IrNode *n, const Assign *a, Placeme
 	double cost = 0;
 	for (int i = 0; i < r->nops; i++) {
 		const IrNode *o = nd(P, n->ops[i]);
-		if (!o->place.known)
+		const Placement *op = ir_place(P->m, o);
+		if (!op->known)
 			continue;
 		Placement q;
 		prop_project(r, a, i, o->rank, false, &q);
-		cost += pass_propagate_cost(mesh, &o->place, &q, nbytes(P, o->id));
+		cost += pass_propagate_cost(mesh, op, &q, nbytes(P, o->id));
 	}
 	double nb = nbytes(P, n->id);
 	for (int u = P->ustart[n->id], k = 0; u < P->ustart[n->id + 1]; u++, k++)
@@ -554,9 +514,10 @@ static double cand_cost(const Prop *P, const IrNode *n, const Assign *a, Placeme
 	return cost;
 }
 
-static void set_place(IrNode *n, const Placement *p, int from, SrcLoc loc)
+/* n's placement becomes id's. */
+static void set_place(IrNode *n, uint32_t id, int from, SrcLoc loc)
 {
-	n->place = *p;
+	n->place = id;
 	n->place_from = from;
 	n->place_loc = from >= 0 ? (SrcLoc){0} : loc;
 }
@@ -585,10 +546,10 @@ static int choose_eval(Prop *P, const IrNode *n, Placement *best_p)
 	Assign src[PR_MAXSRC];
 	int ns = 0;
 	for (int k = 0; k < r->nops && ns < PR_MAXSRC; k++) {
-		const IrNode *o = nd(P, n->ops[r->order[k]]);
-		if (!o->place.known)
+		const Placement *op = pl(P, n->ops[r->order[k]]);
+		if (!op->known)
 			continue;
-		prop_assign_from(r, r->order[k], &o->place, &src[ns++]);
+		prop_assign_from(r, r->order[k], op, &src[ns++]);
 	}
 	for (int u = P->ustart[n->id], k = 0; u < P->ustart[n->id + 1] && ns < PR_MAXSRC;
 	     u++, k++) {
@@ -607,18 +568,19 @@ static int choose_eval(Prop *P, const IrNode *n, Placement *best_p)
 	 * source s first, and 1 + ns + s do too with the factors s leaves
 	 * unsplit kept so (a user that wants a dim whole); the last one
 	 * splits nothing */
-	bool have = n->place.known;
+	const Placement *np = ir_place(P->m, n);
+	bool have = np->known;
 	double best = INFINITY;
 	int best_from = -1;
 	if (have) {
 		Assign cur;
-		prop_assign_from(r, -1, &n->place, &cur);
+		prop_assign_from(r, -1, np, &cur);
 		for (int s = 0; s < ns; s++)
-			prop_merge(r, &cur, &src[s], true, n->place.partial);
+			prop_merge(r, &cur, &src[s], true, np->partial);
 		cur.partial = lp;
 		cur.used |= lp;
 		best = cand_cost(P, n, &cur, best_p);
-		if (!placement_equal(best_p, &n->place))
+		if (ir_places_find(P->m->places, best_p) != n->place)
 			best = INFINITY; /* the old one is not reachable any more */
 	}
 	Assign seen[2 * PR_MAXSRC + 2];
@@ -661,25 +623,14 @@ static int choose_eval(Prop *P, const IrNode *n, Placement *best_p)
 	return best_from;
 }
 
-static bool pid_known(const Prop *P, int id)
+/* set_place, keeping ver in step (without it, memoising stops); id: the
+ * placement's id. */
+static void place_node(Prop *P, IrNode *n, uint32_t id, int from, SrcLoc loc)
 {
-	return P->places[P->pid[id]].known;
-}
-
-/* set_place, keeping pid and ver in step (without them, memoising stops);
- * pid: p's placement id, or -1 to look it up. */
-static void place_node(Prop *P, IrNode *n, const Placement *p, int pid, int from, SrcLoc loc)
-{
-	set_place(n, p, from, loc);
-	if (P->nomemo)
+	uint32_t old = n->place;
+	set_place(n, id, from, loc);
+	if (P->nomemo || id == old)
 		return;
-	if (pid < 0 && (pid = place_id(P, p)) < 0) {
-		P->nomemo = true;
-		return;
-	}
-	if (pid == P->pid[n->id])
-		return;
-	P->pid[n->id] = pid;
 	P->ver[n->id]++;
 	for (int u = P->ustart[n->id]; u < P->ustart[n->id + 1]; u++)
 		P->ver[P->uses[u].node]++;
@@ -693,9 +644,9 @@ static int req_lookup(Prop *P, int c, int slot)
 	int *k = P->kbuf, len = 0;
 	k[len++] = P->sig[c];
 	k[len++] = slot;
-	k[len++] = P->pid[c];
+	k[len++] = pid(P, c);
 	for (int i = P->ostart[c]; i < P->ostart[c + 1]; i++)
-		k[len++] = P->pid[P->opv[i]];
+		k[len++] = pid(P, P->opv[i]);
 	bool found;
 	MemoEnt *e = memo_get(P->ar, &P->reqmemo, k, len, &found);
 	if (!e)
@@ -722,7 +673,7 @@ static int src_origin(const Prop *P, const IrNode *n, int s)
 	int ns = 0;
 	for (int k = 0; k < r->nops && ns < PR_MAXSRC; k++) {
 		int o = P->opv[P->ostart[n->id] + r->order[k]];
-		if (!pid_known(P, o))
+		if (!pid(P, o))
 			continue;
 		if (s < 0 || ns == s)
 			return o;
@@ -741,17 +692,11 @@ static int src_origin(const Prop *P, const IrNode *n, int s)
 	return -1;
 }
 
-/* pid of every node, from scratch; every cached requirement is stale. */
-static void pids_sync(Prop *P)
+/* Placements were set behind place_node's back: every cached requirement
+ * is stale. */
+static void vers_bump(Prop *P)
 {
-	Placement unknown = {0};
-	if ((P->unknown_pid = place_id(P, &unknown)) < 0)
-		P->nomemo = true;
-	for (int i = 0; i < P->m->nnodes && !P->nomemo; i++) {
-		const Placement *p = &nd(P, i)->place;
-		P->pid[i] = !p->known ? P->unknown_pid : place_id(P, p);
-		if (P->pid[i] < 0)
-			P->nomemo = true;
+	for (int i = 0; i < P->m->nnodes; i++) {
 		P->ver[i]++;
 		P->fixed[i] = -1;
 	}
@@ -764,14 +709,15 @@ static bool choose_direct(Prop *P, IrNode *n)
 		P->has_req[k] = requirement(P, P->uses[u].node, P->uses[u].slot, &P->req[k]);
 	Placement best;
 	int s = choose_eval(P, n, &best);
-	if (placement_equal(&best, &n->place))
+	uint32_t id = ir_place_intern(P->m, &best);
+	if (id == n->place)
 		return false;
-	/* src_origin reads operands' pids and req_id: neither is kept now */
+	/* src_origin reads req_id: not kept now */
 	int from = -1, ns = 0;
 	const Rule *r = rule_of(P, n->id);
 	for (int k = 0; k < r->nops && ns < PR_MAXSRC && from < 0; k++) {
 		int o = n->ops[r->order[k]];
-		if (!nd(P, o)->place.known)
+		if (!pid(P, o))
 			continue;
 		if (s < 0 || ns == s)
 			from = o;
@@ -785,7 +731,7 @@ static bool choose_direct(Prop *P, IrNode *n)
 			from = P->uses[u].node;
 		ns++;
 	}
-	set_place(n, &best, from, n->loc);
+	set_place(n, id, from, n->loc);
 	return true;
 }
 
@@ -799,7 +745,7 @@ static bool choose(Prop *P, IrNode *n)
 	int id = n->id, nu = P->ustart[id + 1] - P->ustart[id];
 	for (int u = P->ustart[id], k = 0; k < nu; u++, k++) {
 		int c = P->uses[u].node;
-		if (P->pid[c] == P->unknown_pid && rule_of(P, c)->ok) {
+		if (!pid(P, c) && rule_of(P, c)->ok) {
 			P->req_id[k] = -1; /* requirement(): c's own turn decides */
 			continue;
 		}
@@ -816,9 +762,9 @@ static bool choose(Prop *P, IrNode *n)
 	}
 	int *key = P->kbuf, len = 0;
 	key[len++] = P->sig[id];
-	key[len++] = P->pid[id];
+	key[len++] = pid(P, id);
 	for (int i = P->ostart[id]; i < P->ostart[id + 1]; i++)
-		key[len++] = P->pid[P->opv[i]];
+		key[len++] = pid(P, P->opv[i]);
 	key[len++] = nu;
 	for (int k = 0; k < nu; k++)
 		key[len++] = P->req_id[k];
@@ -832,7 +778,7 @@ static bool choose(Prop *P, IrNode *n)
 		for (int k = 0; k < nu; k++) {
 			P->has_req[k] = P->req_id[k] >= 0;
 			if (P->has_req[k])
-				P->req[k] = P->places[P->req_id[k]];
+				P->req[k] = *ir_place_get(P->m, (uint32_t)P->req_id[k]);
 		}
 		if (P->nchoices == P->capchoices) {
 			int cap = P->capchoices ? 2 * P->capchoices : 256;
@@ -847,17 +793,20 @@ static bool choose(Prop *P, IrNode *n)
 			P->capchoices = cap;
 		}
 		Choice *c = &P->choices[P->nchoices];
-		c->src = choose_eval(P, n, &c->p);
-		if ((c->pid = place_id(P, &c->p)) < 0) {
+		Placement best;
+		c->src = choose_eval(P, n, &best);
+		int bid = place_id(P, &best);
+		if (bid < 0) {
 			P->nomemo = true;
 			return choose_direct(P, n);
 		}
+		c->pid = (uint32_t)bid;
 		e->val = P->nchoices++;
 	}
 	const Choice *c = &P->choices[e->val];
-	if (c->pid == P->pid[id]) /* placement_equal(&c->p, &n->place) */
+	if (c->pid == n->place)
 		return false;
-	place_node(P, n, &c->p, c->pid, src_origin(P, n, c->src), n->loc);
+	place_node(P, n, c->pid, src_origin(P, n, c->src), n->loc);
 	return true;
 }
 
@@ -903,10 +852,12 @@ static void classify(Prop *P)
 		P->tie[i] = -1;
 		if (n->op == IR_OP_STATE || n->op == IR_OP_ADAMW_STEP || n->op == IR_OP_SGD_STEP ||
 		    n->op == IR_OP_GRAD_NORM)
-			n->place.known = false; /* optim's copies: redone below */
-		if (n->place.known) {
+			n->place = 0; /* optim's copies: redone below */
+		if (n->place) {
 			P->kind[i] = K_USER;
-			strip_dead_axes(P, &n->place);
+			Placement p = *ir_place(m, n);
+			strip_dead_axes(P, &p);
+			ir_place_set(m, n, &p); /* out of memory: the verifier says */
 			if (n->place_from < 0 && !n->place_loc.file)
 				n->place_loc = n->loc;
 		} else if (n->rank == 0) {
@@ -946,7 +897,7 @@ static bool fix(Prop *P, IrNode *n)
 	/* nothing else places n: what it read last time gives the same */
 	int seen = -1;
 	if (!P->nomemo) {
-		seen = P->kind[n->id] == K_SCALAR ? 0 : 1 + P->pid[P->tie[n->id]];
+		seen = P->kind[n->id] == K_SCALAR ? 0 : 1 + pid(P, P->tie[n->id]);
 		if (P->fixed[n->id] == seen)
 			return false;
 	}
@@ -957,19 +908,20 @@ static bool fix(Prop *P, IrNode *n)
 		from = n->nops ? n->ops[0] : -1;
 	} else {
 		const IrNode *t = nd(P, P->tie[n->id]);
-		if (!t->place.known)
+		if (!t->place)
 			return false;
 		P->fixed[n->id] = seen;
-		p = t->place;
+		p = *ir_place(P->m, t);
 		p.partial = 0;
 		p.partial_op = IR_RED_SUM;
 		from = t->id;
 	}
 	if (P->kind[n->id] == K_SCALAR)
 		P->fixed[n->id] = seen;
-	if (placement_equal(&p, &n->place) && n->place_from == from)
+	uint32_t id = ir_place_intern(P->m, &p);
+	if (id == n->place && n->place_from == from)
 		return false;
-	place_node(P, n, &p, -1, from, n->loc);
+	place_node(P, n, id, from, n->loc);
 	return true;
 }
 
@@ -981,11 +933,11 @@ static bool visit_node(Prop *P, int i)
 		return false;
 	case K_FREE:
 		if (!rule_of(P, i)->ok) {
-			if (n->place.known)
+			if (n->place)
 				return false;
 			Placement p;
 			placement_replicated(&p, n->rank);
-			place_node(P, n, &p, -1, n->nops ? n->ops[0] : -1, n->loc);
+			place_node(P, n, ir_place_intern(P->m, &p), n->nops ? n->ops[0] : -1, n->loc);
 			return true;
 		}
 		return choose(P, n);
@@ -1103,7 +1055,7 @@ static int sp_axis(const Prop *P)
 		if (n->op != IR_OP_MATMUL || n->nops < 2)
 			continue;
 		const IrNode *w = nd(P, n->ops[1]);
-		const Placement *q = &w->place;
+		const Placement *q = ir_place(m, w);
 		if (w->op != IR_OP_PARAM || w->rank != 2 || !q->known || q->naxes[0] ||
 		    q->naxes[1] != 1 || !(P->live & (1u << q->axes[1][0])))
 			continue;
@@ -1125,21 +1077,21 @@ static bool sp_uses_axis(const Placement *p, int ax)
  * matmul, the vocab-parallel embedding. */
 static bool sp_partial_source(const Prop *P, const IrNode *o, int ax)
 {
-	const Placement *p = &o->place;
+	const Placement *p = ir_place(P->m, o);
 	if ((p->partial >> ax) & 1u)
 		return p->partial_op == IR_RED_SUM;
 	if (p->partial || sp_uses_axis(p, ax) || o->nops < 2)
 		return false;
 	if (o->op == IR_OP_MATMUL) {
 		const IrNode *w = nd(P, o->ops[1]);
-		const Placement *q = &w->place;
+		const Placement *q = ir_place(P->m, w);
 		if (w->rank != 2 || !q->known)
 			return false;
 		for (int k = 0; k < q->naxes[0]; k++)
 			if (q->axes[0][k] == ax)
 				return true;
 	} else if (o->op == IR_OP_EMBED) {
-		const Placement *q = &nd(P, o->ops[0])->place;
+		const Placement *q = pl(P, o->ops[0]);
 		for (int k = 0; q->known && k < q->naxes[0]; k++)
 			if (q->axes[0][k] == ax)
 				return true;
@@ -1174,7 +1126,7 @@ static bool sp_apply(Prop *P, Arena *ar, const char **why)
 	int count = 0;
 	for (int i = 0; i < m->nnodes; i++) {
 		IrNode *n = m->nodes[i];
-		const Placement *p = &n->place;
+		const Placement *p = ir_place(m, n);
 		if (!fwd[i] || P->kind[i] != K_FREE || n->rank < 3 || !p->known || p->partial ||
 		    p->naxes[n->rank - 2] || p->naxes[n->rank - 1] || sp_uses_axis(p, ax) ||
 		    n->shape[n->rank - 2] % parts)
@@ -1208,7 +1160,7 @@ static bool sp_apply(Prop *P, Arena *ar, const char **why)
 	 * partial (reduce_scattered in) */
 	for (int i = 0; i < m->nnodes; i++) {
 		IrNode *n = m->nodes[i];
-		const Placement *p = &n->place;
+		const Placement *p = ir_place(m, n);
 		if (fwd[i] || P->kind[i] != K_FREE || n->rank < 3 || !p->known || p->partial ||
 		    p->naxes[n->rank - 2] || p->naxes[n->rank - 1] || sp_uses_axis(p, ax) ||
 		    n->shape[n->rank - 2] % parts)
@@ -1228,18 +1180,22 @@ static bool sp_apply(Prop *P, Arena *ar, const char **why)
 	}
 	for (int i = 0; i < m->nnodes; i++) {
 		IrNode *n = m->nodes[i];
-		if (P->kind[i] != K_FREE || !n->place.known)
+		if (P->kind[i] != K_FREE || !n->place)
 			continue;
 		P->kind[i] = K_USER; /* pinned */
+		if (!src[i] && !sp[i])
+			continue;
+		Placement p = *ir_place(m, n);
 		if (src[i]) { /* left partial: reduce_scattered into the add */
-			n->place.partial |= 1u << ax;
-			n->place.partial_op = IR_RED_SUM;
+			p.partial |= 1u << ax;
+			p.partial_op = IR_RED_SUM;
 		}
 		if (sp[i]) {
 			int d = n->rank - 2;
-			n->place.axes[d][0] = (uint8_t)ax;
-			n->place.naxes[d] = 1;
+			p.axes[d][0] = (uint8_t)ax;
+			p.naxes[d] = 1;
 		}
+		ir_place_set(m, n, &p); /* out of memory: the verifier says */
 	}
 	return true;
 }
@@ -1261,7 +1217,7 @@ bool pass_propagate_memo(IrModule *m, Diag *d, const PassOptions *opt, bool memo
 	/* one rule per signature, written by build_sigs */
 	P.rules = arena_alloc_raw(&a, sizeof(Rule) * nn);
 	P.sig = arena_alloc_raw(&a, sizeof(int) * nn);
-	P.pid = arena_alloc_raw(&a, sizeof(int) * nn);
+	P.shape = arena_alloc_raw(&a, sizeof(int) * nn);
 	P.kind = arena_alloc(&a, nn);
 	P.tie = arena_alloc(&a, sizeof(int) * nn);
 	P.dirty = arena_alloc_raw(&a, nn);
@@ -1270,7 +1226,7 @@ bool pass_propagate_memo(IrModule *m, Diag *d, const PassOptions *opt, bool memo
 	P.ver = arena_alloc(&a, sizeof(unsigned) * nn);
 	P.fixed = arena_alloc_raw(&a, sizeof(int) * nn);
 	P.bytes = arena_alloc_raw(&a, sizeof(double) * nn);
-	bool ok = P.rules && P.sig && P.pid && P.kind && P.tie && P.dirty && P.ver && P.fixed &&
+	bool ok = P.rules && P.sig && P.shape && P.kind && P.tie && P.dirty && P.ver && P.fixed &&
 	          P.bytes && P.opchange && P.visited && build_uses(&P, &a);
 	if (ok) {
 		int most_ops = 0, most_uses = 0;
@@ -1300,7 +1256,7 @@ bool pass_propagate_memo(IrModule *m, Diag *d, const PassOptions *opt, bool memo
 		return false;
 	}
 	memset(P.dirty, 1, nn);
-	pids_sync(&P);
+	vers_bump(&P);
 	int sweeps = 0;
 	bool changed = true;
 	while (changed && sweeps < PR_SWEEPS) {
@@ -1315,7 +1271,7 @@ bool pass_propagate_memo(IrModule *m, Diag *d, const PassOptions *opt, bool memo
 	if (m->train.sequence_parallel && sp_apply(&P, &a, &sp_why)) {
 		changed = true;
 		memset(P.dirty, 1, nn); /* sp_apply moved placements behind visit's back */
-		pids_sync(&P);
+		vers_bump(&P);
 		for (int s = 0; changed && s < PR_SWEEPS; s++, sweeps++) {
 			changed = false;
 			for (int i = 0; i < m->nnodes; i++)
@@ -1329,10 +1285,10 @@ bool pass_propagate_memo(IrModule *m, Diag *d, const PassOptions *opt, bool memo
 		IrNode *n = m->nodes[i];
 		if (P.kind[i] == K_TIED || P.kind[i] == K_SCALAR)
 			fix(&P, n);
-		if (!n->place.known) {
+		if (!n->place) {
 			Placement p;
 			placement_replicated(&p, n->rank);
-			set_place(n, &p, -1, n->loc);
+			set_place(n, ir_place_intern(m, &p), -1, n->loc);
 		}
 	}
 	if (opt && opt->verbose)

@@ -279,8 +279,10 @@ static bool check_args(const Placement *from, const Placement *to, int rank, cha
 	return true;
 }
 
+/* A state of the search: a placement (its id in the search's own table,
+ * State.id) and the cheapest way found to it. */
 typedef struct State {
-	Placement p;
+	uint32_t id;
 	double dist;
 	int prev;
 	ReshardStep via;
@@ -294,18 +296,36 @@ bool pass_reshard_plan(const Mesh *m, IrDtype dt, int rank, const int64_t *shape
 	memset(out, 0, sizeof *out);
 	if (!check_args(from, to, rank, why, cap))
 		return false;
-	if (placement_equal(from, to))
+	/* the placements met, interned: a state is found by its id */
+	Arena a;
+	arena_init(&a);
+	IrPlaces *pl = ir_places_new(&a);
+	uint32_t to_id = pl ? ir_places_intern(pl, to) : 0;
+	uint32_t from_id = to_id ? ir_places_intern(pl, from) : 0;
+	State *st = from_id ? malloc(RS_MAX_STATES * sizeof *st) : NULL;
+	/* [ids]: the state of each, -1 none (ids are at most the states and
+	 * the target) */
+	int *state_of = st ? malloc((RS_MAX_STATES + 2) * sizeof *state_of) : NULL;
+	if (!state_of) {
+		free(st);
+		arena_free(&a);
+		return fail(why, cap, "out of memory");
+	}
+	if (from_id == to_id) {
+		free(st);
+		free(state_of);
+		arena_free(&a);
 		return true;
+	}
 	uint32_t axes = used_axes(from) | used_axes(to) | from->partial;
 	/* uneven steps only for a value that is uneven at either end, so
 	 * an even value never detours through padded shards */
 	bool uneven = !pass_placement_even(m, from, rank, shape) ||
 	              !pass_placement_even(m, to, rank, shape);
-	State *st = malloc(RS_MAX_STATES * sizeof *st);
-	if (!st)
-		return fail(why, cap, "out of memory");
 	int ns = 1, goal = -1;
-	st[0] = (State){*from, 0, -1, {0}, false};
+	state_of[to_id] = -1;
+	state_of[from_id] = 0;
+	st[0] = (State){from_id, 0, -1, {0}, false};
 	ReshardStep mv[256];
 	for (;;) {
 		int best = -1;
@@ -315,24 +335,26 @@ bool pass_reshard_plan(const Mesh *m, IrDtype dt, int rank, const int64_t *shape
 		if (best < 0)
 			break;
 		st[best].done = true;
-		if (placement_equal(&st[best].p, to)) {
+		if (st[best].id == to_id) {
 			goal = best;
 			break;
 		}
-		Placement cur = st[best].p;
+		Placement cur = *ir_places_get(pl, st[best].id);
 		int nm = moves(m, dt, rank, shape, &cur, to, axes, uneven, mv, 256);
 		for (int k = 0; k < nm; k++) {
 			/* never drop a partial axis the target keeps */
 			if (mv[k].after.partial != (mv[k].after.partial | (to->partial & cur.partial)))
 				continue;
 			double nd = st[best].dist + mv[k].cost;
-			int j = 0;
-			while (j < ns && !placement_equal(&st[j].p, &mv[k].after))
-				j++;
-			if (j == ns) {
+			uint32_t id = ir_places_find(pl, &mv[k].after);
+			int j = id ? state_of[id] : -1;
+			if (j < 0) {
 				if (ns == RS_MAX_STATES)
 					continue;
-				st[ns++] = (State){mv[k].after, nd, best, mv[k], false};
+				if (!id && !(id = ir_places_intern(pl, &mv[k].after)))
+					continue; /* out of memory: a path not taken */
+				state_of[id] = ns;
+				st[ns++] = (State){id, nd, best, mv[k], false};
 			} else if (!st[j].done && nd < st[j].dist) {
 				st[j].dist = nd;
 				st[j].prev = best;
@@ -340,6 +362,8 @@ bool pass_reshard_plan(const Mesh *m, IrDtype dt, int rank, const int64_t *shape
 			}
 		}
 	}
+	free(state_of);
+	arena_free(&a);
 	if (goal < 0) {
 		free(st);
 		return fail(why, cap, "no sequence of collectives reaches the target "
@@ -379,7 +403,16 @@ bool pass_reshard_greedy(const Mesh *m, IrDtype dt, int rank, const int64_t *sha
 	memset(out, 0, sizeof *out);
 	if (!check_args(from, to, rank, why, cap))
 		return false;
-	if (placement_equal(from, to))
+	Arena a;
+	arena_init(&a);
+	IrPlaces *pl = ir_places_new(&a);
+	if (!pl) {
+		arena_free(&a);
+		return fail(why, cap, "out of memory");
+	}
+	bool same = ir_places_intern(pl, from) == ir_places_intern(pl, to);
+	arena_free(&a);
+	if (same)
 		return true;
 	Placement cur = *from;
 	for (int d = 0; d < rank; d++)

@@ -52,7 +52,7 @@ static uint32_t live_axes(const Mesh *m)
 /* The param's own placement, canonical, without partial sums. */
 static Placement param_place(const IrModule *m, const IrNode *param)
 {
-	Placement P = param->place;
+	Placement P = *ir_place(m, param);
 	if (!P.known)
 		placement_replicated(&P, param->rank);
 	pass_placement_canon(&m->mesh, &P);
@@ -81,9 +81,9 @@ static bool zero_split(const IrModule *m, const IrNode *param, uint32_t Z, Place
 	return true;
 }
 
-static void set_place(IrNode *n, const Placement *p, int from)
+static void set_place(IrModule *m, IrNode *n, const Placement *p, int from)
 {
-	n->place = *p;
+	ir_place_set(m, n, p); /* out of memory: the verifier says */
 	n->place_from = from;
 	if (from < 0)
 		n->place_loc = (SrcLoc){0};
@@ -120,23 +120,23 @@ bool pass_zero(IrModule *m, Diag *d, const PassOptions *opt)
 			continue;
 		}
 		nsplit++;
-		set_place(n, &S, param->id);
+		set_place(m, n, &S, param->id);
 		const int st[4] = {ix.m, ix.v, ix.mom, ix.master};
 		for (int k = 0; k < 4; k++)
 			if (st[k] >= 0)
-				set_place(m->nodes[n->ops[st[k]]], &S, param->id);
+				set_place(m, m->nodes[n->ops[st[k]]], &S, param->id);
 		IrNode *g = m->nodes[n->ops[ix.g]];
 		if (stage == 1) {
 			/* kept whole and unreduced; partition drops the partial axes
 			 * the gradient's op does not produce */
 			Placement G = param_place(m, param);
 			G.partial = live & ~pass_placement_split_axes(&G);
-			set_place(g, &G, param->id);
+			set_place(m, g, &G, param->id);
 		} else {
-			set_place(g, &S, param->id);
+			set_place(m, g, &S, param->id);
 		}
 		if (stage == 3)
-			set_place(param, &S, -1);
+			set_place(m, param, &S, -1);
 	}
 	if (opt && opt->verbose)
 		fprintf(stderr, "dtmc: zero: stage %d: %d param%s split, %d kept whole (already "

@@ -355,7 +355,7 @@ static void types_text(const Insp *in, const IrNode *n, Buf *b)
 	}
 	char t[256], pl[256];
 	ir_format_type(t, sizeof t, n->dtype, n->rank, global);
-	placement_format(&n->place, &m->mesh, pl, sizeof pl);
+	placement_format(ir_place(m, n), &m->mesh, pl, sizeof pl);
 	squeeze(t);
 	squeeze(pl);
 	put(b, "%s @ %s\n", t, pl);

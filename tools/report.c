@@ -71,9 +71,9 @@ static int64_t numel(int rank, const int64_t *shape)
 /* A param's placement, or replicated when none was decided: a value with no
  * annotation is replicated over every mesh axis until propagation says
  * otherwise. */
-static Placement param_placement(const IrNode *n)
+static Placement param_placement(const IrModule *m, const IrNode *n)
 {
-	Placement p = n->place;
+	Placement p = *ir_place(m, n);
 	if (!p.known || p.ndims != n->rank)
 		placement_replicated(&p, n->rank);
 	return p;
@@ -124,8 +124,8 @@ static void print_header(FILE *out, const IrModule *m, int64_t nparams, int64_t 
 			continue;
 		char shape[256], place[256] = "";
 		fmt_shape(shape, sizeof shape, n->rank, n->shape);
-		if (n->place.known)
-			placement_format(&n->place, mesh, place, sizeof place);
+		if (n->place)
+			placement_format(ir_place(m, n), mesh, place, sizeof place);
 		fprintf(out, "input %s : %s%s%s%s\n", n->name ? n->name : "?",
 		        ir_dtype_name(n->dtype), shape, place[0] ? " @ " : "", place);
 	}
@@ -165,7 +165,7 @@ static void print_row(FILE *out, const int *w, char cells[NCOLS][128], bool stag
 static void param_cells(const IrModule *m, const IrNode *n, char cells[NCOLS][128])
 {
 	char a[32], b[32];
-	Placement p = param_placement(n);
+	Placement p = param_placement(m, n);
 	snprintf(cells[COL_NAME], 128, "%s", n->name ? n->name : "?");
 	snprintf(cells[COL_DTYPE], 128, "%s", ir_dtype_name(n->dtype));
 	fmt_shape(cells[COL_SHAPE], 128, n->rank, n->shape);
@@ -200,7 +200,7 @@ static void rank_totals(const IrModule *m, int64_t *emin, int64_t *emax, int64_t
 			const IrNode *n = m->nodes[i];
 			if (n->op != IR_OP_PARAM)
 				continue;
-			Placement p = param_placement(n);
+			Placement p = param_placement(m, n);
 			int64_t k = rank_numel(n, &p, &m->mesh, r);
 			e += k;
 			b += k * ir_dtype_size(n->dtype);

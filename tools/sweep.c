@@ -429,9 +429,10 @@ static bool probe(SweepRun *r, const IrModule *m, Arena *a)
 		if (n->op != IR_OP_INPUT || n->rank < 1)
 			continue;
 		s->batch = n->shape[0];
-		if (n->place.known && n->place.ndims > 0)
-			for (int k = 0; k < n->place.naxes[0]; k++)
-				s->batch_axes |= 1u << n->place.axes[0][k];
+		const Placement *p = ir_place(m, n);
+		if (p->known && p->ndims > 0)
+			for (int k = 0; k < p->naxes[0]; k++)
+				s->batch_axes |= 1u << p->axes[0][k];
 		break;
 	}
 	if (m->nchooses > SWEEP_MAX_CHOOSE) {

@@ -117,10 +117,10 @@ static void build(void)
 
 	int tok = leaf(IR_OP_INPUT, IR_I32, "tokens", DIMS(4, 8));
 	IrNode *n = M->nodes[tok];
-	n->place.known = true;
-	n->place.ndims = 2;
-	n->place.naxes[0] = 1;
-	n->place.axes[0][0] = 1;
+	Placement pl = {.known = true, .ndims = 2};
+	pl.naxes[0] = 1;
+	pl.axes[0][0] = 1;
+	ir_place_set(M, n, &pl);
 	int wte = leaf(IR_OP_PARAM, IR_F32, "wte", DIMS(32, 16));
 	M->nodes[wte]->attrs.init = IR_INIT_NORMAL;
 	M->nodes[wte]->attrs.f[1] = 0.02;
@@ -163,12 +163,10 @@ static void build(void)
 	n->attrs.f[0] = 1e-6;
 	h = bin(IR_OP_ADD, h, done(n));
 	int q = bin(IR_OP_MATMUL, h, w);                     /* [4, 8, 16] */
-	M->nodes[q]->place.known = true;
-	M->nodes[q]->place.ndims = 3;
-	M->nodes[q]->place.naxes[2] = 1;
-	M->nodes[q]->place.axes[2][0] = 2;
-	M->nodes[q]->place.partial = 1u << 1;
-	M->nodes[q]->place.partial_op = IR_RED_MAX;
+	pl = (Placement){.known = true, .ndims = 3, .partial = 1u << 1, .partial_op = IR_RED_MAX};
+	pl.naxes[2] = 1;
+	pl.axes[2][0] = 2;
+	ir_place_set(M, M->nodes[q], &pl);
 	M->nodes[q]->name = "q";
 	int a3[3] = {q, h, h};
 	n = add(IR_OP_ATTENTION, 3, a3);
@@ -420,7 +418,7 @@ static void build(void)
 	opts[2].partial = 3u << 1;
 	int ci = ir_choose_add(M, w, opts, 3, at(40, 7, 13));
 	M->chooses[ci].selected = 1;
-	M->nodes[w]->place = opts[1];
+	ir_place_set(M, M->nodes[w], &opts[1]);
 }
 
 static void test_roundtrip(void)
@@ -461,7 +459,7 @@ static void test_roundtrip(void)
 		CHECK_EQ_STR(m2->nodes[3]->name, M->nodes[3]->name);
 		CHECK_EQ_INT(m2->nodes[M->chooses[0].node]->choose, 0);
 		for (int i = 0; i < M->nnodes; i++)
-			CHECK(placement_equal(&m2->nodes[i]->place, &M->nodes[i]->place));
+			CHECK(ir_place_intern(m2, ir_place(M, M->nodes[i])) == m2->nodes[i]->place);
 		free(t2);
 	}
 	/* a few lines, exactly */
@@ -502,12 +500,16 @@ static void test_verify(void)
 	mm->shape[2] = 17;
 	CHECK(!ir_verify(M, &d, "partition"));
 	mm->shape[2] = 16;
-	mm->place.axes[2][0] = 1; /* dp: also partial over dp */
+	Placement pl = *ir_place(M, mm);
+	Placement bad = pl;
+	bad.axes[2][0] = 1; /* dp: also partial over dp */
+	ir_place_set(M, mm, &bad);
 	CHECK(!ir_verify(M, &d, "propagate"));
-	mm->place.axes[2][0] = 2;
-	mm->place.ndims = 2;
+	bad = pl;
+	bad.ndims = 2;
+	ir_place_set(M, mm, &bad);
 	CHECK(!ir_verify(M, &d, "propagate"));
-	mm->place.ndims = 3;
+	ir_place_set(M, mm, &pl);
 	int save = mm->ops[0];
 	mm->ops[0] = mm->id;
 	CHECK(!ir_verify(M, &d, "schedule"));

@@ -93,7 +93,7 @@ static void test_gpt(void)
 		CHECK_EQ_INT(wte->stage, -1);
 		CHECK_EQ_INT(wp1->shape[0], 256); /* ffn = 4 * d */
 		CHECK_EQ_INT(wp1->shape[1], 64);
-		CHECK(wq0->place.known && wq0->place.naxes[1] == 1 && wq0->place.axes[1][0] == 2);
+		CHECK(ir_place(m, wq0)->known && ir_place(m, wq0)->naxes[1] == 1 && ir_place(m, wq0)->axes[1][0] == 2);
 		CHECK_EQ_INT(wq0->attrs.init, IR_INIT_NORMAL);
 		CHECK_NEAR(find(m, "layer.0.wo")->attrs.f[1], 0.02 / 2, 1e-12);
 		CHECK_EQ_INT(find(m, "layer.0.ln1")->attrs.init, IR_INIT_ONES);
@@ -133,9 +133,9 @@ static void test_gpt2_small(void)
 		IrNode *wte = find(m, "wte");
 		int64_t local[IR_MAX_RANK];
 		CHECK(wte != NULL);
-		placement_shard_shape(&wte->place, &m->mesh, 0, wte->rank, wte->shape, local);
+		placement_shard_shape(ir_place(m, wte), &m->mesh, 0, wte->rank, wte->shape, local);
 		CHECK_EQ_INT(local[0], 25129);
-		placement_shard_shape(&wte->place, &m->mesh, 1, wte->rank, wte->shape, local);
+		placement_shard_shape(ir_place(m, wte), &m->mesh, 1, wte->rank, wte->shape, local);
 		CHECK_EQ_INT(local[0], 25128);
 	}
 	free(out);
@@ -166,7 +166,7 @@ static void test_mlp(void)
 	if (m) {
 		CHECK_EQ_STR(m->train.optimizer, "sgd");
 		CHECK_NEAR(m->train.momentum, 0.9, 1e-12);
-		CHECK(find(m, "h") && find(m, "h")->place.known);
+		CHECK(find(m, "h") && find(m, "h")->place);
 		CHECK_EQ_INT(param_numel(m), 32 * 64 + 64 + 64 * 8 + 8);
 	}
 	arena_free(&a);
@@ -257,9 +257,9 @@ static void test_features(void)
 	if (m) {
 		CHECK_EQ_INT(m->nchooses, 1);
 		IrNode *wq = find(m, "wqkv");
-		CHECK(wq && wq->choose == 0 && wq->place.known && wq->place.naxes[1] == 1);
+		CHECK(wq && wq->choose == 0 && ir_place(m, wq)->known && ir_place(m, wq)->naxes[1] == 1);
 		IrNode *an = find(m, "a");
-		CHECK(an && an->op == IR_OP_ATTENTION && an->place.known);
+		CHECK(an && an->op == IR_OP_ATTENTION && ir_place(m, an)->known);
 		CHECK(find(m, "two.0.w") != NULL);
 		IrNode *u = find(m, "u");
 		CHECK(u && u->rank == 3 && u->shape[0] == 2 && u->shape[1] == 4 &&

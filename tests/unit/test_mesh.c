@@ -122,7 +122,10 @@ static void test_chunk(void)
  * (rank 0's shard, the largest); the node records the global extent. */
 static void test_padded_global(void)
 {
+	Arena a;
+	arena_init(&a);
 	IrModule m = {0};
+	m.places = ir_places_new(&a);
 	m.mesh.naxes = 2;
 	m.mesh.names[0] = "dp";
 	m.mesh.names[1] = "tp";
@@ -130,16 +133,18 @@ static void test_padded_global(void)
 	m.mesh.sizes[1] = 4;
 	IrNode n = {0};
 	n.rank = 2;
-	placement_replicated(&n.place, 2);
-	n.place.naxes[0] = 1; /* [dp, tp] */
-	n.place.axes[0][0] = 0;
-	n.place.naxes[1] = 1;
-	n.place.axes[1][0] = 1;
+	Placement pl;
+	placement_replicated(&pl, 2);
+	pl.naxes[0] = 1; /* [dp, tp] */
+	pl.axes[0][0] = 0;
+	pl.naxes[1] = 1;
+	pl.axes[1][0] = 1;
+	CHECK(m.places && ir_place_set(&m, &n, &pl));
 	int64_t g[2] = {6, 6}, loc[2];
-	placement_shard_shape(&n.place, &m.mesh, 0, 2, g, loc);
+	placement_shard_shape(&pl, &m.mesh, 0, 2, g, loc);
 	CHECK_EQ_INT(loc[0], 3); /* 6 over dp = 2: even */
 	CHECK_EQ_INT(loc[1], 2); /* 6 over tp = 4: 2, 2, 2, 0 */
-	placement_shard_shape(&n.place, &m.mesh, 7, 2, g, loc);
+	placement_shard_shape(&pl, &m.mesh, 7, 2, g, loc);
 	CHECK_EQ_INT(loc[1], 0); /* tp coordinate 3: the empty shard */
 	n.shape[0] = 3;
 	n.shape[1] = 2;
@@ -147,6 +152,7 @@ static void test_padded_global(void)
 	CHECK_EQ_INT(ir_global_dim(&m, &n, 1), 8); /* not padded: 2 * 4 */
 	n.padded[1] = 6;
 	CHECK_EQ_INT(ir_global_dim(&m, &n, 1), 6);
+	arena_free(&a);
 }
 
 static void test_shard_shapes(void)
@@ -253,17 +259,43 @@ static void test_format(void)
 	CHECK_EQ_INT(n, (int)strlen("[_, (dp2, tp), _]"));
 	CHECK_EQ_INT(strlen(buf), 4);
 
+	/* interned: equal placements, and only those, get one id */
+	Arena ar;
+	arena_init(&ar);
+	IrPlaces *t = ir_places_new(&ar);
+	CHECK(t != NULL);
+	if (!t)
+		return;
 	Placement a, b;
 	placement_replicated(&a, 2);
 	placement_replicated(&b, 2);
-	CHECK(placement_equal(&a, &b));
+	uint32_t ia = ir_places_intern(t, &a);
+	CHECK(ia != 0 && ir_places_intern(t, &b) == ia);
 	b.naxes[1] = 1;
-	CHECK(!placement_equal(&a, &b));
+	CHECK(ir_places_intern(t, &b) != ia);
 	b.naxes[1] = 0;
 	b.partial_op = IR_RED_MAX; /* ignored while nothing is partial */
-	CHECK(placement_equal(&a, &b));
+	CHECK(ir_places_intern(t, &b) == ia);
+	b.axes[1][3] = 2; /* past naxes: ignored */
+	CHECK(ir_places_intern(t, &b) == ia);
 	b.partial = 1;
-	CHECK(!placement_equal(&a, &b));
+	CHECK(ir_places_intern(t, &b) != ia);
+	CHECK(ir_places_find(t, &b) == ir_places_intern(t, &b));
+	Placement unk = {.ndims = 2}; /* not known: id 0, whatever else it says */
+	CHECK(ir_places_intern(t, &unk) == 0);
+	/* many: the table grows and keeps every id */
+	uint32_t ids[64];
+	for (int k = 0; k < 64; k++) {
+		placement_replicated(&a, 2);
+		a.partial = (uint32_t)k + 1;
+		ids[k] = ir_places_intern(t, &a);
+	}
+	for (int k = 0; k < 64; k++) {
+		placement_replicated(&a, 2);
+		a.partial = (uint32_t)k + 1;
+		CHECK(ir_places_find(t, &a) == ids[k] && ir_places_get(t, ids[k])->partial == a.partial);
+	}
+	arena_free(&ar);
 }
 
 int main(void)

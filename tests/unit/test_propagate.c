@@ -55,7 +55,7 @@ static const char *place(IrModule *m, const IrNode *n)
 	char *b = buf[k++ % 8];
 	if (!n)
 		return "(no node)";
-	placement_format(&n->place, &m->mesh, b, 128);
+	placement_format(ir_place(m, n), &m->mesh, b, 128);
 	return b;
 }
 
@@ -63,7 +63,7 @@ static void check_all_known(IrModule *m)
 {
 	int unknown = 0;
 	for (int i = 0; i < m->nnodes; i++)
-		if (!m->nodes[i]->place.known)
+		if (!ir_place(m, m->nodes[i])->known)
 			unknown++;
 	CHECK_EQ_INT(unknown, 0);
 }
@@ -150,7 +150,8 @@ static void test_gpt_dp(void)
 		if (n->role != IR_ROLE_ACT || n->rank < 2 || n->shape[0] != 8)
 			continue;
 		acts++;
-		if (n->place.naxes[0] != 1 || n->place.axes[0][0] != 1 || n->place.partial) {
+		const Placement *np = ir_place(m, n);
+		if (np->naxes[0] != 1 || np->axes[0][0] != 1 || np->partial) {
 			bad++;
 			fprintf(stderr, "%%%d: %s\n", i, place(m, n));
 		}
@@ -167,7 +168,7 @@ static void test_gpt_dp(void)
 		IrNode *p = named(m, g->name + 5);
 		Placement r;
 		placement_replicated(&r, g->rank);
-		if (!p || !placement_equal(&g->place, &p->place) || !placement_equal(&g->place, &r))
+		if (!p || g->place != p->place || g->place != ir_place_intern(m, &r))
 			bad++;
 	}
 	CHECK(grads > 20);
@@ -192,7 +193,7 @@ static void test_single_device(void)
 			IrNode *n = m->nodes[i];
 			Placement r;
 			placement_replicated(&r, n->rank);
-			if (!placement_equal(&n->place, &r))
+			if (n->place != ir_place_intern(m, &r))
 				bad++;
 		}
 		CHECK_EQ_INT(bad, 0);
