@@ -268,21 +268,23 @@ static bool emit_wrapper(Emit *e, int i)
 	}
 	fputs(" },\n\t\t.out = ", out);
 	put_tensor(out, n);
+	CgKernelAttrs ka;
+	cg_kernel_attrs(n, &ka);
 	fputs(",\n\t\t.ints = {", out);
-	for (int k = 0; k < IR_MAX_INTS && k < 8; k++)
-		fprintf(out, "%s%lld", k ? ", " : " ", (long long)n->attrs.ints[k]);
-	fprintf(out, " },\n\t\t.nints = %d,\n\t\t.f = { ", n->attrs.nints);
-	put_float(out, n->attrs.f[0], false);
+	for (int k = 0; k < 8; k++)
+		fprintf(out, "%s%lld", k ? ", " : " ", (long long)ka.ints[k]);
+	fprintf(out, " },\n\t\t.nints = %d,\n\t\t.f = { ", ka.nints);
+	put_float(out, ka.f[0], false);
 	fputs(", ", out);
-	put_float(out, n->attrs.f[1], false);
+	put_float(out, ka.f[1], false);
 	fputs(" },\n\t\t.fx = { ", out);
 	for (int k = 0; k < 6; k++) {
 		if (k)
 			fputs(", ", out);
-		put_float(out, n->attrs.fx[k], false);
+		put_float(out, ka.fx[k], false);
 	}
 	fprintf(out, " },\n\t\t.mesh_axes = %uu,\n\t\t.red = %d,\n\t\t.flag = %d,\n\t\t.node = %d,\n\t};\n",
-	        (unsigned)n->attrs.mesh_axes, (int)n->attrs.red, n->attrs.flag ? 1 : 0, i);
+	        (unsigned)ka.mesh_axes, (int)ka.red, ka.flag ? 1 : 0, i);
 	fputs("\tDtmkArgs a = t;\n", out);
 	for (int k = 0; k < n->nops; k++)
 		fprintf(out, "\ta.in[%d].p = args[%d];\n", k, k);

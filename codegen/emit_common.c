@@ -160,7 +160,7 @@ bool cg_put_ew_member(FILE *out, const char *indent, const CgExprDialect *dl, co
 	case IR_OP_SIGMOID: lib = "sigmoid"; break;
 	case IR_OP_SCALE:
 		fprintf(out, "%s * ", a[0]);
-		dl->put_f32(out, n->attrs.f[0]);
+		dl->put_f32(out, ir_attr_scalar(n)->value);
 		break;
 	case IR_OP_CAST:
 		if (n->dtype == IR_BF16)
@@ -174,8 +174,8 @@ bool cg_put_ew_member(FILE *out, const char *indent, const CgExprDialect *dl, co
 		break;
 	case IR_OP_DROPOUT:
 		fprintf(out, "%sdropout%s(%s, %s, ", dl->prefix, dl->suffix, dl->ctx, a[0]);
-		dl->put_f32(out, n->attrs.f[0]);
-		fprintf(out, ", %uu, ", (unsigned)(uint32_t)n->attrs.ints[0]);
+		dl->put_f32(out, ir_attr_dropout(n)->rate);
+		fprintf(out, ", %uu, ", (unsigned)(uint32_t)ir_attr_dropout(n)->salt);
 		if (keyed)
 			fprintf(out, "g%d)", n->id);
 		else
@@ -217,4 +217,83 @@ int cg_list_dir(const char *dir, const char *prefix, const char *suffix, char **
 	closedir(dp);
 	qsort(names, (size_t)nn, sizeof names[0], cmp_str);
 	return nn;
+}
+
+/* ---- the generic kernels' attributes ---- */
+
+_Static_assert(IR_MAX_INTS == 8, "DtmkArgs.ints holds 8");
+
+void cg_kernel_attrs(const IrNode *n, CgKernelAttrs *k)
+{
+	memset(k, 0, sizeof *k);
+	IrAttrKind kind = ir_op_attr_kind(n->op);
+	const IrAttr *a = ir_attr_get(n, kind);
+	switch (kind) {
+	case IR_ATTR_NONE:
+	case IR_ATTR_KIND_COUNT:
+		break;
+	case IR_ATTR_INIT:
+		k->f[0] = a->init.arg[0];
+		k->f[1] = a->init.arg[1];
+		break;
+	case IR_ATTR_SCALAR:
+		k->f[0] = a->scalar.value;
+		break;
+	case IR_ATTR_AXES:
+		k->nints = a->axes.n;
+		memcpy(k->ints, a->axes.axes, sizeof k->ints);
+		k->flag = a->axes.keepdims;
+		break;
+	case IR_ATTR_AXIS:
+		k->nints = 1;
+		k->ints[0] = a->axis.axis;
+		break;
+	case IR_ATTR_EPS:
+		k->f[0] = a->eps.eps;
+		break;
+	case IR_ATTR_PERM:
+		k->nints = a->perm.n;
+		memcpy(k->ints, a->perm.perm, sizeof k->ints);
+		break;
+	case IR_ATTR_SLICE:
+		k->nints = 3;
+		k->ints[0] = a->slice.axis;
+		k->ints[1] = a->slice.start;
+		k->ints[2] = a->slice.end;
+		break;
+	case IR_ATTR_ATTN:
+		k->nints = 2;
+		k->ints[0] = a->attn.heads;
+		k->ints[1] = a->attn.causal;
+		break;
+	case IR_ATTR_DROPOUT:
+		k->f[0] = a->dropout.rate;
+		k->nints = a->dropout.has_mb ? 5 : 1;
+		k->ints[0] = a->dropout.salt;
+		if (a->dropout.has_mb) {
+			k->ints[1] = a->dropout.mbs;
+			k->ints[2] = a->dropout.mb;
+			k->ints[3] = a->dropout.bdim;
+			k->ints[4] = a->dropout.binner;
+		}
+		break;
+	case IR_ATTR_COLL:
+		k->mesh_axes = a->coll.axes;
+		k->red = a->coll.red;
+		k->nints = a->coll.n;
+		memcpy(k->ints, a->coll.args, sizeof k->ints);
+		break;
+	case IR_ATTR_OPTIM:
+		k->fx[0] = n->op == IR_OP_SGD_STEP ? a->optim.momentum : a->optim.beta1;
+		k->fx[1] = a->optim.beta2;
+		k->fx[2] = a->optim.eps;
+		k->fx[3] = a->optim.weight_decay;
+		k->fx[4] = a->optim.clip;
+		k->flag = a->optim.master;
+		if (n->op == IR_OP_SGD_STEP) {
+			k->nints = 1;
+			k->ints[0] = a->optim.nesterov;
+		}
+		break;
+	}
 }

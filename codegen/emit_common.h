@@ -21,6 +21,24 @@
  * [-]inf (NULL: as "%g" prints them). */
 void cg_put_float(FILE *out, double v, bool f32, const char *nan, const char *inf);
 
+/* ---- the generic kernels' attributes ---- */
+
+/* A node's attributes as the generic kernels take them (DtmkArgs,
+ * codegen/cpu/dtmk.h): each family's fields at the positions its kernels
+ * read (ints: axes, a permutation, {axis, start, end}, {heads, causal},
+ * {salt, mbs, mb, bdim, binner}, a collective's dims, {nesterov}; f: a
+ * scalar, eps, a dropout rate, an init's two arguments; fx: beta1 or
+ * momentum, beta2, eps, weight_decay, clip; flag: keepdims, master). */
+typedef struct CgKernelAttrs {
+	int64_t ints[8];
+	int nints;
+	double f[2], fx[6];
+	uint32_t mesh_axes;
+	IrRed red;
+	bool flag;
+} CgKernelAttrs;
+void cg_kernel_attrs(const IrNode *n, CgKernelAttrs *k);
+
 /* ---- broadcasting in a fused loop ---- */
 
 /* How operand x is indexed inside a loop over s's elements. */

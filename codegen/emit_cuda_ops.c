@@ -282,11 +282,12 @@ static void emit_max_bwd(CudaEmit *e, const bool *red)
 
 /* ---- row ops ---- */
 
-/* softmax / log_softmax (bwd: their gradients) along attrs.ints[0]. */
+/* softmax / log_softmax (bwd: their gradients) along their axis. */
 static void emit_softmax(CudaEmit *e, bool lg, bool bwd)
 {
 	const IrNode *n = node(e), *x = arg(e, bwd ? 1 : 0);
-	int ax = (int)(n->attrs.ints[0] < 0 ? n->attrs.ints[0] + x->rank : n->attrs.ints[0]);
+	int64_t a0 = ir_attr_axis(n)->axis;
+	int ax = (int)(a0 < 0 ? a0 + x->rank : a0);
 	int64_t outer = cg_cu_span(x, 0, ax), len = x->shape[ax],
 	        inner = cg_cu_span(x, ax + 1, x->rank);
 	const char *b = bwd ? "_bwd" : "", *l = lg ? "true" : "false";
@@ -322,7 +323,7 @@ static void emit_norm(CudaEmit *e, bool ln, bool bwd)
 		cg_cu_printf(e,
 		             "\tdtmc_norm_rows<%d, %T, %T, float, %T>(%I, %I, (const float *)0, ",
 		             tpo, 0, 1, o, 0, 1);
-	cg_cu_printf(e, "%O, %L, %L, %F, %s);\n", rows, D, n->attrs.f[0], ln ? "true" : "false");
+	cg_cu_printf(e, "%O, %L, %L, %F, %s);\n", rows, D, ir_attr_eps(n)->eps, ln ? "true" : "false");
 	cg_cu_end_kernel(e);
 	e->k = cg_cuda_launch_rows(rows, D);
 }
@@ -341,7 +342,7 @@ static void emit_norm_gamma(CudaEmit *e, bool ln)
 	cg_cu_begin_kernel(e, CG_CUDA_BLOCK);
 	cg_cu_printf(e, "\tdtmc_norm_gamma<%T, %T, %T>(%I, %I, %O, ", 0, 1, cg_cu_out_arg(e), 0, 1);
 	cg_cu_put_parts_ptr(e, nparts);
-	cg_cu_printf(e, ", &dtmc_sync_%N, %L, %L, %d, %F, %s);\n", rows, D, (int)rb, n->attrs.f[0],
+	cg_cu_printf(e, ", &dtmc_sync_%N, %L, %L, %d, %F, %s);\n", rows, D, (int)rb, ir_attr_eps(n)->eps,
 	             ln ? "true" : "false");
 	cg_cu_end_kernel(e);
 	int64_t items = nch + (nch > 1 ? cg_cu_cdiv(D, CG_CUDA_BLOCK) : 0);
@@ -451,9 +452,9 @@ static void emit_grad_norm(CudaEmit *e)
 static void emit_attention(CudaEmit *e, bool bwd)
 {
 	const IrNode *n = node(e), *q = arg(e, bwd ? 1 : 0);
-	int64_t B = q->shape[0], T = q->shape[1], D = q->shape[2], H = n->attrs.ints[0];
+	int64_t B = q->shape[0], T = q->shape[1], D = q->shape[2], H = ir_attr_attn(n)->heads;
 	int64_t hd = H > 0 ? D / H : D;
-	bool causal = n->attrs.nints > 1 && n->attrs.ints[1] != 0;
+	bool causal = ir_attr_attn(n)->causal != 0;
 	if (bwd) /* the row statistics: [B, H, T, 2] */
 		cg_cu_put_scratch(e, "float", B * H * T * 2 > 0 ? B * H * T * 2 : 1);
 	cg_cu_begin_kernel(e, CG_CUDA_ATTN_BLOCK);
@@ -478,7 +479,7 @@ static void begin_ew(CudaEmit *e, bool group)
 {
 	cg_cu_begin_kernel(e, CG_CUDA_BLOCK);
 	if (group)
-		cg_cu_put_group_index(e, node(e)->attrs.mesh_axes);
+		cg_cu_put_group_index(e, ir_attr_coll(node(e))->axes);
 	cg_cu_put_ew_head(e, ir_node_numel(node(e)));
 }
 
@@ -498,7 +499,7 @@ static void emit_permute(CudaEmit *e)
 		s *= x->shape[d];
 	}
 	for (int d = 0; d < r; d++)
-		st[d] = xs[n->attrs.ints[d]];
+		st[d] = xs[ir_attr_perm(n)->perm[d]];
 	begin_ew(e, false);
 	fputs("\tdtmc_i64 off = 0;\n", e->out);
 	cg_cu_put_decompose(e->out, "i", n->shape, st, r, "off", "\t");
@@ -521,14 +522,15 @@ static void emit_copy(CudaEmit *e)
 static void emit_slice(CudaEmit *e, bool shard)
 {
 	const IrNode *n = node(e), *x = arg(e, 0);
-	int ax = (int)(n->attrs.ints[0] < 0 ? n->attrs.ints[0] + x->rank : n->attrs.ints[0]);
+	int64_t a0 = shard ? ir_attr_coll(n)->dim : ir_attr_slice(n)->axis;
+	int ax = (int)(a0 < 0 ? a0 + x->rank : a0);
 	int64_t inner = cg_cu_span(x, ax + 1, x->rank), len = x->shape[ax], c = n->shape[ax];
 	begin_ew(e, shard);
 	cg_cu_printf(e, "\tconst dtmc_i64 o = i / %L, rem = i %% %L;\n", c * inner, c * inner);
 	if (shard)
 		cg_cu_printf(e, "\tconst dtmc_i64 lo = idx * %L;\n", c);
 	else
-		cg_cu_printf(e, "\tconst dtmc_i64 lo = %L;\n", n->attrs.ints[1]);
+		cg_cu_printf(e, "\tconst dtmc_i64 lo = %L;\n", ir_attr_slice(n)->start);
 	cg_cu_printf(e, "\tconst float v = dtmc_ld(%I, (o * %L + lo) * %L + rem);\n", 0, len,
 	             inner);
 	end_ew(e);
@@ -538,8 +540,8 @@ static void emit_slice(CudaEmit *e, bool shard)
 static void emit_pad(CudaEmit *e)
 {
 	const IrNode *n = node(e), *x = arg(e, 0);
-	int ax = (int)n->attrs.ints[0];
-	int64_t lo = n->attrs.ints[1], len = n->shape[ax], xl = x->shape[ax];
+	int ax = (int)ir_attr_slice(n)->axis;
+	int64_t lo = ir_attr_slice(n)->start, len = n->shape[ax], xl = x->shape[ax];
 	int64_t inner = cg_cu_span(n, ax + 1, n->rank);
 	begin_ew(e, false);
 	cg_cu_printf(e,
@@ -555,8 +557,9 @@ static void emit_pad(CudaEmit *e)
 static void emit_pad_mask(CudaEmit *e)
 {
 	const IrNode *n = node(e), *x = arg(e, 0);
-	int ax = (int)n->attrs.ints[0];
-	int64_t c = x->shape[ax], inner = cg_cu_span(x, ax + 1, x->rank), ext = n->attrs.ints[1];
+	const IrAttrColl *pm = ir_attr_coll(n);
+	int ax = (int)pm->pad.dim;
+	int64_t c = x->shape[ax], inner = cg_cu_span(x, ax + 1, x->rank), ext = pm->pad.size;
 	double low = n->dtype == IR_F16    ? -65504.0
 	             : n->dtype == IR_BF16 ? -3.38953139e38
 	                                   : -3.40282347e38;
@@ -566,15 +569,16 @@ static void emit_pad_mask(CudaEmit *e)
 	        "\tconst dtmc_i64 pos = i / %L %% %L;\n"
 	        "\tif (idx * %L + pos < %L) {\n\t\tif (a.p[0] != a.p[%d])\n\t\t\t%O[i] = %I[i];\n"
 	        "\t\treturn;\n\t}\n\tconst float v = %F;\n",
-	        inner, c, c, ext, cg_cu_out_arg(e), 0, n->attrs.ints[2] ? low : 0.0);
+	        inner, c, c, ext, cg_cu_out_arg(e), 0, pm->pad.low ? low : 0.0);
 	end_ew(e);
 }
 
-/* concat(x0, x1, ...) along ints[0]. */
+/* concat(x0, x1, ...) along its axis. */
 static void emit_concat(CudaEmit *e)
 {
 	const IrNode *n = node(e);
-	int ax = (int)(n->attrs.ints[0] < 0 ? n->attrs.ints[0] + n->rank : n->attrs.ints[0]);
+	int64_t a0 = ir_attr_axis(n)->axis;
+	int ax = (int)(a0 < 0 ? a0 + n->rank : a0);
 	int64_t inner = cg_cu_span(n, ax + 1, n->rank), len = n->shape[ax];
 	begin_ew(e, false);
 	cg_cu_printf(e,
@@ -626,7 +630,7 @@ static void emit_embed_bwd(CudaEmit *e, bool vp)
 	nc = nc < 1 ? 1 : nc > 16 ? 16 : nc;
 	cg_cu_begin_kernel(e, CG_CUDA_BLOCK);
 	if (vp)
-		cg_cu_put_group_index(e, n->attrs.mesh_axes);
+		cg_cu_put_group_index(e, ir_attr_coll(n)->axes);
 	cg_cu_printf(e, "\tdtmc_embed_bwd<%d, %T, %T>(%I, (const int *)a.p[1], %O, %L, %L, %L, ",
 	             (int)nc, 0, cg_cu_out_arg(e), 0, V, D, N);
 	if (vp)
@@ -688,7 +692,7 @@ static void emit_act_bwd(CudaEmit *e, const char *expr)
 static void emit_const(CudaEmit *e)
 {
 	begin_ew(e, false);
-	cg_cu_printf(e, "\tconst float v = %F;\n", node(e)->attrs.f[0]);
+	cg_cu_printf(e, "\tconst float v = %F;\n", ir_attr_scalar(node(e))->value);
 	end_ew(e);
 }
 
@@ -734,14 +738,14 @@ static void emit_matmul(CudaEmit *e)
 static void emit_adamw(CudaEmit *e)
 {
 	const IrNode *n = node(e);
-	bool master = n->attrs.flag;
+	const IrAttrOptim *o = ir_attr_optim(n);
+	bool master = o->master;
 	int w = master ? 4 : 0, nrm = master ? 5 : 4;
-	const double *fx = n->attrs.fx; /* beta1, beta2, eps, weight_decay, clip */
 	cg_cu_begin_kernel(e, CG_CUDA_BLOCK);
 	cg_cu_printf(e,
 	             "\tdtmc_adamw(a, %W, %I, %W, %W, %W, %s, %I, %O, %L, %G, %G, %G, %G, %G);\n",
-	             0, 1, 2, 3, w, master ? "true" : "false", nrm, ir_node_numel(arg(e, 0)), fx[0],
-	             fx[1], fx[2], fx[3], fx[4]);
+	             0, 1, 2, 3, w, master ? "true" : "false", nrm, ir_node_numel(arg(e, 0)), o->beta1,
+	             o->beta2, o->eps, o->weight_decay, o->clip);
 	cg_cu_end_kernel(e);
 	e->k = cg_cuda_launch_elementwise(ir_node_numel(arg(e, 0)));
 }
@@ -750,7 +754,8 @@ static void emit_adamw(CudaEmit *e)
 static void emit_sgd(CudaEmit *e)
 {
 	const IrNode *n = node(e);
-	bool mom = n->attrs.fx[0] != 0, master = n->attrs.flag;
+	const IrAttrOptim *o = ir_attr_optim(n);
+	bool mom = o->momentum != 0, master = o->master;
 	int w = master ? 2 + mom : 0, nrm = 2 + mom + master;
 	cg_cu_begin_kernel(e, CG_CUDA_BLOCK);
 	cg_cu_printf(e, "\tdtmc_sgd(a, %W, %I, ", 0, 1);
@@ -759,8 +764,8 @@ static void emit_sgd(CudaEmit *e)
 	else
 		fputs("(float *)0", e->out);
 	cg_cu_printf(e, ", %W, %s, %I, %O, %L, %G, %G, %G, %s);\n", w, master ? "true" : "false",
-	             nrm, ir_node_numel(arg(e, 0)), n->attrs.fx[0], n->attrs.fx[3], n->attrs.fx[4],
-	             n->attrs.nints > 0 && n->attrs.ints[0] ? "true" : "false");
+	             nrm, ir_node_numel(arg(e, 0)), o->momentum, o->weight_decay, o->clip,
+	             o->nesterov ? "true" : "false");
 	cg_cu_end_kernel(e);
 	e->k = cg_cuda_launch_elementwise(ir_node_numel(arg(e, 0)));
 }
@@ -804,9 +809,9 @@ bool cg_cu_emit_kernel(CudaEmit *e)
 	case IR_OP_MEAN:
 	case IR_OP_MAX: {
 		const IrNode *x = arg(e, 0);
-		for (int k = 0; k < n->attrs.nints; k++) {
-			int64_t ax = n->attrs.ints[k] < 0 ? n->attrs.ints[k] + x->rank
-			                                  : n->attrs.ints[k];
+		const IrAttrAxes *ra = ir_attr_axes(n);
+		for (int k = 0; k < ra->n; k++) {
+			int64_t ax = ra->axes[k] < 0 ? ra->axes[k] + x->rank : ra->axes[k];
 			if (ax >= 0 && ax < x->rank)
 				red[ax] = true;
 		}
@@ -819,9 +824,10 @@ bool cg_cu_emit_kernel(CudaEmit *e)
 		break;
 	case IR_OP_MAX_BWD: {
 		const IrNode *x = arg(e, 1);
-		for (int k = 0; k < n->attrs.nints; k++)
-			if (n->attrs.ints[k] >= 0 && n->attrs.ints[k] < x->rank)
-				red[n->attrs.ints[k]] = true;
+		const IrAttrAxes *ra = ir_attr_axes(n);
+		for (int k = 0; k < ra->n; k++)
+			if (ra->axes[k] >= 0 && ra->axes[k] < x->rank)
+				red[ra->axes[k]] = true;
 		emit_max_bwd(e, red);
 		break;
 	}

@@ -347,10 +347,11 @@ static bool fill_buffer(Build *b, int i, DtmBuffer *buf)
 	buf->bytes = mb->bytes;
 	buf->stage = b->mp->nstages > 1 ? n->stage : 0;
 	if (ir_op_attr_kind(n->op) == IR_ATTR_INIT) {
-		int k = (int)n->attrs.init;
+		const IrAttrInit *init = ir_attr_init(n);
+		int k = (int)init->kind;
 		buf->init = k >= 0 && k <= DTM_INIT_UNIFORM ? (DtmInit)k : DTM_INIT_NONE;
-		buf->init_a = (float)n->attrs.f[0];
-		buf->init_b = (float)n->attrs.f[1];
+		buf->init_a = (float)init->arg[0];
+		buf->init_b = (float)init->arg[1];
 	}
 	return !n->name || buf->name;
 }
@@ -434,20 +435,21 @@ static void fill_gemm(Build *b, int i, DtmAction *act)
 }
 
 /* A collective's fields, in runtime/comm.c's conventions (above
- * comm_run_action): dim and dim2 are dims of the input's shape (the IR's
- * ints[0], ints[1]: the gather/scatter dim, or all_to_all's split and
- * concat dims), bytes the input's local bytes, a broadcast's root
- * (ints[0], a group index) in peer_offset. */
+ * comm_run_action): dim and dim2 are dims of the input's shape (the
+ * gather/scatter dim, or all_to_all's split and concat dims), bytes the
+ * input's local bytes, a broadcast's root (a group index) in
+ * peer_offset. */
 static void fill_coll(const MemPlan *mp, const IrNode *n, int i, DtmAction *act)
 {
 	const MemPlanNode *x = &mp->node[mp->opnd[mp->node[i].ops]];
-	int i0 = n->attrs.nints > 0 ? (int)n->attrs.ints[0] : 0;
-	int i1 = n->attrs.nints > 1 ? (int)n->attrs.ints[1] : 0;
+	const IrAttrColl *c = ir_attr_coll(n);
+	int i0 = c->n > 0 ? (int)c->args[0] : 0;
+	int i1 = c->n > 1 ? (int)c->args[1] : 0;
 	bool dims = n->op != IR_OP_BROADCAST && n->op != IR_OP_ALL_REDUCE;
 	act->kind = DTM_ACT_COLL;
 	act->coll = coll_of(n->op);
-	act->axes = n->attrs.mesh_axes;
-	act->red = red_of(n->attrs.red);
+	act->axes = c->axes;
+	act->red = red_of(c->red);
 	act->dim = dims ? i0 : 0;
 	act->dim2 = n->op == IR_OP_ALL_TO_ALL ? i1 : 0;
 	if (n->op == IR_OP_BROADCAST)
@@ -494,8 +496,9 @@ static DtmAction *fill_actions(Build *b, int i, int kernel, DtmAction *out)
 			act->kind = n->op == IR_OP_SEND ? DTM_ACT_SEND : DTM_ACT_RECV;
 			act->nargs = 1;
 			act->args[0] = b->bufid[buf];
-			act->axes = nd->attrs.mesh_axes;
-			act->peer_offset = nd->attrs.nints > 0 ? (int)nd->attrs.ints[0] : 0;
+			const IrAttrColl *c = ir_attr_coll(nd);
+			act->axes = c->axes;
+			act->peer_offset = c->n > 0 ? (int)c->shift : 0;
 			act->bytes = value_bytes(&b->mp->node[buf]);
 			act->stream = 1;
 			continue;
@@ -720,8 +723,7 @@ static int fill(Build *b)
 				__builtin_prefetch(&m->nodes[b->mp->opnd[rec[i + 8].ops]]->shape);
 			} else if (op == IR_OP_SEND || op == IR_OP_RECV ||
 			           (b->opfl[op] & OPF_COLL)) {
-				__builtin_prefetch(&q->attrs.ints[0]);
-				__builtin_prefetch(&q->attrs.mesh_axes);
+				__builtin_prefetch(q->attr);
 			}
 		}
 		int r = b->fp->root[i];

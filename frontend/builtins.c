@@ -251,7 +251,7 @@ static bool int_list(Lower *L, Value v, SrcLoc loc, const char *what, int64_t *o
 static Value lower_reduce(Lower *L, Scope *s, const AstNode *call, const Builtin *bi, IrNode *x,
                           Value xv)
 {
-	IrAttrs at = {0};
+	IrAttr at = {.kind = IR_ATTR_AXES};
 	const AstNode *kaxis = lower_kwarg(call, "axis"), *kaxes = lower_kwarg(call, "axes");
 	int64_t ax[IR_MAX_RANK];
 	int n = 0;
@@ -287,13 +287,13 @@ static Value lower_reduce(Lower *L, Scope *s, const AstNode *call, const Builtin
 	}
 	for (int a = 0; a < x->rank; a++)
 		if (seen[a])
-			at.ints[at.nints++] = a;
-	if (kw_bool(L, s, call, "keepdims", &at.flag) < 0)
+			at.axes.axes[at.axes.n++] = a;
+	if (kw_bool(L, s, call, "keepdims", &at.axes.keepdims) < 0)
 		return lower_err();
 	IrNode *n1;
 	if (lower_make1(L, bi->op, xv, call->loc, &n1).k == V_ERR)
 		return lower_err();
-	n1->attrs = at;
+	ir_attr_set(L->m, n1, &at); /* out of memory: the verifier says */
 	return lower_finish(L, n1);
 }
 
@@ -371,10 +371,7 @@ static Value lower_split(Lower *L, Scope *s, const AstNode *call, const Args *a,
 		IrNode *n;
 		if (lower_make1(L, IR_OP_SLICE, lower_node_val(x->id), call->loc, &n).k == V_ERR)
 			return lower_err();
-		n->attrs.ints[0] = ax;
-		n->attrs.ints[1] = i * sz;
-		n->attrs.ints[2] = (i + 1) * sz;
-		n->attrs.nints = 3;
+		*ir_attr_slice_mut(L->m, n) = (IrAttrSlice){ax, i * sz, (i + 1) * sz};
 		t.items[i] = lower_finish(L, n);
 		if (t.items[i].k == V_ERR)
 			return lower_err();
@@ -463,8 +460,7 @@ Value lower_builtin(Lower *L, Scope *s, const AstNode *call, const Builtin *bi, 
 		if (kw_axis(L, s, call, x->rank, &iv) < 0 ||
 		    lower_make1(L, bi->op, xv, loc, &n).k == V_ERR)
 			return lower_err();
-		n->attrs.ints[0] = iv;
-		n->attrs.nints = 1;
+		ir_attr_axis_mut(L->m, n)->axis = iv;
 		return lower_finish(L, n);
 	case BK_NORM: {
 		double eps = bi->op == IR_OP_LAYERNORM ? 1e-5 : 1e-6;
@@ -485,7 +481,7 @@ Value lower_builtin(Lower *L, Scope *s, const AstNode *call, const Builtin *bi, 
 		}
 		n = lower_new_node(L, bi->op, ops, a->n, loc);
 		if (n)
-			n->attrs.f[0] = eps;
+			ir_attr_eps_mut(L->m, n)->eps = eps;
 		return lower_finish(L, n);
 	}
 	case BK_PLAIN: {
@@ -509,11 +505,12 @@ Value lower_builtin(Lower *L, Scope *s, const AstNode *call, const Builtin *bi, 
 		}
 		if (lower_make1(L, IR_OP_PERMUTE, xv, loc, &n).k == V_ERR)
 			return lower_err();
+		IrAttrPerm *tp = ir_attr_perm_mut(L->m, n);
 		for (int i = 0; i < x->rank; i++)
-			n->attrs.ints[i] = i;
-		n->attrs.ints[x->rank - 2] = x->rank - 1;
-		n->attrs.ints[x->rank - 1] = x->rank - 2;
-		n->attrs.nints = x->rank;
+			tp->perm[i] = i;
+		tp->perm[x->rank - 2] = x->rank - 1;
+		tp->perm[x->rank - 1] = x->rank - 2;
+		tp->n = x->rank;
 		return lower_finish(L, n);
 	case BK_PERMUTE: {
 		int64_t p[IR_MAX_RANK];
@@ -539,8 +536,9 @@ Value lower_builtin(Lower *L, Scope *s, const AstNode *call, const Builtin *bi, 
 		}
 		if (lower_make1(L, IR_OP_PERMUTE, xv, loc, &n).k == V_ERR)
 			return lower_err();
-		memcpy(n->attrs.ints, p, sizeof(int64_t) * (size_t)np);
-		n->attrs.nints = np;
+		IrAttrPerm *pa = ir_attr_perm_mut(L->m, n);
+		memcpy(pa->perm, p, sizeof(int64_t) * (size_t)np);
+		pa->n = np;
 		return lower_finish(L, n);
 	}
 	case BK_RESHAPE:
@@ -563,10 +561,8 @@ Value lower_builtin(Lower *L, Scope *s, const AstNode *call, const Builtin *bi, 
 		for (int i = 0; i < a->n; i++)
 			ops[i] = (int)vs[i].i;
 		n = lower_new_node(L, IR_OP_CONCAT, ops, a->n, loc);
-		if (n) {
-			n->attrs.ints[0] = iv;
-			n->attrs.nints = 1;
-		}
+		if (n)
+			ir_attr_axis_mut(L->m, n)->axis = iv;
 		return lower_finish(L, n);
 	}
 	case BK_SLICE: {
@@ -587,10 +583,7 @@ Value lower_builtin(Lower *L, Scope *s, const AstNode *call, const Builtin *bi, 
 		}
 		if (lower_make1(L, IR_OP_SLICE, xv, loc, &n).k == V_ERR)
 			return lower_err();
-		n->attrs.ints[0] = ax;
-		n->attrs.ints[1] = s0;
-		n->attrs.ints[2] = e0;
-		n->attrs.nints = 3;
+		*ir_attr_slice_mut(L->m, n) = (IrAttrSlice){ax, s0, e0};
 		return lower_finish(L, n);
 	}
 	case BK_ATTENTION: {
@@ -615,11 +608,8 @@ Value lower_builtin(Lower *L, Scope *s, const AstNode *call, const Builtin *bi, 
 			ops[i] = o->id;
 		}
 		n = lower_new_node(L, IR_OP_ATTENTION, ops, 3, loc);
-		if (n) {
-			n->attrs.ints[0] = heads;
-			n->attrs.ints[1] = causal;
-			n->attrs.nints = 2;
-		}
+		if (n)
+			*ir_attr_attn_mut(L->m, n) = (IrAttrAttn){heads, causal};
 		return lower_finish(L, n);
 	}
 	case BK_DROPOUT: {
@@ -636,9 +626,9 @@ Value lower_builtin(Lower *L, Scope *s, const AstNode *call, const Builtin *bi, 
 		}
 		if (lower_make1(L, IR_OP_DROPOUT, xv, loc, &n).k == V_ERR)
 			return lower_err();
-		n->attrs.f[0] = rate;
-		n->attrs.ints[0] = L->dropout_salt++;
-		n->attrs.nints = 1;
+		IrAttrDropout *da = ir_attr_dropout_mut(L->m, n);
+		da->rate = rate;
+		da->salt = L->dropout_salt++;
 		return lower_finish(L, n);
 	}
 	case BK_COLL:

@@ -180,7 +180,7 @@ static Value make_const(Lower *L, double c, IrDtype t, SrcLoc loc)
 		return lower_err();
 	n->dtype = t;
 	n->rank = 0;
-	n->attrs.f[0] = c;
+	ir_attr_scalar_mut(L->m, n)->value = c;
 	return lower_finish(L, n);
 }
 
@@ -239,7 +239,7 @@ Value lower_make_scale(Lower *L, Value x, double c, SrcLoc loc)
 	IrNode *n;
 	if (lower_make1(L, IR_OP_SCALE, x, loc, &n).k == V_ERR)
 		return lower_err();
-	n->attrs.f[0] = c;
+	ir_attr_scalar_mut(L->m, n)->value = c;
 	return lower_finish(L, n);
 }
 
@@ -722,22 +722,22 @@ Value lower_expr(Lower *L, Scope *s, const AstNode *e)
 /* normal(mean, std) / uniform(lo, hi) / zeros / ones.  A param without an
  * init gets normal(0, 0.02) when it is a matrix (GPT-2's init) and zeros
  * when it is a vector or scalar (biases); norm gains must say `init ones`. */
-static bool lower_init(Lower *L, Scope *s, const AstDecl *dc, int rank, IrAttrs *at)
+static bool lower_init(Lower *L, Scope *s, const AstDecl *dc, int rank, IrAttrInit *at)
 {
 	const AstNode *e = dc->init;
 	if (!e) {
-		at->init = rank >= 2 ? IR_INIT_NORMAL : IR_INIT_ZEROS;
-		at->f[0] = 0;
-		at->f[1] = rank >= 2 ? 0.02 : 0;
+		at->kind = rank >= 2 ? IR_INIT_NORMAL : IR_INIT_ZEROS;
+		at->mean = 0;
+		at->std = rank >= 2 ? 0.02 : 0;
 		return true;
 	}
 	const char *w = e->kind == AST_IDENT || e->kind == AST_CALL ? e->name : NULL;
 	if (w && e->kind == AST_IDENT && !strcmp(w, "zeros")) {
-		at->init = IR_INIT_ZEROS;
+		at->kind = IR_INIT_ZEROS;
 		return true;
 	}
 	if (w && e->kind == AST_IDENT && !strcmp(w, "ones")) {
-		at->init = IR_INIT_ONES;
+		at->kind = IR_INIT_ONES;
 		return true;
 	}
 	bool normal = w && !strcmp(w, "normal"), uniform = w && !strcmp(w, "uniform");
@@ -789,9 +789,9 @@ static bool lower_init(Lower *L, Scope *s, const AstDecl *dc, int rank, IrAttrs 
 	const SrcLoc where[3] = {argv[0]->loc, argv[1]->loc, e->loc};
 	if (!ir_init_check(normal ? IR_INIT_NORMAL : IR_INIT_UNIFORM, v[0], v[1], where, L->d))
 		return false;
-	at->init = normal ? IR_INIT_NORMAL : IR_INIT_UNIFORM;
-	at->f[0] = v[0];
-	at->f[1] = v[1];
+	at->kind = normal ? IR_INIT_NORMAL : IR_INIT_UNIFORM;
+	at->arg[0] = v[0];
+	at->arg[1] = v[1];
 	return true;
 }
 
@@ -844,12 +844,12 @@ static Value lower_decl(Lower *L, Scope *s, const AstNode *st, bool param)
 			return lower_err();
 		}
 	}
-	IrAttrs at = {0};
+	IrAttr at = {.kind = IR_ATTR_INIT};
 	if (!param && dc->init) {
 		diag_error(L->d, dc->init->loc,
 		           "input %s cannot have an init (the data loader fills it)", what);
 		ok = false;
-	} else if (param && !lower_init(L, s, dc, dc->dims.n, &at)) {
+	} else if (param && !lower_init(L, s, dc, dc->dims.n, &at.init)) {
 		ok = false;
 	}
 	/* the placement is checked even when the type or init is bad, for
@@ -869,7 +869,8 @@ static Value lower_decl(Lower *L, Scope *s, const AstNode *st, bool param)
 	n->dtype = dtype_vals[dt];
 	n->rank = dc->dims.n;
 	memcpy(n->shape, shape, sizeof(int64_t) * (size_t)n->rank);
-	n->attrs = at;
+	if (param)
+		ir_attr_set(L->m, n, &at); /* out of memory: the verifier says */
 	n->role = param ? IR_ROLE_PARAM : IR_ROLE_INPUT;
 	n->name = arena_printf(L->a, "%s%s", L->prefix, dc->name);
 	if (dc->annot && !lower_annotate(L, dc->annot, n, what, false))

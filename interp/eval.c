@@ -139,7 +139,7 @@ static bool ev_unary(IrEval *e, const IrNode *n, Diag *d)
 	if (ir_node_numel(arg(e, n, 0)) != N)
 		return ir_eval_bad(d, n, "operand has %lld elements, result %lld",
 		           (long long)ir_node_numel(arg(e, n, 0)), (long long)N);
-	double s = n->attrs.f[0];
+	double s = n->op == IR_OP_SCALE ? ir_attr_scalar(n)->value : 0;
 	/* one loop per op so the switch is outside the loop */
 #define MAP(expr)                                                                                  \
 	for (int64_t i = 0; i < N; i++) {                                                          \
@@ -287,7 +287,7 @@ static bool ev_matmul(IrEval *e, const IrNode *n, Diag *d)
 
 /* ---- reductions ---- */
 
-/* sum/mean/max over attrs.ints; as in ir_infer, an empty list reduces
+/* sum/mean/max over the axes attribute; as in ir_infer, an empty list reduces
  * nothing (list every axis to reduce to a scalar). */
 static bool ev_reduce(IrEval *e, const IrNode *n, Diag *d)
 {
@@ -296,13 +296,14 @@ static bool ev_reduce(IrEval *e, const IrNode *n, Diag *d)
 	int64_t shape[IR_MAX_RANK], idx[IR_MAX_RANK] = {0}, off[1] = {0};
 	int64_t st[1][IR_MAX_RANK];
 	int r = dims_of(X, shape);
-	for (int k = 0; k < n->attrs.nints; k++) {
-		int64_t ax = n->attrs.ints[k];
+	const IrAttrAxes *at = ir_attr_axes(n);
+	for (int k = 0; k < at->n; k++) {
+		int64_t ax = at->axes[k];
 		if (ax < 0)
 			ax += X->rank;
 		if (ax < 0 || ax >= X->rank)
 			return ir_eval_bad(d, n, "axis %lld out of range for rank %d",
-			           (long long)n->attrs.ints[k], X->rank);
+			           (long long)at->axes[k], X->rank);
 		red[ax] = true;
 	}
 	/* where each input element lands: row-major over the kept dims */
@@ -347,16 +348,16 @@ static bool ev_reduce(IrEval *e, const IrNode *n, Diag *d)
 
 /* ---- normalisation ---- */
 
-/* softmax / log_softmax along attrs.ints[0], max-subtracted so large logits
+/* softmax / log_softmax along the axis attribute, max-subtracted so large logits
  * do not overflow.  The tensor is viewed as [outer, len, inner]. */
 static bool ev_softmax(IrEval *e, const IrNode *n, Diag *d)
 {
 	const IrNode *X = arg(e, n, 0);
-	int64_t ax = n->attrs.ints[0];
+	int64_t ax = ir_attr_axis(n)->axis;
 	if (ax < 0)
 		ax += X->rank;
 	if (X->rank == 0 || ax < 0 || ax >= X->rank || ir_node_numel(n) != ir_node_numel(X))
-		return ir_eval_bad(d, n, "axis %lld invalid for rank %d", (long long)n->attrs.ints[0],
+		return ir_eval_bad(d, n, "axis %lld invalid for rank %d", (long long)ir_attr_axis(n)->axis,
 		           X->rank);
 	int64_t outer = prod(X->shape, 0, (int)ax), len = X->shape[ax];
 	int64_t inner = prod(X->shape, (int)ax + 1, X->rank);
@@ -390,7 +391,7 @@ static bool ev_norm(IrEval *e, const IrNode *n, Diag *d)
 	if (ir_node_numel(arg(e, n, 1)) != D || (ln && ir_node_numel(arg(e, n, 2)) != D))
 		return ir_eval_bad(d, n, "gain and bias must have %lld elements", (long long)D);
 	const double *x = in(e, n, 0), *g = in(e, n, 1), *b = ln ? in(e, n, 2) : NULL;
-	double *y = e->val[n->id], eps = n->attrs.f[0];
+	double *y = e->val[n->id], eps = ir_attr_eps(n)->eps;
 	for (int64_t r = 0; r < rows; r++) {
 		const double *px = x + r * D;
 		double *py = y + r * D;
@@ -444,8 +445,9 @@ static bool ev_permute(IrEval *e, const IrNode *n, Diag *d)
 	const IrNode *X = arg(e, n, 0);
 	int r = n->rank;
 	bool seen[IR_MAX_RANK] = {false};
-	if (n->attrs.nints != r || X->rank != r)
-		return ir_eval_bad(d, n, "permutation has %d entries for rank %d", n->attrs.nints, r);
+	const IrAttrPerm *pa = ir_attr_perm(n);
+	if (pa->n != r || X->rank != r)
+		return ir_eval_bad(d, n, "permutation has %d entries for rank %d", pa->n, r);
 	int64_t xst[IR_MAX_RANK], st[1][IR_MAX_RANK], idx[IR_MAX_RANK] = {0}, off[1] = {0};
 	int64_t s = 1;
 	for (int i = r - 1; i >= 0; i--) {
@@ -453,7 +455,7 @@ static bool ev_permute(IrEval *e, const IrNode *n, Diag *d)
 		s *= X->shape[i];
 	}
 	for (int i = 0; i < r; i++) {
-		int64_t p = n->attrs.ints[i];
+		int64_t p = pa->perm[i];
 		if (p < 0 || p >= r || seen[p] || X->shape[p] != n->shape[i])
 			return ir_eval_bad(d, n, "not a permutation matching the shapes");
 		seen[p] = true;
@@ -486,16 +488,16 @@ static bool ev_reshape(IrEval *e, const IrNode *n, Diag *d)
 	return true;
 }
 
-/* concat along attrs.ints[0]: each input contributes a block of
+/* concat along its axis: each input contributes a block of
  * shape[axis] * inner elements to every outer row. */
 static bool ev_concat(IrEval *e, const IrNode *n, Diag *d)
 {
 	int r = n->rank;
-	int64_t ax = n->attrs.ints[0];
+	int64_t ax = ir_attr_axis(n)->axis;
 	if (ax < 0)
 		ax += r;
 	if (ax < 0 || ax >= r)
-		return ir_eval_bad(d, n, "axis %lld out of range", (long long)n->attrs.ints[0]);
+		return ir_eval_bad(d, n, "axis %lld out of range", (long long)ir_attr_axis(n)->axis);
 	int64_t outer = prod(n->shape, 0, (int)ax), inner = prod(n->shape, (int)ax + 1, r);
 	int64_t total = 0;
 	for (int k = 0; k < n->nops; k++) {
@@ -517,15 +519,16 @@ static bool ev_concat(IrEval *e, const IrNode *n, Diag *d)
 	return true;
 }
 
-/* slice: attrs.ints = {axis, start, end}, end exclusive. */
+/* slice: {axis, start, end}, end exclusive. */
 static bool ev_slice(IrEval *e, const IrNode *n, Diag *d)
 {
 	const IrNode *X = arg(e, n, 0);
-	int64_t ax = n->attrs.ints[0], lo = n->attrs.ints[1], hi = n->attrs.ints[2];
+	const IrAttrSlice *sa = ir_attr_slice(n);
+	int64_t ax = sa->axis, lo = sa->start, hi = sa->end;
 	if (ax < 0)
 		ax += X->rank;
 	if (ax < 0 || ax >= X->rank || X->rank != n->rank)
-		return ir_eval_bad(d, n, "axis %lld out of range", (long long)n->attrs.ints[0]);
+		return ir_eval_bad(d, n, "axis %lld out of range", (long long)sa->axis);
 	if (lo < 0 || hi < lo || hi > X->shape[ax] || n->shape[ax] != hi - lo)
 		return ir_eval_bad(d, n, "range [%lld, %lld) invalid for a dim of %lld", (long long)lo,
 		           (long long)hi, (long long)X->shape[ax]);
@@ -547,8 +550,8 @@ static bool ev_slice(IrEval *e, const IrNode *n, Diag *d)
 static bool ev_attention(IrEval *e, const IrNode *n, Diag *d)
 {
 	const IrNode *Q = arg(e, n, 0), *K = arg(e, n, 1), *V = arg(e, n, 2);
-	int64_t H = n->attrs.ints[0];
-	bool causal = n->attrs.ints[1] != 0;
+	int64_t H = ir_attr_attn(n)->heads;
+	bool causal = ir_attr_attn(n)->causal != 0;
 	int r = Q->rank;
 	if (r < 2 || K->rank != r || V->rank != r || n->rank != r)
 		return ir_eval_bad(d, n, "q, k, v and the result must have the same rank >= 2");
@@ -648,7 +651,7 @@ static bool ev_mse(IrEval *e, const IrNode *n, Diag *d)
 static bool ev_dropout(IrEval *e, const IrNode *n, Diag *d)
 {
 	int64_t N = ir_node_numel(n);
-	double rate = n->attrs.f[0];
+	double rate = ir_attr_dropout(n)->rate;
 	const double *x = in(e, n, 0);
 	double *y = e->val[n->id];
 	if (ir_node_numel(arg(e, n, 0)) != N)
@@ -663,7 +666,7 @@ static bool ev_dropout(IrEval *e, const IrNode *n, Diag *d)
 	IrDropKey key;
 	bool mapped = ir_dropout_key(e->m, n, e->partitioned, e->coords, &key);
 	for (int64_t i = 0; i < N; i++)
-		y[i] = philox_dropout_keep(e->seed, (uint32_t)n->attrs.ints[0], (uint32_t)e->step,
+		y[i] = philox_dropout_keep(e->seed, (uint32_t)ir_attr_dropout(n)->salt, (uint32_t)e->step,
 		                        mapped ? ir_dropout_index(&key, i) : (uint64_t)i, (float)rate)
 		               ? x[i] * keep_scale
 		               : 0.0;
@@ -674,7 +677,7 @@ static bool ev_const(IrEval *e, const IrNode *n)
 {
 	int64_t N = ir_node_numel(n);
 	for (int64_t i = 0; i < N; i++)
-		e->val[n->id][i] = n->attrs.f[0];
+		e->val[n->id][i] = ir_attr_scalar(n)->value;
 	return true;
 }
 
@@ -821,7 +824,7 @@ void ir_eval_init_params(IrEval *e, uint64_t seed)
 {
 	for (int i = 0; i < e->m->nnodes; i++) {
 		const IrNode *n = e->m->nodes[i];
-		if ((n->op != IR_OP_PARAM && n->op != IR_OP_STATE) || n->attrs.init == IR_INIT_NONE)
+		if ((n->op != IR_OP_PARAM && n->op != IR_OP_STATE) || ir_attr_init(n)->kind == IR_INIT_NONE)
 			continue;
 		ir_eval_fill_init(n, seed, ir_node_numel(n), e->val[i]);
 	}
@@ -836,9 +839,10 @@ void ir_eval_fill_init(const IrNode *n, uint64_t seed, int64_t N, double *v)
 	if (n->op == IR_OP_STATE && strncmp(key, master, sizeof master - 1) == 0)
 		key += sizeof master - 1;
 	uint64_t hash = hash_fnv1a64(key);
-	float a = (float)n->attrs.f[0], b = (float)n->attrs.f[1];
+	const IrAttrInit *init = ir_attr_init(n);
+	float a = (float)init->arg[0], b = (float)init->arg[1];
 	for (int64_t j = 0; j < N; j++) {
-		switch (n->attrs.init) {
+		switch (init->kind) {
 		case IR_INIT_ZEROS:
 			v[j] = 0;
 			break;

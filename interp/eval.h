@@ -55,7 +55,7 @@ typedef struct IrEval {
  * false when out of memory or when a node's element count is out of range;
  * *e is then left freed. */
 bool ir_eval_init(IrEval *e, const IrModule *m);
-/* Fills every param from its init attrs (zeros, ones, normal(f[0], f[1]),
+/* Fills every param from its init attribute (zeros, ones, normal(mean, std),
  * uniform(f[0], f[1])) with the runtime's generator, keyed by (seed,
  * hash of the param's name, global index) and rounded to f32 as the runtime
  * stores them, so the oracle starts from the weights every mesh starts from.

@@ -130,10 +130,11 @@ static bool ev_max_bwd(IrEval *e, const IrNode *n, Diag *d)
 {
 	const IrNode *X = arg(e, n, 1);
 	bool red[IR_MAX_RANK] = {false};
-	for (int k = 0; k < n->attrs.nints; k++) {
-		if (n->attrs.ints[k] < 0 || n->attrs.ints[k] >= X->rank)
+	const IrAttrAxes *at = ir_attr_axes(n);
+	for (int k = 0; k < at->n; k++) {
+		if (at->axes[k] < 0 || at->axes[k] >= X->rank)
 			return ir_eval_bad(d, n, "axis out of range");
-		red[n->attrs.ints[k]] = true;
+		red[at->axes[k]] = true;
 	}
 	int64_t NX = ir_node_numel(X), NY = ir_node_numel(arg(e, n, 2));
 	int64_t *map = group_map(X->rank, X->shape, red);
@@ -155,11 +156,11 @@ static bool ev_max_bwd(IrEval *e, const IrNode *n, Diag *d)
 	return true;
 }
 
-/* softmax_bwd / log_softmax_bwd along attrs.ints[0], viewed as
+/* softmax_bwd / log_softmax_bwd along the axis attribute, viewed as
  * [outer, len, inner]. */
 static bool ev_softmax_bwd(IrEval *e, const IrNode *n, Diag *d)
 {
-	int64_t ax = n->attrs.ints[0];
+	int64_t ax = ir_attr_axis(n)->axis;
 	if (ax < 0 || ax >= n->rank)
 		return ir_eval_bad(d, n, "axis out of range");
 	int64_t outer = prod(n->shape, 0, (int)ax), len = n->shape[ax];
@@ -196,7 +197,7 @@ static bool ev_norm_bwd(IrEval *e, const IrNode *n, Diag *d)
 	if (ir_node_numel(arg(e, n, 0)) != rows * D || (!gam && ir_node_numel(arg(e, n, 2)) != D))
 		return ir_eval_bad(d, n, "operands do not agree");
 	const double *dy = in(e, n, 0), *x = in(e, n, 1), *g = gam ? NULL : in(e, n, 2);
-	double *out = e->val[n->id], eps = n->attrs.f[0];
+	double *out = e->val[n->id], eps = ir_attr_eps(n)->eps;
 	double *xh = malloc(sizeof(double) * (size_t)(D ? D : 1));
 	if (!xh)
 		return ir_eval_bad(d, n, "out of memory");
@@ -255,7 +256,7 @@ static bool ev_embed_bwd(IrEval *e, const IrNode *n, Diag *d)
 static bool ev_pad(IrEval *e, const IrNode *n, Diag *d)
 {
 	const IrNode *X = arg(e, n, 0);
-	int64_t ax = n->attrs.ints[0], lo = n->attrs.ints[1];
+	int64_t ax = ir_attr_slice(n)->axis, lo = ir_attr_slice(n)->start;
 	if (ax < 0 || ax >= n->rank || X->rank != n->rank ||
 	    lo + X->shape[ax] > n->shape[ax] || lo < 0)
 		return ir_eval_bad(d, n, "range does not fit");
@@ -274,8 +275,8 @@ static bool ev_pad(IrEval *e, const IrNode *n, Diag *d)
 static bool ev_attention_bwd(IrEval *e, const IrNode *n, Diag *d)
 {
 	const IrNode *Q = arg(e, n, 1);
-	int64_t B = Q->shape[0], T = Q->shape[1], D = Q->shape[2], H = n->attrs.ints[0];
-	bool causal = n->attrs.ints[1] != 0;
+	int64_t B = Q->shape[0], T = Q->shape[1], D = Q->shape[2], H = ir_attr_attn(n)->heads;
+	bool causal = ir_attr_attn(n)->causal != 0;
 	if (Q->rank != 3 || H < 1 || D % H || ir_node_numel(n) != 3 * B * T * D)
 		return ir_eval_bad(d, n, "shapes do not agree");
 	int64_t hd = D / H, S = B * T * D;
@@ -360,7 +361,7 @@ static int64_t vp_offset(const IrEval *e, const IrNode *n, int64_t local)
 	int64_t idx = 0;
 	const Mesh *mesh = &e->m->mesh;
 	for (int k = 0; k < mesh->naxes; k++)
-		if (n->attrs.mesh_axes >> k & 1)
+		if (ir_attr_coll(n)->axes >> k & 1)
 			idx = idx * mesh->sizes[k] + e->coords[k];
 	return idx * local;
 }
@@ -447,12 +448,13 @@ static bool ev_ce_bwd_vp(IrEval *e, const IrNode *n, Diag *d)
  * 0, or (low) the lowest finite double. */
 static bool ev_pad_mask(IrEval *e, const IrNode *n, Diag *d)
 {
-	int ax = (int)n->attrs.ints[0];
-	int64_t c = n->shape[ax], real = n->attrs.ints[1] - vp_offset(e, n, c);
+	const IrAttrColl *pm = ir_attr_coll(n);
+	int ax = (int)pm->pad.dim;
+	int64_t c = n->shape[ax], real = pm->pad.size - vp_offset(e, n, c);
 	real = real < 0 ? 0 : real > c ? c : real;
 	int64_t outer = prod(n->shape, 0, ax), inner = prod(n->shape, ax + 1, n->rank);
 	const double *x = in(e, n, 0);
-	double *y = e->val[n->id], low = n->attrs.ints[2] ? -DBL_MAX : 0;
+	double *y = e->val[n->id], low = pm->pad.low ? -DBL_MAX : 0;
 	(void)d;
 	for (int64_t o = 0; o < outer; o++)
 		for (int64_t j = 0; j < c; j++)

@@ -60,10 +60,10 @@ static bool ev_step(IrEval *e, const IrNode *n, Diag *d)
 	if (e->step < 1)
 		return ir_eval_bad(d, n, "optimizer steps count from 1");
 	const IrNode *pn = e->m->nodes[n->ops[ix.p]];
-	const double *fx = n->attrs.fx;
+	const IrAttrOptim *a = ir_attr_optim(n);
 	double lr = e->lr_fixed ? e->lr : ir_optim_lr_at(&e->m->train, e->step);
-	double t = (double)e->step, wd = fx[IR_OPTIM_WD];
-	double coef = clip_coef(fx[IR_OPTIM_CLIP], e->val[n->ops[ix.norm]][0]);
+	double t = (double)e->step, wd = a->weight_decay;
+	double coef = clip_coef(a->clip, e->val[n->ops[ix.norm]][0]);
 	double *p = e->val[n->ops[ix.p]];
 	const double *g = e->val[n->ops[ix.g]];
 	/* with a master copy the math runs on it and p is its rounding */
@@ -71,7 +71,7 @@ static bool ev_step(IrEval *e, const IrNode *n, Diag *d)
 	int64_t N = ir_node_numel(pn);
 
 	if (n->op == IR_OP_ADAMW_STEP) {
-		double b1 = fx[IR_OPTIM_BETA1], b2 = fx[IR_OPTIM_BETA2], eps = fx[IR_OPTIM_EPS];
+		double b1 = a->beta1, b2 = a->beta2, eps = a->eps;
 		double *m = e->val[n->ops[ix.m]], *v = e->val[n->ops[ix.v]];
 		double step_size = lr / (1 - pow(b1, t)), bc2_sqrt = sqrt(1 - pow(b2, t));
 		for (int64_t i = 0; i < N; i++) {
@@ -82,8 +82,8 @@ static bool ev_step(IrEval *e, const IrNode *n, Diag *d)
 			w[i] -= step_size * m[i] / (sqrt(v[i]) / bc2_sqrt + eps);
 		}
 	} else {
-		double mu = fx[IR_OPTIM_MOMENTUM];
-		bool nesterov = n->attrs.ints[0] != 0;
+		double mu = a->momentum;
+		bool nesterov = a->nesterov;
 		double *mom = ix.mom >= 0 ? e->val[n->ops[ix.mom]] : NULL;
 		for (int64_t i = 0; i < N; i++) {
 			double gi = g[i] * coef + wd * w[i];

@@ -139,7 +139,7 @@ void ir_spmd_init_params(IrSpmd *s, uint64_t seed)
 {
 	for (int i = 0; i < s->m->nnodes; i++) {
 		const IrNode *n = s->m->nodes[i];
-		if ((n->op != IR_OP_PARAM && n->op != IR_OP_STATE) || n->attrs.init == IR_INIT_NONE)
+		if ((n->op != IR_OP_PARAM && n->op != IR_OP_STATE) || ir_attr_init(n)->kind == IR_INIT_NONE)
 			continue;
 		int64_t N = global_numel(s, i);
 		double *g = malloc(sizeof(double) * (size_t)(N ? N : 1));
@@ -213,7 +213,7 @@ static bool ev_coll(IrSpmd *s, const IrNode *n, Diag *d)
 {
 	const IrModule *m = s->m;
 	const IrNode *x = m->nodes[n->ops[0]];
-	int64_t G = mesh_axes_size(&m->mesh, n->attrs.mesh_axes);
+	int64_t G = mesh_axes_size(&m->mesh, ir_attr_coll(n)->axes);
 	int64_t *mem = malloc(sizeof(int64_t) * (size_t)G);
 	int64_t Nx = ir_node_numel(x), Nn = ir_node_numel(n);
 	double *acc = malloc(sizeof(double) * (size_t)(Nx ? Nx : 1));
@@ -222,15 +222,16 @@ static bool ev_coll(IrSpmd *s, const IrNode *n, Diag *d)
 		free(acc);
 		return ir_eval_bad(d, n, "out of memory");
 	}
-	int dim = n->attrs.nints > 0 ? (int)n->attrs.ints[0] : 0;
-	int dim2 = n->attrs.nints > 1 ? (int)n->attrs.ints[1] : 0;
+	const IrAttrColl *ca = ir_attr_coll(n);
+	int dim = ca->n > 0 ? (int)ca->args[0] : 0;
+	int dim2 = ca->n > 1 ? (int)ca->args[1] : 0;
 	/* results go to fresh buffers first: a rank's operand is read by its
 	 * whole group */
 	double **out = calloc((size_t)s->nranks, sizeof *out);
 	bool ok = out != NULL;
 	for (int64_t r = 0; ok && r < s->nranks; r++) {
 		int64_t idx;
-		mesh_group(&m->mesh, r, n->attrs.mesh_axes, mem, G, &idx);
+		mesh_group(&m->mesh, r, ir_attr_coll(n)->axes, mem, G, &idx);
 		double *o = calloc((size_t)(Nn ? Nn : 1), sizeof *o);
 		if (!(out[r] = o)) {
 			ok = false;
@@ -242,8 +243,8 @@ static bool ev_coll(IrSpmd *s, const IrNode *n, Diag *d)
 		case IR_OP_ALL_REDUCE:
 		case IR_OP_REDUCE_SCATTER:
 			for (int64_t k = 0; k < G; k++)
-				reduce_into(acc, s->rank[mem[k]].val[x->id], Nx, n->attrs.red, k == 0);
-			if (n->attrs.red == IR_RED_AVG)
+				reduce_into(acc, s->rank[mem[k]].val[x->id], Nx, ir_attr_coll(n)->red, k == 0);
+			if (ir_attr_coll(n)->red == IR_RED_AVG)
 				for (int64_t i = 0; i < Nx; i++)
 					acc[i] /= (double)G;
 			if (n->op == IR_OP_ALL_REDUCE)
@@ -299,7 +300,7 @@ static bool ev_coll(IrSpmd *s, const IrNode *n, Diag *d)
 			break;
 		}
 		case IR_OP_BROADCAST:
-			memcpy(o, s->rank[mem[n->attrs.ints[0]]].val[x->id], sizeof(double) * (size_t)Nx);
+			memcpy(o, s->rank[mem[ca->root]].val[x->id], sizeof(double) * (size_t)Nx);
 			break;
 		default:
 			ok = false;

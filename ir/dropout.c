@@ -1,7 +1,7 @@
 /* dropout.c - which mask element each element of a dropout draws.
  *
  * A dropout mask is Philox keyed by (seed, site, step, index)
- * (support/philox.h, philox_dropout_keep).  The site is attrs.ints[0], the
+ * (support/philox.h, philox_dropout_keep).  The site is its salt, the
  * lowering's count of dropout calls in source order: the same for every
  * layout, and shared by a backward dropout with its forward and by a
  * recompute clone with its original.  The index is the element's flat
@@ -20,7 +20,7 @@
  *    computed the same way by every implementation;
  *  - the micro-batch: passes/microbatch.c gives micro-batch k of M the
  *    batch rows r with r mod M = k, row r' of the micro-batch being full
- *    row r' M + k.  It records on each dropout copy (attrs.ints[1..4]) M,
+ *    row r' M + k.  It records on each dropout copy (IrAttrDropout) M,
  *    k, the dim of the operand holding the batch (bdim) and how many
  *    elements of that dim each batch row spans (inner: 1 for [B, T, D],
  *    T for a [B*T, D] reshape); coordinate c of bdim is full coordinate
@@ -37,7 +37,7 @@
 
 bool ir_dropout_has_mb(const IrNode *n)
 {
-	return n->op == IR_OP_DROPOUT && n->attrs.nints >= 5 && n->attrs.ints[1] > 1;
+	return n->op == IR_OP_DROPOUT && ir_attr_dropout(n)->has_mb && ir_attr_dropout(n)->mbs > 1;
 }
 
 bool ir_dropout_key(const IrModule *m, const IrNode *n, bool partitioned, const int64_t *coords,
@@ -66,12 +66,13 @@ bool ir_dropout_key(const IrModule *m, const IrNode *n, bool partitioned, const 
 			k->off[j] = idx * k->local[j];
 		}
 	}
-	if (ir_dropout_has_mb(n) && n->attrs.ints[3] >= 0 && n->attrs.ints[3] < n->rank) {
+	const IrAttrDropout *at = ir_attr_dropout(n);
+	if (ir_dropout_has_mb(n) && at->bdim >= 0 && at->bdim < n->rank) {
 		ident = false;
-		k->mbs = n->attrs.ints[1];
-		k->mb = n->attrs.ints[2];
-		k->bdim = (int)n->attrs.ints[3];
-		k->inner = n->attrs.ints[4] > 0 ? n->attrs.ints[4] : 1;
+		k->mbs = at->mbs;
+		k->mb = at->mb;
+		k->bdim = (int)at->bdim;
+		k->inner = at->binner > 0 ? at->binner : 1;
 		g[k->bdim] *= k->mbs;
 	}
 	int64_t s = 1;

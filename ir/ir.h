@@ -11,6 +11,7 @@
 #ifndef DTM_IR_H
 #define DTM_IR_H
 
+#include <assert.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -44,20 +45,22 @@ enum {
 	OPF_LOCAL = 1 << 7,   /* per-rank: only after partition (see ops.def) */
 };
 
-/* Which IrAttrs fields an op uses, and how they print. */
+/* An op's attribute family (ops.def's attr_kind): which member of IrAttr
+ * it carries, and how the text form writes it. */
 typedef enum IrAttrKind {
 	IR_ATTR_NONE,
-	IR_ATTR_INIT,    /* init (kind, f[0], f[1]) */
-	IR_ATTR_SCALAR,  /* f[0] */
-	IR_ATTR_AXES,    /* ints[0..nints) axes, flag = keepdims */
-	IR_ATTR_AXIS,    /* ints[0] */
-	IR_ATTR_EPS,     /* f[0] */
-	IR_ATTR_PERM,    /* ints[0..nints) */
-	IR_ATTR_SLICE,   /* ints[0..3) = axis, start, end */
-	IR_ATTR_ATTN,    /* ints[0] = heads, ints[1] = causal */
-	IR_ATTR_DROPOUT, /* f[0] = rate, ints[0] = site; ints[1..4] micro-batch (dropout.c) */
-	IR_ATTR_COLL,    /* mesh_axes, red, ints[0..nints) */
-	IR_ATTR_OPTIM,   /* fx[0..5) hyperparameters, flag, ints[0] (ops.def) */
+	IR_ATTR_INIT,    /* param, state */
+	IR_ATTR_SCALAR,  /* const, scale */
+	IR_ATTR_AXES,    /* sum, mean, max, max_bwd */
+	IR_ATTR_AXIS,    /* softmax, log_softmax, concat and their backwards */
+	IR_ATTR_EPS,     /* layernorm, rmsnorm and their backwards */
+	IR_ATTR_PERM,    /* permute */
+	IR_ATTR_SLICE,   /* slice, pad */
+	IR_ATTR_ATTN,    /* attention, attention_bwd */
+	IR_ATTR_DROPOUT, /* dropout */
+	IR_ATTR_COLL,    /* collectives and the per-rank ops over a group */
+	IR_ATTR_OPTIM,   /* adamw_step, sgd_step */
+	IR_ATTR_KIND_COUNT
 } IrAttrKind;
 
 typedef enum IrDtype { IR_F32, IR_BF16, IR_F16, IR_I32, IR_DTYPE_COUNT } IrDtype;
@@ -78,16 +81,103 @@ typedef enum IrInit {
 
 typedef enum IrRed { IR_RED_SUM, IR_RED_AVG, IR_RED_MAX, IR_RED_COUNT } IrRed;
 
-typedef struct IrAttrs {
-	int64_t ints[IR_MAX_INTS];
-	int nints;
-	double f[2];
-	IrInit init;
-	uint32_t mesh_axes; /* bit i = mesh axis i (collectives) */
-	IrRed red;
-	bool flag;
-	double fx[6];       /* IR_ATTR_OPTIM: optimizer hyperparameters */
-} IrAttrs;
+/* ---- attributes: a tagged union, one member per IrAttrKind ---- */
+
+typedef struct IrAttrInit {
+	IrInit kind;
+	union {
+		struct { double mean, std; }; /* normal */
+		struct { double lo, hi; };    /* uniform */
+		double arg[2];
+	};
+} IrAttrInit;
+
+typedef struct IrAttrScalar {
+	double value; /* const: the value; scale: the factor */
+} IrAttrScalar;
+
+typedef struct IrAttrAxes {
+	int n;
+	int64_t axes[IR_MAX_INTS]; /* the reduced dims, sorted, unique */
+	bool keepdims;
+} IrAttrAxes;
+
+typedef struct IrAttrAxis {
+	int64_t axis; /* non-negative */
+} IrAttrAxis;
+
+typedef struct IrAttrEps {
+	double eps;
+} IrAttrEps;
+
+typedef struct IrAttrPerm {
+	int n;
+	int64_t perm[IR_MAX_INTS]; /* output dim i = input dim perm[i] */
+} IrAttrPerm;
+
+typedef struct IrAttrSlice {
+	int64_t axis, start, end; /* [start, end) along axis */
+} IrAttrSlice;
+
+typedef struct IrAttrAttn {
+	int64_t heads;
+	int64_t causal; /* 0 or 1 (IR text may say otherwise; ir_infer refuses it) */
+} IrAttrAttn;
+
+/* ir/dropout.c says how the mask is keyed. */
+typedef struct IrAttrDropout {
+	double rate;
+	int64_t salt;  /* the dropout site */
+	/* a micro-batch's copy (passes/microbatch.c): micro-batch mb of mbs,
+	 * the batch dim bdim, binner elements per batch row */
+	bool has_mb;
+	int64_t mbs, mb, bdim, binner;
+} IrAttrDropout;
+
+typedef struct IrAttrColl {
+	uint32_t axes; /* the group: bit i = mesh axis i */
+	IrRed red;     /* all_reduce, reduce_scatter (sum for the rest) */
+	int n;         /* how many of args the op has (the text lists them) */
+	union {
+		int64_t args[IR_MAX_INTS];
+		int64_t dim;   /* all_gather, reduce_scatter, shard_slice */
+		int64_t root;  /* broadcast: the group member */
+		int64_t shift; /* send, recv: ranks along the axes */
+		struct { int64_t split, concat; } a2a; /* all_to_all */
+		struct { int64_t dim, size, low; } pad; /* pad_mask, ops.def */
+	};
+} IrAttrColl;
+
+/* torch.optim's hyperparameters but the learning rate (the runtime's). */
+typedef struct IrAttrOptim {
+	double beta1, beta2, eps;  /* adamw_step */
+	double momentum;           /* sgd_step: 0 = none */
+	bool nesterov;             /* sgd_step */
+	double weight_decay, clip; /* clip 0 = off */
+	bool master;               /* an f32 master operand is present */
+} IrAttrOptim;
+
+/* A node's attributes: kind says which member is valid (the node's op's
+ * IrAttrKind), the accessors below assert it (debug builds).  Stored out
+ * of line (IrNode.attr), immutable once a node points at it, so copies of
+ * a node share it; a pass that changes one writes a fresh copy
+ * (ir_attr_*_mut). */
+typedef struct IrAttr {
+	IrAttrKind kind;
+	union {
+		IrAttrInit init;
+		IrAttrScalar scalar;
+		IrAttrAxes axes;
+		IrAttrAxis axis;
+		IrAttrEps eps;
+		IrAttrPerm perm;
+		IrAttrSlice slice;
+		IrAttrAttn attn;
+		IrAttrDropout dropout;
+		IrAttrColl coll;
+		IrAttrOptim optim;
+	};
+} IrAttr;
 
 /* A placement, per tensor dim: the ordered mesh axes that split it (major
  * first); plus the axes over which the value is a pending reduction.
@@ -169,7 +259,8 @@ typedef struct IrNode {
 	int64_t shape[IR_MAX_RANK];
 	uint32_t place;   /* the placement's id in the module's table
 	                   * (ir_place), 0: not decided yet */
-	IrAttrs attrs;
+	const IrAttr *attr; /* by the op's IrAttrKind (ir_attr_*); NULL: none,
+	                     * or all zero */
 	SrcLoc loc;
 	SrcLoc place_loc;
 	/* After `partition`, per dim: the global extent of a dim whose shards
@@ -265,6 +356,10 @@ typedef struct IrModule {
 	int64_t attn_layers, attn_width;
 	IrStageNote *stage_notes; /* in the order their iterations ended */
 	int nstage_notes, capstage_notes;
+	/* Out of memory for an attribute: the verifier reports it (writes
+	 * went to sink meanwhile). */
+	bool oom;
+	IrAttr sink;
 } IrModule;
 
 /* ---- op table ---- */
@@ -370,6 +465,56 @@ int ir_params_by_name(const IrModule *m, int *out);
  * entries after it with the same name follow.  O(log n). */
 int ir_param_lookup(const IrModule *m, const int *sorted, int n, const char *name);
 
+/* ---- attributes (attr.c) ---- */
+/* The all-zero attributes of each kind: those of a node with attr NULL. */
+extern const IrAttr ir_attr_zero[IR_ATTR_KIND_COUNT];
+/* n's attributes, of kind k: asserted (debug builds) to be its op's kind
+ * and the stored one's, as SQLite asserts which union member is valid. */
+static inline const IrAttr *ir_attr_get(const IrNode *n, IrAttrKind k)
+{
+	assert(ir_op_attr_kind(n->op) == k);
+	assert(!n->attr || n->attr->kind == k);
+	return n->attr ? n->attr : &ir_attr_zero[k];
+}
+/* A fresh copy of n's attributes (kind k, zero when it has none) that n
+ * points at from now on, in m's arena, for the caller to fill: every
+ * write goes through it, so the nodes sharing the old ones keep them.
+ * Out of memory: m->sink, and m->oom set (the verifier reports it). */
+IrAttr *ir_attr_mut(IrModule *m, IrNode *n, IrAttrKind k);
+/* n's attributes become a copy of *a (NULL: none).  False when out of
+ * memory (m->oom set).  To share another node's: n->attr = o->attr. */
+bool ir_attr_set(IrModule *m, IrNode *n, const IrAttr *a);
+/* The attributes as words, canonical (kind first, then each field; a
+ * double by its bits): equal words, equal attributes.  For keys and
+ * hashes (passes/propagate.c's signatures, partition_twin.c's classes).
+ * Returns how many, at most IR_ATTR_WORDS. */
+#define IR_ATTR_WORDS (2 + IR_MAX_INTS)
+int ir_attr_words(const IrNode *n, int64_t *w);
+
+/* ir_attr_NAME(n): node n's IrAttrNAME, read; ir_attr_NAME_mut(m, n): the
+ * fresh copy to write (ir_attr_mut). */
+#define IR_ATTR_ACCESS(member, K, T)                                            \
+	static inline const T *ir_attr_##member(const IrNode *n)                   \
+	{                                                                           \
+		return &ir_attr_get(n, K)->member;                                      \
+	}                                                                           \
+	static inline T *ir_attr_##member##_mut(IrModule *m, IrNode *n)            \
+	{                                                                           \
+		return &ir_attr_mut(m, n, K)->member;                                   \
+	}
+IR_ATTR_ACCESS(init, IR_ATTR_INIT, IrAttrInit)
+IR_ATTR_ACCESS(scalar, IR_ATTR_SCALAR, IrAttrScalar)
+IR_ATTR_ACCESS(axes, IR_ATTR_AXES, IrAttrAxes)
+IR_ATTR_ACCESS(axis, IR_ATTR_AXIS, IrAttrAxis)
+IR_ATTR_ACCESS(eps, IR_ATTR_EPS, IrAttrEps)
+IR_ATTR_ACCESS(perm, IR_ATTR_PERM, IrAttrPerm)
+IR_ATTR_ACCESS(slice, IR_ATTR_SLICE, IrAttrSlice)
+IR_ATTR_ACCESS(attn, IR_ATTR_ATTN, IrAttrAttn)
+IR_ATTR_ACCESS(dropout, IR_ATTR_DROPOUT, IrAttrDropout)
+IR_ATTR_ACCESS(coll, IR_ATTR_COLL, IrAttrColl)
+IR_ATTR_ACCESS(optim, IR_ATTR_OPTIM, IrAttrOptim)
+#undef IR_ATTR_ACCESS
+
 /* ---- labels (label.c): what a value is, for people ---- */
 /* Writes a description of value x in the source's terms to buf (at most
  * cap - 1 chars and a NUL; returns the length): its name, else its label,
@@ -455,7 +600,7 @@ typedef struct IrDropKey {
 	int bdim;                    /* the micro-batch's batch dim, -1: none */
 	int64_t mbs, mb, inner;      /* micro-batch mb of mbs; batch rows span inner */
 } IrDropKey;
-/* attrs.ints[1..4] of a dropout copy of micro-batch k (passes/microbatch.c) */
+/* A dropout copy of one of several micro-batches (passes/microbatch.c). */
 bool ir_dropout_has_mb(const IrNode *n);
 /* Fills k for dropout node n of m: partitioned says n's shape is a shard
  * of its placement's (after `partition`), coords is the rank's mesh

@@ -5,24 +5,14 @@
  * shape_optim.c, so shape.c only dispatches to them; their f64 semantics
  * are the reference interpreter's (interp/eval_optim.c).
  *
- * IR_ATTR_OPTIM layout (the printer names the fields per op):
- *   fx[0] beta1 (adamw) or momentum (sgd)     fx[1] beta2 (adamw)
- *   fx[2] eps (adamw)    fx[3] weight_decay   fx[4] clip (0 = off)
- *   ints[0] nesterov (sgd; nints = 1)         flag  a master operand
+ * Their attributes are IrAttrOptim (ir.h): adamw_step's beta1, beta2 and
+ * eps, sgd_step's momentum and nesterov, both's weight_decay, clip (0 =
+ * off) and master (a master operand is present).
  */
 #ifndef DTM_IR_OPTIM_OPS_H
 #define DTM_IR_OPTIM_OPS_H
 
 #include "ir/ir.h"
-
-enum {
-	IR_OPTIM_BETA1 = 0,
-	IR_OPTIM_MOMENTUM = 0,
-	IR_OPTIM_BETA2 = 1,
-	IR_OPTIM_EPS = 2,
-	IR_OPTIM_WD = 3,
-	IR_OPTIM_CLIP = 4,
-};
 
 /* torch.nn.utils.clip_grad_norm_'s guard against a zero norm. */
 #define IR_OPTIM_CLIP_EPS 1e-6

@@ -548,53 +548,55 @@ static bool type_value(Parser *p, IrNode *n)
 
 /* ---- attributes ---- */
 
-/* key -> where it goes; kinds = the IrAttrKinds that take it. */
-enum { SLOT_F0, SLOT_INIT, SLOT_INTS, SLOT_INT0, SLOT_INT1, SLOT_INT2, SLOT_INT3, SLOT_INT4,
-       SLOT_FLAG, SLOT_BOOLINT1, SLOT_MESH, SLOT_RED, SLOT_FX0, SLOT_FX1, SLOT_FX2, SLOT_FX3,
-       SLOT_FX4, SLOT_BOOLINT0 };
+/* key -> the field it sets; kinds = the IrAttrKinds that take it. */
+enum { F_INIT, F_VALUE, F_EPS, F_RATE, F_AXES, F_PERM, F_INTS, F_GROUP, F_KEEPDIMS, F_AXIS,
+       F_START, F_END, F_HEADS, F_CAUSAL, F_SALT, F_MBS, F_MB, F_BDIM, F_BINNER, F_RED,
+       F_ARG0, F_ARG1, F_ARG2, F_BETA1, F_MOMENTUM, F_BETA2, F_OEPS, F_WD, F_CLIP, F_NESTEROV,
+       F_MASTER };
 typedef struct AttrKey {
 	const char *name;
 	unsigned kinds;
-	int slot;
+	int field;
 } AttrKey;
 #define K(x) (1u << IR_ATTR_##x)
 static const AttrKey attr_keys[] = {
-	{"init", K(INIT), SLOT_INIT},
-	{"value", K(SCALAR), SLOT_F0},
-	{"eps", K(EPS), SLOT_F0},
-	{"rate", K(DROPOUT), SLOT_F0},
-	{"axes", K(AXES), SLOT_INTS},
-	{"perm", K(PERM), SLOT_INTS},
-	{"ints", K(COLL), SLOT_INTS},
-	{"axes", K(COLL), SLOT_MESH},
-	{"keepdims", K(AXES), SLOT_FLAG},
-	{"axis", K(AXIS) | K(SLICE), SLOT_INT0},
-	{"start", K(SLICE), SLOT_INT1},
-	{"end", K(SLICE), SLOT_INT2},
-	{"heads", K(ATTN), SLOT_INT0},
-	{"causal", K(ATTN), SLOT_BOOLINT1},
-	{"salt", K(DROPOUT), SLOT_INT0},
-	{"mbs", K(DROPOUT), SLOT_INT1},
-	{"mb", K(DROPOUT), SLOT_INT2},
-	{"bdim", K(DROPOUT), SLOT_INT3},
-	{"binner", K(DROPOUT), SLOT_INT4},
-	{"red", K(COLL), SLOT_RED},
-	{"dim", K(COLL), SLOT_INT0},
-	{"split", K(COLL), SLOT_INT0},
-	{"root", K(COLL), SLOT_INT0},
-	{"shift", K(COLL), SLOT_INT0},
-	{"concat", K(COLL), SLOT_INT1},
-	{"size", K(COLL), SLOT_INT1},
-	{"low", K(COLL), SLOT_INT2},
-	/* optimizer steps: ir/optim_ops.h's fx layout */
-	{"beta1", K(OPTIM), SLOT_FX0},
-	{"momentum", K(OPTIM), SLOT_FX0},
-	{"beta2", K(OPTIM), SLOT_FX1},
-	{"eps", K(OPTIM), SLOT_FX2},
-	{"weight_decay", K(OPTIM), SLOT_FX3},
-	{"clip", K(OPTIM), SLOT_FX4},
-	{"nesterov", K(OPTIM), SLOT_BOOLINT0},
-	{"master", K(OPTIM), SLOT_FLAG},
+	{"init", K(INIT), F_INIT},
+	{"value", K(SCALAR), F_VALUE},
+	{"eps", K(EPS), F_EPS},
+	{"rate", K(DROPOUT), F_RATE},
+	{"axes", K(AXES), F_AXES},
+	{"perm", K(PERM), F_PERM},
+	{"ints", K(COLL), F_INTS},
+	{"axes", K(COLL), F_GROUP},
+	{"keepdims", K(AXES), F_KEEPDIMS},
+	{"axis", K(AXIS) | K(SLICE), F_AXIS},
+	{"start", K(SLICE), F_START},
+	{"end", K(SLICE), F_END},
+	{"heads", K(ATTN), F_HEADS},
+	{"causal", K(ATTN), F_CAUSAL},
+	{"salt", K(DROPOUT), F_SALT},
+	{"mbs", K(DROPOUT), F_MBS},
+	{"mb", K(DROPOUT), F_MB},
+	{"bdim", K(DROPOUT), F_BDIM},
+	{"binner", K(DROPOUT), F_BINNER},
+	{"red", K(COLL), F_RED},
+	/* a collective's dims by the op's names (irtext_coll_names) */
+	{"dim", K(COLL), F_ARG0},
+	{"split", K(COLL), F_ARG0},
+	{"root", K(COLL), F_ARG0},
+	{"shift", K(COLL), F_ARG0},
+	{"concat", K(COLL), F_ARG1},
+	{"size", K(COLL), F_ARG1},
+	{"low", K(COLL), F_ARG2},
+	/* optimizer steps */
+	{"beta1", K(OPTIM), F_BETA1},
+	{"momentum", K(OPTIM), F_MOMENTUM},
+	{"beta2", K(OPTIM), F_BETA2},
+	{"eps", K(OPTIM), F_OEPS},
+	{"weight_decay", K(OPTIM), F_WD},
+	{"clip", K(OPTIM), F_CLIP},
+	{"nesterov", K(OPTIM), F_NESTEROV},
+	{"master", K(OPTIM), F_MASTER},
 };
 #undef K
 #define NKEYS ((int)(sizeof attr_keys / sizeof attr_keys[0]))
@@ -613,10 +615,10 @@ static const char *const required[][3] = {
 	[IR_ATTR_DROPOUT] = {"rate", "salt"},
 	[IR_ATTR_COLL] = {"axes"},
 	[IR_ATTR_OPTIM] = {"master"},
+	[IR_ATTR_KIND_COUNT] = {NULL},
 };
 
-/* The IR_ATTR_OPTIM keys share fx slots between the two steps, so each
- * op accepts only its own. */
+/* Each optimizer step accepts only its own keys. */
 static bool optim_key_ok(IrOp op, const char *key)
 {
 	static const char *const adamw_only[] = {"beta1", "beta2", "eps"};
@@ -629,7 +631,7 @@ static bool optim_key_ok(IrOp op, const char *key)
 	return true;
 }
 
-static bool init_value(Parser *p, IrAttrs *a)
+static bool init_value(Parser *p, IrAttrInit *a)
 {
 	char name[16];
 	SrcLoc nl = tok_loc(p);
@@ -637,24 +639,117 @@ static bool init_value(Parser *p, IrAttrs *a)
 		return false;
 	for (int i = IR_INIT_NONE; i <= IR_INIT_UNIFORM; i++)
 		if (strcmp(name, ir_init_name((IrInit)i)) == 0)
-			a->init = (IrInit)i;
-	if (strcmp(name, ir_init_name(a->init)) != 0)
+			a->kind = (IrInit)i;
+	if (strcmp(name, ir_init_name(a->kind)) != 0)
 		return error_at(p, nl, "unknown init '%s'", name);
-	if (a->init != IR_INIT_NORMAL && a->init != IR_INIT_UNIFORM)
+	if (a->kind != IR_INIT_NORMAL && a->kind != IR_INIT_UNIFORM)
 		return true;
-	return expect(p, '(', "after the init kind") && double_value(p, &a->f[0], "in the init") &&
+	return expect(p, '(', "after the init kind") && double_value(p, &a->arg[0], "in the init") &&
 	       expect(p, ',', "between the init arguments") &&
-	       double_value(p, &a->f[1], "in the init") && expect(p, ')', "after the init");
+	       double_value(p, &a->arg[1], "in the init") && expect(p, ')', "after the init");
+}
+
+/* A bool, or for causal (which the printer writes as a number when it is
+ * neither) an integer. */
+static bool boolint_value(Parser *p, int64_t *out)
+{
+	if (p->tok.kind != T_IDENT)
+		return int_value(p, out, "for the attribute");
+	bool b = false;
+	if (!bool_value(p, &b, "for the attribute"))
+		return false;
+	*out = b;
+	return true;
+}
+
+/* The value of key k into a (of the node's kind). */
+static bool attr_field(Parser *p, IrAttr *a, int k, int *nnamed)
+{
+	const char *after = "for the attribute";
+	int f = attr_keys[k].field;
+	switch (f) {
+	case F_INIT:
+		return init_value(p, &a->init);
+	case F_VALUE:
+		return double_value(p, &a->scalar.value, after);
+	case F_EPS:
+		return double_value(p, &a->eps.eps, after);
+	case F_RATE:
+		return double_value(p, &a->dropout.rate, after);
+	case F_AXES:
+		return ints_value(p, a->axes.axes, &a->axes.n, IR_MAX_INTS, after);
+	case F_PERM:
+		return ints_value(p, a->perm.perm, &a->perm.n, IR_MAX_INTS, after);
+	case F_INTS:
+		return ints_value(p, a->coll.args, &a->coll.n, IR_MAX_INTS, after);
+	case F_GROUP:
+		return axes_value(p, &a->coll.axes, "after 'axes ='");
+	case F_KEEPDIMS:
+		return bool_value(p, &a->axes.keepdims, after);
+	case F_AXIS:
+		return int_value(p, a->kind == IR_ATTR_SLICE ? &a->slice.axis : &a->axis.axis, after);
+	case F_START:
+		return int_value(p, &a->slice.start, after);
+	case F_END:
+		return int_value(p, &a->slice.end, after);
+	case F_HEADS:
+		return int_value(p, &a->attn.heads, after);
+	case F_CAUSAL:
+		return boolint_value(p, &a->attn.causal);
+	case F_SALT:
+		return int_value(p, &a->dropout.salt, after);
+	case F_MBS:
+		return int_value(p, &a->dropout.mbs, after);
+	case F_MB:
+		return int_value(p, &a->dropout.mb, after);
+	case F_BDIM:
+		return int_value(p, &a->dropout.bdim, after);
+	case F_BINNER:
+		return int_value(p, &a->dropout.binner, after);
+	case F_RED: {
+		char r[16];
+		SrcLoc rl = tok_loc(p);
+		if (!ident(p, r, sizeof r, "a reduction", "after 'red ='"))
+			return false;
+		if (!ir_red_lookup(r, &a->coll.red))
+			return error_at(p, rl, "unknown reduction '%s' (sum, avg or max)", r);
+		return true;
+	}
+	case F_ARG0:
+	case F_ARG1:
+	case F_ARG2: {
+		int i = f - F_ARG0;
+		if (*nnamed < i + 1)
+			*nnamed = i + 1;
+		return int_value(p, &a->coll.args[i], after);
+	}
+	case F_BETA1:
+		return double_value(p, &a->optim.beta1, after);
+	case F_MOMENTUM:
+		return double_value(p, &a->optim.momentum, after);
+	case F_BETA2:
+		return double_value(p, &a->optim.beta2, after);
+	case F_OEPS:
+		return double_value(p, &a->optim.eps, after);
+	case F_WD:
+		return double_value(p, &a->optim.weight_decay, after);
+	case F_CLIP:
+		return double_value(p, &a->optim.clip, after);
+	case F_NESTEROV:
+		return bool_value(p, &a->optim.nesterov, after);
+	case F_MASTER:
+		return bool_value(p, &a->optim.master, after);
+	}
+	return false;
 }
 
 static bool attrs_value(Parser *p, IrNode *n)
 {
 	IrAttrKind kind = ir_op_attr_kind(n->op);
-	IrAttrs *a = &n->attrs;
+	IrAttr *a = ir_attr_mut(p->m, n, kind);
 	uint64_t seen = 0;
-	int nnamed = 0; /* collectives: ints set by name (dim, split, ...) */
+	int nnamed = 0; /* collectives: dims set by name (dim, split, ...) */
 	bool list = false;
-	a->red = IR_RED_SUM;
 	do {
 		char key[32];
 		SrcLoc kl = tok_loc(p);
@@ -671,67 +766,8 @@ static bool attrs_value(Parser *p, IrNode *n)
 		seen |= (uint64_t)1 << k;
 		if (!expect(p, '=', "after the attribute name"))
 			return false;
-		bool ok = true;
-		switch (attr_keys[k].slot) {
-		case SLOT_F0:
-			ok = double_value(p, &a->f[0], "for the attribute");
-			break;
-		case SLOT_INIT:
-			ok = init_value(p, a);
-			break;
-		case SLOT_INTS:
-			ok = ints_value(p, a->ints, &a->nints, IR_MAX_INTS, "for the attribute");
-			list = true;
-			break;
-		case SLOT_INT0:
-		case SLOT_INT1:
-		case SLOT_INT2:
-		case SLOT_INT3:
-		case SLOT_INT4: {
-			int i = attr_keys[k].slot - SLOT_INT0;
-			ok = int_value(p, &a->ints[i], "for the attribute");
-			if (nnamed < i + 1)
-				nnamed = i + 1;
-			break;
-		}
-		case SLOT_FLAG:
-			ok = bool_value(p, &a->flag, "for the attribute");
-			break;
-		case SLOT_BOOLINT1:
-			if (p->tok.kind == T_IDENT) {
-				bool b = false;
-				ok = bool_value(p, &b, "for the attribute");
-				a->ints[1] = b;
-			} else {
-				ok = int_value(p, &a->ints[1], "for the attribute");
-			}
-			break;
-		case SLOT_MESH:
-			ok = axes_value(p, &a->mesh_axes, "after 'axes ='");
-			break;
-		case SLOT_FX0:
-		case SLOT_FX1:
-		case SLOT_FX2:
-		case SLOT_FX3:
-		case SLOT_FX4:
-			ok = double_value(p, &a->fx[attr_keys[k].slot - SLOT_FX0], "for the attribute");
-			break;
-		case SLOT_BOOLINT0: {
-			bool b = false;
-			ok = bool_value(p, &b, "for the attribute");
-			a->ints[0] = b;
-			break;
-		}
-		case SLOT_RED: {
-			char r[16];
-			SrcLoc rl = tok_loc(p);
-			ok = ident(p, r, sizeof r, "a reduction", "after 'red ='");
-			if (ok && !ir_red_lookup(r, &a->red))
-				return error_at(p, rl, "unknown reduction '%s' (sum, avg or max)", r);
-			break;
-		}
-		}
-		if (!ok)
+		list |= attr_keys[k].field == F_INTS;
+		if (!attr_field(p, a, k, &nnamed))
 			return false;
 	} while (accept(p, ','));
 	if (!expect(p, '}', "after the attributes"))
@@ -744,39 +780,21 @@ static bool attrs_value(Parser *p, IrNode *n)
 		if (!have)
 			return error(p, "%s: missing attribute '%s'", ir_op_name(n->op), required[kind][r]);
 	}
-	switch (kind) {
-	case IR_ATTR_AXIS:
-		a->nints = 1;
-		break;
-	case IR_ATTR_DROPOUT: {
+	if (kind == IR_ATTR_DROPOUT) {
 		/* a micro-batch's copy has all four of mbs, mb, bdim, binner */
 		int nmb = 0;
 		for (int k = 0; k < NKEYS; k++)
-			nmb += (seen >> k & 1) && attr_keys[k].slot >= SLOT_INT1 &&
-			       attr_keys[k].slot <= SLOT_INT4;
+			nmb += (seen >> k & 1) && attr_keys[k].field >= F_MBS &&
+			       attr_keys[k].field <= F_BINNER;
 		if (nmb != 0 && nmb != 4)
 			return error(p, "dropout: give all of mbs, mb, bdim and binner, or none");
-		a->nints = nmb ? 5 : 1;
-		break;
-	}
-	case IR_ATTR_SLICE:
-		a->nints = 3;
-		break;
-	case IR_ATTR_ATTN:
-		a->nints = 2;
-		break;
-	case IR_ATTR_OPTIM:
-		a->nints = n->op == IR_OP_SGD_STEP ? 1 : 0;
-		break;
-	case IR_ATTR_COLL:
+		a->dropout.has_mb = nmb != 0;
+	} else if (kind == IR_ATTR_COLL) {
 		if (list && nnamed)
 			return error(p, "%s: give either 'ints' or named dims, not both",
 			             ir_op_name(n->op));
 		if (!list)
-			a->nints = nnamed;
-		break;
-	default:
-		break;
+			a->coll.n = nnamed;
 	}
 	return true;
 }

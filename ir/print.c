@@ -193,83 +193,113 @@ static void print_placement(FILE *out, const IrModule *m, const Placement *p)
 	fputs(buf, out);
 }
 
-/* Optimizer hyperparameters, by name for the op (ir/optim_ops.h's layout). */
+/* Optimizer hyperparameters, by name for the op. */
 static void print_optim(FILE *out, const IrNode *n)
 {
-	const IrAttrs *a = &n->attrs;
-	static const char *const adamw[] = {"beta1", "beta2", "eps", "weight_decay", "clip"};
-	bool sgd = n->op == IR_OP_SGD_STEP;
-	for (int i = 0; i < 5; i++) {
-		if (sgd && (i == 1 || i == 2))
-			continue;
-		fprintf(out, "%s%s = ", i ? ", " : " {", sgd && i == 0 ? "momentum" : adamw[i]);
-		print_double(out, a->fx[i]);
-		if (sgd && i == 0)
-			fprintf(out, ", nesterov = %s", a->ints[0] ? "true" : "false");
+	const IrAttrOptim *a = ir_attr_optim(n);
+	if (n->op == IR_OP_SGD_STEP) {
+		fputs(" {momentum = ", out);
+		print_double(out, a->momentum);
+		fprintf(out, ", nesterov = %s", a->nesterov ? "true" : "false");
+	} else {
+		fputs(" {beta1 = ", out);
+		print_double(out, a->beta1);
+		fputs(", beta2 = ", out);
+		print_double(out, a->beta2);
+		fputs(", eps = ", out);
+		print_double(out, a->eps);
 	}
-	fprintf(out, ", master = %s", a->flag ? "true" : "false");
+	fputs(", weight_decay = ", out);
+	print_double(out, a->weight_decay);
+	fputs(", clip = ", out);
+	print_double(out, a->clip);
+	fprintf(out, ", master = %s", a->master ? "true" : "false");
+}
+
+/* A count of list entries the printer can write. */
+static int list_len(int n)
+{
+	return n < 0 ? 0 : n > IR_MAX_INTS ? IR_MAX_INTS : n;
 }
 
 static void print_attrs(FILE *out, const IrModule *m, const IrNode *n)
 {
-	const IrAttrs *a = &n->attrs;
-	int ni = a->nints < 0 ? 0 : a->nints > IR_MAX_INTS ? IR_MAX_INTS : a->nints;
-	switch (ir_op_attr_kind(n->op)) {
-	case IR_ATTR_NONE:
+	IrAttrKind kind = ir_op_attr_kind(n->op);
+	if (n->attr && n->attr->kind != kind) {
+		fprintf(out, " {#kind %d}", (int)n->attr->kind); /* verifier error; never parsed */
 		return;
-	case IR_ATTR_INIT:
-		fprintf(out, " {init = %s", ir_init_name(a->init));
-		if (a->init == IR_INIT_NORMAL || a->init == IR_INIT_UNIFORM) {
+	}
+	switch (kind) {
+	case IR_ATTR_NONE:
+	case IR_ATTR_KIND_COUNT:
+		return;
+	case IR_ATTR_INIT: {
+		const IrAttrInit *a = ir_attr_init(n);
+		fprintf(out, " {init = %s", ir_init_name(a->kind));
+		if (a->kind == IR_INIT_NORMAL || a->kind == IR_INIT_UNIFORM) {
 			fputc('(', out);
-			print_double(out, a->f[0]);
+			print_double(out, a->arg[0]);
 			fputs(", ", out);
-			print_double(out, a->f[1]);
+			print_double(out, a->arg[1]);
 			fputc(')', out);
 		}
 		break;
+	}
 	case IR_ATTR_SCALAR:
 		fputs(" {value = ", out);
-		print_double(out, a->f[0]);
+		print_double(out, ir_attr_scalar(n)->value);
 		break;
-	case IR_ATTR_AXES:
+	case IR_ATTR_AXES: {
+		const IrAttrAxes *a = ir_attr_axes(n);
 		fputs(" {axes = ", out);
-		print_ints(out, a->ints, ni);
-		if (a->flag)
+		print_ints(out, a->axes, list_len(a->n));
+		if (a->keepdims)
 			fputs(", keepdims = true", out);
 		break;
+	}
 	case IR_ATTR_AXIS:
-		fprintf(out, " {axis = %" PRId64, a->ints[0]);
+		fprintf(out, " {axis = %" PRId64, ir_attr_axis(n)->axis);
 		break;
 	case IR_ATTR_EPS:
 		fputs(" {eps = ", out);
-		print_double(out, a->f[0]);
+		print_double(out, ir_attr_eps(n)->eps);
 		break;
-	case IR_ATTR_PERM:
+	case IR_ATTR_PERM: {
+		const IrAttrPerm *a = ir_attr_perm(n);
 		fputs(" {perm = ", out);
-		print_ints(out, a->ints, ni);
+		print_ints(out, a->perm, list_len(a->n));
 		break;
-	case IR_ATTR_SLICE:
-		fprintf(out, " {axis = %" PRId64 ", start = %" PRId64 ", end = %" PRId64, a->ints[0],
-		        a->ints[1], a->ints[2]);
+	}
+	case IR_ATTR_SLICE: {
+		const IrAttrSlice *a = ir_attr_slice(n);
+		fprintf(out, " {axis = %" PRId64 ", start = %" PRId64 ", end = %" PRId64, a->axis,
+		        a->start, a->end);
 		break;
-	case IR_ATTR_ATTN:
-		fprintf(out, " {heads = %" PRId64 ", causal = ", a->ints[0]);
-		if (a->ints[1] == 0 || a->ints[1] == 1)
-			fputs(a->ints[1] ? "true" : "false", out);
+	}
+	case IR_ATTR_ATTN: {
+		const IrAttrAttn *a = ir_attr_attn(n);
+		fprintf(out, " {heads = %" PRId64 ", causal = ", a->heads);
+		if (a->causal == 0 || a->causal == 1)
+			fputs(a->causal ? "true" : "false", out);
 		else
-			fprintf(out, "%" PRId64, a->ints[1]);
+			fprintf(out, "%" PRId64, a->causal);
 		break;
-	case IR_ATTR_DROPOUT:
+	}
+	case IR_ATTR_DROPOUT: {
+		const IrAttrDropout *a = ir_attr_dropout(n);
 		fputs(" {rate = ", out);
-		print_double(out, a->f[0]);
-		fprintf(out, ", salt = %" PRId64, a->ints[0]);
-		if (ni >= 5)
+		print_double(out, a->rate);
+		fprintf(out, ", salt = %" PRId64, a->salt);
+		if (a->has_mb)
 			fprintf(out, ", mbs = %" PRId64 ", mb = %" PRId64 ", bdim = %" PRId64
-			        ", binner = %" PRId64, a->ints[1], a->ints[2], a->ints[3], a->ints[4]);
+			        ", binner = %" PRId64, a->mbs, a->mb, a->bdim, a->binner);
 		break;
+	}
 	case IR_ATTR_COLL: {
+		const IrAttrColl *a = ir_attr_coll(n);
+		int ni = list_len(a->n);
 		fputs(" {axes = ", out);
-		print_axes(out, &m->mesh, a->mesh_axes);
+		print_axes(out, &m->mesh, a->axes);
 		/* the reduction only means something for these two */
 		if (n->op == IR_OP_ALL_REDUCE || n->op == IR_OP_REDUCE_SCATTER ||
 		    a->red != IR_RED_SUM)
@@ -278,10 +308,10 @@ static void print_attrs(FILE *out, const IrModule *m, const IrNode *n)
 		const char *const *names = irtext_coll_names(n->op, &nn);
 		if (ni == nn) {
 			for (int i = 0; i < nn; i++)
-				fprintf(out, ", %s = %" PRId64, names[i], a->ints[i]);
+				fprintf(out, ", %s = %" PRId64, names[i], a->args[i]);
 		} else {
 			fputs(", ints = ", out);
-			print_ints(out, a->ints, ni);
+			print_ints(out, a->args, ni);
 		}
 		break;
 	}

@@ -213,7 +213,8 @@ static bool infer_preset(Infer *c)
 		            ty(n).s);
 	char why[128];
 	if ((n->op == IR_OP_PARAM || n->op == IR_OP_STATE) &&
-	    ir_init_problem(n->attrs.init, n->attrs.f[0], n->attrs.f[1], why, sizeof why))
+	    ir_init_problem(ir_attr_init(n)->kind, ir_attr_init(n)->arg[0], ir_attr_init(n)->arg[1],
+	                    why, sizeof why))
 		return fail(c, "%s: init: %s", opname(n), why);
 	if (n->op == IR_OP_CONST && n->rank != 0)
 		return fail(c, "const: a constant is a scalar (shape []), got %s", ty(n).s);
@@ -262,29 +263,29 @@ static bool infer_binary(Infer *c, const IrNode *a, const IrNode *b)
 
 static bool infer_reduce(Infer *c, const IrNode *x)
 {
-	const IrAttrs *at = &c->n->attrs;
+	const IrAttrAxes *at = ir_attr_axes(c->n);
 	if (!need_float(c, x, 0))
 		return false;
-	if (at->nints < 0 || at->nints > IR_MAX_INTS)
-		return fail(c, "%s: invalid number of axes %d", opname(c->n), at->nints);
+	if (at->n < 0 || at->n > IR_MAX_INTS)
+		return fail(c, "%s: invalid number of axes %d", opname(c->n), at->n);
 	int64_t out[IR_MAX_RANK];
 	int r = 0, k = 0;
-	for (int i = 0; i < at->nints; i++) {
-		int64_t a = at->ints[i];
+	for (int i = 0; i < at->n; i++) {
+		int64_t a = at->axes[i];
 		if (a < 0 || a >= x->rank)
 			return fail(c, "%s: axis %" PRId64 " is out of range for %s (rank %d)",
 			            opname(c->n), a, shp(x).s, x->rank);
-		if (i > 0 && a <= at->ints[i - 1])
+		if (i > 0 && a <= at->axes[i - 1])
 			return fail(c, "%s: axes must be sorted and unique, got %" PRId64 " after %" PRId64,
-			            opname(c->n), a, at->ints[i - 1]);
+			            opname(c->n), a, at->axes[i - 1]);
 	}
 	for (int d = 0; d < x->rank; d++) {
-		bool reduced = k < at->nints && at->ints[k] == d;
+		bool reduced = k < at->n && at->axes[k] == d;
 		if (reduced)
 			k++;
 		if (!reduced)
 			out[r++] = x->shape[d];
-		else if (at->flag)
+		else if (at->keepdims)
 			out[r++] = 1;
 	}
 	return set_out(c, x->dtype, r, out);
@@ -292,20 +293,18 @@ static bool infer_reduce(Infer *c, const IrNode *x)
 
 static bool infer_softmax(Infer *c, const IrNode *x)
 {
-	const IrAttrs *at = &c->n->attrs;
+	int64_t axis = ir_attr_axis(c->n)->axis;
 	if (!need_float(c, x, 0))
 		return false;
-	if (at->nints < 1)
-		return fail(c, "%s: missing the axis attribute", opname(c->n));
-	if (at->ints[0] < 0 || at->ints[0] >= x->rank)
+	if (axis < 0 || axis >= x->rank)
 		return fail(c, "%s: axis %" PRId64 " is out of range for %s (rank %d)", opname(c->n),
-		            at->ints[0], shp(x).s, x->rank);
+		            axis, shp(x).s, x->rank);
 	return same_as(c, x);
 }
 
 static bool check_eps(Infer *c)
 {
-	double e = c->n->attrs.f[0];
+	double e = ir_attr_eps(c->n)->eps;
 	if (!(e >= 0) || isinf(e))
 		return fail(c, "%s: eps must be finite and >= 0, got %g", opname(c->n), e);
 	return true;
@@ -351,14 +350,14 @@ static bool infer_embed(Infer *c, const IrNode *tab, const IrNode *ids)
 
 static bool infer_permute(Infer *c, const IrNode *x)
 {
-	const IrAttrs *at = &c->n->attrs;
-	if (at->nints != x->rank)
+	const IrAttrPerm *at = ir_attr_perm(c->n);
+	if (at->n != x->rank)
 		return fail(c, "permute: the permutation has %d entries but the operand is %s (rank %d)",
-		            at->nints, shp(x).s, x->rank);
+		            at->n, shp(x).s, x->rank);
 	int64_t out[IR_MAX_RANK];
 	bool seen[IR_MAX_RANK] = {false};
 	for (int i = 0; i < x->rank; i++) {
-		int64_t p = at->ints[i];
+		int64_t p = at->perm[i];
 		if (p < 0 || p >= x->rank || seen[p])
 			return fail(c, "permute: not a permutation of 0..%d: entry %d is %" PRId64,
 			            x->rank - 1, i, p);
@@ -384,9 +383,7 @@ static bool infer_reshape(Infer *c, const IrNode *x)
 static bool infer_concat(Infer *c, IrNode **o, int nops)
 {
 	const IrNode *x = o[0];
-	int64_t axis = c->n->attrs.ints[0];
-	if (c->n->attrs.nints < 1)
-		return fail(c, "concat: missing the axis attribute");
+	int64_t axis = ir_attr_axis(c->n)->axis;
 	if (axis < 0 || axis >= x->rank)
 		return fail(c, "concat: axis %" PRId64 " is out of range for %s (rank %d)", axis,
 		            shp(x).s, x->rank);
@@ -412,10 +409,8 @@ static bool infer_concat(Infer *c, IrNode **o, int nops)
 
 static bool infer_slice(Infer *c, const IrNode *x)
 {
-	const IrAttrs *at = &c->n->attrs;
-	if (at->nints != 3)
-		return fail(c, "slice: needs (axis, start, end), got %d integers", at->nints);
-	int64_t axis = at->ints[0], s = at->ints[1], e = at->ints[2];
+	const IrAttrSlice *at = ir_attr_slice(c->n);
+	int64_t axis = at->axis, s = at->start, e = at->end;
 	if (axis < 0 || axis >= x->rank)
 		return fail(c, "slice: axis %" PRId64 " is out of range for %s (rank %d)", axis,
 		            shp(x).s, x->rank);
@@ -431,7 +426,7 @@ static bool infer_slice(Infer *c, const IrNode *x)
 static bool infer_attention(Infer *c, IrNode **o)
 {
 	static const char *const what[] = {"q", "k", "v"};
-	const IrAttrs *at = &c->n->attrs;
+	const IrAttrAttn *at = ir_attr_attn(c->n);
 	for (int i = 0; i < 3; i++)
 		if (!need_float(c, o[i], i) || !same_dtype(c, o[0], o[i]))
 			return false;
@@ -443,11 +438,11 @@ static bool infer_attention(Infer *c, IrNode **o)
 		if (memcmp(o[i]->shape, o[0]->shape, 3 * sizeof o[0]->shape[0]) != 0)
 			return fail(c, "attention: q and %s shapes differ: %s vs %s", what[i], shp(o[0]).s,
 			            shp(o[i]).s);
-	int64_t heads = at->nints >= 1 ? at->ints[0] : 0;
+	int64_t heads = at->heads;
 	if (heads < 1)
 		return fail(c, "attention: heads must be >= 1, got %" PRId64, heads);
-	if (at->nints >= 2 && at->ints[1] != 0 && at->ints[1] != 1)
-		return fail(c, "attention: causal must be 0 or 1, got %" PRId64, at->ints[1]);
+	if (at->causal != 0 && at->causal != 1)
+		return fail(c, "attention: causal must be 0 or 1, got %" PRId64, at->causal);
 	if (o[0]->shape[2] % heads != 0)
 		return fail(c, "attention: dim %" PRId64 " is not divisible by heads = %" PRId64
 		            " (q is %s)", o[0]->shape[2], heads, shp(o[0]).s);
@@ -482,17 +477,17 @@ static bool infer_mse(Infer *c, const IrNode *a, const IrNode *b)
 
 static bool infer_dropout(Infer *c, const IrNode *x)
 {
-	double r = c->n->attrs.f[0];
+	const IrAttrDropout *at = ir_attr_dropout(c->n);
+	double r = at->rate;
 	if (!need_float(c, x, 0))
 		return false;
 	if (!(r >= 0 && r < 1))
 		return fail(c, "dropout: rate must be in [0, 1), got %g", r);
-	const int64_t *mb = c->n->attrs.ints;
-	if (c->n->attrs.nints >= 5 &&
-	    (mb[1] < 1 || mb[2] < 0 || mb[2] >= mb[1] || mb[3] < 0 || mb[3] >= x->rank || mb[4] < 1))
+	if (at->has_mb && (at->mbs < 1 || at->mb < 0 || at->mb >= at->mbs || at->bdim < 0 ||
+	                   at->bdim >= x->rank || at->binner < 1))
 		return fail(c, "dropout: micro-batch %lld of %lld, batch dim %lld of rank %d, "
-		            "%lld per row is not a micro-batch's mask", (long long)mb[2],
-		            (long long)mb[1], (long long)mb[3], x->rank, (long long)mb[4]);
+		            "%lld per row is not a micro-batch's mask", (long long)at->mb,
+		            (long long)at->mbs, (long long)at->bdim, x->rank, (long long)at->binner);
 	return same_as(c, x);
 }
 
@@ -500,19 +495,19 @@ static bool infer_dropout(Infer *c, const IrNode *x)
 static bool infer_coll(Infer *c, const IrNode *x)
 {
 	IrNode *n = c->n;
-	const IrAttrs *at = &n->attrs;
+	const IrAttrColl *at = ir_attr_coll(n);
 	const Mesh *mesh = &c->m->mesh;
 	uint32_t valid = mesh->naxes >= 32 ? ~0u : (1u << mesh->naxes) - 1;
-	if (at->mesh_axes == 0)
+	if (at->axes == 0)
 		return fail(c, "%s: names no mesh axes", opname(n));
-	if (at->mesh_axes & ~valid)
+	if (at->axes & ~valid)
 		return fail(c, "%s: names mesh axis %d but the mesh has %d axes", opname(n),
-		            __builtin_ctz(at->mesh_axes & ~valid), mesh->naxes);
+		            __builtin_ctz(at->axes & ~valid), mesh->naxes);
 	if ((unsigned)at->red >= IR_RED_COUNT)
 		return fail(c, "%s: invalid reduction %d", opname(n), (int)at->red);
-	if (at->nints < 0 || at->nints > IR_MAX_INTS)
-		return fail(c, "%s: invalid attribute count %d", opname(n), at->nints);
-	int64_t g = mesh_axes_size(mesh, at->mesh_axes);
+	if (at->n < 0 || at->n > IR_MAX_INTS)
+		return fail(c, "%s: invalid attribute count %d", opname(n), at->n);
+	int64_t g = mesh_axes_size(mesh, at->axes);
 	if (g < 1)
 		return fail(c, "%s: the group has %" PRId64 " ranks", opname(n), g);
 	if (n->op == IR_OP_RECV)
@@ -520,22 +515,22 @@ static bool infer_coll(Infer *c, const IrNode *x)
 	if (n->op == IR_OP_ALL_REDUCE || n->op == IR_OP_SEND)
 		return same_as(c, x);
 	if (n->op == IR_OP_BROADCAST) {
-		if (at->nints >= 1 && (at->ints[0] < 0 || at->ints[0] >= g))
+		if (at->n >= 1 && (at->root < 0 || at->root >= g))
 			return fail(c, "broadcast: root %" PRId64 " is not in a group of %" PRId64,
-			            at->ints[0], g);
+			            at->root, g);
 		return same_as(c, x);
 	}
 	int need = n->op == IR_OP_ALL_TO_ALL ? 2 : 1;
-	if (at->nints < need)
+	if (at->n < need)
 		return fail(c, "%s: needs %d dim attribute%s, got %d", opname(n), need,
-		            need > 1 ? "s" : "", at->nints);
+		            need > 1 ? "s" : "", at->n);
 	for (int i = 0; i < need; i++)
-		if (at->ints[i] < 0 || at->ints[i] >= x->rank)
+		if (at->args[i] < 0 || at->args[i] >= x->rank)
 			return fail(c, "%s: dim %" PRId64 " is out of range for %s (rank %d)", opname(n),
-			            at->ints[i], shp(x).s, x->rank);
+			            at->args[i], shp(x).s, x->rank);
 	int64_t out[IR_MAX_RANK];
 	memcpy(out, x->shape, (size_t)x->rank * sizeof *out);
-	int64_t d0 = at->ints[0];
+	int64_t d0 = at->dim; /* all_to_all: its split */
 	if (n->op == IR_OP_ALL_GATHER) {
 		if (out[d0] > IR_MAX_ELEMS / g)
 			return fail(c, "all_gather: tensor too large: dim %" PRId64 " of %s times %" PRId64,
@@ -550,7 +545,7 @@ static bool infer_coll(Infer *c, const IrNode *x)
 			            "group size %" PRId64, opname(n), d0, shp(x).s, out[d0], g);
 		out[d0] /= g;
 		if (n->op == IR_OP_ALL_TO_ALL) {
-			int64_t d1 = at->ints[1];
+			int64_t d1 = at->a2a.concat;
 			if (out[d1] > IR_MAX_ELEMS / g)
 				return fail(c, "all_to_all: tensor too large: dim %" PRId64 " of %s times %"
 				            PRId64, d1, shp(x).s, g);
@@ -560,25 +555,25 @@ static bool infer_coll(Infer *c, const IrNode *x)
 	return set_out(c, x->dtype, x->rank, out);
 }
 
-/* pad_mask: x's type; ints = {dim, the dim's global extent, fill}. */
+/* pad_mask: x's type; pad = {dim, the dim's global extent, fill}. */
 static bool infer_pad_mask(Infer *c, const IrNode *x)
 {
 	IrNode *n = c->n;
-	const IrAttrs *at = &n->attrs;
+	const IrAttrColl *at = ir_attr_coll(n);
 	const Mesh *mesh = &c->m->mesh;
 	uint32_t valid = mesh->naxes >= 32 ? ~0u : (1u << mesh->naxes) - 1;
-	if (at->mesh_axes == 0 || (at->mesh_axes & ~valid))
+	if (at->axes == 0 || (at->axes & ~valid))
 		return fail(c, "pad_mask: names no mesh axes, or one the mesh lacks");
-	if (at->nints != 3)
+	if (at->n != 3)
 		return fail(c, "pad_mask: needs 3 integer attributes (dim, size, low), got %d",
-		            at->nints);
-	if (at->ints[0] < 0 || at->ints[0] >= x->rank)
+		            at->n);
+	if (at->pad.dim < 0 || at->pad.dim >= x->rank)
 		return fail(c, "pad_mask: dim %" PRId64 " is out of range for %s (rank %d)",
-		            at->ints[0], shp(x).s, x->rank);
-	if (at->ints[1] < 0 || at->ints[2] < 0 || at->ints[2] > 1)
-		return fail(c, "pad_mask: invalid size %" PRId64 " or fill %" PRId64, at->ints[1],
-		            at->ints[2]);
-	if (at->ints[2] && !need_float(c, x, 0))
+		            at->pad.dim, shp(x).s, x->rank);
+	if (at->pad.size < 0 || at->pad.low < 0 || at->pad.low > 1)
+		return fail(c, "pad_mask: invalid size %" PRId64 " or fill %" PRId64, at->pad.size,
+		            at->pad.low);
+	if (at->pad.low && !need_float(c, x, 0))
 		return false;
 	return same_as(c, x);
 }
@@ -635,9 +630,12 @@ static bool infer_op(Infer *c, IrNode **o)
 {
 	IrNode *n = c->n;
 	IrAttrKind ak = ir_op_attr_kind(n->op);
-	if ((ak == IR_ATTR_AXES || ak == IR_ATTR_PERM || ak == IR_ATTR_COLL) &&
-	    (n->attrs.nints < 0 || n->attrs.nints > IR_MAX_INTS))
-		return fail(c, "%s: invalid attribute count %d", opname(n), n->attrs.nints);
+	if (n->attr && n->attr->kind != ak)
+		return fail(c, "%s: attributes of another kind (%d)", opname(n), (int)n->attr->kind);
+	int cnt = ak == IR_ATTR_AXES ? ir_attr_axes(n)->n : ak == IR_ATTR_PERM ? ir_attr_perm(n)->n
+	        : ak == IR_ATTR_COLL ? ir_attr_coll(n)->n : 0;
+	if (cnt < 0 || cnt > IR_MAX_INTS)
+		return fail(c, "%s: invalid attribute count %d", opname(n), cnt);
 
 	switch (n->op) {
 	case IR_OP_PARAM:

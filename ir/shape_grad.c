@@ -147,7 +147,7 @@ static bool infer_expand(G *g, IrNode *x, bool sum_to)
 
 static bool infer_max_bwd(G *g, IrNode **o)
 {
-	const IrAttrs *at = &g->n->attrs;
+	const IrAttrAxes *at = ir_attr_axes(g->n);
 	IrNode *dy = o[0], *x = o[1], *y = o[2];
 	if (!floats(g, o, 3))
 		return false;
@@ -155,17 +155,17 @@ static bool infer_max_bwd(G *g, IrNode **o)
 		return fail(g, "max_bwd: dy %s and y %s differ", SH(dy), SH(y));
 	int64_t want[IR_MAX_RANK];
 	int r = 0, k = 0;
-	for (int i = 0; i < at->nints; i++)
-		if (at->ints[i] < 0 || at->ints[i] >= x->rank ||
-		    (i > 0 && at->ints[i] <= at->ints[i - 1]))
+	for (int i = 0; i < at->n; i++)
+		if (at->axes[i] < 0 || at->axes[i] >= x->rank ||
+		    (i > 0 && at->axes[i] <= at->axes[i - 1]))
 			return fail(g, "max_bwd: axes must be sorted, unique and within rank %d",
 			            x->rank);
 	for (int d = 0; d < x->rank; d++) {
-		bool red = k < at->nints && at->ints[k] == d;
+		bool red = k < at->n && at->axes[k] == d;
 		k += red;
 		if (!red)
 			want[r++] = x->shape[d];
-		else if (at->flag)
+		else if (at->keepdims)
 			want[r++] = 1;
 	}
 	if (y->rank != r || memcmp(y->shape, want, (size_t)r * sizeof want[0]) != 0)
@@ -178,15 +178,15 @@ static bool infer_softmax_bwd(G *g, IrNode **o)
 {
 	if (!alike(g, o, 2))
 		return false;
-	int64_t ax = g->n->attrs.ints[0];
-	if (g->n->attrs.nints < 1 || ax < 0 || ax >= o[0]->rank)
+	int64_t ax = ir_attr_axis(g->n)->axis;
+	if (ax < 0 || ax >= o[0]->rank)
 		return fail(g, "%s: axis %" PRId64 " is out of range for %s", name(g), ax, SH(o[0]));
 	return true;
 }
 
 static bool check_eps(G *g)
 {
-	double e = g->n->attrs.f[0];
+	double e = ir_attr_eps(g->n)->eps;
 	if (!(e >= 0) || isinf(e))
 		return fail(g, "%s: eps must be finite and >= 0, got %g", name(g), e);
 	return true;
@@ -231,12 +231,10 @@ static bool infer_embed_bwd(G *g, IrNode *dy, IrNode *ids)
 static bool infer_pad(G *g, IrNode *x)
 {
 	IrNode *n = g->n;
-	const IrAttrs *at = &n->attrs;
+	const IrAttrSlice *at = ir_attr_slice(n);
 	if (!floats(g, &x, 1) || !own_shape(g))
 		return false;
-	if (at->nints != 3)
-		return fail(g, "pad: needs (axis, start, end), got %d integers", at->nints);
-	int64_t ax = at->ints[0], s = at->ints[1], e = at->ints[2];
+	int64_t ax = at->axis, s = at->start, e = at->end;
 	if (x->rank != n->rank || ax < 0 || ax >= n->rank)
 		return fail(g, "pad: axis %" PRId64 " invalid for %s padded to %s", ax, SH(x), SH(n));
 	for (int d = 0; d < n->rank; d++)
@@ -251,15 +249,15 @@ static bool infer_pad(G *g, IrNode *x)
 
 static bool infer_attention_bwd(G *g, IrNode **o)
 {
-	const IrAttrs *at = &g->n->attrs;
+	const IrAttrAttn *at = ir_attr_attn(g->n);
 	if (!alike(g, o, 4))
 		return false;
 	if (o[0]->rank != 3)
 		return fail(g, "attention_bwd: operands must be [batch, seq, dim], got %s", SH(o[0]));
-	int64_t H = at->nints >= 1 ? at->ints[0] : 0;
+	int64_t H = at->heads;
 	if (H < 1 || o[0]->shape[2] % H != 0)
 		return fail(g, "attention_bwd: heads %" PRId64 " do not divide %s", H, SH(o[0]));
-	if (at->nints >= 2 && at->ints[1] != 0 && at->ints[1] != 1)
+	if (at->causal != 0 && at->causal != 1)
 		return fail(g, "attention_bwd: causal must be 0 or 1");
 	int64_t out[4] = {3, o[0]->shape[0], o[0]->shape[1], o[0]->shape[2]};
 	set(g->n, o[0]->dtype, 4, out);

@@ -43,12 +43,12 @@ bool ir_optim_ops(const IrNode *n, IrOptimOps *o)
 		o->m = k++;
 		o->v = k++;
 	} else if (n->op == IR_OP_SGD_STEP) {
-		if (n->attrs.fx[IR_OPTIM_MOMENTUM] != 0)
+		if (ir_attr_optim(n)->momentum != 0)
 			o->mom = k++;
 	} else {
 		return false;
 	}
-	if (n->attrs.flag)
+	if (ir_attr_optim(n)->master)
 		o->master = k++;
 	o->norm = k++;
 	want = k;
@@ -60,34 +60,34 @@ static const char *const part_names[] = {"p", "g", "m", "v", "mom", "master", "n
 /* The hyperparameters torch.optim accepts. */
 static bool check_hyper(const IrNode *n, char *msg, size_t cap)
 {
-	const double *fx = n->attrs.fx;
+	const IrAttrOptim *a = ir_attr_optim(n);
 	const char *op = ir_op_name(n->op);
-	for (int i = 0; i < 6; i++)
-		if (!isfinite(fx[i]))
+	bool sgd = n->op == IR_OP_SGD_STEP;
+	/* numbered as the text form lists them */
+	const double hyper[5] = {sgd ? a->momentum : a->beta1, a->beta2, a->eps, a->weight_decay,
+	                         a->clip};
+	for (int i = 0; i < 5; i++)
+		if (!isfinite(hyper[i]))
 			return msgf(msg, cap, "%s: hyperparameter %d is not finite", op, i);
-	if (!(fx[IR_OPTIM_WD] >= 0))
-		return msgf(msg, cap, "%s: weight decay must be >= 0, got %g", op, fx[IR_OPTIM_WD]);
-	if (!(fx[IR_OPTIM_CLIP] >= 0))
-		return msgf(msg, cap, "%s: clip must be >= 0 (0 = off), got %g", op,
-		            fx[IR_OPTIM_CLIP]);
-	if (n->op == IR_OP_ADAMW_STEP) {
-		if (!(fx[IR_OPTIM_BETA1] >= 0 && fx[IR_OPTIM_BETA1] < 1) ||
-		    !(fx[IR_OPTIM_BETA2] >= 0 && fx[IR_OPTIM_BETA2] < 1))
-			return msgf(msg, cap, "%s: betas must be in [0, 1), got (%g, %g)", op,
-			            fx[IR_OPTIM_BETA1], fx[IR_OPTIM_BETA2]);
-		if (!(fx[IR_OPTIM_EPS] >= 0))
-			return msgf(msg, cap, "%s: eps must be >= 0, got %g", op, fx[IR_OPTIM_EPS]);
-		if (n->attrs.nints != 0)
-			return msgf(msg, cap, "%s: takes no integer attributes", op);
+	if (!(a->weight_decay >= 0))
+		return msgf(msg, cap, "%s: weight decay must be >= 0, got %g", op, a->weight_decay);
+	if (!(a->clip >= 0))
+		return msgf(msg, cap, "%s: clip must be >= 0 (0 = off), got %g", op, a->clip);
+	if (!sgd) {
+		if (!(a->beta1 >= 0 && a->beta1 < 1) || !(a->beta2 >= 0 && a->beta2 < 1))
+			return msgf(msg, cap, "%s: betas must be in [0, 1), got (%g, %g)", op, a->beta1,
+			            a->beta2);
+		if (!(a->eps >= 0))
+			return msgf(msg, cap, "%s: eps must be >= 0, got %g", op, a->eps);
+		if (a->nesterov || a->momentum != 0)
+			return msgf(msg, cap, "%s: takes no momentum or nesterov", op);
 		return true;
 	}
-	if (!(fx[IR_OPTIM_MOMENTUM] >= 0))
-		return msgf(msg, cap, "%s: momentum must be >= 0, got %g", op, fx[IR_OPTIM_MOMENTUM]);
-	if (fx[IR_OPTIM_BETA2] != 0 || fx[IR_OPTIM_EPS] != 0)
-		return msgf(msg, cap, "%s: beta2 and eps are adamw's", op);
-	if (n->attrs.nints != 1 || (n->attrs.ints[0] != 0 && n->attrs.ints[0] != 1))
-		return msgf(msg, cap, "%s: needs nesterov = true or false", op);
-	if (n->attrs.ints[0] && fx[IR_OPTIM_MOMENTUM] == 0)
+	if (!(a->momentum >= 0))
+		return msgf(msg, cap, "%s: momentum must be >= 0, got %g", op, a->momentum);
+	if (a->beta1 != 0 || a->beta2 != 0 || a->eps != 0)
+		return msgf(msg, cap, "%s: beta1, beta2 and eps are adamw's", op);
+	if (a->nesterov && a->momentum == 0)
 		return msgf(msg, cap, "%s: nesterov needs a non-zero momentum", op);
 	return true;
 }
@@ -100,7 +100,7 @@ static bool infer_step(IrNode *n, IrNode *const *o, char *msg, size_t cap)
 		return msgf(msg, cap, "%s: %d operands do not match the attributes (momentum, "
 		            "master) of (p, g%s%s%s, norm)", op, n->nops,
 		            n->op == IR_OP_ADAMW_STEP ? ", m, v" : "",
-		            ix.mom >= 0 ? ", mom" : "", n->attrs.flag ? ", master" : "");
+		            ix.mom >= 0 ? ", mom" : "", ir_attr_optim(n)->master ? ", master" : "");
 	if (!check_hyper(n, msg, cap))
 		return false;
 	const IrNode *p = o[ix.p];

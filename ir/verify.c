@@ -172,12 +172,14 @@ static void check_node(Verifier *v, int i)
 	if (n->choose != -1 &&
 	    (n->choose < 0 || n->choose >= m->nchooses || m->chooses[n->choose].node != i))
 		node_error(v, n, "choose index %d does not point back at this node", n->choose);
-	if (n->attrs.nints < 0 || n->attrs.nints > IR_MAX_INTS) {
-		node_error(v, n, "invalid attribute count %d", n->attrs.nints);
+	IrAttrKind ak = ir_op_attr_kind(n->op);
+	if (n->attr && n->attr->kind != ak) {
+		node_error(v, n, "attributes of kind %d, but its op's are of kind %d",
+		           (int)n->attr->kind, (int)ak);
 		return;
 	}
-	if (ir_op_attr_kind(n->op) == IR_ATTR_INIT && (unsigned)n->attrs.init > IR_INIT_UNIFORM)
-		node_error(v, n, "invalid init kind %d", (int)n->attrs.init);
+	if (ak == IR_ATTR_INIT && (unsigned)ir_attr_init(n)->kind > IR_INIT_UNIFORM)
+		node_error(v, n, "invalid init kind %d", (int)ir_attr_init(n)->kind);
 	if (n->place >= m->places->n) {
 		node_error(v, n, "placement id %u is not in the module's table", n->place);
 		return;
@@ -239,8 +241,8 @@ static void check_chooses(Verifier *v)
 bool ir_verify(IrModule *m, Diag *d, const char *after)
 {
 	Verifier v = {m, d, after ? after : "?", 0};
-	if (m->places->oom) {
-		module_error(&v, "out of memory for the placements");
+	if (m->places->oom || m->oom) {
+		module_error(&v, "out of memory for the placements or attributes");
 		return false;
 	}
 	if (!check_mesh(&v))

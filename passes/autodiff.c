@@ -96,7 +96,7 @@ static void too_large(Ad *a)
  * rules transpose the same activation for each weight it multiplies):
  * its id, or -1.  Only these view ops are shared; the index (index_view)
  * lists the candidates, so this is not a scan of the backward so far. */
-static int reuse(const Ad *a, IrOp op, const int *ops, int nops, const IrAttrs *at,
+static int reuse(const Ad *a, IrOp op, const int *ops, int nops, const IrAttr *at,
                  const IrNode *type)
 {
 	if ((op != IR_OP_RESHAPE && op != IR_OP_PERMUTE) || nops != 1 || ops[0] >= a->n0)
@@ -108,8 +108,8 @@ static int reuse(const Ad *a, IrOp op, const int *ops, int nops, const IrAttrs *
 		if (n->op != op || n->ops[0] != ops[0] || n->stage != a->stage ||
 		    n->mb != a->mb)
 			continue;
-		if (op == IR_OP_PERMUTE && at && n->attrs.nints == at->nints &&
-		    memcmp(n->attrs.ints, at->ints, sizeof(int64_t) * (size_t)at->nints) == 0)
+		if (op == IR_OP_PERMUTE && at && ir_attr_perm(n)->n == at->perm.n &&
+		    memcmp(ir_attr_perm(n)->perm, at->perm.perm, sizeof(int64_t) * (size_t)at->perm.n) == 0)
 			return i;
 		if (op == IR_OP_RESHAPE && type && n->rank == type->rank &&
 		    memcmp(n->shape, type->shape, sizeof(int64_t) * (size_t)n->rank) == 0)
@@ -149,7 +149,7 @@ static void index_view(Ad *a, int id, int x)
 /* Appends op(ops){at} typed by ir_infer; `type` presets the type of the
  * ops that carry their own (reshape, expand, sum_to, pad, embed_bwd, cast,
  * const, recv).  -1 once anything failed. */
-static int emit(Ad *a, IrOp op, const int *ops, int nops, const IrAttrs *at,
+static int emit(Ad *a, IrOp op, const int *ops, int nops, const IrAttr *at,
                 const IrNode *type)
 {
 	if (a->failed)
@@ -166,7 +166,7 @@ static int emit(Ad *a, IrOp op, const int *ops, int nops, const IrAttrs *at,
 		return -1;
 	}
 	if (at)
-		n->attrs = *at;
+		ir_attr_set(a->m, n, at); /* out of memory: the verifier says */
 	if (type) {
 		n->dtype = type->dtype;
 		n->rank = type->rank;
@@ -197,7 +197,7 @@ static int op2(Ad *a, IrOp op, int x, int y)
 	return emit(a, op, o, 2, NULL, NULL);
 }
 
-static int op3(Ad *a, IrOp op, int x, int y, int z, const IrAttrs *at)
+static int op3(Ad *a, IrOp op, int x, int y, int z, const IrAttr *at)
 {
 	int o[3] = {x, y, z};
 	return emit(a, op, o, 3, at, NULL);
@@ -205,7 +205,7 @@ static int op3(Ad *a, IrOp op, int x, int y, int z, const IrAttrs *at)
 
 static int scale(Ad *a, int x, double s)
 {
-	IrAttrs at = {.f = {s}};
+	IrAttr at = {.kind = IR_ATTR_SCALAR, .scalar = {s}};
 	return x < 0 || s == 1.0 ? x : emit(a, IR_OP_SCALE, &x, 1, &at, NULL);
 }
 
@@ -251,8 +251,8 @@ static int cast_to(Ad *a, int x, IrDtype t)
 
 static int permute(Ad *a, int x, const int64_t *perm, int r)
 {
-	IrAttrs at = {.nints = r};
-	memcpy(at.ints, perm, (size_t)r * sizeof *perm);
+	IrAttr at = {.kind = IR_ATTR_PERM, .perm = {.n = r}};
+	memcpy(at.perm.perm, perm, (size_t)r * sizeof *perm);
 	return emit(a, IR_OP_PERMUTE, &x, 1, &at, NULL);
 }
 
@@ -272,7 +272,7 @@ static int transpose(Ad *a, int x)
 
 static int slice(Ad *a, int x, int64_t axis, int64_t s, int64_t e)
 {
-	IrAttrs at = {.nints = 3, .ints = {axis, s, e}};
+	IrAttr at = {.kind = IR_ATTR_SLICE, .slice = {axis, s, e}};
 	return emit(a, IR_OP_SLICE, &x, 1, &at, NULL);
 }
 
@@ -481,13 +481,13 @@ static void bw_unary(Ad *a, const IrNode *n, int dy)
 		g = op2(a, IR_OP_SILU_BWD, dy, x);
 		break;
 	case IR_OP_SCALE:
-		g = scale(a, dy, n->attrs.f[0]);
+		g = scale(a, dy, ir_attr_scalar(n)->value);
 		break;
 	case IR_OP_CAST:
 		g = cast_to(a, dy, nd(a, x)->dtype);
 		break;
 	default: /* dropout: the same mask and 1/(1-rate) on the gradient */
-		g = emit(a, IR_OP_DROPOUT, &dy, 1, &n->attrs, NULL);
+		g = emit(a, IR_OP_DROPOUT, &dy, 1, ir_attr_get(n, IR_ATTR_DROPOUT), NULL);
 		break;
 	}
 	contribute(a, x, g);
@@ -498,13 +498,13 @@ static void bw_reduce(Ad *a, const IrNode *n, int dy)
 {
 	const IrNode *X = nd(a, n->ops[0]);
 	if (n->op == IR_OP_MAX) {
-		contribute(a, X->id, op3(a, IR_OP_MAX_BWD, dy, X->id, n->id, &n->attrs));
+		contribute(a, X->id, op3(a, IR_OP_MAX_BWD, dy, X->id, n->id, ir_attr_get(n, IR_ATTR_AXES)));
 		return;
 	}
 	int64_t keep[IR_MAX_RANK], count = 1;
 	int k = 0;
 	for (int d = 0; d < X->rank; d++) {
-		bool red = k < n->attrs.nints && n->attrs.ints[k] == d;
+		bool red = k < ir_attr_axes(n)->n && ir_attr_axes(n)->axes[k] == d;
 		k += red;
 		keep[d] = red ? 1 : X->shape[d];
 		count *= red ? X->shape[d] : 1;
@@ -519,7 +519,7 @@ static void bw_reduce(Ad *a, const IrNode *n, int dy)
 static void bw_norm(Ad *a, const IrNode *n, int dy)
 {
 	bool ln = n->op == IR_OP_LAYERNORM;
-	IrAttrs eps = {.f = {n->attrs.f[0]}};
+	IrAttr eps = {.kind = IR_ATTR_EPS, .eps = *ir_attr_eps(n)};
 	int x = n->ops[0], gm = n->ops[1];
 	if (needs(a, n, 0))
 		contribute(a, x, op3(a, ln ? IR_OP_LAYERNORM_BWD : IR_OP_RMSNORM_BWD, dy, x, gm, &eps));
@@ -536,13 +536,13 @@ static void bw_permute(Ad *a, const IrNode *n, int dy)
 {
 	int64_t inv[IR_MAX_RANK];
 	for (int i = 0; i < n->rank; i++)
-		inv[n->attrs.ints[i]] = i;
+		inv[ir_attr_perm(n)->perm[i]] = i;
 	contribute(a, n->ops[0], permute(a, dy, inv, n->rank));
 }
 
 static void bw_concat(Ad *a, const IrNode *n, int dy)
 {
-	int64_t ax = n->attrs.ints[0], off = 0;
+	int64_t ax = ir_attr_axis(n)->axis, off = 0;
 	for (int k = 0; k < n->nops; k++) {
 		int64_t len = nd(a, n->ops[k])->shape[ax];
 		if (needs(a, n, k))
@@ -556,7 +556,7 @@ static void bw_slice(Ad *a, const IrNode *n, int dy)
 	const IrNode *X = nd(a, n->ops[0]);
 	IrNode t = *X;
 	t.dtype = nd(a, dy)->dtype;
-	IrAttrs at = {.nints = 3, .ints = {n->attrs.ints[0], n->attrs.ints[1], n->attrs.ints[2]}};
+	IrAttr at = {.kind = IR_ATTR_SLICE, .slice = *ir_attr_slice(n)};
 	contribute(a, X->id, emit(a, IR_OP_PAD, &dy, 1, &at, &t));
 }
 
@@ -564,8 +564,7 @@ static void bw_slice(Ad *a, const IrNode *n, int dy)
 static void bw_attention(Ad *a, const IrNode *n, int dy)
 {
 	int o[4] = {dy, n->ops[0], n->ops[1], n->ops[2]};
-	IrAttrs at = {.nints = 2, .ints = {n->attrs.ints[0], n->attrs.ints[1]}};
-	int pack = emit(a, IR_OP_ATTENTION_BWD, o, 4, &at, NULL);
+	int pack = emit(a, IR_OP_ATTENTION_BWD, o, 4, ir_attr_get(n, IR_ATTR_ATTN), NULL);
 	for (int w = 0; w < 3; w++)
 		if (needs(a, n, w)) {
 			const IrNode *X = nd(a, n->ops[w]);
@@ -582,7 +581,7 @@ static void bw_mse(Ad *a, const IrNode *n, int dy)
 	int64_t N = ir_node_numel(A);
 	int g = op2(a, IR_OP_SUB, A->id, n->ops[1]);
 	const IrNode *D = nd(a, dy);
-	if (!(D->op == IR_OP_CONST && D->attrs.f[0] == 1.0)) /* the seed: no need */
+	if (!(D->op == IR_OP_CONST && ir_attr_scalar(D)->value == 1.0)) /* the seed: no need */
 		g = op2(a, IR_OP_MUL, g, cast_to(a, dy, A->dtype));
 	g = scale(a, g, 2.0 / (double)(N ? N : 1));
 	if (needs(a, n, 0))
@@ -596,17 +595,17 @@ static void bw_mse(Ad *a, const IrNode *n, int dy)
  * average is a sum scaled by 1/group; a max has no gradient rule. */
 static void bw_coll(Ad *a, const IrNode *n, int dy)
 {
-	IrAttrs at = {.mesh_axes = n->attrs.mesh_axes, .red = IR_RED_SUM, .nints = 1,
-	              .ints = {n->attrs.ints[0]}};
-	double inv = 1.0 / (double)mesh_axes_size(&a->m->mesh, n->attrs.mesh_axes);
+	const IrAttrColl *c = ir_attr_coll(n);
+	IrAttr at = {.kind = IR_ATTR_COLL,
+	             .coll = {.axes = c->axes, .red = IR_RED_SUM, .n = 1, .args = {c->args[0]}}};
+	double inv = 1.0 / (double)mesh_axes_size(&a->m->mesh, c->axes);
 	int x = n->nops ? n->ops[0] : -1, g = -1;
-	if ((n->op == IR_OP_ALL_REDUCE || n->op == IR_OP_REDUCE_SCATTER) &&
-	    n->attrs.red == IR_RED_MAX) {
+	if ((n->op == IR_OP_ALL_REDUCE || n->op == IR_OP_REDUCE_SCATTER) && c->red == IR_RED_MAX) {
 		a->loc = n->loc;
 		internal(a, "no gradient rule for a max reduction", ir_op_name(n->op));
 		return;
 	}
-	bool avg = n->attrs.red == IR_RED_AVG;
+	bool avg = c->red == IR_RED_AVG;
 	switch (n->op) {
 	case IR_OP_ALL_GATHER:
 		g = emit(a, IR_OP_REDUCE_SCATTER, &dy, 1, &at, NULL);
@@ -618,9 +617,9 @@ static void bw_coll(Ad *a, const IrNode *n, int dy)
 		g = scale(a, dy, avg ? inv : 1.0);
 		break;
 	case IR_OP_ALL_TO_ALL:
-		at.nints = 2;
-		at.ints[0] = n->attrs.ints[1];
-		at.ints[1] = n->attrs.ints[0];
+		at.coll.n = 2;
+		at.coll.a2a.split = c->a2a.concat;
+		at.coll.a2a.concat = c->a2a.split;
 		g = emit(a, IR_OP_ALL_TO_ALL, &dy, 1, &at, NULL);
 		break;
 	case IR_OP_BROADCAST:
@@ -670,7 +669,7 @@ static void backward(Ad *a, const IrNode *n, int dy)
 		return;
 	case IR_OP_SOFTMAX:
 	case IR_OP_LOG_SOFTMAX: {
-		IrAttrs at = {.nints = 1, .ints = {n->attrs.ints[0]}};
+		IrAttr at = {.kind = IR_ATTR_AXIS, .axis = *ir_attr_axis(n)};
 		IrOp op = n->op == IR_OP_SOFTMAX ? IR_OP_SOFTMAX_BWD : IR_OP_LOG_SOFTMAX_BWD;
 		int o[2] = {dy, n->id};
 		contribute(a, n->ops[0], emit(a, op, o, 2, &at, NULL));
@@ -745,7 +744,7 @@ static void find_needed(Ad *a, bool *from, bool *to)
 			if (n->op == IR_OP_SEND && f)
 				for (int j = 0; j < a->n0; j++)
 					if (nd(a, j)->op == IR_OP_RECV && !from[j] &&
-					    nd(a, j)->attrs.mesh_axes == n->attrs.mesh_axes)
+					    ir_attr_coll(nd(a, j))->axes == ir_attr_coll(n)->axes)
 						from[j] = changed = true;
 			if (f && !from[i])
 				from[i] = changed = true;
@@ -762,7 +761,7 @@ static void find_needed(Ad *a, bool *from, bool *to)
 			if (n->op == IR_OP_RECV)
 				for (int j = 0; j < a->n0; j++)
 					if (nd(a, j)->op == IR_OP_SEND && !to[j] &&
-					    nd(a, j)->attrs.mesh_axes == n->attrs.mesh_axes)
+					    ir_attr_coll(nd(a, j))->axes == ir_attr_coll(n)->axes)
 						to[j] = changed = true;
 		}
 	}
@@ -806,7 +805,7 @@ static void finish_params(Ad *a)
 		int g = a->grad[i];
 		if (g < 0) {
 			IrNode t = {.dtype = p->dtype, .rank = 0};
-			IrAttrs zero = {.f = {0.0}};
+			IrAttr zero = {.kind = IR_ATTR_SCALAR, .scalar = {0.0}};
 			g = reshaped(a, IR_OP_EXPAND, emit(a, IR_OP_CONST, NULL, 0, &zero, &t),
 			             p->rank, p->shape);
 		} else if (g < a->n0 || uses[g] > 0) {
@@ -907,7 +906,7 @@ bool pass_autodiff(IrModule *m, Diag *d, const PassOptions *opt)
 	a.block = L->block;
 	a.loc = L->loc;
 	IrNode one = {.dtype = L->dtype, .rank = 0};
-	IrAttrs at1 = {.f = {1.0}};
+	IrAttr at1 = {.kind = IR_ATTR_SCALAR, .scalar = {1.0}};
 	a.grad[m->loss] = emit(&a, IR_OP_CONST, NULL, 0, &at1, &one);
 	for (int i = m->loss; i >= 0 && !a.failed; i--) {
 		const IrNode *n = nd(&a, i);

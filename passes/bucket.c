@@ -100,7 +100,7 @@ static _Thread_local bool by_stage;
 
 static bool same_group(const IrNode *a, uint32_t a_axes, const IrNode *b, uint32_t b_axes)
 {
-	return a_axes == b_axes && a->attrs.red == b->attrs.red && a->dtype == b->dtype &&
+	return a_axes == b_axes && ir_attr_coll(a)->red == ir_attr_coll(b)->red && a->dtype == b->dtype &&
 	       (!by_stage || a->stage == b->stage);
 }
 
@@ -111,15 +111,16 @@ static bool same_group(const IrNode *a, uint32_t a_axes, const IrNode *b, uint32
 static void extend_chain(const IrModule *m, const int *users, Cand *c)
 {
 	const IrNode *ar = m->nodes[c->ar];
-	while (ar->attrs.red == IR_RED_SUM && c->nskip + c->nsrc <= 2 * MAX_SRC) {
+	while (ir_attr_coll(ar)->red == IR_RED_SUM && c->nskip + c->nsrc <= 2 * MAX_SRC) {
 		uint32_t inner = 0;
 		bool ok = true;
 		for (int t = 0; t < c->nsrc && ok; t++) {
 			const IrNode *y = m->nodes[c->src[t]];
-			ok = y->op == IR_OP_ALL_REDUCE && y->nops == 1 && users[c->src[t]] == 1 &&
-			     y->attrs.red == IR_RED_SUM && y->dtype == ar->dtype &&
-			     !(y->attrs.mesh_axes & c->axes) && (t == 0 || y->attrs.mesh_axes == inner);
-			inner = y->attrs.mesh_axes;
+			ok = y->op == IR_OP_ALL_REDUCE && y->nops == 1 && users[c->src[t]] == 1;
+			const IrAttrColl *ya = ok ? ir_attr_coll(y) : NULL;
+			ok = ok && ya->red == IR_RED_SUM && y->dtype == ar->dtype &&
+			     !(ya->axes & c->axes) && (t == 0 || ya->axes == inner);
+			inner = ok ? ya->axes : 0;
 		}
 		if (!ok || !inner)
 			return;
@@ -147,12 +148,13 @@ static bool collect(const IrModule *m, const int *users, int x, bool root, Cand 
 	if (n->op == IR_OP_ALL_REDUCE && n->nops == 1 && n->rank > 0) {
 		const IrNode *ar = c->ar >= 0 ? m->nodes[c->ar] : n;
 		int s = n->ops[0];
-		if (!same_group(ar, ar->attrs.mesh_axes, n, n->attrs.mesh_axes) || users[s] != 1 ||
-		    c->nsrc >= MAX_SRC || (c->ar >= 0 && ar->attrs.red != IR_RED_SUM))
+		if (!same_group(ar, ir_attr_coll(ar)->axes, n, ir_attr_coll(n)->axes) ||
+		    users[s] != 1 || c->nsrc >= MAX_SRC ||
+		    (c->ar >= 0 && ir_attr_coll(ar)->red != IR_RED_SUM))
 			return false;
 		if (c->ar < 0) {
 			c->ar = x;
-			c->axes = n->attrs.mesh_axes;
+			c->axes = ir_attr_coll(n)->axes;
 		}
 		c->skip[c->nskip++] = x;
 		c->src[c->nsrc++] = s;
@@ -167,7 +169,7 @@ static bool collect(const IrModule *m, const int *users, int x, bool root, Cand 
 		c->skip[c->nskip++] = x;
 		return collect(m, users, n->ops[0], false, c) &&
 		       collect(m, users, n->ops[1], false, c) &&
-		       m->nodes[c->ar]->attrs.red == IR_RED_SUM;
+		       ir_attr_coll(m->nodes[c->ar])->red == IR_RED_SUM;
 	}
 	return false;
 }
@@ -326,8 +328,7 @@ static bool emit_bucket(Out *o, const Cand *cands, const Bucket *b)
 				diag_error(o->d, src0->loc, "bucket: out of memory");
 				return false;
 			}
-			c->attrs.nints = 1;
-			c->attrs.ints[0] = 0;
+			ir_attr_axis_mut(o->out, c)->axis = 0;
 			c->dtype = src0->dtype;
 			c->stage = src0->stage;
 			c->block = block;
@@ -351,8 +352,9 @@ static bool emit_bucket(Out *o, const Cand *cands, const Bucket *b)
 		diag_error(o->d, ar0->loc, "bucket: out of memory");
 		return false;
 	}
-	red->attrs = ar0->attrs;
-	red->attrs.mesh_axes = axes;
+	IrAttrColl *ra = ir_attr_coll_mut(o->out, red);
+	*ra = *ir_attr_coll(ar0);
+	ra->axes = axes;
 	red->dtype = ar0->dtype;
 	red->stage = ar0->stage;
 	red->block = block;
@@ -385,10 +387,7 @@ static bool emit_bucket(Out *o, const Cand *cands, const Bucket *b)
 		IrNode *s = add(o, IR_OP_SLICE, &rid, 1, ar, false);
 		if (!s)
 			return false;
-		s->attrs.nints = 3;
-		s->attrs.ints[0] = 0;
-		s->attrs.ints[1] = off;
-		s->attrs.ints[2] = off + len;
+		*ir_attr_slice_mut(o->out, s) = (IrAttrSlice){0, off, off + len};
 		if (!ir_infer_msg(o->out, s, msg, sizeof msg)) {
 			pass_fault(o->m, o->d, ar->loc, "bucket: slice: %s", msg);
 			return false;

@@ -36,12 +36,13 @@ bool pass_fuse_op_ok(IrOp op)
 
 bool pass_is_last2_transpose(const IrNode *n)
 {
-	if (n->op != IR_OP_PERMUTE || n->rank < 2 || n->attrs.nints != n->rank)
+	if (n->op != IR_OP_PERMUTE || n->rank < 2 || ir_attr_perm(n)->n != n->rank)
 		return false;
+	const int64_t *p = ir_attr_perm(n)->perm;
 	for (int i = 0; i < n->rank - 2; i++)
-		if (n->attrs.ints[i] != i)
+		if (p[i] != i)
 			return false;
-	return n->attrs.ints[n->rank - 2] == n->rank - 1 && n->attrs.ints[n->rank - 1] == n->rank - 2;
+	return p[n->rank - 2] == n->rank - 1 && p[n->rank - 1] == n->rank - 2;
 }
 
 /* X's batch dims, right-aligned to C's: all 1 (broadcast) or all equal. */

@@ -68,7 +68,8 @@ static int64_t dim0_parts(const IrModule *m, const IrNode *n)
 
 /* Records on c, micro-batch k's copy of dropout n, where its elements sit
  * in the full batch; B: the inputs' batch size (0: they differ). */
-static void dropout_rows(const IrNode *n, IrNode *c, int64_t M, int64_t k, int64_t B)
+static void dropout_rows(IrModule *out, const IrNode *n, IrNode *c, int64_t M, int64_t k,
+                         int64_t B)
 {
 	int bdim = -1;
 	for (int j = 0; j < n->rank; j++) {
@@ -80,11 +81,12 @@ static void dropout_rows(const IrNode *n, IrNode *c, int64_t M, int64_t k, int64
 	}
 	if (bdim < 0)
 		return;
-	c->attrs.ints[1] = M;
-	c->attrs.ints[2] = k;
-	c->attrs.ints[3] = bdim;
-	c->attrs.ints[4] = B > 0 && n->shape[bdim] % B == 0 ? n->shape[bdim] / B : 1;
-	c->attrs.nints = 5;
+	IrAttrDropout *a = ir_attr_dropout_mut(out, c);
+	a->has_mb = true;
+	a->mbs = M;
+	a->mb = k;
+	a->bdim = bdim;
+	a->binner = B > 0 && n->shape[bdim] % B == 0 ? n->shape[bdim] / B : 1;
 }
 
 /* Integer inputs (token ids) need each micro-batch's rows to split evenly
@@ -258,10 +260,7 @@ bool pass_microbatch(IrModule *m, Diag *d, const PassOptions *opt)
 				break;
 			}
 			s->dtype = n->dtype;
-			s->attrs.nints = 3;
-			s->attrs.ints[0] = 1;
-			s->attrs.ints[1] = k;
-			s->attrs.ints[2] = k + 1;
+			*ir_attr_slice_mut(out, s) = (IrAttrSlice){1, k, k + 1};
 			s->rank = r1->rank;
 			memcpy(s->shape, r1->shape, sizeof s->shape);
 			s->shape[1] = 1;
@@ -332,7 +331,7 @@ bool pass_microbatch(IrModule *m, Diag *d, const PassOptions *opt)
 				break;
 			}
 			if (n->op == IR_OP_DROPOUT)
-				dropout_rows(n, c, M, k, batch);
+				dropout_rows(out, n, c, M, k, batch);
 			mk[i] = id;
 		}
 	}
@@ -357,7 +356,7 @@ bool pass_microbatch(IrModule *m, Diag *d, const PassOptions *opt)
 		}
 		IrNode *f = ok ? ir_node_new(out, IR_OP_SCALE, &acc, 1, L->loc) : NULL;
 		if (ok && f) {
-			f->attrs.f[0] = 1.0 / (double)M;
+			ir_attr_scalar_mut(out, f)->value = 1.0 / (double)M;
 			f->dtype = L->dtype;
 			char msg[512];
 			if (!ir_infer_msg(out, f, msg, sizeof msg))

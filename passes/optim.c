@@ -66,14 +66,10 @@ static IrNode *new_state(Optim *o, const IrNode *p, const char *prefix, bool mas
 	n->place = p->place;
 	n->stage = p->stage;
 	n->block = p->block;
-	if (master) {
-		/* keyed by P's name at init (ir/optim_ops.h): P's value unrounded */
-		n->attrs.init = p->attrs.init;
-		n->attrs.f[0] = p->attrs.f[0];
-		n->attrs.f[1] = p->attrs.f[1];
-	} else {
-		n->attrs.init = IR_INIT_ZEROS;
-	}
+	if (master) /* keyed by P's name at init (ir/optim_ops.h): P's value unrounded */
+		n->attr = p->attr;
+	else
+		ir_attr_init_mut(o->m, n)->kind = IR_INIT_ZEROS;
 	return typed(o, n) ? n : NULL;
 }
 
@@ -108,19 +104,18 @@ static bool add_update(Optim *o, const IrNode *p, const IrNode *g, int norm)
 	                        p->loc);
 	if (!n)
 		return false;
-	IrAttrs *a = &n->attrs;
+	IrAttrOptim *a = ir_attr_optim_mut(o->m, n);
 	if (o->adamw) {
-		a->fx[IR_OPTIM_BETA1] = t->beta1;
-		a->fx[IR_OPTIM_BETA2] = t->beta2;
-		a->fx[IR_OPTIM_EPS] = t->eps;
+		a->beta1 = t->beta1;
+		a->beta2 = t->beta2;
+		a->eps = t->eps;
 	} else {
-		a->fx[IR_OPTIM_MOMENTUM] = t->momentum;
-		a->nints = 1;
-		a->ints[0] = t->nesterov;
+		a->momentum = t->momentum;
+		a->nesterov = t->nesterov;
 	}
-	a->fx[IR_OPTIM_WD] = t->weight_decay;
-	a->fx[IR_OPTIM_CLIP] = t->clip;
-	a->flag = master;
+	a->weight_decay = t->weight_decay;
+	a->clip = t->clip;
+	a->master = master;
 	n->place = p->place;
 	n->stage = p->stage;
 	n->block = p->block;

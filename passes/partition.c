@@ -231,9 +231,22 @@ static const char *fmt_pl(Part *p, const Placement *pl)
 	return arena_printf(&p->scratch, "%s", buf);
 }
 
+/* at as node n's attributes: like's own when they are the same (most
+ * local nodes keep their global node's), none when all zero. */
+static void set_attr(Part *p, IrNode *n, const IrAttr *at, const IrNode *like)
+{
+	if (!at || !memcmp(at, &ir_attr_zero[at->kind], sizeof *at))
+		n->attr = NULL;
+	else if (like->attr && !memcmp(at, like->attr, sizeof *at))
+		n->attr = like->attr;
+	else
+		ir_attr_set(p->out, n, at); /* out of memory: the verifier says */
+}
+
 /* A new local node holding a shard, under pl, of a value shaped like
- * `like` (global).  Its local type is inferred and checked against pl. */
-static int emit(Part *p, IrOp op, const int *ops, int nops, const IrAttrs *at,
+ * `like` (global), with attributes at (NULL: none).  Its local type is
+ * inferred and checked against pl. */
+static int emit(Part *p, IrOp op, const int *ops, int nops, const IrAttr *at,
                 const IrNode *like, const Placement *pl, int origin)
 {
 	IrNode *n = ir_node_new(p->out, op, ops, nops, like->loc);
@@ -241,7 +254,7 @@ static int emit(Part *p, IrOp op, const int *ops, int nops, const IrAttrs *at,
 		diag_error(p->d, like->loc, "partition: out of memory");
 		return -1;
 	}
-	n->attrs = *at;
+	set_attr(p, n, at, like);
 	n->dtype = like->dtype;
 	n->rank = like->rank;
 	ir_place_set(p->out, n, pl); /* out of memory: the verifier says */
@@ -294,11 +307,14 @@ static int reshard_step(Part *p, int id, const IrNode *g, const ReshardStep *s)
 {
 	const Mesh *mesh = &p->m->mesh;
 	const Placement *from = ir_place(p->out, loc_node(p, id));
-	IrAttrs at = {.mesh_axes = s->axes, .red = s->red};
-	if (s->op != IR_OP_ALL_REDUCE) {
-		at.nints = s->op == IR_OP_ALL_TO_ALL ? 2 : 1;
-		at.ints[0] = s->dim;
-		at.ints[1] = s->op == IR_OP_ALL_TO_ALL ? s->dim2 : 0;
+	IrAttr at = {.kind = IR_ATTR_COLL, .coll = {.axes = s->axes, .red = s->red}};
+	if (s->op == IR_OP_ALL_TO_ALL) {
+		at.coll.n = 2;
+		at.coll.a2a.split = s->dim;
+		at.coll.a2a.concat = s->dim2;
+	} else if (s->op != IR_OP_ALL_REDUCE) {
+		at.coll.n = 1;
+		at.coll.dim = s->dim;
 	}
 	int d = s->dim;
 	int64_t G = mesh_axes_size(mesh, s->axes), n = d < g->rank ? g->shape[d] : 0;
@@ -306,7 +322,7 @@ static int reshard_step(Part *p, int id, const IrNode *g, const ReshardStep *s)
 	if (d >= g->rank || G < 2 || n % G == 0 || (!cut && s->op != IR_OP_ALL_GATHER))
 		return emit(p, s->op, &id, 1, &at, g, &s->after, id);
 	IrNode big = *g; /* the value extended by zero rows to G chunks */
-	IrAttrs sl = {.nints = 3, .ints = {d, 0, n}};
+	IrAttr sl = {.kind = IR_ATTR_SLICE, .slice = {d, 0, n}};
 	if (cut && placement_dim_parts(from, mesh, d) == 1) {
 		big.shape[d] = G * (n / G + 1);
 		int pad = emit(p, IR_OP_PAD, &id, 1, &sl, &big, from, id);
@@ -455,7 +471,10 @@ static int mask_padding(Part *p, const IrNode *like, int id, const Placement *pl
 	for (int d = 0; id >= 0 && d < like->rank; d++) {
 		if (!(pd >> d & 1))
 			continue;
-		IrAttrs at = {.nints = 3, .ints = {d, like->shape[d], low}};
+		IrAttr at = {.kind = IR_ATTR_COLL, .coll = {.n = 3}};
+		at.coll.pad.dim = d;
+		at.coll.pad.size = like->shape[d];
+		at.coll.pad.low = low;
 		for (int k = 0; k < pl->naxes[d]; k++) {
 			/* pad_mask numbers shards in mesh order, as the placement
 			 * does when its axes are listed in that order */
@@ -466,7 +485,7 @@ static int mask_padding(Part *p, const IrNode *like, int id, const Placement *pl
 				           ir_op_name(like->op), fmt_pl(p, pl));
 				return -1;
 			}
-			at.mesh_axes |= 1u << pl->axes[d][k];
+			at.coll.axes |= 1u << pl->axes[d][k];
 		}
 		id = emit(p, IR_OP_PAD_MASK, &id, 1, &at, like, pl, id);
 	}
@@ -537,7 +556,7 @@ static bool part_leaf(Part *p, const IrNode *n, uint32_t Tid)
 	t.partial = 0;
 	t.partial_op = IR_RED_SUM;
 	/* uneven: the runtime and the interpreter start the padding at zero */
-	return part_finish(p, n, emit(p, n->op, NULL, 0, &n->attrs, n, &t, -1));
+	return part_finish(p, n, emit(p, n->op, NULL, 0, n->attr, n, &t, -1));
 }
 
 /* The placement an optimizer step runs in: the step's own when it has
@@ -590,12 +609,11 @@ static bool part_step(Part *p, const IrNode *n)
 		if (ops[i] < 0)
 			return false;
 	}
-	int id = emit(p, n->op, ops, n->nops, &n->attrs, n, &P, ops[ix.p]);
+	int id = emit(p, n->op, ops, n->nops, n->attr, n, &P, ops[ix.p]);
 	if (id >= 0 && ops[ix.p] != pnode) {
-		IrAttrs none = {0};
 		uint32_t stored = loc_node(p, pnode)->place;
 		int back = reshard(p, id, n, stored);
-		id = back < 0 ? -1 : emit(p, IR_OP_ASSIGN, (int[]){pnode, back}, 2, &none, n,
+		id = back < 0 ? -1 : emit(p, IR_OP_ASSIGN, (int[]){pnode, back}, 2, NULL, n,
 		                          place_of(p, stored), back);
 	}
 	return part_finish(p, n, id);
@@ -633,7 +651,6 @@ static bool part_grad_norm(Part *p, const IrNode *n)
 	}
 	Placement rep;
 	placement_replicated(&rep, 0);
-	IrAttrs none = {0};
 	int total = -1;
 	bool *done = arena_alloc(&p->scratch, sizeof(bool) * (size_t)n->nops);
 	if (!done)
@@ -647,7 +664,7 @@ static bool part_grad_norm(Part *p, const IrNode *n)
 				done[j] = done[j] || split[j] == split[i];
 		}
 	if (ngroups == 1 && split[0] == 0)
-		return part_finish(p, n, emit(p, IR_OP_GRAD_NORM, ops, n->nops, &none, n, &rep, -1));
+		return part_finish(p, n, emit(p, IR_OP_GRAD_NORM, ops, n->nops, NULL, n, &rep, -1));
 	memset(done, 0, sizeof(bool) * (size_t)n->nops);
 	int *grp = arena_alloc(&p->scratch, sizeof(int) * (size_t)n->nops);
 	if (!grp)
@@ -661,22 +678,22 @@ static bool part_grad_norm(Part *p, const IrNode *n)
 				grp[ng++] = ops[j];
 				done[j] = true;
 			}
-		int gn = emit(p, IR_OP_GRAD_NORM, grp, ng, &none, n, &rep, -1);
-		int sq = gn < 0 ? -1 : emit(p, IR_OP_MUL, (int[]){gn, gn}, 2, &none, n, &rep, gn);
+		int gn = emit(p, IR_OP_GRAD_NORM, grp, ng, NULL, n, &rep, -1);
+		int sq = gn < 0 ? -1 : emit(p, IR_OP_MUL, (int[]){gn, gn}, 2, NULL, n, &rep, gn);
 		if (sq >= 0 && split[i]) {
 			Placement part = rep;
 			part.partial = split[i];
 			ir_place_set(p->out, loc_node(p, sq), &part);
-			IrAttrs at = {.mesh_axes = split[i], .red = IR_RED_SUM};
+			IrAttr at = {.kind = IR_ATTR_COLL, .coll = {.axes = split[i], .red = IR_RED_SUM}};
 			sq = emit(p, IR_OP_ALL_REDUCE, &sq, 1, &at, n, &rep, sq);
 		}
 		if (sq < 0)
 			return false;
-		total = total < 0 ? sq : emit(p, IR_OP_ADD, (int[]){total, sq}, 2, &none, n, &rep, sq);
+		total = total < 0 ? sq : emit(p, IR_OP_ADD, (int[]){total, sq}, 2, NULL, n, &rep, sq);
 		if (total < 0)
 			return false;
 	}
-	return part_finish(p, n, emit(p, IR_OP_SQRT, &total, 1, &none, n, &rep, total));
+	return part_finish(p, n, emit(p, IR_OP_SQRT, &total, 1, NULL, n, &rep, total));
 }
 
 /* Whether `from` reaches `to` by a reduce_scatter: to splits each dim as
@@ -799,18 +816,17 @@ static bool ce_stats(Part *p, const IrNode *n, const IrNode *lg, const IrNode *t
 	Placement part = *P;
 	part.partial = A;
 	part.partial_op = IR_RED_MAX;
-	IrAttrs red = {.nints = 1, .ints = {lg->rank - 1}};
-	IrAttrs armax = {.mesh_axes = A, .red = IR_RED_MAX};
-	IrAttrs arsum = {.mesh_axes = A, .red = IR_RED_SUM};
-	IrAttrs none = {0};
+	IrAttr red = {.kind = IR_ATTR_AXES, .axes = {.n = 1, .axes = {lg->rank - 1}}};
+	IrAttr armax = {.kind = IR_ATTR_COLL, .coll = {.axes = A, .red = IR_RED_MAX}};
+	IrAttr arsum = {.kind = IR_ATTR_COLL, .coll = {.axes = A, .red = IR_RED_SUM}};
 	int m0 = emit(p, IR_OP_MAX, &lid, 1, &red, &rows, &part, lid);
 	if (m0 >= 0 && loc_node(p, m0)->dtype != IR_F32)
-		m0 = emit(p, IR_OP_CAST, &m0, 1, &none, &rows, &part, m0);
+		m0 = emit(p, IR_OP_CAST, &m0, 1, NULL, &rows, &part, m0);
 	*mx = m0 < 0 ? -1 : emit(p, IR_OP_ALL_REDUCE, &m0, 1, &armax, &rows, P, m0);
 	if (*mx < 0)
 		return false;
 	part.partial_op = IR_RED_SUM;
-	int s0 = emit(p, IR_OP_CE_SUMEXP, (int[]){lid, *mx}, 2, &none, &rows, &part, lid);
+	int s0 = emit(p, IR_OP_CE_SUMEXP, (int[]){lid, *mx}, 2, NULL, &rows, &part, lid);
 	*se = s0 < 0 ? -1 : emit(p, IR_OP_ALL_REDUCE, &s0, 1, &arsum, &rows, P, s0);
 	if (*se < 0)
 		return false;
@@ -877,14 +893,14 @@ static bool part_xent_vp(Part *p, const IrNode *n, bool *done)
 	int mx, se;
 	if (tid < 0 || !ce_stats(p, n, lg, tg, lid, A, &P, &mx, &se))
 		return false;
-	IrAttrs none = {0}, vp = {.mesh_axes = A};
+	IrAttr vp = {.kind = IR_ATTR_COLL, .coll = {.axes = A}};
 	double scale = pos ? 1.0 / (double)mesh_axes_size(&p->m->mesh, pos) : 0;
 	if (bwd) {
 		int dl = operand(p, n, 0, intern(p, &rep));
 		int id = dl < 0 ? -1 : emit(p, IR_OP_CE_BWD_VP, (int[]){dl, lid, tid, mx, se}, 5, &vp,
 		                            n, &L, lid);
 		if (id >= 0 && scale != 0) {
-			IrAttrs sc = {.f = {scale}};
+			IrAttr sc = {.kind = IR_ATTR_SCALAR, .scalar = {scale}};
 			id = emit(p, IR_OP_SCALE, &id, 1, &sc, n, &L, id);
 		}
 		return id >= 0 && finish_target(p, n, id, &L);
@@ -897,19 +913,19 @@ static bool part_xent_vp(Part *p, const IrNode *n, bool *done)
 	Placement part = P;
 	part.partial = A;
 	int t0 = emit(p, IR_OP_CE_TARGET, (int[]){lid, tid}, 2, &vp, &rows, &part, lid);
-	IrAttrs arsum = {.mesh_axes = A, .red = IR_RED_SUM};
+	IrAttr arsum = {.kind = IR_ATTR_COLL, .coll = {.axes = A, .red = IR_RED_SUM}};
 	int tl = t0 < 0 ? -1 : emit(p, IR_OP_ALL_REDUCE, &t0, 1, &arsum, &rows, &P, t0);
-	int ls = tl < 0 ? -1 : emit(p, IR_OP_LOG, &se, 1, &none, &rows, &P, se);
-	int a = ls < 0 ? -1 : emit(p, IR_OP_ADD, (int[]){ls, mx}, 2, &none, &rows, &P, ls);
-	int b = a < 0 ? -1 : emit(p, IR_OP_SUB, (int[]){a, tl}, 2, &none, &rows, &P, a);
-	IrAttrs all = {.nints = tg->rank};
+	int ls = tl < 0 ? -1 : emit(p, IR_OP_LOG, &se, 1, NULL, &rows, &P, se);
+	int a = ls < 0 ? -1 : emit(p, IR_OP_ADD, (int[]){ls, mx}, 2, NULL, &rows, &P, ls);
+	int b = a < 0 ? -1 : emit(p, IR_OP_SUB, (int[]){a, tl}, 2, NULL, &rows, &P, a);
+	IrAttr all = {.kind = IR_ATTR_AXES, .axes = {.n = tg->rank}};
 	for (int d = 0; d < tg->rank && d < IR_MAX_INTS; d++)
-		all.ints[d] = d;
+		all.axes.axes[d] = d;
 	Placement res = rep;
 	res.partial = pos;
 	int id = b < 0 ? -1 : emit(p, IR_OP_MEAN, &b, 1, &all, n, &res, b);
 	if (id >= 0 && scale != 0) {
-		IrAttrs sc = {.f = {scale}};
+		IrAttr sc = {.kind = IR_ATTR_SCALAR, .scalar = {scale}};
 		id = emit(p, IR_OP_SCALE, &id, 1, &sc, n, &res, id);
 	}
 	return id >= 0 && finish_target(p, n, id, &res);
@@ -972,7 +988,7 @@ bool part_node(Part *p, const IrNode *n)
 	int id = emit(p, r.op ? r.op : n->op, ops, n->nops, &r.at, n, &r.res,
 	              n->nops ? ops[0] : -1);
 	if (id >= 0 && r.scale != 0) {
-		IrAttrs sc = {.f = {r.scale}};
+		IrAttr sc = {.kind = IR_ATTR_SCALAR, .scalar = {r.scale}};
 		id = emit(p, IR_OP_SCALE, &id, 1, &sc, n, &r.res, id);
 	}
 	if (id >= 0 && !keeps_zero_padding(p, n, r.op ? r.op : n->op, &r.res))

@@ -12,12 +12,12 @@
 
 /* What an op needs and produces.  req[i] is the placement operand i must
  * have (of the operand's global shape); res is the placement of the local
- * result (of the node's global shape); at the local node's attrs; a
+ * result (of the node's global shape); at the local node's attributes; a
  * non-zero scale multiplies the local result (means over split dims). */
 typedef struct PartRule {
 	Placement *req;
 	Placement res;
-	IrAttrs at;
+	IrAttr at;
 	double scale;
 	IrOp op; /* non-zero: the local op, when not the node's (embed_vp) */
 } PartRule;

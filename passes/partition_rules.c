@@ -269,7 +269,7 @@ static void permute_rule(const IrModule *m, const IrNode *n, const Placement *T,
 	replicated(X, n->rank);
 	uint32_t used = 0;
 	for (int i = 0; i < n->rank; i++) {
-		int pi = (int)n->attrs.ints[i];
+		int pi = (int)ir_attr_perm(n)->perm[i];
 		if (T->known ? follow(R, i, T, i, &used) : follow(R, i, &cur[0], pi, &used))
 			copy_dim(X, pi, R, i);
 	}
@@ -370,11 +370,12 @@ static void heads_rule(const IrModule *m, const IrNode *n, const Placement *T,
 {
 	map_rule(m, n, T, cur, r, pinned, lin);
 	int64_t parts = placement_dim_parts(&r->res, &m->mesh, ddim);
-	if (parts > 1 && n->attrs.ints[0] % parts != 0) {
+	int64_t heads = ir_attr_attn(n)->heads;
+	if (parts > 1 && heads % parts != 0) {
 		map_rule(m, n, T, cur, r, pinned | (1u << ddim), lin);
 		parts = 1;
 	}
-	r->at.ints[0] = n->attrs.ints[0] / parts;
+	r->at.attn.heads = heads / parts;
 }
 
 /* The axes dim d of p is split over, when they are in group order (the
@@ -392,14 +393,15 @@ static uint32_t vocab_axes(const Placement *p, int d)
 bool part_rule(const IrModule *m, const IrNode *n, const Placement *T, const Placement *cur,
                PartRule *r, char *why, size_t cap)
 {
-	r->at = n->attrs;
+	IrAttrKind ak = ir_op_attr_kind(n->op);
+	r->at = *ir_attr_get(n, ak);
 	r->scale = 0;
 	r->op = 0;
 	int rk = n->rank;
 	uint32_t all = rk >= 32 ? ~0u : (1u << rk) - 1;
 	uint32_t last = rk ? 1u << (rk - 1) : 0;
-	uint32_t axis = n->attrs.nints > 0 && n->attrs.ints[0] >= 0 && n->attrs.ints[0] < 32
-	                        ? 1u << n->attrs.ints[0] : 0;
+	int64_t ax = ak == IR_ATTR_AXIS ? r->at.axis.axis : ak == IR_ATTR_SLICE ? r->at.slice.axis : -1;
+	uint32_t axis = ax >= 0 && ax < 32 ? 1u << ax : 0;
 	switch (n->op) {
 	case IR_OP_ADD: case IR_OP_SUB:
 		map_rule(m, n, T, cur, r, 0, LIN_ALL);
@@ -460,11 +462,12 @@ bool part_rule(const IrModule *m, const IrNode *n, const Placement *T, const Pla
 		const IrNode *x = opnd(m, n, 0);
 		int out[IR_MAX_RANK];
 		uint32_t red = 0;
-		for (int i = 0; i < n->attrs.nints; i++)
-			red |= 1u << n->attrs.ints[i];
+		const IrAttrAxes *ra = ir_attr_axes(n);
+		for (int i = 0; i < ra->n; i++)
+			red |= 1u << ra->axes[i];
 		for (int j = 0, k = 0; j < x->rank; j++) {
 			out[j] = (red & (1u << j)) ? -1 : k;
-			if (!(red & (1u << j)) || n->attrs.flag)
+			if (!(red & (1u << j)) || ra->keepdims)
 				k++;
 		}
 		reduce_rule(m, n, T, cur, r, red, out, n->op);
@@ -509,8 +512,7 @@ bool part_rule(const IrModule *m, const IrNode *n, const Placement *T, const Pla
 			r->res.partial = v;
 			r->res.partial_op = IR_RED_SUM;
 			r->op = IR_OP_EMBED_VP;
-			memset(&r->at, 0, sizeof r->at);
-			r->at.mesh_axes = v;
+			r->at = (IrAttr){.kind = IR_ATTR_COLL, .coll = {.axes = v}};
 		}
 		return true;
 	}
@@ -527,8 +529,7 @@ bool part_rule(const IrModule *m, const IrNode *n, const Placement *T, const Pla
 		if (v && !(v & used)) {
 			follow(R, 0, T, 0, &used);
 			r->op = IR_OP_EMBED_BWD_VP;
-			memset(&r->at, 0, sizeof r->at);
-			r->at.mesh_axes = v;
+			r->at = (IrAttr){.kind = IR_ATTR_COLL, .coll = {.axes = v}};
 		}
 		uint32_t pos = positions(m, n, cur, r, dy->rank - 1, used, 2);
 		copy_dim(&r->req[0], dy->rank - 1, R, 1);

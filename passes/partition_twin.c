@@ -104,12 +104,14 @@ void part_rec_event(Part *p, int g, const Cached *c, bool hit)
 	p->re[p->nre++] = (TwRecEv){g, c, hit};
 }
 
-static inline bool tw_attrs_same(const IrAttrs *a, const IrAttrs *b)
+/* The same attributes (the same op: the same kind). */
+static inline bool tw_attrs_same(const IrNode *a, const IrNode *b)
 {
-	return a->nints == b->nints && a->init == b->init && a->mesh_axes == b->mesh_axes &&
-	       a->red == b->red && a->flag == b->flag &&
-	       !memcmp(a->ints, b->ints, sizeof a->ints) && !memcmp(a->f, b->f, sizeof a->f) &&
-	       !memcmp(a->fx, b->fx, sizeof a->fx);
+	if (a->attr == b->attr)
+		return true;
+	int64_t wa[IR_ATTR_WORDS], wb[IR_ATTR_WORDS];
+	int na = ir_attr_words(a, wa);
+	return na == ir_attr_words(b, wb) && !memcmp(wa, wb, sizeof wa[0] * (size_t)na);
 }
 
 static inline bool tw_type_same(const IrNode *a, const IrNode *b)
@@ -203,7 +205,7 @@ static bool tw_eligible(const Part *p, const IrNode *n)
 static inline bool tw_same_class(const Part *p, const IrNode *a, const IrNode *b)
 {
 	if (a->op != b->op || a->nops != b->nops || a->role != b->role || !tw_type_same(a, b) ||
-	    a->place != b->place || !tw_attrs_same(&a->attrs, &b->attrs))
+	    a->place != b->place || !tw_attrs_same(a, b))
 		return false;
 	for (int i = 0; i < a->nops; i++)
 		if (p->vsig[a->ops[i]] != p->vsig[b->ops[i]])
@@ -216,7 +218,10 @@ static int tw_class(Part *p, const IrNode *n)
 {
 	uint64_t h = tw_type_hash(
 	        (uint64_t)n->op << 32 | (uint64_t)(unsigned)n->nops << 8 | (uint64_t)n->role, n);
-	h = hash_mix64(h, (uint64_t)n->attrs.ints[0] ^ (uint64_t)n->attrs.nints << 56);
+	int64_t w[IR_ATTR_WORDS];
+	int nw = ir_attr_words(n, w);
+	for (int i = 1; i < nw && i < 3; i++) /* the first few fields say enough */
+		h = hash_mix64(h, (uint64_t)w[i]);
 	h = hash_mix64(h, n->place);
 	for (int i = 0; i < n->nops; i++)
 		h = hash_mix64(h, (uint64_t)(unsigned)p->vsig[n->ops[i]]);

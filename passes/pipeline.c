@@ -194,18 +194,14 @@ bool pass_pipeline(IrModule *m, Diag *d, const PassOptions *opt)
 	const int loss = m->loss;
 	for (int i = 0; i < nn; i++) {
 		const IrNode *n = m->nodes[i];
-		/* the head (one or two lines) well ahead, the operands (and a
-		 * collective's mesh axes) when it is in */
+		/* the head (one or two lines) well ahead, the operands when it
+		 * is in */
 		if (i + 16 < nn) {
 			__builtin_prefetch(&m->nodes[i + 16]->id);
 			__builtin_prefetch(&m->nodes[i + 16]->name);
 		}
-		if (i + 6 < nn) {
-			const IrNode *x = m->nodes[i + 6];
-			__builtin_prefetch(x->ops);
-			if ((unsigned)x->op < IR_OP_COUNT && (opfl[x->op] & OPF_COLL))
-				__builtin_prefetch(&x->attrs.mesh_axes);
-		}
+		if (i + 6 < nn)
+			__builtin_prefetch(m->nodes[i + 6]->ops);
 		IrOp o = n->op;
 		unsigned fl = (unsigned)o < IR_OP_COUNT ? opfl[o] : 0;
 		op[i] = (uint8_t)o;
@@ -243,7 +239,7 @@ bool pass_pipeline(IrModule *m, Diag *d, const PassOptions *opt)
 		 * (ZeRO-3's param all_gathers): each rank that reads one makes
 		 * its own, where it first needs it */
 		bool coll = (fl & OPF_COLL) && o != IR_OP_SEND && o != IR_OP_RECV;
-		bool ppc = coll && (n->attrs.mesh_axes & (1u << ax));
+		bool ppc = coll && (ir_attr_coll(n)->axes & (1u << ax));
 		bool gather = coll && !ppc;
 		if (!lf && phase != IR_PHASE_OPTIMIZER && (pl_is_view_op(o) || gather)) {
 			lf = true;

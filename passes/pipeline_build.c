@@ -162,24 +162,18 @@ bool pl_materialise(Pl *p, IrModule *out, int *mr, int *loss_out)
 					p->failed = true;
 					break;
 				}
-				c->attrs.mesh_axes = ppm;
-				c->attrs.nints = 1;
-				c->attrs.ints[0] = e->peer - r;
+				*ir_attr_coll_mut(out, c) = (IrAttrColl){.axes = ppm, .n = 1, .shift = e->peer - r};
 			} else if (e->kind == E_RECV) {
 				IrNode *c = new_node(p, out, IR_OP_RECV, NULL, 0, n, r, p->phase[e->node]);
 				if (!c)
 					break;
-				c->attrs.mesh_axes = ppm;
-				c->attrs.nints = 1;
-				c->attrs.ints[0] = r - e->peer;
+				*ir_attr_coll_mut(out, c) = (IrAttrColl){.axes = ppm, .n = 1, .shift = r - e->peer};
 				mr[e->node] = c->id;
 			} else if (e->kind == E_SYNC) {
 				IrNode *c = new_node(p, out, IR_OP_RECV, NULL, 0, n, r, IR_PHASE_OPTIMIZER);
 				if (!c)
 					break;
-				c->attrs.mesh_axes = ppm;
-				c->attrs.nints = 1;
-				c->attrs.ints[0] = r - e->peer;
+				*ir_attr_coll_mut(out, c) = (IrAttrColl){.axes = ppm, .n = 1, .shift = r - e->peer};
 				int ab[2] = { MR(e->node), c->id };
 				if (ab[0] < 0)
 					continue; /* the param is not on this rank after all */
@@ -195,7 +189,7 @@ bool pl_materialise(Pl *p, IrModule *out, int *mr, int *loss_out)
 					src = new_node(p, out, IR_OP_CONST, NULL, 0, n, r, IR_PHASE_FORWARD);
 					if (!src)
 						break;
-					src->attrs.f[0] = 0;
+					src->attr = NULL; /* 0 */
 					src->name = NULL;
 					src->role = IR_ROLE_ACT;
 					x = src->id;
@@ -207,8 +201,7 @@ bool pl_materialise(Pl *p, IrModule *out, int *mr, int *loss_out)
 				IrNode *c = new_node(p, out, IR_OP_ALL_REDUCE, &x, 1, n, r, IR_PHASE_FORWARD);
 				if (!c)
 					break;
-				c->attrs.mesh_axes = ppm;
-				c->attrs.red = IR_RED_SUM;
+				*ir_attr_coll_mut(out, c) = (IrAttrColl){.axes = ppm, .red = IR_RED_SUM};
 				c->name = loss_name;
 				c->role = loss_role;
 				c->mb = -1;

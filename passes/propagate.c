@@ -335,22 +335,23 @@ static int put_i64(int *k, int n, int64_t v)
 /* The longest sig_key of a node with nops operands. */
 static size_t sig_key_len(int nops)
 {
-	return (size_t)(5 + 3 * IR_MAX_INTS + 3 * IR_MAX_RANK + nops);
+	return (size_t)(3 + 3 * IR_ATTR_WORDS + 3 * IR_MAX_RANK + nops);
 }
 
 /* Everything rule_build, repair and cand_cost read of node n but
- * placements: its op, attributes (ints[0] always, the others up to nints)
- * and kind, and the dtypes and shapes of it and its operands (as shape
- * ids, P->sig holding them when this runs). */
+ * placements: its op, attributes and kind, and the dtypes and shapes of
+ * it and its operands (as shape ids, P->sig holding them when this
+ * runs). */
 static int sig_key(const Prop *P, const IrNode *n, int *k)
 {
 	int len = 0;
 	bool resolved = P->kind[n->id] == K_TIED || P->kind[n->id] == K_SCALAR;
-	k[len++] = (int)n->op * 4 + n->attrs.flag * 2 + resolved;
+	k[len++] = (int)n->op * 2 + resolved;
 	k[len++] = n->nops;
-	k[len++] = n->attrs.nints;
-	for (int i = 0; i < IR_MAX_INTS && (i == 0 || i < n->attrs.nints); i++)
-		len = put_i64(k, len, n->attrs.ints[i]);
+	int64_t w[IR_ATTR_WORDS];
+	int nw = ir_attr_words(n, w);
+	for (int i = 0; i < nw; i++)
+		len = put_i64(k, len, w[i]);
 	k[len++] = P->sig[n->id];
 	for (int i = 0; i < n->nops; i++)
 		k[len++] = P->sig[n->ops[i]];

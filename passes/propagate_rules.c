@@ -77,8 +77,9 @@ static void rule_matmul(Rule *r, const IrModule *m, const IrNode *n)
 /* sum, mean, max; and max_bwd's x (axes reduced = unsplit there). */
 static bool reduced_axis(const IrNode *n, int d)
 {
-	for (int k = 0; k < n->attrs.nints && k < IR_MAX_INTS; k++)
-		if (n->attrs.ints[k] == d)
+	const IrAttrAxes *a = ir_attr_axes(n);
+	for (int k = 0; k < a->n && k < IR_MAX_INTS; k++)
+		if (a->axes[k] == d)
 			return true;
 	return false;
 }
@@ -96,7 +97,7 @@ static void rule_reduce(Rule *r, const IrModule *m, const IrNode *n)
 			r->reduce[f] = true;
 		if (!red)
 			r->resf[out++] = (int8_t)f;
-		else if (n->attrs.flag)
+		else if (ir_attr_axes(n)->keepdims)
 			r->resf[out++] = -1;
 	}
 }
@@ -109,7 +110,7 @@ static void rule_max_bwd(Rule *r, const IrModule *m, const IrNode *n)
 		bool red = reduced_axis(n, j);
 		int f = red ? -1 : newf(r);
 		r->opf[1][j] = r->resf[j] = (int8_t)f;
-		if (!red || n->attrs.flag) {
+		if (!red || ir_attr_axes(n)->keepdims) {
 			r->opf[0][out] = r->opf[2][out] = (int8_t)f;
 			out++;
 		}
@@ -208,7 +209,7 @@ static void rule_attention(Rule *r, const IrNode *n, bool bwd)
 {
 	int fb = newf(r), fd = newf(r);
 	r->heads_f = fd;
-	r->heads = n->attrs.ints[0];
+	r->heads = ir_attr_attn(n)->heads;
 	for (int i = 0; i < r->nops; i++) {
 		r->opf[i][0] = (int8_t)fb;
 		r->opf[i][2] = (int8_t)fd; /* the sequence dim stays whole */
@@ -299,7 +300,7 @@ void prop_rule_build(const IrModule *m, const IrNode *n, Rule *r)
 	case IR_OP_LOG_SOFTMAX_BWD:
 		rule_bcast(r, m, n, 0, r->nops);
 		for (int i = -1; i < r->nops; i++)
-			rule_unsplit(r, i, (int)n->attrs.ints[0]);
+			rule_unsplit(r, i, (int)ir_attr_axis(n)->axis);
 		return;
 	case IR_OP_LAYERNORM:
 	case IR_OP_RMSNORM:
@@ -321,8 +322,8 @@ void prop_rule_build(const IrModule *m, const IrNode *n, Rule *r)
 		return;
 	case IR_OP_PERMUTE:
 		r->linear = true;
-		for (int d = 0; d < n->rank && d < n->attrs.nints; d++) {
-			int64_t s = n->attrs.ints[d];
+		for (int d = 0; d < n->rank && d < ir_attr_perm(n)->n; d++) {
+			int64_t s = ir_attr_perm(n)->perm[d];
 			r->resf[d] = (int8_t)newf(r);
 			if (s >= 0 && s < IR_MAX_RANK)
 				r->opf[0][s] = r->resf[d];
@@ -337,7 +338,8 @@ void prop_rule_build(const IrModule *m, const IrNode *n, Rule *r)
 	case IR_OP_PAD:
 		rule_same(r, m, n, 0, n, false);
 		for (int i = -1; i < r->nops; i++)
-			rule_unsplit(r, i, (int)n->attrs.ints[0]);
+			rule_unsplit(r, i, (int)(n->op == IR_OP_CONCAT ? ir_attr_axis(n)->axis
+			                                               : ir_attr_slice(n)->axis));
 		return;
 	case IR_OP_ATTENTION:
 		rule_attention(r, n, false);

@@ -371,22 +371,23 @@ static void node_label(const Dot *g, int i, Buf *b)
 	const IrNode *n = in->m->nodes[i];
 	int64_t r = in->rep[node_stage(in, i)];
 	put(b, "%%%d %s", i, ir_op_name(n->op));
-	if (n->attrs.mesh_axes && (n->op == IR_OP_ALL_REDUCE || n->op == IR_OP_REDUCE_SCATTER))
-		put(b, " %s", ir_red_name(n->attrs.red));
+	if ((n->op == IR_OP_ALL_REDUCE || n->op == IR_OP_REDUCE_SCATTER) && ir_attr_coll(n)->axes)
+		put(b, " %s", ir_red_name(ir_attr_coll(n)->red));
 	if (n->name)
 		put(b, " %s", n->name);
 	put(b, "\n");
 	types_text(in, n, b);
 	char ax[64], grp[128];
 	if (n->op == IR_OP_SEND || n->op == IR_OP_RECV) {
+		const IrAttrColl *c = ir_attr_coll(n);
 		DtmAction a = {.kind = n->op == IR_OP_SEND ? DTM_ACT_SEND : DTM_ACT_RECV,
-		               .axes = n->attrs.mesh_axes,
-		               .peer_offset = n->attrs.nints > 0 ? (int)n->attrs.ints[0] : 0};
+		               .axes = c->axes,
+		               .peer_offset = c->n > 0 ? (int)c->shift : 0};
 		put(b, "\n%s rank %" PRId64, n->op == IR_OP_SEND ? "to" : "from",
 		    inspect_p2p_peer(p, r, &a));
 	} else if (ir_op_flags(n->op) & OPF_COLL) {
-		inspect_axes_text(p, n->attrs.mesh_axes, ax, sizeof ax);
-		inspect_group_text(p, r, n->attrs.mesh_axes, grp, sizeof grp);
+		inspect_axes_text(p, ir_attr_coll(n)->axes, ax, sizeof ax);
+		inspect_group_text(p, r, ir_attr_coll(n)->axes, grp, sizeof grp);
 		put(b, "\nover %s: ranks %s", ax, grp);
 	}
 }

@@ -7,7 +7,8 @@
  *     static void dtmk_NAME(const DtmCtx *ctx, const DtmkArgs *a);
  *
  * that reads a->in[0..nin) and writes a->out, with the op's attributes in
- * a->ints / a->f etc. (the same fields as IrAttrs).  The emitter writes one
+ * a->ints / a->f etc. (at the positions cg_kernel_attrs, codegen/emit_common.c,
+ * gives each op family's IrAttr fields).  The emitter writes one
  * small wrapper per node that fills a DtmkArgs with the node's constant
  * shapes and attributes and the buffer pointers of its Plan action, so each
  * call is specialised to its shapes once the compiler inlines it.
@@ -47,7 +48,7 @@ typedef struct DtmkArgs {
 	int64_t ints[8];
 	int nints;
 	double f[2];
-	double fx[6]; /* optimizer hyperparameters (IR_ATTR_OPTIM, ir/optim_ops.h) */
+	double fx[6]; /* optimizer hyperparameters (DTMK_OPT_*, dtmk_optim.h) */
 	uint32_t mesh_axes;
 	int red;
 	int flag;

@@ -420,13 +420,13 @@ static void test_collectives(void)
 	for (int i = n0; i < m->nnodes; i++) {
 		IrNode *n = m->nodes[i];
 		if (n->op == IR_OP_ALL_TO_ALL)
-			CHECK(n->attrs.ints[0] == 1 && n->attrs.ints[1] == 0);
+			CHECK(ir_attr_coll(n)->a2a.split == 1 && ir_attr_coll(n)->a2a.concat == 0);
 		if (n->op == IR_OP_REDUCE_SCATTER || n->op == IR_OP_ALL_GATHER)
-			CHECK(n->attrs.ints[0] == 1 && n->attrs.red == IR_RED_SUM);
+			CHECK(ir_attr_coll(n)->dim == 1 && ir_attr_coll(n)->red == IR_RED_SUM);
 		if (n->op == IR_OP_RECV)
-			CHECK(n->attrs.ints[0] == 1 && n->rank == 2);
+			CHECK(ir_attr_coll(n)->shift == 1 && n->rank == 2);
 		if (n->op == IR_OP_SCALE)
-			CHECK_NEAR(n->attrs.f[0], 0.5, 0); /* avg over dp = 2 */
+			CHECK_NEAR(ir_attr_scalar(n)->value, 0.5, 0); /* avg over dp = 2 */
 	}
 	arena_free(&a);
 }
@@ -459,7 +459,7 @@ static void test_cast_and_unused(void)
 	CHECK(ir_infer(m, mu, &d));
 	id = mu->id;
 	IrNode *s = ir_node_new(m, IR_OP_SUM, &id, 1, (SrcLoc){0});
-	s->attrs.nints = 1;
+	ir_attr_axes_mut(m, s)->n = 1;
 	CHECK(ir_infer(m, s, &d));
 	s->role = IR_ROLE_LOSS;
 	m->loss = s->id;
@@ -581,8 +581,8 @@ static void test_missing_rule(void)
 	CHECK(ir_infer(m, x, &d));
 	id = x->id;
 	IrNode *s = ir_node_new(m, IR_OP_SUM, &id, 1, (SrcLoc){0});
-	s->attrs.nints = 2;
-	s->attrs.ints[1] = 1;
+	ir_attr_axes_mut(m, s)->n = 2;
+	ir_attr_axes_mut(m, s)->axes[1] = 1;
 	CHECK(ir_infer(m, s, &d));
 	m->loss = s->id;
 	CHECK(!pass_autodiff(m, &d, NULL));

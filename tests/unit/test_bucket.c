@@ -186,9 +186,9 @@ static void test_counts(void)
 				continue;
 			nar++;
 			for (int k = 0; k < ng; k++)
-				CHECK(groups[k] != r->attrs.mesh_axes);
+				CHECK(groups[k] != ir_attr_coll(r)->axes);
 			if (ng < 8)
-				groups[ng++] = r->attrs.mesh_axes;
+				groups[ng++] = ir_attr_coll(r)->axes;
 		}
 		CHECK(nar >= 1);
 		if (getenv("DTM_TEST_VERBOSE"))
@@ -258,7 +258,7 @@ static int count_data_ar(const IrModule *m)
 	int n = 0;
 	for (int i = 0; i < m->nnodes; i++) {
 		const IrNode *x = m->nodes[i];
-		n += x->op == IR_OP_ALL_REDUCE && x->rank > 0 && (x->attrs.mesh_axes & data);
+		n += x->op == IR_OP_ALL_REDUCE && x->rank > 0 && (ir_attr_coll(x)->axes & data);
 	}
 	return n;
 }

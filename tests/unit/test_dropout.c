@@ -79,7 +79,7 @@ static int ref_site(const IrModule *ref, const IrNode *n)
 {
 	for (int i = 0; i < ref->loss; i++) {
 		const IrNode *r = ref->nodes[i];
-		if (r->op == IR_OP_DROPOUT && r->attrs.ints[0] == n->attrs.ints[0])
+		if (r->op == IR_OP_DROPOUT && ir_attr_dropout(r)->salt == ir_attr_dropout(n)->salt)
 			return i;
 	}
 	return -1;
@@ -111,11 +111,12 @@ static int compare_masks(const char *label, const IrModule *ref, const IrEval *e
 		int64_t g[IR_MAX_RANK], f[IR_MAX_RANK], st[IR_MAX_RANK], c[IR_MAX_RANK] = {0};
 		int rk = ir_spmd_global_shape(s, i, g), bd = -1;
 		int64_t M = 1, k = 0, X = 1, N = 1;
-		if (n->attrs.nints >= 5) {
-			M = n->attrs.ints[1];
-			k = n->attrs.ints[2];
-			bd = (int)n->attrs.ints[3];
-			X = n->attrs.ints[4];
+		const IrAttrDropout *da = ir_attr_dropout(n);
+		if (da->has_mb) {
+			M = da->mbs;
+			k = da->mb;
+			bd = (int)da->bdim;
+			X = da->binner;
 		}
 		for (int j = 0; j < rk; j++) {
 			f[j] = g[j] * (j == bd ? M : 1);
@@ -143,7 +144,7 @@ static int compare_masks(const char *label, const IrModule *ref, const IrEval *e
 				if (bad < 5)
 					fprintf(stderr, "%s: dropout %%%d (site %lld, micro-batch %lld) "
 					        "element %lld: %.9g, one device %.9g\n", label, i,
-					        (long long)n->attrs.ints[0], (long long)k, (long long)full,
+					        (long long)ir_attr_dropout(n)->salt, (long long)k, (long long)full,
 					        v[q], want);
 				bad++;
 			}

@@ -146,7 +146,7 @@ static void test_model(const char *path, const char *mesh, const char *prec)
 		if (n->op == IR_OP_ATTENTION || n->op == IR_OP_ATTENTION_BWD) {
 			const IrNode *q = m->nodes[n->ops[n->op == IR_OP_ATTENTION ? 0 : 1]];
 			CgCudaKernel w = cg_cuda_launch_attention(q->shape[0], q->shape[1],
-			                                          q->shape[2], n->attrs.ints[0],
+			                                          q->shape[2], ir_attr_attn(n)->heads,
 			                                          n->op == IR_OP_ATTENTION_BWD);
 			CHECK_EQ_INT(t->threads, w.threads);
 			CHECK_EQ_INT(t->block, 128);

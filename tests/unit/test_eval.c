@@ -6,6 +6,7 @@
  * tests check the finite-difference helper against a hand-derived gradient
  * of a small MLP, since later autodiff tests lean on it. */
 #include "check.h"
+#include "testlib_attr.h"
 #include "interp/eval.h"
 #include "ir/ir.h"
 #include "support/philox.h"
@@ -61,18 +62,15 @@ static int op2(IrModule *m, IrOp op, int a, int b)
 	return fin(m, opn(m, op, 2, o));
 }
 
-static void set_ints(IrNode *n, int k, const int64_t *v)
+static void set_ints(IrModule *m, IrNode *n, int k, const int64_t *v)
 {
-	n->attrs.nints = k;
-	for (int i = 0; i < k; i++)
-		n->attrs.ints[i] = v[i];
+	test_set_attrs(m, n, k, v, 0, false);
 }
 
 static int opi(IrModule *m, IrOp op, int a, int k, const int64_t *ints, bool flag)
 {
 	IrNode *n = opn(m, op, 1, &a);
-	set_ints(n, k, ints);
-	n->attrs.flag = flag;
+	test_set_attrs(m, n, k, ints, 0, flag);
 	return fin(m, n);
 }
 
@@ -162,7 +160,8 @@ static void test_unary(void)
 	              IR_OP_RELU, IR_OP_GELU, IR_OP_SILU, IR_OP_SIGMOID, IR_OP_SCALE};
 	for (int i = 0; i < 11; i++) {
 		IrNode *n = opn(m, ops[i], 1, &x);
-		n->attrs.f[0] = 0.5;
+		if (ops[i] == IR_OP_SCALE)
+			ir_attr_scalar_mut(m, n)->value = 0.5;
 		ids[i] = fin(m, n);
 	}
 	IrEval e;
@@ -278,7 +277,7 @@ static void test_norms(void)
 	n = opn(m, IR_OP_RMSNORM, 2, (int[]){x, g2});
 	int rms = fin(m, n);
 	n = opn(m, IR_OP_LAYERNORM, 3, (int[]){x, g2, g2});
-	n->attrs.f[0] = 1.75; /* var 1.25 + eps 1.75 = 3: checks eps is inside */
+	ir_attr_eps_mut(m, n)->eps = 1.75; /* var 1.25 + eps 1.75 = 3: checks eps is inside */
 	int lne = fin(m, n);
 	IrEval e;
 	CHECK(ir_eval_init(&e, m));
@@ -335,10 +334,10 @@ static void test_movement(void)
 	int pz = opi(m, IR_OP_PERMUTE, z, 3, (int64_t[]){2, 0, 1}, false);
 	int c1 = leaf(m, IR_OP_INPUT, IR_F32, 2, (int64_t[]){2, 1});
 	IrNode *n = opn(m, IR_OP_CONCAT, 3, (int[]){c1, x, c1});
-	set_ints(n, 1, (int64_t[]){1});
+	set_ints(m, n, 1, (int64_t[]){1});
 	int cat = fin(m, n);
 	n = opn(m, IR_OP_CONCAT, 2, (int[]){x, x});
-	set_ints(n, 1, (int64_t[]){0});
+	set_ints(m, n, 1, (int64_t[]){0});
 	int cat0 = fin(m, n);
 	int sl = opi(m, IR_OP_SLICE, cat, 3, (int64_t[]){1, 1, 3}, false);
 	int sl0 = opi(m, IR_OP_SLICE, z, 3, (int64_t[]){0, 1, 2}, false);
@@ -389,16 +388,16 @@ static void test_attention(void)
 	int k = leaf(m, IR_OP_INPUT, IR_F32, 3, (int64_t[]){1, 2, 2});
 	int v = leaf(m, IR_OP_INPUT, IR_F32, 3, (int64_t[]){1, 2, 2});
 	IrNode *n = opn(m, IR_OP_ATTENTION, 3, (int[]){q, k, v});
-	set_ints(n, 2, (int64_t[]){1, 1});
+	set_ints(m, n, 2, (int64_t[]){1, 1});
 	int ac = fin(m, n);
 	n = opn(m, IR_OP_ATTENTION, 3, (int[]){q, k, v});
-	set_ints(n, 2, (int64_t[]){1, 0});
+	set_ints(m, n, 2, (int64_t[]){1, 0});
 	int an = fin(m, n);
 	int q2 = leaf(m, IR_OP_INPUT, IR_F32, 3, (int64_t[]){1, 2, 4});
 	int k2 = leaf(m, IR_OP_INPUT, IR_F32, 3, (int64_t[]){1, 2, 4});
 	int v2 = leaf(m, IR_OP_INPUT, IR_F32, 3, (int64_t[]){1, 2, 4});
 	n = opn(m, IR_OP_ATTENTION, 3, (int[]){q2, k2, v2});
-	set_ints(n, 2, (int64_t[]){2, 1});
+	set_ints(m, n, 2, (int64_t[]){2, 1});
 	int a2 = fin(m, n);
 	IrEval e;
 	CHECK(ir_eval_init(&e, m));
@@ -461,13 +460,12 @@ static void test_dropout_const(void)
 	IrModule *m = mod();
 	int x = leaf(m, IR_OP_INPUT, IR_F32, 2, (int64_t[]){100, 200});
 	IrNode *n = opn(m, IR_OP_DROPOUT, 1, &x);
-	n->attrs.f[0] = 0.25;
-	set_ints(n, 1, (int64_t[]){7});
+	*ir_attr_dropout_mut(m, n) = (IrAttrDropout){.rate = 0.25, .salt = 7};
 	int dr = fin(m, n);
 	n = opn(m, IR_OP_DROPOUT, 1, &x);
 	int d0 = fin(m, n); /* rate 0 */
 	n = opn(m, IR_OP_CONST, 0, NULL);
-	n->attrs.f[0] = 2.5;
+	ir_attr_scalar_mut(m, n)->value = 2.5;
 	int c = fin(m, n);
 	IrEval e;
 	CHECK(ir_eval_init(&e, m));
@@ -535,9 +533,8 @@ static void test_init_params(void)
 	int w = leaf(m, IR_OP_PARAM, IR_F32, 2, (int64_t[]){3, 4});
 	int g = leaf(m, IR_OP_PARAM, IR_F32, 1, (int64_t[]){4});
 	m->nodes[w]->name = "layer.0.w";
-	m->nodes[w]->attrs.init = IR_INIT_NORMAL;
-	m->nodes[w]->attrs.f[0] = 0, m->nodes[w]->attrs.f[1] = 0.02;
-	m->nodes[g]->attrs.init = IR_INIT_ONES;
+	*ir_attr_init_mut(m, m->nodes[w]) = (IrAttrInit){.kind = IR_INIT_NORMAL, .mean = 0, .std = 0.02};
+	ir_attr_init_mut(m, m->nodes[g])->kind = IR_INIT_ONES;
 	IrEval e;
 	CHECK(ir_eval_init(&e, m));
 	ir_eval_init_params(&e, 5);
@@ -613,17 +610,17 @@ static void test_block_smoke(void)
 	int w = leaf(m, IR_OP_PARAM, IR_F32, 2, (int64_t[]){64, 192});
 	int g = leaf(m, IR_OP_PARAM, IR_F32, 1, (int64_t[]){64});
 	int b = leaf(m, IR_OP_PARAM, IR_F32, 1, (int64_t[]){64});
-	m->nodes[w]->name = "w", m->nodes[w]->attrs.init = IR_INIT_NORMAL;
-	m->nodes[w]->attrs.f[1] = 0.02;
-	m->nodes[g]->attrs.init = IR_INIT_ONES;
+	m->nodes[w]->name = "w";
+	*ir_attr_init_mut(m, m->nodes[w]) = (IrAttrInit){.kind = IR_INIT_NORMAL, .std = 0.02};
+	ir_attr_init_mut(m, m->nodes[g])->kind = IR_INIT_ONES;
 	IrNode *n = opn(m, IR_OP_LAYERNORM, 3, (int[]){x, g, b});
-	n->attrs.f[0] = 1e-5;
+	ir_attr_eps_mut(m, n)->eps = 1e-5;
 	int qkv = op2(m, IR_OP_MATMUL, fin(m, n), w);
 	int q = opi(m, IR_OP_SLICE, qkv, 3, (int64_t[]){2, 0, 64}, false);
 	int k = opi(m, IR_OP_SLICE, qkv, 3, (int64_t[]){2, 64, 128}, false);
 	int v = opi(m, IR_OP_SLICE, qkv, 3, (int64_t[]){2, 128, 192}, false);
 	n = opn(m, IR_OP_ATTENTION, 3, (int[]){q, k, v});
-	set_ints(n, 2, (int64_t[]){4, 1});
+	set_ints(m, n, 2, (int64_t[]){4, 1});
 	int a = op1(m, IR_OP_GELU, op2(m, IR_OP_ADD, x, fin(m, n)));
 	int s = opi(m, IR_OP_SUM, a, 3, (int64_t[]){0, 1, 2}, false);
 	m->loss = s;

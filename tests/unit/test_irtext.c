@@ -122,20 +122,17 @@ static void build(void)
 	pl.axes[0][0] = 1;
 	ir_place_set(M, n, &pl);
 	int wte = leaf(IR_OP_PARAM, IR_F32, "wte", DIMS(32, 16));
-	M->nodes[wte]->attrs.init = IR_INIT_NORMAL;
-	M->nodes[wte]->attrs.f[1] = 0.02;
+	*ir_attr_init_mut(M, M->nodes[wte]) = (IrAttrInit){.kind = IR_INIT_NORMAL, .std = 0.02};
 	int g = leaf(IR_OP_PARAM, IR_F32, "layer.0.ln1", DIMS(16));
-	M->nodes[g]->attrs.init = IR_INIT_ONES;
+	ir_attr_init_mut(M, M->nodes[g])->kind = IR_INIT_ONES;
 	M->nodes[g]->stage = 0;
 	int b = leaf(IR_OP_PARAM, IR_F32, "weird \"name\"\\\n\t\x01", DIMS(16));
-	M->nodes[b]->attrs.init = IR_INIT_UNIFORM;
-	M->nodes[b]->attrs.f[0] = -0.5;
-	M->nodes[b]->attrs.f[1] = 0.5;
+	*ir_attr_init_mut(M, M->nodes[b]) = (IrAttrInit){.kind = IR_INIT_UNIFORM, .lo = -0.5, .hi = 0.5};
 	int w = leaf(IR_OP_PARAM, IR_F32, "w", DIMS(16, 16));
-	M->nodes[w]->attrs.init = IR_INIT_ZEROS;
+	ir_attr_init_mut(M, M->nodes[w])->kind = IR_INIT_ZEROS;
 	M->nodes[w]->loc.file = NULL; /* no location */
 	int c = done(add(IR_OP_CONST, 0, NULL));
-	M->nodes[c]->attrs.f[0] = 0.125;
+	ir_attr_scalar_mut(M, M->nodes[c])->value = 0.125;
 
 	int x = bin(IR_OP_EMBED, wte, tok);                    /* [4, 8, 16] */
 	x = bin(IR_OP_ADD, x, g);
@@ -147,7 +144,7 @@ static void build(void)
 	for (size_t i = 0; i < sizeof unary / sizeof unary[0]; i++)
 		x = un(unary[i], x);
 	n = add(IR_OP_SCALE, 1, &x);
-	n->attrs.f[0] = -2.5e-7;
+	ir_attr_scalar_mut(M, n)->value = -2.5e-7;
 	x = done(n);
 	n = add(IR_OP_CAST, 1, &x);
 	n->dtype = IR_BF16;
@@ -157,10 +154,10 @@ static void build(void)
 	x = done(n);
 	int o3[3] = {x, g, b};
 	n = add(IR_OP_LAYERNORM, 3, o3);
-	n->attrs.f[0] = 1e-5;
+	ir_attr_eps_mut(M, n)->eps = 1e-5;
 	int h = done(n);
 	n = add(IR_OP_RMSNORM, 2, o3);
-	n->attrs.f[0] = 1e-6;
+	ir_attr_eps_mut(M, n)->eps = 1e-6;
 	h = bin(IR_OP_ADD, h, done(n));
 	int q = bin(IR_OP_MATMUL, h, w);                     /* [4, 8, 16] */
 	pl = (Placement){.known = true, .ndims = 3, .partial = 1u << 1, .partial_op = IR_RED_MAX};
@@ -170,50 +167,31 @@ static void build(void)
 	M->nodes[q]->name = "q";
 	int a3[3] = {q, h, h};
 	n = add(IR_OP_ATTENTION, 3, a3);
-	n->attrs.nints = 2;
-	n->attrs.ints[0] = 4;
-	n->attrs.ints[1] = 1;
+	*ir_attr_attn_mut(M, n) = (IrAttrAttn){.heads = 4, .causal = 1};
 	int att = done(n);
 	n = add(IR_OP_DROPOUT, 1, &att);
-	n->attrs.f[0] = 0.1;
-	n->attrs.ints[0] = 7;
-	n->attrs.nints = 1;
+	*ir_attr_dropout_mut(M, n) = (IrAttrDropout){.rate = 0.1, .salt = 7};
 	att = done(n);
 	n = add(IR_OP_DROPOUT, 1, &att); /* micro-batch 1 of 3's copy (ir/dropout.c) */
-	n->attrs.f[0] = 0.1;
-	n->attrs.ints[0] = 7;
-	n->attrs.ints[1] = 3;
-	n->attrs.ints[2] = 1;
-	n->attrs.ints[3] = 1;
-	n->attrs.ints[4] = 2;
-	n->attrs.nints = 5;
+	*ir_attr_dropout_mut(M, n) = (IrAttrDropout){
+		.rate = 0.1, .salt = 7, .has_mb = true, .mbs = 3, .mb = 1, .bdim = 1, .binner = 2};
 	att = done(n);
 	n = add(IR_OP_SOFTMAX, 1, &att);
-	n->attrs.nints = 1;
-	n->attrs.ints[0] = 2;
+	ir_attr_axis_mut(M, n)->axis = 2;
 	int sm = done(n);
 	n = add(IR_OP_LOG_SOFTMAX, 1, &sm);
-	n->attrs.nints = 1;
-	n->attrs.ints[0] = 1;
+	ir_attr_axis_mut(M, n)->axis = 1;
 	sm = done(n);
 	n = add(IR_OP_SUM, 1, &sm);
-	n->attrs.nints = 2;
-	n->attrs.ints[0] = 0;
-	n->attrs.ints[1] = 2;
-	n->attrs.flag = true;
+	*ir_attr_axes_mut(M, n) = (IrAttrAxes){.n = 2, .axes = {0, 2}, .keepdims = true};
 	done(n);
 	n = add(IR_OP_MEAN, 1, &sm);
-	n->attrs.nints = 1;
-	n->attrs.ints[0] = 1;
+	*ir_attr_axes_mut(M, n) = (IrAttrAxes){.n = 1, .axes = {1}};
 	done(n);
 	n = add(IR_OP_MAX, 1, &sm);
-	n->attrs.nints = 0;
 	done(n);
 	n = add(IR_OP_PERMUTE, 1, &sm);
-	n->attrs.nints = 3;
-	n->attrs.ints[0] = 1;
-	n->attrs.ints[1] = 0;
-	n->attrs.ints[2] = 2;
+	*ir_attr_perm_mut(M, n) = (IrAttrPerm){.n = 3, .perm = {1, 0, 2}};
 	int pm = done(n);                                    /* [8, 4, 16] */
 	n = add(IR_OP_RESHAPE, 1, &pm);
 	n->rank = 2;
@@ -222,59 +200,38 @@ static void build(void)
 	int rs = done(n);
 	int c3[3] = {rs, rs, rs};
 	n = add(IR_OP_CONCAT, 3, c3);
-	n->attrs.nints = 1;
-	n->attrs.ints[0] = 0;
+	ir_attr_axis_mut(M, n)->axis = 0;
 	int cc = done(n);                                    /* [96, 16] */
 	n = add(IR_OP_SLICE, 1, &cc);
-	n->attrs.nints = 3;
-	n->attrs.ints[0] = 0;
-	n->attrs.ints[1] = 32;
-	n->attrs.ints[2] = 64;
+	*ir_attr_slice_mut(M, n) = (IrAttrSlice){.axis = 0, .start = 32, .end = 64};
 	int sl = done(n);                                    /* [32, 16] */
 
 	/* collectives over (dp), (tp), (dp, tp) */
 	n = add(IR_OP_ALL_GATHER, 1, &sl);
-	n->attrs.mesh_axes = 1u << 1;
-	n->attrs.nints = 1;
-	n->attrs.ints[0] = 1;
+	*ir_attr_coll_mut(M, n) = (IrAttrColl){.axes = 1u << 1, .n = 1, .dim = 1};
 	int ag = done(n);                                    /* [32, 32] */
 	n = add(IR_OP_REDUCE_SCATTER, 1, &ag);
-	n->attrs.mesh_axes = 3u << 1;
-	n->attrs.red = IR_RED_AVG;
-	n->attrs.nints = 1;
-	n->attrs.ints[0] = 0;
+	*ir_attr_coll_mut(M, n) = (IrAttrColl){.axes = 3u << 1, .red = IR_RED_AVG, .n = 1, .dim = 0};
 	int rsc = done(n);                                   /* [8, 32] */
 	n = add(IR_OP_ALL_REDUCE, 1, &rsc);
-	n->attrs.mesh_axes = 1u << 2;
-	n->attrs.red = IR_RED_SUM;
+	*ir_attr_coll_mut(M, n) = (IrAttrColl){.axes = 1u << 2, .red = IR_RED_SUM};
 	int ar = done(n);
 	n = add(IR_OP_ALL_TO_ALL, 1, &ar);
-	n->attrs.mesh_axes = 1u << 2;
-	n->attrs.nints = 2;
-	n->attrs.ints[0] = 1;
-	n->attrs.ints[1] = 0;
+	*ir_attr_coll_mut(M, n) = (IrAttrColl){.axes = 1u << 2, .n = 2, .a2a = {.split = 1, .concat = 0}};
 	int a2a = done(n);                                   /* [16, 16] */
 	n = add(IR_OP_SHARD_SLICE, 1, &a2a);
-	n->attrs.mesh_axes = 1u << 1;
-	n->attrs.nints = 1;
-	n->attrs.ints[0] = 0;
+	*ir_attr_coll_mut(M, n) = (IrAttrColl){.axes = 1u << 1, .n = 1, .dim = 0};
 	done(n);                                             /* [8, 16] */
 	n = add(IR_OP_BROADCAST, 1, &a2a);
-	n->attrs.mesh_axes = 1u << 1;
-	n->attrs.nints = 1;
-	n->attrs.ints[0] = 1;
+	*ir_attr_coll_mut(M, n) = (IrAttrColl){.axes = 1u << 1, .n = 1, .root = 1};
 	int bc = done(n);
 	n = add(IR_OP_SEND, 1, &bc);
-	n->attrs.mesh_axes = 1u << 0;
-	n->attrs.nints = 1;
-	n->attrs.ints[0] = 1;
+	*ir_attr_coll_mut(M, n) = (IrAttrColl){.axes = 1u << 0, .n = 1, .shift = 1};
 	n->stage = 0;
 	done(n);
 	n = add(IR_OP_RECV, 0, NULL);
-	n->attrs.mesh_axes = 1u << 0;
-	n->attrs.nints = 3; /* an odd count prints as ints = (...) */
-	n->attrs.ints[0] = -1;
-	n->attrs.ints[1] = 5;
+	/* an odd count prints as ints = (...) */
+	*ir_attr_coll_mut(M, n) = (IrAttrColl){.axes = 1u << 0, .n = 3, .args = {-1, 5}};
 	n->rank = 2;
 	n->shape[0] = 16;
 	n->shape[1] = 16;
@@ -282,10 +239,7 @@ static void build(void)
 	n->stage = 1;
 	int rv = done(n);
 	n = add(IR_OP_ALL_REDUCE, 1, &rv);
-	n->attrs.mesh_axes = 1u << 1;
-	n->attrs.red = IR_RED_MAX;
-	n->attrs.nints = 1;
-	n->attrs.ints[0] = 9;
+	*ir_attr_coll_mut(M, n) = (IrAttrColl){.axes = 1u << 1, .red = IR_RED_MAX, .n = 1, .args = {9}};
 	done(n);
 
 	/* gradient ops (passes/autodiff.c); h is [4, 8, 16] */
@@ -301,25 +255,22 @@ static void build(void)
 	bin(IR_OP_GELU_BWD, h, h);
 	bin(IR_OP_SILU_BWD, h, h);
 	n = add(IR_OP_MAX, 1, &h);
-	n->attrs.nints = 1;
-	n->attrs.ints[0] = 1;
+	*ir_attr_axes_mut(M, n) = (IrAttrAxes){.n = 1, .axes = {1}};
 	int hm = done(n);                                    /* [4, 16] */
 	int mb[3] = {hm, h, hm};
 	n = add(IR_OP_MAX_BWD, 3, mb);
-	n->attrs.nints = 1;
-	n->attrs.ints[0] = 1;
+	*ir_attr_axes_mut(M, n) = (IrAttrAxes){.n = 1, .axes = {1}};
 	done(n);
 	for (int k = 0; k < 2; k++) {
 		n = add(k ? IR_OP_LOG_SOFTMAX_BWD : IR_OP_SOFTMAX_BWD, 2, (int[]){h, h});
-		n->attrs.nints = 1;
-		n->attrs.ints[0] = 2 - k;
+		ir_attr_axis_mut(M, n)->axis = 2 - k;
 		done(n);
 	}
 	IrOp nb[4] = {IR_OP_LAYERNORM_BWD, IR_OP_LAYERNORM_BWD_GAMMA, IR_OP_RMSNORM_BWD,
 	              IR_OP_RMSNORM_BWD_GAMMA};
 	for (int k = 0; k < 4; k++) {
 		n = add(nb[k], 3 - (k & 1), (int[]){h, h, g});
-		n->attrs.f[0] = 1e-5;
+		ir_attr_eps_mut(M, n)->eps = 1e-5;
 		done(n);
 	}
 	n = add(IR_OP_EMBED_BWD, 2, (int[]){h, tok});
@@ -328,43 +279,34 @@ static void build(void)
 	n->shape[1] = 16;
 	done(n);
 	n = add(IR_OP_PAD, 1, &h);
-	n->attrs.nints = 3;
-	n->attrs.ints[0] = 1;
-	n->attrs.ints[1] = 2;
-	n->attrs.ints[2] = 10;
+	*ir_attr_slice_mut(M, n) = (IrAttrSlice){.axis = 1, .start = 2, .end = 10};
 	n->rank = 3;
 	memcpy(n->shape, (int64_t[]){4, 12, 16}, 3 * sizeof(int64_t));
 	done(n);
 	n = add(IR_OP_ATTENTION_BWD, 4, (int[]){h, h, h, h});
-	n->attrs.nints = 2;
-	n->attrs.ints[0] = 4;
-	n->attrs.ints[1] = 1;
+	*ir_attr_attn_mut(M, n) = (IrAttrAttn){.heads = 4, .causal = 1};
 	done(n);
 	done(add(IR_OP_CROSS_ENTROPY_BWD, 3, (int[]){c, h, tok}));
 	/* vocab-parallel ops (passes/partition.c) */
 	n = add(IR_OP_EMBED_VP, 2, (int[]){wte, tok});
-	n->attrs.mesh_axes = 1u << 2;
+	ir_attr_coll_mut(M, n)->axes = 1u << 2;
 	done(n);
 	n = add(IR_OP_EMBED_BWD_VP, 2, (int[]){h, tok});
-	n->attrs.mesh_axes = 1u << 2;
+	ir_attr_coll_mut(M, n)->axes = 1u << 2;
 	n->rank = 2;
 	n->shape[0] = 16;
 	n->shape[1] = 16;
 	done(n);
 	n = add(IR_OP_CE_TARGET, 2, (int[]){h, tok});
-	n->attrs.mesh_axes = 1u << 2;
+	ir_attr_coll_mut(M, n)->axes = 1u << 2;
 	int rows = done(n);
 	int se = done(add(IR_OP_CE_SUMEXP, 2, (int[]){h, rows}));
 	n = add(IR_OP_CE_BWD_VP, 5, (int[]){c, h, tok, rows, se});
-	n->attrs.mesh_axes = 1u << 2;
+	ir_attr_coll_mut(M, n)->axes = 1u << 2;
 	done(n);
 	/* uneven shards' padding (passes/partition.c) */
 	n = add(IR_OP_PAD_MASK, 1, &h);
-	n->attrs.mesh_axes = 1u << 2;
-	n->attrs.nints = 3;
-	n->attrs.ints[0] = 2;
-	n->attrs.ints[1] = 30;
-	n->attrs.ints[2] = 1;
+	*ir_attr_coll_mut(M, n) = (IrAttrColl){.axes = 1u << 2, .n = 3, .pad = {2, 30, 1}};
 	done(n);
 
 	/* optimizer ops (passes/optim.c): g and b stand in for a gradient */
@@ -373,18 +315,16 @@ static void build(void)
 		for (int k = 0; k < 3; k++) {
 			st[k] = leaf(IR_OP_STATE, IR_F32, k < 2 ? "opt.m.g" : "opt.master.g", DIMS(16));
 			M->nodes[st[k]]->role = IR_ROLE_OPT_STATE;
-			M->nodes[st[k]]->attrs.init = k < 2 ? IR_INIT_ZEROS : IR_INIT_ONES;
+			ir_attr_init_mut(M, M->nodes[st[k]])->kind = k < 2 ? IR_INIT_ZEROS : IR_INIT_ONES;
 		}
 		int gn = done(add(IR_OP_GRAD_NORM, 2, (int[]){b, h}));
 		n = add(IR_OP_ADAMW_STEP, 6, (int[]){g, b, st[0], st[1], st[2], gn});
-		memcpy(n->attrs.fx, (double[]){0.9, 0.95, 1e-8, 0.1, 1.0}, 5 * sizeof(double));
-		n->attrs.flag = true;
+		*ir_attr_optim_mut(M, n) = (IrAttrOptim){.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8,
+		                                        .weight_decay = 0.1, .clip = 1.0, .master = true};
 		done(n);
 		n = add(IR_OP_SGD_STEP, 4, (int[]){g, b, st[0], gn});
-		n->attrs.fx[0] = 0.9;
-		n->attrs.fx[3] = 1e-4;
-		n->attrs.nints = 1;
-		n->attrs.ints[0] = 1;
+		*ir_attr_optim_mut(M, n) = (IrAttrOptim){.momentum = 0.9, .weight_decay = 1e-4,
+		                                        .nesterov = true};
 		done(n);
 		done(add(IR_OP_ASSIGN, 2, (int[]){g, b})); /* ZeRO-1/2 write-back */
 	}
@@ -392,9 +332,7 @@ static void build(void)
 	/* losses */
 	int wt = wte;
 	n = add(IR_OP_PERMUTE, 1, &wt);
-	n->attrs.nints = 2;
-	n->attrs.ints[0] = 1;
-	n->attrs.ints[1] = 0;
+	*ir_attr_perm_mut(M, n) = (IrAttrPerm){.n = 2, .perm = {1, 0}};
 	int wtt = done(n);                                   /* [16, 32] */
 	int logits = bin(IR_OP_MATMUL, h, wtt);              /* [4, 8, 32] */
 	int ce = bin(IR_OP_CROSS_ENTROPY, logits, tok);

@@ -8,6 +8,8 @@
  * bf16 (whose leaves are rounded to bf16 before the reference runs).
  */
 #include "check.h"
+#include "codegen/emit_common.h"
+#include "testlib_attr.h"
 #include "interp/eval.h"
 #include "ir/ir.h"
 #include "runtime/plan.h"
@@ -58,11 +60,7 @@ static int node(IrModule *m, IrOp op, int nops, const int *ops, int nints, const
                 double f0, bool flag, const IrNode *type)
 {
 	IrNode *n = ir_node_new(m, op, ops, nops, (SrcLoc){0});
-	n->attrs.nints = nints;
-	for (int i = 0; i < nints; i++)
-		n->attrs.ints[i] = ints[i];
-	n->attrs.f[0] = f0;
-	n->attrs.flag = flag;
+	test_set_attrs(m, n, nints, ints, f0, flag);
 	if (type) {
 		n->dtype = type->dtype;
 		n->rank = type->rank;
@@ -115,10 +113,12 @@ static void run(const char *what, IrModule *m, int id, KernelFn fn, int idlim, d
 	}
 	CHECK(ir_eval_run(&e, &diag, 1, 1));
 	const IrNode *n = m->nodes[id];
-	DtmkArgs a = {.nin = n->nops, .nints = n->attrs.nints, .flag = n->attrs.flag, .node = id};
+	CgKernelAttrs ka;
+	cg_kernel_attrs(n, &ka);
+	DtmkArgs a = {.nin = n->nops, .nints = ka.nints, .flag = ka.flag, .node = id};
 	for (int i = 0; i < IR_MAX_INTS; i++)
-		a.ints[i] = n->attrs.ints[i];
-	a.f[0] = n->attrs.f[0];
+		a.ints[i] = ka.ints[i];
+	a.f[0] = ka.f[0];
 	for (int k = 0; k < n->nops; k++) {
 		const IrNode *o = m->nodes[n->ops[k]];
 		tensor(&a.in[k], o);

@@ -9,6 +9,8 @@
 #include <stdlib.h>
 
 #include "check.h"
+#include "codegen/emit_common.h"
+#include "testlib_attr.h"
 #include "codegen/cpu/dtmk_fwd.h"
 #include "interp/eval.h"
 #include "ir/ir.h"
@@ -100,10 +102,12 @@ static void run_case(const char *what, IrModule *m, IrNode *op, Kern kern, int l
 		free(v);
 	}
 	CHECK(ir_eval_run(&e, &diag, ctx.seed, ctx.step));
-	DtmkArgs a = { .nin = op->nops, .nints = op->attrs.nints, .flag = op->attrs.flag,
-		       .f = { op->attrs.f[0], op->attrs.f[1] }, .node = op->id };
+	CgKernelAttrs ka;
+	cg_kernel_attrs(op, &ka);
+	DtmkArgs a = { .nin = op->nops, .nints = ka.nints, .flag = ka.flag,
+		       .f = { ka.f[0], ka.f[1] }, .node = op->id };
 	for (int k = 0; k < IR_MAX_INTS; k++)
-		a.ints[k] = op->attrs.ints[k];
+		a.ints[k] = ka.ints[k];
 	for (int k = 0; k < op->nops; k++)
 		fill_tensor(&a.in[k], m->nodes[op->ops[k]], bufs[k]);
 	int64_t n = ir_node_numel(op);
@@ -143,9 +147,8 @@ static void test_unary(void)
 		IrModule *m = mod();
 		int x = leaf(m, IR_F32, 2, SHAPE(5, 7));
 		IrNode *n = node(m, t[i].op, 1, &x);
-		n->attrs.f[0] = t[i].op == IR_OP_DROPOUT ? 0.25 : 0.5;
-		n->attrs.nints = t[i].op == IR_OP_DROPOUT;
-		n->attrs.ints[0] = 77;
+		test_set_attrs(m, n, t[i].op == IR_OP_DROPOUT, (int64_t[]){77},
+		               t[i].op == IR_OP_DROPOUT ? 0.25 : 0.5, false);
 		run_case(ir_op_name(t[i].op), m, n, t[i].k, 0);
 	}
 }
@@ -174,9 +177,10 @@ static void test_reduce(void)
 				IrModule *m = mod();
 				int x = leaf(m, IR_F32, 3, SHAPE(3, 4, 5));
 				IrNode *n = node(m, t[i].op, 1, &x);
+				IrAttrAxes *ra = ir_attr_axes_mut(m, n);
 				for (int k = 0; k < 3 && axes[c][k] >= 0; k++)
-					n->attrs.ints[n->attrs.nints++] = axes[c][k];
-				n->attrs.flag = keep;
+					ra->axes[ra->n++] = axes[c][k];
+				ra->keepdims = keep;
 				run_case(ir_op_name(t[i].op), m, n, t[i].k, 0);
 			}
 }
@@ -188,8 +192,7 @@ static void test_softmax_norms(void)
 			IrModule *m = mod();
 			int x = leaf(m, IR_F32, 3, SHAPE(3, 4, 6));
 			IrNode *n = node(m, lg ? IR_OP_LOG_SOFTMAX : IR_OP_SOFTMAX, 1, &x);
-			n->attrs.nints = 1;
-			n->attrs.ints[0] = ax;
+			ir_attr_axis_mut(m, n)->axis = ax;
 			run_case(lg ? "log_softmax" : "softmax", m, n, lg ? dtmk_log_softmax : dtmk_softmax,
 			         0);
 		}
@@ -197,13 +200,13 @@ static void test_softmax_norms(void)
 	int o[3] = { leaf(m, IR_F32, 3, SHAPE(2, 5, 16)), leaf(m, IR_F32, 1, SHAPE(16)),
 		     leaf(m, IR_F32, 1, SHAPE(16)) };
 	IrNode *n = node(m, IR_OP_LAYERNORM, 3, o);
-	n->attrs.f[0] = 1e-5;
+	ir_attr_eps_mut(m, n)->eps = 1e-5;
 	run_case("layernorm", m, n, dtmk_layernorm, 0);
 	m = mod();
 	o[0] = leaf(m, IR_F32, 2, SHAPE(7, 16));
 	o[1] = leaf(m, IR_F32, 1, SHAPE(16));
 	n = node(m, IR_OP_RMSNORM, 2, o);
-	n->attrs.f[0] = 1e-6;
+	ir_attr_eps_mut(m, n)->eps = 1e-6;
 	run_case("rmsnorm", m, n, dtmk_rmsnorm, 0);
 }
 
@@ -216,8 +219,8 @@ static void test_movement(void)
 	int x = leaf(m, IR_F32, 4, SHAPE(2, 3, 4, 5));
 	IrNode *n = node(m, IR_OP_PERMUTE, 1, &x);
 	int64_t perm[4] = { 2, 0, 3, 1 };
-	n->attrs.nints = 4;
-	memcpy(n->attrs.ints, perm, sizeof perm);
+	ir_attr_perm_mut(m, n)->n = 4;
+	memcpy(ir_attr_perm_mut(m, n)->perm, perm, sizeof perm);
 	run_case("permute", m, n, dtmk_permute, 0);
 	m = mod();
 	x = leaf(m, IR_F32, 3, SHAPE(2, 3, 4));
@@ -232,16 +235,14 @@ static void test_movement(void)
 	o[1] = leaf(m, IR_F32, 3, SHAPE(2, 5, 4));
 	o[2] = leaf(m, IR_F32, 3, SHAPE(2, 1, 4));
 	n = node(m, IR_OP_CONCAT, 3, o);
-	n->attrs.nints = 1;
-	n->attrs.ints[0] = 1;
+	ir_attr_axis_mut(m, n)->axis = 1;
 	run_case("concat", m, n, dtmk_concat, 0);
 	m = mod();
 	x = leaf(m, IR_F32, 3, SHAPE(2, 7, 3));
 	n = node(m, IR_OP_SLICE, 1, &x);
-	n->attrs.nints = 3;
-	n->attrs.ints[0] = 1;
-	n->attrs.ints[1] = 2;
-	n->attrs.ints[2] = 6;
+	ir_attr_slice_mut(m, n)->axis = 1;
+	ir_attr_slice_mut(m, n)->start = 2;
+	ir_attr_slice_mut(m, n)->end = 6;
 	run_case("slice", m, n, dtmk_slice, 0);
 }
 
@@ -252,9 +253,8 @@ static void test_model_ops(void)
 		int o[3] = { leaf(m, IR_F32, 3, SHAPE(2, 5, 8)), leaf(m, IR_F32, 3, SHAPE(2, 5, 8)),
 			     leaf(m, IR_F32, 3, SHAPE(2, 5, 8)) };
 		IrNode *n = node(m, IR_OP_ATTENTION, 3, o);
-		n->attrs.nints = 2;
-		n->attrs.ints[0] = 2;
-		n->attrs.ints[1] = causal;
+		ir_attr_attn_mut(m, n)->heads = 2;
+		ir_attr_attn_mut(m, n)->causal = causal;
 		run_case("attention", m, n, dtmk_attention, 0);
 	}
 	IrModule *m = mod();
@@ -272,7 +272,7 @@ static void test_model_ops(void)
 	m = mod();
 	IrNode *c = ir_node_new(m, IR_OP_CONST, NULL, 0, (SrcLoc){0});
 	c->dtype = IR_F32;
-	c->attrs.f[0] = 2.5;
+	ir_attr_scalar_mut(m, c)->value = 2.5;
 	run_case("const", m, c, dtmk_const, 0);
 }
 

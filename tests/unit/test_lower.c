@@ -94,9 +94,9 @@ static void test_gpt(void)
 		CHECK_EQ_INT(wp1->shape[0], 256); /* ffn = 4 * d */
 		CHECK_EQ_INT(wp1->shape[1], 64);
 		CHECK(ir_place(m, wq0)->known && ir_place(m, wq0)->naxes[1] == 1 && ir_place(m, wq0)->axes[1][0] == 2);
-		CHECK_EQ_INT(wq0->attrs.init, IR_INIT_NORMAL);
-		CHECK_NEAR(find(m, "layer.0.wo")->attrs.f[1], 0.02 / 2, 1e-12);
-		CHECK_EQ_INT(find(m, "layer.0.ln1")->attrs.init, IR_INIT_ONES);
+		CHECK_EQ_INT(ir_attr_init(wq0)->kind, IR_INIT_NORMAL);
+		CHECK_NEAR(ir_attr_init(find(m, "layer.0.wo"))->std, 0.02 / 2, 1e-12);
+		CHECK_EQ_INT(ir_attr_init(find(m, "layer.0.ln1"))->kind, IR_INIT_ONES);
 	}
 	/* every node made inside the loop carries its iteration's stage */
 	int staged[2] = {0, 0};
@@ -203,11 +203,11 @@ static void test_constants(void)
 		CHECK_EQ_INT(w->shape[1], 3); /* C truncation: -7 / 2 == -3 */
 		CHECK_EQ_INT(w->shape[2], 1);
 		CHECK_EQ_INT(w->shape[3], 5);
-		CHECK_EQ_INT(w->attrs.init, IR_INIT_UNIFORM);
-		CHECK_NEAR(w->attrs.f[0], -1, 0);
+		CHECK_EQ_INT(ir_attr_init(w)->kind, IR_INIT_UNIFORM);
+		CHECK_NEAR(ir_attr_init(w)->lo, -1, 0);
 	}
 	IrNode *v = lower_ok(&a, src, NULL, "v");
-	CHECK(v && v->attrs.init == IR_INIT_ZEROS); /* default for rank 1 */
+	CHECK(v && ir_attr_init(v)->kind == IR_INIT_ZEROS); /* default for rank 1 */
 	LowerOptions o = {0};
 	define(&o, "d", "768");
 	w = lower_ok(&a, src, &o, "w");
@@ -268,17 +268,18 @@ static void test_features(void)
 		for (int i = 0; i < m->nnodes; i++) {
 			IrNode *n = m->nodes[i];
 			if (n->op == IR_OP_DROPOUT)
-				salts += (int)n->attrs.ints[0], drop++;
+				salts += (int)ir_attr_dropout(n)->salt, drop++;
 			if (n->op == IR_OP_TANH)
 				CHECK_EQ_INT(n->stage, staged++);
 			if (n->op == IR_OP_SCALE)
-				CHECK(n->attrs.f[0] == 0.5);
+				CHECK(ir_attr_scalar(n)->value == 0.5);
 		}
 		CHECK_EQ_INT(drop, 2);
 		CHECK_EQ_INT(salts, 1); /* 0 and 1 */
 		CHECK_EQ_INT(staged, 2);
 		IrNode *mn = find(m, "m");
-		CHECK(mn && mn->attrs.nints == 2 && mn->attrs.ints[1] == 2 && mn->attrs.flag);
+		CHECK(mn && ir_attr_axes(mn)->n == 2 && ir_attr_axes(mn)->axes[1] == 2 &&
+		      ir_attr_axes(mn)->keepdims);
 	}
 	/* --mesh: unlisted axes get size 1; no mesh at all is one device */
 	LowerOptions o = {0};

@@ -11,6 +11,8 @@
  * kernels to f32 accuracy.  The last tests run precision -> autodiff ->
  * optim on a small regression model. */
 #include "check.h"
+#include "codegen/emit_common.h"
+#include "testlib_attr.h"
 #include "codegen/cpu/dtmk_optim.h"
 #include "frontend/lower.h"
 #include "interp/eval.h"
@@ -90,10 +92,8 @@ static int leaf(IrModule *m, IrOp op, IrRole role, const char *name, IrDtype t, 
 		n->shape[i] = pshape[k][i];
 	n->role = role;
 	n->name = name;
-	if (op == IR_OP_PARAM) {
-		n->attrs.init = IR_INIT_NORMAL;
-		n->attrs.f[1] = 0.5;
-	}
+	if (op == IR_OP_PARAM)
+		*ir_attr_init_mut(m, n) = (IrAttrInit){.kind = IR_INIT_NORMAL, .std = 0.5};
 	CHECK(ir_infer(m, n, &diag));
 	return n->id;
 }
@@ -159,7 +159,7 @@ static void check_structure(const Mod *md, const Case *c)
 			const IrNode *n = m->nodes[states[s]];
 			CHECK(n->op == IR_OP_STATE && n->role == IR_ROLE_OPT_STATE);
 			CHECK(n->dtype == IR_F32 && n->rank == prank[k]);
-			CHECK(n->attrs.init == (s == 3 ? IR_INIT_NORMAL : IR_INIT_ZEROS));
+			CHECK(ir_attr_init(n)->kind == (s == 3 ? IR_INIT_NORMAL : IR_INIT_ZEROS));
 		}
 		CHECK(md->step[k] >= 0);
 		if (md->step[k] < 0)
@@ -168,8 +168,8 @@ static void check_structure(const Mod *md, const Case *c)
 		CHECK(st->op == (adamw ? IR_OP_ADAMW_STEP : IR_OP_SGD_STEP));
 		CHECK(st->dtype == c->dtype && st->role == IR_ROLE_ACT);
 		CHECK(st->ops[1] == md->grad[k] && st->ops[st->nops - 1] == md->norm);
-		CHECK(st->attrs.flag == master);
-		CHECK(st->attrs.fx[IR_OPTIM_WD] == c->wd && st->attrs.fx[IR_OPTIM_CLIP] == c->clip);
+		CHECK(ir_attr_optim(st)->master == master);
+		CHECK(ir_attr_optim(st)->weight_decay == c->wd && ir_attr_optim(st)->clip == c->clip);
 	}
 }
 
@@ -280,10 +280,12 @@ static void run_kernel(const IrModule *m, const KBufs *kb, int id, const DtmCtx 
 	for (int i = 0; i < n->nops; i++)
 		a.in[i] = tensor_of(m, kb, n->ops[i]);
 	a.out = tensor_of(m, kb, id);
-	a.nints = n->attrs.nints;
-	memcpy(a.ints, n->attrs.ints, sizeof a.ints);
-	memcpy(a.fx, n->attrs.fx, sizeof a.fx);
-	a.flag = n->attrs.flag;
+	CgKernelAttrs ka;
+	cg_kernel_attrs(n, &ka);
+	a.nints = ka.nints;
+	memcpy(a.ints, ka.ints, sizeof a.ints);
+	memcpy(a.fx, ka.fx, sizeof a.fx);
+	a.flag = ka.flag;
 	a.node = id;
 	if (n->op == IR_OP_GRAD_NORM)
 		dtmk_grad_norm(ctx, &a);
@@ -349,7 +351,8 @@ static void run_case(const Case *c)
 		}
 		kb.buf[id] = calloc((size_t)ir_node_numel(n) + 1, 4);
 		DtmkTensor t = tensor_of(m, &kb, id);
-		if (n->op == IR_OP_PARAM || (n->op == IR_OP_STATE && n->attrs.init != IR_INIT_ZEROS))
+		if (n->op == IR_OP_PARAM ||
+		    (n->op == IR_OP_STATE && ir_attr_init(n)->kind != IR_INIT_ZEROS))
 			for (int64_t i = 0; i < t.numel; i++)
 				dtmk_store(&t, i, (float)e.val[id][i]);
 	}
@@ -469,11 +472,11 @@ static void test_pass_edges(void)
 
 	/* the verifier catches a step whose operands do not match its attrs */
 	IrNode *st = m->nodes[n - 1];
-	st->attrs.flag = true;
+	ir_attr_optim_mut(m, st)->master = true;
 	quiet(true);
 	CHECK(!ir_verify(m, &diag, "test"));
-	st->attrs.flag = false;
-	st->attrs.fx[IR_OPTIM_CLIP] = -1;
+	ir_attr_optim_mut(m, st)->master = false;
+	ir_attr_optim_mut(m, st)->clip = -1;
 	CHECK(!ir_verify(m, &diag, "test"));
 	quiet(false);
 }
@@ -499,9 +502,9 @@ static void test_text(void)
 	CHECK(m != NULL);
 	if (m) {
 		const IrNode *s = m->nodes[5];
-		CHECK(s->attrs.fx[IR_OPTIM_MOMENTUM] == 0.5 && s->attrs.ints[0] == 1 &&
-		      s->attrs.nints == 1 && s->attrs.fx[IR_OPTIM_WD] == 0.25 &&
-		      s->attrs.fx[IR_OPTIM_CLIP] == 2 && s->attrs.flag);
+		const IrAttrOptim *so = ir_attr_optim(s);
+		CHECK(so->momentum == 0.5 && so->nesterov && so->weight_decay == 0.25 &&
+		      so->clip == 2 && so->master);
 		CHECK(ir_verify(m, &pd, "parse"));
 		check_roundtrip(m);
 	}
@@ -559,10 +562,10 @@ static IrModule *regression(IrDtype precision, bool mean_loss)
 	y->rank = 2, y->shape[0] = 4, y->shape[1] = 2, y->name = "y", y->role = IR_ROLE_INPUT;
 	IrNode *w = ir_node_new(m, IR_OP_PARAM, NULL, 0, (SrcLoc){0});
 	w->rank = 2, w->shape[0] = 3, w->shape[1] = 2, w->name = "w", w->role = IR_ROLE_PARAM;
-	w->attrs.init = IR_INIT_NORMAL;
-	w->attrs.f[1] = 0.5;
+	ir_attr_init_mut(m, w)->kind = IR_INIT_NORMAL;
+	ir_attr_init_mut(m, w)->arg[1] = 0.5;
 	IrNode *c = ir_node_new(m, IR_OP_CONST, NULL, 0, (SrcLoc){0});
-	c->attrs.f[0] = 0.5;
+	ir_attr_scalar_mut(m, c)->value = 0.5;
 	IrNode *ids[] = {x, y, w, c};
 	for (int i = 0; i < 4; i++)
 		CHECK(ir_infer(m, ids[i], &diag));
@@ -583,9 +586,9 @@ static IrModule *regression(IrDtype precision, bool mean_loss)
 		IrNode *sq = ir_node_new(m, IR_OP_MUL, o, 2, (SrcLoc){0});
 		CHECK(ir_infer(m, sq, &diag));
 		loss = ir_node_new(m, IR_OP_MEAN, &sq->id, 1, (SrcLoc){0});
-		loss->attrs.nints = 2;
-		loss->attrs.ints[0] = 0;
-		loss->attrs.ints[1] = 1;
+		ir_attr_axes_mut(m, loss)->n = 2;
+		ir_attr_axes_mut(m, loss)->axes[0] = 0;
+		ir_attr_axes_mut(m, loss)->axes[1] = 1;
 	}
 	CHECK(ir_infer(m, loss, &diag));
 	loss->role = IR_ROLE_LOSS;
@@ -870,11 +873,11 @@ static void test_cut_bits(void)
 			memcpy(bufs, init, sizeof bufs);
 			DtmkArgs a;
 			memset(&a, 0, sizeof a);
-			a.fx[IR_OPTIM_BETA1] = kern == 1 ? 0.9 : 0.5; /* beta1 or momentum */
-			a.fx[IR_OPTIM_BETA2] = 0.95;
-			a.fx[IR_OPTIM_EPS] = 1e-8;
-			a.fx[IR_OPTIM_WD] = 0.1;
-			a.fx[IR_OPTIM_CLIP] = 1.0;
+			a.fx[DTMK_OPT_BETA1] = kern == 1 ? 0.9 : 0.5; /* beta1 or momentum */
+			a.fx[DTMK_OPT_BETA2] = 0.95;
+			a.fx[DTMK_OPT_EPS] = 1e-8;
+			a.fx[DTMK_OPT_WD] = 0.1;
+			a.fx[DTMK_OPT_CLIP] = 1.0;
 			const char *what;
 			if (kern == 0) {
 				what = "grad_norm";

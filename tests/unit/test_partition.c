@@ -271,7 +271,7 @@ static void vocab_parallel(const char *mesh)
 		c[n->op]++;
 		for (int k = 0; n->op == IR_OP_ALL_GATHER && k < n->rank; k++)
 			vgather += n->shape[k] == 16;
-		armax += n->op == IR_OP_ALL_REDUCE && n->attrs.red == IR_RED_MAX;
+		armax += n->op == IR_OP_ALL_REDUCE && ir_attr_coll(n)->red == IR_RED_MAX;
 	}
 	if (ok) {
 		CHECK_EQ_INT(c[IR_OP_EMBED_VP], 1);
@@ -315,11 +315,11 @@ static void sequence_parallel(const char *mesh, bool sp)
 		const IrNode *n = m->nodes[i];
 		bool coll = n->op == IR_OP_ALL_REDUCE || n->op == IR_OP_ALL_GATHER ||
 		            n->op == IR_OP_REDUCE_SCATTER;
-		if (!coll || n->rank != 3 || !(n->attrs.mesh_axes & (1u << tp)))
+		if (!coll || n->rank != 3 || !(ir_attr_coll(n)->axes & (1u << tp)))
 			continue;
 		if (n->op == IR_OP_ALL_REDUCE)
 			ar3++;
-		else if (n->attrs.ints[0] != 1)
+		else if (ir_attr_coll(n)->dim != 1)
 			other++;
 		else if (n->op == IR_OP_REDUCE_SCATTER)
 			rs++;
@@ -384,7 +384,7 @@ static void bf16_statistics(const char *mesh, const char *vocab, const char *con
 		if (n->op == IR_OP_CE_TARGET || n->op == IR_OP_CE_SUMEXP) {
 			stats++;
 			CHECK(f32);
-		} else if (n->op == IR_OP_ALL_REDUCE && n->attrs.red == IR_RED_MAX) {
+		} else if (n->op == IR_OP_ALL_REDUCE && ir_attr_coll(n)->red == IR_RED_MAX) {
 			armax++;
 			CHECK(f32);
 		} else if (n->op == IR_OP_ALL_REDUCE && n->rank == 0) {
@@ -396,7 +396,7 @@ static void bf16_statistics(const char *mesh, const char *vocab, const char *con
 		if (!f32 && (n->role == IR_ROLE_LOSS || n->op == IR_OP_CE_TARGET ||
 		             n->op == IR_OP_CE_SUMEXP ||
 		             (n->op == IR_OP_ALL_REDUCE &&
-		              (n->rank == 0 || n->attrs.red == IR_RED_MAX))))
+		              (n->rank == 0 || ir_attr_coll(n)->red == IR_RED_MAX))))
 			fprintf(stderr, "bf16 statistics (%s): %%%d %s is %s\n", mesh, i,
 			        ir_op_name(n->op), ir_dtype_name(n->dtype));
 	}

@@ -115,7 +115,7 @@ static void test_elementwise(void)
 	CHECK(!run(n));
 	CHECK_EQ_STR(msg, "mul: shapes do not broadcast: [32, 1] and [8, 3, 64] (dim 1: 32 vs 3)");
 	IrNode *k = ir_node_new(M, IR_OP_CONST, NULL, 0, (SrcLoc){0});
-	k->attrs.f[0] = 2.0;
+	ir_attr_scalar_mut(M, k)->value = 2.0;
 	CHECK(run(k));
 	CHECK(SHAPE(k, IR_F32, 0) || (k->rank == 0 && k->dtype == IR_F32));
 	n = mk(IR_OP_DIV, 2, a, k->id, 0);
@@ -136,9 +136,9 @@ static void test_elementwise(void)
 	CHECK(run(n));
 	CHECK(SHAPE(n, IR_BF16, 8, 3, 64));
 	n = mk(IR_OP_DROPOUT, 1, c, 0, 0);
-	n->attrs.f[0] = 0.1;
+	ir_attr_dropout_mut(M, n)->rate = 0.1;
 	CHECK(run(n));
-	n->attrs.f[0] = 1.0;
+	ir_attr_dropout_mut(M, n)->rate = 1.0;
 	CHECK(!run(n));
 	CHECK_EQ_STR(msg, "dropout: rate must be in [0, 1), got 1");
 	/* const: a scalar; its dtype may be set by the caller */
@@ -153,58 +153,56 @@ static void test_reduce_norm(void)
 	reset();
 	int x = L(IR_F32, 4, 5, 6);
 	IrNode *n = mk(IR_OP_SUM, 1, x, 0, 0);
-	n->attrs.nints = 2;
-	n->attrs.ints[0] = 0;
-	n->attrs.ints[1] = 2;
+	ir_attr_axes_mut(M, n)->n = 2;
+	ir_attr_axes_mut(M, n)->axes[0] = 0;
+	ir_attr_axes_mut(M, n)->axes[1] = 2;
 	CHECK(run(n));
 	CHECK(SHAPE(n, IR_F32, 5));
-	n->attrs.flag = true;
+	ir_attr_axes_mut(M, n)->keepdims = true;
 	CHECK(run(n));
 	CHECK(SHAPE(n, IR_F32, 1, 5, 1));
 	n = mk(IR_OP_MEAN, 1, x, 0, 0);
-	n->attrs.nints = 3;
-	n->attrs.ints[0] = 0;
-	n->attrs.ints[1] = 1;
-	n->attrs.ints[2] = 2;
+	ir_attr_axes_mut(M, n)->n = 3;
+	ir_attr_axes_mut(M, n)->axes[0] = 0;
+	ir_attr_axes_mut(M, n)->axes[1] = 1;
+	ir_attr_axes_mut(M, n)->axes[2] = 2;
 	CHECK(run(n));
 	CHECK(n->rank == 0);
 	n = mk(IR_OP_MAX, 1, x, 0, 0);
-	n->attrs.nints = 1;
-	n->attrs.ints[0] = 3;
+	ir_attr_axes_mut(M, n)->n = 1;
+	ir_attr_axes_mut(M, n)->axes[0] = 3;
 	CHECK(!run(n));
 	CHECK_EQ_STR(msg, "max: axis 3 is out of range for [4, 5, 6] (rank 3)");
-	n->attrs.nints = 2;
-	n->attrs.ints[0] = 1;
-	n->attrs.ints[1] = 1;
+	ir_attr_axes_mut(M, n)->n = 2;
+	ir_attr_axes_mut(M, n)->axes[0] = 1;
+	ir_attr_axes_mut(M, n)->axes[1] = 1;
 	CHECK(!run(n));
 	CHECK_EQ_STR(msg, "max: axes must be sorted and unique, got 1 after 1");
 
 	n = mk(IR_OP_SOFTMAX, 1, x, 0, 0);
-	n->attrs.nints = 1;
-	n->attrs.ints[0] = 2;
+	ir_attr_axis_mut(M, n)->axis = 2;
 	CHECK(run(n));
 	CHECK(SHAPE(n, IR_F32, 4, 5, 6));
 	n = mk(IR_OP_LOG_SOFTMAX, 1, x, 0, 0);
-	n->attrs.nints = 1;
-	n->attrs.ints[0] = -1;
+	ir_attr_axis_mut(M, n)->axis = -1;
 	CHECK(!run(n));
 
 	int g = L(IR_F32, 6), b = L(IR_F32, 6), bad = L(IR_F32, 5);
 	n = mk(IR_OP_LAYERNORM, 3, x, g, b);
-	n->attrs.f[0] = 1e-5;
+	ir_attr_eps_mut(M, n)->eps = 1e-5;
 	CHECK(run(n));
 	CHECK(SHAPE(n, IR_F32, 4, 5, 6));
 	n = mk(IR_OP_LAYERNORM, 3, x, g, bad);
-	n->attrs.f[0] = 1e-5;
+	ir_attr_eps_mut(M, n)->eps = 1e-5;
 	CHECK(!run(n));
 	CHECK_EQ_STR(msg, "layernorm: beta (%8) must be [6] (the last dim of [4, 5, 6]), got [5]");
 	n = mk(IR_OP_RMSNORM, 2, x, g, 0);
-	n->attrs.f[0] = 1e-6;
+	ir_attr_eps_mut(M, n)->eps = 1e-6;
 	CHECK(run(n));
 	n = mk(IR_OP_RMSNORM, 2, x, bad, 0);
 	CHECK(!run(n));
 	n = mk(IR_OP_RMSNORM, 2, x, g, 0);
-	n->attrs.f[0] = -1;
+	ir_attr_eps_mut(M, n)->eps = -1;
 	CHECK(!run(n));
 }
 
@@ -221,16 +219,16 @@ static void test_data_movement(void)
 
 	int x = L(IR_F32, 2, 3, 4);
 	n = mk(IR_OP_PERMUTE, 1, x, 0, 0);
-	n->attrs.nints = 3;
-	n->attrs.ints[0] = 2;
-	n->attrs.ints[1] = 0;
-	n->attrs.ints[2] = 1;
+	ir_attr_perm_mut(M, n)->n = 3;
+	ir_attr_perm_mut(M, n)->perm[0] = 2;
+	ir_attr_perm_mut(M, n)->perm[1] = 0;
+	ir_attr_perm_mut(M, n)->perm[2] = 1;
 	CHECK(run(n));
 	CHECK(SHAPE(n, IR_F32, 4, 2, 3));
-	n->attrs.ints[2] = 0;
+	ir_attr_perm_mut(M, n)->perm[2] = 0;
 	CHECK(!run(n));
 	CHECK_EQ_STR(msg, "permute: not a permutation of 0..2: entry 2 is 0");
-	n->attrs.nints = 2;
+	ir_attr_perm_mut(M, n)->n = 2;
 	CHECK(!run(n));
 
 	n = mk(IR_OP_RESHAPE, 1, x, 0, 0);
@@ -246,29 +244,26 @@ static void test_data_movement(void)
 	int y = L(IR_F32, 2, 5, 4), z = L(IR_F32, 2, 5, 3);
 	int ops[3] = {x, y, x};
 	n = ir_node_new(M, IR_OP_CONCAT, ops, 3, (SrcLoc){0});
-	n->attrs.nints = 1;
-	n->attrs.ints[0] = 1;
+	ir_attr_axis_mut(M, n)->axis = 1;
 	CHECK(run(n));
 	CHECK(SHAPE(n, IR_F32, 2, 11, 4));
 	ops[1] = z;
 	n = ir_node_new(M, IR_OP_CONCAT, ops, 3, (SrcLoc){0});
-	n->attrs.nints = 1;
-	n->attrs.ints[0] = 1;
+	ir_attr_axis_mut(M, n)->axis = 1;
 	CHECK(!run(n));
 	CHECK_EQ_STR(msg, "concat: dim 2 differs: [2, 3, 4] (%5) and [2, 5, 3] (%9) (only axis 1 may differ)");
 
 	n = mk(IR_OP_SLICE, 1, x, 0, 0);
-	n->attrs.nints = 3;
-	n->attrs.ints[0] = 2;
-	n->attrs.ints[1] = 1;
-	n->attrs.ints[2] = 3;
+	ir_attr_slice_mut(M, n)->axis = 2;
+	ir_attr_slice_mut(M, n)->start = 1;
+	ir_attr_slice_mut(M, n)->end = 3;
 	CHECK(run(n));
 	CHECK(SHAPE(n, IR_F32, 2, 3, 2));
-	n->attrs.ints[2] = 5;
+	ir_attr_slice_mut(M, n)->end = 5;
 	CHECK(!run(n));
 	CHECK_EQ_STR(msg, "slice: range 1:5 is not within 0..4 (dim 2 of [2, 3, 4])");
-	n->attrs.ints[1] = 4;
-	n->attrs.ints[2] = 4;
+	ir_attr_slice_mut(M, n)->start = 4;
+	ir_attr_slice_mut(M, n)->end = 4;
 	CHECK(run(n)); /* empty slices are allowed */
 	CHECK(SHAPE(n, IR_F32, 2, 3, 0));
 }
@@ -278,17 +273,15 @@ static void test_model_ops(void)
 	reset();
 	int q = L(IR_F32, 2, 16, 64), k = L(IR_F32, 2, 16, 64), v = L(IR_F32, 2, 8, 64);
 	IrNode *n = mk(IR_OP_ATTENTION, 3, q, k, k);
-	n->attrs.nints = 2;
-	n->attrs.ints[0] = 4;
-	n->attrs.ints[1] = 1;
+	ir_attr_attn_mut(M, n)->heads = 4;
+	ir_attr_attn_mut(M, n)->causal = 1;
 	CHECK(run(n));
 	CHECK(SHAPE(n, IR_F32, 2, 16, 64));
-	n->attrs.ints[0] = 5;
+	ir_attr_attn_mut(M, n)->heads = 5;
 	CHECK(!run(n));
 	CHECK_EQ_STR(msg, "attention: dim 64 is not divisible by heads = 5 (q is [2, 16, 64])");
 	n = mk(IR_OP_ATTENTION, 3, q, k, v);
-	n->attrs.nints = 2;
-	n->attrs.ints[0] = 4;
+	ir_attr_attn_mut(M, n)->heads = 4;
 	CHECK(!run(n));
 	CHECK_EQ_STR(msg, "attention: q and v shapes differ: [2, 16, 64] vs [2, 8, 64]");
 
@@ -316,41 +309,41 @@ static void test_collectives(void)
 	reset(); /* mesh (dp = 2, tp = 4) */
 	int x = L(IR_F32, 8, 6);
 	IrNode *n = mk(IR_OP_ALL_GATHER, 1, x, 0, 0);
-	n->attrs.mesh_axes = 3; /* dp and tp: 8 ranks */
-	n->attrs.nints = 1;
-	n->attrs.ints[0] = 1;
+	ir_attr_coll_mut(M, n)->axes = 3; /* dp and tp: 8 ranks */
+	ir_attr_coll_mut(M, n)->n = 1;
+	ir_attr_coll_mut(M, n)->args[0] = 1;
 	CHECK(run(n));
 	CHECK(SHAPE(n, IR_F32, 8, 48));
 	n = mk(IR_OP_REDUCE_SCATTER, 1, x, 0, 0);
-	n->attrs.mesh_axes = 2;
-	n->attrs.nints = 1;
-	n->attrs.ints[0] = 0;
+	ir_attr_coll_mut(M, n)->axes = 2;
+	ir_attr_coll_mut(M, n)->n = 1;
+	ir_attr_coll_mut(M, n)->args[0] = 0;
 	CHECK(run(n));
 	CHECK(SHAPE(n, IR_F32, 2, 6));
-	n->attrs.ints[0] = 1;
+	ir_attr_coll_mut(M, n)->args[0] = 1;
 	CHECK(!run(n));
 	CHECK_EQ_STR(msg, "reduce_scatter: dim 1 of [8, 6] (6) is not divisible by the group size 4");
 	n = mk(IR_OP_ALL_TO_ALL, 1, x, 0, 0);
-	n->attrs.mesh_axes = 1;
-	n->attrs.nints = 2;
-	n->attrs.ints[0] = 0;
-	n->attrs.ints[1] = 1;
+	ir_attr_coll_mut(M, n)->axes = 1;
+	ir_attr_coll_mut(M, n)->n = 2;
+	ir_attr_coll_mut(M, n)->args[0] = 0;
+	ir_attr_coll_mut(M, n)->args[1] = 1;
 	CHECK(run(n));
 	CHECK(SHAPE(n, IR_F32, 4, 12));
 	IrOp keep[] = {IR_OP_ALL_REDUCE, IR_OP_BROADCAST, IR_OP_SEND};
 	for (int i = 0; i < 3; i++) {
 		n = mk(keep[i], 1, x, 0, 0);
-		n->attrs.mesh_axes = 2;
+		ir_attr_coll_mut(M, n)->axes = 2;
 		CHECK(run(n));
 		CHECK(SHAPE(n, IR_F32, 8, 6));
 	}
-	n->attrs.mesh_axes = 4; /* axis 2 of a 2-axis mesh */
+	ir_attr_coll_mut(M, n)->axes = 4; /* axis 2 of a 2-axis mesh */
 	CHECK(!run(n));
 	CHECK_EQ_STR(msg, "send: names mesh axis 2 but the mesh has 2 axes");
-	n->attrs.mesh_axes = 0;
+	ir_attr_coll_mut(M, n)->axes = 0;
 	CHECK(!run(n));
 	n = mk(IR_OP_RECV, 0, 0, 0, 0);
-	n->attrs.mesh_axes = 1;
+	ir_attr_coll_mut(M, n)->axes = 1;
 	n->rank = 2;
 	n->shape[0] = 3;
 	n->shape[1] = 3;
@@ -381,9 +374,9 @@ static void test_limits(void)
 	CHECK(!run(p)); /* params are floats */
 	int big = L(IR_F32, (int64_t)1 << 47, 1);
 	n = mk(IR_OP_ALL_GATHER, 1, big, 0, 0);
-	n->attrs.mesh_axes = 3;
-	n->attrs.nints = 1;
-	n->attrs.ints[0] = 0;
+	ir_attr_coll_mut(M, n)->axes = 3;
+	ir_attr_coll_mut(M, n)->n = 1;
+	ir_attr_coll_mut(M, n)->args[0] = 0;
 	CHECK(!run(n));
 	CHECK(ir_node_numel(M->nodes[a]) == (int64_t)1 << 30);
 

@@ -245,7 +245,7 @@ static Comm comm_of(const IrModule *m)
 		const IrNode *n = m->nodes[i];
 		if (!(ir_op_flags(n->op) & OPF_COLL) || n->rank == 0)
 			continue;
-		double G = (double)mesh_axes_size(&m->mesh, n->attrs.mesh_axes);
+		double G = (double)mesh_axes_size(&m->mesh, ir_attr_coll(n)->axes);
 		double out = (double)(ir_node_numel(n) * ir_dtype_size(n->dtype));
 		double in = (double)(ir_node_numel(m->nodes[n->ops[0]]) * ir_dtype_size(n->dtype));
 		if (n->op == IR_OP_ALL_GATHER) {
