@@ -345,7 +345,7 @@ static bool fill_buffer(Build *b, int i, DtmBuffer *buf)
 	        mb->arena >= 0 && mb->arena < MEMPLAN_ARENA_COUNT ? (DtmArena)mb->arena : DTM_ARENA_ACT;
 	buf->offset = mb->offset;
 	buf->bytes = mb->bytes;
-	buf->stage = b->mp->nstages > 1 ? n->stage : 0;
+	buf->stage = b->mp->nstages > 1 ? ir_stage(m, n) : 0;
 	if (ir_op_attr_kind(n->op) == IR_ATTR_INIT) {
 		const IrAttrInit *init = ir_attr_init(n);
 		int k = (int)init->kind;
@@ -703,8 +703,6 @@ static int fill(Build *b)
 			if (!b->lean) { /* the buffer's fields, shape, placement */
 				__builtin_prefetch(q);
 				__builtin_prefetch(&q->shape);
-				__builtin_prefetch(&q->padded[0]);
-				__builtin_prefetch(&q->padded[IR_MAX_RANK - 1]);
 			}
 			/* the tables are written ahead of the walk too: the
 			 * stores wait on their lines otherwise */

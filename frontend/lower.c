@@ -149,9 +149,8 @@ IrNode *lower_new_node(Lower *L, IrOp op, const int *ops, int nops, SrcLoc loc)
 		lower_too_large(L, loc, arena_printf(L->a, "more than %d nodes", IR_MAX_NODES));
 		return NULL;
 	}
-	n->stage = L->stage;
-	n->block = L->block;
-	n->choose = -1;
+	ir_set_stage(L->m, n, L->stage);
+	ir_set_block(L->m, n, L->block);
 	n->role = IR_ROLE_ACT;
 	n->place = 0; /* not known */
 	return n;
@@ -1122,7 +1121,7 @@ static void warn_uneven_batch(Lower *L)
 		if (empty > 0)
 			snprintf(rows + r, sizeof rows - (size_t)r, ", 0 on %lld", (long long)empty);
 		const char *lp = na > 1 ? "(" : "", *rp = na > 1 ? ")" : "";
-		diag_warning(L->d, n->place_loc,
+		diag_warning(L->d, ir_place_loc(m, n),
 		             "batch %lld of input%s %s splits unevenly over %s%s%s = %lld (rows: %s): "
 		             "the loss and each matmul's weight gradient then need the rows whole, so "
 		             "their operands are all_gathered over %s%s%s every step (several "
@@ -1130,7 +1129,7 @@ static void warn_uneven_batch(Lower *L)
 		             (long long)size, count == 1 ? "" : "s", names, lp, axes, rp,
 		             (long long)parts, rows, lp, axes, rp);
 		int64_t lo = size / parts * parts;
-		diag_note(L->d, n->place_loc, "a batch divisible by %lld (such as %s%lld) splits evenly",
+		diag_note(L->d, ir_place_loc(m, n), "a batch divisible by %lld (such as %s%lld) splits evenly",
 		          (long long)parts, lo > 0 ? arena_printf(L->a, "%lld or ", (long long)lo) : "",
 		          (long long)(lo + parts));
 	}

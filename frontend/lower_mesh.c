@@ -302,12 +302,12 @@ bool lower_annotate(Lower *L, const AstAnnot *an, IrNode *n, const char *what, b
 		return false;
 	if (!ir_place_set(L->m, n, &opts[0]))
 		return false;
-	n->place_from = -1;
-	n->place_loc = an->loc; /* the origin that propagate and print report */
+	ir_set_place_from(L->m, n, -1);
+	ir_set_place_loc(L->m, n, an->loc); /* the origin that propagate and print report */
 	if (an->is_choose) {
 		int c = ir_choose_add(L->m, n->id, opts, an->nopts, an->loc);
 		if (c >= 0)
-			n->choose = c;
+			ir_set_choose(L->m, n, c);
 	}
 	return true;
 }

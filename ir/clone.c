@@ -21,7 +21,7 @@ IrModule *ir_module_clone(Arena *a, const IrModule *m)
 	*c = *m;
 	c->arena = a;
 	c->places = ir_places_copy(a, m->places);
-	if (!c->places)
+	if (!c->places || !ir_annots_clone(a, c, m))
 		return NULL;
 	c->capstage_notes = c->nstage_notes; /* shared: a note added copies them */
 	int n = m->nnodes;

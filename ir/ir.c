@@ -249,6 +249,16 @@ void ir_module_take_nodes(IrModule *m, IrModule *out)
 	m->nodes = out->nodes;
 	m->nnodes = out->nnodes;
 	m->cap = out->cap;
+	m->stage = out->stage;
+	m->mb = out->mb;
+	m->phase = out->phase;
+	m->block = out->block;
+	m->choose = out->choose;
+	m->place_from = out->place_from;
+	m->place_loc = out->place_loc;
+	m->padded = out->padded;
+	m->label = out->label;
+	m->oom |= out->oom;
 }
 
 bool ir_stage_note_add(IrModule *m, int first, int end, SrcLoc loc)
@@ -308,7 +318,8 @@ static bool node_room(IrModule *m)
 	return true;
 }
 
-IrNode *ir_node_copy(IrModule *m, const IrNode *src, const int *ops, int nops)
+IrNode *ir_node_copy(IrModule *m, const IrModule *srcm, const IrNode *src, const int *ops,
+                     int nops)
 {
 	if (nops < 0 || !node_room(m))
 		return NULL;
@@ -326,6 +337,7 @@ IrNode *ir_node_copy(IrModule *m, const IrNode *src, const int *ops, int nops)
 	n->id = m->nnodes;
 	n->nops = nops;
 	m->nodes[m->nnodes++] = n;
+	ir_annots_copy(m, n->id, srcm, src->id);
 	return n;
 }
 
@@ -346,15 +358,10 @@ IrNode *ir_node_new(IrModule *m, IrOp op, const int *ops, int nops, SrcLoc loc)
 	n->op = op;
 	n->dtype = IR_F32;
 	n->nops = nops;
-	n->choose = -1;
 	n->role = IR_ROLE_ACT;
-	n->stage = -1;
-	n->mb = -1;
-	n->block = -1;
-	n->phase = -1;
 	n->loc = loc;
-	n->place_from = -1;
 	m->nodes[m->nnodes++] = n;
+	ir_annots_reset(m, n->id);
 	return n;
 }
 
@@ -416,7 +423,7 @@ int ir_choose_add(IrModule *m, int node, const Placement *opts, int nopts, SrcLo
 	c->selected = 0;
 	c->loc = loc;
 	if (node >= 0 && node < m->nnodes)
-		m->nodes[node]->choose = idx;
+		ir_set_choose(m, m->nodes[node], idx);
 	return idx;
 }
 

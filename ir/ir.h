@@ -229,46 +229,14 @@ typedef struct IrNode {
 	int rank;
 	int nops;
 	IrRole role;
-	int stage;        /* pipeline stage, -1 if not assigned; after the
-	                   * pipeline pass, the pp coordinate whose program
-	                   * the node belongs to */
-	int mb;           /* micro-batch (passes/microbatch.c), -1 if none */
-	int phase;        /* IR_PHASE_*, set by the pipeline pass; -1 before */
-	int block;        /* the outermost block instance lowering inlined the
-	                   * node from (layer.3: the 4th call of any block at
-	                   * top level), -1 outside blocks; passes/recompute.c
-	                   * recomputes by it.  What passes derive from a node
-	                   * inherits it: the backward of a forward node, a
-	                   * param's grad, optimizer state and update, the
-	                   * collectives and send/recv of a value (a bucket
-	                   * over several blocks: -1); inspect's DOT clusters
-	                   * by it */
-	int choose;       /* index into IrModule.chooses, or -1 */
-	/* Where place came from (passes/propagate.c): the node it was
-	 * propagated from, or -1 for a user annotation at place_loc (no file:
-	 * not known).  Printed as "from %N" / "from "file":l:c-e". */
-	int place_from;
 	int *ops;         /* operand node ids, all < id */
 	const char *name; /* param/input path, or the user's variable; may be NULL */
-	/* For people only (dtmc inspect, label.c), where name cannot say it:
-	 * the value a nameless node holds in the source's terms, as autodiff
-	 * labels a gradient term "grad.layer.0.x" and recompute a clone of h
-	 * "h".  Copied with the node; no pass decides anything by it, and it
-	 * is not part of the text form.  NULL: the name, or the expression. */
-	const char *label;
 	int64_t shape[IR_MAX_RANK];
 	uint32_t place;   /* the placement's id in the module's table
 	                   * (ir_place), 0: not decided yet */
 	const IrAttr *attr; /* by the op's IrAttrKind (ir_attr_*); NULL: none,
 	                     * or all zero */
 	SrcLoc loc;
-	SrcLoc place_loc;
-	/* After `partition`, per dim: the global extent of a dim whose shards
-	 * are padded (uneven torch.chunk shards: every rank stores
-	 * ceil(n / parts) rows and the rows past n are zero, see
-	 * passes/partition.c), or 0 where the global extent is the local one
-	 * times the parts.  Printed as "of [global shape]". */
-	int64_t padded[IR_MAX_RANK];
 } IrNode;
 
 /* A choose(spec, ...) sweep point: the node whose placement it sets, the
@@ -320,6 +288,34 @@ typedef struct IrTrain {
 	SrcLoc loc[IR_TRAIN_COUNT];
 } IrTrain;
 
+/* ---- annotations: what passes decide about nodes, beside the nodes ----
+ * A table by node id, allocated when the pass that owns it first writes
+ * one (v NULL until then), v[id] for id < cap, the default past it: -1
+ * for the ints, no location, no padding, no label.  ir_node_new gives a
+ * node the defaults, ir_node_copy the source's, a clone copies the
+ * tables; read and written through ir_stage(m, n), ir_set_stage(m, n, v)
+ * and the like (the module's annotations section). */
+typedef struct IrInts {
+	int *v;
+	int cap;
+} IrInts;
+typedef struct IrLocs {
+	SrcLoc *v;
+	int cap;
+} IrLocs;
+/* Few nodes hold padded dims: a row index per node (0: none) into rows,
+ * each the global extents per dim. */
+typedef struct IrPads {
+	int *row;
+	int cap;
+	int64_t (*rows)[IR_MAX_RANK]; /* rows[0] unused */
+	int nrows, caprows;
+} IrPads;
+typedef struct IrStrs {
+	const char **v;
+	int cap;
+} IrStrs;
+
 /* The nodes [first, end) that one iteration of a `for ... stage EXPR` loop
  * lowered, and where EXPR is: passes/pipeline.c reports stage annotations
  * against the data flow there.  Kept by lowering only (not part of the
@@ -356,11 +352,129 @@ typedef struct IrModule {
 	int64_t attn_layers, attn_width;
 	IrStageNote *stage_notes; /* in the order their iterations ended */
 	int nstage_notes, capstage_notes;
-	/* Out of memory for an attribute: the verifier reports it (writes
-	 * went to sink meanwhile). */
+	/* Out of memory for an attribute or annotation: the verifier
+	 * reports it (attribute writes went to sink meanwhile). */
 	bool oom;
 	IrAttr sink;
+
+	/* ---- annotations, each named for the pass that decides it ---- */
+	/* The pipeline model chunk: lowering (a `stage` annotation) and
+	 * passes/stages.c; after passes/pipeline.c, the pp coordinate whose
+	 * program holds the node.  Derived nodes inherit it.  -1: none. */
+	IrInts stage;
+	/* The micro-batch: passes/microbatch.c.  -1: none. */
+	IrInts mb;
+	/* IR_PHASE_*: passes/pipeline.c.  -1 before. */
+	IrInts phase;
+	/* The outermost block instance lowering inlined the node from
+	 * (frontend/lower.c; layer.3: the 4th call of any block at top level),
+	 * -1 outside blocks; passes/recompute.c recomputes by it.  What passes
+	 * derive from a node inherits it: the backward of a forward node, a
+	 * param's grad, optimizer state and update, the collectives and
+	 * send/recv of a value (a bucket over several blocks: -1); inspect's
+	 * DOT clusters by it. */
+	IrInts block;
+	/* The choose() point setting the node's placement, an index into
+	 * chooses: frontend/lower_mesh.c (ir_choose_add).  -1: none. */
+	IrInts choose;
+	/* Where the placement came from: passes/propagate.c (the node it was
+	 * propagated from, or -1 for a user annotation at place_loc, which
+	 * frontend/lower_mesh.c sets; no file: not known).  Printed as
+	 * "from %N" / "from "file":l:c-e". */
+	IrInts place_from;
+	IrLocs place_loc;
+	/* After passes/partition.c, per dim: the global extent of a dim whose
+	 * shards are padded (uneven torch.chunk shards: every rank stores
+	 * ceil(n / parts) rows and the rows past n are zero), or 0 where the
+	 * global extent is the local one times the parts.  Printed as "of
+	 * [global shape]". */
+	IrPads padded;
+	/* For people only (dtmc inspect, label.c), where the name cannot say
+	 * it: the value a nameless node holds in the source's terms, as
+	 * passes/autodiff.c labels a gradient term "grad.layer.0.x" and
+	 * passes/recompute.c a clone of h "h".  No pass decides anything by
+	 * it, and it is not part of the text form.  NULL: the name, or the
+	 * expression. */
+	IrStrs label;
 } IrModule;
+
+/* ---- annotations (annot.c): the tables above, by node ---- */
+static inline int ir_int_at(const IrInts *t, int id)
+{
+	return id < t->cap ? t->v[id] : -1;
+}
+/* Sets t[id] = v, making room (defaults) as needed; false when out of
+ * memory (m->oom set). */
+bool ir_int_grow_set(IrModule *m, IrInts *t, int id, int v);
+static inline bool ir_int_set(IrModule *m, IrInts *t, int id, int v)
+{
+	if (id < t->cap) {
+		t->v[id] = v;
+		return true;
+	}
+	return v == -1 || ir_int_grow_set(m, t, id, v);
+}
+
+#define IR_ANNOT_INT(name)                                                      \
+	static inline int ir_##name(const IrModule *m, const IrNode *n)            \
+	{                                                                           \
+		return ir_int_at(&m->name, n->id);                                      \
+	}                                                                           \
+	static inline bool ir_set_##name(IrModule *m, const IrNode *n, int v)      \
+	{                                                                           \
+		return ir_int_set(m, &m->name, n->id, v);                               \
+	}
+IR_ANNOT_INT(stage)
+IR_ANNOT_INT(mb)
+IR_ANNOT_INT(phase)
+IR_ANNOT_INT(block)
+IR_ANNOT_INT(choose)
+IR_ANNOT_INT(place_from)
+#undef IR_ANNOT_INT
+
+static inline SrcLoc ir_place_loc(const IrModule *m, const IrNode *n)
+{
+	return n->id < m->place_loc.cap ? m->place_loc.v[n->id] : (SrcLoc){0};
+}
+bool ir_place_loc_grow_set(IrModule *m, const IrNode *n, SrcLoc loc);
+static inline bool ir_set_place_loc(IrModule *m, const IrNode *n, SrcLoc loc)
+{
+	if (n->id < m->place_loc.cap) {
+		m->place_loc.v[n->id] = loc;
+		return true;
+	}
+	return ir_place_loc_grow_set(m, n, loc);
+}
+/* Dim d's padded global extent (0: not padded). */
+static inline int64_t ir_padded(const IrModule *m, const IrNode *n, int d)
+{
+	int r = n->id < m->padded.cap ? m->padded.row[n->id] : 0;
+	return r && d >= 0 && d < IR_MAX_RANK ? m->padded.rows[r][d] : 0;
+}
+/* Whether any dim of n is padded. */
+bool ir_any_padded(const IrModule *m, const IrNode *n);
+bool ir_set_padded(IrModule *m, const IrNode *n, int d, int64_t g);
+static inline const char *ir_label(const IrModule *m, const IrNode *n)
+{
+	return n->id < m->label.cap ? m->label.v[n->id] : NULL;
+}
+bool ir_label_grow_set(IrModule *m, const IrNode *n, const char *label);
+static inline bool ir_set_label(IrModule *m, const IrNode *n, const char *label)
+{
+	if (n->id < m->label.cap) {
+		m->label.v[n->id] = label;
+		return true;
+	}
+	return !label || ir_label_grow_set(m, n, label);
+}
+/* Node dst_id of dst takes every annotation of node src_id of src (which
+ * may be dst). */
+void ir_annots_copy(IrModule *dst, int dst_id, const IrModule *src, int src_id);
+/* Node id of m gets the defaults (its slot may hold another's). */
+void ir_annots_reset(IrModule *m, int id);
+/* c's tables become copies of m's, in a (ir_module_clone); false when
+ * out of memory. */
+bool ir_annots_clone(Arena *a, IrModule *c, const IrModule *m);
 
 /* ---- op table ---- */
 const char *ir_op_name(IrOp op);
@@ -437,11 +551,13 @@ void ir_train_defaults(IrTrain *t);
  * are left for the caller / shape inference.  Returns NULL past
  * IR_MAX_NODES or out of memory. */
 IrNode *ir_node_new(IrModule *m, IrOp op, const int *ops, int nops, SrcLoc loc);
-/* Appends a copy of src (every field; src may be another module's that
- * shares m's placement table, see ir_module_derive) with its own id and the given nops operands (copied): what passes that rebuild a
+/* Appends a copy of src, node of srcm (m itself, or a module sharing m's
+ * placement table, see ir_module_derive): every field and annotation, its
+ * own id and the given nops operands (copied): what passes that rebuild a
  * module do per node, without ir_node_new's defaults written and then
  * overwritten.  NULL as ir_node_new. */
-IrNode *ir_node_copy(IrModule *m, const IrNode *src, const int *ops, int nops);
+IrNode *ir_node_copy(IrModule *m, const IrModule *srcm, const IrNode *src, const int *ops,
+                     int nops);
 /* Records that nodes [first, end) come from a loop iteration whose stage
  * expression is at loc (a run of iterations of one loop is one note).
  * False when out of memory. */
@@ -579,7 +695,7 @@ int64_t placement_dim_parts(const Placement *p, const Mesh *m, int d);
 int64_t chunk_size(int64_t n, int64_t parts, int64_t idx);
 int64_t chunk_offset(int64_t n, int64_t parts, int64_t idx);
 /* After `partition`: the global extent of dim d of the value node n holds
- * a shard of (n->padded[d], or the local extent times the parts). */
+ * a shard of (its padded extent, or the local extent times the parts). */
 int64_t ir_global_dim(const IrModule *m, const IrNode *n, int d);
 /* This rank's shard shape of a global shape. */
 void placement_shard_shape(const Placement *p, const Mesh *m, int64_t rank,

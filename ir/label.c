@@ -62,7 +62,7 @@ static bool passthrough(const IrNode *n)
 int ir_label_source(const IrModule *m, int x)
 {
 	const IrNode *n = m->nodes[x];
-	while (!n->name && !n->label && passthrough(n))
+	while (!n->name && !ir_label(m, n) && passthrough(n))
 		n = m->nodes[n->ops[0]];
 	return n->id;
 }
@@ -74,8 +74,8 @@ static int describe(const IrModule *m, int x, int depth, Out *o)
 {
 	int y = ir_label_source(m, x);
 	const IrNode *n = m->nodes[y];
-	if (n->name || n->label) {
-		put(o, "%s", n->name ? n->name : n->label);
+	if (n->name || ir_label(m, n)) {
+		put(o, "%s", n->name ? n->name : ir_label(m, n));
 		return -1;
 	}
 	put(o, "%s(", ir_op_name(n->op));
@@ -123,7 +123,7 @@ size_t ir_grad_label(const IrModule *m, int x, char *buf, size_t cap)
 	buf[0] = 0;
 	int y = ir_label_source(m, x);
 	const IrNode *n = m->nodes[y];
-	const char *s = n->name ? n->name : n->label;
+	const char *s = n->name ? n->name : ir_label(m, n);
 	if (s && strncmp(s, "grad", 4) != 0) {
 		put(&o, "grad.%s", s);
 		return o.len;

@@ -870,9 +870,9 @@ static bool padded_value(Parser *p, IrNode *n)
 		int64_t parts = placement_dim_parts(ir_place(p->m, n), &p->m->mesh, nd);
 		int64_t c = parts > 0 ? g / parts + (g % parts != 0) : g;
 		if (g == n->shape[nd] * parts)
-			n->padded[nd] = 0;
+			ir_set_padded(p->m, n, nd, 0);
 		else if (parts > 1 && g > 0 && c == n->shape[nd])
-			n->padded[nd] = g;
+			ir_set_padded(p->m, n, nd, g);
 		else
 			return error_at(p, l, "dim %d: a global extent of %" PRId64 " does not have "
 			                "shards of %" PRId64 " over %" PRId64 " parts", nd, g,
@@ -890,8 +890,11 @@ static bool origin_value(Parser *p, IrNode *n)
 	if (!n->place)
 		return error(p, "a placement that is not known ('?') has no origin");
 	if (!accept(p, '%')) {
-		n->place_from = -1;
-		return loc_value_after(p, &n->place_loc, "after 'from'");
+		SrcLoc at = {0};
+		ir_set_place_from(p->m, n, -1);
+		if (!loc_value_after(p, &at, "after 'from'"))
+			return false;
+		return ir_set_place_loc(p->m, n, at) || error(p, "out of memory");
 	}
 	int64_t v = 0;
 	SrcLoc l = tok_loc(p);
@@ -899,7 +902,7 @@ static bool origin_value(Parser *p, IrNode *n)
 		return false;
 	if (v < 0 || v >= IR_MAX_NODES)
 		return error_at(p, l, "origin %%%" PRId64 " out of range", v);
-	n->place_from = (int)v;
+	ir_set_place_from(p->m, n, (int)v);
 	return true;
 }
 
@@ -998,18 +1001,27 @@ static bool node_line(Parser *p)
 	}
 	if (is_word(p, "stage")) {
 		next(p);
-		if (!int32_value(p, &n->stage, "after 'stage'"))
+		int v = -1;
+		if (!int32_value(p, &v, "after 'stage'"))
 			return false;
+		if (!ir_set_stage(p->m, n, v))
+			return error(p, "out of memory");
 	}
 	if (is_word(p, "mb")) {
 		next(p);
-		if (!int32_value(p, &n->mb, "after 'mb'"))
+		int v = -1;
+		if (!int32_value(p, &v, "after 'mb'"))
 			return false;
+		if (!ir_set_mb(p->m, n, v))
+			return error(p, "out of memory");
 	}
 	if (is_word(p, "block")) {
 		next(p);
-		if (!int32_value(p, &n->block, "after 'block'"))
+		int v = -1;
+		if (!int32_value(p, &v, "after 'block'"))
 			return false;
+		if (!ir_set_block(p->m, n, v))
+			return error(p, "out of memory");
 	}
 	if (is_word(p, "phase")) {
 		next(p);
@@ -1018,11 +1030,11 @@ static bool node_line(Parser *p)
 		if (!ident(p, w, sizeof w, "a phase", "after 'phase'"))
 			return false;
 		if (strcmp(w, "forward") == 0)
-			n->phase = IR_PHASE_FORWARD;
+			ir_set_phase(p->m, n, IR_PHASE_FORWARD);
 		else if (strcmp(w, "backward") == 0)
-			n->phase = IR_PHASE_BACKWARD;
+			ir_set_phase(p->m, n, IR_PHASE_BACKWARD);
 		else if (strcmp(w, "optimizer") == 0)
-			n->phase = IR_PHASE_OPTIMIZER;
+			ir_set_phase(p->m, n, IR_PHASE_OPTIMIZER);
 		else
 			return error_at(p, pl, "unknown phase '%s' (forward, backward or optimizer)", w);
 	}

@@ -214,8 +214,9 @@ int64_t ir_global_dim(const IrModule *m, const IrNode *n, int d)
 {
 	if (d < 0 || d >= n->rank || d >= IR_MAX_RANK)
 		return 1;
-	if (n->padded[d] > 0)
-		return n->padded[d];
+	int64_t g = ir_padded(m, n, d);
+	if (g > 0)
+		return g;
 	return n->shape[d] * placement_dim_parts(ir_place(m, n), &m->mesh, d);
 }
 

@@ -150,16 +150,17 @@ static void print_loc(FILE *out, SrcLoc loc)
 
 /* The placement's origin: " from %N" (propagated from node N) or
  * " from "file":l:c-e" (a user annotation); nothing when not known. */
-static void print_origin(FILE *out, const IrNode *n)
+static void print_origin(FILE *out, const IrModule *m, const IrNode *n)
 {
 	if (!n->place)
 		return;
-	if (n->place_from >= 0) {
-		fprintf(out, " from %%%d", n->place_from);
-	} else if (n->place_loc.file) {
+	SrcLoc at = ir_place_loc(m, n);
+	if (ir_place_from(m, n) >= 0) {
+		fprintf(out, " from %%%d", ir_place_from(m, n));
+	} else if (at.file) {
 		fputs(" from ", out);
-		irtext_string(out, n->place_loc.file);
-		fprintf(out, ":%d:%d-%d", n->place_loc.line, n->place_loc.col, n->place_loc.end_col);
+		irtext_string(out, at.file);
+		fprintf(out, ":%d:%d-%d", at.line, at.col, at.end_col);
 	}
 }
 
@@ -168,7 +169,7 @@ static void print_padded(FILE *out, const IrModule *m, const IrNode *n)
 {
 	bool any = false;
 	for (int d = 0; d < n->rank && d < IR_MAX_RANK; d++)
-		any |= n->padded[d] != 0;
+		any |= ir_padded(m, n, d) != 0;
 	if (!any)
 		return;
 	fputs(" of [", out);
@@ -338,17 +339,18 @@ void ir_print_node(FILE *out, const IrModule *m, const IrNode *n)
 	fputs("] @ ", out);
 	print_placement(out, m, ir_place(m, n));
 	print_padded(out, m, n);
-	print_origin(out, n);
+	print_origin(out, m, n);
 	if (n->role != IR_ROLE_ACT)
 		fprintf(out, " role %s", ir_role_name(n->role));
-	if (n->stage != -1)
-		fprintf(out, " stage %d", n->stage);
-	if (n->mb != -1)
-		fprintf(out, " mb %d", n->mb);
-	if (n->block != -1)
-		fprintf(out, " block %d", n->block);
-	if (n->phase >= 0 && n->phase <= IR_PHASE_OPTIMIZER)
-		fprintf(out, " phase %s", (const char *[]){ "forward", "backward", "optimizer" }[n->phase]);
+	if (ir_stage(m, n) != -1)
+		fprintf(out, " stage %d", ir_stage(m, n));
+	if (ir_mb(m, n) != -1)
+		fprintf(out, " mb %d", ir_mb(m, n));
+	if (ir_block(m, n) != -1)
+		fprintf(out, " block %d", ir_block(m, n));
+	int phase = ir_phase(m, n);
+	if (phase >= 0 && phase <= IR_PHASE_OPTIMIZER)
+		fprintf(out, " phase %s", (const char *[]){ "forward", "backward", "optimizer" }[phase]);
 	print_loc(out, n->loc);
 	fputc('\n', out);
 }

@@ -163,15 +163,15 @@ static void check_node(Verifier *v, int i)
 	}
 	if ((unsigned)n->role >= IR_ROLE_COUNT)
 		node_error(v, n, "invalid role %d", (int)n->role);
-	if (n->stage < -1)
-		node_error(v, n, "invalid pipeline stage %d", n->stage);
-	if (n->mb < -1)
-		node_error(v, n, "invalid micro-batch %d", n->mb);
-	if (n->block < -1)
-		node_error(v, n, "invalid block instance %d", n->block);
-	if (n->choose != -1 &&
-	    (n->choose < 0 || n->choose >= m->nchooses || m->chooses[n->choose].node != i))
-		node_error(v, n, "choose index %d does not point back at this node", n->choose);
+	if (ir_stage(m, n) < -1)
+		node_error(v, n, "invalid pipeline stage %d", ir_stage(m, n));
+	if (ir_mb(m, n) < -1)
+		node_error(v, n, "invalid micro-batch %d", ir_mb(m, n));
+	if (ir_block(m, n) < -1)
+		node_error(v, n, "invalid block instance %d", ir_block(m, n));
+	int ch = ir_choose(m, n), from = ir_place_from(m, n);
+	if (ch != -1 && (ch < 0 || ch >= m->nchooses || m->chooses[ch].node != i))
+		node_error(v, n, "choose index %d does not point back at this node", ch);
 	IrAttrKind ak = ir_op_attr_kind(n->op);
 	if (n->attr && n->attr->kind != ak) {
 		node_error(v, n, "attributes of kind %d, but its op's are of kind %d",
@@ -186,11 +186,11 @@ static void check_node(Verifier *v, int i)
 	}
 	if (placement_problem(v, ir_place(m, n), n->rank, msg, sizeof msg))
 		node_error(v, n, "%s", msg);
-	if (n->place_from < -1 || n->place_from >= m->nnodes || n->place_from == n->id)
-		node_error(v, n, "placement origin %%%d is not another node", n->place_from);
+	if (from < -1 || from >= m->nnodes || from == n->id)
+		node_error(v, n, "placement origin %%%d is not another node", from);
 	for (int d = 0; d < n->rank && d < IR_MAX_RANK; d++) {
 		/* padded uneven shards: ceil(global / parts) rows each */
-		int64_t g = n->padded[d], parts = placement_dim_parts(ir_place(m, n), &m->mesh, d);
+		int64_t g = ir_padded(m, n, d), parts = placement_dim_parts(ir_place(m, n), &m->mesh, d);
 		if (g && (g < 0 || parts < 2 || g / parts + (g % parts != 0) != n->shape[d]))
 			node_error(v, n, "dim %d: padded shards of %" PRId64 " over %" PRId64
 			           " parts do not hold a global extent of %" PRId64, d, n->shape[d],
@@ -229,9 +229,9 @@ static void check_chooses(Verifier *v)
 		}
 		if (c->selected < 0 || c->selected >= c->nopts)
 			node_error(v, n, "choose %d selects option %d of %d", i, c->selected, c->nopts);
-		if (n->choose != i)
+		if (ir_choose(m, n) != i)
 			node_error(v, n, "choose %d points here but the node records choose %d", i,
-			           n->choose);
+			           ir_choose(m, n));
 		for (int k = 0; k < c->nopts; k++)
 			if (placement_problem(v, &c->opts[k], n->rank, msg, sizeof msg))
 				node_error(v, n, "choose %d option %d: %s", i, k, msg);

@@ -105,8 +105,8 @@ static int reuse(const Ad *a, IrOp op, const int *ops, int nops, const IrAttr *a
 	for (int i = indexed ? a->view_head[ops[0]] : a->n0; indexed ? i >= 0 : i < a->m->nnodes;
 	     i = indexed ? a->view_next[i - a->n0] : i + 1) {
 		const IrNode *n = a->m->nodes[i];
-		if (n->op != op || n->ops[0] != ops[0] || n->stage != a->stage ||
-		    n->mb != a->mb)
+		if (n->op != op || n->ops[0] != ops[0] || ir_stage(a->m, n) != a->stage ||
+		    ir_mb(a->m, n) != a->mb)
 			continue;
 		if (op == IR_OP_PERMUTE && at && ir_attr_perm(n)->n == at->perm.n &&
 		    memcmp(ir_attr_perm(n)->perm, at->perm.perm, sizeof(int64_t) * (size_t)at->perm.n) == 0)
@@ -172,9 +172,9 @@ static int emit(Ad *a, IrOp op, const int *ops, int nops, const IrAttr *at,
 		n->rank = type->rank;
 		memcpy(n->shape, type->shape, sizeof n->shape);
 	}
-	n->stage = a->stage;
-	n->mb = a->mb;
-	n->block = a->block;
+	ir_set_stage(a->m, n, a->stage);
+	ir_set_mb(a->m, n, a->mb);
+	ir_set_block(a->m, n, a->block);
 	char msg[512];
 	if (!ir_infer_msg(a->m, n, msg, sizeof msg)) {
 		internal(a, "a backward node does not type-check", msg);
@@ -283,14 +283,14 @@ static int slice(Ad *a, int x, int64_t axis, int64_t s, int64_t e)
  * (grad.P) keep it. */
 static void label_grad(Ad *a, int v, int g)
 {
-	if (g < a->n0 || !a->glabel || nd(a, g)->name || nd(a, g)->label)
+	if (g < a->n0 || !a->glabel || nd(a, g)->name || ir_label(a->m, nd(a, g)))
 		return;
 	if (!a->glabel[v]) {
 		char buf[256];
 		ir_grad_label(a->m, v, buf, sizeof buf);
 		a->glabel[v] = arena_strdup(a->m->arena, buf);
 	}
-	nd(a, g)->label = a->glabel[v];
+	ir_set_label(a->m, nd(a, g), a->glabel[v]);
 }
 
 /* Adds g to the gradient of forward node v (if v needs one). */
@@ -306,7 +306,7 @@ static void contribute(Ad *a, int v, int g)
 		internal(a, msg, NULL);
 		return;
 	}
-	if (a->defer && nd(a, v)->mb < 0) {
+	if (a->defer && ir_mb(a->m, nd(a, v)) < 0) {
 		if (a->npend == a->cappend) {
 			int cap = a->cappend ? 2 * a->cappend : 64;
 			int (*p)[3] = realloc(a->pend, sizeof *p * (size_t)cap);
@@ -330,9 +330,9 @@ static void contribute(Ad *a, int v, int g)
 	}
 	int stage = a->stage, mb = a->mb, block = a->block;
 	SrcLoc loc = a->loc;
-	a->stage = nd(a, v)->stage;
-	a->mb = nd(a, v)->mb;
-	a->block = nd(a, v)->block;
+	a->stage = ir_stage(a->m, nd(a, v));
+	a->mb = ir_mb(a->m, nd(a, v));
+	a->block = ir_block(a->m, nd(a, v));
 	a->loc = nd(a, v)->loc;
 	a->grad[v] = op2(a, IR_OP_ADD, a->grad[v], g);
 	label_grad(a, v, a->grad[v]);
@@ -351,9 +351,9 @@ static void flush(Ad *a, int v)
 	a->haspend[v] = false;
 	int stage = a->stage, mb = a->mb, block = a->block;
 	SrcLoc loc = a->loc;
-	a->stage = nd(a, v)->stage;
+	a->stage = ir_stage(a->m, nd(a, v));
 	a->mb = -1;
-	a->block = nd(a, v)->block;
+	a->block = ir_block(a->m, nd(a, v));
 	a->loc = nd(a, v)->loc;
 	/* v's entries through their chain (newest first), rather than a
 	 * scan of every value's per term: the pick below is unchanged, the
@@ -363,7 +363,7 @@ static void flush(Ad *a, int v)
 		for (int j = a->phead[v]; j >= 0; j = a->pend[j][2]) {
 			if (a->pend[j][0] != v)
 				continue;
-			int k = nd(a, a->pend[j][1])->mb;
+			int k = ir_mb(a->m, nd(a, a->pend[j][1]));
 			k = k < 0 ? INT_MAX - 1 : k;
 			if (k <= bk) /* newest first: the last of equals is the earliest */
 				best = j, bk = k;
@@ -798,9 +798,9 @@ static void finish_params(Ad *a)
 		IrNode *p = nd(a, i);
 		if (p->op != IR_OP_PARAM)
 			continue;
-		a->stage = p->stage;
+		a->stage = ir_stage(a->m, p);
 		a->mb = -1;
-		a->block = p->block;
+		a->block = ir_block(a->m, p);
 		a->loc = p->loc;
 		int g = a->grad[i];
 		if (g < 0) {
@@ -851,6 +851,8 @@ static void remove_dead(Ad *a)
 		to[i] = j;
 		for (int k = 0; k < n->nops; k++)
 			n->ops[k] = to[n->ops[k]];
+		if (j != i) /* j < i: slot j's own moved or died already */
+			ir_annots_copy(m, j, m, i);
 		n->id = j;
 		m->nodes[j++] = n;
 	}
@@ -901,9 +903,9 @@ bool pass_autodiff(IrModule *m, Diag *d, const PassOptions *opt)
 	}
 	find_needed(&a, from, to);
 
-	a.stage = L->stage;
-	a.mb = L->mb;
-	a.block = L->block;
+	a.stage = ir_stage(m, L);
+	a.mb = ir_mb(m, L);
+	a.block = ir_block(m, L);
 	a.loc = L->loc;
 	IrNode one = {.dtype = L->dtype, .rank = 0};
 	IrAttr at1 = {.kind = IR_ATTR_SCALAR, .scalar = {1.0}};
@@ -916,9 +918,9 @@ bool pass_autodiff(IrModule *m, Diag *d, const PassOptions *opt)
 		flush(&a, i);
 		if (a.grad[i] < 0 && n->op != IR_OP_SEND)
 			continue;
-		a.stage = n->stage;
-		a.mb = n->mb;
-		a.block = n->block;
+		a.stage = ir_stage(m, n);
+		a.mb = ir_mb(m, n);
+		a.block = ir_block(m, n);
 		a.loc = n->loc;
 		backward(&a, n, a.grad[i]);
 	}

@@ -98,10 +98,11 @@ static int64_t bytes_of(const IrNode *n)
  * Per thread: `dtmc sweep` runs the pass on several modules at once. */
 static _Thread_local bool by_stage;
 
-static bool same_group(const IrNode *a, uint32_t a_axes, const IrNode *b, uint32_t b_axes)
+static bool same_group(const IrModule *m, const IrNode *a, uint32_t a_axes, const IrNode *b,
+                       uint32_t b_axes)
 {
-	return a_axes == b_axes && ir_attr_coll(a)->red == ir_attr_coll(b)->red && a->dtype == b->dtype &&
-	       (!by_stage || a->stage == b->stage);
+	return a_axes == b_axes && ir_attr_coll(a)->red == ir_attr_coll(b)->red &&
+	       a->dtype == b->dtype && (!by_stage || ir_stage(m, a) == ir_stage(m, b));
 }
 
 /* Chains: while every term of c is a sum all_reduce over the same axes,
@@ -148,7 +149,7 @@ static bool collect(const IrModule *m, const int *users, int x, bool root, Cand 
 	if (n->op == IR_OP_ALL_REDUCE && n->nops == 1 && n->rank > 0) {
 		const IrNode *ar = c->ar >= 0 ? m->nodes[c->ar] : n;
 		int s = n->ops[0];
-		if (!same_group(ar, ir_attr_coll(ar)->axes, n, ir_attr_coll(n)->axes) ||
+		if (!same_group(m, ar, ir_attr_coll(ar)->axes, n, ir_attr_coll(n)->axes) ||
 		    users[s] != 1 || c->nsrc >= MAX_SRC ||
 		    (c->ar >= 0 && ir_attr_coll(ar)->red != IR_RED_SUM))
 			return false;
@@ -181,19 +182,33 @@ typedef struct Out {
 	Diag *d;
 } Out;
 
-/* A new node in out: its type is set by the caller (shape for reshape)
- * or inferred. */
-static IrNode *add(Out *o, IrOp op, const int *ops, int nops, const IrNode *like, bool infer)
+/* Old node i, and (by i: an adopted node has its new id already) its
+ * annotations in m. */
+static const IrNode *old_node(const Out *o, int i)
 {
+	return o->m->nodes[i];
+}
+
+static IrNode old_id(int i)
+{
+	return (IrNode){.id = i};
+}
+
+/* A new node in out like old node `like`: its type is set by the caller
+ * (shape for reshape) or inferred. */
+static IrNode *add(Out *o, IrOp op, const int *ops, int nops, int like_id, bool infer)
+{
+	const IrNode *like = old_node(o, like_id);
+	IrNode li = old_id(like_id);
 	IrNode *n = ir_node_new(o->out, op, ops, nops, like->loc);
 	if (!n) {
 		diag_error(o->d, like->loc, "bucket: out of memory");
 		return NULL;
 	}
 	n->dtype = like->dtype;
-	n->stage = like->stage;
-	n->block = like->block;
-	n->place_from = nops ? ops[0] : -1;
+	ir_set_stage(o->out, n, ir_stage(o->m, &li));
+	ir_set_block(o->out, n, ir_block(o->m, &li));
+	ir_set_place_from(o->out, n, nops ? ops[0] : -1);
 	char msg[512];
 	if (infer && !ir_infer_msg(o->out, n, msg, sizeof msg)) {
 		pass_fault(o->m, o->d, like->loc, "bucket: %s: %s", ir_op_name(op), msg);
@@ -211,11 +226,12 @@ static void flat_place(IrModule *out, IrNode *n, uint32_t partial, IrRed op)
 	ir_place_set(out, n, &p); /* out of memory: the verifier says */
 }
 
-/* Makes old node i out's next node: the node itself, its operands and
- * place_from remapped in place, rather than a ~500-byte copy of it (the
- * old list is dropped; emit_bucket reads old nodes by index, for the
- * fields this leaves alone).  place_from is remapped when its node is in
- * out already; else i joins later[] for after the last node. */
+/* Makes old node i out's next node: the node itself, its operands
+ * remapped in place and its annotations copied to its new id, rather
+ * than a copy of it (the old list is dropped; emit_bucket reads old nodes
+ * by index, for the fields this leaves alone, and their annotations by
+ * their old id).  place_from is remapped when its node is in out already;
+ * else i joins later[] for after the last node. */
 static bool adopt_node(Out *o, int i, int *later, int *nlater)
 {
 	IrNode *x = o->m->nodes[i];
@@ -243,7 +259,8 @@ static bool adopt_node(Out *o, int i, int *later, int *nlater)
 	out->nodes[id] = x;
 	x->id = id;
 	o->map[i] = id;
-	int pf = x->place_from, nn = o->m->nnodes;
+	ir_annots_copy(out, id, o->m, i);
+	int pf = ir_place_from(out, x), nn = o->m->nnodes;
 	if (pf >= 0 && pf < nn) {
 		if (pf > i || o->map[pf] < 0) {
 			later[(*nlater)++] = i;
@@ -253,7 +270,7 @@ static bool adopt_node(Out *o, int i, int *later, int *nlater)
 	}
 	if (pf < -1 || pf == id)
 		pf = -1;
-	x->place_from = pf;
+	ir_set_place_from(out, x, pf);
 	return true;
 }
 
@@ -261,17 +278,20 @@ static bool adopt_node(Out *o, int i, int *later, int *nlater)
 static bool emit_bucket(Out *o, const Cand *cands, const Bucket *b)
 {
 	const IrModule *m = o->m;
-	const IrNode *ar0 = m->nodes[cands[b->members[0]].ar];
-	const IrNode *src0 = m->nodes[cands[b->members[0]].src[0]];
+	int ar0_id = cands[b->members[0]].ar, src0_id = cands[b->members[0]].src[0];
+	const IrNode *ar0 = m->nodes[ar0_id], *src0 = m->nodes[src0_id];
+	IrNode ar0_old = old_id(ar0_id), src0_old = old_id(src0_id);
 	uint32_t pre = ir_place(m, src0)->partial;
 	IrRed pop = ir_place(m, src0)->partial_op;
 	uint32_t axes = cands[b->members[0]].axes;
 	uint32_t post = pre & ~axes;
 	/* the block instance the members share, or -1 (a bucket across blocks) */
-	int block = ar0->block;
-	for (int k = 1; k < b->n; k++)
-		if (m->nodes[cands[b->members[k]].ar]->block != block)
+	int block = ir_block(m, &ar0_old);
+	for (int k = 1; k < b->n; k++) {
+		IrNode ark = old_id(cands[b->members[k]].ar);
+		if (ir_block(m, &ark) != block)
 			block = -1;
+	}
 	int *lvl = malloc(sizeof(int) * (size_t)b->n);
 	if (!lvl)
 		return false;
@@ -282,7 +302,7 @@ static bool emit_bucket(Out *o, const Cand *cands, const Bucket *b)
 		int id = o->map[c->src[0]]; /* s->id: s may be out's node now */
 		for (int t = 1; t < c->nsrc; t++) {
 			int ab[2] = {id, o->map[c->src[t]]};
-			IrNode *a = add(o, IR_OP_ADD, ab, 2, s, true);
+			IrNode *a = add(o, IR_OP_ADD, ab, 2, c->src[0], true);
 			if (!a) {
 				free(lvl);
 				return false;
@@ -293,14 +313,14 @@ static bool emit_bucket(Out *o, const Cand *cands, const Bucket *b)
 		/* the local sum is the gradient before its reduction (for
 		 * people: inspect lists a bucket's gradients from its pack) */
 		IrNode *sum = o->out->nodes[id];
-		if (!sum->name && !sum->label)
-			sum->label = c->gname;
+		if (!sum->name && !ir_label(o->out, sum))
+			ir_set_label(o->out, sum, c->gname);
 		if (b->n == 1) {
 			lvl[0] = id;
 			break;
 		}
 		if (s->rank != 1) {
-			IrNode *r = add(o, IR_OP_RESHAPE, &id, 1, s, false);
+			IrNode *r = add(o, IR_OP_RESHAPE, &id, 1, c->src[0], false);
 			if (!r) {
 				free(lvl);
 				return false;
@@ -330,9 +350,9 @@ static bool emit_bucket(Out *o, const Cand *cands, const Bucket *b)
 			}
 			ir_attr_axis_mut(o->out, c)->axis = 0;
 			c->dtype = src0->dtype;
-			c->stage = src0->stage;
-			c->block = block;
-			c->place_from = lvl[k];
+			ir_set_stage(o->out, c, ir_stage(m, &src0_old));
+			ir_set_block(o->out, c, block);
+			ir_set_place_from(o->out, c, lvl[k]);
 			char msg[512];
 			if (!ir_infer_msg(o->out, c, msg, sizeof msg)) {
 				free(lvl);
@@ -356,9 +376,9 @@ static bool emit_bucket(Out *o, const Cand *cands, const Bucket *b)
 	*ra = *ir_attr_coll(ar0);
 	ra->axes = axes;
 	red->dtype = ar0->dtype;
-	red->stage = ar0->stage;
-	red->block = block;
-	red->place_from = flat;
+	ir_set_stage(o->out, red, ir_stage(m, &ar0_old));
+	ir_set_block(o->out, red, block);
+	ir_set_place_from(o->out, red, flat);
 	char msg[512];
 	if (!ir_infer_msg(o->out, red, msg, sizeof msg)) {
 		pass_fault(o->m, o->d, ar0->loc, "bucket: all_reduce: %s", msg);
@@ -368,23 +388,28 @@ static bool emit_bucket(Out *o, const Cand *cands, const Bucket *b)
 	int rid = red->id;
 	if (b->n == 1) {
 		/* one gradient: its terms reduced together, no pack */
-		const IrNode *g = m->nodes[cands[b->members[0]].g];
+		int gid = cands[b->members[0]].g;
+		const IrNode *g = m->nodes[gid];
+		IrNode g_old = old_id(gid);
 		memcpy(red->shape, g->shape, sizeof g->shape);
 		red->rank = g->rank;
 		red->name = g->name;
 		red->role = g->role;
 		red->place = g->place;
-		red->place_loc = g->place_loc;
-		memcpy(red->padded, g->padded, sizeof red->padded);
+		ir_set_place_loc(o->out, red, ir_place_loc(m, &g_old));
+		for (int d = 0; d < IR_MAX_RANK; d++)
+			ir_set_padded(o->out, red, d, ir_padded(m, &g_old, d));
 		o->map[cands[b->members[0]].g] = rid;
 		return true;
 	}
 	/* unpack */
 	int64_t off = 0;
 	for (int k = 0; k < b->n; k++) {
-		const IrNode *ar = m->nodes[cands[b->members[k]].g];
+		int gid = cands[b->members[k]].g;
+		const IrNode *ar = m->nodes[gid];
+		IrNode g_old = old_id(gid);
 		int64_t len = ir_node_numel(ar);
-		IrNode *s = add(o, IR_OP_SLICE, &rid, 1, ar, false);
+		IrNode *s = add(o, IR_OP_SLICE, &rid, 1, gid, false);
 		if (!s)
 			return false;
 		*ir_attr_slice_mut(o->out, s) = (IrAttrSlice){0, off, off + len};
@@ -397,7 +422,7 @@ static bool emit_bucket(Out *o, const Cand *cands, const Bucket *b)
 		IrNode *last = s;
 		if (ar->rank != 1) {
 			int sid = s->id;
-			last = add(o, IR_OP_RESHAPE, &sid, 1, ar, false);
+			last = add(o, IR_OP_RESHAPE, &sid, 1, gid, false);
 			if (!last)
 				return false;
 			last->rank = ar->rank;
@@ -406,9 +431,10 @@ static bool emit_bucket(Out *o, const Cand *cands, const Bucket *b)
 		last->name = ar->name;
 		last->role = ar->role;
 		last->place = ar->place;
-		memcpy(last->padded, ar->padded, sizeof last->padded);
-		last->choose = ar->choose;
-		last->place_loc = ar->place_loc;
+		for (int d = 0; d < IR_MAX_RANK; d++)
+			ir_set_padded(o->out, last, d, ir_padded(m, &g_old, d));
+		ir_set_choose(o->out, last, ir_choose(m, &g_old));
+		ir_set_place_loc(o->out, last, ir_place_loc(m, &g_old));
 		o->map[cands[b->members[k]].g] = last->id;
 	}
 	return true;
@@ -532,7 +558,6 @@ bool pass_bucket(IrModule *m, Diag *d, const PassOptions *opt)
 			__builtin_prefetch(&m->nodes[i + 8]->op);
 			__builtin_prefetch(&m->nodes[i + 8]->ops);
 			__builtin_prefetch(&m->nodes[i + 8]->role);
-			__builtin_prefetch(&m->nodes[i + 8]->place_from);
 		}
 		if (i + 4 < nn)
 			__builtin_prefetch(m->nodes[i + 4]->ops);
@@ -547,7 +572,8 @@ bool pass_bucket(IrModule *m, Diag *d, const PassOptions *opt)
 		if (((x->op == IR_OP_ALL_REDUCE || x->op == IR_OP_ADD) && x->role == IR_ROLE_GRAD &&
 		     x->rank != 0) || (x->rank != 0 && scattered_grad(m, x)))
 			grads[ng++] = i;
-		if (x->place_from < -1 || x->place_from == x->id)
+		int pf = ir_place_from(m, x);
+		if (pf < -1 || pf == x->id)
 			fix[nfix++] = i;
 	}
 	bool have_names = names_build(m, &names, params, np);
@@ -582,7 +608,7 @@ bool pass_bucket(IrModule *m, Diag *d, const PassOptions *opt)
 		const IrNode *ar = m->nodes[cands[c].ar];
 		int j = 0;
 		/* bucket_mb 0: every gradient its own bucket */
-		while (j < nopen && !same_group(m->nodes[cands[bks[open[j]].point].ar],
+		while (j < nopen && !same_group(m, m->nodes[cands[bks[open[j]].point].ar],
 		                                cands[bks[open[j]].point].axes, ar, cands[c].axes))
 			j++;
 		if (j == nopen) {
@@ -661,7 +687,7 @@ bool pass_bucket(IrModule *m, Diag *d, const PassOptions *opt)
 		/* nothing to bucket (no DDP all_reduce, or each alone): what the
 		 * copy below would make, without making it */
 		for (int j = 0; j < nfix; j++)
-			m->nodes[fix[j]]->place_from = -1;
+			ir_set_place_from(m, m->nodes[fix[j]], -1);
 		if (opt && opt->verbose)
 			fprintf(stderr, "dtmc: bucket: 0 gradient all_reduces in 0 buckets of up to "
 			        "%lld bytes\n", (long long)cap);
@@ -671,10 +697,6 @@ bool pass_bucket(IrModule *m, Diag *d, const PassOptions *opt)
 		bool *skip = calloc((size_t)nn, sizeof(bool));
 		int *later = fix, nlater = 0; /* fix is not needed on this path */
 		ok = o.out && o.map && skip;
-		if (o.out) {
-			o.out->mesh = m->mesh;
-			o.out->train = m->train;
-		}
 		int nbuckets = 0, nreduced = 0;
 		for (int i = 0; ok && i < nn; i++)
 			o.map[i] = -1;
@@ -700,7 +722,6 @@ bool pass_bucket(IrModule *m, Diag *d, const PassOptions *opt)
 			if (i + 8 < nn) { /* as in the walk above */
 				__builtin_prefetch(&m->nodes[i + 8]->id, 1);
 				__builtin_prefetch(&m->nodes[i + 8]->ops, 1);
-				__builtin_prefetch(&m->nodes[i + 8]->place_from, 1);
 			}
 			if (i + 4 < nn)
 				__builtin_prefetch(m->nodes[i + 4]->ops, 1);
@@ -716,18 +737,13 @@ bool pass_bucket(IrModule *m, Diag *d, const PassOptions *opt)
 			/* the origins adopt_node could not remap yet */
 			for (int j = 0; j < nlater; j++) {
 				IrNode *x = o.out->nodes[o.map[later[j]]];
-				x->place_from = o.map[x->place_from];
-				if (x->place_from < -1)
-					x->place_from = -1;
-				if (x->place_from == x->id)
-					x->place_from = -1;
+				int pf = o.map[ir_place_from(o.out, x)];
+				ir_set_place_from(o.out, x, pf < -1 || pf == x->id ? -1 : pf);
 			}
 			m->loss = m->loss >= 0 ? o.map[m->loss] : -1;
 			for (int c = 0; c < m->nchooses; c++)
 				m->chooses[c].node = o.map[m->chooses[c].node];
-			m->nodes = o.out->nodes;
-			m->nnodes = o.out->nnodes;
-			m->cap = o.out->cap;
+			ir_module_take_nodes(m, o.out);
 			if (opt && opt->verbose)
 				fprintf(stderr, "dtmc: bucket: %d gradient all_reduce%s in %d bucket%s of up "
 				        "to %lld bytes\n", nreduced, nreduced == 1 ? "" : "s", nbuckets,

@@ -64,6 +64,7 @@ typedef struct Units {
 	int *fq, *bq, fnext, bnext;
 	IrNode **out;
 	int nout;
+	IrModule *ann; /* the new ids' annotations (ir_module_derive of m) */
 } Units;
 
 /* The unit of a param: its name up to the last '.', so layer.3.wq is in
@@ -210,6 +211,7 @@ static void prefetch_points(int *point, const int *ord, int L, int n, bool backw
 static bool push(Units *u, int old, bool copy)
 {
 	IrNode *x = u->m->nodes[old];
+	const char *label = x->name ? x->name : ir_label(u->m, x);
 	if (copy) {
 		IrNode *c = arena_alloc(u->m->arena, sizeof *c);
 		int *ops = arena_alloc(u->m->arena, sizeof(int) * (size_t)(x->nops ? x->nops : 1));
@@ -218,13 +220,18 @@ static bool push(Units *u, int old, bool copy)
 		*c = *x;
 		memcpy(ops, x->ops, sizeof(int) * (size_t)x->nops);
 		c->ops = ops;
-		c->label = x->name ? x->name : x->label;
 		c->name = NULL;
 		x = c;
 		u->cmap[old] = u->nout;
 	} else {
 		u->map[old] = u->nout;
 	}
+	/* the annotations go by the new id; a copy is labelled by what it
+	 * copies */
+	int id = u->nout;
+	ir_annots_copy(u->ann, id, u->m, old);
+	if (copy)
+		ir_set_label(u->ann, &(IrNode){.id = id}, label);
 	u->out[u->nout++] = x;
 	return true;
 }
@@ -340,8 +347,9 @@ static void remap(Units *u)
 				x->ops[k] = late && u->root[o] >= 0 && o < u->L && u->cmap[o] >= 0
 				                    ? u->cmap[o] : u->map[o];
 			}
-			if (x->place_from >= 0 && x->place_from < u->n)
-				x->place_from = u->map[x->place_from];
+			int pf = ir_int_at(&u->ann->place_from, nid);
+			if (pf >= 0 && pf < u->n)
+				ir_int_set(u->ann, &u->ann->place_from, nid, u->map[pf]);
 		}
 	}
 	for (int i = 0; i < u->nout; i++)
@@ -368,7 +376,7 @@ bool pass_fsdp_units(IrModule *m, Diag *d, const PassOptions *opt)
 	Arena a;
 	arena_init(&a);
 	size_t nn = (size_t)m->nnodes;
-	Units u = {.m = m, .n = m->nnodes, .L = m->loss};
+	Units u = {.m = m, .n = m->nnodes, .L = m->loss, .ann = ir_module_derive(m)};
 	u.unit = arena_alloc(&a, nn * sizeof(int));
 	u.root = arena_alloc(&a, nn * sizeof(int));
 	u.fpoint = arena_alloc(&a, nn * sizeof(int));
@@ -384,7 +392,7 @@ bool pass_fsdp_units(IrModule *m, Diag *d, const PassOptions *opt)
 	u.moved = arena_alloc(&a, nn);
 	u.out = arena_alloc(m->arena, 2 * nn * sizeof(IrNode *));
 	bool ok = u.unit && u.root && u.fpoint && u.bpoint && u.map && u.cmap && u.units &&
-	          u.ford && u.bord && win && at && u.bwd && u.need && u.moved && u.out;
+	          u.ford && u.bord && win && at && u.bwd && u.need && u.moved && u.out && u.ann;
 	if (!ok) {
 		arena_free(&a);
 		diag_error(d, (SrcLoc){0}, "fsdp_units: out of memory");
@@ -417,9 +425,10 @@ bool pass_fsdp_units(IrModule *m, Diag *d, const PassOptions *opt)
 	m->loss = u.map[m->loss];
 	for (int c = 0; c < m->nchooses; c++)
 		m->chooses[c].node = u.map[m->chooses[c].node];
-	m->nodes = u.out;
-	m->nnodes = u.nout;
-	m->cap = (int)(2 * nn);
+	u.ann->nodes = u.out;
+	u.ann->nnodes = u.nout;
+	u.ann->cap = (int)(2 * nn);
+	ir_module_take_nodes(m, u.ann);
 	arena_free(&a);
 	return true;
 }

@@ -234,9 +234,10 @@ static int arena_of_role(IrRole r)
 }
 
 /* The program (pp coordinate) a node is planned in. */
-static int seg_of(const MemPlan *mp, const IrNode *n)
+static int seg_of(const MemPlan *mp, const IrModule *m, const IrNode *n)
 {
-	return mp->nstages > 1 && n->stage >= 0 && n->stage < mp->nstages ? n->stage : 0;
+	int s = ir_stage(m, n);
+	return mp->nstages > 1 && s >= 0 && s < mp->nstages ? s : 0;
 }
 
 /* What pass_memplan's one walk over the nodes keeps per node (Node.fl),
@@ -341,12 +342,12 @@ bool pass_memplan(const IrModule *m, const FusePlan *fp, Arena *a, Diag *d, MemP
 			.numel = ir_node_numel(u),
 			.ops = (int)used,
 			.nops = nops,
-			.stage = u->stage,
-			.mb = u->mb,
+			.stage = ir_stage(m, u),
+			.mb = ir_mb(m, u),
 			.op = (uint8_t)u->op,
 			.dtype = (uint8_t)u->dtype,
 			.role = (uint8_t)u->role,
-			.phase = (int8_t)u->phase,
+			.phase = (int8_t)ir_phase(m, u),
 			/* the first byte first: asked of every node, rarely true */
 			.fl = u->name && u->name[0] == 'g' && strcmp(u->name, "grad_norm") == 0
 			              ? MEMPLAN_N_GRAD_NORM
@@ -542,8 +543,8 @@ int pass_memplan_inflight(const IrModule *m, const MemPlan *mp, int stage)
 	 * definition to the last read of any of them */
 	int nmb = 0;
 	for (int i = 0; i < m->nnodes; i++)
-		if (m->nodes[i]->mb + 1 > nmb)
-			nmb = m->nodes[i]->mb + 1;
+		if (ir_mb(m, m->nodes[i]) + 1 > nmb)
+			nmb = ir_mb(m, m->nodes[i]) + 1;
 	if (nmb == 0)
 		return 0;
 	int *lo = malloc(sizeof(int) * (size_t)nmb), *hi = malloc(sizeof(int) * (size_t)nmb);
@@ -557,16 +558,16 @@ int pass_memplan_inflight(const IrModule *m, const MemPlan *mp, int stage)
 	for (int i = 0; i < m->nnodes; i++) {
 		const IrNode *n = m->nodes[i];
 		const MemPlanBuf *b = &mp->buf[i];
-		bool fwd = n->phase >= 0 ? n->phase == IR_PHASE_FORWARD : i <= m->loss;
+		bool fwd = ir_phase(m, n) >= 0 ? ir_phase(m, n) == IR_PHASE_FORWARD : i <= m->loss;
 		/* scalars (a micro-batch's loss, summed by one fused kernel at
 		 * the end) are not activations */
-		if (n->mb < 0 || !fwd || b->owner != i || b->arena != MEMPLAN_ARENA_ACT ||
-		    seg_of(mp, n) != stage || n->op == IR_OP_SEND || n->rank == 0)
+		if (ir_mb(m, n) < 0 || !fwd || b->owner != i || b->arena != MEMPLAN_ARENA_ACT ||
+		    seg_of(mp, m, n) != stage || n->op == IR_OP_SEND || n->rank == 0)
 			continue;
-		if (b->live_from < lo[n->mb])
-			lo[n->mb] = b->live_from;
-		if (b->live_to > hi[n->mb])
-			hi[n->mb] = b->live_to;
+		if (b->live_from < lo[ir_mb(m, n)])
+			lo[ir_mb(m, n)] = b->live_from;
+		if (b->live_to > hi[ir_mb(m, n)])
+			hi[ir_mb(m, n)] = b->live_to;
 	}
 	int most = 0;
 	for (int k = 0; k < nmb; k++) {

@@ -201,8 +201,6 @@ bool pass_microbatch(IrModule *m, Diag *d, const PassOptions *opt)
 		diag_error(d, (SrcLoc){0}, "microbatch: out of memory");
 		goto done;
 	}
-	out->mesh = m->mesh;
-	out->train = m->train;
 	for (int i = 0; i < nn; i++) {
 		const IrNode *n = m->nodes[i];
 		dep[i] = n->op == IR_OP_INPUT;
@@ -227,6 +225,7 @@ bool pass_microbatch(IrModule *m, Diag *d, const PassOptions *opt)
 		*c = *n;
 		c->id = id;
 		c->ops = cops;
+		ir_annots_copy(out, id, m, i);
 		orig[id] = i;
 		origk[id] = 0;
 		base[i] = id;
@@ -252,7 +251,7 @@ bool pass_microbatch(IrModule *m, Diag *d, const PassOptions *opt)
 			r1->shape[1] = M;
 			for (int j = 1; j < n->rank; j++)
 				r1->shape[j + 1] = n->shape[j];
-			r1->place_from = x;
+			ir_set_place_from(out, r1, x);
 			int y = r1->id;
 			IrNode *s = ir_node_new(out, IR_OP_SLICE, &y, 1, n->loc);
 			if (!s) {
@@ -264,7 +263,7 @@ bool pass_microbatch(IrModule *m, Diag *d, const PassOptions *opt)
 			s->rank = r1->rank;
 			memcpy(s->shape, r1->shape, sizeof s->shape);
 			s->shape[1] = 1;
-			s->place_from = y;
+			ir_set_place_from(out, s, y);
 			int z = s->id;
 			IrNode *r2 = ir_node_new(out, IR_OP_RESHAPE, &z, 1, n->loc);
 			if (!r2) {
@@ -275,12 +274,12 @@ bool pass_microbatch(IrModule *m, Diag *d, const PassOptions *opt)
 			r2->rank = n->rank;
 			memcpy(r2->shape, n->shape, sizeof r2->shape);
 			r2->shape[0] /= M;
-			r2->place_from = z;
+			ir_set_place_from(out, r2, z);
 			mk[i] = r2->id;
 			for (int id = r1->id; id <= r2->id; id++) {
 				orig[id] = -1;
-				out->nodes[id]->mb = (int)k;
-				out->nodes[id]->stage = n->stage;
+				ir_set_mb(out, out->nodes[id], (int)k);
+				ir_set_stage(out, out->nodes[id], ir_stage(m, n));
 			}
 		}
 		for (int i = 0; ok && i < nn; i++) {
@@ -298,13 +297,14 @@ bool pass_microbatch(IrModule *m, Diag *d, const PassOptions *opt)
 			*c = *n;
 			c->id = id;
 			c->ops = cops;
+			ir_annots_copy(out, id, m, i);
 			orig[id] = i;
 			origk[id] = (int)k;
-			c->mb = (int)k;
+			ir_set_mb(out, c, (int)k);
 			/* every micro-batch's copy of a variable is that variable
 			 * (its mb says which); the loss is the sum's alone */
 			if (i == m->loss) {
-				c->label = c->name;
+				ir_set_label(out, c, c->name);
 				c->name = NULL;
 				c->role = IR_ROLE_ACT;
 			}
@@ -345,8 +345,7 @@ bool pass_microbatch(IrModule *m, Diag *d, const PassOptions *opt)
 			ok = a != NULL;
 			if (ok) {
 				a->dtype = L->dtype;
-				a->place_from = -1;
-				a->stage = L->stage;
+				ir_set_stage(out, a, ir_stage(m, L));
 				char msg[512];
 				if (!ir_infer_msg(out, a, msg, sizeof msg))
 					ok = fail(d, L, what, msg);
@@ -364,10 +363,9 @@ bool pass_microbatch(IrModule *m, Diag *d, const PassOptions *opt)
 			f->name = L->name;
 			f->role = L->role;
 			f->place = L->place;
-			f->place_from = L->place_from < 0 ? -1 : acc;
-			f->place_loc = L->place_loc;
-			f->choose = -1;
-			f->stage = L->stage;
+			ir_set_place_from(out, f, ir_place_from(m, L) < 0 ? -1 : acc);
+			ir_set_place_loc(out, f, ir_place_loc(m, L));
+			ir_set_stage(out, f, ir_stage(m, L));
 			orig[f->id] = -1;
 			m->loss = f->id;
 		} else if (ok) {
@@ -381,22 +379,17 @@ bool pass_microbatch(IrModule *m, Diag *d, const PassOptions *opt)
 			IrNode *c = out->nodes[id];
 			if (orig[id] < 0)
 				continue;
-			int o = c->place_from;
+			int o = ir_place_from(out, c), to = -1;
 			if (o >= 0 && o < nn)
-				c->place_from = dep[o] && m->nodes[o]->op != IR_OP_INPUT
-				                        ? map[origk[id] * nn + o] : base[o];
-			else
-				c->place_from = -1;
-			if (c->place_from == id)
-				c->place_from = -1;
+				to = dep[o] && m->nodes[o]->op != IR_OP_INPUT ? map[origk[id] * nn + o]
+				                                              : base[o];
+			ir_set_place_from(out, c, to == id ? -1 : to);
 		}
 		for (int c = 0; c < m->nchooses; c++) {
 			int o = m->chooses[c].node;
 			m->chooses[c].node = dep[o] && m->nodes[o]->op != IR_OP_INPUT ? map[o] : base[o];
 		}
-		m->nodes = out->nodes;
-		m->nnodes = out->nnodes;
-		m->cap = out->cap;
+		ir_module_take_nodes(m, out);
 		if (opt && opt->verbose)
 			fprintf(stderr, "dtmc: microbatch: the forward pass unrolled over %lld "
 			        "micro-batches (%d -> %d nodes)\n", (long long)M, nn, m->nnodes);

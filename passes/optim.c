@@ -64,8 +64,8 @@ static IrNode *new_state(Optim *o, const IrNode *p, const char *prefix, bool mas
 	memcpy(n->shape, p->shape, sizeof n->shape);
 	n->role = IR_ROLE_OPT_STATE;
 	n->place = p->place;
-	n->stage = p->stage;
-	n->block = p->block;
+	ir_set_stage(o->m, n, ir_stage(o->m, p));
+	ir_set_block(o->m, n, ir_block(o->m, p));
 	if (master) /* keyed by P's name at init (ir/optim_ops.h): P's value unrounded */
 		n->attr = p->attr;
 	else
@@ -117,8 +117,8 @@ static bool add_update(Optim *o, const IrNode *p, const IrNode *g, int norm)
 	a->clip = t->clip;
 	a->master = master;
 	n->place = p->place;
-	n->stage = p->stage;
-	n->block = p->block;
+	ir_set_stage(o->m, n, ir_stage(o->m, p));
+	ir_set_block(o->m, n, ir_block(o->m, p));
 	return typed(o, n);
 }
 

@@ -258,10 +258,11 @@ static int emit(Part *p, IrOp op, const int *ops, int nops, const IrAttr *at,
 	n->dtype = like->dtype;
 	n->rank = like->rank;
 	ir_place_set(p->out, n, pl); /* out of memory: the verifier says */
-	n->stage = like->stage;
-	n->mb = like->mb;
-	n->block = like->block;
-	n->place_from = origin;
+	/* like is a global node (or a copy of one, its id kept) */
+	ir_set_stage(p->out, n, ir_stage(p->m, like));
+	ir_set_mb(p->out, n, ir_mb(p->m, like));
+	ir_set_block(p->out, n, ir_block(p->m, like));
+	ir_set_place_from(p->out, n, origin);
 	/* The shard shape: every rank stores rank 0's, the largest chunk
 	 * (placement_shard_shape for rank 0, without its mesh_coords: this
 	 * runs for every node made), and the global extent where it pads.
@@ -274,7 +275,7 @@ static int emit(Part *p, IrOp op, const int *ops, int nops, const IrAttr *at,
 		want[d] = parts <= 1 ? g : g < 0 ? 0 : chunk < g ? chunk : g;
 		n->shape[d] = want[d];
 		if (parts > 1 && g % parts)
-			n->padded[d] = g; /* else it stays 0 */
+			ir_set_padded(p->out, n, d, g); /* else it stays 0 */
 	}
 	char msg[512];
 	if (!ir_infer_msg(p->out, n, msg, sizeof msg)) {
@@ -427,12 +428,13 @@ bool part_finish(Part *p, const IrNode *n, int id)
 		return false;
 	IrNode *x = loc_node(p, id);
 	x->name = n->name;
-	x->label = n->label;
+	ir_set_label(p->out, x, ir_label(p->m, n));
 	x->role = n->role;
-	x->choose = n->choose;
-	x->place_loc = n->place_loc;
-	if (n->place_from >= 0 && n->place_from < n->id && p->map[n->place_from] != id)
-		x->place_from = p->map[n->place_from];
+	ir_set_choose(p->out, x, ir_choose(p->m, n));
+	ir_set_place_loc(p->out, x, ir_place_loc(p->m, n));
+	int pf = ir_place_from(p->m, n);
+	if (pf >= 0 && pf < n->id && p->map[pf] != id)
+		ir_set_place_from(p->out, x, p->map[pf]);
 	p->map[n->id] = id;
 	p->mplace[n->id] = x->place;
 	return true;
@@ -1081,9 +1083,7 @@ bool pass_partition_replay(IrModule *m, Diag *d, bool fill_unknown, bool replay)
 		m->loss = m->loss >= 0 ? p.map[m->loss] : -1;
 		for (int c = 0; c < m->nchooses; c++)
 			m->chooses[c].node = p.map[m->chooses[c].node];
-		m->nodes = p.out->nodes;
-		m->nnodes = p.out->nnodes;
-		m->cap = p.out->cap;
+		ir_module_take_nodes(m, p.out);
 	}
 	arena_free(&p.scratch);
 	return ok;

@@ -323,19 +323,21 @@ static int tw_replay(Part *p, const IrNode *n, const TwVar *v)
 		x->id = out->nnodes;
 		x->nops = no;
 		out->nodes[out->nnodes++] = x;
-		/* what emit() set from its like and origin; what part_finish sets
-		 * as ir_node_new left it (part_finish sets n's) */
+		/* the recorded node's annotations (its padded dims), then what
+		 * emit() set from its like and origin; what part_finish sets as
+		 * ir_node_new left it (part_finish sets n's) */
+		ir_annots_copy(out, x->id, out, v->src + j);
 		const IrNode *like = v->like[j] < 0 ? n : p->m->nodes[n->ops[v->like[j]]];
 		x->loc = like->loc;
-		x->stage = like->stage;
-		x->mb = like->mb;
-		x->block = like->block;
-		x->place_from = tw_resolve(p, n, v->origin[j], base, hid);
+		ir_set_stage(out, x, ir_stage(p->m, like));
+		ir_set_mb(out, x, ir_mb(p->m, like));
+		ir_set_block(out, x, ir_block(p->m, like));
+		ir_set_place_from(out, x, tw_resolve(p, n, v->origin[j], base, hid));
 		x->name = NULL;
-		x->label = NULL;
+		ir_set_label(out, x, NULL);
 		x->role = IR_ROLE_ACT;
-		x->choose = -1;
-		x->place_loc = (SrcLoc){0};
+		ir_set_choose(out, x, -1);
+		ir_set_place_loc(out, x, (SrcLoc){0});
 	}
 	for (int e = 0; e < v->nev; e++) {
 		const TwEvent *ev = &v->ev[e];

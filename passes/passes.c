@@ -250,21 +250,21 @@ static bool check_annotations(const IrModule *m, Diag *d, int at)
 	for (int i = 0; i < m->nnodes; i++) {
 		const IrNode *n = m->nodes[i];
 		SrcLoc at_loc = m->after ? m->after_loc : n->loc;
-		if (n->mb >= M && n->mb >= 0) {
+		if (ir_mb(m, n) >= M && ir_mb(m, n) >= 0) {
 			if (M > 0)
 				diag_error(d, at_loc, "%%%d (%s) is in micro-batch %d, but the train "
-				           "section has %lld micro-batches", i, ir_op_name(n->op), n->mb,
+				           "section has %lld micro-batches", i, ir_op_name(n->op), ir_mb(m, n),
 				           (long long)M);
 			else
 				diag_error(d, at_loc, "%%%d (%s) is in micro-batch %d, but this IR is "
-				           "not split into micro-batches (%s)", i, ir_op_name(n->op), n->mb,
+				           "not split into micro-batches (%s)", i, ir_op_name(n->op), ir_mb(m, n),
 				           at < position("microbatch") ? "the microbatch pass has not run"
 				                                       : "microbatches 1");
 			return false;
 		}
-		if (K >= 0 && n->stage >= K) {
+		if (K >= 0 && ir_stage(m, n) >= K) {
 			diag_error(d, at_loc, "%%%d (%s) is in pipeline chunk %d, but pp = %lld makes "
-			           "%lld chunks", i, ir_op_name(n->op), n->stage,
+			           "%lld chunks", i, ir_op_name(n->op), ir_stage(m, n),
 			           (long long)m->mesh.sizes[ax], (long long)K);
 			return false;
 		}
@@ -283,13 +283,13 @@ static bool check_even(const IrModule *m, Diag *d)
 	for (int i = 0; i < m->nnodes; i++) {
 		const IrNode *n = m->nodes[i];
 		const Placement *p = ir_place(m, n);
-		if (!p->known || n->place_from >= 0)
+		if (!p->known || ir_place_from(m, n) >= 0)
 			continue;
 		for (int k = 0; k < n->rank && k < p->ndims; k++) {
 			int64_t parts = placement_dim_parts(p, &m->mesh, k);
 			if (parts <= 1 || n->shape[k] % parts == 0)
 				continue;
-			SrcLoc at = n->place_loc.file ? n->place_loc : n->loc;
+			SrcLoc at = ir_place_loc(m, n).file ? ir_place_loc(m, n) : n->loc;
 			diag_error(d, at, "dim %d of %%%d (%s%s%s, size %lld) is not divisible by its "
 			           "%lld shards", k, i, n->name ? "'" : "", n->name ? n->name
 			           : ir_op_name(n->op), n->name ? "'" : "", (long long)n->shape[k],
@@ -350,7 +350,7 @@ bool pass_check_input(const IrModule *m, Diag *d)
 		const IrNode *n = m->nodes[i];
 		bool padded = false;
 		for (int k = 0; k < n->rank && k < IR_MAX_RANK; k++)
-			padded = padded || n->padded[k] != 0;
+			padded = padded || ir_padded(m, n, k) != 0;
 		if (!(ir_op_flags(n->op) & OPF_LOCAL) && !padded)
 			continue;
 		char what[96];

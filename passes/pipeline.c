@@ -205,7 +205,7 @@ bool pass_pipeline(IrModule *m, Diag *d, const PassOptions *opt)
 		IrOp o = n->op;
 		unsigned fl = (unsigned)o < IR_OP_COUNT ? opfl[o] : 0;
 		op[i] = (uint8_t)o;
-		int stage = n->stage;
+		int stage = ir_stage(m, n);
 		p.stage[i] = stage;
 		p.opstart[i] = (int)nop;
 		int nops_i = n->nops;
@@ -231,7 +231,7 @@ bool pass_pipeline(IrModule *m, Diag *d, const PassOptions *opt)
 		p.phase[i] = phase;
 		int rank = stage < 0 ? RANK_ALL : stage < P ? stage : stage % P;
 		p.rank[i] = rank;
-		int mb = pl_node_mb(&p, n->mb);
+		int mb = pl_node_mb(&p, ir_mb(m, n));
 		p.mb[i] = mb;
 		p.upd[i] = p.syncof[i] = -1;
 		bool lf = pl_is_leaf_op(o);
@@ -395,15 +395,10 @@ bool pass_pipeline(IrModule *m, Diag *d, const PassOptions *opt)
 	if (ok && !out)
 		ok = pl_oom(&p);
 	int loss_out = -1;
-	if (ok) {
-		out->mesh = m->mesh;
-		out->train = m->train;
+	if (ok)
 		ok = pl_materialise(&p, out, map, &loss_out);
-	}
 	if (ok) {
-		m->nodes = out->nodes;
-		m->nnodes = out->nnodes;
-		m->cap = out->cap;
+		ir_module_take_nodes(m, out);
 		m->loss = loss_out;
 		m->nchooses = 0;
 		if (opt && opt->verbose)

@@ -11,26 +11,31 @@ static void copy_type(IrNode *to, const IrNode *from)
 	to->place = from->place;
 }
 
-static IrNode *new_node(Pl *p, IrModule *out, IrOp op, const int *ops, int nops,
-                        const IrNode *like, int r, int phase)
+/* A node of rank r's program like m's node i (read by i: the node itself
+ * may be out's already, adopted, its id out's). */
+static IrNode *new_node(Pl *p, IrModule *out, IrOp op, const int *ops, int nops, int i, int r,
+                        int phase)
 {
+	const IrNode *like = p->m->nodes[i];
+	IrNode li = {.id = i};
 	IrNode *n = ir_node_new(out, op, ops, nops, like->loc);
 	if (!n) {
 		pl_oom(p);
 		return NULL;
 	}
 	copy_type(n, like);
-	n->stage = r;
-	n->mb = like->mb;
-	n->block = like->block;
-	n->phase = phase;
-	n->place_from = -1;
+	ir_set_stage(out, n, r);
+	ir_set_mb(out, n, ir_mb(p->m, &li));
+	ir_set_block(out, n, ir_block(p->m, &li));
+	ir_set_phase(out, n, phase);
 	return n;
 }
 
-/* ir_node_copy without the copy: n itself becomes out's next node, with
- * the operands ops[0 .. nops), nops at most n's own (written over them). */
-static IrNode *adopt(IrModule *out, IrNode *n, const int *ops, int nops)
+/* ir_node_copy without the copy: n itself (m's node i) becomes out's next
+ * node, with the operands ops[0 .. nops), nops at most n's own (written
+ * over them), and its annotations. */
+static IrNode *adopt(IrModule *out, const IrModule *m, int i, IrNode *n, const int *ops,
+                     int nops)
 {
 	if (out->nnodes >= IR_MAX_NODES)
 		return NULL;
@@ -52,6 +57,7 @@ static IrNode *adopt(IrModule *out, IrNode *n, const int *ops, int nops)
 	n->id = out->nnodes;
 	n->nops = nops;
 	out->nodes[out->nnodes++] = n;
+	ir_annots_copy(out, n->id, m, i);
 	return n;
 }
 
@@ -128,30 +134,31 @@ bool pl_materialise(Pl *p, IrModule *out, int *mr, int *loss_out)
 				IrNode *c;
 				if (n->op == IR_OP_GRAD_NORM && no == 0) {
 					/* this rank owns no gradient of the group */
-					c = new_node(p, out, IR_OP_CONST, NULL, 0, n, r, p->phase[e->node]);
+					c = new_node(p, out, IR_OP_CONST, NULL, 0, e->node, r, p->phase[e->node]);
 					if (c)
 						c->name = NULL;
 				} else {
-					c = lastr[e->node] == r ? adopt(out, n, ops, no)
-					                        : ir_node_copy(out, n, ops, no);
+					/* the last rank's adopts n: the earlier ones copy it
+					 * while its id is still m's */
+					c = lastr[e->node] == r ? adopt(out, m, e->node, n, ops, no)
+					                        : ir_node_copy(out, m, n, ops, no);
 					if (!c) {
 						pl_oom(p);
 						break;
 					}
-					int id = c->id;
-					c->stage = r;
-					c->phase = p->phase[e->node];
-					c->choose = -1;
-					c->place_from = c->place_from >= 0 ? MR(c->place_from) : -1;
-					if (c->place_from == id)
-						c->place_from = -1;
+					int id = c->id, pf = ir_place_from(out, c);
+					ir_set_stage(out, c, r);
+					ir_set_phase(out, c, p->phase[e->node]);
+					ir_set_choose(out, c, -1);
+					pf = pf >= 0 ? MR(pf) : -1;
+					ir_set_place_from(out, c, pf == id ? -1 : pf);
 				}
 				if (!c)
 					break;
 				mr[e->node] = c->id;
 			} else if (e->kind == E_SEND) {
 				int x = MR(e->node);
-				IrNode *c = x < 0 ? NULL : new_node(p, out, IR_OP_SEND, &x, 1, n, r,
+				IrNode *c = x < 0 ? NULL : new_node(p, out, IR_OP_SEND, &x, 1, e->node, r,
 				                                    p->syncof[e->node] >= 0
 				                                        ? IR_PHASE_OPTIMIZER
 				                                        : p->phase[e->node]);
@@ -164,20 +171,20 @@ bool pl_materialise(Pl *p, IrModule *out, int *mr, int *loss_out)
 				}
 				*ir_attr_coll_mut(out, c) = (IrAttrColl){.axes = ppm, .n = 1, .shift = e->peer - r};
 			} else if (e->kind == E_RECV) {
-				IrNode *c = new_node(p, out, IR_OP_RECV, NULL, 0, n, r, p->phase[e->node]);
+				IrNode *c = new_node(p, out, IR_OP_RECV, NULL, 0, e->node, r, p->phase[e->node]);
 				if (!c)
 					break;
 				*ir_attr_coll_mut(out, c) = (IrAttrColl){.axes = ppm, .n = 1, .shift = r - e->peer};
 				mr[e->node] = c->id;
 			} else if (e->kind == E_SYNC) {
-				IrNode *c = new_node(p, out, IR_OP_RECV, NULL, 0, n, r, IR_PHASE_OPTIMIZER);
+				IrNode *c = new_node(p, out, IR_OP_RECV, NULL, 0, e->node, r, IR_PHASE_OPTIMIZER);
 				if (!c)
 					break;
 				*ir_attr_coll_mut(out, c) = (IrAttrColl){.axes = ppm, .n = 1, .shift = r - e->peer};
 				int ab[2] = { MR(e->node), c->id };
 				if (ab[0] < 0)
 					continue; /* the param is not on this rank after all */
-				IrNode *a = new_node(p, out, IR_OP_ASSIGN, ab, 2, n, r, IR_PHASE_OPTIMIZER);
+				IrNode *a = new_node(p, out, IR_OP_ASSIGN, ab, 2, e->node, r, IR_PHASE_OPTIMIZER);
 				if (!a)
 					break;
 				a->role = n->role;
@@ -186,7 +193,7 @@ bool pl_materialise(Pl *p, IrModule *out, int *mr, int *loss_out)
 				int x = MR(m->loss);
 				IrNode *src = NULL;
 				if (x < 0) {
-					src = new_node(p, out, IR_OP_CONST, NULL, 0, n, r, IR_PHASE_FORWARD);
+					src = new_node(p, out, IR_OP_CONST, NULL, 0, e->node, r, IR_PHASE_FORWARD);
 					if (!src)
 						break;
 					src->attr = NULL; /* 0 */
@@ -194,17 +201,17 @@ bool pl_materialise(Pl *p, IrModule *out, int *mr, int *loss_out)
 					src->role = IR_ROLE_ACT;
 					x = src->id;
 				} else {
-					out->nodes[x]->label = out->nodes[x]->name;
+					ir_set_label(out, out->nodes[x], out->nodes[x]->name);
 					out->nodes[x]->name = NULL;
 					out->nodes[x]->role = IR_ROLE_ACT;
 				}
-				IrNode *c = new_node(p, out, IR_OP_ALL_REDUCE, &x, 1, n, r, IR_PHASE_FORWARD);
+				IrNode *c = new_node(p, out, IR_OP_ALL_REDUCE, &x, 1, e->node, r, IR_PHASE_FORWARD);
 				if (!c)
 					break;
 				*ir_attr_coll_mut(out, c) = (IrAttrColl){.axes = ppm, .red = IR_RED_SUM};
 				c->name = loss_name;
 				c->role = loss_role;
-				c->mb = -1;
+				ir_set_mb(out, c, -1);
 				*loss_out = c->id;
 			}
 		}

@@ -90,7 +90,7 @@ bool pl_simulate(Pl *p)
 				              r ? ";" : "", r, !e ? "the end" : e->kind == E_RECV ||
 				              e->kind == E_SYNC ? "the recv of" : "the pp collective",
 				              x ? x->id : -1, x ? ir_op_name(x->op) : "", x && x->name ? " " : "",
-				              x && x->name ? x->name : "", x ? x->mb : -1);
+				              x && x->name ? x->name : "", x ? ir_mb(p->m, x) : -1);
 			}
 			pass_fault(p->m, p->d, (SrcLoc){0}, "pipeline: the stage programs "
 			           "deadlock (%s)", where);

@@ -104,12 +104,14 @@ static int add_cast(Prec *p, int x, IrDtype t, const IrNode *at)
 	c->dtype = t;
 	c->rank = src->rank;
 	memcpy(c->shape, src->shape, sizeof c->shape);
+	/* at is an old node, src out's */
+	const IrModule *hm = at ? p->m : p->out;
 	const IrNode *home = at ? at : src;
 	if (!at)
 		c->place = src->place;
-	c->stage = home->stage;
-	c->mb = home->mb;
-	c->block = home->block;
+	ir_set_stage(p->out, c, ir_stage(hm, home));
+	ir_set_mb(p->out, c, ir_mb(hm, home));
+	ir_set_block(p->out, c, ir_block(hm, home));
 	return ir_infer(p->out, c, p->d) ? c->id : -1;
 }
 
@@ -157,14 +159,14 @@ static int in_dtype(Prec *p, const IrNode *x, int id, IrDtype want)
 		return id;
 	}
 	if (o->op == IR_OP_CONST) {
-		IrNode *c = ir_node_copy(p->out, o, NULL, 0);
+		IrNode *c = ir_node_copy(p->out, p->out, o, NULL, 0);
 		if (!c)
 			return -1;
 		c->dtype = want;
 		c->name = NULL;
-		c->stage = x->stage;
-		c->mb = x->mb;
-		c->block = x->block;
+		ir_set_stage(p->out, c, ir_stage(p->m, x));
+		ir_set_mb(p->out, c, ir_mb(p->m, x));
+		ir_set_block(p->out, c, ir_block(p->m, x));
 		return c->id;
 	}
 	return add_cast(p, id, want, x);
@@ -188,7 +190,7 @@ static bool copy_node(Prec *p, int i, int *ops)
 			return p->d->nerr > nerr ? false : oom(p->d);
 	for (int j = 0; j < x->nops; j++)
 		p->read[ops[j]] = true;
-	IrNode *c = ir_node_copy(p->out, x, ops, x->nops);
+	IrNode *c = ir_node_copy(p->out, p->m, x, ops, x->nops);
 	if (!c)
 		return oom(p->d);
 	switch (c->op) {
@@ -225,13 +227,13 @@ static bool loss_to_f32(IrModule *m, Diag *d)
 	c->rank = l->rank;
 	memcpy(c->shape, l->shape, sizeof c->shape);
 	c->place = l->place;
-	c->stage = l->stage;
-	c->mb = l->mb;
-	c->block = l->block;
+	ir_set_stage(m, c, ir_stage(m, l));
+	ir_set_mb(m, c, ir_mb(m, l));
+	ir_set_block(m, c, ir_block(m, l));
 	c->role = IR_ROLE_LOSS;
 	c->name = l->name;
 	l->role = IR_ROLE_ACT;
-	l->label = l->name;
+	ir_set_label(m, l, l->name);
 	l->name = NULL;
 	m->loss = c->id;
 	return ir_infer(m, c, d);
@@ -278,16 +280,15 @@ bool pass_precision(IrModule *m, Diag *d, const PassOptions *opt)
 		/* the copies' origins (IR text fed back after propagate) */
 		for (int i = 0; i < n0; i++) {
 			IrNode *c = p.out->nodes[p.self[i]];
-			if (c->place_from >= 0 && c->place_from < n0)
-				c->place_from = p.self[c->place_from];
+			int pf = ir_place_from(p.out, c);
+			if (pf >= 0 && pf < n0)
+				ir_set_place_from(p.out, c, p.self[pf]);
 		}
 		if (m->loss >= 0)
 			m->loss = p.self[m->loss];
 		for (int c = 0; c < m->nchooses; c++)
 			m->chooses[c].node = p.self[m->chooses[c].node];
-		m->nodes = p.out->nodes;
-		m->nnodes = p.out->nnodes;
-		m->cap = p.out->cap;
+		ir_module_take_nodes(m, p.out);
 		ok = m->loss < 0 || loss_to_f32(m, d);
 	}
 	free(p.use);

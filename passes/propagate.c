@@ -516,11 +516,11 @@ static double cand_cost(const Prop *P, const IrNode *n, const Assign *a, Placeme
 }
 
 /* n's placement becomes id's. */
-static void set_place(IrNode *n, uint32_t id, int from, SrcLoc loc)
+static void set_place(Prop *P, IrNode *n, uint32_t id, int from, SrcLoc loc)
 {
 	n->place = id;
-	n->place_from = from;
-	n->place_loc = from >= 0 ? (SrcLoc){0} : loc;
+	ir_set_place_from(P->m, n, from);
+	ir_set_place_loc(P->m, n, from >= 0 ? (SrcLoc){0} : loc);
 }
 
 /* Do a and b split every factor alike (all cand_cost reads of them)? */
@@ -629,7 +629,7 @@ static int choose_eval(Prop *P, const IrNode *n, Placement *best_p)
 static void place_node(Prop *P, IrNode *n, uint32_t id, int from, SrcLoc loc)
 {
 	uint32_t old = n->place;
-	set_place(n, id, from, loc);
+	set_place(P, n, id, from, loc);
 	if (P->nomemo || id == old)
 		return;
 	P->ver[n->id]++;
@@ -732,7 +732,7 @@ static bool choose_direct(Prop *P, IrNode *n)
 			from = P->uses[u].node;
 		ns++;
 	}
-	set_place(n, id, from, n->loc);
+	set_place(P, n, id, from, n->loc);
 	return true;
 }
 
@@ -859,8 +859,8 @@ static void classify(Prop *P)
 			Placement p = *ir_place(m, n);
 			strip_dead_axes(P, &p);
 			ir_place_set(m, n, &p); /* out of memory: the verifier says */
-			if (n->place_from < 0 && !n->place_loc.file)
-				n->place_loc = n->loc;
+			if (ir_place_from(P->m, n) < 0 && !ir_place_loc(P->m, n).file)
+				ir_set_place_loc(P->m, n, n->loc);
 		} else if (n->rank == 0) {
 			P->kind[i] = K_SCALAR;
 		} else if (n->role == IR_ROLE_GRAD && n->name && strncmp(n->name, "grad.", 5) == 0 &&
@@ -920,7 +920,7 @@ static bool fix(Prop *P, IrNode *n)
 	if (P->kind[n->id] == K_SCALAR)
 		P->fixed[n->id] = seen;
 	uint32_t id = ir_place_intern(P->m, &p);
-	if (id == n->place && n->place_from == from)
+	if (id == n->place && ir_place_from(P->m, n) == from)
 		return false;
 	place_node(P, n, id, from, n->loc);
 	return true;
@@ -1289,7 +1289,7 @@ bool pass_propagate_memo(IrModule *m, Diag *d, const PassOptions *opt, bool memo
 		if (!n->place) {
 			Placement p;
 			placement_replicated(&p, n->rank);
-			set_place(n, ir_place_intern(m, &p), -1, n->loc);
+			set_place(&P, n, ir_place_intern(m, &p), -1, n->loc);
 		}
 	}
 	if (opt && opt->verbose)

@@ -132,7 +132,7 @@ static int clone_one(Rc *r, Key *k, int v)
 {
 	IrModule *m = r->m;
 	const IrNode *o = m->nodes[v];
-	IrNode *c = ir_node_copy(m, o, o->ops, o->nops);
+	IrNode *c = ir_node_copy(m, m, o, o->ops, o->nops);
 	if (!c) {
 		oom(r);
 		return -1;
@@ -154,11 +154,11 @@ static int clone_one(Rc *r, Key *k, int v)
 			c->ops[j] = k->clone[r->pos[u]];
 	}
 	/* the original keeps the name; the clone is the same value */
-	c->label = o->name ? o->name : o->label;
+	ir_set_label(m, c, o->name ? o->name : ir_label(m, o));
 	c->name = NULL;
-	c->choose = -1;
-	c->stage = k->stage;
-	c->mb = k->mb;
+	ir_set_choose(m, c, -1);
+	ir_set_stage(m, c, k->stage);
+	ir_set_mb(m, c, k->mb);
 	r->ckey[id - r->n] = k;
 	k->clone[r->pos[v]] = id;
 	r->nclones++;
@@ -222,15 +222,15 @@ static int classify(Rc *r)
 		for (int j = 0; j < x->nops; j++) {
 			int u = x->ops[j];
 			act[i] = act[i] || act[u];
-			if (r->blk[u] != x->block)
+			if (r->blk[u] != ir_block(m, x))
 				outside[u] = true;
 		}
-		if (x->block >= nb)
-			nb = x->block + 1;
+		if (ir_block(m, x) >= nb)
+			nb = ir_block(m, x) + 1;
 	}
 	for (int i = 0; i < r->L; i++) {
 		const IrNode *x = m->nodes[i];
-		r->internal[i] = x->block >= 0 && act[i] && !outside[i] && !is_leaf(x->op);
+		r->internal[i] = ir_block(m, x) >= 0 && act[i] && !outside[i] && !is_leaf(x->op);
 	}
 	free(act);
 	free(outside);
@@ -248,11 +248,8 @@ static bool run(Rc *r)
 	r->blk = malloc(sizeof(int) * (size_t)n);
 	if (!r->internal || !r->pos || !r->stack || !r->mark || !r->blk)
 		return oom(r);
-	for (int i = 0; i < n; i++) {
-		if (i + 8 < n)
-			__builtin_prefetch(&m->nodes[i + 8]->block);
-		r->blk[i] = m->nodes[i]->block;
-	}
+	for (int i = 0; i < n; i++)
+		r->blk[i] = ir_block(m, m->nodes[i]);
 	int nb = r->nb = classify(r);
 	if (r->failed)
 		return false;
@@ -270,7 +267,6 @@ static bool run(Rc *r)
 		IrNode *x = m->nodes[i];
 		if (i > r->L && i + 8 < n) {
 			__builtin_prefetch(&m->nodes[i + 8]->nops);
-			__builtin_prefetch(&m->nodes[i + 8]->stage);
 		}
 		if (i > r->L && i + 4 < n)
 			__builtin_prefetch(m->nodes[i + 4]->ops);
@@ -278,7 +274,7 @@ static bool run(Rc *r)
 			int v = x->ops[j];
 			if (v >= n || !r->internal[v])
 				continue;
-			Key *k = find_key(r, r->blk[v], x->mb, x->stage);
+			Key *k = find_key(r, r->blk[v], ir_mb(m, x), ir_stage(m, x));
 			int c = k ? clone_of(r, k, v) : -1;
 			if (c >= 0)
 				x->ops[j] = c;
@@ -292,7 +288,8 @@ static bool run(Rc *r)
 	int total = m->nnodes;
 	int *to = malloc(sizeof(int) * (size_t)total);
 	IrNode **nodes = arena_alloc(m->arena, sizeof(IrNode *) * (size_t)total);
-	if (!to || !nodes) {
+	IrModule *ann = ir_module_derive(m); /* the annotations by the final ids */
+	if (!to || !nodes || !ann) {
 		free(to);
 		return oom(r);
 	}
@@ -300,24 +297,27 @@ static bool run(Rc *r)
 		to[r->order[j]] = j;
 	for (int t = 0; t < total; t++) {
 		IrNode *x = m->nodes[t];
-		int pf = x->place_from;
+		int pf = ir_place_from(m, x);
 		if (t >= n && pf >= 0 && pf < n && r->internal[pf]) {
 			int c = r->ckey[t - n]->clone[r->pos[pf]];
 			pf = c >= 0 ? c : pf;
 		}
-		x->place_from = pf >= 0 && pf < total ? to[pf] : -1;
+		pf = pf >= 0 && pf < total ? to[pf] : -1;
+		ir_annots_copy(ann, to[t], m, t);
+		ir_int_set(ann, &ann->place_from, to[t], pf == to[t] ? -1 : pf);
 		for (int j = 0; j < x->nops; j++)
 			x->ops[j] = to[x->ops[j]];
-		x->id = to[t];
-		if (x->place_from == x->id)
-			x->place_from = -1;
 		nodes[to[t]] = x;
 	}
+	for (int t = 0; t < total; t++)
+		nodes[t]->id = t;
 	m->loss = to[m->loss];
 	for (int c = 0; c < m->nchooses; c++)
 		m->chooses[c].node = to[m->chooses[c].node];
-	m->nodes = nodes;
-	m->cap = total;
+	ann->nodes = nodes;
+	ann->nnodes = total;
+	ann->cap = total;
+	ir_module_take_nodes(m, ann);
 	free(to);
 	return true;
 }

@@ -55,11 +55,11 @@ static int stage_rounds(const IrModule *m, int P)
 	int prev = -1, rounds = 1;
 	for (int i = 0; i < m->nnodes; i++) {
 		const IrNode *x = m->nodes[i];
-		if (pl_is_leaf_op(x->op) || x->stage < 0 || x->stage == prev)
+		if (pl_is_leaf_op(x->op) || ir_stage(m, x) < 0 || ir_stage(m, x) == prev)
 			continue;
-		if (x->stage == prev + 1)
-			prev = x->stage;
-		else if (x->stage == 0 && prev == P - 1)
+		if (ir_stage(m, x) == prev + 1)
+			prev = ir_stage(m, x);
+		else if (ir_stage(m, x) == 0 && prev == P - 1)
 			prev = 0, rounds++;
 		else
 			return 0;
@@ -141,9 +141,9 @@ bool pass_stages(IrModule *m, Diag *d, const PassOptions *opt)
 		const IrNode *x = m->nodes[i];
 		if (pl_is_leaf_op(x->op))
 			continue;
-		if (x->stage > amax)
-			amax = x->stage;
-		if (x->stage >= 0 && first < 0)
+		if (ir_stage(m, x) > amax)
+			amax = ir_stage(m, x);
+		if (ir_stage(m, x) >= 0 && first < 0)
 			first = i;
 		total += node_cost(m, x);
 	}
@@ -165,12 +165,12 @@ bool pass_stages(IrModule *m, Diag *d, const PassOptions *opt)
 	for (int i = 0, r = 0, prev = -1; i < n; i++) {
 		const IrNode *x = m->nodes[i];
 		ann[i] = -1;
-		if (pl_is_leaf_op(x->op) || x->stage < 0)
+		if (pl_is_leaf_op(x->op) || ir_stage(m, x) < 0)
 			continue;
-		if (virt && x->stage < prev)
+		if (virt && ir_stage(m, x) < prev)
 			r++;
-		prev = x->stage;
-		ann[i] = virt ? r * P + x->stage : x->stage;
+		prev = ir_stage(m, x);
+		ann[i] = virt ? r * P + ir_stage(m, x) : ir_stage(m, x);
 	}
 	/* umin doubles as the walk's scratch */
 	if (amax >= 0 && !stages_follow_data(m, d, ann, umin, rounds, V)) {
@@ -218,7 +218,7 @@ bool pass_stages(IrModule *m, Diag *d, const PassOptions *opt)
 				umin[x->ops[k]] = chunk[i];
 	}
 	for (int i = 0; i < n; i++)
-		m->nodes[i]->stage = chunk[i];
+		ir_set_stage(m, m->nodes[i], chunk[i]);
 	if (opt && opt->verbose)
 		fprintf(stderr, "dtmc: stages: %d model chunk%s on pp = %d (%s)\n", K,
 		        K == 1 ? "" : "s", P,

@@ -84,9 +84,9 @@ static bool zero_split(const IrModule *m, const IrNode *param, uint32_t Z, Place
 static void set_place(IrModule *m, IrNode *n, const Placement *p, int from)
 {
 	ir_place_set(m, n, p); /* out of memory: the verifier says */
-	n->place_from = from;
+	ir_set_place_from(m, n, from);
 	if (from < 0)
-		n->place_loc = (SrcLoc){0};
+		ir_set_place_loc(m, n, (SrcLoc){0});
 }
 
 uint32_t pass_zero_axes(const IrModule *m)

@@ -188,17 +188,17 @@ static bool feeds_grad_norm(const IrModule *m, int x)
 static int bucket_leaves(const IrModule *m, int x, int *leaf, int cap, int n)
 {
 	const IrNode *c = m->nodes[x];
-	if (c->op != IR_OP_CONCAT || c->name || c->label)
+	if (c->op != IR_OP_CONCAT || c->name || ir_label(m, c))
 		return 0;
 	for (int i = 0; i < c->nops; i++) {
 		int y = ir_label_source(m, c->ops[i]);
 		const IrNode *l = m->nodes[y];
-		if (l->op == IR_OP_CONCAT && !l->name && !l->label) {
+		if (l->op == IR_OP_CONCAT && !l->name && !ir_label(m, l)) {
 			if (!(n = bucket_leaves(m, y, leaf, cap, n)))
 				return 0;
 			continue;
 		}
-		const char *s = l->name ? l->name : l->label;
+		const char *s = l->name ? l->name : ir_label(m, l);
 		if (!s || strncmp(s, "grad.", 5) != 0)
 			return 0;
 		if (n < cap)
@@ -218,7 +218,7 @@ static void tensor_name(const Insp *in, int node, char *buf, size_t cap)
 	const IrModule *m = in->m;
 	int x = ir_label_source(m, node), leaf[3];
 	const IrNode *xn = m->nodes[x];
-	if (!xn->name && !xn->label && feeds_grad_norm(m, x)) {
+	if (!xn->name && !ir_label(m, xn) && feeds_grad_norm(m, x)) {
 		snprintf(buf, cap, "grad_norm (partial sums of squares)");
 		return;
 	}
@@ -228,7 +228,7 @@ static void tensor_name(const Insp *in, int node, char *buf, size_t cap)
 		for (int i = 0; i < nl && i < 3 && k < cap; i++) {
 			const IrNode *l = m->nodes[leaf[i]];
 			k += (size_t)snprintf(buf + k, cap - k, "%s%s", i ? ", " : "",
-			                      l->name ? l->name : l->label);
+			                      l->name ? l->name : ir_label(m, l));
 		}
 		if (nl > 3 && k < cap)
 			snprintf(buf + k, cap - k, ", ...");
@@ -261,7 +261,7 @@ static int64_t align64(int64_t b)
 
 bool inspect_node_in_stage(const Insp *in, int i, int s)
 {
-	return in->mp->nstages <= 1 || in->m->nodes[i]->stage == s;
+	return in->mp->nstages <= 1 || ir_stage(in->m, in->m->nodes[i]) == s;
 }
 
 static bool memory(Insp *in, int s)

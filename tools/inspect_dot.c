@@ -125,7 +125,7 @@ static void put(Buf *b, const char *fmt, ...)
 /* The stage whose program node i is in. */
 static int node_stage(const Insp *in, int i)
 {
-	int s = in->m->nodes[i]->stage;
+	int s = ir_stage(in->m, in->m->nodes[i]);
 	return in->nstages > 1 && s >= 0 && s < in->nstages ? s : 0;
 }
 
@@ -163,12 +163,12 @@ static const char **block_names(const Insp *in, int nb)
 	for (int pass = 0; pass < 2; pass++)
 		for (int i = 0; i < m->nnodes; i++) {
 			const IrNode *n = m->nodes[i];
-			if (n->block < 0 || n->block >= nb || name[n->block] || !n->name ||
+			if (ir_block(m, n) < 0 || ir_block(m, n) >= nb || name[ir_block(m, n)] || !n->name ||
 			    (pass == 0 && n->op != IR_OP_PARAM) || strncmp(n->name, "grad.", 5) == 0 ||
 			    strncmp(n->name, "opt.", 4) == 0)
 				continue;
 			if (instance_prefix(n->name, buf, sizeof buf))
-				name[n->block] = arena_printf(in->a, "%s", buf);
+				name[ir_block(m, n)] = arena_printf(in->a, "%s", buf);
 		}
 	for (int b = 0; b < nb; b++)
 		if (!name[b])
@@ -207,8 +207,8 @@ static int max_mb(const IrModule *m)
 {
 	int k = -1;
 	for (int i = 0; i < m->nnodes; i++)
-		if (m->nodes[i]->mb > k)
-			k = m->nodes[i]->mb;
+		if (ir_mb(m, m->nodes[i]) > k)
+			k = ir_mb(m, m->nodes[i]);
 	return k;
 }
 
@@ -232,8 +232,8 @@ bool inspect_dot_scope(Insp *in)
 	const IrModule *m = in->m;
 	int nb = 0, nmb = max_mb(m) + 1;
 	for (int i = 0; i < m->nnodes; i++)
-		if (m->nodes[i]->block >= nb)
-			nb = m->nodes[i]->block + 1;
+		if (ir_block(m, m->nodes[i]) >= nb)
+			nb = ir_block(m, m->nodes[i]) + 1;
 	const char **bname = block_names(in, nb);
 	bool *stage = arena_alloc(in->a, (size_t)in->nstages + 1);
 	bool *mb = arena_alloc(in->a, (size_t)nmb + 1);
@@ -274,8 +274,8 @@ bool inspect_dot_scope(Insp *in)
 	for (int i = 0; !bad && i < m->nnodes; i++) {
 		const IrNode *n = m->nodes[i];
 		bool s = !any_stage || stage[node_stage(in, i)];
-		bool k = !any_mb || (n->mb >= 0 && n->mb < nmb && mb[n->mb]);
-		bool b = !any_blk || (n->block >= 0 && n->block < nb && blk[n->block]);
+		bool k = !any_mb || (ir_mb(m, n) >= 0 && ir_mb(m, n) < nmb && mb[ir_mb(m, n)]);
+		bool b = !any_blk || (ir_block(m, n) >= 0 && ir_block(m, n) < nb && blk[ir_block(m, n)]);
 		in->dot_sel[i] = s && k && b;
 		nsel += in->dot_sel[i];
 	}
@@ -351,7 +351,7 @@ static void types_text(const Insp *in, const IrNode *n, Buf *b)
 	bool padded = false;
 	for (int d = 0; d < n->rank && d < IR_MAX_RANK; d++) {
 		global[d] = ir_global_dim(m, n, d);
-		padded = padded || n->padded[d] != 0;
+		padded = padded || ir_padded(m, n, d) != 0;
 	}
 	char t[256], pl[256];
 	ir_format_type(t, sizeof t, n->dtype, n->rank, global);
@@ -417,9 +417,11 @@ static void write_stub(const Dot *g, int i)
 	put(&b, "\n(outside: ");
 	if (in->nstages > 1)
 		put(&b, "stage %d, ", node_stage(in, i));
-	if (n->mb >= 0)
-		put(&b, "mb %d, ", n->mb);
-	put(&b, "%s)", n->block >= 0 && n->block < g->nb ? g->bname[n->block] : "no block");
+	const IrModule *m = in->m;
+	int blk = ir_block(m, n);
+	if (ir_mb(m, n) >= 0)
+		put(&b, "mb %d, ", ir_mb(m, n));
+	put(&b, "%s)", blk >= 0 && blk < g->nb ? g->bname[blk] : "no block");
 	fprintf(g->out, "x%d [label=\"", i);
 	dot_str(g->out, b.s);
 	fputs("\", shape=box, style=\"dashed\", color=\"#888888\", fontcolor=\"#555555\"];\n",
@@ -480,12 +482,13 @@ static int cmp_place(const void *a, const void *b)
  * their stage's. */
 static NodePlace place_of(const Dot *g, int i)
 {
-	const IrNode *n = g->in->m->nodes[i];
+	const IrModule *m = g->in->m;
+	const IrNode *n = m->nodes[i];
 	if (g->opt[i])
-		return (NodePlace){1, -1, n->block, i};
-	if (g->leafy[i] && n->mb < 0)
+		return (NodePlace){1, -1, ir_block(m, n), i};
+	if (g->leafy[i] && ir_mb(m, n) < 0)
 		return (NodePlace){0, -1, -1, i};
-	return (NodePlace){0, n->mb, n->block, i};
+	return (NodePlace){0, ir_mb(m, n), ir_block(m, n), i};
 }
 
 static void open_block(const Dot *g, const char *parent, int b)
@@ -699,8 +702,8 @@ bool inspect_write_dot(const Insp *in, const char *path)
 	const IrModule *m = in->m;
 	Dot g = {.in = in};
 	for (int i = 0; i < m->nnodes; i++)
-		if (m->nodes[i]->block >= g.nb)
-			g.nb = m->nodes[i]->block + 1;
+		if (ir_block(m, m->nodes[i]) >= g.nb)
+			g.nb = ir_block(m, m->nodes[i]) + 1;
 	g.bname = block_names(in, g.nb);
 	g.peer = arena_alloc(in->a, sizeof(int) * (size_t)(m->nnodes + 1));
 	g.stub = arena_alloc(in->a, (size_t)m->nnodes + 1);

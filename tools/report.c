@@ -173,8 +173,8 @@ static void param_cells(const IrModule *m, const IrNode *n, char cells[NCOLS][12
 	placement_format(&p, &m->mesh, cells[COL_PLACE], 128);
 	if (!cells[COL_PLACE][0])
 		snprintf(cells[COL_PLACE], 128, "-");
-	if (n->stage >= 0)
-		snprintf(cells[COL_STAGE], 128, "%d", n->stage);
+	if (ir_stage(m, n) >= 0)
+		snprintf(cells[COL_STAGE], 128, "%d", ir_stage(m, n));
 	else
 		snprintf(cells[COL_STAGE], 128, "-");
 	int64_t lo, hi;
@@ -228,7 +228,7 @@ void report_check(FILE *out, const IrModule *m)
 		nparams++;
 		total += ir_node_numel(n);
 		bytes += (double)ir_node_numel(n) * ir_dtype_size(n->dtype);
-		if (n->stage >= 0)
+		if (ir_stage(m, n) >= 0)
 			stages = true;
 	}
 	print_header(out, m, nparams, total, bytes);

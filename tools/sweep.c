@@ -397,7 +397,7 @@ static bool user_fixed(const SweepOpts *o, const char *key)
 static bool has_blocks(const IrModule *m)
 {
 	for (int i = 0; i < m->nnodes; i++)
-		if (m->nodes[i]->block >= 0)
+		if (ir_block(m, m->nodes[i]) >= 0)
 			return true;
 	return false;
 }

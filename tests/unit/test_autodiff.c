@@ -485,7 +485,7 @@ static void test_cast_and_unused(void)
 static IrNode *labelled(IrModule *m, const char *lbl)
 {
 	for (int i = 0; i < m->nnodes; i++)
-		if (m->nodes[i]->label && strcmp(m->nodes[i]->label, lbl) == 0)
+		if (ir_label(m, m->nodes[i]) && strcmp(ir_label(m, m->nodes[i]), lbl) == 0)
 			return m->nodes[i];
 	return NULL;
 }
@@ -540,8 +540,8 @@ static void test_labels(void)
 	int sums = 0;
 	for (int i = n0; i < m->nnodes; i++) {
 		IrNode *n = m->nodes[i];
-		sums += n->op == IR_OP_ADD && n->label && strcmp(n->label, "grad.h") == 0;
-		CHECK(!n->label || !strchr(n->label, '%'));
+		sums += n->op == IR_OP_ADD && ir_label(m, n) && strcmp(ir_label(m, n), "grad.h") == 0;
+		CHECK(!ir_label(m, n) || !strchr(ir_label(m, n), '%'));
 	}
 	CHECK_EQ_INT(sums, 1);
 	CHECK(labelled(m, "grad(matmul(h, v)) at t.dtm:7:23") != NULL);

@@ -88,9 +88,9 @@ static void test_gpt(void)
 	CHECK(wq0 && wq1 && wp1 && wte);
 	if (wq0 && wq1 && wp1 && wte) {
 		/* stage i * pp / layers with pp = 2, layers = 2 */
-		CHECK_EQ_INT(wq0->stage, 0);
-		CHECK_EQ_INT(wq1->stage, 1);
-		CHECK_EQ_INT(wte->stage, -1);
+		CHECK_EQ_INT(ir_stage(m, wq0), 0);
+		CHECK_EQ_INT(ir_stage(m, wq1), 1);
+		CHECK_EQ_INT(ir_stage(m, wte), -1);
 		CHECK_EQ_INT(wp1->shape[0], 256); /* ffn = 4 * d */
 		CHECK_EQ_INT(wp1->shape[1], 64);
 		CHECK(ir_place(m, wq0)->known && ir_place(m, wq0)->naxes[1] == 1 && ir_place(m, wq0)->axes[1][0] == 2);
@@ -101,8 +101,8 @@ static void test_gpt(void)
 	/* every node made inside the loop carries its iteration's stage */
 	int staged[2] = {0, 0};
 	for (int i = 0; i < m->nnodes; i++)
-		if (m->nodes[i]->stage >= 0 && m->nodes[i]->stage < 2)
-			staged[m->nodes[i]->stage]++;
+		if (ir_stage(m, m->nodes[i]) >= 0 && ir_stage(m, m->nodes[i]) < 2)
+			staged[ir_stage(m, m->nodes[i])]++;
 	CHECK(staged[0] > 20 && staged[0] == staged[1]);
 	CHECK_EQ_STR(m->train.optimizer, "adamw");
 	CHECK_NEAR(m->train.beta2, 0.95, 1e-12);
@@ -257,7 +257,7 @@ static void test_features(void)
 	if (m) {
 		CHECK_EQ_INT(m->nchooses, 1);
 		IrNode *wq = find(m, "wqkv");
-		CHECK(wq && wq->choose == 0 && ir_place(m, wq)->known && ir_place(m, wq)->naxes[1] == 1);
+		CHECK(wq && ir_choose(m, wq) == 0 && ir_place(m, wq)->known && ir_place(m, wq)->naxes[1] == 1);
 		IrNode *an = find(m, "a");
 		CHECK(an && an->op == IR_OP_ATTENTION && ir_place(m, an)->known);
 		CHECK(find(m, "two.0.w") != NULL);
@@ -270,7 +270,7 @@ static void test_features(void)
 			if (n->op == IR_OP_DROPOUT)
 				salts += (int)ir_attr_dropout(n)->salt, drop++;
 			if (n->op == IR_OP_TANH)
-				CHECK_EQ_INT(n->stage, staged++);
+				CHECK_EQ_INT(ir_stage(m, n), staged++);
 			if (n->op == IR_OP_SCALE)
 				CHECK(ir_attr_scalar(n)->value == 0.5);
 		}

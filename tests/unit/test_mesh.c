@@ -125,6 +125,7 @@ static void test_padded_global(void)
 	Arena a;
 	arena_init(&a);
 	IrModule m = {0};
+	m.arena = &a;
 	m.places = ir_places_new(&a);
 	m.mesh.naxes = 2;
 	m.mesh.names[0] = "dp";
@@ -150,7 +151,7 @@ static void test_padded_global(void)
 	n.shape[1] = 2;
 	CHECK_EQ_INT(ir_global_dim(&m, &n, 0), 6);
 	CHECK_EQ_INT(ir_global_dim(&m, &n, 1), 8); /* not padded: 2 * 4 */
-	n.padded[1] = 6;
+	ir_set_padded(&m, &n, 1, 6);
 	CHECK_EQ_INT(ir_global_dim(&m, &n, 1), 6);
 	arena_free(&a);
 }

@@ -169,7 +169,7 @@ static void test_uneven_matmul(void)
 		if (w >= 0) {
 			const IrNode *n = m->nodes[w];
 			CHECK(n->rank == 2 && n->shape[0] == 8 && n->shape[1] == 2);
-			CHECK(n->padded[0] == 0 && n->padded[1] == 6);
+			CHECK(ir_padded(m, n, 0) == 0 && ir_padded(m, n, 1) == 6);
 			CHECK_EQ_INT(ir_global_dim(m, n, 1), 6);
 			CHECK_EQ_INT(ir_global_dim(m, n, 0), 8);
 		}

@@ -54,7 +54,7 @@ static int count(const IrModule *m, int stage, IrOp op, int phase)
 	int c = 0;
 	for (int i = 0; i < m->nnodes; i++) {
 		const IrNode *n = m->nodes[i];
-		if (n->stage == stage && n->op == op && (phase < 0 || n->phase == phase))
+		if (ir_stage(m, n) == stage && n->op == op && (phase < 0 || ir_phase(m, n) == phase))
 			c++;
 	}
 	return c;
@@ -68,13 +68,13 @@ static int items_of(const IrModule *m, int r, SchedItem *out, int cap)
 	int n = 0;
 	for (int i = 0; i < m->nnodes; i++) {
 		const IrNode *x = m->nodes[i];
-		if (x->stage != r || x->mb < 0 || x->phase > IR_PHASE_BACKWARD)
+		if (ir_stage(m, x) != r || ir_mb(m, x) < 0 || ir_phase(m, x) > IR_PHASE_BACKWARD)
 			continue;
-		SchedWork w = x->phase == IR_PHASE_FORWARD ? SCHED_F : SCHED_B;
-		if (n > 0 && out[n - 1].work == w && out[n - 1].mb == x->mb)
+		SchedWork w = ir_phase(m, x) == IR_PHASE_FORWARD ? SCHED_F : SCHED_B;
+		if (n > 0 && out[n - 1].work == w && out[n - 1].mb == ir_mb(m, x))
 			continue;
 		if (n < cap)
-			out[n] = (SchedItem){ w, x->mb, 0 };
+			out[n] = (SchedItem){ w, ir_mb(m, x), 0 };
 		n++;
 	}
 	return n;
@@ -112,7 +112,7 @@ static void test_order(const char *sched, SchedKind k, int P, int M)
 		int losses = 0;
 		for (int i = 0; i < m->nnodes; i++) {
 			const IrNode *n = m->nodes[i];
-			if (n->stage == r && n->role == IR_ROLE_LOSS) {
+			if (ir_stage(m, n) == r && n->role == IR_ROLE_LOSS) {
 				losses++;
 				CHECK(n->op == IR_OP_ALL_REDUCE);
 			}
@@ -121,10 +121,10 @@ static void test_order(const char *sched, SchedKind k, int P, int M)
 	}
 	/* every node belongs to one rank and one phase */
 	for (int i = 0; i < m->nnodes; i++) {
-		CHECK(m->nodes[i]->stage >= 0 && m->nodes[i]->stage < P);
-		CHECK(m->nodes[i]->phase >= 0);
+		CHECK(ir_stage(m, m->nodes[i]) >= 0 && ir_stage(m, m->nodes[i]) < P);
+		CHECK(ir_phase(m, m->nodes[i]) >= 0);
 		for (int k = 0; k < m->nodes[i]->nops; k++)
-			CHECK(m->nodes[m->nodes[i]->ops[k]]->stage == m->nodes[i]->stage);
+			CHECK(ir_stage(m, m->nodes[m->nodes[i]->ops[k]]) == ir_stage(m, m->nodes[i]));
 	}
 	/* the text form round-trips exactly (stage, mb, phase, block) */
 	char *t1 = NULL, *t2 = NULL;
@@ -175,12 +175,12 @@ static void test_auto_split(void)
 	int last = 0, used = 0;
 	for (int i = 0; m && i < m->nnodes; i++) {
 		const IrNode *n = m->nodes[i];
-		CHECK(n->stage >= 0 && n->stage < 4);
+		CHECK(ir_stage(m, n) >= 0 && ir_stage(m, n) < 4);
 		if (n->op != IR_OP_MATMUL)
 			continue;
-		CHECK(n->stage >= last);
-		last = n->stage;
-		used |= 1 << n->stage;
+		CHECK(ir_stage(m, n) >= last);
+		last = ir_stage(m, n);
+		used |= 1 << ir_stage(m, n);
 	}
 	CHECK_EQ_INT(used, 15);
 	arena_free(&a);
@@ -270,11 +270,11 @@ static void test_round_robin(void)
 		const IrNode *n = m->nodes[i];
 		if (n->op != IR_OP_MATMUL)
 			continue;
-		int want = n->block >= 0 ? n->block : seen ? 3 : 0;
-		if (n->stage != want)
-			fprintf(stderr, "matmul %%%d (block %d) on chunk %d, want %d\n", i, n->block,
-			        n->stage, want);
-		CHECK_EQ_INT(n->stage, want);
+		int want = ir_block(m, n) >= 0 ? ir_block(m, n) : seen ? 3 : 0;
+		if (ir_stage(m, n) != want)
+			fprintf(stderr, "matmul %%%d (block %d) on chunk %d, want %d\n", i, ir_block(m, n),
+			        ir_stage(m, n), want);
+		CHECK_EQ_INT(ir_stage(m, n), want);
 		seen++;
 	}
 	CHECK_EQ_INT(seen, 6);
@@ -285,8 +285,8 @@ static void test_round_robin(void)
 	/* after `pipeline` a node's stage is its rank: block b's on b % 2 */
 	for (int i = 0; m && i < m->nnodes; i++) {
 		const IrNode *n = m->nodes[i];
-		if (n->op == IR_OP_MATMUL && n->block >= 0 && n->phase == IR_PHASE_FORWARD)
-			CHECK_EQ_INT(n->stage, n->block % 2);
+		if (n->op == IR_OP_MATMUL && ir_block(m, n) >= 0 && ir_phase(m, n) == IR_PHASE_FORWARD)
+			CHECK_EQ_INT(ir_stage(m, n), ir_block(m, n) % 2);
 	}
 	arena_free(&a);
 }

@@ -86,7 +86,7 @@ static void test_mlp(void)
 	CHECK_EQ_STR(place(m, mm), "[dp, _] partial(tp)");
 	IrNode *add = mm ? user(m, IR_OP_ADD, 0, mm->id) : NULL;
 	CHECK_EQ_STR(place(m, add), "[dp, _]");
-	CHECK(add && add->place_from == mm->id);
+	CHECK(add && ir_place_from(m, add) == mm->id);
 	CHECK_EQ_STR(place(m, named(m, "grad.w1")), "[_, tp]");
 	CHECK_EQ_STR(place(m, named(m, "grad.w2")), "[tp, _]");
 	CHECK_EQ_STR(place(m, named(m, "grad.b1")), "[tp]");
@@ -94,10 +94,10 @@ static void test_mlp(void)
 	CHECK_EQ_STR(place(m, named(m, "loss")), "[]");
 	CHECK_EQ_STR(place(m, named(m, "opt.mom.w1")), "[_, tp]");
 	/* origins: an annotation keeps its location, a grad names its param */
-	CHECK(h && h->place_from == -1 && h->place_loc.file &&
-	      strcmp(h->place_loc.file, "models/mlp.dtm") == 0 && h->place_loc.line == 19);
+	CHECK(h && ir_place_from(m, h) == -1 && ir_place_loc(m, h).file &&
+	      strcmp(ir_place_loc(m, h).file, "models/mlp.dtm") == 0 && ir_place_loc(m, h).line == 19);
 	IrNode *g = named(m, "grad.w2");
-	CHECK(g && w2 && g->place_from == w2->id);
+	CHECK(g && w2 && ir_place_from(m, g) == w2->id);
 	arena_free(&a);
 }
 
@@ -241,7 +241,7 @@ static void test_conflict(void)
 			CHECK(pass_propagate(m, &d, NULL));
 			CHECK(ir_verify(m, &d, "propagate"));
 			CHECK_EQ_STR(place(m, m->nodes[2]), cases[k][1]);
-			CHECK_EQ_INT(m->nodes[2]->place_from, k ? 1 : 0);
+			CHECK_EQ_INT(ir_place_from(m, m->nodes[2]), k ? 1 : 0);
 		}
 		arena_free(&a);
 	}
@@ -303,7 +303,7 @@ static void test_roundtrip(void)
 		CHECK(ir_verify(m2, &d, "parse"));
 	}
 	/* a bad origin is the verifier's to catch */
-	m->nodes[3]->place_from = m->nnodes;
+	ir_set_place_from(m, m->nodes[3], m->nnodes);
 	Diag d;
 	char *msg = NULL;
 	size_t len = 0;

@@ -53,7 +53,7 @@ static int internal_reads(const IrModule *m)
 		act[i] = x->op == IR_OP_INPUT;
 		for (int k = 0; k < x->nops; k++) {
 			act[i] = act[i] || act[x->ops[k]];
-			if (m->nodes[x->ops[k]]->block != x->block)
+			if (ir_block(m, m->nodes[x->ops[k]]) != ir_block(m, x))
 				outside[x->ops[k]] = true;
 		}
 	}
@@ -61,7 +61,7 @@ static int internal_reads(const IrModule *m)
 		for (int k = 0; k < m->nodes[i]->nops; k++) {
 			int v = m->nodes[i]->ops[k];
 			const IrNode *x = m->nodes[v];
-			if (v < L && x->block >= 0 && act[v] && !outside[v] && !is_leaf(x->op))
+			if (v < L && ir_block(m, x) >= 0 && act[v] && !outside[v] && !is_leaf(x->op))
 				count++;
 		}
 	free(act);
@@ -71,10 +71,11 @@ static int internal_reads(const IrModule *m)
 
 /* Alike but for the operands: what recompute leaves of a backward node
  * (it only rewires operands). */
-static bool alike(const IrNode *a, const IrNode *b)
+static bool alike(const IrModule *ma, const IrNode *a, const IrModule *mb, const IrNode *b)
 {
-	return a->op == b->op && a->nops == b->nops && a->block == b->block && a->mb == b->mb &&
-	       a->stage == b->stage && a->rank == b->rank && a->loc.line == b->loc.line &&
+	return a->op == b->op && a->nops == b->nops && ir_block(ma, a) == ir_block(mb, b) &&
+	       ir_mb(ma, a) == ir_mb(mb, b) && ir_stage(ma, a) == ir_stage(mb, b) &&
+	       a->rank == b->rank && a->loc.line == b->loc.line &&
 	       a->loc.col == b->loc.col &&
 	       memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->rank) == 0;
 }
@@ -90,7 +91,7 @@ static void clones(const IrModule *m, const IrModule *off, int *nclones, int *mi
 	int j = off->loss + 1;
 	for (int i = m->loss + 1; i < m->nnodes; i++) {
 		const IrNode *c = m->nodes[i];
-		if (j < off->nnodes && alike(c, off->nodes[j])) {
+		if (j < off->nnodes && alike(m, c, off, off->nodes[j])) {
 			j++;
 			continue;
 		}
@@ -98,7 +99,7 @@ static void clones(const IrModule *m, const IrModule *off, int *nclones, int *mi
 		for (int j = i + 1; j < m->nnodes; j++) {
 			const IrNode *u = m->nodes[j];
 			for (int k = 0; k < u->nops; k++)
-				if (u->ops[k] == i && (u->stage != c->stage || u->mb != c->mb)) {
+				if (u->ops[k] == i && (ir_stage(m, u) != ir_stage(m, c) || ir_mb(m, u) != ir_mb(m, c))) {
 					(*mismatched)++;
 					k = u->nops;
 				}
