@@ -221,23 +221,31 @@ typedef struct Mesh {
  * it; before, it follows from the node order: up to the loss, forward). */
 enum { IR_PHASE_FORWARD, IR_PHASE_BACKWARD, IR_PHASE_OPTIMIZER };
 
+/* A node: what every pass needs of a value, nothing else (the facts one
+ * pass decides are annotations beside the nodes, the module's tables;
+ * attributes are out of line).  The fields every walk reads come first:
+ * op, operands, placement, in the first 64-byte line; the shape fills the
+ * second.  op, dtype and role are enum bit-fields, so switches over them
+ * still check their cases. */
 typedef struct IrNode {
-	/* the fields every pass's walks read come first: one cache line */
-	int id;           /* index in IrModule.nodes; printed as %id */
-	IrOp op;
-	IrDtype dtype;
-	int rank;
+	int id;             /* index in IrModule.nodes; printed as %id */
+	IrOp op : 8;
+	IrDtype dtype : 8;
+	signed int rank : 8;
+	IrRole role : 8;
 	int nops;
-	IrRole role;
-	int *ops;         /* operand node ids, all < id */
-	const char *name; /* param/input path, or the user's variable; may be NULL */
-	int64_t shape[IR_MAX_RANK];
-	uint32_t place;   /* the placement's id in the module's table
-	                   * (ir_place), 0: not decided yet */
+	uint32_t place;     /* the placement's id in the module's table
+	                     * (ir_place), 0: not decided yet */
+	int *ops;           /* operand node ids, all < id */
+	const char *name;   /* param/input path, or the user's variable; may be NULL */
 	const IrAttr *attr; /* by the op's IrAttrKind (ir_attr_*); NULL: none,
 	                     * or all zero */
 	SrcLoc loc;
+	int64_t shape[IR_MAX_RANK];
 } IrNode;
+_Static_assert(sizeof(IrNode) <= 128, "IrNode: two cache lines at most (ir.h)");
+_Static_assert(IR_OP_COUNT <= 128 && IR_DTYPE_COUNT <= 128 && IR_ROLE_COUNT <= 128,
+               "IrNode's op, dtype and role bit-fields hold every value");
 
 /* A choose(spec, ...) sweep point: the node whose placement it sets, the
  * options, and the one in force (the first by default). */

@@ -530,8 +530,10 @@ static bool type_value(Parser *p, IrNode *n)
 	SrcLoc nl = tok_loc(p);
 	if (!ident(p, name, sizeof name, "a dtype", "after ':'"))
 		return false;
-	if (!ir_dtype_lookup(name, &n->dtype))
+	IrDtype t;
+	if (!ir_dtype_lookup(name, &t))
 		return error_at(p, nl, "unknown dtype '%s'", name);
+	n->dtype = t;
 	if (!expect(p, '[', "after the dtype"))
 		return false;
 	n->rank = 0;
@@ -996,8 +998,10 @@ static bool node_line(Parser *p)
 		SrcLoc rl = tok_loc(p);
 		if (!ident(p, r, sizeof r, "a role", "after 'role'"))
 			return false;
-		if (!ir_role_lookup(r, &n->role))
+		IrRole role;
+		if (!ir_role_lookup(r, &role))
 			return error_at(p, rl, "unknown role '%s'", r);
+		n->role = role;
 	}
 	if (is_word(p, "stage")) {
 		next(p);

@@ -554,11 +554,8 @@ bool pass_bucket(IrModule *m, Diag *d, const PassOptions *opt)
 		/* nodes next in id order are seldom next in memory (passes
 		 * allocate them among other things, fsdp_units moves them):
 		 * fetched ahead, their cache misses overlap */
-		if (i + 8 < nn) {
-			__builtin_prefetch(&m->nodes[i + 8]->op);
-			__builtin_prefetch(&m->nodes[i + 8]->ops);
-			__builtin_prefetch(&m->nodes[i + 8]->role);
-		}
+		if (i + 8 < nn)
+			__builtin_prefetch(m->nodes[i + 8]);
 		if (i + 4 < nn)
 			__builtin_prefetch(m->nodes[i + 4]->ops);
 		for (int k = 0; k < x->nops; k++) {
