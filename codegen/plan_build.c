@@ -346,6 +346,13 @@ static bool fill_buffer(Build *b, int i, DtmBuffer *buf)
 	buf->offset = mb->offset;
 	buf->bytes = mb->bytes;
 	buf->stage = b->mp->nstages > 1 ? ir_stage(m, n) : 0;
+	switch (ir_link(m, n)) {
+	case IR_LINK_OPT_M: buf->opt_kind = DTM_OPT_M; break;
+	case IR_LINK_OPT_V: buf->opt_kind = DTM_OPT_V; break;
+	case IR_LINK_OPT_MOM: buf->opt_kind = DTM_OPT_MOM; break;
+	case IR_LINK_OPT_MASTER: buf->opt_kind = DTM_OPT_MASTER; break;
+	default: buf->opt_kind = DTM_OPT_NONE; break;
+	}
 	if (ir_op_attr_kind(n->op) == IR_ATTR_INIT) {
 		const IrAttrInit *init = ir_attr_init(n);
 		int k = (int)init->kind;

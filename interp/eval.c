@@ -826,18 +826,19 @@ void ir_eval_init_params(IrEval *e, uint64_t seed)
 		const IrNode *n = e->m->nodes[i];
 		if ((n->op != IR_OP_PARAM && n->op != IR_OP_STATE) || ir_attr_init(n)->kind == IR_INIT_NONE)
 			continue;
-		ir_eval_fill_init(n, seed, ir_node_numel(n), e->val[i]);
+		ir_eval_fill_init(e->m, n, seed, ir_node_numel(n), e->val[i]);
 	}
 }
 
-void ir_eval_fill_init(const IrNode *n, uint64_t seed, int64_t N, double *v)
+void ir_eval_fill_init(const IrModule *m, const IrNode *n, uint64_t seed, int64_t N, double *v)
 {
-	static const char master[] = "opt.master.";
 	/* a master copy starts from its param's unrounded values, so it is
 	 * keyed by the param's name (as the runtime does) */
 	const char *key = n->name ? n->name : "";
-	if (n->op == IR_OP_STATE && strncmp(key, master, sizeof master - 1) == 0)
-		key += sizeof master - 1;
+	int p = ir_link_param(m, n);
+	if (n->op == IR_OP_STATE && ir_link(m, n) == IR_LINK_OPT_MASTER && p >= 0 &&
+	    m->nodes[p]->name)
+		key = m->nodes[p]->name;
 	uint64_t hash = hash_fnv1a64(key);
 	const IrAttrInit *init = ir_attr_init(n);
 	float a = (float)init->arg[0], b = (float)init->arg[1];

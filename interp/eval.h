@@ -78,7 +78,7 @@ bool ir_eval_run(IrEval *e, Diag *d, uint64_t seed, int64_t step);
 bool ir_eval_node(IrEval *e, int i, Diag *d);
 /* Writes the init values (n's init attrs, keyed as ir_eval_init_params
  * keys them) of global elements 0 .. N-1 of the param or state n. */
-void ir_eval_fill_init(const IrNode *n, uint64_t seed, int64_t N, double *v);
+void ir_eval_fill_init(const IrModule *m, const IrNode *n, uint64_t seed, int64_t N, double *v);
 /* The loss value (m->loss) after a run; NAN when the module has none. */
 double ir_eval_loss(const IrEval *e);
 void ir_eval_free(IrEval *e);

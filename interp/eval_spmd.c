@@ -145,7 +145,7 @@ void ir_spmd_init_params(IrSpmd *s, uint64_t seed)
 		double *g = malloc(sizeof(double) * (size_t)(N ? N : 1));
 		if (!g)
 			continue;
-		ir_eval_fill_init(n, seed, N, g);
+		ir_eval_fill_init(s->m, n, seed, N, g);
 		ir_spmd_set_global(s, i, g);
 		free(g);
 	}

@@ -158,6 +158,8 @@ void ir_annots_copy(IrModule *dst, int did, const IrModule *src, int sid)
 	copy_int(dst, &dst->block, did, &src->block, sid);
 	copy_int(dst, &dst->choose, did, &src->choose, sid);
 	copy_int(dst, &dst->place_from, did, &src->place_from, sid);
+	copy_int(dst, &dst->link, did, &src->link, sid);
+	copy_int(dst, &dst->link_param, did, &src->link_param, sid);
 	if (sid < src->place_loc.cap || did < dst->place_loc.cap)
 		ir_set_place_loc(dst, &dn, sid < src->place_loc.cap ? src->place_loc.v[sid]
 		                                                   : (SrcLoc){0});
@@ -177,7 +179,8 @@ void ir_annots_copy(IrModule *dst, int did, const IrModule *src, int sid)
 
 void ir_annots_reset(IrModule *m, int id)
 {
-	IrInts *ints[] = {&m->stage, &m->mb, &m->phase, &m->block, &m->choose, &m->place_from};
+	IrInts *ints[] = {&m->stage, &m->mb,         &m->phase, &m->block,
+	                  &m->choose, &m->place_from, &m->link,  &m->link_param};
 	for (size_t k = 0; k < sizeof ints / sizeof ints[0]; k++)
 		if (id < ints[k]->cap)
 			ints[k]->v[id] = -1;
@@ -206,8 +209,10 @@ static void *copy_table(Arena *a, const void *v, int cap, size_t sz, bool *ok)
 bool ir_annots_clone(Arena *a, IrModule *c, const IrModule *m)
 {
 	bool ok = true;
-	IrInts *ci[] = {&c->stage, &c->mb, &c->phase, &c->block, &c->choose, &c->place_from};
-	const IrInts *mi[] = {&m->stage, &m->mb, &m->phase, &m->block, &m->choose, &m->place_from};
+	IrInts *ci[] = {&c->stage, &c->mb, &c->phase, &c->block,
+	                &c->choose, &c->place_from, &c->link, &c->link_param};
+	const IrInts *mi[] = {&m->stage, &m->mb, &m->phase, &m->block,
+	                      &m->choose, &m->place_from, &m->link, &m->link_param};
 	for (size_t k = 0; k < sizeof ci / sizeof ci[0]; k++)
 		ci[k]->v = copy_table(a, mi[k]->v, mi[k]->cap, sizeof *mi[k]->v, &ok);
 	c->place_loc.v = copy_table(a, m->place_loc.v, m->place_loc.cap, sizeof *m->place_loc.v, &ok);
@@ -217,4 +222,28 @@ bool ir_annots_clone(Arena *a, IrModule *c, const IrModule *m)
 	c->padded.caprows = c->padded.rows ? m->padded.nrows + 1 : 0;
 	c->label.v = copy_table(a, m->label.v, m->label.cap, sizeof *m->label.v, &ok);
 	return ok;
+}
+
+bool ir_set_link(IrModule *m, const IrNode *n, IrLink k, int param)
+{
+	return ir_int_set(m, &m->link, n->id, (int)k) &&
+	       ir_int_set(m, &m->link_param, n->id, k == IR_LINK_NONE ? -1 : param);
+}
+
+static const char *const state_words[] = {
+	[IR_LINK_OPT_M] = "m", [IR_LINK_OPT_V] = "v", [IR_LINK_OPT_MOM] = "mom",
+	[IR_LINK_OPT_MASTER] = "master",
+};
+
+const char *ir_link_state_word(IrLink k)
+{
+	return k >= IR_LINK_OPT_M && k <= IR_LINK_OPT_MASTER ? state_words[k] : NULL;
+}
+
+IrLink ir_link_state_lookup(const char *word, size_t len)
+{
+	for (int k = IR_LINK_OPT_M; k <= IR_LINK_OPT_MASTER; k++)
+		if (strlen(state_words[k]) == len && strncmp(state_words[k], word, len) == 0)
+			return (IrLink)k;
+	return IR_LINK_NONE;
 }

@@ -296,6 +296,28 @@ typedef struct IrTrain {
 	SrcLoc loc[IR_TRAIN_COUNT];
 } IrTrain;
 
+/* What a node is to a param beyond being computed from it: its gradient
+ * (passes/autodiff.c), its optimizer state (passes/optim.c), with the param
+ * a link names (IrModule.link_param); or the global gradient norm
+ * (passes/optim.c).  Names say the same to people and to checkpoints
+ * ("grad.P", "opt.m.P", "grad_norm"), but no pass decides by a name: the
+ * IR text parser, which has only the names, is the one reader of them
+ * (ir/parse.c), and the verifier checks every link. */
+typedef enum IrLink {
+	IR_LINK_NONE = -1,
+	IR_LINK_GRAD,       /* the gradient of the param (grad.P) */
+	IR_LINK_OPT_M,      /* AdamW's first moment of it (opt.m.P) */
+	IR_LINK_OPT_V,      /* AdamW's second moment (opt.v.P) */
+	IR_LINK_OPT_MOM,    /* SGD's momentum buffer (opt.mom.P) */
+	IR_LINK_OPT_MASTER, /* its f32 master copy (opt.master.P) */
+	IR_LINK_GRAD_NORM,  /* the global gradient norm ("grad_norm"), no param */
+	IR_LINK_COUNT
+} IrLink;
+/* The name's word for an optimizer state's link (opt.WORD.P), NULL for
+ * the others; IR_LINK_NONE for a word that is none. */
+const char *ir_link_state_word(IrLink k);
+IrLink ir_link_state_lookup(const char *word, size_t len);
+
 /* ---- annotations: what passes decide about nodes, beside the nodes ----
  * A table by node id, allocated when the pass that owns it first writes
  * one (v NULL until then), v[id] for id < cap, the default past it: -1
@@ -404,6 +426,12 @@ typedef struct IrModule {
 	 * it, and it is not part of the text form.  NULL: the name, or the
 	 * expression. */
 	IrStrs label;
+	/* IrLink: what the node is to a param, or the grad norm; the param's
+	 * node (its gradient: passes/autodiff.c; its optimizer state, and the
+	 * grad norm, with no param: passes/optim.c).  Passes that renumber
+	 * nodes map link_param as they map operands.  -1: none. */
+	IrInts link;
+	IrInts link_param;
 } IrModule;
 
 /* ---- annotations (annot.c): the tables above, by node ---- */
@@ -438,7 +466,16 @@ IR_ANNOT_INT(phase)
 IR_ANNOT_INT(block)
 IR_ANNOT_INT(choose)
 IR_ANNOT_INT(place_from)
+IR_ANNOT_INT(link_param)
 #undef IR_ANNOT_INT
+
+static inline IrLink ir_link(const IrModule *m, const IrNode *n)
+{
+	return (IrLink)ir_int_at(&m->link, n->id);
+}
+/* n becomes kind k of param (IR_LINK_NONE: no link; param -1 for the grad
+ * norm).  False when out of memory. */
+bool ir_set_link(IrModule *m, const IrNode *n, IrLink k, int param);
 
 static inline SrcLoc ir_place_loc(const IrModule *m, const IrNode *n)
 {

@@ -1263,6 +1263,42 @@ static bool line(Parser *p)
 	                "at the start of a line");
 }
 
+/* The links of m's nodes (IrLink).  The text form has no syntax for
+ * them: what the passes that make the nodes name them is what says it
+ * here, and here only (grad.P of role grad: P's gradient, the first param
+ * so named; opt.WORD.P of op state: its optimizer state; grad_norm: the
+ * global norm).  False when out of memory. */
+static bool link_by_names(IrModule *m)
+{
+	int *params = malloc(sizeof(int) * (size_t)(m->nnodes ? m->nnodes : 1));
+	int np = params ? ir_params_by_name(m, params) : -1;
+	bool ok = np >= 0;
+	for (int i = 0; ok && i < m->nnodes; i++) {
+		const IrNode *n = m->nodes[i];
+		const char *s = n->name, *pname = NULL;
+		IrLink k = IR_LINK_NONE;
+		if (!s)
+			continue;
+		if (strcmp(s, "grad_norm") == 0) {
+			ok = ir_set_link(m, n, IR_LINK_GRAD_NORM, -1);
+			continue;
+		}
+		if (n->role == IR_ROLE_GRAD && strncmp(s, "grad.", 5) == 0) {
+			k = IR_LINK_GRAD;
+			pname = s + 5;
+		} else if (n->op == IR_OP_STATE && strncmp(s, "opt.", 4) == 0 && strchr(s + 4, '.')) {
+			const char *dot = strchr(s + 4, '.');
+			k = ir_link_state_lookup(s + 4, (size_t)(dot - (s + 4)));
+			pname = dot + 1;
+		}
+		int at = k == IR_LINK_NONE ? -1 : ir_param_lookup(m, params, np, pname);
+		if (at >= 0)
+			ok = ir_set_link(m, n, k, params[at]);
+	}
+	free(params);
+	return ok;
+}
+
 IrModule *ir_parse(Arena *a, Diag *d, const SrcFile *src)
 {
 	Parser p = {.src = src, .d = d, .a = a, .line = 1, .col = 1};
@@ -1284,5 +1320,7 @@ IrModule *ir_parse(Arena *a, Diag *d, const SrcFile *src)
 	/* what the settings ask of each other, once all are read */
 	if (d->nerr == errs)
 		ir_train_check(&p.m->train, d);
+	if (d->nerr == errs && !link_by_names(p.m))
+		diag_error(d, (SrcLoc){src->name, 0, 0, 0}, "out of memory");
 	return d->nerr > errs ? NULL : p.m;
 }

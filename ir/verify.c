@@ -131,6 +131,50 @@ static bool placement_problem(const Verifier *v, const Placement *p, int rank, c
 	return false;
 }
 
+/* A link names what it says: a gradient or an optimizer state a param
+ * of the same (global) shape, the grad norm no param. */
+static void check_link(Verifier *v, const IrNode *n)
+{
+	const IrModule *m = v->m;
+	IrLink k = ir_link(m, n);
+	int p = ir_link_param(m, n);
+	if (k < IR_LINK_NONE || k >= IR_LINK_COUNT) {
+		node_error(v, n, "invalid link kind %d", (int)k);
+		return;
+	}
+	if (k == IR_LINK_NONE || k == IR_LINK_GRAD_NORM) {
+		if (p != -1)
+			node_error(v, n, "links param %%%d without saying what it is of it", p);
+		return;
+	}
+	const char *what = k == IR_LINK_GRAD ? "a gradient" : "an optimizer state";
+	if (p < 0 || p >= m->nnodes || m->nodes[p]->op != IR_OP_PARAM) {
+		node_error(v, n, "%s linked to %%%d, which is no param", what, p);
+		return;
+	}
+	if (k == IR_LINK_GRAD ? n->role != IR_ROLE_GRAD
+	                      : n->op != IR_OP_STATE || n->role != IR_ROLE_OPT_STATE) {
+		node_error(v, n, "linked as %s of %%%d, but it is a %s of role %s", what, p,
+		           ir_op_name(n->op), ir_role_name(n->role));
+		return;
+	}
+	/* the same shape; after partition, of shards of the same global one
+	 * (ZeRO splits a gradient or a state, not its param) */
+	const IrNode *pn = m->nodes[p];
+	bool same = pn->rank == n->rank, local = same, global = same;
+	for (int d = 0; same && d < n->rank; d++) {
+		local = local && pn->shape[d] == n->shape[d];
+		global = global && ir_global_dim(m, pn, d) == ir_global_dim(m, n, d);
+	}
+	same = local || global;
+	if (!same) {
+		char ps[200], ns[200];
+		ir_format_type(ps, sizeof ps, pn->dtype, pn->rank, pn->shape);
+		ir_format_type(ns, sizeof ns, n->dtype, n->rank, n->shape);
+		node_error(v, n, "%s %s of param %%%d %s: another shape", what, ns, p, ps);
+	}
+}
+
 static void check_node(Verifier *v, int i)
 {
 	IrModule *m = v->m;
@@ -196,6 +240,8 @@ static void check_node(Verifier *v, int i)
 			           " parts do not hold a global extent of %" PRId64, d, n->shape[d],
 			           parts, g);
 	}
+
+	check_link(v, n);
 
 	/* types: arity, attrs (axes, perm, ranges) and shapes in one go */
 	IrNode s = *n;

@@ -7,8 +7,9 @@
  * order: the seed dloss = const 1.0, then, walking the forward nodes from
  * the loss back to the first, each node's gradient rule applied to the sum
  * of the gradients its users contributed.  Each param P gets exactly one
- * node with role grad, named "grad.P", of P's type (a param the loss does
- * not depend on gets zeros, so the optimizer sees every param alike).  All
+ * node with role grad, named "grad.P" and linked to P (IR_LINK_GRAD), of
+ * P's type (a param the loss does not depend on gets zeros, so the
+ * optimizer sees every param alike).  All
  * other new nodes have role act; every new node carries the stage and
  * source location of the forward node it differentiates (a sum of
  * contributions: the stage of the value summed), so pipelining can cut the
@@ -817,6 +818,8 @@ static void finish_params(Ad *a)
 		uses[g]++;
 		nd(a, g)->role = IR_ROLE_GRAD;
 		nd(a, g)->name = arena_printf(m->arena, "grad.%s", p->name ? p->name : "?");
+		if (!ir_set_link(m, nd(a, g), IR_LINK_GRAD, p->id))
+			too_large(a);
 	}
 	free(uses);
 }

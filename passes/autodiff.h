@@ -4,8 +4,8 @@
 
 #include "passes/passes.h"
 
-/* Appends the backward graph: one node "grad.<param>" (role grad) per
- * param.  Returns false after reporting to d. */
+/* Appends the backward graph: one node "grad.<param>" (role grad,
+ * linked to it) per param.  Returns false after reporting to d. */
 bool pass_autodiff(IrModule *m, Diag *d, const PassOptions *opt);
 
 #endif

@@ -1,7 +1,7 @@
 /* bucket.c - pass "bucket": DDP gradient buckets (train { bucket_mb N }).
  *
  * Runs after `fsdp_units`, on the per-rank program.  `partition` leaves
- * one all_reduce per param gradient (the node named grad.P, role grad,
+ * one all_reduce per param gradient (the node named grad.P, role grad, linked to P,
  * reducing the partial sums the backward pass produced).  Small
  * collectives waste the link's latency, so, as PyTorch DDP does, the
  * gradients are grouped into buckets of about IrTrain.bucket_bytes (25 MB
@@ -194,6 +194,15 @@ static IrNode old_id(int i)
 	return (IrNode){.id = i};
 }
 
+/* out's node x stands for old node g (a gradient): its link, the param
+ * (in out already) mapped. */
+static void take_link(Out *o, IrNode *x, int g)
+{
+	IrNode go = old_id(g);
+	int lp = ir_link_param(o->m, &go);
+	ir_set_link(o->out, x, ir_link(o->m, &go), lp >= 0 ? o->map[lp] : -1);
+}
+
 /* A new node in out like old node `like`: its type is set by the caller
  * (shape for reshape) or inferred. */
 static IrNode *add(Out *o, IrOp op, const int *ops, int nops, int like_id, bool infer)
@@ -260,6 +269,9 @@ static bool adopt_node(Out *o, int i, int *later, int *nlater)
 	x->id = id;
 	o->map[i] = id;
 	ir_annots_copy(out, id, o->m, i);
+	int lp = ir_link_param(out, x);
+	if (lp >= 0) /* a param, in out already: it comes before what reads it */
+		ir_set_link(out, x, lp < i ? ir_link(out, x) : IR_LINK_NONE, lp < i ? o->map[lp] : -1);
 	int pf = ir_place_from(out, x), nn = o->m->nnodes;
 	if (pf >= 0 && pf < nn) {
 		if (pf > i || o->map[pf] < 0) {
@@ -399,6 +411,7 @@ static bool emit_bucket(Out *o, const Cand *cands, const Bucket *b)
 		ir_set_place_loc(o->out, red, ir_place_loc(m, &g_old));
 		for (int d = 0; d < IR_MAX_RANK; d++)
 			ir_set_padded(o->out, red, d, ir_padded(m, &g_old, d));
+		take_link(o, red, gid);
 		o->map[cands[b->members[0]].g] = rid;
 		return true;
 	}
@@ -435,77 +448,15 @@ static bool emit_bucket(Out *o, const Cand *cands, const Bucket *b)
 			ir_set_padded(o->out, last, d, ir_padded(m, &g_old, d));
 		ir_set_choose(o->out, last, ir_choose(m, &g_old));
 		ir_set_place_loc(o->out, last, ir_place_loc(m, &g_old));
+		take_link(o, last, gid);
 		o->map[cands[b->members[k]].g] = last->id;
 	}
 	return true;
 }
 
-/* The params by name, for param_of: an open-addressing table of FNV-1a
- * hashes holding the first param of each name in node order (what
- * ir_param_lookup answers after sorting them all, which was a fair part
- * of this pass's time). */
-typedef struct Names {
-	int *slot;      /* node id, or -1: empty */
-	uint32_t *hash; /* the name's hash, per slot */
-	unsigned mask;  /* slots - 1, a power of 2 minus 1 */
-} Names;
-
-/* The slot of name (hash h): the param's, or the empty one it would
- * take. */
-static unsigned names_slot(const IrModule *m, const Names *t, const char *name, uint32_t h)
-{
-	unsigned k = h & t->mask;
-	while (t->slot[k] >= 0 &&
-	       (t->hash[k] != h || strcmp(m->nodes[t->slot[k]]->name, name) != 0))
-		k = (k + 1) & t->mask;
-	return k;
-}
-
-/* Fills t with params[0 .. np) (named, in node order); false when out of
- * memory. */
-static bool names_build(const IrModule *m, Names *t, const int *params, int np)
-{
-	unsigned n = 16;
-	while (n < 2u * (unsigned)np)
-		n *= 2;
-	t->slot = malloc(sizeof(int) * n);
-	t->hash = malloc(sizeof(uint32_t) * n);
-	t->mask = n - 1;
-	if (!t->slot || !t->hash)
-		return false;
-	for (unsigned k = 0; k < n; k++)
-		t->slot[k] = -1;
-	for (int j = 0; j < np; j++) {
-		const char *name = m->nodes[params[j]]->name;
-		uint32_t h = hash_fnv1a32(name);
-		unsigned k = names_slot(m, t, name, h);
-		if (t->slot[k] < 0) {
-			t->slot[k] = params[j];
-			t->hash[k] = h;
-		}
-	}
-	return true;
-}
-
-/* The param of gradient name g ("grad.NAME"), or -1; t NULL: a scan (out
- * of memory for the table). */
-static int param_of(const IrModule *m, const Names *t, const char *g)
-{
-	if (!g || strncmp(g, "grad.", 5))
-		return -1;
-	if (t)
-		return t->slot[names_slot(m, t, g + 5, hash_fnv1a32(g + 5))];
-	for (int i = 0; i < m->nnodes; i++) {
-		const IrNode *p = m->nodes[i];
-		if (p->op == IR_OP_PARAM && p->name && !strcmp(p->name, g + 5))
-			return i;
-	}
-	return -1;
-}
-
 /* ZeRO-1's all_reduce of a reduce_scatter of a gradient (see Cand): the
- * gradient's name, else NULL. */
-static const char *scattered_grad(const IrModule *m, const IrNode *x)
+ * gradient, else NULL. */
+static const IrNode *scattered_grad(const IrModule *m, const IrNode *x)
 {
 	if (x->op != IR_OP_ALL_REDUCE || x->nops != 1 || x->role == IR_ROLE_GRAD || x->name)
 		return NULL;
@@ -513,7 +464,15 @@ static const char *scattered_grad(const IrModule *m, const IrNode *x)
 	if (rs->op != IR_OP_REDUCE_SCATTER || rs->nops != 1)
 		return NULL;
 	const IrNode *g = m->nodes[rs->ops[0]];
-	return g->role == IR_ROLE_GRAD ? g->name : NULL;
+	return g->role == IR_ROLE_GRAD ? g : NULL;
+}
+
+/* The param gradient x (a candidate: see grads[] below) is of, by its
+ * link, or -1; *g: the gradient node, whose name labels the sum. */
+static int grad_param(const IrModule *m, const IrNode *x, const IrNode **g)
+{
+	*g = x->role == IR_ROLE_GRAD ? x : scattered_grad(m, x);
+	return *g && ir_link(m, *g) == IR_LINK_GRAD ? ir_link_param(m, *g) : -1;
 }
 
 bool pass_bucket(IrModule *m, Diag *d, const PassOptions *opt)
@@ -531,12 +490,11 @@ bool pass_bucket(IrModule *m, Diag *d, const PassOptions *opt)
 	int *members = NULL; /* nc ints per bucket */
 	int *point_of = malloc(sizeof(int) * (size_t)nn); /* node -> bucket emitted after it */
 	int *nusers = calloc((size_t)nn, sizeof(int));
-	int *params = malloc(sizeof(int) * (size_t)nn); /* named, in node order */
+
 	int *grads = malloc(sizeof(int) * (size_t)nn);  /* what may be a candidate */
 	int *fix = malloc(sizeof(int) * (size_t)nn);    /* place_from to clear */
-	Names names = { .slot = NULL, .hash = NULL };
-	bool ok = first_user && cands && bks && point_of && nusers && params && grads && fix;
-	int nc = 0, nb = 0, np = 0, ng = 0, nfix = 0;
+	bool ok = first_user && cands && bks && point_of && nusers && grads && fix;
+	int nc = 0, nb = 0, ng = 0, nfix = 0;
 	if (!ok) {
 		diag_error(d, (SrcLoc){0}, "bucket: out of memory");
 		goto done;
@@ -564,8 +522,6 @@ bool pass_bucket(IrModule *m, Diag *d, const PassOptions *opt)
 				first_user[o] = i;
 			nusers[o]++;
 		}
-		if (x->op == IR_OP_PARAM && x->name)
-			params[np++] = i;
 		if (((x->op == IR_OP_ALL_REDUCE || x->op == IR_OP_ADD) && x->role == IR_ROLE_GRAD &&
 		     x->rank != 0) || (x->rank != 0 && scattered_grad(m, x)))
 			grads[ng++] = i;
@@ -573,15 +529,14 @@ bool pass_bucket(IrModule *m, Diag *d, const PassOptions *opt)
 		if (pf < -1 || pf == x->id)
 			fix[nfix++] = i;
 	}
-	bool have_names = names_build(m, &names, params, np);
 	/* candidates: gradients that are all_reduces (or sums of them) of
 	 * partial terms nothing else reads */
 	for (int j = 0; j < ng; j++) {
 		int i = grads[j];
 		const IrNode *x = m->nodes[i];
-		const char *gname = x->role == IR_ROLE_GRAD ? x->name : scattered_grad(m, x);
-		int p = param_of(m, have_names ? &names : NULL, gname);
-		Cand c = {.g = i, .gname = gname, .ar = -1, .last = -1, .bucket = -1};
+		const IrNode *gn;
+		int p = grad_param(m, x, &gn);
+		Cand c = {.g = i, .gname = gn ? gn->name : NULL, .ar = -1, .last = -1, .bucket = -1};
 		if (p < 0 || !collect(m, nusers, i, true, &c))
 			continue;
 		extend_chain(m, nusers, &c);
@@ -758,10 +713,7 @@ done:
 	free(members);
 	free(point_of);
 	free(nusers);
-	free(params);
 	free(grads);
 	free(fix);
-	free(names.slot);
-	free(names.hash);
 	return ok;
 }

@@ -348,8 +348,11 @@ static void remap(Units *u)
 				                    ? u->cmap[o] : u->map[o];
 			}
 			int pf = ir_int_at(&u->ann->place_from, nid);
+			int lp = ir_int_at(&u->ann->link_param, nid);
 			if (pf >= 0 && pf < u->n)
 				ir_int_set(u->ann, &u->ann->place_from, nid, u->map[pf]);
+			if (lp >= 0 && lp < u->n)
+				ir_int_set(u->ann, &u->ann->link_param, nid, u->map[lp]);
 		}
 	}
 	for (int i = 0; i < u->nout; i++)

@@ -84,9 +84,8 @@ int pass_fuse_operand(const IrModule *m, const FusePlan *fp, int id, int i, bool
 /* A value the runtime reads after the step must stay in memory. */
 static bool must_materialise(const IrModule *m, const IrNode *n)
 {
-	/* the name last: reading it is another cache miss */
 	return n->id == m->loss || n->role != IR_ROLE_ACT || (ir_op_flags(n->op) & OPF_INPLACE) ||
-	       (n->name && n->name[0] == 'g' && strcmp(n->name, "grad_norm") == 0);
+	       ir_link(m, n) == IR_LINK_GRAD_NORM;
 }
 
 static bool same_shape(const IrNode *a, const IrNode *b)

@@ -348,10 +348,7 @@ bool pass_memplan(const IrModule *m, const FusePlan *fp, Arena *a, Diag *d, MemP
 			.dtype = (uint8_t)u->dtype,
 			.role = (uint8_t)u->role,
 			.phase = (int8_t)ir_phase(m, u),
-			/* the first byte first: asked of every node, rarely true */
-			.fl = u->name && u->name[0] == 'g' && strcmp(u->name, "grad_norm") == 0
-			              ? MEMPLAN_N_GRAD_NORM
-			              : 0,
+			.fl = ir_link(m, u) == IR_LINK_GRAD_NORM ? MEMPLAN_N_GRAD_NORM : 0,
 		};
 		int *ops = &opnd[used];
 		for (int k = 0; k < nops; k++) /* mostly 1 or 2: no memcpy call */

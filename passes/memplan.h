@@ -58,7 +58,7 @@ typedef struct MemPlanNode {
 } MemPlanNode;
 
 enum {
-	MEMPLAN_N_GRAD_NORM = 1 << 0, /* named "grad_norm" */
+	MEMPLAN_N_GRAD_NORM = 1 << 0, /* the global grad norm (IR_LINK_GRAD_NORM) */
 };
 
 typedef struct MemPlan {

@@ -379,11 +379,13 @@ bool pass_microbatch(IrModule *m, Diag *d, const PassOptions *opt)
 			IrNode *c = out->nodes[id];
 			if (orig[id] < 0)
 				continue;
-			int o = ir_place_from(out, c), to = -1;
+			int o = ir_place_from(out, c), to = -1, lp = ir_link_param(out, c);
 			if (o >= 0 && o < nn)
 				to = dep[o] && m->nodes[o]->op != IR_OP_INPUT ? map[origk[id] * nn + o]
 				                                              : base[o];
 			ir_set_place_from(out, c, to == id ? -1 : to);
+			if (lp >= 0 && lp < nn) /* a param: shared */
+				ir_set_link_param(out, c, base[lp]);
 		}
 		for (int c = 0; c < m->nchooses; c++) {
 			int o = m->chooses[c].node;

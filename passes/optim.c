@@ -1,13 +1,14 @@
 /* optim.c - the optimizer pass: turns gradients into parameter updates.
  *
  * Consumes a module after autodiff: params (role param) and, for each
- * param P, a gradient node named "grad.P" (role grad) of P's shape.
- * Produces, appended after everything else:
- *   - grad_norm(every grad) named "grad_norm": the global L2 norm that
- *     clipping uses and the runtime logs (computed even when clipping is
- *     off, for the log);
- *   - per param P, its optimizer state as `state` leaves (role opt_state):
- *     opt.m.P and opt.v.P (AdamW moments, zeros), opt.mom.P (SGD momentum,
+ * param P, a gradient node (role grad, named "grad.P") linked to P
+ * (IR_LINK_GRAD) of P's shape.  Produces, appended after everything else:
+ *   - grad_norm(every grad) named "grad_norm", linked IR_LINK_GRAD_NORM:
+ *     the global L2 norm that clipping uses and the runtime logs (computed
+ *     even when clipping is off, for the log);
+ *   - per param P, its optimizer state as `state` leaves (role opt_state,
+ *     linked to P with the state's kind, IR_LINK_OPT_*): opt.m.P and
+ *     opt.v.P (AdamW moments, zeros), opt.mom.P (SGD momentum,
  *     zeros; only when momentum != 0), and opt.master.P when P is bf16 or
  *     f16 (an f32 copy with P's init, which the update runs on).  Moments
  *     and masters are f32 whatever P's dtype;
@@ -50,14 +51,15 @@ static bool typed(Optim *o, IrNode *n)
 	return ir_infer(o->m, n, o->d);
 }
 
-/* A `state` leaf named PREFIX.P shaped like P. */
-static IrNode *new_state(Optim *o, const IrNode *p, const char *prefix, bool master)
+/* A `state` leaf of kind k of P, named opt.WORD.P, shaped like P. */
+static IrNode *new_state(Optim *o, const IrNode *p, IrLink k)
 {
+	bool master = k == IR_LINK_OPT_MASTER;
 	IrNode *n = ir_node_new(o->m, IR_OP_STATE, NULL, 0, p->loc);
 	if (!n)
 		return NULL;
-	n->name = arena_printf(o->m->arena, "opt.%s.%s", prefix, p->name);
-	if (!n->name)
+	n->name = arena_printf(o->m->arena, "opt.%s.%s", ir_link_state_word(k), p->name);
+	if (!n->name || !ir_set_link(o->m, n, k, p->id))
 		return NULL;
 	n->dtype = IR_F32;
 	n->rank = p->rank;
@@ -82,19 +84,20 @@ static bool add_update(Optim *o, const IrNode *p, const IrNode *g, int norm)
 	ops[k++] = g->id;
 	bool master = p->dtype != IR_F32;
 	if (o->adamw) {
-		IrNode *mm = new_state(o, p, "m", false), *vv = mm ? new_state(o, p, "v", false) : NULL;
+		IrNode *mm = new_state(o, p, IR_LINK_OPT_M);
+		IrNode *vv = mm ? new_state(o, p, IR_LINK_OPT_V) : NULL;
 		if (!vv)
 			return false;
 		ops[k++] = mm->id;
 		ops[k++] = vv->id;
 	} else if (t->momentum != 0) {
-		IrNode *mom = new_state(o, p, "mom", false);
+		IrNode *mom = new_state(o, p, IR_LINK_OPT_MOM);
 		if (!mom)
 			return false;
 		ops[k++] = mom->id;
 	}
 	if (master) {
-		IrNode *w = new_state(o, p, "master", true);
+		IrNode *w = new_state(o, p, IR_LINK_OPT_MASTER);
 		if (!w)
 			return false;
 		ops[k++] = w->id;
@@ -122,8 +125,8 @@ static bool add_update(Optim *o, const IrNode *p, const IrNode *g, int norm)
 	return typed(o, n);
 }
 
-/* The gradient of each param, by the "grad.<name>" convention; -1 for
- * none.  Returns false on a gradient that does not fit its param. */
+/* The gradient of each param, by their links; -1 for none.  Returns
+ * false on a gradient that does not fit its param. */
 static bool match_grads(Optim *o, int *grad_of, int *ngrads)
 {
 	IrModule *m = o->m;
@@ -131,43 +134,28 @@ static bool match_grads(Optim *o, int *grad_of, int *ngrads)
 	*ngrads = 0;
 	for (int i = 0; i < n0; i++)
 		grad_of[i] = -1;
-	/* params sorted by name: the ones called g's name are a run */
-	int *params = malloc(sizeof(int) * (size_t)(n0 ? n0 : 1));
-	int np = params ? ir_params_by_name(m, params) : -1;
-	if (np < 0) {
-		free(params);
-		diag_error(o->d, (SrcLoc){0}, "optim: out of memory");
-		return false;
-	}
 	bool ok = true;
 	for (int i = 0; i < n0 && ok; i++) {
 		const IrNode *g = m->nodes[i];
-		if (g->role != IR_ROLE_GRAD || !g->name || strncmp(g->name, "grad.", 5) != 0)
+		int j = ir_link_param(m, g);
+		if (g->role != IR_ROLE_GRAD || ir_link(m, g) != IR_LINK_GRAD || j < 0)
 			continue;
-		int k0 = ir_param_lookup(m, params, np, g->name + 5);
-		for (int k = k0; k0 >= 0 && k < np && ok; k++) {
-			int j = params[k];
-			const IrNode *p = m->nodes[j];
-			if (strcmp(p->name, g->name + 5) != 0)
-				break;
-			if (grad_of[j] >= 0) {
-				diag_error(o->d, g->loc, "param '%s' has two gradients (%%%d and %%%d)",
-				           p->name, grad_of[j], i);
-				ok = false;
-				break;
-			}
-			if (p->rank != g->rank ||
-			    memcmp(p->shape, g->shape, (size_t)p->rank * sizeof p->shape[0]) != 0) {
-				diag_error(o->d, g->loc, "gradient %%%d of param '%s' (%%%d) has another "
-				           "shape", i, p->name, j);
-				ok = false;
-				break;
-			}
+		const IrNode *p = m->nodes[j];
+		const char *pname = p->name ? p->name : "?";
+		if (grad_of[j] >= 0) {
+			diag_error(o->d, g->loc, "param '%s' has two gradients (%%%d and %%%d)", pname,
+			           grad_of[j], i);
+			ok = false;
+		} else if (p->rank != g->rank ||
+		           memcmp(p->shape, g->shape, (size_t)p->rank * sizeof p->shape[0]) != 0) {
+			diag_error(o->d, g->loc, "gradient %%%d of param '%s' (%%%d) has another shape",
+			           i, pname, j);
+			ok = false;
+		} else {
 			grad_of[j] = i;
 			(*ngrads)++;
 		}
 	}
-	free(params);
 	return ok;
 }
 
@@ -199,6 +187,9 @@ bool pass_optim(IrModule *m, Diag *d, const PassOptions *opt)
 	ok = norm != NULL;
 	if (ok) {
 		norm->name = "grad_norm";
+		ok = ir_set_link(m, norm, IR_LINK_GRAD_NORM, -1);
+	}
+	if (ok) {
 		Placement rep;
 		placement_replicated(&rep, 0);
 		ok = ir_place_set(m, norm, &rep) && typed(&o, norm);

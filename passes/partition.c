@@ -432,9 +432,11 @@ bool part_finish(Part *p, const IrNode *n, int id)
 	x->role = n->role;
 	ir_set_choose(p->out, x, ir_choose(p->m, n));
 	ir_set_place_loc(p->out, x, ir_place_loc(p->m, n));
-	int pf = ir_place_from(p->m, n);
+	int pf = ir_place_from(p->m, n), lp = ir_link_param(p->m, n);
 	if (pf >= 0 && pf < n->id && p->map[pf] != id)
 		ir_set_place_from(p->out, x, p->map[pf]);
+	/* the param comes first (a leaf before what reads it) */
+	ir_set_link(p->out, x, ir_link(p->m, n), lp >= 0 && lp < n->id ? p->map[lp] : -1);
 	p->map[n->id] = id;
 	p->mplace[n->id] = x->place;
 	return true;

@@ -338,6 +338,7 @@ static int tw_replay(Part *p, const IrNode *n, const TwVar *v)
 		x->role = IR_ROLE_ACT;
 		ir_set_choose(out, x, -1);
 		ir_set_place_loc(out, x, (SrcLoc){0});
+		ir_set_link(out, x, IR_LINK_NONE, -1);
 	}
 	for (int e = 0; e < v->nev; e++) {
 		const TwEvent *ev = &v->ev[e];

@@ -215,6 +215,15 @@ bool pl_materialise(Pl *p, IrModule *out, int *mr, int *loss_out)
 				*loss_out = c->id;
 			}
 		}
+		/* links to this rank's copy of the param (none: unlinked) */
+		for (int id = base; id < out->nnodes && !p->failed; id++) {
+			const IrNode *x = out->nodes[id];
+			int lp = ir_link_param(out, x);
+			if (lp >= 0 && MR(lp) >= 0)
+				ir_set_link_param(out, x, MR(lp));
+			else if (lp >= 0)
+				ir_set_link(out, x, IR_LINK_NONE, -1);
+		}
 	}
 #undef MR
 	return !p->failed;

@@ -280,9 +280,11 @@ bool pass_precision(IrModule *m, Diag *d, const PassOptions *opt)
 		/* the copies' origins (IR text fed back after propagate) */
 		for (int i = 0; i < n0; i++) {
 			IrNode *c = p.out->nodes[p.self[i]];
-			int pf = ir_place_from(p.out, c);
+			int pf = ir_place_from(p.out, c), lp = ir_link_param(p.out, c);
 			if (pf >= 0 && pf < n0)
 				ir_set_place_from(p.out, c, p.self[pf]);
+			if (lp >= 0 && lp < n0)
+				ir_set_link_param(p.out, c, p.self[lp]);
 		}
 		if (m->loss >= 0)
 			m->loss = p.self[m->loss];

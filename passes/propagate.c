@@ -827,27 +827,9 @@ static void strip_dead_axes(const Prop *P, Placement *p)
 		p->partial_op = IR_RED_SUM;
 }
 
-/* The first param called name (params sorted by ir_params_by_name, np of
- * them; np < 0: no index, scan). */
-static int find_param(const IrModule *m, const int *params, int np, const char *name)
-{
-	if (np >= 0) {
-		int k = ir_param_lookup(m, params, np, name);
-		return k >= 0 ? params[k] : -1;
-	}
-	for (int i = 0; i < m->nnodes; i++) {
-		const IrNode *n = m->nodes[i];
-		if (n->op == IR_OP_PARAM && n->name && strcmp(n->name, name) == 0)
-			return i;
-	}
-	return -1;
-}
-
 static void classify(Prop *P)
 {
 	IrModule *m = P->m;
-	int *params = malloc(sizeof(int) * (size_t)(m->nnodes ? m->nnodes : 1));
-	int np = params ? ir_params_by_name(m, params) : -1;
 	for (int i = 0; i < m->nnodes; i++) {
 		IrNode *n = m->nodes[i];
 		P->tie[i] = -1;
@@ -863,14 +845,13 @@ static void classify(Prop *P)
 				ir_set_place_loc(P->m, n, n->loc);
 		} else if (n->rank == 0) {
 			P->kind[i] = K_SCALAR;
-		} else if (n->role == IR_ROLE_GRAD && n->name && strncmp(n->name, "grad.", 5) == 0 &&
-		           (P->tie[i] = find_param(m, params, np, n->name + 5)) >= 0) {
+		} else if (n->role == IR_ROLE_GRAD && ir_link(m, n) == IR_LINK_GRAD &&
+		           (P->tie[i] = ir_link_param(m, n)) >= 0) {
 			P->kind[i] = K_TIED;
 		} else {
 			P->kind[i] = K_FREE;
 		}
 	}
-	free(params);
 	/* a step and its state take the param's placement */
 	for (int i = 0; i < m->nnodes; i++) {
 		IrNode *n = m->nodes[i];

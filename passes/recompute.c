@@ -305,6 +305,9 @@ static bool run(Rc *r)
 		pf = pf >= 0 && pf < total ? to[pf] : -1;
 		ir_annots_copy(ann, to[t], m, t);
 		ir_int_set(ann, &ann->place_from, to[t], pf == to[t] ? -1 : pf);
+		int lp = ir_link_param(m, x);
+		if (lp >= 0)
+			ir_int_set(ann, &ann->link_param, to[t], to[lp]);
 		for (int j = 0; j < x->nops; j++)
 			x->ops[j] = to[x->ops[j]];
 		nodes[to[t]] = x;

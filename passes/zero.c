@@ -159,11 +159,11 @@ void pass_state_memory(const IrModule *m, StateMem *out)
 		const IrNode *n = m->nodes[i];
 		if (n->op == IR_OP_PARAM)
 			out->param += local_bytes(n);
-		else if (n->op == IR_OP_STATE && n->name && !strncmp(n->name, "opt.master.", 11))
+		else if (n->op == IR_OP_STATE && ir_link(m, n) == IR_LINK_OPT_MASTER)
 			out->master += local_bytes(n);
 		else if (n->op == IR_OP_STATE)
 			out->optim += local_bytes(n);
-		else if (n->role == IR_ROLE_GRAD && n->name && !strncmp(n->name, "grad.", 5))
+		else if (n->role == IR_ROLE_GRAD && ir_link(m, n) == IR_LINK_GRAD)
 			out->grad += local_bytes(n);
 	}
 }

@@ -23,8 +23,10 @@
 
 typedef enum DtmDtype { DTM_F32, DTM_BF16, DTM_F16, DTM_I32 } DtmDtype;
 
-/* Mirrors IrRole; OPT_STATE buffers are told apart by name prefix
- * ("opt.m.", "opt.v.", "opt.master.", "opt.mom."). */
+/* Mirrors IrRole; OPT_STATE buffers are told apart by DtmBuffer.opt_kind
+ * where a plan is the compiler's own (dtmc inspect, sweep); a generated
+ * program's buffers say it only in their checkpoint names ("opt.m.",
+ * "opt.v.", "opt.master.", "opt.mom."), which the runtime reads. */
 typedef enum DtmRole {
 	DTM_ROLE_ACT,
 	DTM_ROLE_PARAM,
@@ -47,6 +49,15 @@ typedef enum DtmArena {
 typedef enum DtmInit {
 	DTM_INIT_NONE, DTM_INIT_ZEROS, DTM_INIT_ONES, DTM_INIT_NORMAL, DTM_INIT_UNIFORM
 } DtmInit;
+
+/* What an optimizer state buffer holds for its param (IrLink's OPT_*). */
+typedef enum DtmOptKind {
+	DTM_OPT_NONE,   /* not an optimizer state */
+	DTM_OPT_M,      /* AdamW's first moment */
+	DTM_OPT_V,      /* AdamW's second moment */
+	DTM_OPT_MOM,    /* SGD's momentum buffer */
+	DTM_OPT_MASTER, /* the f32 master weights */
+} DtmOptKind;
 
 typedef struct DtmBuffer {
 	const char *name;  /* checkpoint name (layer.3.wqkv, opt.m.layer.3.wqkv), or NULL */
@@ -71,6 +82,10 @@ typedef struct DtmBuffer {
 	 * arenas (DtmStage.arena_bytes).  A value every stage holds (a tied
 	 * embedding, the loss) has one buffer per stage. */
 	int stage;
+	/* An optimizer state's kind, from the IR's links (codegen/plan_build.c);
+	 * not written into generated programs (codegen/emit_c.c), whose plans
+	 * read DTM_OPT_NONE: their buffer names say it (see DtmRole). */
+	DtmOptKind opt_kind;
 } DtmBuffer;
 
 typedef enum DtmActionKind {

@@ -249,11 +249,6 @@ static void action_tensor(const Insp *in, int s, int i, char *buf, size_t cap)
 
 /* ---- memory ---- */
 
-static bool has_prefix(const char *s, const char *pre)
-{
-	return s && strncmp(s, pre, strlen(pre)) == 0;
-}
-
 static int64_t align64(int64_t b)
 {
 	return (b + MEMPLAN_ALIGN - 1) / MEMPLAN_ALIGN * MEMPLAN_ALIGN;
@@ -283,16 +278,13 @@ static bool memory(Insp *in, int s)
 		case DTM_ROLE_GRAD: sm->grads += b->bytes; break;
 		case DTM_ROLE_INPUT: sm->inputs += b->bytes; break;
 		case DTM_ROLE_OPT_STATE:
-			if (has_prefix(b->name, "opt.master."))
-				sm->master += b->bytes;
-			else if (has_prefix(b->name, "opt.m."))
-				sm->opt_m += b->bytes;
-			else if (has_prefix(b->name, "opt.v."))
-				sm->opt_v += b->bytes;
-			else if (has_prefix(b->name, "opt.mom."))
-				sm->opt_mom += b->bytes;
-			else
-				sm->opt_other += b->bytes;
+			switch (b->opt_kind) {
+			case DTM_OPT_MASTER: sm->master += b->bytes; break;
+			case DTM_OPT_M: sm->opt_m += b->bytes; break;
+			case DTM_OPT_V: sm->opt_v += b->bytes; break;
+			case DTM_OPT_MOM: sm->opt_mom += b->bytes; break;
+			case DTM_OPT_NONE: sm->opt_other += b->bytes; break;
+			}
 			break;
 		default: break;
 		}

@@ -163,12 +163,14 @@ static const char **block_names(const Insp *in, int nb)
 	for (int pass = 0; pass < 2; pass++)
 		for (int i = 0; i < m->nnodes; i++) {
 			const IrNode *n = m->nodes[i];
-			if (ir_block(m, n) < 0 || ir_block(m, n) >= nb || name[ir_block(m, n)] || !n->name ||
-			    (pass == 0 && n->op != IR_OP_PARAM) || strncmp(n->name, "grad.", 5) == 0 ||
-			    strncmp(n->name, "opt.", 4) == 0)
+			/* a gradient's or optimizer state's name is its param's,
+			 * prefixed */
+			int b = ir_block(m, n);
+			if (b < 0 || b >= nb || name[b] || !n->name ||
+			    (pass == 0 && n->op != IR_OP_PARAM) || ir_link(m, n) != IR_LINK_NONE)
 				continue;
 			if (instance_prefix(n->name, buf, sizeof buf))
-				name[ir_block(m, n)] = arena_printf(in->a, "%s", buf);
+				name[b] = arena_printf(in->a, "%s", buf);
 		}
 	for (int b = 0; b < nb; b++)
 		if (!name[b])

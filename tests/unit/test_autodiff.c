@@ -65,7 +65,8 @@ static bool run_autodiff(IrModule *m)
 	return ok;
 }
 
-/* Each param has exactly one grad node, of its type, named grad.<name>. */
+/* Each param has exactly one grad node, of its type, named grad.<name>
+ * and linked to it. */
 static void check_grad_nodes(IrModule *m, const char *what)
 {
 	for (int i = 0; i < m->nnodes; i++) {
@@ -83,6 +84,7 @@ static void check_grad_nodes(IrModule *m, const char *what)
 				count++;
 			}
 		CHECK_EQ_INT(count, 1);
+		CHECK(g && ir_link(m, g) == IR_LINK_GRAD && ir_link_param(m, g) == p->id);
 		if (!g || g->dtype != p->dtype || g->rank != p->rank ||
 		    memcmp(g->shape, p->shape, sizeof(int64_t) * (size_t)p->rank) != 0) {
 			check_failures++;

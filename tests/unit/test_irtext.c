@@ -469,6 +469,71 @@ static void test_verify(void)
 	free(buf);
 }
 
+/* Links (IrLink) have no syntax: printing drops them, and the parser
+ * derives them from the names the passes that make them give; the
+ * verifier checks a link names a param. */
+static void test_links(void)
+{
+	IrModule *keep = M;
+	M = ir_module_new(&arena, "links");
+	int w = leaf(IR_OP_PARAM, IR_F32, "w", DIMS(4));
+	int u = leaf(IR_OP_PARAM, IR_F32, "u", DIMS(2));
+	int g = leaf(IR_OP_INPUT, IR_F32, "grad.w", DIMS(4));
+	M->nodes[g]->role = IR_ROLE_GRAD;
+	int st = leaf(IR_OP_STATE, IR_F32, "opt.master.w", DIMS(4));
+	M->nodes[st]->role = IR_ROLE_OPT_STATE;
+	int gn = done(add(IR_OP_GRAD_NORM, 1, &g));
+	M->nodes[gn]->name = "grad_norm";
+	CHECK(ir_set_link(M, M->nodes[g], IR_LINK_GRAD, w));
+	CHECK(ir_set_link(M, M->nodes[st], IR_LINK_OPT_MASTER, w));
+	CHECK(ir_set_link(M, M->nodes[gn], IR_LINK_GRAD_NORM, -1));
+	CHECK(ir_verify(M, &D, "build"));
+
+	char *t1 = print_str(M), *errs = NULL;
+	int nerr = 0;
+	Arena a2;
+	arena_init(&a2);
+	IrModule *m2 = parse_str(&a2, t1, strlen(t1), &errs, &nerr);
+	CHECK(m2 != NULL && nerr == 0);
+	free(errs);
+	if (m2) {
+		char *t2 = print_str(m2);
+		CHECK_EQ_STR(t2, t1);
+		free(t2);
+		for (int i = 0; i < M->nnodes; i++) {
+			CHECK_EQ_INT(ir_link(m2, m2->nodes[i]), ir_link(M, M->nodes[i]));
+			CHECK_EQ_INT(ir_link_param(m2, m2->nodes[i]), ir_link_param(M, M->nodes[i]));
+		}
+	}
+	free(t1);
+	arena_free(&a2);
+
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	Diag d;
+	diag_init(&d, f);
+	ir_set_link(M, M->nodes[st], IR_LINK_OPT_MASTER, g); /* no param */
+	CHECK(!ir_verify(M, &d, "optim"));
+	ir_set_link(M, M->nodes[st], IR_LINK_OPT_MASTER, u); /* another shape */
+	CHECK(!ir_verify(M, &d, "optim"));
+	ir_set_link(M, M->nodes[st], IR_LINK_GRAD, w); /* a state is no gradient */
+	CHECK(!ir_verify(M, &d, "optim"));
+	ir_set_link(M, M->nodes[st], IR_LINK_OPT_MASTER, w);
+	CHECK(ir_verify(M, &d, "fixed"));
+	fclose(f);
+	CHECK_EQ_INT(d.nerr, 3);
+	char want[128];
+	snprintf(want, sizeof want, "an optimizer state linked to %%%d, which is no param", g);
+	CHECK(strstr(buf, want) != NULL);
+	CHECK(strstr(buf, "of param %1 f32[2]: another shape") != NULL);
+	CHECK(strstr(buf, "linked as a gradient of %0, but it is a state of role opt_state") != NULL);
+	if (d.nerr != 3)
+		fprintf(stderr, "%s", buf);
+	free(buf);
+	M = keep;
+}
+
 /* Each bad text must fail with this exact first message. */
 static void test_bad_text(void)
 {
@@ -594,6 +659,7 @@ int main(void)
 	arena_init(&arena);
 	test_roundtrip();
 	test_verify();
+	test_links();
 	test_bad_text();
 	test_garbage();
 	arena_free(&arena);

@@ -3,8 +3,8 @@
  * (codegen/cpu/dtmk_optim.h).
  *
  * Each optimizer case builds a module of three params with hand-set
- * gradients (input leaves named grad.P, role grad, standing in for
- * autodiff), runs the optim pass, then takes three steps with the
+ * gradients (input leaves named grad.P, role grad, linked to P, standing
+ * in for autodiff), runs the optim pass, then takes three steps with the
  * interpreter and three with the kernels and compares both with the
  * PyTorch formulas written out below in double (torch.optim.AdamW and SGD
  * after clip_grad_norm_).  The interpreter must agree to rounding; the f32
@@ -117,6 +117,8 @@ static void build(Mod *md, const Case *c)
 	for (int k = 0; k < NP; k++)
 		md->grad[k] = leaf(m, IR_OP_INPUT, IR_ROLE_GRAD,
 		                   arena_printf(&arena, "grad.%s", pnames[k]), c->dtype, k);
+	for (int k = 0; k < NP; k++)
+		CHECK(ir_set_link(m, m->nodes[md->grad[k]], IR_LINK_GRAD, md->param[k]));
 	CHECK(pass_optim(m, &diag, NULL));
 	CHECK(ir_verify(m, &diag, "optim"));
 	md->norm = find(m, "grad_norm");
@@ -149,6 +151,9 @@ static void check_structure(const Mod *md, const Case *c)
 	const IrNode *norm = m->nodes[md->norm];
 	CHECK(norm->op == IR_OP_GRAD_NORM && norm->nops == NP && norm->dtype == IR_F32 &&
 	      norm->rank == 0);
+	CHECK(ir_link(m, norm) == IR_LINK_GRAD_NORM && ir_link_param(m, norm) == -1);
+	static const IrLink kinds[4] = {IR_LINK_OPT_M, IR_LINK_OPT_V, IR_LINK_OPT_MOM,
+	                                IR_LINK_OPT_MASTER};
 	for (int k = 0; k < NP; k++) {
 		int states[4] = {md->state_m[k], md->state_v[k], md->mom[k], md->master[k]};
 		bool want[4] = {adamw, adamw, !adamw && c->momentum != 0, master};
@@ -158,6 +163,7 @@ static void check_structure(const Mod *md, const Case *c)
 				continue;
 			const IrNode *n = m->nodes[states[s]];
 			CHECK(n->op == IR_OP_STATE && n->role == IR_ROLE_OPT_STATE);
+			CHECK(ir_link(m, n) == kinds[s] && ir_link_param(m, n) == md->param[k]);
 			CHECK(n->dtype == IR_F32 && n->rank == prank[k]);
 			CHECK(ir_attr_init(n)->kind == (s == 3 ? IR_INIT_NORMAL : IR_INIT_ZEROS));
 		}
@@ -451,8 +457,8 @@ static void test_pass_edges(void)
 	IrModule *m = new_module();
 	int p = leaf(m, IR_OP_PARAM, IR_ROLE_PARAM, "w", IR_F32, 0);
 	CHECK(pass_optim(m, &diag, NULL) && m->nnodes == 1);
-	leaf(m, IR_OP_INPUT, IR_ROLE_GRAD, "grad.w", IR_F32, 0);
-	(void)p;
+	int g = leaf(m, IR_OP_INPUT, IR_ROLE_GRAD, "grad.w", IR_F32, 0);
+	CHECK(ir_set_link(m, m->nodes[g], IR_LINK_GRAD, p));
 	quiet(true);
 	int nerr = diag.nerr;
 	m->train.optimizer = "lion";
