@@ -369,9 +369,10 @@ static Value call_block(Lower *L, BlockDef *b, const Args *a, SrcLoc loc)
 	for (int i = 0; i < blk->nnames; i++)
 		lower_bind(L, &sc, blk->names[i].name, a->v[i], blk->names[i].loc);
 	const char *saved_prefix = L->prefix;
-	int saved_depth = L->depth;
+	int saved_depth = L->depth, saved_unit = L->unit;
 	if (L->nstack == 0)
 		L->block = L->nblock++;
+	L->unit = L->nunit++;
 	L->prefix = arena_printf(L->a, "%s.%d.", blk->name, b->ncalls++);
 	L->stack[L->nstack++] = b;
 	b->active = true;
@@ -384,6 +385,7 @@ static Value call_block(Lower *L, BlockDef *b, const Args *a, SrcLoc loc)
 		L->block = -1;
 	L->prefix = saved_prefix;
 	L->depth = saved_depth;
+	L->unit = saved_unit;
 	/* a block that failed once would fail the same way at every call:
 	 * report it once */
 	if (L->d->nerr > nerr0) {
@@ -868,8 +870,10 @@ static Value lower_decl(Lower *L, Scope *s, const AstNode *st, bool param)
 	n->dtype = dtype_vals[dt];
 	n->rank = dc->dims.n;
 	memcpy(n->shape, shape, sizeof(int64_t) * (size_t)n->rank);
-	if (param)
+	if (param) {
 		ir_attr_set(L->m, n, &at); /* out of memory: the verifier says */
+		ir_set_unit(L->m, n, L->unit);
+	}
 	n->role = param ? IR_ROLE_PARAM : IR_ROLE_INPUT;
 	n->name = arena_printf(L->a, "%s%s", L->prefix, dc->name);
 	if (dc->annot && !lower_annotate(L, dc->annot, n, what, false))
@@ -1145,6 +1149,7 @@ IrModule *lower_file(Arena *a, Diag *d, const AstFile *f, const LowerOptions *op
 	L->opt = opt;
 	L->stage = -1;
 	L->block = -1;
+	L->unit = -1;
 	L->trips = 1;
 	L->prefix = "";
 	SrcLoc top = {f->path, 1, 1, 1};

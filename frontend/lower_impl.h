@@ -86,6 +86,9 @@ typedef struct Lower {
 	int block;          /* IrNode.block of nodes being created: the
 	                     * outermost block instance, -1 outside blocks */
 	int nblock;         /* outermost block instances so far */
+	int unit;           /* the innermost block instance (a param's
+	                     * IrModule.unit), -1 outside blocks */
+	int nunit;          /* block instances so far, at any depth */
 	bool train_seen;    /* uneven_shards etc. are final */
 	SrcLoc uneven_loc;  /* the uneven_shards setting; file == NULL if absent */
 	int64_t trips;      /* product of the trip counts of the enclosing loops */

@@ -156,6 +156,7 @@ void ir_annots_copy(IrModule *dst, int did, const IrModule *src, int sid)
 	copy_int(dst, &dst->mb, did, &src->mb, sid);
 	copy_int(dst, &dst->phase, did, &src->phase, sid);
 	copy_int(dst, &dst->block, did, &src->block, sid);
+	copy_int(dst, &dst->unit, did, &src->unit, sid);
 	copy_int(dst, &dst->choose, did, &src->choose, sid);
 	copy_int(dst, &dst->place_from, did, &src->place_from, sid);
 	copy_int(dst, &dst->link, did, &src->link, sid);
@@ -179,7 +180,7 @@ void ir_annots_copy(IrModule *dst, int did, const IrModule *src, int sid)
 
 void ir_annots_reset(IrModule *m, int id)
 {
-	IrInts *ints[] = {&m->stage, &m->mb,         &m->phase, &m->block,
+	IrInts *ints[] = {&m->stage,  &m->mb,         &m->phase, &m->block,     &m->unit,
 	                  &m->choose, &m->place_from, &m->link,  &m->link_param};
 	for (size_t k = 0; k < sizeof ints / sizeof ints[0]; k++)
 		if (id < ints[k]->cap)
@@ -209,9 +210,9 @@ static void *copy_table(Arena *a, const void *v, int cap, size_t sz, bool *ok)
 bool ir_annots_clone(Arena *a, IrModule *c, const IrModule *m)
 {
 	bool ok = true;
-	IrInts *ci[] = {&c->stage, &c->mb, &c->phase, &c->block,
+	IrInts *ci[] = {&c->stage, &c->mb, &c->phase, &c->block, &c->unit,
 	                &c->choose, &c->place_from, &c->link, &c->link_param};
-	const IrInts *mi[] = {&m->stage, &m->mb, &m->phase, &m->block,
+	const IrInts *mi[] = {&m->stage, &m->mb, &m->phase, &m->block, &m->unit,
 	                      &m->choose, &m->place_from, &m->link, &m->link_param};
 	for (size_t k = 0; k < sizeof ci / sizeof ci[0]; k++)
 		ci[k]->v = copy_table(a, mi[k]->v, mi[k]->cap, sizeof *mi[k]->v, &ok);

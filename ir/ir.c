@@ -258,6 +258,7 @@ void ir_module_take_nodes(IrModule *m, IrModule *out)
 	m->place_loc = out->place_loc;
 	m->padded = out->padded;
 	m->label = out->label;
+	m->unit = out->unit;
 	m->link = out->link;
 	m->link_param = out->link_param;
 	m->oom |= out->oom;

@@ -404,6 +404,12 @@ typedef struct IrModule {
 	 * send/recv of a value (a bucket over several blocks: -1); inspect's
 	 * DOT clusters by it. */
 	IrInts block;
+	/* A param's FSDP unit (passes/fsdp_units.c): the block instance whose
+	 * call declared it, the innermost (frontend/lower.c; an inner block's
+	 * params are its own unit inside the outer one's block), -1 outside
+	 * blocks; partition keeps it.  The IR text has no syntax for it: the
+	 * parser gives the params of one name prefix (layer.3.) one unit. */
+	IrInts unit;
 	/* The choose() point setting the node's placement, an index into
 	 * chooses: frontend/lower_mesh.c (ir_choose_add).  -1: none. */
 	IrInts choose;
@@ -464,6 +470,7 @@ IR_ANNOT_INT(stage)
 IR_ANNOT_INT(mb)
 IR_ANNOT_INT(phase)
 IR_ANNOT_INT(block)
+IR_ANNOT_INT(unit)
 IR_ANNOT_INT(choose)
 IR_ANNOT_INT(place_from)
 IR_ANNOT_INT(link_param)

@@ -1299,6 +1299,35 @@ static bool link_by_names(IrModule *m)
 	return ok;
 }
 
+/* The params' FSDP units (IrModule.unit), which the text form has no
+ * syntax for either: lowering names a block's params by the instance
+ * (layer.3.wq), so the params of one prefix up to the last '.' are one
+ * unit, numbered by its first param; a name without a '.' is top level
+ * (-1).  False when out of memory. */
+static bool units_by_names(IrModule *m)
+{
+	int *first = malloc(sizeof(int) * (size_t)(m->nnodes ? m->nnodes : 1));
+	int nu = 0;
+	bool ok = first != NULL;
+	for (int i = 0; ok && i < m->nnodes; i++) {
+		const IrNode *n = m->nodes[i];
+		const char *dot = n->op == IR_OP_PARAM && n->name ? strrchr(n->name, '.') : NULL;
+		if (!dot)
+			continue;
+		size_t len = (size_t)(dot - n->name);
+		int u = 0;
+		while (u < nu && !(strncmp(m->nodes[first[u]]->name, n->name, len) == 0 &&
+		                   m->nodes[first[u]]->name[len] == '.' &&
+		                   !strchr(m->nodes[first[u]]->name + len + 1, '.')))
+			u++;
+		if (u == nu)
+			first[nu++] = i;
+		ok = ir_set_unit(m, n, u);
+	}
+	free(first);
+	return ok;
+}
+
 IrModule *ir_parse(Arena *a, Diag *d, const SrcFile *src)
 {
 	Parser p = {.src = src, .d = d, .a = a, .line = 1, .col = 1};
@@ -1320,7 +1349,7 @@ IrModule *ir_parse(Arena *a, Diag *d, const SrcFile *src)
 	/* what the settings ask of each other, once all are read */
 	if (d->nerr == errs)
 		ir_train_check(&p.m->train, d);
-	if (d->nerr == errs && !link_by_names(p.m))
+	if (d->nerr == errs && (!link_by_names(p.m) || !units_by_names(p.m)))
 		diag_error(d, (SrcLoc){src->name, 0, 0, 0}, "out of memory");
 	return d->nerr > errs ? NULL : p.m;
 }

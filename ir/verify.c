@@ -213,6 +213,11 @@ static void check_node(Verifier *v, int i)
 		node_error(v, n, "invalid micro-batch %d", ir_mb(m, n));
 	if (ir_block(m, n) < -1)
 		node_error(v, n, "invalid block instance %d", ir_block(m, n));
+	if (ir_unit(m, n) < -1)
+		node_error(v, n, "invalid FSDP unit %d", ir_unit(m, n));
+	else if (ir_unit(m, n) >= 0 && n->op != IR_OP_PARAM)
+		node_error(v, n, "an FSDP unit (%d) on a %s: only params have one", ir_unit(m, n),
+		           ir_op_name(n->op));
 	int ch = ir_choose(m, n), from = ir_place_from(m, n);
 	if (ch != -1 && (ch < 0 || ch >= m->nchooses || m->chooses[ch].node != i))
 		node_error(v, n, "choose index %d does not point back at this node", ch);

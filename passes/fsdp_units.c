@@ -6,7 +6,7 @@
  * front of its uses.  This pass runs after partition, because which
  * all_gather serves which use only exists there (partition gathers a value
  * once and reuses it).  Under stage 3 it moves the param all_gathers of a unit (a block
- * instance, layer.3.*; the top-level params together form one unit) to the
+ * instance, IrModule.unit: layer.3.*; the top-level params together form one unit) to the
  * front of the unit's first use, and with reshard_after_forward it gives
  * the backward uses their own copies, gathered together in front of the
  * unit's first backward use, so each forward copy dies with the forward
@@ -67,18 +67,11 @@ typedef struct Units {
 	IrModule *ann; /* the new ids' annotations (ir_module_derive of m) */
 } Units;
 
-/* The unit of a param: its name up to the last '.', so layer.3.wq is in
- * layer.3; the top-level params share the unit "". */
-static size_t unit_len(const IrNode *p)
+/* The unit of a param: the block instance that declared it (IrModule.unit:
+ * layer.3.wq is in layer.3); the top-level params (-1) share one. */
+static bool same_unit(const IrModule *m, const IrNode *a, const IrNode *b)
 {
-	const char *dot = p->name ? strrchr(p->name, '.') : NULL;
-	return dot ? (size_t)(dot - p->name) : 0;
-}
-
-static bool same_unit(const IrNode *a, const IrNode *b)
-{
-	size_t la = unit_len(a), lb = unit_len(b);
-	return la == lb && (la == 0 || strncmp(a->name, b->name, la) == 0);
+	return ir_unit(m, a) == ir_unit(m, b);
 }
 
 static void find_chains(Units *u, uint32_t Z)
@@ -90,7 +83,7 @@ static void find_chains(Units *u, uint32_t Z)
 		if (x->op == IR_OP_PARAM && (pass_placement_split_axes(ir_place(m, x)) & Z)) {
 			u->unit[i] = i;
 			for (int j = 0; j < u->nunits; j++)
-				if (same_unit(m->nodes[u->units[j]], x)) {
+				if (same_unit(m, m->nodes[u->units[j]], x)) {
 					u->unit[i] = u->units[j];
 					break;
 				}

@@ -262,6 +262,8 @@ static int emit(Part *p, IrOp op, const int *ops, int nops, const IrAttr *at,
 	ir_set_stage(p->out, n, ir_stage(p->m, like));
 	ir_set_mb(p->out, n, ir_mb(p->m, like));
 	ir_set_block(p->out, n, ir_block(p->m, like));
+	if (op == IR_OP_PARAM)
+		ir_set_unit(p->out, n, ir_unit(p->m, like));
 	ir_set_place_from(p->out, n, origin);
 	/* The shard shape: every rank stores rank 0's, the largest chunk
 	 * (placement_shard_shape for rank 0, without its mesh_coords: this

@@ -332,6 +332,7 @@ static int tw_replay(Part *p, const IrNode *n, const TwVar *v)
 		ir_set_stage(out, x, ir_stage(p->m, like));
 		ir_set_mb(out, x, ir_mb(p->m, like));
 		ir_set_block(out, x, ir_block(p->m, like));
+		ir_set_unit(out, x, x->op == IR_OP_PARAM ? ir_unit(p->m, like) : -1);
 		ir_set_place_from(out, x, tw_resolve(p, n, v->origin[j], base, hid));
 		x->name = NULL;
 		ir_set_label(out, x, NULL);

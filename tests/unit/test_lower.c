@@ -794,6 +794,66 @@ static void test_uneven_batch_warning(void)
 	}
 }
 
+/* A param's FSDP unit (IrModule.unit) is the block instance that declared
+ * it, the innermost: an inner block's params are a unit of their own
+ * inside the outer instance's block.  The IR text drops units; the parser
+ * gives the params of one name prefix one unit, the same partition. */
+static void test_units(void)
+{
+	static const char src[] = HEAD X
+		"block inner(h) {\n  param w : f32[8, 8] init zeros\n  return h @ w\n}\n"
+		"block outer(h) {\n  param v : f32[8, 8] init zeros\n  a = inner(h)\n"
+		"  return inner(a) @ v\n}\n"
+		"param top : f32[8, 8] init zeros\n"
+		"forward {\n  h = outer(x) @ top\n  h = outer(h)\n  loss = mse(h, x)\n}\n";
+	static const char *const names[] = {"top", "outer.0.v", "inner.0.w", "inner.1.w",
+	                                    "outer.1.v", "inner.2.w", "inner.3.w"};
+	enum { NN = sizeof names / sizeof names[0] };
+	Arena a;
+	arena_init(&a);
+	char *out;
+	LowerOptions o = {0};
+	IrModule *m = run(&a, "t.dtm", src, &o, &out, NULL);
+	if (!m)
+		fprintf(stderr, "unexpected errors:\n%s", out);
+	free(out);
+	CHECK(m != NULL);
+	IrNode *p[NN];
+	for (int i = 0; m && i < NN; i++) {
+		p[i] = find(m, names[i]);
+		CHECK(p[i] != NULL);
+		if (!p[i])
+			m = NULL;
+	}
+	if (m) {
+		CHECK_EQ_INT(ir_unit(m, p[0]), -1);
+		for (int i = 1; i < NN; i++) {
+			CHECK(ir_unit(m, p[i]) >= 0);
+			for (int j = 1; j < i; j++)
+				CHECK(ir_unit(m, p[i]) != ir_unit(m, p[j]));
+		}
+		CHECK(ir_block(m, p[1]) == 0 && ir_block(m, p[2]) == 0 && ir_block(m, p[3]) == 0);
+		CHECK(ir_block(m, p[4]) == 1 && ir_block(m, p[6]) == 1);
+
+		char *text = NULL;
+		size_t len = 0;
+		FILE *f = open_memstream(&text, &len);
+		ir_print(f, m);
+		fclose(f);
+		Diag d;
+		diag_init(&d, stderr);
+		SrcFile sf = {"t.ir", text, len};
+		IrModule *q = ir_parse(&a, &d, &sf);
+		CHECK(q != NULL);
+		for (int i = 0; q && i < NN; i++)
+			for (int j = 0; j < NN; j++)
+				CHECK((ir_unit(q, q->nodes[p[i]->id]) == ir_unit(q, q->nodes[p[j]->id])) ==
+				      (ir_unit(m, p[i]) == ir_unit(m, p[j])));
+		free(text);
+	}
+	arena_free(&a);
+}
+
 int main(void)
 {
 	test_uneven_batch_warning();
@@ -805,5 +865,6 @@ int main(void)
 	test_cast();
 	test_errors();
 	test_train_override();
+	test_units();
 	return check_report();
 }
