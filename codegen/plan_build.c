@@ -632,7 +632,11 @@ static bool build_train(Build *b, const int *inputs, int ninputs, int gnorm)
 	p->loss = m->loss >= 0 ? b->bufid[m->loss] : -1;
 	p->grad_norm = gnorm >= 0 ? b->bufid[gnorm] : -1;
 	DtmTrainCfg *c = &p->train;
-	c->optimizer = arena_strdup(b->a, t->optimizer ? t->optimizer : "sgd");
+	/* the runtime's words: a generated program's plan spells them */
+	const char *opt = ir_train_word(IR_TRAIN_OPTIMIZER, (int)t->optimizer);
+	const char *lrs = ir_train_word(IR_TRAIN_LR_SCHEDULE, (int)t->lr_schedule);
+	const char *sch = ir_train_word(IR_TRAIN_SCHEDULE, (int)t->schedule);
+	c->optimizer = arena_strdup(b->a, opt ? opt : "sgd");
 	c->lr = (float)t->lr;
 	c->beta1 = (float)t->beta1;
 	c->beta2 = (float)t->beta2;
@@ -641,7 +645,7 @@ static bool build_train(Build *b, const int *inputs, int ninputs, int gnorm)
 	c->clip = (float)t->clip;
 	c->momentum = (float)t->momentum;
 	c->nesterov = t->nesterov;
-	c->lr_schedule = arena_strdup(b->a, t->lr_schedule ? t->lr_schedule : "constant");
+	c->lr_schedule = arena_strdup(b->a, lrs ? lrs : "constant");
 	c->warmup = t->warmup;
 	c->min_lr = (float)t->min_lr;
 	c->steps = t->steps;
@@ -654,7 +658,7 @@ static bool build_train(Build *b, const int *inputs, int ninputs, int gnorm)
 	c->data_kind = tokens ? DTM_DATA_TOKENS : DTM_DATA_REGRESSION;
 	c->microbatches = (int)(t->microbatches > 0 ? t->microbatches : 1);
 	c->precision = dtype_of(t->precision);
-	c->schedule = arena_strdup(b->a, t->schedule ? t->schedule : "1f1b");
+	c->schedule = arena_strdup(b->a, sch ? sch : "1f1b");
 	c->virtual_stages = (int)(t->virtual_stages > 0 ? t->virtual_stages : 1);
 	return c->optimizer && c->lr_schedule && c->data && c->schedule;
 }

@@ -19,7 +19,7 @@
 
 double ir_optim_lr_at(const IrTrain *t, int64_t step)
 {
-	if (!t->lr_schedule || strcmp(t->lr_schedule, "cosine") != 0)
+	if (t->lr_schedule != IR_LR_COSINE)
 		return t->lr;
 	int64_t w = t->warmup, horizon = t->steps;
 	if (w > 0 && step <= w)

@@ -181,7 +181,7 @@ const char *ir_init_name(IrInit i)
 void ir_train_defaults(IrTrain *t)
 {
 	memset(t, 0, sizeof *t);
-	t->optimizer = "adamw";
+	t->optimizer = IR_OPTIMIZER_ADAMW;
 	t->lr = 3e-4;
 	t->beta1 = 0.9;
 	t->beta2 = 0.999;
@@ -190,14 +190,14 @@ void ir_train_defaults(IrTrain *t)
 	t->clip = 0.0;   /* 0 = no gradient clipping */
 	t->momentum = 0.0;
 	t->nesterov = false;
-	t->lr_schedule = "constant";
+	t->lr_schedule = IR_LR_CONSTANT;
 	t->warmup = 0;
 	t->min_lr = 0.0;
 	t->zero = 0;
 	t->zero_axes = 0;
 	t->reshard_after_forward = true;
 	t->microbatches = 1;
-	t->schedule = "1f1b";
+	t->schedule = IR_PIPE_1F1B;
 	t->virtual_stages = 1;
 	t->precision = IR_F32;
 	t->steps = 100;

@@ -265,20 +265,34 @@ typedef enum IrTrainField {
 	IR_TRAIN_COUNT
 } IrTrainField;
 
+/* The word settings, by their words' order in ir/validate.c (the text
+ * form and the train section spell them; ir_train_word).  0: not given,
+ * printed as none (what a zeroed IrTrain holds; each consumer says what
+ * it takes then). */
+typedef enum IrOptimizer { IR_OPTIMIZER_NONE, IR_OPTIMIZER_ADAMW, IR_OPTIMIZER_SGD } IrOptimizer;
+typedef enum IrLrSchedule { IR_LR_NONE, IR_LR_CONSTANT, IR_LR_COSINE } IrLrSchedule;
+typedef enum IrPipeSchedule {
+	IR_PIPE_NONE,
+	IR_PIPE_GPIPE,
+	IR_PIPE_1F1B,
+	IR_PIPE_INTERLEAVED,
+	IR_PIPE_ZB,
+} IrPipeSchedule;
+
 /* The train { ... } section.  Strings are arena-owned; unset numbers are
  * their defaults (ir_train_defaults). */
 typedef struct IrTrain {
-	const char *optimizer;   /* "adamw" | "sgd" */
+	IrOptimizer optimizer;
 	double lr, beta1, beta2, eps, weight_decay, clip, momentum;
 	bool nesterov;
-	const char *lr_schedule; /* "constant" | "cosine" */
+	IrLrSchedule lr_schedule;
 	int64_t warmup;
 	double min_lr;
 	int zero;                /* 0..3 */
 	uint32_t zero_axes;      /* mesh axes the ZeRO state is split over */
 	bool reshard_after_forward;
 	int64_t microbatches;
-	const char *schedule;    /* "gpipe" | "1f1b" | "interleaved" | "zb" */
+	IrPipeSchedule schedule; /* the pipeline schedule */
 	int64_t virtual_stages;  /* for interleaved(v) */
 	IrDtype precision;       /* IR_F32 | IR_BF16 | IR_F16 */
 	int64_t steps;
@@ -577,6 +591,10 @@ bool ir_train_set_real(IrTrain *t, IrTrainField f, double v, const char *key, Sr
                        Diag *d);
 bool ir_train_set_word(IrTrain *t, IrTrainField f, const char *w, const char *key, SrcLoc loc,
                        Diag *d);
+/* The word of value v of word setting f (optimizer, lr_schedule,
+ * schedule: "adamw", "cosine", "1f1b"); NULL for 0 (not given) or a value
+ * out of range. */
+const char *ir_train_word(IrTrainField f, int v);
 /* Every setting at t->loc, then what settings ask of each other (sgd's
  * nesterov needs a momentum). */
 bool ir_train_check(const IrTrain *t, Diag *d);

@@ -16,6 +16,8 @@ typedef enum IrTextFieldKind {
 	TF_BOOL,  /* bool */
 	TF_AXES,  /* uint32_t mesh-axis mask, printed as (dp, tp) */
 	TF_DTYPE, /* IrDtype */
+	TF_ENUM,  /* a word setting's enum (IrOptimizer, ...), printed as its
+	           * word in quotes (ir_train_word), 0 as none */
 } IrTextFieldKind;
 
 /* One IrTrain field: its key, kind, offset and which `train` line of the

@@ -1109,6 +1109,7 @@ static bool train_line(Parser *p)
 			return false;
 		SrcLoc vl = tok_loc(p);
 		void *v = base + f->off;
+		const char *word = NULL; /* TF_ENUM's, set below */
 		bool ok = true;
 		switch (f->kind) {
 		case TF_STR:
@@ -1134,6 +1135,12 @@ static bool train_line(Parser *p)
 		case TF_AXES:
 			ok = axes_value(p, (uint32_t *)v, "for the setting");
 			break;
+		case TF_ENUM:
+			if (is_word(p, "none"))
+				next(p);
+			else
+				ok = str_value(p, &word, "for the setting");
+			break;
 		case TF_DTYPE: {
 			char t[16];
 			SrcLoc tl = tok_loc(p);
@@ -1151,7 +1158,10 @@ static bool train_line(Parser *p)
 		/* the same check as the train section's (validate.c), before any
 		 * pass sizes anything by the value */
 		p->m->train.loc[fi] = vl;
-		if (!ir_train_check_field(&p->m->train, (IrTrainField)fi, NULL, vl, p->d)) {
+		if (f->kind == TF_ENUM ? !ir_train_set_word(&p->m->train, (IrTrainField)fi, word, NULL,
+		                                             vl, p->d)
+		                       : !ir_train_check_field(&p->m->train, (IrTrainField)fi, NULL,
+		                                               vl, p->d)) {
 			p->failed = true;
 			return false;
 		}

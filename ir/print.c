@@ -398,6 +398,14 @@ static void print_train(FILE *out, const IrModule *m)
 		case TF_DTYPE:
 			fputs(ir_dtype_name(*(const IrDtype *)p), out);
 			break;
+		case TF_ENUM: {
+			const char *s = ir_train_word((IrTrainField)i, *(const int *)p);
+			if (s)
+				irtext_string(out, s);
+			else
+				fputs("none", out);
+			break;
+		}
 		}
 	}
 	fputc('\n', out);

@@ -32,7 +32,9 @@ static const Field fields[IR_TRAIN_COUNT] = {
 #undef IR_TRAIN
 };
 
-/* The words of the R_WORD settings, and how a message lists them. */
+/* The words of the R_WORD settings, and how a message lists them.  An
+ * enum setting's value k is words[k - 1] (IrOptimizer and the others list
+ * their members in this order). */
 static const struct {
 	IrTrainField f;
 	const char *words[5];
@@ -44,6 +46,23 @@ static const struct {
 	 "gpipe, 1f1b, interleaved(v) or zb"},
 	{IR_TRAIN_PRECISION, {"f32", "bf16", "f16"}, "f32, bf16 or f16"},
 };
+
+/* The words of setting f, NULL for one without. */
+static const char *const *words_of(IrTrainField f)
+{
+	for (size_t i = 0; i < sizeof word_sets / sizeof word_sets[0]; i++)
+		if (word_sets[i].f == f)
+			return word_sets[i].words;
+	return NULL;
+}
+
+const char *ir_train_word(IrTrainField f, int v)
+{
+	const char *const *w = words_of(f);
+	if (!w || v < 1 || v > (int)(sizeof word_sets[0].words / sizeof word_sets[0].words[0]))
+		return NULL;
+	return w[v - 1];
+}
 
 const char *ir_train_key(IrTrainField f)
 {
@@ -65,6 +84,11 @@ static const char *word_of(const IrTrain *t, const Field *fl)
 	if (fl->kind == TF_DTYPE) {
 		IrDtype dt = *(const IrDtype *)p;
 		return (unsigned)dt < IR_DTYPE_COUNT ? ir_dtype_name(dt) : "?";
+	}
+	if (fl->kind == TF_ENUM) {
+		int v = *(const int *)p;
+		const char *w = ir_train_word((IrTrainField)(fl - fields), v);
+		return v == 0 ? NULL : w ? w : "?";
 	}
 	return *(const char *const *)p;
 }
@@ -113,7 +137,7 @@ static bool check_word(IrTrainField f, const char *w, const char *key, SrcLoc lo
 	for (size_t i = 0; i < sizeof word_sets / sizeof word_sets[0]; i++) {
 		if (word_sets[i].f != f)
 			continue;
-		if (!w && fl->kind == TF_STR)
+		if (!w && (fl->kind == TF_STR || fl->kind == TF_ENUM))
 			return true;
 		for (int k = 0; w && word_sets[i].words[k]; k++)
 			if (strcmp(w, word_sets[i].words[k]) == 0)
@@ -186,7 +210,8 @@ bool ir_train_set_word(IrTrain *t, IrTrainField f, const char *w, const char *ke
                        Diag *d)
 {
 	const Field *fl = &fields[f];
-	DTM_ASSERT((unsigned)f < IR_TRAIN_COUNT && (fl->kind == TF_STR || fl->kind == TF_DTYPE));
+	DTM_ASSERT((unsigned)f < IR_TRAIN_COUNT &&
+	           (fl->kind == TF_STR || fl->kind == TF_DTYPE || fl->kind == TF_ENUM));
 	if (!check_word(f, w, key ? key : fl->key, loc, d))
 		return false;
 	char *p = (char *)t + fl->off;
@@ -195,6 +220,13 @@ bool ir_train_set_word(IrTrain *t, IrTrainField f, const char *w, const char *ke
 		if (!w || !ir_dtype_lookup(w, &dt))
 			return false; /* not reached: check_word knows the float dtypes */
 		*(IrDtype *)p = dt;
+	} else if (fl->kind == TF_ENUM) {
+		const char *const *words = words_of(f);
+		int v = 0; /* none: check_word took it */
+		for (int k = 0; w && words[k]; k++)
+			if (strcmp(w, words[k]) == 0)
+				v = k + 1;
+		*(int *)p = v;
 	} else {
 		*(const char **)p = w;
 	}
@@ -207,7 +239,7 @@ bool ir_train_check(const IrTrain *t, Diag *d)
 	int nerr = d->nerr;
 	for (int f = 0; f < IR_TRAIN_COUNT; f++)
 		ir_train_check_field(t, (IrTrainField)f, NULL, t->loc[f], d);
-	bool sgd = t->optimizer && strcmp(t->optimizer, "sgd") == 0;
+	bool sgd = t->optimizer == IR_OPTIMIZER_SGD;
 	if (d->nerr == nerr && sgd && t->nesterov && !(t->momentum > 0))
 		diag_error(d, t->loc[IR_TRAIN_NESTEROV].file ? t->loc[IR_TRAIN_NESTEROV]
 		                                             : t->loc[IR_TRAIN_OPTIMIZER],

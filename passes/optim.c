@@ -42,7 +42,7 @@ typedef struct Optim {
 static bool check_train(Optim *o)
 {
 	const IrTrain *t = &o->m->train;
-	o->adamw = !t->optimizer || strcmp(t->optimizer, "adamw") == 0;
+	o->adamw = t->optimizer != IR_OPTIMIZER_SGD; /* none given: adamw */
 	return ir_train_check(t, o->d);
 }
 

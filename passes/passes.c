@@ -244,7 +244,7 @@ static bool check_annotations(const IrModule *m, Diag *d, int at)
 	int64_t K = -1; /* chunks, when the stages pass gave them */
 	int ax = pipeline_axis(m);
 	if (ax >= 0 && at >= position("stages")) {
-		bool il = t->schedule && !strcmp(t->schedule, "interleaved") && t->virtual_stages > 1;
+		bool il = t->schedule == IR_PIPE_INTERLEAVED && t->virtual_stages > 1;
 		K = m->mesh.sizes[ax] * (il ? t->virtual_stages : 1);
 	}
 	for (int i = 0; i < m->nnodes; i++) {

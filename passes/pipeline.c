@@ -84,14 +84,16 @@ bool pass_pipeline(IrModule *m, Diag *d, const PassOptions *opt)
 		diag_error(d, (SrcLoc){0}, "pp = %d: at most 64 pipeline stages", p.P);
 		return false;
 	}
-	SchedKind kind = SCHED_1F1B;
-	const char *sname = m->train.schedule ? m->train.schedule : "1f1b";
-	SrcLoc sl = pl_schedule_loc(m);
-	if (sched_parse(sname, &kind) != 0) {
-		diag_error(d, sl, "schedule %s: pipelines run gpipe, 1f1b, "
-		           "interleaved(v) or zb", sname);
-		return false;
+	SchedKind kind = SCHED_1F1B; /* none given too */
+	switch (m->train.schedule) {
+	case IR_PIPE_GPIPE: kind = SCHED_GPIPE; break;
+	case IR_PIPE_INTERLEAVED: kind = SCHED_INTERLEAVED; break;
+	case IR_PIPE_ZB: kind = SCHED_ZBH1; break;
+	case IR_PIPE_NONE:
+	case IR_PIPE_1F1B: break;
 	}
+	const char *sname = sched_name(kind); /* the train setting's word */
+	SrcLoc sl = pl_schedule_loc(m);
 	if (kind == SCHED_INTERLEAVED && p.V < 2) {
 		diag_error(d, sl, "schedule interleaved needs 2 or more virtual stages: "
 		           "interleaved(2)");

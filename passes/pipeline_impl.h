@@ -39,8 +39,7 @@ static inline SrcLoc pl_schedule_loc(const IrModule *m)
 
 static inline int pl_virtual_stages(const IrModule *m)
 {
-	const char *s = m->train.schedule;
-	if (s && strcmp(s, "interleaved") == 0 && m->train.virtual_stages > 1)
+	if (m->train.schedule == IR_PIPE_INTERLEAVED && m->train.virtual_stages > 1)
 		return (int)m->train.virtual_stages;
 	return 1;
 }

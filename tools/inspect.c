@@ -614,6 +614,7 @@ static void text_header(FILE *out, const Insp *in)
 {
 	const DtmPlan *p = in->p;
 	const IrTrain *t = &in->m->train;
+	const char *sched = ir_train_word(IR_TRAIN_SCHEDULE, (int)t->schedule);
 	char c[32];
 	fprintf(out, "model %s: mesh ", p->model ? p->model : "?");
 	for (int a = 0; a < p->mesh_naxes; a++)
@@ -623,7 +624,7 @@ static void text_header(FILE *out, const Insp *in)
 	fprintf(out, "train: %s, zero %d, %d micro-batch%s", p->train.optimizer, t->zero,
 	        p->train.microbatches, p->train.microbatches == 1 ? "" : "es");
 	if (in->nstages > 1)
-		fprintf(out, ", schedule %s", t->schedule ? t->schedule : "-");
+		fprintf(out, ", schedule %s", sched ? sched : "-");
 	fprintf(out, ", precision %s, %s %s per step\n", dtype_name(p->train.precision),
 	        report_count(c, p->train.tokens_per_step),
 	        p->train.data_kind == DTM_DATA_TOKENS ? "tokens" : "samples");
@@ -924,7 +925,8 @@ static void write_json(FILE *out, const Insp *in)
 	json_put_str(out, p->train.optimizer);
 	fprintf(out, ", \"zero\": %d, \"microbatches\": %d, \"schedule\": ", t->zero,
 	        p->train.microbatches);
-	json_put_str(out, t->schedule ? t->schedule : "");
+	const char *sched = ir_train_word(IR_TRAIN_SCHEDULE, (int)t->schedule);
+	json_put_str(out, sched ? sched : "");
 	fprintf(out, ", \"virtual_stages\": %" PRId64 ", \"precision\": \"%s\", "
 	             "\"tokens_per_step\": %" PRId64 "},\n \"params\": ",
 	        t->virtual_stages, dtype_name(p->train.precision), p->train.tokens_per_step);

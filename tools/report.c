@@ -133,11 +133,13 @@ static void print_header(FILE *out, const IrModule *m, int64_t nparams, int64_t 
 		fprintf(out, "sweep points: %d choose()\n", m->nchooses);
 
 	const IrTrain *t = &m->train;
+	const char *opt = ir_train_word(IR_TRAIN_OPTIMIZER, (int)t->optimizer);
+	const char *sched = ir_train_word(IR_TRAIN_SCHEDULE, (int)t->schedule);
 	fprintf(out,
 	        "train: %s, zero %d, %" PRId64 " microbatch%s, schedule %s, "
 	        "precision %s, %" PRId64 " steps, data %s\n",
-	        t->optimizer ? t->optimizer : "-", t->zero, t->microbatches,
-	        t->microbatches == 1 ? "" : "es", t->schedule ? t->schedule : "-",
+	        opt ? opt : "-", t->zero, t->microbatches, t->microbatches == 1 ? "" : "es",
+	        sched ? sched : "-",
 	        ir_dtype_name(t->precision), t->steps, t->data ? t->data : "-");
 }
 

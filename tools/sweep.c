@@ -590,9 +590,8 @@ static bool enumerate(SweepRun *r, const IrModule *probe_m)
 			if (pp <= 1) {
 				scheds[nsched++] = SWEEP_SCHED_FILE;
 			} else if (fix_sched) {
-				const char *fs = ft->schedule ? ft->schedule : "1f1b";
-				scheds[nsched++] = !strcmp(fs, "gpipe") ? SWEEP_SCHED_GPIPE
-				                   : !strcmp(fs, "interleaved")
+				scheds[nsched++] = ft->schedule == IR_PIPE_GPIPE ? SWEEP_SCHED_GPIPE
+				                   : ft->schedule == IR_PIPE_INTERLEAVED
 				                           ? SWEEP_SCHED_INTERLEAVED
 				                           : SWEEP_SCHED_1F1B;
 			} else {
@@ -725,15 +724,15 @@ static void apply_sched(IrModule *m, const SweepCand *c)
 {
 	switch (c->sched) {
 	case SWEEP_SCHED_GPIPE:
-		m->train.schedule = "gpipe";
+		m->train.schedule = IR_PIPE_GPIPE;
 		m->train.virtual_stages = 1;
 		break;
 	case SWEEP_SCHED_1F1B:
-		m->train.schedule = "1f1b";
+		m->train.schedule = IR_PIPE_1F1B;
 		m->train.virtual_stages = 1;
 		break;
 	case SWEEP_SCHED_INTERLEAVED:
-		m->train.schedule = "interleaved";
+		m->train.schedule = IR_PIPE_INTERLEAVED;
 		m->train.virtual_stages = 2;
 		break;
 	default:

@@ -73,7 +73,7 @@ typedef struct SweepSpace {
 	int nchooses;
 	int choose_nopts[SWEEP_MAX_CHOOSE];
 	const char *choose_where[SWEEP_MAX_CHOOSE]; /* "file:line:col" */
-	const char *file_schedule;
+	IrPipeSchedule file_schedule;
 } SweepSpace;
 
 typedef struct SweepRun {

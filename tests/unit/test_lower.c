@@ -104,9 +104,9 @@ static void test_gpt(void)
 		if (ir_stage(m, m->nodes[i]) >= 0 && ir_stage(m, m->nodes[i]) < 2)
 			staged[ir_stage(m, m->nodes[i])]++;
 	CHECK(staged[0] > 20 && staged[0] == staged[1]);
-	CHECK_EQ_STR(m->train.optimizer, "adamw");
+	CHECK_EQ_INT(m->train.optimizer, IR_OPTIMIZER_ADAMW);
 	CHECK_NEAR(m->train.beta2, 0.95, 1e-12);
-	CHECK_EQ_STR(m->train.schedule, "1f1b");
+	CHECK_EQ_INT(m->train.schedule, IR_PIPE_1F1B);
 	CHECK_EQ_INT(m->train.steps, 300);
 	CHECK_EQ_INT(m->train.warmup, 20);
 	CHECK_EQ_INT(m->train.zero_axes, 1u << 1);
@@ -164,7 +164,7 @@ static void test_mlp(void)
 		fprintf(stderr, "%s", out);
 	free(out);
 	if (m) {
-		CHECK_EQ_STR(m->train.optimizer, "sgd");
+		CHECK_EQ_INT(m->train.optimizer, IR_OPTIMIZER_SGD);
 		CHECK_NEAR(m->train.momentum, 0.9, 1e-12);
 		CHECK(find(m, "h") && find(m, "h")->place);
 		CHECK_EQ_INT(param_numel(m), 32 * 64 + 64 + 64 * 8 + 8);
@@ -381,7 +381,7 @@ static void test_train_override(void)
 		CHECK_EQ_INT(m->train.zero_axes, 1u << 0); /* rep */
 		CHECK(!m->train.reshard_after_forward);
 		CHECK_EQ_INT(m->train.steps, 12);
-		CHECK_EQ_STR(m->train.optimizer, "adamw");
+		CHECK_EQ_INT(m->train.optimizer, IR_OPTIMIZER_ADAMW);
 		CHECK(fabs(m->train.lr - 3e-4) < 1e-12);
 		CHECK(fabs(m->train.beta2 - 0.95) < 1e-12);
 	}

@@ -103,7 +103,7 @@ static void build(Mod *md, const Case *c)
 	memset(md, -1, sizeof *md);
 	IrModule *m = md->m = new_module();
 	IrTrain *t = &m->train;
-	t->optimizer = c->opt;
+	t->optimizer = strcmp(c->opt, "sgd") == 0 ? IR_OPTIMIZER_SGD : IR_OPTIMIZER_ADAMW;
 	t->lr = 0.01;
 	t->beta1 = c->beta1;
 	t->beta2 = c->beta2;
@@ -461,9 +461,9 @@ static void test_pass_edges(void)
 	CHECK(ir_set_link(m, m->nodes[g], IR_LINK_GRAD, p));
 	quiet(true);
 	int nerr = diag.nerr;
-	m->train.optimizer = "lion";
+	m->train.optimizer = (IrOptimizer)7; /* no optimizer */
 	CHECK(!pass_optim(m, &diag, NULL) && diag.nerr > nerr);
-	m->train.optimizer = "sgd";
+	m->train.optimizer = IR_OPTIMIZER_SGD;
 	m->train.momentum = 0;
 	m->train.nesterov = true;
 	nerr = diag.nerr;
@@ -537,9 +537,9 @@ static void test_lr_schedule(void)
 	IrTrain t;
 	ir_train_defaults(&t);
 	t.lr = 1.0;
-	t.lr_schedule = "constant";
+	t.lr_schedule = IR_LR_CONSTANT;
 	CHECK_NEAR(ir_optim_lr_at(&t, 5), 1.0, 0);
-	t.lr_schedule = "cosine";
+	t.lr_schedule = IR_LR_COSINE;
 	t.warmup = 4;
 	t.steps = 14;
 	t.min_lr = 0.1;
@@ -558,7 +558,7 @@ static IrModule *regression(IrDtype precision, bool mean_loss)
 {
 	IrModule *m = new_module();
 	m->train.precision = precision;
-	m->train.optimizer = "adamw";
+	m->train.optimizer = IR_OPTIMIZER_ADAMW;
 	m->train.lr = 0.05;
 	m->train.weight_decay = 0.0;
 	m->train.clip = 0;

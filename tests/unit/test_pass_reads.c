@@ -47,8 +47,8 @@ static bool perturb(IrTrain *t, IrTrainField f, uint32_t live_axes)
 {
 	switch (f) {
 	case IR_TRAIN_OPTIMIZER:
-		t->optimizer = t->optimizer && !strcmp(t->optimizer, "sgd") ? "adamw" : "sgd";
-		if (!strcmp(t->optimizer, "sgd"))
+		t->optimizer = t->optimizer == IR_OPTIMIZER_SGD ? IR_OPTIMIZER_ADAMW : IR_OPTIMIZER_SGD;
+		if (t->optimizer == IR_OPTIMIZER_SGD)
 			t->nesterov = false;
 		return true;
 	case IR_TRAIN_LR: t->lr *= 2; return true;
@@ -66,8 +66,7 @@ static bool perturb(IrTrain *t, IrTrainField f, uint32_t live_axes)
 		t->nesterov = !t->nesterov;
 		return true;
 	case IR_TRAIN_LR_SCHEDULE:
-		t->lr_schedule = t->lr_schedule && !strcmp(t->lr_schedule, "cosine") ? "constant"
-		                                                                     : "cosine";
+		t->lr_schedule = t->lr_schedule == IR_LR_COSINE ? IR_LR_CONSTANT : IR_LR_COSINE;
 		return true;
 	case IR_TRAIN_WARMUP: t->warmup += 5; return true;
 	case IR_TRAIN_MIN_LR: t->min_lr = t->min_lr == 0 ? 1e-5 : 0; return true;
@@ -83,13 +82,13 @@ static bool perturb(IrTrain *t, IrTrainField f, uint32_t live_axes)
 	case IR_TRAIN_MICROBATCHES: t->microbatches = t->microbatches == 1 ? 2 : 1; return true;
 	case IR_TRAIN_SCHEDULE:
 		/* among the schedules of one model chunk per rank */
-		if (t->schedule && !strcmp(t->schedule, "interleaved"))
+		if (t->schedule == IR_PIPE_INTERLEAVED)
 			return false;
-		t->schedule = t->schedule && !strcmp(t->schedule, "gpipe") ? "zb" : "gpipe";
+		t->schedule = t->schedule == IR_PIPE_GPIPE ? IR_PIPE_ZB : IR_PIPE_GPIPE;
 		return true;
 	case IR_TRAIN_VIRTUAL_STAGES:
 		/* under a schedule of one chunk per rank: the chunks stay 1 */
-		if (t->schedule && !strcmp(t->schedule, "interleaved"))
+		if (t->schedule == IR_PIPE_INTERLEAVED)
 			return false;
 		t->virtual_stages = t->virtual_stages == 1 ? 2 : 1;
 		return true;
@@ -194,7 +193,7 @@ static void test_layout(const Layout *l)
 		                 PASS_READS_CHUNKS;
 		if (want && !(p->reads & sched)) {
 			IrTrain t = c.m->train;
-			t.schedule = "interleaved";
+			t.schedule = IR_PIPE_INTERLEAVED;
 			t.virtual_stages = 2;
 			char *got = run_pass(c.m, i, &t);
 			bool same = got && !strcmp(got, want);
