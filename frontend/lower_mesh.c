@@ -129,6 +129,9 @@ void lower_mesh(Lower *L, const AstNode *mesh)
 		apply_mesh_opt(L, L->opt->mesh);
 		where = lower_cmdline;
 	}
+	/* the pipeline runs along the axis named pp: the one place the name
+	 * decides it (IrModule.pp_axis) */
+	L->m->pp_axis = mesh_axis_index(m, "pp");
 	/* checked product: each size is tested first, so it cannot overflow */
 	int64_t total = 1;
 	bool big = false;

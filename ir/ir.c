@@ -224,6 +224,7 @@ IrModule *ir_module_new(Arena *a, const char *name)
 	ir_train_defaults(&m->train);
 	m->loss = -1;
 	m->attn_layers = m->attn_width = -1;
+	m->pp_axis = -1;
 	m->places = ir_places_new(a);
 	return m->places ? m : NULL;
 }
@@ -241,6 +242,7 @@ IrModule *ir_module_derive(const IrModule *m)
 	out->loss = -1;
 	out->attn_layers = m->attn_layers;
 	out->attn_width = m->attn_width;
+	out->pp_axis = m->pp_axis;
 	return out;
 }
 

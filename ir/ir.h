@@ -394,6 +394,10 @@ typedef struct IrModule {
 	 * pass unrolls micro-batches or splits stages and shapes: inspect's
 	 * 6LCT term.  -1 until counted. */
 	int64_t attn_layers, attn_width;
+	/* The mesh axis the pipeline runs along, whatever its size (the axis
+	 * named pp: frontend/lower_mesh.c decides, the IR text parser reads
+	 * it so); -1: none.  Passes find the pipeline by it, never by a name. */
+	int pp_axis;
 	IrStageNote *stage_notes; /* in the order their iterations ended */
 	int nstage_notes, capstage_notes;
 	/* Out of memory for an attribute or annotation: the verifier

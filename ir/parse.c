@@ -1086,6 +1086,9 @@ static bool mesh_line(Parser *p)
 		mesh->names[mesh->naxes] = arena_strdup(p->a, name);
 		mesh->sizes[mesh->naxes++] = size;
 	} while (accept(p, ','));
+	/* the text has no syntax for it: the axis named pp, as lowering
+	 * decides (frontend/lower_mesh.c) */
+	p->m->pp_axis = mesh_axis_index(mesh, "pp");
 	return expect(p, ')', "after the mesh axes") && end_of_line(p, "after the mesh");
 }
 

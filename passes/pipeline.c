@@ -55,8 +55,8 @@
 
 int pipeline_axis(const IrModule *m)
 {
-	int a = mesh_axis_index(&m->mesh, "pp");
-	return a >= 0 && m->mesh.sizes[a] > 1 ? a : -1;
+	int a = m->pp_axis;
+	return a >= 0 && a < m->mesh.naxes && m->mesh.sizes[a] > 1 ? a : -1;
 }
 
 bool pl_oom(Pl *p)

@@ -13,7 +13,8 @@
 
 bool pass_pipeline(IrModule *m, Diag *d, const PassOptions *opt);
 
-/* The pp mesh axis when it has more than one member, else -1. */
+/* The pipeline mesh axis (IrModule.pp_axis) when it has more than one
+ * member, else -1. */
 int pipeline_axis(const IrModule *m);
 
 #endif

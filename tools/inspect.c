@@ -534,8 +534,7 @@ static bool analyse(Insp *in)
 	in->world = 1;
 	for (int a = 0; a < p->mesh_naxes; a++) {
 		in->world *= p->mesh_sizes[a];
-		if (p->nstages > 1 && p->mesh_sizes[a] == p->nstages && p->mesh_names[a] &&
-		    strcmp(p->mesh_names[a], "pp") == 0)
+		if (p->nstages > 1 && p->mesh_sizes[a] == p->nstages && a == m->pp_axis)
 			in->pp = a;
 	}
 	if (in->o->rank < 0 || in->o->rank >= in->world) {

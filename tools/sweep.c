@@ -414,11 +414,10 @@ static bool probe(SweepRun *r, const IrModule *m, Arena *a)
 		        s->naxes, DTM_MAX_AXES);
 		return false;
 	}
-	s->pp_axis = s->sp_axis = -1;
+	s->pp_axis = m->pp_axis;
+	s->sp_axis = -1;
 	for (int k = 0; k < s->naxes; k++) {
 		s->axes[k] = m->mesh.names[k];
-		if (!strcmp(s->axes[k], "pp"))
-			s->pp_axis = k;
 		if (!strcmp(s->axes[k], "tp"))
 			s->sp_axis = k;
 	}

@@ -64,7 +64,7 @@ typedef struct SweepSpace {
 	const char *model;
 	int naxes;
 	const char *axes[DTM_MAX_AXES];
-	int pp_axis;         /* "pp", or -1 */
+	int pp_axis;         /* IrModule.pp_axis, or -1 */
 	int sp_axis;         /* the axis SP splits over ("tp"), or -1 */
 	uint32_t zero_axes;  /* mesh axes ZeRO splits over */
 	uint32_t batch_axes; /* axes splitting the batch (the first input's dim 0) */

@@ -391,6 +391,7 @@ static void test_roundtrip(void)
 		CHECK(ir_verify(m2, &D, "parse"));
 		CHECK_EQ_INT(m2->nnodes, M->nnodes);
 		CHECK_EQ_INT(m2->loss, M->loss);
+		CHECK_EQ_INT(m2->pp_axis, 0); /* the axis named pp */
 		CHECK(m2->train.lr == 0.1 && m2->train.clip == 1.0 / 3.0);
 		CHECK(m2->train.weight_decay == 1e-300);
 		CHECK(m2->train.data == NULL);

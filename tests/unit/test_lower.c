@@ -110,6 +110,8 @@ static void test_gpt(void)
 	CHECK_EQ_INT(m->train.steps, 300);
 	CHECK_EQ_INT(m->train.warmup, 20);
 	CHECK_EQ_INT(m->train.zero_axes, 1u << 1);
+	CHECK_EQ_INT(m->pp_axis, mesh_axis_index(&m->mesh, "pp")); /* gpt's mesh has pp */
+	CHECK(m->pp_axis >= 0);
 	arena_free(&a);
 }
 
@@ -845,6 +847,7 @@ static void test_units(void)
 		SrcFile sf = {"t.ir", text, len};
 		IrModule *q = ir_parse(&a, &d, &sf);
 		CHECK(q != NULL);
+		CHECK(m->pp_axis == -1 && (!q || q->pp_axis == -1)); /* no pp axis */
 		for (int i = 0; q && i < NN; i++)
 			for (int j = 0; j < NN; j++)
 				CHECK((ir_unit(q, q->nodes[p[i]->id]) == ir_unit(q, q->nodes[p[j]->id])) ==
