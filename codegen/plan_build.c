@@ -709,32 +709,6 @@ static int fill(Build *b)
 	for (int i = 0; i < nn; i++) {
 		const MemPlanNode *n = &rec[i];
 		int id = b->bufid[i];
-		if (i + 8 < nn) { /* the lines read here, ahead of the walk */
-			const IrNode *q = m->nodes[i + 8];
-			if (!b->lean) { /* the buffer's fields, shape, placement */
-				__builtin_prefetch(q);
-				__builtin_prefetch(&q->shape);
-			}
-			/* the tables are written ahead of the walk too: the
-			 * stores wait on their lines otherwise */
-			int qid = b->bufid[i + 8];
-			if (b->lean && qid >= 0 && mp->buf[i + 8].owner == i + 8) {
-				__builtin_prefetch(&bufs[qid].name, 1);
-				__builtin_prefetch(&bufs[qid].dtype, 1);
-				__builtin_prefetch(&bufs[qid].arena, 1);
-				__builtin_prefetch(&bufs[qid].stage, 1);
-			}
-			/* a lean plan reads IrNodes only for GEMMs (the shapes),
-			 * collectives and sends (the attributes) */
-			uint8_t op = rec[i + 8].op;
-			if (op == IR_OP_MATMUL) {
-				__builtin_prefetch(&q->shape);
-				__builtin_prefetch(&m->nodes[b->mp->opnd[rec[i + 8].ops]]->shape);
-			} else if (op == IR_OP_SEND || op == IR_OP_RECV ||
-			           (b->opfl[op] & OPF_COLL)) {
-				__builtin_prefetch(q->attr);
-			}
-		}
 		int r = b->fp->root[i];
 		if (r >= i && r < nn && b->kind[r] == NK_FUSED &&
 		    (!b->fp->first || i >= b->fp->first[r]))
@@ -787,11 +761,6 @@ static int fill(Build *b)
 				sg[s] = i;
 		}
 		if (k != NK_NONE || n->op == IR_OP_SEND || n->op == IR_OP_RECV) {
-			if (cur[s] + 16 < st[s].actions + st[s].nactions) {
-				const char *w = (const char *)(cur[s] + 16);
-				for (size_t off = 0; off < sizeof *cur[s]; off += 64)
-					__builtin_prefetch(w + off, 1);
-			}
 			cur[s] = fill_actions(b, i, kernel, cur[s]);
 			if (!cur[s])
 				return 0;

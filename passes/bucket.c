@@ -509,13 +509,6 @@ bool pass_bucket(IrModule *m, Diag *d, const PassOptions *opt)
 	 * may be candidates, and the place_from the pass clears. */
 	for (int i = 0; i < nn; i++) {
 		const IrNode *x = m->nodes[i];
-		/* nodes next in id order are seldom next in memory (passes
-		 * allocate them among other things, fsdp_units moves them):
-		 * fetched ahead, their cache misses overlap */
-		if (i + 8 < nn)
-			__builtin_prefetch(m->nodes[i + 8]);
-		if (i + 4 < nn)
-			__builtin_prefetch(m->nodes[i + 4]->ops);
 		for (int k = 0; k < x->nops; k++) {
 			int o = x->ops[k];
 			if (first_user[o] > i)
@@ -671,12 +664,6 @@ bool pass_bucket(IrModule *m, Diag *d, const PassOptions *opt)
 			ok = o.out->nodes != NULL;
 		}
 		for (int i = 0; ok && i < nn; i++) {
-			if (i + 8 < nn) { /* as in the walk above */
-				__builtin_prefetch(&m->nodes[i + 8]->id, 1);
-				__builtin_prefetch(&m->nodes[i + 8]->ops, 1);
-			}
-			if (i + 4 < nn)
-				__builtin_prefetch(m->nodes[i + 4]->ops, 1);
 			if (!skip[i])
 				ok = adopt_node(&o, i, later, &nlater);
 			if (ok && point_of[i] >= 0 && bks[point_of[i]].n > 0) {

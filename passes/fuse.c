@@ -151,19 +151,10 @@ bool pass_fuse_plan(const IrModule *m, Arena *a, Diag *d, FusePlan *fp)
 	}
 	/* One walk over the nodes counts uses and notes who reads what, so
 	 * that grouping and transpose folding below touch only the nodes
-	 * they may change (the nodes are big; walking them is the cost). */
+	 * they may change (walking the nodes, not in memory order, is the
+	 * cost). */
 	for (int j = 0; j < n; j++) {
 		const IrNode *u = m->nodes[j];
-		/* ask for the node 16 ahead and for the operand list of the
-		 * one 8 ahead (the node is there by now): the walk is bound by
-		 * memory latency, not by work */
-		if (j + 16 < n) {
-			const char *ahead = (const char *)m->nodes[j + 16];
-			__builtin_prefetch(ahead);
-			__builtin_prefetch(ahead + 64);
-		}
-		if (j + 8 < n)
-			__builtin_prefetch(m->nodes[j + 8]->ops);
 		kind[j] = (pass_fuse_op_ok(u->op) ? K_ELEMWISE : 0) |
 		          (u->op == IR_OP_PERMUTE ? K_PERMUTE : 0);
 		fp->root[j] = -1;

@@ -312,19 +312,6 @@ bool pass_memplan(const IrModule *m, const FusePlan *fp, Arena *a, Diag *d, MemP
 	int nstages = 1;
 	for (int i = 0; i < n; i++) {
 		const IrNode *u = m->nodes[i];
-		/* the walk is bound by memory latency: ask ahead for the
-		 * lines read here (the fields and the shape, then the operand
-		 * list and the name once their node is in) */
-		if (i + 16 < n) {
-			const IrNode *ahead = m->nodes[i + 16];
-			__builtin_prefetch(ahead);
-			__builtin_prefetch(&ahead->ops);
-			__builtin_prefetch(&ahead->shape[0]);
-		}
-		if (i + 8 < n) {
-			__builtin_prefetch(m->nodes[i + 8]->ops);
-			__builtin_prefetch(m->nodes[i + 8]->name); /* may be NULL */
-		}
 		int nops = u->nops > 0 ? u->nops : 0;
 		if (used + (size_t)nops > opcap) {
 			opcap = 2 * (used + (size_t)nops);

@@ -162,9 +162,7 @@ bool pass_pipeline(IrModule *m, Diag *d, const PassOptions *opt)
 		ok = pl_oom(&p);
 	if (!ok)
 		goto done;
-	/* The one walk over the nodes themselves, the nodes fetched some
-	 * ahead, so that the cache misses of many nodes overlap (a node is
-	 * ~500 bytes, the module megabytes, and nodes next in id order are
+	/* The one walk over the nodes themselves (nodes next in id order are
 	 * not always next in memory): everything later reads arrays.  What
 	 * it finds of node i needs only operands', which come before it. */
 	unsigned opfl[IR_OP_COUNT];
@@ -196,14 +194,6 @@ bool pass_pipeline(IrModule *m, Diag *d, const PassOptions *opt)
 	const int loss = m->loss;
 	for (int i = 0; i < nn; i++) {
 		const IrNode *n = m->nodes[i];
-		/* the head (one or two lines) well ahead, the operands when it
-		 * is in */
-		if (i + 16 < nn) {
-			__builtin_prefetch(&m->nodes[i + 16]->id);
-			__builtin_prefetch(&m->nodes[i + 16]->name);
-		}
-		if (i + 6 < nn)
-			__builtin_prefetch(m->nodes[i + 6]->ops);
 		IrOp o = n->op;
 		unsigned fl = (unsigned)o < IR_OP_COUNT ? opfl[o] : 0;
 		op[i] = (uint8_t)o;

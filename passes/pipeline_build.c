@@ -61,16 +61,6 @@ static IrNode *adopt(IrModule *out, const IrModule *m, int i, IrNode *n, const i
 	return n;
 }
 
-/* The lines of node n that materialise reads and writes.  It visits the
- * nodes in schedule order, not memory order, and a module is megabytes:
- * fetched some entries ahead, their misses overlap. */
-static void prefetch_node(const IrNode *n)
-{
-	/* the head: one line, or two where the node straddles them */
-	__builtin_prefetch(&n->id, 1);
-	__builtin_prefetch(&n->name, 1);
-}
-
 /* Turns the entry lists into out's nodes, rank by rank.  mr: room for nn
  * ids, the node each of m's stands for on the rank being made. */
 bool pl_materialise(Pl *p, IrModule *out, int *mr, int *loss_out)
@@ -112,10 +102,6 @@ bool pl_materialise(Pl *p, IrModule *out, int *mr, int *loss_out)
 		for (int j = 0; j < l->n && !p->failed; j++) {
 			const Ent *e = &l->e[j];
 			IrNode *n = m->nodes[e->node];
-			if (j + 8 < l->n)
-				prefetch_node(m->nodes[l->e[j + 8].node]);
-			if (j + 4 < l->n && l->e[j + 4].kind == E_NODE)
-				__builtin_prefetch(m->nodes[l->e[j + 4].node]->ops, 1);
 			if (e->kind == E_NODE) {
 				int no = 0;
 				for (int k = p->opstart[e->node]; k < p->opstart[e->node + 1]; k++)

@@ -216,8 +216,6 @@ static int classify(Rc *r)
 	}
 	for (int i = 0; i <= r->L; i++) {
 		const IrNode *x = m->nodes[i];
-		if (i + 4 <= r->L)
-			__builtin_prefetch(m->nodes[i + 4]->ops);
 		act[i] = x->op == IR_OP_INPUT;
 		for (int j = 0; j < x->nops; j++) {
 			int u = x->ops[j];
@@ -265,11 +263,6 @@ static bool run(Rc *r)
 	}
 	for (int i = 0; i < n && !r->failed; i++) {
 		IrNode *x = m->nodes[i];
-		if (i > r->L && i + 8 < n) {
-			__builtin_prefetch(&m->nodes[i + 8]->nops);
-		}
-		if (i > r->L && i + 4 < n)
-			__builtin_prefetch(m->nodes[i + 4]->ops);
 		for (int j = 0; i > r->L && j < x->nops && !r->failed; j++) {
 			int v = x->ops[j];
 			if (v >= n || !r->internal[v])

@@ -568,10 +568,6 @@ int cost_plan_step(const DtmPlan *plan, const HwProfile *hw, int nodes, CostRepo
 		return bad_plan(out, "out of memory");
 	}
 	for (int b = 0; b < plan->nbuffers; b++) {
-		if (b + 8 < plan->nbuffers) {
-			__builtin_prefetch(&plan->buffers[b + 8].dtype);
-			__builtin_prefetch(&plan->buffers[b + 8].bytes);
-		}
 		bi[b] = (BufInfo){ (double)plan->buffers[b].bytes, plan->buffers[b].dtype };
 	}
 	int rc = 0;
