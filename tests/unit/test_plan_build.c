@@ -9,6 +9,8 @@
 #include <stdlib.h>
 
 #include "check.h"
+#include "codegen/emit_c.h"
+#include "codegen/plan_build.h"
 #include "driver/driver.h"
 
 static DtmPlan *compile(Arena *a, Diag *d, const char *path, const char *mesh, int ntrain,
@@ -158,10 +160,94 @@ static void test_errors(void)
 		fclose(sink);
 }
 
+/* The IR text of c's module and the program for its plan: every field of
+ * the plan, as `dtmc build --keep-c` writes it (src_dir "." : the tests
+ * run in the repository root). */
+static char *program_text(const Compiled *c, Diag *d)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	ir_print(f, c->m);
+	CgEmitOptions eo = {.src_dir = "."};
+	CHECK(cg_emit_c(f, c->m, c->an.fuse, c->an.mem, c->plan, &eo, d));
+	fclose(f);
+	return buf;
+}
+
+/* The same model compiled twice gives the same IR and plan, a clone of
+ * the final module prints the same, and the lean plan sweep costs is the
+ * full one less its text: what the passes decide depends on the program,
+ * not on where the nodes or their tables happen to sit. */
+static void test_repeatable(void)
+{
+	static const char *const train[] = {"microbatches=4", "zero=1", "recompute=true"};
+	DrvOptions o = {.lower = {.mesh = "pp=2,dp=2,tp=1", .ntrain = 3}};
+	for (int i = 0; i < 3; i++)
+		o.lower.train[i] = train[i];
+	Arena a[2];
+	Diag d;
+	diag_init(&d, stderr);
+	Compiled c[2];
+	char *text[2] = {NULL, NULL};
+	bool ok = true;
+	for (int k = 0; k < 2; k++) {
+		arena_init(&a[k]);
+		ok = ok && drv_compile(&c[k], &a[k], &d, "models/gpt.dtm", &o);
+		text[k] = ok ? program_text(&c[k], &d) : NULL;
+	}
+	CHECK(ok && text[0] && text[1]);
+	if (ok && text[0] && text[1]) {
+		CHECK(strcmp(text[0], text[1]) == 0);
+		IrModule *cl = ir_module_clone(&a[1], c[0].m);
+		CHECK(cl != NULL);
+		if (cl) {
+			Compiled cc = c[0];
+			cc.m = cl;
+			char *t = program_text(&cc, &d);
+			CHECK(t && strcmp(t, text[0]) == 0);
+			free(t);
+		}
+		const DtmPlan *p = c[0].plan;
+		DtmPlan *l = cg_plan_build_lean(c[0].m, c[0].an.fuse, c[0].an.mem, NULL, &a[0], &d);
+		CHECK(l != NULL);
+		if (l) {
+			CHECK_EQ_INT(l->nbuffers, p->nbuffers);
+			CHECK_EQ_INT(l->nstages, p->nstages);
+			CHECK_EQ_INT(l->loss, p->loss);
+			for (int i = 0; i < l->nbuffers && i < p->nbuffers; i++) {
+				const DtmBuffer *x = &l->buffers[i], *y = &p->buffers[i];
+				CHECK((!x->name && !y->name) || (x->name && y->name && !strcmp(x->name, y->name)));
+				CHECK(x->role == y->role && x->dtype == y->dtype && x->arena == y->arena);
+				CHECK(x->offset == y->offset && x->bytes == y->bytes && x->stage == y->stage);
+			}
+			for (int s = 0; s < l->nstages && s < p->nstages; s++) {
+				const DtmStage *ls = &l->stages[s], *ps = &p->stages[s];
+				CHECK_EQ_INT(ls->nactions, ps->nactions);
+				CHECK(memcmp(ls->arena_bytes, ps->arena_bytes, sizeof ls->arena_bytes) == 0);
+				for (int i = 0; i < ls->nactions && i < ps->nactions; i++) {
+					const DtmAction *x = &ls->actions[i], *y = &ps->actions[i];
+					CHECK(x->kind == y->kind && x->phase == y->phase &&
+					      x->microbatch == y->microbatch && x->nargs == y->nargs);
+					CHECK(memcmp(x->args, y->args, sizeof x->args) == 0);
+					CHECK(x->coll == y->coll && x->axes == y->axes && x->bytes == y->bytes);
+					CHECK(x->m == y->m && x->n == y->n && x->k == y->k && x->batch == y->batch);
+				}
+			}
+		}
+	}
+	CHECK_EQ_INT(d.nerr, 0);
+	free(text[0]);
+	free(text[1]);
+	arena_free(&a[0]);
+	arena_free(&a[1]);
+}
+
 int main(void)
 {
 	test_mlp_dp_tp();
 	test_gpt_pipeline();
 	test_errors();
+	test_repeatable();
 	return check_report();
 }
