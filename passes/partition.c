@@ -29,8 +29,9 @@
  * dropped from every placement.
  *
  * Most nodes repeat an earlier one (layers, micro-batches): those copy
- * what partitioning it made (partition_twin.c), the rest come here
- * (part_node), which emit() and reshard_slow() tell the recording of.
+ * what partitioning it made, through the twins seam (partition_twin.c:
+ * twin_replay, off with it NULL); the rest come here (part_node), whose
+ * emit() and reshard_slow() tell the seam what they made (twin_rec_*).
  */
 #include "passes/partition_impl.h"
 #include "passes/reshard.h"
@@ -295,8 +296,7 @@ static int emit(Part *p, IrOp op, const int *ops, int nops, const IrAttr *at,
 		         fmt_pl(p, pl), t2);
 		return -1;
 	}
-	if (p->rec)
-		part_rec_node(p, like->id, origin);
+	twin_rec_node(p->tw, like->id, origin);
 	return n->id;
 }
 
@@ -346,8 +346,7 @@ static int reshard_slow(Part *p, int id, const IrNode *g, uint32_t to)
 	IrNode *x = loc_node(p, id);
 	for (Cached *c = p->cache[g->id]; c; c = c->next)
 		if (c->p == to) {
-			if (p->rec)
-				part_rec_event(p, g->id, c, true);
+			twin_rec_event(p->tw, g->id, c, true);
 			return c->id;
 		}
 	ReshardPlan buf;
@@ -379,8 +378,7 @@ static int reshard_slow(Part *p, int id, const IrNode *g, uint32_t to)
 		*c = (Cached){to, cur, p->cache[g->id]};
 		p->cache[g->id] = c;
 	}
-	if (p->rec)
-		part_rec_event(p, g->id, c, false);
+	twin_rec_event(p->tw, g->id, c, false);
 	return cur;
 }
 
@@ -1041,13 +1039,33 @@ static bool find_wants(Part *p)
 	return true;
 }
 
-bool pass_partition_ex(IrModule *m, Diag *d, bool fill_unknown)
+/* Partitions global node n: replayed by the twins seam when it can, else
+ * the normal way, which the seam records. */
+static bool part_one(Part *p, const IrNode *n)
 {
-	return pass_partition_replay(m, d, fill_unknown, !fill_unknown);
+	switch (twin_replay(p->tw, p, n)) {
+	case TWIN_DONE:
+		return true;
+	case TWIN_FAILED:
+		return false;
+	case TWIN_MISS:
+		break;
+	}
+	if (!part_node(p, n))
+		return false;
+	twin_record(p->tw, p, n);
+	return true;
 }
 
-bool pass_partition_replay(IrModule *m, Diag *d, bool fill_unknown, bool replay)
+bool pass_partition_ex(IrModule *m, Diag *d, bool fill_unknown)
 {
+	return pass_partition_replay(m, d, fill_unknown, !fill_unknown, NULL);
+}
+
+bool pass_partition_replay(IrModule *m, Diag *d, bool fill_unknown, bool replay, int *replays)
+{
+	if (replays)
+		*replays = 0;
 	if (mesh_size(&m->mesh) <= 1)
 		return true;
 	Part p = {.m = m, .out = ir_module_derive(m), .d = d, .fill = fill_unknown};
@@ -1064,10 +1082,10 @@ bool pass_partition_replay(IrModule *m, Diag *d, bool fill_unknown, bool replay)
 	p.cache = arena_alloc(&p.scratch, nn * sizeof *p.cache);
 	/* fill_unknown decides placements as it goes, which a twin's class
 	 * (computed from the global placements) cannot see */
-	p.twins = replay && !fill_unknown;
-	p.last = -1;
-	p.vsig = arena_alloc_raw(&p.scratch, nn * sizeof *p.vsig);
-	bool ok = p.out && p.map && p.mplace && p.wantix && p.cache && p.vsig;
+	bool twins = replay && !fill_unknown;
+	if (twins)
+		p.tw = twin_new(m->nnodes);
+	bool ok = p.out && p.map && p.mplace && p.wantix && p.cache && (p.tw || !twins);
 	/* room for the local nodes up front: some 1.2 per global one, and
 	 * growing by doubling would copy the array a dozen times */
 	size_t cap = nn + nn / 2 + 64;
@@ -1082,13 +1100,16 @@ bool pass_partition_replay(IrModule *m, Diag *d, bool fill_unknown, bool replay)
 	if (!ok)
 		diag_error(d, (SrcLoc){0}, "partition: out of memory");
 	for (int i = 0; ok && i < m->nnodes; i++)
-		ok = part_twin(&p, m->nodes[i]);
+		ok = part_one(&p, m->nodes[i]);
 	if (ok) {
 		m->loss = m->loss >= 0 ? p.map[m->loss] : -1;
 		for (int c = 0; c < m->nchooses; c++)
 			m->chooses[c].node = p.map[m->chooses[c].node];
 		ir_module_take_nodes(m, p.out);
 	}
+	if (replays)
+		*replays = twin_replays(p.tw);
+	twin_free(p.tw);
 	arena_free(&p.scratch);
 	return ok;
 }

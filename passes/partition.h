@@ -32,9 +32,10 @@ bool pass_partition(IrModule *m, Diag *d, const PassOptions *opt);
  * replicated; optimizer state: its param's placement; the loss:
  * replicated), a stand-in for `propagate` in tests. */
 bool pass_partition_ex(IrModule *m, Diag *d, bool fill_unknown);
-/* As pass_partition_ex, with the replay of repeated nodes
- * (passes/partition_twin.c) on or off: off is the reference replay must
- * equal exactly (test_partition). */
-bool pass_partition_replay(IrModule *m, Diag *d, bool fill_unknown, bool replay);
+/* As pass_partition_ex, with the replay of repeated nodes (the twins
+ * seam, passes/partition_twin.c) on or off: off is the reference replay
+ * must equal exactly (test_partition).  *replays (when not NULL): how many
+ * nodes were replayed. */
+bool pass_partition_replay(IrModule *m, Diag *d, bool fill_unknown, bool replay, int *replays);
 
 #endif

@@ -1,7 +1,7 @@
 /* partition_impl.h - shared between partition.c (the driver: leaves,
  * reshards, optimizer ops), partition_rules.c (the per-op local rules) and
- * partition_twin.c (replaying a repeated node's partition); not part of
- * the pass's interface. */
+ * partition_twin.c (the twins seam: replaying a repeated node's
+ * partition); not part of the pass's interface. */
 #ifndef DTM_PARTITION_IMPL_H
 #define DTM_PARTITION_IMPL_H
 
@@ -41,17 +41,7 @@ typedef struct Cached {
 
 typedef struct PlanMemo PlanMemo; /* partition.c */
 typedef struct CeMemo CeMemo;     /* partition.c */
-typedef struct TwClass TwClass;   /* partition_twin.c */
-typedef struct TwSlot TwSlot;     /* partition_twin.c */
-typedef struct TwRecNode TwRecNode;
-
-/* A reshard looked up while a node's partition is recorded. */
-enum { TW_MAXEV = 16 };
-typedef struct TwRecEv {
-	int g;           /* the global value */
-	const Cached *c; /* the entry found or made */
-	bool hit;
-} TwRecEv;
+typedef struct Twins Twins;       /* partition_twin.c */
 
 typedef struct Part {
 	IrModule *m;     /* the global module; its nodes are read, not changed */
@@ -77,24 +67,9 @@ typedef struct Part {
 	uint32_t live;   /* the mesh axes of more than one rank */
 	PlanMemo *memo;  /* open addressing, capmemo a power of two */
 	int nmemo, capmemo;
-	/* twins (partition_twin.c): off under fill; global id -> the value
-	 * signature of its node, -1 none */
-	bool twins;
-	int *vsig;
-	int last; /* the class of the node before, or -1 */
-	TwClass *classes;
-	int nclasses, capclasses;
-	TwSlot *ctab, *vtab; /* classes and value signatures, open addressing */
-	int capctab, capvtab, nvsig;
-	int *vrep;           /* value signature -> a global node that has it */
-	int capvrep;
-	/* recording: on while one node is partitioned the normal way */
-	bool rec, rec_bad;
-	int rec_base;
-	TwRecNode *rn;
-	int nrn, caprn;
-	TwRecEv re[TW_MAXEV];
-	int nre;
+	/* the twins seam (partition_twin.c), NULL: off (under fill, or asked
+	 * so); the pass reads nothing of it, only calls it */
+	Twins *tw;
 	Arena scratch;
 } Part;
 
@@ -103,11 +78,34 @@ typedef struct Part {
 bool part_node(Part *p, const IrNode *n);
 bool part_finish(Part *p, const IrNode *n, int id);
 
-/* partition_twin.c: n partitioned by replaying a twin's when one fits,
- * else by part_node; and what part_node's emits and reshard lookups tell
- * the recording while p->rec is on. */
-bool part_twin(Part *p, const IrNode *n);
-void part_rec_node(Part *p, int like, int origin);
-void part_rec_event(Part *p, int g, const Cached *c, bool hit);
+/* ---- the twins seam (partition_twin.c) ----
+ * Replaying a repeated node's partition.  Per node the driver asks
+ * twin_replay first; on TWIN_MISS it runs part_node, whose emits and
+ * reshard lookups it tells the seam (twin_rec_*), and then twin_record.
+ * Every call takes tw == NULL as "off": a miss, nothing recorded, so the
+ * output is part_node's for every node (test_replay_identity compares). */
+typedef enum TwinResult {
+	TWIN_MISS,   /* not replayed: partition n the normal way */
+	TWIN_DONE,   /* replayed: n's value is mapped (part_finish) */
+	TWIN_FAILED, /* an error, reported */
+} TwinResult;
+
+/* The seam for a module of nnodes global nodes; NULL: out of memory. */
+Twins *twin_new(int nnodes);
+void twin_free(Twins *tw);
+/* n partitioned by copying what a twin's partition made, when one of its
+ * class fits; on a miss, the recording of the normal path starts. */
+TwinResult twin_replay(Twins *tw, Part *p, const IrNode *n);
+/* n was partitioned the normal way: what it made kept as a variant of its
+ * class (while the class has room), and its value signature set. */
+void twin_record(Twins *tw, const Part *p, const IrNode *n);
+/* part_node's emit() made a local node (like: the global node it took its
+ * location and stage from; origin: its place_from). */
+void twin_rec_node(Twins *tw, int like, int origin);
+/* part_node looked up a reshard of global g: c, the entry found (hit) or
+ * made (NULL when it could not be kept). */
+void twin_rec_event(Twins *tw, int g, const Cached *c, bool hit);
+/* How many nodes were replayed. */
+int twin_replays(const Twins *tw);
 
 #endif

@@ -1,4 +1,11 @@
-/* partition_twin.c - replaying a twin's partition, for passes/partition.c.
+/* partition_twin.c - the twins seam: replaying a twin's partition, for
+ * passes/partition.c.
+ *
+ * The project keeps repeated structure (block bodies, micro-batches)
+ * implicit in the IR; this file is where partition exploits it, behind
+ * twin_replay / twin_record (partition_impl.h), with all of its state in
+ * Twins.  The driver reads none of it, and without the seam (tw NULL)
+ * every node takes the normal path.
  *
  * The program repeats: a model's layers are the same ops on the same
  * shapes and placements, once per micro-batch, forward and backward.  A
@@ -18,12 +25,13 @@
  * part_node would have made, without the rules, reshard plans and type
  * inference.  Anything else takes the normal path, recorded as another
  * variant of the class while it has room.  Output is the same either way
- * (scripts/plan-identity checks it).
+ * (test_replay_identity, scripts/plan-identity check it).
  */
 #include "passes/partition_impl.h"
 #include "support/hash.h"
 
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* A reference, in a recording, to a local node: none, the recording's own
@@ -54,54 +62,122 @@ typedef struct TwVar {
 	struct TwVar *next;
 } TwVar;
 
-struct TwClass {
+typedef struct TwClass {
 	int rep;  /* its first node */
 	int vsig; /* the value signature of its nodes, -1 not yet */
 	int succ; /* the class of the node after one of it, last seen; -1 */
 	int nvars;
 	bool dead; /* not replayable: always the normal path */
 	TwVar *vars;
-};
+} TwClass;
 
-struct TwSlot {
+typedef struct TwSlot {
 	uint64_t h;
 	int id; /* -1: empty */
-};
+} TwSlot;
 
 /* A node made while recording. */
-struct TwRecNode {
+typedef struct TwRecNode {
 	int like; /* global id */
 	int origin;
+} TwRecNode;
+
+/* A reshard looked up while recording. */
+enum { TW_MAXEV = 16 };
+typedef struct TwRecEv {
+	int g;           /* the global value */
+	const Cached *c; /* the entry found or made */
+	bool hit;
+} TwRecEv;
+
+/* The seam's state: all of it here, none in Part.  Its tables live in
+ * its own arena; the local nodes and reshard cache entries a replay makes
+ * are the partition's, made where part_node would make them. */
+struct Twins {
+	Arena ar;
+	/* global id -> the value signature of its node, -1 none */
+	int *vsig;
+	int last; /* the class of the node before, or -1 */
+	TwClass *classes;
+	int nclasses, capclasses;
+	TwSlot *ctab, *vtab; /* classes and value signatures, open addressing */
+	int capctab, capvtab, nvsig;
+	int *vrep;           /* value signature -> a global node that has it */
+	int capvrep;
+	/* between twin_replay's miss and twin_record: the node's class (-1
+	 * none), and the recording, on while the node is partitioned the
+	 * normal way and its class has room for another variant */
+	int cur;
+	bool rec, rec_bad;
+	int rec_base;
+	TwRecNode *rn;
+	int nrn, caprn;
+	TwRecEv re[TW_MAXEV];
+	int nre;
+	int replays; /* nodes replayed, for the tests */
 };
 
-/* A node emit() made while recording: like, the global node whose
- * location and stage it took; origin, its place_from. */
-void part_rec_node(Part *p, int like, int origin)
+Twins *twin_new(int nnodes)
 {
-	if (p->nrn == p->caprn) {
-		int ncap = p->caprn ? 2 * p->caprn : 16;
-		TwRecNode *nr = arena_alloc_raw(&p->scratch, sizeof *nr * (size_t)ncap);
-		if (!nr) {
-			p->rec_bad = true;
-			return;
-		}
-		if (p->nrn)
-			memcpy(nr, p->rn, sizeof *nr * (size_t)p->nrn);
-		p->rn = nr;
-		p->caprn = ncap;
+	Twins *tw = calloc(1, sizeof *tw);
+	if (!tw)
+		return NULL;
+	arena_init(&tw->ar);
+	tw->last = -1;
+	tw->cur = -1;
+	tw->vsig = arena_alloc_raw(&tw->ar, sizeof *tw->vsig * (size_t)(nnodes > 0 ? nnodes : 1));
+	if (!tw->vsig) {
+		twin_free(tw);
+		return NULL;
 	}
-	p->rn[p->nrn++] = (TwRecNode){like, origin};
+	return tw;
 }
 
-/* A reshard of global g looked up while recording (c: the entry found or
- * made, NULL when it could not be kept). */
-void part_rec_event(Part *p, int g, const Cached *c, bool hit)
+void twin_free(Twins *tw)
 {
-	if (!c || p->nre == TW_MAXEV) {
-		p->rec_bad = true;
+	if (!tw)
+		return;
+	arena_free(&tw->ar);
+	free(tw);
+}
+
+int twin_replays(const Twins *tw)
+{
+	return tw ? tw->replays : 0;
+}
+
+/* A node emit() made (like, the global node whose location and stage it
+ * took; origin, its place_from): kept while recording. */
+void twin_rec_node(Twins *tw, int like, int origin)
+{
+	if (!tw || !tw->rec)
+		return;
+	if (tw->nrn == tw->caprn) {
+		int ncap = tw->caprn ? 2 * tw->caprn : 16;
+		TwRecNode *nr = arena_alloc_raw(&tw->ar, sizeof *nr * (size_t)ncap);
+		if (!nr) {
+			tw->rec_bad = true;
+			return;
+		}
+		if (tw->nrn)
+			memcpy(nr, tw->rn, sizeof *nr * (size_t)tw->nrn);
+		tw->rn = nr;
+		tw->caprn = ncap;
+	}
+	tw->rn[tw->nrn++] = (TwRecNode){like, origin};
+}
+
+/* A reshard of global g looked up (c: the entry found or made, NULL when
+ * it could not be kept): kept while recording. */
+void twin_rec_event(Twins *tw, int g, const Cached *c, bool hit)
+{
+	if (!tw || !tw->rec)
+		return;
+	if (!c || tw->nre == TW_MAXEV) {
+		tw->rec_bad = true;
 		return;
 	}
-	p->re[p->nre++] = (TwRecEv){g, c, hit};
+	tw->re[tw->nre++] = (TwRecEv){g, c, hit};
 }
 
 /* The same attributes (the same op: the same kind). */
@@ -130,12 +206,12 @@ static uint64_t tw_type_hash(uint64_t h, const IrNode *n)
 	return h;
 }
 
-static bool tw_grow(Part *p, TwSlot **t, int *cap, int n)
+static bool tw_grow(Twins *tw, TwSlot **t, int *cap, int n)
 {
 	if (2 * (n + 1) <= *cap)
 		return true;
 	int ncap = *cap ? 2 * *cap : 1024;
-	TwSlot *nt = arena_alloc_raw(&p->scratch, sizeof *nt * (size_t)ncap);
+	TwSlot *nt = arena_alloc_raw(&tw->ar, sizeof *nt * (size_t)ncap);
 	if (!nt)
 		return false;
 	memset(nt, 0xff, sizeof *nt * (size_t)ncap);
@@ -154,67 +230,67 @@ static bool tw_grow(Part *p, TwSlot **t, int *cap, int n)
 
 /* The value signature of global node id (partitioned): its type, global
  * placement and local placement, interned; -1 when out of memory. */
-static int tw_vsig(Part *p, int id)
+static int tw_vsig(Twins *tw, const Part *p, int id)
 {
 	const IrNode *n = p->m->nodes[id];
 	uint32_t mp = p->mplace[id];
 	uint64_t h = tw_type_hash(0x9e3779b97f4a7c15ull, n);
 	h = hash_mix64(h, (uint64_t)mp | (uint64_t)n->place << 32);
 	h = hash_fin64(h);
-	if (!tw_grow(p, &p->vtab, &p->capvtab, p->nvsig))
+	if (!tw_grow(tw, &tw->vtab, &tw->capvtab, tw->nvsig))
 		return -1;
-	size_t mask = (size_t)p->capvtab - 1, slot = (size_t)h & mask;
-	for (; p->vtab[slot].id >= 0; slot = (slot + 1) & mask) {
-		if (p->vtab[slot].h != h)
+	size_t mask = (size_t)tw->capvtab - 1, slot = (size_t)h & mask;
+	for (; tw->vtab[slot].id >= 0; slot = (slot + 1) & mask) {
+		if (tw->vtab[slot].h != h)
 			continue;
-		const IrNode *r = p->m->nodes[p->vrep[p->vtab[slot].id]];
+		const IrNode *r = p->m->nodes[tw->vrep[tw->vtab[slot].id]];
 		if (tw_type_same(r, n) && r->place == n->place && p->mplace[r->id] == mp)
 			break;
 	}
-	if (p->vtab[slot].id >= 0)
-		return p->vtab[slot].id;
-	if (p->nvsig == p->capvrep) {
-		int ncap = p->capvrep ? 2 * p->capvrep : 256;
-		int *nv = arena_alloc_raw(&p->scratch, sizeof *nv * (size_t)ncap);
+	if (tw->vtab[slot].id >= 0)
+		return tw->vtab[slot].id;
+	if (tw->nvsig == tw->capvrep) {
+		int ncap = tw->capvrep ? 2 * tw->capvrep : 256;
+		int *nv = arena_alloc_raw(&tw->ar, sizeof *nv * (size_t)ncap);
 		if (!nv)
 			return -1;
-		if (p->nvsig)
-			memcpy(nv, p->vrep, sizeof *nv * (size_t)p->nvsig);
-		p->vrep = nv;
-		p->capvrep = ncap;
+		if (tw->nvsig)
+			memcpy(nv, tw->vrep, sizeof *nv * (size_t)tw->nvsig);
+		tw->vrep = nv;
+		tw->capvrep = ncap;
 	}
-	p->vrep[p->nvsig] = id;
-	p->vtab[slot] = (TwSlot){h, p->nvsig};
-	return p->nvsig++;
+	tw->vrep[tw->nvsig] = id;
+	tw->vtab[slot] = (TwSlot){h, tw->nvsig};
+	return tw->nvsig++;
 }
 
 /* Whether n may be replayed at all: the vocab-parallel loss keeps its
  * own memo, grad_norm rewrites a node it made, the rest errors. */
-static bool tw_eligible(const Part *p, const IrNode *n)
+static bool tw_eligible(const Twins *tw, const IrNode *n)
 {
 	if (n->op == IR_OP_CROSS_ENTROPY || n->op == IR_OP_CROSS_ENTROPY_BWD ||
 	    n->op == IR_OP_GRAD_NORM || n->op == IR_OP_RECV || n->op == IR_OP_SHARD_SLICE ||
 	    (ir_op_flags(n->op) & OPF_COLL) || n->nops > TW_MAXOPS)
 		return false;
 	for (int i = 0; i < n->nops; i++)
-		if (p->vsig[n->ops[i]] < 0)
+		if (tw->vsig[n->ops[i]] < 0)
 			return false;
 	return true;
 }
 
-static inline bool tw_same_class(const Part *p, const IrNode *a, const IrNode *b)
+static inline bool tw_same_class(const Twins *tw, const IrNode *a, const IrNode *b)
 {
 	if (a->op != b->op || a->nops != b->nops || a->role != b->role || !tw_type_same(a, b) ||
 	    a->place != b->place || !tw_attrs_same(a, b))
 		return false;
 	for (int i = 0; i < a->nops; i++)
-		if (p->vsig[a->ops[i]] != p->vsig[b->ops[i]])
+		if (tw->vsig[a->ops[i]] != tw->vsig[b->ops[i]])
 			return false;
 	return true;
 }
 
 /* n's class, made when new; -1 when out of memory. */
-static int tw_class(Part *p, const IrNode *n)
+static int tw_class(Twins *tw, const Part *p, const IrNode *n)
 {
 	uint64_t h = tw_type_hash(
 	        (uint64_t)n->op << 32 | (uint64_t)(unsigned)n->nops << 8 | (uint64_t)n->role, n);
@@ -224,30 +300,30 @@ static int tw_class(Part *p, const IrNode *n)
 		h = hash_mix64(h, (uint64_t)w[i]);
 	h = hash_mix64(h, n->place);
 	for (int i = 0; i < n->nops; i++)
-		h = hash_mix64(h, (uint64_t)(unsigned)p->vsig[n->ops[i]]);
+		h = hash_mix64(h, (uint64_t)(unsigned)tw->vsig[n->ops[i]]);
 	h = hash_fin64(h);
-	if (!tw_grow(p, &p->ctab, &p->capctab, p->nclasses))
+	if (!tw_grow(tw, &tw->ctab, &tw->capctab, tw->nclasses))
 		return -1;
-	size_t mask = (size_t)p->capctab - 1, slot = (size_t)h & mask;
-	for (; p->ctab[slot].id >= 0; slot = (slot + 1) & mask)
-		if (p->ctab[slot].h == h &&
-		    tw_same_class(p, p->m->nodes[p->classes[p->ctab[slot].id].rep], n))
+	size_t mask = (size_t)tw->capctab - 1, slot = (size_t)h & mask;
+	for (; tw->ctab[slot].id >= 0; slot = (slot + 1) & mask)
+		if (tw->ctab[slot].h == h &&
+		    tw_same_class(tw, p->m->nodes[tw->classes[tw->ctab[slot].id].rep], n))
 			break;
-	if (p->ctab[slot].id >= 0)
-		return p->ctab[slot].id;
-	if (p->nclasses == p->capclasses) {
-		int ncap = p->capclasses ? 2 * p->capclasses : 256;
-		TwClass *nc = arena_alloc_raw(&p->scratch, sizeof *nc * (size_t)ncap);
+	if (tw->ctab[slot].id >= 0)
+		return tw->ctab[slot].id;
+	if (tw->nclasses == tw->capclasses) {
+		int ncap = tw->capclasses ? 2 * tw->capclasses : 256;
+		TwClass *nc = arena_alloc_raw(&tw->ar, sizeof *nc * (size_t)ncap);
 		if (!nc)
 			return -1;
-		if (p->nclasses)
-			memcpy(nc, p->classes, sizeof *nc * (size_t)p->nclasses);
-		p->classes = nc;
-		p->capclasses = ncap;
+		if (tw->nclasses)
+			memcpy(nc, tw->classes, sizeof *nc * (size_t)tw->nclasses);
+		tw->classes = nc;
+		tw->capclasses = ncap;
 	}
-	p->classes[p->nclasses] = (TwClass){.rep = n->id, .vsig = -1, .succ = -1};
-	p->ctab[slot] = (TwSlot){h, p->nclasses};
-	return p->nclasses++;
+	tw->classes[tw->nclasses] = (TwClass){.rep = n->id, .vsig = -1, .succ = -1};
+	tw->ctab[slot] = (TwSlot){h, tw->nclasses};
+	return tw->nclasses++;
 }
 
 static const Cached *tw_cached(const Part *p, int g, uint32_t pl)
@@ -274,7 +350,7 @@ static inline int tw_resolve(const Part *p, const IrNode *n, int ref, int base, 
 
 /* Replays variant v for n.  Returns 1 when done, 0 when n's operands do
  * not stand as v's did, -1 on an error (reported). */
-static int tw_replay(Part *p, const IrNode *n, const TwVar *v)
+static int tw_replay_var(Part *p, const IrNode *n, const TwVar *v)
 {
 	const IrNode *t = p->m->nodes[v->t];
 	for (int a = 1; a < n->nops; a++)
@@ -369,21 +445,21 @@ static int tw_which(const IrNode *t, int g)
 }
 
 /* Local node x as a reference from t's recording; -1: none fits. */
-static int tw_ref(const Part *p, const IrNode *t, const TwEvent *ev, int x)
+static int tw_ref(const Twins *tw, const Part *p, const IrNode *t, const TwEvent *ev, int x)
 {
 	if (x < 0)
 		return TW_REF(TW_NONE, 0);
-	if (x >= p->rec_base)
-		return TW_REF(TW_INT, x - p->rec_base);
+	if (x >= tw->rec_base)
+		return TW_REF(TW_INT, x - tw->rec_base);
 	int ref = -1;
 	const Cached *hc = NULL;
-	for (int e = 0; e < p->nre; e++) {
-		if (ev[e].kind != EV_HIT || p->re[e].c->id != x)
+	for (int e = 0; e < tw->nre; e++) {
+		if (ev[e].kind != EV_HIT || tw->re[e].c->id != x)
 			continue;
-		if (ref >= 0 && p->re[e].c != hc)
+		if (ref >= 0 && tw->re[e].c != hc)
 			return -1;
 		ref = TW_REF(TW_HIT, e);
-		hc = p->re[e].c;
+		hc = tw->re[e].c;
 	}
 	for (int k = 0; k < t->nops; k++) {
 		if (p->map[t->ops[k]] != x)
@@ -396,58 +472,59 @@ static int tw_ref(const Part *p, const IrNode *t, const TwEvent *ev, int x)
 	return ref;
 }
 
-/* Keeps what partitioning t (just done, from p->rec_base on) made as a
+/* Keeps what partitioning t (just done, from tw->rec_base on) made as a
  * variant of class cl; false: it cannot be replayed. */
-static bool tw_record(Part *p, const IrNode *t, TwClass *cl)
+static bool tw_record(Twins *tw, const Part *p, const IrNode *t, TwClass *cl)
 {
-	int nn = p->out->nnodes - p->rec_base;
-	if (p->rec_bad || nn <= 0 || nn != p->nrn)
+	int nn = p->out->nnodes - tw->rec_base;
+	if (tw->rec_bad || nn <= 0 || nn != tw->nrn)
 		return false;
-	TwVar *v = arena_alloc(&p->scratch, sizeof *v);
-	TwEvent *ev = arena_alloc(&p->scratch, sizeof *ev * (size_t)(p->nre ? p->nre : 1));
+	TwVar *v = arena_alloc(&tw->ar, sizeof *v);
+	TwEvent *ev = arena_alloc(&tw->ar, sizeof *ev * (size_t)(tw->nre ? tw->nre : 1));
 	int nops = 0;
 	for (int j = 0; j < nn; j++)
-		nops += p->out->nodes[p->rec_base + j]->nops;
-	int *ints = arena_alloc_raw(&p->scratch, sizeof(int) * (size_t)(3 * nn + 1 + nops));
+		nops += p->out->nodes[tw->rec_base + j]->nops;
+	int *ints = arena_alloc_raw(&tw->ar, sizeof(int) * (size_t)(3 * nn + 1 + nops));
 	if (!v || !ev || !ints)
 		return false;
-	for (int e = 0; e < p->nre; e++) {
-		const TwRecEv *r = &p->re[e];
+	for (int e = 0; e < tw->nre; e++) {
+		const TwRecEv *r = &tw->re[e];
 		ev[e].k = tw_which(t, r->g);
 		ev[e].pl = r->c->p;
 		ev[e].kind = r->hit ? EV_HIT : EV_MISS;
 		if (ev[e].k < -1)
 			return false;
 		for (int f = 0; r->hit && f < e; f++)
-			if (!p->re[f].hit && p->re[f].c == r->c)
+			if (!tw->re[f].hit && tw->re[f].c == r->c)
 				ev[e].kind = EV_HIT_IN;
 	}
-	for (int e = 0; e < p->nre; e++)
-		if (ev[e].kind == EV_MISS && (ev[e].res = tw_ref(p, t, ev, p->re[e].c->id)) < 0)
+	for (int e = 0; e < tw->nre; e++)
+		if (ev[e].kind == EV_MISS &&
+		    (ev[e].res = tw_ref(tw, p, t, ev, tw->re[e].c->id)) < 0)
 			return false;
 	v->t = t->id;
-	v->src = p->rec_base;
+	v->src = tw->rec_base;
 	v->nn = nn;
 	v->like = ints;
 	v->origin = ints + nn;
 	v->opstart = ints + 2 * nn;
 	v->ops = ints + 3 * nn + 1;
 	v->ev = ev;
-	v->nev = p->nre;
+	v->nev = tw->nre;
 	int q = 0;
 	for (int j = 0; j < nn; j++) {
-		const IrNode *x = p->out->nodes[p->rec_base + j];
-		v->like[j] = tw_which(t, p->rn[j].like);
-		v->origin[j] = tw_ref(p, t, ev, p->rn[j].origin);
+		const IrNode *x = p->out->nodes[tw->rec_base + j];
+		v->like[j] = tw_which(t, tw->rn[j].like);
+		v->origin[j] = tw_ref(tw, p, t, ev, tw->rn[j].origin);
 		if (v->like[j] < -1 || v->origin[j] < 0)
 			return false;
 		v->opstart[j] = q;
 		for (int k = 0; k < x->nops; k++)
-			if ((v->ops[q++] = tw_ref(p, t, ev, x->ops[k])) < 0)
+			if ((v->ops[q++] = tw_ref(tw, p, t, ev, x->ops[k])) < 0)
 				return false;
 	}
 	v->opstart[nn] = q;
-	if ((v->final = tw_ref(p, t, ev, p->map[t->id])) < 0)
+	if ((v->final = tw_ref(tw, p, t, ev, p->map[t->id])) < 0)
 		return false;
 	v->next = cl->vars;
 	cl->vars = v;
@@ -458,65 +535,74 @@ static bool tw_record(Part *p, const IrNode *t, TwClass *cl)
 /* n's class, or -1: not replayable.  The layers repeat in order, so
  * mostly n is in the class that followed its predecessor's last time:
  * that one compared, the table searched only when it is not. */
-static int tw_class_of(Part *p, const IrNode *n)
+static int tw_class_of(Twins *tw, const Part *p, const IrNode *n)
 {
-	int guess = p->last >= 0 ? p->classes[p->last].succ : -1, ci = -1;
-	if (tw_eligible(p, n)) {
-		if (guess >= 0 && tw_same_class(p, p->m->nodes[p->classes[guess].rep], n))
+	int guess = tw->last >= 0 ? tw->classes[tw->last].succ : -1, ci = -1;
+	if (tw_eligible(tw, n)) {
+		if (guess >= 0 && tw_same_class(tw, p->m->nodes[tw->classes[guess].rep], n))
 			ci = guess;
 		else
-			ci = tw_class(p, n);
-		if (p->last >= 0 && ci >= 0)
-			p->classes[p->last].succ = ci;
+			ci = tw_class(tw, p, n);
+		if (tw->last >= 0 && ci >= 0)
+			tw->classes[tw->last].succ = ci;
 	}
-	p->last = ci;
+	tw->last = ci;
 	return ci;
 }
 
 /* n's value signature, once it is partitioned: its class's (every node of
  * a class places its value alike; checked, as it is cheap), else
  * interned. */
-static void tw_set_vsig(Part *p, const IrNode *n, TwClass *cl)
+static void tw_set_vsig(Twins *tw, const Part *p, const IrNode *n, TwClass *cl)
 {
 	if (cl && cl->vsig >= 0 && p->mplace[n->id] == p->mplace[cl->rep]) {
-		p->vsig[n->id] = cl->vsig;
+		tw->vsig[n->id] = cl->vsig;
 		return;
 	}
-	p->vsig[n->id] = tw_vsig(p, n->id);
+	tw->vsig[n->id] = tw_vsig(tw, p, n->id);
 	if (cl && cl->vsig < 0 && cl->rep == n->id)
-		cl->vsig = p->vsig[n->id];
+		cl->vsig = tw->vsig[n->id];
 }
 
-/* Partitions global node n: by a twin's variant when one fits, else the
- * normal way, recorded as a new variant while its class has room. */
-bool part_twin(Part *p, const IrNode *n)
+TwinResult twin_replay(Twins *tw, Part *p, const IrNode *n)
 {
-	if (!p->twins)
-		return part_node(p, n);
-	int ci = tw_class_of(p, n), done = 0;
-	TwClass *cl = ci >= 0 ? &p->classes[ci] : NULL;
+	if (!tw)
+		return TWIN_MISS;
+	int ci = tw_class_of(tw, p, n), done = 0;
+	TwClass *cl = ci >= 0 ? &tw->classes[ci] : NULL;
 	for (const TwVar *v = cl && !cl->dead ? cl->vars : NULL; v && !done; v = v->next) {
-		if ((done = tw_replay(p, n, v)) < 0)
-			return false;
+		if ((done = tw_replay_var(p, n, v)) < 0)
+			return TWIN_FAILED;
 		/* n's value is a copy of t's node, placed byte for byte alike */
-		if (done && (v->final & 3) == TW_INT && p->vsig[v->t] >= 0) {
-			p->vsig[n->id] = p->vsig[v->t];
-			return true;
+		if (done && (v->final & 3) == TW_INT && tw->vsig[v->t] >= 0) {
+			tw->vsig[n->id] = tw->vsig[v->t];
+			tw->replays++;
+			return TWIN_DONE;
 		}
 	}
-	if (!done) {
-		bool rec = cl && !cl->dead && cl->nvars < TW_MAXVARS;
-		p->rec = rec;
-		p->rec_bad = false;
-		p->rec_base = p->out->nnodes;
-		p->nrn = 0;
-		p->nre = 0;
-		if (!part_node(p, n))
-			return false;
-		p->rec = false;
-		if (rec && !tw_record(p, n, cl))
-			cl->dead = true;
+	if (done) {
+		tw_set_vsig(tw, p, n, cl);
+		tw->replays++;
+		return TWIN_DONE;
 	}
-	tw_set_vsig(p, n, cl);
-	return true;
+	tw->cur = ci;
+	tw->rec = cl && !cl->dead && cl->nvars < TW_MAXVARS;
+	tw->rec_bad = false;
+	tw->rec_base = p->out->nnodes;
+	tw->nrn = 0;
+	tw->nre = 0;
+	return TWIN_MISS;
+}
+
+void twin_record(Twins *tw, const Part *p, const IrNode *n)
+{
+	if (!tw)
+		return;
+	TwClass *cl = tw->cur >= 0 ? &tw->classes[tw->cur] : NULL;
+	bool rec = tw->rec;
+	tw->rec = false;
+	tw->cur = -1;
+	if (rec && !tw_record(tw, p, n, cl))
+		cl->dead = true;
+	tw_set_vsig(tw, p, n, cl);
 }

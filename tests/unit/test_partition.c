@@ -702,11 +702,11 @@ static void test_text_and_edges(void)
 	free(src);
 }
 
-/* Replaying repeated nodes (passes/partition_twin.c) is only a shortcut:
- * the partitioned program, printed, equals the one built node by node, on
- * layouts whose layers and micro-batches repeat (DP x TP with ZeRO 0-3, SP,
- * recompute, pipeline stages), and replay did happen (the text is long
- * enough to hold repeats). */
+/* Replaying repeated nodes (the twins seam, passes/partition_twin.c) is
+ * only a shortcut: the partitioned program, printed, equals the one built
+ * node by node, on layouts whose layers and micro-batches repeat (DP x TP
+ * with ZeRO 0-3, SP, recompute, pipeline stages), and replay did happen
+ * (the seam counts its replays). */
 static void test_replay_identity(void)
 {
 	if (!pass_exists("propagate"))
@@ -738,10 +738,13 @@ static void test_replay_identity(void)
 			const char *tr[4] = {cases[k].train[0], cases[k].train[1],
 			                     cases[k].train[2], NULL};
 			IrModule *m = test_lower_trains(&a, &d, src, cases[k].mesh, gpt, tr);
+			int replays = -1;
 			bool ok = m && pass_run_until(m, &d, NULL, "zero") &&
-			          pass_partition_replay(m, &d, false, replay) &&
+			          pass_partition_replay(m, &d, false, replay, &replays) &&
 			          ir_verify(m, &d, "partition");
 			CHECK(ok);
+			/* off: the seam is never asked; on: it replays */
+			CHECK(replay ? replays > 0 : replays == 0);
 			FILE *f = open_memstream(&text[replay], &len[replay]);
 			if (ok && f)
 				ir_print(f, m);
