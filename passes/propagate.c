@@ -21,8 +21,9 @@
  * its placement from producers first and its users refine it.  A choice
  * depends only on the placements around the node and on its op and
  * shapes, which repeat from layer to layer and micro-batch to micro-batch:
- * choices and users' requirements are memoised on those (see "memo
- * tables"), so each distinct context is worked out once.
+ * choices and users' requirements are memoised on those, behind the memo
+ * seam (propagate_memo.c: memo_choose, memo_requirement), so each
+ * distinct context is worked out once.
  *
  * Partials resolve at their users: a node keeps the partial its op
  * produces (the row-parallel matmul's partial(tp)), and every user needs a
@@ -40,7 +41,6 @@
  * single-device mesh leaves every value replicated.
  */
 #include "passes/propagate_impl.h"
-#include "support/hash.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -50,33 +50,7 @@
 #define PR_MAXSRC 32 /* merge sources per node */
 #define PR_SWEEPS 8
 
-typedef struct Use {
-	int node, slot;
-} Use;
-
 enum { K_FREE, K_USER, K_TIED, K_SCALAR };
-
-/* An open-addressing table from int-array keys (copied into the pass's
- * arena) to an int.  See "memo tables" below. */
-typedef struct MemoEnt {
-	uint64_t h;
-	const int *key; /* NULL: an empty slot */
-	int len;
-	int val;
-} MemoEnt;
-
-typedef struct Memo {
-	MemoEnt *ent;
-	int cap, n; /* cap: a power of two */
-} Memo;
-
-/* What choose() decided for one context: the placement (its id in the
- * module's table), and the index in its list of sources of the one it is
- * from (-1: the first known operand). */
-typedef struct Choice {
-	uint32_t pid;
-	int src;
-} Choice;
 
 typedef struct Prop {
 	IrModule *m;
@@ -87,21 +61,13 @@ typedef struct Prop {
 	Rule *rules; /* [signatures] */
 	int nsig;
 	int *shape; /* [nnodes]: build_sigs' scratch */
-	Memo reqmemo; /* requirement() context -> placement id + 1, 0: none */
-	Memo chmemo;  /* choose() context -> index into choices */
-	Choice *choices;
-	int nchoices, capchoices;
-	int *kbuf;   /* room for the longest key */
-	int *req_id; /* choose()'s requirements as placement ids, -1: none */
-	/* [nnodes]: bumped when the node's or an operand's placement changes
-	 * (all that requirement() reads); [uses]: the requirement of each
-	 * use as req_lookup gave it, and its user's ver then */
-	unsigned *ver, *use_ver;
-	int *use_req;
-	/* [nnodes]: what fix() last saw: 0 for a scalar, 1 + the placement id
-	 * of a tied node's param; -1: nothing yet */
-	int *fixed;
-	bool nomemo;   /* out of memory for the tables: compute everything */
+	int *kbuf;  /* room for the longest signature key */
+	/* the memo seam (propagate_memo.c), off with pass_propagate_memo's
+	 * memo false; the pass reads nothing of it, only asks and tells it */
+	PropMemo *memo;
+	/* choose()'s question to the memo: its users' requirements as
+	 * placement ids, -1: none */
+	int *req_id;
 	uint8_t *kind; /* [nnodes] */
 	int *tie;      /* [nnodes]: K_TIED: the param whose placement it takes */
 	int *ostart;   /* [nnodes + 1]: operands of node i are opv[ostart[i] ..) */
@@ -160,82 +126,9 @@ static double nbytes(const Prop *P, int id)
 	return P->bytes[id];
 }
 
-/* ---- memo tables ----
- *
- * choose() and requirement() are pure functions of a few placements and of
- * the ops, attributes and shapes of their node and its neighbours, and a
- * model's layers and micro-batches repeat a few hundred such contexts many
- * thousands of times, so both are memoised within the pass.  Placements
- * are the module's ids (IrNode.place), nodes are interned to signatures by
- * all that the rules read (sig_key), and a context is a short array of
- * those ids. */
-
-/* Two ints a multiply, then a murmur3-style finish. */
-static uint64_t key_hash(const int *k, int len)
-{
-	uint64_t h = 0x9e3779b97f4a7c15u ^ (uint64_t)(unsigned)len;
-	int i = 0;
-	for (; i + 1 < len; i += 2)
-		h = hash_mix64(h, (uint64_t)(uint32_t)k[i] | (uint64_t)(uint32_t)k[i + 1] << 32);
-	if (i < len)
-		h = hash_mix64(h, (uint32_t)k[i]);
-	return hash_fin64(h);
-}
-
-static bool memo_grow(Arena *a, Memo *t)
-{
-	int cap = t->cap ? 2 * t->cap : 256;
-	MemoEnt *e = arena_alloc(a, sizeof *e * (size_t)cap);
-	if (!e)
-		return false;
-	for (int i = 0; i < t->cap; i++) {
-		const MemoEnt *o = &t->ent[i];
-		if (!o->key)
-			continue;
-		int j = (int)(o->h & (uint64_t)(cap - 1));
-		while (e[j].key)
-			j = (j + 1) & (cap - 1);
-		e[j] = *o;
-	}
-	t->ent = e;
-	t->cap = cap;
-	return true;
-}
-
-/* The entry of key k: found (*found), or added with val -1 (its key
- * copied).  NULL when out of memory. */
-static MemoEnt *memo_get(Arena *a, Memo *t, const int *k, int len, bool *found)
-{
-	if (2 * (t->n + 1) > t->cap && !memo_grow(a, t))
-		return NULL;
-	uint64_t h = key_hash(k, len);
-	int j = (int)(h & (uint64_t)(t->cap - 1));
-	for (;; j = (j + 1) & (t->cap - 1)) {
-		MemoEnt *e = &t->ent[j];
-		if (!e->key)
-			break;
-		if (e->h != h || e->len != len)
-			continue;
-		int i = 0;
-		while (i < len && e->key[i] == k[i])
-			i++;
-		if (i == len) {
-			*found = true;
-			return e;
-		}
-	}
-	int *copy = arena_alloc_raw(a, sizeof(int) * (size_t)(len ? len : 1));
-	if (!copy)
-		return NULL;
-	memcpy(copy, k, sizeof(int) * (size_t)len);
-	MemoEnt *e = &t->ent[j];
-	*e = (MemoEnt){.h = h, .key = copy, .len = len, .val = -1};
-	t->n++;
-	*found = false;
-	return e;
-}
-
-/* The module's id of p, or -1 when out of memory. */
+/* The module's id of p, or -1 when out of memory.  The memo's contexts
+ * are made of these (propagate_memo.c): the module's own interning, none
+ * of the pass's. */
 static int place_id(Prop *P, const Placement *p)
 {
 	uint32_t id = ir_place_intern(P->m, p);
@@ -364,7 +257,7 @@ static int sig_key(const Prop *P, const IrNode *n, int *k)
 static bool build_sigs(Prop *P)
 {
 	IrModule *m = P->m;
-	Memo shapes = {0}, sigs = {0};
+	PropTab shapes = {0}, sigs = {0};
 	for (int i = 0; i < m->nnodes; i++) {
 		const IrNode *n = m->nodes[i];
 		int *k = P->kbuf, len = 0;
@@ -373,7 +266,7 @@ static bool build_sigs(Prop *P)
 		for (int d = 0; d < n->rank && d < IR_MAX_RANK; d++)
 			len = put_i64(k, len, n->shape[d]);
 		bool found;
-		MemoEnt *e = memo_get(P->ar, &shapes, k, len, &found);
+		PropTabEnt *e = prop_tab_get(P->ar, &shapes, k, len, &found);
 		if (!e)
 			return false;
 		if (!found)
@@ -391,7 +284,7 @@ static bool build_sigs(Prop *P)
 		const IrNode *n = m->nodes[i];
 		int len = sig_key(P, n, P->kbuf);
 		bool found;
-		MemoEnt *e = memo_get(P->ar, &sigs, P->kbuf, len, &found);
+		PropTabEnt *e = prop_tab_get(P->ar, &sigs, P->kbuf, len, &found);
 		if (!e) {
 			P->sig = save;
 			return false;
@@ -624,50 +517,46 @@ static int choose_eval(Prop *P, const IrNode *n, Placement *best_p)
 	return best_from;
 }
 
-/* set_place, keeping ver in step (without it, memoising stops); id: the
+/* set_place, telling the memo (without it, memoising stops); id: the
  * placement's id. */
 static void place_node(Prop *P, IrNode *n, uint32_t id, int from, SrcLoc loc)
 {
 	uint32_t old = n->place;
 	set_place(P, n, id, from, loc);
-	if (P->nomemo || id == old)
-		return;
-	P->ver[n->id]++;
-	for (int u = P->ustart[n->id]; u < P->ustart[n->id + 1]; u++)
-		P->ver[P->uses[u].node]++;
+	if (id != old)
+		memo_placed(P->memo, n->id);
 }
 
-/* The placement id + 1 of what user c needs operand `slot` in (0: no
- * requirement), memoised on c's signature and c's and its operands'
- * placements (all that requirement() reads); -1 when out of memory. */
-static int req_lookup(Prop *P, int c, int slot)
+/* What the user of use u needs its operand in, as a placement id in *req
+ * (-1: nothing): the memo's answer, else requirement() told to it.
+ * False: out of memory, the memo is off. */
+static bool req_id(Prop *P, int u, int *req)
 {
-	int *k = P->kbuf, len = 0;
-	k[len++] = P->sig[c];
-	k[len++] = slot;
-	k[len++] = pid(P, c);
-	for (int i = P->ostart[c]; i < P->ostart[c + 1]; i++)
-		k[len++] = pid(P, P->opv[i]);
-	bool found;
-	MemoEnt *e = memo_get(P->ar, &P->reqmemo, k, len, &found);
-	if (!e)
-		return -1;
-	if (!found) {
-		Placement q;
-		int v = 0;
-		if (requirement(P, c, slot, &q)) {
-			int id = place_id(P, &q);
-			if (id < 0)
-				return -1;
-			v = id + 1;
-		}
-		e->val = v;
+	int c = P->uses[u].node;
+	if (!pid(P, c) && rule_of(P, c)->ok) {
+		*req = -1; /* requirement(): c's own turn decides */
+		return true;
 	}
-	return e->val;
+	switch (memo_requirement(P->memo, u, req)) {
+	case MEMO_HIT:
+		return true;
+	case MEMO_OFF:
+		return false;
+	case MEMO_MISS:
+		break;
+	}
+	Placement q;
+	*req = -1;
+	if (requirement(P, c, P->uses[u].slot, &q) && (*req = place_id(P, &q)) < 0) {
+		memo_off(P->memo);
+		return false;
+	}
+	memo_requirement_keep(P->memo, u, *req);
+	return true;
 }
 
-/* The node source s of choose_eval's list is from; s < 0: the first known
- * operand (or -1). */
+/* The node source s of choose_eval's list is from (its users'
+ * requirements in P->has_req); s < 0: the first known operand (or -1). */
 static int src_origin(const Prop *P, const IrNode *n, int s)
 {
 	const Rule *r = rule_of(P, n->id);
@@ -684,23 +573,13 @@ static int src_origin(const Prop *P, const IrNode *n, int s)
 		return -1;
 	for (int u = P->ustart[n->id], k = 0; u < P->ustart[n->id + 1] && ns < PR_MAXSRC;
 	     u++, k++) {
-		if (P->req_id[k] < 0)
+		if (!P->has_req[k])
 			continue;
 		if (ns == s)
 			return P->uses[u].node;
 		ns++;
 	}
 	return -1;
-}
-
-/* Placements were set behind place_node's back: every cached requirement
- * is stale. */
-static void vers_bump(Prop *P)
-{
-	for (int i = 0; i < P->m->nnodes; i++) {
-		P->ver[i]++;
-		P->fixed[i] = -1;
-	}
 }
 
 /* Re-chooses free node n's placement without the memo. */
@@ -713,101 +592,51 @@ static bool choose_direct(Prop *P, IrNode *n)
 	uint32_t id = ir_place_intern(P->m, &best);
 	if (id == n->place)
 		return false;
-	/* src_origin reads req_id: not kept now */
-	int from = -1, ns = 0;
-	const Rule *r = rule_of(P, n->id);
-	for (int k = 0; k < r->nops && ns < PR_MAXSRC && from < 0; k++) {
-		int o = n->ops[r->order[k]];
-		if (!pid(P, o))
-			continue;
-		if (s < 0 || ns == s)
-			from = o;
-		ns++;
-	}
-	for (int u = P->ustart[n->id], k = 0;
-	     u < P->ustart[n->id + 1] && ns < PR_MAXSRC && from < 0 && s >= 0; u++, k++) {
-		if (!P->has_req[k])
-			continue;
-		if (ns == s)
-			from = P->uses[u].node;
-		ns++;
-	}
-	set_place(P, n, id, from, n->loc);
+	set_place(P, n, id, src_origin(P, n, s), n->loc);
 	return true;
 }
 
 /* Re-chooses free node n's placement; returns whether it changed.  The
- * choice is memoised on n's signature, its own and its operands'
- * placements and its users' requirements: all that choose_eval reads. */
+ * memo is asked for its users' requirements, then for the choice, keyed
+ * on all that choose_eval reads; what it does not know is worked out here
+ * and told to it. */
 static bool choose(Prop *P, IrNode *n)
 {
-	if (P->nomemo)
+	if (!memo_on(P->memo))
 		return choose_direct(P, n);
 	int id = n->id, nu = P->ustart[id + 1] - P->ustart[id];
-	for (int u = P->ustart[id], k = 0; k < nu; u++, k++) {
-		int c = P->uses[u].node;
-		if (!pid(P, c) && rule_of(P, c)->ok) {
-			P->req_id[k] = -1; /* requirement(): c's own turn decides */
-			continue;
-		}
-		if (P->use_ver[u] != P->ver[c]) {
-			int v = req_lookup(P, c, P->uses[u].slot);
-			if (v < 0) {
-				P->nomemo = true;
-				return choose_direct(P, n);
-			}
-			P->use_req[u] = v - 1;
-			P->use_ver[u] = P->ver[c];
-		}
-		P->req_id[k] = P->use_req[u];
-	}
-	int *key = P->kbuf, len = 0;
-	key[len++] = P->sig[id];
-	key[len++] = pid(P, id);
-	for (int i = P->ostart[id]; i < P->ostart[id + 1]; i++)
-		key[len++] = pid(P, P->opv[i]);
-	key[len++] = nu;
-	for (int k = 0; k < nu; k++)
-		key[len++] = P->req_id[k];
-	bool found;
-	MemoEnt *e = memo_get(P->ar, &P->chmemo, key, len, &found);
-	if (!e) {
-		P->nomemo = true;
+	for (int u = P->ustart[id], k = 0; k < nu; u++, k++)
+		if (!req_id(P, u, &P->req_id[k]))
+			return choose_direct(P, n);
+	Choice c;
+	switch (memo_choose(P->memo, id, P->req_id, &c)) {
+	case MEMO_OFF:
 		return choose_direct(P, n);
-	}
-	if (!found) {
+	case MEMO_HIT:
+		for (int k = 0; k < nu; k++)
+			P->has_req[k] = P->req_id[k] >= 0; /* src_origin reads them */
+		break;
+	case MEMO_MISS: {
 		for (int k = 0; k < nu; k++) {
 			P->has_req[k] = P->req_id[k] >= 0;
 			if (P->has_req[k])
 				P->req[k] = *ir_place_get(P->m, (uint32_t)P->req_id[k]);
 		}
-		if (P->nchoices == P->capchoices) {
-			int cap = P->capchoices ? 2 * P->capchoices : 256;
-			Choice *c = arena_alloc_raw(P->ar, sizeof *c * (size_t)cap);
-			if (!c) {
-				P->nomemo = true;
-				return choose_direct(P, n);
-			}
-			if (P->nchoices)
-				memcpy(c, P->choices, sizeof *c * (size_t)P->nchoices);
-			P->choices = c;
-			P->capchoices = cap;
-		}
-		Choice *c = &P->choices[P->nchoices];
 		Placement best;
-		c->src = choose_eval(P, n, &best);
+		c.src = choose_eval(P, n, &best);
 		int bid = place_id(P, &best);
 		if (bid < 0) {
-			P->nomemo = true;
+			memo_off(P->memo);
 			return choose_direct(P, n);
 		}
-		c->pid = (uint32_t)bid;
-		e->val = P->nchoices++;
+		c.pid = (uint32_t)bid;
+		memo_choose_keep(P->memo, &c);
+		break;
 	}
-	const Choice *c = &P->choices[e->val];
-	if (c->pid == n->place)
+	}
+	if (c.pid == n->place)
 		return false;
-	place_node(P, n, c->pid, src_origin(P, n, c->src), n->loc);
+	place_node(P, n, c.pid, src_origin(P, n, c.src), n->loc);
 	return true;
 }
 
@@ -876,13 +705,11 @@ static void classify(Prop *P)
  * param's placement without its partial. */
 static bool fix(Prop *P, IrNode *n)
 {
-	/* nothing else places n: what it read last time gives the same */
-	int seen = -1;
-	if (!P->nomemo) {
-		seen = P->kind[n->id] == K_SCALAR ? 0 : 1 + pid(P, P->tie[n->id]);
-		if (P->fixed[n->id] == seen)
-			return false;
-	}
+	/* nothing else places n: what it read last time (0 for a scalar, 1 +
+	 * the placement id of a tied node's param) gives the same */
+	int seen = P->kind[n->id] == K_SCALAR ? 0 : 1 + pid(P, P->tie[n->id]);
+	if (memo_fix(P->memo, n->id, seen))
+		return false;
 	Placement p;
 	int from = -1;
 	if (P->kind[n->id] == K_SCALAR) {
@@ -892,14 +719,11 @@ static bool fix(Prop *P, IrNode *n)
 		const IrNode *t = nd(P, P->tie[n->id]);
 		if (!t->place)
 			return false;
-		P->fixed[n->id] = seen;
 		p = *ir_place(P->m, t);
 		p.partial = 0;
 		p.partial_op = IR_RED_SUM;
 		from = t->id;
 	}
-	if (P->kind[n->id] == K_SCALAR)
-		P->fixed[n->id] = seen;
 	uint32_t id = ir_place_intern(P->m, &p);
 	if (id == n->place && ir_place_from(P->m, n) == from)
 		return false;
@@ -1184,14 +1008,16 @@ static bool sp_apply(Prop *P, Arena *ar, const char **why)
 
 bool pass_propagate(IrModule *m, Diag *d, const PassOptions *opt)
 {
-	return pass_propagate_memo(m, d, opt, true);
+	return pass_propagate_memo(m, d, opt, true, NULL);
 }
 
-bool pass_propagate_memo(IrModule *m, Diag *d, const PassOptions *opt, bool memo)
+bool pass_propagate_memo(IrModule *m, Diag *d, const PassOptions *opt, bool memo, long *hits)
 {
+	if (hits)
+		*hits = 0;
 	Arena a;
 	arena_init(&a);
-	Prop P = {.m = m, .ar = &a, .nomemo = !memo};
+	Prop P = {.m = m, .ar = &a};
 	for (int i = 0; i < m->mesh.naxes && i < IR_MAX_AXES; i++)
 		if (m->mesh.sizes[i] > 1)
 			P.live |= 1u << i;
@@ -1205,11 +1031,9 @@ bool pass_propagate_memo(IrModule *m, Diag *d, const PassOptions *opt, bool memo
 	P.dirty = arena_alloc_raw(&a, nn);
 	P.opchange = arena_alloc(&a, sizeof(unsigned) * nn);
 	P.visited = arena_alloc(&a, sizeof(unsigned) * nn);
-	P.ver = arena_alloc(&a, sizeof(unsigned) * nn);
-	P.fixed = arena_alloc_raw(&a, sizeof(int) * nn);
 	P.bytes = arena_alloc_raw(&a, sizeof(double) * nn);
-	bool ok = P.rules && P.sig && P.shape && P.kind && P.tie && P.dirty && P.ver && P.fixed &&
-	          P.bytes && P.opchange && P.visited && build_uses(&P, &a);
+	bool ok = P.rules && P.sig && P.shape && P.kind && P.tie && P.dirty && P.bytes &&
+	          P.opchange && P.visited && build_uses(&P, &a);
 	if (ok) {
 		int most_ops = 0, most_uses = 0;
 		for (int i = 0; i < m->nnodes; i++) {
@@ -1218,19 +1042,17 @@ bool pass_propagate_memo(IrModule *m, Diag *d, const PassOptions *opt, bool memo
 			if (P.ustart[i + 1] - P.ustart[i] > most_uses)
 				most_uses = P.ustart[i + 1] - P.ustart[i];
 		}
-		size_t kl = sig_key_len(most_ops);
-		if (kl < (size_t)(4 + most_ops + most_uses))
-			kl = (size_t)(4 + most_ops + most_uses);
-		P.kbuf = arena_alloc_raw(&a, sizeof(int) * kl);
+		P.kbuf = arena_alloc_raw(&a, sizeof(int) * sig_key_len(most_ops));
 		P.req_id = arena_alloc_raw(&a, sizeof(int) * (size_t)(most_uses ? most_uses : 1));
-		size_t nu = (size_t)(P.ustart[m->nnodes] ? P.ustart[m->nnodes] : 1);
-		P.use_ver = arena_alloc(&a, sizeof(unsigned) * nu);
-		P.use_req = arena_alloc_raw(&a, sizeof(int) * nu);
-		ok = P.kbuf && P.req_id && P.use_ver && P.use_req;
+		ok = P.kbuf && P.req_id;
 	}
 	if (ok) {
 		classify(&P);
 		ok = build_sigs(&P);
+	}
+	if (ok) {
+		PropGraph g = {m, P.sig, P.ostart, P.opv, P.ustart, P.uses};
+		ok = (P.memo = memo_new(&a, &g, memo)) != NULL;
 	}
 	if (!ok) {
 		arena_free(&a);
@@ -1238,7 +1060,6 @@ bool pass_propagate_memo(IrModule *m, Diag *d, const PassOptions *opt, bool memo
 		return false;
 	}
 	memset(P.dirty, 1, nn);
-	vers_bump(&P);
 	int sweeps = 0;
 	bool changed = true;
 	while (changed && sweeps < PR_SWEEPS) {
@@ -1252,8 +1073,9 @@ bool pass_propagate_memo(IrModule *m, Diag *d, const PassOptions *opt, bool memo
 	const char *sp_why = NULL;
 	if (m->train.sequence_parallel && sp_apply(&P, &a, &sp_why)) {
 		changed = true;
-		memset(P.dirty, 1, nn); /* sp_apply moved placements behind visit's back */
-		vers_bump(&P);
+		/* sp_apply moved placements behind visit's and the memo's back */
+		memset(P.dirty, 1, nn);
+		memo_forget(P.memo);
 		for (int s = 0; changed && s < PR_SWEEPS; s++, sweeps++) {
 			changed = false;
 			for (int i = 0; i < m->nnodes; i++)
@@ -1279,6 +1101,8 @@ bool pass_propagate_memo(IrModule *m, Diag *d, const PassOptions *opt, bool memo
 	if (sp_why)
 		diag_warning(d, m->train.loc[IR_TRAIN_SEQUENCE_PARALLEL], "sequence_parallel true has no effect: %s",
 		             sp_why);
+	if (hits)
+		*hits = memo_hits(P.memo);
 	arena_free(&a);
 	return true;
 }

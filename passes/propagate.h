@@ -11,10 +11,11 @@
 #include "passes/passes.h"
 
 bool pass_propagate(IrModule *m, Diag *d, const PassOptions *opt);
-/* As pass_propagate, with its per-context memo tables on or off: off
- * decides every node afresh, the reference the memo must equal exactly
- * (test_propagate). */
-bool pass_propagate_memo(IrModule *m, Diag *d, const PassOptions *opt, bool memo);
+/* As pass_propagate, with its memo seam (passes/propagate_memo.c) on or
+ * off: off decides every node afresh, the reference the memo must equal
+ * exactly (test_propagate).  *hits (when not NULL): the questions the
+ * memo answered. */
+bool pass_propagate_memo(IrModule *m, Diag *d, const PassOptions *opt, bool memo, long *hits);
 
 /* Estimated bytes one rank sends to turn a value of `bytes` global bytes
  * placed `from` into `to`, under the ring formulas (all_gather,
