@@ -596,7 +596,8 @@ static void put_plan(FILE *out, const DtmPlan *p, bool cuda)
 	fputs(" },\n\t.mesh_sizes = {", out);
 	for (int a = 0; a < p->mesh_naxes; a++)
 		fprintf(out, "%s%lld", a ? ", " : " ", (long long)p->mesh_sizes[a]);
-	fprintf(out, " },\n\t.nbuffers = %d,\n\t.buffers = buffers,\n\t.arena_bytes = {", p->nbuffers);
+	fprintf(out, " },\n\t.pp_axis = %d,\n\t.nbuffers = %d,\n\t.buffers = buffers,\n\t.arena_bytes = {",
+	        p->pp_axis, p->nbuffers);
 	put_arena_bytes(out, p->arena_bytes);
 	fprintf(out, " },\n\t.nstages = %d,\n\t.stages = stages,\n\t.nkernels = %d,\n"
 	             "\t.kernels = kernels,\n\t.kernel_names = kernel_names,\n\t.ninputs = %d,\n"
@@ -606,7 +607,7 @@ static void put_plan(FILE *out, const DtmPlan *p, bool cuda)
 		fprintf(out, "%s%d", k ? ", " : " ", p->inputs[k]);
 	fprintf(out, " },\n\t.loss = %d,\n\t.grad_norm = %d,\n\t.train = {\n\t\t.optimizer = ",
 	        p->loss, p->grad_norm);
-	put_string(out, t->optimizer);
+	fputs(t->optimizer == DTM_OPTIMIZER_ADAMW ? "DTM_OPTIMIZER_ADAMW" : "DTM_OPTIMIZER_SGD", out);
 	fputs(", .lr = ", out);
 	put_f32(out, t->lr);
 	fputs(", .beta1 = ", out);
@@ -622,7 +623,7 @@ static void put_plan(FILE *out, const DtmPlan *p, bool cuda)
 	fputs(", .momentum = ", out);
 	put_f32(out, t->momentum);
 	fprintf(out, ", .nesterov = %s,\n\t\t.lr_schedule = ", t->nesterov ? "true" : "false");
-	put_string(out, t->lr_schedule);
+	fputs(t->lr_schedule == DTM_LR_COSINE ? "DTM_LR_COSINE" : "DTM_LR_CONSTANT", out);
 	fprintf(out, ", .warmup = %lld, .min_lr = ", (long long)t->warmup);
 	put_f32(out, t->min_lr);
 	fprintf(out, ",\n\t\t.steps = %lld, .data = ", (long long)t->steps);
@@ -634,7 +635,11 @@ static void put_plan(FILE *out, const DtmPlan *p, bool cuda)
 	        (long long)t->seq, (long long)t->vocab,
 	        t->data_kind == DTM_DATA_TOKENS ? "DTM_DATA_TOKENS" : "DTM_DATA_REGRESSION",
 	        t->microbatches, dtm_dtype_enum(t->precision));
-	put_string(out, t->schedule);
+	static const char *const sched[] = {
+		[DTM_PIPE_1F1B] = "DTM_PIPE_1F1B", [DTM_PIPE_GPIPE] = "DTM_PIPE_GPIPE",
+		[DTM_PIPE_INTERLEAVED] = "DTM_PIPE_INTERLEAVED", [DTM_PIPE_ZB] = "DTM_PIPE_ZB",
+	};
+	fputs(sched[t->schedule], out);
 	fprintf(out, ", .virtual_stages = %d,\n\t},\n", t->virtual_stages);
 	if (cuda)
 		fputs("\t.cuda_source = dtm_cuda_source,\n\t.cuda_kernels = dtm_cuda_kernels,\n", out);

@@ -632,11 +632,8 @@ static bool build_train(Build *b, const int *inputs, int ninputs, int gnorm)
 	p->loss = m->loss >= 0 ? b->bufid[m->loss] : -1;
 	p->grad_norm = gnorm >= 0 ? b->bufid[gnorm] : -1;
 	DtmTrainCfg *c = &p->train;
-	/* the runtime's words: a generated program's plan spells them */
-	const char *opt = ir_train_word(IR_TRAIN_OPTIMIZER, (int)t->optimizer);
-	const char *lrs = ir_train_word(IR_TRAIN_LR_SCHEDULE, (int)t->lr_schedule);
-	const char *sch = ir_train_word(IR_TRAIN_SCHEDULE, (int)t->schedule);
-	c->optimizer = arena_strdup(b->a, opt ? opt : "sgd");
+	/* not given: the runtime's defaults (sgd, constant, 1f1b) */
+	c->optimizer = t->optimizer == IR_OPTIMIZER_ADAMW ? DTM_OPTIMIZER_ADAMW : DTM_OPTIMIZER_SGD;
 	c->lr = (float)t->lr;
 	c->beta1 = (float)t->beta1;
 	c->beta2 = (float)t->beta2;
@@ -645,7 +642,7 @@ static bool build_train(Build *b, const int *inputs, int ninputs, int gnorm)
 	c->clip = (float)t->clip;
 	c->momentum = (float)t->momentum;
 	c->nesterov = t->nesterov;
-	c->lr_schedule = arena_strdup(b->a, lrs ? lrs : "constant");
+	c->lr_schedule = t->lr_schedule == IR_LR_COSINE ? DTM_LR_COSINE : DTM_LR_CONSTANT;
 	c->warmup = t->warmup;
 	c->min_lr = (float)t->min_lr;
 	c->steps = t->steps;
@@ -658,9 +655,12 @@ static bool build_train(Build *b, const int *inputs, int ninputs, int gnorm)
 	c->data_kind = tokens ? DTM_DATA_TOKENS : DTM_DATA_REGRESSION;
 	c->microbatches = (int)(t->microbatches > 0 ? t->microbatches : 1);
 	c->precision = dtype_of(t->precision);
-	c->schedule = arena_strdup(b->a, sch ? sch : "1f1b");
+	c->schedule = t->schedule == IR_PIPE_GPIPE         ? DTM_PIPE_GPIPE
+	              : t->schedule == IR_PIPE_INTERLEAVED ? DTM_PIPE_INTERLEAVED
+	              : t->schedule == IR_PIPE_ZB          ? DTM_PIPE_ZB
+	                                                   : DTM_PIPE_1F1B;
 	c->virtual_stages = (int)(t->virtual_stages > 0 ? t->virtual_stages : 1);
-	return c->optimizer && c->lr_schedule && c->data && c->schedule;
+	return c->data != NULL;
 }
 
 /* The second walk: buffers, each stage's actions (in node order) and,
@@ -816,6 +816,7 @@ static DtmPlan *plan_build(const IrModule *m, const FusePlan *fp, const MemPlan 
 		if (m->mesh.names[ax] && !p->mesh_names[ax])
 			goto oom;
 	}
+	p->pp_axis = m->pp_axis;
 	if (m->name && !p->model)
 		goto oom;
 	memcpy(p->arena_bytes, mp->arena_bytes, sizeof p->arena_bytes);

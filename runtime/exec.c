@@ -114,15 +114,11 @@ int rt_find_buffer(const DtmPlan *p, const char *name)
 
 int rt_plan_stage(const DtmPlan *p, int64_t rank)
 {
-	if (p->nstages <= 1)
-		return 0;
+	if (p->nstages <= 1 || p->pp_axis < 0 || p->pp_axis >= p->mesh_naxes)
+		return 0; /* rt_plan_validate refuses the latter */
 	int64_t coords[DTM_MAX_AXES];
 	rt_rank_coords(p, rank, coords);
-	for (int a = 0; a < p->mesh_naxes; a++)
-		if (p->mesh_sizes[a] == p->nstages && p->mesh_names[a] &&
-		    strcmp(p->mesh_names[a], "pp") == 0)
-			return (int)coords[a];
-	return 0;
+	return (int)coords[p->pp_axis];
 }
 
 static const char *arena_name(int a)
@@ -156,6 +152,13 @@ int rt_plan_validate(const DtmPlan *p, char *err)
 	}
 	if (p->nstages < 1 || !p->stages) {
 		snprintf(err, RT_ERR_LEN, "invalid plan: no stages");
+		return -1;
+	}
+	if (p->nstages > 1 && (p->pp_axis < 0 || p->pp_axis >= p->mesh_naxes ||
+	                       p->mesh_sizes[p->pp_axis] != p->nstages)) {
+		snprintf(err, RT_ERR_LEN,
+			 "invalid plan: %d pipeline stages but the pipeline axis is %d of %d", p->nstages,
+			 p->pp_axis, p->mesh_naxes);
 		return -1;
 	}
 	for (int a = 0; a < p->mesh_naxes; a++) {
@@ -284,14 +287,7 @@ int rt_run_init_ex(RtRun *r, const DtmPlan *p, int64_t rank, int nthreads, uint3
 	rt_rank_coords(p, rank, r->coords);
 	/* Stage = coordinate along the pipeline axis; with one stage every
 	 * rank runs stage 0. */
-	r->stage = 0;
-	if (p->nstages > 1) {
-		for (int a = 0; a < p->mesh_naxes; a++) {
-			if (p->mesh_sizes[a] == p->nstages && p->mesh_names[a] &&
-			    strcmp(p->mesh_names[a], "pp") == 0)
-				r->stage = (int)r->coords[a];
-		}
-	}
+	r->stage = p->nstages > 1 ? (int)r->coords[p->pp_axis] : 0;
 	/* what crosses between host and device stays on the host */
 	for (int i = 0; i < p->nbuffers; i++) {
 		DtmRole role = p->buffers[i].role;

@@ -275,7 +275,7 @@ static int parse_args(Opts *o, const DtmPlan *p, int argc, char **argv, char *er
  * once. */
 static float lr_at(const DtmTrainCfg *c, double lr, int64_t t, int64_t horizon)
 {
-	if (!c->lr_schedule || strcmp(c->lr_schedule, "cosine") != 0)
+	if (c->lr_schedule != DTM_LR_COSINE)
 		return (float)lr;
 	int64_t w = c->warmup;
 	if (w > 0 && t <= w)

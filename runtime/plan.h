@@ -17,7 +17,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define DTM_PLAN_VERSION 1
+#define DTM_PLAN_VERSION 2
 #define DTM_MAX_RANK 8
 #define DTM_MAX_AXES 8
 
@@ -190,11 +190,20 @@ typedef void (*DtmKernelFn)(const DtmCtx *ctx, void *const *args);
 
 enum { DTM_DATA_TOKENS, DTM_DATA_REGRESSION };
 
+/* The train settings that are words in a model (`optimizer = "adamw"`),
+ * as the IR's enums (ir/train.def); 0 is the default a plan built by hand
+ * gets.  runtime/planinfo.h names them. */
+typedef enum DtmOptimizer { DTM_OPTIMIZER_SGD, DTM_OPTIMIZER_ADAMW } DtmOptimizer;
+typedef enum DtmLrSchedule { DTM_LR_CONSTANT, DTM_LR_COSINE } DtmLrSchedule;
+typedef enum DtmPipeSchedule {
+	DTM_PIPE_1F1B, DTM_PIPE_GPIPE, DTM_PIPE_INTERLEAVED, DTM_PIPE_ZB
+} DtmPipeSchedule;
+
 typedef struct DtmTrainCfg {
-	const char *optimizer;   /* "adamw" | "sgd" */
+	DtmOptimizer optimizer;
 	float lr, beta1, beta2, eps, weight_decay, clip, momentum;
 	bool nesterov;
-	const char *lr_schedule; /* "constant" | "cosine" */
+	DtmLrSchedule lr_schedule;
 	int64_t warmup;
 	float min_lr;
 	int64_t steps;
@@ -209,9 +218,9 @@ typedef struct DtmTrainCfg {
 	int data_kind;
 	int microbatches;
 	DtmDtype precision;
-	/* the pipeline schedule ("gpipe" | "1f1b" | "interleaved" | "zb") and
-	 * its virtual stages per rank: the cost model's bubble */
-	const char *schedule;
+	/* the pipeline schedule and its virtual stages per rank: the cost
+	 * model's bubble */
+	DtmPipeSchedule schedule;
 	int virtual_stages;
 } DtmTrainCfg;
 
@@ -252,6 +261,10 @@ typedef struct DtmPlan {
 	int mesh_naxes;
 	const char *mesh_names[DTM_MAX_AXES];
 	int64_t mesh_sizes[DTM_MAX_AXES];
+	/* The mesh axis whose coordinate is a rank's pipeline stage (the
+	 * mesh's, frontend/lower_mesh.c); read only when nstages > 1, and then
+	 * its size is nstages (rt_plan_validate). */
+	int pp_axis;
 	int nbuffers;
 	const DtmBuffer *buffers;
 	int64_t arena_bytes[DTM_ARENA_COUNT];

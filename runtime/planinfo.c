@@ -10,6 +10,27 @@
 
 #include "runtime/planinfo.h"
 
+const char *rt_optimizer_name(DtmOptimizer o)
+{
+	return o == DTM_OPTIMIZER_SGD ? "sgd" : o == DTM_OPTIMIZER_ADAMW ? "adamw" : "?";
+}
+
+const char *rt_lr_schedule_name(DtmLrSchedule s)
+{
+	return s == DTM_LR_CONSTANT ? "constant" : s == DTM_LR_COSINE ? "cosine" : "?";
+}
+
+const char *rt_pipe_schedule_name(DtmPipeSchedule s)
+{
+	switch (s) {
+	case DTM_PIPE_1F1B: return "1f1b";
+	case DTM_PIPE_GPIPE: return "gpipe";
+	case DTM_PIPE_INTERLEAVED: return "interleaved";
+	case DTM_PIPE_ZB: return "zb";
+	}
+	return "?";
+}
+
 int64_t rt_global_numel(const DtmBuffer *b)
 {
 	int64_t n = 1;

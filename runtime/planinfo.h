@@ -12,6 +12,12 @@
 
 #include "runtime/plan.h"
 
+/* The words a model writes for the plan's train settings ("adamw",
+ * "cosine", "1f1b"); "?" for a value out of range. */
+const char *rt_optimizer_name(DtmOptimizer o);
+const char *rt_lr_schedule_name(DtmLrSchedule s);
+const char *rt_pipe_schedule_name(DtmPipeSchedule s);
+
 /* The elements of b's unsharded (global) shape. */
 int64_t rt_global_numel(const DtmBuffer *b);
 /* The one-stage plan that stage `stage` of a pipelined plan runs: that

@@ -266,15 +266,13 @@ double cost_bubble_fraction(int64_t P, int64_t M, int64_t v)
 	return (double)(P - 1) / (double)(v * M + P - 1);
 }
 
-double cost_schedule_bubble(const char *schedule, int64_t P, int64_t M, int64_t v)
+double cost_schedule_bubble(DtmPipeSchedule schedule, int64_t P, int64_t M, int64_t v)
 {
-	if (!schedule)
-		return cost_bubble_fraction(P, M, 1);
-	if (!strcmp(schedule, "interleaved"))
+	if (schedule == DTM_PIPE_INTERLEAVED)
 		return cost_bubble_fraction(P, M, v);
 	/* ZB-H1 with F, B and W of equal length: 1F1B's bubble minus the
 	 * W passes that fill it, (P - 1) slots of the 3M + P - 1 */
-	if (!strcmp(schedule, "zb"))
+	if (schedule == DTM_PIPE_ZB)
 		return P <= 1 || M < 1 ? 0 : (double)(P - 1) / (double)(3 * M + P - 1);
 	return cost_bubble_fraction(P, M, 1);
 }
@@ -284,13 +282,13 @@ static double dmax(double a, double b)
 	return a > b ? a : b;
 }
 
-int64_t cost_schedule_slots(const char *schedule, int64_t M, int64_t v)
+int64_t cost_schedule_slots(DtmPipeSchedule schedule, int64_t M, int64_t v)
 {
 	if (M < 1)
 		M = 1;
-	if (schedule && !strcmp(schedule, "interleaved"))
+	if (schedule == DTM_PIPE_INTERLEAVED)
 		return (v > 1 ? v : 1) * M;
-	if (schedule && !strcmp(schedule, "zb"))
+	if (schedule == DTM_PIPE_ZB)
 		return 3 * M;
 	return M;
 }

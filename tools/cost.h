@@ -119,14 +119,13 @@ double cost_megatron_bytes_per_param(DtmDtype param, DtmDtype grad, int64_t d);
 double cost_bubble_fraction(int64_t P, int64_t M, int64_t v);
 /* Step time in units of one micro-batch's stage time t: (vM+P-1)/v. */
 double cost_pipeline_time(int64_t P, int64_t M, int64_t v);
-/* The bubble fraction of a schedule by name ("gpipe", "1f1b",
- * "interleaved" with v virtual stages per rank, "zb" for ZB-H1; NULL is
- * 1F1B's) on balanced stages: cost_pipeline_step's bubble when every
- * stage's work is the same. */
-double cost_schedule_bubble(const char *schedule, int64_t P, int64_t M, int64_t v);
+/* The bubble fraction of a schedule (gpipe, 1f1b, interleaved with v
+ * virtual stages per rank, zb for ZB-H1) on balanced stages:
+ * cost_pipeline_step's bubble when every stage's work is the same. */
+double cost_schedule_bubble(DtmPipeSchedule schedule, int64_t P, int64_t M, int64_t v);
 /* The slots a schedule cuts each stage's work into: M micro-batches, vM
  * for interleaved(v) (a chunk each), 3M for ZB-H1 (F, B and W). */
-int64_t cost_schedule_slots(const char *schedule, int64_t M, int64_t v);
+int64_t cost_schedule_slots(DtmPipeSchedule schedule, int64_t M, int64_t v);
 /* A pipeline step whose P stages take work[s] for all their slots (each
  * stage's actions cover every micro-batch): the slowest stage runs
  * throughout, and the fill and drain add one slot of each other stage,

@@ -620,7 +620,7 @@ static void text_header(FILE *out, const Insp *in)
 		fprintf(out, "%s%s=%" PRId64, a ? " x " : "", p->mesh_names[a], p->mesh_sizes[a]);
 	fprintf(out, " (%" PRId64 " rank%s), %d stage%s\n", in->world, in->world == 1 ? "" : "s",
 	        in->nstages, in->nstages == 1 ? "" : "s");
-	fprintf(out, "train: %s, zero %d, %d micro-batch%s", p->train.optimizer, t->zero,
+	fprintf(out, "train: %s, zero %d, %d micro-batch%s", rt_optimizer_name(p->train.optimizer), t->zero,
 	        p->train.microbatches, p->train.microbatches == 1 ? "" : "es");
 	if (in->nstages > 1)
 		fprintf(out, ", schedule %s", sched ? sched : "-");
@@ -921,7 +921,7 @@ static void write_json(FILE *out, const Insp *in)
 	}
 	fprintf(out, "}, \"world\": %" PRId64 ", \"nstages\": %d,\n \"train\": {\"optimizer\": ",
 	        in->world, in->nstages);
-	json_put_str(out, p->train.optimizer);
+	json_put_str(out, rt_optimizer_name(p->train.optimizer));
 	fprintf(out, ", \"zero\": %d, \"microbatches\": %d, \"schedule\": ", t->zero,
 	        p->train.microbatches);
 	const char *sched = ir_train_word(IR_TRAIN_SCHEDULE, (int)t->schedule);

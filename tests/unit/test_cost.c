@@ -690,11 +690,11 @@ static void test_plan_pipeline(void)
 	/* the schedule sets the slots: interleaved(v) vM (a chunk each),
 	 * ZB-H1 3M (F, B, W), gpipe and 1f1b M */
 	static const struct {
-		const char *sched;
+		DtmPipeSchedule sched;
 		int v;
 		double slots;
-	} sc[] = {{"interleaved", 2, 8}, {"zb", 1, 12}, {"gpipe", 1, 4}, {"1f1b", 1, 4},
-	          {"interleaved", 4, 16}};
+	} sc[] = {{DTM_PIPE_INTERLEAVED, 2, 8}, {DTM_PIPE_ZB, 1, 12}, {DTM_PIPE_GPIPE, 1, 4},
+	          {DTM_PIPE_1F1B, 1, 4}, {DTM_PIPE_INTERLEAVED, 4, 16}};
 	for (size_t i = 0; i < sizeof sc / sizeof *sc; i++) {
 		p.train.schedule = sc[i].sched;
 		p.train.virtual_stages = sc[i].v;
@@ -726,7 +726,7 @@ static void test_plan_pipeline(void)
 	static const DtmStage lopsided[] = {{.nactions = 0, .actions = NULL},
 	                                    {.nactions = 1, .actions = s0acts}};
 	p.stages = lopsided;
-	p.train.schedule = "1f1b";
+	p.train.schedule = DTM_PIPE_1F1B;
 	p.train.virtual_stages = 1;
 	CHECK_EQ_INT(cost_plan_step(&p, &test_hw, 0, &r), 0);
 	CHECK_NEAR(r.step_s, 4e-3, 1e-12);
@@ -737,10 +737,10 @@ static void test_plan_pipeline(void)
 	CHECK_NEAR(b, 1 - 2 / 4.5, 1e-12);
 	CHECK_NEAR(cost_pipeline_step(w, 1, 4, &b), 1, 0);
 	CHECK_NEAR(b, 0, 0);
-	CHECK_NEAR(cost_schedule_bubble("interleaved", 4, 8, 2), 3.0 / 19, 1e-12);
-	CHECK_NEAR(cost_schedule_bubble("zb", 4, 8, 1), 3.0 / 27, 1e-12);
-	CHECK_NEAR(cost_schedule_bubble(NULL, 4, 8, 2), 3.0 / 11, 1e-12);
-	CHECK_NEAR(cost_schedule_bubble("zb", 1, 8, 1), 0, 0);
+	CHECK_NEAR(cost_schedule_bubble(DTM_PIPE_INTERLEAVED, 4, 8, 2), 3.0 / 19, 1e-12);
+	CHECK_NEAR(cost_schedule_bubble(DTM_PIPE_ZB, 4, 8, 1), 3.0 / 27, 1e-12);
+	CHECK_NEAR(cost_schedule_bubble(DTM_PIPE_1F1B, 4, 8, 2), 3.0 / 11, 1e-12);
+	CHECK_NEAR(cost_schedule_bubble(DTM_PIPE_ZB, 1, 8, 1), 0, 0);
 }
 
 int main(void)

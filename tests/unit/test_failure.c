@@ -113,7 +113,7 @@ static DtmPlan make_plan(void)
 		.inputs = { B_X, B_Y },
 		.loss = B_LOSS,
 		.grad_norm = -1,
-		.train = { .optimizer = "sgd", .lr = 0.1f, .lr_schedule = "constant",
+		.train = { .optimizer = DTM_OPTIMIZER_SGD, .lr = 0.1f, .lr_schedule = DTM_LR_CONSTANT,
 			   .steps = STEPS, .data = "synthetic", .seed = 1, .tokens_per_step = 8,
 			   .batch = 8, .data_kind = DTM_DATA_REGRESSION, .microbatches = 1,
 			   .precision = DTM_F32 },

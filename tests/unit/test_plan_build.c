@@ -79,7 +79,9 @@ static void test_mlp_dp_tp(void)
 		CHECK_EQ_STR(p->model, "mlp");
 		CHECK_EQ_INT(p->mesh_naxes, 2);
 		CHECK_EQ_INT(p->nstages, 1);
-		CHECK_EQ_STR(p->train.optimizer, "sgd");
+		CHECK_EQ_INT(p->pp_axis, -1);
+		CHECK_EQ_INT(p->train.lr_schedule, DTM_LR_CONSTANT);
+		CHECK_EQ_INT(p->train.optimizer, DTM_OPTIMIZER_SGD);
 		CHECK_EQ_INT(p->train.batch, 16);
 		CHECK_EQ_INT(p->train.data_kind, DTM_DATA_REGRESSION);
 		/* Megatron MLP: the row-parallel output all-reduced over tp;
@@ -119,6 +121,10 @@ static void test_gpt_pipeline(void)
 	if (p) {
 		check_consistent(p);
 		CHECK_EQ_INT(p->nstages, 2);
+		CHECK_EQ_INT(p->pp_axis, 0); /* gpt.dtm's mesh (pp, dp, tp) */
+		CHECK_EQ_INT(p->train.optimizer, DTM_OPTIMIZER_ADAMW);
+		CHECK_EQ_INT(p->train.lr_schedule, DTM_LR_COSINE);
+		CHECK_EQ_INT(p->train.schedule, DTM_PIPE_1F1B);
 		CHECK_EQ_INT(p->train.microbatches, 4);
 		CHECK_EQ_INT(p->train.data_kind, DTM_DATA_TOKENS);
 		for (int s = 0; s < 2; s++) {

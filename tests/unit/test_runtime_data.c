@@ -81,7 +81,7 @@ static DtmPlan make_plan(void)
 		.inputs = { B_TOK, B_TGT },
 		.loss = B_LOSS,
 		.grad_norm = -1,
-		.train = { .optimizer = "sgd", .lr = 0.1f, .lr_schedule = "constant", .steps = 6,
+		.train = { .optimizer = DTM_OPTIMIZER_SGD, .lr = 0.1f, .lr_schedule = DTM_LR_CONSTANT, .steps = 6,
 			   .data = "synthetic", .seed = 1, .tokens_per_step = BATCH * SEQ,
 			   .batch = BATCH, .vocab = VOCAB, .data_kind = DTM_DATA_TOKENS,
 			   .microbatches = 1, .precision = DTM_F32 },

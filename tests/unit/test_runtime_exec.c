@@ -145,8 +145,8 @@ static DtmPlan make_plan(void)
 		.inputs = { B_X, B_Y },
 		.loss = B_LOSS,
 		.grad_norm = B_GNORM,
-		.train = { .optimizer = "sgd", .lr = 0.1f, .momentum = 0.9f,
-			   .lr_schedule = "constant", .steps = 20, .data = "synthetic",
+		.train = { .optimizer = DTM_OPTIMIZER_SGD, .lr = 0.1f, .momentum = 0.9f,
+			   .lr_schedule = DTM_LR_CONSTANT, .steps = 20, .data = "synthetic",
 			   .seed = 1, .tokens_per_step = 8, .batch = 8,
 			   .data_kind = DTM_DATA_REGRESSION, .microbatches = 1,
 			   .precision = DTM_F32 },
@@ -388,7 +388,7 @@ static void test_eval_and_threads(const DtmPlan *p)
 static void test_cosine(void)
 {
 	DtmPlan p = make_plan();
-	p.train.lr_schedule = "cosine";
+	p.train.lr_schedule = DTM_LR_COSINE;
 	p.train.warmup = 4;
 	p.train.min_lr = 0.01f;
 	CHECK_EQ_INT(run(&p, "--steps", "20", "--log", tpath("cos.jsonl"), NULL), 0);
@@ -820,6 +820,36 @@ static void test_dump_batches(const DtmPlan *p)
 	CHECK(access(path, R_OK) != 0);
 }
 
+/* A rank's pipeline stage is its coordinate along the plan's pipeline
+ * axis, whichever axis that is and whatever it is called; a pipelined
+ * plan without one is refused. */
+static void test_pp_axis(const DtmPlan *base)
+{
+	DtmPlan p = *base;
+	DtmStage two[2] = {base->stages[0], base->stages[0]};
+	for (int k = 0; k < 2; k++)
+		memcpy(two[k].arena_bytes, base->arena_bytes, sizeof base->arena_bytes);
+	p.stages = two;
+	p.nstages = 2;
+	p.mesh_naxes = 2;
+	p.mesh_names[0] = "data";
+	p.mesh_names[1] = "stages";
+	p.mesh_sizes[0] = 3;
+	p.mesh_sizes[1] = 2;
+	p.pp_axis = 1;
+	char err[RT_ERR_LEN];
+	CHECK_EQ_INT(rt_plan_validate(&p, err), 0);
+	/* rank = coord[0] * 2 + coord[1] (row-major) */
+	for (int r = 0; r < 6; r++)
+		CHECK_EQ_INT(rt_plan_stage(&p, r), r % 2);
+	p.pp_axis = 0; /* size 3, not the 2 stages */
+	CHECK_EQ_INT(rt_plan_validate(&p, err), -1);
+	CHECK(strstr(err, "pipeline axis is 0 of 2") != NULL);
+	p.pp_axis = -1;
+	CHECK_EQ_INT(rt_plan_validate(&p, err), -1);
+	CHECK_EQ_INT(rt_plan_stage(&p, 1), 0);
+}
+
 int main(void)
 {
 	snprintf(tmpdir, sizeof tmpdir, "/tmp/dtm_rt_exec_XXXXXX");
@@ -830,6 +860,7 @@ int main(void)
 	DtmPlan p = make_plan();
 	char err[RT_ERR_LEN];
 	CHECK_EQ_INT(rt_plan_validate(&p, err), 0);
+	test_pp_axis(&p);
 	test_f16();
 	test_pool();
 	test_gemm();
