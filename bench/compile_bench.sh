@@ -14,7 +14,8 @@
 #             micro-batches: wall time and peak RSS
 # then the lines of C in passes/ and the functions over 100 lines (passes/
 # and everywhere), from the working tree.
-# Environment: REPS (default 3; sweep512 runs once: it takes minutes).
+# Environment: REPS (default 3; sweep512 runs once: it takes minutes),
+# ONLY (the measures to run, default "sweep64 sweep512 inspM16 inspM64").
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -55,7 +56,7 @@ run() {
 echo "machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 printf '%-9s %-5s %9s %10s %8s\n' what dtmc "wall s" "cands/s" "RSS MB"
-for what in sweep64 sweep512 inspM16 inspM64; do
+for what in ${ONLY:-sweep64 sweep512 inspM16 inspM64}; do
 	for side in base new; do
 		bin=$base
 		[ "$side" = new ] && bin=$new
