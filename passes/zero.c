@@ -22,9 +22,12 @@
  *      produced, only the shard kept.
  *   3  as 2, and the param stored as S: partition all_gathers it in front
  *      of its uses.
- * A param that Z already splits, or that would be split unevenly (uneven
- * torch.chunk shards: dim 0 not divided by the parts, or another dim
- * already padded), is left as stage 0 leaves it: whole over Z.  HSDP
+ * Where the parts do not divide dim 0, the shards are torch.chunk's,
+ * padded to equal size (FSDP2's rule; partition pads them as it pads any
+ * uneven placement): every param with a dim is sharded at any group size.
+ * A param that Z already splits keeps its placement (it is sharded
+ * already); a scalar, which has no dim to split, stays whole over Z with a
+ * warning naming it, never silently.  HSDP
  * is the same rule with Z one axis of a 2-D data mesh: gradients are
  * partial over both axes and the planner turns P(rep, dp) -> S(dp) into a
  * reduce_scatter over dp and an all_reduce over rep.
@@ -61,24 +64,82 @@ static Placement param_place(const IrModule *m, const IrNode *param)
 	return P;
 }
 
-/* S: the param's placement with the axes of Z it does not use yet appended
- * to dim 0.  False when there is nothing to add or dim 0 would not divide. */
-static bool zero_split(const IrModule *m, const IrNode *param, uint32_t Z, Placement *S)
+/* Why zero_split keeps a param whole. */
+typedef enum { SPLIT_OK, KEEP_SPLIT_ALREADY, KEEP_SCALAR, KEEP_UNEVEN } SplitWhy;
+
+/* P with the axes `add` appended to dim d; false when they do not fit. */
+static bool with_axes(const Mesh *mesh, Placement P, int d, uint32_t add, Placement *out)
+{
+	for (int a = 0; a < mesh->naxes; a++)
+		if (add & (1u << a)) {
+			if (P.naxes[d] >= IR_MAX_AXES)
+				return false;
+			P.axes[d][P.naxes[d]++] = (uint8_t)a;
+		}
+	*out = P;
+	return true;
+}
+
+/* Partition pads a dim the parts do not divide (torch.chunk shards) when
+ * one mesh axis splits it and no other dim is padded (partition.h). */
+static bool uneven_ok(const Mesh *mesh, const Placement *P, const IrNode *n)
+{
+	int padded = 0;
+	for (int d = 0; d < n->rank && d < P->ndims; d++) {
+		int64_t parts = placement_dim_parts(P, mesh, d);
+		if (parts > 1 && n->shape[d] % parts != 0) {
+			if (P->naxes[d] > 1)
+				return false;
+			padded++;
+		}
+	}
+	return padded <= 1;
+}
+
+/* S: the param's placement with the axes of Z it does not use yet added
+ * to one dim: dim 0, as FSDP2 shards, where the parts divide it; else the
+ * first dim they divide (a vocab-parallel embedding [vocab over tp, d]
+ * takes dp on d); else dim 0 or the first dim that partition can pad
+ * (torch.chunk shards, padded to equal size).  KEEP_UNEVEN where none
+ * can: each dim would be cut unevenly over several axes. */
+static SplitWhy zero_split(const IrModule *m, const IrNode *param, uint32_t Z, Placement *S)
 {
 	Placement P = param_place(m, param);
 	uint32_t add = Z & ~pass_placement_split_axes(&P);
-	if (param->rank == 0 || P.ndims < 1 || !add)
-		return false;
-	for (int a = 0; a < m->mesh.naxes; a++)
-		if (add & (1u << a)) {
-			if (P.naxes[0] >= IR_MAX_AXES)
-				return false;
-			P.axes[0][P.naxes[0]++] = (uint8_t)a;
+	if (!add)
+		return KEEP_SPLIT_ALREADY;
+	if (param->rank == 0 || P.ndims < 1)
+		return KEEP_SCALAR;
+	for (int even = 1; even >= 0; even--)
+		for (int d = 0; d < param->rank && d < P.ndims; d++) {
+			Placement T;
+			if (!with_axes(&m->mesh, P, d, add, &T))
+				continue;
+			if (even ? pass_placement_even(&m->mesh, &T, param->rank, param->shape)
+			         : uneven_ok(&m->mesh, &T, param)) {
+				*S = T;
+				return SPLIT_OK;
+			}
 		}
-	if (!pass_placement_even(&m->mesh, &P, param->rank, param->shape))
-		return false;
-	*S = P;
-	return true;
+	return KEEP_UNEVEN;
+}
+
+/* The zero axes' names, "dp" or "(rep, dp)". */
+static void axes_text(const Mesh *mesh, uint32_t Z, char *buf, size_t cap)
+{
+	int n = 0;
+	size_t k = 0;
+	for (int a = 0; a < mesh->naxes; a++)
+		n += (Z >> a) & 1;
+	buf[0] = 0;
+	for (int a = 0, i = 0; a < mesh->naxes && k < cap; a++) {
+		if (!((Z >> a) & 1))
+			continue;
+		k += (size_t)snprintf(buf + k, cap - k, "%s%s%s%s", i == 0 && n > 1 ? "(" : "",
+		                      i ? ", " : "", mesh->names[a] ? mesh->names[a] : "?",
+		                      i == n - 1 && n > 1 ? ")" : "");
+		i++;
+	}
 }
 
 static void set_place(IrModule *m, IrNode *n, const Placement *p, int from)
@@ -100,9 +161,18 @@ bool pass_zero(IrModule *m, Diag *d, const PassOptions *opt)
 {
 	int stage = m->train.zero;
 	uint32_t live = live_axes(&m->mesh), Z = m->train.zero_axes & live;
+	if (stage > 0 && !Z) {
+		char ax[64];
+		axes_text(&m->mesh, m->train.zero_axes, ax, sizeof ax);
+		bool one = !(m->train.zero_axes & (m->train.zero_axes - 1));
+		diag_warning(d, m->train.loc[IR_TRAIN_ZERO], "zero %d has no effect: its %s %s %s one "
+		             "rank%s, so every rank holds all model state (zero 0)", stage,
+		             one ? "axis" : "axes", ax[0] ? ax : "(none)", one ? "has" : "have",
+		             one ? "" : " each");
+	}
 	if (stage <= 0 || !Z)
 		return true;
-	int nsplit = 0, nkept = 0;
+	int nsplit = 0, nkept = 0, nalready = 0;
 	for (int i = 0; i < m->nnodes; i++) {
 		IrNode *n = m->nodes[i];
 		if (n->op != IR_OP_ADAMW_STEP && n->op != IR_OP_SGD_STEP)
@@ -115,7 +185,20 @@ bool pass_zero(IrModule *m, Diag *d, const PassOptions *opt)
 		}
 		IrNode *param = m->nodes[n->ops[ix.p]];
 		Placement S;
-		if (!zero_split(m, param, Z, &S)) {
+		SplitWhy why = zero_split(m, param, Z, &S);
+		if (why == KEEP_SPLIT_ALREADY) {
+			nalready++;
+			continue;
+		}
+		if (why != SPLIT_OK) {
+			char ax[64];
+			axes_text(&m->mesh, Z, ax, sizeof ax);
+			diag_warning(d, param->loc, "zero %d: param '%s' stays whole over %s: %s", stage,
+			             param->name ? param->name : "?", ax,
+			             why == KEEP_SCALAR
+			                     ? "a scalar has no dim to shard"
+			                     : "every dim would be cut unevenly over several mesh axes, "
+			                       "which partition cannot pad yet");
 			nkept++;
 			continue;
 		}
@@ -139,8 +222,8 @@ bool pass_zero(IrModule *m, Diag *d, const PassOptions *opt)
 			set_place(m, param, &S, -1);
 	}
 	if (opt && opt->verbose)
-		fprintf(stderr, "dtmc: zero: stage %d: %d param%s split, %d kept whole (already "
-		        "split over the zero axes, or uneven)\n", stage, nsplit, nsplit == 1 ? "" : "s",
+		fprintf(stderr, "dtmc: zero: stage %d: %d param%s split, %d already split over the "
+		        "zero axes, %d kept whole\n", stage, nsplit, nsplit == 1 ? "" : "s", nalready,
 		        nkept);
 	return true;
 }

@@ -27,6 +27,7 @@
 #include "driver/driver.h"
 #include "passes/fuse.h"
 #include "passes/memplan.h"
+#include "passes/zero.h"
 #include "runtime/planinfo.h"
 #include "support/json.h"
 #include "tools/cost.h"
@@ -259,6 +260,26 @@ bool inspect_node_in_stage(const Insp *in, int i, int s)
 	return in->mp->nstages <= 1 || ir_stage(in->m, in->m->nodes[i]) == s;
 }
 
+/* The bytes of b that lie past its global shape on rank (padded uneven
+ * shards: every rank holds ceil(G / parts) rows of a dim of G, the last
+ * ones fewer real rows, or none). */
+static int64_t padding_bytes(const DtmPlan *p, const DtmBuffer *b, int64_t rank)
+{
+	int64_t c[DTM_MAX_AXES], real = 1, local = 1;
+	coords_of(p, rank, c);
+	for (int d = 0; d < b->rank; d++) {
+		int64_t idx = 0;
+		for (int j = 0; j < b->split_naxes[d]; j++) {
+			int a = b->split_axes[d][j];
+			idx = idx * p->mesh_sizes[a] + c[a];
+		}
+		int64_t L = b->shape[d], r = b->global_shape[d] - idx * L;
+		real *= r < 0 ? 0 : r > L ? L : r;
+		local *= L;
+	}
+	return local > real ? b->bytes / local * (local - real) : 0;
+}
+
 static bool memory(Insp *in, int s)
 {
 	const DtmPlan *p = in->p;
@@ -288,6 +309,23 @@ static bool memory(Insp *in, int s)
 			break;
 		default: break;
 		}
+	}
+	/* padding, on the rank shown and on the stage's rank with the most */
+	for (int64_t r = 0; r < in->world; r++) {
+		if (stage_of(in, r) != s)
+			continue;
+		int64_t pad = 0;
+		for (int i = 0; i < p->nbuffers; i++) {
+			const DtmBuffer *b = &p->buffers[i];
+			if (b->stage == (p->nstages > 1 ? s : 0) &&
+			    (b->role == DTM_ROLE_PARAM || b->role == DTM_ROLE_GRAD ||
+			     b->role == DTM_ROLE_OPT_STATE))
+				pad += padding_bytes(p, b, r);
+		}
+		if (r == in->rep[s])
+			sm->padding = pad;
+		if (pad > sm->padding_max)
+			sm->padding_max = pad;
 	}
 	/* the activation arena's fullest point, from the planner's liveness
 	 * (positions are node ids, inclusive; n means to the end) */
@@ -620,8 +658,13 @@ static void text_header(FILE *out, const Insp *in)
 		fprintf(out, "%s%s=%" PRId64, a ? " x " : "", p->mesh_names[a], p->mesh_sizes[a]);
 	fprintf(out, " (%" PRId64 " rank%s), %d stage%s\n", in->world, in->world == 1 ? "" : "s",
 	        in->nstages, in->nstages == 1 ? "" : "s");
-	fprintf(out, "train: %s, zero %d, %d micro-batch%s", rt_optimizer_name(p->train.optimizer), t->zero,
-	        p->train.microbatches, p->train.microbatches == 1 ? "" : "es");
+	/* the stage that holds: zero N over axes of one rank is zero 0 */
+	int zero = pass_zero_axes(in->m) ? t->zero : 0;
+	fprintf(out, "train: %s, zero %d", rt_optimizer_name(p->train.optimizer), zero);
+	if (zero != t->zero)
+		fprintf(out, " (zero %d has no effect)", t->zero);
+	fprintf(out, ", %d micro-batch%s", p->train.microbatches,
+	        p->train.microbatches == 1 ? "" : "es");
 	if (in->nstages > 1)
 		fprintf(out, ", schedule %s", sched ? sched : "-");
 	fprintf(out, ", precision %s, %s %s per step\n", dtype_name(p->train.precision),
@@ -713,6 +756,12 @@ static void text_memory(FILE *out, const Insp *in, int s)
 		sep = ", ";
 	}
 	fputs(opt ? ")\n" : "\n", out);
+	if (sm->padding_max) {
+		char b2[64];
+		fprintf(out, "    %-26s %s (at most %s on a rank: uneven shards padded to equal "
+		        "size, in the above)\n", "padding", fmt_bytes(b, sizeof b, (double)sm->padding),
+		        fmt_bytes(b2, sizeof b2, (double)sm->padding_max));
+	}
 	fprintf(out, "    %-26s %s\n", "inputs", fmt_bytes(b, sizeof b, (double)sm->inputs));
 	fprintf(out, "    %-26s %s", "activations (arena)",
 	        fmt_bytes(b, sizeof b, (double)sm->arena[DTM_ARENA_ACT]));
@@ -883,6 +932,7 @@ static void json_stage(FILE *out, const Insp *in, int s)
 	fprintf(out, "}, \"peak_bytes\": %" PRId64 ", \"params\": %" PRId64 ", \"grads\": %" PRId64
 	             ", \"master\": %" PRId64 ", \"optimizer_state\": %" PRId64 ", \"opt_m\": %" PRId64
 	             ", \"opt_v\": %" PRId64 ", \"opt_momentum\": %" PRId64 ", \"opt_other\": %" PRId64
+	             ", \"padding\": %" PRId64 ", \"padding_max\": %" PRId64
 	             ", \"inputs\": %" PRId64 ",\n      \"activations\": {\"arena\": %" PRId64
 	             ", \"live_at_peak\": %" PRId64 ", \"values\": %" PRId64
 	             ", \"gathered_units\": %" PRId64 ", \"comm_results\": %" PRId64
@@ -890,7 +940,7 @@ static void json_stage(FILE *out, const Insp *in, int s)
 	             ", \"staging_copies\": %d},\n",
 	        sm->peak, sm->params, sm->grads, sm->master,
 	        sm->opt_m + sm->opt_v + sm->opt_mom + sm->opt_other, sm->opt_m, sm->opt_v, sm->opt_mom,
-	        sm->opt_other, sm->inputs, sm->arena[DTM_ARENA_ACT], sm->act_live, sm->act_other,
+	        sm->opt_other, sm->padding, sm->padding_max, sm->inputs, sm->arena[DTM_ARENA_ACT], sm->act_live, sm->act_other,
 	        sm->act_gathered, sm->act_comm, sm->inflight > 0 ? sm->inflight : 0, sm->staging,
 	        sm->nstaging);
 	fputs("     \"time\": {\"compute_s\": ", out);
@@ -922,8 +972,9 @@ static void write_json(FILE *out, const Insp *in)
 	fprintf(out, "}, \"world\": %" PRId64 ", \"nstages\": %d,\n \"train\": {\"optimizer\": ",
 	        in->world, in->nstages);
 	json_put_str(out, rt_optimizer_name(p->train.optimizer));
-	fprintf(out, ", \"zero\": %d, \"microbatches\": %d, \"schedule\": ", t->zero,
-	        p->train.microbatches);
+	/* "zero": the stage that holds; "zero_setting": the one asked for */
+	fprintf(out, ", \"zero\": %d, \"zero_setting\": %d, \"microbatches\": %d, \"schedule\": ",
+	        pass_zero_axes(in->m) ? t->zero : 0, t->zero, p->train.microbatches);
 	const char *sched = ir_train_word(IR_TRAIN_SCHEDULE, (int)t->schedule);
 	json_put_str(out, sched ? sched : "");
 	fprintf(out, ", \"virtual_stages\": %" PRId64 ", \"precision\": \"%s\", "

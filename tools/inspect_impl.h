@@ -23,6 +23,11 @@ typedef struct StageMem {
 	int64_t arena[DTM_ARENA_COUNT];
 	int64_t peak; /* the arenas: what a rank of the stage allocates */
 	int64_t params, grads, master, opt_m, opt_v, opt_mom, opt_other, inputs;
+	/* of params, grads, master and optimizer state: the rows past a dim's
+	 * global extent that uneven (torch.chunk) shards hold on the rank
+	 * shown, padded to equal size for the collectives (ZeRO at a group
+	 * size that does not divide dim 0, or uneven_shards) */
+	int64_t padding, padding_max; /* max: on the stage's rank with the most */
 	/* the activation arena at its fullest point (node act_at): bytes live
 	 * there (64-byte aligned, as planned), split into collective/recv
 	 * results (gathered: all_gathers of params, ZeRO-3's units) and the

@@ -48,6 +48,13 @@ steps=10 seed=0
 #   TP and DP x TP (2x2) with sequence parallelism; with recompute
 zero="dp=4/zero=1 dp=4/zero=2 dp=4/zero=3 dp=4/zero=3/reshard_after_forward=false"
 zero="$zero hsdp:rep=2,dp=2/zero=3 dp=2,tp=2/zero=3"
+# ZeRO at group sizes that divide no dim (issue 16): every param sharded as
+# torch.chunk's padded dim-0 chunks (the first even dim where dim 0 is cut
+# over two axes), dp = 3 and 6 on a batch of 6, FSDP x TP at dp = 3,
+# HSDP 2 x 3
+anyn="def:batch=6:dp=3/zero=1 def:batch=6:dp=3/zero=2 def:batch=6:dp=3/zero=3"
+anyn="$anyn def:batch=6:dp=6/zero=1 def:batch=6:dp=6/zero=2 def:batch=6:dp=6/zero=3"
+anyn="$anyn def:batch=6:dp=3,tp=2/zero=3 def:batch=6:hsdp:rep=2,dp=3/zero=3"
 # HSDP under ZeRO-1: the all_reduces over rep after the reduce_scatters
 # over dp, bucketed (passes/bucket.c)
 hsdp1="hsdp:rep=2,dp=2/zero=1"
@@ -59,7 +66,7 @@ sp="$sp dp=2,tp=2/sequence_parallel=true/zero=3"
 # MLP's hidden dim, and 5 over 2 (3, 2) under DP x TP (mlp.dtm asks for no
 # uneven shards, hence the --train); GPT's vocab of 250 over 4 (63, 63, 63,
 # 61: the vocab-parallel embedding and loss on padded shards), and 251 over
-# 2 under FSDP x TP (zero 3: wte, uneven, stays whole over dp)
+# 2 under FSDP x TP (zero 3: wte's vocab, cut unevenly over tp, takes dp on d)
 uneven_mlp="def:hidden=6:tp=4/uneven_shards=true def:hidden=5:dp=2,tp=2/uneven_shards=true"
 uneven_gpt="def:vocab=250:tp=4 def:vocab=251:dp=2,tp=2/zero=3"
 # Activation checkpointing (passes/recompute.c): each block's forward run
@@ -111,9 +118,9 @@ dropout:*) layouts=$drop mpi_layouts="dp=3 dp=2,tp=2" ;;
 *:pipeline) fail "no pipeline layouts for model '$model'" ;;
 gpt:bf16) layouts=$bf16 mpi_layouts= ;;
 *:bf16) fail "no bf16 layouts for model '$model'" ;;
-mlp:*) layouts="dp=4 tp=2 tp=4 dp=2,tp=2 $zero $uneven_mlp"
+mlp:*) layouts="dp=4 tp=2 tp=4 dp=2,tp=2 $zero $uneven_mlp $anyn"
      mpi_layouts="dp=2,tp=2 dp=4/zero=3 def:hidden=6:tp=4/uneven_shards=true" ;;
-gpt:*) layouts="dp=4 tp=2 tp=4 dp=2,tp=2 $zero $hsdp1 $sp $uneven_gpt $rc_gpt $pf_gpt"
+gpt:*) layouts="dp=4 tp=2 tp=4 dp=2,tp=2 $zero $hsdp1 $sp $uneven_gpt $rc_gpt $pf_gpt $anyn"
      mpi_layouts="dp=4 dp=4/zero=3 dp=2,tp=2/sequence_parallel=true" ;;
 *) fail "no layouts listed for model '$model'" ;;
 esac

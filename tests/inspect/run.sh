@@ -580,6 +580,39 @@ EOF
 	want_err inspect models/mlp.dtm
 	want_err inspect models/gpt.dtm --train sequence_parallel=true --train recompute=true
 	want_err inspect models/gpt.dtm -D batch=6 --mesh dp=3
+	# ZeRO shards every param at any group size (issue 16): dp = 3 divides
+	# none of GPT's dims, and nothing stays whole
+	want_err inspect models/gpt.dtm -D batch=6 --mesh dp=3 --train zero=3
+	# ... but a scalar has no dim to shard, and zero over one rank does nothing
+	cat >"$tmp/scalar.dtm" <<'EOF2'
+model scalar
+let batch = 6
+mesh (dp = 3)
+input x : f32[batch, 4] @ [dp, _]
+input y : f32[batch, 4] @ [dp, _]
+param w : f32[4, 4] init normal(0, 0.1)
+param s : f32[] init ones
+forward {
+  loss = mse(x @ w * s, y)
+}
+train {
+  optimizer adamw(lr = 1e-3)
+  zero 3
+  steps 2
+}
+EOF2
+	cat >"$tmp/want" <<EOF
+$tmp/scalar.dtm:7:7: warning: zero 3: param 's' stays whole over dp: a scalar has no dim to shard
+  param s : f32[] init ones
+        ^
+EOF
+	want_err inspect "$tmp/scalar.dtm"
+	cat >"$tmp/want" <<'EOF'
+<command line>: warning: zero 2 has no effect: its axis dp has one rank, so every rank holds all model state (zero 0)
+EOF
+	want_err inspect models/gpt.dtm --mesh dp=1 --train zero=2
+	grep -q '^train: adamw, zero 0 (zero 2 has no effect), ' "$tmp/out" ||
+		fail "inspect does not say that zero 2 over dp=1 is zero 0: $(grep '^train' "$tmp/out")"
 	echo "ok: the warnings of what costs or does nothing; the models' layouts warn of nothing"
 }
 

@@ -192,6 +192,116 @@ static void test_equivalence(void)
 	bucket_bytes = 0;
 }
 
+/* ZeRO at group sizes that divide no dim (issue 16): dp = 3 and 6 on
+ * sizes where every param's dims are cut unevenly (torch.chunk shards,
+ * padded), with TP and HSDP; each equals one device. */
+static const char *const mlp_defs6[] = {"batch", "6", "din", "4", "hidden", "8", "dout", "4",
+                                        NULL};
+static const char *const gpt_defs6[] = {"vocab", "16", "ctx", "4", "d", "8", "heads", "2",
+                                        "layers", "2", "batch", "6", NULL};
+
+static void test_any_n(void)
+{
+	static const struct {
+		const char *label, *train;
+		bool hsdp;
+		const char *mesh;
+	} cases[] = {
+		{"zero 1 dp=3", "  zero 1 over dp\n", false, "dp=3,tp=1"},
+		{"zero 2 dp=3", "  zero 2 over dp\n", false, "dp=3,tp=1"},
+		{"zero 3 dp=3", "  zero 3 over dp\n", false, "dp=3,tp=1"},
+		{"zero 1 dp=6", "  zero 1 over dp\n", false, "dp=6,tp=1"},
+		{"zero 2 dp=6", "  zero 2 over dp\n", false, "dp=6,tp=1"},
+		{"zero 3 dp=6", "  zero 3 over dp\n", false, "dp=6,tp=1"},
+		{"fsdp x tp dp=3", "  zero 3 over dp\n", false, "dp=3,tp=2"},
+		{"hsdp 2x3 zero 3", "  zero 3 over dp\n", true, "rep=2,dp=3,tp=1"},
+	};
+	char label[128], train[512];
+	for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+		snprintf(label, sizeof label, "mlp %s", cases[k].label);
+		char *src = model("models/mlp.dtm", cases[k].train, cases[k].hsdp);
+		equivalence(label, src, cases[k].hsdp ? "rep=1,dp=1,tp=1" : "dp=1,tp=1",
+		            cases[k].mesh, mlp_defs6, 1);
+		free(src);
+		snprintf(label, sizeof label, "mlp bf16 adamw %s", cases[k].label);
+		snprintf(train, sizeof train, "%s  precision bf16\n" ADAMW, cases[k].train);
+		src = model("models/mlp.dtm", train, cases[k].hsdp);
+		src = src ? replace(src, "  optimizer sgd(lr = 0.05, momentum = 0.9)\n", "") : NULL;
+		equivalence(label, src, cases[k].hsdp ? "rep=1,dp=1,tp=1" : "dp=1,tp=1",
+		            cases[k].mesh, mlp_defs6, 1);
+		free(src);
+		snprintf(label, sizeof label, "gpt %s", cases[k].label);
+		src = model("models/gpt.dtm", cases[k].train, cases[k].hsdp);
+		char gmesh[64];
+		snprintf(gmesh, sizeof gmesh, "pp=1,%s", cases[k].mesh);
+		equivalence(label, src, cases[k].hsdp ? "pp=1,rep=1,dp=1,tp=1" : "pp=1,dp=1,tp=1",
+		            gmesh, gpt_defs6, 16);
+		free(src);
+	}
+}
+
+/* Every param is sharded at dp = 3, which divides none of the MLP's dims
+ * (din 4, hidden 8, dout 4): each rank holds torch.chunk's ceil(n / 3)
+ * rows of dim 0, padded: w1 [4, 8] 2 x 8, b1 [8] 3, w2 [8, 4] 3 x 4, b2 [4]
+ * 2, 33 elements where 76 / 3 would be 25.3; before, all four stayed whole
+ * (76 each).  A param of the vocab-parallel GPT embedding [vocab over tp,
+ * d] whose vocab dp would cut unevenly after tp takes dp on d instead. */
+static void test_memory_any_n(void)
+{
+	Arena a;
+	arena_init(&a);
+	const int64_t P3 = 2 * 8 + 3 + 3 * 4 + 2;
+	const char *stages[] = {"  zero 1 over dp\n", "  zero 2 over dp\n", "  zero 3 over dp\n"};
+	const int64_t P = 4 * 8 + 8 + 8 * 4 + 4;
+	const int64_t want[3][4] = {
+		{2 * P, 2 * P, 4 * P3, 8 * P3},
+		{2 * P, 2 * P3, 4 * P3, 8 * P3},
+		{2 * P3, 2 * P3, 4 * P3, 8 * P3},
+	};
+	for (int k = 0; k < 3; k++) {
+		char train[512];
+		snprintf(train, sizeof train, "%s  precision bf16\n" ADAMW, stages[k]);
+		char *src = model("models/mlp.dtm", train, false);
+		if (!src)
+			continue;
+		src = replace(src, "  optimizer sgd(lr = 0.05, momentum = 0.9)\n", "");
+		Diag d;
+		diag_init(&d, stderr);
+		IrModule *m = spmd(&a, &d, src, "dp=3,tp=1", mlp_defs6);
+		CHECK(m != NULL);
+		if (m) {
+			StateMem s;
+			pass_state_memory(m, &s);
+			CHECK_EQ_INT(s.param, want[k][0]);
+			CHECK_EQ_INT(s.grad, want[k][1]);
+			CHECK_EQ_INT(s.master, want[k][2]);
+			CHECK_EQ_INT(s.optim, want[k][3]);
+		}
+		free(src);
+	}
+	/* GPT-2's vocab 50257 over tp = 2 then dp = 4: uneven over two axes,
+	 * which partition cannot pad; d = 16 takes dp evenly */
+	const char *const defs[] = {"vocab", "50257", "ctx", "4", "d", "16", "heads", "2",
+	                            "layers", "1", "batch", "4", NULL};
+	char *src = model("models/gpt.dtm", "  zero 3 over dp\n", false);
+	Diag d;
+	diag_init(&d, stderr);
+	IrModule *m = src ? spmd(&a, &d, src, "pp=1,dp=4,tp=2", defs) : NULL;
+	CHECK(m != NULL && d.nerr == 0 && d.nwarn == 0);
+	bool found = false;
+	for (int i = 0; m && i < m->nnodes; i++) {
+		const IrNode *n = m->nodes[i];
+		if (n->op != IR_OP_PARAM || !n->name || strcmp(n->name, "wte"))
+			continue;
+		found = true;
+		CHECK_EQ_INT(n->shape[0], 25129); /* ceil(50257 / 2) */
+		CHECK_EQ_INT(n->shape[1], 4);     /* 16 / 4 */
+	}
+	CHECK(found);
+	free(src);
+	arena_free(&a);
+}
+
 /* Gradient accumulation (passes/microbatch.c): microbatches 2 and 4 on
  * one device and under DDP (with buckets, and with zero 1) equal the M = 1
  * single-device run: loss (the mean over the whole batch), gradients and
@@ -573,5 +683,7 @@ int main(void)
 	test_prefetch_rule();
 	test_prefetch();
 	test_memory();
+	test_any_n();
+	test_memory_any_n();
 	return check_report();
 }
