@@ -137,13 +137,49 @@ static const char *const gpt_defs[] = {"vocab", "16", "ctx", "4", "d", "8", "hea
 #define ADAMW "  optimizer adamw(lr = 1e-2, betas = (0.9, 0.95), eps = 1e-8, " \
               "weight_decay = 0.1, clip = 1.0)\n"
 
+/* A layout: train settings added to the model's, hsdp (see model()), the
+ * mesh (without pp). */
+typedef struct Case {
+	const char *label, *train;
+	bool hsdp;
+	const char *mesh;
+} Case;
+
+/* Each case on the MLP with its own SGD (momentum state), the MLP with
+ * AdamW in bf16, and GPT, against one device. */
+static void run_cases(const Case *cases, size_t n, const char *const *mdefs,
+                      const char *const *gdefs)
+{
+	char label[128], train[512];
+	for (size_t k = 0; k < n; k++) {
+		bucket_bytes = strstr(cases[k].label, "buckets 600") ? 600 : 0;
+		snprintf(label, sizeof label, "mlp %s", cases[k].label);
+		char *src = model("models/mlp.dtm", cases[k].train, cases[k].hsdp);
+		equivalence(label, src, cases[k].hsdp ? "rep=1,dp=1,tp=1" : "dp=1,tp=1",
+		            cases[k].mesh, mdefs, 1);
+		free(src);
+		snprintf(label, sizeof label, "mlp bf16 adamw %s", cases[k].label);
+		snprintf(train, sizeof train, "%s  precision bf16\n" ADAMW, cases[k].train);
+		src = model("models/mlp.dtm", train, cases[k].hsdp);
+		src = src ? replace(src, "  optimizer sgd(lr = 0.05, momentum = 0.9)\n", "") : NULL;
+		equivalence(label, src, cases[k].hsdp ? "rep=1,dp=1,tp=1" : "dp=1,tp=1",
+		            cases[k].mesh, mdefs, 1);
+		free(src);
+
+		snprintf(label, sizeof label, "gpt %s", cases[k].label);
+		src = model("models/gpt.dtm", cases[k].train, cases[k].hsdp);
+		char gmesh[64];
+		snprintf(gmesh, sizeof gmesh, "pp=1,%s", cases[k].mesh);
+		equivalence(label, src, cases[k].hsdp ? "pp=1,rep=1,dp=1,tp=1" : "pp=1,dp=1,tp=1",
+		            gmesh, gdefs, 16);
+		free(src);
+	}
+	bucket_bytes = 0;
+}
+
 static void test_equivalence(void)
 {
-	static const struct {
-		const char *label, *train;
-		bool hsdp;
-		const char *mesh;
-	} cases[] = {
+	static const Case cases[] = {
 		{"zero 1", "  zero 1 over dp\n", false, "dp=4,tp=1"},
 		{"zero 2", "  zero 2 over dp\n", false, "dp=4,tp=1"},
 		{"zero 3", "  zero 3 over dp\n", false, "dp=4,tp=1"},
@@ -164,32 +200,7 @@ static void test_equivalence(void)
 		{"ddp x tp sp", "  sequence_parallel true\n", false, "dp=2,tp=2"},
 		{"hsdp x tp sp", "  sequence_parallel true\n", true, "rep=2,dp=2,tp=2"},
 	};
-	char label[128], train[512];
-	for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
-		bucket_bytes = strstr(cases[k].label, "buckets 600") ? 600 : 0;
-		/* the MLP with its own SGD (momentum state) and with AdamW in bf16 */
-		snprintf(label, sizeof label, "mlp %s", cases[k].label);
-		char *src = model("models/mlp.dtm", cases[k].train, cases[k].hsdp);
-		equivalence(label, src, cases[k].hsdp ? "rep=1,dp=1,tp=1" : "dp=1,tp=1",
-		            cases[k].mesh, mlp_defs, 1);
-		free(src);
-		snprintf(label, sizeof label, "mlp bf16 adamw %s", cases[k].label);
-		snprintf(train, sizeof train, "%s  precision bf16\n" ADAMW, cases[k].train);
-		src = model("models/mlp.dtm", train, cases[k].hsdp);
-		src = src ? replace(src, "  optimizer sgd(lr = 0.05, momentum = 0.9)\n", "") : NULL;
-		equivalence(label, src, cases[k].hsdp ? "rep=1,dp=1,tp=1" : "dp=1,tp=1",
-		            cases[k].mesh, mlp_defs, 1);
-		free(src);
-
-		snprintf(label, sizeof label, "gpt %s", cases[k].label);
-		src = model("models/gpt.dtm", cases[k].train, cases[k].hsdp);
-		char gmesh[64];
-		snprintf(gmesh, sizeof gmesh, "pp=1,%s", cases[k].mesh);
-		equivalence(label, src, cases[k].hsdp ? "pp=1,rep=1,dp=1,tp=1" : "pp=1,dp=1,tp=1",
-		            gmesh, gpt_defs, 16);
-		free(src);
-	}
-	bucket_bytes = 0;
+	run_cases(cases, sizeof cases / sizeof cases[0], mlp_defs, gpt_defs);
 }
 
 /* ZeRO at group sizes that divide no dim (issue 16): dp = 3 and 6 on
@@ -202,11 +213,7 @@ static const char *const gpt_defs6[] = {"vocab", "16", "ctx", "4", "d", "8", "he
 
 static void test_any_n(void)
 {
-	static const struct {
-		const char *label, *train;
-		bool hsdp;
-		const char *mesh;
-	} cases[] = {
+	static const Case cases[] = {
 		{"zero 1 dp=3", "  zero 1 over dp\n", false, "dp=3,tp=1"},
 		{"zero 2 dp=3", "  zero 2 over dp\n", false, "dp=3,tp=1"},
 		{"zero 3 dp=3", "  zero 3 over dp\n", false, "dp=3,tp=1"},
@@ -216,28 +223,7 @@ static void test_any_n(void)
 		{"fsdp x tp dp=3", "  zero 3 over dp\n", false, "dp=3,tp=2"},
 		{"hsdp 2x3 zero 3", "  zero 3 over dp\n", true, "rep=2,dp=3,tp=1"},
 	};
-	char label[128], train[512];
-	for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
-		snprintf(label, sizeof label, "mlp %s", cases[k].label);
-		char *src = model("models/mlp.dtm", cases[k].train, cases[k].hsdp);
-		equivalence(label, src, cases[k].hsdp ? "rep=1,dp=1,tp=1" : "dp=1,tp=1",
-		            cases[k].mesh, mlp_defs6, 1);
-		free(src);
-		snprintf(label, sizeof label, "mlp bf16 adamw %s", cases[k].label);
-		snprintf(train, sizeof train, "%s  precision bf16\n" ADAMW, cases[k].train);
-		src = model("models/mlp.dtm", train, cases[k].hsdp);
-		src = src ? replace(src, "  optimizer sgd(lr = 0.05, momentum = 0.9)\n", "") : NULL;
-		equivalence(label, src, cases[k].hsdp ? "rep=1,dp=1,tp=1" : "dp=1,tp=1",
-		            cases[k].mesh, mlp_defs6, 1);
-		free(src);
-		snprintf(label, sizeof label, "gpt %s", cases[k].label);
-		src = model("models/gpt.dtm", cases[k].train, cases[k].hsdp);
-		char gmesh[64];
-		snprintf(gmesh, sizeof gmesh, "pp=1,%s", cases[k].mesh);
-		equivalence(label, src, cases[k].hsdp ? "pp=1,rep=1,dp=1,tp=1" : "pp=1,dp=1,tp=1",
-		            gmesh, gpt_defs6, 16);
-		free(src);
-	}
+	run_cases(cases, sizeof cases / sizeof cases[0], mlp_defs6, gpt_defs6);
 }
 
 /* Every param is sharded at dp = 3, which divides none of the MLP's dims

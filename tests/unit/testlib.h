@@ -9,8 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The whole file, NUL-terminated (malloc'ed), or NULL. */
-static inline char *slurp(const char *path)
+/* The whole file, NUL-terminated (malloc'ed), its size in *size when
+ * size is non-NULL; NULL when it cannot be read. */
+static inline char *slurp_size(const char *path, size_t *size)
 {
 	FILE *f = fopen(path, "rb");
 	if (!f)
@@ -23,10 +24,18 @@ static inline char *slurp(const char *path)
 		free(s);
 		s = NULL;
 	}
-	if (s)
+	if (s) {
 		s[n] = 0;
+		if (size)
+			*size = (size_t)n;
+	}
 	fclose(f);
 	return s;
+}
+
+static inline char *slurp(const char *path)
+{
+	return slurp_size(path, NULL);
 }
 
 /* Diagnostics written to memory, for tests that check a message:

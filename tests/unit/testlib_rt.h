@@ -45,21 +45,7 @@ static inline void write_bytes(const char *path, const void *p, size_t n)
 /* The whole file (malloc'ed) and its size, or NULL. */
 static inline unsigned char *read_bytes(const char *path, size_t *n)
 {
-	FILE *f = fopen(path, "rb");
-	if (!f)
-		return NULL;
-	fseek(f, 0, SEEK_END);
-	long len = ftell(f);
-	fseek(f, 0, SEEK_SET);
-	unsigned char *p = len >= 0 ? malloc((size_t)len + 1) : NULL;
-	if (p && fread(p, 1, (size_t)len, f) != (size_t)len) {
-		free(p);
-		p = NULL;
-	}
-	fclose(f);
-	if (p)
-		*n = (size_t)len;
-	return p;
+	return (unsigned char *)slurp_size(path, n);
 }
 
 /* An llm.c token file: a 256-int header (magic, version, the token count
