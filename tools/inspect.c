@@ -310,23 +310,41 @@ static bool memory(Insp *in, int s)
 		default: break;
 		}
 	}
-	/* padding, on the rank shown and on the stage's rank with the most */
-	for (int64_t r = 0; r < in->world; r++) {
+	/* padding, on the rank shown and on the stage's rank with the most:
+	 * the model state's buffers with a padded dim, each rank's of them
+	 * (most layouts have none, and then no rank is visited) */
+	int *padded = malloc(sizeof(int) * (p->nbuffers > 0 ? (size_t)p->nbuffers : 1));
+	int npadded = 0;
+	if (!padded)
+		return false;
+	for (int i = 0; i < p->nbuffers; i++) {
+		const DtmBuffer *b = &p->buffers[i];
+		if (b->stage != (p->nstages > 1 ? s : 0) ||
+		    (b->role != DTM_ROLE_PARAM && b->role != DTM_ROLE_GRAD &&
+		     b->role != DTM_ROLE_OPT_STATE))
+			continue;
+		bool pads = false;
+		for (int d = 0; d < b->rank && !pads; d++) {
+			int64_t parts = 1;
+			for (int j = 0; j < b->split_naxes[d]; j++)
+				parts *= p->mesh_sizes[b->split_axes[d][j]];
+			pads = b->shape[d] * parts != b->global_shape[d];
+		}
+		if (pads)
+			padded[npadded++] = i;
+	}
+	for (int64_t r = 0; npadded && r < in->world; r++) {
 		if (stage_of(in, r) != s)
 			continue;
 		int64_t pad = 0;
-		for (int i = 0; i < p->nbuffers; i++) {
-			const DtmBuffer *b = &p->buffers[i];
-			if (b->stage == (p->nstages > 1 ? s : 0) &&
-			    (b->role == DTM_ROLE_PARAM || b->role == DTM_ROLE_GRAD ||
-			     b->role == DTM_ROLE_OPT_STATE))
-				pad += padding_bytes(p, b, r);
-		}
+		for (int k = 0; k < npadded; k++)
+			pad += padding_bytes(p, &p->buffers[padded[k]], r);
 		if (r == in->rep[s])
 			sm->padding = pad;
 		if (pad > sm->padding_max)
 			sm->padding_max = pad;
 	}
+	free(padded);
 	/* the activation arena's fullest point, from the planner's liveness
 	 * (positions are node ids, inclusive; n means to the end) */
 	int n = m->nnodes;
