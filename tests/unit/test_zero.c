@@ -203,6 +203,28 @@ static void test_equivalence(void)
 	run_cases(cases, sizeof cases / sizeof cases[0], mlp_defs, gpt_defs);
 }
 
+/* The per-rank model state of the MLP with AdamW in bf16 under `stage`
+ * (a zero line, or nothing) on mesh; false (checked) when it does not
+ * compile. */
+static bool mlp_state(Arena *a, const char *stage, const char *mesh, const char *const *defs,
+                      StateMem *out)
+{
+	char train[512];
+	snprintf(train, sizeof train, "%s  precision bf16\n" ADAMW, stage);
+	char *src = model("models/mlp.dtm", train, false);
+	if (!src)
+		return false;
+	src = replace(src, "  optimizer sgd(lr = 0.05, momentum = 0.9)\n", "");
+	Diag d;
+	diag_init(&d, stderr);
+	IrModule *m = spmd(a, &d, src, mesh, defs);
+	CHECK(m != NULL);
+	if (m)
+		pass_state_memory(m, out);
+	free(src);
+	return m != NULL;
+}
+
 /* ZeRO at group sizes that divide no dim (issue 16): dp = 3 and 6 on
  * sizes where every param's dims are cut unevenly (torch.chunk shards,
  * padded), with TP and HSDP; each equals one device. */
@@ -245,25 +267,13 @@ static void test_memory_any_n(void)
 		{2 * P3, 2 * P3, 4 * P3, 8 * P3},
 	};
 	for (int k = 0; k < 3; k++) {
-		char train[512];
-		snprintf(train, sizeof train, "%s  precision bf16\n" ADAMW, stages[k]);
-		char *src = model("models/mlp.dtm", train, false);
-		if (!src)
-			continue;
-		src = replace(src, "  optimizer sgd(lr = 0.05, momentum = 0.9)\n", "");
-		Diag d;
-		diag_init(&d, stderr);
-		IrModule *m = spmd(&a, &d, src, "dp=3,tp=1", mlp_defs6);
-		CHECK(m != NULL);
-		if (m) {
-			StateMem s;
-			pass_state_memory(m, &s);
+		StateMem s;
+		if (mlp_state(&a, stages[k], "dp=3,tp=1", mlp_defs6, &s)) {
 			CHECK_EQ_INT(s.param, want[k][0]);
 			CHECK_EQ_INT(s.grad, want[k][1]);
 			CHECK_EQ_INT(s.master, want[k][2]);
 			CHECK_EQ_INT(s.optim, want[k][3]);
 		}
-		free(src);
 	}
 	/* GPT-2's vocab 50257 over tp = 2 then dp = 4: uneven over two axes,
 	 * which partition cannot pad; d = 16 takes dp evenly */
@@ -637,26 +647,14 @@ static void test_memory(void)
 	const int64_t total[4] = {16 * P, 2 * P + 2 * P + 12 * P / N, 2 * P + 2 * P / N + 12 * P / N,
 	                          16 * P / N};
 	for (int k = 0; k < 4; k++) {
-		char train[512];
-		snprintf(train, sizeof train, "%s  precision bf16\n" ADAMW, stages[k]);
-		char *src = model("models/mlp.dtm", train, false);
-		if (!src)
-			continue;
-		src = replace(src, "  optimizer sgd(lr = 0.05, momentum = 0.9)\n", "");
-		Diag d;
-		diag_init(&d, stderr);
-		IrModule *m = spmd(&a, &d, src, "dp=4,tp=1", mlp_defs);
-		CHECK(m != NULL);
-		if (m) {
-			StateMem s;
-			pass_state_memory(m, &s);
+		StateMem s;
+		if (mlp_state(&a, stages[k], "dp=4,tp=1", mlp_defs, &s)) {
 			CHECK_EQ_INT(s.param, want[k][0]);
 			CHECK_EQ_INT(s.grad, want[k][1]);
 			CHECK_EQ_INT(s.master, want[k][2]);
 			CHECK_EQ_INT(s.optim, want[k][3]);
 			CHECK_EQ_INT(s.param + s.grad + s.master + s.optim, total[k]);
 		}
-		free(src);
 	}
 	arena_free(&a);
 }
