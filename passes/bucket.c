@@ -40,6 +40,7 @@
  */
 #include "passes/bucket.h"
 #include "passes/pipeline.h"
+#include "passes/rebuild.h"
 #include "support/hash.h"
 #include "passes/target.h"
 
@@ -175,124 +176,13 @@ static bool collect(const IrModule *m, const int *users, int x, bool root, Cand 
 	return false;
 }
 
-typedef struct Out {
-	IrModule *m;   /* the module being rewritten (read) */
-	IrModule *out; /* the new node list */
-	int *map;      /* old id -> new id */
-	Diag *d;
-} Out;
-
-/* Old node i, and (by i: an adopted node has its new id already) its
- * annotations in m. */
-static const IrNode *old_node(const Out *o, int i)
-{
-	return o->m->nodes[i];
-}
-
-static IrNode old_id(int i)
-{
-	return (IrNode){.id = i};
-}
-
-/* out's node x stands for old node g (a gradient): its link, the param
- * (in out already) mapped. */
-static void take_link(Out *o, IrNode *x, int g)
-{
-	IrNode go = old_id(g);
-	int lp = ir_link_param(o->m, &go);
-	ir_set_link(o->out, x, ir_link(o->m, &go), lp >= 0 ? o->map[lp] : -1);
-}
-
-/* A new node in out like old node `like`: its type is set by the caller
- * (shape for reshape) or inferred. */
-static IrNode *add(Out *o, IrOp op, const int *ops, int nops, int like_id, bool infer)
-{
-	const IrNode *like = old_node(o, like_id);
-	IrNode li = old_id(like_id);
-	IrNode *n = ir_node_new(o->out, op, ops, nops, like->loc);
-	if (!n) {
-		diag_error(o->d, like->loc, "bucket: out of memory");
-		return NULL;
-	}
-	n->dtype = like->dtype;
-	ir_set_stage(o->out, n, ir_stage(o->m, &li));
-	ir_set_block(o->out, n, ir_block(o->m, &li));
-	ir_set_place_from(o->out, n, nops ? ops[0] : -1);
-	char msg[512];
-	if (infer && !ir_infer_msg(o->out, n, msg, sizeof msg)) {
-		pass_fault(o->m, o->d, like->loc, "bucket: %s: %s", ir_op_name(op), msg);
-		return NULL;
-	}
-	return n;
-}
-
-static void flat_place(IrModule *out, IrNode *n, uint32_t partial, IrRed op)
-{
-	Placement p;
-	placement_replicated(&p, 1);
-	p.partial = partial;
-	p.partial_op = partial ? op : IR_RED_SUM;
-	ir_place_set(out, n, &p); /* out of memory: the verifier says */
-}
-
-/* Makes old node i out's next node: the node itself, its operands
- * remapped in place and its annotations copied to its new id, rather
- * than a copy of it (the old list is dropped; emit_bucket reads old nodes
- * by index, for the fields this leaves alone, and their annotations by
- * their old id).  place_from is remapped when its node is in out already;
- * else i joins later[] for after the last node. */
-static bool adopt_node(Out *o, int i, int *later, int *nlater)
-{
-	IrNode *x = o->m->nodes[i];
-	IrModule *out = o->out;
-	if (out->nnodes == out->cap && out->nnodes < IR_MAX_NODES) {
-		/* room was made for every node; grown as ir_node_new would */
-		int cap = out->cap ? 2 * out->cap : 64;
-		IrNode **v = arena_alloc_raw(out->arena, sizeof *v * (size_t)cap);
-		if (v) {
-			if (out->nnodes)
-				memcpy(v, out->nodes, sizeof *v * (size_t)out->nnodes);
-			out->nodes = v;
-			out->cap = cap;
-		}
-	}
-	if (out->nnodes >= out->cap || out->nnodes >= IR_MAX_NODES) {
-		diag_error(o->d, x->loc, "bucket: out of memory");
-		return false;
-	}
-	for (int k = 0; k < x->nops; k++)
-		x->ops[k] = o->map[x->ops[k]];
-	if (!x->nops)
-		x->ops = NULL;
-	int id = out->nnodes++;
-	out->nodes[id] = x;
-	x->id = id;
-	o->map[i] = id;
-	ir_annots_copy(out, id, o->m, i);
-	int lp = ir_link_param(out, x);
-	if (lp >= 0) /* a param, in out already: it comes before what reads it */
-		ir_set_link(out, x, lp < i ? ir_link(out, x) : IR_LINK_NONE, lp < i ? o->map[lp] : -1);
-	int pf = ir_place_from(out, x), nn = o->m->nnodes;
-	if (pf >= 0 && pf < nn) {
-		if (pf > i || o->map[pf] < 0) {
-			later[(*nlater)++] = i;
-			return true;
-		}
-		pf = o->map[pf];
-	}
-	if (pf < -1 || pf == id)
-		pf = -1;
-	ir_set_place_from(out, x, pf);
-	return true;
-}
-
 /* Emits bucket b: pack, all_reduce, unpack. */
-static bool emit_bucket(Out *o, const Cand *cands, const Bucket *b)
+static bool emit_bucket(Rebuild *o, const Cand *cands, const Bucket *b)
 {
 	const IrModule *m = o->m;
 	int ar0_id = cands[b->members[0]].ar, src0_id = cands[b->members[0]].src[0];
 	const IrNode *ar0 = m->nodes[ar0_id], *src0 = m->nodes[src0_id];
-	IrNode ar0_old = old_id(ar0_id), src0_old = old_id(src0_id);
+	IrNode ar0_old = {.id = ar0_id}, src0_old = {.id = src0_id};
 	uint32_t pre = ir_place(m, src0)->partial;
 	IrRed pop = ir_place(m, src0)->partial_op;
 	uint32_t axes = cands[b->members[0]].axes;
@@ -300,7 +190,7 @@ static bool emit_bucket(Out *o, const Cand *cands, const Bucket *b)
 	/* the block instance the members share, or -1 (a bucket across blocks) */
 	int block = ir_block(m, &ar0_old);
 	for (int k = 1; k < b->n; k++) {
-		IrNode ark = old_id(cands[b->members[k]].ar);
+		IrNode ark = {.id = cands[b->members[k]].ar};
 		if (ir_block(m, &ark) != block)
 			block = -1;
 	}
@@ -314,7 +204,7 @@ static bool emit_bucket(Out *o, const Cand *cands, const Bucket *b)
 		int id = o->map[c->src[0]]; /* s->id: s may be out's node now */
 		for (int t = 1; t < c->nsrc; t++) {
 			int ab[2] = {id, o->map[c->src[t]]};
-			IrNode *a = add(o, IR_OP_ADD, ab, 2, c->src[0], true);
+			IrNode *a = rb_add(o, IR_OP_ADD, ab, 2, c->src[0], true);
 			if (!a) {
 				free(lvl);
 				return false;
@@ -332,14 +222,14 @@ static bool emit_bucket(Out *o, const Cand *cands, const Bucket *b)
 			break;
 		}
 		if (s->rank != 1) {
-			IrNode *r = add(o, IR_OP_RESHAPE, &id, 1, c->src[0], false);
+			IrNode *r = rb_add(o, IR_OP_RESHAPE, &id, 1, c->src[0], false);
 			if (!r) {
 				free(lvl);
 				return false;
 			}
 			r->rank = 1;
 			r->shape[0] = ir_node_numel(s);
-			flat_place(o->out, r, pre, pop);
+			rb_flat_place(o->out, r, pre, pop);
 			id = r->id;
 		}
 		lvl[k] = id;
@@ -365,13 +255,11 @@ static bool emit_bucket(Out *o, const Cand *cands, const Bucket *b)
 			ir_set_stage(o->out, c, ir_stage(m, &src0_old));
 			ir_set_block(o->out, c, block);
 			ir_set_place_from(o->out, c, lvl[k]);
-			char msg[512];
-			if (!ir_infer_msg(o->out, c, msg, sizeof msg)) {
+			if (!rb_infer(o, c, src0->loc)) {
 				free(lvl);
-				pass_fault(o->m, o->d, src0->loc, "bucket: concat: %s", msg);
 				return false;
 			}
-			flat_place(o->out, c, pre, pop);
+			rb_flat_place(o->out, c, pre, pop);
 			lvl[nn++] = c->id;
 		}
 		n = nn;
@@ -391,28 +279,17 @@ static bool emit_bucket(Out *o, const Cand *cands, const Bucket *b)
 	ir_set_stage(o->out, red, ir_stage(m, &ar0_old));
 	ir_set_block(o->out, red, block);
 	ir_set_place_from(o->out, red, flat);
-	char msg[512];
-	if (!ir_infer_msg(o->out, red, msg, sizeof msg)) {
-		pass_fault(o->m, o->d, ar0->loc, "bucket: all_reduce: %s", msg);
+	if (!rb_infer(o, red, ar0->loc))
 		return false;
-	}
-	flat_place(o->out, red, post, pop);
+	rb_flat_place(o->out, red, post, pop);
 	int rid = red->id;
 	if (b->n == 1) {
 		/* one gradient: its terms reduced together, no pack */
 		int gid = cands[b->members[0]].g;
 		const IrNode *g = m->nodes[gid];
-		IrNode g_old = old_id(gid);
 		memcpy(red->shape, g->shape, sizeof g->shape);
 		red->rank = g->rank;
-		red->name = g->name;
-		red->role = g->role;
-		red->place = g->place;
-		ir_set_place_loc(o->out, red, ir_place_loc(m, &g_old));
-		for (int d = 0; d < IR_MAX_RANK; d++)
-			ir_set_padded(o->out, red, d, ir_padded(m, &g_old, d));
-		take_link(o, red, gid);
-		o->map[cands[b->members[0]].g] = rid;
+		rb_take(o, red, gid);
 		return true;
 	}
 	/* unpack */
@@ -420,36 +297,25 @@ static bool emit_bucket(Out *o, const Cand *cands, const Bucket *b)
 	for (int k = 0; k < b->n; k++) {
 		int gid = cands[b->members[k]].g;
 		const IrNode *ar = m->nodes[gid];
-		IrNode g_old = old_id(gid);
 		int64_t len = ir_node_numel(ar);
-		IrNode *s = add(o, IR_OP_SLICE, &rid, 1, gid, false);
+		IrNode *s = rb_add(o, IR_OP_SLICE, &rid, 1, gid, false);
 		if (!s)
 			return false;
 		*ir_attr_slice_mut(o->out, s) = (IrAttrSlice){0, off, off + len};
-		if (!ir_infer_msg(o->out, s, msg, sizeof msg)) {
-			pass_fault(o->m, o->d, ar->loc, "bucket: slice: %s", msg);
+		if (!rb_infer(o, s, ar->loc))
 			return false;
-		}
-		flat_place(o->out, s, post, pop);
+		rb_flat_place(o->out, s, post, pop);
 		off += len;
 		IrNode *last = s;
 		if (ar->rank != 1) {
 			int sid = s->id;
-			last = add(o, IR_OP_RESHAPE, &sid, 1, gid, false);
+			last = rb_add(o, IR_OP_RESHAPE, &sid, 1, gid, false);
 			if (!last)
 				return false;
 			last->rank = ar->rank;
 			memcpy(last->shape, ar->shape, sizeof ar->shape);
 		}
-		last->name = ar->name;
-		last->role = ar->role;
-		last->place = ar->place;
-		for (int d = 0; d < IR_MAX_RANK; d++)
-			ir_set_padded(o->out, last, d, ir_padded(m, &g_old, d));
-		ir_set_choose(o->out, last, ir_choose(m, &g_old));
-		ir_set_place_loc(o->out, last, ir_place_loc(m, &g_old));
-		take_link(o, last, gid);
-		o->map[cands[b->members[k]].g] = last->id;
+		rb_take(o, last, gid);
 	}
 	return true;
 }
@@ -637,14 +503,9 @@ bool pass_bucket(IrModule *m, Diag *d, const PassOptions *opt)
 			fprintf(stderr, "dtmc: bucket: 0 gradient all_reduces in 0 buckets of up to "
 			        "%lld bytes\n", (long long)cap);
 	} else {
-		Out o = {.m = m, .out = ir_module_derive(m), .d = d};
-		o.map = malloc(sizeof(int) * (size_t)nn);
 		bool *skip = calloc((size_t)nn, sizeof(bool));
-		int *later = fix, nlater = 0; /* fix is not needed on this path */
-		ok = o.out && o.map && skip;
+		ok = skip != NULL;
 		int nbuckets = 0, nreduced = 0;
-		for (int i = 0; ok && i < nn; i++)
-			o.map[i] = -1;
 		/* out's node array once, not grown: the nodes kept, and per
 		 * bucket at most an add per extra term, a reshape, a concat, a
 		 * slice and a reshape per gradient and the all_reduce */
@@ -656,41 +517,25 @@ bool pass_bucket(IrModule *m, Diag *d, const PassOptions *opt)
 					skip[cands[c].skip[k]] = true;
 			}
 		room += (size_t)nb;
-		if (room > IR_MAX_NODES)
-			room = IR_MAX_NODES;
-		if (ok) {
-			o.out->nodes = arena_alloc_raw(m->arena, sizeof *o.out->nodes * room);
-			o.out->cap = (int)room;
-			ok = o.out->nodes != NULL;
-		}
-		for (int i = 0; ok && i < nn; i++) {
-			if (!skip[i])
-				ok = adopt_node(&o, i, later, &nlater);
-			if (ok && point_of[i] >= 0 && bks[point_of[i]].n > 0) {
-				ok = emit_bucket(&o, cands, &bks[point_of[i]]);
-				nbuckets++;
-				nreduced += bks[point_of[i]].n;
+		Rebuild o;
+		if (!ok) {
+			diag_error(d, (SrcLoc){0}, "bucket: out of memory");
+		} else if ((ok = rb_begin(&o, m, d, "bucket", room))) {
+			for (int i = 0; ok && i < nn; i++) {
+				if (!skip[i])
+					ok = rb_adopt(&o, i);
+				if (ok && point_of[i] >= 0 && bks[point_of[i]].n > 0) {
+					ok = emit_bucket(&o, cands, &bks[point_of[i]]);
+					nbuckets++;
+					nreduced += bks[point_of[i]].n;
+				}
 			}
-		}
-		if (ok) {
-			/* the origins adopt_node could not remap yet */
-			for (int j = 0; j < nlater; j++) {
-				IrNode *x = o.out->nodes[o.map[later[j]]];
-				int pf = o.map[ir_place_from(o.out, x)];
-				ir_set_place_from(o.out, x, pf < -1 || pf == x->id ? -1 : pf);
-			}
-			m->loss = m->loss >= 0 ? o.map[m->loss] : -1;
-			for (int c = 0; c < m->nchooses; c++)
-				m->chooses[c].node = o.map[m->chooses[c].node];
-			ir_module_take_nodes(m, o.out);
-			if (opt && opt->verbose)
+			ok = rb_finish(&o, ok);
+			if (ok && opt && opt->verbose)
 				fprintf(stderr, "dtmc: bucket: %d gradient all_reduce%s in %d bucket%s of up "
 				        "to %lld bytes\n", nreduced, nreduced == 1 ? "" : "s", nbuckets,
 				        nbuckets == 1 ? "" : "s", (long long)cap);
-		} else if (!d->nerr) {
-			diag_error(d, (SrcLoc){0}, "bucket: out of memory");
 		}
-		free(o.map);
 		free(skip);
 	}
 done:
