@@ -1,6 +1,6 @@
 /* bucket.c - pass "bucket": DDP gradient buckets (train { bucket_mb N }).
  *
- * Runs after `fsdp_units`, on the per-rank program.  `partition` leaves
+ * Runs after `coalesce`, on the per-rank program.  `partition` leaves
  * one all_reduce per param gradient (the node named grad.P, role grad, linked to P,
  * reducing the partial sums the backward pass produced).  Small
  * collectives waste the link's latency, so, as PyTorch DDP does, the

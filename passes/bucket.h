@@ -1,6 +1,6 @@
 /* bucket.h - pass "bucket": DDP gradient buckets (see bucket.c).
  *
- * After `fsdp_units`: the per-gradient all_reduces over the same mesh
+ * After `coalesce`: the per-gradient all_reduces over the same mesh
  * axes, reduction and dtype become one all_reduce per bucket of about
  * IrTrain.bucket_bytes, over a flat buffer packed by reshape + concat and
  * unpacked by slice + reshape, filled in the reverse order of the params'

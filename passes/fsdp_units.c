@@ -32,8 +32,8 @@
  * re-places such shared nodes by its schedule.
  *
  * DDP's gradient buckets are passes/bucket.c's (after this pass), gradient
- * accumulation passes/microbatch.c's (before autodiff).  Not done:
- * coalescing a unit's gathers into one collective over a flat buffer.
+ * accumulation passes/microbatch.c's (before autodiff); a unit's gathers
+ * become one collective over a flat buffer in passes/coalesce.c.
  */
 #include "passes/fsdp_units.h"
 #include "passes/reshard.h"
@@ -91,9 +91,10 @@ static void find_chains(Units *u, uint32_t Z)
 				u->units[u->nunits++] = i;
 		} else if (x->nops == 1 && ((ir_op_flags(x->op) & OPF_COLL) || x->op == IR_OP_CAST ||
 		                            x->op == IR_OP_SHARD_SLICE || x->op == IR_OP_PERMUTE ||
-		                            x->op == IR_OP_RESHAPE)) {
+		                            x->op == IR_OP_RESHAPE || x->op == IR_OP_SLICE)) {
 			/* a gather, or a view of one the backward pass reads
-			 * (transpose(wte) for a tied head) */
+			 * (transpose(wte) for a tied head; the slice that drops a
+			 * padded shard's zero rows) */
 			int o = x->ops[0];
 			u->root[i] = u->unit[o] >= 0 ? o : u->root[o];
 		}

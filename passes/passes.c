@@ -13,6 +13,7 @@
 #include "passes/passes.h"
 #include "passes/autodiff.h"
 #include "passes/bucket.h"
+#include "passes/coalesce.h"
 #include "passes/fuse.h"
 #include "passes/memplan.h"
 #include "passes/microbatch.h"
@@ -125,6 +126,8 @@ static const Pass passes[] = {
 	{.name = "partition", .run = pass_partition, .reads = R(SEQUENCE_PARALLEL)},
 	{.name = "fsdp_units", .run = pass_fsdp_units,
 	 .reads = R(ZERO) | R(ZERO_AXES) | R(RESHARD_AFTER_FORWARD) | R(PREFETCH)},
+	/* ZeRO's gathers and reduce_scatters, one per unit or bucket (coalesce.c) */
+	{.name = "coalesce", .run = pass_coalesce, .reads = R(ZERO) | R(BUCKET_BYTES)},
 	/* DDP's per-gradient all_reduces grouped into buckets (bucket.c) */
 	{.name = "bucket", .run = pass_bucket, .reads = R(BUCKET_BYTES)},
 	/* one program per pp coordinate in schedule order (pipeline.c) */

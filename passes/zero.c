@@ -34,7 +34,8 @@
  *
  * Which collective reshards each value is then partition's (reshard.c
  * plans it); ZeRO-3's all_gathers are grouped and placed per unit by
- * fsdp_units.c, after partition.
+ * fsdp_units.c, after partition, and coalesce.c makes each unit's (or
+ * ZeRO-1/2 bucket's) gathers and reduce_scatters one collective.
  */
 #include "passes/zero.h"
 #include "passes/reshard.h"

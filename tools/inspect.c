@@ -183,24 +183,27 @@ static bool feeds_grad_norm(const IrModule *m, int x)
 	return false;
 }
 
-/* The concat leaves of a DDP bucket's pack at x (nested concats
- * flattened) into leaf[0 .. cap), returning how many; 0 when x is no
- * concat or a leaf is no gradient. */
-static int bucket_leaves(const IrModule *m, int x, int *leaf, int cap, int n)
+/* The concat leaves of a pack at x (nested concats flattened) into
+ * leaf[0 .. cap), returning how many; 0 when x is no pack.  A DDP
+ * bucket's pack (passes/bucket.c) concatenates gradients along dim 0; a
+ * ZeRO unit's or bucket's (passes/coalesce.c) rows [1 or N, n] along dim
+ * 1, each labelled with the param or gradient it carries. */
+static int pack_leaves(const IrModule *m, int x, int *leaf, int cap, int n)
 {
 	const IrNode *c = m->nodes[x];
 	if (c->op != IR_OP_CONCAT || c->name || ir_label(m, c))
 		return 0;
+	bool rows = c->rank == 2 && ir_attr_axis(c)->axis == 1;
 	for (int i = 0; i < c->nops; i++) {
 		int y = ir_label_source(m, c->ops[i]);
 		const IrNode *l = m->nodes[y];
 		if (l->op == IR_OP_CONCAT && !l->name && !ir_label(m, l)) {
-			if (!(n = bucket_leaves(m, y, leaf, cap, n)))
+			if (!(n = pack_leaves(m, y, leaf, cap, n)))
 				return 0;
 			continue;
 		}
 		const char *s = l->name ? l->name : ir_label(m, l);
-		if (!s || strncmp(s, "grad.", 5) != 0)
+		if (!s || (!rows && strncmp(s, "grad.", 5) != 0))
 			return 0;
 		if (n < cap)
 			leaf[n] = y;
@@ -209,11 +212,22 @@ static int bucket_leaves(const IrModule *m, int x, int *leaf, int cap, int n)
 	return n;
 }
 
+/* The pack a collective moves (its operand, or itself: an all_reduce's
+ * action names its input), or -1. */
+static int pack_of(const IrModule *m, int node)
+{
+	int x = ir_label_source(m, node);
+	const IrNode *xn = m->nodes[x];
+	if ((xn->op == IR_OP_ALL_GATHER || xn->op == IR_OP_REDUCE_SCATTER) && xn->nops == 1)
+		x = ir_label_source(m, xn->ops[0]);
+	return m->nodes[x]->op == IR_OP_CONCAT ? x : -1;
+}
+
 /* The tensor a collective, send or recv node moves, for people, in the
  * source's terms (ir_value_label: the value's name, else its label, else
  * the expression that computed it), found from the node and its operand,
- * never from its users: a DDP bucket lists its gradients, and a grad
- * norm's partial sums say so. */
+ * never from its users: a DDP bucket or a ZeRO unit lists its tensors,
+ * and a grad norm's partial sums say so. */
 static void tensor_name(const Insp *in, int node, char *buf, size_t cap)
 {
 	const IrModule *m = in->m;
@@ -223,9 +237,11 @@ static void tensor_name(const Insp *in, int node, char *buf, size_t cap)
 		snprintf(buf, cap, "grad_norm (partial sums of squares)");
 		return;
 	}
-	int nl = bucket_leaves(m, x, leaf, 3, 0);
+	int pk = pack_of(m, node);
+	int nl = pk >= 0 ? pack_leaves(m, pk, leaf, 3, 0) : 0;
 	if (nl > 1) {
-		size_t k = (size_t)snprintf(buf, cap, "bucket of %d: ", nl);
+		bool unit = m->nodes[pk]->rank == 2 && m->train.zero >= 3;
+		size_t k = (size_t)snprintf(buf, cap, "%s of %d: ", unit ? "unit" : "bucket", nl);
 		for (int i = 0; i < nl && i < 3 && k < cap; i++) {
 			const IrNode *l = m->nodes[leaf[i]];
 			k += (size_t)snprintf(buf + k, cap - k, "%s%s", i ? ", " : "",
@@ -236,6 +252,27 @@ static void tensor_name(const Insp *in, int node, char *buf, size_t cap)
 		return;
 	}
 	ir_value_label(m, node, buf, cap);
+}
+
+/* Writes the JSON list of the tensors a packed collective carries (every
+ * one, in pack order), or nothing for one tensor. */
+static void json_tensors(FILE *out, const IrModule *m, int node)
+{
+	int pk = pack_of(m, node);
+	int nl = pk >= 0 ? pack_leaves(m, pk, NULL, 0, 0) : 0;
+	int *leaf = nl > 1 ? malloc(sizeof(int) * (size_t)nl) : NULL;
+	if (!leaf)
+		return;
+	pack_leaves(m, pk, leaf, nl, 0);
+	fputs(", \"tensors\": [", out);
+	for (int i = 0; i < nl; i++) {
+		const IrNode *l = m->nodes[leaf[i]];
+		if (i)
+			fputs(", ", out);
+		json_put_str(out, l->name ? l->name : ir_label(m, l));
+	}
+	fputc(']', out);
+	free(leaf);
 }
 
 /* The tensor action i of stage s moves: a recv's is its send's. */
@@ -913,6 +950,7 @@ static void json_stage(FILE *out, const Insp *in, int s)
 		json_num(out, sec);
 		fputs(", \"tensor\": ", out);
 		json_put_str(out, tn);
+		json_tensors(out, in->m, a->node);
 		fprintf(out, ", \"phase\": \"%s\", \"microbatch\": %d, \"node\": %d, \"label\": ",
 		        phase_name(a->phase), a->microbatch, a->node);
 		json_put_str(out, a->label);

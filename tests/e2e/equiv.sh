@@ -55,6 +55,10 @@ zero="$zero hsdp:rep=2,dp=2/zero=3 dp=2,tp=2/zero=3"
 anyn="def:batch=6:dp=3/zero=1 def:batch=6:dp=3/zero=2 def:batch=6:dp=3/zero=3"
 anyn="$anyn def:batch=6:dp=6/zero=1 def:batch=6:dp=6/zero=2 def:batch=6:dp=6/zero=3"
 anyn="$anyn def:batch=6:dp=3,tp=2/zero=3 def:batch=6:hsdp:rep=2,dp=3/zero=3"
+# ... and the MLP with a hidden dim of 48 at dp=3: w1 [4, 48] takes dp on
+# dim 1, which the coalesced collectives (passes/coalesce.c) move first and
+# back (permutes around the flat buffer)
+anyn_mlp="def:batch=6+din=4+hidden=48:dp=3/zero=1 def:batch=6+din=4+hidden=48:dp=3/zero=3"
 # HSDP under ZeRO-1: the all_reduces over rep after the reduce_scatters
 # over dp, bucketed (passes/bucket.c)
 hsdp1="hsdp:rep=2,dp=2/zero=1"
@@ -118,7 +122,7 @@ dropout:*) layouts=$drop mpi_layouts="dp=3 dp=2,tp=2" ;;
 *:pipeline) fail "no pipeline layouts for model '$model'" ;;
 gpt:bf16) layouts=$bf16 mpi_layouts= ;;
 *:bf16) fail "no bf16 layouts for model '$model'" ;;
-mlp:*) layouts="dp=4 tp=2 tp=4 dp=2,tp=2 $zero $uneven_mlp $anyn"
+mlp:*) layouts="dp=4 tp=2 tp=4 dp=2,tp=2 $zero $uneven_mlp $anyn $anyn_mlp"
      mpi_layouts="dp=2,tp=2 dp=4/zero=3 def:hidden=6:tp=4/uneven_shards=true" ;;
 gpt:*) layouts="dp=4 tp=2 tp=4 dp=2,tp=2 $zero $hsdp1 $sp $uneven_gpt $rc_gpt $pf_gpt $anyn"
      mpi_layouts="dp=4 dp=4/zero=3 dp=2,tp=2/sequence_parallel=true" ;;

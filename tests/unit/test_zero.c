@@ -82,15 +82,20 @@ static IrModule *lower_src(Arena *a, Diag *d, const char *src, const char *mesh,
  * gradients are far below bucket_mb's 1 MB unit */
 static int64_t bucket_bytes;
 
-/* The per-rank program, through the passes around partition and the
- * gradient buckets. */
+/* The last pass the next programs run: bucket (every collective grouped:
+ * ZeRO's per unit or bucket, DDP's in buckets), or fsdp_units for the
+ * tests of the per-tensor collectives partition and fsdp_units place. */
+static const char *until = "bucket";
+
+/* The per-rank program, through the passes around partition and (until)
+ * the grouped collectives. */
 static IrModule *spmd(Arena *a, Diag *d, const char *src, const char *mesh,
                       const char *const *defs)
 {
 	IrModule *m = lower_src(a, d, src, mesh, defs);
 	if (m && bucket_bytes)
 		m->train.bucket_bytes = bucket_bytes;
-	return m && pass_run_until(m, d, NULL, "bucket") ? m : NULL;
+	return m && pass_run_until(m, d, NULL, until) ? m : NULL;
 }
 
 /* Two training steps of src on mesh against one device running ref_src
@@ -373,7 +378,8 @@ static IrModule *build(Arena *a, const char *path, const char *train, const char
 {
 	Diag d;
 	diag_init(&d, stderr);
-	char *src = model(path, train, false);
+	/* a mesh with a replica axis: the HSDP copy of the model */
+	char *src = model(path, train, strstr(mesh, "rep=") != NULL);
 	if (!src)
 		return NULL;
 	/* the module keeps pointers into its source */
@@ -447,6 +453,26 @@ static void check_units(const IrModule *m, bool reshard)
 	}
 }
 
+/* Whether a node after the loss reads a gather issued before it (through
+ * the copy-out's slices and views): reshard_after_forward broken. */
+static bool backward_reads_forward_gather(const IrModule *m)
+{
+	bool *fwd = calloc((size_t)m->nnodes, sizeof(bool));
+	bool bad = false;
+	for (int i = 0; fwd && i < m->nnodes && !bad; i++) {
+		const IrNode *n = m->nodes[i];
+		bool view = n->op == IR_OP_SLICE || n->op == IR_OP_RESHAPE || n->op == IR_OP_PERMUTE;
+		if (i < m->loss && n->op == IR_OP_ALL_GATHER)
+			fwd[i] = true;
+		else if (i < m->loss && view && n->nops == 1 && fwd[n->ops[0]])
+			fwd[i] = true;
+		for (int k = 0; i > m->loss && k < n->nops; k++)
+			bad = bad || fwd[n->ops[k]];
+	}
+	free(fwd);
+	return bad;
+}
+
 static void test_collectives(void)
 {
 	Arena a;
@@ -468,20 +494,22 @@ static void test_collectives(void)
 	 * (passes/bucket.c; test_bucket.c counts smaller buckets) */
 	CHECK_EQ_INT(c0.ar, 1);
 	CHECK_EQ_INT(c0.ag + c0.rs, 0);
-	/* ZeRO-1/2: reduce_scatter each gradient, all_gather each update */
-	CHECK_EQ_INT(c1.rs, 4);
-	CHECK_EQ_INT(c1.ag, 4);
+	/* ZeRO-1/2: one reduce_scatter of the gradients, one all_gather of the
+	 * updates (passes/coalesce.c: one bucket; per tensor, 4 of each) */
+	CHECK_EQ_INT(c1.rs, 1);
+	CHECK_EQ_INT(c1.ag, 1);
 	CHECK_EQ_INT(c1.ar, 0);
-	CHECK_EQ_INT(c2.rs, 4);
-	CHECK_EQ_INT(c2.ag, 4);
+	CHECK_EQ_INT(c2.rs, 1);
+	CHECK_EQ_INT(c2.ag, 1);
 	CHECK_EQ_INT(c2.ar, 0);
-	/* ZeRO-3: gathers in forward and again in backward for the params
-	 * the backward pass reads: w2 (dh = dy w2^T); w1's would be for dx,
+	/* ZeRO-3: the unit (the MLP's 4 params are one, the top level)
+	 * gathered in forward, and again in backward for the params the
+	 * backward pass reads: w2 (dh = dy w2^T) alone; w1's would be for dx,
 	 * which an input does not need, and biases are not read */
-	CHECK_EQ_INT(c3.rs, 4);
-	CHECK_EQ_INT(c3.ag, 4 + 1);
-	CHECK_EQ_INT(c3k.ag, 4);
-	CHECK_EQ_INT(c3k.rs, 4);
+	CHECK_EQ_INT(c3.rs, 1);
+	CHECK_EQ_INT(c3.ag, 1 + 1);
+	CHECK_EQ_INT(c3k.ag, 1);
+	CHECK_EQ_INT(c3k.rs, 1);
 	CHECK_NEAR(c1.bytes / c0.bytes, 1.0, 1e-12);
 	CHECK_NEAR(c2.bytes / c0.bytes, 1.0, 1e-12);
 	CHECK_NEAR(c3k.bytes / c0.bytes, 1.0, 1e-12);
@@ -494,6 +522,17 @@ static void test_collectives(void)
 		fprintf(stderr, "mlp bytes/rank: ddp %.0f zero1 %.0f zero2 %.0f zero3 %.0f keep %.0f\n",
 		        c0.bytes, c1.bytes, c2.bytes, c3.bytes, c3k.bytes);
 
+	/* per tensor, as fsdp_units places them */
+	until = "fsdp_units";
+	/* padded shards (dp = 3): the backward pass gathers its own copy of
+	 * w2, through the slice that drops the padding (it read the forward's) */
+	static const char *const mlp6[] = {"batch", "6", "din", "4", "hidden", "8", "dout", "4",
+	                                   NULL};
+	IrModule *p3 = build(&a, "models/mlp.dtm", "  zero 3 over dp\n", "dp=3,tp=1", mlp6);
+	if (p3) {
+		CHECK(!backward_reads_forward_gather(p3));
+		CHECK_EQ_INT(comm_of(p3).ag, 4 + 1);
+	}
 	IrModule *g0 = build(&a, "models/gpt.dtm", "", "pp=1,dp=4,tp=1", gpt_defs);
 	IrModule *g3 = build(&a, "models/gpt.dtm", "  zero 3 over dp\n", "pp=1,dp=4,tp=1",
 	                     gpt_defs);
@@ -508,6 +547,7 @@ static void test_collectives(void)
 			fprintf(stderr, "gpt bytes/rank: ddp %.0f zero3 %.0f keep %.0f (ag %d/%d, rs "
 			        "%d/%d)\n", d0.bytes, d3.bytes, d3k.bytes, d3.ag, d3k.ag, d3.rs, d3k.rs);
 	}
+	until = "bucket";
 	arena_free(&a);
 }
 
@@ -590,7 +630,9 @@ static void test_prefetch(void)
 		arena_init(&a);
 		char train[128];
 		snprintf(train, sizeof train, "  zero 3 over dp\n  prefetch %d\n", n);
+		until = "fsdp_units";
 		IrModule *m = build(&a, "models/gpt.dtm", train, "pp=1,dp=4,tp=1", defs);
+		until = "bucket";
 		if (!m) {
 			arena_free(&a);
 			continue;
@@ -626,6 +668,109 @@ static void test_prefetch(void)
 	CHECK(act[0] > 0);
 	CHECK(act[1] > act[0]);
 	CHECK(act[2] > act[1]);
+}
+
+/* ---- one collective per unit or bucket (passes/coalesce.c) ---- */
+
+/* Each layout compiled with per-tensor collectives (until fsdp_units) and
+ * coalesced: the coalesced one issues `ag` all_gathers and `rs`
+ * reduce_scatters (-1: more than one, fewer than per tensor), no more
+ * all_reduces, and moves the same bytes; its SPMD run is checked against
+ * one device by the equivalence cases, which run through coalesce. */
+static void coalesced(const char *label, const char *path, const char *train, const char *mesh,
+                      const char *const *defs, int ag, int rs)
+{
+	Arena a;
+	arena_init(&a);
+	until = "fsdp_units";
+	IrModule *m0 = build(&a, path, train, mesh, defs);
+	until = "coalesce";
+	IrModule *m1 = build(&a, path, train, mesh, defs);
+	until = "bucket";
+	if (m0 && m1) {
+		Comm c0 = comm_of(m0), c1 = comm_of(m1);
+		if (ag >= 0)
+			CHECK_EQ_INT(c1.ag, ag);
+		else
+			CHECK(c1.ag > 1 && c1.ag < c0.ag);
+		if (rs >= 0)
+			CHECK_EQ_INT(c1.rs, rs);
+		else
+			CHECK(c1.rs > 1 && c1.rs < c0.rs);
+		CHECK(c1.ar <= c0.ar);
+		CHECK_NEAR(c1.bytes / c0.bytes, 1.0, 1e-12);
+		CHECK(!backward_reads_forward_gather(m1) || strstr(train, "reshard_after_forward"));
+		if (getenv("DTM_TEST_VERBOSE"))
+			fprintf(stderr, "%s: all_gathers %d -> %d, reduce_scatters %d -> %d, %.0f "
+			        "bytes/rank\n", label, c0.ag, c1.ag, c0.rs, c1.rs, c1.bytes);
+	}
+	arena_free(&a);
+}
+
+static void test_coalesce(void)
+{
+	static const char *const gpt4[] = {"vocab", "16", "ctx", "4", "d", "8", "heads", "2",
+	                                   "layers", "4", "batch", "4", NULL};
+	static const char *const mlp3[] = {"batch", "6", "din", "4", "hidden", "8", "dout", "4",
+	                                   NULL};
+	/* dim 0 of w1 (4) uneven over 3, its dim 1 (48) even: split on dim 1 */
+	static const char *const mlp48[] = {"batch", "6", "din", "4", "hidden", "48", "dout", "4",
+	                                    NULL};
+	const char *m4 = "pp=1,dp=4,tp=1";
+	/* ZeRO-1/2: the 4-layer GPT's 68 gradients and updates, one bucket */
+	coalesced("gpt zero 1", "models/gpt.dtm", "  zero 1 over dp\n", m4, gpt4, 1, 1);
+	coalesced("gpt zero 2", "models/gpt.dtm", "  zero 2 over dp\n", m4, gpt4, 1, 1);
+	/* ZeRO-3: 5 units (the top level, layer.0-3), gathered in forward and
+	 * again in backward, reduced once each */
+	coalesced("gpt zero 3", "models/gpt.dtm", "  zero 3 over dp\n", m4, gpt4, 10, 5);
+	coalesced("gpt zero 3 keep", "models/gpt.dtm",
+	          "  zero 3 over dp\n  reshard_after_forward false\n", m4, gpt4, 5, 5);
+	coalesced("gpt zero 3 prefetch 2", "models/gpt.dtm", "  zero 3 over dp\n  prefetch 2\n",
+	          m4, gpt4, 10, 5);
+	/* FSDP x TP: per unit over dp (and the top-level unit's params that
+	 * are split over tp gathered over tp too, in one more); the gradients
+	 * of params replicated over tp (the norms) are partial over tp as
+	 * well: their all_reduce over tp folded into the unit's, over their
+	 * columns of the scattered buffer */
+	coalesced("gpt fsdp x tp", "models/gpt.dtm", "  zero 3 over dp\n", "pp=1,dp=2,tp=2",
+	          gpt4, 11, 5);
+	/* HSDP: per unit over dp, the all_reduce over rep folded in */
+	coalesced("gpt hsdp zero 3", "models/gpt.dtm", "  zero 3 over dp\n", "pp=1,rep=2,dp=2,tp=1",
+	          gpt4, 10, 5);
+	/* small buckets: several, fewer than the tensors */
+	bucket_bytes = 600;
+	coalesced("gpt zero 1 buckets 600", "models/gpt.dtm", "  zero 1 over dp\n", m4, gpt4, -1,
+	          -1);
+	bucket_bytes = 0;
+	/* padded shards (dp = 3), a dim-1 split (permuted in and out) */
+	coalesced("mlp zero 3 dp 3", "models/mlp.dtm", "  zero 3 over dp\n", "dp=3,tp=1", mlp3, 2,
+	          1);
+	coalesced("mlp zero 1 dp 3", "models/mlp.dtm", "  zero 1 over dp\n", "dp=3,tp=1", mlp3, 1,
+	          1);
+	coalesced("mlp zero 3 dim 1", "models/mlp.dtm", "  zero 3 over dp\n", "dp=3,tp=1", mlp48,
+	          2, 1);
+	/* bucket_mb 0: a collective per tensor under ZeRO-1/2 */
+	coalesced("mlp zero 1 no buckets", "models/mlp.dtm", "  zero 1 over dp\n  bucket_mb 0\n",
+	          "dp=4,tp=1", mlp_defs, 4, 4);
+}
+
+/* Through coalesce on one device's reference: the layouts whose
+ * collectives it rewrites most (padding, a dim-1 split, HSDP, TP, small
+ * buckets), each trained two steps by the SPMD interpreter. */
+static void test_coalesce_equivalence(void)
+{
+	static const Case cases[] = {
+		{"zero 3 dp 3", "  zero 3 over dp\n", false, "dp=3,tp=1"},
+		{"zero 1 dp 3", "  zero 1 over dp\n", false, "dp=3,tp=1"},
+		{"zero 2 dp 3 x tp 2", "  zero 2 over dp\n", false, "dp=3,tp=2"},
+		{"hsdp 2 x 3 zero 3", "  zero 3 over dp\n", true, "rep=2,dp=3,tp=1"},
+		{"zero 1 buckets 600", "  zero 1 over dp\n", false, "dp=3,tp=1"},
+	};
+	static const char *const mdefs[] = {"batch", "6", "din", "4", "hidden", "48", "dout", "4",
+	                                    NULL};
+	static const char *const gdefs[] = {"vocab", "16", "ctx", "4", "d", "8", "heads", "2",
+	                                    "layers", "2", "batch", "6", NULL};
+	run_cases(cases, sizeof cases / sizeof cases[0], mdefs, gdefs);
 }
 
 /* ---- memory by the formulas ---- */
@@ -669,5 +814,7 @@ int main(void)
 	test_memory();
 	test_any_n();
 	test_memory_any_n();
+	test_coalesce();
+	test_coalesce_equivalence();
 	return check_report();
 }
