@@ -20,8 +20,20 @@ static const char *const train_keys[] = {
         "optimizer",    "lr_schedule",       "zero",      "reshard_after_forward",
         "microbatches", "schedule",          "precision", "steps",
         "data",         "sequence_parallel", "recompute", "uneven_shards",
-        "bucket_mb",    "prefetch",          "seed",      NULL,
+        "bucket_mb",    "prefetch",          "seed",      "param_dtype",
+        "reduce_dtype", "master_dtype",      NULL,
 };
+
+/* param_dtype is precision's FSDP2 name: one setting, given once. */
+static int train_key_slot(const char *k)
+{
+	if (!strcmp(k, "param_dtype"))
+		k = "precision";
+	for (int i = 0; train_keys[i]; i++)
+		if (strcmp(train_keys[i], k) == 0)
+			return i;
+	return -1;
+}
 
 /* The word of a keyword-valued setting: `precision bf16`, `schedule 1f1b`. */
 static const char *word_of(const AstNode *e)
@@ -232,17 +244,15 @@ static void train_schedule(Lower *L, const AstNode *e)
 static void train_setting(Lower *L, const AstNode *s, const AstNode **seen)
 {
 	IrTrain *t = &L->m->train;
-	int key = -1;
-	for (int i = 0; train_keys[i]; i++)
-		if (strcmp(train_keys[i], s->name) == 0)
-			key = i;
+	int key = train_key_slot(s->name);
 	if (key < 0) {
 		diag_error(
 		        L->d, s->loc,
 		        "unknown train setting '%s' (known: optimizer, lr_schedule, "
 		        "zero, reshard_after_forward, microbatches, schedule, precision, steps, "
 		        "data, "
-		        "sequence_parallel, recompute, uneven_shards, bucket_mb, prefetch, seed)",
+		        "sequence_parallel, recompute, uneven_shards, bucket_mb, prefetch, seed, "
+		        "param_dtype, reduce_dtype, master_dtype)",
 		        lower_name(L, s->name));
 		int n = 0;
 		while (train_keys[n])
@@ -291,8 +301,14 @@ static void train_setting(Lower *L, const AstNode *s, const AstNode **seen)
 		train_int(L, e, IR_TRAIN_MICROBATCHES, NULL);
 	} else if (!strcmp(k, "schedule")) {
 		train_schedule(L, e);
-	} else if (!strcmp(k, "precision")) {
-		ir_train_set_word(t, IR_TRAIN_PRECISION, arena_strdup(L->a, lower_name(L, w)), NULL,
+	} else if (!strcmp(k, "precision") || !strcmp(k, "param_dtype")) {
+		ir_train_set_word(t, IR_TRAIN_PRECISION, arena_strdup(L->a, lower_name(L, w)), k,
+		                  e->loc, L->d);
+	} else if (!strcmp(k, "reduce_dtype")) {
+		ir_train_set_word(t, IR_TRAIN_REDUCE_DTYPE, arena_strdup(L->a, lower_name(L, w)), k,
+		                  e->loc, L->d);
+	} else if (!strcmp(k, "master_dtype")) {
+		ir_train_set_word(t, IR_TRAIN_MASTER_DTYPE, arena_strdup(L->a, lower_name(L, w)), k,
 		                  e->loc, L->d);
 	} else if (!strcmp(k, "steps")) {
 		train_int(L, e, IR_TRAIN_STEPS, NULL);

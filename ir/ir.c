@@ -200,6 +200,10 @@ void ir_train_defaults(IrTrain *t)
 	t->schedule = IR_PIPE_1F1B;
 	t->virtual_stages = 1;
 	t->precision = IR_F32;
+	/* FSDP2's and Megatron's choice for bf16 params: gradients in f32
+	 * (each micro-batch's cast up where it is produced), an f32 master */
+	t->reduce_dtype = IR_F32;
+	t->master_dtype = IR_F32;
 	t->steps = 100;
 	t->data = "synthetic";
 	t->sequence_parallel = false;

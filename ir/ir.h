@@ -294,7 +294,9 @@ typedef struct IrTrain {
 	int64_t microbatches;
 	IrPipeSchedule schedule; /* the pipeline schedule */
 	int64_t virtual_stages;  /* for interleaved(v) */
-	IrDtype precision;       /* IR_F32 | IR_BF16 | IR_F16 */
+	IrDtype precision;       /* param_dtype: IR_F32 | IR_BF16 | IR_F16 */
+	IrDtype reduce_dtype;    /* gradients' accumulation and reduction: f32 or precision */
+	IrDtype master_dtype;    /* the optimizer's weights: f32 or precision (no master) */
 	int64_t steps;
 	const char *data;        /* "synthetic" or a path */
 	bool sequence_parallel;

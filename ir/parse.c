@@ -1103,8 +1103,10 @@ static bool train_line(Parser *p)
 			return false;
 		const IrTextField *f = NULL;
 		int fi = 0; /* the IrTrainField: the table is train.def's order */
+		/* the train section's other name of precision */
+		const char *name = strcmp(key, "param_dtype") == 0 ? "precision" : key;
 		for (int i = 0; i < irtext_ntrain_fields; i++)
-			if (strcmp(irtext_train_fields[i].name, key) == 0)
+			if (strcmp(irtext_train_fields[i].name, name) == 0)
 				f = &irtext_train_fields[fi = i];
 		if (!f)
 			return error_at(p, kl, "unknown train setting '%s'", key);

@@ -45,6 +45,8 @@ static const struct {
 	{IR_TRAIN_SCHEDULE, {"gpipe", "1f1b", "interleaved", "zb"},
 	 "gpipe, 1f1b, interleaved(v) or zb"},
 	{IR_TRAIN_PRECISION, {"f32", "bf16", "f16"}, "f32, bf16 or f16"},
+	{IR_TRAIN_REDUCE_DTYPE, {"f32", "bf16", "f16"}, "f32, bf16 or f16"},
+	{IR_TRAIN_MASTER_DTYPE, {"f32", "bf16", "f16"}, "f32, bf16 or f16"},
 };
 
 /* The words of setting f, NULL for one without. */
@@ -234,6 +236,28 @@ bool ir_train_set_word(IrTrain *t, IrTrainField f, const char *w, const char *ke
 	return true;
 }
 
+/* The mixed-precision policy: gradients and the optimizer's weights are
+ * kept in param_dtype or wider, so each is param_dtype or f32 (bf16 and
+ * f16 hold values the other cannot: neither is wider).  A narrower reduce
+ * would round every gradient of a wider param before it is summed, a
+ * narrower master would round the weights the update runs on. */
+static void check_policy(const IrTrain *t, Diag *d)
+{
+	const IrTrainField fs[2] = {IR_TRAIN_REDUCE_DTYPE, IR_TRAIN_MASTER_DTYPE};
+	const IrDtype vs[2] = {t->reduce_dtype, t->master_dtype};
+	const char *why[2] = {"gradients would be rounded below the params' precision",
+	                      "the update would run on weights rounded below the params'"};
+	IrDtype p = t->precision;
+	for (int i = 0; i < 2; i++) {
+		if (vs[i] == p || vs[i] == IR_F32 || (unsigned)p >= IR_DTYPE_COUNT)
+			continue;
+		SrcLoc at = t->loc[fs[i]].file ? t->loc[fs[i]] : t->loc[IR_TRAIN_PRECISION];
+		diag_error(d, at, "%s %s with param_dtype %s: %s (use f32%s%s)", ir_train_key(fs[i]),
+		           ir_dtype_name(vs[i]), ir_dtype_name(p), why[i], p == IR_F32 ? "" : " or ",
+		           p == IR_F32 ? "" : ir_dtype_name(p));
+	}
+}
+
 bool ir_train_check(const IrTrain *t, Diag *d)
 {
 	int nerr = d->nerr;
@@ -244,6 +268,8 @@ bool ir_train_check(const IrTrain *t, Diag *d)
 		diag_error(d, t->loc[IR_TRAIN_NESTEROV].file ? t->loc[IR_TRAIN_NESTEROV]
 		                                             : t->loc[IR_TRAIN_OPTIMIZER],
 		           "nesterov needs a non-zero momentum");
+	if (d->nerr == nerr)
+		check_policy(t, d);
 	return d->nerr == nerr;
 }
 

@@ -107,6 +107,8 @@ static void build(void)
 	t->schedule = IR_PIPE_INTERLEAVED;
 	t->virtual_stages = 2;
 	t->precision = IR_BF16;
+	t->reduce_dtype = IR_F32;
+	t->master_dtype = IR_BF16;
 	t->steps = 300;
 	t->data = NULL;
 	t->sequence_parallel = true;
@@ -419,6 +421,10 @@ static void test_roundtrip(void)
 	CHECK(strstr(t1, "choose 0 node %4 options [_, tp] | [(tp, dp), _] | [_, _] partial(dp, tp) "
 	                 "selected 1 loc") != NULL);
 	CHECK(strstr(t1, "train zero = 3, zero_axes = (dp), reshard_after_forward = false\n") != NULL);
+	CHECK(strstr(t1, "precision = bf16, reduce_dtype = f32, master_dtype = bf16\n") != NULL);
+	if (m2)
+		CHECK(m2->train.precision == IR_BF16 && m2->train.reduce_dtype == IR_F32 &&
+		      m2->train.master_dtype == IR_BF16);
 	CHECK(strstr(t1, "data = none, seed = 42\n") != NULL);
 	free(t1);
 	arena_free(&a2);
@@ -556,6 +562,15 @@ static void test_bad_text(void)
 		{"%1 = input : f32[2] @ ?\n",
 		 "t.ir:1:2: error: expected node %0 here (nodes are numbered in order), found %1"},
 		{"train lr = 0.1, speed = 3\n", "t.ir:1:17: error: unknown train setting 'speed'"},
+		/* the mixed-precision policy: each f32 or the params' dtype */
+		{"train reduce_dtype = i32\n",
+		 "t.ir:1:22: error: unknown reduce_dtype 'i32' (expected f32, bf16 or f16)"},
+		{"train param_dtype = bf16, master_dtype = f16\n",
+		 "t.ir:1:42: error: master_dtype f16 with param_dtype bf16: the update would run on "
+		 "weights rounded below the params' (use f32 or bf16)"},
+		{"train precision = f32, reduce_dtype = bf16\n",
+		 "t.ir:1:39: error: reduce_dtype bf16 with param_dtype f32: gradients would be rounded "
+		 "below the params' precision (use f32)"},
 		{"mesh (dp = 2)\n%0 = input : f32[2] @ ?\n%1 = softmax %0 {axes = (0)} : f32[2] @ ?\n",
 		 "t.ir:3:18: error: unknown attribute 'axes' for softmax"},
 		{"%0 = input \"abc : f32[2] @ ?\n", "t.ir:1:12: error: expected ':' after the operands, found an unterminated string"},

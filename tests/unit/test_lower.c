@@ -359,6 +359,83 @@ static void test_cast(void)
 	arena_free(&a);
 }
 
+/* The mixed-precision policy (issue 16.3): param_dtype is precision's
+ * other name, reduce_dtype and master_dtype default to f32 and are each f32
+ * or param_dtype, checked once the section and --train are read, at the
+ * setting's location (the param dtype's when the other is a default). */
+static void test_precision_policy(void)
+{
+	Arena a;
+	arena_init(&a);
+	char *out;
+	IrModule *m = run(&a, "t.dtm", HEAD X TAIL "train {\n  param_dtype bf16\n}\n", NULL, &out,
+	                  NULL);
+	CHECK(m && m->train.precision == IR_BF16 && m->train.reduce_dtype == IR_F32 &&
+	      m->train.master_dtype == IR_F32);
+	free(out);
+	LowerOptions o = {0};
+	o.train[o.ntrain++] = "reduce_dtype=bf16";
+	o.train[o.ntrain++] = "master_dtype = bf16";
+	m = run(&a, "t.dtm", HEAD X TAIL "train {\n  precision bf16\n}\n", &o, &out, NULL);
+	CHECK(m && m->train.precision == IR_BF16 && m->train.reduce_dtype == IR_BF16 &&
+	      m->train.master_dtype == IR_BF16);
+	free(out);
+	/* f16 params with f32 gradients and master: fine */
+	m = run(&a, "t.dtm", HEAD X TAIL "train {\n  precision f16\n  reduce_dtype f32\n}\n", NULL,
+	        &out, NULL);
+	CHECK(m && m->train.precision == IR_F16 && m->train.reduce_dtype == IR_F32);
+	free(out);
+	arena_free(&a);
+
+	static const struct {
+		const char *train, *arg, *want;
+	} bad[] = {
+	        {"  reduce_dtype bf16\n", NULL,
+	         "t.dtm:7:16: error: reduce_dtype bf16 with param_dtype f32: gradients would be "
+	         "rounded below the params' precision (use f32)\n"
+	         "    reduce_dtype bf16\n"
+	         "                 ^~~~\n"},
+	        {"  param_dtype bf16\n  master_dtype f16\n", NULL,
+	         "t.dtm:8:16: error: master_dtype f16 with param_dtype bf16: the update would run "
+	         "on weights rounded below the params' (use f32 or bf16)\n"
+	         "    master_dtype f16\n"
+	         "                 ^~~\n"},
+	        /* the override makes the file's reduce_dtype narrower */
+	        {"  precision bf16\n  reduce_dtype bf16\n", "precision=f32",
+	         "t.dtm:8:16: error: reduce_dtype bf16 with param_dtype f32: gradients would be "
+	         "rounded below the params' precision (use f32)\n"
+	         "    reduce_dtype bf16\n"
+	         "                 ^~~~\n"},
+	        {"  precision bf16\n  param_dtype bf16\n", NULL,
+	         "t.dtm:8:3: error: duplicate train setting 'param_dtype'\n"
+	         "    param_dtype bf16\n"
+	         "    ^~~~~~~~~~~~~~~~\n"
+	         "t.dtm:7:3: note: first set here\n"
+	         "    precision bf16\n"
+	         "    ^~~~~~~~~~~~~~\n"},
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		arena_init(&a);
+		char src[256];
+		snprintf(src, sizeof src, HEAD X TAIL "train {\n%s}\n", bad[i].train);
+		LowerOptions ob = {0};
+		if (bad[i].arg)
+			ob.train[ob.ntrain++] = bad[i].arg;
+		int nerr = 0;
+		m = run(&a, "t.dtm", src, &ob, &out, &nerr);
+		CHECK(m == NULL);
+		CHECK_EQ_INT(nerr, 1);
+		if (strcmp(out, bad[i].want) != 0) {
+			check_failures++;
+			fprintf(stderr, "policy case %zu: got\n%s---- want\n%s----\n", i, out,
+			        bad[i].want);
+		}
+		check_count++;
+		free(out);
+		arena_free(&a);
+	}
+}
+
 /* --train KEY=VALUE: applied after the file's train section with the same
  * checks; each replaces the file's setting, the last for a key wins. */
 static void test_train_override(void)
@@ -403,7 +480,7 @@ static void test_train_override(void)
 	         "<command line>: error: --train zreo=3: unknown train setting 'zreo' (known: "
 	         "optimizer, lr_schedule, zero, reshard_after_forward, microbatches, schedule, "
 	         "precision, steps, data, sequence_parallel, recompute, uneven_shards, "
-	         "bucket_mb, prefetch, seed)\n"
+	         "bucket_mb, prefetch, seed, param_dtype, reduce_dtype, master_dtype)\n"
 	         "<command line>: note: did you mean 'zero'?\n"},
 	        {"zero 3", "<command line>: error: --train zero 3: expected KEY=VALUE, VALUE as "
 	                   "in the train section (--train zero=3, --train \"zero=3 over dp\")\n"},
@@ -418,6 +495,12 @@ static void test_train_override(void)
 	         "must be true or false, got 1\n"},
 	        {"precision=f8", "<command line>: error: --train precision=f8: unknown precision "
 	                         "'f8' (expected f32, bf16 or f16)\n"},
+	        {"param_dtype=f8", "<command line>: error: --train param_dtype=f8: unknown "
+	                           "param_dtype 'f8' (expected f32, bf16 or f16)\n"},
+	        {"reduce_dtype=i32", "<command line>: error: --train reduce_dtype=i32: unknown "
+	                             "reduce_dtype 'i32' (expected f32, bf16 or f16)\n"},
+	        {"master_dtype=fp32", "<command line>: error: --train master_dtype=fp32: unknown "
+	                              "master_dtype 'fp32' (expected f32, bf16 or f16)\n"},
 	        {"steps=3; zero 2", "<command line>: error: --train steps=3; zero 2: expected "
 	                            "one setting\n"},
 	        {"steps=nope",
@@ -533,7 +616,8 @@ static const Case cases[] = {
         {HEAD X TAIL "train {\n  steps 10\n  stepz 3\n  steps 20\n}\n", NULL, NULL, NULL,
          "t.dtm:8:3: error: unknown train setting 'stepz' (known: optimizer, lr_schedule, zero, "
          "reshard_after_forward, microbatches, schedule, precision, steps, data, "
-         "sequence_parallel, recompute, uneven_shards, bucket_mb, prefetch, seed)\n"
+         "sequence_parallel, recompute, uneven_shards, bucket_mb, prefetch, seed, param_dtype, "
+         "reduce_dtype, master_dtype)\n"
          "    stepz 3\n"
          "    ^~~~~~~\n"
          "t.dtm:8:3: note: did you mean 'steps'?\n"
@@ -868,6 +952,7 @@ int main(void)
 	test_cast();
 	test_errors();
 	test_train_override();
+	test_precision_policy();
 	test_units();
 	return check_report();
 }
