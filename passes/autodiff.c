@@ -8,8 +8,16 @@
  * the loss back to the first, each node's gradient rule applied to the sum
  * of the gradients its users contributed.  Each param P gets exactly one
  * node with role grad, named "grad.P" and linked to P (IR_LINK_GRAD), of
- * P's type (a param the loss does not depend on gets zeros, so the
- * optimizer sees every param alike).  All
+ * P's shape (a param the loss does not depend on gets zeros, so the
+ * optimizer sees every param alike).  Its dtype is the policy's
+ * reduce_dtype R (train.def): the gradient terms of a param of another
+ * dtype T (bf16 params, f32 R) are cast to R where they are produced and
+ * summed in R, and so, with micro-batches, are the terms of a value every
+ * micro-batch shares (transpose(wte), computed once from params), whose
+ * rule then runs on the sum cast back to T: whatever a gradient is
+ * accumulated over (micro-batches, tied uses) it is accumulated in R, and
+ * partition's all_reduce / reduce_scatter of grad.P, ZeRO's and DDP's
+ * buckets, move R (FSDP2's reduce_dtype, Megatron's fp32 main grads).  All
  * other new nodes have role act; every new node carries the stage and
  * source location of the forward node it differentiates (a sum of
  * contributions: the stage of the value summed), so pipelining can cut the
@@ -294,13 +302,34 @@ static void label_grad(Ad *a, int v, int g)
 	ir_set_label(a->m, nd(a, g), a->glabel[v]);
 }
 
-/* Adds g to the gradient of forward node v (if v needs one). */
+/* The dtype forward node v's gradient is summed in (the file's comment):
+ * reduce_dtype for a param, and with micro-batches for a value they all
+ * share, when it is wider than v's dtype (an f32 param keeps f32
+ * gradients whatever the policy); v's own otherwise. */
+static IrDtype grad_dtype(const Ad *a, const IrNode *v)
+{
+	IrDtype r = a->m->train.reduce_dtype;
+	if (!is_float(v->dtype) || !is_float(r) || v->dtype == r ||
+	    ir_dtype_promote(v->dtype, r) != r)
+		return v->dtype;
+	if (v->op == IR_OP_PARAM || (a->m->train.microbatches > 1 && ir_mb(a->m, v) < 0))
+		return r;
+	return v->dtype;
+}
+
+/* Adds g to the gradient of forward node v (if v needs one), cast to the
+ * dtype v's gradient is summed in first, where g was produced. */
 static void contribute(Ad *a, int v, int g)
 {
 	if (g < 0 || !a->need[v] || !is_float(nd(a, v)->dtype))
 		return;
+	IrDtype gt = grad_dtype(a, nd(a, v));
+	if (is_float(nd(a, g)->dtype) && nd(a, g)->dtype != gt && (g = cast_to(a, g, gt)) < 0)
+		return;
 	label_grad(a, v, g);
-	if (!same_type(nd(a, g), nd(a, v))) {
+	IrNode want = *nd(a, v);
+	want.dtype = gt;
+	if (!same_type(nd(a, g), &want)) {
 		char msg[160];
 		snprintf(msg, sizeof msg, "the gradient of %%%d (%s) has the wrong type", v,
 		         ir_op_name(nd(a, v)->op));
@@ -485,7 +514,9 @@ static void bw_unary(Ad *a, const IrNode *n, int dy)
 		g = scale(a, dy, ir_attr_scalar(n)->value);
 		break;
 	case IR_OP_CAST:
-		g = cast_to(a, dy, nd(a, x)->dtype);
+		/* straight to the dtype x's gradient is summed in: cast(p, f32)
+		 * of a bf16 param with an f32 reduce_dtype passes dy on unrounded */
+		g = cast_to(a, dy, grad_dtype(a, nd(a, x)));
 		break;
 	default: /* dropout: the same mask and 1/(1-rate) on the gradient */
 		g = emit(a, IR_OP_DROPOUT, &dy, 1, ir_attr_get(n, IR_ATTR_DROPOUT), NULL);
@@ -805,12 +836,13 @@ static void finish_params(Ad *a)
 		a->loc = p->loc;
 		int g = a->grad[i];
 		if (g < 0) {
-			IrNode t = {.dtype = p->dtype, .rank = 0};
+			IrNode t = {.dtype = grad_dtype(a, p), .rank = 0};
 			IrAttr zero = {.kind = IR_ATTR_SCALAR, .scalar = {0.0}};
 			g = reshaped(a, IR_OP_EXPAND, emit(a, IR_OP_CONST, NULL, 0, &zero, &t),
 			             p->rank, p->shape);
 		} else if (g < a->n0 || uses[g] > 0) {
 			IrNode t = *p;
+			t.dtype = nd(a, g)->dtype;
 			g = emit(a, IR_OP_RESHAPE, &g, 1, NULL, &t);
 		}
 		if (g < 0)
@@ -925,7 +957,12 @@ bool pass_autodiff(IrModule *m, Diag *d, const PassOptions *opt)
 		a.mb = ir_mb(m, n);
 		a.block = ir_block(m, n);
 		a.loc = n->loc;
-		backward(&a, n, a.grad[i]);
+		/* a shared value's sum in reduce_dtype, back to its own dtype for
+		 * its rule; a view's rule moves it as it is */
+		int dy = a.grad[i];
+		if (n->op != IR_OP_PERMUTE && n->op != IR_OP_RESHAPE)
+			dy = cast_to(&a, dy, n->dtype);
+		backward(&a, n, dy);
 	}
 	if (!a.failed)
 		finish_params(&a);

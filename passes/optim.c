@@ -9,9 +9,12 @@
  *   - per param P, its optimizer state as `state` leaves (role opt_state,
  *     linked to P with the state's kind, IR_LINK_OPT_*): opt.m.P and
  *     opt.v.P (AdamW moments, zeros), opt.mom.P (SGD momentum,
- *     zeros; only when momentum != 0), and opt.master.P when P is bf16 or
- *     f16 (an f32 copy with P's init, which the update runs on).  Moments
- *     and masters are f32 whatever P's dtype;
+ *     zeros; only when momentum != 0), and opt.master.P when P's dtype is
+ *     not the policy's master_dtype (bf16 or f16 params under the default
+ *     master_dtype f32: an f32 copy with P's init, which the update runs
+ *     on; master_dtype = the params' dtype: none, the update runs on P
+ *     with f32 moments).  Moments and masters are f32 whatever P's dtype;
+ *     the gradient is in reduce_dtype (autodiff.c), read as it is;
  *   - per param P, adamw_step or sgd_step updating P (and its state) in
  *     place, with m->train's hyperparameters in its attrs.
  * The learning rate is not baked in: the runtime applies the schedule and
@@ -82,7 +85,8 @@ static bool add_update(Optim *o, const IrNode *p, const IrNode *g, int norm)
 	int ops[6], k = 0;
 	ops[k++] = p->id;
 	ops[k++] = g->id;
-	bool master = p->dtype != IR_F32;
+	/* master_dtype is f32 or the params' dtype (validate.c) */
+	bool master = p->dtype != t->master_dtype && t->master_dtype == IR_F32;
 	if (o->adamw) {
 		IrNode *mm = new_state(o, p, IR_LINK_OPT_M);
 		IrNode *vv = mm ? new_state(o, p, IR_LINK_OPT_V) : NULL;

@@ -107,13 +107,15 @@ static const Pass passes[] = {
 	 * (microbatch.c), so everything after sees one program */
 	{.name = "microbatch", .run = pass_microbatch, .reads = R(MICROBATCHES)},
 	/* precision before autodiff so gradients come out in the compute
-	 * dtype; optim after it, consuming the gradients (see precision.c) */
+	 * dtype (a param's in reduce_dtype, autodiff.c); optim after it,
+	 * consuming the gradients (see precision.c) */
 	{.name = "precision", .run = pass_precision, .reads = R(PRECISION)},
-	/* with pp > 1 and micro-batches, the gradient sums deferred */
-	{.name = "autodiff", .run = pass_autodiff, .reads = R(MICROBATCHES)},
+	/* with pp > 1 and micro-batches, the gradient sums deferred; params'
+	 * gradients summed in reduce_dtype */
+	{.name = "autodiff", .run = pass_autodiff, .reads = R(MICROBATCHES) | R(REDUCE_DTYPE)},
 	{.name = "optim", .run = pass_optim,
 	 .reads = R(OPTIMIZER) | R(BETA1) | R(BETA2) | R(EPS) | R(WEIGHT_DECAY) | R(CLIP) |
-	          R(MOMENTUM) | R(NESTEROV)},
+	          R(MOMENTUM) | R(NESTEROV) | R(MASTER_DTYPE)},
 	/* every value gets a placement; partition consumes them */
 	{.name = "propagate", .run = pass_propagate,
 	 .reads = R(SEQUENCE_PARALLEL) | R(UNEVEN_SHARDS)},

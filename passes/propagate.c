@@ -30,7 +30,8 @@
  * non-partial operand, so partition reduces on that edge (all_reduce, or
  * reduce_scatter when the user wants the value split) -- except the linear
  * ops add, sub, neg, scale, dropout (every rank holding a partial draws
- * the same mask), permute and reshape, through which operands partial
+ * the same mask), cast (a gradient term cast to reduce_dtype, autodiff.c,
+ * is reduced in it), permute and reshape, through which operands partial
  * (sum) over the same axes pass the partial on (gradient contributions add
  * up, and a weight gradient is transposed, before one reduction).  Three
  * kinds of node are resolved at the node itself, their placement never partial:

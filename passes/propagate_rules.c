@@ -385,7 +385,7 @@ void prop_rule_build(const IrModule *m, const IrNode *n, Rule *r)
 	if ((fl & OPF_ELEMWISE) && !(fl & OPF_COLL)) {
 		rule_bcast(r, m, n, 0, r->nops);
 		r->linear = n->op == IR_OP_ADD || n->op == IR_OP_SUB || n->op == IR_OP_NEG ||
-		            n->op == IR_OP_SCALE || n->op == IR_OP_DROPOUT;
+		            n->op == IR_OP_SCALE || n->op == IR_OP_DROPOUT || n->op == IR_OP_CAST;
 		return;
 	}
 	r->ok = false; /* collectives, optimizer ops, grad_norm */

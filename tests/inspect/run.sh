@@ -22,8 +22,9 @@
 #                                   -Tsvg` when graphviz is installed), a
 #                                   pipeline's trace shows every stage
 #   run.sh conformance DTMC         models/gpt.dtm on dp=4, zero 0..3, bf16
-#                                   and f32: per-rank params, grads, master
-#                                   weights and optimizer state equal
+#                                   (f32 and bf16 reduce_dtype) and f32:
+#                                   per-rank params, grads, master weights
+#                                   and optimizer state equal
 #                                   ../shared/REFERENCE.md's bytes per
 #                                   parameter times the parameter count
 #   run.sh flops DTMC               GPT-2 small's FLOPs per token on dp=1,
@@ -220,22 +221,29 @@ outputs() {
 
 conformance() {
 	local prec
-	for prec in bf16 f32; do
+	for prec in bf16 bf16r f32; do
+		local args="--train precision=${prec%r}"
+		[ "$prec" = bf16r ] && args="$args --train reduce_dtype=bf16"
 		for z in 0 1 2 3; do
-			"$dtmc" inspect models/gpt.dtm --mesh dp=4 --train zero=$z --train precision=$prec \
+			# shellcheck disable=SC2086
+			"$dtmc" inspect models/gpt.dtm --mesh dp=4 --train zero=$z $args \
 				--json >"$tmp/z$z.$prec.json" || fail "dtmc inspect zero=$z $prec failed"
 		done
 	done
 	"$py" - "$tmp" <<'PY' || fail "memory per rank differs from REFERENCE.md's table"
 import json, sys
 # REFERENCE.md, memory per parameter: mixed-precision Adam is bf16 param 2 +
-# bf16 grad 2 + f32 master 4 + f32 m, v 8 (K = 12); all-f32 Adam has no
-# master: 4 + 4 + 8.  ZeRO-1 splits master and optimizer state over N,
-# ZeRO-2 also grads, ZeRO-3 also params.
+# bf16 grad 2 + f32 master 4 + f32 m, v 8 (K = 12): bf16r, reduce_dtype
+# bf16; the default f32 reduce_dtype keeps f32 gradients, Megatron's "bf16
+# params, fp32 grads 18 -> 6 + 12/d"; all-f32 Adam has no master: 4 + 4 +
+# 8.  ZeRO-1 splits master and optimizer state over N, ZeRO-2 also grads,
+# ZeRO-3 also params.
 N = 4
-per = {"bf16": dict(params=2, grads=2, master=4, optimizer_state=8),
+per = {"bf16": dict(params=2, grads=4, master=4, optimizer_state=8),
+       "bf16r": dict(params=2, grads=2, master=4, optimizer_state=8),
        "f32": dict(params=4, grads=4, master=0, optimizer_state=8)}
-total = {"bf16": ["16P", "2P + 2P + 12P/N", "2P + 2P/N + 12P/N", "16P/N"],
+total = {"bf16": ["18P", "2P + 4P + 12P/N", "2P + 4P/N + 12P/N", "18P/N"],
+         "bf16r": ["16P", "2P + 2P + 12P/N", "2P + 2P/N + 12P/N", "16P/N"],
          "f32": ["16P", "4P + 4P + 8P/N", "4P + 4P/N + 8P/N", "16P/N"]}
 bad = 0
 for prec, b in per.items():

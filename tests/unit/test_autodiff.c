@@ -85,7 +85,11 @@ static void check_grad_nodes(IrModule *m, const char *what)
 			}
 		CHECK_EQ_INT(count, 1);
 		CHECK(g && ir_link(m, g) == IR_LINK_GRAD && ir_link_param(m, g) == p->id);
-		if (!g || g->dtype != p->dtype || g->rank != p->rank ||
+		/* a param narrower than reduce_dtype: its gradient is in that */
+		IrDtype want = ir_dtype_promote(p->dtype, m->train.reduce_dtype) == m->train.reduce_dtype
+		                       ? m->train.reduce_dtype
+		                       : p->dtype;
+		if (!g || g->dtype != want || g->rank != p->rank ||
 		    memcmp(g->shape, p->shape, sizeof(int64_t) * (size_t)p->rank) != 0) {
 			check_failures++;
 			fprintf(stderr, "%s: %s is missing or has the wrong type\n", what, name);
@@ -433,14 +437,18 @@ static void test_collectives(void)
 	arena_free(&a);
 }
 
-/* Hand-built: a bf16 param cast up, an unused param, a value used twice. */
-static void test_cast_and_unused(void)
+/* Hand-built: a bf16 param cast up, an unused param, a value used twice.
+ * With reduce_dtype bf16 the gradient of p is the cast back to bf16; with
+ * the default f32 it is the f32 gradient of cast(p) itself, unrounded. */
+static void cast_and_unused(IrDtype reduce)
 {
 	Arena a;
 	arena_init(&a);
 	Diag d;
 	diag_init(&d, stderr);
 	IrModule *m = ir_module_new(&a, "t");
+	m->train.precision = IR_BF16;
+	m->train.reduce_dtype = reduce;
 	IrNode *p = ir_node_new(m, IR_OP_PARAM, NULL, 0, (SrcLoc){0});
 	p->dtype = IR_BF16;
 	p->rank = 1;
@@ -468,7 +476,10 @@ static void test_cast_and_unused(void)
 	CHECK(run_autodiff(m));
 	check_grad_nodes(m, "cast");
 	IrNode *gp = find(m, "grad.p"), *gz = find(m, "grad.z");
-	CHECK(gp && gp->op == IR_OP_CAST && gp->dtype == IR_BF16);
+	if (reduce == IR_BF16)
+		CHECK(gp && gp->op == IR_OP_CAST && gp->dtype == IR_BF16);
+	else
+		CHECK(gp && gp->op != IR_OP_CAST && gp->dtype == IR_F32);
 	CHECK(gz && gz->op == IR_OP_EXPAND);
 	IrEval e;
 	CHECK(ir_eval_init(&e, m));
@@ -481,6 +492,12 @@ static void test_cast_and_unused(void)
 	}
 	ir_eval_free(&e);
 	arena_free(&a);
+}
+
+static void test_cast_and_unused(void)
+{
+	cast_and_unused(IR_BF16);
+	cast_and_unused(IR_F32);
 }
 
 /* The first backward node labelled lbl (IrNode.label), or NULL. */

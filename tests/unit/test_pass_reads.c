@@ -92,7 +92,22 @@ static bool perturb(IrTrain *t, IrTrainField f, uint32_t live_axes)
 			return false;
 		t->virtual_stages = t->virtual_stages == 1 ? 2 : 1;
 		return true;
-	case IR_TRAIN_PRECISION: t->precision = t->precision == IR_F32 ? IR_BF16 : IR_F32; return true;
+	case IR_TRAIN_PRECISION:
+		/* the policy's other dtypes stay valid: f32 */
+		t->precision = t->precision == IR_F32 ? IR_BF16 : IR_F32;
+		t->reduce_dtype = t->master_dtype = IR_F32;
+		return true;
+	/* f32 or the params' dtype: another value only under bf16 or f16 */
+	case IR_TRAIN_REDUCE_DTYPE:
+		if (t->precision == IR_F32)
+			return false;
+		t->reduce_dtype = t->reduce_dtype == IR_F32 ? t->precision : IR_F32;
+		return true;
+	case IR_TRAIN_MASTER_DTYPE:
+		if (t->precision == IR_F32)
+			return false;
+		t->master_dtype = t->master_dtype == IR_F32 ? t->precision : IR_F32;
+		return true;
 	case IR_TRAIN_STEPS: t->steps += 7; return true;
 	case IR_TRAIN_DATA: t->data = "data/x.bin"; return true;
 	case IR_TRAIN_SEED: t->seed += 3; return true;
