@@ -276,9 +276,14 @@ set_tests_properties(e2e.equiv.bf16.gpt PROPERTIES TIMEOUT 600 LABELS e2e)
 #                        match micro-batch 0's, no forward one is a gradient's
 #   inspect.outputs      --json and --trace are JSON (Chrome trace events, a
 #                        track per rank and stream), --dot renders with graphviz
-#   inspect.conformance  models/gpt.dtm on dp=4, zero 0..3, bf16 and f32: params,
-#                        grads, master weights and optimizer state per rank are
-#                        REFERENCE.md's bytes per parameter times P
+#   inspect.conformance  models/gpt.dtm on dp=4, zero 0..3, bf16 (f32 and bf16
+#                        reduce_dtype) and f32: params, grads, master weights and
+#                        optimizer state per rank are REFERENCE.md's bytes per
+#                        parameter times P
+#   inspect.policy       the 12.85B GPT on dp=24, AdamW, zero 0..3, bf16 params with
+#                        f32 / bf16 reduce_dtype, with / without a master: model
+#                        state per rank equals the policy's bytes per param times P
+#                        or the padded shards computed from the param shapes, exact
 #   inspect.flops        GPT-2 small: FLOPs per token (6N + 6LCT) on dp=1, dp=8,
 #                        tp=2, pp=2 all 803,261,952
 #   inspect.errors       a bad model, --hw, --rank or --train: a message, exit 1
@@ -295,7 +300,7 @@ set_tests_properties(e2e.equiv.bf16.gpt PROPERTIES TIMEOUT 600 LABELS e2e)
 #                        type @ placement apart from the local shard; --dot-scope
 #                        layer.0 draws exactly block 0 plus stubs, in bounded size
 # (inspect's peak against what the ranks allocate: e2e.equiv.*, e2e.pipeline.gpt)
-foreach(mode golden labels outputs conformance errors flops dot sync warnings dropout)
+foreach(mode golden labels outputs conformance policy errors flops dot sync warnings dropout)
   add_test(NAME inspect.${mode}
            COMMAND ${DTM_BASH} ${DTM_TESTS}/inspect/run.sh ${mode} $<TARGET_FILE:dtmc>
            WORKING_DIRECTORY ${DTM_ROOT})

@@ -1036,7 +1036,8 @@ static void write_json(FILE *out, const Insp *in)
 	fprintf(out, ", \"virtual_stages\": %" PRId64 ", \"precision\": \"%s\", "
 	             "\"tokens_per_step\": %" PRId64 "},\n \"params\": ",
 	        t->virtual_stages, dtype_name(p->train.precision), p->train.tokens_per_step);
-	json_num(out, in->nparams);
+	/* a count, exact (json_num's 9 digits would round 12,853,386,240) */
+	fprintf(out, "%.0f", isfinite(in->nparams) ? in->nparams : 0);
 	fputs(", \"hw\": {\"name\": ", out);
 	json_put_str(out, in->hw.name);
 	fprintf(out, ", \"ranks_per_node\": %" PRId64 "},\n \"stages\": [\n", in->node_size);

@@ -27,6 +27,13 @@
 #                                   and optimizer state equal
 #                                   ../shared/REFERENCE.md's bytes per
 #                                   parameter times the parameter count
+#   run.sh policy DTMC              the 12.85B GPT on dp=24, AdamW, zero
+#                                   0..3, bf16 params with f32 or bf16
+#                                   reduce_dtype, with or without a master:
+#                                   model state per rank equals the policy's
+#                                   bytes per param times P or the padded
+#                                   shards' sum, computed from the param
+#                                   shapes, to the byte (issue 16.4)
 #   run.sh flops DTMC               GPT-2 small's FLOPs per token on dp=1,
 #                                   dp=8, tp=2 and pp=2: llm.c's 6N + 6LCT
 #   run.sh errors DTMC              a bad model: file:line:col and exit 1; a
@@ -76,8 +83,8 @@ if [ "${1-}" = --update ]; then
 	update=1
 	shift
 fi
-mode=${1:?usage: run.sh [--update] golden|labels|outputs|conformance|errors|flops|dot|sync|warnings|dropout DTMC}
-dtmc=${2:?usage: run.sh [--update] golden|labels|outputs|conformance|errors|flops|dot|sync|warnings|dropout DTMC}
+mode=${1:?usage: run.sh [--update] golden|labels|outputs|conformance|policy|errors|flops|dot|sync|warnings|dropout DTMC}
+dtmc=${2:?usage: run.sh [--update] golden|labels|outputs|conformance|policy|errors|flops|dot|sync|warnings|dropout DTMC}
 case $dtmc in /*) ;; *) dtmc=$PWD/$dtmc ;; esac
 cd "$(dirname "$0")/../.."
 py=python3
@@ -259,6 +266,72 @@ for prec, b in per.items():
         print(f"{'ok' if ok else 'FAIL'}: {prec} zero {z}, P = {P}: "
               f"{sum(got.values()):.0f} bytes per rank = {total[prec][z]} "
               f"({sum(want.values()):.0f}); " + ", ".join(f"{k} {got[k]}" for k in b))
+sys.exit(bad)
+PY
+}
+
+# Issue 16.4's golden: the 12.85B-parameter GPT (d 5120, 40 layers, 40
+# heads, vocab 50257, ctx 2048; batch 24 so dp = 24 splits it, which model
+# state does not depend on) on dp = 24 under AdamW, zero 0-3, in three
+# mixed-precision policies: bf16 params with the default f32 reduce_dtype
+# and f32 master (2 + 4 + 12 = 18 bytes per param: 18P, 2P + 4P + 12S,
+# 2P + 16S, 18S), reduce_dtype bf16 (REFERENCE.md's 16: 16P, 2P + 2P + 12S,
+# 2P + 14S, 16S) and reduce_dtype and master_dtype bf16 (no master: 2 + 2
+# + 8).  S is the sum over params of each one's shard, computed here from
+# the param shapes (`dtmc print --after=lower`) as zero.c cuts them: dp on
+# the first dim 24 divides, else dim 0 in torch.chunk's ceil(n / 24) rows,
+# padded; none of 50257, 2048, 5120 and 20480 divides by 24, so every
+# shard is padded and the padding is counted.  Exact to the byte.
+policy() {
+	local g="-D d=5120 -D layers=40 -D heads=40 -D vocab=50257 -D ctx=2048 -D batch=24"
+	local pol z
+	# shellcheck disable=SC2086
+	"$dtmc" print --after=lower models/gpt.dtm $g --mesh dp=24 >"$tmp/gpt.ir" 2>"$tmp/err" ||
+		{ cat "$tmp/err" >&2; fail "dtmc print failed"; }
+	for pol in f32 bf16 bf16m; do
+		local args="--train precision=bf16 --train optimizer=adamw"
+		[ $pol = f32 ] || args="$args --train reduce_dtype=bf16"
+		[ $pol = bf16m ] && args="$args --train master_dtype=bf16"
+		for z in 0 1 2 3; do
+			# shellcheck disable=SC2086
+			"$dtmc" inspect models/gpt.dtm $g --mesh dp=24 --train zero=$z $args --json \
+				>"$tmp/p$z.$pol.json" 2>"$tmp/err" && [ ! -s "$tmp/err" ] ||
+				{ cat "$tmp/err" >&2; fail "dtmc inspect zero=$z reduce $pol failed or warned"; }
+		done
+	done
+	"$py" - "$tmp" <<'PY' || fail "memory per rank differs from the policy's formulas"
+import json, math, re, sys
+tmp = sys.argv[1]
+N = 24
+shapes = [tuple(int(x) for x in m.group(1).split(", "))
+          for m in re.finditer(r"= param .* : f32\[([0-9, ]+)\]", open(f"{tmp}/gpt.ir").read())]
+P = sum(math.prod(s) for s in shapes)
+def shard(s):
+    d = next((i for i, n in enumerate(s) if n % N == 0), 0)
+    return math.prod(s) // s[d] * math.ceil(s[d] / N)
+S = sum(shard(s) for s in shapes)
+# bytes per param of params, grads (reduce_dtype), master, Adam m and v
+per = {"f32": (2, 4, 4, 8), "bf16": (2, 2, 4, 8), "bf16m": (2, 2, 0, 8)}
+keys = ("params", "grads", "master", "optimizer_state")
+bad = 0
+print(f"P = {P:,} params in {len(shapes)} tensors; shards over {N}: {S:,} "
+      f"({S * N - P:,} padding, {S * N / P - 1:.4%})")
+for pol, b in per.items():
+    for z in range(4):
+        d = json.load(open(f"{tmp}/p{z}.{pol}.json"))
+        assert d["mesh"] == {"pp": 1, "dp": N, "tp": 1} and d["train"]["zero"] == z
+        assert d["train"]["optimizer"] == "adamw" and d["train"]["precision"] == "bf16"
+        bad |= int(d["params"]) != P
+        split = (z >= 3, z >= 2, z >= 1, z >= 1)
+        want = [b[k] * (S if split[k] else P) for k in range(4)]
+        m = d["stages"][0]["memory"]
+        got = [m[k] for k in keys]
+        ok = got == want and int(d["params"]) == P
+        bad |= not ok
+        print(f"{'ok' if ok else 'FAIL'}: reduce {pol[:4]}{' no master' if pol == 'bf16m' else ''}"
+              f" zero {z}: {sum(got) / 1e9:.3f} GB per rank (" +
+              ", ".join(f"{k} {g:,}" + ("" if g == w else f" want {w:,}")
+                        for k, g, w in zip(keys, got, want)) + ")")
 sys.exit(bad)
 PY
 }
@@ -659,7 +732,7 @@ PY
 }
 
 case $mode in
-golden | labels | outputs | conformance | errors | flops | sync | warnings | dropout) $mode ;;
+golden | labels | outputs | conformance | policy | errors | flops | sync | warnings | dropout) $mode ;;
 dot) dot_graph ;;
 *) fail "unknown mode '$mode'" ;;
 esac
