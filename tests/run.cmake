@@ -121,9 +121,11 @@ foreach(name mlp gpt)
   set_tests_properties(e2e.${name} PROPERTIES TIMEOUT 300 LABELS e2e)
 endforeach()
 #   e2e.precision  tests/e2e/mixed_loss.dtm (a loss adding f32 and bf16
-#             terms, a user's cast) trained 20 steps in bf16 (one device and
-#             dp=2,tp=2) and f16 gives f32's losses and grad norms to each
-#             precision's measured tolerance (issue 14.2).
+#             terms, a user's cast) trained 20 steps in bf16 (one device,
+#             dp=2,tp=2, 2 micro-batches on dp=2 with f32 and with bf16
+#             reduce_dtype, no master) and f16 gives f32's losses and grad
+#             norms to each one's measured tolerance (issues 14.2, 16.3); the
+#             gradients cross dp once per step, in reduce_dtype.
 add_test(NAME e2e.precision
          COMMAND ${DTM_BASH} ${DTM_TESTS}/e2e/precision.sh $<TARGET_FILE:dtmc>
          WORKING_DIRECTORY ${DTM_ROOT})
