@@ -722,8 +722,12 @@ static void text_header(FILE *out, const Insp *in)
 	        p->train.microbatches == 1 ? "" : "es");
 	if (in->nstages > 1)
 		fprintf(out, ", schedule %s", sched ? sched : "-");
-	fprintf(out, ", precision %s, %s %s per step\n", dtype_name(p->train.precision),
-	        report_count(c, p->train.tokens_per_step),
+	fprintf(out, ", precision %s", dtype_name(p->train.precision));
+	/* the rest of the mixed-precision policy where it is not all f32 */
+	if (t->precision != IR_F32 || t->reduce_dtype != IR_F32 || t->master_dtype != IR_F32)
+		fprintf(out, " (gradients %s, master %s)", ir_dtype_name(t->reduce_dtype),
+		        t->master_dtype == t->precision ? "none" : ir_dtype_name(t->master_dtype));
+	fprintf(out, ", %s %s per step\n", report_count(c, p->train.tokens_per_step),
 	        p->train.data_kind == DTM_DATA_TOKENS ? "tokens" : "samples");
 	fprintf(out, "parameters: %s\n", report_count(c, (int64_t)in->nparams));
 	int64_t nodes = (in->world + in->node_size - 1) / in->node_size;
@@ -1034,8 +1038,10 @@ static void write_json(FILE *out, const Insp *in)
 	const char *sched = ir_train_word(IR_TRAIN_SCHEDULE, (int)t->schedule);
 	json_put_str(out, sched ? sched : "");
 	fprintf(out, ", \"virtual_stages\": %" PRId64 ", \"precision\": \"%s\", "
+	             "\"reduce_dtype\": \"%s\", \"master_dtype\": \"%s\", "
 	             "\"tokens_per_step\": %" PRId64 "},\n \"params\": ",
-	        t->virtual_stages, dtype_name(p->train.precision), p->train.tokens_per_step);
+	        t->virtual_stages, dtype_name(p->train.precision), ir_dtype_name(t->reduce_dtype),
+	        ir_dtype_name(t->master_dtype), p->train.tokens_per_step);
 	/* a count, exact (json_num's 9 digits would round 12,853,386,240) */
 	fprintf(out, "%.0f", isfinite(in->nparams) ? in->nparams : 0);
 	fputs(", \"hw\": {\"name\": ", out);

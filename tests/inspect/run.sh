@@ -321,6 +321,8 @@ for pol, b in per.items():
         d = json.load(open(f"{tmp}/p{z}.{pol}.json"))
         assert d["mesh"] == {"pp": 1, "dp": N, "tp": 1} and d["train"]["zero"] == z
         assert d["train"]["optimizer"] == "adamw" and d["train"]["precision"] == "bf16"
+        assert d["train"]["reduce_dtype"] == pol[:4]
+        assert d["train"]["master_dtype"] == ("bf16" if pol == "bf16m" else "f32")
         bad |= int(d["params"]) != P
         split = (z >= 3, z >= 2, z >= 1, z >= 1)
         want = [b[k] * (S if split[k] else P) for k in range(4)]
