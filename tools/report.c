@@ -135,12 +135,14 @@ static void print_header(FILE *out, const IrModule *m, int64_t nparams, int64_t 
 	const IrTrain *t = &m->train;
 	const char *opt = ir_train_word(IR_TRAIN_OPTIMIZER, (int)t->optimizer);
 	const char *sched = ir_train_word(IR_TRAIN_SCHEDULE, (int)t->schedule);
-	fprintf(out,
-	        "train: %s, zero %d, %" PRId64 " microbatch%s, schedule %s, "
-	        "precision %s, %" PRId64 " steps, data %s\n",
+	fprintf(out, "train: %s, zero %d, %" PRId64 " microbatch%s, schedule %s, precision %s",
 	        opt ? opt : "-", t->zero, t->microbatches, t->microbatches == 1 ? "" : "es",
-	        sched ? sched : "-",
-	        ir_dtype_name(t->precision), t->steps, t->data ? t->data : "-");
+	        sched ? sched : "-", ir_dtype_name(t->precision));
+	/* the rest of the mixed-precision policy where it is not all f32 */
+	if (t->precision != IR_F32 || t->reduce_dtype != IR_F32 || t->master_dtype != IR_F32)
+		fprintf(out, " (gradients %s, master %s)", ir_dtype_name(t->reduce_dtype),
+		        t->master_dtype == t->precision ? "none" : ir_dtype_name(t->master_dtype));
+	fprintf(out, ", %" PRId64 " steps, data %s\n", t->steps, t->data ? t->data : "-");
 }
 
 /* One table row; the columns are sized to the widest cell. */
