@@ -252,9 +252,9 @@ static void check_policy(const IrTrain *t, Diag *d)
 		if (vs[i] == p || vs[i] == IR_F32 || (unsigned)p >= IR_DTYPE_COUNT)
 			continue;
 		SrcLoc at = t->loc[fs[i]].file ? t->loc[fs[i]] : t->loc[IR_TRAIN_PRECISION];
-		diag_error(d, at, "%s %s with param_dtype %s: %s (use f32%s%s)", ir_train_key(fs[i]),
-		           ir_dtype_name(vs[i]), ir_dtype_name(p), why[i], p == IR_F32 ? "" : " or ",
-		           p == IR_F32 ? "" : ir_dtype_name(p));
+		diag_error(d, at, "%s %s with param_dtype %s: %s (use f32%s%s)",
+		           ir_train_key(fs[i]), ir_dtype_name(vs[i]), ir_dtype_name(p), why[i],
+		           p == IR_F32 ? "" : " or ", p == IR_F32 ? "" : ir_dtype_name(p));
 	}
 }
 

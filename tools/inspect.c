@@ -1037,9 +1037,10 @@ static void write_json(FILE *out, const Insp *in)
 	        pass_zero_axes(in->m) ? t->zero : 0, t->zero, p->train.microbatches);
 	const char *sched = ir_train_word(IR_TRAIN_SCHEDULE, (int)t->schedule);
 	json_put_str(out, sched ? sched : "");
-	fprintf(out, ", \"virtual_stages\": %" PRId64 ", \"precision\": \"%s\", "
-	             "\"reduce_dtype\": \"%s\", \"master_dtype\": \"%s\", "
-	             "\"tokens_per_step\": %" PRId64 "},\n \"params\": ",
+	fprintf(out,
+	        ", \"virtual_stages\": %" PRId64 ", \"precision\": \"%s\", "
+	        "\"reduce_dtype\": \"%s\", \"master_dtype\": \"%s\", "
+	        "\"tokens_per_step\": %" PRId64 "},\n \"params\": ",
 	        t->virtual_stages, dtype_name(p->train.precision), ir_dtype_name(t->reduce_dtype),
 	        ir_dtype_name(t->master_dtype), p->train.tokens_per_step);
 	/* a count, exact (json_num's 9 digits would round 12,853,386,240) */

@@ -86,9 +86,10 @@ static void check_grad_nodes(IrModule *m, const char *what)
 		CHECK_EQ_INT(count, 1);
 		CHECK(g && ir_link(m, g) == IR_LINK_GRAD && ir_link_param(m, g) == p->id);
 		/* a param narrower than reduce_dtype: its gradient is in that */
-		IrDtype want = ir_dtype_promote(p->dtype, m->train.reduce_dtype) == m->train.reduce_dtype
-		                       ? m->train.reduce_dtype
-		                       : p->dtype;
+		IrDtype want =
+		        ir_dtype_promote(p->dtype, m->train.reduce_dtype) == m->train.reduce_dtype
+		                ? m->train.reduce_dtype
+		                : p->dtype;
 		if (!g || g->dtype != want || g->rank != p->rank ||
 		    memcmp(g->shape, p->shape, sizeof(int64_t) * (size_t)p->rank) != 0) {
 			check_failures++;

@@ -368,8 +368,8 @@ static void test_precision_policy(void)
 	Arena a;
 	arena_init(&a);
 	char *out;
-	IrModule *m = run(&a, "t.dtm", HEAD X TAIL "train {\n  param_dtype bf16\n}\n", NULL, &out,
-	                  NULL);
+	IrModule *m =
+	        run(&a, "t.dtm", HEAD X TAIL "train {\n  param_dtype bf16\n}\n", NULL, &out, NULL);
 	CHECK(m && m->train.precision == IR_BF16 && m->train.reduce_dtype == IR_F32 &&
 	      m->train.master_dtype == IR_F32);
 	free(out);
