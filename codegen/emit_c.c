@@ -316,7 +316,7 @@ static void emit_gnorm(Emit *e, const CgPlanKernel *k)
 	             "\t\tx.p = args[k];\n\t\ts += dtmk_sumsq(ctx, &x);\n\t}\n\t*acc = s;\n",
 	        nin);
 	if (c == k->nchunks - 1)
-		fprintf(out, "\t*(float *)args[%d] = (float)sqrt(s);\n", nin);
+		fprintf(out, "\t*(float *)args[%d] = (float)(sqrt(s) * dtmk_inv_scale(ctx));\n", nin);
 	fputs("}\n\n", out);
 }
 
@@ -640,7 +640,19 @@ static void put_plan(FILE *out, const DtmPlan *p, bool cuda)
 		[DTM_PIPE_INTERLEAVED] = "DTM_PIPE_INTERLEAVED", [DTM_PIPE_ZB] = "DTM_PIPE_ZB",
 	};
 	fputs(sched[t->schedule], out);
-	fprintf(out, ", .virtual_stages = %d,\n\t},\n", t->virtual_stages);
+	fprintf(out, ", .virtual_stages = %d,\n", t->virtual_stages);
+	if (t->loss_scale != DTM_LOSS_SCALE_OFF) {
+		fprintf(out, "\t\t.loss_scale = %s, .init_scale = ",
+		        t->loss_scale == DTM_LOSS_SCALE_FIXED ? "DTM_LOSS_SCALE_FIXED"
+		                                              : "DTM_LOSS_SCALE_DYNAMIC");
+		put_f32(out, t->init_scale);
+		fputs(", .growth_factor = ", out);
+		put_f32(out, t->growth_factor);
+		fputs(", .backoff_factor = ", out);
+		put_f32(out, t->backoff_factor);
+		fprintf(out, ",\n\t\t.growth_interval = %lld,\n", (long long)t->growth_interval);
+	}
+	fputs("\t},\n", out);
 	if (cuda)
 		fputs("\t.cuda_source = dtm_cuda_source,\n\t.cuda_kernels = dtm_cuda_kernels,\n", out);
 	fputs("};\n\n", out);

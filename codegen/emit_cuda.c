@@ -281,7 +281,8 @@ static bool emit_prelude(FILE *out, const IrModule *m, const char *src_dir, Diag
 	        m->name ? m->name : "?");
 	fprintf(out,
 	        "struct DtmCudaArgs {\n\tvoid *p[%d];\n\tlong long step;\n\tfloat lr;\n"
-	        "\tunsigned long long seed;\n\tlong long rank;\n\tlong long coords[%d];\n};\n\n",
+	        "\tunsigned long long seed;\n\tlong long rank;\n\tlong long coords[%d];\n"
+	        "\tfloat loss_scale;\n\tlong long skipped;\n};\n\n",
 	        DTM_MAX_ARGS, DTM_MAX_AXES);
 	char dir[4096];
 	snprintf(dir, sizeof dir, "%s/codegen/cuda", src_dir ? src_dir : ".");

@@ -438,9 +438,11 @@ static void emit_grad_norm(CudaEmit *e)
 		cg_cu_printf(e, "\t\t\tconst double sum = %s + t;\n\t\t\t*acc = sum;\n",
 		             e->pk->chunk ? "*acc" : "0.0");
 		if (e->pk->chunk == e->pk->nchunks - 1)
-			cg_cu_printf(e, "\t\t\t*(float *)a.p[%d] = (float)sqrt(sum);\n", o);
+			cg_cu_printf(e, "\t\t\t*(float *)a.p[%d] = (float)(sqrt(sum) * "
+			             "dtmc_inv_scale(a));\n", o);
 	} else {
-		cg_cu_printf(e, "\t\t\t*(float *)a.p[%d] = (float)sqrt(t);\n", o);
+		cg_cu_printf(e, "\t\t\t*(float *)a.p[%d] = (float)(sqrt(t) * dtmc_inv_scale(a));\n",
+		             o);
 	}
 	fputs("\t\t}\n\t}\n\tdtmc_sync_exit(s);\n", e->out);
 	cg_cu_end_kernel(e);
@@ -696,6 +698,14 @@ static void emit_const(CudaEmit *e)
 	end_ew(e);
 }
 
+/* loss_scale: the runtime's scale S (1 when off), the backward's seed. */
+static void emit_loss_scale(CudaEmit *e)
+{
+	begin_ew(e, false);
+	cg_cu_printf(e, "\tconst float v = a.loss_scale > 0.0f ? a.loss_scale : 1.0f;\n");
+	end_ew(e);
+}
+
 /* The strides of x's batch dims (the nb dims before the last two of the
  * output, right-aligned; 0 where x has extent 1 and broadcasts) for
  * matrices of s elements. */
@@ -804,6 +814,7 @@ bool cg_cu_emit_kernel(CudaEmit *e)
 	bool red[IR_MAX_RANK] = {false};
 	switch (n->op) {
 	case IR_OP_CONST: emit_const(e); break;
+	case IR_OP_LOSS_SCALE: emit_loss_scale(e); break;
 	case IR_OP_MATMUL: emit_matmul(e); break;
 	case IR_OP_SUM:
 	case IR_OP_MEAN:

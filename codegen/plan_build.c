@@ -71,7 +71,7 @@ static NodeKind node_kind_ex(const IrModule *m, const FusePlan *fp, const MemPla
 	if (mp->buf[i].owner >= 0 && mp->buf[i].owner != i && !(fl & OPF_INPLACE))
 		return NK_NONE;
 	if (fl & OPF_LEAF)
-		return n->op == IR_OP_CONST ? NK_KERNEL : NK_NONE;
+		return n->op == IR_OP_CONST || n->op == IR_OP_LOSS_SCALE ? NK_KERNEL : NK_NONE;
 	if (fl & OPF_COLL)
 		return NK_COLL;
 	if (n->op == IR_OP_GRAD_NORM && n->nops > DTM_MAX_ARGS - 1)
@@ -655,6 +655,15 @@ static bool build_train(Build *b, const int *inputs, int ninputs, int gnorm)
 	c->data_kind = tokens ? DTM_DATA_TOKENS : DTM_DATA_REGRESSION;
 	c->microbatches = (int)(t->microbatches > 0 ? t->microbatches : 1);
 	c->precision = dtype_of(t->precision);
+	switch (ir_train_loss_scale(t)) {
+	case IR_LOSS_SCALE_DYNAMIC: c->loss_scale = DTM_LOSS_SCALE_DYNAMIC; break;
+	case IR_LOSS_SCALE_FIXED: c->loss_scale = DTM_LOSS_SCALE_FIXED; break;
+	default: c->loss_scale = DTM_LOSS_SCALE_OFF; break;
+	}
+	c->init_scale = (float)t->init_scale;
+	c->growth_factor = (float)t->growth_factor;
+	c->backoff_factor = (float)t->backoff_factor;
+	c->growth_interval = t->growth_interval;
 	c->schedule = t->schedule == IR_PIPE_GPIPE         ? DTM_PIPE_GPIPE
 	              : t->schedule == IR_PIPE_INTERLEAVED ? DTM_PIPE_INTERLEAVED
 	              : t->schedule == IR_PIPE_ZB          ? DTM_PIPE_ZB

@@ -21,7 +21,8 @@ static const char *const train_keys[] = {
         "microbatches", "schedule",          "precision", "steps",
         "data",         "sequence_parallel", "recompute", "uneven_shards",
         "bucket_mb",    "prefetch",          "seed",      "param_dtype",
-        "reduce_dtype", "master_dtype",      NULL,
+        "reduce_dtype", "master_dtype",      "loss_scale", "init_scale",
+        "growth_factor", "backoff_factor",   "growth_interval", NULL,
 };
 
 /* param_dtype is precision's FSDP2 name: one setting, given once. */
@@ -96,6 +97,14 @@ static void train_real(Lower *L, const AstNode *kw, IrTrainField f, const char *
 	if (!kw || !lower_const_num(L, &L->globals, kw->lhs, key, &v))
 		return;
 	ir_train_set_real(&L->m->train, f, v, key, kw->loc, L->d);
+}
+
+/* A real setting given as the setting's value: `init_scale 1024`. */
+static void train_num(Lower *L, const AstNode *e, IrTrainField f)
+{
+	double v;
+	if (lower_const_num(L, &L->globals, e, ir_train_key(f), &v))
+		ir_train_set_real(&L->m->train, f, v, NULL, e->loc, L->d);
 }
 
 static void train_bool(Lower *L, const AstNode *e, IrTrainField f)
@@ -252,7 +261,8 @@ static void train_setting(Lower *L, const AstNode *s, const AstNode **seen)
 		        "zero, reshard_after_forward, microbatches, schedule, precision, steps, "
 		        "data, "
 		        "sequence_parallel, recompute, uneven_shards, bucket_mb, prefetch, seed, "
-		        "param_dtype, reduce_dtype, master_dtype)",
+		        "param_dtype, reduce_dtype, master_dtype, loss_scale, init_scale, "
+		        "growth_factor, backoff_factor, growth_interval)",
 		        lower_name(L, s->name));
 		int n = 0;
 		while (train_keys[n])
@@ -340,6 +350,17 @@ static void train_setting(Lower *L, const AstNode *s, const AstNode **seen)
 		train_int(L, e, IR_TRAIN_PREFETCH, NULL);
 	} else if (!strcmp(k, "seed")) {
 		train_int(L, e, IR_TRAIN_SEED, NULL);
+	} else if (!strcmp(k, "loss_scale")) {
+		ir_train_set_word(t, IR_TRAIN_LOSS_SCALE, arena_strdup(L->a, lower_name(L, w)), NULL,
+		                  e->loc, L->d);
+	} else if (!strcmp(k, "init_scale")) {
+		train_num(L, e, IR_TRAIN_INIT_SCALE);
+	} else if (!strcmp(k, "growth_factor")) {
+		train_num(L, e, IR_TRAIN_GROWTH_FACTOR);
+	} else if (!strcmp(k, "backoff_factor")) {
+		train_num(L, e, IR_TRAIN_BACKOFF_FACTOR);
+	} else if (!strcmp(k, "growth_interval")) {
+		train_int(L, e, IR_TRAIN_GROWTH_INTERVAL, NULL);
 	}
 }
 

@@ -695,6 +695,9 @@ static bool eval_node(IrEval *e, const IrNode *n, Diag *d)
 		return true; /* set by the caller */
 	case IR_OP_CONST:
 		return ev_const(e, n);
+	case IR_OP_LOSS_SCALE:
+	case IR_OP_STATE:
+		return ir_eval_optim(e, n, d);
 	case IR_OP_MATMUL:
 		return ev_matmul(e, n, d);
 	case IR_OP_ADD:
@@ -743,7 +746,6 @@ static bool eval_node(IrEval *e, const IrNode *n, Diag *d)
 		return ev_mse(e, n, d);
 	case IR_OP_DROPOUT:
 		return ev_dropout(e, n, d);
-	case IR_OP_STATE:
 	case IR_OP_GRAD_NORM:
 	case IR_OP_ADAMW_STEP:
 	case IR_OP_SGD_STEP:

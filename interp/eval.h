@@ -49,6 +49,13 @@ typedef struct IrEval {
 	 * which case lr. */
 	double lr;
 	bool lr_fixed;
+	/* Loss scaling, as the runtime's DtmCtx has it: the scale S the
+	 * loss_scale op gives (0: off, a seed of 1), by which grad_norm and
+	 * the updates divide the gradients, an update whose norm is not
+	 * finite then changing nothing; and the steps skipped before this
+	 * one (the optimizers' t is step - skipped).  Zero by default. */
+	double loss_scale;
+	int64_t skipped;
 } IrEval;
 
 /* Allocates one zeroed buffer per node (freed by ir_eval_free).  Returns

@@ -39,6 +39,12 @@ static double clip_coef(double clip, double norm)
 	return c < 1 ? c : 1;
 }
 
+/* 1/S under loss scaling, 1 when off. */
+static double inv_scale(const IrEval *e)
+{
+	return e->loss_scale > 0 ? 1 / e->loss_scale : 1;
+}
+
 static bool ev_grad_norm(IrEval *e, const IrNode *n)
 {
 	double s = 0;
@@ -48,7 +54,7 @@ static bool ev_grad_norm(IrEval *e, const IrNode *n)
 		for (int64_t j = 0; j < N; j++)
 			s += g[j] * g[j];
 	}
-	e->val[n->id][0] = sqrt(s);
+	e->val[n->id][0] = sqrt(s) * inv_scale(e);
 	return true;
 }
 
@@ -57,18 +63,23 @@ static bool ev_step(IrEval *e, const IrNode *n, Diag *d)
 	IrOptimOps ix;
 	if (!ir_optim_ops(n, &ix))
 		return ir_eval_bad(d, n, "operands do not match the attributes");
-	if (e->step < 1)
+	if (e->step - e->skipped < 1)
 		return ir_eval_bad(d, n, "optimizer steps count from 1");
 	const IrNode *pn = e->m->nodes[n->ops[ix.p]];
 	const IrAttrOptim *a = ir_attr_optim(n);
 	double lr = e->lr_fixed ? e->lr : ir_optim_lr_at(&e->m->train, e->step);
-	double t = (double)e->step, wd = a->weight_decay;
-	double coef = clip_coef(a->clip, e->val[n->ops[ix.norm]][0]);
+	double t = (double)(e->step - e->skipped), wd = a->weight_decay;
+	double norm = e->val[n->ops[ix.norm]][0];
+	double coef = clip_coef(a->clip, norm) * inv_scale(e);
 	double *p = e->val[n->ops[ix.p]];
+	int64_t N = ir_node_numel(pn);
+	if (e->loss_scale > 0 && !isfinite(norm)) { /* skipped: nothing changes */
+		memcpy(e->val[n->id], p, (size_t)N * sizeof *p);
+		return true;
+	}
 	const double *g = e->val[n->ops[ix.g]];
 	/* with a master copy the math runs on it and p is its rounding */
 	double *w = ix.master >= 0 ? e->val[n->ops[ix.master]] : p;
-	int64_t N = ir_node_numel(pn);
 
 	if (n->op == IR_OP_ADAMW_STEP) {
 		double b1 = a->beta1, b2 = a->beta2, eps = a->eps;
@@ -90,7 +101,7 @@ static bool ev_step(IrEval *e, const IrNode *n, Diag *d)
 			if (mom) {
 				/* torch starts the buffer as a copy of the first step's
 				 * gradient rather than decaying a zero buffer */
-				mom[i] = e->step == 1 ? gi : mu * mom[i] + gi;
+				mom[i] = t == 1 ? gi : mu * mom[i] + gi;
 				gi = nesterov ? gi + mu * mom[i] : mom[i];
 			}
 			w[i] -= lr * gi;
@@ -108,6 +119,9 @@ bool ir_eval_optim(IrEval *e, const IrNode *n, Diag *d)
 	switch (n->op) {
 	case IR_OP_STATE:
 		return true; /* a leaf: its buffer persists across runs */
+	case IR_OP_LOSS_SCALE:
+		e->val[n->id][0] = e->loss_scale > 0 ? e->loss_scale : 1;
+		return true;
 	case IR_OP_GRAD_NORM:
 		return ev_grad_norm(e, n);
 	case IR_OP_ADAMW_STEP:

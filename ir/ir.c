@@ -213,6 +213,12 @@ void ir_train_defaults(IrTrain *t)
 	t->uneven_shards = false;
 	t->bucket_bytes = (int64_t)25 << 20;
 	t->prefetch = 1;
+	/* torch.amp.GradScaler's defaults */
+	t->loss_scale = IR_LOSS_SCALE_NONE;
+	t->init_scale = 65536.0;
+	t->growth_factor = 2.0;
+	t->backoff_factor = 0.5;
+	t->growth_interval = 2000;
 	t->seed = 0;
 }
 

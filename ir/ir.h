@@ -271,6 +271,12 @@ typedef enum IrTrainField {
  * it takes then). */
 typedef enum IrOptimizer { IR_OPTIMIZER_NONE, IR_OPTIMIZER_ADAMW, IR_OPTIMIZER_SGD } IrOptimizer;
 typedef enum IrLrSchedule { IR_LR_NONE, IR_LR_CONSTANT, IR_LR_COSINE } IrLrSchedule;
+typedef enum IrLossScale {
+	IR_LOSS_SCALE_NONE,
+	IR_LOSS_SCALE_DYNAMIC,
+	IR_LOSS_SCALE_FIXED,
+	IR_LOSS_SCALE_OFF,
+} IrLossScale;
 typedef enum IrPipeSchedule {
 	IR_PIPE_NONE,
 	IR_PIPE_GPIPE,
@@ -305,6 +311,10 @@ typedef struct IrTrain {
 	int64_t bucket_bytes;
 	int64_t prefetch;
 	int64_t seed;
+	/* loss scaling (ir_train_loss_scale resolves none) */
+	IrLossScale loss_scale;
+	double init_scale, growth_factor, backoff_factor;
+	int64_t growth_interval;
 	/* where each setting was given (the .dtm's value, `<command line>`
 	 * for --train, the IR text's value; none: the default), for the
 	 * errors of checks that read several settings or the program; not
@@ -601,6 +611,9 @@ bool ir_train_set_word(IrTrain *t, IrTrainField f, const char *w, const char *ke
  * schedule: "adamw", "cosine", "1f1b"); NULL for 0 (not given) or a value
  * out of range. */
 const char *ir_train_word(IrTrainField f, int v);
+/* Whether t scales the loss, none resolved: dynamic under precision f16,
+ * off otherwise; IR_LOSS_SCALE_OFF, _DYNAMIC or _FIXED. */
+IrLossScale ir_train_loss_scale(const IrTrain *t);
 /* Every setting at t->loc, then what settings ask of each other (sgd's
  * nesterov needs a momentum). */
 bool ir_train_check(const IrTrain *t, Diag *d);

@@ -355,13 +355,38 @@ void ir_print_node(FILE *out, const IrModule *m, const IrNode *n)
 	fputc('\n', out);
 }
 
+/* The loss scaler's line (train.def): printed only when a setting on it
+ * is not its default, so the IR text of every program without loss
+ * scaling reads as it did before the settings existed. */
+enum { OPTIONAL_LINE = 6 };
+
+static bool line_is_default(const IrTrain *t, int line)
+{
+	IrTrain def;
+	ir_train_defaults(&def);
+	for (int i = 0; i < irtext_ntrain_fields; i++) {
+		const IrTextField *f = &irtext_train_fields[i];
+		size_t sz = f->kind == TF_F64 ? sizeof(double) : f->kind == TF_I64 ? sizeof(int64_t)
+		                                                                   : sizeof(int);
+		DTM_ASSERT(f->line != line || f->kind == TF_F64 || f->kind == TF_I64 ||
+		           f->kind == TF_ENUM);
+		if (f->line == line &&
+		    memcmp((const char *)t + f->off, (const char *)&def + f->off, sz) != 0)
+			return false;
+	}
+	return true;
+}
+
 static void print_train(FILE *out, const IrModule *m)
 {
 	const char *base = (const char *)&m->train;
 	int line = -1;
+	bool skip_optional = line_is_default(&m->train, OPTIONAL_LINE);
 	for (int i = 0; i < irtext_ntrain_fields; i++) {
 		const IrTextField *f = &irtext_train_fields[i];
 		const void *p = base + f->off;
+		if (f->line == OPTIONAL_LINE && skip_optional)
+			continue;
 		if (f->line != line) {
 			if (line >= 0)
 				fputc('\n', out);

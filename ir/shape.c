@@ -719,6 +719,11 @@ static bool infer_op(Infer *c, IrNode **o)
 		char msg[512];
 		return ir_infer_grad(c->m, n, o, msg, sizeof msg) || fail(c, "%s", msg);
 	}
+	case IR_OP_LOSS_SCALE:
+		n->dtype = IR_F32;
+		n->rank = 0;
+		memset(n->shape, 0, sizeof n->shape);
+		return true;
 	case IR_OP_COUNT:
 		break;
 	}

@@ -15,7 +15,7 @@
 #include <stdio.h>
 #include <string.h>
 
-enum { R_ANY, R_INT, R_GT, R_GE, R_UNIT, R_WORD, R_PATH };
+enum { R_ANY, R_INT, R_GT, R_GE, R_UNIT, R_OPEN, R_WORD, R_PATH };
 
 typedef struct Field {
 	const char *key;
@@ -47,6 +47,7 @@ static const struct {
 	{IR_TRAIN_PRECISION, {"f32", "bf16", "f16"}, "f32, bf16 or f16"},
 	{IR_TRAIN_REDUCE_DTYPE, {"f32", "bf16", "f16"}, "f32, bf16 or f16"},
 	{IR_TRAIN_MASTER_DTYPE, {"f32", "bf16", "f16"}, "f32, bf16 or f16"},
+	{IR_TRAIN_LOSS_SCALE, {"dynamic", "fixed", "off"}, "dynamic, fixed or off"},
 };
 
 /* The words of setting f, NULL for one without. */
@@ -116,8 +117,18 @@ static bool check_real(const Field *fl, double v, const char *key, SrcLoc loc, D
 		diag_error(d, loc, "%s must be in [%g, %g), got %g", key, lo, (double)fl->hi, v);
 		return false;
 	}
+	if (fl->range == R_OPEN) {
+		if (v > lo && v < (double)fl->hi)
+			return true;
+		diag_error(d, loc, "%s must be in (%g, %g), got %g", key, lo, (double)fl->hi, v);
+		return false;
+	}
 	if (!isfinite(v)) {
 		diag_error(d, loc, "%s must be a finite number, got %g", key, v);
+		return false;
+	}
+	if (fl->range == R_GT && fl->hi > 0 && v > lo && v > (double)fl->hi) {
+		diag_error(d, loc, "%s must be in (%g, %g], got %g", key, lo, (double)fl->hi, v);
 		return false;
 	}
 	if (fl->range == R_GT ? v > lo : v >= lo)
@@ -166,6 +177,7 @@ bool ir_train_check_field(const IrTrain *t, IrTrainField f, const char *key, Src
 	case R_GT:
 	case R_GE:
 	case R_UNIT:
+	case R_OPEN:
 		return check_real(fl, *(const double *)p, key, loc, d);
 	case R_WORD:
 	case R_PATH:
@@ -256,6 +268,13 @@ static void check_policy(const IrTrain *t, Diag *d)
 		           ir_train_key(fs[i]), ir_dtype_name(vs[i]), ir_dtype_name(p), why[i],
 		           p == IR_F32 ? "" : " or ", p == IR_F32 ? "" : ir_dtype_name(p));
 	}
+}
+
+IrLossScale ir_train_loss_scale(const IrTrain *t)
+{
+	if (t->loss_scale == IR_LOSS_SCALE_NONE)
+		return t->precision == IR_F16 ? IR_LOSS_SCALE_DYNAMIC : IR_LOSS_SCALE_OFF;
+	return t->loss_scale;
 }
 
 bool ir_train_check(const IrTrain *t, Diag *d)

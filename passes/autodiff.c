@@ -4,7 +4,8 @@
  * Consumes the typed global IR as lowering leaves it (global shapes, the
  * scalar loss in m->loss).  Produces the same module with the backward
  * graph appended after the forward nodes, still SSA and in topological
- * order: the seed dloss = const 1.0, then, walking the forward nodes from
+ * order: the seed dloss = const 1.0 (loss_scale, the runtime's scale S,
+ * under train { loss_scale }), then, walking the forward nodes from
  * the loss back to the first, each node's gradient rule applied to the sum
  * of the gradients its users contributed.  Each param P gets exactly one
  * node with role grad, named "grad.P" and linked to P (IR_LINK_GRAD), of
@@ -944,7 +945,13 @@ bool pass_autodiff(IrModule *m, Diag *d, const PassOptions *opt)
 	a.loc = L->loc;
 	IrNode one = {.dtype = L->dtype, .rank = 0};
 	IrAttr at1 = {.kind = IR_ATTR_SCALAR, .scalar = {1.0}};
-	a.grad[m->loss] = emit(&a, IR_OP_CONST, NULL, 0, &at1, &one);
+	/* under loss scaling the seed is the runtime's scale S (loss_scale),
+	 * so every gradient comes out times S: the optimizer's kernels
+	 * unscale them (ir/ops.def) */
+	if (ir_train_loss_scale(&m->train) != IR_LOSS_SCALE_OFF)
+		a.grad[m->loss] = cast_to(&a, emit(&a, IR_OP_LOSS_SCALE, NULL, 0, NULL, NULL), L->dtype);
+	else
+		a.grad[m->loss] = emit(&a, IR_OP_CONST, NULL, 0, &at1, &one);
 	for (int i = m->loss; i >= 0 && !a.failed; i--) {
 		const IrNode *n = nd(&a, i);
 		bool leaf = ir_op_flags(n->op) & OPF_LEAF;

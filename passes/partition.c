@@ -555,7 +555,7 @@ static bool part_leaf(Part *p, const IrNode *n, uint32_t Tid)
 	if (n->op == IR_OP_RECV)
 		return internal(p, n, "%s is not supported yet (pipeline stages)", "recv");
 	Placement t = *T;
-	if (n->op == IR_OP_CONST)
+	if (n->op == IR_OP_CONST || n->op == IR_OP_LOSS_SCALE)
 		placement_replicated(&t, n->rank);
 	t.partial = 0;
 	t.partial_op = IR_RED_SUM;

@@ -20,7 +20,8 @@
 
 static inline bool pl_is_leaf_op(IrOp op)
 {
-	return op == IR_OP_PARAM || op == IR_OP_INPUT || op == IR_OP_CONST || op == IR_OP_STATE;
+	return op == IR_OP_PARAM || op == IR_OP_INPUT || op == IR_OP_CONST || op == IR_OP_STATE ||
+	       op == IR_OP_LOSS_SCALE;
 }
 
 /* Cheap enough to recompute on every rank that reads it. */

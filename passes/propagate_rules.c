@@ -283,6 +283,7 @@ void prop_rule_build(const IrModule *m, const IrNode *n, Rule *r)
 	case IR_OP_PARAM:
 	case IR_OP_INPUT:
 	case IR_OP_CONST:
+	case IR_OP_LOSS_SCALE:
 		for (int d = 0; d < n->rank; d++)
 			r->resf[d] = (int8_t)newf(r);
 		return;

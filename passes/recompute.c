@@ -83,7 +83,8 @@ static bool oom(Rc *r)
 
 static bool is_leaf(IrOp op)
 {
-	return op == IR_OP_PARAM || op == IR_OP_INPUT || op == IR_OP_CONST || op == IR_OP_STATE;
+	return op == IR_OP_PARAM || op == IR_OP_INPUT || op == IR_OP_CONST || op == IR_OP_STATE ||
+	       op == IR_OP_LOSS_SCALE;
 }
 
 static bool push_order(Rc *r, int id)

@@ -760,6 +760,8 @@ static int run_kernel(RtRun *r, CudaDev *d, const DtmAction *a, cudaStream_t s)
 	ka.lr = r->ctx.lr;
 	ka.seed = r->ctx.seed;
 	ka.rank = r->rank;
+	ka.loss_scale = r->ctx.loss_scale;
+	ka.skipped = r->ctx.skipped;
 	for (int i = 0; i < r->plan->mesh_naxes && i < DTM_MAX_AXES; i++)
 		ka.coords[i] = r->coords[i];
 	void *params[1] = { &ka };

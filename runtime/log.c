@@ -96,6 +96,11 @@ int rt_log_step(RtLog *l, const RtLogStep *s, char *err)
 		else
 			fputs(",\"grad_norm\":null", l->jsonl);
 		json_num(l->jsonl, "lr", s->lr, "%.9g");
+		if (s->has_loss_scale) {
+			json_num(l->jsonl, "loss_scale", s->loss_scale, "%.9g");
+			fprintf(l->jsonl, ",\"skipped\":%s,\"skipped_steps\":%lld",
+			        s->skipped ? "true" : "false", (long long)s->skipped_steps);
+		}
 		json_num(l->jsonl, "tokens_per_s", s->tokens_per_s, "%.1f");
 		json_num(l->jsonl, "ms", s->ms, "%.3f");
 		json_num(l->jsonl, "compute_ms", s->compute_ms, "%.3f");

@@ -41,7 +41,8 @@ static const char usage[] =
 	"  --lr-decay-steps N horizon of the cosine schedule (default: the model's steps)\n"
 	"  --log FILE.jsonl   one JSON object per step: step, loss, grad_norm, lr,\n"
 	"                     tokens_per_s, ms, compute_ms, comm_ms, compute_s, comm_s,\n"
-	"                     idle_s; eval lines: step, eval_loss\n"
+	"                     idle_s; with loss scaling also loss_scale, skipped,\n"
+	"                     skipped_steps; eval lines: step, eval_loss\n"
 	"  --log-errors MODE  fail (default): a failed log write stops the run;\n"
 	"                     warn: one warning, then training goes on without the log\n"
 	"  --save DIR         write checkpoints to DIR: the initial weights as step 0,\n"
@@ -355,6 +356,8 @@ static int train(const DtmPlan *p, Opts *o, const Sources *src, RtRun *r, RtLog 
 		rt_errf(emsg, "%s", r->err);
 		return 1;
 	}
+	/* the loss scaler starts at init_scale, or where a checkpoint left it */
+	rt_scaler_init(&meta.scaler, &p->train);
 	/* a device gets the values below (initial or resumed) once */
 	int64_t start = 0;
 	if (o->resume) {
@@ -415,6 +418,9 @@ static int train(const DtmPlan *p, Opts *o, const Sources *src, RtRun *r, RtLog 
 		double t0 = rt_now();
 		r->ctx.step = t;
 		r->ctx.lr = lr_at(&p->train, o->lr, t, horizon);
+		RtScaler *sc = &meta.scaler;
+		r->ctx.loss_scale = sc->on ? sc->scale : 0.0f;
+		r->ctx.skipped = sc->skipped;
 		double loss = NAN, gn = NAN;
 		if (rt_feed_fill(&feed, r->ptr, (uint64_t)(t - 1) * (uint64_t)feed.batch, err)) {
 			rt_errf(emsg, "%s", err);
@@ -432,6 +438,8 @@ static int train(const DtmPlan *p, Opts *o, const Sources *src, RtRun *r, RtLog 
 			status = 1;
 			break;
 		}
+		/* every rank reads the same global norm, so all skip alike */
+		bool skipped = p->grad_norm >= 0 && rt_scaler_update(sc, &p->train, gn);
 		double dt = rt_now() - t0;
 		RtLogStep ls = {
 			.step = t, .steps = o->steps, .loss = loss, .grad_norm = gn,
@@ -439,6 +447,8 @@ static int train(const DtmPlan *p, Opts *o, const Sources *src, RtRun *r, RtLog 
 			.tokens_per_s = dt > 0 ? (double)tokens / dt : 0, .ms = dt * 1e3,
 			.compute_ms = r->compute_s * 1e3, .comm_ms = r->comm_s * 1e3,
 			.compute_s = r->compute_s, .comm_s = r->comm_s, .idle_s = r->idle_s,
+			.has_loss_scale = sc->on, .skipped = skipped,
+			.loss_scale = r->ctx.loss_scale, .skipped_steps = sc->skipped,
 		};
 		if (rt_log_step(log, &ls, err)) {
 			rt_errf(emsg, "%s", err);

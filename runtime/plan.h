@@ -184,6 +184,15 @@ typedef struct DtmCtx {
 	 * find this rank's position in a group from coords. */
 	int mesh_naxes;
 	const int64_t *mesh_sizes;
+	/* Loss scaling (DtmTrainCfg.loss_scale; the runtime's scaler,
+	 * runtime/scaler.c): this step's scale S, which the loss_scale op
+	 * writes as the backward's seed and by which grad_norm, adamw_step
+	 * and sgd_step divide the gradients; an update whose gradient norm is
+	 * not finite then leaves everything as it was.  0 when off: a seed of
+	 * 1, nothing skipped.  skipped: the steps skipped before this one, so
+	 * the optimizers' t is step - skipped. */
+	float loss_scale;
+	int64_t skipped;
 } DtmCtx;
 
 typedef void (*DtmKernelFn)(const DtmCtx *ctx, void *const *args);
@@ -195,6 +204,9 @@ enum { DTM_DATA_TOKENS, DTM_DATA_REGRESSION };
  * gets.  runtime/planinfo.h names them. */
 typedef enum DtmOptimizer { DTM_OPTIMIZER_SGD, DTM_OPTIMIZER_ADAMW } DtmOptimizer;
 typedef enum DtmLrSchedule { DTM_LR_CONSTANT, DTM_LR_COSINE } DtmLrSchedule;
+typedef enum DtmLossScale {
+	DTM_LOSS_SCALE_OFF, DTM_LOSS_SCALE_DYNAMIC, DTM_LOSS_SCALE_FIXED
+} DtmLossScale;
 typedef enum DtmPipeSchedule {
 	DTM_PIPE_1F1B, DTM_PIPE_GPIPE, DTM_PIPE_INTERLEAVED, DTM_PIPE_ZB
 } DtmPipeSchedule;
@@ -222,6 +234,15 @@ typedef struct DtmTrainCfg {
 	 * model's bubble */
 	DtmPipeSchedule schedule;
 	int virtual_stages;
+	/* Loss scaling, torch.amp.GradScaler's rule (runtime/scaler.c): the
+	 * scale starts at init_scale; a step whose gradient norm is not
+	 * finite is skipped and the scale multiplied by backoff_factor; after
+	 * growth_interval good steps in a row it is multiplied by
+	 * growth_factor.  DTM_LOSS_SCALE_FIXED keeps init_scale (skipping
+	 * still), DTM_LOSS_SCALE_OFF (0, a plan built by hand) has none. */
+	DtmLossScale loss_scale;
+	float init_scale, growth_factor, backoff_factor;
+	int64_t growth_interval;
 } DtmTrainCfg;
 
 /* ---- CUDA kernels (codegen/emit_cuda.c; `dtmc build --cuda`) ----
@@ -235,7 +256,7 @@ typedef struct DtmTrainCfg {
  * attribute is needed); threads == 0 means nothing to launch.  Kernels
  * rely on exactly that grid.  a.p[k] is the
  * device address of the action's args[k] (the output last); step, lr,
- * seed, rank and coords are DtmCtx's.  Some kernels keep scratch
+ * seed, rank, coords, loss_scale and skipped are DtmCtx's.  Some kernels keep scratch
  * (partial sums, counters) in __device__ globals of the module that they
  * leave zeroed when they finish: each rank loads its own module, and a
  * kernel never runs concurrently with itself. */
@@ -246,6 +267,8 @@ typedef struct DtmCudaArgs {
 	unsigned long long seed;
 	long long rank;
 	long long coords[DTM_MAX_AXES];
+	float loss_scale;
+	long long skipped;
 } DtmCudaArgs; /* passed by value */
 
 typedef struct DtmCudaKernel {

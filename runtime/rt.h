@@ -299,6 +299,25 @@ void rt_feed_close(RtFeed *f);
  * dtm saw.  Single rank only (the local buffers are the global batch). */
 int rt_feed_dump(const RtFeed *f, void *const *ptr, const char *dir, int64_t step, char *err);
 
+/* ---- loss scaling (scaler.c) ---- */
+
+/* The dynamic loss scaler's state (torch.amp.GradScaler's): the scale
+ * the next step runs with, the good steps in a row since it last changed
+ * (GradScaler's growth tracker) and the steps skipped so far. */
+typedef struct RtScaler {
+	bool on;       /* the plan scales its loss (DtmTrainCfg.loss_scale) */
+	float scale;
+	int64_t good;
+	int64_t skipped;
+} RtScaler;
+
+/* The state a run starts with: init_scale, nothing counted. */
+void rt_scaler_init(RtScaler *s, const DtmTrainCfg *c);
+/* After a step whose global gradient norm was grad_norm: true when the
+ * step was skipped (the norm is not finite); moves the scale by
+ * GradScaler's rule (scaler.c).  Off: false, nothing changes. */
+bool rt_scaler_update(RtScaler *s, const DtmTrainCfg *c, double grad_norm);
+
 /* ---- checkpoints (save.c, over runtime/ckpt.h) ---- */
 
 typedef struct RtCkptMeta {
@@ -309,6 +328,10 @@ typedef struct RtCkptMeta {
 	 * "synthetic" or dtm_shards_describe's text; "" when a loaded
 	 * checkpoint does not say (saved before it was recorded) */
 	char data[96];
+	/* the loss scaler's state after step, when the plan scales its loss
+	 * (saved as metadata loss_scale, loss_scale_good, skipped_steps); a
+	 * loaded checkpoint without it leaves scaler as it was */
+	RtScaler scaler;
 } RtCkptMeta;
 
 /* Writes every named PARAM and OPT_STATE buffer plus metadata as DIR's
@@ -330,6 +353,12 @@ typedef struct RtLogStep {
 	bool has_grad_norm;
 	double lr, tokens_per_s, ms, compute_ms, comm_ms;
 	double compute_s, comm_s, idle_s;
+	/* loss scaling (logged only when on): the scale this step ran with,
+	 * whether it was skipped, and the steps skipped so far, this one
+	 * included */
+	bool has_loss_scale, skipped;
+	double loss_scale;
+	int64_t skipped_steps;
 } RtLogStep;
 
 /* The .jsonl log's writes are checked (each line flushed, fsync and

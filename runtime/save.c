@@ -6,8 +6,9 @@
  * every named PARAM and OPT_STATE buffer (the state that survives a step;
  * activations and gradients are rebuilt by the next step) and metadata:
  * step, seed, the data position (samples consumed) and the data it is a
- * position in (RtCkptMeta.data), the model name, the plan version and the
- * LR schedule's horizon.  Data and initial values are pure functions of
+ * position in (RtCkptMeta.data), the model name, the plan version, the
+ * LR schedule's horizon and, when the plan scales its loss, the loss
+ * scaler's state (loss_scale, loss_scale_good, skipped_steps).  Data and initial values are pure functions of
  * (seed or token stream, index), so step and seed are the whole RNG and
  * data-loader state.
  *
@@ -33,6 +34,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -189,6 +191,7 @@ int rt_ckpt_save(const RtRun *r, const char *dir, const RtCkptMeta *m, char *err
 		n++;
 	}
 	char step[32], seed[32], samples[32], ver[16], horizon[32], mesh[256], rank[32];
+	char scale[48], good[32], skipped[32];
 	snprintf(step, sizeof step, "%" PRId64, m->step);
 	snprintf(seed, sizeof seed, "%" PRIu64, m->seed);
 	snprintf(samples, sizeof samples, "%" PRId64,
@@ -196,6 +199,10 @@ int rt_ckpt_save(const RtRun *r, const char *dir, const RtCkptMeta *m, char *err
 	snprintf(ver, sizeof ver, "%d", p->version);
 	snprintf(horizon, sizeof horizon, "%" PRId64, m->lr_decay_steps);
 	snprintf(rank, sizeof rank, "%lld", (long long)r->rank);
+	/* %a: the scale exactly, whatever it is */
+	snprintf(scale, sizeof scale, "%a", (double)m->scaler.scale);
+	snprintf(good, sizeof good, "%" PRId64, m->scaler.good);
+	snprintf(skipped, sizeof skipped, "%" PRId64, m->scaler.skipped);
 	mesh_text(p, mesh, sizeof mesh);
 	DtmMetaKV meta[] = {
 		{ "format", DTM_CKPT_FORMAT },
@@ -208,8 +215,12 @@ int rt_ckpt_save(const RtRun *r, const char *dir, const RtCkptMeta *m, char *err
 		{ "data", m->data },
 		{ "mesh", mesh },
 		{ "rank", rank },
+		/* the loss scaler's, only when the plan has one (last) */
+		{ "loss_scale", scale },
+		{ "loss_scale_good", good },
+		{ "skipped_steps", skipped },
 	};
-	int nmeta = (int)(sizeof meta / sizeof meta[0]);
+	int nmeta = (int)(sizeof meta / sizeof meta[0]) - (m->scaler.on ? 0 : 3);
 	char e[RT_ERR_LEN];
 	if (world == 1) {
 		int rc = dtm_ckpt_save_single(dir, (uint64_t)m->step, m->seed, t, n, meta, nmeta, e,
@@ -600,6 +611,29 @@ static int check_file(const DtmSafetensors *st, const DtmCkptIndex *ix, const Na
 	return 0;
 }
 
+/* The loss scaler's state from the file's metadata into s, when both
+ * the plan (s->on) and the file have it; a file without it (saved with
+ * no loss scaling) leaves s as it was, the run's initial state. */
+static int load_scaler(const DtmSafetensors *st, const char *path, RtScaler *s, char *err)
+{
+	const char *scale = dtm_st_meta(st, "loss_scale");
+	if (!s->on || !scale)
+		return 0;
+	char *end;
+	errno = 0;
+	double v = strtod(scale, &end);
+	uint64_t good, skipped;
+	if (errno || *end || !(v > 0) || !isfinite(v) || meta_uint(st, "loss_scale_good", 0, &good) ||
+	    meta_uint(st, "skipped_steps", 0, &skipped))
+		return rt_errf(err, "--resume: %s: bad loss scaler metadata (loss_scale '%s', "
+			       "loss_scale_good '%s', skipped_steps '%s')", path, scale,
+			       dtm_st_meta(st, "loss_scale_good"), dtm_st_meta(st, "skipped_steps"));
+	s->scale = (float)v;
+	s->good = (int64_t)good;
+	s->skipped = (int64_t)skipped;
+	return 0;
+}
+
 /* Finds DIR's checkpoint, checks its index against the plan, and opens
  * and checks the file this rank loads: one of whole tensors (a one-rank
  * checkpoint, sliced later) on any mesh, else this rank's own on the same
@@ -689,6 +723,7 @@ int rt_ckpt_load(RtRun *r, const char *dir, RtCkptMeta *m, char *err)
 		m->lr_decay_steps = (int64_t)horizon;
 		const char *data = dtm_st_meta(st, "data");
 		snprintf(m->data, sizeof m->data, "%s", data ? data : "");
+		rc = load_scaler(st, path, &m->scaler, err);
 	}
 	dtm_st_close(st);
 	names_free(&n);

@@ -16,6 +16,13 @@
  * params and grads work; with a master copy the math runs on it in f32 and
  * p is its rounding.  All-f32 tensors take a plain-pointer fast path.
  *
+ * Loss scaling (ctx->loss_scale = S > 0): the gradients are S times the
+ * true ones; grad_norm and the steps multiply by 1/S in f32 first (so the
+ * norm is the true gradients'), a step whose norm is not finite changes
+ * nothing (torch.amp.GradScaler skips optimizer.step: params, moments,
+ * momentum and master stay, and t = ctx->step - ctx->skipped counts only
+ * the steps taken), and loss_scale writes S, the backward's seed.
+ *
  * dtmk_grad_norm sums squares in f64 over fixed-size chunks added in
  * order, so the norm (and every clipped update) is the same whatever the
  * thread count.  A node with more grads than DTMK_MAX_IN can be emitted as
@@ -45,6 +52,29 @@ static inline void dtmk_opt_par(const DtmCtx *ctx, int64_t n, int64_t grain, Dtm
 		ctx->parallel_for(ctx, n, grain, fn, arg);
 	else
 		fn(arg, 0, n);
+}
+
+/* ---- loss scaling ---- */
+
+/* 1/S as GradScaler computes it (in f64, then f32); 1 when off. */
+static inline float dtmk_inv_scale(const DtmCtx *ctx)
+{
+	return ctx && ctx->loss_scale > 0 ? (float)(1.0 / (double)ctx->loss_scale) : 1.0f;
+}
+
+/* The step this norm belongs to is skipped: loss scaling is on and some
+ * gradient somewhere overflowed (the norm is the global one). */
+static inline int dtmk_opt_skip(const DtmCtx *ctx, float norm)
+{
+	return ctx && ctx->loss_scale > 0 && !isfinite(norm);
+}
+
+/* loss_scale -> f32[]: S, the backward's seed (1 when off). */
+static inline void dtmk_loss_scale(const DtmCtx *ctx, const DtmkArgs *a)
+{
+	float s = ctx && ctx->loss_scale > 0 ? ctx->loss_scale : 1.0f;
+	for (int64_t i = 0; i < a->out.numel; i++)
+		dtmk_store(&a->out, i, s);
 }
 
 /* ---- global gradient norm ---- */
@@ -109,7 +139,7 @@ static void dtmk_grad_norm(const DtmCtx *ctx, const DtmkArgs *a)
 	double s = 0;
 	for (int i = 0; i < a->nin; i++)
 		s += dtmk_sumsq(ctx, &a->in[i]);
-	dtmk_store(&a->out, 0, (float)sqrt(s));
+	dtmk_store(&a->out, 0, (float)(sqrt(s) * dtmk_inv_scale(ctx)));
 }
 
 /* clip_grad_norm_'s factor as torch computes it in f32:
@@ -135,7 +165,7 @@ static inline void dtmk_opt_copy_out(const DtmkArgs *a)
 
 struct dtmk_adamw_job {
 	const DtmkTensor *p, *g, *m, *v, *w; /* w: the master copy, or p */
-	float coef, decay, b1, omb1, b2, omb2, bc2_sqrt, eps, neg_step;
+	float inv, coef, decay, b1, omb1, b2, omb2, bc2_sqrt, eps, neg_step;
 	int fast; /* p, g, m, v all f32 and no master */
 };
 
@@ -149,8 +179,8 @@ static void dtmk_adamw_range(void *argp, int64_t lo, int64_t hi)
 		const float *restrict g = j->g->p;
 		const float coef = j->coef, decay = j->decay, b1 = j->b1, omb1 = j->omb1;
 		const float b2 = j->b2, omb2 = j->omb2, bc2 = j->bc2_sqrt, eps = j->eps;
-		const float ns = j->neg_step;
-		if (coef == 1.0f) {
+		const float ns = j->neg_step, inv = j->inv;
+		if (coef == 1.0f && inv == 1.0f) {
 			for (int64_t i = lo; i < hi; i++) {
 				float gi = g[i], w = p[i] * decay;
 				float mi = m[i] * b1 + omb1 * gi;
@@ -162,7 +192,7 @@ static void dtmk_adamw_range(void *argp, int64_t lo, int64_t hi)
 			return;
 		}
 		for (int64_t i = lo; i < hi; i++) {
-			float gi = g[i] * coef, w = p[i] * decay;
+			float gi = g[i] * inv * coef, w = p[i] * decay;
 			float mi = m[i] * b1 + omb1 * gi;
 			float vi = v[i] * b2 + omb2 * gi * gi;
 			m[i] = mi;
@@ -173,6 +203,8 @@ static void dtmk_adamw_range(void *argp, int64_t lo, int64_t hi)
 	}
 	for (int64_t i = lo; i < hi; i++) {
 		float gi = dtmk_load(j->g, i);
+		if (j->inv != 1.0f)
+			gi *= j->inv;
 		if (j->coef != 1.0f)
 			gi *= j->coef;
 		float w = dtmk_load(j->w, i) * j->decay;
@@ -193,11 +225,16 @@ static void dtmk_adamw_step(const DtmCtx *ctx, const DtmkArgs *a)
 	const DtmkTensor *in = a->in;
 	int master = a->flag != 0;
 	const DtmkTensor *norm = &in[4 + master];
-	double lr = ctx->lr, t = (double)ctx->step;
+	if (dtmk_opt_skip(ctx, dtmk_load(norm, 0))) {
+		dtmk_opt_copy_out(a);
+		return;
+	}
+	double lr = ctx->lr, t = (double)(ctx->step - ctx->skipped);
 	double b1 = a->fx[DTMK_OPT_BETA1], b2 = a->fx[DTMK_OPT_BETA2];
 	struct dtmk_adamw_job j = {
 		.p = &in[0], .g = &in[1], .m = &in[2], .v = &in[3],
 		.w = master ? &in[4] : &in[0],
+		.inv = dtmk_inv_scale(ctx),
 		.coef = dtmk_clip_coef(a->fx[DTMK_OPT_CLIP], dtmk_load(norm, 0)),
 		.decay = (float)(1.0 - lr * a->fx[DTMK_OPT_WD]),
 		.b1 = (float)b1, .omb1 = (float)(1.0 - b1),
@@ -216,7 +253,7 @@ static void dtmk_adamw_step(const DtmCtx *ctx, const DtmkArgs *a)
 
 struct dtmk_sgd_job {
 	const DtmkTensor *p, *g, *mom, *w; /* mom may be NULL; w: master or p */
-	float coef, wd, mu, neg_lr;
+	float inv, coef, wd, mu, neg_lr;
 	int first, nesterov, fast;
 };
 
@@ -232,6 +269,8 @@ static void dtmk_sgd_range(void *argp, int64_t lo, int64_t hi)
 			gi = dtmk_load(j->g, i);
 			w = dtmk_load(j->w, i);
 		}
+		if (j->inv != 1.0f)
+			gi *= j->inv;
 		if (j->coef != 1.0f)
 			gi *= j->coef;
 		if (j->wd != 0.0f)
@@ -259,14 +298,19 @@ static void dtmk_sgd_step(const DtmCtx *ctx, const DtmkArgs *a)
 	const DtmkTensor *in = a->in;
 	int has_mom = a->fx[DTMK_OPT_MOMENTUM] != 0, master = a->flag != 0;
 	const DtmkTensor *norm = &in[2 + has_mom + master];
+	if (dtmk_opt_skip(ctx, dtmk_load(norm, 0))) {
+		dtmk_opt_copy_out(a);
+		return;
+	}
 	struct dtmk_sgd_job j = {
 		.p = &in[0], .g = &in[1], .mom = has_mom ? &in[2] : NULL,
 		.w = master ? &in[2 + has_mom] : &in[0],
+		.inv = dtmk_inv_scale(ctx),
 		.coef = dtmk_clip_coef(a->fx[DTMK_OPT_CLIP], dtmk_load(norm, 0)),
 		.wd = (float)a->fx[DTMK_OPT_WD],
 		.mu = (float)a->fx[DTMK_OPT_MOMENTUM],
 		.neg_lr = -ctx->lr,
-		.first = ctx->step <= 1,
+		.first = ctx->step - ctx->skipped <= 1,
 		.nesterov = a->nints > 0 && a->ints[0] != 0,
 	};
 	j.fast = !master && in[0].dtype == DTM_F32 && in[1].dtype == DTM_F32;

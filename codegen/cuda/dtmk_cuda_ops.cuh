@@ -517,6 +517,19 @@ __device__ __forceinline__ void dtmc_embed_bwd(const TD *dy, const int *ids, TO 
 
 /* ---- optimizer steps (codegen/cpu/dtmk_optim.h's math) ---- */
 
+/* Loss scaling (a.loss_scale = S > 0): 1/S as the C kernels compute it,
+ * and whether a step is skipped (its global norm is not finite). */
+__device__ __forceinline__ float dtmc_inv_scale(const DtmCudaArgs &a)
+{
+	return a.loss_scale > 0.0f ? (float)(1.0 / (double)a.loss_scale) : 1.0f;
+}
+
+__device__ __forceinline__ bool dtmc_opt_skip(const DtmCudaArgs &a, float norm)
+{
+	/* an all-ones exponent: inf or NaN (the bits, whatever the math flags) */
+	return a.loss_scale > 0.0f && (__float_as_uint(norm) & 0x7f800000u) == 0x7f800000u;
+}
+
 /* clip_grad_norm_'s factor in f32; 1 when clipping is off. */
 __device__ __forceinline__ float dtmc_clip_coef(double clip, float norm)
 {
@@ -534,8 +547,10 @@ __device__ __forceinline__ void dtmc_adamw(const DtmCudaArgs &a, TP *p, const TG
 {
 	__shared__ float k[8];
 	if (threadIdx.x == 0) {
-		double lr = a.lr, t = (double)a.step;
+		double lr = a.lr, t = (double)(a.step - a.skipped);
 		k[0] = dtmc_clip_coef(clip, dtmc_ld(norm, 0));
+		k[6] = dtmc_inv_scale(a);
+		k[7] = dtmc_opt_skip(a, dtmc_ld(norm, 0)) ? 1.0f : 0.0f;
 		k[1] = (float)(1.0 - lr * wd);
 		k[2] = (float)(1.0 - b1);
 		k[3] = (float)(1.0 - b2);
@@ -546,7 +561,14 @@ __device__ __forceinline__ void dtmc_adamw(const DtmCudaArgs &a, TP *p, const TG
 	dtmc_i64 i = dtmc_tid();
 	if (i >= n)
 		return;
+	if (k[7] != 0.0f) { /* skipped: nothing changes */
+		if (out != p)
+			out[i] = p[i];
+		return;
+	}
 	float coef = k[0], gi = dtmc_ld(g, i);
+	if (k[6] != 1.0f)
+		gi *= k[6];
 	if (coef != 1.0f)
 		gi *= coef;
 	float wi = dtmc_ld(w, i) * k[1];
@@ -571,15 +593,23 @@ __device__ __forceinline__ void dtmc_sgd(const DtmCudaArgs &a, TP *p, const TG *
 	dtmc_i64 i = dtmc_tid();
 	if (i >= n)
 		return;
+	if (dtmc_opt_skip(a, dtmc_ld(norm, 0))) { /* skipped: nothing changes */
+		if (out != p)
+			out[i] = p[i];
+		return;
+	}
 	float coef = dtmc_clip_coef(clip, dtmc_ld(norm, 0)), gi = dtmc_ld(g, i);
 	float wi = dtmc_ld(w, i);
+	const float inv = dtmc_inv_scale(a);
+	if (inv != 1.0f)
+		gi *= inv;
 	if (coef != 1.0f)
 		gi *= coef;
 	if ((float)wd != 0.0f)
 		gi = gi + (float)wd * wi;
 	if (mom) {
 		/* torch's buffer starts as a copy of the first gradient */
-		float b = a.step <= 1 ? gi : dtmc_ld(mom, i) * (float)mu + gi;
+		float b = a.step - a.skipped <= 1 ? gi : dtmc_ld(mom, i) * (float)mu + gi;
 		dtmc_st(mom, i, b);
 		gi = nesterov ? gi + (float)mu * b : b;
 	}

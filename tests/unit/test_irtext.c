@@ -116,6 +116,11 @@ static void build(void)
 	t->bucket_bytes = 1 << 20;
 	t->prefetch = 2;
 	t->seed = 42;
+	t->loss_scale = IR_LOSS_SCALE_FIXED;
+	t->init_scale = 1024;
+	t->growth_factor = 4;
+	t->backoff_factor = 0.25;
+	t->growth_interval = 50;
 
 	int tok = leaf(IR_OP_INPUT, IR_I32, "tokens", DIMS(4, 8));
 	IrNode *n = M->nodes[tok];
@@ -320,6 +325,7 @@ static void build(void)
 			ir_attr_init_mut(M, M->nodes[st[k]])->kind = k < 2 ? IR_INIT_ZEROS : IR_INIT_ONES;
 		}
 		int gn = done(add(IR_OP_GRAD_NORM, 2, (int[]){b, h}));
+		done(add(IR_OP_LOSS_SCALE, 0, NULL));
 		n = add(IR_OP_ADAMW_STEP, 6, (int[]){g, b, st[0], st[1], st[2], gn});
 		*ir_attr_optim_mut(M, n) = (IrAttrOptim){.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8,
 		                                        .weight_decay = 0.1, .clip = 1.0, .master = true};
