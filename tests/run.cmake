@@ -130,6 +130,15 @@ add_test(NAME e2e.precision
          COMMAND ${DTM_BASH} ${DTM_TESTS}/e2e/precision.sh $<TARGET_FILE:dtmc>
          WORKING_DIRECTORY ${DTM_ROOT})
 set_tests_properties(e2e.precision PROPERTIES TIMEOUT 300 LABELS e2e)
+#   e2e.loss_scale  f16's dynamic loss scaling on a one-layer GPT whose
+#             batches repeat: the scale backs off and grows by GradScaler's
+#             rule, skipped steps change nothing, losses are f32's shifted
+#             by the skips (one device and dp=2), a resume continues
+#             identically (issue 16.3, 16.4).
+add_test(NAME e2e.loss_scale
+         COMMAND ${DTM_BASH} ${DTM_TESTS}/e2e/loss_scale.sh $<TARGET_FILE:dtmc>
+         WORKING_DIRECTORY ${DTM_ROOT})
+set_tests_properties(e2e.loss_scale PROPERTIES TIMEOUT 300 LABELS e2e)
 # ---- end e2e ----
 
 # ---- mpi: the collectives and DDP under mpirun (issue 4 points 5, 8) ----
