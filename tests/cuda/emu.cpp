@@ -24,6 +24,8 @@ struct DtmCudaArgs {
 	unsigned long long seed;
 	long long rank;
 	long long coords[8];
+	float loss_scale;
+	long long skipped;
 };
 
 extern "C" const EmuKernel emu_kernels[];
