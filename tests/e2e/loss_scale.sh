@@ -25,8 +25,12 @@
 #      and so is the gradient norm of a taken step, within the f16
 #      tolerance.  Measured over seeds 0-3 (`loss_scale.sh DTMC "0 1 2 3"`):
 #      at most 8.0e-5 relative in the loss and 2.3e-4 in the grad norm
-#      (dp=1 and dp=2 alike); the limits are about 3x those.  dp=2 skips
-#      the steps one device skips, with the same scales;
+#      (dp=1 and dp=2 alike); the limits are about 3x those.  With the
+#      gradients reduced in f16 (reduce_dtype f16: each rank's partial sum
+#      and their sum both f16), dp=2 skips the steps one device skips,
+#      with the same scales; with the default f32 reduce it need not (a
+#      rank's half-batch partial can fit f16 where the full sum would not,
+#      and the sum is formed in f32), and is checked by 1-3 alone;
 #   4. 16 steps, a checkpoint, and a resume to 30 print the 30-step run's
 #      lines from step 17 on, scale, skips and all (the scaler's state is
 #      in the checkpoint), on one device and on dp=2.
@@ -59,11 +63,14 @@ le32() { printf "\\x$(printf %02x $(($1 & 255)))\\x$(printf %02x $(($1 >> 8 & 25
 while read -r name mesh; do
 	extra=(--train precision=f32)
 	[ "$name" = f32 ] || extra=(--train precision=f16 "${scaler[@]}")
+	case $name in f16r*) extra+=(--train reduce_dtype=f16) ;; esac
 	"$dtmc" build "$model" "${common[@]}" "${extra[@]}" -o "$tmp/$name" --mesh "$mesh" \
 		2>"$tmp/$name.build.txt" || { cat "$tmp/$name.build.txt" >&2; fail "$name: dtmc build failed"; }
 done <<<"f32 dp=1
 f16 dp=1
-f16_dp2 dp=2"
+f16_dp2 dp=2
+f16r dp=1
+f16r_dp2 dp=2"
 
 # fields STEP LOSS GRAD_NORM LOSS_SCALE SKIPPED SKIPPED_STEPS of a log
 fields() {
@@ -76,7 +83,7 @@ for seed in $seeds; do
 		2>"$tmp/f32.err" || { cat "$tmp/f32.err" >&2; fail "f32: training failed"; }
 	grep -q '"loss_scale"' "$tmp/f32.jsonl" && fail "f32 logs a loss scale (no loss scaling there)"
 	[ "$(ref "$tmp/f32.jsonl" | wc -l)" -eq $steps ] || fail "the f32 log has no $steps steps"
-	for name in f16 f16_dp2; do
+	for name in f16 f16_dp2 f16r f16r_dp2; do
 		log=$tmp/$name.jsonl
 		"$tmp/$name" --steps $steps --seed "$seed" --data "$tmp/one.bin" --log "$log" -q \
 			2>"$tmp/$name.err" || { cat "$tmp/$name.err" >&2; fail "$name: training failed"; }
@@ -116,9 +123,9 @@ for seed in $seeds; do
 			END { printf "%.3g %.3g\n", wl, wg; exit bad }' "$tmp/pairs.txt") ||
 			fail "$name: the losses are not f32's"
 		echo "$name seed $seed: max rel diff vs f32: loss $wl, grad_norm $wg (limits $tol, $gtol)"
-		if [ "$name" = f16_dp2 ]; then
-			diff <(fields "$tmp/f16.jsonl" | cut -d' ' -f1,4-) <(fields "$log" | cut -d' ' -f1,4-) \
-				>"$tmp/diff.txt" || { cat "$tmp/diff.txt" >&2; fail "dp=2 scales or skips otherwise than one device"; }
+		if [ "$name" = f16r_dp2 ]; then
+			diff <(fields "$tmp/f16r.jsonl" | cut -d' ' -f1,4-) <(fields "$log" | cut -d' ' -f1,4-) \
+				>"$tmp/diff.txt" || { cat "$tmp/diff.txt" >&2; fail "dp=2 scales or skips otherwise than one device (f16 reduce)"; }
 		fi
 		worst_loss=$(awk -v a="$worst_loss" -v b="$wl" 'BEGIN { print (b > a ? b : a) }')
 		worst_gn=$(awk -v a="$worst_gn" -v b="$wg" 'BEGIN { print (b > a ? b : a) }')
