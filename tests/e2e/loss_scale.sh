@@ -33,7 +33,11 @@
 #      and the sum is formed in f32), and is checked by 1-3 alone;
 #   4. 16 steps, a checkpoint, and a resume to 30 print the 30-step run's
 #      lines from step 17 on, scale, skips and all (the scaler's state is
-#      in the checkpoint), on one device and on dp=2.
+#      in the checkpoint), on one device and on dp=2;
+#   5. a 2-stage pipeline (2 layers, 2 micro-batches, 1F1B) scales and
+#      skips as one device with the same micro-batches: every stage's
+#      program computes the global grad norm (all-reduced over pp), so
+#      every rank's scaler sees the same overflows.
 set -u
 dtmc=$1
 seeds=${2:-0}
@@ -145,4 +149,20 @@ for name in f16 f16_dp2; do
 		{ cat "$tmp/diff.txt" >&2; fail "$name: the resumed run is not the uninterrupted one"; }
 	echo "$name: resumed at step $split: steps $((split + 1))-$steps as uninterrupted"
 done
+
+# 5: a pipeline against one device, both with 2 micro-batches
+for mesh in pp=1 pp=2; do
+	"$dtmc" build "$model" -D layers=2 --train lr_schedule=constant --train precision=f16 \
+		"${scaler[@]}" --train microbatches=2 -o "$tmp/$mesh" --mesh "$mesh,dp=1,tp=1" \
+		2>"$tmp/$mesh.build.txt" || { cat "$tmp/$mesh.build.txt" >&2; fail "$mesh: dtmc build failed"; }
+	"$tmp/$mesh" --steps $steps --seed "$seed" --data "$tmp/one.bin" --log "$tmp/$mesh.jsonl" -q \
+		2>"$tmp/$mesh.err" || { cat "$tmp/$mesh.err" >&2; fail "$mesh: training failed"; }
+	[ "$(fields "$tmp/$mesh.jsonl" | wc -l)" -eq $steps ] || fail "$mesh: the log has no $steps scaled steps"
+done
+diff <(fields "$tmp/pp=1.jsonl" | cut -d' ' -f1,4-) <(fields "$tmp/pp=2.jsonl" | cut -d' ' -f1,4-) \
+	>"$tmp/diff.txt" || { cat "$tmp/diff.txt" >&2; fail "pp=2 scales or skips otherwise than one device"; }
+paste <(fields "$tmp/pp=1.jsonl") <(fields "$tmp/pp=2.jsonl") | awk -v tol="$tol" '
+	{ d = $2 - $8; if (d < 0) d = -d; r = d / ($2 < 0 ? -$2 : $2); if (r > w) w = r }
+	END { printf "pp=2: the scales and skips of one device, loss within %.3g\n", w; exit !(w <= tol) }' ||
+	fail "pp=2: the losses are not one device's"
 echo "ok"
