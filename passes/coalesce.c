@@ -3,8 +3,8 @@
  * copy-in / copy-out).
  *
  * Runs after `fsdp_units` and before `bucket`, on the per-rank program.
- * `partition` leaves one
- * collective per parameter: under ZeRO-3 an all_gather of each split
+ * `partition` leaves one collective per parameter: under ZeRO-3 an
+ * all_gather of each split
  * param in front of its uses (grouped per unit by fsdp_units.c) and a
  * reduce_scatter of each gradient; under ZeRO-1/2 a reduce_scatter of each
  * gradient and, after each param's step, an all_gather of the updated
@@ -33,8 +33,8 @@
  * group's bytes each way, FSDP2's copy-in and copy-out.
  *
  * Groups.  Members share the op, the mesh axes, the reduction, the dtype,
- * the pipeline stage (under a pipeline), the micro-batch and the side of the loss (so
- * ZeRO-3's forward gathers and its reshard_after_forward backward copies
+ * the pipeline stage (under a pipeline), the micro-batch and the side of
+ * the loss (so ZeRO-3's forward gathers and its reshard_after_forward backward copies
  * stay apart).  Under ZeRO-3 a group is a unit (IrModule.unit: the block
  * instance whose params they are, fsdp_units.c's unit), under ZeRO-1/2 a
  * bucket closed once it holds train.bucket_bytes (of the unsharded
@@ -52,8 +52,8 @@
  * param replicated over tp, the norms under FSDP x TP): such all_reduces
  * are folded into the group, one all_reduce over the columns of the members
  * that have one (packed last), between the reduce_scatter and the
- * copy-out, as FSDP2's HSDP all-reduces its reduce-scattered buffer.  DDP's
- * buckets (passes/bucket.c, next) are left the all_reduces nobody folded.
+ * copy-out, as FSDP2's HSDP all-reduces its reduce-scattered buffer.
+ * DDP's buckets (passes/bucket.c, next) get the all_reduces not folded.
  *
  * The members are recognized by what they carry: a gather of a param (or
  * of its cast) or a gather that ends in an assign into a param (through
@@ -296,11 +296,12 @@ static bool emit_group(Rebuild *rb, const Coal *c, const Group *g)
 {
 	const IrModule *m = c->m;
 	bool gather = g->key.op == IR_OP_ALL_GATHER;
-	int *mem = malloc(sizeof(int) * (size_t)g->n * 2), *lvl = mem + g->n;
+	int *mem = malloc(sizeof(int) * (size_t)g->n * 2);
 	if (!mem) {
 		diag_error(rb->d, (SrcLoc){0}, "coalesce: out of memory");
 		return false;
 	}
+	int *lvl = mem + g->n;
 	int nplain = members(c, g, mem);
 	IrNode x0_old = {.id = mem[0]};
 	int64_t N = 1;

@@ -40,6 +40,18 @@ static IrModule *run(Arena *a, const char *path, const char *src, const LowerOpt
 	return m;
 }
 
+/* Checks that the diagnostics `got` of case `what` are `want`, printing
+ * both when not; frees got. */
+static void check_diags(const char *what, char *got, const char *want)
+{
+	if (strcmp(got, want) != 0) {
+		check_failures++;
+		fprintf(stderr, "%s: got\n%s---- want\n%s----\n", what, got, want);
+	}
+	check_count++;
+	free(got);
+}
+
 static IrNode *find(IrModule *m, const char *name)
 {
 	for (int i = 0; i < m->nnodes; i++)
@@ -425,13 +437,9 @@ static void test_precision_policy(void)
 		m = run(&a, "t.dtm", src, &ob, &out, &nerr);
 		CHECK(m == NULL);
 		CHECK_EQ_INT(nerr, 1);
-		if (strcmp(out, bad[i].want) != 0) {
-			check_failures++;
-			fprintf(stderr, "policy case %zu: got\n%s---- want\n%s----\n", i, out,
-			        bad[i].want);
-		}
-		check_count++;
-		free(out);
+		char what[64];
+		snprintf(what, sizeof what, "policy case %zu", i);
+		check_diags(what, out, bad[i].want);
 		arena_free(&a);
 	}
 }
@@ -515,13 +523,9 @@ static void test_train_override(void)
 		m = run(&a, "t.dtm", src, &ob, &out, &nerr);
 		CHECK(m == NULL);
 		CHECK_EQ_INT(nerr, 1);
-		if (strcmp(out, bad[i].want) != 0) {
-			check_failures++;
-			fprintf(stderr, "--train %s: got\n%s---- want\n%s----\n", bad[i].arg, out,
-			        bad[i].want);
-		}
-		check_count++;
-		free(out);
+		char what[256];
+		snprintf(what, sizeof what, "--train %s", bad[i].arg);
+		check_diags(what, out, bad[i].want);
 		arena_free(&a);
 	}
 }
@@ -809,13 +813,9 @@ static void test_errors(void)
 		char *out;
 		IrModule *m = run(&a, "t.dtm", cases[i].src, &o, &out, NULL);
 		CHECK(m == NULL);
-		if (strcmp(out, cases[i].want) != 0) {
-			check_failures++;
-			fprintf(stderr, "case %zu: got\n%s---- want\n%s----\n", i, out,
-			        cases[i].want);
-		}
-		check_count++;
-		free(out);
+		char what[64];
+		snprintf(what, sizeof what, "case %zu", i);
+		check_diags(what, out, cases[i].want);
 		arena_free(&a);
 	}
 }

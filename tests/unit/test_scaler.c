@@ -76,6 +76,18 @@ static DtmkTensor vec(void *p, DtmDtype dt)
 	return t;
 }
 
+/* out = the global grad norm of g as grad_norm computes it (unscaled by
+ * ctx's scale, not finite on an overflow). */
+static void grad_norm_of(DtmCtx *ctx, DtmkTensor g, DtmkTensor out)
+{
+	DtmkArgs gn;
+	memset(&gn, 0, sizeof gn);
+	gn.nin = 1;
+	gn.in[0] = g;
+	gn.out = out;
+	dtmk_grad_norm(ctx, &gn);
+}
+
 /* One adamw_step on an f16 param with its f32 master; g holds the
  * gradient times scale (f16), norm the norm grad_norm would give. */
 typedef struct Adam {
@@ -120,12 +132,7 @@ static void adam_step(Adam *s, int64_t step, int64_t skipped, float scale)
 	a.fx[DTMK_OPT_EPS] = 1e-8;
 	a.fx[DTMK_OPT_WD] = 0.01;
 	/* the norm as grad_norm computes it, unscaled */
-	DtmkArgs gn;
-	memset(&gn, 0, sizeof gn);
-	gn.nin = 1;
-	gn.in[0] = a.in[1];
-	gn.out = a.in[5];
-	dtmk_grad_norm(&ctx, &gn);
+	grad_norm_of(&ctx, a.in[1], a.in[5]);
 	dtmk_adamw_step(&ctx, &a);
 }
 
@@ -182,12 +189,7 @@ static void sgd(float *p, float *mom, const float *g, int64_t step, int64_t skip
 	a.in[3].numel = 1;
 	a.out = a.in[0];
 	a.fx[DTMK_OPT_MOMENTUM] = 0.9;
-	DtmkArgs gn;
-	memset(&gn, 0, sizeof gn);
-	gn.nin = 1;
-	gn.in[0] = a.in[1];
-	gn.out = a.in[3];
-	dtmk_grad_norm(&ctx, &gn);
+	grad_norm_of(&ctx, a.in[1], a.in[3]);
 	dtmk_sgd_step(&ctx, &a);
 }
 
