@@ -22,7 +22,7 @@ static const char *const train_keys[] = {
         "data",         "sequence_parallel", "recompute", "uneven_shards",
         "bucket_mb",    "prefetch",          "seed",      "param_dtype",
         "reduce_dtype", "master_dtype",      "loss_scale", "init_scale",
-        "growth_factor", "backoff_factor",   "growth_interval", NULL,
+        "growth_factor", "backoff_factor",   "growth_interval", "context_parallel", NULL,
 };
 
 /* param_dtype is precision's FSDP2 name: one setting, given once. */
@@ -262,7 +262,7 @@ static void train_setting(Lower *L, const AstNode *s, const AstNode **seen)
 		        "data, "
 		        "sequence_parallel, recompute, uneven_shards, bucket_mb, prefetch, seed, "
 		        "param_dtype, reduce_dtype, master_dtype, loss_scale, init_scale, "
-		        "growth_factor, backoff_factor, growth_interval)",
+		        "growth_factor, backoff_factor, growth_interval, context_parallel)",
 		        lower_name(L, s->name));
 		int n = 0;
 		while (train_keys[n])
@@ -353,6 +353,9 @@ static void train_setting(Lower *L, const AstNode *s, const AstNode **seen)
 	} else if (!strcmp(k, "loss_scale")) {
 		ir_train_set_word(t, IR_TRAIN_LOSS_SCALE, arena_strdup(L->a, lower_name(L, w)), NULL,
 		                  e->loc, L->d);
+	} else if (!strcmp(k, "context_parallel")) {
+		ir_train_set_word(t, IR_TRAIN_CONTEXT_PARALLEL, arena_strdup(L->a, lower_name(L, w)),
+		                  NULL, e->loc, L->d);
 	} else if (!strcmp(k, "init_scale")) {
 		train_num(L, e, IR_TRAIN_INIT_SCALE);
 	} else if (!strcmp(k, "growth_factor")) {

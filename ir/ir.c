@@ -219,6 +219,7 @@ void ir_train_defaults(IrTrain *t)
 	t->growth_factor = 2.0;
 	t->backoff_factor = 0.5;
 	t->growth_interval = 2000;
+	t->context_parallel = IR_CP_NONE;
 	t->seed = 0;
 }
 

@@ -277,6 +277,11 @@ typedef enum IrLossScale {
 	IR_LOSS_SCALE_FIXED,
 	IR_LOSS_SCALE_OFF,
 } IrLossScale;
+typedef enum IrContextParallel {
+	IR_CP_NONE, /* choose (ir_train_context_parallel) */
+	IR_CP_ULYSSES,
+	IR_CP_RING,
+} IrContextParallel;
 typedef enum IrPipeSchedule {
 	IR_PIPE_NONE,
 	IR_PIPE_GPIPE,
@@ -315,6 +320,7 @@ typedef struct IrTrain {
 	IrLossScale loss_scale;
 	double init_scale, growth_factor, backoff_factor;
 	int64_t growth_interval;
+	IrContextParallel context_parallel;
 	/* where each setting was given (the .dtm's value, `<command line>`
 	 * for --train, the IR text's value; none: the default), for the
 	 * errors of checks that read several settings or the program; not

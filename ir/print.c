@@ -355,9 +355,10 @@ void ir_print_node(FILE *out, const IrModule *m, const IrNode *n)
 	fputc('\n', out);
 }
 
-/* The loss scaler's line (train.def): printed only when a setting on it
- * is not its default, so the IR text of every program without loss
- * scaling reads as it did before the settings existed. */
+/* The lines from the loss scaler's on (train.def: loss scaling, context
+ * parallelism): each printed only when a setting on it is not its
+ * default, so the IR text of every program without them reads as it did
+ * before the settings existed. */
 enum { OPTIONAL_LINE = 6 };
 
 static bool line_is_default(const IrTrain *t, int line)
@@ -381,11 +382,10 @@ static void print_train(FILE *out, const IrModule *m)
 {
 	const char *base = (const char *)&m->train;
 	int line = -1;
-	bool skip_optional = line_is_default(&m->train, OPTIONAL_LINE);
 	for (int i = 0; i < irtext_ntrain_fields; i++) {
 		const IrTextField *f = &irtext_train_fields[i];
 		const void *p = base + f->off;
-		if (f->line == OPTIONAL_LINE && skip_optional)
+		if (f->line >= OPTIONAL_LINE && line_is_default(&m->train, f->line))
 			continue;
 		if (f->line != line) {
 			if (line >= 0)

@@ -125,7 +125,8 @@ static const Pass passes[] = {
 	/* ZeRO stages as placements (zero.c); partition then inserts the
 	 * collectives they imply; FSDP's per-unit gathers (fsdp_units.c) */
 	{.name = "zero", .run = pass_zero, .reads = R(ZERO) | R(ZERO_AXES)},
-	{.name = "partition", .run = pass_partition, .reads = R(SEQUENCE_PARALLEL)},
+	{.name = "partition", .run = pass_partition,
+	 .reads = R(SEQUENCE_PARALLEL) | R(CONTEXT_PARALLEL)},
 	{.name = "fsdp_units", .run = pass_fsdp_units,
 	 .reads = R(ZERO) | R(ZERO_AXES) | R(RESHARD_AFTER_FORWARD) | R(PREFETCH)},
 	/* ZeRO's gathers and reduce_scatters, one per unit or bucket (coalesce.c) */

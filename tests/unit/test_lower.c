@@ -489,7 +489,7 @@ static void test_train_override(void)
 	         "optimizer, lr_schedule, zero, reshard_after_forward, microbatches, schedule, "
 	         "precision, steps, data, sequence_parallel, recompute, uneven_shards, "
 	         "bucket_mb, prefetch, seed, param_dtype, reduce_dtype, master_dtype, loss_scale, "
-	         "init_scale, growth_factor, backoff_factor, growth_interval)\n"
+	         "init_scale, growth_factor, backoff_factor, growth_interval, context_parallel)\n"
 	         "<command line>: note: did you mean 'zero'?\n"},
 	        {"zero 3", "<command line>: error: --train zero 3: expected KEY=VALUE, VALUE as "
 	                   "in the train section (--train zero=3, --train \"zero=3 over dp\")\n"},
@@ -623,7 +623,7 @@ static const Case cases[] = {
          "reshard_after_forward, microbatches, schedule, precision, steps, data, "
          "sequence_parallel, recompute, uneven_shards, bucket_mb, prefetch, seed, param_dtype, "
          "reduce_dtype, master_dtype, loss_scale, init_scale, growth_factor, backoff_factor, "
-         "growth_interval)\n"
+         "growth_interval, context_parallel)\n"
          "    stepz 3\n"
          "    ^~~~~~~\n"
          "t.dtm:8:3: note: did you mean 'steps'?\n"

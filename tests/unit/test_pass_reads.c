@@ -116,6 +116,9 @@ static bool perturb(IrTrain *t, IrTrainField f, uint32_t live_axes)
 	case IR_TRAIN_UNEVEN_SHARDS: t->uneven_shards = !t->uneven_shards; return true;
 	case IR_TRAIN_BUCKET_BYTES: t->bucket_bytes = t->bucket_bytes == 200 ? 4096 : 200; return true;
 	case IR_TRAIN_PREFETCH: t->prefetch = t->prefetch == 0 ? 2 : 0; return true;
+	case IR_TRAIN_CONTEXT_PARALLEL:
+		t->context_parallel = t->context_parallel == IR_CP_ULYSSES ? IR_CP_NONE : IR_CP_ULYSSES;
+		return true;
 	default: return false;
 	}
 }
