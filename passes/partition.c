@@ -982,8 +982,12 @@ bool part_node(Part *p, const IrNode *n)
 	if (counts_rows(n->op) && Tr.known)
 		drop_uneven(p, n, &Tr, 0, IR_MAX_RANK);
 	char why[256];
-	if (!part_rule(p->m, n, &Tr, cur, &r, why, sizeof why))
-		return internal(p, n, "%s", why);
+	if (!part_rule(p->m, n, &Tr, cur, &r, why, sizeof why)) {
+		if (!r.user)
+			return internal(p, n, "%s", why);
+		diag_error(p->d, n->loc, "%s", why);
+		return false;
+	}
 	if (n->role == IR_ROLE_GRAD && Tr.known && !grad_natural(p, n, &Tr, cur, &r))
 		return false;
 	for (int i = 0; i < n->nops; i++)

@@ -20,6 +20,8 @@ typedef struct PartRule {
 	IrAttr at;
 	double scale;
 	IrOp op; /* non-zero: the local op, when not the node's (embed_vp) */
+	bool user; /* part_rule failed on the program, not on the compiler:
+	            * why is a user error at the node (context_parallel) */
 } PartRule;
 
 /* The rule of a non-leaf, non-optimizer node.  T is the node's target

@@ -32,6 +32,7 @@
 #include "passes/partition_impl.h"
 #include "passes/reshard.h"
 
+#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -378,6 +379,85 @@ static void heads_rule(const IrModule *m, const IrNode *n, const Placement *T,
 	r->at.attn.heads = heads / parts;
 }
 
+/* The names of the mesh axes in mask, as "cp" or "(cp, dp)". */
+static void axes_str(const Mesh *mesh, uint32_t mask, char *buf, size_t cap)
+{
+	size_t n = 0;
+	int k = 0;
+	buf[0] = 0;
+	for (int a = 0; a < mesh->naxes && n < cap; a++)
+		if (mask & (1u << a))
+			n += (size_t)snprintf(buf + n, cap - n, "%s%s", k++ ? ", " : "", mesh->names[a]);
+	if (k > 1 && n + 2 < cap) {
+		memmove(buf + 1, buf, n + 1);
+		buf[0] = '(';
+		buf[n + 1] = ')';
+		buf[n + 2] = 0;
+	}
+}
+
+/* Attention with its sequence dim (tdim; the heads' dim follows it) split
+ * as T says: context parallelism.  Ulysses (DeepSpeed-Ulysses): the
+ * operands are wanted head-split over the sequence's axes besides their
+ * own head split (the driver's reshard is an all_to_all from sequence to
+ * heads), the local op runs on the whole sequence of heads / (cp x tp)
+ * heads, and its head-split result goes back to T's sequence split (the
+ * all_to_all back).  The backward is the same rule on attention_bwd: dy
+ * goes to heads, dq, dk, dv back to the sequence; q, k and v are the
+ * forward's head-split copies.  Where Ulysses does not apply (context_
+ * parallel none and heads not dividing) the sequence is gathered whole.
+ * Returns false with why set (a user error) where the setting asked for
+ * what cannot apply. */
+static bool attention_rule(const IrModule *m, const IrNode *n, const Placement *T,
+                           const Placement *cur, PartRule *r, int tdim, int lin, char *why,
+                           size_t cap)
+{
+	int ddim = tdim + 1;
+	uint32_t seq = T->known ? dim_mask(T, tdim) : 0;
+	IrContextParallel mode = m->train.context_parallel;
+	heads_rule(m, n, T, cur, r, 1u << tdim | (tdim == 2 ? 1u : 0), ddim, lin);
+	if (!seq)
+		return true;
+	int64_t heads = ir_attr_attn(n)->heads;
+	int64_t hparts = placement_dim_parts(&r->res, &m->mesh, ddim);
+	int64_t sparts = mesh_axes_size(&m->mesh, seq);
+	if (sparts <= 1)
+		return true;
+	char axes[128];
+	axes_str(&m->mesh, seq, axes, sizeof axes);
+	if (mode == IR_CP_RING) {
+		r->user = true;
+		snprintf(why, cap,
+		         "context_parallel ring: ring attention is not implemented yet; the "
+		         "sequence of attention's inputs is split over %s (use context_parallel "
+		         "ulysses, or leave the sequence whole)",
+		         axes);
+		return false;
+	}
+	int nax = r->res.naxes[ddim] + T->naxes[tdim];
+	if (heads % (hparts * sparts) != 0 || nax > IR_MAX_AXES) {
+		if (mode != IR_CP_ULYSSES)
+			return true; /* gathered: heads_rule's pinned sequence */
+		r->user = true;
+		snprintf(why, cap,
+		         "context_parallel ulysses: attention's %" PRId64 " heads are not divisible "
+		         "by %" PRId64 " (the %" PRId64 " ranks of %s, over which its sequence is "
+		         "split, times the %" PRId64 " its heads are split over)",
+		         heads, hparts * sparts, sparts, axes, hparts);
+		return false;
+	}
+	/* heads split over the result's own axes, then the sequence's */
+	Placement *R = &r->res;
+	for (int j = 0; j < T->naxes[tdim]; j++)
+		R->axes[ddim][R->naxes[ddim]++] = T->axes[tdim][j];
+	for (int i = 0; i < n->nops; i++) {
+		int off = n->rank - opnd(m, n, i)->rank;
+		copy_dim(&r->req[i], ddim - off, R, ddim);
+	}
+	r->at.attn.heads = heads / (hparts * sparts);
+	return true;
+}
+
 /* The axes dim d of p is split over, when they are in group order (the
  * order the vocab-parallel ops number shards in), else 0. */
 static uint32_t vocab_axes(const Placement *p, int d)
@@ -397,6 +477,7 @@ bool part_rule(const IrModule *m, const IrNode *n, const Placement *T, const Pla
 	r->at = *ir_attr_get(n, ak);
 	r->scale = 0;
 	r->op = 0;
+	r->user = false;
 	int rk = n->rank;
 	uint32_t all = rk >= 32 ? ~0u : (1u << rk) - 1;
 	uint32_t last = rk ? 1u << (rk - 1) : 0;
@@ -442,13 +523,11 @@ bool part_rule(const IrModule *m, const IrNode *n, const Placement *T, const Pla
 		map_rule(m, n, T, cur, r, last, LIN_FIRST);
 		return true;
 	case IR_OP_ATTENTION:
-		/* [B, T, D]: the sequence stays whole, D splits by heads */
-		heads_rule(m, n, T, cur, r, 1u << 1, 2, LIN_NONE);
-		return true;
+		/* [B, T, D]: D splits by heads, T by context parallelism */
+		return attention_rule(m, n, T, cur, r, 1, LIN_NONE, why, cap);
 	case IR_OP_ATTENTION_BWD:
 		/* [3, B, T, D] from dy, q, k, v [B, T, D] */
-		heads_rule(m, n, T, cur, r, 1u << 0 | 1u << 2, 3, LIN_FIRST);
-		return true;
+		return attention_rule(m, n, T, cur, r, 2, LIN_FIRST, why, cap);
 	case IR_OP_MATMUL:
 		matmul_rule(m, n, T, cur, r);
 		return true;

@@ -207,15 +207,19 @@ static void rule_same(Rule *r, const IrModule *m, const IrNode *n, int first, co
 
 static void rule_attention(Rule *r, const IrNode *n, bool bwd)
 {
-	int fb = newf(r), fd = newf(r);
+	/* the sequence dim may split too (context parallelism): partition
+	 * runs it as Ulysses or ring attention, or gathers it */
+	int fb = newf(r), ft = newf(r), fd = newf(r);
 	r->heads_f = fd;
 	r->heads = ir_attr_attn(n)->heads;
 	for (int i = 0; i < r->nops; i++) {
 		r->opf[i][0] = (int8_t)fb;
-		r->opf[i][2] = (int8_t)fd; /* the sequence dim stays whole */
+		r->opf[i][1] = (int8_t)ft;
+		r->opf[i][2] = (int8_t)fd;
 	}
 	int o = bwd ? 1 : 0; /* attention_bwd stacks dq, dk, dv on dim 0 */
 	r->resf[o] = (int8_t)fb;
+	r->resf[o + 1] = (int8_t)ft;
 	r->resf[o + 2] = (int8_t)fd;
 }
 

@@ -1,0 +1,231 @@
+/* test_cp.c - context parallelism (issue 17 point 3): attention with its
+ * sequence dim split over a mesh axis `cp`, as passes/partition_rules.c
+ * runs it.
+ *
+ * The model: models/gpt.dtm with a `cp` axis in its mesh (after dp) and the
+ * tokens, the targets and the MLP's hidden activation split over (dp, cp)
+ * on (batch, sequence), which is how a user asks for context parallelism.
+ * Equivalence: cp = 2, dp = 2 x cp = 2 and cp = 2 x tp = 2 (Ulysses, the
+ * default where the heads divide), partitioned and run on every rank by
+ * the SPMD interpreter, give the single-device interpreter's loss,
+ * gathered gradients and updated params over two steps to 1e-9 relative;
+ * so does cp = 4 with heads that do not divide it (the sequence gathered).
+ * Collectives: Ulysses' all_to_alls per layer, 4 forward (q, k, v to heads,
+ * the output back) and 2 backward (dy to heads, the stacked dq, dk, dv
+ * back), and no all_gather feeding attention.  Memory: each rank's q, k and
+ * v at attention are 1/cp of one device's.  Refusals: context_parallel
+ * ulysses where the heads do not divide cp x tp, and ring (not built yet),
+ * each a diagnostic at the attention call.
+ */
+#include "check.h"
+#include "testlib_lower.h"
+#include "spmd_check.h"
+#include "frontend/lower.h"
+#include "interp/eval.h"
+#include "interp/eval_spmd.h"
+#include "ir/ir.h"
+#include "passes/passes.h"
+
+#include <stdlib.h>
+
+/* s with every `from` replaced by `to` (malloc'd; s is freed). */
+static char *replace(char *s, const char *from, const char *to)
+{
+	size_t lf = strlen(from), lt = strlen(to), n = 0;
+	for (const char *p = strstr(s, from); p; p = strstr(p + lf, from))
+		n++;
+	char *r = malloc(strlen(s) + n * (lt + 1) + 1), *w = r;
+	const char *p = s, *q;
+	while ((q = strstr(p, from))) {
+		memcpy(w, p, (size_t)(q - p));
+		w += q - p;
+		memcpy(w, to, lt);
+		w += lt;
+		p = q + lf;
+	}
+	strcpy(w, p);
+	free(s);
+	return r;
+}
+
+/* models/gpt.dtm with the cp axis and the sequence split over it. */
+static char *gpt_cp(void)
+{
+	char *s = slurp("models/gpt.dtm");
+	CHECK(s != NULL);
+	if (!s)
+		return NULL;
+	s = replace(s, "mesh (pp = 1, dp = 2, tp = 2)", "mesh (pp = 1, dp = 2, cp = 1, tp = 2)");
+	s = replace(s, "i32[batch, ctx] @ [dp, _]", "i32[batch, ctx] @ [dp, cp]");
+	s = replace(s, "@ [dp, _, tp]", "@ [dp, cp, tp]");
+	CHECK(strstr(s, "cp = 1") && strstr(s, "@ [dp, cp, tp]"));
+	return s;
+}
+
+static const char *const defs4[] = {"vocab", "16", "ctx", "8", "d", "16", "heads", "4",
+                                    "layers", "2", "batch", "4", NULL};
+static const char *const defs2[] = {"vocab", "16", "ctx", "8", "d", "16", "heads", "2",
+                                    "layers", "1", "batch", "4", NULL};
+
+/* Lowered with its own --train (NULL: none), through partition (or, for
+ * the reference, optim); NULL when it failed. */
+static IrModule *compile(Arena *a, Diag *d, const char *src, const char *mesh,
+                         const char *const *defs, const char *train, bool partition)
+{
+	IrModule *m = test_lower(a, d, src, mesh, defs, train);
+	if (!m)
+		return NULL;
+	if (!pass_run_until(m, d, NULL, partition ? "partition" : "optim"))
+		return NULL;
+	return m;
+}
+
+static int count_op(const IrModule *m, IrOp op)
+{
+	int c = 0;
+	for (int i = 0; i < m->nnodes; i++)
+		c += m->nodes[i]->op == op;
+	return c;
+}
+
+/* The layout runs as one device does; returns the partitioned module (in
+ * a, NULL when it failed) for the callers' further checks. */
+static IrModule *equivalence(Arena *a, const char *label, const char *mesh,
+                             const char *const *defs, const char *train)
+{
+	char *src = gpt_cp();
+	if (!src)
+		return NULL;
+	Diag d;
+	diag_init(&d, stderr);
+	IrModule *ref = compile(a, &d, src, "pp=1,dp=1,cp=1,tp=1", defs, NULL, false);
+	IrModule *dm = compile(a, &d, src, mesh, defs, train, true);
+	free(src);
+	CHECK(ref && dm);
+	if (!ref || !dm) {
+		fprintf(stderr, "%s: pipeline failed\n", label);
+		return NULL;
+	}
+	int bad = spmd_compare(label, ref, dm, 16, &d);
+	check_count++;
+	if (bad) {
+		check_failures++;
+		fprintf(stderr, "%s: %d mismatches\n", label, bad);
+	}
+	if (getenv("DTM_TEST_VERBOSE"))
+		fprintf(stderr, "%s: all_to_all %d, all_gather %d, all_reduce %d\n", label,
+		        count_op(dm, IR_OP_ALL_TO_ALL), count_op(dm, IR_OP_ALL_GATHER),
+		        count_op(dm, IR_OP_ALL_REDUCE));
+	return dm;
+}
+
+/* No operand of an attention or attention_bwd is an all_gather: the
+ * sequence is never gathered whole for it. */
+static bool attention_ungathered(const IrModule *m)
+{
+	for (int i = 0; i < m->nnodes; i++) {
+		const IrNode *n = m->nodes[i];
+		if (n->op != IR_OP_ATTENTION && n->op != IR_OP_ATTENTION_BWD)
+			continue;
+		for (int k = 0; k < n->nops; k++)
+			if (m->nodes[n->ops[k]]->op == IR_OP_ALL_GATHER)
+				return false;
+	}
+	return true;
+}
+
+static void test_ulysses(void)
+{
+	Arena a;
+	arena_init(&a);
+	const char *const layouts[][2] = {
+	        {"cp=2 ulysses", "pp=1,dp=1,cp=2,tp=1"},
+	        {"dp=2 x cp=2 ulysses", "pp=1,dp=2,cp=2,tp=1"},
+	        {"cp=2 x tp=2 ulysses", "pp=1,dp=1,cp=2,tp=2"},
+	        {"cp=4 ulysses", "pp=1,dp=1,cp=4,tp=1"},
+	};
+	for (size_t l = 0; l < sizeof layouts / sizeof layouts[0]; l++) {
+		IrModule *m = equivalence(&a, layouts[l][0], layouts[l][1], defs4, NULL);
+		if (!m)
+			continue;
+		/* per layer: q, k, v to heads and the output back; dy to heads
+		 * and the stacked dq, dk, dv back (q, k, v the forward's) */
+		CHECK_EQ_INT(count_op(m, IR_OP_ALL_TO_ALL), 6 * 2);
+		CHECK(attention_ungathered(m));
+		/* the local attention: heads / (cp x tp), the whole sequence, and
+		 * q, k, v of 1/(cp x tp) of the one-device [B, T, D] each */
+		int64_t parts = strstr(layouts[l][1], "cp=4") ? 4 : strstr(layouts[l][1], "tp=2") ? 4 : 2;
+		int64_t dp = strstr(layouts[l][1], "dp=2") ? 2 : 1;
+		for (int i = 0; i < m->nnodes; i++) {
+			const IrNode *n = m->nodes[i];
+			if (n->op != IR_OP_ATTENTION)
+				continue;
+			CHECK_EQ_INT(ir_attr_attn(n)->heads, 4 / parts);
+			CHECK_EQ_INT(n->shape[1], 8);
+			for (int k = 0; k < 3; k++)
+				CHECK_EQ_INT(ir_node_numel(m->nodes[n->ops[k]]), 4 * 8 * 16 / (parts * dp));
+		}
+	}
+	/* the setting given: the same program */
+	IrModule *m = equivalence(&a, "cp=2 ulysses given", "pp=1,dp=1,cp=2,tp=1", defs4,
+	                          "context_parallel=ulysses");
+	if (m)
+		CHECK_EQ_INT(count_op(m, IR_OP_ALL_TO_ALL), 12);
+	/* heads = 2 over cp = 4: not Ulysses; chosen, the sequence is
+	 * gathered (all_gather), still the one-device function */
+	m = equivalence(&a, "cp=4, 2 heads, gathered", "pp=1,dp=1,cp=4,tp=1", defs2, NULL);
+	if (m) {
+		CHECK_EQ_INT(count_op(m, IR_OP_ALL_TO_ALL), 0);
+		CHECK(!attention_ungathered(m));
+	}
+	arena_free(&a);
+}
+
+/* The diagnostics of `train` on mesh (the run fails). */
+static char *refusal(const char *mesh, const char *const *defs, const char *train)
+{
+	char *src = gpt_cp();
+	if (!src)
+		return NULL;
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *sink = open_memstream(&buf, &len);
+	Diag d;
+	diag_init(&d, sink);
+	Arena a;
+	arena_init(&a);
+	IrModule *m = compile(&a, &d, src, mesh, defs, train, true);
+	CHECK(m == NULL);
+	fclose(sink);
+	arena_free(&a);
+	free(src);
+	return buf;
+}
+
+static void test_refusals(void)
+{
+	char *e = refusal("pp=1,dp=1,cp=4,tp=1", defs2, "context_parallel=ulysses");
+	if (e) {
+		CHECK(strstr(e, "t.dtm:48:11: error: context_parallel ulysses: attention's 2 heads "
+		                "are not divisible by 4 (the 4 ranks of cp, over which its sequence is "
+		                "split, times the 1 its heads are split over)\n") == e);
+		if (getenv("DTM_TEST_VERBOSE"))
+			fputs(e, stderr);
+	}
+	free(e);
+	e = refusal("pp=1,dp=1,cp=2,tp=1", defs4, "context_parallel=ring");
+	if (e) {
+		CHECK(strstr(e, "t.dtm:48:11: error: context_parallel ring: ring attention is not "
+		                "implemented yet") == e);
+		if (getenv("DTM_TEST_VERBOSE"))
+			fputs(e, stderr);
+	}
+	free(e);
+}
+
+int main(void)
+{
+	test_ulysses();
+	test_refusals();
+	return check_report();
+}
