@@ -274,6 +274,15 @@ add_test(NAME e2e.equiv.bf16.gpt
                  ${DTM_EQUIV_MPIRUN} bf16
          WORKING_DIRECTORY ${DTM_ROOT})
 set_tests_properties(e2e.equiv.bf16.gpt PROPERTIES TIMEOUT 600 LABELS e2e)
+#   e2e.equiv.cp.gpt  context parallelism (issue 17): a copy of GPT with the
+#                   sequence split over a `cp` axis, attention as Ulysses,
+#                   at cp = 2 and 4, dp2 x cp2, cp2 x tp2, pp2 x cp2 and
+#                   FSDP x CP: the same checks.
+add_test(NAME e2e.equiv.cp.gpt
+         COMMAND ${DTM_BASH} ${DTM_TESTS}/e2e/equiv.sh $<TARGET_FILE:dtmc> gpt
+                 ${DTM_EQUIV_MPIRUN} cp
+         WORKING_DIRECTORY ${DTM_ROOT})
+set_tests_properties(e2e.equiv.cp.gpt PROPERTIES TIMEOUT 600 LABELS e2e)
 # ---- end equiv ----
 
 # ---- inspect: `dtmc inspect` (tests/inspect/run.sh, issue 6) ----

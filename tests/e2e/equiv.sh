@@ -114,6 +114,13 @@ bf16_def="def:vocab=258+d=48+heads=6+ctx=30+batch=6+layers=3"
 bf16="$bf16_def:dp=2,tp=2/precision=bf16 $bf16_def:tp=3/sequence_parallel=true/precision=bf16"
 bf16="$bf16 $bf16_def:dp=3/zero=3/precision=bf16"
 bf16="$bf16 $bf16_def:pp=3,dp=1,tp=1/microbatches=3/schedule=1f1b/precision=bf16"
+# Context parallelism (issue 17): a copy of GPT with a `cp` axis and the
+# sequence of the tokens, targets and MLP activation split over it (cp:);
+# attention runs as Ulysses (all_to_all to heads and back): cp = 2 and 4,
+# DP x CP, CP x TP, a 2-stage pipeline x CP, FSDP x CP.  Run as the set
+# `cp` (equiv.sh DTMC gpt MPIRUN cp), a test of its own.
+cp="cp:dp=1,cp=2,tp=1 cp:dp=1,cp=4,tp=1 cp:dp=2,cp=2,tp=1 cp:dp=1,cp=2,tp=2"
+cp="$cp cp:pp=2,dp=1,cp=2,tp=1/microbatches=2 cp:dp=2,cp=2,tp=1/zero=3"
 case $model:${4:-spmd} in
 gpt:pipeline) layouts=$pp
      mpi_layouts="pp=2,dp=2,tp=1/microbatches=2/schedule=1f1b pp=4,dp=1,tp=1/microbatches=4/schedule=gpipe" ;;
@@ -121,6 +128,8 @@ dropout:pipeline) layouts=$drop_pp mpi_layouts="pp=2,dp=1,tp=1/microbatches=2/sc
 dropout:*) layouts=$drop mpi_layouts="dp=3 dp=2,tp=2" ;;
 *:pipeline) fail "no pipeline layouts for model '$model'" ;;
 gpt:bf16) layouts=$bf16 mpi_layouts= ;;
+gpt:cp) layouts=$cp mpi_layouts= ;;
+*:cp) fail "no cp layouts for model '$model'" ;;
 *:bf16) fail "no bf16 layouts for model '$model'" ;;
 mlp:*) layouts="dp=4 tp=2 tp=4 dp=2,tp=2 $zero $uneven_mlp $anyn $anyn_mlp"
      mpi_layouts="dp=2,tp=2 dp=4/zero=3 def:hidden=6:tp=4/uneven_shards=true" ;;
@@ -138,6 +147,15 @@ layouts=${DTM_EQUIV_LAYOUTS:-$layouts}
 sed -e 's/^mesh (\(pp = 1, \)\{0,1\}dp = /mesh (\1rep = 1, dp = /' -e 's/\[dp,/[(rep, dp),/g' \
 	"$src" >"$tmp/$model.hsdp.dtm"
 grep -q '^mesh (.*rep = 1, dp' "$tmp/$model.hsdp.dtm" || fail "no mesh line to add 'rep' to"
+# The context-parallel copy: a cp axis of size 1 before tp, the sequence
+# of the inputs and of the annotated MLP activation split over it
+sed -e 's/^mesh (\(.*\)dp = \([0-9]*\), tp = /mesh (\1dp = \2, cp = 1, tp = /' \
+	-e 's/\(i32\[batch, ctx\]\) @ \[dp, _\]/\1 @ [dp, cp]/' -e 's/@ \[dp, _, tp\]/@ [dp, cp, tp]/' \
+	"$src" >"$tmp/$model.cp.dtm"
+if [ "${4:-}" = cp ]; then
+	grep -q '^mesh (.*cp = 1, tp' "$tmp/$model.cp.dtm" || fail "no mesh line to add 'cp' to"
+	grep -q '@ \[dp, cp\]' "$tmp/$model.cp.dtm" || fail "no input to split over cp"
+fi
 # The round-robin copy: every staged loop's stage expression `i % pp`
 sed -e 's/^\( *for \([a-z_]*\) in .* stage \).*{$/\1\2 % pp {/' \
 	"models/$model.dtm" >"$tmp/$model.rr.dtm"
@@ -153,7 +171,7 @@ fi
 # overrides only say where values live, precision changes the function)
 layout_name() { local n=${1//[=,:\/+]/_}; echo "m_${n//[^A-Za-z0-9_]/}"; }
 layout_defs() { case $1 in def:*) local r=${1#def:}; echo "def:${r%%:*}:" ;; esac; }
-layout_mesh() { local l=${1#"$(layout_defs "$1")"}; l=${l#hsdp:}; l=${l#rr:}; echo "${l%%/*}"; }
+layout_mesh() { local l=${1#"$(layout_defs "$1")"}; l=${l#hsdp:}; l=${l#rr:}; l=${l#cp:}; echo "${l%%/*}"; }
 layout_prec() {
 	case $1 in */precision=*) local p=${1##*/precision=}; echo "${p%%/*}" ;; *) echo f32 ;; esac
 }
@@ -196,6 +214,7 @@ build() {
 	case $l in
 	hsdp:*) src=$tmp/$model.hsdp.dtm l=${l#hsdp:} ;;
 	rr:*) src=$tmp/$model.rr.dtm l=${l#rr:} ;;
+	cp:*) src=$tmp/$model.cp.dtm l=${l#cp:} ;;
 	esac
 	args+=(--mesh "${l%%/*}")
 	local rest=${l#"${l%%/*}"} kv
