@@ -12,7 +12,8 @@
  * so does cp = 4 with heads that do not divide it (the sequence gathered).
  * Collectives: Ulysses' all_to_alls per layer, 4 forward (q, k, v to heads,
  * the output back) and 2 backward (dy to heads, the stacked dq, dk, dv
- * back), and no all_gather feeding attention.  Memory: each rank's q, k and
+ * back), moving 8 tensors of B T D / (dp cp tp) elements per layer (each
+ * rank sends (cp-1)/cp of them), and no all_gather feeding attention.  Memory: each rank's q, k and
  * v at attention are 1/cp of one device's.  Refusals: context_parallel
  * ulysses where the heads do not divide cp x tp, and ring (not built yet),
  * each a diagnostic at the attention call.
@@ -152,6 +153,17 @@ static void test_ulysses(void)
 		 * and the stacked dq, dk, dv back (q, k, v the forward's) */
 		CHECK_EQ_INT(count_op(m, IR_OP_ALL_TO_ALL), 6 * 2);
 		CHECK(attention_ungathered(m));
+		/* the bytes: each all_to_all moves its [B, T/cp, D/tp] operand
+		 * (the stacked gradients 3 of them): per layer 4 + 1 + 3 such
+		 * tensors of B T D / (dp cp tp) elements */
+		int64_t moved = 0;
+		for (int i = 0; i < m->nnodes; i++)
+			if (m->nodes[i]->op == IR_OP_ALL_TO_ALL)
+				moved += ir_node_numel(m->nodes[m->nodes[i]->ops[0]]);
+		int64_t dpn = strstr(layouts[l][1], "dp=2") ? 2 : 1;
+		int64_t ranks = dpn * (strstr(layouts[l][1], "cp=4") ? 4 : 2) *
+		                (strstr(layouts[l][1], "tp=2") ? 2 : 1);
+		CHECK_EQ_INT(moved, 2 * 8 * (4 * 8 * 16 / ranks));
 		/* the local attention: heads / (cp x tp), the whole sequence, and
 		 * q, k, v of 1/(cp x tp) of the one-device [B, T, D] each */
 		int64_t parts = strstr(layouts[l][1], "cp=4") ? 4 : strstr(layouts[l][1], "tp=2") ? 4 : 2;
