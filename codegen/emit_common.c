@@ -262,9 +262,12 @@ void cg_kernel_attrs(const IrNode *n, CgKernelAttrs *k)
 		k->ints[2] = a->slice.end;
 		break;
 	case IR_ATTR_ATTN:
-		k->nints = 2;
+		k->nints = 4;
 		k->ints[0] = a->attn.heads;
 		k->ints[1] = a->attn.causal;
+		k->ints[2] = ir_attn_kv_heads(&a->attn);
+		k->ints[3] = a->attn.window;
+		k->mesh_axes = a->attn.head_axes;
 		break;
 	case IR_ATTR_DROPOUT:
 		k->f[0] = a->dropout.rate;

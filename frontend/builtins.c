@@ -34,7 +34,7 @@ struct Builtin {
 	BKind kind;
 	IrOp op;
 	int minpos, maxpos; /* maxpos -1: variadic */
-	const char *kw[4];  /* NULL-ended */
+	const char *kw[6];  /* NULL-ended */
 };
 
 static const Builtin builtins[] = {
@@ -66,7 +66,8 @@ static const Builtin builtins[] = {
         {"split", BK_SPLIT, IR_OP_SLICE, 2, 2, {"axis"}},
         {"concat", BK_CONCAT, IR_OP_CONCAT, 1, -1, {"axis"}},
         {"slice", BK_SLICE, IR_OP_SLICE, 4, 4, {0}},
-        {"attention", BK_ATTENTION, IR_OP_ATTENTION, 3, 3, {"heads", "causal"}},
+        {"attention", BK_ATTENTION, IR_OP_ATTENTION, 3, 3,
+         {"heads", "causal", "kv_heads", "window", "segments"}},
         {"dropout", BK_DROPOUT, IR_OP_DROPOUT, 1, 1, {"rate"}},
         {"all_gather", BK_COLL, IR_OP_ALL_GATHER, 2, 2, {"axes"}},
         {"reduce_scatter", BK_COLL, IR_OP_REDUCE_SCATTER, 2, 2, {"axes", "op"}},
@@ -587,12 +588,14 @@ Value lower_builtin(Lower *L, Scope *s, const AstNode *call, const Builtin *bi, 
 		return lower_finish(L, n);
 	}
 	case BK_ATTENTION: {
-		int64_t heads = 0;
+		int64_t heads = 0, kv_heads = 0, window = 0;
 		bool causal = false;
 		int r = kw_int(L, s, call, "heads", &heads);
 		if (r == 0)
 			diag_error(L->d, loc, "attention needs the number of heads: heads = N");
-		if (r <= 0 || kw_bool(L, s, call, "causal", &causal) < 0)
+		if (r <= 0 || kw_bool(L, s, call, "causal", &causal) < 0 ||
+		    kw_int(L, s, call, "kv_heads", &kv_heads) < 0 ||
+		    kw_int(L, s, call, "window", &window) < 0)
 			return lower_err();
 		if (heads < 1 || (x->rank > 0 && x->shape[x->rank - 1] % heads != 0)) {
 			diag_error(L->d, lower_kwarg(call, "heads")->loc,
@@ -600,16 +603,43 @@ Value lower_builtin(Lower *L, Scope *s, const AstNode *call, const Builtin *bi, 
 			           (long long)heads, lower_type_str(L, x));
 			return lower_err();
 		}
-		int ops[3];
+		if (lower_kwarg(call, "kv_heads") && (kv_heads < 1 || heads % kv_heads != 0)) {
+			diag_error(L->d, lower_kwarg(call, "kv_heads")->loc,
+			           "kv_heads = %lld must divide heads = %lld", (long long)kv_heads,
+			           (long long)heads);
+			return lower_err();
+		}
+		if (lower_kwarg(call, "window") && window < 1) {
+			diag_error(L->d, lower_kwarg(call, "window")->loc,
+			           "window must be >= 1 (the keys a query sees, itself included), got %lld",
+			           (long long)window);
+			return lower_err();
+		}
+		int ops[4], nops = 3;
 		for (int i = 0; i < 3; i++) {
 			IrNode *o = want_tensor(L, a, i, fn);
 			if (!o)
 				return lower_err();
 			ops[i] = o->id;
 		}
-		n = lower_new_node(L, IR_OP_ATTENTION, ops, 3, loc);
+		const AstNode *kseg = NULL;
+		Value seg;
+		r = kw_value(L, s, call, "segments", &seg, &kseg);
+		if (r < 0)
+			return lower_err();
+		if (r > 0) {
+			if (seg.k != V_NODE) {
+				diag_error(L->d, kseg->loc, "segments must be a tensor (i32 segment ids "
+				           "[batch, seq]), got %s", lower_describe(L, seg));
+				return lower_err();
+			}
+			ops[nops++] = (int)seg.i;
+		}
+		n = lower_new_node(L, IR_OP_ATTENTION, ops, nops, loc);
 		if (n)
-			*ir_attr_attn_mut(L->m, n) = (IrAttrAttn){heads, causal};
+			*ir_attr_attn_mut(L->m, n) =
+			        (IrAttrAttn){.heads = heads, .causal = causal,
+			                     .kv_heads = kv_heads == heads ? 0 : kv_heads, .window = window};
 		return lower_finish(L, n);
 	}
 	case BK_DROPOUT: {

@@ -543,28 +543,30 @@ static bool ev_slice(IrEval *e, const IrNode *n, Diag *d)
 
 /* ---- fused model ops ---- */
 
-/* attention(q [.., Tq, D], k [.., Tk, D], v [.., Tk, Dv]): head h uses
- * columns h*hd .. (h+1)*hd of each; scores q.k / sqrt(hd), key j > query i
- * masked when causal, softmax over keys, weighted sum of v; heads are
- * written back to their own columns. */
+/* attention(q [.., Tq, D], k [.., Tk, G*hd], v [.., Tk, G*hv][, seg]):
+ * query head h uses columns h*hd .. (h+1)*hd of q and those of its kv
+ * head's of k and v; scores q.k / sqrt(hd) over the keys it attends
+ * (ev_attn_sees), softmax, weighted sum of v, written back to head h's
+ * columns; a query attending nothing gets 0. */
 static bool ev_attention(IrEval *e, const IrNode *n, Diag *d)
 {
 	const IrNode *Q = arg(e, n, 0), *K = arg(e, n, 1), *V = arg(e, n, 2);
-	int64_t H = ir_attr_attn(n)->heads;
-	bool causal = ir_attr_attn(n)->causal != 0;
 	int r = Q->rank;
 	if (r < 2 || K->rank != r || V->rank != r || n->rank != r)
 		return ir_eval_bad(d, n, "q, k, v and the result must have the same rank >= 2");
-	int64_t Tq = Q->shape[r - 2], D = Q->shape[r - 1];
-	int64_t Tk = K->shape[r - 2], Dv = V->shape[r - 1];
+	int64_t Tq = Q->shape[r - 2], D = Q->shape[r - 1], Dv = n->shape[r - 1];
+	int64_t Tk = K->shape[r - 2], Dk = K->shape[r - 1], Dkv = V->shape[r - 1];
 	int64_t B = prod(Q->shape, 0, r - 2);
-	if (K->shape[r - 1] != D || V->shape[r - 2] != Tk || prod(K->shape, 0, r - 2) != B ||
-	    prod(V->shape, 0, r - 2) != B || ir_node_numel(n) != B * Tq * Dv)
-		return ir_eval_bad(d, n, "q, k, v shapes do not agree");
+	EvAttn at = ev_attn(e, n, 3, Tq);
+	int64_t H = at.H;
 	if (H <= 0 || D % H || Dv % H)
 		return ir_eval_bad(d, n, "%lld heads do not divide the model dim %lld", (long long)H,
 		           (long long)D);
 	int64_t hd = D / H, hv = Dv / H;
+	if (V->shape[r - 2] != Tk || prod(K->shape, 0, r - 2) != B ||
+	    prod(V->shape, 0, r - 2) != B || Dk % hd || Dkv % hv || Dk / hd != Dkv / hv ||
+	    ev_attn_kv(&at, H - 1) >= Dk / hd || (at.seg && Tq != Tk))
+		return ir_eval_bad(d, n, "q, k, v shapes do not agree");
 	double scale = 1.0 / sqrt((double)hd);
 	double *p = malloc(sizeof(double) * (size_t)(Tk ? Tk : 1));
 	if (!p)
@@ -575,26 +577,31 @@ static bool ev_attention(IrEval *e, const IrNode *n, Diag *d)
 	for (int64_t b = 0; b < B; b++)
 		for (int64_t h = 0; h < H; h++)
 			for (int64_t i = 0; i < Tq; i++) {
+				int64_t g = ev_attn_kv(&at, h);
 				const double *qi = q + (b * Tq + i) * D + h * hd;
-				int64_t nk = causal ? (i + 1 < Tk ? i + 1 : Tk) : Tk;
 				double mx = -INFINITY, sum = 0;
-				for (int64_t j = 0; j < nk; j++) {
-					const double *kj = k + (b * Tk + j) * D + h * hd;
+				for (int64_t j = 0; j < Tk; j++) {
+					p[j] = -INFINITY;
+					if (!ev_attn_sees(&at, b, i, j))
+						continue;
+					const double *kj = k + (b * Tk + j) * Dk + g * hd;
 					double s = 0;
 					for (int64_t c = 0; c < hd; c++)
 						s += qi[c] * kj[c];
 					p[j] = s * scale;
 					mx = fmax(mx, p[j]);
 				}
-				for (int64_t j = 0; j < nk; j++) {
+				if (mx == -INFINITY)
+					continue; /* attends nothing: 0 */
+				for (int64_t j = 0; j < Tk; j++) {
 					p[j] = exp(p[j] - mx);
 					sum += p[j];
 				}
 				double *yi = y + (b * Tq + i) * Dv + h * hv;
-				for (int64_t j = 0; j < nk; j++) {
-					const double *vj = v + (b * Tk + j) * Dv + h * hv;
+				for (int64_t j = 0; j < Tk; j++) {
+					const double *vj = v + (b * Tk + j) * Dkv + g * hv;
 					double w = p[j] / sum;
-					for (int64_t c = 0; c < hv; c++)
+					for (int64_t c = 0; w != 0 && c < hv; c++)
 						yi[c] += w * vj[c];
 				}
 			}

@@ -270,14 +270,17 @@ static bool ev_pad(IrEval *e, const IrNode *n, Diag *d)
 }
 
 /* attention_bwd: per batch, head and query row, recompute the
- * probabilities p, then dv += p dy, dp = dy . v, ds = p (dp - p . dp),
- * dq += scale ds k, dk += scale ds q. */
+ * probabilities p over the keys it attends, then dv += p dy,
+ * dp = dy . v, ds = p (dp - p . dp), dq += scale ds k, dk += scale ds q;
+ * dk and dv in query head h's columns (per query head, ops.def). */
 static bool ev_attention_bwd(IrEval *e, const IrNode *n, Diag *d)
 {
-	const IrNode *Q = arg(e, n, 1);
-	int64_t B = Q->shape[0], T = Q->shape[1], D = Q->shape[2], H = ir_attr_attn(n)->heads;
-	bool causal = ir_attr_attn(n)->causal != 0;
-	if (Q->rank != 3 || H < 1 || D % H || ir_node_numel(n) != 3 * B * T * D)
+	const IrNode *Q = arg(e, n, 1), *K = arg(e, n, 2);
+	int64_t B = Q->shape[0], T = Q->shape[1], D = Q->shape[2], Dk = K->shape[2];
+	EvAttn at = ev_attn(e, n, 4, T);
+	int64_t H = at.H;
+	if (Q->rank != 3 || H < 1 || D % H || ir_node_numel(n) != 3 * B * T * D ||
+	    Dk % (D / H) || ev_attn_kv(&at, H - 1) >= Dk / (D / H))
 		return ir_eval_bad(d, n, "shapes do not agree");
 	int64_t hd = D / H, S = B * T * D;
 	double scale = 1.0 / sqrt((double)hd);
@@ -291,37 +294,41 @@ static bool ev_attention_bwd(IrEval *e, const IrNode *n, Diag *d)
 	for (int64_t b = 0; b < B; b++)
 		for (int64_t h = 0; h < H; h++)
 			for (int64_t i = 0; i < T; i++) {
-				int64_t qi = (b * T + i) * D + h * hd;
-				int64_t nk = causal ? i + 1 : T;
+				int64_t qi = (b * T + i) * D + h * hd, g = ev_attn_kv(&at, h);
 				double mx = -INFINITY, sum = 0, pdp = 0;
-				for (int64_t j = 0; j < nk; j++) {
-					int64_t kj = (b * T + j) * D + h * hd;
+				for (int64_t j = 0; j < T; j++) {
+					p[j] = -INFINITY;
+					if (!ev_attn_sees(&at, b, i, j))
+						continue;
+					int64_t kj = (b * T + j) * Dk + g * hd;
 					double s = 0;
 					for (int64_t c = 0; c < hd; c++)
 						s += q[qi + c] * k[kj + c];
 					p[j] = s * scale;
 					mx = fmax(mx, p[j]);
 				}
-				for (int64_t j = 0; j < nk; j++) {
+				if (mx == -INFINITY)
+					continue;
+				for (int64_t j = 0; j < T; j++) {
 					p[j] = exp(p[j] - mx);
 					sum += p[j];
 				}
-				for (int64_t j = 0; j < nk; j++) {
-					int64_t vj = (b * T + j) * D + h * hd;
+				for (int64_t j = 0; j < T; j++) {
+					int64_t vj = (b * T + j) * Dk + g * hd, oj = (b * T + j) * D + h * hd;
 					p[j] /= sum;
 					dp[j] = 0;
 					for (int64_t c = 0; c < hd; c++) {
-						dv[vj + c] += p[j] * dy[qi + c];
+						dv[oj + c] += p[j] * dy[qi + c];
 						dp[j] += dy[qi + c] * v[vj + c];
 					}
 					pdp += p[j] * dp[j];
 				}
-				for (int64_t j = 0; j < nk; j++) {
-					int64_t kj = (b * T + j) * D + h * hd;
+				for (int64_t j = 0; j < T; j++) {
+					int64_t kj = (b * T + j) * Dk + g * hd, oj = (b * T + j) * D + h * hd;
 					double ds = p[j] * (dp[j] - pdp) * scale;
 					for (int64_t c = 0; c < hd; c++) {
 						dq[qi + c] += ds * k[kj + c];
-						dk[kj + c] += ds * q[qi + c];
+						dk[oj + c] += ds * q[qi + c];
 					}
 				}
 			}

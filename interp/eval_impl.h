@@ -35,4 +35,53 @@ static inline int64_t prod(const int64_t *shape, int from, int to)
 	return p;
 }
 
+/* attention's head grouping and mask (ir/ops.def), as ev_attention and
+ * ev_attention_bwd read them. */
+typedef struct EvAttn {
+	int64_t H;     /* query heads here */
+	int64_t group; /* query heads per kv head */
+	int64_t h0;    /* this rank's first query head (head_axes) */
+	int64_t window, T;
+	bool causal;
+	const double *seg; /* [B, T] or NULL */
+} EvAttn;
+
+static inline EvAttn ev_attn(const IrEval *e, const IrNode *n, int segop, int64_t T)
+{
+	const IrAttrAttn *at = ir_attr_attn(n);
+	const Mesh *mesh = &e->m->mesh;
+	int64_t idx = 0, parts = 1;
+	for (int k = 0; k < mesh->naxes; k++)
+		if (at->head_axes >> k & 1) {
+			idx = idx * mesh->sizes[k] + e->coords[k];
+			parts *= mesh->sizes[k];
+		}
+	EvAttn a = {at->heads, at->heads * parts / ir_attn_kv_heads(at), idx * at->heads,
+	            at->window, T, at->causal != 0, n->nops > segop ? in(e, n, segop) : NULL};
+	if (a.group < 1)
+		a.group = 1;
+	return a;
+}
+
+/* The kv head that query head h (here) reads. */
+static inline int64_t ev_attn_kv(const EvAttn *a, int64_t h)
+{
+	return (a->h0 + h) / a->group;
+}
+
+/* Whether query i of batch row b attends key j. */
+static inline bool ev_attn_sees(const EvAttn *a, int64_t b, int64_t i, int64_t j)
+{
+	if (a->causal && j > i)
+		return false;
+	if (a->window && (i - j >= a->window || j - i >= a->window))
+		return false;
+	if (a->seg) {
+		double si = a->seg[b * a->T + i], sj = a->seg[b * a->T + j];
+		if (si < 0 || si != sj)
+			return false;
+	}
+	return true;
+}
+
 #endif

@@ -84,6 +84,9 @@ int ir_attr_words(const IrNode *n, int64_t *w)
 	case IR_ATTR_ATTN:
 		w[k++] = a->attn.heads;
 		w[k++] = a->attn.causal;
+		w[k++] = a->attn.kv_heads;
+		w[k++] = a->attn.window;
+		w[k++] = a->attn.head_axes;
 		break;
 	case IR_ATTR_DROPOUT:
 		w[k++] = (int64_t)bits(a->dropout.rate);

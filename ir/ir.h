@@ -119,10 +119,24 @@ typedef struct IrAttrSlice {
 	int64_t axis, start, end; /* [start, end) along axis */
 } IrAttrSlice;
 
+/* attention's mask and head grouping (ir/ops.def).  Zero-initialised
+ * fields mean plain multi-head attention without a window. */
 typedef struct IrAttrAttn {
 	int64_t heads;
-	int64_t causal; /* 0 or 1 (IR text may say otherwise; ir_infer refuses it) */
+	int64_t causal;   /* 0 or 1 (IR text may say otherwise; ir_infer refuses it) */
+	int64_t kv_heads; /* k, v's heads (grouped-query); 0 = heads */
+	int64_t window;   /* keys within window positions of the query; 0 = all */
+	/* partition's: the query heads are split over these mesh axes while k
+	 * and v stay whole, so this rank's first query head is heads times its
+	 * position in the group (dtmk_group_index's order); 0 = none */
+	uint32_t head_axes;
 } IrAttrAttn;
+
+/* The number of k, v heads of a (kv_heads, or heads when 0). */
+static inline int64_t ir_attn_kv_heads(const IrAttrAttn *a)
+{
+	return a->kv_heads ? a->kv_heads : a->heads;
+}
 
 /* ir/dropout.c says how the mask is keyed. */
 typedef struct IrAttrDropout {

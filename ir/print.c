@@ -284,6 +284,15 @@ static void print_attrs(FILE *out, const IrModule *m, const IrNode *n)
 			fputs(a->causal ? "true" : "false", out);
 		else
 			fprintf(out, "%" PRId64, a->causal);
+		/* the defaults are left out, so plain attention reads as before */
+		if (a->kv_heads)
+			fprintf(out, ", kv_heads = %" PRId64, a->kv_heads);
+		if (a->window)
+			fprintf(out, ", window = %" PRId64, a->window);
+		if (a->head_axes) {
+			fputs(", head_axes = ", out);
+			print_axes(out, &m->mesh, a->head_axes);
+		}
 		break;
 	}
 	case IR_ATTR_DROPOUT: {

@@ -426,7 +426,6 @@ static bool infer_slice(Infer *c, const IrNode *x)
 static bool infer_attention(Infer *c, IrNode **o)
 {
 	static const char *const what[] = {"q", "k", "v"};
-	const IrAttrAttn *at = ir_attr_attn(c->n);
 	for (int i = 0; i < 3; i++)
 		if (!need_float(c, o[i], i) || !same_dtype(c, o[0], o[i]))
 			return false;
@@ -434,18 +433,10 @@ static bool infer_attention(Infer *c, IrNode **o)
 		if (o[i]->rank != 3)
 			return fail(c, "attention: %s (%s) must be [batch, seq, dim], got %s", what[i],
 			            vn(o[i]), shp(o[i]).s);
-	for (int i = 1; i < 3; i++)
-		if (memcmp(o[i]->shape, o[0]->shape, 3 * sizeof o[0]->shape[0]) != 0)
-			return fail(c, "attention: q and %s shapes differ: %s vs %s", what[i], shp(o[0]).s,
-			            shp(o[i]).s);
-	int64_t heads = at->heads;
-	if (heads < 1)
-		return fail(c, "attention: heads must be >= 1, got %" PRId64, heads);
-	if (at->causal != 0 && at->causal != 1)
-		return fail(c, "attention: causal must be 0 or 1, got %" PRId64, at->causal);
-	if (o[0]->shape[2] % heads != 0)
-		return fail(c, "attention: dim %" PRId64 " is not divisible by heads = %" PRId64
-		            " (q is %s)", o[0]->shape[2], heads, shp(o[0]).s);
+	char msg[256];
+	if (!ir_attn_check("attention", ir_attr_attn(c->n), o[0], o[1], o[2],
+	                   c->n->nops > 3 ? o[3] : NULL, msg, sizeof msg))
+		return fail(c, "%s", msg);
 	return same_as(c, o[0]);
 }
 

@@ -247,18 +247,56 @@ static bool infer_pad(G *g, IrNode *x)
 	return true;
 }
 
+bool ir_attn_check(const char *what, const IrAttrAttn *a, const IrNode *q, const IrNode *k,
+                   const IrNode *v, const IrNode *seg, char *msg, size_t cap)
+{
+	G gg = {NULL, msg, cap}, *g = &gg;
+	int64_t H = a->heads, G = ir_attn_kv_heads(a);
+	const IrNode *kv[2] = {k, v};
+	for (int i = 0; i < 2 && G == H && !a->head_axes; i++)
+		if (!same_shape(q, kv[i]))
+			return fail(g, "%s: q and %s shapes differ: %s vs %s", what, i ? "v" : "k", SH(q),
+			            SH(kv[i]));
+	if (H < 1)
+		return fail(g, "%s: heads must be >= 1, got %" PRId64, what, H);
+	if (a->causal != 0 && a->causal != 1)
+		return fail(g, "%s: causal must be 0 or 1, got %" PRId64, what, a->causal);
+	if (q->shape[2] % H != 0)
+		return fail(g, "%s: dim %" PRId64 " is not divisible by heads = %" PRId64 " (q is %s)",
+		            what, q->shape[2], H, SH(q));
+	/* split heads (head_axes) may hold fewer query heads than a kv group */
+	if (G < 1 || (!a->head_axes && H % G != 0))
+		return fail(g, "%s: kv_heads = %" PRId64 " must divide heads = %" PRId64, what, G, H);
+	if (a->window < 0)
+		return fail(g, "%s: window must be >= 0, got %" PRId64, what, a->window);
+	int64_t want[3] = {q->shape[0], q->shape[1], G * (q->shape[2] / H)};
+	for (int i = 0; i < 2; i++) {
+		if (kv[i]->rank == 3 && memcmp(kv[i]->shape, want, sizeof want) == 0)
+			continue;
+		return fail(g, "%s: %s must be %s (kv_heads = %" PRId64 " heads of %" PRId64
+		            "), got %s", what, i ? "v" : "k", shp(3, want).s, G, want[2] / G,
+		            SH(kv[i]));
+	}
+	if (seg && (seg->dtype != IR_I32 || seg->rank != 2 || memcmp(seg->shape, want,
+	                                                              sizeof want[0] * 2) != 0))
+		return fail(g, "%s: segment ids must be i32%s (q's batch and sequence), got %s%s",
+		            what, shp(2, want).s, ir_dtype_name(seg->dtype), SH(seg));
+	return true;
+}
+
 static bool infer_attention_bwd(G *g, IrNode **o)
 {
 	const IrAttrAttn *at = ir_attr_attn(g->n);
-	if (!alike(g, o, 4))
+	if (!alike(g, o, 2) || !floats(g, o, 4))
 		return false;
 	if (o[0]->rank != 3)
 		return fail(g, "attention_bwd: operands must be [batch, seq, dim], got %s", SH(o[0]));
-	int64_t H = at->heads;
-	if (H < 1 || o[0]->shape[2] % H != 0)
-		return fail(g, "attention_bwd: heads %" PRId64 " do not divide %s", H, SH(o[0]));
-	if (at->causal != 0 && at->causal != 1)
-		return fail(g, "attention_bwd: causal must be 0 or 1");
+	for (int i = 2; i < 4; i++)
+		if (o[i]->dtype != o[0]->dtype)
+			return fail(g, "attention_bwd: operand dtypes differ");
+	if (!ir_attn_check("attention_bwd", at, o[1], o[2], o[3], g->n->nops > 4 ? o[4] : NULL,
+	                   g->msg, g->cap))
+		return false;
 	int64_t out[4] = {3, o[0]->shape[0], o[0]->shape[1], o[0]->shape[2]};
 	set(g->n, o[0]->dtype, 4, out);
 	return true;

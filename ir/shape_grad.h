@@ -11,4 +11,11 @@
  * starting with the op's name, to msg and returns false. */
 bool ir_infer_grad(IrModule *m, IrNode *n, IrNode **o, char *msg, size_t cap);
 
+/* attention's attributes and the shapes of k, v and the segment ids seg
+ * (NULL when absent) against q [B, T, D] (rank and dtype checked by the
+ * caller): k, v [B, T, G*hd], seg i32[B, T].  The message starts with
+ * what (the op's name). */
+bool ir_attn_check(const char *what, const IrAttrAttn *a, const IrNode *q, const IrNode *k,
+                   const IrNode *v, const IrNode *seg, char *msg, size_t cap);
+
 #endif

@@ -593,15 +593,27 @@ static void bw_slice(Ad *a, const IrNode *n, int dy)
 	contribute(a, X->id, emit(a, IR_OP_PAD, &dy, 1, &at, &t));
 }
 
-/* One attention_bwd computes dq, dk and dv stacked as [3, B, T, D]. */
+/* One attention_bwd computes dq, dk and dv stacked as [3, B, T, D] (the
+ * segment ids have no gradient).  With kv_heads G < heads H its dk and dv
+ * are per query head: each kv head's gradient is the sum over its group,
+ * [B, T, D] as [B, T, G, H/G, hd] summed over dim 3. */
 static void bw_attention(Ad *a, const IrNode *n, int dy)
 {
-	int o[4] = {dy, n->ops[0], n->ops[1], n->ops[2]};
-	int pack = emit(a, IR_OP_ATTENTION_BWD, o, 4, ir_attr_get(n, IR_ATTR_ATTN), NULL);
+	int o[5] = {dy, n->ops[0], n->ops[1], n->ops[2], n->nops > 3 ? n->ops[3] : -1};
+	const IrAttrAttn *at = ir_attr_attn(n);
+	int pack = emit(a, IR_OP_ATTENTION_BWD, o, n->nops + 1, ir_attr_get(n, IR_ATTR_ATTN), NULL);
+	const IrNode *Q = nd(a, n->ops[0]);
+	int64_t H = at->heads, G = ir_attn_kv_heads(at);
 	for (int w = 0; w < 3; w++)
 		if (needs(a, n, w)) {
 			const IrNode *X = nd(a, n->ops[w]);
 			int s = slice(a, pack, 0, w, w + 1);
+			if (w > 0 && G != H) {
+				int64_t grp[5] = {Q->shape[0], Q->shape[1], G, H / G, Q->shape[2] / H};
+				IrAttr sum = {.kind = IR_ATTR_AXES, .axes = {.n = 1, .axes = {3}}};
+				s = reshaped(a, IR_OP_RESHAPE, s, 5, grp);
+				s = s < 0 ? -1 : emit(a, IR_OP_SUM, &s, 1, &sum, NULL);
+			}
 			contribute(a, X->id, reshaped(a, IR_OP_RESHAPE, s, X->rank, X->shape));
 		}
 }

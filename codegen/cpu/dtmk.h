@@ -305,4 +305,39 @@ static inline int64_t dtmk_group_index(const DtmCtx *ctx, const DtmkArgs *a)
 	return idx;
 }
 
+/* attention's head grouping (ir/ops.def; ints = {heads, causal, kv_heads,
+ * window}, mesh_axes = head_axes): *h0 = this rank's first query head,
+ * *group = query heads per kv head, so query head h here reads kv head
+ * (*h0 + h) / *group. */
+static inline void dtmk_attn_heads(const DtmCtx *ctx, const DtmkArgs *a, int64_t *h0,
+                                   int64_t *group)
+{
+	int64_t H = a->ints[0], G = a->nints > 2 && a->ints[2] > 0 ? a->ints[2] : H, parts = 1;
+	*h0 = 0;
+	if (a->mesh_axes && ctx) {
+		for (int k = 0; k < ctx->mesh_naxes; k++)
+			if (a->mesh_axes >> k & 1)
+				parts *= ctx->mesh_sizes[k];
+		*h0 = dtmk_group_index(ctx, a) * H;
+	}
+	*group = G > 0 && H * parts >= G ? H * parts / G : 1;
+}
+
+/* The keys [*lo, *hi) query i may attend under the causal and window
+ * masks (segment ids are checked key by key). */
+static inline void dtmk_attn_range(const DtmkArgs *a, int64_t i, int64_t Tk, int64_t *lo,
+                                   int64_t *hi)
+{
+	int64_t W = a->nints > 3 ? a->ints[3] : 0;
+	*hi = a->ints[1] ? (i + 1 < Tk ? i + 1 : Tk) : Tk;
+	*lo = 0;
+	if (W > 0) {
+		*lo = i - W + 1 > 0 ? i - W + 1 : 0;
+		if (i + W < *hi)
+			*hi = i + W;
+	}
+	if (*lo > *hi)
+		*lo = *hi;
+}
+
 #endif

@@ -495,13 +495,14 @@ static void dtmk_pad(const DtmCtx *ctx, const DtmkArgs *a)
 	dtmkb_done(&a->out, y);
 }
 
-/* ---- attention_bwd(dy, q, k, v){heads, causal} -> [3, B, T, D] ---- */
+/* ---- attention_bwd(dy, q, k, v[, seg]) -> [3, B, T, D]: attributes as
+ * attention's; dk, dv per query head (ir/ops.def) ---- */
 
 typedef struct DtmkbAttn {
+	const DtmkArgs *a;
 	const float *dy, *q, *k, *v;
 	float *dq, *dk, *dv;
-	int64_t T, D, H, hd;
-	int causal;
+	int64_t T, D, H, hd, Dk, h0, group;
 	float scale;
 } DtmkbAttn;
 
@@ -520,15 +521,16 @@ dtmkb_attn_item(const DtmkbAttn *w, int64_t bh, float *buf, int64_t hd)
 	float *restrict kt = dyb + T * hd, *restrict vt = kt + Tp * hd;
 	float *restrict dkb = vt + Tp * hd, *restrict dvb = dkb + T * hd;
 	float *restrict p = dvb + T * hd, *restrict dp = p + Tp, *restrict ds = dp + Tp;
-	int64_t b = bh / w->H, h = bh % w->H;
+	int64_t b = bh / w->H, h = bh % w->H, g = (w->h0 + h) / w->group;
+	const DtmkTensor *seg = w->a->nin > 4 ? &w->a->in[4] : NULL;
 	for (int64_t t = 0; t < T; t++) {
-		int64_t o = (b * T + t) * D + h * hd;
+		int64_t o = (b * T + t) * D + h * hd, ko = (b * T + t) * w->Dk + g * hd;
 		memcpy(qb + t * hd, w->q + o, sizeof(float) * (size_t)hd);
-		memcpy(kb + t * hd, w->k + o, sizeof(float) * (size_t)hd);
+		memcpy(kb + t * hd, w->k + ko, sizeof(float) * (size_t)hd);
 		memcpy(dyb + t * hd, w->dy + o, sizeof(float) * (size_t)hd);
 		for (int64_t c = 0; c < hd; c++) {
-			kt[c * Tp + t] = w->k[o + c];
-			vt[c * Tp + t] = w->v[o + c];
+			kt[c * Tp + t] = w->k[ko + c];
+			vt[c * Tp + t] = w->v[ko + c];
 		}
 	}
 	for (int64_t c = 0; c < hd; c++)
@@ -536,8 +538,15 @@ dtmkb_attn_item(const DtmkbAttn *w, int64_t bh, float *buf, int64_t hd)
 			kt[c * Tp + t] = vt[c * Tp + t] = 0;
 	memset(dkb, 0, sizeof(float) * (size_t)(2 * T * hd));
 	for (int64_t i = 0; i < T; i++) {
-		int64_t nk = w->causal ? i + 1 : T;
+		int64_t lo, nk;
+		dtmk_attn_range(w->a, i, T, &lo, &nk);
 		const float *q = qb + i * hd, *dy = dyb + i * hd;
+		float *dq = w->dq + (b * T + i) * D + h * hd;
+		int32_t si = seg ? dtmk_load_i32(seg, b * T + i) : 0;
+		if (nk <= lo || si < 0) { /* attends nothing: no gradient */
+			memset(dq, 0, sizeof(float) * (size_t)hd);
+			continue;
+		}
 		int64_t np = DTMK_PAD16(nk);
 		if (np <= 64 && np <= Tp) {
 			dtmk_rows_dot_tiles(p, q, kt, Tp, hd, (int)(np / 16));
@@ -552,7 +561,16 @@ dtmkb_attn_item(const DtmkbAttn *w, int64_t bh, float *buf, int64_t hd)
 		}
 		for (int64_t j = 0; j < nk; j++)
 			p[j] *= w->scale;
+		for (int64_t j = 0; j < lo; j++)
+			p[j] = -INFINITY;
+		for (int64_t j = lo; seg && j < nk; j++)
+			if (dtmk_load_i32(seg, b * T + j) != si)
+				p[j] = -INFINITY;
 		float mx = dtmk_maxf(p, nk);
+		if (mx == -INFINITY) {
+			memset(dq, 0, sizeof(float) * (size_t)hd);
+			continue;
+		}
 		float sum = 0;
 		for (int64_t j = 0; j < nk; j++) {
 			p[j] = dtmk_expf(p[j] - mx);
@@ -565,7 +583,6 @@ dtmkb_attn_item(const DtmkbAttn *w, int64_t bh, float *buf, int64_t hd)
 		}
 		for (int64_t j = 0; j < nk; j++)
 			ds[j] = p[j] * (dp[j] - pdp) * w->scale;
-		float *dq = w->dq + (b * T + i) * D + h * hd;
 		if (hd % 16 == 0) {
 			dtmk_rows_sum16(dq, ds, kb, hd, nk, hd);
 		} else {
@@ -629,8 +646,10 @@ static void dtmk_attention_bwd(const DtmCtx *ctx, const DtmkArgs *a)
 	DtmkbBuf v = dtmkb_in(&a->in[3]), out = dtmkb_out(&a->out);
 	if (dy.p && q.p && k.p && v.p && out.p && H > 0) {
 		int64_t S = B * T * D;
-		DtmkbAttn w = {dy.p, q.p, k.p, v.p, out.p, out.p + S, out.p + 2 * S,
-		               T, D, H, D / H, a->ints[1] != 0, (float)(1.0 / sqrt((double)(D / H)))};
+		DtmkbAttn w = {a, dy.p, q.p, k.p, v.p, out.p, out.p + S, out.p + 2 * S,
+		               T, D, H, D / H, a->in[2].shape[2], 0, 1,
+		               (float)(1.0 / sqrt((double)(D / H)))};
+		dtmk_attn_heads(ctx, a, &w.h0, &w.group);
 		if (ctx && ctx->parallel_for)
 			ctx->parallel_for(ctx, B * H, 1, dtmkb_attn_range, &w);
 		else

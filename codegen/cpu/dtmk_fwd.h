@@ -562,12 +562,12 @@ static inline void dtmk_shard_slice(const DtmCtx *ctx, const DtmkArgs *a)
 		dtmk_copy_rows(X, (o * len + idx * c) * inner, &a->out, o * blk, blk);
 }
 
-/* ---- attention(q, k, v) [.., T, D]: ints = {heads, causal} ---- */
+/* ---- attention(q, k, v[, seg]) [.., T, D]: ints = {heads, causal,
+ * kv_heads, window}, mesh_axes = head_axes (dtmk_attn_heads) ---- */
 
 struct dtmk_attn_job {
 	const DtmkArgs *a;
-	int64_t H, Tq, Tk, D, Dv;
-	int causal;
+	int64_t H, Tq, Tk, D, Dv, Dk, Dkv, h0, group;
 };
 
 /* One (batch, head) item.  The item's k is copied transposed ([hd, Tk])
@@ -583,10 +583,11 @@ dtmk_attention_item(const struct dtmk_attn_job *j, int64_t it, float *buf, int64
 	float scale = 1.0f / sqrtf((float)hd);
 	float *restrict kt = buf, *restrict vb = kt + hd * Tp, *restrict p = vb + Tp * hv;
 	float *restrict qrow = p + Tp, *restrict acc = qrow + hd;
-	int64_t b = it / H, h = it % H;
+	int64_t b = it / H, h = it % H, g = (j->h0 + h) / j->group;
+	const DtmkTensor *seg = a->nin > 3 ? &a->in[3] : NULL;
 	int f32 = dtmk_all_f32(a);
 	for (int64_t t = 0; t < Tk; t++) {
-		int64_t ko = (b * Tk + t) * D + h * hd, vo = (b * Tk + t) * Dv + h * hv;
+		int64_t ko = (b * Tk + t) * j->Dk + g * hd, vo = (b * Tk + t) * j->Dkv + g * hv;
 		if (f32) {
 			const float *kr = (const float *)a->in[1].p + ko;
 			for (int64_t c = 0; c < hd; c++)
@@ -603,12 +604,20 @@ dtmk_attention_item(const struct dtmk_attn_job *j, int64_t it, float *buf, int64
 		for (int64_t t = Tk; t < Tp; t++)
 			kt[c * Tp + t] = 0;
 	for (int64_t i = 0; i < Tq; i++) {
-		int64_t nk = j->causal ? (i + 1 < Tk ? i + 1 : Tk) : Tk, np = DTMK_PAD16(nk);
+		int64_t lo, nk;
+		dtmk_attn_range(a, i, Tk, &lo, &nk);
+		int64_t np = DTMK_PAD16(nk), yo = (b * Tq + i) * Dv + h * hv;
+		int32_t si = seg ? dtmk_load_i32(seg, b * Tq + i) : 0;
+		if (nk <= lo || si < 0) { /* attends nothing: 0 */
+			for (int64_t c = 0; c < hv; c++)
+				dtmk_store(&a->out, yo + c, 0.0f);
+			continue;
+		}
 		int64_t qo = (b * Tq + i) * D + h * hd;
 		for (int64_t c = 0; c < hd; c++)
 			qrow[c] = (f32 ? ((const float *)a->in[0].p)[qo + c] :
 					 dtmk_load(&a->in[0], qo + c)) * scale;
-		/* whole 16-key tiles; keys at or past nk are masked out */
+		/* whole 16-key tiles; keys outside [lo, nk) are masked out */
 		if (np <= 64) {
 			dtmk_rows_dot_tiles(p, qrow, kt, Tp, hd, (int)(np / 16));
 		} else {
@@ -616,9 +625,19 @@ dtmk_attention_item(const struct dtmk_attn_job *j, int64_t it, float *buf, int64
 				p[t] = 0;
 			dtmk_axpy_rows(p, qrow, kt, Tp, hd, np);
 		}
+		for (int64_t t = 0; t < lo; t++)
+			p[t] = -INFINITY;
 		for (int64_t t = nk; t < np; t++)
 			p[t] = -INFINITY;
+		for (int64_t t = lo; seg && t < nk; t++)
+			if (dtmk_load_i32(seg, b * Tk + t) != si)
+				p[t] = -INFINITY;
 		float mx = dtmk_maxf(p, np);
+		if (mx == -INFINITY) {
+			for (int64_t c = 0; c < hv; c++)
+				dtmk_store(&a->out, yo + c, 0.0f);
+			continue;
+		}
 		float sum = 0;
 		for (int64_t t = 0; t < np; t++) {
 			p[t] = dtmk_expf(p[t] - mx);
@@ -634,7 +653,6 @@ dtmk_attention_item(const struct dtmk_attn_job *j, int64_t it, float *buf, int64
 				acc[c] = 0;
 			dtmk_axpy_rows(acc, p, vb, hv, nk, hv);
 		}
-		int64_t yo = (b * Tq + i) * Dv + h * hv;
 		if (f32)
 			memcpy((float *)a->out.p + yo, acc, sizeof(float) * (size_t)hv);
 		else
@@ -674,9 +692,11 @@ static inline void dtmk_attention(const DtmCtx *ctx, const DtmkArgs *a)
 	const DtmkTensor *Q = &a->in[0], *K = &a->in[1], *V = &a->in[2];
 	int r = Q->rank;
 	struct dtmk_attn_job j = { a, a->ints[0], Q->shape[r - 2], K->shape[r - 2],
-				   Q->shape[r - 1], V->shape[r - 1], a->ints[1] != 0 };
+				   Q->shape[r - 1], a->out.shape[r - 1], K->shape[r - 1],
+				   V->shape[r - 1], 0, 1 };
 	if (j.H <= 0)
 		return;
+	dtmk_attn_heads(ctx, a, &j.h0, &j.group);
 	dtmk_par(ctx, dtmk_span(Q, 0, r - 2) * j.H, 1, dtmk_attention_items, &j);
 }
 

@@ -293,6 +293,37 @@ static void test_attention(void)
 	               "       + sum(attention(q, k, v, heads = 2) * w * w)\n"
 	               "       + sum(attention(q, q, q, heads = 2, causal = true) * w)\n"
 	               "}\n");
+	/* grouped-query (4 query heads on 2 kv heads), multi-query (on 1), odd
+	 * sizes (head dim 3, 5 positions), sliding windows causal and not */
+	t("attention gqa", "model t\n"
+	                   "input w : f32[2, 5, 12]\n"
+	                   "param q : f32[2, 5, 12]\nparam k : f32[2, 5, 6]\nparam v : f32[2, 5, 6]\n"
+	                   "param k1 : f32[2, 5, 3]\nparam v1 : f32[2, 5, 3]\n"
+	                   "forward {\n"
+	                   "  loss = sum(attention(q, k, v, heads = 4, kv_heads = 2, causal = true) * w)\n"
+	                   "       + sum(attention(q, k, v, heads = 4, kv_heads = 2) * w * w)\n"
+	                   "       + sum(attention(q, k1, v1, heads = 4, kv_heads = 1, causal = true) * w)\n"
+	                   "}\n");
+	t("attention window", "model t\n"
+	                      "input w : f32[2, 5, 6]\n"
+	                      "param q : f32[2, 5, 6]\nparam k : f32[2, 5, 2]\nparam v : f32[2, 5, 2]\n"
+	                      "forward {\n"
+	                      "  loss = sum(attention(q, k, v, heads = 3, kv_heads = 1, causal = true,\n"
+	                      "                      window = 2) * w)\n"
+	                      "       + sum(attention(q, k, v, heads = 3, kv_heads = 1, window = 3) * w * w)\n"
+	                      "}\n");
+	/* segment ids (j * 7 + 3 + i) % 2: interleaved documents */
+	gradcheck("attention segments", "model t\n"
+	                                "input w : f32[2, 5, 8]\ninput seg : i32[2, 5]\n"
+	                                "param q : f32[2, 5, 8]\nparam k : f32[2, 5, 4]\n"
+	                                "param v : f32[2, 5, 4]\n"
+	                                "forward {\n"
+	                                "  loss = sum(attention(q, k, v, heads = 2, kv_heads = 1,\n"
+	                                "                      causal = true, segments = seg) * w)\n"
+	                                "       + sum(attention(q, k, v, heads = 2, kv_heads = 1,\n"
+	                                "                      window = 2, segments = seg) * w * w)\n"
+	                                "}\n",
+	          NULL, 0, NULL, 2, ALL);
 }
 
 /* cast(x, dtype) and the casts lowering adds to promote bf16 with f16 or

@@ -416,6 +416,94 @@ static void test_attention(void)
 	ir_eval_free(&e);
 }
 
+/* Grouped-query attention with masks against a plain reference written
+ * here: K and V repeated to one head per query head, the mask applied to
+ * the scores, softmax over what is left (a row with nothing left is 0).
+ * q [2, 6, 8] has 4 heads of 2 on k, v [2, 6, 4] (2 kv heads); the
+ * segment ids hold two documents, padding (-1) and a lone position. */
+static void attn_reference(const double *q, const double *k, const double *v, const double *seg,
+                           bool causal, int64_t W, double *y)
+{
+	enum { B = 2, T = 6, H = 4, G = 2, hd = 2, D = H * hd, Dk = G * hd };
+	double kr[B * T * D], vr[B * T * D]; /* repeated */
+	for (int64_t r = 0; r < B * T; r++)
+		for (int64_t h = 0; h < H; h++)
+			for (int64_t c = 0; c < hd; c++) {
+				kr[r * D + h * hd + c] = k[r * Dk + h / (H / G) * hd + c];
+				vr[r * D + h * hd + c] = v[r * Dk + h / (H / G) * hd + c];
+			}
+	for (int64_t b = 0; b < B; b++)
+		for (int64_t h = 0; h < H; h++)
+			for (int64_t i = 0; i < T; i++) {
+				double s[T], mx = -INFINITY, sum = 0;
+				for (int64_t j = 0; j < T; j++) {
+					bool on = (!causal || j <= i) && (!W || (i - j < W && j - i < W)) &&
+					          (!seg || (seg[b * T + i] >= 0 && seg[b * T + i] == seg[b * T + j]));
+					s[j] = -INFINITY;
+					if (!on)
+						continue;
+					s[j] = 0;
+					for (int64_t c = 0; c < hd; c++)
+						s[j] += q[(b * T + i) * D + h * hd + c] * kr[(b * T + j) * D + h * hd + c];
+					s[j] /= sqrt((double)hd);
+					mx = fmax(mx, s[j]);
+				}
+				for (int64_t j = 0; j < T; j++)
+					sum += s[j] == -INFINITY ? 0 : exp(s[j] - mx);
+				for (int64_t c = 0; c < hd; c++) {
+					double acc = 0;
+					for (int64_t j = 0; j < T; j++)
+						if (s[j] != -INFINITY)
+							acc += exp(s[j] - mx) / sum * vr[(b * T + j) * D + h * hd + c];
+					y[(b * T + i) * D + h * hd + c] = acc;
+				}
+			}
+}
+
+static void test_attention_gqa_masks(void)
+{
+	static const double seg[12] = {0, 0, 0, 1, 1, 1, 5, 5, -1, 5, 2, -1};
+	double q[96], k[48], v[48];
+	for (int i = 0; i < 96; i++)
+		q[i] = sin(1.7 * i + 0.3) * 1.5;
+	for (int i = 0; i < 48; i++) {
+		k[i] = cos(0.9 * i - 0.2) * 1.5;
+		v[i] = sin(0.37 * i) + 0.1 * i;
+	}
+	for (int variant = 0; variant < 8; variant++) {
+		bool causal = variant & 1, useseg = variant & 2;
+		int64_t W = variant & 4 ? 2 : 0;
+		IrModule *m = mod();
+		int qi = leaf(m, IR_OP_INPUT, IR_F32, 3, (int64_t[]){2, 6, 8});
+		int ki = leaf(m, IR_OP_INPUT, IR_F32, 3, (int64_t[]){2, 6, 4});
+		int vi = leaf(m, IR_OP_INPUT, IR_F32, 3, (int64_t[]){2, 6, 4});
+		int si = leaf(m, IR_OP_INPUT, IR_I32, 2, (int64_t[]){2, 6});
+		IrNode *n = opn(m, IR_OP_ATTENTION, useseg ? 4 : 3, (int[]){qi, ki, vi, si});
+		*ir_attr_attn_mut(m, n) =
+		        (IrAttrAttn){.heads = 4, .causal = causal, .kv_heads = 2, .window = W};
+		int a = fin(m, n);
+		IrEval e;
+		CHECK(ir_eval_init(&e, m));
+		ir_eval_set(&e, qi, q);
+		ir_eval_set(&e, ki, k);
+		ir_eval_set(&e, vi, v);
+		ir_eval_set(&e, si, seg);
+		CHECK(run(&e));
+		double want[96];
+		attn_reference(q, k, v, useseg ? seg : NULL, causal, W, want);
+		int bad = 0;
+		for (int i = 0; i < 96; i++)
+			if (!(fabs(e.val[a][i] - want[i]) <= 1e-12) && bad++ < 3)
+				fprintf(stderr, "attention variant %d: [%d] = %.15g, want %.15g\n", variant,
+				        i, e.val[a][i], want[i]);
+		CHECK(bad == 0);
+		/* padding queries (segment -1) output exactly 0 */
+		for (int c = 0; useseg && c < 8; c++)
+			CHECK(e.val[a][8 * 8 + c] == 0 && e.val[a][11 * 8 + c] == 0);
+		ir_eval_free(&e);
+	}
+}
+
 static void test_losses(void)
 {
 	IrModule *m = mod();
@@ -653,6 +741,7 @@ int main(void)
 	test_embed();
 	test_movement();
 	test_attention();
+	test_attention_gqa_masks();
 	test_losses();
 	test_dropout_const();
 	test_collective_refused();

@@ -260,6 +260,30 @@ static void test_attention_bwd(void)
 		    node(m, IR_OP_ATTENTION_BWD, 4, o, 2, at, 0, false, NULL), dtmk_attention_bwd, 1,
 		    F32);
 	}
+	/* grouped-query and multi-query, windows and segment ids ((3j + 1) % 2:
+	 * interleaved), odd sizes; 70 positions take the untiled loops */
+	static const int64_t gq[][6] = {
+	        /* T, heads, kv_heads, hd, causal, window */
+	        {7, 4, 2, 3, 1, 0}, {19, 4, 1, 16, 1, 5}, {19, 4, 2, 3, 0, 4},
+	        {70, 2, 1, 16, 1, 20}, {9, 3, 3, 5, 0, 0},
+	};
+	for (size_t c = 0; c < sizeof gq / sizeof gq[0]; c++)
+		for (int useseg = 0; useseg < 2; useseg++) {
+			const int64_t *g = gq[c];
+			IrModule *m = mod();
+			int o[5] = {leaf(m, IR_F32, 3, 2, g[0], g[1] * g[3]),
+			            leaf(m, IR_F32, 3, 2, g[0], g[1] * g[3]),
+			            leaf(m, IR_F32, 3, 2, g[0], g[2] * g[3]),
+			            leaf(m, IR_F32, 3, 2, g[0], g[2] * g[3]), leaf(m, IR_I32, 2, 2, g[0], 0)};
+			IrNode *n = ir_node_new(m, IR_OP_ATTENTION_BWD, o, 4 + useseg, (SrcLoc){0});
+			*ir_attr_attn_mut(m, n) = (IrAttrAttn){.heads = g[1], .causal = g[4],
+			                                        .kv_heads = g[2], .window = g[5]};
+			CHECK(ir_infer(m, n, &diag));
+			char what[64];
+			snprintf(what, sizeof what, "attention_bwd gqa case %zu%s", c,
+			         useseg ? " segments" : "");
+			run(what, m, n->id, dtmk_attention_bwd, 2, F32);
+		}
 }
 
 static void test_cross_entropy_bwd(void)

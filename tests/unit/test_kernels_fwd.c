@@ -257,6 +257,29 @@ static void test_model_ops(void)
 		ir_attr_attn_mut(m, n)->causal = causal;
 		run_case("attention", m, n, dtmk_attention, 0);
 	}
+	/* grouped-query and multi-query, windows and segment ids (random in
+	 * [0, 3)), odd sizes; 70 positions take the untiled score loop */
+	static const int64_t gq[][6] = {
+	        /* T, heads, kv_heads, hd, causal, window */
+	        {19, 4, 2, 3, 1, 0}, {19, 4, 1, 16, 1, 5}, {19, 4, 2, 3, 0, 4},
+	        {70, 2, 1, 16, 1, 20}, {70, 3, 3, 5, 0, 0},
+	};
+	for (size_t c = 0; c < sizeof gq / sizeof gq[0]; c++)
+		for (int useseg = 0; useseg < 2; useseg++) {
+			const int64_t *g = gq[c];
+			IrModule *m = mod();
+			int o[4] = { leaf(m, IR_F32, 3, SHAPE(2, g[0], g[1] * g[3])),
+				     leaf(m, IR_F32, 3, SHAPE(2, g[0], g[2] * g[3])),
+				     leaf(m, IR_F32, 3, SHAPE(2, g[0], g[2] * g[3])),
+				     leaf(m, IR_I32, 2, SHAPE(2, g[0])) };
+			IrNode *n = node(m, IR_OP_ATTENTION, 3 + useseg, o);
+			*ir_attr_attn_mut(m, n) = (IrAttrAttn){.heads = g[1], .causal = g[4],
+			                                        .kv_heads = g[2], .window = g[5]};
+			char what[64];
+			snprintf(what, sizeof what, "attention gqa case %zu%s", c,
+			         useseg ? " segments" : "");
+			run_case(what, m, n, dtmk_attention, 3);
+		}
 	IrModule *m = mod();
 	int o[2] = { leaf(m, IR_F32, 3, SHAPE(3, 50, 13)), leaf(m, IR_I32, 2, SHAPE(3, 50)) };
 	run_case("cross_entropy", m, node(m, IR_OP_CROSS_ENTROPY, 2, o), dtmk_cross_entropy, 13);

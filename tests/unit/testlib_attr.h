@@ -46,7 +46,7 @@ static inline void test_set_attrs(IrModule *m, IrNode *n, int nints, const int64
 		a->slice = (IrAttrSlice){v[0], v[1], v[2]};
 		break;
 	case IR_ATTR_ATTN:
-		a->attn = (IrAttrAttn){v[0], v[1]};
+		a->attn = (IrAttrAttn){.heads = v[0], .causal = v[1]};
 		break;
 	case IR_ATTR_DROPOUT:
 		a->dropout = (IrAttrDropout){.rate = f0, .salt = v[0], .has_mb = nints >= 5,
