@@ -365,18 +365,53 @@ static void init_reqs(const IrModule *m, const IrNode *n, PartRule *r)
 		replicated(&r->req[i], opnd(m, n, i)->rank);
 }
 
-/* Splits a head-parallel feature dim only by whole heads. */
+/* The axes dim d of p is split over, when they are in group order (the
+ * order the vocab-parallel ops and attention's head_axes number shards
+ * in), else 0. */
+static uint32_t group_axes(const Placement *p, int d)
+{
+	if (!p->known || d >= p->ndims)
+		return 0;
+	for (int k = 1; k < p->naxes[d]; k++)
+		if (p->axes[d][k] <= p->axes[d][k - 1])
+			return 0;
+	return dim_mask(p, d);
+}
+
+/* Attention (lin = LIN_NONE) and attention_bwd (result [3, B, T, D]):
+ * splits the head dim ddim only by whole heads.  Grouped-query k and v
+ * split with q when their kv heads divide as evenly; otherwise they stay
+ * whole and the local op reads the kv heads of its query heads
+ * (head_axes; Megatron's rule).  Segment ids follow batch and sequence. */
 static void heads_rule(const IrModule *m, const IrNode *n, const Placement *T,
                        const Placement *cur, PartRule *r, uint32_t pinned, int ddim, int lin)
 {
 	map_rule(m, n, T, cur, r, pinned, lin);
 	int64_t parts = placement_dim_parts(&r->res, &m->mesh, ddim);
-	int64_t heads = ir_attr_attn(n)->heads;
-	if (parts > 1 && heads % parts != 0) {
+	int64_t heads = ir_attr_attn(n)->heads, G = ir_attn_kv_heads(ir_attr_attn(n));
+	bool split_kv = G % parts == 0;
+	if (parts > 1 && (heads % parts != 0 || (!split_kv && !group_axes(&r->res, ddim)))) {
 		map_rule(m, n, T, cur, r, pinned | (1u << ddim), lin);
 		parts = 1;
 	}
+	int k0 = lin == LIN_NONE ? 1 : 2, b0 = ddim - 2; /* k, v: operands k0, k0 + 1 */
+	for (int i = k0; i < k0 + 2 && G != heads; i++) {
+		replicated(&r->req[i], 3);
+		copy_dim(&r->req[i], 0, &r->res, b0);
+		copy_dim(&r->req[i], 1, &r->res, b0 + 1);
+		if (parts > 1 && split_kv)
+			copy_dim(&r->req[i], 2, &r->res, ddim);
+	}
+	if (n->nops > k0 + 2) { /* the segment ids */
+		replicated(&r->req[k0 + 2], 2);
+		copy_dim(&r->req[k0 + 2], 0, &r->res, b0);
+		copy_dim(&r->req[k0 + 2], 1, &r->res, b0 + 1);
+	}
 	r->at.attn.heads = heads / parts;
+	if (parts > 1 && G != heads && split_kv)
+		r->at.attn.kv_heads = G / parts;
+	else if (parts > 1 && G != heads)
+		r->at.attn.head_axes = group_axes(&r->res, ddim);
 }
 
 /* The names of the mesh axes in mask, as "cp" or "(cp, dp)". */
@@ -418,7 +453,7 @@ static bool attention_rule(const IrModule *m, const IrNode *n, const Placement *
 	heads_rule(m, n, T, cur, r, 1u << tdim | (tdim == 2 ? 1u : 0), ddim, lin);
 	if (!seq)
 		return true;
-	int64_t heads = ir_attr_attn(n)->heads;
+	int64_t heads = ir_attr_attn(n)->heads, G = ir_attn_kv_heads(ir_attr_attn(n));
 	int64_t hparts = placement_dim_parts(&r->res, &m->mesh, ddim);
 	int64_t sparts = mesh_axes_size(&m->mesh, seq);
 	if (sparts <= 1)
@@ -435,39 +470,46 @@ static bool attention_rule(const IrModule *m, const IrNode *n, const Placement *
 		return false;
 	}
 	int nax = r->res.naxes[ddim] + T->naxes[tdim];
-	if (heads % (hparts * sparts) != 0 || nax > IR_MAX_AXES) {
+	int64_t parts = hparts * sparts;
+	/* grouped-query k and v go head-split with q: their kv heads must
+	 * divide as well (k and v kept whole over tp, head_axes, do not) */
+	bool kv_ok = G == heads || (G % parts == 0 && !r->at.attn.head_axes);
+	if (heads % parts != 0 || !kv_ok || nax > IR_MAX_AXES) {
 		if (mode != IR_CP_ULYSSES)
 			return true; /* gathered: heads_rule's pinned sequence */
 		r->user = true;
-		snprintf(why, cap,
-		         "context_parallel ulysses: attention's %" PRId64 " heads are not divisible "
-		         "by %" PRId64 " (the %" PRId64 " ranks of %s, over which its sequence is "
-		         "split, times the %" PRId64 " its heads are split over)",
-		         heads, hparts * sparts, sparts, axes, hparts);
+		if (heads % parts != 0)
+			snprintf(why, cap,
+			         "context_parallel ulysses: attention's %" PRId64 " heads are not "
+			         "divisible by %" PRId64 " (the %" PRId64 " ranks of %s, over which its "
+			         "sequence is split, times the %" PRId64 " its heads are split over)",
+			         heads, parts, sparts, axes, hparts);
+		else
+			snprintf(why, cap,
+			         "context_parallel ulysses: attention's %" PRId64 " kv heads are not "
+			         "divisible by %" PRId64 " (the %" PRId64 " ranks of %s, over which its "
+			         "sequence is split, times the %" PRId64 " its heads are split over)",
+			         G, parts, sparts, axes, hparts);
 		return false;
 	}
 	/* heads split over the result's own axes, then the sequence's */
 	Placement *R = &r->res;
 	for (int j = 0; j < T->naxes[tdim]; j++)
 		R->axes[ddim][R->naxes[ddim]++] = T->axes[tdim][j];
+	int k0 = lin == LIN_NONE ? 1 : 2; /* k, v: operands k0, k0 + 1; then the segment ids */
 	for (int i = 0; i < n->nops; i++) {
+		if (i == k0 + 2) { /* [B, T]: every rank reads the whole sequence's */
+			replicated(&r->req[i], 2);
+			copy_dim(&r->req[i], 0, R, ddim - 2);
+			continue;
+		}
 		int off = n->rank - opnd(m, n, i)->rank;
 		copy_dim(&r->req[i], ddim - off, R, ddim);
 	}
-	r->at.attn.heads = heads / (hparts * sparts);
+	r->at.attn.heads = heads / parts;
+	if (G != heads)
+		r->at.attn.kv_heads = G / parts;
 	return true;
-}
-
-/* The axes dim d of p is split over, when they are in group order (the
- * order the vocab-parallel ops number shards in), else 0. */
-static uint32_t vocab_axes(const Placement *p, int d)
-{
-	if (!p->known || d >= p->ndims)
-		return 0;
-	for (int k = 1; k < p->naxes[d]; k++)
-		if (p->axes[d][k] <= p->axes[d][k - 1])
-			return 0;
-	return dim_mask(p, d);
 }
 
 bool part_rule(const IrModule *m, const IrNode *n, const Placement *T, const Placement *cur,
@@ -585,7 +627,7 @@ bool part_rule(const IrModule *m, const IrNode *n, const Placement *T, const Pla
 		r->res.partial = 0;
 		/* vocab parallel: a table split on V looks up its own rows
 		 * (embed_vp, the others zero), the result partial over V's axes */
-		uint32_t v = vocab_axes(&cur[0], 0);
+		uint32_t v = group_axes(&cur[0], 0);
 		if (v && !(v & dims_mask(&r->res))) {
 			copy_dim(&r->req[0], 0, &cur[0], 0);
 			r->res.partial = v;
@@ -604,7 +646,7 @@ bool part_rule(const IrModule *m, const IrNode *n, const Placement *T, const Pla
 		uint32_t used = 0;
 		follow(R, 1, T->known ? T : &cur[0], T->known ? 1 : dy->rank - 1, &used);
 		/* rows split as the target wants: this shard's ids only */
-		uint32_t v = T->known ? vocab_axes(T, 0) : 0;
+		uint32_t v = T->known ? group_axes(T, 0) : 0;
 		if (v && !(v & used)) {
 			follow(R, 0, T, 0, &used);
 			r->op = IR_OP_EMBED_BWD_VP;

@@ -25,6 +25,8 @@ typedef struct Rule {
 	IrRed red;
 	int heads_f;             /* attention: its parts must divide heads */
 	int64_t heads;
+	int kv_f;                /* grouped-query attention: its parts must */
+	int64_t kv_heads;        /* divide kv_heads (k, v's own factor) */
 	bool linear;             /* add, sub, neg, scale, permute, reshape: operands
 	                          * partial (sum) over the same axes pass it through */
 	uint8_t order[PR_MAXOPS]; /* operand priority when merging */

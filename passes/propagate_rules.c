@@ -205,17 +205,37 @@ static void rule_same(Rule *r, const IrModule *m, const IrNode *n, int first, co
 	}
 }
 
-static void rule_attention(Rule *r, const IrNode *n, bool bwd)
+/* Grouped-query attention's k and v share q's head factor only where
+ * every mesh axis that can split the query heads splits the kv heads too;
+ * elsewhere they have their own (partition keeps them whole, each rank
+ * reading the kv heads its query heads need, as Megatron does). */
+static bool kv_follows_heads(const IrModule *m, const IrAttrAttn *at)
 {
+	int64_t H = at->heads, G = ir_attn_kv_heads(at);
+	for (int k = 0; k < m->mesh.naxes; k++)
+		if (H % m->mesh.sizes[k] == 0 && G % m->mesh.sizes[k] != 0)
+			return false;
+	return true;
+}
+
+static void rule_attention(Rule *r, const IrModule *m, const IrNode *n, bool bwd)
+{
+	const IrAttrAttn *at = ir_attr_attn(n);
 	/* the sequence dim may split too (context parallelism): partition
-	 * runs it as Ulysses or ring attention, or gathers it */
+	 * runs it as Ulysses, or gathers it */
 	int fb = newf(r), ft = newf(r), fd = newf(r);
 	r->heads_f = fd;
-	r->heads = ir_attr_attn(n)->heads;
+	r->heads = at->heads;
+	int fk = fd, k0 = bwd ? 2 : 1; /* k, v: operands k0, k0 + 1 */
+	if (ir_attn_kv_heads(at) != at->heads && !kv_follows_heads(m, at)) {
+		fk = newf(r);
+		r->kv_f = fk;
+		r->kv_heads = ir_attn_kv_heads(at);
+	}
 	for (int i = 0; i < r->nops; i++) {
 		r->opf[i][0] = (int8_t)fb;
-		r->opf[i][1] = (int8_t)ft;
-		r->opf[i][2] = (int8_t)fd;
+		r->opf[i][1] = (int8_t)ft; /* segment ids [B, T] split with the sequence */
+		r->opf[i][2] = (int8_t)(i == k0 || i == k0 + 1 ? fk : fd);
 	}
 	int o = bwd ? 1 : 0; /* attention_bwd stacks dq, dk, dv on dim 0 */
 	r->resf[o] = (int8_t)fb;
@@ -277,7 +297,7 @@ void prop_rule_build(const IrModule *m, const IrNode *n, Rule *r)
 	memset(r->opf, -1, sizeof r->opf);
 	memset(r->resf, -1, sizeof r->resf);
 	r->ok = true;
-	r->heads_f = -1;
+	r->heads_f = r->kv_f = -1;
 	r->red = IR_RED_SUM;
 	r->nops = n->nops < PR_MAXOPS ? n->nops : PR_MAXOPS;
 	for (int i = 0; i < r->nops; i++)
@@ -347,10 +367,10 @@ void prop_rule_build(const IrModule *m, const IrNode *n, Rule *r)
 			                                               : ir_attr_slice(n)->axis));
 		return;
 	case IR_OP_ATTENTION:
-		rule_attention(r, n, false);
+		rule_attention(r, m, n, false);
 		return;
 	case IR_OP_ATTENTION_BWD:
-		rule_attention(r, n, true);
+		rule_attention(r, m, n, true);
 		return;
 	case IR_OP_CROSS_ENTROPY:
 		rule_xent(r, m, n, 0, 1, true);
@@ -480,7 +500,8 @@ void prop_repair(const IrModule *m, const IrNode *n, const Rule *r, Assign *a)
 			int64_t parts = 1;
 			for (int k = 0; k < a->n[f]; k++)
 				parts *= mesh->sizes[a->ax[f][k]];
-			bool ok = r->heads_f != f || r->heads % parts == 0;
+			bool ok = (r->heads_f != f || r->heads % parts == 0) &&
+			          (r->kv_f != f || r->kv_heads % parts == 0);
 			for (int s = -1; ok && s < r->nops; s++) {
 				const IrNode *t = s < 0 ? n : m->nodes[n->ops[s]];
 				const int8_t *fm = fmap(r, s);

@@ -243,6 +243,69 @@ static void test_uneven_models(void)
 	            "pp=1,dp=1,tp=4", v13, 13);
 }
 
+/* Grouped-query attention under tp (a GPT-like layer with a window and
+ * segment ids): 4 query heads on 2 kv heads split k and v with q (wk, wv
+ * column parallel); on 1 kv head (multi-query) k and v stay whole, wk and
+ * wv replicated, each rank reading the kv head of its query heads. */
+static const char gqa_fmt[] =
+        "model gqa\n"
+        "let vocab = 16, ctx = 6, d = 8, heads = 4, kv = %d, batch = 4\n"
+        "let kvd = kv * 2\n"
+        "mesh (dp = 2, tp = 2)\n"
+        "input tokens : i32[batch, ctx] @ [dp, _]\n"
+        "input targets : i32[batch, ctx] @ [dp, _]\n"
+        "input seg : i32[batch, ctx] @ [dp, _]\n"
+        "param wte : f32[vocab, d] init normal(0, 0.5)\n"
+        "param wq : f32[d, d] @ [_, tp] init normal(0, 0.5)\n"
+        "param wk : f32[d, kvd] %s init normal(0, 0.5)\n"
+        "param wv : f32[d, kvd] %s init normal(0, 0.5)\n"
+        "param wo : f32[d, d] @ [tp, _] init normal(0, 0.5)\n"
+        "forward {\n"
+        "  x = embed(wte, tokens)\n"
+        "  a = attention(x @ wq, x @ wk, x @ wv, heads = heads, kv_heads = kv, causal = true,\n"
+        "                window = 3, segments = seg)\n"
+        "  loss = cross_entropy((x + a @ wo) @ transpose(wte), targets)\n"
+        "}\n"
+        "train {\n"
+        "  optimizer adamw(lr = 1e-2, betas = (0.9, 0.95), eps = 1e-8, weight_decay = 0.1)\n"
+        "  precision f32\n"
+        "}\n";
+
+static void test_gqa(void)
+{
+	char src[2048];
+	for (int kv = 1; kv <= 2; kv++) {
+		const char *ann = kv == 2 ? "@ [_, tp]" : "";
+		snprintf(src, sizeof src, gqa_fmt, kv, ann, ann);
+		eq_src = src;
+		equivalence(kv == 2 ? "gqa 4/2 tp" : "mqa 4/1 tp", "", "dp=1,tp=1", "dp=1,tp=2", NULL,
+		            16);
+		equivalence(kv == 2 ? "gqa 4/2 dp x tp" : "mqa 4/1 dp x tp", "", "dp=1,tp=1",
+		            "dp=2,tp=2", NULL, 16);
+		/* the attention's local form: kv heads split, or head_axes */
+		Arena a;
+		arena_init(&a);
+		Diag d;
+		diag_init(&d, stderr);
+		IrModule *m = lower_src(&a, &d, src, "dp=2,tp=2", NULL);
+		CHECK(m && pipeline(m, &d, true));
+		int seen = 0;
+		for (int i = 0; m && i < m->nnodes; i++) {
+			const IrNode *n = m->nodes[i];
+			if (n->op != IR_OP_ATTENTION && n->op != IR_OP_ATTENTION_BWD)
+				continue;
+			const IrAttrAttn *at = ir_attr_attn(n);
+			seen++;
+			CHECK_EQ_INT(at->heads, 2);
+			CHECK_EQ_INT(ir_attn_kv_heads(at), kv == 2 ? 1 : 1);
+			CHECK_EQ_INT(at->head_axes != 0, kv == 1);
+		}
+		CHECK_EQ_INT(seen, 2);
+		arena_free(&a);
+	}
+	eq_src = NULL;
+}
+
 /* ---- reshard plans ---- */
 
 /* Vocab parallel (gpt.dtm's wte is split [tp, _]): the embedding is a
@@ -843,6 +906,7 @@ int main(void)
 	test_plans();
 	test_reshard_numeric();
 	test_equivalence();
+	test_gqa();
 	test_vocab_parallel();
 	test_bf16_statistics();
 	test_sequence_parallel();
