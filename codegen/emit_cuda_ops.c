@@ -864,8 +864,20 @@ bool cg_cu_emit_kernel(CudaEmit *e)
 	case IR_OP_PAD: emit_pad(e); break;
 	case IR_OP_PAD_MASK: emit_pad_mask(e); break;
 	case IR_OP_EXPAND: emit_expand(e); break;
-	case IR_OP_ATTENTION: emit_attention(e, false); break;
-	case IR_OP_ATTENTION_BWD: emit_attention(e, true); break;
+	case IR_OP_ATTENTION:
+	case IR_OP_ATTENTION_BWD: {
+		/* dtmk_cuda_attn.cuh has plain multi-head attention only so far:
+		 * refuse what it would get wrong rather than compute it */
+		const IrAttrAttn *at = ir_attr_attn(n);
+		bool seg = n->nops > (n->op == IR_OP_ATTENTION ? 3 : 4);
+		if (ir_attn_kv_heads(at) != at->heads || at->window || at->head_axes || seg) {
+			diag_error(e->d, n->loc, "%s: no CUDA kernel yet for kv_heads, window or "
+			           "segments (the CPU backend has them)", ir_op_name(n->op));
+			return false;
+		}
+		emit_attention(e, n->op == IR_OP_ATTENTION_BWD);
+		break;
+	}
 	case IR_OP_CROSS_ENTROPY: emit_cross_entropy(e); break;
 	case IR_OP_CROSS_ENTROPY_BWD: emit_cross_entropy_bwd(e); break;
 	case IR_OP_CE_TARGET: emit_ce_target(e); break;
