@@ -221,32 +221,6 @@ static void test_counts(void)
 	free(src);
 }
 
-/* s with every `from` replaced by `to` (malloc'd; s is freed). */
-static char *replace(char *s, const char *from, const char *to)
-{
-	if (!s)
-		return NULL;
-	size_t lf = strlen(from), lt = strlen(to), n = 0;
-	for (const char *p = strstr(s, from); p; p = strstr(p + lf, from))
-		n++;
-	char *r = malloc(strlen(s) + n * lt + 1), *w = r;
-	const char *p = s, *q;
-	if (!r) {
-		free(s);
-		return NULL;
-	}
-	while ((q = strstr(p, from))) {
-		memcpy(w, p, (size_t)(q - p));
-		w += q - p;
-		memcpy(w, to, lt);
-		w += lt;
-		p = q + lf;
-	}
-	strcpy(w, p);
-	free(s);
-	return r;
-}
-
 /* Non-scalar all_reduces over a data axis (rep or dp): the gradient
  * synchronisation, not tensor parallelism's activations. */
 static int count_data_ar(const IrModule *m)

@@ -33,26 +33,6 @@
 
 #include <stdlib.h>
 
-/* s with every `from` replaced by `to` (malloc'd; s is freed). */
-static char *replace(char *s, const char *from, const char *to)
-{
-	size_t lf = strlen(from), lt = strlen(to), n = 0;
-	for (const char *p = strstr(s, from); p; p = strstr(p + lf, from))
-		n++;
-	char *r = malloc(strlen(s) + n * (lt + 1) + 1), *w = r;
-	const char *p = s, *q;
-	while ((q = strstr(p, from))) {
-		memcpy(w, p, (size_t)(q - p));
-		w += q - p;
-		memcpy(w, to, lt);
-		w += lt;
-		p = q + lf;
-	}
-	strcpy(w, p);
-	free(s);
-	return r;
-}
-
 /* The model's source with its zero line dropped and `train` settings added
  * at the top of the train section; hsdp adds a replicate axis in front of
  * dp and splits the batch over both. */

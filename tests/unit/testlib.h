@@ -1,4 +1,5 @@
-/* testlib.h - helpers the unit tests share: reading a file whole, and
+/* testlib.h - helpers the unit tests share: reading a file whole,
+ * replacing text in it, and
  * capturing diagnostics (lowering a model given as text: testlib_lower.h,
  * for the tests of layers above the front end).  static inline, so a test
  * that uses none pays nothing (and -Wunused-function stays quiet). */
@@ -36,6 +37,33 @@ static inline char *slurp_size(const char *path, size_t *size)
 static inline char *slurp(const char *path)
 {
 	return slurp_size(path, NULL);
+}
+
+/* s with every `from` replaced by `to` (malloc'd; s is freed); NULL when
+ * s is NULL or out of memory, so replace(slurp(path), ...) chains. */
+static inline char *replace(char *s, const char *from, const char *to)
+{
+	if (!s)
+		return NULL;
+	size_t lf = strlen(from), lt = strlen(to), n = 0;
+	for (const char *p = strstr(s, from); p; p = strstr(p + lf, from))
+		n++;
+	char *r = malloc(strlen(s) + n * lt + 1), *w = r;
+	const char *p = s, *q;
+	if (!r) {
+		free(s);
+		return NULL;
+	}
+	while ((q = strstr(p, from))) {
+		memcpy(w, p, (size_t)(q - p));
+		w += q - p;
+		memcpy(w, to, lt);
+		w += lt;
+		p = q + lf;
+	}
+	strcpy(w, p);
+	free(s);
+	return r;
 }
 
 /* Diagnostics written to memory, for tests that check a message:
