@@ -298,5 +298,12 @@ void cg_kernel_attrs(const IrNode *n, CgKernelAttrs *k)
 			k->ints[0] = a->optim.nesterov;
 		}
 		break;
+	case IR_ATTR_ROPE:
+		k->nints = 2;
+		k->ints[0] = a->rope.heads;
+		k->ints[1] = a->rope.inverse;
+		k->f[0] = a->rope.theta;
+		k->mesh_axes = a->rope.axes;
+		break;
 	}
 }

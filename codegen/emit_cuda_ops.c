@@ -608,6 +608,30 @@ static void emit_expand(CudaEmit *e)
 	end_ew(e);
 }
 
+/* rope(x [..., T, D]): a thread per element, which loads its pair's other
+ * half; positions start at idx * T (idx: the rank's index in rope.axes,
+ * 0 when T is whole); the angle, cos and sin in double, as the C kernel. */
+static void emit_rope(CudaEmit *e)
+{
+	const IrNode *n = node(e);
+	const IrAttrRope *ra = ir_attr_rope(n);
+	int64_t D = last_dim(n), T = n->shape[n->rank - 2];
+	int64_t hd = ra->heads > 0 ? D / ra->heads : D, half = hd / 2;
+	cg_cu_begin_kernel(e, CG_CUDA_BLOCK);
+	cg_cu_put_group_index(e, ra->axes);
+	cg_cu_put_ew_head(e, ir_node_numel(n));
+	cg_cu_printf(e,
+	             "	const dtmc_i64 j = i %% %L, p = idx * %L + i / %L %% %L;\n"
+	             "	const bool lo = j < %L;\n"
+	             "	const double ang = (double)p * pow(%G, -2.0 * (double)(lo ? j : j - %L) / %G);\n"
+	             "	const float c = (float)cos(ang), s = (float)(%G * sin(ang));\n"
+	             "	const float x0 = dtmc_ld(%I, i), x1 = dtmc_ld(%I, lo ? i + %L : i - %L);\n"
+	             "	const float v = lo ? x0 * c - x1 * s : x0 * c + x1 * s;\n",
+	             hd, T, D, T, half, ra->theta, half, (double)hd, ra->inverse ? -1.0 : 1.0, 0, 0,
+	             half, half);
+	end_ew(e);
+}
+
 /* embed(table [V, D], ids) / embed_vp (rows idx * V + [0, V)). */
 static void emit_embed(CudaEmit *e, bool vp)
 {
@@ -878,6 +902,7 @@ bool cg_cu_emit_kernel(CudaEmit *e)
 		emit_attention(e, n->op == IR_OP_ATTENTION_BWD);
 		break;
 	}
+	case IR_OP_ROPE: emit_rope(e); break;
 	case IR_OP_CROSS_ENTROPY: emit_cross_entropy(e); break;
 	case IR_OP_CROSS_ENTROPY_BWD: emit_cross_entropy_bwd(e); break;
 	case IR_OP_CE_TARGET: emit_ce_target(e); break;

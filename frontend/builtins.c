@@ -8,6 +8,7 @@
  */
 #include "frontend/lower_impl.h"
 
+#include <math.h>
 #include <string.h>
 
 typedef enum BKind {
@@ -24,6 +25,7 @@ typedef enum BKind {
 	BK_CONCAT,
 	BK_SLICE,
 	BK_ATTENTION,
+	BK_ROPE,
 	BK_DROPOUT,
 	BK_COLL,
 	BK_CAST,
@@ -68,6 +70,7 @@ static const Builtin builtins[] = {
         {"slice", BK_SLICE, IR_OP_SLICE, 4, 4, {0}},
         {"attention", BK_ATTENTION, IR_OP_ATTENTION, 3, 3,
          {"heads", "causal", "kv_heads", "window", "segments"}},
+        {"rope", BK_ROPE, IR_OP_ROPE, 1, 1, {"heads", "theta"}},
         {"dropout", BK_DROPOUT, IR_OP_DROPOUT, 1, 1, {"rate"}},
         {"all_gather", BK_COLL, IR_OP_ALL_GATHER, 2, 2, {"axes"}},
         {"reduce_scatter", BK_COLL, IR_OP_REDUCE_SCATTER, 2, 2, {"axes", "op"}},
@@ -640,6 +643,33 @@ Value lower_builtin(Lower *L, Scope *s, const AstNode *call, const Builtin *bi, 
 			*ir_attr_attn_mut(L->m, n) =
 			        (IrAttrAttn){.heads = heads, .causal = causal,
 			                     .kv_heads = kv_heads == heads ? 0 : kv_heads, .window = window};
+		return lower_finish(L, n);
+	}
+	case BK_ROPE: {
+		/* rope(x, heads = H, theta = 10000.0): theta defaults to
+		 * RoFormer's and HF LlamaConfig's base; LLaMA 3 uses 500000 */
+		int64_t heads = 0;
+		double theta = 10000.0;
+		int r = kw_int(L, s, call, "heads", &heads);
+		if (r == 0)
+			diag_error(L->d, loc, "rope needs the number of heads: heads = N");
+		if (r <= 0 || kw_num(L, s, call, "theta", &theta) < 0)
+			return lower_err();
+		int64_t dim = x->rank > 0 ? x->shape[x->rank - 1] : 0;
+		if (heads < 1 || dim % heads != 0 || (dim / heads) % 2 != 0) {
+			diag_error(L->d, lower_kwarg(call, "heads")->loc,
+			           "heads = %lld does not split the last dim of %s into heads of an "
+			           "even size", (long long)heads, lower_type_str(L, x));
+			return lower_err();
+		}
+		if (!(theta > 0) || isinf(theta)) {
+			diag_error(L->d, lower_kwarg(call, "theta")->loc,
+			           "theta must be finite and > 0, got %g", theta);
+			return lower_err();
+		}
+		if (lower_make1(L, IR_OP_ROPE, xv, loc, &n).k == V_ERR)
+			return lower_err();
+		*ir_attr_rope_mut(L->m, n) = (IrAttrRope){.heads = heads, .theta = theta};
 		return lower_finish(L, n);
 	}
 	case BK_DROPOUT: {

@@ -548,6 +548,39 @@ static bool ev_slice(IrEval *e, const IrNode *n, Diag *d)
  * head's of k and v; scores q.k / sqrt(hd) over the keys it attends
  * (ev_attn_sees), softmax, weighted sum of v, written back to head h's
  * columns; a query attending nothing gets 0. */
+/* rope(x [..., T, D]) (ops.def): pairs (j, j + hd/2) of each head rotate
+ * by p * theta^(-2j/hd), p the global position (the rank's shard of T
+ * starts at T * its index in the group rope.axes). */
+static bool ev_rope(IrEval *e, const IrNode *n, Diag *d)
+{
+	const IrNode *X = arg(e, n, 0);
+	const IrAttrRope *ra = ir_attr_rope(n);
+	if (X->rank < 2 || ir_node_numel(n) != ir_node_numel(X) || ra->heads < 1)
+		return ir_eval_bad(d, n, "input must be [..., seq, dim] and match the result");
+	int64_t D = X->shape[X->rank - 1], T = X->shape[X->rank - 2], hd = D / ra->heads;
+	int64_t half = hd / 2, rows = D ? ir_node_numel(X) / D : 0, idx = 0;
+	const Mesh *mesh = &e->m->mesh;
+	for (int k = 0; k < mesh->naxes; k++)
+		if (ra->axes >> k & 1)
+			idx = idx * mesh->sizes[k] + e->coords[k];
+	const double *x = in(e, n, 0);
+	double *y = e->val[n->id], sgn = ra->inverse ? -1.0 : 1.0;
+	for (int64_t r = 0; r < rows; r++) {
+		double p = (double)(idx * T + r % T);
+		for (int64_t j = 0; j < half; j++) {
+			double ang = p * pow(ra->theta, -2.0 * (double)j / (double)hd);
+			double c = cos(ang), sn = sgn * sin(ang);
+			for (int64_t h = 0; h < ra->heads; h++) {
+				int64_t i0 = r * D + h * hd + j, i1 = i0 + half;
+				double x0 = x[i0], x1 = x[i1];
+				y[i0] = x0 * c - x1 * sn;
+				y[i1] = x1 * c + x0 * sn;
+			}
+		}
+	}
+	return true;
+}
+
 static bool ev_attention(IrEval *e, const IrNode *n, Diag *d)
 {
 	const IrNode *Q = arg(e, n, 0), *K = arg(e, n, 1), *V = arg(e, n, 2);
@@ -747,6 +780,8 @@ static bool eval_node(IrEval *e, const IrNode *n, Diag *d)
 		return ev_slice(e, n, d);
 	case IR_OP_ATTENTION:
 		return ev_attention(e, n, d);
+	case IR_OP_ROPE:
+		return ev_rope(e, n, d);
 	case IR_OP_CROSS_ENTROPY:
 		return ev_cross_entropy(e, n, d);
 	case IR_OP_MSE:

@@ -60,6 +60,7 @@ typedef enum IrAttrKind {
 	IR_ATTR_DROPOUT, /* dropout */
 	IR_ATTR_COLL,    /* collectives and the per-rank ops over a group */
 	IR_ATTR_OPTIM,   /* adamw_step, sgd_step */
+	IR_ATTR_ROPE,    /* rope */
 	IR_ATTR_KIND_COUNT
 } IrAttrKind;
 
@@ -171,6 +172,16 @@ typedef struct IrAttrOptim {
 	bool master;               /* an f32 master operand is present */
 } IrAttrOptim;
 
+/* rope (ops.def): heads of D, the base theta; inverse rotates by -angle
+ * (the backward); axes: the mesh axes the position dim T is split over
+ * (partition sets it: a rank's positions start at its shard's offset). */
+typedef struct IrAttrRope {
+	int64_t heads;
+	double theta;
+	bool inverse;
+	uint32_t axes;
+} IrAttrRope;
+
 /* A node's attributes: kind says which member is valid (the node's op's
  * IrAttrKind), the accessors below assert it (debug builds).  Stored out
  * of line (IrNode.attr), immutable once a node points at it, so copies of
@@ -190,6 +201,7 @@ typedef struct IrAttr {
 		IrAttrDropout dropout;
 		IrAttrColl coll;
 		IrAttrOptim optim;
+		IrAttrRope rope;
 	};
 } IrAttr;
 
@@ -738,6 +750,7 @@ IR_ATTR_ACCESS(attn, IR_ATTR_ATTN, IrAttrAttn)
 IR_ATTR_ACCESS(dropout, IR_ATTR_DROPOUT, IrAttrDropout)
 IR_ATTR_ACCESS(coll, IR_ATTR_COLL, IrAttrColl)
 IR_ATTR_ACCESS(optim, IR_ATTR_OPTIM, IrAttrOptim)
+IR_ATTR_ACCESS(rope, IR_ATTR_ROPE, IrAttrRope)
 #undef IR_ATTR_ACCESS
 
 /* ---- labels (label.c): what a value is, for people ---- */

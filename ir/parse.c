@@ -554,7 +554,7 @@ static bool type_value(Parser *p, IrNode *n)
 enum { F_INIT, F_VALUE, F_EPS, F_RATE, F_AXES, F_PERM, F_INTS, F_GROUP, F_KEEPDIMS, F_AXIS,
        F_START, F_END, F_HEADS, F_CAUSAL, F_KV_HEADS, F_WINDOW, F_HEAD_AXES, F_SALT, F_MBS, F_MB, F_BDIM, F_BINNER, F_RED,
        F_ARG0, F_ARG1, F_ARG2, F_BETA1, F_MOMENTUM, F_BETA2, F_OEPS, F_WD, F_CLIP, F_NESTEROV,
-       F_MASTER };
+       F_MASTER, F_RHEADS, F_THETA, F_INVERSE, F_RAXES };
 typedef struct AttrKey {
 	const char *name;
 	unsigned kinds;
@@ -602,6 +602,11 @@ static const AttrKey attr_keys[] = {
 	{"clip", K(OPTIM), F_CLIP},
 	{"nesterov", K(OPTIM), F_NESTEROV},
 	{"master", K(OPTIM), F_MASTER},
+	/* rope */
+	{"heads", K(ROPE), F_RHEADS},
+	{"theta", K(ROPE), F_THETA},
+	{"inverse", K(ROPE), F_INVERSE},
+	{"axes", K(ROPE), F_RAXES},
 };
 #undef K
 #define NKEYS ((int)(sizeof attr_keys / sizeof attr_keys[0]))
@@ -620,6 +625,7 @@ static const char *const required[][3] = {
 	[IR_ATTR_DROPOUT] = {"rate", "salt"},
 	[IR_ATTR_COLL] = {"axes"},
 	[IR_ATTR_OPTIM] = {"master"},
+	[IR_ATTR_ROPE] = {"heads", "theta"},
 	[IR_ATTR_KIND_COUNT] = {NULL},
 };
 
@@ -750,6 +756,14 @@ static bool attr_field(Parser *p, IrAttr *a, int k, int *nnamed)
 		return bool_value(p, &a->optim.nesterov, after);
 	case F_MASTER:
 		return bool_value(p, &a->optim.master, after);
+	case F_RHEADS:
+		return int_value(p, &a->rope.heads, after);
+	case F_THETA:
+		return double_value(p, &a->rope.theta, after);
+	case F_INVERSE:
+		return bool_value(p, &a->rope.inverse, after);
+	case F_RAXES:
+		return axes_value(p, &a->rope.axes, "after 'axes ='");
 	}
 	return false;
 }

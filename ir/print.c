@@ -328,6 +328,18 @@ static void print_attrs(FILE *out, const IrModule *m, const IrNode *n)
 	case IR_ATTR_OPTIM:
 		print_optim(out, n);
 		break;
+	case IR_ATTR_ROPE: {
+		const IrAttrRope *a = ir_attr_rope(n);
+		fprintf(out, " {heads = %" PRId64 ", theta = ", a->heads);
+		print_double(out, a->theta);
+		if (a->inverse)
+			fputs(", inverse = true", out);
+		if (a->axes) {
+			fputs(", axes = ", out);
+			print_axes(out, &m->mesh, a->axes);
+		}
+		break;
+	}
 	}
 	fputc('}', out);
 }

@@ -440,6 +440,25 @@ static bool infer_attention(Infer *c, IrNode **o)
 	return same_as(c, o[0]);
 }
 
+/* rope(x [..., T, D]): whole heads of an even head dim. */
+static bool infer_rope(Infer *c, const IrNode *x)
+{
+	const IrAttrRope *at = ir_attr_rope(c->n);
+	if (!need_float(c, x, 0))
+		return false;
+	if (x->rank < 2)
+		return fail(c, "rope: the input (%s) must be [..., seq, dim], got %s", vn(x), shp(x).s);
+	if (at->heads < 1)
+		return fail(c, "rope: heads must be >= 1, got %" PRId64, at->heads);
+	if (!(at->theta > 0) || isinf(at->theta))
+		return fail(c, "rope: theta must be finite and > 0, got %g", at->theta);
+	int64_t dim = x->shape[x->rank - 1];
+	if (dim % at->heads != 0 || (dim / at->heads) % 2 != 0)
+		return fail(c, "rope: dim %" PRId64 " is not heads = %" PRId64
+		            " heads of an even head dim (the input is %s)", dim, at->heads, shp(x).s);
+	return same_as(c, x);
+}
+
 static bool infer_cross_entropy(Infer *c, const IrNode *lg, const IrNode *tg)
 {
 	if (!need_float(c, lg, 0))
@@ -670,6 +689,8 @@ static bool infer_op(Infer *c, IrNode **o)
 		return infer_slice(c, o[0]);
 	case IR_OP_ATTENTION:
 		return infer_attention(c, o);
+	case IR_OP_ROPE:
+		return infer_rope(c, o[0]);
 	case IR_OP_CROSS_ENTROPY:
 		return infer_cross_entropy(c, o[0], o[1]);
 	case IR_OP_MSE:

@@ -747,6 +747,13 @@ static void backward(Ad *a, const IrNode *n, int dy)
 	case IR_OP_ATTENTION:
 		bw_attention(a, n, dy);
 		return;
+	case IR_OP_ROPE: {
+		/* a rotation: its transpose rotates back by -angle */
+		IrAttr at = {.kind = IR_ATTR_ROPE, .rope = *ir_attr_rope(n)};
+		at.rope.inverse = !at.rope.inverse;
+		contribute(a, n->ops[0], emit(a, IR_OP_ROPE, &dy, 1, &at, NULL));
+		return;
+	}
 	case IR_OP_CROSS_ENTROPY:
 		if (needs(a, n, 0))
 			contribute(a, n->ops[0],

@@ -508,7 +508,7 @@ static bool keeps_zero_padding(const Part *p, const IrNode *n, IrOp op, const Pl
 	case IR_OP_RELU: case IR_OP_GELU: case IR_OP_TANH: case IR_OP_SILU:
 	case IR_OP_PERMUTE: case IR_OP_RESHAPE: case IR_OP_SUM: case IR_OP_SUM_TO:
 	case IR_OP_MEAN: case IR_OP_RELU_BWD: case IR_OP_GELU_BWD: case IR_OP_SILU_BWD:
-	case IR_OP_EMBED_BWD_VP:
+	case IR_OP_EMBED_BWD_VP: case IR_OP_ROPE:
 		return true;
 	case IR_OP_ADD: case IR_OP_SUB: case IR_OP_MUL: {
 		uint32_t pd = padded_dims(p, n, res);

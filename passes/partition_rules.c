@@ -512,6 +512,31 @@ static bool attention_rule(const IrModule *m, const IrNode *n, const Placement *
 	return true;
 }
 
+/* rope [..., T, D]: linear, any split; D by whole heads, T in group order
+ * (the local op starts its positions at the shard's offset, rope.axes),
+ * else that dim stays whole. */
+static void rope_rule(const IrModule *m, const IrNode *n, const Placement *T,
+                      const Placement *cur, PartRule *r)
+{
+	int dd = n->rank - 1, td = n->rank - 2;
+	int64_t heads = ir_attr_rope(n)->heads;
+	uint32_t pinned = 0;
+	for (;;) {
+		map_rule(m, n, T, cur, r, pinned, LIN_FIRST);
+		int64_t parts = placement_dim_parts(&r->res, &m->mesh, dd);
+		uint32_t t = dim_mask(&r->res, td);
+		if (parts > 1 && heads % parts != 0 && !(pinned >> dd & 1)) {
+			pinned |= 1u << dd;
+		} else if (t && !group_axes(&r->res, td) && !(pinned >> td & 1)) {
+			pinned |= 1u << td;
+		} else {
+			r->at.rope.heads = heads / (parts > 0 ? parts : 1);
+			r->at.rope.axes = t;
+			return;
+		}
+	}
+}
+
 bool part_rule(const IrModule *m, const IrNode *n, const Placement *T, const Placement *cur,
                PartRule *r, char *why, size_t cap)
 {
@@ -570,6 +595,9 @@ bool part_rule(const IrModule *m, const IrNode *n, const Placement *T, const Pla
 	case IR_OP_ATTENTION_BWD:
 		/* [3, B, T, D] from dy, q, k, v [B, T, D] */
 		return attention_rule(m, n, T, cur, r, 2, LIN_FIRST, why, cap);
+	case IR_OP_ROPE:
+		rope_rule(m, n, T, cur, r);
+		return true;
 	case IR_OP_MATMUL:
 		matmul_rule(m, n, T, cur, r);
 		return true;

@@ -369,6 +369,14 @@ void prop_rule_build(const IrModule *m, const IrNode *n, Rule *r)
 	case IR_OP_ATTENTION:
 		rule_attention(r, m, n, false);
 		return;
+	case IR_OP_ROPE:
+		/* linear; any dim splits, D by whole heads (a split T reads
+		 * its global positions, partition_rules.c) */
+		rule_bcast(r, m, n, 0, 1);
+		r->linear = true;
+		r->heads_f = r->resf[n->rank - 1];
+		r->heads = ir_attr_rope(n)->heads;
+		return;
 	case IR_OP_ATTENTION_BWD:
 		rule_attention(r, m, n, true);
 		return;

@@ -249,6 +249,16 @@ static void test_norms(void)
 	           "}\n");
 }
 
+static void test_rope(void)
+{
+	t("rope", "model t\n"
+	          "input w : f32[2, 5, 12]\nparam x : f32[2, 5, 12]\n"
+	          "forward {\n"
+	          "  loss = sum(rope(x, heads = 3, theta = 10.0) * w)\n"
+	          "       + sum(rope(rope(x, heads = 2) * w, heads = 6, theta = 500000.0) * w)\n"
+	          "}\n");
+}
+
 static void test_cross_entropy(void)
 {
 	t("cross_entropy", "model t\n"
@@ -655,6 +665,7 @@ int main(void)
 	test_embed();
 	test_data_movement();
 	test_attention();
+	test_rope();
 	test_cast();
 	test_mse_dropout();
 	test_models();

@@ -177,6 +177,13 @@ static void build(void)
 	n = add(IR_OP_ATTENTION, 3, a3);
 	*ir_attr_attn_mut(M, n) = (IrAttrAttn){.heads = 4, .causal = 1};
 	int att = done(n);
+	n = add(IR_OP_ROPE, 1, &att);
+	*ir_attr_rope_mut(M, n) = (IrAttrRope){.heads = 4, .theta = 500000.0};
+	att = done(n);
+	n = add(IR_OP_ROPE, 1, &att); /* a backward's, on a sequence split over axis 1 */
+	*ir_attr_rope_mut(M, n) =
+	        (IrAttrRope){.heads = 2, .theta = 1e4, .inverse = true, .axes = 1u << 1};
+	att = done(n);
 	n = add(IR_OP_DROPOUT, 1, &att);
 	*ir_attr_dropout_mut(M, n) = (IrAttrDropout){.rate = 0.1, .salt = 7};
 	att = done(n);

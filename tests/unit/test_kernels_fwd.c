@@ -12,6 +12,7 @@
 #include "codegen/emit_common.h"
 #include "testlib_attr.h"
 #include "codegen/cpu/dtmk_fwd.h"
+#include "codegen/cpu/dtmk_rope.h"
 #include "interp/eval.h"
 #include "ir/ir.h"
 #include "support/philox.h"
@@ -71,6 +72,10 @@ static void fill_tensor(DtmkTensor *t, const IrNode *n, void *p)
 	t->numel = ir_node_numel(n);
 }
 
+/* The coordinates the next run_case gives the interpreter and the kernel
+ * (rank-dependent ops: rope over a split sequence), on m's mesh. */
+static int64_t case_coords[IR_MAX_AXES];
+
 /* Types `op`, evaluates the module with random leaves (ids in [0, lim)
  * for i32 leaves), runs kern and compares. */
 static void run_case(const char *what, IrModule *m, IrNode *op, Kern kern, int lim)
@@ -81,6 +86,7 @@ static void run_case(const char *what, IrModule *m, IrNode *op, Kern kern, int l
 		return;
 	IrEval e;
 	CHECK(ir_eval_init(&e, m));
+	memcpy(e.coords, case_coords, sizeof e.coords);
 	void *bufs[DTMK_MAX_IN];
 	for (int k = 0; k < op->nops; k++) {
 		const IrNode *x = m->nodes[op->ops[k]];
@@ -105,7 +111,11 @@ static void run_case(const char *what, IrModule *m, IrNode *op, Kern kern, int l
 	CgKernelAttrs ka;
 	cg_kernel_attrs(op, &ka);
 	DtmkArgs a = { .nin = op->nops, .nints = ka.nints, .flag = ka.flag,
-		       .f = { ka.f[0], ka.f[1] }, .node = op->id };
+		       .f = { ka.f[0], ka.f[1] }, .mesh_axes = ka.mesh_axes, .node = op->id };
+	DtmCtx c = ctx;
+	c.coords = case_coords;
+	c.mesh_naxes = m->mesh.naxes;
+	c.mesh_sizes = m->mesh.sizes;
 	for (int k = 0; k < IR_MAX_INTS; k++)
 		a.ints[k] = ka.ints[k];
 	for (int k = 0; k < op->nops; k++)
@@ -113,7 +123,7 @@ static void run_case(const char *what, IrModule *m, IrNode *op, Kern kern, int l
 	int64_t n = ir_node_numel(op);
 	float *out = calloc((size_t)(n ? n : 1), 4);
 	fill_tensor(&a.out, op, out);
-	kern(&ctx, &a);
+	kern(&c, &a);
 	int bad = 0;
 	for (int64_t i = 0; i < n; i++) {
 		double want = e.val[op->id][i], got = out[i];
@@ -208,6 +218,24 @@ static void test_softmax_norms(void)
 	n = node(m, IR_OP_RMSNORM, 2, o);
 	ir_attr_eps_mut(m, n)->eps = 1e-6;
 	run_case("rmsnorm", m, n, dtmk_rmsnorm, 0);
+}
+
+/* rope, forward and inverse, on a whole sequence and on rank 1's shard
+ * of one split over a mesh axis of 3 (its positions start at 3 * T). */
+static void test_rope(void)
+{
+	for (int k = 0; k < 4; k++) {
+		IrModule *m = mod();
+		m->mesh = (Mesh){.naxes = 2, .names = {"dp", "cp"}, .sizes = {2, 3}};
+		int x = leaf(m, IR_F32, 3, SHAPE(2, 5, 12));
+		IrNode *n = node(m, IR_OP_ROPE, 1, &x);
+		*ir_attr_rope_mut(m, n) = (IrAttrRope){.heads = 3, .theta = k & 2 ? 500000.0 : 10.0,
+		                                       .inverse = k & 1, .axes = k & 2 ? 2u : 0};
+		case_coords[0] = 1;
+		case_coords[1] = 1;
+		run_case(k & 1 ? "rope inverse" : "rope", m, n, dtmk_rope, 0);
+		memset(case_coords, 0, sizeof case_coords);
+	}
 }
 
 static void test_movement(void)
@@ -417,6 +445,7 @@ int main(void)
 	test_reduce();
 	test_softmax_norms();
 	test_movement();
+	test_rope();
 	test_model_ops();
 	test_cut_bits();
 	arena_free(&arena);
