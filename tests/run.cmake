@@ -113,7 +113,7 @@ endforeach()
 add_executable(dtm_refloss ${DTM_TESTS}/e2e/refloss.c)
 target_link_libraries(dtm_refloss PRIVATE dtm_frontend dtm_interp dtm_ir dtm_runtime)
 dtm_layer_includes(dtm_refloss frontend interp runtime)
-foreach(name mlp gpt)
+foreach(name mlp gpt llama)
   add_test(NAME e2e.${name}
            COMMAND ${DTM_BASH} ${DTM_TESTS}/e2e/train.sh $<TARGET_FILE:dtmc>
                    $<TARGET_FILE:dtm_refloss> ${name}
@@ -467,6 +467,8 @@ if(DTM_KCHECK_CXX)
     "gpt.dp2tp2_bf16|gpt|--mesh dp=2,tp=2 --train precision=bf16"
     "gpt.hd64_uneven|gpt|--mesh tp=2 -D vocab=255 -D d=128 -D heads=2 -D ctx=40 -D batch=2 -D layers=1"
     "gpt.zero1_f16|gpt|--mesh dp=2 --train zero=1 --train precision=f16"
+    "llama.dp1|llama|--mesh dp=1"
+    "llama.cp2tp2_bf16|llama|--mesh cp=2,tp=2 --train precision=bf16"
     "ops.f32|${DTM_TESTS}/cuda/ops.dtm|--mesh dp=1"
     "ops.bf16|${DTM_TESTS}/cuda/ops.dtm|--mesh dp=2 --train precision=bf16"
     "dropout.dp2tp2_m2|${DTM_TESTS}/e2e/dropout.dtm|--mesh dp=2,tp=2 --train microbatches=2")
