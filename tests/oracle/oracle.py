@@ -5,7 +5,8 @@ weights on the same data, and compare.
   oracle.py [--dtmc PATH] [--steps 20] [-D name=value ...] [--work DIR] MODEL.dtm
 
 1. `dtmc print MODEL --mesh dp=1` gives the train section (optimizer,
-   schedule, clipping) and the attention heads and layernorm eps.
+   schedule, clipping) and the attention heads, layernorm and rmsnorm eps
+   and rope's theta.
 2. `dtmc build MODEL --mesh dp=1 -o W/model`, then
    `W/model --steps N --save W/ckpt --dump-batches W/batches --log W/log.jsonl`.
 3. PyTorch loads W/ckpt/step_000000 (dtm's initial weights), trains N steps
@@ -113,6 +114,9 @@ def compare(a, work):
     model = info["model"]
     if model == "gpt":
         loss_fn = lambda p, b: tm.gpt_loss(p, b, info["heads"], info["eps"])  # noqa: E731
+    elif model == "llama":
+        loss_fn = lambda p, b: tm.llama_loss(p, b, info["heads"], info["theta"],  # noqa: E731
+                                             info["rms_eps"])
     elif model == "mlp":
         loss_fn = tm.mlp_loss
     else:

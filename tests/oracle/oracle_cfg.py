@@ -24,9 +24,10 @@ def parse_value(v):
 
 
 def read_model(text):
-    """The module name, train key/values, heads and layernorm eps from
-    `dtmc print` output."""
-    cfg, info = {}, {"heads": None, "eps": 1e-5, "model": None}
+    """The module name, train key/values, heads, layernorm and rmsnorm eps
+    and rope's theta from `dtmc print` output."""
+    cfg, info = {}, {"heads": None, "eps": 1e-5, "model": None, "theta": None,
+                     "rms_eps": None}
     for line in text.splitlines():
         if line.startswith("module "):
             info["model"] = line.split()[1]
@@ -40,6 +41,12 @@ def read_model(text):
         m = re.search(r"\blayernorm\b.*\{eps = ([^ ,}]+)", line)
         if m:
             info["eps"] = float(m.group(1))
+        m = re.search(r"\brmsnorm\b.*\{eps = ([^ ,}]+)", line)
+        if m:
+            info["rms_eps"] = float(m.group(1))
+        m = re.search(r"\brope\b.*\{heads = \d+, theta = ([^ ,}]+)", line)
+        if m:
+            info["theta"] = float(m.group(1))
     return cfg, info
 
 

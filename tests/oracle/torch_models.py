@@ -1,4 +1,4 @@
-"""torch_models.py - models/mlp.dtm and models/gpt.dtm written in PyTorch.
+"""torch_models.py - models/mlp.dtm, gpt.dtm and llama.dtm written in PyTorch.
 
 Parameters are plain tensors in a dict keyed exactly as dtm names them
 (w1, b1, ...; wte, wpe, lnf, lnfb, layer.0.wq, ...), with dtm's layouts:
@@ -9,6 +9,11 @@ semantics of interp/eval.c (dtm's f64 reference interpreter):
   gelu       the tanh approximation
   attention  heads are column blocks of q, k, v; scores scaled by
              1/sqrt(head_dim); causal mask; softmax over keys
+  rmsnorm    x / sqrt(mean(x^2) + eps) * g over the last dim (eps 1e-5 in llama)
+  rope       HF transformers' rotate_half convention (LlamaRotaryEmbedding):
+             in each head, dims j and j + hd/2 rotate by pos * theta^(-2j/hd);
+             the angles, cos and sin in f64, rounded to f32, as dtm's kernel
+  silu       x * sigmoid(x)
   cross_entropy  mean over all positions
   mse        mean over all elements
 """
@@ -77,6 +82,51 @@ def gpt_loss(p, batch, heads, eps=1e-5):
                    approximate="tanh")
         x = x + h @ L("wproj") + L("bproj")
     logits = ln(x, "lnf", "lnfb") @ p["wte"].t()
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def rope(x, heads, theta):
+    # x [B, T, D]: q or k, heads of hd dims; positions 0..T-1
+    B, T, D = x.shape
+    hd = D // heads
+    half = hd // 2
+    inv = theta ** (-2.0 * torch.arange(half, dtype=torch.float64) / hd)
+    ang = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]
+    cos = torch.cat([torch.cos(ang)] * 2, -1).float()[None, :, None, :]
+    sin = torch.cat([torch.sin(ang)] * 2, -1).float()[None, :, None, :]
+    x = x.view(B, T, heads, hd)
+    rot = torch.cat([-x[..., half:], x[..., :half]], -1)  # rotate_half
+    return (x * cos + rot * sin).reshape(B, T, D)
+
+
+def repeat_kv(x, kv_heads, group):
+    # [B, T, kv_heads * hd] -> [B, T, kv_heads * group * hd]: each key/value
+    # head serves `group` consecutive query heads
+    B, T, D = x.shape
+    x = x.view(B, T, kv_heads, D // kv_heads).repeat_interleave(group, dim=2)
+    return x.reshape(B, T, group * D)
+
+
+def llama_loss(p, batch, heads, theta, eps=1e-5):
+    tokens = torch.as_tensor(batch["tokens"]).long()
+    targets = torch.as_tensor(batch["targets"]).long()
+
+    def rms(x, g):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * p[g]
+
+    x = p["wte"][tokens]
+    for i in range(gpt_layers(p)):
+        L = lambda n: p[f"layer.{i}.{n}"]  # noqa: E731
+        hd = L("wq").shape[1] // heads
+        kv = L("wk").shape[1] // hd
+        h = rms(x, f"layer.{i}.ln1")
+        q = rope(h @ L("wq"), heads, theta)
+        k = repeat_kv(rope(h @ L("wk"), kv, theta), kv, heads // kv)
+        v = repeat_kv(h @ L("wv"), kv, heads // kv)
+        x = x + attention(q, k, v, heads) @ L("wo")
+        h = rms(x, f"layer.{i}.ln2")
+        x = x + (F.silu(h @ L("w1")) * (h @ L("w3"))) @ L("w2")
+    logits = rms(x, "norm") @ p["wlm"]
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
 
