@@ -66,6 +66,9 @@ hsdp1="hsdp:rep=2,dp=2/zero=1"
 # stream split along T, reduce_scatter / all_gather instead of all_reduce
 sp="tp=2/sequence_parallel=true dp=2,tp=2/sequence_parallel=true"
 sp="$sp dp=2,tp=2/sequence_parallel=true/zero=3"
+# Context parallelism (llama): the sequence split over cp, alone, with
+# DP and with TP; RoPE rotates each shard by its global positions
+cp="cp=2 cp=4 dp=2,cp=2 cp=2,tp=2"
 # Uneven (torch.chunk) shards: a dim of 6 over 4 ranks (2, 2, 2, 0), the
 # MLP's hidden dim, and 5 over 2 (3, 2) under DP x TP (mlp.dtm asks for no
 # uneven shards, hence the --train); GPT's vocab of 250 over 4 (63, 63, 63,
@@ -135,6 +138,8 @@ mlp:*) layouts="dp=4 tp=2 tp=4 dp=2,tp=2 $zero $uneven_mlp $anyn $anyn_mlp"
      mpi_layouts="dp=2,tp=2 dp=4/zero=3 def:hidden=6:tp=4/uneven_shards=true" ;;
 gpt:*) layouts="dp=4 tp=2 tp=4 dp=2,tp=2 $zero $hsdp1 $sp $uneven_gpt $rc_gpt $pf_gpt $anyn"
      mpi_layouts="dp=4 dp=4/zero=3 dp=2,tp=2/sequence_parallel=true" ;;
+llama:*) layouts="dp=4 tp=2 dp=2,tp=2 $cp $zero $sp def:vocab=250:tp=2"
+     mpi_layouts="dp=2,cp=2 cp=2,tp=2" ;;
 *) fail "no layouts listed for model '$model'" ;;
 esac
 # DTM_EQUIV_LAYOUTS="LAYOUT ...": only these (while working on one)
