@@ -466,8 +466,9 @@ static void emit_attention(CudaEmit *e, bool bwd)
 	put_args(e);
 	if (bwd)
 		cg_cu_printf(e, "dtmc_part_%N, &dtmc_sync_%N, ");
-	cg_cu_printf(e, "%d, %d, %d, %d, %F);\n", (int)B, (int)T, (int)D, (int)H,
-	             1.0 / sqrt((double)hd));
+	int64_t G = ir_attn_kv_heads(ir_attr_attn(n)); /* query heads per kv head: H / G */
+	cg_cu_printf(e, "%d, %d, %d, %d, %F, %d);\n", (int)B, (int)T, (int)D, (int)H,
+	             1.0 / sqrt((double)hd), (int)(G > 0 ? H / G : 1));
 	cg_cu_end_kernel(e);
 	e->k = cg_cuda_launch_attention(B, T, D, H, bwd);
 }
@@ -890,13 +891,15 @@ bool cg_cu_emit_kernel(CudaEmit *e)
 	case IR_OP_EXPAND: emit_expand(e); break;
 	case IR_OP_ATTENTION:
 	case IR_OP_ATTENTION_BWD: {
-		/* dtmk_cuda_attn.cuh has plain multi-head attention only so far:
-		 * refuse what it would get wrong rather than compute it */
+		/* dtmk_cuda_attn.cuh has multi-head and grouped-query attention
+		 * (kv_heads) so far: refuse what it would get wrong rather than
+		 * compute it */
 		const IrAttrAttn *at = ir_attr_attn(n);
 		bool seg = n->nops > (n->op == IR_OP_ATTENTION ? 3 : 4);
-		if (ir_attn_kv_heads(at) != at->heads || at->window || at->head_axes || seg) {
-			diag_error(e->d, n->loc, "%s: no CUDA kernel yet for kv_heads, window or "
-			           "segments (the CPU backend has them)", ir_op_name(n->op));
+		if (at->window || at->head_axes || seg) {
+			diag_error(e->d, n->loc, "%s: no CUDA kernel yet for window, segments or kv "
+			           "heads kept whole over tp (the CPU backend has them)",
+			           ir_op_name(n->op));
 			return false;
 		}
 		emit_attention(e, n->op == IR_OP_ATTENTION_BWD);

@@ -1,7 +1,9 @@
 /* dtmk_cuda_attn.cuh - fused attention, forward and backward, in the
  * flash-attention manner (see dtmk_cuda.cuh for the conventions).
  *
- * q, k, v are [B, T, D] with H heads of HD = D / H columns; scores are
+ * q is [B, T, D] with H heads of HD = D / H columns, k and v [B, T, D / g]
+ * with H / g heads (grouped-query: query head h reads kv head h / g; g = 1
+ * is multi-head, g = H multi-query), never repeated; scores are
  * scaled by 1/sqrt(HD), causal masks keys after the query.  Blocks of 128
  * threads: each row (a query, or a key in the backward's dk/dv items) is
  * held by P neighbouring threads, each owning C = HD / P of its columns
@@ -24,7 +26,7 @@
  *      P_ij = exp(s_ij - L_i), dP_ij = dy_i . v_j, dS = P (dP - Dr).
  * Every output element is written once, by one thread: no atomics, and
  * the result does not depend on timing.  The output is [3, B, T, D]:
- * dq, dk, dv.
+ * dq, dk, dv, dk and dv per query head (autodiff sums each group's).
  */
 
 #define DTMC_ATTN_THREADS 128
@@ -108,7 +110,7 @@ __device__ __forceinline__ void dtmc_attn_kv(float *ks, float *vs, const T *k, c
 /* Shared memory: 2 * BK * HD floats. */
 template <typename T, typename TO, int HD, int P, int BK, bool CAUSAL>
 __device__ __forceinline__ void dtmc_attn_fwd(const T *q, const T *k, const T *v, TO *y, int B,
-                                              int T_, int D, int H, float scale)
+                                              int T_, int D, int H, float scale, int g)
 {
 	constexpr int C = HD / P, R = DTMC_ATTN_THREADS / P;
 	extern __shared__ float dtmc_smem[];
@@ -124,7 +126,7 @@ __device__ __forceinline__ void dtmc_attn_fwd(const T *q, const T *k, const T *v
 	float m = -DTMC_INF, l = 0;
 	int last = dtmc_attn_last<R, CAUSAL>(qt, T_);
 	for (int k0 = 0; k0 <= last; k0 += BK) {
-		dtmc_attn_kv<HD, BK>(ks, vs, k, v, k0, b, h, T_, D);
+		dtmc_attn_kv<HD, BK>(ks, vs, k, v, k0, b, h / g, T_, D / g);
 		float s[BK], mt = -DTMC_INF;
 #pragma unroll
 		for (int j = 0; j < BK; j++) {
@@ -157,7 +159,7 @@ __device__ __forceinline__ void dtmc_attn_fwd(const T *q, const T *k, const T *v
 template <typename T, int HD, int P, int BK, bool CAUSAL>
 __device__ __forceinline__ void dtmc_attn_stats(const T *dy, const T *q, const T *k, const T *v,
                                                 float *stats, int b, int h, int qt, int T_, int D,
-                                                int H, float scale)
+                                                int H, float scale, int g)
 {
 	constexpr int C = HD / P, R = DTMC_ATTN_THREADS / P;
 	extern __shared__ float dtmc_smem[];
@@ -171,7 +173,7 @@ __device__ __forceinline__ void dtmc_attn_stats(const T *dy, const T *q, const T
 	float m = -DTMC_INF, l = 0, dacc = 0;
 	int last = dtmc_attn_last<R, CAUSAL>(qt, T_);
 	for (int k0 = 0; k0 <= last; k0 += BK) {
-		dtmc_attn_kv<HD, BK>(ks, vs, k, v, k0, b, h, T_, D);
+		dtmc_attn_kv<HD, BK>(ks, vs, k, v, k0, b, h / g, T_, D / g);
 		float s[BK], u[BK], mt = -DTMC_INF;
 #pragma unroll
 		for (int j = 0; j < BK; j++) {
@@ -203,7 +205,7 @@ __device__ __forceinline__ void dtmc_attn_stats(const T *dy, const T *q, const T
 template <typename T, typename TO, int HD, int P, int BK, bool CAUSAL>
 __device__ __forceinline__ void dtmc_attn_dq(const T *dy, const T *q, const T *k, const T *v,
                                              TO *dq, const float *stats, int b, int h, int qt,
-                                             int T_, int D, int H, float scale)
+                                             int T_, int D, int H, float scale, int g)
 {
 	constexpr int C = HD / P, R = DTMC_ATTN_THREADS / P;
 	extern __shared__ float dtmc_smem[];
@@ -218,7 +220,7 @@ __device__ __forceinline__ void dtmc_attn_dq(const T *dy, const T *q, const T *k
 	float L = __ldcg(&stats[so]), Dr = __ldcg(&stats[so + 1]);
 	int last = dtmc_attn_last<R, CAUSAL>(qt, T_);
 	for (int k0 = 0; k0 <= last; k0 += BK) {
-		dtmc_attn_kv<HD, BK>(ks, vs, k, v, k0, b, h, T_, D);
+		dtmc_attn_kv<HD, BK>(ks, vs, k, v, k0, b, h / g, T_, D / g);
 #pragma unroll
 		for (int j = 0; j < BK; j++) {
 			float t = dtmc_attn_dot<HD, P>(qv, ks, j, p);
@@ -240,17 +242,19 @@ __device__ __forceinline__ void dtmc_attn_dq(const T *dy, const T *q, const T *k
 template <typename T, typename TO, int HD, int P, int BK, bool CAUSAL>
 __device__ __forceinline__ void dtmc_attn_dkv(const T *dy, const T *q, const T *k, const T *v,
                                               TO *dk, TO *dv, const float *stats, int b, int h,
-                                              int kt, int T_, int D, int H, float scale)
+                                              int kt, int T_, int D, int H, float scale, int g)
 {
 	constexpr int C = HD / P, R = DTMC_ATTN_THREADS / P;
 	extern __shared__ float dtmc_smem[];
 	float *qs = dtmc_smem, *gs = dtmc_smem + BK * HD, *ls = gs + BK * HD, *ds_ = ls + BK;
 	int p = threadIdx.x % P, j = kt * R + threadIdx.x / P;
 	int jv = j < T_ ? j : T_ - 1;
+	/* k, v: kv head h / g of D / g columns; dk, dv: per query head h */
 	dtmc_i64 row = dtmc_attn_row<HD>(b, jv, h, T_, D);
+	dtmc_i64 krow = dtmc_attn_row<HD>(b, jv, h / g, T_, D / g);
 	float kv[C], vv[C], dkv[C] = {}, dvv[C] = {};
-	dtmc_attn_ld_row<HD, P>(kv, k, row, p, 1.0f);
-	dtmc_attn_ld_row<HD, P>(vv, v, row, p, 1.0f);
+	dtmc_attn_ld_row<HD, P>(kv, k, krow, p, 1.0f);
+	dtmc_attn_ld_row<HD, P>(vv, v, krow, p, 1.0f);
 	int first = CAUSAL ? kt * R / BK * BK : 0;
 	for (int q0 = first; q0 < T_; q0 += BK) {
 		__syncthreads();
@@ -287,7 +291,7 @@ __device__ __forceinline__ void dtmc_attn_dkv(const T *dy, const T *q, const T *
 template <typename T, typename TO, int HD, int P, int BK, bool CAUSAL>
 __device__ __forceinline__ void dtmc_attn_bwd(const T *dy, const T *q, const T *k, const T *v,
                                               TO *out, float *stats, DtmcSync *sync, int B, int T_,
-                                              int D, int H, float scale)
+                                              int D, int H, float scale, int g)
 {
 	constexpr int R = DTMC_ATTN_THREADS / P;
 	unsigned nt = (unsigned)((T_ + R - 1) / R), nbh = (unsigned)(B * H);
@@ -301,7 +305,7 @@ __device__ __forceinline__ void dtmc_attn_bwd(const T *dy, const T *q, const T *
 			/* causal: the longest rows first */
 			int bh = (int)(it / nt), t = (int)(nt - 1 - it % nt);
 			dtmc_attn_stats<T, HD, P, BK, CAUSAL>(dy, q, k, v, stats, bh / H, bh % H, t,
-			                                      T_, D, H, scale);
+			                                      T_, D, H, scale, g);
 			dtmc_item_done(sync, 0);
 			continue;
 		}
@@ -310,13 +314,13 @@ __device__ __forceinline__ void dtmc_attn_bwd(const T *dy, const T *q, const T *
 		if (it < n0) {
 			int bh = (int)(it / nt), t = (int)(nt - 1 - it % nt);
 			dtmc_attn_dq<T, TO, HD, P, BK, CAUSAL>(dy, q, k, v, out, stats, bh / H,
-			                                       bh % H, t, T_, D, H, scale);
+			                                       bh % H, t, T_, D, H, scale, g);
 		} else {
 			it -= n0;
 			int bh = (int)(it / nt), t = (int)(it % nt);
 			dtmc_attn_dkv<T, TO, HD, P, BK, CAUSAL>(dy, q, k, v, out + S, out + 2 * S,
 			                                        stats, bh / H, bh % H, t, T_, D, H,
-			                                        scale);
+			                                        scale, g);
 		}
 	}
 	dtmc_sync_exit(sync);
