@@ -66,9 +66,6 @@ hsdp1="hsdp:rep=2,dp=2/zero=1"
 # stream split along T, reduce_scatter / all_gather instead of all_reduce
 sp="tp=2/sequence_parallel=true dp=2,tp=2/sequence_parallel=true"
 sp="$sp dp=2,tp=2/sequence_parallel=true/zero=3"
-# Context parallelism (llama): the sequence split over cp, alone, with
-# DP and with TP; RoPE rotates each shard by its global positions
-cp="cp=2 cp=4 dp=2,cp=2 cp=2,tp=2"
 # Uneven (torch.chunk) shards: a dim of 6 over 4 ranks (2, 2, 2, 0), the
 # MLP's hidden dim, and 5 over 2 (3, 2) under DP x TP (mlp.dtm asks for no
 # uneven shards, hence the --train); GPT's vocab of 250 over 4 (63, 63, 63,
@@ -124,6 +121,13 @@ bf16="$bf16 $bf16_def:pp=3,dp=1,tp=1/microbatches=3/schedule=1f1b/precision=bf16
 # `cp` (equiv.sh DTMC gpt MPIRUN cp), a test of its own.
 cp="cp:dp=1,cp=2,tp=1 cp:dp=1,cp=4,tp=1 cp:dp=2,cp=2,tp=1 cp:dp=1,cp=2,tp=2"
 cp="$cp cp:pp=2,dp=1,cp=2,tp=1/microbatches=2 cp:dp=2,cp=2,tp=1/zero=3"
+# llama declares cp itself (its cp: copy is the model), so the same set
+# runs on it; RoPE rotates each shard by its global positions.  mask:
+# builds a copy of llama whose attention also has a sliding window of 8
+# and document masks from an i32 input `seg` (synthetic ids), under TP,
+# Ulysses (the ids read whole along the sequence), CP x TP and a pipeline
+mask="mask:dp=1,cp=2,tp=1 mask:dp=2,cp=1,tp=2 mask:dp=1,cp=2,tp=2"
+mask="$mask mask:pp=2,dp=1,cp=2,tp=1/microbatches=2"
 case $model:${4:-spmd} in
 gpt:pipeline) layouts=$pp
      mpi_layouts="pp=2,dp=2,tp=1/microbatches=2/schedule=1f1b pp=4,dp=1,tp=1/microbatches=4/schedule=gpipe" ;;
@@ -138,7 +142,7 @@ mlp:*) layouts="dp=4 tp=2 tp=4 dp=2,tp=2 $zero $uneven_mlp $anyn $anyn_mlp"
      mpi_layouts="dp=2,tp=2 dp=4/zero=3 def:hidden=6:tp=4/uneven_shards=true" ;;
 gpt:*) layouts="dp=4 tp=2 tp=4 dp=2,tp=2 $zero $hsdp1 $sp $uneven_gpt $rc_gpt $pf_gpt $anyn"
      mpi_layouts="dp=4 dp=4/zero=3 dp=2,tp=2/sequence_parallel=true" ;;
-llama:*) layouts="dp=4 tp=2 dp=2,tp=2 $cp $zero $sp def:vocab=250:tp=2"
+llama:*) layouts="dp=4 tp=2 dp=2,tp=2 $cp $mask $zero $sp def:vocab=250:tp=2"
      mpi_layouts="dp=2,cp=2 cp=2,tp=2" ;;
 *) fail "no layouts listed for model '$model'" ;;
 esac
@@ -157,6 +161,14 @@ grep -q '^mesh (.*rep = 1, dp' "$tmp/$model.hsdp.dtm" || fail "no mesh line to a
 sed -e 's/^mesh (\(.*\)dp = \([0-9]*\), tp = /mesh (\1dp = \2, cp = 1, tp = /' \
 	-e 's/\(i32\[batch, ctx\]\) @ \[dp, _\]/\1 @ [dp, cp]/' -e 's/@ \[dp, _, tp\]/@ [dp, cp, tp]/' \
 	"$src" >"$tmp/$model.cp.dtm"
+# The masked copy (llama): window 8 and segment ids from an input
+sed -e 's/causal = true)/causal = true, window = 8, segments = seg)/' \
+	-e 's/^\(input targets .*\)$/\1\ninput seg     : i32[batch, ctx] @ [dp, cp]/' \
+	"$src" >"$tmp/$model.mask.dtm"
+if [ "$model" = llama ]; then
+	grep -q 'segments = seg' "$tmp/$model.mask.dtm" || fail "no attention call to mask"
+	grep -q '^input seg' "$tmp/$model.mask.dtm" || fail "no input line to add 'seg' after"
+fi
 if [ "${4:-}" = cp ]; then
 	grep -q '^mesh (.*cp = 1, tp' "$tmp/$model.cp.dtm" || fail "no mesh line to add 'cp' to"
 	grep -q '@ \[dp, cp\]' "$tmp/$model.cp.dtm" || fail "no input to split over cp"
@@ -176,13 +188,18 @@ fi
 # overrides only say where values live, precision changes the function)
 layout_name() { local n=${1//[=,:\/+]/_}; echo "m_${n//[^A-Za-z0-9_]/}"; }
 layout_defs() { case $1 in def:*) local r=${1#def:}; echo "def:${r%%:*}:" ;; esac; }
-layout_mesh() { local l=${1#"$(layout_defs "$1")"}; l=${l#hsdp:}; l=${l#rr:}; l=${l#cp:}; echo "${l%%/*}"; }
+layout_mesh() {
+	local l=${1#"$(layout_defs "$1")"}
+	l=${l#hsdp:} l=${l#rr:} l=${l#cp:} l=${l#mask:}
+	echo "${l%%/*}"
+}
 layout_prec() {
 	case $1 in */precision=*) local p=${1##*/precision=}; echo "${p%%/*}" ;; *) echo f32 ;; esac
 }
 layout_ref() {
 	local p r=one q; p=$(layout_defs "$1") q=$(layout_prec "$1")
 	[ -z "$p" ] || r="one_$(layout_name "$p" | cut -c3-)"
+	case ${1#"$p"} in mask:*) r="${r}_mask" ;; esac
 	if [ "$q" = f32 ]; then echo "$r"; else echo "${r}_$q"; fi
 }
 # Tolerances, per precision: "LOSS GRAD_NORM" (cmp_losses: a layout's
@@ -220,6 +237,7 @@ build() {
 	hsdp:*) src=$tmp/$model.hsdp.dtm l=${l#hsdp:} ;;
 	rr:*) src=$tmp/$model.rr.dtm l=${l#rr:} ;;
 	cp:*) src=$tmp/$model.cp.dtm l=${l#cp:} ;;
+	mask:*) src=$tmp/$model.mask.dtm l=${l#mask:} ;;
 	esac
 	args+=(--mesh "${l%%/*}")
 	local rest=${l#"${l%%/*}"} kv
@@ -277,7 +295,9 @@ refs=
 for mesh in $layouts; do
 	ref=$(layout_ref "$mesh") prec=
 	if [ "$(layout_prec "$mesh")" != f32 ]; then prec=/precision=$(layout_prec "$mesh"); fi
-	case " $refs " in *" $ref="*) ;; *) refs="$refs $ref=$(layout_defs "$mesh")dp=1$prec" ;; esac
+	mk=
+	case ${mesh#"$(layout_defs "$mesh")"} in mask:*) mk=mask: ;; esac
+	case " $refs " in *" $ref="*) ;; *) refs="$refs $ref=$(layout_defs "$mesh")${mk}dp=1$prec" ;; esac
 done
 
 # Compiling the binaries takes most of the time: build them all first,
