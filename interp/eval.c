@@ -816,6 +816,10 @@ static bool eval_node(IrEval *e, const IrNode *n, Diag *d)
 	case IR_OP_CE_BWD_VP:
 	case IR_OP_PAD_MASK:
 		return ir_eval_grad(e, n, d);
+	case IR_OP_ATTN_BLOCK:
+	case IR_OP_ATTN_MERGE:
+	case IR_OP_ATTN_BLOCK_BWD:
+		return ir_eval_ring(e, n, d);
 	/* no default: a new op in ops.def should fail to compile here until
 	 * it has a rule (-Wswitch) */
 	case IR_OP_ALL_GATHER:

@@ -321,22 +321,72 @@ static bool ev_coll(IrSpmd *s, const IrNode *n, Diag *d)
 	return true;
 }
 
+/* send and recv pair in program order (the runtime's per-peer FIFO): a
+ * recv takes the oldest unmatched send of its axes, shift and size; a
+ * send's value is its operand, and rank r's recv gets what the member
+ * shift places before it in the group sent. */
+static bool ev_p2p(IrSpmd *s, const IrNode *n, int *pending, int *npending, Diag *d)
+{
+	const IrModule *m = s->m;
+	const IrAttrColl *ca = ir_attr_coll(n);
+	int64_t Nn = ir_node_numel(n);
+	if (n->op == IR_OP_SEND) {
+		for (int64_t r = 0; r < s->nranks; r++)
+			memcpy(s->rank[r].val[n->id], s->rank[r].val[n->ops[0]],
+			       sizeof(double) * (size_t)Nn);
+		pending[(*npending)++] = n->id;
+		return true;
+	}
+	int k = 0;
+	for (; k < *npending; k++) {
+		const IrNode *x = m->nodes[pending[k]];
+		const IrAttrColl *xa = ir_attr_coll(x);
+		if (xa->axes == ca->axes && xa->shift == ca->shift && ir_node_numel(x) == Nn)
+			break;
+	}
+	if (k == *npending)
+		return ir_eval_bad(d, n, "recv with no matching send before it");
+	int sid = pending[k];
+	memmove(pending + k, pending + k + 1, sizeof(int) * (size_t)(*npending - k - 1));
+	(*npending)--;
+	int64_t G = mesh_axes_size(&m->mesh, ca->axes);
+	int64_t *mem = malloc(sizeof(int64_t) * (size_t)(G ? G : 1));
+	if (!mem)
+		return ir_eval_bad(d, n, "out of memory");
+	for (int64_t r = 0; r < s->nranks; r++) {
+		int64_t idx;
+		mesh_group(&m->mesh, r, ca->axes, mem, G, &idx);
+		int64_t from = mem[((idx - ca->shift) % G + G) % G];
+		memcpy(s->rank[r].val[n->id], s->rank[from].val[sid], sizeof(double) * (size_t)Nn);
+	}
+	free(mem);
+	return true;
+}
+
 bool ir_spmd_run(IrSpmd *s, Diag *d, uint64_t seed, int64_t step)
 {
 	for (int64_t r = 0; r < s->nranks; r++) {
 		s->rank[r].seed = seed;
 		s->rank[r].step = step;
 	}
-	for (int i = 0; i < s->m->nnodes; i++) {
+	int *pending = malloc(sizeof(int) * (size_t)(s->m->nnodes ? s->m->nnodes : 1));
+	int npending = 0;
+	if (!pending)
+		return false;
+	bool ok = true;
+	for (int i = 0; ok && i < s->m->nnodes; i++) {
 		const IrNode *n = s->m->nodes[i];
-		if ((ir_op_flags(n->op) & OPF_COLL) || n->op == IR_OP_SHARD_SLICE) {
-			if (!ev_coll(s, n, d))
-				return false;
+		if (n->op == IR_OP_SEND || n->op == IR_OP_RECV) {
+			ok = ev_p2p(s, n, pending, &npending, d);
 			continue;
 		}
-		for (int64_t r = 0; r < s->nranks; r++)
-			if (!ir_eval_node(&s->rank[r], i, d))
-				return false;
+		if ((ir_op_flags(n->op) & OPF_COLL) || n->op == IR_OP_SHARD_SLICE) {
+			ok = ev_coll(s, n, d);
+			continue;
+		}
+		for (int64_t r = 0; ok && r < s->nranks; r++)
+			ok = ir_eval_node(&s->rank[r], i, d);
 	}
-	return true;
+	free(pending);
+	return ok;
 }

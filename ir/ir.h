@@ -131,6 +131,10 @@ typedef struct IrAttrAttn {
 	 * and v stay whole, so this rank's first query head is heads times its
 	 * position in the group (dtmk_group_index's order); 0 = none */
 	uint32_t head_axes;
+	/* ring attention's blocks (ops.def): the group the sequence is split
+	 * over, and the ring step (the key block is the rank's minus it) */
+	uint32_t ring;
+	int64_t step;
 } IrAttrAttn;
 
 /* The number of k, v heads of a (kv_heads, or heads when 0). */

@@ -552,7 +552,7 @@ static bool type_value(Parser *p, IrNode *n)
 
 /* key -> the field it sets; kinds = the IrAttrKinds that take it. */
 enum { F_INIT, F_VALUE, F_EPS, F_RATE, F_AXES, F_PERM, F_INTS, F_GROUP, F_KEEPDIMS, F_AXIS,
-       F_START, F_END, F_HEADS, F_CAUSAL, F_KV_HEADS, F_WINDOW, F_HEAD_AXES, F_SALT, F_MBS, F_MB, F_BDIM, F_BINNER, F_RED,
+       F_START, F_END, F_HEADS, F_CAUSAL, F_KV_HEADS, F_WINDOW, F_HEAD_AXES, F_RING, F_STEP, F_SALT, F_MBS, F_MB, F_BDIM, F_BINNER, F_RED,
        F_ARG0, F_ARG1, F_ARG2, F_BETA1, F_MOMENTUM, F_BETA2, F_OEPS, F_WD, F_CLIP, F_NESTEROV,
        F_MASTER, F_RHEADS, F_THETA, F_INVERSE, F_RAXES };
 typedef struct AttrKey {
@@ -579,6 +579,8 @@ static const AttrKey attr_keys[] = {
 	{"kv_heads", K(ATTN), F_KV_HEADS},
 	{"window", K(ATTN), F_WINDOW},
 	{"head_axes", K(ATTN), F_HEAD_AXES},
+	{"ring", K(ATTN), F_RING},
+	{"step", K(ATTN), F_STEP},
 	{"salt", K(DROPOUT), F_SALT},
 	{"mbs", K(DROPOUT), F_MBS},
 	{"mb", K(DROPOUT), F_MB},
@@ -713,6 +715,10 @@ static bool attr_field(Parser *p, IrAttr *a, int k, int *nnamed)
 		return int_value(p, &a->attn.window, after);
 	case F_HEAD_AXES:
 		return axes_value(p, &a->attn.head_axes, "after 'head_axes ='");
+	case F_RING:
+		return axes_value(p, &a->attn.ring, "after 'ring ='");
+	case F_STEP:
+		return int_value(p, &a->attn.step, after);
 	case F_SALT:
 		return int_value(p, &a->dropout.salt, after);
 	case F_MBS:

@@ -293,6 +293,11 @@ static void print_attrs(FILE *out, const IrModule *m, const IrNode *n)
 			fputs(", head_axes = ", out);
 			print_axes(out, &m->mesh, a->head_axes);
 		}
+		if (a->ring) {
+			fputs(", ring = ", out);
+			print_axes(out, &m->mesh, a->ring);
+			fprintf(out, ", step = %" PRId64, a->step);
+		}
 		break;
 	}
 	case IR_ATTR_DROPOUT: {

@@ -727,7 +727,8 @@ static bool infer_op(Infer *c, IrNode **o)
 	case IR_OP_LOG_SOFTMAX_BWD: case IR_OP_LAYERNORM_BWD: case IR_OP_LAYERNORM_BWD_GAMMA:
 	case IR_OP_RMSNORM_BWD: case IR_OP_RMSNORM_BWD_GAMMA: case IR_OP_EMBED_BWD:
 	case IR_OP_PAD: case IR_OP_ATTENTION_BWD: case IR_OP_CROSS_ENTROPY_BWD:
-	case IR_OP_EMBED_BWD_VP: case IR_OP_CE_TARGET: case IR_OP_CE_SUMEXP: case IR_OP_CE_BWD_VP: {
+	case IR_OP_EMBED_BWD_VP: case IR_OP_CE_TARGET: case IR_OP_CE_SUMEXP: case IR_OP_CE_BWD_VP:
+	case IR_OP_ATTN_BLOCK: case IR_OP_ATTN_MERGE: case IR_OP_ATTN_BLOCK_BWD: {
 		char msg[512];
 		return ir_infer_grad(c->m, n, o, msg, sizeof msg) || fail(c, "%s", msg);
 	}

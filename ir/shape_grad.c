@@ -350,6 +350,48 @@ static bool infer_ce_bwd_vp(G *g, IrNode **o)
 	return true;
 }
 
+/* The ring attention blocks (ops.def): q, k, v as attention's; ol and
+ * attn_block's result [B, T, D + H] (output, then a log-sum-exp per head). */
+static bool infer_attn_ring(G *g, IrNode **o)
+{
+	const IrAttrAttn *at = ir_attr_attn(g->n);
+	IrOp op = g->n->op;
+	const char *what = ir_op_name(op);
+	int q0 = op == IR_OP_ATTN_BLOCK_BWD ? 1 : 0;
+	if (op == IR_OP_ATTN_MERGE) {
+		if (!alike(g, o, 2))
+			return false;
+		if (o[0]->rank != 3 || at->heads < 1 || o[0]->shape[2] <= at->heads ||
+		    (o[0]->shape[2] - at->heads) % at->heads)
+			return fail(g, "attn_merge: operands must be [batch, seq, dim + heads] with "
+			            "heads = %" PRId64 ", got %s", at->heads, SH(o[0]));
+		set(g->n, o[0]->dtype, 3, o[0]->shape);
+		return true;
+	}
+	if (!floats(g, o, q0 + 3))
+		return false;
+	for (int i = 0; i < q0 + 3; i++)
+		if (o[i]->rank != 3 || o[i]->dtype != o[0]->dtype)
+			return fail(g, "%s: operands must be [batch, seq, dim] of one dtype, got %s",
+			            what, SH(o[i]));
+	if (!ir_attn_check(what, at, o[q0], o[q0 + 1], o[q0 + 2], NULL, g->msg, g->cap))
+		return false;
+	const IrNode *q = o[q0];
+	if (op == IR_OP_ATTN_BLOCK) {
+		int64_t out[3] = {q->shape[0], q->shape[1], q->shape[2] + at->heads};
+		set(g->n, q->dtype, 3, out);
+		return true;
+	}
+	int64_t ol[3] = {q->shape[0], q->shape[1], q->shape[2] + at->heads};
+	if (o[4]->rank != 3 || memcmp(o[4]->shape, ol, sizeof ol) || o[4]->dtype != q->dtype ||
+	    o[0]->shape[2] != q->shape[2] || o[0]->shape[1] != q->shape[1])
+		return fail(g, "attn_block_bwd: dy must be like q and ol [batch, seq, dim + heads], "
+		            "got %s and %s", SH(o[0]), SH(o[4]));
+	int64_t out[4] = {3, q->shape[0], q->shape[1], q->shape[2]};
+	set(g->n, q->dtype, 4, out);
+	return true;
+}
+
 bool ir_infer_grad(IrModule *m, IrNode *n, IrNode **o, char *msg, size_t cap)
 {
 	(void)m;
@@ -380,6 +422,10 @@ bool ir_infer_grad(IrModule *m, IrNode *n, IrNode **o, char *msg, size_t cap)
 		return infer_pad(&g, o[0]);
 	case IR_OP_ATTENTION_BWD:
 		return infer_attention_bwd(&g, o);
+	case IR_OP_ATTN_BLOCK:
+	case IR_OP_ATTN_MERGE:
+	case IR_OP_ATTN_BLOCK_BWD:
+		return infer_attn_ring(&g, o);
 	case IR_OP_CROSS_ENTROPY_BWD:
 		return infer_ce_bwd(&g, o);
 	case IR_OP_EMBED_BWD_VP:

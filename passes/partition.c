@@ -935,6 +935,113 @@ static bool part_xent_vp(Part *p, const IrNode *n, bool *done)
 	return id >= 0 && finish_target(p, n, id, &res);
 }
 
+/* ---- ring attention (context_parallel ring; ARCHITECTURE.md) ----
+ * attention (or attention_bwd) whose rule split the sequence over the
+ * group attn.ring of n ranks: each rank keeps its query block and the
+ * K/V blocks go round the ring, shift 1, n - 1 times; each step's block
+ * result (attn_block: output and log-sum-exp) is merged into the running
+ * one (attn_merge, online softmax).  The backward runs that forward again
+ * for the rows' output and log-sum-exp, then the ring once more with
+ * attn_block_bwd: dq adds up at home, dk and dv travel with their K/V
+ * block and, after the last step, one more shift takes them home. */
+
+/* A global node like n with dim d of extent e (the shape of a local value
+ * whose placement is n's, that dim unsplit or split as n's). */
+static IrNode like_dim(const IrNode *n, int d, int64_t e)
+{
+	IrNode x = *n;
+	x.shape[d] = e;
+	return x;
+}
+
+/* send(x) then recv(), shift 1 over axes: the neighbour's x. */
+static int ring_pass(Part *p, int x, const IrNode *like, uint32_t axes)
+{
+	IrAttr at = {.kind = IR_ATTR_COLL, .coll = {.axes = axes, .n = 1, .shift = 1}};
+	const Placement *pl = ir_place(p->out, loc_node(p, x));
+	Placement cp = *pl;
+	if (emit(p, IR_OP_SEND, &x, 1, &at, like, &cp, x) < 0)
+		return -1;
+	return emit(p, IR_OP_RECV, NULL, 0, &at, like, &cp, x);
+}
+
+/* The forward ring on local q, k, v (global kg, vg): the merged [B, Tl,
+ * Dl + Hl], or -1. */
+static int ring_forward(Part *p, const IrNode *n, int q, int k, int v, const IrNode *kg,
+                        const IrNode *vg, const IrAttr *at, const Placement *res, int64_t N)
+{
+	int b0 = n->rank == 4 ? 1 : 0; /* attention_bwd's [3, B, T, D] */
+	IrNode ol = *n;
+	ol.rank = 3;
+	ol.shape[0] = n->shape[b0];
+	ol.shape[1] = n->shape[b0 + 1];
+	ol.shape[2] = n->shape[b0 + 2] + ir_attr_attn(n)->heads;
+	ol.shape[3] = 0;
+	Placement rp = *res;
+	if (n->rank == 4) { /* drop the stack dim */
+		for (int d = 0; d < 3; d++) {
+			rp.naxes[d] = res->naxes[d + 1];
+			memcpy(rp.axes[d], res->axes[d + 1], sizeof rp.axes[d]);
+		}
+		rp.ndims = 3;
+		rp.naxes[3] = 0;
+	}
+	IrAttr ba = *at;
+	ba.attn.step = 0;
+	int acc = emit(p, IR_OP_ATTN_BLOCK, (int[]){q, k, v}, 3, &ba, &ol, &rp, q);
+	for (int64_t s = 1; acc >= 0 && s < N; s++) {
+		if ((k = ring_pass(p, k, kg, at->attn.ring)) < 0 ||
+		    (v = ring_pass(p, v, vg, at->attn.ring)) < 0)
+			return -1;
+		ba.attn.step = s;
+		int b = emit(p, IR_OP_ATTN_BLOCK, (int[]){q, k, v}, 3, &ba, &ol, &rp, q);
+		IrAttr ma = {.kind = IR_ATTR_ATTN, .attn = {.heads = at->attn.heads}};
+		acc = b < 0 ? -1 : emit(p, IR_OP_ATTN_MERGE, (int[]){acc, b}, 2, &ma, &ol, &rp, acc);
+	}
+	return acc;
+}
+
+static int part_ring(Part *p, const IrNode *n, const int *ops, const PartRule *r)
+{
+	uint32_t axes = r->at.attn.ring;
+	int64_t N = mesh_axes_size(&p->m->mesh, axes);
+	int64_t Dl = loc_node(p, ops[n->op == IR_OP_ATTENTION ? 0 : 1])->shape[2];
+	if (n->op == IR_OP_ATTENTION) {
+		const IrNode *kg = p->m->nodes[n->ops[1]], *vg = p->m->nodes[n->ops[2]];
+		int acc = ring_forward(p, n, ops[0], ops[1], ops[2], kg, vg, &r->at, &r->res, N);
+		IrAttr sl = {.kind = IR_ATTR_SLICE, .slice = {2, 0, Dl}};
+		return acc < 0 ? -1 : emit(p, IR_OP_SLICE, &acc, 1, &sl, n, &r->res, acc);
+	}
+	const IrNode *kg = p->m->nodes[n->ops[2]], *vg = p->m->nodes[n->ops[3]];
+	int dy = ops[0], q = ops[1], k = ops[2], v = ops[3];
+	int ol = ring_forward(p, n, q, k, v, kg, vg, &r->at, &r->res, N);
+	IrNode l1 = like_dim(n, 0, 1), l2 = like_dim(n, 0, 2);
+	IrAttr s1 = {.kind = IR_ATTR_SLICE, .slice = {0, 0, 1}};
+	IrAttr s2 = {.kind = IR_ATTR_SLICE, .slice = {0, 1, 3}};
+	IrAttr ba = r->at;
+	ba.attn.step = 0;
+	int g = ol < 0 ? -1 : emit(p, IR_OP_ATTN_BLOCK_BWD, (int[]){dy, q, k, v, ol}, 5, &ba, n,
+	                           &r->res, q);
+	int dq = g < 0 ? -1 : emit(p, IR_OP_SLICE, &g, 1, &s1, &l1, &r->res, g);
+	int dkv = dq < 0 ? -1 : emit(p, IR_OP_SLICE, &g, 1, &s2, &l2, &r->res, g);
+	for (int64_t s = 1; dkv >= 0 && s < N; s++) {
+		if ((k = ring_pass(p, k, kg, axes)) < 0 || (v = ring_pass(p, v, vg, axes)) < 0 ||
+		    (dkv = ring_pass(p, dkv, &l2, axes)) < 0)
+			return -1;
+		ba.attn.step = s;
+		g = emit(p, IR_OP_ATTN_BLOCK_BWD, (int[]){dy, q, k, v, ol}, 5, &ba, n, &r->res, q);
+		int a = g < 0 ? -1 : emit(p, IR_OP_SLICE, &g, 1, &s1, &l1, &r->res, g);
+		int b = a < 0 ? -1 : emit(p, IR_OP_SLICE, &g, 1, &s2, &l2, &r->res, g);
+		dq = b < 0 ? -1 : emit(p, IR_OP_ADD, (int[]){dq, a}, 2, NULL, &l1, &r->res, dq);
+		dkv = dq < 0 ? -1 : emit(p, IR_OP_ADD, (int[]){dkv, b}, 2, NULL, &l2, &r->res, dkv);
+	}
+	/* the last step's dk, dv belong to the next rank's block */
+	if (dkv < 0 || (dkv = ring_pass(p, dkv, &l2, axes)) < 0)
+		return -1;
+	IrAttr cat = {.kind = IR_ATTR_AXIS, .axis = {0}};
+	return emit(p, IR_OP_CONCAT, (int[]){dq, dkv}, 2, &cat, n, &r->res, dq);
+}
+
 bool part_node(Part *p, const IrNode *n)
 {
 	uint32_t Tid = target(p, n);
@@ -993,8 +1100,10 @@ bool part_node(Part *p, const IrNode *n)
 	for (int i = 0; i < n->nops; i++)
 		if ((ops[i] = operand(p, n, i, intern(p, &r.req[i]))) < 0)
 			return false;
-	int id = emit(p, r.op ? r.op : n->op, ops, n->nops, &r.at, n, &r.res,
-	              n->nops ? ops[0] : -1);
+	int id = r.at.kind == IR_ATTR_ATTN && r.at.attn.ring ?
+	                 part_ring(p, n, ops, &r) :
+	                 emit(p, r.op ? r.op : n->op, ops, n->nops, &r.at, n, &r.res,
+	                      n->nops ? ops[0] : -1);
 	if (id >= 0 && r.scale != 0) {
 		IrAttr sc = {.kind = IR_ATTR_SCALAR, .scalar = {r.scale}};
 		id = emit(p, IR_OP_SCALE, &id, 1, &sc, n, &r.res, id);

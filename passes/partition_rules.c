@@ -460,14 +460,31 @@ static bool attention_rule(const IrModule *m, const IrNode *n, const Placement *
 		return true;
 	char axes[128];
 	axes_str(&m->mesh, seq, axes, sizeof axes);
+	int k0 = lin == LIN_NONE ? 1 : 2; /* k, v: operands k0, k0 + 1; then the segment ids */
 	if (mode == IR_CP_RING) {
-		r->user = true;
-		snprintf(why, cap,
-		         "context_parallel ring: ring attention is not implemented yet; the "
-		         "sequence of attention's inputs is split over %s (use context_parallel "
-		         "ulysses, or leave the sequence whole)",
-		         axes);
-		return false;
+		/* ring attention (partition.c, part_ring): q, k, v and the
+		 * result stay sequence-split; the local program passes K/V */
+		const char *no = n->nops > k0 + 2 ? "segment ids (document masks)" :
+		                 !group_axes(T, tdim) ? "a sequence split over axes out of mesh order" :
+		                 n->shape[tdim] % sparts ? "a sequence not divisible by its ranks" :
+		                 NULL;
+		if (no) {
+			r->user = true;
+			snprintf(why, cap,
+			         "context_parallel ring: ring attention does not support %s yet; the "
+			         "sequence of attention's inputs is split over %s (use context_parallel "
+			         "ulysses, or leave the sequence whole)",
+			         no, axes);
+			return false;
+		}
+		Placement *R = &r->res;
+		copy_dim(R, tdim, T, tdim);
+		for (int i = 0; i < n->nops; i++) {
+			int off = n->rank - opnd(m, n, i)->rank;
+			copy_dim(&r->req[i], tdim - off, R, tdim);
+		}
+		r->at.attn.ring = seq;
+		return true;
 	}
 	int nax = r->res.naxes[ddim] + T->naxes[tdim];
 	int64_t parts = hparts * sparts;
@@ -496,7 +513,6 @@ static bool attention_rule(const IrModule *m, const IrNode *n, const Placement *
 	Placement *R = &r->res;
 	for (int j = 0; j < T->naxes[tdim]; j++)
 		R->axes[ddim][R->naxes[ddim]++] = T->axes[tdim][j];
-	int k0 = lin == LIN_NONE ? 1 : 2; /* k, v: operands k0, k0 + 1; then the segment ids */
 	for (int i = 0; i < n->nops; i++) {
 		if (i == k0 + 2) { /* [B, T]: every rank reads the whole sequence's */
 			replicated(&r->req[i], 2);

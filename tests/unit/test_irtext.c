@@ -302,6 +302,16 @@ static void build(void)
 	*ir_attr_attn_mut(M, n) = (IrAttrAttn){.heads = 4, .causal = 1};
 	done(n);
 	done(add(IR_OP_CROSS_ENTROPY_BWD, 3, (int[]){c, h, tok}));
+	/* ring attention's blocks (passes/partition.c) */
+	n = add(IR_OP_ATTN_BLOCK, 3, (int[]){h, h, h});
+	*ir_attr_attn_mut(M, n) = (IrAttrAttn){.heads = 4, .causal = 1, .ring = 1u << 1, .step = 3};
+	int blk = done(n);
+	n = add(IR_OP_ATTN_MERGE, 2, (int[]){blk, blk});
+	*ir_attr_attn_mut(M, n) = (IrAttrAttn){.heads = 4};
+	blk = done(n);
+	n = add(IR_OP_ATTN_BLOCK_BWD, 5, (int[]){h, h, h, h, blk});
+	*ir_attr_attn_mut(M, n) = (IrAttrAttn){.heads = 4, .causal = 1, .ring = 1u << 1, .step = 1};
+	done(n);
 	/* vocab-parallel ops (passes/partition.c) */
 	n = add(IR_OP_EMBED_VP, 2, (int[]){wte, tok});
 	ir_attr_coll_mut(M, n)->axes = 1u << 2;
