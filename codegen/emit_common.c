@@ -268,6 +268,11 @@ void cg_kernel_attrs(const IrNode *n, CgKernelAttrs *k)
 		k->ints[2] = ir_attn_kv_heads(&a->attn);
 		k->ints[3] = a->attn.window;
 		k->mesh_axes = a->attn.head_axes;
+		if (a->attn.ring) { /* ring attention's blocks (dtmk_ring.h) */
+			k->nints = 6;
+			k->ints[4] = a->attn.ring;
+			k->ints[5] = a->attn.step;
+		}
 		break;
 	case IR_ATTR_DROPOUT:
 		k->f[0] = a->dropout.rate;
