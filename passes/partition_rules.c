@@ -439,7 +439,9 @@ static void axes_str(const Mesh *mesh, uint32_t mask, char *buf, size_t cap)
  * heads, and its head-split result goes back to T's sequence split (the
  * all_to_all back).  The backward is the same rule on attention_bwd: dy
  * goes to heads, dq, dk, dv back to the sequence; q, k and v are the
- * forward's head-split copies.  Where Ulysses does not apply (context_
+ * forward's head-split copies.  Ring: q, k, v and the result keep the
+ * sequence split and attn.ring names its axes; partition.c's part_ring
+ * expands the op into the ring of block ops.  Where Ulysses does not apply (context_
  * parallel none and heads not dividing) the sequence is gathered whole.
  * Returns false with why set (a user error) where the setting asked for
  * what cannot apply. */

@@ -14,8 +14,12 @@
  * the output back) and 2 backward (dy to heads, the stacked dq, dk, dv
  * back), moving 8 tensors of B T D / (dp cp tp) elements per layer (each
  * rank sends (cp-1)/cp of them), and no all_gather feeding attention.  Memory: each rank's q, k and
- * v at attention are 1/cp of one device's.  Refusals: context_parallel
- * ulysses where the heads do not divide cp x tp, and ring (not built yet),
+ * v at attention are 1/cp of one device's.  Ring (context_parallel ring):
+ * cp = 2, cp = 4, dp = 2 x cp = 2 and cp = 2 x tp = 2 give the one-device
+ * function, with the sends and elements per layer of the formula in
+ * test_ring.  Refusals: context_parallel
+ * ulysses where the heads do not divide cp x tp, and ring on a sequence its
+ * ranks do not divide,
  * each a diagnostic at the attention call.
  */
 #include "check.h"
