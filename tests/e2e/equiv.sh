@@ -122,7 +122,7 @@ bf16="$bf16 $bf16_def:pp=3,dp=1,tp=1/microbatches=3/schedule=1f1b/precision=bf16
 cp="cp:dp=1,cp=2,tp=1 cp:dp=1,cp=4,tp=1 cp:dp=2,cp=2,tp=1 cp:dp=1,cp=2,tp=2"
 cp="$cp cp:pp=2,dp=1,cp=2,tp=1/microbatches=2 cp:dp=2,cp=2,tp=1/zero=3"
 # ... and ring attention (context_parallel ring: K/V blocks sent round the
-# cp axis, online-softmax merge), cp = 2 and 4
+# cp axis, online-softmax merge), cp = 2 and 4; cp = 2 also under mpirun
 cp="$cp cp:dp=1,cp=2,tp=1/context_parallel=ring cp:dp=1,cp=4,tp=1/context_parallel=ring"
 # llama declares cp itself (its cp: copy is the model), so the same set
 # runs on it; RoPE rotates each shard by its global positions.  mask:
@@ -138,7 +138,7 @@ dropout:pipeline) layouts=$drop_pp mpi_layouts="pp=2,dp=1,tp=1/microbatches=2/sc
 dropout:*) layouts=$drop mpi_layouts="dp=3 dp=2,tp=2" ;;
 *:pipeline) fail "no pipeline layouts for model '$model'" ;;
 gpt:bf16) layouts=$bf16 mpi_layouts= ;;
-gpt:cp) layouts=$cp mpi_layouts= ;;
+gpt:cp) layouts=$cp mpi_layouts="cp:dp=1,cp=2,tp=1/context_parallel=ring" ;;
 *:cp) fail "no cp layouts for model '$model'" ;;
 *:bf16) fail "no bf16 layouts for model '$model'" ;;
 mlp:*) layouts="dp=4 tp=2 tp=4 dp=2,tp=2 $zero $uneven_mlp $anyn $anyn_mlp"
