@@ -600,7 +600,6 @@ static bool ev_attention(IrEval *e, const IrNode *n, Diag *d)
 	    prod(V->shape, 0, r - 2) != B || Dk % hd || Dkv % hv || Dk / hd != Dkv / hv ||
 	    ev_attn_kv(&at, H - 1) >= Dk / hd || (at.seg && Tq != Tk))
 		return ir_eval_bad(d, n, "q, k, v shapes do not agree");
-	double scale = 1.0 / sqrt((double)hd);
 	double *p = malloc(sizeof(double) * (size_t)(Tk ? Tk : 1));
 	if (!p)
 		return ir_eval_bad(d, n, "out of memory");
@@ -611,19 +610,8 @@ static bool ev_attention(IrEval *e, const IrNode *n, Diag *d)
 		for (int64_t h = 0; h < H; h++)
 			for (int64_t i = 0; i < Tq; i++) {
 				int64_t g = ev_attn_kv(&at, h);
-				const double *qi = q + (b * Tq + i) * D + h * hd;
-				double mx = -INFINITY, sum = 0;
-				for (int64_t j = 0; j < Tk; j++) {
-					p[j] = -INFINITY;
-					if (!ev_attn_sees(&at, b, i, j))
-						continue;
-					const double *kj = k + (b * Tk + j) * Dk + g * hd;
-					double s = 0;
-					for (int64_t c = 0; c < hd; c++)
-						s += qi[c] * kj[c];
-					p[j] = s * scale;
-					mx = fmax(mx, p[j]);
-				}
+				double sum = 0;
+				double mx = ev_attn_scores(&at, q, k, b, h, i, Tq, Tk, D, Dk, hd, p);
 				if (mx == -INFINITY)
 					continue; /* attends nothing: 0 */
 				for (int64_t j = 0; j < Tk; j++) {

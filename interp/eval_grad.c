@@ -295,18 +295,8 @@ static bool ev_attention_bwd(IrEval *e, const IrNode *n, Diag *d)
 		for (int64_t h = 0; h < H; h++)
 			for (int64_t i = 0; i < T; i++) {
 				int64_t qi = (b * T + i) * D + h * hd, g = ev_attn_kv(&at, h);
-				double mx = -INFINITY, sum = 0, pdp = 0;
-				for (int64_t j = 0; j < T; j++) {
-					p[j] = -INFINITY;
-					if (!ev_attn_sees(&at, b, i, j))
-						continue;
-					int64_t kj = (b * T + j) * Dk + g * hd;
-					double s = 0;
-					for (int64_t c = 0; c < hd; c++)
-						s += q[qi + c] * k[kj + c];
-					p[j] = s * scale;
-					mx = fmax(mx, p[j]);
-				}
+				double sum = 0, pdp = 0;
+				double mx = ev_attn_scores(&at, q, k, b, h, i, T, T, D, Dk, hd, p);
 				if (mx == -INFINITY)
 					continue;
 				for (int64_t j = 0; j < T; j++) {

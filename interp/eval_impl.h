@@ -1,9 +1,11 @@
 /* eval_impl.h - helpers shared by the reference interpreter's files
- * (eval.c, eval_grad.c, eval_optim.c); not part of its interface. */
+ * (eval.c, eval_grad.c, eval_optim.c, eval_ring.c); not part of its interface. */
 #ifndef DTM_INTERP_EVAL_IMPL_H
 #define DTM_INTERP_EVAL_IMPL_H
 
 #include "interp/eval.h"
+
+#include <math.h>
 
 /* f64 semantics of the optimizer ops (ir_eval_run dispatches here;
  * eval_optim.c).  The in-place ops write their param, state and master
@@ -47,6 +49,9 @@ typedef struct EvAttn {
 	int64_t window, T;
 	bool causal;
 	const double *seg; /* [B, T] or NULL */
+	/* the global positions of query row 0 and key row 0 (a ring block
+	 * pair's, eval_ring.c; 0 for attention) */
+	int64_t qoff, koff;
 } EvAttn;
 
 static inline EvAttn ev_attn(const IrEval *e, const IrNode *n, int segop, int64_t T)
@@ -60,7 +65,7 @@ static inline EvAttn ev_attn(const IrEval *e, const IrNode *n, int segop, int64_
 			parts *= mesh->sizes[k];
 		}
 	EvAttn a = {at->heads, at->heads * parts / ir_attn_kv_heads(at), idx * at->heads,
-	            at->window, T, at->causal != 0, n->nops > segop ? in(e, n, segop) : NULL};
+	            at->window, T, at->causal != 0, n->nops > segop ? in(e, n, segop) : NULL, 0, 0};
 	if (a.group < 1)
 		a.group = 1;
 	return a;
@@ -72,12 +77,14 @@ static inline int64_t ev_attn_kv(const EvAttn *a, int64_t h)
 	return (a->h0 + h) / a->group;
 }
 
-/* Whether query i of batch row b attends key j. */
+/* Whether query i of batch row b attends key j (causal and window by
+ * global positions, segment ids by local rows). */
 static inline bool ev_attn_sees(const EvAttn *a, int64_t b, int64_t i, int64_t j)
 {
-	if (a->causal && j > i)
+	int64_t gi = a->qoff + i, gj = a->koff + j;
+	if (a->causal && gj > gi)
 		return false;
-	if (a->window && (i - j >= a->window || j - i >= a->window))
+	if (a->window && (gi - gj >= a->window || gj - gi >= a->window))
 		return false;
 	if (a->seg) {
 		double si = a->seg[b * a->T + i], sj = a->seg[b * a->T + j];
@@ -85,6 +92,30 @@ static inline bool ev_attn_sees(const EvAttn *a, int64_t b, int64_t i, int64_t j
 			return false;
 	}
 	return true;
+}
+
+/* Head h of query row i (batch row b) against Tk keys: the scaled scores
+ * q.k / sqrt(hd) into p, -inf where masked; returns their max (-inf:
+ * the row attends nothing).  q is [.., Tq, D], k [.., Tk, Dk]. */
+static inline double ev_attn_scores(const EvAttn *a, const double *q, const double *k, int64_t b,
+                                    int64_t h, int64_t i, int64_t Tq, int64_t Tk, int64_t D,
+                                    int64_t Dk, int64_t hd, double *p)
+{
+	double mx = -INFINITY, scale = 1.0 / sqrt((double)hd);
+	const double *qi = q + (b * Tq + i) * D + h * hd;
+	int64_t g = ev_attn_kv(a, h);
+	for (int64_t j = 0; j < Tk; j++) {
+		p[j] = -INFINITY;
+		if (!ev_attn_sees(a, b, i, j))
+			continue;
+		const double *kj = k + (b * Tk + j) * Dk + g * hd;
+		double s = 0;
+		for (int64_t c = 0; c < hd; c++)
+			s += qi[c] * kj[c];
+		p[j] = s * scale;
+		mx = fmax(mx, p[j]);
+	}
+	return mx;
 }
 
 #endif

@@ -9,12 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A block pair's global offsets along the sequence (T rows a block). */
-typedef struct RingPos {
-	int64_t qoff, koff;
-} RingPos;
-
-static RingPos ring_pos(const IrEval *e, const IrAttrAttn *at, int64_t T)
+/* Sets a's global offsets of the rank's query block and of the key block
+ * `step` places before it (T rows a block) in the group attn.ring. */
+static void ring_pos(const IrEval *e, const IrAttrAttn *at, int64_t T, EvAttn *a)
 {
 	const Mesh *mesh = &e->m->mesh;
 	int64_t idx = 0, n = 1;
@@ -24,38 +21,8 @@ static RingPos ring_pos(const IrEval *e, const IrAttrAttn *at, int64_t T)
 			n *= mesh->sizes[k];
 		}
 	int64_t kb = ((idx - at->step) % n + n) % n;
-	return (RingPos){idx * T, kb * T};
-}
-
-static bool ring_sees(const EvAttn *a, RingPos rp, int64_t i, int64_t j)
-{
-	int64_t gi = rp.qoff + i, gj = rp.koff + j;
-	if (a->causal && gj > gi)
-		return false;
-	return !a->window || (gi - gj < a->window && gj - gi < a->window);
-}
-
-/* Head h of query row i: the block's scaled scores into p (-inf where
- * masked), their max returned. */
-static double scores(const EvAttn *a, RingPos rp, const double *q, const double *k, int64_t b,
-                     int64_t h, int64_t i, int64_t T, int64_t D, int64_t Dk, int64_t hd,
-                     double *p)
-{
-	double mx = -INFINITY, scale = 1.0 / sqrt((double)hd);
-	int64_t g = ev_attn_kv(a, h);
-	const double *qi = q + (b * T + i) * D + h * hd;
-	for (int64_t j = 0; j < T; j++) {
-		p[j] = -INFINITY;
-		if (!ring_sees(a, rp, i, j))
-			continue;
-		const double *kj = k + (b * T + j) * Dk + g * hd;
-		double s = 0;
-		for (int64_t c = 0; c < hd; c++)
-			s += qi[c] * kj[c];
-		p[j] = s * scale;
-		mx = fmax(mx, p[j]);
-	}
-	return mx;
+	a->qoff = idx * T;
+	a->koff = kb * T;
 }
 
 static bool ev_block(IrEval *e, const IrNode *n, Diag *d, bool bwd)
@@ -69,7 +36,7 @@ static bool ev_block(IrEval *e, const IrNode *n, Diag *d, bool bwd)
 		return ir_eval_bad(d, n, "shapes do not agree");
 	int64_t hd = D / H, W = D + H, S = B * T * D;
 	double scale = 1.0 / sqrt((double)hd);
-	RingPos rp = ring_pos(e, ir_attr_attn(n), T);
+	ring_pos(e, ir_attr_attn(n), T, &at);
 	double *p = malloc(sizeof(double) * (size_t)(2 * T + 1));
 	if (!p)
 		return ir_eval_bad(d, n, "out of memory");
@@ -82,7 +49,7 @@ static bool ev_block(IrEval *e, const IrNode *n, Diag *d, bool bwd)
 		for (int64_t h = 0; h < H; h++)
 			for (int64_t i = 0; i < T; i++) {
 				int64_t g = ev_attn_kv(&at, h), row = b * T + i;
-				double mx = scores(&at, rp, q, k, b, h, i, T, D, Dk, hd, p);
+				double mx = ev_attn_scores(&at, q, k, b, h, i, T, T, D, Dk, hd, p);
 				if (!bwd) {
 					double *yi = y + row * W;
 					yi[D + h] = -INFINITY;
