@@ -14,6 +14,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
+. bench/lib.sh
 THREADS=${THREADS:-$(nproc)}
 MIN_MS=${MIN_MS:-300}
 BUILD=${BUILD:-build}
@@ -35,8 +36,7 @@ if [ "$THREADS" -lt "$(nproc)" ] && command -v taskset >/dev/null 2>&1; then
 fi
 export OMP_NUM_THREADS=$THREADS OPENBLAS_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS
 
-echo "machine: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cores online," \
-	"load $(cut -d' ' -f1-3 /proc/loadavg); threads $THREADS"
+machine_line "threads $THREADS"
 "${pin[@]}" "$BUILD/bench/attn_bench" --threads "$THREADS" --min-ms "$MIN_MS" "${shapes[@]}"
 echo
 "${pin[@]}" "$TORCH_PY" bench/attn_torch.py --threads "$THREADS" --min-ms "$MIN_MS" "${shapes[@]}"

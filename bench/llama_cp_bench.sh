@@ -21,6 +21,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
+. bench/lib.sh
 CPS=${CPS:-1 2 4}
 STEPS=${STEPS:-5}
 WARM=${WARM:-2}
@@ -30,14 +31,9 @@ work=$(mktemp -d /tmp/dtm_llama_cp_bench.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 py=/usr/bin/python3
 
-echo "machine: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cores online," \
-	"load $(cut -d' ' -f1-3 /proc/loadavg)"
+machine_line
 echo "model: llama ${defs[*]}, --mesh cp=N,dp=1,tp=1; $STEPS timed steps after $WARM"
 
-med() { # LOG FIELD: the median over the timed steps
-	sed -n "s/.*\"$2\":\([^,}]*\).*/\1/p" "$1" | tail -n "$STEPS" | sort -g |
-		awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
-}
 plan() { # JSON: "peak act live a2a a2a_bytes ag ag_bytes" of rank 0 (MiB)
 	"$py" - "$1" <<'PY'
 import json, sys

@@ -25,6 +25,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
+. bench/lib.sh
 BUILD=${BUILD:-build}
 MESH=${MESH:-dp=2}
 TRAIN=${TRAIN:-bucket_mb=0}
@@ -45,16 +46,10 @@ fi
 train=()
 for t in $TRAIN; do train+=(--train "$t"); done
 "$BUILD/dtmc" build models/gpt.dtm -o "$work/gpt" --mesh "$MESH" "${defs[@]}" "${train[@]}"
-echo "machine: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cores online," \
-	"load $(cut -d' ' -f1-3 /proc/loadavg)"
+machine_line
 echo "model: gpt ${defs[*]}, --mesh $MESH, --train $TRAIN; $STEPS timed steps after $warm"
 "$work/gpt" --steps 1 -q -v 2>&1 | grep -E "overlap:" || true
 
-# median of field F over the timed steps of a log
-med() {
-	sed -n "s/.*\"$2\":\([^,}]*\).*/\1/p" "$1" | tail -n "$STEPS" | sort -g |
-		awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
-}
 
 printf "%-8s %-9s %9s %9s %9s %9s %9s %9s %7s\n" overlap delay_us step_ms compute comm \
 	"comp+comm" idle hidden "step/sum"

@@ -16,6 +16,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
+. bench/lib.sh
 base=$(realpath "$1") new=$(realpath "$2")
 shift 2
 MESH=${MESH:-dp=4}
@@ -28,14 +29,9 @@ work=$(mktemp -d /tmp/dtm_zero_bench.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 py=/usr/bin/python3
 
-echo "machine: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cores online," \
-	"load $(cut -d' ' -f1-3 /proc/loadavg)"
+machine_line
 echo "model: gpt ${defs[*]}, --mesh $MESH; $STEPS timed steps after $warm; delay $DELAY us"
 
-med() { # LOG FIELD: the median over the timed steps
-	sed -n "s/.*\"$2\":\([^,}]*\).*/\1/p" "$1" | tail -n "$STEPS" | sort -g |
-		awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
-}
 count() { # JSON: "ag rs predicted_us" of rank 0's non-scalar collectives
 	"$py" - "$1" <<'PY'
 import json, sys
@@ -62,7 +58,7 @@ for z in 1 2 3; do
 			2>"$name.build"
 		"$name" --steps $((STEPS + warm)) --log "$name.0.jsonl" -q
 		"$name" --steps $((STEPS + warm)) --comm-delay-us "$DELAY" --log "$name.d.jsonl" -q
-		awk -v z=$z -v w=$which -v ag=$ag -v rs=$rs -v us=$us \
+		awk -v z="$z" -v w="$which" -v ag="$ag" -v rs="$rs" -v us="$us" \
 			-v ms="$(med "$name.0.jsonl" ms)" -v cm="$(med "$name.0.jsonl" comm_s)" \
 			-v msd="$(med "$name.d.jsonl" ms)" -v cmd="$(med "$name.d.jsonl" comm_s)" 'BEGIN {
 			printf "%-5s %-6s %6d %6d %10s %9.2f %9.2f %11.2f %11.2f\n", z, w, ag, rs, us, ms,
