@@ -519,8 +519,10 @@ static void put_action(FILE *out, const DtmAction *a)
 	case DTM_ACT_RECV:
 		fputs(", ", out);
 		put_args(out, a);
-		fprintf(out, ", .axes = %uu, .peer_offset = %d, .bytes = %lld, .stream = %d },\n",
-		        (unsigned)a->axes, a->peer_offset, (long long)a->bytes, a->stream);
+		fprintf(out, ", .axes = %uu, .peer_offset = %d", (unsigned)a->axes, a->peer_offset);
+		if (a->peer_mirror)
+			fputs(", .peer_mirror = true", out);
+		fprintf(out, ", .bytes = %lld, .stream = %d },\n", (long long)a->bytes, a->stream);
 		return;
 	case DTM_ACT_GEMM:
 		fputs(",\n\t  ", out);

@@ -269,9 +269,10 @@ void cg_kernel_attrs(const IrNode *n, CgKernelAttrs *k)
 		k->ints[3] = a->attn.window;
 		k->mesh_axes = a->attn.head_axes;
 		if (a->attn.ring) { /* ring attention's blocks (dtmk_ring.h) */
-			k->nints = 6;
+			k->nints = 7;
 			k->ints[4] = a->attn.ring;
 			k->ints[5] = a->attn.step;
+			k->ints[6] = a->attn.balanced;
 		}
 		break;
 	case IR_ATTR_DROPOUT:

@@ -506,6 +506,7 @@ static DtmAction *fill_actions(Build *b, int i, int kernel, DtmAction *out)
 			const IrAttrColl *c = ir_attr_coll(nd);
 			act->axes = c->axes;
 			act->peer_offset = c->n > 0 ? (int)c->shift : 0;
+			act->peer_mirror = c->n > 1 && c->args[1];
 			act->bytes = value_bytes(&b->mp->node[buf]);
 			act->stream = 1;
 			continue;

@@ -50,9 +50,17 @@ typedef struct EvAttn {
 	bool causal;
 	const double *seg; /* [B, T] or NULL */
 	/* the global positions of query row 0 and key row 0 (a ring block
-	 * pair's, eval_ring.c; 0 for attention) */
-	int64_t qoff, koff;
+	 * pair's, eval_ring.c; 0 for attention); balanced blocks (half > 0):
+	 * rows from half on start at qoff2, koff2 */
+	int64_t qoff, koff, half, qoff2, koff2;
 } EvAttn;
+
+/* The global position of row i of a block whose first half starts at
+ * off and (balanced) second half at off2. */
+static inline int64_t ev_attn_pos(const EvAttn *a, int64_t i, int64_t off, int64_t off2)
+{
+	return a->half && i >= a->half ? off2 + (i - a->half) : off + i;
+}
 
 static inline EvAttn ev_attn(const IrEval *e, const IrNode *n, int segop, int64_t T)
 {
@@ -64,8 +72,9 @@ static inline EvAttn ev_attn(const IrEval *e, const IrNode *n, int segop, int64_
 			idx = idx * mesh->sizes[k] + e->coords[k];
 			parts *= mesh->sizes[k];
 		}
-	EvAttn a = {at->heads, at->heads * parts / ir_attn_kv_heads(at), idx * at->heads,
-	            at->window, T, at->causal != 0, n->nops > segop ? in(e, n, segop) : NULL, 0, 0};
+	EvAttn a = {.H = at->heads, .group = at->heads * parts / ir_attn_kv_heads(at),
+	            .h0 = idx * at->heads, .window = at->window, .T = T, .causal = at->causal != 0,
+	            .seg = n->nops > segop ? in(e, n, segop) : NULL};
 	if (a.group < 1)
 		a.group = 1;
 	return a;
@@ -81,7 +90,7 @@ static inline int64_t ev_attn_kv(const EvAttn *a, int64_t h)
  * global positions, segment ids by local rows). */
 static inline bool ev_attn_sees(const EvAttn *a, int64_t b, int64_t i, int64_t j)
 {
-	int64_t gi = a->qoff + i, gj = a->koff + j;
+	int64_t gi = ev_attn_pos(a, i, a->qoff, a->qoff2), gj = ev_attn_pos(a, j, a->koff, a->koff2);
 	if (a->causal && gj > gi)
 		return false;
 	if (a->window && (gi - gj >= a->window || gj - gi >= a->window))

@@ -10,7 +10,8 @@
 #include <string.h>
 
 /* Sets a's global offsets of the rank's query block and of the key block
- * `step` places before it (T rows a block) in the group attn.ring. */
+ * `step` places before it (T rows a block) in the group attn.ring; when
+ * balanced, member g's block is chunks 2g and 2n-1-2g of T/2 rows. */
 static void ring_pos(const IrEval *e, const IrAttrAttn *at, int64_t T, EvAttn *a)
 {
 	const Mesh *mesh = &e->m->mesh;
@@ -23,6 +24,11 @@ static void ring_pos(const IrEval *e, const IrAttrAttn *at, int64_t T, EvAttn *a
 	int64_t kb = ((idx - at->step) % n + n) % n;
 	a->qoff = idx * T;
 	a->koff = kb * T;
+	if (at->balanced) {
+		int64_t c = a->half = T / 2;
+		a->qoff = 2 * idx * c, a->qoff2 = (2 * n - 1 - 2 * idx) * c;
+		a->koff = 2 * kb * c, a->koff2 = (2 * n - 1 - 2 * kb) * c;
+	}
 }
 
 static bool ev_block(IrEval *e, const IrNode *n, Diag *d, bool bwd)

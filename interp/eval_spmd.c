@@ -321,6 +321,12 @@ static bool ev_coll(IrSpmd *s, const IrNode *n, Diag *d)
 	return true;
 }
 
+/* A send/recv's mirror flag (ir.h: to and from member shift - g). */
+static bool p2p_mirror(const IrAttrColl *a)
+{
+	return a->n > 1 && a->args[1];
+}
+
 /* send and recv pair in program order (the runtime's per-peer FIFO): a
  * recv takes the oldest unmatched send of its axes, shift and size; a
  * send's value is its operand, and rank r's recv gets what the member
@@ -341,7 +347,8 @@ static bool ev_p2p(IrSpmd *s, const IrNode *n, int *pending, int *npending, Diag
 	for (; k < *npending; k++) {
 		const IrNode *x = m->nodes[pending[k]];
 		const IrAttrColl *xa = ir_attr_coll(x);
-		if (xa->axes == ca->axes && xa->shift == ca->shift && ir_node_numel(x) == Nn)
+		if (xa->axes == ca->axes && xa->shift == ca->shift && p2p_mirror(xa) == p2p_mirror(ca) &&
+		    ir_node_numel(x) == Nn)
 			break;
 	}
 	if (k == *npending)
@@ -356,7 +363,8 @@ static bool ev_p2p(IrSpmd *s, const IrNode *n, int *pending, int *npending, Diag
 	for (int64_t r = 0; r < s->nranks; r++) {
 		int64_t idx;
 		mesh_group(&m->mesh, r, ca->axes, mem, G, &idx);
-		int64_t from = mem[((idx - ca->shift) % G + G) % G];
+		int64_t k = p2p_mirror(ca) ? ca->shift - idx : idx - ca->shift;
+		int64_t from = mem[(k % G + G) % G];
 		memcpy(s->rank[r].val[n->id], s->rank[from].val[sid], sizeof(double) * (size_t)Nn);
 	}
 	free(mem);

@@ -135,6 +135,9 @@ typedef struct IrAttrAttn {
 	 * over, and the ring step (the key block is the rank's minus it) */
 	uint32_t ring;
 	int64_t step;
+	/* causal load balancing (part_ring): each block of T rows is two
+	 * chunks of T/2, group member i's chunks 2i and 2N-1-2i of the 2N */
+	int64_t balanced;
 } IrAttrAttn;
 
 /* The number of k, v heads of a (kv_heads, or heads when 0). */
@@ -161,7 +164,9 @@ typedef struct IrAttrColl {
 		int64_t args[IR_MAX_INTS];
 		int64_t dim;   /* all_gather, reduce_scatter, shard_slice */
 		int64_t root;  /* broadcast: the group member */
-		int64_t shift; /* send, recv: ranks along the axes */
+		/* send, recv: ranks along the axes; args[1] (mirror, when n is
+		 * 2 and it is 1): to and from member (shift - g) mod n instead */
+		int64_t shift;
 		struct { int64_t split, concat; } a2a; /* all_to_all */
 		struct { int64_t dim, size, low; } pad; /* pad_mask, ops.def */
 	};

@@ -552,7 +552,7 @@ static bool type_value(Parser *p, IrNode *n)
 
 /* key -> the field it sets; kinds = the IrAttrKinds that take it. */
 enum { F_INIT, F_VALUE, F_EPS, F_RATE, F_AXES, F_PERM, F_INTS, F_GROUP, F_KEEPDIMS, F_AXIS,
-       F_START, F_END, F_HEADS, F_CAUSAL, F_KV_HEADS, F_WINDOW, F_HEAD_AXES, F_RING, F_STEP, F_SALT, F_MBS, F_MB, F_BDIM, F_BINNER, F_RED,
+       F_START, F_END, F_HEADS, F_CAUSAL, F_KV_HEADS, F_WINDOW, F_HEAD_AXES, F_RING, F_STEP, F_BALANCED, F_SALT, F_MBS, F_MB, F_BDIM, F_BINNER, F_RED,
        F_ARG0, F_ARG1, F_ARG2, F_BETA1, F_MOMENTUM, F_BETA2, F_OEPS, F_WD, F_CLIP, F_NESTEROV,
        F_MASTER, F_RHEADS, F_THETA, F_INVERSE, F_RAXES };
 typedef struct AttrKey {
@@ -581,6 +581,7 @@ static const AttrKey attr_keys[] = {
 	{"head_axes", K(ATTN), F_HEAD_AXES},
 	{"ring", K(ATTN), F_RING},
 	{"step", K(ATTN), F_STEP},
+	{"balanced", K(ATTN), F_BALANCED},
 	{"salt", K(DROPOUT), F_SALT},
 	{"mbs", K(DROPOUT), F_MBS},
 	{"mb", K(DROPOUT), F_MB},
@@ -593,6 +594,7 @@ static const AttrKey attr_keys[] = {
 	{"root", K(COLL), F_ARG0},
 	{"shift", K(COLL), F_ARG0},
 	{"concat", K(COLL), F_ARG1},
+	{"mirror", K(COLL), F_ARG1},
 	{"size", K(COLL), F_ARG1},
 	{"low", K(COLL), F_ARG2},
 	/* optimizer steps */
@@ -719,6 +721,8 @@ static bool attr_field(Parser *p, IrAttr *a, int k, int *nnamed)
 		return axes_value(p, &a->attn.ring, "after 'ring ='");
 	case F_STEP:
 		return int_value(p, &a->attn.step, after);
+	case F_BALANCED:
+		return boolint_value(p, &a->attn.balanced);
 	case F_SALT:
 		return int_value(p, &a->dropout.salt, after);
 	case F_MBS:

@@ -37,7 +37,7 @@ const char *const *irtext_coll_names(IrOp op, int *n)
 	static const char *const dim[] = {"dim"};
 	static const char *const a2a[] = {"split", "concat"};
 	static const char *const root[] = {"root"};
-	static const char *const shift[] = {"shift"};
+	static const char *const shift[] = {"shift", "mirror"};
 	static const char *const pad[] = {"dim", "size", "low"};
 	switch (op) {
 	case IR_OP_ALL_GATHER:
@@ -52,8 +52,8 @@ const char *const *irtext_coll_names(IrOp op, int *n)
 		*n = 1;
 		return root;
 	case IR_OP_SEND:
-	case IR_OP_RECV:
-		*n = 1;
+	case IR_OP_RECV: /* mirror (args[1]) only where set: ir.h */
+		*n = 2;
 		return shift;
 	case IR_OP_PAD_MASK:
 		*n = 3;
@@ -297,6 +297,8 @@ static void print_attrs(FILE *out, const IrModule *m, const IrNode *n)
 			fputs(", ring = ", out);
 			print_axes(out, &m->mesh, a->ring);
 			fprintf(out, ", step = %" PRId64, a->step);
+			if (a->balanced)
+				fputs(", balanced = 1", out);
 		}
 		break;
 	}
@@ -321,8 +323,9 @@ static void print_attrs(FILE *out, const IrModule *m, const IrNode *n)
 			fprintf(out, ", red = %s", ir_red_name(a->red));
 		int nn;
 		const char *const *names = irtext_coll_names(n->op, &nn);
-		if (ni == nn) {
-			for (int i = 0; i < nn; i++)
+		bool p2p = n->op == IR_OP_SEND || n->op == IR_OP_RECV;
+		if (ni == nn || (p2p && ni == 1)) {
+			for (int i = 0; i < ni; i++)
 				fprintf(out, ", %s = %" PRId64, names[i], a->args[i]);
 		} else {
 			fputs(", ints = ", out);

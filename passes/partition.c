@@ -965,6 +965,29 @@ static int ring_pass(Part *p, int x, const IrNode *like, uint32_t axes)
 	return emit(p, IR_OP_RECV, NULL, 0, &at, like, &cp, x);
 }
 
+/* Causal load balancing (attn.balanced): x's sequence dim d, two chunks
+ * of half a block, goes from chunks 2g, 2g+1 of the 2N (the contiguous
+ * split) to chunks 2g, 2N-1-2g by swapping second halves with member
+ * N-1-g (send/recv mirror), so each rank's causal work is the same: a
+ * pair i, 2N-1-i as Megatron-CP's, in another order of ranks.  The swap is
+ * its own inverse, so the same call takes a result back. */
+static int ring_balance(Part *p, int x, const IrNode *like, int d, uint32_t axes, int64_t N)
+{
+	int64_t Tl = loc_node(p, x)->shape[d], h = Tl / 2;
+	Placement pl = *ir_place(p->out, loc_node(p, x));
+	IrNode lh = like_dim(like, d, like->shape[d] / 2);
+	IrAttr s0 = {.kind = IR_ATTR_SLICE, .slice = {d, 0, h}};
+	IrAttr s1 = {.kind = IR_ATTR_SLICE, .slice = {d, h, Tl}};
+	IrAttr mi = {.kind = IR_ATTR_COLL, .coll = {.axes = axes, .n = 2, .args = {N - 1, 1}}};
+	IrAttr cat = {.kind = IR_ATTR_AXIS, .axis = {d}};
+	int a = emit(p, IR_OP_SLICE, &x, 1, &s0, &lh, &pl, x);
+	int b = a < 0 ? -1 : emit(p, IR_OP_SLICE, &x, 1, &s1, &lh, &pl, x);
+	if (b < 0 || emit(p, IR_OP_SEND, &b, 1, &mi, &lh, &pl, x) < 0 ||
+	    (b = emit(p, IR_OP_RECV, NULL, 0, &mi, &lh, &pl, x)) < 0)
+		return -1;
+	return emit(p, IR_OP_CONCAT, (int[]){a, b}, 2, &cat, like, &pl, x);
+}
+
 /* The forward ring on local q, k, v (global kg, vg): the merged [B, Tl,
  * Dl + Hl], or -1. */
 static int ring_forward(Part *p, const IrNode *n, int q, int k, int v, const IrNode *kg,
@@ -1001,19 +1024,12 @@ static int ring_forward(Part *p, const IrNode *n, int q, int k, int v, const IrN
 	return acc;
 }
 
-static int part_ring(Part *p, const IrNode *n, const int *ops, const PartRule *r)
+/* attention_bwd's ring on local dy, q, k, v (in): [3, B, Tl, D]. */
+static int ring_backward(Part *p, const IrNode *n, const int *in, const PartRule *r, int64_t N)
 {
 	uint32_t axes = r->at.attn.ring;
-	int64_t N = mesh_axes_size(&p->m->mesh, axes);
-	int64_t Dl = loc_node(p, ops[n->op == IR_OP_ATTENTION ? 0 : 1])->shape[2];
-	if (n->op == IR_OP_ATTENTION) {
-		const IrNode *kg = p->m->nodes[n->ops[1]], *vg = p->m->nodes[n->ops[2]];
-		int acc = ring_forward(p, n, ops[0], ops[1], ops[2], kg, vg, &r->at, &r->res, N);
-		IrAttr sl = {.kind = IR_ATTR_SLICE, .slice = {2, 0, Dl}};
-		return acc < 0 ? -1 : emit(p, IR_OP_SLICE, &acc, 1, &sl, n, &r->res, acc);
-	}
 	const IrNode *kg = p->m->nodes[n->ops[2]], *vg = p->m->nodes[n->ops[3]];
-	int dy = ops[0], q = ops[1], k = ops[2], v = ops[3];
+	int dy = in[0], q = in[1], k = in[2], v = in[3];
 	int ol = ring_forward(p, n, q, k, v, kg, vg, &r->at, &r->res, N);
 	IrNode l1 = like_dim(n, 0, 1), l2 = like_dim(n, 0, 2);
 	IrAttr s1 = {.kind = IR_ATTR_SLICE, .slice = {0, 0, 1}};
@@ -1040,6 +1056,30 @@ static int part_ring(Part *p, const IrNode *n, const int *ops, const PartRule *r
 		return -1;
 	IrAttr cat = {.kind = IR_ATTR_AXIS, .axis = {0}};
 	return emit(p, IR_OP_CONCAT, (int[]){dq, dkv}, 2, &cat, n, &r->res, dq);
+}
+
+static int part_ring(Part *p, const IrNode *n, const int *ops, const PartRule *r)
+{
+	uint32_t axes = r->at.attn.ring;
+	int64_t N = mesh_axes_size(&p->m->mesh, axes);
+	int64_t Dl = loc_node(p, ops[n->op == IR_OP_ATTENTION ? 0 : 1])->shape[2];
+	/* balanced: every operand to the balanced chunks, the result back */
+	int in[4];
+	for (int i = 0; i < n->nops && i < 4; i++) {
+		in[i] = ops[i];
+		if (r->at.attn.balanced &&
+		    (in[i] = ring_balance(p, ops[i], p->m->nodes[n->ops[i]], 1, axes, N)) < 0)
+			return -1;
+	}
+	if (n->op == IR_OP_ATTENTION) {
+		const IrNode *kg = p->m->nodes[n->ops[1]], *vg = p->m->nodes[n->ops[2]];
+		int acc = ring_forward(p, n, in[0], in[1], in[2], kg, vg, &r->at, &r->res, N);
+		IrAttr sl = {.kind = IR_ATTR_SLICE, .slice = {2, 0, Dl}};
+		int y = acc < 0 ? -1 : emit(p, IR_OP_SLICE, &acc, 1, &sl, n, &r->res, acc);
+		return y < 0 || !r->at.attn.balanced ? y : ring_balance(p, y, n, 1, axes, N);
+	}
+	int g3 = ring_backward(p, n, in, r, N);
+	return g3 < 0 || !r->at.attn.balanced ? g3 : ring_balance(p, g3, n, 2, axes, N);
 }
 
 bool part_node(Part *p, const IrNode *n)

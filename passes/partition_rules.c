@@ -486,6 +486,9 @@ static bool attention_rule(const IrModule *m, const IrNode *n, const Placement *
 			copy_dim(&r->req[i], tdim - off, R, tdim);
 		}
 		r->at.attn.ring = seq;
+		/* causal: rank i's block would see i + 1 of the N key blocks;
+		 * two chunks i, 2N-1-i each see N (part_ring's ring_balance) */
+		r->at.attn.balanced = ir_attr_attn(n)->causal && n->shape[tdim] % (2 * sparts) == 0;
 		return true;
 	}
 	int nax = r->res.naxes[ddim] + T->naxes[tdim];

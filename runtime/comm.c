@@ -93,13 +93,12 @@ int comm_group_member(const CommMesh *m, int rank, uint32_t axes, int index)
 	return rank_of(m, co);
 }
 
-int comm_group_peer(const CommMesh *m, int rank, uint32_t axes, int offset, int sign)
+int comm_group_peer(const CommMesh *m, int rank, uint32_t axes, int offset, bool mirror,
+                    int sign)
 {
 	CommGroup g = comm_group(m, rank, axes);
-	int idx = (int)(((int64_t)g.index + sign * (int64_t)offset) % g.size);
-	if (idx < 0)
-		idx += g.size;
-	return comm_group_member(m, rank, axes, idx);
+	return comm_group_member(m, rank, axes,
+	                         (int)dtm_peer_index(g.index, g.size, offset, mirror, sign));
 }
 
 const char *comm_axes_name(const CommMesh *m, uint32_t axes, char *buf, int n)
@@ -247,18 +246,18 @@ int comm_broadcast(Comm *c, uint32_t axes, void *buf, int64_t count, DtmDtype t,
 	return c->ops->broadcast(c, axes, buf, count, t, root);
 }
 
-int comm_send(Comm *c, uint32_t axes, int offset, const void *buf, int64_t bytes)
+int comm_send(Comm *c, uint32_t axes, int offset, bool mirror, const void *buf, int64_t bytes)
 {
 	if (check_axes(c, axes, "send"))
 		return -1;
-	return c->ops->send(c, axes, offset, buf, bytes);
+	return c->ops->send(c, axes, offset, mirror, buf, bytes);
 }
 
-int comm_recv(Comm *c, uint32_t axes, int offset, void *buf, int64_t bytes)
+int comm_recv(Comm *c, uint32_t axes, int offset, bool mirror, void *buf, int64_t bytes)
 {
 	if (check_axes(c, axes, "recv"))
 		return -1;
-	return c->ops->recv(c, axes, offset, buf, bytes);
+	return c->ops->recv(c, axes, offset, mirror, buf, bytes);
 }
 
 int comm_barrier(Comm *c, uint32_t axes)
@@ -538,9 +537,9 @@ int comm_run_action(Comm *c, const DtmPlan *p, const DtmAction *a, void *const *
 		}
 		free(own);
 	} else if (a->kind == DTM_ACT_SEND) {
-		rc = comm_send(c, a->axes, a->peer_offset, in, in_bytes);
+		rc = comm_send(c, a->axes, a->peer_offset, a->peer_mirror, in, in_bytes);
 	} else if (a->kind == DTM_ACT_RECV) {
-		rc = comm_recv(c, a->axes, a->peer_offset, ptr[inb], in_bytes);
+		rc = comm_recv(c, a->axes, a->peer_offset, a->peer_mirror, ptr[inb], in_bytes);
 	} else {
 		snprintf(err, (size_t)errlen, "'%s' is not a communication action", label);
 		return -1;

@@ -35,7 +35,9 @@
  *   send / recv     data moves `offset` steps along the group (wrapping:
  *                   group index mod n): send goes to (g + offset) mod n,
  *                   recv comes from (g - offset) mod n, so a matched pair
- *                   carries the same offset on both sides.  Sends are
+ *                   carries the same offset on both sides; with mirror
+ *                   both go to and come from (offset - g) mod n, which
+ *                   may be g itself.  Sends are
  *                   buffered (local) or eager-or-rendezvous (mpi): a ring
  *                   where every rank sends then receives does not
  *                   deadlock on local; on mpi use comm_sendrecv for that.
@@ -82,8 +84,9 @@ typedef struct CommOps {
 	int (*all_to_allv)(Comm *c, uint32_t axes, const void *in, const int64_t *scounts,
 			   void *out, const int64_t *rcounts, DtmDtype t);
 	int (*broadcast)(Comm *c, uint32_t axes, void *buf, int64_t count, DtmDtype t, int root);
-	int (*send)(Comm *c, uint32_t axes, int offset, const void *buf, int64_t bytes);
-	int (*recv)(Comm *c, uint32_t axes, int offset, void *buf, int64_t bytes);
+	int (*send)(Comm *c, uint32_t axes, int offset, bool mirror, const void *buf,
+	            int64_t bytes);
+	int (*recv)(Comm *c, uint32_t axes, int offset, bool mirror, void *buf, int64_t bytes);
 	int (*barrier)(Comm *c, uint32_t axes);
 	/* Tells the peers this rank has failed (msg says why). */
 	void (*fail)(Comm *c, const char *msg);
@@ -130,9 +133,10 @@ void comm_coords(const CommMesh *m, int rank, int64_t *coords);
 CommGroup comm_group(const CommMesh *m, int rank, uint32_t axes);
 /* World rank of member `index` of the group of `rank` over axes. */
 int comm_group_member(const CommMesh *m, int rank, uint32_t axes, int index);
-/* World rank `offset` steps from `rank` along its group over axes (sign
- * +1: where a send goes; -1: where a recv comes from), wrapping. */
-int comm_group_peer(const CommMesh *m, int rank, uint32_t axes, int offset, int sign);
+/* World rank of `rank`'s peer along its group over axes (sign +1: where a
+ * send goes; -1: where a recv comes from): dtm_peer_index (plan.h). */
+int comm_group_peer(const CommMesh *m, int rank, uint32_t axes, int offset, bool mirror,
+                    int sign);
 /* "{dp, tp}" for messages. */
 const char *comm_axes_name(const CommMesh *m, uint32_t axes, char *buf, int n);
 
@@ -176,8 +180,8 @@ int comm_all_to_all(Comm *c, uint32_t axes, const void *in, void *out, int64_t c
 int comm_all_to_allv(Comm *c, uint32_t axes, const void *in, const int64_t *scounts,
 		     void *out, const int64_t *rcounts, DtmDtype t);
 int comm_broadcast(Comm *c, uint32_t axes, void *buf, int64_t count, DtmDtype t, int root);
-int comm_send(Comm *c, uint32_t axes, int offset, const void *buf, int64_t bytes);
-int comm_recv(Comm *c, uint32_t axes, int offset, void *buf, int64_t bytes);
+int comm_send(Comm *c, uint32_t axes, int offset, bool mirror, const void *buf, int64_t bytes);
+int comm_recv(Comm *c, uint32_t axes, int offset, bool mirror, void *buf, int64_t bytes);
 int comm_barrier(Comm *c, uint32_t axes);
 
 /* Along a dim of a row-major tensor.  shape is the caller's INPUT shape

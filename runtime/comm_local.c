@@ -565,18 +565,19 @@ static int lc_barrier(Comm *c, uint32_t axes)
 
 /* ---- point to point ---- */
 
-static int peer_at(Comm *c, uint32_t axes, int offset, int sign)
+static int peer_at(Comm *c, uint32_t axes, int offset, bool mirror, int sign)
 {
-	return comm_group_peer(&c->mesh, c->rank, axes, offset, sign);
+	return comm_group_peer(&c->mesh, c->rank, axes, offset, mirror, sign);
 }
 
-static int lc_send(Comm *c, uint32_t axes, int offset, const void *buf, int64_t bytes)
+static int lc_send(Comm *c, uint32_t axes, int offset, bool mirror, const void *buf,
+		   int64_t bytes)
 {
 	LComm *lc = c->impl;
 	CommLocalWorld *w = lc->w;
 	lc->op = "send";
 	lc->axes = axes;
-	int peer = peer_at(c, axes, offset, 1);
+	int peer = peer_at(c, axes, offset, mirror, 1);
 	LMail *m = &w->mail[(size_t)c->rank * (size_t)w->size + (size_t)peer];
 	LMsg *q = malloc(sizeof *q + (size_t)(bytes > 0 ? bytes : 1));
 	if (!q)
@@ -597,13 +598,13 @@ static int lc_send(Comm *c, uint32_t axes, int offset, const void *buf, int64_t 
 	return 0;
 }
 
-static int lc_recv(Comm *c, uint32_t axes, int offset, void *buf, int64_t bytes)
+static int lc_recv(Comm *c, uint32_t axes, int offset, bool mirror, void *buf, int64_t bytes)
 {
 	LComm *lc = c->impl;
 	CommLocalWorld *w = lc->w;
 	lc->op = "recv";
 	lc->axes = axes;
-	int peer = peer_at(c, axes, offset, -1);
+	int peer = peer_at(c, axes, offset, mirror, -1);
 	LMail *m = &w->mail[(size_t)peer * (size_t)w->size + (size_t)c->rank];
 	Wait wt = { .flag = &m->count, .want = -2, .peer = peer };
 	if (wait_for(c, &wt))

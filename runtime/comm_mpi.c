@@ -450,12 +450,13 @@ static int mp_barrier(Comm *c, uint32_t axes)
 	return mwait(c, &req, "barrier", axes);
 }
 
-static int peer_at(Comm *c, uint32_t axes, int offset, int sign)
+static int peer_at(Comm *c, uint32_t axes, int offset, bool mirror, int sign)
 {
-	return comm_group_peer(&c->mesh, c->rank, axes, offset, sign);
+	return comm_group_peer(&c->mesh, c->rank, axes, offset, mirror, sign);
 }
 
-static int mp_send(Comm *c, uint32_t axes, int offset, const void *buf, int64_t bytes)
+static int mp_send(Comm *c, uint32_t axes, int offset, bool mirror, const void *buf,
+		   int64_t bytes)
 {
 	MComm *m = c->impl;
 	reap_sends(m);
@@ -472,7 +473,7 @@ static int mp_send(Comm *c, uint32_t axes, int offset, const void *buf, int64_t 
 		return comm_errf(c, "out of memory buffering a send of %lld bytes", (long long)bytes);
 	memcpy(copy, buf, (size_t)bytes);
 	Pending *p = &m->sends[m->nsends];
-	int rc = MPI_Isend(copy, (int)bytes, MPI_BYTE, peer_at(c, axes, offset, 1),
+	int rc = MPI_Isend(copy, (int)bytes, MPI_BYTE, peer_at(c, axes, offset, mirror, 1),
 			   TAG_P2P + (int)axes, m->p2p_comm, &p->req);
 	if (rc != MPI_SUCCESS) {
 		free(copy);
@@ -483,11 +484,11 @@ static int mp_send(Comm *c, uint32_t axes, int offset, const void *buf, int64_t 
 	return 0;
 }
 
-static int mp_recv(Comm *c, uint32_t axes, int offset, void *buf, int64_t bytes)
+static int mp_recv(Comm *c, uint32_t axes, int offset, bool mirror, void *buf, int64_t bytes)
 {
 	MComm *m = c->impl;
 	MPI_Request req;
-	int peer = peer_at(c, axes, offset, -1);
+	int peer = peer_at(c, axes, offset, mirror, -1);
 	MPI_CHECK(c, MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer, TAG_P2P + (int)axes, m->p2p_comm,
 			       &req));
 	if (mwait(c, &req, "recv", axes)) {

@@ -581,10 +581,12 @@ static int run_coll(RtRun *r, CudaDev *d, const DtmAction *a, cudaStream_t s)
 	ncclDataType_t nt = nccl_type(t);
 	if (a->kind == DTM_ACT_SEND)
 		return NCCL_CHECK(err, nc, ncclSend(in, (size_t)in_bytes, ncclUint8,
-						    ((g + a->peer_offset) % n + n) % n, nc, s));
+						    (int)dtm_peer_index(g, n, a->peer_offset, a->peer_mirror, 1),
+						    nc, s));
 	if (a->kind == DTM_ACT_RECV)
 		return NCCL_CHECK(err, nc, ncclRecv(in, (size_t)in_bytes, ncclUint8,
-						    ((g - a->peer_offset) % n + n) % n, nc, s));
+						    (int)dtm_peer_index(g, n, a->peer_offset, a->peer_mirror, -1),
+						    nc, s));
 	int64_t out_bytes = a->coll == DTM_COLL_ALL_GATHER ? in_bytes * n :
 			    a->coll == DTM_COLL_REDUCE_SCATTER ? in_bytes / n : in_bytes;
 	if (bo->dtype != t || out_bytes > bo->bytes)

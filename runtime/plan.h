@@ -130,11 +130,23 @@ typedef struct DtmAction {
 	int dim;             /* gather/scatter dim; all_to_all: split dim */
 	int dim2;            /* all_to_all: concat dim */
 	int peer_offset;     /* send/recv: steps along the axes */
+	bool peer_mirror;    /* send/recv: to and from (peer_offset - g) mod n */
 	int64_t bytes;       /* payload bytes per rank */
 	/* cost model inputs */
 	int64_t flops, mem_bytes;
 	int stream;          /* 0 = compute, 1 = communication */
 } DtmAction;
+
+/* The group index of a send's (sign +1) or recv's (sign -1) peer, this
+ * rank being member g of n: offset steps along the group, wrapping (a
+ * matched pair carries the same offset on both sides), or with mirror
+ * member (offset - g) mod n both ways, a reflection that is its own
+ * inverse (ring attention's load balancing swaps with member n-1-g). */
+static inline int64_t dtm_peer_index(int64_t g, int64_t n, int64_t offset, bool mirror, int sign)
+{
+	int64_t k = mirror ? offset - g : g + sign * offset;
+	return (k % n + n) % n;
+}
 
 /* The runtime zeroes every arena once at start-up and never again: a plan
  * that accumulates (gradients over micro-batches, beta = 1 GEMMs) zeroes

@@ -91,8 +91,8 @@ int64_t inspect_p2p_peer(const DtmPlan *p, int64_t rank, const DtmAction *a)
 {
 	int64_t n = cost_group_size(p->mesh_naxes, p->mesh_sizes, a->axes), me;
 	group_member(p, rank, a->axes, 0, &me);
-	int64_t off = a->kind == DTM_ACT_RECV ? -(int64_t)a->peer_offset : a->peer_offset;
-	int64_t k = ((me + off) % n + n) % n;
+	int64_t k = dtm_peer_index(me, n, a->peer_offset, a->peer_mirror,
+	                           a->kind == DTM_ACT_RECV ? -1 : 1);
 	return group_member(p, rank, a->axes, k, NULL);
 }
 

@@ -384,7 +384,8 @@ static void node_label(const Dot *g, int i, Buf *b)
 		const IrAttrColl *c = ir_attr_coll(n);
 		DtmAction a = {.kind = n->op == IR_OP_SEND ? DTM_ACT_SEND : DTM_ACT_RECV,
 		               .axes = c->axes,
-		               .peer_offset = c->n > 0 ? (int)c->shift : 0};
+		               .peer_offset = c->n > 0 ? (int)c->shift : 0,
+		               .peer_mirror = c->n > 1 && c->args[1]};
 		put(b, "\n%s rank %" PRId64, n->op == IR_OP_SEND ? "to" : "from",
 		    inspect_p2p_peer(p, r, &a));
 	} else if (ir_op_flags(n->op) & OPF_COLL) {

@@ -1,7 +1,8 @@
 /* dtmk_ring.h - CPU kernels of ring attention's block ops (ir/ops.def:
  * attn_block, attn_merge, attn_block_bwd; semantics: interp/eval_ring.c).
  * Attributes as cg_kernel_attrs writes them: ints = {heads, causal,
- * kv_heads, window, ring, step}, mesh_axes = head_axes.  The query block
+ * kv_heads, window, ring, step, balanced}, mesh_axes = head_axes; when
+ * balanced, member g's block is chunks 2g and 2n-1-2g of T/2 rows.  The query block
  * is the rank's index in the group ring (ctx->coords), the key block step
  * places before it; masks compare global positions.  Plain loops with
  * double accumulators: correctness first, not yet tuned. */
@@ -14,14 +15,14 @@
 
 struct dtmk_ring_job {
 	const DtmkArgs *a;
-	int64_t H, T, D, Dk, h0, group, qoff, koff;
+	int64_t H, T, D, Dk, h0, group, qoff, koff, half, qoff2, koff2;
 	int bwd;
 };
 
 /* Rank's (query, key) block offsets along the sequence of T rows a block. */
-static inline void dtmk_ring_pos(const DtmCtx *ctx, const DtmkArgs *a, int64_t T, int64_t *qoff,
-                                 int64_t *koff)
+static inline void dtmk_ring_pos(const DtmCtx *ctx, const DtmkArgs *a, struct dtmk_ring_job *j)
 {
+	int64_t T = j->T;
 	uint32_t ring = a->nints > 4 ? (uint32_t)a->ints[4] : 0;
 	int64_t step = a->nints > 5 ? a->ints[5] : 0, idx = 0, n = 1;
 	for (int k = 0; ctx && k < ctx->mesh_naxes; k++)
@@ -29,13 +30,26 @@ static inline void dtmk_ring_pos(const DtmCtx *ctx, const DtmkArgs *a, int64_t T
 			idx = idx * ctx->mesh_sizes[k] + ctx->coords[k];
 			n *= ctx->mesh_sizes[k];
 		}
-	*qoff = idx * T;
-	*koff = ((idx - step) % n + n) % n * T;
+	int64_t kb = ((idx - step) % n + n) % n;
+	j->qoff = idx * T;
+	j->koff = kb * T;
+	if (a->nints > 6 && a->ints[6]) {
+		int64_t c = j->half = T / 2;
+		j->qoff = 2 * idx * c, j->qoff2 = (2 * n - 1 - 2 * idx) * c;
+		j->koff = 2 * kb * c, j->koff2 = (2 * n - 1 - 2 * kb) * c;
+	}
+}
+
+static inline int64_t dtmk_ring_at(const struct dtmk_ring_job *j, int64_t i, int64_t off,
+                                   int64_t off2)
+{
+	return j->half && i >= j->half ? off2 + (i - j->half) : off + i;
 }
 
 static inline int dtmk_ring_sees(const struct dtmk_ring_job *j, int64_t i, int64_t k)
 {
-	int64_t gi = j->qoff + i, gk = j->koff + k, W = j->a->ints[3];
+	int64_t gi = dtmk_ring_at(j, i, j->qoff, j->qoff2);
+	int64_t gk = dtmk_ring_at(j, k, j->koff, j->koff2), W = j->a->ints[3];
 	if (j->a->ints[1] && gk > gi)
 		return 0;
 	return W <= 0 || (gi - gk < W && gk - gi < W);
@@ -131,12 +145,12 @@ static inline void dtmk_ring_items(void *argp, int64_t lo, int64_t hi)
 static inline void dtmk_ring_run(const DtmCtx *ctx, const DtmkArgs *a, int bwd)
 {
 	const DtmkTensor *Q = &a->in[bwd ? 1 : 0], *K = &a->in[bwd ? 2 : 1];
-	struct dtmk_ring_job j = {a, a->ints[0], Q->shape[1], Q->shape[2], K->shape[2], 0, 1,
-	                          0, 0, bwd};
+	struct dtmk_ring_job j = {.a = a, .H = a->ints[0], .T = Q->shape[1], .D = Q->shape[2],
+	                          .Dk = K->shape[2], .group = 1, .bwd = bwd};
 	if (j.H <= 0)
 		return;
 	dtmk_attn_heads(ctx, a, &j.h0, &j.group);
-	dtmk_ring_pos(ctx, a, j.T, &j.qoff, &j.koff);
+	dtmk_ring_pos(ctx, a, &j);
 	dtmk_par(ctx, Q->shape[0] * j.H, 1, dtmk_ring_items, &j);
 }
 

@@ -122,8 +122,13 @@ bf16="$bf16 $bf16_def:pp=3,dp=1,tp=1/microbatches=3/schedule=1f1b/precision=bf16
 cp="cp:dp=1,cp=2,tp=1 cp:dp=1,cp=4,tp=1 cp:dp=2,cp=2,tp=1 cp:dp=1,cp=2,tp=2"
 cp="$cp cp:pp=2,dp=1,cp=2,tp=1/microbatches=2 cp:dp=2,cp=2,tp=1/zero=3"
 # ... and ring attention (context_parallel ring: K/V blocks sent round the
-# cp axis, online-softmax merge), cp = 2 and 4; cp = 2 also under mpirun
+# cp axis, online-softmax merge, load-balanced for the causal mask), cp = 2
+# and 4, CP x TP, a 2-stage pipeline x CP and FSDP x CP; cp = 2 also under
+# mpirun
 cp="$cp cp:dp=1,cp=2,tp=1/context_parallel=ring cp:dp=1,cp=4,tp=1/context_parallel=ring"
+cp="$cp cp:dp=1,cp=2,tp=2/context_parallel=ring"
+cp="$cp cp:pp=2,dp=1,cp=2,tp=1/microbatches=2/context_parallel=ring"
+cp="$cp cp:dp=2,cp=2,tp=1/zero=3/context_parallel=ring"
 # llama declares cp itself (its cp: copy is the model), so the same set
 # runs on it; RoPE rotates each shard by its global positions (the ZeRO
 # and SP sets are GPT's: llama adds FSDP x TP only, for grouped-query

@@ -293,15 +293,15 @@ static int p2p(Comm *c, void *arg)
 	uint32_t axes = 1u << (c->mesh.naxes - 1);
 	CommGroup g = comm_group(&c->mesh, c->rank, axes);
 	float mine[3] = { (float)c->rank, 1, 2 }, got[3];
-	RCALL(c, comm_send(c, axes, 1, mine, sizeof mine));
-	RCALL(c, comm_recv(c, axes, 1, got, sizeof got));
+	RCALL(c, comm_send(c, axes, 1, false, mine, sizeof mine));
+	RCALL(c, comm_recv(c, axes, 1, false, got, sizeof got));
 	int from = comm_group_member(&c->mesh, c->rank, axes, (g.index + g.size - 1) % g.size);
 	RCHECK(c, got[0] == (float)from && got[2] == 2);
 	/* offset 2 around the ring, twice (the mailbox is reused) */
 	for (int k = 0; k < 2; k++) {
 		float v = (float)(c->rank + k);
-		RCALL(c, comm_send(c, axes, 2, &v, 4));
-		RCALL(c, comm_recv(c, axes, 2, &v, 4));
+		RCALL(c, comm_send(c, axes, 2, false, &v, 4));
+		RCALL(c, comm_recv(c, axes, 2, false, &v, 4));
 		int src = comm_group_member(&c->mesh, c->rank, axes, (g.index + 2 * g.size - 2) % g.size);
 		RCHECK(c, v == (float)(src + k));
 	}

@@ -15,9 +15,9 @@
  * back), moving 8 tensors of B T D / (dp cp tp) elements per layer (each
  * rank sends (cp-1)/cp of them), and no all_gather feeding attention.  Memory: each rank's q, k and
  * v at attention are 1/cp of one device's.  Ring (context_parallel ring):
- * cp = 2, cp = 4, dp = 2 x cp = 2 and cp = 2 x tp = 2 give the one-device
- * function, with the sends and elements per layer of the formula in
- * test_ring.  Refusals: context_parallel
+ * cp = 2, cp = 4, dp = 2 x cp = 2, cp = 2 x tp = 2 and cp = 3 give the
+ * one-device function, load-balanced for the causal mask, with the sends
+ * and elements per layer of the formula in test_ring.  Refusals: context_parallel
  * ulysses where the heads do not divide cp x tp, and ring on a sequence its
  * ranks do not divide,
  * each a diagnostic at the attention call.
@@ -182,41 +182,71 @@ static void test_ulysses(void)
  * step), and in the backward the forward's ring again plus N - 1 steps
  * of K, V and the stacked dk, dv block [2, B, T/N, D/tp], and one last
  * shift of that home: 5 (N - 1) + 1 sends.  Every send moves a [B, T/N,
- * D/tp] block (dk, dv: two of them). */
+ * D/tp] block (dk, dv: two of them).  A causal mask on a sequence 2N
+ * divides is load-balanced (attn.balanced): each of q, k, v going in and
+ * the output coming out swaps the second half of its block with member
+ * N-1-g (send/recv mirror), forward 4 sends of half a block, backward 5
+ * (dy, q, k, v in; the stacked dq, dk, dv out, 3 half blocks): per layer
+ * 2 (N - 1) + 4 and 5 (N - 1) + 6 sends, 2 + 5.5 blocks more.  cp = 3
+ * swaps the middle rank with itself; T = 12 on cp = 4 (T/N odd) is not
+ * balanced. */
 static void test_ring(void)
 {
 	Arena a;
 	arena_init(&a);
-	const char *const layouts[][2] = {
-	        {"cp=2 ring", "pp=1,dp=1,cp=2,tp=1"},
-	        {"cp=4 ring", "pp=1,dp=1,cp=4,tp=1"},
-	        {"dp=2 x cp=2 ring", "pp=1,dp=2,cp=2,tp=1"},
-	        {"cp=2 x tp=2 ring", "pp=1,dp=1,cp=2,tp=2"},
+	static const char *const defs12[] = {"vocab", "16", "ctx", "12", "d", "16", "heads", "4",
+	                                     "layers", "2", "batch", "4", NULL};
+	const struct {
+		const char *label, *mesh;
+		const char *const *defs;
+		int64_t N, dp, tp, T;
+		bool balanced;
+	} layouts[] = {
+	        {"cp=2 ring", "pp=1,dp=1,cp=2,tp=1", defs4, 2, 1, 1, 8, true},
+	        {"cp=4 ring", "pp=1,dp=1,cp=4,tp=1", defs4, 4, 1, 1, 8, true},
+	        {"dp=2 x cp=2 ring", "pp=1,dp=2,cp=2,tp=1", defs4, 2, 2, 1, 8, true},
+	        {"cp=2 x tp=2 ring", "pp=1,dp=1,cp=2,tp=2", defs4, 2, 1, 2, 8, true},
+	        {"cp=3 ring, T=12", "pp=1,dp=1,cp=3,tp=1", defs12, 3, 1, 1, 12, true},
+	        {"cp=4 ring, T=12 (unbalanced)", "pp=1,dp=1,cp=4,tp=1", defs12, 4, 1, 1, 12, false},
 	};
 	for (size_t l = 0; l < sizeof layouts / sizeof layouts[0]; l++) {
-		IrModule *m = equivalence(&a, layouts[l][0], layouts[l][1], defs4,
+		IrModule *m = equivalence(&a, layouts[l].label, layouts[l].mesh, layouts[l].defs,
 		                          "context_parallel=ring");
 		if (!m)
 			continue;
-		int64_t N = strstr(layouts[l][1], "cp=4") ? 4 : 2;
-		int64_t dp = strstr(layouts[l][1], "dp=2") ? 2 : 1;
-		int64_t tp = strstr(layouts[l][1], "tp=2") ? 2 : 1;
-		int64_t layers = 2, blk = (4 / dp) * (8 / N) * (16 / tp); /* B T D / (dp N tp) */
-		int64_t fwd = 2 * (N - 1), bwd = 2 * (N - 1) + 3 * (N - 1) + 1;
+		int64_t N = layouts[l].N, dp = layouts[l].dp, tp = layouts[l].tp;
+		bool bal = layouts[l].balanced;
+		int64_t layers = 2, blk = (4 / dp) * (layouts[l].T / N) * (16 / tp); /* B T D / (dp N tp) */
+		int64_t fwd = 2 * (N - 1) + (bal ? 4 : 0);
+		int64_t bwd = 2 * (N - 1) + 3 * (N - 1) + 1 + (bal ? 5 : 0);
 		CHECK_EQ_INT(count_op(m, IR_OP_SEND), layers * (fwd + bwd));
 		CHECK_EQ_INT(count_op(m, IR_OP_RECV), layers * (fwd + bwd));
 		CHECK_EQ_INT(count_op(m, IR_OP_ALL_TO_ALL), 0);
 		CHECK(attention_ungathered(m));
-		int64_t moved = 0;
-		for (int i = 0; i < m->nnodes; i++)
-			if (m->nodes[i]->op == IR_OP_SEND)
-				moved += ir_node_numel(m->nodes[m->nodes[i]->ops[0]]);
-		/* forward 2 (N - 1) blocks; backward 2 (N - 1) + (2 + 2) (N - 1) + 2 */
-		CHECK_EQ_INT(moved, layers * blk * (2 * (N - 1) + 6 * (N - 1) + 2));
+		int64_t moved = 0, mirrored = 0, balanced = 0;
+		for (int i = 0; i < m->nnodes; i++) {
+			const IrNode *n = m->nodes[i];
+			if (n->op == IR_OP_SEND) {
+				const IrAttrColl *c = ir_attr_coll(n);
+				bool mirror = c->n > 1 && c->args[1];
+				moved += ir_node_numel(m->nodes[n->ops[0]]);
+				mirrored += mirror;
+				if (mirror)
+					CHECK_EQ_INT(c->shift, N - 1);
+			}
+			if (n->op == IR_OP_ATTN_BLOCK || n->op == IR_OP_ATTN_BLOCK_BWD)
+				balanced += ir_attr_attn(n)->balanced != 0;
+		}
+		/* in half blocks: forward 4 (N - 1) + 4; backward 4 (N - 1) +
+		 * 8 (N - 1) + 4, and 4 + 3 more where balanced */
+		int64_t halves = 4 * (N - 1) + 12 * (N - 1) + 4 + (bal ? 4 + 7 : 0);
+		CHECK_EQ_INT(2 * moved, layers * blk * halves);
+		CHECK_EQ_INT(mirrored, bal ? layers * 9 : 0);
 		CHECK_EQ_INT(count_op(m, IR_OP_ATTENTION), 0);
 		CHECK_EQ_INT(count_op(m, IR_OP_ATTN_BLOCK), layers * 2 * N);
+		CHECK_EQ_INT(balanced, bal ? layers * 3 * N : 0);
 		if (getenv("DTM_TEST_VERBOSE"))
-			fprintf(stderr, "%s: send %d, elements sent %lld\n", layouts[l][0],
+			fprintf(stderr, "%s: send %d, elements sent %lld\n", layouts[l].label,
 			        count_op(m, IR_OP_SEND), (long long)moved);
 	}
 	arena_free(&a);
