@@ -76,6 +76,8 @@ static NodeKind node_kind_ex(const IrModule *m, const FusePlan *fp, const MemPla
 		return NK_COLL;
 	if (n->op == IR_OP_GRAD_NORM && n->nops > DTM_MAX_ARGS - 1)
 		return NK_GNORM;
+	if (n->op == IR_OP_MATMUL_WGRAD)
+		return NK_GEMM; /* always one GEMM: fill_gemm */
 	if (n->op == IR_OP_MATMUL)
 		return lazy && fp->root[i] != i ? NK_MATMUL : matmul_kind(m, fp, i);
 	if (fp->root[i] == i)
@@ -409,6 +411,23 @@ static void fill_gemm(Build *b, int i, DtmAction *act)
 	if (tb)
 		B = b->mp->opnd[rec[B].ops];
 	const IrNode *an = m->nodes[ops[0]];
+	if (n->op == IR_OP_MATMUL_WGRAD) {
+		/* [K, N] = x^T dy over the rows: x [rows, K] read transposed */
+		int64_t K = n->shape[0], N = n->shape[1], rows = K > 0 ? rec[ops[0]].numel / K : 0;
+		act->kind = DTM_ACT_GEMM;
+		act->nargs = 3;
+		act->m = K;
+		act->n = N;
+		act->k = rows;
+		act->batch = 1;
+		act->trans_a = true;
+		act->alpha = 1.0f;
+		act->flops = 2 * K * N * rows;
+		act->args[0] = b->bufid[ops[0]];
+		act->args[1] = b->bufid[ops[1]];
+		act->args[2] = b->bufid[i];
+		return;
+	}
 	int r = n->rank;
 	int64_t M = n->shape[r - 2], N = n->shape[r - 1], K = an->shape[an->rank - 1];
 	int64_t batch = 1;

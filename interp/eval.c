@@ -226,6 +226,27 @@ static bool ev_binary(IrEval *e, const IrNode *n, Diag *d)
 
 /* ---- matmul ---- */
 
+/* x [..., K], dy [..., N] -> [K, N]: x^T dy over every leading row. */
+static bool ev_wgrad(IrEval *e, const IrNode *n, Diag *d)
+{
+	const IrNode *X = arg(e, n, 0), *DY = arg(e, n, 1);
+	int64_t K = n->shape[0], Nn = n->shape[1];
+	int64_t rows = K > 0 ? ir_node_numel(X) / K : 0;
+	if (n->rank != 2 || X->shape[X->rank - 1] != K || DY->shape[DY->rank - 1] != Nn ||
+	    rows * Nn != ir_node_numel(DY))
+		return ir_eval_bad(d, n, "operands do not match the result");
+	const double *x = in(e, n, 0), *dy = in(e, n, 1);
+	double *c = e->val[n->id];
+	memset(c, 0, sizeof(double) * (size_t)(K * Nn));
+	for (int64_t r = 0; r < rows; r++)
+		for (int64_t k = 0; k < K; k++) {
+			double xv = x[r * K + k];
+			for (int64_t j = 0; xv != 0 && j < Nn; j++)
+				c[k * Nn + j] += xv * dy[r * Nn + j];
+		}
+	return true;
+}
+
 /* [..., m, k] x [..., k, n] -> [..., m, n]; the batch dims broadcast. */
 static bool ev_matmul(IrEval *e, const IrNode *n, Diag *d)
 {
@@ -728,6 +749,8 @@ static bool eval_node(IrEval *e, const IrNode *n, Diag *d)
 		return ir_eval_optim(e, n, d);
 	case IR_OP_MATMUL:
 		return ev_matmul(e, n, d);
+	case IR_OP_MATMUL_WGRAD:
+		return ev_wgrad(e, n, d);
 	case IR_OP_ADD:
 	case IR_OP_SUB:
 	case IR_OP_MUL:

@@ -250,6 +250,20 @@ static bool infer_matmul(Infer *c, const IrNode *a, const IrNode *b)
 	return set_out(c, a->dtype, r + 2, out);
 }
 
+static bool infer_wgrad(Infer *c, const IrNode *x, const IrNode *dy)
+{
+	if (!need_float(c, x, 0) || !need_float(c, dy, 1) || !same_dtype(c, x, dy))
+		return false;
+	bool same = x->rank >= 2 && x->rank == dy->rank;
+	for (int i = 0; same && i < x->rank - 1; i++)
+		same = x->shape[i] == dy->shape[i];
+	if (!same)
+		return fail(c, "matmul_wgrad: operands need rank >= 2 and the same leading dims: %s, %s",
+		            shp(x).s, shp(dy).s);
+	int64_t out[2] = {x->shape[x->rank - 1], dy->shape[dy->rank - 1]};
+	return set_out(c, x->dtype, 2, out);
+}
+
 static bool infer_binary(Infer *c, const IrNode *a, const IrNode *b)
 {
 	int64_t out[IR_MAX_RANK];
@@ -654,6 +668,8 @@ static bool infer_op(Infer *c, IrNode **o)
 		return infer_preset(c);
 	case IR_OP_MATMUL:
 		return infer_matmul(c, o[0], o[1]);
+	case IR_OP_MATMUL_WGRAD:
+		return infer_wgrad(c, o[0], o[1]);
 	case IR_OP_ADD: case IR_OP_SUB: case IR_OP_MUL: case IR_OP_DIV:
 		return infer_binary(c, o[0], o[1]);
 	case IR_OP_NEG: case IR_OP_EXP: case IR_OP_LOG: case IR_OP_SQRT:

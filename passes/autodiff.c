@@ -421,8 +421,10 @@ static bool needs(const Ad *a, const IrNode *n, int k)
 
 /* C = A @ B with broadcast batch dims: dA = dC @ B^T, dB = A^T @ dC, each
  * summed over the batch dims its operand was broadcast along.  A weight
- * (rank 2) against a batched activation takes one GEMM over the flattened
- * rows instead of a batch of GEMMs and a sum. */
+ * (rank 2) against a batched activation takes matmul_wgrad, one GEMM over
+ * the flattened rows instead of a batch of GEMMs and a sum; not a matmul
+ * of reshapes, whose merged batch and sequence dim could not keep a split
+ * of the sequence (context parallelism). */
 static void bw_matmul(Ad *a, const IrNode *n, int dy)
 {
 	const IrNode *A = nd(a, n->ops[0]), *B = nd(a, n->ops[1]);
@@ -431,12 +433,7 @@ static void bw_matmul(Ad *a, const IrNode *n, int dy)
 	if (!needs(a, n, 1))
 		return;
 	if (B->rank == 2 && A->rank > 2) {
-		int64_t K = A->shape[A->rank - 1], N = n->shape[n->rank - 1];
-		int64_t s2[2] = {ir_node_numel(A) / (K ? K : 1), K};
-		int a2 = reshaped(a, IR_OP_RESHAPE, A->id, 2, s2);
-		s2[1] = N;
-		int d2 = reshaped(a, IR_OP_RESHAPE, dy, 2, s2);
-		contribute(a, B->id, op2(a, IR_OP_MATMUL, transpose(a, a2), d2));
+		contribute(a, B->id, op2(a, IR_OP_MATMUL_WGRAD, A->id, dy));
 		return;
 	}
 	contribute(a, B->id, sum_to(a, op2(a, IR_OP_MATMUL, transpose(a, A->id), dy), B));

@@ -504,7 +504,7 @@ static int mask_padding(Part *p, const IrNode *like, int id, const Placement *pl
 static bool keeps_zero_padding(const Part *p, const IrNode *n, IrOp op, const Placement *res)
 {
 	switch (op) {
-	case IR_OP_MATMUL: case IR_OP_SCALE: case IR_OP_NEG: case IR_OP_CAST:
+	case IR_OP_MATMUL: case IR_OP_MATMUL_WGRAD: case IR_OP_SCALE: case IR_OP_NEG: case IR_OP_CAST:
 	case IR_OP_RELU: case IR_OP_GELU: case IR_OP_TANH: case IR_OP_SILU:
 	case IR_OP_PERMUTE: case IR_OP_RESHAPE: case IR_OP_SUM: case IR_OP_SUM_TO:
 	case IR_OP_MEAN: case IR_OP_RELU_BWD: case IR_OP_GELU_BWD: case IR_OP_SILU_BWD:
@@ -721,13 +721,48 @@ static bool scatters_to(const Placement *from, const Placement *to)
 	return more;
 }
 
+/* Whether `to` only adds splits to `from` (a slice, no communication). */
+static bool slices_of(const Placement *from, const Placement *to)
+{
+	if (from->partial || from->ndims != to->ndims)
+		return false;
+	for (int d = 0; d < from->ndims; d++) {
+		if (from->naxes[d] > to->naxes[d])
+			return false;
+		for (int k = 0; k < from->naxes[d]; k++)
+			if (from->axes[d][k] != to->axes[d][k])
+				return false;
+	}
+	return true;
+}
+
+/* Whether rule r's operands come without communication: as they are,
+ * already made (the reshard cache), or sliced from what they are. */
+static bool operands_free(Part *p, const IrNode *n, const PartRule *r, const Placement *cur)
+{
+	for (int i = 0; i < n->nops; i++) {
+		int gid = n->ops[i];
+		uint32_t want = intern(p, &r->req[i]);
+		bool made = p->mplace[gid] == want;
+		for (Cached *c = p->cache[gid]; c && !made; c = c->next)
+			made = c->p == want;
+		if (!made && !slices_of(&cur[i], &r->req[i]))
+			return false;
+	}
+	return true;
+}
+
 /* A gradient split over axes its op leaves it partial over (ZeRO-2/3,
  * passes/zero.c) is computed as the op gives it and reduce_scattered,
  * rather than gathering the activations that make it to compute the
- * split directly. */
+ * split directly.  Not a weight gradient whose operands are at hand as
+ * the split needs them (sequence parallelism's dy, gathered for dx
+ * already): reduce_scattering that would only add a collective. */
 static bool grad_natural(Part *p, const IrNode *n, const Placement *T, const Placement *cur,
                          PartRule *r)
 {
+	if (n->op == IR_OP_MATMUL_WGRAD && operands_free(p, n, r, cur))
+		return true;
 	PartRule r0 = {.req = arena_alloc(&p->scratch, sizeof *r0.req * (size_t)n->nops)};
 	Placement none = {0};
 	char why[256];

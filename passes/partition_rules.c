@@ -261,6 +261,44 @@ static void matmul_rule(const IrModule *m, const IrNode *n, const Placement *T,
 	B->partial = (keep & 2) ? q : 0;
 }
 
+/* matmul_wgrad(x [..., k], dy [..., n]) -> [k, n]: the result follows T
+ * (else x's last dim and dy's); each leading dim is contracted, split on
+ * both operands as x has it where dy agrees or is whole (else as dy has
+ * it), so a batch and sequence split stays local and the result is
+ * partial over their axes: matmul_rule's contraction, dim by dim. */
+static void wgrad_rule(const IrModule *m, const IrNode *n, const Placement *T,
+                       const Placement *cur, PartRule *r)
+{
+	int rx = opnd(m, n, 0)->rank;
+	Placement *R = &r->res;
+	replicated(R, 2);
+	uint32_t used = 0;
+	for (int k = 0; k < 2; k++)
+		follow(R, k, T->known ? T : &cur[k], T->known ? k : rx - 1, &used);
+	Placement K;
+	replicated(&K, rx);
+	uint32_t u = used;
+	for (int j = 0; j < rx - 1; j++) {
+		uint32_t ka = dim_mask(&cur[0], j), kb = dim_mask(&cur[1], j);
+		if (ka && !(ka & u) && (ka == kb || !kb))
+			follow(&K, j, &cur[0], j, &u);
+		else if (kb && !(kb & u))
+			follow(&K, j, &cur[1], j, &u);
+		else if (ka && !(ka & u))
+			follow(&K, j, &cur[0], j, &u);
+	}
+	uint32_t kax = dims_mask(&K), keep;
+	uint32_t q = lin_partial(LIN_ONE, T, cur, 2, used | kax, &keep);
+	R->partial = kax | q;
+	Placement *X = &r->req[0], *DY = &r->req[1];
+	*X = K;
+	*DY = K;
+	copy_dim(X, rx - 1, R, 0);
+	copy_dim(DY, rx - 1, R, 1);
+	X->partial = (keep & 1) ? q : 0;
+	DY->partial = (keep & 2) ? q : 0;
+}
+
 /* permute: output dim i is input dim p[i]. */
 static void permute_rule(const IrModule *m, const IrNode *n, const Placement *T,
                          const Placement *cur, PartRule *r)
@@ -621,6 +659,9 @@ bool part_rule(const IrModule *m, const IrNode *n, const Placement *T, const Pla
 		return true;
 	case IR_OP_MATMUL:
 		matmul_rule(m, n, T, cur, r);
+		return true;
+	case IR_OP_MATMUL_WGRAD:
+		wgrad_rule(m, n, T, cur, r);
 		return true;
 	case IR_OP_PERMUTE:
 		permute_rule(m, n, T, cur, r);

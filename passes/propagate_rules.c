@@ -74,6 +74,27 @@ static void rule_matmul(Rule *r, const IrModule *m, const IrNode *n)
 	r->opf[1][b->rank - 1] = (int8_t)fn;
 }
 
+/* matmul_wgrad(x [..., k], dy [..., n]) -> [k, n]: each leading dim a
+ * factor of both operands, contracted (the result partial over its
+ * axes); k follows x's last dim, n dy's. */
+static void rule_wgrad(Rule *r, const IrModule *m, const IrNode *n)
+{
+	const IrNode *x = m->nodes[n->ops[0]], *dy = m->nodes[n->ops[1]];
+	if (x->rank < 2 || x->rank != dy->rank) {
+		r->ok = false;
+		return;
+	}
+	for (int j = 0; j < x->rank - 1; j++) {
+		int f = newf(r);
+		if (f >= 0)
+			r->reduce[f] = true;
+		r->opf[0][j] = r->opf[1][j] = (int8_t)f;
+	}
+	int fk = newf(r), fn = newf(r);
+	r->resf[0] = r->opf[0][x->rank - 1] = (int8_t)fk;
+	r->resf[1] = r->opf[1][dy->rank - 1] = (int8_t)fn;
+}
+
 /* sum, mean, max; and max_bwd's x (axes reduced = unsplit there). */
 static bool reduced_axis(const IrNode *n, int d)
 {
@@ -313,6 +334,9 @@ void prop_rule_build(const IrModule *m, const IrNode *n, Rule *r)
 		return;
 	case IR_OP_MATMUL:
 		rule_matmul(r, m, n);
+		return;
+	case IR_OP_MATMUL_WGRAD:
+		rule_wgrad(r, m, n);
 		return;
 	case IR_OP_SUM:
 	case IR_OP_MEAN:

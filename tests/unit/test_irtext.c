@@ -244,6 +244,10 @@ static void build(void)
 	*ir_attr_coll_mut(M, n) = (IrAttrColl){.axes = 1u << 0, .n = 1, .shift = 1};
 	ir_set_stage(M, n, 0);
 	done(n);
+	/* ring attention's load balancing: to member (shift - g) mod n */
+	n = add(IR_OP_SEND, 1, &bc);
+	*ir_attr_coll_mut(M, n) = (IrAttrColl){.axes = 1u << 1, .n = 2, .args = {1, 1}};
+	done(n);
 	n = add(IR_OP_RECV, 0, NULL);
 	/* an odd count prints as ints = (...) */
 	*ir_attr_coll_mut(M, n) = (IrAttrColl){.axes = 1u << 0, .n = 3, .args = {-1, 5}};
@@ -310,8 +314,11 @@ static void build(void)
 	*ir_attr_attn_mut(M, n) = (IrAttrAttn){.heads = 4};
 	blk = done(n);
 	n = add(IR_OP_ATTN_BLOCK_BWD, 5, (int[]){h, h, h, h, blk});
-	*ir_attr_attn_mut(M, n) = (IrAttrAttn){.heads = 4, .causal = 1, .ring = 1u << 1, .step = 1};
+	*ir_attr_attn_mut(M, n) = (IrAttrAttn){.heads = 4, .causal = 1, .ring = 1u << 1, .step = 1,
+	                                       .balanced = 1};
 	done(n);
+	/* autodiff's weight gradient */
+	done(add(IR_OP_MATMUL_WGRAD, 2, (int[]){h, h}));
 	/* vocab-parallel ops (passes/partition.c) */
 	n = add(IR_OP_EMBED_VP, 2, (int[]){wte, tok});
 	ir_attr_coll_mut(M, n)->axes = 1u << 2;
