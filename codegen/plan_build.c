@@ -460,6 +460,45 @@ static void fill_gemm(Build *b, int i, DtmAction *act)
 	act->flops = 2 * M * N * K * batch;
 }
 
+/* The FLOPs of an attention-family kernel (0 for any other kernel, which
+ * the cost model prices by the bytes it moves).  Attention on q [B, T, D]
+ * and k [B, Tk, Dk] is two GEMMs, scores and scores times v: 4 B T Tk D
+ * (D = heads x hd; grouped-query k and v change no count); causal, half
+ * of it; its backward twice the forward (llm.c's 6N + 6LCT, which
+ * inspect's FLOPs per token uses, counts the same).  A ring block
+ * (attn_block, attn_block_bwd on a [B, Tl, D] query block against a
+ * [B, Tl, Dk] key block) counts as attention on those shapes: causal, its
+ * diagonal block (step 0) half, the others whole.  Off the diagonal a
+ * rank's key block is either all below it or all masked, by rank; the
+ * kernels compute a masked block too (no load balancing yet), and the
+ * ranks step round the ring in lockstep, so the step waits for the rank
+ * whose blocks are all below: whole.  attn_merge is elementwise: bytes.
+ * A window is not counted (the whole row). */
+static int64_t attn_flops(const IrModule *m, const IrNode *n)
+{
+	int q, k;
+	bool bwd = n->op == IR_OP_ATTENTION_BWD || n->op == IR_OP_ATTN_BLOCK_BWD;
+	switch (n->op) {
+	case IR_OP_ATTENTION: case IR_OP_ATTN_BLOCK:
+		q = 0, k = 1;
+		break;
+	case IR_OP_ATTENTION_BWD: case IR_OP_ATTN_BLOCK_BWD:
+		q = 1, k = 2;
+		break;
+	default:
+		return 0;
+	}
+	const IrNode *qn = m->nodes[n->ops[q]], *kn = m->nodes[n->ops[k]];
+	if (qn->rank != 3 || kn->rank != 3)
+		return 0;
+	const IrAttrAttn *at = ir_attr_attn(n);
+	int64_t f = 4 * qn->shape[0] * qn->shape[1] * kn->shape[1] * qn->shape[2];
+	bool block = n->op == IR_OP_ATTN_BLOCK || n->op == IR_OP_ATTN_BLOCK_BWD;
+	if (at->causal && (!block || at->step == 0))
+		f /= 2;
+	return bwd ? 2 * f : f;
+}
+
 /* A collective's fields, in runtime/comm.c's conventions (above
  * comm_run_action): dim and dim2 are dims of the input's shape (the
  * gather/scatter dim, or all_to_all's split and concat dims), bytes the
@@ -554,6 +593,8 @@ static DtmAction *fill_actions(Build *b, int i, int kernel, DtmAction *out)
 		} else {
 			act->kind = DTM_ACT_KERNEL;
 			act->kernel = kernel + c;
+			if (k == NK_KERNEL)
+				act->flops = attn_flops(m, m->nodes[i]);
 		}
 	}
 	return out;

@@ -249,11 +249,54 @@ static void test_repeatable(void)
 	arena_free(&a[1]);
 }
 
+/* The FLOPs of the attention kernels on rank 0 of LLaMA (batch 8, ctx 32,
+ * d 64, 2 layers, causal), summed per op, into f[op]. */
+static void attn_flops_of(const char *mesh, const char *train, int64_t *f)
+{
+	Arena a;
+	Diag d;
+	arena_init(&a);
+	diag_init(&d, stderr);
+	IrModule *m = NULL;
+	const char *tr[1] = {train};
+	DtmPlan *p = compile(&a, &d, "models/llama.dtm", mesh, train ? 1 : 0, tr, &m);
+	CHECK(p != NULL && m != NULL);
+	for (int s = 0; p && s < p->nstages; s++)
+		for (int i = 0; i < p->stages[s].nactions; i++) {
+			const DtmAction *act = &p->stages[s].actions[i];
+			if (act->kind == DTM_ACT_KERNEL && act->node >= 0 && act->node < m->nnodes)
+				f[m->nodes[act->node]->op] += act->flops;
+		}
+	CHECK_EQ_INT(d.nerr, 0);
+	arena_free(&a);
+}
+
+/* Attention's kernels carry FLOPs for the cost model (plan_build.c's
+ * attn_flops): one rank, 4 B T T D per layer halved by the causal mask
+ * = 4 * 8 * 32 * 32 * 64 / 2 = 1,048,576, the backward twice that.  Ring
+ * on cp = 4 (Tl = 8): per layer the diagonal block half of 4 * 8 * 8 * 8 *
+ * 64 = 131,072 and three off-diagonal blocks whole: 458,752; the
+ * backward's blocks twice that, and it runs the forward's blocks again
+ * (for the merged output its blocks read); the merge is bytes only. */
+static void test_attention_flops(void)
+{
+	int64_t one[IR_OP_COUNT] = {0}, ring[IR_OP_COUNT] = {0};
+	attn_flops_of("pp=1,dp=1,cp=1,tp=1", NULL, one);
+	CHECK_EQ_INT(one[IR_OP_ATTENTION], 2 * 1048576);
+	CHECK_EQ_INT(one[IR_OP_ATTENTION_BWD], 2 * 2 * 1048576);
+	attn_flops_of("pp=1,dp=1,cp=4,tp=1", "context_parallel=ring", ring);
+	CHECK_EQ_INT(ring[IR_OP_ATTENTION] + ring[IR_OP_ATTENTION_BWD], 0);
+	CHECK_EQ_INT(ring[IR_OP_ATTN_BLOCK], 2 * 2 * (65536 + 3 * 131072));
+	CHECK_EQ_INT(ring[IR_OP_ATTN_BLOCK_BWD], 2 * 2 * (65536 + 3 * 131072));
+	CHECK_EQ_INT(ring[IR_OP_ATTN_MERGE], 0);
+}
+
 int main(void)
 {
 	test_mlp_dp_tp();
 	test_gpt_pipeline();
 	test_errors();
 	test_repeatable();
+	test_attention_flops();
 	return check_report();
 }
