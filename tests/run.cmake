@@ -494,15 +494,20 @@ endif()
 #                  counts, factorizations, ranking order, an undominated front
 #   sweep.errors   bad --devices, --hw, --mem-limit and options: exit 1, clear
 #                  messages; a profile file; a limit that drops everything
+#   sweep.cp       models/llama.dtm --devices 4: the context_parallel modes
+#                  swept where cp > 1, shown, and costed as inspect does
 #   sweep.measure  --measure 2: build and run the best two on the local
 #                  backend, predicted vs measured (runs on a clean clone)
 add_test(NAME sweep.json COMMAND ${DTM_BASH} ${DTM_TESTS}/sweep/run.sh $<TARGET_FILE:dtmc> json
+         WORKING_DIRECTORY ${DTM_ROOT})
+add_test(NAME sweep.cp COMMAND ${DTM_BASH} ${DTM_TESTS}/sweep/run.sh $<TARGET_FILE:dtmc> cp
          WORKING_DIRECTORY ${DTM_ROOT})
 add_test(NAME sweep.errors COMMAND ${DTM_BASH} ${DTM_TESTS}/sweep/run.sh $<TARGET_FILE:dtmc> errors
          WORKING_DIRECTORY ${DTM_ROOT})
 add_test(NAME sweep.measure COMMAND ${DTM_BASH} ${DTM_TESTS}/sweep/run.sh $<TARGET_FILE:dtmc> measure
          WORKING_DIRECTORY ${DTM_ROOT})
 set_tests_properties(sweep.json PROPERTIES TIMEOUT 120 LABELS golden)
+set_tests_properties(sweep.cp PROPERTIES TIMEOUT 120 LABELS golden)
 set_tests_properties(sweep.errors PROPERTIES TIMEOUT 120 LABELS diag)
 set_tests_properties(sweep.measure PROPERTIES TIMEOUT 300 LABELS e2e)
 # ---- end sweep ----

@@ -7,9 +7,14 @@
  * micro-batch still splits evenly over the batch's axes), the pipeline
  * schedule (with pp > 1: gpipe, 1f1b and interleaved(2) where
  * passes/schedule.c accepts it), sequence parallelism on/off (tp > 1),
- * recompute on/off (models with blocks) and every option of every
- * choose() point.  A dimension the user fixes with --train (zero=,
- * microbatches=, schedule=, sequence_parallel=, recompute=) is not swept.
+ * the context_parallel mode where the first input's sequence dim (dim 1)
+ * is split over more than one rank and the model has attention (ulysses,
+ * ring, and none when the file leaves it so: --train has no word for
+ * none; a mode that cannot apply there is partition's error, and the
+ * candidate is dropped with it), recompute on/off (models with blocks)
+ * and every option of every choose() point.  A dimension the user fixes
+ * with --train (zero=, microbatches=, schedule=, sequence_parallel=,
+ * context_parallel=, recompute=) is not swept.
  *
  * Each candidate is compiled in-process to the DtmPlan `dtmc build` would
  * emit (codegen/plan_build.h) and costed by tools/cost.h on the hardware
@@ -22,8 +27,10 @@
  * part: one lowering (from one parse of the file) per group, then copies
  * of the module (ir_module_clone) that run on.  On GPT-2 that is one
  * lowering and stages..propagate per (mesh, M, SP, choose options, virtual
- * stages), recompute per recompute setting, state..bucket per ZeRO stage,
- * pipeline..memplan per schedule; `--profile` prints it.  The verifier
+ * stages), recompute per recompute setting, state..bucket per ZeRO stage
+ * (where the context_parallel mode is swept, zero alone, then
+ * partition..bucket per mode), pipeline..memplan per schedule;
+ * `--profile` prints it.  The verifier
  * between passes is skipped unless --verify.  Groups are shared out to
  * --jobs threads (default: the online CPUs), each with its own arenas and
  * diagnostics; the passes keep no mutable global state.  The compiling is
@@ -57,11 +64,14 @@ const char sweep_help[] =
         "model's mesh axes; ZeRO stage 0-3 (when its axes have more than one rank);\n"
         "micro-batch counts dividing the batch (each micro-batch still split evenly\n"
         "over the batch's axes); with pp > 1 the schedules gpipe, 1f1b and\n"
-        "interleaved(2) where valid; sequence parallelism on/off (tp > 1);\n"
-        "recompute on/off (models with blocks); every choose() option.  A setting\n"
-        "fixed with --train (zero, microbatches, schedule, sequence_parallel,\n"
-        "recompute) is not swept.  Candidates that do not compile are dropped with\n"
-        "the compiler's reason, as are those whose peak is over the memory limit.\n"
+        "interleaved(2) where valid; sequence parallelism on/off (tp > 1); the\n"
+        "context_parallel mode (ulysses, ring; none when the file leaves it so)\n"
+        "where the inputs' sequence is split over more than one rank and the\n"
+        "model has attention; recompute on/off (models with blocks); every\n"
+        "choose() option.  A setting fixed with --train (zero, microbatches,\n"
+        "schedule, sequence_parallel, context_parallel, recompute) is not swept.\n"
+        "Candidates that do not compile are dropped with the compiler's reason, as\n"
+        "are those whose peak is over the memory limit.\n"
         "\n"
         "options:\n"
         "  --devices N            ranks to spread the model over (required)\n"
@@ -92,6 +102,12 @@ const char sweep_help[] =
         "  --train key=value      set a train setting for every candidate (repeatable)\n";
 
 /* ---- describing candidates ---- */
+
+const char *sweep_cp_name(int cp)
+{
+	const char *w = ir_train_word(IR_TRAIN_CONTEXT_PARALLEL, cp);
+	return w ? w : "none";
+}
 
 const char *sweep_sched_name(int sched)
 {
@@ -129,6 +145,9 @@ void sweep_describe(const SweepRun *r, const SweepCand *c, char *buf, size_t cap
 		n += (size_t)snprintf(buf + n, cap - n, " %s", sweep_sched_name(c->sched));
 	if (c->sp && n < cap)
 		n += (size_t)snprintf(buf + n, cap - n, " sp");
+	if (c->cp_split && n < cap)
+		n += (size_t)snprintf(buf + n, cap - n, c->cp == IR_CP_NONE ? " cp-none" : " %s",
+		                      sweep_cp_name(c->cp));
 	if (c->rc && n < cap)
 		n += (size_t)snprintf(buf + n, cap - n, " recompute");
 	for (int k = 0; k < r->s.nchooses && n < cap; k++)
@@ -153,6 +172,10 @@ int sweep_train_overrides(const SweepRun *r, const SweepCand *c, const char **tr
 	if (c->sched != SWEEP_SCHED_FILE)
 		ADD("schedule=%s", sweep_sched_name(c->sched));
 	ADD("sequence_parallel=%s", c->sp ? "true" : "false");
+	/* none is what a file without the setting says (enumerate sweeps it
+	 * only then); --train has no word for it */
+	if (c->cp != IR_CP_NONE)
+		ADD("context_parallel=%s", sweep_cp_name(c->cp));
 	ADD("recompute=%s", c->rc ? "true" : "false");
 #undef ADD
 	(void)r;
@@ -337,7 +360,7 @@ static int parse_opts(int argc, char **argv, SweepOpts *o)
 				opt_error("option '%s' needs key=value", "--train");
 				return 1;
 			}
-			/* room for the sweep's own five overrides after these */
+			/* room for the sweep's own six overrides after these */
 			if (o->lower.ntrain >= LOWER_MAX_TRAIN - 6) {
 				opt_error("too many --train options%s", "");
 				return 1;
@@ -402,6 +425,14 @@ static bool has_blocks(const IrModule *m)
 	return false;
 }
 
+static bool has_attention(const IrModule *m)
+{
+	for (int i = 0; i < m->nnodes; i++)
+		if (m->nodes[i]->op == IR_OP_ATTENTION)
+			return true;
+	return false;
+}
+
 /* Reads the axes, batch, choose() points and train settings off the
  * model as lowered with the user's options. */
 static bool probe(SweepRun *r, const IrModule *m, Arena *a)
@@ -432,6 +463,12 @@ static bool probe(SweepRun *r, const IrModule *m, Arena *a)
 		if (p->known && p->ndims > 0)
 			for (int k = 0; k < p->naxes[0]; k++)
 				s->batch_axes |= 1u << p->axes[0][k];
+		/* [batch, seq, ...]: the sequence's axes reach attention (as
+		 * models/llama.dtm's cp) unless a layout annotation moves them;
+		 * a candidate a mode does not apply to fails and is dropped */
+		if (p->known && p->ndims > 1 && n->rank > 1 && has_attention(m))
+			for (int k = 0; k < p->naxes[1]; k++)
+				s->seq_axes |= 1u << p->axes[1][k];
 		break;
 	}
 	if (m->nchooses > SWEEP_MAX_CHOOSE) {
@@ -512,31 +549,58 @@ static void add_cand(Enum *e, const SweepCand *c)
 	r->cands[r->ncands++] = *c;
 }
 
-/* What varies inside a group: recompute, the ZeRO stage, the schedule. */
+/* What varies inside a group: recompute, the ZeRO stage, the
+ * context_parallel mode, the schedule. */
 typedef struct Members {
 	int sched[3], nsched;
+	uint8_t cp[3]; /* cp_modes' */
+	int ncp;
 	bool same_1f1b; /* 1f1b runs gpipe's work lists (sched_same) */
 	int z_lo, z_hi, rc_lo, rc_hi;
 } Members;
 
 /* The members of c's groups: virtual stages 1, then 2 (a group each);
- * inside, recompute, ZeRO and schedule nest as eval_level shares their
- * passes. */
+ * inside, recompute, ZeRO, the context_parallel mode and schedule nest as
+ * eval_level shares their passes (the mode parts at partition, after
+ * zero). */
 static void add_members(Enum *e, SweepCand c, const Members *g)
 {
 	for (int v = 1; v <= 2; v++)
 		for (int rc = g->rc_lo; rc <= g->rc_hi; rc++)
 			for (int z = g->z_lo; z <= g->z_hi; z++)
-				for (int si = 0; si < g->nsched; si++) {
-					int sc = g->sched[si];
-					if ((sc == SWEEP_SCHED_INTERLEAVED) != (v == 2))
-						continue;
-					c.sched = (uint8_t)sc;
-					c.zero = (uint8_t)z;
-					c.rc = rc;
-					c.dup_prev = g->same_1f1b && sc == SWEEP_SCHED_1F1B;
-					add_cand(e, &c);
-				}
+				for (int ci = 0; ci < g->ncp; ci++)
+					for (int si = 0; si < g->nsched; si++) {
+						int sc = g->sched[si];
+						if ((sc == SWEEP_SCHED_INTERLEAVED) != (v == 2))
+							continue;
+						c.sched = (uint8_t)sc;
+						c.zero = (uint8_t)z;
+						c.rc = rc;
+						c.cp = g->cp[ci];
+						c.dup_prev = g->same_1f1b && sc == SWEEP_SCHED_1F1B;
+						add_cand(e, &c);
+					}
+}
+
+/* The context_parallel modes of mesh c->mesh into out, setting
+ * c->cp_split; returns how many.  Where attention's sequence is split
+ * over more than one rank: ulysses and ring, and none (Ulysses where the
+ * heads divide, else the sequence gathered) when the file leaves it so
+ * (--train has no word for none); else, or fixed by --train, the file's. */
+static int cp_modes(IrContextParallel file, bool fixed, SweepCand *c, const SweepSpace *s,
+                    uint8_t *out)
+{
+	c->cp_split = axes_product(c->mesh, s->naxes, s->seq_axes) > 1;
+	int n = 0;
+	if (!c->cp_split || fixed) {
+		out[n++] = (uint8_t)file;
+		return n;
+	}
+	if (file == IR_CP_NONE)
+		out[n++] = IR_CP_NONE;
+	out[n++] = IR_CP_ULYSSES;
+	out[n++] = IR_CP_RING;
+	return n;
 }
 
 /* Every candidate, in group order: the members of a group (same mesh, M,
@@ -558,6 +622,7 @@ static bool enumerate(SweepRun *r, const IrModule *probe_m)
 	bool fix_zero = user_fixed(o, "zero"), fix_m = user_fixed(o, "microbatches");
 	bool fix_sched = user_fixed(o, "schedule"), fix_sp = user_fixed(o, "sequence_parallel");
 	bool fix_rc = user_fixed(o, "recompute") || !has_blocks(probe_m);
+	bool fix_cp = user_fixed(o, "context_parallel");
 	const IrTrain *ft = &probe_m->train;
 	int64_t divs[256];
 	int ndiv = s->batch > 0 ? sweep_divisors(s->batch, divs, 256) : 0;
@@ -579,6 +644,8 @@ static bool enumerate(SweepRun *r, const IrModule *probe_m)
 		int64_t zn = axes_product(c.mesh, s->naxes, s->zero_axes);
 		int64_t bsplit = axes_product(c.mesh, s->naxes, s->batch_axes);
 		int64_t tp = s->sp_axis >= 0 ? c.mesh[s->sp_axis] : 1;
+		uint8_t cps[3];
+		int ncp = cp_modes(ft->context_parallel, fix_cp, &c, s, cps);
 		for (int di = 0; di < ndiv; di++) {
 			int64_t M = divs[di];
 			if (s->batch > 0 && !fix_m && (s->batch % M || (s->batch / M) % bsplit))
@@ -614,6 +681,8 @@ static bool enumerate(SweepRun *r, const IrModule *probe_m)
 			        .rc_hi = fix_rc ? ft->recompute : 1,
 			};
 			memcpy(ranges.sched, scheds, sizeof scheds);
+			memcpy(ranges.cp, cps, sizeof cps);
+			ranges.ncp = ncp;
 			int sp_lo = fix_sp ? ft->sequence_parallel : 0;
 			int sp_hi = fix_sp ? ft->sequence_parallel : tp > 1;
 			for (int sp = sp_lo; sp <= sp_hi; sp++) {
@@ -683,6 +752,11 @@ static bool same_sp(const SweepRun *r, const SweepCand *a, const SweepCand *b)
 	return a->sp == b->sp;
 }
 
+static bool same_cp(const SweepRun *r, const SweepCand *a, const SweepCand *b)
+{
+	return a->cp == b->cp;
+}
+
 static bool same_choose(const SweepRun *r, const SweepCand *a, const SweepCand *b)
 {
 	return !memcmp(a->choose, b->choose, (size_t)r->s.nchooses);
@@ -716,6 +790,11 @@ static void apply_micro(IrModule *m, const SweepCand *c)
 static void apply_sp(IrModule *m, const SweepCand *c)
 {
 	m->train.sequence_parallel = c->sp;
+}
+
+static void apply_cp(IrModule *m, const SweepCand *c)
+{
+	m->train.context_parallel = (IrContextParallel)c->cp;
 }
 
 /* The schedule and its virtual stages, as --train schedule=... sets them. */
@@ -762,6 +841,7 @@ static const SweepDim dims[] = {
 	 apply_sched},
 	{"recompute", R(RECOMPUTE), same_rc, apply_rc},
 	{"zero", R(ZERO), same_zero, apply_zero},
+	{"context_parallel", R(CONTEXT_PARALLEL), same_cp, apply_cp},
 	{"schedule", R(SCHEDULE), same_sched, apply_sched},
 };
 #undef R
@@ -943,6 +1023,8 @@ static void cost_into(const SweepRun *r, const DtmPlan *p, SweepCand *c)
 			c->comm_s = rep.stages[s].comm_s;
 		if (rep.stages[s].exposed_comm_s > c->exposed_s)
 			c->exposed_s = rep.stages[s].exposed_comm_s;
+		if (rep.stages[s].send_bytes > c->comm_bytes)
+			c->comm_bytes = rep.stages[s].send_bytes;
 	}
 	cost_report_free(&rep);
 	if (r->o.mem_limit > 0 && peak > r->o.mem_limit) {
@@ -985,6 +1067,7 @@ static void copy_result(SweepCand *c, const SweepCand *like)
 	c->bubble = like->bubble;
 	c->comm_s = like->comm_s;
 	c->exposed_s = like->exposed_s;
+	c->comm_bytes = like->comm_bytes;
 }
 
 /* Runs level L's passes for members [lo, hi) of a group, which share the

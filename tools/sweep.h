@@ -6,7 +6,8 @@
  *
  * The candidates are every factorization of N over the model's mesh axes
  * times the ZeRO stage, the micro-batch count, the pipeline schedule,
- * sequence parallelism, activation recompute and every choose() point;
+ * sequence parallelism, the context_parallel mode (where the sequence is
+ * split), activation recompute and every choose() point;
  * each is compiled in-process to the Plan `dtmc build` would emit and
  * costed with tools/cost.h (tools/sweep.c).
  *

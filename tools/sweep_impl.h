@@ -30,6 +30,11 @@ typedef struct SweepCand {
 	int64_t mesh[DTM_MAX_AXES]; /* per model axis */
 	uint8_t zero, sched;        /* 0..3, SweepSched */
 	bool sp, rc;
+	/* the context_parallel mode (IrContextParallel); it shows (layout,
+	 * JSON) only where cp_split: attention's sequence is split over a
+	 * mesh axis of more than one rank, so the mode decides anything */
+	uint8_t cp;
+	bool cp_split;
 	/* the schedule runs exactly the previous candidate's work lists (1f1b
 	 * and gpipe with one micro-batch): the same plan, whose results it
 	 * copies instead of compiling it again */
@@ -40,6 +45,7 @@ typedef struct SweepCand {
 	uint8_t status;     /* SweepStatus */
 	const char *reason; /* SWEEP_FAILED: the compiler's first error (malloc'd) */
 	double step_s, tokens_per_s, peak_bytes, hfu, bubble, comm_s, exposed_s;
+	double comm_bytes; /* the busiest stage's bytes sent per rank (inspect's send_bytes) */
 } SweepCand;
 
 typedef struct SweepOpts {
@@ -68,6 +74,10 @@ typedef struct SweepSpace {
 	int sp_axis;         /* the axis SP splits over ("tp"), or -1 */
 	uint32_t zero_axes;  /* mesh axes ZeRO splits over */
 	uint32_t batch_axes; /* axes splitting the batch (the first input's dim 0) */
+	/* axes splitting the sequence (the first input's dim 1), where the
+	 * model has attention: context_parallel is swept where they have more
+	 * than one rank */
+	uint32_t seq_axes;
 	int64_t batch;       /* global batch (0: no input) */
 	int64_t tokens_per_sample;
 	int nchooses;
@@ -90,8 +100,9 @@ typedef struct SweepRun {
 	int nfront;
 } SweepRun;
 
-/* Describes a candidate as "pp=2,dp=2,tp=2 zero=1 M=4 1f1b sp rc" (the
- * parts that apply) into buf. */
+/* Describes a candidate as "pp=2,dp=2,tp=2 zero=1 M=4 1f1b sp ring rc"
+ * (the parts that apply; the context_parallel mode as ring, ulysses or
+ * cp-none where the sequence is split) into buf. */
 void sweep_describe(const SweepRun *r, const SweepCand *c, char *buf, size_t cap);
 /* The mesh as --mesh wants it: "pp=2,dp=2,tp=2". */
 void sweep_mesh_text(const SweepRun *r, const SweepCand *c, char *buf, size_t cap);
@@ -100,6 +111,9 @@ void sweep_mesh_text(const SweepRun *r, const SweepCand *c, char *buf, size_t ca
 int sweep_train_overrides(const SweepRun *r, const SweepCand *c, const char **train, int room,
                           char *buf, size_t cap);
 const char *sweep_sched_name(int sched);
+/* A context_parallel mode (IrContextParallel) as --train writes it:
+ * "none", "ulysses", "ring". */
+const char *sweep_cp_name(int cp);
 
 /* sweep_out.c: the reports on stdout and the plot. */
 bool sweep_print_text(FILE *out, const SweepRun *r);

@@ -4,8 +4,12 @@
  * JSON: one object with the run's settings and counts, "ranking" (the top
  * K compiled candidates under the limit, fastest first), "pareto" (the
  * front, ascending memory) and "dropped" (every candidate that did not
- * compile or was over the memory limit, with its reason).  CSV: one row
- * per candidate, dropped ones included.
+ * compile or was over the memory limit, with its reason); each candidate
+ * with its settings ("context_parallel" null where no attention's
+ * sequence is split) and "train", the --train overrides that select it
+ * after the user's (with "mesh", what `dtmc inspect` and `dtmc build`
+ * take to compile it).  CSV: one row per candidate, dropped ones
+ * included.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -55,10 +59,22 @@ static void json_cand(FILE *out, const SweepRun *r, int id)
 		fputs("null", out);
 	else
 		json_put_str(out, sweep_sched_name(c->sched));
-	fprintf(out, ", \"sequence_parallel\": %s, \"recompute\": %s, \"choose\": [",
-	        c->sp ? "true" : "false", c->rc ? "true" : "false");
+	fprintf(out, ", \"sequence_parallel\": %s, \"context_parallel\": ", c->sp ? "true" : "false");
+	if (c->cp_split)
+		json_put_str(out, sweep_cp_name(c->cp));
+	else
+		fputs("null", out);
+	fprintf(out, ", \"recompute\": %s, \"choose\": [", c->rc ? "true" : "false");
 	for (int k = 0; k < r->s.nchooses; k++)
 		fprintf(out, "%s%d", k ? ", " : "", c->choose[k]);
+	fputs("], \"train\": [", out);
+	const char *tr[8];
+	char tbuf[512];
+	int nt = sweep_train_overrides(r, c, tr, 8, tbuf, sizeof tbuf);
+	for (int k = 0; k < nt; k++) {
+		fputs(k ? ", " : "", out);
+		json_put_str(out, tr[k]);
+	}
 	fprintf(out, "], \"status\": \"%s\"", status_name(c->status));
 	if (c->status == SWEEP_OK || c->status == SWEEP_OVER_MEM) {
 		fputs(", \"step_s\": ", out);
@@ -74,6 +90,7 @@ static void json_cand(FILE *out, const SweepRun *r, int id)
 		json_num(out, c->comm_s);
 		fputs(", \"exposed_comm_s\": ", out);
 		json_num(out, c->exposed_s);
+		fprintf(out, ", \"comm_bytes\": %.0f", c->comm_bytes);
 	}
 	if (c->reason) {
 		fputs(", \"reason\": ", out);
@@ -149,7 +166,8 @@ static void csv_field(FILE *out, const char *s)
 
 bool sweep_print_csv(FILE *out, const SweepRun *r)
 {
-	fputs("id,status,rank,mesh,zero,microbatches,schedule,sequence_parallel,recompute,choose,"
+	fputs("id,status,rank,mesh,zero,microbatches,schedule,sequence_parallel,context_parallel,"
+	      "recompute,choose,"
 	      "step_s,tokens_per_s,peak_bytes,hfu,bubble,exposed_comm_s,pareto,reason\n",
 	      out);
 	int *rank_of = calloc((size_t)(r->ncands + 1), sizeof *rank_of);
@@ -176,9 +194,9 @@ bool sweep_print_csv(FILE *out, const SweepRun *r)
 			fprintf(out, "%d", rank_of[i]);
 		fputc(',', out);
 		csv_field(out, mesh);
-		fprintf(out, ",%d,%d,%s,%d,%d,%s,", c->zero, c->micro,
+		fprintf(out, ",%d,%d,%s,%d,%s,%d,%s,", c->zero, c->micro,
 		        c->sched == SWEEP_SCHED_FILE ? "" : sweep_sched_name(c->sched), c->sp,
-		        c->rc, ch);
+		        c->cp_split ? sweep_cp_name(c->cp) : "", c->rc, ch);
 		if (c->status == SWEEP_OK || c->status == SWEEP_OVER_MEM)
 			fprintf(out, "%.9g,%.9g,%.0f,%.6g,%.6g,%.9g", c->step_s, c->tokens_per_s,
 			        c->peak_bytes, c->hfu, c->bubble, c->exposed_s);

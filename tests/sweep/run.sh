@@ -13,6 +13,15 @@
 #                        Timings are the cost model's: checked for order, never
 #                        against numbers.  tests/sweep/choose.dtm: both options
 #                        of its choose() point are swept and differ on tp = 2.
+#   run.sh DTMC cp       models/llama.dtm --devices 4: where cp > 1 the
+#                        context_parallel modes are swept (none, ulysses and
+#                        ring ranked; ulysses dropped with partition's
+#                        reason where cp x tp does not divide the kv heads),
+#                        each shown in the layout, the JSON and its "train"
+#                        overrides; the fastest ring and ulysses candidates'
+#                        and the slowest ring's step time, peak and bytes
+#                        sent equal `dtmc inspect` of the same --mesh and
+#                        --train; --train context_parallel=ring fixes it.
 #   run.sh DTMC errors   bad --devices, --hw, --mem-limit, options: exit 1 and a
 #                        message naming the option.
 #   run.sh DTMC measure  --measure 2 on models/mlp.dtm (builds and runs two
@@ -175,6 +184,80 @@ EOF
 		fail "the text report lacks the ranking or the front"
 	best=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['ranking'][0]['layout'])" "$tmp/out.json")
 	grep -qF -- "$best" "$tmp/out.txt" || fail "the text report does not show '$best'"
+	;;
+cp)
+	"$dtmc" sweep models/llama.dtm --devices 4 --json --top 100000 -q > "$tmp/cp.json" ||
+		fail "sweep of llama exited $?"
+	python3 - "$tmp/cp.json" > "$tmp/pick.txt" <<'EOF' || exit 1
+import json, sys
+d = json.load(open(sys.argv[1]))
+def fail(msg):
+    print("FAIL:", msg, file=sys.stderr)
+    sys.exit(1)
+modes = {}
+for c in d["ranking"] + d["dropped"]:
+    cp, m, words = c["mesh"]["cp"], c["context_parallel"], c["layout"].split()
+    if cp == 1 and m is not None:
+        fail("cp = 1 but context_parallel %r: %s" % (m, c["layout"]))
+    if cp == 1:
+        continue
+    if m not in ("none", "ulysses", "ring"):
+        fail("cp = %d without a mode: %s" % (cp, c["layout"]))
+    if (m == "none" and "cp-none" not in words) or (m != "none" and m not in words):
+        fail("the layout does not show %s: %s" % (m, c["layout"]))
+    if (m != "none") != ("context_parallel=" + m in c["train"]):
+        fail("the --train overrides do not select %s: %r" % (m, c["train"]))
+    modes.setdefault((m, c["status"]), []).append(c)
+for m in ("none", "ulysses", "ring"):
+    if not modes.get((m, "ok")):
+        fail("no ranked %s candidate with cp > 1" % m)
+# llama's 2 kv heads do not divide cp x tp = 4: ulysses is dropped there
+bad = modes.get(("ulysses", "failed"), [])
+if not bad or not all("context_parallel ulysses" in c["reason"] for c in bad):
+    fail("ulysses on 4 = cp x tp ranks was not dropped with partition's reason")
+# the fastest of each mode, and the slowest ring (a pipeline, M > 1)
+picks = [min(modes[("ring", "ok")], key=lambda c: c["step_s"]),
+         max(modes[("ring", "ok")], key=lambda c: c["step_s"]),
+         min(modes[("ulysses", "ok")], key=lambda c: c["step_s"])]
+for c in picks:
+    mesh = ",".join("%s=%d" % kv for kv in c["mesh"].items())
+    print(c["context_parallel"], c["step_s"], c["peak_bytes"], c["comm_bytes"], mesh,
+          " ".join("--train " + t for t in c["train"]))
+EOF
+	while read -r mode step peak sent mesh train; do
+		# shellcheck disable=SC2086
+		"$dtmc" inspect models/llama.dtm --json --mesh "$mesh" $train > "$tmp/in.json" ||
+			fail "inspect --mesh $mesh $train exited $?"
+		python3 - "$tmp/in.json" "$mode $mesh $train" "$step" "$peak" "$sent" <<'EOF' || exit 1
+import json, sys
+d = json.load(open(sys.argv[1]))
+what, step, peak, sent = sys.argv[2], float(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5])
+got_peak = max(s["memory"]["peak_bytes"] for s in d["stages"])
+got_sent = max(s["totals"]["send_bytes"] for s in d["stages"])
+got_step = d["step"]["step_s"]
+if got_peak != peak or got_sent != sent or abs(got_step - step) > 1e-6 * step:
+    print("FAIL: %s: sweep says step %g s, peak %d, sent %d; inspect %g, %d, %d"
+          % (what, step, peak, sent, got_step, got_peak, got_sent), file=sys.stderr)
+    sys.exit(1)
+print("%s: step %.4g ms, peak %d B, sent %d B, as inspect" % (what, step * 1e3, peak, sent))
+EOF
+	done < "$tmp/pick.txt"
+	[ "$(wc -l < "$tmp/pick.txt")" -eq 3 ] || fail "picked $(wc -l < "$tmp/pick.txt") candidates, not 3"
+	# fixed by --train: that mode alone
+	"$dtmc" sweep models/llama.dtm --devices 4 --json --top 100000 -q \
+		--train context_parallel=ring > "$tmp/ring.json" || fail "sweep --train ring exited $?"
+	python3 -c "
+import json, sys
+d = json.load(open(sys.argv[1]))
+got = {c['context_parallel'] for c in d['ranking'] + d['dropped'] if c['mesh']['cp'] > 1}
+assert got == {'ring'}, got
+" "$tmp/ring.json" || fail "--train context_parallel=ring swept other modes"
+	# the text report shows the mode; no candidate's warning reaches stderr
+	"$dtmc" sweep models/llama.dtm --devices 4 --top 100000 -q > "$tmp/cp.txt" 2> "$tmp/e.txt" ||
+		fail "sweep (text) exited $?"
+	grep -q 'cp=2,tp=1 .* ring' "$tmp/cp.txt" || fail "the text report shows no ring layout"
+	[ -s "$tmp/e.txt" ] && fail "sweep printed on stderr: $(cat "$tmp/e.txt")"
+	echo "cp ok"
 	;;
 errors)
 	# each: expected message, then the arguments

@@ -1,6 +1,7 @@
 /* test_sweep.c - the arithmetic of `dtmc sweep` (tools/sweep_space.c): the
  * factorizations of the device count over mesh axes, divisors, the Pareto
- * front, byte sizes; and the SVG plot (tools/sweep_svg.c).  Expected values
+ * front, byte sizes; the SVG plot (tools/sweep_svg.c); and how a
+ * candidate is described and selected (tools/sweep.c).  Expected values
  * are worked by hand in the comments.
  */
 #include <math.h>
@@ -10,6 +11,7 @@
 
 #include "check.h"
 #include "tools/sweep.h"
+#include "tools/sweep_impl.h"
 
 /* C(n, k) for the counting formula below */
 static long long binom(int n, int k)
@@ -263,6 +265,80 @@ static void test_svg_labels(void)
 	free(buf);
 }
 
+/* The --train overrides of c joined by spaces into buf; returns their
+ * count. */
+static int overrides(const SweepRun *r, const SweepCand *c, char *buf, size_t cap)
+{
+	const char *tr[8];
+	char tbuf[512];
+	int n = sweep_train_overrides(r, c, tr, 8, tbuf, sizeof tbuf);
+	size_t used = 0;
+	buf[0] = 0;
+	for (int k = 0; k < n && used < cap; k++)
+		used += (size_t)snprintf(buf + used, cap - used, "%s%s", k ? " " : "", tr[k]);
+	return n;
+}
+
+/* The context_parallel mode in a candidate's layout and --train
+ * overrides: shown where the sequence is split (cp_split), as ring,
+ * ulysses or cp-none; selected by context_parallel=MODE, none by no
+ * override (what a file without the setting says). */
+static void test_cp_candidates(void)
+{
+	SweepRun r;
+	memset(&r, 0, sizeof r);
+	r.s.naxes = 4;
+	const char *axes[4] = {"pp", "dp", "cp", "tp"};
+	for (int a = 0; a < 4; a++)
+		r.s.axes[a] = axes[a];
+	r.s.seq_axes = 1u << 2;
+	SweepCand c;
+	memset(&c, 0, sizeof c);
+	int64_t mesh[4] = {1, 2, 2, 1};
+	memcpy(c.mesh, mesh, sizeof mesh);
+	c.zero = 1;
+	c.micro = 2;
+	c.cp_split = true;
+	c.cp = IR_CP_RING;
+	char desc[256], tr[256];
+	sweep_describe(&r, &c, desc, sizeof desc);
+	CHECK_EQ_STR(desc, "pp=1,dp=2,cp=2,tp=1 zero=1 M=2 ring");
+	CHECK_EQ_INT(overrides(&r, &c, tr, sizeof tr), 5);
+	CHECK_EQ_STR(tr, "zero=1 microbatches=2 sequence_parallel=false context_parallel=ring "
+	                 "recompute=false");
+	c.cp = IR_CP_ULYSSES;
+	c.sp = true;
+	sweep_describe(&r, &c, desc, sizeof desc);
+	CHECK_EQ_STR(desc, "pp=1,dp=2,cp=2,tp=1 zero=1 M=2 sp ulysses");
+	overrides(&r, &c, tr, sizeof tr);
+	CHECK(strstr(tr, "context_parallel=ulysses") != NULL);
+	c.cp = IR_CP_NONE;
+	c.sp = false;
+	sweep_describe(&r, &c, desc, sizeof desc);
+	CHECK_EQ_STR(desc, "pp=1,dp=2,cp=2,tp=1 zero=1 M=2 cp-none");
+	CHECK_EQ_INT(overrides(&r, &c, tr, sizeof tr), 4);
+	CHECK(strstr(tr, "context_parallel") == NULL);
+	/* cp = 1: the mode decides nothing and does not show; a file's ring
+	 * is still passed on as it was */
+	c.mesh[2] = 1;
+	c.mesh[1] = 4;
+	c.cp_split = false;
+	sweep_describe(&r, &c, desc, sizeof desc);
+	CHECK_EQ_STR(desc, "pp=1,dp=4,cp=1,tp=1 zero=1 M=2");
+	c.cp = IR_CP_RING;
+	sweep_describe(&r, &c, desc, sizeof desc);
+	CHECK_EQ_STR(desc, "pp=1,dp=4,cp=1,tp=1 zero=1 M=2");
+	overrides(&r, &c, tr, sizeof tr);
+	CHECK(strstr(tr, "context_parallel=ring") != NULL);
+	CHECK_EQ_STR(sweep_cp_name(IR_CP_NONE), "none");
+	CHECK_EQ_STR(sweep_cp_name(IR_CP_ULYSSES), "ulysses");
+	CHECK_EQ_STR(sweep_cp_name(IR_CP_RING), "ring");
+	/* no room: an error, not a truncated list */
+	const char *few[3];
+	char tb[512];
+	CHECK_EQ_INT(sweep_train_overrides(&r, &c, few, 3, tb, sizeof tb), -1);
+}
+
 int main(void)
 {
 	test_factorizations();
@@ -271,5 +347,6 @@ int main(void)
 	test_bytes();
 	test_svg();
 	test_svg_labels();
+	test_cp_candidates();
 	return check_report();
 }
