@@ -356,6 +356,9 @@ static void train_setting(Lower *L, const AstNode *s, const AstNode **seen)
 	} else if (!strcmp(k, "context_parallel")) {
 		ir_train_set_word(t, IR_TRAIN_CONTEXT_PARALLEL, arena_strdup(L->a, lower_name(L, w)),
 		                  NULL, e->loc, L->d);
+		/* its warning (no sequence split) points at the whole setting */
+		if (t->loc[IR_TRAIN_CONTEXT_PARALLEL].file)
+			t->loc[IR_TRAIN_CONTEXT_PARALLEL] = s->loc;
 	} else if (!strcmp(k, "init_scale")) {
 		train_num(L, e, IR_TRAIN_INIT_SCALE);
 	} else if (!strcmp(k, "growth_factor")) {

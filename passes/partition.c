@@ -1302,8 +1302,54 @@ bool pass_partition_replay(IrModule *m, Diag *d, bool fill_unknown, bool replay,
 	return ok;
 }
 
+/* Is some attention's sequence (dim 1 of its [B, T, D] result) split over
+ * mesh axes of more than one rank?  *any: does the module have attention
+ * at all.  Read off the placements propagate gave, before partition. */
+static bool attention_seq_split(const IrModule *m, bool *any)
+{
+	*any = false;
+	for (int i = 0; i < m->nnodes; i++) {
+		const IrNode *n = m->nodes[i];
+		if (n->op != IR_OP_ATTENTION)
+			continue;
+		*any = true;
+		const Placement *p = ir_place(m, n);
+		if (!p->known || p->ndims < 2)
+			continue;
+		uint32_t seq = 0;
+		for (int k = 0; k < p->naxes[1]; k++)
+			seq |= 1u << p->axes[1][k];
+		if (mesh_axes_size(&m->mesh, seq) > 1)
+			return true;
+	}
+	return false;
+}
+
+/* context_parallel ulysses or ring acts only on an attention whose
+ * sequence is split (partition_rules.c's attention_rule); elsewhere it
+ * does nothing, which a user who set it would not expect. */
+static void warn_idle_cp(const IrModule *m, Diag *d)
+{
+	IrContextParallel mode = m->train.context_parallel;
+	bool any;
+	if (mode == IR_CP_NONE || attention_seq_split(m, &any))
+		return;
+	const char *w = ir_train_word(IR_TRAIN_CONTEXT_PARALLEL, mode);
+	SrcLoc at = m->train.loc[IR_TRAIN_CONTEXT_PARALLEL];
+	if (!any)
+		diag_warning(d, at, "context_parallel %s has no effect: the model has no attention", w);
+	else
+		diag_warning(d, at,
+		             "context_parallel %s has no effect: no attention's sequence is split over "
+		             "a mesh axis of more than one rank (place the inputs' sequence dim over a "
+		             "mesh axis, as `input tokens : i32[batch, ctx] @ [dp, cp]`, and give the "
+		             "axis ranks: --mesh cp=2)",
+		             w);
+}
+
 bool pass_partition(IrModule *m, Diag *d, const PassOptions *opt)
 {
 	(void)opt;
+	warn_idle_cp(m, d);
 	return pass_partition_ex(m, d, false);
 }

@@ -657,6 +657,23 @@ $tmp/mlp.dtm:25:3: warning: recompute true has no effect: the model has no block
 EOF
 	want_err inspect "$tmp/mlp.dtm"
 	want_err build "$tmp/mlp.dtm" -o "$tmp/m"
+	# context_parallel where no attention's sequence is split: cp = 1, or
+	# no cp axis (tests/diag/cp_no_split: at the setting in the file)
+	cat >"$tmp/want" <<'EOF'
+<command line>: warning: context_parallel ring has no effect: no attention's sequence is split over a mesh axis of more than one rank (place the inputs' sequence dim over a mesh axis, as `input tokens : i32[batch, ctx] @ [dp, cp]`, and give the axis ranks: --mesh cp=2)
+EOF
+	want_err inspect models/llama.dtm --train context_parallel=ring
+	sed -i 's/ring has/ulysses has/' "$tmp/want"
+	want_err inspect models/gpt.dtm --mesh dp=4 --train context_parallel=ulysses
+	want_err build models/llama.dtm --mesh dp=4,cp=1,tp=1 --train context_parallel=ulysses -o "$tmp/l"
+	cat >"$tmp/want" <<'EOF'
+<command line>: warning: context_parallel ring has no effect: the model has no attention
+EOF
+	want_err inspect models/mlp.dtm --train context_parallel=ring
+	# ... and where the sequence is split, nothing
+	: >"$tmp/want"
+	want_err inspect models/llama.dtm --mesh dp=1,cp=2,tp=1 --train context_parallel=ring
+	want_err inspect models/llama.dtm --mesh dp=1,cp=2,tp=1 --train context_parallel=ulysses
 	# settings that change something warn of nothing; nor do the models'
 	# own layouts
 	: >"$tmp/want"
