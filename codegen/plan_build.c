@@ -479,10 +479,12 @@ static int64_t attn_flops(const IrModule *m, const IrNode *n)
 	int q, k;
 	bool bwd = n->op == IR_OP_ATTENTION_BWD || n->op == IR_OP_ATTN_BLOCK_BWD;
 	switch (n->op) {
-	case IR_OP_ATTENTION: case IR_OP_ATTN_BLOCK:
+	case IR_OP_ATTENTION:
+	case IR_OP_ATTN_BLOCK:
 		q = 0, k = 1;
 		break;
-	case IR_OP_ATTENTION_BWD: case IR_OP_ATTN_BLOCK_BWD:
+	case IR_OP_ATTENTION_BWD:
+	case IR_OP_ATTN_BLOCK_BWD:
 		q = 1, k = 2;
 		break;
 	default:

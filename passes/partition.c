@@ -1336,15 +1336,17 @@ static void warn_idle_cp(const IrModule *m, Diag *d)
 		return;
 	const char *w = ir_train_word(IR_TRAIN_CONTEXT_PARALLEL, mode);
 	SrcLoc at = m->train.loc[IR_TRAIN_CONTEXT_PARALLEL];
-	if (!any)
-		diag_warning(d, at, "context_parallel %s has no effect: the model has no attention", w);
-	else
-		diag_warning(d, at,
-		             "context_parallel %s has no effect: no attention's sequence is split over "
-		             "a mesh axis of more than one rank (place the inputs' sequence dim over a "
-		             "mesh axis, as `input tokens : i32[batch, ctx] @ [dp, cp]`, and give the "
-		             "axis ranks: --mesh cp=2)",
+	if (!any) {
+		diag_warning(d, at, "context_parallel %s has no effect: the model has no attention",
 		             w);
+		return;
+	}
+	diag_warning(d, at,
+	             "context_parallel %s has no effect: no attention's sequence is split over a "
+	             "mesh axis of more than one rank (place the inputs' sequence dim over a mesh "
+	             "axis, as `input tokens : i32[batch, ctx] @ [dp, cp]`, and give the axis "
+	             "ranks: --mesh cp=2)",
+	             w);
 }
 
 bool pass_partition(IrModule *m, Diag *d, const PassOptions *opt)

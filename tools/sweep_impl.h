@@ -74,12 +74,12 @@ typedef struct SweepSpace {
 	int sp_axis;         /* the axis SP splits over ("tp"), or -1 */
 	uint32_t zero_axes;  /* mesh axes ZeRO splits over */
 	uint32_t batch_axes; /* axes splitting the batch (the first input's dim 0) */
+	int64_t batch;       /* global batch (0: no input) */
+	int64_t tokens_per_sample;
 	/* axes splitting the sequence (the first input's dim 1), where the
 	 * model has attention: context_parallel is swept where they have more
 	 * than one rank */
 	uint32_t seq_axes;
-	int64_t batch;       /* global batch (0: no input) */
-	int64_t tokens_per_sample;
 	int nchooses;
 	int choose_nopts[SWEEP_MAX_CHOOSE];
 	const char *choose_where[SWEEP_MAX_CHOOSE]; /* "file:line:col" */

@@ -59,7 +59,8 @@ static void json_cand(FILE *out, const SweepRun *r, int id)
 		fputs("null", out);
 	else
 		json_put_str(out, sweep_sched_name(c->sched));
-	fprintf(out, ", \"sequence_parallel\": %s, \"context_parallel\": ", c->sp ? "true" : "false");
+	fprintf(out,
+	        ", \"sequence_parallel\": %s, \"context_parallel\": ", c->sp ? "true" : "false");
 	if (c->cp_split)
 		json_put_str(out, sweep_cp_name(c->cp));
 	else
