@@ -4,11 +4,13 @@
  * (`dtmc build --cuda --keep-c`), whose main() calls dtm_main(&plan), and
  * with the plan's CUDA source compiled for the host emulator (emu.h,
  * emu.cpp).  For each kernel action of the plan, in order: its buffers
- * get fresh random values (ids in [0, vocab), second moments positive),
- * the C kernel runs on one copy and the CUDA kernel (its launch from
- * plan->cuda_kernels) on another, and every buffer of the action must
- * then agree: NaN where the other is NaN, and max |a - b| / max |b| within
- * 2e-4 for f32 and 2e-2 for bf16/f16 buffers.
+ * get fresh random values (ids in [0, vocab), second moments positive,
+ * segment ids (a buffer named "seg") in [-1, 3), so rows share segments
+ * and some attend nothing), the C kernel runs on one copy and the CUDA
+ * kernel (its launch from plan->cuda_kernels) on another, and every
+ * buffer of the action must then agree: NaN where the other is NaN, and
+ * max |a - b| / max |b| within 2e-4 for f32 and 2e-2 for bf16/f16
+ * buffers.
  *
  *   ./NAME [--rank R] [-v]
  *
@@ -101,6 +103,7 @@ static void fill(const DtmBuffer *b, void *p, int64_t vocab)
 	int64_t n = numel(b);
 	memset(p, 0, (size_t)b->bytes);
 	bool pos = b->name && strncmp(b->name, "opt.v.", 6) == 0;
+	bool seg = b->name && strcmp(b->name, "seg") == 0;
 	for (int64_t i = 0; i < n; i++) {
 		float v = (float)(urand() * 4.0 - 2.0);
 		if (pos)
@@ -116,7 +119,8 @@ static void fill(const DtmBuffer *b, void *p, int64_t vocab)
 			((uint16_t *)p)[i] = f32_to_f16(v);
 			break;
 		default:
-			((int32_t *)p)[i] = (int32_t)(urand() * (double)vocab);
+			((int32_t *)p)[i] = seg ? (int32_t)(urand() * 4.0) - 1
+			                        : (int32_t)(urand() * (double)vocab);
 			break;
 		}
 	}

@@ -3,9 +3,11 @@
 #
 # Runs every CUDA kernel of models/MODEL.dtm (built with the given options)
 # on the host, under tests/cuda/emu.cpp, against the C back end's kernel on
-# the same random buffers (tests/cuda/kcheck.c).  Needs a C and a C++
+# the same random buffers (tests/cuda/kcheck.c).  MODEL:mask and
+# MODEL:window are masked copies (tests/cuda/model.sh).  Needs a C and a C++
 # compiler ($CC, default cc; $CXX, default c++), no GPU.  KCHECK_KEEP=DIR
-# keeps the work files there.
+# keeps the work files there; KCHECK_RANKS="R..." checks these ranks
+# (default: kcheck.c's, the last).
 set -u
 dtmc=$1 model=$2
 shift 2
@@ -20,8 +22,9 @@ else
 	trap 'rm -rf "$tmp"' EXIT
 fi
 fail() { echo "FAIL (kcheck $model $*)" >&2; exit 1; }
-src="$root/models/$model.dtm"
-[ -f "$src" ] || src=$model
+. "$here/model.sh"
+src=$(cuda_model "$root" "$model" "$tmp") || fail "no model"
+model=${model%:*}
 
 "$dtmc" build "$src" --cuda --keep-c -o "$tmp/bin" "$@" >"$tmp/build.txt" 2>&1 ||
 	{ cat "$tmp/build.txt" >&2; fail "$*: dtmc build --cuda failed"; }
@@ -46,4 +49,9 @@ src="$root/models/$model.dtm"
 	-o "$tmp/kcheck.o" || fail "kcheck.c"
 "$cxx" -o "$tmp/kcheck" "$tmp/plan.o" "$tmp/kcheck.o" "$tmp/emu.o" "$tmp/kernels.o" -lm ||
 	fail "$*: link"
-"$tmp/kcheck" ${KCHECK_ARGS:-} || fail "$*"
+if [ -z "${KCHECK_RANKS:-}" ]; then
+	"$tmp/kcheck" ${KCHECK_ARGS:-} || fail "$*"
+fi
+for r in ${KCHECK_RANKS:-}; do
+	"$tmp/kcheck" --rank "$r" ${KCHECK_ARGS:-} || fail "$* (rank $r)"
+done

@@ -172,9 +172,7 @@ sed -e 's/^mesh (\(.*\)dp = \([0-9]*\), tp = /mesh (\1dp = \2, cp = 1, tp = /' \
 	-e 's/\(i32\[batch, ctx\]\) @ \[dp, _\]/\1 @ [dp, cp]/' -e 's/@ \[dp, _, tp\]/@ [dp, cp, tp]/' \
 	"$src" >"$tmp/$model.cp.dtm"
 # The masked copy (llama): window 8 and segment ids from an input
-sed -e 's/causal = true)/causal = true, window = 8, segments = seg)/' \
-	-e 's/^\(input targets .*\)$/\1\ninput seg     : i32[batch, ctx] @ [dp, cp]/' \
-	"$src" >"$tmp/$model.mask.dtm"
+sed -f "$here/mask.sed" "$src" >"$tmp/$model.mask.dtm"
 if [ "$model" = llama ]; then
 	grep -q 'segments = seg' "$tmp/$model.mask.dtm" || fail "no attention call to mask"
 	grep -q '^input seg' "$tmp/$model.mask.dtm" || fail "no input line to add 'seg' after"
