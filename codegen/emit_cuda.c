@@ -70,8 +70,9 @@ int cg_cuda_attn_tile(int64_t hd)
 {
 	int rows = CG_CUDA_ATTN_BLOCK / cg_cuda_attn_parts(hd);
 	int bk = rows < 32 ? rows : 32;
-	/* the larger (backward) use: 2 tiles of bk rows of hd, plus 2 * bk */
-	while (bk > 1 && (2 * bk * hd + 2 * bk) * 4 > CG_CUDA_MAX_SMEM)
+	/* the larger (backward) use: 2 tiles of bk rows of hd, plus 3 * bk
+	 * (row statistics and segment ids) */
+	while (bk > 1 && (2 * bk * hd + 3 * bk) * 4 > CG_CUDA_MAX_SMEM)
 		bk /= 2;
 	return bk;
 }
@@ -84,9 +85,9 @@ CgCudaKernel cg_cuda_launch_attention(int64_t B, int64_t T, int64_t D, int64_t H
 	if (!bwd)
 		return (CgCudaKernel){.threads = items * CG_CUDA_ATTN_BLOCK,
 		                      .block = CG_CUDA_ATTN_BLOCK,
-		                      .smem_bytes = (int)(2 * bk * hd * 4)};
+		                      .smem_bytes = (int)((2 * bk * hd + bk) * 4)};
 	return cg_cuda_launch_phased(3 * items, CG_CUDA_ATTN_BLOCK,
-	                             (int)((2 * bk * hd + 2 * bk) * 4));
+	                             (int)((2 * bk * hd + 3 * bk) * 4));
 }
 
 /* ---- small writers ---- */
@@ -241,14 +242,20 @@ void cg_cu_put_decompose(FILE *out, const char *idx, const int64_t *ext, const i
 }
 
 /* This rank's position in the group of mesh_axes (the lowest-numbered
- * axis major: dtmk_shard_slice's), as a local `idx`. */
-void cg_cu_put_group_index(CudaEmit *e, uint32_t axes)
+ * axis major: dtmk_shard_slice's), as a local `dtmc_i64 name` (0 for no
+ * axes). */
+void cg_cu_put_group_var(CudaEmit *e, const char *name, uint32_t axes)
 {
-	fputs("\tdtmc_i64 idx = 0;\n", e->out);
+	fprintf(e->out, "\tdtmc_i64 %s = 0;\n", name);
 	for (int k = 0; k < e->m->mesh.naxes; k++)
 		if (axes >> k & 1)
-			fprintf(e->out, "\tidx = idx * %lldLL + a.coords[%d];\n",
+			fprintf(e->out, "\t%s = %s * %lldLL + a.coords[%d];\n", name, name,
 			        (long long)e->m->mesh.sizes[k], k);
+}
+
+void cg_cu_put_group_index(CudaEmit *e, uint32_t axes)
+{
+	cg_cu_put_group_var(e, "idx", axes);
 }
 
 /* ---- the file ---- */

@@ -63,8 +63,10 @@ void cg_cu_put_ew_head(CudaEmit *e, int64_t n);
  * offset with strides st. */
 void cg_cu_put_decompose(FILE *out, const char *idx, const int64_t *ext, const int64_t *st, int n,
                          const char *target, const char *indent);
-/* This rank's position in the group of mesh axes `axes`, as `idx`. */
+/* This rank's position in the group of mesh axes `axes`, as `idx`, or
+ * as a local of another name. */
 void cg_cu_put_group_index(CudaEmit *e, uint32_t axes);
+void cg_cu_put_group_var(CudaEmit *e, const char *name, uint32_t axes);
 
 /* ---- the op emitters (emit_cuda_ops.c) ---- */
 

@@ -451,26 +451,96 @@ static void emit_grad_norm(CudaEmit *e)
 
 /* ---- attention ---- */
 
-static void emit_attention(CudaEmit *e, bool bwd)
+/* The number of ranks in the group of mesh axes `axes` (1 for none). */
+static int64_t group_size(const CudaEmit *e, uint32_t axes)
 {
-	const IrNode *n = node(e), *q = arg(e, bwd ? 1 : 0);
+	int64_t n = 1;
+	for (int k = 0; k < e->m->mesh.naxes; k++)
+		if (axes >> k & 1)
+			n *= e->m->mesh.sizes[k];
+	return n;
+}
+
+/* Declares `at`, the DtmcAttn (dtmk_cuda_attn.cuh) of attention, its
+ * backward or a ring block op: q and k its operands, Dy the output's row
+ * width, seg the segment ids' arg or -1.  The attributes are the C
+ * kernels' (cg_kernel_attrs: ints = {heads, causal, kv_heads, window,
+ * ring, step, balanced}, mesh_axes = head_axes), so both back ends read
+ * the same numbers; this rank's first query head and ring blocks come
+ * from its coordinates at run time. */
+static void put_attn(CudaEmit *e, const IrNode *q, const IrNode *k, int64_t Dy, int seg)
+{
+	CgKernelAttrs ka;
+	cg_kernel_attrs(node(e), &ka);
+	int64_t B = q->shape[0], T = q->shape[1], D = q->shape[2], H = ka.ints[0];
+	int64_t hd = H > 0 ? D / H : D, G = ka.ints[2] > 0 ? ka.ints[2] : H;
+	int64_t parts = group_size(e, ka.mesh_axes);
+	int64_t g = G > 0 && H * parts >= G ? H * parts / G : 1;
+	cg_cu_put_group_var(e, "hidx", ka.mesh_axes);
+	cg_cu_printf(e, "\tconst DtmcAttn at = {%d, %d, %d, %d, %d, %d, %d, (int)(hidx * %L), %F, %d, ",
+	             (int)B, (int)T, (int)H, (int)D, (int)k->shape[2], (int)Dy, (int)g, H,
+	             1.0 / sqrt((double)hd), (int)ka.ints[3]);
+	if (seg >= 0)
+		cg_cu_printf(e, "(const int *)a.p[%d], ", seg);
+	else
+		cg_cu_printf(e, "(const int *)0, ");
+	if (ka.nints <= 4) { /* attention: local rows are positions */
+		cg_cu_printf(e, "{%d, 0, 0}, {%d, 0, 0}};\n", (int)T, (int)T);
+		return;
+	}
+	uint32_t ring = (uint32_t)ka.ints[4];
+	int64_t n = group_size(e, ring), step = ka.ints[5];
+	const char *bal = ka.nints > 6 && ka.ints[6] ? "true" : "false";
+	cg_cu_printf(e, "dtmc_attn_ring_pos((int)ridx, %d, %d, %s), "
+	             "dtmc_attn_ring_pos((int)(((ridx - %L) %% %L + %L) %% %L), %d, %d, %s)};\n",
+	             (int)n, (int)T, bal, step, n, n, n, (int)n, (int)T, bal);
+}
+
+/* attention / attn_block (q, k, v[, seg]) and attention_bwd /
+ * attn_block_bwd (dy, q, k, v[, seg or ol]). */
+static void emit_attention(CudaEmit *e, bool bwd, bool ring)
+{
+	const IrNode *n = node(e), *q = arg(e, bwd ? 1 : 0), *k = arg(e, bwd ? 2 : 1);
 	int64_t B = q->shape[0], T = q->shape[1], D = q->shape[2], H = ir_attr_attn(n)->heads;
 	int64_t hd = H > 0 ? D / H : D;
 	bool causal = ir_attr_attn(n)->causal != 0;
+	int extra = bwd ? 4 : 3; /* seg (attention) or ol (attn_block_bwd) */
+	bool has_extra = cg_cu_out_arg(e) > extra;
 	if (bwd) /* the row statistics: [B, H, T, 2] */
 		cg_cu_put_scratch(e, "float", B * H * T * 2 > 0 ? B * H * T * 2 : 1);
 	cg_cu_begin_kernel(e, CG_CUDA_ATTN_BLOCK);
-	cg_cu_printf(e, "\tdtmc_attn_%s<%T, %T, %D, %d, %d, %s>(", bwd ? "bwd" : "fwd", bwd ? 1 : 0,
-	             cg_cu_out_arg(e), hd, cg_cuda_attn_parts(hd), cg_cuda_attn_tile(hd),
-	             causal ? "true" : "false");
-	put_args(e);
+	if (ring)
+		cg_cu_put_group_var(e, "ridx", ir_attr_attn(n)->ring);
+	put_attn(e, q, k, ring && !bwd ? D + H : D, has_extra && !ring ? extra : -1);
+	int o = cg_cu_out_arg(e), hp = cg_cuda_attn_parts(hd), bk = cg_cuda_attn_tile(hd);
+	const char *c = causal ? "true" : "false";
+	if (!bwd) {
+		cg_cu_printf(e, "\tdtmc_attn_fwd<%T, %T, %D, %d, %d, %s>(%I, %I, %I, %O, at);\n", 0,
+		             o, hd, hp, bk, c, 0, 1, 2);
+	} else if (ring) {
+		cg_cu_printf(e, "\tdtmc_attn_bwd<%T, %T, %T, %D, %d, %d, %s>(%I, %I, %I, %I, %I, %O, ",
+		             1, 4, o, hd, hp, bk, c, 0, 1, 2, 3, 4);
+	} else {
+		cg_cu_printf(e, "\tdtmc_attn_bwd<%T, float, %T, %D, %d, %d, %s>(%I, %I, %I, %I, "
+		             "(const float *)0, %O, ", 1, o, hd, hp, bk, c, 0, 1, 2, 3);
+	}
 	if (bwd)
-		cg_cu_printf(e, "dtmc_part_%N, &dtmc_sync_%N, ");
-	int64_t G = ir_attn_kv_heads(ir_attr_attn(n)); /* query heads per kv head: H / G */
-	cg_cu_printf(e, "%d, %d, %d, %d, %F, %d);\n", (int)B, (int)T, (int)D, (int)H,
-	             1.0 / sqrt((double)hd), (int)(G > 0 ? H / G : 1));
+		cg_cu_printf(e, "dtmc_part_%N, &dtmc_sync_%N, at);\n");
 	cg_cu_end_kernel(e);
 	e->k = cg_cuda_launch_attention(B, T, D, H, bwd);
+}
+
+/* attn_merge(x1, x2 [B, T, D + H]): a thread per (row, head). */
+static void emit_attn_merge(CudaEmit *e)
+{
+	const IrNode *n = node(e);
+	int64_t H = ir_attr_attn(n)->heads, rows = n->shape[0] * n->shape[1];
+	int64_t hd = H > 0 ? (n->shape[2] - H) / H : 0;
+	cg_cu_begin_kernel(e, CG_CUDA_BLOCK);
+	cg_cu_printf(e, "\tdtmc_attn_merge(%I, %I, %O, %L, %d, %d);\n", 0, 1, rows, (int)H,
+	             (int)hd);
+	cg_cu_end_kernel(e);
+	e->k = cg_cuda_launch_elementwise(rows * H);
 }
 
 /* ---- data movement ---- */
@@ -889,22 +959,11 @@ bool cg_cu_emit_kernel(CudaEmit *e)
 	case IR_OP_PAD: emit_pad(e); break;
 	case IR_OP_PAD_MASK: emit_pad_mask(e); break;
 	case IR_OP_EXPAND: emit_expand(e); break;
-	case IR_OP_ATTENTION:
-	case IR_OP_ATTENTION_BWD: {
-		/* dtmk_cuda_attn.cuh has multi-head and grouped-query attention
-		 * (kv_heads) so far: refuse what it would get wrong rather than
-		 * compute it */
-		const IrAttrAttn *at = ir_attr_attn(n);
-		bool seg = n->nops > (n->op == IR_OP_ATTENTION ? 3 : 4);
-		if (at->window || at->head_axes || seg) {
-			diag_error(e->d, n->loc, "%s: no CUDA kernel yet for window, segments or kv "
-			           "heads kept whole over tp (the CPU backend has them)",
-			           ir_op_name(n->op));
-			return false;
-		}
-		emit_attention(e, n->op == IR_OP_ATTENTION_BWD);
-		break;
-	}
+	case IR_OP_ATTENTION: emit_attention(e, false, false); break;
+	case IR_OP_ATTENTION_BWD: emit_attention(e, true, false); break;
+	case IR_OP_ATTN_BLOCK: emit_attention(e, false, true); break;
+	case IR_OP_ATTN_BLOCK_BWD: emit_attention(e, true, true); break;
+	case IR_OP_ATTN_MERGE: emit_attn_merge(e); break;
 	case IR_OP_ROPE: emit_rope(e); break;
 	case IR_OP_CROSS_ENTROPY: emit_cross_entropy(e); break;
 	case IR_OP_CROSS_ENTROPY_BWD: emit_cross_entropy_bwd(e); break;

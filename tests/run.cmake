@@ -442,6 +442,19 @@ if(TARGET nvrtc_check)
              WORKING_DIRECTORY ${DTM_ROOT})
     set_tests_properties(cuda.nvrtc.${name} PROPERTIES TIMEOUT 600 LABELS cuda)
   endforeach()
+  # attention masked (window, segment ids), kv heads kept whole over tp
+  # (tp=4 > kv_heads), and ring attention's block ops (with a window)
+  add_test(NAME cuda.nvrtc.llama_mask
+           COMMAND ${DTM_BASH} ${DTM_TESTS}/cuda/nvrtc.sh $<TARGET_FILE:dtmc>
+                   $<TARGET_FILE:nvrtc_check> llama:mask "dp=1 tp=4" "f32 bf16"
+           WORKING_DIRECTORY ${DTM_ROOT})
+  add_test(NAME cuda.nvrtc.llama_ring
+           COMMAND ${DTM_BASH} ${DTM_TESTS}/cuda/nvrtc.sh $<TARGET_FILE:dtmc>
+                   $<TARGET_FILE:nvrtc_check> llama:window
+                   "cp=2/context_parallel=ring cp=2,tp=2/context_parallel=ring" "f32 bf16"
+           WORKING_DIRECTORY ${DTM_ROOT})
+  set_tests_properties(cuda.nvrtc.llama_mask cuda.nvrtc.llama_ring PROPERTIES TIMEOUT 600
+                       LABELS cuda)
   add_test(NAME cuda.nvrtc.ops
            COMMAND ${DTM_BASH} ${DTM_TESTS}/cuda/nvrtc.sh $<TARGET_FILE:dtmc>
                    $<TARGET_FILE:nvrtc_check> ${DTM_TESTS}/cuda/ops.dtm "dp=1 dp=2" "f32 bf16 f16"
@@ -460,7 +473,8 @@ else()
   find_program(DTM_KCHECK_CXX NAMES c++ g++ clang++)
 endif()
 if(DTM_KCHECK_CXX)
-  # name, model, dtmc options
+  # name, model (tests/cuda/model.sh: MODEL:mask, MODEL:window are masked
+  # copies), dtmc options[, the ranks to check, default the last]
   set(DTM_KCHECKS
     "mlp.dp1|mlp|--mesh dp=1"
     "mlp.dp2tp2_bf16|mlp|--mesh dp=2,tp=2 --train precision=bf16"
@@ -470,6 +484,11 @@ if(DTM_KCHECK_CXX)
     "gpt.zero1_f16|gpt|--mesh dp=2 --train zero=1 --train precision=f16"
     "llama.dp1|llama|--mesh dp=1"
     "llama.cp2tp2_bf16|llama|--mesh cp=2,tp=2 --train precision=bf16"
+    "llama.mask_dp1|llama:mask|--mesh dp=1"
+    "llama.mask_cp2tp2_bf16|llama:mask|--mesh cp=2,tp=2 --train precision=bf16"
+    "llama.tp4_kv_whole|llama|--mesh tp=4"
+    "llama.ring_cp2|llama:window|--mesh cp=2 --train context_parallel=ring|0 1"
+    "llama.ring_cp2tp2_bf16|llama|--mesh cp=2,tp=2 --train context_parallel=ring --train precision=bf16"
     "ops.f32|${DTM_TESTS}/cuda/ops.dtm|--mesh dp=1"
     "ops.bf16|${DTM_TESTS}/cuda/ops.dtm|--mesh dp=2 --train precision=bf16"
     "dropout.dp2tp2_m2|${DTM_TESTS}/e2e/dropout.dtm|--mesh dp=2,tp=2 --train microbatches=2")
@@ -478,9 +497,15 @@ if(DTM_KCHECK_CXX)
     list(GET kl 0 kname)
     list(GET kl 1 kmodel)
     list(GET kl 2 kopts)
+    set(kargs "")
+    list(LENGTH kl kn)
+    if(kn GREATER 3)
+      list(GET kl 3 kargs)
+    endif()
     separate_arguments(kopts UNIX_COMMAND "${kopts}")
     add_test(NAME cuda.kcheck.${kname}
              COMMAND ${CMAKE_COMMAND} -E env CC=${CMAKE_C_COMPILER} CXX=${DTM_KCHECK_CXX}
+                     "KCHECK_RANKS=${kargs}"
                      ${DTM_BASH} ${DTM_TESTS}/cuda/kcheck.sh $<TARGET_FILE:dtmc> ${kmodel} ${kopts}
              WORKING_DIRECTORY ${DTM_ROOT})
     set_tests_properties(cuda.kcheck.${kname} PROPERTIES TIMEOUT 600 LABELS cuda)

@@ -66,7 +66,7 @@ static void test_attention_shapes(void)
 	CHECK_EQ_INT(cg_cuda_attn_tile(16), 32);
 	CHECK_EQ_INT(cg_cuda_attn_tile(250), 16);
 	for (int hd = 1; hd <= 1024; hd++)
-		CHECK((2 * cg_cuda_attn_tile(hd) * hd + 2 * cg_cuda_attn_tile(hd)) * 4 <=
+		CHECK((2 * cg_cuda_attn_tile(hd) * hd + 3 * cg_cuda_attn_tile(hd)) * 4 <=
 		      CG_CUDA_MAX_SMEM);
 
 	/* GPT-2 small: B 16, T 1024, D 768, 12 heads of 64: 32 queries per
@@ -74,18 +74,18 @@ static void test_attention_shapes(void)
 	CgCudaKernel f = cg_cuda_launch_attention(16, 1024, 768, 12, false);
 	CHECK_EQ_INT(f.block, 128);
 	CHECK_EQ_INT(f.threads, 16LL * 12 * 32 * 128);
-	CHECK_EQ_INT(f.smem_bytes, 2 * 32 * 64 * 4);
+	CHECK_EQ_INT(f.smem_bytes, (2 * 32 * 64 + 32) * 4); /* k, v tiles, segment ids */
 	/* backward: 3 items per query tile, in at most 1024 looping blocks */
 	CgCudaKernel b = cg_cuda_launch_attention(16, 1024, 768, 12, true);
 	CHECK_EQ_INT(b.block, 128);
 	CHECK_EQ_INT(b.threads, CG_CUDA_MAX_BLOCKS * 128);
-	CHECK_EQ_INT(b.smem_bytes, (2 * 32 * 64 + 2 * 32) * 4);
+	CHECK_EQ_INT(b.smem_bytes, (2 * 32 * 64 + 3 * 32) * 4);
 	/* a short sequence: T 20 is one partial tile per head */
 	b = cg_cuda_launch_attention(2, 20, 32, 2, true);
 	CHECK_EQ_INT(b.threads, 3 * 2 * 2 * 1 * 128);
 	f = cg_cuda_launch_attention(2, 20, 32, 2, false);
 	CHECK_EQ_INT(f.threads, 2 * 2 * 1 * 128);
-	CHECK_EQ_INT(f.smem_bytes, 2 * 32 * 16 * 4);
+	CHECK_EQ_INT(f.smem_bytes, (2 * 32 * 16 + 32) * 4);
 }
 
 static bool contains(const char *s, const char *what)
@@ -143,11 +143,13 @@ static void test_model(const char *path, const char *mesh, const char *prec)
 		bad += strcmp(t->name, want) != 0 || !contains(src, decl);
 		bad += t->block != 128 && t->block != 256;
 		bad += t->threads < 0 || t->smem_bytes < 0 || t->smem_bytes > CG_CUDA_MAX_SMEM;
-		if (n->op == IR_OP_ATTENTION || n->op == IR_OP_ATTENTION_BWD) {
-			const IrNode *q = m->nodes[n->ops[n->op == IR_OP_ATTENTION ? 0 : 1]];
+		/* attention and ring attention's blocks launch alike */
+		bool fwd = n->op == IR_OP_ATTENTION || n->op == IR_OP_ATTN_BLOCK;
+		if (fwd || n->op == IR_OP_ATTENTION_BWD || n->op == IR_OP_ATTN_BLOCK_BWD) {
+			const IrNode *q = m->nodes[n->ops[fwd ? 0 : 1]];
 			CgCudaKernel w = cg_cuda_launch_attention(q->shape[0], q->shape[1],
 			                                          q->shape[2], ir_attr_attn(n)->heads,
-			                                          n->op == IR_OP_ATTENTION_BWD);
+			                                          !fwd);
 			CHECK_EQ_INT(t->threads, w.threads);
 			CHECK_EQ_INT(t->block, 128);
 			CHECK_EQ_INT(t->smem_bytes, w.smem_bytes);
@@ -199,5 +201,7 @@ int main(void)
 	test_model("models/gpt.dtm", "dp=1", NULL);
 	test_model("models/gpt.dtm", "dp=2,tp=2", "precision=bf16");
 	test_model("tests/cuda/ops.dtm", "dp=1", "precision=f16");
+	test_model("models/llama.dtm", "tp=4", NULL); /* kv heads kept whole over tp */
+	test_model("models/llama.dtm", "cp=2", "context_parallel=ring");
 	return check_report();
 }
