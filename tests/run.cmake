@@ -422,7 +422,8 @@ endif()
 
 # ---- cuda kernels: codegen/emit_cuda.c's kernels without a GPU (issue 7 point 4) ----
 #   cuda.nvrtc.NAME   `dtmc cuda-src` of models/NAME.dtm (and tests/cuda/ops.dtm,
-#                     the ops the models leave out) on one device and on
+#                     the ops the models leave out; llama_mask, llama_ring:
+#                     the masked and ring attention kernels) on one device and on
 #                     dp=2,tp=2, in f32 and bf16 (ops: f32, bf16, f16),
 #                     compiled by NVRTC to PTX for sm_80 and sm_90: any
 #                     error or warning fails (tests/cuda/nvrtc.sh; built when
@@ -431,7 +432,13 @@ endif()
 #                     each GPU thread a fiber, barriers and warp shuffles
 #                     real) against the C kernel on the same random buffers:
 #                     f32 within 2e-4, bf16/f16 within 2e-2
-#                     (tests/cuda/kcheck.sh; needs a C++ compiler)
+#                     (tests/cuda/kcheck.sh; needs a C++ compiler).  llama's
+#                     cover attention with a window and segment ids (mask_),
+#                     kv heads kept whole over tp (tp4_kv_whole: tp > kv_heads)
+#                     and ring attention's block ops, balanced (the default
+#                     once T splits in 2 cp chunks) and not (ctx=30), on the
+#                     ranks whose key blocks are above, on and below the
+#                     diagonal
 file(GLOB DTM_CUDA_MODELS CONFIGURE_DEPENDS ${DTM_ROOT}/models/*.dtm)
 if(TARGET nvrtc_check)
   foreach(model ${DTM_CUDA_MODELS})
@@ -488,6 +495,7 @@ if(DTM_KCHECK_CXX)
     "llama.mask_cp2tp2_bf16|llama:mask|--mesh cp=2,tp=2 --train precision=bf16"
     "llama.tp4_kv_whole|llama|--mesh tp=4"
     "llama.ring_cp2|llama:window|--mesh cp=2 --train context_parallel=ring|0 1"
+    "llama.ring_cp2_unbalanced|llama|--mesh cp=2 --train context_parallel=ring -D ctx=30|0 1"
     "llama.ring_cp2tp2_bf16|llama|--mesh cp=2,tp=2 --train context_parallel=ring --train precision=bf16"
     "ops.f32|${DTM_TESTS}/cuda/ops.dtm|--mesh dp=1"
     "ops.bf16|${DTM_TESTS}/cuda/ops.dtm|--mesh dp=2 --train precision=bf16"
