@@ -476,22 +476,26 @@ static void put_attn(CudaEmit *e, const IrNode *q, const IrNode *k, int64_t Dy, 
 	int64_t hd = H > 0 ? D / H : D, G = ka.ints[2] > 0 ? ka.ints[2] : H;
 	int64_t parts = group_size(e, ka.mesh_axes);
 	int64_t g = G > 0 && H * parts >= G ? H * parts / G : 1;
+	uint32_t ring = ka.nints > 4 ? (uint32_t)ka.ints[4] : 0;
 	cg_cu_put_group_var(e, "hidx", ka.mesh_axes);
-	cg_cu_printf(e, "\tconst DtmcAttn at = {%d, %d, %d, %d, %d, %d, %d, (int)(hidx * %L), %F, %d, ",
-	             (int)B, (int)T, (int)H, (int)D, (int)k->shape[2], (int)Dy, (int)g, H,
-	             1.0 / sqrt((double)hd), (int)ka.ints[3]);
+	if (ring)
+		cg_cu_put_group_var(e, "ridx", ring);
+	cg_cu_printf(
+	        e, "\tconst DtmcAttn at = {%d, %d, %d, %d, %d, %d, %d, (int)(hidx * %L), %F, %d, ",
+	        (int)B, (int)T, (int)H, (int)D, (int)k->shape[2], (int)Dy, (int)g, H,
+	        1.0 / sqrt((double)hd), (int)ka.ints[3]);
 	if (seg >= 0)
 		cg_cu_printf(e, "(const int *)a.p[%d], ", seg);
 	else
 		cg_cu_printf(e, "(const int *)0, ");
-	if (ka.nints <= 4) { /* attention: local rows are positions */
+	if (!ring) { /* attention: local rows are positions */
 		cg_cu_printf(e, "{%d, 0, 0}, {%d, 0, 0}};\n", (int)T, (int)T);
 		return;
 	}
-	uint32_t ring = (uint32_t)ka.ints[4];
 	int64_t n = group_size(e, ring), step = ka.ints[5];
 	const char *bal = ka.nints > 6 && ka.ints[6] ? "true" : "false";
-	cg_cu_printf(e, "dtmc_attn_ring_pos((int)ridx, %d, %d, %s), "
+	cg_cu_printf(e,
+	             "dtmc_attn_ring_pos((int)ridx, %d, %d, %s), "
 	             "dtmc_attn_ring_pos((int)(((ridx - %L) %% %L + %L) %% %L), %d, %d, %s)};\n",
 	             (int)n, (int)T, bal, step, n, n, n, (int)n, (int)T, bal);
 }
@@ -509,8 +513,6 @@ static void emit_attention(CudaEmit *e, bool bwd, bool ring)
 	if (bwd) /* the row statistics: [B, H, T, 2] */
 		cg_cu_put_scratch(e, "float", B * H * T * 2 > 0 ? B * H * T * 2 : 1);
 	cg_cu_begin_kernel(e, CG_CUDA_ATTN_BLOCK);
-	if (ring)
-		cg_cu_put_group_var(e, "ridx", ir_attr_attn(n)->ring);
 	put_attn(e, q, k, ring && !bwd ? D + H : D, has_extra && !ring ? extra : -1);
 	int o = cg_cu_out_arg(e), hp = cg_cuda_attn_parts(hd), bk = cg_cuda_attn_tile(hd);
 	const char *c = causal ? "true" : "false";
@@ -518,11 +520,14 @@ static void emit_attention(CudaEmit *e, bool bwd, bool ring)
 		cg_cu_printf(e, "\tdtmc_attn_fwd<%T, %T, %D, %d, %d, %s>(%I, %I, %I, %O, at);\n", 0,
 		             o, hd, hp, bk, c, 0, 1, 2);
 	} else if (ring) {
-		cg_cu_printf(e, "\tdtmc_attn_bwd<%T, %T, %T, %D, %d, %d, %s>(%I, %I, %I, %I, %I, %O, ",
+		cg_cu_printf(e,
+		             "\tdtmc_attn_bwd<%T, %T, %T, %D, %d, %d, %s>(%I, %I, %I, %I, %I, %O, ",
 		             1, 4, o, hd, hp, bk, c, 0, 1, 2, 3, 4);
 	} else {
-		cg_cu_printf(e, "\tdtmc_attn_bwd<%T, float, %T, %D, %d, %d, %s>(%I, %I, %I, %I, "
-		             "(const float *)0, %O, ", 1, o, hd, hp, bk, c, 0, 1, 2, 3);
+		cg_cu_printf(e,
+		             "\tdtmc_attn_bwd<%T, float, %T, %D, %d, %d, %s>(%I, %I, %I, %I, "
+		             "(const float *)0, %O, ",
+		             1, o, hd, hp, bk, c, 0, 1, 2, 3);
 	}
 	if (bwd)
 		cg_cu_printf(e, "dtmc_part_%N, &dtmc_sync_%N, at);\n");

@@ -239,8 +239,7 @@ __device__ __forceinline__ float dtmc_attn_ref(float mn)
  * sees no key), when a.Dy > a.D.  Shared memory: 2 * BK * HD + BK
  * floats. */
 template <typename T, typename TO, int HD, int P, int BK, bool CAUSAL>
-__device__ __forceinline__ void dtmc_attn_fwd(const T *q, const T *k, const T *v, TO *y,
-                                              DtmcAttn a)
+__device__ __forceinline__ void dtmc_attn_fwd(const T *q, const T *k, const T *v, TO *y, DtmcAttn a)
 {
 	constexpr int C = HD / P, R = DTMC_ATTN_THREADS / P;
 	extern __shared__ float dtmc_smem[];
@@ -287,7 +286,8 @@ __device__ __forceinline__ void dtmc_attn_fwd(const T *q, const T *k, const T *v
 	dtmc_attn_st_row<HD, P>(y, dtmc_attn_row<HD>(b, i, h, T_, a.Dy), p, acc,
 	                        l > 0 ? 1.0f / l : 0.0f);
 	if (a.Dy > a.D && p == 0)
-		dtmc_st(y, ((dtmc_i64)b * T_ + i) * a.Dy + a.D + h, l > 0 ? m + logf(l) : -DTMC_INF);
+		dtmc_st(y, ((dtmc_i64)b * T_ + i) * a.Dy + a.D + h,
+		        l > 0 ? m + logf(l) : -DTMC_INF);
 }
 
 /* A row's statistics into stats [B, H, T, 2]: L = +inf where it sees
@@ -375,8 +375,8 @@ __device__ __forceinline__ void dtmc_attn_stats_ol(const T *dy, const TL *ol, fl
 /* Phase 1 item: dq of query tile qt. */
 template <typename T, typename TO, int HD, int P, int BK, bool CAUSAL>
 __device__ __forceinline__ void dtmc_attn_dq(const T *dy, const T *q, const T *k, const T *v,
-                                             TO *dq, const float *stats, const DtmcAttn &a,
-                                             int b, int h, int qt)
+                                             TO *dq, const float *stats, const DtmcAttn &a, int b,
+                                             int h, int qt)
 {
 	constexpr int C = HD / P, R = DTMC_ATTN_THREADS / P;
 	extern __shared__ float dtmc_smem[];
@@ -416,8 +416,8 @@ __device__ __forceinline__ void dtmc_attn_dq(const T *dy, const T *q, const T *k
  * Shared memory: 2 * BK * HD + 3 * BK floats. */
 template <typename T, typename TO, int HD, int P, int BK, bool CAUSAL>
 __device__ __forceinline__ void dtmc_attn_dkv(const T *dy, const T *q, const T *k, const T *v,
-                                              TO *dk, TO *dv, const float *stats,
-                                              const DtmcAttn &a, int b, int h, int kt)
+                                              TO *dk, TO *dv, const float *stats, const DtmcAttn &a,
+                                              int b, int h, int kt)
 {
 	constexpr int C = HD / P, R = DTMC_ATTN_THREADS / P;
 	extern __shared__ float dtmc_smem[];
@@ -450,7 +450,8 @@ __device__ __forceinline__ void dtmc_attn_dkv(const T *dy, const T *q, const T *
 		for (int ii = 0; ii < BK; ii++) {
 			float t = dtmc_attn_dot<HD, P>(kv, qs, ii, p);
 			float u = dtmc_attn_dot<HD, P>(vv, gs, ii, p);
-			bool ok = q0 + ii < hi && dtmc_attn_sees<CAUSAL>(a, q0 + ii, jv, ss[ii], sj);
+			bool ok =
+			        q0 + ii < hi && dtmc_attn_sees<CAUSAL>(a, q0 + ii, jv, ss[ii], sj);
 			float pij = ok ? expf(t - ls[ii]) : 0.0f, dsv = pij * (u - ds_[ii]);
 #pragma unroll
 			for (int c = 0; c < C; c++) {
@@ -485,10 +486,11 @@ __device__ __forceinline__ void dtmc_attn_bwd(const T *dy, const T *q, const T *
 			/* causal: the longest rows first */
 			int bh = (int)(it / nt), t = (int)(nt - 1 - it % nt);
 			if (ol)
-				dtmc_attn_stats_ol<T, TL, HD, P>(dy, ol, stats, a, bh / a.H, bh % a.H, t);
+				dtmc_attn_stats_ol<T, TL, HD, P>(dy, ol, stats, a, bh / a.H,
+				                                 bh % a.H, t);
 			else
-				dtmc_attn_stats<T, HD, P, BK, CAUSAL>(dy, q, k, v, stats, a, bh / a.H,
-				                                      bh % a.H, t);
+				dtmc_attn_stats<T, HD, P, BK, CAUSAL>(dy, q, k, v, stats, a,
+				                                      bh / a.H, bh % a.H, t);
 			dtmc_item_done(sync, 0);
 			continue;
 		}

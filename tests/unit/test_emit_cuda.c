@@ -147,9 +147,9 @@ static void test_model(const char *path, const char *mesh, const char *prec)
 		bool fwd = n->op == IR_OP_ATTENTION || n->op == IR_OP_ATTN_BLOCK;
 		if (fwd || n->op == IR_OP_ATTENTION_BWD || n->op == IR_OP_ATTN_BLOCK_BWD) {
 			const IrNode *q = m->nodes[n->ops[fwd ? 0 : 1]];
-			CgCudaKernel w = cg_cuda_launch_attention(q->shape[0], q->shape[1],
-			                                          q->shape[2], ir_attr_attn(n)->heads,
-			                                          !fwd);
+			CgCudaKernel w =
+			        cg_cuda_launch_attention(q->shape[0], q->shape[1], q->shape[2],
+			                                 ir_attr_attn(n)->heads, !fwd);
 			CHECK_EQ_INT(t->threads, w.threads);
 			CHECK_EQ_INT(t->block, 128);
 			CHECK_EQ_INT(t->smem_bytes, w.smem_bytes);
