@@ -469,10 +469,12 @@ static void fill_gemm(Build *b, int i, DtmAction *act)
  * (attn_block, attn_block_bwd on a [B, Tl, D] query block against a
  * [B, Tl, Dk] key block) counts as attention on those shapes: causal, its
  * diagonal block (step 0) half, the others whole.  Off the diagonal a
- * rank's key block is either all below it or all masked, by rank; the
- * kernels compute a masked block too (no load balancing yet), and the
- * ranks step round the ring in lockstep, so the step waits for the rank
- * whose blocks are all below: whole.  attn_merge is elementwise: bytes.
+ * rank's contiguous key block is either all below it or all masked, by
+ * rank, and the ranks step round the ring in lockstep, so the step waits
+ * for the rank whose blocks are all below: whole.  Load-balanced blocks
+ * (attn.balanced: chunks 2g and 2N-1-2g) see exactly half of every key
+ * block on every rank, the kernels skipping masked keys: half, each
+ * step.  attn_merge is elementwise: bytes.
  * A window is not counted (the whole row). */
 static int64_t attn_flops(const IrModule *m, const IrNode *n)
 {
@@ -496,7 +498,7 @@ static int64_t attn_flops(const IrModule *m, const IrNode *n)
 	const IrAttrAttn *at = ir_attr_attn(n);
 	int64_t f = 4 * qn->shape[0] * qn->shape[1] * kn->shape[1] * qn->shape[2];
 	bool block = n->op == IR_OP_ATTN_BLOCK || n->op == IR_OP_ATTN_BLOCK_BWD;
-	if (at->causal && (!block || at->step == 0))
+	if (at->causal && (!block || at->step == 0 || at->balanced))
 		f /= 2;
 	return bwd ? 2 * f : f;
 }

@@ -274,10 +274,11 @@ static void attn_flops_of(const char *mesh, const char *train, int64_t *f)
 /* Attention's kernels carry FLOPs for the cost model (plan_build.c's
  * attn_flops): one rank, 4 B T T D per layer halved by the causal mask
  * = 4 * 8 * 32 * 32 * 64 / 2 = 1,048,576, the backward twice that.  Ring
- * on cp = 4 (Tl = 8): per layer the diagonal block half of 4 * 8 * 8 * 8 *
- * 64 = 131,072 and three off-diagonal blocks whole: 458,752; the
- * backward's blocks twice that, and it runs the forward's blocks again
- * (for the merged output its blocks read); the merge is bytes only. */
+ * on cp = 4 (Tl = 8), load-balanced (2 chunks of 4 rows a rank): per
+ * layer every block half of 4 * 8 * 8 * 8 * 64 = 131,072, 4 x 65,536 =
+ * 262,144, a quarter of one device's; the backward's blocks twice that,
+ * and it runs the forward's blocks again (for the merged output its
+ * blocks read); the merge is bytes only. */
 static void test_attention_flops(void)
 {
 	int64_t one[IR_OP_COUNT] = {0}, ring[IR_OP_COUNT] = {0};
@@ -286,8 +287,8 @@ static void test_attention_flops(void)
 	CHECK_EQ_INT(one[IR_OP_ATTENTION_BWD], 2 * 2 * 1048576);
 	attn_flops_of("pp=1,dp=1,cp=4,tp=1", "context_parallel=ring", ring);
 	CHECK_EQ_INT(ring[IR_OP_ATTENTION] + ring[IR_OP_ATTENTION_BWD], 0);
-	CHECK_EQ_INT(ring[IR_OP_ATTN_BLOCK], 2 * 2 * (65536 + 3 * 131072));
-	CHECK_EQ_INT(ring[IR_OP_ATTN_BLOCK_BWD], 2 * 2 * (65536 + 3 * 131072));
+	CHECK_EQ_INT(ring[IR_OP_ATTN_BLOCK], 2 * 2 * 4 * 65536);
+	CHECK_EQ_INT(ring[IR_OP_ATTN_BLOCK_BWD], 2 * 2 * 4 * 65536);
 	CHECK_EQ_INT(ring[IR_OP_ATTN_MERGE], 0);
 }
 
