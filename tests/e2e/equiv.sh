@@ -114,6 +114,8 @@ bf16_def="def:vocab=258+d=48+heads=6+ctx=30+batch=6+layers=3"
 bf16="$bf16_def:dp=2,tp=2/precision=bf16 $bf16_def:tp=3/sequence_parallel=true/precision=bf16"
 bf16="$bf16 $bf16_def:dp=3/zero=3/precision=bf16"
 bf16="$bf16 $bf16_def:pp=3,dp=1,tp=1/microbatches=3/schedule=1f1b/precision=bf16"
+# ring attention in bf16 (ctx 30 on cp = 2: blocks of 15 rows, not balanced)
+bf16="$bf16 $bf16_def:cp:dp=1,cp=2,tp=1/context_parallel=ring/precision=bf16"
 # Context parallelism (issue 17): a copy of GPT with a `cp` axis and the
 # sequence of the tokens, targets and MLP activation split over it (cp:);
 # attention runs as Ulysses (all_to_all to heads and back): cp = 2 and 4,
