@@ -463,12 +463,14 @@ static int64_t group_size(const CudaEmit *e, uint32_t axes)
 
 /* Declares `at`, the DtmcAttn (dtmk_cuda_attn.cuh) of attention, its
  * backward or a ring block op: q and k its operands, Dy the output's row
- * width, seg the segment ids' arg or -1.  The attributes are the C
+ * width, seg and kseg the args of the query and key rows' segment ids or
+ * -1 (attention: the same arg).  The attributes are the C
  * kernels' (cg_kernel_attrs: ints = {heads, causal, kv_heads, window,
  * ring, step, balanced}, mesh_axes = head_axes), so both back ends read
  * the same numbers; this rank's first query head and ring blocks come
  * from its coordinates at run time. */
-static void put_attn(CudaEmit *e, const IrNode *q, const IrNode *k, int64_t Dy, int seg)
+static void put_attn(CudaEmit *e, const IrNode *q, const IrNode *k, int64_t Dy, int seg,
+                     int kseg)
 {
 	CgKernelAttrs ka;
 	cg_kernel_attrs(node(e), &ka);
@@ -485,9 +487,9 @@ static void put_attn(CudaEmit *e, const IrNode *q, const IrNode *k, int64_t Dy, 
 	        (int)B, (int)T, (int)H, (int)D, (int)k->shape[2], (int)Dy, (int)g, H,
 	        1.0 / sqrt((double)hd), (int)ka.ints[3]);
 	if (seg >= 0)
-		cg_cu_printf(e, "(const int *)a.p[%d], ", seg);
+		cg_cu_printf(e, "(const int *)a.p[%d], (const int *)a.p[%d], ", seg, kseg);
 	else
-		cg_cu_printf(e, "(const int *)0, ");
+		cg_cu_printf(e, "(const int *)0, (const int *)0, ");
 	if (!ring) { /* attention: local rows are positions */
 		cg_cu_printf(e, "{%d, 0, 0}, {%d, 0, 0}};\n", (int)T, (int)T);
 		return;
@@ -500,8 +502,8 @@ static void put_attn(CudaEmit *e, const IrNode *q, const IrNode *k, int64_t Dy, 
 	             (int)n, (int)T, bal, step, n, n, n, (int)n, (int)T, bal);
 }
 
-/* attention / attn_block (q, k, v[, seg]) and attention_bwd /
- * attn_block_bwd (dy, q, k, v[, seg or ol]). */
+/* attention / attn_block (q, k, v[, seg] / [, qseg, kseg]) and
+ * attention_bwd / attn_block_bwd (dy, q, k, v[, seg] / ol[, qseg, kseg]). */
 static void emit_attention(CudaEmit *e, bool bwd, bool ring)
 {
 	const IrNode *n = node(e), *q = arg(e, bwd ? 1 : 0), *k = arg(e, bwd ? 2 : 1);
@@ -510,10 +512,12 @@ static void emit_attention(CudaEmit *e, bool bwd, bool ring)
 	bool causal = ir_attr_attn(n)->causal != 0;
 	int extra = bwd ? 4 : 3; /* seg (attention) or ol (attn_block_bwd) */
 	bool has_extra = cg_cu_out_arg(e) > extra;
+	int s0 = ring ? (bwd ? 5 : 3) : extra; /* the segment ids' args */
+	int seg = ring ? (cg_cu_out_arg(e) > s0 + 1 ? s0 : -1) : has_extra ? extra : -1;
 	if (bwd) /* the row statistics: [B, H, T, 2] */
 		cg_cu_put_scratch(e, "float", B * H * T * 2 > 0 ? B * H * T * 2 : 1);
 	cg_cu_begin_kernel(e, CG_CUDA_ATTN_BLOCK);
-	put_attn(e, q, k, ring && !bwd ? D + H : D, has_extra && !ring ? extra : -1);
+	put_attn(e, q, k, ring && !bwd ? D + H : D, seg, seg >= 0 && ring ? seg + 1 : seg);
 	int o = cg_cu_out_arg(e), hp = cg_cuda_attn_parts(hd), bk = cg_cuda_attn_tile(hd);
 	const char *c = causal ? "true" : "false";
 	if (!bwd) {

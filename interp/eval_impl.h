@@ -48,7 +48,8 @@ typedef struct EvAttn {
 	int64_t h0;    /* this rank's first query head (head_axes) */
 	int64_t window, T;
 	bool causal;
-	const double *seg; /* [B, T] or NULL */
+	const double *seg;  /* [B, T] or NULL: the queries' segment ids */
+	const double *kseg; /* the keys' (seg, but for a ring block's) */
 	/* the global positions of query row 0 and key row 0 (a ring block
 	 * pair's, eval_ring.c; 0 for attention); balanced blocks (half > 0):
 	 * rows from half on start at qoff2, koff2 */
@@ -75,6 +76,7 @@ static inline EvAttn ev_attn(const IrEval *e, const IrNode *n, int segop, int64_
 	EvAttn a = {.H = at->heads, .group = at->heads * parts / ir_attn_kv_heads(at),
 	            .h0 = idx * at->heads, .window = at->window, .T = T, .causal = at->causal != 0,
 	            .seg = n->nops > segop ? in(e, n, segop) : NULL};
+	a.kseg = a.seg;
 	if (a.group < 1)
 		a.group = 1;
 	return a;
@@ -96,7 +98,7 @@ static inline bool ev_attn_sees(const EvAttn *a, int64_t b, int64_t i, int64_t j
 	if (a->window && (gi - gj >= a->window || gj - gi >= a->window))
 		return false;
 	if (a->seg) {
-		double si = a->seg[b * a->T + i], sj = a->seg[b * a->T + j];
+		double si = a->seg[b * a->T + i], sj = a->kseg[b * a->T + j];
 		if (si < 0 || si != sj)
 			return false;
 	}

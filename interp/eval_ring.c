@@ -36,7 +36,10 @@ static bool ev_block(IrEval *e, const IrNode *n, Diag *d, bool bwd)
 	int q0 = bwd ? 1 : 0;
 	const IrNode *Q = arg(e, n, q0), *K = arg(e, n, q0 + 1);
 	int64_t B = Q->shape[0], T = Q->shape[1], D = Q->shape[2], Dk = K->shape[2];
-	EvAttn at = ev_attn(e, n, 99, T);
+	int s0 = bwd ? 5 : 3; /* qseg, kseg */
+	EvAttn at = ev_attn(e, n, s0, T);
+	if (at.seg)
+		at.kseg = in(e, n, s0 + 1);
 	int64_t H = at.H;
 	if (Q->rank != 3 || H < 1 || D % H || Dk % (D / H) || ev_attn_kv(&at, H - 1) >= Dk / (D / H))
 		return ir_eval_bad(d, n, "shapes do not agree");

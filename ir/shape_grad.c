@@ -374,6 +374,14 @@ static bool infer_attn_ring(G *g, IrNode **o)
 		if (o[i]->rank != 3 || o[i]->dtype != o[0]->dtype)
 			return fail(g, "%s: operands must be [batch, seq, dim] of one dtype, got %s",
 			            what, SH(o[i]));
+	/* the segment ids of the query block, then of the key block */
+	int s0 = op == IR_OP_ATTN_BLOCK_BWD ? 5 : 3, ns = g->n->nops - s0;
+	if (ns != 0 && ns != 2)
+		return fail(g, "%s: give the segment ids of both blocks (qseg, kseg) or neither",
+		            what);
+	for (int i = 0; i < ns; i++)
+		if (!ir_attn_check(what, at, o[q0], o[q0 + 1], o[q0 + 2], o[s0 + i], g->msg, g->cap))
+			return false;
 	if (!ir_attn_check(what, at, o[q0], o[q0 + 1], o[q0 + 2], NULL, g->msg, g->cap))
 		return false;
 	const IrNode *q = o[q0];

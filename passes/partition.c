@@ -1023,10 +1023,46 @@ static int ring_balance(Part *p, int x, const IrNode *like, int d, uint32_t axes
 	return emit(p, IR_OP_CONCAT, (int[]){a, b}, 2, &cat, like, &pl, x);
 }
 
-/* The forward ring on local q, k, v (global kg, vg): the merged [B, Tl,
- * Dl + Hl], or -1. */
-static int ring_forward(Part *p, const IrNode *n, int q, int k, int v, const IrNode *kg,
-                        const IrNode *vg, const IrAttr *at, const Placement *res, int64_t N)
+/* What goes round the ring: the local K and V blocks and, with document
+ * masks, the key block's segment ids (id), their global nodes (g). */
+typedef struct RingKV {
+	int id[3];
+	const IrNode *g[3];
+	int n;
+} RingKV;
+
+/* kv one rank along the ring: false when out of memory. */
+static bool ring_step(Part *p, RingKV *kv, uint32_t axes)
+{
+	for (int j = 0; j < kv->n; j++)
+		if ((kv->id[j] = ring_pass(p, kv->id[j], kv->g[j], axes)) < 0)
+			return false;
+	return true;
+}
+
+/* A block op's operands: head (q, or dy, q), the K and V block, tail
+ * (attn_block_bwd's ol), then the segment ids of the query and of the
+ * key block where there are any; returns the count. */
+static int block_ops(int *o, const int *head, int nhead, const RingKV *kv, int tail, int qseg)
+{
+	int k = 0;
+	for (int i = 0; i < nhead; i++)
+		o[k++] = head[i];
+	o[k++] = kv->id[0];
+	o[k++] = kv->id[1];
+	if (tail >= 0)
+		o[k++] = tail;
+	if (kv->n > 2) {
+		o[k++] = qseg;
+		o[k++] = kv->id[2];
+	}
+	return k;
+}
+
+/* The forward ring on local q (its segment ids qseg) and kv: the merged
+ * [B, Tl, Dl + Hl], or -1. */
+static int ring_forward(Part *p, const IrNode *n, int q, int qseg, RingKV kv, const IrAttr *at,
+                        const Placement *res, int64_t N)
 {
 	int b0 = n->rank == 4 ? 1 : 0; /* attention_bwd's [3, B, T, D] */
 	IrNode ol = *n;
@@ -1046,41 +1082,42 @@ static int ring_forward(Part *p, const IrNode *n, int q, int k, int v, const IrN
 	}
 	IrAttr ba = *at;
 	ba.attn.step = 0;
-	int acc = emit(p, IR_OP_ATTN_BLOCK, (int[]){q, k, v}, 3, &ba, &ol, &rp, q);
+	int o[5], no = block_ops(o, &q, 1, &kv, -1, qseg);
+	int acc = emit(p, IR_OP_ATTN_BLOCK, o, no, &ba, &ol, &rp, q);
 	for (int64_t s = 1; acc >= 0 && s < N; s++) {
-		if ((k = ring_pass(p, k, kg, at->attn.ring)) < 0 ||
-		    (v = ring_pass(p, v, vg, at->attn.ring)) < 0)
+		if (!ring_step(p, &kv, at->attn.ring))
 			return -1;
 		ba.attn.step = s;
-		int b = emit(p, IR_OP_ATTN_BLOCK, (int[]){q, k, v}, 3, &ba, &ol, &rp, q);
+		no = block_ops(o, &q, 1, &kv, -1, qseg);
+		int b = emit(p, IR_OP_ATTN_BLOCK, o, no, &ba, &ol, &rp, q);
 		IrAttr ma = {.kind = IR_ATTR_ATTN, .attn = {.heads = at->attn.heads}};
 		acc = b < 0 ? -1 : emit(p, IR_OP_ATTN_MERGE, (int[]){acc, b}, 2, &ma, &ol, &rp, acc);
 	}
 	return acc;
 }
 
-/* attention_bwd's ring on local dy, q, k, v (in): [3, B, Tl, D]. */
-static int ring_backward(Part *p, const IrNode *n, const int *in, const PartRule *r, int64_t N)
+/* attention_bwd's ring on local dy, q (in) with its segment ids qseg and
+ * kv: [3, B, Tl, D]. */
+static int ring_backward(Part *p, const IrNode *n, const int *in, int qseg, RingKV kv,
+                         const PartRule *r, int64_t N)
 {
 	uint32_t axes = r->at.attn.ring;
-	const IrNode *kg = p->m->nodes[n->ops[2]], *vg = p->m->nodes[n->ops[3]];
-	int dy = in[0], q = in[1], k = in[2], v = in[3];
-	int ol = ring_forward(p, n, q, k, v, kg, vg, &r->at, &r->res, N);
+	int ol = ring_forward(p, n, in[1], qseg, kv, &r->at, &r->res, N);
 	IrNode l1 = like_dim(n, 0, 1), l2 = like_dim(n, 0, 2);
 	IrAttr s1 = {.kind = IR_ATTR_SLICE, .slice = {0, 0, 1}};
 	IrAttr s2 = {.kind = IR_ATTR_SLICE, .slice = {0, 1, 3}};
 	IrAttr ba = r->at;
 	ba.attn.step = 0;
-	int g = ol < 0 ? -1 : emit(p, IR_OP_ATTN_BLOCK_BWD, (int[]){dy, q, k, v, ol}, 5, &ba, n,
-	                           &r->res, q);
+	int o[7], no = block_ops(o, in, 2, &kv, ol, qseg);
+	int g = ol < 0 ? -1 : emit(p, IR_OP_ATTN_BLOCK_BWD, o, no, &ba, n, &r->res, in[1]);
 	int dq = g < 0 ? -1 : emit(p, IR_OP_SLICE, &g, 1, &s1, &l1, &r->res, g);
 	int dkv = dq < 0 ? -1 : emit(p, IR_OP_SLICE, &g, 1, &s2, &l2, &r->res, g);
 	for (int64_t s = 1; dkv >= 0 && s < N; s++) {
-		if ((k = ring_pass(p, k, kg, axes)) < 0 || (v = ring_pass(p, v, vg, axes)) < 0 ||
-		    (dkv = ring_pass(p, dkv, &l2, axes)) < 0)
+		if (!ring_step(p, &kv, axes) || (dkv = ring_pass(p, dkv, &l2, axes)) < 0)
 			return -1;
 		ba.attn.step = s;
-		g = emit(p, IR_OP_ATTN_BLOCK_BWD, (int[]){dy, q, k, v, ol}, 5, &ba, n, &r->res, q);
+		no = block_ops(o, in, 2, &kv, ol, qseg);
+		g = emit(p, IR_OP_ATTN_BLOCK_BWD, o, no, &ba, n, &r->res, in[1]);
 		int a = g < 0 ? -1 : emit(p, IR_OP_SLICE, &g, 1, &s1, &l1, &r->res, g);
 		int b = a < 0 ? -1 : emit(p, IR_OP_SLICE, &g, 1, &s2, &l2, &r->res, g);
 		dq = b < 0 ? -1 : emit(p, IR_OP_ADD, (int[]){dq, a}, 2, NULL, &l1, &r->res, dq);
@@ -1097,23 +1134,27 @@ static int part_ring(Part *p, const IrNode *n, const int *ops, const PartRule *r
 {
 	uint32_t axes = r->at.attn.ring;
 	int64_t N = mesh_axes_size(&p->m->mesh, axes);
-	int64_t Dl = loc_node(p, ops[n->op == IR_OP_ATTENTION ? 0 : 1])->shape[2];
+	int q0 = n->op == IR_OP_ATTENTION ? 0 : 1; /* attention_bwd: dy first */
+	int64_t Dl = loc_node(p, ops[q0])->shape[2];
 	/* balanced: every operand to the balanced chunks, the result back */
-	int in[4];
-	for (int i = 0; i < n->nops && i < 4; i++) {
+	int in[5];
+	for (int i = 0; i < n->nops && i < 5; i++) {
 		in[i] = ops[i];
 		if (r->at.attn.balanced &&
 		    (in[i] = ring_balance(p, ops[i], p->m->nodes[n->ops[i]], 1, axes, N)) < 0)
 			return -1;
 	}
+	int qseg = n->nops > q0 + 3 ? in[q0 + 3] : -1;
+	RingKV kv = {{in[q0 + 1], in[q0 + 2], qseg}, {0}, qseg >= 0 ? 3 : 2};
+	for (int j = 0; j < kv.n; j++)
+		kv.g[j] = p->m->nodes[n->ops[q0 + 1 + j]];
 	if (n->op == IR_OP_ATTENTION) {
-		const IrNode *kg = p->m->nodes[n->ops[1]], *vg = p->m->nodes[n->ops[2]];
-		int acc = ring_forward(p, n, in[0], in[1], in[2], kg, vg, &r->at, &r->res, N);
+		int acc = ring_forward(p, n, in[0], qseg, kv, &r->at, &r->res, N);
 		IrAttr sl = {.kind = IR_ATTR_SLICE, .slice = {2, 0, Dl}};
 		int y = acc < 0 ? -1 : emit(p, IR_OP_SLICE, &acc, 1, &sl, n, &r->res, acc);
 		return y < 0 || !r->at.attn.balanced ? y : ring_balance(p, y, n, 1, axes, N);
 	}
-	int g3 = ring_backward(p, n, in, r, N);
+	int g3 = ring_backward(p, n, in, qseg, kv, r, N);
 	return g3 < 0 || !r->at.attn.balanced ? g3 : ring_balance(p, g3, n, 2, axes, N);
 }
 

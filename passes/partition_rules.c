@@ -504,8 +504,7 @@ static bool attention_rule(const IrModule *m, const IrNode *n, const Placement *
 	if (mode == IR_CP_RING) {
 		/* ring attention (partition.c, part_ring): q, k, v and the
 		 * result stay sequence-split; the local program passes K/V */
-		const char *no = n->nops > k0 + 2 ? "segment ids (document masks)" :
-		                 !group_axes(T, tdim) ? "a sequence split over axes out of mesh order" :
+		const char *no = !group_axes(T, tdim) ? "a sequence split over axes out of mesh order" :
 		                 n->shape[tdim] % sparts ? "a sequence not divisible by its ranks" :
 		                 NULL;
 		if (no) {
@@ -520,8 +519,10 @@ static bool attention_rule(const IrModule *m, const IrNode *n, const Placement *
 		Placement *R = &r->res;
 		copy_dim(R, tdim, T, tdim);
 		for (int i = 0; i < n->nops; i++) {
+			/* the segment ids [B, T] split as the sequence: they go
+			 * round the ring with their K/V block */
 			int off = n->rank - opnd(m, n, i)->rank;
-			copy_dim(&r->req[i], tdim - off, R, tdim);
+			copy_dim(&r->req[i], i == k0 + 2 ? 1 : tdim - off, R, tdim);
 		}
 		r->at.attn.ring = seq;
 		/* causal: rank i's block would see i + 1 of the N key blocks;

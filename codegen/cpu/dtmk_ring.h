@@ -17,6 +17,7 @@ struct dtmk_ring_job {
 	const DtmkArgs *a;
 	int64_t H, T, D, Dk, h0, group, qoff, koff, half, qoff2, koff2;
 	int bwd;
+	const DtmkTensor *qseg, *kseg; /* [B, T] i32 segment ids, or NULL */
 };
 
 /* Rank's (query, key) block offsets along the sequence of T rows a block. */
@@ -46,8 +47,13 @@ static inline int64_t dtmk_ring_at(const struct dtmk_ring_job *j, int64_t i, int
 	return j->half && i >= j->half ? off2 + (i - j->half) : off + i;
 }
 
-static inline int dtmk_ring_sees(const struct dtmk_ring_job *j, int64_t i, int64_t k)
+static inline int dtmk_ring_sees(const struct dtmk_ring_job *j, int64_t b, int64_t i, int64_t k)
 {
+	if (j->qseg) {
+		int32_t si = dtmk_load_i32(j->qseg, b * j->T + i);
+		if (si < 0 || si != dtmk_load_i32(j->kseg, b * j->T + k))
+			return 0;
+	}
 	int64_t gi = dtmk_ring_at(j, i, j->qoff, j->qoff2);
 	int64_t gk = dtmk_ring_at(j, k, j->koff, j->koff2), W = j->a->ints[3];
 	if (j->a->ints[1] && gk > gi)
@@ -84,7 +90,7 @@ static inline void dtmk_ring_items(void *argp, int64_t lo, int64_t hi)
 			double mx = -INFINITY;
 			for (int64_t k = 0; k < T; k++) {
 				p[k] = -INFINITY;
-				if (!dtmk_ring_sees(j, i, k))
+				if (!dtmk_ring_sees(j, b, i, k))
 					continue;
 				double s = 0;
 				for (int64_t c = 0; c < hd; c++)
@@ -151,16 +157,21 @@ static inline void dtmk_ring_run(const DtmCtx *ctx, const DtmkArgs *a, int bwd)
 		return;
 	dtmk_attn_heads(ctx, a, &j.h0, &j.group);
 	dtmk_ring_pos(ctx, a, &j);
+	int s0 = bwd ? 5 : 3;
+	if (a->nin > s0 + 1) {
+		j.qseg = &a->in[s0];
+		j.kseg = &a->in[s0 + 1];
+	}
 	dtmk_par(ctx, Q->shape[0] * j.H, 1, dtmk_ring_items, &j);
 }
 
-/* attn_block(q, k, v [B, T, D]) -> [B, T, D + H]. */
+/* attn_block(q, k, v [B, T, D][, qseg, kseg [B, T]]) -> [B, T, D + H]. */
 static inline void dtmk_attn_block(const DtmCtx *ctx, const DtmkArgs *a)
 {
 	dtmk_ring_run(ctx, a, 0);
 }
 
-/* attn_block_bwd(dy, q, k, v, ol) -> [3, B, T, D]. */
+/* attn_block_bwd(dy, q, k, v, ol[, qseg, kseg]) -> [3, B, T, D]. */
 static inline void dtmk_attn_block_bwd(const DtmCtx *ctx, const DtmkArgs *a)
 {
 	dtmk_ring_run(ctx, a, 1);

@@ -62,7 +62,8 @@ struct DtmcAttn {
 	int g, h0;        /* query heads per kv head; this rank's first query head */
 	float scale;      /* 1 / sqrt(HD) */
 	int window;       /* keys within window positions of the query; 0: all */
-	const int *seg;   /* segment ids [B, T], or null */
+	const int *seg;   /* the query rows' segment ids [B, T], or null */
+	const int *kseg;  /* the key rows' (seg, but for a ring block's) */
 	DtmcAttnPos q, k; /* where the query and key rows are */
 };
 
@@ -83,10 +84,11 @@ __device__ __forceinline__ DtmcAttnPos dtmc_attn_ring_pos(int blk, int n, int T_
 	return DtmcAttnPos{c, 2 * blk * c, (2 * n - 1 - 2 * blk) * c - c};
 }
 
-/* Row r's segment id (0 without ids). */
-__device__ __forceinline__ int dtmc_attn_seg(const DtmcAttn &a, int b, int r)
+/* Row r's segment id in ids (a.seg: query rows; a.kseg: key rows), 0
+ * without ids. */
+__device__ __forceinline__ int dtmc_attn_seg(const DtmcAttn &a, const int *ids, int b, int r)
 {
-	return a.seg ? a.seg[(dtmc_i64)b * a.T + r] : 0;
+	return ids ? ids[(dtmc_i64)b * a.T + r] : 0;
 }
 
 /* Whether query row i (segment si) sees key row j (segment sj). */
@@ -162,12 +164,13 @@ __device__ __forceinline__ void dtmc_attn_tile(float *dst, const T *x, int n, in
 	}
 }
 
-/* The segment ids of rows [r0, r0 + n) (batch b) into dst, -1 past T. */
-__device__ __forceinline__ void dtmc_attn_seg_tile(int *dst, const DtmcAttn &a, int n, int r0,
-                                                   int b)
+/* The segment ids (ids: a.seg or a.kseg) of rows [r0, r0 + n) (batch b)
+ * into dst, -1 past T. */
+__device__ __forceinline__ void dtmc_attn_seg_tile(int *dst, const int *ids, const DtmcAttn &a,
+                                                   int n, int r0, int b)
 {
-	for (int e = threadIdx.x; a.seg && e < n; e += DTMC_ATTN_THREADS)
-		dst[e] = r0 + e < a.T ? a.seg[(dtmc_i64)b * a.T + r0 + e] : -1;
+	for (int e = threadIdx.x; ids && e < n; e += DTMC_ATTN_THREADS)
+		dst[e] = r0 + e < a.T ? ids[(dtmc_i64)b * a.T + r0 + e] : -1;
 }
 
 /* The dot product of a row's registers with shared row j, summed over
@@ -223,7 +226,7 @@ __device__ __forceinline__ void dtmc_attn_kv(float *ks, float *vs, int *ss, cons
 	__syncthreads();
 	dtmc_attn_tile<HD>(ks, k, BK, k0, b, kh, a.T, a.Dk, 1.0f);
 	dtmc_attn_tile<HD>(vs, v, BK, k0, b, kh, a.T, a.Dk, 1.0f);
-	dtmc_attn_seg_tile(ss, a, BK, k0, b);
+	dtmc_attn_seg_tile(ss, a.kseg, a, BK, k0, b);
 	__syncthreads();
 }
 
@@ -250,7 +253,7 @@ __device__ __forceinline__ void dtmc_attn_fwd(const T *q, const T *k, const T *v
 	int b = bh / a.H, h = bh % a.H, kh = (a.h0 + h) / a.g;
 	int p = threadIdx.x % P, i = qt * R + threadIdx.x / P;
 	int iv = i < T_ ? i : T_ - 1; /* rows past T compute row T-1, unstored */
-	int si = dtmc_attn_seg(a, b, iv);
+	int si = dtmc_attn_seg(a, a.seg, b, iv);
 	float qv[C], acc[C] = {};
 	dtmc_attn_ld_row<HD, P>(qv, q, dtmc_attn_row<HD>(b, iv, h, T_, a.D), p, a.scale);
 	float m = -DTMC_INF, l = 0;
@@ -313,7 +316,7 @@ __device__ __forceinline__ void dtmc_attn_stats(const T *dy, const T *q, const T
 	int T_ = a.T, kh = (a.h0 + h) / a.g;
 	int p = threadIdx.x % P, i = qt * R + threadIdx.x / P;
 	int iv = i < T_ ? i : T_ - 1;
-	int si = dtmc_attn_seg(a, b, iv);
+	int si = dtmc_attn_seg(a, a.seg, b, iv);
 	dtmc_i64 row = dtmc_attn_row<HD>(b, iv, h, T_, a.D);
 	float qv[C], gv[C];
 	dtmc_attn_ld_row<HD, P>(qv, q, row, p, a.scale);
@@ -385,7 +388,7 @@ __device__ __forceinline__ void dtmc_attn_dq(const T *dy, const T *q, const T *k
 	int T_ = a.T, kh = (a.h0 + h) / a.g;
 	int p = threadIdx.x % P, i = qt * R + threadIdx.x / P;
 	int iv = i < T_ ? i : T_ - 1;
-	int si = dtmc_attn_seg(a, b, iv);
+	int si = dtmc_attn_seg(a, a.seg, b, iv);
 	dtmc_i64 row = dtmc_attn_row<HD>(b, iv, h, T_, a.D);
 	float qv[C], gv[C], dqv[C] = {};
 	dtmc_attn_ld_row<HD, P>(qv, q, row, p, a.scale);
@@ -425,7 +428,7 @@ __device__ __forceinline__ void dtmc_attn_dkv(const T *dy, const T *q, const T *
 	int *ss = (int *)(ds_ + BK);
 	int T_ = a.T, p = threadIdx.x % P, j = kt * R + threadIdx.x / P;
 	int jv = j < T_ ? j : T_ - 1;
-	int sj = dtmc_attn_seg(a, b, jv);
+	int sj = dtmc_attn_seg(a, a.kseg, b, jv);
 	/* k, v: kv head (h0 + h) / g of Dk columns; dk, dv: per query head h */
 	dtmc_i64 row = dtmc_attn_row<HD>(b, jv, h, T_, a.D);
 	dtmc_i64 krow = dtmc_attn_row<HD>(b, jv, (a.h0 + h) / a.g, T_, a.Dk);
@@ -438,7 +441,7 @@ __device__ __forceinline__ void dtmc_attn_dkv(const T *dy, const T *q, const T *
 		__syncthreads();
 		dtmc_attn_tile<HD>(qs, q, BK, q0, b, h, T_, a.D, a.scale);
 		dtmc_attn_tile<HD>(gs, dy, BK, q0, b, h, T_, a.D, 1.0f);
-		dtmc_attn_seg_tile(ss, a, BK, q0, b);
+		dtmc_attn_seg_tile(ss, a.seg, a, BK, q0, b);
 		for (int e = threadIdx.x; e < BK; e += DTMC_ATTN_THREADS) {
 			int qi = q0 + e < T_ ? q0 + e : T_ - 1;
 			dtmc_i64 so = (((dtmc_i64)b * a.H + h) * T_ + qi) * 2;

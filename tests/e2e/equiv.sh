@@ -140,6 +140,9 @@ cp="$cp cp:dp=2,cp=2,tp=1/zero=3/context_parallel=ring"
 # Ulysses (the ids read whole along the sequence), CP x TP and a pipeline
 mask="mask:dp=1,cp=2,tp=1 mask:dp=2,cp=1,tp=2 mask:dp=1,cp=2,tp=2"
 mask="$mask mask:pp=2,dp=1,cp=2,tp=1/microbatches=2"
+# ... and ring attention with them: the key block's segment ids go round
+# with its K and V (cp = 4: load-balanced chunks, ids swapped with them)
+mask="$mask mask:dp=1,cp=2,tp=1/context_parallel=ring mask:dp=1,cp=4,tp=1/context_parallel=ring"
 case $model:${4:-spmd} in
 gpt:pipeline) layouts=$pp
      mpi_layouts="pp=2,dp=2,tp=1/microbatches=2/schedule=1f1b pp=4,dp=1,tp=1/microbatches=4/schedule=gpipe" ;;

@@ -17,7 +17,9 @@
  * v at attention are 1/cp of one device's.  Ring (context_parallel ring):
  * cp = 2, cp = 4, dp = 2 x cp = 2, cp = 2 x tp = 2 and cp = 3 give the
  * one-device function, load-balanced for the causal mask, with the sends
- * and elements per layer of the formula in test_ring.  Refusals: context_parallel
+ * and elements per layer of the formula in test_ring; so does the ring on
+ * llama with a window and document masks (test_ring_segments: the key
+ * block's segment ids travel with it).  Refusals: context_parallel
  * ulysses where the heads do not divide cp x tp, and ring on a sequence its
  * ranks do not divide,
  * each a diagnostic at the attention call.
@@ -75,10 +77,9 @@ static int count_op(const IrModule *m, IrOp op)
 
 /* The layout runs as one device does; returns the partitioned module (in
  * a, NULL when it failed) for the callers' further checks. */
-static IrModule *equivalence(Arena *a, const char *label, const char *mesh,
-                             const char *const *defs, const char *train)
+static IrModule *equivalence_of(Arena *a, const char *label, char *src, const char *mesh,
+                                const char *const *defs, const char *train)
 {
-	char *src = gpt_cp();
 	if (!src)
 		return NULL;
 	Diag d;
@@ -102,6 +103,12 @@ static IrModule *equivalence(Arena *a, const char *label, const char *mesh,
 		        count_op(dm, IR_OP_ALL_TO_ALL), count_op(dm, IR_OP_ALL_GATHER),
 		        count_op(dm, IR_OP_ALL_REDUCE));
 	return dm;
+}
+
+static IrModule *equivalence(Arena *a, const char *label, const char *mesh,
+                             const char *const *defs, const char *train)
+{
+	return equivalence_of(a, label, gpt_cp(), mesh, defs, train);
 }
 
 /* No operand of an attention or attention_bwd is an all_gather: the
@@ -252,6 +259,60 @@ static void test_ring(void)
 	arena_free(&a);
 }
 
+/* models/llama.dtm as tests/e2e/mask.sed makes it: attention with a
+ * sliding window of 8 and document masks from segment ids `seg`. */
+static char *llama_mask(void)
+{
+	char *s = slurp("models/llama.dtm");
+	CHECK(s != NULL);
+	if (!s)
+		return NULL;
+	s = replace(s, "causal = true)", "causal = true, window = 8, segments = seg)");
+	s = replace(s, "input targets : i32[batch, ctx] @ [dp, cp]\n",
+	            "input targets : i32[batch, ctx] @ [dp, cp]\n"
+	            "input seg     : i32[batch, ctx] @ [dp, cp]\n");
+	CHECK(strstr(s, "segments = seg)") && strstr(s, "input seg "));
+	return s;
+}
+
+/* Ring attention with document masks: the key block's segment ids go
+ * round the ring with its K and V (an i32 [B, T/N] send more per step:
+ * N - 1 forward, 2 (N - 1) backward) and, load-balanced, are swapped into
+ * the chunks with the queries' (one mirror send forward, one backward);
+ * the one-device function at cp = 2 and 4 (balanced) and cp = 3 (T = 12:
+ * 2 rows a chunk) on the masked llama. */
+static void test_ring_segments(void)
+{
+	Arena a;
+	arena_init(&a);
+	static const char *const defs[] = {"ctx", "12", "batch", "2", "layers", "1", NULL};
+	const struct {
+		const char *label, *mesh;
+		int64_t N;
+	} layouts[] = {
+	        {"masked llama, cp=2 ring", "pp=1,dp=1,cp=2,tp=1", 2},
+	        {"masked llama, cp=3 ring", "pp=1,dp=1,cp=3,tp=1", 3},
+	        {"masked llama, cp=2 x tp=2 ring", "pp=1,dp=1,cp=2,tp=2", 2},
+	};
+	for (size_t l = 0; l < sizeof layouts / sizeof layouts[0]; l++) {
+		IrModule *m = equivalence_of(&a, layouts[l].label, llama_mask(), layouts[l].mesh,
+		                             defs, "context_parallel=ring");
+		if (!m)
+			continue;
+		int64_t N = layouts[l].N, ids = 0, blocks = 0;
+		for (int i = 0; i < m->nnodes; i++) {
+			const IrNode *n = m->nodes[i];
+			ids += n->op == IR_OP_SEND && n->dtype == IR_I32;
+			if (n->op == IR_OP_ATTN_BLOCK || n->op == IR_OP_ATTN_BLOCK_BWD)
+				blocks += n->nops == (n->op == IR_OP_ATTN_BLOCK ? 5 : 7);
+		}
+		CHECK_EQ_INT(ids, 3 * (N - 1) + 2);
+		CHECK_EQ_INT(blocks, 3 * N);
+		CHECK(attention_ungathered(m));
+	}
+	arena_free(&a);
+}
+
 /* The diagnostics of `train` on mesh (the run fails). */
 static char *refusal(const char *mesh, const char *const *defs, const char *train)
 {
@@ -298,6 +359,7 @@ int main(void)
 {
 	test_ulysses();
 	test_ring();
+	test_ring_segments();
 	test_refusals();
 	return check_report();
 }
