@@ -411,35 +411,25 @@ static void fill_gemm(Build *b, int i, DtmAction *act)
 	if (tb)
 		B = b->mp->opnd[rec[B].ops];
 	const IrNode *an = m->nodes[ops[0]];
-	if (n->op == IR_OP_MATMUL_WGRAD) {
-		/* [K, N] = x^T dy over the rows: x [rows, K] read transposed */
-		int64_t K = n->shape[0], N = n->shape[1], rows = K > 0 ? rec[ops[0]].numel / K : 0;
-		act->kind = DTM_ACT_GEMM;
-		act->nargs = 3;
-		act->m = K;
-		act->n = N;
-		act->k = rows;
-		act->batch = 1;
-		act->trans_a = true;
-		act->alpha = 1.0f;
-		act->flops = 2 * K * N * rows;
-		act->args[0] = b->bufid[ops[0]];
-		act->args[1] = b->bufid[ops[1]];
-		act->args[2] = b->bufid[i];
-		return;
-	}
 	int r = n->rank;
 	int64_t M = n->shape[r - 2], N = n->shape[r - 1], K = an->shape[an->rank - 1];
-	int64_t batch = 1;
-	for (int d = 0; d < r - 2; d++)
-		batch *= n->shape[d];
-	int64_t abat = M * K > 0 ? rec[ops[0]].numel / (M * K) : 1;
-	int64_t bbat = K * N > 0 ? rec[ops[1]].numel / (K * N) : 1;
-	int64_t sa = abat > 1 ? M * K : 0, sb = bbat > 1 ? K * N : 0, sc = M * N;
-	if (batch > 1 && abat > 1 && bbat <= 1 && !ta) {
-		M *= batch;
-		batch = 1;
-		sa = sb = sc = 0;
+	int64_t batch = 1, sa = 0, sb = 0, sc = 0;
+	if (n->op == IR_OP_MATMUL_WGRAD) {
+		/* [K, N] = x^T dy over the rows: x [rows, K] read transposed */
+		M = n->shape[0];
+		K = M > 0 ? rec[ops[0]].numel / M : 0;
+		ta = true;
+	} else {
+		for (int d = 0; d < r - 2; d++)
+			batch *= n->shape[d];
+		int64_t abat = M * K > 0 ? rec[ops[0]].numel / (M * K) : 1;
+		int64_t bbat = K * N > 0 ? rec[ops[1]].numel / (K * N) : 1;
+		sa = abat > 1 ? M * K : 0, sb = bbat > 1 ? K * N : 0, sc = M * N;
+		if (batch > 1 && abat > 1 && bbat <= 1 && !ta) {
+			M *= batch;
+			batch = 1;
+			sa = sb = sc = 0;
+		}
 	}
 	act->kind = DTM_ACT_GEMM;
 	act->nargs = 3;

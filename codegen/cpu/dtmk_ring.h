@@ -4,8 +4,8 @@
  * kv_heads, window, ring, step, balanced}, mesh_axes = head_axes; when
  * balanced, member g's block is chunks 2g and 2n-1-2g of T/2 rows.  The query block
  * is the rank's index in the group ring (ctx->coords), the key block step
- * places before it; masks compare global positions.  Plain loops with
- * double accumulators: correctness first, not yet tuned. */
+ * places before it; masks compare global positions.  f32 loops over a
+ * staged key block (dtmk_ring_item), not yet tiled like attention's. */
 #ifndef DTMK_RING_H
 #define DTMK_RING_H
 
@@ -61,91 +61,131 @@ static inline int dtmk_ring_sees(const struct dtmk_ring_job *j, int64_t b, int64
 	return W <= 0 || (gi - gk < W && gk - gi < W);
 }
 
-/* One (batch, head) item: forward (output and log-sum-exp) or backward. */
-static inline void dtmk_ring_items(void *argp, int64_t lo, int64_t hi)
+/* One (batch, head) item: forward (output and log-sum-exp) or backward.
+ * The item's key block is staged as f32, k transposed ([hd, T]) and v
+ * row-major ([T, hd]), so the scores of a query row over the keys and
+ * the sums over keys run along contiguous memory; dk and dv add up in f32
+ * buffers and are stored once.  buf holds 4 T hd + 3 T + 2 hd floats. */
+static inline void dtmk_ring_item(const struct dtmk_ring_job *j, int64_t it, float *buf)
 {
-	const struct dtmk_ring_job *j = argp;
 	const DtmkArgs *a = j->a;
 	int q0 = j->bwd ? 1 : 0;
 	const DtmkTensor *Q = &a->in[q0], *K = &a->in[q0 + 1], *V = &a->in[q0 + 2];
 	int64_t H = j->H, T = j->T, D = j->D, Dk = j->Dk, hd = D / H, Wd = D + H;
-	int64_t S = Q->numel;
-	double scale = 1.0 / sqrt((double)hd);
-	double *p = malloc(sizeof(double) * (size_t)(2 * T + 1));
-	if (!p)
-		return;
-	double *dp = p + T;
-	for (int64_t it = lo; it < hi; it++) {
-		int64_t b = it / H, h = it % H, g = (j->h0 + h) / j->group;
-		if (j->bwd)
-			for (int64_t t = 0; t < T; t++)
-				for (int64_t c = 0; c < hd; c++) {
-					int64_t o = (b * T + t) * D + h * hd + c;
-					dtmk_store(&a->out, o, 0);
-					dtmk_store(&a->out, S + o, 0);
-					dtmk_store(&a->out, 2 * S + o, 0);
-				}
-		for (int64_t i = 0; i < T; i++) {
-			int64_t row = b * T + i, qi = row * D + h * hd;
-			double mx = -INFINITY;
-			for (int64_t k = 0; k < T; k++) {
-				p[k] = -INFINITY;
-				if (!dtmk_ring_sees(j, b, i, k))
-					continue;
-				double s = 0;
-				for (int64_t c = 0; c < hd; c++)
-					s += (double)dtmk_load(Q, qi + c) *
-					     dtmk_load(K, (b * T + k) * Dk + g * hd + c);
-				p[k] = s * scale;
-				mx = p[k] > mx ? p[k] : mx;
-			}
+	int64_t S = Q->numel, b = it / H, h = it % H, g = (j->h0 + h) / j->group;
+	float scale = 1.0f / sqrtf((float)hd);
+	float *restrict kt = buf, *restrict vb = kt + hd * T, *restrict dkb = vb + T * hd;
+	float *restrict dvb = dkb + T * hd, *restrict p = dvb + T * hd, *restrict dp = p + T;
+	float *restrict seen = dp + T, *restrict qrow = seen + T, *restrict acc = qrow + hd;
+	for (int64_t t = 0; t < T; t++)
+		for (int64_t c = 0; c < hd; c++) {
+			int64_t o = (b * T + t) * Dk + g * hd + c;
+			kt[c * T + t] = dtmk_load(K, o);
+			vb[t * hd + c] = dtmk_load(V, o);
+		}
+	if (j->bwd)
+		for (int64_t e = 0; e < T * hd; e++)
+			dkb[e] = dvb[e] = 0;
+	for (int64_t i = 0; i < T; i++) {
+		int64_t row = b * T + i, qi = row * D + h * hd;
+		int any = 0;
+		for (int64_t t = 0; t < T; t++) {
+			seen[t] = dtmk_ring_sees(j, b, i, t) ? 1.0f : 0.0f;
+			any |= seen[t] != 0;
+		}
+		const DtmkTensor *dy = j->bwd ? &a->in[0] : NULL, *ol = j->bwd ? &a->in[4] : NULL;
+		float lse = ol && any ? dtmk_load(ol, row * Wd + D + h) : 0.0f;
+		if (!any || lse == -INFINITY) {
 			if (!j->bwd) {
-				double sum = 0;
-				for (int64_t k = 0; mx != -INFINITY && k < T; k++)
-					sum += p[k] = exp(p[k] - mx);
-				for (int64_t c = 0; c < hd; c++) {
-					double acc = 0;
-					for (int64_t k = 0; mx != -INFINITY && k < T; k++)
-						if (p[k] != 0)
-							acc += p[k] * dtmk_load(V, (b * T + k) * Dk + g * hd + c);
-					dtmk_store(&a->out, row * Wd + h * hd + c,
-					           mx == -INFINITY ? 0.0f : (float)(acc / sum));
-				}
-				dtmk_store(&a->out, row * Wd + D + h,
-				           mx == -INFINITY ? -INFINITY : (float)(mx + log(sum)));
-				continue;
+				for (int64_t c = 0; c < hd; c++)
+					dtmk_store(&a->out, row * Wd + h * hd + c, 0.0f);
+				dtmk_store(&a->out, row * Wd + D + h, -INFINITY);
+			} else {
+				for (int64_t c = 0; c < hd; c++)
+					dtmk_store(&a->out, qi + c, 0.0f);
 			}
-			const DtmkTensor *dy = &a->in[0], *ol = &a->in[4];
-			double lse = dtmk_load(ol, row * Wd + D + h), pdo = 0;
-			if (mx == -INFINITY || lse == -INFINITY)
-				continue;
+			continue;
+		}
+		for (int64_t c = 0; c < hd; c++)
+			qrow[c] = dtmk_load(Q, qi + c) * scale;
+		for (int64_t t = 0; t < T; t++)
+			p[t] = 0;
+		for (int64_t c = 0; c < hd; c++) {
+			const float *kc = kt + c * T;
+			float qc = qrow[c];
+			for (int64_t t = 0; t < T; t++)
+				p[t] += qc * kc[t];
+		}
+		if (!j->bwd) {
+			float mx = -INFINITY, sum = 0;
+			for (int64_t t = 0; t < T; t++)
+				if (seen[t] != 0 && p[t] > mx)
+					mx = p[t];
+			for (int64_t t = 0; t < T; t++) {
+				p[t] = seen[t] != 0 ? dtmk_expf(p[t] - mx) : 0.0f;
+				sum += p[t];
+			}
 			for (int64_t c = 0; c < hd; c++)
-				pdo += (double)dtmk_load(dy, qi + c) * dtmk_load(ol, row * Wd + h * hd + c);
-			for (int64_t k = 0; k < T; k++) {
-				p[k] = exp(p[k] - lse);
-				int64_t vk = (b * T + k) * Dk + g * hd, ok = (b * T + k) * D + h * hd;
-				dp[k] = 0;
-				for (int64_t c = 0; c < hd; c++) {
-					double dyc = dtmk_load(dy, qi + c);
-					float dv = dtmk_load(&a->out, 2 * S + ok + c);
-					dtmk_store(&a->out, 2 * S + ok + c, (float)(dv + p[k] * dyc));
-					dp[k] += dyc * dtmk_load(V, vk + c);
-				}
+				acc[c] = 0;
+			for (int64_t t = 0; t < T; t++) {
+				const float *vt = vb + t * hd;
+				float pt = p[t] / sum;
+				for (int64_t c = 0; pt != 0 && c < hd; c++)
+					acc[c] += pt * vt[c];
 			}
-			for (int64_t c = 0; c < hd; c++) {
-				double dq = 0;
-				for (int64_t k = 0; k < T; k++) {
-					double ds = p[k] * (dp[k] - pdo) * scale;
-					int64_t ok = (b * T + k) * D + h * hd + c;
-					dq += ds * dtmk_load(K, (b * T + k) * Dk + g * hd + c);
-					float dk = dtmk_load(&a->out, S + ok);
-					dtmk_store(&a->out, S + ok, (float)(dk + ds * dtmk_load(Q, qi + c)));
-				}
-				dtmk_store(&a->out, qi + c, (float)dq);
+			for (int64_t c = 0; c < hd; c++)
+				dtmk_store(&a->out, row * Wd + h * hd + c, acc[c]);
+			dtmk_store(&a->out, row * Wd + D + h, mx + logf(sum));
+			continue;
+		}
+		/* backward: p from the whole row's log-sum-exp (ol) */
+		float pdo = 0;
+		for (int64_t c = 0; c < hd; c++) {
+			acc[c] = dtmk_load(dy, qi + c);
+			pdo += acc[c] * dtmk_load(ol, row * Wd + h * hd + c);
+		}
+		for (int64_t t = 0; t < T; t++) {
+			p[t] = seen[t] != 0 ? dtmk_expf(p[t] - lse) : 0.0f;
+			const float *vt = vb + t * hd;
+			float d = 0;
+			for (int64_t c = 0; c < hd; c++)
+				d += acc[c] * vt[c];
+			dp[t] = p[t] * (d - pdo); /* ds, before the scale */
+		}
+		for (int64_t t = 0; t < T; t++) {
+			float *dvt = dvb + t * hd, *dkt = dkb + t * hd;
+			for (int64_t c = 0; p[t] != 0 && c < hd; c++) {
+				dvt[c] += p[t] * acc[c];
+				dkt[c] += dp[t] * qrow[c]; /* qrow holds q scale */
 			}
 		}
+		for (int64_t c = 0; c < hd; c++) {
+			const float *kc = kt + c * T;
+			float dq = 0;
+			for (int64_t t = 0; t < T; t++)
+				dq += dp[t] * kc[t];
+			dtmk_store(&a->out, qi + c, dq * scale);
+		}
 	}
-	free(p);
+	if (j->bwd)
+		for (int64_t t = 0; t < T; t++)
+			for (int64_t c = 0; c < hd; c++) {
+				int64_t o = (b * T + t) * D + h * hd + c;
+				dtmk_store(&a->out, S + o, dkb[t * hd + c]);
+				dtmk_store(&a->out, 2 * S + o, dvb[t * hd + c]);
+			}
+}
+
+static inline void dtmk_ring_items(void *argp, int64_t lo, int64_t hi)
+{
+	const struct dtmk_ring_job *j = argp;
+	int64_t hd = j->D / j->H;
+	float *buf = malloc(sizeof(float) * (size_t)(4 * j->T * hd + 3 * j->T + 2 * hd));
+	if (!buf)
+		return;
+	for (int64_t it = lo; it < hi; it++)
+		dtmk_ring_item(j, it, buf);
+	free(buf);
 }
 
 static inline void dtmk_ring_run(const DtmCtx *ctx, const DtmkArgs *a, int bwd)
