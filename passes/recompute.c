@@ -12,8 +12,10 @@
  *     (block == b), is not a leaf (param, input, const, state), depends on
  *     an input (an activation; values of params only, such as a cast or a
  *     transpose of a weight, are kept as they are, once per step) and no
- *     forward node outside b reads it (a block's output is the next
- *     block's input and stays live anyway);
+ *     forward node outside b, or in another pipeline stage, reads it (a
+ *     block's output is the next block's input and stays live anyway; a
+ *     value another stage's chunk of the block reads is sent there, and a
+ *     clone made in that stage would read this stage's params);
  *   - a backward node R reading an internal value v reads instead a clone
  *     of v, made for the key (b, R's micro-batch, R's stage); the clone
  *     reads clones of v's internal operands (same key) and the originals
@@ -221,7 +223,11 @@ static int classify(Rc *r)
 		for (int j = 0; j < x->nops; j++) {
 			int u = x->ops[j];
 			act[i] = act[i] || act[u];
-			if (r->blk[u] != ir_block(m, x))
+			/* read by another block, or by another pipeline stage's
+			 * chunk of this one (interleaved stages cut through
+			 * blocks): that stage receives it, so it stays */
+			if (r->blk[u] != ir_block(m, x) ||
+			    ir_stage(m, m->nodes[u]) != ir_stage(m, x))
 				outside[u] = true;
 		}
 		if (ir_block(m, x) >= nb)

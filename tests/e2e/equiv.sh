@@ -94,6 +94,9 @@ pp="$pp pp=2,dp=2,tp=1/zero=3"
 # ... and with recompute: its clones in the right work items
 pp="$pp pp=2,dp=1,tp=1/microbatches=4/schedule=1f1b/recompute=true"
 pp="$pp pp=2,dp=2,tp=2/microbatches=2/zero=3/recompute=true"
+# ... where interleaved stages cut a block: a value another stage reads
+# is not recomputed there (it was, reading this stage's params: deadlock)
+pp="$pp pp=2,dp=2,tp=1/microbatches=2/schedule=interleaved(2)/zero=3/recompute=true"
 # ... and with the layers round-robin over the stages as virtual stages
 pp="$pp def:layers=4:rr:pp=2,dp=1,tp=1/microbatches=4/schedule=interleaved(2)"
 # Dropout (issue 14, tests/e2e/dropout.dtm): masks keyed by the sample's
