@@ -458,7 +458,7 @@ if(TARGET nvrtc_check)
            WORKING_DIRECTORY ${DTM_ROOT})
   add_test(NAME cuda.nvrtc.llama_ring
            COMMAND ${DTM_BASH} ${DTM_TESTS}/cuda/nvrtc.sh $<TARGET_FILE:dtmc>
-                   $<TARGET_FILE:nvrtc_check> llama:window
+                   $<TARGET_FILE:nvrtc_check> llama:mask
                    "cp=2,tp=2/context_parallel=ring" "f32 bf16"
            WORKING_DIRECTORY ${DTM_ROOT})
   set_tests_properties(cuda.nvrtc.llama_mask cuda.nvrtc.llama_ring PROPERTIES TIMEOUT 600
@@ -495,7 +495,6 @@ if(DTM_KCHECK_CXX)
     "llama.mask_dp1|llama:mask|--mesh dp=1"
     "llama.mask_cp2tp2_bf16|llama:mask|--mesh cp=2,tp=2 --train precision=bf16"
     "llama.tp4_kv_whole|llama|--mesh tp=4"
-    "llama.ring_cp2|llama:window|--mesh cp=2 --train context_parallel=ring|0 1"
     "llama.ring_mask_cp2|llama:mask|--mesh cp=2 --train context_parallel=ring|0 1"
     "llama.ring_cp2_unbalanced|llama|--mesh cp=2 --train context_parallel=ring -D ctx=30|0 1"
     "llama.ring_cp2tp2_bf16|llama|--mesh cp=2,tp=2 --train context_parallel=ring --train precision=bf16"
