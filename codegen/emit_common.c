@@ -311,5 +311,11 @@ void cg_kernel_attrs(const IrNode *n, CgKernelAttrs *k)
 		k->f[0] = a->rope.theta;
 		k->mesh_axes = a->rope.axes;
 		break;
+	case IR_ATTR_ROUTE:
+		k->nints = 3;
+		k->ints[0] = a->route.k;
+		k->ints[1] = a->route.n;
+		k->ints[2] = a->route.capacity;
+		break;
 	}
 }

@@ -29,6 +29,8 @@ typedef enum BKind {
 	BK_DROPOUT,
 	BK_COLL,
 	BK_CAST,
+	BK_ROUTE,
+	BK_SCATTER,
 } BKind;
 
 struct Builtin {
@@ -72,6 +74,12 @@ static const Builtin builtins[] = {
          {"heads", "causal", "kv_heads", "window", "segments"}},
         {"rope", BK_ROPE, IR_OP_ROPE, 1, 1, {"heads", "theta"}},
         {"dropout", BK_DROPOUT, IR_OP_DROPOUT, 1, 1, {"rate"}},
+        {"topk", BK_ROUTE, IR_OP_TOPK, 1, 1, {"k"}},
+        {"one_hot", BK_ROUTE, IR_OP_ONE_HOT, 1, 1, {"n"}},
+        {"moe_slot", BK_ROUTE, IR_OP_MOE_SLOT, 1, 1, {"experts", "capacity"}},
+        {"moe_token", BK_ROUTE, IR_OP_MOE_TOKEN, 1, 1, {"experts", "capacity"}},
+        {"gather", BK_PLAIN, IR_OP_GATHER, 2, 2, {0}},
+        {"scatter_add", BK_SCATTER, IR_OP_SCATTER_ADD, 2, 2, {"size"}},
         {"all_gather", BK_COLL, IR_OP_ALL_GATHER, 2, 2, {"axes"}},
         {"reduce_scatter", BK_COLL, IR_OP_REDUCE_SCATTER, 2, 2, {"axes", "op"}},
         {"all_reduce", BK_COLL, IR_OP_ALL_REDUCE, 1, 1, {"axes", "op"}},
@@ -689,6 +697,60 @@ Value lower_builtin(Lower *L, Scope *s, const AstNode *call, const Builtin *bi, 
 		IrAttrDropout *da = ir_attr_dropout_mut(L->m, n);
 		da->rate = rate;
 		da->salt = L->dropout_salt++;
+		return lower_finish(L, n);
+	}
+	case BK_ROUTE: {
+		/* topk(x, k = K), one_hot(ids, n = N), moe_slot(e, experts = E,
+		 * capacity = C), moe_token(e, experts = E, capacity = C) */
+		IrAttrRoute ra = {0};
+		const char *k1 = bi->kw[0], *k2 = bi->kw[1];
+		int64_t v1 = 0, v2 = 0;
+		int r1 = kw_int(L, s, call, k1, &v1);
+		int r2 = k2 ? kw_int(L, s, call, k2, &v2) : 1;
+		if (r1 == 0 || r2 == 0)
+			diag_error(L->d, loc, "%s needs %s: %s(x, %s = N%s)", fn, r1 == 0 ? k1 : k2, fn, k1,
+			           k2 ? ", capacity = C" : "");
+		if (r1 <= 0 || r2 <= 0)
+			return lower_err();
+		if (v1 < 1 || (k2 && v2 < 1)) {
+			const char *bad = v1 < 1 ? k1 : k2;
+			diag_error(L->d, lower_kwarg(call, bad)->loc, "%s must be >= 1, got %lld", bad,
+			           (long long)(v1 < 1 ? v1 : v2));
+			return lower_err();
+		}
+		if (bi->op == IR_OP_TOPK)
+			ra.k = v1;
+		else
+			ra.n = v1;
+		ra.capacity = v2;
+		if (lower_make1(L, bi->op, xv, loc, &n).k == V_ERR)
+			return lower_err();
+		*ir_attr_route_mut(L->m, n) = ra;
+		return lower_finish(L, n);
+	}
+	case BK_SCATTER: {
+		/* scatter_add(y, idx, size = n): the indexed dim's extent */
+		IrNode *idx = want_tensor(L, a, 1, fn);
+		int64_t size = 0;
+		int r = kw_int(L, s, call, "size", &size);
+		if (r == 0)
+			diag_error(L->d, loc, "scatter_add needs the result's extent of the indexed dim: "
+			                      "scatter_add(y, idx, size = N)");
+		if (!idx || r <= 0)
+			return lower_err();
+		if (size < 1 || idx->rank < 1 || x->rank < idx->rank) {
+			diag_error(L->d, loc, "scatter_add: size must be >= 1 and the indices %s no "
+			                      "larger in rank than y %s", lower_type_str(L, idx),
+			           lower_type_str(L, x));
+			return lower_err();
+		}
+		int ops[2] = {(int)xv.i, idx->id};
+		n = lower_new_node(L, IR_OP_SCATTER_ADD, ops, 2, loc);
+		if (!n)
+			return lower_err();
+		n->rank = x->rank;
+		memcpy(n->shape, x->shape, sizeof n->shape);
+		n->shape[idx->rank - 1] = size;
 		return lower_finish(L, n);
 	}
 	case BK_COLL:

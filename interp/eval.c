@@ -793,6 +793,9 @@ static bool eval_node(IrEval *e, const IrNode *n, Diag *d)
 		return ev_attention(e, n, d);
 	case IR_OP_ROPE:
 		return ev_rope(e, n, d);
+	case IR_OP_TOPK: case IR_OP_ONE_HOT: case IR_OP_GATHER: case IR_OP_SCATTER_ADD:
+	case IR_OP_MOE_SLOT: case IR_OP_MOE_TOKEN:
+		return ir_eval_route(e, n, d);
 	case IR_OP_CROSS_ENTROPY:
 		return ev_cross_entropy(e, n, d);
 	case IR_OP_MSE:

@@ -16,6 +16,10 @@ bool ir_eval_optim(IrEval *e, const IrNode *n, Diag *d);
 /* f64 semantics of ring attention's block ops (eval_ring.c). */
 bool ir_eval_ring(IrEval *e, const IrNode *n, Diag *d);
 
+/* f64 semantics of the routing ops: topk, one_hot, gather, scatter_add,
+ * moe_slot, moe_token (eval_route.c). */
+bool ir_eval_route(IrEval *e, const IrNode *n, Diag *d);
+
 /* Reports "op %id: message" at the node's source location; returns false. */
 bool ir_eval_bad(Diag *d, const IrNode *n, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));

@@ -15,7 +15,7 @@ const IrAttr ir_attr_zero[IR_ATTR_KIND_COUNT] = {
 	Z(IR_ATTR_NONE),  Z(IR_ATTR_INIT),  Z(IR_ATTR_SCALAR), Z(IR_ATTR_AXES),
 	Z(IR_ATTR_AXIS),  Z(IR_ATTR_EPS),   Z(IR_ATTR_PERM),   Z(IR_ATTR_SLICE),
 	Z(IR_ATTR_ATTN),  Z(IR_ATTR_DROPOUT), Z(IR_ATTR_COLL), Z(IR_ATTR_OPTIM),
-	Z(IR_ATTR_ROPE),
+	Z(IR_ATTR_ROPE),  Z(IR_ATTR_ROUTE),
 #undef Z
 };
 
@@ -121,6 +121,11 @@ int ir_attr_words(const IrNode *n, int64_t *w)
 		w[k++] = a->rope.heads;
 		w[k++] = (int64_t)bits(a->rope.theta);
 		w[k++] = (int64_t)a->rope.axes | (int64_t)a->rope.inverse << 32;
+		break;
+	case IR_ATTR_ROUTE:
+		w[k++] = a->route.k;
+		w[k++] = a->route.n;
+		w[k++] = a->route.capacity;
 		break;
 	}
 	return k;

@@ -61,6 +61,7 @@ typedef enum IrAttrKind {
 	IR_ATTR_COLL,    /* collectives and the per-rank ops over a group */
 	IR_ATTR_OPTIM,   /* adamw_step, sgd_step */
 	IR_ATTR_ROPE,    /* rope */
+	IR_ATTR_ROUTE,   /* topk, one_hot, moe_slot, moe_token */
 	IR_ATTR_KIND_COUNT
 } IrAttrKind;
 
@@ -191,6 +192,12 @@ typedef struct IrAttrRope {
 	uint32_t axes;
 } IrAttrRope;
 
+/* The routing ops (ops.def): topk's k; one_hot's classes n; moe_slot's and
+ * moe_token's experts n and capacity per expert and group. */
+typedef struct IrAttrRoute {
+	int64_t k, n, capacity;
+} IrAttrRoute;
+
 /* A node's attributes: kind says which member is valid (the node's op's
  * IrAttrKind), the accessors below assert it (debug builds).  Stored out
  * of line (IrNode.attr), immutable once a node points at it, so copies of
@@ -211,6 +218,7 @@ typedef struct IrAttr {
 		IrAttrColl coll;
 		IrAttrOptim optim;
 		IrAttrRope rope;
+		IrAttrRoute route;
 	};
 } IrAttr;
 
@@ -760,6 +768,7 @@ IR_ATTR_ACCESS(dropout, IR_ATTR_DROPOUT, IrAttrDropout)
 IR_ATTR_ACCESS(coll, IR_ATTR_COLL, IrAttrColl)
 IR_ATTR_ACCESS(optim, IR_ATTR_OPTIM, IrAttrOptim)
 IR_ATTR_ACCESS(rope, IR_ATTR_ROPE, IrAttrRope)
+IR_ATTR_ACCESS(route, IR_ATTR_ROUTE, IrAttrRoute)
 #undef IR_ATTR_ACCESS
 
 /* ---- labels (label.c): what a value is, for people ---- */

@@ -554,7 +554,8 @@ static bool type_value(Parser *p, IrNode *n)
 enum { F_INIT, F_VALUE, F_EPS, F_RATE, F_AXES, F_PERM, F_INTS, F_GROUP, F_KEEPDIMS, F_AXIS,
        F_START, F_END, F_HEADS, F_CAUSAL, F_KV_HEADS, F_WINDOW, F_HEAD_AXES, F_RING, F_STEP, F_BALANCED, F_SALT, F_MBS, F_MB, F_BDIM, F_BINNER, F_RED,
        F_ARG0, F_ARG1, F_ARG2, F_BETA1, F_MOMENTUM, F_BETA2, F_OEPS, F_WD, F_CLIP, F_NESTEROV,
-       F_MASTER, F_RHEADS, F_THETA, F_INVERSE, F_RAXES };
+       F_MASTER, F_RHEADS, F_THETA, F_INVERSE, F_RAXES,
+       F_RK, F_RN, F_RCAP };
 typedef struct AttrKey {
 	const char *name;
 	unsigned kinds;
@@ -611,6 +612,10 @@ static const AttrKey attr_keys[] = {
 	{"theta", K(ROPE), F_THETA},
 	{"inverse", K(ROPE), F_INVERSE},
 	{"axes", K(ROPE), F_RAXES},
+	/* routing */
+	{"k", K(ROUTE), F_RK},
+	{"n", K(ROUTE), F_RN},
+	{"capacity", K(ROUTE), F_RCAP},
 };
 #undef K
 #define NKEYS ((int)(sizeof attr_keys / sizeof attr_keys[0]))
@@ -630,6 +635,7 @@ static const char *const required[][3] = {
 	[IR_ATTR_COLL] = {"axes"},
 	[IR_ATTR_OPTIM] = {"master"},
 	[IR_ATTR_ROPE] = {"heads", "theta"},
+	[IR_ATTR_ROUTE] = {"k", "n", "capacity"},
 	[IR_ATTR_KIND_COUNT] = {NULL},
 };
 
@@ -774,6 +780,12 @@ static bool attr_field(Parser *p, IrAttr *a, int k, int *nnamed)
 		return bool_value(p, &a->rope.inverse, after);
 	case F_RAXES:
 		return axes_value(p, &a->rope.axes, "after 'axes ='");
+	case F_RK:
+		return int_value(p, &a->route.k, after);
+	case F_RN:
+		return int_value(p, &a->route.n, after);
+	case F_RCAP:
+		return int_value(p, &a->route.capacity, after);
 	}
 	return false;
 }

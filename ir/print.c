@@ -348,6 +348,12 @@ static void print_attrs(FILE *out, const IrModule *m, const IrNode *n)
 		}
 		break;
 	}
+	case IR_ATTR_ROUTE: {
+		const IrAttrRoute *a = ir_attr_route(n);
+		fprintf(out, " {k = %" PRId64 ", n = %" PRId64 ", capacity = %" PRId64, a->k, a->n,
+		        a->capacity);
+		break;
+	}
 	}
 	fputc('}', out);
 }

@@ -394,6 +394,82 @@ static bool infer_reshape(Infer *c, const IrNode *x)
 	return true;
 }
 
+/* The routing ops (ops.def): topk, one_hot, gather, scatter_add, moe_slot,
+ * moe_token. */
+static bool need_i32(Infer *c, const IrNode *x, const char *what)
+{
+	if (x->dtype == IR_I32)
+		return true;
+	return fail(c, "%s: %s (%s) must be i32, got %s", opname(c->n), what, vn(x), ty(x).s);
+}
+
+static bool infer_route(Infer *c, IrNode **o)
+{
+	IrNode *n = c->n;
+	const IrNode *x = o[0];
+	static const IrAttrRoute none;
+	const IrAttrRoute *ra = ir_op_attr_kind(n->op) == IR_ATTR_ROUTE ? ir_attr_route(n) : &none;
+	int64_t out[IR_MAX_RANK];
+	memcpy(out, x->shape, sizeof out);
+	switch (n->op) {
+	case IR_OP_TOPK:
+		if (!need_float(c, x, 0))
+			return false;
+		if (x->rank < 1 || ra->k < 1 || ra->k > x->shape[x->rank - 1])
+			return fail(c, "topk: k = %" PRId64 " must be in [1, %" PRId64 "] (the last dim of %s)",
+			            ra->k, x->rank ? x->shape[x->rank - 1] : 0, shp(x).s);
+		out[x->rank - 1] = ra->k;
+		return set_out(c, IR_I32, x->rank, out);
+	case IR_OP_ONE_HOT:
+		if (!need_i32(c, x, "the ids"))
+			return false;
+		if (ra->n < 1 || x->rank + 1 > IR_MAX_RANK)
+			return fail(c, "one_hot: n = %" PRId64 " must be >= 1 and the rank at most %d",
+			            ra->n, IR_MAX_RANK);
+		out[x->rank] = ra->n;
+		return set_out(c, IR_F32, x->rank + 1, out);
+	case IR_OP_MOE_SLOT:
+	case IR_OP_MOE_TOKEN:
+		if (!need_i32(c, x, "the expert ids"))
+			return false;
+		if (x->rank < 2 || ra->n < 1 || ra->capacity < 1)
+			return fail(c, "%s: the expert ids must be [..., tokens, k] (got %s), experts and "
+			            "capacity >= 1", opname(n), shp(x).s);
+		if (n->op == IR_OP_MOE_SLOT)
+			return set_out(c, IR_I32, x->rank, out);
+		if (__builtin_mul_overflow(ra->n, ra->capacity, &out[x->rank - 2]))
+			return fail(c, "moe_token: experts x capacity overflows");
+		return set_out(c, IR_I32, x->rank - 1, out);
+	case IR_OP_GATHER:
+	case IR_OP_SCATTER_ADD: {
+		const IrNode *idx = o[1];
+		bool g = n->op == IR_OP_GATHER;
+		if (!need_float(c, x, 0) || !need_i32(c, idx, "the indices"))
+			return false;
+		int b = idx->rank - 1; /* the indexed dim */
+		if (!g && !check_shape(c, n->rank, n->shape, "the target shape"))
+			return false;
+		if (idx->rank < 1 || x->rank < idx->rank || (!g && n->rank != x->rank) ||
+		    memcmp(x->shape, idx->shape, (size_t)b * sizeof x->shape[0]) != 0 ||
+		    (!g && x->shape[b] != idx->shape[b]))
+			return fail(c, "%s: %s [B..., %s, R...] and the indices %s [B..., m] do not agree",
+			            opname(n), shp(x).s, g ? "n" : "m", shp(idx).s);
+		if (!g) {
+			for (int d = 0; d < n->rank; d++)
+				if (d != b && n->shape[d] != x->shape[d])
+					return fail(c, "scatter_add: the result %s and %s differ outside dim %d",
+					            shp(n).s, shp(x).s, b);
+			n->dtype = x->dtype;
+			return true;
+		}
+		out[b] = idx->shape[b];
+		return set_out(c, x->dtype, x->rank, out);
+	}
+	default:
+		return fail(c, "%s: not a routing op", opname(n));
+	}
+}
+
 static bool infer_concat(Infer *c, IrNode **o, int nops)
 {
 	const IrNode *x = o[0];
@@ -707,6 +783,9 @@ static bool infer_op(Infer *c, IrNode **o)
 		return infer_attention(c, o);
 	case IR_OP_ROPE:
 		return infer_rope(c, o[0]);
+	case IR_OP_TOPK: case IR_OP_ONE_HOT: case IR_OP_GATHER: case IR_OP_SCATTER_ADD:
+	case IR_OP_MOE_SLOT: case IR_OP_MOE_TOKEN:
+		return infer_route(c, o);
 	case IR_OP_CROSS_ENTROPY:
 		return infer_cross_entropy(c, o[0], o[1]);
 	case IR_OP_MSE:

@@ -727,6 +727,19 @@ static void backward(Ad *a, const IrNode *n, int dy)
 		contribute(a, n->ops[0], emit(a, IR_OP_EMBED_BWD, o, 2, NULL, &t));
 		return;
 	}
+	case IR_OP_GATHER:
+	case IR_OP_SCATTER_ADD:
+		/* each other's transpose: rows go back where they came from
+		 * (repeated indices add up) */
+		if (needs(a, n, 0)) {
+			int o[2] = {dy, n->ops[1]};
+			IrNode t = *nd(a, n->ops[0]);
+			IrOp op = n->op == IR_OP_GATHER ? IR_OP_SCATTER_ADD : IR_OP_GATHER;
+			contribute(a, n->ops[0], emit(a, op, o, 2, NULL, op == IR_OP_SCATTER_ADD ? &t : NULL));
+		}
+		return;
+	case IR_OP_TOPK: case IR_OP_ONE_HOT: case IR_OP_MOE_SLOT: case IR_OP_MOE_TOKEN:
+		return; /* indices and counts: no gradient (gather carries topk's) */
 	case IR_OP_PERMUTE:
 		bw_permute(a, n, dy);
 		return;

@@ -30,6 +30,7 @@
  * then add the bias once).
  */
 #include "passes/partition_impl.h"
+#include "passes/propagate.h"
 #include "passes/reshard.h"
 
 #include <inttypes.h>
@@ -597,6 +598,46 @@ static void rope_rule(const IrModule *m, const IrNode *n, const Placement *T,
 	}
 }
 
+/* The routing ops: the result's group dims (and gather's and
+ * scatter_add's rows) follow T, or operand 0, or the indices; the dims
+ * they index, rank or count along stay whole.  Gather and scatter_add are
+ * linear in operand 0, so a partial passes through when T keeps it. */
+static void route_rule(const IrModule *m, const IrNode *n, const Placement *T,
+                       const Placement *cur, PartRule *r)
+{
+	int nb = prop_route_groups(m, n), rk = n->rank;
+	bool rows = n->op == IR_OP_GATHER || n->op == IR_OP_SCATTER_ADD;
+	Placement *R = &r->res;
+	replicated(R, rk);
+	uint32_t used = 0;
+	for (int k = 0; k < rk; k++) {
+		if (k >= nb && !(rows && k > nb))
+			continue;
+		if (T->known) {
+			follow(R, k, T, k, &used);
+			continue;
+		}
+		for (int i = 0; i < n->nops; i++)
+			if ((k < nb || i == 0) && follow(R, k, &cur[i], k, &used))
+				break;
+	}
+	for (int i = 0; i < n->nops; i++) {
+		const IrNode *o = opnd(m, n, i);
+		replicated(&r->req[i], o->rank);
+		for (int k = 0; k < o->rank && k < rk; k++)
+			if (k < nb || (i == 0 && rows && k > nb))
+				copy_dim(&r->req[i], k, R, k);
+	}
+	uint32_t keep;
+	R->partial = rows ? lin_partial(LIN_FIRST, T, cur, 1, dims_mask(R), &keep) : 0;
+	if (R->partial && keep) {
+		r->req[0].partial = R->partial;
+		r->req[0].partial_op = IR_RED_SUM;
+	}
+	if (R->partial)
+		R->partial_op = IR_RED_SUM;
+}
+
 bool part_rule(const IrModule *m, const IrNode *n, const Placement *T, const Placement *cur,
                PartRule *r, char *why, size_t cap)
 {
@@ -663,6 +704,10 @@ bool part_rule(const IrModule *m, const IrNode *n, const Placement *T, const Pla
 		return true;
 	case IR_OP_MATMUL_WGRAD:
 		wgrad_rule(m, n, T, cur, r);
+		return true;
+	case IR_OP_TOPK: case IR_OP_ONE_HOT: case IR_OP_GATHER: case IR_OP_SCATTER_ADD:
+	case IR_OP_MOE_SLOT: case IR_OP_MOE_TOKEN:
+		route_rule(m, n, T, cur, r);
 		return true;
 	case IR_OP_PERMUTE:
 		permute_rule(m, n, T, cur, r);

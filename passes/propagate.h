@@ -25,4 +25,8 @@ bool pass_propagate_memo(IrModule *m, Diag *d, const PassOptions *opt, bool memo
 double pass_propagate_cost(const Mesh *mesh, const Placement *from, const Placement *to,
                            double bytes);
 
+/* The routing ops' leading group dims (propagate_rules.c), which a split
+ * leaves local; partition_rules.c reads them too. */
+int prop_route_groups(const IrModule *m, const IrNode *n);
+
 #endif

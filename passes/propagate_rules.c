@@ -312,6 +312,43 @@ static void rule_norm(Rule *r, const IrModule *m, const IrNode *n, int xi, bool 
 	}
 }
 
+/* The routing ops (ops.def): each leading group dim is a factor shared by
+ * every operand and the result, as are gather's and scatter_add's row dims
+ * after the indexed one; the dims they index, rank or count along stay
+ * whole.  Gather and scatter_add are linear in their first operand. */
+int prop_route_groups(const IrModule *m, const IrNode *n)
+{
+	const IrNode *x = m->nodes[n->ops[0]];
+	switch (n->op) {
+	case IR_OP_TOPK:
+		return x->rank - 1;
+	case IR_OP_ONE_HOT:
+		return x->rank;
+	case IR_OP_MOE_SLOT:
+	case IR_OP_MOE_TOKEN:
+		return x->rank - 2;
+	default: /* gather, scatter_add: the indices' leading dims */
+		return n->nops > 1 ? m->nodes[n->ops[1]]->rank - 1 : 0;
+	}
+}
+
+static void rule_route(Rule *r, const IrModule *m, const IrNode *n)
+{
+	int nb = prop_route_groups(m, n);
+	bool rows = n->op == IR_OP_GATHER || n->op == IR_OP_SCATTER_ADD;
+	for (int d = 0; d < nb && d < n->rank; d++) {
+		int8_t f = (int8_t)newf(r);
+		r->resf[d] = f;
+		for (int i = 0; i < r->nops; i++)
+			r->opf[i][d] = f;
+	}
+	if (!rows)
+		return;
+	r->linear = true;
+	for (int d = nb + 1; d < n->rank; d++)
+		r->resf[d] = r->opf[0][d] = (int8_t)newf(r);
+}
+
 void prop_rule_build(const IrModule *m, const IrNode *n, Rule *r)
 {
 	memset(r, 0, sizeof *r);
@@ -435,6 +472,10 @@ void prop_rule_build(const IrModule *m, const IrNode *n, Rule *r)
 	}
 	case IR_OP_MAX_BWD:
 		rule_max_bwd(r, m, n);
+		return;
+	case IR_OP_TOPK: case IR_OP_ONE_HOT: case IR_OP_GATHER: case IR_OP_SCATTER_ADD:
+	case IR_OP_MOE_SLOT: case IR_OP_MOE_TOKEN:
+		rule_route(r, m, n);
 		return;
 	default:
 		break;

@@ -205,6 +205,31 @@ static void build(void)
 	done(n);
 	n = add(IR_OP_MAX, 1, &sm);
 	done(n);
+	/* routing: topk, gather by value and by row, scatter_add, one_hot,
+	 * moe_slot and moe_token over sm [4, 8, 16] */
+	n = add(IR_OP_TOPK, 1, &sm);
+	*ir_attr_route_mut(M, n) = (IrAttrRoute){.k = 3};
+	int tk = done(n);                                    /* i32[4, 8, 3] */
+	int gs[2] = {sm, tk};
+	int gv = done(add(IR_OP_GATHER, 2, gs));             /* [4, 8, 3] */
+	int sa[2] = {gv, tk};
+	n = add(IR_OP_SCATTER_ADD, 2, sa);
+	n->rank = 3;
+	n->shape[0] = 4;
+	n->shape[1] = 8;
+	n->shape[2] = 16;
+	done(n);
+	n = add(IR_OP_ONE_HOT, 1, &tk);
+	*ir_attr_route_mut(M, n) = (IrAttrRoute){.n = 16};
+	done(n);
+	n = add(IR_OP_MOE_SLOT, 1, &tk);
+	*ir_attr_route_mut(M, n) = (IrAttrRoute){.n = 16, .capacity = 2};
+	done(n);
+	n = add(IR_OP_MOE_TOKEN, 1, &tk);
+	*ir_attr_route_mut(M, n) = (IrAttrRoute){.n = 16, .capacity = 2};
+	int mt = done(n);                                    /* i32[4, 32] */
+	int gr[2] = {sm, mt};
+	done(add(IR_OP_GATHER, 2, gr));                      /* [4, 32, 16] */
 	n = add(IR_OP_PERMUTE, 1, &sm);
 	*ir_attr_perm_mut(M, n) = (IrAttrPerm){.n = 3, .perm = {1, 0, 2}};
 	int pm = done(n);                                    /* [8, 4, 16] */

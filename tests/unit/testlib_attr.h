@@ -59,6 +59,9 @@ static inline void test_set_attrs(IrModule *m, IrNode *n, int nints, const int64
 	case IR_ATTR_ROPE:
 		a->rope = (IrAttrRope){.heads = v[0], .theta = f0, .inverse = v[1] != 0};
 		break;
+	case IR_ATTR_ROUTE:
+		a->route = (IrAttrRoute){.k = v[0], .n = v[1], .capacity = v[2]};
+		break;
 	case IR_ATTR_OPTIM:
 	case IR_ATTR_NONE:
 	case IR_ATTR_KIND_COUNT:
