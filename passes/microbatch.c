@@ -66,6 +66,37 @@ static int64_t dim0_parts(const IrModule *m, const IrNode *n)
 	return G;
 }
 
+/* The dim of n (an op that carries its own shape) that holds the batch
+ * dim of its micro-batch operand: o0 is the full operand, c0 its copy, a
+ * dim of which shrank M-fold.  The dims in front of it keep their
+ * elements (an expert dim before the batch, say), so n's batch dim is the
+ * first one whose prefix has as many elements and that M divides (a
+ * reshape merging it with the dims after it, [E, B, C] -> [E, B*C], or
+ * splitting them); scatter_add keeps the operand's dims.  -1: none. */
+static int batch_dim_of(const IrNode *n, const IrNode *o0, const IrNode *c0, int64_t M)
+{
+	int b = 0;
+	while (b < o0->rank && o0->shape[b] == c0->shape[b])
+		b++;
+	if (b == o0->rank)
+		return -1;
+	if (n->op == IR_OP_SCATTER_ADD || n->op == IR_OP_EXPAND)
+		return b < n->rank && n->shape[b] % M == 0 ? b : -1;
+	if (n->op == IR_OP_SUM_TO)
+		return n->rank >= 1 && n->shape[0] % M == 0 ? 0 : -1;
+	int64_t pre = 1, at = 1;
+	for (int j = 0; j < b; j++)
+		pre *= o0->shape[j];
+	for (int j = 0; j < n->rank; j++) {
+		if (at == pre && n->shape[j] % M == 0 && n->shape[j] >= M)
+			return j;
+		at *= n->shape[j];
+		if (at > pre)
+			break;
+	}
+	return -1;
+}
+
 /* Records on c, micro-batch k's copy of dropout n, where its elements sit
  * in the full batch; B: the inputs' batch size (0: they differ). */
 static void dropout_rows(IrModule *out, const IrNode *n, IrNode *c, int64_t M, int64_t k,
@@ -316,13 +347,15 @@ bool pass_microbatch(IrModule *m, Diag *d, const PassOptions *opt)
 				if (n->op == IR_OP_CAST) {
 					memcpy(c->shape, c0->shape, sizeof c->shape);
 				} else if ((n->op == IR_OP_RESHAPE || n->op == IR_OP_EXPAND ||
-				            n->op == IR_OP_SUM_TO) && ratio == M) {
-					if (n->rank < 1 || n->shape[0] % M) {
-						ok = fail(d, n, what, "a reshape of a micro-batch whose dim 0 is "
-						          "not the batch dim");
+				            n->op == IR_OP_SUM_TO || n->op == IR_OP_SCATTER_ADD) &&
+				           ratio == M) {
+					int j = batch_dim_of(n, o0, c0, M);
+					if (j < 0) {
+						ok = fail(d, n, what, "a reshape of a micro-batch whose batch "
+						          "dim is merged with a dim before it");
 						break;
 					}
-					c->shape[0] = n->shape[0] / M;
+					c->shape[j] = n->shape[j] / M;
 				}
 			}
 			char msg[512];

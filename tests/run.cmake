@@ -224,7 +224,9 @@ endforeach()
 #                   ZeRO stages chosen with dtmc's --train, and uneven
 #                   (torch.chunk) shards (mlp: hidden=6 over tp=4; gpt:
 #                   vocab=250 over tp=4; llama: context parallelism, cp=2,
-#                   cp=4, dp=2 x cp=2, cp=2 x tp=2; each against a one-device build
+#                   cp=4, dp=2 x cp=2, cp=2 x tp=2; moe: expert parallelism,
+#                   ep=2, 4, dp x ep, ep x tp, zero 3, pp x ep, skewed
+#                   routing; each against a one-device build
 #                   with the same -D); 10 steps with
 #                   one seed: per-step losses and grad norms equal to 1e-5,
 #                   and the final weights gathered from the per-rank
@@ -239,7 +241,7 @@ if(TARGET dtm_comm_mpi AND DTM_MPIRUN)
 else()
   set(DTM_EQUIV_MPIRUN none)
 endif()
-foreach(name mlp gpt llama)
+foreach(name mlp gpt llama moe)
   add_test(NAME e2e.equiv.${name}
            COMMAND ${DTM_BASH} ${DTM_TESTS}/e2e/equiv.sh $<TARGET_FILE:dtmc> ${name}
                    ${DTM_EQUIV_MPIRUN}

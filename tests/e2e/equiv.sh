@@ -146,6 +146,18 @@ mask="$mask mask:pp=2,dp=1,cp=2,tp=1/microbatches=2"
 # ... and ring attention with them: the key block's segment ids go round
 # with its K and V (cp = 4: load-balanced chunks, ids swapped with them)
 mask="$mask mask:dp=1,cp=2,tp=1/context_parallel=ring mask:dp=1,cp=4,tp=1/context_parallel=ring"
+# Mixture of experts (issue 18, models/moe.dtm): expert parallelism (the
+# dispatch and combine all_to_alls over ep) at ep = 2 and 4, ep sharing the
+# data-parallel ranks (dp = 2 x ep = 2, and dp = 3 x ep = 2 with 6 experts
+# on a batch of 6), experts split over tp inside (ep = 2 x tp = 2), ZeRO-3
+# over dp with ep, a 2-stage pipeline x ep; skew: a copy whose router
+# sends every token's first choice to expert 0 (uneven loads: expert 0
+# drops past its capacity), and the same dropless (capacity_factor =
+# experts: capacity = ctx) on ep = 4.  The load-balancing loss is not a
+# mean over samples (f . P of the batch), so a micro-batched layout's
+# reference is one device with the same micro-batches (layout_ref).
+moe="ep=4 dp=2,ep=2 ep=2,tp=2 dp=2,ep=2/zero=3 pp=2,ep=2/microbatches=2"
+moe="$moe def:batch=6+experts=6:dp=3,ep=2 skew:ep=2 def:capacity_factor=4:skew:ep=4"
 case $model:${4:-spmd} in
 gpt:pipeline) layouts=$pp
      mpi_layouts="pp=2,dp=2,tp=1/microbatches=2/schedule=1f1b pp=4,dp=1,tp=1/microbatches=4/schedule=gpipe" ;;
@@ -160,6 +172,7 @@ mlp:*) layouts="dp=4 tp=2 tp=4 dp=2,tp=2 $zero $uneven_mlp $anyn $anyn_mlp"
      mpi_layouts="dp=2,tp=2 dp=4/zero=3 def:hidden=6:tp=4/uneven_shards=true" ;;
 gpt:*) layouts="dp=4 tp=2 tp=4 dp=2,tp=2 $zero $hsdp1 $sp $uneven_gpt $rc_gpt $pf_gpt $anyn"
      mpi_layouts="dp=4 dp=4/zero=3 dp=2,tp=2/sequence_parallel=true" ;;
+moe:*) layouts=$moe mpi_layouts="dp=2,ep=2" ;;
 llama:*) layouts="dp=4 tp=2 dp=2,tp=2 $cp $cp_ring $mask dp=2,tp=2/zero=3 def:vocab=250:tp=2"
      mpi_layouts="dp=2,cp=2 cp=2,tp=2" ;;
 *) fail "no layouts listed for model '$model'" ;;
@@ -185,6 +198,13 @@ if [ "$model" = llama ]; then
 	grep -q 'segments = seg' "$tmp/$model.mask.dtm" || fail "no attention call to mask"
 	grep -q '^input seg' "$tmp/$model.mask.dtm" || fail "no input line to add 'seg' after"
 fi
+# The skewed copy (moe): the router's logits of expert 0 raised by 30 for
+# every token (one_hot of topk's index 0 of a zero row)
+sed -e 's/^\(  logits = x @ router\)/\1 + 30.0 * one_hot(reshape(topk(x * 0.0, k = 1), (batch, ctx)), n = experts)/' \
+	"$src" >"$tmp/$model.skew.dtm"
+if [ "$model" = moe ]; then
+	grep -q '30.0 \* one_hot' "$tmp/$model.skew.dtm" || fail "no router logits to skew"
+fi
 if [ "${4:-}" = cp ]; then
 	grep -q '^mesh (.*cp = 1, tp' "$tmp/$model.cp.dtm" || fail "no mesh line to add 'cp' to"
 	grep -q '@ \[dp, cp\]' "$tmp/$model.cp.dtm" || fail "no input to split over cp"
@@ -206,16 +226,23 @@ layout_name() { local n=${1//[=,:\/+]/_}; echo "m_${n//[^A-Za-z0-9_]/}"; }
 layout_defs() { case $1 in def:*) local r=${1#def:}; echo "def:${r%%:*}:" ;; esac; }
 layout_mesh() {
 	local l=${1#"$(layout_defs "$1")"}
-	l=${l#hsdp:} l=${l#rr:} l=${l#cp:} l=${l#mask:}
+	l=${l#hsdp:} l=${l#rr:} l=${l#cp:} l=${l#mask:} l=${l#skew:}
 	echo "${l%%/*}"
 }
 layout_prec() {
 	case $1 in */precision=*) local p=${1##*/precision=}; echo "${p%%/*}" ;; *) echo f32 ;; esac
 }
+# layout_mb LAYOUT: moe's micro-batches (its /microbatches=N), which its
+# reference shares; nothing for the other models and M = 1
+layout_mb() {
+	[ "$model" = moe ] || return 0
+	case $1 in */microbatches=*) local p=${1##*/microbatches=}; echo "${p%%/*}" ;; esac
+}
 layout_ref() {
 	local p r=one q; p=$(layout_defs "$1") q=$(layout_prec "$1")
 	[ -z "$p" ] || r="one_$(layout_name "$p" | cut -c3-)"
-	case ${1#"$p"} in mask:*) r="${r}_mask" ;; esac
+	case ${1#"$p"} in mask:*) r="${r}_mask" ;; skew:*) r="${r}_skew" ;; esac
+	[ -z "$(layout_mb "$1")" ] || r="${r}_mb$(layout_mb "$1")"
 	if [ "$q" = f32 ]; then echo "$r"; else echo "${r}_$q"; fi
 }
 # Tolerances, per precision: "LOSS GRAD_NORM" (cmp_losses: a layout's
@@ -254,6 +281,7 @@ build() {
 	rr:*) src=$tmp/$model.rr.dtm l=${l#rr:} ;;
 	cp:*) src=$tmp/$model.cp.dtm l=${l#cp:} ;;
 	mask:*) src=$tmp/$model.mask.dtm l=${l#mask:} ;;
+	skew:*) src=$tmp/$model.skew.dtm l=${l#skew:} ;;
 	esac
 	args+=(--mesh "${l%%/*}")
 	local rest=${l#"${l%%/*}"} kv
@@ -312,7 +340,8 @@ for mesh in $layouts; do
 	ref=$(layout_ref "$mesh") prec=
 	if [ "$(layout_prec "$mesh")" != f32 ]; then prec=/precision=$(layout_prec "$mesh"); fi
 	mk=
-	case ${mesh#"$(layout_defs "$mesh")"} in mask:*) mk=mask: ;; esac
+	case ${mesh#"$(layout_defs "$mesh")"} in mask:*) mk=mask: ;; skew:*) mk=skew: ;; esac
+	[ -z "$(layout_mb "$mesh")" ] || prec="$prec/microbatches=$(layout_mb "$mesh")"
 	case " $refs " in *" $ref="*) ;; *) refs="$refs $ref=$(layout_defs "$mesh")${mk}dp=1$prec" ;; esac
 done
 
