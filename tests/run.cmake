@@ -97,7 +97,10 @@ endif()
 #                on the batches dtm dumped: losses and final weights must
 #                agree to 1e-4.  Needs /usr/bin/python3 with torch (deps.sh);
 #                without it the test fails and says what to install.
-foreach(name mlp gpt llama)
+#                oracle.moe also prints the choices its routing drops per
+#                step and layer (moe.dtm's capacity drops some every step)
+#                and checks PyTorch's slots against support/route.h's loop.
+foreach(name mlp gpt llama moe)
   add_test(NAME oracle.${name}
            COMMAND ${DTM_BASH} ${DTM_TESTS}/oracle/run.sh $<TARGET_FILE:dtmc>
                    ${DTM_ROOT}/models/${name}.dtm --steps 20

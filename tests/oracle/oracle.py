@@ -13,6 +13,11 @@ weights on the same data, and compare.
    on W/batches with the same optimizer, learning rate schedule and
    clipping, and the per-step losses (1e-4 relative) and the final weights
    and optimizer state (max |diff| / max |value| <= 1e-4) must agree.
+   For a mixture of experts (moe) it prints each step's dropped choices
+   per layer, and checks PyTorch's routing against support/route.h's loop
+   (dtm logs no drops of its own yet: they are compared with dtm's only
+   through the losses and weights, which a different routing moves; one
+   choice more dropped per full expert and sequence fails a 20-step run).
 
 Exit status: 0 when everything agrees, 1 on a mismatch or an error (no
 PyTorch included: the oracle never passes without running).
@@ -46,7 +51,7 @@ except ImportError as e:  # a missing oracle is a failure, never a skip
          f"as root)")
 
 import st  # noqa: E402
-from oracle_cfg import read_model  # noqa: E402
+from oracle_cfg import let_numbers, read_model  # noqa: E402
 import torch_models as tm  # noqa: E402
 
 
@@ -119,6 +124,15 @@ def compare(a, work):
                                              info["rms_eps"])
     elif model == "mlp":
         loss_fn = tm.mlp_loss
+    elif model == "moe":
+        with open(a.model) as f:
+            lets = let_numbers(f.read(), a.defs)
+        if info["topk"] is None or info["capacity"] is None or \
+                "aux_weight" not in lets or "z_weight" not in lets:
+            fail("moe: cannot read topk, capacity, aux_weight and z_weight")
+        loss_fn = lambda p, b: tm.moe_loss(p, b, info["heads"], info["theta"],  # noqa: E731
+                                           info["rms_eps"], info["topk"], info["capacity"],
+                                           lets["aux_weight"], lets["z_weight"], stats)
     else:
         fail(f"no PyTorch version of model '{model}' in torch_models.py")
     clip = float(cfg.get("clip", 0) or 0)
@@ -129,13 +143,14 @@ def compare(a, work):
           f"torch {torch.__version__}")
     print(f"{'step':>4} {'dtm loss':>14} {'torch loss':>14} {'rel diff':>10} "
           f"{'dtm gnorm':>11} {'torch gnorm':>11} {'lr':>11}")
-    worst_loss, bad = 0.0, []
+    worst_loss, bad, stats, drops = 0.0, [], [], []
     for t in range(1, a.steps + 1):
         batch, _ = st.load(os.path.join(batches, f"step_{t:06d}.safetensors"))
         lr = tm.lr_at(cfg, base_lr, t, horizon)
         for g in opt.param_groups:
             g["lr"] = lr
         opt.zero_grad(set_to_none=True)
+        stats.clear()
         loss = loss_fn(params, batch)
         loss.backward()
         ps = list(params.values())
@@ -153,8 +168,15 @@ def compare(a, work):
         if not rel <= LOSS_RTOL:
             bad.append(f"step {t}: loss {d['loss']!r} vs torch {tl!r} (rel {rel:.2e})")
         dg = d.get("grad_norm")
+        # moe: dropped choices per layer; the routing checked against route.h
+        drop = ""
+        if stats:
+            drops.append([n for n, _ in stats])
+            drop = "  drops " + " ".join(str(n) for n, _ in stats)
+            if not all(same for _, same in stats):
+                bad.append(f"step {t}: PyTorch's slots differ from route.h's loop")
         print(f"{t:>4} {d['loss']:>14.8f} {tl:>14.8f} {rel:>10.2e} "
-              f"{dg if dg is None else format(dg, '11.6f'):>11} {gn:>11.6f} {lr:>11.4e}")
+              f"{dg if dg is None else format(dg, '11.6f'):>11} {gn:>11.6f} {lr:>11.4e}{drop}")
 
     # final weights and optimizer state
     theirs = {k: v.detach().numpy() for k, v in params.items()}
@@ -205,6 +227,9 @@ def compare(a, work):
     missing = [k for k in final if k not in theirs]
     if missing:
         print(f"note: not compared (no PyTorch counterpart): {', '.join(sorted(missing))}")
+    if drops:
+        print(f"\ndropped choices: {sum(map(sum, drops))} in {a.steps} steps "
+              f"(capacity {info['capacity']} per expert and sequence)")
     print(f"\nworst loss rel diff {worst_loss:.3e} (limit {LOSS_RTOL:g}); worst tensor "
           f"{worst_w:.3e} (limit {WEIGHT_RTOL:g})")
     if bad:

@@ -1,7 +1,7 @@
 """oracle_cfg.py - reads what the oracle and the benchmarks need from
 `dtmc print MODEL` (std lib only, so tools without PyTorch can use it):
 the module name, the train section's key/values, the attention heads and
-the layernorm eps."""
+the layernorm eps (and for a mixture of experts topk's k and the capacity)."""
 import math
 import re
 import struct
@@ -24,10 +24,10 @@ def parse_value(v):
 
 
 def read_model(text):
-    """The module name, train key/values, heads, layernorm and rmsnorm eps
-    and rope's theta from `dtmc print` output."""
+    """The module name, train key/values, heads, layernorm and rmsnorm eps,
+    rope's theta, topk's k and moe_slot's capacity from `dtmc print` output."""
     cfg, info = {}, {"heads": None, "eps": 1e-5, "model": None, "theta": None,
-                     "rms_eps": None}
+                     "rms_eps": None, "topk": None, "capacity": None}
     for line in text.splitlines():
         if line.startswith("module "):
             info["model"] = line.split()[1]
@@ -44,10 +44,34 @@ def read_model(text):
         m = re.search(r"\brmsnorm\b.*\{eps = ([^ ,}]+)", line)
         if m:
             info["rms_eps"] = float(m.group(1))
+        m = re.search(r"= topk %\d+ \{k = (\d+)", line)
+        if m:
+            info["topk"] = int(m.group(1))
+        m = re.search(r"= moe_slot %\d+ \{.*capacity = (\d+)", line)
+        if m:
+            info["capacity"] = int(m.group(1))
         m = re.search(r"\brope\b.*\{heads = \d+, theta = ([^ ,}]+)", line)
         if m:
             info["theta"] = float(m.group(1))
     return cfg, info
+
+
+def let_numbers(src, defs):
+    """The `let` constants of a .dtm source that are plain numbers, with the
+    -D name=value overrides applied (what the IR folds away, such as the
+    aux loss weights)."""
+    out = {}
+    for line in src.splitlines():
+        if line.startswith("let "):
+            for m in re.finditer(r"(\w+) = ([-+0-9.eE]+)\s*(?:,|$|#)", line[4:]):
+                out[m.group(1)] = float(m.group(2))
+    for d in defs:
+        k, v = d.split("=", 1)
+        try:
+            out[k.strip()] = float(v)
+        except ValueError:  # an expression: not a plain number
+            out.pop(k.strip(), None)
+    return out
 
 
 def f32(x):

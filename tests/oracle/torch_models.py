@@ -1,4 +1,4 @@
-"""torch_models.py - models/mlp.dtm, gpt.dtm and llama.dtm written in PyTorch.
+"""torch_models.py - models/mlp.dtm, gpt.dtm, llama.dtm and moe.dtm written in PyTorch.
 
 Parameters are plain tensors in a dict keyed exactly as dtm names them
 (w1, b1, ...; wte, wpe, lnf, lnfb, layer.0.wq, ...), with dtm's layouts:
@@ -15,6 +15,10 @@ semantics of interp/eval.c (dtm's f64 reference interpreter):
              the angles, cos and sin in f64, rounded to f32, as dtm's kernel
   silu       x * sigmoid(x)
   cross_entropy  mean over all positions
+  topk       largest first, ties to the lower index (a stable descending sort)
+  moe_slot   each sequence a group; its choices queue at their expert in
+             token order (s, then j); the p-th gets slot expert * C + p while
+             p < C, else it is dropped (support/route.h)
   mse        mean over all elements
 """
 import math
@@ -128,6 +132,109 @@ def llama_loss(p, batch, heads, theta, eps=1e-5):
         x = x + (F.silu(h @ L("w1")) * (h @ L("w3"))) @ L("w2")
     logits = rms(x, "norm") @ p["wlm"]
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def topk(x, k):
+    """dtm's topk: indices of the k largest along the last dim, largest
+    first, ties to the lower index (a stable sort keeps equal values in
+    index order; torch.topk promises no tie order)."""
+    return torch.sort(x, dim=-1, descending=True, stable=True).indices[..., :k]
+
+
+def moe_route(choice, E, C):
+    """choice [B, T, k] -> slot [B, T*k]: the position of each choice in its
+    expert's queue (token order s, then j) is a running count of that
+    expert; past C, or out of [0, E), the choice is dropped (-1)."""
+    B = choice.shape[0]
+    c = choice.reshape(B, -1)
+    ok = (c >= 0) & (c < E)
+    oh = F.one_hot(c.clamp(0, E - 1), E) * ok[..., None]   # [B, T*k, E]
+    pos = (oh.cumsum(1) * oh).sum(-1) - 1
+    return torch.where(ok & (pos < C), c * C + pos, torch.full_like(c, -1))
+
+
+def moe_route_ref(choice, E, C):
+    """support/route.h's loop, literally: the slots, to check moe_route."""
+    out = []
+    for g in choice.reshape(choice.shape[0], -1).tolist():
+        count, row = [0] * E, []
+        for x in g:
+            p = -1
+            if 0 <= x < E:
+                p = count[x] if count[x] < C else -1
+                count[x] += 1
+            row.append(-1 if p < 0 else x * C + p)
+        out.append(row)
+    return torch.tensor(out, dtype=torch.long)
+
+
+def gather_rows(x, idx):
+    # x [B, n, R], idx [B, m] -> [B, m, R]; 0 where idx < 0 (dtm's gather)
+    B, n, R = x.shape
+    xz = torch.cat([x, x.new_zeros(B, 1, R)], 1)
+    i = torch.where(idx < 0, torch.full_like(idx, n), idx)
+    return xz.gather(1, i[..., None].expand(-1, -1, R))
+
+
+def moe_block(p, i, x, k, C, aux_weight, z_weight, stats):
+    """models/moe.dtm's moe(x): routed SwiGLU experts and the aux loss.
+    Gradients reach the router through the gate values only."""
+    L = lambda n: p[f"moe.{i}.{n}"]  # noqa: E731
+    B, T, d = x.shape
+    E = L("w1").shape[0]
+    logits = x @ L("router")
+    probs = torch.softmax(logits, -1)
+    choice = topk(probs, k)                                   # [B, T, k]
+    gate = probs.gather(-1, choice)
+    gate = gate / gate.sum(-1, keepdim=True)
+    slot = moe_route(choice, E, C)                            # [B, T*k]
+    # moe_token: the inverse map, slot -> token (-1 where empty)
+    tok = torch.full((B, E * C + 1), -1, dtype=torch.long)
+    src = torch.arange(T).repeat_interleave(k).expand(B, -1)
+    tok.scatter_(1, torch.where(slot < 0, E * C, slot), src)
+    tok = tok[:, :E * C]
+    stats.append(((slot < 0).sum().item(), torch.equal(slot, moe_route_ref(choice, E, C))))
+
+    xe = gather_rows(x, tok).view(B, E, C, d).permute(1, 0, 2, 3).reshape(E, B * C, d)
+    h = F.silu(xe @ L("w1")) * (xe @ L("w3"))
+    yd = (h @ L("w2")).view(E, B, C, d).permute(1, 0, 2, 3).reshape(B, E * C, d)
+    y = gather_rows(yd, slot).view(B, T, k, d)
+    y = (y * gate[..., None]).sum(2)
+
+    f = F.one_hot(choice, E).float().mean((0, 1, 2))
+    P = probs.mean((0, 1))
+    lse = torch.logsumexp(logits, -1)
+    aux = E * (f * P).sum() * aux_weight + (lse * lse).mean() * z_weight
+    return y, aux
+
+
+def moe_loss(p, batch, heads, theta, eps, k, C, aux_weight, z_weight, stats):
+    """models/moe.dtm: llama_loss with each MLP a moe_block, plus the mean
+    over layers of the aux losses.  stats gets, per layer, (dropped choices,
+    whether moe_route's slots equal route.h's loop's)."""
+    tokens = torch.as_tensor(batch["tokens"]).long()
+    targets = torch.as_tensor(batch["targets"]).long()
+
+    def rms(x, g):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * p[g]
+
+    x = p["wte"][tokens]
+    aux, n = 0.0, gpt_layers(p)
+    for i in range(n):
+        L = lambda n: p[f"layer.{i}.{n}"]  # noqa: E731
+        hd = L("wq").shape[1] // heads
+        kv = L("wk").shape[1] // hd
+        h = rms(x, f"layer.{i}.ln1")
+        q = rope(h @ L("wq"), heads, theta)
+        kk = repeat_kv(rope(h @ L("wk"), kv, theta), kv, heads // kv)
+        v = repeat_kv(h @ L("wv"), kv, heads // kv)
+        x = x + attention(q, kk, v, heads) @ L("wo")
+        y, a = moe_block(p, i, rms(x, f"layer.{i}.ln2"), k, C, aux_weight, z_weight, stats)
+        x = x + y
+        aux = aux + a
+    logits = rms(x, "norm") @ p["wlm"]
+    ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+    return ce + aux / n
 
 
 def make_optimizer(params, cfg):
