@@ -543,6 +543,8 @@ static void put_action(FILE *out, const DtmAction *a)
 		put_args(out, a);
 		fprintf(out, ",\n\t  .coll = %s, .axes = %uu, .red = %s, .dim = %d, .dim2 = %d",
 		        coll_enum(a->coll), (unsigned)a->axes, red_enum(a->red), a->dim, a->dim2);
+		if (a->vdim)
+			fprintf(out, ", .vdim = %d", a->vdim);
 		if (a->coll == DTM_COLL_BROADCAST)
 			fprintf(out, ", .peer_offset = %d", a->peer_offset);
 		fprintf(out, ", .bytes = %lld, .stream = %d },\n", (long long)a->bytes, a->stream);
@@ -607,8 +609,11 @@ static void put_plan(FILE *out, const DtmPlan *p, bool cuda)
 	        p->nstages, p->nkernels, p->ninputs);
 	for (int k = 0; k < p->ninputs; k++)
 		fprintf(out, "%s%d", k ? ", " : " ", p->inputs[k]);
-	fprintf(out, " },\n\t.loss = %d,\n\t.grad_norm = %d,\n\t.train = {\n\t\t.optimizer = ",
-	        p->loss, p->grad_norm);
+	fprintf(out, " },\n\t.loss = %d,\n\t.grad_norm = %d,\n", p->loss, p->grad_norm);
+	if (p->moe_sites)
+		fprintf(out, "\t.moe_sites = %d,\n\t.moe_experts = %d,\n", p->moe_sites,
+		        p->moe_experts);
+	fputs("\t.train = {\n\t\t.optimizer = ", out);
 	fputs(t->optimizer == DTM_OPTIMIZER_ADAMW ? "DTM_OPTIMIZER_ADAMW" : "DTM_OPTIMIZER_SGD", out);
 	fputs(", .lr = ", out);
 	put_f32(out, t->lr);

@@ -316,6 +316,11 @@ void cg_kernel_attrs(const IrNode *n, CgKernelAttrs *k)
 		k->ints[0] = a->route.k;
 		k->ints[1] = a->route.n;
 		k->ints[2] = a->route.capacity;
+		if (n->op == IR_OP_MOE_SLOT) { /* the load statistics' site and replicas */
+			k->nints = 4;
+			k->ints[3] = a->route.stats;
+			k->mesh_axes = a->route.replicas;
+		}
 		break;
 	}
 }

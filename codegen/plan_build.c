@@ -511,6 +511,7 @@ static void fill_coll(const MemPlan *mp, const IrNode *n, int i, DtmAction *act)
 	act->red = red_of(c->red);
 	act->dim = dims ? i0 : 0;
 	act->dim2 = n->op == IR_OP_ALL_TO_ALL ? i1 : 0;
+	act->vdim = n->op == IR_OP_ALL_TO_ALL && c->n > 2 ? (int)c->args[2] : 0;
 	if (n->op == IR_OP_BROADCAST)
 		act->peer_offset = i0;
 	act->bytes = value_bytes(x);
@@ -686,6 +687,14 @@ static bool build_train(Build *b, const int *inputs, int ninputs, int gnorm)
 		p->inputs[k] = b->bufid[inputs[k]];
 	p->loss = m->loss >= 0 ? b->bufid[m->loss] : -1;
 	p->grad_norm = gnorm >= 0 ? b->bufid[gnorm] : -1;
+	for (int i = 0; i < m->nnodes; i++)
+		if (m->nodes[i]->op == IR_OP_MOE_SLOT) {
+			const IrAttrRoute *ra = ir_attr_route(m->nodes[i]);
+			if (ra->stats > p->moe_sites)
+				p->moe_sites = (int)ra->stats;
+			if (ra->n > p->moe_experts)
+				p->moe_experts = (int)ra->n;
+		}
 	DtmTrainCfg *c = &p->train;
 	/* not given: the runtime's defaults (sgd, constant, 1f1b) */
 	c->optimizer = t->optimizer == IR_OPTIMIZER_ADAMW ? DTM_OPTIMIZER_ADAMW : DTM_OPTIMIZER_SGD;

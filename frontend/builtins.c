@@ -723,6 +723,8 @@ Value lower_builtin(Lower *L, Scope *s, const AstNode *call, const Builtin *bi, 
 		else
 			ra.n = v1;
 		ra.capacity = v2;
+		if (bi->op == IR_OP_MOE_SLOT)
+			ra.stats = ++L->moe_sites;
 		if (lower_make1(L, bi->op, xv, loc, &n).k == V_ERR)
 			return lower_err();
 		*ir_attr_route_mut(L->m, n) = ra;

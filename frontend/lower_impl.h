@@ -81,6 +81,7 @@ typedef struct Lower {
 	int stage;          /* stage of nodes being created, -1 outside a staged loop */
 	int64_t iters;      /* unrolled iterations + block instances */
 	int dropout_salt;   /* per-call counter for dropout masks */
+	int moe_sites;      /* moe_slot calls so far: their stats sites */
 	int depth;          /* statement / call nesting */
 	const char *prefix; /* "layer.3." inside a block instance, "" outside */
 	int block;          /* IrNode.block of nodes being created: the

@@ -126,6 +126,8 @@ int ir_attr_words(const IrNode *n, int64_t *w)
 		w[k++] = a->route.k;
 		w[k++] = a->route.n;
 		w[k++] = a->route.capacity;
+		w[k++] = a->route.stats;
+		w[k++] = a->route.replicas;
 		break;
 	}
 	return k;

@@ -168,7 +168,12 @@ typedef struct IrAttrColl {
 		/* send, recv: ranks along the axes; args[1] (mirror, when n is
 		 * 2 and it is 1): to and from member (shift - g) mod n instead */
 		int64_t shift;
-		struct { int64_t split, concat; } a2a; /* all_to_all */
+		/* all_to_all; rows (args[2], when n is 3 and it is > 0): the
+		 * sparse form, only each slab's leading rows along that dim up
+		 * to its last non-zero one travel (runtime/comm.c,
+		 * comm_all_to_all_rows: dispatched tokens, the rest of each
+		 * expert's capacity empty) */
+		struct { int64_t split, concat, rows; } a2a;
 		struct { int64_t dim, size, low; } pad; /* pad_mask, ops.def */
 	};
 } IrAttrColl;
@@ -196,6 +201,12 @@ typedef struct IrAttrRope {
  * moe_token's experts n and capacity per expert and group. */
 typedef struct IrAttrRoute {
 	int64_t k, n, capacity;
+	/* moe_slot: its routing site (1, 2, ... as the model calls it; 0 =
+	 * none: a recompute clone), whose expert load the runtime logs; and
+	 * the mesh axes it is replicated over (partition sets them: only the
+	 * ranks at coordinate 0 on them count, so each choice counts once) */
+	int64_t stats;
+	uint32_t replicas;
 } IrAttrRoute;
 
 /* A node's attributes: kind says which member is valid (the node's op's

@@ -555,7 +555,7 @@ enum { F_INIT, F_VALUE, F_EPS, F_RATE, F_AXES, F_PERM, F_INTS, F_GROUP, F_KEEPDI
        F_START, F_END, F_HEADS, F_CAUSAL, F_KV_HEADS, F_WINDOW, F_HEAD_AXES, F_RING, F_STEP, F_BALANCED, F_SALT, F_MBS, F_MB, F_BDIM, F_BINNER, F_RED,
        F_ARG0, F_ARG1, F_ARG2, F_BETA1, F_MOMENTUM, F_BETA2, F_OEPS, F_WD, F_CLIP, F_NESTEROV,
        F_MASTER, F_RHEADS, F_THETA, F_INVERSE, F_RAXES,
-       F_RK, F_RN, F_RCAP };
+       F_RK, F_RN, F_RCAP, F_RSTATS, F_RREPL };
 typedef struct AttrKey {
 	const char *name;
 	unsigned kinds;
@@ -598,6 +598,7 @@ static const AttrKey attr_keys[] = {
 	{"mirror", K(COLL), F_ARG1},
 	{"size", K(COLL), F_ARG1},
 	{"low", K(COLL), F_ARG2},
+	{"rows", K(COLL), F_ARG2},
 	/* optimizer steps */
 	{"beta1", K(OPTIM), F_BETA1},
 	{"momentum", K(OPTIM), F_MOMENTUM},
@@ -616,6 +617,8 @@ static const AttrKey attr_keys[] = {
 	{"k", K(ROUTE), F_RK},
 	{"n", K(ROUTE), F_RN},
 	{"capacity", K(ROUTE), F_RCAP},
+	{"stats", K(ROUTE), F_RSTATS},
+	{"replicas", K(ROUTE), F_RREPL},
 };
 #undef K
 #define NKEYS ((int)(sizeof attr_keys / sizeof attr_keys[0]))
@@ -786,6 +789,10 @@ static bool attr_field(Parser *p, IrAttr *a, int k, int *nnamed)
 		return int_value(p, &a->route.n, after);
 	case F_RCAP:
 		return int_value(p, &a->route.capacity, after);
+	case F_RSTATS:
+		return int_value(p, &a->route.stats, after);
+	case F_RREPL:
+		return axes_value(p, &a->route.replicas, "after 'replicas ='");
 	}
 	return false;
 }

@@ -35,7 +35,7 @@ const int irtext_ntrain_fields = sizeof irtext_train_fields / sizeof irtext_trai
 const char *const *irtext_coll_names(IrOp op, int *n)
 {
 	static const char *const dim[] = {"dim"};
-	static const char *const a2a[] = {"split", "concat"};
+	static const char *const a2a[] = {"split", "concat", "rows"};
 	static const char *const root[] = {"root"};
 	static const char *const shift[] = {"shift", "mirror"};
 	static const char *const pad[] = {"dim", "size", "low"};
@@ -45,8 +45,8 @@ const char *const *irtext_coll_names(IrOp op, int *n)
 	case IR_OP_SHARD_SLICE:
 		*n = 1;
 		return dim;
-	case IR_OP_ALL_TO_ALL:
-		*n = 2;
+	case IR_OP_ALL_TO_ALL: /* rows (args[2]) only where set: ir.h */
+		*n = 3;
 		return a2a;
 	case IR_OP_BROADCAST:
 		*n = 1;
@@ -323,8 +323,8 @@ static void print_attrs(FILE *out, const IrModule *m, const IrNode *n)
 			fprintf(out, ", red = %s", ir_red_name(a->red));
 		int nn;
 		const char *const *names = irtext_coll_names(n->op, &nn);
-		bool p2p = n->op == IR_OP_SEND || n->op == IR_OP_RECV;
-		if (ni == nn || (p2p && ni == 1)) {
+		bool opt = n->op == IR_OP_SEND || n->op == IR_OP_RECV || n->op == IR_OP_ALL_TO_ALL;
+		if (ni == nn || (opt && ni == nn - 1)) {
 			for (int i = 0; i < ni; i++)
 				fprintf(out, ", %s = %" PRId64, names[i], a->args[i]);
 		} else {
@@ -352,6 +352,12 @@ static void print_attrs(FILE *out, const IrModule *m, const IrNode *n)
 		const IrAttrRoute *a = ir_attr_route(n);
 		fprintf(out, " {k = %" PRId64 ", n = %" PRId64 ", capacity = %" PRId64, a->k, a->n,
 		        a->capacity);
+		if (a->stats)
+			fprintf(out, ", stats = %" PRId64, a->stats);
+		if (a->replicas) {
+			fputs(", replicas = ", out);
+			print_axes(out, &m->mesh, a->replicas);
+		}
 		break;
 	}
 	}

@@ -42,6 +42,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* A memo of pass_reshard_plan, which is a pure function of the value's
@@ -1291,6 +1292,70 @@ bool pass_partition_ex(IrModule *m, Diag *d, bool fill_unknown)
 	return pass_partition_replay(m, d, fill_unknown, !fill_unknown, NULL);
 }
 
+/* The sparse all_to_all (ir.h, IrAttrColl a2a.rows): an all_to_all of
+ * routed tokens moves only the used rows of each expert's capacity
+ * (runtime/comm.c, comm_all_to_all_rows).  Routed: a dispatch (a gather
+ * by moe_token), a combine's gradient (a scatter_add by moe_slot), another
+ * routed all_to_all, and what ops that keep an empty row empty make of
+ * them (reshape, permute, a matmul's rows, products, silu, all_reduce;
+ * sums of routed values).  The rows dim is the one before the last (the
+ * capacity of [experts, groups, C, d]).  A hint: the runtime moves the
+ * same values either way, and a dense row costs a scan. */
+static bool routed_index(const IrModule *m, int id, IrOp want)
+{
+	while (m->nodes[id]->op == IR_OP_RESHAPE)
+		id = m->nodes[id]->ops[0];
+	return m->nodes[id]->op == want;
+}
+
+static void mark_sparse_a2a(IrModule *m)
+{
+	bool *routed = calloc((size_t)(m->nnodes ? m->nnodes : 1), sizeof *routed);
+	if (!routed)
+		return; /* the dense form, which is always right */
+	for (int i = 0; i < m->nnodes; i++) {
+		IrNode *n = m->nodes[i];
+		bool r = false, all = n->nops > 0;
+		switch (n->op) {
+		case IR_OP_GATHER:
+			r = routed_index(m, n->ops[1], IR_OP_MOE_TOKEN) || routed[n->ops[0]];
+			break;
+		case IR_OP_SCATTER_ADD:
+			r = routed_index(m, n->ops[1], IR_OP_MOE_SLOT);
+			break;
+		case IR_OP_RESHAPE: case IR_OP_PERMUTE: case IR_OP_SILU: case IR_OP_GELU:
+		case IR_OP_RELU: case IR_OP_CAST: case IR_OP_SCALE: case IR_OP_NEG:
+		case IR_OP_ALL_REDUCE: case IR_OP_MATMUL:
+			r = routed[n->ops[0]];
+			break;
+		case IR_OP_MUL: case IR_OP_SILU_BWD: case IR_OP_GELU_BWD: case IR_OP_RELU_BWD:
+			for (int k = 0; k < n->nops; k++)
+				r |= routed[n->ops[k]];
+			break;
+		case IR_OP_ADD:
+			for (int k = 0; k < n->nops; k++)
+				all &= routed[n->ops[k]];
+			r = all;
+			break;
+		case IR_OP_ALL_TO_ALL: {
+			const IrAttrColl *c = ir_attr_coll(n);
+			int v = n->rank - 2;
+			r = routed[n->ops[0]];
+			if (r && c->n >= 2 && v > c->args[0] && v > c->args[1]) {
+				IrAttrColl *w = &ir_attr_mut(m, n, IR_ATTR_COLL)->coll;
+				w->n = 3;
+				w->args[2] = v;
+			}
+			break;
+		}
+		default:
+			break;
+		}
+		routed[i] = r;
+	}
+	free(routed);
+}
+
 bool pass_partition_replay(IrModule *m, Diag *d, bool fill_unknown, bool replay, int *replays)
 {
 	if (replays)
@@ -1335,6 +1400,7 @@ bool pass_partition_replay(IrModule *m, Diag *d, bool fill_unknown, bool replay,
 		for (int c = 0; c < m->nchooses; c++)
 			m->chooses[c].node = p.map[m->chooses[c].node];
 		ir_module_take_nodes(m, p.out);
+		mark_sparse_a2a(m);
 	}
 	if (replays)
 		*replays = twin_replays(p.tw);

@@ -636,6 +636,13 @@ static void route_rule(const IrModule *m, const IrNode *n, const Placement *T,
 	}
 	if (R->partial)
 		R->partial_op = IR_RED_SUM;
+	if (n->op == IR_OP_MOE_SLOT) { /* the live axes that do not split it */
+		uint32_t rep = 0;
+		for (int a = 0; a < m->mesh.naxes; a++)
+			if (m->mesh.sizes[a] > 1 && a != m->pp_axis)
+				rep |= 1u << a;
+		r->at.route.replicas = rep & ~dims_mask(R);
+	}
 }
 
 bool part_rule(const IrModule *m, const IrNode *n, const Placement *T, const Placement *cur,

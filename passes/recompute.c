@@ -140,6 +140,8 @@ static int clone_one(Rc *r, Key *k, int v)
 		oom(r);
 		return -1;
 	}
+	if (c->op == IR_OP_MOE_SLOT) /* the load is counted once, by the original */
+		ir_attr_route_mut(m, c)->stats = 0;
 	int id = c->id;
 	if (id - r->n >= r->ccap) {
 		int cap = r->ccap ? 2 * r->ccap : 1024;

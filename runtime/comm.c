@@ -345,6 +345,120 @@ int comm_reduce_scatter_dim(Comm *c, uint32_t axes, const void *in, void *out,
 	return c->ops->reduce_scatter(c, axes, tmp, out, count, t, red);
 }
 
+/* The number of leading rows of slab (rows rows of rowb bytes) up to its
+ * last one with a non-zero byte: the rest are all-zero bits, which the
+ * receiver writes back itself (so -0.0 travels, and what arrives is
+ * exactly what was sent). */
+static int64_t rows_used(const char *slab, int64_t rows, size_t rowb)
+{
+	for (int64_t r = rows; r > 0; r--) {
+		const char *p = slab + (size_t)(r - 1) * rowb;
+		for (size_t b = 0; b < rowb; b++)
+			if (p[b])
+				return r;
+	}
+	return 0;
+}
+
+int comm_all_to_all_rows(Comm *c, uint32_t axes, const void *in, void *out,
+			 const int64_t *shape, int rank, int split_dim, int concat_dim,
+			 int vdim, DtmDtype t, int64_t *sent)
+{
+	if (check_axes(c, axes, "all_to_all") || check_dim(c, rank, split_dim, "all_to_all") ||
+	    check_dim(c, rank, concat_dim, "all_to_all") || check_dim(c, rank, vdim, "all_to_all"))
+		return -1;
+	if (vdim <= split_dim || vdim <= concat_dim)
+		return comm_errf(c, "sparse all_to_all: the rows dim %d must follow the split and "
+				 "concat dims (%d, %d)", vdim, split_dim, concat_dim);
+	CommGroup grp = comm_group(&c->mesh, c->rank, axes);
+	int n = grp.size;
+	if (n <= 0 || shape[split_dim] % n)
+		return comm_errf(c, "all_to_all splitting dim %d of %lld over %d ranks: pad the "
+				 "dim to a multiple of the group", split_dim, (long long)shape[split_dim],
+				 n);
+	size_t es = dsize(t);
+	int64_t bs[DTM_MAX_RANK], numel = 1;
+	memcpy(bs, shape, (size_t)rank * sizeof *bs);
+	bs[split_dim] /= n;
+	for (int d = 0; d < rank; d++)
+		numel *= shape[d];
+	/* slabs: the rows dim and what follows it; a block of the send
+	 * (split) and of the receive (concat) side is a run of whole slabs */
+	int64_t rows = bs[vdim], rowlen = 1, so, sl, si, co, cl, ci;
+	for (int d = vdim + 1; d < rank; d++)
+		rowlen *= bs[d];
+	size_t rowb = (size_t)rowlen * es, slabb = (size_t)rows * rowb;
+	split3(shape, rank, split_dim, &so, &sl, &si);
+	split3(bs, rank, concat_dim, &co, &cl, &ci);
+	int64_t nsc = sl / n * si / (rows * rowlen), nsc2 = cl * ci / (rows * rowlen);
+	int64_t nseg = so * nsc; /* slabs per block, both ways */
+	size_t srow = (size_t)(sl / n * si) * es, crow = (size_t)(cl * ci) * es;
+	char *tmp = comm_scratch(c, 2 * numel * (int64_t)es);
+	int64_t *cnt = malloc((size_t)(4 * n) * sizeof *cnt);
+	int32_t *sc = malloc((size_t)(2 * n * nseg) * sizeof *sc);
+	if (!tmp || !cnt || !sc) {
+		free(cnt);
+		free(sc);
+		return comm_errf(c, "out of memory staging an all_to_all");
+	}
+	char *send = tmp, *recv = tmp + numel * (int64_t)es;
+	int32_t *rc = sc + n * nseg;
+	int64_t *scounts = cnt, *rcounts = cnt + n, *seg = cnt + 2 * n, *nseg_of = cnt + 3 * n;
+	/* pack each block's slabs, their used rows only; count them */
+	size_t pos = 0;
+	for (int j = 0; j < n; j++) {
+		scounts[j] = 0;
+		for (int64_t o = 0; o < so; o++) {
+			const char *chunk = (const char *)in + ((size_t)o * (size_t)n + (size_t)j) * srow;
+			for (int64_t s = 0; s < nsc; s++) {
+				int64_t u = rows_used(chunk + (size_t)s * slabb, rows, rowb);
+				sc[(int64_t)j * nseg + o * nsc + s] = (int32_t)u;
+				memcpy(send + pos, chunk + (size_t)s * slabb, (size_t)u * rowb);
+				pos += (size_t)u * rowb;
+				scounts[j] += u * rowlen;
+			}
+		}
+	}
+	/* the counts first (all_to_allv's receive sizes), then the rows */
+	for (int j = 0; j < n; j++)
+		seg[j] = nseg_of[j] = nseg;
+	if (c->ops->all_to_allv(c, axes, sc, seg, rc, nseg_of, DTM_I32)) {
+		free(cnt);
+		free(sc);
+		return -1;
+	}
+	for (int j = 0; j < n; j++) {
+		rcounts[j] = 0;
+		for (int64_t g = 0; g < nseg; g++)
+			rcounts[j] += (int64_t)rc[(int64_t)j * nseg + g] * rowlen;
+	}
+	int r = c->ops->all_to_allv(c, axes, send, scounts, recv, rcounts, t);
+	if (!r) {
+		/* unpack: block j's slabs, in order, each padded with zero rows,
+		 * to position j along concat_dim */
+		const char *p = recv;
+		for (int j = 0; j < n; j++)
+			for (int64_t o = 0; o < co; o++) {
+				char *dst = (char *)out + ((size_t)o * (size_t)n + (size_t)j) * crow;
+				for (int64_t s = 0; s < nsc2; s++) {
+					size_t u = (size_t)rc[(int64_t)j * nseg + o * nsc2 + s] * rowb;
+					memcpy(dst + (size_t)s * slabb, p, u);
+					memset(dst + (size_t)s * slabb + u, 0, slabb - u);
+					p += u;
+				}
+			}
+		if (sent) {
+			*sent = (int64_t)(n - 1) * nseg * 4;
+			for (int j = 0; j < n; j++)
+				if (j != grp.index)
+					*sent += scounts[j] * (int64_t)es;
+		}
+	}
+	free(cnt);
+	free(sc);
+	return r ? -1 : 0;
+}
+
 int comm_all_to_all_dim(Comm *c, uint32_t axes, const void *in, void *out,
 			const int64_t *shape, int rank, int split_dim, int concat_dim,
 			DtmDtype t)
@@ -522,10 +636,17 @@ int comm_run_action(Comm *c, const DtmPlan *p, const DtmAction *a, void *const *
 					break;
 				}
 				rc = comm_all_to_all(c, a->axes, in, out, count / n, t);
+			} else if (a->vdim > 0 && whole) {
+				int64_t sent = 0;
+				rc = comm_all_to_all_rows(c, a->axes, in, out, bi->shape, bi->rank, dim,
+							  dim2, a->vdim, t, &sent);
+				c->a2a_bytes += sent;
+				break;
 			} else {
 				rc = comm_all_to_all_dim(c, a->axes, in, out, bi->shape, bi->rank,
 							 dim, dim2, t);
 			}
+			c->a2a_bytes += (int64_t)(n - 1) * (count / n) * (int64_t)es;
 			break;
 		case DTM_COLL_BROADCAST:
 			if (out != in)

@@ -115,6 +115,7 @@ struct Comm {
 	bool peer_failed;       /* the last error was another rank's failure */
 	char err[COMM_ERR_LEN];
 	void *scratch;          /* staging for the *_dim helpers, grown on demand */
+	int64_t a2a_bytes;      /* bytes this rank's all_to_alls sent to others (the runtime logs and resets it) */
 	int64_t scratch_bytes;
 	void *impl;
 };
@@ -197,6 +198,20 @@ int comm_all_gather_dim(Comm *c, uint32_t axes, const void *in, void *out,
 			const int64_t *shape, int rank, int dim, DtmDtype t);
 int comm_reduce_scatter_dim(Comm *c, uint32_t axes, const void *in, void *out,
 			    const int64_t *shape, int rank, int dim, DtmDtype t, DtmRed red);
+/*   all_to_all_rows     all_to_all_dim's result, moving only each slab's
+ *                       used rows: a slab is one index of the dims before
+ *                       vdim (which follows split_dim and concat_dim),
+ *                       its rows the vdim slices; the rows after the last
+ *                       one with a non-zero byte are not sent but written
+ *                       as zeros by the receiver.  The slab counts travel
+ *                       first (an i32 all_to_all), then all_to_allv.
+ *                       *sent: the bytes sent to other members, counts
+ *                       included (the dispatched tokens of a mixture of
+ *                       experts: each expert's capacity rows past its
+ *                       load are empty). */
+int comm_all_to_all_rows(Comm *c, uint32_t axes, const void *in, void *out,
+			 const int64_t *shape, int rank, int split_dim, int concat_dim,
+			 int vdim, DtmDtype t, int64_t *sent);
 int comm_all_to_all_dim(Comm *c, uint32_t axes, const void *in, void *out,
 			const int64_t *shape, int rank, int split_dim, int concat_dim,
 			DtmDtype t);

@@ -101,6 +101,24 @@ int rt_log_step(RtLog *l, const RtLogStep *s, char *err)
 			fprintf(l->jsonl, ",\"skipped\":%s,\"skipped_steps\":%lld",
 			        s->skipped ? "true" : "false", (long long)s->skipped_steps);
 		}
+		if (s->a2a_bytes >= 0)
+			fprintf(l->jsonl, ",\"a2a_bytes\":%lld", (long long)s->a2a_bytes);
+		if (s->moe_load) {
+			int E = s->moe_experts;
+			for (int part = 0; part < 2; part++) {
+				fprintf(l->jsonl, "%s\"%s\":[", part ? "," : ",\"moe\":{",
+				        part ? "dropped" : "load");
+				for (int q = 0; q < s->moe_sites; q++) {
+					fputs(q ? ",[" : "[", l->jsonl);
+					for (int e = 0; e < E; e++)
+						fprintf(l->jsonl, "%s%.0f", e ? "," : "",
+						        (double)s->moe_load[(q * 2 + part) * E + e]);
+					fputc(']', l->jsonl);
+				}
+				fputc(']', l->jsonl);
+			}
+			fputc('}', l->jsonl);
+		}
 		json_num(l->jsonl, "tokens_per_s", s->tokens_per_s, "%.1f");
 		json_num(l->jsonl, "ms", s->ms, "%.3f");
 		json_num(l->jsonl, "compute_ms", s->compute_ms, "%.3f");

@@ -414,6 +414,18 @@ static int train(const DtmPlan *p, Opts *o, const Sources *src, RtRun *r, RtLog 
 	int status = 0;
 	r->check_numerics = o->check_numerics;
 	r->ctx.seed = (uint64_t)o->seed;
+	/* a mixture of experts' load: the moe_slot kernels add theirs, summed
+	 * over the ranks after each step (the CPU kernels keep it; on a
+	 * device, not logged) */
+	int64_t nmoe = p->moe_sites > 0 && !r->dev ? 2 * (int64_t)p->moe_sites * p->moe_experts : 0;
+	float *moe = nmoe ? calloc((size_t)(2 * nmoe), sizeof *moe) : NULL;
+	if (nmoe && !moe) {
+		rt_errf(emsg, "out of memory for the routing statistics");
+		rt_feed_close(&feed);
+		return 1;
+	}
+	r->ctx.moe_stats = moe;
+	r->ctx.moe_experts = p->moe_experts;
 	for (int64_t t = start + 1; t <= o->steps && !status; t++) {
 		double t0 = rt_now();
 		r->ctx.step = t;
@@ -432,12 +444,26 @@ static int train(const DtmPlan *p, Opts *o, const Sources *src, RtRun *r, RtLog 
 			status = 1;
 			break;
 		}
+		if (moe)
+			memset(moe, 0, (size_t)nmoe * sizeof *moe);
+		if (r->comm)
+			r->comm->a2a_bytes = 0;
 		if (rt_run_actions(r, false) || rt_read_scalar(r, p->loss, &loss) ||
 		    (p->grad_norm >= 0 && rt_read_scalar(r, p->grad_norm, &gn))) {
 			rt_errf(emsg, "%s", r->err);
 			status = 1;
 			break;
 		}
+		int64_t a2a = r->comm ? r->comm->a2a_bytes : -1;
+		if (moe && r->comm &&
+		    comm_all_reduce(r->comm, (1u << p->mesh_naxes) - 1, moe, moe + nmoe, nmoe, DTM_F32,
+				    DTM_RED_SUM)) {
+			rt_errf(emsg, "%s", comm_error(r->comm));
+			status = 1;
+			break;
+		}
+		if (moe && !r->comm)
+			memcpy(moe + nmoe, moe, (size_t)nmoe * sizeof *moe);
 		/* every rank reads the same global norm, so all skip alike */
 		bool skipped = p->grad_norm >= 0 && rt_scaler_update(sc, &p->train, gn);
 		double dt = rt_now() - t0;
@@ -449,6 +475,8 @@ static int train(const DtmPlan *p, Opts *o, const Sources *src, RtRun *r, RtLog 
 			.compute_s = r->compute_s, .comm_s = r->comm_s, .idle_s = r->idle_s,
 			.has_loss_scale = sc->on, .skipped = skipped,
 			.loss_scale = r->ctx.loss_scale, .skipped_steps = sc->skipped,
+			.moe_load = moe ? moe + nmoe : NULL, .moe_sites = p->moe_sites,
+			.moe_experts = p->moe_experts, .a2a_bytes = a2a,
 		};
 		if (rt_log_step(log, &ls, err)) {
 			rt_errf(emsg, "%s", err);
@@ -495,6 +523,8 @@ static int train(const DtmPlan *p, Opts *o, const Sources *src, RtRun *r, RtLog 
 			}
 		}
 	}
+	free(moe);
+	r->ctx.moe_stats = NULL;
 	rt_feed_close(&feed);
 	return status;
 }

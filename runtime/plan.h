@@ -129,6 +129,7 @@ typedef struct DtmAction {
 	DtmRed red;
 	int dim;             /* gather/scatter dim; all_to_all: split dim */
 	int dim2;            /* all_to_all: concat dim */
+	int vdim;            /* all_to_all: > 0, the sparse form's rows dim (IrAttrColl) */
 	int peer_offset;     /* send/recv: steps along the axes */
 	bool peer_mirror;    /* send/recv: to and from (peer_offset - g) mod n */
 	int64_t bytes;       /* payload bytes per rank */
@@ -192,6 +193,12 @@ typedef struct DtmCtx {
 	void (*parallel_for)(const struct DtmCtx *ctx, int64_t n, int64_t grain,
 			     DtmRangeFn fn, void *arg);
 	void *pool;          /* the runtime's, for parallel_for */
+	/* Routing statistics (NULL: not kept): moe_slot adds each site's
+	 * expert load at moe_stats[(site - 1) * 2 * moe_experts + e] and
+	 * the choices it dropped moe_experts further on (runtime/main.c
+	 * zeroes them each step, sums them over the ranks and logs them). */
+	float *moe_stats;
+	int moe_experts;
 	/* The mesh (the plan's), so rank-dependent kernels (shard_slice) can
 	 * find this rank's position in a group from coords. */
 	int mesh_naxes;
@@ -312,6 +319,8 @@ typedef struct DtmPlan {
 	int ninputs;
 	int inputs[4];
 	int loss;            /* buffer id of the loss scalar */
+	/* moe_slot sites and the most experts of one (DtmCtx.moe_stats) */
+	int moe_sites, moe_experts;
 	int grad_norm;       /* buffer id of the global grad norm scalar, or -1 */
 	DtmTrainCfg train;
 	/* The stage a per-rank view of a pipelined plan runs (see

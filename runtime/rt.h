@@ -359,6 +359,14 @@ typedef struct RtLogStep {
 	bool has_loss_scale, skipped;
 	double loss_scale;
 	int64_t skipped_steps;
+	/* a mixture of experts' routing this step, over all ranks: per site
+	 * (moe_slot call) the choices each expert got (moe_load[site * 2E +
+	 * e]) and dropped past its capacity (E on); NULL when not kept */
+	const float *moe_load;
+	int moe_sites, moe_experts;
+	/* bytes this rank's all_to_alls sent to other ranks this step (the
+	 * sparse dispatch's only the used rows); -1 when it has no comm */
+	int64_t a2a_bytes;
 } RtLogStep;
 
 /* The .jsonl log's writes are checked (each line flushed, fsync and

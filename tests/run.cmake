@@ -289,6 +289,14 @@ add_test(NAME e2e.equiv.cp.gpt
                  ${DTM_EQUIV_MPIRUN} cp
          WORKING_DIRECTORY ${DTM_ROOT})
 set_tests_properties(e2e.equiv.cp.gpt PROPERTIES TIMEOUT 600 LABELS e2e)
+#   e2e.moe_a2a  a mixture of experts' all_to_all bytes and expert load on a
+#                batch whose routing is known (tests/e2e/moe_a2a.sh): inspect's
+#                capacity bound, the runtime's load, drops and the bytes of
+#                the sparse all_to_all (the routed rows only).
+add_test(NAME e2e.moe_a2a
+         COMMAND ${DTM_BASH} ${DTM_TESTS}/e2e/moe_a2a.sh $<TARGET_FILE:dtmc>
+         WORKING_DIRECTORY ${DTM_ROOT})
+set_tests_properties(e2e.moe_a2a PROPERTIES TIMEOUT 300 LABELS e2e)
 # ---- end equiv ----
 
 # ---- inspect: `dtmc inspect` (tests/inspect/run.sh, issue 6) ----

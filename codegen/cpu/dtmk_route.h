@@ -87,8 +87,27 @@ static void dtmk_scatter_add(const DtmCtx *ctx, const DtmkArgs *a)
 	dtmk_gather_rows(a, 0);
 }
 
+/* Adds a group's expert load (cnt) and drops past capacity C to the
+ * runtime's statistics of site `site` (DtmCtx.moe_stats), on the ranks at
+ * coordinate 0 of the axes the op is replicated over only. */
+static void dtmk_moe_stats(const DtmCtx *ctx, const DtmkArgs *a, const int64_t *cnt, int64_t E,
+                           int64_t C)
+{
+	int64_t site = a->nints > 3 ? a->ints[3] : 0;
+	if (!ctx || !ctx->moe_stats || site < 1 || E > ctx->moe_experts)
+		return;
+	for (int k = 0; k < ctx->mesh_naxes; k++)
+		if ((a->mesh_axes >> k & 1) && ctx->coords[k] != 0)
+			return;
+	float *st = ctx->moe_stats + (site - 1) * 2 * ctx->moe_experts;
+	for (int64_t x = 0; x < E; x++) {
+		st[x] += (float)cnt[x];
+		st[ctx->moe_experts + x] += (float)(cnt[x] > C ? cnt[x] - C : 0);
+	}
+}
+
 /* moe_slot (slot = 1) and moe_token over the groups of e [B..., S, k]. */
-static void dtmk_moe_route(const DtmkArgs *a, int slot)
+static void dtmk_moe_route(const DtmCtx *ctx, const DtmkArgs *a, int slot)
 {
 	const DtmkTensor *X = &a->in[0];
 	int64_t S = X->shape[X->rank - 2], k = X->shape[X->rank - 1];
@@ -99,9 +118,10 @@ static void dtmk_moe_route(const DtmkArgs *a, int slot)
 		const int32_t *e = (const int32_t *)X->p;
 		int32_t *y = (int32_t *)a->out.p;
 		for (int64_t g = 0; g < G; g++)
-			if (slot)
+			if (slot) {
 				dtm_moe_route(e + g * S * k, S, k, E, C, y + g * S * k, NULL, cnt);
-			else
+				dtmk_moe_stats(ctx, a, cnt, E, C);
+			} else
 				dtm_moe_route(e + g * S * k, S, k, E, C, tmp, y + g * E * C, cnt);
 	}
 	free(cnt);
@@ -110,14 +130,12 @@ static void dtmk_moe_route(const DtmkArgs *a, int slot)
 
 static void dtmk_moe_slot(const DtmCtx *ctx, const DtmkArgs *a)
 {
-	(void)ctx;
-	dtmk_moe_route(a, 1);
+	dtmk_moe_route(ctx, a, 1);
 }
 
 static void dtmk_moe_token(const DtmCtx *ctx, const DtmkArgs *a)
 {
-	(void)ctx;
-	dtmk_moe_route(a, 0);
+	dtmk_moe_route(ctx, a, 0);
 }
 
 #endif
