@@ -175,6 +175,11 @@ def compare(a, work):
             drop = "  drops " + " ".join(str(n) for n, _ in stats)
             if not all(same for _, same in stats):
                 bad.append(f"step {t}: PyTorch's slots differ from route.h's loop")
+            # dtm's own drops, per routing site (layer), from its log
+            theirs = [sum(x) for x in d.get("moe", {}).get("dropped", [])]
+            if theirs != [n for n, _ in stats]:
+                bad.append(f"step {t}: dtm dropped {theirs} choices per layer, "
+                           f"PyTorch {[n for n, _ in stats]}")
         print(f"{t:>4} {d['loss']:>14.8f} {tl:>14.8f} {rel:>10.2e} "
               f"{dg if dg is None else format(dg, '11.6f'):>11} {gn:>11.6f} {lr:>11.4e}{drop}")
 
