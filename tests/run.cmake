@@ -438,7 +438,8 @@ endif()
 #                     and ring attention's block ops, balanced (the default
 #                     once T splits in 2 cp chunks) and not (ctx=30), on the
 #                     ranks whose key blocks are above, on and below the
-#                     diagonal
+#                     diagonal; moe's cover the routing ops on one device
+#                     and on ep=2,tp=2 in bf16
 file(GLOB DTM_CUDA_MODELS CONFIGURE_DEPENDS ${DTM_ROOT}/models/*.dtm)
 if(TARGET nvrtc_check)
   foreach(model ${DTM_CUDA_MODELS})
