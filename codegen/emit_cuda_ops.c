@@ -755,8 +755,8 @@ static void emit_topk(CudaEmit *e)
 	const IrNode *n = node(e);
 	int64_t k = ir_attr_route(n)->k, rows = k > 0 ? ir_node_numel(n) / k : 0;
 	cg_cu_begin_kernel(e, CG_CUDA_BLOCK);
-	cg_cu_printf(e, "\tdtmc_topk<%T>(%I, %O, %L, %L, %L);\n", 0, 0, rows,
-	             last_dim(arg(e, 0)), k);
+	cg_cu_printf(e, "\tdtmc_topk<%T>(%I, %O, %L, %L, %L);\n", 0, 0, rows, last_dim(arg(e, 0)),
+	             k);
 	cg_cu_end_kernel(e);
 	e->k = cg_cuda_launch_elementwise(rows);
 }

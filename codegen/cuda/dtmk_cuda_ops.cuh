@@ -560,9 +560,8 @@ __device__ __forceinline__ void dtmc_topk(const TX *x, int *y, dtmc_i64 rows, dt
  * load-add-store does: deterministic, and the C kernel's bits.  Every row
  * is written, zero when nothing hits it.  NC * 32 columns per pass. */
 template <int NC, typename TY, typename TO>
-__device__ __forceinline__ void dtmc_scatter_add(const TY *y, const int *idx, TO *out,
-                                                 dtmc_i64 G, dtmc_i64 m, dtmc_i64 n,
-                                                 dtmc_i64 r)
+__device__ __forceinline__ void dtmc_scatter_add(const TY *y, const int *idx, TO *out, dtmc_i64 G,
+                                                 dtmc_i64 m, dtmc_i64 n, dtmc_i64 r)
 {
 	int lane;
 	dtmc_i64 row = dtmc_row<32>(&lane);
@@ -586,7 +585,8 @@ __device__ __forceinline__ void dtmc_scatter_add(const TY *y, const int *idx, TO
 				for (int c = 0; c < NC; c++) {
 					dtmc_i64 col = cb + c * 32 + lane;
 					if (col < r)
-						acc[c] = dtmc_round_as<TO>(acc[c] + dtmc_ld(y, src + col));
+						acc[c] = dtmc_round_as<TO>(acc[c] +
+						                           dtmc_ld(y, src + col));
 				}
 			}
 		}
