@@ -747,6 +747,92 @@ static void emit_embed_bwd(CudaEmit *e, bool vp)
 	e->k = (CgCudaKernel){.threads = V * 32, .block = CG_CUDA_BLOCK};
 }
 
+/* ---- routing (ops.def; the C kernels: codegen/cpu/dtmk_route.h) ---- */
+
+/* topk(x [rows, n]) -> i32[rows, k]: a thread per row. */
+static void emit_topk(CudaEmit *e)
+{
+	const IrNode *n = node(e);
+	int64_t k = ir_attr_route(n)->k, rows = k > 0 ? ir_node_numel(n) / k : 0;
+	cg_cu_begin_kernel(e, CG_CUDA_BLOCK);
+	cg_cu_printf(e, "\tdtmc_topk<%T>(%I, %O, %L, %L, %L);\n", 0, 0, rows, last_dim(arg(e, 0)),
+	             k);
+	cg_cu_end_kernel(e);
+	e->k = cg_cuda_launch_elementwise(rows);
+}
+
+/* one_hot(ids) -> [..., n]: elementwise. */
+static void emit_one_hot(CudaEmit *e)
+{
+	int64_t n = ir_attr_route(node(e))->n;
+	begin_ew(e, false);
+	cg_cu_printf(e,
+	             "\tconst float v = i %% %L == (dtmc_i64)((const int *)a.p[0])[i / %L] ? "
+	             "1.0f : 0.0f;\n",
+	             n, n);
+	end_ew(e);
+}
+
+/* gather and scatter_add's index space: G groups of m indices (idx's
+ * leading dims, then its last) into an extent n of rows of r elements in
+ * big, the indexed operand (gather's x, scatter_add's result). */
+static void route_dims(const IrNode *idx, const IrNode *big, int64_t *G, int64_t *m, int64_t *n,
+                       int64_t *r)
+{
+	int b = idx->rank - 1;
+	*G = cg_cu_span(idx, 0, b);
+	*m = idx->shape[b];
+	*n = big->shape[b];
+	*r = cg_cu_span(big, b + 1, big->rank);
+}
+
+/* gather(x [G, n, r], idx [G, m]) -> [G, m, r]: elementwise, 0 for an
+ * index outside [0, n). */
+static void emit_gather(CudaEmit *e)
+{
+	int64_t G, m, n, r;
+	route_dims(arg(e, 1), arg(e, 0), &G, &m, &n, &r);
+	begin_ew(e, false);
+	cg_cu_printf(e,
+	             "\tconst dtmc_i64 g = i / %L, c = i %% %L;\n"
+	             "\tconst dtmc_i64 j = ((const int *)a.p[1])[i / %L];\n"
+	             "\tconst float v = j >= 0 && j < %L ? dtmc_ld(%I, (g * %L + j) * %L + c) : "
+	             "0.0f;\n",
+	             m * r, r, r, n, 0, n, r);
+	end_ew(e);
+}
+
+/* scatter_add(y [G, m, r], idx [G, m]) -> [G, n, r]: a warp per row. */
+static void emit_scatter_add(CudaEmit *e)
+{
+	int64_t G, m, n, r;
+	route_dims(arg(e, 1), node(e), &G, &m, &n, &r);
+	int64_t nc = cg_cu_cdiv(r, 32);
+	nc = nc < 1 ? 1 : nc > 16 ? 16 : nc;
+	cg_cu_begin_kernel(e, CG_CUDA_BLOCK);
+	cg_cu_printf(e,
+	             "\tdtmc_scatter_add<%d, %T, %T>(%I, (const int *)a.p[1], %O, %L, %L, %L, "
+	             "%L);\n",
+	             (int)nc, 0, cg_cu_out_arg(e), 0, G, m, n, r);
+	cg_cu_end_kernel(e);
+	e->k = (CgCudaKernel){.threads = G * n * 32, .block = CG_CUDA_BLOCK};
+}
+
+/* moe_slot / moe_token(e [G, S, k]): a thread per group and expert. */
+static void emit_moe_route(CudaEmit *e, bool slot)
+{
+	const IrNode *x = arg(e, 0);
+	const IrAttrRoute *ra = ir_attr_route(node(e));
+	int64_t S = x->shape[x->rank - 2], k = x->shape[x->rank - 1];
+	int64_t G = S * k > 0 ? ir_node_numel(x) / (S * k) : 0;
+	cg_cu_begin_kernel(e, CG_CUDA_BLOCK);
+	cg_cu_printf(e, "\tdtmc_moe_route(%I, %s%O%s, %L, %L, %L, %L, %L);\n", 0,
+	             slot ? "" : "(int *)0, ", slot ? ", (int *)0" : "", G, S, k, ra->n,
+	             ra->capacity);
+	cg_cu_end_kernel(e);
+	e->k = cg_cuda_launch_elementwise(G * ra->n);
+}
+
 /* ce_target(logits [N, Vl], targets) -> [N]: the target's logit here, else 0. */
 static void emit_ce_target(CudaEmit *e)
 {
@@ -960,6 +1046,12 @@ bool cg_cu_emit_kernel(CudaEmit *e)
 	case IR_OP_EMBED_VP: emit_embed(e, true); break;
 	case IR_OP_EMBED_BWD: emit_embed_bwd(e, false); break;
 	case IR_OP_EMBED_BWD_VP: emit_embed_bwd(e, true); break;
+	case IR_OP_TOPK: emit_topk(e); break;
+	case IR_OP_ONE_HOT: emit_one_hot(e); break;
+	case IR_OP_GATHER: emit_gather(e); break;
+	case IR_OP_SCATTER_ADD: emit_scatter_add(e); break;
+	case IR_OP_MOE_SLOT: emit_moe_route(e, true); break;
+	case IR_OP_MOE_TOKEN: emit_moe_route(e, false); break;
 	case IR_OP_PERMUTE: emit_permute(e); break;
 	case IR_OP_RESHAPE: emit_copy(e); break;
 	case IR_OP_CONCAT: emit_concat(e); break;

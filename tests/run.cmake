@@ -451,7 +451,8 @@ endif()
 #                     and ring attention's block ops, balanced (the default
 #                     once T splits in 2 cp chunks) and not (ctx=30), on the
 #                     ranks whose key blocks are above, on and below the
-#                     diagonal
+#                     diagonal; moe's cover the routing ops on one device
+#                     and on ep=2,tp=2 in bf16
 file(GLOB DTM_CUDA_MODELS CONFIGURE_DEPENDS ${DTM_ROOT}/models/*.dtm)
 if(TARGET nvrtc_check)
   foreach(model ${DTM_CUDA_MODELS})
@@ -511,6 +512,8 @@ if(DTM_KCHECK_CXX)
     "llama.ring_mask_cp2|llama:mask|--mesh cp=2 --train context_parallel=ring|0 1"
     "llama.ring_cp2_unbalanced|llama|--mesh cp=2 --train context_parallel=ring -D ctx=30|0 1"
     "llama.ring_cp2tp2_bf16|llama|--mesh cp=2,tp=2 --train context_parallel=ring --train precision=bf16"
+    "moe.dp1|moe|--mesh dp=1"
+    "moe.ep2tp2_bf16|moe|--mesh ep=2,tp=2 --train precision=bf16"
     "ops.f32|${DTM_TESTS}/cuda/ops.dtm|--mesh dp=1"
     "ops.bf16|${DTM_TESTS}/cuda/ops.dtm|--mesh dp=2 --train precision=bf16"
     "dropout.dp2tp2_m2|${DTM_TESTS}/e2e/dropout.dtm|--mesh dp=2,tp=2 --train microbatches=2")

@@ -1,7 +1,7 @@
 /* dtmk_cuda_ops.cuh - CUDA kernels of the row and reduction ops: softmax,
  * layernorm/rmsnorm and their gradients, reductions, losses, embedding
- * gradients, optimizer steps (see dtmk_cuda.cuh for the conventions; the
- * semantics are codegen/cpu/dtmk_*.h's, op by op).
+ * gradients, the routing ops, optimizer steps (see dtmk_cuda.cuh for the
+ * conventions; the semantics are codegen/cpu/dtmk_*.h's, op by op).
  *
  * Row kernels take TPO threads per row (a warp, or the whole block for long
  * rows) in blocks of DTMC_BLOCK: the emitter launches rows * TPO threads.
@@ -513,6 +513,120 @@ __device__ __forceinline__ void dtmc_embed_bwd(const TD *dy, const int *ids, TO 
 				dtmc_st(out, v * D + col, acc[c]);
 		}
 	}
+}
+
+/* ---- routing (codegen/cpu/dtmk_route.h, support/route.h) ---- */
+
+/* v rounded to T's precision: the CPU's store and reload. */
+template <typename T> __device__ __forceinline__ float dtmc_round_as(float v)
+{
+	T t[1];
+	dtmc_st(t, 0, v);
+	return dtmc_ld((const T *)t, 0);
+}
+
+/* topk(x [rows, n]) -> [rows, k]: a thread per row, dtm_topk_next's
+ * order (largest first, ties to the lower index, a NaN never beats a
+ * value it follows), so the CPU's indices exactly. */
+template <typename TX>
+__device__ __forceinline__ void dtmc_topk(const TX *x, int *y, dtmc_i64 rows, dtmc_i64 n,
+                                          dtmc_i64 k)
+{
+	dtmc_i64 r = dtmc_tid();
+	if (r >= rows)
+		return;
+	const TX *xr = x + r * n;
+	int *yr = y + r * k;
+	for (dtmc_i64 t = 0; t < k; t++) {
+		dtmc_i64 best = -1;
+		float bv = 0;
+		for (dtmc_i64 i = 0; i < n; i++) {
+			bool used = false;
+			for (dtmc_i64 u = 0; u < t && !used; u++)
+				used = yr[u] == i;
+			float v = dtmc_ld(xr, i);
+			if (!used && (best < 0 || v > bv)) {
+				best = i;
+				bv = v;
+			}
+		}
+		yr[t] = (int)best;
+	}
+}
+
+/* scatter_add(y [G, m, r], idx [G, m]) -> [G, n, r]: a warp per output
+ * row (g, j) scans its group's indices 32 at a time and adds the y rows
+ * of the matches in index order, rounding each sum to TO as the CPU's
+ * load-add-store does: deterministic, and the C kernel's bits.  Every row
+ * is written, zero when nothing hits it.  NC * 32 columns per pass. */
+template <int NC, typename TY, typename TO>
+__device__ __forceinline__ void dtmc_scatter_add(const TY *y, const int *idx, TO *out, dtmc_i64 G,
+                                                 dtmc_i64 m, dtmc_i64 n, dtmc_i64 r)
+{
+	int lane;
+	dtmc_i64 row = dtmc_row<32>(&lane);
+	if (row >= G * n)
+		return;
+	dtmc_i64 g = row / n, j = row % n;
+	const int *ig = idx + g * m;
+	for (dtmc_i64 cb = 0; cb < r; cb += NC * 32) {
+		float acc[NC];
+#pragma unroll
+		for (int c = 0; c < NC; c++)
+			acc[c] = 0;
+		for (dtmc_i64 base = 0; base < m; base += 32) {
+			dtmc_i64 i = base + lane;
+			bool hit = i < m && (dtmc_i64)ig[i] == j;
+			unsigned mk = __ballot_sync(0xffffffffu, hit);
+			while (mk) {
+				dtmc_i64 src = (g * m + base + __ffs(mk) - 1) * r;
+				mk &= mk - 1;
+#pragma unroll
+				for (int c = 0; c < NC; c++) {
+					dtmc_i64 col = cb + c * 32 + lane;
+					if (col < r)
+						acc[c] = dtmc_round_as<TO>(acc[c] +
+						                           dtmc_ld(y, src + col));
+				}
+			}
+		}
+#pragma unroll
+		for (int c = 0; c < NC; c++) {
+			dtmc_i64 col = cb + c * 32 + lane;
+			if (col < r)
+				dtmc_st(out, row * r + col, acc[c]);
+		}
+	}
+}
+
+/* moe_slot (tok == 0) or moe_token (slot == 0) of e [G, S, k]: a thread
+ * per (group, expert) walks the group's choices in token order and
+ * queues its expert's, which is dtm_moe_route's queue without a shared
+ * count; expert 0's thread also drops the out-of-range choices, and each
+ * thread marks its expert's unfilled slots empty. */
+__device__ __forceinline__ void dtmc_moe_route(const int *e, int *slot, int *tok, dtmc_i64 G,
+                                               dtmc_i64 S, dtmc_i64 k, dtmc_i64 E, dtmc_i64 C)
+{
+	dtmc_i64 t = dtmc_tid();
+	if (t >= G * E)
+		return;
+	dtmc_i64 g = t / E, x = t % E, p = 0;
+	const int *eg = e + g * S * k;
+	for (dtmc_i64 i = 0; i < S * k; i++) {
+		dtmc_i64 ex = eg[i];
+		bool out = ex < 0 || ex >= E;
+		if (ex != x && !(x == 0 && out))
+			continue;
+		dtmc_i64 at = out || p >= C ? -1 : x * C + p;
+		p += !out;
+		if (slot)
+			slot[g * S * k + i] = (int)at;
+		else if (at >= 0)
+			tok[g * E * C + at] = (int)(i / k);
+	}
+	if (tok)
+		for (; p < C; p++)
+			tok[g * E * C + x * C + p] = -1;
 }
 
 /* ---- optimizer steps (codegen/cpu/dtmk_optim.h's math) ---- */
