@@ -512,7 +512,7 @@ if(DTM_KCHECK_CXX)
     "llama.ring_mask_cp2|llama:mask|--mesh cp=2 --train context_parallel=ring|0 1"
     "llama.ring_cp2_unbalanced|llama|--mesh cp=2 --train context_parallel=ring -D ctx=30|0 1"
     "llama.ring_cp2tp2_bf16|llama|--mesh cp=2,tp=2 --train context_parallel=ring --train precision=bf16"
-    "moe.dp1|moe|--mesh dp=1"
+    "moe.dp1_ids_in_range|moe|--mesh dp=1 -D vocab=4"
     "moe.ep2tp2_bf16|moe|--mesh ep=2,tp=2 --train precision=bf16"
     "ops.f32|${DTM_TESTS}/cuda/ops.dtm|--mesh dp=1"
     "ops.bf16|${DTM_TESTS}/cuda/ops.dtm|--mesh dp=2 --train precision=bf16"
