@@ -1,15 +1,19 @@
 /* comm_bench.c - bus bandwidth of the communication backends, with the
  * nccl-tests definitions, against memcpy bandwidth as the limit.
  *
- *   comm_bench [--ranks N] [--min BYTES] [--max BYTES]       local (threads)
- *   mpirun -np N comm_bench --backend mpi [--min ..] [--max ..]
+ *   comm_bench [--ranks N] [--min BYTES] [--max BYTES] [--op NAME]...  local (threads)
+ *   mpirun -np N comm_bench --backend mpi [--min ..] [--max ..] [--op NAME]...
+ *
+ * --op (repeatable) runs only the named collectives; the default is all.
  *
  * size S = the bytes of the whole tensor (nccl-tests' "size"): all_reduce
  * reduces S bytes on every rank; all_gather's output is S (each rank
- * contributes S/N); reduce_scatter's input is S (each keeps S/N).
+ * contributes S/N); reduce_scatter's input is S (each keeps S/N);
+ * all_to_all's input and output are S on every rank (S/N to each peer,
+ * nccl-tests' alltoall "size").
  *   algbw = S / time
  *   busbw = algbw * 2(N-1)/N  (all_reduce),  * (N-1)/N  (all_gather,
- *           reduce_scatter)
+ *           reduce_scatter, all_to_all: the S/N a rank keeps moves nowhere)
  * memcpy: one thread copying S bytes between two buffers, S / time (the
  * same bytes-moved convention as algbw).  f32 sum; each figure is the
  * mean over enough iterations to move ~2 GB (at least 3), after a warm-up.
@@ -24,11 +28,21 @@
 typedef struct Cfg {
 	int ranks;
 	int64_t min, max;
+	unsigned ops; /* bit per OP_*; 0 = all */
 	CommLocalWorld *w;
 } Cfg;
 
-enum { OP_ALL_REDUCE, OP_ALL_GATHER, OP_REDUCE_SCATTER, NOPS };
-static const char *op_names[NOPS] = { "all_reduce", "all_gather", "reduce_scatter" };
+enum { OP_ALL_REDUCE, OP_ALL_GATHER, OP_REDUCE_SCATTER, OP_ALL_TO_ALL, NOPS };
+static const char *op_names[NOPS] = { "all_reduce", "all_gather", "reduce_scatter",
+				      "all_to_all" };
+
+static int op_index(const char *name)
+{
+	for (int op = 0; op < NOPS; op++)
+		if (!strcmp(name, op_names[op]))
+			return op;
+	return -1;
+}
 
 static int iters_for(int64_t size)
 {
@@ -77,6 +91,9 @@ static int bench_op(Comm *c, int op, int64_t size, float *in, float *out, double
 		case OP_REDUCE_SCATTER:
 			rc = comm_reduce_scatter(c, 1, in, out, count / n, DTM_F32, DTM_RED_SUM);
 			break;
+		case OP_ALL_TO_ALL:
+			rc = comm_all_to_all(c, 1, in, out, count / n, DTM_F32);
+			break;
 		}
 		if (rc)
 			return -1;
@@ -104,6 +121,8 @@ static int bench(Comm *c, const Cfg *cfg)
 		       "algbw", "busbw", "memcpy", "bus/mem");
 	}
 	for (int op = 0; op < NOPS; op++) {
+		if (cfg->ops && !(cfg->ops & (1u << op)))
+			continue;
 		for (int64_t size = cfg->min; size <= cfg->max; size *= 4) {
 			double secs = 0;
 			if (bench_op(c, op, size, in, out, &secs)) {
@@ -179,9 +198,12 @@ int main(int argc, char **argv)
 			cfg.max = parse_size(argv[i + 1]);
 		else if (!strcmp(argv[i], "--backend"))
 			backend = argv[i + 1];
+		else if (!strcmp(argv[i], "--op") && op_index(argv[i + 1]) >= 0)
+			cfg.ops |= 1u << op_index(argv[i + 1]);
 		else {
 			fprintf(stderr, "usage: %s [--backend local|mpi] [--ranks N] [--min B] "
-					"[--max B]\n", argv[0]);
+					"[--max B] [--op all_reduce|all_gather|reduce_scatter|"
+					"all_to_all]...\n", argv[0]);
 			return 1;
 		}
 	}

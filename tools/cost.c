@@ -113,6 +113,10 @@ double cost_comm_time(CostComm kind, int64_t n, double S, HwLink link)
 	/* a broadcast pipelines S through the chain: S / bw plus a step's
 	 * latency per hop */
 	double bytes = kind == COST_BROADCAST ? S : cost_ring_bytes(kind, n, S);
+	/* all_to_all moves the ring's bytes, (n-1)/n S, but at its own
+	 * bandwidth: nccl-tests' alltoall busbw is what the a2a figures are */
+	if (kind == COST_ALL_TO_ALL && link.a2a_bw > 0)
+		link.bw = link.a2a_bw;
 	return cost_alpha_beta(link, cost_ring_steps(kind, n), bytes);
 }
 

@@ -52,7 +52,8 @@ double cost_bus_bw(CostComm kind, int64_t n, double S, double seconds);
 
 /* alpha-beta: latency * steps + bytes / bw. */
 double cost_alpha_beta(HwLink link, int64_t steps, double bytes);
-/* One collective of S bytes over n ranks on one link class. */
+/* One collective of S bytes over n ranks on one link class; all_to_all
+ * at the link's a2a_bw (bw when that is 0), every other kind at bw. */
 double cost_comm_time(CostComm kind, int64_t n, double S, HwLink link);
 /* REFERENCE.md's all_reduce comparison, n bytes over p ranks:
  * ring 2(p-1)(alpha + n/(p beta)), tree 2 log2(p) (alpha + n/beta). */

@@ -12,6 +12,21 @@
  *   (src/graph/tuning.cc, hwLat) uses 0.5-3.4 us per NVLink ring step and
  *   5-14 us per network step depending on protocol; we take 2 us and 5 us
  *   (the latter is REFERENCE.md's alpha).
+ * - all_to_all has its own bandwidth (HwLink.a2a_bw), nccl-tests' alltoall
+ *   busbw (algbw x (n-1)/n).  Inside a node: NCCL's maintainer gives
+ *   NVLink 4's 450 GB/s line rate as ~370 GB/s effective after ~20%
+ *   protocol overhead, "which you can observe as BusBw when running
+ *   non-allreduce operations" (github.com/NVIDIA/nccl-tests/issues/212);
+ *   the ring figure above stays at line rate, as before.  Across nodes:
+ *   "Alltoall cannot aggregate the bandwidth of multiple NICs, so the
+ *   performance you should see is the performance of a single NIC", and
+ *   a ConnectX-7 at NDR "should achieve up to 48-49GB/s per NIC"
+ *   (nccl-tests/issues/267), so 48 GB/s.  That is the many-node figure:
+ *   on N nodes 1/N of a rank's peers share its node, and nccl-tests
+ *   reports N/(N-1) x the NIC (nccl-tests/issues/130); the model prices
+ *   every byte of a node-spanning all_to_all at the NIC's rate, so two
+ *   nodes come out up to 2x slow.  Figures for other GPUs scale these by
+ *   their links (marked "assumed" where no measurement was found).
  *
  * `f32` peaks are the plain FP32 (CUDA core) rates, not TF32 tensor-core
  * rates: an f32 GEMM in dtm's runtime runs in full f32.
@@ -41,12 +56,13 @@ static const HwProfile builtins[] = {
                                [DTM_I32] = 67 * TFLOPS},
                 .mem_bw = 3350 * GBPS,
                 .mem_bytes = 80 * GB,
-                .intra = {.bw = 450 * GBPS, .latency = 2 * US},
-                .inter = {.bw = 50 * GBPS, .latency = 5 * US},
+                .intra = {.bw = 450 * GBPS, .latency = 2 * US, .a2a_bw = 370 * GBPS},
+                .inter = {.bw = 50 * GBPS, .latency = 5 * US, .a2a_bw = 48 * GBPS},
                 .devices_per_node = 8,
         },
         /* NVIDIA H200 SXM (H200 datasheet): the H100's compute; 141 GB HBM3e at
-	 * 4.8 TB/s; NVLink 4 900 GB/s; HGX H200: 8 GPUs, 400 Gb/s per GPU. */
+	 * 4.8 TB/s; NVLink 4 900 GB/s; HGX H200: 8 GPUs, 400 Gb/s per GPU;
+	 * all_to_all as the H100's (the same NVLink 4 and NICs). */
         {
                 .name = "h200",
                 .peak_flops = {[DTM_F32] = 67 * TFLOPS,
@@ -55,14 +71,16 @@ static const HwProfile builtins[] = {
                                [DTM_I32] = 67 * TFLOPS},
                 .mem_bw = 4800 * GBPS,
                 .mem_bytes = 141 * GB,
-                .intra = {.bw = 450 * GBPS, .latency = 2 * US},
-                .inter = {.bw = 50 * GBPS, .latency = 5 * US},
+                .intra = {.bw = 450 * GBPS, .latency = 2 * US, .a2a_bw = 370 * GBPS},
+                .inter = {.bw = 50 * GBPS, .latency = 5 * US, .a2a_bw = 48 * GBPS},
                 .devices_per_node = 8,
         },
         /* NVIDIA A100 SXM4 80GB (A100 datasheet): FP32 19.5 TFLOP/s; BF16 and
 	 * FP16 tensor 312 TFLOP/s dense; 80 GB HBM2e at 2,039 GB/s; NVLink 3
 	 * 600 GB/s (both directions); DGX A100: 8 GPUs per node, 8x
-	 * ConnectX-6 200 Gb/s HDR = 25 GB/s per GPU. */
+	 * ConnectX-6 200 Gb/s HDR = 25 GB/s per GPU.  all_to_all assumed at
+	 * the H100's fractions of line rate: 370/450 of NVLink 3's 300 =
+	 * 245 GB/s, 48/50 of HDR's 25 = 24 GB/s. */
         {
                 .name = "a100",
                 .peak_flops = {[DTM_F32] = 19.5 * TFLOPS,
@@ -71,14 +89,16 @@ static const HwProfile builtins[] = {
                                [DTM_I32] = 19.5 * TFLOPS},
                 .mem_bw = 2039 * GBPS,
                 .mem_bytes = 80 * GB,
-                .intra = {.bw = 300 * GBPS, .latency = 2 * US},
-                .inter = {.bw = 25 * GBPS, .latency = 5 * US},
+                .intra = {.bw = 300 * GBPS, .latency = 2 * US, .a2a_bw = 245 * GBPS},
+                .inter = {.bw = 25 * GBPS, .latency = 5 * US, .a2a_bw = 24 * GBPS},
                 .devices_per_node = 8,
         },
         /* NVIDIA B200 (HGX B200 datasheet, per GPU): FP16/BF16 tensor 4.5
 	 * PFLOP/s with sparsity = 2.25 dense; FP32 600 TFLOP/s per 8 GPUs =
 	 * 75; 180 GB HBM3e at 8 TB/s; NVLink 5 1.8 TB/s (both directions);
-	 * DGX B200: 8 GPUs, 8x ConnectX-7 400 Gb/s. */
+	 * DGX B200: 8 GPUs, 8x ConnectX-7 400 Gb/s.  all_to_all: 370/450 of
+	 * NVLink 5's 900 = 740 GB/s assumed; the H100's 48 GB/s per NIC
+	 * (the same ConnectX-7). */
         {
                 .name = "b200",
                 .peak_flops = {[DTM_F32] = 75 * TFLOPS,
@@ -87,8 +107,8 @@ static const HwProfile builtins[] = {
                                [DTM_I32] = 75 * TFLOPS},
                 .mem_bw = 8000 * GBPS,
                 .mem_bytes = 180 * GB,
-                .intra = {.bw = 900 * GBPS, .latency = 2 * US},
-                .inter = {.bw = 50 * GBPS, .latency = 5 * US},
+                .intra = {.bw = 900 * GBPS, .latency = 2 * US, .a2a_bw = 740 * GBPS},
+                .inter = {.bw = 50 * GBPS, .latency = 5 * US, .a2a_bw = 48 * GBPS},
                 .devices_per_node = 8,
         },
         /* The development machine class: a 2-vCPU KVM guest on AMD EPYC (Zen 4,
@@ -109,6 +129,11 @@ static const HwProfile builtins[] = {
 	 *   (bench/README.md); across hosts 10 Gb/s Ethernet caps TCP at 1.25
 	 *   GB/s and the reductions still run on the same cores: 0.5 GB/s and
 	 *   50 us per step assumed.
+	 * - all_to_all: the `local` backend's alltoall bus bandwidth, 0.63 -
+	 *   0.77 GB/s from 4 to 64 MB in two runs (bench/README.md, 4 ranks
+	 *   on 2 cores, Intel Xeon 2.60 GHz VM shared with other jobs), 1.2 -
+	 *   1.3 at 256 MB: 0.7 GB/s.  Across hosts nothing was measured:
+	 *   the ring's 0.5 GB/s assumed.
 	 * - memory size: 24.7 GB of RAM shared by the 2 cores. */
         {
                 .name = "cpu",
@@ -118,8 +143,8 @@ static const HwProfile builtins[] = {
                                [DTM_I32] = 100e9},
                 .mem_bw = 24 * GBPS,
                 .mem_bytes = 12.6 * GB,
-                .intra = {.bw = 0.7 * GBPS, .latency = 1 * US},
-                .inter = {.bw = 0.5 * GBPS, .latency = 50 * US},
+                .intra = {.bw = 0.7 * GBPS, .latency = 1 * US, .a2a_bw = 0.7 * GBPS},
+                .inter = {.bw = 0.5 * GBPS, .latency = 50 * US, .a2a_bw = 0.5 * GBPS},
                 .devices_per_node = 2,
         },
 };
@@ -186,8 +211,10 @@ static const Key keys[] = {
         {"mem_size", KEY_SIZE, offsetof(HwProfile, mem_bytes)},
         {"intra_bw", KEY_BW, offsetof(HwProfile, intra.bw)},
         {"intra_latency", KEY_TIME, offsetof(HwProfile, intra.latency)},
+        {"intra_a2a_bw", KEY_BW, offsetof(HwProfile, intra.a2a_bw)},
         {"inter_bw", KEY_BW, offsetof(HwProfile, inter.bw)},
         {"inter_latency", KEY_TIME, offsetof(HwProfile, inter.latency)},
+        {"inter_a2a_bw", KEY_BW, offsetof(HwProfile, inter.a2a_bw)},
         {"gpus_per_node", KEY_COUNT, offsetof(HwProfile, devices_per_node)},
         {"devices_per_node", KEY_COUNT, offsetof(HwProfile, devices_per_node)},
 };
@@ -441,7 +468,8 @@ static void parse_line(Parser *p, HwProfile *hw, const char *s, size_t n, bool *
 	if (!k) {
 		perr(p, k0 + 1, "unknown key ", s + k0, k1 - k0,
 		     " (keys: base, name, peak_f32, peak_bf16, peak_f16, mem_bw, mem_size, "
-		     "intra_bw, intra_latency, inter_bw, inter_latency, gpus_per_node)");
+		     "intra_bw, intra_latency, intra_a2a_bw, inter_bw, inter_latency, "
+		     "inter_a2a_bw, gpus_per_node)");
 		return;
 	}
 	if (v1 == v0) {

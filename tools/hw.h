@@ -8,6 +8,7 @@
  *     # my cluster: H100s with 200 Gb/s InfiniBand per GPU
  *     base = h100
  *     inter_bw = 25 GB/s
+ *     inter_a2a_bw = 24 GB/s
  *     inter_latency = 8 us
  *
  * Units: bandwidths in bytes/s, sizes in bytes, times in seconds, FLOP/s;
@@ -24,10 +25,15 @@
 /* One link class between devices: intra-node (NVLink) or inter-node
  * (InfiniBand).  bw is what one device can send per second in one
  * direction (the beta of alpha-beta: ring send-side bytes / bw); latency
- * the per-step alpha. */
+ * the per-step alpha.  a2a_bw is the same for all_to_all, which reaches
+ * less of the link than a ring: every rank talks to every peer at once,
+ * so NVLink loses to protocol overhead and across nodes a rank's traffic
+ * cannot be spread over the node's other NICs (tools/hw.c cites the
+ * figures).  0 means "as bw", for links built by hand. */
 typedef struct HwLink {
 	double bw;      /* bytes/s, per device, one direction */
 	double latency; /* seconds per ring step */
+	double a2a_bw;  /* bytes/s for all_to_all (nccl-tests busbw); 0: bw */
 } HwLink;
 
 #define HW_NAME_LEN 32
@@ -56,8 +62,11 @@ double hw_peak_flops(const HwProfile *hw, DtmDtype dtype);
 /* Applies `key = value` lines from text[0..len) to *hw (text need not be
  * NUL-terminated; any bytes are accepted).  Keys: base (a built-in to
  * start from; only before any other key), name, peak_f32, peak_bf16,
- * peak_f16, mem_bw, mem_size, intra_bw, intra_latency, inter_bw,
- * inter_latency, gpus_per_node (alias devices_per_node).  '#' starts a
+ * peak_f16, mem_bw, mem_size, intra_bw, intra_latency, intra_a2a_bw,
+ * inter_bw, inter_latency, inter_a2a_bw, gpus_per_node (alias
+ * devices_per_node).  The a2a keys are all_to_all's bandwidths, apart
+ * from the ring ones: a file that lowers inter_bw should say
+ * inter_a2a_bw too, or all_to_all keeps the base's.  '#' starts a
  * comment; blank lines are ignored.  Numbers are decimal with an optional
  * SI prefix (k M G T P, powers of 1000; Ki Mi Gi Ti Pi, powers of 1024)
  * and the key's optional unit: FLOP/s for peaks, B/s for bandwidths, B

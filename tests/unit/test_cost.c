@@ -296,6 +296,17 @@ static void test_throughput(void)
 		const HwProfile *h = hw_builtin_at(i);
 		CHECK(h->peak_flops[DTM_F32] > 0 && h->mem_bw > 0 && h->mem_bytes > 0);
 		CHECK(h->intra.bw > h->inter.bw && h->devices_per_node >= 1);
+		CHECK(h->intra.a2a_bw > h->inter.a2a_bw && h->inter.a2a_bw > 0);
+	}
+	/* all_to_all on GPUs: NVLink 4 at ~370 GB/s effective
+	 * (nccl-tests#212), one NDR NIC at 48-49 GB/s (nccl-tests#267); both
+	 * below the ring's line rates */
+	CHECK_NEAR(h100->intra.a2a_bw, 370e9, 1);
+	CHECK_NEAR(h100->inter.a2a_bw, 48e9, 1);
+	for (int i = 0; i < hw_builtin_count(); i++) {
+		const HwProfile *h = hw_builtin_at(i);
+		if (strcmp(h->name, "cpu") != 0)
+			CHECK(h->intra.a2a_bw < h->intra.bw && h->inter.a2a_bw < h->inter.bw);
 	}
 }
 
@@ -322,6 +333,8 @@ static void test_hw_file(void)
 	                   "intra_bw = 400G   # per direction\n"
 	                   "gpus_per_node = 4   # a small node\n"
 	                   "intra_latency = 0.5 ms\n"
+	                   "inter_a2a_bw = 20 GB/s\n"
+	                   "intra_a2a_bw = 0.3 TB/s\n"
 	                   "name = my-h100";
 	CHECK_EQ_INT(hw_parse_overrides(&h, good, strlen(good), "good.hw", stderr), 0);
 	CHECK_EQ_STR(h.name, "my-h100");
@@ -332,6 +345,8 @@ static void test_hw_file(void)
 	CHECK_NEAR(h.peak_flops[DTM_F16], 1.2e15, 1);
 	CHECK_NEAR(h.intra.bw, 400e9, 0);
 	CHECK_NEAR(h.intra.latency, 0.5e-3, 1e-18);
+	CHECK_NEAR(h.inter.a2a_bw, 20e9, 0);
+	CHECK_NEAR(h.intra.a2a_bw, 300e9, 1);
 	CHECK_EQ_INT(h.devices_per_node, 4);
 	CHECK_NEAR(h.mem_bw, 3.35e12, 1); /* from the base */
 	CHECK_NEAR(h.peak_flops[DTM_F32], 67e12, 1);
@@ -361,8 +376,8 @@ static void test_hw_file(void)
 	        out,
 	        "x.hw:1:12: error: unknown unit 'TX/s' (bytes/s, e.g. 3.35 TB/s or 900 GB/s)\n"
 	        "x.hw:2:1: error: unknown key 'bogus' (keys: base, name, peak_f32, peak_bf16, "
-	        "peak_f16, mem_bw, mem_size, intra_bw, intra_latency, inter_bw, inter_latency, "
-	        "gpus_per_node)\n"
+	        "peak_f16, mem_bw, mem_size, intra_bw, intra_latency, intra_a2a_bw, inter_bw, "
+	        "inter_latency, inter_a2a_bw, gpus_per_node)\n"
 	        "x.hw:3:11: error: missing value for 'peak_f32'\n"
 	        "x.hw:4:1: error: 'base' must come before any other key\n"
 	        "x.hw:5:17: error: bad value '2.5' (a whole number from 1 to 1048576, e.g. 8)\n"
@@ -406,6 +421,7 @@ static void test_hw_file(void)
 		CHECK(r.mem_bw == b->mem_bw && r.mem_bytes == b->mem_bytes);
 		CHECK(r.intra.bw == b->intra.bw && r.intra.latency == b->intra.latency);
 		CHECK(r.inter.bw == b->inter.bw && r.inter.latency == b->inter.latency);
+		CHECK(r.intra.a2a_bw == b->intra.a2a_bw && r.inter.a2a_bw == b->inter.a2a_bw);
 		CHECK_EQ_INT(r.devices_per_node, b->devices_per_node);
 		free(out);
 	}
@@ -658,6 +674,72 @@ static const DtmAction s1acts[] = {
 static const DtmStage stages2[] = {{.nactions = 2, .actions = s0acts},
                                    {.nactions = 2, .actions = s1acts}};
 
+/* all_to_all (expert parallelism's dispatch and combine) at the link's
+ * a2a bandwidth, intra- or inter-node by the group, and every other
+ * collective still at the ring bandwidth.  mesh (dp = 2, ep = 2) on
+ * 2-rank nodes: ep groups [0,1] [2,3] inside a node, dp groups [0,2]
+ * [1,3] across.  The a2a figures differ from the ring ones so that a
+ * wrong pick shows. */
+static void test_a2a_link(void)
+{
+	HwProfile hw = test_hw;
+	hw.intra.a2a_bw = 4e9;
+	hw.inter.a2a_bw = 0.25e9;
+	static const DtmBuffer b[] = {{.name = "tokens", .bytes = 3000000}};
+	DtmAction a2a_ep = {.kind = DTM_ACT_COLL,
+	                    .nargs = 1,
+	                    .args = {0},
+	                    .coll = DTM_COLL_ALL_TO_ALL,
+	                    .axes = 2,
+	                    .bytes = 3000000};
+	DtmAction a2a_dp = a2a_ep, ar_ep = a2a_ep, ar_dp = a2a_ep;
+	a2a_dp.axes = 1;
+	ar_ep.coll = ar_dp.coll = DTM_COLL_ALL_REDUCE;
+	ar_dp.axes = 1;
+	DtmPlan p = {
+	        .version = DTM_PLAN_VERSION,
+	        .mesh_naxes = 2,
+	        .mesh_names = {"dp", "ep"},
+	        .mesh_sizes = {2, 2},
+	        .nbuffers = 1,
+	        .buffers = b,
+	};
+	/* n = 2, S = 3 MB: one step of the link's latency, then (n-1)/n S
+	 * sent at the a2a bandwidth */
+	double n = 2, S = 3e6, send = (n - 1) / n * S, bytes;
+	double intra = hw.intra.latency * (n - 1) + send / hw.intra.a2a_bw;
+	double inter = hw.inter.latency * (n - 1) + send / hw.inter.a2a_bw;
+	CHECK_NEAR(cost_action_seconds(&p, &hw, 2, &a2a_ep, &bytes), intra, 1e-15);
+	CHECK_NEAR(bytes, send, 0);
+	CHECK_NEAR(cost_action_seconds(&p, &hw, 2, &a2a_dp, &bytes), inter, 1e-15);
+	CHECK_NEAR(bytes, send, 0);
+	/* the ring collectives keep bw: 2 steps, 2 (n-1)/n S */
+	CHECK_NEAR(cost_action_seconds(&p, &hw, 2, &ar_ep, NULL),
+	           2 * hw.intra.latency + 2 * send / hw.intra.bw, 1e-15);
+	CHECK_NEAR(cost_action_seconds(&p, &hw, 2, &ar_dp, NULL),
+	           2 * hw.inter.latency + 2 * send / hw.inter.bw, 1e-15);
+	/* one node of 4 ranks: both groups intra-node */
+	CHECK_NEAR(cost_action_seconds(&p, &hw, 4, &a2a_dp, NULL), intra, 1e-15);
+	/* a link without an a2a figure falls back to bw */
+	HwLink bare = {.bw = hw.intra.bw, .latency = hw.intra.latency};
+	CHECK_NEAR(cost_comm_time(COST_ALL_TO_ALL, 2, S, bare),
+	           hw.intra.latency + send / hw.intra.bw, 1e-15);
+	/* the built-in h100: ep = 16 spans two 8-GPU nodes, ep = 8 fits one */
+	const HwProfile *h100 = hw_builtin("h100");
+	DtmPlan p16 = p;
+	p16.mesh_naxes = 1;
+	p16.mesh_sizes[0] = 16;
+	DtmAction a16 = a2a_ep;
+	a16.axes = 1;
+	double n16 = 16;
+	CHECK_NEAR(cost_action_seconds(&p16, h100, 8, &a16, NULL),
+	           h100->inter.latency * (n16 - 1) + (n16 - 1) / n16 * S / h100->inter.a2a_bw,
+	           1e-15);
+	p16.mesh_sizes[0] = 8;
+	CHECK_NEAR(cost_action_seconds(&p16, h100, 8, &a16, NULL),
+	           h100->intra.latency * 7 + 7.0 / 8 * S / h100->intra.a2a_bw, 1e-15);
+}
+
 static void test_plan_pipeline(void)
 {
 	DtmPlan p = {
@@ -758,6 +840,7 @@ int main(void)
 	test_hw_file();
 	test_hw_fuzz();
 	test_plan_step();
+	test_a2a_link();
 	test_plan_pipeline();
 	return check_report();
 }
