@@ -786,6 +786,22 @@ static void backward(Ad *a, const IrNode *n, int dy)
 	internal(a, msg, NULL);
 }
 
+/* A value the model annotated (`x = ... @ [ep, dp, _]`) has its gradient
+ * placed the same way, as JAX's with_sharding_constraint constrains the
+ * cotangent: the backward then runs where the forward did (a mixture of
+ * experts' expert-split layer: without it propagate may keep the
+ * gradient split by groups and move the experts' activations instead). */
+static void pin_grad(Ad *a, const IrNode *n, int dy)
+{
+	if (!n->place || dy < a->n0 || nd(a, dy)->place || nd(a, dy)->rank != n->rank ||
+	    (ir_op_flags(n->op) & OPF_LEAF))
+		return;
+	Placement p = *ir_place(a->m, n);
+	p.partial = 0;
+	p.partial_op = IR_RED_SUM;
+	ir_place_set(a->m, nd(a, dy), &p); /* out of memory: the verifier says */
+}
+
 /* ---- which nodes need a gradient ---- */
 
 /* need = reachable from a param and reaching the loss.  A message has no
@@ -998,6 +1014,7 @@ bool pass_autodiff(IrModule *m, Diag *d, const PassOptions *opt)
 		int dy = a.grad[i];
 		if (n->op != IR_OP_PERMUTE && n->op != IR_OP_RESHAPE)
 			dy = cast_to(&a, dy, n->dtype);
+		pin_grad(&a, n, dy);
 		backward(&a, n, dy);
 	}
 	if (!a.failed)

@@ -17,12 +17,30 @@
 #      rank 1's groups' C rows at each of experts 0 and 1, the combine's
 #      gradient again only counts, and the dispatch's gradient (a dense
 #      all_to_all of [E/ep, B*C, d]) half its block.
+#   4. the backward stays expert-split where the expert activations
+#      outweigh the experts' weights (ctx 64, and dropless capacity): 4
+#      all_to_alls per layer and no weight all_gather, through the
+#      gradients of the annotated values taking their placements
+#      (passes/autodiff.c, pin_grad; without it: 16 and weight gathers).
 set -u
 dtmc=$1
 py=/usr/bin/python3
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/dtm_moe_a2a_XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL (moe_a2a): $*" >&2; exit 1; }
+for defs in "-D ctx=64" "-D capacity_factor=4"; do
+	# shellcheck disable=SC2086
+	"$dtmc" inspect models/moe.dtm --mesh ep=2 $defs --json >"$tmp/bwd.json" ||
+		fail "inspect $defs failed"
+	"$py" - "$tmp/bwd.json" "$defs" <<'PY' || fail "see above"
+import json, sys
+j = json.load(open(sys.argv[1]))
+kinds = [c["kind"] for st in j["stages"] for c in st["comm"]]
+a2a, ag = kinds.count("all_to_all"), kinds.count("all_gather")
+print("moe_a2a: %s on ep=2: %d all_to_alls, %d all_gathers" % (sys.argv[2], a2a, ag))
+sys.exit(0 if a2a == 8 and ag == 0 else 1)
+PY
+done
 sed -e 's/^\(  logits = x @ router\)/\1 + 30.0 * sum(one_hot(topk(x * 0.0, k = 2), n = experts), axis = 2)/' \
 	models/moe.dtm >"$tmp/forced.dtm"
 grep -q '30.0 \* sum(one_hot' "$tmp/forced.dtm" || fail "no router logits to force"
