@@ -274,6 +274,36 @@ static void test_embed(void)
 	           "forward {\n  loss = sum(embed(tab, ids) * w)\n}\n");
 }
 
+static void test_routing(void)
+{
+	/* gather by value (the gates) and by row (a dispatch, empty slots -1),
+	 * scatter_add of rows (repeated indices add up); topk, moe_slot and
+	 * moe_token only route */
+	t("gather/scatter_add", "model t\n"
+	                        "input w : f32[2, 5, 2]\ninput w2 : f32[2, 6, 3]\n"
+	                        "input w3 : f32[2, 5, 3]\n"
+	                        "param x : f32[2, 5, 4]\nparam y : f32[2, 5, 3]\n"
+	                        "forward {\n"
+	                        "  e = topk(x, k = 2)\n"
+	                        "  loss = sum(gather(x, e) * w)\n"
+	                        "       + sum(gather(y, moe_token(e, experts = 3, capacity = 2)) * w2)\n"
+	                        "       + sum(scatter_add(gather(y, reshape(moe_slot(e, experts = 4, "
+	                        "capacity = 2), (2, 10))), reshape(e, (2, 10)), size = 5) * w3)\n"
+	                        "}\n");
+	char *moe = slurp("models/moe.dtm");
+	CHECK(moe != NULL);
+	if (moe) {
+		/* capacity 3 of 4 tokens per sequence at 2 choices of 4 experts:
+		 * drops; the aux and z losses through the router */
+		static const char *const defs[] = {"vocab", "11", "ctx", "4", "d", "8", "heads", "2",
+		                                   "kv_heads", "1", "layers", "1", "batch", "2",
+		                                   "experts", "4", "aux_weight", "0.5",
+		                                   "z_weight", "0.25"};
+		gradcheck("moe.dtm", moe, "pp=1,dp=1,ep=1,tp=1", 10, defs, 11, 12);
+	}
+	free(moe);
+}
+
 static void test_data_movement(void)
 {
 	t("concat/slice/split", "model t\n"
@@ -664,6 +694,7 @@ int main(void)
 	test_cross_entropy();
 	test_embed();
 	test_data_movement();
+	test_routing();
 	test_attention();
 	test_rope();
 	test_cast();
