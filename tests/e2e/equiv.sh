@@ -149,7 +149,7 @@ mask="$mask mask:dp=1,cp=2,tp=1/context_parallel=ring mask:dp=1,cp=4,tp=1/contex
 # Mixture of experts (issue 18, models/moe.dtm): expert parallelism (the
 # dispatch and combine all_to_alls over ep) at ep = 2 and 4, ep sharing the
 # data-parallel ranks (dp = 2 x ep = 2, and dp = 3 x ep = 2 with 6 experts
-# on a batch of 6), experts split over tp inside (ep = 2 x tp = 2), ZeRO-3
+# and a shared expert on a batch of 6), experts split over tp inside (ep = 2 x tp = 2), ZeRO-3
 # over dp with ep, a 2-stage pipeline x ep; skew: a copy whose router
 # sends every token's first choice to expert 0 (uneven loads: expert 0
 # drops past its capacity), and the same dropless (capacity_factor =
@@ -157,7 +157,7 @@ mask="$mask mask:dp=1,cp=2,tp=1/context_parallel=ring mask:dp=1,cp=4,tp=1/contex
 # mean over samples (f . P of the batch), so a micro-batched layout's
 # reference is one device with the same micro-batches (layout_ref).
 moe="ep=4 dp=2,ep=2 ep=2,tp=2 dp=2,ep=2/zero=3 pp=2,ep=2/microbatches=2"
-moe="$moe def:batch=6+experts=6:dp=3,ep=2 skew:ep=2 def:capacity_factor=4:skew:ep=4"
+moe="$moe def:batch=6+experts=6+shared=1:dp=3,ep=2 skew:ep=2 def:capacity_factor=4:skew:ep=4"
 case $model:${4:-spmd} in
 gpt:pipeline) layouts=$pp
      mpi_layouts="pp=2,dp=2,tp=1/microbatches=2/schedule=1f1b pp=4,dp=1,tp=1/microbatches=4/schedule=gpipe" ;;
