@@ -868,12 +868,69 @@ static void text_step(FILE *out, const Insp *in)
 	        100 * in->mfu, 100 * c->hfu);
 }
 
+/* A mixture of experts' routing sites on stage s (moe_slot nodes with a
+ * stats site; micro-batch copies of one site add up): what the plan fixes
+ * of them.  The load and drops are the data's: the run's log (`moe`). */
+typedef struct RouteSite {
+	int64_t site, experts, capacity, groups, tokens, choices;
+	const char *name;
+} RouteSite;
+
+static int route_sites(const Insp *in, int s, RouteSite *out, int cap)
+{
+	int n = 0;
+	for (int i = 0; i < in->m->nnodes; i++) {
+		const IrNode *x = in->m->nodes[i];
+		if (x->op != IR_OP_MOE_SLOT || !inspect_node_in_stage(in, i, s))
+			continue;
+		const IrAttrRoute *ra = ir_attr_route(x);
+		if (ra->stats < 1 || x->rank < 2)
+			continue;
+		int64_t S = x->shape[x->rank - 2], k = x->shape[x->rank - 1];
+		int64_t g = S > 0 && k > 0 ? ir_node_numel(x) / (S * k) : 0;
+		int j = 0;
+		while (j < n && out[j].site != ra->stats)
+			j++;
+		if (j == n) {
+			if (n == cap)
+				continue;
+			out[n++] = (RouteSite){.site = ra->stats, .experts = ra->n,
+			                       .capacity = ra->capacity, .tokens = S, .choices = k,
+			                       .name = x->name ? x->name : "?"};
+		}
+		out[j].groups += g;
+	}
+	return n;
+}
+
+#define MAX_ROUTE_SITES 256
+
+static void text_routing(FILE *out, const Insp *in, int s)
+{
+	RouteSite rs[MAX_ROUTE_SITES];
+	int n = route_sites(in, s, rs, MAX_ROUTE_SITES);
+	if (!n)
+		return;
+	fputs("  routing (mixture of experts), per step on this rank; each expert's load and drops\n"
+	      "  are the data's, in the run's log (\"moe\"):\n", out);
+	fprintf(out, "    %4s  %-18s %7s %8s %6s %6s %7s %12s %15s\n", "site", "layer", "experts",
+	        "capacity", "groups", "tokens", "choices", "slots/expert", "capacity factor");
+	for (int j = 0; j < n; j++) {
+		const RouteSite *r = &rs[j];
+		double cf = (double)(r->capacity * r->experts) / (double)(r->tokens * r->choices);
+		fprintf(out, "    %4" PRId64 "  %-18s %7" PRId64 " %8" PRId64 " %6" PRId64 " %6" PRId64
+		             " %7" PRId64 " %12" PRId64 " %15.3g\n", r->site, r->name, r->experts,
+		        r->capacity, r->groups, r->tokens, r->choices, r->groups * r->capacity, cf);
+	}
+}
+
 static void write_text(FILE *out, const Insp *in)
 {
 	text_header(out, in);
 	for (int s = 0; s < in->nstages; s++) {
 		text_schedule(out, in, s);
 		text_totals(out, in, s);
+		text_routing(out, in, s);
 		text_memory(out, in, s);
 	}
 	text_step(out, in);
@@ -1003,6 +1060,17 @@ static void json_stage(FILE *out, const Insp *in, int s)
 	        sm->opt_other, sm->padding, sm->padding_max, sm->inputs, sm->arena[DTM_ARENA_ACT], sm->act_live, sm->act_other,
 	        sm->act_gathered, sm->act_comm, sm->inflight > 0 ? sm->inflight : 0, sm->staging,
 	        sm->nstaging);
+	RouteSite rs[MAX_ROUTE_SITES];
+	int nr = route_sites(in, s, rs, MAX_ROUTE_SITES);
+	fputs("     \"routing\": [", out);
+	for (int j = 0; j < nr; j++) {
+		fprintf(out, "%s{\"site\": %" PRId64 ", \"layer\": ", j ? ", " : "", rs[j].site);
+		json_put_str(out, rs[j].name);
+		fprintf(out, ", \"experts\": %" PRId64 ", \"capacity\": %" PRId64 ", \"groups\": %" PRId64
+		             ", \"tokens\": %" PRId64 ", \"choices\": %" PRId64 "}",
+		        rs[j].experts, rs[j].capacity, rs[j].groups, rs[j].tokens, rs[j].choices);
+	}
+	fputs("],\n", out);
 	fputs("     \"time\": {\"compute_s\": ", out);
 	json_num(out, cs->compute_s);
 	fputs(", \"comm_s\": ", out);

@@ -6,7 +6,8 @@
 # 1; the batch split over ep, groups 0-3 on rank 0).  Checks:
 #   1. dtmc inspect: 4 all_to_alls per layer (dispatch and combine, each
 #      way), each sending (ep-1)/ep of its block: the capacity bound
-#      (B/ep) * E * C * d * 4 bytes per all_to_all;
+#      (B/ep) * E * C * d * 4 bytes per all_to_all; and its routing table
+#      (per layer: B/ep groups of T tokens, k choices, E experts, C);
 #   2. the runtime's log: the expert load (every token's two choices at
 #      experts 0 and 1: B*T each), the drops (each group's T choices of an
 #      expert past its capacity C: B*(T-C)), the same every step;
@@ -59,6 +60,12 @@ bound = (B // ep) * E * C * d * f4 * (ep - 1) // ep
 if len(a2a) != 4 * L or any(c["send_bytes"] != bound for c in a2a):
     bad.append("inspect: %d all_to_alls sending %s, want %d of %d" %
                (len(a2a), sorted({c["send_bytes"] for c in a2a}), 4 * L, bound))
+# inspect's routing: each layer's site, B/ep groups of T tokens, k choices,
+# E experts with C slots each per group
+want_r = [{"site": l + 1, "layer": "moe.%d.slot" % l, "experts": E, "capacity": C,
+           "groups": B // ep, "tokens": T, "choices": k} for l in range(L)]
+if ins["stages"][0]["routing"] != want_r:
+    bad.append("inspect: routing %s, want %s" % (ins["stages"][0]["routing"], want_r))
 slabs = (B // ep) * (E // ep)              # (group, expert) slabs per block
 counts = (ep - 1) * slabs * 4               # the i32 slab counts, each way
 want = L * (counts                          # dispatch: rank 1's experts get nothing
