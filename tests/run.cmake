@@ -546,12 +546,17 @@ endif()
 #                  messages; a profile file; a limit that drops everything
 #   sweep.cp       models/llama.dtm --devices 4: the context_parallel modes
 #                  swept where cp > 1, shown, and costed as inspect does
+#   sweep.moe      models/moe.dtm --devices 4: ep = 1, 2, 4 ranked, the best
+#                  with ep > 1 costed as inspect does (its all_to_alls)
 #   sweep.measure  --measure 2: build and run the best two on the local
 #                  backend, predicted vs measured (runs on a clean clone)
 add_test(NAME sweep.json COMMAND ${DTM_BASH} ${DTM_TESTS}/sweep/run.sh $<TARGET_FILE:dtmc> json
          WORKING_DIRECTORY ${DTM_ROOT})
 add_test(NAME sweep.cp COMMAND ${DTM_BASH} ${DTM_TESTS}/sweep/run.sh $<TARGET_FILE:dtmc> cp
          WORKING_DIRECTORY ${DTM_ROOT})
+add_test(NAME sweep.moe COMMAND ${DTM_BASH} ${DTM_TESTS}/sweep/run.sh $<TARGET_FILE:dtmc> moe
+         WORKING_DIRECTORY ${DTM_ROOT})
+set_tests_properties(sweep.moe PROPERTIES TIMEOUT 120 LABELS golden)
 add_test(NAME sweep.errors COMMAND ${DTM_BASH} ${DTM_TESTS}/sweep/run.sh $<TARGET_FILE:dtmc> errors
          WORKING_DIRECTORY ${DTM_ROOT})
 add_test(NAME sweep.measure COMMAND ${DTM_BASH} ${DTM_TESTS}/sweep/run.sh $<TARGET_FILE:dtmc> measure

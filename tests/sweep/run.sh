@@ -263,6 +263,43 @@ assert got == {'ring'}, got
 	[ -s "$tmp/e.txt" ] && fail "sweep printed on stderr: $(cat "$tmp/e.txt")"
 	echo "cp ok"
 	;;
+moe)
+	# models/moe.dtm on 4 devices: the ep axis swept like any other (ep = 1,
+	# 2 and 4 ranked), and the fastest candidate with ep > 1 costed as
+	# inspect costs the same layout, its all_to_alls included
+	"$dtmc" sweep models/moe.dtm --devices 4 --json --top 100000 -q > "$tmp/moe.json" ||
+		fail "sweep of moe exited $?"
+	python3 - "$tmp/moe.json" > "$tmp/pick.txt" <<'EOF' || exit 1
+import json, sys
+d = json.load(open(sys.argv[1]))
+eps = sorted({c["mesh"]["ep"] for c in d["ranking"]})
+if eps != [1, 2, 4]:
+    print("FAIL: ranked ep sizes %s, want [1, 2, 4]" % eps, file=sys.stderr)
+    sys.exit(1)
+c = min((c for c in d["ranking"] if c["mesh"]["ep"] > 1), key=lambda c: c["step_s"])
+mesh = ",".join("%s=%d" % kv for kv in c["mesh"].items())
+print(c["step_s"], c["peak_bytes"], c["comm_bytes"], mesh, " ".join("--train " + t for t in c["train"]))
+EOF
+	read -r step peak sent mesh train < "$tmp/pick.txt"
+	# shellcheck disable=SC2086
+	"$dtmc" inspect models/moe.dtm --json --mesh "$mesh" $train > "$tmp/in.json" ||
+		fail "inspect --mesh $mesh $train exited $?"
+	python3 - "$tmp/in.json" "$mesh $train" "$step" "$peak" "$sent" <<'EOF' || exit 1
+import json, sys
+d = json.load(open(sys.argv[1]))
+what, step, peak, sent = sys.argv[2], float(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5])
+got_peak = max(s["memory"]["peak_bytes"] for s in d["stages"])
+got_sent = max(s["totals"]["send_bytes"] for s in d["stages"])
+a2a = sum(1 for s in d["stages"] for c in s["comm"] if c["kind"] == "all_to_all")
+if got_peak != peak or got_sent != sent or abs(d["step"]["step_s"] - step) > 1e-6 * step or not a2a:
+    print("FAIL: %s: sweep says step %g s, peak %d, sent %d; inspect %g, %d, %d (%d all_to_alls)"
+          % (what, step, peak, sent, d["step"]["step_s"], got_peak, got_sent, a2a), file=sys.stderr)
+    sys.exit(1)
+print("moe %s: step %.4g ms, peak %d B, sent %d B, %d all_to_alls, as inspect"
+      % (what, step * 1e3, peak, sent, a2a))
+EOF
+	echo "moe ok"
+	;;
 errors)
 	# each: expected message, then the arguments
 	check() {
