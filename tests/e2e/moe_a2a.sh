@@ -16,8 +16,8 @@
 #      tokens': per layer, the forward dispatch sends rank 1 nothing (its
 #      experts got no token) but the slab counts, the combine returns
 #      rank 1's groups' C rows at each of experts 0 and 1, the combine's
-#      gradient again only counts, and the dispatch's gradient (a dense
-#      all_to_all of [E/ep, B*C, d]) half its block.
+#      gradient again only counts, and the dispatch's gradient the
+#      combine's rows again.
 #   4. the backward stays expert-split where the expert activations
 #      outweigh the experts' weights (ctx 64, and dropless capacity): 4
 #      all_to_alls per layer and no weight all_gather, through the
@@ -71,7 +71,7 @@ counts = (ep - 1) * slabs * 4               # the i32 slab counts, each way
 want = L * (counts                          # dispatch: rank 1's experts get nothing
             + slabs * C * d * f4 + counts   # combine: rank 1's groups, C rows each
             + counts                        # the combine's gradient: nothing back
-            + (E // ep) * B * C * d * f4 // ep)  # the dispatch's gradient, dense
+            + slabs * C * d * f4 + counts)  # the dispatch's gradient: as the combine
 load = [[B * T, B * T, 0, 0]] * L
 drop = [[B * (T - C), B * (T - C), 0, 0]] * L
 for line in open(sys.argv[2]):
