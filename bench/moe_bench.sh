@@ -46,8 +46,8 @@ print(len(rows), "%.1f" % (sum(r.get("send_bytes", 0) for r in rows) / 1024),
 PY
 }
 
-printf "%-4s %9s %10s %8s %5s %8s %8s %8s %9s %8s\n" ep step_ms compute_ms comm_ms a2a \
-	a2a_KiB a2a_cm cm_comm cm_step rss_MiB
+printf "%-4s %9s %10s %8s %5s %8s %8s %8s %8s %9s %8s\n" ep step_ms compute_ms comm_ms a2a \
+	a2a_KiB sent_KiB a2a_cm cm_comm cm_step rss_MiB
 for ep in $EPS; do
 	name=$work/moe.ep$ep
 	mesh=pp=1,dp=1,ep=$ep,tp=1
@@ -56,13 +56,16 @@ for ep in $EPS; do
 	"$dtmc" build models/moe.dtm -o "$name" "${defs[@]}" --mesh "$mesh" 2>"$name.build"
 	/usr/bin/time -f %M -o "$name.rss" "$name" --steps $((STEPS + WARM)) --log "$name.jsonl" -q
 	rss=$(awk '{ printf "%.0f", $1 / 1024 }' "$name.rss")
-	printf "%-4s %9.1f %10.1f %8.1f %5s %8s %8s %8s %9s %8s\n" "$ep" \
+	sent=$(med "$name.jsonl" a2a_bytes)
+	printf "%-4s %9.1f %10.1f %8.1f %5s %8s %8.1f %8s %8s %9s %8s\n" "$ep" \
 		"$(med "$name.jsonl" ms)" "$(med "$name.jsonl" compute_ms)" \
-		"$(med "$name.jsonl" comm_ms)" "$a2a" "$a2ak" "$a2am" "$cmcomm" "$cmstep" "$rss"
+		"$(med "$name.jsonl" comm_ms)" "$a2a" "$a2ak" "$(echo "${sent:-0}" | awk '{ print $1 / 1024 }')" \
+		"$a2am" "$cmcomm" "$cmstep" "$rss"
 done
 echo "(step_ms, compute_ms, comm_ms: medians of rank 0's timed steps and of their time in"
 echo " compute and in communication actions, from the binary's log; a2a, a2a_KiB: rank 0's"
-echo " all_to_alls per step and the KiB it sends in them (dtmc inspect); a2a_cm, cm_comm,"
+echo " all_to_alls per step and the KiB it sends in them at capacity (dtmc inspect); sent_KiB:"
+echo " what they sent (median; only the routed rows: the log's a2a_bytes); a2a_cm, cm_comm,"
 echo " cm_step: the cost model's ms for those all_to_alls, for all of rank 0's collectives and"
 echo " for the step on --hw cpu; rss: the process's peak RSS, all ep ranks together; load at"
 echo " the end: $(cut -d' ' -f1-3 /proc/loadavg))"
