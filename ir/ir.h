@@ -891,6 +891,11 @@ bool ir_infer_msg(IrModule *m, IrNode *n, char *msg, size_t cap);
 /* The textual form; print then parse then print gives identical text. */
 void ir_print(FILE *out, const IrModule *m);
 void ir_print_node(FILE *out, const IrModule *m, const IrNode *n);
+/* A node's attributes as the text form writes them (" {heads = 4, ...}",
+ * nothing for an op without), and the module's train lines: the pieces
+ * tools/mlir_export.c carries through MLIR as strings. */
+void ir_print_attrs(FILE *out, const IrModule *m, const IrNode *n);
+void ir_print_train(FILE *out, const IrModule *m);
 /* Parses the textual form; errors go to d with file:line:col. */
 IrModule *ir_parse(Arena *a, Diag *d, const SrcFile *src);
 

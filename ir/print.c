@@ -223,7 +223,7 @@ static int list_len(int n)
 	return n < 0 ? 0 : n > IR_MAX_INTS ? IR_MAX_INTS : n;
 }
 
-static void print_attrs(FILE *out, const IrModule *m, const IrNode *n)
+void ir_print_attrs(FILE *out, const IrModule *m, const IrNode *n)
 {
 	IrAttrKind kind = ir_op_attr_kind(n->op);
 	if (n->attr && n->attr->kind != kind) {
@@ -369,7 +369,7 @@ void ir_print_node(FILE *out, const IrModule *m, const IrNode *n)
 	fprintf(out, "%%%d = %s", n->id, ir_op_name(n->op));
 	for (int i = 0; i < n->nops; i++)
 		fprintf(out, "%s%%%d", i ? ", " : " ", n->ops[i]);
-	print_attrs(out, m, n);
+	ir_print_attrs(out, m, n);
 	if (n->name) {
 		fputc(' ', out);
 		irtext_string(out, n->name);
@@ -419,7 +419,7 @@ static bool line_is_default(const IrTrain *t, int line)
 	return true;
 }
 
-static void print_train(FILE *out, const IrModule *m)
+void ir_print_train(FILE *out, const IrModule *m)
 {
 	const char *base = (const char *)&m->train;
 	int line = -1;
@@ -494,7 +494,7 @@ void ir_print(FILE *out, const IrModule *m)
 		fprintf(out, " = %" PRId64, m->mesh.sizes[i]);
 	}
 	fputs(")\n", out);
-	print_train(out, m);
+	ir_print_train(out, m);
 	if (m->after)
 		fprintf(out, "after %s\n", m->after);
 	for (int i = 0; i < m->nnodes; i++)

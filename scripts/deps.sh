@@ -5,7 +5,7 @@
 # (the fuzz test), python3 (with venv, for JAX from PyPI: tests/jax),
 # graphviz (inspect's DOT tests render with dot),
 # OpenBLAS (the CPU runtime's GEMM), Open MPI (the
-# mpi backend and its tests) and, for the
+# mpi backend and its tests), MLIR 19 (dtmc export-mlir) and, for the
 # PyTorch oracle test and bench/, Debian's PyTorch and numpy for
 # /usr/bin/python3 (python3-torch 1.13, CPU).  When
 # something is missing and we run as root on Debian/Ubuntu with apt-get,
@@ -31,6 +31,13 @@ need dot graphviz
 # Open MPI for the mpi communication backend and its tests (mpirun)
 need mpicc libopenmpi-dev
 need mpirun openmpi-bin
+# MLIR 19 for `dtmc export-mlir` (tools/mlir_capi.c links its C API: the
+# static libMLIRCAPIIR.a and libMLIRCAPIRegisterEverything.a, then
+# libMLIR) and mlir-opt for its test (tests/mlir)
+mlir_lib=/usr/lib/llvm-19/lib
+{ [ -e $mlir_lib/libMLIRCAPIIR.a ] && [ -e $mlir_lib/libMLIRCAPIRegisterEverything.a ] &&
+	[ -e $mlir_lib/libMLIR.so ]; } || missing+=(libmlir-19-dev)
+need mlir-opt-19 mlir-19-tools
 
 # libFuzzer ships in clang's runtime package (libclang-rt-14-dev on Debian
 # 12); the only reliable test is to link a fuzz target.

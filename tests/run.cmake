@@ -572,6 +572,22 @@ set_tests_properties(sweep.errors PROPERTIES TIMEOUT 120 LABELS diag)
 set_tests_properties(sweep.measure PROPERTIES TIMEOUT 300 LABELS e2e)
 # ---- end sweep ----
 
+# ---- mlir: dtmc export-mlir (issue 19; tests/mlir/run.sh) ----
+#   mlir.export  every model and op corpus exports to a module MLIR verified,
+#                mlir-opt prints back unchanged, with the params and inputs
+#                as @forward's arguments and every placement a mesh.shard;
+#                without MLIR, export-mlir names the packages to install
+if(TARGET dtm_mlir AND DTM_MLIR_OPT)
+  add_test(NAME mlir.export
+           COMMAND ${DTM_BASH} ${DTM_TESTS}/mlir/run.sh $<TARGET_FILE:dtmc> ${DTM_MLIR_OPT}
+           WORKING_DIRECTORY ${DTM_ROOT})
+else()
+  add_test(NAME mlir.export COMMAND ${DTM_BASH} ${DTM_TESTS}/mlir/run.sh $<TARGET_FILE:dtmc>
+           WORKING_DIRECTORY ${DTM_ROOT})
+endif()
+set_tests_properties(mlir.export PROPERTIES TIMEOUT 300 LABELS golden)
+# ---- end mlir ----
+
 # ---- build: the build without optional dependencies (issue 12 point 1) ----
 #   build.minimal  OpenBLAS, MPI and CUDA turned off, -Werror, every target;
 #                  the plain-loop GEMM trains mlp dp=2 to OpenBLAS's losses

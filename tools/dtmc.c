@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "codegen/emit_cuda.h"
 #include "codegen/link.h"
@@ -29,6 +30,7 @@
 #include "passes/passes.h"
 #include "passes/pipeline.h"
 #include "tools/inspect.h"
+#include "tools/mlir.h"
 #include "tools/report.h"
 #include "tools/sweep.h"
 #include "tools/tokenize.h"
@@ -70,6 +72,7 @@ static int cmd_build(const Args *args);
 static int cmd_cuda_src(const Args *args);
 static int cmd_inspect(const Args *args);
 static int cmd_opt(const Args *args);
+static int cmd_export_mlir(const Args *args);
 
 /* the byte-level tokenizer (tools/tokenize.c) writes llm.c token files
  * the training binary reads; dtmc only dispatches to it */
@@ -203,6 +206,29 @@ static const Command commands[] = {
 	 "                         (wall and CPU) on standard error\n"
 	 ,
 	 cmd_cuda_src, false, true, NULL},
+	{"export-mlir", "write a model's global program as MLIR (verified by MLIR)",
+	 "usage: dtmc export-mlir FILE [--after=lower] [-o OUT.mlir] [-D name=value]...\n"
+	 "                  [--mesh axis=size,...] [--train key=value]...\n"
+	 "\n"
+	 "Writes the global program as lowering produced it as one MLIR module:\n"
+	 "`mesh.mesh @mesh` (every mesh axis; their names in dtm.mesh_axes), and\n"
+	 "`func.func @forward` taking the params and inputs (dtm.name, dtm.role,\n"
+	 "dtm.attr) and returning the loss, each known placement a `mesh.shard`.\n"
+	 "Elementwise ops are arith and math, matmul linalg.matmul or linalg.generic,\n"
+	 "reductions linalg.reduce, softmax, transpose, reshape, concat and slice\n"
+	 "linalg and tensor ops; the ops MLIR has no equivalent for (attention, the\n"
+	 "norms, the losses, embed, rope, dropout, the routing ops, gelu, silu,\n"
+	 "sigmoid, relu, log_softmax) are calls of declared functions @dtm.OP.N,\n"
+	 "their semantics ir/ops.def's, dtm's attributes in dtm.attr.  MLIR parses\n"
+	 "and verifies the module (through its C API, libdtm_mlir.so) before it is\n"
+	 "written, in MLIR's own printed form.  Needs dtm built with MLIR 19\n"
+	 "(Debian's libmlir-19-dev).\n"
+	 "\n"
+	 "options:\n"
+	 "  -o OUT.mlir            the file to write (default: standard output)\n"
+	 "  --after=lower          the program exported (lower is the only one yet)\n"
+	 "  -D, --mesh, --train    as for dtmc build\n",
+	 cmd_export_mlir, true, true, NULL},
 	{"inspect", "show a layout's communication, memory and step time, without running",
 	 "usage: dtmc inspect FILE [-D name=value]... [--mesh axis=size,...] [--train key=value]...\n"
 	 "                  [--hw NAME|FILE] [--nodes K] [--rank R] [--json] [--trace FILE]\n"
@@ -481,6 +507,8 @@ static int parse_args(const Command *c, int argc, char **argv, Args *args)
 		fprintf(stderr, "dtmc: error: no input file (see dtmc help %s)\n", c->name);
 		return 1;
 	}
+	if (c->run == cmd_export_mlir && !args->output)
+		args->output = "-";
 	if (c->has_output && !args->output) {
 		fprintf(stderr, "dtmc: error: no output file: give -o NAME (see dtmc help %s)\n",
 		        c->name);
@@ -650,6 +678,65 @@ static int cmd_cuda_src(const Args *args)
 	}
 	if (ok && strcmp(args->output, "-") == 0)
 		ok = flush_stdout(&d);
+	return finish(&a, &d, ok, &o);
+}
+
+/* `dtmc export-mlir`: the global program as MLIR text (tools/mlir.h),
+ * verified and printed by MLIR, written whole or not at all. */
+static int cmd_export_mlir(const Args *args)
+{
+	if (args->after && strcmp(args->after, "lower") != 0) {
+		fprintf(stderr, "dtmc: error: export-mlir exports the global program "
+		        "(--after=lower); the per-rank program after '%s' is not exported yet\n",
+		        args->after);
+		return 1;
+	}
+	char err[1024];
+	const DtmMlirApi *api = mlir_plugin(err, sizeof err);
+	if (!api) {
+		fprintf(stderr, "dtmc: error: %s\n", err);
+		return 1;
+	}
+	Arena a;
+	Diag d;
+	arena_init(&a);
+	diag_init(&d, stderr);
+	DrvOptions o = drv_options(args);
+	o.stop_after = "lower";
+	Compiled c;
+	char *text = NULL, *out = NULL, *diag = NULL;
+	bool ok = drv_load(&c, &a, &d, args->file, &o) && drv_run(&c, &d, &o);
+	if (ok && !mlir_export_text(c.m, &text, err, sizeof err)) {
+		diag_error(&d, (SrcLoc){0}, "export-mlir: %s", err);
+		ok = false;
+	}
+	if (ok && api->check(text, &out, &diag) != 0) {
+		diag_error(&d, (SrcLoc){0}, "export-mlir: MLIR rejects the exported module (a dtm "
+		           "bug):\n%s", diag ? diag : "");
+		ok = false;
+	}
+	if (ok) {
+		bool std = strcmp(args->output, "-") == 0;
+		char *tmp = std ? NULL : arena_printf(&a, "%s.tmp", args->output);
+		FILE *f = std ? stdout : fopen(tmp, "w");
+		if (!f) {
+			diag_error(&d, (SrcLoc){0}, "cannot write '%s': %s", tmp, strerror(errno));
+			ok = false;
+		} else {
+			fputs(out, f);
+			if (!std && (fclose(f) != 0 || rename(tmp, args->output) != 0)) {
+				diag_error(&d, (SrcLoc){0}, "cannot write '%s': %s", args->output,
+				           strerror(errno));
+				unlink(tmp);
+				ok = false;
+			}
+			if (std)
+				ok = flush_stdout(&d);
+		}
+	}
+	free(text);
+	free(out);
+	free(diag);
 	return finish(&a, &d, ok, &o);
 }
 

@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # minimal.sh DTMC WORKDIR - the build without any optional dependency.
 #
-# Configures the project with OpenBLAS, MPI and CUDA turned off
-# (-DDTM_BLAS=OFF -DDTM_MPI=OFF -DDTM_CUDA=OFF) and -Werror, builds every
+# Configures the project with OpenBLAS, MPI, CUDA and MLIR turned off
+# (-DDTM_BLAS=OFF -DDTM_MPI=OFF -DDTM_CUDA=OFF -DDTM_MLIR=OFF) and -Werror, builds every
 # target, then checks what the fallbacks promise:
 #   1. the build is warning-free (-Werror) and CMake says each part is off;
 #   2. a binary built by that dtmc trains models/mlp.dtm on dp=2 with the
 #      plain GEMM loop, to the losses of DTMC's (OpenBLAS) build, 1e-5;
 #   3. `--backend mpi` on it, or running it under a launcher (OMPI_COMM_WORLD_SIZE),
-#      is a one-line error naming the missing part, exit 1.
+#      is a one-line error naming the missing part, exit 1;
+#   4. `dtmc export-mlir` exits 1 naming the packages to install.
 set -u
 dtmc=$1
 work=$2
@@ -16,9 +17,9 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 fail() { echo "FAIL build.minimal: $*" >&2; exit 1; }
 mkdir -p "$work"
 bdir=$work/build
-cmake -S "$root" -B "$bdir" -DDTM_WERROR=ON -DDTM_BLAS=OFF -DDTM_MPI=OFF -DDTM_CUDA=OFF \
+cmake -S "$root" -B "$bdir" -DDTM_WERROR=ON -DDTM_BLAS=OFF -DDTM_MPI=OFF -DDTM_CUDA=OFF -DDTM_MLIR=OFF \
 	>"$work/configure.txt" 2>&1 || { cat "$work/configure.txt" >&2; fail "configure failed"; }
-for want in "OpenBLAS turned off" "MPI turned off" "NVRTC not found"; do
+for want in "OpenBLAS turned off" "MPI turned off" "NVRTC not found" "MLIR turned off"; do
 	grep -q "$want" "$work/configure.txt" || { cat "$work/configure.txt" >&2; fail "configure did not say '$want'"; }
 done
 cmake --build "$bdir" -j "$(nproc 2>/dev/null || echo 2)" >"$work/build.txt" 2>&1 ||
@@ -51,4 +52,9 @@ rc=$?
 [ $rc = 1 ] || fail "under a launcher without MPI built in: exit $rc, want 1"
 grep -q "started by a launcher of 4 processes (OMPI_COMM_WORLD_SIZE).*--backend local" "$work/launcher.txt" ||
 	{ cat "$work/launcher.txt" >&2; fail "no clear launcher error"; }
-echo "build.minimal: -Werror build without OpenBLAS, MPI and CUDA; mlp dp=2 losses equal OpenBLAS's over $steps steps"
+"$bdir/dtmc" export-mlir "$root/models/mlp.dtm" >"$work/mlir.txt" 2>&1
+rc=$?
+[ $rc = 1 ] || fail "export-mlir without MLIR exited $rc, want 1"
+grep -q "built without MLIR.*libmlir-19-dev" "$work/mlir.txt" ||
+	{ cat "$work/mlir.txt" >&2; fail "no clear MLIR error"; }
+echo "build.minimal: -Werror build without OpenBLAS, MPI, CUDA and MLIR; mlp dp=2 losses equal OpenBLAS's over $steps steps"

@@ -1,0 +1,42 @@
+/* mlir.h - MLIR as dtm's exchange format (`dtmc export-mlir`).
+ *
+ * mlir_export.c writes dtm's global program as MLIR text (func, arith,
+ * math, linalg, tensor and mesh; the ops MLIR has no equivalent for as
+ * calls of declared @dtm.OP functions).  MLIR itself parses and verifies
+ * that text through its C API, in the plugin libdtm_mlir.so
+ * (mlir_capi.c, built where CMake finds MLIR 19), which dtmc loads from
+ * its own directory when an MLIR command runs, so dtmc does not load
+ * libMLIR for anything else.
+ */
+#ifndef DTM_TOOLS_MLIR_H
+#define DTM_TOOLS_MLIR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "ir/ir.h"
+
+/* The global program m as MLIR text in *text (malloc'd); false and a
+ * message in err when it cannot be written. */
+bool mlir_export_text(const IrModule *m, char **text, char *err, size_t cap);
+
+/* The plugin's entry points.  Each returns 0 on success with the module as
+ * MLIR prints it in *out, or 1 with MLIR's diagnostics in *err (both
+ * malloc'd, the caller frees them). */
+typedef struct DtmMlirApi {
+	int version; /* DTM_MLIR_API_VERSION */
+	/* parse src, verify it */
+	int (*check)(const char *src, char **out, char **err);
+	/* parse, verify, run the textual pass pipeline, verify again */
+	int (*run)(const char *src, const char *pipeline, char **out, char **err);
+} DtmMlirApi;
+#define DTM_MLIR_API_VERSION 1
+
+/* The exported symbol of libdtm_mlir.so. */
+const DtmMlirApi *dtm_mlir_api(void);
+
+/* libdtm_mlir.so from dtmc's directory, or NULL with err saying what to
+ * install (dtmc built without MLIR, or the library missing). */
+const DtmMlirApi *mlir_plugin(char *err, size_t cap);
+
+#endif

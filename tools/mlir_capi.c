@@ -1,0 +1,125 @@
+/* mlir_capi.c - libdtm_mlir.so: MLIR's parser, verifier and passes through
+ * its C API, for dtmc (tools/mlir.h).  Built only where CMake finds MLIR
+ * 19; links the static C API libraries and libMLIR. */
+#include "tools/mlir.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <mlir-c/Diagnostics.h>
+#include <mlir-c/IR.h>
+#include <mlir-c/Pass.h>
+#include <mlir-c/RegisterEverything.h>
+
+/* A growing text: printed IR or diagnostics. */
+typedef struct Buf {
+	char *p;
+	size_t n, cap;
+} Buf;
+
+static void buf_add(Buf *b, const char *s, size_t n)
+{
+	if (b->n + n + 1 > b->cap) {
+		size_t c = b->cap ? 2 * b->cap : 4096;
+		while (c < b->n + n + 1)
+			c *= 2;
+		char *q = realloc(b->p, c);
+		if (!q)
+			return;
+		b->p = q;
+		b->cap = c;
+	}
+	memcpy(b->p + b->n, s, n);
+	b->n += n;
+	b->p[b->n] = 0;
+}
+
+static void to_buf(MlirStringRef s, void *u)
+{
+	buf_add(u, s.data, s.length);
+}
+
+/* Every diagnostic, "LOC: error: message", one per line. */
+static MlirLogicalResult on_diag(MlirDiagnostic d, void *u)
+{
+	Buf *b = u;
+	mlirLocationPrint(mlirDiagnosticGetLocation(d), to_buf, b);
+	static const char *const sev[] = {"error", "warning", "note", "remark"};
+	MlirDiagnosticSeverity s = mlirDiagnosticGetSeverity(d);
+	buf_add(b, ": ", 2);
+	const char *w = (unsigned)s < 4 ? sev[s] : "error";
+	buf_add(b, w, strlen(w));
+	buf_add(b, ": ", 2);
+	mlirDiagnosticPrint(d, to_buf, b);
+	buf_add(b, "\n", 1);
+	return mlirLogicalResultSuccess();
+}
+
+static MlirContext context(Buf *diag)
+{
+	MlirDialectRegistry reg = mlirDialectRegistryCreate();
+	mlirRegisterAllDialects(reg);
+	MlirContext ctx = mlirContextCreate();
+	mlirContextAppendDialectRegistry(ctx, reg);
+	mlirDialectRegistryDestroy(reg);
+	mlirContextLoadAllAvailableDialects(ctx);
+	mlirContextAttachDiagnosticHandler(ctx, on_diag, diag, NULL);
+	return ctx;
+}
+
+static int finish(MlirContext ctx, MlirModule mod, int rc, Buf *out, Buf *diag, char **o,
+                  char **e)
+{
+	if (!rc && !mlirModuleIsNull(mod))
+		mlirOperationPrint(mlirModuleGetOperation(mod), to_buf, out);
+	if (!mlirModuleIsNull(mod))
+		mlirModuleDestroy(mod);
+	mlirContextDestroy(ctx);
+	if (rc && !diag->n)
+		buf_add(diag, "MLIR rejected the module\n", 25);
+	*o = rc ? NULL : out->p;
+	*e = rc ? diag->p : NULL;
+	if (rc)
+		free(out->p);
+	else
+		free(diag->p);
+	return rc;
+}
+
+static int run(const char *src, const char *pipeline, char **o, char **e)
+{
+	Buf out = {0}, diag = {0};
+	MlirContext ctx = context(&diag);
+	MlirModule mod = mlirModuleCreateParse(ctx, mlirStringRefCreateFromCString(src));
+	int rc = mlirModuleIsNull(mod);
+	if (!rc)
+		rc = !mlirOperationVerify(mlirModuleGetOperation(mod));
+	if (!rc && pipeline) {
+		static int registered;
+		if (!registered++)
+			mlirRegisterAllPasses();
+		MlirPassManager pm = mlirPassManagerCreate(ctx);
+		MlirOpPassManager opm = mlirPassManagerGetAsOpPassManager(pm);
+		rc = !mlirLogicalResultIsSuccess(
+		        mlirParsePassPipeline(opm, mlirStringRefCreateFromCString(pipeline), to_buf, &diag));
+		if (!rc)
+			rc = !mlirLogicalResultIsSuccess(mlirPassManagerRunOnOp(pm, mlirModuleGetOperation(mod)));
+		mlirPassManagerDestroy(pm);
+		if (!rc)
+			rc = !mlirOperationVerify(mlirModuleGetOperation(mod));
+	}
+	return finish(ctx, mod, rc, &out, &diag, o, e);
+}
+
+static int check(const char *src, char **o, char **e)
+{
+	return run(src, NULL, o, e);
+}
+
+static const DtmMlirApi api = {DTM_MLIR_API_VERSION, check, run};
+
+__attribute__((visibility("default"))) const DtmMlirApi *dtm_mlir_api(void)
+{
+	return &api;
+}
