@@ -22,9 +22,12 @@
  * routing ops, gelu, silu, sigmoid, relu, log_softmax) are calls of
  * declared functions `@dtm.OP.N` (one per signature) with dtm's own
  * attributes as the call's dtm.attr string: their semantics are
- * ir/ops.def's.  Every node's dtm attributes also ride on the op that
- * makes it (dtm.attr), and the module carries the train section
- * (dtm.train), so the module says everything dtm's IR does.
+ * ir/ops.def's.  The module carries the mesh axes' names and the train
+ * section (dtm.mesh_axes, dtm.train), the arguments their names, roles
+ * and inits; not yet the names of other values, the stage and block
+ * annotations or source locations (what `dtmc import-mlir` will need to
+ * give back the same program: issue 19).  The arguments' mesh.shard come
+ * first, in argument order, the others right after the value they shard.
  *
  * The text is parsed and verified by MLIR itself (tools/mlir_capi.c,
  * through the C API) before it is written.
@@ -46,8 +49,7 @@ typedef struct Ex {
 	/* declared callee signatures, "OP|types" -> @dtm.OP.N */
 	char **sigs;
 	int nsigs, capsigs;
-	int *value;    /* [nnodes]: the node's SSA value is %vN (its shard: %sN) */
-	bool *sharded;
+	bool *sharded; /* [nnodes]: users read its mesh.shard, %sN, not %vN */
 	bool ok;
 	char err[256];
 } Ex;
@@ -731,10 +733,9 @@ bool mlir_export_text(const IrModule *m, char **text, char *err, size_t cap)
 	size_t lb = 0, ld = 0, lt = 0;
 	e.body = open_memstream(&body, &lb);
 	e.decls = open_memstream(&decls, &ld);
-	e.value = calloc((size_t)(m->nnodes ? m->nnodes : 1), sizeof *e.value);
 	e.sharded = calloc((size_t)(m->nnodes ? m->nnodes : 1), sizeof *e.sharded);
 	FILE *out = open_memstream(text, &lt);
-	if (!e.body || !e.decls || !e.value || !e.sharded || !out) {
+	if (!e.body || !e.decls || !e.sharded || !out) {
 		snprintf(err, cap, "out of memory");
 		e.ok = false;
 	}
@@ -768,9 +769,13 @@ bool mlir_export_text(const IrModule *m, char **text, char *err, size_t cap)
 		fputs(") -> ", e.body);
 		ntype(e.body, m->nodes[m->loss]);
 		fputs(" {\n", e.body);
+		for (int i = 0; i < m->nnodes; i++)
+			if (m->nodes[i]->op == IR_OP_PARAM || m->nodes[i]->op == IR_OP_INPUT)
+				shard(&e, i);
 		for (int i = 0; i < m->nnodes && e.ok; i++) {
 			node(&e, m->nodes[i]);
-			shard(&e, i);
+			if (m->nodes[i]->op != IR_OP_PARAM && m->nodes[i]->op != IR_OP_INPUT)
+				shard(&e, i);
 		}
 		fputs("    return ", e.body);
 		val(&e, e.body, m->loss);
@@ -796,7 +801,6 @@ bool mlir_export_text(const IrModule *m, char **text, char *err, size_t cap)
 	free(e.sigs);
 	free(body);
 	free(decls);
-	free(e.value);
 	free(e.sharded);
 	if (!e.ok) {
 		free(*text);
