@@ -72,7 +72,8 @@ static int64_t dim0_parts(const IrModule *m, const IrNode *n)
  * elements (an expert dim before the batch, say), so n's batch dim is the
  * first one whose prefix has as many elements and that M divides (a
  * reshape merging it with the dims after it, [E, B, C] -> [E, B*C], or
- * splitting them); scatter_add keeps the operand's dims.  -1: none. */
+ * splitting them); scatter_add keeps the operand's dims, expand aligns
+ * them right.  -1: none. */
 static int batch_dim_of(const IrNode *n, const IrNode *o0, const IrNode *c0, int64_t M)
 {
 	int b = 0;
@@ -80,8 +81,11 @@ static int batch_dim_of(const IrNode *n, const IrNode *o0, const IrNode *c0, int
 		b++;
 	if (b == o0->rank)
 		return -1;
-	if (n->op == IR_OP_SCATTER_ADD || n->op == IR_OP_EXPAND)
-		return b < n->rank && n->shape[b] % M == 0 ? b : -1;
+	if (n->op == IR_OP_SCATTER_ADD || n->op == IR_OP_EXPAND) {
+		/* expand aligns its operand's dims right (numpy) */
+		int j = n->op == IR_OP_EXPAND ? b + n->rank - o0->rank : b;
+		return j >= 0 && j < n->rank && n->shape[j] % M == 0 ? j : -1;
+	}
 	if (n->op == IR_OP_SUM_TO)
 		return n->rank >= 1 && n->shape[0] % M == 0 ? 0 : -1;
 	int64_t pre = 1, at = 1;

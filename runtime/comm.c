@@ -387,6 +387,11 @@ int comm_all_to_all_rows(Comm *c, uint32_t axes, const void *in, void *out,
 	int64_t rows = bs[vdim], rowlen = 1, so, sl, si, co, cl, ci;
 	for (int d = vdim + 1; d < rank; d++)
 		rowlen *= bs[d];
+	if (rows * rowlen == 0 || numel == 0) { /* nothing in a slab: the dense form */
+		if (sent)
+			*sent = 0;
+		return comm_all_to_all_dim(c, axes, in, out, shape, rank, split_dim, concat_dim, t);
+	}
 	size_t rowb = (size_t)rowlen * es, slabb = (size_t)rows * rowb;
 	split3(shape, rank, split_dim, &so, &sl, &si);
 	split3(bs, rank, concat_dim, &co, &cl, &ci);
