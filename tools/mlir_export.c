@@ -444,9 +444,16 @@ static void reduce(Ex *e, const IrNode *n)
 	int init = filled(e, rr, rs, n->dtype, max ? "0xFF800000" : "0.0");
 	if (max && n->dtype != IR_F32) /* -inf of a 16-bit type */
 		e->ok = false, snprintf(e->err, sizeof e->err, "max of %s", elt(n->dtype));
-	int r = tmp(e);
+	/* the last op of reduce, mulf (mean) and expand_shape (keepdims)
+	 * defines the node's value */
+	bool mean = n->op == IR_OP_MEAN, expand = ax->keepdims && rr != n->rank;
+	char cur[32];
+	if (mean || expand)
+		snprintf(cur, sizeof cur, "%%t%d", tmp(e));
+	else
+		snprintf(cur, sizeof cur, "%%v%d", n->id);
 	FILE *f = e->body;
-	fprintf(f, "    %%t%d = linalg.reduce ins(", r);
+	fprintf(f, "    %s = linalg.reduce ins(", cur);
 	val(e, f, x->id);
 	fputs(" : ", f);
 	ntype(f, x);
@@ -462,20 +469,23 @@ static void reduce(Ex *e, const IrNode *n)
 	           "        linalg.yield %%o : %s\n      }\n",
 	        elt(x->dtype), elt(n->dtype), max ? "arith.maximumf" : "arith.addf", elt(n->dtype),
 	        elt(n->dtype));
-	char cur[32];
-	snprintf(cur, sizeof cur, "%%t%d", r);
-	if (n->op == IR_OP_MEAN) {
-		int c = tmp(e), k = tmp(e);
+	if (mean) {
+		char res[32];
+		int c = tmp(e);
+		if (expand)
+			snprintf(res, sizeof res, "%%t%d", tmp(e));
+		else
+			snprintf(res, sizeof res, "%%v%d", n->id);
 		fprintf(f, "    %%t%d = arith.constant dense<", c);
 		put_fp(f, 1.0 / (double)count);
 		fputs("> : ", f);
 		put_type(f, rr, rs, n->dtype);
-		fprintf(f, "\n    %%t%d = arith.mulf %s, %%t%d : ", k, cur, c);
+		fprintf(f, "\n    %s = arith.mulf %s, %%t%d : ", res, cur, c);
 		put_type(f, rr, rs, n->dtype);
 		fputc('\n', f);
-		snprintf(cur, sizeof cur, "%%t%d", k);
+		snprintf(cur, sizeof cur, "%s", res);
 	}
-	if (ax->keepdims && rr != n->rank) {
+	if (expand) {
 		/* expand back: each kept dim groups the reduced (size 1) dims
 		 * after it; leading reduced dims join the first group */
 		fprintf(f, "    %%v%d = tensor.expand_shape %s [", n->id, cur);
@@ -505,12 +515,6 @@ static void reduce(Ex *e, const IrNode *n)
 		fputs("] : ", f);
 		put_type(f, rr, rs, n->dtype);
 		fputs(" into ", f);
-		ntype(f, n);
-		fputc('\n', f);
-	} else {
-		fprintf(f, "    %%v%d = tensor.cast %s : ", n->id, cur);
-		put_type(f, rr, rs, n->dtype);
-		fputs(" to ", f);
 		ntype(f, n);
 		fputc('\n', f);
 	}

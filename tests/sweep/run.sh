@@ -35,6 +35,33 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
+# same_as_inspect MODEL WHAT STEP PEAK SENT MESH TRAIN NEED_A2A: `dtmc inspect`
+# of MODEL on MESH with TRAIN (--train K=V words) reports the step time
+# (1e-6 relative), peak bytes and send bytes sweep gave the candidate; with
+# NEED_A2A = 1 its plan must have all_to_alls
+same_as_inspect() {
+	local model=$1 what=$2 step=$3 peak=$4 sent=$5 mesh=$6 train=$7 need=$8
+	# shellcheck disable=SC2086
+	"$dtmc" inspect "$model" --json --mesh "$mesh" $train > "$tmp/in.json" ||
+		fail "inspect --mesh $mesh $train exited $?"
+	python3 - "$tmp/in.json" "$what $mesh $train" "$step" "$peak" "$sent" "$need" <<'EOF' || exit 1
+import json, sys
+d = json.load(open(sys.argv[1]))
+what, step, peak, sent = sys.argv[2], float(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5])
+got_peak = max(s["memory"]["peak_bytes"] for s in d["stages"])
+got_sent = max(s["totals"]["send_bytes"] for s in d["stages"])
+got_step = d["step"]["step_s"]
+a2a = sum(1 for s in d["stages"] for c in s["comm"] if c["kind"] == "all_to_all")
+if got_peak != peak or got_sent != sent or abs(got_step - step) > 1e-6 * step or \
+        (sys.argv[6] == "1" and not a2a):
+    print("FAIL: %s: sweep says step %g s, peak %d, sent %d; inspect %g, %d, %d (%d all_to_alls)"
+          % (what, step, peak, sent, got_step, got_peak, got_sent, a2a), file=sys.stderr)
+    sys.exit(1)
+print("%s: step %.4g ms, peak %d B, sent %d B, %d all_to_alls, as inspect"
+      % (what, step * 1e3, peak, sent, a2a))
+EOF
+}
+
 case $mode in
 json)
 	"$dtmc" sweep models/mlp.dtm --devices 4 --json --top 5 > "$tmp/out.json" 2> "$tmp/err.txt" ||
@@ -226,22 +253,7 @@ for c in picks:
           " ".join("--train " + t for t in c["train"]))
 EOF
 	while read -r mode step peak sent mesh train; do
-		# shellcheck disable=SC2086
-		"$dtmc" inspect models/llama.dtm --json --mesh "$mesh" $train > "$tmp/in.json" ||
-			fail "inspect --mesh $mesh $train exited $?"
-		python3 - "$tmp/in.json" "$mode $mesh $train" "$step" "$peak" "$sent" <<'EOF' || exit 1
-import json, sys
-d = json.load(open(sys.argv[1]))
-what, step, peak, sent = sys.argv[2], float(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5])
-got_peak = max(s["memory"]["peak_bytes"] for s in d["stages"])
-got_sent = max(s["totals"]["send_bytes"] for s in d["stages"])
-got_step = d["step"]["step_s"]
-if got_peak != peak or got_sent != sent or abs(got_step - step) > 1e-6 * step:
-    print("FAIL: %s: sweep says step %g s, peak %d, sent %d; inspect %g, %d, %d"
-          % (what, step, peak, sent, got_step, got_peak, got_sent), file=sys.stderr)
-    sys.exit(1)
-print("%s: step %.4g ms, peak %d B, sent %d B, as inspect" % (what, step * 1e3, peak, sent))
-EOF
+		same_as_inspect models/llama.dtm "$mode" "$step" "$peak" "$sent" "$mesh" "$train" 0
 	done < "$tmp/pick.txt"
 	[ "$(wc -l < "$tmp/pick.txt")" -eq 3 ] || fail "picked $(wc -l < "$tmp/pick.txt") candidates, not 3"
 	# fixed by --train: that mode alone; the candidates with cp = 1, where
@@ -281,23 +293,7 @@ mesh = ",".join("%s=%d" % kv for kv in c["mesh"].items())
 print(c["step_s"], c["peak_bytes"], c["comm_bytes"], mesh, " ".join("--train " + t for t in c["train"]))
 EOF
 	read -r step peak sent mesh train < "$tmp/pick.txt"
-	# shellcheck disable=SC2086
-	"$dtmc" inspect models/moe.dtm --json --mesh "$mesh" $train > "$tmp/in.json" ||
-		fail "inspect --mesh $mesh $train exited $?"
-	python3 - "$tmp/in.json" "$mesh $train" "$step" "$peak" "$sent" <<'EOF' || exit 1
-import json, sys
-d = json.load(open(sys.argv[1]))
-what, step, peak, sent = sys.argv[2], float(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5])
-got_peak = max(s["memory"]["peak_bytes"] for s in d["stages"])
-got_sent = max(s["totals"]["send_bytes"] for s in d["stages"])
-a2a = sum(1 for s in d["stages"] for c in s["comm"] if c["kind"] == "all_to_all")
-if got_peak != peak or got_sent != sent or abs(d["step"]["step_s"] - step) > 1e-6 * step or not a2a:
-    print("FAIL: %s: sweep says step %g s, peak %d, sent %d; inspect %g, %d, %d (%d all_to_alls)"
-          % (what, step, peak, sent, d["step"]["step_s"], got_peak, got_sent, a2a), file=sys.stderr)
-    sys.exit(1)
-print("moe %s: step %.4g ms, peak %d B, sent %d B, %d all_to_alls, as inspect"
-      % (what, step * 1e3, peak, sent, a2a))
-EOF
+	same_as_inspect models/moe.dtm moe "$step" "$peak" "$sent" "$mesh" "$train" 1
 	echo "moe ok"
 	;;
 errors)
