@@ -9,6 +9,7 @@
  */
 #include "driver/driver.h"
 
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -133,6 +134,11 @@ bool drv_is_ir_path(const char *path)
 	return strcmp(path, "-") == 0 || ends_with(path, ".ir");
 }
 
+bool drv_is_mlir_path(const char *path)
+{
+	return ends_with(path, ".mlir");
+}
+
 static void compiled_init(Compiled *c, Arena *a)
 {
 	memset(c, 0, sizeof *c);
@@ -165,6 +171,51 @@ static IrModule *load_text(Arena *a, Diag *d, const char *path, const DrvOptions
 	return ir_verify(m, d, "parse") && pass_check_input(m, d) ? m : NULL;
 }
 
+/* An MLIR module: imported as IR text (its nodes located in the .mlir
+ * file), parsed, given --mesh and --train, verified as a lowered .dtm
+ * model is. */
+static IrModule *load_mlir(Arena *a, Diag *d, const char *path, const DrvOptions *o)
+{
+	SrcFile *src = arena_alloc(a, sizeof *src), *ir = arena_alloc(a, sizeof *ir);
+	if (!src || !ir) {
+		diag_error(d, (SrcLoc){0}, "out of memory");
+		return NULL;
+	}
+	if (!src_read_file(a, d, path, src))
+		return NULL;
+	diag_add_file(d, src);
+	if (!o->import_mlir) {
+		diag_error(d, (SrcLoc){.file = path}, "this program does not read MLIR models "
+		           "(dtmc does)");
+		return NULL;
+	}
+	char *text = NULL;
+	if (!o->import_mlir(src, &text, d))
+		return NULL;
+	*ir = (SrcFile){.name = arena_printf(a, "%s (as IR text)", path),
+	                .text = arena_strdup(a, text), .len = strlen(text)};
+	free(text);
+	if (!ir->text)
+		return NULL;
+	IrModule *m = ir_parse(a, d, ir);
+	if (!m || d->nerr > 0)
+		return NULL;
+	int64_t pp = m->pp_axis >= 0 ? m->mesh.sizes[m->pp_axis] : 1;
+	if (!lower_apply_options(a, d, m, &o->lower))
+		return NULL;
+	if (m->pp_axis >= 0 && m->mesh.sizes[m->pp_axis] != pp) {
+		/* each node's stage is in the module, decided for its pp */
+		diag_error(d, (SrcLoc){.file = path},
+		           "--mesh: the module's pipeline stages were decided for pp=%lld; to train "
+		           "on pp=%lld, export the model again with --mesh pp=%lld",
+		           (long long)pp, (long long)m->mesh.sizes[m->pp_axis],
+		           (long long)m->mesh.sizes[m->pp_axis]);
+		return NULL;
+	}
+	ir_count_attention(m);
+	return ir_verify(m, d, "lower") && pass_check_input(m, d) ? m : NULL;
+}
+
 bool drv_load(Compiled *c, Arena *a, Diag *d, const char *path, const DrvOptions *o)
 {
 	compiled_init(c, a);
@@ -175,6 +226,8 @@ bool drv_load(Compiled *c, Arena *a, Diag *d, const char *path, const DrvOptions
 	IrModule *m;
 	if (text) {
 		m = load_text(a, d, path, o);
+	} else if (drv_is_mlir_path(path)) {
+		m = load_mlir(a, d, path, o);
 	} else {
 		m = lower_path(a, d, path, &o->lower);
 		if (!m && d->nerr == 0)

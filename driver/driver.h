@@ -76,8 +76,15 @@ void drv_profile_print(FILE *out, const DrvProfile *p, int64_t per, const char *
 
 /* ---- compiling ---- */
 
+/* A .mlir model (src: the file's text) as dtm IR text in *ir (malloc'd),
+ * or false after reporting to d (tools/mlir_load.c's, through the MLIR
+ * plugin). */
+typedef bool (*DrvImportFn)(const SrcFile *src, char **ir, Diag *d);
+
 typedef struct DrvOptions {
 	LowerOptions lower;     /* -D, --mesh, --train: for a .dtm model only */
+	/* how a FILE ending in .mlir is read; NULL: such a file is an error */
+	DrvImportFn import_mlir;
 	const char *stop_after; /* the last pass to run (--after); NULL: all */
 	/* No verifier between passes (nor the verify pass): for speed where
 	 * the input is trusted (`dtmc sweep` unless --verify). */
@@ -101,6 +108,8 @@ typedef struct Compiled {
 /* FILE is IR text (a name ending in .ir, or - for standard input) rather
  * than a .dtm model. */
 bool drv_is_ir_path(const char *path);
+/* FILE is an MLIR module (a name ending in .mlir): o->import_mlir reads it. */
+bool drv_is_mlir_path(const char *path);
 
 /* Reads path as a .dtm model (lowered with o->lower) or as IR text
  * (parsed; -D, --mesh and --train are an error then), verifies it and

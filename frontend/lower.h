@@ -32,6 +32,11 @@ typedef struct LowerOptions {
 /* Returns the module, or NULL when errors were reported to d. */
 IrModule *lower_file(Arena *a, Diag *d, const AstFile *f, const LowerOptions *opt);
 
+/* opt's --mesh and --train onto a module that was not lowered from a .dtm
+ * file (an imported MLIR model); -D is an error there.  False after
+ * reporting to d. */
+bool lower_apply_options(Arena *a, Diag *d, IrModule *m, const LowerOptions *opt);
+
 /* Convenience: read, parse and lower one file. */
 IrModule *lower_path(Arena *a, Diag *d, const char *path, const LowerOptions *opt);
 

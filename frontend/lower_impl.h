@@ -183,6 +183,8 @@ void lower_lets(Lower *L);
 /* ---- lower_mesh.c ---- */
 /* The `mesh` section, with --mesh. */
 void lower_mesh(Lower *L, const AstNode *mesh);
+/* --mesh "dp=4,tp=2" onto L->m's declared axes (the others size 1). */
+void lower_mesh_opt(Lower *L, const char *text);
 /* Resolves mesh axis names to a bitmask; reports unknown or repeated axes. */
 bool lower_axes_mask(Lower *L, const AstName *names, int n, uint32_t *mask);
 /* Placements: checks an annotation against the mesh and a value of the

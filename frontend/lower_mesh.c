@@ -27,7 +27,7 @@ static const char *axes_list(Lower *L, const Mesh *m)
 
 /* --mesh "dp=4,tp=2": every listed axis must be declared; declared axes not
  * listed get size 1 (the text describes the whole mesh). */
-static void apply_mesh_opt(Lower *L, const char *text)
+void lower_mesh_opt(Lower *L, const char *text)
 {
 	Mesh *m = &L->m->mesh;
 	int64_t sizes[IR_MAX_AXES];
@@ -126,7 +126,7 @@ void lower_mesh(Lower *L, const AstNode *mesh)
 		}
 	}
 	if (L->opt && L->opt->mesh) {
-		apply_mesh_opt(L, L->opt->mesh);
+		lower_mesh_opt(L, L->opt->mesh);
 		where = lower_cmdline;
 	}
 	/* the pipeline runs along the axis named pp: the one place the name

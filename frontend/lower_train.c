@@ -500,3 +500,19 @@ void lower_train(Lower *L, const AstNode *train)
 		ir_train_check(t, L->d);
 	L->train_seen = true;
 }
+
+bool lower_apply_options(Arena *a, Diag *d, IrModule *m, const LowerOptions *opt)
+{
+	Lower L = {.a = a, .d = d, .m = m, .opt = opt, .stage = -1, .block = -1, .unit = -1};
+	int nerr0 = d->nerr;
+	if (opt->ndefines > 0)
+		diag_error(d, lower_cmdline, "-D %s: -D sets a .dtm model's constants; this model "
+		           "has none (use --mesh and --train)", opt->define_names[0]);
+	if (opt->mesh)
+		lower_mesh_opt(&L, opt->mesh);
+	for (int i = 0; i < opt->ntrain && i < LOWER_MAX_TRAIN; i++)
+		train_override(&L, opt->train[i] ? opt->train[i] : "");
+	if (d->nerr == nerr0 && opt->ntrain > 0)
+		ir_train_check(&m->train, d);
+	return d->nerr == nerr0;
+}

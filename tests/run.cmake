@@ -586,6 +586,16 @@ else()
            WORKING_DIRECTORY ${DTM_ROOT})
 endif()
 set_tests_properties(mlir.export PROPERTIES TIMEOUT 300 LABELS golden)
+#   mlir.train   a hand-written linalg + mesh MLIR model trains through dtm
+#                with one device's losses under dp x tp (ZeRO-3, micro-batches,
+#                bf16); an exported model trains as its .dtm; bad MLIR fails
+#                at its file:line:col
+if(TARGET dtm_mlir)
+  add_test(NAME mlir.train
+           COMMAND ${DTM_BASH} ${DTM_TESTS}/mlir/train.sh $<TARGET_FILE:dtmc>
+           WORKING_DIRECTORY ${DTM_ROOT})
+  set_tests_properties(mlir.train PROPERTIES TIMEOUT 600 LABELS e2e)
+endif()
 # ---- end mlir ----
 
 # ---- build: the build without optional dependencies (issue 12 point 1) ----

@@ -544,7 +544,8 @@ static bool is_ir_input(const char *path)
 static DrvOptions drv_options(const Args *args)
 {
 	static DrvProfile profile; /* --time-passes: one compile per process */
-	DrvOptions o = {.lower = args->lower, .stop_after = args->after, .verbose = args->verbose,
+	DrvOptions o = {.lower = args->lower, .import_mlir = mlir_import_file,
+	                .stop_after = args->after, .verbose = args->verbose,
 	                .profile = args->time_passes ? &profile : NULL};
 	return o;
 }

@@ -32,6 +32,7 @@
 #include "support/json.h"
 #include "tools/cost.h"
 #include "tools/hw.h"
+#include "tools/mlir.h"
 #include "tools/report.h"
 
 /* ---- the mesh ---- */
@@ -1225,7 +1226,8 @@ int inspect_main(const InspectOptions *o)
 	diag_init(&d, stderr);
 	Insp in = {.o = o, .a = &a, .d = &d};
 	DrvProfile prof = {0};
-	DrvOptions dopt = {.lower = o->lower, .profile = o->time_passes ? &prof : NULL};
+	DrvOptions dopt = {.lower = o->lower, .import_mlir = mlir_import_file,
+	                   .profile = o->time_passes ? &prof : NULL};
 	bool ok = load_hw(&in);
 	if (ok) {
 		Compiled c;

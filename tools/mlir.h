@@ -29,8 +29,17 @@ typedef struct DtmMlirApi {
 	int (*check)(const char *src, char **out, char **err);
 	/* parse, verify, run the textual pass pipeline, verify again */
 	int (*run)(const char *src, const char *pipeline, char **out, char **err);
+	/* parse, verify, and write the module's program as dtm IR text, its
+	 * nodes located in path (tools/mlir_import.c); errors as
+	 * "LINE:COL: message" lines */
+	int (*import)(const char *src, const char *path, char **out, char **err);
 } DtmMlirApi;
-#define DTM_MLIR_API_VERSION 1
+#define DTM_MLIR_API_VERSION 2
+
+/* A .mlir model (src: its text, src->name its path) as dtm IR text in *ir
+ * (malloc'd); false after reporting to d, at the .mlir file's lines (the
+ * driver's DrvImportFn). */
+bool mlir_import_file(const SrcFile *src, char **ir, Diag *d);
 
 /* The exported symbol of libdtm_mlir.so. */
 const DtmMlirApi *dtm_mlir_api(void);

@@ -1,7 +1,7 @@
 /* mlir_capi.c - libdtm_mlir.so: MLIR's parser, verifier and passes through
  * its C API, for dtmc (tools/mlir.h).  Built only where CMake finds MLIR
  * 19; links the static C API libraries and libMLIR. */
-#include "tools/mlir.h"
+#include "tools/mlir_plugin.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -117,7 +117,53 @@ static int check(const char *src, char **o, char **e)
 	return run(src, NULL, o, e);
 }
 
-static const DtmMlirApi api = {DTM_MLIR_API_VERSION, check, run};
+/* MLIR's diagnostics as "LINE:COL: message" lines (the import's form). */
+static MlirLogicalResult on_diag_lc(MlirDiagnostic d, void *u)
+{
+	Buf *b = u, loc = {0};
+	mlirLocationPrint(mlirDiagnosticGetLocation(d), to_buf, &loc);
+	/* loc("NAME":LINE:COL) */
+	const char *c = loc.p ? strrchr(loc.p, ':') : NULL, *l = c;
+	while (l && l > loc.p && l[-1] >= '0' && l[-1] <= '9')
+		l--;
+	char head[48];
+	snprintf(head, sizeof head, "%d:%d: ", l && l > loc.p && l[-1] == ':' ? atoi(l) : 0,
+	         c ? atoi(c + 1) : 0);
+	free(loc.p);
+	buf_add(b, head, strlen(head));
+	if (mlirDiagnosticGetSeverity(d) != MlirDiagnosticError)
+		buf_add(b, "(note) ", 7);
+	mlirDiagnosticPrint(d, to_buf, b);
+	buf_add(b, "\n", 1);
+	return mlirLogicalResultSuccess();
+}
+
+static int import(const char *src, const char *path, char **o, char **e)
+{
+	Buf diag = {0};
+	MlirDialectRegistry reg = mlirDialectRegistryCreate();
+	mlirRegisterAllDialects(reg);
+	MlirContext ctx = mlirContextCreate();
+	mlirContextAppendDialectRegistry(ctx, reg);
+	mlirDialectRegistryDestroy(reg);
+	mlirContextLoadAllAvailableDialects(ctx);
+	mlirContextAttachDiagnosticHandler(ctx, on_diag_lc, &diag, NULL);
+	MlirModule mod = mlirModuleCreateParse(ctx, mlirStringRefCreateFromCString(src));
+	int rc = mlirModuleIsNull(mod) || !mlirOperationVerify(mlirModuleGetOperation(mod));
+	*o = NULL;
+	if (!rc && !mlir_import_module(mod, path, o, e))
+		rc = 1;
+	else if (rc)
+		*e = diag.p ? diag.p : strdup("0:0: MLIR rejected the module\n");
+	if (!rc || *e != diag.p)
+		free(diag.p);
+	if (!mlirModuleIsNull(mod))
+		mlirModuleDestroy(mod);
+	mlirContextDestroy(ctx);
+	return rc;
+}
+
+static const DtmMlirApi api = {DTM_MLIR_API_VERSION, check, run, import};
 
 __attribute__((visibility("default"))) const DtmMlirApi *dtm_mlir_api(void)
 {

@@ -140,16 +140,36 @@ static char *attr_text(const IrModule *m, const IrNode *n)
 	return buf;
 }
 
-/* ` {dtm.attr = "..."}` when the node has attributes. */
-static void put_dtm_attr(Ex *e, FILE *f, const IrNode *n)
+/* The attributes that carry what MLIR's ops do not: ` {dtm.attr = "..",
+ * dtm.block = B, dtm.name = "..", dtm.stage = S}` (each when set; attr
+ * only for calls), on the op that defines node n's value, so that
+ * `dtmc import-mlir` gives back the same program. */
+static void tags(Ex *e, FILE *f, const IrNode *n, bool with_attr)
 {
-	char *a = attr_text(e->m, n);
+	char *a = with_attr ? attr_text(e->m, n) : NULL;
+	int stage = ir_stage(e->m, n), block = ir_block(e->m, n);
+	const char *sep = " {";
 	if (a && *a) {
 		fputs(" {dtm.attr = ", f);
 		put_str(f, a);
-		fputc('}', f);
+		sep = ", ";
 	}
 	free(a);
+	if (block >= 0) {
+		fprintf(f, "%sdtm.block = %d : i64", sep, block);
+		sep = ", ";
+	}
+	if (n->name) {
+		fprintf(f, "%sdtm.name = ", sep);
+		put_str(f, n->name);
+		sep = ", ";
+	}
+	if (stage >= 0) {
+		fprintf(f, "%sdtm.stage = %d : i64", sep, stage);
+		sep = ", ";
+	}
+	if (sep[0] == ',')
+		fputc('}', f);
 }
 
 /* A zero- (or value-) filled tensor of n's type into %tK: tensor.empty and
@@ -303,7 +323,7 @@ static void call_op(Ex *e, const IrNode *n)
 		val(e, e->body, n->ops[i]);
 	}
 	fputc(')', e->body);
-	put_dtm_attr(e, e->body, n);
+	tags(e, e->body, n, true);
 	fputs(" : (", e->body);
 	for (int i = 0; i < n->nops; i++) {
 		if (i)
@@ -325,7 +345,9 @@ static void binary(Ex *e, const IrNode *n, const char *op)
 	char a[32], b[32];
 	bcast(e, n->ops[0], n, a, sizeof a);
 	bcast(e, n->ops[1], n, b, sizeof b);
-	fprintf(e->body, "    %%v%d = %s %s, %s : ", n->id, op, a, b);
+	fprintf(e->body, "    %%v%d = %s %s, %s", n->id, op, a, b);
+	tags(e, e->body, n, false);
+	fputs(" : ", e->body);
 	ntype(e->body, n);
 	fputc('\n', e->body);
 }
@@ -334,6 +356,7 @@ static void unary(Ex *e, const IrNode *n, const char *op)
 {
 	fprintf(e->body, "    %%v%d = %s ", n->id, op);
 	val(e, e->body, n->ops[0]);
+	tags(e, e->body, n, false);
 	fputs(" : ", e->body);
 	ntype(e->body, n);
 	fputc('\n', e->body);
@@ -356,7 +379,9 @@ static void matmul(Ex *e, const IrNode *n)
 	const IrNode *a = e->m->nodes[n->ops[0]], *b = e->m->nodes[n->ops[1]];
 	int init = filled(e, n->rank, n->shape, n->dtype, "0.0");
 	if (n->rank == 2 && a->rank == 2 && b->rank == 2) {
-		fprintf(e->body, "    %%v%d = linalg.matmul ins(", n->id);
+		fprintf(e->body, "    %%v%d = linalg.matmul", n->id);
+		tags(e, e->body, n, false);
+		fputs(" ins(", e->body);
 		val(e, e->body, a->id);
 		fputs(", ", e->body);
 		val(e, e->body, b->id);
@@ -415,7 +440,12 @@ static void matmul(Ex *e, const IrNode *n)
 	ntype(f, b);
 	fprintf(f, ") outs(%%t%d : ", init);
 	ntype(f, n);
-	fprintf(f, ") {\n    ^bb0(%%a: %s, %%b: %s, %%c: %s):\n", elt(a->dtype), elt(b->dtype),
+	fputc(')', f);
+	if (n->name || ir_stage(e->m, n) >= 0 || ir_block(e->m, n) >= 0) {
+		fputs(" attrs = ", f);
+		tags(e, f, n, false);
+	}
+	fprintf(f, " {\n    ^bb0(%%a: %s, %%b: %s, %%c: %s):\n", elt(a->dtype), elt(b->dtype),
 	        elt(n->dtype));
 	fprintf(f, "      %%p = arith.mulf %%a, %%b : %s\n      %%q = arith.addf %%c, %%p : %s\n"
 	           "      linalg.yield %%q : %s\n    } -> ", elt(n->dtype), elt(n->dtype),
@@ -465,7 +495,10 @@ static void reduce(Ex *e, const IrNode *n)
 			fprintf(f, "%s%d", first ? "" : ", ", d);
 			first = 0;
 		}
-	fprintf(f, "]\n      (%%in: %s, %%acc: %s) {\n        %%o = %s %%in, %%acc : %s\n"
+	fputc(']', f);
+	if (!mean && !expand)
+		tags(e, f, n, false);
+	fprintf(f, "\n      (%%in: %s, %%acc: %s) {\n        %%o = %s %%in, %%acc : %s\n"
 	           "        linalg.yield %%o : %s\n      }\n",
 	        elt(x->dtype), elt(n->dtype), max ? "arith.maximumf" : "arith.addf", elt(n->dtype),
 	        elt(n->dtype));
@@ -480,7 +513,10 @@ static void reduce(Ex *e, const IrNode *n)
 		put_fp(f, 1.0 / (double)count);
 		fputs("> : ", f);
 		put_type(f, rr, rs, n->dtype);
-		fprintf(f, "\n    %s = arith.mulf %s, %%t%d : ", res, cur, c);
+		fprintf(f, "\n    %s = arith.mulf %s, %%t%d", res, cur, c);
+		if (!expand)
+			tags(e, f, n, false);
+		fputs(" : ", f);
 		put_type(f, rr, rs, n->dtype);
 		fputc('\n', f);
 		snprintf(cur, sizeof cur, "%s", res);
@@ -512,7 +548,9 @@ static void reduce(Ex *e, const IrNode *n)
 		}
 		for (int d = 0; d < n->rank; d++)
 			fprintf(f, "%s%" PRId64, d ? ", " : "", n->shape[d]);
-		fputs("] : ", f);
+		fputc(']', f);
+		tags(e, f, n, false);
+		fputs(" : ", f);
 		put_type(f, rr, rs, n->dtype);
 		fputs(" into ", f);
 		ntype(f, n);
@@ -528,7 +566,9 @@ static void node(Ex *e, const IrNode *n)
 	case IR_OP_INPUT:
 		return; /* arguments */
 	case IR_OP_CONST:
-		fprintf(f, "    %%v%d = arith.constant dense<", n->id);
+		fprintf(f, "    %%v%d = arith.constant", n->id);
+		tags(e, f, n, false);
+		fputs(" dense<", f);
 		if (n->dtype == IR_I32)
 			fprintf(f, "%lld", (long long)ir_attr_scalar(n)->value);
 		else
@@ -551,7 +591,9 @@ static void node(Ex *e, const IrNode *n)
 		int c = splat(e, n, ir_attr_scalar(n)->value);
 		fprintf(f, "    %%v%d = arith.mulf ", n->id);
 		val(e, f, n->ops[0]);
-		fprintf(f, ", %%t%d : ", c);
+		fprintf(f, ", %%t%d", c);
+		tags(e, f, n, false);
+		fputs(" : ", f);
 		ntype(f, n);
 		fputc('\n', f);
 		return;
@@ -565,6 +607,7 @@ static void node(Ex *e, const IrNode *n)
 		bool wider = n->dtype == IR_F32 || (n->dtype != x->dtype && x->dtype != IR_F32);
 		fprintf(f, "    %%v%d = %s ", n->id, wider ? "arith.extf" : "arith.truncf");
 		val(e, f, x->id);
+		tags(e, f, n, false);
 		fputs(" : ", f);
 		ntype(f, x);
 		fputs(" to ", f);
@@ -582,8 +625,9 @@ static void node(Ex *e, const IrNode *n)
 		return;
 	case IR_OP_SOFTMAX: {
 		int init = empty(e, n->rank, n->shape, n->dtype);
-		fprintf(f, "    %%v%d = linalg.softmax dimension(%" PRId64 ") ins(", n->id,
-		        ir_attr_axis(n)->axis);
+		fprintf(f, "    %%v%d = linalg.softmax", n->id);
+		tags(e, f, n, false);
+		fprintf(f, " dimension(%" PRId64 ") ins(", ir_attr_axis(n)->axis);
 		val(e, f, n->ops[0]);
 		fputs(" : ", f);
 		ntype(f, n);
@@ -605,7 +649,9 @@ static void node(Ex *e, const IrNode *n)
 		fputs(") permutation = [", f);
 		for (int d = 0; d < ir_attr_perm(n)->n; d++)
 			fprintf(f, "%s%" PRId64, d ? ", " : "", ir_attr_perm(n)->perm[d]);
-		fputs("]\n", f);
+		fputc(']', f);
+		tags(e, f, n, false);
+		fputc('\n', f);
 		return;
 	}
 	case IR_OP_RESHAPE: {
@@ -615,7 +661,9 @@ static void node(Ex *e, const IrNode *n)
 			fprintf(f, "%s%" PRId64, d ? ", " : "", n->shape[d]);
 		fprintf(f, "]> : tensor<%dxi64>\n    %%v%d = tensor.reshape ", n->rank, n->id);
 		val(e, f, n->ops[0]);
-		fprintf(f, "(%%t%d) : (", s);
+		fprintf(f, "(%%t%d)", s);
+		tags(e, f, n, false);
+		fputs(" : (", f);
 		ntype(f, e->m->nodes[n->ops[0]]);
 		fprintf(f, ", tensor<%dxi64>) -> ", n->rank);
 		ntype(f, n);
@@ -628,6 +676,7 @@ static void node(Ex *e, const IrNode *n)
 			fputs(i ? ", " : "", f);
 			val(e, f, n->ops[i]);
 		}
+		tags(e, f, n, false);
 		fputs(" : (", f);
 		for (int i = 0; i < n->nops; i++) {
 			fputs(i ? ", " : "", f);
@@ -650,7 +699,9 @@ static void node(Ex *e, const IrNode *n)
 		fputs("] [", f);
 		for (int d = 0; d < n->rank; d++)
 			fprintf(f, "%s1", d ? ", " : "");
-		fputs("] : ", f);
+		fputc(']', f);
+		tags(e, f, n, false);
+		fputs(" : ", f);
 		ntype(f, e->m->nodes[n->ops[0]]);
 		fputs(" to ", f);
 		ntype(f, n);
@@ -768,6 +819,10 @@ bool mlir_export_text(const IrModule *m, char **text, char *err, size_t cap)
 				put_str(e.body, a);
 			}
 			free(a);
+			if (ir_stage(m, n) >= 0)
+				fprintf(e.body, ", dtm.stage = %d : i64", ir_stage(m, n));
+			if (ir_block(m, n) >= 0)
+				fprintf(e.body, ", dtm.block = %d : i64", ir_block(m, n));
 			fputc('}', e.body);
 		}
 		fputs(") -> ", e.body);

@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -38,4 +39,34 @@ const DtmMlirApi *mlir_plugin(char *err, size_t cap)
 		return NULL;
 	}
 	return api;
+}
+
+bool mlir_import_file(const SrcFile *src, char **ir, Diag *d)
+{
+	char err[1024];
+	const DtmMlirApi *api = mlir_plugin(err, sizeof err);
+	if (!api) {
+		diag_error(d, (SrcLoc){.file = src->name}, "cannot read an MLIR model: %s", err);
+		return false;
+	}
+	char *msgs = NULL;
+	if (api->import(src->text, src->name, ir, &msgs) == 0) {
+		free(msgs);
+		return true;
+	}
+	/* "LINE:COL: message" lines, at the .mlir file's lines */
+	for (char *l = msgs, *nl; l && *l; l = nl ? nl + 1 : NULL) {
+		nl = strchr(l, '\n');
+		if (nl)
+			*nl = 0;
+		int line = 0, col = 0, k = 0;
+		sscanf(l, "%d:%d: %n", &line, &col, &k);
+		diag_error(d, (SrcLoc){.file = src->name, .line = line, .col = col, .end_col = col},
+		           "%s", l + k);
+	}
+	if (d->nerr == 0)
+		diag_error(d, (SrcLoc){.file = src->name}, "MLIR rejected the module");
+	free(msgs);
+	*ir = NULL;
+	return false;
 }

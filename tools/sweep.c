@@ -1358,6 +1358,12 @@ int sweep_main(int argc, char **argv)
 	int prc = parse_opts(argc, argv, &r.o);
 	if (prc)
 		return prc == 2 ? 0 : 1;
+	if (drv_is_mlir_path(r.o.file)) {
+		/* the candidates are lowerings of one parsed .dtm file */
+		fprintf(stderr, "dtmc: error: sweep takes a .dtm model; '%s' is MLIR (inspect and "
+		        "build take it with --mesh and --train)\n", r.o.file);
+		return 1;
+	}
 #ifdef __GLIBC__
 	/* Every candidate's arenas take and give back megabytes in large
 	 * blocks; above glibc's mmap threshold each would be an mmap, page
