@@ -670,6 +670,8 @@ static void put_sharding(Ex *e, FILE *f, const Placement *p)
 	int last = p->ndims - 1;
 	while (last >= 0 && !p->naxes[last])
 		last--;
+	if (last < 0) /* replicated: MLIR wants one (empty) dim, not none */
+		fputs("[]", f);
 	for (int d = 0; d <= last; d++) {
 		fputs(d ? ", [" : "[", f);
 		for (int k = 0; k < p->naxes[d]; k++)
