@@ -14,9 +14,9 @@
 
 typedef struct Ex {
 	const IrModule *m;
-	FILE *body;    /* the function's body */
-	FILE *decls;   /* the declared functions */
-	int tmp;       /* %tN counter */
+	FILE *body;  /* the function's body */
+	FILE *decls; /* the declared functions */
+	int tmp;     /* %tN counter */
 	/* declared callee signatures, "OP|types" -> @dtm.OP.N */
 	char **sigs;
 	int nsigs, capsigs;
