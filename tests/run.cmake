@@ -576,6 +576,9 @@ set_tests_properties(sweep.measure PROPERTIES TIMEOUT 300 LABELS e2e)
 #   mlir.export  every model and op corpus exports to a module MLIR verified,
 #                mlir-opt prints back unchanged, with the params and inputs
 #                as @forward's arguments and every placement a mesh.shard;
+#                a rank's program after partition (every model; gpt under
+#                pp=2, ranks 0 and 3, after partition and pipeline) with
+#                the collectives of its stage as mesh ops or @dtm calls;
 #                without MLIR, export-mlir names the packages to install
 if(TARGET dtm_mlir AND DTM_MLIR_OPT)
   add_test(NAME mlir.export

@@ -206,8 +206,8 @@ static const Command commands[] = {
 	 "                         (wall and CPU) on standard error\n"
 	 ,
 	 cmd_cuda_src, false, true, NULL},
-	{"export-mlir", "write a model's global program as MLIR (verified by MLIR)",
-	 "usage: dtmc export-mlir FILE [--after=lower] [-o OUT.mlir] [-D name=value]...\n"
+	{"export-mlir", "write a model's global or per-rank program as MLIR (verified by MLIR)",
+	 "usage: dtmc export-mlir FILE [--after=PASS] [--rank R] [-o OUT.mlir] [-D name=value]...\n"
 	 "                  [--mesh axis=size,...] [--train key=value]...\n"
 	 "\n"
 	 "Writes the global program as lowering produced it as one MLIR module:\n"
@@ -219,14 +219,29 @@ static const Command commands[] = {
 	 "linalg and tensor ops; the ops MLIR has no equivalent for (attention, the\n"
 	 "norms, the losses, embed, rope, dropout, the routing ops, gelu, silu,\n"
 	 "sigmoid, relu, log_softmax) are calls of declared functions @dtm.OP.N,\n"
-	 "their semantics ir/ops.def's, dtm's attributes in dtm.attr.  MLIR parses\n"
-	 "and verifies the module (through its C API, libdtm_mlir.so) before it is\n"
-	 "written, in MLIR's own printed form.  Needs dtm built with MLIR 19\n"
-	 "(Debian's libmlir-19-dev).\n"
+	 "their semantics ir/ops.def's, dtm's attributes in dtm.attr.\n"
+	 "\n"
+	 "With --after=partition, the program rank R runs instead: its pipeline\n"
+	 "stage's part of the partitioned training step, on local shapes, as\n"
+	 "`func.func @step` (dtm.rank, dtm.coords, dtm.stage; each argument's\n"
+	 "placement a #mesh.shard in dtm.sharding), returning the loss where the\n"
+	 "stage has it.  dtm's collectives are mesh ops on @mesh (mesh.all_reduce,\n"
+	 "all_gather, reduce_scatter, all_to_all, broadcast; shard_slice\n"
+	 "mesh.all_slice), or @dtm calls where MLIR's shapes differ (an uneven\n"
+	 "shard's); a value another stage reads is sent and received as calls of\n"
+	 "@dtm.send.N and @dtm.recv.N.  --after=pipeline: the program after the\n"
+	 "pipeline split, with its schedule and dtm's own sends and receives (also\n"
+	 "fsdp_units, coalesce, bucket: the passes between).\n"
+	 "\n"
+	 "MLIR parses and verifies the module (through its C API, libdtm_mlir.so)\n"
+	 "before it is written, in MLIR's own printed form.  Needs dtm built with\n"
+	 "MLIR 19 (Debian's libmlir-19-dev).\n"
 	 "\n"
 	 "options:\n"
 	 "  -o OUT.mlir            the file to write (default: standard output)\n"
-	 "  --after=lower          the program exported (lower is the only one yet)\n"
+	 "  --after=PASS           lower (default: the global program), or partition,\n"
+	 "                         fsdp_units, coalesce, bucket, pipeline (a rank's)\n"
+	 "  --rank R               the rank whose program is written (default 0)\n"
 	 "  -D, --mesh, --train    as for dtmc build\n",
 	 cmd_export_mlir, true, true, NULL},
 	{"inspect", "show a layout's communication, memory and step time, without running",
@@ -438,12 +453,13 @@ static int parse_args(const Command *c, int argc, char **argv, Args *args)
 			args->cuda = true;
 		} else if (c->run == cmd_inspect && strcmp(arg, "--json") == 0) {
 			args->json = true;
-		} else if (c->run == cmd_inspect &&
-		           (((v = opt_value(argc, argv, &i, "--hw", &missing)) || missing) ||
-		            ((v = opt_value(argc, argv, &i, "--trace", &missing)) || missing) ||
-		            ((v = opt_value(argc, argv, &i, "--dot-scope", &missing)) || missing) ||
-		            ((v = opt_value(argc, argv, &i, "--dot", &missing)) || missing) ||
-		            ((v = opt_value(argc, argv, &i, "--nodes", &missing)) || missing) ||
+		} else if ((c->run == cmd_inspect &&
+		            (((v = opt_value(argc, argv, &i, "--hw", &missing)) || missing) ||
+		             ((v = opt_value(argc, argv, &i, "--trace", &missing)) || missing) ||
+		             ((v = opt_value(argc, argv, &i, "--dot-scope", &missing)) || missing) ||
+		             ((v = opt_value(argc, argv, &i, "--dot", &missing)) || missing) ||
+		             ((v = opt_value(argc, argv, &i, "--nodes", &missing)) || missing))) ||
+		           ((c->run == cmd_inspect || c->run == cmd_export_mlir) &&
 		            ((v = opt_value(argc, argv, &i, "--rank", &missing)) || missing))) {
 			const char *name = strncmp(arg, "--hw", 4) == 0      ? "--hw"
 			                   : strncmp(arg, "--trace", 7) == 0 ? "--trace"
@@ -682,14 +698,24 @@ static int cmd_cuda_src(const Args *args)
 	return finish(&a, &d, ok, &o);
 }
 
-/* `dtmc export-mlir`: the global program as MLIR text (tools/mlir.h),
- * verified and printed by MLIR, written whole or not at all. */
+/* `dtmc export-mlir`: the global program or a rank's as MLIR text
+ * (tools/mlir.h), verified and printed by MLIR, written whole or not at
+ * all. */
 static int cmd_export_mlir(const Args *args)
 {
-	if (args->after && strcmp(args->after, "lower") != 0) {
-		fprintf(stderr, "dtmc: error: export-mlir exports the global program "
-		        "(--after=lower); the per-rank program after '%s' is not exported yet\n",
-		        args->after);
+	/* the global program, or a rank's up to pipeline: the passes after it
+	 * check the program and plan kernels and memory, none of which the
+	 * module carries, so their program is pipeline's */
+	static const char *const local[] = {"partition", "fsdp_units", "coalesce", "bucket",
+	                                    "pipeline", NULL};
+	const char *after = args->after ? args->after : "lower";
+	bool global = strcmp(after, "lower") == 0, known = global;
+	for (int k = 0; local[k] && !known; k++)
+		known = strcmp(after, local[k]) == 0;
+	if (!known) {
+		fprintf(stderr, "dtmc: error: export-mlir exports the global program (--after=lower) "
+		        "or a rank's program (--after=partition, fsdp_units, coalesce, bucket or "
+		        "pipeline), not the program after '%s'\n", after);
 		return 1;
 	}
 	char err[1024];
@@ -703,11 +729,12 @@ static int cmd_export_mlir(const Args *args)
 	arena_init(&a);
 	diag_init(&d, stderr);
 	DrvOptions o = drv_options(args);
-	o.stop_after = "lower";
+	o.stop_after = after;
 	Compiled c;
 	char *text = NULL, *out = NULL, *diag = NULL;
 	bool ok = drv_load(&c, &a, &d, args->file, &o) && drv_run(&c, &d, &o);
-	if (ok && !mlir_export_text(c.m, &text, err, sizeof err)) {
+	if (ok && !(global ? mlir_export_text(c.m, &text, err, sizeof err)
+	                   : mlir_export_local_text(c.m, args->rank, &text, err, sizeof err))) {
 		diag_error(&d, (SrcLoc){0}, "export-mlir: %s", err);
 		ok = false;
 	}

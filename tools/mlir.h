@@ -1,8 +1,9 @@
 /* mlir.h - MLIR as dtm's exchange format (`dtmc export-mlir`).
  *
- * mlir_export.c writes dtm's global program as MLIR text (func, arith,
- * math, linalg, tensor and mesh; the ops MLIR has no equivalent for as
- * calls of declared @dtm.OP functions).  MLIR itself parses and verifies
+ * mlir_export.c writes dtm's global program as MLIR text, and
+ * mlir_export_local.c one rank's program after partition (func, arith,
+ * math, linalg, tensor and mesh, the collectives as mesh ops; the ops MLIR
+ * has no equivalent for as calls of declared @dtm.OP functions).  MLIR itself parses and verifies
  * that text through its C API, in the plugin libdtm_mlir.so
  * (mlir_capi.c, built where CMake finds MLIR 19), which dtmc loads from
  * its own directory when an MLIR command runs, so dtmc does not load
@@ -19,6 +20,12 @@
 /* The global program m as MLIR text in *text (malloc'd); false and a
  * message in err when it cannot be written. */
 bool mlir_export_text(const IrModule *m, char **text, char *err, size_t cap);
+
+/* The program of rank `rank`'s pipeline stage in m, partitioned (after
+ * `partition` up to `pipeline`), as MLIR text in *text (malloc'd); false
+ * and a message in err when it cannot be written (mlir_export_local.c). */
+bool mlir_export_local_text(const IrModule *m, int64_t rank, char **text, char *err,
+                            size_t cap);
 
 /* The plugin's entry points.  Each returns 0 on success with the module as
  * MLIR prints it in *out, or 1 with MLIR's diagnostics in *err (both

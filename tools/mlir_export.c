@@ -33,6 +33,7 @@
  * through the C API) before it is written.
  */
 #include "tools/mlir.h"
+#include "tools/mlir_text.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -40,19 +41,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-typedef struct Ex {
-	const IrModule *m;
-	FILE *body;    /* the function's body */
-	FILE *decls;   /* the declared functions */
-	int tmp;       /* %tN counter */
-	/* declared callee signatures, "OP|types" -> @dtm.OP.N */
-	char **sigs;
-	int nsigs, capsigs;
-	bool *sharded; /* [nnodes]: users read its mesh.shard, %sN, not %vN */
-	bool ok;
-	char err[256];
-} Ex;
 
 static const char *elt(IrDtype t)
 {
@@ -66,7 +54,7 @@ static const char *elt(IrDtype t)
 }
 
 /* tensor<AxBxf32>, tensor<f32> */
-static void put_type(FILE *f, int rank, const int64_t *shape, IrDtype t)
+void put_type(FILE *f, int rank, const int64_t *shape, IrDtype t)
 {
 	fputs("tensor<", f);
 	for (int d = 0; d < rank; d++)
@@ -74,7 +62,7 @@ static void put_type(FILE *f, int rank, const int64_t *shape, IrDtype t)
 	fprintf(f, "%s>", elt(t));
 }
 
-static void ntype(FILE *f, const IrNode *n)
+void ntype(FILE *f, const IrNode *n)
 {
 	put_type(f, n->rank, n->shape, n->dtype);
 }
@@ -110,7 +98,7 @@ static int tmp(Ex *e)
 }
 
 /* A string attribute's body, escaped for MLIR. */
-static void put_str(FILE *f, const char *s)
+void put_str(FILE *f, const char *s)
 {
 	fputc('"', f);
 	for (; s && *s; s++) {
@@ -126,7 +114,7 @@ static void put_str(FILE *f, const char *s)
 }
 
 /* dtm's text of node n's attributes, without the braces' leading blank. */
-static char *attr_text(const IrModule *m, const IrNode *n)
+char *attr_text(const IrModule *m, const IrNode *n)
 {
 	char *buf = NULL;
 	size_t len = 0;
@@ -170,6 +158,12 @@ static void tags(Ex *e, FILE *f, const IrNode *n, bool with_attr)
 	}
 	if (sep[0] == ',')
 		fputc('}', f);
+}
+
+/* ` {dtm.attr = "...", ...}`: n's attributes and tags, for a call. */
+void put_dtm_attr(Ex *e, FILE *f, const IrNode *n)
+{
+	tags(e, f, n, true);
 }
 
 /* A zero- (or value-) filled tensor of n's type into %tK: tensor.empty and
@@ -261,7 +255,7 @@ static void bcast(Ex *e, int o, const IrNode *res, char *name, size_t cap)
 
 /* The callee for op `op` and the call's types: @dtm.OP.N, declared once
  * per distinct signature. */
-static void callee(Ex *e, const IrNode *n, char *name, size_t cap)
+void mlir_callee(Ex *e, const IrNode *n, char *name, size_t cap)
 {
 	char *sig = NULL;
 	size_t len = 0;
@@ -312,10 +306,10 @@ static void callee(Ex *e, const IrNode *n, char *name, size_t cap)
 	fprintf(e->decls, "  func.func private %s%s\n", name, strchr(sig, '|') + 1);
 }
 
-static void call_op(Ex *e, const IrNode *n)
+void call_op(Ex *e, const IrNode *n)
 {
 	char name[96];
-	callee(e, n, name, sizeof name);
+	mlir_callee(e, n, name, sizeof name);
 	fprintf(e->body, "    %%v%d = func.call %s(", n->id, name);
 	for (int i = 0; i < n->nops; i++) {
 		if (i)
@@ -558,7 +552,7 @@ static void reduce(Ex *e, const IrNode *n)
 	}
 }
 
-static void node(Ex *e, const IrNode *n)
+void mlir_node(Ex *e, const IrNode *n)
 {
 	FILE *f = e->body;
 	switch (n->op) {
@@ -715,12 +709,14 @@ static void node(Ex *e, const IrNode *n)
 }
 
 /* <@mesh, [[0], [], [1, 2]], partial = sum[3]> */
-static void put_sharding(Ex *e, FILE *f, const Placement *p)
+void put_sharding(Ex *e, FILE *f, const Placement *p)
 {
 	fputs("<@mesh, [", f);
 	int last = p->ndims - 1;
 	while (last >= 0 && !p->naxes[last])
 		last--;
+	if (last < 0) /* replicated: MLIR wants one (empty) dim, not none */
+		fputs("[]", f);
 	for (int d = 0; d <= last; d++) {
 		fputs(d ? ", [" : "[", f);
 		for (int k = 0; k < p->naxes[d]; k++)
@@ -755,7 +751,7 @@ static void shard(Ex *e, int i)
 	e->sharded[i] = true;
 }
 
-static void header(Ex *e, FILE *out)
+void mlir_header(Ex *e, FILE *out)
 {
 	const IrModule *m = e->m;
 	fputs("module attributes {dtm.mesh_axes = [", out);
@@ -799,7 +795,7 @@ bool mlir_export_text(const IrModule *m, char **text, char *err, size_t cap)
 		e.ok = false;
 	}
 	if (e.ok) {
-		header(&e, out);
+		mlir_header(&e, out);
 		/* the signature: params and inputs in node order */
 		fputs("  func.func @forward(", e.body);
 		bool first = true;
@@ -832,7 +828,7 @@ bool mlir_export_text(const IrModule *m, char **text, char *err, size_t cap)
 			if (m->nodes[i]->op == IR_OP_PARAM || m->nodes[i]->op == IR_OP_INPUT)
 				shard(&e, i);
 		for (int i = 0; i < m->nnodes && e.ok; i++) {
-			node(&e, m->nodes[i]);
+			mlir_node(&e, m->nodes[i]);
 			if (m->nodes[i]->op != IR_OP_PARAM && m->nodes[i]->op != IR_OP_INPUT)
 				shard(&e, i);
 		}
