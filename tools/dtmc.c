@@ -73,6 +73,7 @@ static int cmd_cuda_src(const Args *args);
 static int cmd_inspect(const Args *args);
 static int cmd_opt(const Args *args);
 static int cmd_export_mlir(const Args *args);
+static int cmd_import_mlir(const Args *args);
 
 /* the byte-level tokenizer (tools/tokenize.c) writes llm.c token files
  * the training binary reads; dtmc only dispatches to it */
@@ -219,7 +220,10 @@ static const Command commands[] = {
 	 "linalg and tensor ops; the ops MLIR has no equivalent for (attention, the\n"
 	 "norms, the losses, embed, rope, dropout, the routing ops, gelu, silu,\n"
 	 "sigmoid, relu, log_softmax) are calls of declared functions @dtm.OP.N,\n"
-	 "their semantics ir/ops.def's, dtm's attributes in dtm.attr.\n"
+	 "their semantics ir/ops.def's, dtm's attributes in dtm.attr.  The op that\n"
+	 "defines a value carries its name, pipeline stage and block instance\n"
+	 "(dtm.name, dtm.stage, dtm.block), so `dtmc import-mlir` reads back the same\n"
+	 "program and exporting the .mlir file writes it unchanged.\n"
 	 "\n"
 	 "With --after=partition, the program rank R runs instead: its pipeline\n"
 	 "stage's part of the partitioned training step, on local shapes, as\n"
@@ -244,6 +248,37 @@ static const Command commands[] = {
 	 "  --rank R               the rank whose program is written (default 0)\n"
 	 "  -D, --mesh, --train    as for dtmc build\n",
 	 cmd_export_mlir, true, true, NULL},
+	{"import-mlir", "read an MLIR model (linalg + mesh) as dtm's IR text",
+	 "usage: dtmc import-mlir IN.mlir [-o OUT.ir] [--mesh axis=size,...]\n"
+	 "                  [--train key=value]...\n"
+	 "\n"
+	 "Reads an MLIR module, which MLIR parses and verifies (through its C API,\n"
+	 "libdtm_mlir.so), and writes the program dtm builds from it as IR text\n"
+	 "(as `dtmc print --after=lower`), each node located in the .mlir file.\n"
+	 "Every command that takes a model takes IN.mlir the same way: `dtmc build\n"
+	 "IN.mlir -o NAME`, check, print, inspect, export-mlir (sweep: .dtm only).\n"
+	 "\n"
+	 "The module: a `mesh.mesh` (its axes named by the module's dtm.mesh_axes,\n"
+	 "else dp, tp for two axes; pp, dp, tp for three), and the function to train\n"
+	 "(the only one with a body, or @forward), returning the loss as tensor<f32>.\n"
+	 "Its arguments are the params, and the inputs where dtm.role = \"input\"\n"
+	 "(dtm.name names them, else argN; dtm.attr = \"{init = normal(0, 0.02)}\"\n"
+	 "sets a param's init).  `mesh.shard %x to <@mesh, [[0], [], [1]], partial =\n"
+	 "sum[2]>` places x.  The ops: arith.addf/subf/mulf/divf/negf/extf/truncf,\n"
+	 "math.exp/log/sqrt/rsqrt/tanh, splat arith.constant, linalg.broadcast,\n"
+	 "linalg.matmul and the batched-matmul linalg.generic into a zero\n"
+	 "linalg.fill, linalg.reduce (addf, maximumf; times 1/count: mean),\n"
+	 "linalg.softmax, linalg.transpose, tensor.reshape/expand_shape/\n"
+	 "collapse_shape/concat/extract_slice, and `func.call @dtm.OP.N` for dtm's\n"
+	 "other ops (what export-mlir writes).  Another op is an error naming it at\n"
+	 "its line and column.  The module's dtm.train holds the train section\n"
+	 "(default: as a .dtm model without one); --mesh and --train change it as\n"
+	 "for a .dtm model, but for pp, whose stages the module fixes.\n"
+	 "\n"
+	 "options:\n"
+	 "  -o OUT.ir              the file to write (default: standard output)\n"
+	 "  --mesh, --train        as for dtmc build\n",
+	 cmd_import_mlir, false, true, NULL},
 	{"inspect", "show a layout's communication, memory and step time, without running",
 	 "usage: dtmc inspect FILE [-D name=value]... [--mesh axis=size,...] [--train key=value]...\n"
 	 "                  [--hw NAME|FILE] [--nodes K] [--rank R] [--json] [--trace FILE]\n"
@@ -523,7 +558,7 @@ static int parse_args(const Command *c, int argc, char **argv, Args *args)
 		fprintf(stderr, "dtmc: error: no input file (see dtmc help %s)\n", c->name);
 		return 1;
 	}
-	if (c->run == cmd_export_mlir && !args->output)
+	if ((c->run == cmd_export_mlir || c->run == cmd_import_mlir) && !args->output)
 		args->output = "-";
 	if (c->has_output && !args->output) {
 		fprintf(stderr, "dtmc: error: no output file: give -o NAME (see dtmc help %s)\n",
@@ -644,6 +679,45 @@ static int cmd_print(const Args *args)
 	if (ok) {
 		ir_print(stdout, c.m);
 		ok = flush_stdout(&d);
+	}
+	return finish(&a, &d, ok, &o);
+}
+
+/* `dtmc import-mlir`: an MLIR model as the IR text dtm builds from it,
+ * written whole or not at all. */
+static int cmd_import_mlir(const Args *args)
+{
+	Arena a;
+	Diag d;
+	arena_init(&a);
+	diag_init(&d, stderr);
+	DrvOptions o = drv_options(args);
+	Compiled c;
+	bool ok = true;
+	if (!drv_is_mlir_path(args->file)) {
+		diag_error(&d, (SrcLoc){.file = args->file}, "import-mlir reads an MLIR module (a "
+		           "file ending in .mlir)");
+		ok = false;
+	}
+	ok = ok && drv_load(&c, &a, &d, args->file, &o);
+	if (ok) {
+		bool std = strcmp(args->output, "-") == 0;
+		char *tmp = std ? NULL : arena_printf(&a, "%s.tmp", args->output);
+		FILE *f = std ? stdout : fopen(tmp, "w");
+		if (!f) {
+			diag_error(&d, (SrcLoc){0}, "cannot write '%s': %s", tmp, strerror(errno));
+			ok = false;
+		} else {
+			ir_print(f, c.m);
+			if (std) {
+				ok = flush_stdout(&d);
+			} else if (fclose(f) != 0 || rename(tmp, args->output) != 0) {
+				diag_error(&d, (SrcLoc){0}, "cannot write '%s': %s", args->output,
+				           strerror(errno));
+				unlink(tmp);
+				ok = false;
+			}
+		}
 	}
 	return finish(&a, &d, ok, &o);
 }

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# run.sh DTMC [MLIR_OPT] - `dtmc export-mlir` (issue 19 points 1 and 4).
+# run.sh DTMC [MLIR_OPT] - `dtmc export-mlir` and `import-mlir` (issue 19
+# points 1, 2 and 4).
 #
 # With MLIR_OPT (dtm built with MLIR 19): every shipped model and the op
 # corpora export to a module MLIR verified (dtmc fails otherwise), which
@@ -12,8 +13,12 @@
 #     @dtm function for each op MLIR lacks;
 # A rank's program (--after=partition, and pipeline under pp=2) verifies,
 # is mlir-opt's fixed point and has the collectives of the rank's stage.
+# Each export imports back (dtmc import-mlir, build/inspect X.mlir) as the
+# same program: exported again it is the module read, and inspect of the
+# .mlir equals inspect of the .dtm (under pp=2 with micro-batches and
+# ZeRO-3 too).
 # Bad requests fail cleanly: --after=fuse, a rank off the mesh, an unknown
-# model.
+# model, pp changed on an imported model, sweep of one.
 # Without MLIR_OPT: export-mlir exits 1 and names the packages to install.
 set -u
 dtmc=$1 opt=${2:-}
@@ -143,6 +148,41 @@ if (n(a, 'send'), n(a, 'recv')) != (n(b, 'recv'), n(b, 'send')):
     sys.exit("FAIL (mlir): gpt pp=2 after partition: stage 0 sends %d, receives %d; "
              "stage 1 receives %d, sends %d" % (n(a, 'send'), n(a, 'recv'), n(b, 'recv'), n(b, 'send')))
 PY
+# Import (point 2): each export read back is the same program: exporting
+# the .mlir writes exactly the module read, and inspect (the plan's
+# collectives, bytes, memory per rank, step time) says the same for the
+# .mlir as for the .dtm, but for the source locations; also under pp=2
+# with micro-batches (the stages come back from dtm.stage) and ZeRO-3
+# (--train on the .mlir)
+same_program() { # NAME SRC.dtm [inspect args]: $tmp/NAME.mlir is SRC's export
+	local name=$1 src=$2
+	shift 2
+	"$dtmc" export-mlir "$tmp/$name.mlir" -o "$tmp/$name.again.mlir" 2>"$tmp/$name.err" ||
+		fail "$name.mlir: import then export: $(cat "$tmp/$name.err")"
+	cmp -s "$tmp/$name.mlir" "$tmp/$name.again.mlir" ||
+		fail "$name.mlir: import then export differs: $(diff "$tmp/$name.mlir" "$tmp/$name.again.mlir" | head -5)"
+	"$dtmc" inspect "$src" "$@" 2>&1 | sed 's/ at [^ ]*:[0-9]*:[0-9]*$//' >"$tmp/$name.a.txt"
+	"$dtmc" inspect "$tmp/$name.mlir" "$@" 2>&1 | sed 's/ at [^ ]*:[0-9]*:[0-9]*$//' >"$tmp/$name.b.txt"
+	grep -q "memory per rank" "$tmp/$name.a.txt" || fail "$src: inspect $*: $(head -3 "$tmp/$name.a.txt")"
+	cmp -s "$tmp/$name.a.txt" "$tmp/$name.b.txt" ||
+		fail "$name.mlir: inspect $* differs from $src's: $(diff "$tmp/$name.a.txt" "$tmp/$name.b.txt" | head -5)"
+	echo "mlir: $name.mlir: import then export writes it back; inspect $* as $src's"
+}
+for src in models/*.dtm tests/cuda/ops.dtm tests/e2e/dropout.dtm tests/fuzz/corpus/route.dtm; do
+	same_program "$(basename "$src" .dtm)" "$src"
+done
+same_program gpt models/gpt.dtm --train zero=3
+"$dtmc" export-mlir models/gpt.dtm $pp -o "$tmp/gpt_pp2.mlir" || fail "export gpt $pp"
+same_program gpt_pp2 models/gpt.dtm $pp --train microbatches=4
+"$dtmc" import-mlir "$tmp/mlp.mlir" -o "$tmp/mlp.imported.ir" || fail "import-mlir mlp.mlir"
+"$dtmc" build "$tmp/mlp.imported.ir" -o "$tmp/mlp.bin" 2>"$tmp/e" || fail "build of import-mlir's IR: $(cat "$tmp/e")"
+"$dtmc" import-mlir models/mlp.dtm -o "$tmp/x.ir" 2>"$tmp/e" && fail "import-mlir of a .dtm exited 0"
+[ -e "$tmp/x.ir" ] && fail "a failed import-mlir left a file"
+"$dtmc" inspect "$tmp/gpt.mlir" --mesh pp=2 >/dev/null 2>"$tmp/e" && fail "pp changed on an MLIR model exited 0"
+grep -q "stages were decided for pp=1" "$tmp/e" || fail "pp=2 on gpt.mlir: $(cat "$tmp/e")"
+"$dtmc" sweep "$tmp/mlp.mlir" --devices 4 2>"$tmp/e" && fail "sweep of an MLIR model exited 0"
+grep -q "sweep takes a .dtm model" "$tmp/e" || fail "sweep mlp.mlir: $(cat "$tmp/e")"
+
 "$dtmc" export-mlir models/mlp.dtm --after=fuse >"$tmp/o" 2>"$tmp/e" && fail "--after=fuse exited 0"
 grep -q "lower.*partition" "$tmp/e" || fail "--after=fuse: $(cat "$tmp/e")"
 "$dtmc" export-mlir models/mlp.dtm --after=partition --rank 4 -o "$tmp/r.mlir" 2>"$tmp/e" &&
