@@ -18,8 +18,14 @@
  *     math.exp/log/sqrt/rsqrt/tanh, arith.extf/truncf, arith.constant
  *     (a splat tensor; a splat right before the arith.mulf that alone
  *     reads it is dtm's scale);
- *   - linalg.matmul and the batched-matmul linalg.generic export writes,
- *     into a zero-filled init (tensor.empty + linalg.fill);
+ *   - linalg.matmul, linalg.batch_matmul and the batched-matmul
+ *     linalg.generic export writes, into a zero-filled init (tensor.empty
+ *     + linalg.fill);
+ *   - what torch-mlir writes: elementwise linalg.generic (parallel loops,
+ *     inputs through broadcast maps, a body of the arith and math ops above,
+ *     scalar constants, arith.maximumf with 0: relu), reduction
+ *     linalg.generic (addf or maximumf into the accumulator: sum, max), and
+ *     linalg.add/sub/mul/div/exp/log/negf/sqrt/rsqrt/tanh;
  *   - linalg.reduce (arith.addf: sum; arith.maximumf into -inf: max), then
  *     an arith.mulf by 1 / the count right after it (mean), then
  *     tensor.expand_shape back to the rank (keepdims);
@@ -40,6 +46,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <mlir-c/AffineExpr.h>
+#include <mlir-c/AffineMap.h>
 #include <mlir-c/BuiltinAttributes.h>
 #include <mlir-c/BuiltinTypes.h>
 
@@ -77,7 +85,7 @@ typedef struct Node {
 	char *name;  /* or NULL */
 	char *place; /* "[dp, _]" or NULL: "?" */
 	const char *role;
-	int ops[16], nops;
+	int *ops, nops, capops;
 	Type t;
 	int stage, block;
 	int line, col;
@@ -218,7 +226,7 @@ static bool grow(Im *im)
 
 static void bind(Im *im, MlirValue v, VKind k, int node, double num)
 {
-	if (!grow(im))
+	if (!v.ptr || !grow(im))
 		return;
 	Val *s = slot(im, v);
 	if (!s->key)
@@ -314,8 +322,17 @@ static void set_attrs(Im *im, int id, const char *fmt, ...)
 static void add_op(Im *im, int id, int x)
 {
 	Node *n = &im->nodes[id];
-	if (n->nops < (int)(sizeof n->ops / sizeof n->ops[0]))
-		n->ops[n->nops++] = x;
+	if (n->nops == n->capops) {
+		int c = n->capops ? 2 * n->capops : 4;
+		int *o = realloc(n->ops, sizeof *o * (size_t)c);
+		if (!o) {
+			fail(im, (MlirOperation){0}, "out of memory");
+			return;
+		}
+		n->ops = o;
+		n->capops = c;
+	}
+	n->ops[n->nops++] = x;
 }
 
 /* dtm.name, dtm.stage and dtm.block of op (a dictionary's entries for an
@@ -395,6 +412,11 @@ static int node_of(Im *im, MlirOperation user, MlirValue v)
 static int result_node(Im *im, MlirOperation op, const char *dtmop)
 {
 	Type t;
+	if (mlirOperationGetNumResults(op) != 1) {
+		fail(im, op, "'%.*s' with %d results: dtm imports ops on tensors, one result each",
+		     (int)opname(op).length, opname(op).data, (int)mlirOperationGetNumResults(op));
+		return -1;
+	}
 	MlirValue r = mlirOperationGetResult(op, 0);
 	if (!vtype(r, &t)) {
 		fail(im, op, "'%.*s': a result type dtm does not have (ranked tensors of f32, bf16, "
@@ -651,33 +673,315 @@ static MlirOperation reduce(Im *im, MlirOperation op)
 	return last;
 }
 
-/* linalg.matmul, or the batched matmul as export writes it:
- * linalg.generic, mulf then addf, one reduction loop last. */
-static void matmul(Im *im, MlirOperation op, bool generic)
+/* Indexing map k of a linalg.generic as its results: dim positions, -1
+ * for the constant 0 (a size-1 dim), -2 for anything else; the count, or
+ * -1. */
+static int map_of(MlirOperation op, intptr_t k, int *res, int cap, int *ndims)
+{
+	MlirAttribute maps = attr(op, "indexing_maps");
+	if (mlirAttributeIsNull(maps) || !mlirAttributeIsAArray(maps) ||
+	    k >= mlirArrayAttrGetNumElements(maps))
+		return -1;
+	MlirAttribute m = mlirArrayAttrGetElement(maps, k);
+	if (!mlirAttributeIsAAffineMap(m))
+		return -1;
+	MlirAffineMap am = mlirAffineMapAttrGetValue(m);
+	int n = (int)mlirAffineMapGetNumResults(am);
+	*ndims = (int)mlirAffineMapGetNumDims(am);
+	if (n > cap)
+		return -1;
+	for (int i = 0; i < n; i++) {
+		MlirAffineExpr e = mlirAffineMapGetResult(am, i);
+		res[i] = mlirAffineExprIsADim(e)                                          ? (int)mlirAffineDimExprGetPosition(e)
+		         : mlirAffineExprIsAConstant(e) && !mlirAffineConstantExprGetValue(e) ? -1
+		                                                                             : -2;
+	}
+	return n;
+}
+
+/* The generic's loops: all parallel (reduction: the last one only). */
+static bool loops_are(MlirOperation op, bool reduction)
+{
+	Str s = {0};
+	mlirAttributePrint(attr(op, "iterator_types"), to_str, &s);
+	const char *red = s.p ? strstr(s.p, "reduction") : NULL;
+	bool ok = s.p && (reduction ? red && !strstr(red + 1, "reduction") && !strstr(red, "parallel")
+	                            : !red);
+	free(s.p);
+	return ok;
+}
+
+/* The batched matmul export writes as a linalg.generic: loops d0..d(r-1)
+ * of the result and k = d(r) last; a = [batch..., d(r-2), k], b = [batch...,
+ * k, d(r-1)], the batch dims aligned right (a size-1 one: 0); mulf then
+ * addf into the result. */
+static bool is_batched_matmul(MlirOperation op)
+{
+	if (mlirOperationGetNumOperands(op) != 3 || !loops_are(op, true) ||
+	    !body_is(op, 0, "arith.mulf") || !body_is(op, 1, "arith.addf") ||
+	    !body_is(op, 2, "linalg.yield"))
+		return false;
+	int m[3][MAXR + 1], n[3], nd;
+	for (int k = 0; k < 3; k++)
+		if ((n[k] = map_of(op, k, m[k], MAXR + 1, &nd)) < 2)
+			return false;
+	int r = n[2];
+	if (nd != r + 1)
+		return false;
+	for (int d = 0; d < r; d++)
+		if (m[2][d] != d)
+			return false;
+	for (int k = 0; k < 2; k++) {
+		int *x = m[k], nb = n[k] - 2;
+		for (int j = 0; j < nb; j++)
+			if (x[j] != j + (r - 2) - nb && x[j] != -1)
+				return false;
+		if (k == 0 && (x[nb] != r - 2 || x[nb + 1] != r))
+			return false;
+		if (k == 1 && (x[nb] != r || x[nb + 1] != r - 1))
+			return false;
+	}
+	return true;
+}
+
+/* linalg.matmul, linalg.batch_matmul, or the batched matmul as export
+ * writes it, into a zero fill. */
+static void matmul(Im *im, MlirOperation op)
 {
 	if (mlirOperationGetNumOperands(op) != 3) {
 		fail(im, op, "a matmul of other than two operands into one init");
 		return;
-	}
-	if (generic) {
-		Str s = {0};
-		mlirAttributePrint(attr(op, "iterator_types"), to_str, &s);
-		const char *red = s.p ? strstr(s.p, "reduction") : NULL;
-		bool ok = red && !strstr(red + 1, "reduction") && !strstr(red, "parallel") &&
-		          body_is(op, 0, "arith.mulf") && body_is(op, 1, "arith.addf") &&
-		          body_is(op, 2, "linalg.yield");
-		free(s.p);
-		if (!ok) {
-			fail(im, op, "a linalg.generic dtm does not import (it takes the batched "
-			     "matmul export-mlir writes: mulf, addf, one reduction loop last)");
-			return;
-		}
 	}
 	if (!init_is(im, op, mlirOperationGetOperand(op, 2), 0.0))
 		return;
 	int id = result_node(im, op, "matmul");
 	if (id >= 0)
 		operands(im, op, id, 0, 2);
+}
+
+/* Operand k of an elementwise linalg.generic as a node of the loops' rank
+ * (numpy rules): the dims its map reads in order, 1 elsewhere. */
+static int aligned_operand(Im *im, MlirOperation op, int k, int rank)
+{
+	int res[MAXR], nd;
+	int n = map_of(op, k, res, MAXR, &nd);
+	Type t;
+	MlirValue v = mlirOperationGetOperand(op, k);
+	if (n < 0 || nd != rank || !vtype(v, &t) || t.rank != n) {
+		fail(im, op, "a linalg.generic operand whose indexing map dtm does not read");
+		return -1;
+	}
+	Type al = {.rank = rank, .dt = t.dt};
+	for (int d = 0; d < rank; d++)
+		al.shape[d] = 1;
+	for (int j = 0, last = -1; j < n; j++) {
+		if (res[j] == -1)
+			continue;
+		if (res[j] < 0 || res[j] <= last) {
+			fail(im, op, "a linalg.generic operand read transposed or through an affine "
+			     "expression (dtm takes broadcasts: each dim once, in order)");
+			return -1;
+		}
+		last = res[j];
+		al.shape[res[j]] = t.shape[j];
+	}
+	int x = node_of(im, op, v);
+	if (x < 0)
+		return -1;
+	bool same = t.rank == rank;
+	for (int d = 0; same && d < rank; d++)
+		same = t.shape[d] == al.shape[d];
+	if (same)
+		return x;
+	int id = new_node(im, op, "reshape", &al);
+	if (id >= 0)
+		add_op(im, id, x);
+	return id;
+}
+
+/* An elementwise linalg.generic (torch-mlir's form of most ops): every
+ * loop parallel, the result's map the identity, the body arith and math
+ * on the inputs' elements and scalar constants, each body op a node of the
+ * result's shape. */
+static void elementwise(Im *im, MlirOperation op)
+{
+	static const struct {
+		const char *mlir, *dtm;
+	} un[] = {{"arith.negf", "neg"}, {"math.exp", "exp"},   {"math.log", "log"},
+	          {"math.sqrt", "sqrt"}, {"math.rsqrt", "rsqrt"}, {"math.tanh", "tanh"},
+	          {"arith.extf", "cast"}, {"arith.truncf", "cast"}},
+	  bin[] = {{"arith.addf", "add"}, {"arith.subf", "sub"}, {"arith.mulf", "mul"},
+	           {"arith.divf", "div"}};
+	int nin = (int)mlirOperationGetNumOperands(op) - 1, res[MAXR], nd;
+	Type rt;
+	if (nin < 1 || !loops_are(op, false) || !vtype(mlirOperationGetResult(op, 0), &rt) ||
+	    map_of(op, nin, res, MAXR, &nd) != rt.rank || nd != rt.rank) {
+		fail(im, op, "a linalg.generic dtm does not import (it takes elementwise ones: every "
+		     "loop parallel, the result's map the identity; and the batched matmul "
+		     "export-mlir writes)");
+		return;
+	}
+	for (int d = 0; d < rt.rank; d++)
+		if (res[d] != d) {
+			fail(im, op, "a linalg.generic whose result's map is not the identity");
+			return;
+		}
+	MlirBlock b = mlirRegionGetFirstBlock(mlirOperationGetRegion(op, 0));
+	for (int k = 0; k < nin; k++) {
+		int x = aligned_operand(im, op, k, rt.rank);
+		if (x < 0)
+			return;
+		bind(im, mlirBlockGetArgument(b, k), V_NODE, x, 0);
+	}
+	int last = -1;
+	for (MlirOperation o = mlirBlockGetFirstOperation(b); !mlirOperationIsNull(o) && !im->nerr;
+	     o = mlirOperationGetNextInBlock(o)) {
+		MlirStringRef n = opname(o);
+		if (is(n, "linalg.yield")) {
+			if (mlirOperationGetNumOperands(o) != 1)
+				break;
+			last = node_of(im, o, mlirOperationGetOperand(o, 0));
+			break;
+		}
+		Type t = rt;
+		MlirValue r = mlirOperationGetNumResults(o) == 1 ? mlirOperationGetResult(o, 0)
+		                                                 : (MlirValue){0};
+		Type et;
+		if (!r.ptr || !vtype(r, &et)) {
+			fail(im, o, "'%.*s' in a linalg.generic: dtm reads one f32, bf16 or f16 result",
+			     (int)n.length, n.data);
+			return;
+		}
+		t.dt = et.dt;
+		if (is(n, "arith.constant")) {
+			constant(im, o);
+			continue;
+		}
+		const char *dtmop = NULL;
+		int arity = 0;
+		for (size_t i = 0; !dtmop && i < sizeof un / sizeof un[0]; i++)
+			if (is(n, un[i].mlir))
+				dtmop = un[i].dtm, arity = 1;
+		for (size_t i = 0; !dtmop && i < sizeof bin / sizeof bin[0]; i++)
+			if (is(n, bin[i].mlir))
+				dtmop = bin[i].dtm, arity = 2;
+		if (is(n, "arith.maximumf"))
+			dtmop = "relu", arity = 2;
+		if (!dtmop) {
+			fail(im, o, "'%.*s' in a linalg.generic is not in the subset dtm imports "
+			     "(arith.addf/subf/mulf/divf/negf/maximumf with 0/extf/truncf, "
+			     "math.exp/log/sqrt/rsqrt/tanh, scalar constants)", (int)n.length, n.data);
+			return;
+		}
+		const Val *x[2] = {look(im, mlirOperationGetOperand(o, 0)),
+		                   arity == 2 ? look(im, mlirOperationGetOperand(o, 1)) : NULL};
+		int sc = arity == 2 && x[1] && x[1]->kind == V_SCALAR   ? 1
+		         : arity == 2 && x[0] && x[0]->kind == V_SCALAR ? 0
+		                                                       : -1;
+		/* the operands first: a scalar constant read as a value becomes
+		 * a node before its user */
+		int opnd[2] = {-1, -1}, nop = 0;
+		bool fold = !strcmp(dtmop, "relu") || (!strcmp(dtmop, "mul") && sc >= 0);
+		for (int i = 0; i < arity; i++)
+			if (!(fold && i == sc) &&
+			    (opnd[nop++] = node_of(im, o, mlirOperationGetOperand(o, i))) < 0)
+				return;
+		if (!strcmp(dtmop, "relu") && (sc < 0 || x[sc]->num != 0)) {
+			/* max(x, 0): relu */
+			fail(im, o, "arith.maximumf in a linalg.generic: dtm reads max(x, 0.0), relu");
+			return;
+		}
+		double v = sc >= 0 ? x[sc]->num : 0;
+		int id = new_node(im, o, fold && strcmp(dtmop, "relu") ? "scale" : dtmop, &t);
+		if (id < 0)
+			return;
+		for (int i = 0; i < nop; i++)
+			add_op(im, id, opnd[i]);
+		if (fold && strcmp(dtmop, "relu"))
+			set_attrs(im, id, " {value = %.17g}", v);
+		bind(im, r, V_NODE, id, 0);
+	}
+	if (last < 0) {
+		if (!im->nerr)
+			fail(im, op, "a linalg.generic whose body yields no value dtm computed");
+		return;
+	}
+	bind(im, mlirOperationGetResult(op, 0), V_NODE, last, 0);
+	op_tags(im, last, op);
+}
+
+/* A reduction linalg.generic (torch-mlir's sum): one input read by every
+ * loop in order, the result's map the parallel loops, body addf (sum) or
+ * maximumf (max) of the element and the accumulator, into a zero (-inf)
+ * fill. */
+static bool generic_reduce(Im *im, MlirOperation op)
+{
+	int in[MAXR], out[MAXR], nd, nd2;
+	if (mlirOperationGetNumOperands(op) != 2 || loops_are(op, false))
+		return false;
+	int ni = map_of(op, 0, in, MAXR, &nd), no = map_of(op, 1, out, MAXR, &nd2);
+	bool max = body_is(op, 0, "arith.maximumf");
+	if (ni != nd || no < 0 || (!max && !body_is(op, 0, "arith.addf")) ||
+	    !body_is(op, 1, "linalg.yield"))
+		return false;
+	bool red[MAXR] = {false};
+	for (int d = 0; d < nd; d++) {
+		if (in[d] != d)
+			return false;
+		red[d] = true;
+	}
+	for (int j = 0, last = -1; j < no; j++) {
+		if (out[j] < 0 || out[j] <= last)
+			return false;
+		last = out[j];
+		red[out[j]] = false;
+	}
+	/* the body reads the element and the accumulator, in either order */
+	MlirOperation b = body_op(op, 0);
+	MlirBlock blk = mlirRegionGetFirstBlock(mlirOperationGetRegion(op, 0));
+	MlirValue x = mlirBlockGetArgument(blk, 0), acc = mlirBlockGetArgument(blk, 1);
+	MlirValue p = mlirOperationGetOperand(b, 0), q = mlirOperationGetOperand(b, 1);
+	if (!((mlirValueEqual(p, x) && mlirValueEqual(q, acc)) ||
+	      (mlirValueEqual(p, acc) && mlirValueEqual(q, x))))
+		return false;
+	if (!init_is(im, op, mlirOperationGetOperand(op, 1), max ? -INFINITY : 0.0))
+		return true;
+	int id = result_node(im, op, max ? "max" : "sum");
+	if (id < 0 || !operands(im, op, id, 0, 1))
+		return true;
+	char buf[64];
+	int k = 0;
+	for (int d = 0; d < nd; d++)
+		if (red[d])
+			k += snprintf(buf + k, sizeof buf - (size_t)k, "%s%d", k ? ", " : "", d);
+	set_attrs(im, id, " {axes = (%s)}", buf);
+	return true;
+}
+
+/* linalg's named elementwise ops: ins, then the init (whose values they
+ * do not read). */
+static bool named_elementwise(Im *im, MlirOperation op)
+{
+	static const struct {
+		const char *mlir, *dtm;
+		int arity;
+	} ops[] = {{"linalg.add", "add", 2},  {"linalg.sub", "sub", 2},     {"linalg.mul", "mul", 2},
+	           {"linalg.div", "div", 2},  {"linalg.exp", "exp", 1},     {"linalg.log", "log", 1},
+	           {"linalg.negf", "neg", 1}, {"linalg.sqrt", "sqrt", 1},   {"linalg.rsqrt", "rsqrt", 1},
+	           {"linalg.tanh", "tanh", 1}};
+	for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
+		if (is(opname(op), ops[i].mlir)) {
+			if (mlirOperationGetNumOperands(op) != ops[i].arity + 1) {
+				fail(im, op, "'%s' of %d operands", ops[i].mlir,
+				     (int)mlirOperationGetNumOperands(op));
+				return true;
+			}
+			int id = result_node(im, op, ops[i].dtm);
+			if (id >= 0)
+				operands(im, op, id, 0, ops[i].arity);
+			return true;
+		}
+	return false;
 }
 
 static void slice(Im *im, MlirOperation op)
@@ -859,6 +1163,12 @@ static MlirOperation one_op(Im *im, MlirOperation op)
 	  bin[] = {{"arith.addf", "add"}, {"arith.subf", "sub"}, {"arith.mulf", "mul"},
 	           {"arith.divf", "div"}};
 	MlirStringRef n = opname(op);
+	if (!is(n, "func.return") && mlirOperationGetNumResults(op) != 1) {
+		/* (linalg on memrefs has none) */
+		fail(im, op, "'%.*s' with %d results: dtm imports ops on tensors, one result each",
+		     (int)n.length, n.data, (int)mlirOperationGetNumResults(op));
+		return op;
+	}
 	for (size_t i = 0; i < sizeof un / sizeof un[0]; i++)
 		if (is(n, un[i].mlir)) {
 			unary(im, op, un[i].dtm);
@@ -869,7 +1179,7 @@ static MlirOperation one_op(Im *im, MlirOperation op)
 			binary(im, op, bin[i].dtm);
 			return op;
 		}
-	MlirValue r = mlirOperationGetNumResults(op) ? mlirOperationGetResult(op, 0) : (MlirValue){0};
+	MlirValue r = is(n, "func.return") ? (MlirValue){0} : mlirOperationGetResult(op, 0);
 	if (is(n, "arith.constant")) {
 		constant(im, op);
 	} else if (is(n, "tensor.empty")) {
@@ -889,8 +1199,14 @@ static MlirOperation one_op(Im *im, MlirOperation op)
 			bind(im, r, V_COLLAPSE, x, 0);
 	} else if (is(n, "linalg.broadcast")) {
 		broadcast(im, op);
-	} else if (is(n, "linalg.matmul") || is(n, "linalg.generic")) {
-		matmul(im, op, is(n, "linalg.generic"));
+	} else if (is(n, "linalg.matmul") || is(n, "linalg.batch_matmul") ||
+	           (is(n, "linalg.generic") && is_batched_matmul(op))) {
+		matmul(im, op);
+	} else if (is(n, "linalg.generic")) {
+		if (!generic_reduce(im, op))
+			elementwise(im, op);
+	} else if (named_elementwise(im, op)) {
+		/* done */
 	} else if (is(n, "linalg.reduce")) {
 		return reduce(im, op);
 	} else if (is(n, "linalg.softmax")) {
@@ -1116,6 +1432,7 @@ static void im_free(Im *im)
 		free(im->nodes[i].attrs);
 		free(im->nodes[i].name);
 		free(im->nodes[i].place);
+		free(im->nodes[i].ops);
 	}
 	free(im->nodes);
 	free(im->vals);

@@ -7,7 +7,9 @@
 #      (--mesh dp=1) and for dp x tp layouts (the file's 2x2, dp=3, tp=3,
 #      ZeRO-3, micro-batches, bf16): each step's loss and grad norm equal
 #      one device's (f32: 1e-5 relative; bf16 against one device in bf16:
-#      2e-2, as tests/e2e/precision.sh);
+#      2e-2, as tests/e2e/precision.sh); the loss goes down; and
+#      tests/mlir/mlp_torch.mlir, the same in torch-mlir's form (generic
+#      elementwise and reduction ops), at 2x2 and dp=3 with ZeRO-2;
 #   2. models/mlp.dtm exported to MLIR and built from the .mlir trains to
 #      the .dtm build's losses bit for bit (the same program);
 #   3. bad MLIR fails with file:line:col, exit 1 and no file written: an
@@ -65,6 +67,15 @@ close "$tmp/ref.jsonl" "$tmp/mb.jsonl" 1e-5 "hand-written MLIR, dp=2 x tp=2, 2 m
 run refbf "$hand" --mesh dp=1 --train precision=bf16
 run bf "$hand" --train precision=bf16
 close "$tmp/refbf.jsonl" "$tmp/bf.jsonl" 2e-2 "hand-written MLIR, dp=2 x tp=2, bf16"
+
+# ... and the same MLP in the form torch-mlir writes (elementwise and
+# reduction linalg.generic, relu as maximumf with 0)
+torch=$here/mlp_torch.mlir
+run tref "$torch" --mesh dp=1,tp=1
+run tdp2tp2 "$torch"
+close "$tmp/tref.jsonl" "$tmp/tdp2tp2.jsonl" 1e-5 "torch-mlir-style MLIR, dp=2 x tp=2"
+run tdp3 "$torch" --mesh dp=3,tp=1 --train zero=2
+close "$tmp/tref.jsonl" "$tmp/tdp3.jsonl" 1e-5 "torch-mlir-style MLIR, dp=3, zero 2"
 
 # 2. an exported model trains as its .dtm does
 "$dtmc" export-mlir models/mlp.dtm -o "$tmp/mlp.mlir" || fail "export-mlir models/mlp.dtm"
