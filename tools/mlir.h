@@ -1,4 +1,5 @@
-/* mlir.h - MLIR as dtm's exchange format (`dtmc export-mlir`).
+/* mlir.h - MLIR as dtm's exchange format (`dtmc export-mlir`), and its
+ * sharding passes as a second opinion on partition (`dtmc mlir-spmd`).
  *
  * mlir_export.c writes dtm's global program as MLIR text (func, arith,
  * math, linalg, tensor and mesh; the ops MLIR has no equivalent for as
@@ -13,12 +14,26 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 
 #include "ir/ir.h"
 
 /* The global program m as MLIR text in *text (malloc'd); false and a
  * message in err when it cannot be written. */
 bool mlir_export_text(const IrModule *m, char **text, char *err, size_t cap);
+
+/* `dtmc mlir-spmd` (mlir_spmd.c): the forward program of g (the global
+ * program after propagate) cut into functions MLIR 19's sharding-
+ * propagation and mesh-spmdization accept, those passes run through api,
+ * and the collectives MLIR inserts set beside those partition inserted for
+ * the same nodes in p (g after partition), as a table (or JSON) on out.
+ * False and a message in err when it cannot be done. */
+struct DtmMlirApi;
+bool mlir_spmd_compare(const IrModule *g, const IrModule *p, const struct DtmMlirApi *api,
+                       FILE *out, bool json, char *err, size_t cap);
+/* The cut module mlir_spmd_compare gives MLIR (malloc'd; NULL when out of
+ * memory): for mlir-opt-19 by hand. */
+char *mlir_spmd_cut(const IrModule *g);
 
 /* The plugin's entry points.  Each returns 0 on success with the module as
  * MLIR prints it in *out, or 1 with MLIR's diagnostics in *err (both
@@ -29,8 +44,13 @@ typedef struct DtmMlirApi {
 	int (*check)(const char *src, char **out, char **err);
 	/* parse, verify, run the textual pass pipeline, verify again */
 	int (*run)(const char *src, const char *pipeline, char **out, char **err);
+	/* run's passes without the verifier, the result in the generic form
+	 * even when it does not verify (its diagnostics then in *bad, else
+	 * NULL): `dtmc mlir-spmd`, around an MLIR 19 bug (mlir_capi.c) */
+	int (*run_unverified)(const char *src, const char *pipeline, char **out, char **bad,
+	                      char **err);
 } DtmMlirApi;
-#define DTM_MLIR_API_VERSION 1
+#define DTM_MLIR_API_VERSION 2
 
 /* The exported symbol of libdtm_mlir.so. */
 const DtmMlirApi *dtm_mlir_api(void);
