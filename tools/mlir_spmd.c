@@ -26,7 +26,8 @@
  * region node's value what propagate placed it.  all_slice and
  * shard_slice move no data and are left out, as are collectives over
  * mesh axes of size 1 only (the cut module's mesh has one more such
- * axis: see put_sharding).  A region MLIR fails on is reported as such.
+ * axis: see put_sharding).  Each region runs in a child process, and one
+ * MLIR fails or crashes on is reported as such.
  */
 #include "tools/mlir.h"
 
@@ -34,6 +35,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #define SP_PIPELINE "builtin.module(func.func(sharding-propagation,mesh-spmdization))"
 
@@ -61,6 +64,7 @@ typedef struct Sp {
 	SpColls dtm, mlir;
 	char **bad;  /* [nreg]: MLIR's verifier on the region's result */
 	char **fail; /* [nreg]: why MLIR's passes failed on it */
+	bool plain;  /* the region being written splits nothing at its cut */
 	char err[256];
 } Sp;
 
@@ -171,19 +175,20 @@ static void put_type(FILE *f, const IrNode *n)
 	fprintf(f, "%s>", elt(n->dtype));
 }
 
-/* <@mesh, [[0], [], [1]], partial = sum[1]>.  A result split nowhere is
- * written split over the mesh's extra axis of size 1 (the same
+/* <@mesh, [[0], [], [1]], partial = sum[1]>.  With one, a value split
+ * nowhere is written split over the mesh's extra axis of size 1 (the same
  * placement): MLIR 19's spmdization crashes when a matmul's partial
- * result is to end up split nowhere, [[]].  Not an argument: a split over
- * that axis on a loop dim another operand splits over a real axis crashes
- * it too. */
-static void put_sharding(FILE *f, const IrModule *m, const Placement *p, bool result)
+ * result is to end up split nowhere, [[]], and on a region whose every
+ * argument and result is [[]].  Not an argument of a region that splits
+ * something: a split over that axis on a loop dim another operand splits
+ * over a real axis crashes it too. */
+static void put_sharding(FILE *f, const IrModule *m, const Placement *p, bool one)
 {
 	int last = p->ndims - 1;
 	while (last >= 0 && !p->naxes[last])
 		last--;
 	if (last < 0)
-		fprintf(f, result ? "<@mesh, [[%d]]" : "<@mesh, [[]]", m->mesh.naxes);
+		fprintf(f, one ? "<@mesh, [[%d]]" : "<@mesh, [[]]", m->mesh.naxes);
 	else
 		fputs("<@mesh, [", f);
 	for (int d = 0; d <= last; d++) {
@@ -227,7 +232,9 @@ static bool escapes(const Sp *s, int i, int r)
  * op's result. */
 static void val(const Sp *s, int i, int r)
 {
-	fprintf(s->f, "%%%c%d", s->reg[i] == r ? 'v' : 's', i);
+	/* (a scalar argument is read as it is: shard_line) */
+	char c = s->reg[i] == r ? 'v' : s->g->nodes[i]->rank ? 's' : 'a';
+	fprintf(s->f, "%%%c%d", c, i);
 }
 
 /* The argument list: the operands from outside the region (each once, in
@@ -397,16 +404,21 @@ static void matmul(Sp *s, const IrNode *n, int r)
 	fputc('\n', f);
 }
 
+static bool splits(const Placement *p)
+{
+	for (int d = 0; d < p->ndims; d++)
+		if (p->naxes[d])
+			return true;
+	return p->partial != 0;
+}
+
 static void shard_line(Sp *s, char pre, int i, char src)
 {
 	const IrNode *n = s->g->nodes[i];
-	if (n->rank == 0) { /* a scalar: replicated, nothing to say */
-		fprintf(s->f, "    %%%c%d = tensor.cast %%%c%d : tensor<%s> to tensor<%s>\n", pre,
-		        i, src, i, elt(n->dtype), elt(n->dtype));
+	if (n->rank == 0) /* a scalar: nothing to split, and MLIR has no shard of rank 0 */
 		return;
-	}
 	fprintf(s->f, "    %%%c%d = mesh.shard %%%c%d to ", pre, i, src, i);
-	put_sharding(s->f, s->g, ir_place(s->g, n), pre == 'r');
+	put_sharding(s->f, s->g, ir_place(s->g, n), pre == 'r' || s->plain);
 	fputs(" : ", s->f);
 	put_type(s->f, n);
 	fputc('\n', s->f);
@@ -428,6 +440,10 @@ static void region(Sp *s, int r, bool *seen)
 			first = false;
 		}
 	fputs(") {\n", s->f);
+	s->plain = true;
+	for (int i = 0; i < g->nnodes; i++)
+		if (seen[i] || (s->reg[i] == r && escapes(s, i, r)))
+			s->plain = s->plain && !splits(ir_place(g, g->nodes[i]));
 	for (int i = 0; i < g->nnodes; i++)
 		if (seen[i])
 			shard_line(s, 's', i, 'a');
@@ -869,6 +885,87 @@ static void report(FILE *f, const Sp *s, bool json)
 	}
 }
 
+/* Writes s (NULL: none) to fd as its length + 1 (0 for NULL), then its
+ * bytes. */
+static void put_msg(int fd, const char *s)
+{
+	size_t n = s ? strlen(s) + 1 : 0;
+	if (write(fd, &n, sizeof n) != (ssize_t)sizeof n || (n > 1 && write(fd, s, n - 1) < 0))
+		_exit(2);
+}
+
+/* Reads what put_msg wrote at *p (of the end e) into a malloc'd string. */
+static char *get_msg(const char **p, const char *e)
+{
+	size_t n;
+	if ((size_t)(e - *p) < sizeof n)
+		return NULL;
+	memcpy(&n, *p, sizeof n);
+	*p += sizeof n;
+	if (!n || n - 1 > (size_t)(e - *p))
+		return NULL;
+	char *s = malloc(n);
+	if (s) {
+		memcpy(s, *p, n - 1);
+		s[n - 1] = 0;
+	}
+	*p += n - 1;
+	return s;
+}
+
+/* api->run_unverified in a child process: MLIR 19's mesh passes crash on
+ * some inputs (conflicting shardings of one loop dim), and a crash is a
+ * finding about the region, not the end of dtmc.  Returns its rc; a
+ * crash is rc 1 with the signal in *err. */
+static int run_isolated(const DtmMlirApi *api, const char *src, char **out, char **bad, char **err)
+{
+	int fd[2];
+	*out = *bad = *err = NULL;
+	if (pipe(fd) != 0)
+		return api->run_unverified(src, SP_PIPELINE, out, bad, err);
+	fflush(NULL);
+	pid_t pid = fork();
+	if (pid == 0) {
+		close(fd[0]);
+		int rc = api->run_unverified(src, SP_PIPELINE, out, bad, err);
+		if (write(fd[1], &rc, sizeof rc) != (ssize_t)sizeof rc)
+			_exit(2);
+		put_msg(fd[1], *out);
+		put_msg(fd[1], *bad);
+		put_msg(fd[1], *err);
+		_exit(0);
+	}
+	close(fd[1]);
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *m = open_memstream(&buf, &len);
+	char chunk[65536];
+	ssize_t k;
+	while (m && pid > 0 && (k = read(fd[0], chunk, sizeof chunk)) > 0)
+		fwrite(chunk, 1, (size_t)k, m);
+	close(fd[0]);
+	if (m)
+		fclose(m);
+	int st = 0, rc = 1;
+	if (pid > 0)
+		waitpid(pid, &st, 0);
+	if (pid > 0 && WIFEXITED(st) && !WEXITSTATUS(st) && len >= sizeof rc) {
+		const char *p = buf + sizeof rc, *e = buf + len;
+		memcpy(&rc, buf, sizeof rc);
+		*out = get_msg(&p, e);
+		*bad = get_msg(&p, e);
+		*err = get_msg(&p, e);
+	} else if ((*err = malloc(64)) != NULL) {
+		bool sig = pid > 0 && WIFSIGNALED(st);
+		snprintf(*err, 64, "MLIR crashed (%s %d)", sig ? "signal" : "status",
+		         sig       ? WTERMSIG(st)
+		         : pid > 0 ? WEXITSTATUS(st)
+		                   : -1);
+	}
+	free(buf);
+	return rc;
+}
+
 /* MLIR's passes on region r alone (so a failure or an unverifiable
  * result is that region's), its collectives into s->mlir. */
 static bool run_region(Sp *s, const DtmMlirApi *api, int r)
@@ -880,7 +977,7 @@ static bool run_region(Sp *s, const DtmMlirApi *api, int r)
 	}
 	bool ok = true;
 	/* a region MLIR cannot spmdize is a finding, not an error */
-	if (api->run_unverified(src, SP_PIPELINE, &out, &bad, &err) != 0)
+	if (run_isolated(api, src, &out, &bad, &err) != 0)
 		s->fail[r] = err ? err : strdup("MLIR's passes failed"), err = NULL;
 	else if (!parse_mlir(s, out, r))
 		snprintf(s->err, sizeof s->err, "out of memory"), ok = false;
