@@ -599,6 +599,19 @@ if(TARGET dtm_mlir)
            WORKING_DIRECTORY ${DTM_ROOT})
   set_tests_properties(mlir.train PROPERTIES TIMEOUT 600 LABELS e2e)
 endif()
+#   mlir.spmd    dtmc mlir-spmd: the collectives MLIR 19's sharding-propagation
+#                and mesh-spmdization insert on the cut forward program of mlp
+#                and gpt (three layouts each) are dtm's, but for the listed
+#                differences, each with its reason (tests/mlir/spmd.sh)
+if(TARGET dtm_mlir AND DTM_MLIR_OPT)
+  add_test(NAME mlir.spmd
+           COMMAND ${DTM_BASH} ${DTM_TESTS}/mlir/spmd.sh $<TARGET_FILE:dtmc> ${DTM_MLIR_OPT}
+           WORKING_DIRECTORY ${DTM_ROOT})
+else()
+  add_test(NAME mlir.spmd COMMAND ${DTM_BASH} ${DTM_TESTS}/mlir/spmd.sh $<TARGET_FILE:dtmc>
+           WORKING_DIRECTORY ${DTM_ROOT})
+endif()
+set_tests_properties(mlir.spmd PROPERTIES TIMEOUT 120 LABELS golden)
 # ---- end mlir ----
 
 # ---- build: the build without optional dependencies (issue 12 point 1) ----

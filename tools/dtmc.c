@@ -10,6 +10,9 @@
  *   dtmc inspect FILE [-D ...]... [--mesh ...] [--train ...]... [--hw NAME|FILE] [--nodes K]
  *              [--rank R] [--json] [--trace FILE] [--dot FILE [--dot-scope SCOPE]]
  *              (inspect.c, inspect_dot.c)
+ *   dtmc export-mlir FILE [-o OUT.mlir] [-D ...]... [--mesh ...] [--train ...]...
+ *   dtmc mlir-spmd FILE [--json] [-o CUT.mlir] [-D ...]... [--mesh ...] [--train ...]...
+ *              (mlir_export.c, mlir_spmd.c, through the plugin mlir_capi.c)
  *   dtmc sweep FILE --devices N [--hw NAME|FILE] [--mem-limit BYTES] ... (sweep.c)
  *   dtmc help [COMMAND] | dtmc --help | dtmc --version
  *
@@ -74,6 +77,7 @@ static int cmd_inspect(const Args *args);
 static int cmd_opt(const Args *args);
 static int cmd_export_mlir(const Args *args);
 static int cmd_import_mlir(const Args *args);
+static int cmd_mlir_spmd(const Args *args);
 
 /* the byte-level tokenizer (tools/tokenize.c) writes llm.c token files
  * the training binary reads; dtmc only dispatches to it */
@@ -282,6 +286,32 @@ static const Command commands[] = {
 	 "  -o OUT.ir              the file to write (default: standard output)\n"
 	 "  --mesh, --train        as for dtmc build\n",
 	 cmd_import_mlir, false, true, NULL},
+	{"mlir-spmd", "compare dtm's forward collectives with MLIR's own spmdization",
+	 "usage: dtmc mlir-spmd FILE [--json] [-o CUT.mlir] [-D name=value]...\n"
+	 "                  [--mesh axis=size,...] [--train key=value]...\n"
+	 "\n"
+	 "A second opinion on dtm's partition from MLIR 19's own passes.  The forward\n"
+	 "program, with the placements dtm's propagate decided, is cut where MLIR\n"
+	 "cannot spmdize an op (calls of @dtm functions, reductions, reshapes): each\n"
+	 "maximal run of matmuls and elementwise ops becomes a func.func @rK written\n"
+	 "in linalg, its arguments and results a mesh.shard to dtm's placement, each\n"
+	 "op's init an argument of its own.  MLIR's\n"
+	 "  builtin.module(func.func(sharding-propagation,mesh-spmdization))\n"
+	 "runs on each through its C API, and the collectives it inserts (kind, mesh\n"
+	 "axes, the bytes of one rank's operand) are listed beside those dtm's\n"
+	 "partition inserts for the same nodes, with a verdict: agree, or differs\n"
+	 "(only dtm, only MLIR, or how many each).  MLIR 19 leaves an ill-typed\n"
+	 "scf.if behind when a reduction over one mesh axis has a result split over\n"
+	 "another: its result is read unverified, and the region says so.  Each\n"
+	 "region runs in a child process: one MLIR cannot spmdize, or crashes on,\n"
+	 "is listed as such.  Needs dtm built with MLIR 19.\n"
+	 "\n"
+	 "options:\n"
+	 "  --json                 the comparison as JSON\n"
+	 "  -o CUT.mlir            also write the cut module (what the passes get),\n"
+	 "                         for mlir-opt-19 by hand\n"
+	 "  -D, --mesh, --train    as for dtmc build\n",
+	 cmd_mlir_spmd, false, true, NULL},
 	{"inspect", "show a layout's communication, memory and step time, without running",
 	 "usage: dtmc inspect FILE [-D name=value]... [--mesh axis=size,...] [--train key=value]...\n"
 	 "                  [--hw NAME|FILE] [--nodes K] [--rank R] [--json] [--trace FILE]\n"
@@ -489,7 +519,8 @@ static int parse_args(const Command *c, int argc, char **argv, Args *args)
 			args->keep_c = true;
 		} else if (c->run == cmd_build && strcmp(arg, "--cuda") == 0) {
 			args->cuda = true;
-		} else if (c->run == cmd_inspect && strcmp(arg, "--json") == 0) {
+		} else if ((c->run == cmd_inspect || c->run == cmd_mlir_spmd) &&
+		           strcmp(arg, "--json") == 0) {
 			args->json = true;
 		} else if ((c->run == cmd_inspect &&
 		            (((v = opt_value(argc, argv, &i, "--hw", &missing)) || missing) ||
@@ -563,7 +594,7 @@ static int parse_args(const Command *c, int argc, char **argv, Args *args)
 	}
 	if ((c->run == cmd_export_mlir || c->run == cmd_import_mlir) && !args->output)
 		args->output = "-";
-	if (c->has_output && !args->output) {
+	if (c->has_output && !args->output && c->run != cmd_mlir_spmd) {
 		fprintf(stderr, "dtmc: error: no output file: give -o NAME (see dtmc help %s)\n",
 		        c->name);
 		return 1;
@@ -842,6 +873,47 @@ static int cmd_export_mlir(const Args *args)
 	free(text);
 	free(out);
 	free(diag);
+	return finish(&a, &d, ok, &o);
+}
+
+/* `dtmc mlir-spmd`: the global program after propagate (a copy kept) and
+ * after partition, compared by tools/mlir_spmd.c through MLIR's passes. */
+static int cmd_mlir_spmd(const Args *args)
+{
+	char err[1024];
+	const DtmMlirApi *api = mlir_plugin(err, sizeof err);
+	if (!api) {
+		fprintf(stderr, "dtmc: error: %s\n", err);
+		return 1;
+	}
+	Arena a;
+	Diag d;
+	arena_init(&a);
+	diag_init(&d, stderr);
+	DrvOptions o = drv_options(args);
+	o.stop_after = "propagate";
+	Compiled c;
+	char *cut = NULL;
+	bool ok = drv_load(&c, &a, &d, args->file, &o) && drv_run(&c, &d, &o);
+	IrModule *g = ok ? ir_module_clone(&a, c.m) : NULL;
+	o.stop_after = "partition";
+	ok = ok && g && drv_run(&c, &d, &o);
+	/* the cut module first: what to run mlir-opt-19 on when MLIR fails */
+	if (ok && args->output) {
+		cut = mlir_spmd_cut(g);
+		FILE *f = cut ? fopen(args->output, "w") : NULL;
+		if (!f || fputs(cut, f) < 0 || fclose(f) != 0) {
+			diag_error(&d, (SrcLoc){0}, "cannot write '%s': %s", args->output,
+			           cut ? strerror(errno) : "out of memory");
+			ok = false;
+		}
+	}
+	if (ok && !mlir_spmd_compare(g, c.m, api, stdout, args->json, err, sizeof err)) {
+		diag_error(&d, (SrcLoc){0}, "mlir-spmd: %s", err);
+		ok = false;
+	}
+	ok = ok && flush_stdout(&d);
+	free(cut);
 	return finish(&a, &d, ok, &o);
 }
 

@@ -1,4 +1,5 @@
-/* mlir.h - MLIR as dtm's exchange format (`dtmc export-mlir`).
+/* mlir.h - MLIR as dtm's exchange format (`dtmc export-mlir`), and its
+ * sharding passes as a second opinion on partition (`dtmc mlir-spmd`).
  *
  * mlir_export.c writes dtm's global program as MLIR text, and
  * mlir_export_local.c one rank's program after partition (func, arith,
@@ -14,6 +15,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 
 #include "ir/ir.h"
 
@@ -26,6 +28,18 @@ bool mlir_export_text(const IrModule *m, char **text, char *err, size_t cap);
  * and a message in err when it cannot be written (mlir_export_local.c). */
 bool mlir_export_local_text(const IrModule *m, int64_t rank, char **text, char *err,
                             size_t cap);
+/* `dtmc mlir-spmd` (mlir_spmd.c): the forward program of g (the global
+ * program after propagate) cut into functions MLIR 19's sharding-
+ * propagation and mesh-spmdization accept, those passes run through api,
+ * and the collectives MLIR inserts set beside those partition inserted for
+ * the same nodes in p (g after partition), as a table (or JSON) on out.
+ * False and a message in err when it cannot be done. */
+struct DtmMlirApi;
+bool mlir_spmd_compare(const IrModule *g, const IrModule *p, const struct DtmMlirApi *api,
+                       FILE *out, bool json, char *err, size_t cap);
+/* The cut module mlir_spmd_compare gives MLIR (malloc'd; NULL when out of
+ * memory): for mlir-opt-19 by hand. */
+char *mlir_spmd_cut(const IrModule *g);
 
 /* The plugin's entry points.  Each returns 0 on success with the module as
  * MLIR prints it in *out, or 1 with MLIR's diagnostics in *err (both
@@ -40,8 +54,13 @@ typedef struct DtmMlirApi {
 	 * nodes located in path (tools/mlir_import.c); errors as
 	 * "LINE:COL: message" lines */
 	int (*import)(const char *src, const char *path, char **out, char **err);
+	/* run's passes without the verifier, the result in the generic form
+	 * even when it does not verify (its diagnostics then in *bad, else
+	 * NULL): `dtmc mlir-spmd`, around an MLIR 19 bug (mlir_capi.c) */
+	int (*run_unverified)(const char *src, const char *pipeline, char **out, char **bad,
+	                      char **err);
 } DtmMlirApi;
-#define DTM_MLIR_API_VERSION 2
+#define DTM_MLIR_API_VERSION 3
 
 /* A .mlir model (src: its text, src->name its path) as dtm IR text in *ir
  * (malloc'd); false after reporting to d, at the .mlir file's lines (the
