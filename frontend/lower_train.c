@@ -373,6 +373,12 @@ static void train_setting(Lower *L, const AstNode *s, const AstNode **seen)
 /* Re-reports the diagnostics a --train override produced into a private
  * Diag (printed there without a location: the setting's text has no file)
  * as `<command line>: error: --train TEXT: message`. */
+/* Field by field: a SrcLoc's padding is not initialised (memcmp read it). */
+static bool srcloc_same(SrcLoc a, SrcLoc b)
+{
+	return a.file == b.file && a.line == b.line && a.col == b.col && a.end_col == b.end_col;
+}
+
 static void forward_train_diags(Lower *L, const char *text, const char *buf, int nerr)
 {
 	static const char err[] = "dtmc: error: ", note[] = "dtmc: note: ";
@@ -464,7 +470,7 @@ static void train_override(Lower *L, const char *text)
 			L->d = saved;
 			/* what the override set was given on the command line */
 			for (int f = 0; f < IR_TRAIN_COUNT; f++)
-				if (memcmp(&before[f], &L->m->train.loc[f], sizeof before[f]) != 0)
+				if (!srcloc_same(before[f], L->m->train.loc[f]))
 					L->m->train.loc[f] = lower_cmdline;
 			if (!strcmp(s->name, "uneven_shards"))
 				L->uneven_loc = lower_cmdline;
