@@ -67,6 +67,14 @@ typedef struct DtmMlirApi {
  * driver's DrvImportFn). */
 bool mlir_import_file(const SrcFile *src, char **ir, Diag *d);
 
+/* job(api, arg, outs) in a child process, its rc and the strings it left
+ * in outs[0..nouts) (malloc'd or NULL) brought back: MLIR 19 crashes on
+ * some inputs (its parser on malformed linalg ops, its mesh passes on
+ * conflicting shardings), and a crash must not take dtmc with it.  A
+ * crash is rc 1 with "MLIR crashed (signal N)" in outs[nouts - 1]. */
+typedef int (*MlirJob)(const DtmMlirApi *api, const void *arg, char **outs);
+int mlir_in_child(const DtmMlirApi *api, MlirJob job, const void *arg, char **outs, int nouts);
+
 /* The exported symbol of libdtm_mlir.so. */
 const DtmMlirApi *dtm_mlir_api(void);
 

@@ -35,8 +35,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #define SP_PIPELINE "builtin.module(func.func(sharding-propagation,mesh-spmdization))"
 
@@ -885,84 +883,21 @@ static void report(FILE *f, const Sp *s, bool json)
 	}
 }
 
-/* Writes s (NULL: none) to fd as its length + 1 (0 for NULL), then its
- * bytes. */
-static void put_msg(int fd, const char *s)
-{
-	size_t n = s ? strlen(s) + 1 : 0;
-	if (write(fd, &n, sizeof n) != (ssize_t)sizeof n || (n > 1 && write(fd, s, n - 1) < 0))
-		_exit(2);
-}
-
-/* Reads what put_msg wrote at *p (of the end e) into a malloc'd string. */
-static char *get_msg(const char **p, const char *e)
-{
-	size_t n;
-	if ((size_t)(e - *p) < sizeof n)
-		return NULL;
-	memcpy(&n, *p, sizeof n);
-	*p += sizeof n;
-	if (!n || n - 1 > (size_t)(e - *p))
-		return NULL;
-	char *s = malloc(n);
-	if (s) {
-		memcpy(s, *p, n - 1);
-		s[n - 1] = 0;
-	}
-	*p += n - 1;
-	return s;
-}
-
 /* api->run_unverified in a child process: MLIR 19's mesh passes crash on
  * some inputs (conflicting shardings of one loop dim), and a crash is a
- * finding about the region, not the end of dtmc.  Returns its rc; a
- * crash is rc 1 with the signal in *err. */
+ * finding about the region, not the end of dtmc. */
+static int spmd_job(const DtmMlirApi *api, const void *arg, char **outs)
+{
+	return api->run_unverified(arg, SP_PIPELINE, &outs[0], &outs[1], &outs[2]);
+}
+
 static int run_isolated(const DtmMlirApi *api, const char *src, char **out, char **bad, char **err)
 {
-	int fd[2];
-	*out = *bad = *err = NULL;
-	if (pipe(fd) != 0)
-		return api->run_unverified(src, SP_PIPELINE, out, bad, err);
-	fflush(NULL);
-	pid_t pid = fork();
-	if (pid == 0) {
-		close(fd[0]);
-		int rc = api->run_unverified(src, SP_PIPELINE, out, bad, err);
-		if (write(fd[1], &rc, sizeof rc) != (ssize_t)sizeof rc)
-			_exit(2);
-		put_msg(fd[1], *out);
-		put_msg(fd[1], *bad);
-		put_msg(fd[1], *err);
-		_exit(0);
-	}
-	close(fd[1]);
-	char *buf = NULL;
-	size_t len = 0;
-	FILE *m = open_memstream(&buf, &len);
-	char chunk[65536];
-	ssize_t k;
-	while (m && pid > 0 && (k = read(fd[0], chunk, sizeof chunk)) > 0)
-		fwrite(chunk, 1, (size_t)k, m);
-	close(fd[0]);
-	if (m)
-		fclose(m);
-	int st = 0, rc = 1;
-	if (pid > 0)
-		waitpid(pid, &st, 0);
-	if (pid > 0 && WIFEXITED(st) && !WEXITSTATUS(st) && len >= sizeof rc) {
-		const char *p = buf + sizeof rc, *e = buf + len;
-		memcpy(&rc, buf, sizeof rc);
-		*out = get_msg(&p, e);
-		*bad = get_msg(&p, e);
-		*err = get_msg(&p, e);
-	} else if ((*err = malloc(64)) != NULL) {
-		bool sig = pid > 0 && WIFSIGNALED(st);
-		snprintf(*err, 64, "MLIR crashed (%s %d)", sig ? "signal" : "status",
-		         sig       ? WTERMSIG(st)
-		         : pid > 0 ? WEXITSTATUS(st)
-		                   : -1);
-	}
-	free(buf);
+	char *outs[3] = {NULL, NULL, NULL};
+	int rc = mlir_in_child(api, spmd_job, src, outs, 3);
+	*out = outs[0];
+	*bad = outs[1];
+	*err = outs[2];
 	return rc;
 }
 

@@ -5,7 +5,9 @@
 #   tests/fuzz/run.sh [WORKDIR]       (default: build-fuzz)
 #
 # Environment: FUZZ_TIME (seconds for the front end, default 60),
-# FUZZ_IR_TIME (seconds for the IR parser, default 30).  The seed corpus is
+# FUZZ_IR_TIME (seconds for the IR parser, default 30), FUZZ_MLIR_TIME
+# (seconds for the MLIR import, default 45; its target is built where MLIR
+# 19 is, its seeds exports in tests/fuzz/corpus/mlir and tests/mlir).  The seed corpus is
 # tests/fuzz/corpus plus models/ and tests/diag/ (for the front end) and
 # tests/golden/*.ir, tests/diag/*.ir plus tests/fuzz/corpus/ir (IR text
 # after lower, propagate, state, partition and pipeline, for the IR
@@ -20,6 +22,7 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 work=$(mkdir -p "${1:-$root/build-fuzz}" && cd "${1:-$root/build-fuzz}" && pwd)
 fuzz_time=${FUZZ_TIME:-60}
 ir_time=${FUZZ_IR_TIME:-30}
+mlir_time=${FUZZ_MLIR_TIME:-45}
 
 die() {
 	echo "FAIL fuzz: $*" >&2
@@ -51,9 +54,22 @@ cmake --build "$bdir" --target fuzz_frontend fuzz_ir -j "$(nproc 2>/dev/null || 
 	die "build failed:
 $(tail -n 40 "$work/build.log")"
 
+# the MLIR import's target exists where MLIR 19 does (tests/fuzz/CMakeLists.txt)
+mlir=0
+if grep -q '^fuzz_mlir:' <(cmake --build "$bdir" --target help 2>/dev/null | sed 's/^\.\.\. //; s/ .*//; s/$/:/'); then
+	cmake --build "$bdir" --target fuzz_mlir -j "$(nproc 2>/dev/null || echo 2)" \
+		>>"$work/build.log" 2>&1 || die "build of fuzz_mlir failed:
+$(tail -n 40 "$work/build.log")"
+	mlir=1
+fi
+
 # fresh copies of the seeds every run
-rm -rf "$work/corpus-frontend" "$work/corpus-ir" "$work/artifacts"
-mkdir -p "$work/corpus-frontend" "$work/corpus-ir" "$work/artifacts"
+rm -rf "$work/corpus-frontend" "$work/corpus-ir" "$work/corpus-mlir" "$work/artifacts"
+mkdir -p "$work/corpus-frontend" "$work/corpus-ir" "$work/corpus-mlir" "$work/artifacts"
+cp "$root"/tests/fuzz/corpus/mlir/*.mlir "$root"/tests/mlir/*.mlir "$work/corpus-mlir/"
+for f in "$root"/tests/mlir/bad/*.mlir; do
+	cp "$f" "$work/corpus-mlir/bad-$(basename "$f")"
+done
 cp "$root"/tests/fuzz/corpus/*.dtm "$root"/models/*.dtm "$work/corpus-frontend/"
 for f in "$root"/tests/diag/*.dtm; do
 	cp "$f" "$work/corpus-frontend/diag-$(basename "$f")"
@@ -88,5 +104,10 @@ run() { # run TARGET SECONDS CORPUS
 fail=0
 run fuzz_frontend "$fuzz_time" "$work/corpus-frontend" || fail=1
 run fuzz_ir "$ir_time" "$work/corpus-ir" || fail=1
+if [ $mlir = 1 ]; then
+	run fuzz_mlir "$mlir_time" "$work/corpus-mlir" || fail=1
+else
+	echo "fuzz: fuzz_mlir not built (no MLIR 19: the import it fuzzes is not built either)"
+fi
 [ $fail = 0 ] && echo "fuzz: no findings"
 exit $fail
