@@ -254,6 +254,7 @@ struct DtmSafetensors {
 	void *map; /* mmap'd file, or NULL */
 	size_t map_len;
 	void *owned; /* malloc'd copy for open_memory, or NULL */
+	bool lazy;   /* checksums checked by dtm_st_verify, tensor by tensor */
 	JsonDoc doc;
 	const Json *meta; /* the __metadata__ object, or NULL */
 	int n;
@@ -381,7 +382,8 @@ static int parse_crc(const char *s, uint32_t *out)
 
 /* Every "crc32c:NAME" in __metadata__ names a tensor of the file once and
  * matches its bytes.  Runs after the tiling check, so data is in bounds. */
-static int check_crcs(DtmSafetensors *st, const char *label, char *err, size_t errlen)
+static int check_crcs(DtmSafetensors *st, const char *label, bool lazy, char *err,
+                      size_t errlen)
 {
 	size_t np = strlen(DTM_ST_CRC_PREFIX);
 	for (int m = 0; st->meta && m < st->meta->n; m++) {
@@ -401,16 +403,26 @@ static int check_crcs(DtmSafetensors *st, const char *label, char *err, size_t e
 			return seterr(err, errlen,
 			              "%s: tensor %s: bad checksum \"%s\" (8 hex digits expected)",
 			              label, t->name, kv->s);
-		uint32_t got = dtm_crc32c(0, t->data, t->nbytes);
-		if (got != want)
-			return seterr(err, errlen,
-			              "%s: tensor %s: data does not match its checksum (crc32c "
-			              "%08" PRIx32 " stored, %08" PRIx32 " computed): the file is "
-			              "corrupted",
-			              label, t->name, want, got);
 		t->has_crc32c = true;
-		t->crc32c = got;
+		t->crc32c = want;
+		if (!lazy && dtm_st_verify(t, label, err, errlen))
+			return -1;
 	}
+	return 0;
+}
+
+int dtm_st_verify(const DtmStTensor *t, const char *label, char *err, size_t errlen)
+{
+	if (!t->has_crc32c || t->crc_checked)
+		return 0;
+	uint32_t got = dtm_crc32c(0, t->data, t->nbytes);
+	if (got != t->crc32c)
+		return seterr(err, errlen,
+		              "%s: tensor %s: data does not match its checksum (crc32c "
+		              "%08" PRIx32 " stored, %08" PRIx32 " computed): the file is "
+		              "corrupted",
+		              label, t->name, t->crc32c, got);
+	((DtmStTensor *)t)->crc_checked = true;
 	return 0;
 }
 
@@ -505,7 +517,7 @@ static int st_parse(DtmSafetensors *st, const unsigned char *buf, size_t len, co
 		              "%s: %" PRIu64 " bytes of data after the last tensor "
 		              "(expected %" PRIu64 ")",
 		              label, data_len - pos, pos);
-	return check_crcs(st, label, err, errlen);
+	return check_crcs(st, label, st->lazy, err, errlen);
 }
 
 int dtm_st_open_memory(DtmSafetensors **out, const void *buf, size_t len, const char *label,
@@ -532,6 +544,12 @@ int dtm_st_open_memory(DtmSafetensors **out, const void *buf, size_t len, const 
 
 int dtm_st_open(DtmSafetensors **out, const char *path, char *err, size_t errlen)
 {
+	return dtm_st_open_lazy(out, path, false, err, errlen);
+}
+
+int dtm_st_open_lazy(DtmSafetensors **out, const char *path, bool lazy, char *err,
+                     size_t errlen)
+{
 	*out = NULL;
 	int fd = open(path, O_RDONLY);
 	if (fd < 0)
@@ -542,6 +560,8 @@ int dtm_st_open(DtmSafetensors **out, const char *path, char *err, size_t errlen
 		return seterr(err, errlen, "%s: not a regular file", path);
 	}
 	DtmSafetensors *st = calloc(1, sizeof *st);
+	if (st)
+		st->lazy = lazy;
 	if (!st) {
 		close(fd);
 		return seterr(err, errlen, "%s: out of memory", path);
@@ -755,9 +775,14 @@ static size_t ident_at(const char **s)
  *   place := '[' [ pdim { ',' pdim } ] ']' [ 'partial' '(' axes [ ',' RED ] ')' ]
  *   pdim  := '_' | AXIS | '(' AXIS { ',' AXIS } ')'
  * Each mesh axis splits at most one dim.  NULL if fine, else why not. */
-static const char *placement_error(const char *pl, const DtmCkptIndex *ix, int ndim)
+static const char *placement_parse(const char *pl, const DtmCkptIndex *ix, int ndim,
+                                   DtmShardLayout *out)
 {
 	static const char *const reds[] = {"sum", "avg", "max"};
+	if (out) {
+		memset(out->nsplit, 0, sizeof out->nsplit);
+		out->partial = false;
+	}
 	if (strcmp(pl, "?") == 0)
 		return NULL;
 	uint32_t used = 0;
@@ -786,6 +811,8 @@ static const char *placement_error(const char *pl, const DtmCkptIndex *ix, int n
 				if (used & (1u << a))
 					return "splits by the same axis twice";
 				used |= 1u << a;
+				if (out && dims < DTM_MAX_DIMS)
+					out->split[dims][out->nsplit[dims]++] = a;
 				s = skip_sp(name + n);
 				if (!group || *s == ')')
 					break;
@@ -802,6 +829,8 @@ static const char *placement_error(const char *pl, const DtmCkptIndex *ix, int n
 	}
 	s = skip_sp(s + 1);
 	if (strncmp(s, "partial", 7) == 0) {
+		if (out)
+			out->partial = true;
 		s = skip_sp(s + 7);
 		if (*s++ != '(')
 			return "expected '(' after 'partial'";
@@ -1003,7 +1032,7 @@ static int index_from_json(DtmCkptIndex *ix, IndexPriv *p, const char *path, cha
 		if (pl) {
 			const char *why = pl->kind != JSON_STR
 			                          ? "is not a string"
-			                          : placement_error(pl->s, ix, t->ndim);
+			                          : placement_parse(pl->s, ix, t->ndim, NULL);
 			if (why)
 				return seterr(err, errlen, "%s: tensor %s: placement \"%s\" %s",
 				              path, e->key, pl->kind == JSON_STR ? pl->s : "",
@@ -1136,4 +1165,160 @@ int dtm_ckpt_save_single(const char *dir, uint64_t step, uint64_t seed,
 	int rc = dtm_ckpt_commit_step(dir, &ix, err, errlen);
 	free(it);
 	return rc;
+}
+
+/* ---- shard geometry ---- */
+
+int dtm_ckpt_layout(const DtmCkptIndex *ix, const DtmIndexTensor *t, DtmShardLayout *out,
+                    char *err, size_t errlen)
+{
+	memset(out, 0, sizeof *out);
+	out->ndim = t->ndim;
+	for (int d = 0; d < t->ndim; d++)
+		out->shape[d] = t->shape[d];
+	const char *why = t->placement ? placement_parse(t->placement, ix, t->ndim, out) : NULL;
+	if (why)
+		return seterr(err, errlen, "tensor %s: placement \"%s\" %s", t->name, t->placement,
+		              why);
+	if (out->partial)
+		return seterr(err, errlen, "tensor %s: placement \"%s\" is partial (a saved "
+		              "tensor never is)", t->name, t->placement);
+	return 0;
+}
+
+void dtm_ckpt_rank_coords(const DtmCkptIndex *ix, int64_t rank, int64_t *coords)
+{
+	for (int a = ix->naxes - 1; a >= 0; a--) {
+		coords[a] = rank % ix->sizes[a];
+		rank /= ix->sizes[a];
+	}
+}
+
+void dtm_ckpt_shard_box(const DtmShardLayout *l, const int64_t *sizes, const int64_t *coords,
+                        int64_t *start, int64_t *len)
+{
+	for (int d = 0; d < l->ndim; d++) {
+		/* the axes splitting a dim: one mixed-radix shard index, the
+		 * first listed most significant; torch.chunk's sizes (the last
+		 * chunks short or empty), as runtime/exec.c rt_shard_start */
+		int64_t parts = 1, idx = 0, n = l->shape[d];
+		for (int j = 0; j < l->nsplit[d]; j++) {
+			idx = idx * sizes[l->split[d][j]] + coords[l->split[d][j]];
+			parts *= sizes[l->split[d][j]];
+		}
+		int64_t chunk = (n + parts - 1) / parts;
+		start[d] = idx * chunk < n ? idx * chunk : n;
+		len[d] = start[d] + chunk <= n ? chunk : n - start[d];
+	}
+}
+
+bool dtm_ckpt_first_copy(const DtmShardLayout *l, int naxes, const int64_t *coords, int skip_axis)
+{
+	for (int a = 0; a < naxes; a++) {
+		bool split = a == skip_axis;
+		for (int d = 0; d < l->ndim && !split; d++)
+			for (int j = 0; j < l->nsplit[d]; j++)
+				split |= l->split[d][j] == a;
+		if (!split && coords[a] != 0)
+			return false;
+	}
+	return true;
+}
+
+/* Element k of p (dtype dt) as f32; f64 and the 16-bit floats exact. */
+static float load_elem(const unsigned char *p, DtmStDtype dt, int64_t k)
+{
+	uint16_t h;
+	float f;
+	double d;
+	switch (dt) {
+	case DTM_DT_BF16:
+		memcpy(&h, p + 2 * k, 2);
+		return bf16_to_f32(h);
+	case DTM_DT_F16:
+		memcpy(&h, p + 2 * k, 2);
+		return f16_to_f32(h);
+	case DTM_DT_F64:
+		memcpy(&d, p + 8 * k, 8);
+		return (float)d;
+	default:
+		memcpy(&f, p + 4 * k, 4);
+		return f;
+	}
+}
+
+static void store_elem(unsigned char *p, DtmStDtype dt, int64_t k, float v)
+{
+	uint16_t h;
+	double d = v;
+	switch (dt) {
+	case DTM_DT_BF16:
+		h = bf16_from_f32(v);
+		memcpy(p + 2 * k, &h, 2);
+		break;
+	case DTM_DT_F16:
+		h = f16_from_f32(v);
+		memcpy(p + 2 * k, &h, 2);
+		break;
+	case DTM_DT_F64:
+		memcpy(p + 8 * k, &d, 8);
+		break;
+	default:
+		memcpy(p + 4 * k, &v, 4);
+		break;
+	}
+}
+
+static bool float_dtype(DtmStDtype dt)
+{
+	return dt == DTM_DT_F32 || dt == DTM_DT_BF16 || dt == DTM_DT_F16 || dt == DTM_DT_F64;
+}
+
+int64_t dtm_ckpt_copy_overlap(int ndim, const void *src, DtmStDtype sdt, const int64_t *sstart,
+                              const int64_t *slen, void *dst, DtmStDtype ddt,
+                              const int64_t *dshape, const int64_t *dstart, const int64_t *dlen)
+{
+	if (sdt != ddt && !(float_dtype(sdt) && float_dtype(ddt)))
+		return -1;
+	int64_t lo[DTM_MAX_DIMS], hi[DTM_MAX_DIMS], sstr[DTM_MAX_DIMS], dstr[DTM_MAX_DIMS];
+	int64_t ss = 1, ds = 1;
+	for (int d = ndim - 1; d >= 0; d--) {
+		lo[d] = sstart[d] > dstart[d] ? sstart[d] : dstart[d];
+		int64_t se = sstart[d] + slen[d], de = dstart[d] + dlen[d];
+		hi[d] = se < de ? se : de;
+		if (hi[d] <= lo[d])
+			return 0;
+		sstr[d] = ss;
+		dstr[d] = ds;
+		ss *= slen[d];
+		ds *= dshape[d];
+	}
+	/* runs along the last dim, an odometer over the others */
+	int last = ndim - 1;
+	int64_t run = ndim ? hi[last] - lo[last] : 1, idx[DTM_MAX_DIMS], total = 0;
+	size_t es = dtm_st_dtype_size(sdt), ed = dtm_st_dtype_size(ddt);
+	for (int d = 0; d < ndim; d++)
+		idx[d] = lo[d];
+	for (;;) {
+		int64_t so = 0, dof = 0;
+		for (int d = 0; d < ndim; d++) {
+			so += (idx[d] - sstart[d]) * sstr[d];
+			dof += (idx[d] - dstart[d]) * dstr[d];
+		}
+		const unsigned char *sp = (const unsigned char *)src;
+		unsigned char *dp = dst;
+		if (sdt == ddt)
+			memcpy(dp + (size_t)dof * ed, sp + (size_t)so * es, (size_t)run * es);
+		else
+			for (int64_t k = 0; k < run; k++)
+				store_elem(dp, ddt, dof + k, load_elem(sp, sdt, so + k));
+		total += run;
+		int d = last - 1;
+		while (d >= 0 && ++idx[d] == hi[d]) {
+			idx[d] = lo[d];
+			d--;
+		}
+		if (d < 0)
+			return total;
+	}
 }

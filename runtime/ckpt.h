@@ -101,7 +101,8 @@ typedef struct DtmStTensor {
 	 * as aligned as the file makes it, so read through memcpy or
 	 * dtm_st_read_f32 rather than casting. */
 	const void *data;
-	bool has_crc32c; /* the file stored a checksum, and it matched */
+	bool has_crc32c; /* the file stored a checksum (matched, unless opened lazily) */
+	bool crc_checked; /* ... and the data was compared with it */
 	uint32_t crc32c;
 } DtmStTensor;
 
@@ -112,6 +113,12 @@ typedef struct DtmSafetensors DtmSafetensors; /* an open file (opaque) */
  * and every stored checksum against the data ("PATH: tensor NAME: data
  * does not match its checksum ..."). */
 int dtm_st_open(DtmSafetensors **out, const char *path, char *err, size_t errlen);
+/* As dtm_st_open, but with lazy the checksums are only read: a reader of
+ * part of the file checks each tensor it uses with dtm_st_verify. */
+int dtm_st_open_lazy(DtmSafetensors **out, const char *path, bool lazy, char *err,
+                     size_t errlen);
+/* t's bytes against its stored checksum (once; 0 when it has none). */
+int dtm_st_verify(const DtmStTensor *t, const char *label, char *err, size_t errlen);
 /* The same checks on a buffer (copied); label names it in messages. */
 int dtm_st_open_memory(DtmSafetensors **out, const void *buf, size_t len, const char *label,
                        char *err, size_t errlen);
@@ -171,6 +178,41 @@ typedef struct DtmCkptIndex {
 int dtm_ckpt_index_write(const char *path, const DtmCkptIndex *ix, char *err, size_t errlen);
 int dtm_ckpt_index_read(const char *path, DtmCkptIndex *ix, char *err, size_t errlen);
 void dtm_ckpt_index_free(DtmCkptIndex *ix); /* only for what index_read filled */
+
+/* ---- shard geometry: what each rank file holds of a tensor ---- */
+
+/* A tensor's layout on the index's mesh: global shape and, per dim, the
+ * mesh axes splitting it (major first), from its placement ("?" or none:
+ * whole on every rank). */
+typedef struct DtmShardLayout {
+	int ndim;
+	int64_t shape[DTM_MAX_DIMS];
+	int nsplit[DTM_MAX_DIMS];
+	int split[DTM_MAX_DIMS][DTM_MAX_AXES];
+	bool partial; /* never saved: dtm_ckpt_layout refuses it */
+} DtmShardLayout;
+
+int dtm_ckpt_layout(const DtmCkptIndex *ix, const DtmIndexTensor *t, DtmShardLayout *out,
+                    char *err, size_t errlen);
+/* Rank's mesh coordinates (row-major, the last axis fastest). */
+void dtm_ckpt_rank_coords(const DtmCkptIndex *ix, int64_t rank, int64_t *coords);
+/* The box the shard at coords holds: per dim its global start and real
+ * (unpadded) length, torch.chunk's sizes over the mixed-radix shard index
+ * (the plan's rt_shard_start); sizes are the mesh's. */
+void dtm_ckpt_shard_box(const DtmShardLayout *l, const int64_t *sizes, const int64_t *coords,
+                        int64_t *start, int64_t *len);
+/* coords holds the first copy of its shard: 0 on every axis of the naxes
+ * that splits no dim of l, but skip_axis (the pipeline's, whose
+ * coordinate says which files hold the tensor at all; -1: none). */
+bool dtm_ckpt_first_copy(const DtmShardLayout *l, int naxes, const int64_t *coords, int skip_axis);
+/* Copies the overlap of a source box (sstart, slen; src row-major of shape
+ * slen, dtype sdt) into a destination box (dstart, dlen) of an array of
+ * row-major shape dshape (dtype ddt; a padded shard's array is larger
+ * than its box): the elements copied (0: no overlap), or -1 when the
+ * dtypes do not convert (float to float only; else equal). */
+int64_t dtm_ckpt_copy_overlap(int ndim, const void *src, DtmStDtype sdt, const int64_t *sstart,
+                              const int64_t *slen, void *dst, DtmStDtype ddt,
+                              const int64_t *dshape, const int64_t *dstart, const int64_t *dlen);
 
 /* ---- directory layout ---- */
 

@@ -20,7 +20,7 @@
 #include "runtime/planinfo.h"
 #include "support/float16.h"
 
-#define RT_ERR_LEN 512
+#define RT_ERR_LEN 1024
 #define RT_ALIGN 64
 
 /* ---- dtypes ---- */

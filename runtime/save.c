@@ -35,6 +35,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -312,17 +313,6 @@ static void shape_text(const int64_t *shape, int ndim, char *out, size_t n)
 		snprintf(out + k, n - k, "]");
 }
 
-/* "(dp=2, tp=2)", "(one device)" for no axes */
-static void mesh_desc(int naxes, const char *const *names, const int64_t *sizes, char *out,
-		      size_t n)
-{
-	size_t k = (size_t)snprintf(out, n, "(");
-	for (int a = 0; a < naxes && k < n; a++)
-		k += (size_t)snprintf(out + k, n - k, "%s%s=%lld", a ? ", " : "",
-				      names[a] ? names[a] : "?", (long long)sizes[a]);
-	if (k < n)
-		snprintf(out + k, n - k, "%s)", naxes ? "" : "one device");
-}
 
 /* One saved tensor into buffer i: memcpy when dtype and shape match,
  * otherwise through f32 and this rank's global indices.  (check_layout
@@ -481,64 +471,114 @@ static const DtmIndexTensor *find_index(const Names *n, const char *name)
 	return hit ? *hit : NULL;
 }
 
-static const DtmBuffer *find_buffer(const Names *n, const char *name)
+
+/* The checkpoint tensor a saved buffer loads from: its own name, but
+ * across precision policies a param reads its f32 master copy where the
+ * checkpoint has one (exact), and a master copy its param where the
+ * checkpoint has none. */
+static const DtmIndexTensor *source_of(const Names *n, const DtmBuffer *b)
 {
-	DtmBuffer key = { .name = name };
-	const DtmBuffer *kp = &key, **hit;
-	hit = bsearch(&kp, n->buf, (size_t)n->nbuf, sizeof *n->buf, cmp_buffer_name);
-	return hit ? *hit : NULL;
+	char key[512];
+	const DtmIndexTensor *t = find_index(n, b->name);
+	if (t && !strcmp(t->dtype, dtm_st_dtype_name(st_dtype(b->dtype))))
+		return t;
+	if (strncmp(b->name, "opt.master.", 11) == 0)
+		return t ? t : find_index(n, b->name + 11);
+	if (b->role == DTM_ROLE_PARAM &&
+	    snprintf(key, sizeof key, "opt.master.%s", b->name) < (int)sizeof key) {
+		const DtmIndexTensor *m = find_index(n, key);
+		if (m)
+			return m;
+	}
+	return t;
 }
 
-/* The checkpoint's layout against the plan's, before anything is read:
- * for shards (!whole) the mesh's axis names, order and sizes, and for
- * every tensor its dtype, global shape and (shards) placement; the same
- * tensor names on both sides.  The first difference is the message. */
-static int check_layout(const DtmPlan *p, const DtmCkptIndex *ix, const Names *n, const char *dir,
-			bool whole, char *err)
+static bool float_st(const char *dt)
 {
-	char a[256], b[256];
-	if (!whole) {
-		bool same = ix->naxes == p->mesh_naxes;
-		for (int k = 0; same && k < ix->naxes; k++)
-			same = strcmp(ix->axes[k], p->mesh_names[k] ? p->mesh_names[k] : "?") == 0 &&
-			       ix->sizes[k] == p->mesh_sizes[k];
-		if (!same) {
-			mesh_desc(ix->naxes, ix->axes, ix->sizes, a, sizeof a);
-			mesh_desc(p->mesh_naxes, p->mesh_names, p->mesh_sizes, b, sizeof b);
-			return rt_errf(err, "checkpoint %s was written for mesh %s, this binary has "
-				       "%s; resharding on load is not supported yet", dir, a, b);
-		}
-	}
+	return !strcmp(dt, "F32") || !strcmp(dt, "BF16") || !strcmp(dt, "F16") || !strcmp(dt, "F64");
+}
+
+/* Appends one difference to the message (the first 6; the count says
+ * how many). */
+static void add_diff(char *msg, size_t cap, int *ndiff, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+static void add_diff(char *msg, size_t cap, int *ndiff, const char *fmt, ...)
+{
+	if ((*ndiff)++ >= 6)
+		return;
+	size_t k = strlen(msg);
+	if (k + 4 >= cap)
+		return;
+	k += (size_t)snprintf(msg + k, cap - k, "\n  ");
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg + k, cap - k, fmt, ap);
+	va_end(ap);
+}
+
+/* The checkpoint against the plan, before anything is read.  Another model
+ * (a tensor one side lacks, another global shape, an integer tensor where
+ * a float one is) is refused with every difference listed; another layout
+ * (mesh, placements, pipeline stages, ZeRO, precision) is not an error:
+ * *same says whether each rank can read its own file as it is. */
+static int check_layout(const DtmPlan *p, const DtmCkptIndex *ix, const Names *n, const char *dir,
+			bool whole, bool *same, char *err)
+{
+	char a[256], b[256], msg[RT_ERR_LEN - 256] = "";
+	int ndiff = 0;
+	*same = !whole && ix->naxes == p->mesh_naxes;
+	for (int k = 0; *same && k < ix->naxes; k++)
+		*same = strcmp(ix->axes[k], p->mesh_names[k] ? p->mesh_names[k] : "?") == 0 &&
+			ix->sizes[k] == p->mesh_sizes[k];
+	bool *used = calloc((size_t)n->nix + 1, sizeof *used);
+	if (!used)
+		return rt_errf(err, "out of memory");
 	for (int i = 0; i < n->nbuf; i++) {
 		const DtmBuffer *buf = n->buf[i];
-		const DtmIndexTensor *t = find_index(n, buf->name);
+		const DtmIndexTensor *t = source_of(n, buf);
 		const char *dt = dtm_st_dtype_name(st_dtype(buf->dtype));
-		if (!t)
-			return rt_errf(err, "checkpoint %s has no tensor '%s' (this binary's model "
-				       "has it)", dir, buf->name);
-		if (strcmp(t->dtype, dt) != 0)
-			return rt_errf(err, "checkpoint %s: tensor '%s' is %s there, %s in this "
-				       "binary", dir, buf->name, t->dtype, dt);
-		bool same = t->ndim == buf->rank;
-		for (int d = 0; same && d < t->ndim; d++)
-			same = t->shape[d] == buf->global_shape[d];
-		if (!same) {
+		if (!t) {
+			shape_text(buf->global_shape, buf->rank, b, sizeof b);
+			add_diff(msg, sizeof msg, &ndiff, "'%s' %s: not in the checkpoint", buf->name, b);
+			continue;
+		}
+		used[(const DtmIndexTensor **)bsearch(&t, n->ix, (size_t)n->nix, sizeof *n->ix,
+						      cmp_index_tensor) - n->ix] = true;
+		if (strcmp(t->name, buf->name) != 0)
+			*same = false;
+		if (strcmp(t->dtype, dt) != 0) {
+			*same = false;
+			if ((!float_st(t->dtype) || !float_st(dt)) && strncmp(buf->name, "opt.", 4))
+				add_diff(msg, sizeof msg, &ndiff, "'%s' is %s there, %s here", buf->name,
+					 t->dtype, dt);
+		}
+		bool shape = t->ndim == buf->rank;
+		for (int d = 0; shape && d < t->ndim; d++)
+			shape = t->shape[d] == buf->global_shape[d];
+		/* (an optimizer state's shape is its param's: said once) */
+		if (!shape && strncmp(buf->name, "opt.", 4) != 0) {
 			shape_text(t->shape, t->ndim, a, sizeof a);
 			shape_text(buf->global_shape, buf->rank, b, sizeof b);
-			return rt_errf(err, "checkpoint %s: tensor '%s' has global shape %s there, "
-				       "%s in this binary", dir, buf->name, a, b);
+			add_diff(msg, sizeof msg, &ndiff, "'%s' has global shape %s there, %s here",
+				 buf->name, a, b);
 		}
 		const char *pa = t->placement ? t->placement : "(none)";
 		const char *pb = buf->placement ? buf->placement : "(none)";
-		if (!whole && strcmp(pa, pb) != 0)
-			return rt_errf(err, "checkpoint %s: tensor '%s' was written with placement "
-				       "%s, this binary has %s; resharding on load is not supported "
-				       "yet", dir, buf->name, pa, pb);
+		if (strcmp(pa, pb) != 0)
+			*same = false;
 	}
+	/* what the checkpoint has beyond the plan: master copies and optimizer
+	 * state of another policy or optimizer are layout; params are model */
 	for (int i = 0; i < n->nix; i++)
-		if (!find_buffer(n, n->ix[i]->name))
-			return rt_errf(err, "checkpoint %s has tensor '%s', which this binary's "
-				       "model does not", dir, n->ix[i]->name);
+		if (!used[i] && strncmp(n->ix[i]->name, "opt.", 4) != 0) {
+			shape_text(n->ix[i]->shape, n->ix[i]->ndim, a, sizeof a);
+			add_diff(msg, sizeof msg, &ndiff, "'%s' %s: in the checkpoint, not in this "
+				 "binary's model", n->ix[i]->name, a);
+		}
+	free(used);
+	if (ndiff)
+		return rt_errf(err, "checkpoint %s is of another model (%d difference%s):%s%s", dir,
+			       ndiff, ndiff == 1 ? "" : "s", msg, ndiff > 6 ? "\n  ..." : "");
 	return 0;
 }
 
@@ -601,8 +641,7 @@ static int check_file(const DtmSafetensors *st, const DtmCkptIndex *ix, const Na
 	if (meta_uint(st, "seed", ix->seed, &seed) || seed != ix->seed)
 		return rt_errf(err, "--resume: %s: metadata seed '%s' is not index.json's %llu",
 			       path, dtm_st_meta(st, "seed"), (unsigned long long)ix->seed);
-	if (meta_uint(st, "rank", whole ? 0 : (uint64_t)rank, &frank) ||
-	    frank != (whole ? 0 : (uint64_t)rank))
+	if (meta_uint(st, "rank", (uint64_t)rank, &frank) || frank != (uint64_t)rank)
 		return rt_errf(err, "--resume: %s: metadata rank '%s' is not the file's",
 			       path, dtm_st_meta(st, "rank"));
 	if (meta_uint(st, "lr_decay_steps", 0, &step))
@@ -640,7 +679,8 @@ static int load_scaler(const DtmSafetensors *st, const char *path, RtScaler *s, 
  * mesh.  What it opened stays in *ix, *n and *st for the caller to free,
  * even on failure (zeroed where nothing was opened). */
 static int open_checked(const RtRun *r, const char *dir, DtmCkptIndex *ix, Names *n,
-			DtmSafetensors **st, char *path, size_t npath, bool *whole, char *err)
+			DtmSafetensors **st, char *path, size_t npath, char *sdir, size_t nsdir,
+			bool *whole, bool *reshard, char *err)
 {
 	const DtmPlan *p = r->plan;
 	char e[RT_ERR_LEN], step_dir[4096];
@@ -675,16 +715,131 @@ static int open_checked(const RtRun *r, const char *dir, DtmCkptIndex *ix, Names
 	if (names_init(n, p, ix))
 		return rt_errf(err, "--resume: out of memory");
 	*whole = ix->nfiles == 1;
-	if (check_layout(p, ix, n, dir, *whole, err))
+	bool same;
+	if (check_layout(p, ix, n, dir, *whole, &same, err))
 		return -1;
-	snprintf(path, npath, "%s/%s", step_dir, ix->files[*whole ? 0 : r->rank]);
-	if (dtm_st_open(st, path, e, sizeof e))
+	*reshard = !*whole && !same;
+	/* resharding reads the files its shards overlap (load_resharded);
+	 * rank 0's file gives the metadata */
+	int64_t file = *whole || *reshard ? 0 : r->rank;
+	snprintf(path, npath, "%s/%s", step_dir, ix->files[file]);
+	snprintf(sdir, nsdir, "%s", step_dir);
+	if (dtm_st_open_lazy(st, path, *reshard, e, sizeof e))
 		return rt_errf(err, "--resume: %s", e);
 	const char *model = dtm_st_meta(*st, "model");
 	if (model && p->model && strcmp(model, p->model) != 0)
 		return rt_errf(err, "--resume: checkpoint is of model '%s', not '%s'", model,
 			       p->model);
-	return check_file(*st, ix, n, path, *whole, r->rank, err);
+	return check_file(*st, ix, n, path, *whole, file, err);
+}
+
+/* The rank files of a resharded load, opened as a shard first needs them
+ * (lazily: each tensor's checksum is checked when it is read). */
+typedef struct Sources {
+	const DtmCkptIndex *ix;
+	const char *dir; /* the step directory */
+	DtmSafetensors **st;
+	int pp; /* the checkpoint mesh's pp axis, or -1 */
+} Sources;
+
+static const DtmSafetensors *source_file(Sources *s, int64_t k, char *err)
+{
+	if (!s->st[k]) {
+		char path[4200], e[RT_ERR_LEN];
+		snprintf(path, sizeof path, "%s/%s", s->dir, s->ix->files[k]);
+		if (dtm_st_open_lazy(&s->st[k], path, true, e, sizeof e)) {
+			rt_errf(err, "--resume: %s", e);
+			return NULL;
+		}
+	}
+	return s->st[k];
+}
+
+/* Buffer i from a checkpoint of another layout: the box this rank's shard
+ * holds (rt_shard_start, its real rows) filled from the overlapping boxes
+ * of the checkpoint's shards, each read from the first file holding a
+ * copy (on the pipeline stage that has the tensor), converted to the
+ * buffer's dtype.  Only those bytes are read (and their source tensor's
+ * checksum checked); every element of the box must come from somewhere. */
+static int load_resharded(RtRun *r, int i, const DtmIndexTensor *it, Sources *s, char *err)
+{
+	const DtmPlan *p = r->plan;
+	const DtmBuffer *b = &p->buffers[i];
+	DtmShardLayout l;
+	char e[RT_ERR_LEN];
+	if (dtm_ckpt_layout(s->ix, it, &l, e, sizeof e))
+		return rt_errf(err, "--resume: %s", e);
+	int64_t dstart[DTM_MAX_RANK], dlen[DTM_MAX_RANK], want = 1;
+	rt_shard_start(p, b, r->coords, dstart);
+	for (int d = 0; d < b->rank; d++) {
+		int64_t real = b->global_shape[d] - dstart[d];
+		dlen[d] = real < b->shape[d] ? (real > 0 ? real : 0) : b->shape[d];
+		want *= dlen[d];
+	}
+	memset(r->ptr[i], 0, (size_t)rt_numel(b) * rt_dtype_size(b->dtype));
+	int64_t got = 0, coords[DTM_MAX_AXES], sstart[DTM_MAX_DIMS], slen[DTM_MAX_DIMS];
+	/* a shard's copies on other pp coordinates: taken from the first
+	 * stage that has the tensor */
+	bool *done = calloc((size_t)s->ix->nfiles, sizeof *done);
+	if (!done)
+		return rt_errf(err, "out of memory");
+	for (int64_t k = 0; k < s->ix->nfiles && got < want; k++) {
+		dtm_ckpt_rank_coords(s->ix, k, coords);
+		if (done[k] || !dtm_ckpt_first_copy(&l, s->ix->naxes, coords, s->pp))
+			continue;
+		dtm_ckpt_shard_box(&l, s->ix->sizes, coords, sstart, slen);
+		bool overlap = true;
+		for (int d = 0; d < l.ndim && overlap; d++)
+			overlap = sstart[d] < dstart[d] + dlen[d] && dstart[d] < sstart[d] + slen[d] &&
+				  slen[d] > 0;
+		if (!overlap)
+			continue;
+		const DtmSafetensors *st = source_file(s, k, err);
+		if (!st) {
+			free(done);
+			return -1;
+		}
+		const DtmStTensor *t = dtm_st_find(st, it->name);
+		if (!t)
+			continue; /* another pipeline stage's file */
+		/* this shard is read: its copies on the other stages are not */
+		for (int64_t q = k + 1; s->pp >= 0 && q < s->ix->nfiles; q++) {
+			int64_t c2[DTM_MAX_AXES];
+			dtm_ckpt_rank_coords(s->ix, q, c2);
+			bool twin = true;
+			for (int a = 0; a < s->ix->naxes && twin; a++)
+				twin = a == s->pp || c2[a] == coords[a];
+			done[q] |= twin;
+		}
+		bool shape = t->ndim == l.ndim;
+		for (int d = 0; shape && d < l.ndim; d++)
+			shape = t->shape[d] == slen[d];
+		if (!shape) {
+			free(done);
+			shape_text(t->shape, t->ndim, e, sizeof e);
+			return rt_errf(err, "--resume: %s/%s: tensor '%s' has shape %s, not the shard "
+				       "index.json's placement %s gives that rank", s->dir,
+				       s->ix->files[k], it->name, e, it->placement);
+		}
+		if (dtm_st_verify(t, s->ix->files[k], e, sizeof e)) {
+			free(done);
+			return rt_errf(err, "--resume: %s/%s", s->dir, e);
+		}
+		int64_t c = dtm_ckpt_copy_overlap(l.ndim, t->data, t->dtype, sstart, slen, r->ptr[i],
+						  st_dtype(b->dtype), b->shape, dstart, dlen);
+		if (c < 0) {
+			free(done);
+			return rt_errf(err, "checkpoint tensor '%s': cannot convert %s to %s", it->name,
+				       dtm_st_dtype_name(t->dtype), rt_dtype_name(b->dtype));
+		}
+		got += c;
+	}
+	free(done);
+	if (got != want)
+		return rt_errf(err, "--resume: checkpoint %s holds %lld of the %lld elements of "
+			       "rank %lld's shard of '%s' (a rank file missing a tensor?)", s->dir,
+			       (long long)got, (long long)want, (long long)r->rank, b->name);
+	return 0;
 }
 
 int rt_ckpt_load(RtRun *r, const char *dir, RtCkptMeta *m, char *err)
@@ -694,8 +849,16 @@ int rt_ckpt_load(RtRun *r, const char *dir, RtCkptMeta *m, char *err)
 	DtmCkptIndex ix;
 	Names n;
 	DtmSafetensors *st;
-	bool whole = false;
-	int rc = open_checked(r, dir, &ix, &n, &st, path, sizeof path, &whole, err);
+	bool whole = false, reshard = false;
+	char sdir[4096] = "";
+	int rc = open_checked(r, dir, &ix, &n, &st, path, sizeof path, sdir, sizeof sdir, &whole,
+			      &reshard, err);
+	Sources src = { .ix = &ix, .dir = sdir, .pp = -1 };
+	for (int a = 0; a < ix.naxes; a++)
+		if (!strcmp(ix.axes[a], "pp"))
+			src.pp = a;
+	if (!rc && reshard && !(src.st = calloc((size_t)ix.nfiles, sizeof *src.st)))
+		rc = rt_errf(err, "out of memory");
 	/* Every rank checks the same index against the same plan, so most
 	 * failures are every rank's: rank 0 says why, and the others, told of
 	 * its failure at this barrier, stay quiet (Comm.peer_failed).  A rank
@@ -709,7 +872,11 @@ int rt_ckpt_load(RtRun *r, const char *dir, RtCkptMeta *m, char *err)
 		const DtmBuffer *b = &p->buffers[i];
 		if (!saved(b) || b->stage != p->stage)
 			continue;
-		const DtmStTensor *t = dtm_st_find(st, b->name);
+		if (reshard) {
+			rc = load_resharded(r, i, source_of(&n, b), &src, err);
+			continue;
+		}
+		const DtmStTensor *t = dtm_st_find(st, source_of(&n, b)->name);
 		if (!t)
 			rc = rt_errf(err, "--resume: %s has no tensor '%s'", path, b->name);
 		else
@@ -726,6 +893,9 @@ int rt_ckpt_load(RtRun *r, const char *dir, RtCkptMeta *m, char *err)
 		rc = load_scaler(st, path, &m->scaler, err);
 	}
 	dtm_st_close(st);
+	for (int k = 0; src.st && k < ix.nfiles; k++)
+		dtm_st_close(src.st[k]);
+	free(src.st);
 	names_free(&n);
 	dtm_ckpt_index_free(&ix);
 	return rc ? -1 : 0;

@@ -1203,6 +1203,100 @@ static void test_json(void)
 	json_buf_free(&buf);
 }
 
+/* Shard geometry and the resharding copy (runtime/ckpt.h) against brute
+ * force: a 7 x 5 tensor of values = global index, saved on a (2, 3) mesh
+ * as [(a, b), _] (dim 0 over 6 parts of torch.chunk's sizes 2,2,2,1,0,0)
+ * and reassembled into every shard of [_, b] on a (b=3) mesh and of a
+ * padded [a, _] shard; bf16 to f32 and f32 to bf16 conversions exact for
+ * small integers; no overlap copies nothing. */
+static void test_reshard_geometry(void)
+{
+	static const char *const axes[] = {"a", "b"};
+	DtmCkptIndex ix = {.naxes = 2, .sizes = {2, 3}};
+	ix.axes[0] = axes[0];
+	ix.axes[1] = axes[1];
+	DtmIndexTensor t = {.name = "x", .dtype = "F32", .ndim = 2, .shape = {7, 5},
+	                    .placement = "[(a, b), _]"};
+	DtmShardLayout l;
+	char err[256];
+	CHECK_EQ_INT(dtm_ckpt_layout(&ix, &t, &l, err, sizeof err), 0);
+	CHECK(l.nsplit[0] == 2 && l.split[0][0] == 0 && l.split[0][1] == 1 && l.nsplit[1] == 0);
+	static const int64_t want_len[6] = {2, 2, 2, 1, 0, 0};
+	float src[6][2 * 5];
+	int64_t sstart[6][2], slen[6][2];
+	for (int64_t k = 0; k < 6; k++) {
+		int64_t c[2];
+		dtm_ckpt_rank_coords(&ix, k, c);
+		CHECK(c[0] == k / 3 && c[1] == k % 3);
+		CHECK(dtm_ckpt_first_copy(&l, 2, c, -1));
+		dtm_ckpt_shard_box(&l, ix.sizes, c, sstart[k], slen[k]);
+		CHECK(slen[k][0] == want_len[k] && slen[k][1] == 5);
+		CHECK(sstart[k][0] == (k * 2 < 7 ? k * 2 : 7));
+		for (int64_t i = 0; i < slen[k][0] * 5; i++)
+			src[k][i] = (float)((sstart[k][0] + i / 5) * 5 + i % 5);
+	}
+	/* [_, b] on b=3: columns 2, 2, 1 */
+	DtmIndexTensor t2 = {.name = "x", .dtype = "F32", .ndim = 2, .shape = {7, 5},
+	                     .placement = "[_, b]"};
+	DtmCkptIndex ix2 = {.naxes = 1, .sizes = {3}};
+	ix2.axes[0] = axes[1];
+	DtmShardLayout l2;
+	CHECK_EQ_INT(dtm_ckpt_layout(&ix2, &t2, &l2, err, sizeof err), 0);
+	for (int64_t q = 0; q < 3; q++) {
+		int64_t dstart[2], dlen[2], dshape[2] = {7, 2}, got = 0;
+		dtm_ckpt_shard_box(&l2, ix2.sizes, &q, dstart, dlen);
+		CHECK(dlen[1] == (q < 2 ? 2 : 1));
+		float dst[7 * 2];
+		for (int i = 0; i < 14; i++)
+			dst[i] = -1;
+		for (int k = 0; k < 6; k++)
+			got += dtm_ckpt_copy_overlap(2, src[k], DTM_DT_F32, sstart[k], slen[k], dst,
+			                             DTM_DT_F32, dshape, dstart, dlen);
+		CHECK(got == 7 * dlen[1]);
+		for (int r = 0; r < 7; r++)
+			for (int c = 0; c < 2; c++)
+				CHECK(dst[r * 2 + c] == (c < dlen[1] ? (float)(r * 5 + dstart[1] + c) : -1));
+	}
+	/* f32 -> bf16 into a padded shard: [a, _] over a=2 of 7 rows, 4 + 3,
+	 * the second shard's 4th row padding (untouched) */
+	int64_t dstart[2] = {4, 0}, dlen[2] = {3, 5}, dshape[2] = {4, 5};
+	uint16_t bf[4 * 5];
+	memset(bf, 0, sizeof bf);
+	int64_t got = 0;
+	for (int k = 0; k < 6; k++)
+		got += dtm_ckpt_copy_overlap(2, src[k], DTM_DT_F32, sstart[k], slen[k], bf,
+		                             DTM_DT_BF16, dshape, dstart, dlen);
+	CHECK(got == 15);
+	for (int i = 0; i < 15; i++)
+		CHECK(bf16_to_f32(bf[i]) == (float)(20 + i));
+	for (int i = 15; i < 20; i++)
+		CHECK(bf[i] == 0);
+	/* and back: bf16 -> f32, exact */
+	float back[15];
+	int64_t bstart[2] = {4, 0}, blen[2] = {3, 5}, bshape[2] = {3, 5};
+	CHECK(dtm_ckpt_copy_overlap(2, bf, DTM_DT_BF16, dstart, dlen, back, DTM_DT_F32, bshape,
+	                            bstart, blen) == 15);
+	for (int i = 0; i < 15; i++)
+		CHECK(back[i] == (float)(20 + i));
+	/* no overlap; integers do not become floats */
+	int64_t far[2] = {0, 0}, one[2] = {1, 5};
+	CHECK(dtm_ckpt_copy_overlap(2, src[0], DTM_DT_F32, sstart[3], slen[3], back, DTM_DT_F32,
+	                            bshape, far, one) == 0);
+	CHECK(dtm_ckpt_copy_overlap(2, src[0], DTM_DT_I32, sstart[0], slen[0], back, DTM_DT_F32,
+	                            bshape, sstart[0], slen[0]) == -1);
+	/* a replica's first copy: 0 on the axes that split nothing */
+	int64_t c[2] = {1, 0};
+	CHECK(dtm_ckpt_first_copy(&l2, 1, (int64_t[]){0}, -1));
+	DtmIndexTensor t3 = {.name = "x", .dtype = "F32", .ndim = 2, .shape = {7, 5},
+	                     .placement = "[b, _]"};
+	DtmShardLayout l3;
+	CHECK_EQ_INT(dtm_ckpt_layout(&ix, &t3, &l3, err, sizeof err), 0);
+	CHECK(!dtm_ckpt_first_copy(&l3, 2, c, -1));
+	CHECK(dtm_ckpt_first_copy(&l3, 2, c, 0));
+	t3.placement = "[_, _] partial(a)";
+	CHECK_EQ_INT(dtm_ckpt_layout(&ix, &t3, &l3, err, sizeof err), -1);
+}
+
 int main(void)
 {
 	snprintf(tmpdir, sizeof tmpdir, "/tmp/dtm_test_io.XXXXXX");
@@ -1225,6 +1319,7 @@ int main(void)
 	test_safetensors_checksums();
 	test_checkpoints();
 	test_index();
+	test_reshard_geometry();
 	rm_tree(tmpdir);
 	return check_report();
 }
