@@ -16,21 +16,26 @@
  * own rankNNNNN.safetensors holding its shards (local shapes; metadata
  * "mesh" and "rank" say whose), and after a barrier rank 0 writes
  * index.json (mesh, files, global shapes, placements) and moves `latest`.
- * A resume on the same mesh reads each rank's own file; a checkpoint of
- * one file (whole tensors, from a one-rank run) loads on any mesh, each
- * rank slicing its shards by global index.  Loading shards saved on a
- * different mesh is not built yet and says so.
+ * A resume on the same layout reads each rank's own file (bit for bit);
+ * a checkpoint of one file (whole tensors, from a one-rank run) loads on
+ * any mesh, each rank slicing its shards by global index; any other
+ * layout reshards on load (load_resharded): each rank fills the box its
+ * shard holds from the overlapping boxes of the saved shards, which
+ * index.json's global shapes and placements give (runtime/ckpt.h's shard
+ * geometry), reading only those rows.
  *
  * Before a byte is loaded, the checkpoint's index.json (validated by
- * dtm_ckpt_index_read) is held against the plan: for shards, the mesh's
- * axis names, order and sizes; for every tensor, dtype, global shape and
- * (for shards) placement; no tensor more or less.  Equal shard shapes are
- * not enough: a mesh with its axes in another order, or a placement moved
- * to another dim of the same size, gives every rank a file of the right
- * shapes holding other elements.  Then the file: every tensor listed in
- * the index with its dtype, of the shard's shape, with a checksum when
- * the index says so (dtm_st_open has already compared it with the bytes),
- * and metadata agreeing with the index.
+ * dtm_ckpt_index_read) is held against the plan: the same model (every
+ * saved buffer's tensor there, of its global shape, float for float; no
+ * param more), all differences in one message; whether the layout is the
+ * same (mesh axis names, order and sizes; each tensor's dtype and
+ * placement).  Equal shard shapes are not enough: a mesh with its axes in
+ * another order, or a placement moved to another dim of the same size,
+ * gives every rank a file of the right shapes holding other elements, so
+ * those reshard.  Then the file: every tensor listed in the index with
+ * its dtype, of the shard's shape, with a checksum when the index says so
+ * (dtm_st_open has compared it with the bytes; a resharding reader checks
+ * each tensor it reads), and metadata agreeing with the index.
  */
 #include <errno.h>
 #include <inttypes.h>

@@ -125,7 +125,9 @@ select_openblas() {
 	fi
 }
 
-# JAX for CPU, the reference partitioner of tests/jax (and bench/), from
+# JAX for CPU, the reference partitioner of tests/jax (and bench/), and
+# the safetensors package (tests/e2e/ckpt_tools.sh reads dtm's merged
+# checkpoints with it, bf16 as JAX arrays), from
 # PyPI into a venv outside the repository, $JAX_VENV (default
 # ~/.cache/dtm-bench/jax-venv), made with python3's venv (python3-venv on
 # Debian's python).  The test itself installs nothing: it fails and names
@@ -134,15 +136,20 @@ JAX_VENV=${JAX_VENV:-$HOME/.cache/dtm-bench/jax-venv}
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || missing+=(python3-venv)
 ensure_jax() {
 	local py=$JAX_VENV/bin/python
-	if [ -x "$py" ] && "$py" -c 'import jax, numpy' >/dev/null 2>&1; then
+	if [ -x "$py" ] && "$py" -c 'import jax, numpy, safetensors.flax' >/dev/null 2>&1; then
 		return 0
 	fi
-	echo "deps.sh: creating $JAX_VENV (python3 -m venv; pip install jax[cpu])"
+	if [ -x "$py" ] && "$py" -c 'import jax, numpy' >/dev/null 2>&1; then
+		echo "deps.sh: adding safetensors to $JAX_VENV"
+		"$JAX_VENV/bin/pip" install -q safetensors </dev/null && return 0
+	fi
+	echo "deps.sh: creating $JAX_VENV (python3 -m venv; pip install jax[cpu] safetensors)"
 	rm -rf "$JAX_VENV"
 	mkdir -p "$(dirname "$JAX_VENV")"
-	if ! { python3 -m venv "$JAX_VENV" && "$JAX_VENV/bin/pip" install -q 'jax[cpu]' </dev/null; }; then
+	if ! { python3 -m venv "$JAX_VENV" &&
+		"$JAX_VENV/bin/pip" install -q 'jax[cpu]' safetensors </dev/null; }; then
 		echo "deps.sh: could not install JAX into $JAX_VENV (needs PyPI):" >&2
-		echo "  python3 -m venv $JAX_VENV && $JAX_VENV/bin/pip install 'jax[cpu]'" >&2
+		echo "  python3 -m venv $JAX_VENV && $JAX_VENV/bin/pip install 'jax[cpu]' safetensors" >&2
 		exit 1
 	fi
 }

@@ -355,6 +355,20 @@ add_test(NAME e2e.ckpt.mlp
          COMMAND ${DTM_BASH} ${DTM_TESTS}/e2e/ckpt.sh $<TARGET_FILE:dtmc>
          WORKING_DIRECTORY ${DTM_ROOT})
 set_tests_properties(e2e.ckpt.mlp PROPERTIES TIMEOUT 300 LABELS e2e)
+#   e2e.reshard   a checkpoint saved on dp2 x tp2, ZeRO-3 dp=4, pp2 x dp2 M=4 and
+#                 bf16 HSDP resumes on three other layouts each (1 rank among
+#                 them) with the uninterrupted run's losses (issue 20)
+add_test(NAME e2e.reshard
+         COMMAND ${DTM_BASH} ${DTM_TESTS}/e2e/reshard.sh $<TARGET_FILE:dtmc>
+         WORKING_DIRECTORY ${DTM_ROOT})
+set_tests_properties(e2e.reshard PROPERTIES TIMEOUT 600 LABELS e2e)
+#   e2e.ckpt_tools  dtmc ckpt info/merge/split with the Python safetensors
+#                 package: merge -> Python -> split -> resume equals the
+#                 resharded resume, bit for bit
+add_test(NAME e2e.ckpt_tools
+         COMMAND ${DTM_BASH} ${DTM_TESTS}/e2e/ckpt_tools.sh $<TARGET_FILE:dtmc>
+         WORKING_DIRECTORY ${DTM_ROOT})
+set_tests_properties(e2e.ckpt_tools PROPERTIES TIMEOUT 300 LABELS e2e)
 # ---- end ckpt ----
 
 # ---- e2e: the communication thread (tests/e2e/overlap.sh, runtime/overlap.c) ----

@@ -36,6 +36,7 @@
 #include "tools/mlir.h"
 #include "tools/report.h"
 #include "tools/sweep.h"
+#include "tools/ckpt_tool.h"
 #include "tools/tokenize.h"
 
 #define DTMC_VERSION "0.1.0"
@@ -361,6 +362,31 @@ static const Command commands[] = {
 	 cmd_inspect, false, false, NULL},
 	{"sweep", "compile and cost every parallel layout on N devices, rank them",
 	 sweep_help, NULL, false, false, sweep_main},
+	{"ckpt", "inspect, merge and split checkpoints (safetensors)",
+	 "usage: dtmc ckpt info DIR\n"
+	 "       dtmc ckpt merge DIR -o OUT.safetensors [--params]\n"
+	 "       dtmc ckpt split IN.safetensors MODEL -o DIR [-D name=value]...\n"
+	 "                       [--mesh axis=size,...] [--train key=value]...\n"
+	 "\n"
+	 "DIR is a checkpoint directory a training binary wrote with --save (its\n"
+	 "`latest` step) or one of its step directories.\n"
+	 "  info   the step, seed, data position, mesh; every tensor's dtype, global\n"
+	 "         shape and placement; what each rank file holds (its mesh\n"
+	 "         coordinates, tensors and their shard shapes).\n"
+	 "  merge  one safetensors file of whole tensors, each assembled from its\n"
+	 "         shards (the first copy of each), dtypes kept (bf16 stays bf16),\n"
+	 "         with the checkpoint's step, seed, data position and model in its\n"
+	 "         metadata: what the Python safetensors package and PyTorch load.\n"
+	 "         --params: the params only (a state dict), no optimizer state.\n"
+	 "  split  a safetensors file of whole tensors (merge's, or PyTorch's\n"
+	 "         save_file of a state dict) into a checkpoint directory for MODEL\n"
+	 "         built with -D, --mesh and --train as for dtmc build: each rank's\n"
+	 "         file holds its shards; optimizer state the file lacks starts at\n"
+	 "         zero, a master copy at its param.  `./NAME --resume DIR` continues\n"
+	 "         from it (step, seed and data position from the file's metadata,\n"
+	 "         else step 0).  Any checkpoint also resumes on any other layout of\n"
+	 "         its model directly (each rank reads the parts it needs).\n",
+	 NULL, false, false, ckpt_main},
 	{"tokenize", "turn a text file into an llm.c token file (bytes as tokens)",
 	 "usage: dtmc tokenize IN.txt OUT.bin\n"
 	 "\n"

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# reshard.sh DTMC - a checkpoint resumes on any layout (issue 20 points 1, 2
+# and 5), on models/gpt.dtm at its default size (ranks as threads).
+#
+# Saved at step 4 under each of
+#   dp=2 x tp=2;  ZeRO-3 over dp=4;  pp=2 x dp=2 with 4 micro-batches;
+#   bf16 HSDP (a copy of the model with a replicate axis `rep` in front of
+#   dp: rep=2 x dp=2, ZeRO-3 within dp, precision bf16),
+# and resumed to step 8 on three other layouts each, one of them 1 rank:
+# steps 5-8 equal an uninterrupted 8-step run on the new layout (f32: 1e-5
+# relative; the bf16 checkpoint on bf16 layouts: 2e-2, tests/e2e/precision.sh's
+# bound, and on an f32 layout, whose params come from the f32 master copies,
+# the loss within 2e-2 of the uninterrupted f32 run's).  A resume on the
+# saving layout is bit-identical.
+set -u
+dtmc=$1
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/dtm_reshard_XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL (reshard): $*" >&2; exit 1; }
+losses() { sed -n 's/.*"step":\([0-9]*\),"loss":\([^,}]*\).*/\1 \2/p' "$1"; }
+src=models/gpt.dtm
+# the HSDP copy (as tests/e2e/equiv.sh makes it)
+sed -e 's/^mesh (\(pp = 1, \)\{0,1\}dp = /mesh (\1rep = 1, dp = /' -e 's/\[dp,/[(rep, dp),/g' \
+	"$src" >"$tmp/hsdp.dtm"
+grep -q '^mesh (.*rep = 1, dp' "$tmp/hsdp.dtm" || fail "no mesh line to add 'rep' to"
+
+# build NAME [hsdp:]MESH [TRAIN...]
+build() {
+	local name=$1 mesh=$2 s=$src
+	shift 2
+	case $mesh in hsdp:*) s=$tmp/hsdp.dtm mesh=${mesh#hsdp:} ;; esac
+	local args=(--mesh "$mesh")
+	for t in "$@"; do args+=(--train "$t"); done
+	"$dtmc" build "$s" -o "$tmp/$name" "${args[@]}" 2>"$tmp/$name.build" ||
+		fail "build $name: $(cat "$tmp/$name.build")"
+}
+# close REF GOT TOL WHAT: steps 5-8 of REF (8 steps) against GOT (resumed)
+close() {
+	paste <(losses "$1" | sed -n '5,8p') <(losses "$2") | awk -v tol="$3" -v what="$4" '
+		{ d = $2 - $4; if (d < 0) d = -d; s = $2 < 0 ? -$2 : $2; r = s > 0 ? d / s : d
+		  if (r > w) w = r
+		  if ($1 != $3 || !(r <= tol)) { print what ": step " $1 ": " $2 " vs " $4; bad = 1 } }
+		END { if (NR != 4) { print what ": " NR " steps"; bad = 1 }
+		      printf "reshard: %s: max rel diff %.3g (limit %g)\n", what, w, tol; exit bad }' ||
+		fail "$4: the losses differ"
+}
+
+# the layouts (one build each; the uninterrupted 8 steps of each)
+build dp2tp2 pp=1,dp=2,tp=2 &
+build z3dp4 pp=1,dp=4,tp=1 zero=3 &
+build pp2dp2 pp=2,dp=2,tp=1 microbatches=4 &
+build one pp=1,dp=1,tp=1 &
+wait
+build hsdpbf hsdp:pp=1,rep=2,dp=2,tp=1 zero=3 precision=bf16 &
+build onebf pp=1,dp=1,tp=1 precision=bf16 &
+build dp2tp2bf pp=1,dp=2,tp=2 zero=1 precision=bf16 &
+build pp2bf pp=2,dp=2,tp=1 microbatches=4 precision=bf16 &
+wait
+for b in dp2tp2 z3dp4 pp2dp2 one hsdpbf onebf dp2tp2bf pp2bf; do
+	[ -x "$tmp/$b" ] || fail "no binary $b"
+	"$tmp/$b" --steps 8 --log "$tmp/$b.full.jsonl" -q || fail "$b: 8 steps"
+done
+
+# resume SRC DST TOL: SRC's step-4 checkpoint on DST
+resume() {
+	local from=$1 to=$2 tol=$3
+	[ -d "$tmp/$from.ck" ] || "$tmp/$from" --steps 4 --save "$tmp/$from.ck" -q ||
+		fail "$from: 4 steps + save"
+	"$tmp/$to" --steps 8 --resume "$tmp/$from.ck" --log "$tmp/$from.$to.jsonl" -q \
+		2>"$tmp/$from.$to.err" || fail "$from -> $to: $(grep -m3 error "$tmp/$from.$to.err")"
+	close "$tmp/$to.full.jsonl" "$tmp/$from.$to.jsonl" "$tol" "saved on $from, resumed on $to"
+}
+resume dp2tp2 one 1e-5
+resume dp2tp2 z3dp4 1e-5
+resume dp2tp2 pp2dp2 1e-5
+resume z3dp4 one 1e-5
+resume z3dp4 dp2tp2 1e-5
+resume z3dp4 pp2dp2 1e-5
+resume pp2dp2 one 1e-5
+resume pp2dp2 dp2tp2 1e-5
+resume pp2dp2 z3dp4 1e-5
+resume hsdpbf onebf 2e-2
+resume hsdpbf dp2tp2bf 2e-2
+resume hsdpbf pp2bf 2e-2
+resume hsdpbf one 2e-2
+
+# the saving layout: bit for bit
+"$tmp/pp2dp2" --steps 8 --resume "$tmp/pp2dp2.ck" --log "$tmp/same.jsonl" -q ||
+	fail "pp2dp2 on its own checkpoint"
+[ "$(losses "$tmp/same.jsonl")" = "$(losses "$tmp/pp2dp2.full.jsonl" | sed -n '5,8p')" ] ||
+	fail "pp2dp2 resumed on its own layout is not bit-identical"
+echo "reshard: saved and resumed on pp2dp2: bit-identical"
+echo "reshard ok"
