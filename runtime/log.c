@@ -189,6 +189,42 @@ int rt_log_eval(RtLog *l, int64_t step, double loss, char *err)
 	return 0;
 }
 
+/* s as a JSON string: quotes, backslashes and control characters escaped
+ * (paths and error messages may hold any of them) */
+static void json_str(FILE *f, const char *s)
+{
+	fputc('"', f);
+	for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
+		if (*c == '"' || *c == '\\')
+			fprintf(f, "\\%c", *c);
+		else if (*c < 0x20)
+			fprintf(f, "\\u%04x", *c);
+		else
+			fputc(*c, f);
+	}
+	fputc('"', f);
+}
+
+int rt_log_event(RtLog *l, const char *event, const char *ckpt, int64_t step, const char *why,
+		 char *err)
+{
+	if (!l->jsonl)
+		return 0;
+	errno = 0;
+	fputs("{\"event\":", l->jsonl);
+	json_str(l->jsonl, event);
+	fputs(",\"checkpoint\":", l->jsonl);
+	json_str(l->jsonl, ckpt);
+	if (step >= 0)
+		fprintf(l->jsonl, ",\"step\":%lld", (long long)step);
+	if (why) {
+		fputs(",\"error\":", l->jsonl);
+		json_str(l->jsonl, why);
+	}
+	fputs("}\n", l->jsonl);
+	return log_flush(l, err);
+}
+
 int rt_log_close(RtLog *l, char *err)
 {
 	end_progress(l);

@@ -30,7 +30,7 @@ typedef struct Opts {
 	double lr, comm_timeout;
 	bool threads_set, overlap, overlap_copy, overlap_set, backend_set, log_warn;
 	const char *log, *save, *resume, *data, *val_data, *dump, *backend, *device;
-	bool check_numerics, verbose, quiet, help, seed_set, decay_set;
+	bool check_numerics, verbose, quiet, help, seed_set, decay_set, resume_fallback;
 } Opts;
 
 static const char usage[] =
@@ -49,6 +49,10 @@ static const char usage[] =
 	"                     every --save-every steps, and the last step\n"
 	"  --save-every K     checkpoint every K steps (default 0: only step 0 and the end)\n"
 	"  --resume DIR       continue from DIR's latest checkpoint\n"
+	"  --resume-fallback  with --resume: when a file of that checkpoint is damaged\n"
+	"                     (torn, a bad header, a checksum mismatch), on any rank,\n"
+	"                     go on from the newest older complete DIR/step_N instead,\n"
+	"                     saying what was skipped and why (and in the --log)\n"
 	"  --data SRC         synthetic, or llm.c token files: a file, a quoted glob\n"
 	"                     pattern ('dir/*_train_*.bin', sorted) or a comma-separated\n"
 	"                     list, read in order as one stream (default %s)\n"
@@ -142,7 +146,7 @@ static int parse_args(Opts *o, const DtmPlan *p, int argc, char **argv, char *er
 		}
 		bool boolean = !strcmp(flag, "--check-numerics") || !strcmp(flag, "-v") ||
 			       !strcmp(flag, "-q") || !strcmp(flag, "--help") ||
-			       !strcmp(flag, "-h");
+			       !strcmp(flag, "-h") || !strcmp(flag, "--resume-fallback");
 		if (boolean) {
 			if (val) {
 				snprintf(err, RT_ERR_LEN, "%s takes no value", flag);
@@ -154,6 +158,8 @@ static int parse_args(Opts *o, const DtmPlan *p, int argc, char **argv, char *er
 				o->verbose = true;
 			else if (!strcmp(flag, "-q"))
 				o->quiet = true;
+			else if (!strcmp(flag, "--resume-fallback"))
+				o->resume_fallback = true;
 			else
 				o->help = true;
 			continue;
@@ -260,6 +266,10 @@ static int parse_args(Opts *o, const DtmPlan *p, int argc, char **argv, char *er
 		if (rc)
 			return -1;
 	}
+	if (o->resume_fallback && !o->resume) {
+		snprintf(err, RT_ERR_LEN, "--resume-fallback needs --resume DIR");
+		return -1;
+	}
 	if (o->threads > 1024)
 		o->threads = 1024;
 	return 0;
@@ -335,6 +345,26 @@ typedef struct Sources {
 	bool have_train, have_val;
 } Sources;
 
+/* --resume-fallback's skips: rank 0 says each on stderr (even with -q:
+ * the run goes on from older weights than asked for) and in the log; the
+ * first log write that fails is kept for train() to report. */
+typedef struct Skips {
+	const RtRun *r;
+	RtLog *log;
+	int failed;
+	char err[RT_ERR_LEN];
+} Skips;
+
+static void note_skip(void *ctx, const char *ckpt, const char *why)
+{
+	Skips *s = ctx;
+	if (s->r->rank != 0)
+		return;
+	rt_log_note(s->log, "warning: --resume-fallback: skipping checkpoint %s: %s", ckpt, why);
+	if (!s->failed && rt_log_event(s->log, "checkpoint_skipped", ckpt, -1, why, s->err))
+		s->failed = 1;
+}
+
 /* Non-finite loss or a runtime error: the message in emsg and exit
  * status 1.  With several ranks every rank runs this loop on its own
  * shards; the loss it reads is the plan's loss buffer, which the compiler
@@ -361,8 +391,21 @@ static int train(const DtmPlan *p, Opts *o, const Sources *src, RtRun *r, RtLog 
 	/* a device gets the values below (initial or resumed) once */
 	int64_t start = 0;
 	if (o->resume) {
-		if (rt_ckpt_load(r, o->resume, &meta, err)) {
+		char from[4096];
+		Skips sk = { .r = r, .log = log };
+		snprintf(from, sizeof from, "%s", o->resume);
+		if (o->resume_fallback ?
+			    rt_ckpt_load_fallback(r, o->resume, note_skip, &sk, &meta, from,
+						  sizeof from, err) :
+			    rt_ckpt_load(r, o->resume, &meta, err)) {
 			rt_errf(emsg, "%s", err);
+			return 1;
+		}
+		if (!sk.failed && o->resume_fallback && r->rank == 0 &&
+		    rt_log_event(log, "resumed", from, meta.step, NULL, sk.err))
+			sk.failed = 1;
+		if (sk.failed) {
+			rt_errf(emsg, "%s", sk.err);
 			return 1;
 		}
 		if (r->rank == 0 && o->seed_set && (uint64_t)o->seed != meta.seed)
@@ -380,9 +423,8 @@ static int train(const DtmPlan *p, Opts *o, const Sources *src, RtRun *r, RtLog 
 		if (!o->decay_set && meta.lr_decay_steps > 0)
 			horizon = meta.lr_decay_steps;
 		start = meta.step;
-		if (!o->quiet && r->rank == 0)
-			rt_log_note(log, "resumed from %s at step %lld", o->resume,
-				    (long long)start);
+		if ((!o->quiet || strcmp(from, o->resume)) && r->rank == 0)
+			rt_log_note(log, "resumed from %s at step %lld", from, (long long)start);
 	}
 	if (rt_run_to_device(r)) {
 		rt_errf(emsg, "%s", r->err);

@@ -344,6 +344,21 @@ int rt_ckpt_save(const RtRun *r, const char *dir, const RtCkptMeta *m, char *err
  * err.  With several ranks, a collective: a failure of rank 0 reaches the
  * others as a peer failure (Comm.peer_failed), so it is said once. */
 int rt_ckpt_load(RtRun *r, const char *dir, RtCkptMeta *m, char *err);
+/* Called on every rank, in the same order, for each checkpoint
+ * rt_ckpt_load_fallback skips: its step directory (or DIR) and why, the
+ * message of the lowest rank that found it damaged ("rank 2: PATH:
+ * tensor w1: data does not match its checksum ..."). */
+typedef void RtCkptSkipFn(void *ctx, const char *ckpt, const char *why);
+/* rt_ckpt_load for --resume-fallback: when a file of the checkpoint is
+ * damaged (unreadable, torn, a bad header, a checksum mismatch, contents
+ * that contradict index.json), on any rank, every rank falls back
+ * together to the newest older DIR/step_N that has an index.json, and so
+ * on.  Another model, or any failure that is not damage, is an error as
+ * in rt_ckpt_load; so is running out of checkpoints ("no complete
+ * checkpoint left").  from gets the directory loaded: DIR, or the step
+ * directory fallen back to.  A collective: every rank calls it. */
+int rt_ckpt_load_fallback(RtRun *r, const char *dir, RtCkptSkipFn *skipped, void *ctx,
+			  RtCkptMeta *m, char *from, size_t nfrom, char *err);
 
 /* ---- logging (log.c) ---- */
 
@@ -390,6 +405,14 @@ int rt_log_open(RtLog *l, const char *path, bool quiet, char *err);
 int rt_log_step(RtLog *l, const RtLogStep *s, char *err);
 int rt_log_eval(RtLog *l, int64_t step, double loss, char *err);
 int rt_log_close(RtLog *l, char *err);
+/* One event line in the .jsonl log (none without one):
+ * {"event":EVENT,"checkpoint":CKPT,"step":STEP,"error":WHY}, "step" left
+ * out when step < 0 and "error" when why is NULL.  Events:
+ * "checkpoint_skipped" (--resume-fallback skipped a damaged checkpoint),
+ * "resumed" (the checkpoint and step a --resume-fallback run went on
+ * from).  Lines without "loss" are never step lines. */
+int rt_log_event(RtLog *l, const char *event, const char *ckpt, int64_t step, const char *why,
+		 char *err);
 /* Prints "error: ..." on stderr, ending a progress line first.  These and
  * rt_log_line write each line with one write(2), so lines of ranks
  * printing at once never mix. */

@@ -36,7 +36,18 @@
  * its dtype, of the shard's shape, with a checksum when the index says so
  * (dtm_st_open has compared it with the bytes; a resharding reader checks
  * each tensor it reads), and metadata agreeing with the index.
+ *
+ * Failures of a load are of two kinds: damage (DAMAGED: a file that does
+ * not open, is short, has a bad header or checksum, or contradicts the
+ * index) and everything else (another model, out of memory, a peer's
+ * failure).  rt_ckpt_load_fallback (--resume-fallback) answers damage by
+ * loading the newest older complete step directory.  Damage may be seen by
+ * one rank only (its own file; in a resharded load the one source shard
+ * only it overlaps, found after the others have finished), so after each
+ * try every rank, loaded or not, joins one all-reduce of its outcome
+ * (agree) and all go on, fall back or stop together.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -148,6 +159,23 @@ static int barrier(const RtRun *r, char *err)
 		return -1;
 	}
 	return 0;
+}
+
+/* What a failed load returns when a file of the checkpoint is damaged
+ * (unreadable, torn, a checksum mismatch, contents contradicting
+ * index.json) rather than the checkpoint being of another model or the
+ * run failing: --resume-fallback then tries an older checkpoint.  Any
+ * other failure returns -1. */
+#define DAMAGED (-2)
+
+static int damagef(char *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int damagef(char *err, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(err, RT_ERR_LEN, fmt, ap);
+	va_end(ap);
+	return DAMAGED;
 }
 
 int rt_ckpt_save(const RtRun *r, const char *dir, const RtCkptMeta *m, char *err)
@@ -341,9 +369,8 @@ static int load_tensor(RtRun *r, int i, const DtmStTensor *t, bool own_file, con
 		if (!ok) {
 			shape_text(t->shape, t->ndim, have, sizeof have);
 			shape_text(real, b->rank, want, sizeof want);
-			rt_errf(err, "--resume: %s: tensor '%s' has shape %s, this rank's shard is %s",
-				path, b->name, have, want);
-			return -1;
+			return damagef(err, "--resume: %s: tensor '%s' has shape %s, this rank's "
+				       "shard is %s", path, b->name, have, want);
 		}
 		if (padded)
 			memset(r->ptr[i], 0, (size_t)rt_numel(b) * es);
@@ -383,9 +410,8 @@ static int load_tensor(RtRun *r, int i, const DtmStTensor *t, bool own_file, con
 	if (!same_shape) {
 		shape_text(t->shape, t->ndim, have, sizeof have);
 		shape_text(b->global_shape, b->rank, want, sizeof want);
-		rt_errf(err, "--resume: %s: tensor '%s' has shape %s, this binary's is %s", path,
-			b->name, have, want);
-		return -1;
+		return damagef(err, "--resume: %s: tensor '%s' has shape %s, this binary's is %s",
+			       path, b->name, have, want);
 	}
 	if (!sharded(b) && t->dtype == st_dtype(b->dtype)) {
 		memcpy(r->ptr[i], t->data, t->nbytes);
@@ -616,10 +642,10 @@ static int check_file(const DtmSafetensors *st, const DtmCkptIndex *ix, const Na
 		const DtmStTensor *t = dtm_st_at(st, i);
 		const DtmIndexTensor *it = find_index(n, t->name);
 		if (!it)
-			return rt_errf(err, "--resume: %s holds tensor '%s', which index.json does "
+			return damagef(err, "--resume: %s holds tensor '%s', which index.json does "
 				       "not list", path, t->name);
 		if (strcmp(dtm_st_dtype_name(t->dtype), it->dtype) != 0)
-			return rt_errf(err, "--resume: %s: tensor '%s' is %s, index.json says %s",
+			return damagef(err, "--resume: %s: tensor '%s' is %s, index.json says %s",
 				       path, t->name, dtm_st_dtype_name(t->dtype), it->dtype);
 		bool ok = t->ndim == it->ndim;
 		for (int d = 0; ok && d < t->ndim; d++)
@@ -627,30 +653,30 @@ static int check_file(const DtmSafetensors *st, const DtmCkptIndex *ix, const Na
 		if (!ok) {
 			shape_text(t->shape, t->ndim, a, sizeof a);
 			shape_text(it->shape, it->ndim, b, sizeof b);
-			return rt_errf(err, "--resume: %s: tensor '%s' has shape %s, not %s of "
+			return damagef(err, "--resume: %s: tensor '%s' has shape %s, not %s of "
 				       "index.json's global shape %s", path, t->name, a,
 				       whole ? "that" : "a shard", b);
 		}
 		if (ix->checksum && !t->has_crc32c)
-			return rt_errf(err, "--resume: %s: tensor '%s' has no checksum, but "
+			return damagef(err, "--resume: %s: tensor '%s' has no checksum, but "
 				       "index.json says every tensor has one", path, t->name);
 	}
 	const char *fmt = dtm_st_meta(st, "format");
 	uint64_t step, seed, frank;
 	if (fmt && strcmp(fmt, DTM_CKPT_FORMAT) != 0)
-		return rt_errf(err, "--resume: %s: format '%s', expected '%s'", path, fmt,
+		return damagef(err, "--resume: %s: format '%s', expected '%s'", path, fmt,
 			       DTM_CKPT_FORMAT);
 	if (meta_uint(st, "step", ix->step, &step) || step != ix->step)
-		return rt_errf(err, "--resume: %s: metadata step '%s' is not index.json's %llu",
+		return damagef(err, "--resume: %s: metadata step '%s' is not index.json's %llu",
 			       path, dtm_st_meta(st, "step"), (unsigned long long)ix->step);
 	if (meta_uint(st, "seed", ix->seed, &seed) || seed != ix->seed)
-		return rt_errf(err, "--resume: %s: metadata seed '%s' is not index.json's %llu",
+		return damagef(err, "--resume: %s: metadata seed '%s' is not index.json's %llu",
 			       path, dtm_st_meta(st, "seed"), (unsigned long long)ix->seed);
 	if (meta_uint(st, "rank", (uint64_t)rank, &frank) || frank != (uint64_t)rank)
-		return rt_errf(err, "--resume: %s: metadata rank '%s' is not the file's",
+		return damagef(err, "--resume: %s: metadata rank '%s' is not the file's",
 			       path, dtm_st_meta(st, "rank"));
 	if (meta_uint(st, "lr_decay_steps", 0, &step))
-		return rt_errf(err, "--resume: %s: bad metadata lr_decay_steps '%s'", path,
+		return damagef(err, "--resume: %s: bad metadata lr_decay_steps '%s'", path,
 			       dtm_st_meta(st, "lr_decay_steps"));
 	return 0;
 }
@@ -669,7 +695,7 @@ static int load_scaler(const DtmSafetensors *st, const char *path, RtScaler *s, 
 	uint64_t good, skipped;
 	if (errno || *end || !(v > 0) || !isfinite(v) || meta_uint(st, "loss_scale_good", 0, &good) ||
 	    meta_uint(st, "skipped_steps", 0, &skipped))
-		return rt_errf(err, "--resume: %s: bad loss scaler metadata (loss_scale '%s', "
+		return damagef(err, "--resume: %s: bad loss scaler metadata (loss_scale '%s', "
 			       "loss_scale_good '%s', skipped_steps '%s')", path, scale,
 			       dtm_st_meta(st, "loss_scale_good"), dtm_st_meta(st, "skipped_steps"));
 	s->scale = (float)v;
@@ -682,10 +708,11 @@ static int load_scaler(const DtmSafetensors *st, const char *path, RtScaler *s, 
  * and checks the file this rank loads: one of whole tensors (a one-rank
  * checkpoint, sliced later) on any mesh, else this rank's own on the same
  * mesh.  What it opened stays in *ix, *n and *st for the caller to free,
- * even on failure (zeroed where nothing was opened). */
+ * even on failure (zeroed where nothing was opened).  *latest: the step
+ * DIR/latest names, when it names one whose index.json exists. */
 static int open_checked(const RtRun *r, const char *dir, DtmCkptIndex *ix, Names *n,
 			DtmSafetensors **st, char *path, size_t npath, char *sdir, size_t nsdir,
-			bool *whole, bool *reshard, char *err)
+			bool *whole, bool *reshard, uint64_t *latest, char *err)
 {
 	const DtmPlan *p = r->plan;
 	char e[RT_ERR_LEN], step_dir[4096];
@@ -695,6 +722,8 @@ static int open_checked(const RtRun *r, const char *dir, DtmCkptIndex *ix, Names
 	*st = NULL;
 	int rc = dtm_ckpt_find_latest(dir, &step, step_dir, sizeof step_dir, e, sizeof e);
 	bool by_latest = rc == 0;
+	if (by_latest)
+		*latest = step;
 	if (rc == DTM_CKPT_NONE) {
 		/* DIR may be a step directory itself (say step_000000, to
 		 * restart from the initial weights) */
@@ -710,12 +739,12 @@ static int open_checked(const RtRun *r, const char *dir, DtmCkptIndex *ix, Names
 			return rt_errf(err, "--resume %s: no checkpoint there", dir);
 	}
 	if (rc)
-		return rt_errf(err, "--resume %s: %s", dir, e);
+		return damagef(err, "--resume %s: %s", dir, e);
 	snprintf(path, npath, "%s/index.json", step_dir);
 	if (dtm_ckpt_index_read(path, ix, e, sizeof e))
-		return rt_errf(err, "--resume: %s", e);
+		return damagef(err, "--resume: %s", e);
 	if (by_latest && ix->step != step)
-		return rt_errf(err, "--resume: %s says step %llu, but %s/latest names step %llu",
+		return damagef(err, "--resume: %s says step %llu, but %s/latest names step %llu",
 			       path, (unsigned long long)ix->step, dir, (unsigned long long)step);
 	if (names_init(n, p, ix))
 		return rt_errf(err, "--resume: out of memory");
@@ -730,7 +759,7 @@ static int open_checked(const RtRun *r, const char *dir, DtmCkptIndex *ix, Names
 	snprintf(path, npath, "%s/%s", step_dir, ix->files[file]);
 	snprintf(sdir, nsdir, "%s", step_dir);
 	if (dtm_st_open_lazy(st, path, *reshard, e, sizeof e))
-		return rt_errf(err, "--resume: %s", e);
+		return damagef(err, "--resume: %s", e);
 	const char *model = dtm_st_meta(*st, "model");
 	if (model && p->model && strcmp(model, p->model) != 0)
 		return rt_errf(err, "--resume: checkpoint is of model '%s', not '%s'", model,
@@ -747,17 +776,16 @@ typedef struct Sources {
 	int pp; /* the checkpoint mesh's pp axis, or -1 */
 } Sources;
 
-static const DtmSafetensors *source_file(Sources *s, int64_t k, char *err)
+static int source_file(Sources *s, int64_t k, const DtmSafetensors **out, char *err)
 {
 	if (!s->st[k]) {
 		char path[4200], e[RT_ERR_LEN];
 		snprintf(path, sizeof path, "%s/%s", s->dir, s->ix->files[k]);
-		if (dtm_st_open_lazy(&s->st[k], path, true, e, sizeof e)) {
-			rt_errf(err, "--resume: %s", e);
-			return NULL;
-		}
+		if (dtm_st_open_lazy(&s->st[k], path, true, e, sizeof e))
+			return damagef(err, "--resume: %s", e);
 	}
-	return s->st[k];
+	*out = s->st[k];
+	return 0;
 }
 
 /* Buffer i from a checkpoint of another layout: the box this rank's shard
@@ -773,7 +801,7 @@ static int load_resharded(RtRun *r, int i, const DtmIndexTensor *it, Sources *s,
 	DtmShardLayout l;
 	char e[RT_ERR_LEN];
 	if (dtm_ckpt_layout(s->ix, it, &l, e, sizeof e))
-		return rt_errf(err, "--resume: %s", e);
+		return damagef(err, "--resume: %s", e);
 	int64_t dstart[DTM_MAX_RANK], dlen[DTM_MAX_RANK], want = 1;
 	rt_shard_start(p, b, r->coords, dstart);
 	for (int d = 0; d < b->rank; d++) {
@@ -799,10 +827,11 @@ static int load_resharded(RtRun *r, int i, const DtmIndexTensor *it, Sources *s,
 				  slen[d] > 0;
 		if (!overlap)
 			continue;
-		const DtmSafetensors *st = source_file(s, k, err);
-		if (!st) {
+		const DtmSafetensors *st = NULL;
+		int frc = source_file(s, k, &st, err);
+		if (frc) {
 			free(done);
-			return -1;
+			return frc;
 		}
 		const DtmStTensor *t = dtm_st_find(st, it->name);
 		if (!t)
@@ -822,13 +851,13 @@ static int load_resharded(RtRun *r, int i, const DtmIndexTensor *it, Sources *s,
 		if (!shape) {
 			free(done);
 			shape_text(t->shape, t->ndim, e, sizeof e);
-			return rt_errf(err, "--resume: %s/%s: tensor '%s' has shape %s, not the shard "
+			return damagef(err, "--resume: %s/%s: tensor '%s' has shape %s, not the shard "
 				       "index.json's placement %s gives that rank", s->dir,
 				       s->ix->files[k], it->name, e, it->placement);
 		}
 		if (dtm_st_verify(t, s->ix->files[k], e, sizeof e)) {
 			free(done);
-			return rt_errf(err, "--resume: %s/%s", s->dir, e);
+			return damagef(err, "--resume: %s/%s", s->dir, e);
 		}
 		int64_t c = dtm_ckpt_copy_overlap(l.ndim, t->data, t->dtype, sstart, slen, r->ptr[i],
 						  st_dtype(b->dtype), b->shape, dstart, dlen);
@@ -841,13 +870,18 @@ static int load_resharded(RtRun *r, int i, const DtmIndexTensor *it, Sources *s,
 	}
 	free(done);
 	if (got != want)
-		return rt_errf(err, "--resume: checkpoint %s holds %lld of the %lld elements of "
+		return damagef(err, "--resume: checkpoint %s holds %lld of the %lld elements of "
 			       "rank %lld's shard of '%s' (a rank file missing a tensor?)", s->dir,
 			       (long long)got, (long long)want, (long long)r->rank, b->name);
 	return 0;
 }
 
-int rt_ckpt_load(RtRun *r, const char *dir, RtCkptMeta *m, char *err)
+/* One load of dir's checkpoint into the buffers and *m: 0, -1, or DAMAGED
+ * (err names the file and the damage).  sync: the barrier after opening
+ * that a plain load has; a load that falls back agrees once at the end
+ * instead (rt_ckpt_load_fallback).  *latest as open_checked's. */
+static int load_once(RtRun *r, const char *dir, bool sync, RtCkptMeta *m, uint64_t *latest,
+		     char *err)
 {
 	const DtmPlan *p = r->plan;
 	char path[4200], e[RT_ERR_LEN];
@@ -857,7 +891,7 @@ int rt_ckpt_load(RtRun *r, const char *dir, RtCkptMeta *m, char *err)
 	bool whole = false, reshard = false;
 	char sdir[4096] = "";
 	int rc = open_checked(r, dir, &ix, &n, &st, path, sizeof path, sdir, sizeof sdir, &whole,
-			      &reshard, err);
+			      &reshard, latest, err);
 	Sources src = { .ix = &ix, .dir = sdir, .pp = -1 };
 	for (int a = 0; a < ix.naxes; a++)
 		if (!strcmp(ix.axes[a], "pp"))
@@ -868,7 +902,7 @@ int rt_ckpt_load(RtRun *r, const char *dir, RtCkptMeta *m, char *err)
 	 * failures are every rank's: rank 0 says why, and the others, told of
 	 * its failure at this barrier, stay quiet (Comm.peer_failed).  A rank
 	 * that fails alone meets rank 0 at the barrier and says why itself. */
-	if (r->comm && !(rc && r->rank == 0)) {
+	if (sync && r->comm && !(rc && r->rank == 0)) {
 		int brc = barrier(r, e);
 		if (brc && !rc)
 			rc = rt_errf(err, "%s", e);
@@ -883,7 +917,7 @@ int rt_ckpt_load(RtRun *r, const char *dir, RtCkptMeta *m, char *err)
 		}
 		const DtmStTensor *t = dtm_st_find(st, source_of(&n, b)->name);
 		if (!t)
-			rc = rt_errf(err, "--resume: %s has no tensor '%s'", path, b->name);
+			rc = damagef(err, "--resume: %s has no tensor '%s'", path, b->name);
 		else
 			rc = load_tensor(r, i, t, !whole, path, err);
 	}
@@ -903,5 +937,162 @@ int rt_ckpt_load(RtRun *r, const char *dir, RtCkptMeta *m, char *err)
 	free(src.st);
 	names_free(&n);
 	dtm_ckpt_index_free(&ix);
-	return rc ? -1 : 0;
+	return rc;
+}
+
+int rt_ckpt_load(RtRun *r, const char *dir, RtCkptMeta *m, char *err)
+{
+	uint64_t latest;
+	return load_once(r, dir, true, m, &latest, err) ? -1 : 0;
+}
+
+/* ---- --resume-fallback ---- */
+
+/* The agreement after a load: every rank's outcome (0 loaded, 1 damaged,
+ * 2 failed otherwise) reduced to the worst, with the lowest rank that had
+ * it, in one max over the whole mesh: key = outcome * world + (world - 1
+ * - rank).  Every rank reaches it, loaded or not, so a damage only one
+ * rank saw (its own file, or a source shard only it read in a resharded
+ * load) cannot leave the others waiting or loading on alone.  After
+ * damage, the reporting rank's message goes to every rank (rank 0 says
+ * it).  The worst outcome, or -1 when the communication failed. */
+static int agree(const RtRun *r, int rc, int64_t *reporter, char *why, char *err)
+{
+	int outcome = rc == 0 ? 0 : rc == DAMAGED ? 1 : 2;
+	*reporter = r->rank;
+	if (!r->comm)
+		return outcome;
+	int64_t world = rt_world_size(r->plan);
+	uint32_t all = (1u << r->plan->mesh_naxes) - 1;
+	int32_t key = outcome ? (int32_t)(outcome * world + (world - 1 - r->rank)) : 0, worst;
+	if (comm_all_reduce(r->comm, all, &key, &worst, 1, DTM_I32, DTM_RED_MAX))
+		return rt_errf(err, "checkpoint agreement: %s", comm_error(r->comm));
+	if (!worst)
+		return 0;
+	*reporter = world - 1 - worst % world;
+	outcome = (int)(worst / world);
+	if (outcome == 1) {
+		int32_t msg[RT_ERR_LEN / 4];
+		if (*reporter == r->rank)
+			memcpy(msg, why, sizeof msg);
+		int root = comm_group(&r->comm->mesh, (int)*reporter, all).index;
+		if (comm_broadcast(r->comm, all, msg, RT_ERR_LEN / 4, DTM_I32, root))
+			return rt_errf(err, "checkpoint agreement: %s", comm_error(r->comm));
+		memcpy(why, msg, sizeof msg);
+		why[RT_ERR_LEN - 1] = 0;
+	}
+	return outcome;
+}
+
+/* Another rank says why the load failed: this one stops as that rank's
+ * peer (Comm.peer_failed, so it stays quiet), at a barrier the reporter
+ * never reaches and fails when the reporter's run ends (comm_fail). */
+static int follow_failure(const RtRun *r, int64_t reporter, char *err)
+{
+	if (!barrier(r, err))
+		rt_errf(err, "rank %lld could not load the checkpoint", (long long)reporter);
+	return -1;
+}
+
+/* The newest DIR/step_N with N < below and an index.json (complete: the
+ * index is written after every rank file); rank 0 looks and tells the
+ * others, so all load the same one.  1 found, 0 none, -1 error. */
+static int older_step(const RtRun *r, const char *dir, uint64_t below, uint64_t *out, char *err)
+{
+	int32_t v[3] = { 0, 0, 0 };
+	if (r->rank == 0) {
+		DIR *d = opendir(dir);
+		struct dirent *de;
+		uint64_t best = 0;
+		char want[4096], path[4200];
+		while (d && (de = readdir(d))) {
+			char *end;
+			if (strncmp(de->d_name, "step_", 5) || de->d_name[5] < '0' || de->d_name[5] > '9')
+				continue;
+			errno = 0;
+			unsigned long long s = strtoull(de->d_name + 5, &end, 10);
+			/* only the names dtm writes: step_000004, not step_4 or step_4.bak */
+			if (*end || errno || s >= below ||
+			    dtm_ckpt_step_dir(want, sizeof want, dir, (uint64_t)s) ||
+			    strcmp(want + strlen(want) - strlen(de->d_name), de->d_name))
+				continue;
+			snprintf(path, sizeof path, "%s/index.json", want);
+			if ((!v[0] || s > best) && access(path, F_OK) == 0) {
+				best = s;
+				v[0] = 1;
+			}
+		}
+		if (d)
+			closedir(d);
+		v[1] = (int32_t)(uint32_t)best;
+		v[2] = (int32_t)(uint32_t)(best >> 32);
+	}
+	if (r->comm && comm_broadcast(r->comm, (1u << r->plan->mesh_naxes) - 1, v, 3, DTM_I32, 0))
+		return rt_errf(err, "checkpoint agreement: %s", comm_error(r->comm));
+	*out = (uint64_t)(uint32_t)v[1] | (uint64_t)(uint32_t)v[2] << 32;
+	return v[0];
+}
+
+int rt_ckpt_load_fallback(RtRun *r, const char *dir, RtCkptSkipFn *skipped, void *ctx,
+			  RtCkptMeta *m, char *from, size_t nfrom, char *err)
+{
+	const RtCkptMeta m0 = *m;
+	char cand[4096], why[RT_ERR_LEN];
+	snprintf(cand, sizeof cand, "%s", dir);
+	uint64_t below = UINT64_MAX;
+	int nskipped = 0;
+	for (;;) {
+		/* a damaged checkpoint's metadata (a loss scale, say) must not
+		 * outlive it: each try starts from the caller's */
+		RtCkptMeta cur = m0;
+		uint64_t latest = UINT64_MAX;
+		why[0] = 0;
+		int rc = load_once(r, cand, false, &cur, &latest, why);
+		/* the skip names the step directory DIR/latest chose */
+		char shown[4096];
+		snprintf(shown, sizeof shown, "%s", cand);
+		if (nskipped == 0 && latest != UINT64_MAX) {
+			below = latest;
+			dtm_ckpt_step_dir(shown, sizeof shown, dir, latest);
+		}
+		int64_t reporter;
+		int outcome = agree(r, rc, &reporter, why, err);
+		if (outcome < 0)
+			return -1;
+		if (outcome == 0) {
+			/* every saved buffer was written whole by this load
+			 * (load_tensor, load_resharded), so nothing of a damaged
+			 * one before it is left */
+			*m = cur;
+			snprintf(from, nfrom, "%s", cand);
+			return 0;
+		}
+		if (outcome == 2) {
+			if (reporter == r->rank)
+				return rt_errf(err, "%s", why);
+			return follow_failure(r, reporter, err);
+		}
+		const char *w = strncmp(why, "--resume: ", 10) ? why : why + 10;
+		char line[RT_ERR_LEN + 32];
+		if (r->comm)
+			snprintf(line, sizeof line, "rank %lld: %s", (long long)reporter, w);
+		else
+			snprintf(line, sizeof line, "%s", w);
+		if (skipped)
+			skipped(ctx, shown, line);
+		nskipped++;
+		uint64_t next = 0;
+		int found = older_step(r, dir, below, &next, err);
+		if (found < 0)
+			return -1;
+		if (!found) {
+			if (r->rank == 0)
+				return rt_errf(err, "--resume %s --resume-fallback: no complete checkpoint "
+					       "left to fall back to (%d skipped as damaged)", dir,
+					       nskipped);
+			return follow_failure(r, 0, err);
+		}
+		dtm_ckpt_step_dir(cand, sizeof cand, dir, next);
+		below = next;
+	}
 }

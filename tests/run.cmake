@@ -358,7 +358,11 @@ set_tests_properties(inspect.golden inspect.labels PROPERTIES LABELS "inspect;go
 #                 --log-errors warn: 0, one warning); a save over a file size
 #                 limit (ulimit -f) fails naming the file, leaves the previous
 #                 checkpoint selected and resumable; a flipped byte in a rank
-#                 file and edited index.json files are refused, naming them
+#                 file and edited index.json files are refused, naming them;
+#                 --resume-fallback skips a damaged newest checkpoint (flipped
+#                 byte, truncated file, bad header; resharded to dp=4, under
+#                 ZeRO-3 seen by 2 of 4 ranks) on every rank for the previous
+#                 one's exact losses; both damaged: exit 1
 add_test(NAME e2e.ckpt.mlp
          COMMAND ${DTM_BASH} ${DTM_TESTS}/e2e/ckpt.sh $<TARGET_FILE:dtmc>
          WORKING_DIRECTORY ${DTM_ROOT})

@@ -16,7 +16,16 @@
 #   3. one flipped byte in a rank's file is refused naming the file and the
 #      tensor; index.json edited (a placement naming an unknown axis, a
 #      wrong file name, a tensor without dtype) is refused naming it; the
-#      unchanged checkpoint resumes to the uninterrupted losses, bit for bit.
+#      unchanged checkpoint resumes to the uninterrupted losses, bit for bit;
+#   4. --resume-fallback, on a directory of two complete checkpoints (steps
+#      2 and 4): the newest damaged (a flipped byte in one rank's file, a
+#      truncated file, a bad header) is refused without the flag, naming
+#      the file; with it the run says what it skipped and why (once, rank
+#      0, and in the log), resumes from step 2 and trains the uninterrupted
+#      losses bit for bit; both damaged: exit 1, "no complete checkpoint";
+#      a resharded resume on dp=4 falls back on every rank together, also
+#      under ZeRO-3, where only ranks 2-3 read the damaged shard (timeout
+#      120: an agreement that left a rank waiting would hang).
 set -u
 dtmc=$1
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/dtm_ckpt_XXXXXX")
@@ -119,4 +128,104 @@ cp "$tmp/index.orig" "$ix"
 [ "$(losses "$tmp/r.jsonl")" = "$(losses "$tmp/full.jsonl" | sed -n '5,8p')" ] ||
 	fail "4 + resume 4 differs from 8 uninterrupted steps"
 echo "ok: the unchanged checkpoint resumes to the uninterrupted losses"
+
+# ---- 4. --resume-fallback ----
+cf=$tmp/cf
+"$m" --steps 2 --save "$cf" -q || fail "2 steps + save"
+"$m" --steps 4 --resume "$cf" --save "$cf" -q || fail "resume to 4 + save"
+rm -rf "$cf/step_000000" # leaves two complete checkpoints: steps 2 and 4
+[ "$(cat "$cf/latest")" = step_000004 ] && [ -e "$cf/step_000002/index.json" ] ||
+	fail "no checkpoints of steps 2 and 4"
+# flip FILE TENSOR: one bit of the tensor's 6th byte
+flip() {
+	local f=$1 hlen at off byte
+	hlen=$(od -An -t u8 -N 8 "$f" | tr -d ' ')
+	at=$(dd if="$f" bs=1 skip=8 count="$hlen" 2>/dev/null |
+		sed -n "s/.*\"$2\":{[^}]*\"data_offsets\":\[\([0-9]*\),.*/\1/p")
+	[ -n "$at" ] || fail "$f: no tensor $2"
+	off=$((8 + hlen + at + 5))
+	byte=$(od -An -t u1 -j "$off" -N 1 "$f" | tr -d ' ')
+	printf "$(printf '\\%03o' $((byte ^ 1)))" | dd of="$f" bs=1 seek="$off" conv=notrunc 2>/dev/null
+}
+# fell_back WHAT DIR FILE BINARY REF: BINARY --resume-fallback on DIR skips
+# step 4 naming FILE, once, resumes from step 2 and trains REF's losses of
+# steps 3-8 (REF "exact": full.jsonl's, bit for bit; else within 1e-5)
+fell_back() {
+	local what=$1 d=$2 file=$3 bin=$4 ref=$5
+	timeout 120 "$bin" --steps 8 --resume "$d" --resume-fallback --log "$tmp/fb.jsonl" -q \
+		2>"$tmp/err.txt" || { cat "$tmp/err.txt" >&2; fail "$what: --resume-fallback: exit $?"; }
+	[ "$(grep -c "skipping checkpoint" "$tmp/err.txt")" -eq 1 ] &&
+		grep -qF "warning: --resume-fallback: skipping checkpoint $d/step_000004: rank " \
+			"$tmp/err.txt" && grep -qF "$file" "$tmp/err.txt" &&
+		grep -qF "resumed from $d/step_000002 at step 2" "$tmp/err.txt" ||
+		{ cat "$tmp/err.txt" >&2; fail "$what: not one skip naming $file, then step 2"; }
+	grep -F "{\"event\":\"checkpoint_skipped\",\"checkpoint\":\"$d/step_000004\",\"error\":\"rank " \
+		"$tmp/fb.jsonl" | grep -qF "$file" &&
+		grep -qx "{\"event\":\"resumed\",\"checkpoint\":\"$d/step_000002\",\"step\":2}" \
+			"$tmp/fb.jsonl" || { cat "$tmp/fb.jsonl" >&2; fail "$what: the log's events"; }
+	if [ "$ref" = exact ]; then
+		[ "$(losses "$tmp/fb.jsonl")" = "$(losses "$tmp/full.jsonl" | sed -n '3,8p')" ] ||
+			fail "$what: fell back to step 2, but not the uninterrupted losses"
+	else
+		paste <(losses "$tmp/full.jsonl" | sed -n '3,8p') <(losses "$tmp/fb.jsonl") | awk '
+			{ d = $2 - $4; if (d < 0) d = -d; if ($1 != $3 || d > 1e-5 * ($2 < 0 ? -$2 : $2)) bad = 1 }
+			END { exit bad || NR != 6 }' || fail "$what: not the uninterrupted losses"
+	fi
+	echo "ok: $what: $(grep -m1 skipping "$tmp/err.txt" | cut -c1-160)..."
+}
+# damage NAME HOW FILE: a copy of cf with step 4's FILE damaged
+damage() {
+	rm -rf "$tmp/$1"
+	cp -r "$cf" "$tmp/$1"
+	local f=$tmp/$1/step_000004/$3
+	case $2 in
+	flip) flip "$f" w1 ;;
+	truncate) truncate -s 6000 "$f" ;;
+	header) printf 'X' | dd of="$f" bs=1 seek=8 conv=notrunc 2>/dev/null ;;
+	esac
+}
+damage dflip flip rank00002.safetensors
+expect_fail "a flipped bit, no --resume-fallback" \
+	"$tmp/dflip/step_000004/rank00002.safetensors: tensor w1: data does not match its checksum" \
+	"$m" --steps 8 --resume "$tmp/dflip"
+fell_back "a flipped bit in rank 2's file" "$tmp/dflip" \
+	"$tmp/dflip/step_000004/rank00002.safetensors: tensor w1: data does not match" "$m" exact
+damage dtrunc truncate rank00001.safetensors
+expect_fail "a truncated file, no --resume-fallback" \
+	"$tmp/dtrunc/step_000004/rank00001.safetensors: tensor " "$m" --steps 8 --resume "$tmp/dtrunc"
+fell_back "a truncated file" "$tmp/dtrunc" \
+	"$tmp/dtrunc/step_000004/rank00001.safetensors: tensor " "$m" exact
+damage dhead header rank00003.safetensors
+expect_fail "a bad header, no --resume-fallback" \
+	"$tmp/dhead/step_000004/rank00003.safetensors: header is not a JSON object" \
+	"$m" --steps 8 --resume "$tmp/dhead"
+fell_back "a bad header" "$tmp/dhead" \
+	"$tmp/dhead/step_000004/rank00003.safetensors: header is not a JSON object" "$m" exact
+# both damaged: nothing to fall back to
+flip "$tmp/dflip/step_000002/rank00000.safetensors" b1
+expect_fail "both checkpoints damaged" "no complete checkpoint left to fall back to (2 skipped" \
+	timeout 120 "$m" --steps 8 --resume "$tmp/dflip" --resume-fallback
+[ "$(grep -c "skipping checkpoint" "$tmp/err.txt")" -eq 2 ] ||
+	{ cat "$tmp/err.txt" >&2; fail "both checkpoints damaged: not two skips"; }
+# another model stays an error, not a reason to fall back
+expect_fail "another model, --resume-fallback" "checkpoint $cf is of another model" \
+	timeout 120 "$tmp/other" --steps 8 --resume "$cf" --resume-fallback
+! grep -q "skipping" "$tmp/err.txt" || fail "another model: a checkpoint skipped"
+# resharded: dp=4 reads step 4's tensors from rank files 0 and 1 (the
+# first copy of each shard), every rank all of them; under ZeRO-3 rank r
+# holds rows 16r.. of b1, so only ranks 2-3 read rank00001.safetensors'
+# b1, and fail after ranks 0-1 have loaded
+"$dtmc" build models/mlp.dtm --mesh dp=4 -o "$tmp/dp4" || fail "dtmc build dp=4"
+"$dtmc" build models/mlp.dtm --mesh dp=4 --train zero=3 -o "$tmp/z3" || fail "dtmc build dp=4 zero=3"
+damage dres none x
+flip "$tmp/dres/step_000004/rank00001.safetensors" b1
+expect_fail "ZeRO-3 on dp=4, a source shard damaged, no --resume-fallback" \
+	"ranks 2-3: --resume: $tmp/dres/step_000004/rank00001.safetensors: tensor b1: data does not match" \
+	timeout 120 "$tmp/z3" --steps 8 --resume "$tmp/dres"
+fell_back "resharded to dp=4" "$tmp/dres" \
+	"$tmp/dres/step_000004/rank00001.safetensors: tensor b1: data does not match" "$tmp/dp4" close
+fell_back "resharded to dp=4 under ZeRO-3, ranks 2-3 see the damage" "$tmp/dres" \
+	"$tmp/dres/step_000004/rank00001.safetensors: tensor b1: data does not match" "$tmp/z3" close
+grep -qF "skipping checkpoint $tmp/dres/step_000004: rank 2: " "$tmp/err.txt" ||
+	{ cat "$tmp/err.txt" >&2; fail "ZeRO-3: rank 2 does not report"; }
 echo "ok"
