@@ -573,8 +573,15 @@ static int check_layout(const DtmPlan *p, const DtmCkptIndex *ix, const Names *n
 			add_diff(msg, sizeof msg, &ndiff, "'%s' %s: not in the checkpoint", buf->name, b);
 			continue;
 		}
+		/* the tensor read, and the buffer's namesake (a bf16 param when the
+		 * f32 master copy is read instead) */
+		const DtmIndexTensor *own = find_index(n, buf->name);
 		used[(const DtmIndexTensor **)bsearch(&t, n->ix, (size_t)n->nix, sizeof *n->ix,
 						      cmp_index_tensor) - n->ix] = true;
+		if (own)
+			used[(const DtmIndexTensor **)bsearch(&own, n->ix, (size_t)n->nix,
+							      sizeof *n->ix, cmp_index_tensor) -
+			     n->ix] = true;
 		if (strcmp(t->name, buf->name) != 0)
 			*same = false;
 		if (strcmp(t->dtype, dt) != 0) {
