@@ -743,6 +743,16 @@ static int cmd_print(const Args *args)
 	return finish(&a, &d, ok, &o);
 }
 
+/* The MLIR plugin, or NULL after saying what to install. */
+static const DtmMlirApi *plugin(void)
+{
+	char err[1024];
+	const DtmMlirApi *api = mlir_plugin(err, sizeof err);
+	if (!api)
+		fprintf(stderr, "dtmc: error: %s\n", err);
+	return api;
+}
+
 /* `dtmc import-mlir`: an MLIR model as the IR text dtm builds from it,
  * written whole or not at all. */
 static int cmd_import_mlir(const Args *args)
@@ -853,11 +863,9 @@ static int cmd_export_mlir(const Args *args)
 		return 1;
 	}
 	char err[1024];
-	const DtmMlirApi *api = mlir_plugin(err, sizeof err);
-	if (!api) {
-		fprintf(stderr, "dtmc: error: %s\n", err);
+	const DtmMlirApi *api = plugin();
+	if (!api)
 		return 1;
-	}
 	Arena a;
 	Diag d;
 	arena_init(&a);
@@ -907,11 +915,9 @@ static int cmd_export_mlir(const Args *args)
 static int cmd_mlir_spmd(const Args *args)
 {
 	char err[1024];
-	const DtmMlirApi *api = mlir_plugin(err, sizeof err);
-	if (!api) {
-		fprintf(stderr, "dtmc: error: %s\n", err);
+	const DtmMlirApi *api = plugin();
+	if (!api)
 		return 1;
-	}
 	Arena a;
 	Diag d;
 	arena_init(&a);

@@ -56,7 +56,7 @@ static MlirLogicalResult on_diag(MlirDiagnostic d, void *u)
 	return mlirLogicalResultSuccess();
 }
 
-static MlirContext context(Buf *diag)
+static MlirContext context_with(Buf *diag, MlirDiagnosticHandler handler)
 {
 	MlirDialectRegistry reg = mlirDialectRegistryCreate();
 	mlirRegisterAllDialects(reg);
@@ -64,8 +64,13 @@ static MlirContext context(Buf *diag)
 	mlirContextAppendDialectRegistry(ctx, reg);
 	mlirDialectRegistryDestroy(reg);
 	mlirContextLoadAllAvailableDialects(ctx);
-	mlirContextAttachDiagnosticHandler(ctx, on_diag, diag, NULL);
+	mlirContextAttachDiagnosticHandler(ctx, handler, diag, NULL);
 	return ctx;
+}
+
+static MlirContext context(Buf *diag)
+{
+	return context_with(diag, on_diag);
 }
 
 static int finish(MlirContext ctx, MlirModule mod, int rc, Buf *out, Buf *diag, char **o,
@@ -141,13 +146,7 @@ static MlirLogicalResult on_diag_lc(MlirDiagnostic d, void *u)
 static int import(const char *src, const char *path, char **o, char **e)
 {
 	Buf diag = {0};
-	MlirDialectRegistry reg = mlirDialectRegistryCreate();
-	mlirRegisterAllDialects(reg);
-	MlirContext ctx = mlirContextCreate();
-	mlirContextAppendDialectRegistry(ctx, reg);
-	mlirDialectRegistryDestroy(reg);
-	mlirContextLoadAllAvailableDialects(ctx);
-	mlirContextAttachDiagnosticHandler(ctx, on_diag_lc, &diag, NULL);
+	MlirContext ctx = context_with(&diag, on_diag_lc);
 	MlirModule mod = mlirModuleCreateParse(ctx, mlirStringRefCreateFromCString(src));
 	int rc = mlirModuleIsNull(mod) || !mlirOperationVerify(mlirModuleGetOperation(mod));
 	*o = NULL;
