@@ -590,6 +590,11 @@ static DtmAction *fill_actions(Build *b, int i, int kernel, DtmAction *out)
 			act->kernel = kernel + c;
 			if (k == NK_KERNEL)
 				act->flops = attn_flops(m, m->nodes[i]);
+			/* a slice reads the part it copies, not its whole operand (a
+			 * DDP bucket's unpack would be charged the bucket per
+			 * gradient); the cost model sums the arguments otherwise */
+			if (k == NK_KERNEL && m->nodes[i]->op == IR_OP_SLICE)
+				act->mem_bytes = 2 * value_bytes(&b->mp->node[i]);
 		}
 	}
 	return out;

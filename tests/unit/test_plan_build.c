@@ -103,6 +103,20 @@ static void test_mlp_dp_tp(void)
 			}
 		}
 		CHECK(found);
+		/* the gradient bucket's unpack slices: each charged what it
+		 * copies (read and write), not the whole bucket it reads from
+		 * (the cost model sums the arguments' bytes otherwise) */
+		int slices = 0;
+		for (int i = 0; i < p->stages[0].nactions; i++) {
+			const DtmAction *x = &p->stages[0].actions[i];
+			if (x->kind != DTM_ACT_KERNEL || strcmp(p->kernel_names[x->kernel], "slice"))
+				continue;
+			const DtmBuffer *in = &p->buffers[x->args[0]];
+			const DtmBuffer *out = &p->buffers[x->args[x->nargs - 1]];
+			CHECK_EQ_INT(x->mem_bytes, 2 * out->bytes);
+			slices += in->bytes > out->bytes;
+		}
+		CHECK(slices >= 2);
 	}
 	CHECK_EQ_INT(d.nerr, 0);
 	arena_free(&a);
