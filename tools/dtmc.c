@@ -32,11 +32,12 @@
 #include "ir/ir.h"
 #include "passes/passes.h"
 #include "passes/pipeline.h"
+#include "runtime/fsio.h"
+#include "tools/ckpt_tool.h"
 #include "tools/inspect.h"
 #include "tools/mlir.h"
 #include "tools/report.h"
 #include "tools/sweep.h"
-#include "tools/ckpt_tool.h"
 #include "tools/tokenize.h"
 
 #define DTMC_VERSION "0.1.0"
@@ -743,6 +744,21 @@ static int cmd_print(const Args *args)
 	return finish(&a, &d, ok, &o);
 }
 
+/* text to path whole or not at all (runtime/fsio.h: a temporary file,
+ * fsync, rename), or to standard output for "-". */
+static bool write_whole(Diag *d, const char *path, const char *text)
+{
+	if (strcmp(path, "-") == 0) {
+		fputs(text, stdout);
+		return flush_stdout(d);
+	}
+	char err[1024];
+	if (rt_write_file_atomic(path, text, strlen(text), err, sizeof err) == 0)
+		return true;
+	diag_error(d, (SrcLoc){0}, "%s", err);
+	return false;
+}
+
 /* The MLIR plugin, or NULL after saying what to install. */
 static const DtmMlirApi *plugin(void)
 {
@@ -770,25 +786,19 @@ static int cmd_import_mlir(const Args *args)
 		ok = false;
 	}
 	ok = ok && drv_load(&c, &a, &d, args->file, &o);
-	if (ok) {
-		bool std = strcmp(args->output, "-") == 0;
-		char *tmp = std ? NULL : arena_printf(&a, "%s.tmp", args->output);
-		FILE *f = std ? stdout : fopen(tmp, "w");
-		if (!f) {
-			diag_error(&d, (SrcLoc){0}, "cannot write '%s': %s", tmp, strerror(errno));
-			ok = false;
-		} else {
-			ir_print(f, c.m);
-			if (std) {
-				ok = flush_stdout(&d);
-			} else if (fclose(f) != 0 || rename(tmp, args->output) != 0) {
-				diag_error(&d, (SrcLoc){0}, "cannot write '%s': %s", args->output,
-				           strerror(errno));
-				unlink(tmp);
-				ok = false;
-			}
-		}
+	char *text = NULL;
+	size_t len = 0;
+	FILE *f = ok ? open_memstream(&text, &len) : NULL;
+	if (f) {
+		ir_print(f, c.m);
+		fclose(f);
 	}
+	if (ok && !text) {
+		diag_error(&d, (SrcLoc){0}, "out of memory");
+		ok = false;
+	}
+	ok = ok && write_whole(&d, args->output, text);
+	free(text);
 	return finish(&a, &d, ok, &o);
 }
 
@@ -885,25 +895,7 @@ static int cmd_export_mlir(const Args *args)
 		           "bug):\n%s", diag ? diag : "");
 		ok = false;
 	}
-	if (ok) {
-		bool std = strcmp(args->output, "-") == 0;
-		char *tmp = std ? NULL : arena_printf(&a, "%s.tmp", args->output);
-		FILE *f = std ? stdout : fopen(tmp, "w");
-		if (!f) {
-			diag_error(&d, (SrcLoc){0}, "cannot write '%s': %s", tmp, strerror(errno));
-			ok = false;
-		} else {
-			fputs(out, f);
-			if (!std && (fclose(f) != 0 || rename(tmp, args->output) != 0)) {
-				diag_error(&d, (SrcLoc){0}, "cannot write '%s': %s", args->output,
-				           strerror(errno));
-				unlink(tmp);
-				ok = false;
-			}
-			if (std)
-				ok = flush_stdout(&d);
-		}
-	}
+	ok = ok && write_whole(&d, args->output, out);
 	free(text);
 	free(out);
 	free(diag);

@@ -92,25 +92,41 @@ static int finish(MlirContext ctx, MlirModule mod, int rc, Buf *out, Buf *diag, 
 	return rc;
 }
 
+/* The textual pass pipeline on mod (parsed and verified), the pass
+ * manager's verifier on or off. */
+static int run_pipeline(MlirContext ctx, MlirModule mod, const char *pipeline, bool verify,
+                        Buf *diag)
+{
+	static int registered;
+	if (!registered++)
+		mlirRegisterAllPasses();
+	MlirPassManager pm = mlirPassManagerCreate(ctx);
+	mlirPassManagerEnableVerifier(pm, verify);
+	MlirOpPassManager opm = mlirPassManagerGetAsOpPassManager(pm);
+	int rc = !mlirLogicalResultIsSuccess(
+	        mlirParsePassPipeline(opm, mlirStringRefCreateFromCString(pipeline), to_buf, diag));
+	if (!rc)
+		rc = !mlirLogicalResultIsSuccess(mlirPassManagerRunOnOp(pm, mlirModuleGetOperation(mod)));
+	mlirPassManagerDestroy(pm);
+	return rc;
+}
+
+/* src parsed and verified (rc 0: so far so good), in ctx. */
+static MlirModule parse(MlirContext ctx, const char *src, int *rc)
+{
+	MlirModule mod = mlirModuleCreateParse(ctx, mlirStringRefCreateFromCString(src));
+	*rc = mlirModuleIsNull(mod) || !mlirOperationVerify(mlirModuleGetOperation(mod));
+	return mod;
+}
+
 static int run(const char *src, const char *pipeline, char **o, char **e)
 {
 	Buf out = {0}, diag = {0};
 	MlirContext ctx = context(&diag);
-	MlirModule mod = mlirModuleCreateParse(ctx, mlirStringRefCreateFromCString(src));
-	int rc = mlirModuleIsNull(mod);
-	if (!rc)
-		rc = !mlirOperationVerify(mlirModuleGetOperation(mod));
+	int rc;
+	MlirModule mod = parse(ctx, src, &rc);
 	if (!rc && pipeline) {
-		static int registered;
-		if (!registered++)
-			mlirRegisterAllPasses();
-		MlirPassManager pm = mlirPassManagerCreate(ctx);
-		MlirOpPassManager opm = mlirPassManagerGetAsOpPassManager(pm);
-		rc = !mlirLogicalResultIsSuccess(
-		        mlirParsePassPipeline(opm, mlirStringRefCreateFromCString(pipeline), to_buf, &diag));
-		if (!rc)
-			rc = !mlirLogicalResultIsSuccess(mlirPassManagerRunOnOp(pm, mlirModuleGetOperation(mod)));
-		mlirPassManagerDestroy(pm);
+		rc = run_pipeline(ctx, mod, pipeline, true, &diag);
 		if (!rc)
 			rc = !mlirOperationVerify(mlirModuleGetOperation(mod));
 	}
@@ -147,8 +163,8 @@ static int import(const char *src, const char *path, char **o, char **e)
 {
 	Buf diag = {0};
 	MlirContext ctx = context_with(&diag, on_diag_lc);
-	MlirModule mod = mlirModuleCreateParse(ctx, mlirStringRefCreateFromCString(src));
-	int rc = mlirModuleIsNull(mod) || !mlirOperationVerify(mlirModuleGetOperation(mod));
+	int rc;
+	MlirModule mod = parse(ctx, src, &rc);
 	*o = NULL;
 	if (!rc && !mlir_import_module(mod, path, o, e))
 		rc = 1;
@@ -173,23 +189,10 @@ static int run_unverified(const char *src, const char *pipeline, char **o, char 
 {
 	Buf out = {0}, diag = {0};
 	MlirContext ctx = context(&diag);
-	MlirModule mod = mlirModuleCreateParse(ctx, mlirStringRefCreateFromCString(src));
-	int rc = mlirModuleIsNull(mod);
+	int rc;
+	MlirModule mod = parse(ctx, src, &rc);
 	if (!rc)
-		rc = !mlirOperationVerify(mlirModuleGetOperation(mod));
-	if (!rc) {
-		static int registered;
-		if (!registered++)
-			mlirRegisterAllPasses();
-		MlirPassManager pm = mlirPassManagerCreate(ctx);
-		mlirPassManagerEnableVerifier(pm, false);
-		MlirOpPassManager opm = mlirPassManagerGetAsOpPassManager(pm);
-		rc = !mlirLogicalResultIsSuccess(
-		        mlirParsePassPipeline(opm, mlirStringRefCreateFromCString(pipeline), to_buf, &diag));
-		if (!rc)
-			rc = !mlirLogicalResultIsSuccess(mlirPassManagerRunOnOp(pm, mlirModuleGetOperation(mod)));
-		mlirPassManagerDestroy(pm);
-	}
+		rc = run_pipeline(ctx, mod, pipeline, false, &diag);
 	*bad = NULL;
 	if (!rc) {
 		size_t before = diag.n; /* the final verifier's diagnostics follow */
