@@ -1225,6 +1225,27 @@ bool dtm_ckpt_first_copy(const DtmShardLayout *l, int naxes, const int64_t *coor
 	return true;
 }
 
+int dtm_ckpt_pp_axis(const DtmCkptIndex *ix)
+{
+	for (int a = 0; a < ix->naxes; a++)
+		if (!strcmp(ix->axes[a], "pp"))
+			return a;
+	return -1;
+}
+
+void dtm_ckpt_mark_copies(const DtmCkptIndex *ix, int pp, int64_t k, bool *done)
+{
+	int64_t c[DTM_MAX_AXES], c2[DTM_MAX_AXES];
+	dtm_ckpt_rank_coords(ix, k, c);
+	for (int64_t q = k + 1; pp >= 0 && q < ix->nfiles; q++) {
+		dtm_ckpt_rank_coords(ix, q, c2);
+		bool copy = true;
+		for (int a = 0; a < ix->naxes && copy; a++)
+			copy = a == pp || c2[a] == c[a];
+		done[q] |= copy;
+	}
+}
+
 /* Element k of p (dtype dt) as f32; f64 and the 16-bit floats exact. */
 static float load_elem(const unsigned char *p, DtmStDtype dt, int64_t k)
 {

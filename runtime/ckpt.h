@@ -205,6 +205,12 @@ void dtm_ckpt_shard_box(const DtmShardLayout *l, const int64_t *sizes, const int
  * that splits no dim of l, but skip_axis (the pipeline's, whose
  * coordinate says which files hold the tensor at all; -1: none). */
 bool dtm_ckpt_first_copy(const DtmShardLayout *l, int naxes, const int64_t *coords, int skip_axis);
+/* The index of the mesh axis named pp (the pipeline's), or -1. */
+int dtm_ckpt_pp_axis(const DtmCkptIndex *ix);
+/* File k holds a shard that is read: marks done[q] for every later file q
+ * holding the same shard on another pp coordinate (its copies on the other
+ * stages, for a tensor every stage keeps, such as a tied embedding). */
+void dtm_ckpt_mark_copies(const DtmCkptIndex *ix, int pp, int64_t k, bool *done);
 /* Copies the overlap of a source box (sstart, slen; src row-major of shape
  * slen, dtype sdt) into a destination box (dstart, dlen) of an array of
  * row-major shape dshape (dtype ddt; a padded shard's array is larger

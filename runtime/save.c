@@ -844,14 +844,7 @@ static int load_resharded(RtRun *r, int i, const DtmIndexTensor *it, Sources *s,
 		if (!t)
 			continue; /* another pipeline stage's file */
 		/* this shard is read: its copies on the other stages are not */
-		for (int64_t q = k + 1; s->pp >= 0 && q < s->ix->nfiles; q++) {
-			int64_t c2[DTM_MAX_AXES];
-			dtm_ckpt_rank_coords(s->ix, q, c2);
-			bool twin = true;
-			for (int a = 0; a < s->ix->naxes && twin; a++)
-				twin = a == s->pp || c2[a] == coords[a];
-			done[q] |= twin;
-		}
+		dtm_ckpt_mark_copies(s->ix, s->pp, k, done);
 		bool shape = t->ndim == l.ndim;
 		for (int d = 0; shape && d < l.ndim; d++)
 			shape = t->shape[d] == slen[d];
@@ -899,10 +892,7 @@ static int load_once(RtRun *r, const char *dir, bool sync, RtCkptMeta *m, uint64
 	char sdir[4096] = "";
 	int rc = open_checked(r, dir, &ix, &n, &st, path, sizeof path, sdir, sizeof sdir, &whole,
 			      &reshard, latest, err);
-	Sources src = { .ix = &ix, .dir = sdir, .pp = -1 };
-	for (int a = 0; a < ix.naxes; a++)
-		if (!strcmp(ix.axes[a], "pp"))
-			src.pp = a;
+	Sources src = { .ix = &ix, .dir = sdir, .pp = dtm_ckpt_pp_axis(&ix) };
 	if (!rc && reshard && !(src.st = calloc((size_t)ix.nfiles, sizeof *src.st)))
 		rc = rt_errf(err, "out of memory");
 	/* Every rank checks the same index against the same plan, so most

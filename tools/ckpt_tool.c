@@ -176,10 +176,7 @@ static int assemble(const DtmCkptIndex *ix, const char *sd, DtmSafetensors **fil
 	char e[1024], path[4200];
 	if (dtm_ckpt_layout(ix, t, &l, e, sizeof e))
 		return fail("%s/index.json: %s", sd, e);
-	int pp = -1;
-	for (int a = 0; a < ix->naxes; a++)
-		if (!strcmp(ix->axes[a], "pp"))
-			pp = a;
+	int pp = dtm_ckpt_pp_axis(ix);
 	int64_t want = numel(t->ndim, t->shape), got = 0, zero[DTM_MAX_DIMS] = {0};
 	int64_t coords[DTM_MAX_AXES], start[DTM_MAX_DIMS], len[DTM_MAX_DIMS];
 	/* the shards already read, by their coordinates but pp's */
@@ -200,14 +197,7 @@ static int assemble(const DtmCkptIndex *ix, const char *sd, DtmSafetensors **fil
 		const DtmStTensor *s = dtm_st_find(files[k], t->name);
 		if (!s)
 			continue;
-		for (int64_t q = k + 1; pp >= 0 && q < ix->nfiles; q++) {
-			int64_t c2[DTM_MAX_AXES];
-			dtm_ckpt_rank_coords(ix, q, c2);
-			bool twin = true;
-			for (int a = 0; a < ix->naxes && twin; a++)
-				twin = a == pp || c2[a] == coords[a];
-			done[q] |= twin;
-		}
+		dtm_ckpt_mark_copies(ix, pp, k, done);
 		dtm_ckpt_shard_box(&l, ix->sizes, coords, start, len);
 		bool shape = s->ndim == t->ndim;
 		for (int d = 0; shape && d < t->ndim; d++)

@@ -1293,6 +1293,18 @@ static void test_reshard_geometry(void)
 	CHECK_EQ_INT(dtm_ckpt_layout(&ix, &t3, &l3, err, sizeof err), 0);
 	CHECK(!dtm_ckpt_first_copy(&l3, 2, c, -1));
 	CHECK(dtm_ckpt_first_copy(&l3, 2, c, 0));
+	/* pp (2) x dp (2): file 0's shard has its copy on stage 1 in file 2 */
+	static const char *const ppdp[] = {"pp", "dp"};
+	DtmCkptIndex ixp = {.naxes = 2, .sizes = {2, 2}, .nfiles = 4};
+	ixp.axes[0] = ppdp[0];
+	ixp.axes[1] = ppdp[1];
+	CHECK_EQ_INT(dtm_ckpt_pp_axis(&ixp), 0);
+	CHECK_EQ_INT(dtm_ckpt_pp_axis(&ix), -1);
+	bool done[4] = {false, false, false, false};
+	dtm_ckpt_mark_copies(&ixp, 0, 0, done);
+	CHECK(!done[0] && !done[1] && done[2] && !done[3]);
+	dtm_ckpt_mark_copies(&ixp, -1, 1, done);
+	CHECK(!done[3]);
 	t3.placement = "[_, _] partial(a)";
 	CHECK_EQ_INT(dtm_ckpt_layout(&ix, &t3, &l3, err, sizeof err), -1);
 }
