@@ -435,36 +435,111 @@ static CostComm comm_kind(const DtmAction *a)
 	                                 : (CostComm)a->coll;
 }
 
-double cost_action_seconds(const DtmPlan *p, const HwProfile *hw, int64_t node_size,
-                           const DtmAction *a, double *send_bytes)
+/* What the machine gives one rank: threads per rank and how much the
+ * node's ranks oversubscribe its cores (ranks as threads on a CPU; a
+ * profile without `cores` has a device per rank). */
+typedef struct CostEnv {
+	const HwProfile *hw;
+	int64_t node_size, local; /* ranks per node; of them, this plan's */
+	int threads;
+	double oversub; /* >= 1: compute runs this much slower */
+} CostEnv;
+
+static CostEnv cost_env(const DtmPlan *p, const HwProfile *hw, int64_t node_size)
 {
-	if (send_bytes)
-		*send_bytes = 0;
-	if (a->kind == DTM_ACT_KERNEL || a->kind == DTM_ACT_GEMM) {
-		double flops, bytes;
-		DtmDtype dt;
-		kernel_work(p, a, &flops, &bytes, &dt);
-		return cost_roofline(flops, bytes, hw_peak_flops(hw, dt), hw->mem_bw);
+	CostEnv e = {hw, node_size, 0, 1, 1};
+	int64_t world = 1;
+	for (int a = 0; a < p->mesh_naxes; a++)
+		world *= p->mesh_sizes[a] > 0 ? p->mesh_sizes[a] : 1;
+	e.local = world < node_size ? world : node_size;
+	if (hw->cores > 0) {
+		/* runtime/main.c: threads = cores / ranks on the host, at least 1 */
+		int64_t t = hw->cores / (e.local > 0 ? e.local : 1);
+		e.threads = t < 1 ? 1 : t > HW_MAX_THREADS ? HW_MAX_THREADS : (int)t;
+		double busy = (double)e.local * e.threads;
+		e.oversub = busy > hw->cores ? busy / hw->cores : 1;
 	}
-	if (a->kind != DTM_ACT_COLL && a->kind != DTM_ACT_SEND && a->kind != DTM_ACT_RECV)
-		return 0;
+	return e;
+}
+
+/* A kernel or GEMM: the dispatch overhead, then the slower of its FLOPs
+ * at the rate its kind reaches (a GEMM's from the shape's curve, an
+ * attention kernel's, else none) and its bytes at the stream bandwidth;
+ * oversubscribed cores stretch all of it. */
+static double compute_seconds(const CostEnv *e, const DtmAction *a, double flops, double bytes,
+                              DtmDtype dt)
+{
+	const HwProfile *hw = e->hw;
+	double t = hw_kernel_overhead(hw, e->threads), tf = 0;
+	double bw = hw_stream_bw(hw, e->threads);
+	if (a->kind == DTM_ACT_GEMM) {
+		double rate = hw_gemm_rate(hw, dt, (double)a->m, (double)a->n, (double)a->k,
+		                           (double)(a->batch > 1 ? a->batch : 1), e->threads);
+		tf = rate > 0 ? flops / rate : 0;
+		/* the CPU widens 16-bit operands to f32 and narrows C back
+		 * (runtime/dev_cpu.c): one more pass over them */
+		if (hw->cores > 0 && (dt == DTM_BF16 || dt == DTM_F16))
+			tf += bw > 0 ? bytes / bw : 0;
+	} else if (flops > 0) {
+		double rate = hw->cores > 0 ? hw_attn_rate(hw, e->threads)
+		                            : hw_peak_flops(hw, dt) * (hw->gemm_eff > 0 ? hw->gemm_eff : 1);
+		tf = rate > 0 ? flops / rate : 0;
+	}
+	double tm = bw > 0 ? bytes / bw : 0;
+	return (t + (tf > tm ? tf : tm)) * e->oversub;
+}
+
+/* A collective or send/recv: the calibrated (kind, group) curve when the
+ * profile has one, stretched when more ranks share the cores than it was
+ * measured with; else alpha-beta on the link its group crosses. */
+static double comm_seconds(const CostEnv *e, const DtmPlan *p, const DtmAction *a,
+                           double *send_bytes)
+{
 	CostComm kind = comm_kind(a);
 	uint32_t axes = a->axes & (COST_AXES_MASKS - 1);
 	int64_t n = cost_group_size(p->mesh_naxes, p->mesh_sizes, axes);
 	/* the plan's bytes are the input's local bytes: all_gather's full
 	 * tensor is n of them */
 	double S = (double)a->bytes * (kind == COST_ALL_GATHER ? (double)n : 1.0);
-	CostLinkClass lc = cost_link_class(p->mesh_naxes, p->mesh_sizes, axes, node_size);
+	CostLinkClass lc = cost_link_class(p->mesh_naxes, p->mesh_sizes, axes, e->node_size);
 	if (lc == COST_LINK_NONE)
 		return 0;
-	HwLink link = lc == COST_LINK_INTER ? hw->inter : hw->intra;
 	if (send_bytes)
 		*send_bytes = cost_ring_bytes(kind, n, S);
+	const HwProfile *hw = e->hw;
+	const HwCollPoint *c = lc == COST_LINK_INTRA ? hw_coll(hw, (int)kind, n) : NULL;
+	if (c) {
+		double meas = (double)(c->n > hw->cores ? c->n : hw->cores);
+		double f = (double)e->local > meas ? (double)e->local / meas : 1;
+		return (c->latency + (c->bw > 0 ? S / c->bw : 0)) * f;
+	}
+	HwLink link = lc == COST_LINK_INTER ? hw->inter : hw->intra;
+	if (hw->link_eff > 0) {
+		link.bw *= hw->link_eff;
+		link.a2a_bw *= hw->link_eff;
+	}
 	return cost_comm_time(kind, n, S, link);
 }
 
-static int cost_stage(const DtmPlan *p, const HwProfile *hw, int64_t node_size, int s,
-                      const BufInfo *bi, double *ready, CostReport *out)
+double cost_action_seconds(const DtmPlan *p, const HwProfile *hw, int64_t node_size,
+                           const DtmAction *a, double *send_bytes)
+{
+	if (send_bytes)
+		*send_bytes = 0;
+	CostEnv e = cost_env(p, hw, node_size);
+	if (a->kind == DTM_ACT_KERNEL || a->kind == DTM_ACT_GEMM) {
+		double flops, bytes;
+		DtmDtype dt;
+		kernel_work(p, a, &flops, &bytes, &dt);
+		return compute_seconds(&e, a, flops, bytes, dt);
+	}
+	if (a->kind != DTM_ACT_COLL && a->kind != DTM_ACT_SEND && a->kind != DTM_ACT_RECV)
+		return 0;
+	return comm_seconds(&e, p, a, send_bytes);
+}
+
+static int cost_stage(const DtmPlan *p, const CostEnv *e, int s, const BufInfo *bi,
+                      double *ready, CostReport *out)
 {
 	const DtmStage *st = &p->stages[s];
 	CostStage *cs = &out->stages[s];
@@ -490,8 +565,8 @@ static int cost_stage(const DtmPlan *p, const HwProfile *hw, int64_t node_size, 
 			double flops, bytes;
 			DtmDtype dt;
 			kernel_work_info(bi, p->train.precision, a, &flops, &bytes, &dt);
-			/* cost_action_seconds' roofline, without its second kernel_work */
-			double dur = cost_roofline(flops, bytes, hw_peak_flops(hw, dt), hw->mem_bw);
+			/* cost_action_seconds' time, without its second kernel_work */
+			double dur = compute_seconds(e, a, flops, bytes, dt);
 			double start = tc;
 			for (int j = 0; j + 1 < a->nargs; j++)
 				start = dmax(start, ready[a->args[j]]);
@@ -510,7 +585,8 @@ static int cost_stage(const DtmPlan *p, const HwProfile *hw, int64_t node_size, 
 		CostComm kind = comm_kind(a);
 		uint32_t axes = a->axes & (COST_AXES_MASKS - 1);
 		double bytes;
-		double dur = cost_action_seconds(p, hw, node_size, a, &bytes);
+		bytes = 0;
+		double dur = comm_seconds(e, p, a, &bytes);
 		double start = dmax(tc, tm);
 		if (a->kind == DTM_ACT_SEND || a->kind == DTM_ACT_COLL)
 			for (int j = 0; j < a->nargs; j++)
@@ -533,6 +609,157 @@ static int cost_stage(const DtmPlan *p, const HwProfile *hw, int64_t node_size, 
 	cs->time_s = dmax(tc, tm);
 	cs->exposed_comm_s = dmax(0, cs->time_s - cs->compute_s);
 	return 0;
+}
+
+/* ---- the stages together: the simulated timeline ---- */
+
+/* Sends from stage a to stage b, in order: their start times and action
+ * indices. */
+typedef struct Chan {
+	double *t;
+	int *act;
+	int n, cap, taken;
+} Chan;
+
+static int p2p_stage(const DtmPlan *p, int s, const DtmAction *a)
+{
+	if (p->nstages <= 1 || p->pp_axis < 0 || a->axes != 1u << p->pp_axis)
+		return s;
+	int P = p->nstages;
+	int off = a->kind == DTM_ACT_RECV ? -a->peer_offset : a->peer_offset;
+	return ((s + off) % P + P) % P;
+}
+
+static bool chan_push(Chan *c, int i, double t0)
+{
+	if (c->n == c->cap) {
+		int cap = c->cap ? 2 * c->cap : 64;
+		double *t = realloc(c->t, sizeof *t * (size_t)cap);
+		if (t)
+			c->t = t;
+		int *ia = realloc(c->act, sizeof *ia * (size_t)cap);
+		if (ia)
+			c->act = ia;
+		if (!t || !ia)
+			return false;
+		c->cap = cap;
+	}
+	c->act[c->n] = i;
+	c->t[c->n++] = t0;
+	return true;
+}
+
+int cost_simulate(const DtmPlan *p, const HwProfile *hw, int64_t node_size, CostSpan **span,
+                  double *makespan)
+{
+	int P = p->nstages;
+	CostEnv e = cost_env(p, hw, node_size);
+	double *ready = calloc((size_t)(p->nbuffers > 0 ? p->nbuffers : 1), sizeof *ready);
+	double *tc = calloc((size_t)P, sizeof *tc), *tm = calloc((size_t)P, sizeof *tm);
+	int *next = calloc((size_t)P, sizeof *next);
+	Chan *ch = calloc((size_t)P * (size_t)P, sizeof *ch);
+	bool ok = ready && tc && tm && next && ch;
+	CostSpan scratch;
+	for (bool progress = true; ok && progress;) {
+		progress = false;
+		for (int s = 0; s < P; s++) {
+			const DtmStage *st = &p->stages[s];
+			while (next[s] < st->nactions) {
+				int i = next[s];
+				const DtmAction *a = &st->actions[i];
+				CostSpan *sp = span ? &span[s][i] : &scratch;
+				sp->peer_stage = sp->peer_action = -1;
+				double dur = 0;
+				if (a->kind == DTM_ACT_KERNEL || a->kind == DTM_ACT_GEMM) {
+					double flops, bytes;
+					DtmDtype dt;
+					kernel_work(p, a, &flops, &bytes, &dt);
+					dur = compute_seconds(&e, a, flops, bytes, dt);
+				} else if (a->kind != DTM_ACT_WAIT) {
+					dur = comm_seconds(&e, p, a, NULL);
+				}
+				if (a->kind == DTM_ACT_WAIT) {
+					tc[s] = tm[s] = fmax(tc[s], tm[s]);
+					sp->t0 = sp->t1 = tc[s];
+				} else if (a->kind == DTM_ACT_KERNEL || a->kind == DTM_ACT_GEMM) {
+					double t0 = tc[s];
+					for (int j = 0; j + 1 < a->nargs; j++)
+						t0 = fmax(t0, ready[a->args[j]]);
+					tc[s] = t0 + dur;
+					if (a->nargs > 0)
+						ready[a->args[a->nargs - 1]] = tc[s];
+					sp->t0 = t0;
+					sp->t1 = tc[s];
+				} else {
+					double t0 = fmax(tc[s], tm[s]), t1;
+					if (a->kind != DTM_ACT_RECV)
+						for (int j = 0; j < a->nargs; j++)
+							t0 = fmax(t0, ready[a->args[j]]);
+					t1 = t0 + dur;
+					int other = a->kind == DTM_ACT_COLL ? -1 : p2p_stage(p, s, a);
+					sp->peer_stage = other;
+					if (a->kind == DTM_ACT_SEND) {
+						if (!chan_push(&ch[s * P + other], i, t0)) {
+							ok = false;
+							break;
+						}
+					} else if (a->kind == DTM_ACT_RECV) {
+						Chan *c = &ch[other * P + s];
+						if (c->taken >= c->n)
+							break; /* its send is not issued yet */
+						sp->peer_action = c->act[c->taken];
+						t1 = fmax(t0, c->t[c->taken++]) + dur;
+					}
+					tm[s] = t1;
+					if (a->stream == 0)
+						tc[s] = tm[s];
+					if (a->kind == DTM_ACT_RECV)
+						for (int j = 0; j < a->nargs; j++)
+							ready[a->args[j]] = tm[s];
+					else if (a->kind == DTM_ACT_COLL && a->nargs > 0)
+						ready[a->args[a->nargs - 1]] = tm[s];
+					sp->t0 = t0;
+					sp->t1 = t1;
+				}
+				next[s]++;
+				progress = true;
+			}
+		}
+		if (!progress) {
+			/* a recv with no send ahead of it (a schedule the compiler
+			 * would have refused): let the first such run unmatched */
+			for (int s = 0; s < P && !progress; s++) {
+				if (next[s] >= p->stages[s].nactions)
+					continue;
+				const DtmAction *a = &p->stages[s].actions[next[s]];
+				double dur = comm_seconds(&e, p, a, NULL);
+				CostSpan *sp = span ? &span[s][next[s]] : &scratch;
+				sp->t0 = fmax(tc[s], tm[s]);
+				sp->t1 = sp->t0 + dur;
+				sp->peer_stage = p2p_stage(p, s, a);
+				sp->peer_action = -1;
+				tm[s] = sp->t1;
+				for (int j = 0; j < a->nargs; j++)
+					ready[a->args[j]] = tm[s];
+				next[s]++;
+				progress = true;
+			}
+		}
+	}
+	double mk = 0;
+	for (int s = 0; ok && s < P; s++)
+		mk = fmax(mk, fmax(tc[s], tm[s]));
+	*makespan = mk;
+	for (int k = 0; ch && k < P * P; k++) {
+		free(ch[k].t);
+		free(ch[k].act);
+	}
+	free(ch);
+	free(next);
+	free(tm);
+	free(tc);
+	free(ready);
+	return ok ? 0 : -1;
 }
 
 int cost_plan_step(const DtmPlan *plan, const HwProfile *hw, int nodes, CostReport *out)
@@ -574,6 +801,7 @@ int cost_plan_step(const DtmPlan *plan, const HwProfile *hw, int nodes, CostRepo
 	}
 	int rc = 0;
 	double flops = 0;
+	CostEnv env = cost_env(plan, hw, out->node_size);
 	double *work = malloc(sizeof(double) * (size_t)plan->nstages);
 	if (!work) {
 		free(ready);
@@ -581,7 +809,7 @@ int cost_plan_step(const DtmPlan *plan, const HwProfile *hw, int nodes, CostRepo
 		return bad_plan(out, "out of memory");
 	}
 	for (int s = 0; s < plan->nstages && rc == 0; s++) {
-		rc = cost_stage(plan, hw, out->node_size, s, bi, ready, out);
+		rc = cost_stage(plan, &env, s, bi, ready, out);
 		work[s] = out->stages[s].time_s;
 		flops += out->stages[s].flops;
 	}
@@ -600,6 +828,21 @@ int cost_plan_step(const DtmPlan *plan, const HwProfile *hw, int nodes, CostRepo
 	int64_t slots = cost_schedule_slots(plan->train.schedule, out->microbatches,
 	                                    plan->train.virtual_stages);
 	out->step_s = cost_pipeline_step(work, plan->nstages, slots, &out->bubble);
+	if (plan->nstages > 1) {
+		/* the stages together, each waiting for the sends it receives:
+		 * the schedule's real dependencies, not the formula's */
+		double mk = 0;
+		if (cost_simulate(plan, hw, out->node_size, NULL, &mk) != 0) {
+			free(work);
+			return bad_plan(out, "out of memory");
+		}
+		double sum = 0;
+		for (int s = 0; s < plan->nstages; s++)
+			sum += work[s];
+		out->step_s = mk;
+		out->bubble = mk > 0 ? dmax(0, 1 - sum / plan->nstages / mk) : 0;
+	}
+	out->step_s += hw->step_s;
 	free(work);
 	if (out->step_s > 0) {
 		out->tokens_per_s = (double)plan->train.tokens_per_step / out->step_s;

@@ -181,7 +181,8 @@ typedef struct CostReport {
 	double bubble;       /* the stages' mean idle share of the step
 	                      * (cost_pipeline_step): (P-1)/(M+P-1) for
 	                      * balanced 1F1B stages, 0 for one stage */
-	double step_s;       /* cost_pipeline_step of the stages' times */
+	double step_s;       /* one stage: its time; several: the simulated
+	                      * timeline's (cost_simulate); plus hw->step_s */
 	double tokens_per_s; /* train.tokens_per_step / step_s, 0 if unknown */
 	double mem_bytes;    /* per rank: the plan's arenas */
 	double hfu;          /* every rank's kernel FLOPs / (step_s * world * peak) */
@@ -199,6 +200,23 @@ typedef struct CostReport {
  * id out of range, a bad mesh).  Call cost_report_free either way. */
 int cost_plan_step(const DtmPlan *plan, const HwProfile *hw, int nodes, CostReport *out);
 void cost_report_free(CostReport *r);
+
+/* One action's place on the simulated timeline. */
+typedef struct CostSpan {
+	double t0, t1;
+	int peer_stage;  /* send/recv: the other stage, -1 elsewhere */
+	int peer_action; /* recv: the matching send's action in peer_stage, or -1 */
+} CostSpan;
+
+/* Runs every stage's actions together on the timeline: per stage a compute
+ * and a communication stream as in cost_plan_step, and a recv starting no
+ * sooner than its matching send (stage s's sends to stage t are matched
+ * with t's receives from s in order).  span[s][i] (span may be NULL) gets
+ * each action's times; *makespan the time the last stream ends.  Returns
+ * 0, or -1 out of memory.  The buffer ids must be valid (cost_plan_step
+ * checks them). */
+int cost_simulate(const DtmPlan *plan, const HwProfile *hw, int64_t node_size, CostSpan **span,
+                  double *makespan);
 
 /* One action of plan on hw, as cost_plan_step counts it: the duration
  * (roofline for kernels and GEMMs at their operands' dtype, alpha-beta on

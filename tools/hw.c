@@ -37,6 +37,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define TFLOPS 1e12
 #define GBPS 1e9
@@ -192,7 +193,15 @@ typedef enum KeyKind {
 	KEY_BW,
 	KEY_SIZE,
 	KEY_TIME,
-	KEY_COUNT
+	KEY_COUNT,
+	KEY_FRAC,   /* a fraction in (0, 1] */
+	KEY_SOURCE, /* free text to the end of the line */
+	/* tables: `key ARGS = value` */
+	KEY_GEMM,   /* gemm THREADS M N K = FLOP/s */
+	KEY_TSTREAM, /* stream_bw THREADS = B/s */
+	KEY_TATTN,  /* attn_rate THREADS = FLOP/s */
+	KEY_TKERN,  /* kernel_time THREADS = s */
+	KEY_COLL    /* coll KIND N = LATENCY, BW */
 } KeyKind;
 
 typedef struct Key {
@@ -217,6 +226,18 @@ static const Key keys[] = {
         {"inter_a2a_bw", KEY_BW, offsetof(HwProfile, inter.a2a_bw)},
         {"gpus_per_node", KEY_COUNT, offsetof(HwProfile, devices_per_node)},
         {"devices_per_node", KEY_COUNT, offsetof(HwProfile, devices_per_node)},
+        {"source", KEY_SOURCE, 0},
+        {"gemm_eff", KEY_FRAC, offsetof(HwProfile, gemm_eff)},
+        {"mem_eff", KEY_FRAC, offsetof(HwProfile, mem_eff)},
+        {"link_eff", KEY_FRAC, offsetof(HwProfile, link_eff)},
+        {"kernel_overhead", KEY_TIME, offsetof(HwProfile, kernel_s)},
+        {"step_overhead", KEY_TIME, offsetof(HwProfile, step_s)},
+        {"cores", KEY_COUNT, offsetof(HwProfile, cores)},
+        {"gemm", KEY_GEMM, 0},
+        {"stream_bw", KEY_TSTREAM, offsetof(HwProfile, stream_bw)},
+        {"attn_rate", KEY_TATTN, offsetof(HwProfile, attn_rate)},
+        {"kernel_time", KEY_TKERN, offsetof(HwProfile, kernel_t)},
+        {"coll", KEY_COLL, 0},
 };
 
 #define NKEYS ((int)(sizeof keys / sizeof keys[0]))
@@ -322,7 +343,7 @@ static double unit_factor(KeyKind kind, const char *u, size_t n)
 {
 	if (n == 0)
 		return 1;
-	if (kind == KEY_TIME) {
+	if (kind == KEY_TIME || kind == KEY_TKERN) {
 		static const struct {
 			const char *u;
 			double f;
@@ -340,8 +361,11 @@ static double unit_factor(KeyKind kind, const char *u, size_t n)
 		return f;
 	switch (kind) {
 	case KEY_FLOPS:
+	case KEY_GEMM:
+	case KEY_TATTN:
 		return tok_is(rest, rn, "FLOP/s") || tok_is(rest, rn, "FLOPS") ? f : -1;
 	case KEY_BW:
+	case KEY_TSTREAM:
 		return tok_is(rest, rn, "B/s") ? f : -1;
 	case KEY_SIZE:
 		return tok_is(rest, rn, "B") ? f : -1;
@@ -354,13 +378,19 @@ static const char *unit_help(KeyKind kind)
 {
 	switch (kind) {
 	case KEY_FLOPS:
+	case KEY_GEMM:
+	case KEY_TATTN:
 		return " (FLOP/s, e.g. 989 TFLOP/s or 989e12)";
+	case KEY_TSTREAM:
 	case KEY_BW:
 		return " (bytes/s, e.g. 3.35 TB/s or 900 GB/s)";
 	case KEY_SIZE:
 		return " (bytes, e.g. 80 GB or 80 GiB)";
 	case KEY_TIME:
+	case KEY_TKERN:
 		return " (seconds, e.g. 5 us, 0.5 ms or 5e-6)";
+	case KEY_FRAC:
+		return " (a fraction, 0 < f <= 1, e.g. 0.8)";
 	case KEY_COUNT:
 		return " (a whole number, e.g. 8)";
 	default:
@@ -418,7 +448,11 @@ static int parse_quantity(Parser *p, const Key *k, const char *v, size_t n, size
 		return -1;
 	}
 	x *= f;
-	bool zero_ok = k->kind == KEY_TIME;
+	bool zero_ok = k->kind == KEY_TIME || k->kind == KEY_TKERN;
+	if (k->kind == KEY_FRAC && x > 1) {
+		perr(p, col, "value ", v, n, " is out of range (a fraction, 0 < f <= 1)");
+		return -1;
+	}
 	if (!isfinite(x) || x < 0 || (x == 0 && !zero_ok)) {
 		perr(p, col, "value ", v, n,
 		     zero_ok ? " is out of range (finite, >= 0)"
@@ -427,6 +461,151 @@ static int parse_quantity(Parser *p, const Key *k, const char *v, size_t n, size
 	}
 	*out = x;
 	return 0;
+}
+
+/* The whitespace-separated tokens of s[a0..a1): at most max, their starts
+ * and lengths; the count, or -1 when there are more. */
+static int split_args(const char *s, size_t a0, size_t a1, size_t *at, size_t *len, int max)
+{
+	int na = 0;
+	for (size_t i = a0; i < a1;) {
+		while (i < a1 && is_space(s[i]))
+			i++;
+		if (i >= a1)
+			break;
+		size_t t0 = i;
+		while (i < a1 && !is_space(s[i]))
+			i++;
+		if (na == max)
+			return -1;
+		at[na] = t0;
+		len[na++] = i - t0;
+	}
+	return na;
+}
+
+/* A whole number in [lo, hi] from s[0..n), or -1. */
+static long whole(const char *s, size_t n, long lo, long hi)
+{
+	if (n == 0 || n > 9)
+		return -1;
+	long x = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (!isdigit((unsigned char)s[i]))
+			return -1;
+		x = x * 10 + (s[i] - '0');
+	}
+	return x >= lo && x <= hi ? x : -1;
+}
+
+static const char *const coll_kinds[] = {"all_reduce", "all_gather", "reduce_scatter",
+                                         "all_to_all", "broadcast",  "send",
+                                         "recv"};
+#define NCOLL_KINDS ((int)(sizeof coll_kinds / sizeof coll_kinds[0]))
+
+/* `gemm T M N K = RATE`, `stream_bw T = BW`, `attn_rate T = RATE`,
+ * `kernel_time T = S`, `coll KIND N = LATENCY, BW`: the arguments at
+ * s[a0..a1), the value v[0..vn) at column col. */
+static void parse_table(Parser *p, HwProfile *hw, const Key *k, const char *s, size_t a0,
+                        size_t a1, const char *v, size_t vn, size_t col)
+{
+	size_t at[5], len[5];
+	int want = k->kind == KEY_GEMM ? 4 : k->kind == KEY_COLL ? 2 : 1;
+	int na = split_args(s, a0, a1, at, len, 5);
+	const char *use = k->kind == KEY_GEMM   ? "'gemm THREADS M N K = FLOP/s'"
+	                  : k->kind == KEY_COLL ? "'coll KIND N = LATENCY, BYTES/s'"
+	                                        : "'KEY THREADS = VALUE'";
+	if (na != want) {
+		perr(p, a0 + 1, "wrong arguments for ", k->name, strlen(k->name), NULL);
+		if (p->err && p->nerr <= HW_MAX_PRINTED_ERRORS)
+			fprintf(p->err, "%s:%d:%zu: note: the form is %s\n", p->fname, p->line,
+			        a0 + 1, use);
+		return;
+	}
+	if (k->kind == KEY_COLL) {
+		int kind = -1;
+		for (int j = 0; j < NCOLL_KINDS; j++)
+			if (tok_is(s + at[0], len[0], coll_kinds[j]))
+				kind = j;
+		long gn = whole(s + at[1], len[1], 2, 1 << 20);
+		if (kind < 0) {
+			perr(p, at[0] + 1, "unknown collective ", s + at[0], len[0],
+			     " (all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, "
+			     "send, recv)");
+			return;
+		}
+		if (gn < 0) {
+			perr(p, at[1] + 1, "bad group size ", s + at[1], len[1],
+			     " (a whole number from 2 to 1048576)");
+			return;
+		}
+		const char *comma = memchr(v, ',', vn);
+		if (!comma) {
+			perr(p, col, "expected 'LATENCY, BYTES/s', got ", v, vn, NULL);
+			return;
+		}
+		size_t l0 = 0, l1 = (size_t)(comma - v), b0 = l1 + 1, b1 = vn;
+		while (l1 > l0 && is_space(v[l1 - 1]))
+			l1--;
+		while (b0 < b1 && is_space(v[b0]))
+			b0++;
+		static const Key lat = {"coll latency", KEY_TIME, 0}, bw = {"coll bw", KEY_BW, 0};
+		double tl, tb;
+		if (l1 == l0 || b1 == b0) {
+			perr(p, col, "expected 'LATENCY, BYTES/s', got ", v, vn, NULL);
+			return;
+		}
+		if (parse_quantity(p, &lat, v + l0, l1 - l0, col + l0, &tl) ||
+		    parse_quantity(p, &bw, v + b0, b1 - b0, col + b0, &tb))
+			return;
+		HwCollPoint *c = NULL;
+		for (int j = 0; j < hw->ncoll; j++)
+			if (hw->coll[j].kind == kind && hw->coll[j].n == gn)
+				c = &hw->coll[j];
+		if (!c && hw->ncoll == HW_MAX_COLL) {
+			perr(p, 1, "too many 'coll' lines (at most 96)", NULL, 0, NULL);
+			return;
+		}
+		if (!c)
+			c = &hw->coll[hw->ncoll++];
+		*c = (HwCollPoint){kind, (int)gn, tl, tb};
+		return;
+	}
+	long t = whole(s + at[0], len[0], 1, HW_MAX_THREADS);
+	if (t < 0) {
+		perr(p, at[0] + 1, "bad thread count ", s + at[0], len[0],
+		     " (a whole number from 1 to 16)");
+		return;
+	}
+	double x;
+	if (parse_quantity(p, k, v, vn, col, &x))
+		return;
+	if (k->kind != KEY_GEMM) {
+		((double *)((char *)hw + k->off))[t] = x;
+		return;
+	}
+	double d[3];
+	for (int j = 0; j < 3; j++) {
+		long e = whole(s + at[j + 1], len[j + 1], 1, 1 << 24);
+		if (e < 0) {
+			perr(p, at[j + 1] + 1, "bad GEMM size ", s + at[j + 1], len[j + 1],
+			     " (a whole number from 1 to 16777216)");
+			return;
+		}
+		d[j] = (double)e;
+	}
+	HwGemmPoint *g = NULL;
+	for (int j = 0; j < hw->ngemm; j++)
+		if (hw->gemm[j].threads == t && hw->gemm[j].m == d[0] && hw->gemm[j].n == d[1] &&
+		    hw->gemm[j].k == d[2])
+			g = &hw->gemm[j];
+	if (!g && hw->ngemm == HW_MAX_GEMM) {
+		perr(p, 1, "too many 'gemm' lines (at most 160)", NULL, 0, NULL);
+		return;
+	}
+	if (!g)
+		g = &hw->gemm[hw->ngemm++];
+	*g = (HwGemmPoint){(int)t, d[0], d[1], d[2], x};
 }
 
 /* One line: s[0..n) without its newline. */
@@ -451,8 +630,19 @@ static void parse_line(Parser *p, HwProfile *hw, const char *s, size_t n, bool *
 		perr(p, k0 + 1, "expected 'key = value', got ", s + k0, n - k0, NULL);
 		return;
 	}
+	const Key *k = NULL;
+	for (int j = 0; j < NKEYS; j++)
+		if (tok_is(s + k0, k1 - k0, keys[j].name))
+			k = &keys[j];
+	/* a table key's arguments, up to '=' */
+	size_t a0 = i;
+	if (k && k->kind >= KEY_GEMM)
+		while (i < n && s[i] != '=')
+			i++;
+	size_t a1 = i;
 	if (i >= n || s[i] != '=') {
-		perr(p, i + 1, "expected '=' after ", s + k0, k1 - k0, NULL);
+		perr(p, i + 1, "expected '=' after ", s + k0, k1 - k0,
+		     k && k->kind >= KEY_GEMM ? " and its arguments" : NULL);
 		return;
 	}
 	i++;
@@ -461,15 +651,13 @@ static void parse_line(Parser *p, HwProfile *hw, const char *s, size_t n, bool *
 	size_t v0 = i, v1 = n;
 	while (v1 > v0 && is_space(s[v1 - 1]))
 		v1--;
-	const Key *k = NULL;
-	for (int j = 0; j < NKEYS; j++)
-		if (tok_is(s + k0, k1 - k0, keys[j].name))
-			k = &keys[j];
 	if (!k) {
 		perr(p, k0 + 1, "unknown key ", s + k0, k1 - k0,
-		     " (keys: base, name, peak_f32, peak_bf16, peak_f16, mem_bw, mem_size, "
-		     "intra_bw, intra_latency, intra_a2a_bw, inter_bw, inter_latency, "
-		     "inter_a2a_bw, gpus_per_node)");
+		     " (keys: base, name, source, peak_f32, peak_bf16, peak_f16, mem_bw, "
+		     "mem_size, intra_bw, intra_latency, intra_a2a_bw, inter_bw, "
+		     "inter_latency, inter_a2a_bw, gpus_per_node, gemm_eff, mem_eff, "
+		     "link_eff, kernel_overhead, step_overhead, cores, gemm, stream_bw, "
+		     "attn_rate, kernel_time, coll)");
 		return;
 	}
 	if (v1 == v0) {
@@ -496,6 +684,17 @@ static void parse_line(Parser *p, HwProfile *hw, const char *s, size_t n, bool *
 		return;
 	}
 	*seen_other = true;
+	if (k->kind == KEY_SOURCE) {
+		size_t m = vn < HW_SOURCE_LEN ? vn : HW_SOURCE_LEN - 1;
+		for (size_t j = 0; j < m; j++)
+			hw->source[j] = v[j] >= 0x20 && v[j] < 0x7f ? v[j] : '?';
+		hw->source[m] = 0;
+		return;
+	}
+	if (k->kind >= KEY_GEMM) {
+		parse_table(p, hw, k, s, a0, a1, v, vn, col);
+		return;
+	}
 	if (k->kind == KEY_NAME) {
 		bool ok = vn < HW_NAME_LEN;
 		for (size_t j = 0; j < vn && ok; j++)
@@ -576,16 +775,200 @@ int hw_load_overrides(HwProfile *hw, const char *path, FILE *err)
 void hw_print(FILE *out, const HwProfile *hw)
 {
 	fprintf(out, "name = %s\n", hw->name);
+	if (hw->source[0])
+		fprintf(out, "source = %s\n", hw->source);
 	for (int j = 0; j < NKEYS; j++) {
 		const Key *k = &keys[j];
-		if (k->kind == KEY_BASE || k->kind == KEY_NAME)
+		if (k->kind == KEY_BASE || k->kind == KEY_NAME || k->kind == KEY_SOURCE ||
+		    k->kind >= KEY_GEMM)
 			continue;
 		if (k->kind == KEY_COUNT) {
-			if (strcmp(k->name, "gpus_per_node") == 0)
-				fprintf(out, "%s = %d\n", k->name,
-				        *(const int *)((const char *)hw + k->off));
+			int x = *(const int *)((const char *)hw + k->off);
+			if (strcmp(k->name, "gpus_per_node") == 0 ||
+			    (strcmp(k->name, "cores") == 0 && x > 0))
+				fprintf(out, "%s = %d\n", k->name, x);
 			continue;
 		}
-		fprintf(out, "%s = %.17g\n", k->name, *(const double *)((const char *)hw + k->off));
+		double x = *(const double *)((const char *)hw + k->off);
+		if (k->kind == KEY_FRAC && x == 0)
+			continue; /* 1 */
+		fprintf(out, "%s = %.17g\n", k->name, x);
 	}
+	for (int t = 1; t <= HW_MAX_THREADS; t++) {
+		if (hw->stream_bw[t] > 0)
+			fprintf(out, "stream_bw %d = %.17g\n", t, hw->stream_bw[t]);
+		if (hw->attn_rate[t] > 0)
+			fprintf(out, "attn_rate %d = %.17g\n", t, hw->attn_rate[t]);
+		if (hw->kernel_t[t] > 0)
+			fprintf(out, "kernel_time %d = %.17g\n", t, hw->kernel_t[t]);
+	}
+	for (int j = 0; j < hw->ngemm; j++) {
+		const HwGemmPoint *g = &hw->gemm[j];
+		fprintf(out, "gemm %d %.0f %.0f %.0f = %.17g\n", g->threads, g->m, g->n, g->k,
+		        g->rate);
+	}
+	for (int j = 0; j < hw->ncoll; j++) {
+		const HwCollPoint *c = &hw->coll[j];
+		fprintf(out, "coll %s %d = %.17g, %.17g\n", coll_kinds[c->kind], c->n, c->latency,
+		        c->bw);
+	}
+}
+
+/* ---- where profiles come from ---- */
+
+bool hw_default_path(char *buf, size_t n)
+{
+	const char *env = getenv("DTM_HW_PROFILE");
+	if (env && *env)
+		return (size_t)snprintf(buf, n, "%s", env) < n;
+	char host[256] = "localhost";
+	if (gethostname(host, sizeof host - 1) != 0 || !host[0])
+		strcpy(host, "localhost");
+	host[sizeof host - 1] = 0;
+	for (char *c = host; *c; c++)
+		if (!is_key_char(*c) && *c != '-' && *c != '.')
+			*c = '_';
+	const char *xdg = getenv("XDG_CONFIG_HOME"), *home = getenv("HOME");
+	int w;
+	if (xdg && *xdg)
+		w = snprintf(buf, n, "%s/dtm/hw-%s.txt", xdg, host);
+	else if (home && *home)
+		w = snprintf(buf, n, "%s/.config/dtm/hw-%s.txt", home, host);
+	else
+		return false;
+	return w > 0 && (size_t)w < n;
+}
+
+static void put_used(char *used, size_t nused, const char *what)
+{
+	if (used && nused)
+		snprintf(used, nused, "%s", what);
+}
+
+bool hw_resolve(const char *arg, const char *dflt, HwProfile *hw, char *used, size_t nused,
+                FILE *err)
+{
+	if (!arg) {
+		char path[4096];
+		if (hw_default_path(path, sizeof path) && access(path, R_OK) == 0) {
+			*hw = *hw_builtin("h100");
+			if (hw_load_overrides(hw, path, err) != 0) {
+				if (err)
+					fprintf(err,
+					        "dtmc: error: %s: bad calibrated profile (run `dtmc "
+					        "calibrate` again, or name a profile with --hw)\n",
+					        path);
+				return false;
+			}
+			put_used(used, nused, path);
+			return true;
+		}
+		arg = dflt;
+	}
+	const HwProfile *b = hw_builtin(arg);
+	if (b) {
+		*hw = *b;
+		put_used(used, nused, b->name);
+		return true;
+	}
+	if (!strchr(arg, '/') && !strchr(arg, '.') && access(arg, F_OK) != 0) {
+		if (err) {
+			fprintf(err, "dtmc: error: --hw '%s': not a built-in profile (", arg);
+			for (int i = 0; i < NBUILTINS; i++)
+				fprintf(err, "%s%s", i ? ", " : "", builtins[i].name);
+			fputs(") nor a readable file\n", err);
+		}
+		return false;
+	}
+	/* a file: overrides of h100 unless it names its base */
+	*hw = *hw_builtin("h100");
+	if (hw_load_overrides(hw, arg, err) != 0) {
+		if (err)
+			fprintf(err, "dtmc: error: --hw '%s': bad hardware profile\n", arg);
+		return false;
+	}
+	put_used(used, nused, arg);
+	return true;
+}
+
+/* ---- the curves ---- */
+
+/* The measured thread count nearest t in tab[1..HW_MAX_THREADS], or 0. */
+static int nearest_t(const double *tab, int t)
+{
+	int best = 0;
+	for (int u = 1; u <= HW_MAX_THREADS; u++)
+		if (tab[u] > 0 && (!best || abs(u - t) < abs(best - t)))
+			best = u;
+	return best;
+}
+
+double hw_kernel_overhead(const HwProfile *hw, int t)
+{
+	int u = nearest_t(hw->kernel_t, t);
+	return u ? hw->kernel_t[u] : hw->kernel_s;
+}
+
+static double eff(double e)
+{
+	return e > 0 ? e : 1;
+}
+
+double hw_stream_bw(const HwProfile *hw, int t)
+{
+	int u = nearest_t(hw->stream_bw, t);
+	return u ? hw->stream_bw[u] : hw->mem_bw * eff(hw->mem_eff);
+}
+
+double hw_attn_rate(const HwProfile *hw, int t)
+{
+	int u = nearest_t(hw->attn_rate, t);
+	return u ? hw->attn_rate[u] : hw->peak_flops[DTM_F32] * eff(hw->gemm_eff);
+}
+
+double hw_gemm_rate(const HwProfile *hw, DtmDtype dtype, double m, double n, double k,
+                    double batch, int t)
+{
+	if (hw->ngemm == 0)
+		return hw_peak_flops(hw, dtype) * eff(hw->gemm_eff);
+	/* the points of the thread count nearest t */
+	int best = 0;
+	for (int j = 0; j < hw->ngemm; j++) {
+		int u = hw->gemm[j].threads;
+		if (!best || abs(u - t) < abs(best - t))
+			best = u;
+	}
+	/* a batch's items run side by side: as one GEMM of batch x the rows */
+	if (batch > 1)
+		m *= batch;
+	double lm = log(m > 1 ? m : 1), ln = log(n > 1 ? n : 1), lk = log(k > 1 ? k : 1);
+	double wsum = 0, rsum = 0;
+	for (int j = 0; j < hw->ngemm; j++) {
+		const HwGemmPoint *g = &hw->gemm[j];
+		if (g->threads != best)
+			continue;
+		double dm = lm - log(g->m), dn = ln - log(g->n), dk = lk - log(g->k);
+		double d2 = dm * dm + dn * dn + dk * dk;
+		if (d2 < 1e-12)
+			return g->rate;
+		/* inverse distance to the 4th: the nearest points dominate */
+		double w = 1 / (d2 * d2);
+		wsum += w;
+		rsum += w * log(g->rate);
+	}
+	return exp(rsum / wsum);
+}
+
+const HwCollPoint *hw_coll(const HwProfile *hw, int kind, int64_t n)
+{
+	const HwCollPoint *best = NULL;
+	for (int j = 0; j < hw->ncoll; j++) {
+		const HwCollPoint *c = &hw->coll[j];
+		if (c->kind != kind)
+			continue;
+		if (!best || llabs((long long)c->n - n) < llabs((long long)best->n - n) ||
+		    (llabs((long long)c->n - n) == llabs((long long)best->n - n) && c->n > best->n))
+			best = c;
+	}
+	return best;
 }

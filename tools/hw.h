@@ -17,6 +17,7 @@
 #ifndef DTM_HW_H
 #define DTM_HW_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 
@@ -38,8 +39,35 @@ typedef struct HwLink {
 
 #define HW_NAME_LEN 32
 
+/* Calibrated curves (`dtmc calibrate`): sizes of their tables. */
+#define HW_MAX_THREADS 16 /* thread counts 1..16 per rank */
+#define HW_MAX_GEMM 160   /* GEMM shape points */
+#define HW_MAX_COLL 96    /* collective (kind, group size) points */
+#define HW_SOURCE_LEN 160
+
+/* A GEMM's measured rate at one shape and thread count (the runtime's own
+ * GEMM path: rt_cpu_gemm's blocks on its pool). */
+typedef struct HwGemmPoint {
+	int threads;
+	double m, n, k;
+	double rate; /* FLOP/s */
+} HwGemmPoint;
+
+/* One collective kind (CostComm: all_reduce .. broadcast, send, recv) over
+ * a group of n ranks: seconds = latency + S / bw, S the tensor's bytes as
+ * cost_comm_time takes them (all_gather: the output; all_reduce: the
+ * buffer).  bw is algorithm bandwidth (S / time), not bus bandwidth: what
+ * the backend reaches end to end, copies and reductions included. */
+typedef struct HwCollPoint {
+	int kind;
+	int n;
+	double latency, bw;
+} HwCollPoint;
+
 typedef struct HwProfile {
 	char name[HW_NAME_LEN];
+	/* where the figures come from: "datasheet", "calibrated on HOST ...". */
+	char source[HW_SOURCE_LEN];
 	/* dense peak FLOP/s per compute dtype, indexed by DtmDtype
 	 * (DTM_F32, DTM_BF16, DTM_F16; DTM_I32 is counted at the f32 rate) */
 	double peak_flops[4];
@@ -47,6 +75,26 @@ typedef struct HwProfile {
 	double mem_bytes; /* device memory size, bytes */
 	HwLink intra, inter;
 	int devices_per_node;
+	/* Efficiencies (0 means 1): the fraction of peak_flops that large
+	 * GEMMs reach (gemm_eff), of mem_bw that a streaming kernel reaches
+	 * (mem_eff), of a link's bw that a collective reaches (link_eff).
+	 * The built-in GPU profiles cite theirs (tools/hw.c). */
+	double gemm_eff, mem_eff, link_eff;
+	double kernel_s; /* fixed seconds per kernel or GEMM (launch, dispatch) */
+	double step_s;   /* fixed seconds per step (optimizer loop, logging, data) */
+	/* ---- calibrated (dtmc calibrate); each table empty when not ----
+	 * cores: the cores a node's ranks share (ranks as threads): a rank
+	 * runs on max(1, cores / ranks) threads, and ranks beyond the cores
+	 * time-share them.  0: every rank is a device of its own. */
+	int cores;
+	int ngemm, ncoll;
+	HwGemmPoint gemm[HW_MAX_GEMM];
+	HwCollPoint coll[HW_MAX_COLL];
+	/* by threads per rank, [t] for t = 1..HW_MAX_THREADS (0: not
+	 * measured, the nearest measured count is used) */
+	double stream_bw[HW_MAX_THREADS + 1]; /* a kernel's bytes/s */
+	double attn_rate[HW_MAX_THREADS + 1]; /* attention kernels' FLOP/s */
+	double kernel_t[HW_MAX_THREADS + 1];  /* seconds per kernel (dispatch, pool wake-up) */
 } HwProfile;
 
 /* The built-in profile NAME ("h100", "h200", "a100", "b200", "cpu"), or
@@ -79,6 +127,36 @@ int hw_parse_overrides(HwProfile *hw, const char *text, size_t len, const char *
 /* Reads the file at path and applies it with hw_parse_overrides.  Returns
  * the number of errors (1 when the file cannot be read or exceeds 1 MiB). */
 int hw_load_overrides(HwProfile *hw, const char *path, FILE *err);
+
+/* The profile --hw ARG names: a built-in, or a file (overrides of h100
+ * unless it says `base = NAME`).  With ARG NULL: the calibrated profile of
+ * this machine when one exists (hw_default_path), else `dflt` (a
+ * built-in name).  *used is set to what was read: the built-in's name or
+ * the file's path.  Errors go to err; returns false on one. */
+bool hw_resolve(const char *arg, const char *dflt, HwProfile *hw, char *used, size_t nused,
+                FILE *err);
+
+/* Where `dtmc calibrate` keeps this machine's profile and where
+ * hw_resolve looks for it: $DTM_HW_PROFILE when set, else
+ * $XDG_CONFIG_HOME/dtm/hw-HOST.txt (XDG_CONFIG_HOME defaults to
+ * ~/.config).  Returns false when no path can be formed. */
+bool hw_default_path(char *buf, size_t n);
+
+/* Seconds per kernel dispatch, stream bandwidth and attention rate at t
+ * threads per rank: the calibrated value at the nearest measured t, else
+ * the efficiency-scaled peaks. */
+double hw_kernel_overhead(const HwProfile *hw, int t);
+double hw_stream_bw(const HwProfile *hw, int t);
+double hw_attn_rate(const HwProfile *hw, int t);
+/* A GEMM's FLOP/s at m x n x k (per batch item, `batch` items) on t
+ * threads: interpolated from the calibrated points (log-space inverse
+ * distance over the points of the nearest thread count), else the
+ * dtype's peak times gemm_eff. */
+double hw_gemm_rate(const HwProfile *hw, DtmDtype dtype, double m, double n, double k,
+                    double batch, int t);
+/* The calibrated collective of kind over n ranks (nearest measured n of
+ * the kind), or NULL. */
+const HwCollPoint *hw_coll(const HwProfile *hw, int kind, int64_t n);
 
 /* Writes the profile as an override file that hw_parse_overrides reads back
  * to the same values. */

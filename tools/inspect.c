@@ -431,166 +431,24 @@ static bool memory(Insp *in, int s)
 
 /* ---- the simulated timeline ---- */
 
-/* Sends from stage a to stage b, in order: their start times and action
- * indices. */
-typedef struct Chan {
-	double *t;
-	int *act;
-	int n, cap, taken;
-} Chan;
-
-static int p2p_stage(const Insp *in, int s, const DtmAction *a)
-{
-	if (in->pp < 0 || a->axes != 1u << in->pp)
-		return s;
-	int P = in->nstages;
-	int off = a->kind == DTM_ACT_RECV ? -a->peer_offset : a->peer_offset;
-	return ((s + off) % P + P) % P;
-}
-
 static bool simulate(Insp *in)
 {
 	const DtmPlan *p = in->p;
-	int P = in->nstages;
-	double *ready = calloc((size_t)(p->nbuffers > 0 ? p->nbuffers : 1), sizeof *ready);
-	double *tc = calloc((size_t)P, sizeof *tc), *tm = calloc((size_t)P, sizeof *tm);
-	int *next = calloc((size_t)P, sizeof *next);
-	Chan *ch = calloc((size_t)P * (size_t)P, sizeof *ch);
-	bool ok = ready && tc && tm && next && ch;
-	for (int s = 0; ok && s < P; s++) {
+	for (int s = 0; s < in->nstages; s++) {
 		in->span[s] = arena_alloc(in->a, sizeof(Span) * (size_t)(p->stages[s].nactions + 1));
-		ok = in->span[s] != NULL;
+		if (!in->span[s])
+			return false;
 	}
-	for (bool progress = true; ok && progress;) {
-		progress = false;
-		for (int s = 0; s < P; s++) {
-			const DtmStage *st = &p->stages[s];
-			while (next[s] < st->nactions) {
-				int i = next[s];
-				const DtmAction *a = &st->actions[i];
-				Span *sp = &in->span[s][i];
-				sp->peer_stage = sp->peer_action = -1;
-				double dur = cost_action_seconds(p, &in->hw, in->node_size, a, NULL);
-				if (a->kind == DTM_ACT_WAIT) {
-					tc[s] = tm[s] = fmax(tc[s], tm[s]);
-					sp->t0 = sp->t1 = tc[s];
-				} else if (a->kind == DTM_ACT_KERNEL || a->kind == DTM_ACT_GEMM) {
-					double t0 = tc[s];
-					for (int j = 0; j + 1 < a->nargs; j++)
-						t0 = fmax(t0, ready[a->args[j]]);
-					tc[s] = t0 + dur;
-					if (a->nargs > 0)
-						ready[a->args[a->nargs - 1]] = tc[s];
-					sp->t0 = t0;
-					sp->t1 = tc[s];
-				} else {
-					double t0 = fmax(tc[s], tm[s]), t1;
-					if (a->kind != DTM_ACT_RECV)
-						for (int j = 0; j < a->nargs; j++)
-							t0 = fmax(t0, ready[a->args[j]]);
-					t1 = t0 + dur;
-					int other = a->kind == DTM_ACT_COLL ? -1 : p2p_stage(in, s, a);
-					sp->peer_stage = other;
-					if (a->kind == DTM_ACT_SEND) {
-						Chan *c = &ch[s * P + other];
-						if (c->n == c->cap) {
-							int cap = c->cap ? 2 * c->cap : 64;
-							double *t = realloc(c->t, sizeof *t * (size_t)cap);
-							if (t)
-								c->t = t;
-							int *ia = realloc(c->act, sizeof *ia * (size_t)cap);
-							if (ia)
-								c->act = ia;
-							if (!t || !ia) {
-								ok = false;
-								break;
-							}
-							c->cap = cap;
-						}
-						c->act[c->n] = i;
-						c->t[c->n++] = t0;
-					} else if (a->kind == DTM_ACT_RECV) {
-						Chan *c = &ch[other * P + s];
-						if (c->taken >= c->n)
-							break; /* its send is not issued yet */
-						sp->peer_action = c->act[c->taken];
-						t1 = fmax(t0, c->t[c->taken++]) + dur;
-					}
-					tm[s] = t1;
-					if (a->stream == 0)
-						tc[s] = tm[s];
-					if (a->kind == DTM_ACT_RECV)
-						for (int j = 0; j < a->nargs; j++)
-							ready[a->args[j]] = tm[s];
-					else if (a->kind == DTM_ACT_COLL && a->nargs > 0)
-						ready[a->args[a->nargs - 1]] = tm[s];
-					sp->t0 = t0;
-					sp->t1 = t1;
-				}
-				next[s]++;
-				progress = true;
-			}
-		}
-		if (!progress) {
-			/* a recv with no send ahead of it (a schedule the compiler
-			 * would have refused): let the first such run unmatched */
-			for (int s = 0; s < P && !progress; s++) {
-				if (next[s] >= p->stages[s].nactions)
-					continue;
-				const DtmAction *a = &p->stages[s].actions[next[s]];
-				double dur = cost_action_seconds(p, &in->hw, in->node_size, a, NULL);
-				Span *sp = &in->span[s][next[s]];
-				sp->t0 = fmax(tc[s], tm[s]);
-				sp->t1 = sp->t0 + dur;
-				sp->peer_stage = p2p_stage(in, s, a);
-				sp->peer_action = -1;
-				tm[s] = sp->t1;
-				for (int j = 0; j < a->nargs; j++)
-					ready[a->args[j]] = tm[s];
-				next[s]++;
-				progress = true;
-			}
-		}
-	}
-	in->makespan = 0;
-	for (int s = 0; ok && s < P; s++)
-		in->makespan = fmax(in->makespan, fmax(tc[s], tm[s]));
-	for (int k = 0; ch && k < P * P; k++) {
-		free(ch[k].t);
-		free(ch[k].act);
-	}
-	free(ch);
-	free(next);
-	free(tm);
-	free(tc);
-	free(ready);
-	return ok;
+	return cost_simulate(p, &in->hw, in->node_size, in->span, &in->makespan) == 0;
 }
 
 /* ---- analysis ---- */
 
+/* --hw, else h100 (a calibrated profile only when named: inspect's
+ * figures do not change with the machine it runs on) */
 static bool load_hw(Insp *in)
 {
-	const char *name = in->o->hw ? in->o->hw : "h100";
-	const HwProfile *b = hw_builtin(name);
-	if (b) {
-		in->hw = *b;
-		return true;
-	}
-	if (!strchr(name, '/') && !strchr(name, '.')) {
-		FILE *f = fopen(name, "r");
-		if (!f) {
-			fprintf(stderr, "dtmc: error: --hw %s: not a built-in profile (", name);
-			for (int i = 0; i < hw_builtin_count(); i++)
-				fprintf(stderr, "%s%s", i ? ", " : "", hw_builtin_at(i)->name);
-			fputs(") nor a file\n", stderr);
-			return false;
-		}
-		fclose(f);
-	}
-	/* a file: overrides of h100 unless it names its base */
-	in->hw = *hw_builtin("h100");
-	return hw_load_overrides(&in->hw, name, stderr) == 0;
+	return hw_resolve(in->o->hw ? in->o->hw : "h100", "h100", &in->hw, NULL, 0, stderr);
 }
 
 static int cmp_buffer_name(const void *a, const void *b)

@@ -39,11 +39,7 @@ typedef struct StageMem {
 	int nstaging;
 } StageMem;
 
-typedef struct Span {
-	double t0, t1;
-	int peer_stage;  /* send/recv: the other stage, -1 elsewhere */
-	int peer_action; /* recv: the matching send's action in peer_stage, or -1 */
-} Span;
+typedef CostSpan Span; /* tools/cost.h: an action on the simulated timeline */
 
 typedef struct Insp {
 	const InspectOptions *o;

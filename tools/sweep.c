@@ -55,7 +55,8 @@
 const char sweep_help[] =
         "usage: dtmc sweep FILE --devices N [--hw NAME|FILE] [--nodes K]\n"
         "                  [--mem-limit BYTES] [--top K] [--json|--csv] [--plot FILE.svg]\n"
-        "                  [--measure K] [-D name=value]... [--train key=value]...\n"
+        "                  [--measure K [--measure-pick best|spread]] [-D name=value]...\n"
+        "                  [--train key=value]...\n"
         "\n"
         "Compiles every parallel layout of the model on N devices in-process to the\n"
         "plan `dtmc build` would emit, costs each with the hardware profile, and\n"
@@ -75,9 +76,13 @@ const char sweep_help[] =
         "\n"
         "options:\n"
         "  --devices N            ranks to spread the model over (required)\n"
-        "  --hw NAME|FILE         hardware profile: h100 (default), h200, a100, b200,\n"
-        "                         cpu, or a file of overrides (see tools/hw.h; it\n"
-        "                         starts from h100 unless it says base = NAME)\n"
+        "  --hw NAME|FILE         hardware profile: h100, h200, a100, b200, cpu, or a\n"
+        "                         file of overrides (see tools/hw.h; it starts from\n"
+        "                         h100 unless it says base = NAME).  Default: this\n"
+        "                         machine's profile from `dtmc calibrate` when there\n"
+        "                         is one ($DTM_HW_PROFILE, else\n"
+        "                         ~/.config/dtm/hw-HOST.txt), else h100; the report\n"
+        "                         says which it used\n"
         "  --nodes K              spread the ranks over K nodes (default: the\n"
         "                         profile's devices per node)\n"
         "  --mem-limit BYTES      drop candidates whose peak per rank is above it:\n"
@@ -90,8 +95,13 @@ const char sweep_help[] =
         "  --plot FILE.svg        draw memory vs step time, the front highlighted\n"
         "  --measure K            build the best K with `dtmc build`, run each a few\n"
         "                         steps on the local backend (ranks as threads) and\n"
-        "                         print predicted (cpu profile) vs measured step time\n"
-        "                         and peak memory\n"
+        "                         print predicted (the profile's, every rank on this\n"
+        "                         host) vs measured step time and peak memory, and the\n"
+        "                         rank correlation (Spearman) of the two step times;\n"
+        "                         with --json: \"measured\" (predicted_ms, measured_ms\n"
+        "                         per candidate) and \"spearman\"\n"
+        "  --measure-pick P       best (default): the best K; spread: K spread evenly\n"
+        "                         over the ranking, first to last\n"
         "  --measure-steps S      steps per measured run (default 6; the first is\n"
         "                         not timed)\n"
         "  --jobs J               compile on J threads (default: the online CPUs)\n"
@@ -224,27 +234,11 @@ static const char *value_of(int argc, char **argv, int *i, const char *name, boo
 	return argv[++*i];
 }
 
+/* --hw, else this machine's calibrated profile (hw_default_path), else
+ * h100. */
 static bool load_hw(SweepOpts *o)
 {
-	const char *name = o->hw_arg ? o->hw_arg : "h100";
-	const HwProfile *b = hw_builtin(name);
-	if (b) {
-		o->hw = *b;
-		return true;
-	}
-	if (access(name, R_OK) != 0) {
-		fprintf(stderr, "dtmc: error: --hw '%s': not a built-in profile (", name);
-		for (int i = 0; i < hw_builtin_count(); i++)
-			fprintf(stderr, "%s%s", i ? ", " : "", hw_builtin_at(i)->name);
-		fputs(") nor a readable file\n", stderr);
-		return false;
-	}
-	o->hw = *hw_builtin("h100");
-	if (hw_load_overrides(&o->hw, name, stderr) != 0) {
-		fprintf(stderr, "dtmc: error: --hw '%s': bad hardware profile\n", name);
-		return false;
-	}
-	return true;
+	return hw_resolve(o->hw_arg, "h100", &o->hw, o->hw_used, sizeof o->hw_used, stderr);
 }
 
 /* Returns 0 to run, 1 on an error (printed), 2 after printing help. */
@@ -311,6 +305,13 @@ static int parse_opts(int argc, char **argv, SweepOpts *o)
 				return 1;
 			}
 			o->measure_steps = (int)n;
+		} else if ((v = value_of(argc, argv, &i, "--measure-pick", &miss)) || miss) {
+			if (miss || (strcmp(v, "best") && strcmp(v, "spread"))) {
+				opt_error("--measure-pick needs best or spread, got '%s'",
+				          miss ? "" : v);
+				return 1;
+			}
+			o->measure_spread = !strcmp(v, "spread");
 		} else if ((v = value_of(argc, argv, &i, "--measure", &miss)) || miss) {
 			if (miss || !parse_count(v, 1000, &n)) {
 				opt_error("--measure needs a positive integer, got '%s'",
@@ -1349,6 +1350,7 @@ static void free_run(SweepRun *r)
 	free(r->cands);
 	free(r->rank);
 	free(r->front);
+	free(r->meas);
 }
 
 int sweep_main(int argc, char **argv)
@@ -1392,6 +1394,8 @@ int sweep_main(int argc, char **argv)
 		ok = false;
 	}
 	ok = ok && evaluate(&r, &src) && rank_all(&r);
+	if (ok && r.o.measure > 0)
+		ok = sweep_measure(&r);
 	if (ok) {
 		if (r.o.json)
 			ok = sweep_print_json(stdout, &r);
@@ -1402,8 +1406,8 @@ int sweep_main(int argc, char **argv)
 	}
 	if (ok && r.o.plot)
 		ok = sweep_write_plot(&r, r.o.plot);
-	if (ok && r.o.measure > 0)
-		ok = sweep_measure(stdout, &r);
+	if (ok && r.o.measure > 0 && !r.o.json)
+		sweep_print_measured(r.o.csv ? stderr : stdout, &r);
 	if (ok && (fflush(stdout) != 0 || ferror(stdout))) {
 		fprintf(stderr, "dtmc: error: cannot write to standard output\n");
 		ok = false;

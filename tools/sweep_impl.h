@@ -53,6 +53,7 @@ typedef struct SweepOpts {
 	int64_t devices;
 	const char *hw_arg;
 	HwProfile hw;
+	char hw_used[4096]; /* the built-in's name or the profile file read */
 	int nodes;
 	double mem_limit; /* bytes; 0 = none */
 	bool mem_limit_set;
@@ -60,6 +61,7 @@ typedef struct SweepOpts {
 	bool json, csv, verify, profile;
 	const char *plot;
 	int measure, measure_steps;
+	bool measure_spread; /* --measure-pick spread: K spread over the ranking */
 	int jobs;
 	bool quiet;         /* no progress bar */
 	LowerOptions lower; /* -D and --train given by the user */
@@ -86,6 +88,15 @@ typedef struct SweepSpace {
 	IrPipeSchedule file_schedule;
 } SweepSpace;
 
+/* One measured candidate (--measure). */
+typedef struct SweepMeasured {
+	int cand;  /* index in cands */
+	int place; /* 1-based place in the ranking */
+	double pred_s, pred_peak;
+	double meas_s, meas_peak;
+	int steps; /* timed steps */
+} SweepMeasured;
+
 typedef struct SweepRun {
 	SweepOpts o;
 	SweepSpace s;
@@ -98,6 +109,9 @@ typedef struct SweepRun {
 	int nrank;
 	int *front; /* Pareto front over ok candidates, ascending memory */
 	int nfront;
+	SweepMeasured *meas; /* --measure: nmeas of them, in ranking order */
+	int nmeas;
+	double spearman; /* of predicted vs measured step times, NAN if < 2 */
 } SweepRun;
 
 /* Describes a candidate as "pp=2,dp=2,tp=2 zero=1 M=4 1f1b sp ring rc"
@@ -121,10 +135,19 @@ bool sweep_print_json(FILE *out, const SweepRun *r);
 bool sweep_print_csv(FILE *out, const SweepRun *r);
 bool sweep_write_plot(const SweepRun *r, const char *path);
 
-/* sweep_measure.c: --measure K.  Builds the best K candidates with the
- * `dtmc build` path, runs each a few steps on the local backend and prints
- * predicted (cpu profile) against measured step time and peak memory.
- * Returns false after printing an error. */
-bool sweep_measure(FILE *out, const SweepRun *r);
+/* sweep_measure.c: --measure K.  Builds K candidates (the best K, or K
+ * spread over the ranking) with the `dtmc build` path, runs each a few
+ * steps on the local backend and stores predicted (the sweep's profile,
+ * every rank on this host) and measured step time and peak memory in
+ * r->meas, and the Spearman rank correlation of the two step times in
+ * r->spearman.  Progress on stderr unless quiet.  Returns false after
+ * printing an error. */
+bool sweep_measure(SweepRun *r);
+/* The measured table (text), or the "measured" JSON fields. */
+void sweep_print_measured(FILE *out, const SweepRun *r);
+void sweep_json_measured(FILE *out, const SweepRun *r);
+/* Spearman's rho of x and y (n >= 2; ties get their mean rank); NAN for
+ * n < 2 or a constant series. */
+double sweep_spearman(const double *x, const double *y, int n);
 
 #endif

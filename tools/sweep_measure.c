@@ -21,19 +21,16 @@
 #include <unistd.h>
 
 #include "codegen/link.h"
+#include "support/json.h"
 #include "driver/driver.h"
 #include "tools/cost.h"
 #include "tools/sweep_impl.h"
 
-typedef struct Measured {
-	double pred_s, pred_peak; /* cpu profile */
-	double meas_s, meas_peak;
-	int steps; /* timed steps */
-} Measured;
+typedef SweepMeasured Measured;
 
 /* Lowers, applies c's choose() options, runs every pass (with the
- * verifier) and builds the binary at exe; costs its plan under the cpu
- * profile into *ms. */
+ * verifier) and builds the binary at exe; costs its plan under the
+ * sweep's profile, every rank on one host, into *ms. */
 static bool build_one(const SweepRun *r, const SweepCand *c, const char *exe, Measured *ms)
 {
 	Arena a;
@@ -71,7 +68,7 @@ static bool build_one(const SweepRun *r, const SweepCand *c, const char *exe, Me
 				ms->pred_peak = sum;
 		}
 		CostReport rep;
-		ok = cost_plan_step(p, hw_builtin("cpu"), 1, &rep) == 0;
+		ok = cost_plan_step(p, &r->o.hw, 1, &rep) == 0;
 		if (ok)
 			ms->pred_s = rep.step_s;
 		else
@@ -191,11 +188,64 @@ static void remove_tree(const char *dir, const char *const *names, int n)
 	rmdir(dir);
 }
 
-bool sweep_measure(FILE *out, const SweepRun *r)
+/* Ranks of v[0..n) (1-based, ties their mean) into rk. */
+static void ranks_of(const double *v, int n, double *rk)
+{
+	for (int i = 0; i < n; i++) {
+		int below = 0, same = 0;
+		for (int j = 0; j < n; j++) {
+			below += v[j] < v[i];
+			same += v[j] == v[i];
+		}
+		rk[i] = below + (same + 1) / 2.0;
+	}
+}
+
+double sweep_spearman(const double *x, const double *y, int n)
+{
+	if (n < 2)
+		return NAN;
+	double *rx = malloc(sizeof(double) * (size_t)n * 2);
+	if (!rx)
+		return NAN;
+	double *ry = rx + n;
+	ranks_of(x, n, rx);
+	ranks_of(y, n, ry);
+	/* Pearson's r of the ranks (exact with ties) */
+	double mx = 0, my = 0;
+	for (int i = 0; i < n; i++)
+		mx += rx[i], my += ry[i];
+	mx /= n, my /= n;
+	double sxy = 0, sxx = 0, syy = 0;
+	for (int i = 0; i < n; i++) {
+		sxy += (rx[i] - mx) * (ry[i] - my);
+		sxx += (rx[i] - mx) * (rx[i] - mx);
+		syy += (ry[i] - my) * (ry[i] - my);
+	}
+	free(rx);
+	return sxx > 0 && syy > 0 ? sxy / sqrt(sxx * syy) : NAN;
+}
+
+/* Which K of the ranking: the best K, or K spread evenly from the first
+ * to the last (place i of K at (nrank - 1) * i / (K - 1)). */
+static int pick(const SweepRun *r, int i, int k)
+{
+	if (!r->o.measure_spread || k < 2)
+		return i;
+	return (int)((int64_t)(r->nrank - 1) * i / (k - 1));
+}
+
+bool sweep_measure(SweepRun *r)
 {
 	int k = r->o.measure < r->nrank ? r->o.measure : r->nrank;
+	r->spearman = NAN;
 	if (k == 0) {
 		fprintf(stderr, "dtmc: error: --measure: no candidate compiled under the limit\n");
+		return false;
+	}
+	r->meas = calloc((size_t)k, sizeof *r->meas);
+	if (!r->meas) {
+		fprintf(stderr, "dtmc: error: out of memory\n");
 		return false;
 	}
 	const char *tmp = getenv("TMPDIR");
@@ -212,25 +262,20 @@ bool sweep_measure(FILE *out, const SweepRun *r)
 	snprintf(log, sizeof log, "%s/log.jsonl", dir);
 	snprintf(txt, sizeof txt, "%s/run.txt", dir);
 	snprintf(steps, sizeof steps, "%d", r->o.measure_steps);
-	fprintf(out,
-	        "\nmeasured here (local backend, ranks as threads, %d steps, the first not "
-	        "timed) against the cpu profile:\n"
-	        "     #  predicted ms  measured ms  ratio  predicted peak  measured peak  "
-	        "ratio  layout\n",
-	        r->o.measure_steps);
-	fflush(out);
-	bool ok = true;
-	double tlo = INFINITY, thi = 0, mlo = INFINITY, mhi = 0;
-	for (int i = 0; i < k && ok; i++) {
-		const SweepCand *c = &r->cands[r->rank[i]];
+	for (int i = 0; i < k; i++) {
+		int place = pick(r, i, k);
+		const SweepCand *c = &r->cands[r->rank[place]];
 		char desc[512];
 		sweep_describe(r, c, desc, sizeof desc);
-		Measured ms = {0};
-		if (!build_one(r, c, exe, &ms)) {
-			fprintf(stderr, "dtmc: error: --measure: building #%d (%s) failed\n", i + 1,
+		Measured ms = {.cand = r->rank[place], .place = place + 1};
+		if (!r->o.quiet)
+			fprintf(stderr, "dtmc: measuring %d of %d: #%d %s\n", i + 1, k, place + 1,
 			        desc);
-			ok = false;
-			break;
+		if (!build_one(r, c, exe, &ms)) {
+			fprintf(stderr, "dtmc: error: --measure: building #%d (%s) failed\n",
+			        place + 1, desc);
+			remove_tree(dir, files, 4);
+			return false;
 		}
 		char *argv[] = {exe, "--steps", steps, "--log", log, "-v", "-q", NULL};
 		int rc = run_to_file(argv, txt);
@@ -238,26 +283,69 @@ bool sweep_measure(FILE *out, const SweepRun *r)
 			fprintf(stderr,
 			        "dtmc: error: --measure: running #%d (%s) failed (status %d); "
 			        "its output is in %s\n",
-			        i + 1, desc, rc, txt);
+			        place + 1, desc, rc, txt);
 			return false; /* keep the folder for the user */
 		}
-		char pp[32], mp[32];
-		sweep_format_bytes(pp, sizeof pp, ms.pred_peak);
-		sweep_format_bytes(mp, sizeof mp, ms.meas_peak);
-		double tr = ms.meas_s / ms.pred_s, mr = ms.meas_peak / ms.pred_peak;
-		fprintf(out, "  %4d  %12.3f  %11.3f  %5.2f  %14s  %13s  %5.3f  %s\n", i + 1,
-		        ms.pred_s * 1e3, ms.meas_s * 1e3, tr, pp, mp, mr, desc);
-		fflush(out);
-		tlo = tr < tlo ? tr : tlo;
-		thi = tr > thi ? tr : thi;
-		mlo = mr < mlo ? mr : mlo;
-		mhi = mr > mhi ? mr : mhi;
+		r->meas[r->nmeas++] = ms;
 	}
-	if (ok)
-		fprintf(out,
-		        "measured / predicted: step time %.2fx to %.2fx, peak memory %.3fx to "
-		        "%.3fx\n",
-		        tlo, thi, mlo, mhi);
 	remove_tree(dir, files, 4);
-	return ok;
+	double *xy = malloc(sizeof(double) * 2 * (size_t)k);
+	if (xy) {
+		for (int i = 0; i < k; i++)
+			xy[i] = r->meas[i].pred_s, xy[k + i] = r->meas[i].meas_s;
+		r->spearman = sweep_spearman(xy, xy + k, k);
+		free(xy);
+	}
+	return true;
+}
+
+void sweep_print_measured(FILE *out, const SweepRun *r)
+{
+	fprintf(out,
+	        "\nmeasured here (local backend, ranks as threads, %d steps, the first not "
+	        "timed) against the %s profile:\n"
+	        "     #  predicted ms  measured ms  ratio  predicted peak  measured peak  "
+	        "ratio  layout\n",
+	        r->o.measure_steps, r->o.hw.name);
+	double tlo = INFINITY, thi = 0, mlo = INFINITY, mhi = 0;
+	for (int i = 0; i < r->nmeas; i++) {
+		const Measured *ms = &r->meas[i];
+		char desc[512], pp[32], mp[32];
+		sweep_describe(r, &r->cands[ms->cand], desc, sizeof desc);
+		sweep_format_bytes(pp, sizeof pp, ms->pred_peak);
+		sweep_format_bytes(mp, sizeof mp, ms->meas_peak);
+		double tr = ms->meas_s / ms->pred_s, mr = ms->meas_peak / ms->pred_peak;
+		fprintf(out, "  %4d  %12.3f  %11.3f  %5.2f  %14s  %13s  %5.3f  %s\n", ms->place,
+		        ms->pred_s * 1e3, ms->meas_s * 1e3, tr, pp, mp, mr, desc);
+		tlo = fmin(tlo, tr), thi = fmax(thi, tr);
+		mlo = fmin(mlo, mr), mhi = fmax(mhi, mr);
+	}
+	fprintf(out, "measured / predicted: step time %.2fx to %.2fx, peak memory %.3fx to %.3fx\n",
+	        tlo, thi, mlo, mhi);
+	if (r->nmeas >= 2)
+		fprintf(out, "rank correlation (Spearman) of predicted and measured step time: %.3f\n",
+		        r->spearman);
+}
+
+void sweep_json_measured(FILE *out, const SweepRun *r)
+{
+	fprintf(out, ",\n  \"measure_steps\": %d,\n  \"spearman\": ", r->o.measure_steps);
+	if (isnan(r->spearman))
+		fputs("null", out);
+	else
+		fprintf(out, "%.6g", r->spearman);
+	fputs(",\n  \"measured\": [", out);
+	for (int i = 0; i < r->nmeas; i++) {
+		const Measured *ms = &r->meas[i];
+		char desc[512];
+		sweep_describe(r, &r->cands[ms->cand], desc, sizeof desc);
+		fprintf(out, "%s\n    {\"place\": %d, \"layout\": ", i ? "," : "", ms->place);
+		json_put_str(out, desc);
+		fprintf(out,
+		        ", \"predicted_ms\": %.6g, \"measured_ms\": %.6g, \"ratio\": %.6g, "
+		        "\"predicted_peak\": %.17g, \"measured_peak\": %.17g, \"steps\": %d}",
+		        ms->pred_s * 1e3, ms->meas_s * 1e3, ms->meas_s / ms->pred_s, ms->pred_peak,
+		        ms->meas_peak, ms->steps);
+	}
+	fputs(r->nmeas ? "\n  ]" : "]", out);
 }

@@ -108,6 +108,10 @@ bool sweep_print_json(FILE *out, const SweepRun *r)
 	json_put_str(out, r->o.file);
 	fprintf(out, ",\n  \"devices\": %lld,\n  \"hw\": ", (long long)r->o.devices);
 	json_put_str(out, r->o.hw.name);
+	fputs(",\n  \"hw_profile\": ", out);
+	json_put_str(out, r->o.hw_used);
+	fputs(",\n  \"hw_source\": ", out);
+	json_put_str(out, r->o.hw.source);
 	fprintf(out, ",\n  \"nodes\": %d,\n  \"mem_limit\": ", r->o.nodes);
 	json_num(out, r->o.mem_limit);
 	fputs(",\n  \"axes\": [", out);
@@ -144,7 +148,10 @@ bool sweep_print_json(FILE *out, const SweepRun *r)
 		json_cand(out, r, (int)i);
 		any = true;
 	}
-	fputs(any ? "\n  ]\n}\n" : "]\n}\n", out);
+	fputs(any ? "\n  ]" : "]", out);
+	if (r->o.measure > 0)
+		sweep_json_measured(out, r);
+	fputs("\n}\n", out);
 	return !ferror(out);
 }
 
@@ -283,6 +290,9 @@ bool sweep_print_text(FILE *out, const SweepRun *r)
 	else
 		fprintf(out, " (%d per node)", r->o.hw.devices_per_node);
 	fprintf(out, ", memory limit %s\n", r->o.mem_limit > 0 ? lim : "none");
+	if (strcmp(r->o.hw_used, r->o.hw.name) != 0 || r->o.hw.source[0])
+		fprintf(out, "profile %s%s%s%s\n", r->o.hw_used, r->o.hw.source[0] ? " (" : "",
+		        r->o.hw.source, r->o.hw.source[0] ? ")" : "");
 	fprintf(out,
 	        "%lld candidates: %lld ranked, %lld did not compile, %lld over the memory "
 	        "limit\n",

@@ -375,9 +375,11 @@ static void test_hw_file(void)
 	CHECK_EQ_STR(
 	        out,
 	        "x.hw:1:12: error: unknown unit 'TX/s' (bytes/s, e.g. 3.35 TB/s or 900 GB/s)\n"
-	        "x.hw:2:1: error: unknown key 'bogus' (keys: base, name, peak_f32, peak_bf16, "
-	        "peak_f16, mem_bw, mem_size, intra_bw, intra_latency, intra_a2a_bw, inter_bw, "
-	        "inter_latency, inter_a2a_bw, gpus_per_node)\n"
+	        "x.hw:2:1: error: unknown key 'bogus' (keys: base, name, source, peak_f32, "
+	        "peak_bf16, peak_f16, mem_bw, mem_size, intra_bw, intra_latency, intra_a2a_bw, "
+	        "inter_bw, inter_latency, inter_a2a_bw, gpus_per_node, gemm_eff, mem_eff, "
+	        "link_eff, kernel_overhead, step_overhead, cores, gemm, stream_bw, attn_rate, "
+	        "kernel_time, coll)\n"
 	        "x.hw:3:11: error: missing value for 'peak_f32'\n"
 	        "x.hw:4:1: error: 'base' must come before any other key\n"
 	        "x.hw:5:17: error: bad value '2.5' (a whole number from 1 to 1048576, e.g. 8)\n"
@@ -425,6 +427,105 @@ static void test_hw_file(void)
 		CHECK_EQ_INT(r.devices_per_node, b->devices_per_node);
 		free(out);
 	}
+}
+
+/* The calibrated tables: parsed, looked up, printed back, and used by the
+ * step's cost (threads per rank, oversubscription, curves). */
+static void test_hw_calibrated(void)
+{
+	const char *text = "base = cpu\nname = here\nsource = calibrated on box 2026-12-02\n"
+	                   "cores = 2\nstep_overhead = 100 us\n"
+	                   "gemm 1 64 64 64 = 20 GFLOP/s\ngemm 1 1024 1024 1024 = 80 GFLOP/s\n"
+	                   "gemm 2 1024 1024 1024 = 150 GFLOP/s\n"
+	                   "stream_bw 1 = 10 GB/s\nstream_bw 2 = 16 GB/s\n"
+	                   "attn_rate 1 = 15 GFLOP/s\nkernel_time 1 = 2 us\nkernel_time 2 = 5 us\n"
+	                   "coll all_reduce 2 = 20 us, 4 GB/s\ncoll all_reduce 4 = 40 us, 2 GB/s\n"
+	                   "coll send 2 = 5 us, 8 GB/s\n";
+	HwProfile h = *hw_builtin("h100");
+	CHECK_EQ_INT(hw_parse_overrides(&h, text, strlen(text), "cal.hw", stderr), 0);
+	CHECK_EQ_STR(h.name, "here");
+	CHECK_EQ_STR(h.source, "calibrated on box 2026-12-02");
+	CHECK_EQ_INT(h.cores, 2);
+	CHECK_EQ_INT(h.ngemm, 3);
+	CHECK_EQ_INT(h.ncoll, 3);
+	/* exact at a point; between points, between their rates */
+	CHECK_NEAR(hw_gemm_rate(&h, DTM_F32, 64, 64, 64, 1, 1), 20e9, 1e-3);
+	CHECK_NEAR(hw_gemm_rate(&h, DTM_F32, 1024, 1024, 1024, 1, 2), 150e9, 1e-3);
+	double mid = hw_gemm_rate(&h, DTM_F32, 256, 256, 256, 1, 1);
+	CHECK(mid > 20e9 && mid < 80e9);
+	/* thread counts not measured take the nearest */
+	CHECK_NEAR(hw_stream_bw(&h, 8), 16e9, 1e-3);
+	CHECK_NEAR(hw_kernel_overhead(&h, 1), 2e-6, 1e-18);
+	CHECK_NEAR(hw_attn_rate(&h, 2), 15e9, 1e-3);
+	CHECK(hw_coll(&h, COST_ALL_REDUCE, 3)->n == 4); /* ties: the larger */
+	CHECK(hw_coll(&h, COST_ALL_GATHER, 2) == NULL);
+	/* printed, it reads back to the same tables */
+	FILE *f;
+	char *out;
+	size_t len;
+	capture_start(&f, &out, &len);
+	hw_print(f, &h);
+	fclose(f);
+	HwProfile r = *hw_builtin("h100");
+	CHECK_EQ_INT(hw_parse_overrides(&r, out, len, "print.hw", stderr), 0);
+	free(out);
+	CHECK_EQ_STR(r.source, h.source);
+	CHECK(r.ngemm == h.ngemm && memcmp(r.gemm, h.gemm, sizeof h.gemm) == 0);
+	CHECK(r.ncoll == h.ncoll && memcmp(r.coll, h.coll, sizeof h.coll) == 0);
+	CHECK(memcmp(r.stream_bw, h.stream_bw, sizeof h.stream_bw) == 0);
+	CHECK(memcmp(r.kernel_t, h.kernel_t, sizeof h.kernel_t) == 0);
+	CHECK(r.cores == 2 && r.step_s == h.step_s);
+	/* errors in table lines */
+	const char *bad = "gemm 1 64 64 = 1 GFLOP/s\ngemm 0 1 1 1 = 1\ncoll foo 2 = 1 us, 1 GB/s\n"
+	                  "coll all_reduce 1 = 1 us, 1 GB/s\ncoll send 2 = 1 us\n"
+	                  "stream_bw 17 = 1 GB/s\ngemm_eff = 1.5\n";
+	capture_start(&f, &out, &len);
+	CHECK_EQ_INT(hw_parse_overrides(&r, bad, strlen(bad), "bad.hw", f), 7);
+	fclose(f);
+	CHECK(strstr(out, "bad.hw:1:6: error: wrong arguments for 'gemm'") != NULL);
+	CHECK(strstr(out, "bad.hw:2:6: error: bad thread count '0'") != NULL);
+	CHECK(strstr(out, "bad.hw:3:6: error: unknown collective 'foo'") != NULL);
+	CHECK(strstr(out, "bad.hw:4:17: error: bad group size '1'") != NULL);
+	CHECK(strstr(out, "bad.hw:5:15: error: expected 'LATENCY, BYTES/s'") != NULL);
+	CHECK(strstr(out, "bad.hw:6:11: error: bad thread count '17'") != NULL);
+	CHECK(strstr(out, "bad.hw:7:12: error: value '1.5' is out of range") != NULL);
+	free(out);
+	/* the step: one 64^3 GEMM on one rank (2 threads: the 1024 point of
+	 * 2 threads is the only one), then a 1 MB all_reduce over 2 ranks */
+	static DtmBuffer cb[3] = {{.bytes = 1 << 14, .dtype = DTM_F32},
+	                          {.bytes = 1 << 14, .dtype = DTM_F32},
+	                          {.bytes = 1 << 14, .dtype = DTM_F32}};
+	static const DtmAction ga[] = {{.kind = DTM_ACT_GEMM, .nargs = 3, .args = {0, 1, 2},
+	                                .m = 64, .n = 64, .k = 64}};
+	static const DtmStage gs[] = {{.nactions = 1, .actions = ga}};
+	DtmPlan p = {.version = DTM_PLAN_VERSION, .mesh_naxes = 1, .mesh_names = {"dp"},
+	             .mesh_sizes = {1}, .nbuffers = 3, .buffers = cb, .nstages = 1,
+	             .stages = gs, .train = {.microbatches = 1, .precision = DTM_F32}};
+	CostReport rep;
+	CHECK_EQ_INT(cost_plan_step(&p, &h, 1, &rep), 0);
+	double fl = 2.0 * 64 * 64 * 64;
+	CHECK_NEAR(rep.step_s, 5e-6 + fl / 150e9 + 100e-6, 1e-15);
+	cost_report_free(&rep);
+	/* 4 ranks on 2 cores: one thread each, twice oversubscribed */
+	p.mesh_sizes[0] = 4;
+	CHECK_EQ_INT(cost_plan_step(&p, &h, 1, &rep), 0);
+	CHECK_NEAR(rep.step_s, 2 * (2e-6 + fl / hw_gemm_rate(&h, DTM_F32, 64, 64, 64, 1, 1)) + 100e-6,
+	           1e-15);
+	cost_report_free(&rep);
+	DtmAction ar = {.kind = DTM_ACT_COLL, .coll = DTM_COLL_ALL_REDUCE, .axes = 1, .nargs = 1,
+	                .args = {0}, .bytes = 1000000, .stream = 1};
+	p.mesh_sizes[0] = 2;
+	CHECK_NEAR(cost_action_seconds(&p, &h, 2, &ar, NULL), 20e-6 + 1e6 / 4e9, 1e-15);
+	/* a 2-rank group measured alone, here beside another (4 ranks on 2
+	 * cores): twice as long */
+	static const char *two[] = {"dp", "tp"};
+	p.mesh_naxes = 2;
+	p.mesh_names[0] = two[0];
+	p.mesh_names[1] = two[1];
+	p.mesh_sizes[0] = 2;
+	p.mesh_sizes[1] = 2;
+	ar.axes = 1;
+	CHECK_NEAR(cost_action_seconds(&p, &h, 4, &ar, NULL), 2 * (20e-6 + 1e6 / 4e9), 1e-15);
 }
 
 /* Mutated inputs never crash (ASan/UBSan runs this in `make test`), and a
@@ -763,46 +864,31 @@ static void test_plan_pipeline(void)
 	CHECK_EQ_INT(r.stages[1].by_kind[COST_RECV].count, 1);
 	CHECK_NEAR(r.stages[1].by_kind[COST_RECV].seconds, 2.01e-3, 1e-12);
 	CHECK_NEAR(r.stages[1].exposed_comm_s, 2.01e-3, 1e-12);
-	CHECK_NEAR(r.step_s, 6.7625e-3, 1e-12);
-	CHECK_NEAR(r.bubble, 1 - 4.51 / 6.7625, 1e-12);
-	CHECK_NEAR(r.tokens_per_s, 1000 / 6.7625e-3, 1e-6);
-	/* 2 ranks per stage: (4e9 + 1e9) * 2 / (6.7625 ms * 4 * 1 TFLOP/s) */
-	CHECK_NEAR(r.hfu, 1e10 / (6.7625e-3 * 4e12), 1e-12);
+	/* the stages together (cost_simulate): stage 1's recv ends 2.01 ms
+	 * after stage 0's send starts (at 4 ms), then its 1 ms kernel */
+	CHECK_NEAR(r.step_s, 7.01e-3, 1e-12);
+	CHECK_NEAR(r.bubble, 1 - 4.51 / 7.01, 1e-12);
+	CHECK_NEAR(r.tokens_per_s, 1000 / 7.01e-3, 1e-6);
+	/* 2 ranks per stage: (4e9 + 1e9) * 2 / (7.01 ms * 4 * 1 TFLOP/s) */
+	CHECK_NEAR(r.hfu, 1e10 / (7.01e-3 * 4e12), 1e-12);
 	cost_report_free(&r);
-	/* the schedule sets the slots: interleaved(v) vM (a chunk each),
-	 * ZB-H1 3M (F, B, W), gpipe and 1f1b M */
-	static const struct {
-		DtmPipeSchedule sched;
-		int v;
-		double slots;
-	} sc[] = {{DTM_PIPE_INTERLEAVED, 2, 8}, {DTM_PIPE_ZB, 1, 12}, {DTM_PIPE_GPIPE, 1, 4},
-	          {DTM_PIPE_1F1B, 1, 4}, {DTM_PIPE_INTERLEAVED, 4, 16}};
+	/* the plan's order is the schedule: the schedule field changes nothing */
+	static const DtmPipeSchedule sc[] = {DTM_PIPE_INTERLEAVED, DTM_PIPE_ZB, DTM_PIPE_GPIPE};
 	for (size_t i = 0; i < sizeof sc / sizeof *sc; i++) {
-		p.train.schedule = sc[i].sched;
-		p.train.virtual_stages = sc[i].v;
+		p.train.schedule = sc[i];
+		p.train.virtual_stages = sc[i] == DTM_PIPE_INTERLEAVED ? 2 : 1;
 		CHECK_EQ_INT(cost_plan_step(&p, &test_hw, 0, &r), 0);
-		double step = 6.01e-3 + 3.01e-3 / sc[i].slots;
-		CHECK_NEAR(r.step_s, step, 1e-12);
-		CHECK_NEAR(r.bubble, 1 - 4.51e-3 / step, 1e-12);
+		CHECK_NEAR(r.step_s, 7.01e-3, 1e-12);
 		cost_report_free(&r);
 	}
-	/* balanced stages (stage 1 as stage 0, without the send: 4 ms each)
-	 * get the schedule's bubble: interleaved(2) (P-1)/(vM+P-1) = 1/9,
-	 * ZB-H1 (P-1)/(3M+P-1) = 1/13, gpipe and 1f1b 1/5; the step is a
-	 * stage's time / (1 - bubble) */
+	/* stages with nothing between them run side by side: no bubble */
 	static const DtmStage even[] = {{.nactions = 1, .actions = s0acts},
 	                                {.nactions = 1, .actions = s0acts}};
 	p.stages = even;
-	static const double want[] = {1.0 / 9, 1.0 / 13, 0.2, 0.2, 1.0 / 17};
-	for (size_t i = 0; i < sizeof sc / sizeof *sc; i++) {
-		p.train.schedule = sc[i].sched;
-		p.train.virtual_stages = sc[i].v;
-		CHECK_EQ_INT(cost_plan_step(&p, &test_hw, 0, &r), 0);
-		CHECK_NEAR(r.bubble, want[i], 1e-12);
-		CHECK_NEAR(r.bubble, cost_schedule_bubble(sc[i].sched, 2, 4, sc[i].v), 1e-12);
-		CHECK_NEAR(r.step_s, 4e-3 / (1 - want[i]), 1e-12);
-		cost_report_free(&r);
-	}
+	CHECK_EQ_INT(cost_plan_step(&p, &test_hw, 0, &r), 0);
+	CHECK_NEAR(r.bubble, 0, 1e-12);
+	CHECK_NEAR(r.step_s, 4e-3, 1e-12);
+	cost_report_free(&r);
 	/* an empty stage (every layer on the other one) idles throughout:
 	 * half the ranks, a bubble of 0.5, never 1F1B's balanced 0.2 */
 	static const DtmStage lopsided[] = {{.nactions = 0, .actions = NULL},
@@ -839,6 +925,7 @@ int main(void)
 	test_throughput();
 	test_hw_file();
 	test_hw_fuzz();
+	test_hw_calibrated();
 	test_plan_step();
 	test_a2a_link();
 	test_plan_pipeline();
