@@ -552,7 +552,14 @@ static void put_action(FILE *out, const DtmAction *a)
 	default:
 		fputs(", ", out);
 		put_args(out, a);
-		fprintf(out, ", .kernel = %d },\n", a->kernel);
+		fprintf(out, ", .kernel = %d", a->kernel);
+		/* the cost model's inputs, so the binary's plan is dtmc's
+		 * (--profile-actions reports them) */
+		if (a->flops)
+			fprintf(out, ", .flops = %lld", (long long)a->flops);
+		if (a->mem_bytes)
+			fprintf(out, ", .mem_bytes = %lld", (long long)a->mem_bytes);
+		fputs(" },\n", out);
 		return;
 	}
 }

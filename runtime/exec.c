@@ -528,6 +528,8 @@ static int run_inline(RtRun *r, bool forward_only)
 			r->idle_s += dt;
 		} else {
 			r->compute_s += dt;
+			if (r->act_s)
+				r->act_s[i] += dt;
 		}
 		if (r->check_numerics && rt_check_action(r, i, a, r->ptr))
 			return -1;
@@ -573,7 +575,10 @@ static int run_overlapped(RtRun *r, bool forward_only)
 			r->idle_s += t1 - t0;
 			if (run_compute(r, a))
 				goto fail;
-			r->compute_s += rt_now() - t1;
+			double t2 = rt_now();
+			r->compute_s += t2 - t1;
+			if (r->act_s)
+				r->act_s[i] += t2 - t1;
 		}
 		if (r->check_numerics && rt_check_action(r, i, a, r->ptr))
 			goto fail;

@@ -23,6 +23,7 @@
 
 #include "runtime/comm.h"
 #include "runtime/cuda_host.h"
+#include "runtime/fsio.h"
 #include "runtime/rt.h"
 
 typedef struct Opts {
@@ -30,6 +31,7 @@ typedef struct Opts {
 	double lr, comm_timeout;
 	bool threads_set, overlap, overlap_copy, overlap_set, backend_set, log_warn;
 	const char *log, *save, *resume, *data, *val_data, *dump, *backend, *device;
+	const char *profile_actions;
 	bool check_numerics, verbose, quiet, help, seed_set, decay_set, resume_fallback;
 } Opts;
 
@@ -62,6 +64,9 @@ static const char usage[] =
 	"                     none for --data files without --val-data (a note says so)\n"
 	"  --check-numerics   after every action, stop at the first NaN/Inf it wrote\n"
 	"  --dump-batches DIR write each step's inputs to DIR/step_NNNNNN.safetensors\n"
+	"  --profile-actions FILE  rank 0's kernels and GEMMs, each one's mean seconds\n"
+	"                     over the steps after the first, one line per action\n"
+	"                     (what `dtmc calibrate` fits its curves to)\n"
 	"  --threads N        CPU threads per rank for kernels and GEMM (default: the\n"
 	"                     cores (%lld) shared out among this host's ranks); speed\n"
 	"                     only: losses and weights are the same bits for every N\n"
@@ -169,7 +174,7 @@ static int parse_args(Opts *o, const DtmPlan *p, int argc, char **argv, char *er
 			"--resume", "--data", "--val-data", "--eval-every", "--threads",
 			"--lr-decay-steps",
 			"--dump-batches", "--backend", "--comm-timeout", "--device",
-			"--overlap", "--comm-delay-us", "--log-errors",
+			"--overlap", "--comm-delay-us", "--log-errors", "--profile-actions",
 		};
 		bool known = false;
 		for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
@@ -249,6 +254,8 @@ static int parse_args(Opts *o, const DtmPlan *p, int argc, char **argv, char *er
 			o->val_data = val;
 		else if (!strcmp(flag, "--dump-batches"))
 			o->dump = val;
+		else if (!strcmp(flag, "--profile-actions"))
+			o->profile_actions = val;
 		else if (!strcmp(flag, "--backend")) {
 			if (strcmp(val, "local") != 0 && strcmp(val, "mpi") != 0) {
 				snprintf(err, RT_ERR_LEN, "--backend wants local or mpi, got '%s'", val);
@@ -370,6 +377,64 @@ static void note_skip(void *ctx, const char *ckpt, const char *why)
  * shards; the loss it reads is the plan's loss buffer, which the compiler
  * all-reduces so every rank holds the same value (and so all stop at the
  * same step); only rank 0's log writes it. */
+/* --profile-actions: per kernel or GEMM of the stage, tab-separated:
+ * index, kind (kernel, gemm), kernel id, flops, mem_bytes, the bytes of
+ * its arguments, m, n, k, batch, the dtype of its rate argument, mean
+ * seconds per step, the kernel's name (its op; "fused"; "gemm"), label. */
+static int write_profile(const char *path, const DtmPlan *p, const DtmStage *st,
+			 const double *act_s, int64_t steps, char *err)
+{
+	size_t cap = 4096, len = 0;
+	char *buf = malloc(cap);
+	if (!buf) {
+		snprintf(err, RT_ERR_LEN, "out of memory for --profile-actions");
+		return -1;
+	}
+	len += (size_t)snprintf(buf, cap, "# dtm action profile: %lld steps\n", (long long)steps);
+	for (int i = 0; i < st->nactions; i++) {
+		const DtmAction *a = &st->actions[i];
+		if (a->kind != DTM_ACT_KERNEL && a->kind != DTM_ACT_GEMM)
+			continue;
+		double argb = 0;
+		for (int j = 0; j < a->nargs; j++)
+			argb += (double)p->buffers[a->args[j]].bytes;
+		int rate = a->nargs < 1 ? -1 : a->kind == DTM_ACT_GEMM ? a->args[0] : a->args[a->nargs - 1];
+		char line[1024];
+		int w = snprintf(line, sizeof line,
+				 "%d\t%s\t%d\t%lld\t%lld\t%.0f\t%lld\t%lld\t%lld\t%lld\t%d\t%.9g\t%s\t%s\n", i,
+				 a->kind == DTM_ACT_GEMM ? "gemm" : "kernel", a->kernel,
+				 (long long)a->flops, (long long)a->mem_bytes, argb, (long long)a->m,
+				 (long long)a->n, (long long)a->k, (long long)a->batch,
+				 rate >= 0 ? (int)p->buffers[rate].dtype : -1,
+				 steps > 0 ? act_s[i] / (double)steps : 0.0,
+				 a->kind == DTM_ACT_GEMM ? "gemm"
+				 : p->kernel_names && a->kernel >= 0 && a->kernel < p->nkernels &&
+						 p->kernel_names[a->kernel]
+					 ? p->kernel_names[a->kernel]
+					 : "?",
+				 a->label ? a->label : "?");
+		if (w < 0)
+			continue;
+		if ((size_t)w >= sizeof line)
+			w = sizeof line - 1;
+		if (len + (size_t)w + 1 > cap) {
+			cap = 2 * cap + (size_t)w;
+			char *nb = realloc(buf, cap);
+			if (!nb) {
+				free(buf);
+				snprintf(err, RT_ERR_LEN, "out of memory for --profile-actions");
+				return -1;
+			}
+			buf = nb;
+		}
+		memcpy(buf + len, line, (size_t)w);
+		len += (size_t)w;
+	}
+	int rc = rt_write_file_atomic(path, buf, len, err, RT_ERR_LEN);
+	free(buf);
+	return rc;
+}
+
 static int train(const DtmPlan *p, Opts *o, const Sources *src, RtRun *r, RtLog *log, char *emsg)
 {
 	char err[RT_ERR_LEN];
@@ -468,8 +533,21 @@ static int train(const DtmPlan *p, Opts *o, const Sources *src, RtRun *r, RtLog 
 	}
 	r->ctx.moe_stats = moe;
 	r->ctx.moe_experts = p->moe_experts;
+	bool profile = o->profile_actions && r->rank == 0;
+	const DtmStage *pst = &p->stages[r->stage];
+	double *act_s = profile ? calloc((size_t)pst->nactions + 1, sizeof *act_s) : NULL;
+	int64_t act_steps = 0;
+	if (profile && !act_s) {
+		rt_errf(emsg, "out of memory for --profile-actions");
+		free(moe);
+		rt_feed_close(&feed);
+		return 1;
+	}
 	for (int64_t t = start + 1; t <= o->steps && !status; t++) {
 		double t0 = rt_now();
+		/* the first step faults pages in: not profiled */
+		r->act_s = t > start + 1 ? act_s : NULL;
+		act_steps += r->act_s != NULL;
 		r->ctx.step = t;
 		r->ctx.lr = lr_at(&p->train, o->lr, t, horizon);
 		RtScaler *sc = &meta.scaler;
@@ -565,6 +643,12 @@ static int train(const DtmPlan *p, Opts *o, const Sources *src, RtRun *r, RtLog 
 			}
 		}
 	}
+	r->act_s = NULL;
+	if (!status && profile && write_profile(o->profile_actions, p, pst, act_s, act_steps, err)) {
+		rt_errf(emsg, "%s", err);
+		status = 1;
+	}
+	free(act_s);
 	free(moe);
 	r->ctx.moe_stats = NULL;
 	rt_feed_close(&feed);

@@ -159,6 +159,9 @@ typedef struct RtRun {
 	 * idle_s the compute thread not computing because of communication:
 	 * waiting for it (overlap) or running it itself (inline). */
 	double compute_s, comm_s, idle_s;
+	/* when set, each kernel's and GEMM's seconds are added to act_s[i]
+	 * (i its index in the stage; main.c's --profile-actions) */
+	double *act_s;
 	/* --overlap: communication actions run on a thread of their own
 	 * (runtime/overlap.c), started by the first pass; needs r->comm and
 	 * a backend another thread may call (Comm.any_thread). */

@@ -462,30 +462,50 @@ static CostEnv cost_env(const DtmPlan *p, const HwProfile *hw, int64_t node_size
 	return e;
 }
 
-/* A kernel or GEMM: the dispatch overhead, then the slower of its FLOPs
- * at the rate its kind reaches (a GEMM's from the shape's curve, an
- * attention kernel's, else none) and its bytes at the stream bandwidth;
- * oversubscribed cores stretch all of it. */
-static double compute_seconds(const CostEnv *e, const DtmAction *a, double flops, double bytes,
-                              DtmDtype dt)
+/* Whether a's kernel is a backward one (its op's name ends in _bwd: the
+ * attention backward, at its own calibrated rate). */
+static bool backward_kernel(const DtmPlan *p, const DtmAction *a)
+{
+	if (a->kind != DTM_ACT_KERNEL || !p->kernel_names || a->kernel < 0 ||
+	    a->kernel >= p->nkernels || !p->kernel_names[a->kernel])
+		return false;
+	const char *n = p->kernel_names[a->kernel];
+	size_t l = strlen(n);
+	return l > 4 && strcmp(n + l - 4, "_bwd") == 0;
+}
+
+/* A kernel or GEMM.  Calibrated (hw->cores > 0): a GEMM's FLOPs at its
+ * shape's measured rate, an attention kernel's at the attention rate
+ * (forward or backward), any other kernel's bytes at the bandwidth
+ * measured for kernels of its size (dispatch included); the calibrated
+ * per-kernel overhead on top, and oversubscribed cores stretch it all.
+ * Otherwise a roofline at the efficiency-scaled peaks plus the profile's
+ * fixed kernel time. */
+static double compute_seconds(const CostEnv *e, const DtmPlan *p, const DtmAction *a,
+                              double flops, double bytes, DtmDtype dt)
 {
 	const HwProfile *hw = e->hw;
-	double t = hw_kernel_overhead(hw, e->threads), tf = 0;
-	double bw = hw_stream_bw(hw, e->threads);
+	double t = hw_kernel_overhead(hw, e->threads);
+	bool cal = hw->cores > 0;
+	double bw = hw_stream_bw(hw, e->threads, bytes);
+	double tf = 0, tm = bytes > 0 && bw > 0 ? bytes / bw : 0;
 	if (a->kind == DTM_ACT_GEMM) {
 		double rate = hw_gemm_rate(hw, dt, (double)a->m, (double)a->n, (double)a->k,
 		                           (double)(a->batch > 1 ? a->batch : 1), e->threads);
 		tf = rate > 0 ? flops / rate : 0;
-		/* the CPU widens 16-bit operands to f32 and narrows C back
-		 * (runtime/dev_cpu.c): one more pass over them */
-		if (hw->cores > 0 && (dt == DTM_BF16 || dt == DTM_F16))
-			tf += bw > 0 ? bytes / bw : 0;
+		if (cal) {
+			/* the CPU widens 16-bit operands to f32 and narrows C
+			 * back (runtime/dev_cpu.c): one more pass over them */
+			tm = dt == DTM_BF16 || dt == DTM_F16 ? tm : 0;
+			return (t + tf + tm) * e->oversub;
+		}
 	} else if (flops > 0) {
-		double rate = hw->cores > 0 ? hw_attn_rate(hw, e->threads)
-		                            : hw_peak_flops(hw, dt) * (hw->gemm_eff > 0 ? hw->gemm_eff : 1);
+		double rate = cal ? hw_attn_rate(hw, e->threads, backward_kernel(p, a))
+		                  : hw_peak_flops(hw, dt) * (hw->gemm_eff > 0 ? hw->gemm_eff : 1);
 		tf = rate > 0 ? flops / rate : 0;
+		if (cal)
+			return (t + tf) * e->oversub;
 	}
-	double tm = bw > 0 ? bytes / bw : 0;
 	return (t + (tf > tm ? tf : tm)) * e->oversub;
 }
 
@@ -531,7 +551,7 @@ double cost_action_seconds(const DtmPlan *p, const HwProfile *hw, int64_t node_s
 		double flops, bytes;
 		DtmDtype dt;
 		kernel_work(p, a, &flops, &bytes, &dt);
-		return compute_seconds(&e, a, flops, bytes, dt);
+		return compute_seconds(&e, p, a, flops, bytes, dt);
 	}
 	if (a->kind != DTM_ACT_COLL && a->kind != DTM_ACT_SEND && a->kind != DTM_ACT_RECV)
 		return 0;
@@ -566,7 +586,7 @@ static int cost_stage(const DtmPlan *p, const CostEnv *e, int s, const BufInfo *
 			DtmDtype dt;
 			kernel_work_info(bi, p->train.precision, a, &flops, &bytes, &dt);
 			/* cost_action_seconds' time, without its second kernel_work */
-			double dur = compute_seconds(e, a, flops, bytes, dt);
+			double dur = compute_seconds(e, p, a, flops, bytes, dt);
 			double start = tc;
 			for (int j = 0; j + 1 < a->nargs; j++)
 				start = dmax(start, ready[a->args[j]]);
@@ -674,7 +694,7 @@ int cost_simulate(const DtmPlan *p, const HwProfile *hw, int64_t node_size, Cost
 					double flops, bytes;
 					DtmDtype dt;
 					kernel_work(p, a, &flops, &bytes, &dt);
-					dur = compute_seconds(&e, a, flops, bytes, dt);
+					dur = compute_seconds(&e, p, a, flops, bytes, dt);
 				} else if (a->kind != DTM_ACT_WAIT) {
 					dur = comm_seconds(&e, p, a, NULL);
 				}

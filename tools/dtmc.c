@@ -33,6 +33,7 @@
 #include "passes/passes.h"
 #include "passes/pipeline.h"
 #include "runtime/fsio.h"
+#include "tools/calibrate.h"
 #include "tools/ckpt_tool.h"
 #include "tools/inspect.h"
 #include "tools/mlir.h"
@@ -363,6 +364,8 @@ static const Command commands[] = {
 	 cmd_inspect, false, false, NULL},
 	{"sweep", "compile and cost every parallel layout on N devices, rank them",
 	 sweep_help, NULL, false, false, sweep_main},
+	{"calibrate", "measure this machine into a hardware profile for the cost model",
+	 calibrate_help, NULL, false, false, calibrate_main},
 	{"ckpt", "inspect, merge and split checkpoints (safetensors)",
 	 "usage: dtmc ckpt info DIR\n"
 	 "       dtmc ckpt merge DIR -o OUT.safetensors [--params]\n"

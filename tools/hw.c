@@ -198,8 +198,8 @@ typedef enum KeyKind {
 	KEY_SOURCE, /* free text to the end of the line */
 	/* tables: `key ARGS = value` */
 	KEY_GEMM,   /* gemm THREADS M N K = FLOP/s */
-	KEY_TSTREAM, /* stream_bw THREADS = B/s */
-	KEY_TATTN,  /* attn_rate THREADS = FLOP/s */
+	KEY_TSTREAM, /* stream_bw THREADS [BYTES] = B/s */
+	KEY_TATTN,  /* attn_rate THREADS = FLOP/s, attn_bwd_rate */
 	KEY_TKERN,  /* kernel_time THREADS = s */
 	KEY_COLL    /* coll KIND N = LATENCY, BW */
 } KeyKind;
@@ -234,8 +234,9 @@ static const Key keys[] = {
         {"step_overhead", KEY_TIME, offsetof(HwProfile, step_s)},
         {"cores", KEY_COUNT, offsetof(HwProfile, cores)},
         {"gemm", KEY_GEMM, 0},
-        {"stream_bw", KEY_TSTREAM, offsetof(HwProfile, stream_bw)},
+        {"stream_bw", KEY_TSTREAM, 0},
         {"attn_rate", KEY_TATTN, offsetof(HwProfile, attn_rate)},
+        {"attn_bwd_rate", KEY_TATTN, offsetof(HwProfile, attn_bwd_rate)},
         {"kernel_time", KEY_TKERN, offsetof(HwProfile, kernel_t)},
         {"coll", KEY_COLL, 0},
 };
@@ -512,9 +513,12 @@ static void parse_table(Parser *p, HwProfile *hw, const Key *k, const char *s, s
 	size_t at[5], len[5];
 	int want = k->kind == KEY_GEMM ? 4 : k->kind == KEY_COLL ? 2 : 1;
 	int na = split_args(s, a0, a1, at, len, 5);
+	if (k->kind == KEY_TSTREAM && na == 2)
+		want = 2; /* stream_bw THREADS BYTES */
 	const char *use = k->kind == KEY_GEMM   ? "'gemm THREADS M N K = FLOP/s'"
-	                  : k->kind == KEY_COLL ? "'coll KIND N = LATENCY, BYTES/s'"
-	                                        : "'KEY THREADS = VALUE'";
+	                  : k->kind == KEY_COLL    ? "'coll KIND N = LATENCY, BYTES/s'"
+	                  : k->kind == KEY_TSTREAM ? "'stream_bw THREADS [BYTES] = BYTES/s'"
+	                                           : "'KEY THREADS = VALUE'";
 	if (na != want) {
 		perr(p, a0 + 1, "wrong arguments for ", k->name, strlen(k->name), NULL);
 		if (p->err && p->nerr <= HW_MAX_PRINTED_ERRORS)
@@ -580,6 +584,26 @@ static void parse_table(Parser *p, HwProfile *hw, const Key *k, const char *s, s
 	double x;
 	if (parse_quantity(p, k, v, vn, col, &x))
 		return;
+	if (k->kind == KEY_TSTREAM) {
+		long b = 0;
+		if (na == 2 && (b = whole(s + at[1], len[1], 1, 999999999)) < 0) {
+			perr(p, at[1] + 1, "bad kernel size ", s + at[1], len[1],
+			     " (bytes, a whole number from 1 to 999999999)");
+			return;
+		}
+		HwStreamPoint *sp = NULL;
+		for (int j = 0; j < hw->nstream; j++)
+			if (hw->stream[j].threads == t && hw->stream[j].bytes == (double)b)
+				sp = &hw->stream[j];
+		if (!sp && hw->nstream == HW_MAX_STREAM) {
+			perr(p, 1, "too many 'stream_bw' lines (at most 96)", NULL, 0, NULL);
+			return;
+		}
+		if (!sp)
+			sp = &hw->stream[hw->nstream++];
+		*sp = (HwStreamPoint){(int)t, (double)b, x};
+		return;
+	}
 	if (k->kind != KEY_GEMM) {
 		((double *)((char *)hw + k->off))[t] = x;
 		return;
@@ -657,7 +681,7 @@ static void parse_line(Parser *p, HwProfile *hw, const char *s, size_t n, bool *
 		     "mem_size, intra_bw, intra_latency, intra_a2a_bw, inter_bw, "
 		     "inter_latency, inter_a2a_bw, gpus_per_node, gemm_eff, mem_eff, "
 		     "link_eff, kernel_overhead, step_overhead, cores, gemm, stream_bw, "
-		     "attn_rate, kernel_time, coll)");
+		     "attn_rate, attn_bwd_rate, kernel_time, coll)");
 		return;
 	}
 	if (v1 == v0) {
@@ -794,11 +818,18 @@ void hw_print(FILE *out, const HwProfile *hw)
 			continue; /* 1 */
 		fprintf(out, "%s = %.17g\n", k->name, x);
 	}
+	for (int j = 0; j < hw->nstream; j++) {
+		const HwStreamPoint *sp = &hw->stream[j];
+		if (sp->bytes > 0)
+			fprintf(out, "stream_bw %d %.0f = %.17g\n", sp->threads, sp->bytes, sp->bw);
+		else
+			fprintf(out, "stream_bw %d = %.17g\n", sp->threads, sp->bw);
+	}
 	for (int t = 1; t <= HW_MAX_THREADS; t++) {
-		if (hw->stream_bw[t] > 0)
-			fprintf(out, "stream_bw %d = %.17g\n", t, hw->stream_bw[t]);
 		if (hw->attn_rate[t] > 0)
 			fprintf(out, "attn_rate %d = %.17g\n", t, hw->attn_rate[t]);
+		if (hw->attn_bwd_rate[t] > 0)
+			fprintf(out, "attn_bwd_rate %d = %.17g\n", t, hw->attn_bwd_rate[t]);
 		if (hw->kernel_t[t] > 0)
 			fprintf(out, "kernel_time %d = %.17g\n", t, hw->kernel_t[t]);
 	}
@@ -914,16 +945,41 @@ static double eff(double e)
 	return e > 0 ? e : 1;
 }
 
-double hw_stream_bw(const HwProfile *hw, int t)
+double hw_stream_bw(const HwProfile *hw, int t, double bytes)
 {
-	int u = nearest_t(hw->stream_bw, t);
-	return u ? hw->stream_bw[u] : hw->mem_bw * eff(hw->mem_eff);
+	if (hw->nstream == 0)
+		return hw->mem_bw * eff(hw->mem_eff);
+	int best = 0;
+	for (int j = 0; j < hw->nstream; j++) {
+		int u = hw->stream[j].threads;
+		if (!best || abs(u - t) < abs(best - t))
+			best = u;
+	}
+	/* the points of that count either side of bytes */
+	const HwStreamPoint *lo = NULL, *hi = NULL;
+	for (int j = 0; j < hw->nstream; j++) {
+		const HwStreamPoint *sp = &hw->stream[j];
+		if (sp->threads != best)
+			continue;
+		if (sp->bytes <= 0)
+			return sp->bw; /* one figure for every size */
+		if (sp->bytes <= bytes && (!lo || sp->bytes > lo->bytes))
+			lo = sp;
+		if (sp->bytes >= bytes && (!hi || sp->bytes < hi->bytes))
+			hi = sp;
+	}
+	if (!lo || !hi || lo == hi)
+		return (lo ? lo : hi)->bw;
+	double f = (log(bytes) - log(lo->bytes)) / (log(hi->bytes) - log(lo->bytes));
+	return exp(log(lo->bw) + f * (log(hi->bw) - log(lo->bw)));
 }
 
-double hw_attn_rate(const HwProfile *hw, int t)
+double hw_attn_rate(const HwProfile *hw, int t, bool backward)
 {
-	int u = nearest_t(hw->attn_rate, t);
-	return u ? hw->attn_rate[u] : hw->peak_flops[DTM_F32] * eff(hw->gemm_eff);
+	const double *tab = backward && nearest_t(hw->attn_bwd_rate, t) ? hw->attn_bwd_rate
+	                                                                : hw->attn_rate;
+	int u = nearest_t(tab, t);
+	return u ? tab[u] : hw->peak_flops[DTM_F32] * eff(hw->gemm_eff);
 }
 
 double hw_gemm_rate(const HwProfile *hw, DtmDtype dtype, double m, double n, double k,

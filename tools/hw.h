@@ -64,6 +64,15 @@ typedef struct HwCollPoint {
 	double latency, bw;
 } HwCollPoint;
 
+/* A kernel's bandwidth at one size (bytes it reads and writes) and thread
+ * count: bytes / seconds, its dispatch included (small kernels are
+ * overhead, large ones memory or arithmetic).  bytes 0: any size. */
+typedef struct HwStreamPoint {
+	int threads;
+	double bytes, bw;
+} HwStreamPoint;
+#define HW_MAX_STREAM 96
+
 typedef struct HwProfile {
 	char name[HW_NAME_LEN];
 	/* where the figures come from: "datasheet", "calibrated on HOST ...". */
@@ -87,14 +96,15 @@ typedef struct HwProfile {
 	 * runs on max(1, cores / ranks) threads, and ranks beyond the cores
 	 * time-share them.  0: every rank is a device of its own. */
 	int cores;
-	int ngemm, ncoll;
+	int ngemm, ncoll, nstream;
 	HwGemmPoint gemm[HW_MAX_GEMM];
 	HwCollPoint coll[HW_MAX_COLL];
+	HwStreamPoint stream[HW_MAX_STREAM]; /* kernels without FLOPs */
 	/* by threads per rank, [t] for t = 1..HW_MAX_THREADS (0: not
 	 * measured, the nearest measured count is used) */
-	double stream_bw[HW_MAX_THREADS + 1]; /* a kernel's bytes/s */
-	double attn_rate[HW_MAX_THREADS + 1]; /* attention kernels' FLOP/s */
-	double kernel_t[HW_MAX_THREADS + 1];  /* seconds per kernel (dispatch, pool wake-up) */
+	double attn_rate[HW_MAX_THREADS + 1];     /* attention's forward kernels, FLOP/s */
+	double attn_bwd_rate[HW_MAX_THREADS + 1]; /* its backward kernels (`*_bwd`) */
+	double kernel_t[HW_MAX_THREADS + 1];      /* seconds per kernel (dispatch, pool wake-up) */
 } HwProfile;
 
 /* The built-in profile NAME ("h100", "h200", "a100", "b200", "cpu"), or
@@ -146,8 +156,10 @@ bool hw_default_path(char *buf, size_t n);
  * threads per rank: the calibrated value at the nearest measured t, else
  * the efficiency-scaled peaks. */
 double hw_kernel_overhead(const HwProfile *hw, int t);
-double hw_stream_bw(const HwProfile *hw, int t);
-double hw_attn_rate(const HwProfile *hw, int t);
+/* bytes: the kernel's; the curve's points of the nearest thread count are
+ * interpolated in log(bytes), and clamped at its ends. */
+double hw_stream_bw(const HwProfile *hw, int t, double bytes);
+double hw_attn_rate(const HwProfile *hw, int t, bool backward);
 /* A GEMM's FLOP/s at m x n x k (per batch item, `batch` items) on t
  * threads: interpolated from the calibrated points (log-space inverse
  * distance over the points of the nearest thread count), else the

@@ -85,9 +85,7 @@ static bool build_one(const SweepRun *r, const SweepCand *c, const char *exe, Me
 	return ok;
 }
 
-/* Runs exe with argv, its stdout and stderr to the file out; returns the
- * exit status (-1 when it could not start). */
-static int run_to_file(char *const *argv, const char *out)
+int sweep_run_to_file(char *const *argv, const char *out)
 {
 	int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
 	if (fd < 0)
@@ -125,12 +123,12 @@ static double field(const char *line, const char *key)
 	return strtod(p + strlen(pat), NULL);
 }
 
-/* The mean of the log's step times after the first. */
-static bool read_log(const char *path, Measured *ms)
+double sweep_log_step_s(const char *path, int *nsteps)
 {
+	*nsteps = 0;
 	FILE *f = fopen(path, "r");
 	if (!f)
-		return false;
+		return NAN;
 	char line[4096];
 	double sum = 0;
 	int n = 0;
@@ -144,9 +142,8 @@ static bool read_log(const char *path, Measured *ms)
 		n++;
 	}
 	fclose(f);
-	ms->steps = n;
-	ms->meas_s = n ? sum / n * 1e-3 : NAN;
-	return n > 0;
+	*nsteps = n;
+	return n ? sum / n * 1e-3 : NAN;
 }
 
 /* The largest per-rank sum of the allocated arenas: `alloc: rank R stage S
@@ -278,8 +275,10 @@ bool sweep_measure(SweepRun *r)
 			return false;
 		}
 		char *argv[] = {exe, "--steps", steps, "--log", log, "-v", "-q", NULL};
-		int rc = run_to_file(argv, txt);
-		if (rc != 0 || !read_log(log, &ms) || !read_peak(txt, &ms)) {
+		int rc = sweep_run_to_file(argv, txt);
+		if (rc == 0)
+			ms.meas_s = sweep_log_step_s(log, &ms.steps);
+		if (rc != 0 || ms.steps == 0 || !read_peak(txt, &ms)) {
 			fprintf(stderr,
 			        "dtmc: error: --measure: running #%d (%s) failed (status %d); "
 			        "its output is in %s\n",

@@ -379,7 +379,7 @@ static void test_hw_file(void)
 	        "peak_bf16, peak_f16, mem_bw, mem_size, intra_bw, intra_latency, intra_a2a_bw, "
 	        "inter_bw, inter_latency, inter_a2a_bw, gpus_per_node, gemm_eff, mem_eff, "
 	        "link_eff, kernel_overhead, step_overhead, cores, gemm, stream_bw, attn_rate, "
-	        "kernel_time, coll)\n"
+	        "attn_bwd_rate, kernel_time, coll)\n"
 	        "x.hw:3:11: error: missing value for 'peak_f32'\n"
 	        "x.hw:4:1: error: 'base' must come before any other key\n"
 	        "x.hw:5:17: error: bad value '2.5' (a whole number from 1 to 1048576, e.g. 8)\n"
@@ -437,8 +437,10 @@ static void test_hw_calibrated(void)
 	                   "cores = 2\nstep_overhead = 100 us\n"
 	                   "gemm 1 64 64 64 = 20 GFLOP/s\ngemm 1 1024 1024 1024 = 80 GFLOP/s\n"
 	                   "gemm 2 1024 1024 1024 = 150 GFLOP/s\n"
-	                   "stream_bw 1 = 10 GB/s\nstream_bw 2 = 16 GB/s\n"
-	                   "attn_rate 1 = 15 GFLOP/s\nkernel_time 1 = 2 us\nkernel_time 2 = 5 us\n"
+	                   "stream_bw 1 = 10 GB/s\nstream_bw 2 1000 = 4 GB/s\n"
+	                   "stream_bw 2 1000000 = 16 GB/s\n"
+	                   "attn_rate 1 = 15 GFLOP/s\nattn_bwd_rate 1 = 5 GFLOP/s\n"
+	                   "kernel_time 1 = 2 us\nkernel_time 2 = 5 us\n"
 	                   "coll all_reduce 2 = 20 us, 4 GB/s\ncoll all_reduce 4 = 40 us, 2 GB/s\n"
 	                   "coll send 2 = 5 us, 8 GB/s\n";
 	HwProfile h = *hw_builtin("h100");
@@ -454,9 +456,16 @@ static void test_hw_calibrated(void)
 	double mid = hw_gemm_rate(&h, DTM_F32, 256, 256, 256, 1, 1);
 	CHECK(mid > 20e9 && mid < 80e9);
 	/* thread counts not measured take the nearest */
-	CHECK_NEAR(hw_stream_bw(&h, 8), 16e9, 1e-3);
+	/* a kernel's bandwidth by its size: log-log between points, clamped */
+	CHECK_NEAR(hw_stream_bw(&h, 8, 1e6), 16e9, 1e-3);
+	CHECK_NEAR(hw_stream_bw(&h, 2, 1000), 4e9, 1e-3);
+	CHECK_NEAR(hw_stream_bw(&h, 2, sqrt(1e9)), 8e9, 1e-2);
+	CHECK_NEAR(hw_stream_bw(&h, 2, 10), 4e9, 1e-3);
+	CHECK_NEAR(hw_stream_bw(&h, 2, 1e9), 16e9, 1e-3);
+	CHECK_NEAR(hw_stream_bw(&h, 1, 5), 10e9, 1e-3);
 	CHECK_NEAR(hw_kernel_overhead(&h, 1), 2e-6, 1e-18);
-	CHECK_NEAR(hw_attn_rate(&h, 2), 15e9, 1e-3);
+	CHECK_NEAR(hw_attn_rate(&h, 2, false), 15e9, 1e-3);
+	CHECK_NEAR(hw_attn_rate(&h, 2, true), 5e9, 1e-3);
 	CHECK(hw_coll(&h, COST_ALL_REDUCE, 3)->n == 4); /* ties: the larger */
 	CHECK(hw_coll(&h, COST_ALL_GATHER, 2) == NULL);
 	/* printed, it reads back to the same tables */
@@ -472,7 +481,8 @@ static void test_hw_calibrated(void)
 	CHECK_EQ_STR(r.source, h.source);
 	CHECK(r.ngemm == h.ngemm && memcmp(r.gemm, h.gemm, sizeof h.gemm) == 0);
 	CHECK(r.ncoll == h.ncoll && memcmp(r.coll, h.coll, sizeof h.coll) == 0);
-	CHECK(memcmp(r.stream_bw, h.stream_bw, sizeof h.stream_bw) == 0);
+	CHECK(r.nstream == h.nstream && memcmp(r.stream, h.stream, sizeof h.stream) == 0);
+	CHECK(memcmp(r.attn_bwd_rate, h.attn_bwd_rate, sizeof h.attn_bwd_rate) == 0);
 	CHECK(memcmp(r.kernel_t, h.kernel_t, sizeof h.kernel_t) == 0);
 	CHECK(r.cores == 2 && r.step_s == h.step_s);
 	/* errors in table lines */

@@ -1,0 +1,689 @@
+/* calibrate.c - `dtmc calibrate`: measure this machine into a hardware
+ * profile the cost model reads (`--hw FILE`, and sweep's default).
+ *
+ * What it measures, all through dtm's own runtime:
+ * - kernels and GEMMs: a GPT (the shape of models/gpt.dtm) at a few sizes
+ *   is built as `dtmc build` builds it and trained a few steps on one rank
+ *   with --profile-actions, on 1 thread and on every core.  From each
+ *   run's per-action times: every GEMM is a point of the GEMM curve (its
+ *   shape, the runtime's own blocked GEMM path); the other kernels, binned
+ *   by size, give bandwidth as a function of a kernel's bytes (dispatch
+ *   and pool wake-up included, so small kernels come out slow); attention
+ *   kernels' FLOPs over their time give the attention rate, forward and
+ *   backward apart; the step's time less its actions' the per-step
+ *   overhead.
+ * - communication: the local backend (ranks as threads of this process,
+ *   runtime/comm_local.c), each collective kind and send/recv over 2, 4
+ *   (and the core count) ranks at two sizes: latency and bandwidth
+ *   through the two points.
+ * The MPI backend is not measured here (it needs mpirun and one process
+ * per rank); `coll` lines for it can be written by hand from
+ * bench/comm_bench's output (tools/hw.h gives the form).
+ */
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "codegen/link.h"
+#include "driver/driver.h"
+#include "runtime/comm.h"
+#include "runtime/fsio.h"
+#include "tools/calibrate.h"
+#include "tools/cost.h"
+#include "tools/sweep_impl.h"
+
+const char calibrate_help[] =
+        "usage: dtmc calibrate [--hw-out FILE] [--budget SECONDS] [--print] [-q]\n"
+        "\n"
+        "Measures this machine and writes a hardware profile that --hw FILE reads\n"
+        "and `dtmc sweep` uses by default: GEMM throughput by shape, kernel\n"
+        "bandwidth, the attention kernels' rate and the runtime's per-kernel and\n"
+        "per-step overheads (a small GPT built and trained on one rank with\n"
+        "--profile-actions, on one thread and on every core), and the local\n"
+        "backend's latency and bandwidth per collective kind and group size.\n"
+        "\n"
+        "options:\n"
+        "  --hw-out FILE     where to write it (default: $DTM_HW_PROFILE, else\n"
+        "                    ~/.config/dtm/hw-HOST.txt, where sweep looks)\n"
+        "  --budget SECONDS  about how long to measure, C compiles of the\n"
+        "                    calibration model included (default 60; with less, fewer\n"
+        "                    model sizes: one takes about 15 s on 2 cores)\n"
+        "  --print           also print the profile on standard output\n"
+        "  -q                no progress lines\n";
+
+/* The calibration model: models/gpt.dtm on one rank. */
+static const char cal_model[] =
+        "model calibrate\n"
+        "let vocab = 256, ctx = 32, d = 64, heads = 4, layers = 2, batch = 8\n"
+        "let ffn = 4 * d\n"
+        "mesh (dp = 1)\n"
+        "input tokens  : i32[batch, ctx] @ [dp, _]\n"
+        "input targets : i32[batch, ctx] @ [dp, _]\n"
+        "param wte  : f32[vocab, d] init normal(0, 0.02)\n"
+        "param wpe  : f32[ctx, d] init normal(0, 0.01)\n"
+        "param lnf  : f32[d] init ones\n"
+        "param lnfb : f32[d] init zeros\n"
+        "block layer(x) {\n"
+        "  param ln1 : f32[d] init ones\n"
+        "  param ln1b : f32[d] init zeros\n"
+        "  param wq : f32[d, d] init normal(0, 0.02)\n"
+        "  param bq : f32[d] init zeros\n"
+        "  param wk : f32[d, d] init normal(0, 0.02)\n"
+        "  param bk : f32[d] init zeros\n"
+        "  param wv : f32[d, d] init normal(0, 0.02)\n"
+        "  param bv : f32[d] init zeros\n"
+        "  param wo : f32[d, d] init normal(0, 0.02)\n"
+        "  param bo : f32[d] init zeros\n"
+        "  param ln2 : f32[d] init ones\n"
+        "  param ln2b : f32[d] init zeros\n"
+        "  param wfc : f32[d, ffn] init normal(0, 0.02)\n"
+        "  param bfc : f32[ffn] init zeros\n"
+        "  param wproj : f32[ffn, d] init normal(0, 0.02)\n"
+        "  param bproj : f32[d] init zeros\n"
+        "  h = layernorm(x, ln1, ln1b)\n"
+        "  q = h @ wq + bq\n"
+        "  k = h @ wk + bk\n"
+        "  v = h @ wv + bv\n"
+        "  x = x + attention(q, k, v, heads = heads, causal = true) @ wo + bo\n"
+        "  h = gelu(layernorm(x, ln2, ln2b) @ wfc + bfc)\n"
+        "  x = x + h @ wproj + bproj\n"
+        "  return x\n"
+        "}\n"
+        "forward {\n"
+        "  x = embed(wte, tokens) + wpe\n"
+        "  for i in 0 .. layers {\n"
+        "    x = layer(x)\n"
+        "  }\n"
+        "  logits = layernorm(x, lnf, lnfb) @ transpose(wte)\n"
+        "  loss = cross_entropy(logits, targets)\n"
+        "}\n"
+        "train {\n"
+        "  optimizer adamw(lr = 1e-3, betas = (0.9, 0.95), eps = 1e-8, weight_decay = 0.1, "
+        "clip = 1.0)\n"
+        "  precision f32\n"
+        "  steps 10\n"
+        "  data synthetic\n"
+        "}\n";
+
+/* Sizes of the calibration model (-D values), in the order they are
+ * measured while the budget lasts. */
+typedef struct CalSize {
+	const char *vocab, *ctx, *d, *heads, *layers, *batch;
+} CalSize;
+
+static const CalSize sizes[] = {
+        {"512", "128", "256", "4", "2", "8"},  {"256", "32", "64", "4", "2", "8"},
+        {"128", "16", "32", "2", "1", "2"},    {"1024", "256", "512", "8", "1", "4"},
+        {"512", "64", "128", "4", "2", "16"},
+};
+#define NSIZES ((int)(sizeof sizes / sizeof sizes[0]))
+
+typedef struct Opts {
+	const char *out;
+	double budget;
+	bool print, quiet;
+	double t0; /* when it started */
+} Opts;
+
+/* One profiled action. */
+typedef struct Act {
+	bool gemm, bwd; /* a GEMM; a backward kernel (its op ends in _bwd) */
+	double flops, bytes, m, n, k, batch, s;
+} Act;
+
+typedef struct Fit {
+	Act *acts;
+	int nacts, cap;
+	double over_sum; /* step time less its actions', summed */
+	int nover;
+} Fit;
+
+static double now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Builds the calibration model at size z into exe; false after printing. */
+static bool build_model(const char *src, const CalSize *z, const char *exe)
+{
+	Arena a;
+	Diag d;
+	arena_init(&a);
+	diag_init(&d, stderr);
+	d.no_warnings = true;
+	LowerOptions lo = {0};
+	const char *names[] = {"vocab", "ctx", "d", "heads", "layers", "batch"};
+	const char *vals[] = {z->vocab, z->ctx, z->d, z->heads, z->layers, z->batch};
+	for (int i = 0; i < 6; i++) {
+		lo.define_names[lo.ndefines] = names[i];
+		lo.define_values[lo.ndefines++] = vals[i];
+	}
+	DrvOptions o = {0};
+	DrvSource ds;
+	Compiled cc;
+	bool ok = drv_parse(&ds, &a, &d, src) && drv_lower_ast(&cc, &a, &d, &ds, &lo, &o) &&
+	          pass_check_input(cc.m, &d) && drv_run(&cc, &d, &o) && drv_plan(&cc, &d, &o);
+	if (ok) {
+		CgBuildOptions bo = {.output = exe};
+		ok = cg_build(cc.m, cc.an.fuse, cc.an.mem, cc.plan, &bo, &d);
+	}
+	if (d.nerr > 0)
+		diag_summary(&d);
+	arena_free(&a);
+	return ok;
+}
+
+static bool push(Fit *f, Act a)
+{
+	if (f->nacts == f->cap) {
+		int cap = f->cap ? 2 * f->cap : 256;
+		Act *n = realloc(f->acts, sizeof *n * (size_t)cap);
+		if (!n)
+			return false;
+		f->acts = n;
+		f->cap = cap;
+	}
+	f->acts[f->nacts++] = a;
+	return true;
+}
+
+/* Reads a --profile-actions file into f; the sum of its seconds in *sum. */
+static bool read_profile(const char *path, Fit *f, double *sum)
+{
+	FILE *in = fopen(path, "r");
+	if (!in)
+		return false;
+	char line[2048];
+	*sum = 0;
+	bool ok = true;
+	while (ok && fgets(line, sizeof line, in)) {
+		if (line[0] == '#')
+			continue;
+		int idx, kernel, dtype;
+		char kind[16], name[64] = "";
+		long long flops, memb, m, n, k, batch;
+		double argb, s;
+		if (sscanf(line, "%d\t%15s\t%d\t%lld\t%lld\t%lf\t%lld\t%lld\t%lld\t%lld\t%d\t%lf\t%63s",
+		           &idx, kind, &kernel, &flops, &memb, &argb, &m, &n, &k, &batch, &dtype, &s,
+		           name) != 13)
+			continue;
+		size_t nl = strlen(name);
+		Act a = {.gemm = !strcmp(kind, "gemm"), .flops = (double)flops,
+		         .bytes = memb > 0 ? (double)memb : argb, .m = (double)m, .n = (double)n,
+		         .k = (double)k, .batch = (double)(batch > 1 ? batch : 1), .s = s,
+		         .bwd = nl > 4 && !strcmp(name + nl - 4, "_bwd")};
+		if (a.gemm && a.flops <= 0)
+			a.flops = 2 * a.m * a.n * a.k * a.batch;
+		*sum += s;
+		ok = push(f, a);
+	}
+	fclose(in);
+	return ok;
+}
+
+/* The plain kernels' bandwidth by size: kernels binned by log2 of their
+ * bytes, each bin's bytes over its seconds (dispatch included) at the
+ * bin's geometric-mean size; bins of under 4 kernels are merged into the
+ * next. */
+static void stream_points(const Fit *f, int t, HwProfile *hw)
+{
+	enum { NBIN = 48 };
+	double by[NBIN] = {0}, sec[NBIN] = {0}, lsum[NBIN] = {0};
+	int cnt[NBIN] = {0};
+	for (int i = 0; i < f->nacts; i++) {
+		const Act *a = &f->acts[i];
+		if (a->gemm || a->flops > 0 || a->bytes < 1 || a->s <= 0)
+			continue;
+		int b = (int)floor(log2(a->bytes));
+		b = b < 0 ? 0 : b >= NBIN ? NBIN - 1 : b;
+		by[b] += a->bytes;
+		sec[b] += a->s;
+		lsum[b] += log(a->bytes);
+		cnt[b]++;
+	}
+	double cb = 0, cs = 0, cl = 0;
+	int cc = 0;
+	for (int b = 0; b < NBIN; b++) {
+		cb += by[b], cs += sec[b], cl += lsum[b], cc += cnt[b];
+		bool last = true;
+		for (int j = b + 1; j < NBIN; j++)
+			last = last && cnt[j] == 0;
+		if (cc == 0 || (cc < 4 && !last) || cs <= 0)
+			continue;
+		if (hw->nstream < HW_MAX_STREAM)
+			hw->stream[hw->nstream++] = (HwStreamPoint){t, round(exp(cl / cc)), cb / cs};
+		cb = cs = cl = 0;
+		cc = 0;
+	}
+}
+
+/* Attention kernels' FLOPs over their seconds, forward or backward. */
+static double attn_rate(const Fit *f, bool bwd)
+{
+	double fl = 0, s = 0;
+	for (int i = 0; i < f->nacts; i++) {
+		const Act *a = &f->acts[i];
+		if (!a->gemm && a->flops > 0 && a->bwd == bwd) {
+			fl += a->flops;
+			s += a->s;
+		}
+	}
+	return s > 0 ? fl / s : 0;
+}
+
+/* Each GEMM shape's rate (its instances' FLOPs over their time) as a
+ * point of t threads. */
+static void gemm_points(const Fit *f, int t, HwProfile *hw)
+{
+	for (int i = 0; i < f->nacts; i++) {
+		const Act *a = &f->acts[i];
+		if (!a->gemm || a->flops <= 0)
+			continue;
+		double m = a->m * a->batch; /* hw_gemm_rate's batch convention */
+		bool seen = false;
+		for (int j = 0; j < i && !seen; j++) {
+			const Act *b = &f->acts[j];
+			seen = b->gemm && b->m * b->batch == m && b->n == a->n && b->k == a->k;
+		}
+		if (seen)
+			continue;
+		double fl = 0, s = 0;
+		for (int j = i; j < f->nacts; j++) {
+			const Act *b = &f->acts[j];
+			if (b->gemm && b->m * b->batch == m && b->n == a->n && b->k == a->k) {
+				fl += b->flops;
+				s += b->s;
+			}
+		}
+		if (s <= 0 || hw->ngemm == HW_MAX_GEMM)
+			continue;
+		hw->gemm[hw->ngemm++] = (HwGemmPoint){t, round(m), a->n, a->k, fl / s};
+	}
+}
+
+/* ---- the local backend ---- */
+
+typedef struct CommJob {
+	CommLocalWorld *w;
+	int rank, n, kind, reps;
+	int64_t bytes;
+	double seconds; /* rank 0's, per operation */
+	int rc;
+} CommJob;
+
+static int one_op(Comm *c, int kind, int rank, void *in, void *out, int64_t count)
+{
+	switch (kind) {
+	case COST_ALL_REDUCE:
+		return comm_all_reduce(c, 1, in, out, count, DTM_F32, DTM_RED_SUM);
+	case COST_ALL_GATHER:
+		return comm_all_gather(c, 1, in, out, count / c->size, DTM_F32);
+	case COST_REDUCE_SCATTER:
+		return comm_reduce_scatter(c, 1, in, out, count / c->size, DTM_F32, DTM_RED_SUM);
+	case COST_ALL_TO_ALL:
+		return comm_all_to_all(c, 1, in, out, count / c->size, DTM_F32);
+	case COST_BROADCAST:
+		return comm_broadcast(c, 1, in, count, DTM_F32, 0);
+	default: /* send: rank 2i to 2i + 1 */
+		if (rank % 2 == 0 && rank + 1 < c->size)
+			return comm_send(c, 1, 1, false, in, count * 4);
+		if (rank % 2 == 1)
+			return comm_recv(c, 1, 1, false, out, count * 4);
+		return 0;
+	}
+}
+
+static void *comm_job(void *arg)
+{
+	CommJob *j = arg;
+	Comm *c;
+	char err[COMM_ERR_LEN];
+	j->rc = -1;
+	if (comm_local_open(&c, j->w, j->rank, err)) {
+		comm_local_exit(j->w, j->rank);
+		return NULL;
+	}
+	int64_t count = j->bytes / 4 / j->n * j->n;
+	float *in = calloc((size_t)count, sizeof(float)), *out = calloc((size_t)count, sizeof(float));
+	int rc = in && out ? 0 : -1;
+	/* one to warm up, then reps timed between barriers */
+	rc = rc || one_op(c, j->kind, j->rank, in, out, count) || comm_barrier(c, 1);
+	double t0 = now();
+	for (int r = 0; r < j->reps && !rc; r++)
+		rc = one_op(c, j->kind, j->rank, in, out, count);
+	rc = rc || comm_barrier(c, 1);
+	j->seconds = (now() - t0) / j->reps;
+	j->rc = rc;
+	if (rc && !c->peer_failed)
+		comm_fail(c, comm_error(c));
+	free(in);
+	free(out);
+	comm_close(c);
+	comm_local_exit(j->w, j->rank);
+	return NULL;
+}
+
+/* Seconds per operation of kind over n ranks of bytes each, or a negative
+ * value on failure. */
+static double time_coll(int kind, int n, int64_t bytes, int reps)
+{
+	char err[COMM_ERR_LEN];
+	CommMesh m = {.naxes = 1, .sizes = {n}, .names = {"world"}};
+	CommLocalWorld *w = comm_local_world_new(&m, 120, err);
+	if (!w)
+		return -1;
+	CommJob jobs[HW_MAX_THREADS];
+	pthread_t th[HW_MAX_THREADS];
+	int started = 0;
+	for (int r = 0; r < n; r++) {
+		jobs[r] = (CommJob){w, r, n, kind, reps, bytes, 0, -1};
+		if (pthread_create(&th[r], NULL, comm_job, &jobs[r]) != 0)
+			break;
+		started++;
+	}
+	for (int r = 0; r < started; r++)
+		pthread_join(th[r], NULL);
+	comm_local_world_free(w);
+	if (started < n)
+		return -1;
+	/* send/recv: the receiver's time (it waits for the send) */
+	double s = jobs[kind == COST_SEND ? 1 : 0].seconds;
+	for (int r = 0; r < n; r++)
+		if (jobs[r].rc)
+			return -1;
+	return s;
+}
+
+/* Latency and bandwidth of kind over n ranks through two sizes. */
+static bool calibrate_coll(HwProfile *hw, int kind, int n, double budget)
+{
+	int64_t small = 16 << 10, big = budget < 10 ? 2 << 20 : 8 << 20;
+	/* reps from a first timing, for about budget seconds in all */
+	double t1 = time_coll(kind, n, small, 3), t2 = time_coll(kind, n, big, 1);
+	if (t1 < 0 || t2 < 0)
+		return false;
+	int r1 = (int)fmin(2000, fmax(5, budget * 0.3 / fmax(t1, 1e-7)));
+	int r2 = (int)fmin(200, fmax(2, budget * 0.7 / fmax(t2, 1e-7)));
+	t1 = time_coll(kind, n, small, r1);
+	t2 = time_coll(kind, n, big, r2);
+	if (t1 < 0 || t2 < 0)
+		return false;
+	double bw = t2 > t1 ? (double)(big - small) / (t2 - t1) : (double)big / t2;
+	double lat = fmax(0, t1 - (double)small / bw);
+	if (hw->ncoll == HW_MAX_COLL)
+		return true;
+	hw->coll[hw->ncoll++] = (HwCollPoint){kind, n, lat, bw};
+	if (kind == COST_SEND && hw->ncoll < HW_MAX_COLL)
+		hw->coll[hw->ncoll++] = (HwCollPoint){COST_RECV, n, lat, bw};
+	return true;
+}
+
+/* ---- the command ---- */
+
+static int parse_opts(int argc, char **argv, Opts *o)
+{
+	*o = (Opts){.budget = 60};
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+			fputs(calibrate_help, stdout);
+			return 2;
+		} else if (!strcmp(a, "--print")) {
+			o->print = true;
+		} else if (!strcmp(a, "-q")) {
+			o->quiet = true;
+		} else if (!strcmp(a, "--hw-out") || !strcmp(a, "--budget")) {
+			if (i + 1 >= argc) {
+				fprintf(stderr, "dtmc: error: option '%s' needs a value\n", a);
+				return 1;
+			}
+			const char *v = argv[++i];
+			if (!strcmp(a, "--hw-out")) {
+				o->out = v;
+				continue;
+			}
+			char *end;
+			errno = 0;
+			o->budget = strtod(v, &end);
+			if (!*v || *end || errno || !(o->budget >= 1 && o->budget <= 3600)) {
+				fprintf(stderr,
+				        "dtmc: error: --budget needs seconds from 1 to 3600, got '%s'\n",
+				        v);
+				return 1;
+			}
+		} else {
+			fprintf(stderr,
+			        "dtmc: error: unknown option '%s' (see dtmc calibrate --help)\n", a);
+			return 1;
+		}
+	}
+	return 0;
+}
+
+static void note(const Opts *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void note(const Opts *o, const char *fmt, ...)
+{
+	if (o->quiet)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	fprintf(stderr, "dtmc: calibrate: [%5.1f s] ", now() - o->t0);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+	va_end(ap);
+}
+
+static void remove_files(const char *dir)
+{
+	static const char *const names[] = {"cal.dtm", "cal", "cal.dtm.c", "prof.tsv",
+	                                    "log.jsonl", "run.txt"};
+	char path[4300];
+	for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+		snprintf(path, sizeof path, "%.4000s/%s", dir, names[i]);
+		unlink(path);
+	}
+	rmdir(dir);
+}
+
+int calibrate_main(int argc, char **argv)
+{
+	Opts o;
+	int prc = parse_opts(argc, argv, &o);
+	if (prc)
+		return prc == 2 ? 0 : 1;
+	char outp[4096];
+	if (o.out)
+		snprintf(outp, sizeof outp, "%s", o.out);
+	else if (!hw_default_path(outp, sizeof outp)) {
+		fprintf(stderr, "dtmc: error: no place for the profile: set HOME or DTM_HW_PROFILE, "
+		                "or name a file with --hw-out\n");
+		return 1;
+	}
+	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+	int cores = ncpu > 0 ? (int)(ncpu < HW_MAX_THREADS ? ncpu : HW_MAX_THREADS) : 1;
+	double t_start = now();
+	o.t0 = t_start;
+
+	HwProfile hw = *hw_builtin("cpu");
+	hw.cores = cores;
+	/* ranks as threads of this host: any number of them */
+	hw.devices_per_node = 1 << 20;
+	long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+	if (pages > 0 && psz > 0)
+		hw.mem_bytes = (double)pages * (double)psz;
+
+	const char *tmp = getenv("TMPDIR");
+	char dir[4096];
+	snprintf(dir, sizeof dir, "%s/dtm-calibrate-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+	if (!mkdtemp(dir)) {
+		fprintf(stderr, "dtmc: error: calibrate: cannot create a folder in %s: %s\n",
+		        tmp && *tmp ? tmp : "/tmp", strerror(errno));
+		return 1;
+	}
+	char src[4200], exe[4200], prof[4200], log[4200], txt[4200], err[1024];
+	snprintf(src, sizeof src, "%s/cal.dtm", dir);
+	snprintf(exe, sizeof exe, "%s/cal", dir);
+	snprintf(prof, sizeof prof, "%s/prof.tsv", dir);
+	snprintf(log, sizeof log, "%s/log.jsonl", dir);
+	snprintf(txt, sizeof txt, "%s/run.txt", dir);
+	if (rt_write_file_atomic(src, cal_model, strlen(cal_model), err, sizeof err)) {
+		fprintf(stderr, "dtmc: error: calibrate: %s\n", err);
+		remove_files(dir);
+		return 1;
+	}
+	int tl[2] = {1, cores}, nt = cores > 1 ? 2 : 1;
+	Fit fit[2] = {{0}};
+	bool ok = true;
+	/* kernels and GEMMs: about 60% of the budget */
+	double per_size = 0; /* the last size's build and runs */
+	for (int zi = 0; zi < NSIZES && ok; zi++) {
+		const CalSize *z = &sizes[zi];
+		/* the first size always; another while it fits in about 70% of
+		 * the budget (a build is a C compile: seconds) */
+		if (zi > 0 && now() - t_start + per_size > o.budget * 0.7)
+			break;
+		double tz = now();
+		note(&o, "building the calibration GPT (d=%s, ctx=%s, batch=%s)", z->d, z->ctx,
+		     z->batch);
+		if (!build_model(src, z, exe)) {
+			ok = false;
+			break;
+		}
+		for (int ti = 0; ti < nt && ok; ti++) {
+			char th[16], steps[16];
+			snprintf(th, sizeof th, "%d", tl[ti]);
+			/* a first short run sizes the profiled one */
+			double tb = now();
+			char *argv1[] = {exe, "--steps", "2", "--threads", th, "--log", log, "-q", NULL};
+			if (sweep_run_to_file(argv1, txt) != 0) {
+				fprintf(stderr, "dtmc: error: calibrate: the calibration run failed; "
+				                "its output is in %s\n", txt);
+				return 1;
+			}
+			double per = (now() - tb) / 2;
+			double share = o.budget * 0.15 / nt;
+			int ns = (int)fmin(50, fmax(3, share / fmax(per, 1e-4)));
+			snprintf(steps, sizeof steps, "%d", ns);
+			char *argv[] = {exe,   "--steps", steps, "--threads",         th,
+			                "--log", log,     "-q",  "--profile-actions", prof,
+			                NULL};
+			note(&o, "  %d thread%s, %d steps", tl[ti], tl[ti] > 1 ? "s" : "", ns);
+			int n;
+			double sum, step;
+			if (sweep_run_to_file(argv, txt) != 0 ||
+			    !read_profile(prof, &fit[ti], &sum) ||
+			    !isfinite(step = sweep_log_step_s(log, &n))) {
+				fprintf(stderr, "dtmc: error: calibrate: the calibration run failed; "
+				                "its output is in %s\n", txt);
+				return 1;
+			}
+			fit[ti].over_sum += fmax(0, step - sum);
+			fit[ti].nover++;
+		}
+		per_size = now() - tz;
+	}
+	for (int ti = 0; ti < nt && ok; ti++) {
+		int t = tl[ti];
+		stream_points(&fit[ti], t, &hw);
+		hw.attn_rate[t] = attn_rate(&fit[ti], false);
+		hw.attn_bwd_rate[t] = attn_rate(&fit[ti], true);
+		gemm_points(&fit[ti], t, &hw);
+		if (t == cores && fit[ti].nover)
+			hw.step_s = fit[ti].over_sum / fit[ti].nover;
+	}
+	for (int ti = 0; ti < nt; ti++)
+		free(fit[ti].acts);
+	remove_files(dir);
+	if (!ok)
+		return 1;
+	/* the peaks the MFU and roofline figures use: what was reached */
+	double best = 0;
+	for (int j = 0; j < hw.ngemm; j++)
+		if (hw.gemm[j].threads == cores)
+			best = fmax(best, hw.gemm[j].rate);
+	if (best > 0)
+		for (int dt = 0; dt < 4; dt++)
+			hw.peak_flops[dt] = best;
+	hw.mem_bw = hw_stream_bw(&hw, cores, 1 << 24);
+
+	/* the local backend: the rest of the budget */
+	int groups[3] = {2, 4, cores}, ng = cores > 4 ? 3 : 2;
+	int kinds[] = {COST_ALL_REDUCE, COST_ALL_GATHER, COST_REDUCE_SCATTER, COST_ALL_TO_ALL,
+	               COST_BROADCAST, COST_SEND};
+	int nk = (int)(sizeof kinds / sizeof *kinds);
+	double left = o.budget - (now() - t_start);
+	double each = fmax(0.05, left * 0.9 / (ng * nk));
+	for (int g = 0; g < ng; g++) {
+		if (groups[g] > HW_MAX_THREADS || (g == 2 && groups[g] <= 4))
+			continue;
+		note(&o, "local backend, %d ranks", groups[g]);
+		for (int k = 0; k < nk; k++)
+			if (!calibrate_coll(&hw, kinds[k], groups[g], each)) {
+				fprintf(stderr, "dtmc: error: calibrate: the local backend failed on %s "
+				                "over %d ranks\n",
+				        cost_comm_name(kinds[k]), groups[g]);
+				return 1;
+			}
+	}
+	const HwCollPoint *ar = hw_coll(&hw, COST_ALL_REDUCE, 2);
+	if (ar) {
+		hw.intra.bw = ar->bw;
+		hw.intra.latency = ar->latency;
+	}
+
+	char host[256] = "?", date[32] = "?";
+	gethostname(host, sizeof host - 1);
+	host[sizeof host - 1] = 0;
+	time_t tt = time(NULL);
+	struct tm tmv;
+	if (gmtime_r(&tt, &tmv))
+		strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", &tmv);
+	snprintf(hw.name, sizeof hw.name, "calibrated");
+	snprintf(hw.source, sizeof hw.source,
+	         "dtmc calibrate on %.60s, %s, %d cores, BLAS %s, %.0f s budget", host, date, cores,
+	         "of the runtime", o.budget);
+
+	char *text = NULL;
+	size_t len = 0;
+	FILE *mf = open_memstream(&text, &len);
+	if (!mf) {
+		fprintf(stderr, "dtmc: error: out of memory\n");
+		return 1;
+	}
+	fprintf(mf,
+	        "# dtm hardware profile, written by `dtmc calibrate` (tools/hw.h has the keys)\n"
+	        "base = cpu\n");
+	hw_print(mf, &hw);
+	fclose(mf);
+	/* the directory of the default path may not exist yet */
+	char parent[4096];
+	snprintf(parent, sizeof parent, "%s", outp);
+	char *slash = strrchr(parent, '/');
+	if (slash && slash != parent) {
+		*slash = 0;
+		if (rt_mkdirs(parent, err, sizeof err)) {
+			fprintf(stderr, "dtmc: error: calibrate: %s\n", err);
+			free(text);
+			return 1;
+		}
+	}
+	if (rt_write_file_atomic(outp, text, len, err, sizeof err)) {
+		fprintf(stderr, "dtmc: error: calibrate: %s\n", err);
+		free(text);
+		return 1;
+	}
+	if (o.print)
+		fwrite(text, 1, len, stdout);
+	free(text);
+	note(&o, "wrote %s (%d GEMM shapes, %d collectives) in %.1f s", outp, hw.ngemm, hw.ncoll,
+	     now() - t_start);
+	return 0;
+}
