@@ -581,6 +581,9 @@ endif()
 #                  with ep > 1 costed as inspect does (its all_to_alls)
 #   sweep.measure  --measure 2: build and run the best two on the local
 #                  backend, predicted vs measured (runs on a clean clone)
+#   sweep.calibrate  dtmc calibrate on a small budget, the profile it
+#                  writes read by --hw and by sweep's default, and the
+#                  fidelity check on 3 candidates (issue 21)
 add_test(NAME sweep.json COMMAND ${DTM_BASH} ${DTM_TESTS}/sweep/run.sh $<TARGET_FILE:dtmc> json
          WORKING_DIRECTORY ${DTM_ROOT})
 add_test(NAME sweep.cp COMMAND ${DTM_BASH} ${DTM_TESTS}/sweep/run.sh $<TARGET_FILE:dtmc> cp
@@ -592,6 +595,9 @@ add_test(NAME sweep.errors COMMAND ${DTM_BASH} ${DTM_TESTS}/sweep/run.sh $<TARGE
          WORKING_DIRECTORY ${DTM_ROOT})
 add_test(NAME sweep.measure COMMAND ${DTM_BASH} ${DTM_TESTS}/sweep/run.sh $<TARGET_FILE:dtmc> measure
          WORKING_DIRECTORY ${DTM_ROOT})
+add_test(NAME sweep.calibrate COMMAND ${DTM_BASH} ${DTM_TESTS}/sweep/run.sh $<TARGET_FILE:dtmc> calibrate
+         WORKING_DIRECTORY ${DTM_ROOT})
+set_tests_properties(sweep.calibrate PROPERTIES TIMEOUT 600 LABELS e2e)
 set_tests_properties(sweep.json PROPERTIES TIMEOUT 120 LABELS golden)
 set_tests_properties(sweep.cp PROPERTIES TIMEOUT 120 LABELS golden)
 set_tests_properties(sweep.errors PROPERTIES TIMEOUT 120 LABELS diag)

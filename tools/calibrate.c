@@ -57,41 +57,42 @@ const char calibrate_help[] =
         "  --print           also print the profile on standard output\n"
         "  -q                no progress lines\n";
 
-/* The calibration model: models/gpt.dtm on one rank. */
+/* The calibration model: models/gpt.dtm (its tensor-parallel placements
+ * too), without pipeline stages. */
 static const char cal_model[] =
         "model calibrate\n"
         "let vocab = 256, ctx = 32, d = 64, heads = 4, layers = 2, batch = 8\n"
         "let ffn = 4 * d\n"
-        "mesh (dp = 1)\n"
+        "mesh (dp = 1, tp = 1)\n"
         "input tokens  : i32[batch, ctx] @ [dp, _]\n"
         "input targets : i32[batch, ctx] @ [dp, _]\n"
-        "param wte  : f32[vocab, d] init normal(0, 0.02)\n"
+        "param wte  : f32[vocab, d] @ [tp, _] init normal(0, 0.02)\n"
         "param wpe  : f32[ctx, d] init normal(0, 0.01)\n"
         "param lnf  : f32[d] init ones\n"
         "param lnfb : f32[d] init zeros\n"
         "block layer(x) {\n"
         "  param ln1 : f32[d] init ones\n"
         "  param ln1b : f32[d] init zeros\n"
-        "  param wq : f32[d, d] init normal(0, 0.02)\n"
-        "  param bq : f32[d] init zeros\n"
-        "  param wk : f32[d, d] init normal(0, 0.02)\n"
-        "  param bk : f32[d] init zeros\n"
-        "  param wv : f32[d, d] init normal(0, 0.02)\n"
-        "  param bv : f32[d] init zeros\n"
-        "  param wo : f32[d, d] init normal(0, 0.02)\n"
+        "  param wq : f32[d, d] @ [_, tp] init normal(0, 0.02)\n"
+        "  param bq : f32[d] @ [tp] init zeros\n"
+        "  param wk : f32[d, d] @ [_, tp] init normal(0, 0.02)\n"
+        "  param bk : f32[d] @ [tp] init zeros\n"
+        "  param wv : f32[d, d] @ [_, tp] init normal(0, 0.02)\n"
+        "  param bv : f32[d] @ [tp] init zeros\n"
+        "  param wo : f32[d, d] @ [tp, _] init normal(0, 0.02)\n"
         "  param bo : f32[d] init zeros\n"
         "  param ln2 : f32[d] init ones\n"
         "  param ln2b : f32[d] init zeros\n"
-        "  param wfc : f32[d, ffn] init normal(0, 0.02)\n"
-        "  param bfc : f32[ffn] init zeros\n"
-        "  param wproj : f32[ffn, d] init normal(0, 0.02)\n"
+        "  param wfc : f32[d, ffn] @ [_, tp] init normal(0, 0.02)\n"
+        "  param bfc : f32[ffn] @ [tp] init zeros\n"
+        "  param wproj : f32[ffn, d] @ [tp, _] init normal(0, 0.02)\n"
         "  param bproj : f32[d] init zeros\n"
         "  h = layernorm(x, ln1, ln1b)\n"
         "  q = h @ wq + bq\n"
         "  k = h @ wk + bk\n"
         "  v = h @ wv + bv\n"
         "  x = x + attention(q, k, v, heads = heads, causal = true) @ wo + bo\n"
-        "  h = gelu(layernorm(x, ln2, ln2b) @ wfc + bfc)\n"
+        "  h = gelu(layernorm(x, ln2, ln2b) @ wfc + bfc) @ [dp, _, tp]\n"
         "  x = x + h @ wproj + bproj\n"
         "  return x\n"
         "}\n"
@@ -107,7 +108,7 @@ static const char cal_model[] =
         "  optimizer adamw(lr = 1e-3, betas = (0.9, 0.95), eps = 1e-8, weight_decay = 0.1, "
         "clip = 1.0)\n"
         "  precision f32\n"
-        "  steps 10\n"
+        "  steps 10\n  uneven_shards true\n"
         "  data synthetic\n"
         "}\n";
 
@@ -151,12 +152,12 @@ static double now(void)
 	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Builds the calibration model at size z into exe; false after printing. */
-static bool build_model(const char *src, const CalSize *z, const char *exe)
+/* Builds the calibration model at size z on mesh into exe, its plan
+ * (in arena a, which the caller frees) in *plan; false after printing. */
+static bool build_model(Arena *a, const char *src, const CalSize *z, const char *mesh,
+                        const char *train, const char *exe, const DtmPlan **plan)
 {
-	Arena a;
 	Diag d;
-	arena_init(&a);
 	diag_init(&d, stderr);
 	d.no_warnings = true;
 	LowerOptions lo = {0};
@@ -166,10 +167,13 @@ static bool build_model(const char *src, const CalSize *z, const char *exe)
 		lo.define_names[lo.ndefines] = names[i];
 		lo.define_values[lo.ndefines++] = vals[i];
 	}
+	lo.mesh = mesh;
+	if (train)
+		lo.train[lo.ntrain++] = train;
 	DrvOptions o = {0};
 	DrvSource ds;
 	Compiled cc;
-	bool ok = drv_parse(&ds, &a, &d, src) && drv_lower_ast(&cc, &a, &d, &ds, &lo, &o) &&
+	bool ok = drv_parse(&ds, a, &d, src) && drv_lower_ast(&cc, a, &d, &ds, &lo, &o) &&
 	          pass_check_input(cc.m, &d) && drv_run(&cc, &d, &o) && drv_plan(&cc, &d, &o);
 	if (ok) {
 		CgBuildOptions bo = {.output = exe};
@@ -177,7 +181,7 @@ static bool build_model(const char *src, const CalSize *z, const char *exe)
 	}
 	if (d.nerr > 0)
 		diag_summary(&d);
-	arena_free(&a);
+	*plan = ok ? cc.plan : NULL;
 	return ok;
 }
 
@@ -493,6 +497,54 @@ static void remove_files(const char *dir)
 	rmdir(dir);
 }
 
+/* Where one calibration run's files go. */
+typedef struct Paths {
+	char src[4200], exe[4200], prof[4200], log[4200], txt[4200];
+} Paths;
+
+/* Runs the built binary: a 2-step run sizes the profiled one to about
+ * `share` seconds (3 to 50 steps).  Its rank 0 actions into f (when
+ * non-NULL); the mean step seconds into *step and the sum of the
+ * profiled actions' into *sum.  False after printing. */
+static bool run_model(const Opts *o, const Paths *pa, const char *threads, double share, Fit *f,
+                      double *step, double *sum)
+{
+	double tb = now();
+	char *argv1[] = {(char *)pa->exe, "--steps", "2", "--log", (char *)pa->log, "-q",
+	                 threads ? "--threads" : NULL, (char *)threads, NULL};
+	if (sweep_run_to_file(argv1, pa->txt) != 0) {
+		fprintf(stderr, "dtmc: error: calibrate: the calibration run failed; its output is "
+		                "in %s\n", pa->txt);
+		return false;
+	}
+	double per = (now() - tb) / 2;
+	char steps[16];
+	int ns = (int)fmin(50, fmax(3, share / fmax(per, 1e-4)));
+	snprintf(steps, sizeof steps, "%d", ns);
+	char *argv[] = {(char *)pa->exe, "--steps", steps, "--log", (char *)pa->log, "-q",
+	                "--profile-actions", (char *)pa->prof, threads ? "--threads" : NULL,
+	                (char *)threads, NULL};
+	note(o, "  %d steps", ns);
+	Fit scratch = {0};
+	int n;
+	bool ok = sweep_run_to_file(argv, pa->txt) == 0 &&
+	          read_profile(pa->prof, f ? f : &scratch, sum) &&
+	          isfinite(*step = sweep_log_step_s(pa->log, &n));
+	free(scratch.acts);
+	if (!ok)
+		fprintf(stderr, "dtmc: error: calibrate: the calibration run failed; its output is "
+		                "in %s\n", pa->txt);
+	return ok;
+}
+
+/* A multi-rank calibration run kept for the collective overhead: its plan
+ * and measured step. */
+typedef struct MultiRun {
+	Arena a;
+	const DtmPlan *plan;
+	double step;
+} MultiRun;
+
 int calibrate_main(int argc, char **argv)
 {
 	Opts o;
@@ -528,22 +580,37 @@ int calibrate_main(int argc, char **argv)
 		        tmp && *tmp ? tmp : "/tmp", strerror(errno));
 		return 1;
 	}
-	char src[4200], exe[4200], prof[4200], log[4200], txt[4200], err[1024];
-	snprintf(src, sizeof src, "%s/cal.dtm", dir);
-	snprintf(exe, sizeof exe, "%s/cal", dir);
-	snprintf(prof, sizeof prof, "%s/prof.tsv", dir);
-	snprintf(log, sizeof log, "%s/log.jsonl", dir);
-	snprintf(txt, sizeof txt, "%s/run.txt", dir);
-	if (rt_write_file_atomic(src, cal_model, strlen(cal_model), err, sizeof err)) {
+	Paths pa;
+	char err[1024];
+	snprintf(pa.src, sizeof pa.src, "%s/cal.dtm", dir);
+	snprintf(pa.exe, sizeof pa.exe, "%s/cal", dir);
+	snprintf(pa.prof, sizeof pa.prof, "%s/prof.tsv", dir);
+	snprintf(pa.log, sizeof pa.log, "%s/log.jsonl", dir);
+	snprintf(pa.txt, sizeof pa.txt, "%s/run.txt", dir);
+	if (rt_write_file_atomic(pa.src, cal_model, strlen(cal_model), err, sizeof err)) {
 		fprintf(stderr, "dtmc: error: calibrate: %s\n", err);
 		remove_files(dir);
 		return 1;
 	}
-	int tl[2] = {1, cores}, nt = cores > 1 ? 2 : 1;
+	/* Per size: one rank on every core (the curves of `cores` threads),
+	 * then `cores` ranks of one thread each (the curves of one thread, as
+	 * ranks see them: every core busy); the first size also on tp =
+	 * cores with sequence parallelism.  The multi-rank runs' steps, less
+	 * what the rest of the profile predicts for them, give the overhead
+	 * of a collective inside a run (ranks arriving apart, the
+	 * communication thread's wake-ups), which the back-to-back
+	 * microbenchmark below does not see. */
+	enum { MAXRUNS = 2 * NSIZES + 1 };
+	int tl[2] = {cores, 1}, nt = cores > 1 ? 2 : 1;
 	Fit fit[2] = {{0}};
+	MultiRun multi[MAXRUNS];
+	int nmulti = 0;
+	char dpmesh[64], tpmesh[64], ncores[16];
+	snprintf(dpmesh, sizeof dpmesh, "dp=%d,tp=1", cores);
+	snprintf(tpmesh, sizeof tpmesh, "dp=1,tp=%d", cores);
+	snprintf(ncores, sizeof ncores, "%d", cores);
 	bool ok = true;
-	/* kernels and GEMMs: about 60% of the budget */
-	double per_size = 0; /* the last size's build and runs */
+	double per_size = 0; /* the last size's builds and runs */
 	for (int zi = 0; zi < NSIZES && ok; zi++) {
 		const CalSize *z = &sizes[zi];
 		/* the first size always; another while it fits in about 70% of
@@ -551,42 +618,27 @@ int calibrate_main(int argc, char **argv)
 		if (zi > 0 && now() - t_start + per_size > o.budget * 0.7)
 			break;
 		double tz = now();
-		note(&o, "building the calibration GPT (d=%s, ctx=%s, batch=%s)", z->d, z->ctx,
-		     z->batch);
-		if (!build_model(src, z, exe)) {
-			ok = false;
-			break;
-		}
-		for (int ti = 0; ti < nt && ok; ti++) {
-			char th[16], steps[16];
-			snprintf(th, sizeof th, "%d", tl[ti]);
-			/* a first short run sizes the profiled one */
-			double tb = now();
-			char *argv1[] = {exe, "--steps", "2", "--threads", th, "--log", log, "-q", NULL};
-			if (sweep_run_to_file(argv1, txt) != 0) {
-				fprintf(stderr, "dtmc: error: calibrate: the calibration run failed; "
-				                "its output is in %s\n", txt);
-				return 1;
+		int nruns = nt + (zi == 0 && cores > 1);
+		for (int r = 0; r < nruns && ok; r++) {
+			bool tp = r == 2;
+			const char *mesh = r == 0 ? "dp=1,tp=1" : tp ? tpmesh : dpmesh;
+			note(&o, "the calibration GPT (d=%s, ctx=%s, batch=%s) on %s%s", z->d, z->ctx,
+			     z->batch, mesh, tp ? ", sequence parallel" : "");
+			MultiRun *mr = &multi[nmulti];
+			arena_init(&mr->a);
+			double sum;
+			ok = build_model(&mr->a, pa.src, z, mesh, tp ? "sequence_parallel=true" : NULL,
+			                 pa.exe, &mr->plan) &&
+			     run_model(&o, &pa, r == 0 ? ncores : NULL, o.budget * 0.1,
+			               tp ? NULL : &fit[r], &mr->step, &sum);
+			if (ok && r == 0) {
+				fit[0].over_sum += fmax(0, mr->step - sum);
+				fit[0].nover++;
 			}
-			double per = (now() - tb) / 2;
-			double share = o.budget * 0.15 / nt;
-			int ns = (int)fmin(50, fmax(3, share / fmax(per, 1e-4)));
-			snprintf(steps, sizeof steps, "%d", ns);
-			char *argv[] = {exe,   "--steps", steps, "--threads",         th,
-			                "--log", log,     "-q",  "--profile-actions", prof,
-			                NULL};
-			note(&o, "  %d thread%s, %d steps", tl[ti], tl[ti] > 1 ? "s" : "", ns);
-			int n;
-			double sum, step;
-			if (sweep_run_to_file(argv, txt) != 0 ||
-			    !read_profile(prof, &fit[ti], &sum) ||
-			    !isfinite(step = sweep_log_step_s(log, &n))) {
-				fprintf(stderr, "dtmc: error: calibrate: the calibration run failed; "
-				                "its output is in %s\n", txt);
-				return 1;
-			}
-			fit[ti].over_sum += fmax(0, step - sum);
-			fit[ti].nover++;
+			if (ok && r > 0)
+				nmulti++; /* kept: its plan and step */
+			else
+				arena_free(&mr->a);
 		}
 		per_size = now() - tz;
 	}
@@ -596,14 +648,17 @@ int calibrate_main(int argc, char **argv)
 		hw.attn_rate[t] = attn_rate(&fit[ti], false);
 		hw.attn_bwd_rate[t] = attn_rate(&fit[ti], true);
 		gemm_points(&fit[ti], t, &hw);
-		if (t == cores && fit[ti].nover)
-			hw.step_s = fit[ti].over_sum / fit[ti].nover;
 	}
+	if (fit[0].nover)
+		hw.step_s = fit[0].over_sum / fit[0].nover;
 	for (int ti = 0; ti < nt; ti++)
 		free(fit[ti].acts);
 	remove_files(dir);
-	if (!ok)
+	if (!ok) {
+		for (int i = 0; i < nmulti; i++)
+			arena_free(&multi[i].a);
 		return 1;
+	}
 	/* the peaks the MFU and roofline figures use: what was reached */
 	double best = 0;
 	for (int j = 0; j < hw.ngemm; j++)
@@ -633,6 +688,51 @@ int calibrate_main(int argc, char **argv)
 				return 1;
 			}
 	}
+	/* the collectives inside a run: the multi-rank runs' excess over the
+	 * prediction, as excess = n * coll_overhead + bytes * coll_byte_time
+	 * (n communication actions of `bytes` in all), least squares over the
+	 * runs the rest of the profile under-predicts */
+	double sxx = 0, sxy = 0, syy = 0, sxe = 0, sye = 0;
+	int nfit = 0;
+	for (int i = 0; i < nmulti; i++) {
+		CostReport rep;
+		if (cost_plan_step(multi[i].plan, &hw, 1, &rep) == 0) {
+			const DtmPlan *p = multi[i].plan;
+			const DtmStage *st = &p->stages[0];
+			double nc = 0, by = 0;
+			for (int k = 0; k < st->nactions; k++) {
+				const DtmAction *ac = &st->actions[k];
+				if (ac->kind != DTM_ACT_COLL && ac->kind != DTM_ACT_SEND &&
+				    ac->kind != DTM_ACT_RECV)
+					continue;
+				nc++;
+				by += (double)ac->bytes;
+			}
+			double ex = multi[i].step - rep.step_s;
+			note(&o, "%s run: measured %.2f ms, predicted %.2f ms before the collectives' "
+			         "overheads, %.0f collectives of %.0f bytes",
+			     p->mesh_sizes[1] > 1 ? "tp" : "dp", multi[i].step * 1e3,
+			     rep.step_s * 1e3, nc, by);
+			if (ex > 0 && nc > 0) {
+				sxx += nc * nc, sxy += nc * by, syy += by * by;
+				sxe += nc * ex, sye += by * ex;
+				nfit++;
+			}
+		}
+		cost_report_free(&rep);
+		arena_free(&multi[i].a);
+	}
+	double det = sxx * syy - sxy * sxy, ca = 0, cb = 0;
+	if (nfit >= 2 && det > 1e-30 * sxx * syy) {
+		ca = (sxe * syy - sye * sxy) / det;
+		cb = (sye * sxx - sxe * sxy) / det;
+	}
+	if (ca < 0 || cb < 0 || nfit < 2) { /* one term: per collective */
+		ca = sxx > 0 ? sxe / sxx : 0;
+		cb = 0;
+	}
+	hw.coll_s = ca;
+	hw.coll_byte_s = cb;
 	const HwCollPoint *ar = hw_coll(&hw, COST_ALL_REDUCE, 2);
 	if (ar) {
 		hw.intra.bw = ar->bw;

@@ -531,14 +531,14 @@ static double comm_seconds(const CostEnv *e, const DtmPlan *p, const DtmAction *
 	if (c) {
 		double meas = (double)(c->n > hw->cores ? c->n : hw->cores);
 		double f = (double)e->local > meas ? (double)e->local / meas : 1;
-		return (c->latency + (c->bw > 0 ? S / c->bw : 0)) * f;
+		return hw->coll_s + hw->coll_byte_s * S + (c->latency + (c->bw > 0 ? S / c->bw : 0)) * f;
 	}
 	HwLink link = lc == COST_LINK_INTER ? hw->inter : hw->intra;
 	if (hw->link_eff > 0) {
 		link.bw *= hw->link_eff;
 		link.a2a_bw *= hw->link_eff;
 	}
-	return cost_comm_time(kind, n, S, link);
+	return hw->coll_s + hw->coll_byte_s * S + cost_comm_time(kind, n, S, link);
 }
 
 double cost_action_seconds(const DtmPlan *p, const HwProfile *hw, int64_t node_size,

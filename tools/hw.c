@@ -30,6 +30,25 @@
  *
  * `f32` peaks are the plain FP32 (CUDA core) rates, not TF32 tensor-core
  * rates: an f32 GEMM in dtm's runtime runs in full f32.
+ *
+ * Efficiencies (what the cost model multiplies the peaks by; a calibrated
+ * profile measures its own instead):
+ * - gemm_eff: the best dense BF16 matmul measured on the part over its
+ *   peak ("Maximum Achievable Matmul FLOPS" table, Stas Bekman's
+ *   ml-engineering, compute/accelerator/README.md, mamf-finder.py): A100
+ *   SXM 267.9 of 312 TFLOP/s = 0.859 (CUDA 12.1), H100 SXM 792.1 of 989
+ *   = 0.801 (CUDA 12.1); H200 as the H100 (the same SMs and clocks); B200
+ *   not measured there: the H100's assumed.
+ * - mem_eff: A100 80GB measured 1.80 of 2.04 TB/s = 0.88 with Nsight
+ *   Compute (forums.developer.nvidia.com, "Trouble to reach peak
+ *   bandwidth of A100", thread 339083); assumed for the others.
+ * - the links stay at line rate: an A100 node's NCCL all_reduce bus
+ *   bandwidth is ~200 GB/s of NVLink 3's 300 (nccl-tests issue 149) but
+ *   192 GB/s per 8 HDR NICs = 24 of 25 across nodes (nccl issue 812), so
+ *   link_eff (one factor for both) stays 1 and intra.bw/inter.bw carry
+ *   the measured figures where there is one (the A100's below).
+ * - kernel_overhead: 3 us per kernel, assumed (launch from C on a
+ *   stream, no graph; NVIDIA quotes ~2-4 us launch latency).
  */
 #include "tools/hw.h"
 
@@ -59,6 +78,9 @@ static const HwProfile builtins[] = {
                 .mem_bytes = 80 * GB,
                 .intra = {.bw = 450 * GBPS, .latency = 2 * US, .a2a_bw = 370 * GBPS},
                 .inter = {.bw = 50 * GBPS, .latency = 5 * US, .a2a_bw = 48 * GBPS},
+                .gemm_eff = 0.801,
+                .mem_eff = 0.88,
+                .kernel_s = 3 * US,
                 .devices_per_node = 8,
         },
         /* NVIDIA H200 SXM (H200 datasheet): the H100's compute; 141 GB HBM3e at
@@ -74,14 +96,20 @@ static const HwProfile builtins[] = {
                 .mem_bytes = 141 * GB,
                 .intra = {.bw = 450 * GBPS, .latency = 2 * US, .a2a_bw = 370 * GBPS},
                 .inter = {.bw = 50 * GBPS, .latency = 5 * US, .a2a_bw = 48 * GBPS},
+                .gemm_eff = 0.801,
+                .mem_eff = 0.88,
+                .kernel_s = 3 * US,
                 .devices_per_node = 8,
         },
         /* NVIDIA A100 SXM4 80GB (A100 datasheet): FP32 19.5 TFLOP/s; BF16 and
 	 * FP16 tensor 312 TFLOP/s dense; 80 GB HBM2e at 2,039 GB/s; NVLink 3
 	 * 600 GB/s (both directions); DGX A100: 8 GPUs per node, 8x
-	 * ConnectX-6 200 Gb/s HDR = 25 GB/s per GPU.  all_to_all assumed at
-	 * the H100's fractions of line rate: 370/450 of NVLink 3's 300 =
-	 * 245 GB/s, 48/50 of HDR's 25 = 24 GB/s. */
+	 * ConnectX-6 200 Gb/s HDR = 25 GB/s per GPU.  Links at what NCCL
+	 * measures there: all_reduce bus bandwidth ~200 GB/s in a node
+	 * (nccl-tests issue 149, 8x A100 80GB on NVSwitch), 192 GB/s over a
+	 * DGX A100's 8 HDR NICs = 24 GB/s each (nccl issue 812, an NVIDIA
+	 * engineer); all_to_all at the H100's fractions of those (370/450
+	 * in a node, 48/50 across), assumed. */
         {
                 .name = "a100",
                 .peak_flops = {[DTM_F32] = 19.5 * TFLOPS,
@@ -90,8 +118,11 @@ static const HwProfile builtins[] = {
                                [DTM_I32] = 19.5 * TFLOPS},
                 .mem_bw = 2039 * GBPS,
                 .mem_bytes = 80 * GB,
-                .intra = {.bw = 300 * GBPS, .latency = 2 * US, .a2a_bw = 245 * GBPS},
-                .inter = {.bw = 25 * GBPS, .latency = 5 * US, .a2a_bw = 24 * GBPS},
+                .intra = {.bw = 200 * GBPS, .latency = 2 * US, .a2a_bw = 164 * GBPS},
+                .inter = {.bw = 24 * GBPS, .latency = 5 * US, .a2a_bw = 23 * GBPS},
+                .gemm_eff = 0.859,
+                .mem_eff = 0.88,
+                .kernel_s = 3 * US,
                 .devices_per_node = 8,
         },
         /* NVIDIA B200 (HGX B200 datasheet, per GPU): FP16/BF16 tensor 4.5
@@ -110,6 +141,9 @@ static const HwProfile builtins[] = {
                 .mem_bytes = 180 * GB,
                 .intra = {.bw = 900 * GBPS, .latency = 2 * US, .a2a_bw = 740 * GBPS},
                 .inter = {.bw = 50 * GBPS, .latency = 5 * US, .a2a_bw = 48 * GBPS},
+                .gemm_eff = 0.801,
+                .mem_eff = 0.88,
+                .kernel_s = 3 * US,
                 .devices_per_node = 8,
         },
         /* The development machine class: a 2-vCPU KVM guest on AMD EPYC (Zen 4,
@@ -232,6 +266,8 @@ static const Key keys[] = {
         {"link_eff", KEY_FRAC, offsetof(HwProfile, link_eff)},
         {"kernel_overhead", KEY_TIME, offsetof(HwProfile, kernel_s)},
         {"step_overhead", KEY_TIME, offsetof(HwProfile, step_s)},
+        {"coll_overhead", KEY_TIME, offsetof(HwProfile, coll_s)},
+        {"coll_byte_time", KEY_TIME, offsetof(HwProfile, coll_byte_s)},
         {"cores", KEY_COUNT, offsetof(HwProfile, cores)},
         {"gemm", KEY_GEMM, 0},
         {"stream_bw", KEY_TSTREAM, 0},
@@ -680,7 +716,9 @@ static void parse_line(Parser *p, HwProfile *hw, const char *s, size_t n, bool *
 		     " (keys: base, name, source, peak_f32, peak_bf16, peak_f16, mem_bw, "
 		     "mem_size, intra_bw, intra_latency, intra_a2a_bw, inter_bw, "
 		     "inter_latency, inter_a2a_bw, gpus_per_node, gemm_eff, mem_eff, "
-		     "link_eff, kernel_overhead, step_overhead, cores, gemm, stream_bw, "
+		     "link_eff, kernel_overhead, step_overhead, coll_overhead, coll_byte_time, "
+		     "cores, gemm, "
+		     "stream_bw, "
 		     "attn_rate, attn_bwd_rate, kernel_time, coll)");
 		return;
 	}
@@ -850,6 +888,8 @@ void hw_print(FILE *out, const HwProfile *hw)
 bool hw_default_path(char *buf, size_t n)
 {
 	const char *env = getenv("DTM_HW_PROFILE");
+	if (env && !strcmp(env, "none"))
+		return false; /* none: no default profile */
 	if (env && *env)
 		return (size_t)snprintf(buf, n, "%s", env) < n;
 	char host[256] = "localhost";

@@ -91,6 +91,10 @@ typedef struct HwProfile {
 	double gemm_eff, mem_eff, link_eff;
 	double kernel_s; /* fixed seconds per kernel or GEMM (launch, dispatch) */
 	double step_s;   /* fixed seconds per step (optimizer loop, logging, data) */
+	double coll_s;   /* fixed seconds per collective or send/recv inside a
+	                  * run (ranks arriving apart, waking the comm thread) */
+	double coll_byte_s; /* and seconds per byte of it (the copies competing
+	                     * with compute for the cores) */
 	/* ---- calibrated (dtmc calibrate); each table empty when not ----
 	 * cores: the cores a node's ranks share (ranks as threads): a rank
 	 * runs on max(1, cores / ranks) threads, and ranks beyond the cores
@@ -149,7 +153,8 @@ bool hw_resolve(const char *arg, const char *dflt, HwProfile *hw, char *used, si
 /* Where `dtmc calibrate` keeps this machine's profile and where
  * hw_resolve looks for it: $DTM_HW_PROFILE when set, else
  * $XDG_CONFIG_HOME/dtm/hw-HOST.txt (XDG_CONFIG_HOME defaults to
- * ~/.config).  Returns false when no path can be formed. */
+ * ~/.config).  Returns false when no path can be formed, or when
+ * DTM_HW_PROFILE is `none` (no default profile: the tests run so). */
 bool hw_default_path(char *buf, size_t n);
 
 /* Seconds per kernel dispatch, stream bandwidth and attention rate at t

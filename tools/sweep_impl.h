@@ -146,8 +146,8 @@ bool sweep_measure(SweepRun *r);
 /* Runs argv[0] with argv, its stdout and stderr to the file out; returns
  * the exit status (-1 when it could not start). */
 int sweep_run_to_file(char *const *argv, const char *out);
-/* The mean step seconds of a training binary's --log after its first step
- * (eval lines skipped); NAN and *nsteps 0 when there is none. */
+/* The median step seconds of a training binary's --log after its first
+ * step (eval lines skipped); NAN and *nsteps 0 when there is none. */
 double sweep_log_step_s(const char *path, int *nsteps);
 /* The measured table (text), or the "measured" JSON fields. */
 void sweep_print_measured(FILE *out, const SweepRun *r);

@@ -7,7 +7,7 @@
  * into a temporary folder, and each binary trains a few steps on the local
  * backend (ranks as threads of one process) with -v and a JSONL log.  The
  * prediction is the same plan costed under the `cpu` profile with every
- * rank on one node; the measurement is the mean step time of the log
+ * rank on one node; the measurement is the median step time of the log
  * (the first step, which faults pages in, is not timed) and the largest
  * per-rank sum of the arenas the runtime allocated (its `alloc:` lines).
  */
@@ -123,6 +123,12 @@ static double field(const char *line, const char *key)
 	return strtod(p + strlen(pat), NULL);
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
 double sweep_log_step_s(const char *path, int *nsteps)
 {
 	*nsteps = 0;
@@ -130,20 +136,33 @@ double sweep_log_step_s(const char *path, int *nsteps)
 	if (!f)
 		return NAN;
 	char line[4096];
-	double sum = 0;
-	int n = 0;
+	double *v = NULL;
+	int n = 0, cap = 0;
 	while (fgets(line, sizeof line, f)) {
 		if (strstr(line, "eval_loss"))
 			continue;
 		double step = field(line, "step"), t = field(line, "ms");
 		if (isnan(step) || isnan(t) || step < 2)
 			continue;
-		sum += t;
-		n++;
+		if (n == cap) {
+			cap = cap ? 2 * cap : 64;
+			double *nv = realloc(v, sizeof *v * (size_t)cap);
+			if (!nv)
+				break;
+			v = nv;
+		}
+		v[n++] = t;
 	}
 	fclose(f);
+	/* the median: a shared machine's hiccups move the mean */
+	double med = NAN;
+	if (n > 0) {
+		qsort(v, (size_t)n, sizeof *v, cmp_double);
+		med = (n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2) * 1e-3;
+	}
+	free(v);
 	*nsteps = n;
-	return n ? sum / n * 1e-3 : NAN;
+	return med;
 }
 
 /* The largest per-rank sum of the allocated arenas: `alloc: rank R stage S

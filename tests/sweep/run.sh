@@ -28,6 +28,16 @@
 #   run.sh DTMC measure  --measure 2 on models/mlp.dtm (builds and runs two
 #                        binaries): predicted and measured columns, a ratio
 #                        line, measured peak = predicted peak.
+#   run.sh DTMC calibrate  `dtmc calibrate --budget 3` writes a profile (its
+#                        curves, this machine's cores) that sweep then uses by
+#                        default and names; a training binary's
+#                        --profile-actions carries the plan's attention FLOPs;
+#                        the fidelity check on a small set: 3 candidates of
+#                        models/gpt.dtm spread over the ranking, measured
+#                        against the calibrated profile, each within 0.5-2x
+#                        (loose: CI machines are loaded; bench/fidelity.sh
+#                        holds the 0.8-1.25 target on a quiet machine), the
+#                        JSON's predicted_ms the ranking's step time.
 set -u
 dtmc=$1
 mode=$2
@@ -349,6 +359,57 @@ measure)
 	# the runtime allocates exactly the planned arenas: peak ratio 1.000
 	awk '/^measured here/ {t = 1; next} t && /^ +[0-9]+ / { if ($9 != "1.000") bad = 1 } END {exit bad}' \
 		"$tmp/m.txt" || fail "measured peak differs from the predicted one"
+	;;
+calibrate)
+	prof=$tmp/hw.txt
+	DTM_HW_PROFILE=$prof "$dtmc" calibrate --budget 3 -q 2> "$tmp/e.txt" ||
+		fail "calibrate exited $?: $(cat "$tmp/e.txt")"
+	grep -q "^cores = $(getconf _NPROCESSORS_ONLN)$" "$prof" || fail "no 'cores = N' line: $(cat "$prof")"
+	for key in "^source = dtmc calibrate on " "^gemm 1 " "^stream_bw 1 " "^attn_rate 1 = " \
+		"^attn_bwd_rate 1 = " "^step_overhead = " "^coll all_reduce 2 = " "^coll all_gather 4 = " \
+		"^coll send 2 = "; do
+		grep -q "$key" "$prof" || fail "no '$key' line in the profile: $(cat "$prof")"
+	done
+	"$dtmc" inspect models/mlp.dtm --hw "$prof" > /dev/null || fail "--hw cannot read the profile"
+	# the default profile: sweep names it; DTM_HW_PROFILE=none: h100
+	DTM_HW_PROFILE=$prof "$dtmc" sweep models/mlp.dtm --devices 2 > "$tmp/s.txt" ||
+		fail "sweep with the calibrated default exited $?"
+	grep -q "^profile $prof (dtmc calibrate on " "$tmp/s.txt" ||
+		fail "sweep did not name the profile: $(head -3 "$tmp/s.txt")"
+	grep -q "hardware calibrated" "$tmp/s.txt" || fail "sweep did not use the profile"
+	DTM_HW_PROFILE=none "$dtmc" sweep models/mlp.dtm --devices 2 | grep -q "hardware h100" ||
+		fail "DTM_HW_PROFILE=none did not fall back to h100"
+	# the binary's plan carries the attention kernels' FLOPs (plan_build's
+	# attn_flops: 4 B T T D / 2 per layer = 1,048,576 at the defaults)
+	"$dtmc" build models/gpt.dtm --mesh pp=1,dp=1,tp=1 -o "$tmp/gpt" > /dev/null || fail "build"
+	"$tmp/gpt" --steps 2 -q --profile-actions "$tmp/p.tsv" || fail "--profile-actions run"
+	n=$(awk -F'\t' '$13 == "attention" && $4 == 1048576 {n++} END {print n + 0}' "$tmp/p.tsv")
+	[ "$n" -eq 2 ] || fail "$n attention kernels with 1048576 FLOPs in the profile, not 2: $(grep attention "$tmp/p.tsv")"
+	n=$(awk -F'\t' '$13 == "attention_bwd" && $4 == 2097152 {n++} END {print n + 0}' "$tmp/p.tsv")
+	[ "$n" -eq 2 ] || fail "$n attention_bwd kernels with 2097152 FLOPs, not 2"
+	# fidelity on a small set
+	"$dtmc" sweep models/gpt.dtm --devices 2 --hw "$prof" --measure 3 --measure-pick spread \
+		--measure-steps 4 --json -q > "$tmp/f.json" 2> "$tmp/e.txt" ||
+		fail "--measure exited $?: $(cat "$tmp/e.txt")"
+	python3 - "$tmp/f.json" <<'EOF' || exit 1
+import json, sys
+d = json.load(open(sys.argv[1]))
+m = d["measured"]
+assert len(m) == 3, m
+assert d["hw"] == "calibrated" and d["hw_source"].startswith("dtmc calibrate on"), d["hw"]
+places = [x["place"] for x in m]
+assert places[0] == 1 and places[-1] == d["ok"] and places == sorted(places), places
+best = d["ranking"][0]
+assert best["layout"] == m[0]["layout"], (best, m[0])
+assert abs(best["step_s"] * 1e3 - m[0]["predicted_ms"]) <= 1e-5 * m[0]["predicted_ms"], (best, m[0])
+for x in m:
+    assert abs(x["ratio"] - x["measured_ms"] / x["predicted_ms"]) < 1e-4, x
+    assert 0.5 <= x["ratio"] <= 2.0, "measured / predicted %.2f for %s" % (x["ratio"], x["layout"])
+    assert x["measured_peak"] == x["predicted_peak"], x
+assert -1 <= d["spearman"] <= 1, d["spearman"]
+print("fidelity:", ", ".join("%s %.2f" % (x["layout"], x["ratio"]) for x in m),
+      "spearman %.2f" % d["spearman"])
+EOF
 	;;
 *)
 	fail "unknown mode '$mode'"
