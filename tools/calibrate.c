@@ -555,8 +555,22 @@ int calibrate_main(int argc, char **argv)
 	if (o.out)
 		snprintf(outp, sizeof outp, "%s", o.out);
 	else if (!hw_default_path(outp, sizeof outp)) {
-		fprintf(stderr, "dtmc: error: no place for the profile: set HOME or DTM_HW_PROFILE, "
-		                "or name a file with --hw-out\n");
+		fprintf(stderr, "dtmc: error: no place for the profile: set HOME or DTM_HW_PROFILE "
+		                "(not 'none'), or name a file with --hw-out\n");
+		return 1;
+	}
+	/* where it goes, checked before measuring anything: the folder of
+	 * the default path may not exist yet */
+	char parent[4096], err[1024];
+	snprintf(parent, sizeof parent, "%s", outp);
+	char *slash = strrchr(parent, '/');
+	if (slash && slash != parent)
+		*slash = 0;
+	else
+		snprintf(parent, sizeof parent, "%s", slash ? "/" : ".");
+	if (rt_mkdirs(parent, err, sizeof err) || access(parent, W_OK) != 0) {
+		fprintf(stderr, "dtmc: error: calibrate: cannot write the profile to %s: %s\n",
+		        outp, rt_mkdirs(parent, err, sizeof err) ? err : strerror(errno));
 		return 1;
 	}
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
@@ -581,7 +595,6 @@ int calibrate_main(int argc, char **argv)
 		return 1;
 	}
 	Paths pa;
-	char err[1024];
 	snprintf(pa.src, sizeof pa.src, "%s/cal.dtm", dir);
 	snprintf(pa.exe, sizeof pa.exe, "%s/cal", dir);
 	snprintf(pa.prof, sizeof pa.prof, "%s/prof.tsv", dir);
@@ -763,18 +776,6 @@ int calibrate_main(int argc, char **argv)
 	        "base = cpu\n");
 	hw_print(mf, &hw);
 	fclose(mf);
-	/* the directory of the default path may not exist yet */
-	char parent[4096];
-	snprintf(parent, sizeof parent, "%s", outp);
-	char *slash = strrchr(parent, '/');
-	if (slash && slash != parent) {
-		*slash = 0;
-		if (rt_mkdirs(parent, err, sizeof err)) {
-			fprintf(stderr, "dtmc: error: calibrate: %s\n", err);
-			free(text);
-			return 1;
-		}
-	}
 	if (rt_write_file_atomic(outp, text, len, err, sizeof err)) {
 		fprintf(stderr, "dtmc: error: calibrate: %s\n", err);
 		free(text);

@@ -361,6 +361,15 @@ measure)
 		"$tmp/m.txt" || fail "measured peak differs from the predicted one"
 	;;
 calibrate)
+	# bad input: exit 1 and a message, before measuring anything
+	touch "$tmp/file"
+	for bad in "--budget 0|--budget needs seconds" "--bogus|unknown option '--bogus'" \
+		"--hw-out $tmp/file/x.txt|cannot write the profile to $tmp/file/x.txt"; do
+		args=${bad%%|*}
+		# shellcheck disable=SC2086 # the options are words
+		"$dtmc" calibrate $args -q 2> "$tmp/e.txt" && fail "calibrate $args exited 0"
+		grep -q "${bad#*|}" "$tmp/e.txt" || fail "calibrate $args: $(cat "$tmp/e.txt")"
+	done
 	prof=$tmp/hw.txt
 	DTM_HW_PROFILE=$prof "$dtmc" calibrate --budget 3 -q 2> "$tmp/e.txt" ||
 		fail "calibrate exited $?: $(cat "$tmp/e.txt")"

@@ -547,7 +547,9 @@ static void test_hw_calibrated(void)
 static void test_hw_fuzz(void)
 {
 	const char *seed = "base = h100\ninter_bw = 25 GB/s\nmem_size = 80 GiB # c\n"
-	                   "gpus_per_node = 4\nintra_latency = 2 us\nname = x\npeak_f32 = 1e12\n";
+	                   "gpus_per_node = 4\nintra_latency = 2 us\nname = x\npeak_f32 = 1e12\n"
+	                   "gemm 1 64 64 64 = 2 GFLOP/s\ncoll all_reduce 2 = 1 us, 1 GB/s\n"
+	                   "stream_bw 2 4096 = 3 GB/s\nattn_rate 1 = 1e9\nsource = x y\n";
 	size_t sl = strlen(seed);
 	char buf[512];
 	uint64_t r = 0x9e3779b97f4a7c15ull;
