@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "runtime/ckpt.h"
+#include "runtime/fsio.h"
 #include "runtime/rt.h"
 
 #ifdef DTM_HAVE_CBLAS
@@ -564,4 +565,75 @@ int rt_cpu_gemm(const DtmAction *a, const DtmBuffer *bufs, void *const *ptrs, Rt
 		rt_parallel_for(pool, nc, 1 << 15, narrow_range, &w);
 	}
 	return 0;
+}
+
+/* ---- --calibrate-gemm: the GEMM curve dtmc calibrate reads ----
+ *
+ * Shapes from skinny to square, m (rows of C) 32 to 2048, n 64 to 4096, k
+ * 64 to 2048: what data, tensor and sequence parallelism and micro-batches
+ * cut a transformer's GEMMs into.  Each is timed on rt_cpu_gemm with the
+ * rank's pool (its threads), repeated for about RT_CAL_SHAPE_S after one
+ * untimed call; every rank runs the grid at the same time, so the cores
+ * are as busy as in training. */
+#define RT_CAL_SHAPE_S 0.03
+
+int rt_calibrate_gemm(RtPool *pool, const char *path, char *err)
+{
+	static const int64_t ms[] = {32, 128, 512, 2048}, ns[] = {64, 256, 1024, 4096},
+	                     ks[] = {64, 256, 1024};
+	const int64_t maxe = 2048 * 4096;
+	float *buf = calloc((size_t)(3 * maxe), sizeof(float));
+	size_t cap = 1 << 14, len = 0;
+	char *out = path ? malloc(cap) : NULL;
+	if (!buf || (path && !out)) {
+		free(buf);
+		free(out);
+		snprintf(err, RT_ERR_LEN, "out of memory for --calibrate-gemm");
+		return -1;
+	}
+	for (int64_t i = 0; i < 3 * maxe; i++)
+		buf[i] = (float)((i * 7919) % 17) * 0.01f;
+	DtmBuffer bufs[3] = {{.dtype = DTM_F32}, {.dtype = DTM_F32}, {.dtype = DTM_F32}};
+	void *ptrs[3] = {buf, buf + maxe, buf + 2 * maxe};
+	RtGemmScratch sc = {0};
+	int rc = 0;
+	for (size_t a = 0; a < sizeof ms / sizeof *ms && !rc; a++)
+		for (size_t b = 0; b < sizeof ns / sizeof *ns && !rc; b++)
+			for (size_t c = 0; c < sizeof ks / sizeof *ks && !rc; c++) {
+				DtmAction g = {.kind = DTM_ACT_GEMM, .nargs = 3, .args = {0, 1, 2},
+				               .m = ms[a], .n = ns[b], .k = ks[c], .batch = 1,
+				               .alpha = 1, .beta = 0, .label = "calibrate"};
+				if (g.m * g.k > maxe || g.k * g.n > maxe || g.m * g.n > maxe)
+					continue;
+				rc = rt_cpu_gemm(&g, bufs, ptrs, &sc, pool, err);
+				double t0 = rt_now(), t;
+				int reps = 0;
+				do {
+					rc = rc ? rc : rt_cpu_gemm(&g, bufs, ptrs, &sc, pool, err);
+					reps++;
+				} while (!rc && (t = rt_now() - t0) < RT_CAL_SHAPE_S);
+				if (rc || !out)
+					continue;
+				char line[160];
+				int w = snprintf(line, sizeof line, "gemm %d %lld %lld %lld = %.6g\n",
+				                 rt_pool_threads(pool), (long long)g.m, (long long)g.n,
+				                 (long long)g.k, 2.0 * g.m * g.n * g.k * reps / t);
+				if (len + (size_t)w + 1 > cap) {
+					char *nb = realloc(out, cap *= 2);
+					if (!nb) {
+						rc = -1;
+						snprintf(err, RT_ERR_LEN, "out of memory for --calibrate-gemm");
+						break;
+					}
+					out = nb;
+				}
+				memcpy(out + len, line, (size_t)w);
+				len += (size_t)w;
+			}
+	rt_gemm_scratch_free(&sc);
+	free(buf);
+	if (!rc && path)
+		rc = rt_write_file_atomic(path, out, len, err, RT_ERR_LEN);
+	free(out);
+	return rc;
 }

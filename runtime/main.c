@@ -31,7 +31,7 @@ typedef struct Opts {
 	double lr, comm_timeout;
 	bool threads_set, overlap, overlap_copy, overlap_set, backend_set, log_warn;
 	const char *log, *save, *resume, *data, *val_data, *dump, *backend, *device;
-	const char *profile_actions;
+	const char *profile_actions, *calibrate_gemm;
 	bool check_numerics, verbose, quiet, help, seed_set, decay_set, resume_fallback;
 } Opts;
 
@@ -67,6 +67,10 @@ static const char usage[] =
 	"  --profile-actions FILE  rank 0's kernels and GEMMs, each one's mean seconds\n"
 	"                     over the steps after the first, one line per action\n"
 	"                     (what `dtmc calibrate` fits its curves to)\n"
+	"  --calibrate-gemm FILE  instead of training, every rank times the runtime's\n"
+	"                     GEMM over a grid of shapes at once (its threads, the\n"
+	"                     others busy); rank 0 writes `gemm THREADS M N K = RATE`\n"
+	"                     lines (dtmc calibrate's GEMM curve)\n"
 	"  --threads N        CPU threads per rank for kernels and GEMM (default: the\n"
 	"                     cores (%lld) shared out among this host's ranks); speed\n"
 	"                     only: losses and weights are the same bits for every N\n"
@@ -175,6 +179,7 @@ static int parse_args(Opts *o, const DtmPlan *p, int argc, char **argv, char *er
 			"--lr-decay-steps",
 			"--dump-batches", "--backend", "--comm-timeout", "--device",
 			"--overlap", "--comm-delay-us", "--log-errors", "--profile-actions",
+			"--calibrate-gemm",
 		};
 		bool known = false;
 		for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
@@ -256,6 +261,8 @@ static int parse_args(Opts *o, const DtmPlan *p, int argc, char **argv, char *er
 			o->dump = val;
 		else if (!strcmp(flag, "--profile-actions"))
 			o->profile_actions = val;
+		else if (!strcmp(flag, "--calibrate-gemm"))
+			o->calibrate_gemm = val;
 		else if (!strcmp(flag, "--backend")) {
 			if (strcmp(val, "local") != 0 && strcmp(val, "mpi") != 0) {
 				snprintf(err, RT_ERR_LEN, "--backend wants local or mpi, got '%s'", val);
@@ -713,7 +720,9 @@ static int run_rank(RankJob *j)
 			print_plan(plan, &run, &j->o);
 		if (!status && j->o.verbose)
 			print_alloc(plan, &run);
-		if (!status)
+		if (!status && j->o.calibrate_gemm)
+			status = rt_calibrate_gemm(run.pool, lead ? j->o.calibrate_gemm : NULL, j->err);
+		else if (!status)
 			status = train(plan, &j->o, j->src, &run, &log, j->err);
 		rt_run_free(&run);
 	}

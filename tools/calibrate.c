@@ -2,6 +2,9 @@
  * profile the cost model reads (`--hw FILE`, and sweep's default).
  *
  * What it measures, all through dtm's own runtime:
+ * - GEMMs: the binary's --calibrate-gemm times the runtime's own GEMM over
+ *   a grid of shapes, on one rank over every core and on a rank per core
+ *   (each on one thread, all at once).
  * - kernels and GEMMs: a GPT (the shape of models/gpt.dtm) at a few sizes
  *   is built as `dtmc build` builds it and trained a few steps on one rank
  *   with --profile-actions, on 1 thread and on every core.  From each
@@ -537,6 +540,25 @@ static bool run_model(const Opts *o, const Paths *pa, const char *threads, doubl
 	return ok;
 }
 
+/* The built binary's --calibrate-gemm (every rank at once, on `threads`
+ * threads or the default share) into hw's GEMM points. */
+static bool gemm_grid(const Opts *o, const Paths *pa, const char *threads, HwProfile *hw)
+{
+	char *argv[] = {(char *)pa->exe, "--calibrate-gemm", (char *)pa->prof, "-q",
+	                threads ? "--threads" : NULL, (char *)threads, NULL};
+	note(o, "  the GEMM grid");
+	char *text = NULL, err[1024];
+	size_t len = 0;
+	bool ok = sweep_run_to_file(argv, pa->txt) == 0 &&
+	          rt_read_file(pa->prof, &text, &len, 1 << 20, err, sizeof err) == 0 &&
+	          hw_parse_overrides(hw, text, len, pa->prof, stderr) == 0;
+	free(text);
+	if (!ok)
+		fprintf(stderr, "dtmc: error: calibrate: the GEMM grid failed; its output is in %s\n",
+		        pa->txt);
+	return ok;
+}
+
 /* A multi-rank calibration run kept for the collective overhead: its plan
  * and measured step. */
 typedef struct MultiRun {
@@ -648,6 +670,10 @@ int calibrate_main(int argc, char **argv)
 				fit[0].over_sum += fmax(0, mr->step - sum);
 				fit[0].nover++;
 			}
+			/* the GEMM grid, once per thread count: the binary times the
+			 * runtime's own GEMM over shapes the model does not have */
+			if (ok && zi == 0 && !tp)
+				ok = gemm_grid(&o, &pa, r == 0 ? ncores : NULL, &hw);
 			if (ok && r > 0)
 				nmulti++; /* kept: its plan and step */
 			else

@@ -379,6 +379,11 @@ calibrate)
 		"^coll send 2 = "; do
 		grep -q "$key" "$prof" || fail "no '$key' line in the profile: $(cat "$prof")"
 	done
+	# the binary's --calibrate-gemm grid: 48 shapes on 1 thread and on every core
+	for t in 1 "$(getconf _NPROCESSORS_ONLN)"; do
+		n=$(grep -c "^gemm $t " "$prof")
+		[ "$n" -ge 48 ] || fail "$n GEMM points of $t threads, not 48 or more"
+	done
 	"$dtmc" inspect models/mlp.dtm --hw "$prof" > /dev/null || fail "--hw cannot read the profile"
 	# the default profile: sweep names it; DTM_HW_PROFILE=none: h100
 	DTM_HW_PROFILE=$prof "$dtmc" sweep models/mlp.dtm --devices 2 > "$tmp/s.txt" ||
