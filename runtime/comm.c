@@ -674,3 +674,104 @@ int comm_run_action(Comm *c, const DtmPlan *p, const DtmAction *a, void *const *
 		snprintf(err, (size_t)errlen, "%s (action '%s')", c->err, label);
 	return rc;
 }
+
+/* ---- comm_calibrate: what `dtmc calibrate` reads ----
+ *
+ * Each collective kind over the whole world (send/recv: rank 2i to 2i + 1)
+ * at two sizes, COMM_CAL_SMALL and COMM_CAL_BIG bytes of f32: the small
+ * one's time less its bytes at the big one's rate is the latency.  Every
+ * rank runs the same fixed repetitions between barriers (a count decided
+ * by rank 0 from a first timing would need a broadcast of its own).
+ * Rank 0 writes `coll KIND N = LATENCY, BYTES/s` lines (tools/hw.h). */
+#define COMM_CAL_SMALL (16 << 10)
+#define COMM_CAL_BIG (4 << 20)
+
+static double cal_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cal_op(Comm *c, int kind, uint32_t axes, void *in, void *out, int64_t count)
+{
+	int n = c->size;
+	switch (kind) {
+	case 0:
+		return comm_all_reduce(c, axes, in, out, count, DTM_F32, DTM_RED_SUM);
+	case 1:
+		return comm_all_gather(c, axes, in, out, count / n, DTM_F32);
+	case 2:
+		return comm_reduce_scatter(c, axes, in, out, count / n, DTM_F32, DTM_RED_SUM);
+	case 3:
+		return comm_all_to_all(c, axes, in, out, count / n, DTM_F32);
+	case 4:
+		return comm_broadcast(c, axes, in, count, DTM_F32, 0);
+	default:
+		if (c->rank % 2 == 0 && c->rank + 1 < n)
+			return comm_send(c, axes, 1, false, in, count * 4);
+		if (c->rank % 2 == 1)
+			return comm_recv(c, axes, 1, false, out, count * 4);
+		return 0;
+	}
+}
+
+/* Seconds per operation on this rank (the receiver's for send/recv). */
+static int cal_time(Comm *c, int kind, uint32_t axes, void *in, void *out, int64_t bytes,
+		    int reps, double *s)
+{
+	int64_t count = bytes / 4 / c->size * c->size;
+	if (cal_op(c, kind, axes, in, out, count) || comm_barrier(c, axes))
+		return -1;
+	double t0 = cal_now();
+	for (int r = 0; r < reps; r++)
+		if (cal_op(c, kind, axes, in, out, count))
+			return -1;
+	if (comm_barrier(c, axes))
+		return -1;
+	*s = (cal_now() - t0) / reps;
+	return 0;
+}
+
+int comm_calibrate(Comm *c, char *text, size_t cap)
+{
+	static const char *const kinds[] = {"all_reduce", "all_gather", "reduce_scatter",
+					    "all_to_all", "broadcast",  "send"};
+	uint32_t axes = (1u << c->mesh.naxes) - 1;
+	float *in = calloc(COMM_CAL_BIG / 4, sizeof(float));
+	float *out = calloc(COMM_CAL_BIG / 4, sizeof(float));
+	size_t len = 0;
+	int rc = in && out ? 0 : -1;
+	if (rc)
+		snprintf(c->err, COMM_ERR_LEN, "out of memory for the calibration");
+	if (text && cap)
+		text[0] = 0;
+	for (int k = 0; k < 6 && !rc; k++) {
+		double ts, tb;
+		rc = cal_time(c, k, axes, in, out, COMM_CAL_SMALL, 200, &ts) ||
+		     cal_time(c, k, axes, in, out, COMM_CAL_BIG, 10, &tb);
+		/* the pair's receiver timed send/recv: rank 1 tells rank 0 */
+		double both[2] = {ts, tb};
+		if (!rc && k == 5 && c->size > 1) {
+			if (c->rank == 1)
+				rc = comm_send(c, axes, c->size - 1, false, both, sizeof both);
+			else if (c->rank == 0)
+				rc = comm_recv(c, axes, c->size - 1, false, both, sizeof both);
+		}
+		if (rc || c->rank != 0 || !text)
+			continue;
+		ts = both[0], tb = both[1];
+		double bw = tb > ts ? (double)(COMM_CAL_BIG - COMM_CAL_SMALL) / (tb - ts)
+				    : COMM_CAL_BIG / tb;
+		double lat = ts - COMM_CAL_SMALL / bw;
+		for (int rep = 0; rep < (k == 5 ? 2 : 1); rep++) {
+			int w = snprintf(text + len, cap - len, "coll %s %d = %.6g, %.6g\n",
+					 rep ? "recv" : kinds[k], c->size, lat > 0 ? lat : 0, bw);
+			if (w > 0 && (size_t)w < cap - len)
+				len += (size_t)w;
+		}
+	}
+	free(in);
+	free(out);
+	return rc;
+}

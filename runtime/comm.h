@@ -185,6 +185,12 @@ int comm_send(Comm *c, uint32_t axes, int offset, bool mirror, const void *buf, 
 int comm_recv(Comm *c, uint32_t axes, int offset, bool mirror, void *buf, int64_t bytes);
 int comm_barrier(Comm *c, uint32_t axes);
 
+/* Times each collective kind and send/recv over the whole world at two
+ * sizes (every rank calls it); rank 0 writes `coll KIND N = LATENCY, BW`
+ * lines (tools/hw.h) into text[0..cap) when text is non-NULL.  Returns 0,
+ * or -1 with the error in c->err. */
+int comm_calibrate(Comm *c, char *text, size_t cap);
+
 /* Along a dim of a row-major tensor.  shape is the caller's INPUT shape
  * (rank dims):
  *   all_gather_dim      out has shape[dim] * n along dim, member g's block

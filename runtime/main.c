@@ -31,7 +31,7 @@ typedef struct Opts {
 	double lr, comm_timeout;
 	bool threads_set, overlap, overlap_copy, overlap_set, backend_set, log_warn;
 	const char *log, *save, *resume, *data, *val_data, *dump, *backend, *device;
-	const char *profile_actions, *calibrate_gemm;
+	const char *profile_actions, *calibrate_gemm, *calibrate_comm;
 	bool check_numerics, verbose, quiet, help, seed_set, decay_set, resume_fallback;
 } Opts;
 
@@ -71,6 +71,9 @@ static const char usage[] =
 	"                     GEMM over a grid of shapes at once (its threads, the\n"
 	"                     others busy); rank 0 writes `gemm THREADS M N K = RATE`\n"
 	"                     lines (dtmc calibrate's GEMM curve)\n"
+	"  --calibrate-comm FILE  instead of training, time each collective over all\n"
+	"                     the ranks (on this backend) at two sizes; rank 0 writes\n"
+	"                     `coll KIND N = LATENCY, BW` lines\n"
 	"  --threads N        CPU threads per rank for kernels and GEMM (default: the\n"
 	"                     cores (%lld) shared out among this host's ranks); speed\n"
 	"                     only: losses and weights are the same bits for every N\n"
@@ -179,7 +182,7 @@ static int parse_args(Opts *o, const DtmPlan *p, int argc, char **argv, char *er
 			"--lr-decay-steps",
 			"--dump-batches", "--backend", "--comm-timeout", "--device",
 			"--overlap", "--comm-delay-us", "--log-errors", "--profile-actions",
-			"--calibrate-gemm",
+			"--calibrate-gemm", "--calibrate-comm",
 		};
 		bool known = false;
 		for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
@@ -263,6 +266,8 @@ static int parse_args(Opts *o, const DtmPlan *p, int argc, char **argv, char *er
 			o->profile_actions = val;
 		else if (!strcmp(flag, "--calibrate-gemm"))
 			o->calibrate_gemm = val;
+		else if (!strcmp(flag, "--calibrate-comm"))
+			o->calibrate_comm = val;
 		else if (!strcmp(flag, "--backend")) {
 			if (strcmp(val, "local") != 0 && strcmp(val, "mpi") != 0) {
 				snprintf(err, RT_ERR_LEN, "--backend wants local or mpi, got '%s'", val);
@@ -662,6 +667,21 @@ static int train(const DtmPlan *p, Opts *o, const Sources *src, RtRun *r, RtLog 
 	return status;
 }
 
+/* --calibrate-comm: comm_calibrate over every rank; rank 0 writes path. */
+static int calibrate_comm(Comm *c, const char *path, char *err)
+{
+	if (!c) {
+		snprintf(err, RT_ERR_LEN, "--calibrate-comm needs more than one rank");
+		return 1;
+	}
+	char text[4096];
+	if (comm_calibrate(c, path ? text : NULL, sizeof text)) {
+		snprintf(err, RT_ERR_LEN, "--calibrate-comm: %s", comm_error(c));
+		return 1;
+	}
+	return path && rt_write_file_atomic(path, text, strlen(text), err, RT_ERR_LEN) ? 1 : 0;
+}
+
 /* One rank's whole run: its log (a file and progress only on rank 0),
  * arenas, initial values, data shard and training loop. */
 typedef struct RankJob {
@@ -722,6 +742,8 @@ static int run_rank(RankJob *j)
 			print_alloc(plan, &run);
 		if (!status && j->o.calibrate_gemm)
 			status = rt_calibrate_gemm(run.pool, lead ? j->o.calibrate_gemm : NULL, j->err);
+		else if (!status && j->o.calibrate_comm)
+			status = calibrate_comm(j->comm, lead ? j->o.calibrate_comm : NULL, j->err);
 		else if (!status)
 			status = train(plan, &j->o, j->src, &run, &log, j->err);
 		rt_run_free(&run);

@@ -202,6 +202,12 @@ if(TARGET dtm_comm_mpi)
              COMMAND ${DTM_BASH} ${DTM_TESTS}/e2e/elastic.sh $<TARGET_FILE:dtmc> ${DTM_MPIRUN}
              WORKING_DIRECTORY ${DTM_ROOT})
     set_tests_properties(mpi.elastic PROPERTIES TIMEOUT 300 LABELS mpi)
+    #   mpi.calibrate  dtmc calibrate --backend mpi: the collectives and the
+    #                multi-rank calibration runs under mpirun (issue 21)
+    add_test(NAME mpi.calibrate
+             COMMAND ${DTM_BASH} ${DTM_TESTS}/sweep/run.sh $<TARGET_FILE:dtmc> calibrate-mpi
+             WORKING_DIRECTORY ${DTM_ROOT})
+    set_tests_properties(mpi.calibrate PROPERTIES TIMEOUT 600 LABELS mpi)
   else()
     add_test(NAME mpi.comm COMMAND ${CMAKE_COMMAND} -E echo
       "SKIP: mpirun not found (apt-get install openmpi-bin)")

@@ -15,17 +15,14 @@
  *   kernels' FLOPs over their time give the attention rate, forward and
  *   backward apart; the step's time less its actions' the per-step
  *   overhead.
- * - communication: the local backend (ranks as threads of this process,
- *   runtime/comm_local.c), each collective kind and send/recv over 2, 4
- *   (and the core count) ranks at two sizes: latency and bandwidth
- *   through the two points.
- * The MPI backend is not measured here (it needs mpirun and one process
- * per rank); `coll` lines for it can be written by hand from
- * bench/comm_bench's output (tools/hw.h gives the form).
+ * - communication: the binary's --calibrate-comm (runtime/comm.c's
+ *   comm_calibrate) on a calibration GPT of 2, 4 (and the core count's)
+ *   ranks, on the local backend (ranks as threads) or with --backend mpi
+ *   under Open MPI's mpirun: each collective kind and send/recv at two
+ *   sizes, latency and bandwidth through the two points.
  */
 #include <errno.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,21 +32,24 @@
 
 #include "codegen/link.h"
 #include "driver/driver.h"
-#include "runtime/comm.h"
 #include "runtime/fsio.h"
 #include "tools/calibrate.h"
 #include "tools/cost.h"
 #include "tools/sweep_impl.h"
 
 const char calibrate_help[] =
-        "usage: dtmc calibrate [--hw-out FILE] [--budget SECONDS] [--print] [-q]\n"
+        "usage: dtmc calibrate [--hw-out FILE] [--budget SECONDS] [--backend local|mpi]\n"
+        "                      [--print] [-q]\n"
         "\n"
         "Measures this machine and writes a hardware profile that --hw FILE reads\n"
         "and `dtmc sweep` uses by default: GEMM throughput by shape, kernel\n"
         "bandwidth, the attention kernels' rate and the runtime's per-kernel and\n"
-        "per-step overheads (a small GPT built and trained on one rank with\n"
-        "--profile-actions, on one thread and on every core), and the local\n"
-        "backend's latency and bandwidth per collective kind and group size.\n"
+        "per-step overheads (a small GPT built and trained with --profile-actions\n"
+        "on one rank over every core and on a rank per core; the binary's\n"
+        "--calibrate-gemm grid), the backend's latency and bandwidth per\n"
+        "collective kind and group size (--calibrate-comm over 2 and 4 ranks),\n"
+        "and what a collective costs inside a run (a data- and a tensor-parallel\n"
+        "run of that GPT).\n"
         "\n"
         "options:\n"
         "  --hw-out FILE     where to write it (default: $DTM_HW_PROFILE, else\n"
@@ -57,6 +57,8 @@ const char calibrate_help[] =
         "  --budget SECONDS  about how long to measure, C compiles of the\n"
         "                    calibration model included (default 60; with less, fewer\n"
         "                    model sizes: one takes about 15 s on 2 cores)\n"
+        "  --backend B       local (default: ranks as threads) or mpi (one process\n"
+        "                    per rank under Open MPI's mpirun, on this host)\n"
         "  --print           also print the profile on standard output\n"
         "  -q                no progress lines\n";
 
@@ -130,6 +132,7 @@ static const CalSize sizes[] = {
 
 typedef struct Opts {
 	const char *out;
+	const char *backend; /* local or mpi */
 	double budget;
 	bool print, quiet;
 	double t0; /* when it started */
@@ -316,128 +319,11 @@ static void gemm_points(const Fit *f, int t, HwProfile *hw)
 	}
 }
 
-/* ---- the local backend ---- */
-
-typedef struct CommJob {
-	CommLocalWorld *w;
-	int rank, n, kind, reps;
-	int64_t bytes;
-	double seconds; /* rank 0's, per operation */
-	int rc;
-} CommJob;
-
-static int one_op(Comm *c, int kind, int rank, void *in, void *out, int64_t count)
-{
-	switch (kind) {
-	case COST_ALL_REDUCE:
-		return comm_all_reduce(c, 1, in, out, count, DTM_F32, DTM_RED_SUM);
-	case COST_ALL_GATHER:
-		return comm_all_gather(c, 1, in, out, count / c->size, DTM_F32);
-	case COST_REDUCE_SCATTER:
-		return comm_reduce_scatter(c, 1, in, out, count / c->size, DTM_F32, DTM_RED_SUM);
-	case COST_ALL_TO_ALL:
-		return comm_all_to_all(c, 1, in, out, count / c->size, DTM_F32);
-	case COST_BROADCAST:
-		return comm_broadcast(c, 1, in, count, DTM_F32, 0);
-	default: /* send: rank 2i to 2i + 1 */
-		if (rank % 2 == 0 && rank + 1 < c->size)
-			return comm_send(c, 1, 1, false, in, count * 4);
-		if (rank % 2 == 1)
-			return comm_recv(c, 1, 1, false, out, count * 4);
-		return 0;
-	}
-}
-
-static void *comm_job(void *arg)
-{
-	CommJob *j = arg;
-	Comm *c;
-	char err[COMM_ERR_LEN];
-	j->rc = -1;
-	if (comm_local_open(&c, j->w, j->rank, err)) {
-		comm_local_exit(j->w, j->rank);
-		return NULL;
-	}
-	int64_t count = j->bytes / 4 / j->n * j->n;
-	float *in = calloc((size_t)count, sizeof(float)), *out = calloc((size_t)count, sizeof(float));
-	int rc = in && out ? 0 : -1;
-	/* one to warm up, then reps timed between barriers */
-	rc = rc || one_op(c, j->kind, j->rank, in, out, count) || comm_barrier(c, 1);
-	double t0 = now();
-	for (int r = 0; r < j->reps && !rc; r++)
-		rc = one_op(c, j->kind, j->rank, in, out, count);
-	rc = rc || comm_barrier(c, 1);
-	j->seconds = (now() - t0) / j->reps;
-	j->rc = rc;
-	if (rc && !c->peer_failed)
-		comm_fail(c, comm_error(c));
-	free(in);
-	free(out);
-	comm_close(c);
-	comm_local_exit(j->w, j->rank);
-	return NULL;
-}
-
-/* Seconds per operation of kind over n ranks of bytes each, or a negative
- * value on failure. */
-static double time_coll(int kind, int n, int64_t bytes, int reps)
-{
-	char err[COMM_ERR_LEN];
-	CommMesh m = {.naxes = 1, .sizes = {n}, .names = {"world"}};
-	CommLocalWorld *w = comm_local_world_new(&m, 120, err);
-	if (!w)
-		return -1;
-	CommJob jobs[HW_MAX_THREADS];
-	pthread_t th[HW_MAX_THREADS];
-	int started = 0;
-	for (int r = 0; r < n; r++) {
-		jobs[r] = (CommJob){w, r, n, kind, reps, bytes, 0, -1};
-		if (pthread_create(&th[r], NULL, comm_job, &jobs[r]) != 0)
-			break;
-		started++;
-	}
-	for (int r = 0; r < started; r++)
-		pthread_join(th[r], NULL);
-	comm_local_world_free(w);
-	if (started < n)
-		return -1;
-	/* send/recv: the receiver's time (it waits for the send) */
-	double s = jobs[kind == COST_SEND ? 1 : 0].seconds;
-	for (int r = 0; r < n; r++)
-		if (jobs[r].rc)
-			return -1;
-	return s;
-}
-
-/* Latency and bandwidth of kind over n ranks through two sizes. */
-static bool calibrate_coll(HwProfile *hw, int kind, int n, double budget)
-{
-	int64_t small = 16 << 10, big = budget < 10 ? 2 << 20 : 8 << 20;
-	/* reps from a first timing, for about budget seconds in all */
-	double t1 = time_coll(kind, n, small, 3), t2 = time_coll(kind, n, big, 1);
-	if (t1 < 0 || t2 < 0)
-		return false;
-	int r1 = (int)fmin(2000, fmax(5, budget * 0.3 / fmax(t1, 1e-7)));
-	int r2 = (int)fmin(200, fmax(2, budget * 0.7 / fmax(t2, 1e-7)));
-	t1 = time_coll(kind, n, small, r1);
-	t2 = time_coll(kind, n, big, r2);
-	if (t1 < 0 || t2 < 0)
-		return false;
-	double bw = t2 > t1 ? (double)(big - small) / (t2 - t1) : (double)big / t2;
-	double lat = fmax(0, t1 - (double)small / bw);
-	if (hw->ncoll == HW_MAX_COLL)
-		return true;
-	hw->coll[hw->ncoll++] = (HwCollPoint){kind, n, lat, bw};
-	if (kind == COST_SEND && hw->ncoll < HW_MAX_COLL)
-		hw->coll[hw->ncoll++] = (HwCollPoint){COST_RECV, n, lat, bw};
-	return true;
-}
-
 /* ---- the command ---- */
 
 static int parse_opts(int argc, char **argv, Opts *o)
 {
-	*o = (Opts){.budget = 60};
+	*o = (Opts){.budget = 60, .backend = "local"};
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -447,7 +333,8 @@ static int parse_opts(int argc, char **argv, Opts *o)
 			o->print = true;
 		} else if (!strcmp(a, "-q")) {
 			o->quiet = true;
-		} else if (!strcmp(a, "--hw-out") || !strcmp(a, "--budget")) {
+		} else if (!strcmp(a, "--hw-out") || !strcmp(a, "--budget") ||
+		           !strcmp(a, "--backend")) {
 			if (i + 1 >= argc) {
 				fprintf(stderr, "dtmc: error: option '%s' needs a value\n", a);
 				return 1;
@@ -455,6 +342,15 @@ static int parse_opts(int argc, char **argv, Opts *o)
 			const char *v = argv[++i];
 			if (!strcmp(a, "--hw-out")) {
 				o->out = v;
+				continue;
+			}
+			if (!strcmp(a, "--backend")) {
+				if (strcmp(v, "local") && strcmp(v, "mpi")) {
+					fprintf(stderr, "dtmc: error: --backend needs local or mpi, "
+					                "got '%s'\n", v);
+					return 1;
+				}
+				o->backend = v;
 				continue;
 			}
 			char *end;
@@ -505,17 +401,45 @@ typedef struct Paths {
 	char src[4200], exe[4200], prof[4200], log[4200], txt[4200];
 } Paths;
 
+/* Runs args (the binary and its options, NULL-terminated, at most 12) to
+ * pa->txt: directly, or with the mpi backend and np > 1 under `mpirun
+ * --oversubscribe -np NP ... --backend mpi` (as root too: Open MPI asks
+ * for its two variables then).  Returns the exit status. */
+static int launch(const Opts *o, const Paths *pa, int np, char **args)
+{
+	char *argv[24], n[16];
+	int k = 0;
+	bool mpi = !strcmp(o->backend, "mpi") && np > 1;
+	if (mpi) {
+		setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
+		setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
+		snprintf(n, sizeof n, "%d", np);
+		argv[k++] = "mpirun";
+		argv[k++] = "--oversubscribe";
+		argv[k++] = "-np";
+		argv[k++] = n;
+	}
+	for (int i = 0; args[i] && k < 20; i++)
+		argv[k++] = args[i];
+	if (mpi) {
+		argv[k++] = "--backend";
+		argv[k++] = "mpi";
+	}
+	argv[k] = NULL;
+	return sweep_run_to_file(argv, pa->txt);
+}
+
 /* Runs the built binary: a 2-step run sizes the profiled one to about
  * `share` seconds (3 to 50 steps).  Its rank 0 actions into f (when
  * non-NULL); the mean step seconds into *step and the sum of the
  * profiled actions' into *sum.  False after printing. */
-static bool run_model(const Opts *o, const Paths *pa, const char *threads, double share, Fit *f,
-                      double *step, double *sum)
+static bool run_model(const Opts *o, const Paths *pa, int np, const char *threads, double share,
+                      Fit *f, double *step, double *sum)
 {
 	double tb = now();
 	char *argv1[] = {(char *)pa->exe, "--steps", "2", "--log", (char *)pa->log, "-q",
 	                 threads ? "--threads" : NULL, (char *)threads, NULL};
-	if (sweep_run_to_file(argv1, pa->txt) != 0) {
+	if (launch(o, pa, np, argv1) != 0) {
 		fprintf(stderr, "dtmc: error: calibrate: the calibration run failed; its output is "
 		                "in %s\n", pa->txt);
 		return false;
@@ -530,7 +454,7 @@ static bool run_model(const Opts *o, const Paths *pa, const char *threads, doubl
 	note(o, "  %d steps", ns);
 	Fit scratch = {0};
 	int n;
-	bool ok = sweep_run_to_file(argv, pa->txt) == 0 &&
+	bool ok = launch(o, pa, np, argv) == 0 &&
 	          read_profile(pa->prof, f ? f : &scratch, sum) &&
 	          isfinite(*step = sweep_log_step_s(pa->log, &n));
 	free(scratch.acts);
@@ -542,19 +466,40 @@ static bool run_model(const Opts *o, const Paths *pa, const char *threads, doubl
 
 /* The built binary's --calibrate-gemm (every rank at once, on `threads`
  * threads or the default share) into hw's GEMM points. */
-static bool gemm_grid(const Opts *o, const Paths *pa, const char *threads, HwProfile *hw)
+static bool gemm_grid(const Opts *o, const Paths *pa, int np, const char *threads,
+                      HwProfile *hw)
 {
 	char *argv[] = {(char *)pa->exe, "--calibrate-gemm", (char *)pa->prof, "-q",
 	                threads ? "--threads" : NULL, (char *)threads, NULL};
 	note(o, "  the GEMM grid");
 	char *text = NULL, err[1024];
 	size_t len = 0;
-	bool ok = sweep_run_to_file(argv, pa->txt) == 0 &&
+	bool ok = launch(o, pa, np, argv) == 0 &&
 	          rt_read_file(pa->prof, &text, &len, 1 << 20, err, sizeof err) == 0 &&
 	          hw_parse_overrides(hw, text, len, pa->prof, stderr) == 0;
 	free(text);
 	if (!ok)
 		fprintf(stderr, "dtmc: error: calibrate: the GEMM grid failed; its output is in %s\n",
+		        pa->txt);
+	return ok;
+}
+
+/* The built binary's --calibrate-comm over its np ranks into hw's
+ * collective points. */
+static bool comm_grid(const Opts *o, const Paths *pa, int np, HwProfile *hw)
+{
+	note(o, "  the %s backend over %d ranks", o->backend, np);
+	char *args[] = {(char *)pa->exe, "--calibrate-comm", (char *)pa->prof, "-q", NULL};
+	char *text = NULL, err[1024];
+	size_t len = 0;
+	bool ok = launch(o, pa, np, args) == 0 &&
+	          rt_read_file(pa->prof, &text, &len, 1 << 20, err, sizeof err) == 0 &&
+	          hw_parse_overrides(hw, text, len, pa->prof, stderr) == 0;
+	free(text);
+	if (!ok)
+		fprintf(stderr, "dtmc: error: calibrate: the %s backend's calibration failed%s; its "
+		                "output is in %s\n",
+		        o->backend, strcmp(o->backend, "mpi") ? "" : " (is Open MPI's mpirun on PATH?)",
 		        pa->txt);
 	return ok;
 }
@@ -664,7 +609,7 @@ int calibrate_main(int argc, char **argv)
 			double sum;
 			ok = build_model(&mr->a, pa.src, z, mesh, tp ? "sequence_parallel=true" : NULL,
 			                 pa.exe, &mr->plan) &&
-			     run_model(&o, &pa, r == 0 ? ncores : NULL, o.budget * 0.1,
+			     run_model(&o, &pa, r == 0 ? 1 : cores, r == 0 ? ncores : NULL, o.budget * 0.1,
 			               tp ? NULL : &fit[r], &mr->step, &sum);
 			if (ok && r == 0) {
 				fit[0].over_sum += fmax(0, mr->step - sum);
@@ -673,7 +618,10 @@ int calibrate_main(int argc, char **argv)
 			/* the GEMM grid, once per thread count: the binary times the
 			 * runtime's own GEMM over shapes the model does not have */
 			if (ok && zi == 0 && !tp)
-				ok = gemm_grid(&o, &pa, r == 0 ? ncores : NULL, &hw);
+				ok = gemm_grid(&o, &pa, r == 0 ? 1 : cores, r == 0 ? ncores : NULL, &hw);
+			/* and the backend over `cores` ranks, on this binary */
+			if (ok && zi == 0 && r == 1)
+				ok = comm_grid(&o, &pa, cores, &hw);
 			if (ok && r > 0)
 				nmulti++; /* kept: its plan and step */
 			else
@@ -692,8 +640,7 @@ int calibrate_main(int argc, char **argv)
 		hw.step_s = fit[0].over_sum / fit[0].nover;
 	for (int ti = 0; ti < nt; ti++)
 		free(fit[ti].acts);
-	remove_files(dir);
-	if (!ok) {
+	if (!ok) { /* the folder kept: the message names its run.txt */
 		for (int i = 0; i < nmulti; i++)
 			arena_free(&multi[i].a);
 		return 1;
@@ -708,25 +655,29 @@ int calibrate_main(int argc, char **argv)
 			hw.peak_flops[dt] = best;
 	hw.mem_bw = hw_stream_bw(&hw, cores, 1 << 24);
 
-	/* the local backend: the rest of the budget */
+	/* the communication backend: the binary's --calibrate-comm over 2, 4
+	 * (and the core count's) ranks of the smallest calibration GPT */
 	int groups[3] = {2, 4, cores}, ng = cores > 4 ? 3 : 2;
-	int kinds[] = {COST_ALL_REDUCE, COST_ALL_GATHER, COST_REDUCE_SCATTER, COST_ALL_TO_ALL,
-	               COST_BROADCAST, COST_SEND};
-	int nk = (int)(sizeof kinds / sizeof *kinds);
-	double left = o.budget - (now() - t_start);
-	double each = fmax(0.05, left * 0.9 / (ng * nk));
-	for (int g = 0; g < ng; g++) {
-		if (groups[g] > HW_MAX_THREADS || (g == 2 && groups[g] <= 4))
-			continue;
-		note(&o, "local backend, %d ranks", groups[g]);
-		for (int k = 0; k < nk; k++)
-			if (!calibrate_coll(&hw, kinds[k], groups[g], each)) {
-				fprintf(stderr, "dtmc: error: calibrate: the local backend failed on %s "
-				                "over %d ranks\n",
-				        cost_comm_name(kinds[k]), groups[g]);
-				return 1;
-			}
+	for (int g = 0; g < ng && ok; g++) {
+		if (groups[g] > HW_MAX_THREADS || (g < 2 && groups[g] == cores) ||
+		    (g == 2 && groups[g] <= 4) || (g > 0 && groups[g] == groups[g - 1]))
+			continue; /* measured above, or listed twice */
+		char mesh[64];
+		snprintf(mesh, sizeof mesh, "dp=%d,tp=1", groups[g]);
+		Arena ca;
+		arena_init(&ca);
+		const DtmPlan *cp;
+		ok = build_model(&ca, pa.src, &sizes[2], mesh, NULL, pa.exe, &cp);
+		arena_free(&ca);
+		ok = ok && comm_grid(&o, &pa, groups[g], &hw);
 	}
+	if (!ok) { /* the folder kept: the message names its run.txt */
+		for (int i = 0; i < nmulti; i++)
+			arena_free(&multi[i].a);
+		return 1;
+	}
+	remove_files(dir);
+
 	/* the collectives inside a run: the multi-rank runs' excess over the
 	 * prediction, as excess = n * coll_overhead + bytes * coll_byte_time
 	 * (n communication actions of `bytes` in all), least squares over the
@@ -787,8 +738,8 @@ int calibrate_main(int argc, char **argv)
 		strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", &tmv);
 	snprintf(hw.name, sizeof hw.name, "calibrated");
 	snprintf(hw.source, sizeof hw.source,
-	         "dtmc calibrate on %.60s, %s, %d cores, BLAS %s, %.0f s budget", host, date, cores,
-	         "of the runtime", o.budget);
+	         "dtmc calibrate on %.60s, %s, %d cores, %s backend, %.0f s budget", host, date,
+	         cores, o.backend, o.budget);
 
 	char *text = NULL;
 	size_t len = 0;

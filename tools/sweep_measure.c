@@ -101,7 +101,7 @@ int sweep_run_to_file(char *const *argv, const char *out)
 		dup2(fd, 1);
 		dup2(fd, 2);
 		close(fd);
-		execv(argv[0], argv);
+		execvp(argv[0], argv); /* a path, or a program on PATH (mpirun) */
 		_exit(127);
 	}
 	close(fd);

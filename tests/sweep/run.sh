@@ -425,6 +425,17 @@ print("fidelity:", ", ".join("%s %.2f" % (x["layout"], x["ratio"]) for x in m),
       "spearman %.2f" % d["spearman"])
 EOF
 	;;
+calibrate-mpi)
+	# the mpi backend (tests/run.cmake registers it where Open MPI is):
+	# the binary's --calibrate-comm and the multi-rank runs under mpirun
+	"$dtmc" calibrate --budget 1 --backend mpi --hw-out "$tmp/mpi.txt" -q 2> "$tmp/e.txt" ||
+		fail "calibrate --backend mpi exited $?: $(cat "$tmp/e.txt")"
+	grep -q "^source = .* mpi backend" "$tmp/mpi.txt" || fail "no mpi source line"
+	for key in "^coll all_reduce 2 = " "^coll all_to_all 4 = " "^coll send 2 = " "^gemm 1 "; do
+		grep -q "$key" "$tmp/mpi.txt" || fail "no '$key' line: $(cat "$tmp/mpi.txt")"
+	done
+	"$dtmc" inspect models/mlp.dtm --hw "$tmp/mpi.txt" > /dev/null || fail "--hw cannot read it"
+	;;
 *)
 	fail "unknown mode '$mode'"
 	;;
