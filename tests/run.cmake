@@ -207,7 +207,7 @@ if(TARGET dtm_comm_mpi)
     add_test(NAME mpi.calibrate
              COMMAND ${DTM_BASH} ${DTM_TESTS}/sweep/run.sh $<TARGET_FILE:dtmc> calibrate-mpi
              WORKING_DIRECTORY ${DTM_ROOT})
-    set_tests_properties(mpi.calibrate PROPERTIES TIMEOUT 600 LABELS mpi)
+    set_tests_properties(mpi.calibrate PROPERTIES TIMEOUT 600 LABELS mpi RUN_SERIAL TRUE)
   else()
     add_test(NAME mpi.comm COMMAND ${CMAKE_COMMAND} -E echo
       "SKIP: mpirun not found (apt-get install openmpi-bin)")
@@ -617,7 +617,7 @@ add_test(NAME sweep.measure COMMAND ${DTM_BASH} ${DTM_TESTS}/sweep/run.sh $<TARG
          WORKING_DIRECTORY ${DTM_ROOT})
 add_test(NAME sweep.calibrate COMMAND ${DTM_BASH} ${DTM_TESTS}/sweep/run.sh $<TARGET_FILE:dtmc> calibrate
          WORKING_DIRECTORY ${DTM_ROOT})
-set_tests_properties(sweep.calibrate PROPERTIES TIMEOUT 600 LABELS e2e)
+set_tests_properties(sweep.calibrate PROPERTIES TIMEOUT 600 LABELS e2e RUN_SERIAL TRUE)
 set_tests_properties(sweep.json PROPERTIES TIMEOUT 120 LABELS golden)
 set_tests_properties(sweep.cp PROPERTIES TIMEOUT 120 LABELS golden)
 set_tests_properties(sweep.errors PROPERTIES TIMEOUT 120 LABELS diag)

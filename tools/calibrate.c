@@ -682,6 +682,25 @@ int calibrate_main(int argc, char **argv)
 	 * prediction, as excess = n * coll_overhead + bytes * coll_byte_time
 	 * (n communication actions of `bytes` in all), least squares over the
 	 * runs the rest of the profile under-predicts */
+	/* first how much a collective holds up compute (comm_blocking): the
+	 * share of 0, 1/4 .. 1 that predicts the runs best (log ratios) */
+	double best_b = 0, best_err = INFINITY;
+	for (int q = 0; q <= 4; q++) {
+		hw.comm_blocking = q / 4.0;
+		double e2 = 0;
+		for (int i = 0; i < nmulti; i++) {
+			CostReport rep;
+			if (cost_plan_step(multi[i].plan, &hw, 1, &rep) == 0 && rep.step_s > 0) {
+				double lr = log(multi[i].step / rep.step_s);
+				e2 += lr * lr;
+			}
+			cost_report_free(&rep);
+		}
+		if (e2 < best_err)
+			best_err = e2, best_b = hw.comm_blocking;
+	}
+	hw.comm_blocking = best_b;
+	note(&o, "a collective holds up compute for %.0f%% of its time", best_b * 100);
 	double sxx = 0, sxy = 0, syy = 0, sxe = 0, sye = 0;
 	int nfit = 0;
 	for (int i = 0; i < nmulti; i++) {

@@ -614,6 +614,8 @@ static int cost_stage(const DtmPlan *p, const CostEnv *e, int s, const BufInfo *
 		tm = start + dur;
 		if (a->stream == 0)
 			tc = tm;
+		else /* the share of it that holds up compute (hw.h comm_blocking) */
+			tc = dmax(tc, start) + e->hw->comm_blocking * dur;
 		/* collectives write their last argument (in place when it is
 		 * the only one), receives every argument */
 		if (a->kind == DTM_ACT_RECV)
@@ -733,6 +735,8 @@ int cost_simulate(const DtmPlan *p, const HwProfile *hw, int64_t node_size, Cost
 					tm[s] = t1;
 					if (a->stream == 0)
 						tc[s] = tm[s];
+					else
+						tc[s] = fmax(tc[s], t1 - dur) + hw->comm_blocking * dur;
 					if (a->kind == DTM_ACT_RECV)
 						for (int j = 0; j < a->nargs; j++)
 							ready[a->args[j]] = tm[s];

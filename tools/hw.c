@@ -229,6 +229,7 @@ typedef enum KeyKind {
 	KEY_TIME,
 	KEY_COUNT,
 	KEY_FRAC,   /* a fraction in (0, 1] */
+	KEY_SHARE,  /* a share in [0, 1] */
 	KEY_SOURCE, /* free text to the end of the line */
 	/* tables: `key ARGS = value` */
 	KEY_GEMM,   /* gemm THREADS M N K = FLOP/s */
@@ -268,6 +269,7 @@ static const Key keys[] = {
         {"step_overhead", KEY_TIME, offsetof(HwProfile, step_s)},
         {"coll_overhead", KEY_TIME, offsetof(HwProfile, coll_s)},
         {"coll_byte_time", KEY_TIME, offsetof(HwProfile, coll_byte_s)},
+        {"comm_blocking", KEY_SHARE, offsetof(HwProfile, comm_blocking)},
         {"cores", KEY_COUNT, offsetof(HwProfile, cores)},
         {"gemm", KEY_GEMM, 0},
         {"stream_bw", KEY_TSTREAM, 0},
@@ -428,6 +430,8 @@ static const char *unit_help(KeyKind kind)
 		return " (seconds, e.g. 5 us, 0.5 ms or 5e-6)";
 	case KEY_FRAC:
 		return " (a fraction, 0 < f <= 1, e.g. 0.8)";
+	case KEY_SHARE:
+		return " (a share, 0 <= f <= 1, e.g. 0.5)";
 	case KEY_COUNT:
 		return " (a whole number, e.g. 8)";
 	default:
@@ -485,9 +489,11 @@ static int parse_quantity(Parser *p, const Key *k, const char *v, size_t n, size
 		return -1;
 	}
 	x *= f;
-	bool zero_ok = k->kind == KEY_TIME || k->kind == KEY_TKERN;
-	if (k->kind == KEY_FRAC && x > 1) {
-		perr(p, col, "value ", v, n, " is out of range (a fraction, 0 < f <= 1)");
+	bool zero_ok = k->kind == KEY_TIME || k->kind == KEY_TKERN || k->kind == KEY_SHARE;
+	if ((k->kind == KEY_FRAC || k->kind == KEY_SHARE) && x > 1) {
+		perr(p, col, "value ", v, n,
+		     k->kind == KEY_FRAC ? " is out of range (a fraction, 0 < f <= 1)"
+		                         : " is out of range (a share, 0 <= f <= 1)");
 		return -1;
 	}
 	if (!isfinite(x) || x < 0 || (x == 0 && !zero_ok)) {
@@ -717,7 +723,7 @@ static void parse_line(Parser *p, HwProfile *hw, const char *s, size_t n, bool *
 		     "mem_size, intra_bw, intra_latency, intra_a2a_bw, inter_bw, "
 		     "inter_latency, inter_a2a_bw, gpus_per_node, gemm_eff, mem_eff, "
 		     "link_eff, kernel_overhead, step_overhead, coll_overhead, coll_byte_time, "
-		     "cores, gemm, "
+		     "comm_blocking, cores, gemm, "
 		     "stream_bw, "
 		     "attn_rate, attn_bwd_rate, kernel_time, coll)");
 		return;

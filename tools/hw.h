@@ -95,6 +95,11 @@ typedef struct HwProfile {
 	                  * run (ranks arriving apart, waking the comm thread) */
 	double coll_byte_s; /* and seconds per byte of it (the copies competing
 	                     * with compute for the cores) */
+	/* The share of a stream-1 collective's time that holds up the
+	 * compute stream too: 0 (GPUs: a copy engine, NCCL's own SMs) to 1
+	 * (a CPU whose cores all compute: the communication thread takes
+	 * one of them). */
+	double comm_blocking;
 	/* ---- calibrated (dtmc calibrate); each table empty when not ----
 	 * cores: the cores a node's ranks share (ranks as threads): a rank
 	 * runs on max(1, cores / ranks) threads, and ranks beyond the cores

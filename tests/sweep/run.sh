@@ -368,7 +368,7 @@ calibrate)
 		args=${bad%%|*}
 		# shellcheck disable=SC2086 # the options are words
 		"$dtmc" calibrate $args -q 2> "$tmp/e.txt" && fail "calibrate $args exited 0"
-		grep -q "${bad#*|}" "$tmp/e.txt" || fail "calibrate $args: $(cat "$tmp/e.txt")"
+		grep -qF -e "${bad#*|}" "$tmp/e.txt" || fail "calibrate $args: $(cat "$tmp/e.txt")"
 	done
 	prof=$tmp/hw.txt
 	DTM_HW_PROFILE=$prof "$dtmc" calibrate --budget 3 -q 2> "$tmp/e.txt" ||
