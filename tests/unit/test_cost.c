@@ -541,6 +541,31 @@ static void test_hw_calibrated(void)
 	p.mesh_sizes[1] = 2;
 	ar.axes = 1;
 	CHECK_NEAR(cost_action_seconds(&p, &h, 4, &ar, NULL), 2 * (20e-6 + 1e6 / 4e9), 1e-15);
+	/* comm_blocking: a stream-1 all_reduce, then a GEMM of other buffers:
+	 * side by side at 0, one after the other at 1, a quarter of the
+	 * all_reduce in the way at 0.25; the in-run overheads add to it */
+	static const DtmAction pair[] = {{.kind = DTM_ACT_COLL, .coll = DTM_COLL_ALL_REDUCE,
+	                                 .axes = 1, .nargs = 1, .args = {0}, .bytes = 1000000,
+	                                 .stream = 1},
+	                                {.kind = DTM_ACT_GEMM, .nargs = 3, .args = {1, 2, 2},
+	                                 .m = 64, .n = 64, .k = 64}};
+	static const DtmStage ts[] = {{.nactions = 2, .actions = pair}};
+	DtmPlan q = {.version = DTM_PLAN_VERSION, .mesh_naxes = 1, .mesh_names = {"dp"},
+	             .mesh_sizes = {2}, .nbuffers = 3, .buffers = cb, .nstages = 1, .stages = ts,
+	             .train = {.microbatches = 1, .precision = DTM_F32}};
+	double tcomm = 20e-6 + 1e6 / 4e9, tg = 2e-6 + fl / hw_gemm_rate(&h, DTM_F32, 64, 64, 64, 1, 1);
+	for (int b = 0; b <= 4; b++) {
+		h.comm_blocking = b / 4.0;
+		CHECK_EQ_INT(cost_plan_step(&q, &h, 1, &rep), 0);
+		double want = b == 0 ? (tcomm > tg ? tcomm : tg)
+		                     : (b / 4.0 * tcomm + tg > tcomm ? b / 4.0 * tcomm + tg : tcomm);
+		CHECK_NEAR(rep.step_s, want + 100e-6, 1e-15);
+		cost_report_free(&rep);
+	}
+	h.comm_blocking = 0;
+	h.coll_s = 1e-3;
+	h.coll_byte_s = 1e-9;
+	CHECK_NEAR(cost_action_seconds(&q, &h, 2, &ar, NULL), 1e-3 + 1e-3 + tcomm, 1e-15);
 }
 
 /* Mutated inputs never crash (ASan/UBSan runs this in `make test`), and a
