@@ -443,11 +443,13 @@ typedef struct CostEnv {
 	int64_t node_size, local; /* ranks per node; of them, this plan's */
 	int threads;
 	double oversub; /* >= 1: compute runs this much slower */
+	double kover;   /* hw_kernel_overhead at threads */
+	double bw;      /* hw_stream_bw when it does not depend on size, else 0 */
 } CostEnv;
 
 static CostEnv cost_env(const DtmPlan *p, const HwProfile *hw, int64_t node_size)
 {
-	CostEnv e = {hw, node_size, 0, 1, 1};
+	CostEnv e = {hw, node_size, 0, 1, 1, 0, 0};
 	int64_t world = 1;
 	for (int a = 0; a < p->mesh_naxes; a++)
 		world *= p->mesh_sizes[a] > 0 ? p->mesh_sizes[a] : 1;
@@ -459,6 +461,8 @@ static CostEnv cost_env(const DtmPlan *p, const HwProfile *hw, int64_t node_size
 		double busy = (double)e.local * e.threads;
 		e.oversub = busy > hw->cores ? busy / hw->cores : 1;
 	}
+	e.kover = hw_kernel_overhead(hw, e.threads);
+	e.bw = hw->nstream == 0 ? hw_stream_bw(hw, e.threads, 1) : 0;
 	return e;
 }
 
@@ -485,9 +489,9 @@ static double compute_seconds(const CostEnv *e, const DtmPlan *p, const DtmActio
                               double flops, double bytes, DtmDtype dt)
 {
 	const HwProfile *hw = e->hw;
-	double t = hw_kernel_overhead(hw, e->threads);
+	double t = e->kover;
 	bool cal = hw->cores > 0;
-	double bw = hw_stream_bw(hw, e->threads, bytes);
+	double bw = e->bw > 0 ? e->bw : hw_stream_bw(hw, e->threads, bytes);
 	double tf = 0, tm = bytes > 0 && bw > 0 ? bytes / bw : 0;
 	if (a->kind == DTM_ACT_GEMM) {
 		double rate = hw_gemm_rate(hw, dt, (double)a->m, (double)a->n, (double)a->k,
@@ -559,7 +563,7 @@ double cost_action_seconds(const DtmPlan *p, const HwProfile *hw, int64_t node_s
 }
 
 static int cost_stage(const DtmPlan *p, const CostEnv *e, int s, const BufInfo *bi,
-                      double *ready, CostReport *out)
+                      double *ready, double *dur_out, CostReport *out)
 {
 	const DtmStage *st = &p->stages[s];
 	CostStage *cs = &out->stages[s];
@@ -579,6 +583,8 @@ static int cost_stage(const DtmPlan *p, const CostEnv *e, int s, const BufInfo *
 				                s, i);
 		if (a->kind == DTM_ACT_WAIT) {
 			tc = tm = dmax(tc, tm);
+			if (dur_out)
+				dur_out[i] = 0;
 			continue;
 		}
 		if (a->kind == DTM_ACT_KERNEL || a->kind == DTM_ACT_GEMM) {
@@ -587,6 +593,8 @@ static int cost_stage(const DtmPlan *p, const CostEnv *e, int s, const BufInfo *
 			kernel_work_info(bi, p->train.precision, a, &flops, &bytes, &dt);
 			/* cost_action_seconds' time, without its second kernel_work */
 			double dur = compute_seconds(e, p, a, flops, bytes, dt);
+			if (dur_out)
+				dur_out[i] = dur;
 			double start = tc;
 			for (int j = 0; j + 1 < a->nargs; j++)
 				start = dmax(start, ready[a->args[j]]);
@@ -607,6 +615,8 @@ static int cost_stage(const DtmPlan *p, const CostEnv *e, int s, const BufInfo *
 		double bytes;
 		bytes = 0;
 		double dur = comm_seconds(e, p, a, &bytes);
+		if (dur_out)
+			dur_out[i] = dur;
 		double start = dmax(tc, tm);
 		if (a->kind == DTM_ACT_SEND || a->kind == DTM_ACT_COLL)
 			for (int j = 0; j < a->nargs; j++)
@@ -671,8 +681,10 @@ static bool chan_push(Chan *c, int i, double t0)
 	return true;
 }
 
-int cost_simulate(const DtmPlan *p, const HwProfile *hw, int64_t node_size, CostSpan **span,
-                  double *makespan)
+/* The timeline of every stage at once; dur[s][i] each action's duration
+ * (cost_stage's), or NULL to compute them here. */
+static int simulate(const DtmPlan *p, const HwProfile *hw, int64_t node_size,
+                    double *const *durs, CostSpan **span, double *makespan)
 {
 	int P = p->nstages;
 	CostEnv e = cost_env(p, hw, node_size);
@@ -692,7 +704,9 @@ int cost_simulate(const DtmPlan *p, const HwProfile *hw, int64_t node_size, Cost
 				CostSpan *sp = span ? &span[s][i] : &scratch;
 				sp->peer_stage = sp->peer_action = -1;
 				double dur = 0;
-				if (a->kind == DTM_ACT_KERNEL || a->kind == DTM_ACT_GEMM) {
+				if (durs) {
+					dur = durs[s][i];
+				} else if (a->kind == DTM_ACT_KERNEL || a->kind == DTM_ACT_GEMM) {
 					double flops, bytes;
 					DtmDtype dt;
 					kernel_work(p, a, &flops, &bytes, &dt);
@@ -756,7 +770,7 @@ int cost_simulate(const DtmPlan *p, const HwProfile *hw, int64_t node_size, Cost
 				if (next[s] >= p->stages[s].nactions)
 					continue;
 				const DtmAction *a = &p->stages[s].actions[next[s]];
-				double dur = comm_seconds(&e, p, a, NULL);
+				double dur = durs ? durs[s][next[s]] : comm_seconds(&e, p, a, NULL);
 				CostSpan *sp = span ? &span[s][next[s]] : &scratch;
 				sp->t0 = fmax(tc[s], tm[s]);
 				sp->t1 = sp->t0 + dur;
@@ -784,6 +798,12 @@ int cost_simulate(const DtmPlan *p, const HwProfile *hw, int64_t node_size, Cost
 	free(tc);
 	free(ready);
 	return ok ? 0 : -1;
+}
+
+int cost_simulate(const DtmPlan *p, const HwProfile *hw, int64_t node_size, CostSpan **span,
+                  double *makespan)
+{
+	return simulate(p, hw, node_size, NULL, span, makespan);
 }
 
 int cost_plan_step(const DtmPlan *plan, const HwProfile *hw, int nodes, CostReport *out)
@@ -826,20 +846,44 @@ int cost_plan_step(const DtmPlan *plan, const HwProfile *hw, int nodes, CostRepo
 	int rc = 0;
 	double flops = 0;
 	CostEnv env = cost_env(plan, hw, out->node_size);
+	/* several stages: each action's duration kept for the timeline */
+	double **durs = NULL, *dbuf = NULL;
+	if (plan->nstages > 1) {
+		size_t total = 0;
+		for (int s = 0; s < plan->nstages; s++)
+			total += plan->stages[s].nactions > 0 ? (size_t)plan->stages[s].nactions : 0;
+		durs = malloc(sizeof *durs * (size_t)plan->nstages);
+		dbuf = malloc(sizeof *dbuf * (total ? total : 1));
+		if (!durs || !dbuf) {
+			free(durs);
+			free(dbuf);
+			free(ready);
+			free(bi);
+			return bad_plan(out, "out of memory");
+		}
+		for (int s = 0, off = 0; s < plan->nstages; s++) {
+			durs[s] = dbuf + off;
+			off += plan->stages[s].nactions > 0 ? plan->stages[s].nactions : 0;
+		}
+	}
 	double *work = malloc(sizeof(double) * (size_t)plan->nstages);
 	if (!work) {
+		free(durs);
+		free(dbuf);
 		free(ready);
 		free(bi);
 		return bad_plan(out, "out of memory");
 	}
 	for (int s = 0; s < plan->nstages && rc == 0; s++) {
-		rc = cost_stage(plan, &env, s, bi, ready, out);
+		rc = cost_stage(plan, &env, s, bi, ready, durs ? durs[s] : NULL, out);
 		work[s] = out->stages[s].time_s;
 		flops += out->stages[s].flops;
 	}
 	free(ready);
 	free(bi);
 	if (rc) {
+		free(durs);
+		free(dbuf);
 		free(work);
 		return rc;
 	}
@@ -856,7 +900,12 @@ int cost_plan_step(const DtmPlan *plan, const HwProfile *hw, int nodes, CostRepo
 		/* the stages together, each waiting for the sends it receives:
 		 * the schedule's real dependencies, not the formula's */
 		double mk = 0;
-		if (cost_simulate(plan, hw, out->node_size, NULL, &mk) != 0) {
+		int src = simulate(plan, hw, out->node_size, durs, NULL, &mk);
+		free(durs);
+		free(dbuf);
+		durs = NULL;
+		dbuf = NULL;
+		if (src != 0) {
 			free(work);
 			return bad_plan(out, "out of memory");
 		}
