@@ -24,7 +24,15 @@
 #define IR_MAX_RANK 8   /* tensor rank */
 #define IR_MAX_AXES 8   /* mesh axes */
 #define IR_MAX_INTS 8   /* integer attributes per node */
-#define IR_MAX_NODES (1 << 22) /* beyond this a program is refused */
+/* Beyond IR_MAX_NODES nodes a program is refused.  A compile costs some
+ * 1.5 KB of memory per node (tests/cost/published.sh's GPT, all passes and
+ * the plan), so the default cap is ~6 GB; a build may set its own
+ * (-DIR_MAX_NODES=N in CFLAGS) for the programs beyond it, e.g. the 1T-
+ * parameter row of tests/cost/megatron_sc21.rows (512 micro-batches x 128
+ * layers, ~11M nodes). */
+#ifndef IR_MAX_NODES
+#define IR_MAX_NODES (1 << 22)
+#endif
 #define IR_MAX_ELEMS ((int64_t)1 << 48) /* elements in one tensor */
 
 typedef enum IrOp {

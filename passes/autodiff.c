@@ -361,7 +361,13 @@ static void contribute(Ad *a, int v, int g)
 	}
 	int stage = a->stage, mb = a->mb, block = a->block;
 	SrcLoc loc = a->loc;
-	a->stage = ir_stage(a->m, nd(a, v));
+	/* On the terms' stage when they share one, else on v's: where a
+	 * pipeline cut separates v from all its users (a stage's input, used
+	 * by the next stage's residual add and layernorm), the sum is made
+	 * before the cut and one gradient crosses it, as Megatron-LM sends
+	 * one, not each term. */
+	int ts = ir_stage(a->m, nd(a, a->grad[v]));
+	a->stage = ts == ir_stage(a->m, nd(a, g)) ? ts : ir_stage(a->m, nd(a, v));
 	a->mb = ir_mb(a->m, nd(a, v));
 	a->block = ir_block(a->m, nd(a, v));
 	a->loc = nd(a, v)->loc;

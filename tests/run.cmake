@@ -355,19 +355,6 @@ foreach(mode golden labels outputs conformance policy errors flops dot sync warn
   set_tests_properties(inspect.${mode} PROPERTIES TIMEOUT 120 LABELS inspect)
 endforeach()
 
-# ---- cost: the cost model against published results (issue 21 point 4) ----
-#   cost.published  tests/cost/published.sh: `dtmc inspect --hw a100 --json` of
-#                   each Megatron-LM run of Narayanan et al. (SC'21) Table 1
-#                   (tests/cost/megatron_sc21.rows: 1.7B to 1T parameters,
-#                   32 to 3072 A100s) predicts the published TFLOP/s per GPU
-#                   within 15%, the throughput computed with the paper's Eq. 3
-#                   FLOPs over the predicted step.  Compiles runs of up to
-#                   280 micro-batches x 105 layers: about a minute and 5 GB.
-add_test(NAME cost.published
-         COMMAND ${DTM_BASH} ${DTM_TESTS}/cost/published.sh $<TARGET_FILE:dtmc>
-         WORKING_DIRECTORY ${DTM_ROOT})
-set_tests_properties(cost.published PROPERTIES TIMEOUT 900 LABELS cost RUN_SERIAL TRUE)
-# ---- end cost ----
 set_tests_properties(inspect.golden inspect.labels PROPERTIES LABELS "inspect;golden")
 # ---- end inspect ----
 

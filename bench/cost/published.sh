@@ -1,8 +1,16 @@
 #!/bin/bash
 # published.sh DTMC [NAME...] - the cost model against published results
-# (issue 21 point 4).  For each row of tests/cost/megatron_sc21.rows (or only
-# the rows NAMEd), `dtmc inspect --hw a100 --json` of that run's
-# configuration must predict the published per-GPU throughput within 15%.
+# (issue 21 point 4).  For each row of bench/cost/megatron_sc21.rows (or only
+# the rows NAMEd, or without NAMEs those DTM_PUBLISHED_ROWS names, separated
+# by spaces), `dtmc inspect --hw a100 --json` of that run's configuration
+# must predict the published per-GPU throughput within 15%.
+#
+# What a row costs to compile grows with micro-batches x layers (the
+# microbatch pass unrolls the program M times): 310.1B (144 x 96) takes
+# ~20 s and 3 GB; 529.6B (280 x 105) and 1008.0B (512 x 128) exceed the
+# default IR_MAX_NODES and need a dtmc built with a higher one
+# (-DIR_MAX_NODES=16777216): ~50 s and 7 GB, ~4 CPU-minutes and 18 GB.
+# The ctest (tests/run.cmake) names the rows that fit.
 #
 # The throughput is computed as the paper computes it: its FLOP count of one
 # iteration divided by (iteration time x GPUs), with the iteration time
@@ -20,9 +28,9 @@
 #   predicted TFLOP/s per GPU = F / (step_s * n) / 1e12,  ratio = predicted
 #   / published, and a row passes when |ratio - 1| <= 0.15.
 #
-# The configuration of each row (tests/cost/megatron_sc21.rows says where
+# The configuration of each row (bench/cost/megatron_sc21.rows says where
 # every number comes from) maps onto dtmc as:
-#   model    tests/cost/megatron_gpt.dtm (models/gpt.dtm with `chunks`):
+#   model    bench/cost/megatron_gpt.dtm (models/gpt.dtm with `chunks`):
 #            -D vocab=51200 -D ctx=2048 (section 5.1) -D d=h -D heads=a
 #            -D layers=l -D batch=B (the global batch) -D chunks=v
 #   mesh     --mesh pp=p,dp=n/(t p),tp=t: tp the minor axis, so a tp group
@@ -46,6 +54,7 @@
 set -u
 dtmc=$1
 shift
+[ $# -gt 0 ] || set -- ${DTM_PUBLISHED_ROWS:-}
 here=$(cd "$(dirname "$0")" && pwd)
 rows=$here/megatron_sc21.rows
 model=$here/megatron_gpt.dtm
