@@ -32,6 +32,7 @@
 
 #include "codegen/link.h"
 #include "driver/driver.h"
+#include "runtime/data.h"
 #include "runtime/fsio.h"
 #include "tools/calibrate.h"
 #include "tools/cost.h"
@@ -701,8 +702,12 @@ int calibrate_main(int argc, char **argv)
 	}
 	hw.comm_blocking = best_b;
 	note(&o, "a collective holds up compute for %.0f%% of its time", best_b * 100);
-	double sxx = 0, sxy = 0, syy = 0, sxe = 0, sye = 0;
-	int nfit = 0;
+	/* then the collectives' bytes at what a run reaches: the excess the
+	 * rest under-predicts, per byte of collectives, least squares through
+	 * the origin over the runs (both kinds measured here gave 2-3 ns per
+	 * byte where a count term fitted 0.5-2 ms per collective, which small
+	 * collectives never cost) */
+	double sbb = 0, sbe = 0;
 	for (int i = 0; i < nmulti; i++) {
 		CostReport rep;
 		if (cost_plan_step(multi[i].plan, &hw, 1, &rep) == 0) {
@@ -711,37 +716,37 @@ int calibrate_main(int argc, char **argv)
 			double nc = 0, by = 0;
 			for (int k = 0; k < st->nactions; k++) {
 				const DtmAction *ac = &st->actions[k];
-				if (ac->kind != DTM_ACT_COLL && ac->kind != DTM_ACT_SEND &&
-				    ac->kind != DTM_ACT_RECV)
+				if (ac->kind != DTM_ACT_COLL)
 					continue;
 				nc++;
 				by += (double)ac->bytes;
 			}
 			double ex = multi[i].step - rep.step_s;
 			note(&o, "%s run: measured %.2f ms, predicted %.2f ms before the collectives' "
-			         "overheads, %.0f collectives of %.0f bytes",
+			         "in-run cost, %.0f collectives of %.0f bytes",
 			     p->mesh_sizes[1] > 1 ? "tp" : "dp", multi[i].step * 1e3,
 			     rep.step_s * 1e3, nc, by);
-			if (ex > 0 && nc > 0) {
-				sxx += nc * nc, sxy += nc * by, syy += by * by;
-				sxe += nc * ex, sye += by * ex;
-				nfit++;
-			}
+			sbb += by * by;
+			sbe += by * ex;
 		}
 		cost_report_free(&rep);
 		arena_free(&multi[i].a);
 	}
-	double det = sxx * syy - sxy * sxy, ca = 0, cb = 0;
-	if (nfit >= 2 && det > 1e-30 * sxx * syy) {
-		ca = (sxe * syy - sye * sxy) / det;
-		cb = (sye * sxx - sxe * sxy) / det;
+	hw.coll_s = 0;
+	hw.coll_byte_s = sbb > 0 && sbe > 0 ? sbe / sbb : 0;
+	/* the synthetic regression data every rank makes (runtime/data.c),
+	 * timed in-process: 256 x 256 multiply-adds a sample */
+	DtmRegression reg;
+	if (dtm_regression_init(&reg, 1, 256, 256, err, sizeof err) == 0) {
+		float xs[256], ys[256];
+		double t0 = now();
+		int ns = 0;
+		do
+			dtm_regression_sample(&reg, (uint64_t)ns++, xs, ys);
+		while (now() - t0 < 0.05 || ns < 16);
+		hw.feed_rate = 256.0 * 256.0 * ns / (now() - t0);
+		dtm_regression_free(&reg);
 	}
-	if (ca < 0 || cb < 0 || nfit < 2) { /* one term: per collective */
-		ca = sxx > 0 ? sxe / sxx : 0;
-		cb = 0;
-	}
-	hw.coll_s = ca;
-	hw.coll_byte_s = cb;
 	const HwCollPoint *ar = hw_coll(&hw, COST_ALL_REDUCE, 2);
 	if (ar) {
 		hw.intra.bw = ar->bw;

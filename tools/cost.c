@@ -535,14 +535,19 @@ static double comm_seconds(const CostEnv *e, const DtmPlan *p, const DtmAction *
 	if (c) {
 		double meas = (double)(c->n > hw->cores ? c->n : hw->cores);
 		double f = (double)e->local > meas ? (double)e->local / meas : 1;
-		return hw->coll_s + hw->coll_byte_s * S + (c->latency + (c->bw > 0 ? S / c->bw : 0)) * f;
+		/* the in-run costs are the collectives' (a send's partner
+		 * waits for it anyway) */
+		double inrun = kind == COST_SEND || kind == COST_RECV ? 0
+		                                                        : hw->coll_s + hw->coll_byte_s * S;
+		return inrun + (c->latency + (c->bw > 0 ? S / c->bw : 0)) * f;
 	}
 	HwLink link = lc == COST_LINK_INTER ? hw->inter : hw->intra;
 	if (hw->link_eff > 0) {
 		link.bw *= hw->link_eff;
 		link.a2a_bw *= hw->link_eff;
 	}
-	return hw->coll_s + hw->coll_byte_s * S + cost_comm_time(kind, n, S, link);
+	double inrun = kind == COST_SEND || kind == COST_RECV ? 0 : hw->coll_s + hw->coll_byte_s * S;
+	return inrun + cost_comm_time(kind, n, S, link);
 }
 
 double cost_action_seconds(const DtmPlan *p, const HwProfile *hw, int64_t node_size,
@@ -800,6 +805,25 @@ static int simulate(const DtmPlan *p, const HwProfile *hw, int64_t node_size,
 	return ok ? 0 : -1;
 }
 
+double cost_feed_seconds(const DtmPlan *p, const HwProfile *hw)
+{
+	if (hw->feed_rate <= 0 || p->ninputs != 2)
+		return 0;
+	const DtmBuffer *x = &p->buffers[p->inputs[0]], *y = &p->buffers[p->inputs[1]];
+	if (x->dtype == DTM_I32 || y->dtype == DTM_I32 || x->rank < 1 || y->rank < 1)
+		return 0; /* tokens: a hash per token, in step_overhead */
+	double macs = (double)x->global_shape[x->rank - 1] * (double)y->global_shape[y->rank - 1];
+	double rows = 0;
+	for (int k = 0; k < 2; k++) {
+		const DtmBuffer *b = k ? y : x;
+		double n = 1;
+		for (int d = 0; d + 1 < b->rank; d++)
+			n *= (double)b->shape[d];
+		rows += n; /* each local row of each input is one sample made */
+	}
+	return rows * macs / hw->feed_rate;
+}
+
 int cost_simulate(const DtmPlan *p, const HwProfile *hw, int64_t node_size, CostSpan **span,
                   double *makespan)
 {
@@ -915,7 +939,7 @@ int cost_plan_step(const DtmPlan *plan, const HwProfile *hw, int nodes, CostRepo
 		out->step_s = mk;
 		out->bubble = mk > 0 ? dmax(0, 1 - sum / plan->nstages / mk) : 0;
 	}
-	out->step_s += hw->step_s;
+	out->step_s += hw->step_s + cost_feed_seconds(plan, hw);
 	free(work);
 	if (out->step_s > 0) {
 		out->tokens_per_s = (double)plan->train.tokens_per_step / out->step_s;

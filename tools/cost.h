@@ -201,6 +201,11 @@ typedef struct CostReport {
 int cost_plan_step(const DtmPlan *plan, const HwProfile *hw, int nodes, CostReport *out);
 void cost_report_free(CostReport *r);
 
+/* Seconds a rank spends making a step's synthetic regression data (two
+ * f32 inputs x, y: a sample of in x out multiply-adds per local row of
+ * each) at hw->feed_rate; 0 for token inputs or without a rate. */
+double cost_feed_seconds(const DtmPlan *plan, const HwProfile *hw);
+
 /* One action's place on the simulated timeline. */
 typedef struct CostSpan {
 	double t0, t1;

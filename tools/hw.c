@@ -270,6 +270,7 @@ static const Key keys[] = {
         {"coll_overhead", KEY_TIME, offsetof(HwProfile, coll_s)},
         {"coll_byte_time", KEY_TIME, offsetof(HwProfile, coll_byte_s)},
         {"comm_blocking", KEY_SHARE, offsetof(HwProfile, comm_blocking)},
+        {"feed_rate", KEY_FLOPS, offsetof(HwProfile, feed_rate)},
         {"cores", KEY_COUNT, offsetof(HwProfile, cores)},
         {"gemm", KEY_GEMM, 0},
         {"stream_bw", KEY_TSTREAM, 0},
@@ -723,7 +724,7 @@ static void parse_line(Parser *p, HwProfile *hw, const char *s, size_t n, bool *
 		     "mem_size, intra_bw, intra_latency, intra_a2a_bw, inter_bw, "
 		     "inter_latency, inter_a2a_bw, gpus_per_node, gemm_eff, mem_eff, "
 		     "link_eff, kernel_overhead, step_overhead, coll_overhead, coll_byte_time, "
-		     "comm_blocking, cores, gemm, "
+		     "comm_blocking, feed_rate, cores, gemm, "
 		     "stream_bw, "
 		     "attn_rate, attn_bwd_rate, kernel_time, coll)");
 		return;
@@ -858,8 +859,8 @@ void hw_print(FILE *out, const HwProfile *hw)
 			continue;
 		}
 		double x = *(const double *)((const char *)hw + k->off);
-		if (k->kind == KEY_FRAC && x == 0)
-			continue; /* 1 */
+		if ((k->kind == KEY_FRAC && x == 0) || (k->off == offsetof(HwProfile, feed_rate) && x == 0))
+			continue; /* 1; free */
 		fprintf(out, "%s = %.17g\n", k->name, x);
 	}
 	for (int j = 0; j < hw->nstream; j++) {

@@ -91,15 +91,19 @@ typedef struct HwProfile {
 	double gemm_eff, mem_eff, link_eff;
 	double kernel_s; /* fixed seconds per kernel or GEMM (launch, dispatch) */
 	double step_s;   /* fixed seconds per step (optimizer loop, logging, data) */
-	double coll_s;   /* fixed seconds per collective or send/recv inside a
-	                  * run (ranks arriving apart, waking the comm thread) */
+	double coll_s;   /* fixed seconds per collective inside a run (ranks
+	                  * arriving apart, waking the comm thread); not sends */
 	double coll_byte_s; /* and seconds per byte of it (the copies competing
-	                     * with compute for the cores) */
+	                     * with compute for the cores: dtmc calibrate fits it) */
 	/* The share of a stream-1 collective's time that holds up the
 	 * compute stream too: 0 (GPUs: a copy engine, NCCL's own SMs) to 1
 	 * (a CPU whose cores all compute: the communication thread takes
 	 * one of them). */
 	double comm_blocking;
+	/* The runtime's synthetic regression data (runtime/data.c): its
+	 * multiply-adds per second generating targets, which every rank does
+	 * for each local row of x and of y before each step (0: free). */
+	double feed_rate;
 	/* ---- calibrated (dtmc calibrate); each table empty when not ----
 	 * cores: the cores a node's ranks share (ranks as threads): a rank
 	 * runs on max(1, cores / ranks) threads, and ranks beyond the cores
