@@ -33,7 +33,8 @@
 #                        default and names; a training binary's
 #                        --profile-actions carries the plan's attention FLOPs;
 #                        the fidelity check on a small set: 3 candidates of
-#                        models/gpt.dtm spread over the ranking, measured
+#                        models/gpt.dtm (d=256, the calibration GPT's size)
+#                        spread over the ranking, measured
 #                        against the calibrated profile, each within 0.5-2x
 #                        (loose: CI machines are loaded; bench/fidelity.sh
 #                        holds the 0.8-1.25 target on a quiet machine), the
@@ -402,7 +403,8 @@ calibrate)
 	n=$(awk -F'\t' '$13 == "attention_bwd" && $4 == 2097152 {n++} END {print n + 0}' "$tmp/p.tsv")
 	[ "$n" -eq 2 ] || fail "$n attention_bwd kernels with 2097152 FLOPs, not 2"
 	# fidelity on a small set
-	"$dtmc" sweep models/gpt.dtm --devices 2 --hw "$prof" --measure 3 --measure-pick spread \
+	"$dtmc" sweep models/gpt.dtm -D d=256 -D layers=2 -D ctx=128 -D batch=8 --devices 2 \
+		--hw "$prof" --measure 3 --measure-pick spread \
 		--measure-steps 4 --json -q > "$tmp/f.json" 2> "$tmp/e.txt" ||
 		fail "--measure exited $?: $(cat "$tmp/e.txt")"
 	python3 - "$tmp/f.json" <<'EOF' || exit 1
