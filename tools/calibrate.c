@@ -465,6 +465,19 @@ static bool run_model(const Opts *o, const Paths *pa, int np, const char *thread
 	return ok;
 }
 
+/* Runs args (launch) and reads the profile lines it wrote to pa->prof
+ * into hw. */
+static bool run_lines(const Opts *o, const Paths *pa, int np, char **args, HwProfile *hw)
+{
+	char *text = NULL, err[1024];
+	size_t len = 0;
+	bool ok = launch(o, pa, np, args) == 0 &&
+	          rt_read_file(pa->prof, &text, &len, 1 << 20, err, sizeof err) == 0 &&
+	          hw_parse_overrides(hw, text, len, pa->prof, stderr) == 0;
+	free(text);
+	return ok;
+}
+
 /* The built binary's --calibrate-gemm (every rank at once, on `threads`
  * threads or the default share) into hw's GEMM points. */
 static bool gemm_grid(const Opts *o, const Paths *pa, int np, const char *threads,
@@ -473,12 +486,7 @@ static bool gemm_grid(const Opts *o, const Paths *pa, int np, const char *thread
 	char *argv[] = {(char *)pa->exe, "--calibrate-gemm", (char *)pa->prof, "-q",
 	                threads ? "--threads" : NULL, (char *)threads, NULL};
 	note(o, "  the GEMM grid");
-	char *text = NULL, err[1024];
-	size_t len = 0;
-	bool ok = launch(o, pa, np, argv) == 0 &&
-	          rt_read_file(pa->prof, &text, &len, 1 << 20, err, sizeof err) == 0 &&
-	          hw_parse_overrides(hw, text, len, pa->prof, stderr) == 0;
-	free(text);
+	bool ok = run_lines(o, pa, np, argv, hw);
 	if (!ok)
 		fprintf(stderr, "dtmc: error: calibrate: the GEMM grid failed; its output is in %s\n",
 		        pa->txt);
@@ -491,12 +499,7 @@ static bool comm_grid(const Opts *o, const Paths *pa, int np, HwProfile *hw)
 {
 	note(o, "  the %s backend over %d ranks", o->backend, np);
 	char *args[] = {(char *)pa->exe, "--calibrate-comm", (char *)pa->prof, "-q", NULL};
-	char *text = NULL, err[1024];
-	size_t len = 0;
-	bool ok = launch(o, pa, np, args) == 0 &&
-	          rt_read_file(pa->prof, &text, &len, 1 << 20, err, sizeof err) == 0 &&
-	          hw_parse_overrides(hw, text, len, pa->prof, stderr) == 0;
-	free(text);
+	bool ok = run_lines(o, pa, np, args, hw);
 	if (!ok)
 		fprintf(stderr, "dtmc: error: calibrate: the %s backend's calibration failed%s; its "
 		                "output is in %s\n",
@@ -554,14 +557,9 @@ int calibrate_main(int argc, char **argv)
 	if (pages > 0 && psz > 0)
 		hw.mem_bytes = (double)pages * (double)psz;
 
-	const char *tmp = getenv("TMPDIR");
 	char dir[4096];
-	snprintf(dir, sizeof dir, "%s/dtm-calibrate-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-	if (!mkdtemp(dir)) {
-		fprintf(stderr, "dtmc: error: calibrate: cannot create a folder in %s: %s\n",
-		        tmp && *tmp ? tmp : "/tmp", strerror(errno));
+	if (!sweep_tmpdir("dtm-calibrate", "calibrate", dir, sizeof dir))
 		return 1;
-	}
 	Paths pa;
 	snprintf(pa.src, sizeof pa.src, "%s/cal.dtm", dir);
 	snprintf(pa.exe, sizeof pa.exe, "%s/cal", dir);

@@ -143,6 +143,9 @@ bool sweep_write_plot(const SweepRun *r, const char *path);
  * r->spearman.  Progress on stderr unless quiet.  Returns false after
  * printing an error. */
 bool sweep_measure(SweepRun *r);
+/* A new folder $TMPDIR/PREFIX-XXXXXX (TMPDIR defaults to /tmp) into
+ * dir; false after an error naming `what`. */
+bool sweep_tmpdir(const char *prefix, const char *what, char *dir, size_t n);
 /* Runs argv[0] with argv, its stdout and stderr to the file out; returns
  * the exit status (-1 when it could not start). */
 int sweep_run_to_file(char *const *argv, const char *out);

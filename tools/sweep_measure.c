@@ -85,6 +85,17 @@ static bool build_one(const SweepRun *r, const SweepCand *c, const char *exe, Me
 	return ok;
 }
 
+bool sweep_tmpdir(const char *prefix, const char *what, char *dir, size_t n)
+{
+	const char *tmp = getenv("TMPDIR");
+	snprintf(dir, n, "%s/%s-XXXXXX", tmp && *tmp ? tmp : "/tmp", prefix);
+	if (mkdtemp(dir))
+		return true;
+	fprintf(stderr, "dtmc: error: %s: cannot create a folder in %s: %s\n", what,
+	        tmp && *tmp ? tmp : "/tmp", strerror(errno));
+	return false;
+}
+
 int sweep_run_to_file(char *const *argv, const char *out)
 {
 	int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -264,14 +275,9 @@ bool sweep_measure(SweepRun *r)
 		fprintf(stderr, "dtmc: error: out of memory\n");
 		return false;
 	}
-	const char *tmp = getenv("TMPDIR");
 	char dir[4096];
-	snprintf(dir, sizeof dir, "%s/dtm-sweep-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-	if (!mkdtemp(dir)) {
-		fprintf(stderr, "dtmc: error: --measure: cannot create a folder in %s: %s\n",
-		        tmp && *tmp ? tmp : "/tmp", strerror(errno));
+	if (!sweep_tmpdir("dtm-sweep", "--measure", dir, sizeof dir))
 		return false;
-	}
 	static const char *const files[] = {"cand", "cand.dtm.c", "log.jsonl", "run.txt"};
 	char exe[4200], log[4200], txt[4200], steps[32];
 	snprintf(exe, sizeof exe, "%s/cand", dir);
