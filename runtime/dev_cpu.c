@@ -21,7 +21,6 @@
 #include <unistd.h>
 
 #include "runtime/ckpt.h"
-#include "runtime/fsio.h"
 #include "runtime/rt.h"
 
 #ifdef DTM_HAVE_CBLAS
@@ -577,15 +576,15 @@ int rt_cpu_gemm(const DtmAction *a, const DtmBuffer *bufs, void *const *ptrs, Rt
  * are as busy as in training. */
 #define RT_CAL_SHAPE_S 0.03
 
-int rt_calibrate_gemm(RtPool *pool, const char *path, char *err)
+int rt_calibrate_gemm(RtPool *pool, char **text, size_t *textlen, char *err)
 {
 	static const int64_t ms[] = {32, 128, 512, 2048}, ns[] = {64, 256, 1024, 4096},
 	                     ks[] = {64, 256, 1024};
 	const int64_t maxe = 2048 * 4096;
 	float *buf = calloc((size_t)(3 * maxe), sizeof(float));
 	size_t cap = 1 << 14, len = 0;
-	char *out = path ? malloc(cap) : NULL;
-	if (!buf || (path && !out)) {
+	char *out = text ? malloc(cap) : NULL;
+	if (!buf || (text && !out)) {
 		free(buf);
 		free(out);
 		snprintf(err, RT_ERR_LEN, "out of memory for --calibrate-gemm");
@@ -618,7 +617,7 @@ int rt_calibrate_gemm(RtPool *pool, const char *path, char *err)
 				int w = snprintf(line, sizeof line, "gemm %d %lld %lld %lld = %.6g\n",
 				                 rt_pool_threads(pool), (long long)g.m, (long long)g.n,
 				                 (long long)g.k, 2.0 * g.m * g.n * g.k * reps / t);
-				if (len + (size_t)w + 1 > cap) {
+				if (len + (size_t)w + 1 > cap) { /* room for the NUL too */
 					char *nb = realloc(out, cap *= 2);
 					if (!nb) {
 						rc = -1;
@@ -632,8 +631,12 @@ int rt_calibrate_gemm(RtPool *pool, const char *path, char *err)
 			}
 	rt_gemm_scratch_free(&sc);
 	free(buf);
-	if (!rc && path)
-		rc = rt_write_file_atomic(path, out, len, err, RT_ERR_LEN);
-	free(out);
-	return rc;
+	if (rc || !text) {
+		free(out);
+		return rc;
+	}
+	out[len] = 0;
+	*text = out;
+	*textlen = len;
+	return 0;
 }

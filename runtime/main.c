@@ -23,6 +23,7 @@
 
 #include "runtime/comm.h"
 #include "runtime/cuda_host.h"
+#include "runtime/data.h"
 #include "runtime/fsio.h"
 #include "runtime/rt.h"
 
@@ -70,7 +71,8 @@ static const char usage[] =
 	"  --calibrate-gemm FILE  instead of training, every rank times the runtime's\n"
 	"                     GEMM over a grid of shapes at once (its threads, the\n"
 	"                     others busy); rank 0 writes `gemm THREADS M N K = RATE`\n"
-	"                     lines (dtmc calibrate's GEMM curve)\n"
+	"                     lines and the synthetic data feed's `feed_rate`\n"
+	"                     (dtmc calibrate's GEMM curve)\n"
 	"  --calibrate-comm FILE  instead of training, time each collective over all\n"
 	"                     the ranks (on this backend) at two sizes; rank 0 writes\n"
 	"                     `coll KIND N = LATENCY, BW` lines\n"
@@ -667,6 +669,43 @@ static int train(const DtmPlan *p, Opts *o, const Sources *src, RtRun *r, RtLog 
 	return status;
 }
 
+/* --calibrate-gemm: the GEMM grid (rt_calibrate_gemm), and on rank 0 the
+ * synthetic regression feed's rate (`feed_rate`: multiply-adds a second
+ * making 256 x 256 samples, runtime/data.c), written to path. */
+static int calibrate_gemm(RtPool *pool, const char *path, char *err)
+{
+	char *text = NULL;
+	size_t len = 0;
+	if (rt_calibrate_gemm(pool, path ? &text : NULL, &len, err))
+		return 1;
+	if (!path)
+		return 0;
+	DtmRegression reg;
+	char e[256], line[64] = "";
+	if (dtm_regression_init(&reg, 1, 256, 256, e, sizeof e) == 0) {
+		float xs[256], ys[256];
+		double t0 = rt_now(), t;
+		int ns = 0;
+		do
+			dtm_regression_sample(&reg, (uint64_t)ns++, xs, ys);
+		while ((t = rt_now() - t0) < 0.05 || ns < 16);
+		snprintf(line, sizeof line, "feed_rate = %.6g\n", 256.0 * 256.0 * ns / t);
+		dtm_regression_free(&reg);
+	}
+	char *all = malloc(len + strlen(line) + 1);
+	int rc = 1;
+	if (!all)
+		snprintf(err, RT_ERR_LEN, "out of memory for --calibrate-gemm");
+	else {
+		memcpy(all, text, len);
+		memcpy(all + len, line, strlen(line) + 1);
+		rc = rt_write_file_atomic(path, all, len + strlen(line), err, RT_ERR_LEN) ? 1 : 0;
+	}
+	free(all);
+	free(text);
+	return rc;
+}
+
 /* --calibrate-comm: comm_calibrate over every rank; rank 0 writes path. */
 static int calibrate_comm(Comm *c, const char *path, char *err)
 {
@@ -741,7 +780,7 @@ static int run_rank(RankJob *j)
 		if (!status && j->o.verbose)
 			print_alloc(plan, &run);
 		if (!status && j->o.calibrate_gemm)
-			status = rt_calibrate_gemm(run.pool, lead ? j->o.calibrate_gemm : NULL, j->err);
+			status = calibrate_gemm(run.pool, lead ? j->o.calibrate_gemm : NULL, j->err);
 		else if (!status && j->o.calibrate_comm)
 			status = calibrate_comm(j->comm, lead ? j->o.calibrate_comm : NULL, j->err);
 		else if (!status)

@@ -115,10 +115,11 @@ void rt_gemm_split(int64_t m, int64_t n, int64_t k, RtGemmSplit *sp);
 /* C = alpha op(A) op(B) + beta C for each batch item; 16-bit operands are
  * staged through f32 scratch.  The result does not depend on the pool's
  * thread count (see rt_gemm_split). */
-/* --calibrate-gemm: times rt_cpu_gemm on pool over a grid of shapes;
- * with path, writes `gemm THREADS M N K = FLOP/s` lines there (every rank
- * runs it, rank 0 writes).  Returns 0, or -1 with err set. */
-int rt_calibrate_gemm(RtPool *pool, const char *path, char *err);
+/* --calibrate-gemm: times rt_cpu_gemm on pool over a grid of shapes (every
+ * rank runs it at once); with text, *text (malloc'd, NUL-terminated,
+ * *textlen bytes) gets `gemm THREADS M N K = FLOP/s` lines.  Returns 0,
+ * or -1 with err set. */
+int rt_calibrate_gemm(RtPool *pool, char **text, size_t *textlen, char *err);
 int rt_cpu_gemm(const DtmAction *a, const DtmBuffer *bufs, void *const *ptrs,
 		RtGemmScratch *s, RtPool *pool, char *err);
 /* OpenBLAS's own thread count; rt_cpu_gemm sets 1 (bench/gemm_bench sets

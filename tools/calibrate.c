@@ -4,7 +4,8 @@
  * What it measures, all through dtm's own runtime:
  * - GEMMs: the binary's --calibrate-gemm times the runtime's own GEMM over
  *   a grid of shapes, on one rank over every core and on a rank per core
- *   (each on one thread, all at once).
+ *   (each on one thread, all at once); it also times the synthetic
+ *   regression feed (feed_rate).
  * - kernels and GEMMs: a GPT (the shape of models/gpt.dtm) at a few sizes
  *   is built as `dtmc build` builds it and trained a few steps on one rank
  *   with --profile-actions, on 1 thread and on every core.  From each
@@ -32,7 +33,6 @@
 
 #include "codegen/link.h"
 #include "driver/driver.h"
-#include "runtime/data.h"
 #include "runtime/fsio.h"
 #include "tools/calibrate.h"
 #include "tools/cost.h"
@@ -732,19 +732,6 @@ int calibrate_main(int argc, char **argv)
 	}
 	hw.coll_s = 0;
 	hw.coll_byte_s = sbb > 0 && sbe > 0 ? sbe / sbb : 0;
-	/* the synthetic regression data every rank makes (runtime/data.c),
-	 * timed in-process: 256 x 256 multiply-adds a sample */
-	DtmRegression reg;
-	if (dtm_regression_init(&reg, 1, 256, 256, err, sizeof err) == 0) {
-		float xs[256], ys[256];
-		double t0 = now();
-		int ns = 0;
-		do
-			dtm_regression_sample(&reg, (uint64_t)ns++, xs, ys);
-		while (now() - t0 < 0.05 || ns < 16);
-		hw.feed_rate = 256.0 * 256.0 * ns / (now() - t0);
-		dtm_regression_free(&reg);
-	}
 	const HwCollPoint *ar = hw_coll(&hw, COST_ALL_REDUCE, 2);
 	if (ar) {
 		hw.intra.bw = ar->bw;

@@ -376,7 +376,7 @@ calibrate)
 		fail "calibrate exited $?: $(cat "$tmp/e.txt")"
 	grep -q "^cores = $(getconf _NPROCESSORS_ONLN)$" "$prof" || fail "no 'cores = N' line: $(cat "$prof")"
 	for key in "^source = dtmc calibrate on " "^gemm 1 " "^stream_bw 1 " "^attn_rate 1 = " \
-		"^attn_bwd_rate 1 = " "^step_overhead = " "^coll all_reduce 2 = " "^coll all_gather 4 = " \
+		"^attn_bwd_rate 1 = " "^step_overhead = " "^feed_rate = " "^coll all_reduce 2 = " "^coll all_gather 4 = " \
 		"^coll send 2 = "; do
 		grep -q "$key" "$prof" || fail "no '$key' line in the profile: $(cat "$prof")"
 	done
