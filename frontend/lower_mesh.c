@@ -105,6 +105,17 @@ void lower_mesh(Lower *L, const AstNode *mesh)
 				diag_note(L->d, firstloc[prev], "first declared here");
 				continue;
 			}
+			if (an->name[0] >= '0' && an->name[0] <= '9') {
+				/* a word like 1f1b lexes as a name (schedule 1f1b),
+				 * but an axis name is written bare in placements and in
+				 * the IR text, which reads names that start with a
+				 * letter or '_' */
+				diag_error(L->d, an->loc,
+				           "mesh axis '%s' starts with a digit: an axis name "
+				           "starts with a letter or '_' (e.g. dp, tp, pp)",
+				           lower_name(L, an->name));
+				continue;
+			}
 			if (m->naxes == IR_MAX_AXES) {
 				diag_error(L->d, an->loc, "too many mesh axes (at most %d)",
 				           IR_MAX_AXES);
