@@ -27,6 +27,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A kernel's name while its text is written: replaced by its number among
+ * the distinct kernels once the text is known (see emit_kernels). */
+#define CG_KID "@K"
+
 typedef struct Emit {
 	FILE *out;
 	const IrModule *m;
@@ -186,11 +190,11 @@ static bool emit_fused(Emit *e, const CgPlanKernel *pk)
 	const IrNode *root = m->nodes[r];
 	const int *ext = pk->args;
 	int next = pk->nargs - 1;
-	fprintf(out, "/* fused: ");
+	fprintf(out, "/* fused:");
 	for (int x = 0; x <= r; x++)
 		if (e->fp->root[x] == r)
-			fprintf(out, "%s%%%d ", ir_op_name(m->nodes[x]->op), x);
-	fprintf(out, "*/\nstatic void fb_%d(void *argp, int64_t lo, int64_t hi)\n{\n", r);
+			fprintf(out, " %s", ir_op_name(m->nodes[x]->op));
+	fputs(" */\nstatic void fb_" CG_KID "(void *argp, int64_t lo, int64_t hi)\n{\n", out);
 	fputs("\tconst struct dtm_fuse_job *j = argp;\n\tconst DtmCtx *ctx = j->ctx;\n\t(void)ctx;\n",
 	      out);
 	for (int k = 0; k < next; k++)
@@ -235,10 +239,10 @@ static bool emit_fused(Emit *e, const CgPlanKernel *pk)
 	default: fprintf(out, "\t\tout[i] = t%d;\n", r); break;
 	}
 	fputs(runs ? "\t}\n\t}\n}\n\n" : "\t}\n}\n\n", out);
-	fprintf(out, "static void k_%d(const DtmCtx *ctx, void *const *args)\n{\n"
+	fprintf(out, "static void k_" CG_KID "(const DtmCtx *ctx, void *const *args)\n{\n"
 	             "\tstruct dtm_fuse_job j = { ctx, args };\n"
-	             "\tdtmk_par(ctx, %lld, DTMK_EW_GRAIN, fb_%d, &j);\n}\n\n",
-	        r, (long long)ir_node_numel(root), r);
+	             "\tdtmk_par(ctx, %lld, DTMK_EW_GRAIN, fb_" CG_KID ", &j);\n}\n\n",
+	        (long long)ir_node_numel(root));
 	return true;
 }
 
@@ -251,16 +255,31 @@ static void put_tensor(FILE *out, const IrNode *n)
 	fprintf(out, ", %lld }", (long long)ir_node_numel(n));
 }
 
+/* The kernels of the library codegen/cpu/dtmk_lib.c. */
+static const char *const lib_ops[] = {
+#define DTMK_OP(name) #name,
+#include "codegen/cpu/dtmk_ops.def"
+#undef DTMK_OP
+};
+
 static bool emit_wrapper(Emit *e, int i)
 {
 	FILE *out = e->out;
 	const IrNode *n = e->m->nodes[i];
+	bool have = false;
+	for (size_t k = 0; k < sizeof lib_ops / sizeof lib_ops[0] && !have; k++)
+		have = strcmp(lib_ops[k], ir_op_name(n->op)) == 0;
+	if (!have) {
+		diag_internal(e->d, n->loc, "no CPU kernel for op '%s' (codegen/cpu/dtmk_ops.def)",
+		              ir_op_name(n->op));
+		return false;
+	}
 	if (n->nops + 1 > DTM_MAX_ARGS) {
 		diag_error(e->d, n->loc, "%s with %d operands: the CPU back end takes at most %d",
 		           ir_op_name(n->op), n->nops, DTM_MAX_ARGS - 1);
 		return false;
 	}
-	fprintf(out, "static void k_%d(const DtmCtx *ctx, void *const *args)\n{\n", i);
+	fputs("static void k_" CG_KID "(const DtmCtx *ctx, void *const *args)\n{\n", out);
 	fprintf(out, "\tstatic const DtmkArgs t = {\n\t\t.nin = %d,\n\t\t.in = {", n->nops);
 	for (int k = 0; k < n->nops; k++) {
 		fputs(k ? ",\n\t\t\t" : "\n\t\t\t", out);
@@ -283,12 +302,12 @@ static bool emit_wrapper(Emit *e, int i)
 			fputs(", ", out);
 		put_float(out, ka.fx[k], false);
 	}
-	fprintf(out, " },\n\t\t.mesh_axes = %uu,\n\t\t.red = %d,\n\t\t.flag = %d,\n\t\t.node = %d,\n\t};\n",
-	        (unsigned)ka.mesh_axes, (int)ka.red, ka.flag ? 1 : 0, i);
+	fprintf(out, " },\n\t\t.mesh_axes = %uu,\n\t\t.red = %d,\n\t\t.flag = %d,\n\t};\n",
+	        (unsigned)ka.mesh_axes, (int)ka.red, ka.flag ? 1 : 0);
 	fputs("\tDtmkArgs a = t;\n", out);
 	for (int k = 0; k < n->nops; k++)
 		fprintf(out, "\ta.in[%d].p = args[%d];\n", k, k);
-	fprintf(out, "\ta.out.p = args[%d];\n\tdtmk_%s(ctx, &a);\n}\n\n", n->nops,
+	fprintf(out, "\ta.out.p = args[%d];\n\tdtmk_op_%s(ctx, &a);\n}\n\n", n->nops,
 	        ir_op_name(n->op));
 	return true;
 }
@@ -302,8 +321,8 @@ static bool emit_wrapper(Emit *e, int i)
 static void emit_gnorm(Emit *e, const CgPlanKernel *k)
 {
 	FILE *out = e->out;
-	int i = k->node, c = k->chunk, nin = k->nargs - 1;
-	fprintf(out, "static void k_%d_%d(const DtmCtx *ctx, void *const *args)\n{\n", i, c);
+	int c = k->chunk, nin = k->nargs - 1;
+	fputs("static void k_" CG_KID "(const DtmCtx *ctx, void *const *args)\n{\n", out);
 	fprintf(out, "\tstatic const DtmkTensor t[] = {");
 	for (int q = 0; q < nin; q++) {
 		fputs(q ? ",\n\t\t" : "\n\t\t", out);
@@ -672,6 +691,143 @@ static void put_plan(FILE *out, const DtmPlan *p, bool cuda)
 	fputs("};\n\n", out);
 }
 
+/* ---- one function per distinct kernel ---- */
+
+/* The text of a kernel with its fused temporaries renumbered: t<node> and
+ * g<node> (cg_put_ew_member names a member's value after its node) become
+ * t<k>, g<k> in order of first appearance, so the same loop in another
+ * layer or micro-batch reads the same.  Other identifiers and numbers are
+ * copied as they are. */
+static char *canon_text(Arena *a, const char *s, size_t n, size_t *outn)
+{
+	char *o = arena_alloc(a, 2 * n + 16);
+	if (!o)
+		return NULL;
+	size_t k = 0;
+	int ids[256], nids = 0; /* node ids seen, in order (a fused group is small) */
+	for (size_t i = 0; i < n;) {
+		char c = s[i];
+		bool alpha = c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+		bool digit = c >= '0' && c <= '9';
+		if (!alpha && !digit) {
+			o[k++] = s[i++];
+			continue;
+		}
+		size_t j = i + 1;
+		while (j < n && (s[j] == '_' || s[j] == '.' || (s[j] >= 'a' && s[j] <= 'z') ||
+		                 (s[j] >= 'A' && s[j] <= 'Z') || (s[j] >= '0' && s[j] <= '9')))
+			j++;
+		bool var = (c == 't' || c == 'g') && j - i > 1 && j - i < 12;
+		for (size_t q = i + 1; var && q < j; q++)
+			var = s[q] >= '0' && s[q] <= '9';
+		int ord = -1;
+		if (var) {
+			int id = atoi(s + i + 1);
+			for (int q = 0; q < nids && ord < 0; q++)
+				if (ids[q] == id)
+					ord = q;
+			if (ord < 0 && nids < (int)(sizeof ids / sizeof ids[0])) {
+				ids[nids] = id;
+				ord = nids++;
+			}
+		}
+		if (ord >= 0) {
+			k += (size_t)snprintf(o + k, 2 * n + 16 - k, "%c%d", c, ord);
+		} else {
+			memcpy(o + k, s + i, j - i);
+			k += j - i;
+		}
+		i = j;
+	}
+	o[k] = 0;
+	*outn = k;
+	return o;
+}
+
+/* Writes text with every CG_KID replaced by id. */
+static void put_named(FILE *out, const char *s, int id)
+{
+	size_t lk = strlen(CG_KID);
+	for (const char *p; (p = strstr(s, CG_KID)); s = p + lk) {
+		fwrite(s, 1, (size_t)(p - s), out);
+		fprintf(out, "%d", id);
+	}
+	fputs(s, out);
+}
+
+typedef struct KText {
+	char *text;
+	size_t len;
+	uint64_t hash;
+} KText;
+
+/* Writes each distinct kernel once and fills kid[k], the function plan
+ * kernel k calls: the C grows with the distinct kernels (a layer's, a
+ * micro-batch's), not with layers x micro-batches x stages. */
+static bool emit_kernels(Emit *e, Arena *a, const CgPlanKernel *ks, int nk, int *kid, int *ndistinct)
+{
+	FILE *out = e->out;
+	int cap = 16;
+	while (cap < 2 * nk)
+		cap *= 2;
+	KText *tab = arena_alloc(a, sizeof *tab * (size_t)cap);
+	int *slot = arena_alloc(a, sizeof *slot * (size_t)cap); /* -> kernel id, -1 empty */
+	if (!tab || !slot) {
+		diag_error(e->d, (SrcLoc){0}, "out of memory generating C");
+		return false;
+	}
+	for (int q = 0; q < cap; q++)
+		slot[q] = -1;
+	int nd = 0;
+	bool ok = true;
+	for (int k = 0; k < nk && ok; k++) {
+		char *buf = NULL;
+		size_t len = 0;
+		FILE *ms = open_memstream(&buf, &len);
+		if (!ms) {
+			diag_error(e->d, (SrcLoc){0}, "out of memory generating C");
+			return false;
+		}
+		e->out = ms;
+		if (ks[k].nchunks > 1)
+			emit_gnorm(e, &ks[k]);
+		else if (ks[k].fused)
+			ok = emit_fused(e, &ks[k]);
+		else
+			ok = emit_wrapper(e, ks[k].node);
+		e->out = out;
+		if (fclose(ms) != 0 || !buf) {
+			free(buf);
+			diag_error(e->d, (SrcLoc){0}, "out of memory generating C");
+			return false;
+		}
+		size_t cn = 0;
+		char *ct = ok ? canon_text(a, buf, len, &cn) : NULL;
+		free(buf);
+		if (ok && !ct) {
+			diag_error(e->d, (SrcLoc){0}, "out of memory generating C");
+			return false;
+		}
+		if (!ok)
+			break;
+		uint64_t h = 1469598103934665603ull;
+		for (size_t i = 0; i < cn; i++)
+			h = (h ^ (unsigned char)ct[i]) * 1099511628211ull;
+		int q = (int)(h & (uint64_t)(cap - 1));
+		while (slot[q] >= 0 && !(tab[slot[q]].hash == h && tab[slot[q]].len == cn &&
+		                         memcmp(tab[slot[q]].text, ct, cn) == 0))
+			q = (q + 1) & (cap - 1);
+		if (slot[q] < 0) {
+			tab[nd] = (KText){ ct, cn, h };
+			slot[q] = nd++;
+			put_named(out, ct, slot[q]);
+		}
+		kid[k] = slot[q];
+	}
+	*ndistinct = nd;
+	return ok;
+}
+
 bool cg_emit_c(FILE *out, const IrModule *m, const FusePlan *fp, const MemPlan *mp,
                const DtmPlan *p, const CgEmitOptions *opt, Diag *d)
 {
@@ -691,23 +847,18 @@ bool cg_emit_c(FILE *out, const IrModule *m, const FusePlan *fp, const MemPlan *
 	             " * training step.  Do not edit. */\n",
 	        m->name ? m->name : "?");
 	emit_includes(&e, opt ? opt->src_dir : NULL);
-	bool ok = true;
-	for (int k = 0; k < nk && ok; k++) {
-		if (ks[k].nchunks > 1)
-			emit_gnorm(&e, &ks[k]);
-		else if (ks[k].fused)
-			ok = emit_fused(&e, &ks[k]);
-		else
-			ok = emit_wrapper(&e, ks[k].node);
-	}
+	int *kid = arena_alloc(&a, sizeof *kid * (size_t)(nk ? nk : 1));
+	int ndistinct = 0;
+	bool ok = kid != NULL;
+	if (!ok)
+		diag_error(d, (SrcLoc){0}, "out of memory generating C");
+	ok = ok && emit_kernels(&e, &a, ks, nk, kid, &ndistinct);
 	if (ok) {
+		fprintf(out, "/* %d plan kernels call %d distinct functions (node: function) */\n",
+		        nk, ndistinct);
 		fputs("static const DtmKernelFn kernels[] = {", out);
-		for (int k = 0; k < nk; k++) {
-			if (ks[k].nchunks > 1)
-				fprintf(out, "\n\tk_%d_%d,", ks[k].node, ks[k].chunk);
-			else
-				fprintf(out, "\n\tk_%d,", ks[k].node);
-		}
+		for (int k = 0; k < nk; k++)
+			fprintf(out, "\n\tk_%d, /* %%%d */", kid[k], ks[k].node);
 		fputs(nk ? "\n};\n\n" : " NULL };\n\n", out);
 		fputs("static const char *const kernel_names[] = {", out);
 		for (int k = 0; k < nk; k++) {

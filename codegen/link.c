@@ -179,6 +179,7 @@ bool cg_build(const IrModule *m, const FusePlan *fp, const MemPlan *mp, const Dt
 		argv[n++] = "-Wl,-u,rt_cuda_attach";
 		argv[n++] = DTM_CUDA_LIB;
 	}
+	argv[n++] = DTM_KERNELS_LIB; /* the kernels the wrappers call (codegen/cpu/dtmk_lib.c) */
 	argv[n++] = DTM_RUNTIME_LIB;
 	argv[n++] = DTM_SUPPORT_LIB; /* after the runtime: it calls into it */
 	if (DTM_BLAS_LIB[0])

@@ -459,7 +459,7 @@ if(TARGET dtm_runtime_cuda)
     add_test(NAME cuda.mock.${name}
              COMMAND ${DTM_BASH} ${DTM_TESTS}/e2e/cuda_mock.sh $<TARGET_FILE:dtmc> ${name}
                      $<TARGET_FILE:dtm_cuda_mock> $<TARGET_FILE:dtm_runtime_cuda>
-                     $<TARGET_FILE:dtm_runtime> $<TARGET_FILE:dtm_support> "${DTM_BLAS_LINK}"
+                     $<TARGET_FILE:dtm_kernels> $<TARGET_FILE:dtm_runtime> $<TARGET_FILE:dtm_support> "${DTM_BLAS_LINK}"
              WORKING_DIRECTORY ${DTM_ROOT})
     set_tests_properties(cuda.mock.${name} PROPERTIES TIMEOUT 600 LABELS cuda)
   endforeach()
@@ -568,7 +568,7 @@ if(DTM_KCHECK_CXX)
     separate_arguments(kopts UNIX_COMMAND "${kopts}")
     add_test(NAME cuda.kcheck.${kname}
              COMMAND ${CMAKE_COMMAND} -E env CC=${CMAKE_C_COMPILER} CXX=${DTM_KCHECK_CXX}
-                     "KCHECK_RANKS=${kargs}"
+                     "KCHECK_RANKS=${kargs}" DTM_KERNELS_LIB=$<TARGET_FILE:dtm_kernels>
                      ${DTM_BASH} ${DTM_TESTS}/cuda/kcheck.sh $<TARGET_FILE:dtmc> ${kmodel} ${kopts}
              WORKING_DIRECTORY ${DTM_ROOT})
     set_tests_properties(cuda.kcheck.${kname} PROPERTIES TIMEOUT 600 LABELS cuda)

@@ -8,10 +8,12 @@
  *
  * that reads a->in[0..nin) and writes a->out, with the op's attributes in
  * a->ints / a->f etc. (at the positions cg_kernel_attrs, codegen/emit_common.c,
- * gives each op family's IrAttr fields).  The emitter writes one
- * small wrapper per node that fills a DtmkArgs with the node's constant
- * shapes and attributes and the buffer pointers of its Plan action, so each
- * call is specialised to its shapes once the compiler inlines it.
+ * gives each op family's IrAttr fields).  The kernels are compiled once,
+ * into the dtm_kernels library (dtmk_lib.c: dtmk_op_NAME runs dtmk_NAME for
+ * each op of dtmk_ops.def).  The emitter writes one small wrapper per
+ * distinct kernel (same op, shapes and attributes) that fills a DtmkArgs
+ * with those constants and the buffer pointers of its Plan action and
+ * calls dtmk_op_NAME; the shapes are data, not compiled in.
  *
  * Elementwise ops are not called through here: the emitter fuses chains of
  * them into loops of its own.  Matmuls become GEMM actions of the Plan.
@@ -52,7 +54,6 @@ typedef struct DtmkArgs {
 	uint32_t mesh_axes;
 	int red;
 	int flag;
-	int node; /* IR node id, for messages */
 } DtmkArgs;
 
 /* The generated kernels' names for support/float16.h's conversions (the

@@ -33,7 +33,7 @@ static inline void dtmk_embed_bwd_vp(const DtmCtx *ctx, const DtmkArgs *a)
 {
 	int64_t V = a->out.shape[0], D = a->out.shape[1], N = a->in[1].numel;
 	int64_t off = dtmk_vp_offset(ctx, a, V);
-	float *acc = calloc((size_t)(V * D ? V * D : 1), sizeof *acc);
+	float *acc = calloc((size_t)(V * D > 0 ? V * D : 1), sizeof *acc);
 	if (!acc)
 		return;
 	for (int64_t i = 0; i < N; i++) {

@@ -7,7 +7,8 @@
 # MODEL:window are masked copies (tests/cuda/model.sh).  Needs a C and a C++
 # compiler ($CC, default cc; $CXX, default c++), no GPU.  KCHECK_KEEP=DIR
 # keeps the work files there; KCHECK_RANKS="R..." checks these ranks
-# (default: kcheck.c's, the last).
+# (default: kcheck.c's, the last).  DTM_KERNELS_LIB is the CPU kernel
+# library (codegen/cpu/dtmk_lib.c) the generated C calls.
 set -u
 dtmc=$1 model=$2
 shift 2
@@ -47,7 +48,8 @@ model=${model%:*}
 	fail "$*: the generated C"
 "$cc" -std=c11 -O2 -Wall -D_POSIX_C_SOURCE=200809L -I "$root" -c "$here/kcheck.c" \
 	-o "$tmp/kcheck.o" || fail "kcheck.c"
-"$cxx" -o "$tmp/kcheck" "$tmp/plan.o" "$tmp/kcheck.o" "$tmp/emu.o" "$tmp/kernels.o" -lm ||
+"$cxx" -o "$tmp/kcheck" "$tmp/plan.o" "$tmp/kcheck.o" "$tmp/emu.o" "$tmp/kernels.o" \
+	"${DTM_KERNELS_LIB:?the CPU kernel library (build/libdtm_kernels.a)}" -lm ||
 	fail "$*: link"
 if [ -z "${KCHECK_RANKS:-}" ]; then
 	"$tmp/kcheck" ${KCHECK_ARGS:-} || fail "$*"

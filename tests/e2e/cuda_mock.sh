@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# cuda_mock.sh DTMC MODEL MOCKLIB CUDALIB RUNTIMELIB SUPPORTLIB [BLASLIB]
+# cuda_mock.sh DTMC MODEL MOCKLIB CUDALIB KERNELSLIB RUNTIMELIB SUPPORTLIB [BLASLIB]
 #
 # The cuda device (runtime/dev_cuda.c) run end to end without a GPU: the
 # program dtmc generates for MODEL is linked with tests/cuda_mock (CUDA,
@@ -14,7 +14,7 @@
 #   the cubin cache (compiled once, then read back);
 #   no GPU -> "no CUDA driver/device"; 4 ranks on 2 GPUs -> an error.
 set -u
-dtmc=$1 model=$2 mock=$3 cudalib=$4 rtlib=$5 supportlib=$6 blas=${7:-}
+dtmc=$1 model=$2 mock=$3 cudalib=$4 kernlib=$5 rtlib=$6 supportlib=$7 blas=${8:-}
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/dtm_cuda_mock_${model}_XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL ($model): $*" >&2; exit 1; }
@@ -43,7 +43,7 @@ build() {
 		2>"$tmp/$name.build.txt" || { cat "$tmp/$name.build.txt" >&2; fail "dtmc build $name"; }
 	${CC:-cc} -O2 -std=c11 -D_POSIX_C_SOURCE=200809L -I. -o "$tmp/$name.mock" \
 		-x c "$tmp/$name.dtm.c" -x none -Wl,--wrap=dtm_main -Wl,-u,rt_cuda_probe \
-		-Wl,-u,rt_cuda_attach "$cudalib" "$mock" "$rtlib" "$supportlib" $blas -lpthread -lm \
+		-Wl,-u,rt_cuda_attach "$cudalib" "$mock" "$kernlib" "$rtlib" "$supportlib" $blas -lpthread -lm \
 		2>"$tmp/$name.cc.txt" || { cat "$tmp/$name.cc.txt" >&2; fail "linking $name with the mock"; }
 }
 

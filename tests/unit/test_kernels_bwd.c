@@ -115,7 +115,7 @@ static void run(const char *what, IrModule *m, int id, KernelFn fn, int idlim, d
 	const IrNode *n = m->nodes[id];
 	CgKernelAttrs ka;
 	cg_kernel_attrs(n, &ka);
-	DtmkArgs a = {.nin = n->nops, .nints = ka.nints, .flag = ka.flag, .node = id};
+	DtmkArgs a = {.nin = n->nops, .nints = ka.nints, .flag = ka.flag};
 	for (int i = 0; i < IR_MAX_INTS; i++)
 		a.ints[i] = ka.ints[i];
 	a.f[0] = ka.f[0];

@@ -111,7 +111,7 @@ static void run_case(const char *what, IrModule *m, IrNode *op, Kern kern, int l
 	CgKernelAttrs ka;
 	cg_kernel_attrs(op, &ka);
 	DtmkArgs a = { .nin = op->nops, .nints = ka.nints, .flag = ka.flag,
-		       .f = { ka.f[0], ka.f[1] }, .mesh_axes = ka.mesh_axes, .node = op->id };
+		       .f = { ka.f[0], ka.f[1] }, .mesh_axes = ka.mesh_axes };
 	DtmCtx c = ctx;
 	c.coords = case_coords;
 	c.mesh_naxes = m->mesh.naxes;

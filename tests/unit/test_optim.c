@@ -292,7 +292,6 @@ static void run_kernel(const IrModule *m, const KBufs *kb, int id, const DtmCtx 
 	memcpy(a.ints, ka.ints, sizeof a.ints);
 	memcpy(a.fx, ka.fx, sizeof a.fx);
 	a.flag = ka.flag;
-	a.node = id;
 	if (n->op == IR_OP_GRAD_NORM)
 		dtmk_grad_norm(ctx, &a);
 	else if (n->op == IR_OP_ADAMW_STEP)
