@@ -9,7 +9,8 @@
 #
 # With BASE_DTMC, the same builds by it, side by side (each figure the best
 # of REPS runs, default 2; BIG=0 leaves out the 48-layer row, which took the
-# compiler before issue 22 4 minutes and 2.4 GB).
+# compiler before issue 22 4 minutes and 2.4 GB; ONLY="NAME..." runs only
+# those rows).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 dtmcs=("$1")
@@ -29,6 +30,7 @@ echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ */
 printf '%-20s %-6s %9s %9s %11s %9s %9s\n' row dtmc wall_s peak_MB C_lines C_MB kernels
 for row in "${rows[@]}"; do
 	name=${row%%|*}
+	[ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]] && continue
 	read -r -a args <<<"${row#*|}"
 	for i in "${!dtmcs[@]}"; do
 		d=${dtmcs[$i]}

@@ -47,6 +47,9 @@
 #ifndef DTM_BLAS_LIB
 #define DTM_BLAS_LIB ""
 #endif
+#ifndef DTM_DNNL_LIBS
+#define DTM_DNNL_LIBS ""
+#endif
 #ifndef DTM_MPI_OBJ
 #define DTM_MPI_OBJ ""
 #endif
@@ -184,6 +187,7 @@ bool cg_build(const IrModule *m, const FusePlan *fp, const MemPlan *mp, const Dt
 	argv[n++] = DTM_SUPPORT_LIB; /* after the runtime: it calls into it */
 	if (DTM_BLAS_LIB[0])
 		argv[n++] = DTM_BLAS_LIB;
+	n = add_list(&a, argv, n, DTM_DNNL_LIBS);
 	n = add_list(&a, argv, n, DTM_MPI_LIBS);
 	n = add_list(&a, argv, n, DTM_CUDA_LIBS);
 	argv[n++] = "-lpthread";

@@ -295,9 +295,70 @@ void rt_blas_set_threads(int n)
 }
 #endif
 
+/* ---- bf16 GEMMs: oneDNN ----
+ *
+ * With both operands bf16, a GEMM block is one dnnl_gemm_bf16bf16f32 call
+ * (bf16 x bf16 products, exact in f32, accumulated in f32: the same
+ * arithmetic as widening the operands for sgemm, at the bf16 units' rate:
+ * AVX512-BF16, AMX).  The function is exported by Debian's libdnnl 2.6 but
+ * not declared in its headers, so it is declared here.  oneDNN runs on
+ * OpenMP threads: every thread that calls it is told to use one, and the
+ * pool cuts the GEMM into the same blocks as for BLAS (a block's result
+ * then depends on its shape alone).  A CPU or library that cannot (the
+ * first call fails) falls back to widening, said once on stderr. */
+#ifdef DTM_HAVE_DNNL
+int dnnl_gemm_bf16bf16f32(char transa, char transb, int64_t m, int64_t n, int64_t k, float alpha,
+			  const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb,
+			  float beta, float *c, int64_t ldc);
+void omp_set_num_threads(int n);
+
+static _Thread_local bool rt_omp_one;
+static _Atomic int rt_dnnl_state; /* 0 untried, 1 works, -1 does not */
+
+static int dnnl_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+		     const uint16_t *A, int64_t lda, const uint16_t *B, int64_t ldb, float beta,
+		     float *C, int64_t ldc)
+{
+	if (!rt_omp_one) {
+		omp_set_num_threads(1);
+		rt_omp_one = true;
+	}
+	return dnnl_gemm_bf16bf16f32(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, A, lda, B,
+				     ldb, beta, C, ldc);
+}
+
+/* Whether bf16 GEMMs go to oneDNN: tried once, on a 16x16x16 product of
+ * ones (each element must be 16). */
+static bool dnnl_ok(void)
+{
+	int s = atomic_load(&rt_dnnl_state);
+	if (s)
+		return s > 0;
+	uint16_t one[256];
+	float c[256];
+	for (int i = 0; i < 256; i++)
+		one[i] = 0x3f80; /* 1.0 */
+	bool ok = dnnl_gemm(false, false, 16, 16, 16, 1.0f, one, 16, one, 16, 0.0f, c, 16) == 0;
+	for (int i = 0; ok && i < 256; i++)
+		ok = c[i] == 16.0f;
+	int want = 0;
+	if (atomic_compare_exchange_strong(&rt_dnnl_state, &want, ok ? 1 : -1) && !ok)
+		fprintf(stderr, "dtm: oneDNN's bf16 GEMM does not run on this CPU: bf16 GEMMs "
+			"widen their operands to f32\n");
+	return ok;
+}
+#else
+static bool dnnl_ok(void)
+{
+	return false;
+}
+#endif
+
 const char *rt_blas_name(void)
 {
-#if defined(DTM_HAVE_OPENBLAS)
+#if defined(DTM_HAVE_OPENBLAS) && defined(DTM_HAVE_DNNL)
+	return "openblas; bf16 on onednn";
+#elif defined(DTM_HAVE_OPENBLAS)
 	return "openblas";
 #elif defined(DTM_HAVE_CBLAS)
 	return "cblas";
@@ -493,7 +554,9 @@ void rt_gemm_split(int64_t m, int64_t n, int64_t k, RtGemmSplit *sp)
 struct gemm_job {
 	const DtmAction *a;
 	const float *A, *B;
+	const uint16_t *Ah, *Bh; /* bf16 operands for oneDNN, or NULL */
 	float *C;
+	_Atomic int failed; /* a oneDNN call failed */
 	RtGemmSplit sp;
 	int64_t item0; /* tasks count from this batch item */
 };
@@ -508,8 +571,23 @@ static void gemm_range(void *argp, int64_t lo, int64_t hi)
 	for (int64_t t = lo; t < hi; t++) {
 		int64_t it = j->item0 + t / j->sp.nblocks, b0 = t % j->sp.nblocks * j->sp.ext;
 		int64_t b1 = b0 + j->sp.ext < lim ? b0 + j->sp.ext : lim;
-		const float *A = j->A + it * a->stride_a, *B = j->B + it * a->stride_b;
 		float *C = j->C + it * a->stride_c;
+#ifdef DTM_HAVE_DNNL
+		if (j->Ah) {
+			const uint16_t *A = j->Ah + it * a->stride_a, *B = j->Bh + it * a->stride_b;
+			int st = j->sp.rows ?
+					 dnnl_gemm(a->trans_a, a->trans_b, b1 - b0, n, k, a->alpha,
+						   A + (a->trans_a ? b0 : b0 * lda), lda, B, ldb,
+						   a->beta, C + b0 * n, n) :
+					 dnnl_gemm(a->trans_a, a->trans_b, m, b1 - b0, k, a->alpha, A,
+						   lda, B + (a->trans_b ? b0 * ldb : b0), ldb, a->beta,
+						   C + b0, n);
+			if (st != 0)
+				atomic_store(&((struct gemm_job *)argp)->failed, 1);
+			continue;
+		}
+#endif
+		const float *A = j->A + it * a->stride_a, *B = j->B + it * a->stride_b;
 		if (j->sp.rows) /* rows of op(A): A's rows, or its columns when transposed */
 			sgemm_ld(a->trans_a, a->trans_b, b1 - b0, n, k, a->alpha,
 				 A + (a->trans_a ? b0 : b0 * lda), lda, B, ldb, a->beta, C + b0 * n,
@@ -531,8 +609,9 @@ int rt_cpu_gemm(const DtmAction *a, const DtmBuffer *bufs, void *const *ptrs, Rt
 	}
 	int64_t na, nb, nc;
 	rt_gemm_extent(a, &na, &nb, &nc);
-	const float *A = stage_in(ptrs[a->args[0]], ba->dtype, s->a, na, pool);
-	const float *B = stage_in(ptrs[a->args[1]], bb->dtype, s->b, nb, pool);
+	bool bf16 = ba->dtype == DTM_BF16 && bb->dtype == DTM_BF16 && dnnl_ok();
+	const float *A = bf16 ? NULL : stage_in(ptrs[a->args[0]], ba->dtype, s->a, na, pool);
+	const float *B = bf16 ? NULL : stage_in(ptrs[a->args[1]], bb->dtype, s->b, nb, pool);
 	int64_t batch = a->batch > 1 ? a->batch : 1;
 	float *C;
 	if (bc->dtype == DTM_F32) {
@@ -547,7 +626,8 @@ int rt_cpu_gemm(const DtmAction *a, const DtmBuffer *bufs, void *const *ptrs, Rt
 	/* one thread whoever set it otherwise (bench/gemm_bench compares
 	 * with BLAS's own threads) */
 	rt_blas_set_threads(1);
-	struct gemm_job j = { a, A, B, C, { 0 }, 0 };
+	struct gemm_job j = { a, A, B, bf16 ? ptrs[a->args[0]] : NULL,
+			      bf16 ? ptrs[a->args[1]] : NULL, C, 0, { 0 }, 0 };
 	rt_gemm_split(a->m, a->n, a->k, &j.sp);
 	int64_t block_flops = 2 * (j.sp.rows ? j.sp.ext * a->n : a->m * j.sp.ext) * a->k;
 	int64_t grain = block_flops > 0 ? (RT_GEMM_RANGE_FLOPS + block_flops - 1) / block_flops : 1;
@@ -558,6 +638,11 @@ int rt_cpu_gemm(const DtmAction *a, const DtmBuffer *bufs, void *const *ptrs, Rt
 			rt_parallel_for(pool, j.sp.nblocks, grain, gemm_range, &j);
 	} else {
 		rt_parallel_for(pool, batch * j.sp.nblocks, grain, gemm_range, &j);
+	}
+	if (atomic_load(&j.failed)) {
+		snprintf(err, RT_ERR_LEN, "gemm '%s': oneDNN's bf16 GEMM failed (%lld x %lld x %lld)",
+			 a->label ? a->label : "?", (long long)a->m, (long long)a->n, (long long)a->k);
+		return -1;
 	}
 	if (bc->dtype != DTM_F32) {
 		struct widen_job w = { NULL, bc->dtype, C, ptrs[a->args[2]] };

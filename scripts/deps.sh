@@ -4,7 +4,7 @@
 # Checks for cmake, a C compiler, make, flex, bison, clang with libFuzzer
 # (the fuzz test), python3 (with venv, for JAX from PyPI: tests/jax),
 # graphviz (inspect's DOT tests render with dot),
-# OpenBLAS (the CPU runtime's GEMM), Open MPI (the
+# OpenBLAS (the CPU runtime's GEMM), oneDNN (its bf16 GEMMs), Open MPI (the
 # mpi backend and its tests), MLIR 19 (dtmc export-mlir) and, for the
 # PyTorch oracle test and bench/, Debian's PyTorch and numpy for
 # /usr/bin/python3 (python3-torch 1.13, CPU).  When
@@ -94,6 +94,25 @@ openblas_ok() {
 }
 if ! openblas_ok; then
 	missing+=(libopenblas-dev)
+fi
+# oneDNN for bf16 GEMMs on the CPU (runtime/dev_cpu.c; optional like
+# OpenBLAS: without it bf16 operands are widened for sgemm).  Checked the
+# way the runtime uses it: dnnl_gemm_bf16bf16f32, which Debian's 2.6
+# exports without declaring it, linked with -ldnnl.
+dnnl_ok() {
+	command -v cc >/dev/null 2>&1 || return 1
+	local tmp ok=1
+	tmp=$(mktemp -d)
+	printf '%s\n' '#include <stdint.h>' \
+		'int dnnl_gemm_bf16bf16f32(char, char, int64_t, int64_t, int64_t, float, const uint16_t *,' \
+		'  int64_t, const uint16_t *, int64_t, float, float *, int64_t);' \
+		'int main(void) { return dnnl_gemm_bf16bf16f32 == 0; }' >"$tmp/d.c"
+	cc "$tmp/d.c" -o "$tmp/d" -ldnnl >/dev/null 2>&1 && ok=0
+	rm -rf "$tmp"
+	return $ok
+}
+if ! dnnl_ok; then
+	missing+=(libdnnl-dev)
 fi
 
 # PyTorch and numpy for Debian's python (tests/oracle, bench/); a python3

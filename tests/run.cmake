@@ -459,7 +459,7 @@ if(TARGET dtm_runtime_cuda)
     add_test(NAME cuda.mock.${name}
              COMMAND ${DTM_BASH} ${DTM_TESTS}/e2e/cuda_mock.sh $<TARGET_FILE:dtmc> ${name}
                      $<TARGET_FILE:dtm_cuda_mock> $<TARGET_FILE:dtm_runtime_cuda>
-                     $<TARGET_FILE:dtm_kernels> $<TARGET_FILE:dtm_runtime> $<TARGET_FILE:dtm_support> "${DTM_BLAS_LINK}"
+                     $<TARGET_FILE:dtm_kernels> $<TARGET_FILE:dtm_runtime> $<TARGET_FILE:dtm_support> "${DTM_BLAS_LINK}|${DTM_DNNL_LINK}"
              WORKING_DIRECTORY ${DTM_ROOT})
     set_tests_properties(cuda.mock.${name} PROPERTIES TIMEOUT 600 LABELS cuda)
   endforeach()

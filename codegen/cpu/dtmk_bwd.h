@@ -33,8 +33,7 @@ static inline DtmkbBuf dtmkb_in(const DtmkTensor *t)
 	b.p = malloc(sizeof(float) * (size_t)(t->numel ? t->numel : 1));
 	b.owned = 1;
 	if (b.p)
-		for (int64_t i = 0; i < t->numel; i++)
-			b.p[i] = dtmk_load(t, i);
+		dtmk_widen(t, b.p);
 	return b;
 }
 
@@ -52,8 +51,7 @@ static inline DtmkbBuf dtmkb_out(const DtmkTensor *t)
 static inline void dtmkb_done(const DtmkTensor *t, DtmkbBuf b)
 {
 	if (b.owned && b.p)
-		for (int64_t i = 0; i < t->numel; i++)
-			dtmk_store(t, i, b.p[i]);
+		dtmk_narrow(t, b.p);
 	if (b.owned)
 		free(b.p);
 }
@@ -187,35 +185,50 @@ static inline float dtmkb_silu_grad(float x)
 }
 
 struct dtmkb_act_job {
-	const float *dy, *x;
-	float *y;
+	const DtmkTensor *dy, *x, *y;
 };
 
-/* Elementwise gradients split over the pool above this many elements. */
+/* Elementwise gradients split over the pool above this many elements;
+ * bf16 / f16 operands are widened and the result narrowed a chunk at a
+ * time, on the thread that computes it. */
 #define DTMKB_ACT_GRAIN 16384
+#define DTMKB_ACT_CHUNK 512
 
 #define DTMKB_ACT(name, expr)                                                                   \
-	static void dtmkb_##name##_range(void *arg, int64_t lo, int64_t hi)                     \
+	static inline void dtmkb_##name##_f32(const float *restrict dy, const float *restrict x, \
+					      float *restrict y, int64_t n)                     \
 	{                                                                                       \
-		const struct dtmkb_act_job *j = arg;                                            \
-		const float *restrict dy = j->dy, *restrict x = j->x;                           \
-		float *restrict y = j->y;                                                       \
-		for (int64_t i = lo; i < hi; i++) {                                             \
+		for (int64_t i = 0; i < n; i++) {                                               \
 			float v = x[i];                                                         \
 			y[i] = (expr);                                                          \
 		}                                                                               \
 	}                                                                                       \
+	static void dtmkb_##name##_range(void *arg, int64_t lo, int64_t hi)                     \
+	{                                                                                       \
+		const struct dtmkb_act_job *j = arg;                                            \
+		if (j->dy->dtype == DTM_F32 && j->x->dtype == DTM_F32 &&                        \
+		    j->y->dtype == DTM_F32) {                                                   \
+			dtmkb_##name##_f32((const float *)j->dy->p + lo,                       \
+					   (const float *)j->x->p + lo, (float *)j->y->p + lo,  \
+					   hi - lo);                                            \
+			return;                                                                 \
+		}                                                                               \
+		float b[3][DTMKB_ACT_CHUNK];                                                    \
+		for (int64_t s = lo; s < hi; s += DTMKB_ACT_CHUNK) {                            \
+			int64_t n = hi - s < DTMKB_ACT_CHUNK ? hi - s : DTMKB_ACT_CHUNK;        \
+			DtmkTensor dv = dtmk_view(j->dy, s, n), xv = dtmk_view(j->x, s, n);     \
+			DtmkTensor yv = dtmk_view(j->y, s, n);                                  \
+			dtmk_widen(&dv, b[0]);                                                  \
+			dtmk_widen(&xv, b[1]);                                                  \
+			dtmkb_##name##_f32(b[0], b[1], b[2], n);                                \
+			dtmk_narrow(&yv, b[2]);                                                 \
+		}                                                                               \
+	}                                                                                       \
 	static void dtmk_##name(const DtmCtx *ctx, const DtmkArgs *a)                           \
 	{                                                                                       \
-		DtmkbBuf dy = dtmkb_in(&a->in[0]), x = dtmkb_in(&a->in[1]);                     \
-		DtmkbBuf y = dtmkb_out(&a->out);                                                \
-		if (dy.p && x.p && y.p) {                                                       \
-			struct dtmkb_act_job j = {dy.p, x.p, y.p};                              \
+		struct dtmkb_act_job j = {&a->in[0], &a->in[1], &a->out};                       \
+		if (a->in[0].p && a->in[1].p && a->out.p)                                       \
 			dtmk_par(ctx, a->out.numel, DTMKB_ACT_GRAIN, dtmkb_##name##_range, &j); \
-		}                                                                               \
-		dtmkb_free(dy);                                                                 \
-		dtmkb_free(x);                                                                  \
-		dtmkb_done(&a->out, y);                                                         \
 	}
 
 DTMKB_ACT(relu_bwd, v > 0 ? dy[i] : 0.0f)
@@ -612,6 +625,120 @@ dtmkb_attn_item(const DtmkbAttn *w, int64_t bh, float *buf, int64_t hd)
 	}
 }
 
+/* Y[t * ly + (0, n)] += A[r * la + t] * X[r * lx + (0, n)] for r = 0..3
+ * in order, for t in [t0, t1), n a multiple of 16: the 4 rows of X held
+ * in registers (dk and dv of a block of 4 query rows). */
+static inline __attribute__((always_inline)) void
+dtmkb_rows4_outer(float *Y, int64_t ly, const float *A, int64_t la, const float *X, int64_t lx,
+		  int64_t t0, int64_t t1, int64_t n)
+{
+	for (int64_t c = 0; c < n; c += 16) {
+		DtmkV16 x0 = DTMK_V16(X + c), x1 = DTMK_V16(X + lx + c);
+		DtmkV16 x2 = DTMK_V16(X + 2 * lx + c), x3 = DTMK_V16(X + 3 * lx + c);
+		for (int64_t t = t0; t < t1; t++) {
+			DtmkV16 y = DTMK_V16(Y + t * ly + c);
+			y += A[t] * x0;
+			y += A[la + t] * x1;
+			y += A[2 * la + t] * x2;
+			y += A[3 * la + t] * x3;
+			DTMK_V16(Y + t * ly + c) = y;
+		}
+	}
+}
+
+/* dtmkb_attn_item in blocks of 4 query rows (hd a multiple of 16; see
+ * dtmk_rows4_scores): the scores and dy.v of 4 rows in registers, dq by
+ * dtmk_rows4_pv, dk and dv by dtmkb_rows4_outer. */
+static inline __attribute__((always_inline)) void
+dtmkb_attn_item4(const DtmkbAttn *w, int64_t bh, float *buf, int64_t hd)
+{
+	int64_t T = w->T, D = w->D;
+	int64_t Tp = DTMK_PAD16(T);
+	float *restrict kb = buf, *restrict kt = kb + T * hd, *restrict vt = kt + Tp * hd;
+	float *restrict dkb = vt + Tp * hd, *restrict dvb = dkb + T * hd;
+	float *restrict P = dvb + T * hd, *restrict dP = P + DTMK_AR * Tp;
+	float *restrict dS = dP + DTMK_AR * Tp, *restrict q4 = dS + DTMK_AR * Tp;
+	float *restrict dy4 = q4 + DTMK_AR * hd, *restrict dq4 = dy4 + DTMK_AR * hd;
+	int64_t b = bh / w->H, h = bh % w->H, g = (w->h0 + h) / w->group;
+	const DtmkTensor *seg = w->a->nin > 4 ? &w->a->in[4] : NULL;
+	for (int64_t t = 0; t < T; t++) {
+		int64_t ko = (b * T + t) * w->Dk + g * hd;
+		memcpy(kb + t * hd, w->k + ko, sizeof(float) * (size_t)hd);
+		for (int64_t c = 0; c < hd; c++) {
+			kt[c * Tp + t] = w->k[ko + c];
+			vt[c * Tp + t] = w->v[ko + c];
+		}
+	}
+	for (int64_t c = 0; c < hd; c++)
+		for (int64_t t = T; t < Tp; t++)
+			kt[c * Tp + t] = vt[c * Tp + t] = 0;
+	memset(dkb, 0, sizeof(float) * (size_t)(2 * T * hd));
+	for (int64_t i0 = 0; i0 < T; i0 += DTMK_AR) {
+		int64_t lo[DTMK_AR], nk[DTMK_AR], kmin = T, kmax = 0;
+		int32_t si[DTMK_AR];
+		bool live[DTMK_AR];
+		for (int r = 0; r < DTMK_AR; r++) {
+			int64_t i = i0 + r, o = (b * T + i) * D + h * hd;
+			lo[r] = nk[r] = 0;
+			si[r] = 0;
+			live[r] = false;
+			if (i < T) {
+				dtmk_attn_range(w->a, i, T, &lo[r], &nk[r]);
+				si[r] = seg ? dtmk_load_i32(seg, b * T + i) : 0;
+				live[r] = nk[r] > lo[r] && si[r] >= 0;
+			}
+			if (live[r]) {
+				memcpy(q4 + r * hd, w->q + o, sizeof(float) * (size_t)hd);
+				memcpy(dy4 + r * hd, w->dy + o, sizeof(float) * (size_t)hd);
+				kmin = lo[r] < kmin ? lo[r] : kmin;
+				kmax = nk[r] > kmax ? nk[r] : kmax;
+			} else {
+				memset(q4 + r * hd, 0, sizeof(float) * (size_t)hd);
+				memset(dy4 + r * hd, 0, sizeof(float) * (size_t)hd);
+			}
+		}
+		int64_t np = DTMK_PAD16(kmax);
+		if (kmax > 0) {
+			dtmk_rows4_scores(P, Tp, q4, hd, kt, Tp, hd, np);
+			dtmk_rows4_scores(dP, Tp, dy4, hd, vt, Tp, hd, np);
+			for (int r = 0; r < DTMK_AR; r++) {
+				float *p = P + r * Tp, *dp = dP + r * Tp, *ds = dS + r * Tp;
+				for (int64_t j = 0; j < nk[r]; j++)
+					p[j] *= w->scale;
+				if (!live[r] ||
+				    !dtmk_attn_softmax_row(p, np, lo[r], nk[r], seg, b * T, si[r])) {
+					live[r] = false;
+					memset(p, 0, sizeof(float) * (size_t)np);
+					memset(ds, 0, sizeof(float) * (size_t)np);
+					continue;
+				}
+				float pdp = 0;
+				for (int64_t j = 0; j < nk[r]; j++)
+					pdp += p[j] * dp[j];
+				for (int64_t j = 0; j < nk[r]; j++)
+					ds[j] = p[j] * (dp[j] - pdp) * w->scale;
+				for (int64_t j = nk[r]; j < np; j++)
+					ds[j] = 0;
+			}
+			dtmk_rows4_pv(dq4, hd, dS, Tp, kb, hd, kmin, kmax, hd);
+			dtmkb_rows4_outer(dkb, hd, dS, Tp, q4, hd, kmin, kmax, hd);
+			dtmkb_rows4_outer(dvb, hd, P, Tp, dy4, hd, kmin, kmax, hd);
+		}
+		for (int r = 0; r < DTMK_AR && i0 + r < T; r++) {
+			float *dq = w->dq + (b * T + i0 + r) * D + h * hd;
+			if (live[r] && kmax > 0)
+				memcpy(dq, dq4 + r * hd, sizeof(float) * (size_t)hd);
+			else
+				memset(dq, 0, sizeof(float) * (size_t)hd);
+		}
+	}
+	for (int64_t t = 0; t < T; t++) {
+		int64_t o = (b * T + t) * D + h * hd;
+		memcpy(w->dk + o, dkb + t * hd, sizeof(float) * (size_t)hd);
+		memcpy(w->dv + o, dvb + t * hd, sizeof(float) * (size_t)hd);
+	}
+}
+
 /* Items [lo, hi) with their scratch; the usual head sizes get copies of
  * the item compiled for that constant. */
 static void dtmkb_attn_range(void *arg, int64_t lo, int64_t hi)
@@ -619,13 +746,17 @@ static void dtmkb_attn_range(void *arg, int64_t lo, int64_t hi)
 	const DtmkbAttn *w = arg;
 	int64_t T = w->T, hd = w->hd;
 	int64_t Tp = DTMK_PAD16(T);
-	size_t need = (size_t)(5 * T * hd + 2 * Tp * hd + 3 * Tp);
+	size_t need = (size_t)(5 * T * hd + 2 * Tp * hd + 3 * DTMK_AR * (Tp + hd));
 	float stackbuf[DTMK_ATTN_STACK];
 	float *buf = need <= DTMK_ATTN_STACK ? stackbuf : malloc(sizeof(float) * need);
 	if (!buf)
 		return;
 	for (int64_t bh = lo; bh < hi; bh++) {
-		if (hd == 16)
+		if (hd == 64)
+			dtmkb_attn_item4(w, bh, buf, 64);
+		else if (hd % 16 == 0)
+			dtmkb_attn_item4(w, bh, buf, hd);
+		else if (hd == 16)
 			dtmkb_attn_item(w, bh, buf, 16);
 		else if (hd == 32)
 			dtmkb_attn_item(w, bh, buf, 32);

@@ -363,6 +363,28 @@ static inline void dtmk_log_softmax(const DtmCtx *ctx, const DtmkArgs *a)
 
 /* ---- layernorm(x, g, b) / rmsnorm(x, g) over the last dim ---- */
 
+/* One row of layernorm (ln) or rmsnorm, in f32. */
+static inline void dtmk_norm_row(const float *restrict x, const float *restrict g,
+				 const float *restrict b, float *restrict y, int64_t D, int ln,
+				 float eps)
+{
+	float mu = 0, var = 0;
+	if (ln) {
+		for (int64_t k = 0; k < D; k++)
+			mu += x[k];
+		mu /= (float)D;
+	}
+	for (int64_t k = 0; k < D; k++)
+		var += (x[k] - mu) * (x[k] - mu);
+	float inv = 1.0f / sqrtf(var / (float)D + eps);
+	if (ln)
+		for (int64_t k = 0; k < D; k++)
+			y[k] = (x[k] - mu) * inv * g[k] + b[k];
+	else
+		for (int64_t k = 0; k < D; k++)
+			y[k] = x[k] * inv * g[k];
+}
+
 static inline void dtmk_norm_rows(void *argp, int64_t lo, int64_t hi)
 {
 	struct dtmk_rows_job *j = argp;
@@ -370,46 +392,38 @@ static inline void dtmk_norm_rows(void *argp, int64_t lo, int64_t hi)
 	int64_t D = j->len;
 	int ln = j->flag;
 	float eps = (float)a->f[0];
-	if (dtmk_all_f32(a)) {
-		const float *g = a->in[1].p, *b = ln ? a->in[2].p : NULL;
-		for (int64_t r = lo; r < hi; r++) {
-			const float *x = (const float *)a->in[0].p + r * D;
-			float *y = (float *)a->out.p + r * D;
-			float mu = 0, var = 0;
-			if (ln) {
-				for (int64_t k = 0; k < D; k++)
-					mu += x[k];
-				mu /= (float)D;
-			}
-			for (int64_t k = 0; k < D; k++)
-				var += (x[k] - mu) * (x[k] - mu);
-			float inv = 1.0f / sqrtf(var / (float)D + eps);
-			if (ln)
-				for (int64_t k = 0; k < D; k++)
-					y[k] = (x[k] - mu) * inv * g[k] + b[k];
-			else
-				for (int64_t k = 0; k < D; k++)
-					y[k] = x[k] * inv * g[k];
+	if (!dtmk_all_f32(a)) {
+		/* bf16 / f16: each row widened, normalised in f32, narrowed */
+		float *buf = malloc(sizeof(float) * (size_t)(4 * D + 1));
+		if (!buf)
+			return;
+		float *g = buf, *b = g + D, *x = b + D, *y = x + D;
+		DtmkTensor row = a->in[1];
+		row.numel = D;
+		dtmk_widen(&row, g);
+		if (ln) {
+			row = a->in[2];
+			row.numel = D;
+			dtmk_widen(&row, b);
 		}
+		for (int64_t r = lo; r < hi; r++) {
+			row = a->in[0];
+			row.p = (char *)row.p + (size_t)(r * D) * dtmk_esize(row.dtype);
+			row.numel = D;
+			dtmk_widen(&row, x);
+			dtmk_norm_row(x, g, b, y, D, ln, eps);
+			row = a->out;
+			row.p = (char *)row.p + (size_t)(r * D) * dtmk_esize(row.dtype);
+			row.numel = D;
+			dtmk_narrow(&row, y);
+		}
+		free(buf);
 		return;
 	}
-	for (int64_t r = lo; r < hi; r++) {
-		float mu = 0, var = 0;
-		if (ln) {
-			for (int64_t k = 0; k < D; k++)
-				mu += dtmk_load(&a->in[0], r * D + k);
-			mu /= (float)D;
-		}
-		for (int64_t k = 0; k < D; k++) {
-			float c = dtmk_load(&a->in[0], r * D + k) - mu;
-			var += c * c;
-		}
-		float inv = 1.0f / sqrtf(var / (float)D + eps);
-		for (int64_t k = 0; k < D; k++) {
-			float v = (dtmk_load(&a->in[0], r * D + k) - mu) * inv * dtmk_load(&a->in[1], k);
-			dtmk_store(&a->out, r * D + k, v + (ln ? dtmk_load(&a->in[2], k) : 0.0f));
-		}
-	}
+	const float *g = a->in[1].p, *b = ln ? a->in[2].p : NULL;
+	for (int64_t r = lo; r < hi; r++)
+		dtmk_norm_row((const float *)a->in[0].p + r * D, g, b, (float *)a->out.p + r * D, D,
+			      ln, eps);
 }
 
 static inline void dtmk_layernorm(const DtmCtx *ctx, const DtmkArgs *a)
@@ -661,6 +675,90 @@ dtmk_attention_item(const struct dtmk_attn_job *j, int64_t it, float *buf, int64
 	}
 }
 
+/* One (batch, head) item in blocks of 4 query rows (hd, hv multiples of
+ * 16): the item's k transposed and v as in dtmk_attention_item. */
+static inline __attribute__((always_inline)) void
+dtmk_attention_item4(const struct dtmk_attn_job *j, int64_t it, float *buf, int64_t hd, int64_t hv)
+{
+	const DtmkArgs *a = j->a;
+	int64_t H = j->H, Tq = j->Tq, Tk = j->Tk, D = j->D, Dv = j->Dv, Tp = DTMK_PAD16(Tk);
+	float scale = 1.0f / sqrtf((float)hd);
+	float *restrict kt = buf, *restrict vb = kt + hd * Tp, *restrict S = vb + Tp * hv;
+	float *restrict qb = S + DTMK_AR * Tp, *restrict ob = qb + DTMK_AR * hd;
+	int64_t b = it / H, h = it % H, g = (j->h0 + h) / j->group;
+	const DtmkTensor *seg = a->nin > 3 ? &a->in[3] : NULL;
+	int f32 = dtmk_all_f32(a);
+	for (int64_t t = 0; t < Tk; t++) {
+		int64_t ko = (b * Tk + t) * j->Dk + g * hd, vo = (b * Tk + t) * j->Dkv + g * hv;
+		if (f32) {
+			const float *kr = (const float *)a->in[1].p + ko;
+			for (int64_t c = 0; c < hd; c++)
+				kt[c * Tp + t] = kr[c];
+			memcpy(vb + t * hv, (const float *)a->in[2].p + vo, sizeof(float) * (size_t)hv);
+			continue;
+		}
+		for (int64_t c = 0; c < hd; c++)
+			kt[c * Tp + t] = dtmk_load(&a->in[1], ko + c);
+		for (int64_t c = 0; c < hv; c++)
+			vb[t * hv + c] = dtmk_load(&a->in[2], vo + c);
+	}
+	for (int64_t c = 0; c < hd; c++)
+		for (int64_t t = Tk; t < Tp; t++)
+			kt[c * Tp + t] = 0;
+	for (int64_t t = Tk; t < Tp; t++) /* read by rows whose keys end past Tk: never */
+		memset(vb + t * hv, 0, sizeof(float) * (size_t)hv);
+	for (int64_t i0 = 0; i0 < Tq; i0 += DTMK_AR) {
+		int64_t lo[DTMK_AR], nk[DTMK_AR], kmin = Tk, kmax = 0;
+		int32_t si[DTMK_AR];
+		bool live[DTMK_AR];
+		for (int r = 0; r < DTMK_AR; r++) {
+			int64_t i = i0 + r;
+			lo[r] = nk[r] = 0;
+			si[r] = 0;
+			live[r] = false;
+			if (i < Tq) {
+				dtmk_attn_range(a, i, Tk, &lo[r], &nk[r]);
+				si[r] = seg ? dtmk_load_i32(seg, b * Tq + i) : 0;
+				live[r] = nk[r] > lo[r] && si[r] >= 0;
+			}
+			float *q = qb + r * hd;
+			int64_t qo = (b * Tq + i) * D + h * hd;
+			for (int64_t c = 0; c < hd; c++)
+				q[c] = !live[r] ? 0.0f :
+				       (f32 ? ((const float *)a->in[0].p)[qo + c] :
+					      dtmk_load(&a->in[0], qo + c)) * scale;
+			if (live[r]) {
+				kmin = lo[r] < kmin ? lo[r] : kmin;
+				kmax = nk[r] > kmax ? nk[r] : kmax;
+			}
+		}
+		int64_t np = DTMK_PAD16(kmax);
+		if (kmax > 0) {
+			dtmk_rows4_scores(S, Tp, qb, hd, kt, Tp, hd, np);
+			for (int r = 0; r < DTMK_AR; r++)
+				if (!live[r] ||
+				    !dtmk_attn_softmax_row(S + r * Tp, np, lo[r], nk[r], seg, b * Tk, si[r])) {
+					memset(S + r * Tp, 0, sizeof(float) * (size_t)np);
+					live[r] = false;
+				}
+			dtmk_rows4_pv(ob, hv, S, Tp, vb, hv, kmin, kmax, hv);
+		}
+		for (int r = 0; r < DTMK_AR && i0 + r < Tq; r++) {
+			int64_t yo = (b * Tq + i0 + r) * Dv + h * hv;
+			const float *o = ob + r * hv;
+			if (!live[r] || kmax == 0) {
+				for (int64_t c = 0; c < hv; c++)
+					dtmk_store(&a->out, yo + c, 0.0f);
+			} else if (f32) {
+				memcpy((float *)a->out.p + yo, o, sizeof(float) * (size_t)hv);
+			} else {
+				for (int64_t c = 0; c < hv; c++)
+					dtmk_store(&a->out, yo + c, o[c]);
+			}
+		}
+	}
+}
+
 /* Items [lo, hi) with their scratch; the usual head sizes get copies of
  * the item compiled for that constant (whole-vector loops over the head
  * dim, no remainders). */
@@ -668,13 +766,17 @@ static inline void dtmk_attention_items(void *argp, int64_t lo, int64_t hi)
 {
 	const struct dtmk_attn_job *j = argp;
 	int64_t hd = j->D / j->H, hv = j->Dv / j->H, Tp = DTMK_PAD16(j->Tk);
-	size_t need = (size_t)(hd * Tp + Tp * hv + Tp + hd + hv);
+	size_t need = (size_t)(hd * Tp + Tp * hv + DTMK_AR * (Tp + hd + hv));
 	float stackbuf[DTMK_ATTN_STACK];
 	float *buf = need <= DTMK_ATTN_STACK ? stackbuf : malloc(sizeof(float) * need);
 	if (!buf)
 		return;
 	for (int64_t it = lo; it < hi; it++) {
-		if (hd == 16 && hv == 16)
+		if (hd == 64 && hv == 64)
+			dtmk_attention_item4(j, it, buf, 64, 64);
+		else if (hd % 16 == 0 && hv % 16 == 0)
+			dtmk_attention_item4(j, it, buf, hd, hv);
+		else if (hd == 16 && hv == 16)
 			dtmk_attention_item(j, it, buf, 16, 16);
 		else if (hd == 32 && hv == 32)
 			dtmk_attention_item(j, it, buf, 32, 32);

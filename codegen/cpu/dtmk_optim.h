@@ -166,12 +166,46 @@ static inline void dtmk_opt_copy_out(const DtmkArgs *a)
 struct dtmk_adamw_job {
 	const DtmkTensor *p, *g, *m, *v, *w; /* w: the master copy, or p */
 	float inv, coef, decay, b1, omb1, b2, omb2, bc2_sqrt, eps, neg_step;
-	int fast; /* p, g, m, v all f32 and no master */
+	int fast; /* 1: p, g, m, v all f32, no master; 2: bf16 p, f32 master, m, v */
 };
+
+/* The master-weight step (precision bf16): the same arithmetic as the
+ * general loop below, on plain pointers; g is bf16 (gbf) or f32. */
+static inline __attribute__((always_inline)) void
+dtmk_adamw_master(const struct dtmk_adamw_job *j, int64_t lo, int64_t hi, int gbf)
+{
+	float *restrict w = j->w->p, *restrict m = j->m->p, *restrict v = j->v->p;
+	uint16_t *restrict p = j->p->p;
+	const float *restrict g32 = j->g->p;
+	const uint16_t *restrict g16 = j->g->p;
+	const float decay = j->decay, b1 = j->b1, omb1 = j->omb1;
+	const float b2 = j->b2, omb2 = j->omb2, bc2 = j->bc2_sqrt, eps = j->eps;
+	const float ns = j->neg_step, inv = j->inv, coef = j->coef;
+	for (int64_t i = lo; i < hi; i++) {
+		float gi = gbf ? dtmk_bf16_to_f32(g16[i]) : g32[i];
+		gi = gi * inv;
+		gi = gi * coef;
+		float wi = w[i] * decay;
+		float mi = m[i] * b1 + omb1 * gi;
+		float vi = v[i] * b2 + omb2 * gi * gi;
+		m[i] = mi;
+		v[i] = vi;
+		wi = wi + ns * (mi / (sqrtf(vi) / bc2 + eps));
+		w[i] = wi;
+		p[i] = dtmk_f32_to_bf16(wi);
+	}
+}
 
 static void dtmk_adamw_range(void *argp, int64_t lo, int64_t hi)
 {
 	const struct dtmk_adamw_job *j = argp;
+	if (j->fast == 2) {
+		if (j->g->dtype == DTM_BF16)
+			dtmk_adamw_master(j, lo, hi, 1);
+		else
+			dtmk_adamw_master(j, lo, hi, 0);
+		return;
+	}
 	if (j->fast) {
 		/* the scalars in locals and restrict pointers: stores through p,
 		 * m, v could otherwise alias *j, and the loop would not vectorise */
@@ -245,6 +279,10 @@ static void dtmk_adamw_step(const DtmCtx *ctx, const DtmkArgs *a)
 	};
 	j.fast = !master && in[0].dtype == DTM_F32 && in[1].dtype == DTM_F32 &&
 		 in[2].dtype == DTM_F32 && in[3].dtype == DTM_F32;
+	if (master && in[0].dtype == DTM_BF16 && in[4].dtype == DTM_F32 &&
+	    (in[1].dtype == DTM_BF16 || in[1].dtype == DTM_F32) && in[2].dtype == DTM_F32 &&
+	    in[3].dtype == DTM_F32)
+		j.fast = 2;
 	dtmk_opt_par(ctx, in[0].numel, DTMK_OPT_GRAIN, dtmk_adamw_range, &j);
 	dtmk_opt_copy_out(a);
 }

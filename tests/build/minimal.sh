@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # minimal.sh DTMC WORKDIR - the build without any optional dependency.
 #
-# Configures the project with OpenBLAS, MPI, CUDA and MLIR turned off
-# (-DDTM_BLAS=OFF -DDTM_MPI=OFF -DDTM_CUDA=OFF -DDTM_MLIR=OFF) and -Werror, builds every
+# Configures the project with OpenBLAS, oneDNN, MPI, CUDA and MLIR turned off
+# (-DDTM_BLAS=OFF -DDTM_DNNL=OFF -DDTM_MPI=OFF -DDTM_CUDA=OFF -DDTM_MLIR=OFF) and -Werror, builds every
 # target, then checks what the fallbacks promise:
 #   1. the build is warning-free (-Werror) and CMake says each part is off;
 #   2. a binary built by that dtmc trains models/mlp.dtm on dp=2 with the
@@ -17,7 +17,7 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 fail() { echo "FAIL build.minimal: $*" >&2; exit 1; }
 mkdir -p "$work"
 bdir=$work/build
-cmake -S "$root" -B "$bdir" -DDTM_WERROR=ON -DDTM_BLAS=OFF -DDTM_MPI=OFF -DDTM_CUDA=OFF -DDTM_MLIR=OFF \
+cmake -S "$root" -B "$bdir" -DDTM_WERROR=ON -DDTM_BLAS=OFF -DDTM_DNNL=OFF -DDTM_MPI=OFF -DDTM_CUDA=OFF -DDTM_MLIR=OFF \
 	>"$work/configure.txt" 2>&1 || { cat "$work/configure.txt" >&2; fail "configure failed"; }
 for want in "OpenBLAS turned off" "MPI turned off" "NVRTC not found" "MLIR turned off"; do
 	grep -q "$want" "$work/configure.txt" || { cat "$work/configure.txt" >&2; fail "configure did not say '$want'"; }

@@ -15,6 +15,7 @@
 #   no GPU -> "no CUDA driver/device"; 4 ranks on 2 GPUs -> an error.
 set -u
 dtmc=$1 model=$2 mock=$3 cudalib=$4 kernlib=$5 rtlib=$6 supportlib=$7 blas=${8:-}
+blas=${blas//|/ } # BLAS and oneDNN's libraries, '|'-separated
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/dtm_cuda_mock_${model}_XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL ($model): $*" >&2; exit 1; }

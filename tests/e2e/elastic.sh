@@ -27,9 +27,11 @@ echo "elastic: killing rank $victim at step $kill_at"
 
 "$root/scripts/dtm-run" --dtmc "$dtmc" --mpirun "$mpirun" --work "$tmp/w" --log "$tmp/log.jsonl" \
 	models/mlp.dtm --mesh dp=4 -- --steps $steps --save "$tmp/ck" --save-every 4 \
-	--comm-timeout 20 -q >"$tmp/sup.txt" 2>&1 &
+	--comm-timeout 20 --comm-delay-us 5000 -q >"$tmp/sup.txt" 2>&1 &
 sup=$!
-# wait for the step, then kill the rank: its process is the victim-th of
+# wait for the step, then kill the rank (5 ms per message keeps a step
+# at ~15 ms: without it the run's last steps took less than the polling
+# below, and the run could end before the kill); its process is the victim-th of
 # the four (mpirun starts them in rank order; the binary names its rank in
 # the environment Open MPI gives it)
 for ((t = 0; t < 1200; t++)); do

@@ -266,6 +266,9 @@ static void test_attention_bwd(void)
 	        /* T, heads, kv_heads, hd, causal, window */
 	        {7, 4, 2, 3, 1, 0}, {19, 4, 1, 16, 1, 5}, {19, 4, 2, 3, 0, 4},
 	        {70, 2, 1, 16, 1, 20}, {9, 3, 3, 5, 0, 0},
+	        /* head sizes the 4-row blocks take (16 above, 64 and 32
+	         * here), T not a multiple of 4 */
+	        {70, 2, 2, 64, 1, 0}, {37, 4, 2, 32, 0, 9},
 	};
 	for (size_t c = 0; c < sizeof gq / sizeof gq[0]; c++)
 		for (int useseg = 0; useseg < 2; useseg++) {

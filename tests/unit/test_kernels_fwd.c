@@ -286,11 +286,15 @@ static void test_model_ops(void)
 		run_case("attention", m, n, dtmk_attention, 0);
 	}
 	/* grouped-query and multi-query, windows and segment ids (random in
-	 * [0, 3)), odd sizes; 70 positions take the untiled score loop */
+	 * [0, 3)), odd sizes; 70 positions take the untiled score loop; head
+	 * sizes that are multiples of 16 the 4-row blocks */
 	static const int64_t gq[][6] = {
 	        /* T, heads, kv_heads, hd, causal, window */
 	        {19, 4, 2, 3, 1, 0}, {19, 4, 1, 16, 1, 5}, {19, 4, 2, 3, 0, 4},
 	        {70, 2, 1, 16, 1, 20}, {70, 3, 3, 5, 0, 0},
+	        /* head sizes the 4-row blocks take: 64 (score tiles of 64
+	         * keys and a remainder), 32 with a window, T not a multiple of 4 */
+	        {70, 2, 2, 64, 1, 0}, {37, 4, 2, 32, 0, 9},
 	};
 	for (size_t c = 0; c < sizeof gq / sizeof gq[0]; c++)
 		for (int useseg = 0; useseg < 2; useseg++) {

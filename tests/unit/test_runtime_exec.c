@@ -598,6 +598,11 @@ static void test_gemm_threads(void)
 		{ 64, 64, 64, 33, false, true, false, false },
 		{ 96, 80, 64, 4, false, false, true, false },
 		{ 256, 96, 128, 1, false, true, false, true },
+		/* bf16 on oneDNN when built with it: transposed, a batch, and
+		 * accumulating into one C */
+		{ 300, 200, 100, 1, true, true, false, true },
+		{ 64, 64, 64, 33, false, true, false, true },
+		{ 96, 80, 64, 4, false, false, true, true },
 	};
 	for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
 		int64_t m = cases[c].m, n = cases[c].n, k = cases[c].k, nb = cases[c].batch;
@@ -630,6 +635,28 @@ static void test_gemm_threads(void)
 		for (int64_t i = 0; i < nc; i++)
 			c0[i] = acc ? philox_rand_f32(9, 3, (uint64_t)i) : NAN;
 		gemm_on(&a, bufs, ab, c0, ref, nc, 1);
+		if (dt == DTM_BF16 && !acc) {
+			/* bf16 products are exact in f32: the f64 sum of the
+			 * widened operands, to f32's rounding of a sum of k terms */
+			float *A = malloc(sizeof(float) * (size_t)na);
+			float *B = malloc(sizeof(float) * (size_t)nbb);
+			float *want = malloc(sizeof(float) * (size_t)nc);
+			CHECK(A && B && want);
+			if (A && B && want) {
+				for (int64_t i = 0; i < na; i++)
+					A[i] = rt_load_f32(ab[0], dt, i);
+				for (int64_t i = 0; i < nbb; i++)
+					B[i] = rt_load_f32(ab[1], dt, i);
+				naive_gemm(&a, A, B, want);
+				int64_t far = 0;
+				for (int64_t i = 0; i < nc; i++)
+					far += !(fabsf(ref[i] - want[i]) <= 1e-5f * (1 + fabsf(want[i])));
+				CHECK_EQ_INT(far, 0);
+			}
+			free(A);
+			free(B);
+			free(want);
+		}
 		for (int nt = 2; nt <= 4; nt++) {
 			gemm_on(&a, bufs, ab, c0, C, nc, nt);
 			int64_t bad = 0;
