@@ -625,30 +625,33 @@ dtmkb_attn_item(const DtmkbAttn *w, int64_t bh, float *buf, int64_t hd)
 	}
 }
 
-/* Y[t * ly + (0, n)] += A[r * la + t] * X[r * lx + (0, n)] for r = 0..3
- * in order, for t in [t0, t1), n a multiple of 16: the 4 rows of X held
- * in registers (dk and dv of a block of 4 query rows). */
+/* The backward's blocks: 8 query rows, two of dtmk_rows4_scores' blocks. */
+#define DTMKB_AR DTMK_AR
+
+/* Y[t * ly + (0, n)] += A[r * la + t] * X[r * lx + (0, n)] for r = 0..7
+ * in order, for t in [t0, t1), n a multiple of 16: the 8 rows of X held
+ * in registers, each row of Y loaded and stored once per 8 query rows (dk
+ * and dv of a block). */
 static inline __attribute__((always_inline)) void
-dtmkb_rows4_outer(float *Y, int64_t ly, const float *A, int64_t la, const float *X, int64_t lx,
+dtmkb_rows8_outer(float *Y, int64_t ly, const float *A, int64_t la, const float *X, int64_t lx,
 		  int64_t t0, int64_t t1, int64_t n)
 {
 	for (int64_t c = 0; c < n; c += 16) {
-		DtmkV16 x0 = DTMK_V16(X + c), x1 = DTMK_V16(X + lx + c);
-		DtmkV16 x2 = DTMK_V16(X + 2 * lx + c), x3 = DTMK_V16(X + 3 * lx + c);
+		DtmkV16 x[DTMKB_AR];
+		for (int r = 0; r < DTMKB_AR; r++)
+			x[r] = DTMK_V16(X + r * lx + c);
 		for (int64_t t = t0; t < t1; t++) {
 			DtmkV16 y = DTMK_V16(Y + t * ly + c);
-			y += A[t] * x0;
-			y += A[la + t] * x1;
-			y += A[2 * la + t] * x2;
-			y += A[3 * la + t] * x3;
+			for (int r = 0; r < DTMKB_AR; r++)
+				y += A[r * la + t] * x[r];
 			DTMK_V16(Y + t * ly + c) = y;
 		}
 	}
 }
 
-/* dtmkb_attn_item in blocks of 4 query rows (hd a multiple of 16; see
- * dtmk_rows4_scores): the scores and dy.v of 4 rows in registers, dq by
- * dtmk_rows4_pv, dk and dv by dtmkb_rows4_outer. */
+/* dtmkb_attn_item in blocks of 8 query rows (hd a multiple of 16; see
+ * dtmk_rows4_scores): the scores and dy.v of 4 rows at a time in
+ * registers, dq by dtmk_rows4_pv, dk and dv by dtmkb_rows8_outer. */
 static inline __attribute__((always_inline)) void
 dtmkb_attn_item4(const DtmkbAttn *w, int64_t bh, float *buf, int64_t hd)
 {
@@ -656,9 +659,9 @@ dtmkb_attn_item4(const DtmkbAttn *w, int64_t bh, float *buf, int64_t hd)
 	int64_t Tp = DTMK_PAD16(T);
 	float *restrict kb = buf, *restrict kt = kb + T * hd, *restrict vt = kt + Tp * hd;
 	float *restrict dkb = vt + Tp * hd, *restrict dvb = dkb + T * hd;
-	float *restrict P = dvb + T * hd, *restrict dP = P + DTMK_AR * Tp;
-	float *restrict dS = dP + DTMK_AR * Tp, *restrict q4 = dS + DTMK_AR * Tp;
-	float *restrict dy4 = q4 + DTMK_AR * hd, *restrict dq4 = dy4 + DTMK_AR * hd;
+	float *restrict P = dvb + T * hd, *restrict dP = P + DTMKB_AR * Tp;
+	float *restrict dS = dP + DTMKB_AR * Tp, *restrict q4 = dS + DTMKB_AR * Tp;
+	float *restrict dy4 = q4 + DTMKB_AR * hd, *restrict dq4 = dy4 + DTMKB_AR * hd;
 	int64_t b = bh / w->H, h = bh % w->H, g = (w->h0 + h) / w->group;
 	const DtmkTensor *seg = w->a->nin > 4 ? &w->a->in[4] : NULL;
 	for (int64_t t = 0; t < T; t++) {
@@ -673,11 +676,11 @@ dtmkb_attn_item4(const DtmkbAttn *w, int64_t bh, float *buf, int64_t hd)
 		for (int64_t t = T; t < Tp; t++)
 			kt[c * Tp + t] = vt[c * Tp + t] = 0;
 	memset(dkb, 0, sizeof(float) * (size_t)(2 * T * hd));
-	for (int64_t i0 = 0; i0 < T; i0 += DTMK_AR) {
-		int64_t lo[DTMK_AR], nk[DTMK_AR], kmin = T, kmax = 0;
-		int32_t si[DTMK_AR];
-		bool live[DTMK_AR];
-		for (int r = 0; r < DTMK_AR; r++) {
+	for (int64_t i0 = 0; i0 < T; i0 += DTMKB_AR) {
+		int64_t lo[DTMKB_AR], nk[DTMKB_AR], kmin = T, kmax = 0;
+		int32_t si[DTMKB_AR];
+		bool live[DTMKB_AR];
+		for (int r = 0; r < DTMKB_AR; r++) {
 			int64_t i = i0 + r, o = (b * T + i) * D + h * hd;
 			lo[r] = nk[r] = 0;
 			si[r] = 0;
@@ -699,14 +702,17 @@ dtmkb_attn_item4(const DtmkbAttn *w, int64_t bh, float *buf, int64_t hd)
 		}
 		int64_t np = DTMK_PAD16(kmax);
 		if (kmax > 0) {
-			dtmk_rows4_scores(P, Tp, q4, hd, kt, Tp, hd, np);
-			dtmk_rows4_scores(dP, Tp, dy4, hd, vt, Tp, hd, np);
-			for (int r = 0; r < DTMK_AR; r++) {
+			for (int r = 0; r < DTMKB_AR; r += 4) {
+				dtmk_rows4_scores(P + r * Tp, Tp, q4 + r * hd, hd, kt, Tp, hd, np);
+				dtmk_rows4_scores(dP + r * Tp, Tp, dy4 + r * hd, hd, vt, Tp, hd, np);
+			}
+			for (int r = 0; r < DTMKB_AR; r++) {
 				float *p = P + r * Tp, *dp = dP + r * Tp, *ds = dS + r * Tp;
 				for (int64_t j = 0; j < nk[r]; j++)
 					p[j] *= w->scale;
-				if (!live[r] ||
-				    !dtmk_attn_softmax_row(p, np, lo[r], nk[r], seg, b * T, si[r])) {
+				float inv;
+				if (!live[r] || !dtmk_attn_softmax_row(p, np, lo[r], nk[r], seg, b * T,
+								       si[r], true, &inv)) {
 					live[r] = false;
 					memset(p, 0, sizeof(float) * (size_t)np);
 					memset(ds, 0, sizeof(float) * (size_t)np);
@@ -720,11 +726,11 @@ dtmkb_attn_item4(const DtmkbAttn *w, int64_t bh, float *buf, int64_t hd)
 				for (int64_t j = nk[r]; j < np; j++)
 					ds[j] = 0;
 			}
-			dtmk_rows4_pv(dq4, hd, dS, Tp, kb, hd, kmin, kmax, hd);
-			dtmkb_rows4_outer(dkb, hd, dS, Tp, q4, hd, kmin, kmax, hd);
-			dtmkb_rows4_outer(dvb, hd, P, Tp, dy4, hd, kmin, kmax, hd);
+			dtmk_rows8_pv(dq4, hd, dS, Tp, kb, hd, kmin, kmax, hd);
+			dtmkb_rows8_outer(dkb, hd, dS, Tp, q4, hd, kmin, kmax, hd);
+			dtmkb_rows8_outer(dvb, hd, P, Tp, dy4, hd, kmin, kmax, hd);
 		}
-		for (int r = 0; r < DTMK_AR && i0 + r < T; r++) {
+		for (int r = 0; r < DTMKB_AR && i0 + r < T; r++) {
 			float *dq = w->dq + (b * T + i0 + r) * D + h * hd;
 			if (live[r] && kmax > 0)
 				memcpy(dq, dq4 + r * hd, sizeof(float) * (size_t)hd);
@@ -746,7 +752,7 @@ static void dtmkb_attn_range(void *arg, int64_t lo, int64_t hi)
 	const DtmkbAttn *w = arg;
 	int64_t T = w->T, hd = w->hd;
 	int64_t Tp = DTMK_PAD16(T);
-	size_t need = (size_t)(5 * T * hd + 2 * Tp * hd + 3 * DTMK_AR * (Tp + hd));
+	size_t need = (size_t)(5 * T * hd + 2 * Tp * hd + 3 * DTMKB_AR * (Tp + hd));
 	float stackbuf[DTMK_ATTN_STACK];
 	float *buf = need <= DTMK_ATTN_STACK ? stackbuf : malloc(sizeof(float) * need);
 	if (!buf)

@@ -675,8 +675,10 @@ dtmk_attention_item(const struct dtmk_attn_job *j, int64_t it, float *buf, int64
 	}
 }
 
-/* One (batch, head) item in blocks of 4 query rows (hd, hv multiples of
- * 16): the item's k transposed and v as in dtmk_attention_item. */
+/* One (batch, head) item in blocks of DTMK_AR query rows (hd, hv multiples
+ * of 16): the item's k transposed and v as in dtmk_attention_item; each
+ * row's exponentials are summed, and the weighted sum of v divided by that
+ * sum at the end. */
 static inline __attribute__((always_inline)) void
 dtmk_attention_item4(const struct dtmk_attn_job *j, int64_t it, float *buf, int64_t hd, int64_t hv)
 {
@@ -734,14 +736,20 @@ dtmk_attention_item4(const struct dtmk_attn_job *j, int64_t it, float *buf, int6
 		}
 		int64_t np = DTMK_PAD16(kmax);
 		if (kmax > 0) {
-			dtmk_rows4_scores(S, Tp, qb, hd, kt, Tp, hd, np);
+			float inv[DTMK_AR];
+			for (int r = 0; r < DTMK_AR; r += 4)
+				dtmk_rows4_scores(S + r * Tp, Tp, qb + r * hd, hd, kt, Tp, hd, np);
 			for (int r = 0; r < DTMK_AR; r++)
-				if (!live[r] ||
-				    !dtmk_attn_softmax_row(S + r * Tp, np, lo[r], nk[r], seg, b * Tk, si[r])) {
+				if (!live[r] || !dtmk_attn_softmax_row(S + r * Tp, np, lo[r], nk[r], seg,
+								       b * Tk, si[r], false, &inv[r])) {
 					memset(S + r * Tp, 0, sizeof(float) * (size_t)np);
 					live[r] = false;
 				}
-			dtmk_rows4_pv(ob, hv, S, Tp, vb, hv, kmin, kmax, hv);
+			/* the weighted sum of v by exp(s - max), then / sum */
+			dtmk_rows8_pv(ob, hv, S, Tp, vb, hv, kmin, kmax, hv);
+			for (int r = 0; r < DTMK_AR; r++)
+				for (int64_t c = 0; live[r] && c < hv; c++)
+					ob[r * hv + c] *= inv[r];
 		}
 		for (int r = 0; r < DTMK_AR && i0 + r < Tq; r++) {
 			int64_t yo = (b * Tq + i0 + r) * Dv + h * hv;
