@@ -10,6 +10,7 @@ the median of the timed steps after --warmup untimed ones.
 
   torch_gpt.py --dtmc build/dtmc [--threads N] [--steps 50] [-D k=v ...]
   torch_gpt.py --dtmc build/dtmc --device cuda --precision bf16 [--attention sdpa]
+  torch_gpt.py --dtmc build/dtmc --compile        (torch.compile: PyTorch >= 2.0)
 
 On the CPU it trains in f32.  --device cuda trains on the GPU; --precision
 bf16 runs the forward and backward under torch.autocast(bfloat16) with f32
@@ -81,6 +82,8 @@ def main():
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--precision", choices=["f32", "bf16"], default="f32")
     ap.add_argument("--attention", choices=["math", "sdpa"], default="math")
+    ap.add_argument("--compile", action="store_true",
+                    help="torch.compile the forward and loss (PyTorch >= 2.0)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     if a.device == "cuda" and not torch.cuda.is_available():
@@ -110,6 +113,12 @@ def main():
     amp = (torch.autocast(a.device, dtype=torch.bfloat16) if a.precision == "bf16"
            else contextlib.nullcontext())
     ps = list(params.values())
+    loss_fn = tm.gpt_loss
+    if a.compile:
+        if not hasattr(torch, "compile"):
+            sys.exit("torch_gpt.py: --compile: torch %s has no torch.compile "
+                     "(PyTorch 2.0 or later)" % torch.__version__)
+        loss_fn = torch.compile(tm.gpt_loss)
     B, T, V = cfg["batch"], cfg["ctx"], cfg["vocab"]
     times, losses = [], []
     for step in range(a.warmup + a.steps):
@@ -121,7 +130,7 @@ def main():
             g["lr"] = tm.lr_at(tr, float(tr["lr"]), step + 1, int(tr.get("steps", 100)))
         opt.zero_grad(set_to_none=True)
         with amp:
-            loss = tm.gpt_loss(params, batch, cfg["heads"], cfg["eps"])
+            loss = loss_fn(params, batch, cfg["heads"], cfg["eps"])
         loss.backward()
         if float(tr.get("clip", 0) or 0) > 0:
             torch.nn.utils.clip_grad_norm_(ps, float(tr["clip"]))
@@ -136,7 +145,7 @@ def main():
                  "max_memory_gb": torch.cuda.max_memory_allocated() / 2**30}
     print(json.dumps({"impl": "pytorch", "version": torch.__version__,
                       "device": a.device, "precision": a.precision,
-                      "attention": a.attention, **extra,
+                      "attention": a.attention, "compile": a.compile, **extra,
                       "threads": torch.get_num_threads(), "tokens_per_step": B * T,
                       "tokens_per_s": B * T / med, "ms_per_step": med * 1e3,
                       "first_loss": losses[0], "last_loss": losses[-1],
