@@ -25,15 +25,40 @@ typedef struct DtmkbBuf {
 } DtmkbBuf;
 
 /* Operand t as contiguous f32 (i32 ids are not passed through here). */
-static inline DtmkbBuf dtmkb_in(const DtmkTensor *t)
+/* Conversions of whole operands, on the pool (the element order does not
+ * matter: each element is converted on its own). */
+struct dtmkb_cvt_job {
+	const DtmkTensor *t;
+	float *f;
+};
+
+static void dtmkb_widen_range(void *arg, int64_t lo, int64_t hi)
+{
+	const struct dtmkb_cvt_job *j = arg;
+	DtmkTensor v = dtmk_view(j->t, lo, hi - lo);
+	dtmk_widen(&v, j->f + lo);
+}
+
+static void dtmkb_narrow_range(void *arg, int64_t lo, int64_t hi)
+{
+	const struct dtmkb_cvt_job *j = arg;
+	DtmkTensor v = dtmk_view(j->t, lo, hi - lo);
+	dtmk_narrow(&v, j->f + lo);
+}
+
+#define DTMKB_CVT_GRAIN (1 << 15)
+
+static inline DtmkbBuf dtmkb_in(const DtmCtx *ctx, const DtmkTensor *t)
 {
 	DtmkbBuf b = {(float *)t->p, 0};
 	if (t->dtype == DTM_F32)
 		return b;
 	b.p = malloc(sizeof(float) * (size_t)(t->numel ? t->numel : 1));
 	b.owned = 1;
-	if (b.p)
-		dtmk_widen(t, b.p);
+	if (b.p) {
+		struct dtmkb_cvt_job j = {t, b.p};
+		dtmk_par(ctx, t->numel, DTMKB_CVT_GRAIN, dtmkb_widen_range, &j);
+	}
 	return b;
 }
 
@@ -48,10 +73,12 @@ static inline DtmkbBuf dtmkb_out(const DtmkTensor *t)
 }
 
 /* Stores a dtmkb_out buffer into t (when it was a temporary) and frees. */
-static inline void dtmkb_done(const DtmkTensor *t, DtmkbBuf b)
+static inline void dtmkb_done(const DtmCtx *ctx, const DtmkTensor *t, DtmkbBuf b)
 {
-	if (b.owned && b.p)
-		dtmk_narrow(t, b.p);
+	if (b.owned && b.p) {
+		struct dtmkb_cvt_job j = {t, b.p};
+		dtmk_par(ctx, t->numel, DTMKB_CVT_GRAIN, dtmkb_narrow_range, &j);
+	}
 	if (b.owned)
 		free(b.p);
 }
@@ -101,7 +128,7 @@ static void dtmk_expand(const DtmCtx *ctx, const DtmkArgs *a)
 {
 	(void)ctx;
 	int64_t st[DTM_MAX_RANK];
-	DtmkbBuf x = dtmkb_in(&a->in[0]), y = dtmkb_out(&a->out);
+	DtmkbBuf x = dtmkb_in(ctx, &a->in[0]), y = dtmkb_out(&a->out);
 	if (!x.p || !y.p)
 		goto out;
 	dtmkb_strides(&a->in[0], &a->out, st);
@@ -112,7 +139,7 @@ static void dtmk_expand(const DtmCtx *ctx, const DtmkArgs *a)
 #undef EXPAND_ROW
 out:
 	dtmkb_free(x);
-	dtmkb_done(&a->out, y);
+	dtmkb_done(ctx, &a->out, y);
 }
 
 /* sum_to(x): out = x summed over the dims out is broadcast along (f64). */
@@ -120,7 +147,7 @@ static void dtmk_sum_to(const DtmCtx *ctx, const DtmkArgs *a)
 {
 	(void)ctx;
 	int64_t st[DTM_MAX_RANK];
-	DtmkbBuf x = dtmkb_in(&a->in[0]);
+	DtmkbBuf x = dtmkb_in(ctx, &a->in[0]);
 	int64_t no = a->out.numel;
 	double stackacc[256];
 	double *acc = no <= 256 ? stackacc : malloc(sizeof(double) * (size_t)(no ? no : 1));
@@ -251,7 +278,7 @@ static void dtmk_max_bwd(const DtmCtx *ctx, const DtmkArgs *a)
 		st[d] = red[d] ? 0 : s;
 		s *= red[d] ? 1 : X->shape[d];
 	}
-	DtmkbBuf dy = dtmkb_in(&a->in[0]), x = dtmkb_in(X), y = dtmkb_in(&a->in[2]);
+	DtmkbBuf dy = dtmkb_in(ctx, &a->in[0]), x = dtmkb_in(ctx, X), y = dtmkb_in(ctx, &a->in[2]);
 	DtmkbBuf dx = dtmkb_out(&a->out);
 	float *cnt = calloc((size_t)(ny ? ny : 1), sizeof(float));
 	if (!dy.p || !x.p || !y.p || !dx.p || !cnt)
@@ -273,19 +300,19 @@ out:
 	dtmkb_free(dy);
 	dtmkb_free(x);
 	dtmkb_free(y);
-	dtmkb_done(&a->out, dx);
+	dtmkb_done(ctx, &a->out, dx);
 }
 
 /* ---- softmax_bwd / log_softmax_bwd (dy, y){axis} ---- */
 
 /* Viewed as [outer, len, inner]; the sums run over len with the inner
  * dim contiguous (inner = 1 for the usual last axis). */
-static void dtmkb_softmax_bwd(const DtmkArgs *a, int lg)
+static void dtmkb_softmax_bwd(const DtmCtx *ctx, const DtmkArgs *a, int lg)
 {
 	const DtmkTensor *Y = &a->in[1];
 	int ax = (int)a->ints[0];
 	int64_t outer = dtmk_span(Y, 0, ax), len = Y->shape[ax], inner = dtmk_span(Y, ax + 1, Y->rank);
-	DtmkbBuf dy = dtmkb_in(&a->in[0]), y = dtmkb_in(Y), dx = dtmkb_out(&a->out);
+	DtmkbBuf dy = dtmkb_in(ctx, &a->in[0]), y = dtmkb_in(ctx, Y), dx = dtmkb_out(&a->out);
 	double *s = malloc(sizeof(double) * (size_t)(inner ? inner : 1));
 	if (!dy.p || !y.p || !dx.p || !s)
 		goto out;
@@ -309,19 +336,19 @@ out:
 	free(s);
 	dtmkb_free(dy);
 	dtmkb_free(y);
-	dtmkb_done(&a->out, dx);
+	dtmkb_done(ctx, &a->out, dx);
 }
 
 static void dtmk_softmax_bwd(const DtmCtx *ctx, const DtmkArgs *a)
 {
 	(void)ctx;
-	dtmkb_softmax_bwd(a, 0);
+	dtmkb_softmax_bwd(ctx, a, 0);
 }
 
 static void dtmk_log_softmax_bwd(const DtmCtx *ctx, const DtmkArgs *a)
 {
 	(void)ctx;
-	dtmkb_softmax_bwd(a, 1);
+	dtmkb_softmax_bwd(ctx, a, 1);
 }
 
 /* ---- layernorm / rmsnorm backward (dy, x[, gamma]){eps} ---- */
@@ -418,8 +445,8 @@ static void dtmkb_norm_bwd(const DtmCtx *ctx, const DtmkArgs *a, int ln, int gam
 {
 	const DtmkTensor *X = &a->in[1];
 	int64_t D = X->rank ? X->shape[X->rank - 1] : 1, rows = D ? X->numel / D : 0;
-	DtmkbBuf dy = dtmkb_in(&a->in[0]), x = dtmkb_in(X), out = dtmkb_out(&a->out);
-	DtmkbBuf g = gamma ? (DtmkbBuf){NULL, 0} : dtmkb_in(&a->in[2]);
+	DtmkbBuf dy = dtmkb_in(ctx, &a->in[0]), x = dtmkb_in(ctx, X), out = dtmkb_out(&a->out);
+	DtmkbBuf g = gamma ? (DtmkbBuf){NULL, 0} : dtmkb_in(ctx, &a->in[2]);
 	int64_t nch = (rows + DTMKB_NORM_CHUNK - 1) / DTMKB_NORM_CHUNK;
 	double *part = gamma ? malloc(sizeof(double) * (size_t)((nch ? nch : 1) * (D ? D : 1))) : NULL;
 	if (!dy.p || !x.p || !out.p || (gamma ? !part : !g.p) || D <= 0)
@@ -441,7 +468,7 @@ out:
 	dtmkb_free(dy);
 	dtmkb_free(x);
 	dtmkb_free(g);
-	dtmkb_done(&a->out, out);
+	dtmkb_done(ctx, &a->out, out);
 }
 
 static void dtmk_layernorm_bwd(const DtmCtx *ctx, const DtmkArgs *a)
@@ -470,7 +497,7 @@ static void dtmk_embed_bwd(const DtmCtx *ctx, const DtmkArgs *a)
 {
 	(void)ctx;
 	int64_t V = a->out.shape[0], D = a->out.shape[1], N = a->in[1].numel;
-	DtmkbBuf dy = dtmkb_in(&a->in[0]), t = dtmkb_out(&a->out);
+	DtmkbBuf dy = dtmkb_in(ctx, &a->in[0]), t = dtmkb_out(&a->out);
 	if (!dy.p || !t.p)
 		goto out;
 	memset(t.p, 0, sizeof(float) * (size_t)(V * D));
@@ -485,7 +512,7 @@ static void dtmk_embed_bwd(const DtmCtx *ctx, const DtmkArgs *a)
 	}
 out:
 	dtmkb_free(dy);
-	dtmkb_done(&a->out, t);
+	dtmkb_done(ctx, &a->out, t);
 }
 
 /* ---- pad(x){axis, start, end}: zeros with x at [start, end) ---- */
@@ -498,14 +525,14 @@ static void dtmk_pad(const DtmCtx *ctx, const DtmkArgs *a)
 	int64_t lo = a->ints[1], len = a->out.shape[ax];
 	int64_t outer = dtmk_span(&a->out, 0, ax), inner = dtmk_span(&a->out, ax + 1, a->out.rank);
 	int64_t blk = X->shape[ax] * inner;
-	DtmkbBuf x = dtmkb_in(X), y = dtmkb_out(&a->out);
+	DtmkbBuf x = dtmkb_in(ctx, X), y = dtmkb_out(&a->out);
 	if (x.p && y.p) {
 		memset(y.p, 0, sizeof(float) * (size_t)a->out.numel);
 		for (int64_t o = 0; o < outer; o++)
 			memcpy(y.p + (o * len + lo) * inner, x.p + o * blk, sizeof(float) * (size_t)blk);
 	}
 	dtmkb_free(x);
-	dtmkb_done(&a->out, y);
+	dtmkb_done(ctx, &a->out, y);
 }
 
 /* ---- attention_bwd(dy, q, k, v[, seg]) -> [3, B, T, D]: attributes as
@@ -779,8 +806,8 @@ static void dtmk_attention_bwd(const DtmCtx *ctx, const DtmkArgs *a)
 {
 	const DtmkTensor *Q = &a->in[1];
 	int64_t B = Q->shape[0], T = Q->shape[1], D = Q->shape[2], H = a->ints[0];
-	DtmkbBuf dy = dtmkb_in(&a->in[0]), q = dtmkb_in(Q), k = dtmkb_in(&a->in[2]);
-	DtmkbBuf v = dtmkb_in(&a->in[3]), out = dtmkb_out(&a->out);
+	DtmkbBuf dy = dtmkb_in(ctx, &a->in[0]), q = dtmkb_in(ctx, Q), k = dtmkb_in(ctx, &a->in[2]);
+	DtmkbBuf v = dtmkb_in(ctx, &a->in[3]), out = dtmkb_out(&a->out);
 	if (dy.p && q.p && k.p && v.p && out.p && H > 0) {
 		int64_t S = B * T * D;
 		DtmkbAttn w = {a, dy.p, q.p, k.p, v.p, out.p, out.p + S, out.p + 2 * S,
@@ -796,7 +823,7 @@ static void dtmk_attention_bwd(const DtmCtx *ctx, const DtmkArgs *a)
 	dtmkb_free(q);
 	dtmkb_free(k);
 	dtmkb_free(v);
-	dtmkb_done(&a->out, out);
+	dtmkb_done(ctx, &a->out, out);
 }
 
 /* ---- cross_entropy_bwd(dl, logits, targets) ---- */
@@ -838,13 +865,13 @@ static void dtmk_cross_entropy_bwd(const DtmCtx *ctx, const DtmkArgs *a)
 	const DtmkTensor *L = &a->in[1];
 	int64_t V = L->shape[L->rank - 1], N = a->in[2].numel;
 	float dl = dtmk_load(&a->in[0], 0) / (float)(N ? N : 1);
-	DtmkbBuf x = dtmkb_in(L), dx = dtmkb_out(&a->out);
+	DtmkbBuf x = dtmkb_in(ctx, L), dx = dtmkb_out(&a->out);
 	if (x.p && dx.p && V > 0) {
 		struct dtmkb_ce_job w = {a, x.p, dx.p, V, dl};
 		dtmk_par(ctx, N, 8192 / V + 1, dtmkb_ce_rows, &w);
 	}
 	dtmkb_free(x);
-	dtmkb_done(&a->out, dx);
+	dtmkb_done(ctx, &a->out, dx);
 }
 
 #endif
