@@ -147,19 +147,38 @@ int dtm_regression_init(DtmRegression *r, uint64_t seed, int in_dim, int out_dim
 
 void dtm_regression_sample(const DtmRegression *r, uint64_t sample_index, float *x, float *y)
 {
+	dtm_regression_input(r, sample_index, x);
+	/* double accumulation in a fixed order (j ascending) for each target:
+	 * it must not depend on how the runtime happens to vectorise.  Eight
+	 * targets at a time give the adds eight independent chains (each
+	 * still in its own order, so the same bits as one at a time). */
+	int n = r->in_dim, k = 0;
+	for (; k + 8 <= r->out_dim; k += 8) {
+		double z[8] = { 0 };
+		const float *w0 = r->w + (size_t)k * (size_t)n;
+		for (int j = 0; j < n; j++) {
+			double xj = (double)x[j];
+			for (int q = 0; q < 8; q++)
+				z[q] += (double)w0[(size_t)q * (size_t)n + (size_t)j] * xj;
+		}
+		for (int q = 0; q < 8; q++)
+			y[k + q] = (float)tanh(z[q]);
+	}
+	for (; k < r->out_dim; k++) {
+		double z = 0.0;
+		const float *wk = r->w + (size_t)k * (size_t)n;
+		for (int j = 0; j < n; j++)
+			z += (double)wk[j] * (double)x[j];
+		y[k] = (float)tanh(z);
+	}
+}
+
+void dtm_regression_input(const DtmRegression *r, uint64_t sample_index, float *x)
+{
 	for (int j = 0; j < r->in_dim; j++) {
 		uint32_t o[4];
 		philox_block(r->seed, PHILOX_DOMAIN_REGX, (uint64_t)j, sample_index, o);
 		x[j] = (float)philox_box_muller(o[0], o[1]);
-	}
-	for (int k = 0; k < r->out_dim; k++) {
-		/* double accumulation in a fixed order: the target must not
-		 * depend on how the runtime happens to vectorise */
-		double z = 0.0;
-		const float *wk = r->w + (size_t)k * (size_t)r->in_dim;
-		for (int j = 0; j < r->in_dim; j++)
-			z += (double)wk[j] * (double)x[j];
-		y[k] = (float)tanh(z);
 	}
 }
 

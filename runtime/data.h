@@ -53,6 +53,9 @@ int dtm_regression_init(DtmRegression *r, uint64_t seed, int in_dim, int out_dim
                         size_t errlen);
 /* x: in_dim floats, y: out_dim floats. */
 void dtm_regression_sample(const DtmRegression *r, uint64_t sample_index, float *x, float *y);
+/* The input half of a sample alone (x as dtm_regression_sample gives it,
+ * without the out_dim x in_dim product of the target). */
+void dtm_regression_input(const DtmRegression *r, uint64_t sample_index, float *x);
 void dtm_regression_free(DtmRegression *r);
 
 /* ---- llm.c token files (the format: runtime/tokfile.h) ----

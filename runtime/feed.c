@@ -136,12 +136,16 @@ void rt_feed_close(RtFeed *f)
 }
 
 /* Loads sample `sample` of src (a token stream, or NULL: synthetic) into
- * the row cache. */
-static int load_row(RtFeed *f, const DtmTokenShards *src, uint64_t sample, char *err)
+ * the row cache; for regression, input k's half (k = 0: x alone, without
+ * the target's product). */
+static int load_row(RtFeed *f, const DtmTokenShards *src, uint64_t sample, int k, char *err)
 {
 	char e[RT_ERR_LEN / 2];
 	if (f->kind == DTM_DATA_REGRESSION) {
-		dtm_regression_sample(&f->reg, sample, f->rx, f->ry);
+		if (k == 0)
+			dtm_regression_input(&f->reg, sample, f->rx);
+		else
+			dtm_regression_sample(&f->reg, sample, f->rx, f->ry);
 		return 0;
 	}
 	int rc;
@@ -176,7 +180,7 @@ static int fill(RtFeed *f, void *const *ptr, const DtmTokenShards *src, uint64_t
 			/* local elements come in global row order, so each
 			 * sample is produced once per input */
 			if (r != row) {
-				if (load_row(f, src, first_sample + (uint64_t)r, err))
+				if (load_row(f, src, first_sample + (uint64_t)r, k, err))
 					return -1;
 				row = r;
 			}

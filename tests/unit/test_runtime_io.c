@@ -206,6 +206,9 @@ static void test_regression(void)
 	CHECK(!memcmp(x, x2, sizeof x) && !memcmp(y, y2, sizeof y));
 	dtm_regression_sample(&r, 6, x2, y2);
 	CHECK(memcmp(x, x2, sizeof x) != 0);
+	/* the input half alone (the feed's x) is the sample's x */
+	dtm_regression_input(&r, 5, x2);
+	CHECK(!memcmp(x, x2, sizeof x));
 	dtm_regression_free(&r);
 	CHECK_EQ_INT(dtm_regression_init(&r, 3, 0, 4, err, sizeof err), DTM_DATA_EARG);
 }
