@@ -813,14 +813,11 @@ double cost_feed_seconds(const DtmPlan *p, const HwProfile *hw)
 	if (x->dtype == DTM_I32 || y->dtype == DTM_I32 || x->rank < 1 || y->rank < 1)
 		return 0; /* tokens: a hash per token, in step_overhead */
 	double macs = (double)x->global_shape[x->rank - 1] * (double)y->global_shape[y->rank - 1];
-	double rows = 0;
-	for (int k = 0; k < 2; k++) {
-		const DtmBuffer *b = k ? y : x;
-		double n = 1;
-		for (int d = 0; d + 1 < b->rank; d++)
-			n *= (double)b->shape[d];
-		rows += n; /* each local row of each input is one sample made */
-	}
+	/* each local row of the target input is one sample's product made
+	 * (runtime/feed.c: the x input's rows make x alone, no product) */
+	double rows = 1;
+	for (int d = 0; d + 1 < y->rank; d++)
+		rows *= (double)y->shape[d];
 	return rows * macs / hw->feed_rate;
 }
 

@@ -715,6 +715,21 @@ static const DtmAction acts[] = {
 
 static const DtmStage stages1[] = {{.nactions = 7, .actions = acts}};
 
+/* The regression feed (runtime/feed.c): the target input's local rows
+ * each cost one din x dout product; the x input's rows make x alone. */
+static void test_feed_seconds(void)
+{
+	DtmBuffer fb[2] = {
+		{.name = "x", .dtype = DTM_F32, .rank = 2, .shape = {32, 256}, .global_shape = {64, 256}},
+		{.name = "y", .dtype = DTM_F32, .rank = 2, .shape = {32, 128}, .global_shape = {64, 128}},
+	};
+	DtmPlan p = {.nbuffers = 2, .buffers = fb, .ninputs = 2, .inputs = {0, 1}};
+	HwProfile hw = {.feed_rate = 1e9};
+	CHECK_NEAR(cost_feed_seconds(&p, &hw), 32.0 * 256 * 128 / 1e9, 1e-12);
+	hw.feed_rate = 0; /* not calibrated: not priced */
+	CHECK_NEAR(cost_feed_seconds(&p, &hw), 0.0, 0.0);
+}
+
 static void test_plan_step(void)
 {
 	DtmPlan p = {
@@ -968,6 +983,7 @@ int main(void)
 	test_hw_file();
 	test_hw_fuzz();
 	test_hw_calibrated();
+	test_feed_seconds();
 	test_plan_step();
 	test_a2a_link();
 	test_plan_pipeline();
