@@ -130,9 +130,14 @@ int dtm_regression_init(DtmRegression *r, uint64_t seed, int in_dim, int out_dim
 		return seterr(err, errlen, DTM_DATA_EARG,
 		              "regression dims must be positive (%d, %d)", in_dim, out_dim);
 	r->w = malloc((size_t)in_dim * (size_t)out_dim * sizeof *r->w);
-	if (!r->w)
+	r->wt = malloc((size_t)in_dim * (size_t)out_dim * sizeof *r->wt);
+	if (!r->w || !r->wt) {
+		free(r->w);
+		free(r->wt);
+		r->w = r->wt = NULL;
 		return seterr(err, errlen, DTM_DATA_ENOMEM, "out of memory for a %dx%d map",
 		              out_dim, in_dim);
+	}
 	r->seed = seed;
 	r->in_dim = in_dim;
 	r->out_dim = out_dim;
@@ -142,6 +147,10 @@ int dtm_regression_init(DtmRegression *r, uint64_t seed, int in_dim, int out_dim
 		philox_block(seed, PHILOX_DOMAIN_REGW, i, 0, o);
 		r->w[i] = (float)(scale * philox_box_muller(o[0], o[1]));
 	}
+	for (int k = 0; k < out_dim; k++)
+		for (int j = 0; j < in_dim; j++)
+			r->wt[(size_t)j * (size_t)out_dim + (size_t)k] =
+				r->w[(size_t)k * (size_t)in_dim + (size_t)j];
 	return DTM_DATA_OK;
 }
 
@@ -149,27 +158,25 @@ void dtm_regression_sample(const DtmRegression *r, uint64_t sample_index, float 
 {
 	dtm_regression_input(r, sample_index, x);
 	/* double accumulation in a fixed order (j ascending) for each target:
-	 * it must not depend on how the runtime happens to vectorise.  Eight
-	 * targets at a time give the adds eight independent chains (each
-	 * still in its own order, so the same bits as one at a time). */
-	int n = r->in_dim, k = 0;
-	for (; k + 8 <= r->out_dim; k += 8) {
-		double z[8] = { 0 };
-		const float *w0 = r->w + (size_t)k * (size_t)n;
+	 * it must not depend on how the runtime happens to vectorise.  The
+	 * targets of a chunk are summed side by side (each in its own order,
+	 * so the same bits as one at a time), the loads of w^T contiguous:
+	 * the loop over targets vectorises without reordering any sum. */
+	enum { CHUNK = 256 };
+	int n = r->in_dim, m = r->out_dim;
+	for (int k0 = 0; k0 < m; k0 += CHUNK) {
+		int nk = m - k0 < CHUNK ? m - k0 : CHUNK;
+		double z[CHUNK];
+		for (int q = 0; q < nk; q++)
+			z[q] = 0.0;
 		for (int j = 0; j < n; j++) {
 			double xj = (double)x[j];
-			for (int q = 0; q < 8; q++)
-				z[q] += (double)w0[(size_t)q * (size_t)n + (size_t)j] * xj;
+			const float *wj = r->wt + (size_t)j * (size_t)m + (size_t)k0;
+			for (int q = 0; q < nk; q++)
+				z[q] += (double)wj[q] * xj;
 		}
-		for (int q = 0; q < 8; q++)
-			y[k + q] = (float)tanh(z[q]);
-	}
-	for (; k < r->out_dim; k++) {
-		double z = 0.0;
-		const float *wk = r->w + (size_t)k * (size_t)n;
-		for (int j = 0; j < n; j++)
-			z += (double)wk[j] * (double)x[j];
-		y[k] = (float)tanh(z);
+		for (int q = 0; q < nk; q++)
+			y[k0 + q] = (float)tanh(z[q]);
 	}
 }
 
@@ -185,7 +192,8 @@ void dtm_regression_input(const DtmRegression *r, uint64_t sample_index, float *
 void dtm_regression_free(DtmRegression *r)
 {
 	free(r->w);
-	r->w = NULL;
+	free(r->wt);
+	r->w = r->wt = NULL;
 }
 
 /* ---- llm.c token files ---- */

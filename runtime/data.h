@@ -46,7 +46,8 @@ int dtm_data_synth_tokens(uint64_t seed, int vocab, uint64_t sample_index, int n
 typedef struct DtmRegression {
 	uint64_t seed;
 	int in_dim, out_dim;
-	float *w; /* [out_dim][in_dim] */
+	float *w;  /* [out_dim][in_dim] */
+	float *wt; /* the same, [in_dim][out_dim]: the product's loads contiguous */
 } DtmRegression;
 
 int dtm_regression_init(DtmRegression *r, uint64_t seed, int in_dim, int out_dim, char *err,
