@@ -693,57 +693,6 @@ static void put_plan(FILE *out, const DtmPlan *p, bool cuda)
 
 /* ---- one function per distinct kernel ---- */
 
-/* The text of a kernel with its fused temporaries renumbered: t<node> and
- * g<node> (cg_put_ew_member names a member's value after its node) become
- * t<k>, g<k> in order of first appearance, so the same loop in another
- * layer or micro-batch reads the same.  Other identifiers and numbers are
- * copied as they are. */
-static char *canon_text(Arena *a, const char *s, size_t n, size_t *outn)
-{
-	char *o = arena_alloc(a, 2 * n + 16);
-	if (!o)
-		return NULL;
-	size_t k = 0;
-	int ids[256], nids = 0; /* node ids seen, in order (a fused group is small) */
-	for (size_t i = 0; i < n;) {
-		char c = s[i];
-		bool alpha = c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
-		bool digit = c >= '0' && c <= '9';
-		if (!alpha && !digit) {
-			o[k++] = s[i++];
-			continue;
-		}
-		size_t j = i + 1;
-		while (j < n && (s[j] == '_' || s[j] == '.' || (s[j] >= 'a' && s[j] <= 'z') ||
-		                 (s[j] >= 'A' && s[j] <= 'Z') || (s[j] >= '0' && s[j] <= '9')))
-			j++;
-		bool var = (c == 't' || c == 'g') && j - i > 1 && j - i < 12;
-		for (size_t q = i + 1; var && q < j; q++)
-			var = s[q] >= '0' && s[q] <= '9';
-		int ord = -1;
-		if (var) {
-			int id = atoi(s + i + 1);
-			for (int q = 0; q < nids && ord < 0; q++)
-				if (ids[q] == id)
-					ord = q;
-			if (ord < 0 && nids < (int)(sizeof ids / sizeof ids[0])) {
-				ids[nids] = id;
-				ord = nids++;
-			}
-		}
-		if (ord >= 0) {
-			k += (size_t)snprintf(o + k, 2 * n + 16 - k, "%c%d", c, ord);
-		} else {
-			memcpy(o + k, s + i, j - i);
-			k += j - i;
-		}
-		i = j;
-	}
-	o[k] = 0;
-	*outn = k;
-	return o;
-}
-
 /* Writes text with every CG_KID replaced by id. */
 static void put_named(FILE *out, const char *s, int id)
 {
@@ -802,7 +751,7 @@ static bool emit_kernels(Emit *e, Arena *a, const CgPlanKernel *ks, int nk, int 
 			return false;
 		}
 		size_t cn = 0;
-		char *ct = ok ? canon_text(a, buf, len, &cn) : NULL;
+		char *ct = ok ? cg_canon_text(a, buf, len, NULL, &cn) : NULL;
 		free(buf);
 		if (ok && !ct) {
 			diag_error(e->d, (SrcLoc){0}, "out of memory generating C");

@@ -6,6 +6,7 @@
 
 #include <dirent.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -192,6 +193,68 @@ bool cg_put_ew_member(FILE *out, const char *indent, const CgExprDialect *dl, co
 		fprintf(out, "%s%s%s(%s)", dl->prefix, lib, dl->suffix, a[0]);
 	fputs(";\n", out);
 	return true;
+}
+
+/* ---- one function per distinct kernel ---- */
+
+static bool ident_char(char c)
+{
+	return c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+}
+
+char *cg_canon_text(Arena *a, const char *s, size_t n, const char *name, size_t *outn)
+{
+	size_t cap = 2 * n + 16;
+	char *o = arena_alloc(a, cap);
+	if (!o)
+		return NULL;
+	size_t k = 0, ln = name ? strlen(name) : 0;
+	int ids[256], nids = 0; /* node ids seen, in order (a fused group is small) */
+	for (size_t i = 0; i < n;) {
+		if (name && s[i] == '/' && i + 1 < n && s[i + 1] == '*') { /* a comment: out */
+			const char *e = strstr(s + i + 2, "*/");
+			i = e ? (size_t)(e - s) + 2 : n;
+			continue;
+		}
+		char c = s[i];
+		if (!ident_char(c)) {
+			o[k++] = s[i++];
+			continue;
+		}
+		size_t j = i + 1;
+		while (j < n && (ident_char(s[j]) || s[j] == '.'))
+			j++;
+		if (ln && j - i == ln && memcmp(s + i, name, ln) == 0) {
+			memcpy(o + k, "@K", 2);
+			k += 2;
+			i = j;
+			continue;
+		}
+		bool var = (c == 't' || c == 'g') && j - i > 1 && j - i < 12;
+		for (size_t q = i + 1; var && q < j; q++)
+			var = s[q] >= '0' && s[q] <= '9';
+		int ord = -1;
+		if (var) {
+			int id = atoi(s + i + 1);
+			for (int q = 0; q < nids && ord < 0; q++)
+				if (ids[q] == id)
+					ord = q;
+			if (ord < 0 && nids < (int)(sizeof ids / sizeof ids[0])) {
+				ids[nids] = id;
+				ord = nids++;
+			}
+		}
+		if (ord >= 0) {
+			k += (size_t)snprintf(o + k, cap - k, "%c%d", c, ord);
+		} else {
+			memcpy(o + k, s + i, j - i);
+			k += j - i;
+		}
+		i = j;
+	}
+	o[k] = 0;
+	*outn = k;
+	return o;
 }
 
 /* ---- kernel libraries ---- */

@@ -11,6 +11,7 @@
 #include <stdio.h>
 
 #include "ir/ir.h"
+#include "support/arena.h"
 #include "passes/fuse.h"
 
 /* ---- literals ---- */
@@ -77,6 +78,13 @@ typedef struct CgExprDialect {
  * whose mask index is not i (a shard, a micro-batch: ir/dropout.c)
  * computes it first, as gID.  False after reporting an op without an
  * expression to d. */
+/* The key that says two kernels are the same function: text[0, n) with
+ * the temporaries cg_put_ew_member names after nodes (t<node>, g<node>)
+ * renumbered in order of first appearance; with name, also comments
+ * dropped and the identifier name (the kernel's own) replaced by "@K".
+ * Other identifiers and numbers are kept.  In a, NUL-terminated. */
+char *cg_canon_text(Arena *a, const char *text, size_t n, const char *name, size_t *outn);
+
 bool cg_put_ew_member(FILE *out, const char *indent, const CgExprDialect *dl, const IrModule *m,
                       const FusePlan *fp, const IrNode *n, int root, const int *ext, int next,
                       Diag *d);

@@ -324,14 +324,68 @@ bool cg_emit_cuda(FILE *out, const IrModule *m, const FusePlan *fp, const MemPla
 	cg_plan_kernels(m, fp, mp, pks, nk);
 	bool ok = emit_prelude(out, m, src_dir, d);
 	fputs("/* ---- the plan's kernels ---- */\n\n", out);
-	for (int k = 0; k < nk && ok; k++) {
-		CudaEmit e = {.out = out, .m = m, .fp = fp, .mp = mp, .d = d, .pk = &pks[k]};
-		ok = cg_cu_emit_kernel(&e);
-		if (ok && table && k < cap) {
-			table[k] = e.k; /* the launch; the name is the kernel's */
-			memcpy(table[k].name, e.name, sizeof e.name);
-		}
+	/* each distinct kernel once (as the C back end, codegen/emit_c.c):
+	 * the text with its own name, comments and node-named temporaries
+	 * taken out is the key; a repeat launches the first one's function */
+	Arena a;
+	arena_init(&a);
+	int cap2 = 16;
+	while (cap2 < 2 * nk)
+		cap2 *= 2;
+	struct { char *key; size_t len; uint64_t h; char name[sizeof ((CudaEmit *)0)->name]; } *tab =
+		arena_alloc(&a, sizeof *tab * (size_t)cap2);
+	int *slot = arena_alloc(&a, sizeof *slot * (size_t)cap2), nd = 0;
+	if (!tab || !slot) {
+		diag_error(d, (SrcLoc){0}, "out of memory generating CUDA");
+		ok = false;
 	}
+	for (int q = 0; ok && q < cap2; q++)
+		slot[q] = -1;
+	for (int k = 0; k < nk && ok; k++) {
+		char *buf = NULL;
+		size_t len = 0;
+		FILE *ms = open_memstream(&buf, &len);
+		if (!ms) {
+			diag_error(d, (SrcLoc){0}, "out of memory generating CUDA");
+			ok = false;
+			break;
+		}
+		CudaEmit e = {.out = ms, .m = m, .fp = fp, .mp = mp, .d = d, .pk = &pks[k]};
+		ok = cg_cu_emit_kernel(&e);
+		if (fclose(ms) != 0 || !buf) {
+			diag_error(d, (SrcLoc){0}, "out of memory generating CUDA");
+			ok = false;
+		}
+		size_t kn = 0;
+		char *key = ok ? cg_canon_text(&a, buf, len, e.name, &kn) : NULL;
+		if (ok && !key) {
+			diag_error(d, (SrcLoc){0}, "out of memory generating CUDA");
+			ok = false;
+		}
+		if (ok) {
+			uint64_t h = 1469598103934665603ull;
+			for (size_t i = 0; i < kn; i++)
+				h = (h ^ (unsigned char)key[i]) * 1099511628211ull;
+			int q = (int)(h & (uint64_t)(cap2 - 1));
+			while (slot[q] >= 0 && !(tab[slot[q]].h == h && tab[slot[q]].len == kn &&
+			                         memcmp(tab[slot[q]].key, key, kn) == 0))
+				q = (q + 1) & (cap2 - 1);
+			if (slot[q] < 0) {
+				tab[nd].key = key;
+				tab[nd].len = kn;
+				tab[nd].h = h;
+				memcpy(tab[nd].name, e.name, sizeof e.name);
+				slot[q] = nd++;
+				fwrite(buf, 1, len, out);
+			}
+			if (table && k < cap) {
+				table[k] = e.k; /* the launch; the function is the first's */
+				memcpy(table[k].name, tab[slot[q]].name, sizeof e.name);
+			}
+		}
+		free(buf);
+	}
+	arena_free(&a);
 	free(pks);
 	if (nkernels)
 		*nkernels = nk;
