@@ -358,6 +358,13 @@ bool cg_emit_cuda(FILE *out, const IrModule *m, const FusePlan *fp, const MemPla
 		}
 		size_t kn = 0;
 		char *key = ok ? cg_canon_text(&a, buf, len, e.name, &kn) : NULL;
+		/* and its launch: the runtime sets a function's dynamic shared
+		 * memory once per table entry (runtime/dev_cuda.c), so entries
+		 * that share a function must ask for the same */
+		if (key) {
+			key = arena_printf(&a, "%s|%d|%d", key, e.k.block, e.k.smem_bytes);
+			kn = key ? strlen(key) : 0;
+		}
 		if (ok && !key) {
 			diag_error(d, (SrcLoc){0}, "out of memory generating CUDA");
 			ok = false;
