@@ -704,29 +704,17 @@ static void put_named(FILE *out, const char *s, int id)
 	fputs(s, out);
 }
 
-typedef struct KText {
-	char *text;
-	size_t len;
-	uint64_t hash;
-} KText;
-
 /* Writes each distinct kernel once and fills kid[k], the function plan
  * kernel k calls: the C grows with the distinct kernels (a layer's, a
  * micro-batch's), not with layers x micro-batches x stages. */
 static bool emit_kernels(Emit *e, Arena *a, const CgPlanKernel *ks, int nk, int *kid, int *ndistinct)
 {
 	FILE *out = e->out;
-	int cap = 16;
-	while (cap < 2 * nk)
-		cap *= 2;
-	KText *tab = arena_alloc(a, sizeof *tab * (size_t)cap);
-	int *slot = arena_alloc(a, sizeof *slot * (size_t)cap); /* -> kernel id, -1 empty */
-	if (!tab || !slot) {
+	CgKeySet *set = cg_keyset_new(a, nk);
+	if (!set) {
 		diag_error(e->d, (SrcLoc){0}, "out of memory generating C");
 		return false;
 	}
-	for (int q = 0; q < cap; q++)
-		slot[q] = -1;
 	int nd = 0;
 	bool ok = true;
 	for (int k = 0; k < nk && ok; k++) {
@@ -759,19 +747,12 @@ static bool emit_kernels(Emit *e, Arena *a, const CgPlanKernel *ks, int nk, int 
 		}
 		if (!ok)
 			break;
-		uint64_t h = 1469598103934665603ull;
-		for (size_t i = 0; i < cn; i++)
-			h = (h ^ (unsigned char)ct[i]) * 1099511628211ull;
-		int q = (int)(h & (uint64_t)(cap - 1));
-		while (slot[q] >= 0 && !(tab[slot[q]].hash == h && tab[slot[q]].len == cn &&
-		                         memcmp(tab[slot[q]].text, ct, cn) == 0))
-			q = (q + 1) & (cap - 1);
-		if (slot[q] < 0) {
-			tab[nd] = (KText){ ct, cn, h };
-			slot[q] = nd++;
-			put_named(out, ct, slot[q]);
+		bool added;
+		kid[k] = cg_keyset_add(set, ct, cn, &added);
+		if (added) {
+			put_named(out, ct, kid[k]);
+			nd++;
 		}
-		kid[k] = slot[q];
 	}
 	*ndistinct = nd;
 	return ok;

@@ -257,6 +257,56 @@ char *cg_canon_text(Arena *a, const char *s, size_t n, const char *name, size_t 
 	return o;
 }
 
+struct CgKeySet {
+	int cap, n;
+	int *slot; /* -> entry, -1 empty */
+	const char **key;
+	size_t *len;
+	uint64_t *hash;
+};
+
+CgKeySet *cg_keyset_new(Arena *a, int n)
+{
+	CgKeySet *ks = arena_alloc(a, sizeof *ks);
+	if (!ks)
+		return NULL;
+	ks->cap = 16;
+	while (ks->cap < 2 * n)
+		ks->cap *= 2;
+	ks->n = 0;
+	ks->slot = arena_alloc(a, sizeof *ks->slot * (size_t)ks->cap);
+	ks->key = arena_alloc(a, sizeof *ks->key * (size_t)ks->cap);
+	ks->len = arena_alloc(a, sizeof *ks->len * (size_t)ks->cap);
+	ks->hash = arena_alloc(a, sizeof *ks->hash * (size_t)ks->cap);
+	if (!ks->slot || !ks->key || !ks->len || !ks->hash)
+		return NULL;
+	for (int q = 0; q < ks->cap; q++)
+		ks->slot[q] = -1;
+	return ks;
+}
+
+int cg_keyset_add(CgKeySet *ks, const char *key, size_t len, bool *added)
+{
+	uint64_t h = 1469598103934665603ull;
+	for (size_t i = 0; i < len; i++)
+		h = (h ^ (unsigned char)key[i]) * 1099511628211ull;
+	int q = (int)(h & (uint64_t)(ks->cap - 1));
+	for (; ks->slot[q] >= 0; q = (q + 1) & (ks->cap - 1)) {
+		int e = ks->slot[q];
+		if (ks->hash[e] == h && ks->len[e] == len && memcmp(ks->key[e], key, len) == 0) {
+			*added = false;
+			return e;
+		}
+	}
+	int e = ks->n++;
+	ks->key[e] = key;
+	ks->len[e] = len;
+	ks->hash[e] = h;
+	ks->slot[q] = e;
+	*added = true;
+	return e;
+}
+
 /* ---- kernel libraries ---- */
 
 static int cmp_str(const void *a, const void *b)

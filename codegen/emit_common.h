@@ -85,6 +85,14 @@ typedef struct CgExprDialect {
  * Other identifiers and numbers are kept.  In a, NUL-terminated. */
 char *cg_canon_text(Arena *a, const char *text, size_t n, const char *name, size_t *outn);
 
+/* A set of keys (kernel texts), numbered in order of first addition: the
+ * C and CUDA back ends' one function per distinct kernel.  Sized for n
+ * additions; the keys stay the caller's (in a).  cg_keyset_add returns
+ * the key's number and whether it was new. */
+typedef struct CgKeySet CgKeySet;
+CgKeySet *cg_keyset_new(Arena *a, int n);
+int cg_keyset_add(CgKeySet *ks, const char *key, size_t len, bool *added);
+
 bool cg_put_ew_member(FILE *out, const char *indent, const CgExprDialect *dl, const IrModule *m,
                       const FusePlan *fp, const IrNode *n, int root, const int *ext, int next,
                       Diag *d);

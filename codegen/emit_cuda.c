@@ -329,18 +329,12 @@ bool cg_emit_cuda(FILE *out, const IrModule *m, const FusePlan *fp, const MemPla
 	 * taken out is the key; a repeat launches the first one's function */
 	Arena a;
 	arena_init(&a);
-	int cap2 = 16;
-	while (cap2 < 2 * nk)
-		cap2 *= 2;
-	struct { char *key; size_t len; uint64_t h; char name[sizeof ((CudaEmit *)0)->name]; } *tab =
-		arena_alloc(&a, sizeof *tab * (size_t)cap2);
-	int *slot = arena_alloc(&a, sizeof *slot * (size_t)cap2), nd = 0;
-	if (!tab || !slot) {
+	CgKeySet *set = cg_keyset_new(&a, nk);
+	char (*names)[sizeof ((CudaEmit *)0)->name] = arena_alloc(&a, sizeof *names * (size_t)(nk ? nk : 1));
+	if (!set || !names) {
 		diag_error(d, (SrcLoc){0}, "out of memory generating CUDA");
 		ok = false;
 	}
-	for (int q = 0; ok && q < cap2; q++)
-		slot[q] = -1;
 	for (int k = 0; k < nk && ok; k++) {
 		char *buf = NULL;
 		size_t len = 0;
@@ -370,24 +364,15 @@ bool cg_emit_cuda(FILE *out, const IrModule *m, const FusePlan *fp, const MemPla
 			ok = false;
 		}
 		if (ok) {
-			uint64_t h = 1469598103934665603ull;
-			for (size_t i = 0; i < kn; i++)
-				h = (h ^ (unsigned char)key[i]) * 1099511628211ull;
-			int q = (int)(h & (uint64_t)(cap2 - 1));
-			while (slot[q] >= 0 && !(tab[slot[q]].h == h && tab[slot[q]].len == kn &&
-			                         memcmp(tab[slot[q]].key, key, kn) == 0))
-				q = (q + 1) & (cap2 - 1);
-			if (slot[q] < 0) {
-				tab[nd].key = key;
-				tab[nd].len = kn;
-				tab[nd].h = h;
-				memcpy(tab[nd].name, e.name, sizeof e.name);
-				slot[q] = nd++;
+			bool added;
+			int id = cg_keyset_add(set, key, kn, &added);
+			if (added) {
+				memcpy(names[id], e.name, sizeof e.name);
 				fwrite(buf, 1, len, out);
 			}
 			if (table && k < cap) {
 				table[k] = e.k; /* the launch; the function is the first's */
-				memcpy(table[k].name, tab[slot[q]].name, sizeof e.name);
+				memcpy(table[k].name, names[id], sizeof e.name);
 			}
 		}
 		free(buf);

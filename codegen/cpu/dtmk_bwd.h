@@ -546,6 +546,39 @@ typedef struct DtmkbAttn {
 	float scale;
 } DtmkbAttn;
 
+/* An item's k ([T, hd]) and k, v transposed ([hd, Tp], zero past T) of
+ * batch b, kv head g; dk and dv's scratch (2 T hd after dkb) cleared. */
+static inline __attribute__((always_inline)) void
+dtmkb_attn_stage(const DtmkbAttn *w, int64_t b, int64_t g, float *restrict kb, float *restrict kt,
+		 float *restrict vt, float *restrict dkb, int64_t hd)
+{
+	int64_t T = w->T, Tp = DTMK_PAD16(T);
+	for (int64_t t = 0; t < T; t++) {
+		int64_t ko = (b * T + t) * w->Dk + g * hd;
+		memcpy(kb + t * hd, w->k + ko, sizeof(float) * (size_t)hd);
+		for (int64_t c = 0; c < hd; c++) {
+			kt[c * Tp + t] = w->k[ko + c];
+			vt[c * Tp + t] = w->v[ko + c];
+		}
+	}
+	for (int64_t c = 0; c < hd; c++)
+		for (int64_t t = T; t < Tp; t++)
+			kt[c * Tp + t] = vt[c * Tp + t] = 0;
+	memset(dkb, 0, sizeof(float) * (size_t)(2 * T * hd));
+}
+
+/* An item's dk and dv (per query head h) from the scratch. */
+static inline __attribute__((always_inline)) void
+dtmkb_attn_store(const DtmkbAttn *w, int64_t b, int64_t h, const float *dkb, const float *dvb,
+		 int64_t hd)
+{
+	for (int64_t t = 0; t < w->T; t++) {
+		int64_t o = (b * w->T + t) * w->D + h * hd;
+		memcpy(w->dk + o, dkb + t * hd, sizeof(float) * (size_t)hd);
+		memcpy(w->dv + o, dvb + t * hd, sizeof(float) * (size_t)hd);
+	}
+}
+
 /* Items are (batch, head) pairs; each writes all T rows of its head's
  * columns of dq, dk and dv (so the output needs no clearing).  The item's
  * q, k, dy are gathered contiguous ([T, hd]) and k, v also transposed
@@ -564,19 +597,11 @@ dtmkb_attn_item(const DtmkbAttn *w, int64_t bh, float *buf, int64_t hd)
 	int64_t b = bh / w->H, h = bh % w->H, g = (w->h0 + h) / w->group;
 	const DtmkTensor *seg = w->a->nin > 4 ? &w->a->in[4] : NULL;
 	for (int64_t t = 0; t < T; t++) {
-		int64_t o = (b * T + t) * D + h * hd, ko = (b * T + t) * w->Dk + g * hd;
+		int64_t o = (b * T + t) * D + h * hd;
 		memcpy(qb + t * hd, w->q + o, sizeof(float) * (size_t)hd);
-		memcpy(kb + t * hd, w->k + ko, sizeof(float) * (size_t)hd);
 		memcpy(dyb + t * hd, w->dy + o, sizeof(float) * (size_t)hd);
-		for (int64_t c = 0; c < hd; c++) {
-			kt[c * Tp + t] = w->k[ko + c];
-			vt[c * Tp + t] = w->v[ko + c];
-		}
 	}
-	for (int64_t c = 0; c < hd; c++)
-		for (int64_t t = T; t < Tp; t++)
-			kt[c * Tp + t] = vt[c * Tp + t] = 0;
-	memset(dkb, 0, sizeof(float) * (size_t)(2 * T * hd));
+	dtmkb_attn_stage(w, b, g, kb, kt, vt, dkb, hd);
 	for (int64_t i = 0; i < T; i++) {
 		int64_t lo, nk;
 		dtmk_attn_range(w->a, i, T, &lo, &nk);
@@ -645,11 +670,7 @@ dtmkb_attn_item(const DtmkbAttn *w, int64_t bh, float *buf, int64_t hd)
 			}
 		}
 	}
-	for (int64_t t = 0; t < T; t++) {
-		int64_t o = (b * T + t) * D + h * hd;
-		memcpy(w->dk + o, dkb + t * hd, sizeof(float) * (size_t)hd);
-		memcpy(w->dv + o, dvb + t * hd, sizeof(float) * (size_t)hd);
-	}
+	dtmkb_attn_store(w, b, h, dkb, dvb, hd);
 }
 
 /* The backward's blocks: 8 query rows, two of dtmk_rows4_scores' blocks. */
@@ -691,18 +712,7 @@ dtmkb_attn_item4(const DtmkbAttn *w, int64_t bh, float *buf, int64_t hd)
 	float *restrict dy4 = q4 + DTMKB_AR * hd, *restrict dq4 = dy4 + DTMKB_AR * hd;
 	int64_t b = bh / w->H, h = bh % w->H, g = (w->h0 + h) / w->group;
 	const DtmkTensor *seg = w->a->nin > 4 ? &w->a->in[4] : NULL;
-	for (int64_t t = 0; t < T; t++) {
-		int64_t ko = (b * T + t) * w->Dk + g * hd;
-		memcpy(kb + t * hd, w->k + ko, sizeof(float) * (size_t)hd);
-		for (int64_t c = 0; c < hd; c++) {
-			kt[c * Tp + t] = w->k[ko + c];
-			vt[c * Tp + t] = w->v[ko + c];
-		}
-	}
-	for (int64_t c = 0; c < hd; c++)
-		for (int64_t t = T; t < Tp; t++)
-			kt[c * Tp + t] = vt[c * Tp + t] = 0;
-	memset(dkb, 0, sizeof(float) * (size_t)(2 * T * hd));
+	dtmkb_attn_stage(w, b, g, kb, kt, vt, dkb, hd);
 	for (int64_t i0 = 0; i0 < T; i0 += DTMKB_AR) {
 		int64_t lo[DTMKB_AR], nk[DTMKB_AR], kmin = T, kmax = 0;
 		int32_t si[DTMKB_AR];
@@ -765,11 +775,7 @@ dtmkb_attn_item4(const DtmkbAttn *w, int64_t bh, float *buf, int64_t hd)
 				memset(dq, 0, sizeof(float) * (size_t)hd);
 		}
 	}
-	for (int64_t t = 0; t < T; t++) {
-		int64_t o = (b * T + t) * D + h * hd;
-		memcpy(w->dk + o, dkb + t * hd, sizeof(float) * (size_t)hd);
-		memcpy(w->dv + o, dvb + t * hd, sizeof(float) * (size_t)hd);
-	}
+	dtmkb_attn_store(w, b, h, dkb, dvb, hd);
 }
 
 /* Items [lo, hi) with their scratch; the usual head sizes get copies of

@@ -584,22 +584,14 @@ struct dtmk_attn_job {
 	int64_t H, Tq, Tk, D, Dv, Dk, Dkv, h0, group;
 };
 
-/* One (batch, head) item.  The item's k is copied transposed ([hd, Tk])
- * and its v contiguous ([Tk, hv]), both as f32, so every inner loop runs
- * over contiguous memory and vectorises: the scores of a query row over
- * keys, the softmax over keys, the weighted sum over v's columns.  Always
- * inlined so the caller can specialise it to common head sizes. */
+/* The item's k transposed ([hd, Tp], zero past Tk) and v ([Tk, hv]) of
+ * batch b, kv head g, as f32. */
 static inline __attribute__((always_inline)) void
-dtmk_attention_item(const struct dtmk_attn_job *j, int64_t it, float *buf, int64_t hd, int64_t hv)
+dtmk_attn_stage_kv(const struct dtmk_attn_job *j, int64_t b, int64_t g, float *restrict kt,
+		   float *restrict vb, int64_t hd, int64_t hv, int f32)
 {
 	const DtmkArgs *a = j->a;
-	int64_t H = j->H, Tq = j->Tq, Tk = j->Tk, D = j->D, Dv = j->Dv, Tp = DTMK_PAD16(Tk);
-	float scale = 1.0f / sqrtf((float)hd);
-	float *restrict kt = buf, *restrict vb = kt + hd * Tp, *restrict p = vb + Tp * hv;
-	float *restrict qrow = p + Tp, *restrict acc = qrow + hd;
-	int64_t b = it / H, h = it % H, g = (j->h0 + h) / j->group;
-	const DtmkTensor *seg = a->nin > 3 ? &a->in[3] : NULL;
-	int f32 = dtmk_all_f32(a);
+	int64_t Tk = j->Tk, Tp = DTMK_PAD16(Tk);
 	for (int64_t t = 0; t < Tk; t++) {
 		int64_t ko = (b * Tk + t) * j->Dk + g * hd, vo = (b * Tk + t) * j->Dkv + g * hv;
 		if (f32) {
@@ -617,6 +609,25 @@ dtmk_attention_item(const struct dtmk_attn_job *j, int64_t it, float *buf, int64
 	for (int64_t c = 0; c < hd; c++)
 		for (int64_t t = Tk; t < Tp; t++)
 			kt[c * Tp + t] = 0;
+}
+
+/* One (batch, head) item.  The item's k is copied transposed ([hd, Tk])
+ * and its v contiguous ([Tk, hv]), both as f32, so every inner loop runs
+ * over contiguous memory and vectorises: the scores of a query row over
+ * keys, the softmax over keys, the weighted sum over v's columns.  Always
+ * inlined so the caller can specialise it to common head sizes. */
+static inline __attribute__((always_inline)) void
+dtmk_attention_item(const struct dtmk_attn_job *j, int64_t it, float *buf, int64_t hd, int64_t hv)
+{
+	const DtmkArgs *a = j->a;
+	int64_t H = j->H, Tq = j->Tq, Tk = j->Tk, D = j->D, Dv = j->Dv, Tp = DTMK_PAD16(Tk);
+	float scale = 1.0f / sqrtf((float)hd);
+	float *restrict kt = buf, *restrict vb = kt + hd * Tp, *restrict p = vb + Tp * hv;
+	float *restrict qrow = p + Tp, *restrict acc = qrow + hd;
+	int64_t b = it / H, h = it % H, g = (j->h0 + h) / j->group;
+	const DtmkTensor *seg = a->nin > 3 ? &a->in[3] : NULL;
+	int f32 = dtmk_all_f32(a);
+	dtmk_attn_stage_kv(j, b, g, kt, vb, hd, hv, f32);
 	for (int64_t i = 0; i < Tq; i++) {
 		int64_t lo, nk;
 		dtmk_attn_range(a, i, Tk, &lo, &nk);
@@ -690,23 +701,7 @@ dtmk_attention_item4(const struct dtmk_attn_job *j, int64_t it, float *buf, int6
 	int64_t b = it / H, h = it % H, g = (j->h0 + h) / j->group;
 	const DtmkTensor *seg = a->nin > 3 ? &a->in[3] : NULL;
 	int f32 = dtmk_all_f32(a);
-	for (int64_t t = 0; t < Tk; t++) {
-		int64_t ko = (b * Tk + t) * j->Dk + g * hd, vo = (b * Tk + t) * j->Dkv + g * hv;
-		if (f32) {
-			const float *kr = (const float *)a->in[1].p + ko;
-			for (int64_t c = 0; c < hd; c++)
-				kt[c * Tp + t] = kr[c];
-			memcpy(vb + t * hv, (const float *)a->in[2].p + vo, sizeof(float) * (size_t)hv);
-			continue;
-		}
-		for (int64_t c = 0; c < hd; c++)
-			kt[c * Tp + t] = dtmk_load(&a->in[1], ko + c);
-		for (int64_t c = 0; c < hv; c++)
-			vb[t * hv + c] = dtmk_load(&a->in[2], vo + c);
-	}
-	for (int64_t c = 0; c < hd; c++)
-		for (int64_t t = Tk; t < Tp; t++)
-			kt[c * Tp + t] = 0;
+	dtmk_attn_stage_kv(j, b, g, kt, vb, hd, hv, f32);
 	for (int64_t t = Tk; t < Tp; t++) /* read by rows whose keys end past Tk: never */
 		memset(vb + t * hv, 0, sizeof(float) * (size_t)hv);
 	for (int64_t i0 = 0; i0 < Tq; i0 += DTMK_AR) {
