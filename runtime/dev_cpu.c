@@ -304,8 +304,9 @@ void rt_blas_set_threads(int n)
  * not declared in its headers, so it is declared here.  oneDNN runs on
  * OpenMP threads: every thread that calls it is told to use one, and the
  * pool cuts the GEMM into the same blocks as for BLAS (a block's result
- * then depends on its shape alone).  A CPU or library that cannot (the
- * first call fails) falls back to widening, said once on stderr. */
+ * then depends on its shape alone).  A CPU without AVX512-BF16 (oneDNN
+ * would emulate it) or a library that cannot (the first call fails) falls
+ * back to widening, said once on stderr. */
 #ifdef DTM_HAVE_DNNL
 int dnnl_gemm_bf16bf16f32(char transa, char transb, int64_t m, int64_t n, int64_t k, float alpha,
 			  const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb,
@@ -334,6 +335,18 @@ static bool dnnl_ok(void)
 	int s = atomic_load(&rt_dnnl_state);
 	if (s)
 		return s > 0;
+#if defined(__x86_64__) || defined(__i386__)
+	/* without the bf16 dot products oneDNN emulates them, slower than
+	 * OpenBLAS's sgemm on the widened operands */
+	__builtin_cpu_init();
+	if (!__builtin_cpu_supports("avx512bf16")) {
+		int want = 0;
+		if (atomic_compare_exchange_strong(&rt_dnnl_state, &want, -1))
+			fprintf(stderr, "dtm: this CPU has no AVX512-BF16: bf16 GEMMs widen their "
+				"operands to f32 for BLAS\n");
+		return false;
+	}
+#endif
 	uint16_t one[256];
 	float c[256];
 	for (int i = 0; i < 256; i++)
