@@ -399,127 +399,104 @@ static inline void dtmk_attn_range(const DtmkArgs *a, int64_t i, int64_t Tk, int
  * kernels. */
 #define DTMK_AR 8 /* query rows per block: two blocks of dtmk_rows4_scores */
 
-/* S[r * ls + (0, np)] = sum over c in [0, hd) of q[r * lq + c] *
- * kt[c * ldk + (0, np)], for the 4 rows r, np a multiple of 16. */
+/* One register tile of scores: S[r * ls + t + (0, 16 nv)] = sum over c
+ * in [0, hd) of q[r * lq + c] * kt[c * ldk + t + (0, 16 nv)] for the 4
+ * rows r; nv (1, 2 or 4 vectors) is a constant where it is called, so
+ * (with the loops over rows and vectors unrolled: gcc's own heuristics
+ * left them rolled, 5% slower) the 4 x nv accumulators stay in registers. */
+static inline __attribute__((always_inline)) void
+dtmk_scores_tile(float *S, int64_t ls, const float *q, int64_t lq, const float *kt, int64_t ldk,
+		 int64_t hd, int64_t t, int nv)
+{
+	DtmkV16 a[4][4];
+	_Pragma("GCC unroll 8")
+	for (int r = 0; r < 4; r++)
+		_Pragma("GCC unroll 4")
+		for (int v = 0; v < nv; v++)
+			a[r][v] = (DtmkV16){ 0 };
+	for (int64_t c = 0; c < hd; c++) {
+		DtmkV16 k[4];
+		_Pragma("GCC unroll 4")
+		for (int v = 0; v < nv; v++)
+			k[v] = DTMK_V16(kt + c * ldk + t + 16 * v);
+		_Pragma("GCC unroll 8")
+		for (int r = 0; r < 4; r++) {
+			float qr = q[r * lq + c];
+			_Pragma("GCC unroll 4")
+			for (int v = 0; v < nv; v++)
+				a[r][v] += qr * k[v];
+		}
+	}
+	_Pragma("GCC unroll 8")
+	for (int r = 0; r < 4; r++)
+		_Pragma("GCC unroll 4")
+		for (int v = 0; v < nv; v++)
+			DTMK_V16(S + r * ls + t + 16 * v) = a[r][v];
+}
+
+/* S[r * ls + (0, np)] for the 4 rows, np a multiple of 16: tiles of 64
+ * keys, then of 32 and 16 (fewer accumulators: latency-bound, so only for
+ * the rest). */
 static inline __attribute__((always_inline)) void
 dtmk_rows4_scores(float *S, int64_t ls, const float *q, int64_t lq, const float *kt, int64_t ldk,
 		  int64_t hd, int64_t np)
 {
 	int64_t t = 0;
-	for (; t + 64 <= np; t += 64) {
-		DtmkV16 a[4][4];
-		for (int r = 0; r < 4; r++)
-			for (int v = 0; v < 4; v++)
-				a[r][v] = (DtmkV16){ 0 };
-		for (int64_t c = 0; c < hd; c++) {
-			const float *kr = kt + c * ldk + t;
-			DtmkV16 k0 = DTMK_V16(kr), k1 = DTMK_V16(kr + 16);
-			DtmkV16 k2 = DTMK_V16(kr + 32), k3 = DTMK_V16(kr + 48);
-			for (int r = 0; r < 4; r++) {
-				float qr = q[r * lq + c];
-				a[r][0] += qr * k0;
-				a[r][1] += qr * k1;
-				a[r][2] += qr * k2;
-				a[r][3] += qr * k3;
-			}
-		}
-		for (int r = 0; r < 4; r++)
-			for (int v = 0; v < 4; v++)
-				DTMK_V16(S + r * ls + t + 16 * v) = a[r][v];
-	}
-	for (; t + 32 <= np; t += 32) {
-		DtmkV16 a[4][2];
-		for (int r = 0; r < 4; r++)
-			a[r][0] = a[r][1] = (DtmkV16){ 0 };
-		for (int64_t c = 0; c < hd; c++) {
-			const float *kr = kt + c * ldk + t;
-			DtmkV16 k0 = DTMK_V16(kr), k1 = DTMK_V16(kr + 16);
-			for (int r = 0; r < 4; r++) {
-				float qr = q[r * lq + c];
-				a[r][0] += qr * k0;
-				a[r][1] += qr * k1;
-			}
-		}
-		for (int r = 0; r < 4; r++) {
-			DTMK_V16(S + r * ls + t) = a[r][0];
-			DTMK_V16(S + r * ls + t + 16) = a[r][1];
+	for (; t + 64 <= np; t += 64)
+		dtmk_scores_tile(S, ls, q, lq, kt, ldk, hd, t, 4);
+	for (; t + 32 <= np; t += 32)
+		dtmk_scores_tile(S, ls, q, lq, kt, ldk, hd, t, 2);
+	for (; t < np; t += 16)
+		dtmk_scores_tile(S, ls, q, lq, kt, ldk, hd, t, 1);
+}
+
+/* One register tile of outputs: O[r * lo + c + (0, 16 nv)] = sum over t
+ * in [t0, t1), in order, of P[r * lp + t] * x[t * ldx + c + (0, 16 nv)]
+ * for the R rows r; R (4 or 8) and nv (1 or 2) constants where called. */
+static inline __attribute__((always_inline)) void
+dtmk_pv_tile(float *O, int64_t lo, const float *P, int64_t lp, const float *x, int64_t ldx,
+	     int64_t t0, int64_t t1, int64_t c, int R, int nv)
+{
+	DtmkV16 a[8][2];
+	_Pragma("GCC unroll 8")
+	for (int r = 0; r < R; r++)
+		_Pragma("GCC unroll 4")
+		for (int v = 0; v < nv; v++)
+			a[r][v] = (DtmkV16){ 0 };
+	for (int64_t t = t0; t < t1; t++) {
+		DtmkV16 xv[2];
+		_Pragma("GCC unroll 4")
+		for (int v = 0; v < nv; v++)
+			xv[v] = DTMK_V16(x + t * ldx + c + 16 * v);
+		_Pragma("GCC unroll 8")
+		for (int r = 0; r < R; r++) {
+			float pr = P[r * lp + t];
+			_Pragma("GCC unroll 4")
+			for (int v = 0; v < nv; v++)
+				a[r][v] += pr * xv[v];
 		}
 	}
-	for (; t < np; t += 16) {
-		DtmkV16 a[4] = { { 0 }, { 0 }, { 0 }, { 0 } };
-		for (int64_t c = 0; c < hd; c++) {
-			DtmkV16 k0 = DTMK_V16(kt + c * ldk + t);
-			for (int r = 0; r < 4; r++)
-				a[r] += q[r * lq + c] * k0;
-		}
-		for (int r = 0; r < 4; r++)
-			DTMK_V16(S + r * ls + t) = a[r];
-	}
+	_Pragma("GCC unroll 8")
+	for (int r = 0; r < R; r++)
+		_Pragma("GCC unroll 4")
+		for (int v = 0; v < nv; v++)
+			DTMK_V16(O + r * lo + c + 16 * v) = a[r][v];
 }
 
 /* O[r * lo + (0, n)] = sum over t in [t0, t1) of P[r * lp + t] *
- * x[t * ldx + (0, n)], for the 4 rows r, n a multiple of 16. */
-static inline __attribute__((always_inline)) void
-dtmk_rows4_pv(float *O, int64_t lo, const float *P, int64_t lp, const float *x, int64_t ldx,
-	      int64_t t0, int64_t t1, int64_t n)
-{
-	int64_t c = 0;
-	for (; c + 32 <= n; c += 32) {
-		DtmkV16 a[4][2];
-		for (int r = 0; r < 4; r++)
-			a[r][0] = a[r][1] = (DtmkV16){ 0 };
-		for (int64_t t = t0; t < t1; t++) {
-			DtmkV16 x0 = DTMK_V16(x + t * ldx + c), x1 = DTMK_V16(x + t * ldx + c + 16);
-			for (int r = 0; r < 4; r++) {
-				float pr = P[r * lp + t];
-				a[r][0] += pr * x0;
-				a[r][1] += pr * x1;
-			}
-		}
-		for (int r = 0; r < 4; r++) {
-			DTMK_V16(O + r * lo + c) = a[r][0];
-			DTMK_V16(O + r * lo + c + 16) = a[r][1];
-		}
-	}
-	for (; c < n; c += 16) {
-		DtmkV16 a[4] = { { 0 }, { 0 }, { 0 }, { 0 } };
-		for (int64_t t = t0; t < t1; t++) {
-			DtmkV16 x0 = DTMK_V16(x + t * ldx + c);
-			for (int r = 0; r < 4; r++)
-				a[r] += P[r * lp + t] * x0;
-		}
-		for (int r = 0; r < 4; r++)
-			DTMK_V16(O + r * lo + c) = a[r];
-	}
-}
-
-/* dtmk_rows4_pv for 8 rows: 8 x 32 outputs in registers, each x vector
- * loaded once per 8 rows. */
+ * x[t * ldx + (0, n)], for the 8 rows r, n a multiple of 16: 8 x 32
+ * outputs in registers, each x vector loaded once per 8 rows; a last 16
+ * columns as two tiles of 4 rows. */
 static inline __attribute__((always_inline)) void
 dtmk_rows8_pv(float *O, int64_t lo, const float *P, int64_t lp, const float *x, int64_t ldx,
 	      int64_t t0, int64_t t1, int64_t n)
 {
 	int64_t c = 0;
-	for (; c + 32 <= n; c += 32) {
-		DtmkV16 a[8][2];
-		for (int r = 0; r < 8; r++)
-			a[r][0] = a[r][1] = (DtmkV16){ 0 };
-		for (int64_t t = t0; t < t1; t++) {
-			DtmkV16 x0 = DTMK_V16(x + t * ldx + c), x1 = DTMK_V16(x + t * ldx + c + 16);
-			for (int r = 0; r < 8; r++) {
-				float pr = P[r * lp + t];
-				a[r][0] += pr * x0;
-				a[r][1] += pr * x1;
-			}
-		}
-		for (int r = 0; r < 8; r++) {
-			DTMK_V16(O + r * lo + c) = a[r][0];
-			DTMK_V16(O + r * lo + c + 16) = a[r][1];
-		}
-	}
+	for (; c + 32 <= n; c += 32)
+		dtmk_pv_tile(O, lo, P, lp, x, ldx, t0, t1, c, 8, 2);
 	if (c < n) {
-		dtmk_rows4_pv(O + c, lo, P, lp, x + c, ldx, t0, t1, n - c);
-		dtmk_rows4_pv(O + 4 * lo + c, lo, P + 4 * lp, lp, x + c, ldx, t0, t1, n - c);
+		dtmk_pv_tile(O, lo, P, lp, x, ldx, t0, t1, c, 4, 1);
+		dtmk_pv_tile(O + 4 * lo, lo, P + 4 * lp, lp, x, ldx, t0, t1, c, 4, 1);
 	}
 }
 

@@ -699,9 +699,9 @@ dtmkb_rows8_outer(float *Y, int64_t ly, const float *A, int64_t la, const float 
 
 /* dtmkb_attn_item in blocks of 8 query rows (hd a multiple of 16; see
  * dtmk_rows4_scores): the scores and dy.v of 4 rows at a time in
- * registers, dq by dtmk_rows4_pv, dk and dv by dtmkb_rows8_outer. */
+ * registers, dq by dtmk_rows8_pv, dk and dv by dtmkb_rows8_outer. */
 static inline __attribute__((always_inline)) void
-dtmkb_attn_item4(const DtmkbAttn *w, int64_t bh, float *buf, int64_t hd)
+dtmkb_attn_block(const DtmkbAttn *w, int64_t bh, float *buf, int64_t hd)
 {
 	int64_t T = w->T, D = w->D;
 	int64_t Tp = DTMK_PAD16(T);
@@ -792,9 +792,9 @@ static void dtmkb_attn_range(void *arg, int64_t lo, int64_t hi)
 		return;
 	for (int64_t bh = lo; bh < hi; bh++) {
 		if (hd == 64)
-			dtmkb_attn_item4(w, bh, buf, 64);
+			dtmkb_attn_block(w, bh, buf, 64);
 		else if (hd % 16 == 0)
-			dtmkb_attn_item4(w, bh, buf, hd);
+			dtmkb_attn_block(w, bh, buf, hd);
 		else if (hd == 16)
 			dtmkb_attn_item(w, bh, buf, 16);
 		else if (hd == 32)

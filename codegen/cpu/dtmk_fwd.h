@@ -691,7 +691,7 @@ dtmk_attention_item(const struct dtmk_attn_job *j, int64_t it, float *buf, int64
  * row's exponentials are summed, and the weighted sum of v divided by that
  * sum at the end. */
 static inline __attribute__((always_inline)) void
-dtmk_attention_item4(const struct dtmk_attn_job *j, int64_t it, float *buf, int64_t hd, int64_t hv)
+dtmk_attention_block(const struct dtmk_attn_job *j, int64_t it, float *buf, int64_t hd, int64_t hv)
 {
 	const DtmkArgs *a = j->a;
 	int64_t H = j->H, Tq = j->Tq, Tk = j->Tk, D = j->D, Dv = j->Dv, Tp = DTMK_PAD16(Tk);
@@ -776,9 +776,9 @@ static inline void dtmk_attention_items(void *argp, int64_t lo, int64_t hi)
 		return;
 	for (int64_t it = lo; it < hi; it++) {
 		if (hd == 64 && hv == 64)
-			dtmk_attention_item4(j, it, buf, 64, 64);
+			dtmk_attention_block(j, it, buf, 64, 64);
 		else if (hd % 16 == 0 && hv % 16 == 0)
-			dtmk_attention_item4(j, it, buf, hd, hv);
+			dtmk_attention_block(j, it, buf, hd, hv);
 		else if (hd == 16 && hv == 16)
 			dtmk_attention_item(j, it, buf, 16, 16);
 		else if (hd == 32 && hv == 32)
