@@ -18,8 +18,8 @@
 # d 512 x 8 layers x T 256, batch 8; "gpt2" adds GPT-2 small, d 768 x 12
 # layers x T 1024, minutes a step here), ROUNDS (3), STEPS (5), WARMUP (2;
 # torch.compile compiles in its first steps), THREADS (the cores),
-# TORCH_PY (default ~/.cache/dtm-bench/torch-venv/bin/python: `python3 -m
-# venv` there, then `pip install torch numpy`), JAX_PY (default
+# TORCH_PY (default ~/.cache/dtm-bench/torch-venv/bin/python, made with
+# `python3 -m venv` and `pip install torch numpy` when missing), JAX_PY (default
 # ~/.cache/dtm-bench/jax-venv/bin/python, which scripts/deps.sh makes).
 # An implementation whose python is missing is left out, and said so.
 set -euo pipefail
@@ -43,6 +43,14 @@ declare -A cfg=(
 	[gpt2]="d=768 layers=12 ctx=1024 batch=8 heads=12 vocab=50304"
 )
 impls=(dtm-f32 dtm-bf16)
+# PyTorch 2.x from PyPI into a venv outside the repository, as train_bench.sh
+# makes JAX's (the CUDA wheel: about 3 GB with its dependencies, used on the CPU)
+if [ "$TORCH_PY" = "$HOME/.cache/dtm-bench/torch-venv/bin/python" ] && [ ! -x "$TORCH_PY" ]; then
+	echo "(creating ~/.cache/dtm-bench/torch-venv: pip install torch numpy)"
+	{ python3 -m venv "$HOME/.cache/dtm-bench/torch-venv" &&
+		"$TORCH_PY" -m pip install -q torch numpy; } >"$tmp/pip.log" 2>&1 ||
+		echo "(pip install torch failed; PyPI unreachable? $(tail -1 "$tmp/pip.log"))"
+fi
 if [ -x "$TORCH_PY" ] && "$TORCH_PY" -c 'import torch, sys; sys.exit(not hasattr(torch, "compile"))' 2>/dev/null; then
 	impls+=(torch-eager torch-compile torch-bf16)
 else
