@@ -314,6 +314,56 @@ static void test_attention_flops(void)
 	CHECK_EQ_INT(ring[IR_OP_ATTN_MERGE], 0);
 }
 
+/* The generated C holds each distinct kernel once (codegen/emit_c.c,
+ * emit_kernels), and every plan kernel calls a function it defines.  GPT
+ * at 6 layers has the 2-layer model's functions plus only what depends on
+ * the parameter count (grad_norm's chunks: 4 more here), and under half
+ * as many functions as plan kernels.  (What else grows: a DDP bucket's
+ * unpacking slices and each micro-batch's input slice carry their offsets
+ * as constants, so they are distinct kernels.) */
+static int kernel_functions(const char *layers, int *nplan)
+{
+	static const char *const train[] = {"microbatches=2"};
+	DrvOptions o = {.lower = {.mesh = "pp=1,dp=1,tp=1", .ntrain = 1, .ndefines = 1}};
+	o.lower.train[0] = train[0];
+	o.lower.define_names[0] = "layers";
+	o.lower.define_values[0] = layers;
+	Arena a;
+	arena_init(&a);
+	Diag d;
+	diag_init(&d, stderr);
+	Compiled c;
+	int n = -1;
+	if (drv_compile(&c, &a, &d, "models/gpt.dtm", &o)) {
+		char *t = program_text(&c, &d);
+		*nplan = c.plan->nkernels;
+		n = 0;
+		for (const char *p = t; p && (p = strstr(p, "\nstatic void k_")); p++)
+			n++;
+		/* the table names a defined function for every plan kernel */
+		int bad = 0;
+		const char *tab = t ? strstr(t, "static const DtmKernelFn kernels[] = {") : NULL;
+		for (const char *p = tab; p && (p = strstr(p, "\n\tk_")) && p < strstr(tab, "};"); p++) {
+			char def[48];
+			snprintf(def, sizeof def, "\nstatic void k_%d(", atoi(p + 4));
+			bad += strstr(t, def) == NULL;
+		}
+		CHECK_EQ_INT(bad, 0);
+		free(t);
+	}
+	arena_free(&a);
+	return n;
+}
+
+static void test_distinct_kernels(void)
+{
+	int p2 = 0, p6 = 0;
+	int k2 = kernel_functions("2", &p2), k6 = kernel_functions("6", &p6);
+	CHECK(k2 > 0);
+	CHECK(k6 >= k2 && k6 <= k2 + 4);
+	CHECK(p6 > p2 && 2 * k6 < p6);
+}
+
 int main(void)
 {
 	test_mlp_dp_tp();
@@ -321,5 +371,6 @@ int main(void)
 	test_errors();
 	test_repeatable();
 	test_attention_flops();
+	test_distinct_kernels();
 	return check_report();
 }
