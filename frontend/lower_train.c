@@ -336,7 +336,18 @@ static void train_setting(Lower *L, const AstNode *s, const AstNode **seen)
 		if (t->loc[IR_TRAIN_SEQUENCE_PARALLEL].file)
 			t->loc[IR_TRAIN_SEQUENCE_PARALLEL] = s->loc;
 	} else if (!strcmp(k, "recompute")) {
-		train_bool(L, e, IR_TRAIN_RECOMPUTE);
+		/* true, false, or layer: the whole block's forward again */
+		if (e->kind == AST_IDENT && w && !strcmp(w, "layer")) {
+			ir_train_set_int(t, IR_TRAIN_RECOMPUTE, 1, NULL, e->loc, L->d);
+			ir_train_set_word(t, IR_TRAIN_RECOMPUTE_SCOPE, "layer", NULL, e->loc, L->d);
+		} else {
+			Value v = lower_expr(L, &L->globals, e);
+			if (v.k == V_BOOL)
+				ir_train_set_int(t, IR_TRAIN_RECOMPUTE, v.i != 0, NULL, e->loc, L->d);
+			else if (v.k != V_ERR)
+				diag_error(L->d, e->loc, "recompute must be true, false or layer, got %s",
+				           lower_describe(L, v));
+		}
 		if (t->loc[IR_TRAIN_RECOMPUTE].file)
 			t->loc[IR_TRAIN_RECOMPUTE] = s->loc;
 	} else if (!strcmp(k, "uneven_shards")) {

@@ -220,6 +220,7 @@ void ir_train_defaults(IrTrain *t)
 	t->backoff_factor = 0.5;
 	t->growth_interval = 2000;
 	t->context_parallel = IR_CP_NONE;
+	t->recompute_scope = IR_RECOMPUTE_READ;
 	t->seed = 0;
 }
 

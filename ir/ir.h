@@ -344,6 +344,10 @@ typedef enum IrContextParallel {
 	IR_CP_ULYSSES,
 	IR_CP_RING,
 } IrContextParallel;
+typedef enum IrRecomputeScope {
+	IR_RECOMPUTE_READ, /* none: what the backward reads */
+	IR_RECOMPUTE_LAYER,
+} IrRecomputeScope;
 typedef enum IrPipeSchedule {
 	IR_PIPE_NONE,
 	IR_PIPE_GPIPE,
@@ -383,6 +387,7 @@ typedef struct IrTrain {
 	double init_scale, growth_factor, backoff_factor;
 	int64_t growth_interval;
 	IrContextParallel context_parallel;
+	IrRecomputeScope recompute_scope;
 	/* where each setting was given (the .dtm's value, `<command line>`
 	 * for --train, the IR text's value; none: the default), for the
 	 * errors of checks that read several settings or the program; not

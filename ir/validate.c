@@ -49,6 +49,7 @@ static const struct {
 	{IR_TRAIN_MASTER_DTYPE, {"f32", "bf16", "f16"}, "f32, bf16 or f16"},
 	{IR_TRAIN_LOSS_SCALE, {"dynamic", "fixed", "off"}, "dynamic, fixed or off"},
 	{IR_TRAIN_CONTEXT_PARALLEL, {"ulysses", "ring"}, "ulysses or ring"},
+	{IR_TRAIN_RECOMPUTE_SCOPE, {"layer"}, "layer"},
 };
 
 /* The words of setting f, NULL for one without. */

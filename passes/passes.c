@@ -121,7 +121,8 @@ static const Pass passes[] = {
 	 .reads = R(SEQUENCE_PARALLEL) | R(UNEVEN_SHARDS)},
 	/* activation checkpointing: clones of each block's forward in its
 	 * backward, placed as the originals (recompute.c) */
-	{.name = "recompute", .run = pass_recompute, .reads = R(RECOMPUTE)},
+	{.name = "recompute", .run = pass_recompute,
+	 .reads = R(RECOMPUTE) | R(RECOMPUTE_SCOPE)},
 	/* ZeRO stages as placements (zero.c); partition then inserts the
 	 * collectives they imply; FSDP's per-unit gathers (fsdp_units.c) */
 	{.name = "zero", .run = pass_zero, .reads = R(ZERO) | R(ZERO_AXES)},

@@ -34,6 +34,17 @@
  * the original's mask.  Results equal the run without recompute: the same
  * ops on the same operands.
  *
+ * `recompute layer` (IrTrain.recompute_scope) re-runs each block
+ * instance's whole forward instead, as Megatron-LM's full recomputation
+ * does (torch.utils.checkpoint of each layer: the layer's forward again
+ * from its checkpointed input, then its backward): when a key's first
+ * clone is made, every forward node of the instance in the key's
+ * micro-batch and stage computed from the data is cloned, in id order,
+ * its outputs too (the last GEMM, its tensor-parallel all-reduce, the
+ * residual add), though no backward node reads those.  The results are
+ * the same; the time is Megatron's (bench/cost/published.sh compares
+ * with its published runs), the memory peak barely moves.
+ *
  * Cost: each block's forward runs twice (about a third more compute for a
  * transformer).  Memory: from forward to backward only the block inputs
  * (and values outside blocks) stay live; during a block's backward its
@@ -51,6 +62,7 @@
 typedef struct Key {
 	int b, mb, stage;
 	int *clone;
+	bool whole;       /* recompute layer: the block's whole forward cloned */
 	struct Key *next; /* the block's other keys */
 } Key;
 
@@ -59,6 +71,9 @@ typedef struct Rc {
 	Diag *d;
 	int n, L;       /* nodes before the pass; the loss */
 	bool *internal; /* [n] */
+	bool *redo;     /* [n] recompute layer: forward nodes the layer re-runs */
+	int *boff;      /* [nb + 1] recompute layer: block b's nodes are */
+	int *bnode;     /* bnode[boff[b] .. boff[b + 1]), in id order */
 	int *pos;       /* [n]: index of a forward node among its block's, or -1 */
 	int *blk;       /* [n]: IrNode.block, read without the ~500-byte node */
 	int *bsize;     /* [blocks] */
@@ -206,6 +221,36 @@ static int clone_of(Rc *r, Key *k, int v)
 	return r->failed ? -1 : id;
 }
 
+/* recompute layer: clones of every forward node of key k's block
+ * instance in k's micro-batch and stage that the layer computes from its
+ * inputs, in id order, made when the key is: Megatron-LM's full
+ * recomputation runs the layer's forward again from its checkpointed
+ * input, the outputs too (the last GEMM, its tensor-parallel all-reduce,
+ * the residual add), though no backward node reads those clones. */
+static bool clone_whole(Rc *r, Key *k)
+{
+	IrModule *m = r->m;
+	k->whole = true;
+	for (int j = r->boff[k->b]; j < r->boff[k->b + 1] && !r->failed; j++) {
+		int v = r->bnode[j];
+		const IrNode *x = m->nodes[v];
+		int mb = ir_mb(m, x);
+		if (!r->redo[v] || k->clone[r->pos[v]] >= 0 || ir_stage(m, x) != k->stage ||
+		    (mb >= 0 && mb != k->mb))
+			continue;
+		if (r->internal[v]) {
+			clone_of(r, k, v);
+			continue;
+		}
+		for (int o = 0; o < x->nops && !r->failed; o++)
+			if (r->internal[x->ops[o]])
+				clone_of(r, k, x->ops[o]);
+		if (!r->failed)
+			clone_one(r, k, v);
+	}
+	return !r->failed;
+}
+
 /* internal[], pos[] and bsize[]; returns the number of block instances. */
 static int classify(Rc *r)
 {
@@ -238,6 +283,8 @@ static int classify(Rc *r)
 	for (int i = 0; i < r->L; i++) {
 		const IrNode *x = m->nodes[i];
 		r->internal[i] = ir_block(m, x) >= 0 && act[i] && !outside[i] && !is_leaf(x->op);
+		if (r->redo)
+			r->redo[i] = ir_block(m, x) >= 0 && act[i] && !is_leaf(x->op);
 	}
 	free(act);
 	free(outside);
@@ -257,6 +304,9 @@ static bool run(Rc *r)
 		return oom(r);
 	for (int i = 0; i < n; i++)
 		r->blk[i] = ir_block(m, m->nodes[i]);
+	bool layer = m->train.recompute_scope == IR_RECOMPUTE_LAYER;
+	if (layer && !(r->redo = calloc((size_t)n, sizeof(bool))))
+		return oom(r);
 	int nb = r->nb = classify(r);
 	if (r->failed)
 		return false;
@@ -270,6 +320,17 @@ static bool run(Rc *r)
 		int b = r->blk[i];
 		r->pos[i] = i <= r->L && b >= 0 && b < nb ? r->bsize[b]++ : -1;
 	}
+	if (layer) {
+		r->boff = calloc((size_t)nb + 1, sizeof(int));
+		r->bnode = malloc(sizeof(int) * (size_t)(n ? n : 1));
+		if (!r->boff || !r->bnode)
+			return oom(r);
+		for (int b = 0; b < nb; b++)
+			r->boff[b + 1] = r->boff[b] + r->bsize[b];
+		for (int i = 0; i < n; i++)
+			if (r->pos[i] >= 0)
+				r->bnode[r->boff[r->blk[i]] + r->pos[i]] = i;
+	}
 	for (int i = 0; i < n && !r->failed; i++) {
 		IrNode *x = m->nodes[i];
 		for (int j = 0; i > r->L && j < x->nops && !r->failed; j++) {
@@ -277,6 +338,8 @@ static bool run(Rc *r)
 			if (v >= n || !r->internal[v])
 				continue;
 			Key *k = find_key(r, r->blk[v], ir_mb(m, x), ir_stage(m, x));
+			if (k && layer && !k->whole && !clone_whole(r, k))
+				break;
 			int c = k ? clone_of(r, k, v) : -1;
 			if (c >= 0)
 				x->ops[j] = c;
@@ -300,7 +363,7 @@ static bool run(Rc *r)
 	for (int t = 0; t < total; t++) {
 		IrNode *x = m->nodes[t];
 		int pf = ir_place_from(m, x);
-		if (t >= n && pf >= 0 && pf < n && r->internal[pf]) {
+		if (t >= n && pf >= 0 && pf < n && r->pos[pf] >= 0 && r->blk[pf] == r->ckey[t - n]->b) {
 			int c = r->ckey[t - n]->clone[r->pos[pf]];
 			pf = c >= 0 ? c : pf;
 		}
@@ -353,6 +416,9 @@ bool pass_recompute(IrModule *m, Diag *d, const PassOptions *opt)
 		}
 	}
 	free(r.internal);
+	free(r.redo);
+	free(r.boff);
+	free(r.bnode);
 	free(r.pos);
 	free(r.blk);
 	free(r.bsize);

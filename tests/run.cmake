@@ -609,6 +609,17 @@ set_tests_properties(sweep.json PROPERTIES TIMEOUT 120 LABELS golden)
 set_tests_properties(sweep.cp PROPERTIES TIMEOUT 120 LABELS golden)
 set_tests_properties(sweep.errors PROPERTIES TIMEOUT 120 LABELS diag)
 set_tests_properties(sweep.measure PROPERTIES TIMEOUT 300 LABELS e2e)
+#   sweep.published  bench/cost/published.sh (issue 21 point 4): inspect
+#                  --hw a100 on the rows of Megatron-LM's SC'21 Table 1 that
+#                  compile in seconds (1.7B to 145.6B; 310.1B takes 26 s and
+#                  3 GB, 529.6B and 1T a dtmc with a bigger IR_MAX_NODES:
+#                  bench/README.md) predicts each published TFLOP/s per GPU
+#                  within 15%, with one efficiency set for every row
+add_test(NAME sweep.published
+         COMMAND ${DTM_BASH} ${DTM_ROOT}/bench/cost/published.sh $<TARGET_FILE:dtmc>
+                 1.7B 3.6B 7.5B 18.4B 39.1B 76.1B 145.6B
+         WORKING_DIRECTORY ${DTM_ROOT})
+set_tests_properties(sweep.published PROPERTIES TIMEOUT 300 LABELS inspect)
 # ---- end sweep ----
 
 # ---- mlir: dtmc export-mlir (issue 19; tests/mlir/run.sh) ----

@@ -10,7 +10,8 @@
 # ~20 s and 3 GB; 529.6B (280 x 105) and 1008.0B (512 x 128) exceed the
 # default IR_MAX_NODES and need a dtmc built with a higher one
 # (-DIR_MAX_NODES=16777216): ~50 s and 7 GB, ~4 CPU-minutes and 18 GB.
-# The ctest (tests/run.cmake) names the rows that fit.
+# The ctest sweep.published (tests/run.cmake) names the rows that take
+# seconds.
 #
 # The throughput is computed as the paper computes it: its FLOP count of one
 # iteration divided by (iteration time x GPUs), with the iteration time
@@ -38,8 +39,9 @@
 #            (rank = pp_rank * d t + dp_rank * t + tp_rank); the default
 #            --nodes puts 8 ranks per node, Selene's 8 GPUs per node
 #   train    precision=bf16 (the paper's mixed precision; A100's fp16 and
-#            bf16 tensor peaks are both 312 TFLOP/s), recompute=true (full
-#            recomputation, which Eq. 3 assumes), microbatches=B / (b d) (b
+#            bf16 tensor peaks are both 312 TFLOP/s), recompute=layer (full
+#            recomputation, which Eq. 3 assumes: each layer's whole forward
+#            again in its backward, outputs too, as Megatron re-ran it), microbatches=B / (b d) (b
 #            the micro-batch size of run_table_1.sh), schedule 1f1b or
 #            interleaved(v); the model file's zero 0 (data-parallel gradient
 #            all-reduce, no distributed optimizer, as Megatron in 2021)
@@ -86,7 +88,7 @@ while read -r name heads hidden layers tp pp gpus batch mbs v tflops peak rest; 
 	start=$(date +%s%N)
 	"$dtmc" inspect "$model" -D vocab=$vocab -D ctx=$seq -D d="$hidden" -D heads="$heads" \
 		-D layers="$layers" -D batch="$batch" -D chunks="$v" \
-		--mesh pp="$pp",dp="$dp",tp="$tp" --train precision=bf16 --train recompute=true \
+		--mesh pp="$pp",dp="$dp",tp="$tp" --train precision=bf16 --train recompute=layer \
 		--train microbatches="$mb" --train "schedule=$sched" \
 		--hw "$hw" --json >"$tmp/row.json" 2>"$tmp/row.err"
 	rc=$?

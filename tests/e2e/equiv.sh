@@ -74,8 +74,9 @@ sp="$sp dp=2,tp=2/sequence_parallel=true/zero=3"
 uneven_mlp="def:hidden=6:tp=4/uneven_shards=true def:hidden=5:dp=2,tp=2/uneven_shards=true"
 uneven_gpt="def:vocab=250:tp=4 def:vocab=251:dp=2,tp=2/zero=3"
 # Activation checkpointing (passes/recompute.c): each block's forward run
-# again in its backward, under DP x TP and FSDP x TP
-rc_gpt="dp=2,tp=2/recompute=true dp=2,tp=2/zero=3/recompute=true"
+# again in its backward, under DP x TP and FSDP x TP; recompute layer
+# (Megatron's full recomputation: the outputs too, read by nothing)
+rc_gpt="dp=2,tp=2/recompute=true dp=2,tp=2/zero=3/recompute=true dp=2,tp=2/recompute=layer"
 # FSDP prefetch two units ahead (passes/fsdp_units.c; the default is one): the
 # gathers move, the losses do not
 pf_gpt="dp=4/zero=3/prefetch=2"
@@ -97,6 +98,7 @@ pp="$pp pp=2,dp=2,tp=2/microbatches=2/zero=3/recompute=true"
 # ... where interleaved stages cut a block: a value another stage reads
 # is not recomputed there (it was, reading this stage's params: deadlock)
 pp="$pp pp=2,dp=2,tp=1/microbatches=2/schedule=interleaved(2)/zero=3/recompute=true"
+pp="$pp pp=2,dp=2,tp=1/microbatches=2/schedule=interleaved(2)/zero=3/recompute=layer"
 # ... and with the layers round-robin over the stages as virtual stages
 pp="$pp def:layers=4:rr:pp=2,dp=1,tp=1/microbatches=4/schedule=interleaved(2)"
 # Dropout (issue 14, tests/e2e/dropout.dtm): masks keyed by the sample's
@@ -105,6 +107,7 @@ pp="$pp def:layers=4:rr:pp=2,dp=1,tp=1/microbatches=4/schedule=interleaved(2)"
 # pipelines draw the one-device masks; each rank draws its shard's
 drop="dp=1/microbatches=2 dp=1/microbatches=4 dp=2 dp=3 tp=2 dp=2/microbatches=2"
 drop="$drop dp=3/zero=3 tp=2/sequence_parallel=true dp=2,tp=2/recompute=true"
+drop="$drop dp=2,tp=2/recompute=layer"
 drop_pp="pp=2,dp=1,tp=1/microbatches=2/schedule=gpipe pp=2,dp=1,tp=1/microbatches=4/schedule=1f1b"
 drop_pp="$drop_pp pp=2,dp=2,tp=1/microbatches=2 pp=2,dp=1,tp=2/microbatches=4/schedule=zb"
 drop_pp="$drop_pp pp=2,dp=1,tp=1/microbatches=4/recompute=true"
@@ -116,6 +119,7 @@ drop_pp="$drop_pp pp=2,dp=1,tp=1/microbatches=4/recompute=true"
 bf16_def="def:vocab=258+d=48+heads=6+ctx=30+batch=6+layers=3"
 bf16="$bf16_def:dp=2,tp=2/precision=bf16 $bf16_def:tp=3/sequence_parallel=true/precision=bf16"
 bf16="$bf16 $bf16_def:dp=3/zero=3/precision=bf16"
+bf16="$bf16 $bf16_def:tp=3/sequence_parallel=true/precision=bf16/recompute=layer"
 bf16="$bf16 $bf16_def:pp=3,dp=1,tp=1/microbatches=3/schedule=1f1b/precision=bf16"
 # ring attention in bf16 (ctx 30 on cp = 2: blocks of 15 rows, not balanced)
 bf16="$bf16 $bf16_def:cp:dp=1,cp=2,tp=1/context_parallel=ring/precision=bf16"

@@ -122,6 +122,7 @@ static void build(void)
 	t->backoff_factor = 0.25;
 	t->growth_interval = 50;
 	t->context_parallel = IR_CP_RING;
+	t->recompute_scope = IR_RECOMPUTE_LAYER;
 
 	int tok = leaf(IR_OP_INPUT, IR_I32, "tokens", DIMS(4, 8));
 	IrNode *n = M->nodes[tok];

@@ -119,6 +119,10 @@ static bool perturb(IrTrain *t, IrTrainField f, uint32_t live_axes)
 	case IR_TRAIN_CONTEXT_PARALLEL:
 		t->context_parallel = t->context_parallel == IR_CP_ULYSSES ? IR_CP_NONE : IR_CP_ULYSSES;
 		return true;
+	case IR_TRAIN_RECOMPUTE_SCOPE:
+		t->recompute_scope = t->recompute_scope == IR_RECOMPUTE_LAYER ? IR_RECOMPUTE_READ
+		                                                              : IR_RECOMPUTE_LAYER;
+		return true;
 	default: return false;
 	}
 }

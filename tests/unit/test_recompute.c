@@ -5,7 +5,9 @@
  * outputs (without recompute many do), the recomputed clones carry the
  * stage and micro-batch of the backward nodes that read them, and the
  * planned ACT peak drops (the numbers are printed: about 3x on one device
- * and under DP x TP). */
+ * and under DP x TP).  recompute layer (Megatron-LM's full recomputation)
+ * clones every forward node of each block instance computed from its
+ * inputs, once per micro-batch: the outputs too, which nothing reads. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -133,6 +135,67 @@ static void test_reads(const char *mesh, const char *train)
 	arena_free(&a);
 }
 
+/* Forward nodes of block instances computed from the data: what
+ * recompute layer runs again, once each (each belongs to one micro-batch
+ * and one stage). */
+static int block_forward(const IrModule *m)
+{
+	int n = 0, L = m->loss;
+	bool *act = calloc((size_t)L + 1, sizeof(bool));
+	for (int i = 0; i <= L; i++) {
+		const IrNode *x = m->nodes[i];
+		act[i] = x->op == IR_OP_INPUT;
+		for (int k = 0; k < x->nops; k++)
+			act[i] = act[i] || act[x->ops[k]];
+		n += i < L && ir_block(m, x) >= 0 && act[i] && !is_leaf(x->op);
+	}
+	free(act);
+	return n;
+}
+
+static int unread_after_loss(const IrModule *m)
+{
+	bool *read = calloc((size_t)m->nnodes, sizeof(bool));
+	int n = 0;
+	for (int j = 0; j < m->nnodes; j++)
+		for (int k = 0; k < m->nodes[j]->nops; k++)
+			read[m->nodes[j]->ops[k]] = true;
+	for (int i = m->loss + 1; i < m->nnodes; i++)
+		n += !read[i];
+	free(read);
+	return n;
+}
+
+static void test_layer(const char *mesh, const char *train)
+{
+	Arena a;
+	arena_init(&a);
+	IrModule *off = build(&a, mesh, train, NULL, "recompute");
+	IrModule *rd = build(&a, mesh, train, "recompute=true", "recompute");
+	IrModule *on = build(&a, mesh, train, "recompute=layer", "recompute");
+	if (off && rd && on) {
+		int nrd, nc, bad;
+		clones(rd, off, &nrd, &bad);
+		clones(on, off, &nc, &bad);
+		/* the clones nothing reads (the rest unread are the updates) */
+		int unread = unread_after_loss(on) - unread_after_loss(off);
+		CHECK_EQ_INT(unread_after_loss(rd), unread_after_loss(off));
+		int want = block_forward(off);
+		fprintf(stderr,
+		        "recompute layer (%s%s%s): %d nodes recomputed (recompute true: %d), "
+		        "%d of them read by nothing; %d forward nodes in blocks\n",
+		        mesh, train ? ", " : "", train ? train : "", nc, nrd, unread, want);
+		CHECK_EQ_INT(internal_reads(on), 0);
+		CHECK_EQ_INT(bad, 0);
+		CHECK_EQ_INT(nc, on->nnodes - off->nnodes);
+		CHECK_EQ_INT(nc, want); /* the whole forward of every block, once */
+		CHECK(nc > nrd);
+		CHECK(unread > 0); /* the outputs: the last GEMM, the residual add */
+		CHECK_EQ_INT(on->loss, off->loss);
+	}
+	arena_free(&a);
+}
+
 static int64_t act_peak(const char *mesh, const char *t1, const char *t2)
 {
 	Arena a;
@@ -170,6 +233,9 @@ int main(void)
 	test_reads("dp=1", NULL);
 	test_reads("pp=2,dp=1,tp=1", "microbatches=4");
 	test_reads("dp=2,tp=2", "zero=3");
+	test_layer("dp=1", NULL);
+	test_layer("pp=2,dp=1,tp=1", "microbatches=4");
+	test_layer("dp=2,tp=2", "zero=3");
 	test_peak("dp=1", NULL, true);
 	/* DP x TP without DDP buckets: with them (bucket_mb 25, the default)
 	 * the peak is the bucket concats after the backward, which recompute
