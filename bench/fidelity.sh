@@ -7,7 +7,9 @@
 # 2. For each set below, `dtmc sweep --measure K --measure-pick spread
 #    --json` ranks every layout with that profile, then builds K of them
 #    spread over the ranking (best to worst) and trains each a few steps on
-#    the local backend (ranks as threads).
+#    the local backend (ranks as threads), ROUNDS times in turn (the
+#    fastest run's median step counts: on a shared VM a slow spell then
+#    slows one run, not one candidate).
 # 3. Per measured candidate: predicted and measured ms, measured/predicted;
 #    per set and over all of them: how many lie within 0.8-1.25 and
 #    Spearman's rank correlation of predicted against measured (the sets'
@@ -17,7 +19,7 @@
 #   bench/fidelity.sh
 # Environment: BUILD (default build; dtmc built there unless NOBUILD=1),
 # PROFILE (a profile to reuse), BUDGET (calibrate's, default 60), STEPS
-# (--measure-steps, default 6), SETS (default "gpt1 gpt2 mlp2": a rank per
+# (--measure-steps, default 6), ROUNDS (--measure-rounds, default 3), SETS (default "gpt1 gpt2 mlp2": a rank per
 # core at most; gpt4 and mlp4 put 4 ranks on the cores too).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -27,6 +29,7 @@ cd "$root"
 BUILD=${BUILD:-build}
 BUDGET=${BUDGET:-60}
 STEPS=${STEPS:-6}
+ROUNDS=${ROUNDS:-3}
 SETS=${SETS:-"gpt1 gpt2 mlp2"}
 if [ "${NOBUILD:-0}" != 1 ]; then
 	cmake -S . -B "$BUILD" > /dev/null
@@ -58,7 +61,7 @@ for set in $SETS; do
 	esac
 	echo "set $set: dtmc sweep ${args[*]} --measure-pick spread"
 	"$dtmc" sweep "${args[@]}" --hw "$prof" --measure-pick spread --measure-steps "$STEPS" \
-		--json -q > "$tmp/$set.json"
+		--measure-rounds "$ROUNDS" --json -q > "$tmp/$set.json"
 done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 python3 - "$tmp" $SETS <<'EOF'

@@ -157,6 +157,11 @@ int dtm_regression_init(DtmRegression *r, uint64_t seed, int in_dim, int out_dim
 void dtm_regression_sample(const DtmRegression *r, uint64_t sample_index, float *x, float *y)
 {
 	dtm_regression_input(r, sample_index, x);
+	dtm_regression_target(r, x, y);
+}
+
+void dtm_regression_target(const DtmRegression *r, const float *x, float *y)
+{
 	/* double accumulation in a fixed order (j ascending) for each target:
 	 * it must not depend on how the runtime happens to vectorise.  The
 	 * targets of a chunk are summed side by side (each in its own order,

@@ -57,6 +57,9 @@ void dtm_regression_sample(const DtmRegression *r, uint64_t sample_index, float 
 /* The input half of a sample alone (x as dtm_regression_sample gives it,
  * without the out_dim x in_dim product of the target). */
 void dtm_regression_input(const DtmRegression *r, uint64_t sample_index, float *x);
+/* The target half: y = tanh(W x) from the sample's x (dtm_regression_input's);
+ * input then target is dtm_regression_sample, bit for bit. */
+void dtm_regression_target(const DtmRegression *r, const float *x, float *y);
 void dtm_regression_free(DtmRegression *r);
 
 /* ---- llm.c token files (the format: runtime/tokfile.h) ----

@@ -666,24 +666,39 @@ int rt_cpu_gemm(const DtmAction *a, const DtmBuffer *bufs, void *const *ptrs, Rt
 
 /* ---- --calibrate-gemm: the GEMM curve dtmc calibrate reads ----
  *
- * Shapes from skinny to square, m (rows of C) 32 to 2048, n 64 to 4096, k
- * 64 to 2048: what data, tensor and sequence parallelism and micro-batches
- * cut a transformer's GEMMs into.  Each is timed on rt_cpu_gemm with the
- * rank's pool (its threads), repeated for about RT_CAL_SHAPE_S after one
- * untimed call; every rank runs the grid at the same time, so the cores
- * are as busy as in training. */
+ * Shapes from skinny to square, m (rows of C) 1 to 2048, n 64 to 4096, k
+ * 4 to 1024: what data, tensor and sequence parallelism and micro-batches
+ * cut a transformer's GEMMs into, down to micro-batches of a row or two
+ * (m that small in the forward, k in the weight gradients), where a
+ * GEMM runs at a fraction of the large ones' rate.  Each is timed on
+ * rt_cpu_gemm with the rank's pool (its threads), call by call for about
+ * RT_CAL_SHAPE_S (at least RT_CAL_CALLS calls) after one untimed call, and
+ * its rate is the median call's: on a shared VM a slow spell of a few
+ * milliseconds moved the mean of a shape by up to 2x between two runs.
+ * Every rank runs the grid at the same time, so the cores are as busy as
+ * in training. */
 #define RT_CAL_SHAPE_S 0.03
+#define RT_CAL_CALLS 3
+#define RT_CAL_MAX_CALLS 4096
+
+static int cmp_dbl(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
 
 int rt_calibrate_gemm(RtPool *pool, char **text, size_t *textlen, char *err)
 {
-	static const int64_t ms[] = {32, 128, 512, 2048}, ns[] = {64, 256, 1024, 4096},
-	                     ks[] = {64, 256, 1024};
+	static const int64_t ms[] = {1, 8, 32, 128, 512, 2048}, ns[] = {64, 256, 1024, 4096},
+	                     ks[] = {4, 64, 256, 1024};
 	const int64_t maxe = 2048 * 4096;
 	float *buf = calloc((size_t)(3 * maxe), sizeof(float));
+	double *call = malloc(RT_CAL_MAX_CALLS * sizeof(double)); /* each call's seconds */
 	size_t cap = 1 << 14, len = 0;
 	char *out = text ? malloc(cap) : NULL;
-	if (!buf || (text && !out)) {
+	if (!buf || !call || (text && !out)) {
 		free(buf);
+		free(call);
 		free(out);
 		snprintf(err, RT_ERR_LEN, "out of memory for --calibrate-gemm");
 		return -1;
@@ -703,18 +718,22 @@ int rt_calibrate_gemm(RtPool *pool, char **text, size_t *textlen, char *err)
 				if (g.m * g.k > maxe || g.k * g.n > maxe || g.m * g.n > maxe)
 					continue;
 				rc = rt_cpu_gemm(&g, bufs, ptrs, &sc, pool, err);
-				double t0 = rt_now(), t;
+				double t0 = rt_now();
 				int reps = 0;
 				do {
+					double t1 = rt_now();
 					rc = rc ? rc : rt_cpu_gemm(&g, bufs, ptrs, &sc, pool, err);
-					reps++;
-				} while (!rc && (t = rt_now() - t0) < RT_CAL_SHAPE_S);
+					call[reps++] = rt_now() - t1;
+				} while (!rc && reps < RT_CAL_MAX_CALLS &&
+				         (reps < RT_CAL_CALLS || rt_now() - t0 < RT_CAL_SHAPE_S));
 				if (rc || !out)
 					continue;
+				qsort(call, (size_t)reps, sizeof *call, cmp_dbl);
+				double t = call[reps / 2];
 				char line[160];
 				int w = snprintf(line, sizeof line, "gemm %d %lld %lld %lld = %.6g\n",
 				                 rt_pool_threads(pool), (long long)g.m, (long long)g.n,
-				                 (long long)g.k, 2.0 * g.m * g.n * g.k * reps / t);
+				                 (long long)g.k, 2.0 * g.m * g.n * g.k / t);
 				if (len + (size_t)w + 1 > cap) { /* room for the NUL too */
 					char *nb = realloc(out, cap *= 2);
 					if (!nb) {
@@ -729,6 +748,7 @@ int rt_calibrate_gemm(RtPool *pool, char **text, size_t *textlen, char *err)
 			}
 	rt_gemm_scratch_free(&sc);
 	free(buf);
+	free(call);
 	if (rc || !text) {
 		free(out);
 		return rc;

@@ -11,6 +11,7 @@
  * (seq split) need no special cases.  Samples come from runtime/data.h, a pure function of
  * (seed or token stream, sample index).
  */
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "runtime/ckpt.h"
@@ -162,10 +163,50 @@ static int load_row(RtFeed *f, const DtmTokenShards *src, uint64_t sample, int k
 	return 0;
 }
 
+/* The regression feed's x and y inputs: each sample's x made once for
+ * both (a row either input holds), its target only where y holds that
+ * row.  The two inputs' local elements each come in global row order;
+ * they are walked side by side, the lower row first, so a rank holding
+ * both makes each sample's x once, not once per input (what the cost
+ * model prices: tools/cost.c cost_feed_seconds).  The values do not
+ * depend on the order: each is a function of its sample and column. */
+static void fill_regression(RtFeed *f, void *const *ptr, uint64_t first_sample)
+{
+	const DtmPlan *p = f->plan;
+	const DtmBuffer *b[2] = {&p->buffers[p->inputs[0]], &p->buffers[p->inputs[1]]};
+	void *dst[2] = {ptr[p->inputs[0]], ptr[p->inputs[1]]};
+	int64_t n[2] = {rt_numel(b[0]), rt_numel(b[1])}, len[2] = {row_len(b[0]), row_len(b[1])};
+	int64_t i[2] = {0, 0};
+	for (;;) {
+		int64_t row[2];
+		for (int k = 0; k < 2; k++) {
+			/* an uneven shard's padding */
+			while (i[k] < n[k] && f->gidx[k][i[k]] < 0)
+				rt_store_f32(dst[k], b[k]->dtype, i[k]++, 0);
+			row[k] = i[k] < n[k] ? f->gidx[k][i[k]] / len[k] : INT64_MAX;
+		}
+		int64_t r = row[0] < row[1] ? row[0] : row[1];
+		if (r == INT64_MAX)
+			return;
+		dtm_regression_input(&f->reg, first_sample + (uint64_t)r, f->rx);
+		if (row[1] == r)
+			dtm_regression_target(&f->reg, f->rx, f->ry);
+		const float *val[2] = {f->rx, f->ry};
+		for (int k = 0; k < 2; k++)
+			for (int64_t g; i[k] < n[k] && (g = f->gidx[k][i[k]]) >= 0 && g / len[k] == r;
+			     i[k]++)
+				rt_store_f32(dst[k], b[k]->dtype, i[k], val[k][g % len[k]]);
+	}
+}
+
 static int fill(RtFeed *f, void *const *ptr, const DtmTokenShards *src, uint64_t first_sample,
 		char *err)
 {
 	const DtmPlan *p = f->plan;
+	if (f->kind == DTM_DATA_REGRESSION && p->ninputs == 2) {
+		fill_regression(f, ptr, first_sample);
+		return 0;
+	}
 	for (int k = 0; k < p->ninputs; k++) {
 		int id = p->inputs[k];
 		const DtmBuffer *b = &p->buffers[id];

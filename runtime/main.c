@@ -71,7 +71,8 @@ static const char usage[] =
 	"  --calibrate-gemm FILE  instead of training, every rank times the runtime's\n"
 	"                     GEMM over a grid of shapes at once (its threads, the\n"
 	"                     others busy); rank 0 writes `gemm THREADS M N K = RATE`\n"
-	"                     lines and the synthetic data feed's `feed_rate`\n"
+	"                     lines and the synthetic data feed's `feed_rate` and\n"
+	"                     `feed_x_rate`\n"
 	"                     (dtmc calibrate's GEMM curve)\n"
 	"  --calibrate-comm FILE  instead of training, time each collective over all\n"
 	"                     the ranks (on this backend) at two sizes; rank 0 writes\n"
@@ -669,29 +670,64 @@ static int train(const DtmPlan *p, Opts *o, const Sources *src, RtRun *r, RtLog 
 	return status;
 }
 
-/* --calibrate-gemm: the GEMM grid (rt_calibrate_gemm), and on rank 0 the
- * synthetic regression feed's rate (`feed_rate`: multiply-adds a second
- * making 256 x 256 samples, runtime/data.c), written to path. */
+static int cmp_seconds(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+/* The regression feed's two parts (runtime/feed.c), apart, as every rank
+ * makes them at once before a step: a sample's x (256 normals), and x
+ * with its target's 256 x 256 product (less the x: the product's rate),
+ * each in chunks of 16 samples for about 50 ms, the median chunk (a slow spell of a shared VM moves the
+ * mean).  Into line: the profile's feed_rate and feed_x_rate. */
+static void time_feed(char *line, size_t cap)
+{
+	enum { CHUNK = 16, MAXCH = 256 };
+	DtmRegression reg;
+	char e[256];
+	if (dtm_regression_init(&reg, 1, 256, 256, e, sizeof e) != 0)
+		return;
+	float xs[256], ys[256];
+	double tc[2][MAXCH], rate[2];
+	uint64_t sample = 0;
+	for (int part = 0; part < 2; part++) {
+		int n = 0;
+		double t0 = rt_now();
+		do {
+			double t1 = rt_now();
+			for (int i = 0; i < CHUNK; i++) {
+				/* as feed.c makes a row of y: its x, then the
+				 * product (part 1 less part 0 is the product's) */
+				dtm_regression_input(&reg, sample++, xs);
+				if (part == 1)
+					dtm_regression_target(&reg, xs, ys);
+			}
+			tc[part][n++] = rt_now() - t1;
+		} while (n < MAXCH && (n < 5 || rt_now() - t0 < 0.05));
+		qsort(tc[part], (size_t)n, sizeof(double), cmp_seconds);
+		tc[part][0] = tc[part][n / 2];
+	}
+	rate[0] = 256.0 * CHUNK / tc[0][0];
+	rate[1] = 256.0 * 256.0 * CHUNK / fmax(tc[1][0] - tc[0][0], 1e-3 * tc[1][0]);
+	snprintf(line, cap, "feed_rate = %.6g\nfeed_x_rate = %.6g\n", rate[1], rate[0]);
+	dtm_regression_free(&reg);
+}
+
+/* --calibrate-gemm: the GEMM grid (rt_calibrate_gemm), and on every rank the
+ * synthetic regression feed's rates (runtime/data.c, 256 x 256 samples:
+ * `feed_rate` the targets' multiply-adds a second, `feed_x_rate` the x
+ * elements a second); rank 0 writes them to path. */
 static int calibrate_gemm(RtPool *pool, const char *path, char *err)
 {
 	char *text = NULL;
 	size_t len = 0;
 	if (rt_calibrate_gemm(pool, path ? &text : NULL, &len, err))
 		return 1;
+	char line[128] = "";
+	time_feed(line, sizeof line); /* every rank, as in training */
 	if (!path)
 		return 0;
-	DtmRegression reg;
-	char e[256], line[64] = "";
-	if (dtm_regression_init(&reg, 1, 256, 256, e, sizeof e) == 0) {
-		float xs[256], ys[256];
-		double t0 = rt_now(), t;
-		int ns = 0;
-		do
-			dtm_regression_sample(&reg, (uint64_t)ns++, xs, ys);
-		while ((t = rt_now() - t0) < 0.05 || ns < 16);
-		snprintf(line, sizeof line, "feed_rate = %.6g\n", 256.0 * 256.0 * ns / t);
-		dtm_regression_free(&reg);
-	}
 	char *all = malloc(len + strlen(line) + 1);
 	int rc = 1;
 	if (!all)

@@ -5,7 +5,8 @@
  * - GEMMs: the binary's --calibrate-gemm times the runtime's own GEMM over
  *   a grid of shapes, on one rank over every core and on a rank per core
  *   (each on one thread, all at once); it also times the synthetic
- *   regression feed (feed_rate).
+ *   regression feed's two parts (feed_x_rate: a sample's x; feed_rate: its
+ *   target's product).
  * - kernels and GEMMs: a GPT (the shape of models/gpt.dtm) at a few sizes
  *   is built as `dtmc build` builds it and trained a few steps on one rank
  *   with --profile-actions, on 1 thread and on every core.  From each
@@ -314,9 +315,20 @@ static void gemm_points(const Fit *f, int t, HwProfile *hw)
 				s += b->s;
 			}
 		}
-		if (s <= 0 || hw->ngemm == HW_MAX_GEMM)
+		if (s <= 0)
 			continue;
-		hw->gemm[hw->ngemm++] = (HwGemmPoint){t, round(m), a->n, a->k, fl / s};
+		/* the model's own GEMM, timed in training, over the grid's
+		 * point of the same shape */
+		HwGemmPoint *g = NULL;
+		for (int j = 0; j < hw->ngemm && !g; j++)
+			if (hw->gemm[j].threads == t && hw->gemm[j].m == round(m) &&
+			    hw->gemm[j].n == a->n && hw->gemm[j].k == a->k)
+				g = &hw->gemm[j];
+		if (!g && hw->ngemm == HW_MAX_GEMM)
+			continue;
+		if (!g)
+			g = &hw->gemm[hw->ngemm++];
+		*g = (HwGemmPoint){t, round(m), a->n, a->k, fl / s};
 	}
 }
 

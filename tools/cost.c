@@ -807,18 +807,26 @@ static int simulate(const DtmPlan *p, const HwProfile *hw, int64_t node_size,
 
 double cost_feed_seconds(const DtmPlan *p, const HwProfile *hw)
 {
-	if (hw->feed_rate <= 0 || p->ninputs != 2)
+	if ((hw->feed_rate <= 0 && hw->feed_x_rate <= 0) || p->ninputs != 2)
 		return 0;
 	const DtmBuffer *x = &p->buffers[p->inputs[0]], *y = &p->buffers[p->inputs[1]];
 	if (x->dtype == DTM_I32 || y->dtype == DTM_I32 || x->rank < 1 || y->rank < 1)
 		return 0; /* tokens: a hash per token, in step_overhead */
-	double macs = (double)x->global_shape[x->rank - 1] * (double)y->global_shape[y->rank - 1];
-	/* each local row of the target input is one sample's product made
-	 * (runtime/feed.c: the x input's rows make x alone, no product) */
-	double rows = 1;
+	double din = (double)x->global_shape[x->rank - 1];
+	double macs = din * (double)y->global_shape[y->rank - 1];
+	/* runtime/feed.c: each local row of y is one sample's product; each
+	 * sample a rank holds a row of, of x or of y, one x made (the larger
+	 * of the two row sets: one holds the other in every layout where the
+	 * batch dim is split alike or not at all) */
+	double rows_x = 1, rows_y = 1;
+	for (int d = 0; d + 1 < x->rank; d++)
+		rows_x *= (double)x->shape[d];
 	for (int d = 0; d + 1 < y->rank; d++)
-		rows *= (double)y->shape[d];
-	return rows * macs / hw->feed_rate;
+		rows_y *= (double)y->shape[d];
+	double t = hw->feed_rate > 0 ? rows_y * macs / hw->feed_rate : 0;
+	if (hw->feed_x_rate > 0)
+		t += (rows_x > rows_y ? rows_x : rows_y) * din / hw->feed_x_rate;
+	return t;
 }
 
 int cost_simulate(const DtmPlan *p, const HwProfile *hw, int64_t node_size, CostSpan **span,

@@ -271,6 +271,7 @@ static const Key keys[] = {
         {"coll_byte_time", KEY_TIME, offsetof(HwProfile, coll_byte_s)},
         {"comm_blocking", KEY_SHARE, offsetof(HwProfile, comm_blocking)},
         {"feed_rate", KEY_FLOPS, offsetof(HwProfile, feed_rate)},
+        {"feed_x_rate", KEY_FLOPS, offsetof(HwProfile, feed_x_rate)},
         {"cores", KEY_COUNT, offsetof(HwProfile, cores)},
         {"gemm", KEY_GEMM, 0},
         {"stream_bw", KEY_TSTREAM, 0},
@@ -667,7 +668,7 @@ static void parse_table(Parser *p, HwProfile *hw, const Key *k, const char *s, s
 		    hw->gemm[j].k == d[2])
 			g = &hw->gemm[j];
 	if (!g && hw->ngemm == HW_MAX_GEMM) {
-		perr(p, 1, "too many 'gemm' lines (at most 160)", NULL, 0, NULL);
+		perr(p, 1, "too many 'gemm' lines (at most " HW_MAX_GEMM_TEXT ")", NULL, 0, NULL);
 		return;
 	}
 	if (!g)
@@ -724,7 +725,7 @@ static void parse_line(Parser *p, HwProfile *hw, const char *s, size_t n, bool *
 		     "mem_size, intra_bw, intra_latency, intra_a2a_bw, inter_bw, "
 		     "inter_latency, inter_a2a_bw, gpus_per_node, gemm_eff, mem_eff, "
 		     "link_eff, kernel_overhead, step_overhead, coll_overhead, coll_byte_time, "
-		     "comm_blocking, feed_rate, cores, gemm, "
+		     "comm_blocking, feed_rate, feed_x_rate, cores, gemm, "
 		     "stream_bw, "
 		     "attn_rate, attn_bwd_rate, kernel_time, coll)");
 		return;
@@ -859,7 +860,10 @@ void hw_print(FILE *out, const HwProfile *hw)
 			continue;
 		}
 		double x = *(const double *)((const char *)hw + k->off);
-		if ((k->kind == KEY_FRAC && x == 0) || (k->off == offsetof(HwProfile, feed_rate) && x == 0))
+		if ((k->kind == KEY_FRAC && x == 0) ||
+		    ((k->off == offsetof(HwProfile, feed_rate) ||
+		      k->off == offsetof(HwProfile, feed_x_rate)) &&
+		     x == 0))
 			continue; /* 1; free */
 		fprintf(out, "%s = %.17g\n", k->name, x);
 	}

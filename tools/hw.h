@@ -41,7 +41,8 @@ typedef struct HwLink {
 
 /* Calibrated curves (`dtmc calibrate`): sizes of their tables. */
 #define HW_MAX_THREADS 16 /* thread counts 1..16 per rank */
-#define HW_MAX_GEMM 160   /* GEMM shape points */
+#define HW_MAX_GEMM 512   /* GEMM shape points */
+#define HW_MAX_GEMM_TEXT "512"
 #define HW_MAX_COLL 96    /* collective (kind, group size) points */
 #define HW_SOURCE_LEN 160
 
@@ -100,10 +101,12 @@ typedef struct HwProfile {
 	 * (a CPU whose cores all compute: the communication thread takes
 	 * one of them). */
 	double comm_blocking;
-	/* The runtime's synthetic regression data (runtime/data.c): its
-	 * multiply-adds per second generating targets, which every rank does
-	 * for each local row of x and of y before each step (0: free). */
-	double feed_rate;
+	/* The runtime's synthetic regression data (runtime/data.c,
+	 * runtime/feed.c): before each step every rank makes the x of each
+	 * sample it holds a row of (of x or of y), feed_x_rate elements a
+	 * second (normals by Box-Muller), and the target of each row of y it
+	 * holds, feed_rate multiply-adds a second (0: free). */
+	double feed_rate, feed_x_rate;
 	/* ---- calibrated (dtmc calibrate); each table empty when not ----
 	 * cores: the cores a node's ranks share (ranks as threads): a rank
 	 * runs on max(1, cores / ranks) threads, and ranks beyond the cores

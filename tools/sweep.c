@@ -104,6 +104,10 @@ const char sweep_help[] =
         "                         over the ranking, first to last\n"
         "  --measure-steps S      steps per measured run (default 6; the first is\n"
         "                         not timed)\n"
+        "  --measure-rounds R     run the K binaries R times, in turn (default 1);\n"
+        "                         each one's time is its fastest run's median step,\n"
+        "                         so a slow spell of a shared machine hits one run,\n"
+        "                         not one candidate\n"
         "  --jobs J               compile on J threads (default: the online CPUs)\n"
         "  --verify               run the IR verifier after every pass (slower)\n"
         "  --profile              print where the compile time went, by pass\n"
@@ -246,6 +250,7 @@ static int parse_opts(int argc, char **argv, SweepOpts *o)
 {
 	o->top = 10;
 	o->measure_steps = 6;
+	o->measure_rounds = 1;
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 	o->jobs = ncpu > 0 ? (int)(ncpu < 64 ? ncpu : 64) : 1;
 	const char *devices = NULL, *mem = NULL;
@@ -305,6 +310,13 @@ static int parse_opts(int argc, char **argv, SweepOpts *o)
 				return 1;
 			}
 			o->measure_steps = (int)n;
+		} else if ((v = value_of(argc, argv, &i, "--measure-rounds", &miss)) || miss) {
+			if (miss || !parse_count(v, 1000, &n)) {
+				opt_error("--measure-rounds needs a positive integer, got '%s'",
+				          miss ? "" : v);
+				return 1;
+			}
+			o->measure_rounds = (int)n;
 		} else if ((v = value_of(argc, argv, &i, "--measure-pick", &miss)) || miss) {
 			if (miss || (strcmp(v, "best") && strcmp(v, "spread"))) {
 				opt_error("--measure-pick needs best or spread, got '%s'",

@@ -61,6 +61,7 @@ typedef struct SweepOpts {
 	bool json, csv, verify, profile;
 	const char *plot;
 	int measure, measure_steps;
+	int measure_rounds; /* --measure-rounds: runs of each, interleaved */
 	bool measure_spread; /* --measure-pick spread: K spread over the ranking */
 	int jobs;
 	bool quiet;         /* no progress bar */

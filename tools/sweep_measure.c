@@ -5,7 +5,8 @@
  * builds (driver/driver.h: lower, every pass with the verifier, the plan;
  * codegen/link.c's cg_build)
  * into a temporary folder, and each binary trains a few steps on the local
- * backend (ranks as threads of one process) with -v and a JSONL log.  The
+ * backend (ranks as threads of one process) with -v and a JSONL log, in
+ * turn, --measure-rounds times (the fastest run's median counts).  The
  * prediction is the same plan costed under the `cpu` profile with every
  * rank on one node; the measurement is the median step time of the log
  * (the first step, which faults pages in, is not timed) and the largest
@@ -262,9 +263,25 @@ static int pick(const SweepRun *r, int i, int k)
 	return (int)((int64_t)(r->nrank - 1) * i / (k - 1));
 }
 
+/* The K binaries of a --measure run: dir/cand<i>, with the files the runs
+ * write; removed when done (kept, with a message, after a failed run). */
+static void remove_measured(const char *dir, int k)
+{
+	char path[4200];
+	for (int i = 0; i < k; i++) {
+		snprintf(path, sizeof path, "%.4000s/cand%d", dir, i);
+		unlink(path);
+		snprintf(path, sizeof path, "%.4000s/cand%d.dtm.c", dir, i);
+		unlink(path);
+	}
+	static const char *const files[] = {"log.jsonl", "run.txt"};
+	remove_tree(dir, files, 2);
+}
+
 bool sweep_measure(SweepRun *r)
 {
 	int k = r->o.measure < r->nrank ? r->o.measure : r->nrank;
+	int rounds = r->o.measure_rounds > 0 ? r->o.measure_rounds : 1;
 	r->spearman = NAN;
 	if (k == 0) {
 		fprintf(stderr, "dtmc: error: --measure: no candidate compiled under the limit\n");
@@ -278,41 +295,54 @@ bool sweep_measure(SweepRun *r)
 	char dir[4096];
 	if (!sweep_tmpdir("dtm-sweep", "--measure", dir, sizeof dir))
 		return false;
-	static const char *const files[] = {"cand", "cand.dtm.c", "log.jsonl", "run.txt"};
 	char exe[4200], log[4200], txt[4200], steps[32];
-	snprintf(exe, sizeof exe, "%s/cand", dir);
 	snprintf(log, sizeof log, "%s/log.jsonl", dir);
 	snprintf(txt, sizeof txt, "%s/run.txt", dir);
 	snprintf(steps, sizeof steps, "%d", r->o.measure_steps);
+	/* every binary first, then the runs, round by round in turn */
 	for (int i = 0; i < k; i++) {
 		int place = pick(r, i, k);
 		const SweepCand *c = &r->cands[r->rank[place]];
 		char desc[512];
 		sweep_describe(r, c, desc, sizeof desc);
-		Measured ms = {.cand = r->rank[place], .place = place + 1};
+		Measured ms = {.cand = r->rank[place], .place = place + 1, .meas_s = INFINITY};
 		if (!r->o.quiet)
-			fprintf(stderr, "dtmc: measuring %d of %d: #%d %s\n", i + 1, k, place + 1,
+			fprintf(stderr, "dtmc: building %d of %d: #%d %s\n", i + 1, k, place + 1,
 			        desc);
+		snprintf(exe, sizeof exe, "%s/cand%d", dir, i);
 		if (!build_one(r, c, exe, &ms)) {
 			fprintf(stderr, "dtmc: error: --measure: building #%d (%s) failed\n",
 			        place + 1, desc);
-			remove_tree(dir, files, 4);
+			remove_measured(dir, i + 1);
 			return false;
-		}
-		char *argv[] = {exe, "--steps", steps, "--log", log, "-v", "-q", NULL};
-		int rc = sweep_run_to_file(argv, txt);
-		if (rc == 0)
-			ms.meas_s = sweep_log_step_s(log, &ms.steps);
-		if (rc != 0 || ms.steps == 0 || !read_peak(txt, &ms)) {
-			fprintf(stderr,
-			        "dtmc: error: --measure: running #%d (%s) failed (status %d); "
-			        "its output is in %s\n",
-			        place + 1, desc, rc, txt);
-			return false; /* keep the folder for the user */
 		}
 		r->meas[r->nmeas++] = ms;
 	}
-	remove_tree(dir, files, 4);
+	for (int round = 0; round < rounds; round++) {
+		for (int i = 0; i < k; i++) {
+			Measured *ms = &r->meas[i];
+			char desc[512];
+			sweep_describe(r, &r->cands[ms->cand], desc, sizeof desc);
+			if (!r->o.quiet)
+				fprintf(stderr, "dtmc: measuring %d of %d%s: #%d %s\n", i + 1, k,
+				        rounds > 1 ? " this round" : "", ms->place, desc);
+			snprintf(exe, sizeof exe, "%s/cand%d", dir, i);
+			char *argv[] = {exe, "--steps", steps, "--log", log, "-v", "-q", NULL};
+			int rc = sweep_run_to_file(argv, txt), n = 0;
+			double s = rc == 0 ? sweep_log_step_s(log, &n) : NAN;
+			if (rc != 0 || n == 0 || !(round > 0 || read_peak(txt, ms))) {
+				fprintf(stderr,
+				        "dtmc: error: --measure: running #%d (%s) failed (status %d); "
+				        "its output is in %s\n",
+				        ms->place, desc, rc, txt);
+				return false; /* keep the folder for the user */
+			}
+			/* the fastest run's median: a slow spell slows a run */
+			ms->meas_s = fmin(ms->meas_s, s);
+			ms->steps += n;
+		}
+	}
+	remove_measured(dir, k);
 	double *xy = malloc(sizeof(double) * 2 * (size_t)k);
 	if (xy) {
 		for (int i = 0; i < k; i++)
@@ -327,10 +357,11 @@ void sweep_print_measured(FILE *out, const SweepRun *r)
 {
 	fprintf(out,
 	        "\nmeasured here (local backend, ranks as threads, %d steps, the first not "
-	        "timed) against the %s profile:\n"
+	        "timed; the fastest of %d run%s each) against the %s profile:\n"
 	        "     #  predicted ms  measured ms  ratio  predicted peak  measured peak  "
 	        "ratio  layout\n",
-	        r->o.measure_steps, r->o.hw.name);
+	        r->o.measure_steps, r->o.measure_rounds, r->o.measure_rounds == 1 ? "" : "s",
+	        r->o.hw.name);
 	double tlo = INFINITY, thi = 0, mlo = INFINITY, mhi = 0;
 	for (int i = 0; i < r->nmeas; i++) {
 		const Measured *ms = &r->meas[i];
@@ -353,7 +384,8 @@ void sweep_print_measured(FILE *out, const SweepRun *r)
 
 void sweep_json_measured(FILE *out, const SweepRun *r)
 {
-	fprintf(out, ",\n  \"measure_steps\": %d,\n  \"spearman\": ", r->o.measure_steps);
+	fprintf(out, ",\n  \"measure_steps\": %d,\n  \"measure_rounds\": %d,\n  \"spearman\": ",
+	        r->o.measure_steps, r->o.measure_rounds);
 	if (isnan(r->spearman))
 		fputs("null", out);
 	else

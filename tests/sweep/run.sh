@@ -376,14 +376,14 @@ calibrate)
 		fail "calibrate exited $?: $(cat "$tmp/e.txt")"
 	grep -q "^cores = $(getconf _NPROCESSORS_ONLN)$" "$prof" || fail "no 'cores = N' line: $(cat "$prof")"
 	for key in "^source = dtmc calibrate on " "^gemm 1 " "^stream_bw 1 " "^attn_rate 1 = " \
-		"^attn_bwd_rate 1 = " "^step_overhead = " "^feed_rate = " "^coll all_reduce 2 = " "^coll all_gather 4 = " \
+		"^attn_bwd_rate 1 = " "^step_overhead = " "^feed_rate = " "^feed_x_rate = " "^coll all_reduce 2 = " "^coll all_gather 4 = " \
 		"^coll send 2 = "; do
 		grep -q "$key" "$prof" || fail "no '$key' line in the profile: $(cat "$prof")"
 	done
-	# the binary's --calibrate-gemm grid: 48 shapes on 1 thread and on every core
+	# the binary's --calibrate-gemm grid: 96 shapes on 1 thread and on every core
 	for t in 1 "$(getconf _NPROCESSORS_ONLN)"; do
 		n=$(grep -c "^gemm $t " "$prof")
-		[ "$n" -ge 48 ] || fail "$n GEMM points of $t threads, not 48 or more"
+		[ "$n" -ge 96 ] || fail "$n GEMM points of $t threads, not 96 or more"
 	done
 	"$dtmc" inspect models/mlp.dtm --hw "$prof" > /dev/null || fail "--hw cannot read the profile"
 	# the default profile: sweep names it; DTM_HW_PROFILE=none: h100

@@ -383,7 +383,8 @@ static void test_hw_file(void)
 	        "peak_bf16, peak_f16, mem_bw, mem_size, intra_bw, intra_latency, intra_a2a_bw, "
 	        "inter_bw, inter_latency, inter_a2a_bw, gpus_per_node, gemm_eff, mem_eff, "
 	        "link_eff, kernel_overhead, step_overhead, coll_overhead, coll_byte_time, "
-	        "comm_blocking, feed_rate, cores, gemm, stream_bw, attn_rate, attn_bwd_rate, "
+	        "comm_blocking, feed_rate, feed_x_rate, cores, gemm, stream_bw, attn_rate, "
+	        "attn_bwd_rate, "
 	        "kernel_time, coll)\n"
 	        "x.hw:3:11: error: missing value for 'peak_f32'\n"
 	        "x.hw:4:1: error: 'base' must come before any other key\n"
@@ -716,7 +717,8 @@ static const DtmAction acts[] = {
 static const DtmStage stages1[] = {{.nactions = 7, .actions = acts}};
 
 /* The regression feed (runtime/feed.c): the target input's local rows
- * each cost one din x dout product; the x input's rows make x alone. */
+ * each cost one din x dout product; each sample a rank holds a row of
+ * (of x or y) costs one x of din normals, made once for both. */
 static void test_feed_seconds(void)
 {
 	DtmBuffer fb[2] = {
@@ -726,7 +728,16 @@ static void test_feed_seconds(void)
 	DtmPlan p = {.nbuffers = 2, .buffers = fb, .ninputs = 2, .inputs = {0, 1}};
 	HwProfile hw = {.feed_rate = 1e9};
 	CHECK_NEAR(cost_feed_seconds(&p, &hw), 32.0 * 256 * 128 / 1e9, 1e-12);
-	hw.feed_rate = 0; /* not calibrated: not priced */
+	hw.feed_x_rate = 1e8;
+	CHECK_NEAR(cost_feed_seconds(&p, &hw), 32.0 * 256 * 128 / 1e9 + 32.0 * 256 / 1e8, 1e-12);
+	/* x's columns split (x [32, 128] of [64, 256]): still 32 samples' x */
+	fb[0].shape[1] = 128;
+	CHECK_NEAR(cost_feed_seconds(&p, &hw), 32.0 * 256 * 128 / 1e9 + 32.0 * 256 / 1e8, 1e-12);
+	/* y replicated, x split by rows: 64 samples, 64 targets */
+	fb[0].shape[1] = 256;
+	fb[1].shape[0] = 64;
+	CHECK_NEAR(cost_feed_seconds(&p, &hw), 64.0 * 256 * 128 / 1e9 + 64.0 * 256 / 1e8, 1e-12);
+	hw.feed_rate = hw.feed_x_rate = 0; /* not calibrated: not priced */
 	CHECK_NEAR(cost_feed_seconds(&p, &hw), 0.0, 0.0);
 }
 
