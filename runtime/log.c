@@ -126,6 +126,7 @@ int rt_log_step(RtLog *l, const RtLogStep *s, char *err)
 		json_num(l->jsonl, "compute_s", s->compute_s, "%.6f");
 		json_num(l->jsonl, "comm_s", s->comm_s, "%.6f");
 		json_num(l->jsonl, "idle_s", s->idle_s, "%.6f");
+		json_num(l->jsonl, "feed_ms", s->feed_ms, "%.3f");
 		fputs("}\n", l->jsonl);
 		if (log_flush(l, err))
 			return -1;

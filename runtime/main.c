@@ -44,8 +44,9 @@ static const char usage[] =
 	"  --lr-decay-steps N horizon of the cosine schedule (default: the model's steps)\n"
 	"  --log FILE.jsonl   one JSON object per step: step, loss, grad_norm, lr,\n"
 	"                     tokens_per_s, ms, compute_ms, comm_ms, compute_s, comm_s,\n"
-	"                     idle_s; with loss scaling also loss_scale, skipped,\n"
-	"                     skipped_steps; eval lines: step, eval_loss\n"
+	"                     idle_s, feed_ms (making the batch); with loss scaling also\n"
+	"                     loss_scale, skipped, skipped_steps; eval lines: step,\n"
+	"                     eval_loss\n"
 	"  --log-errors MODE  fail (default): a failed log write stops the run;\n"
 	"                     warn: one warning, then training goes on without the log\n"
 	"  --save DIR         write checkpoints to DIR: the initial weights as step 0,\n"
@@ -574,6 +575,7 @@ static int train(const DtmPlan *p, Opts *o, const Sources *src, RtRun *r, RtLog 
 			status = 1;
 			break;
 		}
+		double feed_s = rt_now() - t0;
 		if (o->dump && rt_feed_dump(&feed, r->ptr, o->dump, t, err)) {
 			rt_errf(emsg, "%s", err);
 			status = 1;
@@ -608,6 +610,7 @@ static int train(const DtmPlan *p, Opts *o, const Sources *src, RtRun *r, RtLog 
 			.tokens_per_s = dt > 0 ? (double)tokens / dt : 0, .ms = dt * 1e3,
 			.compute_ms = r->compute_s * 1e3, .comm_ms = r->comm_s * 1e3,
 			.compute_s = r->compute_s, .comm_s = r->comm_s, .idle_s = r->idle_s,
+			.feed_ms = feed_s * 1e3,
 			.has_loss_scale = sc->on, .skipped = skipped,
 			.loss_scale = r->ctx.loss_scale, .skipped_steps = sc->skipped,
 			.moe_load = moe ? moe + nmoe : NULL, .moe_sites = p->moe_sites,

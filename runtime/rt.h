@@ -375,6 +375,7 @@ typedef struct RtLogStep {
 	double loss, grad_norm; /* grad_norm NaN when the plan has none */
 	bool has_grad_norm;
 	double lr, tokens_per_s, ms, compute_ms, comm_ms;
+	double feed_ms; /* making or reading this step's batch (rt_feed_fill) */
 	double compute_s, comm_s, idle_s;
 	/* loss scaling (logged only when on): the scale this step ran with,
 	 * whether it was skipped, and the steps skipped so far, this one

@@ -395,7 +395,7 @@ set_tests_properties(e2e.ckpt_tools PROPERTIES TIMEOUT 300 LABELS e2e)
 #                    with a bucket per gradient: 5 steps with --overlap off,
 #                    on, nocopy, and on with --comm-delay-us 300 give
 #                    identical losses and grad norms (the same text), and the
-#                    log has compute_s, comm_s and idle_s
+#                    log has compute_s, comm_s, idle_s and feed_ms
 add_test(NAME e2e.overlap.gpt
          COMMAND ${DTM_BASH} ${DTM_TESTS}/e2e/overlap.sh $<TARGET_FILE:dtmc>
          WORKING_DIRECTORY ${DTM_ROOT})

@@ -11,7 +11,7 @@
 # exercised), and checks:
 #   1. the losses and grad norms of the four runs are the same text
 #      (bitwise: the same arithmetic in the same order);
-#   2. every step logs compute_s, comm_s and idle_s, and with the delay
+#   2. every step logs compute_s, comm_s, idle_s and feed_ms, and with the delay
 #      comm_s covers at least the delay of the messages sent.
 set -u
 dtmc=$1
@@ -49,7 +49,7 @@ for layout in "dp=2,tp=2" "pp=2,dp=2,tp=1/microbatches=2" "dp=2/zero=3" "dp=2/bu
 		}
 	done
 	for tag in off on nocopy delay; do
-		for f in compute_s comm_s idle_s; do
+		for f in compute_s comm_s idle_s feed_ms; do
 			[ "$(field "$tmp/$name.$tag.jsonl" $f | grep -c '^[0-9.]*$')" -eq $steps ] ||
 				fail "$layout --overlap $tag: the log has no $f on every step"
 		done
