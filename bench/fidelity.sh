@@ -19,7 +19,8 @@
 #   bench/fidelity.sh
 # Environment: BUILD (default build; dtmc built there unless NOBUILD=1),
 # PROFILE (a profile to reuse), BUDGET (calibrate's, default 60), STEPS
-# (--measure-steps, default 6), ROUNDS (--measure-rounds, default 3), SETS (default "gpt1 gpt2 mlp2": a rank per
+# (--measure-steps of the GPT sets, default 6; the MLP's steps take ~20 ms, so
+# its sets run 3 times as many), ROUNDS (--measure-rounds, default 3), SETS (default "gpt1 gpt2 mlp2": a rank per
 # core at most; gpt4 and mlp4 put 4 ranks on the cores too).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -60,7 +61,9 @@ for set in $SETS; do
 	*) echo "unknown set $set" >&2; exit 1 ;;
 	esac
 	echo "set $set: dtmc sweep ${args[*]} --measure-pick spread"
-	"$dtmc" sweep "${args[@]}" --hw "$prof" --measure-pick spread --measure-steps "$STEPS" \
+	steps=$STEPS
+	case $set in mlp*) steps=$((3 * STEPS)) ;; esac
+	"$dtmc" sweep "${args[@]}" --hw "$prof" --measure-pick spread --measure-steps "$steps" \
 		--measure-rounds "$ROUNDS" --json -q > "$tmp/$set.json"
 done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"

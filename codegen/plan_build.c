@@ -254,8 +254,8 @@ typedef struct Build {
 	int knames_cap;
 	int opt_start;  /* first optimizer node */
 	/* cg_plan_build_lean: no text for reports (placements, labels),
-	 * names borrowed from the module, buffers without shapes, split
-	 * layouts or init */
+	 * names borrowed from the module, buffers without shapes (but the
+	 * inputs'), split layouts or init */
 	bool lean;
 	CgLeanStore *keep; /* lean: the buffer table's, or NULL */
 	/* ir_op_flags per op (a MemPlanNode's op is a byte), looked up once
@@ -319,6 +319,16 @@ static void fill_buffer_lean(const Build *b, int i, DtmBuffer *buf)
 	buf->offset = mb->offset;
 	buf->bytes = mb->bytes;
 	buf->stage = b->mp->nstages > 1 ? n->stage : 0;
+	if (n->op == IR_OP_INPUT) {
+		/* the inputs' shapes: the cost of making the batch reads them
+		 * (cost_feed_seconds) */
+		const IrNode *x = b->m->nodes[i];
+		buf->rank = x->rank;
+		for (int d = 0; d < x->rank && d < DTM_MAX_RANK; d++) {
+			buf->shape[d] = x->shape[d];
+			buf->global_shape[d] = ir_global_dim(b->m, x, d);
+		}
+	}
 }
 
 /* Buffer *buf (zeroed) for storage owner i. */

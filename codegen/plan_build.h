@@ -35,8 +35,9 @@ void cg_plan_lean_store_free(CgLeanStore *s);
  * reads, without the text only reports and checkpoints read (formatting it
  * was a tenth of the plan's time) or the shapes, split layouts and init
  * that would read most of each IrNode.  Buffers have name (borrowed from
- * m, valid while m is), role, dtype, arena, offset, bytes and stage, the
- * rest zero; actions' label is the op name.  With `keep` the buffer table
+ * m, valid while m is), role, dtype, arena, offset, bytes and stage (the
+ * inputs also rank, shape and global shape: the feed's cost), the rest
+ * zero; actions' label is the op name.  With `keep` the buffer table
  * is keep's (valid until the next build with it), else from `a`. */
 DtmPlan *cg_plan_build_lean(const IrModule *m, const FusePlan *fp, const MemPlan *mp,
                             CgLeanStore *keep, Arena *a, Diag *d);

@@ -673,8 +673,10 @@ int rt_cpu_gemm(const DtmAction *a, const DtmBuffer *bufs, void *const *ptrs, Rt
  * GEMM runs at a fraction of the large ones' rate.  Each is timed on
  * rt_cpu_gemm with the rank's pool (its threads), call by call for about
  * RT_CAL_SHAPE_S (at least RT_CAL_CALLS calls) after one untimed call, and
- * its rate is the median call's: on a shared VM a slow spell of a few
- * milliseconds moved the mean of a shape by up to 2x between two runs.
+ * its rate is the median call's, the faster of two passes over the grid:
+ * on a shared VM a slow spell of a few milliseconds moved the mean of a
+ * shape by up to 2x between two runs, and one of a second halved the
+ * rate of every shape timed in it.
  * Every rank runs the grid at the same time, so the cores are as busy as
  * in training. */
 #define RT_CAL_SHAPE_S 0.03
@@ -691,15 +693,13 @@ int rt_calibrate_gemm(RtPool *pool, char **text, size_t *textlen, char *err)
 {
 	static const int64_t ms[] = {1, 8, 32, 128, 512, 2048}, ns[] = {64, 256, 1024, 4096},
 	                     ks[] = {4, 64, 256, 1024};
+	enum { NSHAPE = 6 * 4 * 4 };
 	const int64_t maxe = 2048 * 4096;
 	float *buf = calloc((size_t)(3 * maxe), sizeof(float));
 	double *call = malloc(RT_CAL_MAX_CALLS * sizeof(double)); /* each call's seconds */
-	size_t cap = 1 << 14, len = 0;
-	char *out = text ? malloc(cap) : NULL;
-	if (!buf || !call || (text && !out)) {
+	if (!buf || !call) {
 		free(buf);
 		free(call);
-		free(out);
 		snprintf(err, RT_ERR_LEN, "out of memory for --calibrate-gemm");
 		return -1;
 	}
@@ -708,52 +708,48 @@ int rt_calibrate_gemm(RtPool *pool, char **text, size_t *textlen, char *err)
 	DtmBuffer bufs[3] = {{.dtype = DTM_F32}, {.dtype = DTM_F32}, {.dtype = DTM_F32}};
 	void *ptrs[3] = {buf, buf + maxe, buf + 2 * maxe};
 	RtGemmScratch sc = {0};
-	int rc = 0;
-	for (size_t a = 0; a < sizeof ms / sizeof *ms && !rc; a++)
-		for (size_t b = 0; b < sizeof ns / sizeof *ns && !rc; b++)
-			for (size_t c = 0; c < sizeof ks / sizeof *ks && !rc; c++) {
-				DtmAction g = {.kind = DTM_ACT_GEMM, .nargs = 3, .args = {0, 1, 2},
-				               .m = ms[a], .n = ns[b], .k = ks[c], .batch = 1,
-				               .alpha = 1, .beta = 0, .label = "calibrate"};
-				if (g.m * g.k > maxe || g.k * g.n > maxe || g.m * g.n > maxe)
-					continue;
-				rc = rt_cpu_gemm(&g, bufs, ptrs, &sc, pool, err);
-				double t0 = rt_now();
-				int reps = 0;
-				do {
-					double t1 = rt_now();
-					rc = rc ? rc : rt_cpu_gemm(&g, bufs, ptrs, &sc, pool, err);
-					call[reps++] = rt_now() - t1;
-				} while (!rc && reps < RT_CAL_MAX_CALLS &&
-				         (reps < RT_CAL_CALLS || rt_now() - t0 < RT_CAL_SHAPE_S));
-				if (rc || !out)
-					continue;
-				qsort(call, (size_t)reps, sizeof *call, cmp_dbl);
-				double t = call[reps / 2];
-				char line[160];
-				int w = snprintf(line, sizeof line, "gemm %d %lld %lld %lld = %.6g\n",
-				                 rt_pool_threads(pool), (long long)g.m, (long long)g.n,
-				                 (long long)g.k, 2.0 * g.m * g.n * g.k / t);
-				if (len + (size_t)w + 1 > cap) { /* room for the NUL too */
-					char *nb = realloc(out, cap *= 2);
-					if (!nb) {
-						rc = -1;
-						snprintf(err, RT_ERR_LEN, "out of memory for --calibrate-gemm");
-						break;
-					}
-					out = nb;
-				}
-				memcpy(out + len, line, (size_t)w);
-				len += (size_t)w;
-			}
+	DtmAction g[NSHAPE];
+	double rate[NSHAPE] = {0};
+	int n = 0, rc = 0;
+	for (size_t a = 0; a < sizeof ms / sizeof *ms; a++)
+		for (size_t b = 0; b < sizeof ns / sizeof *ns; b++)
+			for (size_t c = 0; c < sizeof ks / sizeof *ks; c++)
+				g[n++] = (DtmAction){.kind = DTM_ACT_GEMM, .nargs = 3, .args = {0, 1, 2},
+				                     .m = ms[a], .n = ns[b], .k = ks[c], .batch = 1,
+				                     .alpha = 1, .beta = 0, .label = "calibrate"};
+	/* two passes, the second in reverse, each shape's faster kept: a
+	 * VM's core taken away for a second slowed a run of shapes by half */
+	for (int pass = 0; pass < 2 && !rc; pass++)
+		for (int q = 0; q < n && !rc; q++) {
+			int j = pass ? n - 1 - q : q;
+			rc = rt_cpu_gemm(&g[j], bufs, ptrs, &sc, pool, err);
+			double t0 = rt_now();
+			int reps = 0;
+			do {
+				double t1 = rt_now();
+				rc = rc ? rc : rt_cpu_gemm(&g[j], bufs, ptrs, &sc, pool, err);
+				call[reps++] = rt_now() - t1;
+			} while (!rc && reps < RT_CAL_MAX_CALLS &&
+			         (reps < RT_CAL_CALLS || rt_now() - t0 < RT_CAL_SHAPE_S));
+			qsort(call, (size_t)reps, sizeof *call, cmp_dbl);
+			double r = 2.0 * g[j].m * g[j].n * g[j].k / call[reps / 2];
+			rate[j] = r > rate[j] ? r : rate[j];
+		}
 	rt_gemm_scratch_free(&sc);
 	free(buf);
 	free(call);
-	if (rc || !text) {
-		free(out);
+	if (rc || !text)
 		return rc;
+	size_t cap = (size_t)n * 80 + 1, len = 0;
+	char *out = malloc(cap);
+	if (!out) {
+		snprintf(err, RT_ERR_LEN, "out of memory for --calibrate-gemm");
+		return -1;
 	}
-	out[len] = 0;
+	for (int j = 0; j < n; j++)
+		len += (size_t)snprintf(out + len, cap - len, "gemm %d %lld %lld %lld = %.6g\n",
+		                        rt_pool_threads(pool), (long long)g[j].m, (long long)g[j].n,
+		                        (long long)g[j].k, rate[j]);
 	*text = out;
 	*textlen = len;
 	return 0;

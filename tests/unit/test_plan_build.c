@@ -12,6 +12,8 @@
 #include "codegen/emit_c.h"
 #include "codegen/plan_build.h"
 #include "driver/driver.h"
+#include "tools/cost.h"
+#include "tools/hw.h"
 
 static DtmPlan *compile(Arena *a, Diag *d, const char *path, const char *mesh, int ntrain,
                         const char *const *train, IrModule **m)
@@ -263,6 +265,46 @@ static void test_repeatable(void)
 	arena_free(&a[1]);
 }
 
+/* The lean plan sweep ranks by costs what the full plan inspect reports
+ * does, the regression feed included (it reads the inputs' shapes: the
+ * lean plan once had none, and sweep ranked the mlp on tp=2, which makes
+ * the whole batch on each rank, above dp=2 by 11 ms of feed). */
+static void test_lean_cost(void)
+{
+	static const char *const meshes[] = {"dp=1,tp=2", "dp=2,tp=1"};
+	for (int k = 0; k < 2; k++) {
+		Arena a;
+		Diag d;
+		arena_init(&a);
+		diag_init(&d, stderr);
+		DrvOptions o = {.lower = {.mesh = meshes[k]}};
+		Compiled c;
+		bool ok = drv_compile(&c, &a, &d, "models/mlp.dtm", &o);
+		CHECK(ok);
+		DtmPlan *l = ok ? cg_plan_build_lean(c.m, c.an.fuse, c.an.mem, NULL, &a, &d) : NULL;
+		CHECK(l != NULL);
+		if (l) {
+			const HwProfile *cpu = hw_builtin("cpu");
+			CHECK(cpu != NULL);
+			HwProfile hw = *cpu;
+			hw.feed_rate = 1e9;
+			hw.feed_x_rate = 1e8;
+			CostReport rf, rl;
+			CHECK(cost_plan_step(c.plan, &hw, 1, &rf) == 0);
+			CHECK(cost_plan_step(l, &hw, 1, &rl) == 0);
+			double feed = cost_feed_seconds(c.plan, &hw);
+			fprintf(stderr, "lean cost: mlp on %s: step %.6g s (full) %.6g s (lean), feed %.3g s\n",
+			        meshes[k], rf.step_s, rl.step_s, feed);
+			CHECK(feed > 0);
+			CHECK_NEAR(cost_feed_seconds(l, &hw), feed, 0.0);
+			CHECK_NEAR(rl.step_s, rf.step_s, 1e-12 * rf.step_s);
+			cost_report_free(&rf);
+			cost_report_free(&rl);
+		}
+		arena_free(&a);
+	}
+}
+
 /* The FLOPs of the attention kernels on rank 0 of LLaMA (batch 8, ctx 32,
  * d 64, 2 layers, causal), summed per op, into f[op]. */
 static void attn_flops_of(const char *model, const char *mesh, const char *train, int64_t *f)
@@ -370,6 +412,7 @@ int main(void)
 	test_gpt_pipeline();
 	test_errors();
 	test_repeatable();
+	test_lean_cost();
 	test_attention_flops();
 	test_distinct_kernels();
 	return check_report();
