@@ -21,7 +21,8 @@
 # TORCH_PY (default ~/.cache/dtm-bench/torch-venv/bin/python, made with
 # `python3 -m venv` and `pip install torch numpy` when missing), JAX_PY (default
 # ~/.cache/dtm-bench/jax-venv/bin/python, which scripts/deps.sh makes).
-# An implementation whose python is missing is left out, and said so.
+# An implementation whose python is missing is left out, and said so; one whose
+# every run fails (JAX on GPT-2 small here) is listed as failed.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -79,11 +80,13 @@ run() {
 		[ "$impl" = torch-bf16 ] && extra=(--precision bf16)
 		"$TORCH_PY" bench/torch_gpt.py --dtmc "$dtmc" --threads "$THREADS" --steps "$STEPS" \
 			--warmup "$WARMUP" "${extra[@]}" "${defs[@]}" 2>/dev/null | tail -1 |
-			python3 -c 'import json,sys; print(json.loads(sys.stdin.read())["ms_per_step"])' ;;
+			python3 -c 'import json,sys; print(json.loads(sys.stdin.read())["ms_per_step"])' \
+				2>/dev/null ;;
 	jax-jit)
 		"$JAX_PY" bench/jax_gpt.py --dtmc "$dtmc" --steps "$STEPS" --warmup "$WARMUP" \
 			"${defs[@]}" 2>/dev/null | tail -1 |
-			python3 -c 'import json,sys; print(json.loads(sys.stdin.read())["ms_per_step"])' ;;
+			python3 -c 'import json,sys; print(json.loads(sys.stdin.read())["ms_per_step"])' \
+				2>/dev/null ;;
 	esac
 }
 
@@ -122,6 +125,10 @@ print(c["batch"], c["ctx"], c["d"], f, c["vocab"], c["heads"])' "$cfgj")"
 	ref=$(tr ' ' '\n' <<<"${all[dtm-f32]}" | sed '/^$/d' | stat | cut -d' ' -f2)
 	printf '  %-14s %10s %10s %14s %12s\n' impl min_ms median_ms "/ dtm f32" "bound share"
 	for impl in "${impls[@]}"; do
+		if [ -z "$(tr -d ' ' <<<"${all[$impl]}")" ]; then
+			printf '  %-14s %10s %10s %14s %12s\n' "$impl" failed - - -
+			continue
+		fi
 		read -r mn md <<<"$(tr ' ' '\n' <<<"${all[$impl]}" | sed '/^$/d' | stat)"
 		awk -v i="$impl" -v mn="$mn" -v md="$md" -v ref="$ref" -v b="$bound" 'BEGIN {
 			printf "  %-14s %10.1f %10.1f %13.2fx %11.0f%%\n", i, mn, md, md / ref, 100 * b / md }'
