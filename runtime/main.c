@@ -682,8 +682,9 @@ static int cmp_seconds(const void *a, const void *b)
 /* The regression feed's two parts (runtime/feed.c), apart, as every rank
  * makes them at once before a step: a sample's x (256 normals), and x
  * with its target's 256 x 256 product (less the x: the product's rate),
- * each in chunks of 16 samples for about 50 ms, the median chunk (a slow spell of a shared VM moves the
- * mean).  Into line: the profile's feed_rate and feed_x_rate. */
+ * each in chunks of 16 samples for about 50 ms, the median chunk (a slow
+ * spell of a shared VM moves the mean).  Into line: the profile's
+ * feed_rate and feed_x_rate. */
 static void time_feed(char *line, size_t cap)
 {
 	enum { CHUNK = 16, MAXCH = 256 };
