@@ -683,12 +683,6 @@ int rt_cpu_gemm(const DtmAction *a, const DtmBuffer *bufs, void *const *ptrs, Rt
 #define RT_CAL_CALLS 3
 #define RT_CAL_MAX_CALLS 4096
 
-static int cmp_dbl(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return (x > y) - (x < y);
-}
-
 int rt_calibrate_gemm(RtPool *pool, char **text, size_t *textlen, char *err)
 {
 	static const int64_t ms[] = {1, 8, 32, 128, 512, 2048}, ns[] = {64, 256, 1024, 4096},
@@ -731,8 +725,7 @@ int rt_calibrate_gemm(RtPool *pool, char **text, size_t *textlen, char *err)
 				call[reps++] = rt_now() - t1;
 			} while (!rc && reps < RT_CAL_MAX_CALLS &&
 			         (reps < RT_CAL_CALLS || rt_now() - t0 < RT_CAL_SHAPE_S));
-			qsort(call, (size_t)reps, sizeof *call, cmp_dbl);
-			double r = 2.0 * g[j].m * g[j].n * g[j].k / call[reps / 2];
+			double r = 2.0 * g[j].m * g[j].n * g[j].k / rt_median(call, reps);
 			rate[j] = r > rate[j] ? r : rate[j];
 		}
 	rt_gemm_scratch_free(&sc);

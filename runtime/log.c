@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -19,6 +20,18 @@ double rt_now(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+double rt_median(double *v, int n)
+{
+	qsort(v, (size_t)n, sizeof *v, cmp_double);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 int rt_log_open(RtLog *l, const char *path, bool quiet, char *err)

@@ -673,12 +673,6 @@ static int train(const DtmPlan *p, Opts *o, const Sources *src, RtRun *r, RtLog 
 	return status;
 }
 
-static int cmp_seconds(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return (x > y) - (x < y);
-}
-
 /* The regression feed's two parts (runtime/feed.c), apart, as every rank
  * makes them at once before a step: a sample's x (256 normals), and x
  * with its target's 256 x 256 product (less the x: the product's rate),
@@ -693,7 +687,7 @@ static void time_feed(char *line, size_t cap)
 	if (dtm_regression_init(&reg, 1, 256, 256, e, sizeof e) != 0)
 		return;
 	float xs[256], ys[256];
-	double tc[2][MAXCH], rate[2];
+	double tc[MAXCH], med[2];
 	uint64_t sample = 0;
 	for (int part = 0; part < 2; part++) {
 		int n = 0;
@@ -707,14 +701,13 @@ static void time_feed(char *line, size_t cap)
 				if (part == 1)
 					dtm_regression_target(&reg, xs, ys);
 			}
-			tc[part][n++] = rt_now() - t1;
+			tc[n++] = rt_now() - t1;
 		} while (n < MAXCH && (n < 5 || rt_now() - t0 < 0.05));
-		qsort(tc[part], (size_t)n, sizeof(double), cmp_seconds);
-		tc[part][0] = tc[part][n / 2];
+		med[part] = rt_median(tc, n);
 	}
-	rate[0] = 256.0 * CHUNK / tc[0][0];
-	rate[1] = 256.0 * 256.0 * CHUNK / fmax(tc[1][0] - tc[0][0], 1e-3 * tc[1][0]);
-	snprintf(line, cap, "feed_rate = %.6g\nfeed_x_rate = %.6g\n", rate[1], rate[0]);
+	snprintf(line, cap, "feed_rate = %.6g\nfeed_x_rate = %.6g\n",
+	         256.0 * 256.0 * CHUNK / fmax(med[1] - med[0], 1e-3 * med[1]),
+	         256.0 * CHUNK / med[0]);
 	dtm_regression_free(&reg);
 }
 

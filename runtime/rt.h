@@ -431,6 +431,9 @@ void rt_log_line(const char *prefix, const char *fmt, ...) __attribute__((format
 /* "rank 2", "ranks 0-3", "ranks 0-1, 3" for ranks in increasing order. */
 const char *rt_ranks_name(const int *ranks, int n, char *buf, int len);
 double rt_now(void);
+/* The median of v[0..n) (n >= 1), which it sorts: timings on a shared
+ * machine, whose slow spells move a mean. */
+double rt_median(double *v, int n);
 /* Formats a message into err (RT_ERR_LEN bytes, truncated) and returns -1,
  * so error paths read `return rt_errf(err, "...", ...);`. */
 int rt_errf(char *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

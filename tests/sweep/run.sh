@@ -331,6 +331,7 @@ errors)
 	check "bad hardware profile" models/mlp.dtm --devices 4 --hw "$tmp/bad.hw"
 	check "--mem-limit needs a size in bytes" models/mlp.dtm --devices 4 --mem-limit lots
 	check "--top needs a positive integer" models/mlp.dtm --devices 4 --top 0
+	check "--measure-rounds needs a positive integer" models/mlp.dtm --devices 4 --measure-rounds 0
 	check "--json and --csv exclude each other" models/mlp.dtm --devices 4 --json --csv
 	check "unknown option '--frobnicate'" models/mlp.dtm --devices 4 --frobnicate
 	check "no input file" --devices 4
@@ -350,10 +351,14 @@ assert all('over the limit' in c['reason'] for c in d['dropped'])
 	echo "errors ok"
 	;;
 measure)
+	# two rounds: both binaries built first, then run twice in turn
 	"$dtmc" sweep models/mlp.dtm --devices 2 --hw cpu --measure 2 --measure-steps 4 \
-		> "$tmp/m.txt" 2> "$tmp/e.txt" || fail "--measure exited $?: $(cat "$tmp/e.txt")"
+		--measure-rounds 2 > "$tmp/m.txt" 2> "$tmp/e.txt" ||
+		fail "--measure exited $?: $(cat "$tmp/e.txt")"
 	cat "$tmp/m.txt"
-	grep -q "^measured here" "$tmp/m.txt" || fail "no measurement table"
+	grep -q "^measured here.*the fastest of 2 runs each" "$tmp/m.txt" || fail "no measurement table"
+	[ "$(grep -c "^dtmc: measuring" "$tmp/e.txt")" -eq 4 ] ||
+		fail "not 2 candidates x 2 rounds measured: $(grep "^dtmc:" "$tmp/e.txt")"
 	rows=$(awk '/^measured here/ {t = 1; next} t && /^ +[0-9]+ / {n++} END {print n + 0}' "$tmp/m.txt")
 	[ "$rows" -eq 2 ] || fail "$rows measured rows, not 2"
 	grep -q "^measured / predicted: step time" "$tmp/m.txt" || fail "no summary line"
