@@ -541,6 +541,7 @@ static void dtmk_pad(const DtmCtx *ctx, const DtmkArgs *a)
 typedef struct DtmkbAttn {
 	const DtmkArgs *a;
 	const float *dy, *q, *k, *v;
+	const uint16_t *bdy, *bq, *bk, *bv; /* the bf16 inputs (dtmkb_attn_block_bf16) */
 	float *dq, *dk, *dv;
 	int64_t T, D, H, hd, Dk, h0, group;
 	float scale;
@@ -778,6 +779,158 @@ dtmkb_attn_block(const DtmkbAttn *w, int64_t bh, float *buf, int64_t hd)
 	dtmkb_attn_store(w, b, h, dkb, dvb, hd);
 }
 
+#ifdef DTMK_ATTN_BF16
+/* Y[t * ly + (0, n)] += sum over r of A[r][t] * X[r][(0, n)] for t in
+ * [t0, t1), the 8 rows in pairs: At[t * 4 + r/2] the word of A[r][t] and
+ * A[r + 1][t], Xp[r/2 * n + c] that of X[r][c] and X[r + 1][c] (n a
+ * multiple of 16): dtmkb_rows8_outer on bf16 operands. */
+static inline __attribute__((always_inline)) void
+dtmkb_rows8_outer_bf16(float *Y, int64_t ly, const uint32_t *At, const uint32_t *Xp, int64_t t0,
+		       int64_t t1, int64_t n)
+{
+	for (int64_t c = 0; c < n; c += 16) {
+		__m512bh x[DTMKB_AR / 2];
+		for (int r = 0; r < DTMKB_AR / 2; r++)
+			x[r] = (__m512bh)_mm512_loadu_si512(Xp + r * n + c);
+		for (int64_t t = t0; t < t1; t++) {
+			__m512 y = _mm512_loadu_ps(Y + t * ly + c);
+			for (int r = 0; r < DTMKB_AR / 2; r++)
+				y = _mm512_dpbf16_ps(
+					y, (__m512bh)_mm512_set1_epi32((int)At[t * 4 + r]), x[r]);
+			_mm512_storeu_ps(Y + t * ly + c, y);
+		}
+	}
+}
+
+/* The words of rows 2p and 2p + 1 of the 8 bf16 rows R (lr apart) over
+ * [t0, t1), by t (At[t * 4 + p]) or, with byrow, by column of the pair
+ * (At[p * (t1 - t0) + t - t0], t0 = 0 there). */
+static inline void dtmkb_pair_rows(uint32_t *At, const uint16_t *R, int64_t lr, int64_t t0,
+				   int64_t t1, bool byrow)
+{
+	for (int p = 0; p < DTMKB_AR / 2; p++) {
+		const uint16_t *r0 = R + 2 * p * lr, *r1 = r0 + lr;
+		for (int64_t t = t0; t < t1; t++)
+			At[byrow ? p * (t1 - t0) + t - t0 : t * 4 + p] =
+				dtmk_bf16_word(r0[t], r1[t]);
+	}
+}
+
+/* Bytes of dtmkb_attn_block_bf16's scratch. */
+static inline size_t dtmkb_attn_bf16_bytes(int64_t T, int64_t Tp, int64_t hd)
+{
+	return sizeof(uint32_t) * (size_t)(3 * hd / 2 * Tp + 2 * 4 * Tp + 2 * 4 * hd) +
+	       sizeof(float) * (size_t)(2 * T * hd + 3 * DTMKB_AR * Tp + DTMKB_AR * hd) +
+	       sizeof(uint16_t) * (size_t)(2 * DTMKB_AR * Tp + 2 * DTMKB_AR * hd);
+}
+
+/* dtmkb_attn_block on bf16 dy, q, k, v (hd a multiple of 16): the scores
+ * and dy.v from the inputs' bf16 values, P and dS rounded to bf16 for dq,
+ * dk and dv (dtmk.h, "attention's products on bf16 operands"); k and v as
+ * words of two head-dim elements per key ([hd/2, Tp]) for the scores and
+ * dy.v, k as words of two keys per column ([Tp/2, hd]) for dq. */
+static inline __attribute__((always_inline)) void
+dtmkb_attn_block_bf16(const DtmkbAttn *w, int64_t bh, void *buf, int64_t hd)
+{
+	int64_t T = w->T, D = w->D, Tp = DTMK_PAD16(T);
+	uint32_t *restrict kt = buf, *restrict vt = kt + hd / 2 * Tp;
+	uint32_t *restrict kp = vt + hd / 2 * Tp;
+	uint32_t *restrict Pt = kp + Tp / 2 * hd, *restrict dSt = Pt + 4 * Tp;
+	uint32_t *restrict qx = dSt + 4 * Tp, *restrict dyx = qx + 4 * hd;
+	float *restrict dkb = (float *)(dyx + 4 * hd), *restrict dvb = dkb + T * hd;
+	float *restrict P = dvb + T * hd, *restrict dP = P + DTMKB_AR * Tp;
+	float *restrict dS = dP + DTMKB_AR * Tp, *restrict dq4 = dS + DTMKB_AR * Tp;
+	uint16_t *restrict Pb = (uint16_t *)(dq4 + DTMKB_AR * hd);
+	uint16_t *restrict dSb = Pb + DTMKB_AR * Tp;
+	uint16_t *restrict q4 = dSb + DTMKB_AR * Tp, *restrict dy4 = q4 + DTMKB_AR * hd;
+	int64_t b = bh / w->H, h = bh % w->H, g = (w->h0 + h) / w->group;
+	const DtmkTensor *seg = w->a->nin > 4 ? &w->a->in[4] : NULL;
+	for (int64_t t = 0; t < Tp; t++) {
+		int64_t ko = (b * T + t) * w->Dk + g * hd;
+		for (int64_t c = 0; c < hd; c += 2) {
+			kt[c / 2 * Tp + t] = t < T ? dtmk_bf16_word_at(w->bk + ko, c) : 0;
+			vt[c / 2 * Tp + t] = t < T ? dtmk_bf16_word_at(w->bv + ko, c) : 0;
+		}
+		for (int64_t c = 0; c < hd; c++) /* little-endian: the even key low */
+			((uint16_t *)(kp + t / 2 * hd + c))[t & 1] = t < T ? w->bk[ko + c] : 0;
+	}
+	memset(dkb, 0, sizeof(float) * (size_t)(2 * T * hd));
+	for (int64_t i0 = 0; i0 < T; i0 += DTMKB_AR) {
+		int64_t lo[DTMKB_AR], nk[DTMKB_AR], kmin = T, kmax = 0;
+		int32_t si[DTMKB_AR];
+		bool live[DTMKB_AR];
+		for (int r = 0; r < DTMKB_AR; r++) {
+			int64_t i = i0 + r, o = (b * T + i) * D + h * hd;
+			lo[r] = nk[r] = 0;
+			si[r] = 0;
+			live[r] = false;
+			if (i < T) {
+				dtmk_attn_range(w->a, i, T, &lo[r], &nk[r]);
+				si[r] = seg ? dtmk_load_i32(seg, b * T + i) : 0;
+				live[r] = nk[r] > lo[r] && si[r] >= 0;
+			}
+			if (live[r]) {
+				memcpy(q4 + r * hd, w->bq + o, 2 * (size_t)hd);
+				memcpy(dy4 + r * hd, w->bdy + o, 2 * (size_t)hd);
+				kmin = lo[r] < kmin ? lo[r] : kmin;
+				kmax = nk[r] > kmax ? nk[r] : kmax;
+			} else {
+				memset(q4 + r * hd, 0, 2 * (size_t)hd);
+				memset(dy4 + r * hd, 0, 2 * (size_t)hd);
+			}
+		}
+		int64_t np = DTMK_PAD16(kmax);
+		if (kmax > 0) {
+			for (int r = 0; r < DTMKB_AR; r += 4) {
+				dtmk_rows4_scores_bf16(P + r * Tp, Tp, q4 + r * hd, hd, kt, Tp, hd,
+						       np, w->scale);
+				dtmk_rows4_scores_bf16(dP + r * Tp, Tp, dy4 + r * hd, hd, vt, Tp,
+						       hd, np, 1.0f);
+			}
+			for (int r = 0; r < DTMKB_AR; r++) {
+				float *p = P + r * Tp, *dp = dP + r * Tp, *ds = dS + r * Tp, inv;
+				bool ok = live[r] && dtmk_attn_softmax_row(p, np, lo[r], nk[r],
+									   seg, b * T, si[r],
+									   true, &inv);
+				if (!ok) {
+					live[r] = false;
+					memset(p, 0, sizeof(float) * (size_t)np);
+					memset(ds, 0, sizeof(float) * (size_t)np);
+				} else {
+					float pdp = 0;
+					for (int64_t j = 0; j < nk[r]; j++)
+						pdp += p[j] * dp[j];
+					for (int64_t j = 0; j < nk[r]; j++)
+						ds[j] = p[j] * (dp[j] - pdp) * w->scale;
+					for (int64_t j = nk[r]; j < np; j++)
+						ds[j] = 0;
+				}
+				dtmk_bf16_row(Pb + r * Tp, p, np);
+				dtmk_bf16_row(dSb + r * Tp, ds, np);
+			}
+			/* dq: keys in pairs (the pair's other key has dS 0) */
+			dtmk_rows8_pv_bf16(dq4, hd, dSb, Tp, kp, hd, kmin & ~(int64_t)1,
+					   (kmax + 1) & ~(int64_t)1, hd);
+			/* dk, dv: query rows in pairs */
+			dtmkb_pair_rows(dSt, dSb, Tp, kmin, kmax, false);
+			dtmkb_pair_rows(Pt, Pb, Tp, kmin, kmax, false);
+			dtmkb_pair_rows(qx, q4, hd, 0, hd, true);
+			dtmkb_pair_rows(dyx, dy4, hd, 0, hd, true);
+			dtmkb_rows8_outer_bf16(dkb, hd, dSt, qx, kmin, kmax, hd);
+			dtmkb_rows8_outer_bf16(dvb, hd, Pt, dyx, kmin, kmax, hd);
+		}
+		for (int r = 0; r < DTMKB_AR && i0 + r < T; r++) {
+			float *dq = w->dq + (b * T + i0 + r) * D + h * hd;
+			if (live[r] && kmax > 0)
+				memcpy(dq, dq4 + r * hd, sizeof(float) * (size_t)hd);
+			else
+				memset(dq, 0, sizeof(float) * (size_t)hd);
+		}
+	}
+	dtmkb_attn_store(w, b, h, dkb, dvb, hd);
+}
+#endif
+
 /* Items [lo, hi) with their scratch; the usual head sizes get copies of
  * the item compiled for that constant. */
 static void dtmkb_attn_range(void *arg, int64_t lo, int64_t hi)
@@ -786,11 +939,25 @@ static void dtmkb_attn_range(void *arg, int64_t lo, int64_t hi)
 	int64_t T = w->T, hd = w->hd;
 	int64_t Tp = DTMK_PAD16(T);
 	size_t need = (size_t)(5 * T * hd + 2 * Tp * hd + 3 * DTMKB_AR * (Tp + hd));
+#ifdef DTMK_ATTN_BF16
+	if (w->bq)
+		need = (dtmkb_attn_bf16_bytes(T, Tp, hd) + sizeof(float) - 1) / sizeof(float);
+#endif
 	float stackbuf[DTMK_ATTN_STACK];
 	float *buf = need <= DTMK_ATTN_STACK ? stackbuf : malloc(sizeof(float) * need);
 	if (!buf)
 		return;
 	for (int64_t bh = lo; bh < hi; bh++) {
+#ifdef DTMK_ATTN_BF16
+		if (w->bq && hd == 64) {
+			dtmkb_attn_block_bf16(w, bh, buf, 64);
+			continue;
+		}
+		if (w->bq) {
+			dtmkb_attn_block_bf16(w, bh, buf, hd);
+			continue;
+		}
+#endif
 		if (hd == 64)
 			dtmkb_attn_block(w, bh, buf, 64);
 		else if (hd % 16 == 0)
@@ -812,13 +979,24 @@ static void dtmk_attention_bwd(const DtmCtx *ctx, const DtmkArgs *a)
 {
 	const DtmkTensor *Q = &a->in[1];
 	int64_t B = Q->shape[0], T = Q->shape[1], D = Q->shape[2], H = a->ints[0];
-	DtmkbBuf dy = dtmkb_in(ctx, &a->in[0]), q = dtmkb_in(ctx, Q), k = dtmkb_in(ctx, &a->in[2]);
-	DtmkbBuf v = dtmkb_in(ctx, &a->in[3]), out = dtmkb_out(&a->out);
-	if (dy.p && q.p && k.p && v.p && out.p && H > 0) {
+	/* bf16 operands the bf16 products take are read as they are */
+	bool bf = H > 0 && a->in[0].dtype == DTM_BF16 &&
+		  dtmk_attn_bf16(Q, &a->in[2], &a->in[3], D / H, D / H);
+	DtmkbBuf none = {NULL, 0}, out = dtmkb_out(&a->out);
+	DtmkbBuf dy = bf ? none : dtmkb_in(ctx, &a->in[0]), q = bf ? none : dtmkb_in(ctx, Q);
+	DtmkbBuf k = bf ? none : dtmkb_in(ctx, &a->in[2]), v = bf ? none : dtmkb_in(ctx, &a->in[3]);
+	if ((bf || (dy.p && q.p && k.p && v.p)) && out.p && H > 0) {
 		int64_t S = B * T * D;
-		DtmkbAttn w = {a, dy.p, q.p, k.p, v.p, out.p, out.p + S, out.p + 2 * S,
+		DtmkbAttn w = {a, dy.p, q.p, k.p, v.p, NULL, NULL, NULL, NULL,
+			       out.p, out.p + S, out.p + 2 * S,
 		               T, D, H, D / H, a->in[2].shape[2], 0, 1,
 		               (float)(1.0 / sqrt((double)(D / H)))};
+		if (bf) {
+			w.bdy = a->in[0].p;
+			w.bq = Q->p;
+			w.bk = a->in[2].p;
+			w.bv = a->in[3].p;
+		}
 		dtmk_attn_heads(ctx, a, &w.h0, &w.group);
 		if (ctx && ctx->parallel_for)
 			ctx->parallel_for(ctx, B * H, 1, dtmkb_attn_range, &w);

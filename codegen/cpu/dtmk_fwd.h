@@ -762,6 +762,98 @@ dtmk_attention_block(const struct dtmk_attn_job *j, int64_t it, float *buf, int6
 	}
 }
 
+#ifdef DTMK_ATTN_BF16
+/* Bytes of dtmk_attention_block_bf16's scratch. */
+static inline size_t dtmk_attn_bf16_bytes(int64_t Tp, int64_t hd, int64_t hv)
+{
+	return sizeof(uint32_t) * (size_t)(hd / 2 * Tp + Tp / 2 * hv) +
+	       sizeof(float) * (size_t)(DTMK_AR * (Tp + hv)) +
+	       sizeof(uint16_t) * (size_t)(DTMK_AR * (Tp + hd));
+}
+
+/* dtmk_attention_block on bf16 q, k, v (hd, hv multiples of 16): k as
+ * words of two head-dim elements per key ([hd/2, Tp]), v as words of two
+ * keys per column ([Tp/2, hv]), zero past Tk; the scores scaled after the
+ * product; each block's exponentials rounded to bf16 for the product with
+ * v (dtmk.h, "attention's products on bf16 operands"). */
+static inline __attribute__((always_inline)) void
+dtmk_attention_block_bf16(const struct dtmk_attn_job *j, int64_t it, void *buf, int64_t hd,
+			  int64_t hv)
+{
+	const DtmkArgs *a = j->a;
+	int64_t H = j->H, Tq = j->Tq, Tk = j->Tk, D = j->D, Dv = j->Dv, Tp = DTMK_PAD16(Tk);
+	float scale = 1.0f / sqrtf((float)hd);
+	uint32_t *restrict kt = buf, *restrict vp = kt + hd / 2 * Tp;
+	float *restrict S = (float *)(vp + Tp / 2 * hv), *restrict ob = S + DTMK_AR * Tp;
+	uint16_t *restrict Sb = (uint16_t *)(ob + DTMK_AR * hv), *restrict qb = Sb + DTMK_AR * Tp;
+	int64_t b = it / H, h = it % H, g = (j->h0 + h) / j->group;
+	const DtmkTensor *seg = a->nin > 3 ? &a->in[3] : NULL;
+	const uint16_t *Q = a->in[0].p, *K = a->in[1].p, *V = a->in[2].p;
+	for (int64_t t = 0; t < Tp; t++)
+		for (int64_t c = 0; c < hd; c += 2)
+			kt[c / 2 * Tp + t] = t < Tk ? dtmk_bf16_word_at(
+						K + (b * Tk + t) * j->Dk + g * hd, c) : 0;
+	for (int64_t t = 0; t < Tp; t++)
+		for (int64_t c = 0; c < hv; c++) {
+			uint16_t x = t < Tk ? V[(b * Tk + t) * j->Dkv + g * hv + c] : 0;
+			uint16_t *w = (uint16_t *)(vp + t / 2 * hv + c);
+			w[t & 1] = x; /* little-endian: the even key in the low half */
+		}
+	for (int64_t i0 = 0; i0 < Tq; i0 += DTMK_AR) {
+		int64_t lo[DTMK_AR], nk[DTMK_AR], kmin = Tk, kmax = 0;
+		int32_t si[DTMK_AR];
+		bool live[DTMK_AR];
+		for (int r = 0; r < DTMK_AR; r++) {
+			int64_t i = i0 + r;
+			lo[r] = nk[r] = 0;
+			si[r] = 0;
+			live[r] = false;
+			if (i < Tq) {
+				dtmk_attn_range(a, i, Tk, &lo[r], &nk[r]);
+				si[r] = seg ? dtmk_load_i32(seg, b * Tq + i) : 0;
+				live[r] = nk[r] > lo[r] && si[r] >= 0;
+			}
+			if (live[r]) {
+				memcpy(qb + r * hd, Q + (b * Tq + i) * D + h * hd, 2 * (size_t)hd);
+				kmin = lo[r] < kmin ? lo[r] : kmin;
+				kmax = nk[r] > kmax ? nk[r] : kmax;
+			} else {
+				memset(qb + r * hd, 0, 2 * (size_t)hd);
+			}
+		}
+		int64_t np = DTMK_PAD16(kmax);
+		if (kmax > 0) {
+			float inv[DTMK_AR];
+			for (int r = 0; r < DTMK_AR; r += 4)
+				dtmk_rows4_scores_bf16(S + r * Tp, Tp, qb + r * hd, hd, kt, Tp,
+						       hd, np, scale);
+			for (int r = 0; r < DTMK_AR; r++) {
+				float *s = S + r * Tp;
+				if (!live[r] || !dtmk_attn_softmax_row(s, np, lo[r], nk[r], seg,
+								       b * Tk, si[r], false,
+								       &inv[r])) {
+					memset(s, 0, sizeof(float) * (size_t)np);
+					live[r] = false;
+				}
+				dtmk_bf16_row(Sb + r * Tp, S + r * Tp, np);
+			}
+			/* keys in pairs: the pair's other key has probability 0 */
+			dtmk_rows8_pv_bf16(ob, hv, Sb, Tp, vp, hv, kmin & ~(int64_t)1,
+					   (kmax + 1) & ~(int64_t)1, hv);
+			for (int r = 0; r < DTMK_AR; r++)
+				for (int64_t c = 0; live[r] && c < hv; c++)
+					ob[r * hv + c] *= inv[r];
+		}
+		for (int r = 0; r < DTMK_AR && i0 + r < Tq; r++) {
+			int64_t yo = (b * Tq + i0 + r) * Dv + h * hv;
+			bool z = !live[r] || kmax == 0;
+			for (int64_t c = 0; c < hv; c++)
+				dtmk_store(&a->out, yo + c, z ? 0.0f : ob[r * hv + c]);
+		}
+	}
+}
+#endif
+
 /* Items [lo, hi) with their scratch; the usual head sizes get copies of
  * the item compiled for that constant (whole-vector loops over the head
  * dim, no remainders). */
@@ -770,11 +862,26 @@ static inline void dtmk_attention_items(void *argp, int64_t lo, int64_t hi)
 	const struct dtmk_attn_job *j = argp;
 	int64_t hd = j->D / j->H, hv = j->Dv / j->H, Tp = DTMK_PAD16(j->Tk);
 	size_t need = (size_t)(hd * Tp + Tp * hv + DTMK_AR * (Tp + hd + hv));
+#ifdef DTMK_ATTN_BF16
+	bool bf = dtmk_attn_bf16(&j->a->in[0], &j->a->in[1], &j->a->in[2], hd, hv);
+	if (bf)
+		need = (dtmk_attn_bf16_bytes(Tp, hd, hv) + sizeof(float) - 1) / sizeof(float);
+#endif
 	float stackbuf[DTMK_ATTN_STACK];
 	float *buf = need <= DTMK_ATTN_STACK ? stackbuf : malloc(sizeof(float) * need);
 	if (!buf)
 		return;
 	for (int64_t it = lo; it < hi; it++) {
+#ifdef DTMK_ATTN_BF16
+		if (bf && hd == 64 && hv == 64) {
+			dtmk_attention_block_bf16(j, it, buf, 64, 64);
+			continue;
+		}
+		if (bf) {
+			dtmk_attention_block_bf16(j, it, buf, hd, hv);
+			continue;
+		}
+#endif
 		if (hd == 64 && hv == 64)
 			dtmk_attention_block(j, it, buf, 64, 64);
 		else if (hd % 16 == 0 && hv % 16 == 0)

@@ -123,6 +123,12 @@ bf16="$bf16 $bf16_def:tp=3/sequence_parallel=true/precision=bf16/recompute=layer
 bf16="$bf16 $bf16_def:pp=3,dp=1,tp=1/microbatches=3/schedule=1f1b/precision=bf16"
 # ring attention in bf16 (ctx 30 on cp = 2: blocks of 15 rows, not balanced)
 bf16="$bf16 $bf16_def:cp:dp=1,cp=2,tp=1/context_parallel=ring/precision=bf16"
+# head size 16: attention's AVX512-BF16 products (codegen/cpu/dtmk.h, where
+# the CPU has them) in the sharded runs and the one-device one, and the
+# ring's f32 blocks against them
+bf16_hd16="def:vocab=258+d=64+heads=4+ctx=30+batch=6+layers=2"
+bf16="$bf16 $bf16_hd16:dp=2,tp=2/precision=bf16"
+bf16="$bf16 $bf16_hd16:cp:dp=1,cp=2,tp=1/context_parallel=ring/precision=bf16"
 # Context parallelism (issue 17): a copy of GPT with a `cp` axis and the
 # sequence of the tokens, targets and MLP activation split over it (cp:);
 # attention runs as Ulysses (all_to_all to heads and back): cp = 2 and 4,

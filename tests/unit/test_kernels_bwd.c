@@ -270,22 +270,28 @@ static void test_attention_bwd(void)
 	         * here), T not a multiple of 4 */
 	        {70, 2, 2, 64, 1, 0}, {37, 4, 2, 32, 0, 9},
 	};
+	/* and all of it in bf16: the AVX512-BF16 products where the CPU has
+	 * them and the head size is a multiple of 16, the f32 kernels on the
+	 * widened operands otherwise */
+	for (int bf = 0; bf < 2; bf++)
 	for (size_t c = 0; c < sizeof gq / sizeof gq[0]; c++)
 		for (int useseg = 0; useseg < 2; useseg++) {
 			const int64_t *g = gq[c];
+			IrDtype t = bf ? IR_BF16 : IR_F32;
 			IrModule *m = mod();
-			int o[5] = {leaf(m, IR_F32, 3, 2, g[0], g[1] * g[3]),
-			            leaf(m, IR_F32, 3, 2, g[0], g[1] * g[3]),
-			            leaf(m, IR_F32, 3, 2, g[0], g[2] * g[3]),
-			            leaf(m, IR_F32, 3, 2, g[0], g[2] * g[3]), leaf(m, IR_I32, 2, 2, g[0], 0)};
+			int o[5] = {leaf(m, t, 3, 2, g[0], g[1] * g[3]),
+			            leaf(m, t, 3, 2, g[0], g[1] * g[3]),
+			            leaf(m, t, 3, 2, g[0], g[2] * g[3]),
+			            leaf(m, t, 3, 2, g[0], g[2] * g[3]),
+			            leaf(m, IR_I32, 2, 2, g[0], 0)};
 			IrNode *n = ir_node_new(m, IR_OP_ATTENTION_BWD, o, 4 + useseg, (SrcLoc){0});
 			*ir_attr_attn_mut(m, n) = (IrAttrAttn){.heads = g[1], .causal = g[4],
 			                                        .kv_heads = g[2], .window = g[5]};
 			CHECK(ir_infer(m, n, &diag));
 			char what[64];
-			snprintf(what, sizeof what, "attention_bwd gqa case %zu%s", c,
-			         useseg ? " segments" : "");
-			run(what, m, n->id, dtmk_attention_bwd, 2, F32);
+			snprintf(what, sizeof what, "attention_bwd gqa case %zu%s%s", c,
+			         useseg ? " segments" : "", bf ? " bf16" : "");
+			run(what, m, n->id, dtmk_attention_bwd, 2, bf ? BF16 : F32);
 		}
 }
 

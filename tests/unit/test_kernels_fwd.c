@@ -65,7 +65,7 @@ static void fill_tensor(DtmkTensor *t, const IrNode *n, void *p)
 {
 	memset(t, 0, sizeof *t);
 	t->p = p;
-	t->dtype = n->dtype == IR_I32 ? DTM_I32 : DTM_F32;
+	t->dtype = n->dtype == IR_I32 ? DTM_I32 : n->dtype == IR_BF16 ? DTM_BF16 : DTM_F32;
 	t->rank = n->rank;
 	for (int i = 0; i < n->rank; i++)
 		t->shape[i] = n->shape[i];
@@ -98,6 +98,10 @@ static void run_case(const char *what, IrModule *m, IrNode *op, Kern kern, int l
 			if (x->dtype == IR_I32) {
 				v[i] = (double)(r % (uint32_t)lim);
 				((int32_t *)bufs[k])[i] = (int32_t)v[i];
+			} else if (x->dtype == IR_BF16) { /* bf16 values exactly */
+				uint16_t h = dtmk_f32_to_bf16(philox_unit(r) * 4.0f - 2.0f);
+				v[i] = dtmk_bf16_to_f32(h);
+				((uint16_t *)bufs[k])[i] = h;
 			} else {
 				/* values of f32 exactly, so both sides start equal */
 				v[i] = (float)(philox_unit(r) * 4.0f - 2.0f);
@@ -124,10 +128,14 @@ static void run_case(const char *what, IrModule *m, IrNode *op, Kern kern, int l
 	float *out = calloc((size_t)(n ? n : 1), 4);
 	fill_tensor(&a.out, op, out);
 	kern(&c, &a);
+	/* a bf16 output: the kernel and the interpreter may round a value to
+	 * neighbouring bf16 values (2^-7 apart in [1, 2)), and bf16 kernels
+	 * round intermediates (attention's probabilities) too */
+	double rel = op->dtype == IR_BF16 ? 2e-2 : 1e-5;
 	int bad = 0;
 	for (int64_t i = 0; i < n; i++) {
-		double want = e.val[op->id][i], got = out[i];
-		double tol = 1e-5 * (fabs(want) > 1 ? fabs(want) : 1);
+		double want = e.val[op->id][i], got = dtmk_load(&a.out, i);
+		double tol = rel * (fabs(want) > 1 ? fabs(want) : 1);
 		if (!(fabs(got - want) <= tol) && bad++ < 3)
 			fprintf(stderr, "%s: element %lld: got %.9g, want %.9g\n", what, (long long)i,
 			        got, want);
@@ -296,20 +304,25 @@ static void test_model_ops(void)
 	         * keys and a remainder), 32 with a window, T not a multiple of 4 */
 	        {70, 2, 2, 64, 1, 0}, {37, 4, 2, 32, 0, 9},
 	};
+	/* and all of it in bf16: the AVX512-BF16 products where the CPU has
+	 * them and the head sizes are multiples of 16 (stack and heap scratch),
+	 * dtmk_load's widening otherwise */
+	for (int bf = 0; bf < 2; bf++)
 	for (size_t c = 0; c < sizeof gq / sizeof gq[0]; c++)
 		for (int useseg = 0; useseg < 2; useseg++) {
 			const int64_t *g = gq[c];
+			IrDtype t = bf ? IR_BF16 : IR_F32;
 			IrModule *m = mod();
-			int o[4] = { leaf(m, IR_F32, 3, SHAPE(2, g[0], g[1] * g[3])),
-				     leaf(m, IR_F32, 3, SHAPE(2, g[0], g[2] * g[3])),
-				     leaf(m, IR_F32, 3, SHAPE(2, g[0], g[2] * g[3])),
+			int o[4] = { leaf(m, t, 3, SHAPE(2, g[0], g[1] * g[3])),
+				     leaf(m, t, 3, SHAPE(2, g[0], g[2] * g[3])),
+				     leaf(m, t, 3, SHAPE(2, g[0], g[2] * g[3])),
 				     leaf(m, IR_I32, 2, SHAPE(2, g[0])) };
 			IrNode *n = node(m, IR_OP_ATTENTION, 3 + useseg, o);
 			*ir_attr_attn_mut(m, n) = (IrAttrAttn){.heads = g[1], .causal = g[4],
 			                                        .kv_heads = g[2], .window = g[5]};
 			char what[64];
-			snprintf(what, sizeof what, "attention gqa case %zu%s", c,
-			         useseg ? " segments" : "");
+			snprintf(what, sizeof what, "attention gqa case %zu%s%s", c,
+			         useseg ? " segments" : "", bf ? " bf16" : "");
 			run_case(what, m, n, dtmk_attention, 3);
 		}
 	IrModule *m = mod();
