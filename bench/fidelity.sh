@@ -20,8 +20,9 @@
 # Environment: BUILD (default build; dtmc built there unless NOBUILD=1),
 # PROFILE (a profile to reuse), BUDGET (calibrate's, default 60), STEPS
 # (--measure-steps of the GPT sets, default 6; the MLP's steps take ~20 ms, so
-# its sets run 3 times as many), ROUNDS (--measure-rounds, default 3), SETS (default "gpt1 gpt2 mlp2": a rank per
-# core at most; gpt4 and mlp4 put 4 ranks on the cores too).
+# its sets run 3 times as many), ROUNDS (--measure-rounds, default 3), SETS
+# (default "gpt1 gpt2 mlp2 gpt2bf16": a rank per core at most; gpt2bf16 in
+# `precision bf16`; gpt4 and mlp4 put 4 ranks on the cores too).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -31,7 +32,7 @@ BUILD=${BUILD:-build}
 BUDGET=${BUDGET:-60}
 STEPS=${STEPS:-6}
 ROUNDS=${ROUNDS:-3}
-SETS=${SETS:-"gpt1 gpt2 mlp2"}
+SETS=${SETS:-"gpt1 gpt2 mlp2 gpt2bf16"}
 if [ "${NOBUILD:-0}" != 1 ]; then
 	cmake -S . -B "$BUILD" > /dev/null
 	cmake --build "$BUILD" --target dtmc -j "$(nproc)" > /dev/null
@@ -55,6 +56,8 @@ for set in $SETS; do
 	gpt1) args=("${gpt[@]}" --devices 1 --measure 4) ;;
 	gpt2) args=("${gpt[@]}" --devices 2 --measure 8) ;;
 	mlp2) args=("${mlp[@]}" --devices 2 --measure 6) ;;
+	# bf16 (oneDNN's GEMMs, attention's AVX512-BF16 products where the CPU has them)
+	gpt2bf16) args=("${gpt[@]}" --devices 2 --train precision=bf16 --measure 6) ;;
 	# more ranks than cores (on 2 cores): see bench/README.md
 	gpt4) args=("${gpt[@]}" --devices 4 --measure 6) ;;
 	mlp4) args=("${mlp[@]}" --devices 4 --measure 6) ;;

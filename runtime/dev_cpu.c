@@ -678,7 +678,8 @@ int rt_cpu_gemm(const DtmAction *a, const DtmBuffer *bufs, void *const *ptrs, Rt
  * shape by up to 2x between two runs, and one of a second halved the
  * rate of every shape timed in it.
  * Every rank runs the grid at the same time, so the cores are as busy as
- * in training. */
+ * in training.  Where oneDNN runs bf16 GEMMs, the grid is timed again on
+ * bf16 operands and result (`gemm_bf16` lines). */
 #define RT_CAL_SHAPE_S 0.03
 #define RT_CAL_CALLS 3
 #define RT_CAL_MAX_CALLS 4096
@@ -689,21 +690,26 @@ int rt_calibrate_gemm(RtPool *pool, char **text, size_t *textlen, char *err)
 	                     ks[] = {4, 64, 256, 1024};
 	enum { NSHAPE = 6 * 4 * 4 };
 	const int64_t maxe = 2048 * 4096;
+	/* bf16 x bf16 -> bf16 as well where oneDNN takes them (`gemm_bf16`) */
+	int ndt = dnnl_ok() ? 2 : 1;
 	float *buf = calloc((size_t)(3 * maxe), sizeof(float));
+	uint16_t *hbuf = ndt > 1 ? calloc((size_t)(3 * maxe), sizeof(uint16_t)) : NULL;
 	double *call = malloc(RT_CAL_MAX_CALLS * sizeof(double)); /* each call's seconds */
-	if (!buf || !call) {
+	if (!buf || !call || (ndt > 1 && !hbuf)) {
 		free(buf);
+		free(hbuf);
 		free(call);
 		snprintf(err, RT_ERR_LEN, "out of memory for --calibrate-gemm");
 		return -1;
 	}
-	for (int64_t i = 0; i < 3 * maxe; i++)
+	for (int64_t i = 0; i < 3 * maxe; i++) {
 		buf[i] = (float)((i * 7919) % 17) * 0.01f;
-	DtmBuffer bufs[3] = {{.dtype = DTM_F32}, {.dtype = DTM_F32}, {.dtype = DTM_F32}};
-	void *ptrs[3] = {buf, buf + maxe, buf + 2 * maxe};
+		if (hbuf)
+			hbuf[i] = bf16_from_f32(buf[i]);
+	}
 	RtGemmScratch sc = {0};
 	DtmAction g[NSHAPE];
-	double rate[NSHAPE] = {0};
+	double rate[2][NSHAPE] = {{0}};
 	int n = 0, rc = 0;
 	for (size_t a = 0; a < sizeof ms / sizeof *ms; a++)
 		for (size_t b = 0; b < sizeof ns / sizeof *ns; b++)
@@ -711,38 +717,57 @@ int rt_calibrate_gemm(RtPool *pool, char **text, size_t *textlen, char *err)
 				g[n++] = (DtmAction){.kind = DTM_ACT_GEMM, .nargs = 3, .args = {0, 1, 2},
 				                     .m = ms[a], .n = ns[b], .k = ks[c], .batch = 1,
 				                     .alpha = 1, .beta = 0, .label = "calibrate"};
-	/* two passes, the second in reverse, each shape's faster kept: a
-	 * VM's core taken away for a second slowed a run of shapes by half */
-	for (int pass = 0; pass < 2 && !rc; pass++)
-		for (int q = 0; q < n && !rc; q++) {
-			int j = pass ? n - 1 - q : q;
-			rc = rt_cpu_gemm(&g[j], bufs, ptrs, &sc, pool, err);
-			double t0 = rt_now();
-			int reps = 0;
-			do {
-				double t1 = rt_now();
-				rc = rc ? rc : rt_cpu_gemm(&g[j], bufs, ptrs, &sc, pool, err);
-				call[reps++] = rt_now() - t1;
-			} while (!rc && reps < RT_CAL_MAX_CALLS &&
-			         (reps < RT_CAL_CALLS || rt_now() - t0 < RT_CAL_SHAPE_S));
-			double r = 2.0 * g[j].m * g[j].n * g[j].k / rt_median(call, reps);
-			rate[j] = r > rate[j] ? r : rate[j];
+	for (int dt = 0; dt < ndt && !rc; dt++) {
+		DtmDtype t = dt ? DTM_BF16 : DTM_F32;
+		DtmBuffer bufs[3] = {{.dtype = t}, {.dtype = t}, {.dtype = t}};
+		void *ptrs[3] = {buf, buf + maxe, buf + 2 * maxe};
+		if (dt) {
+			ptrs[0] = hbuf, ptrs[1] = hbuf + maxe, ptrs[2] = hbuf + 2 * maxe;
+			/* C in f32 before its narrowing (rt_gemm_reserve's) */
+			sc.c = malloc((size_t)maxe * sizeof(float));
+			sc.nc = maxe;
+			if (!sc.c) {
+				snprintf(err, RT_ERR_LEN, "out of memory for --calibrate-gemm");
+				rc = -1;
+				break;
+			}
 		}
+		/* two passes, the second in reverse, each shape's faster kept: a
+		 * VM's core taken away for a second slowed a run of shapes by half */
+		for (int pass = 0; pass < 2 && !rc; pass++)
+			for (int q = 0; q < n && !rc; q++) {
+				int j = pass ? n - 1 - q : q;
+				rc = rt_cpu_gemm(&g[j], bufs, ptrs, &sc, pool, err);
+				double t0 = rt_now();
+				int reps = 0;
+				do {
+					double t1 = rt_now();
+					rc = rc ? rc : rt_cpu_gemm(&g[j], bufs, ptrs, &sc, pool, err);
+					call[reps++] = rt_now() - t1;
+				} while (!rc && reps < RT_CAL_MAX_CALLS &&
+				         (reps < RT_CAL_CALLS || rt_now() - t0 < RT_CAL_SHAPE_S));
+				double r = 2.0 * g[j].m * g[j].n * g[j].k / rt_median(call, reps);
+				rate[dt][j] = r > rate[dt][j] ? r : rate[dt][j];
+			}
+	}
 	rt_gemm_scratch_free(&sc);
 	free(buf);
+	free(hbuf);
 	free(call);
 	if (rc || !text)
 		return rc;
-	size_t cap = (size_t)n * 80 + 1, len = 0;
+	size_t cap = (size_t)(ndt * n) * 96 + 1, len = 0;
 	char *out = malloc(cap);
 	if (!out) {
 		snprintf(err, RT_ERR_LEN, "out of memory for --calibrate-gemm");
 		return -1;
 	}
-	for (int j = 0; j < n; j++)
-		len += (size_t)snprintf(out + len, cap - len, "gemm %d %lld %lld %lld = %.6g\n",
-		                        rt_pool_threads(pool), (long long)g[j].m, (long long)g[j].n,
-		                        (long long)g[j].k, rate[j]);
+	for (int dt = 0; dt < ndt; dt++)
+		for (int j = 0; j < n; j++)
+			len += (size_t)snprintf(out + len, cap - len, "%s %d %lld %lld %lld = %.6g\n",
+			                        dt ? "gemm_bf16" : "gemm", rt_pool_threads(pool),
+			                        (long long)g[j].m, (long long)g[j].n,
+			                        (long long)g[j].k, rate[dt][j]);
 	*text = out;
 	*textlen = len;
 	return 0;

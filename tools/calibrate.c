@@ -17,7 +17,9 @@
  *   and pool wake-up included, so small kernels come out slow); attention
  *   kernels' FLOPs over their time give the attention rate, forward and
  *   backward apart; the step's time less its actions' the per-step
- *   overhead.
+ *   overhead.  The first size again with `precision bf16` gives the bf16
+ *   GEMMs' points and attention's bf16 rates (the grid times bf16 GEMMs
+ *   too where the runtime runs them on oneDNN).
  * - communication: the binary's --calibrate-comm (runtime/comm.c's
  *   comm_calibrate) on a calibration GPT of 2, 4 (and the core count's)
  *   ranks, on the local backend (ranks as threads) or with --backend mpi
@@ -46,7 +48,8 @@ const char calibrate_help[] =
         "\n"
         "Measures this machine and writes a hardware profile that --hw FILE reads\n"
         "and `dtmc sweep` uses by default: GEMM throughput by shape, kernel\n"
-        "bandwidth, the attention kernels' rate and the runtime's per-kernel and\n"
+        "bandwidth, the attention kernels' rate (f32 and bf16: GEMMs and attention\n"
+        "are timed in both) and the runtime's per-kernel and\n"
         "per-step overheads (a small GPT built and trained with --profile-actions\n"
         "on one rank over every core and on a rank per core; the binary's\n"
         "--calibrate-gemm grid), the backend's latency and bandwidth per\n"
@@ -144,6 +147,7 @@ typedef struct Opts {
 /* One profiled action. */
 typedef struct Act {
 	bool gemm, bwd; /* a GEMM; a backward kernel (its op ends in _bwd) */
+	bool bf16;      /* its rate argument is bf16 (a GEMM's A) */
 	double flops, bytes, m, n, k, batch, s;
 } Act;
 
@@ -232,7 +236,8 @@ static bool read_profile(const char *path, Fit *f, double *sum)
 		Act a = {.gemm = !strcmp(kind, "gemm"), .flops = (double)flops,
 		         .bytes = memb > 0 ? (double)memb : argb, .m = (double)m, .n = (double)n,
 		         .k = (double)k, .batch = (double)(batch > 1 ? batch : 1), .s = s,
-		         .bwd = nl > 4 && !strcmp(name + nl - 4, "_bwd")};
+		         .bwd = nl > 4 && !strcmp(name + nl - 4, "_bwd"),
+		         .bf16 = dtype == (int)DTM_BF16};
 		if (a.gemm && a.flops <= 0)
 			a.flops = 2 * a.m * a.n * a.k * a.batch;
 		*sum += s;
@@ -278,13 +283,14 @@ static void stream_points(const Fit *f, int t, HwProfile *hw)
 	}
 }
 
-/* Attention kernels' FLOPs over their seconds, forward or backward. */
-static double attn_rate(const Fit *f, bool bwd)
+/* Attention kernels' FLOPs over their seconds, forward or backward, on
+ * f32 or bf16 operands. */
+static double attn_rate(const Fit *f, bool bwd, bool bf16)
 {
 	double fl = 0, s = 0;
 	for (int i = 0; i < f->nacts; i++) {
 		const Act *a = &f->acts[i];
-		if (!a->gemm && a->flops > 0 && a->bwd == bwd) {
+		if (!a->gemm && a->flops > 0 && a->bwd == bwd && a->bf16 == bf16) {
 			fl += a->flops;
 			s += a->s;
 		}
@@ -293,7 +299,7 @@ static double attn_rate(const Fit *f, bool bwd)
 }
 
 /* Each GEMM shape's rate (its instances' FLOPs over their time) as a
- * point of t threads. */
+ * point of t threads (f32 and bf16 operands apart). */
 static void gemm_points(const Fit *f, int t, HwProfile *hw)
 {
 	for (int i = 0; i < f->nacts; i++) {
@@ -304,14 +310,16 @@ static void gemm_points(const Fit *f, int t, HwProfile *hw)
 		bool seen = false;
 		for (int j = 0; j < i && !seen; j++) {
 			const Act *b = &f->acts[j];
-			seen = b->gemm && b->m * b->batch == m && b->n == a->n && b->k == a->k;
+			seen = b->gemm && b->m * b->batch == m && b->n == a->n && b->k == a->k &&
+			       b->bf16 == a->bf16;
 		}
 		if (seen)
 			continue;
 		double fl = 0, s = 0;
 		for (int j = i; j < f->nacts; j++) {
 			const Act *b = &f->acts[j];
-			if (b->gemm && b->m * b->batch == m && b->n == a->n && b->k == a->k) {
+			if (b->gemm && b->m * b->batch == m && b->n == a->n && b->k == a->k &&
+			    b->bf16 == a->bf16) {
 				fl += b->flops;
 				s += b->s;
 			}
@@ -323,14 +331,16 @@ static void gemm_points(const Fit *f, int t, HwProfile *hw)
 		HwGemmPoint *g = NULL;
 		for (int j = 0; j < hw->ngemm && !g; j++)
 			if (hw->gemm[j].threads == t && hw->gemm[j].m == round(m) &&
-			    hw->gemm[j].n == a->n && hw->gemm[j].k == a->k)
+			    hw->gemm[j].n == a->n && hw->gemm[j].k == a->k &&
+			    hw->gemm[j].bf16 == (int)a->bf16)
 				g = &hw->gemm[j];
 		if (!g && hw->ngemm == HW_MAX_GEMM)
 			continue;
 		if (g)
 			g->rate = fmax(g->rate, fl / s);
 		else
-			hw->gemm[hw->ngemm++] = (HwGemmPoint){t, round(m), a->n, a->k, fl / s};
+			hw->gemm[hw->ngemm++] =
+			        (HwGemmPoint){t, round(m), a->n, a->k, fl / s, a->bf16};
 	}
 }
 
@@ -660,30 +670,55 @@ int calibrate_main(int argc, char **argv)
 		}
 		per_size = now() - tz;
 	}
+	/* bf16 (`precision bf16`): the first size again, on one rank over
+	 * every core and on a rank per core, for the bf16 GEMMs of the model
+	 * and attention's bf16 rates (the grid timed bf16 GEMMs already where
+	 * oneDNN runs them) */
+	Fit fit16[2] = {{0}};
+	for (int r = 0; r < nt && ok; r++) {
+		const char *mesh = r == 0 ? "dp=1,tp=1" : dpmesh;
+		note(&o, "the calibration GPT (d=%s, ctx=%s, batch=%s) in bf16 on %s", sizes[0].d,
+		     sizes[0].ctx, sizes[0].batch, mesh);
+		Arena ba;
+		arena_init(&ba);
+		const DtmPlan *bp;
+		double step, sum;
+		ok = build_model(&ba, pa.src, &sizes[0], mesh, "precision=bf16", pa.exe, &bp) &&
+		     run_model(&o, &pa, r == 0 ? 1 : cores, r == 0 ? ncores : NULL, o.budget * 0.1,
+		               &fit16[r], &step, &sum);
+		arena_free(&ba);
+	}
 	for (int ti = 0; ti < nt && ok; ti++) {
 		int t = tl[ti];
 		stream_points(&fit[ti], t, &hw);
-		hw.attn_rate[t] = attn_rate(&fit[ti], false);
-		hw.attn_bwd_rate[t] = attn_rate(&fit[ti], true);
+		hw.attn_rate[t] = attn_rate(&fit[ti], false, false);
+		hw.attn_bwd_rate[t] = attn_rate(&fit[ti], true, false);
+		hw.attn_bf16_rate[t] = attn_rate(&fit16[ti], false, true);
+		hw.attn_bf16_bwd_rate[t] = attn_rate(&fit16[ti], true, true);
 		gemm_points(&fit[ti], t, &hw);
+		gemm_points(&fit16[ti], t, &hw);
 	}
 	if (fit[0].nover)
 		hw.step_s = fit[0].over_sum / fit[0].nover;
-	for (int ti = 0; ti < nt; ti++)
+	for (int ti = 0; ti < nt; ti++) {
 		free(fit[ti].acts);
+		free(fit16[ti].acts);
+	}
 	if (!ok) { /* the folder kept: the message names its run.txt */
 		for (int i = 0; i < nmulti; i++)
 			arena_free(&multi[i].a);
 		return 1;
 	}
 	/* the peaks the MFU and roofline figures use: what was reached */
-	double best = 0;
+	double best = 0, best16 = 0;
 	for (int j = 0; j < hw.ngemm; j++)
-		if (hw.gemm[j].threads == cores)
+		if (hw.gemm[j].threads == cores && !hw.gemm[j].bf16)
 			best = fmax(best, hw.gemm[j].rate);
+		else if (hw.gemm[j].threads == cores)
+			best16 = fmax(best16, hw.gemm[j].rate);
 	if (best > 0)
 		for (int dt = 0; dt < 4; dt++)
-			hw.peak_flops[dt] = best;
+			hw.peak_flops[dt] = dt == DTM_BF16 && best16 > best ? best16 : best;
 	hw.mem_bw = hw_stream_bw(&hw, cores, 1 << 24);
 
 	/* the communication backend: the binary's --calibrate-comm over 2, 4

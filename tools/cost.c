@@ -499,12 +499,15 @@ static double compute_seconds(const CostEnv *e, const DtmPlan *p, const DtmActio
 		tf = rate > 0 ? flops / rate : 0;
 		if (cal) {
 			/* the CPU widens 16-bit operands to f32 and narrows C
-			 * back (runtime/dev_cpu.c): one more pass over them */
-			tm = dt == DTM_BF16 || dt == DTM_F16 ? tm : 0;
+			 * back (runtime/dev_cpu.c): one more pass over them,
+			 * except bf16 ones at the bf16 points (oneDNN's GEMM,
+			 * its C's narrowing timed with it) */
+			bool wide = dt == DTM_F16 || (dt == DTM_BF16 && !hw_has_bf16_gemm(hw));
+			tm = wide ? tm : 0;
 			return (t + tf + tm) * e->oversub;
 		}
 	} else if (flops > 0) {
-		double rate = cal ? hw_attn_rate(hw, e->threads, backward_kernel(p, a))
+		double rate = cal ? hw_attn_rate(hw, e->threads, backward_kernel(p, a), dt)
 		                  : hw_peak_flops(hw, dt) * (hw->gemm_eff > 0 ? hw->gemm_eff : 1);
 		tf = rate > 0 ? flops / rate : 0;
 		if (cal)

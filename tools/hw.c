@@ -232,7 +232,7 @@ typedef enum KeyKind {
 	KEY_SHARE,  /* a share in [0, 1] */
 	KEY_SOURCE, /* free text to the end of the line */
 	/* tables: `key ARGS = value` */
-	KEY_GEMM,   /* gemm THREADS M N K = FLOP/s */
+	KEY_GEMM,   /* gemm THREADS M N K = FLOP/s; gemm_bf16 (off 1) */
 	KEY_TSTREAM, /* stream_bw THREADS [BYTES] = B/s */
 	KEY_TATTN,  /* attn_rate THREADS = FLOP/s, attn_bwd_rate */
 	KEY_TKERN,  /* kernel_time THREADS = s */
@@ -274,9 +274,12 @@ static const Key keys[] = {
         {"feed_x_rate", KEY_FLOPS, offsetof(HwProfile, feed_x_rate)},
         {"cores", KEY_COUNT, offsetof(HwProfile, cores)},
         {"gemm", KEY_GEMM, 0},
+        {"gemm_bf16", KEY_GEMM, 1},
         {"stream_bw", KEY_TSTREAM, 0},
         {"attn_rate", KEY_TATTN, offsetof(HwProfile, attn_rate)},
         {"attn_bwd_rate", KEY_TATTN, offsetof(HwProfile, attn_bwd_rate)},
+        {"attn_bf16_rate", KEY_TATTN, offsetof(HwProfile, attn_bf16_rate)},
+        {"attn_bf16_bwd_rate", KEY_TATTN, offsetof(HwProfile, attn_bf16_bwd_rate)},
         {"kernel_time", KEY_TKERN, offsetof(HwProfile, kernel_t)},
         {"coll", KEY_COLL, 0},
 };
@@ -662,18 +665,20 @@ static void parse_table(Parser *p, HwProfile *hw, const Key *k, const char *s, s
 		}
 		d[j] = (double)e;
 	}
+	int bf16 = k->off == 1;
 	HwGemmPoint *g = NULL;
 	for (int j = 0; j < hw->ngemm; j++)
 		if (hw->gemm[j].threads == t && hw->gemm[j].m == d[0] && hw->gemm[j].n == d[1] &&
-		    hw->gemm[j].k == d[2])
+		    hw->gemm[j].k == d[2] && hw->gemm[j].bf16 == bf16)
 			g = &hw->gemm[j];
 	if (!g && hw->ngemm == HW_MAX_GEMM) {
-		perr(p, 1, "too many 'gemm' lines (at most " HW_MAX_GEMM_TEXT ")", NULL, 0, NULL);
+		perr(p, 1, "too many 'gemm' and 'gemm_bf16' lines (at most " HW_MAX_GEMM_TEXT ")",
+		     NULL, 0, NULL);
 		return;
 	}
 	if (!g)
 		g = &hw->gemm[hw->ngemm++];
-	*g = (HwGemmPoint){(int)t, d[0], d[1], d[2], x};
+	*g = (HwGemmPoint){(int)t, d[0], d[1], d[2], x, bf16};
 }
 
 /* One line: s[0..n) without its newline. */
@@ -879,13 +884,18 @@ void hw_print(FILE *out, const HwProfile *hw)
 			fprintf(out, "attn_rate %d = %.17g\n", t, hw->attn_rate[t]);
 		if (hw->attn_bwd_rate[t] > 0)
 			fprintf(out, "attn_bwd_rate %d = %.17g\n", t, hw->attn_bwd_rate[t]);
+		if (hw->attn_bf16_rate[t] > 0)
+			fprintf(out, "attn_bf16_rate %d = %.17g\n", t, hw->attn_bf16_rate[t]);
+		if (hw->attn_bf16_bwd_rate[t] > 0)
+			fprintf(out, "attn_bf16_bwd_rate %d = %.17g\n", t,
+			        hw->attn_bf16_bwd_rate[t]);
 		if (hw->kernel_t[t] > 0)
 			fprintf(out, "kernel_time %d = %.17g\n", t, hw->kernel_t[t]);
 	}
 	for (int j = 0; j < hw->ngemm; j++) {
 		const HwGemmPoint *g = &hw->gemm[j];
-		fprintf(out, "gemm %d %.0f %.0f %.0f = %.17g\n", g->threads, g->m, g->n, g->k,
-		        g->rate);
+		fprintf(out, "%s %d %.0f %.0f %.0f = %.17g\n", g->bf16 ? "gemm_bf16" : "gemm",
+		        g->threads, g->m, g->n, g->k, g->rate);
 	}
 	for (int j = 0; j < hw->ncoll; j++) {
 		const HwCollPoint *c = &hw->coll[j];
@@ -1025,10 +1035,12 @@ double hw_stream_bw(const HwProfile *hw, int t, double bytes)
 	return exp(log(lo->bw) + f * (log(hi->bw) - log(lo->bw)));
 }
 
-double hw_attn_rate(const HwProfile *hw, int t, bool backward)
+double hw_attn_rate(const HwProfile *hw, int t, bool backward, DtmDtype dtype)
 {
-	const double *tab = backward && nearest_t(hw->attn_bwd_rate, t) ? hw->attn_bwd_rate
-	                                                                : hw->attn_rate;
+	bool bf = dtype == DTM_BF16 && nearest_t(hw->attn_bf16_rate, t);
+	const double *fwd = bf ? hw->attn_bf16_rate : hw->attn_rate;
+	const double *bwd = bf ? hw->attn_bf16_bwd_rate : hw->attn_bwd_rate;
+	const double *tab = backward && nearest_t(bwd, t) ? bwd : fwd;
 	int u = nearest_t(tab, t);
 	return u ? tab[u] : hw->peak_flops[DTM_F32] * eff(hw->gemm_eff);
 }
@@ -1038,13 +1050,18 @@ double hw_gemm_rate(const HwProfile *hw, DtmDtype dtype, double m, double n, dou
 {
 	if (hw->ngemm == 0)
 		return hw_peak_flops(hw, dtype) * eff(hw->gemm_eff);
+	bool bf = dtype == DTM_BF16 && hw_has_bf16_gemm(hw);
 	/* the points of the thread count nearest t */
 	int best = 0;
 	for (int j = 0; j < hw->ngemm; j++) {
+		if (hw->gemm[j].bf16 != (int)bf)
+			continue;
 		int u = hw->gemm[j].threads;
 		if (!best || abs(u - t) < abs(best - t))
 			best = u;
 	}
+	if (!best) /* only points of the other dtype */
+		return hw_peak_flops(hw, dtype) * eff(hw->gemm_eff);
 	/* a batch's items run side by side: as one GEMM of batch x the rows */
 	if (batch > 1)
 		m *= batch;
@@ -1052,7 +1069,7 @@ double hw_gemm_rate(const HwProfile *hw, DtmDtype dtype, double m, double n, dou
 	double wsum = 0, rsum = 0;
 	for (int j = 0; j < hw->ngemm; j++) {
 		const HwGemmPoint *g = &hw->gemm[j];
-		if (g->threads != best)
+		if (g->threads != best || g->bf16 != (int)bf)
 			continue;
 		double dm = lm - log(g->m), dn = ln - log(g->n), dk = lk - log(g->k);
 		double d2 = dm * dm + dn * dn + dk * dk;
@@ -1064,6 +1081,14 @@ double hw_gemm_rate(const HwProfile *hw, DtmDtype dtype, double m, double n, dou
 		rsum += w * log(g->rate);
 	}
 	return exp(rsum / wsum);
+}
+
+bool hw_has_bf16_gemm(const HwProfile *hw)
+{
+	for (int j = 0; j < hw->ngemm; j++)
+		if (hw->gemm[j].bf16)
+			return true;
+	return false;
 }
 
 const HwCollPoint *hw_coll(const HwProfile *hw, int kind, int64_t n)

@@ -41,17 +41,19 @@ typedef struct HwLink {
 
 /* Calibrated curves (`dtmc calibrate`): sizes of their tables. */
 #define HW_MAX_THREADS 16 /* thread counts 1..16 per rank */
-#define HW_MAX_GEMM 512   /* GEMM shape points */
-#define HW_MAX_GEMM_TEXT "512"
+#define HW_MAX_GEMM 1024  /* GEMM shape points (f32 and bf16) */
+#define HW_MAX_GEMM_TEXT "1024"
 #define HW_MAX_COLL 96    /* collective (kind, group size) points */
 #define HW_SOURCE_LEN 160
 
 /* A GEMM's measured rate at one shape and thread count (the runtime's own
- * GEMM path: rt_cpu_gemm's blocks on its pool). */
+ * GEMM path: rt_cpu_gemm's blocks on its pool), f32 or bf16 operands
+ * (`gemm_bf16`: oneDNN's bf16 x bf16 -> f32 where the runtime has it). */
 typedef struct HwGemmPoint {
 	int threads;
 	double m, n, k;
 	double rate; /* FLOP/s */
+	int bf16;    /* 1: bf16 operands (an int: no padding, tables compare by bytes) */
 } HwGemmPoint;
 
 /* One collective kind (CostComm: all_reduce .. broadcast, send, recv) over
@@ -120,6 +122,10 @@ typedef struct HwProfile {
 	 * measured, the nearest measured count is used) */
 	double attn_rate[HW_MAX_THREADS + 1];     /* attention's forward kernels, FLOP/s */
 	double attn_bwd_rate[HW_MAX_THREADS + 1]; /* its backward kernels (`*_bwd`) */
+	/* the same on bf16 operands (attn_bf16_rate, attn_bf16_bwd_rate; 0:
+	 * not measured, the f32 rates are used) */
+	double attn_bf16_rate[HW_MAX_THREADS + 1];
+	double attn_bf16_bwd_rate[HW_MAX_THREADS + 1];
 	double kernel_t[HW_MAX_THREADS + 1];      /* seconds per kernel (dispatch, pool wake-up) */
 } HwProfile;
 
@@ -176,13 +182,17 @@ double hw_kernel_overhead(const HwProfile *hw, int t);
 /* bytes: the kernel's; the curve's points of the nearest thread count are
  * interpolated in log(bytes), and clamped at its ends. */
 double hw_stream_bw(const HwProfile *hw, int t, double bytes);
-double hw_attn_rate(const HwProfile *hw, int t, bool backward);
+/* dtype: the kernel's; bf16 takes the bf16 rates where measured. */
+double hw_attn_rate(const HwProfile *hw, int t, bool backward, DtmDtype dtype);
 /* A GEMM's FLOP/s at m x n x k (per batch item, `batch` items) on t
  * threads: interpolated from the calibrated points (log-space inverse
- * distance over the points of the nearest thread count), else the
- * dtype's peak times gemm_eff. */
+ * distance over the points of the nearest thread count; bf16 operands
+ * over the bf16 points when there are any, else over the f32 ones), else
+ * the dtype's peak times gemm_eff. */
 double hw_gemm_rate(const HwProfile *hw, DtmDtype dtype, double m, double n, double k,
                     double batch, int t);
+/* Whether hw has calibrated points of bf16 GEMMs. */
+bool hw_has_bf16_gemm(const HwProfile *hw);
 /* The calibrated collective of kind over n ranks (nearest measured n of
  * the kind), or NULL. */
 const HwCollPoint *hw_coll(const HwProfile *hw, int kind, int64_t n);

@@ -407,16 +407,33 @@ calibrate)
 	[ "$n" -eq 2 ] || fail "$n attention kernels with 1048576 FLOPs in the profile, not 2: $(grep attention "$tmp/p.tsv")"
 	n=$(awk -F'\t' '$13 == "attention_bwd" && $4 == 2097152 {n++} END {print n + 0}' "$tmp/p.tsv")
 	[ "$n" -eq 2 ] || fail "$n attention_bwd kernels with 2097152 FLOPs, not 2"
-	# fidelity on a small set
+	# bf16: the calibration GPT in bf16 gives attention's bf16 rates and
+	# bf16 GEMM points; the grid times bf16 GEMMs too where oneDNN runs them
+	for key in "^attn_bf16_rate 1 = " "^attn_bf16_bwd_rate 1 = " "^gemm_bf16 1 "; do
+		grep -q "$key" "$prof" || fail "no '$key' line in the profile: $(cat "$prof")"
+	done
+	if grep -q avx512_bf16 /proc/cpuinfo &&
+		"$tmp/gpt" --steps 1 -v 2>&1 | grep -q "bf16 on onednn"; then
+		for t in 1 "$(getconf _NPROCESSORS_ONLN)"; do
+			n=$(grep -c "^gemm_bf16 $t " "$prof")
+			[ "$n" -ge 96 ] || fail "$n bf16 GEMM points of $t threads, not 96 or more"
+		done
+	fi
+	# fidelity on a small set, f32 (3 candidates) and bf16 (2)
 	"$dtmc" sweep models/gpt.dtm -D d=256 -D layers=2 -D ctx=128 -D batch=8 --devices 2 \
 		--hw "$prof" --measure 3 --measure-pick spread \
 		--measure-steps 4 --json -q > "$tmp/f.json" 2> "$tmp/e.txt" ||
 		fail "--measure exited $?: $(cat "$tmp/e.txt")"
-	python3 - "$tmp/f.json" <<'EOF' || exit 1
+	"$dtmc" sweep models/gpt.dtm -D d=256 -D layers=2 -D ctx=128 -D batch=8 --devices 2 \
+		--train precision=bf16 --hw "$prof" --measure 2 --measure-pick spread \
+		--measure-steps 4 --json -q > "$tmp/f16.json" 2> "$tmp/e.txt" ||
+		fail "--measure (bf16) exited $?: $(cat "$tmp/e.txt")"
+	for f in f.json:3 f16.json:2; do
+	python3 - "$tmp/${f%%:*}" "${f#*:}" <<'EOF' || exit 1
 import json, sys
 d = json.load(open(sys.argv[1]))
 m = d["measured"]
-assert len(m) == 3, m
+assert len(m) == int(sys.argv[2]), m
 assert d["hw"] == "calibrated" and d["hw_source"].startswith("dtmc calibrate on"), d["hw"]
 places = [x["place"] for x in m]
 assert places[0] == 1 and places[-1] == d["ok"] and places == sorted(places), places
@@ -431,6 +448,7 @@ assert -1 <= d["spearman"] <= 1, d["spearman"]
 print("fidelity:", ", ".join("%s %.2f" % (x["layout"], x["ratio"]) for x in m),
       "spearman %.2f" % d["spearman"])
 EOF
+	done
 	;;
 calibrate-mpi)
 	# the mpi backend (tests/run.cmake registers it where Open MPI is):

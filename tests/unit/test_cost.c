@@ -448,19 +448,30 @@ static void test_hw_calibrated(void)
 	                   "attn_rate 1 = 15 GFLOP/s\nattn_bwd_rate 1 = 5 GFLOP/s\n"
 	                   "kernel_time 1 = 2 us\nkernel_time 2 = 5 us\n"
 	                   "coll all_reduce 2 = 20 us, 4 GB/s\ncoll all_reduce 4 = 40 us, 2 GB/s\n"
-	                   "coll send 2 = 5 us, 8 GB/s\n";
+	                   "coll send 2 = 5 us, 8 GB/s\n"
+	                   "gemm_bf16 1 64 64 64 = 60 GFLOP/s\nattn_bf16_rate 2 = 30 GFLOP/s\n";
 	HwProfile h = *hw_builtin("h100");
 	CHECK_EQ_INT(hw_parse_overrides(&h, text, strlen(text), "cal.hw", stderr), 0);
 	CHECK_EQ_STR(h.name, "here");
 	CHECK_EQ_STR(h.source, "calibrated on box 2026-12-02");
 	CHECK_EQ_INT(h.cores, 2);
-	CHECK_EQ_INT(h.ngemm, 3);
+	CHECK_EQ_INT(h.ngemm, 4);
 	CHECK_EQ_INT(h.ncoll, 3);
 	/* exact at a point; between points, between their rates */
 	CHECK_NEAR(hw_gemm_rate(&h, DTM_F32, 64, 64, 64, 1, 1), 20e9, 1e-3);
 	CHECK_NEAR(hw_gemm_rate(&h, DTM_F32, 1024, 1024, 1024, 1, 2), 150e9, 1e-3);
 	double mid = hw_gemm_rate(&h, DTM_F32, 256, 256, 256, 1, 1);
 	CHECK(mid > 20e9 && mid < 80e9);
+	/* bf16 GEMMs at the bf16 points (any thread count's nearest), f32
+	 * ones never; bf16 attention at its own rate, backward too when its
+	 * backward was not measured */
+	CHECK(hw_has_bf16_gemm(&h));
+	CHECK_NEAR(hw_gemm_rate(&h, DTM_BF16, 64, 64, 64, 1, 1), 60e9, 1e-3);
+	CHECK_NEAR(hw_gemm_rate(&h, DTM_BF16, 1024, 1024, 1024, 1, 2), 60e9, 1e-3);
+	CHECK_NEAR(hw_gemm_rate(&h, DTM_F16, 64, 64, 64, 1, 1), 20e9, 1e-3);
+	CHECK_NEAR(hw_attn_rate(&h, 2, false, DTM_BF16), 30e9, 1e-3);
+	CHECK_NEAR(hw_attn_rate(&h, 2, true, DTM_BF16), 30e9, 1e-3);
+	CHECK_NEAR(hw_attn_rate(&h, 1, true, DTM_F16), 5e9, 1e-3);
 	/* thread counts not measured take the nearest */
 	/* a kernel's bandwidth by its size: log-log between points, clamped */
 	CHECK_NEAR(hw_stream_bw(&h, 8, 1e6), 16e9, 1e-3);
@@ -470,8 +481,8 @@ static void test_hw_calibrated(void)
 	CHECK_NEAR(hw_stream_bw(&h, 2, 1e9), 16e9, 1e-3);
 	CHECK_NEAR(hw_stream_bw(&h, 1, 5), 10e9, 1e-3);
 	CHECK_NEAR(hw_kernel_overhead(&h, 1), 2e-6, 1e-18);
-	CHECK_NEAR(hw_attn_rate(&h, 2, false), 15e9, 1e-3);
-	CHECK_NEAR(hw_attn_rate(&h, 2, true), 5e9, 1e-3);
+	CHECK_NEAR(hw_attn_rate(&h, 2, false, DTM_F32), 15e9, 1e-3);
+	CHECK_NEAR(hw_attn_rate(&h, 2, true, DTM_F32), 5e9, 1e-3);
 	CHECK(hw_coll(&h, COST_ALL_REDUCE, 3)->n == 4); /* ties: the larger */
 	CHECK(hw_coll(&h, COST_ALL_GATHER, 2) == NULL);
 	/* printed, it reads back to the same tables */
@@ -489,6 +500,7 @@ static void test_hw_calibrated(void)
 	CHECK(r.ncoll == h.ncoll && memcmp(r.coll, h.coll, sizeof h.coll) == 0);
 	CHECK(r.nstream == h.nstream && memcmp(r.stream, h.stream, sizeof h.stream) == 0);
 	CHECK(memcmp(r.attn_bwd_rate, h.attn_bwd_rate, sizeof h.attn_bwd_rate) == 0);
+	CHECK(memcmp(r.attn_bf16_rate, h.attn_bf16_rate, sizeof h.attn_bf16_rate) == 0);
 	CHECK(memcmp(r.kernel_t, h.kernel_t, sizeof h.kernel_t) == 0);
 	CHECK(r.cores == 2 && r.step_s == h.step_s);
 	/* errors in table lines */
