@@ -3,10 +3,11 @@
  * thread pool, ms per call and GFLOP/s, forward and forward + backward
  * (issue 17 point 5; bench/attn_torch.py times PyTorch on the same shapes).
  *
- *   attn_bench [--threads N] [--min-ms MS] [--no-causal] [B,H,T,HD[,KVH] ...]
+ *   attn_bench [--threads N] [--min-ms MS] [--no-causal] [--bf16] [B,H,T,HD[,KVH] ...]
  *
  * Each shape is q [B, T, H*HD], k and v [B, T, KVH*HD] (the layout dtm
- * keeps: heads packed in the last dim), f32, causal unless --no-causal;
+ * keeps: heads packed in the last dim), f32 (bf16 with --bf16: the
+ * AVX512-BF16 products where the CPU has them), causal unless --no-causal;
  * KVH defaults to H.  Default shapes: 2,8,512,64 and 2,8,2048,64.
  * The FLOPs counted are the nominal ones of the two products (QK^T and
  * PV: 4 * B * H * HD * pairs, pairs = T(T+1)/2 causal, T^2 otherwise) for
@@ -32,14 +33,29 @@ static double now(void)
 	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+static bool bf16; /* --bf16: the tensors' values rounded, stored as bf16 */
+
+/* t over p (n elements of f32 values; with --bf16 rewritten in place as
+ * the bf16 values, in p's first half). */
 static void tensor(DtmkTensor *t, float *p, int64_t b, int64_t tt, int64_t d)
 {
 	memset(t, 0, sizeof *t);
 	t->p = p;
-	t->dtype = DTM_F32;
+	t->dtype = bf16 ? DTM_BF16 : DTM_F32;
 	t->rank = 3;
 	t->shape[0] = b, t->shape[1] = tt, t->shape[2] = d;
 	t->numel = b * tt * d;
+	if (bf16) {
+		uint16_t *h = (uint16_t *)p;
+		for (int64_t i = 0; i < t->numel; i++) /* in order: h[i] lies below p[i] */
+			h[i] = dtmk_f32_to_bf16(p[i]);
+	}
+}
+
+/* Element i of a tensor's values (f32 or bf16). */
+static double val(const DtmkTensor *t, int64_t i)
+{
+	return dtmk_load(t, i);
 }
 
 static float *randn(int64_t n, uint32_t seed)
@@ -94,6 +110,7 @@ static double self_check(const DtmCtx *c, int causal)
 	tensor(&fa.in[2], v, B, T, G * HD);
 	tensor(&fa.out, y, B, T, H * HD);
 	dtmk_attention(c, &fa);
+	const DtmkTensor *Q = &fa.in[0], *K = &fa.in[1], *V = &fa.in[2];
 	double err = 0;
 	for (int b = 0; b < B; b++)
 		for (int h = 0; h < H; h++)
@@ -103,8 +120,8 @@ static double self_check(const DtmCtx *c, int causal)
 				for (int j = 0; j < n; j++) {
 					s[j] = 0;
 					for (int d = 0; d < HD; d++)
-						s[j] += (double)q[(b * T + i) * H * HD + h * HD + d] *
-							k[(b * T + j) * G * HD + g * HD + d];
+						s[j] += val(Q, (b * T + i) * H * HD + h * HD + d) *
+							val(K, (b * T + j) * G * HD + g * HD + d);
 					s[j] /= sqrt((double)HD);
 					mx = s[j] > mx ? s[j] : mx;
 				}
@@ -113,8 +130,8 @@ static double self_check(const DtmCtx *c, int causal)
 				for (int d = 0; d < HD; d++) {
 					double o = 0;
 					for (int j = 0; j < n; j++)
-						o += s[j] / sum * v[(b * T + j) * G * HD + g * HD + d];
-					double e = fabs(o - y[(b * T + i) * H * HD + h * HD + d]);
+						o += s[j] / sum * val(V, (b * T + j) * G * HD + g * HD + d);
+					double e = fabs(o - val(&fa.out, (b * T + i) * H * HD + h * HD + d));
 					err = e > err ? e : err;
 				}
 			}
@@ -134,6 +151,8 @@ int main(int argc, char **argv)
 			nthreads = atoi(argv[++i]);
 		} else if (!strcmp(argv[i], "--min-ms") && i + 1 < argc) {
 			min_ms = atof(argv[++i]);
+		} else if (!strcmp(argv[i], "--bf16")) {
+			bf16 = true;
 		} else if (!strcmp(argv[i], "--no-causal")) {
 			causal = 0;
 		} else if (ns < 16 && sscanf(argv[i], "%lld,%lld,%lld,%lld,%lld", &b, &h, &t, &hd,
@@ -143,7 +162,7 @@ int main(int argc, char **argv)
 			s[0] = b, s[1] = h, s[2] = t, s[3] = hd, s[4] = kvh ? kvh : h;
 		} else {
 			fprintf(stderr, "usage: attn_bench [--threads N] [--min-ms MS] "
-					"[--no-causal] [B,H,T,HD[,KVH] ...]\n");
+					"[--no-causal] [--bf16] [B,H,T,HD[,KVH] ...]\n");
 			return 2;
 		}
 	}
@@ -157,11 +176,13 @@ int main(int argc, char **argv)
 	RtPool *pool = rt_pool_new(nthreads);
 	DtmCtx c = { .step = 1, .nthreads = rt_pool_threads(pool),
 		     .parallel_for = rt_ctx_parallel_for, .pool = pool };
-	printf("attn_bench: dtm's CPU kernels, %d threads, f32, %s; best of 3 runs of >= %.0f ms\n",
-	       c.nthreads, causal ? "causal" : "not causal", min_ms);
+	printf("attn_bench: dtm's CPU kernels, %d threads, %s, %s; best of 3 runs of >= %.0f ms\n",
+	       c.nthreads, bf16 ? "bf16" : "f32", causal ? "causal" : "not causal", min_ms);
 	double err = self_check(&c, causal);
 	printf("self-check (2,4,37,64,2 against a naive f64 forward): max |diff| %.2g\n", err);
-	if (!(err < 1e-4)) {
+	/* bf16: the output's rounding (2^-9 of values under 1) and the
+	 * probabilities' */
+	if (!(err < (bf16 ? 1e-2 : 1e-4))) {
 		fprintf(stderr, "attn_bench: the kernel disagrees with the reference\n");
 		return 1;
 	}

@@ -6,7 +6,8 @@
 #
 #   bench/attn_bench.sh [B,H,T,HD[,KVH] ...]     # default 2,8,512,64 2,8,2048,64
 #
-# Environment: THREADS (default: the cores), MIN_MS (default 300), BUILD
+# Environment: BF16=1 (both sides on bf16 tensors), THREADS (default: the
+# cores), MIN_MS (default 300), BUILD
 # (default build), TORCH_PY: the python with PyTorch (default
 # ~/.cache/dtm-bench/torch-venv/bin/python when it exists, else
 # /usr/bin/python3, whose Debian torch 1.13 has no
@@ -37,8 +38,11 @@ fi
 export OMP_NUM_THREADS=$THREADS OPENBLAS_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS
 
 machine_line "threads $THREADS"
-"${pin[@]}" "$BUILD/bench/attn_bench" --threads "$THREADS" --min-ms "$MIN_MS" "${shapes[@]}"
+prec=()
+[ "${BF16:-0}" = 1 ] && prec=(--bf16)
+"${pin[@]}" "$BUILD/bench/attn_bench" --threads "$THREADS" --min-ms "$MIN_MS" "${prec[@]}" "${shapes[@]}"
 echo
-"${pin[@]}" "$TORCH_PY" bench/attn_torch.py --threads "$THREADS" --min-ms "$MIN_MS" "${shapes[@]}"
+"${pin[@]}" "$TORCH_PY" bench/attn_torch.py --threads "$THREADS" --min-ms "$MIN_MS" "${prec[@]}" \
+	"${shapes[@]}"
 echo "(fwd: forward only; fwdbwd: forward then backward; GF/s: nominal FLOPs, see attn_bench.c;"
 echo " load at the end: $(cut -d' ' -f1-3 /proc/loadavg))"

@@ -2,9 +2,9 @@
 """attn_torch.py - PyTorch's CPU attention on attn_bench's shapes (issue 17
 point 5): torch.nn.functional.scaled_dot_product_attention (PyTorch >= 2.0)
 and the explicit softmax(Q K^T / sqrt(hd) + causal mask) V, ms per call and
-GFLOP/s, forward and forward + backward, f32.
+GFLOP/s, forward and forward + backward, f32 (bf16 tensors with --bf16).
 
-    attn_torch.py [--threads N] [--min-ms MS] [--no-causal] [B,H,T,HD[,KVH] ...]
+    attn_torch.py [--threads N] [--min-ms MS] [--no-causal] [--bf16] [B,H,T,HD[,KVH] ...]
 
 Tensors are [B, H, T, HD], contiguous (PyTorch's layout; dtm's kernel reads
 [B, T, H*HD]); with KVH < H, k and v are repeated to H heads first
@@ -25,13 +25,16 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--min-ms", type=float, default=300)
     ap.add_argument("--no-causal", action="store_true")
+    ap.add_argument("--bf16", action="store_true")
     ap.add_argument("shapes", nargs="*", default=["2,8,512,64", "2,8,2048,64"])
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     causal = not a.no_causal
     have_sdpa = hasattr(F, "scaled_dot_product_attention")
-    print("attn_torch: PyTorch %s, %d threads, f32, %s; best of 3 runs of >= %.0f ms%s" %
-          (torch.__version__, torch.get_num_threads(), "causal" if causal else "not causal",
+    dt = torch.bfloat16 if a.bf16 else torch.float32
+    print("attn_torch: PyTorch %s, %d threads, %s, %s; best of 3 runs of >= %.0f ms%s" %
+          (torch.__version__, torch.get_num_threads(), "bf16" if a.bf16 else "f32",
+           "causal" if causal else "not causal",
            a.min_ms, "" if have_sdpa else "; no scaled_dot_product_attention (PyTorch < 2.0)"))
     print("%-22s %-5s %10s %9s %10s %9s" % ("B,H,T,hd,kvH", "impl", "fwd_ms", "fwd_GF/s",
                                             "fwdbwd_ms", "fb_GF/s"))
@@ -44,6 +47,7 @@ def main():
         k = torch.rand(B, G, T, hd, generator=g) * 2 - 1
         vv = torch.rand(B, G, T, hd, generator=g) * 2 - 1
         dy = torch.rand(B, H, T, hd, generator=g) * 2 - 1
+        q, k, vv, dy = (x.to(dt) for x in (q, k, vv, dy))
         mask = torch.ones(T, T, dtype=torch.bool).triu(1) if causal else None
         scale = 1.0 / math.sqrt(hd)
 
