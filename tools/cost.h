@@ -186,6 +186,10 @@ typedef struct CostReport {
 	double tokens_per_s; /* train.tokens_per_step / step_s, 0 if unknown */
 	double mem_bytes;    /* per rank: the plan's arenas */
 	double hfu;          /* every rank's kernel FLOPs / (step_s * world * peak) */
+	double oversub;      /* >= 1: how much slower compute runs because this
+	                      * node's ranks share its cores (calibrated CPU
+	                      * profiles: ranks x threads over cores, times the
+	                      * share of the step the stages compute) */
 	char err[160];
 } CostReport;
 

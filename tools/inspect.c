@@ -720,6 +720,10 @@ static void text_step(FILE *out, const Insp *in)
 	if (in->nstages > 1)
 		fprintf(out, " (simulated pipeline: %s)", fmt_time(t2, sizeof t2, in->makespan));
 	fputc('\n', out);
+	if (c->oversub > 1)
+		fprintf(out, "  this node's ranks share its %d cores: compute %.2fx slower (ranks x "
+		             "threads over cores, times the share of the step the stages compute)\n",
+		        in->hw.cores, c->oversub);
 	fprintf(out, "  %.4g %s/s; %.4g FLOPs per token (6N + 6LCT, N %.0f, L %" PRId64
 	             ", C %" PRId64 ", T %" PRId64 "); MFU %.2f%%, HFU %.2f%%\n",
 	        c->tokens_per_s, in->p->train.data_kind == DTM_DATA_TOKENS ? "tokens" : "samples",

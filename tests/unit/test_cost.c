@@ -539,7 +539,32 @@ static void test_hw_calibrated(void)
 	CHECK_EQ_INT(cost_plan_step(&p, &h, 1, &rep), 0);
 	CHECK_NEAR(rep.step_s, 2 * (2e-6 + fl / hw_gemm_rate(&h, DTM_F32, 64, 64, 64, 1, 1)) + 100e-6,
 	           1e-15);
+	CHECK_NEAR(rep.oversub, 2, 0);
 	cost_report_free(&rep);
+	/* ... but on pp=2 x dp=2 with every layer on stage 1, stage 0's ranks
+	 * idle (a bubble of 0.5) and leave their cores to stage 1's: no
+	 * stretch (it was 2x), in the step and in the simulated timeline */
+	static const DtmStage idle0[] = {{.nactions = 0, .actions = NULL},
+	                                 {.nactions = 1, .actions = ga}};
+	static const char *ppdp[] = {"pp", "dp"};
+	DtmPlan pp = p;
+	pp.mesh_naxes = 2;
+	pp.mesh_names[0] = ppdp[0];
+	pp.mesh_names[1] = ppdp[1];
+	pp.mesh_sizes[0] = 2;
+	pp.mesh_sizes[1] = 2;
+	pp.pp_axis = 0;
+	pp.nstages = 2;
+	pp.stages = idle0;
+	double tg1 = 2e-6 + fl / hw_gemm_rate(&h, DTM_F32, 64, 64, 64, 1, 1);
+	CHECK_EQ_INT(cost_plan_step(&pp, &h, 1, &rep), 0);
+	CHECK_NEAR(rep.bubble, 0.5, 1e-12);
+	CHECK_NEAR(rep.oversub, 1, 0);
+	CHECK_NEAR(rep.step_s, tg1 + 100e-6, 1e-15);
+	cost_report_free(&rep);
+	double mk = 0;
+	CHECK_EQ_INT(cost_simulate(&pp, &h, 4, NULL, &mk), 0);
+	CHECK_NEAR(mk, tg1, 1e-15);
 	DtmAction ar = {.kind = DTM_ACT_COLL, .coll = DTM_COLL_ALL_REDUCE, .axes = 1, .nargs = 1,
 	                .args = {0}, .bytes = 1000000, .stream = 1};
 	p.mesh_sizes[0] = 2;
