@@ -1,6 +1,8 @@
 /* gemm_bench.c - dtm's GEMM path (rt_cpu_gemm: the runtime's GEMM action
  * with its thread pool and batch splitting) against plain OpenBLAS
- * cblas_sgemm on the same shapes, in GFLOP/s.
+ * cblas_sgemm and, where dtm was built with oneDNN, plain dnnl_sgemm on the
+ * same shapes, in GFLOP/s; `best` is the faster library per shape (the
+ * sgemm bound bench/peers.sh uses).
  *
  *   gemm_bench [--threads N] [--min-ms MS] [--gpt B,T,D,FFN,V,H] [SHAPE ...]
  *
@@ -11,8 +13,9 @@
  * products), B batch, T sequence, D model dim, FFN hidden, V vocab, H heads.
  * Without shapes it runs the models/gpt.dtm default and a GPT-2-small layer.
  *
- * The reference is what a caller of OpenBLAS would do: one cblas_sgemm per
- * batch item with OpenBLAS using N threads.  Each side is timed for at
+ * The references are what a caller of the library would do: one
+ * cblas_sgemm (dnnl_sgemm) per batch item with OpenBLAS (oneDNN's OpenMP)
+ * using N threads.  Each side is timed for at
  * least --min-ms after a warm-up call; the best of 3 such runs is kept.
  */
 #include <cblas.h>
@@ -22,6 +25,13 @@
 #include <time.h>
 
 #include "runtime/rt.h"
+
+#ifdef DTM_HAVE_DNNL
+int dnnl_sgemm(char transa, char transb, int64_t m, int64_t n, int64_t k, float alpha,
+	       const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
+	       int64_t ldc);
+void omp_set_num_threads(int n);
+#endif
 
 typedef struct Shape {
 	char label[80];
@@ -135,6 +145,19 @@ static void run_blas(Bench *b)
 			    b->C + i * s->m * s->n, ldc);
 }
 
+#ifdef DTM_HAVE_DNNL
+static void run_dnnl(Bench *b)
+{
+	const Shape *s = &b->s;
+	int64_t lda = s->ta ? s->m : s->k, ldb = s->tb ? s->k : s->n;
+	omp_set_num_threads(b->nthreads);
+	for (int64_t i = 0; i < s->batch; i++)
+		dnnl_sgemm(s->ta ? 'T' : 'N', s->tb ? 'T' : 'N', s->m, s->n, s->k, 1.0f,
+			   b->A + i * s->m * s->k, lda, b->B + i * s->k * s->n, ldb, 0.0f,
+			   b->C + i * s->m * s->n, s->n);
+}
+#endif
+
 /* Best GFLOP/s of 3 runs of at least min_s seconds each. */
 static double rate(Bench *b, void (*fn)(Bench *), double min_s)
 {
@@ -216,9 +239,9 @@ int main(int argc, char **argv)
 	RtPool *pool = rt_pool_new(nthreads);
 	printf("gemm_bench: %d threads, BLAS %s; GFLOP/s, best of 3 runs of >= %.0f ms\n",
 	       rt_pool_threads(pool), rt_blas_name(), min_ms);
-	printf("%-24s %6s %6s %6s %5s %2s %10s %10s %7s\n", "gemm", "M", "N", "K", "batch", "op",
-	       "dtm", "sgemm", "dtm/sg");
-	double tot_flops = 0, tot_dtm = 0, tot_blas = 0;
+	printf("%-24s %6s %6s %6s %5s %2s %10s %10s %10s %10s %8s\n", "gemm", "M", "N", "K",
+	       "batch", "op", "dtm", "sgemm", "onednn", "best", "dtm/best");
+	double tot_flops = 0, tot_dtm = 0, tot_blas = 0, tot_dnnl = 0, tot_best = 0;
 	for (int i = 0; i < ns; i++) {
 		Bench b = { .s = shapes[i], .pool = pool, .nthreads = nthreads };
 		const Shape *s = &b.s;
@@ -244,23 +267,31 @@ int main(int argc, char **argv)
 				     .stride_b = s->k * s->n, .stride_c = s->m * s->n,
 				     .trans_a = s->ta, .trans_b = s->tb, .alpha = 1, .beta = 0 };
 		double gd = rate(&b, run_dtm, min_ms / 1e3);
-		double gb = rate(&b, run_blas, min_ms / 1e3);
+		double gb = rate(&b, run_blas, min_ms / 1e3), go = 0;
+#ifdef DTM_HAVE_DNNL
+		go = rate(&b, run_dnnl, min_ms / 1e3);
+#endif
+		double best = go > gb ? go : gb;
 		double fl = 2.0 * (double)s->m * (double)s->n * (double)s->k * (double)s->batch;
 		tot_flops += fl;
 		tot_dtm += fl / (gd * 1e9);
 		tot_blas += fl / (gb * 1e9);
-		printf("%-24s %6lld %6lld %6lld %5lld %c%c %10.2f %10.2f %6.0f%%\n", s->label,
-		       (long long)s->m, (long long)s->n, (long long)s->k, (long long)s->batch,
-		       s->ta ? 't' : 'n', s->tb ? 't' : 'n', gd, gb, 100 * gd / gb);
+		tot_dnnl += go > 0 ? fl / (go * 1e9) : 0;
+		tot_best += fl / (best * 1e9);
+		printf("%-24s %6lld %6lld %6lld %5lld %c%c %10.2f %10.2f %10.2f %10.2f %7.0f%%\n",
+		       s->label, (long long)s->m, (long long)s->n, (long long)s->k,
+		       (long long)s->batch, s->ta ? 't' : 'n', s->tb ? 't' : 'n', gd, gb, go, best,
+		       100 * gd / best);
 		fflush(stdout);
 		free(b.A);
 		free(b.B);
 		free(b.C);
 	}
 	if (ns > 0)
-		printf("%-24s %33s %10.2f %10.2f %6.0f%%\n", "all (time-weighted)", "",
+		printf("%-24s %33s %10.2f %10.2f %10.2f %10.2f %7.0f%%\n", "all (time-weighted)", "",
 		       tot_flops / tot_dtm / 1e9, tot_flops / tot_blas / 1e9,
-		       100 * tot_blas / tot_dtm);
+		       tot_dnnl > 0 ? tot_flops / tot_dnnl / 1e9 : 0, tot_flops / tot_best / 1e9,
+		       100 * tot_best / tot_dtm);
 	rt_pool_free(pool);
 	return 0;
 }

@@ -108,8 +108,9 @@ for size in ${SIZES:-small medium}; do
 	read -r B T D F V H <<<"$(python3 -c 'import json,sys; c=json.loads(sys.argv[1]);
 f = c["params"]["layer.0.wfc"]["shape"][1] if "layer.0.wfc" in c["params"] else 4 * c["d"]
 print(c["batch"], c["ctx"], c["d"], f, c["vocab"], c["heads"])' "$cfgj")"
+	# (the best column: the faster of OpenBLAS's and oneDNN's sgemm per shape)
 	rate=$(build/bench/gemm_bench --threads "$THREADS" --gpt "$B,$T,$D,$F,$V,$H" |
-		sed -n 's/^all (time-weighted) *[0-9.]* *\([0-9.]*\).*/\1/p')
+		sed -n 's/^all (time-weighted) *[0-9.]* *[0-9.]* *[0-9.]* *\([0-9.]*\).*/\1/p')
 	bound=$(awk -v f="$fpt" -v n=$((B * T)) -v r="$rate" 'BEGIN { printf "%.1f", f * n / (r * 1e9) * 1e3 }')
 	echo
 	echo "$size: ${cfg[$size]} ($((B * T)) tokens a step); sgemm on its shapes $rate GFLOP/s:" \

@@ -13,6 +13,7 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <strings.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -367,10 +368,90 @@ static bool dnnl_ok(void)
 }
 #endif
 
+/* ---- f32 GEMMs: OpenBLAS, or oneDNN's sgemm where it is the faster ----
+ *
+ * Debian 12's OpenBLAS 0.3.21 does not know AMD's Zen 4 and runs its
+ * Haswell (AVX2) kernels there: 126 GFLOP/s a core at 1024^3 on the AMD
+ * EPYC VM of bench/README.md, where oneDNN's sgemm (AVX-512) reaches 254.
+ * On Intel's AVX-512 CPUs OpenBLAS runs its SkylakeX/Cooperlake kernels and
+ * is the faster (issue 22: 172-190 GFLOP/s on 2 threads against oneDNN's
+ * 127).  So f32 GEMM blocks go to oneDNN where the CPU has AVX-512 and
+ * OpenBLAS's kernels do not use it (or there is no OpenBLAS), decided from
+ * the CPU and OpenBLAS's kernel name, never from a timing: a machine always
+ * computes the same bits.  DTM_SGEMM=openblas or onednn overrides (the
+ * tests compare the two).  A oneDNN that fails its first product (16^3 of
+ * ones) is not used. */
+#ifdef DTM_HAVE_DNNL
+int dnnl_sgemm(char transa, char transb, int64_t m, int64_t n, int64_t k, float alpha,
+	       const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
+	       int64_t ldc);
+#ifdef DTM_HAVE_OPENBLAS
+char *openblas_get_corename(void);
+#endif
+
+static _Atomic int rt_dnnl_f32_state; /* 0 undecided, 1 oneDNN, -1 BLAS */
+
+static bool dnnl_f32_pick(void)
+{
+	const char *env = getenv("DTM_SGEMM");
+	if (env && !strcmp(env, "openblas"))
+		return false;
+	if (!(env && !strcmp(env, "onednn"))) {
+		if (env && *env)
+			fprintf(stderr, "dtm: DTM_SGEMM=%s is not openblas or onednn: ignored\n",
+				env);
+#if defined(__x86_64__) || defined(__i386__)
+		__builtin_cpu_init();
+		if (!__builtin_cpu_supports("avx512f"))
+			return false;
+#else
+		return false;
+#endif
+#ifdef DTM_HAVE_OPENBLAS
+		const char *core = openblas_get_corename();
+		static const char *avx512[] = {"skylakex", "cooperlake", "sapphirerapids"};
+		for (size_t i = 0; core && i < sizeof avx512 / sizeof *avx512; i++)
+			if (!strcasecmp(core, avx512[i]))
+				return false;
+#endif
+	}
+	float one[256], c[256];
+	for (int i = 0; i < 256; i++)
+		one[i] = 1;
+	if (!rt_omp_one) {
+		omp_set_num_threads(1);
+		rt_omp_one = true;
+	}
+	bool ok = dnnl_sgemm('N', 'N', 16, 16, 16, 1.0f, one, 16, one, 16, 0.0f, c, 16) == 0;
+	for (int i = 0; ok && i < 256; i++)
+		ok = c[i] == 16.0f;
+	if (!ok)
+		fprintf(stderr, "dtm: oneDNN's sgemm does not run on this CPU: f32 GEMMs on BLAS\n");
+	return ok;
+}
+
+static bool dnnl_f32(void)
+{
+	int s = atomic_load(&rt_dnnl_f32_state);
+	if (s)
+		return s > 0;
+	int want = 0, v = dnnl_f32_pick() ? 1 : -1;
+	atomic_compare_exchange_strong(&rt_dnnl_f32_state, &want, v);
+	return atomic_load(&rt_dnnl_f32_state) > 0;
+}
+#else
+static inline bool dnnl_f32(void)
+{
+	return false;
+}
+#endif
+
 const char *rt_blas_name(void)
 {
 #if defined(DTM_HAVE_OPENBLAS) && defined(DTM_HAVE_DNNL)
-	return "openblas; bf16 on onednn";
+	return dnnl_f32() ? "onednn (f32 and bf16)" : "openblas; bf16 on onednn";
+#elif defined(DTM_HAVE_DNNL)
+	return dnnl_f32() ? "onednn (f32 and bf16)" : "builtin; bf16 on onednn";
 #elif defined(DTM_HAVE_OPENBLAS)
 	return "openblas";
 #elif defined(DTM_HAVE_CBLAS)
@@ -380,10 +461,21 @@ const char *rt_blas_name(void)
 #endif
 }
 
-static void sgemm_ld(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+/* 0, or -1 when oneDNN refused the call. */
+static int sgemm_ld(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
 		     const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
 		     int64_t ldc)
 {
+#ifdef DTM_HAVE_DNNL
+	if (dnnl_f32()) {
+		if (!rt_omp_one) {
+			omp_set_num_threads(1);
+			rt_omp_one = true;
+		}
+		return dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, A, lda, B, ldb,
+				  beta, C, ldc) == 0 ? 0 : -1;
+	}
+#endif
 #ifdef DTM_HAVE_CBLAS
 	cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
 		    (int)m, (int)n, (int)k, alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
@@ -402,6 +494,7 @@ static void sgemm_ld(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float al
 		}
 	}
 #endif
+	return 0;
 }
 
 void rt_gemm_extent(const DtmAction *a, int64_t *na, int64_t *nb, int64_t *nc)
@@ -601,13 +694,15 @@ static void gemm_range(void *argp, int64_t lo, int64_t hi)
 		}
 #endif
 		const float *A = j->A + it * a->stride_a, *B = j->B + it * a->stride_b;
-		if (j->sp.rows) /* rows of op(A): A's rows, or its columns when transposed */
-			sgemm_ld(a->trans_a, a->trans_b, b1 - b0, n, k, a->alpha,
-				 A + (a->trans_a ? b0 : b0 * lda), lda, B, ldb, a->beta, C + b0 * n,
-				 n);
-		else /* columns of op(B) */
-			sgemm_ld(a->trans_a, a->trans_b, m, b1 - b0, k, a->alpha, A, lda,
-				 B + (a->trans_b ? b0 * ldb : b0), ldb, a->beta, C + b0, n);
+		int st = j->sp.rows ? /* rows of op(A): A's rows, or its columns when transposed */
+				 sgemm_ld(a->trans_a, a->trans_b, b1 - b0, n, k, a->alpha,
+					  A + (a->trans_a ? b0 : b0 * lda), lda, B, ldb, a->beta,
+					  C + b0 * n, n) :
+				 /* columns of op(B) */
+				 sgemm_ld(a->trans_a, a->trans_b, m, b1 - b0, k, a->alpha, A, lda,
+					  B + (a->trans_b ? b0 * ldb : b0), ldb, a->beta, C + b0, n);
+		if (st != 0)
+			atomic_store(&((struct gemm_job *)argp)->failed, 1);
 	}
 }
 
@@ -653,7 +748,7 @@ int rt_cpu_gemm(const DtmAction *a, const DtmBuffer *bufs, void *const *ptrs, Rt
 		rt_parallel_for(pool, batch * j.sp.nblocks, grain, gemm_range, &j);
 	}
 	if (atomic_load(&j.failed)) {
-		snprintf(err, RT_ERR_LEN, "gemm '%s': oneDNN's bf16 GEMM failed (%lld x %lld x %lld)",
+		snprintf(err, RT_ERR_LEN, "gemm '%s': oneDNN's GEMM failed (%lld x %lld x %lld)",
 			 a->label ? a->label : "?", (long long)a->m, (long long)a->n, (long long)a->k);
 		return -1;
 	}

@@ -406,7 +406,8 @@ set_tests_properties(e2e.overlap.gpt PROPERTIES TIMEOUT 300 LABELS e2e)
 #   e2e.threads  models/gpt.dtm on one device, dp=2,tp=2 and odd shapes in
 #                bf16, models/mlp.dtm: 5 steps with --threads 1, 2, 3 and 4
 #                give identical losses and grad norms (the same text) and
-#                byte-identical final checkpoints
+#                byte-identical final checkpoints; DTM_SGEMM=openblas and
+#                onednn (the f32 GEMM library) losses within 1e-5
 add_test(NAME e2e.threads
          COMMAND ${DTM_BASH} ${DTM_TESTS}/e2e/threads.sh $<TARGET_FILE:dtmc>
          WORKING_DIRECTORY ${DTM_ROOT})

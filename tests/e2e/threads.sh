@@ -10,7 +10,8 @@
 # mesh; trains each 5 steps with --threads 1, 2, 3 and 4, and checks:
 #   1. the losses and grad norms of the four runs are the same text;
 #   2. the final checkpoints are the same bytes (every rank's safetensors
-#      file: weights and optimizer state).
+#      file: weights and optimizer state);
+# and that the f32 GEMM library (DTM_SGEMM) changes values by rounding only.
 # Three threads cut the work unevenly (a 256-row GEMM in 48 + 48 + 32 rows
 # when GEMMs were split per thread: other bits from OpenBLAS); two and four
 # evenly, one not at all.
@@ -61,4 +62,30 @@ check gpt gpt --mesh dp=1
 check gpt_dp2tp2 gpt --mesh dp=2,tp=2
 check gpt_odd gpt --mesh dp=1 -D batch=7 -D ctx=31 -D d=80 -D heads=5 --train precision=bf16
 check mlp mlp
+
+# The f32 GEMM library (runtime/dev_cpu.c: OpenBLAS, or oneDNN's sgemm
+# where OpenBLAS's kernels leave AVX-512 unused): DTM_SGEMM=openblas and
+# onednn each name their library under -v, train the same losses within
+# rounding (1e-5 relative: other blockings of the sums), and a bad value
+# is named and ignored.
+lib() { DTM_SGEMM=$1 "$tmp/gpt" --steps 1 -v -q 2>&1 | sed -n 's/.*; BLAS \(.*\); data .*/\1/p'; }
+lo=$(lib openblas) ld=$(lib onednn)
+case $lo in openblas*) ;; *) fail "DTM_SGEMM=openblas runs BLAS '$lo'" ;; esac
+DTM_SGEMM=bogus "$tmp/gpt" --steps 1 -q 2>&1 | grep -q "DTM_SGEMM=bogus is not openblas or onednn" ||
+	fail "DTM_SGEMM=bogus is not reported"
+if [ "$lo" != "$ld" ]; then
+	case $ld in onednn*) ;; *) fail "DTM_SGEMM=onednn runs BLAS '$ld'" ;; esac
+	for l in openblas onednn; do
+		DTM_SGEMM=$l "$tmp/gpt" --steps $steps --log "$tmp/lib.$l.jsonl" -q ||
+			fail "DTM_SGEMM=$l: training failed"
+	done
+	paste <(losses "$tmp/lib.openblas.jsonl") <(losses "$tmp/lib.onednn.jsonl") | awk '
+		function rel(a, b) { d = a - b; if (d < 0) d = -d; m = a < 0 ? -a : a; return d / (m > 1e-30 ? m : 1) }
+		{ n++; if (rel($2, $5) > 1e-5 || rel($3, $6) > 1e-5) { print "step " $1 ": " $0; bad = 1 } }
+		END { exit bad || n != '$steps' }' ||
+		fail "gpt: the losses with DTM_SGEMM=openblas and onednn differ by more than 1e-5"
+	echo "gpt: DTM_SGEMM=openblas ($lo) and onednn ($ld): losses and grad norms within 1e-5"
+else
+	echo "gpt: one f32 GEMM library here ($lo): oneDNN not built in"
+fi
 echo "ok"

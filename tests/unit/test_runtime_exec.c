@@ -462,7 +462,9 @@ static void naive_gemm(const DtmAction *a, const float *A, const float *B, float
 				for (int64_t p = 0; p < a->k; p++)
 					s += (double)(a->trans_a ? Ab[p * a->m + i] : Ab[i * a->k + p]) *
 					     (a->trans_b ? Bb[j * a->k + p] : Bb[p * a->n + j]);
-				Cb[i * a->n + j] = (float)(a->alpha * s + a->beta * Cb[i * a->n + j]);
+				/* beta 0 never reads C (it may hold NaN garbage) */
+				double c = a->beta == 0 ? 0 : a->beta * Cb[i * a->n + j];
+				Cb[i * a->n + j] = (float)(a->alpha * s + c);
 			}
 		}
 	}
