@@ -370,7 +370,7 @@ static bool dnnl_ok(void)
 
 /* ---- f32 GEMMs: OpenBLAS, or oneDNN's sgemm where it is the faster ----
  *
- * Debian 12's OpenBLAS 0.3.21 does not know AMD's Zen 4 and runs its
+ * Debian 12's OpenBLAS 0.3.21 does not know AMD's Zen 4 or 5 and runs its
  * Haswell (AVX2) kernels there: 126 GFLOP/s a core at 1024^3 on the AMD
  * EPYC VM of bench/README.md, where oneDNN's sgemm (AVX-512) reaches 254.
  * On Intel's AVX-512 CPUs OpenBLAS runs its SkylakeX/Cooperlake kernels and
