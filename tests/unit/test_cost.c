@@ -565,6 +565,28 @@ static void test_hw_calibrated(void)
 	double mk = 0;
 	CHECK_EQ_INT(cost_simulate(&pp, &h, 4, NULL, &mk), 0);
 	CHECK_NEAR(mk, tg1, 1e-15);
+	/* the regression feed: every rank makes its batch at once, on one
+	 * thread: 2 ranks on 2 cores at the calibrated rate, 4 at half */
+	static DtmBuffer fbuf[2] = {
+	        {.dtype = DTM_F32, .rank = 2, .shape = {8, 16}, .global_shape = {8, 16}},
+	        {.dtype = DTM_F32, .rank = 2, .shape = {8, 4}, .global_shape = {8, 4}}};
+	static const DtmStage nothing[] = {{.nactions = 0, .actions = NULL}};
+	DtmPlan fp = {.version = DTM_PLAN_VERSION, .mesh_naxes = 1, .mesh_names = {"dp"},
+	              .mesh_sizes = {2}, .nbuffers = 2, .buffers = fbuf, .ninputs = 2,
+	              .inputs = {0, 1}, .nstages = 1, .stages = nothing,
+	              .train = {.microbatches = 1, .precision = DTM_F32}};
+	h.feed_rate = 1e9;
+	h.feed_x_rate = 1e8;
+	double feed = cost_feed_seconds(&fp, &h);
+	CHECK(feed > 0);
+	CHECK_EQ_INT(cost_plan_step(&fp, &h, 1, &rep), 0);
+	CHECK_NEAR(rep.step_s, 100e-6 + feed, 1e-15);
+	cost_report_free(&rep);
+	fp.mesh_sizes[0] = 4;
+	CHECK_EQ_INT(cost_plan_step(&fp, &h, 1, &rep), 0);
+	CHECK_NEAR(rep.step_s, 100e-6 + 2 * feed, 1e-15);
+	cost_report_free(&rep);
+	h.feed_rate = h.feed_x_rate = 0;
 	DtmAction ar = {.kind = DTM_ACT_COLL, .coll = DTM_COLL_ALL_REDUCE, .axes = 1, .nargs = 1,
 	                .args = {0}, .bytes = 1000000, .stream = 1};
 	p.mesh_sizes[0] = 2;
