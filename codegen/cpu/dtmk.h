@@ -533,6 +533,34 @@ dtmk_attn_softmax_row(float *S, int64_t np, int64_t lo, int64_t nk, const DtmkTe
 	return true;
 }
 
+/* Rows i0 .. i0 + DTMK_AR - 1 of a block of query rows (of Tq, keys Tk,
+ * batch b): each row's keys [lo, nk), segment si and whether it attends
+ * anything (live); over the live rows the least lo and greatest nk in
+ * *kmin and *kmax (Tk and 0 when no row is live). */
+static inline __attribute__((always_inline)) void
+dtmk_attn_block_rows(const DtmkArgs *a, const DtmkTensor *seg, int64_t b, int64_t i0, int64_t Tq,
+		     int64_t Tk, int64_t *lo, int64_t *nk, int32_t *si, bool *live, int64_t *kmin,
+		     int64_t *kmax)
+{
+	*kmin = Tk;
+	*kmax = 0;
+	for (int r = 0; r < DTMK_AR; r++) {
+		int64_t i = i0 + r;
+		lo[r] = nk[r] = 0;
+		si[r] = 0;
+		live[r] = false;
+		if (i < Tq) {
+			dtmk_attn_range(a, i, Tk, &lo[r], &nk[r]);
+			si[r] = seg ? dtmk_load_i32(seg, b * Tq + i) : 0;
+			live[r] = nk[r] > lo[r] && si[r] >= 0;
+		}
+		if (live[r]) {
+			*kmin = lo[r] < *kmin ? lo[r] : *kmin;
+			*kmax = nk[r] > *kmax ? nk[r] : *kmax;
+		}
+	}
+}
+
 /* ---- attention's products on bf16 operands (AVX512-BF16) ----
  *
  * With bf16 q, k, v (`precision bf16`) the products run as vdpbf16ps:

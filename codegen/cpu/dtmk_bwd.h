@@ -677,6 +677,20 @@ dtmkb_attn_item(const DtmkbAttn *w, int64_t bh, float *buf, int64_t hd)
 /* The backward's blocks: 8 query rows, two of dtmk_rows4_scores' blocks. */
 #define DTMKB_AR DTMK_AR
 
+/* A block's rows of dq (from dq4; zero for rows that attend nothing). */
+static inline __attribute__((always_inline)) void
+dtmkb_attn_store_dq(const DtmkbAttn *w, int64_t b, int64_t h, int64_t i0, const bool *live,
+		    int64_t kmax, const float *dq4, int64_t hd)
+{
+	for (int r = 0; r < DTMKB_AR && i0 + r < w->T; r++) {
+		float *dq = w->dq + (b * w->T + i0 + r) * w->D + h * hd;
+		if (live[r] && kmax > 0)
+			memcpy(dq, dq4 + r * hd, sizeof(float) * (size_t)hd);
+		else
+			memset(dq, 0, sizeof(float) * (size_t)hd);
+	}
+}
+
 /* Y[t * ly + (0, n)] += A[r * la + t] * X[r * lx + (0, n)] for r = 0..7
  * in order, for t in [t0, t1), n a multiple of 16: the 8 rows of X held
  * in registers, each row of Y loaded and stored once per 8 query rows (dk
@@ -715,24 +729,15 @@ dtmkb_attn_block(const DtmkbAttn *w, int64_t bh, float *buf, int64_t hd)
 	const DtmkTensor *seg = w->a->nin > 4 ? &w->a->in[4] : NULL;
 	dtmkb_attn_stage(w, b, g, kb, kt, vt, dkb, hd);
 	for (int64_t i0 = 0; i0 < T; i0 += DTMKB_AR) {
-		int64_t lo[DTMKB_AR], nk[DTMKB_AR], kmin = T, kmax = 0;
+		int64_t lo[DTMKB_AR], nk[DTMKB_AR], kmin, kmax;
 		int32_t si[DTMKB_AR];
 		bool live[DTMKB_AR];
+		dtmk_attn_block_rows(w->a, seg, b, i0, T, T, lo, nk, si, live, &kmin, &kmax);
 		for (int r = 0; r < DTMKB_AR; r++) {
-			int64_t i = i0 + r, o = (b * T + i) * D + h * hd;
-			lo[r] = nk[r] = 0;
-			si[r] = 0;
-			live[r] = false;
-			if (i < T) {
-				dtmk_attn_range(w->a, i, T, &lo[r], &nk[r]);
-				si[r] = seg ? dtmk_load_i32(seg, b * T + i) : 0;
-				live[r] = nk[r] > lo[r] && si[r] >= 0;
-			}
+			int64_t o = (b * T + i0 + r) * D + h * hd;
 			if (live[r]) {
 				memcpy(q4 + r * hd, w->q + o, sizeof(float) * (size_t)hd);
 				memcpy(dy4 + r * hd, w->dy + o, sizeof(float) * (size_t)hd);
-				kmin = lo[r] < kmin ? lo[r] : kmin;
-				kmax = nk[r] > kmax ? nk[r] : kmax;
 			} else {
 				memset(q4 + r * hd, 0, sizeof(float) * (size_t)hd);
 				memset(dy4 + r * hd, 0, sizeof(float) * (size_t)hd);
@@ -768,13 +773,7 @@ dtmkb_attn_block(const DtmkbAttn *w, int64_t bh, float *buf, int64_t hd)
 			dtmkb_rows8_outer(dkb, hd, dS, Tp, q4, hd, kmin, kmax, hd);
 			dtmkb_rows8_outer(dvb, hd, P, Tp, dy4, hd, kmin, kmax, hd);
 		}
-		for (int r = 0; r < DTMKB_AR && i0 + r < T; r++) {
-			float *dq = w->dq + (b * T + i0 + r) * D + h * hd;
-			if (live[r] && kmax > 0)
-				memcpy(dq, dq4 + r * hd, sizeof(float) * (size_t)hd);
-			else
-				memset(dq, 0, sizeof(float) * (size_t)hd);
-		}
+		dtmkb_attn_store_dq(w, b, h, i0, live, kmax, dq4, hd);
 	}
 	dtmkb_attn_store(w, b, h, dkb, dvb, hd);
 }
@@ -856,24 +855,15 @@ dtmkb_attn_block_bf16(const DtmkbAttn *w, int64_t bh, void *buf, int64_t hd)
 	}
 	memset(dkb, 0, sizeof(float) * (size_t)(2 * T * hd));
 	for (int64_t i0 = 0; i0 < T; i0 += DTMKB_AR) {
-		int64_t lo[DTMKB_AR], nk[DTMKB_AR], kmin = T, kmax = 0;
+		int64_t lo[DTMKB_AR], nk[DTMKB_AR], kmin, kmax;
 		int32_t si[DTMKB_AR];
 		bool live[DTMKB_AR];
+		dtmk_attn_block_rows(w->a, seg, b, i0, T, T, lo, nk, si, live, &kmin, &kmax);
 		for (int r = 0; r < DTMKB_AR; r++) {
-			int64_t i = i0 + r, o = (b * T + i) * D + h * hd;
-			lo[r] = nk[r] = 0;
-			si[r] = 0;
-			live[r] = false;
-			if (i < T) {
-				dtmk_attn_range(w->a, i, T, &lo[r], &nk[r]);
-				si[r] = seg ? dtmk_load_i32(seg, b * T + i) : 0;
-				live[r] = nk[r] > lo[r] && si[r] >= 0;
-			}
+			int64_t o = (b * T + i0 + r) * D + h * hd;
 			if (live[r]) {
 				memcpy(q4 + r * hd, w->bq + o, 2 * (size_t)hd);
 				memcpy(dy4 + r * hd, w->bdy + o, 2 * (size_t)hd);
-				kmin = lo[r] < kmin ? lo[r] : kmin;
-				kmax = nk[r] > kmax ? nk[r] : kmax;
 			} else {
 				memset(q4 + r * hd, 0, 2 * (size_t)hd);
 				memset(dy4 + r * hd, 0, 2 * (size_t)hd);
@@ -919,13 +909,7 @@ dtmkb_attn_block_bf16(const DtmkbAttn *w, int64_t bh, void *buf, int64_t hd)
 			dtmkb_rows8_outer_bf16(dkb, hd, dSt, qx, kmin, kmax, hd);
 			dtmkb_rows8_outer_bf16(dvb, hd, Pt, dyx, kmin, kmax, hd);
 		}
-		for (int r = 0; r < DTMKB_AR && i0 + r < T; r++) {
-			float *dq = w->dq + (b * T + i0 + r) * D + h * hd;
-			if (live[r] && kmax > 0)
-				memcpy(dq, dq4 + r * hd, sizeof(float) * (size_t)hd);
-			else
-				memset(dq, 0, sizeof(float) * (size_t)hd);
-		}
+		dtmkb_attn_store_dq(w, b, h, i0, live, kmax, dq4, hd);
 	}
 	dtmkb_attn_store(w, b, h, dkb, dvb, hd);
 }

@@ -705,29 +705,17 @@ dtmk_attention_block(const struct dtmk_attn_job *j, int64_t it, float *buf, int6
 	for (int64_t t = Tk; t < Tp; t++) /* read by rows whose keys end past Tk: never */
 		memset(vb + t * hv, 0, sizeof(float) * (size_t)hv);
 	for (int64_t i0 = 0; i0 < Tq; i0 += DTMK_AR) {
-		int64_t lo[DTMK_AR], nk[DTMK_AR], kmin = Tk, kmax = 0;
+		int64_t lo[DTMK_AR], nk[DTMK_AR], kmin, kmax;
 		int32_t si[DTMK_AR];
 		bool live[DTMK_AR];
+		dtmk_attn_block_rows(a, seg, b, i0, Tq, Tk, lo, nk, si, live, &kmin, &kmax);
 		for (int r = 0; r < DTMK_AR; r++) {
-			int64_t i = i0 + r;
-			lo[r] = nk[r] = 0;
-			si[r] = 0;
-			live[r] = false;
-			if (i < Tq) {
-				dtmk_attn_range(a, i, Tk, &lo[r], &nk[r]);
-				si[r] = seg ? dtmk_load_i32(seg, b * Tq + i) : 0;
-				live[r] = nk[r] > lo[r] && si[r] >= 0;
-			}
 			float *q = qb + r * hd;
-			int64_t qo = (b * Tq + i) * D + h * hd;
+			int64_t qo = (b * Tq + i0 + r) * D + h * hd;
 			for (int64_t c = 0; c < hd; c++)
 				q[c] = !live[r] ? 0.0f :
 				       (f32 ? ((const float *)a->in[0].p)[qo + c] :
 					      dtmk_load(&a->in[0], qo + c)) * scale;
-			if (live[r]) {
-				kmin = lo[r] < kmin ? lo[r] : kmin;
-				kmax = nk[r] > kmax ? nk[r] : kmax;
-			}
 		}
 		int64_t np = DTMK_PAD16(kmax);
 		if (kmax > 0) {
@@ -800,27 +788,15 @@ dtmk_attention_block_bf16(const struct dtmk_attn_job *j, int64_t it, void *buf, 
 			w[t & 1] = x; /* little-endian: the even key in the low half */
 		}
 	for (int64_t i0 = 0; i0 < Tq; i0 += DTMK_AR) {
-		int64_t lo[DTMK_AR], nk[DTMK_AR], kmin = Tk, kmax = 0;
+		int64_t lo[DTMK_AR], nk[DTMK_AR], kmin, kmax;
 		int32_t si[DTMK_AR];
 		bool live[DTMK_AR];
-		for (int r = 0; r < DTMK_AR; r++) {
-			int64_t i = i0 + r;
-			lo[r] = nk[r] = 0;
-			si[r] = 0;
-			live[r] = false;
-			if (i < Tq) {
-				dtmk_attn_range(a, i, Tk, &lo[r], &nk[r]);
-				si[r] = seg ? dtmk_load_i32(seg, b * Tq + i) : 0;
-				live[r] = nk[r] > lo[r] && si[r] >= 0;
-			}
-			if (live[r]) {
-				memcpy(qb + r * hd, Q + (b * Tq + i) * D + h * hd, 2 * (size_t)hd);
-				kmin = lo[r] < kmin ? lo[r] : kmin;
-				kmax = nk[r] > kmax ? nk[r] : kmax;
-			} else {
+		dtmk_attn_block_rows(a, seg, b, i0, Tq, Tk, lo, nk, si, live, &kmin, &kmax);
+		for (int r = 0; r < DTMK_AR; r++)
+			if (live[r])
+				memcpy(qb + r * hd, Q + (b * Tq + i0 + r) * D + h * hd, 2 * (size_t)hd);
+			else
 				memset(qb + r * hd, 0, 2 * (size_t)hd);
-			}
-		}
 		int64_t np = DTMK_PAD16(kmax);
 		if (kmax > 0) {
 			float inv[DTMK_AR];
