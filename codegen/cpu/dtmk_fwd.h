@@ -904,6 +904,10 @@ static inline void dtmk_ce_chunks(void *argp, int64_t lo, int64_t hi)
 	const DtmkArgs *a = j->a;
 	int64_t V = j->V;
 	int f32 = a->in[0].dtype == DTM_F32;
+	/* 16-bit logits: each row widened into f32 scratch, then the f32
+	 * loop (per element through dtmk_load and libm's expf it was 0.72 s
+	 * of GPT-2 small's bf16 step) */
+	float *row = f32 ? NULL : malloc(sizeof(float) * (size_t)V);
 	for (int64_t c = lo; c < hi; c++) {
 		double tot = 0;
 		int64_t end = (c + 1) * DTMK_LOSS_CHUNK < j->N ? (c + 1) * DTMK_LOSS_CHUNK : j->N;
@@ -911,8 +915,12 @@ static inline void dtmk_ce_chunks(void *argp, int64_t lo, int64_t hi)
 			int32_t t = dtmk_load_i32(&a->in[1], i);
 			float mx = -INFINITY;
 			double sum = 0;
-			if (f32) {
-				const float *x = (const float *)a->in[0].p + i * V;
+			if (f32 || row) {
+				if (row) {
+					DtmkTensor v = dtmk_view(&a->in[0], i * V, V);
+					dtmk_widen(&v, row);
+				}
+				const float *x = row ? row : (const float *)a->in[0].p + i * V;
 				mx = dtmk_maxf(x, V);
 				float s = 0;
 				for (int64_t k = 0; k < V; k++)
@@ -931,6 +939,7 @@ static inline void dtmk_ce_chunks(void *argp, int64_t lo, int64_t hi)
 		}
 		j->part[c] = tot;
 	}
+	free(row);
 }
 
 /* cross_entropy(logits [..., V], targets i32[...]) -> mean over positions

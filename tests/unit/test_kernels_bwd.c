@@ -297,11 +297,17 @@ static void test_attention_bwd(void)
 
 static void test_cross_entropy_bwd(void)
 {
-	IrModule *m = mod();
-	int o[3] = {leaf(m, IR_F32, 0, 0, 0, 0), leaf(m, IR_F32, 3, 2, 3, 7),
-	            leaf(m, IR_I32, 2, 2, 3, 0)};
-	run("cross_entropy_bwd", m, node(m, IR_OP_CROSS_ENTROPY_BWD, 3, o, 0, NULL, 0, false, NULL),
-	    dtmk_cross_entropy_bwd, 7, F32);
+	/* f32, and bf16 logits and result (widened and narrowed a row at a
+	 * time) */
+	for (int bf = 0; bf < 2; bf++) {
+		IrDtype t = bf ? IR_BF16 : IR_F32;
+		IrModule *m = mod();
+		int o[3] = {leaf(m, t, 0, 0, 0, 0), leaf(m, t, 3, 2, 3, 7),
+		            leaf(m, IR_I32, 2, 2, 3, 0)};
+		run(bf ? "cross_entropy_bwd bf16" : "cross_entropy_bwd", m,
+		    node(m, IR_OP_CROSS_ENTROPY_BWD, 3, o, 0, NULL, 0, false, NULL),
+		    dtmk_cross_entropy_bwd, 7, bf ? BF16 : F32);
+	}
 }
 
 /* ---- the way a kernel's work is cut changes no bit (issue 13 point 9) ----

@@ -328,6 +328,11 @@ static void test_model_ops(void)
 	IrModule *m = mod();
 	int o[2] = { leaf(m, IR_F32, 3, SHAPE(3, 50, 13)), leaf(m, IR_I32, 2, SHAPE(3, 50)) };
 	run_case("cross_entropy", m, node(m, IR_OP_CROSS_ENTROPY, 2, o), dtmk_cross_entropy, 13);
+	/* bf16 logits: each row widened, then the f32 loop */
+	m = mod();
+	o[0] = leaf(m, IR_BF16, 3, SHAPE(3, 50, 13));
+	o[1] = leaf(m, IR_I32, 2, SHAPE(3, 50));
+	run_case("cross_entropy bf16", m, node(m, IR_OP_CROSS_ENTROPY, 2, o), dtmk_cross_entropy, 13);
 	m = mod();
 	o[0] = leaf(m, IR_F32, 2, SHAPE(4, 6));
 	o[1] = leaf(m, IR_F32, 2, SHAPE(4, 6));
