@@ -22,7 +22,8 @@
 # `python3 -m venv` and `pip install torch numpy` when missing), JAX_PY (default
 # ~/.cache/dtm-bench/jax-venv/bin/python, which scripts/deps.sh makes).
 # An implementation whose python is missing is left out, and said so; one whose
-# every run fails (JAX on GPT-2 small here) is listed as failed.
+# every run fails (JAX on GPT-2 small here) is listed as failed, with the last
+# lines its last run wrote to stderr.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -79,12 +80,12 @@ run() {
 		[ "$impl" = torch-compile ] && extra=(--compile)
 		[ "$impl" = torch-bf16 ] && extra=(--precision bf16)
 		"$TORCH_PY" bench/torch_gpt.py --dtmc "$dtmc" --threads "$THREADS" --steps "$STEPS" \
-			--warmup "$WARMUP" "${extra[@]}" "${defs[@]}" 2>/dev/null | tail -1 |
+			--warmup "$WARMUP" "${extra[@]}" "${defs[@]}" 2>"$tmp/$impl.err" | tail -1 |
 			python3 -c 'import json,sys; print(json.loads(sys.stdin.read())["ms_per_step"])' \
 				2>/dev/null ;;
 	jax-jit)
 		"$JAX_PY" bench/jax_gpt.py --dtmc "$dtmc" --steps "$STEPS" --warmup "$WARMUP" \
-			"${defs[@]}" 2>/dev/null | tail -1 |
+			"${defs[@]}" 2>"$tmp/$impl.err" | tail -1 |
 			python3 -c 'import json,sys; print(json.loads(sys.stdin.read())["ms_per_step"])' \
 				2>/dev/null ;;
 	esac
@@ -128,6 +129,8 @@ print(c["batch"], c["ctx"], c["d"], f, c["vocab"], c["heads"])' "$cfgj")"
 	for impl in "${impls[@]}"; do
 		if [ -z "$(tr -d ' ' <<<"${all[$impl]}")" ]; then
 			printf '  %-14s %10s %10s %14s %12s\n' "$impl" failed - - -
+			# why: the last lines its last run wrote to stderr
+			[ -s "$tmp/$impl.err" ] && tail -n 3 "$tmp/$impl.err" | sed 's/^/    | /'
 			continue
 		fi
 		read -r mn md <<<"$(tr ' ' '\n' <<<"${all[$impl]}" | sed '/^$/d' | stat)"
