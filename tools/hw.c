@@ -562,7 +562,8 @@ static void parse_table(Parser *p, HwProfile *hw, const Key *k, const char *s, s
 	int na = split_args(s, a0, a1, at, len, 5);
 	if (k->kind == KEY_TSTREAM && na == 2)
 		want = 2; /* stream_bw THREADS BYTES */
-	const char *use = k->kind == KEY_GEMM   ? "'gemm THREADS M N K = FLOP/s'"
+	const char *use = k->kind == KEY_GEMM   ? (k->off ? "'gemm_bf16 THREADS M N K = FLOP/s'"
+	                                                  : "'gemm THREADS M N K = FLOP/s'")
 	                  : k->kind == KEY_COLL    ? "'coll KIND N = LATENCY, BYTES/s'"
 	                  : k->kind == KEY_TSTREAM ? "'stream_bw THREADS [BYTES] = BYTES/s'"
 	                                           : "'KEY THREADS = VALUE'";

@@ -506,9 +506,9 @@ static void test_hw_calibrated(void)
 	/* errors in table lines */
 	const char *bad = "gemm 1 64 64 = 1 GFLOP/s\ngemm 0 1 1 1 = 1\ncoll foo 2 = 1 us, 1 GB/s\n"
 	                  "coll all_reduce 1 = 1 us, 1 GB/s\ncoll send 2 = 1 us\n"
-	                  "stream_bw 17 = 1 GB/s\ngemm_eff = 1.5\n";
+	                  "stream_bw 17 = 1 GB/s\ngemm_eff = 1.5\ngemm_bf16 1 8 = 1 GFLOP/s\n";
 	capture_start(&f, &out, &len);
-	CHECK_EQ_INT(hw_parse_overrides(&r, bad, strlen(bad), "bad.hw", f), 7);
+	CHECK_EQ_INT(hw_parse_overrides(&r, bad, strlen(bad), "bad.hw", f), 8);
 	fclose(f);
 	CHECK(strstr(out, "bad.hw:1:6: error: wrong arguments for 'gemm'") != NULL);
 	CHECK(strstr(out, "bad.hw:2:6: error: bad thread count '0'") != NULL);
@@ -517,6 +517,8 @@ static void test_hw_calibrated(void)
 	CHECK(strstr(out, "bad.hw:5:15: error: expected 'LATENCY, BYTES/s'") != NULL);
 	CHECK(strstr(out, "bad.hw:6:11: error: bad thread count '17'") != NULL);
 	CHECK(strstr(out, "bad.hw:7:12: error: value '1.5' is out of range") != NULL);
+	CHECK(strstr(out, "bad.hw:8:") != NULL &&
+	      strstr(out, "note: the form is 'gemm_bf16 THREADS M N K = FLOP/s'") != NULL);
 	free(out);
 	/* the step: one 64^3 GEMM on one rank (2 threads: the 1024 point of
 	 * 2 threads is the only one), then a 1 MB all_reduce over 2 ranks */
