@@ -662,47 +662,76 @@ struct gemm_job {
 	const float *A, *B;
 	const uint16_t *Ah, *Bh; /* bf16 operands for oneDNN, or NULL */
 	float *C;
+	void *out; /* C's bf16 / f16 buffer, each block narrowed into it, or NULL */
+	DtmDtype out_t;
 	_Atomic int failed; /* a oneDNN call failed */
 	RtGemmSplit sp;
 	int64_t item0; /* tasks count from this batch item */
 };
+
+/* C[r0, r1) x [c0, c1) (row length n, from element off) into j->out while
+ * the block is still in cache: a separate pass over C afterwards read it
+ * back from memory. */
+static void narrow_block(const struct gemm_job *j, int64_t off, int64_t n, int64_t r0,
+			 int64_t r1, int64_t c0, int64_t c1)
+{
+	for (int64_t r = r0; r < r1; r++) {
+		int64_t base = off + r * n;
+		if (j->out_t == DTM_BF16) {
+			uint16_t *restrict d = (uint16_t *)j->out + base;
+			const float *restrict s = j->C + base;
+			for (int64_t c = c0; c < c1; c++)
+				d[c] = bf16_from_f32(s[c]);
+		} else {
+			for (int64_t c = c0; c < c1; c++)
+				rt_store_f32(j->out, j->out_t, base + c, j->C[base + c]);
+		}
+	}
+}
+
+/* Block [b0, b1) of item it's C rows (or columns): one BLAS call. */
+static void gemm_block(const struct gemm_job *j, int64_t it, int64_t b0, int64_t b1, float *C)
+{
+	const DtmAction *a = j->a;
+	int64_t m = a->m, n = a->n, k = a->k, lda = a->trans_a ? m : k, ldb = a->trans_b ? k : n;
+	int st;
+#ifdef DTM_HAVE_DNNL
+	if (j->Ah) {
+		const uint16_t *A = j->Ah + it * a->stride_a, *B = j->Bh + it * a->stride_b;
+		st = j->sp.rows ? dnnl_gemm(a->trans_a, a->trans_b, b1 - b0, n, k, a->alpha,
+					    A + (a->trans_a ? b0 : b0 * lda), lda, B, ldb, a->beta,
+					    C + b0 * n, n) :
+				  dnnl_gemm(a->trans_a, a->trans_b, m, b1 - b0, k, a->alpha, A, lda,
+					    B + (a->trans_b ? b0 * ldb : b0), ldb, a->beta, C + b0, n);
+		if (st != 0)
+			atomic_store(&((struct gemm_job *)j)->failed, 1);
+		return;
+	}
+#endif
+	const float *A = j->A + it * a->stride_a, *B = j->B + it * a->stride_b;
+	st = j->sp.rows ? /* rows of op(A): A's rows, or its columns when transposed */
+		     sgemm_ld(a->trans_a, a->trans_b, b1 - b0, n, k, a->alpha,
+			      A + (a->trans_a ? b0 : b0 * lda), lda, B, ldb, a->beta, C + b0 * n, n) :
+		     /* columns of op(B) */
+		     sgemm_ld(a->trans_a, a->trans_b, m, b1 - b0, k, a->alpha, A, lda,
+			      B + (a->trans_b ? b0 * ldb : b0), ldb, a->beta, C + b0, n);
+	if (st != 0)
+		atomic_store(&((struct gemm_job *)j)->failed, 1);
+}
 
 /* Tasks [lo, hi): task t is block t % nblocks of item item0 + t / nblocks. */
 static void gemm_range(void *argp, int64_t lo, int64_t hi)
 {
 	const struct gemm_job *j = argp;
 	const DtmAction *a = j->a;
-	int64_t m = a->m, n = a->n, k = a->k, lda = a->trans_a ? m : k, ldb = a->trans_b ? k : n;
-	int64_t lim = j->sp.rows ? m : n;
+	int64_t m = a->m, n = a->n, lim = j->sp.rows ? m : n;
 	for (int64_t t = lo; t < hi; t++) {
 		int64_t it = j->item0 + t / j->sp.nblocks, b0 = t % j->sp.nblocks * j->sp.ext;
 		int64_t b1 = b0 + j->sp.ext < lim ? b0 + j->sp.ext : lim;
-		float *C = j->C + it * a->stride_c;
-#ifdef DTM_HAVE_DNNL
-		if (j->Ah) {
-			const uint16_t *A = j->Ah + it * a->stride_a, *B = j->Bh + it * a->stride_b;
-			int st = j->sp.rows ?
-					 dnnl_gemm(a->trans_a, a->trans_b, b1 - b0, n, k, a->alpha,
-						   A + (a->trans_a ? b0 : b0 * lda), lda, B, ldb,
-						   a->beta, C + b0 * n, n) :
-					 dnnl_gemm(a->trans_a, a->trans_b, m, b1 - b0, k, a->alpha, A,
-						   lda, B + (a->trans_b ? b0 * ldb : b0), ldb, a->beta,
-						   C + b0, n);
-			if (st != 0)
-				atomic_store(&((struct gemm_job *)argp)->failed, 1);
-			continue;
-		}
-#endif
-		const float *A = j->A + it * a->stride_a, *B = j->B + it * a->stride_b;
-		int st = j->sp.rows ? /* rows of op(A): A's rows, or its columns when transposed */
-				 sgemm_ld(a->trans_a, a->trans_b, b1 - b0, n, k, a->alpha,
-					  A + (a->trans_a ? b0 : b0 * lda), lda, B, ldb, a->beta,
-					  C + b0 * n, n) :
-				 /* columns of op(B) */
-				 sgemm_ld(a->trans_a, a->trans_b, m, b1 - b0, k, a->alpha, A, lda,
-					  B + (a->trans_b ? b0 * ldb : b0), ldb, a->beta, C + b0, n);
-		if (st != 0)
-			atomic_store(&((struct gemm_job *)argp)->failed, 1);
+		gemm_block(j, it, b0, b1, j->C + it * a->stride_c);
+		if (j->out)
+			narrow_block(j, it * a->stride_c, n, j->sp.rows ? b0 : 0, j->sp.rows ? b1 : m,
+				     j->sp.rows ? 0 : b0, j->sp.rows ? n : b1);
 	}
 }
 
@@ -734,8 +763,12 @@ int rt_cpu_gemm(const DtmAction *a, const DtmBuffer *bufs, void *const *ptrs, Rt
 	/* one thread whoever set it otherwise (bench/gemm_bench compares
 	 * with BLAS's own threads) */
 	rt_blas_set_threads(1);
+	/* a bf16 / f16 C is narrowed block by block as each is done, except
+	 * where every item accumulates into the same C (after the last) */
+	bool narrow_each = bc->dtype != DTM_F32 && !(batch > 1 && a->stride_c == 0);
 	struct gemm_job j = { a, A, B, bf16 ? ptrs[a->args[0]] : NULL,
-			      bf16 ? ptrs[a->args[1]] : NULL, C, 0, { 0 }, 0 };
+			      bf16 ? ptrs[a->args[1]] : NULL, C, narrow_each ? ptrs[a->args[2]] : NULL,
+			      bc->dtype, 0, { 0 }, 0 };
 	rt_gemm_split(a->m, a->n, a->k, &j.sp);
 	int64_t block_flops = 2 * (j.sp.rows ? j.sp.ext * a->n : a->m * j.sp.ext) * a->k;
 	int64_t grain = block_flops > 0 ? (RT_GEMM_RANGE_FLOPS + block_flops - 1) / block_flops : 1;
@@ -752,7 +785,7 @@ int rt_cpu_gemm(const DtmAction *a, const DtmBuffer *bufs, void *const *ptrs, Rt
 			 a->label ? a->label : "?", (long long)a->m, (long long)a->n, (long long)a->k);
 		return -1;
 	}
-	if (bc->dtype != DTM_F32) {
+	if (bc->dtype != DTM_F32 && !narrow_each) {
 		struct widen_job w = { NULL, bc->dtype, C, ptrs[a->args[2]] };
 		rt_parallel_for(pool, nc, 1 << 15, narrow_range, &w);
 	}

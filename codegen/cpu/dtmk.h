@@ -104,7 +104,7 @@ static inline DtmkTensor dtmk_view(const DtmkTensor *t, int64_t off, int64_t n)
 
 /* All of t as f32 into dst, and dst's f32 values into t: one loop per
  * dtype (bf16's vectorises), not a switch per element. */
-static inline void dtmk_widen(const DtmkTensor *t, float *restrict dst)
+static inline __attribute__((always_inline)) void dtmk_widen(const DtmkTensor *t, float *restrict dst)
 {
 	int64_t n = t->numel;
 	if (t->dtype == DTM_BF16) {
@@ -121,7 +121,7 @@ static inline void dtmk_widen(const DtmkTensor *t, float *restrict dst)
 
 static inline void dtmk_store(const DtmkTensor *t, int64_t i, float v);
 
-static inline void dtmk_narrow(const DtmkTensor *t, const float *restrict src)
+static inline __attribute__((always_inline)) void dtmk_narrow(const DtmkTensor *t, const float *restrict src)
 {
 	int64_t n = t->numel;
 	if (t->dtype == DTM_BF16) {

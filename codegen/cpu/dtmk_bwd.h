@@ -142,22 +142,47 @@ out:
 	dtmkb_done(ctx, &a->out, y);
 }
 
+/* The common sum_to, a bias gradient: out's no elements are x's trailing
+ * ones, summed over the leading rows.  Split over the pool by chunks of
+ * DTMKB_SUM_W columns, each summed over all rows in row order (f64), so the
+ * result is the serial one whatever the threads; a bf16 / f16 x is widened
+ * a row's chunk at a time, never whole. */
+#define DTMKB_SUM_W 256
+
+struct dtmkb_sum_job {
+	const DtmkTensor *x, *out;
+	int64_t rows, no;
+};
+
+static void dtmkb_sum_cols(void *arg, int64_t lo, int64_t hi)
+{
+	const struct dtmkb_sum_job *j = arg;
+	double acc[DTMKB_SUM_W];
+	float seg[DTMKB_SUM_W];
+	for (int64_t c = lo; c < hi; c++) {
+		int64_t c0 = c * DTMKB_SUM_W, w = j->no - c0 < DTMKB_SUM_W ? j->no - c0 : DTMKB_SUM_W;
+		memset(acc, 0, sizeof acc);
+		for (int64_t r = 0; r < j->rows; r++) {
+			const float *xr = seg;
+			if (j->x->dtype == DTM_F32) {
+				xr = (const float *)j->x->p + r * j->no + c0;
+			} else {
+				DtmkTensor v = dtmk_view(j->x, r * j->no + c0, w);
+				dtmk_widen(&v, seg);
+			}
+			for (int64_t k = 0; k < w; k++)
+				acc[k] += xr[k];
+		}
+		for (int64_t k = 0; k < w; k++)
+			dtmk_store(j->out, c0 + k, (float)acc[k]);
+	}
+}
+
 /* sum_to(x): out = x summed over the dims out is broadcast along (f64). */
 static void dtmk_sum_to(const DtmCtx *ctx, const DtmkArgs *a)
 {
-	(void)ctx;
 	int64_t st[DTM_MAX_RANK];
-	DtmkbBuf x = dtmkb_in(ctx, &a->in[0]);
 	int64_t no = a->out.numel;
-	double stackacc[256];
-	double *acc = no <= 256 ? stackacc : malloc(sizeof(double) * (size_t)(no ? no : 1));
-	if (!x.p || !acc)
-		goto out;
-	memset(acc, 0, sizeof(double) * (size_t)no);
-	dtmkb_strides(&a->out, &a->in[0], st);
-	/* The common case, a bias gradient: out's elements are x's trailing
-	 * no elements, summed over the leading rows; contiguous, so the adds
-	 * vectorise (the walk below strides by a run-time stride). */
 	int lead = a->in[0].rank >= a->out.rank;
 	for (int d = 0; lead && d < a->in[0].rank; d++) {
 		int k = d - (a->in[0].rank - a->out.rank);
@@ -166,16 +191,20 @@ static void dtmk_sum_to(const DtmCtx *ctx, const DtmkArgs *a)
 			lead = 0;
 	}
 	if (lead && no > 0) {
-		int64_t rows = a->in[0].numel / no;
-		for (int64_t r = 0; r < rows; r++) {
-			const float *xr = x.p + r * no;
-			for (int64_t j = 0; j < no; j++)
-				acc[j] += xr[j];
-		}
-		for (int64_t i = 0; i < no; i++)
-			dtmk_store(&a->out, i, (float)acc[i]);
-		goto out;
+		struct dtmkb_sum_job j = {&a->in[0], &a->out, a->in[0].numel / no, no};
+		int64_t chunks = (no + DTMKB_SUM_W - 1) / DTMKB_SUM_W;
+		int64_t per = j.rows * DTMKB_SUM_W; /* elements a chunk reads */
+		dtmk_par(ctx, chunks, per >= (1 << 15) ? 1 : ((1 << 15) + per - 1) / per,
+			 dtmkb_sum_cols, &j);
+		return;
 	}
+	DtmkbBuf x = dtmkb_in(ctx, &a->in[0]);
+	double stackacc[256];
+	double *acc = no <= 256 ? stackacc : malloc(sizeof(double) * (size_t)(no ? no : 1));
+	if (!x.p || !acc)
+		goto out;
+	memset(acc, 0, sizeof(double) * (size_t)no);
+	dtmkb_strides(&a->out, &a->in[0], st);
 #define SUM_ROW(bo, so, n, s)                                                                   \
 	if ((s) == 0) {                                                                         \
 		double t_ = 0;                                                                  \
@@ -198,14 +227,14 @@ out:
 
 /* ---- activations: (dy, x) -> dx ---- */
 
-static inline float dtmkb_gelu_grad(float x)
+static inline __attribute__((always_inline)) float dtmkb_gelu_grad(float x)
 {
 	const float c = 0.7978845608028654f, k = 0.044715f;
 	float t = dtmk_tanh_gelu(c * (x + k * x * x * x));
 	return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * c * (1.0f + 3.0f * k * x * x);
 }
 
-static inline float dtmkb_silu_grad(float x)
+static inline __attribute__((always_inline)) float dtmkb_silu_grad(float x)
 {
 	float s = x >= 0 ? 1.0f / (1.0f + expf(-x)) : expf(x) / (1.0f + expf(x));
 	return s * (1.0f + x * (1.0f - s));
@@ -226,7 +255,7 @@ struct dtmkb_act_job {
 					      float *restrict y, int64_t n)                     \
 	{                                                                                       \
 		for (int64_t i = 0; i < n; i++) {                                               \
-			float v = x[i];                                                         \
+			float v = x[i], g = dy[i];                                              \
 			y[i] = (expr);                                                          \
 		}                                                                               \
 	}                                                                                       \
@@ -238,6 +267,16 @@ struct dtmkb_act_job {
 			dtmkb_##name##_f32((const float *)j->dy->p + lo,                       \
 					   (const float *)j->x->p + lo, (float *)j->y->p + lo,  \
 					   hi - lo);                                            \
+			return;                                                                 \
+		}                                                                               \
+		if (j->dy->dtype == DTM_BF16 && j->x->dtype == DTM_BF16 &&                      \
+		    j->y->dtype == DTM_BF16) { /* one loop, conversions in registers */         \
+			const uint16_t *restrict dy16 = j->dy->p, *restrict x16 = j->x->p;      \
+			uint16_t *restrict y16 = j->y->p;                                       \
+			for (int64_t i = lo; i < hi; i++) {                                     \
+				float g = dtmk_bf16_to_f32(dy16[i]), v = dtmk_bf16_to_f32(x16[i]); \
+				y16[i] = dtmk_f32_to_bf16(expr);                                \
+			}                                                                       \
 			return;                                                                 \
 		}                                                                               \
 		float b[3][DTMKB_ACT_CHUNK];                                                    \
@@ -258,9 +297,10 @@ struct dtmkb_act_job {
 			dtmk_par(ctx, a->out.numel, DTMKB_ACT_GRAIN, dtmkb_##name##_range, &j); \
 	}
 
-DTMKB_ACT(relu_bwd, v > 0 ? dy[i] : 0.0f)
-DTMKB_ACT(gelu_bwd, dy[i] * dtmkb_gelu_grad(v))
-DTMKB_ACT(silu_bwd, dy[i] * dtmkb_silu_grad(v))
+/* expr: the gradient from v = x[i] and g = dy[i] */
+DTMKB_ACT(relu_bwd, v > 0 ? g : 0.0f)
+DTMKB_ACT(gelu_bwd, g * dtmkb_gelu_grad(v))
+DTMKB_ACT(silu_bwd, g * dtmkb_silu_grad(v))
 #undef DTMKB_ACT
 
 /* ---- max_bwd(dy, x, y){axes}: ties share dy evenly ---- */
@@ -354,9 +394,9 @@ static void dtmk_log_softmax_bwd(const DtmCtx *ctx, const DtmkArgs *a)
 /* ---- layernorm / rmsnorm backward (dy, x[, gamma]){eps} ---- */
 
 struct dtmkb_norm_job {
-	const float *dy, *x, *g;
-	float *out; /* [rows, D] for dx; for gamma, [nchunks, D] partial sums */
-	double *part;
+	const DtmkTensor *dy, *x, *out; /* out: [rows, D] dx, or gamma's [D] */
+	const float *g;                 /* gamma as f32, for dx */
+	double *part;                   /* gamma: [nchunks, D] partial sums */
 	int64_t D, rows;
 	float eps;
 	int ln;
@@ -366,11 +406,22 @@ struct dtmkb_norm_job {
  * chunk order, so the result does not depend on the thread count. */
 #define DTMKB_NORM_CHUNK 64
 
-/* Row statistics of row r: xh = (x - mean) * rstd; returns rstd. */
-static inline float dtmkb_norm_xhat(const struct dtmkb_norm_job *w, int64_t r, float *restrict xh)
+/* Row r of t as f32: in place, or widened into buf (a bf16 / f16 operand
+ * is staged a row at a time, never whole). */
+static inline const float *dtmkb_row(const DtmkTensor *t, int64_t r, int64_t D, float *buf)
+{
+	if (t->dtype == DTM_F32)
+		return (const float *)t->p + r * D;
+	DtmkTensor v = dtmk_view(t, r * D, D);
+	dtmk_widen(&v, buf);
+	return buf;
+}
+
+/* Row statistics of row px: xh = (x - mean) * rstd; returns rstd. */
+static inline float dtmkb_norm_xhat(const struct dtmkb_norm_job *w, const float *restrict px,
+				   float *restrict xh)
 {
 	int64_t D = w->D;
-	const float *restrict px = w->x + r * D;
 	double mu = 0, var = 0;
 	if (w->ln) {
 		for (int64_t j = 0; j < D; j++)
@@ -385,19 +436,27 @@ static inline float dtmkb_norm_xhat(const struct dtmkb_norm_job *w, int64_t r, f
 	return rstd;
 }
 
+/* Four rows of D floats: xh, then staging for dy, x and the result. */
+static inline float *dtmkb_norm_scratch(int64_t D, float *stack, int64_t nstack)
+{
+	return 4 * D <= nstack ? stack : malloc(sizeof(float) * (size_t)(4 * D));
+}
+
 /* dx rows [lo, hi): out = rstd * (g - mean(g) - xhat * mean(g * xhat)),
  * g = dy * gamma. */
 static void dtmkb_norm_dx_rows(void *arg, int64_t lo, int64_t hi)
 {
 	const struct dtmkb_norm_job *w = arg;
 	int64_t D = w->D;
-	float stackxh[1024];
-	float *xh = D <= 1024 ? stackxh : malloc(sizeof(float) * (size_t)D);
+	float stack[4096];
+	float *xh = dtmkb_norm_scratch(D, stack, 4096);
 	if (!xh)
 		return;
+	float *bdy = xh + D, *bx = bdy + D, *bo = bx + D;
+	int f32 = w->out->dtype == DTM_F32;
 	for (int64_t r = lo; r < hi; r++) {
-		const float *restrict pdy = w->dy + r * D, *restrict g = w->g;
-		float rstd = dtmkb_norm_xhat(w, r, xh);
+		const float *restrict pdy = dtmkb_row(w->dy, r, D, bdy), *restrict g = w->g;
+		float rstd = dtmkb_norm_xhat(w, dtmkb_row(w->x, r, D, bx), xh);
 		double mg = 0, mgx = 0;
 		for (int64_t j = 0; j < D; j++) {
 			float gj = pdy[j] * g[j];
@@ -405,11 +464,15 @@ static void dtmkb_norm_dx_rows(void *arg, int64_t lo, int64_t hi)
 			mgx += gj * xh[j];
 		}
 		float fmg = w->ln ? (float)(mg / (double)D) : 0.0f, fmgx = (float)(mgx / (double)D);
-		float *restrict po = w->out + r * D;
+		float *restrict po = f32 ? (float *)w->out->p + r * D : bo;
 		for (int64_t j = 0; j < D; j++)
 			po[j] = rstd * (pdy[j] * g[j] - fmg - xh[j] * fmgx);
+		if (!f32) {
+			DtmkTensor v = dtmk_view(w->out, r * D, D);
+			dtmk_narrow(&v, bo);
+		}
 	}
-	if (xh != stackxh)
+	if (xh != stack)
 		free(xh);
 }
 
@@ -418,23 +481,24 @@ static void dtmkb_norm_gamma_chunks(void *arg, int64_t lo, int64_t hi)
 {
 	const struct dtmkb_norm_job *w = arg;
 	int64_t D = w->D;
-	float stackxh[1024];
-	float *xh = D <= 1024 ? stackxh : malloc(sizeof(float) * (size_t)D);
+	float stack[4096];
+	float *xh = dtmkb_norm_scratch(D, stack, 4096);
 	if (!xh)
 		return;
+	float *bdy = xh + D, *bx = bdy + D;
 	for (int64_t c = lo; c < hi; c++) {
 		double *restrict acc = w->part + c * D;
 		for (int64_t j = 0; j < D; j++)
 			acc[j] = 0;
 		int64_t end = (c + 1) * DTMKB_NORM_CHUNK < w->rows ? (c + 1) * DTMKB_NORM_CHUNK : w->rows;
 		for (int64_t r = c * DTMKB_NORM_CHUNK; r < end; r++) {
-			const float *restrict pdy = w->dy + r * D;
-			dtmkb_norm_xhat(w, r, xh);
+			const float *restrict pdy = dtmkb_row(w->dy, r, D, bdy);
+			dtmkb_norm_xhat(w, dtmkb_row(w->x, r, D, bx), xh);
 			for (int64_t j = 0; j < D; j++)
 				acc[j] += pdy[j] * xh[j];
 		}
 	}
-	if (xh != stackxh)
+	if (xh != stack)
 		free(xh);
 }
 
@@ -445,13 +509,12 @@ static void dtmkb_norm_bwd(const DtmCtx *ctx, const DtmkArgs *a, int ln, int gam
 {
 	const DtmkTensor *X = &a->in[1];
 	int64_t D = X->rank ? X->shape[X->rank - 1] : 1, rows = D ? X->numel / D : 0;
-	DtmkbBuf dy = dtmkb_in(ctx, &a->in[0]), x = dtmkb_in(ctx, X), out = dtmkb_out(&a->out);
 	DtmkbBuf g = gamma ? (DtmkbBuf){NULL, 0} : dtmkb_in(ctx, &a->in[2]);
 	int64_t nch = (rows + DTMKB_NORM_CHUNK - 1) / DTMKB_NORM_CHUNK;
 	double *part = gamma ? malloc(sizeof(double) * (size_t)((nch ? nch : 1) * (D ? D : 1))) : NULL;
-	if (!dy.p || !x.p || !out.p || (gamma ? !part : !g.p) || D <= 0)
+	if ((gamma ? !part : !g.p) || D <= 0)
 		goto out;
-	struct dtmkb_norm_job w = {dy.p, x.p, g.p, out.p, part, D, rows, (float)a->f[0], ln};
+	struct dtmkb_norm_job w = {&a->in[0], X, &a->out, g.p, part, D, rows, (float)a->f[0], ln};
 	if (!gamma) {
 		dtmk_par(ctx, rows, 4096 / D + 1, dtmkb_norm_dx_rows, &w);
 		goto out;
@@ -461,14 +524,11 @@ static void dtmkb_norm_bwd(const DtmCtx *ctx, const DtmkArgs *a, int ln, int gam
 		double t = 0;
 		for (int64_t c = 0; c < nch; c++)
 			t += part[c * D + j];
-		out.p[j] = (float)t;
+		dtmk_store(&a->out, j, (float)t);
 	}
 out:
 	free(part);
-	dtmkb_free(dy);
-	dtmkb_free(x);
 	dtmkb_free(g);
-	dtmkb_done(ctx, &a->out, out);
 }
 
 static void dtmk_layernorm_bwd(const DtmCtx *ctx, const DtmkArgs *a)

@@ -822,9 +822,10 @@ dtmk_attention_block_bf16(const struct dtmk_attn_job *j, int64_t it, void *buf, 
 		}
 		for (int r = 0; r < DTMK_AR && i0 + r < Tq; r++) {
 			int64_t yo = (b * Tq + i0 + r) * Dv + h * hv;
-			bool z = !live[r] || kmax == 0;
-			for (int64_t c = 0; c < hv; c++)
-				dtmk_store(&a->out, yo + c, z ? 0.0f : ob[r * hv + c]);
+			if (!live[r] || kmax == 0)
+				memset(ob + r * hv, 0, sizeof(float) * (size_t)hv);
+			DtmkTensor v = dtmk_view(&a->out, yo, hv);
+			dtmk_narrow(&v, ob + r * hv); /* a row at once: it vectorises */
 		}
 	}
 }

@@ -164,6 +164,13 @@ static void test_expand_sum_to(IrDtype t, double tol)
 	    1, tol);
 	run("sum_to [4]", m, node(m, IR_OP_SUM_TO, 1, &y, 0, NULL, 0, false, &s2), dtmk_sum_to, 1,
 	    tol);
+	/* a bias gradient wider than a column chunk (256), the last one
+	 * partial, read in place (f32) or a row's chunk at a time (bf16) */
+	m = mod();
+	int z = leaf(m, t, 3, 3, 7, 600);
+	IrNode s3 = shape_of(t, 1, 600, 0, 0);
+	run("sum_to [600]", m, node(m, IR_OP_SUM_TO, 1, &z, 0, NULL, 0, false, &s3), dtmk_sum_to, 1,
+	    tol);
 }
 
 static void test_acts(void)
@@ -175,12 +182,17 @@ static void test_acts(void)
 	} acts[] = {{IR_OP_RELU_BWD, dtmk_relu_bwd, "relu_bwd"},
 	            {IR_OP_GELU_BWD, dtmk_gelu_bwd, "gelu_bwd"},
 	            {IR_OP_SILU_BWD, dtmk_silu_bwd, "silu_bwd"}};
-	for (int i = 0; i < 3; i++) {
-		IrModule *m = mod();
-		int o[2] = {leaf(m, IR_F32, 2, 3, 5, 0), leaf(m, IR_F32, 2, 3, 5, 0)};
-		run(acts[i].name, m, node(m, acts[i].op, 2, o, 0, NULL, 0, false, NULL), acts[i].fn, 1,
-		    F32);
-	}
+	/* f32, and bf16 (dy, x and dx: the one-loop path) */
+	for (int bf = 0; bf < 2; bf++)
+		for (int i = 0; i < 3; i++) {
+			IrModule *m = mod();
+			IrDtype t = bf ? IR_BF16 : IR_F32;
+			int o[2] = {leaf(m, t, 2, 3, 5, 0), leaf(m, t, 2, 3, 5, 0)};
+			char what[64];
+			snprintf(what, sizeof what, "%s%s", acts[i].name, bf ? " bf16" : "");
+			run(what, m, node(m, acts[i].op, 2, o, 0, NULL, 0, false, NULL), acts[i].fn, 1,
+			    bf ? BF16 : F32);
+		}
 }
 
 static void test_max_bwd(void)
@@ -229,6 +241,15 @@ static void test_norm_bwd(IrDtype t, double tol)
 		    ln ? dtmk_layernorm_bwd : dtmk_rmsnorm_bwd, 1, tol);
 		run(ln ? "layernorm_bwd_gamma" : "rmsnorm_bwd_gamma", m,
 		    node(m, dg, 2, o, 0, NULL, 1e-5, false, NULL),
+		    ln ? dtmk_layernorm_bwd_gamma : dtmk_rmsnorm_bwd_gamma, 1, tol);
+		/* rows past the kernels' stack scratch (4 rows of 1024 floats) */
+		m = mod();
+		int w[3] = {leaf(m, t, 2, 3, 1100, 0), leaf(m, t, 2, 3, 1100, 0), leaf(m, t, 1, 1100, 0, 0)};
+		run(ln ? "layernorm_bwd D=1100" : "rmsnorm_bwd D=1100", m,
+		    node(m, dx, 3, w, 0, NULL, 1e-5, false, NULL),
+		    ln ? dtmk_layernorm_bwd : dtmk_rmsnorm_bwd, 1, tol);
+		run(ln ? "layernorm_bwd_gamma D=1100" : "rmsnorm_bwd_gamma D=1100", m,
+		    node(m, dg, 2, w, 0, NULL, 1e-5, false, NULL),
 		    ln ? dtmk_layernorm_bwd_gamma : dtmk_rmsnorm_bwd_gamma, 1, tol);
 	}
 }
@@ -401,6 +422,10 @@ static void test_cut_bits(void)
 	g.in[1] = ten(DTM_F32, 2, 300, 64, 0, 0);
 	g.out = ten(DTM_F32, 2, 300, 64, 0, 0);
 	same_bits("gelu_bwd", dtmk_gelu_bwd, &g);
+	DtmkArgs st = {.nin = 1};
+	st.in[0] = ten(DTM_F32, 2, 300, 600, 0, 0);
+	st.out = ten(DTM_F32, 1, 600, 0, 0, 0);
+	same_bits("sum_to", dtmk_sum_to, &st);
 	for (int causal = 0; causal < 2; causal++) {
 		DtmkArgs a = {.nin = 4, .nints = 2, .ints = {3, causal}};
 		for (int k = 0; k < 4; k++)

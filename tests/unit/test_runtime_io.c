@@ -489,6 +489,30 @@ static void test_f16_bf16(void)
 	CHECK_EQ_INT(bf16_from_f32(1.00390625f), 0x3f80); /* tie to even */
 	CHECK(bf16_to_f32(0x3fc0) == 1.5f);
 	CHECK(bf16_to_f32(bf16_from_f32(NAN)) != bf16_to_f32(bf16_from_f32(NAN)));
+	/* bf16_from_f32 (branch-free) against the rule written out: ties to
+	 * even, NaN made quiet keeping its sign, past the largest finite
+	 * value to infinity; every 61st bit pattern and the edges */
+	static const uint32_t edge[] = {0x00000000, 0x80000000, 0x00008000, 0x00018000, 0x3f818000,
+					0x3f808000, 0x7f7f7fff, 0x7f7f8000, 0x7f7fffff, 0x7f800000,
+					0xff800000, 0x7f800001, 0xff800001, 0x7fc00000, 0x7fffffff,
+					0xffffffff, 0x007fffff, 0x00000001};
+	int bad = 0;
+	for (uint64_t i = 0; i < (1ull << 32) / 61 + 18; i++) {
+		uint32_t u = i < 18 ? edge[i] : (uint32_t)((i - 18) * 61), want;
+		if ((u & 0x7fffffffu) > 0x7f800000u)
+			want = (u >> 16) | 0x40;
+		else if ((u & 0xffff) != 0x8000)
+			want = (u >> 16) + ((u & 0xffff) > 0x8000);
+		else
+			want = (u >> 16) + ((u >> 16) & 1);
+		float f;
+		memcpy(&f, &u, 4);
+		if (bf16_from_f32(f) != (uint16_t)want && bad++ < 5)
+			fprintf(stderr, "bf16_from_f32(0x%08x) = 0x%04x, want 0x%04x\n", u,
+				bf16_from_f32(f), want & 0xffff);
+	}
+	CHECK_EQ_INT(bad, 0);
+	CHECK_EQ_INT(bf16_from_f32(3.4028235e38f), 0x7f80); /* largest f32 rounds to inf */
 }
 
 static void test_safetensors_roundtrip(void)
