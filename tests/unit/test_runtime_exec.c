@@ -684,6 +684,89 @@ next:
 	}
 }
 
+/* A bf16 C is narrowed block by block as each GEMM block is done: blocks
+ * of rows (m >= n) and of columns (m < n), beta 0 and 1, a batch whose
+ * items leave gaps in C (stride_c > m n: the gaps keep their bits), on 1
+ * and 3 threads; each element within one bf16 rounding of the f64 sum. */
+static void test_gemm_bf16_out(void)
+{
+	static const struct {
+		int64_t m, n, k, batch, gap;
+		float beta;
+	} cases[] = {
+		{ 600, 200, 64, 1, 0, 0 },  { 600, 200, 64, 1, 0, 1 },  { 40, 1500, 64, 1, 0, 0 },
+		{ 40, 1500, 64, 1, 0, 1 }, { 300, 64, 32, 3, 5, 0 }, { 64, 300, 32, 2, 3, 1 },
+	};
+	for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+		int64_t m = cases[c].m, n = cases[c].n, k = cases[c].k, nb = cases[c].batch;
+		int64_t sc = m * n + cases[c].gap, na = nb * m * k, nbb = nb * k * n, nc = nb * sc;
+		DtmAction a = { .kind = DTM_ACT_GEMM, .label = "bf16 out", .nargs = 3,
+				.args = { 0, 1, 2 }, .m = m, .n = n, .k = k, .batch = nb,
+				.stride_a = m * k, .stride_b = k * n, .stride_c = sc, .alpha = 1,
+				.beta = cases[c].beta };
+		DtmBuffer bufs[3] = {
+			{ .dtype = DTM_BF16, .rank = 1, .shape = { na } },
+			{ .dtype = DTM_BF16, .rank = 1, .shape = { nbb } },
+			{ .dtype = DTM_BF16, .rank = 1, .shape = { nc } },
+		};
+		uint16_t *A = malloc(2 * (size_t)na), *B = malloc(2 * (size_t)nbb);
+		uint16_t *C0 = malloc(2 * (size_t)nc), *C = malloc(2 * (size_t)nc);
+		CHECK(A && B && C0 && C);
+		if (!A || !B || !C0 || !C)
+			goto next;
+		for (int64_t i = 0; i < na; i++)
+			A[i] = bf16_from_f32(philox_rand_f32(11, 1, (uint64_t)i) - 0.5f);
+		for (int64_t i = 0; i < nbb; i++)
+			B[i] = bf16_from_f32(philox_rand_f32(11, 2, (uint64_t)i) - 0.5f);
+		for (int64_t i = 0; i < nc; i++)
+			C0[i] = bf16_from_f32(philox_rand_f32(11, 3, (uint64_t)i) - 0.5f);
+		for (int nt = 1; nt <= 3; nt += 2) {
+			memcpy(C, C0, 2 * (size_t)nc);
+			void *ptrs[3] = { A, B, C };
+			DtmPlan p = { .nbuffers = 3, .buffers = bufs, .nstages = 1 };
+			DtmStage st = { .nactions = 1, .actions = &a };
+			p.stages = &st;
+			RtGemmScratch s = { 0 };
+			char err[RT_ERR_LEN];
+			CHECK_EQ_INT(rt_gemm_reserve(&s, &p, err), 0);
+			RtPool *pool = rt_pool_new(nt);
+			CHECK_EQ_INT(rt_cpu_gemm(&a, bufs, ptrs, &s, pool, err), 0);
+			rt_pool_free(pool);
+			rt_gemm_scratch_free(&s);
+			int64_t bad = 0;
+			for (int64_t it = 0; it < nb; it++) {
+				for (int64_t i = 0; i < m; i++)
+					for (int64_t j = 0; j < n; j++) {
+						double t = 0;
+						for (int64_t q = 0; q < k; q++)
+							t += (double)bf16_to_f32(A[it * m * k + i * k + q]) *
+							     bf16_to_f32(B[it * k * n + q * n + j]);
+						int64_t o = it * sc + i * n + j;
+						t += cases[c].beta * bf16_to_f32(C0[o]);
+						bad += !(fabs(bf16_to_f32(C[o]) - t) <=
+							 (fabs(t) + 1e-3) / 128);
+					}
+				for (int64_t g = m * n; g < sc; g++)
+					bad += C[it * sc + g] != C0[it * sc + g];
+			}
+			check_count++;
+			if (bad) {
+				check_failures++;
+				fprintf(stderr,
+					"gemm %lldx%lldx%lld bf16 C (batch %lld, gap %lld, beta %g, "
+					"%d threads): %lld elements wrong\n",
+					(long long)m, (long long)n, (long long)k, (long long)nb,
+					(long long)cases[c].gap, cases[c].beta, nt, (long long)bad);
+			}
+		}
+next:
+		free(A);
+		free(B);
+		free(C0);
+		free(C);
+	}
+}
+
 struct sum_job {
 	int64_t *hits;
 };
@@ -895,6 +978,7 @@ int main(void)
 	test_gemm();
 	test_gemm_split();
 	test_gemm_threads();
+	test_gemm_bf16_out();
 	test_shard_index();
 	test_feed_tokens();
 	test_train_and_log(&p);
