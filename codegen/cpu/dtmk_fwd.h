@@ -464,10 +464,72 @@ static inline void dtmk_embed(const DtmCtx *ctx, const DtmkArgs *a)
 	}
 }
 
-/* permute: output dim i is input dim ints[i]. */
+/* permute: output dim i is input dim ints[i].  Same-dtype permutes (all
+ * the compiler emits) copy elements as bits, output rows split over the
+ * pool; a row whose elements are strided in x (a transpose: GPT-2's tied
+ * [vocab, d] head weight is 38.6M elements) is copied DTMK_PERM_G rows at
+ * a time in blocks of DTMK_PERM_K columns, so each cache line of x read
+ * serves G rows.  A pure copy: the cut changes no bit. */
+#define DTMK_PERM_G 16
+#define DTMK_PERM_K 64
+
+struct dtmk_perm_job {
+	const DtmkArgs *a;
+	int64_t st[DTM_MAX_RANK]; /* x's stride along each output dim */
+	int64_t inner, si;
+};
+
+/* x's offset of output row `row` (the output's dims but the last). */
+static inline int64_t dtmk_perm_off(const struct dtmk_perm_job *j, int64_t row)
+{
+	const DtmkTensor *y = &j->a->out;
+	int64_t off = 0;
+	for (int d = y->rank - 2; d >= 0; d--) {
+		off += row % y->shape[d] * j->st[d];
+		row /= y->shape[d];
+	}
+	return off;
+}
+
+#define DTMK_PERM_COPY(T)                                                                      \
+	do {                                                                                   \
+		const T *restrict x = j->a->in[0].p;                                            \
+		T *restrict y = j->a->out.p;                                                   \
+		for (int64_t r0 = lo; r0 < hi; r0 += DTMK_PERM_G) {                            \
+			int g = hi - r0 < DTMK_PERM_G ? (int)(hi - r0) : DTMK_PERM_G;          \
+			int64_t off[DTMK_PERM_G];                                              \
+			for (int q = 0; q < g; q++)                                            \
+				off[q] = dtmk_perm_off(j, r0 + q);                             \
+			if (si == 1) {                                                         \
+				for (int q = 0; q < g; q++)                                    \
+					memcpy(y + (r0 + q) * n, x + off[q], sizeof(T) * (size_t)n); \
+				continue;                                                      \
+			}                                                                      \
+			for (int64_t k0 = 0; k0 < n; k0 += DTMK_PERM_K) {                      \
+				int64_t k1 = k0 + DTMK_PERM_K < n ? k0 + DTMK_PERM_K : n;      \
+				for (int q = 0; q < g; q++) {                                  \
+					T *restrict yr = y + (r0 + q) * n;                     \
+					const T *restrict xr = x + off[q];                     \
+					for (int64_t k = k0; k < k1; k++)                      \
+						yr[k] = xr[k * si];                            \
+				}                                                              \
+			}                                                                      \
+		}                                                                              \
+	} while (0)
+
+static void dtmk_perm_rows(void *arg, int64_t lo, int64_t hi)
+{
+	const struct dtmk_perm_job *j = arg;
+	int64_t n = j->inner, si = j->si;
+	if (dtmk_esize(j->a->out.dtype) == 2)
+		DTMK_PERM_COPY(uint16_t);
+	else
+		DTMK_PERM_COPY(uint32_t);
+}
+#undef DTMK_PERM_COPY
+
 static inline void dtmk_permute(const DtmCtx *ctx, const DtmkArgs *a)
 {
-	(void)ctx;
 	const DtmkTensor *X = &a->in[0];
 	int r = a->out.rank;
 	int64_t xs[DTM_MAX_RANK], st[DTM_MAX_RANK], idx[DTM_MAX_RANK] = { 0 }, s = 1, off = 0;
@@ -482,17 +544,16 @@ static inline void dtmk_permute(const DtmCtx *ctx, const DtmkArgs *a)
 		return;
 	}
 	int64_t inner = a->out.shape[r - 1], si = st[r - 1];
-	int f32 = dtmk_all_f32(a);
+	if (X->dtype == a->out.dtype && inner > 0) {
+		struct dtmk_perm_job j = { a, { 0 }, inner, si };
+		memcpy(j.st, st, sizeof st);
+		int64_t rows = a->out.numel / inner;
+		dtmk_par(ctx, rows, (1 << 16) / inner + 1, dtmk_perm_rows, &j);
+		return;
+	}
 	for (int64_t o = 0; o < a->out.numel; o += inner) {
-		if (f32) {
-			const float *x = (const float *)X->p + off;
-			float *y = (float *)a->out.p + o;
-			for (int64_t k = 0; k < inner; k++)
-				y[k] = x[k * si];
-		} else {
-			for (int64_t k = 0; k < inner; k++)
-				dtmk_store(&a->out, o + k, dtmk_load(X, off + k * si));
-		}
+		for (int64_t k = 0; k < inner; k++)
+			dtmk_store(&a->out, o + k, dtmk_load(X, off + k * si));
 		for (int d = r - 2; d >= 0; d--) {
 			off += st[d];
 			if (++idx[d] < a->out.shape[d])

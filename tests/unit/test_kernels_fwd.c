@@ -258,6 +258,28 @@ static void test_movement(void)
 	ir_attr_perm_mut(m, n)->n = 4;
 	memcpy(ir_attr_perm_mut(m, n)->perm, perm, sizeof perm);
 	run_case("permute", m, n, dtmk_permute, 0);
+	/* bf16 and i32 (copied as bits), a transpose with partial blocks of
+	 * rows and columns, and a permute keeping the last dim (rows copied
+	 * whole); the context cuts the rows into uneven ranges */
+	static const struct {
+		IrDtype t;
+		int rank;
+		int64_t shape[4], perm[4];
+	} pc[] = {
+		{ IR_BF16, 4, { 2, 3, 4, 5 }, { 2, 0, 3, 1 } },
+		{ IR_F32, 2, { 300, 70 }, { 1, 0 } },
+		{ IR_BF16, 2, { 300, 70 }, { 1, 0 } },
+		{ IR_I32, 2, { 37, 130 }, { 1, 0 } },
+		{ IR_BF16, 3, { 5, 7, 33 }, { 1, 0, 2 } },
+	};
+	for (size_t c = 0; c < sizeof pc / sizeof pc[0]; c++) {
+		m = mod();
+		x = leaf(m, pc[c].t, pc[c].rank, pc[c].shape);
+		n = node(m, IR_OP_PERMUTE, 1, &x);
+		ir_attr_perm_mut(m, n)->n = pc[c].rank;
+		memcpy(ir_attr_perm_mut(m, n)->perm, pc[c].perm, sizeof(int64_t) * (size_t)pc[c].rank);
+		run_case("permute (dtypes, transposes)", m, n, dtmk_permute, 1000);
+	}
 	m = mod();
 	x = leaf(m, IR_F32, 3, SHAPE(2, 3, 4));
 	n = node(m, IR_OP_RESHAPE, 1, &x);
