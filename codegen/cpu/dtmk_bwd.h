@@ -617,11 +617,9 @@ dtmkb_attn_stage(const DtmkbAttn *w, int64_t b, int64_t g, float *restrict kb, f
 	for (int64_t t = 0; t < T; t++) {
 		int64_t ko = (b * T + t) * w->Dk + g * hd;
 		memcpy(kb + t * hd, w->k + ko, sizeof(float) * (size_t)hd);
-		for (int64_t c = 0; c < hd; c++) {
-			kt[c * Tp + t] = w->k[ko + c];
-			vt[c * Tp + t] = w->v[ko + c];
-		}
 	}
+	dtmk_transpose32(kt, Tp, w->k + b * T * w->Dk + g * hd, w->Dk, T, hd);
+	dtmk_transpose32(vt, Tp, w->v + b * T * w->Dk + g * hd, w->Dk, T, hd);
 	for (int64_t c = 0; c < hd; c++)
 		for (int64_t t = T; t < Tp; t++)
 			kt[c * Tp + t] = vt[c * Tp + t] = 0;
@@ -904,12 +902,14 @@ dtmkb_attn_block_bf16(const DtmkbAttn *w, int64_t bh, void *buf, int64_t hd)
 	uint16_t *restrict q4 = dSb + DTMKB_AR * Tp, *restrict dy4 = q4 + DTMKB_AR * hd;
 	int64_t b = bh / w->H, h = bh % w->H, g = (w->h0 + h) / w->group;
 	const DtmkTensor *seg = w->a->nin > 4 ? &w->a->in[4] : NULL;
+	/* k and v as words of two head-dim values, transposed, zero past T */
+	dtmk_transpose32(kt, Tp, w->bk + b * T * w->Dk + g * hd, w->Dk / 2, T, hd / 2);
+	dtmk_transpose32(vt, Tp, w->bv + b * T * w->Dk + g * hd, w->Dk / 2, T, hd / 2);
+	for (int64_t c = 0; c < hd / 2; c++)
+		for (int64_t t = T; t < Tp; t++)
+			kt[c * Tp + t] = vt[c * Tp + t] = 0;
 	for (int64_t t = 0; t < Tp; t++) {
 		int64_t ko = (b * T + t) * w->Dk + g * hd;
-		for (int64_t c = 0; c < hd; c += 2) {
-			kt[c / 2 * Tp + t] = t < T ? dtmk_bf16_word_at(w->bk + ko, c) : 0;
-			vt[c / 2 * Tp + t] = t < T ? dtmk_bf16_word_at(w->bv + ko, c) : 0;
-		}
 		for (int64_t c = 0; c < hd; c++) /* little-endian: the even key low */
 			((uint16_t *)(kp + t / 2 * hd + c))[t & 1] = t < T ? w->bk[ko + c] : 0;
 	}

@@ -653,12 +653,12 @@ dtmk_attn_stage_kv(const struct dtmk_attn_job *j, int64_t b, int64_t g, float *r
 {
 	const DtmkArgs *a = j->a;
 	int64_t Tk = j->Tk, Tp = DTMK_PAD16(Tk);
+	if (f32)
+		dtmk_transpose32(kt, Tp, (const float *)a->in[1].p + b * Tk * j->Dk + g * hd, j->Dk,
+				 Tk, hd);
 	for (int64_t t = 0; t < Tk; t++) {
 		int64_t ko = (b * Tk + t) * j->Dk + g * hd, vo = (b * Tk + t) * j->Dkv + g * hv;
 		if (f32) {
-			const float *kr = (const float *)a->in[1].p + ko;
-			for (int64_t c = 0; c < hd; c++)
-				kt[c * Tp + t] = kr[c];
 			memcpy(vb + t * hv, (const float *)a->in[2].p + vo, sizeof(float) * (size_t)hv);
 			continue;
 		}
@@ -771,12 +771,17 @@ dtmk_attention_block(const struct dtmk_attn_job *j, int64_t it, float *buf, int6
 		bool live[DTMK_AR];
 		dtmk_attn_block_rows(a, seg, b, i0, Tq, Tk, lo, nk, si, live, &kmin, &kmax);
 		for (int r = 0; r < DTMK_AR; r++) {
-			float *q = qb + r * hd;
+			float *restrict q = qb + r * hd;
 			int64_t qo = (b * Tq + i0 + r) * D + h * hd;
-			for (int64_t c = 0; c < hd; c++)
-				q[c] = !live[r] ? 0.0f :
-				       (f32 ? ((const float *)a->in[0].p)[qo + c] :
-					      dtmk_load(&a->in[0], qo + c)) * scale;
+			const float *restrict src = (const float *)a->in[0].p + qo;
+			if (!live[r])
+				memset(q, 0, sizeof(float) * (size_t)hd);
+			else if (f32)
+				for (int64_t c = 0; c < hd; c++)
+					q[c] = src[c] * scale;
+			else
+				for (int64_t c = 0; c < hd; c++)
+					q[c] = dtmk_load(&a->in[0], qo + c) * scale;
 		}
 		int64_t np = DTMK_PAD16(kmax);
 		if (kmax > 0) {
@@ -838,10 +843,10 @@ dtmk_attention_block_bf16(const struct dtmk_attn_job *j, int64_t it, void *buf, 
 	int64_t b = it / H, h = it % H, g = (j->h0 + h) / j->group;
 	const DtmkTensor *seg = a->nin > 3 ? &a->in[3] : NULL;
 	const uint16_t *Q = a->in[0].p, *K = a->in[1].p, *V = a->in[2].p;
-	for (int64_t t = 0; t < Tp; t++)
-		for (int64_t c = 0; c < hd; c += 2)
-			kt[c / 2 * Tp + t] = t < Tk ? dtmk_bf16_word_at(
-						K + (b * Tk + t) * j->Dk + g * hd, c) : 0;
+	dtmk_transpose32(kt, Tp, K + b * Tk * j->Dk + g * hd, j->Dk / 2, Tk, hd / 2);
+	for (int64_t c = 0; c < hd / 2; c++)
+		for (int64_t t = Tk; t < Tp; t++)
+			kt[c * Tp + t] = 0;
 	for (int64_t t = 0; t < Tp; t++)
 		for (int64_t c = 0; c < hv; c++) {
 			uint16_t x = t < Tk ? V[(b * Tk + t) * j->Dkv + g * hv + c] : 0;
