@@ -497,44 +497,39 @@ static int sgemm_ld(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alp
 	return 0;
 }
 
-void rt_gemm_extent(const DtmAction *a, int64_t *na, int64_t *nb, int64_t *nc)
+int rt_gemm_alloc(RtGemmScratch *s, const int64_t need[4], int nslots, char *err)
 {
-	int64_t last = a->batch > 1 ? a->batch - 1 : 0;
-	*na = a->stride_a * last + a->m * a->k;
-	*nb = a->stride_b * last + a->k * a->n;
-	*nc = a->stride_c * last + a->m * a->n;
-}
-
-int rt_gemm_reserve(RtGemmScratch *s, const DtmPlan *p, char *err)
-{
-	int64_t na = 0, nb = 0, nc = 0;
-	for (int st = 0; st < p->nstages; st++) {
-		for (int i = 0; i < p->stages[st].nactions; i++) {
-			const DtmAction *a = &p->stages[st].actions[i];
-			if (a->kind != DTM_ACT_GEMM)
-				continue;
-			int64_t ea, eb, ec;
-			rt_gemm_extent(a, &ea, &eb, &ec);
-			if (p->buffers[a->args[0]].dtype != DTM_F32 && ea > na)
-				na = ea;
-			if (p->buffers[a->args[1]].dtype != DTM_F32 && eb > nb)
-				nb = eb;
-			if (p->buffers[a->args[2]].dtype != DTM_F32 && ec > nc)
-				nc = ec;
-		}
-	}
-	s->a = na ? malloc((size_t)na * 4) : NULL;
-	s->b = nb ? malloc((size_t)nb * 4) : NULL;
-	s->c = nc ? malloc((size_t)nc * 4) : NULL;
-	s->na = na;
-	s->nb = nb;
-	s->nc = nc;
-	if ((na && !s->a) || (nb && !s->b) || (nc && !s->c)) {
+	memset(s, 0, sizeof *s);
+	s->a = need[0] ? malloc((size_t)need[0] * 4) : NULL;
+	s->b = need[1] ? malloc((size_t)need[1] * 4) : NULL;
+	s->c = need[2] ? malloc((size_t)need[2] * 4) : NULL;
+	s->blk = need[3] ? malloc((size_t)(need[3] * nslots) * 4) : NULL;
+	s->na = need[0];
+	s->nb = need[1];
+	s->nc = need[2];
+	s->nblk = need[3];
+	s->nslots = need[3] ? nslots : 0;
+	if ((need[0] && !s->a) || (need[1] && !s->b) || (need[2] && !s->c) || (need[3] && !s->blk)) {
 		snprintf(err, RT_ERR_LEN, "out of memory for GEMM scratch (%lld floats)",
-			 (long long)(na + nb + nc));
+			 (long long)(need[0] + need[1] + need[2] + need[3] * nslots));
+		rt_gemm_scratch_free(s);
 		return -1;
 	}
 	return 0;
+}
+
+int rt_gemm_reserve(RtGemmScratch *s, const DtmPlan *p, int nslots, char *err)
+{
+	int64_t need[4];
+	/* A and B as if oneDNN took no bf16 operands, so the reservation is
+	 * inspect's on any machine (where it takes them, they stay untouched) */
+	rt_gemm_plan_need(p, false, need);
+	return rt_gemm_alloc(s, need, nslots, err);
+}
+
+int64_t rt_gemm_scratch_bytes(const RtGemmScratch *s)
+{
+	return 4 * (s->na + s->nb + s->nc + s->nblk * s->nslots);
 }
 
 void rt_gemm_scratch_free(RtGemmScratch *s)
@@ -542,6 +537,7 @@ void rt_gemm_scratch_free(RtGemmScratch *s)
 	free(s->a);
 	free(s->b);
 	free(s->c);
+	free(s->blk);
 	memset(s, 0, sizeof *s);
 }
 
@@ -590,107 +586,29 @@ static const float *stage_in(const void *src, DtmDtype t, float *scratch, int64_
 	return scratch;
 }
 
-/* ---- GEMM: fixed blocks ----
- *
- * A GEMM's result must not depend on the thread count, and BLAS's does.
- * OpenBLAS 0.3.21 (SkylakeX kernels), measured: 512x512xK on 2 or 3
- * threads differs from 1 thread in 65 - 77% of C's elements for K = 500,
- * 600, 700, 1000, 1500 (its threaded driver cuts K into other blocks), and
- * 128x32x64 (A B^T) called as 48 + 48 + 32 rows differs from one call of
- * 128 rows in 833 of 4096 elements (small calls take kernels of their
- * own).  So BLAS stays on one thread, and every GEMM item is cut into
- * blocks of C's rows (or, when C is wider than tall, its columns) that
- * depend on m, n and k alone: each block is one BLAS call with the same
- * arguments whichever thread runs it and however many there are; the pool
- * only hands the blocks out.
- *
- * Each block is a BLAS call that repacks the operand it does not cut (B
- * for row blocks), so on one thread every extra block costs time:
- * measured on one thread (CPU time), one 2048x2048x512 GEMM cut in blocks
- * of 1024, 512 and 256 rows took 1.6%, 3.6% and 11% more than one call;
- * the default GPT's GEMMs (256x64x64 to 256x256x64, 2 - 8 MFLOP, operands
- * in cache) cut in two took 2 - 8% more, or up to 40% less where the
- * halves take OpenBLAS's small-matrix kernels; 512x512x2048 (A^T B) cut in
- * two took 9% more.  So every block has RT_GEMM_BLOCK_FLOPS at least; a
- * GEMM is cut in two when the halves have RT_GEMM_EXT2 rows (two threads
- * then halve its time for one extra call), and in more blocks only of
- * RT_GEMM_EXT rows, and of RT_GEMM_EXTRA_FLOPS per block past two; both
- * RT_GEMM_EXT_CACHED when the uncut operand fits in RT_GEMM_CACHED_FLOATS.
- * The price is parallelism: one GEMM runs on at most nblocks threads (a
- * GEMM of 2048 rows on 2, of 12288 rows on 12), where OpenBLAS's own
- * threads took any number; a batch's items run in parallel too. */
-#define RT_GEMM_EXT 1024
-#define RT_GEMM_EXT2 256
-#define RT_GEMM_EXT_CACHED 32
-#define RT_GEMM_CACHED_FLOATS (64 << 10)
-#define RT_GEMM_BLOCK_FLOPS (1 << 20)
-#define RT_GEMM_EXTRA_FLOPS (16 << 20)
-#define RT_GEMM_MAX_BLOCKS 64
-/* The pool is woken for at least this much work per range. */
+/* The pool is woken for at least this much work per range (the blocks
+ * themselves: rt_gemm_split, runtime/planinfo.c). */
 #define RT_GEMM_RANGE_FLOPS (1 << 20)
-
-void rt_gemm_split(int64_t m, int64_t n, int64_t k, RtGemmSplit *sp)
-{
-	sp->rows = m >= n;
-	int64_t lim = sp->rows ? m : n, other = k * (sp->rows ? n : m);
-	int64_t flops = 2 * m * n * k, units = (lim + 15) / 16;
-	if (lim <= 0) { /* nothing to write */
-		sp->ext = 16;
-		sp->nblocks = 0;
-		return;
-	}
-	bool cached = other <= RT_GEMM_CACHED_FLOATS;
-	int64_t nb = lim / (cached ? RT_GEMM_EXT_CACHED : RT_GEMM_EXT);
-	if (nb > 2 + flops / RT_GEMM_EXTRA_FLOPS)
-		nb = 2 + flops / RT_GEMM_EXTRA_FLOPS;
-	if (nb < 2 && lim >= 2 * (cached ? RT_GEMM_EXT_CACHED : RT_GEMM_EXT2))
-		nb = 2;
-	if (nb > flops / RT_GEMM_BLOCK_FLOPS)
-		nb = flops / RT_GEMM_BLOCK_FLOPS;
-	if (nb > RT_GEMM_MAX_BLOCKS)
-		nb = RT_GEMM_MAX_BLOCKS;
-	if (nb > units)
-		nb = units;
-	if (nb < 1)
-		nb = 1;
-	sp->ext = (units + nb - 1) / nb * 16;
-	sp->nblocks = (lim + sp->ext - 1) / sp->ext;
-}
 
 struct gemm_job {
 	const DtmAction *a;
 	const float *A, *B;
 	const uint16_t *Ah, *Bh; /* bf16 operands for oneDNN, or NULL */
-	float *C;
-	void *out; /* C's bf16 / f16 buffer, each block narrowed into it, or NULL */
+	float *C;                /* an f32 C, or the whole staged one; NULL: blocks */
+	void *out;               /* C's bf16 / f16 buffer, staged a block at a time */
 	DtmDtype out_t;
-	_Atomic int failed; /* a oneDNN call failed */
+	float *blk;              /* the blocks' staging: one of nblk floats per range */
+	int64_t nblk;
+	_Atomic int slot;        /* ranges started (each takes the next staging) */
+	_Atomic int failed;      /* a oneDNN call failed */
 	RtGemmSplit sp;
 	int64_t item0; /* tasks count from this batch item */
 };
 
-/* C[r0, r1) x [c0, c1) (row length n, from element off) into j->out while
- * the block is still in cache: a separate pass over C afterwards read it
- * back from memory. */
-static void narrow_block(const struct gemm_job *j, int64_t off, int64_t n, int64_t r0,
-			 int64_t r1, int64_t c0, int64_t c1)
-{
-	for (int64_t r = r0; r < r1; r++) {
-		int64_t base = off + r * n;
-		if (j->out_t == DTM_BF16) {
-			uint16_t *restrict d = (uint16_t *)j->out + base;
-			const float *restrict s = j->C + base;
-			for (int64_t c = c0; c < c1; c++)
-				d[c] = bf16_from_f32(s[c]);
-		} else {
-			for (int64_t c = c0; c < c1; c++)
-				rt_store_f32(j->out, j->out_t, base + c, j->C[base + c]);
-		}
-	}
-}
-
-/* Block [b0, b1) of item it's C rows (or columns): one BLAS call. */
-static void gemm_block(const struct gemm_job *j, int64_t it, int64_t b0, int64_t b1, float *C)
+/* Block [b0, b1) of item it's C rows (or columns): one BLAS call writing
+ * the block at Cb (its first element), rows ldc apart. */
+static void gemm_block(const struct gemm_job *j, int64_t it, int64_t b0, int64_t b1, float *Cb,
+		       int64_t ldc)
 {
 	const DtmAction *a = j->a;
 	int64_t m = a->m, n = a->n, k = a->k, lda = a->trans_a ? m : k, ldb = a->trans_b ? k : n;
@@ -700,9 +618,9 @@ static void gemm_block(const struct gemm_job *j, int64_t it, int64_t b0, int64_t
 		const uint16_t *A = j->Ah + it * a->stride_a, *B = j->Bh + it * a->stride_b;
 		st = j->sp.rows ? dnnl_gemm(a->trans_a, a->trans_b, b1 - b0, n, k, a->alpha,
 					    A + (a->trans_a ? b0 : b0 * lda), lda, B, ldb, a->beta,
-					    C + b0 * n, n) :
+					    Cb, ldc) :
 				  dnnl_gemm(a->trans_a, a->trans_b, m, b1 - b0, k, a->alpha, A, lda,
-					    B + (a->trans_b ? b0 * ldb : b0), ldb, a->beta, C + b0, n);
+					    B + (a->trans_b ? b0 * ldb : b0), ldb, a->beta, Cb, ldc);
 		if (st != 0)
 			atomic_store(&((struct gemm_job *)j)->failed, 1);
 		return;
@@ -711,27 +629,62 @@ static void gemm_block(const struct gemm_job *j, int64_t it, int64_t b0, int64_t
 	const float *A = j->A + it * a->stride_a, *B = j->B + it * a->stride_b;
 	st = j->sp.rows ? /* rows of op(A): A's rows, or its columns when transposed */
 		     sgemm_ld(a->trans_a, a->trans_b, b1 - b0, n, k, a->alpha,
-			      A + (a->trans_a ? b0 : b0 * lda), lda, B, ldb, a->beta, C + b0 * n, n) :
+			      A + (a->trans_a ? b0 : b0 * lda), lda, B, ldb, a->beta, Cb, ldc) :
 		     /* columns of op(B) */
 		     sgemm_ld(a->trans_a, a->trans_b, m, b1 - b0, k, a->alpha, A, lda,
-			      B + (a->trans_b ? b0 * ldb : b0), ldb, a->beta, C + b0, n);
+			      B + (a->trans_b ? b0 * ldb : b0), ldb, a->beta, Cb, ldc);
 	if (st != 0)
 		atomic_store(&((struct gemm_job *)j)->failed, 1);
+}
+
+/* A rows x cols block of a 16-bit C (from element off, rows n apart) to
+ * and from its f32 staging (rows cols apart): widened where beta reads it,
+ * narrowed by the thread that computed it while it is in cache. */
+static void block_widen(const struct gemm_job *j, int64_t off, int64_t n, float *buf,
+			int64_t rows, int64_t cols)
+{
+	for (int64_t r = 0; r < rows; r++)
+		for (int64_t c = 0; c < cols; c++)
+			buf[r * cols + c] = rt_load_f32(j->out, j->out_t, off + r * n + c);
+}
+
+static void block_narrow(const struct gemm_job *j, int64_t off, int64_t n, const float *buf,
+			 int64_t rows, int64_t cols)
+{
+	for (int64_t r = 0; r < rows; r++) {
+		const float *restrict src = buf + r * cols;
+		if (j->out_t == DTM_BF16) {
+			uint16_t *restrict d = (uint16_t *)j->out + off + r * n;
+			for (int64_t c = 0; c < cols; c++)
+				d[c] = bf16_from_f32(src[c]);
+		} else {
+			for (int64_t c = 0; c < cols; c++)
+				rt_store_f32(j->out, j->out_t, off + r * n + c, src[c]);
+		}
+	}
 }
 
 /* Tasks [lo, hi): task t is block t % nblocks of item item0 + t / nblocks. */
 static void gemm_range(void *argp, int64_t lo, int64_t hi)
 {
-	const struct gemm_job *j = argp;
+	struct gemm_job *j = argp;
 	const DtmAction *a = j->a;
 	int64_t m = a->m, n = a->n, lim = j->sp.rows ? m : n;
+	/* the pool runs at most one range per thread: each its own staging */
+	float *buf = j->C ? NULL : j->blk + atomic_fetch_add(&j->slot, 1) * j->nblk;
 	for (int64_t t = lo; t < hi; t++) {
 		int64_t it = j->item0 + t / j->sp.nblocks, b0 = t % j->sp.nblocks * j->sp.ext;
 		int64_t b1 = b0 + j->sp.ext < lim ? b0 + j->sp.ext : lim;
-		gemm_block(j, it, b0, b1, j->C + it * a->stride_c);
-		if (j->out)
-			narrow_block(j, it * a->stride_c, n, j->sp.rows ? b0 : 0, j->sp.rows ? b1 : m,
-				     j->sp.rows ? 0 : b0, j->sp.rows ? n : b1);
+		int64_t off = it * a->stride_c + (j->sp.rows ? b0 * n : b0);
+		if (!buf) {
+			gemm_block(j, it, b0, b1, j->C + off, n);
+			continue;
+		}
+		int64_t rows = j->sp.rows ? b1 - b0 : m, cols = j->sp.rows ? n : b1 - b0;
+		if (a->beta != 0)
+			block_widen(j, off, n, buf, rows, cols);
+		gemm_block(j, it, b0, b1, buf, cols);
+		block_narrow(j, off, n, buf, rows, cols);
 	}
 }
 
@@ -744,31 +697,33 @@ int rt_cpu_gemm(const DtmAction *a, const DtmBuffer *bufs, void *const *ptrs, Rt
 			 a->label ? a->label : "?");
 		return -1;
 	}
-	int64_t na, nb, nc;
-	rt_gemm_extent(a, &na, &nb, &nc);
 	bool bf16 = ba->dtype == DTM_BF16 && bb->dtype == DTM_BF16 && dnnl_ok();
+	int64_t need[4], na, nb, nc;
+	rt_gemm_need(a, ba->dtype, bb->dtype, bc->dtype, bf16, need);
+	rt_gemm_extent(a, &na, &nb, &nc);
+	if (need[0] > s->na || need[1] > s->nb || need[2] > s->nc || need[3] > s->nblk ||
+	    (need[3] && s->nslots < rt_pool_threads(pool))) {
+		snprintf(err, RT_ERR_LEN, "gemm '%s': its staging was not reserved (internal error)",
+			 a->label ? a->label : "?");
+		return -1;
+	}
 	const float *A = bf16 ? NULL : stage_in(ptrs[a->args[0]], ba->dtype, s->a, na, pool);
 	const float *B = bf16 ? NULL : stage_in(ptrs[a->args[1]], bb->dtype, s->b, nb, pool);
 	int64_t batch = a->batch > 1 ? a->batch : 1;
-	float *C;
-	if (bc->dtype == DTM_F32) {
+	/* C: written in place (f32); else staged a block at a time, except
+	 * where every item accumulates into the same C (all of it, narrowed
+	 * after the last) */
+	float *C = NULL;
+	if (bc->dtype == DTM_F32)
 		C = ptrs[a->args[2]];
-	} else if (a->beta != 0 || (batch > 1 && a->stride_c != a->m * a->n)) {
-		/* beta reads C; gaps between batch items must survive the
-		 * narrowing below unchanged */
-		C = (float *)stage_in(ptrs[a->args[2]], bc->dtype, s->c, nc, pool);
-	} else {
-		C = s->c;
-	}
+	else if (need[2])
+		C = a->beta != 0 ? (float *)stage_in(ptrs[a->args[2]], bc->dtype, s->c, nc, pool) : s->c;
 	/* one thread whoever set it otherwise (bench/gemm_bench compares
 	 * with BLAS's own threads) */
 	rt_blas_set_threads(1);
-	/* a bf16 / f16 C is narrowed block by block as each is done, except
-	 * where every item accumulates into the same C (after the last) */
-	bool narrow_each = bc->dtype != DTM_F32 && !(batch > 1 && a->stride_c == 0);
 	struct gemm_job j = { a, A, B, bf16 ? ptrs[a->args[0]] : NULL,
-			      bf16 ? ptrs[a->args[1]] : NULL, C, narrow_each ? ptrs[a->args[2]] : NULL,
-			      bc->dtype, 0, { 0 }, 0 };
+			      bf16 ? ptrs[a->args[1]] : NULL, C, ptrs[a->args[2]], bc->dtype,
+			      s->blk, s->nblk, 0, 0, { 0 }, 0 };
 	rt_gemm_split(a->m, a->n, a->k, &j.sp);
 	int64_t block_flops = 2 * (j.sp.rows ? j.sp.ext * a->n : a->m * j.sp.ext) * a->k;
 	int64_t grain = block_flops > 0 ? (RT_GEMM_RANGE_FLOPS + block_flops - 1) / block_flops : 1;
@@ -785,7 +740,7 @@ int rt_cpu_gemm(const DtmAction *a, const DtmBuffer *bufs, void *const *ptrs, Rt
 			 a->label ? a->label : "?", (long long)a->m, (long long)a->n, (long long)a->k);
 		return -1;
 	}
-	if (bc->dtype != DTM_F32 && !narrow_each) {
+	if (need[2]) {
 		struct widen_job w = { NULL, bc->dtype, C, ptrs[a->args[2]] };
 		rt_parallel_for(pool, nc, 1 << 15, narrow_range, &w);
 	}
@@ -851,14 +806,17 @@ int rt_calibrate_gemm(RtPool *pool, char **text, size_t *textlen, char *err)
 		void *ptrs[3] = {buf, buf + maxe, buf + 2 * maxe};
 		if (dt) {
 			ptrs[0] = hbuf, ptrs[1] = hbuf + maxe, ptrs[2] = hbuf + 2 * maxe;
-			/* C in f32 before its narrowing (rt_gemm_reserve's) */
-			sc.c = malloc((size_t)maxe * sizeof(float));
-			sc.nc = maxe;
-			if (!sc.c) {
-				snprintf(err, RT_ERR_LEN, "out of memory for --calibrate-gemm");
-				rc = -1;
-				break;
+			/* the grid's staging, as rt_gemm_reserve sizes a plan's */
+			int64_t need[4] = {0};
+			for (int q = 0; q < n; q++) {
+				int64_t e[4];
+				rt_gemm_need(&g[q], t, t, t, dnnl_ok(), e);
+				for (int k = 0; k < 4; k++)
+					need[k] = e[k] > need[k] ? e[k] : need[k];
 			}
+			rc = rt_gemm_alloc(&sc, need, rt_pool_threads(pool), err);
+			if (rc)
+				break;
 		}
 		/* two passes, the second in reverse, each shape's faster kept: a
 		 * VM's core taken away for a second slowed a run of shapes by half */

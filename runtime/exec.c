@@ -334,7 +334,8 @@ int rt_run_init_ex(RtRun *r, const DtmPlan *p, int64_t rank, int nthreads, uint3
 				    (char *)r->arena[b->arena] + b->offset : NULL;
 	}
 	/* the CPU's GEMM staging, only when the CPU can run the actions */
-	if (host_arenas == RT_HOST_ALL && rt_gemm_reserve(&r->gemm, p, r->err)) {
+	if (host_arenas == RT_HOST_ALL &&
+	    rt_gemm_reserve(&r->gemm, p, rt_pool_threads(r->pool), r->err)) {
 		rt_run_free(r);
 		return -1;
 	}

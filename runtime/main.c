@@ -353,10 +353,12 @@ static void print_alloc(const DtmPlan *p, const RtRun *r)
 	int64_t staging = r->overlap && r->overlap_copy && !r->dev ?
 				  rt_overlap_staging_bytes(p, &p->stages[0], &n) : 0;
 	fprintf(stderr, "alloc: rank %lld stage %d param %lld opt %lld grad %lld act %lld input %lld "
-		"staging %lld\n", (long long)r->rank, p->stage, (long long)r->arena_alloc[DTM_ARENA_PARAM],
+		"staging %lld gemm %lld threads %d\n", (long long)r->rank, p->stage,
+		(long long)r->arena_alloc[DTM_ARENA_PARAM],
 		(long long)r->arena_alloc[DTM_ARENA_OPT], (long long)r->arena_alloc[DTM_ARENA_GRAD],
 		(long long)r->arena_alloc[DTM_ARENA_ACT], (long long)r->arena_alloc[DTM_ARENA_INPUT],
-		(long long)staging);
+		(long long)staging, (long long)rt_gemm_scratch_bytes(&r->gemm),
+		r->pool ? rt_pool_threads(r->pool) : 0);
 }
 
 /* The token streams of --data and --val-data, opened and checked once per

@@ -191,3 +191,111 @@ int64_t rt_overlap_staging_bytes(const DtmPlan *p, const DtmStage *st, int *coun
 	free(stage);
 	return bytes;
 }
+
+/* ---- the CPU's GEMM blocks and staging (runtime/dev_cpu.c runs them) ---- */
+
+void rt_gemm_extent(const DtmAction *a, int64_t *na, int64_t *nb, int64_t *nc)
+{
+	int64_t last = a->batch > 1 ? a->batch - 1 : 0;
+	*na = a->stride_a * last + a->m * a->k;
+	*nb = a->stride_b * last + a->k * a->n;
+	*nc = a->stride_c * last + a->m * a->n;
+}
+
+/* ---- GEMM: fixed blocks ----
+ *
+ * A GEMM's result must not depend on the thread count, and BLAS's does.
+ * OpenBLAS 0.3.21 (SkylakeX kernels), measured: 512x512xK on 2 or 3
+ * threads differs from 1 thread in 65 - 77% of C's elements for K = 500,
+ * 600, 700, 1000, 1500 (its threaded driver cuts K into other blocks), and
+ * 128x32x64 (A B^T) called as 48 + 48 + 32 rows differs from one call of
+ * 128 rows in 833 of 4096 elements (small calls take kernels of their
+ * own).  So BLAS stays on one thread, and every GEMM item is cut into
+ * blocks of C's rows (or, when C is wider than tall, its columns) that
+ * depend on m, n and k alone: each block is one BLAS call with the same
+ * arguments whichever thread runs it and however many there are; the pool
+ * only hands the blocks out.
+ *
+ * Each block is a BLAS call that repacks the operand it does not cut (B
+ * for row blocks), so on one thread every extra block costs time:
+ * measured on one thread (CPU time), one 2048x2048x512 GEMM cut in blocks
+ * of 1024, 512 and 256 rows took 1.6%, 3.6% and 11% more than one call;
+ * the default GPT's GEMMs (256x64x64 to 256x256x64, 2 - 8 MFLOP, operands
+ * in cache) cut in two took 2 - 8% more, or up to 40% less where the
+ * halves take OpenBLAS's small-matrix kernels; 512x512x2048 (A^T B) cut in
+ * two took 9% more.  So every block has RT_GEMM_BLOCK_FLOPS at least; a
+ * GEMM is cut in two when the halves have RT_GEMM_EXT2 rows (two threads
+ * then halve its time for one extra call), and in more blocks only of
+ * RT_GEMM_EXT rows, and of RT_GEMM_EXTRA_FLOPS per block past two; both
+ * RT_GEMM_EXT_CACHED when the uncut operand fits in RT_GEMM_CACHED_FLOATS.
+ * The price is parallelism: one GEMM runs on at most nblocks threads (a
+ * GEMM of 2048 rows on 2, of 12288 rows on 12), where OpenBLAS's own
+ * threads took any number; a batch's items run in parallel too. */
+#define RT_GEMM_EXT 1024
+#define RT_GEMM_EXT2 256
+#define RT_GEMM_EXT_CACHED 32
+#define RT_GEMM_CACHED_FLOATS (64 << 10)
+#define RT_GEMM_BLOCK_FLOPS (1 << 20)
+#define RT_GEMM_EXTRA_FLOPS (16 << 20)
+#define RT_GEMM_MAX_BLOCKS 64
+
+void rt_gemm_split(int64_t m, int64_t n, int64_t k, RtGemmSplit *sp)
+{
+	sp->rows = m >= n;
+	int64_t lim = sp->rows ? m : n, other = k * (sp->rows ? n : m);
+	int64_t flops = 2 * m * n * k, units = (lim + 15) / 16;
+	if (lim <= 0) { /* nothing to write */
+		sp->ext = 16;
+		sp->nblocks = 0;
+		return;
+	}
+	bool cached = other <= RT_GEMM_CACHED_FLOATS;
+	int64_t nb = lim / (cached ? RT_GEMM_EXT_CACHED : RT_GEMM_EXT);
+	if (nb > 2 + flops / RT_GEMM_EXTRA_FLOPS)
+		nb = 2 + flops / RT_GEMM_EXTRA_FLOPS;
+	if (nb < 2 && lim >= 2 * (cached ? RT_GEMM_EXT_CACHED : RT_GEMM_EXT2))
+		nb = 2;
+	if (nb > flops / RT_GEMM_BLOCK_FLOPS)
+		nb = flops / RT_GEMM_BLOCK_FLOPS;
+	if (nb > RT_GEMM_MAX_BLOCKS)
+		nb = RT_GEMM_MAX_BLOCKS;
+	if (nb > units)
+		nb = units;
+	if (nb < 1)
+		nb = 1;
+	sp->ext = (units + nb - 1) / nb * 16;
+	sp->nblocks = (lim + sp->ext - 1) / sp->ext;
+}
+
+/* rt_cpu_gemm's staging for one action (planinfo.h). */
+void rt_gemm_need(const DtmAction *a, DtmDtype ta, DtmDtype tb, DtmDtype tc, bool bf16_native,
+		  int64_t need[4])
+{
+	int64_t na, nb, nc;
+	rt_gemm_extent(a, &na, &nb, &nc);
+	bool native = ta == DTM_BF16 && tb == DTM_BF16 && bf16_native;
+	bool whole = a->batch > 1 && a->stride_c == 0;
+	RtGemmSplit sp;
+	rt_gemm_split(a->m, a->n, a->k, &sp);
+	need[0] = !native && ta != DTM_F32 ? na : 0;
+	need[1] = !native && tb != DTM_F32 ? nb : 0;
+	need[2] = tc != DTM_F32 && whole ? nc : 0;
+	need[3] = tc != DTM_F32 && !whole ? (sp.rows ? sp.ext * a->n : a->m * sp.ext) : 0;
+}
+
+void rt_gemm_plan_need(const DtmPlan *p, bool bf16_native, int64_t need[4])
+{
+	need[0] = need[1] = need[2] = need[3] = 0;
+	for (int st = 0; st < p->nstages; st++) {
+		for (int i = 0; i < p->stages[st].nactions; i++) {
+			const DtmAction *a = &p->stages[st].actions[i];
+			if (a->kind != DTM_ACT_GEMM)
+				continue;
+			int64_t n[4];
+			rt_gemm_need(a, p->buffers[a->args[0]].dtype, p->buffers[a->args[1]].dtype,
+				     p->buffers[a->args[2]].dtype, bf16_native, n);
+			for (int k = 0; k < 4; k++)
+				need[k] = n[k] > need[k] ? n[k] : need[k];
+		}
+	}
+}

@@ -69,4 +69,26 @@ bool rt_overlap_split_input(const DtmPlan *p, const DtmAction *a, RtAccess *in,
  * (outside the arenas), and in *count how many actions. */
 int64_t rt_overlap_staging_bytes(const DtmPlan *p, const DtmStage *st, int *count);
 
+/* ---- the CPU's GEMMs: their blocks and staging (runtime/dev_cpu.c runs
+ * them; inspect reports the staging) ---- */
+
+/* Elements of A, B and C a GEMM action touches across its batch. */
+void rt_gemm_extent(const DtmAction *a, int64_t *na, int64_t *nb, int64_t *nc);
+/* How rt_cpu_gemm cuts each GEMM item: nblocks blocks of ext rows of C
+ * (columns when !rows; the last block shorter), from the shape alone. */
+typedef struct RtGemmSplit {
+	bool rows;
+	int64_t ext, nblocks;
+} RtGemmSplit;
+void rt_gemm_split(int64_t m, int64_t n, int64_t k, RtGemmSplit *sp);
+/* The f32 elements one GEMM action stages on operands of dtypes ta, tb, tc
+ * (bf16_native: oneDNN takes bf16 operands as they are): need[0], need[1]
+ * A and B widened whole; need[2] all of C, for a batch accumulating into
+ * one 16-bit C; need[3] one block of any other 16-bit C, for each of the
+ * pool's threads. */
+void rt_gemm_need(const DtmAction *a, DtmDtype ta, DtmDtype tb, DtmDtype tc, bool bf16_native,
+		  int64_t need[4]);
+/* The most any GEMM of the plan needs, each of the four. */
+void rt_gemm_plan_need(const DtmPlan *p, bool bf16_native, int64_t need[4]);
+
 #endif

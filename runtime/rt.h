@@ -95,23 +95,23 @@ void rt_ctx_parallel_for(const DtmCtx *ctx, int64_t n, int64_t grain, DtmRangeFn
 			 void *arg);
 
 /* f32 staging space for GEMMs on 16-bit buffers, sized once from the plan
- * so no step allocates. */
+ * (rt_gemm_plan_need, runtime/planinfo.c: what inspect reports) so no step
+ * allocates: A and B widened whole (reserved, and untouched where oneDNN
+ * takes bf16 operands), all of C for a batch accumulating into one 16-bit
+ * C, and for any other 16-bit C one block (rt_gemm_split's) per pool
+ * thread. */
 typedef struct RtGemmScratch {
-	float *a, *b, *c;
-	int64_t na, nb, nc;
+	float *a, *b, *c, *blk;
+	int64_t na, nb, nc, nblk; /* floats; blk holds nslots blocks of nblk */
+	int nslots;
 } RtGemmScratch;
 
-/* Elements of A, B and C a GEMM action touches across its batch. */
-void rt_gemm_extent(const DtmAction *a, int64_t *na, int64_t *nb, int64_t *nc);
-int rt_gemm_reserve(RtGemmScratch *s, const DtmPlan *p, char *err);
+int rt_gemm_alloc(RtGemmScratch *s, const int64_t need[4], int nslots, char *err);
+/* The plan's staging for a pool of nslots threads. */
+int rt_gemm_reserve(RtGemmScratch *s, const DtmPlan *p, int nslots, char *err);
+int64_t rt_gemm_scratch_bytes(const RtGemmScratch *s);
 void rt_gemm_scratch_free(RtGemmScratch *s);
-/* How rt_cpu_gemm cuts each GEMM item: nblocks blocks of ext rows of C
- * (columns when !rows; the last block shorter), from the shape alone. */
-typedef struct RtGemmSplit {
-	bool rows;
-	int64_t ext, nblocks;
-} RtGemmSplit;
-void rt_gemm_split(int64_t m, int64_t n, int64_t k, RtGemmSplit *sp);
+
 /* C = alpha op(A) op(B) + beta C for each batch item; 16-bit operands are
  * staged through f32 scratch.  The result does not depend on the pool's
  * thread count (see rt_gemm_split). */

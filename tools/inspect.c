@@ -426,6 +426,10 @@ static bool memory(Insp *in, int s)
 	DtmPlan view;
 	rt_plan_stage_view(p, s, &view);
 	sm->staging = rt_overlap_staging_bytes(&view, &view.stages[0], &sm->nstaging);
+	int64_t need[4];
+	rt_gemm_plan_need(&view, false, need); /* as rt_gemm_reserve: on any machine */
+	sm->gemm = 4 * (need[0] + need[1] + need[2]);
+	sm->gemm_thread = 4 * need[3];
 	return true;
 }
 
@@ -703,6 +707,12 @@ static void text_memory(FILE *out, const Insp *in, int s)
 	fprintf(out, "    %-26s %s in %d cop%s (outside the arenas)\n", "overlap staging",
 	        fmt_bytes(b, sizeof b, (double)sm->staging), sm->nstaging,
 	        sm->nstaging == 1 ? "y" : "ies");
+	if (sm->gemm || sm->gemm_thread) {
+		char b2[64];
+		fprintf(out, "    %-26s %s + %s per thread (outside the arenas: 16-bit GEMMs in f32 "
+		        "on this CPU)\n", "GEMM staging", fmt_bytes(b, sizeof b, (double)sm->gemm),
+		        fmt_bytes(b2, sizeof b2, (double)sm->gemm_thread));
+	}
 }
 
 static void text_step(FILE *out, const Insp *in)
@@ -917,12 +927,13 @@ static void json_stage(FILE *out, const Insp *in, int s)
 	             ", \"live_at_peak\": %" PRId64 ", \"values\": %" PRId64
 	             ", \"gathered_units\": %" PRId64 ", \"comm_results\": %" PRId64
 	             ", \"microbatches_in_flight\": %d}, \"staging_bytes\": %" PRId64
-	             ", \"staging_copies\": %d},\n",
+	             ", \"staging_copies\": %d, \"gemm_staging_bytes\": %" PRId64
+	             ", \"gemm_staging_thread_bytes\": %" PRId64 "},\n",
 	        sm->peak, sm->params, sm->grads, sm->master,
 	        sm->opt_m + sm->opt_v + sm->opt_mom + sm->opt_other, sm->opt_m, sm->opt_v, sm->opt_mom,
 	        sm->opt_other, sm->padding, sm->padding_max, sm->inputs, sm->arena[DTM_ARENA_ACT], sm->act_live, sm->act_other,
 	        sm->act_gathered, sm->act_comm, sm->inflight > 0 ? sm->inflight : 0, sm->staging,
-	        sm->nstaging);
+	        sm->nstaging, sm->gemm, sm->gemm_thread);
 	RouteSite rs[MAX_ROUTE_SITES];
 	int nr = route_sites(in, s, rs, MAX_ROUTE_SITES);
 	fputs("     \"routing\": [", out);

@@ -37,6 +37,10 @@ typedef struct StageMem {
 	int inflight;    /* micro-batches whose activations are live at once */
 	int64_t staging; /* overlap copies outside the arenas */
 	int nstaging;
+	/* the CPU's GEMM staging outside the arenas (runtime/dev_cpu.c): f32
+	 * copies of 16-bit operands and results, and a block of a 16-bit
+	 * result per pool thread */
+	int64_t gemm, gemm_thread;
 } StageMem;
 
 typedef CostSpan Span; /* tools/cost.h: an action on the simulated timeline */

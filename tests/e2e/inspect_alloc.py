@@ -3,10 +3,12 @@
 
 INSPECT.json is `dtmc inspect --json` for a build; RUN.stderr what the
 binary of that build printed with -v: one `alloc:` line per rank (rank,
-stage, bytes per arena, overlap staging).  Every rank of the mesh must have
-one, and for each its arenas must equal inspect's arenas for that rank's
-stage, byte for byte (so the peak, their sum, is what the rank allocated),
-and its staging copies inspect's staging_bytes.  Exit status 1 otherwise.
+stage, bytes per arena, overlap staging, the CPU GEMMs' f32 staging and
+the pool's threads).  Every rank of the mesh must have one, and for each
+its arenas must equal inspect's arenas for that rank's stage, byte for byte
+(so the peak, their sum, is what the rank allocated), its staging copies
+inspect's staging_bytes, and its GEMM staging inspect's gemm_staging_bytes
+plus gemm_staging_thread_bytes per thread.  Exit status 1 otherwise.
 """
 import json
 import re
@@ -23,7 +25,7 @@ def main():
         ins = json.load(f)
     stages = {s["stage"]: s["memory"] for s in ins["stages"]}
     pat = re.compile(r"^alloc: rank (\d+) stage (\d+) param (\d+) opt (\d+) grad (\d+) "
-                     r"act (\d+) input (\d+) staging (\d+)$")
+                     r"act (\d+) input (\d+) staging (\d+) gemm (\d+) threads (\d+)$")
     seen, bad = {}, []
     with open(sys.argv[2], errors="replace") as f:
         for line in f:
@@ -47,6 +49,12 @@ def main():
                            f"{mem['peak_bytes']}")
             if staging != mem["staging_bytes"]:
                 bad.append(f"rank {rank}: staging {staging}, inspect {mem['staging_bytes']}")
+            gemm, threads = v[8], v[9]
+            want_gemm = mem["gemm_staging_bytes"] + threads * mem["gemm_staging_thread_bytes"]
+            if gemm != want_gemm:
+                bad.append(f"rank {rank}: GEMM staging {gemm} on {threads} threads, inspect "
+                           f"{mem['gemm_staging_bytes']} + {mem['gemm_staging_thread_bytes']} "
+                           f"per thread = {want_gemm}")
     missing = [r for r in range(ins["world"]) if r not in seen]
     if missing:
         bad.append(f"no alloc: line for rank(s) {missing[:8]} (run the binary with -v)")

@@ -506,7 +506,7 @@ static void test_gemm(void)
 		p.stages = &st;
 		RtGemmScratch s = { 0 };
 		char err[RT_ERR_LEN];
-		CHECK_EQ_INT(rt_gemm_reserve(&s, &p, err), 0);
+		CHECK_EQ_INT(rt_gemm_reserve(&s, &p, 3, err), 0);
 		RtPool *pool = rt_pool_new(3);
 		CHECK_EQ_INT(rt_cpu_gemm(&a, bufs, ptrs, &s, pool, err), 0);
 		for (int i = 0; i < NB * M * N; i++) {
@@ -571,7 +571,7 @@ static void gemm_on(const DtmAction *a, DtmBuffer *bufs, void *const *ab, const 
 	p.stages = &st;
 	RtGemmScratch s = { 0 };
 	char err[RT_ERR_LEN];
-	CHECK_EQ_INT(rt_gemm_reserve(&s, &p, err), 0);
+	CHECK_EQ_INT(rt_gemm_reserve(&s, &p, nt, err), 0);
 	RtPool *pool = rt_pool_new(nt);
 	rt_blas_set_threads(rt_pool_threads(pool));
 	CHECK_EQ_INT(rt_cpu_gemm(a, bufs, ptrs, &s, pool, err), 0);
@@ -728,7 +728,7 @@ static void test_gemm_bf16_out(void)
 			p.stages = &st;
 			RtGemmScratch s = { 0 };
 			char err[RT_ERR_LEN];
-			CHECK_EQ_INT(rt_gemm_reserve(&s, &p, err), 0);
+			CHECK_EQ_INT(rt_gemm_reserve(&s, &p, nt, err), 0);
 			RtPool *pool = rt_pool_new(nt);
 			CHECK_EQ_INT(rt_cpu_gemm(&a, bufs, ptrs, &s, pool, err), 0);
 			rt_pool_free(pool);
