@@ -603,9 +603,31 @@ typedef struct DtmkbAttn {
 	const float *dy, *q, *k, *v;
 	const uint16_t *bdy, *bq, *bk, *bv; /* the bf16 inputs (dtmkb_attn_block_bf16) */
 	float *dq, *dk, *dv;
+	uint16_t *bout; /* a bf16 result [3, B, T, D] the bf16 kernel writes (dq, dk, dv NULL) */
 	int64_t T, D, H, hd, Dk, h0, group;
 	float scale;
 } DtmkbAttn;
+
+/* n values of dq (which 0), dk (1) or dv (2) from element o: f32, or
+ * rounded into the bf16 result; src NULL: zeros. */
+static inline void dtmkb_attn_put(const DtmkbAttn *w, int which, int64_t o, const float *src,
+				  int64_t n)
+{
+	if (w->bout) {
+		uint16_t *restrict d = w->bout + which * w->a->out.numel / 3 + o;
+		if (!src)
+			memset(d, 0, 2 * (size_t)n);
+		else
+			for (int64_t c = 0; c < n; c++)
+				d[c] = dtmk_f32_to_bf16(src[c]);
+		return;
+	}
+	float *d = (which == 0 ? w->dq : which == 1 ? w->dk : w->dv) + o;
+	if (src)
+		memcpy(d, src, sizeof(float) * (size_t)n);
+	else
+		memset(d, 0, sizeof(float) * (size_t)n);
+}
 
 /* An item's k ([T, hd]) and k, v transposed ([hd, Tp], zero past T) of
  * batch b, kv head g; dk and dv's scratch (2 T hd after dkb) cleared. */
@@ -633,8 +655,8 @@ dtmkb_attn_store(const DtmkbAttn *w, int64_t b, int64_t h, const float *dkb, con
 {
 	for (int64_t t = 0; t < w->T; t++) {
 		int64_t o = (b * w->T + t) * w->D + h * hd;
-		memcpy(w->dk + o, dkb + t * hd, sizeof(float) * (size_t)hd);
-		memcpy(w->dv + o, dvb + t * hd, sizeof(float) * (size_t)hd);
+		dtmkb_attn_put(w, 1, o, dkb + t * hd, hd);
+		dtmkb_attn_put(w, 2, o, dvb + t * hd, hd);
 	}
 }
 
@@ -740,13 +762,9 @@ static inline __attribute__((always_inline)) void
 dtmkb_attn_store_dq(const DtmkbAttn *w, int64_t b, int64_t h, int64_t i0, const bool *live,
 		    int64_t kmax, const float *dq4, int64_t hd)
 {
-	for (int r = 0; r < DTMKB_AR && i0 + r < w->T; r++) {
-		float *dq = w->dq + (b * w->T + i0 + r) * w->D + h * hd;
-		if (live[r] && kmax > 0)
-			memcpy(dq, dq4 + r * hd, sizeof(float) * (size_t)hd);
-		else
-			memset(dq, 0, sizeof(float) * (size_t)hd);
-	}
+	for (int r = 0; r < DTMKB_AR && i0 + r < w->T; r++)
+		dtmkb_attn_put(w, 0, (b * w->T + i0 + r) * w->D + h * hd,
+			       live[r] && kmax > 0 ? dq4 + r * hd : NULL, hd);
 }
 
 /* Y[t * ly + (0, n)] += A[r * la + t] * X[r * lx + (0, n)] for r = 0..7
@@ -1026,13 +1044,16 @@ static void dtmk_attention_bwd(const DtmCtx *ctx, const DtmkArgs *a)
 	/* bf16 operands the bf16 products take are read as they are */
 	bool bf = H > 0 && a->in[0].dtype == DTM_BF16 &&
 		  dtmk_attn_bf16(Q, &a->in[2], &a->in[3], D / H, D / H);
-	DtmkbBuf none = {NULL, 0}, out = dtmkb_out(&a->out);
+	/* the bf16 kernel rounds its rows into a bf16 result as they are done */
+	bool bout = bf && a->out.dtype == DTM_BF16;
+	DtmkbBuf none = {NULL, 0}, out = bout ? none : dtmkb_out(&a->out);
 	DtmkbBuf dy = bf ? none : dtmkb_in(ctx, &a->in[0]), q = bf ? none : dtmkb_in(ctx, Q);
 	DtmkbBuf k = bf ? none : dtmkb_in(ctx, &a->in[2]), v = bf ? none : dtmkb_in(ctx, &a->in[3]);
-	if ((bf || (dy.p && q.p && k.p && v.p)) && out.p && H > 0) {
+	if ((bf || (dy.p && q.p && k.p && v.p)) && (out.p || bout) && H > 0) {
 		int64_t S = B * T * D;
 		DtmkbAttn w = {a, dy.p, q.p, k.p, v.p, NULL, NULL, NULL, NULL,
-			       out.p, out.p + S, out.p + 2 * S,
+			       out.p, out.p ? out.p + S : NULL, out.p ? out.p + 2 * S : NULL,
+			       bout ? a->out.p : NULL,
 		               T, D, H, D / H, a->in[2].shape[2], 0, 1,
 		               (float)(1.0 / sqrt((double)(D / H)))};
 		if (bf) {
