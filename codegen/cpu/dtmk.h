@@ -558,6 +558,48 @@ dtmk_attn_softmax_row(float *S, int64_t np, int64_t lo, int64_t nk, const DtmkTe
 	return true;
 }
 
+/* Keys per tile of the forward's online softmax: a block's 8 rows of
+ * scores are held for DTMK_ATTN_KT keys at a time (16 KB, in L1), not for
+ * the whole key range (T = 8192: 256 KB). */
+#define DTMK_ATTN_KT 512
+
+/* One step of the online softmax (FlashAttention's) for one row: s[0, w)
+ * are its scores against keys [t0, t0 + w); keys outside [lo, nk) and of
+ * other segments are masked, the rest exponentiated against the running
+ * max *m (raised to the tile's) and their sum added to *l, which is first
+ * rescaled by exp(old max - new max).  Returns that factor, by which the
+ * caller rescales the row's running output before adding this tile's
+ * (0 while no key was seen; 1 for a tile with none of the row's keys, whose
+ * s is then zeros).  With a single tile this is dtmk_attn_softmax_row's
+ * arithmetic exactly. */
+static inline __attribute__((always_inline)) float
+dtmk_attn_online_tile(float *S, int64_t t0, int64_t w, int64_t lo, int64_t nk,
+		      const DtmkTensor *seg, int64_t segrow, int32_t si, float *m, float *l)
+{
+	int64_t a = lo - t0 < 0 ? 0 : lo - t0 < w ? lo - t0 : w;
+	int64_t e = nk - t0 < a ? a : nk - t0 < w ? nk - t0 : w;
+	for (int64_t t = 0; t < a; t++)
+		S[t] = -INFINITY;
+	for (int64_t t = e; t < w; t++)
+		S[t] = -INFINITY;
+	for (int64_t t = a; seg && t < e; t++)
+		if (dtmk_load_i32(seg, segrow + t0 + t) != si)
+			S[t] = -INFINITY;
+	float mt = dtmk_maxf(S, w);
+	if (mt == -INFINITY) {
+		memset(S, 0, sizeof(float) * (size_t)w);
+		return 1.0f;
+	}
+	float mn = mt > *m ? mt : *m, alpha = dtmk_expf(*m - mn), sum = 0;
+	for (int64_t t = 0; t < w; t++) {
+		S[t] = dtmk_expf(S[t] - mn);
+		sum += S[t];
+	}
+	*l = *l * alpha + sum;
+	*m = mn;
+	return alpha;
+}
+
 /* Rows i0 .. i0 + DTMK_AR - 1 of a block of query rows (of Tq, keys Tk,
  * batch b): each row's keys [lo, nk), segment si and whether it attends
  * anything (live); over the live rows the least lo and greatest nk in

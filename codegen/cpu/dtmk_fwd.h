@@ -747,18 +747,28 @@ dtmk_attention_item(const struct dtmk_attn_job *j, int64_t it, float *buf, int64
 	}
 }
 
+/* The scores' row length in a block (DTMK_ATTN_KT keys, or fewer). */
+static inline int64_t dtmk_attn_st(int64_t Tp)
+{
+	return Tp < DTMK_ATTN_KT ? Tp : DTMK_ATTN_KT;
+}
+
 /* One (batch, head) item in blocks of DTMK_AR query rows (hd, hv multiples
- * of 16): the item's k transposed and v as in dtmk_attention_item; each
- * row's exponentials are summed, and the weighted sum of v divided by that
- * sum at the end. */
+ * of 16): the item's k transposed and v as in dtmk_attention_item; the
+ * block's keys in tiles of DTMK_ATTN_KT with an online softmax
+ * (dtmk_attn_online_tile): each tile's weighted sum of v is added to the
+ * rows' running output, rescaled when a row's max rises, and divided by
+ * the sum of the exponentials at the end. */
 static inline __attribute__((always_inline)) void
 dtmk_attention_block(const struct dtmk_attn_job *j, int64_t it, float *buf, int64_t hd, int64_t hv)
 {
 	const DtmkArgs *a = j->a;
 	int64_t H = j->H, Tq = j->Tq, Tk = j->Tk, D = j->D, Dv = j->Dv, Tp = DTMK_PAD16(Tk);
 	float scale = 1.0f / sqrtf((float)hd);
+	int64_t St = dtmk_attn_st(Tp);
 	float *restrict kt = buf, *restrict vb = kt + hd * Tp, *restrict S = vb + Tp * hv;
-	float *restrict qb = S + DTMK_AR * Tp, *restrict ob = qb + DTMK_AR * hd;
+	float *restrict qb = S + DTMK_AR * St, *restrict ob = qb + DTMK_AR * hd;
+	float *restrict pv = ob + DTMK_AR * hv;
 	int64_t b = it / H, h = it % H, g = (j->h0 + h) / j->group;
 	const DtmkTensor *seg = a->nin > 3 ? &a->in[3] : NULL;
 	int f32 = dtmk_all_f32(a);
@@ -783,22 +793,38 @@ dtmk_attention_block(const struct dtmk_attn_job *j, int64_t it, float *buf, int6
 				for (int64_t c = 0; c < hd; c++)
 					q[c] = dtmk_load(&a->in[0], qo + c) * scale;
 		}
-		int64_t np = DTMK_PAD16(kmax);
 		if (kmax > 0) {
-			float inv[DTMK_AR];
-			for (int r = 0; r < DTMK_AR; r += 4)
-				dtmk_rows4_scores(S + r * Tp, Tp, qb + r * hd, hd, kt, Tp, hd, np);
+			float m[DTMK_AR], l[DTMK_AR], al[DTMK_AR];
 			for (int r = 0; r < DTMK_AR; r++)
-				if (!live[r] || !dtmk_attn_softmax_row(S + r * Tp, np, lo[r], nk[r], seg,
-								       b * Tk, si[r], false, &inv[r])) {
-					memset(S + r * Tp, 0, sizeof(float) * (size_t)np);
-					live[r] = false;
+				m[r] = -INFINITY, l[r] = 0;
+			memset(ob, 0, sizeof(float) * (size_t)(DTMK_AR * hv));
+			int64_t te = DTMK_PAD16(kmax);
+			for (int64_t t0 = kmin & ~(int64_t)15; t0 < te; t0 += St) {
+				int64_t w = te - t0 < St ? te - t0 : St;
+				for (int r = 0; r < DTMK_AR; r += 4)
+					dtmk_rows4_scores(S + r * St, St, qb + r * hd, hd, kt + t0, Tp,
+							  hd, w);
+				for (int r = 0; r < DTMK_AR; r++) {
+					al[r] = 1.0f;
+					if (live[r])
+						al[r] = dtmk_attn_online_tile(S + r * St, t0, w, lo[r],
+									      nk[r], seg, b * Tk, si[r],
+									      &m[r], &l[r]);
+					else
+						memset(S + r * St, 0, sizeof(float) * (size_t)w);
 				}
-			/* the weighted sum of v by exp(s - max), then / sum */
-			dtmk_rows8_pv(ob, hv, S, Tp, vb, hv, kmin, kmax, hv);
-			for (int r = 0; r < DTMK_AR; r++)
+				/* the tile's weighted sum of v by exp(s - max) */
+				dtmk_rows8_pv(pv, hv, S, St, vb + t0 * hv, hv, 0, w, hv);
+				for (int r = 0; r < DTMK_AR; r++)
+					for (int64_t c = 0; c < hv; c++)
+						ob[r * hv + c] = ob[r * hv + c] * al[r] + pv[r * hv + c];
+			}
+			for (int r = 0; r < DTMK_AR; r++) {
+				live[r] = live[r] && m[r] != -INFINITY;
+				float inv = live[r] ? 1.0f / l[r] : 0.0f;
 				for (int64_t c = 0; live[r] && c < hv; c++)
-					ob[r * hv + c] *= inv[r];
+					ob[r * hv + c] *= inv;
+			}
 		}
 		for (int r = 0; r < DTMK_AR && i0 + r < Tq; r++) {
 			int64_t yo = (b * Tq + i0 + r) * Dv + h * hv;
@@ -820,9 +846,10 @@ dtmk_attention_block(const struct dtmk_attn_job *j, int64_t it, float *buf, int6
 /* Bytes of dtmk_attention_block_bf16's scratch. */
 static inline size_t dtmk_attn_bf16_bytes(int64_t Tp, int64_t hd, int64_t hv)
 {
+	int64_t St = dtmk_attn_st(Tp);
 	return sizeof(uint32_t) * (size_t)(hd / 2 * Tp + Tp / 2 * hv) +
-	       sizeof(float) * (size_t)(DTMK_AR * (Tp + hv)) +
-	       sizeof(uint16_t) * (size_t)(DTMK_AR * (Tp + hd));
+	       sizeof(float) * (size_t)(DTMK_AR * (St + 2 * hv)) +
+	       sizeof(uint16_t) * (size_t)(DTMK_AR * (St + hd));
 }
 
 /* dtmk_attention_block on bf16 q, k, v (hd, hv multiples of 16): k as
@@ -837,9 +864,11 @@ dtmk_attention_block_bf16(const struct dtmk_attn_job *j, int64_t it, void *buf, 
 	const DtmkArgs *a = j->a;
 	int64_t H = j->H, Tq = j->Tq, Tk = j->Tk, D = j->D, Dv = j->Dv, Tp = DTMK_PAD16(Tk);
 	float scale = 1.0f / sqrtf((float)hd);
+	int64_t St = dtmk_attn_st(Tp);
 	uint32_t *restrict kt = buf, *restrict vp = kt + hd / 2 * Tp;
-	float *restrict S = (float *)(vp + Tp / 2 * hv), *restrict ob = S + DTMK_AR * Tp;
-	uint16_t *restrict Sb = (uint16_t *)(ob + DTMK_AR * hv), *restrict qb = Sb + DTMK_AR * Tp;
+	float *restrict S = (float *)(vp + Tp / 2 * hv), *restrict ob = S + DTMK_AR * St;
+	float *restrict pv = ob + DTMK_AR * hv;
+	uint16_t *restrict Sb = (uint16_t *)(pv + DTMK_AR * hv), *restrict qb = Sb + DTMK_AR * St;
 	int64_t b = it / H, h = it % H, g = (j->h0 + h) / j->group;
 	const DtmkTensor *seg = a->nin > 3 ? &a->in[3] : NULL;
 	const uint16_t *Q = a->in[0].p, *K = a->in[1].p, *V = a->in[2].p;
@@ -863,28 +892,39 @@ dtmk_attention_block_bf16(const struct dtmk_attn_job *j, int64_t it, void *buf, 
 				memcpy(qb + r * hd, Q + (b * Tq + i0 + r) * D + h * hd, 2 * (size_t)hd);
 			else
 				memset(qb + r * hd, 0, 2 * (size_t)hd);
-		int64_t np = DTMK_PAD16(kmax);
 		if (kmax > 0) {
-			float inv[DTMK_AR];
-			for (int r = 0; r < DTMK_AR; r += 4)
-				dtmk_rows4_scores_bf16(S + r * Tp, Tp, qb + r * hd, hd, kt, Tp,
-						       hd, np, scale);
-			for (int r = 0; r < DTMK_AR; r++) {
-				float *s = S + r * Tp;
-				if (!live[r] || !dtmk_attn_softmax_row(s, np, lo[r], nk[r], seg,
-								       b * Tk, si[r], false,
-								       &inv[r])) {
-					memset(s, 0, sizeof(float) * (size_t)np);
-					live[r] = false;
-				}
-				dtmk_bf16_row(Sb + r * Tp, S + r * Tp, np);
-			}
-			/* keys in pairs: the pair's other key has probability 0 */
-			dtmk_rows8_pv_bf16(ob, hv, Sb, Tp, vp, hv, kmin & ~(int64_t)1,
-					   (kmax + 1) & ~(int64_t)1, hv);
+			float m[DTMK_AR], l[DTMK_AR], al[DTMK_AR];
 			for (int r = 0; r < DTMK_AR; r++)
+				m[r] = -INFINITY, l[r] = 0;
+			memset(ob, 0, sizeof(float) * (size_t)(DTMK_AR * hv));
+			int64_t te = DTMK_PAD16(kmax);
+			for (int64_t t0 = kmin & ~(int64_t)15; t0 < te; t0 += St) {
+				int64_t w = te - t0 < St ? te - t0 : St;
+				for (int r = 0; r < DTMK_AR; r += 4)
+					dtmk_rows4_scores_bf16(S + r * St, St, qb + r * hd, hd, kt + t0,
+							       Tp, hd, w, scale);
+				for (int r = 0; r < DTMK_AR; r++) {
+					float *s = S + r * St;
+					al[r] = 1.0f;
+					if (live[r])
+						al[r] = dtmk_attn_online_tile(s, t0, w, lo[r], nk[r], seg,
+									      b * Tk, si[r], &m[r], &l[r]);
+					else
+						memset(s, 0, sizeof(float) * (size_t)w);
+					dtmk_bf16_row(Sb + r * St, s, w);
+				}
+				/* v's words hold keys in pairs, t0 even: the tile's rows */
+				dtmk_rows8_pv_bf16(pv, hv, Sb, St, vp + t0 / 2 * hv, hv, 0, w, hv);
+				for (int r = 0; r < DTMK_AR; r++)
+					for (int64_t c = 0; c < hv; c++)
+						ob[r * hv + c] = ob[r * hv + c] * al[r] + pv[r * hv + c];
+			}
+			for (int r = 0; r < DTMK_AR; r++) {
+				live[r] = live[r] && m[r] != -INFINITY;
+				float inv = live[r] ? 1.0f / l[r] : 0.0f;
 				for (int64_t c = 0; live[r] && c < hv; c++)
-					ob[r * hv + c] *= inv[r];
+					ob[r * hv + c] *= inv;
+			}
 		}
 		for (int r = 0; r < DTMK_AR && i0 + r < Tq; r++) {
 			int64_t yo = (b * Tq + i0 + r) * Dv + h * hv;
@@ -904,7 +944,9 @@ static inline void dtmk_attention_items(void *argp, int64_t lo, int64_t hi)
 {
 	const struct dtmk_attn_job *j = argp;
 	int64_t hd = j->D / j->H, hv = j->Dv / j->H, Tp = DTMK_PAD16(j->Tk);
-	size_t need = (size_t)(hd * Tp + Tp * hv + DTMK_AR * (Tp + hd + hv));
+	/* the blocks' (dtmk_attention_block) or a row's (dtmk_attention_item) */
+	int64_t blk = DTMK_AR * (dtmk_attn_st(Tp) + hd + 2 * hv), row = Tp + hd + hv;
+	size_t need = (size_t)(hd * Tp + Tp * hv + (blk > row ? blk : row));
 #ifdef DTMK_ATTN_BF16
 	bool bf = dtmk_attn_bf16(&j->a->in[0], &j->a->in[1], &j->a->in[2], hd, hv);
 	if (bf)

@@ -325,6 +325,10 @@ static void test_model_ops(void)
 	        /* head sizes the 4-row blocks take: 64 (score tiles of 64
 	         * keys and a remainder), 32 with a window, T not a multiple of 4 */
 	        {70, 2, 2, 64, 1, 0}, {37, 4, 2, 32, 0, 9},
+	        /* more keys than a tile of the online softmax (DTMK_ATTN_KT,
+	         * 512): causal, a window whose blocks start past the first
+	         * tile, a last tile of 18 keys */
+	        {600, 2, 1, 16, 1, 0}, {600, 2, 2, 32, 0, 150}, {530, 1, 1, 64, 1, 0},
 	};
 	/* and all of it in bf16: the AVX512-BF16 products where the CPU has
 	 * them and the head sizes are multiples of 16 (stack and heap scratch),
