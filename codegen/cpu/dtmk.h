@@ -600,6 +600,46 @@ dtmk_attn_online_tile(float *S, int64_t t0, int64_t w, int64_t lo, int64_t nk,
 	return alpha;
 }
 
+/* A block's rows over one key tile (scores S, rows St apart, keys [t0, t0
+ * + w)): each live row's online-softmax step (al[r] its output's rescale
+ * factor), a dead row's scores zeroed. */
+static inline __attribute__((always_inline)) void
+dtmk_attn_block_tile(float *S, int64_t St, int64_t t0, int64_t w, const int64_t *lo,
+		     const int64_t *nk, const DtmkTensor *seg, int64_t segrow, const int32_t *si,
+		     const bool *live, float *m, float *l, float *al)
+{
+	for (int r = 0; r < DTMK_AR; r++) {
+		al[r] = 1.0f;
+		if (live[r])
+			al[r] = dtmk_attn_online_tile(S + r * St, t0, w, lo[r], nk[r], seg, segrow,
+						      si[r], &m[r], &l[r]);
+		else
+			memset(S + r * St, 0, sizeof(float) * (size_t)w);
+	}
+}
+
+/* The block's running output ob (rows hv apart) rescaled and the tile's
+ * weighted sum pv added; at the end (ob, m, l then final), divided by the
+ * rows' sums, and a row that saw no key marked dead. */
+static inline __attribute__((always_inline)) void
+dtmk_attn_block_acc(float *restrict ob, const float *restrict pv, const float *al, int64_t hv)
+{
+	for (int r = 0; r < DTMK_AR; r++)
+		for (int64_t c = 0; c < hv; c++)
+			ob[r * hv + c] = ob[r * hv + c] * al[r] + pv[r * hv + c];
+}
+
+static inline __attribute__((always_inline)) void
+dtmk_attn_block_finish(float *ob, const float *m, const float *l, bool *live, int64_t hv)
+{
+	for (int r = 0; r < DTMK_AR; r++) {
+		live[r] = live[r] && m[r] != -INFINITY;
+		float inv = live[r] ? 1.0f / l[r] : 0.0f;
+		for (int64_t c = 0; live[r] && c < hv; c++)
+			ob[r * hv + c] *= inv;
+	}
+}
+
 /* Rows i0 .. i0 + DTMK_AR - 1 of a block of query rows (of Tq, keys Tk,
  * batch b): each row's keys [lo, nk), segment si and whether it attends
  * anything (live); over the live rows the least lo and greatest nk in

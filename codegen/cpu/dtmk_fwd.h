@@ -804,27 +804,13 @@ dtmk_attention_block(const struct dtmk_attn_job *j, int64_t it, float *buf, int6
 				for (int r = 0; r < DTMK_AR; r += 4)
 					dtmk_rows4_scores(S + r * St, St, qb + r * hd, hd, kt + t0, Tp,
 							  hd, w);
-				for (int r = 0; r < DTMK_AR; r++) {
-					al[r] = 1.0f;
-					if (live[r])
-						al[r] = dtmk_attn_online_tile(S + r * St, t0, w, lo[r],
-									      nk[r], seg, b * Tk, si[r],
-									      &m[r], &l[r]);
-					else
-						memset(S + r * St, 0, sizeof(float) * (size_t)w);
-				}
+				dtmk_attn_block_tile(S, St, t0, w, lo, nk, seg, b * Tk, si, live, m, l,
+						     al);
 				/* the tile's weighted sum of v by exp(s - max) */
 				dtmk_rows8_pv(pv, hv, S, St, vb + t0 * hv, hv, 0, w, hv);
-				for (int r = 0; r < DTMK_AR; r++)
-					for (int64_t c = 0; c < hv; c++)
-						ob[r * hv + c] = ob[r * hv + c] * al[r] + pv[r * hv + c];
+				dtmk_attn_block_acc(ob, pv, al, hv);
 			}
-			for (int r = 0; r < DTMK_AR; r++) {
-				live[r] = live[r] && m[r] != -INFINITY;
-				float inv = live[r] ? 1.0f / l[r] : 0.0f;
-				for (int64_t c = 0; live[r] && c < hv; c++)
-					ob[r * hv + c] *= inv;
-			}
+			dtmk_attn_block_finish(ob, m, l, live, hv);
 		}
 		for (int r = 0; r < DTMK_AR && i0 + r < Tq; r++) {
 			int64_t yo = (b * Tq + i0 + r) * Dv + h * hv;
@@ -903,28 +889,15 @@ dtmk_attention_block_bf16(const struct dtmk_attn_job *j, int64_t it, void *buf, 
 				for (int r = 0; r < DTMK_AR; r += 4)
 					dtmk_rows4_scores_bf16(S + r * St, St, qb + r * hd, hd, kt + t0,
 							       Tp, hd, w, scale);
-				for (int r = 0; r < DTMK_AR; r++) {
-					float *s = S + r * St;
-					al[r] = 1.0f;
-					if (live[r])
-						al[r] = dtmk_attn_online_tile(s, t0, w, lo[r], nk[r], seg,
-									      b * Tk, si[r], &m[r], &l[r]);
-					else
-						memset(s, 0, sizeof(float) * (size_t)w);
-					dtmk_bf16_row(Sb + r * St, s, w);
-				}
+				dtmk_attn_block_tile(S, St, t0, w, lo, nk, seg, b * Tk, si, live, m, l,
+						     al);
+				for (int r = 0; r < DTMK_AR; r++)
+					dtmk_bf16_row(Sb + r * St, S + r * St, w);
 				/* v's words hold keys in pairs, t0 even: the tile's rows */
 				dtmk_rows8_pv_bf16(pv, hv, Sb, St, vp + t0 / 2 * hv, hv, 0, w, hv);
-				for (int r = 0; r < DTMK_AR; r++)
-					for (int64_t c = 0; c < hv; c++)
-						ob[r * hv + c] = ob[r * hv + c] * al[r] + pv[r * hv + c];
+				dtmk_attn_block_acc(ob, pv, al, hv);
 			}
-			for (int r = 0; r < DTMK_AR; r++) {
-				live[r] = live[r] && m[r] != -INFINITY;
-				float inv = live[r] ? 1.0f / l[r] : 0.0f;
-				for (int64_t c = 0; live[r] && c < hv; c++)
-					ob[r * hv + c] *= inv;
-			}
+			dtmk_attn_block_finish(ob, m, l, live, hv);
 		}
 		for (int r = 0; r < DTMK_AR && i0 + r < Tq; r++) {
 			int64_t yo = (b * Tq + i0 + r) * Dv + h * hv;
