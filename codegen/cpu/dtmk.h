@@ -623,6 +623,16 @@ dtmk_attn_block_tile(float *S, int64_t St, int64_t t0, int64_t w, const int64_t 
 	}
 }
 
+/* A block's online-softmax state before its first tile: no max, no sum,
+ * a zero running output (rows hv apart). */
+static inline __attribute__((always_inline)) void
+dtmk_attn_block_start(float *ob, float *m, float *l, int64_t hv)
+{
+	for (int r = 0; r < DTMK_AR; r++)
+		m[r] = -INFINITY, l[r] = 0;
+	memset(ob, 0, sizeof(float) * (size_t)(DTMK_AR * hv));
+}
+
 /* The block's running output ob (rows hv apart) rescaled and the tile's
  * weighted sum pv added; at the end (ob, m, l then final), divided by the
  * rows' sums, and a row that saw no key marked dead. */

@@ -795,9 +795,7 @@ dtmk_attention_block(const struct dtmk_attn_job *j, int64_t it, float *buf, int6
 		}
 		if (kmax > 0) {
 			float m[DTMK_AR], l[DTMK_AR], al[DTMK_AR];
-			for (int r = 0; r < DTMK_AR; r++)
-				m[r] = -INFINITY, l[r] = 0;
-			memset(ob, 0, sizeof(float) * (size_t)(DTMK_AR * hv));
+			dtmk_attn_block_start(ob, m, l, hv);
 			int64_t te = DTMK_PAD16(kmax);
 			for (int64_t t0 = kmin & ~(int64_t)15; t0 < te; t0 += St) {
 				int64_t w = te - t0 < St ? te - t0 : St;
@@ -880,9 +878,7 @@ dtmk_attention_block_bf16(const struct dtmk_attn_job *j, int64_t it, void *buf, 
 				memset(qb + r * hd, 0, 2 * (size_t)hd);
 		if (kmax > 0) {
 			float m[DTMK_AR], l[DTMK_AR], al[DTMK_AR];
-			for (int r = 0; r < DTMK_AR; r++)
-				m[r] = -INFINITY, l[r] = 0;
-			memset(ob, 0, sizeof(float) * (size_t)(DTMK_AR * hv));
+			dtmk_attn_block_start(ob, m, l, hv);
 			int64_t te = DTMK_PAD16(kmax);
 			for (int64_t t0 = kmin & ~(int64_t)15; t0 < te; t0 += St) {
 				int64_t w = te - t0 < St ? te - t0 : St;
