@@ -338,6 +338,16 @@ static inline __attribute__((always_inline)) float dtmk_maxf(const float *x, int
  * works on whole tiles of keys so its loops have no remainders. */
 #define DTMK_PAD16(n) (((n) + 15) & ~(int64_t)15)
 
+/* The row stride of a key-major staging buffer of Tp (a multiple of 16)
+ * columns: an odd number of 64-byte lines, so that the head dim's rows a
+ * register tile reads down (64 of them at hd = 64) fall in 64 different
+ * L1 sets.  At Tp = 1024 a stride of Tp is 4 KB: every row in one set,
+ * 12 ways for 64 rows, and each tile's loads went to L2. */
+static inline int64_t dtmk_attn_ld(int64_t Tp)
+{
+	return (Tp / 16) % 2 ? Tp : Tp + 16;
+}
+
 /* Attention's scratch (forward and backward) lives on the stack up to this
  * many floats; larger heads or sequences take one malloc per range call. */
 #define DTMK_ATTN_STACK 4096
@@ -421,13 +431,29 @@ static inline void dtmk_attn_range(const DtmkArgs *a, int64_t i, int64_t Tk, int
  *
  * A query row at a time reads every key and value once per row (a GEMV:
  * ~26 GFLOP/s a thread here, against 130-150 for sgemm).  Blocks of query
- * rows hold 4 x 64 scores (dtmk_rows4_scores, twice per block) and 8 x 32
+ * rows hold 4 x 64 scores (dtmk_rows8_scores: two tiles per block) and 8 x 32
  * outputs (dtmk_rows8_pv) in registers and read each key and value vector
  * once per block: the same arithmetic per score (over the head dim, in
  * order) and per output (over the keys, in order), with a fraction of the
  * loads.  For head sizes that are multiples of 16; the rest take the row
  * kernels. */
-#define DTMK_AR 8 /* query rows per block: two blocks of dtmk_rows4_scores */
+#define DTMK_AR 8 /* query rows per block: dtmk_rows8_scores */
+
+/* DTMK_IN_REG(x): x kept in a register (with AVX-512: the 16-float vector
+ * is one register there): a vector loaded once and used by several FMAs
+ * is otherwise folded by gcc into each FMA as a memory operand (the
+ * score tile's k: 16 loads per head-dim step instead of 4, and the tile
+ * load-bound, ~25% of the f32 forward's time). */
+#ifdef __AVX512F__
+#define DTMK_IN_REG(x)                         \
+	({                                     \
+		DtmkV16 in_reg_ = (x);         \
+		__asm__("" : "+v"(in_reg_));   \
+		in_reg_;                       \
+	})
+#else
+#define DTMK_IN_REG(x) (x)
+#endif
 
 /* One register tile of scores: S[r * ls + t + (0, 16 nv)] = sum over c
  * in [0, hd) of q[r * lq + c] * kt[c * ldk + t + (0, 16 nv)] for the 4
@@ -447,8 +473,9 @@ dtmk_scores_tile(float *S, int64_t ls, const float *q, int64_t lq, const float *
 	for (int64_t c = 0; c < hd; c++) {
 		DtmkV16 k[4];
 		_Pragma("GCC unroll 4")
-		for (int v = 0; v < nv; v++)
-			k[v] = DTMK_V16(kt + c * ldk + t + 16 * v);
+		for (int v = 0; v < nv; v++) {
+			k[v] = DTMK_IN_REG(DTMK_V16(kt + c * ldk + t + 16 * v));
+		}
 		_Pragma("GCC unroll 8")
 		for (int r = 0; r < 4; r++) {
 			float qr = q[r * lq + c];
@@ -464,20 +491,25 @@ dtmk_scores_tile(float *S, int64_t ls, const float *q, int64_t lq, const float *
 			DTMK_V16(S + r * ls + t + 16 * v) = a[r][v];
 }
 
-/* S[r * ls + (0, np)] for the 4 rows, np a multiple of 16: tiles of 64
+/* S[r * ls + (0, np)] for the 8 rows, np a multiple of 16: tiles of 64
  * keys, then of 32 and 16 (fewer accumulators: latency-bound, so only for
- * the rest). */
+ * the rest), each tile for both halves of the rows before the next, so
+ * the second reads kt's tile (64 hd-rows of 256 bytes: 16 KB at hd = 64)
+ * from L1 (with dtmk_attn_ld's stride), not again from L2. */
 static inline __attribute__((always_inline)) void
-dtmk_rows4_scores(float *S, int64_t ls, const float *q, int64_t lq, const float *kt, int64_t ldk,
+dtmk_rows8_scores(float *S, int64_t ls, const float *q, int64_t lq, const float *kt, int64_t ldk,
 		  int64_t hd, int64_t np)
 {
 	int64_t t = 0;
 	for (; t + 64 <= np; t += 64)
-		dtmk_scores_tile(S, ls, q, lq, kt, ldk, hd, t, 4);
+		for (int r = 0; r < 8; r += 4)
+			dtmk_scores_tile(S + r * ls, ls, q + r * lq, lq, kt, ldk, hd, t, 4);
 	for (; t + 32 <= np; t += 32)
-		dtmk_scores_tile(S, ls, q, lq, kt, ldk, hd, t, 2);
+		for (int r = 0; r < 8; r += 4)
+			dtmk_scores_tile(S + r * ls, ls, q + r * lq, lq, kt, ldk, hd, t, 2);
 	for (; t < np; t += 16)
-		dtmk_scores_tile(S, ls, q, lq, kt, ldk, hd, t, 1);
+		for (int r = 0; r < 8; r += 4)
+			dtmk_scores_tile(S + r * ls, ls, q + r * lq, lq, kt, ldk, hd, t, 1);
 }
 
 /* One register tile of outputs: O[r * lo + c + (0, 16 nv)] = sum over t
@@ -755,18 +787,24 @@ dtmk_scores_tile_bf16(float *S, int64_t ls, const uint16_t *q, int64_t lq, const
 			_mm512_storeu_ps(S + r * ls + t + 16 * v, _mm512_mul_ps(a[r][v], sc));
 }
 
-/* dtmk_rows4_scores on bf16 operands (hd even, np a multiple of 16). */
+/* dtmk_rows8_scores on bf16 operands (hd even, np a multiple of 16). */
 static inline __attribute__((always_inline)) void
-dtmk_rows4_scores_bf16(float *S, int64_t ls, const uint16_t *q, int64_t lq, const uint32_t *kt,
+dtmk_rows8_scores_bf16(float *S, int64_t ls, const uint16_t *q, int64_t lq, const uint32_t *kt,
 		       int64_t ldk, int64_t hd, int64_t np, float scale)
 {
 	int64_t t = 0;
 	for (; t + 64 <= np; t += 64)
-		dtmk_scores_tile_bf16(S, ls, q, lq, kt, ldk, hd, t, 4, scale);
+		for (int r = 0; r < 8; r += 4)
+			dtmk_scores_tile_bf16(S + r * ls, ls, q + r * lq, lq, kt, ldk, hd, t, 4,
+					      scale);
 	for (; t + 32 <= np; t += 32)
-		dtmk_scores_tile_bf16(S, ls, q, lq, kt, ldk, hd, t, 2, scale);
+		for (int r = 0; r < 8; r += 4)
+			dtmk_scores_tile_bf16(S + r * ls, ls, q + r * lq, lq, kt, ldk, hd, t, 2,
+					      scale);
 	for (; t < np; t += 16)
-		dtmk_scores_tile_bf16(S, ls, q, lq, kt, ldk, hd, t, 1, scale);
+		for (int r = 0; r < 8; r += 4)
+			dtmk_scores_tile_bf16(S + r * ls, ls, q + r * lq, lq, kt, ldk, hd, t, 1,
+					      scale);
 }
 
 /* One register tile of outputs: O[r * lo + c + (0, 16 nv)] = sum over t

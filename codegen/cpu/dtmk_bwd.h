@@ -629,22 +629,23 @@ static inline void dtmkb_attn_put(const DtmkbAttn *w, int which, int64_t o, cons
 		memset(d, 0, sizeof(float) * (size_t)n);
 }
 
-/* An item's k ([T, hd]) and k, v transposed ([hd, Tp], zero past T) of
+/* An item's k ([T, hd]) and k, v transposed ([hd, Tp] in rows
+ * dtmk_attn_ld(Tp) apart, zero past T) of
  * batch b, kv head g; dk and dv's scratch (2 T hd after dkb) cleared. */
 static inline __attribute__((always_inline)) void
 dtmkb_attn_stage(const DtmkbAttn *w, int64_t b, int64_t g, float *restrict kb, float *restrict kt,
 		 float *restrict vt, float *restrict dkb, int64_t hd)
 {
-	int64_t T = w->T, Tp = DTMK_PAD16(T);
+	int64_t T = w->T, Tp = DTMK_PAD16(T), Tl = dtmk_attn_ld(Tp);
 	for (int64_t t = 0; t < T; t++) {
 		int64_t ko = (b * T + t) * w->Dk + g * hd;
 		memcpy(kb + t * hd, w->k + ko, sizeof(float) * (size_t)hd);
 	}
-	dtmk_transpose32(kt, Tp, w->k + b * T * w->Dk + g * hd, w->Dk, T, hd);
-	dtmk_transpose32(vt, Tp, w->v + b * T * w->Dk + g * hd, w->Dk, T, hd);
+	dtmk_transpose32(kt, Tl, w->k + b * T * w->Dk + g * hd, w->Dk, T, hd);
+	dtmk_transpose32(vt, Tl, w->v + b * T * w->Dk + g * hd, w->Dk, T, hd);
 	for (int64_t c = 0; c < hd; c++)
 		for (int64_t t = T; t < Tp; t++)
-			kt[c * Tp + t] = vt[c * Tp + t] = 0;
+			kt[c * Tl + t] = vt[c * Tl + t] = 0;
 	memset(dkb, 0, sizeof(float) * (size_t)(2 * T * hd));
 }
 
@@ -670,10 +671,10 @@ static inline __attribute__((always_inline)) void
 dtmkb_attn_item(const DtmkbAttn *w, int64_t bh, float *buf, int64_t hd)
 {
 	int64_t T = w->T, D = w->D;
-	int64_t Tp = DTMK_PAD16(T);
+	int64_t Tp = DTMK_PAD16(T), Tl = dtmk_attn_ld(Tp);
 	float *restrict qb = buf, *restrict kb = qb + T * hd, *restrict dyb = kb + T * hd;
-	float *restrict kt = dyb + T * hd, *restrict vt = kt + Tp * hd;
-	float *restrict dkb = vt + Tp * hd, *restrict dvb = dkb + T * hd;
+	float *restrict kt = dyb + T * hd, *restrict vt = kt + Tl * hd;
+	float *restrict dkb = vt + Tl * hd, *restrict dvb = dkb + T * hd;
 	float *restrict p = dvb + T * hd, *restrict dp = p + Tp, *restrict ds = dp + Tp;
 	int64_t b = bh / w->H, h = bh % w->H, g = (w->h0 + h) / w->group;
 	const DtmkTensor *seg = w->a->nin > 4 ? &w->a->in[4] : NULL;
@@ -695,15 +696,15 @@ dtmkb_attn_item(const DtmkbAttn *w, int64_t bh, float *buf, int64_t hd)
 		}
 		int64_t np = DTMK_PAD16(nk);
 		if (np <= 64 && np <= Tp) {
-			dtmk_rows_dot_tiles(p, q, kt, Tp, hd, (int)(np / 16));
-			dtmk_rows_dot_tiles(dp, dy, vt, Tp, hd, (int)(np / 16));
+			dtmk_rows_dot_tiles(p, q, kt, Tl, hd, (int)(np / 16));
+			dtmk_rows_dot_tiles(dp, dy, vt, Tl, hd, (int)(np / 16));
 		} else {
 			for (int64_t j = 0; j < nk; j++) {
 				p[j] = 0;
 				dp[j] = 0;
 			}
-			dtmk_axpy_rows(p, q, kt, Tp, hd, nk);
-			dtmk_axpy_rows(dp, dy, vt, Tp, hd, nk);
+			dtmk_axpy_rows(p, q, kt, Tl, hd, nk);
+			dtmk_axpy_rows(dp, dy, vt, Tl, hd, nk);
 		}
 		for (int64_t j = 0; j < nk; j++)
 			p[j] *= w->scale;
@@ -754,7 +755,7 @@ dtmkb_attn_item(const DtmkbAttn *w, int64_t bh, float *buf, int64_t hd)
 	dtmkb_attn_store(w, b, h, dkb, dvb, hd);
 }
 
-/* The backward's blocks: 8 query rows, two of dtmk_rows4_scores' blocks. */
+/* The backward's blocks: 8 query rows (dtmk_rows8_scores). */
 #define DTMKB_AR DTMK_AR
 
 /* A block's rows of dq (from dq4; zero for rows that attend nothing). */
@@ -789,17 +790,18 @@ dtmkb_rows8_outer(float *Y, int64_t ly, const float *A, int64_t la, const float 
 }
 
 /* dtmkb_attn_item in blocks of 8 query rows (hd a multiple of 16; see
- * dtmk_rows4_scores): the scores and dy.v of 4 rows at a time in
+ * dtmk_rows8_scores): the scores and dy.v of 4 rows at a time in
  * registers, dq by dtmk_rows8_pv, dk and dv by dtmkb_rows8_outer. */
 static inline __attribute__((always_inline)) void
 dtmkb_attn_block(const DtmkbAttn *w, int64_t bh, float *buf, int64_t hd)
 {
 	int64_t T = w->T, D = w->D;
-	int64_t Tp = DTMK_PAD16(T);
-	float *restrict kb = buf, *restrict kt = kb + T * hd, *restrict vt = kt + Tp * hd;
-	float *restrict dkb = vt + Tp * hd, *restrict dvb = dkb + T * hd;
-	float *restrict P = dvb + T * hd, *restrict dP = P + DTMKB_AR * Tp;
-	float *restrict dS = dP + DTMKB_AR * Tp, *restrict q4 = dS + DTMKB_AR * Tp;
+	/* the rows of kt, vt, P, dP and dS are Tl apart (dtmk_attn_ld) */
+	int64_t Tl = dtmk_attn_ld(DTMK_PAD16(T));
+	float *restrict kb = buf, *restrict kt = kb + T * hd, *restrict vt = kt + Tl * hd;
+	float *restrict dkb = vt + Tl * hd, *restrict dvb = dkb + T * hd;
+	float *restrict P = dvb + T * hd, *restrict dP = P + DTMKB_AR * Tl;
+	float *restrict dS = dP + DTMKB_AR * Tl, *restrict q4 = dS + DTMKB_AR * Tl;
 	float *restrict dy4 = q4 + DTMKB_AR * hd, *restrict dq4 = dy4 + DTMKB_AR * hd;
 	int64_t b = bh / w->H, h = bh % w->H, g = (w->h0 + h) / w->group;
 	const DtmkTensor *seg = w->a->nin > 4 ? &w->a->in[4] : NULL;
@@ -821,12 +823,10 @@ dtmkb_attn_block(const DtmkbAttn *w, int64_t bh, float *buf, int64_t hd)
 		}
 		int64_t np = DTMK_PAD16(kmax);
 		if (kmax > 0) {
-			for (int r = 0; r < DTMKB_AR; r += 4) {
-				dtmk_rows4_scores(P + r * Tp, Tp, q4 + r * hd, hd, kt, Tp, hd, np);
-				dtmk_rows4_scores(dP + r * Tp, Tp, dy4 + r * hd, hd, vt, Tp, hd, np);
-			}
+			dtmk_rows8_scores(P, Tl, q4, hd, kt, Tl, hd, np);
+			dtmk_rows8_scores(dP, Tl, dy4, hd, vt, Tl, hd, np);
 			for (int r = 0; r < DTMKB_AR; r++) {
-				float *p = P + r * Tp, *dp = dP + r * Tp, *ds = dS + r * Tp;
+				float *p = P + r * Tl, *dp = dP + r * Tl, *ds = dS + r * Tl;
 				for (int64_t j = 0; j < nk[r]; j++)
 					p[j] *= w->scale;
 				float inv;
@@ -845,9 +845,9 @@ dtmkb_attn_block(const DtmkbAttn *w, int64_t bh, float *buf, int64_t hd)
 				for (int64_t j = nk[r]; j < np; j++)
 					ds[j] = 0;
 			}
-			dtmk_rows8_pv(dq4, hd, dS, Tp, kb, hd, kmin, kmax, hd);
-			dtmkb_rows8_outer(dkb, hd, dS, Tp, q4, hd, kmin, kmax, hd);
-			dtmkb_rows8_outer(dvb, hd, P, Tp, dy4, hd, kmin, kmax, hd);
+			dtmk_rows8_pv(dq4, hd, dS, Tl, kb, hd, kmin, kmax, hd);
+			dtmkb_rows8_outer(dkb, hd, dS, Tl, q4, hd, kmin, kmax, hd);
+			dtmkb_rows8_outer(dvb, hd, P, Tl, dy4, hd, kmin, kmax, hd);
 		}
 		dtmkb_attn_store_dq(w, b, h, i0, live, kmax, dq4, hd);
 	}
@@ -908,24 +908,26 @@ static inline __attribute__((always_inline)) void
 dtmkb_attn_block_bf16(const DtmkbAttn *w, int64_t bh, void *buf, int64_t hd)
 {
 	int64_t T = w->T, D = w->D, Tp = DTMK_PAD16(T);
-	uint32_t *restrict kt = buf, *restrict vt = kt + hd / 2 * Tp;
-	uint32_t *restrict kp = vt + hd / 2 * Tp;
-	uint32_t *restrict Pt = kp + Tp / 2 * hd, *restrict dSt = Pt + 4 * Tp;
-	uint32_t *restrict qx = dSt + 4 * Tp, *restrict dyx = qx + 4 * hd;
+	/* the rows of kt, vt, P, dP, dS and their bf16 copies are Tl apart */
+	int64_t Tl = dtmk_attn_ld(Tp);
+	uint32_t *restrict kt = buf, *restrict vt = kt + hd / 2 * Tl;
+	uint32_t *restrict kp = vt + hd / 2 * Tl;
+	uint32_t *restrict Pt = kp + Tl / 2 * hd, *restrict dSt = Pt + 4 * Tl;
+	uint32_t *restrict qx = dSt + 4 * Tl, *restrict dyx = qx + 4 * hd;
 	float *restrict dkb = (float *)(dyx + 4 * hd), *restrict dvb = dkb + T * hd;
-	float *restrict P = dvb + T * hd, *restrict dP = P + DTMKB_AR * Tp;
-	float *restrict dS = dP + DTMKB_AR * Tp, *restrict dq4 = dS + DTMKB_AR * Tp;
+	float *restrict P = dvb + T * hd, *restrict dP = P + DTMKB_AR * Tl;
+	float *restrict dS = dP + DTMKB_AR * Tl, *restrict dq4 = dS + DTMKB_AR * Tl;
 	uint16_t *restrict Pb = (uint16_t *)(dq4 + DTMKB_AR * hd);
-	uint16_t *restrict dSb = Pb + DTMKB_AR * Tp;
-	uint16_t *restrict q4 = dSb + DTMKB_AR * Tp, *restrict dy4 = q4 + DTMKB_AR * hd;
+	uint16_t *restrict dSb = Pb + DTMKB_AR * Tl;
+	uint16_t *restrict q4 = dSb + DTMKB_AR * Tl, *restrict dy4 = q4 + DTMKB_AR * hd;
 	int64_t b = bh / w->H, h = bh % w->H, g = (w->h0 + h) / w->group;
 	const DtmkTensor *seg = w->a->nin > 4 ? &w->a->in[4] : NULL;
 	/* k and v as words of two head-dim values, transposed, zero past T */
-	dtmk_transpose32(kt, Tp, w->bk + b * T * w->Dk + g * hd, w->Dk / 2, T, hd / 2);
-	dtmk_transpose32(vt, Tp, w->bv + b * T * w->Dk + g * hd, w->Dk / 2, T, hd / 2);
+	dtmk_transpose32(kt, Tl, w->bk + b * T * w->Dk + g * hd, w->Dk / 2, T, hd / 2);
+	dtmk_transpose32(vt, Tl, w->bv + b * T * w->Dk + g * hd, w->Dk / 2, T, hd / 2);
 	for (int64_t c = 0; c < hd / 2; c++)
 		for (int64_t t = T; t < Tp; t++)
-			kt[c * Tp + t] = vt[c * Tp + t] = 0;
+			kt[c * Tl + t] = vt[c * Tl + t] = 0;
 	for (int64_t t = 0; t < Tp; t++) {
 		int64_t ko = (b * T + t) * w->Dk + g * hd;
 		for (int64_t c = 0; c < hd; c++) /* little-endian: the even key low */
@@ -949,14 +951,10 @@ dtmkb_attn_block_bf16(const DtmkbAttn *w, int64_t bh, void *buf, int64_t hd)
 		}
 		int64_t np = DTMK_PAD16(kmax);
 		if (kmax > 0) {
-			for (int r = 0; r < DTMKB_AR; r += 4) {
-				dtmk_rows4_scores_bf16(P + r * Tp, Tp, q4 + r * hd, hd, kt, Tp, hd,
-						       np, w->scale);
-				dtmk_rows4_scores_bf16(dP + r * Tp, Tp, dy4 + r * hd, hd, vt, Tp,
-						       hd, np, 1.0f);
-			}
+			dtmk_rows8_scores_bf16(P, Tl, q4, hd, kt, Tl, hd, np, w->scale);
+			dtmk_rows8_scores_bf16(dP, Tl, dy4, hd, vt, Tl, hd, np, 1.0f);
 			for (int r = 0; r < DTMKB_AR; r++) {
-				float *p = P + r * Tp, *dp = dP + r * Tp, *ds = dS + r * Tp, inv;
+				float *p = P + r * Tl, *dp = dP + r * Tl, *ds = dS + r * Tl, inv;
 				bool ok = live[r] && dtmk_attn_softmax_row(p, np, lo[r], nk[r],
 									   seg, b * T, si[r],
 									   true, &inv);
@@ -973,15 +971,15 @@ dtmkb_attn_block_bf16(const DtmkbAttn *w, int64_t bh, void *buf, int64_t hd)
 					for (int64_t j = nk[r]; j < np; j++)
 						ds[j] = 0;
 				}
-				dtmk_bf16_row(Pb + r * Tp, p, np);
-				dtmk_bf16_row(dSb + r * Tp, ds, np);
+				dtmk_bf16_row(Pb + r * Tl, p, np);
+				dtmk_bf16_row(dSb + r * Tl, ds, np);
 			}
 			/* dq: keys in pairs (the pair's other key has dS 0) */
-			dtmk_rows8_pv_bf16(dq4, hd, dSb, Tp, kp, hd, kmin & ~(int64_t)1,
+			dtmk_rows8_pv_bf16(dq4, hd, dSb, Tl, kp, hd, kmin & ~(int64_t)1,
 					   (kmax + 1) & ~(int64_t)1, hd);
 			/* dk, dv: query rows in pairs */
-			dtmkb_pair_rows(dSt, dSb, Tp, kmin, kmax, false);
-			dtmkb_pair_rows(Pt, Pb, Tp, kmin, kmax, false);
+			dtmkb_pair_rows(dSt, dSb, Tl, kmin, kmax, false);
+			dtmkb_pair_rows(Pt, Pb, Tl, kmin, kmax, false);
 			dtmkb_pair_rows(qx, q4, hd, 0, hd, true);
 			dtmkb_pair_rows(dyx, dy4, hd, 0, hd, true);
 			dtmkb_rows8_outer_bf16(dkb, hd, dSt, qx, kmin, kmax, hd);
@@ -999,11 +997,11 @@ static void dtmkb_attn_range(void *arg, int64_t lo, int64_t hi)
 {
 	const DtmkbAttn *w = arg;
 	int64_t T = w->T, hd = w->hd;
-	int64_t Tp = DTMK_PAD16(T);
-	size_t need = (size_t)(5 * T * hd + 2 * Tp * hd + 3 * DTMKB_AR * (Tp + hd));
+	int64_t Tl = dtmk_attn_ld(DTMK_PAD16(T)); /* >= Tp: the staged rows' stride */
+	size_t need = (size_t)(5 * T * hd + 2 * Tl * hd + 3 * DTMKB_AR * (Tl + hd));
 #ifdef DTMK_ATTN_BF16
 	if (w->bq)
-		need = (dtmkb_attn_bf16_bytes(T, Tp, hd) + sizeof(float) - 1) / sizeof(float);
+		need = (dtmkb_attn_bf16_bytes(T, Tl, hd) + sizeof(float) - 1) / sizeof(float);
 #endif
 	float stackbuf[DTMK_ATTN_STACK];
 	float *buf = need <= DTMK_ATTN_STACK ? stackbuf : malloc(sizeof(float) * need);

@@ -652,9 +652,9 @@ dtmk_attn_stage_kv(const struct dtmk_attn_job *j, int64_t b, int64_t g, float *r
 		   float *restrict vb, int64_t hd, int64_t hv, int f32)
 {
 	const DtmkArgs *a = j->a;
-	int64_t Tk = j->Tk, Tp = DTMK_PAD16(Tk);
+	int64_t Tk = j->Tk, Tp = DTMK_PAD16(Tk), Tl = dtmk_attn_ld(Tp);
 	if (f32)
-		dtmk_transpose32(kt, Tp, (const float *)a->in[1].p + b * Tk * j->Dk + g * hd, j->Dk,
+		dtmk_transpose32(kt, Tl, (const float *)a->in[1].p + b * Tk * j->Dk + g * hd, j->Dk,
 				 Tk, hd);
 	for (int64_t t = 0; t < Tk; t++) {
 		int64_t ko = (b * Tk + t) * j->Dk + g * hd, vo = (b * Tk + t) * j->Dkv + g * hv;
@@ -663,13 +663,13 @@ dtmk_attn_stage_kv(const struct dtmk_attn_job *j, int64_t b, int64_t g, float *r
 			continue;
 		}
 		for (int64_t c = 0; c < hd; c++)
-			kt[c * Tp + t] = dtmk_load(&a->in[1], ko + c);
+			kt[c * Tl + t] = dtmk_load(&a->in[1], ko + c);
 		for (int64_t c = 0; c < hv; c++)
 			vb[t * hv + c] = dtmk_load(&a->in[2], vo + c);
 	}
 	for (int64_t c = 0; c < hd; c++)
 		for (int64_t t = Tk; t < Tp; t++)
-			kt[c * Tp + t] = 0;
+			kt[c * Tl + t] = 0;
 }
 
 /* One (batch, head) item.  The item's k is copied transposed ([hd, Tk])
@@ -683,7 +683,7 @@ dtmk_attention_item(const struct dtmk_attn_job *j, int64_t it, float *buf, int64
 	const DtmkArgs *a = j->a;
 	int64_t H = j->H, Tq = j->Tq, Tk = j->Tk, D = j->D, Dv = j->Dv, Tp = DTMK_PAD16(Tk);
 	float scale = 1.0f / sqrtf((float)hd);
-	float *restrict kt = buf, *restrict vb = kt + hd * Tp, *restrict p = vb + Tp * hv;
+	float *restrict kt = buf, *restrict vb = kt + hd * dtmk_attn_ld(Tp), *restrict p = vb + Tp * hv;
 	float *restrict qrow = p + Tp, *restrict acc = qrow + hd;
 	int64_t b = it / H, h = it % H, g = (j->h0 + h) / j->group;
 	const DtmkTensor *seg = a->nin > 3 ? &a->in[3] : NULL;
@@ -705,11 +705,11 @@ dtmk_attention_item(const struct dtmk_attn_job *j, int64_t it, float *buf, int64
 					 dtmk_load(&a->in[0], qo + c)) * scale;
 		/* whole 16-key tiles; keys outside [lo, nk) are masked out */
 		if (np <= 64) {
-			dtmk_rows_dot_tiles(p, qrow, kt, Tp, hd, (int)(np / 16));
+			dtmk_rows_dot_tiles(p, qrow, kt, dtmk_attn_ld(Tp), hd, (int)(np / 16));
 		} else {
 			for (int64_t t = 0; t < np; t++)
 				p[t] = 0;
-			dtmk_axpy_rows(p, qrow, kt, Tp, hd, np);
+			dtmk_axpy_rows(p, qrow, kt, dtmk_attn_ld(Tp), hd, np);
 		}
 		for (int64_t t = 0; t < lo; t++)
 			p[t] = -INFINITY;
@@ -766,7 +766,7 @@ dtmk_attention_block(const struct dtmk_attn_job *j, int64_t it, float *buf, int6
 	int64_t H = j->H, Tq = j->Tq, Tk = j->Tk, D = j->D, Dv = j->Dv, Tp = DTMK_PAD16(Tk);
 	float scale = 1.0f / sqrtf((float)hd);
 	int64_t St = dtmk_attn_st(Tp);
-	float *restrict kt = buf, *restrict vb = kt + hd * Tp, *restrict S = vb + Tp * hv;
+	float *restrict kt = buf, *restrict vb = kt + hd * dtmk_attn_ld(Tp), *restrict S = vb + Tp * hv;
 	float *restrict qb = S + DTMK_AR * St, *restrict ob = qb + DTMK_AR * hd;
 	float *restrict pv = ob + DTMK_AR * hv;
 	int64_t b = it / H, h = it % H, g = (j->h0 + h) / j->group;
@@ -799,9 +799,7 @@ dtmk_attention_block(const struct dtmk_attn_job *j, int64_t it, float *buf, int6
 			int64_t te = DTMK_PAD16(kmax);
 			for (int64_t t0 = kmin & ~(int64_t)15; t0 < te; t0 += St) {
 				int64_t w = te - t0 < St ? te - t0 : St;
-				for (int r = 0; r < DTMK_AR; r += 4)
-					dtmk_rows4_scores(S + r * St, St, qb + r * hd, hd, kt + t0, Tp,
-							  hd, w);
+				dtmk_rows8_scores(S, St, qb, hd, kt + t0, dtmk_attn_ld(Tp), hd, w);
 				dtmk_attn_block_tile(S, St, t0, w, lo, nk, seg, b * Tk, si, live, m, l,
 						     al);
 				/* the tile's weighted sum of v by exp(s - max) */
@@ -831,7 +829,7 @@ dtmk_attention_block(const struct dtmk_attn_job *j, int64_t it, float *buf, int6
 static inline size_t dtmk_attn_bf16_bytes(int64_t Tp, int64_t hd, int64_t hv)
 {
 	int64_t St = dtmk_attn_st(Tp);
-	return sizeof(uint32_t) * (size_t)(hd / 2 * Tp + Tp / 2 * hv) +
+	return sizeof(uint32_t) * (size_t)(hd / 2 * dtmk_attn_ld(Tp) + Tp / 2 * hv) +
 	       sizeof(float) * (size_t)(DTMK_AR * (St + 2 * hv)) +
 	       sizeof(uint16_t) * (size_t)(DTMK_AR * (St + hd));
 }
@@ -847,19 +845,20 @@ dtmk_attention_block_bf16(const struct dtmk_attn_job *j, int64_t it, void *buf, 
 {
 	const DtmkArgs *a = j->a;
 	int64_t H = j->H, Tq = j->Tq, Tk = j->Tk, D = j->D, Dv = j->Dv, Tp = DTMK_PAD16(Tk);
+	int64_t Tl = dtmk_attn_ld(Tp);
 	float scale = 1.0f / sqrtf((float)hd);
 	int64_t St = dtmk_attn_st(Tp);
-	uint32_t *restrict kt = buf, *restrict vp = kt + hd / 2 * Tp;
+	uint32_t *restrict kt = buf, *restrict vp = kt + hd / 2 * Tl;
 	float *restrict S = (float *)(vp + Tp / 2 * hv), *restrict ob = S + DTMK_AR * St;
 	float *restrict pv = ob + DTMK_AR * hv;
 	uint16_t *restrict Sb = (uint16_t *)(pv + DTMK_AR * hv), *restrict qb = Sb + DTMK_AR * St;
 	int64_t b = it / H, h = it % H, g = (j->h0 + h) / j->group;
 	const DtmkTensor *seg = a->nin > 3 ? &a->in[3] : NULL;
 	const uint16_t *Q = a->in[0].p, *K = a->in[1].p, *V = a->in[2].p;
-	dtmk_transpose32(kt, Tp, K + b * Tk * j->Dk + g * hd, j->Dk / 2, Tk, hd / 2);
+	dtmk_transpose32(kt, Tl, K + b * Tk * j->Dk + g * hd, j->Dk / 2, Tk, hd / 2);
 	for (int64_t c = 0; c < hd / 2; c++)
 		for (int64_t t = Tk; t < Tp; t++)
-			kt[c * Tp + t] = 0;
+			kt[c * Tl + t] = 0;
 	for (int64_t t = 0; t < Tp; t++)
 		for (int64_t c = 0; c < hv; c++) {
 			uint16_t x = t < Tk ? V[(b * Tk + t) * j->Dkv + g * hv + c] : 0;
@@ -882,9 +881,7 @@ dtmk_attention_block_bf16(const struct dtmk_attn_job *j, int64_t it, void *buf, 
 			int64_t te = DTMK_PAD16(kmax);
 			for (int64_t t0 = kmin & ~(int64_t)15; t0 < te; t0 += St) {
 				int64_t w = te - t0 < St ? te - t0 : St;
-				for (int r = 0; r < DTMK_AR; r += 4)
-					dtmk_rows4_scores_bf16(S + r * St, St, qb + r * hd, hd, kt + t0,
-							       Tp, hd, w, scale);
+				dtmk_rows8_scores_bf16(S, St, qb, hd, kt + t0, Tl, hd, w, scale);
 				dtmk_attn_block_tile(S, St, t0, w, lo, nk, seg, b * Tk, si, live, m, l,
 						     al);
 				for (int r = 0; r < DTMK_AR; r++)
@@ -915,7 +912,7 @@ static inline void dtmk_attention_items(void *argp, int64_t lo, int64_t hi)
 	int64_t hd = j->D / j->H, hv = j->Dv / j->H, Tp = DTMK_PAD16(j->Tk);
 	/* the blocks' (dtmk_attention_block) or a row's (dtmk_attention_item) */
 	int64_t blk = DTMK_AR * (dtmk_attn_st(Tp) + hd + 2 * hv), row = Tp + hd + hv;
-	size_t need = (size_t)(hd * Tp + Tp * hv + (blk > row ? blk : row));
+	size_t need = (size_t)(hd * dtmk_attn_ld(Tp) + Tp * hv + (blk > row ? blk : row));
 #ifdef DTMK_ATTN_BF16
 	bool bf = dtmk_attn_bf16(&j->a->in[0], &j->a->in[1], &j->a->in[2], hd, hv);
 	if (bf)
