@@ -768,25 +768,70 @@ dtmkb_attn_store_dq(const DtmkbAttn *w, int64_t b, int64_t h, int64_t i0, const 
 			       live[r] && kmax > 0 ? dq4 + r * hd : NULL, hd);
 }
 
-/* Y[t * ly + (0, n)] += A[r * la + t] * X[r * lx + (0, n)] for r = 0..7
- * in order, for t in [t0, t1), n a multiple of 16: the 8 rows of X held
- * in registers, each row of Y loaded and stored once per 8 query rows (dk
- * and dv of a block). */
+/* One register tile of a block's dk or dv: Y[(t + i) * ly + c + (0, 16
+ * nv)] += sum over the 8 rows r of A[r * la + t + i] * X[r * lx + c + (0,
+ * 16 nv)], for the R keys i; R (1 or 4) and nv (1, 2 or 4) constants
+ * where called.  The R x nv outputs stay in registers through the 8 rows:
+ * each X vector loaded once per R keys and each A value once per nv
+ * vectors (a key at a time with its 8 FMAs in one chain, the update was
+ * load-bound: ~10% of the backward). */
+static inline __attribute__((always_inline)) void
+dtmkb_outer_tile(float *Y, int64_t ly, const float *A, int64_t la, const float *X, int64_t lx,
+		 int64_t t, int64_t c, int R, int nv)
+{
+	DtmkV16 y[4][4];
+	_Pragma("GCC unroll 4")
+	for (int i = 0; i < R; i++)
+		_Pragma("GCC unroll 4")
+		for (int v = 0; v < nv; v++)
+			y[i][v] = DTMK_V16(Y + (t + i) * ly + c + 16 * v);
+	_Pragma("GCC unroll 8")
+	for (int r = 0; r < DTMKB_AR; r++) {
+		DtmkV16 x[4];
+		_Pragma("GCC unroll 4")
+		for (int v = 0; v < nv; v++)
+			x[v] = DTMK_IN_REG(DTMK_V16(X + r * lx + c + 16 * v));
+		_Pragma("GCC unroll 4")
+		for (int i = 0; i < R; i++) {
+			float ar = A[r * la + t + i];
+			_Pragma("GCC unroll 4")
+			for (int v = 0; v < nv; v++)
+				y[i][v] += ar * x[v];
+		}
+	}
+	_Pragma("GCC unroll 4")
+	for (int i = 0; i < R; i++)
+		_Pragma("GCC unroll 4")
+		for (int v = 0; v < nv; v++)
+			DTMK_V16(Y + (t + i) * ly + c + 16 * v) = y[i][v];
+}
+
+/* The keys [t0, t1) of dtmkb_outer_tile's columns c .. c + 16 nv. */
+static inline __attribute__((always_inline)) void
+dtmkb_outer_cols(float *Y, int64_t ly, const float *A, int64_t la, const float *X, int64_t lx,
+		 int64_t t0, int64_t t1, int64_t c, int nv)
+{
+	int64_t t = t0;
+	for (; t + 4 <= t1; t += 4)
+		dtmkb_outer_tile(Y, ly, A, la, X, lx, t, c, 4, nv);
+	for (; t < t1; t++)
+		dtmkb_outer_tile(Y, ly, A, la, X, lx, t, c, 1, nv);
+}
+
+/* Y[t * ly + (0, n)] += sum over r = 0..7 of A[r * la + t] * X[r * lx +
+ * (0, n)] for t in [t0, t1), n a multiple of 16: a block's dk and dv, in
+ * register tiles of 4 keys x 64 columns (then 32, 16). */
 static inline __attribute__((always_inline)) void
 dtmkb_rows8_outer(float *Y, int64_t ly, const float *A, int64_t la, const float *X, int64_t lx,
 		  int64_t t0, int64_t t1, int64_t n)
 {
-	for (int64_t c = 0; c < n; c += 16) {
-		DtmkV16 x[DTMKB_AR];
-		for (int r = 0; r < DTMKB_AR; r++)
-			x[r] = DTMK_V16(X + r * lx + c);
-		for (int64_t t = t0; t < t1; t++) {
-			DtmkV16 y = DTMK_V16(Y + t * ly + c);
-			for (int r = 0; r < DTMKB_AR; r++)
-				y += A[r * la + t] * x[r];
-			DTMK_V16(Y + t * ly + c) = y;
-		}
-	}
+	int64_t c = 0;
+	for (; c + 64 <= n; c += 64)
+		dtmkb_outer_cols(Y, ly, A, la, X, lx, t0, t1, c, 4);
+	for (; c + 32 <= n; c += 32)
+		dtmkb_outer_cols(Y, ly, A, la, X, lx, t0, t1, c, 2);
+	for (; c < n; c += 16)
+		dtmkb_outer_cols(Y, ly, A, la, X, lx, t0, t1, c, 1);
 }
 
 /* dtmkb_attn_item in blocks of 8 query rows (hd a multiple of 16; see
@@ -855,26 +900,65 @@ dtmkb_attn_block(const DtmkbAttn *w, int64_t bh, float *buf, int64_t hd)
 }
 
 #ifdef DTMK_ATTN_BF16
+/* dtmkb_outer_tile on bf16 operands, the 8 rows in pairs: At[t * 4 + p]
+ * the word of A[2p][t] and A[2p + 1][t], Xp[p * n + c] that of X[2p][c]
+ * and X[2p + 1][c]. */
+static inline __attribute__((always_inline)) void
+dtmkb_outer_tile_bf16(float *Y, int64_t ly, const uint32_t *At, const uint32_t *Xp, int64_t n,
+		      int64_t t, int64_t c, int R, int nv)
+{
+	__m512 y[4][4];
+	_Pragma("GCC unroll 4")
+	for (int i = 0; i < R; i++)
+		_Pragma("GCC unroll 4")
+		for (int v = 0; v < nv; v++)
+			y[i][v] = _mm512_loadu_ps(Y + (t + i) * ly + c + 16 * v);
+	_Pragma("GCC unroll 4")
+	for (int p = 0; p < DTMKB_AR / 2; p++) {
+		__m512bh x[4];
+		_Pragma("GCC unroll 4")
+		for (int v = 0; v < nv; v++)
+			x[v] = (__m512bh)_mm512_loadu_si512(Xp + p * n + c + 16 * v);
+		_Pragma("GCC unroll 4")
+		for (int i = 0; i < R; i++) {
+			__m512bh a = (__m512bh)_mm512_set1_epi32((int)At[(t + i) * 4 + p]);
+			_Pragma("GCC unroll 4")
+			for (int v = 0; v < nv; v++)
+				y[i][v] = _mm512_dpbf16_ps(y[i][v], a, x[v]);
+		}
+	}
+	_Pragma("GCC unroll 4")
+	for (int i = 0; i < R; i++)
+		_Pragma("GCC unroll 4")
+		for (int v = 0; v < nv; v++)
+			_mm512_storeu_ps(Y + (t + i) * ly + c + 16 * v, y[i][v]);
+}
+
+static inline __attribute__((always_inline)) void
+dtmkb_outer_cols_bf16(float *Y, int64_t ly, const uint32_t *At, const uint32_t *Xp, int64_t n,
+		      int64_t t0, int64_t t1, int64_t c, int nv)
+{
+	int64_t t = t0;
+	for (; t + 4 <= t1; t += 4)
+		dtmkb_outer_tile_bf16(Y, ly, At, Xp, n, t, c, 4, nv);
+	for (; t < t1; t++)
+		dtmkb_outer_tile_bf16(Y, ly, At, Xp, n, t, c, 1, nv);
+}
+
 /* Y[t * ly + (0, n)] += sum over r of A[r][t] * X[r][(0, n)] for t in
- * [t0, t1), the 8 rows in pairs: At[t * 4 + r/2] the word of A[r][t] and
- * A[r + 1][t], Xp[r/2 * n + c] that of X[r][c] and X[r + 1][c] (n a
- * multiple of 16): dtmkb_rows8_outer on bf16 operands. */
+ * [t0, t1), n a multiple of 16: dtmkb_rows8_outer on bf16 operands, in
+ * the same register tiles. */
 static inline __attribute__((always_inline)) void
 dtmkb_rows8_outer_bf16(float *Y, int64_t ly, const uint32_t *At, const uint32_t *Xp, int64_t t0,
 		       int64_t t1, int64_t n)
 {
-	for (int64_t c = 0; c < n; c += 16) {
-		__m512bh x[DTMKB_AR / 2];
-		for (int r = 0; r < DTMKB_AR / 2; r++)
-			x[r] = (__m512bh)_mm512_loadu_si512(Xp + r * n + c);
-		for (int64_t t = t0; t < t1; t++) {
-			__m512 y = _mm512_loadu_ps(Y + t * ly + c);
-			for (int r = 0; r < DTMKB_AR / 2; r++)
-				y = _mm512_dpbf16_ps(
-					y, (__m512bh)_mm512_set1_epi32((int)At[t * 4 + r]), x[r]);
-			_mm512_storeu_ps(Y + t * ly + c, y);
-		}
-	}
+	int64_t c = 0;
+	for (; c + 64 <= n; c += 64)
+		dtmkb_outer_cols_bf16(Y, ly, At, Xp, n, t0, t1, c, 4);
+	for (; c + 32 <= n; c += 32)
+		dtmkb_outer_cols_bf16(Y, ly, At, Xp, n, t0, t1, c, 2);
+	for (; c < n; c += 16)
+		dtmkb_outer_cols_bf16(Y, ly, At, Xp, n, t0, t1, c, 1);
 }
 
 /* The words of rows 2p and 2p + 1 of the 8 bf16 rows R (lr apart) over

@@ -290,6 +290,9 @@ static void test_attention_bwd(void)
 	        /* head sizes the 4-row blocks take (16 above, 64 and 32
 	         * here), T not a multiple of 4 */
 	        {70, 2, 2, 64, 1, 0}, {37, 4, 2, 32, 0, 9},
+	        /* 48 and 80: the register tiles' 32- and 16-column rests
+	         * (dk, dv in tiles of 4 keys: 33 and 23 leave some over) */
+	        {33, 2, 1, 48, 1, 0}, {23, 2, 2, 80, 0, 6},
 	};
 	/* and all of it in bf16: the AVX512-BF16 products where the CPU has
 	 * them and the head size is a multiple of 16, the f32 kernels on the

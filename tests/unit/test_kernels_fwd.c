@@ -325,6 +325,8 @@ static void test_model_ops(void)
 	        /* head sizes the 4-row blocks take: 64 (score tiles of 64
 	         * keys and a remainder), 32 with a window, T not a multiple of 4 */
 	        {70, 2, 2, 64, 1, 0}, {37, 4, 2, 32, 0, 9},
+	        /* 48 and 80: the register tiles' 32- and 16-column rests */
+	        {33, 2, 1, 48, 1, 0}, {23, 2, 2, 80, 0, 6},
 	        /* more keys than a tile of the online softmax (DTMK_ATTN_KT,
 	         * 512): causal, a window whose blocks start past the first
 	         * tile, a last tile of 18 keys */
