@@ -28,6 +28,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "runtime/plan.h"
@@ -334,6 +335,41 @@ static inline __attribute__((always_inline)) float dtmk_maxf(const float *x, int
 	return mx;
 }
 
+#define DTMK_ROW_CHUNK 512
+
+/* n values of t from element off as f32: in place when t is f32, else
+ * widened into buf (row kernels over long rows take them in chunks of a
+ * few hundred, so a 16-bit row is never widened whole). */
+static inline const float *dtmk_chunk_in(const DtmkTensor *t, int64_t off, int64_t n, float *buf)
+{
+	if (t->dtype == DTM_F32)
+		return (const float *)t->p + off;
+	DtmkTensor v = dtmk_view(t, off, n);
+	dtmk_widen(&v, buf);
+	return buf;
+}
+
+/* The largest of x[0, n), NaN if any is (the order-free form of max's
+ * `v > acc || isnan(v)`). */
+static inline __attribute__((always_inline)) float dtmk_maxf_nan(const float *x, int64_t n)
+{
+	DtmkV16 m;
+	for (int l = 0; l < 16; l++)
+		m[l] = -INFINITY;
+	int64_t i = 0;
+	for (; i + 16 <= n; i += 16) {
+		DtmkV16 v = DTMK_V16(x + i);
+		DtmkV16i take = (v > m) | (v != v);
+		m = (DtmkV16)((take & (DtmkV16i)v) | (~take & (DtmkV16i)m));
+	}
+	float mx = -INFINITY;
+	for (; i < n; i++)
+		mx = x[i] > mx || x[i] != x[i] ? x[i] : mx;
+	for (int l = 0; l < 16; l++)
+		mx = m[l] > mx || m[l] != m[l] ? m[l] : mx;
+	return mx;
+}
+
 /* n rounded up to a multiple of 16 floats (one AVX-512 vector): attention
  * works on whole tiles of keys so its loops have no remainders. */
 #define DTMK_PAD16(n) (((n) + 15) & ~(int64_t)15)
@@ -369,6 +405,71 @@ static inline void dtmk_par(const DtmCtx *ctx, int64_t n, int64_t grain, DtmRang
 		ctx->parallel_for(ctx, n, grain, fn, arg);
 	else
 		fn(arg, 0, n);
+}
+
+/* out [V, D] = the sum of dy's rows ([N, D]) by row ids[i] - off, ids
+ * outside [0, V) skipped (embed's gradient, whole or a vocab shard): the
+ * positions sorted by row (a stable counting sort), then the rows over
+ * the pool, each one's sum in f32 in the order of its positions (the
+ * serial scatter-add's order: the same bits), in column chunks widened on
+ * the stack.  Was a serial loop into an f32 [V, D] staging buffer
+ * (GPT-2 small in bf16: 154 MB cleared and narrowed every step). */
+struct dtmk_scatter_job {
+	const DtmkTensor *dy, *out;
+	int64_t D;
+	const int64_t *start, *pos;
+};
+
+static void dtmk_scatter_range(void *arg, int64_t lo, int64_t hi)
+{
+	const struct dtmk_scatter_job *j = arg;
+	float acc[DTMK_ROW_CHUNK], buf[DTMK_ROW_CHUNK];
+	int64_t D = j->D;
+	for (int64_t v = lo; v < hi; v++)
+		for (int64_t c = 0; c < D; c += DTMK_ROW_CHUNK) {
+			int64_t n = D - c < DTMK_ROW_CHUNK ? D - c : DTMK_ROW_CHUNK;
+			bool f32 = j->out->dtype == DTM_F32;
+			float *y = f32 ? (float *)j->out->p + v * D + c : acc;
+			memset(y, 0, sizeof(float) * (size_t)n);
+			for (int64_t k = j->start[v]; k < j->start[v + 1]; k++) {
+				const float *x = dtmk_chunk_in(j->dy, j->pos[k] * D + c, n, buf);
+				for (int64_t q = 0; q < n; q++)
+					y[q] += x[q];
+			}
+			if (!f32) {
+				DtmkTensor o = dtmk_view(j->out, v * D + c, n);
+				dtmk_narrow(&o, acc);
+			}
+		}
+}
+
+static inline void dtmk_scatter_rows(const DtmCtx *ctx, const DtmkTensor *dy,
+				     const DtmkTensor *ids, const DtmkTensor *out, int64_t off)
+{
+	int64_t V = out->shape[0], D = out->shape[1], N = ids->numel;
+	int64_t *start = calloc((size_t)V + 1, sizeof *start);
+	int64_t *pos = malloc(sizeof *pos * (size_t)(N > 0 ? N : 1));
+	if (start && pos) {
+		for (int64_t i = 0; i < N; i++) {
+			int64_t r = (int64_t)dtmk_load_i32(ids, i) - off;
+			if (r >= 0 && r < V)
+				start[r + 1]++;
+		}
+		for (int64_t v = 0; v < V; v++)
+			start[v + 1] += start[v];
+		for (int64_t i = 0; i < N; i++) { /* start[r] ends at row r + 1's */
+			int64_t r = (int64_t)dtmk_load_i32(ids, i) - off;
+			if (r >= 0 && r < V)
+				pos[start[r]++] = i;
+		}
+		for (int64_t v = V; v > 0; v--)
+			start[v] = start[v - 1];
+		start[0] = 0;
+		struct dtmk_scatter_job j = {dy, out, D, start, pos};
+		dtmk_par(ctx, V, 64, dtmk_scatter_range, &j);
+	}
+	free(start);
+	free(pos);
 }
 
 /* The product of dims [from, to) of t. */

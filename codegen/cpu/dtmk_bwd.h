@@ -555,24 +555,8 @@ static void dtmk_rmsnorm_bwd_gamma(const DtmCtx *ctx, const DtmkArgs *a)
 
 static void dtmk_embed_bwd(const DtmCtx *ctx, const DtmkArgs *a)
 {
-	(void)ctx;
-	int64_t V = a->out.shape[0], D = a->out.shape[1], N = a->in[1].numel;
-	DtmkbBuf dy = dtmkb_in(ctx, &a->in[0]), t = dtmkb_out(&a->out);
-	if (!dy.p || !t.p)
-		goto out;
-	memset(t.p, 0, sizeof(float) * (size_t)(V * D));
-	for (int64_t i = 0; i < N; i++) {
-		int64_t id = dtmk_load_i32(&a->in[1], i);
-		if (id < 0 || id >= V)
-			continue; /* the forward embed already reported it */
-		float *row = t.p + id * D;
-		const float *src = dy.p + i * D;
-		for (int64_t j = 0; j < D; j++)
-			row[j] += src[j];
-	}
-out:
-	dtmkb_free(dy);
-	dtmkb_done(ctx, &a->out, t);
+	/* ids outside [0, V): the forward embed already reported them */
+	dtmk_scatter_rows(ctx, &a->in[0], &a->in[1], &a->out, 0);
 }
 
 /* ---- pad(x){axis, start, end}: zeros with x at [start, end) ---- */

@@ -208,9 +208,32 @@ static inline void dtmk_matmul(const DtmCtx *ctx, const DtmkArgs *a)
 
 /* ---- reductions: sum, mean, max over attrs.ints (keepdims = flag) ---- */
 
+/* Row maxima of [rows, len] (max over trailing axes): the rows over the
+ * pool, each in chunks of DTMK_ROW_CHUNK widened on the stack. */
+struct dtmk_rowmax_job {
+	const DtmkTensor *x, *out;
+	int64_t len;
+};
+
+static void dtmk_rowmax_rows(void *arg, int64_t lo, int64_t hi)
+{
+	const struct dtmk_rowmax_job *j = arg;
+	float buf[DTMK_ROW_CHUNK];
+	for (int64_t i = lo; i < hi; i++) {
+		float m[2] = {-INFINITY, -INFINITY};
+		for (int64_t c = 0; c < j->len; c += DTMK_ROW_CHUNK) {
+			int64_t n = j->len - c < DTMK_ROW_CHUNK ? j->len - c : DTMK_ROW_CHUNK;
+			m[1] = dtmk_maxf_nan(dtmk_chunk_in(j->x, i * j->len + c, n, buf), n);
+			m[0] = dtmk_maxf_nan(m, 2);
+		}
+		dtmk_store(j->out, i, m[0]);
+	}
+}
+
 /* Reduces a [outer, len, inner] view when the reduced axes are one
  * contiguous run; else walks the input with output strides. */
-static inline void dtmk_reduce(const DtmkArgs *a, int op /* 0 sum, 1 mean, 2 max */)
+static inline void dtmk_reduce(const DtmCtx *ctx, const DtmkArgs *a,
+			       int op /* 0 sum, 1 mean, 2 max */)
 {
 	const DtmkTensor *X = &a->in[0];
 	int r = X->rank;
@@ -233,6 +256,12 @@ static inline void dtmk_reduce(const DtmkArgs *a, int op /* 0 sum, 1 mean, 2 max
 	for (int d = 0; d < r; d++)
 		if (red[d])
 			count *= X->shape[d];
+	if (op == 2 && first >= 0 && contiguous && last == r - 1) {
+		/* rows (the logits' max over the vocab) in parallel, in chunks */
+		struct dtmk_rowmax_job j = {X, &a->out, dtmk_span(X, first, r)};
+		dtmk_par(ctx, dtmk_span(X, 0, first), 1, dtmk_rowmax_rows, &j);
+		return;
+	}
 	if (first < 0 || contiguous) {
 		int64_t outer = first < 0 ? X->numel : dtmk_span(X, 0, first);
 		int64_t len = first < 0 ? 1 : dtmk_span(X, first, last + 1);
@@ -278,20 +307,17 @@ static inline void dtmk_reduce(const DtmkArgs *a, int op /* 0 sum, 1 mean, 2 max
 
 static inline void dtmk_sum(const DtmCtx *ctx, const DtmkArgs *a)
 {
-	(void)ctx;
-	dtmk_reduce(a, 0);
+	dtmk_reduce(ctx, a, 0);
 }
 
 static inline void dtmk_mean(const DtmCtx *ctx, const DtmkArgs *a)
 {
-	(void)ctx;
-	dtmk_reduce(a, 1);
+	dtmk_reduce(ctx, a, 1);
 }
 
 static inline void dtmk_max(const DtmCtx *ctx, const DtmkArgs *a)
 {
-	(void)ctx;
-	dtmk_reduce(a, 2);
+	dtmk_reduce(ctx, a, 2);
 }
 
 /* ---- softmax / log_softmax along attrs.ints[0] ---- */

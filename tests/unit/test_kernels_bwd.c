@@ -14,6 +14,7 @@
 #include "ir/ir.h"
 #include "runtime/plan.h"
 #include "codegen/cpu/dtmk_bwd.h"
+#include "codegen/cpu/dtmk_vp.h"
 
 #include <stdlib.h>
 
@@ -262,6 +263,26 @@ static void test_embed_pad(void)
 	/* ids (3j + 1) % 4 over 6 positions: rows repeat, row 4 stays zero */
 	run("embed_bwd", m, node(m, IR_OP_EMBED_BWD, 2, o, 0, NULL, 0, false, &tab), dtmk_embed_bwd,
 	    4, F32);
+	/* rows wider than a chunk (DTMK_ROW_CHUNK = 512: 600 is one and a
+	 * partial one), f32 and bf16 (each row's sum in f32, rounded once);
+	 * ids (3j + 1) % 9 over 30 positions into 11 rows: rows 9 and 10
+	 * stay zero; the vocab-parallel form on a shard of 5 rows (rank 0:
+	 * ids 5 to 8 are another rank's) */
+	for (int bf = 0; bf < 2; bf++) {
+		IrDtype t = bf ? IR_BF16 : IR_F32;
+		for (int vp = 0; vp < 2; vp++) {
+			m = mod();
+			int e[2] = {leaf(m, t, 3, 2, 15, 600), leaf(m, IR_I32, 2, 2, 15, 0)};
+			IrNode et = shape_of(t, 2, vp ? 5 : 11, 600, 0);
+			char what[64];
+			snprintf(what, sizeof what, "%s D=600%s", vp ? "embed_bwd_vp" : "embed_bwd",
+			         bf ? " bf16" : "");
+			run(what, m,
+			    node(m, vp ? IR_OP_EMBED_BWD_VP : IR_OP_EMBED_BWD, 2, e, 0, NULL, 0, false,
+			         &et),
+			    vp ? dtmk_embed_bwd_vp : dtmk_embed_bwd, 9, bf ? BF16 : F32);
+		}
+	}
 	m = mod();
 	int x = leaf(m, IR_F32, 3, 2, 2, 3);
 	int64_t sl[3] = {1, 1, 3};
@@ -437,6 +458,11 @@ static void test_cut_bits(void)
 		tensor(&a.out, &out);
 		same_bits("attention_bwd", dtmk_attention_bwd, &a);
 	}
+	DtmkArgs eb = {.nin = 2};
+	eb.in[0] = ten(DTM_F32, 2, 300, 40, 0, 0);
+	eb.in[1] = ten(DTM_I32, 1, 300, 0, 0, 97);
+	eb.out = ten(DTM_F32, 2, 100, 40, 0, 0);
+	same_bits("embed_bwd", dtmk_embed_bwd, &eb);
 	DtmkArgs c = {.nin = 3};
 	c.in[0] = ten(DTM_F32, 0, 0, 0, 0, 0);
 	c.in[1] = ten(DTM_F32, 3, 5, 140, 13, 0);

@@ -13,6 +13,7 @@
 #include "testlib_attr.h"
 #include "codegen/cpu/dtmk_fwd.h"
 #include "codegen/cpu/dtmk_rope.h"
+#include "codegen/cpu/dtmk_vp.h"
 #include "interp/eval.h"
 #include "ir/ir.h"
 #include "support/philox.h"
@@ -452,6 +453,60 @@ static void same_bits(const char *what, Kern kern, DtmkArgs *a)
 	free(a->out.p);
 }
 
+/* The row kernels of the loss over a vocabulary: max over the last dim,
+ * and the vocab-parallel ce_sumexp and ce_bwd_vp, on rows longer than a
+ * chunk (DTMK_ROW_CHUNK = 512: 1100 is two chunks and a partial one),
+ * f32 and bf16 logits; ce_bwd_vp as rank 1 of a 2-way vocab split (its
+ * targets land here and on the other shard, one in the last chunk). */
+static void test_vocab_rows(void)
+{
+	for (int bf = 0; bf < 2; bf++) {
+		IrDtype t = bf ? IR_BF16 : IR_F32;
+		char what[64];
+		IrModule *m = mod();
+		int x = leaf(m, t, 2, SHAPE(3, 1100));
+		IrNode *n = node(m, IR_OP_MAX, 1, &x);
+		IrAttrAxes *ra = ir_attr_axes_mut(m, n);
+		ra->axes[ra->n++] = 1;
+		snprintf(what, sizeof what, "max over 1100%s", bf ? " bf16" : "");
+		run_case(what, m, n, dtmk_max, 0);
+
+		m = mod();
+		int o[2] = { leaf(m, t, 2, SHAPE(4, 1100)), leaf(m, IR_F32, 1, SHAPE(4)) };
+		snprintf(what, sizeof what, "ce_sumexp%s", bf ? " bf16" : "");
+		run_case(what, m, node(m, IR_OP_CE_SUMEXP, 2, o), dtmk_ce_sumexp, 0);
+
+		m = mod();
+		m->mesh = (Mesh){.naxes = 1, .names = {"tp"}, .sizes = {2}};
+		int b[5] = { leaf(m, IR_F32, 0, NULL), leaf(m, t, 2, SHAPE(6, 1100)),
+			     leaf(m, IR_I32, 1, SHAPE(6)), leaf(m, IR_F32, 1, SHAPE(6)),
+			     leaf(m, IR_F32, 1, SHAPE(6)) };
+		n = node(m, IR_OP_CE_BWD_VP, 5, b);
+		ir_attr_coll_mut(m, n)->axes = 1;
+		case_coords[0] = 1;
+		snprintf(what, sizeof what, "ce_bwd_vp%s", bf ? " bf16" : "");
+		run_case(what, m, n, dtmk_ce_bwd_vp, 2200);
+		memset(case_coords, 0, sizeof case_coords);
+	}
+	/* a NaN anywhere in a row is its max (max's rule, `v > acc ||
+	 * isnan(v)`), in the first chunk, a middle one or the partial last */
+	IrModule *m = mod();
+	int x = leaf(m, IR_F32, 2, SHAPE(3, 1100));
+	IrNode *n = node(m, IR_OP_MAX, 1, &x);
+	ir_attr_axes_mut(m, n)->axes[ir_attr_axes_mut(m, n)->n++] = 1;
+	CHECK(ir_infer(m, n, &diag));
+	static float in[3 * 1100], out[3];
+	for (int i = 0; i < 3 * 1100; i++)
+		in[i] = (float)(i % 97) - 50.0f;
+	in[3] = in[1100 + 700] = in[2200 + 1099] = NAN;
+	DtmkArgs a = { .nin = 1, .nints = 1, .ints = { 1 } };
+	fill_tensor(&a.in[0], m->nodes[x], in);
+	fill_tensor(&a.out, n, out);
+	dtmk_max(&ctx, &a);
+	for (int i = 0; i < 3; i++)
+		CHECK(isnan(out[i]));
+}
+
 static void test_cut_bits(void)
 {
 	for (int ln = 0; ln < 2; ln++) {
@@ -497,6 +552,7 @@ int main(void)
 	test_movement();
 	test_rope();
 	test_model_ops();
+	test_vocab_rows();
 	test_cut_bits();
 	arena_free(&arena);
 	return check_report();
