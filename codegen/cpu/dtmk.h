@@ -315,8 +315,11 @@ dtmk_rows_sum16(float *y, const float *a, const float *x, int64_t ldx, int64_t m
 /* The largest of x[0, n) (-inf for n = 0).  NaNs are skipped unless they
  * come first, as with the scalar `x > m ? x : m`, which gcc leaves as a
  * scalar maxss chain (it vectorises a max reduction only under
- * -ffinite-math-only); this keeps sixteen running maxima in one vector. */
-static inline __attribute__((always_inline)) float dtmk_maxf(const float *x, int64_t n)
+ * -ffinite-math-only); this keeps sixteen running maxima in one vector.
+ * With nan (a constant where called), NaN if any x is: the order-free
+ * form of the max op's `v > acc || isnan(v)`. */
+static inline __attribute__((always_inline)) float dtmk_maxf_how(const float *x, int64_t n,
+								 bool nan)
 {
 	DtmkV16 m;
 	for (int l = 0; l < 16; l++)
@@ -324,15 +327,22 @@ static inline __attribute__((always_inline)) float dtmk_maxf(const float *x, int
 	int64_t i = 0;
 	for (; i + 16 <= n; i += 16) {
 		DtmkV16 v = DTMK_V16(x + i);
-		DtmkV16i gt = v > m;
-		m = (DtmkV16)((gt & (DtmkV16i)v) | (~gt & (DtmkV16i)m));
+		DtmkV16i take = v > m;
+		if (nan)
+			take |= v != v;
+		m = (DtmkV16)((take & (DtmkV16i)v) | (~take & (DtmkV16i)m));
 	}
 	float mx = -INFINITY;
 	for (; i < n; i++)
-		mx = x[i] > mx ? x[i] : mx;
+		mx = x[i] > mx || (nan && x[i] != x[i]) ? x[i] : mx;
 	for (int l = 0; l < 16; l++)
-		mx = m[l] > mx ? m[l] : mx;
+		mx = m[l] > mx || (nan && m[l] != m[l]) ? m[l] : mx;
 	return mx;
+}
+
+static inline __attribute__((always_inline)) float dtmk_maxf(const float *x, int64_t n)
+{
+	return dtmk_maxf_how(x, n, false);
 }
 
 #define DTMK_ROW_CHUNK 512
@@ -347,27 +357,6 @@ static inline const float *dtmk_chunk_in(const DtmkTensor *t, int64_t off, int64
 	DtmkTensor v = dtmk_view(t, off, n);
 	dtmk_widen(&v, buf);
 	return buf;
-}
-
-/* The largest of x[0, n), NaN if any is (the order-free form of max's
- * `v > acc || isnan(v)`). */
-static inline __attribute__((always_inline)) float dtmk_maxf_nan(const float *x, int64_t n)
-{
-	DtmkV16 m;
-	for (int l = 0; l < 16; l++)
-		m[l] = -INFINITY;
-	int64_t i = 0;
-	for (; i + 16 <= n; i += 16) {
-		DtmkV16 v = DTMK_V16(x + i);
-		DtmkV16i take = (v > m) | (v != v);
-		m = (DtmkV16)((take & (DtmkV16i)v) | (~take & (DtmkV16i)m));
-	}
-	float mx = -INFINITY;
-	for (; i < n; i++)
-		mx = x[i] > mx || x[i] != x[i] ? x[i] : mx;
-	for (int l = 0; l < 16; l++)
-		mx = m[l] > mx || m[l] != m[l] ? m[l] : mx;
-	return mx;
 }
 
 /* n rounded up to a multiple of 16 floats (one AVX-512 vector): attention

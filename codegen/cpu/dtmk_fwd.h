@@ -223,8 +223,8 @@ static void dtmk_rowmax_rows(void *arg, int64_t lo, int64_t hi)
 		float m[2] = {-INFINITY, -INFINITY};
 		for (int64_t c = 0; c < j->len; c += DTMK_ROW_CHUNK) {
 			int64_t n = j->len - c < DTMK_ROW_CHUNK ? j->len - c : DTMK_ROW_CHUNK;
-			m[1] = dtmk_maxf_nan(dtmk_chunk_in(j->x, i * j->len + c, n, buf), n);
-			m[0] = dtmk_maxf_nan(m, 2);
+			m[1] = dtmk_maxf_how(dtmk_chunk_in(j->x, i * j->len + c, n, buf), n, true);
+			m[0] = dtmk_maxf_how(m, 2, true);
 		}
 		dtmk_store(j->out, i, m[0]);
 	}
