@@ -69,10 +69,12 @@ static double memcpy_bw(int64_t size)
 	return (double)size / dt;
 }
 
+static DtmDtype dtype = DTM_F32; /* --dtype bf16: the 16-bit reductions */
+
 static int bench_op(Comm *c, int op, int64_t size, float *in, float *out, double *secs)
 {
 	int n = c->size;
-	int64_t count = size / 4;
+	int64_t count = size / (dtype == DTM_F32 ? 4 : 2);
 	int it = iters_for(size);
 	for (int i = -1; i < it; i++) {
 		if (i == 0) {
@@ -83,16 +85,16 @@ static int bench_op(Comm *c, int op, int64_t size, float *in, float *out, double
 		int rc = 0;
 		switch (op) {
 		case OP_ALL_REDUCE:
-			rc = comm_all_reduce(c, 1, in, out, count, DTM_F32, DTM_RED_SUM);
+			rc = comm_all_reduce(c, 1, in, out, count, dtype, DTM_RED_SUM);
 			break;
 		case OP_ALL_GATHER:
-			rc = comm_all_gather(c, 1, in, out, count / n, DTM_F32);
+			rc = comm_all_gather(c, 1, in, out, count / n, dtype);
 			break;
 		case OP_REDUCE_SCATTER:
-			rc = comm_reduce_scatter(c, 1, in, out, count / n, DTM_F32, DTM_RED_SUM);
+			rc = comm_reduce_scatter(c, 1, in, out, count / n, dtype, DTM_RED_SUM);
 			break;
 		case OP_ALL_TO_ALL:
-			rc = comm_all_to_all(c, 1, in, out, count / n, DTM_F32);
+			rc = comm_all_to_all(c, 1, in, out, count / n, dtype);
 			break;
 		}
 		if (rc)
@@ -116,7 +118,8 @@ static int bench(Comm *c, const Cfg *cfg)
 		in[i] = (float)(i % 7);
 	memset(out, 0, (size_t)cfg->max);
 	if (c->rank == 0) {
-		printf("# backend %s, %d ranks, f32 sum; GB/s = 1e9 bytes/s\n", c->ops->name, n);
+		printf("# backend %s, %d ranks, %s sum; GB/s = 1e9 bytes/s\n", c->ops->name, n,
+		       dtype == DTM_F32 ? "f32" : "bf16");
 		printf("%-15s %12s %12s %10s %10s %10s %8s\n", "op", "size(B)", "time(us)",
 		       "algbw", "busbw", "memcpy", "bus/mem");
 	}
@@ -198,12 +201,16 @@ int main(int argc, char **argv)
 			cfg.max = parse_size(argv[i + 1]);
 		else if (!strcmp(argv[i], "--backend"))
 			backend = argv[i + 1];
+		else if (!strcmp(argv[i], "--dtype") && !strcmp(argv[i + 1], "bf16"))
+			dtype = DTM_BF16;
+		else if (!strcmp(argv[i], "--dtype") && !strcmp(argv[i + 1], "f32"))
+			dtype = DTM_F32;
 		else if (!strcmp(argv[i], "--op") && op_index(argv[i + 1]) >= 0)
 			cfg.ops |= 1u << op_index(argv[i + 1]);
 		else {
 			fprintf(stderr, "usage: %s [--backend local|mpi] [--ranks N] [--min B] "
-					"[--max B] [--op all_reduce|all_gather|reduce_scatter|"
-					"all_to_all]...\n", argv[0]);
+					"[--max B] [--dtype f32|bf16] [--op all_reduce|all_gather|"
+					"reduce_scatter|all_to_all]...\n", argv[0]);
 			return 1;
 		}
 	}

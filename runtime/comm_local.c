@@ -399,6 +399,30 @@ static size_t esize(DtmDtype t)
 	return t == DTM_BF16 || t == DTM_F16 ? 2 : 4;
 }
 
+/* 16-bit values to f32 and back, a loop per dtype (this file is compiled
+ * -O3, so the bf16 ones vectorise): through rt_load_f32's dtype switch per
+ * element, a bf16 gradient all_reduce took 3x the time of an f32 one of
+ * twice the bytes (GPT d=256 on dp=2: 17.5 against 6.0 ms a step). */
+static void widen16(float *restrict dst, const uint16_t *restrict src, int64_t m, DtmDtype t)
+{
+	if (t == DTM_BF16)
+		for (int64_t i = 0; i < m; i++)
+			dst[i] = bf16_to_f32(src[i]);
+	else
+		for (int64_t i = 0; i < m; i++)
+			dst[i] = f16_to_f32(src[i]);
+}
+
+static void narrow16(uint16_t *restrict dst, const float *restrict src, int64_t m, DtmDtype t)
+{
+	if (t == DTM_BF16)
+		for (int64_t i = 0; i < m; i++)
+			dst[i] = bf16_from_f32(src[i]);
+	else
+		for (int64_t i = 0; i < m; i++)
+			dst[i] = f16_from_f32(src[i]);
+}
+
 /* Reduces elements [lo, hi) of every member's input; the result goes to
  * each of the nout outputs (all members' for all_reduce, one for
  * reduce_scatter, at offset out_off). */
@@ -430,18 +454,15 @@ static void reduce_range(const void *const *ins, int n, void *const *outs, int n
 				memcpy((char *)outs[k] + o * 4, acc, (size_t)m * 4);
 		} else {
 			/* 16-bit: accumulate in f32, round once */
-			for (int64_t i = 0; i < m; i++)
-				acc[i] = rt_load_f32(ins[0], t, b + i);
+			widen16(acc, (const uint16_t *)ins[0] + b, m, t);
 			for (int j = 1; j < n; j++) {
-				for (int64_t i = 0; i < m; i++)
-					tmp[i] = rt_load_f32(ins[j], t, b + i);
+				widen16(tmp, (const uint16_t *)ins[j] + b, m, t);
 				comm_reduce_f32(acc, tmp, m, red);
 			}
 			if (red == DTM_RED_AVG)
 				for (int64_t i = 0; i < m; i++)
 					acc[i] /= (float)n;
-			for (int64_t i = 0; i < m; i++)
-				rt_store_f32(outs[0], t, o + i, acc[i]);
+			narrow16((uint16_t *)outs[0] + o, acc, m, t);
 			for (int k = 1; k < nout; k++)
 				memcpy((char *)outs[k] + o * 2, (char *)outs[0] + o * 2, (size_t)m * 2);
 		}

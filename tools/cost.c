@@ -542,7 +542,17 @@ static double comm_seconds(const CostEnv *e, const DtmPlan *p, const DtmAction *
 		 * waits for it anyway) */
 		double inrun = kind == COST_SEND || kind == COST_RECV ? 0
 		                                                        : hw->coll_s + hw->coll_byte_s * S;
-		return inrun + (c->latency + (c->bw > 0 ? S / c->bw : 0)) * f;
+		/* the CPU backends reduce 16-bit payloads in f32 (widen, add,
+		 * narrow: runtime/comm_local.c), at the f32 curve's rate per
+		 * element, not per byte (GPT d=256 on dp=2 in bf16: priced
+		 * at half its gradient all_reduce's time) */
+		double Sb = S;
+		if ((kind == COST_ALL_REDUCE || kind == COST_REDUCE_SCATTER) && a->nargs > 0 &&
+		    a->args[0] >= 0 && a->args[0] < p->nbuffers) {
+			DtmDtype dt = p->buffers[a->args[0]].dtype;
+			Sb = dt == DTM_BF16 || dt == DTM_F16 ? 2 * S : S;
+		}
+		return inrun + (c->latency + (c->bw > 0 ? Sb / c->bw : 0)) * f;
 	}
 	HwLink link = lc == COST_LINK_INTER ? hw->inter : hw->intra;
 	if (hw->link_eff > 0) {

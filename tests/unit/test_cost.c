@@ -593,6 +593,14 @@ static void test_hw_calibrated(void)
 	                .args = {0}, .bytes = 1000000, .stream = 1};
 	p.mesh_sizes[0] = 2;
 	CHECK_NEAR(cost_action_seconds(&p, &h, 2, &ar, NULL), 20e-6 + 1e6 / 4e9, 1e-15);
+	/* a bf16 payload of the same bytes: the CPU backends reduce it in
+	 * f32, at the (f32) curve's rate per element, twice the elements;
+	 * its bytes sent stay the payload's */
+	double sent = 0;
+	cb[0].dtype = DTM_BF16;
+	CHECK_NEAR(cost_action_seconds(&p, &h, 2, &ar, &sent), 20e-6 + 2e6 / 4e9, 1e-15);
+	CHECK_NEAR(sent, 1e6, 1e-6);
+	cb[0].dtype = DTM_F32;
 	/* a 2-rank group measured alone, here beside another (4 ranks on 2
 	 * cores): twice as long */
 	static const char *two[] = {"dp", "tp"};
