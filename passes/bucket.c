@@ -19,7 +19,10 @@
  * last layers' gradients first, as the backward pass produces them) and
  * closed once they hold bucket_bytes or more (PyTorch's rule); only
  * gradients reduced over the same mesh axes with the same reduction and
- * dtype, on the same pipeline stage, share a bucket.  A bucket's pack and all_reduce are placed right
+ * dtype, on the same pipeline stage, share a bucket.  Under precision bf16
+ * a gradient is reduced in bf16 and then cast to its master's f32
+ * (grad.P = cast(all_reduce(g))): the all_reduce is bucketed and the cast
+ * made again after the unpack (recast).  A bucket's pack and all_reduce are placed right
  * after the last of its gradients is produced, so a runtime with a
  * communication stream can overlap it with the rest of the backward pass.
  * A bucket of one gradient keeps its own all_reduce.  bucket_mb 0 turns
@@ -63,7 +66,8 @@
  * reduce_scatter is the term, the all_reduces over rep are bucketed as
  * DDP's are. */
 typedef struct Cand {
-	int g;         /* the gradient (all_reduce or add) */
+	int g;         /* the gradient (all_reduce or add, or a cast of one) */
+	int inner;     /* g, or the all_reduce or add g casts (bf16 grads to f32) */
 	const char *gname; /* grad.P: g's name, or (ZeRO-1) the scattered grad's */
 	int ar;        /* one of its all_reduces: the reduction, dtype, stage */
 	uint32_t axes; /* the mesh axes reduced: the union of a chain's */
@@ -176,6 +180,21 @@ static bool collect(const IrModule *m, const int *users, int x, bool root, Cand 
 	return false;
 }
 
+/* The cast of a gradient reduced in its compute dtype (bf16) to its own
+ * (f32), g = cast(all_reduce(...)), again after the unpack: out's node x
+ * cast as old node g was, taking g's identity. */
+static bool recast(Rebuild *o, const IrModule *m, int x, int g)
+{
+	const IrNode *old = m->nodes[g];
+	IrNode *c = rb_add(o, IR_OP_CAST, &x, 1, g, false);
+	if (!c)
+		return false;
+	c->rank = old->rank;
+	memcpy(c->shape, old->shape, sizeof old->shape);
+	rb_take(o, c, g);
+	return true;
+}
+
 /* Emits bucket b: pack, all_reduce, unpack. */
 static bool emit_bucket(Rebuild *o, const Cand *cands, const Bucket *b)
 {
@@ -285,17 +304,18 @@ static bool emit_bucket(Rebuild *o, const Cand *cands, const Bucket *b)
 	int rid = red->id;
 	if (b->n == 1) {
 		/* one gradient: its terms reduced together, no pack */
-		int gid = cands[b->members[0]].g;
-		const IrNode *g = m->nodes[gid];
+		const Cand *c = &cands[b->members[0]];
+		const IrNode *g = m->nodes[c->g];
 		memcpy(red->shape, g->shape, sizeof g->shape);
 		red->rank = g->rank;
-		rb_take(o, red, gid);
-		return true;
+		rb_take(o, red, c->inner);
+		return c->inner == c->g || recast(o, m, rid, c->g);
 	}
 	/* unpack */
 	int64_t off = 0;
 	for (int k = 0; k < b->n; k++) {
-		int gid = cands[b->members[k]].g;
+		const Cand *c = &cands[b->members[k]];
+		int gid = c->inner;
 		const IrNode *ar = m->nodes[gid];
 		int64_t len = ir_node_numel(ar);
 		IrNode *s = rb_add(o, IR_OP_SLICE, &rid, 1, gid, false);
@@ -316,6 +336,8 @@ static bool emit_bucket(Rebuild *o, const Cand *cands, const Bucket *b)
 			memcpy(last->shape, ar->shape, sizeof ar->shape);
 		}
 		rb_take(o, last, gid);
+		if (c->g != gid && !recast(o, m, last->id, c->g))
+			return false;
 	}
 	return true;
 }
@@ -381,8 +403,8 @@ bool pass_bucket(IrModule *m, Diag *d, const PassOptions *opt)
 				first_user[o] = i;
 			nusers[o]++;
 		}
-		if (((x->op == IR_OP_ALL_REDUCE || x->op == IR_OP_ADD) && x->role == IR_ROLE_GRAD &&
-		     x->rank != 0) || (x->rank != 0 && scattered_grad(m, x)))
+		if (((x->op == IR_OP_ALL_REDUCE || x->op == IR_OP_ADD || x->op == IR_OP_CAST) &&
+		     x->role == IR_ROLE_GRAD && x->rank != 0) || (x->rank != 0 && scattered_grad(m, x)))
 			grads[ng++] = i;
 		int pf = ir_place_from(m, x);
 		if (pf < -1 || pf == x->id)
@@ -395,9 +417,25 @@ bool pass_bucket(IrModule *m, Diag *d, const PassOptions *opt)
 		const IrNode *x = m->nodes[i];
 		const IrNode *gn;
 		int p = grad_param(m, x, &gn);
-		Cand c = {.g = i, .gname = gn ? gn->name : NULL, .ar = -1, .last = -1, .bucket = -1};
-		if (p < 0 || !collect(m, nusers, i, true, &c))
+		/* a bf16 gradient reduced in bf16, then cast to f32: the cast
+		 * is re-made after the unpack (recast) */
+		int inner = i;
+		if (x->op == IR_OP_CAST) {
+			inner = x->nops == 1 ? x->ops[0] : -1;
+			const IrNode *y = inner >= 0 ? m->nodes[inner] : NULL;
+			if (!y || nusers[inner] != 1 || y->role == IR_ROLE_GRAD || y->name ||
+			    (y->op != IR_OP_ALL_REDUCE && y->op != IR_OP_ADD) ||
+			    y->rank != x->rank ||
+			    memcmp(y->shape, x->shape, sizeof(int64_t) * (size_t)x->rank) != 0)
+				continue;
+		}
+		Cand c = {.g = i, .inner = inner, .gname = gn ? gn->name : NULL, .ar = -1,
+		          .last = -1, .bucket = -1};
+		if (p < 0 || !collect(m, nusers, inner, true, &c) ||
+		    (inner != i && c.nskip >= 2 * MAX_SRC))
 			continue;
+		if (inner != i)
+			c.skip[c.nskip++] = i;
 		extend_chain(m, nusers, &c);
 		c.first_use = first_user[p];
 		cands[nc++] = c;
@@ -432,7 +470,7 @@ bool pass_bucket(IrModule *m, Diag *d, const PassOptions *opt)
 		if (!bks[b].n++)
 			bks[b].point = c;
 		cands[c].bucket = b;
-		bbytes[b] += bytes_of(m->nodes[cands[c].g]);
+		bbytes[b] += bytes_of(m->nodes[cands[c].inner]);
 		if (bbytes[b] >= cap)
 			open[j] = open[--nopen];
 	}
@@ -512,7 +550,7 @@ bool pass_bucket(IrModule *m, Diag *d, const PassOptions *opt)
 		size_t room = (size_t)nn;
 		for (int c = 0; ok && c < nc; c++)
 			if (cands[c].bucket >= 0 && bks[cands[c].bucket].n > 0) {
-				room += (size_t)cands[c].nsrc + 4;
+				room += (size_t)cands[c].nsrc + 5;
 				for (int k = 0; k < cands[c].nskip; k++)
 					skip[cands[c].skip[k]] = true;
 			}

@@ -296,9 +296,61 @@ done:
 	arena_free(&a);
 }
 
+/* precision bf16: each gradient is reduced in bf16 and then cast to its
+ * f32 master's dtype (grad.P = cast(all_reduce(g))); those are bucketed
+ * too, the casts made again after the unpack (they were 36 all_reduces a
+ * step, each a rendezvous of the ranks), in bf16, and the gradients keep
+ * their names, roles and f32 dtype. */
+static void test_bf16(void)
+{
+	Arena a;
+	arena_init(&a);
+	char *bf = replace(slurp("models/gpt.dtm"), "  precision f32\n", "  precision bf16\n");
+	CHECK(bf && strstr(bf, "precision bf16"));
+	IrModule *one = bf ? build(&a, bf, "pp=1,dp=4,tp=1", -1) : NULL;
+	IrModule *none = bf ? build(&a, bf, "pp=1,dp=4,tp=1", 0) : NULL;
+	if (one && none) {
+		int64_t total;
+		int np = count_params(one, &total);
+		int ncast = 0;
+		for (int i = 0; i < none->nnodes; i++) {
+			const IrNode *x = none->nodes[i];
+			ncast += x->op == IR_OP_CAST && x->role == IR_ROLE_GRAD &&
+			         none->nodes[x->ops[0]]->op == IR_OP_ALL_REDUCE;
+		}
+		CHECK(ncast > np / 2); /* the form this test is about */
+		CHECK_EQ_INT(count_ar(none), np);
+		/* what is not a cast of an all_reduce (the tied embedding's sum
+		 * in f32) keeps its own all_reduce */
+		CHECK(count_ar(one) <= 1 + (np - ncast));
+		CHECK(count_ar(one) < count_ar(none));
+		int bucket = -1, ngrads = 0;
+		for (int i = 0; i < one->nnodes; i++) {
+			const IrNode *x = one->nodes[i];
+			if (x->op == IR_OP_ALL_REDUCE && x->rank == 1 &&
+			    one->nodes[x->ops[0]]->op == IR_OP_CONCAT) {
+				CHECK(bucket < 0);
+				bucket = i;
+				CHECK(x->dtype == IR_BF16);
+			}
+			if (x->role == IR_ROLE_GRAD && x->name && !strncmp(x->name, "grad.", 5)) {
+				ngrads++;
+				CHECK(x->dtype == IR_F32);
+				if (x->op == IR_OP_CAST)
+					CHECK(bucket >= 0 && i > bucket);
+			}
+		}
+		CHECK(bucket >= 0);
+		CHECK_EQ_INT(ngrads, np);
+	}
+	free(bf);
+	arena_free(&a);
+}
+
 int main(void)
 {
 	test_counts();
 	test_two_axes();
+	test_bf16();
 	return check_report();
 }
