@@ -261,6 +261,12 @@ static int wait_problem(Comm *c, const Wait *wt, bool timed_out)
 	} else {
 		missing[0] = wt->peer, nm = 1;
 	}
+	/* a peer that sent (or arrived) and then exited between this rank's
+	 * last look at the wait and its look at the exits: its exit store
+	 * follows its send, so the wait is seen done now (e2e.overlap.gpt
+	 * once failed so under load: "rank 0 finished without joining recv") */
+	if (gone && wait_done(wt))
+		return 0;
 	if (gone) {
 		c->peer_failed = true;
 		return comm_errf(c, "rank %d finished without joining %s over %s on rank %d",
