@@ -405,30 +405,6 @@ static size_t esize(DtmDtype t)
 	return t == DTM_BF16 || t == DTM_F16 ? 2 : 4;
 }
 
-/* 16-bit values to f32 and back, a loop per dtype (this file is compiled
- * -O3, so the bf16 ones vectorise): through rt_load_f32's dtype switch per
- * element, a bf16 gradient all_reduce took 3x the time of an f32 one of
- * twice the bytes (GPT d=256 on dp=2: 17.5 against 6.0 ms a step). */
-static void widen16(float *restrict dst, const uint16_t *restrict src, int64_t m, DtmDtype t)
-{
-	if (t == DTM_BF16)
-		for (int64_t i = 0; i < m; i++)
-			dst[i] = bf16_to_f32(src[i]);
-	else
-		for (int64_t i = 0; i < m; i++)
-			dst[i] = f16_to_f32(src[i]);
-}
-
-static void narrow16(uint16_t *restrict dst, const float *restrict src, int64_t m, DtmDtype t)
-{
-	if (t == DTM_BF16)
-		for (int64_t i = 0; i < m; i++)
-			dst[i] = bf16_from_f32(src[i]);
-	else
-		for (int64_t i = 0; i < m; i++)
-			dst[i] = f16_from_f32(src[i]);
-}
-
 /* Reduces elements [lo, hi) of every member's input; the result goes to
  * each of the nout outputs (all members' for all_reduce, one for
  * reduce_scatter, at offset out_off). */
@@ -459,16 +435,18 @@ static void reduce_range(const void *const *ins, int n, void *const *outs, int n
 			for (int k = 0; k < nout; k++)
 				memcpy((char *)outs[k] + o * 4, acc, (size_t)m * 4);
 		} else {
-			/* 16-bit: accumulate in f32, round once */
-			widen16(acc, (const uint16_t *)ins[0] + b, m, t);
+			/* 16-bit: accumulate in f32, round once (rt_widen's
+			 * loops: a per-element dtype switch made a bf16
+			 * all_reduce 2-3x slower) */
+			rt_widen(acc, ins[0], t, b, m);
 			for (int j = 1; j < n; j++) {
-				widen16(tmp, (const uint16_t *)ins[j] + b, m, t);
+				rt_widen(tmp, ins[j], t, b, m);
 				comm_reduce_f32(acc, tmp, m, red);
 			}
 			if (red == DTM_RED_AVG)
 				for (int64_t i = 0; i < m; i++)
 					acc[i] /= (float)n;
-			narrow16((uint16_t *)outs[0] + o, acc, m, t);
+			rt_narrow(outs[0], t, o, acc, m);
 			for (int k = 1; k < nout; k++)
 				memcpy((char *)outs[k] + o * 2, (char *)outs[0] + o * 2, (size_t)m * 2);
 		}

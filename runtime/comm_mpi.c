@@ -322,8 +322,7 @@ static float *widen(Comm *c, const void *in, int64_t nin, int64_t nout, DtmDtype
 {
 	float *w = comm_scratch(c, (nin + nout) * 4);
 	if (w)
-		for (int64_t i = 0; i < nin; i++)
-			w[i] = rt_load_f32(in, t, i);
+		rt_widen(w, in, t, 0, nin);
 	return w;
 }
 
@@ -346,8 +345,7 @@ static int mp_all_reduce(Comm *c, uint32_t axes, const void *in, void *out, int6
 			return -1;
 		if (red == DTM_RED_AVG)
 			finish_avg(w, count, DTM_F32, n);
-		for (int64_t i = 0; i < count; i++)
-			rt_store_f32(out, t, i, w[i]);
+		rt_narrow(out, t, 0, w, count);
 		return 0;
 	}
 	MPI_CHECK(c, MPI_Iallreduce(in == out ? MPI_IN_PLACE : in, out, (int)count, mtype(t), op,
@@ -379,8 +377,7 @@ static int mp_reduce_scatter(Comm *c, uint32_t axes, const void *in, void *out, 
 			return -1;
 		if (red == DTM_RED_AVG)
 			finish_avg(w + count * n, count, DTM_F32, n);
-		for (int64_t i = 0; i < count; i++)
-			rt_store_f32(out, t, i, w[count * n + i]);
+		rt_narrow(out, t, 0, w + count * n, count);
 		return 0;
 	}
 	MPI_CHECK(c, MPI_Ireduce_scatter_block(in, out, (int)count, mtype(t), op, g, &req));

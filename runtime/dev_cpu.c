@@ -553,27 +553,13 @@ struct widen_job {
 static void widen_range(void *argp, int64_t lo, int64_t hi)
 {
 	struct widen_job *j = argp;
-	if (j->t == DTM_BF16) {
-		const uint16_t *s = j->src;
-		for (int64_t i = lo; i < hi; i++)
-			j->dst[i] = bf16_to_f32(s[i]);
-		return;
-	}
-	for (int64_t i = lo; i < hi; i++)
-		j->dst[i] = rt_load_f32(j->src, j->t, i);
+	rt_widen(j->dst + lo, j->src, j->t, lo, hi - lo);
 }
 
 static void narrow_range(void *argp, int64_t lo, int64_t hi)
 {
 	struct widen_job *j = argp;
-	if (j->t == DTM_BF16) {
-		uint16_t *d = j->out;
-		for (int64_t i = lo; i < hi; i++)
-			d[i] = bf16_from_f32(j->dst[i]);
-		return;
-	}
-	for (int64_t i = lo; i < hi; i++)
-		rt_store_f32(j->out, j->t, i, j->dst[i]);
+	rt_narrow(j->out, j->t, lo, j->dst + lo, hi - lo);
 }
 
 /* The f32 view of an operand: the buffer itself, or widened scratch. */
@@ -644,24 +630,14 @@ static void block_widen(const struct gemm_job *j, int64_t off, int64_t n, float 
 			int64_t rows, int64_t cols)
 {
 	for (int64_t r = 0; r < rows; r++)
-		for (int64_t c = 0; c < cols; c++)
-			buf[r * cols + c] = rt_load_f32(j->out, j->out_t, off + r * n + c);
+		rt_widen(buf + r * cols, j->out, j->out_t, off + r * n, cols);
 }
 
 static void block_narrow(const struct gemm_job *j, int64_t off, int64_t n, const float *buf,
 			 int64_t rows, int64_t cols)
 {
-	for (int64_t r = 0; r < rows; r++) {
-		const float *restrict src = buf + r * cols;
-		if (j->out_t == DTM_BF16) {
-			uint16_t *restrict d = (uint16_t *)j->out + off + r * n;
-			for (int64_t c = 0; c < cols; c++)
-				d[c] = bf16_from_f32(src[c]);
-		} else {
-			for (int64_t c = 0; c < cols; c++)
-				rt_store_f32(j->out, j->out_t, off + r * n + c, src[c]);
-		}
-	}
+	for (int64_t r = 0; r < rows; r++)
+		rt_narrow(j->out, j->out_t, off + r * n, buf + r * cols, cols);
 }
 
 /* Tasks [lo, hi): task t is block t % nblocks of item item0 + t / nblocks. */

@@ -63,6 +63,48 @@ static inline void rt_store_f32(void *p, DtmDtype t, int64_t i, float v)
 	}
 }
 
+/* dst[0, n) = the n values of p from element off as f32, and back: a loop
+ * per dtype, so the 16-bit ones vectorise where the caller's file is
+ * compiled -O3 (a per-element rt_load_f32 switch does not: the GEMM
+ * staging, the backends' 16-bit reductions). */
+static inline void rt_widen(float *restrict dst, const void *restrict p, DtmDtype t, int64_t off,
+			    int64_t n)
+{
+	if (t == DTM_F32) {
+		memcpy(dst, (const float *)p + off, sizeof(float) * (size_t)n);
+	} else if (t == DTM_BF16) {
+		const uint16_t *restrict s = (const uint16_t *)p + off;
+		for (int64_t i = 0; i < n; i++)
+			dst[i] = bf16_to_f32(s[i]);
+	} else if (t == DTM_F16) {
+		const uint16_t *restrict s = (const uint16_t *)p + off;
+		for (int64_t i = 0; i < n; i++)
+			dst[i] = f16_to_f32(s[i]);
+	} else {
+		for (int64_t i = 0; i < n; i++)
+			dst[i] = rt_load_f32(p, t, off + i);
+	}
+}
+
+static inline void rt_narrow(void *restrict p, DtmDtype t, int64_t off, const float *restrict src,
+			     int64_t n)
+{
+	if (t == DTM_F32) {
+		memcpy((float *)p + off, src, sizeof(float) * (size_t)n);
+	} else if (t == DTM_BF16) {
+		uint16_t *restrict d = (uint16_t *)p + off;
+		for (int64_t i = 0; i < n; i++)
+			d[i] = bf16_from_f32(src[i]);
+	} else if (t == DTM_F16) {
+		uint16_t *restrict d = (uint16_t *)p + off;
+		for (int64_t i = 0; i < n; i++)
+			d[i] = f16_from_f32(src[i]);
+	} else {
+		for (int64_t i = 0; i < n; i++)
+			rt_store_f32(p, t, off + i, src[i]);
+	}
+}
+
 /* ---- shard layout (exec.c) ---- */
 
 int64_t rt_numel(const DtmBuffer *b);

@@ -348,8 +348,9 @@ static inline __attribute__((always_inline)) float dtmk_maxf(const float *x, int
 #define DTMK_ROW_CHUNK 512
 
 /* n values of t from element off as f32: in place when t is f32, else
- * widened into buf (row kernels over long rows take them in chunks of a
- * few hundred, so a 16-bit row is never widened whole). */
+ * widened into buf (the norms' backward a row at a time; the loss's row
+ * kernels in chunks of DTMK_ROW_CHUNK: a 16-bit operand is never widened
+ * whole). */
 static inline const float *dtmk_chunk_in(const DtmkTensor *t, int64_t off, int64_t n, float *buf)
 {
 	if (t->dtype == DTM_F32)

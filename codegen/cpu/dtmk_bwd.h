@@ -406,17 +406,6 @@ struct dtmkb_norm_job {
  * chunk order, so the result does not depend on the thread count. */
 #define DTMKB_NORM_CHUNK 64
 
-/* Row r of t as f32: in place, or widened into buf (a bf16 / f16 operand
- * is staged a row at a time, never whole). */
-static inline const float *dtmkb_row(const DtmkTensor *t, int64_t r, int64_t D, float *buf)
-{
-	if (t->dtype == DTM_F32)
-		return (const float *)t->p + r * D;
-	DtmkTensor v = dtmk_view(t, r * D, D);
-	dtmk_widen(&v, buf);
-	return buf;
-}
-
 /* Row statistics of row px: xh = (x - mean) * rstd; returns rstd. */
 static inline float dtmkb_norm_xhat(const struct dtmkb_norm_job *w, const float *restrict px,
 				   float *restrict xh)
@@ -455,8 +444,8 @@ static void dtmkb_norm_dx_rows(void *arg, int64_t lo, int64_t hi)
 	float *bdy = xh + D, *bx = bdy + D, *bo = bx + D;
 	int f32 = w->out->dtype == DTM_F32;
 	for (int64_t r = lo; r < hi; r++) {
-		const float *restrict pdy = dtmkb_row(w->dy, r, D, bdy), *restrict g = w->g;
-		float rstd = dtmkb_norm_xhat(w, dtmkb_row(w->x, r, D, bx), xh);
+		const float *restrict pdy = dtmk_chunk_in(w->dy, r * D, D, bdy), *restrict g = w->g;
+		float rstd = dtmkb_norm_xhat(w, dtmk_chunk_in(w->x, r * D, D, bx), xh);
 		double mg = 0, mgx = 0;
 		for (int64_t j = 0; j < D; j++) {
 			float gj = pdy[j] * g[j];
@@ -492,8 +481,8 @@ static void dtmkb_norm_gamma_chunks(void *arg, int64_t lo, int64_t hi)
 			acc[j] = 0;
 		int64_t end = (c + 1) * DTMKB_NORM_CHUNK < w->rows ? (c + 1) * DTMKB_NORM_CHUNK : w->rows;
 		for (int64_t r = c * DTMKB_NORM_CHUNK; r < end; r++) {
-			const float *restrict pdy = dtmkb_row(w->dy, r, D, bdy);
-			dtmkb_norm_xhat(w, dtmkb_row(w->x, r, D, bx), xh);
+			const float *restrict pdy = dtmk_chunk_in(w->dy, r * D, D, bdy);
+			dtmkb_norm_xhat(w, dtmk_chunk_in(w->x, r * D, D, bx), xh);
 			for (int64_t j = 0; j < D; j++)
 				acc[j] += pdy[j] * xh[j];
 		}
