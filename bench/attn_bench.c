@@ -3,7 +3,8 @@
  * thread pool, ms per call and GFLOP/s, forward and forward + backward
  * (issue 17 point 5; bench/attn_torch.py times PyTorch on the same shapes).
  *
- *   attn_bench [--threads N] [--min-ms MS] [--no-causal] [--bf16] [B,H,T,HD[,KVH] ...]
+ *   attn_bench [--threads N] [--min-ms MS] [--no-causal] [--bf16] [--no-lse]
+ *              [B,H,T,HD[,KVH] ...]
  *
  * Each shape is q [B, T, H*HD], k and v [B, T, KVH*HD] (the layout dtm
  * keeps: heads packed in the last dim), f32 (bf16 with --bf16: the
@@ -15,7 +16,9 @@
  * recomputed scores are counted as FlashAttention's paper does: 3.5x in
  * all for forward + backward), the same convention attn_torch.py uses.
  * Each side is timed for at least --min-ms after a warm-up call; the best
- * of 3 such runs is kept.
+ * of 3 such runs is kept.  The backward is given the forward's output and
+ * log-sum-exps (attn.lse, as pass attn_stats pairs them in training: the
+ * f32 kernel then tiles the keys) unless --no-lse (it recomputes them).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -141,7 +144,7 @@ static double self_check(const DtmCtx *c, int causal)
 
 int main(int argc, char **argv)
 {
-	int nthreads = 1, causal = 1;
+	int nthreads = 1, causal = 1, lse = 1;
 	double min_ms = 300;
 	int64_t shapes[16][5];
 	int ns = 0;
@@ -155,6 +158,8 @@ int main(int argc, char **argv)
 			bf16 = true;
 		} else if (!strcmp(argv[i], "--no-causal")) {
 			causal = 0;
+		} else if (!strcmp(argv[i], "--no-lse")) {
+			lse = 0;
 		} else if (ns < 16 && sscanf(argv[i], "%lld,%lld,%lld,%lld,%lld", &b, &h, &t, &hd,
 					   &kvh) >= 4 && b > 0 && h > 0 && t > 0 && hd > 0 &&
 			   kvh >= 0 && (kvh == 0 || h % kvh == 0)) {
@@ -162,7 +167,7 @@ int main(int argc, char **argv)
 			s[0] = b, s[1] = h, s[2] = t, s[3] = hd, s[4] = kvh ? kvh : h;
 		} else {
 			fprintf(stderr, "usage: attn_bench [--threads N] [--min-ms MS] "
-					"[--no-causal] [--bf16] [B,H,T,HD[,KVH] ...]\n");
+					"[--no-causal] [--bf16] [--no-lse] [B,H,T,HD[,KVH] ...]\n");
 			return 2;
 		}
 	}
@@ -176,8 +181,9 @@ int main(int argc, char **argv)
 	RtPool *pool = rt_pool_new(nthreads);
 	DtmCtx c = { .step = 1, .nthreads = rt_pool_threads(pool),
 		     .parallel_for = rt_ctx_parallel_for, .pool = pool };
-	printf("attn_bench: dtm's CPU kernels, %d threads, %s, %s; best of 3 runs of >= %.0f ms\n",
-	       c.nthreads, bf16 ? "bf16" : "f32", causal ? "causal" : "not causal", min_ms);
+	printf("attn_bench: dtm's CPU kernels, %d threads, %s, %s, %s; best of 3 runs of >= %.0f "
+	       "ms\n", c.nthreads, bf16 ? "bf16" : "f32", causal ? "causal" : "not causal",
+	       lse ? "backward given the log-sum-exps" : "backward recomputing them", min_ms);
 	double err = self_check(&c, causal);
 	printf("self-check (2,4,37,64,2 against a naive f64 forward): max |diff| %.2g\n", err);
 	/* bf16: the output's rounding (2^-9 of values under 1) and the
@@ -192,20 +198,23 @@ int main(int argc, char **argv)
 		int64_t B = shapes[i][0], H = shapes[i][1], T = shapes[i][2], hd = shapes[i][3];
 		int64_t G = shapes[i][4], S = B * T * H * hd, Skv = B * T * G * hd;
 		float *q = randn(S, 1), *k = randn(Skv, 2), *v = randn(Skv, 3), *dy = randn(S, 4);
-		float *y = calloc((size_t)S, sizeof(float));
+		/* the output, then its B H T log-sum-exps (attn.lse) */
+		float *y = calloc((size_t)(S + B * H * T), sizeof(float));
 		float *g = calloc((size_t)(3 * S), sizeof(float)); /* dq; dk, dv per query head */
 		if (!y || !g) {
 			fprintf(stderr, "attn_bench: out of memory\n");
 			return 1;
 		}
-		DtmkArgs fa = { .nin = 3, .nints = 4, .ints = { H, causal, G, 0 } };
+		DtmkArgs fa = { .nin = 3, .nints = lse ? 8 : 4,
+				.ints = { H, causal, G, 0, 0, 0, 0, lse } };
 		tensor(&fa.in[0], q, B, T, H * hd);
 		tensor(&fa.in[1], k, B, T, G * hd);
 		tensor(&fa.in[2], v, B, T, G * hd);
 		tensor(&fa.out, y, B, T, H * hd);
-		DtmkArgs ba = { .nin = 4, .nints = 4, .ints = { H, causal, G, 0 } };
+		DtmkArgs ba = { .nin = lse ? 5 : 4, .nints = fa.nints, .ints = { H, causal, G, 0, 0, 0, 0,
+										  lse } };
 		tensor(&ba.in[0], dy, B, T, H * hd);
-		ba.in[1] = fa.in[0], ba.in[2] = fa.in[1], ba.in[3] = fa.in[2];
+		ba.in[1] = fa.in[0], ba.in[2] = fa.in[1], ba.in[3] = fa.in[2], ba.in[4] = fa.out;
 		tensor(&ba.out, g, 3 * B, T, H * hd);
 		double pairs = causal ? (double)T * (double)(T + 1) / 2 : (double)T * (double)T;
 		double fl = 4.0 * (double)B * (double)H * (double)hd * pairs;

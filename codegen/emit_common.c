@@ -387,6 +387,10 @@ void cg_kernel_attrs(const IrNode *n, CgKernelAttrs *k)
 			k->ints[5] = a->attn.step;
 			k->ints[6] = a->attn.balanced;
 		}
+		if (a->attn.lse) { /* the rows' log-sum-exps (dtmk_fwd.h, dtmk_bwd.h) */
+			k->nints = 8;
+			k->ints[7] = 1;
+		}
 		break;
 	case IR_ATTR_DROPOUT:
 		k->f[0] = a->dropout.rate;

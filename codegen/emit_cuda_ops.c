@@ -514,6 +514,8 @@ static void emit_attention(CudaEmit *e, bool bwd, bool ring)
 	bool has_extra = cg_cu_out_arg(e) > extra;
 	int s0 = ring ? (bwd ? 5 : 3) : extra; /* the segment ids' args */
 	int seg = ring ? (cg_cu_out_arg(e) > s0 + 1 ? s0 : -1) : has_extra ? extra : -1;
+	if (bwd && !ring) /* attention_bwd's y (attn.lse) is not read here */
+		seg = ir_attn_bwd_seg(n);
 	if (bwd) /* the row statistics: [B, H, T, 2] */
 		cg_cu_put_scratch(e, "float", B * H * T * 2 > 0 ? B * H * T * 2 : 1);
 	cg_cu_begin_kernel(e, CG_CUDA_ATTN_BLOCK);

@@ -277,7 +277,7 @@ static bool ev_attention_bwd(IrEval *e, const IrNode *n, Diag *d)
 {
 	const IrNode *Q = arg(e, n, 1), *K = arg(e, n, 2);
 	int64_t B = Q->shape[0], T = Q->shape[1], D = Q->shape[2], Dk = K->shape[2];
-	EvAttn at = ev_attn(e, n, 4, T);
+	EvAttn at = ev_attn(e, n, ir_attn_bwd_seg(n), T);
 	int64_t H = at.H;
 	if (Q->rank != 3 || H < 1 || D % H || ir_node_numel(n) != 3 * B * T * D ||
 	    Dk % (D / H) || ev_attn_kv(&at, H - 1) >= Dk / (D / H))

@@ -79,7 +79,7 @@ static inline EvAttn ev_attn(const IrEval *e, const IrNode *n, int segop, int64_
 		}
 	EvAttn a = {.H = at->heads, .group = at->heads * parts / ir_attn_kv_heads(at),
 	            .h0 = idx * at->heads, .window = at->window, .T = T, .causal = at->causal != 0,
-	            .seg = n->nops > segop ? in(e, n, segop) : NULL};
+	            .seg = segop >= 0 && n->nops > segop ? in(e, n, segop) : NULL};
 	a.kseg = a.seg;
 	if (a.group < 1)
 		a.group = 1;

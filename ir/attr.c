@@ -91,6 +91,7 @@ int ir_attr_words(const IrNode *n, int64_t *w)
 		w[k++] = a->attn.ring;
 		w[k++] = a->attn.step;
 		w[k++] = a->attn.balanced;
+		w[k++] = a->attn.lse;
 		break;
 	case IR_ATTR_DROPOUT:
 		w[k++] = (int64_t)bits(a->dropout.rate);

@@ -147,6 +147,12 @@ typedef struct IrAttrAttn {
 	/* causal load balancing (part_ring): each block of T rows is two
 	 * chunks of T/2, group member i's chunks 2i and 2N-1-2i of the 2N */
 	int64_t balanced;
+	/* pass attn_stats (passes/attn_stats.c): on attention, its result's
+	 * storage also holds each row's log-sum-exp of the scaled scores (f32,
+	 * [batch, heads, seq], after the result's numel elements: ir_attn_lse_at),
+	 * -inf where a row attends nothing; on attention_bwd, its last operand
+	 * is that attention (ir_attn_bwd_y), whose rows' statistics it reads */
+	int64_t lse;
 } IrAttrAttn;
 
 /* The number of k, v heads of a (kv_heads, or heads when 0). */
@@ -794,6 +800,31 @@ IR_ATTR_ACCESS(optim, IR_ATTR_OPTIM, IrAttrOptim)
 IR_ATTR_ACCESS(rope, IR_ATTR_ROPE, IrAttrRope)
 IR_ATTR_ACCESS(route, IR_ATTR_ROUTE, IrAttrRoute)
 #undef IR_ATTR_ACCESS
+
+/* attention_bwd(dy, q, k, v[, seg][, y]): the operand index of the segment
+ * ids and of the forward attention y (attn.lse), -1 where absent. */
+static inline int ir_attn_bwd_seg(const IrNode *n)
+{
+	return n->nops - (ir_attr_attn(n)->lse ? 1 : 0) > 4 ? 4 : -1;
+}
+static inline int ir_attn_bwd_y(const IrNode *n)
+{
+	return ir_attr_attn(n)->lse && n->nops > 4 ? n->nops - 1 : -1;
+}
+
+/* How many log-sum-exps attention n (attn.lse) keeps after its result's
+ * numel elements: one per batch row, head and query (the result's numel
+ * over the value head size); 0 without attn.lse.  f32, [batch, heads,
+ * seq], starting at byte numel * element size of the result's storage. */
+static inline int64_t ir_attn_lse_count(const IrNode *n)
+{
+	const IrAttrAttn *a = ir_attr_attn(n);
+	int64_t hv = n->rank > 0 && a->heads > 0 ? n->shape[n->rank - 1] / a->heads : 0;
+	int64_t numel = 1;
+	for (int d = 0; d < n->rank; d++)
+		numel *= n->shape[d];
+	return a->lse && hv > 0 ? numel / hv : 0;
+}
 
 /* ---- labels (label.c): what a value is, for people ---- */
 /* Writes a description of value x in the source's terms to buf (at most

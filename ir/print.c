@@ -300,6 +300,8 @@ void ir_print_attrs(FILE *out, const IrModule *m, const IrNode *n)
 			if (a->balanced)
 				fputs(", balanced = 1", out);
 		}
+		if (a->lse)
+			fputs(", lse = 1", out);
 		break;
 	}
 	case IR_ATTR_DROPOUT: {

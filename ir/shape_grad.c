@@ -294,9 +294,19 @@ static bool infer_attention_bwd(G *g, IrNode **o)
 	for (int i = 2; i < 4; i++)
 		if (o[i]->dtype != o[0]->dtype)
 			return fail(g, "attention_bwd: operand dtypes differ");
-	if (!ir_attn_check("attention_bwd", at, o[1], o[2], o[3], g->n->nops > 4 ? o[4] : NULL,
+	int si = ir_attn_bwd_seg(g->n), yi = ir_attn_bwd_y(g->n);
+	if (at->lse && yi < 0)
+		return fail(g, "attention_bwd: lse = 1 needs the forward attention as the last operand");
+	if (!at->lse && g->n->nops > 5)
+		return fail(g, "attention_bwd: takes (dy, q, k, v[, seg]) without lse = 1");
+	if (!ir_attn_check("attention_bwd", at, o[1], o[2], o[3], si >= 0 ? o[si] : NULL,
 	                   g->msg, g->cap))
 		return false;
+	if (yi >= 0 && (o[yi]->op != IR_OP_ATTENTION || !ir_attr_attn(o[yi])->lse ||
+	                !same_shape(o[yi], o[0]) || o[yi]->dtype != o[0]->dtype))
+		return fail(g, "attention_bwd: its last operand must be an attention with lse = 1 "
+		            "shaped like dy, got %s %s%s", ir_op_name(o[yi]->op),
+		            ir_dtype_name(o[yi]->dtype), SH(o[yi]));
 	int64_t out[4] = {3, o[0]->shape[0], o[0]->shape[1], o[0]->shape[2]};
 	set(g->n, o[0]->dtype, 4, out);
 	return true;

@@ -265,11 +265,14 @@ _Static_assert(IR_OP_COUNT <= 256 && IR_DTYPE_COUNT <= 256 && IR_ROLE_COUNT <= 2
 
 /* The bytes of a value with storage of its own; dsize[] holds
  * ir_dtype_size per dtype. */
-static int64_t storage_bytes(const MemPlanNode *nd, const int *dsize)
+static int64_t storage_bytes(const IrNode *n, const MemPlanNode *nd, const int *dsize)
 {
 	if (nd->op == IR_OP_GRAD_NORM && nd->nops > PASS_MAX_ACTION_ARGS - 1)
 		return MEMPLAN_GNORM_BYTES;
-	return nd->numel * (nd->dtype < IR_DTYPE_COUNT ? dsize[nd->dtype] : 0);
+	int64_t b = nd->numel * (nd->dtype < IR_DTYPE_COUNT ? dsize[nd->dtype] : 0);
+	if (n->op == IR_OP_ATTENTION) /* attn.lse: the rows' log-sum-exps after it */
+		b += 4 * ir_attn_lse_count(n);
+	return b;
 }
 
 bool pass_memplan(const IrModule *m, const FusePlan *fp, Arena *a, Diag *d, MemPlan *mp)
@@ -431,7 +434,7 @@ bool pass_memplan(const IrModule *m, const FusePlan *fp, Arena *a, Diag *d, MemP
 		}
 		b->owner = i;
 		b->arena = x->arena;
-		b->bytes = storage_bytes(&rec[i], dsize);
+		b->bytes = storage_bytes(m->nodes[i], &rec[i], dsize);
 		if (b->live_to < x->last)
 			b->live_to = x->last;
 		int s = nstages > 1 && x->stage < nstages ? x->stage : 0;

@@ -11,6 +11,7 @@
  * command that compiles.
  */
 #include "passes/passes.h"
+#include "passes/attn_stats.h"
 #include "passes/autodiff.h"
 #include "passes/bucket.h"
 #include "passes/coalesce.h"
@@ -137,6 +138,8 @@ static const Pass passes[] = {
 	/* one program per pp coordinate in schedule order (pipeline.c) */
 	{.name = "pipeline", .run = pass_pipeline,
 	 .reads = R(MICROBATCHES) | R(SCHEDULE) | R(VIRTUAL_STAGES) | PASS_READS_CHUNKS},
+	/* attention_bwd reads its forward's log-sum-exps (attn_stats.c) */
+	{.name = "attn_stats", .run = pass_attn_stats},
 	{.name = "verify", .run = run_verify},
 	{.name = "fuse", .analyse = run_fuse},
 	{.name = "memplan", .analyse = run_memplan},

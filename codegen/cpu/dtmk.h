@@ -80,6 +80,11 @@ static inline uint16_t dtmk_f32_to_f16(float f)
 }
 
 /* Element i of t as f32, whatever t's dtype. */
+static inline size_t dtmk_esize(DtmDtype t)
+{
+	return t == DTM_BF16 || t == DTM_F16 ? 2 : 4;
+}
+
 static inline float dtmk_load(const DtmkTensor *t, int64_t i)
 {
 	switch (t->dtype) {
@@ -690,6 +695,12 @@ dtmk_attn_softmax_row(float *S, int64_t np, int64_t lo, int64_t nk, const DtmkTe
  * scores are held for DTMK_ATTN_KT keys at a time (16 KB, in L1), not for
  * the whole key range (T = 8192: 256 KB). */
 #define DTMK_ATTN_KT 512
+
+/* The scores' row length in a block (DTMK_ATTN_KT keys, or fewer). */
+static inline int64_t dtmk_attn_st(int64_t Tp)
+{
+	return Tp < DTMK_ATTN_KT ? Tp : DTMK_ATTN_KT;
+}
 
 /* One step of the online softmax (FlashAttention's) for one row: s[0, w)
  * are its scores against keys [t0, t0 + w); keys outside [lo, nk) and of

@@ -579,6 +579,11 @@ typedef struct DtmkbAttn {
 	uint16_t *bout; /* a bf16 result [3, B, T, D] the bf16 kernel writes (dq, dk, dv NULL) */
 	int64_t T, D, H, hd, Dk, h0, group;
 	float scale;
+	const DtmkTensor *seg; /* the segment ids, or NULL */
+	/* attn.lse: the forward's output (f32) and its rows' log-sum-exps
+	 * ([B, H, T]); else NULL (dtmkb_attn_block_lse) */
+	const float *y, *lse;
+	const uint16_t *by; /* the bf16 kernel's y */
 } DtmkbAttn;
 
 /* n values of dq (which 0), dk (1) or dv (2) from element o: f32, or
@@ -650,7 +655,7 @@ dtmkb_attn_item(const DtmkbAttn *w, int64_t bh, float *buf, int64_t hd)
 	float *restrict dkb = vt + Tl * hd, *restrict dvb = dkb + T * hd;
 	float *restrict p = dvb + T * hd, *restrict dp = p + Tp, *restrict ds = dp + Tp;
 	int64_t b = bh / w->H, h = bh % w->H, g = (w->h0 + h) / w->group;
-	const DtmkTensor *seg = w->a->nin > 4 ? &w->a->in[4] : NULL;
+	const DtmkTensor *seg = w->seg;
 	for (int64_t t = 0; t < T; t++) {
 		int64_t o = (b * T + t) * D + h * hd;
 		memcpy(qb + t * hd, w->q + o, sizeof(float) * (size_t)hd);
@@ -822,7 +827,7 @@ dtmkb_attn_block(const DtmkbAttn *w, int64_t bh, float *buf, int64_t hd)
 	float *restrict dS = dP + DTMKB_AR * Tl, *restrict q4 = dS + DTMKB_AR * Tl;
 	float *restrict dy4 = q4 + DTMKB_AR * hd, *restrict dq4 = dy4 + DTMKB_AR * hd;
 	int64_t b = bh / w->H, h = bh % w->H, g = (w->h0 + h) / w->group;
-	const DtmkTensor *seg = w->a->nin > 4 ? &w->a->in[4] : NULL;
+	const DtmkTensor *seg = w->seg;
 	dtmkb_attn_stage(w, b, g, kb, kt, vt, dkb, hd);
 	for (int64_t i0 = 0; i0 < T; i0 += DTMKB_AR) {
 		int64_t lo[DTMKB_AR], nk[DTMKB_AR], kmin, kmax;
@@ -867,6 +872,99 @@ dtmkb_attn_block(const DtmkbAttn *w, int64_t bh, float *buf, int64_t hd)
 			dtmkb_rows8_outer(dkb, hd, dS, Tl, q4, hd, kmin, kmax, hd);
 			dtmkb_rows8_outer(dvb, hd, P, Tl, dy4, hd, kmin, kmax, hd);
 		}
+		dtmkb_attn_store_dq(w, b, h, i0, live, kmax, dq4, hd);
+	}
+	dtmkb_attn_store(w, b, h, dkb, dvb, hd);
+}
+
+/* One row of a key tile given its log-sum-exp lse and dd = rowsum(dy *
+ * y): p[0, w) holds the row's scaled scores against keys [t0, t0 + w),
+ * ds their dy.v; p becomes the probabilities exp(s - lse), ds the score
+ * gradients p (dP - dd) before the scale, both 0 for masked keys (outside
+ * [lo, nk), other segments) and for a dead row. */
+static inline __attribute__((always_inline)) void
+dtmkb_attn_lse_row(float *restrict p, float *restrict ds, int64_t t0, int64_t w, bool live,
+		   int64_t lo, int64_t nk, const DtmkTensor *seg, int64_t segrow, int32_t si,
+		   float lse, float dd)
+{
+	int64_t a = lo - t0 < 0 ? 0 : lo - t0 < w ? lo - t0 : w;
+	int64_t e = nk - t0 < a ? a : nk - t0 < w ? nk - t0 : w;
+	if (!live)
+		a = e = w;
+	for (int64_t t = 0; t < a; t++)
+		p[t] = ds[t] = 0;
+	for (int64_t t = a; t < e; t++) {
+		p[t] = dtmk_expf(p[t] - lse);
+		ds[t] = p[t] * (ds[t] - dd);
+	}
+	for (int64_t t = e; t < w; t++)
+		p[t] = ds[t] = 0;
+	for (int64_t t = a; seg && t < e; t++)
+		if (dtmk_load_i32(seg, segrow + t0 + t) != si)
+			p[t] = ds[t] = 0;
+}
+
+/* dtmkb_attn_block given the forward's output y and its rows'
+ * log-sum-exps (attn.lse): FlashAttention-2's backward.  A row's
+ * probabilities are exp(s - lse) without a pass over its keys first, and
+ * rowsum(P * dP) is rowsum(dy * y), so the keys run in tiles of
+ * DTMK_ATTN_KT as in the forward: per tile, the block's scores and dy.v
+ * (dtmk_rows8_scores), P and dS, and the tile's share of dq
+ * (dtmk_rows8_pv, added up), dk and dv (dtmkb_rows8_outer).  The block's
+ * scratch is two tiles of scores (32 KB), whatever T; q is scaled as the
+ * forward scales it, so the scores are the forward's. */
+static inline __attribute__((always_inline)) void
+dtmkb_attn_block_lse(const DtmkbAttn *w, int64_t bh, float *buf, int64_t hd)
+{
+	int64_t T = w->T, D = w->D, Tp = DTMK_PAD16(T);
+	int64_t Tl = dtmk_attn_ld(Tp), St = dtmk_attn_st(Tp);
+	float *restrict kb = buf, *restrict kt = kb + T * hd, *restrict vt = kt + Tl * hd;
+	float *restrict dkb = vt + Tl * hd, *restrict dvb = dkb + T * hd;
+	float *restrict P = dvb + T * hd, *restrict dS = P + DTMKB_AR * St;
+	float *restrict q4 = dS + DTMKB_AR * St, *restrict dy4 = q4 + DTMKB_AR * hd;
+	float *restrict dq4 = dy4 + DTMKB_AR * hd, *restrict dqt = dq4 + DTMKB_AR * hd;
+	int64_t b = bh / w->H, h = bh % w->H, g = (w->h0 + h) / w->group;
+	const DtmkTensor *seg = w->seg;
+	dtmkb_attn_stage(w, b, g, kb, kt, vt, dkb, hd);
+	for (int64_t i0 = 0; i0 < T; i0 += DTMKB_AR) {
+		int64_t lo[DTMKB_AR], nk[DTMKB_AR], kmin, kmax;
+		int32_t si[DTMKB_AR];
+		bool live[DTMKB_AR];
+		float lse[DTMKB_AR], dd[DTMKB_AR];
+		dtmk_attn_block_rows(w->a, seg, b, i0, T, T, lo, nk, si, live, &kmin, &kmax);
+		for (int r = 0; r < DTMKB_AR; r++) {
+			int64_t o = (b * T + i0 + r) * D + h * hd;
+			float *restrict q = q4 + r * hd, *restrict dy = dy4 + r * hd;
+			lse[r] = live[r] ? w->lse[bh * T + i0 + r] : -INFINITY;
+			live[r] = live[r] && lse[r] != -INFINITY;
+			float s = 0;
+			for (int64_t c = 0; c < hd; c++) {
+				q[c] = live[r] ? w->q[o + c] * w->scale : 0.0f;
+				dy[c] = live[r] ? w->dy[o + c] : 0.0f;
+				s += live[r] ? dy[c] * w->y[o + c] : 0.0f;
+			}
+			dd[r] = s;
+		}
+		memset(dq4, 0, sizeof(float) * (size_t)(DTMKB_AR * hd));
+		int64_t te = DTMK_PAD16(kmax);
+		for (int64_t t0 = kmin & ~(int64_t)15; kmax > 0 && t0 < te; t0 += St) {
+			int64_t wd = te - t0 < St ? te - t0 : St;
+			dtmk_rows8_scores(P, St, q4, hd, kt + t0, Tl, hd, wd);
+			dtmk_rows8_scores(dS, St, dy4, hd, vt + t0, Tl, hd, wd);
+			for (int r = 0; r < DTMKB_AR; r++)
+				dtmkb_attn_lse_row(P + r * St, dS + r * St, t0, wd, live[r], lo[r], nk[r],
+						   seg, b * T, si[r], lse[r], dd[r]);
+			/* the tile's keys some row sees: [a0, a1) of it */
+			int64_t a0 = (kmin > t0 ? kmin : t0) - t0;
+			int64_t a1 = (kmax < t0 + wd ? kmax : t0 + wd) - t0;
+			dtmk_rows8_pv(dqt, hd, dS, St, kb + t0 * hd, hd, a0, a1, hd);
+			for (int64_t e = 0; e < DTMKB_AR * hd; e++)
+				dq4[e] += dqt[e];
+			dtmkb_rows8_outer(dkb + t0 * hd, hd, dS, St, q4, hd, a0, a1, hd);
+			dtmkb_rows8_outer(dvb + t0 * hd, hd, P, St, dy4, hd, a0, a1, hd);
+		}
+		for (int64_t e = 0; e < DTMKB_AR * hd; e++)
+			dq4[e] *= w->scale;
 		dtmkb_attn_store_dq(w, b, h, i0, live, kmax, dq4, hd);
 	}
 	dtmkb_attn_store(w, b, h, dkb, dvb, hd);
@@ -948,12 +1046,41 @@ static inline void dtmkb_pair_rows(uint32_t *At, const uint16_t *R, int64_t lr, 
 	}
 }
 
-/* Bytes of dtmkb_attn_block_bf16's scratch. */
-static inline size_t dtmkb_attn_bf16_bytes(int64_t T, int64_t Tp, int64_t hd)
+/* Bytes of dtmkb_attn_block_bf16's scratch (Tp: the staged rows'
+ * stride), or dtmkb_attn_block_lse_bf16's (lse: its score tiles of St
+ * keys). */
+static inline size_t dtmkb_attn_bf16_bytes(int64_t T, int64_t Tp, int64_t hd, bool lse)
 {
+	int64_t St = dtmk_attn_st(DTMK_PAD16(T));
+	if (lse)
+		return sizeof(uint32_t) * (size_t)(3 * hd / 2 * Tp + 2 * 4 * St + 2 * 4 * hd) +
+		       sizeof(float) * (size_t)(2 * T * hd + 2 * DTMKB_AR * St + 2 * DTMKB_AR * hd) +
+		       sizeof(uint16_t) * (size_t)(2 * DTMKB_AR * St + 2 * DTMKB_AR * hd);
 	return sizeof(uint32_t) * (size_t)(3 * hd / 2 * Tp + 2 * 4 * Tp + 2 * 4 * hd) +
 	       sizeof(float) * (size_t)(2 * T * hd + 3 * DTMKB_AR * Tp + DTMKB_AR * hd) +
 	       sizeof(uint16_t) * (size_t)(2 * DTMKB_AR * Tp + 2 * DTMKB_AR * hd);
+}
+
+/* The bf16 kernels' staging of batch b, kv head g: k and v as words of
+ * two head-dim values, transposed ([hd/2, Tp], rows dtmk_attn_ld(Tp)
+ * apart, zero past T), k as words of two keys per column ([Tp/2, hd]);
+ * dk and dv's scratch (2 T hd floats from dkb) cleared. */
+static inline __attribute__((always_inline)) void
+dtmkb_attn_stage_bf16(const DtmkbAttn *w, int64_t b, int64_t g, uint32_t *restrict kt,
+		      uint32_t *restrict vt, uint32_t *restrict kp, float *restrict dkb, int64_t hd)
+{
+	int64_t T = w->T, Tp = DTMK_PAD16(T), Tl = dtmk_attn_ld(Tp);
+	dtmk_transpose32(kt, Tl, w->bk + b * T * w->Dk + g * hd, w->Dk / 2, T, hd / 2);
+	dtmk_transpose32(vt, Tl, w->bv + b * T * w->Dk + g * hd, w->Dk / 2, T, hd / 2);
+	for (int64_t c = 0; c < hd / 2; c++)
+		for (int64_t t = T; t < Tp; t++)
+			kt[c * Tl + t] = vt[c * Tl + t] = 0;
+	for (int64_t t = 0; t < Tp; t++) {
+		int64_t ko = (b * T + t) * w->Dk + g * hd;
+		for (int64_t c = 0; c < hd; c++) /* little-endian: the even key low */
+			((uint16_t *)(kp + t / 2 * hd + c))[t & 1] = t < T ? w->bk[ko + c] : 0;
+	}
+	memset(dkb, 0, sizeof(float) * (size_t)(2 * T * hd));
 }
 
 /* dtmkb_attn_block on bf16 dy, q, k, v (hd a multiple of 16): the scores
@@ -978,19 +1105,8 @@ dtmkb_attn_block_bf16(const DtmkbAttn *w, int64_t bh, void *buf, int64_t hd)
 	uint16_t *restrict dSb = Pb + DTMKB_AR * Tl;
 	uint16_t *restrict q4 = dSb + DTMKB_AR * Tl, *restrict dy4 = q4 + DTMKB_AR * hd;
 	int64_t b = bh / w->H, h = bh % w->H, g = (w->h0 + h) / w->group;
-	const DtmkTensor *seg = w->a->nin > 4 ? &w->a->in[4] : NULL;
-	/* k and v as words of two head-dim values, transposed, zero past T */
-	dtmk_transpose32(kt, Tl, w->bk + b * T * w->Dk + g * hd, w->Dk / 2, T, hd / 2);
-	dtmk_transpose32(vt, Tl, w->bv + b * T * w->Dk + g * hd, w->Dk / 2, T, hd / 2);
-	for (int64_t c = 0; c < hd / 2; c++)
-		for (int64_t t = T; t < Tp; t++)
-			kt[c * Tl + t] = vt[c * Tl + t] = 0;
-	for (int64_t t = 0; t < Tp; t++) {
-		int64_t ko = (b * T + t) * w->Dk + g * hd;
-		for (int64_t c = 0; c < hd; c++) /* little-endian: the even key low */
-			((uint16_t *)(kp + t / 2 * hd + c))[t & 1] = t < T ? w->bk[ko + c] : 0;
-	}
-	memset(dkb, 0, sizeof(float) * (size_t)(2 * T * hd));
+	const DtmkTensor *seg = w->seg;
+	dtmkb_attn_stage_bf16(w, b, g, kt, vt, kp, dkb, hd);
 	for (int64_t i0 = 0; i0 < T; i0 += DTMKB_AR) {
 		int64_t lo[DTMKB_AR], nk[DTMKB_AR], kmin, kmax;
 		int32_t si[DTMKB_AR];
@@ -1046,6 +1162,86 @@ dtmkb_attn_block_bf16(const DtmkbAttn *w, int64_t bh, void *buf, int64_t hd)
 	}
 	dtmkb_attn_store(w, b, h, dkb, dvb, hd);
 }
+
+/* dtmkb_attn_block_lse on bf16 dy, q, k, v, y (hd a multiple of 16):
+ * dtmkb_attn_block_bf16's products and roundings (P and dS rounded to
+ * bf16 for dq, dk and dv) with the keys in tiles of DTMK_ATTN_KT, the
+ * probabilities from the forward's log-sum-exps and rowsum(dy * y) from
+ * its bf16 output. */
+static inline __attribute__((always_inline)) void
+dtmkb_attn_block_lse_bf16(const DtmkbAttn *w, int64_t bh, void *buf, int64_t hd)
+{
+	int64_t T = w->T, D = w->D, Tp = DTMK_PAD16(T);
+	int64_t Tl = dtmk_attn_ld(Tp), St = dtmk_attn_st(Tp);
+	uint32_t *restrict kt = buf, *restrict vt = kt + hd / 2 * Tl;
+	uint32_t *restrict kp = vt + hd / 2 * Tl;
+	uint32_t *restrict Pt = kp + Tl / 2 * hd, *restrict dSt = Pt + 4 * St;
+	uint32_t *restrict qx = dSt + 4 * St, *restrict dyx = qx + 4 * hd;
+	float *restrict dkb = (float *)(dyx + 4 * hd), *restrict dvb = dkb + T * hd;
+	float *restrict P = dvb + T * hd, *restrict dS = P + DTMKB_AR * St;
+	float *restrict dq4 = dS + DTMKB_AR * St, *restrict dqt = dq4 + DTMKB_AR * hd;
+	uint16_t *restrict Pb = (uint16_t *)(dqt + DTMKB_AR * hd);
+	uint16_t *restrict dSb = Pb + DTMKB_AR * St;
+	uint16_t *restrict q4 = dSb + DTMKB_AR * St, *restrict dy4 = q4 + DTMKB_AR * hd;
+	int64_t b = bh / w->H, h = bh % w->H, g = (w->h0 + h) / w->group;
+	const DtmkTensor *seg = w->seg;
+	dtmkb_attn_stage_bf16(w, b, g, kt, vt, kp, dkb, hd);
+	for (int64_t i0 = 0; i0 < T; i0 += DTMKB_AR) {
+		int64_t lo[DTMKB_AR], nk[DTMKB_AR], kmin, kmax;
+		int32_t si[DTMKB_AR];
+		bool live[DTMKB_AR];
+		float lse[DTMKB_AR], dd[DTMKB_AR];
+		dtmk_attn_block_rows(w->a, seg, b, i0, T, T, lo, nk, si, live, &kmin, &kmax);
+		for (int r = 0; r < DTMKB_AR; r++) {
+			int64_t o = (b * T + i0 + r) * D + h * hd;
+			lse[r] = live[r] ? w->lse[bh * T + i0 + r] : -INFINITY;
+			live[r] = live[r] && lse[r] != -INFINITY;
+			float s = 0;
+			if (live[r]) {
+				memcpy(q4 + r * hd, w->bq + o, 2 * (size_t)hd);
+				memcpy(dy4 + r * hd, w->bdy + o, 2 * (size_t)hd);
+				for (int64_t c = 0; c < hd; c++)
+					s += dtmk_bf16_to_f32(w->bdy[o + c]) * dtmk_bf16_to_f32(w->by[o + c]);
+			} else {
+				memset(q4 + r * hd, 0, 2 * (size_t)hd);
+				memset(dy4 + r * hd, 0, 2 * (size_t)hd);
+			}
+			dd[r] = s;
+		}
+		dtmkb_pair_rows(qx, q4, hd, 0, hd, true);
+		dtmkb_pair_rows(dyx, dy4, hd, 0, hd, true);
+		memset(dq4, 0, sizeof(float) * (size_t)(DTMKB_AR * hd));
+		int64_t te = DTMK_PAD16(kmax);
+		for (int64_t t0 = kmin & ~(int64_t)15; kmax > 0 && t0 < te; t0 += St) {
+			int64_t wd = te - t0 < St ? te - t0 : St;
+			dtmk_rows8_scores_bf16(P, St, q4, hd, kt + t0, Tl, hd, wd, w->scale);
+			dtmk_rows8_scores_bf16(dS, St, dy4, hd, vt + t0, Tl, hd, wd, 1.0f);
+			for (int r = 0; r < DTMKB_AR; r++) {
+				float *p = P + r * St, *ds = dS + r * St;
+				dtmkb_attn_lse_row(p, ds, t0, wd, live[r], lo[r], nk[r], seg, b * T,
+						   si[r], lse[r], dd[r]);
+				for (int64_t t = 0; t < wd; t++)
+					ds[t] *= w->scale;
+				dtmk_bf16_row(Pb + r * St, p, wd);
+				dtmk_bf16_row(dSb + r * St, ds, wd);
+			}
+			int64_t a0 = (kmin > t0 ? kmin : t0) - t0;
+			int64_t a1 = (kmax < t0 + wd ? kmax : t0 + wd) - t0;
+			/* dq: keys in pairs (the pair's other key has dS 0), t0 even */
+			dtmk_rows8_pv_bf16(dqt, hd, dSb, St, kp + t0 / 2 * hd, hd, a0 & ~(int64_t)1,
+					   (a1 + 1) & ~(int64_t)1, hd);
+			for (int64_t e = 0; e < DTMKB_AR * hd; e++)
+				dq4[e] += dqt[e];
+			/* dk, dv: query rows in pairs */
+			dtmkb_pair_rows(dSt, dSb, St, a0, a1, false);
+			dtmkb_pair_rows(Pt, Pb, St, a0, a1, false);
+			dtmkb_rows8_outer_bf16(dkb + t0 * hd, hd, dSt, qx, a0, a1, hd);
+			dtmkb_rows8_outer_bf16(dvb + t0 * hd, hd, Pt, dyx, a0, a1, hd);
+		}
+		dtmkb_attn_store_dq(w, b, h, i0, live, kmax, dq4, hd);
+	}
+	dtmkb_attn_store(w, b, h, dkb, dvb, hd);
+}
 #endif
 
 /* Items [lo, hi) with their scratch; the usual head sizes get copies of
@@ -1056,9 +1252,13 @@ static void dtmkb_attn_range(void *arg, int64_t lo, int64_t hi)
 	int64_t T = w->T, hd = w->hd;
 	int64_t Tl = dtmk_attn_ld(DTMK_PAD16(T)); /* >= Tp: the staged rows' stride */
 	size_t need = (size_t)(5 * T * hd + 2 * Tl * hd + 3 * DTMKB_AR * (Tl + hd));
+	if (w->lse) /* dtmkb_attn_block_lse's */
+		need = (size_t)(3 * T * hd + 2 * Tl * hd +
+				2 * DTMKB_AR * (dtmk_attn_st(DTMK_PAD16(T)) + 2 * hd));
 #ifdef DTMK_ATTN_BF16
 	if (w->bq)
-		need = (dtmkb_attn_bf16_bytes(T, Tl, hd) + sizeof(float) - 1) / sizeof(float);
+		need = (dtmkb_attn_bf16_bytes(T, Tl, hd, w->lse != NULL) + sizeof(float) - 1) /
+		       sizeof(float);
 #endif
 	float stackbuf[DTMK_ATTN_STACK];
 	float *buf = need <= DTMK_ATTN_STACK ? stackbuf : malloc(sizeof(float) * need);
@@ -1066,6 +1266,14 @@ static void dtmkb_attn_range(void *arg, int64_t lo, int64_t hi)
 		return;
 	for (int64_t bh = lo; bh < hi; bh++) {
 #ifdef DTMK_ATTN_BF16
+		if (w->bq && w->lse && hd == 64) {
+			dtmkb_attn_block_lse_bf16(w, bh, buf, 64);
+			continue;
+		}
+		if (w->bq && w->lse) {
+			dtmkb_attn_block_lse_bf16(w, bh, buf, hd);
+			continue;
+		}
 		if (w->bq && hd == 64) {
 			dtmkb_attn_block_bf16(w, bh, buf, 64);
 			continue;
@@ -1075,7 +1283,11 @@ static void dtmkb_attn_range(void *arg, int64_t lo, int64_t hi)
 			continue;
 		}
 #endif
-		if (hd == 64)
+		if (w->lse && hd == 64)
+			dtmkb_attn_block_lse(w, bh, buf, 64);
+		else if (w->lse)
+			dtmkb_attn_block_lse(w, bh, buf, hd);
+		else if (hd == 64)
 			dtmkb_attn_block(w, bh, buf, 64);
 		else if (hd % 16 == 0)
 			dtmkb_attn_block(w, bh, buf, hd);
@@ -1104,13 +1316,27 @@ static void dtmk_attention_bwd(const DtmCtx *ctx, const DtmkArgs *a)
 	DtmkbBuf none = {NULL, 0}, out = bout ? none : dtmkb_out(&a->out);
 	DtmkbBuf dy = bf ? none : dtmkb_in(ctx, &a->in[0]), q = bf ? none : dtmkb_in(ctx, Q);
 	DtmkbBuf k = bf ? none : dtmkb_in(ctx, &a->in[2]), v = bf ? none : dtmkb_in(ctx, &a->in[3]);
-	if ((bf || (dy.p && q.p && k.p && v.p)) && (out.p || bout) && H > 0) {
+	/* attn.lse: the forward attention y last (ir_attn_bwd_y), read by the
+	 * block kernels (dtmkb_attn_block_lse, _bf16) */
+	bool has_y = a->nints > 7 && a->ints[7] && a->nin > 4;
+	const DtmkTensor *Y = has_y ? &a->in[a->nin - 1] : NULL;
+	bool use_y = Y && H > 0 && (D / H) % 16 == 0 && (!bf || Y->dtype == DTM_BF16);
+	DtmkbBuf y = use_y && !bf ? dtmkb_in(ctx, Y) : none;
+	if ((bf || (dy.p && q.p && k.p && v.p)) && (out.p || bout) && H > 0 &&
+	    (!use_y || bf || y.p)) {
 		int64_t S = B * T * D;
 		DtmkbAttn w = {a, dy.p, q.p, k.p, v.p, NULL, NULL, NULL, NULL,
 			       out.p, out.p ? out.p + S : NULL, out.p ? out.p + 2 * S : NULL,
 			       bout ? a->out.p : NULL,
 		               T, D, H, D / H, a->in[2].shape[2], 0, 1,
-		               (float)(1.0 / sqrt((double)(D / H)))};
+		               (float)(1.0 / sqrt((double)(D / H))), NULL, NULL, NULL, NULL};
+		w.seg = a->nin - (has_y ? 1 : 0) > 4 ? &a->in[4] : NULL;
+		if (use_y) {
+			w.y = y.p;
+			w.by = bf ? Y->p : NULL;
+			w.lse = (const float *)((const char *)Y->p +
+						Y->numel * (int64_t)dtmk_esize(Y->dtype));
+		}
 		if (bf) {
 			w.bdy = a->in[0].p;
 			w.bq = Q->p;
@@ -1127,6 +1353,7 @@ static void dtmk_attention_bwd(const DtmCtx *ctx, const DtmkArgs *a)
 	dtmkb_free(q);
 	dtmkb_free(k);
 	dtmkb_free(v);
+	dtmkb_free(y);
 	dtmkb_done(ctx, &a->out, out);
 }
 

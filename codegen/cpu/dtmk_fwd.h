@@ -82,11 +82,6 @@ static inline int dtmk_all_f32(const DtmkArgs *a)
 	return a->out.dtype == DTM_F32;
 }
 
-static inline size_t dtmk_esize(DtmDtype t)
-{
-	return t == DTM_BF16 || t == DTM_F16 ? 2 : 4;
-}
-
 /* Strides of t broadcast (numpy, right-aligned) onto a tensor of rank r
  * and shape `shape`: 0 along broadcast dims. */
 static inline void dtmk_bcast_strides(const DtmkTensor *t, int r, const int64_t *shape,
@@ -669,7 +664,17 @@ static inline void dtmk_shard_slice(const DtmCtx *ctx, const DtmkArgs *a)
 struct dtmk_attn_job {
 	const DtmkArgs *a;
 	int64_t H, Tq, Tk, D, Dv, Dk, Dkv, h0, group;
+	/* attn.lse: each row's log-sum-exp, [B, H, Tq] after the result
+	 * (ir/ops.def), -inf for a row attending nothing; else NULL */
+	float *lse;
 };
+
+/* Row i of item it's log-sum-exp, where the job keeps them. */
+static inline void dtmk_attn_put_lse(const struct dtmk_attn_job *j, int64_t it, int64_t i, float v)
+{
+	if (j->lse)
+		j->lse[it * j->Tq + i] = v;
+}
 
 /* The item's k transposed ([hd, Tp], zero past Tk) and v ([Tk, hv]) of
  * batch b, kv head g, as f32. */
@@ -723,6 +728,7 @@ dtmk_attention_item(const struct dtmk_attn_job *j, int64_t it, float *buf, int64
 		if (nk <= lo || si < 0) { /* attends nothing: 0 */
 			for (int64_t c = 0; c < hv; c++)
 				dtmk_store(&a->out, yo + c, 0.0f);
+			dtmk_attn_put_lse(j, it, i, -INFINITY);
 			continue;
 		}
 		int64_t qo = (b * Tq + i) * D + h * hd;
@@ -748,6 +754,7 @@ dtmk_attention_item(const struct dtmk_attn_job *j, int64_t it, float *buf, int64
 		if (mx == -INFINITY) {
 			for (int64_t c = 0; c < hv; c++)
 				dtmk_store(&a->out, yo + c, 0.0f);
+			dtmk_attn_put_lse(j, it, i, -INFINITY);
 			continue;
 		}
 		float sum = 0;
@@ -755,6 +762,7 @@ dtmk_attention_item(const struct dtmk_attn_job *j, int64_t it, float *buf, int64
 			p[t] = dtmk_expf(p[t] - mx);
 			sum += p[t];
 		}
+		dtmk_attn_put_lse(j, it, i, mx + logf(sum));
 		float inv = 1.0f / sum;
 		for (int64_t t = 0; t < nk; t++)
 			p[t] *= inv;
@@ -771,12 +779,6 @@ dtmk_attention_item(const struct dtmk_attn_job *j, int64_t it, float *buf, int64
 			for (int64_t c = 0; c < hv; c++)
 				dtmk_store(&a->out, yo + c, acc[c]);
 	}
-}
-
-/* The scores' row length in a block (DTMK_ATTN_KT keys, or fewer). */
-static inline int64_t dtmk_attn_st(int64_t Tp)
-{
-	return Tp < DTMK_ATTN_KT ? Tp : DTMK_ATTN_KT;
 }
 
 /* One (batch, head) item in blocks of DTMK_AR query rows (hd, hv multiples
@@ -819,8 +821,8 @@ dtmk_attention_block(const struct dtmk_attn_job *j, int64_t it, float *buf, int6
 				for (int64_t c = 0; c < hd; c++)
 					q[c] = dtmk_load(&a->in[0], qo + c) * scale;
 		}
+		float m[DTMK_AR], l[DTMK_AR], al[DTMK_AR];
 		if (kmax > 0) {
-			float m[DTMK_AR], l[DTMK_AR], al[DTMK_AR];
 			dtmk_attn_block_start(ob, m, l, hv);
 			int64_t te = DTMK_PAD16(kmax);
 			for (int64_t t0 = kmin & ~(int64_t)15; t0 < te; t0 += St) {
@@ -836,6 +838,8 @@ dtmk_attention_block(const struct dtmk_attn_job *j, int64_t it, float *buf, int6
 		}
 		for (int r = 0; r < DTMK_AR && i0 + r < Tq; r++) {
 			int64_t yo = (b * Tq + i0 + r) * Dv + h * hv;
+			dtmk_attn_put_lse(j, it, i0 + r, live[r] && kmax > 0 ? m[r] + logf(l[r])
+									: -INFINITY);
 			const float *o = ob + r * hv;
 			if (!live[r] || kmax == 0) {
 				for (int64_t c = 0; c < hv; c++)
@@ -901,8 +905,8 @@ dtmk_attention_block_bf16(const struct dtmk_attn_job *j, int64_t it, void *buf, 
 				memcpy(qb + r * hd, Q + (b * Tq + i0 + r) * D + h * hd, 2 * (size_t)hd);
 			else
 				memset(qb + r * hd, 0, 2 * (size_t)hd);
+		float m[DTMK_AR], l[DTMK_AR], al[DTMK_AR];
 		if (kmax > 0) {
-			float m[DTMK_AR], l[DTMK_AR], al[DTMK_AR];
 			dtmk_attn_block_start(ob, m, l, hv);
 			int64_t te = DTMK_PAD16(kmax);
 			for (int64_t t0 = kmin & ~(int64_t)15; t0 < te; t0 += St) {
@@ -920,6 +924,8 @@ dtmk_attention_block_bf16(const struct dtmk_attn_job *j, int64_t it, void *buf, 
 		}
 		for (int r = 0; r < DTMK_AR && i0 + r < Tq; r++) {
 			int64_t yo = (b * Tq + i0 + r) * Dv + h * hv;
+			dtmk_attn_put_lse(j, it, i0 + r, live[r] && kmax > 0 ? m[r] + logf(l[r])
+									: -INFINITY);
 			if (!live[r] || kmax == 0)
 				memset(ob + r * hv, 0, sizeof(float) * (size_t)hv);
 			DtmkTensor v = dtmk_view(&a->out, yo, hv);
@@ -982,9 +988,11 @@ static inline void dtmk_attention(const DtmCtx *ctx, const DtmkArgs *a)
 	int r = Q->rank;
 	struct dtmk_attn_job j = { a, a->ints[0], Q->shape[r - 2], K->shape[r - 2],
 				   Q->shape[r - 1], a->out.shape[r - 1], K->shape[r - 1],
-				   V->shape[r - 1], 0, 1 };
+				   V->shape[r - 1], 0, 1, NULL };
 	if (j.H <= 0)
 		return;
+	if (a->nints > 7 && a->ints[7])
+		j.lse = (float *)((char *)a->out.p + a->out.numel * (int64_t)dtmk_esize(a->out.dtype));
 	dtmk_attn_heads(ctx, a, &j.h0, &j.group);
 	dtmk_par(ctx, dtmk_span(Q, 0, r - 2) * j.H, 1, dtmk_attention_items, &j);
 }

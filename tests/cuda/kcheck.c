@@ -10,7 +10,10 @@
  * kernel (its launch from plan->cuda_kernels) on another, and every
  * buffer of the action must then agree: NaN where the other is NaN, and
  * max |a - b| / max |b| within 2e-4 for f32 and 2e-2 for bf16/f16
- * buffers.
+ * buffers.  An input an attention kernel produces (attention_bwd's
+ * forward, attn.lse: its output and the rows' log-sum-exps after it) is
+ * made by that C kernel from the action's own q, k, v instead (fwd_input):
+ * random values would not be the statistics of those q and k.
  *
  *   ./NAME [--rank R] [-v]
  *
@@ -26,6 +29,41 @@
 #include "runtime/plan.h"
 
 int emu_launch(const char *name, const void *args, long long threads, int block, int smem);
+
+/* Whether an action's label names op ("attention_bwd %106", or the op
+ * alone). */
+static bool is_op(const char *label, const char *op)
+{
+	size_t n = strlen(op);
+	return label && strncmp(label, op, n) == 0 && (label[n] == ' ' || label[n] == 0);
+}
+
+/* Where action a's input j is an attention kernel's output: runs that
+ * kernel's C into cpu[j], on a's buffers of the same ids (its q, k, v and
+ * segment ids are a's), and copies it to gpu[j].  False: no such input. */
+static bool fwd_input(const DtmPlan *plan, const DtmStage *st, const DtmAction *a, int j,
+                      DtmCtx *ctx, void **cpu, void **gpu)
+{
+	for (int pi = 0; pi < st->nactions; pi++) {
+		const DtmAction *p = &st->actions[pi];
+		if (p->kind != DTM_ACT_KERNEL || p->nargs < 1 || p->args[p->nargs - 1] != a->args[j] ||
+		    !is_op(p->label, "attention"))
+			continue;
+		void *args[DTM_MAX_ARGS];
+		for (int k = 0; k < p->nargs; k++) {
+			args[k] = NULL;
+			for (int q = 0; q < a->nargs; q++)
+				if (a->args[q] == p->args[k])
+					args[k] = cpu[q];
+			if (!args[k])
+				return false;
+		}
+		plan->kernels[p->kernel](ctx, args);
+		memcpy(gpu[j], cpu[j], (size_t)plan->buffers[a->args[j]].bytes);
+		return true;
+	}
+	return false;
+}
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
 
@@ -220,6 +258,8 @@ int dtm_main(const DtmPlan *plan, int argc, char **argv)
 				fill(b, cpu[j], vocab);
 				memcpy(gpu[j], cpu[j], bytes);
 			}
+			for (int j = 0; is_op(a->label, "attention_bwd") && j < a->nargs - 1; j++)
+				fwd_input(plan, st, a, j, &ctx, cpu, gpu);
 			plan->kernels[a->kernel](&ctx, cpu);
 			DtmCudaArgs ca;
 			memset(&ca, 0, sizeof ca);

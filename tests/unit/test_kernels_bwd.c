@@ -14,6 +14,7 @@
 #include "ir/ir.h"
 #include "runtime/plan.h"
 #include "codegen/cpu/dtmk_bwd.h"
+#include "codegen/cpu/dtmk_fwd.h"
 #include "codegen/cpu/dtmk_vp.h"
 
 #include <stdlib.h>
@@ -24,6 +25,10 @@ static Arena arena;
 static Diag diag;
 static uint64_t rng_state;
 static bool quantize; /* leaves from {-1, -0.5, 0, 0.5, 1}: ties for max */
+/* attention operands (attn.lse): their log-sum-exps moved by this after
+ * the forward kernel wrote them, and the kernel's result then expected to
+ * differ from the reference (it reads them) */
+static float lse_shift;
 
 static double rnd(void)
 {
@@ -95,7 +100,72 @@ static void tensor(DtmkTensor *t, const IrNode *n)
 	for (int i = 0; i < n->rank; i++)
 		t->shape[i] = n->shape[i];
 	t->numel = ir_node_numel(n);
-	t->p = calloc((size_t)(t->numel ? t->numel : 1), 4);
+	/* an attention's (attn.lse) log-sum-exps after it */
+	int64_t tail = n->op == IR_OP_ATTENTION ? ir_attn_lse_count(n) : 0;
+	t->p = calloc((size_t)(t->numel + tail ? t->numel + tail : 1), 4);
+}
+
+/* Operand node o an attention with attn.lse: t (o's) as the forward
+ * kernel leaves it, its result and the rows' log-sum-exps, from o's
+ * operands' values in e (lse_shift added to the finite log-sum-exps). */
+static void attn_operand(const IrModule *m, const IrEval *e, const IrNode *o, DtmkTensor *t)
+{
+	CgKernelAttrs ka;
+	cg_kernel_attrs(o, &ka);
+	DtmkArgs a = {.nin = o->nops, .nints = ka.nints, .out = *t};
+	for (int i = 0; i < IR_MAX_INTS; i++)
+		a.ints[i] = ka.ints[i];
+	for (int k = 0; k < o->nops; k++) {
+		const IrNode *x = m->nodes[o->ops[k]];
+		tensor(&a.in[k], x);
+		for (int64_t j = 0; j < a.in[k].numel; j++) {
+			if (x->dtype == IR_I32)
+				((int32_t *)a.in[k].p)[j] = (int32_t)e->val[x->id][j];
+			else
+				dtmk_store(&a.in[k], j, (float)e->val[x->id][j]);
+		}
+	}
+	DtmCtx ctx = {0};
+	dtmk_attention(&ctx, &a);
+	float *lse = (float *)((char *)t->p + t->numel * (int64_t)dtmk_esize(t->dtype));
+	/* the log-sum-exps against f64 sums over the keys each row sees */
+	const IrAttrAttn *at = ir_attr_attn(o);
+	int64_t B = o->shape[0], T = o->shape[1], D = o->shape[2], H = at->heads, hd = D / H;
+	int64_t G = ir_attn_kv_heads(at), Dk = G * hd;
+	const DtmkTensor *seg = o->nops > 3 ? &a.in[3] : NULL;
+	for (int64_t b = 0; b < B; b++)
+		for (int64_t h = 0; h < H; h++)
+			for (int64_t i = 0; i < T; i++) {
+				double mx = -INFINITY, s[2048], sum = 0;
+				for (int64_t j = 0; j < T && j < 2048; j++) {
+					int32_t si = seg ? dtmk_load_i32(seg, b * T + i) : 0;
+					bool sees = (!at->causal || j <= i) &&
+					            (at->window <= 0 || (i - j < at->window &&
+					                                 j - i < at->window)) &&
+					            si >= 0 && (!seg || dtmk_load_i32(seg, b * T + j) == si);
+					double dot = 0;
+					for (int64_t c = 0; sees && c < hd; c++)
+						dot += (double)dtmk_load(&a.in[0], (b * T + i) * D + h * hd + c) *
+						       dtmk_load(&a.in[1], (b * T + j) * Dk + h / (H / G) * hd + c);
+					s[j] = sees ? dot / sqrt((double)hd) : -INFINITY;
+					mx = s[j] > mx ? s[j] : mx;
+				}
+				for (int64_t j = 0; j < T && j < 2048 && mx > -INFINITY; j++)
+					sum += exp(s[j] - mx);
+				double want = mx > -INFINITY ? mx + log(sum) : -INFINITY;
+				double got = lse[(b * H + h) * T + i];
+				check_count++;
+				if (!(got == want || fabs(got - want) <= 1e-4 * (1 + fabs(want)))) {
+					check_failures++;
+					fprintf(stderr, "attention lse [%lld, %lld, %lld]: %.9g, want %.9g\n",
+					        (long long)b, (long long)h, (long long)i, got, want);
+				}
+			}
+	for (int64_t i = 0; i < ir_attn_lse_count(o); i++)
+		if (isfinite(lse[i]))
+			lse[i] += lse_shift;
+	for (int k = 0; k < o->nops; k++)
+		free(a.in[k].p);
 }
 
 /* Fills the leaves (ids in [0, idlim)), evaluates, runs fn on node `id`
@@ -123,6 +193,10 @@ static void run(const char *what, IrModule *m, int id, KernelFn fn, int idlim, d
 	for (int k = 0; k < n->nops; k++) {
 		const IrNode *o = m->nodes[n->ops[k]];
 		tensor(&a.in[k], o);
+		if (o->op == IR_OP_ATTENTION && ir_attr_attn(o)->lse) {
+			attn_operand(m, &e, o, &a.in[k]);
+			continue;
+		}
 		for (int64_t j = 0; j < a.in[k].numel; j++) {
 			if (o->dtype == IR_I32)
 				((int32_t *)a.in[k].p)[j] = (int32_t)e.val[o->id][j];
@@ -138,10 +212,17 @@ static void run(const char *what, IrModule *m, int id, KernelFn fn, int idlim, d
 		double got = dtmk_load(&a.out, j), want = e.val[id][j];
 		check_count++;
 		if (!(fabs(got - want) <= tol * (1 + fabs(want)))) {
-			check_failures++;
-			if (bad++ < 5)
+			check_failures += lse_shift == 0;
+			if (bad++ < 5 && lse_shift == 0)
 				fprintf(stderr, "%s[%lld]: kernel %.9g, reference %.9g\n", what,
 				        (long long)j, got, want);
+		}
+	}
+	if (lse_shift != 0) { /* the kernel read the moved statistics */
+		check_count++;
+		if (bad == 0) {
+			check_failures++;
+			fprintf(stderr, "%s: unchanged with its log-sum-exps moved\n", what);
 		}
 	}
 	for (int k = 0; k < n->nops; k++)
@@ -340,6 +421,56 @@ static void test_attention_bwd(void)
 		}
 }
 
+/* attention_bwd given its forward (attn.lse, pass attn_stats): the kernel
+ * that tiles the keys (dtmkb_attn_block_lse) against the reference, which
+ * recomputes the rows' statistics; T past a key tile (512), odd T,
+ * windows, segment ids, grouped heads, f32, f16 and bf16 (the AVX512-BF16
+ * products where the CPU has them).  attn_operand checks
+ * the forward's log-sum-exps; moved by 1, the result must change (the
+ * kernel reads them). */
+static void test_attention_bwd_lse(void)
+{
+	static const int64_t gq[][6] = {
+	        /* T, heads, kv_heads, hd, causal, window */
+	        {19, 4, 1, 16, 1, 5},  {70, 2, 2, 64, 1, 0},  {37, 4, 2, 32, 0, 9},
+	        {33, 2, 1, 48, 1, 0},  {23, 2, 2, 80, 0, 6},  {600, 2, 1, 16, 1, 0},
+	        {530, 2, 2, 32, 0, 300}, {1100, 1, 1, 16, 1, 700},
+	};
+	static const IrDtype types[] = {IR_F32, IR_F16, IR_BF16};
+	for (int ti = 0; ti < 3; ti++)
+		for (size_t c = 0; c < sizeof gq / sizeof gq[0]; c++)
+			for (int useseg = 0; useseg < 2; useseg++)
+				for (int shift = 0; shift < 2; shift++) {
+					const int64_t *g = gq[c];
+					IrDtype t = types[ti];
+					IrModule *m = mod();
+					int dy = leaf(m, t, 3, 2, g[0], g[1] * g[3]);
+					int fo[4] = {leaf(m, t, 3, 2, g[0], g[1] * g[3]),
+					             leaf(m, t, 3, 2, g[0], g[2] * g[3]),
+					             leaf(m, t, 3, 2, g[0], g[2] * g[3]),
+					             leaf(m, IR_I32, 2, 2, g[0], 0)};
+					IrAttrAttn at = {.heads = g[1], .causal = g[4], .kv_heads = g[2],
+					                 .window = g[5], .lse = 1};
+					IrNode *y = ir_node_new(m, IR_OP_ATTENTION, fo, 3 + useseg,
+					                        (SrcLoc){0});
+					*ir_attr_attn_mut(m, y) = at;
+					CHECK(ir_infer(m, y, &diag));
+					int bo[6] = {dy, fo[0], fo[1], fo[2], fo[3], y->id};
+					bo[4 + useseg] = y->id;
+					IrNode *n = ir_node_new(m, IR_OP_ATTENTION_BWD, bo, 5 + useseg,
+					                        (SrcLoc){0});
+					*ir_attr_attn_mut(m, n) = at;
+					CHECK(ir_infer(m, n, &diag));
+					char what[80];
+					snprintf(what, sizeof what, "attention_bwd lse case %zu%s %s%s", c,
+					         useseg ? " segments" : "", ir_dtype_name(t),
+					         shift ? " (moved)" : "");
+					lse_shift = shift ? 1.0f : 0.0f;
+					run(what, m, n->id, dtmk_attention_bwd, 2, ti ? BF16 : F32);
+				}
+	lse_shift = 0;
+}
+
 static void test_cross_entropy_bwd(void)
 {
 	/* f32, and bf16 logits and result (widened and narrowed a row at a
@@ -484,6 +615,7 @@ int main(void)
 	test_norm_bwd(IR_BF16, BF16);
 	test_embed_pad();
 	test_attention_bwd();
+	test_attention_bwd_lse();
 	test_cross_entropy_bwd();
 	test_cut_bits();
 	arena_free(&arena);

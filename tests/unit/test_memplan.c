@@ -5,7 +5,11 @@
  * offsets are 64-byte aligned and the peak is what the offsets reach.
  * Then the whole pass on models/mlp.dtm and models/gpt.dtm (one rank):
  * arenas by role, in-place updates aliasing their param, the loss live to
- * the end, and no two simultaneously live activations overlapping. */
+ * the end, and no two simultaneously live activations overlapping.  Pass
+ * attn_stats on models/gpt.dtm: each attention_bwd takes its forward
+ * (attn.lse) where the CPU kernel reads the statistics (head size 16, f32
+ * and bf16, with micro-batches each its own), not at head size 8, and the
+ * forward's storage holds its B H T log-sum-exps after it. */
 #include <stdlib.h>
 
 #include "check.h"
@@ -133,8 +137,65 @@ static void test_model(const char *path)
 	arena_free(&a);
 }
 
+/* models/gpt.dtm (4 heads of d/4) on one rank: `want` whether pass
+ * attn_stats pairs its attentions' backwards with them. */
+static void test_attn_stats(const char *d_model, IrDtype precision, int64_t mbs, bool want)
+{
+	Arena a;
+	Diag d;
+	arena_init(&a);
+	diag_init(&d, stderr);
+	LowerOptions lo = {.mesh = "dp=1"};
+	lo.define_names[lo.ndefines] = "d";
+	lo.define_values[lo.ndefines++] = d_model;
+	IrModule *m = lower_path(&a, &d, "models/gpt.dtm", &lo);
+	CHECK(m != NULL);
+	if (!m) {
+		arena_free(&a);
+		return;
+	}
+	m->train.precision = precision;
+	m->train.microbatches = mbs;
+	FusePlan fp;
+	MemPlan mp;
+	bool ok = pass_run_until(m, &d, NULL, NULL) && pass_fuse_plan(m, &a, &d, &fp) &&
+	          pass_memplan(m, &fp, &a, &d, &mp);
+	CHECK(ok);
+	int bwd = 0, paired = 0;
+	for (int i = 0; ok && i < m->nnodes; i++) {
+		const IrNode *n = m->nodes[i];
+		if (n->op != IR_OP_ATTENTION_BWD)
+			continue;
+		bwd++;
+		int yi = ir_attn_bwd_y(n);
+		CHECK_EQ_INT(yi >= 0, want);
+		if (yi < 0)
+			continue;
+		paired++;
+		const IrNode *y = m->nodes[n->ops[yi]];
+		CHECK(y->op == IR_OP_ATTENTION && ir_attr_attn(y)->lse);
+		for (int k = 0; k < y->nops; k++)
+			CHECK_EQ_INT(n->ops[k + 1], y->ops[k]);
+		/* [B, T, D], then B * H * T f32 log-sum-exps */
+		int64_t B = y->shape[0], T = y->shape[1], D = y->shape[2];
+		int64_t es = precision == IR_BF16 ? 2 : 4;
+		CHECK_EQ_INT(y->dtype, precision);
+		CHECK_EQ_INT(ir_attn_lse_count(y), B * 4 * T);
+		CHECK_EQ_INT(mp.buf[y->id].owner, y->id);
+		CHECK_EQ_INT(mp.buf[y->id].bytes, es * B * T * D + 4 * B * 4 * T);
+		CHECK(mp.buf[y->id].live_to >= i);
+	}
+	CHECK_EQ_INT(bwd, 2 * (int)mbs); /* 2 layers */
+	CHECK_EQ_INT(paired, want ? bwd : 0);
+	arena_free(&a);
+}
+
 int main(void)
 {
+	test_attn_stats("64", IR_F32, 1, true);
+	test_attn_stats("64", IR_F32, 2, true);
+	test_attn_stats("32", IR_F32, 1, false); /* head size 8 */
+	test_attn_stats("64", IR_BF16, 1, true);
 	test_pack_small();
 	test_pack_random();
 	test_model("models/mlp.dtm");
