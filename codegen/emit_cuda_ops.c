@@ -479,6 +479,7 @@ static void put_attn(CudaEmit *e, const IrNode *q, const IrNode *k, int64_t Dy, 
 	int64_t parts = group_size(e, ka.mesh_axes);
 	int64_t g = G > 0 && H * parts >= G ? H * parts / G : 1;
 	uint32_t ring = ka.nints > 4 ? (uint32_t)ka.ints[4] : 0;
+	int lse = ka.nints > 7 && ka.ints[7] ? 1 : 0; /* attn.lse */
 	cg_cu_put_group_var(e, "hidx", ka.mesh_axes);
 	if (ring)
 		cg_cu_put_group_var(e, "ridx", ring);
@@ -491,14 +492,14 @@ static void put_attn(CudaEmit *e, const IrNode *q, const IrNode *k, int64_t Dy, 
 	else
 		cg_cu_printf(e, "(const int *)0, (const int *)0, ");
 	if (!ring) { /* attention: local rows are positions */
-		cg_cu_printf(e, "{%d, 0, 0}, {%d, 0, 0}};\n", (int)T, (int)T);
+		cg_cu_printf(e, "{%d, 0, 0}, {%d, 0, 0}, %d};\n", (int)T, (int)T, lse);
 		return;
 	}
 	int64_t n = group_size(e, ring), step = ka.ints[5];
 	const char *bal = ka.nints > 6 && ka.ints[6] ? "true" : "false";
 	cg_cu_printf(e,
 	             "dtmc_attn_ring_pos((int)ridx, %d, %d, %s), "
-	             "dtmc_attn_ring_pos((int)(((ridx - %L) %% %L + %L) %% %L), %d, %d, %s)};\n",
+	             "dtmc_attn_ring_pos((int)(((ridx - %L) %% %L + %L) %% %L), %d, %d, %s), 0};\n",
 	             (int)n, (int)T, bal, step, n, n, n, (int)n, (int)T, bal);
 }
 
@@ -514,7 +515,8 @@ static void emit_attention(CudaEmit *e, bool bwd, bool ring)
 	bool has_extra = cg_cu_out_arg(e) > extra;
 	int s0 = ring ? (bwd ? 5 : 3) : extra; /* the segment ids' args */
 	int seg = ring ? (cg_cu_out_arg(e) > s0 + 1 ? s0 : -1) : has_extra ? extra : -1;
-	if (bwd && !ring) /* attention_bwd's y (attn.lse) is not read here */
+	int yi = bwd && !ring ? ir_attn_bwd_y(n) : -1; /* attn.lse: the forward */
+	if (bwd && !ring)
 		seg = ir_attn_bwd_seg(n);
 	if (bwd) /* the row statistics: [B, H, T, 2] */
 		cg_cu_put_scratch(e, "float", B * H * T * 2 > 0 ? B * H * T * 2 : 1);
@@ -529,6 +531,10 @@ static void emit_attention(CudaEmit *e, bool bwd, bool ring)
 		cg_cu_printf(e,
 		             "\tdtmc_attn_bwd<%T, %T, %T, %D, %d, %d, %s>(%I, %I, %I, %I, %I, %O, ",
 		             1, 4, o, hd, hp, bk, c, 0, 1, 2, 3, 4);
+	} else if (yi >= 0) { /* the forward's output and log-sum-exps (at.lse) */
+		cg_cu_printf(e,
+		             "\tdtmc_attn_bwd<%T, %T, %T, %D, %d, %d, %s>(%I, %I, %I, %I, %I, %O, ",
+		             1, yi, o, hd, hp, bk, c, 0, 1, 2, 3, yi);
 	} else {
 		cg_cu_printf(e,
 		             "\tdtmc_attn_bwd<%T, float, %T, %D, %d, %d, %s>(%I, %I, %I, %I, "

@@ -20,8 +20,8 @@
  * It runs last, on the per-rank program, so that nothing moves or copies
  * the pair's operands after it.  Only where the CPU kernel reads the
  * statistics: head sizes that are multiples of 16, v's head size q's.  The
- * CUDA kernels ignore attn.lse (their storage holds the unused
- * statistics).
+ * CUDA kernels read them as well (dtmk_cuda_attn.cuh: the backward's
+ * first phase then reads the rows' statistics instead of computing them).
  */
 #include "passes/attn_stats.h"
 

@@ -23,11 +23,15 @@
  * rescaled once per key tile).  attn_block is the forward with its
  * log-sum-exp m + log l written after the output's D columns.
  *
+ * With attn.lse (pass attn_stats) the forward also writes each row's
+ * log-sum-exp, f32 [B, H, T], after its output's B T D elements.
+ *
  * Backward, one launch in two phases (dtmk_cuda.cuh's tickets):
  *   0. per query tile: the row statistics L = m + log l (logsumexp of the
  *      scaled scores) and Dr = sum_j P_ij dP_ij = dy_i . o_i, into a
  *      scratch array [B, H, T, 2] (attn_block_bwd reads both off the
- *      merged output and log-sum-exp it is given);
+ *      merged output and log-sum-exp it is given, attention_bwd with
+ *      attn.lse off its forward's output and log-sum-exps);
  *   1. per query tile: dq_i = scale * sum_j dS_ij k_j; and per key tile:
  *      dv_j = sum_i P_ij dy_i, dk_j = scale * sum_i dS_ij q_i; with
  *      P_ij = exp(s_ij - L_i), dP_ij = dy_i . v_j, dS = P (dP - Dr).
@@ -65,6 +69,7 @@ struct DtmcAttn {
 	const int *seg;   /* the query rows' segment ids [B, T], or null */
 	const int *kseg;  /* the key rows' (seg, but for a ring block's) */
 	DtmcAttnPos q, k; /* where the query and key rows are */
+	int lse;          /* attn.lse: the forward's log-sum-exps after its output */
 };
 
 __device__ __forceinline__ int dtmc_attn_pos(const DtmcAttnPos &p, int r)
@@ -291,6 +296,9 @@ __device__ __forceinline__ void dtmc_attn_fwd(const T *q, const T *k, const T *v
 	if (a.Dy > a.D && p == 0)
 		dtmc_st(y, ((dtmc_i64)b * T_ + i) * a.Dy + a.D + h,
 		        l > 0 ? m + logf(l) : -DTMC_INF);
+	if (a.lse && p == 0) /* after the output (attention: Dy = D) */
+		((float *)(y + (dtmc_i64)a.B * T_ * a.Dy))[((dtmc_i64)b * a.H + h) * T_ + i] =
+		        l > 0 ? m + logf(l) : -DTMC_INF;
 }
 
 /* A row's statistics into stats [B, H, T, 2]: L = +inf where it sees
@@ -373,6 +381,31 @@ __device__ __forceinline__ void dtmc_attn_stats_ol(const T *dy, const TL *ol, fl
 		t += __shfl_xor_sync(0xffffffffu, t, o);
 	if (p == 0 && i < T_)
 		dtmc_attn_put_stats(stats, a, b, h, i, dtmc_ld(ol, orow + a.D + h), t);
+}
+
+/* Phase 0 item of attention_bwd given its forward y [B, T, D] (attn.lse):
+ * L of query tile qt of head (b, h) from the log-sum-exps after y, Dr =
+ * dy . y. */
+template <typename T, typename TL, int HD, int P>
+__device__ __forceinline__ void dtmc_attn_stats_y(const T *dy, const TL *y, float *stats,
+                                                  const DtmcAttn &a, int b, int h, int qt)
+{
+	constexpr int C = HD / P, R = DTMC_ATTN_THREADS / P;
+	int T_ = a.T, p = threadIdx.x % P, i = qt * R + threadIdx.x / P;
+	int iv = i < T_ ? i : T_ - 1;
+	dtmc_i64 row = dtmc_attn_row<HD>(b, iv, h, T_, a.D);
+	float gv[C], ov[C], t = 0;
+	dtmc_attn_ld_row<HD, P>(gv, dy, row, p, 1.0f);
+	dtmc_attn_ld_row<HD, P>(ov, y, row, p, 1.0f);
+#pragma unroll
+	for (int c = 0; c < C; c++)
+		t += gv[c] * ov[c];
+#pragma unroll
+	for (int o = P / 2; o; o >>= 1)
+		t += __shfl_xor_sync(0xffffffffu, t, o);
+	const float *lse = (const float *)(y + (dtmc_i64)a.B * T_ * a.D);
+	if (p == 0 && i < T_)
+		dtmc_attn_put_stats(stats, a, b, h, i, lse[((dtmc_i64)b * a.H + h) * T_ + i], t);
 }
 
 /* Phase 1 item: dq of query tile qt. */
@@ -470,7 +503,8 @@ __device__ __forceinline__ void dtmc_attn_dkv(const T *dy, const T *q, const T *
 }
 
 /* attention_bwd(dy, q, k, v[, seg]) -> out [3, B, T, D], or, given ol
- * (not null), attn_block_bwd(dy, q, k, v, ol); stats: [B, H, T, 2]
+ * (not null), attn_block_bwd(dy, q, k, v, ol), or with a.lse, ol the
+ * forward attention (attention_bwd's last operand); stats: [B, H, T, 2]
  * floats of scratch.  Shared memory: (2 * BK * HD + 3 * BK) floats. */
 template <typename T, typename TL, typename TO, int HD, int P, int BK, bool CAUSAL>
 __device__ __forceinline__ void dtmc_attn_bwd(const T *dy, const T *q, const T *k, const T *v,
@@ -488,7 +522,10 @@ __device__ __forceinline__ void dtmc_attn_bwd(const T *dy, const T *q, const T *
 		if (it < n0) {
 			/* causal: the longest rows first */
 			int bh = (int)(it / nt), t = (int)(nt - 1 - it % nt);
-			if (ol)
+			if (ol && a.lse)
+				dtmc_attn_stats_y<T, TL, HD, P>(dy, ol, stats, a, bh / a.H,
+				                                bh % a.H, t);
+			else if (ol)
 				dtmc_attn_stats_ol<T, TL, HD, P>(dy, ol, stats, a, bh / a.H,
 				                                 bh % a.H, t);
 			else
