@@ -359,9 +359,11 @@ __device__ __forceinline__ void dtmc_attn_stats(const T *dy, const T *q, const T
 		                    l > 0 ? dacc / l : 0.0f);
 }
 
-/* Phase 0 item of attn_block_bwd: L and Dr of query tile qt of head (b,
- * h) from ol [B, T, D + H], the whole rows' merged output and
- * log-sum-exp. */
+/* Phase 0 item given the rows' outputs and log-sum-exps: L and Dr = dy . o
+ * of query tile qt of head (b, h), from attn_block_bwd's ol [B, T, D + H]
+ * (the whole rows' merged output, then each head's log-sum-exp) or, with
+ * a.lse, from attention_bwd's forward y [B, T, D] and the log-sum-exps
+ * after it (f32 [B, H, T]). */
 template <typename T, typename TL, int HD, int P>
 __device__ __forceinline__ void dtmc_attn_stats_ol(const T *dy, const TL *ol, float *stats,
                                                    const DtmcAttn &a, int b, int h, int qt)
@@ -369,7 +371,7 @@ __device__ __forceinline__ void dtmc_attn_stats_ol(const T *dy, const TL *ol, fl
 	constexpr int C = HD / P, R = DTMC_ATTN_THREADS / P;
 	int T_ = a.T, p = threadIdx.x % P, i = qt * R + threadIdx.x / P;
 	int iv = i < T_ ? i : T_ - 1;
-	dtmc_i64 orow = ((dtmc_i64)b * T_ + iv) * (a.D + a.H);
+	dtmc_i64 orow = ((dtmc_i64)b * T_ + iv) * (a.lse ? a.D : a.D + a.H);
 	float gv[C], ov[C], t = 0;
 	dtmc_attn_ld_row<HD, P>(gv, dy, dtmc_attn_row<HD>(b, iv, h, T_, a.D), p, 1.0f);
 	dtmc_attn_ld_row<HD, P>(ov, ol, orow + (dtmc_i64)h * HD, p, 1.0f);
@@ -379,33 +381,12 @@ __device__ __forceinline__ void dtmc_attn_stats_ol(const T *dy, const TL *ol, fl
 #pragma unroll
 	for (int o = P / 2; o; o >>= 1)
 		t += __shfl_xor_sync(0xffffffffu, t, o);
+	const float *lse = (const float *)(ol + (dtmc_i64)a.B * T_ * a.D);
 	if (p == 0 && i < T_)
-		dtmc_attn_put_stats(stats, a, b, h, i, dtmc_ld(ol, orow + a.D + h), t);
-}
-
-/* Phase 0 item of attention_bwd given its forward y [B, T, D] (attn.lse):
- * L of query tile qt of head (b, h) from the log-sum-exps after y, Dr =
- * dy . y. */
-template <typename T, typename TL, int HD, int P>
-__device__ __forceinline__ void dtmc_attn_stats_y(const T *dy, const TL *y, float *stats,
-                                                  const DtmcAttn &a, int b, int h, int qt)
-{
-	constexpr int C = HD / P, R = DTMC_ATTN_THREADS / P;
-	int T_ = a.T, p = threadIdx.x % P, i = qt * R + threadIdx.x / P;
-	int iv = i < T_ ? i : T_ - 1;
-	dtmc_i64 row = dtmc_attn_row<HD>(b, iv, h, T_, a.D);
-	float gv[C], ov[C], t = 0;
-	dtmc_attn_ld_row<HD, P>(gv, dy, row, p, 1.0f);
-	dtmc_attn_ld_row<HD, P>(ov, y, row, p, 1.0f);
-#pragma unroll
-	for (int c = 0; c < C; c++)
-		t += gv[c] * ov[c];
-#pragma unroll
-	for (int o = P / 2; o; o >>= 1)
-		t += __shfl_xor_sync(0xffffffffu, t, o);
-	const float *lse = (const float *)(y + (dtmc_i64)a.B * T_ * a.D);
-	if (p == 0 && i < T_)
-		dtmc_attn_put_stats(stats, a, b, h, i, lse[((dtmc_i64)b * a.H + h) * T_ + i], t);
+		dtmc_attn_put_stats(stats, a, b, h, i,
+		                    a.lse ? lse[((dtmc_i64)b * a.H + h) * T_ + i]
+		                          : dtmc_ld(ol, orow + a.D + h),
+		                    t);
 }
 
 /* Phase 1 item: dq of query tile qt. */
@@ -522,10 +503,7 @@ __device__ __forceinline__ void dtmc_attn_bwd(const T *dy, const T *q, const T *
 		if (it < n0) {
 			/* causal: the longest rows first */
 			int bh = (int)(it / nt), t = (int)(nt - 1 - it % nt);
-			if (ol && a.lse)
-				dtmc_attn_stats_y<T, TL, HD, P>(dy, ol, stats, a, bh / a.H,
-				                                bh % a.H, t);
-			else if (ol)
+			if (ol)
 				dtmc_attn_stats_ol<T, TL, HD, P>(dy, ol, stats, a, bh / a.H,
 				                                 bh % a.H, t);
 			else
