@@ -13,6 +13,7 @@
  */
 #include <math.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 
 #include "runtime/comm.h"
 #include "support/philox.h"
@@ -272,6 +273,29 @@ int rt_plan_validate(const DtmPlan *p, char *err)
 	return 0;
 }
 
+/* An arena's allocation, *sz bytes (a multiple of RT_ALIGN).  One of 2 MB
+ * or more is aligned to 2 MB, its size rounded up to that (*sz then says
+ * so), and marked for transparent huge pages where the kernel has them
+ * (madvise mode): zeroing GPT-2 small's 10 GB of arenas in 4 KB pages was
+ * about 2.5 million page faults, 14-30 s of system time on a 2-core VM.
+ * The hint changes no value and no planned byte. */
+#define RT_HUGE ((size_t)2 << 20)
+static void *arena_memory(size_t *sz)
+{
+#ifdef MADV_HUGEPAGE
+	if (*sz >= RT_HUGE) {
+		size_t hs = (*sz + RT_HUGE - 1) / RT_HUGE * RT_HUGE;
+		void *p = aligned_alloc(RT_HUGE, hs);
+		if (p) {
+			(void)madvise(p, hs, MADV_HUGEPAGE); /* a hint: refused, 4 KB pages */
+			*sz = hs;
+			return p;
+		}
+	}
+#endif
+	return aligned_alloc(RT_ALIGN, *sz);
+}
+
 int rt_run_init(RtRun *r, const DtmPlan *p, int64_t rank, int nthreads)
 {
 	return rt_run_init_ex(r, p, rank, nthreads, RT_HOST_ALL);
@@ -305,7 +329,7 @@ int rt_run_init_ex(RtRun *r, const DtmPlan *p, int64_t rank, int nthreads, uint3
 			continue;
 		/* aligned_alloc wants a multiple of the alignment */
 		size_t sz = (size_t)((n + RT_ALIGN - 1) / RT_ALIGN * RT_ALIGN);
-		r->arena[a] = aligned_alloc(RT_ALIGN, sz);
+		r->arena[a] = arena_memory(&sz);
 		if (!r->arena[a]) {
 			snprintf(r->err, RT_ERR_LEN, "out of memory allocating the %s arena (%lld bytes)",
 				 arena_name(a), (long long)n);

@@ -5,7 +5,9 @@
  * rounding and the shard index mapping. */
 #include <fcntl.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -220,6 +222,39 @@ static void test_train_and_log(const DtmPlan *p)
 	CHECK_EQ_INT(lines, 20);
 	CHECK(last < 0.5 * first);
 	free(log);
+}
+
+/* An arena of 2 MB or more (exec.c's arena_memory: 2 MB aligned, huge
+ * pages advised) changes nothing: the same losses as the plan's small
+ * arenas, the planned bytes reported, the memory zero when allocated. */
+static void test_huge_arena(const DtmPlan *p)
+{
+	DtmPlan q = *p;
+	q.arena_bytes[DTM_ARENA_ACT] = ((int64_t)5 << 20) + 196;
+	CHECK_EQ_INT(run(p, "--steps", "5", "--log", tpath("small.jsonl"), NULL), 0);
+	CHECK_EQ_INT(run(&q, "--steps", "5", "--log", tpath("huge.jsonl"), NULL), 0);
+	CHECK_EQ_INT(dtm_rt_allocated_bytes(DTM_ARENA_ACT), q.arena_bytes[DTM_ARENA_ACT]);
+	char a[8][32], b[8][32];
+	char *la = slurp(tpath("small.jsonl")), *lb = slurp(tpath("huge.jsonl"));
+	int na = loss_strings(la, a, 8), nb = loss_strings(lb, b, 8);
+	CHECK_EQ_INT(na, 5);
+	CHECK_EQ_INT(nb, na);
+	for (int i = 0; i < na && i < nb; i++)
+		CHECK_EQ_STR(a[i], b[i]);
+	free(la);
+	free(lb);
+	RtRun r;
+	CHECK_EQ_INT(rt_run_init(&r, &q, 0, 1), 0);
+	const unsigned char *m = r.arena[DTM_ARENA_ACT];
+	CHECK(m != NULL);
+#ifdef MADV_HUGEPAGE
+	CHECK_EQ_INT((uintptr_t)m % ((uintptr_t)2 << 20), 0);
+#endif
+	int64_t nonzero = 0;
+	for (int64_t i = 0; m && i < q.arena_bytes[DTM_ARENA_ACT]; i++)
+		nonzero += m[i] != 0;
+	CHECK_EQ_INT(nonzero, 0);
+	rt_run_free(&r);
 }
 
 static void test_resume(const DtmPlan *p)
@@ -982,6 +1017,7 @@ int main(void)
 	test_shard_index();
 	test_feed_tokens();
 	test_train_and_log(&p);
+	test_huge_arena(&p);
 	test_resume(&p);
 	test_write_errors(&p);
 	test_eval_and_threads(&p);
