@@ -1089,6 +1089,24 @@ dtmkb_attn_stage_bf16(const DtmkbAttn *w, int64_t b, int64_t g, uint32_t *restri
 	memset(dkb, 0, sizeof(float) * (size_t)(2 * T * hd));
 }
 
+/* A block's bf16 q and dy rows (from row i0 of batch b, head h) into q4
+ * and dy4 (hd apart), zeros for a dead row. */
+static inline __attribute__((always_inline)) void
+dtmkb_attn_rows_bf16(const DtmkbAttn *w, int64_t b, int64_t h, int64_t i0, const bool *live,
+		     uint16_t *restrict q4, uint16_t *restrict dy4, int64_t hd)
+{
+	for (int r = 0; r < DTMKB_AR; r++) {
+		int64_t o = (b * w->T + i0 + r) * w->D + h * hd;
+		if (live[r]) {
+			memcpy(q4 + r * hd, w->bq + o, 2 * (size_t)hd);
+			memcpy(dy4 + r * hd, w->bdy + o, 2 * (size_t)hd);
+		} else {
+			memset(q4 + r * hd, 0, 2 * (size_t)hd);
+			memset(dy4 + r * hd, 0, 2 * (size_t)hd);
+		}
+	}
+}
+
 /* dtmkb_attn_block on bf16 dy, q, k, v (hd a multiple of 16): the scores
  * and dy.v from the inputs' bf16 values, P and dS rounded to bf16 for dq,
  * dk and dv (dtmk.h, "attention's products on bf16 operands"); k and v as
@@ -1097,7 +1115,7 @@ dtmkb_attn_stage_bf16(const DtmkbAttn *w, int64_t b, int64_t g, uint32_t *restri
 static inline __attribute__((always_inline)) void
 dtmkb_attn_block_bf16(const DtmkbAttn *w, int64_t bh, void *buf, int64_t hd)
 {
-	int64_t T = w->T, D = w->D, Tp = DTMK_PAD16(T);
+	int64_t T = w->T, Tp = DTMK_PAD16(T);
 	/* the rows of kt, vt, P, dP, dS and their bf16 copies are Tl apart */
 	int64_t Tl = dtmk_attn_ld(Tp);
 	uint32_t *restrict kt = buf, *restrict vt = kt + hd / 2 * Tl;
@@ -1118,16 +1136,7 @@ dtmkb_attn_block_bf16(const DtmkbAttn *w, int64_t bh, void *buf, int64_t hd)
 		int32_t si[DTMKB_AR];
 		bool live[DTMKB_AR];
 		dtmk_attn_block_rows(w->a, seg, b, i0, T, T, lo, nk, si, live, &kmin, &kmax);
-		for (int r = 0; r < DTMKB_AR; r++) {
-			int64_t o = (b * T + i0 + r) * D + h * hd;
-			if (live[r]) {
-				memcpy(q4 + r * hd, w->bq + o, 2 * (size_t)hd);
-				memcpy(dy4 + r * hd, w->bdy + o, 2 * (size_t)hd);
-			} else {
-				memset(q4 + r * hd, 0, 2 * (size_t)hd);
-				memset(dy4 + r * hd, 0, 2 * (size_t)hd);
-			}
-		}
+		dtmkb_attn_rows_bf16(w, b, h, i0, live, q4, dy4, hd);
 		int64_t np = DTMK_PAD16(kmax);
 		if (kmax > 0) {
 			dtmk_rows8_scores_bf16(P, Tl, q4, hd, kt, Tl, hd, np, w->scale);
@@ -1203,17 +1212,11 @@ dtmkb_attn_block_lse_bf16(const DtmkbAttn *w, int64_t bh, void *buf, int64_t hd)
 			lse[r] = live[r] ? w->lse[bh * T + i0 + r] : -INFINITY;
 			live[r] = live[r] && lse[r] != -INFINITY;
 			float s = 0;
-			if (live[r]) {
-				memcpy(q4 + r * hd, w->bq + o, 2 * (size_t)hd);
-				memcpy(dy4 + r * hd, w->bdy + o, 2 * (size_t)hd);
-				for (int64_t c = 0; c < hd; c++)
-					s += dtmk_bf16_to_f32(w->bdy[o + c]) * dtmk_bf16_to_f32(w->by[o + c]);
-			} else {
-				memset(q4 + r * hd, 0, 2 * (size_t)hd);
-				memset(dy4 + r * hd, 0, 2 * (size_t)hd);
-			}
+			for (int64_t c = 0; live[r] && c < hd; c++)
+				s += dtmk_bf16_to_f32(w->bdy[o + c]) * dtmk_bf16_to_f32(w->by[o + c]);
 			dd[r] = s;
 		}
+		dtmkb_attn_rows_bf16(w, b, h, i0, live, q4, dy4, hd);
 		dtmkb_pair_rows(qx, q4, hd, 0, hd, true);
 		dtmkb_pair_rows(dyx, dy4, hd, 0, hd, true);
 		memset(dq4, 0, sizeof(float) * (size_t)(DTMKB_AR * hd));
