@@ -261,6 +261,8 @@ bool ir_attn_check(const char *what, const IrAttrAttn *a, const IrNode *q, const
 		return fail(g, "%s: heads must be >= 1, got %" PRId64, what, H);
 	if (a->causal != 0 && a->causal != 1)
 		return fail(g, "%s: causal must be 0 or 1, got %" PRId64, what, a->causal);
+	if (a->lse != 0 && a->lse != 1)
+		return fail(g, "%s: lse must be 0 or 1, got %" PRId64, what, a->lse);
 	if (q->shape[2] % H != 0)
 		return fail(g, "%s: dim %" PRId64 " is not divisible by heads = %" PRId64 " (q is %s)",
 		            what, q->shape[2], H, SH(q));
