@@ -4,6 +4,7 @@
 #include "runtime/cuda_host.h"
 
 #include <limits.h>
+#include <math.h>
 #include <stdlib.h>
 
 #include "runtime/rt.h"
@@ -87,6 +88,31 @@ int rt_cuda_gemm_types(DtmDtype a, DtmDtype b, DtmDtype c, const char *label, ch
 	return rt_errf(err, "gemm '%s': operands %s x %s -> %s; cuBLAS takes A and B of one float "
 		       "type and C of that type or f32", label ? label : "?", rt_dtype_name(a),
 		       rt_dtype_name(b), rt_dtype_name(c));
+}
+
+/* ---- --calibrate-gemm on the device ---- */
+
+int rt_cuda_cal_shapes(int64_t mnk[][3], int max)
+{
+	static const int64_t ms[] = {1, 16, 128, 1024, 4096, 16384}, ns[] = {256, 1024, 4096, 16384},
+			     ks[] = {64, 256, 1024, 4096, 16384};
+	int n = 0;
+	for (size_t a = 0; a < sizeof ms / sizeof *ms; a++)
+		for (size_t b = 0; b < sizeof ns / sizeof *ns; b++)
+			for (size_t c = 0; c < sizeof ks / sizeof *ks && n < max; c++, n++) {
+				mnk[n][0] = ms[a];
+				mnk[n][1] = ns[b];
+				mnk[n][2] = ks[c];
+			}
+	return n;
+}
+
+int rt_cuda_cal_reps(double call_s)
+{
+	if (!(call_s > 0))
+		return 1;
+	double r = ceil(RT_CUDA_CAL_BATCH_S / call_s);
+	return r < 1 ? 1 : r > RT_CUDA_CAL_MAX_REPS ? RT_CUDA_CAL_MAX_REPS : (int)r;
 }
 
 /* ---- streams and events ---- */

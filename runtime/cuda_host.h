@@ -67,6 +67,23 @@ int rt_cuda_gemm_desc(const DtmAction *a, RtCudaGemm *g, char *err);
  * cores with f32 accumulation; f32 stays f32 (no TF32). */
 int rt_cuda_gemm_types(DtmDtype a, DtmDtype b, DtmDtype c, const char *label, char *err);
 
+/* ---- --calibrate-gemm on the device ----
+ *
+ * The shapes `dtmc calibrate --device cuda` times cuBLAS at, through the
+ * runtime's own GEMM call: m (rows of C) 1 to 16384, n 256 to 16384, k 64
+ * to 16384, row-major, no transposes: what data, tensor and sequence
+ * parallelism and micro-batches cut a transformer's GEMMs into, from a
+ * few rows (launch-bound) to the sizes where the tensor cores saturate.
+ * Writes the (m, n, k) of each into mnk (at most max); returns how many. */
+#define RT_CUDA_CAL_SHAPES 120
+int rt_cuda_cal_shapes(int64_t mnk[][3], int max);
+/* Calls in one timed batch, given one call's seconds: enough for about
+ * RT_CUDA_CAL_BATCH_S (a batch's events resolve to ~0.5 us), 1 to
+ * RT_CUDA_CAL_MAX_REPS; one call when call_s is not a positive time. */
+#define RT_CUDA_CAL_BATCH_S 0.005
+#define RT_CUDA_CAL_MAX_REPS 1000
+int rt_cuda_cal_reps(double call_s);
+
 /* ---- streams and events ----
  *
  * Actions run on the stream DtmAction.stream names (0 compute, 1

@@ -40,6 +40,7 @@
  * times on their stream (overlap makes their sum exceed the wall time).
  */
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -122,6 +123,8 @@ typedef struct CudaDev {
 	cudaEvent_t *ev;             /* per action that some action waits for */
 	cudaEvent_t *t0, *t1;        /* per communication action: its time */
 	cudaEvent_t pass0, pass1;    /* the compute stream's span */
+	cudaEvent_t *pt0, *pt1;      /* --profile-actions: per kernel or GEMM, made at
+				      * the first profiled pass */
 	RtCudaSched sched[2];        /* the whole step, forward only */
 	cublasHandle_t blas;
 	cudaStream_t blas_stream;
@@ -713,40 +716,48 @@ static cudaDataType blas_type(DtmDtype t)
 	return t == DTM_BF16 ? CUDA_R_16BF : t == DTM_F16 ? CUDA_R_16F : CUDA_R_32F;
 }
 
-static int run_gemm(RtRun *r, CudaDev *d, const DtmAction *a, cudaStream_t s)
+/* The GEMM a with operands of types ta, tb, tc at A, B, C on stream s:
+ * every GEMM of a pass and the calibration grid's (rt_cuda_calibrate_gemm)
+ * take this one call. */
+static int blas_gemm(CudaDev *d, const DtmAction *a, DtmDtype ta, DtmDtype tb, DtmDtype tc,
+		     const char *A, const char *B, char *C, cudaStream_t s, char *err)
 {
-	const DtmBuffer *bufs = r->plan->buffers;
-	const DtmBuffer *ba = &bufs[a->args[0]], *bb = &bufs[a->args[1]], *bc = &bufs[a->args[2]];
 	RtCudaGemm g;
-	if (rt_cuda_gemm_desc(a, &g, r->err))
+	if (rt_cuda_gemm_desc(a, &g, err))
 		return -1;
 	if (g.rows == 0 || g.cols == 0)
 		return 0;
 	if (d->blas_stream != s) {
-		if (CUBLAS_CHECK(r->err, cublasSetStream(d->blas, s)))
+		if (CUBLAS_CHECK(err, cublasSetStream(d->blas, s)))
 			return -1;
 		d->blas_stream = s;
 	}
 	cublasOperation_t tf = g.trans_first ? CUBLAS_OP_T : CUBLAS_OP_N;
 	cublasOperation_t ts = g.trans_second ? CUBLAS_OP_T : CUBLAS_OP_N;
-	const char *A = d->dptr[a->args[0]], *B = d->dptr[a->args[1]];
-	char *C = d->dptr[a->args[2]];
 	if (!g.sequential)
-		return CUBLAS_CHECK(r->err, cublasGemmStridedBatchedEx(
-			d->blas, tf, ts, g.rows, g.cols, g.k, &a->alpha, B, blas_type(bb->dtype),
-			g.ld_first, g.stride_first, A, blas_type(ba->dtype), g.ld_second,
-			g.stride_second, &a->beta, C, blas_type(bc->dtype), g.ldc, g.stride_c, g.batch,
+		return CUBLAS_CHECK(err, cublasGemmStridedBatchedEx(
+			d->blas, tf, ts, g.rows, g.cols, g.k, &a->alpha, B, blas_type(tb),
+			g.ld_first, g.stride_first, A, blas_type(ta), g.ld_second,
+			g.stride_second, &a->beta, C, blas_type(tc), g.ldc, g.stride_c, g.batch,
 			CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-	size_t ea = rt_dtype_size(ba->dtype), eb = rt_dtype_size(bb->dtype);
+	size_t ea = rt_dtype_size(ta), eb = rt_dtype_size(tb);
 	for (int i = 0; i < g.batch; i++)
-		if (CUBLAS_CHECK(r->err, cublasGemmEx(
+		if (CUBLAS_CHECK(err, cublasGemmEx(
 			    d->blas, tf, ts, g.rows, g.cols, g.k, &a->alpha,
-			    B + (size_t)i * (size_t)g.stride_first * eb, blas_type(bb->dtype),
+			    B + (size_t)i * (size_t)g.stride_first * eb, blas_type(tb),
 			    g.ld_first, A + (size_t)i * (size_t)g.stride_second * ea,
-			    blas_type(ba->dtype), g.ld_second, &a->beta, C, blas_type(bc->dtype), g.ldc,
+			    blas_type(ta), g.ld_second, &a->beta, C, blas_type(tc), g.ldc,
 			    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT)))
 			return -1;
 	return 0;
+}
+
+static int run_gemm(RtRun *r, CudaDev *d, const DtmAction *a, cudaStream_t s)
+{
+	const DtmBuffer *bufs = r->plan->buffers;
+	return blas_gemm(d, a, bufs[a->args[0]].dtype, bufs[a->args[1]].dtype,
+			 bufs[a->args[2]].dtype, d->dptr[a->args[0]], d->dptr[a->args[1]],
+			 d->dptr[a->args[2]], s, r->err);
 }
 
 static int run_kernel(RtRun *r, CudaDev *d, const DtmAction *a, cudaStream_t s)
@@ -871,6 +882,31 @@ static int fail_pass(CudaDev *d)
 	return -1;
 }
 
+static bool is_compute(const DtmAction *a)
+{
+	return a->kind == DTM_ACT_KERNEL || a->kind == DTM_ACT_GEMM;
+}
+
+/* --profile-actions: a pair of timing events per kernel and GEMM of the
+ * stage, each action's time its own events' span on the compute stream
+ * (what the GPU spent from its launch to its end: a launch-bound small
+ * kernel's includes the host's launch gap, as a step's does). */
+static int profile_events(RtRun *r, CudaDev *d)
+{
+	const DtmStage *st = &r->plan->stages[r->stage];
+	size_t na = (size_t)(st->nactions > 0 ? st->nactions : 1);
+	d->pt0 = calloc(na, sizeof *d->pt0);
+	d->pt1 = calloc(na, sizeof *d->pt1);
+	if (!d->pt0 || !d->pt1)
+		return rt_errf(r->err, "out of memory for --profile-actions");
+	for (int i = 0; i < st->nactions; i++)
+		if (is_compute(&st->actions[i]) &&
+		    (CUDA_CHECK(r->err, cudaEventCreate(&d->pt0[i])) ||
+		     CUDA_CHECK(r->err, cudaEventCreate(&d->pt1[i]))))
+			return -1;
+	return 0;
+}
+
 static int cuda_run_actions(RtRun *r, bool forward_only)
 {
 	CudaDev *d = r->dev_state;
@@ -879,6 +915,9 @@ static int cuda_run_actions(RtRun *r, bool forward_only)
 	const RtCudaSched *sc = &d->sched[forward_only ? 1 : 0];
 	char *err = r->err;
 	r->compute_s = r->comm_s = 0;
+	bool prof = r->act_s != NULL;
+	if (prof && !d->pt0 && profile_events(r, d))
+		return fail_pass(d);
 	/* this step's inputs, complete before either stream reads them (both
 	 * are idle between passes) */
 	for (int i = 0; i < p->ninputs; i++)
@@ -913,9 +952,15 @@ static int cuda_run_actions(RtRun *r, bool forward_only)
 			return fail_pass(d);
 #endif
 		int rc = 0;
-		for (int j = i; j < end && !rc; j++)
-			if (sc->stream[j] >= 0)
-				rc = run_one(r, d, &st->actions[j], s);
+		for (int j = i; j < end && !rc; j++) {
+			if (sc->stream[j] < 0)
+				continue;
+			bool pt = prof && d->pt0[j];
+			rc = pt ? CUDA_CHECK(err, cudaEventRecord(d->pt0[j], s)) : 0;
+			rc = rc ? rc : run_one(r, d, &st->actions[j], s);
+			if (!rc && pt)
+				rc = CUDA_CHECK(err, cudaEventRecord(d->pt1[j], s));
+		}
 #ifdef DTM_HAVE_NCCL
 		if (len > 1) {
 			ncclResult_t ge = ncclGroupEnd();
@@ -964,6 +1009,129 @@ static int cuda_run_actions(RtRun *r, bool forward_only)
 			return fail_pass(d);
 		r->comm_s += ms * 1e-3;
 	}
+	for (int i = 0; prof && i < sc->n; i++) {
+		if (sc->stream[i] < 0 || !d->pt0[i])
+			continue;
+		if (CUDA_CHECK(err, cudaEventElapsedTime(&ms, d->pt0[i], d->pt1[i])))
+			return fail_pass(d);
+		r->act_s[i] += ms * 1e-3;
+	}
+	return 0;
+}
+
+/* ---- --calibrate-gemm: the device's GEMM curve ----
+ *
+ * Every shape of rt_cuda_cal_shapes through blas_gemm (the call a plan's
+ * GEMMs take) on the compute stream, f32 and then bf16 operands and
+ * result: one call untimed (cuBLAS picks and loads its kernel), one timed
+ * to size a batch (rt_cuda_cal_reps: about 5 ms of calls), then three
+ * batches back to back between two events, the fastest batch's time per
+ * call.  A small GEMM's time so includes its launch, as in a step.  The
+ * operands hold small varied values (zeros would draw less power than
+ * training's data). */
+
+/* n elements of type t at dst: a repeating pattern of small values */
+static int fill_pattern(CudaDev *d, void *dst, DtmDtype t, int64_t n, char *err)
+{
+	enum { CHUNK = 1 << 22 };
+	size_t es = rt_dtype_size(t);
+	char *h = malloc((size_t)CHUNK * es);
+	if (!h)
+		return rt_errf(err, "out of memory for --calibrate-gemm");
+	for (int64_t i = 0; i < CHUNK; i++)
+		rt_store_f32(h, t, i, (float)((i * 7919) % 17 - 8) * 0.01f);
+	int rc = 0;
+	for (int64_t o = 0; o < n && !rc; o += CHUNK) {
+		int64_t c = n - o < CHUNK ? n - o : CHUNK;
+		rc = CUDA_CHECK(err, cudaMemcpyAsync((char *)dst + (size_t)o * es, h, (size_t)c * es,
+						     cudaMemcpyHostToDevice, d->stream[0]));
+	}
+	if (!rc)
+		rc = CUDA_CHECK(err, cudaStreamSynchronize(d->stream[0]));
+	free(h);
+	return rc;
+}
+
+/* seconds of `reps` calls of g between two events */
+static int time_gemm(CudaDev *d, const DtmAction *g, DtmDtype t, void *const buf[3], int reps,
+		     cudaEvent_t e0, cudaEvent_t e1, double *sec, char *err)
+{
+	cudaStream_t s = d->stream[0];
+	if (CUDA_CHECK(err, cudaEventRecord(e0, s)))
+		return -1;
+	for (int i = 0; i < reps; i++)
+		if (blas_gemm(d, g, t, t, t, buf[0], buf[1], buf[2], s, err))
+			return -1;
+	float ms = 0;
+	if (CUDA_CHECK(err, cudaEventRecord(e1, s)) || CUDA_CHECK(err, cudaEventSynchronize(e1)) ||
+	    CUDA_CHECK(err, cudaEventElapsedTime(&ms, e0, e1)))
+		return -1;
+	*sec = ms * 1e-3;
+	return 0;
+}
+
+int rt_cuda_calibrate_gemm(RtRun *r, char **text, size_t *textlen, char *err)
+{
+	CudaDev *d = r->dev_state;
+	int64_t g[RT_CUDA_CAL_SHAPES][3], maxe = 0;
+	int n = rt_cuda_cal_shapes(g, RT_CUDA_CAL_SHAPES);
+	for (int q = 0; q < n; q++)
+		for (int k = 0; k < 3; k++) {
+			int64_t e = g[q][k] * g[q][(k + 1) % 3]; /* m k, n m, k n */
+			maxe = e > maxe ? e : maxe;
+		}
+	static const DtmDtype types[2] = {DTM_F32, DTM_BF16};
+	double rate[2][RT_CUDA_CAL_SHAPES];
+	void *buf[3] = {NULL, NULL, NULL};
+	cudaEvent_t e0 = NULL, e1 = NULL;
+	struct cudaDeviceProp prop;
+	int rc = CUDA_CHECK(err, cudaSetDevice(d->device)) ||
+		 CUDA_CHECK(err, cudaGetDeviceProperties(&prop, d->device)) ||
+		 CUDA_CHECK(err, cudaEventCreate(&e0)) || CUDA_CHECK(err, cudaEventCreate(&e1));
+	for (int b = 0; b < 3 && !rc; b++)
+		rc = CUDA_CHECK(err, cudaMalloc(&buf[b], (size_t)maxe * sizeof(float)));
+	for (int dt = 0; dt < 2 && !rc; dt++) {
+		DtmDtype t = types[dt];
+		for (int b = 0; b < 3 && !rc; b++)
+			rc = fill_pattern(d, buf[b], t, maxe, err);
+		for (int q = 0; q < n && !rc; q++) {
+			DtmAction a = {.kind = DTM_ACT_GEMM, .nargs = 3, .args = {0, 1, 2},
+				       .m = g[q][0], .n = g[q][1], .k = g[q][2], .batch = 1,
+				       .alpha = 1, .beta = 0, .label = "calibrate"};
+			double one = 0, best = INFINITY, sec = 0;
+			rc = time_gemm(d, &a, t, buf, 1, e0, e1, &one, err) ||
+			     time_gemm(d, &a, t, buf, 1, e0, e1, &one, err);
+			int reps = rt_cuda_cal_reps(one);
+			for (int k = 0; k < 3 && !rc; k++) {
+				rc = time_gemm(d, &a, t, buf, reps, e0, e1, &sec, err);
+				best = sec < best ? sec : best;
+			}
+			rate[dt][q] = rc ? 0 : 2.0 * (double)(a.m * a.n) * (double)a.k * reps / best;
+		}
+	}
+	for (int b = 0; b < 3; b++)
+		if (buf[b])
+			cudaFree(buf[b]);
+	if (e0)
+		cudaEventDestroy(e0);
+	if (e1)
+		cudaEventDestroy(e1);
+	if (rc || !text)
+		return rc ? -1 : 0;
+	size_t cap = (size_t)(2 * n) * 96 + 512, len = 0;
+	char *out = malloc(cap);
+	if (!out)
+		return rt_errf(err, "out of memory for --calibrate-gemm");
+	/* the device, for dtmc calibrate (a comment to the profile's parser) */
+	len += (size_t)snprintf(out, cap, "# device: %.200s\nmem_size = %.0f B\n", prop.name,
+				(double)prop.totalGlobalMem);
+	for (int dt = 0; dt < 2; dt++)
+		for (int q = 0; q < n; q++)
+			len += (size_t)snprintf(out + len, cap - len, "%s 1 %lld %lld %lld = %.6g\n",
+						dt ? "gemm_bf16" : "gemm", (long long)g[q][0],
+						(long long)g[q][1], (long long)g[q][2], rate[dt][q]);
+	*text = out;
+	*textlen = len;
 	return 0;
 }
 
@@ -992,7 +1160,13 @@ static void cuda_close(RtRun *r)
 			cudaEventDestroy(d->t0[i]);
 		if (d->t1 && d->t1[i])
 			cudaEventDestroy(d->t1[i]);
+		if (d->pt0 && d->pt0[i])
+			cudaEventDestroy(d->pt0[i]);
+		if (d->pt1 && d->pt1[i])
+			cudaEventDestroy(d->pt1[i]);
 	}
+	free(d->pt0);
+	free(d->pt1);
 	free(d->ev);
 	free(d->t0);
 	free(d->t1);

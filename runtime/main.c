@@ -68,16 +68,18 @@ static const char usage[] =
 	"  --dump-batches DIR write each step's inputs to DIR/step_NNNNNN.safetensors\n"
 	"  --profile-actions FILE  rank 0's kernels and GEMMs, each one's mean seconds\n"
 	"                     over the steps after the first, one line per action\n"
-	"                     (what `dtmc calibrate` fits its curves to)\n"
+	"                     (what `dtmc calibrate` fits its curves to; on --device\n"
+	"                     cuda each timed by CUDA events on the GPU)\n"
 	"  --calibrate-gemm FILE  instead of training, every rank times the runtime's\n"
 	"                     GEMM over a grid of shapes at once (its threads, the\n"
 	"                     others busy); rank 0 writes `gemm THREADS M N K = RATE`\n"
 	"                     lines and the synthetic data feed's `feed_rate` and\n"
 	"                     `feed_x_rate`\n"
-	"                     (dtmc calibrate's GEMM curve)\n"
+	"                     (dtmc calibrate's GEMM curve; on --device cuda,\n"
+	"                     cuBLAS's, f32 and bf16, after a `# device:` line)\n"
 	"  --calibrate-comm FILE  instead of training, time each collective over all\n"
-	"                     the ranks (on this backend) at two sizes; rank 0 writes\n"
-	"                     `coll KIND N = LATENCY, BW` lines\n"
+	"                     the ranks (on this backend, not NCCL: CPU only) at two\n"
+	"                     sizes; rank 0 writes `coll KIND N = LATENCY, BW` lines\n"
 	"  --threads N        CPU threads per rank for kernels and GEMM (default: the\n"
 	"                     cores (%lld) shared out among this host's ranks); speed\n"
 	"                     only: losses and weights are the same bits for every N\n"
@@ -713,15 +715,18 @@ static void time_feed(char *line, size_t cap)
 	dtm_regression_free(&reg);
 }
 
-/* --calibrate-gemm: the GEMM grid (rt_calibrate_gemm), and on every rank the
- * synthetic regression feed's rates (runtime/data.c, 256 x 256 samples:
- * `feed_rate` the targets' multiply-adds a second, `feed_x_rate` the x
- * elements a second); rank 0 writes them to path. */
-static int calibrate_gemm(RtPool *pool, const char *path, char *err)
+/* --calibrate-gemm: the GEMM grid (rt_calibrate_gemm; on a device run
+ * rt_cuda_calibrate_gemm, cuBLAS), and on every rank the synthetic
+ * regression feed's rates (runtime/data.c, 256 x 256 samples: `feed_rate`
+ * the targets' multiply-adds a second, `feed_x_rate` the x elements a
+ * second: the host makes them for a device too); rank 0 writes them to
+ * path. */
+static int calibrate_gemm(RtRun *run, bool cuda, const char *path, char *err)
 {
 	char *text = NULL;
 	size_t len = 0;
-	if (rt_calibrate_gemm(pool, path ? &text : NULL, &len, err))
+	if (cuda ? rt_cuda_calibrate_gemm(run, path ? &text : NULL, &len, err)
+		 : rt_calibrate_gemm(run->pool, path ? &text : NULL, &len, err))
 		return 1;
 	char line[128] = "";
 	time_feed(line, sizeof line); /* every rank, as in training */
@@ -815,7 +820,8 @@ static int run_rank(RankJob *j)
 		if (!status && j->o.verbose)
 			print_alloc(plan, &run);
 		if (!status && j->o.calibrate_gemm)
-			status = calibrate_gemm(run.pool, lead ? j->o.calibrate_gemm : NULL, j->err);
+			status = calibrate_gemm(&run, cuda, lead ? j->o.calibrate_gemm : NULL,
+						j->err);
 		else if (!status && j->o.calibrate_comm)
 			status = calibrate_comm(j->comm, lead ? j->o.calibrate_comm : NULL, j->err);
 		else if (!status)
@@ -1068,7 +1074,13 @@ static int cuda_usable(const DtmPlan *plan, const Opts *o)
 {
 	char err[RT_ERR_LEN];
 	int ndev = 0, world = (int)rt_world_size(plan);
-	if (!rt_cuda_probe || !rt_cuda_attach) {
+	if (o->calibrate_comm) {
+		fprintf(stderr, "error: --calibrate-comm times the %s backend between host "
+				"threads or processes, not NCCL: run it without --device cuda\n",
+			o->backend);
+		return -1;
+	}
+	if (!rt_cuda_probe || !rt_cuda_attach || !rt_cuda_calibrate_gemm) {
 		fprintf(stderr, "error: --device cuda: this binary was built without CUDA (build "
 				"dtm where CMake finds the CUDA toolkit)\n");
 		return -1;

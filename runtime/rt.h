@@ -306,6 +306,13 @@ int rt_cuda_probe(int *ndev, char *err) __attribute__((weak));
  * module, cuBLAS, streams, events and (several ranks) NCCL communicators
  * over r->comm; then r->dev runs the actions. */
 int rt_cuda_attach(RtRun *r, const RtCudaOpts *o, char *err) __attribute__((weak));
+/* --calibrate-gemm on an attached run's GPU: cuBLAS through the runtime's
+ * GEMM call over rt_cuda_cal_shapes, f32 and bf16, as profile lines
+ * (`gemm 1 M N K = FLOP/s`, `gemm_bf16 ...`), after a `# device: NAME`
+ * comment and its `mem_size`, into *text (malloc'd; when text is
+ * non-NULL). */
+int rt_cuda_calibrate_gemm(RtRun *r, char **text, size_t *textlen, char *err)
+	__attribute__((weak));
 
 /* ---- input data (feed.c) ---- */
 

@@ -448,7 +448,9 @@ if(TARGET dtm_runtime_cuda)
   #                   streams run in the worst order events allow) trains
   #                   the CPU's losses on one rank, DP x TP and ZeRO-3, with
   #                   --eval-every, --check-numerics, --save/--resume and the
-  #                   cubin cache; and the no-GPU and too-few-GPU errors
+  #                   cubin cache; --profile-actions and --calibrate-gemm on
+  #                   the device (dtmc calibrate --device cuda's runtime
+  #                   parts); and the no-GPU and too-few-GPU errors
   add_library(dtm_cuda_mock STATIC ${DTM_TESTS}/cuda_mock/cuda_mock.c)
   dtm_layer_includes(dtm_cuda_mock runtime)
   target_include_directories(dtm_cuda_mock SYSTEM PRIVATE ${CUDAToolkit_INCLUDE_DIRS})

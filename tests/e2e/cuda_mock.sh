@@ -12,6 +12,11 @@
 #   as a 2-stage pipeline (send/recv);
 #   --eval-every; --check-numerics; --save then --resume;
 #   the cubin cache (compiled once, then read back);
+#   `dtmc calibrate --device cuda`'s runtime parts: --profile-actions on
+#   the device (every kernel and GEMM the CPU's profile has, each timed by
+#   its events: the mock's 0.01 ms) and, for the mlp, --calibrate-gemm on
+#   the device (cuBLAS's grid of 120 shapes in f32 and bf16 through the
+#   runtime's GEMM call, each rate 2 m n k x calls / their time);
 #   no GPU -> "no CUDA driver/device"; 4 ranks on 2 GPUs -> an error.
 set -u
 dtmc=$1 model=$2 mock=$3 cudalib=$4 kernlib=$5 rtlib=$6 supportlib=$7 blas=${8:-}
@@ -89,6 +94,35 @@ same "$tmp/one.cpu.jsonl" "$tmp/cn.jsonl" 3 || fail "--check-numerics changed th
 cat "$tmp/a.jsonl" "$tmp/b.jsonl" >"$tmp/ab.jsonl"
 same "$tmp/one.cpu.jsonl" "$tmp/ab.jsonl" 6 || fail "3 steps + resume to 6 differ from 6"
 echo "one: --eval-every, --check-numerics and --save/--resume on CUDA give the CPU's losses"
+
+# --profile-actions on the device: the CPU's actions, each 0.01 ms a step
+"$tmp/one" --steps 3 -q --profile-actions "$tmp/prof_cpu.tsv" || fail "CPU --profile-actions"
+"$tmp/one.mock" --device cuda --steps 3 -q --profile-actions "$tmp/prof_cuda.tsv" ||
+	fail "--device cuda --profile-actions"
+cut -f1-11,13- "$tmp/prof_cpu.tsv" | grep -v '^#' >"$tmp/acts_cpu.txt"
+cut -f1-11,13- "$tmp/prof_cuda.tsv" | grep -v '^#' >"$tmp/acts_cuda.txt"
+[ -s "$tmp/acts_cpu.txt" ] && cmp -s "$tmp/acts_cpu.txt" "$tmp/acts_cuda.txt" ||
+	fail "the device's profile has other actions than the CPU's"
+awk -F'\t' '!/^#/ { n++; if ($12 < 0.99e-5 || $12 > 1.01e-5) bad++ }
+	END { exit !(n > 0 && !bad) }' "$tmp/prof_cuda.tsv" ||
+	fail "the device's action times are not the events' 0.01 ms: $(head -3 "$tmp/prof_cuda.tsv")"
+echo "one: --profile-actions on the device: $(grep -vc '^#' "$tmp/prof_cuda.tsv") kernels and GEMMs timed by their events"
+if [ "$model" = mlp ]; then
+	DTM_MOCK_GEMM_SKIP=1 "$tmp/one.mock" --device cuda --calibrate-gemm "$tmp/grid.txt" -q ||
+		fail "--device cuda --calibrate-gemm"
+	grep -qx "# device: cuda_mock GPU 0" "$tmp/grid.txt" || fail "no device line: $(head -2 "$tmp/grid.txt")"
+	grep -q "^feed_rate = " "$tmp/grid.txt" || fail "no feed_rate line"
+	# 120 shapes each (1..16384 x 256..16384 x 64..16384), every rate
+	# 2 m n k x reps / the batch's 0.01 ms, reps ~ 5 ms / 0.01 ms
+	awk '$1 == "gemm" || $1 == "gemm_bf16" {
+		n[$1]++; c = $7 / (2 * $3 * $4 * $5)
+		if (c < 4.99e7 || c > 5.03e7) { bad++; print "bad rate: " $0 }
+		if ($3 == 16384 && $4 == 16384 && $5 == 16384) big[$1]++ }
+		END { exit !(n["gemm"] == 120 && n["gemm_bf16"] == 120 && big["gemm"] == 1 &&
+			     big["gemm_bf16"] == 1 && !bad) }' "$tmp/grid.txt" ||
+		fail "the device's GEMM grid: $(grep -c '^gemm' "$tmp/grid.txt") lines"
+	echo "one: --calibrate-gemm on the device: 120 shapes in f32 and bf16"
+fi
 
 build dptp dp=2,tp=2
 run dptp 4

@@ -421,6 +421,39 @@ static void test_cache(void)
 	CHECK_EQ_INT(rt_cuda_cache_dir("/a/very/long/path", NULL, dir, 8), -1);
 }
 
+/* ---- the device's GEMM grid (--calibrate-gemm) ---- */
+
+static void test_cal_grid(void)
+{
+	int64_t g[RT_CUDA_CAL_SHAPES + 1][3];
+	int n = rt_cuda_cal_shapes(g, RT_CUDA_CAL_SHAPES + 1);
+	CHECK_EQ_INT(n, RT_CUDA_CAL_SHAPES);
+	/* every shape once; the corners of the grid; each one cuBLAS takes */
+	bool one = false, big = false;
+	for (int i = 0; i < n; i++) {
+		for (int j = 0; j < i; j++)
+			CHECK(g[i][0] != g[j][0] || g[i][1] != g[j][1] || g[i][2] != g[j][2]);
+		one = one || (g[i][0] == 1 && g[i][1] == 256 && g[i][2] == 64);
+		big = big || (g[i][0] == 16384 && g[i][1] == 16384 && g[i][2] == 16384);
+		DtmAction a = {.kind = DTM_ACT_GEMM, .m = g[i][0], .n = g[i][1], .k = g[i][2],
+			       .batch = 1, .label = "calibrate"};
+		RtCudaGemm d;
+		CHECK_EQ_INT(rt_cuda_gemm_desc(&a, &d, err), 0);
+		CHECK(d.rows == (int)g[i][1] && d.cols == (int)g[i][0] && !d.sequential);
+	}
+	CHECK(one && big);
+	/* a shorter array gets its first shapes */
+	CHECK_EQ_INT(rt_cuda_cal_shapes(g, 7), 7);
+	/* calls per batch: ~5 ms of them, 1 to 1000 */
+	CHECK_EQ_INT(rt_cuda_cal_reps(1e-3), 5);
+	CHECK_EQ_INT(rt_cuda_cal_reps(0.3e-3), 17);
+	CHECK_EQ_INT(rt_cuda_cal_reps(0.2), 1);
+	CHECK_EQ_INT(rt_cuda_cal_reps(1e-9), RT_CUDA_CAL_MAX_REPS);
+	CHECK_EQ_INT(rt_cuda_cal_reps(0), 1);
+	CHECK_EQ_INT(rt_cuda_cal_reps(-1), 1);
+	CHECK_EQ_INT(rt_cuda_cal_reps(NAN), 1);
+}
+
 /* ---- the device library, where built ---- */
 
 static void test_probe(void)
@@ -450,6 +483,7 @@ int main(void)
 	test_devices();
 	test_nvrtc();
 	test_cache();
+	test_cal_grid();
 	test_probe();
 	return check_report();
 }
