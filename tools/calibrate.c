@@ -25,6 +25,17 @@
  *   ranks, on the local backend (ranks as threads) or with --backend mpi
  *   under Open MPI's mpirun: each collective kind and send/recv at two
  *   sizes, latency and bandwidth through the two points.
+ *
+ * With --device cuda, the same on the GPU (calibrate_cuda): the binary's
+ * --calibrate-gemm times cuBLAS through the runtime's GEMM call
+ * (rt_cuda_calibrate_gemm), and the calibration GPT, at sizes where a GPU
+ * is not all launches, is trained with --device cuda --profile-actions
+ * (each kernel and GEMM timed by its own pair of CUDA events), in f32
+ * and bf16.  The profile starts from the built-in one of that GPU
+ * (calibrate_gpu_base): its datasheet peaks (MFU's denominator) and its
+ * links, since NCCL's collectives need a second GPU, which this does not
+ * measure; it has no `cores` (a device per rank), so the cost model
+ * prices kernels by its curves and never stretches them.
  */
 #include <errno.h>
 #include <math.h>
@@ -44,7 +55,7 @@
 
 const char calibrate_help[] =
         "usage: dtmc calibrate [--hw-out FILE] [--budget SECONDS] [--backend local|mpi]\n"
-        "                      [--print] [-q]\n"
+        "                      [--device cpu|cuda] [--print] [-q]\n"
         "\n"
         "Measures this machine and writes a hardware profile that --hw FILE reads\n"
         "and `dtmc sweep` uses by default: GEMM throughput by shape, kernel\n"
@@ -65,6 +76,11 @@ const char calibrate_help[] =
         "                    model sizes: one takes about 15 s on 2 cores)\n"
         "  --backend B       local (default: ranks as threads) or mpi (one process\n"
         "                    per rank under Open MPI's mpirun, on this host)\n"
+        "  --device D        cpu (default) or cuda: the GPU instead, through the\n"
+        "                    runtime's --device cuda (cuBLAS GEMMs by shape, the\n"
+        "                    generated kernels and attention, f32 and bf16); links\n"
+        "                    and peaks are the GPU's built-in profile's (h100, h200,\n"
+        "                    a100, b200), as one GPU cannot measure NCCL\n"
         "  --print           also print the profile on standard output\n"
         "  -q                no progress lines\n";
 
@@ -139,6 +155,7 @@ static const CalSize sizes[] = {
 typedef struct Opts {
 	const char *out;
 	const char *backend; /* local or mpi */
+	bool cuda;           /* --device cuda */
 	double budget;
 	bool print, quiet;
 	double t0; /* when it started */
@@ -168,7 +185,7 @@ static double now(void)
 /* Builds the calibration model at size z on mesh into exe, its plan
  * (in arena a, which the caller frees) in *plan; false after printing. */
 static bool build_model(Arena *a, const char *src, const CalSize *z, const char *mesh,
-                        const char *train, const char *exe, const DtmPlan **plan)
+                        const char *train, bool cuda, const char *exe, const DtmPlan **plan)
 {
 	Diag d;
 	diag_init(&d, stderr);
@@ -189,7 +206,7 @@ static bool build_model(Arena *a, const char *src, const CalSize *z, const char 
 	bool ok = drv_parse(&ds, a, &d, src) && drv_lower_ast(&cc, a, &d, &ds, &lo, &o) &&
 	          pass_check_input(cc.m, &d) && drv_run(&cc, &d, &o) && drv_plan(&cc, &d, &o);
 	if (ok) {
-		CgBuildOptions bo = {.output = exe};
+		CgBuildOptions bo = {.output = exe, .cuda = cuda};
 		ok = cg_build(cc.m, cc.an.fuse, cc.an.mem, cc.plan, &bo, &d);
 	}
 	if (d.nerr > 0)
@@ -359,7 +376,7 @@ static int parse_opts(int argc, char **argv, Opts *o)
 		} else if (!strcmp(a, "-q")) {
 			o->quiet = true;
 		} else if (!strcmp(a, "--hw-out") || !strcmp(a, "--budget") ||
-		           !strcmp(a, "--backend")) {
+		           !strcmp(a, "--backend") || !strcmp(a, "--device")) {
 			if (i + 1 >= argc) {
 				fprintf(stderr, "dtmc: error: option '%s' needs a value\n", a);
 				return 1;
@@ -367,6 +384,15 @@ static int parse_opts(int argc, char **argv, Opts *o)
 			const char *v = argv[++i];
 			if (!strcmp(a, "--hw-out")) {
 				o->out = v;
+				continue;
+			}
+			if (!strcmp(a, "--device")) {
+				if (strcmp(v, "cpu") && strcmp(v, "cuda")) {
+					fprintf(stderr, "dtmc: error: --device needs cpu or cuda, "
+					                "got '%s'\n", v);
+					return 1;
+				}
+				o->cuda = !strcmp(v, "cuda");
 				continue;
 			}
 			if (!strcmp(a, "--backend")) {
@@ -432,7 +458,7 @@ typedef struct Paths {
  * for its two variables then).  Returns the exit status. */
 static int launch(const Opts *o, const Paths *pa, int np, char **args)
 {
-	char *argv[24], n[16];
+	char *argv[28], n[16];
 	int k = 0;
 	bool mpi = !strcmp(o->backend, "mpi") && np > 1;
 	if (mpi) {
@@ -449,6 +475,10 @@ static int launch(const Opts *o, const Paths *pa, int np, char **args)
 	if (mpi) {
 		argv[k++] = "--backend";
 		argv[k++] = "mpi";
+	}
+	if (o->cuda) {
+		argv[k++] = "--device";
+		argv[k++] = "cuda";
 	}
 	argv[k] = NULL;
 	return sweep_run_to_file(argv, pa->txt);
@@ -470,6 +500,13 @@ static bool run_model(const Opts *o, const Paths *pa, int np, const char *thread
 		return false;
 	}
 	double per = (now() - tb) / 2;
+	if (o->cuda) {
+		/* the first run of a binary compiles its kernels (NVRTC):
+		 * the log's step, not the wall time, sizes the next */
+		int n2;
+		double ls = sweep_log_step_s(pa->log, &n2);
+		per = isfinite(ls) && ls > 0 ? ls : per;
+	}
 	char steps[16];
 	int ns = (int)fmin(50, fmax(3, share / fmax(per, 1e-4)));
 	snprintf(steps, sizeof steps, "%d", ns);
@@ -550,6 +587,237 @@ static bool comm_grid(const Opts *o, const Paths *pa, int np, HwProfile *hw)
 	return ok;
 }
 
+/* ---- --device cuda ---- */
+
+/* Sizes of the calibration GPT on a GPU, in the order measured while the
+ * budget lasts: large enough that its kernels are not all launch time,
+ * head size 64 throughout (GPT-2's; the CUDA attention's tiles). */
+static const CalSize gpu_sizes[] = {
+        {"8192", "1024", "768", "12", "2", "8"},
+        {"4096", "256", "256", "4", "2", "8"},
+        {"32768", "2048", "2048", "32", "1", "4"},
+};
+#define NGPU_SIZES ((int)(sizeof gpu_sizes / sizeof gpu_sizes[0]))
+
+const char *calibrate_gpu_base(const char *name)
+{
+	/* B before the others, GH200 with the H200s (HBM3e) */
+	static const char *const map[][2] = {{"B200", "b200"}, {"B100", "b200"},
+	                                     {"H200", "h200"}, {"H100", "h100"},
+	                                     {"H800", "h100"}, {"A100", "a100"},
+	                                     {"A800", "a100"}};
+	for (size_t i = 0; name && i < sizeof map / sizeof *map; i++)
+		if (strstr(name, map[i][0]))
+			return map[i][1];
+	return NULL;
+}
+
+/* A failed --device cuda run whose output says why the GPU cannot be used
+ * (no driver, no device, no CUDA in the binary): that line, on stderr as
+ * calibrate's error; false when it says nothing of the kind. */
+static bool device_unusable(const Paths *pa)
+{
+	FILE *in = fopen(pa->txt, "r");
+	if (!in)
+		return false;
+	char line[1024];
+	bool found = false;
+	while (!found && fgets(line, sizeof line, in)) {
+		const char *m = strstr(line, "error: --device cuda: ");
+		if (m) {
+			line[strcspn(line, "\n")] = 0;
+			fprintf(stderr, "dtmc: error: calibrate --device cuda: %s\n",
+			        m + strlen("error: --device cuda: "));
+			found = true;
+		}
+	}
+	fclose(in);
+	return found;
+}
+
+/* "DATE UTC" of now and this host's name. */
+static void host_date(char *host, size_t nh, char *date, size_t nd)
+{
+	snprintf(host, nh, "?");
+	snprintf(date, nd, "?");
+	gethostname(host, nh - 1);
+	host[nh - 1] = 0;
+	time_t tt = time(NULL);
+	struct tm tmv;
+	if (gmtime_r(&tt, &tmv))
+		strftime(date, nd, "%Y-%m-%d %H:%M UTC", &tmv);
+}
+
+/* The GPU's profile from what calibrate --device cuda measured: grid (the
+ * binary's --calibrate-gemm output: the GPU's name, its memory, cuBLAS's
+ * points), the f32 runs' actions (fit, with the steps' overhead) and the
+ * bf16 run's (fit16).  *base gets the built-in it starts from. */
+static bool gpu_profile(HwProfile *hw, const char *grid, size_t len, const Fit *fit,
+                        const Fit *fit16, char *gpu, size_t ngpu, const char **base, FILE *err)
+{
+	snprintf(gpu, ngpu, "?");
+	const char *dl = NULL;
+	for (size_t i = 0; i + 10 <= len && !dl; i++)
+		if ((i == 0 || grid[i - 1] == '\n') && !memcmp(grid + i, "# device: ", 10))
+			dl = grid + i + 10;
+	if (dl) {
+		const char *nl = memchr(dl, '\n', (size_t)(grid + len - dl));
+		snprintf(gpu, ngpu, "%.*s", (int)((nl ? nl : grid + len) - dl), dl);
+	}
+	*base = calibrate_gpu_base(gpu);
+	*hw = *hw_builtin(*base ? *base : "h100");
+	if (hw_parse_overrides(hw, grid, len, "the GEMM grid", err) != 0)
+		return false;
+	stream_points(fit, 1, hw);
+	hw->attn_rate[1] = attn_rate(fit, false, false);
+	hw->attn_bwd_rate[1] = attn_rate(fit, true, false);
+	hw->attn_bf16_rate[1] = attn_rate(fit16, false, true);
+	hw->attn_bf16_bwd_rate[1] = attn_rate(fit16, true, true);
+	gemm_points(fit, 1, hw);
+	gemm_points(fit16, 1, hw);
+	if (fit->nover)
+		hw->step_s = fit->over_sum / fit->nover;
+	/* the curves carry each kernel's launch: no fixed time on top; a
+	 * device per rank; the peaks stay the datasheet's (MFU's
+	 * denominator), the efficiencies become what was reached */
+	hw->kernel_s = 0;
+	hw->cores = 0;
+	double best16 = 0;
+	for (int j = 0; j < hw->ngemm; j++)
+		if (hw->gemm[j].bf16)
+			best16 = fmax(best16, hw->gemm[j].rate);
+	if (best16 > 0 && hw->peak_flops[DTM_BF16] > 0)
+		hw->gemm_eff = fmin(1, best16 / hw->peak_flops[DTM_BF16]);
+	double sbw = hw->nstream ? hw_stream_bw(hw, 1, 1 << 28) : 0;
+	if (sbw > 0 && hw->mem_bw > 0)
+		hw->mem_eff = fmin(1, sbw / hw->mem_bw);
+	char host[256], date[32];
+	host_date(host, sizeof host, date, sizeof date);
+	snprintf(hw->name, sizeof hw->name, "calibrated");
+	snprintf(hw->source, sizeof hw->source,
+	         "dtmc calibrate --device cuda on %.32s, %.24s, %.40s; links %.8s's", host, date,
+	         gpu, *base ? *base : "h100");
+	return true;
+}
+
+bool calibrate_gpu_profile(HwProfile *hw, const char *grid, size_t len, const char *const *prof,
+                           const double *step, int nprof, const char *prof16, char *gpu,
+                           size_t ngpu, FILE *err)
+{
+	Fit fit = {0}, fit16 = {0};
+	bool ok = true;
+	for (int i = 0; i < nprof && ok; i++) {
+		double sum;
+		ok = read_profile(prof[i], &fit, &sum);
+		fit.over_sum += fmax(0, step[i] - sum);
+		fit.nover++;
+	}
+	double sum;
+	ok = ok && (!prof16 || read_profile(prof16, &fit16, &sum));
+	const char *base;
+	if (!ok && err)
+		fprintf(err, "dtmc: error: calibrate: cannot read a --profile-actions file\n");
+	ok = ok && gpu_profile(hw, grid, len, &fit, &fit16, gpu, ngpu, &base, err);
+	free(fit.acts);
+	free(fit16.acts);
+	return ok;
+}
+
+/* `calibrate --device cuda` into the profile at outp; the exit status. */
+static int calibrate_cuda(const Opts *o, const Paths *pa, const char *dir, const char *outp)
+{
+	double t_start = o->t0;
+	/* the first size's binary runs the GEMM grid, which also says
+	 * which GPU this is (a `# device:` line) */
+	Arena a;
+	arena_init(&a);
+	const DtmPlan *plan;
+	note(o, "the calibration GPT (d=%s, ctx=%s, batch=%s) for the GPU", gpu_sizes[0].d,
+	     gpu_sizes[0].ctx, gpu_sizes[0].batch);
+	bool ok = build_model(&a, pa->src, &gpu_sizes[0], "dp=1,tp=1", NULL, true, pa->exe, &plan);
+	arena_free(&a);
+	char *argv[] = {(char *)pa->exe, "--calibrate-gemm", (char *)pa->prof, "-q", NULL};
+	note(o, "  cuBLAS over the GEMM grid");
+	if (ok && launch(o, pa, 1, argv) != 0) {
+		if (device_unusable(pa)) {
+			remove_files(dir);
+			return 1;
+		}
+		fprintf(stderr, "dtmc: error: calibrate: the GEMM grid failed; its output is in %s\n",
+		        pa->txt);
+		return 1;
+	}
+	if (!ok)
+		return 1;
+	char *grid = NULL, err[1024];
+	size_t glen = 0;
+	if (rt_read_file(pa->prof, &grid, &glen, 1 << 20, err, sizeof err) != 0) {
+		fprintf(stderr, "dtmc: error: calibrate: %s\n", err);
+		return 1;
+	}
+	/* the GPT on the GPU, f32 at each size the budget allows, then the
+	 * first size in bf16 */
+	Fit fit = {0}, fit16 = {0};
+	double per_size = 0;
+	for (int zi = 0; zi < NGPU_SIZES + 1 && ok; zi++) {
+		bool bf16 = zi == NGPU_SIZES;
+		const CalSize *z = &gpu_sizes[bf16 ? 0 : zi];
+		if (zi > 0 && !bf16 && now() - t_start + 2 * per_size > o->budget * 0.7)
+			continue; /* the bf16 run still comes */
+		double tz = now();
+		note(o, "the calibration GPT (d=%s, ctx=%s, batch=%s) on the GPU%s", z->d, z->ctx,
+		     z->batch, bf16 ? " in bf16" : "");
+		arena_init(&a);
+		double step, sum;
+		/* the first is the grid's binary */
+		ok = (zi == 0 || build_model(&a, pa->src, z, "dp=1,tp=1",
+		                             bf16 ? "precision=bf16" : NULL, true, pa->exe, &plan)) &&
+		     run_model(o, pa, 1, NULL, o->budget * 0.1, bf16 ? &fit16 : &fit, &step, &sum);
+		arena_free(&a);
+		if (ok && !bf16) {
+			fit.over_sum += fmax(0, step - sum);
+			fit.nover++;
+		}
+		per_size = now() - tz;
+	}
+	HwProfile hw;
+	char gpu[256];
+	const char *base = NULL;
+	ok = ok && gpu_profile(&hw, grid, glen, &fit, &fit16, gpu, sizeof gpu, &base, stderr);
+	free(grid);
+	free(fit.acts);
+	free(fit16.acts);
+	if (!ok) /* the folder kept: the message names its run.txt */
+		return 1;
+	remove_files(dir);
+	if (!base)
+		note(o, "%s: no built-in profile of that GPU; h100's peaks and links assumed", gpu);
+	char *text = NULL;
+	size_t len = 0;
+	FILE *mf = open_memstream(&text, &len);
+	if (!mf) {
+		fprintf(stderr, "dtmc: error: out of memory\n");
+		return 1;
+	}
+	fprintf(mf,
+	        "# dtm hardware profile, written by `dtmc calibrate --device cuda` (tools/hw.h has "
+	        "the keys)\nbase = %s\n",
+	        base ? base : "h100");
+	hw_print(mf, &hw);
+	fclose(mf);
+	if (rt_write_file_atomic(outp, text, len, err, sizeof err)) {
+		fprintf(stderr, "dtmc: error: calibrate: %s\n", err);
+		free(text);
+		return 1;
+	}
+	if (o->print)
+		fwrite(text, 1, len, stdout);
+	free(text);
+	note(o, "wrote %s (%s, %d GEMM shapes, bf16 GEMMs at %.0f%% of peak at best) in %.1f s",
+	     outp, gpu, hw.ngemm, 100 * hw.gemm_eff, now() - t_start);
+	return 0;
+}
+
 /* A multi-rank calibration run kept for the collective overhead: its plan
  * and measured step. */
 typedef struct MultiRun {
@@ -613,6 +881,8 @@ int calibrate_main(int argc, char **argv)
 		remove_files(dir);
 		return 1;
 	}
+	if (o.cuda)
+		return calibrate_cuda(&o, &pa, dir, outp);
 	/* Per size: one rank on every core (the curves of `cores` threads),
 	 * then `cores` ranks of one thread each (the curves of one thread, as
 	 * ranks see them: every core busy); the first size also on tp =
@@ -649,7 +919,7 @@ int calibrate_main(int argc, char **argv)
 			arena_init(&mr->a);
 			double sum;
 			ok = build_model(&mr->a, pa.src, z, mesh, tp ? "sequence_parallel=true" : NULL,
-			                 pa.exe, &mr->plan) &&
+			                 false, pa.exe, &mr->plan) &&
 			     run_model(&o, &pa, r == 0 ? 1 : cores, r == 0 ? ncores : NULL, o.budget * 0.1,
 			               tp ? NULL : &fit[r], &mr->step, &sum);
 			if (ok && r == 0) {
@@ -683,7 +953,7 @@ int calibrate_main(int argc, char **argv)
 		arena_init(&ba);
 		const DtmPlan *bp;
 		double step, sum;
-		ok = build_model(&ba, pa.src, &sizes[0], mesh, "precision=bf16", pa.exe, &bp) &&
+		ok = build_model(&ba, pa.src, &sizes[0], mesh, "precision=bf16", false, pa.exe, &bp) &&
 		     run_model(&o, &pa, r == 0 ? 1 : cores, r == 0 ? ncores : NULL, o.budget * 0.1,
 		               &fit16[r], &step, &sum);
 		arena_free(&ba);
@@ -733,7 +1003,7 @@ int calibrate_main(int argc, char **argv)
 		Arena ca;
 		arena_init(&ca);
 		const DtmPlan *cp;
-		ok = build_model(&ca, pa.src, &sizes[2], mesh, NULL, pa.exe, &cp);
+		ok = build_model(&ca, pa.src, &sizes[2], mesh, NULL, false, pa.exe, &cp);
 		arena_free(&ca);
 		ok = ok && comm_grid(&o, &pa, groups[g], &hw);
 	}
@@ -805,13 +1075,8 @@ int calibrate_main(int argc, char **argv)
 		hw.intra.latency = ar->latency;
 	}
 
-	char host[256] = "?", date[32] = "?";
-	gethostname(host, sizeof host - 1);
-	host[sizeof host - 1] = 0;
-	time_t tt = time(NULL);
-	struct tm tmv;
-	if (gmtime_r(&tt, &tmv))
-		strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", &tmv);
+	char host[256], date[32];
+	host_date(host, sizeof host, date, sizeof date);
 	snprintf(hw.name, sizeof hw.name, "calibrated");
 	snprintf(hw.source, sizeof hw.source,
 	         "dtmc calibrate on %.60s, %s, %d cores, %s backend, %.0f s budget", host, date,

@@ -478,19 +478,20 @@ static bool backward_kernel(const DtmPlan *p, const DtmAction *a)
 	return l > 4 && strcmp(n + l - 4, "_bwd") == 0;
 }
 
-/* A kernel or GEMM.  Calibrated (hw->cores > 0): a GEMM's FLOPs at its
- * shape's measured rate, an attention kernel's at the attention rate
- * (forward or backward), any other kernel's bytes at the bandwidth
- * measured for kernels of its size (dispatch included); the calibrated
- * per-kernel overhead on top, and oversubscribed cores stretch it all.
- * Otherwise a roofline at the efficiency-scaled peaks plus the profile's
- * fixed kernel time. */
+/* A kernel or GEMM.  Calibrated (hw_calibrated: a CPU's curves, or a
+ * GPU's from `calibrate --device cuda`): a GEMM's FLOPs at its shape's
+ * measured rate, an attention kernel's at the attention rate (forward or
+ * backward), any other kernel's bytes at the bandwidth measured for
+ * kernels of its size (dispatch included); the calibrated per-kernel
+ * overhead on top, and oversubscribed cores stretch it all.  Otherwise a
+ * roofline at the efficiency-scaled peaks plus the profile's fixed kernel
+ * time. */
 static double compute_seconds(const CostEnv *e, const DtmPlan *p, const DtmAction *a,
                               double flops, double bytes, DtmDtype dt)
 {
 	const HwProfile *hw = e->hw;
 	double t = e->kover;
-	bool cal = hw->cores > 0;
+	bool cal = hw_calibrated(hw);
 	double bw = e->bw > 0 ? e->bw : hw_stream_bw(hw, e->threads, bytes);
 	double tf = 0, tm = bytes > 0 && bw > 0 ? bytes / bw : 0;
 	if (a->kind == DTM_ACT_GEMM) {
@@ -501,8 +502,10 @@ static double compute_seconds(const CostEnv *e, const DtmPlan *p, const DtmActio
 			/* the CPU widens 16-bit operands to f32 and narrows C
 			 * back (runtime/dev_cpu.c): one more pass over them,
 			 * except bf16 ones at the bf16 points (oneDNN's GEMM,
-			 * its C's narrowing timed with it) */
-			bool wide = dt == DTM_F16 || (dt == DTM_BF16 && !hw_has_bf16_gemm(hw));
+			 * its C's narrowing timed with it); cuBLAS takes them
+			 * as they are */
+			bool wide = hw->cores > 0 && (dt == DTM_F16 ||
+			                              (dt == DTM_BF16 && !hw_has_bf16_gemm(hw)));
 			tm = wide ? tm : 0;
 			return (t + tf + tm) * e->oversub;
 		}
@@ -536,8 +539,10 @@ static double comm_seconds(const CostEnv *e, const DtmPlan *p, const DtmAction *
 	const HwProfile *hw = e->hw;
 	const HwCollPoint *c = lc == COST_LINK_INTRA ? hw_coll(hw, (int)kind, n) : NULL;
 	if (c) {
+		/* ranks as threads: more of them than were measured share
+		 * the cores (a device per rank: never) */
 		double meas = (double)(c->n > hw->cores ? c->n : hw->cores);
-		double f = (double)e->local > meas ? (double)e->local / meas : 1;
+		double f = hw->cores > 0 && (double)e->local > meas ? (double)e->local / meas : 1;
 		/* the in-run costs are the collectives' (a send's partner
 		 * waits for it anyway) */
 		double inrun = kind == COST_SEND || kind == COST_RECV ? 0

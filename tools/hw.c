@@ -1036,9 +1036,22 @@ double hw_stream_bw(const HwProfile *hw, int t, double bytes)
 	return exp(log(lo->bw) + f * (log(hi->bw) - log(lo->bw)));
 }
 
+/* Whether dtype's operands take the bf16 tables: bf16, and on a device
+ * profile (no `cores`: a GPU's) f16 too, which runs on the same tensor
+ * cores at the same rate (a CPU widens f16 to f32: the f32 tables). */
+static bool bf16_tables(const HwProfile *hw, DtmDtype dtype)
+{
+	return dtype == DTM_BF16 || (dtype == DTM_F16 && hw->cores == 0);
+}
+
+bool hw_calibrated(const HwProfile *hw)
+{
+	return hw->cores > 0 || hw->ngemm > 0;
+}
+
 double hw_attn_rate(const HwProfile *hw, int t, bool backward, DtmDtype dtype)
 {
-	bool bf = dtype == DTM_BF16 && nearest_t(hw->attn_bf16_rate, t);
+	bool bf = bf16_tables(hw, dtype) && nearest_t(hw->attn_bf16_rate, t);
 	const double *fwd = bf ? hw->attn_bf16_rate : hw->attn_rate;
 	const double *bwd = bf ? hw->attn_bf16_bwd_rate : hw->attn_bwd_rate;
 	const double *tab = backward && nearest_t(bwd, t) ? bwd : fwd;
@@ -1051,7 +1064,7 @@ double hw_gemm_rate(const HwProfile *hw, DtmDtype dtype, double m, double n, dou
 {
 	if (hw->ngemm == 0)
 		return hw_peak_flops(hw, dtype) * eff(hw->gemm_eff);
-	bool bf = dtype == DTM_BF16 && hw_has_bf16_gemm(hw);
+	bool bf = bf16_tables(hw, dtype) && hw_has_bf16_gemm(hw);
 	/* the points of the thread count nearest t */
 	int best = 0;
 	for (int j = 0; j < hw->ngemm; j++) {

@@ -175,6 +175,12 @@ bool hw_resolve(const char *arg, const char *dflt, HwProfile *hw, char *used, si
  * DTM_HW_PROFILE is `none` (no default profile: the tests run so). */
 bool hw_default_path(char *buf, size_t n);
 
+/* Whether hw has measured curves (`dtmc calibrate`): a CPU's (`cores`
+ * set) or a device's (GEMM points without `cores`: `calibrate --device
+ * cuda`).  The cost model prices kernels by the curves then, not by the
+ * roofline. */
+bool hw_calibrated(const HwProfile *hw);
+
 /* Seconds per kernel dispatch, stream bandwidth and attention rate at t
  * threads per rank: the calibrated value at the nearest measured t, else
  * the efficiency-scaled peaks. */
@@ -182,12 +188,14 @@ double hw_kernel_overhead(const HwProfile *hw, int t);
 /* bytes: the kernel's; the curve's points of the nearest thread count are
  * interpolated in log(bytes), and clamped at its ends. */
 double hw_stream_bw(const HwProfile *hw, int t, double bytes);
-/* dtype: the kernel's; bf16 takes the bf16 rates where measured. */
+/* dtype: the kernel's; bf16 takes the bf16 rates where measured (on a
+ * device profile, without `cores`, f16 too: the same tensor cores). */
 double hw_attn_rate(const HwProfile *hw, int t, bool backward, DtmDtype dtype);
 /* A GEMM's FLOP/s at m x n x k (per batch item, `batch` items) on t
  * threads: interpolated from the calibrated points (log-space inverse
  * distance over the points of the nearest thread count; bf16 operands
- * over the bf16 points when there are any, else over the f32 ones), else
+ * (and f16 on a device profile) over the bf16 points when there are any,
+ * else over the f32 ones), else
  * the dtype's peak times gemm_eff. */
 double hw_gemm_rate(const HwProfile *hw, DtmDtype dtype, double m, double n, double k,
                     double batch, int t);

@@ -28,7 +28,9 @@
 #   run.sh DTMC measure  --measure 2 on models/mlp.dtm (builds and runs two
 #                        binaries): predicted and measured columns, a ratio
 #                        line, measured peak = predicted peak.
-#   run.sh DTMC calibrate  `dtmc calibrate --budget 3` writes a profile (its
+#   run.sh DTMC calibrate  `dtmc calibrate --device cuda` without a GPU says why
+#                        and writes nothing (with one: a GPU profile);
+#                        `dtmc calibrate --budget 3` writes a profile (its
 #                        curves, this machine's cores) that sweep then uses by
 #                        default and names; a training binary's
 #                        --profile-actions carries the plan's attention FLOPs;
@@ -370,12 +372,27 @@ calibrate)
 	# bad input: exit 1 and a message, before measuring anything
 	touch "$tmp/file"
 	for bad in "--budget 0|--budget needs seconds" "--bogus|unknown option '--bogus'" \
+		"--device gpu|--device needs cpu or cuda, got 'gpu'" \
 		"--hw-out $tmp/file/x.txt|cannot write the profile to $tmp/file/x.txt"; do
 		args=${bad%%|*}
 		# shellcheck disable=SC2086 # the options are words
 		"$dtmc" calibrate $args -q 2> "$tmp/e.txt" && fail "calibrate $args exited 0"
 		grep -qF -e "${bad#*|}" "$tmp/e.txt" || fail "calibrate $args: $(cat "$tmp/e.txt")"
 	done
+	# --device cuda: without a usable GPU (no driver, no device, no CUDA
+	# in the build) it says why, exit 1, and writes nothing; with one, a
+	# GPU profile (cuBLAS's points, no cores)
+	if "$dtmc" calibrate --device cuda --budget 20 --hw-out "$tmp/gpu.txt" -q 2> "$tmp/e.txt"; then
+		for key in "^source = dtmc calibrate --device cuda on " "^gemm_bf16 1 16384 16384 16384 = " \
+			"^attn_bf16_rate 1 = " "^kernel_overhead = 0$"; do
+			grep -q "$key" "$tmp/gpu.txt" || fail "no '$key' line in the GPU profile"
+		done
+		grep -q "^cores = " "$tmp/gpu.txt" && fail "a GPU profile with cores"
+	else
+		grep -Eq "^dtmc: error: calibrate --device cuda: .+$" "$tmp/e.txt" ||
+			fail "calibrate --device cuda failed without saying why: $(cat "$tmp/e.txt")"
+		[ -e "$tmp/gpu.txt" ] && fail "calibrate --device cuda failed but wrote a profile"
+	fi
 	prof=$tmp/hw.txt
 	DTM_HW_PROFILE=$prof "$dtmc" calibrate --budget 3 -q 2> "$tmp/e.txt" ||
 		fail "calibrate exited $?: $(cat "$tmp/e.txt")"

@@ -7,8 +7,10 @@
  * is wrong.
  */
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "check.h"
+#include "tools/calibrate.h"
 #include "tools/cost.h"
 #include "tools/hw.h"
 
@@ -1048,6 +1050,180 @@ static void test_plan_pipeline(void)
 	CHECK_NEAR(cost_schedule_bubble(DTM_PIPE_ZB, 1, 8, 1), 0, 0);
 }
 
+/* A GPU's calibrated profile (`dtmc calibrate --device cuda`): curves
+ * without `cores`.  Kernels are priced by the curves (no roofline, no
+ * fixed launch time on top: the measured times include it), 16-bit
+ * GEMMs at the bf16 points with no widening pass (cuBLAS takes them as
+ * they are; f16 too, on the same tensor cores), and collectives are
+ * never stretched by ranks beyond what was measured: each rank has a
+ * device of its own. */
+static void test_hw_device_calibrated(void)
+{
+	const char *text = "base = h200\nname = calibrated\nkernel_overhead = 0\n"
+	                   "step_overhead = 0\n"
+	                   "gemm 1 1024 1024 1024 = 40 TFLOP/s\n"
+	                   "gemm_bf16 1 1024 1024 1024 = 600 TFLOP/s\n"
+	                   "stream_bw 1 1000000 = 0.2 TB/s\n"
+	                   "attn_bf16_rate 1 = 300 TFLOP/s\n"
+	                   "coll all_reduce 8 = 10 us, 200 GB/s\n";
+	HwProfile h = *hw_builtin("h100");
+	CHECK_EQ_INT(hw_parse_overrides(&h, text, strlen(text), "gpu.hw", stderr), 0);
+	CHECK_EQ_INT(h.cores, 0);
+	CHECK(hw_calibrated(&h));
+	CHECK(!hw_calibrated(hw_builtin("h200")));
+	CHECK_NEAR(hw_gemm_rate(&h, DTM_BF16, 1024, 1024, 1024, 1, 1), 600e12, 1e-3);
+	CHECK_NEAR(hw_gemm_rate(&h, DTM_F16, 1024, 1024, 1024, 1, 1), 600e12, 1e-3);
+	CHECK_NEAR(hw_gemm_rate(&h, DTM_F32, 1024, 1024, 1024, 1, 1), 40e12, 1e-3);
+	CHECK_NEAR(hw_attn_rate(&h, 1, false, DTM_F16), 300e12, 1e-3);
+	static DtmBuffer gb[3] = {{.bytes = 2 << 20, .dtype = DTM_BF16},
+	                          {.bytes = 2 << 20, .dtype = DTM_BF16},
+	                          {.bytes = 2 << 20, .dtype = DTM_BF16}};
+	static const DtmAction ga[] = {{.kind = DTM_ACT_GEMM, .nargs = 3, .args = {0, 1, 2},
+	                                .m = 1024, .n = 1024, .k = 1024}};
+	static const DtmStage gs[] = {{.nactions = 1, .actions = ga}};
+	DtmPlan p = {.version = DTM_PLAN_VERSION, .mesh_naxes = 1, .mesh_names = {"dp"},
+	             .mesh_sizes = {1}, .nbuffers = 3, .buffers = gb, .nstages = 1,
+	             .stages = gs, .train = {.microbatches = 1, .precision = DTM_BF16}};
+	double fl = 2.0 * 1024 * 1024 * 1024;
+	for (int dt = 0; dt < 2; dt++) {
+		for (int i = 0; i < 3; i++)
+			gb[i].dtype = dt ? DTM_F16 : DTM_BF16;
+		CostReport rep;
+		CHECK_EQ_INT(cost_plan_step(&p, &h, 8, &rep), 0);
+		CHECK_NEAR(rep.step_s, fl / 600e12, 1e-15);
+		cost_report_free(&rep);
+	}
+	/* 16 ranks of a node of 16 in one all_reduce, measured over 8: the
+	 * 8-GPU curve as it is */
+	DtmAction ar = {.kind = DTM_ACT_COLL, .coll = DTM_COLL_ALL_REDUCE, .axes = 1, .nargs = 1,
+	                .args = {0}, .bytes = 1000000, .stream = 1};
+	gb[0].dtype = DTM_F32;
+	p.mesh_sizes[0] = 16;
+	h.devices_per_node = 16;
+	CHECK_NEAR(cost_action_seconds(&p, &h, 16, &ar, NULL), 10e-6 + 1e6 / 200e9, 1e-15);
+}
+
+/* `calibrate --device cuda`'s profile, made from what it measured (here
+ * written by hand as the binary writes it: its GEMM grid's output and
+ * --profile-actions files): the GPU's built-in base by its name, the
+ * curves at one "thread", no `cores` and no fixed kernel time, the
+ * peaks kept and the efficiencies reached. */
+static void write_text(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+	CHECK(f != NULL);
+	if (f) {
+		fputs(text, f);
+		fclose(f);
+	}
+}
+
+static void test_gpu_profile(void)
+{
+	CHECK_EQ_STR(calibrate_gpu_base("NVIDIA H200"), "h200");
+	CHECK_EQ_STR(calibrate_gpu_base("NVIDIA GH200 480GB"), "h200");
+	CHECK_EQ_STR(calibrate_gpu_base("NVIDIA H100 80GB HBM3"), "h100");
+	CHECK_EQ_STR(calibrate_gpu_base("NVIDIA A100-SXM4-80GB"), "a100");
+	CHECK_EQ_STR(calibrate_gpu_base("NVIDIA B200"), "b200");
+	CHECK(calibrate_gpu_base("NVIDIA GeForce RTX 4090") == NULL);
+	CHECK(calibrate_gpu_base(NULL) == NULL);
+	char dir[] = "/tmp/dtm-test-gpuprof.XXXXXX";
+	CHECK(mkdtemp(dir) != NULL);
+	char p32[2][64], p16[64];
+	snprintf(p32[0], sizeof p32[0], "%s/a.tsv", dir);
+	snprintf(p32[1], sizeof p32[1], "%s/b.tsv", dir);
+	snprintf(p16, sizeof p16, "%s/c.tsv", dir);
+	/* idx kind kernel flops mem_bytes argbytes m n k batch dtype s name label */
+	write_text(p32[0], "# dtm action profile: 9 steps\n"
+	                   "0\tkernel\t0\t0\t1000000\t1000000\t0\t0\t0\t0\t0\t1e-6\tadd\ta\n"
+	                   "1\tkernel\t1\t0\t1000000\t1000000\t0\t0\t0\t0\t0\t1e-6\tadd\tb\n"
+	                   "2\tkernel\t2\t0\t1000000\t1000000\t0\t0\t0\t0\t0\t1e-6\tadd\tc\n"
+	                   "3\tkernel\t3\t0\t1000000\t1000000\t0\t0\t0\t0\t0\t1e-6\tadd\td\n"
+	                   "4\tkernel\t4\t4000000000\t0\t1\t0\t0\t0\t0\t0\t1e-4\tattention\te\n"
+	                   "5\tkernel\t5\t8000000000\t0\t1\t0\t0\t0\t0\t0\t4e-4\tattention_bwd\tf\n"
+	                   "6\tgemm\t-1\t0\t0\t1\t2048\t768\t768\t1\t0\t1e-4\tgemm\tg\n");
+	write_text(p32[1], "# dtm action profile: 9 steps\n"
+	                   "0\tkernel\t0\t0\t1000000\t1000000\t0\t0\t0\t0\t0\t1e-6\tadd\ta\n");
+	write_text(p16, "# dtm action profile: 9 steps\n"
+	                "0\tkernel\t0\t2000000000\t0\t1\t0\t0\t0\t0\t1\t1e-5\tattention\te\n"
+	                "1\tgemm\t-1\t0\t0\t1\t2048\t768\t768\t1\t1\t1e-5\tgemm\tg\n");
+	const char *grid = "# device: NVIDIA H200\nmem_size = 150754820096 B\n"
+	                   "gemm 1 1024 1024 1024 = 4e13\ngemm_bf16 1 1024 1024 1024 = 6e14\n"
+	                   "gemm_bf16 1 16384 16384 16384 = 7.5e14\n"
+	                   "feed_rate = 1e9\nfeed_x_rate = 2e8\n";
+	const char *const profs[2] = {p32[0], p32[1]};
+	const double steps[2] = {1.0e-3, 5e-7}; /* the second below its actions' 1 us */
+	HwProfile h;
+	char gpu[64];
+	CHECK(calibrate_gpu_profile(&h, grid, strlen(grid), profs, steps, 2, p16, gpu, sizeof gpu,
+	                            stderr));
+	CHECK_EQ_STR(gpu, "NVIDIA H200");
+	CHECK_EQ_STR(h.name, "calibrated");
+	CHECK(strncmp(h.source, "dtmc calibrate --device cuda on ", 32) == 0);
+	CHECK(strstr(h.source, "NVIDIA H200; links h200's") != NULL);
+	CHECK(hw_calibrated(&h) && h.cores == 0 && h.kernel_s == 0);
+	CHECK_NEAR(h.peak_flops[DTM_BF16], 989e12, 1);
+	CHECK_NEAR(h.gemm_eff, 7.5e14 / 989e12, 1e-12);
+	CHECK_NEAR(h.mem_bytes, 150754820096.0, 0);
+	CHECK_NEAR(h.feed_rate, 1e9, 0);
+	CHECK_NEAR(h.intra.bw, hw_builtin("h200")->intra.bw, 0);
+	/* the grid's 3 points and the model's GEMM in f32 and bf16 */
+	CHECK_EQ_INT(h.ngemm, 5);
+	CHECK_NEAR(hw_gemm_rate(&h, DTM_F32, 2048, 768, 768, 1, 1), 2.0 * 2048 * 768 * 768 / 1e-4,
+	           1e-3);
+	CHECK_NEAR(hw_gemm_rate(&h, DTM_BF16, 2048, 768, 768, 1, 1),
+	           2.0 * 2048 * 768 * 768 / 1e-5, 1e-3);
+	CHECK_NEAR(hw_attn_rate(&h, 1, false, DTM_F32), 4e13, 1e-3);
+	CHECK_NEAR(hw_attn_rate(&h, 1, true, DTM_F32), 2e13, 1e-3);
+	CHECK_NEAR(hw_attn_rate(&h, 1, false, DTM_BF16), 2e14, 1);
+	/* 5 kernels of 1 MB in 5 us: 1 TB/s (the last bin takes a lone one) */
+	CHECK_EQ_INT(h.nstream, 1);
+	CHECK_NEAR(hw_stream_bw(&h, 1, 1e6), 1e12, 1e-3);
+	CHECK_NEAR(h.mem_eff, 1e12 / 4800e9, 1e-12);
+	/* the steps less their actions: 1 ms - 0.604 ms, and 0 (not below) */
+	CHECK_NEAR(h.step_s, (1e-3 - 6.04e-4) / 2, 1e-12);
+	/* written as calibrate writes it, it reads back the same */
+	FILE *f;
+	char *out;
+	size_t len;
+	capture_start(&f, &out, &len);
+	fputs("base = h200\n", f);
+	hw_print(f, &h);
+	fclose(f);
+	HwProfile r = *hw_builtin("h100");
+	CHECK_EQ_INT(hw_parse_overrides(&r, out, len, "gpu.hw", stderr), 0);
+	free(out);
+	CHECK(r.cores == 0 && r.kernel_s == 0 && r.ngemm == h.ngemm && r.nstream == h.nstream);
+	CHECK(memcmp(r.gemm, h.gemm, sizeof h.gemm) == 0);
+	CHECK_NEAR(r.gemm_eff, h.gemm_eff, 1e-15);
+	CHECK_NEAR(r.attn_bf16_rate[1], h.attn_bf16_rate[1], 0);
+	/* a GPU without a built-in: the H100's; no device line: "?" */
+	const char *other = "# device: NVIDIA RTX 6000 Ada Generation\ngemm 1 64 64 64 = 1e12\n";
+	CHECK(calibrate_gpu_profile(&h, other, strlen(other), profs, steps, 1, NULL, gpu,
+	                            sizeof gpu, stderr));
+	CHECK_EQ_STR(gpu, "NVIDIA RTX 6000 Ada Generation");
+	CHECK(strstr(h.source, "links h100's") != NULL);
+	CHECK_NEAR(h.peak_flops[DTM_BF16], 989e12, 1);
+	CHECK(calibrate_gpu_profile(&h, "gemm 1 64 64 64 = 1e12\n", 23, profs, steps, 1, NULL,
+	                            gpu, sizeof gpu, stderr));
+	CHECK_EQ_STR(gpu, "?");
+	/* a bad grid or a missing file: false and a message */
+	capture_start(&f, &out, &len);
+	CHECK(!calibrate_gpu_profile(&h, "gemm 1 64 = 1\n", 14, profs, steps, 1, NULL, gpu,
+	                             sizeof gpu, f));
+	const char *missing[1] = {"/nonexistent/x.tsv"};
+	CHECK(!calibrate_gpu_profile(&h, grid, strlen(grid), missing, steps, 1, NULL, gpu,
+	                             sizeof gpu, f));
+	fclose(f);
+	CHECK(strstr(out, "the GEMM grid:1:") != NULL);
+	CHECK(strstr(out, "cannot read a --profile-actions file") != NULL);
+	free(out);
+	unlink(p32[0]);
+	unlink(p32[1]);
+	unlink(p16);
+	rmdir(dir);
+}
+
 int main(void)
 {
 	test_ring_bytes();
@@ -1063,6 +1239,8 @@ int main(void)
 	test_hw_file();
 	test_hw_fuzz();
 	test_hw_calibrated();
+	test_hw_device_calibrated();
+	test_gpu_profile();
 	test_feed_seconds();
 	test_plan_step();
 	test_a2a_link();
