@@ -523,6 +523,59 @@ static inline void dtmk_attn_range(const DtmkArgs *a, int64_t i, int64_t Tk, int
 		*lo = *hi;
 }
 
+/* Where a block's rows sit in the whole sequence: ring attention's query
+ * and key blocks (dtmk_ring.h).  Row i is at off + i, or when balanced
+ * (half > 0: the block is two chunks of half rows) rows [half, 2 half) at
+ * off2 + i - half.  The attention kernels take NULL: row i at i. */
+typedef struct DtmkAttnPos {
+	int64_t qoff, qoff2, koff, koff2, half;
+} DtmkAttnPos;
+
+static inline int64_t dtmk_attn_at(int64_t half, int64_t i, int64_t off, int64_t off2)
+{
+	return half && i >= half ? off2 + (i - half) : off + i;
+}
+
+/* The keys of a chunk of n rows at global koff (local lbase ..) that a
+ * query at global gi sees, [*lo, *hi) in local indices (empty: lo = hi):
+ * causal gk <= gi, a window W > 0 |gi - gk| < W. */
+static inline void dtmk_attn_chunk(int64_t gi, int64_t koff, int64_t lbase, int64_t n, int causal,
+                                   int64_t W, int64_t *lo, int64_t *hi)
+{
+	int64_t l = W > 0 ? gi - W + 1 - koff : 0;
+	int64_t h = causal ? gi + 1 - koff : W > 0 ? gi + W - koff : n;
+	l = l < 0 ? 0 : l > n ? n : l;
+	h = h < l ? l : h > n ? n : h;
+	*lo = lbase + l;
+	*hi = lbase + h;
+}
+
+/* dtmk_attn_range for a block at pos (NULL: dtmk_attn_range itself):
+ * query row i's keys as one range [lo, hi) of the Tk keys; false when
+ * they are two (a window over balanced chunks), which the block kernels
+ * do not take. */
+static inline bool dtmk_attn_range_pos(const DtmkArgs *a, const DtmkAttnPos *pos, int64_t i,
+                                       int64_t Tk, int64_t *lo, int64_t *hi)
+{
+	if (!pos) {
+		dtmk_attn_range(a, i, Tk, lo, hi);
+		return true;
+	}
+	int causal = a->ints[1] != 0;
+	int64_t W = a->nints > 3 ? a->ints[3] : 0;
+	int64_t gi = dtmk_attn_at(pos->half, i, pos->qoff, pos->qoff2);
+	if (!pos->half) {
+		dtmk_attn_chunk(gi, pos->koff, 0, Tk, causal, W, lo, hi);
+		return true;
+	}
+	int64_t l1, h1, l2, h2;
+	dtmk_attn_chunk(gi, pos->koff, 0, pos->half, causal, W, &l1, &h1);
+	dtmk_attn_chunk(gi, pos->koff2, pos->half, Tk - pos->half, causal, W, &l2, &h2);
+	*lo = l1 < h1 ? l1 : l2 < h2 ? l2 : 0;
+	*hi = l2 < h2 ? h2 : l1 < h1 ? h1 : 0;
+	return l1 == h1 || l2 == h2 || (h1 == pos->half && l2 == pos->half);
+}
+
 /* ---- attention in blocks of 8 query rows ----
  *
  * A query row at a time reads every key and value once per row (a GEMV:
@@ -790,13 +843,14 @@ dtmk_attn_block_finish(float *ob, const float *m, const float *l, bool *live, in
 }
 
 /* Rows i0 .. i0 + DTMK_AR - 1 of a block of query rows (of Tq, keys Tk,
- * batch b): each row's keys [lo, nk), segment si and whether it attends
- * anything (live); over the live rows the least lo and greatest nk in
- * *kmin and *kmax (Tk and 0 when no row is live). */
+ * batch b; at pos, NULL: their indices): each row's keys [lo, nk),
+ * segment si (seg: the queries' ids) and whether it attends anything
+ * (live); over the live rows the least lo and greatest nk in *kmin and
+ * *kmax (Tk and 0 when no row is live). */
 static inline __attribute__((always_inline)) void
-dtmk_attn_block_rows(const DtmkArgs *a, const DtmkTensor *seg, int64_t b, int64_t i0, int64_t Tq,
-		     int64_t Tk, int64_t *lo, int64_t *nk, int32_t *si, bool *live, int64_t *kmin,
-		     int64_t *kmax)
+dtmk_attn_block_rows(const DtmkArgs *a, const DtmkAttnPos *pos, const DtmkTensor *seg, int64_t b,
+		     int64_t i0, int64_t Tq, int64_t Tk, int64_t *lo, int64_t *nk, int32_t *si,
+		     bool *live, int64_t *kmin, int64_t *kmax)
 {
 	*kmin = Tk;
 	*kmax = 0;
@@ -806,7 +860,7 @@ dtmk_attn_block_rows(const DtmkArgs *a, const DtmkTensor *seg, int64_t b, int64_
 		si[r] = 0;
 		live[r] = false;
 		if (i < Tq) {
-			dtmk_attn_range(a, i, Tk, &lo[r], &nk[r]);
+			dtmk_attn_range_pos(a, pos, i, Tk, &lo[r], &nk[r]);
 			si[r] = seg ? dtmk_load_i32(seg, b * Tq + i) : 0;
 			live[r] = nk[r] > lo[r] && si[r] >= 0;
 		}

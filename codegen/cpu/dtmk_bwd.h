@@ -584,6 +584,15 @@ typedef struct DtmkbAttn {
 	 * ([B, H, T]); else NULL (dtmkb_attn_block_lse) */
 	const float *y, *lse;
 	const uint16_t *by; /* the bf16 kernel's y */
+	/* the f32 kernels' (dtmkb_attn_block_lse's): the keys' segment ids
+	 * (seg those of the queries; attention: the same), y's row stride
+	 * (D), and where row i of head h of batch b keeps its log-sum-exp:
+	 * lse[b ls_b + h ls_h + i ls_i] (attention [B, H, T]); ring
+	 * attention's blocks (dtmk_ring.h): the rows' places (else NULL), y
+	 * and the log-sum-exps both in its ol [B, T, D + H] */
+	const DtmkTensor *kseg;
+	int64_t ly, ls_b, ls_h, ls_i;
+	const DtmkAttnPos *pos;
 } DtmkbAttn;
 
 /* n values of dq (which 0), dk (1) or dv (2) from element o: f32, or
@@ -833,7 +842,7 @@ dtmkb_attn_block(const DtmkbAttn *w, int64_t bh, float *buf, int64_t hd)
 		int64_t lo[DTMKB_AR], nk[DTMKB_AR], kmin, kmax;
 		int32_t si[DTMKB_AR];
 		bool live[DTMKB_AR];
-		dtmk_attn_block_rows(w->a, seg, b, i0, T, T, lo, nk, si, live, &kmin, &kmax);
+		dtmk_attn_block_rows(w->a, w->pos, seg, b, i0, T, T, lo, nk, si, live, &kmin, &kmax);
 		for (int r = 0; r < DTMKB_AR; r++) {
 			int64_t o = (b * T + i0 + r) * D + h * hd;
 			if (live[r]) {
@@ -931,11 +940,12 @@ dtmkb_attn_block_lse(const DtmkbAttn *w, int64_t bh, float *buf, int64_t hd)
 		int32_t si[DTMKB_AR];
 		bool live[DTMKB_AR];
 		float lse[DTMKB_AR], dd[DTMKB_AR];
-		dtmk_attn_block_rows(w->a, seg, b, i0, T, T, lo, nk, si, live, &kmin, &kmax);
+		dtmk_attn_block_rows(w->a, w->pos, seg, b, i0, T, T, lo, nk, si, live, &kmin, &kmax);
 		for (int r = 0; r < DTMKB_AR; r++) {
-			int64_t o = (b * T + i0 + r) * D + h * hd;
+			int64_t o = (b * T + i0 + r) * D + h * hd, yo = (b * T + i0 + r) * w->ly + h * hd;
 			float *restrict q = q4 + r * hd, *restrict dy = dy4 + r * hd;
-			lse[r] = live[r] ? w->lse[bh * T + i0 + r] : -INFINITY;
+			lse[r] = live[r] ? w->lse[b * w->ls_b + h * w->ls_h + (i0 + r) * w->ls_i]
+					 : -INFINITY;
 			live[r] = live[r] && lse[r] != -INFINITY;
 			float s = 0;
 			if (!live[r]) {
@@ -947,7 +957,7 @@ dtmkb_attn_block_lse(const DtmkbAttn *w, int64_t bh, float *buf, int64_t hd)
 			for (int64_t c = 0; live[r] && c < hd; c++) {
 				q[c] = w->q[o + c] * w->scale;
 				dy[c] = w->dy[o + c];
-				s += dy[c] * w->y[o + c];
+				s += dy[c] * w->y[yo + c];
 			}
 			dd[r] = s;
 		}
@@ -959,7 +969,7 @@ dtmkb_attn_block_lse(const DtmkbAttn *w, int64_t bh, float *buf, int64_t hd)
 			dtmk_rows8_scores(dS, St, dy4, hd, vt + t0, Tl, hd, wd);
 			for (int r = 0; r < DTMKB_AR; r++)
 				dtmkb_attn_lse_row(P + r * St, dS + r * St, t0, wd, live[r], lo[r], nk[r],
-						   seg, b * T, si[r], lse[r], dd[r]);
+						   w->kseg, b * T, si[r], lse[r], dd[r]);
 			/* the tile's keys some row sees: [a0, a1) of it */
 			int64_t a0 = (kmin > t0 ? kmin : t0) - t0;
 			int64_t a1 = (kmax < t0 + wd ? kmax : t0 + wd) - t0;
@@ -1135,7 +1145,7 @@ dtmkb_attn_block_bf16(const DtmkbAttn *w, int64_t bh, void *buf, int64_t hd)
 		int64_t lo[DTMKB_AR], nk[DTMKB_AR], kmin, kmax;
 		int32_t si[DTMKB_AR];
 		bool live[DTMKB_AR];
-		dtmk_attn_block_rows(w->a, seg, b, i0, T, T, lo, nk, si, live, &kmin, &kmax);
+		dtmk_attn_block_rows(w->a, w->pos, seg, b, i0, T, T, lo, nk, si, live, &kmin, &kmax);
 		dtmkb_attn_rows_bf16(w, b, h, i0, live, q4, dy4, hd);
 		int64_t np = DTMK_PAD16(kmax);
 		if (kmax > 0) {
@@ -1206,7 +1216,7 @@ dtmkb_attn_block_lse_bf16(const DtmkbAttn *w, int64_t bh, void *buf, int64_t hd)
 		int32_t si[DTMKB_AR];
 		bool live[DTMKB_AR];
 		float lse[DTMKB_AR], dd[DTMKB_AR];
-		dtmk_attn_block_rows(w->a, seg, b, i0, T, T, lo, nk, si, live, &kmin, &kmax);
+		dtmk_attn_block_rows(w->a, w->pos, seg, b, i0, T, T, lo, nk, si, live, &kmin, &kmax);
 		for (int r = 0; r < DTMKB_AR; r++) {
 			int64_t o = (b * T + i0 + r) * D + h * hd;
 			lse[r] = live[r] ? w->lse[bh * T + i0 + r] : -INFINITY;
@@ -1334,12 +1344,13 @@ static void dtmk_attention_bwd(const DtmCtx *ctx, const DtmkArgs *a)
 	if ((bf || (dy.p && q.p && k.p && v.p)) && (out.p || bout) && H > 0 &&
 	    (!use_y || bf || y.p)) {
 		int64_t S = B * T * D;
-		DtmkbAttn w = {a, dy.p, q.p, k.p, v.p, NULL, NULL, NULL, NULL,
-			       out.p, out.p ? out.p + S : NULL, out.p ? out.p + 2 * S : NULL,
-			       bout ? a->out.p : NULL,
-		               T, D, H, D / H, a->in[2].shape[2], 0, 1,
-		               (float)(1.0 / sqrt((double)(D / H))), NULL, NULL, NULL, NULL};
-		w.seg = a->nin - (has_y ? 1 : 0) > 4 ? &a->in[4] : NULL;
+		DtmkbAttn w = {.a = a, .dy = dy.p, .q = q.p, .k = k.p, .v = v.p, .dq = out.p,
+			       .dk = out.p ? out.p + S : NULL, .dv = out.p ? out.p + 2 * S : NULL,
+			       .bout = bout ? a->out.p : NULL, .T = T, .D = D, .H = H,
+			       .hd = D / H, .Dk = a->in[2].shape[2], .h0 = 0, .group = 1,
+			       .scale = (float)(1.0 / sqrt((double)(D / H))),
+			       .ly = D, .ls_b = H * T, .ls_h = T, .ls_i = 1};
+		w.seg = w.kseg = a->nin - (has_y ? 1 : 0) > 4 ? &a->in[4] : NULL;
 		if (use_y) {
 			w.y = y.p;
 			w.by = bf ? Y->p : NULL;

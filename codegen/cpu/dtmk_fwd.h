@@ -667,12 +667,23 @@ struct dtmk_attn_job {
 	/* attn.lse: each row's log-sum-exp, [B, H, Tq] after the result
 	 * (ir/ops.def), -inf for a row attending nothing; else NULL */
 	float *lse;
+	/* the query and key segment ids (attention: its seg for both, or
+	 * NULL); the result's row stride (Dv); ring attention's blocks
+	 * (dtmk_ring.h): their rows' places (else NULL), and ring set: the
+	 * result [B, T, D + H] (ldo D + H) holds each row's log-sum-exps
+	 * after its D values */
+	const DtmkTensor *qseg, *kseg;
+	int64_t ldo;
+	const DtmkAttnPos *pos;
+	int ring;
 };
 
 /* Row i of item it's log-sum-exp, where the job keeps them. */
 static inline void dtmk_attn_put_lse(const struct dtmk_attn_job *j, int64_t it, int64_t i, float v)
 {
-	if (j->lse)
+	if (j->ring)
+		dtmk_store(&j->a->out, (it / j->H * j->Tq + i) * j->ldo + j->Dv + it % j->H, v);
+	else if (j->lse)
 		j->lse[it * j->Tq + i] = v;
 }
 
@@ -717,7 +728,7 @@ dtmk_attention_item(const struct dtmk_attn_job *j, int64_t it, float *buf, int64
 	float *restrict kt = buf, *restrict vb = kt + hd * dtmk_attn_ld(Tp), *restrict p = vb + Tp * hv;
 	float *restrict qrow = p + Tp, *restrict acc = qrow + hd;
 	int64_t b = it / H, h = it % H, g = (j->h0 + h) / j->group;
-	const DtmkTensor *seg = a->nin > 3 ? &a->in[3] : NULL;
+	const DtmkTensor *seg = j->qseg;
 	int f32 = dtmk_all_f32(a);
 	dtmk_attn_stage_kv(j, b, g, kt, vb, hd, hv, f32);
 	for (int64_t i = 0; i < Tq; i++) {
@@ -791,14 +802,14 @@ static inline __attribute__((always_inline)) void
 dtmk_attention_block(const struct dtmk_attn_job *j, int64_t it, float *buf, int64_t hd, int64_t hv)
 {
 	const DtmkArgs *a = j->a;
-	int64_t H = j->H, Tq = j->Tq, Tk = j->Tk, D = j->D, Dv = j->Dv, Tp = DTMK_PAD16(Tk);
+	int64_t H = j->H, Tq = j->Tq, Tk = j->Tk, D = j->D, Tp = DTMK_PAD16(Tk);
 	float scale = 1.0f / sqrtf((float)hd);
 	int64_t St = dtmk_attn_st(Tp);
 	float *restrict kt = buf, *restrict vb = kt + hd * dtmk_attn_ld(Tp), *restrict S = vb + Tp * hv;
 	float *restrict qb = S + DTMK_AR * St, *restrict ob = qb + DTMK_AR * hd;
 	float *restrict pv = ob + DTMK_AR * hv;
 	int64_t b = it / H, h = it % H, g = (j->h0 + h) / j->group;
-	const DtmkTensor *seg = a->nin > 3 ? &a->in[3] : NULL;
+	const DtmkTensor *seg = j->qseg, *kseg = j->kseg;
 	int f32 = dtmk_all_f32(a);
 	dtmk_attn_stage_kv(j, b, g, kt, vb, hd, hv, f32);
 	for (int64_t t = Tk; t < Tp; t++) /* read by rows whose keys end past Tk: never */
@@ -807,7 +818,7 @@ dtmk_attention_block(const struct dtmk_attn_job *j, int64_t it, float *buf, int6
 		int64_t lo[DTMK_AR], nk[DTMK_AR], kmin, kmax;
 		int32_t si[DTMK_AR];
 		bool live[DTMK_AR];
-		dtmk_attn_block_rows(a, seg, b, i0, Tq, Tk, lo, nk, si, live, &kmin, &kmax);
+		dtmk_attn_block_rows(a, j->pos, seg, b, i0, Tq, Tk, lo, nk, si, live, &kmin, &kmax);
 		for (int r = 0; r < DTMK_AR; r++) {
 			float *restrict q = qb + r * hd;
 			int64_t qo = (b * Tq + i0 + r) * D + h * hd;
@@ -828,8 +839,8 @@ dtmk_attention_block(const struct dtmk_attn_job *j, int64_t it, float *buf, int6
 			for (int64_t t0 = kmin & ~(int64_t)15; t0 < te; t0 += St) {
 				int64_t w = te - t0 < St ? te - t0 : St;
 				dtmk_rows8_scores(S, St, qb, hd, kt + t0, dtmk_attn_ld(Tp), hd, w);
-				dtmk_attn_block_tile(S, St, t0, w, lo, nk, seg, b * Tk, si, live, m, l,
-						     al);
+				dtmk_attn_block_tile(S, St, t0, w, lo, nk, kseg, b * Tk, si, live, m,
+						     l, al);
 				/* the tile's weighted sum of v by exp(s - max) */
 				dtmk_rows8_pv(pv, hv, S, St, vb + t0 * hv, hv, 0, w, hv);
 				dtmk_attn_block_acc(ob, pv, al, hv);
@@ -837,7 +848,7 @@ dtmk_attention_block(const struct dtmk_attn_job *j, int64_t it, float *buf, int6
 			dtmk_attn_block_finish(ob, m, l, live, hv);
 		}
 		for (int r = 0; r < DTMK_AR && i0 + r < Tq; r++) {
-			int64_t yo = (b * Tq + i0 + r) * Dv + h * hv;
+			int64_t yo = (b * Tq + i0 + r) * j->ldo + h * hv;
 			dtmk_attn_put_lse(j, it, i0 + r, live[r] && kmax > 0 ? m[r] + logf(l[r])
 									: -INFINITY);
 			const float *o = ob + r * hv;
@@ -899,7 +910,7 @@ dtmk_attention_block_bf16(const struct dtmk_attn_job *j, int64_t it, void *buf, 
 		int64_t lo[DTMK_AR], nk[DTMK_AR], kmin, kmax;
 		int32_t si[DTMK_AR];
 		bool live[DTMK_AR];
-		dtmk_attn_block_rows(a, seg, b, i0, Tq, Tk, lo, nk, si, live, &kmin, &kmax);
+		dtmk_attn_block_rows(a, j->pos, seg, b, i0, Tq, Tk, lo, nk, si, live, &kmin, &kmax);
 		for (int r = 0; r < DTMK_AR; r++)
 			if (live[r])
 				memcpy(qb + r * hd, Q + (b * Tq + i0 + r) * D + h * hd, 2 * (size_t)hd);
@@ -946,7 +957,7 @@ static inline void dtmk_attention_items(void *argp, int64_t lo, int64_t hi)
 	int64_t blk = DTMK_AR * (dtmk_attn_st(Tp) + hd + 2 * hv), row = Tp + hd + hv;
 	size_t need = (size_t)(hd * dtmk_attn_ld(Tp) + Tp * hv + (blk > row ? blk : row));
 #ifdef DTMK_ATTN_BF16
-	bool bf = dtmk_attn_bf16(&j->a->in[0], &j->a->in[1], &j->a->in[2], hd, hv);
+	bool bf = !j->ring && dtmk_attn_bf16(&j->a->in[0], &j->a->in[1], &j->a->in[2], hd, hv);
 	if (bf)
 		need = (dtmk_attn_bf16_bytes(Tp, hd, hv) + sizeof(float) - 1) / sizeof(float);
 #endif
@@ -986,13 +997,16 @@ static inline void dtmk_attention(const DtmCtx *ctx, const DtmkArgs *a)
 {
 	const DtmkTensor *Q = &a->in[0], *K = &a->in[1], *V = &a->in[2];
 	int r = Q->rank;
-	struct dtmk_attn_job j = { a, a->ints[0], Q->shape[r - 2], K->shape[r - 2],
-				   Q->shape[r - 1], a->out.shape[r - 1], K->shape[r - 1],
-				   V->shape[r - 1], 0, 1, NULL };
+	struct dtmk_attn_job j = { .a = a, .H = a->ints[0], .Tq = Q->shape[r - 2],
+				   .Tk = K->shape[r - 2], .D = Q->shape[r - 1],
+				   .Dv = a->out.shape[r - 1], .Dk = K->shape[r - 1],
+				   .Dkv = V->shape[r - 1], .h0 = 0, .group = 1 };
 	if (j.H <= 0)
 		return;
 	if (a->nints > 7 && a->ints[7])
 		j.lse = (float *)((char *)a->out.p + a->out.numel * (int64_t)dtmk_esize(a->out.dtype));
+	j.qseg = j.kseg = a->nin > 3 ? &a->in[3] : NULL;
+	j.ldo = j.Dv;
 	dtmk_attn_heads(ctx, a, &j.h0, &j.group);
 	dtmk_par(ctx, dtmk_span(Q, 0, r - 2) * j.H, 1, dtmk_attention_items, &j);
 }

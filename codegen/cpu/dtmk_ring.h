@@ -4,14 +4,26 @@
  * kv_heads, window, ring, step, balanced}, mesh_axes = head_axes; when
  * balanced, member g's block is chunks 2g and 2n-1-2g of T/2 rows.  The query block
  * is the rank's index in the group ring (ctx->coords), the key block step
- * places before it; masks compare global positions.  f32 loops over a
- * staged key block (dtmk_ring_item), not yet tiled like attention's. */
+ * places before it; masks compare global positions.
+ *
+ * Head sizes that are multiples of 16 run attention's own kernels in
+ * blocks of 8 query rows over tiles of keys (dtmk_attention_block,
+ * dtmkb_attn_block_lse), told where the block's rows sit
+ * (DtmkAttnPos), the keys' own segment ids, and the ol layout.  Those
+ * take each row's keys as one range, which they are when the keys lie in
+ * the order of their places: a balanced key block whose second chunk
+ * comes first in the sequence (member g > (n - 1) / 2) is rotated by half
+ * a block for them (k, v and the key segment ids in; dk and dv back).
+ * Other head sizes take dtmk_ring_item: f32 loops over a staged key
+ * block. */
 #ifndef DTMK_RING_H
 #define DTMK_RING_H
 
 #include <stdlib.h>
 
 #include "codegen/cpu/dtmk.h"
+#include "codegen/cpu/dtmk_bwd.h"
+#include "codegen/cpu/dtmk_fwd.h"
 
 struct dtmk_ring_job {
 	const DtmkArgs *a;
@@ -188,21 +200,170 @@ static inline void dtmk_ring_items(void *argp, int64_t lo, int64_t hi)
 	free(buf);
 }
 
-static inline void dtmk_ring_run(const DtmCtx *ctx, const DtmkArgs *a, int bwd)
+/* x [B, T, ..] with its two halves along T swapped, into a new buffer
+ * (NULL when out of memory). */
+static inline void *dtmk_ring_rotated(const DtmkTensor *x)
+{
+	int64_t B = x->shape[0], T = x->shape[1], half = T / 2;
+	size_t row = (size_t)(x->numel / (B * T)) * dtmk_esize(x->dtype);
+	char *r = malloc(row * (size_t)(x->numel ? B * T : 1));
+	for (int64_t b = 0; r && b < B; b++) {
+		const char *src = (const char *)x->p + (size_t)(b * T) * row;
+		char *dst = r + (size_t)(b * T) * row;
+		memcpy(dst, src + (size_t)half * row, (size_t)(T - half) * row);
+		memcpy(dst + (size_t)(T - half) * row, src, (size_t)half * row);
+	}
+	return r;
+}
+
+/* The block's forward in attention's kernel (dtmk_attention_items):
+ * its y and log-sum-exps into ol's layout. */
+static inline void dtmk_ring_fwd_blocks(const DtmCtx *ctx, const struct dtmk_ring_job *j,
+                                        const DtmkAttnPos *pos)
+{
+	const DtmkArgs *a = j->a;
+	struct dtmk_attn_job aj = {.a = a, .H = j->H, .Tq = j->T, .Tk = j->T, .D = j->D,
+	                           .Dv = j->D, .Dk = j->Dk, .Dkv = j->Dk, .h0 = j->h0,
+	                           .group = j->group, .qseg = j->qseg, .kseg = j->kseg,
+	                           .ldo = j->D + j->H, .pos = pos, .ring = 1};
+	dtmk_par(ctx, a->in[0].shape[0] * j->H, 1, dtmk_attention_items, &aj);
+}
+
+/* The block's backward in attention's (dtmkb_attn_block_lse): the
+ * merged output and its log-sum-exps read off ol, the operands widened
+ * to f32 where they are not. */
+static inline void dtmk_ring_bwd_blocks(const DtmCtx *ctx, const struct dtmk_ring_job *j,
+                                        const DtmkAttnPos *pos)
+{
+	const DtmkArgs *a = j->a;
+	int64_t B = a->in[1].shape[0], T = j->T, D = j->D, H = j->H, S = B * T * D;
+	DtmkbBuf dy = dtmkb_in(ctx, &a->in[0]), q = dtmkb_in(ctx, &a->in[1]);
+	DtmkbBuf k = dtmkb_in(ctx, &a->in[2]), v = dtmkb_in(ctx, &a->in[3]);
+	DtmkbBuf ol = dtmkb_in(ctx, &a->in[4]), out = dtmkb_out(&a->out);
+	if (dy.p && q.p && k.p && v.p && ol.p && out.p) {
+		DtmkbAttn w = {.a = a, .dy = dy.p, .q = q.p, .k = k.p, .v = v.p, .dq = out.p,
+		               .dk = out.p + S, .dv = out.p + 2 * S, .T = T, .D = D, .H = H,
+		               .hd = D / H, .Dk = j->Dk, .h0 = j->h0, .group = j->group,
+		               .scale = (float)(1.0 / sqrt((double)(D / H))), .seg = j->qseg,
+		               .y = ol.p, .lse = ol.p + D, .kseg = j->kseg, .ly = D + H,
+		               .ls_b = T * (D + H), .ls_h = 1, .ls_i = D + H, .pos = pos};
+		dtmk_par(ctx, B * H, 1, dtmkb_attn_range, &w);
+	}
+	dtmkb_free(dy);
+	dtmkb_free(q);
+	dtmkb_free(k);
+	dtmkb_free(v);
+	dtmkb_free(ol);
+	dtmkb_done(ctx, &a->out, out);
+}
+
+/* Whether every query row's keys are one range (attention's block
+ * kernels take them so). */
+static inline bool dtmk_ring_ranges(const struct dtmk_ring_job *j, const DtmkAttnPos *pos)
+{
+	for (int64_t i = 0; i < j->T; i++) {
+		int64_t lo, hi;
+		if (!dtmk_attn_range_pos(j->a, pos, i, j->T, &lo, &hi))
+			return false;
+	}
+	return true;
+}
+
+/* The job of attn_block (bwd 0) or attn_block_bwd (1) on this rank; false
+ * when there is nothing to do. */
+static inline bool dtmk_ring_setup(const DtmCtx *ctx, const DtmkArgs *a, int bwd,
+                                   struct dtmk_ring_job *j)
 {
 	const DtmkTensor *Q = &a->in[bwd ? 1 : 0], *K = &a->in[bwd ? 2 : 1];
-	struct dtmk_ring_job j = {.a = a, .H = a->ints[0], .T = Q->shape[1], .D = Q->shape[2],
-	                          .Dk = K->shape[2], .group = 1, .bwd = bwd};
-	if (j.H <= 0)
-		return;
-	dtmk_attn_heads(ctx, a, &j.h0, &j.group);
-	dtmk_ring_pos(ctx, a, &j);
+	*j = (struct dtmk_ring_job){.a = a, .H = a->ints[0], .T = Q->shape[1], .D = Q->shape[2],
+	                            .Dk = K->shape[2], .group = 1, .bwd = bwd};
+	if (j->H <= 0 || j->D % j->H)
+		return false;
+	dtmk_attn_heads(ctx, a, &j->h0, &j->group);
+	dtmk_ring_pos(ctx, a, j);
 	int s0 = bwd ? 5 : 3;
 	if (a->nin > s0 + 1) {
-		j.qseg = &a->in[s0];
-		j.kseg = &a->in[s0 + 1];
+		j->qseg = &a->in[s0];
+		j->kseg = &a->in[s0 + 1];
 	}
-	dtmk_par(ctx, Q->shape[0] * j.H, 1, dtmk_ring_items, &j);
+	return true;
+}
+
+/* dtmk_ring_item on every (batch, head): the kernels every ring block
+ * can take (and what the tiled ones are tested against). */
+static inline void dtmk_ring_scalar(const DtmCtx *ctx, const DtmkArgs *a, int bwd)
+{
+	struct dtmk_ring_job j;
+	if (dtmk_ring_setup(ctx, a, bwd, &j))
+		dtmk_par(ctx, a->in[bwd ? 1 : 0].shape[0] * j.H, 1, dtmk_ring_items, &j);
+}
+
+/* The key block's operands (k, v and the key segment ids) rotated by
+ * half a block into r's copy of the arguments, and pos's key chunks
+ * swapped to match; false when out of memory. */
+static inline bool dtmk_ring_rotate_keys(const struct dtmk_ring_job *j, DtmkArgs *r,
+                                         DtmkAttnPos *pos, void **bufs)
+{
+	int k0 = j->bwd ? 2 : 1, ks = j->bwd ? 6 : 4;
+	int which[3] = {k0, k0 + 1, j->kseg ? ks : -1};
+	*r = *j->a;
+	for (int i = 0; i < 3; i++) {
+		bufs[i] = NULL;
+		if (which[i] < 0)
+			continue;
+		bufs[i] = dtmk_ring_rotated(&r->in[which[i]]);
+		if (!bufs[i])
+			return false;
+		r->in[which[i]].p = bufs[i];
+	}
+	int64_t ko = pos->koff;
+	pos->koff = pos->koff2;
+	pos->koff2 = ko;
+	return true;
+}
+
+static inline void dtmk_ring_run(const DtmCtx *ctx, const DtmkArgs *a, int bwd)
+{
+	struct dtmk_ring_job j;
+	if (!dtmk_ring_setup(ctx, a, bwd, &j))
+		return;
+	DtmkAttnPos pos = {j.qoff, j.qoff2, j.koff, j.koff2, j.half};
+	DtmkArgs r;
+	void *bufs[3] = {NULL, NULL, NULL};
+	bool rot = j.half && j.koff2 < j.koff;
+	bool tiled = (j.D / j.H) % 16 == 0;
+	if (tiled && rot) {
+		tiled = dtmk_ring_rotate_keys(&j, &r, &pos, bufs);
+		j.a = &r;
+		if (j.kseg)
+			j.kseg = &r.in[bwd ? 6 : 4];
+	}
+	if (tiled && dtmk_ring_ranges(&j, &pos)) {
+		if (!bwd) {
+			dtmk_ring_fwd_blocks(ctx, &j, &pos);
+		} else {
+			dtmk_ring_bwd_blocks(ctx, &j, &pos);
+			/* dk and dv back in the key block's order */
+			for (int part = 1; rot && part < 3; part++) {
+				int64_t S = a->out.numel / 3;
+				DtmkTensor x = {.p = (char *)a->out.p + (size_t)(part * S) *
+				                                          dtmk_esize(a->out.dtype),
+				                .dtype = a->out.dtype, .rank = 3,
+				                .shape = {a->out.shape[1], a->out.shape[2], a->out.shape[3]},
+				                .numel = S};
+				void *back = dtmk_ring_rotated(&x);
+				if (back)
+					memcpy(x.p, back, (size_t)S * dtmk_esize(x.dtype));
+				free(back);
+			}
+		}
+	} else {
+		j.a = a;
+		dtmk_ring_setup(ctx, a, bwd, &j);
+		dtmk_par(ctx, a->in[bwd ? 1 : 0].shape[0] * j.H, 1, dtmk_ring_items, &j);
+	}
+	for (int i = 0; i < 3; i++)
+		free(bufs[i]);
 }
 
 /* attn_block(q, k, v [B, T, D][, qseg, kseg [B, T]]) -> [B, T, D + H]. */

@@ -15,6 +15,7 @@
 #include "runtime/plan.h"
 #include "codegen/cpu/dtmk_bwd.h"
 #include "codegen/cpu/dtmk_fwd.h"
+#include "codegen/cpu/dtmk_ring.h"
 #include "codegen/cpu/dtmk_vp.h"
 
 #include <stdlib.h>
@@ -602,6 +603,161 @@ static void test_cut_bits(void)
 	same_bits("cross_entropy_bwd", dtmk_cross_entropy_bwd, &c);
 }
 
+/* ---- ring attention's blocks (codegen/cpu/dtmk_ring.h) ----
+ *
+ * attn_block and attn_block_bwd run attention's tiled kernels where every
+ * query row's keys are one range (dtmk_ring_run); their results must be
+ * the scalar item's (dtmk_ring_scalar, which takes every block and the
+ * interpreter checks through the e2e ring layouts): outputs and
+ * log-sum-exps within 1e-5 (bf16 operands: 1e-2) relative, the same rows
+ * attending nothing.  Cases: the ring's steps on cp = 2, 3 and 4, causal
+ * or not, balanced chunks (the key blocks whose second chunk comes first
+ * rotated), windows over them, segment ids with padding, grouped-query
+ * heads, head sizes 16, 32 and 64, T not a multiple of 8 or 16. */
+
+static DtmkTensor ring_ten(DtmDtype t, int rank, int64_t d0, int64_t d1, int64_t d2)
+{
+	DtmkTensor x = ten(DTM_F32, rank, d0, d1, d2, 0);
+	if (t == DTM_BF16) {
+		uint16_t *h = (uint16_t *)x.p; /* in place: element i's 2 bytes */
+		for (int64_t i = 0; i < x.numel; i++)
+			h[i] = bf16_from_f32(((float *)x.p)[i]);
+		x.dtype = DTM_BF16;
+	}
+	return x;
+}
+
+static DtmkTensor ring_seg(int64_t B, int64_t T, int salt)
+{
+	DtmkTensor x = ten(DTM_I32, 2, B, T, 0, 7);
+	for (int64_t i = 0; i < x.numel; i++) /* runs of 3 to 5 rows, some padding (-1) */
+		((int32_t *)x.p)[i] = (i + salt) % 11 == 0 ? -1 : (int32_t)((i + salt) / 4 % 3);
+	return x;
+}
+
+/* out a against b (n elements of type t): rel relative, -inf alike */
+static bool ring_close(const char *what, const DtmkTensor *x, const DtmkTensor *y, double rel)
+{
+	int64_t bad = 0;
+	double worst = 0;
+	for (int64_t i = 0; i < x->numel; i++) {
+		double u = dtmk_load(x, i), v = dtmk_load(y, i);
+		if (isinf(u) || isinf(v)) {
+			bad += u != v;
+			continue;
+		}
+		double d = fabs(u - v) / (1 + fabs(u));
+		worst = d > worst ? d : worst;
+		bad += !(d <= rel);
+	}
+	check_count++;
+	if (bad) {
+		check_failures++;
+		fprintf(stderr, "%s: %lld of %lld elements differ (worst %.3g)\n", what,
+		        (long long)bad, (long long)x->numel, worst);
+	}
+	return bad == 0;
+}
+
+static int ring_rotated; /* cases whose key block is rotated */
+
+static void ring_case(int64_t n, int64_t idx, int64_t step, int64_t T, int64_t H, int64_t G,
+                      int64_t hd, int causal, int64_t W, int balanced, int segs, DtmDtype dt)
+{
+	int64_t B = 2, D = H * hd, Dk = G * hd, coords[1] = {idx}, sizes[1] = {n};
+	DtmCtx ctx = {.coords = coords, .mesh_naxes = 1, .mesh_sizes = sizes};
+	char what[160];
+	snprintf(what, sizeof what,
+	         "ring n=%lld idx=%lld step=%lld T=%lld H=%lld G=%lld hd=%lld causal=%d W=%lld "
+	         "balanced=%d segs=%d %s",
+	         (long long)n, (long long)idx, (long long)step, (long long)T, (long long)H,
+	         (long long)G, (long long)hd, causal, (long long)W, balanced, segs,
+	         dt == DTM_BF16 ? "bf16" : "f32");
+	/* the case takes the path it is meant to */
+	DtmkArgs probe = {.nints = 7, .ints = {H, causal, G, W, 1, step, balanced}};
+	struct dtmk_ring_job pj;
+	probe.in[0] = (DtmkTensor){.rank = 3, .shape = {B, T, D}};
+	probe.in[1] = (DtmkTensor){.rank = 3, .shape = {B, T, Dk}};
+	CHECK(dtmk_ring_setup(&ctx, &probe, 0, &pj));
+	/* keys in the order of their places (rotated where they are not) */
+	DtmkAttnPos pos = {pj.qoff, pj.qoff2, pj.koff < pj.koff2 || !pj.half ? pj.koff : pj.koff2,
+	                   pj.koff < pj.koff2 || !pj.half ? pj.koff2 : pj.koff, pj.half};
+	CHECK(dtmk_ring_ranges(&pj, &pos));
+	ring_rotated += pj.half && pj.koff2 < pj.koff;
+	rng_state = (uint64_t)(n * 131 + idx * 17 + step * 7 + T + hd);
+	double rel = dt == DTM_BF16 ? 1e-2 : 1e-5;
+	DtmkArgs f = {.nin = segs ? 5 : 3, .nints = 7, .ints = {H, causal, G, W, 1, step, balanced}};
+	f.in[0] = ring_ten(dt, 3, B, T, D);
+	f.in[1] = ring_ten(dt, 3, B, T, Dk);
+	f.in[2] = ring_ten(dt, 3, B, T, Dk);
+	if (segs) {
+		f.in[3] = ring_seg(B, T, 0);
+		f.in[4] = ring_seg(B, T, 5);
+	}
+	DtmkTensor ref = ring_ten(dt, 3, B, T, D + H), got = ring_ten(dt, 3, B, T, D + H);
+	f.out = ref;
+	dtmk_ring_scalar(&ctx, &f, 0);
+	f.out = got;
+	dtmk_attn_block(&ctx, &f);
+	char w2[200];
+	snprintf(w2, sizeof w2, "%s: attn_block", what);
+	ring_close(w2, &ref, &got, rel);
+	/* the backward given that forward's output as ol */
+	DtmkArgs bw = {.nin = segs ? 7 : 5, .nints = 7, .ints = {H, causal, G, W, 1, step, balanced}};
+	bw.in[0] = ring_ten(dt, 3, B, T, D);
+	bw.in[1] = f.in[0];
+	bw.in[2] = f.in[1];
+	bw.in[3] = f.in[2];
+	bw.in[4] = ref;
+	if (segs) {
+		bw.in[5] = f.in[3];
+		bw.in[6] = f.in[4];
+	}
+	IrNode o3 = {.dtype = dt == DTM_BF16 ? IR_BF16 : IR_F32, .rank = 4, .shape = {3, B, T, D}};
+	DtmkTensor bref, bgot;
+	tensor(&bref, &o3);
+	tensor(&bgot, &o3);
+	bw.out = bref;
+	dtmk_ring_scalar(&ctx, &bw, 1);
+	bw.out = bgot;
+	dtmk_attn_block_bwd(&ctx, &bw);
+	snprintf(w2, sizeof w2, "%s: attn_block_bwd", what);
+	ring_close(w2, &bref, &bgot, rel);
+	for (int k = 0; k < f.nin; k++)
+		free(f.in[k].p);
+	free(bw.in[0].p);
+	free(ref.p);
+	free(got.p);
+	free(bref.p);
+	free(bgot.p);
+}
+
+static void test_ring_blocks(void)
+{
+	/* every step of a balanced causal ring on cp = 2, 3 and 4 */
+	for (int64_t n = 2; n <= 4; n++)
+		for (int64_t idx = 0; idx < n; idx++)
+			for (int64_t step = 0; step < n; step++)
+				ring_case(n, idx, step, 20, 2, 2, 16, 1, 0, 1, 0, DTM_F32);
+	/* unbalanced, not causal, odd T, segments, GQA, head sizes */
+	ring_case(3, 1, 2, 13, 4, 2, 32, 1, 0, 0, 0, DTM_F32);
+	ring_case(3, 2, 1, 13, 2, 1, 16, 0, 0, 0, 1, DTM_F32);
+	ring_case(2, 1, 1, 24, 2, 2, 64, 1, 0, 1, 1, DTM_F32);
+	ring_case(4, 3, 0, 40, 3, 3, 16, 1, 0, 1, 1, DTM_F32);
+	/* windows, on one chunk and over balanced chunks (rotated keys
+	 * among them: a row's keys one range only in their places' order) */
+	ring_case(2, 1, 0, 30, 2, 2, 16, 1, 8, 0, 0, DTM_F32);
+	ring_case(2, 0, 1, 30, 2, 2, 16, 0, 8, 0, 1, DTM_F32);
+	for (int64_t idx = 0; idx < 3; idx++)
+		for (int64_t step = 0; step < 3; step++)
+			ring_case(3, idx, step, 24, 2, 2, 16, 1, 6, 1, 1, DTM_F32);
+	ring_case(2, 1, 0, 24, 2, 2, 16, 0, 5, 1, 0, DTM_F32);
+	/* 16-bit operands and results (widened, rounded at the end) */
+	ring_case(2, 1, 0, 20, 2, 2, 16, 1, 0, 1, 1, DTM_BF16);
+	ring_case(3, 0, 2, 15, 4, 2, 32, 1, 0, 0, 0, DTM_BF16);
+	CHECK(ring_rotated >= 10);
+}
+
 int main(void)
 {
 	diag_init(&diag, stderr);
@@ -616,6 +772,7 @@ int main(void)
 	test_embed_pad();
 	test_attention_bwd();
 	test_attention_bwd_lse();
+	test_ring_blocks();
 	test_cross_entropy_bwd();
 	test_cut_bits();
 	arena_free(&arena);
