@@ -587,6 +587,33 @@ static bool comm_grid(const Opts *o, const Paths *pa, int np, HwProfile *hw)
 	return ok;
 }
 
+/* Writes hw to outp (atomically) as an override file on `base`, and to
+ * standard output with --print; the exit status. */
+static int write_hw(const Opts *o, const char *outp, const HwProfile *hw, const char *base,
+                    const char *how)
+{
+	char *text = NULL, err[1024];
+	size_t len = 0;
+	FILE *mf = open_memstream(&text, &len);
+	if (!mf) {
+		fprintf(stderr, "dtmc: error: out of memory\n");
+		return 1;
+	}
+	fprintf(mf, "# dtm hardware profile, written by `%s` (tools/hw.h has the keys)\nbase = %s\n",
+	        how, base);
+	hw_print(mf, hw);
+	fclose(mf);
+	if (rt_write_file_atomic(outp, text, len, err, sizeof err)) {
+		fprintf(stderr, "dtmc: error: calibrate: %s\n", err);
+		free(text);
+		return 1;
+	}
+	if (o->print)
+		fwrite(text, 1, len, stdout);
+	free(text);
+	return 0;
+}
+
 /* ---- --device cuda ---- */
 
 /* Sizes of the calibration GPT on a GPU, in the order measured while the
@@ -792,27 +819,8 @@ static int calibrate_cuda(const Opts *o, const Paths *pa, const char *dir, const
 	remove_files(dir);
 	if (!base)
 		note(o, "%s: no built-in profile of that GPU; h100's peaks and links assumed", gpu);
-	char *text = NULL;
-	size_t len = 0;
-	FILE *mf = open_memstream(&text, &len);
-	if (!mf) {
-		fprintf(stderr, "dtmc: error: out of memory\n");
+	if (write_hw(o, outp, &hw, base ? base : "h100", "dtmc calibrate --device cuda"))
 		return 1;
-	}
-	fprintf(mf,
-	        "# dtm hardware profile, written by `dtmc calibrate --device cuda` (tools/hw.h has "
-	        "the keys)\nbase = %s\n",
-	        base ? base : "h100");
-	hw_print(mf, &hw);
-	fclose(mf);
-	if (rt_write_file_atomic(outp, text, len, err, sizeof err)) {
-		fprintf(stderr, "dtmc: error: calibrate: %s\n", err);
-		free(text);
-		return 1;
-	}
-	if (o->print)
-		fwrite(text, 1, len, stdout);
-	free(text);
 	note(o, "wrote %s (%s, %d GEMM shapes, bf16 GEMMs at %.0f%% of peak at best) in %.1f s",
 	     outp, gpu, hw.ngemm, 100 * hw.gemm_eff, now() - t_start);
 	return 0;
@@ -1082,26 +1090,8 @@ int calibrate_main(int argc, char **argv)
 	         "dtmc calibrate on %.60s, %s, %d cores, %s backend, %.0f s budget", host, date,
 	         cores, o.backend, o.budget);
 
-	char *text = NULL;
-	size_t len = 0;
-	FILE *mf = open_memstream(&text, &len);
-	if (!mf) {
-		fprintf(stderr, "dtmc: error: out of memory\n");
+	if (write_hw(&o, outp, &hw, "cpu", "dtmc calibrate"))
 		return 1;
-	}
-	fprintf(mf,
-	        "# dtm hardware profile, written by `dtmc calibrate` (tools/hw.h has the keys)\n"
-	        "base = cpu\n");
-	hw_print(mf, &hw);
-	fclose(mf);
-	if (rt_write_file_atomic(outp, text, len, err, sizeof err)) {
-		fprintf(stderr, "dtmc: error: calibrate: %s\n", err);
-		free(text);
-		return 1;
-	}
-	if (o.print)
-		fwrite(text, 1, len, stdout);
-	free(text);
 	note(&o, "wrote %s (%d GEMM shapes, %d collectives) in %.1f s", outp, hw.ngemm, hw.ncoll,
 	     now() - t_start);
 	return 0;
