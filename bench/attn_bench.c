@@ -18,7 +18,8 @@
  * Each side is timed for at least --min-ms after a warm-up call; the best
  * of 3 such runs is kept.  The backward is given the forward's output and
  * log-sum-exps (attn.lse, as pass attn_stats pairs them in training: the
- * f32 kernel then tiles the keys) unless --no-lse (it recomputes them).
+ * kernel then tiles the keys) unless --no-lse (a backward without them:
+ * the kernel runs the forward again for them, its time included).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -183,7 +184,8 @@ int main(int argc, char **argv)
 		     .parallel_for = rt_ctx_parallel_for, .pool = pool };
 	printf("attn_bench: dtm's CPU kernels, %d threads, %s, %s, %s; best of 3 runs of >= %.0f "
 	       "ms\n", c.nthreads, bf16 ? "bf16" : "f32", causal ? "causal" : "not causal",
-	       lse ? "backward given the log-sum-exps" : "backward recomputing them", min_ms);
+	       lse ? "backward given the log-sum-exps" : "backward running the forward again",
+	       min_ms);
 	double err = self_check(&c, causal);
 	printf("self-check (2,4,37,64,2 against a naive f64 forward): max |diff| %.2g\n", err);
 	/* bf16: the output's rounding (2^-9 of values under 1) and the

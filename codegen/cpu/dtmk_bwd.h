@@ -16,6 +16,7 @@
 #include <stdlib.h>
 
 #include "codegen/cpu/dtmk.h"
+#include "codegen/cpu/dtmk_fwd.h" /* dtmk_attention: an attention_bwd without its y */
 
 /* ---- f32 views of operands and results ---- */
 
@@ -574,7 +575,7 @@ static void dtmk_pad(const DtmCtx *ctx, const DtmkArgs *a)
 typedef struct DtmkbAttn {
 	const DtmkArgs *a;
 	const float *dy, *q, *k, *v;
-	const uint16_t *bdy, *bq, *bk, *bv; /* the bf16 inputs (dtmkb_attn_block_bf16) */
+	const uint16_t *bdy, *bq, *bk, *bv; /* the bf16 inputs (dtmkb_attn_block_lse_bf16) */
 	float *dq, *dk, *dv;
 	uint16_t *bout; /* a bf16 result [3, B, T, D] the bf16 kernel writes (dq, dk, dv NULL) */
 	int64_t T, D, H, hd, Dk, h0, group;
@@ -821,71 +822,6 @@ dtmkb_rows8_outer(float *Y, int64_t ly, const float *A, int64_t la, const float 
 		dtmkb_outer_cols(Y, ly, A, la, X, lx, t0, t1, c, 1);
 }
 
-/* dtmkb_attn_item in blocks of 8 query rows (hd a multiple of 16; see
- * dtmk_rows8_scores): the scores and dy.v of 4 rows at a time in
- * registers, dq by dtmk_rows8_pv, dk and dv by dtmkb_rows8_outer. */
-static inline __attribute__((always_inline)) void
-dtmkb_attn_block(const DtmkbAttn *w, int64_t bh, float *buf, int64_t hd)
-{
-	int64_t T = w->T, D = w->D;
-	/* the rows of kt, vt, P, dP and dS are Tl apart (dtmk_attn_ld) */
-	int64_t Tl = dtmk_attn_ld(DTMK_PAD16(T));
-	float *restrict kb = buf, *restrict kt = kb + T * hd, *restrict vt = kt + Tl * hd;
-	float *restrict dkb = vt + Tl * hd, *restrict dvb = dkb + T * hd;
-	float *restrict P = dvb + T * hd, *restrict dP = P + DTMKB_AR * Tl;
-	float *restrict dS = dP + DTMKB_AR * Tl, *restrict q4 = dS + DTMKB_AR * Tl;
-	float *restrict dy4 = q4 + DTMKB_AR * hd, *restrict dq4 = dy4 + DTMKB_AR * hd;
-	int64_t b = bh / w->H, h = bh % w->H, g = (w->h0 + h) / w->group;
-	const DtmkTensor *seg = w->seg;
-	dtmkb_attn_stage(w, b, g, kb, kt, vt, dkb, hd);
-	for (int64_t i0 = 0; i0 < T; i0 += DTMKB_AR) {
-		int64_t lo[DTMKB_AR], nk[DTMKB_AR], kmin, kmax;
-		int32_t si[DTMKB_AR];
-		bool live[DTMKB_AR];
-		dtmk_attn_block_rows(w->a, w->pos, seg, b, i0, T, T, lo, nk, si, live, &kmin, &kmax);
-		for (int r = 0; r < DTMKB_AR; r++) {
-			int64_t o = (b * T + i0 + r) * D + h * hd;
-			if (live[r]) {
-				memcpy(q4 + r * hd, w->q + o, sizeof(float) * (size_t)hd);
-				memcpy(dy4 + r * hd, w->dy + o, sizeof(float) * (size_t)hd);
-			} else {
-				memset(q4 + r * hd, 0, sizeof(float) * (size_t)hd);
-				memset(dy4 + r * hd, 0, sizeof(float) * (size_t)hd);
-			}
-		}
-		int64_t np = DTMK_PAD16(kmax);
-		if (kmax > 0) {
-			dtmk_rows8_scores(P, Tl, q4, hd, kt, Tl, hd, np);
-			dtmk_rows8_scores(dP, Tl, dy4, hd, vt, Tl, hd, np);
-			for (int r = 0; r < DTMKB_AR; r++) {
-				float *p = P + r * Tl, *dp = dP + r * Tl, *ds = dS + r * Tl;
-				for (int64_t j = 0; j < nk[r]; j++)
-					p[j] *= w->scale;
-				float inv;
-				if (!live[r] || !dtmk_attn_softmax_row(p, np, lo[r], nk[r], seg, b * T,
-								       si[r], true, &inv)) {
-					live[r] = false;
-					memset(p, 0, sizeof(float) * (size_t)np);
-					memset(ds, 0, sizeof(float) * (size_t)np);
-					continue;
-				}
-				float pdp = 0;
-				for (int64_t j = 0; j < nk[r]; j++)
-					pdp += p[j] * dp[j];
-				for (int64_t j = 0; j < nk[r]; j++)
-					ds[j] = p[j] * (dp[j] - pdp) * w->scale;
-				for (int64_t j = nk[r]; j < np; j++)
-					ds[j] = 0;
-			}
-			dtmk_rows8_pv(dq4, hd, dS, Tl, kb, hd, kmin, kmax, hd);
-			dtmkb_rows8_outer(dkb, hd, dS, Tl, q4, hd, kmin, kmax, hd);
-			dtmkb_rows8_outer(dvb, hd, P, Tl, dy4, hd, kmin, kmax, hd);
-		}
-		dtmkb_attn_store_dq(w, b, h, i0, live, kmax, dq4, hd);
-	}
-	dtmkb_attn_store(w, b, h, dkb, dvb, hd);
-}
-
 /* One row of a key tile given its log-sum-exp lse and dd = rowsum(dy *
  * y): p[0, w) holds the row's scaled scores against keys [t0, t0 + w),
  * ds their dy.v; p becomes the probabilities exp(s - lse), ds the score
@@ -913,10 +849,11 @@ dtmkb_attn_lse_row(float *restrict p, float *restrict ds, int64_t t0, int64_t w,
 			p[t] = ds[t] = 0;
 }
 
-/* dtmkb_attn_block given the forward's output y and its rows'
- * log-sum-exps (attn.lse): FlashAttention-2's backward.  A row's
- * probabilities are exp(s - lse) without a pass over its keys first, and
- * rowsum(P * dP) is rowsum(dy * y), so the keys run in tiles of
+/* attention's backward in blocks of 8 query rows, given the forward's
+ * output y and its rows' log-sum-exps (attn.lse; without them
+ * dtmk_attention_bwd runs the forward again): FlashAttention-2's
+ * backward.  A row's probabilities are exp(s - lse) without a pass over
+ * its keys first, and rowsum(P * dP) is rowsum(dy * y), so the keys run in tiles of
  * DTMK_ATTN_KT as in the forward: per tile, the block's scores and dy.v
  * (dtmk_rows8_scores), P and dS, and the tile's share of dq
  * (dtmk_rows8_pv, added up), dk and dv (dtmkb_rows8_outer).  The block's
@@ -1062,19 +999,14 @@ static inline void dtmkb_pair_rows(uint32_t *At, const uint16_t *R, int64_t lr, 
 	}
 }
 
-/* Bytes of dtmkb_attn_block_bf16's scratch (Tp: the staged rows'
- * stride), or dtmkb_attn_block_lse_bf16's (lse: its score tiles of St
- * keys). */
-static inline size_t dtmkb_attn_bf16_bytes(int64_t T, int64_t Tp, int64_t hd, bool lse)
+/* Bytes of dtmkb_attn_block_lse_bf16's scratch (Tp: the staged rows'
+ * stride; its score tiles of St keys). */
+static inline size_t dtmkb_attn_bf16_bytes(int64_t T, int64_t Tp, int64_t hd)
 {
 	int64_t St = dtmk_attn_st(DTMK_PAD16(T));
-	if (lse)
-		return sizeof(uint32_t) * (size_t)(3 * hd / 2 * Tp + 2 * 4 * St + 2 * 4 * hd) +
-		       sizeof(float) * (size_t)(2 * T * hd + 2 * DTMKB_AR * St + 2 * DTMKB_AR * hd) +
-		       sizeof(uint16_t) * (size_t)(2 * DTMKB_AR * St + 2 * DTMKB_AR * hd);
-	return sizeof(uint32_t) * (size_t)(3 * hd / 2 * Tp + 2 * 4 * Tp + 2 * 4 * hd) +
-	       sizeof(float) * (size_t)(2 * T * hd + 3 * DTMKB_AR * Tp + DTMKB_AR * hd) +
-	       sizeof(uint16_t) * (size_t)(2 * DTMKB_AR * Tp + 2 * DTMKB_AR * hd);
+	return sizeof(uint32_t) * (size_t)(3 * hd / 2 * Tp + 2 * 4 * St + 2 * 4 * hd) +
+	       sizeof(float) * (size_t)(2 * T * hd + 2 * DTMKB_AR * St + 2 * DTMKB_AR * hd) +
+	       sizeof(uint16_t) * (size_t)(2 * DTMKB_AR * St + 2 * DTMKB_AR * hd);
 }
 
 /* The bf16 kernels' staging of batch b, kv head g: k and v as words of
@@ -1117,80 +1049,12 @@ dtmkb_attn_rows_bf16(const DtmkbAttn *w, int64_t b, int64_t h, int64_t i0, const
 	}
 }
 
-/* dtmkb_attn_block on bf16 dy, q, k, v (hd a multiple of 16): the scores
- * and dy.v from the inputs' bf16 values, P and dS rounded to bf16 for dq,
- * dk and dv (dtmk.h, "attention's products on bf16 operands"); k and v as
- * words of two head-dim elements per key ([hd/2, Tp]) for the scores and
- * dy.v, k as words of two keys per column ([Tp/2, hd]) for dq. */
-static inline __attribute__((always_inline)) void
-dtmkb_attn_block_bf16(const DtmkbAttn *w, int64_t bh, void *buf, int64_t hd)
-{
-	int64_t T = w->T, Tp = DTMK_PAD16(T);
-	/* the rows of kt, vt, P, dP, dS and their bf16 copies are Tl apart */
-	int64_t Tl = dtmk_attn_ld(Tp);
-	uint32_t *restrict kt = buf, *restrict vt = kt + hd / 2 * Tl;
-	uint32_t *restrict kp = vt + hd / 2 * Tl;
-	uint32_t *restrict Pt = kp + Tl / 2 * hd, *restrict dSt = Pt + 4 * Tl;
-	uint32_t *restrict qx = dSt + 4 * Tl, *restrict dyx = qx + 4 * hd;
-	float *restrict dkb = (float *)(dyx + 4 * hd), *restrict dvb = dkb + T * hd;
-	float *restrict P = dvb + T * hd, *restrict dP = P + DTMKB_AR * Tl;
-	float *restrict dS = dP + DTMKB_AR * Tl, *restrict dq4 = dS + DTMKB_AR * Tl;
-	uint16_t *restrict Pb = (uint16_t *)(dq4 + DTMKB_AR * hd);
-	uint16_t *restrict dSb = Pb + DTMKB_AR * Tl;
-	uint16_t *restrict q4 = dSb + DTMKB_AR * Tl, *restrict dy4 = q4 + DTMKB_AR * hd;
-	int64_t b = bh / w->H, h = bh % w->H, g = (w->h0 + h) / w->group;
-	const DtmkTensor *seg = w->seg;
-	dtmkb_attn_stage_bf16(w, b, g, kt, vt, kp, dkb, hd);
-	for (int64_t i0 = 0; i0 < T; i0 += DTMKB_AR) {
-		int64_t lo[DTMKB_AR], nk[DTMKB_AR], kmin, kmax;
-		int32_t si[DTMKB_AR];
-		bool live[DTMKB_AR];
-		dtmk_attn_block_rows(w->a, w->pos, seg, b, i0, T, T, lo, nk, si, live, &kmin, &kmax);
-		dtmkb_attn_rows_bf16(w, b, h, i0, live, q4, dy4, hd);
-		int64_t np = DTMK_PAD16(kmax);
-		if (kmax > 0) {
-			dtmk_rows8_scores_bf16(P, Tl, q4, hd, kt, Tl, hd, np, w->scale);
-			dtmk_rows8_scores_bf16(dP, Tl, dy4, hd, vt, Tl, hd, np, 1.0f);
-			for (int r = 0; r < DTMKB_AR; r++) {
-				float *p = P + r * Tl, *dp = dP + r * Tl, *ds = dS + r * Tl, inv;
-				bool ok = live[r] && dtmk_attn_softmax_row(p, np, lo[r], nk[r],
-									   seg, b * T, si[r],
-									   true, &inv);
-				if (!ok) {
-					live[r] = false;
-					memset(p, 0, sizeof(float) * (size_t)np);
-					memset(ds, 0, sizeof(float) * (size_t)np);
-				} else {
-					float pdp = 0;
-					for (int64_t j = 0; j < nk[r]; j++)
-						pdp += p[j] * dp[j];
-					for (int64_t j = 0; j < nk[r]; j++)
-						ds[j] = p[j] * (dp[j] - pdp) * w->scale;
-					for (int64_t j = nk[r]; j < np; j++)
-						ds[j] = 0;
-				}
-				dtmk_bf16_row(Pb + r * Tl, p, np);
-				dtmk_bf16_row(dSb + r * Tl, ds, np);
-			}
-			/* dq: keys in pairs (the pair's other key has dS 0) */
-			dtmk_rows8_pv_bf16(dq4, hd, dSb, Tl, kp, hd, kmin & ~(int64_t)1,
-					   (kmax + 1) & ~(int64_t)1, hd);
-			/* dk, dv: query rows in pairs */
-			dtmkb_pair_rows(dSt, dSb, Tl, kmin, kmax, false);
-			dtmkb_pair_rows(Pt, Pb, Tl, kmin, kmax, false);
-			dtmkb_pair_rows(qx, q4, hd, 0, hd, true);
-			dtmkb_pair_rows(dyx, dy4, hd, 0, hd, true);
-			dtmkb_rows8_outer_bf16(dkb, hd, dSt, qx, kmin, kmax, hd);
-			dtmkb_rows8_outer_bf16(dvb, hd, Pt, dyx, kmin, kmax, hd);
-		}
-		dtmkb_attn_store_dq(w, b, h, i0, live, kmax, dq4, hd);
-	}
-	dtmkb_attn_store(w, b, h, dkb, dvb, hd);
-}
-
 /* dtmkb_attn_block_lse on bf16 dy, q, k, v, y (hd a multiple of 16):
- * dtmkb_attn_block_bf16's products and roundings (P and dS rounded to
- * bf16 for dq, dk and dv) with the keys in tiles of DTMK_ATTN_KT, the
+ * the scores and dy.v from the inputs' bf16 values, P and dS rounded to
+ * bf16 for dq, dk and dv (dtmk.h, "attention's products on bf16
+ * operands"), k and v as words of two head-dim elements per key
+ * ([hd/2, Tp]) for the scores and dy.v, k as words of two keys per
+ * column ([Tp/2, hd]) for dq; the keys in tiles of DTMK_ATTN_KT, the
  * probabilities from the forward's log-sum-exps and rowsum(dy * y) from
  * its bf16 output. */
 static inline __attribute__((always_inline)) void
@@ -1276,8 +1140,7 @@ static void dtmkb_attn_range(void *arg, int64_t lo, int64_t hi)
 				2 * DTMKB_AR * (dtmk_attn_st(DTMK_PAD16(T)) + 2 * hd));
 #ifdef DTMK_ATTN_BF16
 	if (w->bq)
-		need = (dtmkb_attn_bf16_bytes(T, Tl, hd, w->lse != NULL) + sizeof(float) - 1) /
-		       sizeof(float);
+		need = (dtmkb_attn_bf16_bytes(T, Tl, hd) + sizeof(float) - 1) / sizeof(float);
 #endif
 	float stackbuf[DTMK_ATTN_STACK];
 	float *buf = need <= DTMK_ATTN_STACK ? stackbuf : malloc(sizeof(float) * need);
@@ -1285,20 +1148,12 @@ static void dtmkb_attn_range(void *arg, int64_t lo, int64_t hi)
 		return;
 	for (int64_t bh = lo; bh < hi; bh++) {
 #ifdef DTMK_ATTN_BF16
-		if (w->bq && w->lse && hd == 64) {
+		if (w->bq && hd == 64) {
 			dtmkb_attn_block_lse_bf16(w, bh, buf, 64);
 			continue;
 		}
-		if (w->bq && w->lse) {
-			dtmkb_attn_block_lse_bf16(w, bh, buf, hd);
-			continue;
-		}
-		if (w->bq && hd == 64) {
-			dtmkb_attn_block_bf16(w, bh, buf, 64);
-			continue;
-		}
 		if (w->bq) {
-			dtmkb_attn_block_bf16(w, bh, buf, hd);
+			dtmkb_attn_block_lse_bf16(w, bh, buf, hd);
 			continue;
 		}
 #endif
@@ -1306,21 +1161,36 @@ static void dtmkb_attn_range(void *arg, int64_t lo, int64_t hi)
 			dtmkb_attn_block_lse(w, bh, buf, 64);
 		else if (w->lse)
 			dtmkb_attn_block_lse(w, bh, buf, hd);
-		else if (hd == 64)
-			dtmkb_attn_block(w, bh, buf, 64);
-		else if (hd % 16 == 0)
-			dtmkb_attn_block(w, bh, buf, hd);
-		else if (hd == 16)
-			dtmkb_attn_item(w, bh, buf, 16);
-		else if (hd == 32)
-			dtmkb_attn_item(w, bh, buf, 32);
-		else if (hd == 64)
-			dtmkb_attn_item(w, bh, buf, 64);
 		else
 			dtmkb_attn_item(w, bh, buf, hd);
 	}
 	if (buf != stackbuf)
 		free(buf);
+}
+
+/* attention(q, k, v[, seg]) of attention_bwd a's operands, its output
+ * (q's type) and the rows' log-sum-exps after it, into *fy (malloc'd);
+ * fy, or NULL when out of memory. */
+static inline const DtmkTensor *dtmkb_attn_forward(const DtmCtx *ctx, const DtmkArgs *a,
+						    const DtmkTensor *seg, DtmkTensor *fy)
+{
+	const DtmkTensor *Q = &a->in[1];
+	int64_t H = a->ints[0], B = Q->shape[0], T = Q->shape[1];
+	DtmkArgs f = {.nin = seg ? 4 : 3, .nints = 8, .mesh_axes = a->mesh_axes};
+	memcpy(f.ints, a->ints, sizeof f.ints);
+	f.ints[7] = 1; /* attn.lse */
+	f.in[0] = *Q;
+	f.in[1] = a->in[2];
+	f.in[2] = a->in[3];
+	if (seg)
+		f.in[3] = *seg;
+	*fy = *Q;
+	fy->p = malloc((size_t)Q->numel * dtmk_esize(Q->dtype) + sizeof(float) * (size_t)(B * H * T));
+	if (!fy->p)
+		return NULL;
+	f.out = *fy;
+	dtmk_attention(ctx, &f);
+	return fy;
 }
 
 static void dtmk_attention_bwd(const DtmCtx *ctx, const DtmkArgs *a)
@@ -1339,10 +1209,17 @@ static void dtmk_attention_bwd(const DtmCtx *ctx, const DtmkArgs *a)
 	 * block kernels (dtmkb_attn_block_lse, _bf16) */
 	bool has_y = a->nints > 7 && a->ints[7] && a->nin > 4;
 	const DtmkTensor *Y = has_y ? &a->in[a->nin - 1] : NULL;
-	bool use_y = Y && H > 0 && (D / H) % 16 == 0 && (!bf || Y->dtype == DTM_BF16);
+	const DtmkTensor *seg = a->nin - (has_y ? 1 : 0) > 4 ? &a->in[4] : NULL;
+	bool blocks = H > 0 && (D / H) % 16 == 0; /* else the row kernel, no y */
+	/* an attention_bwd without its forward's y (IR written by hand): the
+	 * forward again, with its log-sum-exps, into fy for the same kernels */
+	DtmkTensor fy = {0};
+	if (blocks && (!Y || (bf && Y->dtype != DTM_BF16)))
+		Y = dtmkb_attn_forward(ctx, a, seg, &fy);
+	bool use_y = blocks && Y;
 	DtmkbBuf y = use_y && !bf ? dtmkb_in(ctx, Y) : none;
 	if ((bf || (dy.p && q.p && k.p && v.p)) && (out.p || bout) && H > 0 &&
-	    (!use_y || bf || y.p)) {
+	    (!blocks || use_y) && (!use_y || bf || y.p)) {
 		int64_t S = B * T * D;
 		DtmkbAttn w = {.a = a, .dy = dy.p, .q = q.p, .k = k.p, .v = v.p, .dq = out.p,
 			       .dk = out.p ? out.p + S : NULL, .dv = out.p ? out.p + 2 * S : NULL,
@@ -1350,7 +1227,7 @@ static void dtmk_attention_bwd(const DtmCtx *ctx, const DtmkArgs *a)
 			       .hd = D / H, .Dk = a->in[2].shape[2], .h0 = 0, .group = 1,
 			       .scale = (float)(1.0 / sqrt((double)(D / H))),
 			       .ly = D, .ls_b = H * T, .ls_h = T, .ls_i = 1};
-		w.seg = w.kseg = a->nin - (has_y ? 1 : 0) > 4 ? &a->in[4] : NULL;
+		w.seg = w.kseg = seg;
 		if (use_y) {
 			w.y = y.p;
 			w.by = bf ? Y->p : NULL;
@@ -1374,6 +1251,7 @@ static void dtmk_attention_bwd(const DtmCtx *ctx, const DtmkArgs *a)
 	dtmkb_free(k);
 	dtmkb_free(v);
 	dtmkb_free(y);
+	free(fy.p);
 	dtmkb_done(ctx, &a->out, out);
 }
 
