@@ -437,6 +437,21 @@ static void test_hw_file(void)
 	}
 }
 
+/* A plan of one stage on a 1-D mesh dp of one rank whose one action is an
+ * n x n x n GEMM of buffers b[0..2] (bytes each, of type dt), in *p, *a
+ * and *s (the caller's, which must outlive p). */
+static void one_gemm_plan(DtmPlan *p, DtmBuffer *b, DtmAction *a, DtmStage *s, int64_t n,
+                          int64_t bytes, DtmDtype dt)
+{
+	for (int i = 0; i < 3; i++)
+		b[i] = (DtmBuffer){.bytes = bytes, .dtype = dt};
+	*a = (DtmAction){.kind = DTM_ACT_GEMM, .nargs = 3, .args = {0, 1, 2}, .m = n, .n = n, .k = n};
+	*s = (DtmStage){.nactions = 1, .actions = a};
+	*p = (DtmPlan){.version = DTM_PLAN_VERSION, .mesh_naxes = 1, .mesh_names = {"dp"},
+	               .mesh_sizes = {1}, .nbuffers = 3, .buffers = b, .nstages = 1, .stages = s,
+	               .train = {.microbatches = 1, .precision = dt}};
+}
+
 /* The calibrated tables: parsed, looked up, printed back, and used by the
  * step's cost (threads per rank, oversubscription, curves). */
 static void test_hw_calibrated(void)
@@ -524,15 +539,11 @@ static void test_hw_calibrated(void)
 	free(out);
 	/* the step: one 64^3 GEMM on one rank (2 threads: the 1024 point of
 	 * 2 threads is the only one), then a 1 MB all_reduce over 2 ranks */
-	static DtmBuffer cb[3] = {{.bytes = 1 << 14, .dtype = DTM_F32},
-	                          {.bytes = 1 << 14, .dtype = DTM_F32},
-	                          {.bytes = 1 << 14, .dtype = DTM_F32}};
-	static const DtmAction ga[] = {{.kind = DTM_ACT_GEMM, .nargs = 3, .args = {0, 1, 2},
-	                                .m = 64, .n = 64, .k = 64}};
-	static const DtmStage gs[] = {{.nactions = 1, .actions = ga}};
-	DtmPlan p = {.version = DTM_PLAN_VERSION, .mesh_naxes = 1, .mesh_names = {"dp"},
-	             .mesh_sizes = {1}, .nbuffers = 3, .buffers = cb, .nstages = 1,
-	             .stages = gs, .train = {.microbatches = 1, .precision = DTM_F32}};
+	static DtmBuffer cb[3];
+	static DtmAction ga[1];
+	static DtmStage gs[1];
+	DtmPlan p;
+	one_gemm_plan(&p, cb, ga, gs, 64, 1 << 14, DTM_F32);
 	CostReport rep;
 	CHECK_EQ_INT(cost_plan_step(&p, &h, 1, &rep), 0);
 	double fl = 2.0 * 64 * 64 * 64;
@@ -1075,15 +1086,11 @@ static void test_hw_device_calibrated(void)
 	CHECK_NEAR(hw_gemm_rate(&h, DTM_F16, 1024, 1024, 1024, 1, 1), 600e12, 1e-3);
 	CHECK_NEAR(hw_gemm_rate(&h, DTM_F32, 1024, 1024, 1024, 1, 1), 40e12, 1e-3);
 	CHECK_NEAR(hw_attn_rate(&h, 1, false, DTM_F16), 300e12, 1e-3);
-	static DtmBuffer gb[3] = {{.bytes = 2 << 20, .dtype = DTM_BF16},
-	                          {.bytes = 2 << 20, .dtype = DTM_BF16},
-	                          {.bytes = 2 << 20, .dtype = DTM_BF16}};
-	static const DtmAction ga[] = {{.kind = DTM_ACT_GEMM, .nargs = 3, .args = {0, 1, 2},
-	                                .m = 1024, .n = 1024, .k = 1024}};
-	static const DtmStage gs[] = {{.nactions = 1, .actions = ga}};
-	DtmPlan p = {.version = DTM_PLAN_VERSION, .mesh_naxes = 1, .mesh_names = {"dp"},
-	             .mesh_sizes = {1}, .nbuffers = 3, .buffers = gb, .nstages = 1,
-	             .stages = gs, .train = {.microbatches = 1, .precision = DTM_BF16}};
+	static DtmBuffer gb[3];
+	static DtmAction ga[1];
+	static DtmStage gs[1];
+	DtmPlan p;
+	one_gemm_plan(&p, gb, ga, gs, 1024, 2 << 20, DTM_BF16);
 	double fl = 2.0 * 1024 * 1024 * 1024;
 	for (int dt = 0; dt < 2; dt++) {
 		for (int i = 0; i < 3; i++)
