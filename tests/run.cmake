@@ -593,7 +593,9 @@ endif()
 #                  backend, predicted vs measured (runs on a clean clone)
 #   sweep.calibrate  dtmc calibrate on a small budget, the profile it
 #                  writes read by --hw and by sweep's default, and the
-#                  fidelity check on 3 candidates (issue 21)
+#                  fidelity check on 3 candidates (issue 21); --device cuda
+#                  without a GPU says why and writes nothing (with one: a
+#                  GPU profile)
 add_test(NAME sweep.json COMMAND ${DTM_BASH} ${DTM_TESTS}/sweep/run.sh $<TARGET_FILE:dtmc> json
          WORKING_DIRECTORY ${DTM_ROOT})
 add_test(NAME sweep.cp COMMAND ${DTM_BASH} ${DTM_TESTS}/sweep/run.sh $<TARGET_FILE:dtmc> cp
