@@ -585,7 +585,7 @@ typedef struct DtmkbAttn {
 	 * ([B, H, T]); else NULL (dtmkb_attn_block_lse) */
 	const float *y, *lse;
 	const uint16_t *by; /* the bf16 kernel's y */
-	/* the f32 kernels' (dtmkb_attn_block_lse's): the keys' segment ids
+	/* the block kernels': the keys' segment ids
 	 * (seg those of the queries; attention: the same), y's row stride
 	 * (D), and where row i of head h of batch b keeps its log-sum-exp:
 	 * lse[b ls_b + h ls_h + i ls_i] (attention [B, H, T]); ring
@@ -1082,12 +1082,13 @@ dtmkb_attn_block_lse_bf16(const DtmkbAttn *w, int64_t bh, void *buf, int64_t hd)
 		float lse[DTMKB_AR], dd[DTMKB_AR];
 		dtmk_attn_block_rows(w->a, w->pos, seg, b, i0, T, T, lo, nk, si, live, &kmin, &kmax);
 		for (int r = 0; r < DTMKB_AR; r++) {
-			int64_t o = (b * T + i0 + r) * D + h * hd;
-			lse[r] = live[r] ? w->lse[bh * T + i0 + r] : -INFINITY;
+			int64_t o = (b * T + i0 + r) * D + h * hd, yo = (b * T + i0 + r) * w->ly + h * hd;
+			lse[r] = live[r] ? w->lse[b * w->ls_b + h * w->ls_h + (i0 + r) * w->ls_i]
+					 : -INFINITY;
 			live[r] = live[r] && lse[r] != -INFINITY;
 			float s = 0;
 			for (int64_t c = 0; live[r] && c < hd; c++)
-				s += dtmk_bf16_to_f32(w->bdy[o + c]) * dtmk_bf16_to_f32(w->by[o + c]);
+				s += dtmk_bf16_to_f32(w->bdy[o + c]) * dtmk_bf16_to_f32(w->by[yo + c]);
 			dd[r] = s;
 		}
 		dtmkb_attn_rows_bf16(w, b, h, i0, live, q4, dy4, hd);
@@ -1101,7 +1102,7 @@ dtmkb_attn_block_lse_bf16(const DtmkbAttn *w, int64_t bh, void *buf, int64_t hd)
 			dtmk_rows8_scores_bf16(dS, St, dy4, hd, vt + t0, Tl, hd, wd, 1.0f);
 			for (int r = 0; r < DTMKB_AR; r++) {
 				float *p = P + r * St, *ds = dS + r * St;
-				dtmkb_attn_lse_row(p, ds, t0, wd, live[r], lo[r], nk[r], seg, b * T,
+				dtmkb_attn_lse_row(p, ds, t0, wd, live[r], lo[r], nk[r], w->kseg, b * T,
 						   si[r], lse[r], dd[r]);
 				for (int64_t t = 0; t < wd; t++)
 					ds[t] *= w->scale;

@@ -885,7 +885,7 @@ dtmk_attention_block_bf16(const struct dtmk_attn_job *j, int64_t it, void *buf, 
 			  int64_t hv)
 {
 	const DtmkArgs *a = j->a;
-	int64_t H = j->H, Tq = j->Tq, Tk = j->Tk, D = j->D, Dv = j->Dv, Tp = DTMK_PAD16(Tk);
+	int64_t H = j->H, Tq = j->Tq, Tk = j->Tk, D = j->D, Tp = DTMK_PAD16(Tk);
 	int64_t Tl = dtmk_attn_ld(Tp);
 	float scale = 1.0f / sqrtf((float)hd);
 	int64_t St = dtmk_attn_st(Tp);
@@ -894,7 +894,7 @@ dtmk_attention_block_bf16(const struct dtmk_attn_job *j, int64_t it, void *buf, 
 	float *restrict pv = ob + DTMK_AR * hv;
 	uint16_t *restrict Sb = (uint16_t *)(pv + DTMK_AR * hv), *restrict qb = Sb + DTMK_AR * St;
 	int64_t b = it / H, h = it % H, g = (j->h0 + h) / j->group;
-	const DtmkTensor *seg = a->nin > 3 ? &a->in[3] : NULL;
+	const DtmkTensor *seg = j->qseg, *kseg = j->kseg;
 	const uint16_t *Q = a->in[0].p, *K = a->in[1].p, *V = a->in[2].p;
 	dtmk_transpose32(kt, Tl, K + b * Tk * j->Dk + g * hd, j->Dk / 2, Tk, hd / 2);
 	for (int64_t c = 0; c < hd / 2; c++)
@@ -923,7 +923,7 @@ dtmk_attention_block_bf16(const struct dtmk_attn_job *j, int64_t it, void *buf, 
 			for (int64_t t0 = kmin & ~(int64_t)15; t0 < te; t0 += St) {
 				int64_t w = te - t0 < St ? te - t0 : St;
 				dtmk_rows8_scores_bf16(S, St, qb, hd, kt + t0, Tl, hd, w, scale);
-				dtmk_attn_block_tile(S, St, t0, w, lo, nk, seg, b * Tk, si, live, m, l,
+				dtmk_attn_block_tile(S, St, t0, w, lo, nk, kseg, b * Tk, si, live, m, l,
 						     al);
 				for (int r = 0; r < DTMK_AR; r++)
 					dtmk_bf16_row(Sb + r * St, S + r * St, w);
@@ -934,7 +934,7 @@ dtmk_attention_block_bf16(const struct dtmk_attn_job *j, int64_t it, void *buf, 
 			dtmk_attn_block_finish(ob, m, l, live, hv);
 		}
 		for (int r = 0; r < DTMK_AR && i0 + r < Tq; r++) {
-			int64_t yo = (b * Tq + i0 + r) * Dv + h * hv;
+			int64_t yo = (b * Tq + i0 + r) * j->ldo + h * hv;
 			dtmk_attn_put_lse(j, it, i0 + r, live[r] && kmax > 0 ? m[r] + logf(l[r])
 									: -INFINITY);
 			if (!live[r] || kmax == 0)
@@ -957,7 +957,7 @@ static inline void dtmk_attention_items(void *argp, int64_t lo, int64_t hi)
 	int64_t blk = DTMK_AR * (dtmk_attn_st(Tp) + hd + 2 * hv), row = Tp + hd + hv;
 	size_t need = (size_t)(hd * dtmk_attn_ld(Tp) + Tp * hv + (blk > row ? blk : row));
 #ifdef DTMK_ATTN_BF16
-	bool bf = !j->ring && dtmk_attn_bf16(&j->a->in[0], &j->a->in[1], &j->a->in[2], hd, hv);
+	bool bf = dtmk_attn_bf16(&j->a->in[0], &j->a->in[1], &j->a->in[2], hd, hv);
 	if (bf)
 		need = (dtmk_attn_bf16_bytes(Tp, hd, hv) + sizeof(float) - 1) / sizeof(float);
 #endif

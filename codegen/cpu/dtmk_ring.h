@@ -9,7 +9,8 @@
  * Head sizes that are multiples of 16 run attention's own kernels in
  * blocks of 8 query rows over tiles of keys (dtmk_attention_block,
  * dtmkb_attn_block_lse), told where the block's rows sit
- * (DtmkAttnPos), the keys' own segment ids, and the ol layout.  Those
+ * (DtmkAttnPos), the keys' own segment ids, and the ol layout (bf16
+ * operands: their bf16 products, as attention's).  Those
  * take each row's keys as one range, which they are when the keys lie in
  * the order of their places: a balanced key block whose second chunk
  * comes first in the sequence (member g > (n - 1) / 2) is rotated by half
@@ -229,26 +230,48 @@ static inline void dtmk_ring_fwd_blocks(const DtmCtx *ctx, const struct dtmk_rin
 	dtmk_par(ctx, a->in[0].shape[0] * j->H, 1, dtmk_attention_items, &aj);
 }
 
-/* The block's backward in attention's (dtmkb_attn_block_lse): the
- * merged output and its log-sum-exps read off ol, the operands widened
- * to f32 where they are not. */
+/* The block's backward in attention's (dtmkb_attn_block_lse, _bf16 on
+ * bf16 operands): the merged output and its log-sum-exps read off ol,
+ * the operands widened to f32 where the f32 kernel runs and they are
+ * not. */
 static inline void dtmk_ring_bwd_blocks(const DtmCtx *ctx, const struct dtmk_ring_job *j,
                                         const DtmkAttnPos *pos)
 {
 	const DtmkArgs *a = j->a;
-	int64_t B = a->in[1].shape[0], T = j->T, D = j->D, H = j->H, S = B * T * D;
-	DtmkbBuf dy = dtmkb_in(ctx, &a->in[0]), q = dtmkb_in(ctx, &a->in[1]);
-	DtmkbBuf k = dtmkb_in(ctx, &a->in[2]), v = dtmkb_in(ctx, &a->in[3]);
-	DtmkbBuf ol = dtmkb_in(ctx, &a->in[4]), out = dtmkb_out(&a->out);
-	if (dy.p && q.p && k.p && v.p && ol.p && out.p) {
+	const DtmkTensor *Q = &a->in[1], *OL = &a->in[4];
+	int64_t B = Q->shape[0], T = j->T, D = j->D, H = j->H, S = B * T * D, Wd = D + H;
+	bool bf = a->in[0].dtype == DTM_BF16 && OL->dtype == DTM_BF16 &&
+	          dtmk_attn_bf16(Q, &a->in[2], &a->in[3], D / H, D / H);
+	bool bout = bf && a->out.dtype == DTM_BF16;
+	DtmkbBuf none = {NULL, 0}, out = bout ? none : dtmkb_out(&a->out);
+	DtmkbBuf dy = bf ? none : dtmkb_in(ctx, &a->in[0]), q = bf ? none : dtmkb_in(ctx, Q);
+	DtmkbBuf k = bf ? none : dtmkb_in(ctx, &a->in[2]), v = bf ? none : dtmkb_in(ctx, &a->in[3]);
+	DtmkbBuf ol = bf ? none : dtmkb_in(ctx, OL);
+	/* the bf16 kernel's log-sum-exps as f32 [B, T, H] */
+	float *lse = bf ? malloc(sizeof(float) * (size_t)(B * T * H)) : NULL;
+	for (int64_t r = 0; lse && r < B * T; r++)
+		for (int64_t h = 0; h < H; h++)
+			lse[r * H + h] = dtmk_load(OL, r * Wd + D + h);
+	if ((bf ? lse != NULL : dy.p && q.p && k.p && v.p && ol.p) && (bout || out.p)) {
 		DtmkbAttn w = {.a = a, .dy = dy.p, .q = q.p, .k = k.p, .v = v.p, .dq = out.p,
-		               .dk = out.p + S, .dv = out.p + 2 * S, .T = T, .D = D, .H = H,
-		               .hd = D / H, .Dk = j->Dk, .h0 = j->h0, .group = j->group,
+		               .dk = out.p ? out.p + S : NULL, .dv = out.p ? out.p + 2 * S : NULL,
+		               .bout = bout ? a->out.p : NULL, .T = T, .D = D, .H = H, .hd = D / H,
+		               .Dk = j->Dk, .h0 = j->h0, .group = j->group,
 		               .scale = (float)(1.0 / sqrt((double)(D / H))), .seg = j->qseg,
-		               .y = ol.p, .lse = ol.p + D, .kseg = j->kseg, .ly = D + H,
-		               .ls_b = T * (D + H), .ls_h = 1, .ls_i = D + H, .pos = pos};
+		               .y = ol.p, .lse = ol.p ? ol.p + D : NULL, .kseg = j->kseg, .ly = Wd,
+		               .ls_b = T * Wd, .ls_h = 1, .ls_i = Wd, .pos = pos};
+		if (bf) {
+			w.bdy = a->in[0].p;
+			w.bq = Q->p;
+			w.bk = a->in[2].p;
+			w.bv = a->in[3].p;
+			w.by = OL->p;
+			w.lse = lse;
+			w.ls_b = T * H, w.ls_h = 1, w.ls_i = H;
+		}
 		dtmk_par(ctx, B * H, 1, dtmkb_attn_range, &w);
 	}
+	free(lse);
 	dtmkb_free(dy);
 	dtmkb_free(q);
 	dtmkb_free(k);

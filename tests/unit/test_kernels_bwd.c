@@ -752,9 +752,12 @@ static void test_ring_blocks(void)
 		for (int64_t step = 0; step < 3; step++)
 			ring_case(3, idx, step, 24, 2, 2, 16, 1, 6, 1, 1, DTM_F32);
 	ring_case(2, 1, 0, 24, 2, 2, 16, 0, 5, 1, 0, DTM_F32);
-	/* 16-bit operands and results (widened, rounded at the end) */
+	/* bf16 operands and results (attention's bf16 products where the CPU
+	 * has them: P and dS rounded to bf16, against the scalar item's f32) */
 	ring_case(2, 1, 0, 20, 2, 2, 16, 1, 0, 1, 1, DTM_BF16);
-	ring_case(3, 0, 2, 15, 4, 2, 32, 1, 0, 0, 0, DTM_BF16);
+	ring_case(3, 0, 2, 15, 4, 2, 32, 1, 0, 0, 0, DTM_BF16); /* every row masked */
+	ring_case(3, 2, 1, 15, 4, 2, 32, 0, 0, 0, 0, DTM_BF16);
+	ring_case(3, 2, 0, 24, 2, 2, 16, 1, 6, 1, 1, DTM_BF16);
 	CHECK(ring_rotated >= 10);
 }
 
