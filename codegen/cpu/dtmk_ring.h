@@ -355,6 +355,7 @@ static inline void dtmk_ring_run(const DtmCtx *ctx, const DtmkArgs *a, int bwd)
 	void *bufs[3] = {NULL, NULL, NULL};
 	bool rot = j.half && j.koff2 < j.koff;
 	bool tiled = (j.D / j.H) % 16 == 0;
+	struct dtmk_ring_job j0 = j; /* the operands as given: the scalar item's */
 	if (tiled && rot) {
 		tiled = dtmk_ring_rotate_keys(&j, &r, &pos, bufs);
 		j.a = &r;
@@ -381,9 +382,7 @@ static inline void dtmk_ring_run(const DtmCtx *ctx, const DtmkArgs *a, int bwd)
 			}
 		}
 	} else {
-		j.a = a;
-		dtmk_ring_setup(ctx, a, bwd, &j);
-		dtmk_par(ctx, a->in[bwd ? 1 : 0].shape[0] * j.H, 1, dtmk_ring_items, &j);
+		dtmk_par(ctx, a->in[bwd ? 1 : 0].shape[0] * j0.H, 1, dtmk_ring_items, &j0);
 	}
 	for (int i = 0; i < 3; i++)
 		free(bufs[i]);

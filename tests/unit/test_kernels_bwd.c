@@ -635,7 +635,8 @@ static DtmkTensor ring_seg(int64_t B, int64_t T, int salt)
 	return x;
 }
 
-/* out a against b (n elements of type t): rel relative, -inf alike */
+/* y against x element by element: |x - y| / (1 + |x|) within rel, infinities
+ * alike; a failure names what and counts the elements that differ. */
 static bool ring_close(const char *what, const DtmkTensor *x, const DtmkTensor *y, double rel)
 {
 	int64_t bad = 0;
