@@ -323,7 +323,11 @@ bool pass_pipeline(IrModule *m, Diag *d, const PassOptions *opt)
 		p.onstart[r + 1] += p.onstart[r] + nall;
 	/* ZB-H1 splits each micro-batch's backward into B, the work the
 	 * previous stage waits for (what leads to a value another rank reads,
-	 * or to another item's work), and W, the rest (weight gradients) */
+	 * or to another item's work), and W, the rest (weight gradients).  A
+	 * send or recv within the stage (context parallelism's ring and its
+	 * load-balancing swap) is B: the send's value is read by no node here
+	 * but by its peer's recv, which B work reads, and a pair split between
+	 * B and W leaves both ranks waiting in B for the other's W. */
 	if (kind == SCHED_ZBH1) {
 		p.wgrad = arena_alloc(a, sizeof(bool) * (size_t)nn);
 		if (!p.wgrad) {
@@ -340,7 +344,8 @@ bool pass_pipeline(IrModule *m, Diag *d, const PassOptions *opt)
 		for (int j = nn - 1; j >= 0; j--) {
 			bool bw = (p.nf[j] & NF_ITEM) && p.phase[j] == IR_PHASE_BACKWARD;
 			if (bw)
-				p.wgrad[j] = !(need[j] || p.dest[j] != 0);
+				p.wgrad[j] = !(need[j] || p.dest[j] != 0 || op[j] == IR_OP_SEND ||
+				               op[j] == IR_OP_RECV);
 			for (int k = p.opstart[j]; bw && k < p.opstart[j + 1]; k++) {
 				int o = p.opv[k];
 				if (!(p.nf[o] & NF_ITEM) || p.phase[o] != IR_PHASE_BACKWARD)

@@ -241,7 +241,8 @@ endforeach()
 #                   ZeRO stages chosen with dtmc's --train, and uneven
 #                   (torch.chunk) shards (mlp: hidden=6 over tp=4; gpt:
 #                   vocab=250 over tp=4; llama: context parallelism, cp=2,
-#                   cp=4, dp=2 x cp=2, cp=2 x tp=2; moe: expert parallelism,
+#                   cp=4, dp=2 x cp=2, cp=2 x tp=2, ring attention on
+#                   pp=2 x cp=2 under 1f1b and ZB-H1; moe: expert parallelism,
 #                   ep=2, 4, dp x ep, ep x tp, zero 3, pp x ep, skewed
 #                   routing; each against a one-device build
 #                   with the same -D); 10 steps with

@@ -144,6 +144,9 @@ cp="$cp cp:dp=1,cp=2,tp=1/context_parallel=ring cp:dp=1,cp=4,tp=1/context_parall
 cp_ring="cp:dp=1,cp=2,tp=2/context_parallel=ring"
 cp_ring="$cp_ring cp:pp=2,dp=1,cp=2,tp=1/microbatches=2/context_parallel=ring"
 cp_ring="$cp_ring cp:dp=2,cp=2,tp=1/zero=3/context_parallel=ring"
+# ... and under ZB-H1 with recompute: the backward's ring sends are B work
+# as their recvs are (they were W: both ranks of stage 1 waited in B)
+cp_ring="$cp_ring cp:pp=2,dp=1,cp=2,tp=1/microbatches=2/schedule=zb/context_parallel=ring/recompute=true"
 # llama declares cp itself (its cp: copy is the model), so the same set
 # runs on it; RoPE rotates each shard by its global positions (the ZeRO
 # and SP sets are GPT's: llama adds FSDP x TP only, for grouped-query

@@ -338,6 +338,69 @@ static void test_int_rows(void)
 	}
 }
 
+/* Sends and recvs within a stage (context parallelism's ring and its
+ * load-balancing swap, over cp) keep their order in every schedule: each
+ * rank of a stage runs the same program, so a recv must come after the
+ * send that feeds its peer's (per channel: axes, shift, mirror).  ZB-H1
+ * once put the backward's sends, which no node of their rank reads, in
+ * the W passes and their recvs in B: both ranks waited in B for the
+ * other's W.  models/llama.dtm on pp = 2 x cp = 2, ring attention. */
+static void test_stage_p2p(void)
+{
+	static const char *const scheds[] = {"gpipe", "1f1b", "zb", "interleaved(2)"};
+	static const char *const defs[] = {"layers", "4", NULL};
+	char *src = slurp("models/llama.dtm");
+	CHECK(src != NULL);
+	for (int s = 0; src && s < 4; s++) {
+		Arena a;
+		arena_init(&a);
+		Diag d;
+		diag_init(&d, stderr);
+		const char *train[] = {"microbatches=2", arena_printf(&a, "schedule=%s", scheds[s]),
+		                       "context_parallel=ring", NULL};
+		IrModule *m = test_lower_trains(&a, &d, src, "pp=2,dp=1,cp=2,tp=1", defs, train);
+		CHECK(m && pass_run_until(m, &d, NULL, "pipeline"));
+		int bad = 0, pairs = 0;
+		for (int r = 0; m && r < 2; r++) {
+			/* channels: (axes, shift, mirror), at most a few */
+			int64_t key[8];
+			int sends[8] = {0}, recvs[8] = {0}, nk = 0;
+			for (int i = 0; i < m->nnodes; i++) {
+				const IrNode *n = m->nodes[i];
+				if (ir_stage(m, n) != r || (n->op != IR_OP_SEND && n->op != IR_OP_RECV))
+					continue;
+				const IrAttrColl *c = ir_attr_coll(n);
+				if (c->axes & (1u << m->pp_axis))
+					continue;
+				int64_t k = (int64_t)c->axes << 32 | (c->shift & 0xffff) << 1 |
+				            (c->n == 2 && c->args[1] == 1);
+				int j = 0;
+				while (j < nk && key[j] != k)
+					j++;
+				if (j == nk && nk < 8)
+					key[nk++] = k;
+				if (j == 8)
+					continue;
+				if (n->op == IR_OP_SEND) {
+					sends[j]++;
+				} else if (++recvs[j] > sends[j]) {
+					if (!bad++)
+						fprintf(stderr, "%s: rank %d: recv %%%d (%s, mb %d) before "
+						        "its send\n", scheds[s], r, n->id,
+						        ir_phase(m, n) == IR_PHASE_FORWARD ? "forward" : "backward",
+						        ir_mb(m, n));
+				} else {
+					pairs++;
+				}
+			}
+		}
+		CHECK_EQ_INT(bad, 0);
+		CHECK(pairs > 0);
+		arena_free(&a);
+	}
+	free(src);
+}
+
 int main(void)
 {
 	test_int_rows();
@@ -349,6 +412,7 @@ int main(void)
 	test_auto_split();
 	test_stage_errors();
 	test_round_robin();
+	test_stage_p2p();
 	/* one micro-batch: nothing unrolled (no node has an mb), every node
 	 * is micro-batch 0's: one activation each way */
 	{
