@@ -4,6 +4,7 @@
  * plan's COLL / SEND / RECV action onto the interface of comm.h.
  */
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -670,9 +671,15 @@ int comm_run_action(Comm *c, const DtmPlan *p, const DtmAction *a, void *const *
 		snprintf(err, (size_t)errlen, "'%s' is not a communication action", label);
 		return -1;
 	}
-	if (rc)
+	if (rc) {
 		snprintf(err, (size_t)errlen, "%s (action '%s')", c->err, label);
-	return rc;
+		return rc;
+	}
+	int k = a->kind == DTM_ACT_SEND ? COMM_MOVED_SEND
+	        : a->kind == DTM_ACT_RECV ? COMM_MOVED_RECV : (int)a->coll;
+	atomic_fetch_add_explicit(&c->moved_count[k], 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&c->moved_bytes[k], in_bytes, memory_order_relaxed);
+	return 0;
 }
 
 /* ---- comm_calibrate: what `dtmc calibrate` reads ----

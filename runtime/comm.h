@@ -100,6 +100,9 @@ typedef struct CommMesh {
 	const char *names[DTM_MAX_AXES];
 } CommMesh;
 
+/* The kinds comm_run_action counts: the collectives, then sends, recvs. */
+enum { COMM_MOVED_SEND = DTM_COLL_BROADCAST + 1, COMM_MOVED_RECV, COMM_MOVED_KINDS };
+
 /* One rank's endpoint.  Backends put their state behind impl. */
 struct Comm {
 	const CommOps *ops;
@@ -116,6 +119,12 @@ struct Comm {
 	char err[COMM_ERR_LEN];
 	void *scratch;          /* staging for the *_dim helpers, grown on demand */
 	int64_t a2a_bytes;      /* bytes this rank's all_to_alls sent to others (the runtime logs and resets it) */
+	/* The plan's communication actions this rank ran (comm_run_action),
+	 * per kind (DtmCollKind's, then COMM_MOVED_SEND and _RECV): how many
+	 * and their bytes, each action's input as the plan (and so `dtmc
+	 * inspect`) counts it.  The runtime resets them each step; atomic, as
+	 * the communication thread and the compute thread both run actions. */
+	_Atomic int64_t moved_count[COMM_MOVED_KINDS], moved_bytes[COMM_MOVED_KINDS];
 	int64_t scratch_bytes;
 	void *impl;
 };

@@ -17,6 +17,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
@@ -99,7 +100,9 @@ static const char usage[] =
 	"  --device D         cpu (default) or cuda: kernels compiled by NVRTC for the\n"
 	"                     GPU found, cuBLAS, NCCL between ranks (a GPU per rank)\n"
 	"  -v                 print the plan's arenas, threads and BLAS, and per rank\n"
-	"                     an `alloc:` line of the bytes it allocated\n"
+	"                     an `alloc:` line of the bytes it allocated and, after\n"
+	"                     training (CPU), a `comm:` line: its last step's\n"
+	"                     collectives, sends and recvs per kind, with their bytes\n"
 	"  -q                 no progress or summary lines\n"
 	"  --help             this text\n";
 
@@ -455,9 +458,33 @@ static int write_profile(const char *path, const DtmPlan *p, const DtmStage *st,
 	return rc;
 }
 
+/* -v, every rank, after training on the CPU: the plan's communication
+ * actions it ran in its last training step, per kind, and their bytes
+ * (comm_run_action's counts; the tests compare them with `dtmc inspect
+ * --json`'s comm list for the rank's stage). */
+static void print_moved(const DtmPlan *p, const RtRun *r, int64_t moved[2][COMM_MOVED_KINDS])
+{
+	static const char *const names[COMM_MOVED_KINDS] = {
+		[DTM_COLL_ALL_REDUCE] = "all_reduce", [DTM_COLL_ALL_GATHER] = "all_gather",
+		[DTM_COLL_REDUCE_SCATTER] = "reduce_scatter", [DTM_COLL_ALL_TO_ALL] = "all_to_all",
+		[DTM_COLL_BROADCAST] = "broadcast", [COMM_MOVED_SEND] = "send",
+		[COMM_MOVED_RECV] = "recv",
+	};
+	char line[512];
+	int k0 = snprintf(line, sizeof line, "comm: rank %lld stage %d", (long long)r->rank,
+			  p->stage);
+	for (int k = 0; k < COMM_MOVED_KINDS && k0 < (int)sizeof line; k++)
+		k0 += snprintf(line + k0, sizeof line - (size_t)k0, " %s %lld %lld", names[k],
+			       (long long)moved[0][k], (long long)moved[1][k]);
+	fprintf(stderr, "%s\n", line);
+}
+
 static int train(const DtmPlan *p, Opts *o, const Sources *src, RtRun *r, RtLog *log, char *emsg)
 {
 	char err[RT_ERR_LEN];
+	/* the last training step's communication (print_moved) */
+	int64_t moved[2][COMM_MOVED_KINDS] = {{0}};
+	int moved_steps = 0;
 	RtCkptMeta meta = { .seed = (uint64_t)o->seed };
 	const DtmTokenShards *tdata = src->have_train ? &src->train : NULL;
 	const DtmTokenShards *vdata = src->have_val ? &src->val : NULL;
@@ -587,14 +614,24 @@ static int train(const DtmPlan *p, Opts *o, const Sources *src, RtRun *r, RtLog 
 		}
 		if (moe)
 			memset(moe, 0, (size_t)nmoe * sizeof *moe);
-		if (r->comm)
+		if (r->comm) {
 			r->comm->a2a_bytes = 0;
+			for (int k = 0; k < COMM_MOVED_KINDS; k++) {
+				atomic_store(&r->comm->moved_count[k], 0);
+				atomic_store(&r->comm->moved_bytes[k], 0);
+			}
+		}
 		if (rt_run_actions(r, false) || rt_read_scalar(r, p->loss, &loss) ||
 		    (p->grad_norm >= 0 && rt_read_scalar(r, p->grad_norm, &gn))) {
 			rt_errf(emsg, "%s", r->err);
 			status = 1;
 			break;
 		}
+		for (int k = 0; r->comm && k < COMM_MOVED_KINDS; k++) {
+			moved[0][k] = atomic_load(&r->comm->moved_count[k]);
+			moved[1][k] = atomic_load(&r->comm->moved_bytes[k]);
+		}
+		moved_steps++;
 		int64_t a2a = r->comm ? r->comm->a2a_bytes : -1;
 		if (moe && r->comm &&
 		    comm_all_reduce(r->comm, (1u << p->mesh_naxes) - 1, moe, moe + nmoe, nmoe, DTM_F32,
@@ -666,6 +703,8 @@ static int train(const DtmPlan *p, Opts *o, const Sources *src, RtRun *r, RtLog 
 		}
 	}
 	r->act_s = NULL;
+	if (!status && o->verbose && r->comm && !r->dev && moved_steps > 0)
+		print_moved(p, r, moved);
 	if (!status && profile && write_profile(o->profile_actions, p, pst, act_s, act_steps, err)) {
 		rt_errf(emsg, "%s", err);
 		status = 1;

@@ -250,7 +250,8 @@ endforeach()
 #                   and the final weights gathered from the per-rank
 #                   checkpoints equal (tests/e2e/ckcompare.py), and every
 #                   rank allocates the memory `dtmc inspect --json` reports
-#                   for its stage (tests/e2e/inspect_alloc.py).  With the
+#                   for its stage and runs its communication (each kind's
+#                   count and bytes; tests/e2e/inspect_alloc.py).  With the
 #                   mpi backend built and mpirun found, a subset also runs
 #                   under mpirun and must give the local backend's losses.
 #                   Needs /usr/bin/python3 with numpy.

@@ -12,8 +12,10 @@
 #      of each tensor's max |value|; replicas must agree with each other);
 #   3. what every rank allocates (the binary's -v `alloc:` lines) is the
 #      memory `dtmc inspect --json` reports for its stage: the arenas byte
-#      for byte, so their sum, inspect's peak, and the overlap staging
-#      (tests/e2e/inspect_alloc.py).
+#      for byte, so their sum, inspect's peak, and the overlap staging; and
+#      the collectives, sends and recvs each rank ran in its last step
+#      (the `comm:` lines: count and bytes per kind) are inspect's comm
+#      list for its stage (tests/e2e/inspect_alloc.py).
 # With MPIRUN, a subset also runs as processes (`mpirun -np N ./NAME
 # --backend mpi`): its losses must equal the local backend's to 1e-6 (the
 # script says when they are bitwise equal) and its checkpoint the same
