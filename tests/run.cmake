@@ -246,7 +246,8 @@ endforeach()
 #                   ep=2, 4, dp x ep, ep x tp, zero 3, pp x ep, skewed
 #                   routing; each against a one-device build
 #                   with the same -D); 10 steps with
-#                   one seed: per-step losses and grad norms equal to 1e-5,
+#                   one seed: per-step losses and grad norms equal to 1e-5
+#                   (and the held-out losses of --eval-every 5),
 #                   and the final weights gathered from the per-rank
 #                   checkpoints equal (tests/e2e/ckcompare.py), and every
 #                   rank allocates the memory `dtmc inspect --json` reports

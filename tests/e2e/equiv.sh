@@ -6,7 +6,8 @@
 # below, trains 10 steps with the same seed on the runtime (ranks as
 # threads), and checks:
 #   1. each step's loss and global grad norm equal the one-device ones to
-#      1e-5 relative;
+#      1e-5 relative, and so do the held-out losses of --eval-every 5 (a
+#      forward-only pass on every layout: the eval path);
 #   2. the final checkpoint, gathered from the per-rank shards, equals the
 #      one-device weights and optimizer state (tests/e2e/ckcompare.py: 1e-5
 #      of each tensor's max |value|; replicas must agree with each other);
@@ -33,7 +34,7 @@ src=models/$model.dtm
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/dtm_equiv_${model}_XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL ($model): $*" >&2; exit 1; }
-steps=10 seed=0
+steps=10 seed=0 eval_every=5
 
 # A layout is [def:NAME=VALUE[+NAME=VALUE...]:][hsdp:|rr:]MESH[/KEY=VALUE...]:
 # -D overrides of the model's constants, the --mesh, then --train
@@ -313,7 +314,8 @@ build() {
 train() {
 	local name=$1 what=$2
 	shift 2
-	"$tmp/$name" --steps $steps --seed $seed --log "$tmp/$name.jsonl" -q -v "$@" \
+	"$tmp/$name" --steps $steps --seed $seed --eval-every $eval_every --log "$tmp/$name.jsonl" \
+		-q -v "$@" \
 		2>"$tmp/$name.err" || { cat "$tmp/$name.err" >&2; fail "$what: training failed"; }
 	"$py" "$here/inspect_alloc.py" "$tmp/$name.inspect.json" "$tmp/$name.err" ||
 		fail "$what: the ranks' allocations differ from dtmc inspect's memory"
@@ -346,6 +348,19 @@ cmp_losses() {
 		      printf "%s: max rel diff: loss %.3g, grad_norm %.3g (%s)\n", what, worst, gworst, lim
 		      exit bad }' ||
 		fail "$4: losses differ"
+}
+
+# cmp_evals REF GOT TOL WHAT: the --eval-every losses, steps/eval_every of
+# them, each within TOL relative of the reference's
+cmp_evals() {
+	local ev='s/.*"step":\([0-9]*\),"eval_loss":\([^,}]*\).*/\1 \2/p' want=$((steps / eval_every))
+	[ "$(sed -n "$ev" "$1" | wc -l)" -eq $want ] || fail "$4: the reference log has no $want eval losses"
+	[ "$(sed -n "$ev" "$2" | wc -l)" -eq $want ] || fail "$4: the log has no $want eval losses"
+	paste <(sed -n "$ev" "$1") <(sed -n "$ev" "$2") | awk -v tol="$3" -v what="$4" '
+		{ d = $2 - $4; if (d < 0) d = -d; s = $2 < 0 ? -$2 : $2; r = s > 0 ? d / s : d
+		  if ($1 != $3 || !(r <= tol)) {
+		      printf "%s: eval at step %s: %s vs %s (rel %.3g)\n", what, $1, $2, $4, r; bad = 1 } }
+		END { exit bad }' || fail "$4: eval losses differ"
 }
 
 # The one-device references: one per def: prefix and precision ("refs"
@@ -388,6 +403,8 @@ for mesh in $layouts; do
 	name=$(layout_name "$mesh") ref=$(layout_ref "$mesh")
 	train "$name" "$mesh" --save "$tmp/$name.ck"
 	cmp_losses "$tmp/$ref.jsonl" "$tmp/$name.jsonl" "$(loss_tols "$mesh")" "$model $mesh (local)"
+	tols=$(loss_tols "$mesh")
+	cmp_evals "$tmp/$ref.jsonl" "$tmp/$name.jsonl" "${tols%% *}" "$model $mesh (local)"
 	# shellcheck disable=SC2046  # ck_opts: several words
 	"$py" "$here/ckcompare.py" "$tmp/$ref.ck/step_$(printf %06d $steps)" \
 		"$tmp/$name.ck/step_$(printf %06d $steps)" $(ck_opts "$mesh") ||
