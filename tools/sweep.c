@@ -64,7 +64,9 @@ const char sweep_help[] =
         "against step time.  The candidates: every factorization of N over the\n"
         "model's mesh axes; ZeRO stage 0-3 (when its axes have more than one rank);\n"
         "micro-batch counts dividing the batch (each micro-batch still split evenly\n"
-        "over the batch's axes); with pp > 1 the schedules gpipe, 1f1b and\n"
+        "over the batch's axes, or, with uneven_shards, unevenly: float inputs at\n"
+        "any count, token ids unmicro-batched; a mesh left with no count is named\n"
+        "as not tried); with pp > 1 the schedules gpipe, 1f1b and\n"
         "interleaved(2) where valid; sequence parallelism on/off (tp > 1); the\n"
         "context_parallel mode (ulysses, ring; none when the file leaves it so)\n"
         "where the inputs' sequence is split over more than one rank and the\n"
@@ -484,6 +486,10 @@ static bool probe(SweepRun *r, const IrModule *m, Arena *a)
 				s->seq_axes |= 1u << p->axes[1][k];
 		break;
 	}
+	/* an integer input (token ids) cannot be padded: its batch must split
+	 * evenly whatever uneven_shards says */
+	for (int i = 0; i < m->nnodes; i++)
+		s->int_input |= m->nodes[i]->op == IR_OP_INPUT && m->nodes[i]->dtype == IR_I32;
 	if (m->nchooses > SWEEP_MAX_CHOOSE) {
 		fprintf(stderr, "dtmc: error: %s: %d choose() points, the sweep takes at most %d\n",
 		        r->o.file, m->nchooses, SWEEP_MAX_CHOOSE);
@@ -659,10 +665,18 @@ static bool enumerate(SweepRun *r, const IrModule *probe_m)
 		int64_t tp = s->sp_axis >= 0 ? c.mesh[s->sp_axis] : 1;
 		uint8_t cps[3];
 		int ncp = cp_modes(ft->context_parallel, fix_cp, &c, s, cps);
+		bool tried = false;
 		for (int di = 0; di < ndiv; di++) {
 			int64_t M = divs[di];
-			if (s->batch > 0 && !fix_m && (s->batch % M || (s->batch / M) % bsplit))
+			/* the batch split unevenly over its axes only where the
+			 * model allows uneven shards, and micro-batches of it
+			 * only where its inputs are all float (padded: token ids
+			 * cannot be, partition refuses them) */
+			bool uneven_ok = ft->uneven_shards && (!s->int_input || M == 1);
+			if (s->batch > 0 && !fix_m &&
+			    (s->batch % M || (!uneven_ok && (s->batch / M) % bsplit)))
 				continue;
+			tried = true;
 			c.micro = (int)M;
 			int scheds[3] = { 0 }, nsched = 0;
 			bool same_1f1b = false; /* right after gpipe, runs what it runs */
@@ -709,6 +723,14 @@ static bool enumerate(SweepRun *r, const IrModule *probe_m)
 					add_members(&e, c, &ranges);
 				}
 			}
+		}
+		if (!tried) {
+			if (r->nuntried < SWEEP_MAX_UNTRIED) {
+				sweep_mesh_text(r, &c, r->untried[r->nuntried],
+				                sizeof r->untried[0]);
+				r->untried_ranks[r->nuntried] = bsplit;
+			}
+			r->nuntried++;
 		}
 	}
 	free(facs);

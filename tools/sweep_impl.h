@@ -68,6 +68,8 @@ typedef struct SweepOpts {
 	LowerOptions lower; /* -D and --train given by the user */
 } SweepOpts;
 
+#define SWEEP_MAX_UNTRIED 4
+
 /* What the sweep varies, read from the model lowered once. */
 typedef struct SweepSpace {
 	const char *model;
@@ -78,6 +80,7 @@ typedef struct SweepSpace {
 	uint32_t zero_axes;  /* mesh axes ZeRO splits over */
 	uint32_t batch_axes; /* axes splitting the batch (the first input's dim 0) */
 	int64_t batch;       /* global batch (0: no input) */
+	bool int_input;      /* an integer input (never padded to split evenly) */
 	int64_t tokens_per_sample;
 	/* axes splitting the sequence (the first input's dim 1), where the
 	 * model has attention: context_parallel is swept where they have more
@@ -113,6 +116,13 @@ typedef struct SweepRun {
 	SweepMeasured *meas; /* --measure: nmeas of them, in ranking order */
 	int nmeas;
 	double spearman; /* of predicted vs measured step times, NAN if < 2 */
+	/* Meshes not tried: no micro-batch count splits the global batch
+	 * evenly over their batch axes (the first SWEEP_MAX_UNTRIED kept,
+	 * with their batch ranks); reported so a user sees why, e.g., dp = 3
+	 * is missing from a sweep of a batch of 16. */
+	int64_t nuntried;
+	char untried[SWEEP_MAX_UNTRIED][64];
+	int64_t untried_ranks[SWEEP_MAX_UNTRIED];
 } SweepRun;
 
 /* Describes a candidate as "pp=2,dp=2,tp=2 zero=1 M=4 1f1b sp ring rc"

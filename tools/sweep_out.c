@@ -128,6 +128,14 @@ bool sweep_print_json(FILE *out, const SweepRun *r)
 	fputs(",\n  \"candidates_per_s\": ", out);
 	json_num(out, r->seconds > 0 ? (double)r->ncands / r->seconds : 0);
 	fprintf(out, ",\n  \"threads\": %d", r->threads);
+	fprintf(out, ",\n  \"untried_meshes\": %lld, \"untried\": [", (long long)r->nuntried);
+	for (int64_t k = 0; k < r->nuntried && k < SWEEP_MAX_UNTRIED; k++) {
+		fputs(k ? ", " : "", out);
+		fputs("{\"mesh\": ", out);
+		json_put_str(out, r->untried[k]);
+		fprintf(out, ", \"batch_ranks\": %lld}", (long long)r->untried_ranks[k]);
+	}
+	fputs("]", out);
 	fputs(",\n  \"ranking\": [", out);
 	int top = r->nrank < r->o.top ? r->nrank : r->o.top;
 	for (int k = 0; k < top; k++) {
@@ -298,6 +306,16 @@ bool sweep_print_text(FILE *out, const SweepRun *r)
 	        "limit\n",
 	        (long long)r->ncands, (long long)r->nok, (long long)r->nfailed,
 	        (long long)r->nover);
+	if (r->nuntried > 0) {
+		fprintf(out, "not tried: %lld mesh%s whose batch ranks do not divide the batch of "
+		        "%lld (", (long long)r->nuntried, r->nuntried == 1 ? "" : "es",
+		        (long long)r->s.batch);
+		for (int64_t k = 0; k < r->nuntried && k < SWEEP_MAX_UNTRIED; k++)
+			fprintf(out, "%s%s: %lld", k ? ", " : "", r->untried[k],
+			        (long long)r->untried_ranks[k]);
+		fprintf(out, "%s); -D a batch they divide, or --train uneven_shards=true\n",
+		        r->nuntried > SWEEP_MAX_UNTRIED ? ", ..." : "");
+	}
 	fprintf(out, "compiled and costed in %.2f s on %d thread%s: %.0f candidates/s\n",
 	        r->seconds, r->threads, r->threads == 1 ? "" : "s",
 	        r->seconds > 0 ? (double)r->ncands / r->seconds : 0.0);

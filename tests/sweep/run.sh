@@ -9,7 +9,10 @@
 #                        at 1, 2, 5 x 10^k placed by log10) and whose front
 #                        points each carry a <text> label with their
 #                        layout, no two labels overlapping; the text report
-#                        names the best layout.
+#                        names the best layout.  On 3 devices (batch 16) the
+#                        report names dp=3 as not tried (batch ranks that do
+#                        not divide the batch; "untried" in the JSON), and
+#                        with --train uneven_shards=true ranks it.
 #                        Timings are the cost model's: checked for order, never
 #                        against numbers.  tests/sweep/choose.dtm: both options
 #                        of its choose() point are swept and differ on tp = 2.
@@ -225,6 +228,28 @@ EOF
 		fail "the text report lacks the ranking or the front"
 	best=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['ranking'][0]['layout'])" "$tmp/out.json")
 	grep -qF -- "$best" "$tmp/out.txt" || fail "the text report does not show '$best'"
+	# 3 devices on a batch of 16: dp = 3 is not tried, and the report says
+	# so (it said nothing, leaving only tp = 3's failures); with uneven
+	# shards allowed it is tried and ranked
+	"$dtmc" sweep models/mlp.dtm --devices 3 > "$tmp/u.txt" 2>&1 || fail "sweep --devices 3 exited $?"
+	grep -qF "not tried: 1 mesh whose batch ranks do not divide the batch of 16 (dp=3,tp=1: 3)" \
+		"$tmp/u.txt" || { cat "$tmp/u.txt" >&2; fail "the report does not say dp=3 was not tried"; }
+	"$dtmc" sweep models/mlp.dtm --devices 3 --json > "$tmp/u.json" || fail "sweep --json exited $?"
+	python3 - "$tmp/u.json" <<'EOF' || fail "the JSON's untried meshes"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["untried_meshes"] == 1 and d["untried"] == [{"mesh": "dp=3,tp=1", "batch_ranks": 3}], d["untried"]
+assert not any(c["mesh"]["dp"] == 3 for c in d["ranking"] + d["dropped"])
+EOF
+	"$dtmc" sweep models/mlp.dtm --devices 3 --train uneven_shards=true --json --top 1000 \
+		> "$tmp/u2.json" 2>/dev/null || fail "sweep --train uneven_shards=true exited $?"
+	python3 - "$tmp/u2.json" <<'EOF' || fail "uneven shards: dp = 3 not ranked"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["untried_meshes"] == 0, d["untried"]
+assert any(c["mesh"]["dp"] == 3 for c in d["ranking"]), [c["layout"] for c in d["ranking"]]
+EOF
+	echo "untried ok: dp=3 on a batch of 16 reported, and ranked with uneven shards"
 	;;
 cp)
 	"$dtmc" sweep models/llama.dtm --devices 4 --json --top 100000 -q > "$tmp/cp.json" ||
