@@ -675,11 +675,19 @@ int comm_run_action(Comm *c, const DtmPlan *p, const DtmAction *a, void *const *
 		snprintf(err, (size_t)errlen, "%s (action '%s')", c->err, label);
 		return rc;
 	}
-	int k = a->kind == DTM_ACT_SEND ? COMM_MOVED_SEND
-	        : a->kind == DTM_ACT_RECV ? COMM_MOVED_RECV : (int)a->coll;
-	atomic_fetch_add_explicit(&c->moved_count[k], 1, memory_order_relaxed);
-	atomic_fetch_add_explicit(&c->moved_bytes[k], in_bytes, memory_order_relaxed);
+	comm_count_moved(c, a, in_bytes);
 	return 0;
+}
+
+void comm_count_moved(Comm *c, const DtmAction *a, int64_t bytes)
+{
+	int k = a->kind == DTM_ACT_SEND   ? COMM_MOVED_SEND
+	        : a->kind == DTM_ACT_RECV ? COMM_MOVED_RECV
+	                                  : (int)a->coll;
+	if (k < 0 || k >= COMM_MOVED_KINDS)
+		return;
+	atomic_fetch_add_explicit(&c->moved_count[k], 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&c->moved_bytes[k], bytes, memory_order_relaxed);
 }
 
 /* ---- comm_calibrate: what `dtmc calibrate` reads ----

@@ -119,7 +119,7 @@ struct Comm {
 	char err[COMM_ERR_LEN];
 	void *scratch;          /* staging for the *_dim helpers, grown on demand */
 	int64_t a2a_bytes;      /* bytes this rank's all_to_alls sent to others (the runtime logs and resets it) */
-	/* The plan's communication actions this rank ran (comm_run_action),
+	/* The plan's communication actions this rank ran (comm_count_moved),
 	 * per kind (DtmCollKind's, then COMM_MOVED_SEND and _RECV): how many
 	 * and their bytes, each action's input as the plan (and so `dtmc
 	 * inspect`) counts it.  The runtime resets them each step; atomic, as
@@ -236,6 +236,10 @@ int comm_all_to_all_dim(Comm *c, uint32_t axes, const void *in, void *out,
  * in comm.c above this function.  err gets the message on failure. */
 int comm_run_action(Comm *c, const DtmPlan *p, const DtmAction *a, void *const *ptr,
 		    char *err, int errlen);
+/* Counts action a, moving bytes, in c's moved_count/moved_bytes: what
+ * comm_run_action does for each action it ran, and the cuda device for each
+ * it hands NCCL. */
+void comm_count_moved(Comm *c, const DtmAction *a, int64_t bytes);
 
 /* ---- shared by the backends (comm.c) ---- */
 

@@ -581,6 +581,8 @@ static int run_coll(RtRun *r, CudaDev *d, const DtmAction *a, cudaStream_t s)
 	int g = comm_group(&d->mesh, r->comm->rank, a->axes).index;
 	if (!nc)
 		return rt_errf(err, "'%s': no NCCL communicator for its axes %u", label, a->axes);
+	/* what -v's comm: line reports (a failure below fails the step) */
+	comm_count_moved(r->comm, a, in_bytes);
 	ncclDataType_t nt = nccl_type(t);
 	if (a->kind == DTM_ACT_SEND)
 		return NCCL_CHECK(err, nc, ncclSend(in, (size_t)in_bytes, ncclUint8,

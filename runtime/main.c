@@ -101,7 +101,7 @@ static const char usage[] =
 	"                     GPU found, cuBLAS, NCCL between ranks (a GPU per rank)\n"
 	"  -v                 print the plan's arenas, threads and BLAS, and per rank\n"
 	"                     an `alloc:` line of the bytes it allocated and, after\n"
-	"                     training (CPU), a `comm:` line: its last step's\n"
+	"                     training, a `comm:` line: its last step's\n"
 	"                     collectives, sends and recvs per kind, with their bytes\n"
 	"  -q                 no progress or summary lines\n"
 	"  --help             this text\n";
@@ -458,10 +458,10 @@ static int write_profile(const char *path, const DtmPlan *p, const DtmStage *st,
 	return rc;
 }
 
-/* -v, every rank, after training on the CPU: the plan's communication
- * actions it ran in its last training step, per kind, and their bytes
- * (comm_run_action's counts; the tests compare them with `dtmc inspect
- * --json`'s comm list for the rank's stage). */
+/* -v, every rank, after training: the plan's communication actions it ran
+ * in its last training step, per kind, and their bytes (comm_count_moved's
+ * counts, on the CPU backends and NCCL alike; the tests compare them with
+ * `dtmc inspect --json`'s comm list for the rank's stage). */
 static void print_moved(const DtmPlan *p, const RtRun *r, int64_t moved[2][COMM_MOVED_KINDS])
 {
 	static const char *const names[COMM_MOVED_KINDS] = {
@@ -703,7 +703,7 @@ static int train(const DtmPlan *p, Opts *o, const Sources *src, RtRun *r, RtLog 
 		}
 	}
 	r->act_s = NULL;
-	if (!status && o->verbose && r->comm && !r->dev && moved_steps > 0)
+	if (!status && o->verbose && r->comm && moved_steps > 0)
 		print_moved(p, r, moved);
 	if (!status && profile && write_profile(o->profile_actions, p, pst, act_s, act_steps, err)) {
 		rt_errf(emsg, "%s", err);

@@ -8,6 +8,8 @@
 # trains, with streams run in both extreme orders the events allow
 # (DTM_MOCK_ORDER compute|comm):
 #   one rank; DP x TP (dp=2, tp=2, 4 ranks as threads); ZeRO-3 over dp=4;
+#   (each multi-rank run's collectives, sends and recvs per kind, counted
+#   where they are handed to NCCL and printed by -v, are inspect's);
 #   DP x TP in bf16 (losses within 1e-2); GPT with sequence parallelism and
 #   as a 2-stage pipeline (send/recv);
 #   --eval-every; --check-numerics; --save then --resume;
@@ -47,6 +49,8 @@ build() {
 	"$dtmc" build "models/$model.dtm" -o "$tmp/$name" --mesh "$mesh" --keep-c \
 		"${cuda_flag[@]}" "$@" \
 		2>"$tmp/$name.build.txt" || { cat "$tmp/$name.build.txt" >&2; fail "dtmc build $name"; }
+	"$dtmc" inspect "models/$model.dtm" --json --mesh "$mesh" "$@" >"$tmp/$name.inspect.json" \
+		2>"$tmp/$name.build.txt" || { cat "$tmp/$name.build.txt" >&2; fail "dtmc inspect $name"; }
 	${CC:-cc} -O2 -std=c11 -D_POSIX_C_SOURCE=200809L -I. -o "$tmp/$name.mock" \
 		-x c "$tmp/$name.dtm.c" -x none -Wl,--wrap=dtm_main -Wl,-u,rt_cuda_probe \
 		-Wl,-u,rt_cuda_attach "$cudalib" "$mock" "$kernlib" "$rtlib" "$supportlib" $blas -lpthread -lm \
@@ -60,11 +64,17 @@ run() {
 	"$tmp/$name" --steps "$steps" -q --log "$tmp/$name.cpu.jsonl" "$@" ||
 		fail "$name: the CPU run"
 	for order in compute comm; do
-		DTM_MOCK_ORDER=$order "$tmp/$name.mock" --device cuda --steps "$steps" -q \
+		DTM_MOCK_ORDER=$order "$tmp/$name.mock" --device cuda --steps "$steps" -q -v \
 			--log "$tmp/$name.$order.jsonl" "$@" 2>"$tmp/$name.$order.txt" ||
 			{ cat "$tmp/$name.$order.txt" >&2; fail "$name: --device cuda ($order first)"; }
 		same "$tmp/$name.cpu.jsonl" "$tmp/$name.$order.jsonl" "$steps" ||
 			fail "$name: CUDA ($order first) differs from the CPU"
+		# what each rank handed NCCL in its last step: inspect's communication
+		if [ "$name" != one ]; then
+			python3 tests/e2e/inspect_alloc.py --comm-only "$tmp/$name.inspect.json" \
+				"$tmp/$name.$order.txt" >/dev/null ||
+				fail "$name: the ranks' collectives differ from dtmc inspect's"
+		fi
 	done
 	echo "$name: $steps steps on (mock) CUDA equal the CPU's, both stream orders"
 }
