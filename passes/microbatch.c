@@ -175,15 +175,23 @@ bool pass_microbatch_check(const IrModule *m, Diag *d)
 			} else if (!uneven_rows_ok(m, n, M)) {
 				/* uneven float rows are padded with zeros and masked
 				 * (passes/partition.c); token ids have no such padding */
-				char msg[320];
+				char msg[320], fix[128];
 				int64_t G = dim0_parts(m, n), rows = n->shape[0] / M;
+				/* the batch itself uneven over the ranks (uneven_shards):
+				 * no count but 1 splits evenly */
+				if (n->shape[0] % G)
+					snprintf(fix, sizeof fix, "the batch of %lld does not split "
+					         "evenly over them either: use microbatches 1, or a batch "
+					         "%lld divides", (long long)n->shape[0], (long long)G);
+				else
+					snprintf(fix, sizeof fix, "use a micro-batch count that divides "
+					         "%lld / %lld = %lld", (long long)n->shape[0], (long long)G,
+					         (long long)(n->shape[0] / G));
 				snprintf(msg, sizeof msg, "input %s: a micro-batch has %lld row%s, which "
 				         "do%s not split evenly over the %lld ranks of its batch dim "
-				         "(integer inputs cannot be padded); use a micro-batch count that "
-				         "divides %lld / %lld = %lld",
+				         "(integer inputs cannot be padded); %s",
 				         n->name ? n->name : "?", (long long)rows, rows == 1 ? "" : "s",
-				         rows == 1 ? "es" : "", (long long)G, (long long)n->shape[0],
-				         (long long)G, (long long)(n->shape[0] / G));
+				         rows == 1 ? "es" : "", (long long)G, fix);
 				ok = refuse(m, d, n, msg);
 			}
 		}

@@ -336,6 +336,25 @@ static void test_int_rows(void)
 		capture_free(&c);
 		arena_free(&a);
 	}
+	/* a batch of 4 on dp = 3 (uneven shards): no count but 1 splits the
+	 * rows evenly, which the message says (it offered "4 / 3 = 1") */
+	Arena a;
+	arena_init(&a);
+	TestCapture c;
+	Diag d;
+	diag_init(&d, capture_open(&c));
+	const char *const train[] = {"uneven_shards=true", "microbatches=2", NULL};
+	IrModule *m = test_lower_trains(&a, &d, tok, "dp=3", NULL, train);
+	CHECK(!(m && pass_run_until(m, &d, NULL, NULL)));
+	const char *buf = capture_text(&c);
+	CHECK(strstr(buf, "a micro-batch has 2 rows, which do not split evenly over the 3 ranks "
+	                  "of its batch dim (integer inputs cannot be padded); the batch of 4 "
+	                  "does not split evenly over them either: use microbatches 1, or a "
+	                  "batch 3 divides"));
+	if (!strstr(buf, "use microbatches 1"))
+		fprintf(stderr, "%s", buf);
+	capture_free(&c);
+	arena_free(&a);
 }
 
 /* Sends and recvs within a stage (context parallelism's ring and its
