@@ -52,6 +52,7 @@
 #include "passes/pipeline_impl.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 
 int pipeline_axis(const IrModule *m)
 {
@@ -65,6 +66,57 @@ bool pl_oom(Pl *p)
 		diag_error(p->d, (SrcLoc){0}, "pipeline: out of memory");
 	p->failed = true;
 	return false;
+}
+
+/* Each rank of a stage runs the same program, so a send or recv within the
+ * stage (over axes other than pp: context parallelism's ring and swap)
+ * pairs with the same node on its peer, and a recv must come after the
+ * send its peer makes for it: per stage and channel (axes, shift, mirror),
+ * at every recv the sends so far outnumber the recvs before it.  A
+ * schedule that breaks this hangs every rank of the stage (ZB-H1 once
+ * split such pairs between B and W); here it is a compiler error. */
+bool pipeline_check_p2p(const IrModule *m, Diag *d, int P, int ax)
+{
+	enum { CH = 8 };
+	int64_t key[CH];
+	int nk = 0;
+	int *cnt = calloc((size_t)P * CH * 2, sizeof *cnt); /* [stage][channel][send, recv] */
+	if (!cnt) {
+		diag_error(d, (SrcLoc){0}, "pipeline: out of memory");
+		return false;
+	}
+	bool ok = true;
+	for (int i = 0; ok && i < m->nnodes; i++) {
+		const IrNode *n = m->nodes[i];
+		int r = ir_stage(m, n);
+		if ((n->op != IR_OP_SEND && n->op != IR_OP_RECV) || r < 0 || r >= P)
+			continue;
+		const IrAttrColl *c = ir_attr_coll(n);
+		if (c->axes & (1u << ax))
+			continue;
+		int64_t k = (int64_t)c->axes << 32 | (c->shift & 0xffff) << 1 |
+		            (c->n == 2 && c->args[1] == 1);
+		int j = 0;
+		while (j < nk && key[j] != k)
+			j++;
+		if (j == CH)
+			continue; /* more channels than any partition makes */
+		if (j == nk)
+			key[nk++] = k;
+		int *s = &cnt[((size_t)r * CH + (size_t)j) * 2];
+		if (n->op == IR_OP_SEND) {
+			s[0]++;
+		} else if (++s[1] > s[0]) {
+			diag_error(d, n->loc, "pipeline: internal error: on stage %d, recv %%%d "
+			           "(micro-batch %d, %s) comes before the send its peer makes for it: "
+			           "every rank of the stage would wait there; please report it", r,
+			           n->id, ir_mb(m, n),
+			           ir_phase(m, n) == IR_PHASE_FORWARD ? "forward" : "backward");
+			ok = false;
+		}
+	}
+	free(cnt);
+	return ok;
 }
 
 bool pass_pipeline(IrModule *m, Diag *d, const PassOptions *opt)
@@ -398,6 +450,7 @@ bool pass_pipeline(IrModule *m, Diag *d, const PassOptions *opt)
 		ir_module_take_nodes(m, out);
 		m->loss = loss_out;
 		m->nchooses = 0;
+		ok = pipeline_check_p2p(m, d, P, ax);
 		if (opt && opt->verbose)
 			for (int r = 0; r < P; r++)
 				fprintf(stderr, "dtmc: pipeline: pp rank %d runs %d nodes (%s, %d "

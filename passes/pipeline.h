@@ -17,4 +17,10 @@ bool pass_pipeline(IrModule *m, Diag *d, const PassOptions *opt);
  * member, else -1. */
 int pipeline_axis(const IrModule *m);
 
+/* After the pass (every node's stage its pp rank, P of them, ax the pp
+ * axis): false, with an internal error at the node, where a rank's recv
+ * within its stage comes before the send its peer makes for it (a
+ * schedule that would hang). */
+bool pipeline_check_p2p(const IrModule *m, Diag *d, int P, int ax);
+
 #endif

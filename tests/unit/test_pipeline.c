@@ -415,6 +415,29 @@ static void test_stage_p2p(void)
 		}
 		CHECK_EQ_INT(bad, 0);
 		CHECK(pairs > 0);
+		/* the pass's own check (pipeline_check_p2p) passes it, and fails
+		 * it with a send moved after its recv */
+		if (m && s == 2) {
+			int pp = m->pp_axis;
+			CHECK(pipeline_check_p2p(m, &d, 2, pp));
+			int i = 0;
+			while (i + 1 < m->nnodes &&
+			       !(m->nodes[i]->op == IR_OP_SEND && m->nodes[i + 1]->op == IR_OP_RECV &&
+			         !(ir_attr_coll(m->nodes[i])->axes & (1u << pp))))
+				i++;
+			CHECK(i + 1 < m->nnodes);
+			if (i + 1 < m->nnodes) {
+				IrNode *t = m->nodes[i];
+				m->nodes[i] = m->nodes[i + 1];
+				m->nodes[i + 1] = t;
+				TestCapture cap;
+				Diag d2;
+				diag_init(&d2, capture_open(&cap));
+				CHECK(!pipeline_check_p2p(m, &d2, 2, pp));
+				CHECK(strstr(capture_text(&cap), "comes before the send its peer makes"));
+				capture_free(&cap);
+			}
+		}
 		arena_free(&a);
 	}
 	free(src);
