@@ -24,10 +24,13 @@ static inline bool pl_is_leaf_op(IrOp op)
 	       op == IR_OP_LOSS_SCALE;
 }
 
-/* Cheap enough to recompute on every rank that reads it. */
+/* Cheap enough to recompute on every rank that reads it (of leaves only:
+ * concat is ZeRO-3's coalesced unit, gathered whole, whose params another
+ * stage may read too, as GPT's tied embedding on the head's stage). */
 static inline bool pl_is_view_op(IrOp op)
 {
-	return op == IR_OP_RESHAPE || op == IR_OP_SLICE || op == IR_OP_PERMUTE || op == IR_OP_CAST;
+	return op == IR_OP_RESHAPE || op == IR_OP_SLICE || op == IR_OP_PERMUTE || op == IR_OP_CAST ||
+	       op == IR_OP_CONCAT;
 }
 
 /* Where the schedule was chosen, else the micro-batch count: what the

@@ -357,6 +357,40 @@ static void test_int_rows(void)
 	arena_free(&a);
 }
 
+/* ZeRO-3 gathers a unit's params as one coalesced all_gather (a concat of
+ * the shards); GPT's embedding unit (wte, wpe) is stage 0's, but the head
+ * on the last chunk reads the tied wte too.  The concat was not a view,
+ * so the gathered unit lived on stage 0 and went to the head's rank by a
+ * send placed where the interleaved schedule deadlocked (pp = 4 x dp = 2,
+ * 2 layers over 8 chunks: "internal error: the stage programs deadlock");
+ * now each rank that reads it gathers its own. */
+static void test_tied_zero3_interleaved(void)
+{
+	static const char *const train[] = {"zero=3", "microbatches=4", "schedule=interleaved(2)",
+	                                    NULL};
+	char *src = slurp("models/gpt.dtm");
+	CHECK(src != NULL);
+	Arena a;
+	arena_init(&a);
+	Diag d;
+	diag_init(&d, stderr);
+	IrModule *m = src ? test_lower_trains(&a, &d, src, "pp=4,dp=2,tp=1", NULL, train) : NULL;
+	CHECK(m && pass_run_until(m, &d, NULL, "pipeline"));
+	/* the head's rank gathers the unit itself: an all_gather over dp on
+	 * more than stage 0 */
+	int gathers[4] = {0};
+	for (int i = 0; m && i < m->nnodes; i++) {
+		const IrNode *n = m->nodes[i];
+		int r = ir_stage(m, n);
+		if (n->op == IR_OP_ALL_GATHER && r >= 0 && r < 4)
+			gathers[r]++;
+	}
+	CHECK(gathers[0] > 0);
+	CHECK(gathers[1] + gathers[2] + gathers[3] > 0);
+	arena_free(&a);
+	free(src);
+}
+
 /* Sends and recvs within a stage (context parallelism's ring and its
  * load-balancing swap, over cp) keep their order in every schedule: each
  * rank of a stage runs the same program, so a recv must come after the
@@ -455,6 +489,7 @@ int main(void)
 	test_stage_errors();
 	test_round_robin();
 	test_stage_p2p();
+	test_tied_zero3_interleaved();
 	/* one micro-batch: nothing unrolled (no node has an mb), every node
 	 * is micro-batch 0's: one activation each way */
 	{
