@@ -95,6 +95,10 @@ pp="$pp pp=4,dp=1,tp=1/microbatches=8/schedule=interleaved(2)"
 pp="$pp pp=2,dp=2,tp=2/microbatches=2/zero=3 pp=2,dp=2,tp=2/microbatches=2/zero=0"
 pp="$pp pp=2,dp=1,tp=1/microbatches=4/schedule=zb pp=2,dp=2,tp=1/microbatches=2/schedule=zb"
 pp="$pp pp=2,dp=2,tp=1/zero=3"
+# ... and ZeRO-3 on 4 interleaved stages, 2 layers over 8 chunks: the head's
+# rank gathers the tied embedding's unit itself (it was sent from stage 0,
+# which the schedule could not place: a compile-time deadlock)
+pp="$pp pp=4,dp=2,tp=1/microbatches=4/schedule=interleaved(2)/zero=3"
 # ... and with recompute: its clones in the right work items
 pp="$pp pp=2,dp=1,tp=1/microbatches=4/schedule=1f1b/recompute=true"
 pp="$pp pp=2,dp=2,tp=2/microbatches=2/zero=3/recompute=true"
