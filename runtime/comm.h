@@ -100,7 +100,7 @@ typedef struct CommMesh {
 	const char *names[DTM_MAX_AXES];
 } CommMesh;
 
-/* The kinds comm_run_action counts: the collectives, then sends, recvs. */
+/* The kinds comm_count_moved counts: the collectives, then sends, recvs. */
 enum { COMM_MOVED_SEND = DTM_COLL_BROADCAST + 1, COMM_MOVED_RECV, COMM_MOVED_KINDS };
 
 /* One rank's endpoint.  Backends put their state behind impl. */

@@ -486,8 +486,9 @@ static bool probe(SweepRun *r, const IrModule *m, Arena *a)
 				s->seq_axes |= 1u << p->axes[1][k];
 		break;
 	}
-	/* an integer input (token ids) cannot be padded: its batch must split
-	 * evenly whatever uneven_shards says */
+	/* an integer input (token ids) cannot be padded: its micro-batches
+	 * must split evenly whatever uneven_shards says (the whole batch at
+	 * M = 1 need not) */
 	for (int i = 0; i < m->nnodes; i++)
 		s->int_input |= m->nodes[i]->op == IR_OP_INPUT && m->nodes[i]->dtype == IR_I32;
 	if (m->nchooses > SWEEP_MAX_CHOOSE) {
