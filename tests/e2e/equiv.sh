@@ -406,8 +406,8 @@ done
 for mesh in $layouts; do
 	name=$(layout_name "$mesh") ref=$(layout_ref "$mesh")
 	train "$name" "$mesh" --save "$tmp/$name.ck"
-	cmp_losses "$tmp/$ref.jsonl" "$tmp/$name.jsonl" "$(loss_tols "$mesh")" "$model $mesh (local)"
 	tols=$(loss_tols "$mesh")
+	cmp_losses "$tmp/$ref.jsonl" "$tmp/$name.jsonl" "$tols" "$model $mesh (local)"
 	cmp_evals "$tmp/$ref.jsonl" "$tmp/$name.jsonl" "${tols%% *}" "$model $mesh (local)"
 	# shellcheck disable=SC2046  # ck_opts: several words
 	"$py" "$here/ckcompare.py" "$tmp/$ref.ck/step_$(printf %06d $steps)" \

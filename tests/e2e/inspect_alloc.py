@@ -13,7 +13,8 @@ plus gemm_staging_thread_bytes per thread.
 Communication too: with more than one rank, each prints a `comm:` line
 after training (the plan's communication actions it ran in its last
 step, per kind: how many and their bytes, as runtime/comm.c's
-comm_run_action counted them), which must equal, kind by kind, the count
+comm_count_moved counted them, on the CPU backends or where the cuda
+device hands them to NCCL), which must equal, kind by kind, the count
 and the summed `bytes` of inspect's comm list for that rank's stage.
 --comm-only checks the `comm:` lines alone (a --device cuda run, whose
 `alloc:` line is the host's).  Exit status 1 otherwise.
