@@ -290,7 +290,7 @@ static bool emit_wrapper(Emit *e, int i)
 	CgKernelAttrs ka;
 	cg_kernel_attrs(n, &ka);
 	fputs(",\n\t\t.ints = {", out);
-	for (int k = 0; k < 8; k++)
+	for (int k = 0; k < (ka.nints > 8 ? ka.nints : 8); k++) /* the 9th: ring blocks' seq */
 		fprintf(out, "%s%lld", k ? ", " : " ", (long long)ka.ints[k]);
 	fprintf(out, " },\n\t\t.nints = %d,\n\t\t.f = { ", ka.nints);
 	put_float(out, ka.f[0], false);

@@ -354,7 +354,7 @@ void cg_kernel_attrs(const IrNode *n, CgKernelAttrs *k)
 		break;
 	case IR_ATTR_AXES:
 		k->nints = a->axes.n;
-		memcpy(k->ints, a->axes.axes, sizeof k->ints);
+		memcpy(k->ints, a->axes.axes, sizeof a->axes.axes);
 		k->flag = a->axes.keepdims;
 		break;
 	case IR_ATTR_AXIS:
@@ -366,7 +366,7 @@ void cg_kernel_attrs(const IrNode *n, CgKernelAttrs *k)
 		break;
 	case IR_ATTR_PERM:
 		k->nints = a->perm.n;
-		memcpy(k->ints, a->perm.perm, sizeof k->ints);
+		memcpy(k->ints, a->perm.perm, sizeof a->perm.perm);
 		break;
 	case IR_ATTR_SLICE:
 		k->nints = 3;
@@ -386,9 +386,13 @@ void cg_kernel_attrs(const IrNode *n, CgKernelAttrs *k)
 			k->ints[4] = a->attn.ring;
 			k->ints[5] = a->attn.step;
 			k->ints[6] = a->attn.balanced;
+			if (a->attn.seq) { /* uneven blocks: keys past it are padding */
+				k->nints = 9;
+				k->ints[8] = a->attn.seq;
+			}
 		}
 		if (a->attn.lse) { /* the rows' log-sum-exps (dtmk_fwd.h, dtmk_bwd.h) */
-			k->nints = 8;
+			k->nints = k->nints > 8 ? k->nints : 8;
 			k->ints[7] = 1;
 		}
 		break;
@@ -407,7 +411,7 @@ void cg_kernel_attrs(const IrNode *n, CgKernelAttrs *k)
 		k->mesh_axes = a->coll.axes;
 		k->red = a->coll.red;
 		k->nints = a->coll.n;
-		memcpy(k->ints, a->coll.args, sizeof k->ints);
+		memcpy(k->ints, a->coll.args, sizeof a->coll.args);
 		break;
 	case IR_ATTR_OPTIM:
 		k->fx[0] = n->op == IR_OP_SGD_STEP ? a->optim.momentum : a->optim.beta1;

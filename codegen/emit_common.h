@@ -31,7 +31,7 @@ void cg_put_float(FILE *out, double v, bool f32, const char *nan, const char *in
  * scalar, eps, a dropout rate, an init's two arguments; fx: beta1 or
  * momentum, beta2, eps, weight_decay, clip; flag: keepdims, master). */
 typedef struct CgKernelAttrs {
-	int64_t ints[8];
+	int64_t ints[9]; /* DtmkArgs.ints: as many */
 	int nints;
 	double f[2], fx[6];
 	uint32_t mesh_axes;

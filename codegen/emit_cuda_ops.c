@@ -466,7 +466,7 @@ static int64_t group_size(const CudaEmit *e, uint32_t axes)
  * width, seg and kseg the args of the query and key rows' segment ids or
  * -1 (attention: the same arg).  The attributes are the C
  * kernels' (cg_kernel_attrs: ints = {heads, causal, kv_heads, window,
- * ring, step, balanced}, mesh_axes = head_axes), so both back ends read
+ * ring, step, balanced[, lse, seq]}, mesh_axes = head_axes), so both back ends read
  * the same numbers; this rank's first query head and ring blocks come
  * from its coordinates at run time. */
 static void put_attn(CudaEmit *e, const IrNode *q, const IrNode *k, int64_t Dy, int seg,
@@ -497,10 +497,14 @@ static void put_attn(CudaEmit *e, const IrNode *q, const IrNode *k, int64_t Dy, 
 	}
 	int64_t n = group_size(e, ring), step = ka.ints[5];
 	const char *bal = ka.nints > 6 && ka.ints[6] ? "true" : "false";
+	int64_t len = ka.nints > 8 ? ka.ints[8] : 0; /* attn.seq: uneven blocks */
 	cg_cu_printf(e,
 	             "dtmc_attn_ring_pos((int)ridx, %d, %d, %s), "
-	             "dtmc_attn_ring_pos((int)(((ridx - %L) %% %L + %L) %% %L), %d, %d, %s), 0};\n",
+	             "dtmc_attn_ring_pos((int)(((ridx - %L) %% %L + %L) %% %L), %d, %d, %s), 0",
 	             (int)n, (int)T, bal, step, n, n, n, (int)n, (int)T, bal);
+	if (len)
+		cg_cu_printf(e, ", %d", (int)len);
+	cg_cu_printf(e, "};\n");
 }
 
 /* attention / attn_block (q, k, v[, seg] / [, qseg, kseg]) and

@@ -56,8 +56,9 @@ typedef struct EvAttn {
 	const double *kseg; /* the keys' (seg, but for a ring block's) */
 	/* the global positions of query row 0 and key row 0 (a ring block
 	 * pair's, eval_ring.c; 0 for attention); balanced blocks (half > 0):
-	 * rows from half on start at qoff2, koff2 */
-	int64_t qoff, koff, half, qoff2, koff2;
+	 * rows from half on start at qoff2, koff2; keys at or past len (> 0:
+	 * attn.seq, an uneven block's padding) are seen by none */
+	int64_t qoff, koff, half, qoff2, koff2, len;
 } EvAttn;
 
 /* The global position of row i of a block whose first half starts at
@@ -97,7 +98,7 @@ static inline int64_t ev_attn_kv(const EvAttn *a, int64_t h)
 static inline bool ev_attn_sees(const EvAttn *a, int64_t b, int64_t i, int64_t j)
 {
 	int64_t gi = ev_attn_pos(a, i, a->qoff, a->qoff2), gj = ev_attn_pos(a, j, a->koff, a->koff2);
-	if (a->causal && gj > gi)
+	if ((a->len > 0 && gj >= a->len) || (a->causal && gj > gi))
 		return false;
 	if (a->window && (gi - gj >= a->window || gj - gi >= a->window))
 		return false;

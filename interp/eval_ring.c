@@ -11,7 +11,9 @@
 
 /* Sets a's global offsets of the rank's query block and of the key block
  * `step` places before it (T rows a block) in the group attn.ring; when
- * balanced, member g's block is chunks 2g and 2n-1-2g of T/2 rows. */
+ * balanced, member g's block is chunks 2g and 2n-1-2g of T/2 rows; with
+ * attn.seq (uneven blocks, the tail padded) the keys from it on are
+ * padding. */
 static void ring_pos(const IrEval *e, const IrAttrAttn *at, int64_t T, EvAttn *a)
 {
 	const Mesh *mesh = &e->m->mesh;
@@ -24,6 +26,7 @@ static void ring_pos(const IrEval *e, const IrAttrAttn *at, int64_t T, EvAttn *a
 	int64_t kb = ((idx - at->step) % n + n) % n;
 	a->qoff = idx * T;
 	a->koff = kb * T;
+	a->len = at->seq;
 	if (at->balanced) {
 		int64_t c = a->half = T / 2;
 		a->qoff = 2 * idx * c, a->qoff2 = (2 * n - 1 - 2 * idx) * c;

@@ -87,10 +87,11 @@ int ir_attr_words(const IrNode *n, int64_t *w)
 		w[k++] = a->attn.causal;
 		w[k++] = a->attn.kv_heads;
 		w[k++] = a->attn.window;
-		w[k++] = a->attn.head_axes;
-		w[k++] = a->attn.ring;
+		/* the two masks in one word: 10 words in all (IR_ATTR_WORDS) */
+		w[k++] = (int64_t)a->attn.head_axes | (int64_t)a->attn.ring << 32;
 		w[k++] = a->attn.step;
 		w[k++] = a->attn.balanced;
+		w[k++] = a->attn.seq;
 		w[k++] = a->attn.lse;
 		break;
 	case IR_ATTR_DROPOUT:

@@ -147,6 +147,11 @@ typedef struct IrAttrAttn {
 	/* causal load balancing (part_ring): each block of T rows is two
 	 * chunks of T/2, group member i's chunks 2i and 2N-1-2i of the 2N */
 	int64_t balanced;
+	/* ring blocks on a sequence their group does not divide (uneven,
+	 * padded shards: each block ceil(seq / N) rows, the tail's padding
+	 * last): the global length; keys at or past it are padding that no
+	 * query sees.  0 = the blocks tile the sequence */
+	int64_t seq;
 	/* pass attn_stats (passes/attn_stats.c): on attention, its result's
 	 * storage also holds each row's log-sum-exp of the scaled scores (f32,
 	 * [batch, heads, seq], after the result's numel elements: ir_attn_lse_at),
@@ -771,7 +776,8 @@ bool ir_attr_set(IrModule *m, IrNode *n, const IrAttr *a);
 /* The attributes as words, canonical (kind first, then each field; a
  * double by its bits): equal words, equal attributes.  For keys and
  * hashes (passes/propagate.c's signatures, partition_twin.c's classes).
- * Returns how many, at most IR_ATTR_WORDS. */
+ * Returns how many, at most IR_ATTR_WORDS (a collective's and attention's
+ * 10). */
 #define IR_ATTR_WORDS (2 + IR_MAX_INTS)
 int ir_attr_words(const IrNode *n, int64_t *w);
 

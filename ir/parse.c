@@ -552,7 +552,8 @@ static bool type_value(Parser *p, IrNode *n)
 
 /* key -> the field it sets; kinds = the IrAttrKinds that take it. */
 enum { F_INIT, F_VALUE, F_EPS, F_RATE, F_AXES, F_PERM, F_INTS, F_GROUP, F_KEEPDIMS, F_AXIS,
-       F_START, F_END, F_HEADS, F_CAUSAL, F_KV_HEADS, F_WINDOW, F_HEAD_AXES, F_RING, F_STEP, F_BALANCED, F_LSE, F_SALT, F_MBS, F_MB, F_BDIM, F_BINNER, F_RED,
+       F_START, F_END, F_HEADS, F_CAUSAL, F_KV_HEADS, F_WINDOW, F_HEAD_AXES, F_RING, F_STEP,
+       F_BALANCED, F_SEQ, F_LSE, F_SALT, F_MBS, F_MB, F_BDIM, F_BINNER, F_RED,
        F_ARG0, F_ARG1, F_ARG2, F_BETA1, F_MOMENTUM, F_BETA2, F_OEPS, F_WD, F_CLIP, F_NESTEROV,
        F_MASTER, F_RHEADS, F_THETA, F_INVERSE, F_RAXES,
        F_RK, F_RN, F_RCAP, F_RSTATS, F_RREPL };
@@ -583,6 +584,7 @@ static const AttrKey attr_keys[] = {
 	{"ring", K(ATTN), F_RING},
 	{"step", K(ATTN), F_STEP},
 	{"balanced", K(ATTN), F_BALANCED},
+	{"seq", K(ATTN), F_SEQ},
 	{"lse", K(ATTN), F_LSE},
 	{"salt", K(DROPOUT), F_SALT},
 	{"mbs", K(DROPOUT), F_MBS},
@@ -733,6 +735,8 @@ static bool attr_field(Parser *p, IrAttr *a, int k, int *nnamed)
 		return int_value(p, &a->attn.step, after);
 	case F_BALANCED:
 		return boolint_value(p, &a->attn.balanced);
+	case F_SEQ:
+		return int_value(p, &a->attn.seq, after);
 	case F_LSE:
 		return boolint_value(p, &a->attn.lse);
 	case F_SALT:

@@ -299,6 +299,8 @@ void ir_print_attrs(FILE *out, const IrModule *m, const IrNode *n)
 			fprintf(out, ", step = %" PRId64, a->step);
 			if (a->balanced)
 				fputs(", balanced = 1", out);
+			if (a->seq)
+				fprintf(out, ", seq = %" PRId64, a->seq);
 		}
 		if (a->lse)
 			fputs(", lse = 1", out);

@@ -453,15 +453,16 @@ static void heads_rule(const IrModule *m, const IrNode *n, const Placement *T,
 		r->at.attn.head_axes = group_axes(&r->res, ddim);
 }
 
-/* The names of the mesh axes in mask, as "cp" or "(cp, dp)". */
-static void axes_str(const Mesh *mesh, uint32_t mask, char *buf, size_t cap)
+/* The names of the mesh axes T splits dim d over, in its order, as "cp" or
+ * "(tp, cp)". */
+static void axes_str(const Mesh *mesh, const Placement *T, int d, char *buf, size_t cap)
 {
 	size_t n = 0;
 	int k = 0;
 	buf[0] = 0;
-	for (int a = 0; a < mesh->naxes && n < cap; a++)
-		if (mask & (1u << a))
-			n += (size_t)snprintf(buf + n, cap - n, "%s%s", k++ ? ", " : "", mesh->names[a]);
+	for (int j = 0; j < T->naxes[d] && n < cap; j++)
+		n += (size_t)snprintf(buf + n, cap - n, "%s%s", k++ ? ", " : "",
+		                      mesh->names[T->axes[d][j]]);
 	if (k > 1 && n + 2 < cap) {
 		memmove(buf + 1, buf, n + 1);
 		buf[0] = '(';
@@ -500,21 +501,19 @@ static bool attention_rule(const IrModule *m, const IrNode *n, const Placement *
 	if (sparts <= 1)
 		return true;
 	char axes[128];
-	axes_str(&m->mesh, seq, axes, sizeof axes);
+	axes_str(&m->mesh, T, tdim, axes, sizeof axes);
 	int k0 = lin == LIN_NONE ? 1 : 2; /* k, v: operands k0, k0 + 1; then the segment ids */
 	if (mode == IR_CP_RING) {
 		/* ring attention (partition.c, part_ring): q, k, v and the
 		 * result stay sequence-split; the local program passes K/V */
-		const char *no = !group_axes(T, tdim) ? "a sequence split over axes out of mesh order" :
-		                 n->shape[tdim] % sparts ? "a sequence not divisible by its ranks" :
-		                 NULL;
-		if (no) {
+		if (!group_axes(T, tdim)) {
 			r->user = true;
 			snprintf(why, cap,
-			         "context_parallel ring: ring attention does not support %s yet; the "
-			         "sequence of attention's inputs is split over %s (use context_parallel "
-			         "ulysses, or leave the sequence whole)",
-			         no, axes);
+			         "context_parallel ring: ring attention does not support a sequence "
+			         "split over axes out of mesh order yet; the sequence of attention's "
+			         "inputs is split over %s (use context_parallel ulysses, or leave the "
+			         "sequence whole)",
+			         axes);
 			return false;
 		}
 		Placement *R = &r->res;
@@ -529,6 +528,10 @@ static bool attention_rule(const IrModule *m, const IrNode *n, const Placement *
 		/* causal: rank i's block would see i + 1 of the N key blocks;
 		 * two chunks i, 2N-1-i each see N (part_ring's ring_balance) */
 		r->at.attn.balanced = ir_attr_attn(n)->causal && n->shape[tdim] % (2 * sparts) == 0;
+		/* a sequence its ranks do not divide: padded blocks of
+		 * ceil(T / N) rows (partition.c's uneven shards), whose keys
+		 * past T the block ops leave out; unbalanced */
+		r->at.attn.seq = n->shape[tdim] % sparts ? n->shape[tdim] : 0;
 		return true;
 	}
 	int nax = r->res.naxes[ddim] + T->naxes[tdim];

@@ -48,7 +48,7 @@ typedef struct DtmkArgs {
 	int nin;
 	DtmkTensor in[DTMK_MAX_IN];
 	DtmkTensor out;
-	int64_t ints[8];
+	int64_t ints[9]; /* an attention ring block's 9 (dtmk_ring.h) */
 	int nints;
 	double f[2];
 	double fx[6]; /* optimizer hyperparameters (DTMK_OPT_*, dtmk_optim.h) */
@@ -526,9 +526,11 @@ static inline void dtmk_attn_range(const DtmkArgs *a, int64_t i, int64_t Tk, int
 /* Where a block's rows sit in the whole sequence: ring attention's query
  * and key blocks (dtmk_ring.h).  Row i is at off + i, or when balanced
  * (half > 0: the block is two chunks of half rows) rows [half, 2 half) at
- * off2 + i - half.  The attention kernels take NULL: row i at i. */
+ * off2 + i - half.  Keys at or past len (> 0: a padded, uneven block's
+ * tail) are seen by no query.  The attention kernels take NULL: row i at
+ * i. */
 typedef struct DtmkAttnPos {
-	int64_t qoff, qoff2, koff, koff2, half;
+	int64_t qoff, qoff2, koff, koff2, half, len;
 } DtmkAttnPos;
 
 static inline int64_t dtmk_attn_at(int64_t half, int64_t i, int64_t off, int64_t off2)
@@ -550,6 +552,14 @@ static inline void dtmk_attn_chunk(int64_t gi, int64_t koff, int64_t lbase, int6
 	*hi = lbase + h;
 }
 
+/* How many of a chunk's n keys at global koff are real: those before
+ * pos->len (the rest pad an uneven block). */
+static inline int64_t dtmk_attn_real(const DtmkAttnPos *pos, int64_t koff, int64_t n)
+{
+	int64_t r = pos->len > 0 ? pos->len - koff : n;
+	return r < 0 ? 0 : r < n ? r : n;
+}
+
 /* dtmk_attn_range for a block at pos (NULL: dtmk_attn_range itself):
  * query row i's keys as one range [lo, hi) of the Tk keys; false when
  * they are two (a window over balanced chunks), which the block kernels
@@ -565,12 +575,15 @@ static inline bool dtmk_attn_range_pos(const DtmkArgs *a, const DtmkAttnPos *pos
 	int64_t W = a->nints > 3 ? a->ints[3] : 0;
 	int64_t gi = dtmk_attn_at(pos->half, i, pos->qoff, pos->qoff2);
 	if (!pos->half) {
-		dtmk_attn_chunk(gi, pos->koff, 0, Tk, causal, W, lo, hi);
+		dtmk_attn_chunk(gi, pos->koff, 0, dtmk_attn_real(pos, pos->koff, Tk), causal, W, lo,
+		                hi);
 		return true;
 	}
 	int64_t l1, h1, l2, h2;
-	dtmk_attn_chunk(gi, pos->koff, 0, pos->half, causal, W, &l1, &h1);
-	dtmk_attn_chunk(gi, pos->koff2, pos->half, Tk - pos->half, causal, W, &l2, &h2);
+	dtmk_attn_chunk(gi, pos->koff, 0, dtmk_attn_real(pos, pos->koff, pos->half), causal, W, &l1,
+	                &h1);
+	dtmk_attn_chunk(gi, pos->koff2, pos->half, dtmk_attn_real(pos, pos->koff2, Tk - pos->half),
+	                causal, W, &l2, &h2);
 	*lo = l1 < h1 ? l1 : l2 < h2 ? l2 : 0;
 	*hi = l2 < h2 ? h2 : l1 < h1 ? h1 : 0;
 	return l1 == h1 || l2 == h2 || (h1 == pos->half && l2 == pos->half);

@@ -1,8 +1,10 @@
 /* dtmk_ring.h - CPU kernels of ring attention's block ops (ir/ops.def:
  * attn_block, attn_merge, attn_block_bwd; semantics: interp/eval_ring.c).
  * Attributes as cg_kernel_attrs writes them: ints = {heads, causal,
- * kv_heads, window, ring, step, balanced}, mesh_axes = head_axes; when
- * balanced, member g's block is chunks 2g and 2n-1-2g of T/2 rows.  The query block
+ * kv_heads, window, ring, step, balanced[, 0, seq]}, mesh_axes =
+ * head_axes; when balanced, member g's block is chunks 2g and 2n-1-2g of
+ * T/2 rows; with seq (an uneven split: blocks of ceil(seq / n) rows, the
+ * tail padded) keys at or past seq are padding that no query sees.  The query block
  * is the rank's index in the group ring (ctx->coords), the key block step
  * places before it; masks compare global positions.
  *
@@ -29,6 +31,7 @@
 struct dtmk_ring_job {
 	const DtmkArgs *a;
 	int64_t H, T, D, Dk, h0, group, qoff, koff, half, qoff2, koff2;
+	int64_t len; /* attn.seq: keys at or past it pad an uneven block; 0: none */
 	int bwd;
 	const DtmkTensor *qseg, *kseg; /* [B, T] i32 segment ids, or NULL */
 };
@@ -47,6 +50,7 @@ static inline void dtmk_ring_pos(const DtmCtx *ctx, const DtmkArgs *a, struct dt
 	int64_t kb = ((idx - step) % n + n) % n;
 	j->qoff = idx * T;
 	j->koff = kb * T;
+	j->len = a->nints > 8 ? a->ints[8] : 0;
 	if (a->nints > 6 && a->ints[6]) {
 		int64_t c = j->half = T / 2;
 		j->qoff = 2 * idx * c, j->qoff2 = (2 * n - 1 - 2 * idx) * c;
@@ -69,7 +73,7 @@ static inline int dtmk_ring_sees(const struct dtmk_ring_job *j, int64_t b, int64
 	}
 	int64_t gi = dtmk_ring_at(j, i, j->qoff, j->qoff2);
 	int64_t gk = dtmk_ring_at(j, k, j->koff, j->koff2), W = j->a->ints[3];
-	if (j->a->ints[1] && gk > gi)
+	if ((j->len > 0 && gk >= j->len) || (j->a->ints[1] && gk > gi))
 		return 0;
 	return W <= 0 || (gi - gk < W && gk - gi < W);
 }
@@ -350,7 +354,7 @@ static inline void dtmk_ring_run(const DtmCtx *ctx, const DtmkArgs *a, int bwd)
 	struct dtmk_ring_job j;
 	if (!dtmk_ring_setup(ctx, a, bwd, &j))
 		return;
-	DtmkAttnPos pos = {j.qoff, j.qoff2, j.koff, j.koff2, j.half};
+	DtmkAttnPos pos = {j.qoff, j.qoff2, j.koff, j.koff2, j.half, j.len};
 	DtmkArgs r;
 	void *bufs[3] = {NULL, NULL, NULL};
 	bool rot = j.half && j.koff2 < j.koff;

@@ -36,7 +36,7 @@ trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL ($model): $*" >&2; exit 1; }
 steps=10 seed=0 eval_every=5
 
-# A layout is [def:NAME=VALUE[+NAME=VALUE...]:][hsdp:|rr:]MESH[/KEY=VALUE...]:
+# A layout is [def:NAME=VALUE[+NAME=VALUE...]:][hsdp:|rr:|cp:|mask:|skew:|bidir:]MESH[/KEY=VALUE...]:
 # -D overrides of the model's constants, the --mesh, then --train
 # overrides of the model's train section (dtmc help build).  hsdp: builds a
 # copy of the model with a replicate axis `rep` in front of dp and the batch
@@ -166,6 +166,17 @@ mask="$mask mask:pp=2,dp=1,cp=2,tp=1/microbatches=2"
 # ... and ring attention with them: the key block's segment ids go round
 # with its K and V (cp = 4: load-balanced chunks, ids swapped with them)
 mask="$mask mask:dp=1,cp=2,tp=1/context_parallel=ring mask:dp=1,cp=4,tp=1/context_parallel=ring"
+# ... and on sequences the cp ranks do not divide (uneven shards: blocks of
+# ceil(ctx / cp) rows, the tail padded, keys past ctx seen by no query):
+# ctx 30 over cp = 4 (8, 8, 8 and 6 rows), 31 over cp = 3 x tp = 2, 29 over
+# dp = 2 x cp = 3 with the masks, 30 over cp = 4 in a 2-stage pipeline;
+# bidir: a copy of llama without the causal mask, where every
+# query would see the padding if the block ops did not leave it out
+uneven_ring="def:ctx=30:cp:dp=1,cp=4,tp=1/context_parallel=ring"
+uneven_ring="$uneven_ring def:ctx=31:cp:dp=1,cp=3,tp=2/context_parallel=ring"
+uneven_ring="$uneven_ring def:ctx=29:mask:dp=2,cp=3,tp=1/context_parallel=ring"
+uneven_ring="$uneven_ring def:ctx=30:cp:pp=2,dp=1,cp=4,tp=1/microbatches=2/context_parallel=ring"
+uneven_ring="$uneven_ring def:ctx=30:bidir:dp=1,cp=4,tp=1/context_parallel=ring"
 # Mixture of experts (issue 18, models/moe.dtm): expert parallelism (the
 # dispatch and combine all_to_alls over ep) at ep = 2 and 4, ep sharing the
 # data-parallel ranks (dp = 2 x ep = 2, and dp = 3 x ep = 2 with 6 experts
@@ -193,7 +204,7 @@ mlp:*) layouts="dp=4 tp=2 tp=4 dp=2,tp=2 $zero $uneven_mlp $anyn $anyn_mlp"
 gpt:*) layouts="dp=4 tp=2 tp=4 dp=2,tp=2 $zero $hsdp1 $sp $uneven_gpt $rc_gpt $pf_gpt $anyn"
      mpi_layouts="dp=4 dp=4/zero=3 dp=2,tp=2/sequence_parallel=true" ;;
 moe:*) layouts=$moe mpi_layouts="dp=2,ep=2" ;;
-llama:*) layouts="dp=4 tp=2 dp=2,tp=2 $cp $cp_ring $mask dp=2,tp=2/zero=3 def:vocab=250:tp=2"
+llama:*) layouts="dp=4 tp=2 dp=2,tp=2 $cp $cp_ring $mask $uneven_ring dp=2,tp=2/zero=3 def:vocab=250:tp=2"
      mpi_layouts="dp=2,cp=2 cp=2,tp=2" ;;
 *) fail "no layouts listed for model '$model'" ;;
 esac
@@ -217,6 +228,11 @@ sed -f "$here/mask.sed" "$src" >"$tmp/$model.mask.dtm"
 if [ "$model" = llama ]; then
 	grep -q 'segments = seg' "$tmp/$model.mask.dtm" || fail "no attention call to mask"
 	grep -q '^input seg' "$tmp/$model.mask.dtm" || fail "no input line to add 'seg' after"
+fi
+# The bidirectional copy: attention without the causal mask
+sed -e 's/causal = true/causal = false/' "$src" >"$tmp/$model.bidir.dtm"
+if [ "$model" = llama ]; then
+	grep -q 'causal = false' "$tmp/$model.bidir.dtm" || fail "no causal attention to unmask"
 fi
 # The skewed copy (moe): the router's logits of expert 0 raised by 30 for
 # every token (one_hot of topk's index 0 of a zero row)
@@ -246,7 +262,7 @@ layout_name() { local n=${1//[=,:\/+]/_}; echo "m_${n//[^A-Za-z0-9_]/}"; }
 layout_defs() { case $1 in def:*) local r=${1#def:}; echo "def:${r%%:*}:" ;; esac; }
 layout_mesh() {
 	local l=${1#"$(layout_defs "$1")"}
-	l=${l#hsdp:} l=${l#rr:} l=${l#cp:} l=${l#mask:} l=${l#skew:}
+	l=${l#hsdp:} l=${l#rr:} l=${l#cp:} l=${l#mask:} l=${l#skew:} l=${l#bidir:}
 	echo "${l%%/*}"
 }
 layout_prec() {
@@ -261,7 +277,7 @@ layout_mb() {
 layout_ref() {
 	local p r=one q; p=$(layout_defs "$1") q=$(layout_prec "$1")
 	[ -z "$p" ] || r="one_$(layout_name "$p" | cut -c3-)"
-	case ${1#"$p"} in mask:*) r="${r}_mask" ;; skew:*) r="${r}_skew" ;; esac
+	case ${1#"$p"} in mask:*) r="${r}_mask" ;; skew:*) r="${r}_skew" ;; bidir:*) r="${r}_bidir" ;; esac
 	[ -z "$(layout_mb "$1")" ] || r="${r}_mb$(layout_mb "$1")"
 	if [ "$q" = f32 ]; then echo "$r"; else echo "${r}_$q"; fi
 }
@@ -302,6 +318,7 @@ build() {
 	cp:*) src=$tmp/$model.cp.dtm l=${l#cp:} ;;
 	mask:*) src=$tmp/$model.mask.dtm l=${l#mask:} ;;
 	skew:*) src=$tmp/$model.skew.dtm l=${l#skew:} ;;
+	bidir:*) src=$tmp/$model.bidir.dtm l=${l#bidir:} ;;
 	esac
 	args+=(--mesh "${l%%/*}")
 	local rest=${l#"${l%%/*}"} kv
@@ -374,7 +391,7 @@ for mesh in $layouts; do
 	ref=$(layout_ref "$mesh") prec=
 	if [ "$(layout_prec "$mesh")" != f32 ]; then prec=/precision=$(layout_prec "$mesh"); fi
 	mk=
-	case ${mesh#"$(layout_defs "$mesh")"} in mask:*) mk=mask: ;; skew:*) mk=skew: ;; esac
+	case ${mesh#"$(layout_defs "$mesh")"} in mask:*) mk=mask: ;; skew:*) mk=skew: ;; bidir:*) mk=bidir: ;; esac
 	[ -z "$(layout_mb "$mesh")" ] || prec="$prec/microbatches=$(layout_mb "$mesh")"
 	case " $refs " in *" $ref="*) ;; *) refs="$refs $ref=$(layout_defs "$mesh")${mk}dp=1$prec" ;; esac
 done

@@ -336,6 +336,9 @@ static void build(void)
 	n = add(IR_OP_ATTN_BLOCK, 3, (int[]){h, h, h});
 	*ir_attr_attn_mut(M, n) = (IrAttrAttn){.heads = 4, .causal = 1, .ring = 1u << 1, .step = 3};
 	int blk = done(n);
+	n = add(IR_OP_ATTN_BLOCK, 3, (int[]){h, h, h}); /* uneven blocks: attn.seq */
+	*ir_attr_attn_mut(M, n) = (IrAttrAttn){.heads = 4, .ring = 1u << 1, .step = 2, .seq = 30};
+	done(n);
 	n = add(IR_OP_ATTN_MERGE, 2, (int[]){blk, blk});
 	*ir_attr_attn_mut(M, n) = (IrAttrAttn){.heads = 4};
 	blk = done(n);
@@ -458,6 +461,19 @@ static void test_roundtrip(void)
 		CHECK_EQ_INT(ir_choose(m2, m2->nodes[M->chooses[0].node]), 0);
 		for (int i = 0; i < M->nnodes; i++)
 			CHECK(ir_place_intern(m2, ir_place(M, M->nodes[i])) == m2->nodes[i]->place);
+		/* every attribute field, not only what prints: a field the
+		 * printer leaves out reads back as 0 and prints the same */
+		int attr_diff = -1;
+		for (int i = 0; i < M->nnodes && i < m2->nnodes && attr_diff < 0; i++) {
+			int64_t wa[IR_ATTR_WORDS], wb[IR_ATTR_WORDS];
+			int na = ir_attr_words(M->nodes[i], wa), nb = ir_attr_words(m2->nodes[i], wb);
+			if (na != nb || memcmp(wa, wb, sizeof wa[0] * (size_t)na))
+				attr_diff = i;
+		}
+		CHECK_EQ_INT(attr_diff, -1);
+		if (attr_diff >= 0)
+			fprintf(stderr, "node %d (%s): its attribute reads back otherwise\n", attr_diff,
+			        ir_op_name(M->nodes[attr_diff]->op));
 		free(t2);
 	}
 	/* a few lines, exactly */

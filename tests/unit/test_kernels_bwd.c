@@ -663,31 +663,34 @@ static bool ring_close(const char *what, const DtmkTensor *x, const DtmkTensor *
 static int ring_rotated; /* cases whose key block is rotated */
 
 static void ring_case(int64_t n, int64_t idx, int64_t step, int64_t T, int64_t H, int64_t G,
-                      int64_t hd, int causal, int64_t W, int balanced, int segs, DtmDtype dt)
+                      int64_t hd, int causal, int64_t W, int balanced, int segs, int64_t seq,
+                      DtmDtype dt)
 {
 	int64_t B = 2, D = H * hd, Dk = G * hd, coords[1] = {idx}, sizes[1] = {n};
 	DtmCtx ctx = {.coords = coords, .mesh_naxes = 1, .mesh_sizes = sizes};
 	char what[160];
 	snprintf(what, sizeof what,
 	         "ring n=%lld idx=%lld step=%lld T=%lld H=%lld G=%lld hd=%lld causal=%d W=%lld "
-	         "balanced=%d segs=%d %s",
+	         "balanced=%d segs=%d seq=%lld %s",
 	         (long long)n, (long long)idx, (long long)step, (long long)T, (long long)H,
-	         (long long)G, (long long)hd, causal, (long long)W, balanced, segs,
+	         (long long)G, (long long)hd, causal, (long long)W, balanced, segs, (long long)seq,
 	         dt == DTM_BF16 ? "bf16" : "f32");
 	/* the case takes the path it is meant to */
-	DtmkArgs probe = {.nints = 7, .ints = {H, causal, G, W, 1, step, balanced}};
+	int nints = seq ? 9 : 7; /* attn.seq: an uneven ring's padded blocks */
+	DtmkArgs probe = {.nints = nints, .ints = {H, causal, G, W, 1, step, balanced, 0, seq}};
 	struct dtmk_ring_job pj;
 	probe.in[0] = (DtmkTensor){.rank = 3, .shape = {B, T, D}};
 	probe.in[1] = (DtmkTensor){.rank = 3, .shape = {B, T, Dk}};
 	CHECK(dtmk_ring_setup(&ctx, &probe, 0, &pj));
 	/* keys in the order of their places (rotated where they are not) */
 	DtmkAttnPos pos = {pj.qoff, pj.qoff2, pj.koff < pj.koff2 || !pj.half ? pj.koff : pj.koff2,
-	                   pj.koff < pj.koff2 || !pj.half ? pj.koff2 : pj.koff, pj.half};
+	                   pj.koff < pj.koff2 || !pj.half ? pj.koff2 : pj.koff, pj.half, pj.len};
 	CHECK(dtmk_ring_ranges(&pj, &pos));
 	ring_rotated += pj.half && pj.koff2 < pj.koff;
 	rng_state = (uint64_t)(n * 131 + idx * 17 + step * 7 + T + hd);
 	double rel = dt == DTM_BF16 ? 1e-2 : 1e-5;
-	DtmkArgs f = {.nin = segs ? 5 : 3, .nints = 7, .ints = {H, causal, G, W, 1, step, balanced}};
+	DtmkArgs f = {.nin = segs ? 5 : 3, .nints = nints,
+	              .ints = {H, causal, G, W, 1, step, balanced, 0, seq}};
 	f.in[0] = ring_ten(dt, 3, B, T, D);
 	f.in[1] = ring_ten(dt, 3, B, T, Dk);
 	f.in[2] = ring_ten(dt, 3, B, T, Dk);
@@ -704,7 +707,8 @@ static void ring_case(int64_t n, int64_t idx, int64_t step, int64_t T, int64_t H
 	snprintf(w2, sizeof w2, "%s: attn_block", what);
 	ring_close(w2, &ref, &got, rel);
 	/* the backward given that forward's output as ol */
-	DtmkArgs bw = {.nin = segs ? 7 : 5, .nints = 7, .ints = {H, causal, G, W, 1, step, balanced}};
+	DtmkArgs bw = {.nin = segs ? 7 : 5, .nints = nints,
+	               .ints = {H, causal, G, W, 1, step, balanced, 0, seq}};
 	bw.in[0] = ring_ten(dt, 3, B, T, D);
 	bw.in[1] = f.in[0];
 	bw.in[2] = f.in[1];
@@ -739,26 +743,37 @@ static void test_ring_blocks(void)
 	for (int64_t n = 2; n <= 4; n++)
 		for (int64_t idx = 0; idx < n; idx++)
 			for (int64_t step = 0; step < n; step++)
-				ring_case(n, idx, step, 20, 2, 2, 16, 1, 0, 1, 0, DTM_F32);
+				ring_case(n, idx, step, 20, 2, 2, 16, 1, 0, 1, 0, 0, DTM_F32);
 	/* unbalanced, not causal, odd T, segments, GQA, head sizes */
-	ring_case(3, 1, 2, 13, 4, 2, 32, 1, 0, 0, 0, DTM_F32);
-	ring_case(3, 2, 1, 13, 2, 1, 16, 0, 0, 0, 1, DTM_F32);
-	ring_case(2, 1, 1, 24, 2, 2, 64, 1, 0, 1, 1, DTM_F32);
-	ring_case(4, 3, 0, 40, 3, 3, 16, 1, 0, 1, 1, DTM_F32);
+	ring_case(3, 1, 2, 13, 4, 2, 32, 1, 0, 0, 0, 0, DTM_F32);
+	ring_case(3, 2, 1, 13, 2, 1, 16, 0, 0, 0, 1, 0, DTM_F32);
+	ring_case(2, 1, 1, 24, 2, 2, 64, 1, 0, 1, 1, 0, DTM_F32);
+	ring_case(4, 3, 0, 40, 3, 3, 16, 1, 0, 1, 1, 0, DTM_F32);
 	/* windows, on one chunk and over balanced chunks (rotated keys
 	 * among them: a row's keys one range only in their places' order) */
-	ring_case(2, 1, 0, 30, 2, 2, 16, 1, 8, 0, 0, DTM_F32);
-	ring_case(2, 0, 1, 30, 2, 2, 16, 0, 8, 0, 1, DTM_F32);
+	ring_case(2, 1, 0, 30, 2, 2, 16, 1, 8, 0, 0, 0, DTM_F32);
+	ring_case(2, 0, 1, 30, 2, 2, 16, 0, 8, 0, 1, 0, DTM_F32);
 	for (int64_t idx = 0; idx < 3; idx++)
 		for (int64_t step = 0; step < 3; step++)
-			ring_case(3, idx, step, 24, 2, 2, 16, 1, 6, 1, 1, DTM_F32);
-	ring_case(2, 1, 0, 24, 2, 2, 16, 0, 5, 1, 0, DTM_F32);
+			ring_case(3, idx, step, 24, 2, 2, 16, 1, 6, 1, 1, 0, DTM_F32);
+	ring_case(2, 1, 0, 24, 2, 2, 16, 0, 5, 1, 0, 0, DTM_F32);
 	/* bf16 operands and results (attention's bf16 products where the CPU
 	 * has them: P and dS rounded to bf16, against the scalar item's f32) */
-	ring_case(2, 1, 0, 20, 2, 2, 16, 1, 0, 1, 1, DTM_BF16);
-	ring_case(3, 0, 2, 15, 4, 2, 32, 1, 0, 0, 0, DTM_BF16); /* every row masked */
-	ring_case(3, 2, 1, 15, 4, 2, 32, 0, 0, 0, 0, DTM_BF16);
-	ring_case(3, 2, 0, 24, 2, 2, 16, 1, 6, 1, 1, DTM_BF16);
+	ring_case(2, 1, 0, 20, 2, 2, 16, 1, 0, 1, 1, 0, DTM_BF16);
+	ring_case(3, 0, 2, 15, 4, 2, 32, 1, 0, 0, 0, 0, DTM_BF16); /* every row masked */
+	ring_case(3, 2, 1, 15, 4, 2, 32, 0, 0, 0, 0, 0, DTM_BF16);
+	ring_case(3, 2, 0, 24, 2, 2, 16, 1, 6, 1, 1, 0, DTM_BF16);
+	/* uneven (attn.seq): blocks of ceil(seq / n) rows, keys at or past seq
+	 * padding; key blocks partly and (seq 5 on 4 x 2: the last) wholly
+	 * padding, causal or not, windows, segments, bf16 */
+	for (int64_t idx = 0; idx < 4; idx++)
+		for (int64_t step = 0; step < 4; step++)
+			ring_case(4, idx, step, 2, 2, 2, 16, 1, 0, 0, 0, 5, DTM_F32);
+	for (int64_t step = 0; step < 3; step++) {
+		ring_case(3, 2, step, 13, 4, 2, 32, 0, 0, 0, 1, 37, DTM_F32);
+		ring_case(3, 1, step, 13, 2, 2, 16, 1, 6, 0, 0, 35, DTM_F32);
+		ring_case(3, 0, step, 13, 2, 1, 16, 1, 0, 0, 1, 38, DTM_BF16);
+	}
 	CHECK(ring_rotated >= 10);
 }
 
