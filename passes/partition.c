@@ -1006,12 +1006,14 @@ static int ring_pass(Part *p, int x, const IrNode *like, uint32_t axes)
  * split) to chunks 2g, 2N-1-2g by swapping second halves with member
  * N-1-g (send/recv mirror), so each rank's causal work is the same: a
  * pair i, 2N-1-i as Megatron-CP's, in another order of ranks.  The swap is
- * its own inverse, so the same call takes a result back. */
+ * its own inverse, so the same call takes a result back.  On an uneven
+ * sequence the chunks are the padded sequence's (N blocks of Tl rows). */
 static int ring_balance(Part *p, int x, const IrNode *like, int d, uint32_t axes, int64_t N)
 {
 	int64_t Tl = loc_node(p, x)->shape[d], h = Tl / 2;
 	Placement pl = *ir_place(p->out, loc_node(p, x));
-	IrNode lh = like_dim(like, d, like->shape[d] / 2);
+	/* a half block a rank (an uneven sequence's padded: N h rows in all) */
+	IrNode lh = like_dim(like, d, N * h);
 	IrAttr s0 = {.kind = IR_ATTR_SLICE, .slice = {d, 0, h}};
 	IrAttr s1 = {.kind = IR_ATTR_SLICE, .slice = {d, h, Tl}};
 	IrAttr mi = {.kind = IR_ATTR_COLL, .coll = {.axes = axes, .n = 2, .args = {N - 1, 1}}};

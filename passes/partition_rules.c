@@ -527,11 +527,13 @@ static bool attention_rule(const IrModule *m, const IrNode *n, const Placement *
 		r->at.attn.ring = seq;
 		/* causal: rank i's block would see i + 1 of the N key blocks;
 		 * two chunks i, 2N-1-i each see N (part_ring's ring_balance) */
-		r->at.attn.balanced = ir_attr_attn(n)->causal && n->shape[tdim] % (2 * sparts) == 0;
 		/* a sequence its ranks do not divide: padded blocks of
 		 * ceil(T / N) rows (partition.c's uneven shards), whose keys
-		 * past T the block ops leave out; unbalanced */
-		r->at.attn.seq = n->shape[tdim] % sparts ? n->shape[tdim] : 0;
+		 * past T the block ops leave out; balanced as the blocks of the
+		 * padded sequence, where those split in two chunks */
+		int64_t Tg = n->shape[tdim], Tl = (Tg + sparts - 1) / sparts;
+		r->at.attn.balanced = ir_attr_attn(n)->causal && Tl % 2 == 0;
+		r->at.attn.seq = Tg % sparts ? Tg : 0;
 		return true;
 	}
 	int nax = r->res.naxes[ddim] + T->naxes[tdim];

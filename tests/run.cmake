@@ -491,8 +491,8 @@ endif()
 #                     once T splits in 2 cp chunks) and not (ctx=30), on the
 #                     ranks whose key blocks are above, on and below the
 #                     diagonal, and on sequences cp does not divide (attn.seq:
-#                     ctx=31 over cp=3 masked, ctx=30 over cp=4 without the
-#                     causal mask, the padded keys' ranks); moe's cover the routing ops on one device
+#                     ctx=29 over cp=3 masked and balanced, 31 unbalanced,
+#                     30 over cp=4 without the causal mask); moe's cover the routing ops on one device
 #                     and on ep=2,tp=2 in bf16
 file(GLOB DTM_CUDA_MODELS CONFIGURE_DEPENDS ${DTM_ROOT}/models/*.dtm)
 if(TARGET nvrtc_check)
@@ -558,7 +558,8 @@ if(DTM_KCHECK_CXX)
     "llama.ring_mask_cp2|llama:mask|--mesh cp=2 --train context_parallel=ring|0 1"
     "llama.ring_cp2_unbalanced|llama|--mesh cp=2 --train context_parallel=ring -D ctx=30|0 1"
     "llama.ring_cp2tp2_bf16|llama|--mesh cp=2,tp=2 --train context_parallel=ring --train precision=bf16"
-    "llama.ring_cp3_uneven_mask|llama:mask|--mesh cp=3 --train context_parallel=ring -D ctx=31|0 1 2"
+    "llama.ring_cp3_uneven_mask|llama:mask|--mesh cp=3 --train context_parallel=ring -D ctx=29|0 1 2"
+    "llama.ring_cp3_uneven_unbalanced|llama|--mesh cp=3 --train context_parallel=ring -D ctx=31|2"
     "llama.ring_cp4_uneven_bidir|llama:bidir|--mesh cp=4 --train context_parallel=ring -D ctx=30|0 3"
     "moe.dp1_ids_in_range|moe|--mesh dp=1 -D vocab=4"
     "moe.ep2tp2_bf16|moe|--mesh ep=2,tp=2 --train precision=bf16"

@@ -168,8 +168,9 @@ mask="$mask mask:pp=2,dp=1,cp=2,tp=1/microbatches=2"
 mask="$mask mask:dp=1,cp=2,tp=1/context_parallel=ring mask:dp=1,cp=4,tp=1/context_parallel=ring"
 # ... and on sequences the cp ranks do not divide (uneven shards: blocks of
 # ceil(ctx / cp) rows, the tail padded, keys past ctx seen by no query):
-# ctx 30 over cp = 4 (8, 8, 8 and 6 rows), 31 over cp = 3 x tp = 2, 29 over
-# dp = 2 x cp = 3 with the masks, 30 over cp = 4 in a 2-stage pipeline;
+# ctx 30 over cp = 4 (8, 8, 8 and 6 rows; balanced in chunks of 4), 31 over
+# cp = 3 x tp = 2 (blocks of 11: unbalanced), 29 over dp = 2 x cp = 3 with
+# the masks, 30 over cp = 4 in a 2-stage pipeline;
 # bidir: a copy of llama without the causal mask, where every
 # query would see the padding if the block ops did not leave it out
 uneven_ring="def:ctx=30:cp:dp=1,cp=4,tp=1/context_parallel=ring"

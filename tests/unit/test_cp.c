@@ -22,9 +22,11 @@
  * block's segment ids travel with it).  Ring on a sequence its ranks do
  * not divide (uneven shards: blocks of ceil(T / N) rows, the padding
  * last, keys past T seen by no query): cp = 3 on T = 8, cp = 4 on T = 5
- * (the last rank's block all padding) and T = 10, and the masked llama
- * on cp = 3, T = 10, unbalanced; and without the causal mask (cp = 3 on
- * T = 8, cp = 4 on T = 5), where every query would see the padding.  Refusal: context_parallel ulysses where
+ * (the last rank's block all padding; balanced: the padded sequence's
+ * chunks) and T = 10, cp = 3 x tp = 2 on T = 10, the masked llama on
+ * cp = 3, T = 10 (balanced) and 13 (not); and without the causal mask
+ * (cp = 3 on T = 8, cp = 4 on T = 5), where every query would see the
+ * padding.  Refusal: context_parallel ulysses where
  * the heads do not divide cp x tp, a diagnostic at the attention call.
  */
 #include "check.h"
@@ -225,11 +227,11 @@ static void test_ring(void)
 	         false},
 	        {"cp=3 ring, T=8 (uneven)", "pp=1,dp=1,cp=3,tp=1", defs4, 3, 1, 1, 8, false, false},
 	        {"cp=4 ring, T=5 (a block all padding)", "pp=1,dp=1,cp=4,tp=1", defs5, 4, 1, 1, 5,
-	         false, false},
+	         true, false},
 	        {"dp=2 x cp=4 ring, T=10 (uneven)", "pp=1,dp=2,cp=4,tp=1", defs10, 4, 2, 1, 10,
 	         false, false},
 	        {"cp=3 x tp=2 ring, T=10 (uneven)", "pp=1,dp=1,cp=3,tp=2", defs10, 3, 1, 2, 10,
-	         false, false},
+	         true, false},
 	        /* not causal: the padded keys are the last, which no real
 	         * query's causal mask reaches, but every one sees them here */
 	        {"cp=3 ring, T=8 (uneven, not causal)", "pp=1,dp=1,cp=3,tp=1", defs4, 3, 1, 1, 8,
@@ -312,13 +314,15 @@ static char *llama_mask(void)
  * the chunks with the queries' (one mirror send forward, one backward);
  * the one-device function at cp = 2 and 2 x tp = 2 (balanced), cp = 3
  * (T = 12: 2 rows a chunk) and cp = 3 on T = 10 (uneven: blocks of 4, 4
- * and 2 rows and padding, unbalanced) on the masked llama. */
+ * and 2 rows and padding, balanced in chunks of 2) and T = 13 (blocks of
+ * 5: unbalanced) on the masked llama. */
 static void test_ring_segments(void)
 {
 	Arena a;
 	arena_init(&a);
 	static const char *const defs[] = {"ctx", "12", "batch", "2", "layers", "1", NULL};
 	static const char *const defs10[] = {"ctx", "10", "batch", "2", "layers", "1", NULL};
+	static const char *const defs13[] = {"ctx", "13", "batch", "2", "layers", "1", NULL};
 	const struct {
 		const char *label, *mesh;
 		int64_t N;
@@ -328,7 +332,8 @@ static void test_ring_segments(void)
 	        {"masked llama, cp=2 ring", "pp=1,dp=1,cp=2,tp=1", 2, defs, true},
 	        {"masked llama, cp=3 ring", "pp=1,dp=1,cp=3,tp=1", 3, defs, true},
 	        {"masked llama, cp=2 x tp=2 ring", "pp=1,dp=1,cp=2,tp=2", 2, defs, true},
-	        {"masked llama, cp=3 ring, T=10 (uneven)", "pp=1,dp=1,cp=3,tp=1", 3, defs10, false},
+	        {"masked llama, cp=3 ring, T=10 (uneven)", "pp=1,dp=1,cp=3,tp=1", 3, defs10, true},
+	        {"masked llama, cp=3 ring, T=13 (uneven)", "pp=1,dp=1,cp=3,tp=1", 3, defs13, false},
 	};
 	for (size_t l = 0; l < sizeof layouts / sizeof layouts[0]; l++) {
 		IrModule *m = equivalence_of(&a, layouts[l].label, llama_mask(), layouts[l].mesh,

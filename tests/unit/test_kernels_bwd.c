@@ -769,6 +769,14 @@ static void test_ring_blocks(void)
 	for (int64_t idx = 0; idx < 4; idx++)
 		for (int64_t step = 0; step < 4; step++)
 			ring_case(4, idx, step, 2, 2, 2, 16, 1, 0, 0, 0, 5, DTM_F32);
+	/* ... balanced (the padded sequence's chunks: the padding in the
+	 * last, member 0's second) */
+	for (int64_t idx = 0; idx < 3; idx++)
+		for (int64_t step = 0; step < 3; step++) {
+			ring_case(3, idx, step, 10, 2, 2, 16, 1, 0, 1, 0, 27, DTM_F32);
+			ring_case(3, idx, step, 24, 2, 2, 16, 1, 6, 1, 1, 70, DTM_F32);
+		}
+	ring_case(4, 0, 1, 4, 2, 2, 16, 1, 0, 1, 1, 13, DTM_BF16);
 	for (int64_t step = 0; step < 3; step++) {
 		ring_case(3, 2, step, 13, 4, 2, 32, 0, 0, 0, 1, 37, DTM_F32);
 		ring_case(3, 1, step, 13, 2, 2, 16, 1, 6, 0, 0, 35, DTM_F32);
