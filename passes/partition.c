@@ -351,7 +351,7 @@ static int reshard_slow(Part *p, int id, const IrNode *g, uint32_t to)
 			return c->id;
 		}
 	ReshardPlan buf;
-	char why[256];
+	char why[512];
 	const ReshardPlan *plan = reshard_plan_memo(p, g, x->place, to, &buf, why, sizeof why);
 	if (!plan) {
 		const Mesh *mesh = &p->m->mesh;
@@ -766,7 +766,7 @@ static bool grad_natural(Part *p, const IrNode *n, const Placement *T, const Pla
 		return true;
 	PartRule r0 = {.req = arena_alloc(&p->scratch, sizeof *r0.req * (size_t)n->nops)};
 	Placement none = {0};
-	char why[256];
+	char why[512];
 	if (!r0.req)
 		return false;
 	if (!part_rule(p->m, n, &none, cur, &r0, why, sizeof why))
@@ -1207,7 +1207,7 @@ bool part_node(Part *p, const IrNode *n)
 	}
 	if (counts_rows(n->op) && Tr.known)
 		drop_uneven(p, n, &Tr, 0, IR_MAX_RANK);
-	char why[256];
+	char why[512];
 	if (!part_rule(p->m, n, &Tr, cur, &r, why, sizeof why)) {
 		if (!r.user)
 			return internal(p, n, "%s", why);

@@ -545,18 +545,20 @@ static bool attention_rule(const IrModule *m, const IrNode *n, const Placement *
 		if (mode != IR_CP_ULYSSES)
 			return true; /* gathered: heads_rule's pinned sequence */
 		r->user = true;
+		const char *fix = "; use context_parallel ring (no head split), or leave "
+		                  "context_parallel unset to gather the sequence for attention";
 		if (heads % parts != 0)
 			snprintf(why, cap,
 			         "context_parallel ulysses: attention's %" PRId64 " heads are not "
 			         "divisible by %" PRId64 " (the %" PRId64 " ranks of %s, over which its "
-			         "sequence is split, times the %" PRId64 " its heads are split over)",
-			         heads, parts, sparts, axes, hparts);
+			         "sequence is split, times the %" PRId64 " its heads are split over)%s",
+			         heads, parts, sparts, axes, hparts, fix);
 		else
 			snprintf(why, cap,
 			         "context_parallel ulysses: attention's %" PRId64 " kv heads are not "
 			         "divisible by %" PRId64 " (the %" PRId64 " ranks of %s, over which its "
-			         "sequence is split, times the %" PRId64 " its heads are split over)",
-			         G, parts, sparts, axes, hparts);
+			         "sequence is split, times the %" PRId64 " its heads are split over)%s",
+			         G, parts, sparts, axes, hparts, fix);
 		return false;
 	}
 	/* heads split over the result's own axes, then the sequence's */

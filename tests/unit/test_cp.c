@@ -381,7 +381,9 @@ static void test_refusals(void)
 	if (e) {
 		CHECK(strstr(e, "t.dtm:48:11: error: context_parallel ulysses: attention's 2 heads "
 		                "are not divisible by 4 (the 4 ranks of cp, over which its sequence is "
-		                "split, times the 1 its heads are split over)\n") == e);
+		                "split, times the 1 its heads are split over); use context_parallel "
+		                "ring (no head split), or leave context_parallel unset to gather the "
+		                "sequence for attention\n") == e);
 		if (getenv("DTM_TEST_VERBOSE"))
 			fputs(e, stderr);
 	}
