@@ -102,7 +102,7 @@ template <bool CAUSAL>
 __device__ __forceinline__ bool dtmc_attn_sees(const DtmcAttn &a, int i, int j, int si, int sj)
 {
 	int gi = dtmc_attn_pos(a.q, i), gj = dtmc_attn_pos(a.k, j);
-	if ((a.len && gj >= a.len) || (CAUSAL && gj > gi))
+	if ((a.len > 0 && gj >= a.len) || (CAUSAL && gj > gi))
 		return false;
 	if (a.window && (gi - gj >= a.window || gj - gi >= a.window))
 		return false;
@@ -125,7 +125,7 @@ __device__ __forceinline__ void dtmc_attn_keys(const DtmcAttn &a, int i0, int i1
 	if (!dtmc_attn_affine(a))
 		return;
 	int d = a.q.o0 - a.k.o0; /* query row i is at key row i + d */
-	if (a.len)
+	if (a.len > 0)
 		*hi = dtmc_imin(*hi, a.len - a.k.o0);
 	if (CAUSAL)
 		*hi = dtmc_imin(*hi, i1 + d + 1);

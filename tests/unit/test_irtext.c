@@ -661,6 +661,11 @@ static void test_bad_text(void)
 		 "t.ir:2:28: error: a padded shard ('of'), which only the IR after partition holds, but this IR "
 		 "has no `after PASS` line before its first node"},
 		{"after partition\nafter bucket\n", "t.ir:2:1: error: 'after' is given twice"},
+		/* a ring block's global length (uneven blocks) */
+		{"mesh (cp = 2)\nafter partition\n%0 = input : f32[1, 4, 8] @ ?\n"
+		 "%1 = attn_block %0, %0, %0 {heads = 2, causal = true, ring = (cp), step = 0, "
+		 "seq = -1} : f32[1, 4, 10] @ ?\n",
+		 "t.ir:4:1: error: %1 (attn_block): seq must be >= 0, got -1"},
 		{"%0 = input : f32[2] @ ?\nafter partition\n",
 		 "t.ir:2:1: error: 'after' must come before the first node"},
 		{"after 3\n", "t.ir:1:7: error: expected a pass name after 'after', found '3'"},
