@@ -539,9 +539,17 @@ static bool attention_rule(const IrModule *m, const IrNode *n, const Placement *
 	int nax = r->res.naxes[ddim] + T->naxes[tdim];
 	int64_t parts = hparts * sparts;
 	/* grouped-query k and v go head-split with q: their kv heads must
-	 * divide as well (k and v kept whole over tp, head_axes, do not) */
-	bool kv_ok = G == heads || (G % parts == 0 && !r->at.attn.head_axes);
-	if (heads % parts != 0 || !kv_ok || nax > IR_MAX_AXES) {
+	 * divide as well (k and v kept whole over tp, head_axes, do not).
+	 * Where they divide the head split's own axes but not the sequence's
+	 * too (llama's 2 kv heads on cp = 2 x tp = 2), k and v keep their own
+	 * head split and gather the sequence over its axes instead: each
+	 * rank's query heads, a 1/cp of its own split's, read kv heads of that
+	 * split, the sequence axes numbering them (head_axes; DeepSpeed-
+	 * Ulysses' GQA) */
+	bool kv_split = G == heads || (G % parts == 0 && !r->at.attn.head_axes);
+	bool kv_gather = !kv_split && !r->at.attn.head_axes && G % hparts == 0 &&
+	                 group_axes(T, tdim);
+	if (heads % parts != 0 || !(kv_split || kv_gather) || nax > IR_MAX_AXES) {
 		if (mode != IR_CP_ULYSSES)
 			return true; /* gathered: heads_rule's pinned sequence */
 		r->user = true;
@@ -562,7 +570,7 @@ static bool attention_rule(const IrModule *m, const IrNode *n, const Placement *
 		return false;
 	}
 	/* heads split over the result's own axes, then the sequence's */
-	Placement *R = &r->res;
+	Placement *R = &r->res, own = *R;
 	for (int j = 0; j < T->naxes[tdim]; j++)
 		R->axes[ddim][R->naxes[ddim]++] = T->axes[tdim][j];
 	for (int i = 0; i < n->nops; i++) {
@@ -572,11 +580,14 @@ static bool attention_rule(const IrModule *m, const IrNode *n, const Placement *
 			continue;
 		}
 		int off = n->rank - opnd(m, n, i)->rank;
-		copy_dim(&r->req[i], ddim - off, R, ddim);
+		bool kv = i == k0 || i == k0 + 1;
+		copy_dim(&r->req[i], ddim - off, kv && kv_gather ? &own : R, ddim);
 	}
 	r->at.attn.heads = heads / parts;
 	if (G != heads)
-		r->at.attn.kv_heads = G / parts;
+		r->at.attn.kv_heads = G / (kv_gather ? hparts : parts);
+	if (kv_gather)
+		r->at.attn.head_axes = seq;
 	return true;
 }
 

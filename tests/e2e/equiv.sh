@@ -155,7 +155,9 @@ cp_ring="$cp_ring cp:dp=2,cp=2,tp=1/zero=3/context_parallel=ring"
 # as their recvs are (they were W: both ranks of stage 1 waited in B)
 cp_ring="$cp_ring cp:pp=2,dp=1,cp=2,tp=1/microbatches=2/schedule=zb/context_parallel=ring/recompute=true"
 # llama declares cp itself (its cp: copy is the model), so the same set
-# runs on it; RoPE rotates each shard by its global positions (the ZeRO
+# runs on it, where cp = 4 and cp = 2 x tp = 2 run Ulysses with k and v
+# (2 kv heads) gathering the sequence over cp instead of going to heads;
+# RoPE rotates each shard by its global positions (the ZeRO
 # and SP sets are GPT's: llama adds FSDP x TP only, for grouped-query
 # k and v split over tp under zero 3).  mask:
 # builds a copy of llama whose attention also has a sliding window of 8

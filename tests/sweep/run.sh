@@ -18,14 +18,16 @@
 #                        of its choose() point are swept and differ on tp = 2.
 #   run.sh DTMC cp       models/llama.dtm --devices 4: where cp > 1 the
 #                        context_parallel modes are swept (none, ulysses and
-#                        ring ranked; ulysses dropped with partition's
-#                        reason where cp x tp does not divide the kv heads),
-#                        each shown in the layout, the JSON and its "train"
-#                        overrides; the fastest ring and ulysses candidates'
-#                        and the slowest ring's step time, peak and bytes
-#                        sent equal `dtmc inspect` of the same --mesh and
-#                        --train; --train context_parallel=ring fixes it,
-#                        with no warning from the cp = 1 candidates.
+#                        ring ranked, ulysses also on cp x tp = 4, which its
+#                        2 kv heads do not divide: k and v gather the
+#                        sequence), each shown in the layout, the JSON and
+#                        its "train" overrides; the fastest ring and ulysses
+#                        candidates', the slowest ring's and cp = 2 x tp = 2
+#                        ulysses' step time, peak and bytes sent equal
+#                        `dtmc inspect` of the same --mesh and --train; with
+#                        2 heads ulysses on cp = 4 is dropped with partition's
+#                        reason; --train context_parallel=ring fixes it, with
+#                        no warning from the cp = 1 candidates.
 #   run.sh DTMC errors   bad --devices, --hw, --mem-limit, options: exit 1 and a
 #                        message naming the option.
 #   run.sh DTMC measure  --measure 2 on models/mlp.dtm (builds and runs two
@@ -277,14 +279,19 @@ for c in d["ranking"] + d["dropped"]:
 for m in ("none", "ulysses", "ring"):
     if not modes.get((m, "ok")):
         fail("no ranked %s candidate with cp > 1" % m)
-# llama's 2 kv heads do not divide cp x tp = 4: ulysses is dropped there
-bad = modes.get(("ulysses", "failed"), [])
-if not bad or not all("context_parallel ulysses" in c["reason"] for c in bad):
-    fail("ulysses on 4 = cp x tp ranks was not dropped with partition's reason")
-# the fastest of each mode, and the slowest ring (a pipeline, M > 1)
+# llama's 2 kv heads do not divide cp x tp = 4: ulysses ranks there all the
+# same (k and v keep tp's head split and gather the sequence over cp)
+if modes.get(("ulysses", "failed")):
+    fail("ulysses dropped: %s" % modes[("ulysses", "failed")][0]["reason"])
+kvg = [c for c in modes[("ulysses", "ok")] if c["mesh"]["cp"] == 2 and c["mesh"]["tp"] == 2]
+if not kvg:
+    fail("no ranked ulysses candidate on cp = 2 x tp = 2")
+# the fastest of each mode, the slowest ring (a pipeline, M > 1), and the
+# fastest ulysses on cp = 2 x tp = 2
 picks = [min(modes[("ring", "ok")], key=lambda c: c["step_s"]),
          max(modes[("ring", "ok")], key=lambda c: c["step_s"]),
-         min(modes[("ulysses", "ok")], key=lambda c: c["step_s"])]
+         min(modes[("ulysses", "ok")], key=lambda c: c["step_s"]),
+         min(kvg, key=lambda c: c["step_s"])]
 for c in picks:
     mesh = ",".join("%s=%d" % kv for kv in c["mesh"].items())
     print(c["context_parallel"], c["step_s"], c["peak_bytes"], c["comm_bytes"], mesh,
@@ -293,7 +300,17 @@ EOF
 	while read -r mode step peak sent mesh train; do
 		same_as_inspect models/llama.dtm "$mode" "$step" "$peak" "$sent" "$mesh" "$train" 0
 	done < "$tmp/pick.txt"
-	[ "$(wc -l < "$tmp/pick.txt")" -eq 3 ] || fail "picked $(wc -l < "$tmp/pick.txt") candidates, not 3"
+	[ "$(wc -l < "$tmp/pick.txt")" -eq 4 ] || fail "picked $(wc -l < "$tmp/pick.txt") candidates, not 4"
+	# 2 heads do not divide cp = 4: ulysses dropped there, with partition's reason
+	"$dtmc" sweep models/llama.dtm --devices 4 --json --top 100000 -q -D heads=2 -D kv_heads=2 \
+		> "$tmp/h2.json" || fail "sweep of llama with 2 heads exited $?"
+	python3 -c "
+import json, sys
+d = json.load(open(sys.argv[1]))
+bad = [c for c in d['dropped'] if c['context_parallel'] == 'ulysses']
+assert bad and all(c['mesh']['cp'] * c['mesh']['tp'] > 2 for c in bad), [c['layout'] for c in bad]
+assert all('context_parallel ulysses: attention' in c['reason'] for c in bad), bad[0]['reason']
+" "$tmp/h2.json" || fail "ulysses on cp x tp = 4 > 2 heads was not dropped with partition's reason"
 	# fixed by --train: that mode alone; the candidates with cp = 1, where
 	# it does nothing, warn of nothing (a candidate's warnings are muted)
 	"$dtmc" sweep models/llama.dtm --devices 4 --json --top 100000 -q \

@@ -189,6 +189,70 @@ static void test_ulysses(void)
 	arena_free(&a);
 }
 
+/* Ulysses with grouped-query k and v whose kv heads do not divide the
+ * head split (llama: 4 heads, 2 kv heads, on cp = 2 x tp = 2 and cp = 4):
+ * q goes to heads over (tp, cp) by all_to_all, k and v keep tp's head
+ * split and gather the sequence over cp (an all_gather each), the local
+ * op reading its query heads' kv heads numbered by cp (head_axes); dk and
+ * dv, per query head, summed over each group, go back to the sequence
+ * split.  The one-device function, with and without the setting given
+ * (the choice takes it), and on a sequence cp does not divide (T = 10
+ * over cp = 4, where the reshards go through gathers). */
+static void test_ulysses_gqa(void)
+{
+	Arena a;
+	arena_init(&a);
+	static const char *const defs[] = {"ctx", "12", "batch", "2", "layers", "2", NULL};
+	const struct {
+		const char *label, *mesh, *train;
+		int64_t cp, tp;
+	} layouts[] = {
+	        {"llama cp=2 x tp=2 ulysses", "pp=1,dp=1,cp=2,tp=2", "context_parallel=ulysses", 2, 2},
+	        {"llama cp=4 ulysses", "pp=1,dp=1,cp=4,tp=1", "context_parallel=ulysses", 4, 1},
+	        {"llama cp=2 x tp=2, chosen", "pp=1,dp=1,cp=2,tp=2", NULL, 2, 2},
+	        {"llama dp=2 x cp=4 ulysses, T=10 (uneven)", "pp=1,dp=2,cp=4,tp=1",
+	         "context_parallel=ulysses", 4, 1},
+	};
+	for (size_t l = 0; l < sizeof layouts / sizeof layouts[0]; l++) {
+		char *src = slurp("models/llama.dtm");
+		CHECK(src != NULL);
+		const char *const *d = defs;
+		static const char *const defs10[] = {"ctx", "10", "batch", "2", "layers", "2", NULL};
+		if (strstr(layouts[l].label, "T=10"))
+			d = defs10;
+		IrModule *m = equivalence_of(&a, layouts[l].label, src, layouts[l].mesh, d,
+		                             layouts[l].train);
+		if (!m)
+			continue;
+		int64_t cp = layouts[l].cp, tp = layouts[l].tp, gathers = 0, attn = 0;
+		uint32_t cpmask = 1u << 2; /* mesh (pp, dp, cp, tp) */
+		for (int i = 0; i < m->nnodes; i++) {
+			const IrNode *n = m->nodes[i];
+			if (n->op == IR_OP_ALL_GATHER && ir_attr_coll(n)->axes == cpmask)
+				for (int u = 0; u < m->nnodes; u++) {
+					const IrNode *x = m->nodes[u];
+					bool reads = false;
+					for (int k = 1; k < 3 && x->op == IR_OP_ATTENTION && k < x->nops; k++)
+						reads |= x->ops[k] == i;
+					gathers += reads;
+				}
+			if (n->op != IR_OP_ATTENTION && n->op != IR_OP_ATTENTION_BWD)
+				continue;
+			attn++;
+			const IrAttrAttn *at = ir_attr_attn(n);
+			CHECK_EQ_INT(at->heads, 4 / (cp * tp));
+			CHECK_EQ_INT(ir_attn_kv_heads(at), 2 / tp);
+			CHECK_EQ_INT(at->head_axes, cpmask);
+		}
+		CHECK_EQ_INT(attn, 2 * 2); /* forward and backward, 2 layers */
+		if (d == defs10) /* uneven: resharded through gathers, trimmed */
+			continue;
+		CHECK_EQ_INT(gathers, 2 * 2); /* k and v of each forward attention */
+		CHECK_EQ_INT(count_op(m, IR_OP_ALL_TO_ALL), 8); /* q, y, dy, dqkv */
+	}
+	arena_free(&a);
+}
+
 /* Ring attention (context_parallel ring): the one-device function, with
  * per layer 2 (N - 1) sends and recvs forward (a K and a V block each
  * step), and in the backward the forward's ring again plus N - 1 steps
@@ -393,6 +457,7 @@ static void test_refusals(void)
 int main(void)
 {
 	test_ulysses();
+	test_ulysses_gqa();
 	test_ring();
 	test_ring_segments();
 	test_refusals();
