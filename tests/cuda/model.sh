@@ -3,8 +3,8 @@
 # either with a suffix for a copy written into DIR whose attention is
 # masked ("NAME:mask": tests/e2e/mask.sed, a sliding window and segment
 # ids, as e2e.equiv.llama's mask: layouts; "NAME:window": the window
-# alone, which ring attention also takes; "NAME:bidir": no causal mask, as
-# e2e.equiv.llama's bidir: layouts).  Fails when the copy has no
+# alone, which ring attention also takes; "NAME:bidir": no causal mask,
+# tests/e2e/bidir.sed, as e2e.equiv.llama's bidir: layouts).  Fails when the copy has no
 # attention to change.
 cuda_model() {
 	local root=$1 spec=$2 dir=$3 base kind src
@@ -16,7 +16,7 @@ cuda_model() {
 	"") echo "$src"; return 0 ;;
 	mask) sed -f "$root/tests/e2e/mask.sed" "$src" >"$dir/$kind.dtm" ;;
 	window) sed 's/causal = true)/causal = true, window = 8)/' "$src" >"$dir/$kind.dtm" ;;
-	bidir) sed 's/causal = true)/causal = false)/' "$src" >"$dir/$kind.dtm" ;;
+	bidir) sed -f "$root/tests/e2e/bidir.sed" "$src" >"$dir/$kind.dtm" ;;
 	*) echo "cuda_model: unknown variant '$kind' of $base" >&2; return 1 ;;
 	esac
 	grep -q 'window = 8\|causal = false' "$dir/$kind.dtm" ||

@@ -233,7 +233,7 @@ if [ "$model" = llama ]; then
 	grep -q '^input seg' "$tmp/$model.mask.dtm" || fail "no input line to add 'seg' after"
 fi
 # The bidirectional copy: attention without the causal mask
-sed -e 's/causal = true/causal = false/' "$src" >"$tmp/$model.bidir.dtm"
+sed -f "$here/bidir.sed" "$src" >"$tmp/$model.bidir.dtm"
 if [ "$model" = llama ]; then
 	grep -q 'causal = false' "$tmp/$model.bidir.dtm" || fail "no causal attention to unmask"
 fi
