@@ -8,10 +8,13 @@
  * schedule (with pp > 1: gpipe, 1f1b and interleaved(2) where
  * passes/schedule.c accepts it), sequence parallelism on/off (tp > 1),
  * the context_parallel mode where the first input's sequence dim (dim 1)
- * is split over more than one rank and the model has attention (ulysses,
- * ring, and none when the file leaves it so: --train has no word for
- * none; a mode that cannot apply there is partition's error, and the
- * candidate is dropped with it), recompute on/off (models with blocks)
+ * is split over more than one rank and the model has attention (none and
+ * ring when the file leaves it unset: none is Ulysses wherever Ulysses
+ * applies, the same plan, and gathers the sequence elsewhere, where
+ * ulysses would be refused; ulysses and ring when the file names a mode,
+ * --train having no word for none; a mode that cannot apply there is
+ * partition's error, and the candidate is dropped with it), recompute
+ * on/off (models with blocks)
  * and every option of every choose() point.  A dimension the user fixes
  * with --train (zero=, microbatches=, schedule=, sequence_parallel=,
  * context_parallel=, recompute=) is not swept.
@@ -68,9 +71,10 @@ const char sweep_help[] =
         "any count, token ids unmicro-batched; a mesh left with no count is named\n"
         "as not tried); with pp > 1 the schedules gpipe, 1f1b and\n"
         "interleaved(2) where valid; sequence parallelism on/off (tp > 1); the\n"
-        "context_parallel mode (ulysses, ring; none when the file leaves it so)\n"
-        "where the inputs' sequence is split over more than one rank and the\n"
-        "model has attention; recompute on/off (models with blocks); every\n"
+        "context_parallel mode where the inputs' sequence is split over more than\n"
+        "one rank and the model has attention (none, which is Ulysses where the\n"
+        "heads divide and else gathers the sequence, and ring; ulysses and ring\n"
+        "when the file names a mode); recompute on/off (models with blocks); every\n"
         "choose() option.  A setting fixed with --train (zero, microbatches,\n"
         "schedule, sequence_parallel, context_parallel, recompute) is not swept.\n"
         "Candidates that do not compile are dropped with the compiler's reason, as\n"
@@ -604,9 +608,12 @@ static void add_members(Enum *e, SweepCand c, const Members *g)
 
 /* The context_parallel modes of mesh c->mesh into out, setting
  * c->cp_split; returns how many.  Where attention's sequence is split
- * over more than one rank: ulysses and ring, and none (Ulysses where the
- * heads divide, else the sequence gathered) when the file leaves it so
- * (--train has no word for none); else, or fixed by --train, the file's. */
+ * over more than one rank: the file's mode and ring, none standing for
+ * ulysses where the file leaves it so (partition's attention_rule makes
+ * the same plan of both where Ulysses applies, and none gathers the
+ * sequence where ulysses is refused); a file naming ulysses or ring gets
+ * ulysses and ring (--train has no word for none); fixed by --train, or
+ * no sequence split, the file's alone. */
 static int cp_modes(IrContextParallel file, bool fixed, SweepCand *c, const SweepSpace *s,
                     uint8_t *out)
 {
@@ -616,9 +623,7 @@ static int cp_modes(IrContextParallel file, bool fixed, SweepCand *c, const Swee
 		out[n++] = (uint8_t)file;
 		return n;
 	}
-	if (file == IR_CP_NONE)
-		out[n++] = IR_CP_NONE;
-	out[n++] = IR_CP_ULYSSES;
+	out[n++] = file == IR_CP_NONE ? IR_CP_NONE : IR_CP_ULYSSES;
 	out[n++] = IR_CP_RING;
 	return n;
 }
@@ -664,7 +669,7 @@ static bool enumerate(SweepRun *r, const IrModule *probe_m)
 		int64_t zn = axes_product(c.mesh, s->naxes, s->zero_axes);
 		int64_t bsplit = axes_product(c.mesh, s->naxes, s->batch_axes);
 		int64_t tp = s->sp_axis >= 0 ? c.mesh[s->sp_axis] : 1;
-		uint8_t cps[3];
+		uint8_t cps[2];
 		int ncp = cp_modes(ft->context_parallel, fix_cp, &c, s, cps);
 		bool tried = false;
 		for (int di = 0; di < ndiv; di++) {

@@ -17,17 +17,21 @@
 #                        against numbers.  tests/sweep/choose.dtm: both options
 #                        of its choose() point are swept and differ on tp = 2.
 #   run.sh DTMC cp       models/llama.dtm --devices 4: where cp > 1 the
-#                        context_parallel modes are swept (none, ulysses and
-#                        ring ranked, ulysses also on cp x tp = 4, which its
-#                        2 kv heads do not divide: k and v gather the
-#                        sequence), each shown in the layout, the JSON and
-#                        its "train" overrides; the fastest ring and ulysses
-#                        candidates', the slowest ring's and cp = 2 x tp = 2
-#                        ulysses' step time, peak and bytes sent equal
-#                        `dtmc inspect` of the same --mesh and --train; with
-#                        2 heads ulysses on cp = 4 is dropped with partition's
-#                        reason; --train context_parallel=ring fixes it, with
-#                        no warning from the cp = 1 candidates.
+#                        context_parallel modes are swept (none and ring, the
+#                        file leaving it unset; none is Ulysses where that
+#                        applies, also on cp x tp = 4, which its 2 kv heads
+#                        do not divide: k and v gather the sequence), each
+#                        shown in the layout, the JSON and its "train"
+#                        overrides, nothing dropped; the fastest ring and
+#                        none candidates', the slowest ring's and
+#                        cp = 2 x tp = 2 none's step time, peak and bytes sent
+#                        equal `dtmc inspect` of the same --mesh and --train,
+#                        a none's also with context_parallel=ulysses (the
+#                        same plan, all_to_alls in it); with 2 heads none
+#                        ranks on cp = 4 (gathered) and --train
+#                        context_parallel=ulysses is dropped there with
+#                        partition's reason; --train context_parallel=ring
+#                        fixes it, with no warning from the cp = 1 candidates.
 #   run.sh DTMC errors   bad --devices, --hw, --mem-limit, options: exit 1 and a
 #                        message naming the option.
 #   run.sh DTMC measure  --measure 2 on models/mlp.dtm (builds and runs two
@@ -269,48 +273,63 @@ for c in d["ranking"] + d["dropped"]:
         fail("cp = 1 but context_parallel %r: %s" % (m, c["layout"]))
     if cp == 1:
         continue
-    if m not in ("none", "ulysses", "ring"):
-        fail("cp = %d without a mode: %s" % (cp, c["layout"]))
+    # the file leaves the mode unset: none (Ulysses wherever it applies,
+    # the same plan) and ring are swept, ulysses would only repeat none
+    if m not in ("none", "ring"):
+        fail("cp = %d with mode %r: %s" % (cp, m, c["layout"]))
     if (m == "none" and "cp-none" not in words) or (m != "none" and m not in words):
         fail("the layout does not show %s: %s" % (m, c["layout"]))
     if (m != "none") != ("context_parallel=" + m in c["train"]):
         fail("the --train overrides do not select %s: %r" % (m, c["train"]))
     modes.setdefault((m, c["status"]), []).append(c)
-for m in ("none", "ulysses", "ring"):
+for m in ("none", "ring"):
     if not modes.get((m, "ok")):
         fail("no ranked %s candidate with cp > 1" % m)
-# llama's 2 kv heads do not divide cp x tp = 4: ulysses ranks there all the
-# same (k and v keep tp's head split and gather the sequence over cp)
-if modes.get(("ulysses", "failed")):
-    fail("ulysses dropped: %s" % modes[("ulysses", "failed")][0]["reason"])
-kvg = [c for c in modes[("ulysses", "ok")] if c["mesh"]["cp"] == 2 and c["mesh"]["tp"] == 2]
+if d["dropped"]:
+    fail("dropped: %s" % d["dropped"][0]["reason"])
+# llama's 2 kv heads do not divide cp x tp = 4: Ulysses all the same (k and
+# v keep tp's head split and gather the sequence over cp)
+kvg = [c for c in modes[("none", "ok")] if c["mesh"]["cp"] == 2 and c["mesh"]["tp"] == 2]
 if not kvg:
-    fail("no ranked ulysses candidate on cp = 2 x tp = 2")
+    fail("no ranked none candidate on cp = 2 x tp = 2")
 # the fastest of each mode, the slowest ring (a pipeline, M > 1), and the
-# fastest ulysses on cp = 2 x tp = 2
+# fastest none on cp = 2 x tp = 2; a none candidate is Ulysses (all_to_alls)
 picks = [min(modes[("ring", "ok")], key=lambda c: c["step_s"]),
          max(modes[("ring", "ok")], key=lambda c: c["step_s"]),
-         min(modes[("ulysses", "ok")], key=lambda c: c["step_s"]),
+         min(modes[("none", "ok")], key=lambda c: c["step_s"]),
          min(kvg, key=lambda c: c["step_s"])]
 for c in picks:
     mesh = ",".join("%s=%d" % kv for kv in c["mesh"].items())
     print(c["context_parallel"], c["step_s"], c["peak_bytes"], c["comm_bytes"], mesh,
+          int(c["context_parallel"] == "none"),
           " ".join("--train " + t for t in c["train"]))
 EOF
-	while read -r mode step peak sent mesh train; do
-		same_as_inspect models/llama.dtm "$mode" "$step" "$peak" "$sent" "$mesh" "$train" 0
+	while read -r mode step peak sent mesh a2a train; do
+		same_as_inspect models/llama.dtm "$mode" "$step" "$peak" "$sent" "$mesh" "$train" "$a2a"
+		# none is ulysses' plan where Ulysses applies: the same numbers
+		[ "$mode" = none ] && same_as_inspect models/llama.dtm "ulysses for none" "$step" \
+			"$peak" "$sent" "$mesh" "$train --train context_parallel=ulysses" 1
 	done < "$tmp/pick.txt"
 	[ "$(wc -l < "$tmp/pick.txt")" -eq 4 ] || fail "picked $(wc -l < "$tmp/pick.txt") candidates, not 4"
-	# 2 heads do not divide cp = 4: ulysses dropped there, with partition's reason
+	# 2 heads do not divide cp = 4: none gathers the sequence there and
+	# ranks; ulysses named by --train is dropped there, with partition's reason
 	"$dtmc" sweep models/llama.dtm --devices 4 --json --top 100000 -q -D heads=2 -D kv_heads=2 \
 		> "$tmp/h2.json" || fail "sweep of llama with 2 heads exited $?"
+	"$dtmc" sweep models/llama.dtm --devices 4 --json --top 100000 -q -D heads=2 -D kv_heads=2 \
+		--train context_parallel=ulysses > "$tmp/h2u.json" ||
+		fail "sweep of llama with 2 heads, --train context_parallel=ulysses exited $?"
 	python3 -c "
 import json, sys
 d = json.load(open(sys.argv[1]))
+assert not d['dropped'], d['dropped'][0]['reason']
+assert any(c['mesh']['cp'] == 4 and c['context_parallel'] == 'none' for c in d['ranking'])
+d = json.load(open(sys.argv[2]))
 bad = [c for c in d['dropped'] if c['context_parallel'] == 'ulysses']
 assert bad and all(c['mesh']['cp'] * c['mesh']['tp'] > 2 for c in bad), [c['layout'] for c in bad]
 assert all('context_parallel ulysses: attention' in c['reason'] for c in bad), bad[0]['reason']
-" "$tmp/h2.json" || fail "ulysses on cp x tp = 4 > 2 heads was not dropped with partition's reason"
+assert {c['context_parallel'] for c in d['ranking'] + d['dropped'] if c['mesh']['cp'] > 1} == {'ulysses'}
+" "$tmp/h2.json" "$tmp/h2u.json" ||
+		fail "2 heads: none did not rank on cp = 4, or ulysses on cp x tp = 4 was not dropped with partition's reason"
 	# fixed by --train: that mode alone; the candidates with cp = 1, where
 	# it does nothing, warn of nothing (a candidate's warnings are muted)
 	"$dtmc" sweep models/llama.dtm --devices 4 --json --top 100000 -q \
