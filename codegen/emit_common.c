@@ -380,7 +380,7 @@ void cg_kernel_attrs(const IrNode *n, CgKernelAttrs *k)
 		k->ints[1] = a->attn.causal;
 		k->ints[2] = ir_attn_kv_heads(&a->attn);
 		k->ints[3] = a->attn.window;
-		k->mesh_axes = a->attn.head_axes;
+		k->mesh_axes = a->attn.head_axes | a->attn.head_minor << CG_AXES_MINOR;
 		if (a->attn.ring) { /* ring attention's blocks (dtmk_ring.h) */
 			k->nints = 7;
 			k->ints[4] = a->attn.ring;

@@ -30,11 +30,15 @@ void cg_put_float(FILE *out, double v, bool f32, const char *nan, const char *in
  * {salt, mbs, mb, bdim, binner}, a collective's dims, {nesterov}; f: a
  * scalar, eps, a dropout rate, an init's two arguments; fx: beta1 or
  * momentum, beta2, eps, weight_decay, clip; flag: keepdims, master). */
+/* CgKernelAttrs.mesh_axes: the axes numbered last from this bit up
+ * (codegen/cpu/dtmk.h's DTMK_AXES_MINOR) */
+#define CG_AXES_MINOR 16
+
 typedef struct CgKernelAttrs {
 	int64_t ints[9]; /* DtmkArgs.ints: as many */
 	int nints;
 	double f[2], fx[6];
-	uint32_t mesh_axes;
+	uint32_t mesh_axes; /* DtmkArgs.mesh_axes */
 	IrRed red;
 	bool flag;
 } CgKernelAttrs;

@@ -242,15 +242,18 @@ void cg_cu_put_decompose(FILE *out, const char *idx, const int64_t *ext, const i
 }
 
 /* This rank's position in the group of mesh_axes (the lowest-numbered
- * axis major: dtmk_shard_slice's), as a local `dtmc_i64 name` (0 for no
- * axes). */
+ * axis major: dtmk_shard_slice's; the axes also set from bit
+ * CG_AXES_MINOR up last, as dtmk_group_index), as a local `dtmc_i64
+ * name` (0 for no axes). */
 void cg_cu_put_group_var(CudaEmit *e, const char *name, uint32_t axes)
 {
+	uint32_t minor = axes >> CG_AXES_MINOR;
 	fprintf(e->out, "\tdtmc_i64 %s = 0;\n", name);
-	for (int k = 0; k < e->m->mesh.naxes; k++)
-		if (axes >> k & 1)
-			fprintf(e->out, "\t%s = %s * %lldLL + a.coords[%d];\n", name, name,
-			        (long long)e->m->mesh.sizes[k], k);
+	for (uint32_t last = 0; last < 2; last++)
+		for (int k = 0; k < e->m->mesh.naxes; k++)
+			if ((axes >> k & 1) && (minor >> k & 1) == last)
+				fprintf(e->out, "\t%s = %s * %lldLL + a.coords[%d];\n", name, name,
+				        (long long)e->m->mesh.sizes[k], k);
 }
 
 void cg_cu_put_group_index(CudaEmit *e, uint32_t axes)

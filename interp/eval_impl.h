@@ -73,11 +73,13 @@ static inline EvAttn ev_attn(const IrEval *e, const IrNode *n, int segop, int64_
 	const IrAttrAttn *at = ir_attr_attn(n);
 	const Mesh *mesh = &e->m->mesh;
 	int64_t idx = 0, parts = 1;
-	for (int k = 0; k < mesh->naxes; k++)
-		if (at->head_axes >> k & 1) {
-			idx = idx * mesh->sizes[k] + e->coords[k];
-			parts *= mesh->sizes[k];
-		}
+	/* mesh order, head_minor's axes last (dtmk_group_index) */
+	for (int minor = 0; minor < 2; minor++)
+		for (int k = 0; k < mesh->naxes; k++)
+			if ((at->head_axes >> k & 1) && (int)(at->head_minor >> k & 1) == minor) {
+				idx = idx * mesh->sizes[k] + e->coords[k];
+				parts *= mesh->sizes[k];
+			}
 	EvAttn a = {.H = at->heads, .group = at->heads * parts / ir_attn_kv_heads(at),
 	            .h0 = idx * at->heads, .window = at->window, .T = T, .causal = at->causal != 0,
 	            .seg = segop >= 0 && n->nops > segop ? in(e, n, segop) : NULL};

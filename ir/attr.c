@@ -87,8 +87,10 @@ int ir_attr_words(const IrNode *n, int64_t *w)
 		w[k++] = a->attn.causal;
 		w[k++] = a->attn.kv_heads;
 		w[k++] = a->attn.window;
-		/* the two masks in one word: 10 words in all (IR_ATTR_WORDS) */
-		w[k++] = (int64_t)a->attn.head_axes | (int64_t)a->attn.ring << 32;
+		/* the three masks (IR_MAX_AXES bits each) in one word: 10 words
+		 * in all (IR_ATTR_WORDS) */
+		w[k++] = (int64_t)a->attn.head_axes | (int64_t)a->attn.head_minor << 16 |
+		         (int64_t)a->attn.ring << 32;
 		w[k++] = a->attn.step;
 		w[k++] = a->attn.balanced;
 		w[k++] = a->attn.seq;

@@ -138,8 +138,10 @@ typedef struct IrAttrAttn {
 	int64_t window;   /* keys within window positions of the query; 0 = all */
 	/* partition's: the query heads are split over these mesh axes while k
 	 * and v stay whole, so this rank's first query head is heads times its
-	 * position in the group (dtmk_group_index's order); 0 = none */
-	uint32_t head_axes;
+	 * position in the group (dtmk_group_index's order: mesh order, the
+	 * axes of head_minor, a subset, last; Ulysses' split (tp, cp) on a
+	 * mesh (cp, tp)); 0 = none */
+	uint32_t head_axes, head_minor;
 	/* ring attention's blocks (ops.def): the group the sequence is split
 	 * over, and the ring step (the key block is the rank's minus it) */
 	uint32_t ring;

@@ -552,8 +552,8 @@ static bool type_value(Parser *p, IrNode *n)
 
 /* key -> the field it sets; kinds = the IrAttrKinds that take it. */
 enum { F_INIT, F_VALUE, F_EPS, F_RATE, F_AXES, F_PERM, F_INTS, F_GROUP, F_KEEPDIMS, F_AXIS,
-       F_START, F_END, F_HEADS, F_CAUSAL, F_KV_HEADS, F_WINDOW, F_HEAD_AXES, F_RING, F_STEP,
-       F_BALANCED, F_SEQ, F_LSE, F_SALT, F_MBS, F_MB, F_BDIM, F_BINNER, F_RED,
+       F_START, F_END, F_HEADS, F_CAUSAL, F_KV_HEADS, F_WINDOW, F_HEAD_AXES, F_HEAD_MINOR,
+       F_RING, F_STEP, F_BALANCED, F_SEQ, F_LSE, F_SALT, F_MBS, F_MB, F_BDIM, F_BINNER, F_RED,
        F_ARG0, F_ARG1, F_ARG2, F_BETA1, F_MOMENTUM, F_BETA2, F_OEPS, F_WD, F_CLIP, F_NESTEROV,
        F_MASTER, F_RHEADS, F_THETA, F_INVERSE, F_RAXES,
        F_RK, F_RN, F_RCAP, F_RSTATS, F_RREPL };
@@ -581,6 +581,7 @@ static const AttrKey attr_keys[] = {
 	{"kv_heads", K(ATTN), F_KV_HEADS},
 	{"window", K(ATTN), F_WINDOW},
 	{"head_axes", K(ATTN), F_HEAD_AXES},
+	{"head_minor", K(ATTN), F_HEAD_MINOR},
 	{"ring", K(ATTN), F_RING},
 	{"step", K(ATTN), F_STEP},
 	{"balanced", K(ATTN), F_BALANCED},
@@ -623,6 +624,8 @@ static const AttrKey attr_keys[] = {
 	{"stats", K(ROUTE), F_RSTATS},
 	{"replicas", K(ROUTE), F_RREPL},
 };
+/* parse_attrs marks the keys it has seen in a uint64_t */
+_Static_assert(sizeof attr_keys / sizeof attr_keys[0] <= 64, "attr_keys: too many keys");
 #undef K
 #define NKEYS ((int)(sizeof attr_keys / sizeof attr_keys[0]))
 
@@ -729,6 +732,8 @@ static bool attr_field(Parser *p, IrAttr *a, int k, int *nnamed)
 		return int_value(p, &a->attn.window, after);
 	case F_HEAD_AXES:
 		return axes_value(p, &a->attn.head_axes, "after 'head_axes ='");
+	case F_HEAD_MINOR:
+		return axes_value(p, &a->attn.head_minor, "after 'head_minor ='");
 	case F_RING:
 		return axes_value(p, &a->attn.ring, "after 'ring ='");
 	case F_STEP:

@@ -293,6 +293,10 @@ void ir_print_attrs(FILE *out, const IrModule *m, const IrNode *n)
 			fputs(", head_axes = ", out);
 			print_axes(out, &m->mesh, a->head_axes);
 		}
+		if (a->head_minor) {
+			fputs(", head_minor = ", out);
+			print_axes(out, &m->mesh, a->head_minor);
+		}
 		if (a->ring) {
 			fputs(", ring = ", out);
 			print_axes(out, &m->mesh, a->ring);

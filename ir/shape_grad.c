@@ -273,6 +273,8 @@ bool ir_attn_check(const char *what, const IrAttrAttn *a, const IrNode *q, const
 		return fail(g, "%s: window must be >= 0, got %" PRId64, what, a->window);
 	if (a->seq < 0)
 		return fail(g, "%s: seq must be >= 0, got %" PRId64, what, a->seq);
+	if (a->head_minor & ~a->head_axes)
+		return fail(g, "%s: head_minor must name axes of head_axes", what);
 	int64_t want[3] = {q->shape[0], q->shape[1], G * (q->shape[2] / H)};
 	for (int i = 0; i < 2; i++) {
 		if (kv[i]->rank == 3 && memcmp(kv[i]->shape, want, sizeof want) == 0)

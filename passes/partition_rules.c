@@ -538,9 +538,8 @@ static bool attention_rule(const IrModule *m, const IrNode *n, const Placement *
 	}
 	int nax = r->res.naxes[ddim] + T->naxes[tdim];
 	int64_t parts = hparts * sparts;
-	/* grouped-query k and v go head-split with q: their kv heads must
-	 * divide as well (k and v kept whole over tp, head_axes, do not).
-	 * Where they divide the head split's own axes but not the sequence's
+	/* grouped-query k and v go head-split with q where their kv heads
+	 * divide as well.  Where they divide the head split's own axes but not the sequence's
 	 * too (llama's 2 kv heads on cp = 2 x tp = 2), k and v keep their own
 	 * head split and gather the sequence over its axes instead: each
 	 * rank's query heads, a 1/cp of its own split's, read kv heads of that
@@ -549,7 +548,12 @@ static bool attention_rule(const IrModule *m, const IrNode *n, const Placement *
 	bool kv_split = G == heads || (G % parts == 0 && !r->at.attn.head_axes);
 	bool kv_gather = !kv_split && !r->at.attn.head_axes && G % hparts == 0 &&
 	                 group_axes(T, tdim);
-	if (heads % parts != 0 || !(kv_split || kv_gather) || nax > IR_MAX_AXES) {
+	/* k and v kept whole over the head split (heads_rule's head_axes: tp
+	 * outnumbering the kv heads) gather the sequence too: every rank
+	 * reads every kv head, its query heads split over the own axes, then
+	 * the sequence's, which number them minor (head_minor) */
+	bool kv_whole = r->at.attn.head_axes && group_axes(T, tdim);
+	if (heads % parts != 0 || !(kv_split || kv_gather || kv_whole) || nax > IR_MAX_AXES) {
 		if (mode != IR_CP_ULYSSES)
 			return true; /* gathered: heads_rule's pinned sequence */
 		r->user = true;
@@ -561,12 +565,15 @@ static bool attention_rule(const IrModule *m, const IrNode *n, const Placement *
 			         "divisible by %" PRId64 " (the %" PRId64 " ranks of %s, over which its "
 			         "sequence is split, times the %" PRId64 " its heads are split over)%s",
 			         heads, parts, sparts, axes, hparts, fix);
-		else
+		else /* k and v gather the sequence, in group order */
 			snprintf(why, cap,
-			         "context_parallel ulysses: attention's %" PRId64 " kv heads are not "
-			         "divisible by %" PRId64 " (the %" PRId64 " ranks of %s, over which its "
-			         "sequence is split, times the %" PRId64 " its heads are split over)%s",
-			         G, parts, sparts, axes, hparts, fix);
+			         "context_parallel ulysses: grouped-query attention (%" PRId64
+			         " kv heads for %" PRId64 " query heads) gathers the sequence "
+			         "for k and v, which does not support a sequence split over axes "
+			         "out of mesh order yet; the sequence of attention's inputs is "
+			         "split over %s (split it over the axes in mesh order, or leave "
+			         "context_parallel unset to gather the sequence for attention)",
+			         G, heads, axes);
 		return false;
 	}
 	/* heads split over the result's own axes, then the sequence's */
@@ -581,13 +588,19 @@ static bool attention_rule(const IrModule *m, const IrNode *n, const Placement *
 		}
 		int off = n->rank - opnd(m, n, i)->rank;
 		bool kv = i == k0 || i == k0 + 1;
+		if (kv && kv_whole)
+			continue; /* heads_rule's: heads and sequence whole */
 		copy_dim(&r->req[i], ddim - off, kv && kv_gather ? &own : R, ddim);
 	}
 	r->at.attn.heads = heads / parts;
-	if (G != heads)
+	if (G != heads && !kv_whole)
 		r->at.attn.kv_heads = G / (kv_gather ? hparts : parts);
 	if (kv_gather)
 		r->at.attn.head_axes = seq;
+	if (kv_whole) {
+		r->at.attn.head_axes |= seq;
+		r->at.attn.head_minor = seq;
+	}
 	return true;
 }
 

@@ -555,6 +555,7 @@ if(DTM_KCHECK_CXX)
     "llama.mask_dp1|llama:mask|--mesh dp=1"
     "llama.mask_cp2tp2_bf16|llama:mask|--mesh cp=2,tp=2 --train precision=bf16"
     "llama.tp4_kv_whole|llama|--mesh tp=4"
+    "llama.ulysses_kv_whole_cp2tp4|llama|--mesh cp=2,tp=4 -D heads=8 -D d=64 --train context_parallel=ulysses|2 4"
     "llama.ring_mask_cp2|llama:mask|--mesh cp=2 --train context_parallel=ring|0 1"
     "llama.ring_cp2_unbalanced|llama|--mesh cp=2 --train context_parallel=ring -D ctx=30|0 1"
     "llama.ring_cp2tp2_bf16|llama|--mesh cp=2,tp=2 --train context_parallel=ring --train precision=bf16"

@@ -44,6 +44,10 @@ typedef struct DtmkTensor {
 	int64_t numel;
 } DtmkTensor;
 
+/* DtmkArgs.mesh_axes: the low 16 bits the group, the high 16 the axes
+ * numbered last (DTM_MAX_AXES of each at most) */
+#define DTMK_AXES_MINOR 16
+
 typedef struct DtmkArgs {
 	int nin;
 	DtmkTensor in[DTMK_MAX_IN];
@@ -52,6 +56,8 @@ typedef struct DtmkArgs {
 	int nints;
 	double f[2];
 	double fx[6]; /* optimizer hyperparameters (DTMK_OPT_*, dtmk_optim.h) */
+	/* a group of mesh axes (bit k: axis k); attention's head_minor in
+	 * the bits from DTMK_AXES_MINOR up (dtmk_group_index) */
 	uint32_t mesh_axes;
 	int red;
 	int flag;
@@ -478,13 +484,16 @@ static inline int64_t dtmk_span(const DtmkTensor *t, int from, int to)
 
 /* This rank's position in the group of mesh axes a->mesh_axes: mixed
  * radix over the group's axes, the lowest-numbered axis major
- * (runtime/comm.h's group order). */
+ * (runtime/comm.h's group order), except that the axes also set in the
+ * bits from DTMK_AXES_MINOR up (attention's head_minor) come last. */
 static inline int64_t dtmk_group_index(const DtmCtx *ctx, const DtmkArgs *a)
 {
+	uint32_t minor = a->mesh_axes >> DTMK_AXES_MINOR;
 	int64_t idx = 0;
-	for (int k = 0; k < ctx->mesh_naxes; k++)
-		if (a->mesh_axes >> k & 1)
-			idx = idx * ctx->mesh_sizes[k] + ctx->coords[k];
+	for (uint32_t last = 0; last < 2; last++)
+		for (int k = 0; k < ctx->mesh_naxes; k++)
+			if ((a->mesh_axes >> k & 1) && (minor >> k & 1) == last)
+				idx = idx * ctx->mesh_sizes[k] + ctx->coords[k];
 	return idx;
 }
 

@@ -180,6 +180,17 @@ uneven_ring="$uneven_ring def:ctx=31:cp:dp=1,cp=3,tp=2/context_parallel=ring"
 uneven_ring="$uneven_ring def:ctx=29:mask:dp=2,cp=3,tp=1/context_parallel=ring"
 uneven_ring="$uneven_ring def:ctx=30:cp:pp=2,dp=1,cp=4,tp=1/microbatches=2/context_parallel=ring"
 uneven_ring="$uneven_ring def:ctx=30:bidir:dp=1,cp=4,tp=1/context_parallel=ring"
+# ... and Ulysses where tp outnumbers the kv heads (k and v whole over tp,
+# every kv head read; the query heads split over (tp, cp), numbered cp
+# minor): multi-query (1 kv head) on cp = 2 x tp = 2 with the mode unset,
+# in bf16, with the masks, dp and ZeRO-3, in a 2-stage pipeline, on an
+# uneven ctx 31; 2 kv heads of 8 on cp = 2 x tp = 4, where the numbering
+# decides which kv head a query head reads
+kv_whole="def:kv_heads=1:cp:dp=1,cp=2,tp=2 def:kv_heads=1:cp:dp=1,cp=2,tp=2/precision=bf16"
+kv_whole="$kv_whole def:kv_heads=1:mask:dp=2,cp=2,tp=2/zero=3/context_parallel=ulysses"
+kv_whole="$kv_whole def:heads=8+d=64+kv_heads=1:cp:pp=2,dp=1,cp=2,tp=2/microbatches=2/context_parallel=ulysses"
+kv_whole="$kv_whole def:kv_heads=1+ctx=31:cp:dp=1,cp=2,tp=2/context_parallel=ulysses"
+kv_whole="$kv_whole def:heads=8+d=64:cp:dp=1,cp=2,tp=4/context_parallel=ulysses"
 # Mixture of experts (issue 18, models/moe.dtm): expert parallelism (the
 # dispatch and combine all_to_alls over ep) at ep = 2 and 4, ep sharing the
 # data-parallel ranks (dp = 2 x ep = 2, and dp = 3 x ep = 2 with 6 experts
@@ -207,8 +218,9 @@ mlp:*) layouts="dp=4 tp=2 tp=4 dp=2,tp=2 $zero $uneven_mlp $anyn $anyn_mlp"
 gpt:*) layouts="dp=4 tp=2 tp=4 dp=2,tp=2 $zero $hsdp1 $sp $uneven_gpt $rc_gpt $pf_gpt $anyn"
      mpi_layouts="dp=4 dp=4/zero=3 dp=2,tp=2/sequence_parallel=true" ;;
 moe:*) layouts=$moe mpi_layouts="dp=2,ep=2" ;;
-llama:*) layouts="dp=4 tp=2 dp=2,tp=2 $cp $cp_ring $mask $uneven_ring dp=2,tp=2/zero=3 def:vocab=250:tp=2"
-     mpi_layouts="dp=2,cp=2 cp=2,tp=2" ;;
+llama:*) layouts="dp=4 tp=2 dp=2,tp=2 $cp $cp_ring $mask $uneven_ring $kv_whole dp=2,tp=2/zero=3"
+     layouts="$layouts def:vocab=250:tp=2"
+     mpi_layouts="dp=2,cp=2 cp=2,tp=2 def:kv_heads=1:cp=2,tp=2" ;;
 *) fail "no layouts listed for model '$model'" ;;
 esac
 # DTM_EQUIV_LAYOUTS="LAYOUT ...": only these (while working on one)

@@ -248,6 +248,57 @@ static void test_ulysses_gqa(void)
 	arena_free(&a);
 }
 
+/* Ulysses where tp outnumbers the kv heads (multi-query attention, or
+ * LLaMA's 2 kv heads on tp = 4): k and v stay whole over tp (Megatron's
+ * rule, head_axes) and gather the sequence over cp; q and the output take
+ * the all_to_alls, so the query heads are split over (tp, cp) in that
+ * order: the local op numbers them with cp minor (attn.head_minor), which
+ * the mesh's order (pp, dp, cp, tp) alone would number the other way
+ * round. */
+static void test_ulysses_kv_whole(void)
+{
+	Arena a;
+	arena_init(&a);
+	static const char *const mqa[] = {"ctx", "12", "batch", "2", "layers", "2",
+	                                  "kv_heads", "1", NULL};
+	static const char *const tp4[] = {"ctx", "12", "batch", "2", "layers", "2", "heads", "8",
+	                                  "d", "64", NULL};
+	const struct {
+		const char *label, *mesh, *train;
+		const char *const *defs;
+		int64_t cp, tp, H, G;
+	} layouts[] = {
+	        {"llama kv_heads=1, cp=2 x tp=2 ulysses", "pp=1,dp=1,cp=2,tp=2",
+	         "context_parallel=ulysses", mqa, 2, 2, 4, 1},
+	        {"llama kv_heads=1, cp=2 x tp=2, chosen", "pp=1,dp=1,cp=2,tp=2", NULL, mqa, 2, 2, 4,
+	         1},
+	        {"llama 8 heads, 2 kv heads, cp=2 x tp=4 ulysses", "pp=1,dp=1,cp=2,tp=4",
+	         "context_parallel=ulysses", tp4, 2, 4, 8, 2},
+	};
+	uint32_t cpmask = 1u << 2, tpmask = 1u << 3; /* mesh (pp, dp, cp, tp) */
+	for (size_t l = 0; l < sizeof layouts / sizeof layouts[0]; l++) {
+		IrModule *m = equivalence_of(&a, layouts[l].label, slurp("models/llama.dtm"),
+		                             layouts[l].mesh, layouts[l].defs, layouts[l].train);
+		if (!m)
+			continue;
+		int attn = 0;
+		for (int i = 0; i < m->nnodes; i++) {
+			const IrNode *n = m->nodes[i];
+			if (n->op != IR_OP_ATTENTION && n->op != IR_OP_ATTENTION_BWD)
+				continue;
+			attn++;
+			const IrAttrAttn *at = ir_attr_attn(n);
+			CHECK_EQ_INT(at->heads, layouts[l].H / (layouts[l].cp * layouts[l].tp));
+			CHECK_EQ_INT(ir_attn_kv_heads(at), layouts[l].G);
+			CHECK_EQ_INT(at->head_axes, cpmask | tpmask);
+			CHECK_EQ_INT(at->head_minor, cpmask);
+		}
+		CHECK_EQ_INT(attn, 2 * 2); /* forward and backward, 2 layers */
+		CHECK_EQ_INT(count_op(m, IR_OP_ALL_TO_ALL), 8); /* q, y, dy, dq (k, v whole) */
+	}
+	arena_free(&a);
+}
+
 /* Ring attention (context_parallel ring): the one-device function, with
  * per layer 2 (N - 1) sends and recvs forward (a K and a V block each
  * step), and in the backward the forward's ring again plus N - 1 steps
@@ -453,6 +504,7 @@ int main(void)
 {
 	test_ulysses();
 	test_ulysses_gqa();
+	test_ulysses_kv_whole();
 	test_ring();
 	test_ring_segments();
 	test_refusals();

@@ -332,6 +332,12 @@ static void build(void)
 	*ir_attr_attn_mut(M, n) = (IrAttrAttn){.heads = 4, .causal = 1};
 	done(n);
 	done(add(IR_OP_CROSS_ENTROPY_BWD, 3, (int[]){c, h, tok}));
+	/* Ulysses with k and v whole: the query heads numbered over (tp, dp) */
+	n = add(IR_OP_ATTENTION, 3, (int[]){h, h, h});
+	*ir_attr_attn_mut(M, n) = (IrAttrAttn){
+	        .heads = 4, .causal = 1, .kv_heads = 4, .head_axes = 1u << 1 | 1u << 2,
+	        .head_minor = 1u << 1};
+	done(n);
 	/* ring attention's blocks (passes/partition.c) */
 	n = add(IR_OP_ATTN_BLOCK, 3, (int[]){h, h, h});
 	*ir_attr_attn_mut(M, n) = (IrAttrAttn){.heads = 4, .causal = 1, .ring = 1u << 1, .step = 3};
@@ -666,6 +672,11 @@ static void test_bad_text(void)
 		 "%1 = attn_block %0, %0, %0 {heads = 2, causal = true, ring = (cp), step = 0, "
 		 "seq = -1} : f32[1, 4, 10] @ ?\n",
 		 "t.ir:4:1: error: %1 (attn_block): seq must be >= 0, got -1"},
+		/* the axes numbered last must be of the group */
+		{"mesh (cp = 2, tp = 2)\n%0 = input : f32[1, 4, 8] @ ?\n"
+		 "%1 = attention %0, %0, %0 {heads = 2, causal = true, head_axes = (tp), "
+		 "head_minor = (cp)} : f32[1, 4, 8] @ ?\n",
+		 "t.ir:3:1: error: %1 (attention): head_minor must name axes of head_axes"},
 		{"%0 = input : f32[2] @ ?\nafter partition\n",
 		 "t.ir:2:1: error: 'after' must come before the first node"},
 		{"after 3\n", "t.ir:1:7: error: expected a pass name after 'after', found '3'"},
