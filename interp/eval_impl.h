@@ -74,9 +74,9 @@ static inline EvAttn ev_attn(const IrEval *e, const IrNode *n, int segop, int64_
 	const Mesh *mesh = &e->m->mesh;
 	int64_t idx = 0, parts = 1;
 	/* mesh order, head_minor's axes last (dtmk_group_index) */
-	for (int minor = 0; minor < 2; minor++)
+	for (uint32_t last = 0; last < 2; last++)
 		for (int k = 0; k < mesh->naxes; k++)
-			if ((at->head_axes >> k & 1) && (int)(at->head_minor >> k & 1) == minor) {
+			if ((at->head_axes >> k & 1) && (at->head_minor >> k & 1) == last) {
 				idx = idx * mesh->sizes[k] + e->coords[k];
 				parts *= mesh->sizes[k];
 			}

@@ -539,12 +539,12 @@ static bool attention_rule(const IrModule *m, const IrNode *n, const Placement *
 	int nax = r->res.naxes[ddim] + T->naxes[tdim];
 	int64_t parts = hparts * sparts;
 	/* grouped-query k and v go head-split with q where their kv heads
-	 * divide as well.  Where they divide the head split's own axes but not the sequence's
-	 * too (llama's 2 kv heads on cp = 2 x tp = 2), k and v keep their own
-	 * head split and gather the sequence over its axes instead: each
-	 * rank's query heads, a 1/cp of its own split's, read kv heads of that
-	 * split, the sequence axes numbering them (head_axes; DeepSpeed-
-	 * Ulysses' GQA) */
+	 * divide as well.  Where they divide the head split's own axes but not
+	 * the sequence's too (llama's 2 kv heads on cp = 2 x tp = 2), k and v
+	 * keep their own head split and gather the sequence over its axes
+	 * instead: each rank's query heads, a 1/cp of its own split's, read kv
+	 * heads of that split, the sequence axes numbering them (head_axes;
+	 * DeepSpeed-Ulysses' GQA) */
 	bool kv_split = G == heads || (G % parts == 0 && !r->at.attn.head_axes);
 	bool kv_gather = !kv_split && !r->at.attn.head_axes && G % hparts == 0 &&
 	                 group_axes(T, tdim);

@@ -132,6 +132,27 @@ static bool attention_ungathered(const IrModule *m)
 	return true;
 }
 
+/* Checks that every attention and attention_bwd of m holds `heads` query
+ * heads and `kv_heads` kv heads, numbered over head_axes with head_minor's
+ * axes last; returns how many there are. */
+static int check_attention(const IrModule *m, int64_t heads, int64_t kv_heads,
+                           uint32_t head_axes, uint32_t head_minor)
+{
+	int attn = 0;
+	for (int i = 0; i < m->nnodes; i++) {
+		const IrNode *n = m->nodes[i];
+		if (n->op != IR_OP_ATTENTION && n->op != IR_OP_ATTENTION_BWD)
+			continue;
+		attn++;
+		const IrAttrAttn *at = ir_attr_attn(n);
+		CHECK_EQ_INT(at->heads, heads);
+		CHECK_EQ_INT(ir_attn_kv_heads(at), kv_heads);
+		CHECK_EQ_INT(at->head_axes, head_axes);
+		CHECK_EQ_INT(at->head_minor, head_minor);
+	}
+	return attn;
+}
+
 static void test_ulysses(void)
 {
 	Arena a;
@@ -223,23 +244,17 @@ static void test_ulysses_gqa(void)
 		                             layouts[l].mesh, layouts[l].defs, layouts[l].train);
 		if (!m)
 			continue;
-		int64_t cp = layouts[l].cp, tp = layouts[l].tp, gathers = 0, attn = 0;
+		int64_t cp = layouts[l].cp, tp = layouts[l].tp, gathers = 0;
 		uint32_t cpmask = 1u << 2; /* mesh (pp, dp, cp, tp) */
+		/* forward and backward, 2 layers */
+		CHECK_EQ_INT(check_attention(m, 4 / (cp * tp), 2 / tp, cpmask, 0), 2 * 2);
 		for (int i = 0; i < m->nnodes; i++) {
 			const IrNode *n = m->nodes[i];
-			if (n->op != IR_OP_ATTENTION && n->op != IR_OP_ATTENTION_BWD)
-				continue;
-			attn++;
-			const IrAttrAttn *at = ir_attr_attn(n);
-			CHECK_EQ_INT(at->heads, 4 / (cp * tp));
-			CHECK_EQ_INT(ir_attn_kv_heads(at), 2 / tp);
-			CHECK_EQ_INT(at->head_axes, cpmask);
 			for (int k = 1; k < 3 && n->op == IR_OP_ATTENTION; k++) { /* k, v */
 				const IrNode *x = m->nodes[n->ops[k]];
 				gathers += x->op == IR_OP_ALL_GATHER && ir_attr_coll(x)->axes == cpmask;
 			}
 		}
-		CHECK_EQ_INT(attn, 2 * 2); /* forward and backward, 2 layers */
 		if (layouts[l].defs == defs10) /* uneven: resharded through gathers, trimmed */
 			continue;
 		CHECK_EQ_INT(gathers, 2 * 2); /* k and v of each forward attention */
@@ -281,19 +296,9 @@ static void test_ulysses_kv_whole(void)
 		                             layouts[l].mesh, layouts[l].defs, layouts[l].train);
 		if (!m)
 			continue;
-		int attn = 0;
-		for (int i = 0; i < m->nnodes; i++) {
-			const IrNode *n = m->nodes[i];
-			if (n->op != IR_OP_ATTENTION && n->op != IR_OP_ATTENTION_BWD)
-				continue;
-			attn++;
-			const IrAttrAttn *at = ir_attr_attn(n);
-			CHECK_EQ_INT(at->heads, layouts[l].H / (layouts[l].cp * layouts[l].tp));
-			CHECK_EQ_INT(ir_attn_kv_heads(at), layouts[l].G);
-			CHECK_EQ_INT(at->head_axes, cpmask | tpmask);
-			CHECK_EQ_INT(at->head_minor, cpmask);
-		}
-		CHECK_EQ_INT(attn, 2 * 2); /* forward and backward, 2 layers */
+		int64_t heads = layouts[l].H / (layouts[l].cp * layouts[l].tp);
+		/* forward and backward, 2 layers */
+		CHECK_EQ_INT(check_attention(m, heads, layouts[l].G, cpmask | tpmask, cpmask), 2 * 2);
 		CHECK_EQ_INT(count_op(m, IR_OP_ALL_TO_ALL), 8); /* q, y, dy, dq (k, v whole) */
 	}
 	arena_free(&a);
