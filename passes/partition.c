@@ -301,12 +301,37 @@ static int emit(Part *p, IrOp op, const int *ops, int nops, const IrAttr *at,
 	return n->id;
 }
 
+/* An all_to_all on uneven dims: the dim it cuts, whole before, padded with
+ * zeros to G chunks first; the dim it gathers, whole after, trimmed back
+ * to its extent after (passes/reshard.c's a2a_fits allows no other). */
+static int reshard_a2a(Part *p, int id, const IrNode *g, const ReshardStep *s, IrAttr *at)
+{
+	const Mesh *mesh = &p->m->mesh;
+	const Placement *from = ir_place(p->out, loc_node(p, id));
+	int c = s->dim, j = s->dim2;
+	int64_t G = mesh_axes_size(mesh, s->axes), nc = g->shape[c], nj = g->shape[j];
+	if (nc % G && placement_dim_parts(from, mesh, c) == 1) {
+		IrNode big = *g;
+		IrAttr sl = {.kind = IR_ATTR_SLICE, .slice = {c, 0, nc}};
+		big.shape[c] = G * (nc / G + 1);
+		if ((id = emit(p, IR_OP_PAD, &id, 1, &sl, &big, from, id)) < 0)
+			return -1;
+	}
+	if (nj % G == 0)
+		return emit(p, s->op, &id, 1, at, g, &s->after, id);
+	IrNode big = *g;
+	IrAttr sl = {.kind = IR_ATTR_SLICE, .slice = {j, 0, nj}};
+	big.shape[j] = G * loc_node(p, id)->shape[j];
+	int a2a = emit(p, s->op, &id, 1, at, &big, &s->after, id);
+	return a2a < 0 ? -1 : emit(p, IR_OP_SLICE, &a2a, 1, &sl, g, &s->after, a2a);
+}
+
 /* One planned step on local node id, a shard of global g.  The steps are
- * even collectives: an uneven dim cut whole (reduce_scatter, shard_slice)
- * is padded with zeros to a multiple of the group first, and one gathered
- * whole (all_gather) is trimmed back to its extent after; between two
- * uneven cuts the planner only steps where the chunks tile
- * (passes/reshard.c), which needs neither. */
+ * even collectives: an uneven dim cut whole (reduce_scatter, shard_slice,
+ * all_to_all) is padded with zeros to a multiple of the group first, and
+ * one gathered whole (all_gather, all_to_all) is trimmed back to its
+ * extent after; between two uneven cuts the planner only steps where the
+ * chunks tile (passes/reshard.c), which needs neither. */
 static int reshard_step(Part *p, int id, const IrNode *g, const ReshardStep *s)
 {
 	const Mesh *mesh = &p->m->mesh;
@@ -316,6 +341,7 @@ static int reshard_step(Part *p, int id, const IrNode *g, const ReshardStep *s)
 		at.coll.n = 2;
 		at.coll.a2a.split = s->dim;
 		at.coll.a2a.concat = s->dim2;
+		return reshard_a2a(p, id, g, s, &at);
 	} else if (s->op != IR_OP_ALL_REDUCE) {
 		at.coll.n = 1;
 		at.coll.dim = s->dim;

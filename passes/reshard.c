@@ -120,6 +120,15 @@ static bool cuttable(const Mesh *m, const int64_t *shape, const Placement *p, in
 	return uneven && (parts == 1 || ceil_div(n, parts) == g * ceil_div(n, parts * g));
 }
 
+/* cuttable for an all_to_all's two dims: where the chunks only tile, the
+ * padding would sit mid-buffer, so uneven only through the whole dim. */
+static bool a2a_fits(const Mesh *m, const int64_t *shape, const Placement *p, int d, int64_t g,
+                     bool uneven)
+{
+	return cuttable(m, shape, p, d, g, false) ||
+	       (uneven && placement_dim_parts(p, m, d) == 1);
+}
+
 static double step_cost(IrOp op, int64_t n, double bytes_in, double bytes_out)
 {
 	double nn = (double)n, t = op == IR_OP_SHARD_SLICE ? 0 : RS_LAUNCH;
@@ -166,12 +175,14 @@ static bool apply(const Mesh *m, IrDtype dt, int rank, const int64_t *shape,
 		p.axes[s->dim][p.naxes[s->dim]++] = (uint8_t)a;
 		break;
 	case IR_OP_ALL_TO_ALL:
-		/* even on both dims: no padding to add or trim in between */
-		if (!cuttable(m, shape, &p, s->dim, g, false))
+		/* even on both dims; or (uneven) the dim it cuts is whole
+		 * before (partition pads it to g chunks first) and the dim it
+		 * gathers is whole after (trimmed back to its extent after) */
+		if (!a2a_fits(m, shape, &p, s->dim, g, uneven))
 			return false;
 		p.naxes[s->dim2]--;
 		p.axes[s->dim2][p.naxes[s->dim2]] = 0;
-		if (!cuttable(m, shape, &p, s->dim2, g, false))
+		if (!a2a_fits(m, shape, &p, s->dim2, g, uneven))
 			return false;
 		p.axes[s->dim][p.naxes[s->dim]++] = (uint8_t)a;
 		break;

@@ -180,6 +180,15 @@ uneven_ring="$uneven_ring def:ctx=31:cp:dp=1,cp=3,tp=2/context_parallel=ring"
 uneven_ring="$uneven_ring def:ctx=29:mask:dp=2,cp=3,tp=1/context_parallel=ring"
 uneven_ring="$uneven_ring def:ctx=30:cp:pp=2,dp=1,cp=4,tp=1/microbatches=2/context_parallel=ring"
 uneven_ring="$uneven_ring def:ctx=30:bidir:dp=1,cp=4,tp=1/context_parallel=ring"
+# ... and Ulysses on them: the all_to_alls pad the whole sequence to cp
+# blocks before and trim the gathered one after (31 over cp = 2, the kv
+# heads going to heads too; 30 over dp = 2 x cp = 4 under ZeRO-3 with the
+# mode unset, k and v gathering; 29 with the masks; a 2-stage pipeline; bf16)
+uneven_ulysses="def:ctx=31:cp:dp=1,cp=2,tp=1/context_parallel=ulysses"
+uneven_ulysses="$uneven_ulysses def:ctx=30:cp:dp=2,cp=4,tp=1/zero=3"
+uneven_ulysses="$uneven_ulysses def:ctx=29:mask:dp=2,cp=2,tp=1"
+uneven_ulysses="$uneven_ulysses def:ctx=31:cp:pp=2,dp=1,cp=2,tp=1/microbatches=2/context_parallel=ulysses"
+uneven_ulysses="$uneven_ulysses def:ctx=31:cp:dp=1,cp=2,tp=1/precision=bf16/context_parallel=ulysses"
 # ... and Ulysses where tp outnumbers the kv heads (k and v whole over tp,
 # every kv head read; the query heads split over (tp, cp), numbered cp
 # minor): multi-query (1 kv head) on cp = 2 x tp = 2 with the mode unset,
@@ -218,9 +227,9 @@ mlp:*) layouts="dp=4 tp=2 tp=4 dp=2,tp=2 $zero $uneven_mlp $anyn $anyn_mlp"
 gpt:*) layouts="dp=4 tp=2 tp=4 dp=2,tp=2 $zero $hsdp1 $sp $uneven_gpt $rc_gpt $pf_gpt $anyn"
      mpi_layouts="dp=4 dp=4/zero=3 dp=2,tp=2/sequence_parallel=true" ;;
 moe:*) layouts=$moe mpi_layouts="dp=2,ep=2" ;;
-llama:*) layouts="dp=4 tp=2 dp=2,tp=2 $cp $cp_ring $mask $uneven_ring $kv_whole dp=2,tp=2/zero=3"
-     layouts="$layouts def:vocab=250:tp=2"
-     mpi_layouts="dp=2,cp=2 cp=2,tp=2 def:kv_heads=1:cp=2,tp=2" ;;
+llama:*) layouts="dp=4 tp=2 dp=2,tp=2 $cp $cp_ring $mask $uneven_ring $uneven_ulysses $kv_whole"
+     layouts="$layouts dp=2,tp=2/zero=3 def:vocab=250:tp=2"
+     mpi_layouts="dp=2,cp=2 cp=2,tp=2 def:kv_heads=1:cp=2,tp=2 def:ctx=31:cp=2" ;;
 *) fail "no layouts listed for model '$model'" ;;
 esac
 # DTM_EQUIV_LAYOUTS="LAYOUT ...": only these (while working on one)

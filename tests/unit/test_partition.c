@@ -611,18 +611,97 @@ static void test_plans(void)
 	CHECK_EQ_STR(kinds(&p, buf, sizeof buf), "shard_slice(tp,0)");
 	CHECK(pass_reshard_plan(&m, IR_F32, 2, seven, &sdt, &r, &p, why, sizeof why));
 	CHECK_EQ_STR(kinds(&p, buf, sizeof buf), "all_gather(dp,tp,0)"); /* one launch */
-	/* an even value never detours through uneven cuts, nor moves an
-	 * uneven one by all_to_all */
-	int64_t six[2] = {6, 6};
-	Placement s1 = pl("", "d", 0);
+	/* an even value never detours through uneven cuts; an uneven one
+	 * moves by all_to_all where the dim it cuts is whole before (padded
+	 * first) and the dim it gathers whole after (trimmed after): 3 x 3
+	 * and 3 x 4 either way, 4 x 3 into [dp, tp] */
+	int64_t six[2] = {6, 6}, three4[2] = {3, 4}, four3[2] = {4, 3};
+	Placement s1 = pl("", "d", 0), sdt1 = pl("d", "t", 0), sd_t = pl("dt", "", 0);
 	CHECK(pass_reshard_plan(&m, IR_F32, 2, six, &sd, &s1, &p, why, sizeof why));
 	CHECK_EQ_STR(kinds(&p, buf, sizeof buf), "all_to_all(dp,0->1)");
 	CHECK(pass_reshard_plan(&m, IR_F32, 2, odd, &sd, &s1, &p, why, sizeof why));
+	CHECK_EQ_STR(kinds(&p, buf, sizeof buf), "all_to_all(dp,0->1)");
+	CHECK(pass_reshard_plan(&m, IR_F32, 2, three4, &sd, &s1, &p, why, sizeof why));
+	CHECK_EQ_STR(kinds(&p, buf, sizeof buf), "all_to_all(dp,0->1)");
+	CHECK(pass_reshard_plan(&m, IR_F32, 2, three4, &s1, &sd, &p, why, sizeof why));
+	CHECK_EQ_STR(kinds(&p, buf, sizeof buf), "all_to_all(dp,1->0)");
+	CHECK(pass_reshard_plan(&m, IR_F32, 2, four3, &sd_t, &sdt1, &p, why, sizeof why));
+	CHECK_EQ_STR(kinds(&p, buf, sizeof buf), "all_to_all(tp,0->1)");
+	/* ... but not where the chunks only tile: 7 rows over (dp, tp)
+	 * (2, 2, 2, 1) into [dp, tp] would leave the padding mid-buffer */
+	CHECK(pass_reshard_plan(&m, IR_F32, 2, seven, &sdt, &sdt1, &p, why, sizeof why));
 	CHECK(strstr(kinds(&p, buf, sizeof buf), "all_to_all") == NULL);
 }
 
+/* Partitions src, runs it on its ranks and compares the loss and each
+ * named activation with one device; count[op] counts the partitioned ops.
+ * Sets the input x (at most 64 elements) where there is one. */
+static void reshard_numeric(const char *label, const char *src, const char *const *names,
+                            int nnames, int *count)
+{
+	enum { MAXN = 8 };
+	Arena a;
+	arena_init(&a);
+	Diag d;
+	diag_init(&d, stderr);
+	IrModule *m = lower_src(&a, &d, src, NULL, NULL);
+	CHECK(m != NULL && nnames <= MAXN);
+	if (!m || nnames > MAXN) {
+		arena_free(&a);
+		return;
+	}
+	IrEval e;
+	CHECK(ir_eval_init(&e, m));
+	ir_eval_init_params(&e, 3);
+	double xv[64];
+	rng_state = 5;
+	for (int i = 0; i < 64; i++)
+		xv[i] = rnd();
+	int x = find_named(m, IR_OP_INPUT, IR_ROLE_INPUT, "x");
+	if (x >= 0)
+		ir_eval_set(&e, x, xv);
+	CHECK(ir_eval_run(&e, &d, 1, 1));
+	double want[MAXN][64], want_loss = ir_eval_loss(&e);
+	int64_t len[MAXN];
+	for (int k = 0; k < nnames; k++) {
+		int id = find_named(m, IR_OP_COUNT, IR_ROLE_ACT, names[k]);
+		len[k] = id >= 0 ? ir_node_numel(m->nodes[id]) : 0;
+		CHECK(id >= 0 && len[k] <= 64);
+		if (id >= 0 && len[k] <= 64)
+			memcpy(want[k], e.val[id], (size_t)len[k] * sizeof want[k][0]);
+	}
+	ir_eval_free(&e);
+
+	CHECK(pass_partition_ex(m, &d, true) && ir_verify(m, &d, "partition"));
+	for (int i = 0; i < m->nnodes; i++)
+		count[m->nodes[i]->op]++;
+	IrSpmd s;
+	CHECK(ir_spmd_init(&s, m));
+	ir_spmd_init_params(&s, 3);
+	if (x >= 0)
+		ir_spmd_set_global(&s, find_named(m, IR_OP_INPUT, IR_ROLE_INPUT, "x"), xv);
+	CHECK(ir_spmd_run(&s, &d, 1, 1));
+	double got_loss;
+	ir_spmd_gather(&s, m->loss, &got_loss);
+	CHECK_NEAR(got_loss, want_loss, 1e-12);
+	for (int k = 0; k < nnames; k++) {
+		double v[64], err;
+		int id = find_named(m, IR_OP_COUNT, IR_ROLE_ACT, names[k]);
+		CHECK(id >= 0);
+		if (id < 0 || len[k] > 64)
+			continue;
+		ir_spmd_gather(&s, id, v);
+		if (!close_rel(v, want[k], len[k], 1e-12, &err))
+			fprintf(stderr, "%s: %s differs (relative %.3g)\n", label, names[k], err);
+		CHECK(close_rel(v, want[k], len[k], 1e-12, &err));
+	}
+	ir_spmd_free(&s);
+	arena_free(&a);
+}
+
 /* The plans computed by partition are right in numbers too: a module with
- * every step kind, run on 4 ranks. */
+ * every step kind, run on 4 ranks; and all_to_alls on dims the group does
+ * not divide (padded before, trimmed after). */
 static void test_reshard_numeric(void)
 {
 	static const char src[] =
@@ -637,61 +716,32 @@ static void test_reshard_numeric(void)
 	        "  z = neg(y) @ [dp, _]\n"         /* reduce_scatter + all_gather */
 	        "  loss = mean(z)\n"
 	        "}\n";
-	Arena a;
-	arena_init(&a);
-	Diag d;
-	diag_init(&d, stderr);
-	IrModule *m = lower_src(&a, &d, src, NULL, NULL);
-	CHECK(m != NULL);
-	if (!m) {
-		arena_free(&a);
-		return;
-	}
-	IrEval e;
-	CHECK(ir_eval_init(&e, m));
-	ir_eval_init_params(&e, 3);
-	double xv[64];
-	rng_state = 5;
-	for (int i = 0; i < 64; i++)
-		xv[i] = rnd();
-	ir_eval_set(&e, find_named(m, IR_OP_INPUT, IR_ROLE_INPUT, "x"), xv);
-	CHECK(ir_eval_run(&e, &d, 1, 1));
 	static const char *const names[] = {"a", "b", "c", "y", "z"};
-	double want[5][64], want_loss = ir_eval_loss(&e);
-	for (int k = 0; k < 5; k++)
-		memcpy(want[k], e.val[find_named(m, IR_OP_COUNT, IR_ROLE_ACT, names[k])],
-		       sizeof want[k]);
-	ir_eval_free(&e);
-
-	CHECK(pass_partition_ex(m, &d, true) && ir_verify(m, &d, "partition"));
 	int count[IR_OP_COUNT + 1] = {0};
-	for (int i = 0; i < m->nnodes; i++)
-		count[m->nodes[i]->op]++;
+	reshard_numeric("reshard numeric", src, names, 5, count);
 	CHECK(count[IR_OP_ALL_TO_ALL] >= 1);
 	CHECK(count[IR_OP_SHARD_SLICE] >= 1);
 	CHECK(count[IR_OP_REDUCE_SCATTER] == 1);
 	CHECK(count[IR_OP_ALL_REDUCE] == 1); /* the loss */
-	IrSpmd s;
-	CHECK(ir_spmd_init(&s, m));
-	ir_spmd_init_params(&s, 3);
-	ir_spmd_set_global(&s, find_named(m, IR_OP_INPUT, IR_ROLE_INPUT, "x"), xv);
-	CHECK(ir_spmd_run(&s, &d, 1, 1));
-	double got_loss;
-	ir_spmd_gather(&s, m->loss, &got_loss);
-	CHECK_NEAR(got_loss, want_loss, 1e-12);
-	for (int k = 0; k < 5; k++) {
-		double v[64], err;
-		int id = find_named(m, IR_OP_COUNT, IR_ROLE_ACT, names[k]);
-		CHECK(id >= 0);
-		if (id < 0)
-			continue;
-		ir_spmd_gather(&s, id, v);
-		if (!close_rel(v, want[k], 64, 1e-12, &err))
-			fprintf(stderr, "reshard numeric: %s differs (relative %.3g)\n", names[k], err);
-		CHECK(close_rel(v, want[k], 64, 1e-12, &err));
-	}
-	ir_spmd_free(&s);
-	arena_free(&a);
+
+	static const char odd[] =
+	        "model u\nmesh (dp = 2, tp = 2)\n"
+	        "param w : f32[3, 5] @ [dp, _] init normal(0, 1)\n"
+	        "forward {\n"
+	        "  a = neg(w) @ [_, dp]\n"  /* 5 padded to 6, 4 rows trimmed to 3 */
+	        "  b = neg(a) @ [dp, _]\n"  /* and back */
+	        "  c = neg(b) @ [_, tp]\n"
+	        "  e = exp(c) @ [tp, _]\n"  /* exp(0) is 1: padding must not reach the loss */
+	        "  loss = mean(e)\n"
+	        "}\n"
+	        "train {\n  uneven_shards true\n}\n";
+	static const char *const onames[] = {"a", "b", "c", "e"};
+	int ocount[IR_OP_COUNT + 1] = {0};
+	reshard_numeric("uneven all_to_all", odd, onames, 4, ocount);
+	/* a, b and e; c changes axes (shard_slice over tp, all_gather over dp) */
+	CHECK_EQ_INT(ocount[IR_OP_ALL_TO_ALL], 3);
+	CHECK_EQ_INT(ocount[IR_OP_ALL_GATHER], 1);
+	CHECK(ocount[IR_OP_PAD] >= 3 && ocount[IR_OP_SLICE] >= 4);
 }
 
 static char *print_str(const IrModule *m)
