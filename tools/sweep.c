@@ -129,6 +129,20 @@ const char *sweep_cp_name(int cp)
 	return w ? w : "none";
 }
 
+const char *sweep_attn_name(int attn)
+{
+	switch (attn) {
+	case SWEEP_ATTN_GATHER:
+		return "gather";
+	case SWEEP_ATTN_ULYSSES:
+		return "ulysses";
+	case SWEEP_ATTN_RING:
+		return "ring";
+	default:
+		return NULL;
+	}
+}
+
 const char *sweep_sched_name(int sched)
 {
 	switch (sched) {
@@ -165,9 +179,13 @@ void sweep_describe(const SweepRun *r, const SweepCand *c, char *buf, size_t cap
 		n += (size_t)snprintf(buf + n, cap - n, " %s", sweep_sched_name(c->sched));
 	if (c->sp && n < cap)
 		n += (size_t)snprintf(buf + n, cap - n, " sp");
-	if (c->cp_split && n < cap)
-		n += (size_t)snprintf(buf + n, cap - n, c->cp == IR_CP_NONE ? " cp-none" : " %s",
-		                      sweep_cp_name(c->cp));
+	/* the mode unset says what it ran as, once compiled */
+	const char *ran = sweep_attn_name(c->attn);
+	if (c->cp_split && n < cap && c->cp == IR_CP_NONE)
+		n += (size_t)snprintf(buf + n, cap - n, " cp-none%s%s", ran ? "=" : "",
+		                      ran ? ran : "");
+	else if (c->cp_split && n < cap)
+		n += (size_t)snprintf(buf + n, cap - n, " %s", sweep_cp_name(c->cp));
 	if (c->rc && n < cap)
 		n += (size_t)snprintf(buf + n, cap - n, " recompute");
 	for (int k = 0; k < r->s.nchooses && n < cap; k++)
@@ -1080,6 +1098,23 @@ static void cost_into(const SweepRun *r, const DtmPlan *p, SweepCand *c)
 	c->status = SWEEP_OK;
 }
 
+/* What attention ran as in the compiled module m: ring where partition
+ * expanded it into block ops, Ulysses where its result is split by heads
+ * over the sequence's axes, else the sequence gathered. */
+static uint8_t attn_form(const IrModule *m, uint32_t seq_axes)
+{
+	bool ulysses = false;
+	for (int i = 0; i < m->nnodes; i++) {
+		const IrNode *n = m->nodes[i];
+		if (n->op == IR_OP_ATTN_BLOCK)
+			return SWEEP_ATTN_RING;
+		const Placement *p = n->op == IR_OP_ATTENTION ? ir_place(m, n) : NULL;
+		for (int k = 0; p && p->known && p->ndims > 2 && k < p->naxes[2]; k++)
+			ulysses = ulysses || (seq_axes >> p->axes[2][k] & 1);
+	}
+	return ulysses ? SWEEP_ATTN_ULYSSES : SWEEP_ATTN_GATHER;
+}
+
 /* The compiled module of one candidate (through the whole pipeline, its
  * analyses kept): the plan, its cost, its peak. */
 static void finish_member(Worker *w, Compiled *cc, Diag *d, SweepCand *c)
@@ -1089,6 +1124,8 @@ static void finish_member(Worker *w, Compiled *cc, Diag *d, SweepCand *c)
 	if (drv_plan(cc, d, &w->opt)) {
 		DrvClock t0 = drv_clock();
 		cost_into(r, cc->plan, c);
+		if (c->cp_split)
+			c->attn = attn_form(cc->m, r->s.seq_axes);
 		drv_profile_add(w->opt.profile, w->ph_cost, t0);
 	} else {
 		c->status = SWEEP_FAILED;
@@ -1109,6 +1146,7 @@ static void copy_result(SweepCand *c, const SweepCand *like)
 	c->comm_s = like->comm_s;
 	c->exposed_s = like->exposed_s;
 	c->comm_bytes = like->comm_bytes;
+	c->attn = like->attn;
 }
 
 /* Runs level L's passes for members [lo, hi) of a group, which share the

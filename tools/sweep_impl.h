@@ -19,6 +19,13 @@ typedef enum SweepSched {
 	SWEEP_SCHED_INTERLEAVED, /* interleaved(2) */
 } SweepSched;
 
+typedef enum SweepAttn {
+	SWEEP_ATTN_UNKNOWN, /* not compiled, or the sequence not split */
+	SWEEP_ATTN_GATHER,  /* q, k, v gathered whole over the sequence's axes */
+	SWEEP_ATTN_ULYSSES, /* all_to_alls to heads and back */
+	SWEEP_ATTN_RING,    /* block ops round the ring */
+} SweepAttn;
+
 typedef enum SweepStatus {
 	SWEEP_PENDING,
 	SWEEP_OK,
@@ -35,6 +42,10 @@ typedef struct SweepCand {
 	 * mesh axis of more than one rank, so the mode decides anything */
 	uint8_t cp;
 	bool cp_split;
+	/* what attention ran as once compiled (SweepAttn; where cp_split):
+	 * the mode unset is Ulysses where that applies, else the sequence
+	 * gathered */
+	uint8_t attn;
 	/* the schedule runs exactly the previous candidate's work lists (1f1b
 	 * and gpipe with one micro-batch): the same plan, whose results it
 	 * copies instead of compiling it again */
@@ -139,6 +150,7 @@ const char *sweep_sched_name(int sched);
 /* A context_parallel mode (IrContextParallel) as --train writes it:
  * "none", "ulysses", "ring". */
 const char *sweep_cp_name(int cp);
+const char *sweep_attn_name(int attn); /* SweepAttn; NULL for unknown */
 
 /* sweep_out.c: the reports on stdout and the plot. */
 bool sweep_print_text(FILE *out, const SweepRun *r);

@@ -65,6 +65,11 @@ static void json_cand(FILE *out, const SweepRun *r, int id)
 		json_put_str(out, sweep_cp_name(c->cp));
 	else
 		fputs("null", out);
+	fputs(", \"attention\": ", out);
+	if (sweep_attn_name(c->attn))
+		json_put_str(out, sweep_attn_name(c->attn));
+	else
+		fputs("null", out);
 	fprintf(out, ", \"recompute\": %s, \"choose\": [", c->rc ? "true" : "false");
 	for (int k = 0; k < r->s.nchooses; k++)
 		fprintf(out, "%s%d", k ? ", " : "", c->choose[k]);

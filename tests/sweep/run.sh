@@ -277,7 +277,12 @@ for c in d["ranking"] + d["dropped"]:
     # the same plan) and ring are swept, ulysses would only repeat none
     if m not in ("none", "ring"):
         fail("cp = %d with mode %r: %s" % (cp, m, c["layout"]))
-    if (m == "none" and "cp-none" not in words) or (m != "none" and m not in words):
+    # once compiled, attention says what it ran as, and the layout of
+    # an unset mode shows it (cp-none=ulysses or cp-none=gather)
+    a = c["attention"]
+    if c["status"] == "ok" and a not in ({"none": ("ulysses", "gather")}.get(m, (m,))):
+        fail("%s ran as %r: %s" % (m, a, c["layout"]))
+    if (m == "none" and "cp-none=%s" % a not in words) or (m != "none" and m not in words):
         fail("the layout does not show %s: %s" % (m, c["layout"]))
     if (m != "none") != ("context_parallel=" + m in c["train"]):
         fail("the --train overrides do not select %s: %r" % (m, c["train"]))
@@ -300,6 +305,8 @@ picks = [min(modes[("ring", "ok")], key=lambda c: c["step_s"]),
          min(kvg, key=lambda c: c["step_s"])]
 for c in picks:
     mesh = ",".join("%s=%d" % kv for kv in c["mesh"].items())
+    if c["context_parallel"] == "none" and c["attention"] != "ulysses":
+        fail("a none candidate on %s ran as %s, not Ulysses" % (mesh, c["attention"]))
     print(c["context_parallel"], c["step_s"], c["peak_bytes"], c["comm_bytes"], mesh,
           int(c["context_parallel"] == "none"),
           " ".join("--train " + t for t in c["train"]))
@@ -322,14 +329,17 @@ EOF
 import json, sys
 d = json.load(open(sys.argv[1]))
 assert not d['dropped'], d['dropped'][0]['reason']
-assert any(c['mesh']['cp'] == 4 and c['context_parallel'] == 'none' for c in d['ranking'])
+g = [c for c in d['ranking'] if c['mesh']['cp'] == 4 and c['context_parallel'] == 'none']
+assert g and all(c['attention'] == 'gather' and 'cp-none=gather' in c['layout'] for c in g), g[:1]
+assert all(c['attention'] == 'ulysses' for c in d['ranking'] if c['mesh']['cp'] == 2
+           and c['mesh']['tp'] == 1 and c['context_parallel'] == 'none')
 d = json.load(open(sys.argv[2]))
 bad = [c for c in d['dropped'] if c['context_parallel'] == 'ulysses']
 assert bad and all(c['mesh']['cp'] * c['mesh']['tp'] > 2 for c in bad), [c['layout'] for c in bad]
 assert all('context_parallel ulysses: attention' in c['reason'] for c in bad), bad[0]['reason']
 assert {c['context_parallel'] for c in d['ranking'] + d['dropped'] if c['mesh']['cp'] > 1} == {'ulysses'}
 " "$tmp/h2.json" "$tmp/h2u.json" ||
-		fail "2 heads: none did not rank on cp = 4, or ulysses on cp x tp = 4 was not dropped with partition's reason"
+		fail "2 heads: none did not rank on cp = 4 as gather (on cp = 2 as ulysses), or ulysses on cp x tp = 4 was not dropped with partition's reason"
 	# fixed by --train: that mode alone; the candidates with cp = 1, where
 	# it does nothing, warn of nothing (a candidate's warnings are muted)
 	"$dtmc" sweep models/llama.dtm --devices 4 --json --top 100000 -q \

@@ -281,8 +281,9 @@ static int overrides(const SweepRun *r, const SweepCand *c, char *buf, size_t ca
 
 /* The context_parallel mode in a candidate's layout and --train
  * overrides: shown where the sequence is split (cp_split), as ring,
- * ulysses or cp-none; selected by context_parallel=MODE, none by no
- * override (what a file without the setting says). */
+ * ulysses or cp-none (cp-none=ulysses or =gather once compiled);
+ * selected by context_parallel=MODE, none by no override (what a file
+ * without the setting says). */
 static void test_cp_candidates(void)
 {
 	SweepRun r;
@@ -318,6 +319,15 @@ static void test_cp_candidates(void)
 	CHECK_EQ_STR(desc, "pp=1,dp=2,cp=2,tp=1 zero=1 M=2 cp-none");
 	CHECK_EQ_INT(overrides(&r, &c, tr, sizeof tr), 4);
 	CHECK(strstr(tr, "context_parallel") == NULL);
+	/* once compiled, the unset mode says what attention ran as */
+	c.attn = SWEEP_ATTN_ULYSSES;
+	sweep_describe(&r, &c, desc, sizeof desc);
+	CHECK_EQ_STR(desc, "pp=1,dp=2,cp=2,tp=1 zero=1 M=2 cp-none=ulysses");
+	c.attn = SWEEP_ATTN_GATHER;
+	sweep_describe(&r, &c, desc, sizeof desc);
+	CHECK_EQ_STR(desc, "pp=1,dp=2,cp=2,tp=1 zero=1 M=2 cp-none=gather");
+	CHECK_EQ_INT(overrides(&r, &c, tr, sizeof tr), 4);
+	c.attn = SWEEP_ATTN_UNKNOWN;
 	/* cp = 1: the mode decides nothing and does not show; a file's ring
 	 * is still passed on as it was */
 	c.mesh[2] = 1;
