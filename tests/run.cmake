@@ -486,8 +486,9 @@ endif()
 #                     f32 within 2e-4, bf16/f16 within 2e-2
 #                     (tests/cuda/kcheck.sh; needs a C++ compiler).  llama's
 #                     cover attention with a window and segment ids (mask_),
-#                     kv heads kept whole over tp (tp4_kv_whole: tp > kv_heads)
-#                     and ring attention's block ops, balanced (the default
+#                     kv heads kept whole over tp (tp4_kv_whole: tp > kv_heads),
+#                     Ulysses on ctx 31 over cp=2 (the padded rank: pad and
+#                     trim around the all_to_alls) and ring attention's block ops, balanced (the default
 #                     once T splits in 2 cp chunks) and not (ctx=30), on the
 #                     ranks whose key blocks are above, on and below the
 #                     diagonal, and on sequences cp does not divide (attn.seq:
@@ -556,6 +557,7 @@ if(DTM_KCHECK_CXX)
     "llama.mask_cp2tp2_bf16|llama:mask|--mesh cp=2,tp=2 --train precision=bf16"
     "llama.tp4_kv_whole|llama|--mesh tp=4"
     "llama.ulysses_kv_whole_cp2tp4|llama|--mesh cp=2,tp=4 -D heads=8 -D d=64 --train context_parallel=ulysses|2 4"
+    "llama.ulysses_cp2_uneven|llama|--mesh cp=2 -D ctx=31 --train context_parallel=ulysses|1"
     "llama.ring_mask_cp2|llama:mask|--mesh cp=2 --train context_parallel=ring|0 1"
     "llama.ring_cp2_unbalanced|llama|--mesh cp=2 --train context_parallel=ring -D ctx=30|0 1"
     "llama.ring_cp2tp2_bf16|llama|--mesh cp=2,tp=2 --train context_parallel=ring --train precision=bf16"
