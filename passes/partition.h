@@ -13,10 +13,12 @@
  * ceil(n / parts) rows of such a dim, the rows past n zero, and the node
  * records n (IrNode.padded).  Collectives stay even: a dim cut whole is
  * padded to a multiple of the group first and one gathered whole is
- * trimmed back; ops whose result would not be zero in the padding are
- * followed by pad_mask.  A dim split unevenly over several mesh axes is
- * supported only where its chunks tile (6 rows over 4 parts and back to 2
- * are not: an error says so).
+ * trimmed back (an all_to_all does both, on its two dims); ops whose
+ * result would not be zero in the padding are followed by pad_mask.  A
+ * dim split unevenly over several mesh axes moves one axis at a time where
+ * its chunks tile, else through the whole dim, gathered or cut over all
+ * its axes at once, which needs them listed in mesh order (the order a
+ * group numbers its members; out of it an error says so).
  *
  * On a mesh of one rank the pass changes nothing.
  */
