@@ -1067,11 +1067,11 @@ static const AstNode *single(Lower *L, const AstNode *prev, const AstNode *it, c
 }
 
 /* A batch split unevenly (uneven_shards true: torch.chunk rows, the last
- * ranks with fewer or none): the loss's mean and every weight gradient's
- * contraction over the batch need the rows whole, so partition
- * all_gathers their operands over the split every step where an even
- * split reduces the gradients once (dp = 4 on a batch of 6: about three
- * times the bytes of dp = 3).  Worth a warning where the split is
+ * ranks with fewer or none): every rank computes ceil(batch / parts) rows,
+ * the padding rows' work wasted (dp = 4 on a batch of 6: 8 rows' work);
+ * cross_entropy masks the padding out of its mean, but an mse loss or a
+ * max over the rows counts them, so partition all_gathers their operands
+ * whole over the split every step.  Worth a warning where the split is
  * written, once per batch size and split, naming the inputs; an uneven
  * param (a vocab over tp) is what uneven_shards is for and is padded. */
 static void warn_uneven_batch(Lower *L)
@@ -1080,6 +1080,12 @@ static void warn_uneven_batch(Lower *L)
 	bool *done = arena_alloc(L->a, (size_t)m->nnodes + 1);
 	if (!done)
 		return;
+	bool mse = false, max = false; /* partition's counts_rows, less cross_entropy */
+	for (int i = 0; i < m->nnodes; i++) {
+		mse = mse || m->nodes[i]->op == IR_OP_MSE;
+		max = max || m->nodes[i]->op == IR_OP_MAX;
+	}
+	const char *whole = mse && max ? "the mse loss and max" : mse ? "the mse loss" : "max";
 	for (int i = 0; i < m->nnodes; i++) {
 		const IrNode *n = m->nodes[i];
 		const Placement *np = ir_place(m, n);
@@ -1125,13 +1131,18 @@ static void warn_uneven_batch(Lower *L)
 		if (empty > 0)
 			snprintf(rows + r, sizeof rows - (size_t)r, ", 0 on %lld", (long long)empty);
 		const char *lp = na > 1 ? "(" : "", *rp = na > 1 ? ")" : "";
+		const char *gather = !mse && !max ? "" :
+		        arena_printf(L->a, "; %s then need%s the rows whole, so %s operands are "
+		                     "all_gathered over %s%s%s every step (dtmc inspect lists them)",
+		                     whole, mse && max ? "" : "s", mse && max ? "their" : "its", lp,
+		                     axes, rp);
 		diag_warning(L->d, ir_place_loc(m, n),
 		             "batch %lld of input%s %s splits unevenly over %s%s%s = %lld (rows: %s): "
-		             "the loss and each matmul's weight gradient then need the rows whole, so "
-		             "their operands are all_gathered over %s%s%s every step (several "
-		             "times the bytes of an even split; dtmc inspect lists them)",
+		             "every rank computes %lld rows, %lld in all, the padding's work "
+		             "wasted%s",
 		             (long long)size, count == 1 ? "" : "s", names, lp, axes, rp,
-		             (long long)parts, rows, lp, axes, rp);
+		             (long long)parts, rows, (long long)chunk, (long long)(chunk * parts),
+		             gather ? gather : "");
 		int64_t lo = size / parts * parts;
 		diag_note(L->d, ir_place_loc(m, n), "a batch divisible by %lld (such as %s%lld) splits evenly",
 		          (long long)parts, lo > 0 ? arena_printf(L->a, "%lld or ", (long long)lo) : "",
@@ -1211,8 +1222,6 @@ IrModule *lower_file(Arena *a, Diag *d, const AstFile *f, const LowerOptions *op
 			lower_define_global(L, it->decl->name, v, it->decl->name_loc);
 		}
 	}
-	if (d->nerr == nerr0)
-		warn_uneven_batch(L);
 	if (!fwd) {
 		diag_error(d, top, "missing 'forward' section");
 	} else if (!L->fatal) {
@@ -1234,6 +1243,9 @@ IrModule *lower_file(Arena *a, Diag *d, const AstFile *f, const LowerOptions *op
 			m->loss = ln->id;
 		}
 	}
+	/* after the forward: which of its ops count rows decides the cost */
+	if (d->nerr == nerr0)
+		warn_uneven_batch(L);
 	return d->nerr > nerr0 ? NULL : m;
 }
 

@@ -475,11 +475,13 @@ bool part_finish(Part *p, const IrNode *n, int id)
  * chunks' padding) zero.  Zero padding is what most ops need of their
  * operands (a matmul contracting over it, a sum over it) and what
  * zero-preserving ops keep; every other op's padded result is masked
- * (pad_mask).  Ops that count their rows or compare across them (the
- * losses' means over positions, max) see their uneven operands gathered
- * whole; a mean over a padded dim is rescaled (partition_rules.c); the
- * vocab-parallel loss masks its logits' padding to the lowest value so
- * the row max and sum of exp ignore it. */
+ * (pad_mask).  Ops that count their rows or compare across them (mse's
+ * mean over positions, max) see their uneven operands gathered whole; a
+ * mean over a padded dim is rescaled (partition_rules.c); cross_entropy
+ * over uneven positions runs as the vocab-parallel loss's per-position
+ * ops (part_xent_vp), the padding positions' losses and gradients masked
+ * to zero, and that loss masks its logits' vocab padding to the lowest
+ * value so the row max and sum of exp ignore it. */
 
 /* The dims a value of global shape like->shape has padded under pl. */
 static uint32_t padded_dims(const Part *p, const IrNode *like, const Placement *pl)
@@ -557,7 +559,8 @@ static bool keeps_zero_padding(const Part *p, const IrNode *n, IrOp op, const Pl
 }
 
 /* Ops that count or compare their rows: their operands' uneven dims are
- * gathered whole first. */
+ * gathered whole first (cross_entropy only where part_xent_vp cannot
+ * number the padding: axes out of mesh order). */
 static bool counts_rows(IrOp op)
 {
 	return op == IR_OP_CROSS_ENTROPY || op == IR_OP_CROSS_ENTROPY_BWD || op == IR_OP_MSE ||
@@ -885,15 +888,17 @@ static bool ce_stats(Part *p, const IrNode *n, const IrNode *lg, const IrNode *t
 	IrAttr red = {.kind = IR_ATTR_AXES, .axes = {.n = 1, .axes = {lg->rank - 1}}};
 	IrAttr armax = {.kind = IR_ATTR_COLL, .coll = {.axes = A, .red = IR_RED_MAX}};
 	IrAttr arsum = {.kind = IR_ATTR_COLL, .coll = {.axes = A, .red = IR_RED_SUM}};
+	if (!A) /* the vocab whole here (its rows split unevenly): nothing to reduce */
+		part = *P;
 	int m0 = emit(p, IR_OP_MAX, &lid, 1, &red, &rows, &part, lid);
 	if (m0 >= 0 && loc_node(p, m0)->dtype != IR_F32)
 		m0 = emit(p, IR_OP_CAST, &m0, 1, NULL, &rows, &part, m0);
-	*mx = m0 < 0 ? -1 : emit(p, IR_OP_ALL_REDUCE, &m0, 1, &armax, &rows, P, m0);
+	*mx = m0 < 0 || !A ? m0 : emit(p, IR_OP_ALL_REDUCE, &m0, 1, &armax, &rows, P, m0);
 	if (*mx < 0)
 		return false;
 	part.partial_op = IR_RED_SUM;
 	int s0 = emit(p, IR_OP_CE_SUMEXP, (int[]){lid, *mx}, 2, NULL, &rows, &part, lid);
-	*se = s0 < 0 ? -1 : emit(p, IR_OP_ALL_REDUCE, &s0, 1, &arsum, &rows, P, s0);
+	*se = s0 < 0 || !A ? s0 : emit(p, IR_OP_ALL_REDUCE, &s0, 1, &arsum, &rows, P, s0);
 	if (*se < 0)
 		return false;
 	cm->mx = *mx;
@@ -915,14 +920,30 @@ static bool finish_target(Part *p, const IrNode *n, int id, const Placement *res
 	return part_finish(p, n, reshard(p, id, n, intern(p, &t)));
 }
 
+/* Whether each dim of pl that `like` pads lists its axes in mesh order
+ * (what pad_mask numbers shards by). */
+static bool padding_in_order(const Part *p, const IrNode *like, const Placement *pl)
+{
+	uint32_t pd = padded_dims(p, like, pl);
+	for (int d = 0; d < like->rank && d < pl->ndims; d++)
+		for (int k = 1; (pd >> d & 1) && k < pl->naxes[d]; k++)
+			if (pl->axes[d][k] <= pl->axes[d][k - 1])
+				return false;
+	return true;
+}
+
 /* cross_entropy / cross_entropy_bwd with logits split on the vocab dim
  * (Megatron's vocab-parallel loss; the logits are never gathered): the
  * row max and the sum of exp(logits - max) are all_reduced over the vocab
  * axes, and so is the target's logit, picked where the target falls;
  * loss = mean(log(sum) + max - target logit), a local mean over the
- * positions here scaled by 1/(their group size), partial over it; the
- * backward is local, (softmax - onehot) on the shard from the forward's
- * statistics.  *done = false: the logits are not vocab-split, the generic
+ * positions here scaled by (local positions) / (all positions), partial
+ * over their axes; the backward is local, (softmax - onehot) on the shard
+ * from the forward's statistics.  The same ops, with nothing to reduce,
+ * where the vocab is whole but the positions are split unevenly (a batch
+ * or sequence the ranks do not divide): the padding positions' losses and
+ * gradients are masked to zero, so the logits stay split instead of being
+ * gathered whole for the fused op.  *done = false: neither, the generic
  * rule applies. */
 static bool part_xent_vp(Part *p, const IrNode *n, bool *done)
 {
@@ -933,11 +954,13 @@ static bool part_xent_vp(Part *p, const IrNode *n, bool *done)
 	canon(p, &L);
 	L.partial = 0;
 	L.partial_op = IR_RED_SUM;
-	/* the mean over positions counts them: uneven ones gathered whole */
-	drop_uneven(p, lg, &L, 0, lg->rank - 1);
+	/* uneven positions whose padding pad_mask cannot number: gathered */
+	if (!padding_in_order(p, lg, &L))
+		drop_uneven(p, lg, &L, 0, lg->rank - 1);
 	uint32_t A = vocab_axes(&L, lg->rank);
+	uint32_t padrows = padded_dims(p, lg, &L) & ((1u << (lg->rank - 1)) - 1);
 	*done = false;
-	if (!A)
+	if (!A && !padrows)
 		return true;
 	*done = true;
 	Placement P = rows_place(&L, lg->rank), rep;
@@ -947,20 +970,28 @@ static bool part_xent_vp(Part *p, const IrNode *n, bool *done)
 		pos |= pl_dim_axes(&P, d);
 	uint32_t Lid = intern(p, &L);
 	int lid = reshard(p, p->map[lg->id], lg, Lid);
-	/* an uneven vocab's padding at the lowest value: exp() makes it 0 */
+	/* an uneven vocab's padding at the lowest value: exp() makes it 0
+	 * (padding positions need no fill: their losses are masked) */
 	CeMemo *cm = ce_memo(p, lg->id);
 	if (!cm)
 		return false;
 	if (lid >= 0 && cm->lm >= 0 && loc_node(p, cm->lm)->place == Lid)
 		lid = cm->lm;
-	else if (lid >= 0 && (lid = mask_padding(p, lg, lid, &L, true)) >= 0)
+	else if (lid >= 0 && A && (lid = mask_padding(p, lg, lid, &L, true)) >= 0)
 		cm->lm = lid;
 	int tid = lid < 0 ? -1 : operand(p, n, bwd ? 2 : 1, intern(p, &P));
 	int mx, se;
 	if (tid < 0 || !ce_stats(p, n, lg, tg, lid, A, &P, &mx, &se))
 		return false;
 	IrAttr vp = {.kind = IR_ATTR_COLL, .coll = {.axes = A}};
-	double scale = pos ? 1.0 / (double)mesh_axes_size(&p->m->mesh, pos) : 0;
+	/* local positions (padding included) over all of them: 1 / (their
+	 * group size) where they split evenly */
+	double scale = 1;
+	for (int d = 0; d < tg->rank; d++) {
+		int64_t parts = placement_dim_parts(&P, &p->m->mesh, d), g = tg->shape[d];
+		scale *= g > 0 ? (double)(g / parts + (g % parts != 0)) / (double)g : 1;
+	}
+	scale = scale == 1 ? 0 : scale;
 	if (bwd) {
 		int dl = operand(p, n, 0, intern(p, &rep));
 		int id = dl < 0 ? -1 : emit(p, IR_OP_CE_BWD_VP, (int[]){dl, lid, tid, mx, se}, 5, &vp,
@@ -969,6 +1000,8 @@ static bool part_xent_vp(Part *p, const IrNode *n, bool *done)
 			IrAttr sc = {.kind = IR_ATTR_SCALAR, .scalar = {scale}};
 			id = emit(p, IR_OP_SCALE, &id, 1, &sc, n, &L, id);
 		}
+		if (id >= 0 && padrows) /* the padding positions' gradient: 0 */
+			id = mask_padding(p, lg, id, &L, false);
 		return id >= 0 && finish_target(p, n, id, &L);
 	}
 	/* the target logit and everything after it in f32: the loss, and
@@ -978,12 +1011,16 @@ static bool part_xent_vp(Part *p, const IrNode *n, bool *done)
 	rows.loc = n->loc;
 	Placement part = P;
 	part.partial = A;
+	if (!A)
+		part = P;
 	int t0 = emit(p, IR_OP_CE_TARGET, (int[]){lid, tid}, 2, &vp, &rows, &part, lid);
 	IrAttr arsum = {.kind = IR_ATTR_COLL, .coll = {.axes = A, .red = IR_RED_SUM}};
-	int tl = t0 < 0 ? -1 : emit(p, IR_OP_ALL_REDUCE, &t0, 1, &arsum, &rows, &P, t0);
+	int tl = t0 < 0 || !A ? t0 : emit(p, IR_OP_ALL_REDUCE, &t0, 1, &arsum, &rows, &P, t0);
 	int ls = tl < 0 ? -1 : emit(p, IR_OP_LOG, &se, 1, NULL, &rows, &P, se);
 	int a = ls < 0 ? -1 : emit(p, IR_OP_ADD, (int[]){ls, mx}, 2, NULL, &rows, &P, ls);
 	int b = a < 0 ? -1 : emit(p, IR_OP_SUB, (int[]){a, tl}, 2, NULL, &rows, &P, a);
+	if (b >= 0 && padrows) /* the padding positions' losses: 0 */
+		b = mask_padding(p, &rows, b, &P, false);
 	IrAttr all = {.kind = IR_ATTR_AXES, .axes = {.n = tg->rank}};
 	for (int d = 0; d < tg->rank && d < IR_MAX_INTS; d++)
 		all.axes.axes[d] = d;

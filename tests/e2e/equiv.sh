@@ -73,9 +73,13 @@ sp="$sp dp=2,tp=2/sequence_parallel=true/zero=3"
 # MLP's hidden dim, and 5 over 2 (3, 2) under DP x TP (mlp.dtm asks for no
 # uneven shards, hence the --train); GPT's vocab of 250 over 4 (63, 63, 63,
 # 61: the vocab-parallel embedding and loss on padded shards), and 251 over
-# 2 under FSDP x TP (zero 3: wte's vocab, cut unevenly over tp, takes dp on d)
+# 2 under FSDP x TP (zero 3: wte's vocab, cut unevenly over tp, takes dp on d);
+# a batch of 6 over dp = 4 (2, 2, 2, 0) and of 5 over dp = 2 with the
+# vocab of 251 over tp = 2: the loss masks its padding positions instead of
+# gathering the logits whole
 uneven_mlp="def:hidden=6:tp=4/uneven_shards=true def:hidden=5:dp=2,tp=2/uneven_shards=true"
-uneven_gpt="def:vocab=250:tp=4 def:vocab=251:dp=2,tp=2/zero=3"
+uneven_gpt="def:vocab=250:tp=4 def:vocab=251:dp=2,tp=2/zero=3 def:batch=6:dp=4/uneven_shards=true"
+uneven_gpt="$uneven_gpt def:batch=5+vocab=251:dp=2,tp=2/uneven_shards=true"
 # Activation checkpointing (passes/recompute.c): each block's forward run
 # again in its backward, under DP x TP and FSDP x TP; recompute layer
 # (Megatron's full recomputation: the outputs too, read by nothing)
@@ -225,7 +229,7 @@ gpt:cp) layouts=$cp mpi_layouts="cp:dp=1,cp=2,tp=1/context_parallel=ring" ;;
 mlp:*) layouts="dp=4 tp=2 tp=4 dp=2,tp=2 $zero $uneven_mlp $anyn $anyn_mlp"
      mpi_layouts="dp=2,tp=2 dp=4/zero=3 def:hidden=6:tp=4/uneven_shards=true" ;;
 gpt:*) layouts="dp=4 tp=2 tp=4 dp=2,tp=2 $zero $hsdp1 $sp $uneven_gpt $rc_gpt $pf_gpt $anyn"
-     mpi_layouts="dp=4 dp=4/zero=3 dp=2,tp=2/sequence_parallel=true" ;;
+     mpi_layouts="dp=4 dp=4/zero=3 dp=2,tp=2/sequence_parallel=true def:batch=6:dp=4/uneven_shards=true" ;;
 moe:*) layouts=$moe mpi_layouts="dp=2,ep=2" ;;
 llama:*) layouts="dp=4 tp=2 dp=2,tp=2 $cp $cp_ring $mask $uneven_ring $uneven_ulysses $kv_whole"
      layouts="$layouts dp=2,tp=2/zero=3 def:vocab=250:tp=2"

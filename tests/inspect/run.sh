@@ -624,7 +624,7 @@ want_err() {
 warnings() {
 	local cmd
 	cat >"$tmp/want" <<'EOF'
-models/gpt.dtm:18:35: warning: batch 6 of inputs tokens, targets splits unevenly over dp = 4 (rows: 2 on 3 ranks, 0 on 1): the loss and each matmul's weight gradient then need the rows whole, so their operands are all_gathered over dp every step (several times the bytes of an even split; dtmc inspect lists them)
+models/gpt.dtm:18:35: warning: batch 6 of inputs tokens, targets splits unevenly over dp = 4 (rows: 2 on 3 ranks, 0 on 1): every rank computes 2 rows, 8 in all, the padding's work wasted
   input tokens  : i32[batch, ctx] @ [dp, _]
                                     ^~~~~~~
 models/gpt.dtm:18:35: note: a batch divisible by 4 (such as 4 or 8) splits evenly

@@ -31,6 +31,7 @@
 
 /* A --train override for the next lower_src calls ("uneven_shards=true"). */
 static const char *eq_train;
+static int eq_gathers; /* the float all_gathers of equivalence's last partitioned module */
 
 /* a and b are the same placement: one id when interned */
 static bool same_place(const Placement *a, const Placement *b)
@@ -91,8 +92,11 @@ static void equivalence(const char *label, const char *path, const char *single,
 		return;
 	}
 	int ncoll = 0;
-	for (int i = 0; i < dm->nnodes; i++)
+	eq_gathers = 0;
+	for (int i = 0; i < dm->nnodes; i++) {
 		ncoll += (ir_op_flags(dm->nodes[i]->op) & OPF_COLL) != 0;
+		eq_gathers += dm->nodes[i]->op == IR_OP_ALL_GATHER && dm->nodes[i]->dtype != IR_I32;
+	}
 	CHECK(ncoll > 0);
 	if (getenv("DTM_TEST_VERBOSE")) {
 		int c[IR_OP_COUNT] = {0};
@@ -241,6 +245,23 @@ static void test_uneven_models(void)
 	            "pp=1,dp=2,tp=2", v15, 15);
 	equivalence("gpt vocab 13 ffn 30 over tp 4", "models/gpt.dtm", "pp=1,dp=1,tp=1",
 	            "pp=1,dp=1,tp=4", v13, 13);
+	/* a batch the ranks do not divide: the loss's padding positions are
+	 * masked, so the logits and targets stay split (they were gathered
+	 * whole over dp for the fused cross_entropy), vocab whole or split
+	 * (there the tokens, i32, are gathered for the embedding: propagate's
+	 * choice, not the loss's) */
+	eq_train = "uneven_shards=true";
+	static const char *const g6[] = {"vocab", "16", "ctx", "4", "d", "8", "heads", "2",
+	                                 "layers", "1", "batch", "6", NULL};
+	static const char *const b5[] = {"vocab", "15", "ctx", "4", "d", "8", "heads", "2",
+	                                 "layers", "1", "batch", "5", NULL};
+	equivalence("gpt batch 6 over dp 4", "models/gpt.dtm", "pp=1,dp=1,tp=1", "pp=1,dp=4,tp=1",
+	            g6, 16);
+	CHECK_EQ_INT(eq_gathers, 0);
+	equivalence("gpt vocab 15, batch 5 over dp 2 x tp 2", "models/gpt.dtm", "pp=1,dp=1,tp=1",
+	            "pp=1,dp=2,tp=2", b5, 15);
+	CHECK_EQ_INT(eq_gathers, 0);
+	eq_train = NULL;
 }
 
 /* Grouped-query attention under tp (a GPT-like layer with a window and
