@@ -1069,23 +1069,20 @@ static const AstNode *single(Lower *L, const AstNode *prev, const AstNode *it, c
 /* A batch split unevenly (uneven_shards true: torch.chunk rows, the last
  * ranks with fewer or none): every rank computes ceil(batch / parts) rows,
  * the padding rows' work wasted (dp = 4 on a batch of 6: 8 rows' work);
- * cross_entropy masks the padding out of its mean, but an mse loss or a
- * max over the rows counts them, so partition all_gathers their operands
- * whole over the split every step.  Worth a warning where the split is
- * written, once per batch size and split, naming the inputs; an uneven
- * param (a vocab over tp) is what uneven_shards is for and is padded. */
+ * the losses leave the padding out of their means, but a max over the
+ * rows compares them, so partition all_gathers its operand whole over the
+ * split every step.  Worth a warning where the split is written, once per
+ * batch size and split, naming the inputs; an uneven param (a vocab over
+ * tp) is what uneven_shards is for and is padded. */
 static void warn_uneven_batch(Lower *L)
 {
 	IrModule *m = L->m;
 	bool *done = arena_alloc(L->a, (size_t)m->nnodes + 1);
 	if (!done)
 		return;
-	bool mse = false, max = false; /* partition's counts_rows, less cross_entropy */
-	for (int i = 0; i < m->nnodes; i++) {
-		mse = mse || m->nodes[i]->op == IR_OP_MSE;
+	bool max = false; /* partition's counts_rows, less cross_entropy */
+	for (int i = 0; i < m->nnodes; i++)
 		max = max || m->nodes[i]->op == IR_OP_MAX;
-	}
-	const char *whole = mse && max ? "the mse loss and max" : mse ? "the mse loss" : "max";
 	for (int i = 0; i < m->nnodes; i++) {
 		const IrNode *n = m->nodes[i];
 		const Placement *np = ir_place(m, n);
@@ -1131,10 +1128,9 @@ static void warn_uneven_batch(Lower *L)
 		if (empty > 0)
 			snprintf(rows + r, sizeof rows - (size_t)r, ", 0 on %lld", (long long)empty);
 		const char *lp = na > 1 ? "(" : "", *rp = na > 1 ? ")" : "";
-		const char *gather = !mse && !max ? "" :
-		        arena_printf(L->a, "; %s then need%s the rows whole, so %s operands are "
-		                     "all_gathered over %s%s%s every step (dtmc inspect lists them)",
-		                     whole, mse && max ? "" : "s", mse && max ? "their" : "its", lp,
+		const char *gather = !max ? "" :
+		        arena_printf(L->a, "; max then needs the rows whole, so its operand is "
+		                     "all_gathered over %s%s%s every step (dtmc inspect lists it)", lp,
 		                     axes, rp);
 		diag_warning(L->d, ir_place_loc(m, n),
 		             "batch %lld of input%s %s splits unevenly over %s%s%s = %lld (rows: %s): "

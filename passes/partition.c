@@ -475,9 +475,9 @@ bool part_finish(Part *p, const IrNode *n, int id)
  * chunks' padding) zero.  Zero padding is what most ops need of their
  * operands (a matmul contracting over it, a sum over it) and what
  * zero-preserving ops keep; every other op's padded result is masked
- * (pad_mask).  Ops that count their rows or compare across them (mse's
- * mean over positions, max) see their uneven operands gathered whole; a
- * mean over a padded dim is rescaled (partition_rules.c); cross_entropy
+ * (pad_mask).  Ops that compare across their rows (max) see their uneven
+ * operands gathered whole; a mean over a padded dim, and mse's, is
+ * rescaled (partition_rules.c); cross_entropy
  * over uneven positions runs as the vocab-parallel loss's per-position
  * ops (part_xent_vp), the padding positions' losses and gradients masked
  * to zero, and that loss masks its logits' vocab padding to the lowest
@@ -560,11 +560,11 @@ static bool keeps_zero_padding(const Part *p, const IrNode *n, IrOp op, const Pl
 
 /* Ops that count or compare their rows: their operands' uneven dims are
  * gathered whole first (cross_entropy only where part_xent_vp cannot
- * number the padding: axes out of mesh order). */
+ * number the padding: axes out of mesh order).  mse is not one: both its
+ * operands' padding is zero, which adds nothing to its sum. */
 static bool counts_rows(IrOp op)
 {
-	return op == IR_OP_CROSS_ENTROPY || op == IR_OP_CROSS_ENTROPY_BWD || op == IR_OP_MSE ||
-	       op == IR_OP_MAX;
+	return op == IR_OP_CROSS_ENTROPY || op == IR_OP_CROSS_ENTROPY_BWD || op == IR_OP_MAX;
 }
 
 /* pl without the splits of the dims it cuts unevenly (of a value shaped

@@ -847,15 +847,24 @@ bool part_rule(const IrModule *m, const IrNode *n, const Placement *T, const Pla
 		return true;
 	}
 	case IR_OP_CROSS_ENTROPY: case IR_OP_MSE: {
-		/* the mean over positions: a local mean, scaled, then partial */
+		/* the mean over positions: a local mean, scaled by the local
+		 * positions over all of them (1 / their group size where they
+		 * split evenly), then partial.  Uneven (mse; cross_entropy goes
+		 * through partition.c's part_xent_vp): the padding positions of
+		 * both operands are zero, so they add nothing to the sum */
 		const IrNode *x = opnd(m, n, 0);
 		int npos = n->op == IR_OP_MSE ? x->rank : x->rank - 1;
 		init_reqs(m, n, r);
 		replicated(&r->res, 0);
 		uint32_t pos = positions(m, n, cur, r, npos, 0, 2);
 		r->res.partial = pos;
+		double scale = 1;
+		for (int d = 0; pos && d < npos; d++) {
+			int64_t parts = placement_dim_parts(&r->req[0], &m->mesh, d), g = x->shape[d];
+			scale *= g > 0 ? (double)(g / parts + (g % parts != 0)) / (double)g : 1;
+		}
 		if (pos)
-			r->scale = 1.0 / (double)mesh_axes_size(&m->mesh, pos);
+			r->scale = scale;
 		return true;
 	}
 	case IR_OP_CROSS_ENTROPY_BWD: {

@@ -76,8 +76,10 @@ sp="$sp dp=2,tp=2/sequence_parallel=true/zero=3"
 # 2 under FSDP x TP (zero 3: wte's vocab, cut unevenly over tp, takes dp on d);
 # a batch of 6 over dp = 4 (2, 2, 2, 0) and of 5 over dp = 2 with the
 # vocab of 251 over tp = 2: the loss masks its padding positions instead of
-# gathering the logits whole
+# gathering the logits whole (and mse, on the MLP, scales its mean by the
+# padded rows over the real ones)
 uneven_mlp="def:hidden=6:tp=4/uneven_shards=true def:hidden=5:dp=2,tp=2/uneven_shards=true"
+uneven_mlp="$uneven_mlp def:batch=6:dp=4/uneven_shards=true"
 uneven_gpt="def:vocab=250:tp=4 def:vocab=251:dp=2,tp=2/zero=3 def:batch=6:dp=4/uneven_shards=true"
 uneven_gpt="$uneven_gpt def:batch=5+vocab=251:dp=2,tp=2/uneven_shards=true"
 # Activation checkpointing (passes/recompute.c): each block's forward run

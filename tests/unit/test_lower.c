@@ -844,8 +844,7 @@ static void test_uneven_batch_warning(void)
 	static const char *want =
 	        "t.dtm:4:27: warning: batch 6 of inputs x, y splits unevenly over dp = 4 (rows: 2 "
 	        "on 3 ranks, 0 on 1): every rank computes 2 rows, 8 in all, the padding's work "
-	        "wasted; the mse loss then needs the rows whole, so its operands are "
-	        "all_gathered over dp every step (dtmc inspect lists them)\n"
+	        "wasted\n"
 	        "  input x : f32[batch, 4] @ [dp, _]\n"
 	        "                            ^~~~~~~\n"
 	        "t.dtm:4:27: note: a batch divisible by 4 (such as 4 or 8) splits evenly\n"
