@@ -198,8 +198,9 @@ bool pass_zero(IrModule *m, Diag *d, const PassOptions *opt)
 			             param->name ? param->name : "?", ax,
 			             why == KEEP_SCALAR
 			                     ? "a scalar has no dim to shard"
-			                     : "every dim would be cut unevenly over several mesh axes, "
-			                       "which partition cannot pad yet");
+			                     : "every dim would be cut unevenly over several mesh "
+			                       "axes, whose shards move only through the whole dim, "
+			                       "costing more than the memory it would save");
 			nkept++;
 			continue;
 		}

@@ -268,8 +268,8 @@ static void test_memory_any_n(void)
 			CHECK_EQ_INT(s.optim, want[k][3]);
 		}
 	}
-	/* GPT-2's vocab 50257 over tp = 2 then dp = 4: uneven over two axes,
-	 * which partition cannot pad; d = 16 takes dp evenly */
+	/* GPT-2's vocab 50257 over tp = 2 then dp = 4 would be uneven over
+	 * two axes (moved only through the whole dim); d = 16 takes dp evenly */
 	const char *const defs[] = {"vocab", "50257", "ctx", "4", "d", "16", "heads", "2",
 	                            "layers", "1", "batch", "4", NULL};
 	char *src = model("models/gpt.dtm", "  zero 3 over dp\n", false);
