@@ -477,11 +477,11 @@ bool part_finish(Part *p, const IrNode *n, int id)
  * zero-preserving ops keep; every other op's padded result is masked
  * (pad_mask).  Ops that compare across their rows (max) see their uneven
  * operands gathered whole; a mean over a padded dim, and mse's, is
- * rescaled (partition_rules.c); cross_entropy
- * over uneven positions runs as the vocab-parallel loss's per-position
- * ops (part_xent_vp), the padding positions' losses and gradients masked
- * to zero, and that loss masks its logits' vocab padding to the lowest
- * value so the row max and sum of exp ignore it. */
+ * rescaled (partition_rules.c); cross_entropy over uneven positions runs
+ * as the vocab-parallel loss's per-position ops (part_xent_vp), the
+ * padding positions' losses and gradients masked to zero, and that loss
+ * masks its logits' vocab padding to the lowest value so the row max and
+ * sum of exp ignore it. */
 
 /* The dims a value of global shape like->shape has padded under pl. */
 static uint32_t padded_dims(const Part *p, const IrNode *like, const Placement *pl)
@@ -986,12 +986,7 @@ static bool part_xent_vp(Part *p, const IrNode *n, bool *done)
 	IrAttr vp = {.kind = IR_ATTR_COLL, .coll = {.axes = A}};
 	/* local positions (padding included) over all of them: 1 / (their
 	 * group size) where they split evenly */
-	double scale = 1;
-	for (int d = 0; d < tg->rank; d++) {
-		int64_t parts = placement_dim_parts(&P, &p->m->mesh, d), g = tg->shape[d];
-		scale *= g > 0 ? (double)(g / parts + (g % parts != 0)) / (double)g : 1;
-	}
-	scale = scale == 1 ? 0 : scale;
+	double scale = pos ? part_positions_scale(&p->m->mesh, &P, tg, tg->rank) : 0;
 	if (bwd) {
 		int dl = operand(p, n, 0, intern(p, &rep));
 		int id = dl < 0 ? -1 : emit(p, IR_OP_CE_BWD_VP, (int[]){dl, lid, tid, mx, se}, 5, &vp,
@@ -1011,8 +1006,6 @@ static bool part_xent_vp(Part *p, const IrNode *n, bool *done)
 	rows.loc = n->loc;
 	Placement part = P;
 	part.partial = A;
-	if (!A)
-		part = P;
 	int t0 = emit(p, IR_OP_CE_TARGET, (int[]){lid, tid}, 2, &vp, &rows, &part, lid);
 	IrAttr arsum = {.kind = IR_ATTR_COLL, .coll = {.axes = A, .red = IR_RED_SUM}};
 	int tl = t0 < 0 || !A ? t0 : emit(p, IR_OP_ALL_REDUCE, &t0, 1, &arsum, &rows, &P, t0);

@@ -28,6 +28,11 @@ typedef struct PartRule {
  * placement (known == false: follow the operands).  cur[i] is operand i's
  * placement now.  Returns false with the reason in why when the op has no
  * rule. */
+/* The local positions (each dim's ceil(n / parts), padding included) of
+ * the first npos dims of a value shaped like `like` under pl, over all of
+ * them: what a loss's local mean is scaled by before its partial sum (1 /
+ * the group size where they split evenly; padding positions add 0). */
+double part_positions_scale(const Mesh *mesh, const Placement *pl, const IrNode *like, int npos);
 bool part_rule(const IrModule *m, const IrNode *n, const Placement *T, const Placement *cur,
                PartRule *r, char *why, size_t cap);
 

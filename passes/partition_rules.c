@@ -398,6 +398,17 @@ static uint32_t positions(const IrModule *m, const IrNode *n, const Placement *c
 	return pos;
 }
 
+double part_positions_scale(const Mesh *mesh, const Placement *pl, const IrNode *like, int npos)
+{
+	double local = 1, all = 1; /* exact below 2^53: one rounding */
+	for (int d = 0; d < npos && d < like->rank && d < pl->ndims; d++) {
+		int64_t parts = placement_dim_parts(pl, mesh, d), g = like->shape[d];
+		local *= (double)(g / parts + (g % parts != 0));
+		all *= (double)g;
+	}
+	return all > 0 ? local / all : 1;
+}
+
 static void init_reqs(const IrModule *m, const IrNode *n, PartRule *r)
 {
 	for (int i = 0; i < n->nops; i++)
@@ -858,13 +869,8 @@ bool part_rule(const IrModule *m, const IrNode *n, const Placement *T, const Pla
 		replicated(&r->res, 0);
 		uint32_t pos = positions(m, n, cur, r, npos, 0, 2);
 		r->res.partial = pos;
-		double scale = 1;
-		for (int d = 0; pos && d < npos; d++) {
-			int64_t parts = placement_dim_parts(&r->req[0], &m->mesh, d), g = x->shape[d];
-			scale *= g > 0 ? (double)(g / parts + (g % parts != 0)) / (double)g : 1;
-		}
 		if (pos)
-			r->scale = scale;
+			r->scale = part_positions_scale(&m->mesh, &r->req[0], x, npos);
 		return true;
 	}
 	case IR_OP_CROSS_ENTROPY_BWD: {
