@@ -494,7 +494,9 @@ endif()
 #                     diagonal, and on sequences cp does not divide (attn.seq:
 #                     ctx=29 over cp=3 masked and balanced, 31 unbalanced,
 #                     30 over cp=4 without the causal mask); moe's cover the routing ops on one device
-#                     and on ep=2,tp=2 in bf16
+#                     and on ep=2,tp=2 in bf16; gpt's dp4_uneven_batch_bf16 the
+#                     loss's per-position ops on a batch of 6 over dp=4 (rank 3
+#                     all padding)
 file(GLOB DTM_CUDA_MODELS CONFIGURE_DEPENDS ${DTM_ROOT}/models/*.dtm)
 if(TARGET nvrtc_check)
   foreach(model ${DTM_CUDA_MODELS})
@@ -551,6 +553,7 @@ if(DTM_KCHECK_CXX)
     "gpt.dp2tp2_bf16|gpt|--mesh dp=2,tp=2 --train precision=bf16"
     "gpt.hd64_uneven|gpt|--mesh tp=2 -D vocab=255 -D d=128 -D heads=2 -D ctx=40 -D batch=2 -D layers=1"
     "gpt.zero1_f16|gpt|--mesh dp=2 --train zero=1 --train precision=f16"
+    "gpt.dp4_uneven_batch_bf16|gpt|--mesh dp=4 -D batch=6 -D layers=1 --train precision=bf16|1 3"
     "llama.dp1|llama|--mesh dp=1"
     "llama.cp2tp2_bf16|llama|--mesh cp=2,tp=2 --train precision=bf16"
     "llama.mask_dp1|llama:mask|--mesh dp=1"
