@@ -232,7 +232,8 @@ static bool infer_pad(G *g, IrNode *x)
 {
 	IrNode *n = g->n;
 	const IrAttrSlice *at = ir_attr_slice(n);
-	if (!floats(g, &x, 1) || !own_shape(g))
+	/* token ids too: a micro-batch of them split unevenly is padded */
+	if ((x->dtype != IR_I32 && !floats(g, &x, 1)) || !own_shape(g))
 		return false;
 	int64_t ax = at->axis, s = at->start, e = at->end;
 	if (x->rank != n->rank || ax < 0 || ax >= n->rank)

@@ -54,18 +54,6 @@ static bool fail(Diag *d, const IrNode *n, const char *what, const char *msg)
 	return false;
 }
 
-/* The ranks input n's batch dim (dim 0) is split over by its annotation. */
-static int64_t dim0_parts(const IrModule *m, const IrNode *n)
-{
-	int64_t G = 1;
-	const Placement *p = ir_place(m, n);
-	if (p->known && p->ndims > 0)
-		for (int j = 0; j < p->naxes[0]; j++)
-			if (p->axes[0][j] < m->mesh.naxes)
-				G *= m->mesh.sizes[p->axes[0][j]];
-	return G;
-}
-
 /* The dim of n (an op that carries its own shape) that holds the batch
  * dim of its micro-batch operand: o0 is the full operand, c0 its copy, a
  * dim of which shrank M-fold.  The dims in front of it keep their
@@ -124,16 +112,6 @@ static void dropout_rows(IrModule *out, const IrNode *n, IrNode *c, int64_t M, i
 	a->binner = B > 0 && n->shape[bdim] % B == 0 ? n->shape[bdim] / B : 1;
 }
 
-/* Integer inputs (token ids) need each micro-batch's rows to split evenly
- * over the ranks of their batch split. */
-static bool uneven_rows_ok(const IrModule *m, const IrNode *n, int64_t M)
-{
-	if (n->dtype == IR_F32 || n->dtype == IR_BF16 || n->dtype == IR_F16)
-		return true;
-	int64_t G = dim0_parts(m, n);
-	return G <= 1 || (n->shape[0] / M) % G == 0;
-}
-
 /* The setting's location for the error, the input's in a note. */
 static bool refuse(const IrModule *m, Diag *d, const IrNode *n, const char *msg)
 {
@@ -171,27 +149,6 @@ bool pass_microbatch_check(const IrModule *m, Diag *d)
 				snprintf(msg, sizeof msg, "input %s's batch dim (dim 0, %lld) does not divide "
 				         "into %lld micro-batches", n->name ? n->name : "?",
 				         (long long)(n->rank ? n->shape[0] : 0), (long long)M);
-				ok = refuse(m, d, n, msg);
-			} else if (!uneven_rows_ok(m, n, M)) {
-				/* uneven float rows are padded with zeros and masked
-				 * (passes/partition.c); token ids have no such padding */
-				char msg[320], fix[128];
-				int64_t G = dim0_parts(m, n), rows = n->shape[0] / M;
-				/* the batch itself uneven over the ranks (uneven_shards):
-				 * no count but 1 splits evenly */
-				if (n->shape[0] % G)
-					snprintf(fix, sizeof fix, "the batch of %lld does not split "
-					         "evenly over them either: use microbatches 1, or a batch "
-					         "%lld divides", (long long)n->shape[0], (long long)G);
-				else
-					snprintf(fix, sizeof fix, "use a micro-batch count that divides "
-					         "%lld / %lld = %lld", (long long)n->shape[0], (long long)G,
-					         (long long)(n->shape[0] / G));
-				snprintf(msg, sizeof msg, "input %s: a micro-batch has %lld row%s, which "
-				         "do%s not split evenly over the %lld ranks of its batch dim "
-				         "(integer inputs cannot be padded); %s",
-				         n->name ? n->name : "?", (long long)rows, rows == 1 ? "" : "s",
-				         rows == 1 ? "es" : "", (long long)G, fix);
 				ok = refuse(m, d, n, msg);
 			}
 		}

@@ -508,11 +508,6 @@ static bool probe(SweepRun *r, const IrModule *m, Arena *a)
 				s->seq_axes |= 1u << p->axes[1][k];
 		break;
 	}
-	/* an integer input (token ids) cannot be padded: its micro-batches
-	 * must split evenly whatever uneven_shards says (the whole batch at
-	 * M = 1 need not) */
-	for (int i = 0; i < m->nnodes; i++)
-		s->int_input |= m->nodes[i]->op == IR_OP_INPUT && m->nodes[i]->dtype == IR_I32;
 	if (m->nchooses > SWEEP_MAX_CHOOSE) {
 		fprintf(stderr, "dtmc: error: %s: %d choose() points, the sweep takes at most %d\n",
 		        r->o.file, m->nchooses, SWEEP_MAX_CHOOSE);
@@ -693,10 +688,8 @@ static bool enumerate(SweepRun *r, const IrModule *probe_m)
 		for (int di = 0; di < ndiv; di++) {
 			int64_t M = divs[di];
 			/* the batch split unevenly over its axes only where the
-			 * model allows uneven shards, and micro-batches of it
-			 * only where its inputs are all float (padded: token ids
-			 * cannot be, partition refuses them) */
-			bool uneven_ok = ft->uneven_shards && (!s->int_input || M == 1);
+			 * model allows uneven shards (padded, token ids too) */
+			bool uneven_ok = ft->uneven_shards;
 			if (s->batch > 0 && !fix_m &&
 			    (s->batch % M || (!uneven_ok && (s->batch / M) % bsplit)))
 				continue;

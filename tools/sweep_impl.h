@@ -91,7 +91,6 @@ typedef struct SweepSpace {
 	uint32_t zero_axes;  /* mesh axes ZeRO splits over */
 	uint32_t batch_axes; /* axes splitting the batch (the first input's dim 0) */
 	int64_t batch;       /* global batch (0: no input) */
-	bool int_input;      /* an integer input (never padded to split evenly) */
 	int64_t tokens_per_sample;
 	/* axes splitting the sequence (the first input's dim 1), where the
 	 * model has attention: context_parallel is swept where they have more

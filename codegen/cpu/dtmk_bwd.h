@@ -559,6 +559,14 @@ static void dtmk_pad(const DtmCtx *ctx, const DtmkArgs *a)
 	int64_t lo = a->ints[1], len = a->out.shape[ax];
 	int64_t outer = dtmk_span(&a->out, 0, ax), inner = dtmk_span(&a->out, ax + 1, a->out.rank);
 	int64_t blk = X->shape[ax] * inner;
+	if (X->dtype == DTM_I32) { /* token ids: copied as they are */
+		int32_t *yi = a->out.p;
+		const int32_t *xi = X->p;
+		memset(yi, 0, sizeof *yi * (size_t)a->out.numel);
+		for (int64_t o = 0; o < outer; o++)
+			memcpy(yi + (o * len + lo) * inner, xi + o * blk, sizeof *yi * (size_t)blk);
+		return;
+	}
 	DtmkbBuf x = dtmkb_in(ctx, X), y = dtmkb_out(&a->out);
 	if (x.p && y.p) {
 		memset(y.p, 0, sizeof(float) * (size_t)a->out.numel);

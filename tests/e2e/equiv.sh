@@ -82,6 +82,10 @@ uneven_mlp="def:hidden=6:tp=4/uneven_shards=true def:hidden=5:dp=2,tp=2/uneven_s
 uneven_mlp="$uneven_mlp def:batch=6:dp=4/uneven_shards=true"
 uneven_gpt="def:vocab=250:tp=4 def:vocab=251:dp=2,tp=2/zero=3 def:batch=6:dp=4/uneven_shards=true"
 uneven_gpt="$uneven_gpt def:batch=5+vocab=251:dp=2,tp=2/uneven_shards=true"
+# ... and micro-batches of token ids split unevenly (5 rows over dp = 4, 4
+# over dp = 3 in a pipeline): the ids padded (an i32 pad) as float rows are
+uneven_gpt="$uneven_gpt def:batch=10:dp=4/uneven_shards=true/microbatches=2"
+uneven_gpt="$uneven_gpt def:batch=8:pp=2,dp=3,tp=1/uneven_shards=true/microbatches=2/schedule=1f1b"
 # Activation checkpointing (passes/recompute.c): each block's forward run
 # again in its backward, under DP x TP and FSDP x TP; recompute layer
 # (Megatron's full recomputation: the outputs too, read by nothing)
