@@ -21,7 +21,8 @@
  * squares per group of gradients split over the same axes and all_reduces
  * each over those axes only, so a replicated gradient is counted once.
  * cross_entropy and its backward on logits split on the vocab dim are
- * vocab parallel (part_xent_vp): only per-row statistics are reduced.  A partial target the
+ * vocab parallel (part_xent_vp): only per-row statistics are reduced;
+ * ring attention is expanded into block ops in partition_ring.c.  A partial target the
  * op cannot produce is dropped (the consumers reduce it), never faked.
  *
  * Uneven (torch.chunk) shards are padded, see partition.h and "uneven
@@ -31,7 +32,7 @@
  * Most nodes repeat an earlier one (layers, micro-batches): those copy
  * what partitioning it made, through the twins seam (partition_twin.c:
  * twin_replay, off with it NULL); the rest come here (part_node), whose
- * emit() and reshard_slow() tell the seam what they made (twin_rec_*).
+ * part_emit() and reshard_slow() tell the seam what they made (twin_rec_*).
  */
 #include "passes/partition_impl.h"
 #include "passes/reshard.h"
@@ -166,7 +167,7 @@ static bool internal(Part *p, const IrNode *n, const char *fmt, ...)
 	return false;
 }
 
-static IrNode *loc_node(Part *p, int id)
+IrNode *part_loc_node(Part *p, int id)
 {
 	return p->out->nodes[id];
 }
@@ -248,8 +249,8 @@ static void set_attr(Part *p, IrNode *n, const IrAttr *at, const IrNode *like)
 /* A new local node holding a shard, under pl, of a value shaped like
  * `like` (global), with attributes at (NULL: none).  Its local type is
  * inferred and checked against pl. */
-static int emit(Part *p, IrOp op, const int *ops, int nops, const IrAttr *at,
-                const IrNode *like, const Placement *pl, int origin)
+int part_emit(Part *p, IrOp op, const int *ops, int nops, const IrAttr *at,
+              const IrNode *like, const Placement *pl, int origin)
 {
 	IrNode *n = ir_node_new(p->out, op, ops, nops, like->loc);
 	if (!n) {
@@ -307,23 +308,23 @@ static int emit(Part *p, IrOp op, const int *ops, int nops, const IrAttr *at,
 static int reshard_a2a(Part *p, int id, const IrNode *g, const ReshardStep *s, IrAttr *at)
 {
 	const Mesh *mesh = &p->m->mesh;
-	const Placement *from = ir_place(p->out, loc_node(p, id));
+	const Placement *from = ir_place(p->out, part_loc_node(p, id));
 	int c = s->dim, j = s->dim2;
 	int64_t G = mesh_axes_size(mesh, s->axes), nc = g->shape[c], nj = g->shape[j];
 	if (nc % G && placement_dim_parts(from, mesh, c) == 1) {
 		IrNode big = *g;
 		IrAttr sl = {.kind = IR_ATTR_SLICE, .slice = {c, 0, nc}};
 		big.shape[c] = G * (nc / G + 1);
-		if ((id = emit(p, IR_OP_PAD, &id, 1, &sl, &big, from, id)) < 0)
+		if ((id = part_emit(p, IR_OP_PAD, &id, 1, &sl, &big, from, id)) < 0)
 			return -1;
 	}
 	if (nj % G == 0)
-		return emit(p, s->op, &id, 1, at, g, &s->after, id);
+		return part_emit(p, s->op, &id, 1, at, g, &s->after, id);
 	IrNode big = *g;
 	IrAttr sl = {.kind = IR_ATTR_SLICE, .slice = {j, 0, nj}};
-	big.shape[j] = G * loc_node(p, id)->shape[j];
-	int a2a = emit(p, s->op, &id, 1, at, &big, &s->after, id);
-	return a2a < 0 ? -1 : emit(p, IR_OP_SLICE, &a2a, 1, &sl, g, &s->after, a2a);
+	big.shape[j] = G * part_loc_node(p, id)->shape[j];
+	int a2a = part_emit(p, s->op, &id, 1, at, &big, &s->after, id);
+	return a2a < 0 ? -1 : part_emit(p, IR_OP_SLICE, &a2a, 1, &sl, g, &s->after, a2a);
 }
 
 /* One planned step on local node id, a shard of global g.  The steps are
@@ -335,7 +336,7 @@ static int reshard_a2a(Part *p, int id, const IrNode *g, const ReshardStep *s, I
 static int reshard_step(Part *p, int id, const IrNode *g, const ReshardStep *s)
 {
 	const Mesh *mesh = &p->m->mesh;
-	const Placement *from = ir_place(p->out, loc_node(p, id));
+	const Placement *from = ir_place(p->out, part_loc_node(p, id));
 	IrAttr at = {.kind = IR_ATTR_COLL, .coll = {.axes = s->axes, .red = s->red}};
 	if (s->op == IR_OP_ALL_TO_ALL) {
 		at.coll.n = 2;
@@ -350,27 +351,27 @@ static int reshard_step(Part *p, int id, const IrNode *g, const ReshardStep *s)
 	int64_t G = mesh_axes_size(mesh, s->axes), n = d < g->rank ? g->shape[d] : 0;
 	bool cut = s->op == IR_OP_REDUCE_SCATTER || s->op == IR_OP_SHARD_SLICE;
 	if (d >= g->rank || G < 2 || n % G == 0 || (!cut && s->op != IR_OP_ALL_GATHER))
-		return emit(p, s->op, &id, 1, &at, g, &s->after, id);
+		return part_emit(p, s->op, &id, 1, &at, g, &s->after, id);
 	IrNode big = *g; /* the value extended by zero rows to G chunks */
 	IrAttr sl = {.kind = IR_ATTR_SLICE, .slice = {d, 0, n}};
 	if (cut && placement_dim_parts(from, mesh, d) == 1) {
 		big.shape[d] = G * (n / G + 1);
-		int pad = emit(p, IR_OP_PAD, &id, 1, &sl, &big, from, id);
-		return pad < 0 ? -1 : emit(p, s->op, &pad, 1, &at, g, &s->after, pad);
+		int pad = part_emit(p, IR_OP_PAD, &id, 1, &sl, &big, from, id);
+		return pad < 0 ? -1 : part_emit(p, s->op, &pad, 1, &at, g, &s->after, pad);
 	}
 	if (!cut && placement_dim_parts(&s->after, mesh, d) == 1) {
-		big.shape[d] = G * loc_node(p, id)->shape[d];
-		int ag = emit(p, s->op, &id, 1, &at, &big, &s->after, id);
-		return ag < 0 ? -1 : emit(p, IR_OP_SLICE, &ag, 1, &sl, g, &s->after, ag);
+		big.shape[d] = G * part_loc_node(p, id)->shape[d];
+		int ag = part_emit(p, s->op, &id, 1, &at, &big, &s->after, id);
+		return ag < 0 ? -1 : part_emit(p, IR_OP_SLICE, &ag, 1, &sl, g, &s->after, ag);
 	}
-	return emit(p, s->op, &id, 1, &at, g, &s->after, id);
+	return part_emit(p, s->op, &id, 1, &at, g, &s->after, id);
 }
 
 /* Local node `id` holds a shard of global g under its placement; returns
  * a node holding it under placement `to` (cached per global value). */
 static int reshard_slow(Part *p, int id, const IrNode *g, uint32_t to)
 {
-	IrNode *x = loc_node(p, id);
+	IrNode *x = part_loc_node(p, id);
 	for (Cached *c = p->cache[g->id]; c; c = c->next)
 		if (c->p == to) {
 			twin_rec_event(p->tw, g->id, c, true);
@@ -413,7 +414,7 @@ static int reshard_slow(Part *p, int id, const IrNode *g, uint32_t to)
  * search (and its 4 KB plan buffer) out of line. */
 static inline int reshard(Part *p, int id, const IrNode *g, uint32_t to)
 {
-	if (loc_node(p, id)->place == to)
+	if (part_loc_node(p, id)->place == to)
 		return id;
 	return reshard_slow(p, id, g, to);
 }
@@ -453,7 +454,7 @@ bool part_finish(Part *p, const IrNode *n, int id)
 {
 	if (id < 0)
 		return false;
-	IrNode *x = loc_node(p, id);
+	IrNode *x = part_loc_node(p, id);
 	x->name = n->name;
 	ir_set_label(p->out, x, ir_label(p->m, n));
 	x->role = n->role;
@@ -520,7 +521,7 @@ static int mask_padding(Part *p, const IrNode *like, int id, const Placement *pl
 			}
 			at.coll.axes |= 1u << pl->axes[d][k];
 		}
-		id = emit(p, IR_OP_PAD_MASK, &id, 1, &at, like, pl, id);
+		id = part_emit(p, IR_OP_PAD_MASK, &id, 1, &at, like, pl, id);
 	}
 	return id;
 }
@@ -590,7 +591,7 @@ static bool part_leaf(Part *p, const IrNode *n, uint32_t Tid)
 	t.partial = 0;
 	t.partial_op = IR_RED_SUM;
 	/* uneven: the runtime and the interpreter start the padding at zero */
-	return part_finish(p, n, emit(p, n->op, NULL, 0, n->attr, n, &t, -1));
+	return part_finish(p, n, part_emit(p, n->op, NULL, 0, n->attr, n, &t, -1));
 }
 
 /* The placement an optimizer step runs in: the step's own when it has
@@ -633,22 +634,22 @@ static bool part_step(Part *p, const IrNode *n)
 			ops[i] = operand(p, n, i, Pid);
 		} else {
 			ops[i] = p->map[gid];
-			if (loc_node(p, ops[i])->place != Pid) {
+			if (part_loc_node(p, ops[i])->place != Pid) {
 				return internal(p, n, "%s is placed %s but its param %s is %s",
 				                p->m->nodes[gid]->name ? p->m->nodes[gid]->name : "state",
-				                fmt_pl(p, ir_place(p->out, loc_node(p, ops[i]))),
+				                fmt_pl(p, ir_place(p->out, part_loc_node(p, ops[i]))),
 				                param->name ? param->name : "?", fmt_pl(p, &P));
 			}
 		}
 		if (ops[i] < 0)
 			return false;
 	}
-	int id = emit(p, n->op, ops, n->nops, n->attr, n, &P, ops[ix.p]);
+	int id = part_emit(p, n->op, ops, n->nops, n->attr, n, &P, ops[ix.p]);
 	if (id >= 0 && ops[ix.p] != pnode) {
-		uint32_t stored = loc_node(p, pnode)->place;
+		uint32_t stored = part_loc_node(p, pnode)->place;
 		int back = reshard(p, id, n, stored);
-		id = back < 0 ? -1 : emit(p, IR_OP_ASSIGN, (int[]){pnode, back}, 2, NULL, n,
-		                          place_of(p, stored), back);
+		id = back < 0 ? -1 : part_emit(p, IR_OP_ASSIGN, (int[]){pnode, back}, 2, NULL, n,
+		                               place_of(p, stored), back);
 	}
 	return part_finish(p, n, id);
 }
@@ -698,7 +699,7 @@ static bool part_grad_norm(Part *p, const IrNode *n)
 				done[j] = done[j] || split[j] == split[i];
 		}
 	if (ngroups == 1 && split[0] == 0)
-		return part_finish(p, n, emit(p, IR_OP_GRAD_NORM, ops, n->nops, NULL, n, &rep, -1));
+		return part_finish(p, n, part_emit(p, IR_OP_GRAD_NORM, ops, n->nops, NULL, n, &rep, -1));
 	memset(done, 0, sizeof(bool) * (size_t)n->nops);
 	int *grp = arena_alloc(&p->scratch, sizeof(int) * (size_t)n->nops);
 	if (!grp)
@@ -712,22 +713,22 @@ static bool part_grad_norm(Part *p, const IrNode *n)
 				grp[ng++] = ops[j];
 				done[j] = true;
 			}
-		int gn = emit(p, IR_OP_GRAD_NORM, grp, ng, NULL, n, &rep, -1);
-		int sq = gn < 0 ? -1 : emit(p, IR_OP_MUL, (int[]){gn, gn}, 2, NULL, n, &rep, gn);
+		int gn = part_emit(p, IR_OP_GRAD_NORM, grp, ng, NULL, n, &rep, -1);
+		int sq = gn < 0 ? -1 : part_emit(p, IR_OP_MUL, (int[]){gn, gn}, 2, NULL, n, &rep, gn);
 		if (sq >= 0 && split[i]) {
 			Placement part = rep;
 			part.partial = split[i];
-			ir_place_set(p->out, loc_node(p, sq), &part);
+			ir_place_set(p->out, part_loc_node(p, sq), &part);
 			IrAttr at = {.kind = IR_ATTR_COLL, .coll = {.axes = split[i], .red = IR_RED_SUM}};
-			sq = emit(p, IR_OP_ALL_REDUCE, &sq, 1, &at, n, &rep, sq);
+			sq = part_emit(p, IR_OP_ALL_REDUCE, &sq, 1, &at, n, &rep, sq);
 		}
 		if (sq < 0)
 			return false;
-		total = total < 0 ? sq : emit(p, IR_OP_ADD, (int[]){total, sq}, 2, NULL, n, &rep, sq);
+		total = total < 0 ? sq : part_emit(p, IR_OP_ADD, (int[]){total, sq}, 2, NULL, n, &rep, sq);
 		if (total < 0)
 			return false;
 	}
-	return part_finish(p, n, emit(p, IR_OP_SQRT, &total, 1, NULL, n, &rep, total));
+	return part_finish(p, n, part_emit(p, IR_OP_SQRT, &total, 1, NULL, n, &rep, total));
 }
 
 /* Whether `from` reaches `to` by a reduce_scatter: to splits each dim as
@@ -890,15 +891,15 @@ static bool ce_stats(Part *p, const IrNode *n, const IrNode *lg, const IrNode *t
 	IrAttr arsum = {.kind = IR_ATTR_COLL, .coll = {.axes = A, .red = IR_RED_SUM}};
 	if (!A) /* the vocab whole here (its rows split unevenly): nothing to reduce */
 		part = *P;
-	int m0 = emit(p, IR_OP_MAX, &lid, 1, &red, &rows, &part, lid);
-	if (m0 >= 0 && loc_node(p, m0)->dtype != IR_F32)
-		m0 = emit(p, IR_OP_CAST, &m0, 1, NULL, &rows, &part, m0);
-	*mx = m0 < 0 || !A ? m0 : emit(p, IR_OP_ALL_REDUCE, &m0, 1, &armax, &rows, P, m0);
+	int m0 = part_emit(p, IR_OP_MAX, &lid, 1, &red, &rows, &part, lid);
+	if (m0 >= 0 && part_loc_node(p, m0)->dtype != IR_F32)
+		m0 = part_emit(p, IR_OP_CAST, &m0, 1, NULL, &rows, &part, m0);
+	*mx = m0 < 0 || !A ? m0 : part_emit(p, IR_OP_ALL_REDUCE, &m0, 1, &armax, &rows, P, m0);
 	if (*mx < 0)
 		return false;
 	part.partial_op = IR_RED_SUM;
-	int s0 = emit(p, IR_OP_CE_SUMEXP, (int[]){lid, *mx}, 2, NULL, &rows, &part, lid);
-	*se = s0 < 0 || !A ? s0 : emit(p, IR_OP_ALL_REDUCE, &s0, 1, &arsum, &rows, P, s0);
+	int s0 = part_emit(p, IR_OP_CE_SUMEXP, (int[]){lid, *mx}, 2, NULL, &rows, &part, lid);
+	*se = s0 < 0 || !A ? s0 : part_emit(p, IR_OP_ALL_REDUCE, &s0, 1, &arsum, &rows, P, s0);
 	if (*se < 0)
 		return false;
 	cm->mx = *mx;
@@ -975,7 +976,7 @@ static bool part_xent_vp(Part *p, const IrNode *n, bool *done)
 	CeMemo *cm = ce_memo(p, lg->id);
 	if (!cm)
 		return false;
-	if (lid >= 0 && cm->lm >= 0 && loc_node(p, cm->lm)->place == Lid)
+	if (lid >= 0 && cm->lm >= 0 && part_loc_node(p, cm->lm)->place == Lid)
 		lid = cm->lm;
 	else if (lid >= 0 && A && (lid = mask_padding(p, lg, lid, &L, true)) >= 0)
 		cm->lm = lid;
@@ -989,11 +990,11 @@ static bool part_xent_vp(Part *p, const IrNode *n, bool *done)
 	double scale = pos ? part_positions_scale(&p->m->mesh, &P, tg, tg->rank) : 0;
 	if (bwd) {
 		int dl = operand(p, n, 0, intern(p, &rep));
-		int id = dl < 0 ? -1 : emit(p, IR_OP_CE_BWD_VP, (int[]){dl, lid, tid, mx, se}, 5, &vp,
-		                            n, &L, lid);
+		int id = dl < 0 ? -1 : part_emit(p, IR_OP_CE_BWD_VP, (int[]){dl, lid, tid, mx, se},
+		                                 5, &vp, n, &L, lid);
 		if (id >= 0 && scale != 0) {
 			IrAttr sc = {.kind = IR_ATTR_SCALAR, .scalar = {scale}};
-			id = emit(p, IR_OP_SCALE, &id, 1, &sc, n, &L, id);
+			id = part_emit(p, IR_OP_SCALE, &id, 1, &sc, n, &L, id);
 		}
 		if (id >= 0 && padrows) /* the padding positions' gradient: 0 */
 			id = mask_padding(p, lg, id, &L, false);
@@ -1006,12 +1007,12 @@ static bool part_xent_vp(Part *p, const IrNode *n, bool *done)
 	rows.loc = n->loc;
 	Placement part = P;
 	part.partial = A;
-	int t0 = emit(p, IR_OP_CE_TARGET, (int[]){lid, tid}, 2, &vp, &rows, &part, lid);
+	int t0 = part_emit(p, IR_OP_CE_TARGET, (int[]){lid, tid}, 2, &vp, &rows, &part, lid);
 	IrAttr arsum = {.kind = IR_ATTR_COLL, .coll = {.axes = A, .red = IR_RED_SUM}};
-	int tl = t0 < 0 || !A ? t0 : emit(p, IR_OP_ALL_REDUCE, &t0, 1, &arsum, &rows, &P, t0);
-	int ls = tl < 0 ? -1 : emit(p, IR_OP_LOG, &se, 1, NULL, &rows, &P, se);
-	int a = ls < 0 ? -1 : emit(p, IR_OP_ADD, (int[]){ls, mx}, 2, NULL, &rows, &P, ls);
-	int b = a < 0 ? -1 : emit(p, IR_OP_SUB, (int[]){a, tl}, 2, NULL, &rows, &P, a);
+	int tl = t0 < 0 || !A ? t0 : part_emit(p, IR_OP_ALL_REDUCE, &t0, 1, &arsum, &rows, &P, t0);
+	int ls = tl < 0 ? -1 : part_emit(p, IR_OP_LOG, &se, 1, NULL, &rows, &P, se);
+	int a = ls < 0 ? -1 : part_emit(p, IR_OP_ADD, (int[]){ls, mx}, 2, NULL, &rows, &P, ls);
+	int b = a < 0 ? -1 : part_emit(p, IR_OP_SUB, (int[]){a, tl}, 2, NULL, &rows, &P, a);
 	if (b >= 0 && padrows) /* the padding positions' losses: 0 */
 		b = mask_padding(p, &rows, b, &P, false);
 	IrAttr all = {.kind = IR_ATTR_AXES, .axes = {.n = tg->rank}};
@@ -1019,202 +1020,12 @@ static bool part_xent_vp(Part *p, const IrNode *n, bool *done)
 		all.axes.axes[d] = d;
 	Placement res = rep;
 	res.partial = pos;
-	int id = b < 0 ? -1 : emit(p, IR_OP_MEAN, &b, 1, &all, n, &res, b);
+	int id = b < 0 ? -1 : part_emit(p, IR_OP_MEAN, &b, 1, &all, n, &res, b);
 	if (id >= 0 && scale != 0) {
 		IrAttr sc = {.kind = IR_ATTR_SCALAR, .scalar = {scale}};
-		id = emit(p, IR_OP_SCALE, &id, 1, &sc, n, &res, id);
+		id = part_emit(p, IR_OP_SCALE, &id, 1, &sc, n, &res, id);
 	}
 	return id >= 0 && finish_target(p, n, id, &res);
-}
-
-/* ---- ring attention (context_parallel ring; ARCHITECTURE.md) ----
- * attention (or attention_bwd) whose rule split the sequence over the
- * group attn.ring of n ranks: each rank keeps its query block and the
- * K/V blocks go round the ring, shift 1, n - 1 times; each step's block
- * result (attn_block: output and log-sum-exp) is merged into the running
- * one (attn_merge, online softmax).  The backward runs that forward again
- * for the rows' output and log-sum-exp, then the ring once more with
- * attn_block_bwd: dq adds up at home, dk and dv travel with their K/V
- * block and, after the last step, one more shift takes them home. */
-
-/* A global node like n with dim d of extent e (the shape of a local value
- * whose placement is n's, that dim unsplit or split as n's). */
-static IrNode like_dim(const IrNode *n, int d, int64_t e)
-{
-	IrNode x = *n;
-	x.shape[d] = e;
-	return x;
-}
-
-/* send(x) then recv(), shift 1 over axes: the neighbour's x. */
-static int ring_pass(Part *p, int x, const IrNode *like, uint32_t axes)
-{
-	IrAttr at = {.kind = IR_ATTR_COLL, .coll = {.axes = axes, .n = 1, .shift = 1}};
-	const Placement *pl = ir_place(p->out, loc_node(p, x));
-	Placement cp = *pl;
-	if (emit(p, IR_OP_SEND, &x, 1, &at, like, &cp, x) < 0)
-		return -1;
-	return emit(p, IR_OP_RECV, NULL, 0, &at, like, &cp, x);
-}
-
-/* Causal load balancing (attn.balanced): x's sequence dim d, two chunks
- * of half a block, goes from chunks 2g, 2g+1 of the 2N (the contiguous
- * split) to chunks 2g, 2N-1-2g by swapping second halves with member
- * N-1-g (send/recv mirror), so each rank's causal work is the same: a
- * pair i, 2N-1-i as Megatron-CP's, in another order of ranks.  The swap is
- * its own inverse, so the same call takes a result back.  On an uneven
- * sequence the chunks are the padded sequence's (N blocks of Tl rows). */
-static int ring_balance(Part *p, int x, const IrNode *like, int d, uint32_t axes, int64_t N)
-{
-	int64_t Tl = loc_node(p, x)->shape[d], h = Tl / 2;
-	Placement pl = *ir_place(p->out, loc_node(p, x));
-	/* a half block a rank (an uneven sequence's padded: N h rows in all) */
-	IrNode lh = like_dim(like, d, N * h);
-	IrAttr s0 = {.kind = IR_ATTR_SLICE, .slice = {d, 0, h}};
-	IrAttr s1 = {.kind = IR_ATTR_SLICE, .slice = {d, h, Tl}};
-	IrAttr mi = {.kind = IR_ATTR_COLL, .coll = {.axes = axes, .n = 2, .args = {N - 1, 1}}};
-	IrAttr cat = {.kind = IR_ATTR_AXIS, .axis = {d}};
-	int a = emit(p, IR_OP_SLICE, &x, 1, &s0, &lh, &pl, x);
-	int b = a < 0 ? -1 : emit(p, IR_OP_SLICE, &x, 1, &s1, &lh, &pl, x);
-	if (b < 0 || emit(p, IR_OP_SEND, &b, 1, &mi, &lh, &pl, x) < 0 ||
-	    (b = emit(p, IR_OP_RECV, NULL, 0, &mi, &lh, &pl, x)) < 0)
-		return -1;
-	return emit(p, IR_OP_CONCAT, (int[]){a, b}, 2, &cat, like, &pl, x);
-}
-
-/* What goes round the ring: the local K and V blocks and, with document
- * masks, the key block's segment ids (id), their global nodes (g). */
-typedef struct RingKV {
-	int id[3];
-	const IrNode *g[3];
-	int n;
-} RingKV;
-
-/* kv one rank along the ring: false when out of memory. */
-static bool ring_step(Part *p, RingKV *kv, uint32_t axes)
-{
-	for (int j = 0; j < kv->n; j++)
-		if ((kv->id[j] = ring_pass(p, kv->id[j], kv->g[j], axes)) < 0)
-			return false;
-	return true;
-}
-
-/* A block op's operands: head (q, or dy, q), the K and V block, tail
- * (attn_block_bwd's ol), then the segment ids of the query and of the
- * key block where there are any; returns the count. */
-static int block_ops(int *o, const int *head, int nhead, const RingKV *kv, int tail, int qseg)
-{
-	int k = 0;
-	for (int i = 0; i < nhead; i++)
-		o[k++] = head[i];
-	o[k++] = kv->id[0];
-	o[k++] = kv->id[1];
-	if (tail >= 0)
-		o[k++] = tail;
-	if (kv->n > 2) {
-		o[k++] = qseg;
-		o[k++] = kv->id[2];
-	}
-	return k;
-}
-
-/* The forward ring on local q (its segment ids qseg) and kv: the merged
- * [B, Tl, Dl + Hl], or -1. */
-static int ring_forward(Part *p, const IrNode *n, int q, int qseg, RingKV kv, const IrAttr *at,
-                        const Placement *res, int64_t N)
-{
-	int b0 = n->rank == 4 ? 1 : 0; /* attention_bwd's [3, B, T, D] */
-	IrNode ol = *n;
-	ol.rank = 3;
-	ol.shape[0] = n->shape[b0];
-	ol.shape[1] = n->shape[b0 + 1];
-	ol.shape[2] = n->shape[b0 + 2] + ir_attr_attn(n)->heads;
-	ol.shape[3] = 0;
-	Placement rp = *res;
-	if (n->rank == 4) { /* drop the stack dim */
-		for (int d = 0; d < 3; d++) {
-			rp.naxes[d] = res->naxes[d + 1];
-			memcpy(rp.axes[d], res->axes[d + 1], sizeof rp.axes[d]);
-		}
-		rp.ndims = 3;
-		rp.naxes[3] = 0;
-	}
-	IrAttr ba = *at;
-	ba.attn.step = 0;
-	int o[5], no = block_ops(o, &q, 1, &kv, -1, qseg);
-	int acc = emit(p, IR_OP_ATTN_BLOCK, o, no, &ba, &ol, &rp, q);
-	for (int64_t s = 1; acc >= 0 && s < N; s++) {
-		if (!ring_step(p, &kv, at->attn.ring))
-			return -1;
-		ba.attn.step = s;
-		no = block_ops(o, &q, 1, &kv, -1, qseg);
-		int b = emit(p, IR_OP_ATTN_BLOCK, o, no, &ba, &ol, &rp, q);
-		IrAttr ma = {.kind = IR_ATTR_ATTN, .attn = {.heads = at->attn.heads}};
-		acc = b < 0 ? -1 : emit(p, IR_OP_ATTN_MERGE, (int[]){acc, b}, 2, &ma, &ol, &rp, acc);
-	}
-	return acc;
-}
-
-/* attention_bwd's ring on local dy, q (in) with its segment ids qseg and
- * kv: [3, B, Tl, D]. */
-static int ring_backward(Part *p, const IrNode *n, const int *in, int qseg, RingKV kv,
-                         const PartRule *r, int64_t N)
-{
-	uint32_t axes = r->at.attn.ring;
-	int ol = ring_forward(p, n, in[1], qseg, kv, &r->at, &r->res, N);
-	IrNode l1 = like_dim(n, 0, 1), l2 = like_dim(n, 0, 2);
-	IrAttr s1 = {.kind = IR_ATTR_SLICE, .slice = {0, 0, 1}};
-	IrAttr s2 = {.kind = IR_ATTR_SLICE, .slice = {0, 1, 3}};
-	IrAttr ba = r->at;
-	ba.attn.step = 0;
-	int o[7], no = block_ops(o, in, 2, &kv, ol, qseg);
-	int g = ol < 0 ? -1 : emit(p, IR_OP_ATTN_BLOCK_BWD, o, no, &ba, n, &r->res, in[1]);
-	int dq = g < 0 ? -1 : emit(p, IR_OP_SLICE, &g, 1, &s1, &l1, &r->res, g);
-	int dkv = dq < 0 ? -1 : emit(p, IR_OP_SLICE, &g, 1, &s2, &l2, &r->res, g);
-	for (int64_t s = 1; dkv >= 0 && s < N; s++) {
-		if (!ring_step(p, &kv, axes) || (dkv = ring_pass(p, dkv, &l2, axes)) < 0)
-			return -1;
-		ba.attn.step = s;
-		no = block_ops(o, in, 2, &kv, ol, qseg);
-		g = emit(p, IR_OP_ATTN_BLOCK_BWD, o, no, &ba, n, &r->res, in[1]);
-		int a = g < 0 ? -1 : emit(p, IR_OP_SLICE, &g, 1, &s1, &l1, &r->res, g);
-		int b = a < 0 ? -1 : emit(p, IR_OP_SLICE, &g, 1, &s2, &l2, &r->res, g);
-		dq = b < 0 ? -1 : emit(p, IR_OP_ADD, (int[]){dq, a}, 2, NULL, &l1, &r->res, dq);
-		dkv = dq < 0 ? -1 : emit(p, IR_OP_ADD, (int[]){dkv, b}, 2, NULL, &l2, &r->res, dkv);
-	}
-	/* the last step's dk, dv belong to the next rank's block */
-	if (dkv < 0 || (dkv = ring_pass(p, dkv, &l2, axes)) < 0)
-		return -1;
-	IrAttr cat = {.kind = IR_ATTR_AXIS, .axis = {0}};
-	return emit(p, IR_OP_CONCAT, (int[]){dq, dkv}, 2, &cat, n, &r->res, dq);
-}
-
-static int part_ring(Part *p, const IrNode *n, const int *ops, const PartRule *r)
-{
-	uint32_t axes = r->at.attn.ring;
-	int64_t N = mesh_axes_size(&p->m->mesh, axes);
-	int q0 = n->op == IR_OP_ATTENTION ? 0 : 1; /* attention_bwd: dy first */
-	int64_t Dl = loc_node(p, ops[q0])->shape[2];
-	/* balanced: every operand to the balanced chunks, the result back */
-	int in[5];
-	for (int i = 0; i < n->nops && i < 5; i++) {
-		in[i] = ops[i];
-		if (r->at.attn.balanced &&
-		    (in[i] = ring_balance(p, ops[i], p->m->nodes[n->ops[i]], 1, axes, N)) < 0)
-			return -1;
-	}
-	int qseg = n->nops > q0 + 3 ? in[q0 + 3] : -1;
-	RingKV kv = {{in[q0 + 1], in[q0 + 2], qseg}, {0}, qseg >= 0 ? 3 : 2};
-	for (int j = 0; j < kv.n; j++)
-		kv.g[j] = p->m->nodes[n->ops[q0 + 1 + j]];
-	if (n->op == IR_OP_ATTENTION) {
-		int acc = ring_forward(p, n, in[0], qseg, kv, &r->at, &r->res, N);
-		IrAttr sl = {.kind = IR_ATTR_SLICE, .slice = {2, 0, Dl}};
-		int y = acc < 0 ? -1 : emit(p, IR_OP_SLICE, &acc, 1, &sl, n, &r->res, acc);
-		return y < 0 || !r->at.attn.balanced ? y : ring_balance(p, y, n, 1, axes, N);
-	}
-	int g3 = ring_backward(p, n, in, qseg, kv, r, N);
-	return g3 < 0 || !r->at.attn.balanced ? g3 : ring_balance(p, g3, n, 2, axes, N);
 }
 
 bool part_node(Part *p, const IrNode *n)
@@ -1277,11 +1088,11 @@ bool part_node(Part *p, const IrNode *n)
 			return false;
 	int id = r.at.kind == IR_ATTR_ATTN && r.at.attn.ring ?
 	                 part_ring(p, n, ops, &r) :
-	                 emit(p, r.op ? r.op : n->op, ops, n->nops, &r.at, n, &r.res,
-	                      n->nops ? ops[0] : -1);
+	                 part_emit(p, r.op ? r.op : n->op, ops, n->nops, &r.at, n, &r.res,
+	                           n->nops ? ops[0] : -1);
 	if (id >= 0 && r.scale != 0) {
 		IrAttr sc = {.kind = IR_ATTR_SCALAR, .scalar = {r.scale}};
-		id = emit(p, IR_OP_SCALE, &id, 1, &sc, n, &r.res, id);
+		id = part_emit(p, IR_OP_SCALE, &id, 1, &sc, n, &r.res, id);
 	}
 	if (id >= 0 && !keeps_zero_padding(p, n, r.op ? r.op : n->op, &r.res))
 		id = mask_padding(p, n, id, &r.res, false);

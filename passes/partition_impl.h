@@ -1,7 +1,8 @@
 /* partition_impl.h - shared between partition.c (the driver: leaves,
- * reshards, optimizer ops), partition_rules.c (the per-op local rules) and
- * partition_twin.c (the twins seam: replaying a repeated node's
- * partition); not part of the pass's interface. */
+ * reshards, optimizer ops), partition_rules.c (the per-op local rules),
+ * partition_ring.c (ring attention's block ops) and partition_twin.c (the
+ * twins seam: replaying a repeated node's partition); not part of the
+ * pass's interface. */
 #ifndef DTM_PARTITION_IMPL_H
 #define DTM_PARTITION_IMPL_H
 
@@ -84,6 +85,17 @@ typedef struct Part {
  * holding n's value (false when id < 0). */
 bool part_node(Part *p, const IrNode *n);
 bool part_finish(Part *p, const IrNode *n, int id);
+/* partition.c: a new local node holding a shard, under pl, of a value
+ * shaped like `like` (global), attributes at (NULL: none), its local type
+ * inferred and checked against pl; -1 on error (reported). */
+int part_emit(Part *p, IrOp op, const int *ops, int nops, const IrAttr *at,
+              const IrNode *like, const Placement *pl, int origin);
+/* partition.c: local node id of the module being made. */
+IrNode *part_loc_node(Part *p, int id);
+/* partition_ring.c: attention or attention_bwd that rule r marked ring
+ * (attn.ring) as block ops round the ring; ops are the local operands.
+ * Returns the local result, or -1 (reported). */
+int part_ring(Part *p, const IrNode *n, const int *ops, const PartRule *r);
 
 /* ---- the twins seam (partition_twin.c) ----
  * Replaying a repeated node's partition.  Per node the driver asks
@@ -106,7 +118,7 @@ TwinResult twin_replay(Twins *tw, Part *p, const IrNode *n);
 /* n was partitioned the normal way: what it made kept as a variant of its
  * class (while the class has room), and its value signature set. */
 void twin_record(Twins *tw, const Part *p, const IrNode *n);
-/* part_node's emit() made a local node (like: the global node it took its
+/* part_node's part_emit() made a local node (like: the global node it took its
  * location and stage from; origin: its place_from). */
 void twin_rec_node(Twins *tw, int like, int origin);
 /* part_node looked up a reshard of global g: c, the entry found (hit) or

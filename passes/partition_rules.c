@@ -491,7 +491,7 @@ static void axes_str(const Mesh *mesh, const Placement *T, int d, char *buf, siz
  * all_to_all back).  The backward is the same rule on attention_bwd: dy
  * goes to heads, dq, dk, dv back to the sequence; q, k and v are the
  * forward's head-split copies.  Ring: q, k, v and the result keep the
- * sequence split and attn.ring names its axes; partition.c's part_ring
+ * sequence split and attn.ring names its axes; partition_ring.c's part_ring
  * expands the op into the ring of block ops.  Where Ulysses does not apply (context_
  * parallel none and heads not dividing) the sequence is gathered whole.
  * Returns false with why set (a user error) where the setting asked for
@@ -515,7 +515,7 @@ static bool attention_rule(const IrModule *m, const IrNode *n, const Placement *
 	axes_str(&m->mesh, T, tdim, axes, sizeof axes);
 	int k0 = lin == LIN_NONE ? 1 : 2; /* k, v: operands k0, k0 + 1; then the segment ids */
 	if (mode == IR_CP_RING) {
-		/* ring attention (partition.c, part_ring): q, k, v and the
+		/* ring attention (partition_ring.c, part_ring): q, k, v and the
 		 * result stay sequence-split; the local program passes K/V */
 		if (!group_axes(T, tdim)) {
 			r->user = true;
