@@ -302,69 +302,56 @@ int part_emit(Part *p, IrOp op, const int *ops, int nops, const IrAttr *at,
 	return n->id;
 }
 
-/* An all_to_all on uneven dims: the dim it cuts, whole before, padded with
- * zeros to G chunks first; the dim it gathers, whole after, trimmed back
- * to its extent after (passes/reshard.c's a2a_fits allows no other). */
-static int reshard_a2a(Part *p, int id, const IrNode *g, const ReshardStep *s, IrAttr *at)
+/* Local node id (a shard of global g) with dim d, whole here and uneven
+ * over a group of G, padded with zeros to G chunks, so that a collective
+ * can cut it evenly; id itself where there is nothing to pad (d < 0: no
+ * dim). */
+static int pad_to_group(Part *p, int id, const IrNode *g, int d, int64_t G)
 {
-	const Mesh *mesh = &p->m->mesh;
 	const Placement *from = ir_place(p->out, part_loc_node(p, id));
-	int c = s->dim, j = s->dim2;
-	int64_t G = mesh_axes_size(mesh, s->axes), nc = g->shape[c], nj = g->shape[j];
-	if (nc % G && placement_dim_parts(from, mesh, c) == 1) {
-		IrNode big = *g;
-		IrAttr sl = {.kind = IR_ATTR_SLICE, .slice = {c, 0, nc}};
-		big.shape[c] = G * (nc / G + 1);
-		if ((id = part_emit(p, IR_OP_PAD, &id, 1, &sl, &big, from, id)) < 0)
-			return -1;
-	}
-	if (nj % G == 0)
-		return part_emit(p, s->op, &id, 1, at, g, &s->after, id);
+	if (d < 0 || d >= g->rank || G < 2 || g->shape[d] % G == 0 ||
+	    placement_dim_parts(from, &p->m->mesh, d) != 1)
+		return id;
 	IrNode big = *g;
-	IrAttr sl = {.kind = IR_ATTR_SLICE, .slice = {j, 0, nj}};
-	big.shape[j] = G * part_loc_node(p, id)->shape[j];
-	int a2a = part_emit(p, s->op, &id, 1, at, &big, &s->after, id);
-	return a2a < 0 ? -1 : part_emit(p, IR_OP_SLICE, &a2a, 1, &sl, g, &s->after, a2a);
+	IrAttr sl = {.kind = IR_ATTR_SLICE, .slice = {d, 0, g->shape[d]}};
+	big.shape[d] = G * (g->shape[d] / G + 1);
+	return part_emit(p, IR_OP_PAD, &id, 1, &sl, &big, from, id);
 }
 
 /* One planned step on local node id, a shard of global g.  The steps are
  * even collectives: an uneven dim cut whole (reduce_scatter, shard_slice,
- * all_to_all) is padded with zeros to a multiple of the group first, and
- * one gathered whole (all_gather, all_to_all) is trimmed back to its
- * extent after; between two uneven cuts the planner only steps where the
- * chunks tile (passes/reshard.c), which needs neither. */
+ * all_to_all's split dim) is padded with zeros to a multiple of the group
+ * first, and one gathered whole (all_gather, all_to_all's concat dim) is
+ * trimmed back to its extent after; between two uneven cuts the planner
+ * only steps where the chunks tile (passes/reshard.c), which needs
+ * neither. */
 static int reshard_step(Part *p, int id, const IrNode *g, const ReshardStep *s)
 {
-	const Mesh *mesh = &p->m->mesh;
-	const Placement *from = ir_place(p->out, part_loc_node(p, id));
 	IrAttr at = {.kind = IR_ATTR_COLL, .coll = {.axes = s->axes, .red = s->red}};
+	int cut = -1, gather = -1; /* the dims padded before, trimmed after */
 	if (s->op == IR_OP_ALL_TO_ALL) {
 		at.coll.n = 2;
-		at.coll.a2a.split = s->dim;
-		at.coll.a2a.concat = s->dim2;
-		return reshard_a2a(p, id, g, s, &at);
+		at.coll.a2a.split = cut = s->dim;
+		at.coll.a2a.concat = gather = s->dim2;
 	} else if (s->op != IR_OP_ALL_REDUCE) {
 		at.coll.n = 1;
 		at.coll.dim = s->dim;
+		if (s->op == IR_OP_ALL_GATHER)
+			gather = s->dim;
+		else
+			cut = s->dim; /* reduce_scatter, shard_slice */
 	}
-	int d = s->dim;
-	int64_t G = mesh_axes_size(mesh, s->axes), n = d < g->rank ? g->shape[d] : 0;
-	bool cut = s->op == IR_OP_REDUCE_SCATTER || s->op == IR_OP_SHARD_SLICE;
-	if (d >= g->rank || G < 2 || n % G == 0 || (!cut && s->op != IR_OP_ALL_GATHER))
+	int64_t G = mesh_axes_size(&p->m->mesh, s->axes);
+	if ((id = pad_to_group(p, id, g, cut, G)) < 0)
+		return -1;
+	if (gather < 0 || gather >= g->rank || G < 2 || g->shape[gather] % G == 0 ||
+	    placement_dim_parts(&s->after, &p->m->mesh, gather) != 1)
 		return part_emit(p, s->op, &id, 1, &at, g, &s->after, id);
-	IrNode big = *g; /* the value extended by zero rows to G chunks */
-	IrAttr sl = {.kind = IR_ATTR_SLICE, .slice = {d, 0, n}};
-	if (cut && placement_dim_parts(from, mesh, d) == 1) {
-		big.shape[d] = G * (n / G + 1);
-		int pad = part_emit(p, IR_OP_PAD, &id, 1, &sl, &big, from, id);
-		return pad < 0 ? -1 : part_emit(p, s->op, &pad, 1, &at, g, &s->after, pad);
-	}
-	if (!cut && placement_dim_parts(&s->after, mesh, d) == 1) {
-		big.shape[d] = G * part_loc_node(p, id)->shape[d];
-		int ag = part_emit(p, s->op, &id, 1, &at, &big, &s->after, id);
-		return ag < 0 ? -1 : part_emit(p, IR_OP_SLICE, &ag, 1, &sl, g, &s->after, ag);
-	}
-	return part_emit(p, s->op, &id, 1, &at, g, &s->after, id);
+	IrNode big = *g; /* the gathered value with its zero rows */
+	IrAttr sl = {.kind = IR_ATTR_SLICE, .slice = {gather, 0, g->shape[gather]}};
+	big.shape[gather] = G * part_loc_node(p, id)->shape[gather];
+	int c = part_emit(p, s->op, &id, 1, &at, &big, &s->after, id);
+	return c < 0 ? -1 : part_emit(p, IR_OP_SLICE, &c, 1, &sl, g, &s->after, c);
 }
 
 /* Local node `id` holds a shard of global g under its placement; returns
