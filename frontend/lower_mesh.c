@@ -190,6 +190,16 @@ bool lower_axes_mask(Lower *L, const AstName *names, int n, uint32_t *mask)
 			diag_error(L->d, names[i].loc, "mesh axis '%s' appears more than once",
 			           lower_name(L, names[i].name));
 			ok = false;
+		} else if (ax == L->m->pp_axis) {
+			/* the pipeline's ranks run different programs: a value
+			 * split over pp would be a stage's and every stage's */
+			diag_error(L->d, names[i].loc,
+			           "mesh axis 'pp' is the pipeline axis: it places blocks on "
+			           "stages, it cannot split or shard a value");
+			diag_note(L->d, names[i].loc,
+			          "use another axis here (dp, tp, ...); blocks go on stages with "
+			          "`for ... stage EXPR { ... }`");
+			ok = false;
 		} else {
 			*mask |= 1u << ax;
 		}

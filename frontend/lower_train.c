@@ -497,9 +497,12 @@ void lower_train(Lower *L, const AstNode *train)
 	IrTrain *t = &L->m->train;
 	int nerr0 = L->d->nerr;
 	const Mesh *mesh = &L->m->mesh;
-	/* ZeRO shards over dp when there is one, else over the first axis */
+	/* ZeRO shards over dp when there is one, else over the first axis
+	 * that is not the pipeline's (none: nothing to shard over) */
 	int dp = mesh_axis_index(mesh, "dp");
-	t->zero_axes = dp >= 0 ? 1u << dp : mesh->naxes > 0 ? 1u : 0u;
+	if (dp < 0)
+		dp = L->m->pp_axis == 0 ? (mesh->naxes > 1 ? 1 : -1) : (mesh->naxes > 0 ? 0 : -1);
+	t->zero_axes = dp >= 0 ? 1u << dp : 0u;
 	const AstNode *seen[sizeof train_keys / sizeof train_keys[0]] = {0};
 	for (int i = 0; train && i < train->body.n; i++) {
 		const AstNode *s = train->body.items[i];

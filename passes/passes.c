@@ -314,6 +314,42 @@ static bool check_even(const IrModule *m, Diag *d)
 	return true;
 }
 
+/* The pipeline axis places nodes on stages; a placement or ZeRO split over
+ * it would make a value both one stage's and every stage's (the .dtm
+ * lowering refuses it at the axis's name: frontend/lower_mesh.c). */
+static bool check_no_pp(const IrModule *m, Diag *d)
+{
+	int ax = m->pp_axis;
+	if (ax < 0 || ax >= m->mesh.naxes)
+		return true;
+	uint32_t bit = 1u << ax;
+	if (m->train.zero > 0 && (m->train.zero_axes & bit)) {
+		SrcLoc at = m->train.loc[IR_TRAIN_ZERO];
+		diag_error(d, at.file ? at : (SrcLoc){0}, "zero %d shards over 'pp', the pipeline "
+		           "axis, which places blocks on stages: shard over another axis",
+		           (int)m->train.zero);
+		return false;
+	}
+	for (int i = 0; i < m->nnodes; i++) {
+		const IrNode *n = m->nodes[i];
+		const Placement *p = ir_place(m, n);
+		if (!p->known)
+			continue;
+		bool on = (p->partial & bit) != 0;
+		for (int k = 0; k < p->ndims && !on; k++)
+			for (int j = 0; j < p->naxes[k]; j++)
+				on = on || p->axes[k][j] == ax;
+		if (!on)
+			continue;
+		SrcLoc at = ir_place_loc(m, n).file ? ir_place_loc(m, n) : n->loc;
+		diag_error(d, at, "%%%d (%s%s%s) is placed over 'pp', the pipeline axis, which "
+		           "places blocks on stages and cannot split a value", i, n->name ? "'" : "",
+		           n->name ? n->name : ir_op_name(n->op), n->name ? "'" : "");
+		return false;
+	}
+	return true;
+}
+
 /* What a module must be to enter the pipeline where it stands (IR text can
  * say anything the parser and the verifier accept):
  *   - its `after` names a pass;
@@ -323,7 +359,7 @@ static bool check_even(const IrModule *m, Diag *d)
  *     (pass_microbatch_check: inputs divisible, the unrolled size);
  *   - after propagate (on more than one rank), a placement on every value;
  *   - before partition, without uneven_shards, annotations that split
- *     their dims evenly;
+ *     their dims evenly; nothing placed or ZeRO-sharded over pp;
  *   - before partition, it holds no per-rank op (OPF_LOCAL: collectives,
  *     vocab-parallel and padding ops) and no padded shard (the parser
  *     refuses both in IR without an `after` line, at the node). */
@@ -354,7 +390,7 @@ bool pass_check_input(const IrModule *m, Diag *d)
 			}
 	if (at >= position("partition"))
 		return true;
-	if (!check_even(m, d))
+	if (!check_even(m, d) || !check_no_pp(m, d))
 		return false;
 	for (int i = 0; i < m->nnodes; i++) {
 		const IrNode *n = m->nodes[i];

@@ -302,6 +302,15 @@ static void test_features(void)
 	CHECK(m && m->mesh.sizes[0] == 1 && m->mesh.sizes[1] == 1 && m->mesh.sizes[2] == 2);
 	m = run(&a, "t.dtm", HEAD X TAIL, NULL, NULL, NULL);
 	CHECK(m && m->mesh.naxes == 0 && m->train.zero_axes == 0);
+	/* ZeRO without dp shards over the first axis that is not pp (over
+	 * pp, the pipeline's axis, the stage programs deadlocked); over
+	 * nothing where pp is the only one */
+	m = run(&a, "t.dtm", HEAD "mesh (pp = 2, tp = 2)\n" X TAIL, NULL, NULL, NULL);
+	CHECK(m && m->pp_axis == 0 && m->train.zero_axes == 1u << 1);
+	m = run(&a, "t.dtm", HEAD "mesh (tp = 2, pp = 2)\n" X TAIL, NULL, NULL, NULL);
+	CHECK(m && m->train.zero_axes == 1u << 0);
+	m = run(&a, "t.dtm", HEAD "mesh (pp = 2)\n" X TAIL, NULL, NULL, NULL);
+	CHECK(m && m->train.zero_axes == 0);
 	m = run(&a, "t.dtm",
 	        HEAD "mesh (tp = 4)\n" X "param w : f32[6, 4] @ [tp, _]\n" TAIL
 	             "train {\n  uneven_shards true\n}\n",
