@@ -21,6 +21,10 @@ typedef struct LowerOptions {
 	const char *define_names[LOWER_MAX_DEFINES];  /* -D name=value */
 	const char *define_values[LOWER_MAX_DEFINES];
 	const char *mesh;  /* --mesh "dp=4,tp=2" or NULL */
+	/* every mesh axis of size 1 (after the file's mesh and --mesh): the
+	 * sweep's probe, which reads the axes, the placements and the shapes,
+	 * so a file whose own mesh does not divide its -D sizes still sweeps */
+	bool mesh_ones;
 	/* --train KEY=VALUE: a train setting, VALUE written as after the key in
 	 * the train section ("zero=3 over dp", "reshard_after_forward=false").
 	 * Applied in order after the file's train section, each replacing the

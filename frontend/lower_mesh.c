@@ -140,6 +140,9 @@ void lower_mesh(Lower *L, const AstNode *mesh)
 		lower_mesh_opt(L, L->opt->mesh);
 		where = lower_cmdline;
 	}
+	if (L->opt && L->opt->mesh_ones)
+		for (int i = 0; i < m->naxes; i++)
+			m->sizes[i] = 1;
 	/* the pipeline runs along the axis named pp: the one place the name
 	 * decides it (IrModule.pp_axis) */
 	L->m->pp_axis = mesh_axis_index(m, "pp");

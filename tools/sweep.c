@@ -1451,12 +1451,16 @@ int sweep_main(int argc, char **argv)
 	diag_init(&d, stderr);
 	/* the file's own layout is not a candidate: no warnings about it */
 	d.no_warnings = true;
-	/* one parse for every candidate; the probe lowers it as the file says */
+	/* one parse for every candidate; the probe lowers it as the file says
+	 * but on one rank: the file's own mesh is not a candidate, and its
+	 * sizes need not divide what -D made of the dims */
 	DrvSource src;
 	DrvOptions po = {.no_verify = true};
 	Compiled c = {0};
+	LowerOptions probe_opt = r.o.lower;
+	probe_opt.mesh_ones = true;
 	if (drv_parse(&src, &a, &d, r.o.file))
-		drv_lower_ast(&c, &a, &d, &src, &r.o.lower, &po);
+		drv_lower_ast(&c, &a, &d, &src, &probe_opt, &po);
 	IrModule *m = c.m;
 	bool ok = m && d.nerr == 0 && probe(&r, m, &a) && enumerate(&r, m);
 	if (ok && r.ncands == 0) {

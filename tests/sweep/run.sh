@@ -12,7 +12,9 @@
 #                        names the best layout.  On 3 devices (batch 16) the
 #                        report names dp=3 as not tried (batch ranks that do
 #                        not divide the batch; "untried" in the JSON), and
-#                        with --train uneven_shards=true ranks it.
+#                        with --train uneven_shards=true ranks it.  With
+#                        -D batch=9 the file's own dp = 2 does not divide the
+#                        batch: the sweep still ranks dp = 3.
 #                        Timings are the cost model's: checked for order, never
 #                        against numbers.  tests/sweep/choose.dtm: both options
 #                        of its choose() point are swept and differ on tp = 2.
@@ -256,6 +258,21 @@ assert d["untried_meshes"] == 0, d["untried"]
 assert any(c["mesh"]["dp"] == 3 for c in d["ranking"]), [c["layout"] for c in d["ranking"]]
 EOF
 	echo "untried ok: dp=3 on a batch of 16 reported, and ranked with uneven shards"
+	# -D batch=9: the file's own mesh (dp = 2) does not divide it, but the
+	# file's mesh is no candidate (sweep refused the model); dp = 3 ranks,
+	# tp = 3 is dropped for the hidden dim of 64, and dp = 2 never tried
+	"$dtmc" sweep models/mlp.dtm -D batch=9 --devices 3 --json --top 1000 \
+		> "$tmp/u3.json" 2>"$tmp/u3.err" || { cat "$tmp/u3.err" >&2; fail "sweep -D batch=9 exited $?"; }
+	python3 - "$tmp/u3.json" <<'EOF' || fail "-D batch=9: not every mesh ranked"
+import json, sys
+d = json.load(open(sys.argv[1]))
+meshes = {(c["mesh"]["dp"], c["mesh"]["tp"]) for c in d["ranking"]}
+assert meshes == {(3, 1)}, meshes
+assert d["untried_meshes"] == 0, d["untried"]
+assert d["dropped"] and all(c["mesh"]["tp"] == 3 and "'w1' (size 64)" in c["reason"]
+                            for c in d["dropped"]), d["dropped"][:2]
+EOF
+	echo "file mesh ok: -D batch=9 sweeps on 3 devices where the file's dp = 2 does not divide it"
 	;;
 cp)
 	"$dtmc" sweep models/llama.dtm --devices 4 --json --top 100000 -q > "$tmp/cp.json" ||
