@@ -281,7 +281,7 @@ if [ "${4:-}" = cp ]; then
 fi
 # The round-robin copy: every staged loop's stage expression `i % pp`
 sed -e 's/^\( *for \([a-z_]*\) in .* stage \).*{$/\1\2 % pp {/' \
-	"models/$model.dtm" >"$tmp/$model.rr.dtm"
+	"$src" >"$tmp/$model.rr.dtm"
 if [ "$model" = gpt ]; then
 	grep -q 'stage i % pp {' "$tmp/$model.rr.dtm" || fail "no staged loop to make round-robin"
 fi
