@@ -16,7 +16,8 @@
  * own rankNNNNN.safetensors holding its shards (local shapes; metadata
  * "mesh" and "rank" say whose), and after a barrier rank 0 writes
  * index.json (mesh, files, global shapes, placements) and moves `latest`.
- * A resume on the same layout reads each rank's own file (bit for bit);
+ * A resume on the same layout reads each rank's own file (bit for bit;
+ * a tensor another schedule put on another stage, from that stage's file);
  * a checkpoint of one file (whole tensors, from a one-rank run) loads on
  * any mesh, each rank slicing its shards by global index; any other
  * layout reshards on load (load_resharded): each rank fills the box its
@@ -913,10 +914,19 @@ static int load_once(RtRun *r, const char *dir, bool sync, RtCkptMeta *m, uint64
 			continue;
 		}
 		const DtmStTensor *t = dtm_st_find(st, source_of(&n, b)->name);
-		if (!t)
+		if (!t && !whole && src.pp >= 0 && ix.sizes[src.pp] > 1) {
+			/* the same mesh and placements, the blocks on other stages
+			 * (interleaved's virtual stages against 1F1B's): the shard
+			 * is another pp coordinate's, read from its file */
+			if (!src.st && !(src.st = calloc((size_t)ix.nfiles, sizeof *src.st)))
+				rc = rt_errf(err, "out of memory");
+			else
+				rc = load_resharded(r, i, source_of(&n, b), &src, err);
+		} else if (!t) {
 			rc = damagef(err, "--resume: %s has no tensor '%s'", path, b->name);
-		else
+		} else {
 			rc = load_tensor(r, i, t, !whole, path, err);
+		}
 	}
 	if (!rc) {
 		uint64_t horizon = 0;

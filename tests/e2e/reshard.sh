@@ -7,7 +7,8 @@
 #   bf16 HSDP (a copy of the model with a replicate axis `rep` in front of
 #   dp: rep=2 x dp=2, ZeRO-3 within dp, precision bf16),
 # and resumed to step 8 on three other layouts each, one of them 1 rank;
-# also to and from interleaved virtual pipeline stages, and uneven ZeRO-3
+# also to and from interleaved virtual pipeline stages (with 3 layers
+# also on the same mesh as 1F1B, whose stages hold other blocks), and uneven ZeRO-3
 # shards (models/mlp.dtm at batch 6 on dp=3):
 # steps 5-8 equal an uninterrupted 8-step run on the new layout (f32: 1e-5
 # relative; the bf16 checkpoint on bf16 layouts, and on an f32 layout whose
@@ -27,7 +28,8 @@ sed -e 's/^mesh (\(pp = 1, \)\{0,1\}dp = /mesh (\1rep = 1, dp = /' -e 's/\[dp,/[
 	"$src" >"$tmp/hsdp.dtm"
 grep -q '^mesh (.*rep = 1, dp' "$tmp/hsdp.dtm" || fail "no mesh line to add 'rep' to"
 
-# build NAME [hsdp:|mlp6:]MESH [TRAIN...] (mlp6: models/mlp.dtm, batch 6)
+# build NAME [hsdp:|mlp6:|l3:]MESH [TRAIN...] (mlp6: models/mlp.dtm, batch 6;
+# l3: GPT with 3 layers)
 build() {
 	local name=$1 mesh=$2 s=$src
 	shift 2
@@ -35,6 +37,7 @@ build() {
 	case $mesh in
 	hsdp:*) s=$tmp/hsdp.dtm mesh=${mesh#hsdp:} ;;
 	mlp6:*) s=models/mlp.dtm mesh=${mesh#mlp6:} args=(-D batch=6) ;;
+	l3:*) mesh=${mesh#l3:} args=(-D layers=3) ;;
 	esac
 	args+=(--mesh "$mesh")
 	for t in "$@"; do args+=(--train "$t"); done
@@ -68,7 +71,10 @@ build u3 mlp6:dp=3,tp=1 zero=3 &
 build u22 mlp6:dp=2,tp=2 &
 build u1 mlp6:dp=1,tp=1 &
 wait
-for b in dp2tp2 z3dp4 pp2dp2 one hsdpbf onebf dp2tp2bf pp2bf vpp u3 u22 u1; do
+build vpp3 l3:pp=2,dp=1,tp=1 microbatches=4 "schedule=interleaved(2)" &
+build pp3 l3:pp=2,dp=1,tp=1 microbatches=4 &
+wait
+for b in dp2tp2 z3dp4 pp2dp2 one hsdpbf onebf dp2tp2bf pp2bf vpp u3 u22 u1 vpp3 pp3; do
 	[ -x "$tmp/$b" ] || fail "no binary $b"
 	"$tmp/$b" --steps 8 --log "$tmp/$b.full.jsonl" -q || fail "$b: 8 steps"
 done
@@ -99,6 +105,12 @@ resume hsdpbf one 1e-3
 resume vpp one 1e-5
 resume vpp dp2tp2 1e-5
 resume dp2tp2 vpp 1e-5
+# ... on the same mesh and placements, the blocks on other stages: 3
+# layers on pp = 2 as 1F1B's stages 0, 0, 1 and interleaved(2)'s chunks 0,
+# 1, 2 (ranks 0, 1, 0); a rank's own file lacks what the other schedule
+# put on it (the resume failed: "rank00000.safetensors has no tensor")
+resume pp3 vpp3 1e-5
+resume vpp3 pp3 1e-5
 # uneven shards: the MLP at batch 6, ZeRO-3 over dp=3 (w1's 32 rows as
 # 11, 11, 10; b2's 8 as 3, 3, 2)
 resume u3 u22 1e-5
