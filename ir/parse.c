@@ -1331,8 +1331,18 @@ static bool line(Parser *p)
 		return train_line(p);
 	if (is_word(p, "loss")) {
 		next(p);
-		return node_ref(p, &p->m->loss, -1, "after 'loss'") &&
-		       end_of_line(p, "after the loss");
+		SrcLoc l = tok_loc(p);
+		if (!node_ref(p, &p->m->loss, -1, "after 'loss'"))
+			return false;
+		const IrNode *n = p->m->nodes[p->m->loss];
+		if (n->rank != 0 || n->dtype == IR_I32) {
+			char t[128];
+			ir_format_type(t, sizeof t, n->dtype, n->rank, n->shape);
+			l.end_col = p->tok.col;
+			return error_at(p, l, "the loss %%%d (%s) is %s: a loss is a float scalar",
+			                n->id, ir_op_name(n->op), t);
+		}
+		return end_of_line(p, "after the loss");
 	}
 	if (is_word(p, "choose"))
 		return choose_line(p);

@@ -315,6 +315,16 @@ bool ir_verify(IrModule *m, Diag *d, const char *after)
 	}
 	if (m->loss < -1 || m->loss >= m->nnodes)
 		module_error(&v, "the loss names node %%%d, which does not exist", m->loss);
+	else if (m->loss >= 0 && (m->nodes[m->loss]->rank != 0 ||
+	                          m->nodes[m->loss]->dtype == IR_I32)) {
+		/* every pass after autodiff (the backward's seed, the
+		 * pipeline's loss all_reduce, the log) reads one float */
+		const IrNode *l = m->nodes[m->loss];
+		char t[128];
+		ir_format_type(t, sizeof t, l->dtype, l->rank, l->shape);
+		module_error(&v, "the loss %%%d (%s) is %s: a loss is a float scalar", m->loss,
+		             ir_op_name(l->op), t);
+	}
 	check_chooses(&v);
 	if (m->train.zero < 0 || m->train.zero > 3)
 		module_error(&v, "zero stage %d (0 to 3)", m->train.zero);

@@ -441,6 +441,25 @@ static void test_roundtrip(void)
 	for (int i = 0; i < IR_OP_COUNT; i++)
 		CHECK(seen[i]);
 	CHECK(ir_verify(M, &D, "build"));
+	/* a loss that is not a float scalar is refused (a pass that made
+	 * one; IR text's `loss` line is refused by the parser) */
+	{
+		int keep = M->loss, nerr0 = D.nerr;
+		for (int i = 0; i < M->nnodes && M->loss == keep; i++)
+			if (M->nodes[i]->rank == 2)
+				M->loss = i;
+		Diag q;
+		char *msg = NULL;
+		size_t len = 0;
+		FILE *f = open_memstream(&msg, &len);
+		diag_init(&q, f);
+		CHECK(M->loss != keep && !ir_verify(M, &q, "build"));
+		fclose(f);
+		CHECK(msg && strstr(msg, "a loss is a float scalar"));
+		free(msg);
+		M->loss = keep;
+		CHECK(ir_verify(M, &D, "build") && D.nerr == nerr0);
+	}
 
 	char *t1 = print_str(M);
 	char *errs = NULL;
