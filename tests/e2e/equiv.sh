@@ -31,6 +31,10 @@ py=/usr/bin/python3
 here=$(cd "$(dirname "$0")" && pwd)
 src=models/$model.dtm
 [ -f "$src" ] || src=$here/$model.dtm
+# DTM_EQUIV_SRC=FILE: a copy of the model to run instead (MODEL still names
+# which model's rules apply: moe's micro-batched references, the copies'
+# edits); tests/campaign/run.py passes one with Adam's eps raised
+src=${DTM_EQUIV_SRC:-$src}
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/dtm_equiv_${model}_XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL ($model): $*" >&2; exit 1; }
@@ -244,6 +248,9 @@ llama:*) layouts="dp=4 tp=2 dp=2,tp=2 $cp $cp_ring $mask $uneven_ring $uneven_ul
 esac
 # DTM_EQUIV_LAYOUTS="LAYOUT ...": only these (while working on one)
 layouts=${DTM_EQUIV_LAYOUTS:-$layouts}
+# DTM_EQUIV_MPI_LAYOUTS="LAYOUT ...": the mpirun subset instead (each one
+# also in the layout list; empty: none)
+mpi_layouts=${DTM_EQUIV_MPI_LAYOUTS-$mpi_layouts}
 
 "$py" -c "import numpy" 2>/dev/null || fail "$py has no numpy (scripts/deps.sh)"
 
@@ -335,8 +342,11 @@ layout_ref() {
 # The limits are about 3x those: 1e-4, 3e-3 and 1.5e-2.  On main before
 # issue 14 the vocab-parallel loss was bf16: dp=2 x tp=2 differed by
 # 4.5e-3 and tp=3 by 2.7e-3, both far past the limit.
-loss_tols() { case $(layout_prec "$1") in f32) echo "1e-5 1e-5" ;; *) echo "1e-4 3e-3" ;; esac; }
-ck_opts() { case $(layout_prec "$1") in f32) echo "--rtol 1e-5" ;; *) echo "--rtol 1.5e-2 --group-scale" ;; esac; }
+# DTM_EQUIV_BF16_TOLS="LOSS GRAD_NORM CKPT" replaces the 16-bit limits (the
+# campaign's random models at other sizes, where they were not measured).
+bf16_tols=${DTM_EQUIV_BF16_TOLS:-1e-4 3e-3 1.5e-2}
+loss_tols() { case $(layout_prec "$1") in f32) echo "1e-5 1e-5" ;; *) echo "${bf16_tols% *}" ;; esac; }
+ck_opts() { case $(layout_prec "$1") in f32) echo "--rtol 1e-5" ;; *) echo "--rtol ${bf16_tols##* } --group-scale" ;; esac; }
 
 # build NAME LAYOUT: models/MODEL.dtm (or its HSDP copy) -> $tmp/NAME
 build() {
