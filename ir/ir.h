@@ -956,5 +956,10 @@ IrModule *ir_parse(Arena *a, Diag *d, const SrcFile *src);
  * the mesh and (by re-running ir_infer on a copy) types and shapes.
  * `after` names the pass for the message.  Returns false and reports. */
 bool ir_verify(IrModule *m, Diag *d, const char *after);
+/* Whether m's loss is set and not a float scalar (every pass after
+ * autodiff reads one float: the backward's seed, the pipeline's loss
+ * all_reduce, the log); then msg says what it is instead.  The verifier's
+ * check, and IR text's at its `loss` line. */
+bool ir_loss_not_scalar(const IrModule *m, char *msg, size_t cap);
 
 #endif

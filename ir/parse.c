@@ -1334,13 +1334,10 @@ static bool line(Parser *p)
 		SrcLoc l = tok_loc(p);
 		if (!node_ref(p, &p->m->loss, -1, "after 'loss'"))
 			return false;
-		const IrNode *n = p->m->nodes[p->m->loss];
-		if (n->rank != 0 || n->dtype == IR_I32) {
-			char t[128];
-			ir_format_type(t, sizeof t, n->dtype, n->rank, n->shape);
+		char msg[256];
+		if (ir_loss_not_scalar(p->m, msg, sizeof msg)) {
 			l.end_col = p->tok.col;
-			return error_at(p, l, "the loss %%%d (%s) is %s: a loss is a float scalar",
-			                n->id, ir_op_name(n->op), t);
+			return error_at(p, l, "%s", msg);
 		}
 		return end_of_line(p, "after the loss");
 	}

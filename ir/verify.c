@@ -289,9 +289,24 @@ static void check_chooses(Verifier *v)
 	}
 }
 
+bool ir_loss_not_scalar(const IrModule *m, char *msg, size_t cap)
+{
+	if (m->loss < 0 || m->loss >= m->nnodes)
+		return false;
+	const IrNode *l = m->nodes[m->loss];
+	if (l->rank == 0 && l->dtype != IR_I32)
+		return false;
+	char t[128];
+	ir_format_type(t, sizeof t, l->dtype, l->rank, l->shape);
+	snprintf(msg, cap, "the loss %%%d (%s) is %s: a loss is a float scalar", m->loss,
+	         ir_op_name(l->op), t);
+	return true;
+}
+
 bool ir_verify(IrModule *m, Diag *d, const char *after)
 {
 	Verifier v = {m, d, after ? after : "?", 0};
+	char msg[256];
 	if (m->places->oom || m->oom) {
 		module_error(&v, "out of memory for the placements or attributes");
 		return false;
@@ -315,16 +330,8 @@ bool ir_verify(IrModule *m, Diag *d, const char *after)
 	}
 	if (m->loss < -1 || m->loss >= m->nnodes)
 		module_error(&v, "the loss names node %%%d, which does not exist", m->loss);
-	else if (m->loss >= 0 && (m->nodes[m->loss]->rank != 0 ||
-	                          m->nodes[m->loss]->dtype == IR_I32)) {
-		/* every pass after autodiff (the backward's seed, the
-		 * pipeline's loss all_reduce, the log) reads one float */
-		const IrNode *l = m->nodes[m->loss];
-		char t[128];
-		ir_format_type(t, sizeof t, l->dtype, l->rank, l->shape);
-		module_error(&v, "the loss %%%d (%s) is %s: a loss is a float scalar", m->loss,
-		             ir_op_name(l->op), t);
-	}
+	else if (ir_loss_not_scalar(m, msg, sizeof msg))
+		module_error(&v, "%s", msg);
 	check_chooses(&v);
 	if (m->train.zero < 0 || m->train.zero > 3)
 		module_error(&v, "zero stage %d (0 to 3)", m->train.zero);

@@ -20,6 +20,7 @@
 #include "passes/microbatch.h"
 #include "passes/optim.h"
 #include "passes/partition.h"
+#include "passes/reshard.h"
 #include "passes/precision.h"
 #include "passes/pipeline.h"
 #include "passes/propagate.h"
@@ -324,8 +325,7 @@ static bool check_no_pp(const IrModule *m, Diag *d)
 		return true;
 	uint32_t bit = 1u << ax;
 	if (m->train.zero > 0 && (m->train.zero_axes & bit)) {
-		SrcLoc at = m->train.loc[IR_TRAIN_ZERO];
-		diag_error(d, at.file ? at : (SrcLoc){0}, "zero %d shards over 'pp', the pipeline "
+		diag_error(d, m->train.loc[IR_TRAIN_ZERO], "zero %d shards over 'pp', the pipeline "
 		           "axis, which places blocks on stages: shard over another axis",
 		           (int)m->train.zero);
 		return false;
@@ -333,13 +333,7 @@ static bool check_no_pp(const IrModule *m, Diag *d)
 	for (int i = 0; i < m->nnodes; i++) {
 		const IrNode *n = m->nodes[i];
 		const Placement *p = ir_place(m, n);
-		if (!p->known)
-			continue;
-		bool on = (p->partial & bit) != 0;
-		for (int k = 0; k < p->ndims && !on; k++)
-			for (int j = 0; j < p->naxes[k]; j++)
-				on = on || p->axes[k][j] == ax;
-		if (!on)
+		if (!p->known || !((p->partial | pass_placement_split_axes(p)) & bit))
 			continue;
 		SrcLoc at = ir_place_loc(m, n).file ? ir_place_loc(m, n) : n->loc;
 		diag_error(d, at, "%%%d (%s%s%s) is placed over 'pp', the pipeline axis, which "
