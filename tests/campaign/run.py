@@ -22,7 +22,8 @@ reshard_after_forward=false, schedule=zb).
           groups also runs its first layout under mpirun; a quarter in bf16,
           against one device's bf16 with loose limits (1e-2 loss, 3e-2 grad
           norm, 5e-2 weights: these models are not the ones the suite's
-          limits were measured on, and the MLP's are chaotic at lr 0.05).
+          limits were measured on, and the MLP's are chaotic at lr 0.05);
+          an eighth in f16, with the same limits.
   resume  builds up to 4 candidates (one a single rank), runs each 8 steps,
           then saves each at step 4 and resumes it on the others: steps 5-8
           equal the other layout's own 8 steps to 1e-5.  MoE is left out
@@ -34,9 +35,10 @@ element whose gradient is about 1e-8 (a dead GELU unit of a random model)
 takes a step of lr * g / (|g| + eps) that f32 summation order moves by a
 percent, which ckcompare's 1e-5 of the tensor's max sees (measured: the
 dropout GPT at vocab 250, ctx 17 on dp = 1 with 3 micro-batches, wproj off
-by 1.2e-4 after one step; 2.1e-6 with eps 1e-5).  f16 is not drawn: under
-dynamic loss scaling a layout skips other steps than one device when a
-partial gradient fits f16 that the whole would not (tests/e2e/loss_scale.sh).
+by 1.2e-4 after one step; 2.1e-6 with eps 1e-5).  The copies' loss scale
+starts at 256: under dynamic loss scaling from 65536 a layout skips other
+steps than one device when a partial gradient fits f16 that the whole would
+not (tests/e2e/loss_scale.sh); at 256 no step of these models overflows.
 
 Output: one line per group (OK, FAIL, or SKIP where the sweep could not
 place the sizes), a failing group's log tail, and the command that
@@ -82,6 +84,9 @@ def model_copy(model, work):
     text = open(src).read()
     if 'eps = 1e-8' in text:
         text = text.replace('eps = 1e-8', 'eps = 1e-5')
+    # f16 groups: the dynamic loss scale starts at 256, not 65536, so no step
+    # overflows on one device or on a layout (every setting read only under f16)
+    text = text.replace('train {', 'train {\n  init_scale 256', 1)
     path = os.path.join(work, f'{model}.dtm')
     open(path, 'w').write(text)
     return path
@@ -133,7 +138,7 @@ def equiv_group(args, rng, model, work, out):
     if not cands:
         out(f'SKIP {model} {sizes} on {devices}: {why or "no candidate"}')
         return True
-    prec = rng.choice(['f32'] * 3 + ['bf16'])
+    prec = rng.choice(['f32'] * 6 + ['bf16', 'f16'])
     defs = 'def:' + '+'.join(f'{k}={v}' for k, v in sizes.items()) + ':'
     layouts = [defs + mesh_text(c) + '/' + '/'.join(train_list(rng, c, uneven, prec))
                for c in rng.sample(cands, min(len(cands), rng.choice([2, 3, 4])))]
