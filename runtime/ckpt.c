@@ -1045,6 +1045,26 @@ static int index_from_json(DtmCkptIndex *ix, IndexPriv *p, const char *path, cha
 	return 0;
 }
 
+int dtm_ckpt_index_parse(const char *text, size_t len, const char *label, DtmCkptIndex *ix,
+                         char *err, size_t errlen)
+{
+	memset(ix, 0, sizeof *ix);
+	IndexPriv *p = calloc(1, sizeof *p);
+	if (!p)
+		return seterr(err, errlen, "%s: out of memory", label);
+	char jerr[200];
+	if (json_parse(&p->doc, text, len, jerr, sizeof jerr)) {
+		free(p);
+		return seterr(err, errlen, "%s: bad JSON: %s", label, jerr);
+	}
+	ix->priv = p; /* the document holds decoded copies of every string */
+	if (index_from_json(ix, p, label, err, errlen)) {
+		dtm_ckpt_index_free(ix);
+		return -1;
+	}
+	return 0;
+}
+
 int dtm_ckpt_index_read(const char *path, DtmCkptIndex *ix, char *err, size_t errlen)
 {
 	memset(ix, 0, sizeof *ix);
@@ -1052,24 +1072,9 @@ int dtm_ckpt_index_read(const char *path, DtmCkptIndex *ix, char *err, size_t er
 	size_t len;
 	if (rt_read_file(path, &text, &len, 256u << 20, err, errlen))
 		return -1;
-	IndexPriv *p = calloc(1, sizeof *p);
-	if (!p) {
-		free(text);
-		return seterr(err, errlen, "%s: out of memory", path);
-	}
-	char jerr[200];
-	if (json_parse(&p->doc, text, len, jerr, sizeof jerr)) {
-		free(text);
-		free(p);
-		return seterr(err, errlen, "%s: bad JSON: %s", path, jerr);
-	}
-	free(text); /* the document holds decoded copies of every string */
-	ix->priv = p;
-	if (index_from_json(ix, p, path, err, errlen)) {
-		dtm_ckpt_index_free(ix);
-		return -1;
-	}
-	return 0;
+	int rc = dtm_ckpt_index_parse(text, len, path, ix, err, errlen);
+	free(text);
+	return rc;
 }
 
 /* ---- directory layout ---- */

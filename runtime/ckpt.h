@@ -177,7 +177,10 @@ typedef struct DtmCkptIndex {
 
 int dtm_ckpt_index_write(const char *path, const DtmCkptIndex *ix, char *err, size_t errlen);
 int dtm_ckpt_index_read(const char *path, DtmCkptIndex *ix, char *err, size_t errlen);
-void dtm_ckpt_index_free(DtmCkptIndex *ix); /* only for what index_read filled */
+/* index_read on text in memory (len bytes; label names it in errors) */
+int dtm_ckpt_index_parse(const char *text, size_t len, const char *label, DtmCkptIndex *ix,
+                         char *err, size_t errlen);
+void dtm_ckpt_index_free(DtmCkptIndex *ix); /* only for what index_read/parse filled */
 
 /* ---- shard geometry: what each rank file holds of a tensor ---- */
 

@@ -8,7 +8,8 @@
 #                   command and a memory limit): exact stderr, exit status 1
 #   diag.stress.*   generated inputs (a 1 MB line, 10,000-deep nesting): exit 1,
 #                   an error, bounded output, no crash or hang
-#   fuzz.frontend   a bounded libFuzzer run over the front end and IR parser
+#   fuzz.frontend   a bounded libFuzzer run over the front end, the IR parser,
+#                   the MLIR import, checkpoint files and hardware profiles
 #
 # Every runner takes --update to rewrite its expectations (see README).
 find_program(DTM_BASH bash REQUIRED)

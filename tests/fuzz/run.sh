@@ -7,7 +7,10 @@
 # Environment: FUZZ_TIME (seconds for the front end, default 60),
 # FUZZ_IR_TIME (seconds for the IR parser, default 30), FUZZ_MLIR_TIME
 # (seconds for the MLIR import, default 45; its target is built where MLIR
-# 19 is, its seeds exports in tests/fuzz/corpus/mlir and tests/mlir).  The seed corpus is
+# 19 is, its seeds exports in tests/fuzz/corpus/mlir and tests/mlir),
+# FUZZ_CKPT_TIME (the checkpoint readers: safetensors, index.json and the
+# shard boxes, default 20; seeds tests/fuzz/corpus/ckpt) and FUZZ_HW_TIME
+# (the hardware profile parser, default 10; seeds tests/fuzz/corpus/hw).  The seed corpus is
 # tests/fuzz/corpus plus models/ and tests/diag/ (for the front end) and
 # tests/golden/*.ir, tests/diag/*.ir plus tests/fuzz/corpus/ir (IR text
 # after lower, propagate, state, partition and pipeline, for the IR
@@ -23,6 +26,8 @@ work=$(mkdir -p "${1:-$root/build-fuzz}" && cd "${1:-$root/build-fuzz}" && pwd)
 fuzz_time=${FUZZ_TIME:-60}
 ir_time=${FUZZ_IR_TIME:-30}
 mlir_time=${FUZZ_MLIR_TIME:-45}
+ckpt_time=${FUZZ_CKPT_TIME:-20}
+hw_time=${FUZZ_HW_TIME:-10}
 
 die() {
 	echo "FAIL fuzz: $*" >&2
@@ -49,7 +54,7 @@ cmake -S "$root" -B "$bdir" -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithD
 	-DDTM_FUZZ=ON "-DCMAKE_C_FLAGS=$flags" >"$work/configure.log" 2>&1 ||
 	die "configure failed:
 $(tail -n 30 "$work/configure.log")"
-cmake --build "$bdir" --target fuzz_frontend fuzz_ir -j "$(nproc 2>/dev/null || echo 2)" \
+cmake --build "$bdir" --target fuzz_frontend fuzz_ir fuzz_ckpt fuzz_hw -j "$(nproc 2>/dev/null || echo 2)" \
 	>"$work/build.log" 2>&1 ||
 	die "build failed:
 $(tail -n 40 "$work/build.log")"
@@ -64,8 +69,11 @@ $(tail -n 40 "$work/build.log")"
 fi
 
 # fresh copies of the seeds every run
-rm -rf "$work/corpus-frontend" "$work/corpus-ir" "$work/corpus-mlir" "$work/artifacts"
-mkdir -p "$work/corpus-frontend" "$work/corpus-ir" "$work/corpus-mlir" "$work/artifacts"
+rm -rf "$work"/corpus-* "$work/artifacts"
+mkdir -p "$work/corpus-frontend" "$work/corpus-ir" "$work/corpus-mlir" "$work/corpus-ckpt" \
+	"$work/corpus-hw" "$work/artifacts"
+cp "$root"/tests/fuzz/corpus/ckpt/* "$work/corpus-ckpt/"
+cp "$root"/tests/fuzz/corpus/hw/* "$work/corpus-hw/"
 cp "$root"/tests/fuzz/corpus/mlir/*.mlir "$root"/tests/mlir/*.mlir "$work/corpus-mlir/"
 for f in "$root"/tests/mlir/bad/*.mlir; do
 	cp "$f" "$work/corpus-mlir/bad-$(basename "$f")"
@@ -80,14 +88,17 @@ for f in "$root"/tests/diag/*.ir; do
 	[ -e "$f" ] && cp "$f" "$work/corpus-ir/diag-$(basename "$f")"
 done
 
-# run TARGET SECONDS CORPUS [UNIT_TIMEOUT]: a unit running past UNIT_TIMEOUT
-# seconds (default 10) is a finding (a hang)
+# run TARGET SECONDS CORPUS [UNIT_TIMEOUT [DICT]]: a unit running past
+# UNIT_TIMEOUT seconds (default 10) is a finding (a hang); DICT: libFuzzer's
+# dictionary (default the .dtm language's; "none": none)
 run() {
-	local target=$1 secs=$2 corpus=$3 unit=${4:-10}
+	local target=$1 secs=$2 corpus=$3 unit=${4:-10} dict=${5:-$root/tests/fuzz/dtm.dict}
+	local dictopt=()
+	[ "$dict" = none ] || dictopt=(-dict="$dict")
 	echo "fuzz: $target for ${secs}s over $(ls "$corpus" | wc -l) seeds"
 	ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1} \
 		"$bdir/tests/fuzz-targets/$target" -max_total_time="$secs" -rss_limit_mb=2048 \
-		-timeout="$unit" -max_len=65536 -dict="$root/tests/fuzz/dtm.dict" \
+		-timeout="$unit" -max_len=65536 "${dictopt[@]}" \
 		-artifact_prefix="$work/artifacts/$target-" -print_final_stats=1 \
 		"$corpus" >"$work/$target.log" 2>&1
 	local rc=$?
@@ -106,6 +117,8 @@ run() {
 fail=0
 run fuzz_frontend "$fuzz_time" "$work/corpus-frontend" || fail=1
 run fuzz_ir "$ir_time" "$work/corpus-ir" || fail=1
+run fuzz_ckpt "$ckpt_time" "$work/corpus-ckpt" 10 none || fail=1
+run fuzz_hw "$hw_time" "$work/corpus-hw" 10 none || fail=1
 if [ $mlir = 1 ]; then
 	# each unit forks a child that sets up an MLIR context with every
 	# dialect: on a loaded 2-core CI host, with libMLIR's pages not yet

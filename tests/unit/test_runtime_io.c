@@ -1176,6 +1176,20 @@ static void test_index(void)
 		write_bytes(tpath("bad_index.json"), text, strlen(text));
 		err[0] = '\0';
 		int rc = dtm_ckpt_index_read(tpath("bad_index.json"), &r, err, sizeof err);
+		/* the same text parsed from memory: the same verdict, the
+		 * label in place of the file name (what fuzz_ckpt drives) */
+		char merr[512] = "";
+		DtmCkptIndex m;
+		int mrc = dtm_ckpt_index_parse(text, strlen(text), "mem.json", &m, merr, sizeof merr);
+		CHECK_EQ_INT(mrc, rc);
+		if (mrc == 0) {
+			CHECK_EQ_INT(m.ntensors, rc == 0 ? r.ntensors : -1);
+			dtm_ckpt_index_free(&m);
+		} else if (!strstr(merr, "mem.json") ||
+		           (cases[i].msg && !strstr(merr, cases[i].msg))) {
+			fprintf(stderr, "index case %zu from memory: \"%s\"\n", i, merr);
+			CHECK(0);
+		}
 		if (!cases[i].msg) {
 			if (rc)
 				fprintf(stderr, "index case %zu: %s\n", i, err);
