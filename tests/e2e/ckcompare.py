@@ -30,9 +30,14 @@ element whose gradient is near eps (1e-8) after cancelling sums moves by
 a fraction of lr that its gradient's last-bit rounding decides: summed in
 another order (DDP's all_reduce, a TP shard's GEMM) a 2e-8 gradient that
 is 4% off moves the weight 1% of lr differently, about 1e-5 of the
-tensor's scale, while the moments agree to 1e-9.  So a few elements (at
-most max(1, 0.1%) of a tensor) may exceed rtol, up to 10 * rtol, and
-each is listed.  A dropped or wrong collective moves whole tensors, far
+tensor's scale, while the moments agree to 1e-9.  Such a weight then
+moves what it feeds: wpe[0, 12] of a random GPT with dropout, 2e-5 off
+after step 1 (position 0's gradient near eps), had by step 10 moved
+row 12 of layer 0's wqkv and its moments, 10 of 6912 elements at up to
+1.7e-5 (dp=3 x tp=2, ZeRO-3, 4 micro-batches; every other element within
+1e-5, the loss within 8.6e-8).  So a few elements (at most
+max(1, 0.5%) of a tensor) may exceed rtol, up to 10 * rtol, and each is
+listed.  A dropped or wrong collective moves whole tensors, far
 past both limits.  Exit status 0 when everything agrees, 1 otherwise.
 """
 import json
@@ -183,7 +188,7 @@ def main():
             i = tuple(int(x) for x in i)
             outliers.append(f"{k}{list(i)}: {a[i]:.9g} vs {b[i]:.9g}, {rel[i]:.3e} of its "
                             f"{what} max |value|")
-        if len(over) > max(1, a.size // 1000) or not float(np.max(rel)) <= 10 * rtol:
+        if len(over) > max(1, a.size // 200) or not float(np.max(rel)) <= 10 * rtol:
             issues.append(f"{k}: {len(over)} of {a.size} elements differ by more than {rtol:g} "
                           f"of its {what} max |value| (worst {float(np.max(rel)):.3e})")
     for k in sorted(got):
