@@ -309,6 +309,15 @@ layout_mesh() {
 layout_prec() {
 	case $1 in */precision=*) local p=${1##*/precision=}; echo "${p%%/*}" ;; *) echo f32 ;; esac
 }
+# layout_dtypes LAYOUT: its /reduce_dtype=D and /master_dtype=D, which its
+# reference shares (16-bit gradient reductions or no f32 master copy are
+# other programs than one device's defaults)
+layout_dtypes() {
+	local k p
+	for k in reduce_dtype master_dtype; do
+		case $1 in */$k=*) p=${1##*/"$k"=}; printf '/%s=%s' $k "${p%%/*}" ;; esac
+	done
+}
 # layout_mb LAYOUT: moe's micro-batches (its /microbatches=N), which its
 # reference shares; nothing for the other models and M = 1
 layout_mb() {
@@ -320,6 +329,7 @@ layout_ref() {
 	[ -z "$p" ] || r="one_$(layout_name "$p" | cut -c3-)"
 	case ${1#"$p"} in mask:*) r="${r}_mask" ;; skew:*) r="${r}_skew" ;; bidir:*) r="${r}_bidir" ;; esac
 	[ -z "$(layout_mb "$1")" ] || r="${r}_mb$(layout_mb "$1")"
+	r="$r$(layout_dtypes "$1" | sed 's|/reduce_dtype=|_r|; s|/master_dtype=|_m|')"
 	if [ "$q" = f32 ]; then echo "$r"; else echo "${r}_$q"; fi
 }
 # Tolerances, per precision: "LOSS GRAD_NORM" (cmp_losses: a layout's
@@ -454,6 +464,7 @@ for mesh in $layouts; do
 	mk=
 	case ${mesh#"$(layout_defs "$mesh")"} in mask:*) mk=mask: ;; skew:*) mk=skew: ;; bidir:*) mk=bidir: ;; esac
 	[ -z "$(layout_mb "$mesh")" ] || prec="$prec/microbatches=$(layout_mb "$mesh")"
+	prec="$prec$(layout_dtypes "$mesh")"
 	case " $refs " in *" $ref="*) ;; *) refs="$refs $ref=$(layout_defs "$mesh")${mk}dp=1$prec" ;; esac
 done
 
