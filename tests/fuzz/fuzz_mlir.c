@@ -10,6 +10,7 @@
  * models' exports, the .mlir files of tests/mlir (tests/fuzz/run.sh).  Built only where
  * MLIR 19 is (tests/fuzz/CMakeLists.txt).
  */
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -28,6 +29,12 @@ static bool mlir_takes(const char *src)
 	fflush(NULL);
 	pid_t pid = fork();
 	if (pid == 0) {
+		/* the child dies of MLIR's crash as it would alone: without
+		 * this, the parent's libFuzzer and ASan handlers it inherits
+		 * report the crash and write it out as a finding */
+		static const int sigs[] = {SIGSEGV, SIGBUS, SIGABRT, SIGILL, SIGFPE, SIGTRAP};
+		for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
+			signal(sigs[i], SIG_DFL);
 		char *out = NULL, *err = NULL;
 		_exit(dtm_mlir_api()->check(src, &out, &err) == 0 ? 0 : 1);
 	}

@@ -127,5 +127,12 @@ if [ $mlir = 1 ]; then
 else
 	echo "fuzz: fuzz_mlir not built (no MLIR 19: the import it fuzzes is not built either)"
 fi
+# every artifact is a finding, even one a run that exited 0 left behind (a
+# child process with the parent's handlers; fuzz_mlir's resets them)
+if [ $fail = 0 ] && [ -n "$(ls -A "$work/artifacts")" ]; then
+	echo "FAIL fuzz: the runs exited 0 but left artifacts:"
+	ls -la "$work/artifacts"
+	fail=1
+fi
 [ $fail = 0 ] && echo "fuzz: no findings"
 exit $fail
