@@ -3,7 +3,7 @@
 
     tests/campaign/run.py [--mode equiv|resume|both] [--seed N] [--minutes M]
                           [--dtmc build/dtmc] [--mpirun /usr/bin/mpirun]
-                          [--log FILE]
+                          [--log FILE] [--models gpt,llama,mlp,moe,dropout]
 
 Not a CI test (each run draws other cases; CI runs the fixed sets of
 tests/e2e): a bug hunt to run on a quiet machine before a release and after
@@ -29,9 +29,9 @@ reshard_after_forward=false, schedule=zb).
           reference then does.
   resume  builds up to 4 candidates (one a single rank), runs each 8 steps,
           then saves each at step 4 and resumes it on the others: steps 5-8
-          equal the other layout's own 8 steps to 1e-5.  MoE is left out
-          (its balancing loss is per micro-batch, so layouts with other
-          micro-batch counts train other functions).
+          equal the other layout's own 8 steps to 1e-5.  MoE's layouts of a
+          group share one micro-batch count (its balancing loss is per
+          micro-batch, so layouts with other counts train other functions).
 
 A third of the groups clip the global gradient norm at 0.05 instead of 1.0
 (every step clips: a grad norm missing a rank's part moves every weight).
@@ -182,6 +182,10 @@ def losses(path):
     return got
 
 
+def microbatches(cand):
+    return next((t for t in cand['train'] if t.startswith('microbatches=')), 'microbatches=1')
+
+
 def resume_group(args, rng, model, work, out):
     sizes = draw_sizes(rng, model)
     path, note = model_copy(model, work, rng)
@@ -190,6 +194,11 @@ def resume_group(args, rng, model, work, out):
     if not cands:
         out(f'SKIP {model} {sizes}: {why or "no candidate"}')
         return True
+    if model == 'moe':
+        # one micro-batch count for all: the balancing loss is per micro-batch
+        m = microbatches(rng.choice(cands))
+        cands = [c for c in cands if microbatches(c) == m]
+        ones = [c for c in ones or [] if microbatches(c) == m]
     pick = rng.sample(cands, min(3, len(cands))) + (rng.sample(ones, 1) if ones else [])
     built = []
     for i, c in enumerate(pick):
@@ -241,7 +250,12 @@ def main():
     ap.add_argument('--dtmc', default=os.path.join(ROOT, 'build/dtmc'))
     ap.add_argument('--mpirun', default=shutil.which('mpirun') or 'none')
     ap.add_argument('--log', default=None)
+    ap.add_argument('--models', default=','.join(MODELS),
+                    help='the models to draw from, comma-separated (default: all)')
     args = ap.parse_args()
+    args.models = args.models.split(',')
+    if not args.models or not set(args.models) <= set(MODELS):
+        ap.error(f'--models: a comma-separated list of {", ".join(MODELS)}')
     args.dtmc = os.path.abspath(args.dtmc)
     logf = open(args.log, 'a') if args.log else None
 
@@ -256,8 +270,7 @@ def main():
     groups = failed = 0
     while time.time() < deadline:
         mode = args.mode if args.mode != 'both' else rng.choice(['equiv', 'resume'])
-        pool = MODELS if mode == 'equiv' else [m for m in MODELS if m != 'moe']
-        model = rng.choice(pool)
+        model = rng.choice(args.models)
         work = tempfile.mkdtemp(prefix='dtm_campaign_')
         try:
             good = (equiv_group if mode == 'equiv' else resume_group)(args, rng, model, work, out)
