@@ -381,7 +381,8 @@ set_tests_properties(e2e.ckpt.mlp PROPERTIES TIMEOUT 300 LABELS e2e)
 #   e2e.reshard   a checkpoint saved on dp2 x tp2, ZeRO-3 dp=4, pp2 x dp2 M=4 and
 #                 bf16 HSDP resumes on three other layouts each (1 rank among
 #                 them) with the uninterrupted run's losses (issue 20); also
-#                 virtual stages, uneven ZeRO-3 shards and MoE's experts over ep
+#                 virtual stages, uneven ZeRO-3 shards, MoE's experts over ep
+#                 and LLaMA on context parallelism (Ulysses, ring)
 add_test(NAME e2e.reshard
          COMMAND ${DTM_BASH} ${DTM_TESTS}/e2e/reshard.sh $<TARGET_FILE:dtmc>
          WORKING_DIRECTORY ${DTM_ROOT})

@@ -10,7 +10,9 @@
 # also to and from interleaved virtual pipeline stages (with 3 layers
 # also on the same mesh as 1F1B, whose stages hold other blocks), uneven ZeRO-3
 # shards (models/mlp.dtm at batch 6 on dp=3), and models/moe.dtm's experts
-# split over ep = 4, ep = 2 with ZeRO-3 over dp = 2, pp = 2 x ep = 2, and whole:
+# split over ep = 4, ep = 2 with ZeRO-3 over dp = 2, pp = 2 x ep = 2, and whole;
+# models/llama.dtm on context parallelism (Ulysses cp = 2, ring cp = 2 x
+# tp = 2) and tensor parallelism:
 # steps 5-8 equal an uninterrupted 8-step run on the new layout (f32: 1e-5
 # relative; the bf16 checkpoint on bf16 layouts, and on an f32 layout whose
 # params come from the f32 master copies: 1e-3 of the uninterrupted run on
@@ -30,7 +32,8 @@ sed -e 's/^mesh (\(pp = 1, \)\{0,1\}dp = /mesh (\1rep = 1, dp = /' -e 's/\[dp,/[
 grep -q '^mesh (.*rep = 1, dp' "$tmp/hsdp.dtm" || fail "no mesh line to add 'rep' to"
 
 # build NAME [hsdp:|mlp6:|l3:|moe:]MESH [TRAIN...] (mlp6: models/mlp.dtm, batch 6;
-# l3: GPT with 3 layers; moe: models/moe.dtm with a shared expert)
+# l3: GPT with 3 layers; moe: models/moe.dtm with a shared expert; llama:
+# models/llama.dtm)
 build() {
 	local name=$1 mesh=$2 s=$src
 	shift 2
@@ -40,6 +43,7 @@ build() {
 	mlp6:*) s=models/mlp.dtm mesh=${mesh#mlp6:} args=(-D batch=6) ;;
 	l3:*) mesh=${mesh#l3:} args=(-D layers=3) ;;
 	moe:*) s=models/moe.dtm mesh=${mesh#moe:} args=(-D shared=1) ;;
+	llama:*) s=models/llama.dtm mesh=${mesh#llama:} ;;
 	esac
 	args+=(--mesh "$mesh")
 	for t in "$@"; do args+=(--train "$t"); done
@@ -81,8 +85,12 @@ build me2z3 moe:pp=1,dp=2,ep=2,tp=1 zero=3 &
 build mpp moe:pp=2,dp=1,ep=2,tp=1 &
 build mone moe:pp=1,dp=1,ep=1,tp=1 &
 wait
+build lcp2 llama:pp=1,dp=1,cp=2,tp=1 &
+build lring llama:pp=1,dp=1,cp=2,tp=2 context_parallel=ring &
+build ltp2 llama:pp=1,dp=2,cp=1,tp=2 zero=1 &
+wait
 for b in dp2tp2 z3dp4 pp2dp2 one hsdpbf onebf dp2tp2bf pp2bf vpp u3 u22 u1 vpp3 pp3 \
-	me4 me2z3 mpp mone; do
+	me4 me2z3 mpp mone lcp2 lring ltp2; do
 	[ -x "$tmp/$b" ] || fail "no binary $b"
 	"$tmp/$b" --steps 8 --log "$tmp/$b.full.jsonl" -q || fail "$b: 8 steps"
 done
@@ -131,6 +139,10 @@ resume me4 me2z3 1e-5
 resume me2z3 me4 1e-5
 resume mpp me4 1e-5
 resume mone mpp 1e-5
+# LLaMA (GQA, RoPE) from and to context parallelism
+resume lcp2 ltp2 1e-5
+resume ltp2 lring 1e-5
+resume lring lcp2 1e-5
 
 # the saving layout: bit for bit
 "$tmp/pp2dp2" --steps 8 --resume "$tmp/pp2dp2.ck" --log "$tmp/same.jsonl" -q ||
