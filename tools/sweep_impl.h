@@ -151,6 +151,11 @@ const char *sweep_sched_name(int sched);
 const char *sweep_cp_name(int cp);
 const char *sweep_attn_name(int attn); /* SweepAttn; NULL for unknown */
 
+/* sweep_opts.c: the command line into o (defaults first, the hardware
+ * profile loaded).  Returns 0 to run, 1 on an error (printed), 2 after
+ * printing help. */
+int sweep_parse_opts(int argc, char **argv, SweepOpts *o);
+
 /* sweep_out.c: the reports on stdout and the plot. */
 bool sweep_print_text(FILE *out, const SweepRun *r);
 bool sweep_print_json(FILE *out, const SweepRun *r);
