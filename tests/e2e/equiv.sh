@@ -299,7 +299,15 @@ fi
 # f32); layout_ref LAYOUT: the name of its one-device reference, which has
 # the same -D overrides and the same precision (the rest of the train
 # overrides only say where values live, precision changes the function)
-layout_name() { local n=${1//[=,:\/+]/_}; echo "m_${n//[^A-Za-z0-9_]/}"; }
+# layout_name LAYOUT: a file name for it; a long one (a campaign's sizes
+# and knobs) cut to 180 characters and its checksum, so NAME.inspect.json
+# stays under the 255 bytes of a file name
+layout_name() {
+	local n=${1//[=,:\/+]/_}
+	n="m_${n//[^A-Za-z0-9_]/}"
+	[ ${#n} -le 200 ] || n="${n:0:180}_$(printf '%s' "$1" | cksum | cut -d' ' -f1)"
+	echo "$n"
+}
 layout_defs() { case $1 in def:*) local r=${1#def:}; echo "def:${r%%:*}:" ;; esac; }
 layout_mesh() {
 	local l=${1#"$(layout_defs "$1")"}
