@@ -427,10 +427,11 @@ static bool needs(const Ad *a, const IrNode *n, int k)
 
 /* C = A @ B with broadcast batch dims: dA = dC @ B^T, dB = A^T @ dC, each
  * summed over the batch dims its operand was broadcast along.  A weight
- * (rank 2) against a batched activation takes matmul_wgrad, one GEMM over
- * the flattened rows instead of a batch of GEMMs and a sum; not a matmul
- * of reshapes, whose merged batch and sequence dim could not keep a split
- * of the sequence (context parallelism). */
+ * (rank 2) takes matmul_wgrad, one GEMM over the flattened rows instead of
+ * a batch of GEMMs and a sum; not a matmul of reshapes, whose merged batch
+ * and sequence dim could not keep a split of the sequence (context
+ * parallelism).  Its result is f32 (ops.def), so a 16-bit weight's
+ * gradient is not rounded before it is summed in an f32 reduce_dtype. */
 static void bw_matmul(Ad *a, const IrNode *n, int dy)
 {
 	const IrNode *A = nd(a, n->ops[0]), *B = nd(a, n->ops[1]);
@@ -438,7 +439,7 @@ static void bw_matmul(Ad *a, const IrNode *n, int dy)
 		contribute(a, A->id, sum_to(a, op2(a, IR_OP_MATMUL, dy, transpose(a, B->id)), A));
 	if (!needs(a, n, 1))
 		return;
-	if (B->rank == 2 && A->rank > 2) {
+	if (B->rank == 2 && A->rank >= 2) {
 		contribute(a, B->id, op2(a, IR_OP_MATMUL_WGRAD, A->id, dy));
 		return;
 	}

@@ -19,10 +19,11 @@
  * last layers' gradients first, as the backward pass produces them) and
  * closed once they hold bucket_bytes or more (PyTorch's rule); only
  * gradients reduced over the same mesh axes with the same reduction and
- * dtype, on the same pipeline stage, share a bucket.  Under precision bf16
- * a gradient is reduced in bf16 and then cast to its master's f32
- * (grad.P = cast(all_reduce(g))): the all_reduce is bucketed and the cast
- * made again after the unpack (recast).  A bucket's pack and all_reduce are placed right
+ * dtype, on the same pipeline stage, share a bucket.  A gradient reduced
+ * and then cast (grad.P = cast(all_reduce(g)): IR text may hold one;
+ * partition casts a 16-bit gradient to reduce_dtype before it reduces)
+ * has the all_reduce bucketed and the cast made again after the unpack
+ * (recast).  A bucket's pack and all_reduce are placed right
  * after the last of its gradients is produced, so a runtime with a
  * communication stream can overlap it with the rest of the backward pass.
  * A bucket of one gradient keeps its own all_reduce.  bucket_mb 0 turns

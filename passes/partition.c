@@ -719,8 +719,10 @@ static bool part_grad_norm(Part *p, const IrNode *n)
 }
 
 /* Whether `from` reaches `to` by a reduce_scatter: to splits each dim as
- * from does, then over more axes, all of which from is partial over. */
-static bool scatters_to(const Placement *from, const Placement *to)
+ * from does, then over more axes, all of which from is partial over.
+ * With `any`, by a reduction of from's partial of any kind (an all_reduce
+ * too, to splitting as from does). */
+static bool reduces_to(const Placement *from, const Placement *to, bool any)
 {
 	if (!from->known || !to->known || from->ndims != to->ndims ||
 	    (from->partial_op != IR_RED_SUM && from->partial))
@@ -736,7 +738,7 @@ static bool scatters_to(const Placement *from, const Placement *to)
 			more = more || k >= from->naxes[d];
 		}
 	}
-	return more;
+	return more || (any && from->partial);
 }
 
 /* Whether `to` only adds splits to `from` (a slice, no communication). */
@@ -775,7 +777,12 @@ static bool operands_free(Part *p, const IrNode *n, const PartRule *r, const Pla
  * rather than gathering the activations that make it to compute the
  * split directly.  Not a weight gradient whose operands are at hand as
  * the split needs them (sequence parallelism's dy, gathered for dx
- * already): reduce_scattering that would only add a collective. */
+ * already): reduce_scattering that would only add a collective.  A
+ * gradient that is a cast (autodiff's, to reduce_dtype: a bf16 bias's sum
+ * to f32, matmul_wgrad's f32 to a bf16 reduce_dtype) casts the partial
+ * sums and is reduced after, in reduce_dtype, whatever the reduction: as
+ * the terms of micro-batches are, so one micro-batch or many reduce in
+ * the same dtype. */
 static bool grad_natural(Part *p, const IrNode *n, const Placement *T, const Placement *cur,
                          PartRule *r)
 {
@@ -790,7 +797,7 @@ static bool grad_natural(Part *p, const IrNode *n, const Placement *T, const Pla
 		return true;
 	Placement from = r0.res;
 	canon(p, &from);
-	if (scatters_to(&from, T))
+	if (reduces_to(&from, T, n->op == IR_OP_CAST))
 		*r = r0;
 	return true;
 }

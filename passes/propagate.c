@@ -369,6 +369,12 @@ static bool requirement(const Prop *P, int c, int slot, Placement *out)
 	if (r->linear) {
 		bool all;
 		a.partial = resolved ? common_partial(P, cn, slot, &all) : cp->partial;
+		/* a cast that resolves its own partial (a gradient's to
+		 * reduce_dtype, autodiff.c) reduces after it, in its dtype:
+		 * the operand may stay partial (partition.c, grad_natural) */
+		const Placement *q = pl(P, cn->ops[slot]);
+		if (resolved && cn->op == IR_OP_CAST && q->known && q->partial_op == IR_RED_SUM)
+			a.partial = q->partial;
 	}
 	prop_project(r, &a, slot, o->rank, false, out);
 	return true;

@@ -39,7 +39,12 @@
 #            (rank = pp_rank * d t + dp_rank * t + tp_rank); the default
 #            --nodes puts 8 ranks per node, Selene's 8 GPUs per node
 #   train    precision=bf16 (the paper's mixed precision; A100's fp16 and
-#            bf16 tensor peaks are both 312 TFLOP/s), recompute=layer (full
+#            bf16 tensor peaks are both 312 TFLOP/s), reduce_dtype=bf16 (the
+#            gradients all-reduced in 16 bits: Megatron-LM's
+#            examples/sc21/run_table_1.sh runs rows up to 18B on DDP=torch,
+#            which reduces the fp16 model's fp16 gradients, and the rest on
+#            DDP=local without --accumulate-allreduce-grads-in-fp32, whose
+#            main grads are then fp16 too), recompute=layer (full
 #            recomputation, which Eq. 3 assumes: each layer's whole forward
 #            again in its backward, outputs too, as Megatron re-ran it), microbatches=B / (b d) (b
 #            the micro-batch size of run_table_1.sh), schedule 1f1b or
@@ -88,7 +93,7 @@ while read -r name heads hidden layers tp pp gpus batch mbs v tflops peak rest; 
 	start=$(date +%s%N)
 	"$dtmc" inspect "$model" -D vocab=$vocab -D ctx=$seq -D d="$hidden" -D heads="$heads" \
 		-D layers="$layers" -D batch="$batch" -D chunks="$v" \
-		--mesh pp="$pp",dp="$dp",tp="$tp" --train precision=bf16 --train recompute=layer \
+		--mesh pp="$pp",dp="$dp",tp="$tp" --train precision=bf16 --train reduce_dtype=bf16 --train recompute=layer \
 		--train microbatches="$mb" --train "schedule=$sched" \
 		--hw "$hw" --json >"$tmp/row.json" 2>"$tmp/row.err"
 	rc=$?

@@ -296,55 +296,73 @@ done:
 	arena_free(&a);
 }
 
-/* precision bf16: each gradient is reduced in bf16 and then cast to its
- * f32 master's dtype (grad.P = cast(all_reduce(g))); those are bucketed
- * too, the casts made again after the unpack (they were 36 all_reduces a
- * step, each a rendezvous of the ranks), in bf16, and the gradients keep
- * their names, roles and f32 dtype. */
-static void test_bf16(void)
+/* The one bucket of gpt under `train` text extra (for its precision
+ * line) with mb micro-batches, on dp=4: its dtype and element count through *t and *n; the number of
+ * gradients that are a cast of a reduction (a gradient reduced before its
+ * cast to reduce_dtype) through *recast. */
+static void one_bucket(const char *extra, const char *mb, IrDtype *t, int64_t *n, int *recast)
 {
 	Arena a;
 	arena_init(&a);
-	char *bf = replace(slurp("models/gpt.dtm"), "  precision f32\n", "  precision bf16\n");
-	CHECK(bf && strstr(bf, "precision bf16"));
-	IrModule *one = bf ? build(&a, bf, "pp=1,dp=4,tp=1", -1) : NULL;
-	IrModule *none = bf ? build(&a, bf, "pp=1,dp=4,tp=1", 0) : NULL;
-	if (one && none) {
-		int64_t total;
-		int np = count_params(one, &total);
-		int ncast = 0;
-		for (int i = 0; i < none->nnodes; i++) {
-			const IrNode *x = none->nodes[i];
-			ncast += x->op == IR_OP_CAST && x->role == IR_ROLE_GRAD &&
-			         none->nodes[x->ops[0]]->op == IR_OP_ALL_REDUCE;
+	char *src = replace(replace(slurp("models/gpt.dtm"), "  precision f32\n", extra),
+	                    "  microbatches 1\n", mb);
+	CHECK(src && strstr(src, "precision bf16") && strstr(src, mb));
+	IrModule *m = src ? build(&a, src, "pp=1,dp=4,tp=1", -1) : NULL;
+	int nb = 0, ngrads = 0, np = 0;
+	int64_t total;
+	*t = IR_DTYPE_COUNT, *n = -1, *recast = 0;
+	for (int i = 0; m && i < m->nnodes; i++) {
+		const IrNode *x = m->nodes[i];
+		if (x->op == IR_OP_ALL_REDUCE && x->rank == 1 &&
+		    m->nodes[x->ops[0]]->op == IR_OP_CONCAT) {
+			nb++;
+			*t = x->dtype;
+			*n = x->shape[0];
 		}
-		CHECK(ncast > np / 2); /* the form this test is about */
-		CHECK_EQ_INT(count_ar(none), np);
-		/* what is not a cast of an all_reduce (the tied embedding's sum
-		 * in f32) keeps its own all_reduce */
-		CHECK(count_ar(one) <= 1 + (np - ncast));
-		CHECK(count_ar(one) < count_ar(none));
-		int bucket = -1, ngrads = 0;
-		for (int i = 0; i < one->nnodes; i++) {
-			const IrNode *x = one->nodes[i];
-			if (x->op == IR_OP_ALL_REDUCE && x->rank == 1 &&
-			    one->nodes[x->ops[0]]->op == IR_OP_CONCAT) {
-				CHECK(bucket < 0);
-				bucket = i;
-				CHECK(x->dtype == IR_BF16);
-			}
-			if (x->role == IR_ROLE_GRAD && x->name && !strncmp(x->name, "grad.", 5)) {
-				ngrads++;
-				CHECK(x->dtype == IR_F32);
-				if (x->op == IR_OP_CAST)
-					CHECK(bucket >= 0 && i > bucket);
-			}
+		if (x->role == IR_ROLE_GRAD && x->name && !strncmp(x->name, "grad.", 5)) {
+			ngrads++;
+			CHECK(x->dtype == IR_F32 || x->dtype == IR_BF16);
+			if (x->op != IR_OP_CAST)
+				continue;
+			/* through the unpack (slice, reshape) to what it casts */
+			const IrNode *o = m->nodes[x->ops[0]];
+			while (o->op == IR_OP_RESHAPE || o->op == IR_OP_SLICE)
+				o = m->nodes[o->ops[0]];
+			*recast += o->op == IR_OP_ALL_REDUCE;
 		}
-		CHECK(bucket >= 0);
-		CHECK_EQ_INT(ngrads, np);
 	}
-	free(bf);
+	if (m)
+		np = count_params(m, &total);
+	CHECK_EQ_INT(nb, 1); /* 118,528 elements: one 25 MB bucket */
+	CHECK_EQ_INT(ngrads, np);
+	free(src);
 	arena_free(&a);
+}
+
+/* precision bf16: every gradient is summed and reduced in reduce_dtype,
+ * the same with one micro-batch as with two: f32 by default (a weight's
+ * gradient is matmul_wgrad's f32, a bias's bf16 sum is cast to f32 and
+ * then reduced), bf16 when asked (matmul_wgrad's f32 cast to bf16 before
+ * the reduction).  Before, one micro-batch reduced every gradient in bf16
+ * and cast it after (cast(all_reduce)), while two reduced f32 sums: the
+ * reduce dtype depended on the micro-batch count. */
+static void test_bf16(void)
+{
+	IrDtype t1, t2, tb;
+	int64_t n1, n2, nbf;
+	int r1, r2, rb;
+	one_bucket("  precision bf16\n", "  microbatches 1\n", &t1, &n1, &r1);
+	one_bucket("  precision bf16\n  reduce_dtype f32\n", "  microbatches 2\n", &t2, &n2, &r2);
+	one_bucket("  precision bf16\n  reduce_dtype bf16\n", "  microbatches 1\n", &tb, &nbf, &rb);
+	CHECK(t1 == IR_F32);
+	CHECK(t2 == IR_F32);
+	CHECK(tb == IR_BF16);
+	CHECK(n1 > 0);
+	CHECK(n2 == n1);
+	CHECK(nbf == n1);
+	CHECK_EQ_INT(r1, 0);
+	CHECK_EQ_INT(r2, 0);
+	CHECK_EQ_INT(rb, 0);
 }
 
 int main(void)

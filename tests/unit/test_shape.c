@@ -102,6 +102,16 @@ static void test_matmul(void)
 	n = mk(IR_OP_MATMUL, 2, a, 999, 0);
 	CHECK(!run(n));
 	CHECK_EQ_STR(msg, "matmul: operand %999 is not defined before %19");
+	/* matmul_wgrad: x^T dy over the leading dims, f32 whatever the
+	 * operands (ops.def: a 16-bit weight's gradient is not rounded) */
+	int xb = L(IR_BF16, 8, 32, 64), dyb = L(IR_BF16, 8, 32, 16), dyh = L(IR_F16, 8, 32, 16);
+	n = mk(IR_OP_MATMUL_WGRAD, 2, xb, dyb, 0);
+	CHECK(run(n));
+	CHECK(SHAPE(n, IR_F32, 64, 16));
+	n = mk(IR_OP_MATMUL_WGRAD, 2, a, c, 0);
+	CHECK(!run(n)); /* [8, 32, 64] and [32, 16]: leading dims differ */
+	n = mk(IR_OP_MATMUL_WGRAD, 2, xb, dyh, 0);
+	CHECK(!run(n)); /* bf16 with f16 */
 }
 
 static void test_elementwise(void)
