@@ -112,6 +112,30 @@ static void test_matmul(void)
 	CHECK(!run(n)); /* [8, 32, 64] and [32, 16]: leading dims differ */
 	n = mk(IR_OP_MATMUL_WGRAD, 2, xb, dyh, 0);
 	CHECK(!run(n)); /* bf16 with f16 */
+	/* sum_to and the norms' gamma gradients are f32 for 16-bit operands
+	 * too; f32 stays f32 */
+	n = mk(IR_OP_SUM_TO, 1, dyb, 0, 0);
+	n->rank = 1;
+	n->shape[0] = 16;
+	CHECK(run(n));
+	CHECK(SHAPE(n, IR_F32, 16));
+	n = mk(IR_OP_SUM_TO, 1, dyh, 0, 0);
+	n->rank = 2;
+	n->shape[0] = 1, n->shape[1] = 16;
+	CHECK(run(n));
+	CHECK(SHAPE(n, IR_F32, 1, 16));
+	IrOp gam[2] = {IR_OP_LAYERNORM_BWD_GAMMA, IR_OP_RMSNORM_BWD_GAMMA};
+	int xf = L(IR_F32, 8, 32, 16);
+	for (int i = 0; i < 2; i++) {
+		n = mk(gam[i], 2, dyb, dyb, 0);
+		ir_attr_eps_mut(M, n)->eps = 1e-5;
+		CHECK(run(n));
+		CHECK(SHAPE(n, IR_F32, 16));
+		n = mk(gam[i], 2, xf, xf, 0);
+		ir_attr_eps_mut(M, n)->eps = 1e-5;
+		CHECK(run(n));
+		CHECK(SHAPE(n, IR_F32, 16));
+	}
 }
 
 static void test_elementwise(void)
