@@ -830,7 +830,7 @@ static Placement rows_place(const Placement *L, int rank)
 {
 	Placement P;
 	placement_replicated(&P, rank - 1);
-	for (int d = 0; d < rank - 1; d++) {
+	for (int d = 0; d < rank - 1 && d < IR_MAX_RANK; d++) {
 		P.naxes[d] = L->naxes[d];
 		memcpy(P.axes[d], L->axes[d], sizeof P.axes[d]);
 	}

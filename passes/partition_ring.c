@@ -174,7 +174,7 @@ int part_ring(Part *p, const IrNode *n, const int *ops, const PartRule *r)
 	int q0 = n->op == IR_OP_ATTENTION ? 0 : 1; /* attention_bwd: dy first */
 	int64_t Dl = part_loc_node(p, ops[q0])->shape[2];
 	/* balanced: every operand to the balanced chunks, the result back */
-	int in[5];
+	int in[5] = {-1, -1, -1, -1, -1};
 	for (int i = 0; i < n->nops && i < 5; i++) {
 		in[i] = ops[i];
 		if (r->at.attn.balanced &&

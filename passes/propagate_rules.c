@@ -460,7 +460,7 @@ void prop_rule_build(const IrModule *m, const IrNode *n, Rule *r)
 		/* x's dims that the result keeps line up with its trailing
 		 * dims; the others are summed away */
 		const IrNode *x = m->nodes[n->ops[0]];
-		for (int j = 0; j < x->rank; j++) {
+		for (int j = 0; j < x->rank && j < IR_MAX_RANK; j++) {
 			int f = newf(r), d = j - (x->rank - n->rank);
 			r->opf[0][j] = (int8_t)f;
 			if (d >= 0 && !(n->shape[d] == 1 && x->shape[j] != 1))
