@@ -143,6 +143,11 @@ IrDtype ir_dtype_promote(IrDtype a, IrDtype b)
 	return a == b ? a : IR_F32;
 }
 
+IrDtype ir_dtype_accum(IrDtype t)
+{
+	return t == IR_BF16 || t == IR_F16 ? IR_F32 : t;
+}
+
 const char *ir_role_name(IrRole r)
 {
 	return (unsigned)r < IR_ROLE_COUNT ? role_names[r] : "?";

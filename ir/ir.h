@@ -659,6 +659,10 @@ int ir_dtype_size(IrDtype t);
  * type promotion): the wider one, which for two different float dtypes
  * is always f32. */
 IrDtype ir_dtype_promote(IrDtype a, IrDtype b);
+/* The dtype a gradient's sum of t values is stored in (matmul_wgrad,
+ * sum_to, the norms' gamma gradients: ops.def): f32 for bf16 and f16,
+ * whose f32 accumulator is kept unrounded; t otherwise. */
+IrDtype ir_dtype_accum(IrDtype t);
 const char *ir_role_name(IrRole r);
 bool ir_role_lookup(const char *name, IrRole *out);
 const char *ir_red_name(IrRed r);

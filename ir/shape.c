@@ -261,7 +261,7 @@ static bool infer_wgrad(Infer *c, const IrNode *x, const IrNode *dy)
 		return fail(c, "matmul_wgrad: operands need rank >= 2 and the same leading dims: %s, %s",
 		            shp(x).s, shp(dy).s);
 	int64_t out[2] = {x->shape[x->rank - 1], dy->shape[dy->rank - 1]};
-	return set_out(c, IR_F32, 2, out); /* f32 whatever the operands (ops.def) */
+	return set_out(c, ir_dtype_accum(x->dtype), 2, out);
 }
 
 static bool infer_binary(Infer *c, const IrNode *a, const IrNode *b)

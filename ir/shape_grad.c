@@ -141,8 +141,7 @@ static bool infer_expand(G *g, IrNode *x, bool sum_to)
 	if (sum_to && !broadcasts(n->rank, n->shape, x->rank, x->shape))
 		return fail(g, "sum_to: %s does not broadcast to the operand's %s (%%%d)", SH(n),
 		            SH(x), x->id);
-	/* sum_to of 16-bit values is f32, the sum unrounded (ops.def) */
-	n->dtype = sum_to && (x->dtype == IR_BF16 || x->dtype == IR_F16) ? IR_F32 : x->dtype;
+	n->dtype = sum_to ? ir_dtype_accum(x->dtype) : x->dtype;
 	return true;
 }
 
@@ -204,9 +203,8 @@ static bool infer_norm_bwd(G *g, IrNode **o, bool gamma)
 	if (o[1]->rank < 1)
 		return fail(g, "%s: x must have rank >= 1", name(g));
 	int64_t D = o[1]->shape[o[1]->rank - 1];
-	if (gamma) { /* f32 for 16-bit operands, as sum_to (ops.def) */
-		bool w = o[1]->dtype == IR_BF16 || o[1]->dtype == IR_F16;
-		set(g->n, w ? IR_F32 : o[1]->dtype, 1, &D);
+	if (gamma) {
+		set(g->n, ir_dtype_accum(o[1]->dtype), 1, &D);
 		return true;
 	}
 	if (o[2]->rank != 1 || o[2]->shape[0] != D)

@@ -240,8 +240,8 @@ static int reshaped(Ad *a, IrOp op, int x, int rank, const int64_t *shape)
 	memcpy(t.shape, shape, (size_t)rank * sizeof *shape);
 	if (same_type(nd(a, x), &t))
 		return x;
-	if (op == IR_OP_SUM_TO && (t.dtype == IR_BF16 || t.dtype == IR_F16))
-		t.dtype = IR_F32; /* the sum unrounded (ops.def): contribute casts it */
+	if (op == IR_OP_SUM_TO)
+		t.dtype = ir_dtype_accum(t.dtype); /* contribute casts it where needed */
 	return emit(a, op, &x, 1, NULL, &t);
 }
 
