@@ -224,7 +224,7 @@ static bool infer_embed_bwd(G *g, IrNode *dy, IrNode *ids)
 	    memcmp(dy->shape, ids->shape, (size_t)ids->rank * sizeof ids->shape[0]) != 0)
 		return fail(g, "embed_bwd: dy %s, ids %s and table %s do not agree", SH(dy), SH(ids),
 		            SH(n));
-	n->dtype = dy->dtype;
+	n->dtype = ir_dtype_accum(dy->dtype); /* positions summed in f32, stored so */
 	return true;
 }
 

@@ -136,6 +136,21 @@ static void test_matmul(void)
 		CHECK(run(n));
 		CHECK(SHAPE(n, IR_F32, 16));
 	}
+	/* so is embed's table gradient, whole and vocab-parallel: [V, D] of
+	 * dy [8, 32, 16] at ids [8, 32] */
+	int eids = L(IR_I32, 8, 32);
+	for (int vp = 0; vp < 2; vp++)
+		for (int k = 0; k < 3; k++) {
+			int dy = k == 0 ? dyb : k == 1 ? dyh : L(IR_F32, 8, 32, 16);
+			n = mk(vp ? IR_OP_EMBED_BWD_VP : IR_OP_EMBED_BWD, 2, dy, eids, 0);
+			n->dtype = M->nodes[dy]->dtype; /* the table's */
+			n->rank = 2;
+			n->shape[0] = 50, n->shape[1] = 16;
+			if (vp)
+				ir_attr_coll_mut(M, n)->axes = 2;
+			CHECK(run(n));
+			CHECK(SHAPE(n, IR_F32, 50, 16));
+		}
 }
 
 static void test_elementwise(void)
