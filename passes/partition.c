@@ -940,6 +940,19 @@ static bool padding_in_order(const Part *p, const IrNode *like, const Placement 
  * gradients are masked to zero, so the logits stay split instead of being
  * gathered whole for the fused op.  *done = false: neither, the generic
  * rule applies. */
+/* cross_entropy_bwd's local dl operand (local id dl) times s, which the
+ * rules would multiply its result by (1 / the positions' group size): the
+ * op is linear in dl, and a 16-bit result is then rounded once, as on one
+ * device, not once by the op and again by the scale. */
+static int scale_dl(Part *p, const IrNode *n, int dl, double s)
+{
+	if (dl < 0 || s == 0 || s == 1)
+		return dl;
+	IrAttr sc = {.kind = IR_ATTR_SCALAR, .scalar = {s}};
+	return part_emit(p, IR_OP_SCALE, &dl, 1, &sc, p->m->nodes[n->ops[0]],
+	                 ir_place(p->out, part_loc_node(p, dl)), dl);
+}
+
 static bool part_xent_vp(Part *p, const IrNode *n, bool *done)
 {
 	bool bwd = n->op == IR_OP_CROSS_ENTROPY_BWD;
@@ -983,13 +996,9 @@ static bool part_xent_vp(Part *p, const IrNode *n, bool *done)
 	 * group size) where they split evenly */
 	double scale = pos ? part_positions_scale(&p->m->mesh, &P, tg, tg->rank) : 0;
 	if (bwd) {
-		int dl = operand(p, n, 0, intern(p, &rep));
+		int dl = scale_dl(p, n, operand(p, n, 0, intern(p, &rep)), scale);
 		int id = dl < 0 ? -1 : part_emit(p, IR_OP_CE_BWD_VP, (int[]){dl, lid, tid, mx, se},
 		                                 5, &vp, n, &L, lid);
-		if (id >= 0 && scale != 0) {
-			IrAttr sc = {.kind = IR_ATTR_SCALAR, .scalar = {scale}};
-			id = part_emit(p, IR_OP_SCALE, &id, 1, &sc, n, &L, id);
-		}
 		if (id >= 0 && padrows) /* the padding positions' gradient: 0 */
 			id = mask_padding(p, lg, id, &L, false);
 		return id >= 0 && finish_target(p, n, id, &L);
@@ -1080,6 +1089,11 @@ bool part_node(Part *p, const IrNode *n)
 	for (int i = 0; i < n->nops; i++)
 		if ((ops[i] = operand(p, n, i, intern(p, &r.req[i]))) < 0)
 			return false;
+	if (n->op == IR_OP_CROSS_ENTROPY_BWD) {
+		if ((ops[0] = scale_dl(p, n, ops[0], r.scale)) < 0)
+			return false;
+		r.scale = 0;
+	}
 	int id = r.at.kind == IR_ATTR_ATTN && r.at.attn.ring ?
 	                 part_ring(p, n, ops, &r) :
 	                 part_emit(p, r.op ? r.op : n->op, ops, n->nops, &r.at, n, &r.res,

@@ -14,7 +14,8 @@
 /* What an op needs and produces.  req[i] is the placement operand i must
  * have (of the operand's global shape); res is the placement of the local
  * result (of the node's global shape); at the local node's attributes; a
- * non-zero scale multiplies the local result (means over split dims). */
+ * non-zero scale multiplies the local result (means over split dims;
+ * cross_entropy_bwd's: its dl operand, partition.c's scale_dl). */
 typedef struct PartRule {
 	Placement *req;
 	Placement res;
