@@ -143,6 +143,15 @@ bool cg_put_ew_member(FILE *out, const char *indent, const CgExprDialect *dl, co
 		snprintf(a[k], sizeof a[k], "x%d", j);
 	}
 	fprintf(out, "%sconst float t%d = ", indent, n->id);
+	/* a 16-bit member inside the group is rounded to its dtype, as its own
+	 * kernel would store it: fusing changes no value (a value recompute
+	 * frees of its other uses is fused; it must round as before) */
+	const char *narrow = root < 0 || n->id == root || n->op == IR_OP_CAST ? NULL :
+	                     n->dtype == IR_BF16                              ? "round_bf16" :
+	                     n->dtype == IR_F16                               ? "round_f16" :
+	                                                                        NULL;
+	if (narrow)
+		fprintf(out, "%s%s%s(", dl->prefix, narrow, dl->suffix);
 	const char *fn = NULL, *lib = NULL; /* a call fn(a0), or of the library's lib */
 	switch (n->op) {
 	case IR_OP_ADD: fprintf(out, "%s + %s", a[0], a[1]); break;
@@ -191,7 +200,7 @@ bool cg_put_ew_member(FILE *out, const char *indent, const CgExprDialect *dl, co
 		fprintf(out, "%s(%s)", fn, a[0]);
 	if (lib)
 		fprintf(out, "%s%s%s(%s)", dl->prefix, lib, dl->suffix, a[0]);
-	fputs(";\n", out);
+	fputs(narrow ? ");\n" : ";\n", out);
 	return true;
 }
 

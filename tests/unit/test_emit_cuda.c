@@ -129,7 +129,7 @@ static void test_model(const char *path, const char *mesh, const char *prec)
 	ms = NULL;
 	CHECK_EQ_INT(got, nk);
 	CHECK(!contains(src, "#include")); /* self-contained */
-	int bad = 0, defined = 0;
+	int bad = 0, defined = 0, rounded = 0;
 	for (int k = 0; k < nk; k++) {
 		const CgCudaKernel *t = &tab[k];
 		const IrNode *n = m->nodes[pk[k].node];
@@ -143,9 +143,23 @@ static void test_model(const char *path, const char *mesh, const char *prec)
 		snprintf(decl, sizeof decl, "__launch_bounds__(%d) %s(DtmCudaArgs a)", t->block,
 		         t->name);
 		bad += !contains(src, decl);
-		if (strcmp(t->name, want) == 0)
+		if (strcmp(t->name, want) == 0) {
 			defined++;
-		else
+			/* a fused group's 16-bit members are rounded as their
+			 * own kernels would store them (not kept in f32) */
+			for (int x = 0; pk[k].fused && x < pk[k].node; x++) {
+				const IrNode *v = m->nodes[x];
+				bool b16 = v->dtype == IR_BF16;
+				if (fp.root[x] != pk[k].node || v->op == IR_OP_CAST ||
+				    (!b16 && v->dtype != IR_F16))
+					continue;
+				char r[64];
+				snprintf(r, sizeof r, "const float t%d = dtmc_round_%s(", x,
+				         b16 ? "bf16" : "f16");
+				bad += !contains(src, r);
+				rounded++;
+			}
+		} else
 			bad += strncmp(t->name, "k_", 2) != 0 || atoi(t->name + 2) > pk[k].node;
 		bad += t->block != 128 && t->block != 256;
 		bad += t->threads < 0 || t->smem_bytes < 0 || t->smem_bytes > CG_CUDA_MAX_SMEM;
@@ -175,6 +189,8 @@ static void test_model(const char *path, const char *mesh, const char *prec)
 			       t->threads / t->block > CG_CUDA_MAX_BLOCKS;
 	}
 	CHECK_EQ_INT(bad, 0);
+	if (prec && strstr(prec, "16"))
+		CHECK(rounded > 0); /* the check above ran */
 	/* one function per distinct kernel: as many definitions as names used */
 	int ndef = 0;
 	for (const char *p = src; (p = strstr(p, "__global__")); p++)
