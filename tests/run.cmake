@@ -298,6 +298,16 @@ add_test(NAME e2e.equiv.bf16.gpt
                  ${DTM_EQUIV_MPIRUN} bf16
          WORKING_DIRECTORY ${DTM_ROOT})
 set_tests_properties(e2e.equiv.bf16.gpt PROPERTIES TIMEOUT 600 LABELS e2e)
+#   e2e.equiv.lm16  16-bit layouts whose roundings are one device's
+#                   (tests/e2e/lm16.dtm: no split contraction): micro-batches,
+#                   dp = 3, ZeRO, the vocab-parallel embedding, recompute and
+#                   pipelines in bf16, recompute in f16, one step each against
+#                   one device to f32's rounding (1e-6), not bf16's.
+add_test(NAME e2e.equiv.lm16
+         COMMAND ${DTM_BASH} ${DTM_TESTS}/e2e/equiv.sh $<TARGET_FILE:dtmc> lm16
+                 ${DTM_EQUIV_MPIRUN}
+         WORKING_DIRECTORY ${DTM_ROOT})
+set_tests_properties(e2e.equiv.lm16 PROPERTIES TIMEOUT 600 LABELS e2e)
 #   e2e.equiv.cp.gpt  context parallelism (issue 17): a copy of GPT with the
 #                   sequence split over a `cp` axis, attention as Ulysses,
 #                   at cp = 2 and 4, dp2 x cp2, cp2 x tp2, pp2 x cp2 and
