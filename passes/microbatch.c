@@ -7,10 +7,15 @@
  * micro-batches and the forward program is unrolled M times:
  *   micro-batch k of input x [B, ...] = reshape x to [B/M, M, ...], slice
  *   [k, k+1) of dim 1, reshape to [B/M, ...]: the rows i with i mod M = k.
- *   Under a split of dim 0 (DDP's [dp, _]) that is each rank's own rows
- *   with local index mod M = k, so the slicing is local (no communication)
- *   whenever B/M divides by the split; otherwise float rows are zero-padded
- *   (passes/partition.c) and integer inputs (token ids) refused here.
+ *   The slice carries its input's annotation.  Under a split of dim 0
+ *   (DDP's [dp, _]) that is each rank's own rows with local index mod M =
+ *   k, so the slicing is local (no communication) whenever B/M divides by
+ *   the split.  Otherwise (uneven_shards) the input's chunks do not map
+ *   onto a micro-batch's: partition gathers the input once and each rank
+ *   takes its chunk of each micro-batch, zero-padded (passes/partition.c;
+ *   token ids too), so the micro-batches stay split.  Without the
+ *   annotation on the slice they were whole on every rank, the data
+ *   parallelism lost (test_partition's test_uneven_microbatches).
  *   Every node that depends on an input is cloned once per micro-batch on
  *   those slices; nodes that depend on params only (transpose(wte)) are
  *   computed once and shared.  A copy's IrNode.mb is its micro-batch (the
@@ -275,6 +280,16 @@ bool pass_microbatch(IrModule *m, Diag *d, const PassOptions *opt)
 			memcpy(r2->shape, n->shape, sizeof r2->shape);
 			r2->shape[0] /= M;
 			ir_set_place_from(out, r2, z);
+			/* the micro-batch is split as its input is (DDP's [dp, _]):
+			 * the same placement as the slicing gives where B/M divides
+			 * by the split; where it does not, the input's rows do not
+			 * carry over to the micro-batch's and it would otherwise be
+			 * whole on every rank, the data parallelism lost */
+			if (n->place) {
+				r2->place = n->place;
+				ir_set_place_from(out, r2, -1);
+				ir_set_place_loc(out, r2, ir_place_loc(m, n));
+			}
 			mk[i] = r2->id;
 			for (int id = r1->id; id <= r2->id; id++) {
 				orig[id] = -1;

@@ -972,6 +972,41 @@ static void test_annotated_twice(void)
 	}
 }
 
+/* 8 rows in 2 micro-batches over dp = 3: the input's chunks (3, 3, 2) do
+ * not carry over to a micro-batch's 4 rows, and each micro-batch was then
+ * computed whole on every rank (the data parallelism lost; under ZeRO-3
+ * the sharded weights split the contractions instead, rounding their
+ * partial sums in bf16).  Each micro-batch is split over dp again (2, 2,
+ * 0, padded): every forward layernorm of a micro-batch is split. */
+static void test_uneven_microbatches(void)
+{
+	char *src = slurp("tests/e2e/lm16.dtm");
+	CHECK(src != NULL);
+	static const char *const defs[] = {"batch", "8", NULL};
+	for (int z = 0; src && z < 2; z++) {
+		const char *tr[] = {"uneven_shards=true", "microbatches=2", z ? "zero=3" : "zero=0",
+		                    NULL};
+		Arena a;
+		arena_init(&a);
+		Diag d;
+		diag_init(&d, stderr);
+		IrModule *m = test_lower_trains(&a, &d, src, "dp=3,tp=1", defs, tr);
+		bool ok = m && pipeline(m, &d, true);
+		CHECK(ok);
+		int split = 0, whole = 0;
+		for (int i = 0; ok && i < m->nnodes; i++) {
+			const IrNode *n = m->nodes[i];
+			if (n->op == IR_OP_LAYERNORM && ir_mb(m, n) >= 0)
+				*(placement_dim_parts(ir_place(m, n), &m->mesh, 0) == 3 ? &split : &whole) +=
+				        1;
+		}
+		CHECK_EQ_INT(split, 6); /* 3 per micro-batch (2 layers, the final norm) */
+		CHECK_EQ_INT(whole, 0);
+		arena_free(&a);
+	}
+	free(src);
+}
+
 int main(void)
 {
 	test_annotated_twice();
@@ -986,5 +1021,6 @@ int main(void)
 	test_text_and_edges();
 	test_uneven_matmul();
 	test_uneven_models();
+	test_uneven_microbatches();
 	return check_report();
 }
