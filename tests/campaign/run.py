@@ -27,9 +27,15 @@ reshard_after_forward=false, schedule=zb).
           limits.  A 16-bit layout now and then reduces its gradients in it
           (reduce_dtype) or keeps no f32 master copy (master_dtype), as its
           reference then does.  tests/e2e/lm16.dtm (no split contraction)
-          draws bf16 or f16 three times in four and keeps equiv.sh's own
-          limits for it: one step within 1e-6 of one device, 16-bit or not
-          (no 16-bit reduce_dtype: that rounds partial sums).
+          draws bf16 two times in three and keeps equiv.sh's own limits
+          for it: one step within 1e-6 of one device, 16-bit or not (no
+          16-bit reduce_dtype: that rounds partial sums).  Not f16: its GEMMs
+          widen to OpenBLAS's sgemm, whose result with a transposed B (dx =
+          dy W^T) differs in the last bit with the row count (1105 of 1440
+          elements of a 144 x 10 x 32 product done as 3 x 48 rows), and
+          f16's 2^-11 rounding then flips an element now and then (5 of 41
+          f16 groups, 0 of 84 bf16, which oneDNN's bf16 GEMM computes
+          alike at any row count; seed 6).
   resume  builds up to 4 candidates (one a single rank), runs each 8 steps,
           then saves each at step 4 and resumes it on the others: steps 5-8
           equal the other layout's own 8 steps to 1e-5.  MoE's layouts of a
@@ -157,7 +163,7 @@ def equiv_group(args, rng, model, work, out):
     if not cands:
         out(f'SKIP {model} {sizes} on {devices}: {why or "no candidate"}')
         return True
-    prec = rng.choice(['f32', 'bf16', 'bf16', 'f16'] if model == 'lm16' else
+    prec = rng.choice(['f32', 'bf16', 'bf16'] if model == 'lm16' else
                       ['f32'] * 6 + ['bf16', 'f16'])
     defs = 'def:' + '+'.join(f'{k}={v}' for k, v in sizes.items()) + ':'
     layouts = [defs + mesh_text(c) + '/' + '/'.join(train_list(rng, c, uneven, prec, model))
