@@ -927,19 +927,6 @@ static bool padding_in_order(const Part *p, const IrNode *like, const Placement 
 	return true;
 }
 
-/* cross_entropy / cross_entropy_bwd with logits split on the vocab dim
- * (Megatron's vocab-parallel loss; the logits are never gathered): the
- * row max and the sum of exp(logits - max) are all_reduced over the vocab
- * axes, and so is the target's logit, picked where the target falls;
- * loss = mean(log(sum) + max - target logit), a local mean over the
- * positions here scaled by (local positions) / (all positions), partial
- * over their axes; the backward is local, (softmax - onehot) on the shard
- * from the forward's statistics.  The same ops, with nothing to reduce,
- * where the vocab is whole but the positions are split unevenly (a batch
- * or sequence the ranks do not divide): the padding positions' losses and
- * gradients are masked to zero, so the logits stay split instead of being
- * gathered whole for the fused op.  *done = false: neither, the generic
- * rule applies. */
 /* cross_entropy_bwd's local dl operand (local id dl) times s, which the
  * rules would multiply its result by (1 / the positions' group size): the
  * op is linear in dl, and a 16-bit result is then rounded once, as on one
@@ -953,6 +940,19 @@ static int scale_dl(Part *p, const IrNode *n, int dl, double s)
 	                 ir_place(p->out, part_loc_node(p, dl)), dl);
 }
 
+/* cross_entropy / cross_entropy_bwd with logits split on the vocab dim
+ * (Megatron's vocab-parallel loss; the logits are never gathered): the
+ * row max and the sum of exp(logits - max) are all_reduced over the vocab
+ * axes, and so is the target's logit, picked where the target falls;
+ * loss = mean(log(sum) + max - target logit), a local mean over the
+ * positions here scaled by (local positions) / (all positions), partial
+ * over their axes; the backward is local, (softmax - onehot) on the shard
+ * from the forward's statistics.  The same ops, with nothing to reduce,
+ * where the vocab is whole but the positions are split unevenly (a batch
+ * or sequence the ranks do not divide): the padding positions' losses and
+ * gradients are masked to zero, so the logits stay split instead of being
+ * gathered whole for the fused op.  *done = false: neither, the generic
+ * rule applies. */
 static bool part_xent_vp(Part *p, const IrNode *n, bool *done)
 {
 	bool bwd = n->op == IR_OP_CROSS_ENTROPY_BWD;
