@@ -927,10 +927,10 @@ static bool padding_in_order(const Part *p, const IrNode *like, const Placement 
 	return true;
 }
 
-/* cross_entropy_bwd's local dl operand (local id dl) times s, which the
- * rules would multiply its result by (1 / the positions' group size): the
- * op is linear in dl, and a 16-bit result is then rounded once, as on one
- * device, not once by the op and again by the scale. */
+/* cross_entropy_bwd's local dl operand (local id dl) times s, the 1 /
+ * positions' group size its result would be multiplied by: the op is
+ * linear in dl, and a 16-bit result is then rounded once, as on one
+ * device, not once by the op and again by the scale (PartRule.scale_dl). */
 static int scale_dl(Part *p, const IrNode *n, int dl, double s)
 {
 	if (dl < 0 || s == 0 || s == 1)
@@ -1089,7 +1089,7 @@ bool part_node(Part *p, const IrNode *n)
 	for (int i = 0; i < n->nops; i++)
 		if ((ops[i] = operand(p, n, i, intern(p, &r.req[i]))) < 0)
 			return false;
-	if (n->op == IR_OP_CROSS_ENTROPY_BWD) {
+	if (r.scale_dl) {
 		if ((ops[0] = scale_dl(p, n, ops[0], r.scale)) < 0)
 			return false;
 		r.scale = 0;

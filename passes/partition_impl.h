@@ -14,13 +14,16 @@
 /* What an op needs and produces.  req[i] is the placement operand i must
  * have (of the operand's global shape); res is the placement of the local
  * result (of the node's global shape); at the local node's attributes; a
- * non-zero scale multiplies the local result (means over split dims;
- * cross_entropy_bwd's: its dl operand, partition.c's scale_dl). */
+ * non-zero scale multiplies the local result (means over split dims), or
+ * with scale_dl its scalar operand 0, which the op is linear in
+ * (cross_entropy_bwd: a 16-bit result is then rounded once, as on one
+ * device). */
 typedef struct PartRule {
 	Placement *req;
 	Placement res;
 	IrAttr at;
 	double scale;
+	bool scale_dl;
 	IrOp op; /* non-zero: the local op, when not the node's (embed_vp) */
 	bool user; /* part_rule failed on the program, not on the compiler:
 	            * why is a user error at the node (context_parallel) */

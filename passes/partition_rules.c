@@ -693,6 +693,7 @@ bool part_rule(const IrModule *m, const IrNode *n, const Placement *T, const Pla
 	IrAttrKind ak = ir_op_attr_kind(n->op);
 	r->at = *ir_attr_get(n, ak);
 	r->scale = 0;
+	r->scale_dl = false;
 	r->op = 0;
 	r->user = false;
 	int rk = n->rank;
@@ -893,6 +894,7 @@ bool part_rule(const IrModule *m, const IrNode *n, const Placement *T, const Pla
 		}
 		if (used)
 			r->scale = 1.0 / (double)mesh_axes_size(&m->mesh, used);
+		r->scale_dl = true; /* on the f32 seed, not the 16-bit result */
 		return true;
 	}
 	default:
