@@ -12,9 +12,12 @@
  *   with --profile-actions, on 1 thread and on every core, each run twice
  *   (each action's faster mean kept: a shared VM's slow spell slows one
  *   run).  From the per-action times: every GEMM is a point of the GEMM curve (its
- *   shape, the runtime's own blocked GEMM path); the other kernels, binned
- *   by size, give bandwidth as a function of a kernel's bytes (dispatch
- *   and pool wake-up included, so small kernels come out slow); attention
+ *   shape, the runtime's own blocked GEMM path), and all of them against
+ *   the grid's times give the `gemm` factor (operands not in cache); the
+ *   other kernels, binned by size, give bandwidth as a function of a
+ *   kernel's bytes (dispatch and pool wake-up included, so small kernels
+ *   come out slow), and each class of them (its op, or fused.ROOT) its
+ *   factor over that curve (GELU's arithmetic, bf16 widening); attention
  *   kernels' FLOPs over their time give the attention rate, forward and
  *   backward apart; the step's time less its actions' the per-step
  *   overhead.  The first size again with `precision bf16` gives the bf16
@@ -166,6 +169,7 @@ typedef struct Act {
 	bool gemm, bwd; /* a GEMM; a backward kernel (its op ends in _bwd) */
 	bool bf16;      /* its rate argument is bf16 (a GEMM's A) */
 	double flops, bytes, m, n, k, batch, s;
+	char cls[HW_KCLASS_LEN]; /* a kernel's class (cost_kernel_class) */
 } Act;
 
 typedef struct Fit {
@@ -242,12 +246,14 @@ static bool read_profile(const char *path, Fit *f, double *sum)
 		if (line[0] == '#')
 			continue;
 		int idx, kernel, dtype;
-		char kind[16], name[64] = "";
+		char kind[16], name[64] = "", label[64] = "";
 		long long flops, memb, m, n, k, batch;
 		double argb, s;
-		if (sscanf(line, "%d\t%15s\t%d\t%lld\t%lld\t%lf\t%lld\t%lld\t%lld\t%lld\t%d\t%lf\t%63s",
+		/* the label's first word: a fused group's root op */
+		if (sscanf(line,
+		           "%d\t%15s\t%d\t%lld\t%lld\t%lf\t%lld\t%lld\t%lld\t%lld\t%d\t%lf\t%63s\t%63s",
 		           &idx, kind, &kernel, &flops, &memb, &argb, &m, &n, &k, &batch, &dtype, &s,
-		           name) != 13)
+		           name, label) < 13)
 			continue;
 		size_t nl = strlen(name);
 		Act a = {.gemm = !strcmp(kind, "gemm"), .flops = (double)flops,
@@ -257,11 +263,19 @@ static bool read_profile(const char *path, Fit *f, double *sum)
 		         .bf16 = dtype == (int)DTM_BF16};
 		if (a.gemm && a.flops <= 0)
 			a.flops = 2 * a.m * a.n * a.k * a.batch;
+		cost_kernel_class(name, label, a.cls, sizeof a.cls);
 		*sum += s;
 		ok = push(f, a);
 	}
 	fclose(in);
 	return ok;
+}
+
+/* Whether a is a plain kernel: no FLOPs (not attention), not a GEMM;
+ * stream_points' and kernel_factors' kernels. */
+static bool plain(const Act *a)
+{
+	return !a->gemm && a->flops <= 0 && a->bytes >= 1 && a->s > 0;
 }
 
 /* The plain kernels' bandwidth by size: kernels binned by log2 of their
@@ -275,7 +289,7 @@ static void stream_points(const Fit *f, int t, HwProfile *hw)
 	int cnt[NBIN] = {0};
 	for (int i = 0; i < f->nacts; i++) {
 		const Act *a = &f->acts[i];
-		if (a->gemm || a->flops > 0 || a->bytes < 1 || a->s <= 0)
+		if (!plain(a))
 			continue;
 		int b = (int)floor(log2(a->bytes));
 		b = b < 0 ? 0 : b >= NBIN ? NBIN - 1 : b;
@@ -300,6 +314,79 @@ static void stream_points(const Fit *f, int t, HwProfile *hw)
 	}
 }
 
+/* Sets class cls's factor at t threads (bf16 or f32 kernels) to x. */
+static void set_factor(HwProfile *hw, const char *cls, int t, bool bf16, double x)
+{
+	HwKernelFactor *kf = NULL;
+	for (int j = 0; j < hw->nkfactor && !kf; j++)
+		if (hw->kfactor[j].threads == t && hw->kfactor[j].bf16 == (int)bf16 &&
+		    !strcmp(hw->kfactor[j].cls, cls))
+			kf = &hw->kfactor[j];
+	if (!kf && hw->nkfactor == HW_MAX_KFACTOR)
+		return;
+	if (!kf)
+		kf = &hw->kfactor[hw->nkfactor++];
+	*kf = (HwKernelFactor){.threads = t, .bf16 = bf16, .factor = x};
+	snprintf(kf->cls, sizeof kf->cls, "%s", cls);
+}
+
+/* Each kernel class's factor at t threads (hw.h HwKernelFactor): its
+ * kernels' measured seconds over what the stream curve (stream_points',
+ * and the per-kernel time) gives for their bytes, as compute_seconds
+ * prices them.  bf16: of the bf16 kernels (a bf16 run's), else of the
+ * f32 ones.  Only kernels of the curve's sizes count: below its smallest
+ * point it is extrapolated (a 4-byte `const` is its dispatch, 800x what
+ * the smallest point's bandwidth gives). */
+static void kernel_factors(const Fit *f, int t, bool bf16, HwProfile *hw)
+{
+	double kover = hw_kernel_overhead(hw, t), minb = INFINITY;
+	for (int j = 0; j < hw->nstream; j++)
+		if (hw->stream[j].threads == t)
+			minb = fmin(minb, hw->stream[j].bytes);
+	for (int i = 0; i < f->nacts; i++) {
+		const Act *a = &f->acts[i];
+		if (!plain(a) || a->bf16 != bf16 || a->bytes < minb)
+			continue;
+		bool seen = false;
+		for (int j = 0; j < i && !seen; j++)
+			seen = plain(&f->acts[j]) && f->acts[j].bf16 == bf16 &&
+			       f->acts[j].bytes >= minb && !strcmp(f->acts[j].cls, a->cls);
+		if (seen)
+			continue;
+		double s = 0, pred = 0;
+		for (int j = i; j < f->nacts; j++) {
+			const Act *b = &f->acts[j];
+			if (plain(b) && b->bf16 == bf16 && b->bytes >= minb && !strcmp(b->cls, a->cls)) {
+				s += b->s;
+				pred += kover + b->bytes / hw_stream_bw(hw, t, b->bytes);
+			}
+		}
+		if (pred > 0)
+			set_factor(hw, a->cls, t, bf16, s / pred);
+	}
+}
+
+/* The step's GEMMs against the grid's, the same shapes timed back to back
+ * with their operands in cache: the `gemm` class's factor at t threads
+ * (bf16 operands or f32), their measured seconds over what the grid's
+ * points give (d=256 GPT's bf16 GEMMs at one thread: 1.3x on an AMX
+ * Xeon).  Before gemm_points adds the step's own shapes to the grid. */
+static void gemm_factor(const Fit *f, int t, bool bf16, HwProfile *hw)
+{
+	double s = 0, pred = 0;
+	for (int i = 0; i < f->nacts; i++) {
+		const Act *a = &f->acts[i];
+		if (a->gemm && a->flops > 0 && a->s > 0 && a->bf16 == bf16) {
+			double r = hw_gemm_rate(hw, bf16 ? DTM_BF16 : DTM_F32, a->m, a->n, a->k,
+			                        a->batch, t);
+			s += a->s;
+			pred += r > 0 ? a->flops / r : 0;
+		}
+	}
+	if (pred > 0)
+		set_factor(hw, "gemm", t, bf16, s / pred);
+}
+
 /* Attention kernels' FLOPs over their seconds, forward or backward, on
  * f32 or bf16 operands. */
 static double attn_rate(const Fit *f, bool bwd, bool bf16)
@@ -316,7 +403,10 @@ static double attn_rate(const Fit *f, bool bwd, bool bf16)
 }
 
 /* Each GEMM shape's rate (its instances' FLOPs over their time) as a
- * point of t threads (f32 and bf16 operands apart). */
+ * point of t threads (f32 and bf16 operands apart), as the grid would
+ * time it: times the `gemm` factor (gemm_factor's; the cost model
+ * multiplies every GEMM by it, so the step's own shapes come out as
+ * measured). */
 static void gemm_points(const Fit *f, int t, HwProfile *hw)
 {
 	for (int i = 0; i < f->nacts; i++) {
@@ -343,6 +433,7 @@ static void gemm_points(const Fit *f, int t, HwProfile *hw)
 		}
 		if (s <= 0)
 			continue;
+		double rate = fl / s * hw_kernel_factor(hw, "gemm", t, a->bf16 ? DTM_BF16 : DTM_F32);
 		/* the model's own GEMM, timed in training, and the grid's
 		 * point of the same shape: the faster (slow spells only slow) */
 		HwGemmPoint *g = NULL;
@@ -354,10 +445,9 @@ static void gemm_points(const Fit *f, int t, HwProfile *hw)
 		if (!g && hw->ngemm == HW_MAX_GEMM)
 			continue;
 		if (g)
-			g->rate = fmax(g->rate, fl / s);
+			g->rate = fmax(g->rate, rate);
 		else
-			hw->gemm[hw->ngemm++] =
-			        (HwGemmPoint){t, round(m), a->n, a->k, fl / s, a->bf16};
+			hw->gemm[hw->ngemm++] = (HwGemmPoint){t, round(m), a->n, a->k, rate, a->bf16};
 	}
 }
 
@@ -709,6 +799,8 @@ static bool gpu_profile(HwProfile *hw, const char *grid, size_t len, const Fit *
 	 * denominator), the efficiencies become what was reached */
 	hw->kernel_s = 0;
 	hw->cores = 0;
+	kernel_factors(fit, 1, false, hw);
+	kernel_factors(fit16, 1, true, hw);
 	double best16 = 0;
 	for (int j = 0; j < hw->ngemm; j++)
 		if (hw->gemm[j].bf16)
@@ -966,9 +1058,17 @@ int calibrate_main(int argc, char **argv)
 		               &fit16[r], &step, &sum);
 		arena_free(&ba);
 	}
+	/* every thread count's GEMM factors against the grid alone, then
+	 * the steps' shapes added to it */
+	for (int ti = 0; ti < nt && ok; ti++) {
+		gemm_factor(&fit[ti], tl[ti], false, &hw);
+		gemm_factor(&fit16[ti], tl[ti], true, &hw);
+	}
 	for (int ti = 0; ti < nt && ok; ti++) {
 		int t = tl[ti];
 		stream_points(&fit[ti], t, &hw);
+		kernel_factors(&fit[ti], t, false, &hw);
+		kernel_factors(&fit16[ti], t, true, &hw);
 		hw.attn_rate[t] = attn_rate(&fit[ti], false, false);
 		hw.attn_bwd_rate[t] = attn_rate(&fit[ti], true, false);
 		hw.attn_bf16_rate[t] = attn_rate(&fit16[ti], false, true);

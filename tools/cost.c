@@ -445,11 +445,15 @@ typedef struct CostEnv {
 	double oversub; /* >= 1: compute runs this much slower */
 	double kover;   /* hw_kernel_overhead at threads */
 	double bw;      /* hw_stream_bw when it does not depend on size, else 0 */
+	double gemmf[2]; /* the `gemm` factor of f32 and of 16-bit operands */
+	double *kfac;   /* per kernel id, its factor once looked up (0: not yet);
+	                 * NULL: look up every time */
+	int nkfac;
 } CostEnv;
 
 static CostEnv cost_env(const DtmPlan *p, const HwProfile *hw, int64_t node_size)
 {
-	CostEnv e = {hw, node_size, 0, 1, 1, 0, 0};
+	CostEnv e = {hw, node_size, 0, 1, 1, 0, 0, {1, 1}, NULL, 0};
 	int64_t world = 1;
 	for (int a = 0; a < p->mesh_naxes; a++)
 		world *= p->mesh_sizes[a] > 0 ? p->mesh_sizes[a] : 1;
@@ -462,6 +466,8 @@ static CostEnv cost_env(const DtmPlan *p, const HwProfile *hw, int64_t node_size
 		e.oversub = busy > hw->cores ? busy / hw->cores : 1;
 	}
 	e.kover = hw_kernel_overhead(hw, e.threads);
+	e.gemmf[0] = hw_kernel_factor(hw, "gemm", e.threads, DTM_F32);
+	e.gemmf[1] = hw_kernel_factor(hw, "gemm", e.threads, DTM_BF16);
 	e.bw = hw->nstream == 0 ? hw_stream_bw(hw, e.threads, 1) : 0;
 	return e;
 }
@@ -478,14 +484,46 @@ static bool backward_kernel(const DtmPlan *p, const DtmAction *a)
 	return l > 4 && strcmp(n + l - 4, "_bwd") == 0;
 }
 
+void cost_kernel_class(const char *kname, const char *label, char *out, size_t n)
+{
+	if (n == 0)
+		return;
+	if (!kname || strcmp(kname, "fused") != 0 || !label || !*label) {
+		snprintf(out, n, "%s", kname ? kname : "?");
+		return;
+	}
+	snprintf(out, n, "fused.%.*s", (int)strcspn(label, " "), label);
+}
+
+/* A plain kernel's factor (hw_kernel_factor of its class at dt), cached
+ * per kernel id in e->kfac: a plan has thousands of kernel actions, its
+ * kernels a few hundred. */
+static double kernel_factor(const CostEnv *e, const DtmPlan *p, const DtmAction *a, DtmDtype dt)
+{
+	if (e->hw->nkfactor == 0 || a->kind != DTM_ACT_KERNEL || !p->kernel_names ||
+	    a->kernel < 0 || a->kernel >= p->nkernels)
+		return 1;
+	double *c = e->kfac && a->kernel < e->nkfac ? &e->kfac[a->kernel] : NULL;
+	if (c && *c > 0)
+		return *c;
+	char cls[HW_KCLASS_LEN];
+	cost_kernel_class(p->kernel_names[a->kernel], a->label, cls, sizeof cls);
+	double f = hw_kernel_factor(e->hw, cls, e->threads, dt);
+	if (c)
+		*c = f;
+	return f;
+}
+
 /* A kernel or GEMM.  Calibrated (hw_calibrated: a CPU's curves, or a
  * GPU's from `calibrate --device cuda`): a GEMM's FLOPs at its shape's
- * measured rate, an attention kernel's at the attention rate (forward or
- * backward), any other kernel's bytes at the bandwidth measured for
- * kernels of its size (dispatch included); the calibrated per-kernel
- * overhead on top, and oversubscribed cores stretch it all.  Otherwise a
- * roofline at the efficiency-scaled peaks plus the profile's fixed kernel
- * time. */
+ * measured rate times the `gemm` factor (a step's GEMMs against the same
+ * shapes timed back to back), an attention kernel's at the attention
+ * rate (forward or backward), any other kernel's bytes at the bandwidth
+ * measured for kernels of its size (dispatch included) times its class's
+ * factor (GELU's arithmetic is not LayerNorm's); the calibrated
+ * per-kernel overhead on top, and oversubscribed cores stretch it all.
+ * Otherwise a roofline at the efficiency-scaled peaks plus the profile's
+ * fixed kernel time (kernel factors apply to calibrated curves only). */
 static double compute_seconds(const CostEnv *e, const DtmPlan *p, const DtmAction *a,
                               double flops, double bytes, DtmDtype dt)
 {
@@ -507,7 +545,8 @@ static double compute_seconds(const CostEnv *e, const DtmPlan *p, const DtmActio
 			bool wide = hw->cores > 0 && (dt == DTM_F16 ||
 			                              (dt == DTM_BF16 && !hw_has_bf16_gemm(hw)));
 			tm = wide ? tm : 0;
-			return (t + tf + tm) * e->oversub;
+			double gf = e->gemmf[dt == DTM_BF16 || dt == DTM_F16];
+			return (t + (tf + tm) * gf) * e->oversub;
 		}
 	} else if (flops > 0) {
 		double rate = cal ? hw_attn_rate(hw, e->threads, backward_kernel(p, a), dt)
@@ -515,6 +554,8 @@ static double compute_seconds(const CostEnv *e, const DtmPlan *p, const DtmActio
 		tf = rate > 0 ? flops / rate : 0;
 		if (cal)
 			return (t + tf) * e->oversub;
+	} else if (cal) {
+		return (t + tm) * kernel_factor(e, p, a, dt) * e->oversub;
 	}
 	return (t + (tf > tm ? tf : tm)) * e->oversub;
 }
@@ -934,6 +975,11 @@ int cost_plan_step(const DtmPlan *plan, const HwProfile *hw, int nodes, CostRepo
 		free(bi);
 		return bad_plan(out, "out of memory");
 	}
+	/* the kernels' factors, looked up once each (NULL: every time) */
+	if (hw->nkfactor > 0 && plan->nkernels > 0) {
+		env.kfac = calloc((size_t)plan->nkernels, sizeof *env.kfac);
+		env.nkfac = env.kfac ? plan->nkernels : 0;
+	}
 	out->microbatches = plan->train.microbatches > 0 ? plan->train.microbatches : 1;
 	int64_t slots = cost_schedule_slots(plan->train.schedule, out->microbatches,
 	                                    plan->train.virtual_stages);
@@ -978,6 +1024,7 @@ int cost_plan_step(const DtmPlan *plan, const HwProfile *hw, int nodes, CostRepo
 		env.oversub = f;
 	}
 	out->oversub = env.oversub;
+	free(env.kfac);
 	free(ready);
 	free(bi);
 	free(durs);

@@ -236,4 +236,10 @@ int cost_simulate(const DtmPlan *plan, const HwProfile *hw, int64_t node_size, C
 double cost_action_seconds(const DtmPlan *plan, const HwProfile *hw, int64_t node_size,
                            const DtmAction *a, double *send_bytes);
 
+/* A kernel's class for the profile's kernel factors (hw.h HwKernelFactor):
+ * its op's name (kname, the plan's kernel name), or for a fused group
+ * (kname "fused") "fused." and its root's op, the first word of its label
+ * ("gelu layer.0.h": fused.gelu); into out[0..n), truncated. */
+void cost_kernel_class(const char *kname, const char *label, char *out, size_t n);
+
 #endif

@@ -236,6 +236,7 @@ typedef enum KeyKind {
 	KEY_TSTREAM, /* stream_bw THREADS [BYTES] = B/s */
 	KEY_TATTN,  /* attn_rate THREADS = FLOP/s, attn_bwd_rate */
 	KEY_TKERN,  /* kernel_time THREADS = s */
+	KEY_KFACT,  /* kernel_factor THREADS CLASS = x; kernel_factor_bf16 (off 1) */
 	KEY_COLL    /* coll KIND N = LATENCY, BW */
 } KeyKind;
 
@@ -282,6 +283,8 @@ static const Key keys[] = {
         {"attn_bf16_bwd_rate", KEY_TATTN, offsetof(HwProfile, attn_bf16_bwd_rate)},
         {"kernel_time", KEY_TKERN, offsetof(HwProfile, kernel_t)},
         {"coll", KEY_COLL, 0},
+        {"kernel_factor", KEY_KFACT, 0},
+        {"kernel_factor_bf16", KEY_KFACT, 1},
 };
 
 #define NKEYS ((int)(sizeof keys / sizeof keys[0]))
@@ -439,6 +442,8 @@ static const char *unit_help(KeyKind kind)
 		return " (a share, 0 <= f <= 1, e.g. 0.5)";
 	case KEY_COUNT:
 		return " (a whole number, e.g. 8)";
+	case KEY_KFACT:
+		return " (a factor > 0, e.g. 1.5)";
 	default:
 		return "";
 	}
@@ -558,7 +563,7 @@ static void parse_table(Parser *p, HwProfile *hw, const Key *k, const char *s, s
                         size_t a1, const char *v, size_t vn, size_t col)
 {
 	size_t at[5], len[5];
-	int want = k->kind == KEY_GEMM ? 4 : k->kind == KEY_COLL ? 2 : 1;
+	int want = k->kind == KEY_GEMM ? 4 : k->kind == KEY_COLL || k->kind == KEY_KFACT ? 2 : 1;
 	int na = split_args(s, a0, a1, at, len, 5);
 	if (k->kind == KEY_TSTREAM && na == 2)
 		want = 2; /* stream_bw THREADS BYTES */
@@ -566,6 +571,8 @@ static void parse_table(Parser *p, HwProfile *hw, const Key *k, const char *s, s
 	                                                  : "'gemm THREADS M N K = FLOP/s'")
 	                  : k->kind == KEY_COLL    ? "'coll KIND N = LATENCY, BYTES/s'"
 	                  : k->kind == KEY_TSTREAM ? "'stream_bw THREADS [BYTES] = BYTES/s'"
+	                  : k->kind == KEY_KFACT   ? (k->off ? "'kernel_factor_bf16 THREADS CLASS = X'"
+	                                                     : "'kernel_factor THREADS CLASS = X'")
 	                                           : "'KEY THREADS = VALUE'";
 	if (na != want) {
 		perr(p, a0 + 1, "wrong arguments for ", k->name, strlen(k->name), NULL);
@@ -652,6 +659,35 @@ static void parse_table(Parser *p, HwProfile *hw, const Key *k, const char *s, s
 		*sp = (HwStreamPoint){(int)t, (double)b, x};
 		return;
 	}
+	if (k->kind == KEY_KFACT) {
+		const char *c = s + at[1];
+		size_t cn = len[1];
+		bool ok = cn < HW_KCLASS_LEN;
+		for (size_t j = 0; j < cn && ok; j++)
+			ok = (c[j] >= 'a' && c[j] <= 'z') || (c[j] >= '0' && c[j] <= '9') ||
+			     c[j] == '_' || c[j] == '.';
+		if (!ok) {
+			perr(p, at[1] + 1, "bad kernel class ", c, cn,
+			     " (an op's name, or fused.OP: a-z, 0-9, '_' and '.', at most 31)");
+			return;
+		}
+		int bf16 = k->off == 1;
+		HwKernelFactor *kf = NULL;
+		for (int j = 0; j < hw->nkfactor; j++)
+			if (hw->kfactor[j].threads == t && hw->kfactor[j].bf16 == bf16 &&
+			    tok_is(c, cn, hw->kfactor[j].cls))
+				kf = &hw->kfactor[j];
+		if (!kf && hw->nkfactor == HW_MAX_KFACTOR) {
+			perr(p, 1, "too many 'kernel_factor' and 'kernel_factor_bf16' lines (at most 128)",
+			     NULL, 0, NULL);
+			return;
+		}
+		if (!kf)
+			kf = &hw->kfactor[hw->nkfactor++];
+		*kf = (HwKernelFactor){.threads = (int)t, .bf16 = bf16, .factor = x};
+		memcpy(kf->cls, c, cn);
+		return;
+	}
 	if (k->kind != KEY_GEMM) {
 		((double *)((char *)hw + k->off))[t] = x;
 		return;
@@ -733,7 +769,7 @@ static void parse_line(Parser *p, HwProfile *hw, const char *s, size_t n, bool *
 		     "link_eff, kernel_overhead, step_overhead, coll_overhead, coll_byte_time, "
 		     "comm_blocking, feed_rate, feed_x_rate, cores, gemm, "
 		     "stream_bw, "
-		     "attn_rate, attn_bwd_rate, kernel_time, coll)");
+		     "attn_rate, attn_bwd_rate, kernel_time, kernel_factor, kernel_factor_bf16, coll)");
 		return;
 	}
 	if (v1 == v0) {
@@ -902,6 +938,11 @@ void hw_print(FILE *out, const HwProfile *hw)
 		const HwCollPoint *c = &hw->coll[j];
 		fprintf(out, "coll %s %d = %.17g, %.17g\n", coll_kinds[c->kind], c->n, c->latency,
 		        c->bw);
+	}
+	for (int j = 0; j < hw->nkfactor; j++) {
+		const HwKernelFactor *kf = &hw->kfactor[j];
+		fprintf(out, "%s %d %s = %.17g\n", kf->bf16 ? "kernel_factor_bf16" : "kernel_factor",
+		        kf->threads, kf->cls, kf->factor);
 	}
 }
 
@@ -1095,6 +1136,22 @@ double hw_gemm_rate(const HwProfile *hw, DtmDtype dtype, double m, double n, dou
 		rsum += w * log(g->rate);
 	}
 	return exp(rsum / wsum);
+}
+
+double hw_kernel_factor(const HwProfile *hw, const char *cls, int t, DtmDtype dtype)
+{
+	if (hw->nkfactor == 0 || !cls)
+		return 1;
+	/* 16-bit kernels: the bf16 entries, else the f32 ones */
+	const HwKernelFactor *best = NULL;
+	for (int bf = dtype == DTM_BF16 || dtype == DTM_F16; bf >= 0 && !best; bf--)
+		for (int j = 0; j < hw->nkfactor; j++) {
+			const HwKernelFactor *kf = &hw->kfactor[j];
+			if (kf->bf16 == bf && strcmp(kf->cls, cls) == 0 &&
+			    (!best || abs(kf->threads - t) < abs(best->threads - t)))
+				best = kf;
+		}
+	return best ? best->factor : 1;
 }
 
 bool hw_has_bf16_gemm(const HwProfile *hw)

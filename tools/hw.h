@@ -76,6 +76,21 @@ typedef struct HwStreamPoint {
 } HwStreamPoint;
 #define HW_MAX_STREAM 96
 
+/* A kernel class's measured time over what the stream curve gives for its
+ * bytes (`kernel_factor T CLASS = X`; `kernel_factor_bf16` for 16-bit
+ * kernels), at t threads per rank: the curve is every kernel's, binned by
+ * size, and some cost more per byte than others (GELU's tanh, a 16-bit
+ * LayerNorm's widening: 3-4x on a CPU).  CLASS is cost_kernel_class's:
+ * the kernel's op, or `fused.ROOT` for a fused group. */
+#define HW_KCLASS_LEN 32
+typedef struct HwKernelFactor {
+	char cls[HW_KCLASS_LEN]; /* NUL-padded: tables compare by bytes */
+	int threads;
+	int bf16; /* 1: measured on bf16 kernels */
+	double factor;
+} HwKernelFactor;
+#define HW_MAX_KFACTOR 128
+
 typedef struct HwProfile {
 	char name[HW_NAME_LEN];
 	/* where the figures come from: "datasheet", "calibrated on HOST ...". */
@@ -114,10 +129,11 @@ typedef struct HwProfile {
 	 * runs on max(1, cores / ranks) threads, and ranks beyond the cores
 	 * time-share them.  0: every rank is a device of its own. */
 	int cores;
-	int ngemm, ncoll, nstream;
+	int ngemm, ncoll, nstream, nkfactor;
 	HwGemmPoint gemm[HW_MAX_GEMM];
 	HwCollPoint coll[HW_MAX_COLL];
 	HwStreamPoint stream[HW_MAX_STREAM]; /* kernels without FLOPs */
+	HwKernelFactor kfactor[HW_MAX_KFACTOR];
 	/* by threads per rank, [t] for t = 1..HW_MAX_THREADS (0: not
 	 * measured, the nearest measured count is used) */
 	double attn_rate[HW_MAX_THREADS + 1];     /* attention's forward kernels, FLOP/s */
@@ -199,6 +215,11 @@ double hw_attn_rate(const HwProfile *hw, int t, bool backward, DtmDtype dtype);
  * the dtype's peak times gemm_eff. */
 double hw_gemm_rate(const HwProfile *hw, DtmDtype dtype, double m, double n, double k,
                     double batch, int t);
+/* The factor of kernel class cls (its stream-curve time times it) at t
+ * threads: the entry of the nearest measured thread count; a 16-bit
+ * kernel (bf16, f16) takes the bf16 entries where cls has any; 1 when cls
+ * was not measured. */
+double hw_kernel_factor(const HwProfile *hw, const char *cls, int t, DtmDtype dtype);
 /* Whether hw has calibrated points of bf16 GEMMs. */
 bool hw_has_bf16_gemm(const HwProfile *hw);
 /* The calibrated collective of kind over n ranks (nearest measured n of

@@ -490,6 +490,13 @@ calibrate)
 		"^coll send 2 = "; do
 		grep -q "$key" "$prof" || fail "no '$key' line in the profile: $(cat "$prof")"
 	done
+	# the kernel classes' factors (the calibration GPT's GELU, LayerNorm, ...;
+	# its GEMMs against the grid's)
+	for key in "^kernel_factor 1 gemm = " "^kernel_factor_bf16 1 gemm = " \
+		"^kernel_factor 1 gelu_bwd = " "^kernel_factor 1 fused.gelu = " \
+		"^kernel_factor_bf16 1 layernorm = "; do
+		grep -q "$key" "$prof" || fail "no '$key' line in the profile: $(cat "$prof")"
+	done
 	# the binary's --calibrate-gemm grid: 96 shapes on 1 thread and on every core
 	for t in 1 "$(getconf _NPROCESSORS_ONLN)"; do
 		n=$(grep -c "^gemm $t " "$prof")

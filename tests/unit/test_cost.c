@@ -387,7 +387,7 @@ static void test_hw_file(void)
 	        "link_eff, kernel_overhead, step_overhead, coll_overhead, coll_byte_time, "
 	        "comm_blocking, feed_rate, feed_x_rate, cores, gemm, stream_bw, attn_rate, "
 	        "attn_bwd_rate, "
-	        "kernel_time, coll)\n"
+	        "kernel_time, kernel_factor, kernel_factor_bf16, coll)\n"
 	        "x.hw:3:11: error: missing value for 'peak_f32'\n"
 	        "x.hw:4:1: error: 'base' must come before any other key\n"
 	        "x.hw:5:17: error: bad value '2.5' (a whole number from 1 to 1048576, e.g. 8)\n"
@@ -1125,6 +1125,113 @@ static void write_text(const char *path, const char *text)
 	}
 }
 
+/* One kernel of class (kname, label) over two buffers of `bytes` each
+ * (the output of dtype dt). */
+static void one_kernel_plan(DtmPlan *p, DtmBuffer *b, DtmAction *a, DtmStage *s,
+                            const char *const *kname, const char *label, int64_t bytes,
+                            DtmDtype dt)
+{
+	b[0] = (DtmBuffer){.bytes = bytes, .dtype = dt};
+	b[1] = (DtmBuffer){.bytes = bytes, .dtype = dt};
+	*a = (DtmAction){.kind = DTM_ACT_KERNEL, .nargs = 2, .args = {0, 1}, .kernel = 0,
+	                 .label = label};
+	*s = (DtmStage){.nactions = 1, .actions = a};
+	*p = (DtmPlan){.version = DTM_PLAN_VERSION, .mesh_naxes = 1, .mesh_names = {"dp"},
+	               .mesh_sizes = {1}, .nbuffers = 2, .buffers = b, .nstages = 1, .stages = s,
+	               .nkernels = 1, .kernel_names = kname,
+	               .train = {.microbatches = 1, .precision = dt}};
+}
+
+/* Kernel classes' factors (hw.h): parsed, looked up, printed back; a
+ * kernel's and a GEMM's price with them. */
+static void test_kernel_factors(void)
+{
+	char cls[32];
+	cost_kernel_class("fused", "gelu layer.0.h", cls, sizeof cls);
+	CHECK_EQ_STR(cls, "fused.gelu");
+	cost_kernel_class("fused", NULL, cls, sizeof cls);
+	CHECK_EQ_STR(cls, "fused");
+	cost_kernel_class("layernorm_bwd", "layernorm_bwd %7", cls, sizeof cls);
+	CHECK_EQ_STR(cls, "layernorm_bwd");
+	cost_kernel_class(NULL, "x", cls, sizeof cls);
+	CHECK_EQ_STR(cls, "?");
+	const char *text = "base = cpu\ncores = 1\nstep_overhead = 0\nkernel_overhead = 0\n"
+	                   "stream_bw 1 = 10 GB/s\ngemm 1 64 64 64 = 20 GFLOP/s\n"
+	                   "kernel_factor 1 gelu_bwd = 3\nkernel_factor 2 gelu_bwd = 2\n"
+	                   "kernel_factor_bf16 1 gelu_bwd = 4\nkernel_factor 1 fused.gelu = 5\n"
+	                   "kernel_factor 1 gemm = 1.5\n";
+	HwProfile h = *hw_builtin("cpu");
+	CHECK_EQ_INT(hw_parse_overrides(&h, text, strlen(text), "k.hw", stderr), 0);
+	CHECK_EQ_INT(h.nkfactor, 5);
+	/* the nearest thread count; 16-bit kernels the bf16 entries, else the
+	 * f32 ones; a class not measured 1 */
+	CHECK_NEAR(hw_kernel_factor(&h, "gelu_bwd", 1, DTM_F32), 3, 0);
+	CHECK_NEAR(hw_kernel_factor(&h, "gelu_bwd", 8, DTM_F32), 2, 0);
+	CHECK_NEAR(hw_kernel_factor(&h, "gelu_bwd", 2, DTM_BF16), 4, 0);
+	CHECK_NEAR(hw_kernel_factor(&h, "gelu_bwd", 1, DTM_F16), 4, 0);
+	CHECK_NEAR(hw_kernel_factor(&h, "fused.gelu", 1, DTM_BF16), 5, 0);
+	CHECK_NEAR(hw_kernel_factor(&h, "layernorm", 1, DTM_F32), 1, 0);
+	CHECK_NEAR(hw_kernel_factor(&h, NULL, 1, DTM_F32), 1, 0);
+	/* printed, it reads back to the same table */
+	FILE *f;
+	char *out;
+	size_t len;
+	capture_start(&f, &out, &len);
+	hw_print(f, &h);
+	fclose(f);
+	HwProfile r = *hw_builtin("h100");
+	CHECK_EQ_INT(hw_parse_overrides(&r, out, len, "print.hw", stderr), 0);
+	free(out);
+	CHECK(r.nkfactor == h.nkfactor && memcmp(r.kfactor, h.kfactor, sizeof h.kfactor) == 0);
+	const char *bad = "kernel_factor 1 Gelu = 2\nkernel_factor 1 = 2\nkernel_factor 1 x = 0\n"
+	                  "kernel_factor_bf16 1 x = 2 GB/s\nkernel_factor 0 x = 2\n";
+	capture_start(&f, &out, &len);
+	CHECK_EQ_INT(hw_parse_overrides(&r, bad, strlen(bad), "bad.hw", f), 5);
+	fclose(f);
+	CHECK(strstr(out, "bad.hw:1:17: error: bad kernel class 'Gelu'") != NULL);
+	CHECK(strstr(out, "bad.hw:2:15: error: wrong arguments for 'kernel_factor'") != NULL);
+	CHECK(strstr(out, "note: the form is 'kernel_factor THREADS CLASS = X'") != NULL);
+	CHECK(strstr(out, "bad.hw:3:21: error: value '0' is out of range") != NULL);
+	CHECK(strstr(out, "bad.hw:4:28: error: unknown unit 'GB/s' (a factor > 0") != NULL);
+	CHECK(strstr(out, "bad.hw:5:15: error: bad thread count '0'") != NULL);
+	free(out);
+	/* a kernel: its bytes at the curve times its class's factor */
+	static const char *const kn_gelu[] = {"gelu_bwd"}, *const kn_fused[] = {"fused"};
+	static DtmBuffer kb[2];
+	static DtmAction ka[1];
+	static DtmStage ks[1];
+	DtmPlan p;
+	CostReport rep;
+	one_kernel_plan(&p, kb, ka, ks, kn_gelu, "gelu_bwd %9", 1 << 20, DTM_F32);
+	CHECK_EQ_INT(cost_plan_step(&p, &h, 1, &rep), 0);
+	CHECK_NEAR(rep.step_s, 3 * 2.0 * (1 << 20) / 10e9, 1e-15);
+	cost_report_free(&rep);
+	kb[1].dtype = DTM_BF16;
+	CHECK_EQ_INT(cost_plan_step(&p, &h, 1, &rep), 0);
+	CHECK_NEAR(rep.step_s, 4 * 2.0 * (1 << 20) / 10e9, 1e-15);
+	cost_report_free(&rep);
+	/* a fused group by its root's op; without a label, "fused": 1 */
+	one_kernel_plan(&p, kb, ka, ks, kn_fused, "gelu layer.0.h", 1 << 20, DTM_F32);
+	CHECK_EQ_INT(cost_plan_step(&p, &h, 1, &rep), 0);
+	CHECK_NEAR(rep.step_s, 5 * 2.0 * (1 << 20) / 10e9, 1e-15);
+	cost_report_free(&rep);
+	ka[0].label = NULL;
+	CHECK_EQ_INT(cost_plan_step(&p, &h, 1, &rep), 0);
+	CHECK_NEAR(rep.step_s, 2.0 * (1 << 20) / 10e9, 1e-15);
+	cost_report_free(&rep);
+	CHECK_NEAR(cost_action_seconds(&p, &h, 1, &ka[0], NULL), 2.0 * (1 << 20) / 10e9, 1e-15);
+	ka[0].label = "gelu x";
+	CHECK_NEAR(cost_action_seconds(&p, &h, 1, &ka[0], NULL), 5 * 2.0 * (1 << 20) / 10e9, 1e-15);
+	/* a GEMM: its shape's rate times the gemm factor */
+	static DtmBuffer gb[3];
+	static DtmAction ga[1];
+	static DtmStage gs[1];
+	one_gemm_plan(&p, gb, ga, gs, 64, 1 << 20, DTM_F32);
+	CHECK_EQ_INT(cost_plan_step(&p, &h, 1, &rep), 0);
+	CHECK_NEAR(rep.step_s, 1.5 * 2.0 * 64 * 64 * 64 / 20e9, 1e-15);
+	cost_report_free(&rep);
+}
+
 static void test_gpu_profile(void)
 {
 	CHECK_EQ_STR(calibrate_gpu_base("NVIDIA H200"), "h200");
@@ -1153,7 +1260,9 @@ static void test_gpu_profile(void)
 	                   "0\tkernel\t0\t0\t1000000\t1000000\t0\t0\t0\t0\t0\t1e-6\tadd\ta\n");
 	write_text(p16, "# dtm action profile: 9 steps\n"
 	                "0\tkernel\t0\t2000000000\t0\t1\t0\t0\t0\t0\t1\t1e-5\tattention\te\n"
-	                "1\tgemm\t-1\t0\t0\t1\t2048\t768\t768\t1\t1\t1e-5\tgemm\tg\n");
+	                "1\tgemm\t-1\t0\t0\t1\t2048\t768\t768\t1\t1\t1e-5\tgemm\tg\n"
+	                "2\tkernel\t1\t0\t1000000\t1000000\t0\t0\t0\t0\t1\t3e-6\tfused\tgelu h\n"
+	                "3\tkernel\t2\t0\t4\t4\t0\t0\t0\t0\t1\t2e-6\tconst\tconst z\n");
 	const char *grid = "# device: NVIDIA H200\nmem_size = 150754820096 B\n"
 	                   "gemm 1 1024 1024 1024 = 4e13\ngemm_bf16 1 1024 1024 1024 = 6e14\n"
 	                   "gemm_bf16 1 16384 16384 16384 = 7.5e14\n"
@@ -1189,6 +1298,14 @@ static void test_gpu_profile(void)
 	CHECK_NEAR(h.mem_eff, 1e12 / 4800e9, 1e-12);
 	/* the steps less their actions: 1 ms - 0.604 ms, and 0 (not below) */
 	CHECK_NEAR(h.step_s, (1e-3 - 6.04e-4) / 2, 1e-12);
+	/* kernel classes against that curve: the f32 adds at it (1), the bf16
+	 * fused GELU (its root op from the label) 3x; the 4-byte const below
+	 * the curve's sizes gives none */
+	CHECK_EQ_INT(h.nkfactor, 2);
+	CHECK_NEAR(hw_kernel_factor(&h, "add", 1, DTM_F32), 1, 1e-12);
+	CHECK_NEAR(hw_kernel_factor(&h, "fused.gelu", 1, DTM_BF16), 3, 1e-9);
+	CHECK_NEAR(hw_kernel_factor(&h, "fused.gelu", 1, DTM_F32), 1, 0);
+	CHECK_NEAR(hw_kernel_factor(&h, "const", 1, DTM_BF16), 1, 0);
 	/* written as calibrate writes it, it reads back the same */
 	FILE *f;
 	char *out;
@@ -1201,6 +1318,7 @@ static void test_gpu_profile(void)
 	CHECK_EQ_INT(hw_parse_overrides(&r, out, len, "gpu.hw", stderr), 0);
 	free(out);
 	CHECK(r.cores == 0 && r.kernel_s == 0 && r.ngemm == h.ngemm && r.nstream == h.nstream);
+	CHECK(r.nkfactor == h.nkfactor && memcmp(r.kfactor, h.kfactor, sizeof h.kfactor) == 0);
 	CHECK(memcmp(r.gemm, h.gemm, sizeof h.gemm) == 0);
 	CHECK_NEAR(r.gemm_eff, h.gemm_eff, 1e-15);
 	CHECK_NEAR(r.attn_bf16_rate[1], h.attn_bf16_rate[1], 0);
@@ -1248,6 +1366,7 @@ int main(void)
 	test_hw_calibrated();
 	test_hw_device_calibrated();
 	test_gpu_profile();
+	test_kernel_factors();
 	test_feed_seconds();
 	test_plan_step();
 	test_a2a_link();
