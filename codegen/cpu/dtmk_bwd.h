@@ -237,7 +237,7 @@ static inline __attribute__((always_inline)) float dtmkb_gelu_grad(float x)
 
 static inline __attribute__((always_inline)) float dtmkb_silu_grad(float x)
 {
-	float s = x >= 0 ? 1.0f / (1.0f + expf(-x)) : expf(x) / (1.0f + expf(x));
+	float s = dtmk_sigmoid_f(x);
 	return s * (1.0f + x * (1.0f - s));
 }
 

@@ -16,6 +16,7 @@
 #include "codegen/cpu/dtmk_bwd.h"
 #include "codegen/cpu/dtmk_fwd.h"
 #include "codegen/cpu/dtmk_ring.h"
+#include "codegen/cpu/dtmk_rope.h"
 #include "codegen/cpu/dtmk_vp.h"
 
 #include <stdlib.h>
@@ -582,6 +583,18 @@ static void test_cut_bits(void)
 	st.in[0] = ten(DTM_F32, 2, 300, 600, 0, 0);
 	st.out = ten(DTM_F32, 1, 600, 0, 0, 0);
 	same_bits("sum_to", dtmk_sum_to, &st);
+	/* rope's positions and a contiguous sum's rows over the pool (a GQA
+	 * gradient's sum over the query heads of a kv head: inner 64) */
+	for (int inv = 0; inv < 2; inv++) {
+		DtmkArgs r = {.nin = 1, .nints = 2, .ints = {2, inv}, .f = {10000.0f}};
+		r.in[0] = ten(DTM_F32, 3, 3, 40, 64, 0);
+		r.out = ten(DTM_F32, 3, 3, 40, 64, 0);
+		same_bits(inv ? "rope inverse" : "rope", dtmk_rope, &r);
+	}
+	DtmkArgs sm = {.nin = 1, .nints = 1, .ints = {1}};
+	sm.in[0] = ten(DTM_F32, 3, 300, 4, 64, 0);
+	sm.out = ten(DTM_F32, 2, 300, 64, 0, 0);
+	same_bits("sum", dtmk_sum, &sm);
 	for (int causal = 0; causal < 2; causal++) {
 		DtmkArgs a = {.nin = 4, .nints = 2, .ints = {3, causal}};
 		for (int k = 0; k < 4; k++)

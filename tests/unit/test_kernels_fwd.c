@@ -202,6 +202,16 @@ static void test_reduce(void)
 				ra->keepdims = keep;
 				run_case(ir_op_name(t[i].op), m, n, t[i].k, 0);
 			}
+	/* an inner dim of 300 (two chunks of the accumulators); bf16 */
+	for (size_t i = 0; i < 3; i++)
+		for (int bf = 0; bf < 2; bf++) {
+			IrModule *m = mod();
+			int x = leaf(m, bf ? IR_BF16 : IR_F32, 3, SHAPE(2, 3, 300));
+			IrNode *n = node(m, t[i].op, 1, &x);
+			IrAttrAxes *ra = ir_attr_axes_mut(m, n);
+			ra->axes[ra->n++] = 1;
+			run_case(ir_op_name(t[i].op), m, n, t[i].k, 0);
+		}
 }
 
 static void test_softmax_norms(void)
@@ -244,6 +254,14 @@ static void test_rope(void)
 		case_coords[1] = 1;
 		run_case(k & 1 ? "rope inverse" : "rope", m, n, dtmk_rope, 0);
 		memset(case_coords, 0, sizeof case_coords);
+	}
+	/* a head of 264 dims: its 132 pairs' angles in two chunks; bf16 */
+	for (int bf = 0; bf < 2; bf++) {
+		IrModule *m = mod();
+		int x = leaf(m, bf ? IR_BF16 : IR_F32, 3, SHAPE(2, 3, 264));
+		IrNode *n = node(m, IR_OP_ROPE, 1, &x);
+		*ir_attr_rope_mut(m, n) = (IrAttrRope){.heads = 1, .theta = 10000.0};
+		run_case(bf ? "rope bf16" : "rope 264", m, n, dtmk_rope, 0);
 	}
 }
 
