@@ -22,7 +22,8 @@
 # (--measure-steps of the GPT sets, default 6; the MLP's steps take ~20 ms, so
 # its sets run 3 times as many), ROUNDS (--measure-rounds, default 3), SETS
 # (default "gpt1 gpt2 mlp2 gpt2bf16": a rank per core at most; gpt2bf16 in
-# `precision bf16`; gpt4 and mlp4 put 4 ranks on the cores too).
+# `precision bf16`; llama2: models/llama.dtm on 2; gpt4 and mlp4 put 4 ranks
+# on the cores too).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -51,6 +52,7 @@ grep '^source' "$prof"
 
 gpt=(models/gpt.dtm -D d=256 -D layers=4 -D ctx=128 -D batch=8 -D heads=4)
 mlp=(models/mlp.dtm -D batch=512 -D din=256 -D hidden=1024 -D dout=256)
+llama=(models/llama.dtm -D d=256 -D layers=4 -D ctx=128 -D batch=8 -D heads=4 -D kv_heads=2)
 for set in $SETS; do
 	case $set in
 	gpt1) args=("${gpt[@]}" --devices 1 --measure 4) ;;
@@ -58,6 +60,8 @@ for set in $SETS; do
 	mlp2) args=("${mlp[@]}" --devices 2 --measure 6) ;;
 	# bf16 (oneDNN's GEMMs, attention's AVX512-BF16 products where the CPU has them)
 	gpt2bf16) args=("${gpt[@]}" --devices 2 --train precision=bf16 --measure 6) ;;
+	# LLaMA (RoPE, GQA, SwiGLU: kernel classes the calibration GPT does not have)
+	llama2) args=("${llama[@]}" --devices 2 --measure 6) ;;
 	# more ranks than cores (on 2 cores): see bench/README.md
 	gpt4) args=("${gpt[@]}" --devices 4 --measure 6) ;;
 	mlp4) args=("${mlp[@]}" --devices 4 --measure 6) ;;
