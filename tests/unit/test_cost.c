@@ -452,6 +452,33 @@ static void one_gemm_plan(DtmPlan *p, DtmBuffer *b, DtmAction *a, DtmStage *s, i
 	               .train = {.microbatches = 1, .precision = dt}};
 }
 
+/* h printed as calibrate writes it and read back into *r (from h100's). */
+static void reprint(const HwProfile *h, HwProfile *r)
+{
+	FILE *f;
+	char *out;
+	size_t len;
+	capture_start(&f, &out, &len);
+	hw_print(f, h);
+	fclose(f);
+	*r = *hw_builtin("h100");
+	CHECK_EQ_INT(hw_parse_overrides(r, out, len, "print.hw", stderr), 0);
+	free(out);
+}
+
+/* The errors of parsing bad into *r (want of them), as printed; the
+ * caller frees them. */
+static char *parse_errors(HwProfile *r, const char *bad, int want)
+{
+	FILE *f;
+	char *out;
+	size_t len;
+	capture_start(&f, &out, &len);
+	CHECK_EQ_INT(hw_parse_overrides(r, bad, strlen(bad), "bad.hw", f), want);
+	fclose(f);
+	return out;
+}
+
 /* The calibrated tables: parsed, looked up, printed back, and used by the
  * step's cost (threads per rank, oversubscription, curves). */
 static void test_hw_calibrated(void)
@@ -503,15 +530,8 @@ static void test_hw_calibrated(void)
 	CHECK(hw_coll(&h, COST_ALL_REDUCE, 3)->n == 4); /* ties: the larger */
 	CHECK(hw_coll(&h, COST_ALL_GATHER, 2) == NULL);
 	/* printed, it reads back to the same tables */
-	FILE *f;
-	char *out;
-	size_t len;
-	capture_start(&f, &out, &len);
-	hw_print(f, &h);
-	fclose(f);
-	HwProfile r = *hw_builtin("h100");
-	CHECK_EQ_INT(hw_parse_overrides(&r, out, len, "print.hw", stderr), 0);
-	free(out);
+	HwProfile r;
+	reprint(&h, &r);
 	CHECK_EQ_STR(r.source, h.source);
 	CHECK(r.ngemm == h.ngemm && memcmp(r.gemm, h.gemm, sizeof h.gemm) == 0);
 	CHECK(r.ncoll == h.ncoll && memcmp(r.coll, h.coll, sizeof h.coll) == 0);
@@ -524,9 +544,7 @@ static void test_hw_calibrated(void)
 	const char *bad = "gemm 1 64 64 = 1 GFLOP/s\ngemm 0 1 1 1 = 1\ncoll foo 2 = 1 us, 1 GB/s\n"
 	                  "coll all_reduce 1 = 1 us, 1 GB/s\ncoll send 2 = 1 us\n"
 	                  "stream_bw 17 = 1 GB/s\ngemm_eff = 1.5\ngemm_bf16 1 8 = 1 GFLOP/s\n";
-	capture_start(&f, &out, &len);
-	CHECK_EQ_INT(hw_parse_overrides(&r, bad, strlen(bad), "bad.hw", f), 8);
-	fclose(f);
+	char *out = parse_errors(&r, bad, 8);
 	CHECK(strstr(out, "bad.hw:1:6: error: wrong arguments for 'gemm'") != NULL);
 	CHECK(strstr(out, "bad.hw:2:6: error: bad thread count '0'") != NULL);
 	CHECK(strstr(out, "bad.hw:3:6: error: unknown collective 'foo'") != NULL);
@@ -1173,21 +1191,12 @@ static void test_kernel_factors(void)
 	CHECK_NEAR(hw_kernel_factor(&h, "layernorm", 1, DTM_F32), 1, 0);
 	CHECK_NEAR(hw_kernel_factor(&h, NULL, 1, DTM_F32), 1, 0);
 	/* printed, it reads back to the same table */
-	FILE *f;
-	char *out;
-	size_t len;
-	capture_start(&f, &out, &len);
-	hw_print(f, &h);
-	fclose(f);
-	HwProfile r = *hw_builtin("h100");
-	CHECK_EQ_INT(hw_parse_overrides(&r, out, len, "print.hw", stderr), 0);
-	free(out);
+	HwProfile r;
+	reprint(&h, &r);
 	CHECK(r.nkfactor == h.nkfactor && memcmp(r.kfactor, h.kfactor, sizeof h.kfactor) == 0);
 	const char *bad = "kernel_factor 1 Gelu = 2\nkernel_factor 1 = 2\nkernel_factor 1 x = 0\n"
 	                  "kernel_factor_bf16 1 x = 2 GB/s\nkernel_factor 0 x = 2\n";
-	capture_start(&f, &out, &len);
-	CHECK_EQ_INT(hw_parse_overrides(&r, bad, strlen(bad), "bad.hw", f), 5);
-	fclose(f);
+	char *out = parse_errors(&r, bad, 5);
 	CHECK(strstr(out, "bad.hw:1:17: error: bad kernel class 'Gelu'") != NULL);
 	CHECK(strstr(out, "bad.hw:2:15: error: wrong arguments for 'kernel_factor'") != NULL);
 	CHECK(strstr(out, "note: the form is 'kernel_factor THREADS CLASS = X'") != NULL);
