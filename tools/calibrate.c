@@ -534,6 +534,10 @@ static void remove_files(const char *dir)
 		snprintf(path, sizeof path, "%.4000s/%s", dir, names[i]);
 		unlink(path);
 	}
+	for (int i = 0; i < 16; i++) { /* the multi-rank runs' binaries */
+		snprintf(path, sizeof path, "%.4000s/cal.m%d", dir, i);
+		unlink(path);
+	}
 	rmdir(dir);
 }
 
@@ -575,11 +579,11 @@ static int launch(const Opts *o, const Paths *pa, int np, char **args)
 }
 
 /* Runs the built binary: a 2-step run sizes the profiled one to about
- * `share` seconds (3 to 50 steps).  Its rank 0 actions into f (when
- * non-NULL); the mean step seconds into *step and the sum of the
- * profiled actions' into *sum.  False after printing. */
+ * `share` seconds (3 to 50 steps; their count into *nsteps).  Its rank 0
+ * actions into f (when non-NULL); the median step seconds into *step and
+ * the sum of the profiled actions' into *sum.  False after printing. */
 static bool run_model(const Opts *o, const Paths *pa, int np, const char *threads, double share,
-                      Fit *f, double *step, double *sum)
+                      Fit *f, double *step, double *sum, int *nsteps)
 {
 	double tb = now();
 	char *argv1[] = {(char *)pa->exe, "--steps", "2", "--log", (char *)pa->log, "-q",
@@ -599,6 +603,7 @@ static bool run_model(const Opts *o, const Paths *pa, int np, const char *thread
 	}
 	char steps[16];
 	int ns = (int)fmin(50, fmax(3, share / fmax(per, 1e-4)));
+	*nsteps = ns;
 	snprintf(steps, sizeof steps, "%d", ns);
 	char *argv[] = {(char *)pa->exe, "--steps", steps, "--log", (char *)pa->log, "-q",
 	                "--profile-actions", (char *)pa->prof, threads ? "--threads" : NULL,
@@ -888,10 +893,12 @@ static int calibrate_cuda(const Opts *o, const Paths *pa, const char *dir, const
 		     z->batch, bf16 ? " in bf16" : "");
 		arena_init(&a);
 		double step, sum;
+		int ns;
 		/* the first is the grid's binary */
 		ok = (zi == 0 || build_model(&a, pa->src, z, "dp=1,tp=1",
 		                             bf16 ? "precision=bf16" : NULL, true, pa->exe, &plan)) &&
-		     run_model(o, pa, 1, NULL, o->budget * 0.1, bf16 ? &fit16 : &fit, &step, &sum);
+		     run_model(o, pa, 1, NULL, o->budget * 0.1, bf16 ? &fit16 : &fit, &step, &sum,
+		               &ns);
 		arena_free(&a);
 		if (ok && !bf16) {
 			fit.over_sum += fmax(0, step - sum);
@@ -924,7 +931,31 @@ typedef struct MultiRun {
 	Arena a;
 	const DtmPlan *plan;
 	double step;
+	int steps;       /* of its profiled runs */
+	char exe[4300];  /* its binary, kept for the last look (again_multi) */
 } MultiRun;
+
+/* The multi-rank runs once more, at the end: a run's step is what the
+ * collectives' fit rests on, and a slow spell of a shared VM across both
+ * of its back-to-back runs (a tp run at 71.5 ms where four calibrations
+ * around it measured 59-64) moved every dp and tp prediction 10-25%; the
+ * faster of that and a run tens of seconds later is kept. */
+static void again_multi(const Opts *o, const Paths *pa, int np, MultiRun *multi, int nmulti)
+{
+	for (int i = 0; i < nmulti; i++) {
+		char steps[16];
+		snprintf(steps, sizeof steps, "%d", multi[i].steps);
+		char *argv[] = {multi[i].exe, "--steps", steps, "--log", (char *)pa->log, "-q",
+		                "--profile-actions", (char *)pa->prof, NULL};
+		int n;
+		double st = launch(o, pa, np, argv) == 0 ? sweep_log_step_s(pa->log, &n) : NAN;
+		if (isfinite(st) && st > 0)
+			multi[i].step = fmin(multi[i].step, st);
+		else
+			note(o, "the second look at a multi-rank run failed (%s); its first kept",
+			     pa->txt);
+	}
+}
 
 int calibrate_main(int argc, char **argv)
 {
@@ -992,6 +1023,7 @@ int calibrate_main(int argc, char **argv)
 	 * communication thread's wake-ups), which the back-to-back
 	 * microbenchmark below does not see. */
 	enum { MAXRUNS = 2 * NSIZES + 1 };
+	_Static_assert(MAXRUNS <= 16, "remove_files removes the binaries cal.m0 .. cal.m15");
 	int tl[2] = {cores, 1}, nt = cores > 1 ? 2 : 1;
 	Fit fit[2] = {{0}};
 	MultiRun multi[MAXRUNS];
@@ -1018,10 +1050,11 @@ int calibrate_main(int argc, char **argv)
 			MultiRun *mr = &multi[nmulti];
 			arena_init(&mr->a);
 			double sum;
+			int ns;
 			ok = build_model(&mr->a, pa.src, z, mesh, tp ? "sequence_parallel=true" : NULL,
 			                 false, pa.exe, &mr->plan) &&
 			     run_model(&o, &pa, r == 0 ? 1 : cores, r == 0 ? ncores : NULL, o.budget * 0.1,
-			               tp ? NULL : &fit[r], &mr->step, &sum);
+			               tp ? NULL : &fit[r], &mr->step, &sum, &ns);
 			if (ok && r == 0) {
 				fit[0].over_sum += fmax(0, mr->step - sum);
 				fit[0].nover++;
@@ -1033,10 +1066,17 @@ int calibrate_main(int argc, char **argv)
 			/* and the backend over `cores` ranks, on this binary */
 			if (ok && zi == 0 && r == 1)
 				ok = comm_grid(&o, &pa, cores, &hw);
-			if (ok && r > 0)
-				nmulti++; /* kept: its plan and step */
-			else
+			if (ok && r > 0) { /* kept: its plan, step and binary */
+				mr->steps = ns;
+				snprintf(mr->exe, sizeof mr->exe, "%.4200s.m%d", pa.exe, nmulti);
+				ok = rename(pa.exe, mr->exe) == 0;
+				if (!ok)
+					fprintf(stderr, "dtmc: error: calibrate: cannot rename %s: %s\n",
+					        pa.exe, strerror(errno));
+				nmulti++;
+			} else {
 				arena_free(&mr->a);
+			}
 		}
 		per_size = now() - tz;
 	}
@@ -1053,9 +1093,10 @@ int calibrate_main(int argc, char **argv)
 		arena_init(&ba);
 		const DtmPlan *bp;
 		double step, sum;
+		int ns;
 		ok = build_model(&ba, pa.src, &sizes[0], mesh, "precision=bf16", false, pa.exe, &bp) &&
 		     run_model(&o, &pa, r == 0 ? 1 : cores, r == 0 ? ncores : NULL, o.budget * 0.1,
-		               &fit16[r], &step, &sum);
+		               &fit16[r], &step, &sum, &ns);
 		arena_free(&ba);
 	}
 	/* every thread count's GEMM factors against the grid alone, then
@@ -1120,6 +1161,8 @@ int calibrate_main(int argc, char **argv)
 			arena_free(&multi[i].a);
 		return 1;
 	}
+	note(&o, "the multi-rank runs again");
+	again_multi(&o, &pa, cores, multi, nmulti);
 	remove_files(dir);
 
 	/* the collectives inside a run: the multi-rank runs' excess over the
