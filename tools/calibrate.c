@@ -11,7 +11,8 @@
  *   is built as `dtmc build` builds it and trained a few steps on one rank
  *   with --profile-actions, on 1 thread and on every core, each run twice
  *   (each action's faster mean kept: a shared VM's slow spell slows one
- *   run).  From the per-action times: every GEMM is a point of the GEMM curve (its
+ *   run; the multi-rank ones once more at the end, again_multi).  From
+ *   the per-action times: every GEMM is a point of the GEMM curve (its
  *   shape, the runtime's own blocked GEMM path), and all of them against
  *   the grid's times give the `gemm` factor (operands not in cache); the
  *   other kernels, binned by size, give bandwidth as a function of a
