@@ -344,27 +344,32 @@ static void kernel_factors(const Fit *f, int t, bool bf16, HwProfile *hw)
 	for (int j = 0; j < hw->nstream; j++)
 		if (hw->stream[j].threads == t)
 			minb = fmin(minb, hw->stream[j].bytes);
+	/* per class, in order of first appearance: measured and priced */
+	struct {
+		const char *cls;
+		double s, pred;
+	} c[HW_MAX_KFACTOR];
+	int nc = 0;
 	for (int i = 0; i < f->nacts; i++) {
 		const Act *a = &f->acts[i];
 		if (!plain(a) || a->bf16 != bf16 || a->bytes < minb)
 			continue;
-		bool seen = false;
-		for (int j = 0; j < i && !seen; j++)
-			seen = plain(&f->acts[j]) && f->acts[j].bf16 == bf16 &&
-			       f->acts[j].bytes >= minb && !strcmp(f->acts[j].cls, a->cls);
-		if (seen)
+		int k = 0;
+		while (k < nc && strcmp(c[k].cls, a->cls))
+			k++;
+		if (k == nc && nc == HW_MAX_KFACTOR)
 			continue;
-		double s = 0, pred = 0;
-		for (int j = i; j < f->nacts; j++) {
-			const Act *b = &f->acts[j];
-			if (plain(b) && b->bf16 == bf16 && b->bytes >= minb && !strcmp(b->cls, a->cls)) {
-				s += b->s;
-				pred += kover + b->bytes / hw_stream_bw(hw, t, b->bytes);
-			}
+		if (k == nc) {
+			c[k].cls = a->cls;
+			c[k].s = c[k].pred = 0;
+			nc++;
 		}
-		if (pred > 0)
-			set_factor(hw, a->cls, t, bf16, s / pred);
+		c[k].s += a->s;
+		c[k].pred += kover + a->bytes / hw_stream_bw(hw, t, a->bytes);
 	}
+	for (int k = 0; k < nc; k++)
+		if (c[k].pred > 0)
+			set_factor(hw, c[k].cls, t, bf16, c[k].s / c[k].pred);
 }
 
 /* The step's GEMMs against the grid's, the same shapes timed back to back
