@@ -743,6 +743,70 @@ int rt_cpu_gemm(const DtmAction *a, const DtmBuffer *bufs, void *const *ptrs, Rt
 #define RT_CAL_CALLS 3
 #define RT_CAL_MAX_CALLS 4096
 
+/* The rate a GEMM reads operands that are not in cache at (`l2_size`,
+ * `gemm_cold_bw`): the shapes of a micro-batch of one row, whose GEMMs
+ * read or update a whole weight for a few hundred FLOPs per kilobyte,
+ * each call on another copy of its large operand, copies enough that the
+ * others fill the rank's L2s four times over between two uses of one (as
+ * the rest of a step's weights and gradients pass through between a
+ * weight's uses):  C[1, 1024] = A[1, 256] B[256, 1024] (B read, 1 MiB)
+ * and C[256, 1024] += A[256, 1] B[1, 1024] (a weight gradient's
+ * accumulation: C read and written).  The large operands' bytes over the
+ * two shapes' median calls' seconds.  *l2 is 0 (and nothing measured)
+ * where the system does not say its L2's size. */
+#define RT_COLD_CALLS 48
+static int cold_rate(RtPool *pool, RtGemmScratch *sc, double *call, double *l2, double *rate,
+		     char *err)
+{
+	long c2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+	*l2 = 0;
+	*rate = 0;
+	if (c2 <= 0)
+		return 0;
+	const int64_t big = 256 * 1024; /* floats: 1 MiB */
+	int threads = rt_pool_threads(pool);
+	int64_t copies = 4 * (int64_t)c2 * threads / (big * (int64_t)sizeof(float)) + 2;
+	copies = copies > 256 ? 256 : copies;
+	float *w = malloc(sizeof(float) * (size_t)(copies * big));
+	float *small = calloc(3072, sizeof(float)); /* A; B or C: the small ones */
+	if (!w || !small) {
+		free(w);
+		free(small);
+		snprintf(err, RT_ERR_LEN, "out of memory for --calibrate-gemm");
+		return -1;
+	}
+	for (int64_t i = 0; i < copies * big; i++)
+		w[i] = (float)(i % 13) * 0.01f;
+	DtmAction g[2] = {
+		{.kind = DTM_ACT_GEMM, .nargs = 3, .args = {0, 1, 2}, .m = 1, .n = 1024, .k = 256,
+		 .batch = 1, .alpha = 1, .beta = 0, .label = "calibrate cold"},
+		{.kind = DTM_ACT_GEMM, .nargs = 3, .args = {0, 1, 2}, .m = 256, .n = 1024, .k = 1,
+		 .batch = 1, .alpha = 1, .beta = 1, .label = "calibrate cold"}};
+	DtmBuffer bufs[3] = {{.dtype = DTM_F32}, {.dtype = DTM_F32}, {.dtype = DTM_F32}};
+	double sec = 0;
+	int rc = 0;
+	for (int q = 0; q < 2 && !rc; q++) {
+		int big_arg = q == 0 ? 1 : 2; /* B, then C */
+		void *ptrs[3] = {small, small + 1024, small + 2048};
+		int reps = 0;
+		for (int64_t c = 0; c < RT_COLD_CALLS + copies && !rc; c++) {
+			ptrs[big_arg] = w + (c % copies) * big;
+			double t0 = rt_now();
+			rc = rt_cpu_gemm(&g[q], bufs, ptrs, sc, pool, err);
+			if (c >= copies) /* every copy used once before */
+				call[reps++] = rt_now() - t0;
+		}
+		sec += rc ? 0 : rt_median(call, reps);
+	}
+	free(w);
+	free(small);
+	if (!rc && sec > 0) {
+		*l2 = (double)c2;
+		*rate = 2.0 * (double)big * sizeof(float) / sec;
+	}
+	return rc;
+}
+
 int rt_calibrate_gemm(RtPool *pool, char **text, size_t *textlen, char *err)
 {
 	static const int64_t ms[] = {1, 8, 32, 128, 512, 2048}, ns[] = {64, 256, 1024, 4096},
@@ -812,13 +876,16 @@ int rt_calibrate_gemm(RtPool *pool, char **text, size_t *textlen, char *err)
 				rate[dt][j] = r > rate[dt][j] ? r : rate[dt][j];
 			}
 	}
+	double l2 = 0, cold = 0;
+	if (!rc)
+		rc = cold_rate(pool, &sc, call, &l2, &cold, err);
 	rt_gemm_scratch_free(&sc);
 	free(buf);
 	free(hbuf);
 	free(call);
 	if (rc || !text)
 		return rc;
-	size_t cap = (size_t)(ndt * n) * 96 + 1, len = 0;
+	size_t cap = (size_t)(ndt * n) * 96 + 128, len = 0;
 	char *out = malloc(cap);
 	if (!out) {
 		snprintf(err, RT_ERR_LEN, "out of memory for --calibrate-gemm");
@@ -830,6 +897,9 @@ int rt_calibrate_gemm(RtPool *pool, char **text, size_t *textlen, char *err)
 			                        dt ? "gemm_bf16" : "gemm", rt_pool_threads(pool),
 			                        (long long)g[j].m, (long long)g[j].n,
 			                        (long long)g[j].k, rate[dt][j]);
+	if (cold > 0)
+		len += (size_t)snprintf(out + len, cap - len, "l2_size = %.0f\ngemm_cold_bw %d = %.6g\n",
+		                        l2, rt_pool_threads(pool), cold);
 	*text = out;
 	*textlen = len;
 	return 0;

@@ -4,7 +4,10 @@
  * What it measures, all through dtm's own runtime:
  * - GEMMs: the binary's --calibrate-gemm times the runtime's own GEMM over
  *   a grid of shapes, on one rank over every core and on a rank per core
- *   (each on one thread, all at once); it also times the synthetic
+ *   (each on one thread, all at once), and the rate a GEMM reads operands
+ *   evicted from the L2 at (`l2_size`, `gemm_cold_bw`: one-row micro-batch
+ *   shapes on copies of a 1 MiB operand that fill the L2s four times
+ *   over, runtime/dev_cpu.c cold_rate); it also times the synthetic
  *   regression feed's two parts (feed_x_rate: a sample's x; feed_rate: its
  *   target's product).
  * - kernels and GEMMs: a GPT (the shape of models/gpt.dtm) at a few sizes
@@ -63,7 +66,8 @@ const char calibrate_help[] =
         "\n"
         "Measures this machine and writes a hardware profile that --hw FILE reads\n"
         "and `dtmc sweep` uses by default: GEMM throughput by shape, kernel\n"
-        "bandwidth, the attention kernels' rate (f32 and bf16: GEMMs and attention\n"
+        "bandwidth, the rate GEMMs read operands not in cache at, the attention\n"
+        "kernels' rate (f32 and bf16: GEMMs and attention\n"
         "are timed in both) and the runtime's per-kernel and\n"
         "per-step overheads (a small GPT built and trained with --profile-actions\n"
         "on one rank over every core and on a rank per core; the binary's\n"

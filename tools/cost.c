@@ -449,11 +449,14 @@ typedef struct CostEnv {
 	double *kfac;   /* per kernel id, its factor once looked up (0: not yet);
 	                 * NULL: look up every time */
 	int nkfac;
+	struct GemmMemo *grate; /* gemm_rate's memo (NULL: none) */
+	double cold_bw;  /* hw_gemm_cold_bw at threads; 0: no cache model */
+	double **cold;   /* per stage and action, cold_bytes' (NULL: none) */
 } CostEnv;
 
 static CostEnv cost_env(const DtmPlan *p, const HwProfile *hw, int64_t node_size)
 {
-	CostEnv e = {hw, node_size, 0, 1, 1, 0, 0, {1, 1}, NULL, 0};
+	CostEnv e = {hw, node_size, 0, 1, 1, 0, 0, {1, 1}, NULL, 0, NULL, 0, NULL};
 	int64_t world = 1;
 	for (int a = 0; a < p->mesh_naxes; a++)
 		world *= p->mesh_sizes[a] > 0 ? p->mesh_sizes[a] : 1;
@@ -469,7 +472,197 @@ static CostEnv cost_env(const DtmPlan *p, const HwProfile *hw, int64_t node_size
 	e.gemmf[0] = hw_kernel_factor(hw, "gemm", e.threads, DTM_F32);
 	e.gemmf[1] = hw_kernel_factor(hw, "gemm", e.threads, DTM_BF16);
 	e.bw = hw->nstream == 0 ? hw_stream_bw(hw, e.threads, 1) : 0;
+	e.cold_bw = hw_gemm_cold_bw(hw, e.threads);
 	return e;
+}
+
+/* ---- the GEMM rate memo ----
+ *
+ * hw_gemm_rate interpolates over every grid point of the thread count
+ * (four logs each: a calibrated CPU's 400 points, ~1,600 logs a call),
+ * and a plan's thousands of GEMMs have a few dozen shapes: cost_plan_step
+ * and simulate keep each shape's rate (CostEnv.grate, open addressing;
+ * full, or NULL as in cost_action_seconds: computed every time).  The
+ * same function of the same arguments: it changes no price (test_cost's
+ * test_gemm_memo). */
+typedef struct GemmMemo {
+	int64_t m, n, k, batch;
+	int dt, used;
+	double rate;
+} GemmMemo;
+#define GEMM_MEMO 512
+
+static double gemm_rate(const CostEnv *e, DtmDtype dt, const DtmAction *a)
+{
+	int64_t b = a->batch > 1 ? a->batch : 1;
+	if (!e->grate)
+		return hw_gemm_rate(e->hw, dt, (double)a->m, (double)a->n, (double)a->k, (double)b,
+		                    e->threads);
+	uint64_t h = (uint64_t)a->m * 0x9E3779B97F4A7C15u ^ (uint64_t)a->n * 0xC2B2AE3D27D4EB4Fu ^
+	             (uint64_t)a->k * 0x165667B19E3779F9u ^ (uint64_t)b * 0x27D4EB2F165667C5u ^
+	             (uint64_t)dt;
+	for (int probe = 0; probe < GEMM_MEMO; probe++) {
+		GemmMemo *g = &e->grate[(h + (uint64_t)probe) & (GEMM_MEMO - 1)];
+		if (g->used && g->m == a->m && g->n == a->n && g->k == a->k && g->batch == b &&
+		    g->dt == (int)dt)
+			return g->rate;
+		if (!g->used) {
+			*g = (GemmMemo){a->m, a->n, a->k, b, (int)dt, 1,
+			                hw_gemm_rate(e->hw, dt, (double)a->m, (double)a->n,
+			                             (double)a->k, (double)b, e->threads)};
+			return g->rate;
+		}
+	}
+	return hw_gemm_rate(e->hw, dt, (double)a->m, (double)a->n, (double)a->k, (double)b,
+	                    e->threads);
+}
+
+/* ---- which operands a GEMM reads from beyond the cache ----
+ *
+ * The GEMM grid times each shape back to back, its operands in cache; in
+ * a step the rest of the weights, gradients and activations pass through
+ * between two uses of one.  A GEMM's operand (A, B; C when it
+ * accumulates) is cold when the distinct bytes the rank's actions touched
+ * since its last use (its LRU stack distance, itself excluded) reach the
+ * rank's cache, or it alone fills it: the l2_size of each of its threads,
+ * shared by the ranks that share its cores.  The step is taken as one of
+ * many: a pass over the actions first, so a weight's first use sees the
+ * previous step's last.  (A micro-batch of one or two rows on the MLP of
+ * bench/fidelity.sh: forward GEMMs alternate two 1 MiB weights and stay
+ * in a 2 MiB L2, the backward's cycle through a weight and two gradients
+ * and ran 2-4x slower than the grid's time; see compute_seconds.) */
+
+/* Fenwick tree over touch numbers 1..n: bytes of the buffers last touched
+ * there. */
+static void fen_add(double *f, int n, int i, double x)
+{
+	for (; i <= n; i += i & -i)
+		f[i] += x;
+}
+
+static double fen_sum(const double *f, int i)
+{
+	double x = 0;
+	for (; i > 0; i -= i & -i)
+		x += f[i];
+	return x;
+}
+
+/* out[i]: the bytes of action i's operands that are cold (GEMMs; 0 for
+ * the rest), for stage s and a cache of cap bytes; bi the buffers' bytes
+ * (BufInfo: the buffer table's entries miss the cache). */
+static bool cold_bytes(const DtmPlan *p, int s, double cap, const BufInfo *bi, double *out)
+{
+	const DtmStage *st = &p->stages[s];
+	int n = 0;
+	for (int i = 0; i < st->nactions; i++)
+		n += st->actions[i].nargs > 0 ? st->actions[i].nargs : 0;
+	n = 2 * n;
+	double *f = calloc((size_t)n + 1, sizeof *f);
+	int *last = malloc(sizeof *last * (size_t)(p->nbuffers > 0 ? p->nbuffers : 1));
+	if (!f || !last) {
+		free(f);
+		free(last);
+		return false;
+	}
+	for (int b = 0; b < p->nbuffers; b++)
+		last[b] = 0;
+	int seq = 0;
+	for (int pass = 0; pass < 2; pass++) {
+		if (pass == 1) {
+			/* the tree as pass 0 leaves it, built in one sweep */
+			for (int b = 0; b < p->nbuffers; b++)
+				if (last[b] > 0)
+					f[last[b]] = bi[b].bytes;
+			for (int i = 1; i <= n; i++)
+				if (i + (i & -i) <= n)
+					f[i + (i & -i)] += f[i];
+		}
+		for (int i = 0; i < st->nactions; i++) {
+			const DtmAction *a = &st->actions[i];
+			int na = a->nargs < 0 ? 0 : a->nargs > DTM_MAX_ARGS ? DTM_MAX_ARGS : a->nargs;
+			if (pass == 1)
+				out[i] = 0;
+			if (a->kind == DTM_ACT_WAIT)
+				continue;
+			for (int j = 0; pass == 1 && a->kind == DTM_ACT_GEMM && j < na; j++) {
+				int b = a->args[j];
+				bool dup = b < 0 || b >= p->nbuffers;
+				for (int q = 0; q < j && !dup; q++)
+					dup = a->args[q] == b;
+				if (dup)
+					continue;
+				double by = bi[b].bytes;
+				if (by >= cap || fen_sum(f, seq) - fen_sum(f, last[b]) >= cap)
+					out[i] += by;
+			}
+			for (int j = 0; j < na; j++) {
+				int b = a->args[j];
+				bool dup = b < 0 || b >= p->nbuffers;
+				for (int q = 0; q < j && !dup; q++)
+					dup = a->args[q] == b;
+				if (dup || seq >= n)
+					continue;
+				if (pass == 1) {
+					double by = bi[b].bytes;
+					if (last[b] > 0)
+						fen_add(f, n, last[b], -by);
+					fen_add(f, n, seq + 1, by);
+				}
+				last[b] = ++seq;
+			}
+		}
+	}
+	free(f);
+	free(last);
+	return true;
+}
+
+/* e->cold for every stage of p when the profile has a cache model (the
+ * arrays in one block: free(e->cold[0]), free(e->cold)). */
+static bool cold_env(CostEnv *e, const DtmPlan *p, const BufInfo *bi)
+{
+	e->cold = NULL;
+	if (e->cold_bw <= 0 || p->nstages < 1)
+		return true;
+	size_t total = 0;
+	for (int s = 0; s < p->nstages; s++)
+		total += p->stages[s].nactions > 0 ? (size_t)p->stages[s].nactions : 0;
+	double **c = malloc(sizeof *c * (size_t)p->nstages);
+	double *buf = calloc(total ? total : 1, sizeof *buf);
+	if (!c || !buf) {
+		free(c);
+		free(buf);
+		return false;
+	}
+	double cap = e->hw->l2_bytes * e->threads / (e->oversub > 1 ? e->oversub : 1);
+	bool ok = true;
+	for (int s = 0, off = 0; s < p->nstages; s++) {
+		c[s] = buf + off;
+		off += p->stages[s].nactions > 0 ? p->stages[s].nactions : 0;
+		ok = ok && (p->stages[s].nactions <= 0 || !p->stages[s].actions ||
+		            cold_bytes(p, s, cap, bi, c[s]));
+	}
+	if (!ok) {
+		free(buf);
+		free(c);
+		return false;
+	}
+	e->cold = c;
+	return true;
+}
+
+static void cold_free(CostEnv *e)
+{
+	if (e->cold)
+		free(e->cold[0]);
+	free(e->cold);
+	e->cold = NULL;
+}
+
+static double cold_of(const CostEnv *e, int s, int i)
+{
+	return e->cold ? e->cold[s][i] : 0;
 }
 
 /* Whether a's kernel is a backward one (its op's name ends in _bwd: the
@@ -517,7 +710,8 @@ static double kernel_factor(const CostEnv *e, const DtmPlan *p, const DtmAction 
 /* A kernel or GEMM.  Calibrated (hw_calibrated: a CPU's curves, or a
  * GPU's from `calibrate --device cuda`): a GEMM's FLOPs at its shape's
  * measured rate times the `gemm` factor (a step's GEMMs against the same
- * shapes timed back to back), an attention kernel's at the attention
+ * shapes timed back to back), and no less than its cold operands' bytes
+ * (cold_bytes) at the profile's gemm_cold_bw, an attention kernel's at the attention
  * rate (forward or backward), any other kernel's bytes at the bandwidth
  * measured for kernels of its size (dispatch included) times its class's
  * factor (GELU's arithmetic is not LayerNorm's); the calibrated
@@ -525,7 +719,7 @@ static double kernel_factor(const CostEnv *e, const DtmPlan *p, const DtmAction 
  * Otherwise a roofline at the efficiency-scaled peaks plus the profile's
  * fixed kernel time (kernel factors apply to calibrated curves only). */
 static double compute_seconds(const CostEnv *e, const DtmPlan *p, const DtmAction *a,
-                              double flops, double bytes, DtmDtype dt)
+                              double flops, double bytes, DtmDtype dt, double cold)
 {
 	const HwProfile *hw = e->hw;
 	double t = e->kover;
@@ -533,8 +727,7 @@ static double compute_seconds(const CostEnv *e, const DtmPlan *p, const DtmActio
 	double bw = e->bw > 0 ? e->bw : hw_stream_bw(hw, e->threads, bytes);
 	double tf = 0, tm = bytes > 0 && bw > 0 ? bytes / bw : 0;
 	if (a->kind == DTM_ACT_GEMM) {
-		double rate = hw_gemm_rate(hw, dt, (double)a->m, (double)a->n, (double)a->k,
-		                           (double)(a->batch > 1 ? a->batch : 1), e->threads);
+		double rate = gemm_rate(e, dt, a);
 		tf = rate > 0 ? flops / rate : 0;
 		if (cal) {
 			/* the CPU widens 16-bit operands to f32 and narrows C
@@ -546,7 +739,12 @@ static double compute_seconds(const CostEnv *e, const DtmPlan *p, const DtmActio
 			                              (dt == DTM_BF16 && !hw_has_bf16_gemm(hw)));
 			tm = wide ? tm : 0;
 			double gf = e->gemmf[dt == DTM_BF16 || dt == DTM_F16];
-			return (t + (tf + tm) * gf) * e->oversub;
+			double hot = t + (tf + tm) * gf;
+			/* operands from beyond the cache (cold_bytes): no faster
+			 * than their bytes at the cold rate */
+			if (cold > 0 && e->cold_bw > 0)
+				hot = dmax(hot, t + cold / e->cold_bw);
+			return hot * e->oversub;
 		}
 	} else if (flops > 0) {
 		double rate = cal ? hw_attn_rate(hw, e->threads, backward_kernel(p, a), dt)
@@ -619,7 +817,7 @@ double cost_action_seconds(const DtmPlan *p, const HwProfile *hw, int64_t node_s
 		double flops, bytes;
 		DtmDtype dt;
 		kernel_work(p, a, &flops, &bytes, &dt);
-		return compute_seconds(&e, p, a, flops, bytes, dt);
+		return compute_seconds(&e, p, a, flops, bytes, dt, 0);
 	}
 	if (a->kind != DTM_ACT_COLL && a->kind != DTM_ACT_SEND && a->kind != DTM_ACT_RECV)
 		return 0;
@@ -656,7 +854,7 @@ static int cost_stage(const DtmPlan *p, const CostEnv *e, int s, const BufInfo *
 			DtmDtype dt;
 			kernel_work_info(bi, p->train.precision, a, &flops, &bytes, &dt);
 			/* cost_action_seconds' time, without its second kernel_work */
-			double dur = compute_seconds(e, p, a, flops, bytes, dt);
+			double dur = compute_seconds(e, p, a, flops, bytes, dt, cold_of(e, s, i));
 			if (dur_out)
 				dur_out[i] = dur;
 			double start = tc;
@@ -753,12 +951,22 @@ static int simulate(const DtmPlan *p, const HwProfile *hw, int64_t node_size,
 {
 	int P = p->nstages;
 	CostEnv e = cost_env(p, hw, node_size);
+	bool cold_ok = true;
+	if (!durs)
+		e.grate = calloc(GEMM_MEMO, sizeof *e.grate); /* NULL: no memo */
+	if (!durs && e.cold_bw > 0) { /* at cost_plan_step's cache share */
+		BufInfo *bi = malloc(sizeof *bi * (size_t)(p->nbuffers > 0 ? p->nbuffers : 1));
+		for (int b = 0; bi && b < p->nbuffers; b++)
+			bi[b] = (BufInfo){(double)p->buffers[b].bytes, p->buffers[b].dtype};
+		cold_ok = bi && cold_env(&e, p, bi);
+		free(bi);
+	}
 	e.oversub = oversub;
 	double *ready = calloc((size_t)(p->nbuffers > 0 ? p->nbuffers : 1), sizeof *ready);
 	double *tc = calloc((size_t)P, sizeof *tc), *tm = calloc((size_t)P, sizeof *tm);
 	int *next = calloc((size_t)P, sizeof *next);
 	Chan *ch = calloc((size_t)P * (size_t)P, sizeof *ch);
-	bool ok = ready && tc && tm && next && ch;
+	bool ok = cold_ok && ready && tc && tm && next && ch;
 	CostSpan scratch;
 	for (bool progress = true; ok && progress;) {
 		progress = false;
@@ -776,7 +984,8 @@ static int simulate(const DtmPlan *p, const HwProfile *hw, int64_t node_size,
 					double flops, bytes;
 					DtmDtype dt;
 					kernel_work(p, a, &flops, &bytes, &dt);
-					dur = compute_seconds(&e, p, a, flops, bytes, dt);
+					dur = compute_seconds(&e, p, a, flops, bytes, dt,
+					                      cold_of(&e, s, i));
 				} else if (a->kind != DTM_ACT_WAIT) {
 					dur = comm_seconds(&e, p, a, NULL);
 				}
@@ -863,6 +1072,8 @@ static int simulate(const DtmPlan *p, const HwProfile *hw, int64_t node_size,
 	free(tm);
 	free(tc);
 	free(ready);
+	free(e.grate);
+	cold_free(&e);
 	return ok ? 0 : -1;
 }
 
@@ -975,6 +1186,15 @@ int cost_plan_step(const DtmPlan *plan, const HwProfile *hw, int nodes, CostRepo
 		free(bi);
 		return bad_plan(out, "out of memory");
 	}
+	if (!cold_env(&env, plan, bi)) {
+		free(work);
+		free(durs);
+		free(dbuf);
+		free(ready);
+		free(bi);
+		return bad_plan(out, "out of memory");
+	}
+	env.grate = calloc(GEMM_MEMO, sizeof *env.grate); /* NULL: no memo */
 	/* the kernels' factors, looked up once each (NULL: every time) */
 	if (hw->nkfactor > 0 && plan->nkernels > 0) {
 		env.kfac = calloc((size_t)plan->nkernels, sizeof *env.kfac);
@@ -1025,6 +1245,8 @@ int cost_plan_step(const DtmPlan *plan, const HwProfile *hw, int nodes, CostRepo
 	}
 	out->oversub = env.oversub;
 	free(env.kfac);
+	free(env.grate);
+	cold_free(&env);
 	free(ready);
 	free(bi);
 	free(durs);

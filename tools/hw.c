@@ -236,6 +236,7 @@ typedef enum KeyKind {
 	KEY_TSTREAM, /* stream_bw THREADS [BYTES] = B/s */
 	KEY_TATTN,  /* attn_rate THREADS = FLOP/s, attn_bwd_rate */
 	KEY_TKERN,  /* kernel_time THREADS = s */
+	KEY_TBW,    /* gemm_cold_bw THREADS = B/s */
 	KEY_KFACT,  /* kernel_factor THREADS CLASS = x; kernel_factor_bf16 (off 1) */
 	KEY_COLL    /* coll KIND N = LATENCY, BW */
 } KeyKind;
@@ -274,6 +275,7 @@ static const Key keys[] = {
         {"feed_rate", KEY_FLOPS, offsetof(HwProfile, feed_rate)},
         {"feed_x_rate", KEY_FLOPS, offsetof(HwProfile, feed_x_rate)},
         {"cores", KEY_COUNT, offsetof(HwProfile, cores)},
+        {"l2_size", KEY_SIZE, offsetof(HwProfile, l2_bytes)},
         {"gemm", KEY_GEMM, 0},
         {"gemm_bf16", KEY_GEMM, 1},
         {"stream_bw", KEY_TSTREAM, 0},
@@ -282,6 +284,7 @@ static const Key keys[] = {
         {"attn_bf16_rate", KEY_TATTN, offsetof(HwProfile, attn_bf16_rate)},
         {"attn_bf16_bwd_rate", KEY_TATTN, offsetof(HwProfile, attn_bf16_bwd_rate)},
         {"kernel_time", KEY_TKERN, offsetof(HwProfile, kernel_t)},
+        {"gemm_cold_bw", KEY_TBW, offsetof(HwProfile, gemm_cold_bw)},
         {"coll", KEY_COLL, 0},
         {"kernel_factor", KEY_KFACT, 0},
         {"kernel_factor_bf16", KEY_KFACT, 1},
@@ -413,6 +416,7 @@ static double unit_factor(KeyKind kind, const char *u, size_t n)
 		return tok_is(rest, rn, "FLOP/s") || tok_is(rest, rn, "FLOPS") ? f : -1;
 	case KEY_BW:
 	case KEY_TSTREAM:
+	case KEY_TBW:
 		return tok_is(rest, rn, "B/s") ? f : -1;
 	case KEY_SIZE:
 		return tok_is(rest, rn, "B") ? f : -1;
@@ -430,6 +434,7 @@ static const char *unit_help(KeyKind kind)
 		return " (FLOP/s, e.g. 989 TFLOP/s or 989e12)";
 	case KEY_TSTREAM:
 	case KEY_BW:
+	case KEY_TBW:
 		return " (bytes/s, e.g. 3.35 TB/s or 900 GB/s)";
 	case KEY_SIZE:
 		return " (bytes, e.g. 80 GB or 80 GiB)";
@@ -571,6 +576,7 @@ static void parse_table(Parser *p, HwProfile *hw, const Key *k, const char *s, s
 	                                                  : "'gemm THREADS M N K = FLOP/s'")
 	                  : k->kind == KEY_COLL    ? "'coll KIND N = LATENCY, BYTES/s'"
 	                  : k->kind == KEY_TSTREAM ? "'stream_bw THREADS [BYTES] = BYTES/s'"
+	                  : k->kind == KEY_TBW     ? "'gemm_cold_bw THREADS = BYTES/s'"
 	                  : k->kind == KEY_KFACT   ? (k->off ? "'kernel_factor_bf16 THREADS CLASS = X'"
 	                                                     : "'kernel_factor THREADS CLASS = X'")
 	                                           : "'KEY THREADS = VALUE'";
@@ -904,7 +910,8 @@ void hw_print(FILE *out, const HwProfile *hw)
 		double x = *(const double *)((const char *)hw + k->off);
 		if ((k->kind == KEY_FRAC && x == 0) ||
 		    ((k->off == offsetof(HwProfile, feed_rate) ||
-		      k->off == offsetof(HwProfile, feed_x_rate)) &&
+		      k->off == offsetof(HwProfile, feed_x_rate) ||
+		      k->off == offsetof(HwProfile, l2_bytes)) &&
 		     x == 0))
 			continue; /* 1; free */
 		fprintf(out, "%s = %.17g\n", k->name, x);
@@ -928,6 +935,8 @@ void hw_print(FILE *out, const HwProfile *hw)
 			        hw->attn_bf16_bwd_rate[t]);
 		if (hw->kernel_t[t] > 0)
 			fprintf(out, "kernel_time %d = %.17g\n", t, hw->kernel_t[t]);
+		if (hw->gemm_cold_bw[t] > 0)
+			fprintf(out, "gemm_cold_bw %d = %.17g\n", t, hw->gemm_cold_bw[t]);
 	}
 	for (int j = 0; j < hw->ngemm; j++) {
 		const HwGemmPoint *g = &hw->gemm[j];
@@ -1041,6 +1050,12 @@ double hw_kernel_overhead(const HwProfile *hw, int t)
 {
 	int u = nearest_t(hw->kernel_t, t);
 	return u ? hw->kernel_t[u] : hw->kernel_s;
+}
+
+double hw_gemm_cold_bw(const HwProfile *hw, int t)
+{
+	int u = nearest_t(hw->gemm_cold_bw, t);
+	return u && hw->l2_bytes > 0 ? hw->gemm_cold_bw[u] : 0;
 }
 
 static double eff(double e)

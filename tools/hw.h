@@ -143,6 +143,16 @@ typedef struct HwProfile {
 	double attn_bf16_rate[HW_MAX_THREADS + 1];
 	double attn_bf16_bwd_rate[HW_MAX_THREADS + 1];
 	double kernel_t[HW_MAX_THREADS + 1];      /* seconds per kernel (dispatch, pool wake-up) */
+	/* The cache a GEMM's operands are reused from (`l2_size`: a core's L2,
+	 * bytes; a rank's threads have one each) and the rate a GEMM reads
+	 * operands evicted from it (`gemm_cold_bw T = B/s`: the weight of a
+	 * micro-batch of one row, read again after the rest of the step went
+	 * through the cache).  The GEMM grid times each shape back to back,
+	 * its operands cached; the cost model prices a GEMM whose operands
+	 * were not used within l2_size bytes at no less than their bytes at
+	 * this rate (tools/cost.c, cold_bytes).  0: not measured. */
+	double l2_bytes;
+	double gemm_cold_bw[HW_MAX_THREADS + 1];
 } HwProfile;
 
 /* The built-in profile NAME ("h100", "h200", "a100", "b200", "cpu"), or
@@ -220,6 +230,9 @@ double hw_gemm_rate(const HwProfile *hw, DtmDtype dtype, double m, double n, dou
  * kernel (bf16, f16) takes the bf16 entries where cls has any; 1 when cls
  * was not measured. */
 double hw_kernel_factor(const HwProfile *hw, const char *cls, int t, DtmDtype dtype);
+/* The rate a GEMM on t threads reads operands not in cache at (the
+ * nearest measured t), or 0 when not measured or l2_size is not set. */
+double hw_gemm_cold_bw(const HwProfile *hw, int t);
 /* Whether hw has calibrated points of bf16 GEMMs. */
 bool hw_has_bf16_gemm(const HwProfile *hw);
 /* The calibrated collective of kind over n ranks (nearest measured n of

@@ -497,6 +497,12 @@ calibrate)
 		"^kernel_factor_bf16 1 layernorm = "; do
 		grep -q "$key" "$prof" || fail "no '$key' line in the profile: $(cat "$prof")"
 	done
+	# the cache model's lines, where the system says its L2's size (sysconf)
+	l2=$(getconf LEVEL2_CACHE_SIZE 2> /dev/null || true)
+	if [ "${l2:-0}" -gt 0 ] 2> /dev/null; then
+		grep -q "^l2_size = $l2$" "$prof" || fail "no 'l2_size = $l2' line: $(cat "$prof")"
+		grep -q "^gemm_cold_bw 1 = " "$prof" || fail "no 'gemm_cold_bw 1' line: $(cat "$prof")"
+	fi
 	# the binary's --calibrate-gemm grid: 96 shapes on 1 thread and on every core
 	for t in 1 "$(getconf _NPROCESSORS_ONLN)"; do
 		n=$(grep -c "^gemm $t " "$prof")
