@@ -977,6 +977,7 @@ static int simulate(const DtmPlan *p, const HwProfile *hw, int64_t node_size,
 				const DtmAction *a = &st->actions[i];
 				CostSpan *sp = span ? &span[s][i] : &scratch;
 				sp->peer_stage = sp->peer_action = -1;
+				sp->cold_bytes = durs ? 0 : cold_of(&e, s, i);
 				double dur = 0;
 				if (durs) {
 					dur = durs[s][i];
@@ -1047,6 +1048,7 @@ static int simulate(const DtmPlan *p, const HwProfile *hw, int64_t node_size,
 				const DtmAction *a = &p->stages[s].actions[next[s]];
 				double dur = durs ? durs[s][next[s]] : comm_seconds(&e, p, a, NULL);
 				CostSpan *sp = span ? &span[s][next[s]] : &scratch;
+				sp->cold_bytes = 0;
 				sp->t0 = fmax(tc[s], tm[s]);
 				sp->t1 = sp->t0 + dur;
 				sp->peer_stage = p2p_stage(p, s, a);

@@ -215,6 +215,8 @@ typedef struct CostSpan {
 	double t0, t1;
 	int peer_stage;  /* send/recv: the other stage, -1 elsewhere */
 	int peer_action; /* recv: the matching send's action in peer_stage, or -1 */
+	double cold_bytes; /* a GEMM: its operands' bytes from beyond the cache
+	                    * (the profile's cache model; 0 without one) */
 } CostSpan;
 
 /* Runs every stage's actions together on the timeline: per stage a compute

@@ -1076,6 +1076,8 @@ static bool write_trace(const Insp *in, const char *path)
 			        a->microbatch, i);
 			if (is_comm(a))
 				fprintf(out, ", \"bytes\": %" PRId64, a->bytes);
+			if (sp->cold_bytes > 0) /* cost.c cold_bytes */
+				fprintf(out, ", \"cold_bytes\": %.0f", sp->cold_bytes);
 			if (a->kind == DTM_ACT_SEND || a->kind == DTM_ACT_RECV)
 				fprintf(out, ", \"peer\": %" PRId64, inspect_p2p_peer(p, r, a));
 			fputs("}}", out);

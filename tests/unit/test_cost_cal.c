@@ -160,8 +160,11 @@ static void test_cold_operands(void)
 	CHECK_EQ_INT(cost_plan_step(&p, &h, 1, &rep), 0);
 	CHECK_NEAR(rep.step_s, 3 * cold, 1e-15);
 	cost_report_free(&rep);
-	CHECK_EQ_INT(cost_simulate(&p, &h, 1, NULL, &mk), 0);
+	CostSpan sp[3], *spans[1] = {sp};
+	CHECK_EQ_INT(cost_simulate(&p, &h, 1, spans, &mk), 0);
 	CHECK_NEAR(mk, 3 * cold, 1e-15);
+	for (int i = 0; i < 3; i++) /* what inspect --trace shows */
+		CHECK_NEAR(sp[i].cold_bytes, 1 << 20, 0);
 	/* without the model, the grid's time; one weight of 3 MiB alone is
 	 * cold every time, and so is x, whose reuse crosses it (y was the
 	 * last touched) */
