@@ -10,6 +10,7 @@
 
 #include "check.h"
 #include "runtime/plan.h"
+#include "tools/cost.h"
 #include "tools/hw.h"
 
 static void capture_start(FILE **f, char **buf, size_t *len)
@@ -59,6 +60,17 @@ static char *parse_errors(HwProfile *r, const char *bad, int want)
 	CHECK_EQ_INT(hw_parse_overrides(r, bad, strlen(bad), "bad.hw", f), want);
 	fclose(f);
 	return out;
+}
+
+/* p's step time on h (cost_plan_step on one node); -1 when it fails. */
+static inline double plan_step_s(const DtmPlan *p, const HwProfile *h)
+{
+	CostReport rep;
+	if (cost_plan_step(p, h, 1, &rep) != 0)
+		return -1;
+	double s = rep.step_s;
+	cost_report_free(&rep);
+	return s;
 }
 
 #endif

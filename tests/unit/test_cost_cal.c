@@ -80,24 +80,15 @@ static void test_kernel_factors(void)
 	static DtmAction ka[1];
 	static DtmStage ks[1];
 	DtmPlan p;
-	CostReport rep;
 	one_kernel_plan(&p, kb, ka, ks, kn_gelu, "gelu_bwd %9", 1 << 20, DTM_F32);
-	CHECK_EQ_INT(cost_plan_step(&p, &h, 1, &rep), 0);
-	CHECK_NEAR(rep.step_s, 3 * 2.0 * (1 << 20) / 10e9, 1e-15);
-	cost_report_free(&rep);
+	CHECK_NEAR(plan_step_s(&p, &h), 3 * 2.0 * (1 << 20) / 10e9, 1e-15);
 	kb[1].dtype = DTM_BF16;
-	CHECK_EQ_INT(cost_plan_step(&p, &h, 1, &rep), 0);
-	CHECK_NEAR(rep.step_s, 4 * 2.0 * (1 << 20) / 10e9, 1e-15);
-	cost_report_free(&rep);
+	CHECK_NEAR(plan_step_s(&p, &h), 4 * 2.0 * (1 << 20) / 10e9, 1e-15);
 	/* a fused group by its root's op; without a label, "fused": 1 */
 	one_kernel_plan(&p, kb, ka, ks, kn_fused, "gelu layer.0.h", 1 << 20, DTM_F32);
-	CHECK_EQ_INT(cost_plan_step(&p, &h, 1, &rep), 0);
-	CHECK_NEAR(rep.step_s, 5 * 2.0 * (1 << 20) / 10e9, 1e-15);
-	cost_report_free(&rep);
+	CHECK_NEAR(plan_step_s(&p, &h), 5 * 2.0 * (1 << 20) / 10e9, 1e-15);
 	ka[0].label = NULL;
-	CHECK_EQ_INT(cost_plan_step(&p, &h, 1, &rep), 0);
-	CHECK_NEAR(rep.step_s, 2.0 * (1 << 20) / 10e9, 1e-15);
-	cost_report_free(&rep);
+	CHECK_NEAR(plan_step_s(&p, &h), 2.0 * (1 << 20) / 10e9, 1e-15);
 	CHECK_NEAR(cost_action_seconds(&p, &h, 1, &ka[0], NULL), 2.0 * (1 << 20) / 10e9, 1e-15);
 	ka[0].label = "gelu x";
 	CHECK_NEAR(cost_action_seconds(&p, &h, 1, &ka[0], NULL), 5 * 2.0 * (1 << 20) / 10e9, 1e-15);
@@ -106,9 +97,7 @@ static void test_kernel_factors(void)
 	static DtmAction ga[1];
 	static DtmStage gs[1];
 	one_gemm_plan(&p, gb, ga, gs, 64, 1 << 20, DTM_F32);
-	CHECK_EQ_INT(cost_plan_step(&p, &h, 1, &rep), 0);
-	CHECK_NEAR(rep.step_s, 1.5 * 2.0 * 64 * 64 * 64 / 20e9, 1e-15);
-	cost_report_free(&rep);
+	CHECK_NEAR(plan_step_s(&p, &h), 1.5 * 2.0 * 64 * 64 * 64 / 20e9, 1e-15);
 }
 
 /* The cache model (cost.c cold_bytes): a GEMM whose operand was not used
@@ -152,14 +141,9 @@ static void test_cold_operands(void)
 	             .mesh_sizes = {1}, .nbuffers = 5, .buffers = b, .nstages = 1, .stages = &st,
 	             .train = {.microbatches = 1, .precision = DTM_F32}};
 	double hot = 2.0 * 1024 * 256 / 20e9, cold = (double)(1 << 20) / 10e9, mk;
-	CostReport rep;
-	CHECK_EQ_INT(cost_plan_step(&p, &h, 1, &rep), 0);
-	CHECK_NEAR(rep.step_s, 2 * hot, 1e-15);
-	cost_report_free(&rep);
+	CHECK_NEAR(plan_step_s(&p, &h), 2 * hot, 1e-15);
 	st.nactions = 3;
-	CHECK_EQ_INT(cost_plan_step(&p, &h, 1, &rep), 0);
-	CHECK_NEAR(rep.step_s, 3 * cold, 1e-15);
-	cost_report_free(&rep);
+	CHECK_NEAR(plan_step_s(&p, &h), 3 * cold, 1e-15);
 	CostSpan sp[3], *spans[1] = {sp};
 	CHECK_EQ_INT(cost_simulate(&p, &h, 1, spans, &mk), 0);
 	CHECK_NEAR(mk, 3 * cold, 1e-15);
@@ -168,14 +152,10 @@ static void test_cold_operands(void)
 	/* without the model, the grid's time; one weight of 3 MiB alone is
 	 * cold every time, and so is x, whose reuse crosses it (y was the
 	 * last touched) */
-	CHECK_EQ_INT(cost_plan_step(&p, &r, 1, &rep), 0);
-	CHECK_NEAR(rep.step_s, 3 * hot, 1e-15);
-	cost_report_free(&rep);
+	CHECK_NEAR(plan_step_s(&p, &r), 3 * hot, 1e-15);
 	st.nactions = 1;
 	b[W0].bytes = 3 << 20;
-	CHECK_EQ_INT(cost_plan_step(&p, &h, 1, &rep), 0);
-	CHECK_NEAR(rep.step_s, ((3 << 20) + 1024) / 10e9, 1e-15);
-	cost_report_free(&rep);
+	CHECK_NEAR(plan_step_s(&p, &h), ((3 << 20) + 1024) / 10e9, 1e-15);
 }
 
 /* The GEMM rate memo (cost.c gemm_rate) changes no price: a plan's step
@@ -212,10 +192,7 @@ static void test_gemm_memo(void)
 	for (int i = 0; i < N; i++)
 		sum += cost_action_seconds(&p, &h, 1, &a[i], NULL);
 	CHECK(sum > 0);
-	CostReport rep;
-	CHECK_EQ_INT(cost_plan_step(&p, &h, 1, &rep), 0);
-	CHECK_NEAR(rep.step_s, sum, 0);
-	cost_report_free(&rep);
+	CHECK_NEAR(plan_step_s(&p, &h), sum, 0);
 	CHECK_EQ_INT(cost_simulate(&p, &h, 1, NULL, &mk), 0);
 	CHECK_NEAR(mk, sum, 0);
 	/* a shape at a grid point: its rate */
