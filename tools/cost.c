@@ -521,8 +521,9 @@ static double gemm_rate(const CostEnv *e, DtmDtype dt, const DtmAction *a)
  *
  * The GEMM grid times each shape back to back, its operands in cache; in
  * a step the rest of the weights, gradients and activations pass through
- * between two uses of one.  A GEMM's operand (A, B; C when it
- * accumulates) is cold when the distinct bytes the rank's actions touched
+ * between two uses of one.  A GEMM's operand (A, B, and C: a C written
+ * outside the cache is fetched first) is cold when the distinct bytes the
+ * rank's actions touched
  * since its last use (its LRU stack distance, itself excluded) reach the
  * rank's cache, or it alone fills it: the l2_size of each of its threads,
  * shared by the ranks that share its cores.  The step is taken as one of
