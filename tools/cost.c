@@ -421,6 +421,15 @@ static void kernel_work_info(const BufInfo *bi, DtmDtype precision, const DtmAct
 	work_of(a, argb, id >= 0 ? bi[id].dtype : precision, flops, bytes, dtype);
 }
 
+/* The BufInfo copy of p's buffer table (malloc'd; NULL out of memory). */
+static BufInfo *buf_info(const DtmPlan *p)
+{
+	BufInfo *bi = malloc(sizeof *bi * (size_t)(p->nbuffers > 0 ? p->nbuffers : 1));
+	for (int b = 0; bi && b < p->nbuffers; b++)
+		bi[b] = (BufInfo){(double)p->buffers[b].bytes, p->buffers[b].dtype};
+	return bi;
+}
+
 static void tally(CostTally *t, double bytes, double seconds)
 {
 	t->count++;
@@ -483,8 +492,8 @@ static CostEnv cost_env(const DtmPlan *p, const HwProfile *hw, int64_t node_size
  * and a plan's thousands of GEMMs have a few dozen shapes: cost_plan_step
  * and simulate keep each shape's rate (CostEnv.grate, open addressing;
  * full, or NULL as in cost_action_seconds: computed every time).  The
- * same function of the same arguments: it changes no price (test_cost's
- * test_gemm_memo). */
+ * same function of the same arguments: it changes no price
+ * (test_cost_cal's test_gemm_memo). */
 typedef struct GemmMemo {
 	int64_t m, n, k, batch;
 	int dt, used;
@@ -495,26 +504,23 @@ typedef struct GemmMemo {
 static double gemm_rate(const CostEnv *e, DtmDtype dt, const DtmAction *a)
 {
 	int64_t b = a->batch > 1 ? a->batch : 1;
-	if (!e->grate)
-		return hw_gemm_rate(e->hw, dt, (double)a->m, (double)a->n, (double)a->k, (double)b,
-		                    e->threads);
 	uint64_t h = (uint64_t)a->m * 0x9E3779B97F4A7C15u ^ (uint64_t)a->n * 0xC2B2AE3D27D4EB4Fu ^
 	             (uint64_t)a->k * 0x165667B19E3779F9u ^ (uint64_t)b * 0x27D4EB2F165667C5u ^
 	             (uint64_t)dt;
-	for (int probe = 0; probe < GEMM_MEMO; probe++) {
-		GemmMemo *g = &e->grate[(h + (uint64_t)probe) & (GEMM_MEMO - 1)];
-		if (g->used && g->m == a->m && g->n == a->n && g->k == a->k && g->batch == b &&
-		    g->dt == (int)dt)
-			return g->rate;
-		if (!g->used) {
-			*g = (GemmMemo){a->m, a->n, a->k, b, (int)dt, 1,
-			                hw_gemm_rate(e->hw, dt, (double)a->m, (double)a->n,
-			                             (double)a->k, (double)b, e->threads)};
-			return g->rate;
-		}
+	GemmMemo *g = NULL; /* the shape's slot, or a free one */
+	for (int probe = 0; e->grate && probe < GEMM_MEMO && !g; probe++) {
+		GemmMemo *q = &e->grate[(h + (uint64_t)probe) & (GEMM_MEMO - 1)];
+		if (!q->used || (q->m == a->m && q->n == a->n && q->k == a->k && q->batch == b &&
+		                 q->dt == (int)dt))
+			g = q;
 	}
-	return hw_gemm_rate(e->hw, dt, (double)a->m, (double)a->n, (double)a->k, (double)b,
-	                    e->threads);
+	if (g && g->used)
+		return g->rate;
+	double r = hw_gemm_rate(e->hw, dt, (double)a->m, (double)a->n, (double)a->k, (double)b,
+	                        e->threads);
+	if (g)
+		*g = (GemmMemo){a->m, a->n, a->k, b, (int)dt, 1, r};
+	return r;
 }
 
 /* ---- which operands a GEMM reads from beyond the cache ----
@@ -523,8 +529,8 @@ static double gemm_rate(const CostEnv *e, DtmDtype dt, const DtmAction *a)
  * a step the rest of the weights, gradients and activations pass through
  * between two uses of one.  A GEMM's operand (A, B, and C: a C written
  * outside the cache is fetched first) is cold when the distinct bytes the
- * rank's actions touched
- * since its last use (its LRU stack distance, itself excluded) reach the
+ * rank's actions touched since its last use (its LRU stack distance,
+ * itself excluded) reach the
  * rank's cache, or it alone fills it: the l2_size of each of its threads,
  * shared by the ranks that share its cores.  The step is taken as one of
  * many: a pass over the actions first, so a weight's first use sees the
@@ -547,6 +553,16 @@ static double fen_sum(const double *f, int i)
 	for (; i > 0; i -= i & -i)
 		x += f[i];
 	return x;
+}
+
+/* Whether a's argument j is a buffer id of p not listed before j. */
+static bool first_arg(const DtmPlan *p, const DtmAction *a, int j)
+{
+	int b = a->args[j];
+	bool ok = b >= 0 && b < p->nbuffers;
+	for (int q = 0; q < j && ok; q++)
+		ok = a->args[q] != b;
+	return ok;
 }
 
 /* out[i]: the bytes of action i's operands that are cold (GEMMs; 0 for
@@ -588,10 +604,7 @@ static bool cold_bytes(const DtmPlan *p, int s, double cap, const BufInfo *bi, d
 				continue;
 			for (int j = 0; pass == 1 && a->kind == DTM_ACT_GEMM && j < na; j++) {
 				int b = a->args[j];
-				bool dup = b < 0 || b >= p->nbuffers;
-				for (int q = 0; q < j && !dup; q++)
-					dup = a->args[q] == b;
-				if (dup)
+				if (!first_arg(p, a, j))
 					continue;
 				double by = bi[b].bytes;
 				if (by >= cap || fen_sum(f, seq) - fen_sum(f, last[b]) >= cap)
@@ -599,10 +612,7 @@ static bool cold_bytes(const DtmPlan *p, int s, double cap, const BufInfo *bi, d
 			}
 			for (int j = 0; j < na; j++) {
 				int b = a->args[j];
-				bool dup = b < 0 || b >= p->nbuffers;
-				for (int q = 0; q < j && !dup; q++)
-					dup = a->args[q] == b;
-				if (dup || seq >= n)
+				if (!first_arg(p, a, j) || seq >= n)
 					continue;
 				if (pass == 1) {
 					double by = bi[b].bytes;
@@ -956,9 +966,7 @@ static int simulate(const DtmPlan *p, const HwProfile *hw, int64_t node_size,
 	if (!durs)
 		e.grate = calloc(GEMM_MEMO, sizeof *e.grate); /* NULL: no memo */
 	if (!durs && e.cold_bw > 0) { /* at cost_plan_step's cache share */
-		BufInfo *bi = malloc(sizeof *bi * (size_t)(p->nbuffers > 0 ? p->nbuffers : 1));
-		for (int b = 0; bi && b < p->nbuffers; b++)
-			bi[b] = (BufInfo){(double)p->buffers[b].bytes, p->buffers[b].dtype};
+		BufInfo *bi = buf_info(p);
 		cold_ok = bi && cold_env(&e, p, bi);
 		free(bi);
 	}
@@ -1149,14 +1157,11 @@ int cost_plan_step(const DtmPlan *plan, const HwProfile *hw, int nodes, CostRepo
 	out->stages = calloc((size_t)plan->nstages, sizeof *out->stages);
 	size_t nb = (size_t)(plan->nbuffers > 0 ? plan->nbuffers : 1);
 	double *ready = malloc(nb * sizeof *ready);
-	BufInfo *bi = malloc(nb * sizeof *bi);
+	BufInfo *bi = buf_info(plan);
 	if (!out->stages || !ready || !bi) {
 		free(ready);
 		free(bi);
 		return bad_plan(out, "out of memory");
-	}
-	for (int b = 0; b < plan->nbuffers; b++) {
-		bi[b] = (BufInfo){ (double)plan->buffers[b].bytes, plan->buffers[b].dtype };
 	}
 	int rc = 0;
 	double flops = 0;
