@@ -537,7 +537,19 @@ static double gemm_rate(const CostEnv *e, DtmDtype dt, const DtmAction *a)
  * previous step's last.  (A micro-batch of one or two rows on the MLP of
  * bench/fidelity.sh: forward GEMMs alternate two 1 MiB weights and stay
  * in a 2 MiB L2, the backward's cycle through a weight and two gradients
- * and ran 2-4x slower than the grid's time; see compute_seconds.) */
+ * and ran 2-4x slower than the grid's time.)  compute_seconds adds the
+ * cold bytes at gemm_cold_bw to the GEMM's time from the grid: a GEMM of
+ * a few hundred tokens does not hide them behind its arithmetic (oneDNN's
+ * bf16 256x1024x256 on one thread: 142 us with its operands in cache, 247
+ * with A, B and C each another of 16 copies per call, +105 us for 1.6 MB;
+ * a bf16 pipeline's weight gradients ran 2x the grid's time in the step).
+ * Priced as the larger of the two instead, every layout of
+ * bench/fidelity.sh's GPT came out 1.1-1.2x too fast per action, and the
+ * MLP's 1-row micro-batches 1.5x.  The `gemm` factor is fitted to the
+ * calibration GPT's GEMMs without this term, so at that model's own
+ * shapes (1,024 tokens, where the fetch hides better) it is counted
+ * twice: its layouts come out up to 0.94 per action, against 1.05 before
+ * (bench/README.md, "Cold operands on top"). */
 
 /* Fenwick tree over touch numbers 1..n: bytes of the buffers last touched
  * there. */
@@ -721,8 +733,8 @@ static double kernel_factor(const CostEnv *e, const DtmPlan *p, const DtmAction 
 /* A kernel or GEMM.  Calibrated (hw_calibrated: a CPU's curves, or a
  * GPU's from `calibrate --device cuda`): a GEMM's FLOPs at its shape's
  * measured rate times the `gemm` factor (a step's GEMMs against the same
- * shapes timed back to back), and no less than its cold operands' bytes
- * (cold_bytes) at the profile's gemm_cold_bw, an attention kernel's at the attention
+ * shapes timed back to back), plus its cold operands' bytes (cold_bytes)
+ * at the profile's gemm_cold_bw, an attention kernel's at the attention
  * rate (forward or backward), any other kernel's bytes at the bandwidth
  * measured for kernels of its size (dispatch included) times its class's
  * factor (GELU's arithmetic is not LayerNorm's); the calibrated
@@ -751,10 +763,11 @@ static double compute_seconds(const CostEnv *e, const DtmPlan *p, const DtmActio
 			tm = wide ? tm : 0;
 			double gf = e->gemmf[dt == DTM_BF16 || dt == DTM_F16];
 			double hot = t + (tf + tm) * gf;
-			/* operands from beyond the cache (cold_bytes): no faster
-			 * than their bytes at the cold rate */
+			/* operands from beyond the cache (cold_bytes): their
+			 * bytes at the cold rate on top, not hidden behind the
+			 * arithmetic (see the cache model's comment) */
 			if (cold > 0 && e->cold_bw > 0)
-				hot = dmax(hot, t + cold / e->cold_bw);
+				hot += cold / e->cold_bw;
 			return hot * e->oversub;
 		}
 	} else if (flops > 0) {
