@@ -148,9 +148,9 @@ typedef struct HwProfile {
 	 * operands evicted from it (`gemm_cold_bw T = B/s`: the weight of a
 	 * micro-batch of one row, read again after the rest of the step went
 	 * through the cache).  The GEMM grid times each shape back to back,
-	 * its operands cached; the cost model prices a GEMM whose operands
-	 * were not used within l2_size bytes at no less than their bytes at
-	 * this rate (tools/cost.c, cold_bytes).  0: not measured. */
+	 * its operands cached; the cost model adds to a GEMM's grid time the
+	 * bytes of its operands not used within l2_size bytes at this rate
+	 * (tools/cost.c, cold_bytes).  0: not measured. */
 	double l2_bytes;
 	double gemm_cold_bw[HW_MAX_THREADS + 1];
 } HwProfile;
