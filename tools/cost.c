@@ -548,7 +548,7 @@ static double gemm_rate(const CostEnv *e, DtmDtype dt, const DtmAction *a)
  * MLP's 1-row micro-batches 1.5x.  The `gemm` factor is fitted to the
  * calibration GPT's GEMMs without this term, so at that model's own
  * shapes (1,024 tokens, where the fetch hides better) it is counted
- * twice: its layouts come out up to 0.94 per action, against 1.05 before
+ * twice: one device comes out at 0.92-0.94 per action, against 1.03-1.06
  * (bench/README.md, "Cold operands on top"). */
 
 /* Fenwick tree over touch numbers 1..n: bytes of the buffers last touched
