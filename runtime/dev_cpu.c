@@ -752,8 +752,13 @@ int rt_cpu_gemm(const DtmAction *a, const DtmBuffer *bufs, void *const *ptrs, Rt
  * weight's uses):  C[1, 1024] = A[1, 256] B[256, 1024] (B read, 1 MiB)
  * and C[256, 1024] += A[256, 1] B[1, 1024] (a weight gradient's
  * accumulation: C read and written).  The large operands' bytes over the
- * two shapes' median calls' seconds.  *l2 is 0 (and nothing measured)
- * where the system does not say its L2's size. */
+ * two shapes' median calls' seconds: the whole calls', though the cost
+ * model adds the cold bytes at this rate to a GEMM's grid time.  Less the
+ * same calls' time on one copy in cache it came out 58-64 GB/s, not
+ * 21-25, on the Intel VM of bench/README.md, and the MLP's 1-row
+ * micro-batches then measured 1.18x their price and a bf16 pipeline 1.17x
+ * (0.93x and 1.15x this way): in a step the fetch costs more than here.  *l2 is 0
+ * (and nothing measured) where the system does not say its L2's size. */
 #define RT_COLD_CALLS 48
 static int cold_rate(RtPool *pool, RtGemmScratch *sc, double *call, double *l2, double *rate,
 		     char *err)
