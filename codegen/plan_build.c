@@ -76,7 +76,7 @@ static NodeKind node_kind_ex(const IrModule *m, const FusePlan *fp, const MemPla
 		return NK_COLL;
 	if (n->op == IR_OP_GRAD_NORM && n->nops > DTM_MAX_ARGS - 1)
 		return NK_GNORM;
-	if (n->op == IR_OP_MATMUL_WGRAD)
+	if (n->op == IR_OP_MATMUL_WGRAD || n->op == IR_OP_MATMUL_WGRAD_ACC)
 		return NK_GEMM; /* always one GEMM: fill_gemm */
 	if (n->op == IR_OP_MATMUL)
 		return lazy && fp->root[i] != i ? NK_MATMUL : matmul_kind(m, fp, i);
@@ -414,6 +414,11 @@ static void fill_gemm(Build *b, int i, DtmAction *act)
 	/* pass_fuse_operand, from the records */
 	const MemPlanNode *rec = b->mp->node;
 	const int *ops = &b->mp->opnd[rec[i].ops];
+	/* matmul_wgrad_acc(acc, x, dy): x^T dy onto acc's bytes, which are
+	 * this node's (in place), so C = x^T dy + C */
+	bool acc = n->op == IR_OP_MATMUL_WGRAD_ACC;
+	if (acc)
+		ops++;
 	int A = ops[0], B = ops[1];
 	bool ta = fp->folded[A], tb = fp->folded[B];
 	if (ta)
@@ -424,7 +429,7 @@ static void fill_gemm(Build *b, int i, DtmAction *act)
 	int r = n->rank;
 	int64_t M = n->shape[r - 2], N = n->shape[r - 1], K = an->shape[an->rank - 1];
 	int64_t batch = 1, sa = 0, sb = 0, sc = 0;
-	if (n->op == IR_OP_MATMUL_WGRAD) {
+	if (n->op == IR_OP_MATMUL_WGRAD || acc) {
 		/* [K, N] = x^T dy over the rows: x [rows, K] read transposed */
 		M = n->shape[0];
 		K = M > 0 ? rec[ops[0]].numel / M : 0;
@@ -456,7 +461,7 @@ static void fill_gemm(Build *b, int i, DtmAction *act)
 	act->trans_a = ta;
 	act->trans_b = tb;
 	act->alpha = 1.0f;
-	act->beta = 0.0f;
+	act->beta = acc ? 1.0f : 0.0f;
 	act->flops = 2 * M * N * K * batch;
 }
 
@@ -623,7 +628,7 @@ static void classify(Build *b)
 		const MemPlanNode *n = &b->mp->node[i];
 		bool gn = n->fl & MEMPLAN_N_GRAD_NORM;
 		if (i < b->opt_start &&
-		    ((b->opfl[n->op] & OPF_INPLACE) || gn || n->op == IR_OP_GRAD_NORM))
+		    (ir_op_is_update((IrOp)n->op) || gn || n->op == IR_OP_GRAD_NORM))
 			b->opt_start = i;
 		int o = mp->buf[i].owner;
 		b->bufid[i] = o == i ? b->nbuf++ : o >= 0 && o < i ? b->bufid[o] : -1;

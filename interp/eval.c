@@ -227,15 +227,19 @@ static bool ev_binary(IrEval *e, const IrNode *n, Diag *d)
 /* ---- matmul ---- */
 
 /* x [..., K], dy [..., N] -> [K, N]: x^T dy over every leading row. */
+/* matmul_wgrad(x, dy), and matmul_wgrad_acc(acc, x, dy): acc + that, the
+ * sum made after the GEMM's as add(acc, matmul_wgrad(x, dy)) makes it, so
+ * the two forms agree to the last bit here. */
 static bool ev_wgrad(IrEval *e, const IrNode *n, Diag *d)
 {
-	const IrNode *X = arg(e, n, 0), *DY = arg(e, n, 1);
+	int o = n->op == IR_OP_MATMUL_WGRAD_ACC;
+	const IrNode *X = arg(e, n, o), *DY = arg(e, n, o + 1);
 	int64_t K = n->shape[0], Nn = n->shape[1];
 	int64_t rows = K > 0 ? ir_node_numel(X) / K : 0;
 	if (n->rank != 2 || X->shape[X->rank - 1] != K || DY->shape[DY->rank - 1] != Nn ||
 	    rows * Nn != ir_node_numel(DY))
 		return ir_eval_bad(d, n, "operands do not match the result");
-	const double *x = in(e, n, 0), *dy = in(e, n, 1);
+	const double *x = in(e, n, o), *dy = in(e, n, o + 1);
 	double *c = e->val[n->id];
 	memset(c, 0, sizeof(double) * (size_t)(K * Nn));
 	for (int64_t r = 0; r < rows; r++)
@@ -244,6 +248,11 @@ static bool ev_wgrad(IrEval *e, const IrNode *n, Diag *d)
 			for (int64_t j = 0; xv != 0 && j < Nn; j++)
 				c[k * Nn + j] += xv * dy[r * Nn + j];
 		}
+	if (o) {
+		const double *acc = in(e, n, 0);
+		for (int64_t i = 0; i < K * Nn; i++)
+			c[i] = acc[i] + c[i];
+	}
 	return true;
 }
 
@@ -750,6 +759,7 @@ static bool eval_node(IrEval *e, const IrNode *n, Diag *d)
 	case IR_OP_MATMUL:
 		return ev_matmul(e, n, d);
 	case IR_OP_MATMUL_WGRAD:
+	case IR_OP_MATMUL_WGRAD_ACC:
 		return ev_wgrad(e, n, d);
 	case IR_OP_ADD:
 	case IR_OP_SUB:

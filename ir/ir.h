@@ -49,7 +49,7 @@ enum {
 	OPF_BINARY = 1 << 3,
 	OPF_REDUCE = 1 << 4,
 	OPF_COLL = 1 << 5,
-	OPF_INPLACE = 1 << 6, /* the result aliases operand 0 (optimizer updates) */
+	OPF_INPLACE = 1 << 6, /* the result aliases operand 0 (updates, accumulations) */
 	OPF_LOCAL = 1 << 7,   /* per-rank: only after partition (see ops.def) */
 };
 
@@ -651,6 +651,13 @@ int ir_op_max_operands(IrOp op); /* -1 = variadic */
 IrAttrKind ir_op_attr_kind(IrOp op);
 unsigned ir_op_flags(IrOp op);
 bool ir_op_lookup(const char *name, IrOp *out);
+/* An optimizer-phase update of a persistent value in place (adamw_step,
+ * sgd_step, assign): OPF_INPLACE but matmul_wgrad_acc, which accumulates a
+ * backward value.  The first of them starts the optimizer phase. */
+static inline bool ir_op_is_update(IrOp op)
+{
+	return (ir_op_flags(op) & OPF_INPLACE) && op != IR_OP_MATMUL_WGRAD_ACC;
+}
 
 const char *ir_dtype_name(IrDtype t);
 bool ir_dtype_lookup(const char *name, IrDtype *out);

@@ -55,7 +55,7 @@ static bool passthrough(const IrNode *n)
 	case IR_OP_PAD_MASK:
 		return true;
 	default:
-		return (ir_op_flags(n->op) & (OPF_COLL | OPF_INPLACE)) != 0;
+		return (ir_op_flags(n->op) & OPF_COLL) || ir_op_is_update(n->op);
 	}
 }
 

@@ -250,18 +250,27 @@ static bool infer_matmul(Infer *c, const IrNode *a, const IrNode *b)
 	return set_out(c, a->dtype, r + 2, out);
 }
 
-static bool infer_wgrad(Infer *c, const IrNode *x, const IrNode *dy)
+/* matmul_wgrad(x, dy); with acc, matmul_wgrad_acc(acc, x, dy), whose acc
+ * has the result's type. */
+static bool infer_wgrad(Infer *c, const IrNode *acc, const IrNode *x, const IrNode *dy)
 {
-	if (!need_float(c, x, 0) || !need_float(c, dy, 1) || !same_dtype(c, x, dy))
+	int i = acc ? 1 : 0;
+	if (!need_float(c, x, i) || !need_float(c, dy, i + 1) || !same_dtype(c, x, dy))
 		return false;
 	bool same = x->rank >= 2 && x->rank == dy->rank;
-	for (int i = 0; same && i < x->rank - 1; i++)
-		same = x->shape[i] == dy->shape[i];
+	for (int d = 0; same && d < x->rank - 1; d++)
+		same = x->shape[d] == dy->shape[d];
 	if (!same)
-		return fail(c, "matmul_wgrad: operands need rank >= 2 and the same leading dims: %s, %s",
-		            shp(x).s, shp(dy).s);
+		return fail(c, "%s: x and dy need rank >= 2 and the same leading dims: %s, %s",
+		            opname(c->n), shp(x).s, shp(dy).s);
 	int64_t out[2] = {x->shape[x->rank - 1], dy->shape[dy->rank - 1]};
-	return set_out(c, ir_dtype_accum(x->dtype), 2, out);
+	IrDtype t = ir_dtype_accum(x->dtype);
+	if (acc && (acc->dtype != t || acc->rank != 2 || acc->shape[0] != out[0] ||
+	            acc->shape[1] != out[1]))
+		return fail(c, "%s: the accumulator %s is %s, the gradient %s[%lld, %lld]",
+		            opname(c->n), vn(acc), ty(acc).s, ir_dtype_name(t), (long long)out[0],
+		            (long long)out[1]);
+	return set_out(c, t, 2, out);
 }
 
 static bool infer_binary(Infer *c, const IrNode *a, const IrNode *b)
@@ -745,7 +754,9 @@ static bool infer_op(Infer *c, IrNode **o)
 	case IR_OP_MATMUL:
 		return infer_matmul(c, o[0], o[1]);
 	case IR_OP_MATMUL_WGRAD:
-		return infer_wgrad(c, o[0], o[1]);
+		return infer_wgrad(c, NULL, o[0], o[1]);
+	case IR_OP_MATMUL_WGRAD_ACC:
+		return infer_wgrad(c, o[0], o[1], o[2]);
 	case IR_OP_ADD: case IR_OP_SUB: case IR_OP_MUL: case IR_OP_DIV:
 		return infer_binary(c, o[0], o[1]);
 	case IR_OP_NEG: case IR_OP_EXP: case IR_OP_LOG: case IR_OP_SQRT:

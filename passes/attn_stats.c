@@ -17,8 +17,9 @@
  * it stays live until the backward, as FlashAttention keeps its output
  * and statistics.
  *
- * It runs last, on the per-rank program, so that nothing moves or copies
- * the pair's operands after it.  Only where the CPU kernel reads the
+ * It runs on the ordered per-rank program, after which no pass moves or
+ * copies the pair's operands (accumulate, after it, rewrites only weight
+ * gradient sums).  Only where the CPU kernel reads the
  * statistics: head sizes that are multiples of 16, v's head size q's.  The
  * CUDA kernels read them as well (dtmk_cuda_attn.cuh: the backward's
  * first phase then reads the rows' statistics instead of computing them).

@@ -11,6 +11,7 @@
  * command that compiles.
  */
 #include "passes/passes.h"
+#include "passes/accumulate.h"
 #include "passes/attn_stats.h"
 #include "passes/autodiff.h"
 #include "passes/bucket.h"
@@ -141,6 +142,9 @@ static const Pass passes[] = {
 	 .reads = R(MICROBATCHES) | R(SCHEDULE) | R(VIRTUAL_STAGES) | PASS_READS_CHUNKS},
 	/* attention_bwd reads its forward's log-sum-exps (attn_stats.c) */
 	{.name = "attn_stats", .run = pass_attn_stats},
+	/* a weight gradient's sum over micro-batches by its GEMM, beta = 1
+	 * (accumulate.c) */
+	{.name = "accumulate", .run = pass_accumulate},
 	{.name = "verify", .run = run_verify},
 	{.name = "fuse", .analyse = run_fuse},
 	{.name = "memplan", .analyse = run_memplan},

@@ -268,7 +268,7 @@ bool pass_pipeline(IrModule *m, Diag *d, const PassOptions *opt)
 		for (int j = 0; j < nops_i; j++)
 			ops[j] = n->ops[j];
 		nop += (size_t)nops_i;
-		if (i > loss && !opt_started && ((fl & OPF_INPLACE) || o == IR_OP_GRAD_NORM))
+		if (i > loss && !opt_started && (ir_op_is_update((IrOp)o) || o == IR_OP_GRAD_NORM))
 			opt_started = true;
 		int phase = i <= loss ? IR_PHASE_FORWARD
 		            : !opt_started ? IR_PHASE_BACKWARD : IR_PHASE_OPTIMIZER;

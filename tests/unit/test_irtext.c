@@ -352,8 +352,10 @@ static void build(void)
 	*ir_attr_attn_mut(M, n) = (IrAttrAttn){.heads = 4, .causal = 1, .ring = 1u << 1, .step = 1,
 	                                       .balanced = 1};
 	done(n);
-	/* autodiff's weight gradient */
-	done(add(IR_OP_MATMUL_WGRAD, 2, (int[]){h, h}));
+	/* autodiff's weight gradient, and one summed onto it in place
+	 * (passes/accumulate.c) */
+	int wg = done(add(IR_OP_MATMUL_WGRAD, 2, (int[]){h, h}));
+	done(add(IR_OP_MATMUL_WGRAD_ACC, 3, (int[]){wg, h, h}));
 	/* vocab-parallel ops (passes/partition.c) */
 	n = add(IR_OP_EMBED_VP, 2, (int[]){wte, tok});
 	ir_attr_coll_mut(M, n)->axes = 1u << 2;
