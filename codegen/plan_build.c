@@ -309,8 +309,8 @@ static void fill_split(const IrModule *m, const IrNode *n, DtmBuffer *buf)
  * that the lines of the fields a lean buffer leaves zero are not written. */
 static void fill_buffer_lean(const Build *b, int i, DtmBuffer *buf)
 {
-	const MemPlanNode *n = &b->mp->node[i];
 	const MemPlanBuf *mb = &b->mp->buf[i];
+	const MemPlanNode *n = &b->mp->node[mb->ident >= 0 ? mb->ident : i];
 	buf->name = n->name;
 	buf->role = role_of(i == b->m->loss ? IR_ROLE_LOSS : (IrRole)n->role);
 	buf->dtype = dtype_of((IrDtype)n->dtype);
@@ -331,12 +331,14 @@ static void fill_buffer_lean(const Build *b, int i, DtmBuffer *buf)
 	}
 }
 
-/* Buffer *buf (zeroed) for storage owner i. */
+/* Buffer *buf (zeroed) for storage owner i, named and placed as the value
+ * it holds for the runtime (MemPlanBuf.ident: i, or the grad.P that a
+ * chain of accumulations in place ends in). */
 static bool fill_buffer(Build *b, int i, DtmBuffer *buf)
 {
 	const IrModule *m = b->m;
-	const IrNode *n = m->nodes[i];
 	const MemPlanBuf *mb = &b->mp->buf[i];
+	const IrNode *n = m->nodes[mb->ident >= 0 ? mb->ident : i];
 	buf->name = n->name && !b->lean ? arena_strdup(b->a, n->name) : n->name;
 	buf->role = role_of(i == m->loss ? IR_ROLE_LOSS : n->role);
 	buf->dtype = dtype_of(n->dtype);

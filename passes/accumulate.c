@@ -25,14 +25,17 @@
  *  - acc has storage of its own: a matmul_wgrad, a matmul_wgrad_acc or an
  *    add (a reshape or a received value may share bytes with another);
  *  - s, w and acc are f32 values of one shape and placement on one stage,
- *    none of them a value the runtime reads after the step (role act, no
- *    link: the loss, grad_norm and role grad values keep buffers of their
- *    own, memplan.c), and w is read by s alone.
+ *    w and acc activations (role act, no link) and w read by s alone; s an
+ *    activation or a param's gradient (grad.P: the last sum of a weight
+ *    that no collective reduces, on one device, with pp alone or under
+ *    ZeRO-1/2).  w' takes s's identity (rb_take: name, role, link), and
+ *    memplan puts a chain that ends in grad.P in the GRAD arena from its
+ *    first GEMM on (MemPlanBuf.ident: the buffer carries grad.P's name
+ *    and role for the runtime and inspect).
  * The sum is the same but for rounding: the interpreter (f64) gives the
  * two forms bit for bit; a BLAS adds C to its K blocks' partial products
  * one at a time, so in f32 the last bits can differ as between any two
- * layouts.  The final sum of a weight that no collective reduces (one
- * device, or pp alone) is role grad and stays an add.
+ * layouts.
  *
  * It runs after attn_stats, on the program the pipeline pass ordered (node
  * order is each rank's execution order), so nothing moves the nodes after
@@ -43,13 +46,14 @@
 
 #include <stdlib.h>
 
-/* Whether node v is a plain f32 activation like s: same shape, placement
- * and stage, read by nothing after the step. */
-static bool like_sum(const IrModule *m, const IrNode *v, const IrNode *s)
+/* Whether node v is an f32 value like s (same shape, placement and stage)
+ * that is an activation, or with grad, a param's gradient (grad.P). */
+static bool like_sum(const IrModule *m, const IrNode *v, const IrNode *s, bool grad)
 {
-	if (v->dtype != IR_F32 || v->rank != s->rank || v->place != s->place ||
-	    v->role != IR_ROLE_ACT || v->id == m->loss || ir_link(m, v) != IR_LINK_NONE ||
-	    ir_stage(m, v) != ir_stage(m, s))
+	bool act = v->role == IR_ROLE_ACT && ir_link(m, v) == IR_LINK_NONE;
+	bool g = grad && v->role == IR_ROLE_GRAD && ir_link(m, v) == IR_LINK_GRAD;
+	if (v->dtype != IR_F32 || v->rank != s->rank || v->place != s->place || !(act || g) ||
+	    v->id == m->loss || ir_stage(m, v) != ir_stage(m, s))
 		return false;
 	for (int k = 0; k < v->rank; k++)
 		if (v->shape[k] != s->shape[k])
@@ -61,7 +65,7 @@ static bool like_sum(const IrModule *m, const IrNode *v, const IrNode *s)
  * or -1.  rep[v]: the node that holds value v after the rewrites so far. */
 static int match(const IrModule *m, const IrNode *s, const int *uses, const int *rep, int *acc)
 {
-	if (s->op != IR_OP_ADD || s->nops != 2 || s->ops[0] == s->ops[1] || !like_sum(m, s, s))
+	if (s->op != IR_OP_ADD || s->nops != 2 || s->ops[0] == s->ops[1] || !like_sum(m, s, s, true))
 		return -1;
 	/* both operands may be gradients: the later one accumulates */
 	int first = s->ops[0] > s->ops[1] ? 0 : 1;
@@ -69,7 +73,7 @@ static int match(const IrModule *m, const IrNode *s, const int *uses, const int 
 		int w = s->ops[first ^ t], a = s->ops[first ^ t ^ 1];
 		const IrNode *wn = m->nodes[w], *an = m->nodes[a];
 		if (wn->op != IR_OP_MATMUL_WGRAD || uses[w] != 1 || uses[a] != 1 ||
-		    !like_sum(m, wn, s) || !like_sum(m, an, s) || rep[a] >= w)
+		    !like_sum(m, wn, s, false) || !like_sum(m, an, s, false) || rep[a] >= w)
 			continue;
 		IrOp ao = m->nodes[rep[a]]->op;
 		if (ao != IR_OP_MATMUL_WGRAD && ao != IR_OP_MATMUL_WGRAD_ACC && ao != IR_OP_ADD)
@@ -115,8 +119,13 @@ bool pass_accumulate(IrModule *m, Diag *d, const PassOptions *opt)
 		ok = rb_begin(&rb, m, d, "accumulate", (size_t)nn);
 		for (int i = 0; ok && i < nn; i++) {
 			IrNode *n = m->nodes[i];
-			if (rep[i] != i) { /* a sum the GEMM made: its readers read that */
-				rb.map[i] = rb.map[rep[i]];
+			if (rep[i] != i) {
+				/* a sum the GEMM made: its readers read that, which
+				 * takes its identity (grad.P's name, role, link) */
+				IrNode *x = rb.out->nodes[rb.map[rep[i]]];
+				rb_take(&rb, x, i);
+				int pf = ir_place_from(m, n);
+				ir_set_place_from(rb.out, x, pf >= 0 && pf < i ? rb.map[pf] : -1);
 				continue;
 			}
 			if (acc[i] >= 0) {

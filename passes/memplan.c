@@ -9,7 +9,8 @@
  *   (role grad) -> GRAD: persistent, packed one after another;
  *   in-place results (OPF_INPLACE) share operand 0's storage, and so do
  *   reshapes of activations (a reshape of a row-major tensor is the same
- *   bytes);
+ *   bytes); a chain of matmul_wgrad_acc that ends in a gradient has the
+ *   gradient's arena from its first GEMM on (MemPlanBuf.ident);
  *   fused intermediates and folded transposes have no storage;
  *   everything else -> ACT, reusing memory by liveness: a value is live
  *   from the node that writes it to the last node that reads it (a read by
@@ -254,6 +255,7 @@ enum {
 
 typedef struct Node {
 	int op0;      /* operand 0, or -1 */
+	int ident;    /* an owner's MemPlanBuf.ident */
 	int last;     /* the last position reading it (n: lives to the end) */
 	uint8_t fl;   /* NF_* */
 	uint8_t arena;
@@ -350,6 +352,7 @@ bool pass_memplan(const IrModule *m, const FusePlan *fp, Arena *a, Diag *d, MemP
 			nstages = nd->stage + 1;
 		x->stage = nd->stage >= 0 && nd->stage < 255 ? (uint8_t)nd->stage : 255;
 		x->op0 = nd->nops > 0 ? ops[0] : -1;
+		x->ident = i;
 		x->fl = 0;
 		x->arena = 0;
 		if (flags & NF_COLL_READ)
@@ -380,6 +383,22 @@ bool pass_memplan(const IrModule *m, const FusePlan *fp, Arena *a, Diag *d, MemP
 		 * when its operand has none: its bytes wait for that (step 2) */
 		if ((flags & NF_INPLACE) || nd->op == IR_OP_SEND) {
 			x->fl |= NF_ALIAS | (flags & NF_INPLACE);
+			/* a weight gradient accumulated in place up to grad.P
+			 * (passes/accumulate.c): the chain's storage is the
+			 * gradient's, persistent, from its first GEMM on */
+			if (nd->op == IR_OP_MATMUL_WGRAD_ACC && x->arena != MEMPLAN_ARENA_ACT) {
+				int r = x->op0;
+				while (r >= 0 && (nodes[r].fl & NF_ALIAS))
+					r = nodes[r].op0;
+				if (r < 0 || (nodes[r].fl & (NF_NOSTORE | NF_RESHAPE)) ||
+				    nodes[r].arena != MEMPLAN_ARENA_ACT) {
+					diag_internal(d, u->loc, "memplan: %%%d accumulates into %%%d, "
+					              "which has no activation storage of its own", i, r);
+					return false;
+				}
+				nodes[r].arena = x->arena;
+				nodes[r].ident = i;
+			}
 			continue;
 		}
 		if (nd->op == IR_OP_RESHAPE && nd->role == IR_ROLE_ACT && !to_end) {
@@ -412,6 +431,7 @@ bool pass_memplan(const IrModule *m, const FusePlan *fp, Arena *a, Diag *d, MemP
 		b->bytes = 0;
 		b->owner = -1;
 		b->live_from = b->live_to = i;
+		b->ident = x->ident;
 		if (x->fl & NF_NOSTORE)
 			continue;
 		if (x->op0 >= 0 &&

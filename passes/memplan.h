@@ -38,6 +38,11 @@ typedef struct MemPlanBuf {
 	 * results and copy-free reshapes the node it aliases; -1 without
 	 * storage. */
 	int owner;
+	/* For an owner, the node whose name, role and placement its storage
+	 * carries: itself, or the gradient (grad.P) a chain of in-place
+	 * accumulations ends in (passes/accumulate.c), whose persistent
+	 * arena the chain's storage is in from its first GEMM on. */
+	int ident;
 	int live_from, live_to; /* ACT owners: node positions, inclusive */
 } MemPlanBuf;
 
