@@ -549,7 +549,15 @@ static double gemm_rate(const CostEnv *e, DtmDtype dt, const DtmAction *a)
  * calibration GPT's GEMMs without this term, so at that model's own
  * shapes (1,024 tokens, where the fetch hides better) it is counted
  * twice: one device comes out at 0.92-0.94 per action, against 1.03-1.06
- * (bench/README.md, "Cold operands on top"). */
+ * (bench/README.md, "Cold operands on top").
+ * A C the GEMM adds to (beta != 0: a weight gradient accumulated over
+ * micro-batches, passes/accumulate.c) is not counted: the GEMM streams it
+ * once, read and written, and that costs about the same from beyond the
+ * cache as from within (the calibration's beta = 1 C of 1 MiB at k = 1:
+ * 52 us a call cycling 2 copies, 59-64 us cycling 3-10, where a B of
+ * 1 MiB went 20 -> 34-41 us).  Counted, the MLP's 64- and 128-micro-batch
+ * layouts came out at 0.67-0.75 per action, 0.89-1.10 without
+ * (bench/README.md, "Weight gradients summed by their GEMMs"). */
 
 /* Fenwick tree over touch numbers 1..n: bytes of the buffers last touched
  * there. */
@@ -578,8 +586,9 @@ static bool first_arg(const DtmPlan *p, const DtmAction *a, int j)
 }
 
 /* out[i]: the bytes of action i's operands that are cold (GEMMs; 0 for
- * the rest), for stage s and a cache of cap bytes; bi the buffers' bytes
- * (BufInfo: the buffer table's entries miss the cache). */
+ * the rest; an accumulated C never), for stage s and a cache of cap bytes;
+ * bi the buffers' bytes (BufInfo: the buffer table's entries miss the
+ * cache). */
 static bool cold_bytes(const DtmPlan *p, int s, double cap, const BufInfo *bi, double *out)
 {
 	const DtmStage *st = &p->stages[s];
@@ -616,7 +625,7 @@ static bool cold_bytes(const DtmPlan *p, int s, double cap, const BufInfo *bi, d
 				continue;
 			for (int j = 0; pass == 1 && a->kind == DTM_ACT_GEMM && j < na; j++) {
 				int b = a->args[j];
-				if (!first_arg(p, a, j))
+				if (!first_arg(p, a, j) || (j == na - 1 && a->beta != 0))
 					continue;
 				double by = bi[b].bytes;
 				if (by >= cap || fen_sum(f, seq) - fen_sum(f, last[b]) >= cap)

@@ -157,6 +157,18 @@ static void test_cold_operands(void)
 	st.nactions = 1;
 	b[W0].bytes = 3 << 20;
 	CHECK_NEAR(plan_step_s(&p, &h), hot + ((3 << 20) + 1024) / 10e9, 1e-15);
+	/* a C the GEMM adds to (beta = 1: a gradient accumulated over
+	 * micro-batches, passes/accumulate.c) is not fetched cold: the GEMM
+	 * streams it once, read and written, at the rate the grid's own
+	 * timing holds (bench/README.md, "Weight gradients summed by their
+	 * GEMMs"); as C of a beta = 0 GEMM it is */
+	a[0].args[1] = W1;
+	a[0].args[2] = W0; /* 3 MiB: cold as a beta = 0 GEMM's C */
+	CHECK_NEAR(plan_step_s(&p, &h), hot + ((3 << 20) + (1 << 20) + 1024) / 10e9, 1e-15);
+	a[0].beta = 1;
+	CHECK_NEAR(plan_step_s(&p, &h), hot + ((1 << 20) + 1024) / 10e9, 1e-15);
+	CHECK_NEAR(cost_simulate(&p, &h, 1, spans, &mk), 0, 0);
+	CHECK_NEAR(sp[0].cold_bytes, (1 << 20) + 1024, 0);
 }
 
 /* The GEMM rate memo (cost.c gemm_rate) changes no price: a plan's step
