@@ -4,13 +4,16 @@
  * order and arity, attribute sanity, placements against the mesh and the
  * value's rank, choose points, and (by re-running ir_infer on a scratch
  * copy of each node) that the recorded dtype and shape are still what the
- * operands give.  Each problem is one error at the node's source location,
- * naming the pass that left it, so a broken pass is found by name.
+ * operands give, and that an in-place accumulation (matmul_wgrad_acc) owns
+ * the buffer it adds to.  Each problem is one error at the node's source
+ * location, naming the pass that left it, so a broken pass is found by
+ * name.
  */
 #include "ir/ir.h"
 
 #include <inttypes.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct Verifier {
@@ -18,6 +21,7 @@ typedef struct Verifier {
 	Diag *d;
 	const char *after;
 	int errors;
+	int *reads; /* per node, its readers; counted when first needed */
 } Verifier;
 
 static void node_error(Verifier *v, const IrNode *n, const char *fmt, ...)
@@ -175,6 +179,36 @@ static void check_link(Verifier *v, const IrNode *n)
 	}
 }
 
+/* matmul_wgrad_acc(acc, x, dy) writes acc's buffer (OPF_INPLACE): acc must
+ * be read by it alone and have a buffer of its own, a GEMM's or an add's
+ * activation (passes/accumulate.c makes no other), or the value the
+ * interpreter computes is not the one the runtime does. */
+static void check_accumulator(Verifier *v, const IrNode *n)
+{
+	IrModule *m = v->m;
+	if (!v->reads) {
+		v->reads = calloc((size_t)m->nnodes + 1, sizeof(int));
+		if (!v->reads) {
+			node_error(v, n, "out of memory checking the accumulator");
+			return;
+		}
+		for (int i = 0; i < m->nnodes; i++)
+			for (int k = 0; k < m->nodes[i]->nops; k++)
+				if (m->nodes[i]->ops[k] >= 0 && m->nodes[i]->ops[k] < m->nnodes)
+					v->reads[m->nodes[i]->ops[k]]++;
+	}
+	const IrNode *a = m->nodes[n->ops[0]];
+	bool own = a->op == IR_OP_MATMUL_WGRAD || a->op == IR_OP_MATMUL_WGRAD_ACC ||
+	           a->op == IR_OP_ADD;
+	if (!own || a->role != IR_ROLE_ACT || a->id == m->loss)
+		node_error(v, n, "the accumulator %%%d (%s, role %s) is not an activation a GEMM or an "
+		           "add made: matmul_wgrad_acc adds into a buffer of its own",
+		           a->id, ir_op_name(a->op), ir_role_name(a->role));
+	else if (v->reads[a->id] != 1)
+		node_error(v, n, "the accumulator %%%d is read %d times: matmul_wgrad_acc overwrites "
+		           "it, so it must be its only reader", a->id, v->reads[a->id]);
+}
+
 static void check_node(Verifier *v, int i)
 {
 	IrModule *m = v->m;
@@ -261,6 +295,8 @@ static void check_node(Verifier *v, int i)
 		ir_format_type(got, sizeof got, s.dtype, s.rank, s.shape);
 		node_error(v, n, "recorded type %s but the operands give %s", had, got);
 	}
+	if (n->op == IR_OP_MATMUL_WGRAD_ACC)
+		check_accumulator(v, n);
 }
 
 static void check_chooses(Verifier *v)
@@ -305,7 +341,7 @@ bool ir_loss_not_scalar(const IrModule *m, char *msg, size_t cap)
 
 bool ir_verify(IrModule *m, Diag *d, const char *after)
 {
-	Verifier v = {m, d, after ? after : "?", 0};
+	Verifier v = {m, d, after ? after : "?", 0, NULL};
 	char msg[256];
 	if (m->places->oom || m->oom) {
 		module_error(&v, "out of memory for the placements or attributes");
@@ -325,9 +361,12 @@ bool ir_verify(IrModule *m, Diag *d, const char *after)
 		check_node(&v, i);
 		/* a broken pass breaks every node after it; the first few say
 		 * enough and the rest would be slow noise */
-		if (v.errors >= 50)
+		if (v.errors >= 50) {
+			free(v.reads);
 			return false;
+		}
 	}
+	free(v.reads);
 	if (m->loss < -1 || m->loss >= m->nnodes)
 		module_error(&v, "the loss names node %%%d, which does not exist", m->loss);
 	else if (ir_loss_not_scalar(m, msg, sizeof msg))
