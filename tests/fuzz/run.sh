@@ -13,7 +13,8 @@
 # (the hardware profile parser, default 10; seeds tests/fuzz/corpus/hw).  The seed corpus is
 # tests/fuzz/corpus plus models/ and tests/diag/ (for the front end) and
 # tests/golden/*.ir, tests/diag/*.ir plus tests/fuzz/corpus/ir (IR text
-# after lower, propagate, state, partition and pipeline, for the IR
+# after lower, propagate, state, partition, pipeline and attn_stats (micro-
+# batch weight gradient sums, for accumulate), for the IR
 # parser and the passes); the run works on copies in WORKDIR, so the
 # repository is never written.  The targets abort on an internal error
 # (tests/fuzz/fuzz_frontend.c).
