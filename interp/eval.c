@@ -226,10 +226,10 @@ static bool ev_binary(IrEval *e, const IrNode *n, Diag *d)
 
 /* ---- matmul ---- */
 
-/* x [..., K], dy [..., N] -> [K, N]: x^T dy over every leading row. */
-/* matmul_wgrad(x, dy), and matmul_wgrad_acc(acc, x, dy): acc + that, the
- * sum made after the GEMM's as add(acc, matmul_wgrad(x, dy)) makes it, so
- * the two forms agree to the last bit here. */
+/* matmul_wgrad: x [..., K], dy [..., N] -> [K, N], x^T dy over every
+ * leading row; matmul_wgrad_acc(acc, x, dy): acc + that, the sum made
+ * after the product's as add(acc, matmul_wgrad(x, dy)) makes it, so the
+ * two forms agree to the last bit here. */
 static bool ev_wgrad(IrEval *e, const IrNode *n, Diag *d)
 {
 	int o = n->op == IR_OP_MATMUL_WGRAD_ACC;
