@@ -119,7 +119,7 @@ static void elem(double *loc, double *glob, int64_t li, int64_t gi, int mode)
 	}
 }
 
-static int64_t global_numel(const IrSpmd *s, int n)
+int64_t ir_spmd_global_numel(const IrSpmd *s, int n)
 {
 	int64_t g[IR_MAX_RANK], N = 1;
 	int rk = ir_spmd_global_shape(s, n, g);
@@ -141,7 +141,7 @@ void ir_spmd_init_params(IrSpmd *s, uint64_t seed)
 		const IrNode *n = s->m->nodes[i];
 		if ((n->op != IR_OP_PARAM && n->op != IR_OP_STATE) || ir_attr_init(n)->kind == IR_INIT_NONE)
 			continue;
-		int64_t N = global_numel(s, i);
+		int64_t N = ir_spmd_global_numel(s, i);
 		double *g = malloc(sizeof(double) * (size_t)(N ? N : 1));
 		if (!g)
 			continue;
@@ -155,7 +155,7 @@ void ir_spmd_gather(const IrSpmd *s, int n, double *global)
 {
 	const IrNode *x = s->m->nodes[n];
 	const Mesh *mesh = &s->m->mesh;
-	int64_t N = global_numel(s, n);
+	int64_t N = ir_spmd_global_numel(s, n);
 	bool max = ir_place(s->m, x)->partial && ir_place(s->m, x)->partial_op == IR_RED_MAX;
 	for (int64_t i = 0; i < N; i++)
 		global[i] = max ? -INFINITY : 0;

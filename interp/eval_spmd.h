@@ -40,6 +40,8 @@ void ir_spmd_free(IrSpmd *s);
 void ir_spmd_init_params(IrSpmd *s, uint64_t seed);
 /* The global shape of node n (ir_global_dim); returns the rank. */
 int ir_spmd_global_shape(const IrSpmd *s, int n, int64_t *shape);
+/* Its element count. */
+int64_t ir_spmd_global_numel(const IrSpmd *s, int n);
 /* Scatters a global value (row-major, ir_spmd_global_shape) to every
  * rank's shard of node n. */
 void ir_spmd_set_global(IrSpmd *s, int n, const double *global);

@@ -90,15 +90,6 @@ static int64_t arena_bytes(const IrModule *m, int k)
 	return an.mem->arena_bytes[k];
 }
 
-static int64_t global_numel(const IrSpmd *s, int n)
-{
-	int64_t shape[IR_MAX_RANK], N = 1;
-	int r = ir_spmd_global_shape(s, n, shape);
-	for (int d = 0; d < r; d++)
-		N *= shape[d];
-	return N;
-}
-
 /* Runs a and b (the same program, b after accumulate) two steps by the
  * SPMD interpreter from the same state; returns the values that differ in
  * any bit: the loss, every gradient and every param. */
@@ -117,7 +108,7 @@ static int identity(const char *label, const IrModule *a, const IrModule *b, int
 		const IrNode *n = a->nodes[i];
 		if (n->op != IR_OP_INPUT)
 			continue;
-		int64_t N = global_numel(&s[0], i);
+		int64_t N = ir_spmd_global_numel(&s[0], i);
 		double *v = malloc(sizeof(double) * (size_t)N);
 		global_input(n, N, idlim, v);
 		ir_spmd_set_global(&s[0], i, v);
@@ -149,7 +140,7 @@ static int identity(const char *label, const IrModule *a, const IrModule *b, int
 			CHECK(j >= 0);
 			if (j < 0)
 				continue;
-			int64_t N = global_numel(&s[0], i);
+			int64_t N = ir_spmd_global_numel(&s[0], i);
 			double *v0 = malloc(sizeof(double) * (size_t)N);
 			double *v1 = malloc(sizeof(double) * (size_t)N);
 			ir_spmd_gather(&s[0], i, v0);
