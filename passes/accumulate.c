@@ -105,6 +105,7 @@ bool pass_accumulate(IrModule *m, Diag *d, const PassOptions *opt)
 		acc[i] = -1;
 	}
 	int nfused = 0;
+	/* in node order, so an operand's rep[] is final when a sum reads it */
 	for (int s = 0; s < nn; s++) {
 		int a, w = match(m, m->nodes[s], uses, rep, &a);
 		if (w < 0)
@@ -135,7 +136,9 @@ bool pass_accumulate(IrModule *m, Diag *d, const PassOptions *opt)
 					ok = false;
 					break;
 				}
-				ops[0] = acc[i];
+				/* the node holding acc: adopted already (match: rep[acc]
+				 * < i), where a sum it made may come after i */
+				ops[0] = rep[acc[i]];
 				ops[1] = n->ops[0];
 				ops[2] = n->ops[1];
 				n->op = IR_OP_MATMUL_WGRAD_ACC;

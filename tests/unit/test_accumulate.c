@@ -238,6 +238,9 @@ static void test_cases(void)
 		{"mlp", "dp=1,tp=1", {"microbatches=4", NULL}, 2 * 3, true, true},
 		{"mlp", "dp=2,tp=1", {"microbatches=4", NULL}, 2 * 3, true, true},
 		{"mlp", "dp=2,tp=2", {"microbatches=2", NULL}, 2 * 1, true, false},
+		/* 1-row micro-batches over dp = 2 (padded): the sums come after
+		 * the gradients, each fused one's accumulator a later sum */
+		{"mlp", "dp=2,tp=1", {"microbatches=8", NULL}, 2 * 7, true, true},
 		{"mlp", "dp=2,tp=1", {"microbatches=4", "precision=bf16", NULL}, 2 * 3, false, true},
 		/* ZeRO-1's last sum is grad.P, then reduce_scattered */
 		{"mlp", "dp=2,tp=1", {"microbatches=4", "zero=1", NULL}, 2 * 3, true, true},
